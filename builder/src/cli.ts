@@ -1,0 +1,191 @@
+import { chmod, open, writeFile, rename } from 'node:fs/promises';
+import { Command, Option, InvalidArgumentError } from 'commander';
+import { OciError, formatPlatform, isDigest } from '@offline-bundle/oci';
+import {
+  FormatError, extractBundle, generateKeyPair, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
+} from '@offline-bundle/format';
+import { createBundle, defaultCacheDir } from './create.js';
+import { Progress, formatBytes } from './progress.js';
+import { TOOL_VERSION } from './version.js';
+
+const collect = (value: string, previous: string[] = []) => [...previous, value];
+const positiveInt = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
+  return n;
+};
+const digestArg = (value: string) => {
+  const d = value.startsWith('sha256:') ? value : `sha256:${value}`;
+  if (!isDigest(d)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
+  return d;
+};
+
+async function trustFrom(opts: { key?: string[]; digest?: string }): Promise<Trust> {
+  return {
+    ...(opts.key?.length ? { keys: await Promise.all(opts.key.map(loadPublicKey)) } : {}),
+    ...(opts.digest ? { digest: opts.digest } : {}),
+  };
+}
+
+function summary(m: BundleManifest) {
+  return {
+    release: m.release,
+    images: m.images.map((i) => ({ reference: i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`, digest: i.digest, platforms: i.platforms.map(formatPlatform), ...(i.component ? { component: i.component } : {}) })),
+    blobs: m.blobs.length,
+    totals: m.totals,
+    creator: m.creator,
+    signer: m.signer,
+  };
+}
+
+function printSummary(m: BundleManifest): void {
+  const r = m.release;
+  const lines = [
+    `release:   ${r.name} (version ${r.version}, ${r.arch})`,
+    ...(r.image ? [`image:     ${r.image}`, `digest:    ${r.digest}`] : []),
+    `upgrades from: ${r.upgradeFrom.length ? r.upgradeFrom.join(', ') : 'any version'}`,
+    `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
+    `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
+    `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, compressed ${formatBytes(m.totals.archiveBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
+    `images (${m.images.length}), blobs: ${m.blobs.length}`,
+    ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
+  ];
+  process.stdout.write(lines.join('\n') + '\n');
+}
+
+export function buildProgram(): Command {
+  const program = new Command('bundle')
+    .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry.')
+    .version(TOOL_VERSION)
+    .enablePositionalOptions()
+    .showHelpAfterError('(run with --help for usage)')
+    .configureHelp({ sortOptions: false });
+
+  program.command('keygen')
+    .description('Create a signing key pair: PREFIX.key (private, mode 0600; keep it at the factory) and PREFIX.pub (give it to every cluster).')
+    .requiredOption('--out <prefix>', 'path prefix for the two files')
+    .addOption(new Option('--type <type>', 'key type').choices(['ecdsa-p256', 'ed25519']).default('ecdsa-p256'))
+    .option('--force', 'overwrite existing files')
+    .option('--json', 'print the result as JSON')
+    .action(async (o: { out: string; type: 'ecdsa-p256' | 'ed25519'; force?: boolean; json?: boolean }) => {
+      const { privatePem, publicPem } = generateKeyPair(o.type);
+      const keyPath = `${o.out}.key`;
+      const pubPath = `${o.out}.pub`;
+      const fh = await open(keyPath, o.force ? 'w' : 'wx', 0o600).catch((err: NodeJS.ErrnoException) => {
+        throw new FormatError('KEY_ERROR', err.code === 'EEXIST' ? `${keyPath} exists: pass --force to overwrite it` : `cannot write ${keyPath}: ${err.message}`);
+      });
+      await fh.writeFile(privatePem);
+      await fh.close();
+      await chmod(keyPath, 0o600);
+      await writeFile(`${pubPath}.tmp`, publicPem);
+      await rename(`${pubPath}.tmp`, pubPath);
+      const fp = (await loadPublicKey(pubPath)).fingerprint;
+      if (o.json) process.stdout.write(JSON.stringify({ privateKey: keyPath, publicKey: pubPath, type: o.type, fingerprint: fp }) + '\n');
+      else process.stdout.write(`wrote ${keyPath} (private, 0600) and ${pubPath}\nfingerprint ${fp}\n`);
+    });
+
+  program.command('create')
+    .description('Build a bundle from a release image and/or images.')
+    .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
+    .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF]; append =REGISTRY/REPO:TAG to name a local image', collect)
+    .option('--images-file <file>', 'a file with one image source per line (# comments)')
+    .option('--arch <arch>', 'platform to keep from multi-arch images (amd64, arm64, linux/arm/v7)', 'amd64')
+    .option('--all-platforms', 'keep every platform of multi-arch images')
+    .option('--version <v>', 'release version (required without --release)')
+    .option('--name <name>', 'human name of the release (default: the version)')
+    .option('--upgrade-from <v>', 'a version the cluster may run before this one (repeatable; added to the release\'s own list)', collect)
+    .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
+    .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it')
+    .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
+    .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
+    .option('--authfile <file>', 'registry credentials (default: podman/skopeo/docker auth files)')
+    .option('--tls-verify <bool>', 'verify registry TLS certificates; false also allows plain http', (v: string) => {
+      if (v !== 'true' && v !== 'false') throw new InvalidArgumentError('must be true or false');
+      return v === 'true';
+    }, true)
+    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
+    .option('--level <n>', 'zstd compression level (1-19)', positiveInt, 3)
+    .option('--quiet', 'no progress output')
+    .option('--json', 'print a JSON summary on stdout at the end')
+    .addHelpText('after', `
+Examples:
+  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
+      --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
+  bundle create --version 1.30.2 --image docker.io/rancher/k3s:v1.30.2-k3s1 \\
+      --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle`)
+    .action(async (o) => {
+      const progress = new Progress({ quiet: o.quiet || o.json });
+      const r = await createBundle({ ...o, images: o.image, progress });
+      if (o.json) {
+        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer }) + '\n');
+      }
+    });
+
+  program.command('inspect')
+    .description('Show what a bundle holds (reads only its first frames; nothing is verified: use "bundle verify").')
+    .argument('<file>')
+    .option('--json', 'print as JSON')
+    .action(async (file: string, o: { json?: boolean }) => {
+      const { manifest } = await readHeader(file);
+      if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
+      else printSummary(manifest);
+    });
+
+  const trustOptions = (cmd: Command) => cmd
+    .option('--key <pub>', 'trusted public key (repeatable)', collect)
+    .option('--digest <sha256>', 'expected sha256 of the whole file (from NAME.bundle.sha256)', digestArg)
+    .option('--json', 'print the result as JSON');
+
+  trustOptions(program.command('verify')
+    .description('Check a bundle completely: signature, every entry\'s digest and size, structure. Exit 0 only when valid.')
+    .argument('<file>'))
+    .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean }) => {
+      const v = await verifyBundle(file, { trust: await trustFrom(o) });
+      if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
+      else process.stdout.write(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${v.manifest.images.length} images, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}\n`);
+    });
+
+  trustOptions(program.command('extract')
+    .description('Verify and unpack a bundle into DIR as an OCI image layout (plus bundle.json). On failure DIR holds nothing of it.')
+    .argument('<file>')
+    .argument('<dir>'))
+    .option('--quiet', 'no progress output')
+    .action(async (file: string, dir: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
+      const progress = new Progress({ quiet: o.quiet || o.json });
+      let started = false;
+      const v = await extractBundle(file, dir, {
+        trust: await trustFrom(o),
+        onProgress: (d, t) => {
+          if (!started) progress.start(`extracting ${file}`, t);
+          started = true;
+          progress.update(d);
+        },
+      });
+      progress.finish();
+      if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
+      else process.stdout.write(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})\n`);
+    });
+
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  program.exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    const e = err as { code?: string; exitCode?: number; message?: string };
+    if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
+      return e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.code === 'commander.help' ? 0 : 2;
+    }
+    const code = err instanceof FormatError || err instanceof OciError ? err.code : 'ERROR';
+    const wantsJson = argv.includes('--json');
+    if (wantsJson) process.stdout.write(JSON.stringify({ error: { code, message: e.message } }) + '\n');
+    process.stderr.write(`bundle: ${code}: ${e.message ?? String(err)}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = await main(process.argv);

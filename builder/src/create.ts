@@ -1,0 +1,230 @@
+import { mkdir, readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import pLimit from 'p-limit';
+import {
+  AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
+  openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
+  MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
+} from '@offline-bundle/oci';
+import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
+import { Progress, formatBytes } from './progress.js';
+import { TOOL_NAME, TOOL_VERSION } from './version.js';
+import { createReadStream } from 'node:fs';
+
+export interface CreateOptions {
+  /** An OpenShift release image; its payload images come along. */
+  release?: string;
+  /** Image sources: docker://REF (default transport), oci:DIR[:REF][=NAME], oci-archive:FILE[:REF][=NAME], docker-archive:FILE[:REF][=NAME]. */
+  images?: string[];
+  imagesFile?: string;
+  arch?: string;
+  allPlatforms?: boolean;
+  version?: string;
+  name?: string;
+  upgradeFrom?: string[];
+  key: string;
+  output: string;
+  cache?: string;
+  jobs?: number;
+  authfile?: string;
+  tlsVerify?: boolean;
+  registriesConf?: string;
+  level?: number;
+  /** Creation time; defaults to SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
+  createdAt?: string;
+  progress?: Progress;
+}
+
+export interface CreateResult extends WrittenBundle {
+  output: string;
+  images: number;
+  blobs: number;
+  downloadedBytes: number;
+}
+
+interface Blob { digest: string; size: number; mediaType: string }
+interface ResolvedImage { source: ImageSource; entry: BundleImage; blobs: Blob[]; layers: Descriptor[] }
+
+export function defaultCacheDir(env = process.env): string {
+  return join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'offline-bundle');
+}
+
+export async function readImagesFile(path: string): Promise<string[]> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (cause) {
+    throw new OciError('INVALID_CONFIG', `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
+  }
+  return text.split('\n').map((l) => l.replace(/#.*$/, '').trim()).filter(Boolean);
+}
+
+/** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
+async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, component?: string): Promise<ResolvedImage> {
+  const top = await source.getManifest();
+  await cache.putBytes(top.digest, top.bytes);
+  const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }];
+  const layers: Descriptor[] = [];
+  const platforms: Platform[] = [];
+  const name = formatReference(source.name);
+  const addImageManifest = async (bytes: Buffer, digest: string) => {
+    const parsed = parseManifest(bytes);
+    if (parsed.kind !== 'manifest') throw new OciError('INVALID_MANIFEST', `${name}: ${digest} nests an index inside an index`);
+    const { config } = parsed.manifest;
+    blobs.push({ digest: config.digest, size: config.size, mediaType: config.mediaType });
+    for (const l of parsed.manifest.layers) {
+      if (l.urls?.length) throw new OciError('UNSUPPORTED_MEDIA_TYPE', `${name}: layer ${l.digest} is foreign (urls); such images cannot be carried offline`);
+      blobs.push({ digest: l.digest, size: l.size, mediaType: l.mediaType });
+      layers.push(l);
+    }
+    return config;
+  };
+  const parsed = parseManifest(top.bytes, top.mediaType);
+  if (parsed.kind === 'index') {
+    const chosen = allPlatforms ? parsed.index.manifests.filter((m) => m.platform) : parsed.index.manifests.filter((m) => platformMatches(want, m.platform));
+    if (chosen.length === 0) {
+      const have = parsed.index.manifests.map((m) => (m.platform ? formatPlatform(m.platform) : '?')).join(', ');
+      throw new OciError('PLATFORM_NOT_FOUND', `${name} has no ${formatPlatform(want)} image (it has: ${have}); pick another --arch`);
+    }
+    for (const m of allPlatforms ? chosen : chosen.slice(0, 1)) {
+      const child = await source.getManifest(m.digest);
+      await cache.putBytes(child.digest, child.bytes);
+      blobs.push({ digest: child.digest, size: child.bytes.length, mediaType: child.mediaType });
+      await addImageManifest(child.bytes, child.digest);
+      platforms.push(m.platform!);
+    }
+  } else {
+    const config = await addImageManifest(top.bytes, top.digest);
+    const path = await cache.fetch(config.digest, config.size, (offset) => source.getBlob(config.digest, config.size, offset));
+    const doc = JSON.parse(await readFile(path, 'utf8')) as { os?: string; architecture?: string; variant?: string };
+    const have: Platform = { os: doc.os ?? 'linux', architecture: doc.architecture ?? 'unknown', ...(doc.variant ? { variant: doc.variant } : {}) };
+    if (!allPlatforms && !platformMatches(want, have)) {
+      throw new OciError('PLATFORM_NOT_FOUND', `${name} is a ${formatPlatform(have)} image, not ${formatPlatform(want)}: pick the right image or --arch`);
+    }
+    platforms.push(have);
+  }
+  const entry: BundleImage = {
+    repository: repositoryName(source.name),
+    tag: source.name.tag ?? null,
+    digest: top.digest,
+    mediaType: top.mediaType,
+    platforms,
+    ...(component ? { component } : {}),
+  };
+  return { source, entry, blobs, layers };
+}
+
+function refName(img: BundleImage): string {
+  return img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`;
+}
+
+/**
+ * Builds a signed bundle: resolve every image (and a release payload), fetch each blob
+ * once into the content-addressed cache (in parallel, resuming), then write the archive.
+ */
+export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
+  const progress = opts.progress ?? new Progress({ quiet: true });
+  const key = await loadPrivateKey(opts.key);
+  const want = parsePlatform(opts.arch ?? 'amd64');
+  const specs = [...(opts.images ?? []), ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : [])];
+  if (!opts.release && specs.length === 0) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file');
+  if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
+  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()));
+  const client = new RegistryClient({ auth: AuthStore.fromOptions(opts.authfile), userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
+  const ctx = {
+    client,
+    insecure: opts.tlsVerify === false,
+    ...(opts.registriesConf ? { registriesConf: RegistriesConf.load(opts.registriesConf) } : {}),
+  };
+  const limit = pLimit(Math.max(1, opts.jobs ?? 4));
+  const opened: ImageSource[] = [];
+  const open = async (spec: string) => {
+    const s = await openSource(parseSourceSpec(spec), ctx);
+    opened.push(s);
+    return s;
+  };
+  try {
+    let version = opts.version;
+    let releaseInfo: { image: string; digest: string; upgradeFrom: string[] } | undefined;
+    const resolved: ResolvedImage[] = [];
+    if (opts.release) {
+      progress.log(`resolving release ${opts.release}`);
+      const rel = await resolveImage(await open(opts.release), cache, want, false, 'release');
+      resolved.push(rel);
+      const payload = await readReleasePayload(rel.layers.map((l) => async () => {
+        const path = await cache.fetch(l.digest, l.size, (offset) => rel.source.getBlob(l.digest, l.size, offset));
+        return createReadStream(path);
+      }));
+      if (opts.version && opts.version !== payload.version) {
+        throw new OciError('INVALID_RELEASE', `--version ${opts.version} contradicts the release image, which is ${payload.version}`);
+      }
+      version = payload.version;
+      releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
+      progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
+      const payloadImages = await Promise.all(payload.images.map((p) => limit(async () =>
+        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, p.name))));
+      resolved.push(...payloadImages);
+    }
+    resolved.push(...await Promise.all(specs.map((s) => limit(async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true)))));
+
+    // One index entry per reference; one download per blob however many images share it.
+    const byRef = new Map<string, ResolvedImage>();
+    for (const r of resolved) if (!byRef.has(refName(r.entry))) byRef.set(refName(r.entry), r);
+    const blobs = new Map<string, { blob: Blob; source: ImageSource }>();
+    for (const r of byRef.values()) for (const b of r.blobs) if (!blobs.has(b.digest)) blobs.set(b.digest, { blob: b, source: r.source });
+    const total = [...blobs.values()].reduce((s, b) => s + b.blob.size, 0);
+    let done = 0;
+    let finished = 0;
+    progress.start(`fetching ${blobs.size} blobs of ${byRef.size} images`, total);
+    const paths = new Map<string, string>();
+    await Promise.all([...blobs.values()].map(({ blob, source }) => limit(async () => {
+      const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
+        onBytes: (n) => progress.update((done += n), `${finished}/${blobs.size} blobs`),
+      });
+      paths.set(blob.digest, path);
+      progress.update(done, `${++finished}/${blobs.size} blobs`);
+    })));
+    progress.finish();
+
+    const images = [...byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
+    const index = Buffer.from(JSON.stringify({
+      schemaVersion: 2,
+      mediaType: MediaType.OciIndex,
+      manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
+    }));
+    const blobList = [...blobs.values()].map(({ blob }) => ({ ...blob, path: paths.get(blob.digest)! }));
+    const epoch = process.env.SOURCE_DATE_EPOCH;
+    const createdAt = opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
+    const upgradeFrom = [...new Set([...(releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
+    await mkdir(dirname(resolve(opts.output)), { recursive: true });
+    progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
+    const written = await writeBundle({
+      release: {
+        name: opts.name ?? version!,
+        version: version!,
+        arch: want.architecture,
+        image: releaseInfo?.image ?? null,
+        digest: releaseInfo?.digest ?? null,
+        upgradeFrom,
+      },
+      images,
+      index,
+      blobs: blobList,
+      imageStoreBytes: estimateImageStoreBytes(blobList),
+      key,
+      output: resolve(opts.output),
+      createdAt,
+      tool: { name: TOOL_NAME, version: TOOL_VERSION },
+      ...(opts.level !== undefined ? { level: opts.level } : {}),
+      onProgress: (d) => progress.update(d),
+    });
+    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
+    return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total };
+  } finally {
+    await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
+    await client.close();
+  }
+}
+
+export type { ImageReference };

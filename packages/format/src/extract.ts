@@ -1,0 +1,73 @@
+import { createWriteStream } from 'node:fs';
+import { mkdir, open, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { FormatError } from './errors.js';
+import { BUNDLE_JSON, SIGNATURE } from './layout.js';
+import { verifyBundle, type VerifiedBundle, type VerifyOptions } from './reader.js';
+
+export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManifest'> {
+  /** Where to build the layout before the rename (default: DIR.partial beside DIR). */
+  partialDir?: string;
+  /** fsync each file before the rename, so a crash never leaves a "complete" layout with holes. */
+  fsync?: boolean;
+  onManifest?: VerifyOptions['onManifest'];
+}
+
+async function isEmptyOrMissing(dir: string): Promise<boolean> {
+  try {
+    return (await readdir(dir)).length === 0;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return true;
+    throw err;
+  }
+}
+
+async function syncFile(path: string): Promise<void> {
+  const fh = await open(path, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * Verified extraction: the layout is written to a partial directory while the one pass
+ * checks everything, and renamed to `dir` only when the pass succeeded. On any failure the
+ * partial directory is removed, so `dir` holds nothing of the bundle.
+ */
+export async function extractBundle(file: string, dir: string, opts: ExtractOptions): Promise<VerifiedBundle> {
+  const target = resolve(dir);
+  if (!(await isEmptyOrMissing(target))) {
+    throw new FormatError('IO_ERROR', `${target} exists and is not empty: choose a new directory`);
+  }
+  const partial = opts.partialDir ?? `${target}.partial`;
+  await rm(partial, { recursive: true, force: true });
+  await mkdir(join(partial, 'blobs', 'sha256'), { recursive: true });
+  const written: string[] = [];
+  try {
+    const verified = await verifyBundle(file, {
+      ...opts,
+      onEntry: async (entry, data) => {
+        const path = join(partial, entry.path);
+        await pipeline(data, createWriteStream(path, { flags: 'wx' }));
+        written.push(path);
+      },
+    });
+    await writeFile(join(partial, BUNDLE_JSON), verified.manifestBytes);
+    await writeFile(join(partial, SIGNATURE), verified.signature);
+    if (opts.fsync !== false) {
+      for (const p of written) await syncFile(p);
+    }
+    await rmdir(target).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err;
+    });
+    await mkdir(dirname(target), { recursive: true });
+    await rename(partial, target);
+    return verified;
+  } catch (err) {
+    await rm(partial, { recursive: true, force: true });
+    throw err;
+  }
+}

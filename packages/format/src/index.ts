@@ -1,0 +1,22 @@
+export { FormatError } from './errors.js';
+export {
+  BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES, FORMAT_MEDIA_TYPE,
+  SCHEMA_VERSION, blobPath, tarStreamBytes,
+} from './layout.js';
+export { validateManifest, parseManifestBytes, serializeManifest } from './manifest.js';
+export { generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
+export { assertTrust, checkSignature } from './trust.js';
+export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
+export { writeBundle, estimateImageStoreBytes } from './writer.js';
+export { verifyBundle, readHeader, readSeekIndex } from './reader.js';
+export { BundleRandomReader } from './random-reader.js';
+export { extractBundle } from './extract.js';
+
+export type { FormatErrorCode } from './errors.js';
+export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, SignatureAlgorithm } from './manifest.js';
+export type { KeyType, TrustedKey } from './keys.js';
+export type { Trust } from './trust.js';
+export type { FrameEntry, SeekIndex } from './seekable.js';
+export type { WriteBundleInput, WrittenBundle } from './writer.js';
+export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './reader.js';
+export type { ExtractOptions } from './extract.js';

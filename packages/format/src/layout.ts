@@ -1,0 +1,35 @@
+/** The bundle format as constants: entry names, limits and sizes (docs/FORMAT.md). */
+
+export const FORMAT_MEDIA_TYPE = 'application/vnd.offline-bundle.v1+json';
+export const SCHEMA_VERSION = 1;
+
+export const BUNDLE_JSON = 'bundle.json';
+export const SIGNATURE = 'bundle.json.sig';
+export const OCI_LAYOUT = 'oci-layout';
+export const INDEX_JSON = 'index.json';
+export const BLOB_DIR = 'blobs/sha256/';
+
+export const OCI_LAYOUT_CONTENT = '{"imageLayoutVersion":"1.0.0"}';
+
+/** Largest uncompressed zstd frame: bounds the memory and the work of one random read. */
+export const FRAME_BYTES = 4 * 1024 * 1024;
+export const MAX_BUNDLE_JSON_BYTES = 16 * 1024 * 1024;
+export const MAX_SIGNATURE_BYTES = 4096;
+export const MAX_INDEX_JSON_BYTES = 16 * 1024 * 1024;
+
+export const TAR_BLOCK = 512;
+/** Fixed mtime for every entry: the same inputs give the same bytes. */
+export const ENTRY_MTIME = new Date(0);
+
+export function blobPath(digest: string): string {
+  return BLOB_DIR + digest.slice('sha256:'.length);
+}
+
+export function paddedSize(size: number): number {
+  return Math.ceil(size / TAR_BLOCK) * TAR_BLOCK;
+}
+
+/** Bytes of the tar stream for entries of these sizes: a header and padded data each, then two zero blocks. */
+export function tarStreamBytes(sizes: number[]): number {
+  return sizes.reduce((sum, s) => sum + TAR_BLOCK + paddedSize(s), 0) + 2 * TAR_BLOCK;
+}

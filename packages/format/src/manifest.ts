@@ -1,0 +1,132 @@
+import { isDigest, type Platform } from '@offline-bundle/oci';
+import { FormatError } from './errors.js';
+import { FORMAT_MEDIA_TYPE, SCHEMA_VERSION } from './layout.js';
+
+export interface BundleRelease {
+  /** Human name: the OpenShift version, or what --name said. */
+  name: string;
+  version: string;
+  arch: string;
+  /** The release image, when the bundle carries an OpenShift release payload. */
+  image: string | null;
+  digest: string | null;
+  /** Versions a cluster may be running to accept this bundle; empty: any. */
+  upgradeFrom: string[];
+}
+
+export interface BundleImage {
+  /** Registry and repository, as the cluster names the image: "quay.io/ns/repo". */
+  repository: string;
+  tag: string | null;
+  /** Digest of the top manifest (an index when the source had one). */
+  digest: string;
+  mediaType: string;
+  /** Platforms kept (an index may list more whose manifests are not in the bundle). */
+  platforms: Platform[];
+  /** Component name from the release payload, when it came from one. */
+  component?: string;
+}
+
+export interface BundleBlob {
+  digest: string;
+  size: number;
+  mediaType: string;
+}
+
+export interface BundleManifest {
+  schemaVersion: number;
+  mediaType: string;
+  release: BundleRelease;
+  images: BundleImage[];
+  /** Every file under blobs/ (manifests, configs, layers), sorted by digest. */
+  blobs: BundleBlob[];
+  /** The layout's index.json. */
+  index: { digest: string; size: number };
+  totals: {
+    /** Bytes of oci-layout, index.json and every blob: what staging writes. */
+    layoutBytes: number;
+    /** Compressed bytes of the layout's frames (the file is this plus bundle.json, signature and seek index). */
+    archiveBytes: number;
+    /** Estimated bytes the images take once unpacked in the runtime's store. */
+    imageStoreBytes: number;
+  };
+  creator: { tool: string; version: string; createdAt: string };
+  signer: { algorithm: SignatureAlgorithm; fingerprint: string };
+}
+
+export type SignatureAlgorithm = 'ecdsa-p256-sha256' | 'ed25519';
+
+const bad = (msg: string): never => {
+  throw new FormatError('INVALID_MANIFEST', `bundle.json: ${msg}`);
+};
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const str = (v: unknown, where: string, max = 1024): string =>
+  typeof v === 'string' && v.length > 0 && v.length <= max ? v : bad(`${where} must be a non-empty string`);
+const optStr = (v: unknown, where: string): string | null => (v === null ? null : str(v, where));
+const int = (v: unknown, where: string): number => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : bad(`${where} must be a non-negative integer`));
+const digest = (v: unknown, where: string): string => (typeof v === 'string' && isDigest(v) ? v : bad(`${where} must be a sha256 digest`));
+const arr = (v: unknown, where: string, max = 1_000_000): unknown[] => (Array.isArray(v) && v.length <= max ? v : bad(`${where} must be a list`));
+
+/**
+ * Checks the shape of bundle.json after its signature was checked: everything later code
+ * relies on (digests, sizes, names) is validated here, once.
+ */
+export function validateManifest(doc: unknown): BundleManifest {
+  if (!isObj(doc)) return bad('not an object');
+  if (doc.schemaVersion !== SCHEMA_VERSION) {
+    if (Number.isSafeInteger(doc.schemaVersion) && (doc.schemaVersion as number) > SCHEMA_VERSION) {
+      throw new FormatError('UNSUPPORTED_VERSION', `bundle.json has schemaVersion ${String(doc.schemaVersion)}; this tool reads ${SCHEMA_VERSION}: update offline-bundle`);
+    }
+    bad(`schemaVersion must be ${SCHEMA_VERSION}`);
+  }
+  if (doc.mediaType !== FORMAT_MEDIA_TYPE) bad(`mediaType must be ${FORMAT_MEDIA_TYPE}`);
+  const r = isObj(doc.release) ? doc.release : bad('release missing');
+  str(r.name, 'release.name'); str(r.version, 'release.version', 128); str(r.arch, 'release.arch', 32);
+  optStr(r.image, 'release.image');
+  if (r.digest !== null) digest(r.digest, 'release.digest');
+  arr(r.upgradeFrom, 'release.upgradeFrom').forEach((v, i) => str(v, `release.upgradeFrom[${i}]`, 128));
+  arr(doc.images, 'images').forEach((v, i) => {
+    const im = isObj(v) ? v : bad(`images[${i}] must be an object`);
+    str(im.repository, `images[${i}].repository`);
+    if (im.tag !== null) str(im.tag, `images[${i}].tag`, 128);
+    digest(im.digest, `images[${i}].digest`);
+    str(im.mediaType, `images[${i}].mediaType`);
+    arr(im.platforms, `images[${i}].platforms`).forEach((p, j) => {
+      const pl = isObj(p) ? p : bad(`images[${i}].platforms[${j}] must be an object`);
+      str(pl.os, `images[${i}].platforms[${j}].os`); str(pl.architecture, `images[${i}].platforms[${j}].architecture`);
+    });
+    if (im.component !== undefined) str(im.component, `images[${i}].component`);
+  });
+  const seen = new Set<string>();
+  arr(doc.blobs, 'blobs').forEach((v, i) => {
+    const b = isObj(v) ? v : bad(`blobs[${i}] must be an object`);
+    const d = digest(b.digest, `blobs[${i}].digest`);
+    if (seen.has(d)) bad(`blobs lists ${d} twice`);
+    seen.add(d);
+    int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);
+  });
+  const ix = isObj(doc.index) ? doc.index : bad('index missing');
+  digest(ix.digest, 'index.digest'); int(ix.size, 'index.size');
+  const t = isObj(doc.totals) ? doc.totals : bad('totals missing');
+  int(t.layoutBytes, 'totals.layoutBytes'); int(t.archiveBytes, 'totals.archiveBytes'); int(t.imageStoreBytes, 'totals.imageStoreBytes');
+  const c = isObj(doc.creator) ? doc.creator : bad('creator missing');
+  str(c.tool, 'creator.tool'); str(c.version, 'creator.version'); str(c.createdAt, 'creator.createdAt');
+  const s = isObj(doc.signer) ? doc.signer : bad('signer missing');
+  if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519') bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
+  digest(s.fingerprint, 'signer.fingerprint');
+  return doc as unknown as BundleManifest;
+}
+
+export function parseManifestBytes(bytes: Uint8Array): BundleManifest {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(Buffer.from(bytes).toString('utf8'));
+  } catch (cause) {
+    throw new FormatError('INVALID_MANIFEST', 'bundle.json is not valid JSON', { cause });
+  }
+  return validateManifest(doc);
+}
+
+export function serializeManifest(m: BundleManifest): Buffer {
+  return Buffer.from(JSON.stringify(m, null, 2) + '\n');
+}

@@ -1,0 +1,152 @@
+import { open, type FileHandle } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import { decompress } from 'zstd-napi';
+import { newSha256 } from '@offline-bundle/oci';
+import { FormatError } from './errors.js';
+import { BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
+import type { BundleManifest } from './manifest.js';
+import { readSeekIndex } from './reader.js';
+import { frameAt, type SeekIndex } from './seekable.js';
+
+interface Located { frame: number; offset: number; size: number }
+
+function octal(buf: Buffer, start: number, len: number): number {
+  const field = buf.subarray(start, start + len);
+  if (field[0]! & 0x80) {
+    // base-256 (GNU) for sizes of 8 GiB and more
+    let v = 0;
+    for (let i = 1; i < field.length; i++) v = v * 256 + field[i]!;
+    return v;
+  }
+  const text = field.toString('ascii').replace(/\0.*$/s, '').trim();
+  return text ? parseInt(text, 8) : 0;
+}
+
+/** The fields of a ustar header the index walk needs; the checksum guards against a misplaced frame. */
+function parseHeader(block: Buffer): { name: string; size: number; type: string } | null {
+  if (block.every((b) => b === 0)) return null;
+  let sum = 0;
+  for (let i = 0; i < TAR_BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : block[i]!;
+  if (sum !== octal(block, 148, 8)) throw new FormatError('BAD_SEEK_TABLE', 'the seek index points at a block that is not a tar header');
+  let name = block.toString('utf8', 0, 100).replace(/\0.*$/s, '');
+  const prefix = block.toString('utf8', 345, 500).replace(/\0.*$/s, '');
+  if (block.toString('ascii', 257, 262) === 'ustar' && prefix) name = `${prefix}/${name}`;
+  return { name, size: octal(block, 124, 12), type: String.fromCharCode(block[156]!) };
+}
+
+/**
+ * Random access to a bundle's entries through its seek index, without decompressing from
+ * the start. The index is outside the signature, so every located entry must have the
+ * name and size the trusted bundle.json lists, and `readVerified` hashes a whole entry
+ * before returning a byte of it.
+ */
+export class BundleRandomReader {
+  private constructor(
+    private readonly fh: FileHandle,
+    readonly index: SeekIndex,
+    private readonly entries: Map<string, Located>,
+    private readonly listed: Map<string, { digest: string; size: number }>,
+  ) {}
+
+  static async open(path: string, manifest: BundleManifest): Promise<BundleRandomReader> {
+    const index = await readSeekIndex(path);
+    const fh = await open(path, 'r');
+    try {
+      const listed = new Map<string, { digest: string; size: number }>([[INDEX_JSON, manifest.index]]);
+      for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
+      const entries = new Map<string, Located>();
+      const reader = new BundleRandomReader(fh, index, entries, listed);
+      let offset = 0;
+      while (offset < index.decompressedBytes) {
+        const frame = frameAt(index, offset);
+        const block = await reader.frame(frame);
+        if (block.length !== TAR_BLOCK && !block.subarray(0, TAR_BLOCK).every((b) => b === 0)) {
+          throw new FormatError('BAD_SEEK_TABLE', `frame ${frame} should hold one tar header`);
+        }
+        const h = parseHeader(block.subarray(0, TAR_BLOCK));
+        if (!h) break;
+        if (h.type !== '0' && h.type !== '\0') throw new FormatError('NOT_A_FILE', `entry "${h.name}" is not a regular file`);
+        const want = listed.get(h.name);
+        if (!want && h.name !== BUNDLE_JSON && h.name !== SIGNATURE && h.name !== OCI_LAYOUT) {
+          throw new FormatError('UNEXPECTED_ENTRY', `entry "${h.name}" is not listed in bundle.json`);
+        }
+        if (want && want.size !== h.size) throw new FormatError('SIZE_MISMATCH', `entry "${h.name}" is ${h.size} bytes; bundle.json lists ${want.size}`);
+        if (entries.has(h.name)) throw new FormatError('DUPLICATE_ENTRY', `entry "${h.name}" appears twice`);
+        entries.set(h.name, { frame: h.size > 0 ? frameAt(index, offset + TAR_BLOCK) : frame + 1, offset: offset + TAR_BLOCK, size: h.size });
+        offset += TAR_BLOCK + paddedSize(h.size);
+      }
+      for (const name of listed.keys()) if (!entries.has(name)) throw new FormatError('MISSING_ENTRY', `entry "${name}" is not in the archive`);
+      return reader;
+    } catch (err) {
+      await fh.close();
+      throw err;
+    }
+  }
+
+  private async frame(i: number): Promise<Buffer> {
+    const f = this.index.frames[i];
+    if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
+    const buf = Buffer.allocUnsafe(f.compressedSize);
+    const { bytesRead } = await this.fh.read(buf, 0, f.compressedSize, f.compressedOffset);
+    if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+    let out: Buffer;
+    try {
+      out = decompress(buf);
+    } catch (cause) {
+      throw new FormatError('CORRUPT', `frame ${i} does not decompress: ${(cause as Error).message}`, { cause });
+    }
+    if (out.length !== f.decompressedSize) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} holds ${out.length} bytes; the seek index says ${f.decompressedSize}`);
+    return out;
+  }
+
+  has(path: string): boolean {
+    return this.entries.has(path);
+  }
+
+  /** An entry's bytes [start, end) as a stream; not verified (see readVerified). */
+  stream(path: string, start = 0, end?: number): Readable {
+    const loc = this.entries.get(path);
+    if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
+    const stop = Math.min(end ?? loc.size, loc.size);
+    const self = this;
+    return Readable.from((async function* () {
+      let frame = loc.frame;
+      let pos = loc.offset; // decompressed offset of `frame`
+      const from = loc.offset + start;
+      const to = loc.offset + stop;
+      while (pos < to) {
+        const f = self.index.frames[frame];
+        if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
+        const next = pos + f.decompressedSize;
+        if (next > from) {
+          const data = await self.frame(frame);
+          yield data.subarray(Math.max(0, from - pos), Math.min(data.length, to - pos));
+        }
+        pos = next;
+        frame++;
+      }
+    })(), { objectMode: false });
+  }
+
+  /** The whole entry, returned only once its size and digest match bundle.json. */
+  async readVerified(path: string): Promise<Buffer> {
+    const want = this.listed.get(path);
+    if (!want) throw new FormatError('UNEXPECTED_ENTRY', `"${path}" is not listed in bundle.json`);
+    const parts: Buffer[] = [];
+    const hash = newSha256();
+    for await (const c of this.stream(path)) {
+      hash.update(c as Buffer);
+      parts.push(c as Buffer);
+    }
+    const data = Buffer.concat(parts);
+    const actual = 'sha256:' + hash.digest('hex');
+    if (data.length !== want.size || actual !== want.digest) {
+      throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${path}" read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`);
+    }
+    return data;
+  }
+
+  close(): Promise<void> {
+    return this.fh.close();
+  }
+}

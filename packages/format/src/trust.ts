@@ -1,0 +1,34 @@
+import { FormatError } from './errors.js';
+import { verifyBytes, type TrustedKey } from './keys.js';
+import type { BundleManifest } from './manifest.js';
+
+/** What the verifier trusts: public keys and/or the whole file's expected digest. */
+export interface Trust {
+  keys?: TrustedKey[];
+  digest?: string;
+}
+
+export function assertTrust(trust: Trust): void {
+  if (!trust.keys?.length && !trust.digest) {
+    throw new FormatError('NO_TRUST', 'nothing to verify against: pass --key PUB (the factory\'s public key) and/or --digest sha256:HEX');
+  }
+}
+
+/**
+ * Checks the detached signature against the trusted keys. Returns the key that verified,
+ * or undefined when no keys are configured (digest-only trust, checked at the end of the pass).
+ */
+export function checkSignature(manifestBytes: Uint8Array, signature: Uint8Array, claimedFingerprint: string | undefined, trust: Trust): TrustedKey | undefined {
+  const keys = trust.keys ?? [];
+  if (keys.length === 0) return undefined;
+  for (const k of keys) if (verifyBytes(manifestBytes, signature, k.key)) return k;
+  const claimed = keys.find((k) => k.fingerprint === claimedFingerprint);
+  if (claimed) {
+    throw new FormatError('BAD_SIGNATURE', `the signature does not match bundle.json for trusted key ${claimed.source}: the bundle was altered after signing; get a fresh copy from the factory`);
+  }
+  throw new FormatError('UNTRUSTED_KEY', `bundle.json is signed by key ${claimedFingerprint ?? 'unknown'}, which is not among the trusted keys (${keys.map((k) => k.source).join(', ')}): install the factory's public key or get a bundle signed with a trusted one`);
+}
+
+export function signerFingerprint(m: Partial<BundleManifest> | undefined): string | undefined {
+  return m?.signer?.fingerprint;
+}

@@ -1,0 +1,112 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { Transform } from 'node:stream';
+import { digestHex, newSha256, sha256 } from './digest.js';
+import { OciError } from './errors.js';
+import { withRetry } from './retry.js';
+
+export interface CacheFetchOptions {
+  /** Called with each chunk's length as it lands (for progress). */
+  onBytes?: (n: number) => void;
+  attempts?: number;
+}
+
+/**
+ * A content-addressed blob store (`blobs/sha256/<hex>`). Downloads land in `<hex>.partial`
+ * and resume from its length after an interruption, even in a later run; a blob becomes
+ * visible under its digest only after its size and digest were checked. Not safe for two
+ * processes filling the same cache at once.
+ */
+export class BlobCache {
+  constructor(readonly dir: string) {}
+
+  path(digest: string): string {
+    return join(this.dir, 'blobs', 'sha256', digestHex(digest));
+  }
+
+  async has(digest: string, size: number): Promise<boolean> {
+    try {
+      return (await stat(this.path(digest))).size === size;
+    } catch {
+      return false;
+    }
+  }
+
+  async putBytes(digest: string, bytes: Uint8Array): Promise<string> {
+    const actual = sha256(bytes);
+    if (actual !== digest) throw new OciError('DIGEST_MISMATCH', `content hashes to ${actual}, expected ${digest}`);
+    const final = this.path(digest);
+    if (await this.has(digest, bytes.length)) return final;
+    await mkdir(join(this.dir, 'blobs', 'sha256'), { recursive: true });
+    const tmp = `${final}.${process.pid}.tmp`;
+    await writeFile(tmp, bytes);
+    await rename(tmp, final);
+    return final;
+  }
+
+  /** Fetches a blob through `open(offset)` unless the cache holds it; returns its path. */
+  async fetch(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions = {}): Promise<string> {
+    const final = this.path(digest);
+    if (await this.has(digest, size)) {
+      opts.onBytes?.(size);
+      return final;
+    }
+    await mkdir(join(this.dir, 'blobs', 'sha256'), { recursive: true });
+    const partial = `${final}.partial`;
+    let reported = 0;
+    const report = (n: number) => {
+      reported += n;
+      opts.onBytes?.(n);
+    };
+    await withRetry(async () => {
+      // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
+      const hash = newSha256();
+      let have = 0;
+      try {
+        for await (const chunk of createReadStream(partial)) {
+          hash.update(chunk as Buffer);
+          have += (chunk as Buffer).length;
+        }
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+      if (have > size) {
+        await rm(partial, { force: true });
+        have = 0;
+        hash.destroy();
+        return this.fetch(digest, size, open, opts);
+      }
+      if (have > reported) report(have - reported);
+      let written = have;
+      if (have < size) {
+        const src = await open(have);
+        const counter = new Transform({
+          transform(chunk: Buffer, _enc, cb) {
+            written += chunk.length;
+            if (written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
+            hash.update(chunk);
+            report(chunk.length);
+            cb(null, chunk);
+          },
+        });
+        await pipeline(src, counter, createWriteStream(partial, { flags: 'a' }));
+      }
+      if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
+      const actual = 'sha256:' + hash.digest('hex');
+      if (actual !== digest) {
+        await rm(partial, { force: true });
+        throw new OciError('DIGEST_MISMATCH', `blob ${digest} downloaded with digest ${actual}`);
+      }
+      await rename(partial, final);
+      return final;
+    }, {
+      attempts: opts.attempts ?? 5,
+      // A short read or a dropped connection resumes; a wrong digest or refusal does not.
+      retryable: (err) => !(err instanceof OciError) || err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR' || (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message)),
+    });
+    return final;
+  }
+}

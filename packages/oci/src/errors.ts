@@ -1,0 +1,26 @@
+/** Stable error codes of @offline-bundle/oci; callers branch on `code`, never on message text. */
+export type OciErrorCode =
+  | 'INVALID_REFERENCE'
+  | 'INVALID_DIGEST'
+  | 'INVALID_MANIFEST'
+  | 'UNSUPPORTED_TRANSPORT'
+  | 'UNSUPPORTED_MEDIA_TYPE'
+  | 'PLATFORM_NOT_FOUND'
+  | 'NOT_FOUND'
+  | 'UNAUTHORIZED'
+  | 'REGISTRY_ERROR'
+  | 'NETWORK_ERROR'
+  | 'DIGEST_MISMATCH'
+  | 'SIZE_MISMATCH'
+  | 'INVALID_CONFIG'
+  | 'INVALID_RELEASE'
+  | 'INVALID_ARCHIVE';
+
+export class OciError extends Error {
+  readonly code: OciErrorCode;
+  constructor(code: OciErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'OciError';
+    this.code = code;
+  }
+}

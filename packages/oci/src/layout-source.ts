@@ -1,0 +1,81 @@
+import { createReadStream } from 'node:fs';
+import { readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { assertDigest, digestHex, sha256 } from './digest.js';
+import { OciError } from './errors.js';
+import { parseManifest, type Descriptor, type ImageIndex } from './manifest.js';
+import { parseReference, type ImageReference } from './reference.js';
+import type { FetchedManifest, ImageSource } from './source.js';
+
+export const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name';
+
+/** The bundle needs a registry name for every image; a layout's bare tag ("v1") is not one. */
+export function nameFromRefAnnotation(refName: string | undefined, description: string, override?: string): ImageReference {
+  const candidate = override ?? refName;
+  if (candidate && /^[^/]+\.[^/]+\/|^localhost[:/]|^[^/]+:\d+\//.test(candidate)) return parseReference(candidate);
+  throw new OciError('INVALID_REFERENCE',
+    `${description} has no registry name${refName ? ` (its ref is "${refName}")` : ''}: append =REGISTRY/REPO:TAG to name it, e.g. "${description}=registry.example.com/app:${refName ?? 'v1'}"`);
+}
+
+/**
+ * An image in an OCI image layout directory (`oci:DIR[:REF]`); also the engine behind the
+ * archive transports, which unpack into a layout first.
+ */
+export class LayoutSource implements ImageSource {
+  private constructor(
+    readonly description: string,
+    readonly name: ImageReference,
+    private readonly dir: string,
+    private readonly top: Descriptor,
+    private readonly cleanup?: () => Promise<void>,
+  ) {}
+
+  static async open(dir: string, ref: string | undefined, description: string, nameOverride?: string, cleanup?: () => Promise<void>): Promise<LayoutSource> {
+    let index: ImageIndex;
+    try {
+      index = JSON.parse(await readFile(join(dir, 'index.json'), 'utf8')) as ImageIndex;
+    } catch (cause) {
+      throw new OciError('NOT_FOUND', `${description}: ${dir} is not an OCI image layout (no readable index.json)`, { cause });
+    }
+    const manifests = index.manifests ?? [];
+    const matches = ref === undefined ? manifests : manifests.filter((d) => d.annotations?.[REF_NAME_ANNOTATION] === ref);
+    if (matches.length === 0) throw new OciError('NOT_FOUND', `${description}: no image ${ref ? `named "${ref}"` : ''} in ${dir}/index.json`);
+    if (matches.length > 1) throw new OciError('INVALID_REFERENCE', `${description}: ${matches.length} images match; name one as oci:${dir}:REF`);
+    const top = matches[0]!;
+    const name = nameFromRefAnnotation(top.annotations?.[REF_NAME_ANNOTATION], description, nameOverride);
+    return new LayoutSource(description, name, dir, top, cleanup);
+  }
+
+  blobPath(digest: string): string {
+    return join(this.dir, 'blobs', 'sha256', digestHex(digest));
+  }
+
+  async getManifest(digest?: string): Promise<FetchedManifest> {
+    const want = assertDigest(digest ?? this.top.digest);
+    let bytes: Buffer;
+    try {
+      bytes = await readFile(this.blobPath(want));
+    } catch (cause) {
+      throw new OciError('NOT_FOUND', `${this.description}: manifest ${want} is missing from the layout`, { cause });
+    }
+    const actual = sha256(bytes);
+    if (actual !== want) throw new OciError('DIGEST_MISMATCH', `${this.description}: manifest ${want} hashes to ${actual}`);
+    const { mediaType } = parseManifest(bytes, digest ? undefined : this.top.mediaType);
+    return { bytes, mediaType, digest: want };
+  }
+
+  async getBlob(digest: string, _size: number, offset = 0): Promise<Readable> {
+    const path = this.blobPath(digest);
+    try {
+      await stat(path);
+    } catch (cause) {
+      throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from the layout`, { cause });
+    }
+    return createReadStream(path, { start: offset });
+  }
+
+  async close(): Promise<void> {
+    await this.cleanup?.();
+  }
+}

@@ -1,0 +1,139 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse as parseToml } from 'smol-toml';
+import { OciError } from './errors.js';
+import type { ImageReference } from './reference.js';
+import { repositoryName } from './reference.js';
+
+export type PullFromMirror = 'all' | 'digest-only' | 'tag-only';
+
+export interface MirrorRule {
+  location: string;
+  insecure: boolean;
+}
+
+export interface RegistryRule {
+  /** The namespace this rule covers ("prefix" in registries.conf, default: location). */
+  prefix: string;
+  location: string;
+  insecure: boolean;
+  blocked: boolean;
+  mirrors: (MirrorRule & { pullFromMirror: PullFromMirror })[];
+}
+
+interface RawRegistry {
+  prefix?: string;
+  location?: string;
+  insecure?: boolean;
+  blocked?: boolean;
+  'mirror-by-digest-only'?: boolean;
+  mirror?: { location?: string; insecure?: boolean; 'pull-from-mirror'?: string }[];
+}
+
+/** One place a pull may go: a mirror or the source itself, with the repository rewritten. */
+export interface PullSource {
+  registry: string;
+  repository: string;
+  insecure: boolean;
+  mirror: boolean;
+}
+
+function parseRules(text: string, file: string): RegistryRule[] {
+  let doc: { registry?: RawRegistry[] };
+  try {
+    doc = parseToml(text) as { registry?: RawRegistry[] };
+  } catch (cause) {
+    throw new OciError('INVALID_CONFIG', `${file} is not valid TOML: ${(cause as Error).message}`, { cause });
+  }
+  return (doc.registry ?? []).map((r, i) => {
+    const prefix = r.prefix ?? r.location;
+    if (!prefix) throw new OciError('INVALID_CONFIG', `${file}: [[registry]] #${i + 1} needs "location" or "prefix"`);
+    if (prefix.startsWith('*.')) throw new OciError('INVALID_CONFIG', `${file}: wildcard prefix "${prefix}" is not supported; name the registry`);
+    const location = r.location ?? prefix;
+    const byDigestOnly = r['mirror-by-digest-only'] === true;
+    return {
+      prefix,
+      location,
+      insecure: r.insecure === true,
+      blocked: r.blocked === true,
+      mirrors: (r.mirror ?? []).map((m, j) => {
+        if (!m.location) throw new OciError('INVALID_CONFIG', `${file}: mirror #${j + 1} of "${prefix}" has no location`);
+        const pfm = m['pull-from-mirror'] ?? (byDigestOnly ? 'digest-only' : 'all');
+        if (pfm !== 'all' && pfm !== 'digest-only' && pfm !== 'tag-only') {
+          throw new OciError('INVALID_CONFIG', `${file}: pull-from-mirror must be all, digest-only or tag-only, not "${pfm}"`);
+        }
+        return { location: m.location, insecure: m.insecure === true, pullFromMirror: pfm };
+      }),
+    };
+  });
+}
+
+/**
+ * containers-registries.conf(5) mirror rules: the longest matching prefix decides, mirrors
+ * are tried in order, then the (rewritten) location unless blocked. Drop-ins in a
+ * registries.conf.d directory override rules with the same prefix, files in lexical order.
+ */
+export class RegistriesConf {
+  constructor(readonly rules: RegistryRule[] = []) {}
+
+  static load(path: string): RegistriesConf {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (cause) {
+      throw new OciError('INVALID_CONFIG', `cannot read registries config ${path}: ${(cause as Error).message}`, { cause });
+    }
+    return new RegistriesConf(parseRules(text, path));
+  }
+
+  static loadDir(dir: string, base?: RegistriesConf): RegistriesConf {
+    const byPrefix = new Map((base?.rules ?? []).map((r) => [r.prefix, r]));
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir).filter((n) => n.endsWith('.conf')).sort();
+    } catch {
+      // a missing drop-in directory means no drop-ins
+    }
+    for (const name of names) {
+      const file = join(dir, name);
+      for (const rule of parseRules(readFileSync(file, 'utf8'), file)) byPrefix.set(rule.prefix, rule);
+    }
+    return new RegistriesConf([...byPrefix.values()]);
+  }
+
+  /** The rule whose prefix is the longest match of "registry/repository" at a path boundary. */
+  match(ref: ImageReference): RegistryRule | undefined {
+    const name = repositoryName(ref);
+    let best: RegistryRule | undefined;
+    for (const rule of this.rules) {
+      const p = rule.prefix;
+      if (name === p || name.startsWith(p.endsWith('/') ? p : `${p}/`)) {
+        if (!best || p.length > best.prefix.length) best = rule;
+      }
+    }
+    return best;
+  }
+
+  /** Where to pull `ref` from, in order. */
+  pullSources(ref: ImageReference, defaultInsecure = false): PullSource[] {
+    const rule = this.match(ref);
+    const name = repositoryName(ref);
+    const split = (full: string, insecure: boolean, mirror: boolean): PullSource => {
+      const slash = full.indexOf('/');
+      if (slash < 0) throw new OciError('INVALID_CONFIG', `registry location "${full}" rewrites "${name}" to a name without a repository`);
+      return { registry: full.slice(0, slash), repository: full.slice(slash + 1), insecure, mirror };
+    };
+    if (!rule) return [split(name, defaultInsecure, false)];
+    const suffix = name.slice(rule.prefix.length);
+    const byDigest = ref.digest !== undefined;
+    const out: PullSource[] = [];
+    for (const m of rule.mirrors) {
+      if (m.pullFromMirror === 'digest-only' && !byDigest) continue;
+      if (m.pullFromMirror === 'tag-only' && byDigest) continue;
+      out.push(split(m.location + suffix, m.insecure || defaultInsecure, true));
+    }
+    if (!rule.blocked) out.push(split(rule.location + suffix, rule.insecure || defaultInsecure, false));
+    if (out.length === 0) throw new OciError('NOT_FOUND', `registry "${rule.prefix}" is blocked in registries.conf and no mirror serves ${name}`);
+    return out;
+  }
+}

@@ -1,0 +1,217 @@
+import { Readable } from 'node:stream';
+import { Agent, interceptors, request, type Dispatcher } from 'undici';
+import type { AuthStore, Credentials } from './auth.js';
+import { sha256 } from './digest.js';
+import { OciError } from './errors.js';
+import { MANIFEST_ACCEPT } from './media-types.js';
+import { parseManifest } from './manifest.js';
+import { withRetry } from './retry.js';
+import type { FetchedManifest } from './source.js';
+
+export interface RegistryLocation {
+  registry: string;
+  repository: string;
+  /** Skip TLS verification, and fall back to plain http when TLS is not spoken. */
+  insecure: boolean;
+}
+
+export interface RegistryClientOptions {
+  auth: AuthStore;
+  userAgent?: string;
+  /** Retries for network errors, 429 and 5xx (default 5 attempts). */
+  attempts?: number;
+  onRetry?: (message: string) => void;
+}
+
+type Response = Dispatcher.ResponseData;
+
+const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+const TLS_FALLBACK_CODES = new Set(['EPROTO', 'ERR_SSL_WRONG_VERSION_NUMBER', 'ECONNRESET', 'UND_ERR_SOCKET']);
+
+function apiHost(registry: string): string {
+  return registry === 'docker.io' ? 'registry-1.docker.io' : registry;
+}
+
+function isRetryable(err: unknown): boolean {
+  if (err instanceof OciError) return err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR';
+  return true;
+}
+
+function parseChallenge(header: string): { scheme: string; params: Record<string, string> } {
+  const space = header.indexOf(' ');
+  const scheme = (space < 0 ? header : header.slice(0, space)).toLowerCase();
+  const params: Record<string, string> = {};
+  const re = /(\w+)="([^"]*)"|(\w+)=([^,\s]*)/g;
+  for (let m; (m = re.exec(header.slice(space + 1))); ) params[(m[1] ?? m[3])!] = m[2] ?? m[4] ?? '';
+  return { scheme, params };
+}
+
+function basic(c: Credentials): string {
+  return 'Basic ' + Buffer.from(`${c.username ?? ''}:${c.password ?? ''}`).toString('base64');
+}
+
+/**
+ * A small distribution-spec client on undici: token and basic auth, retries with backoff,
+ * ranged blob reads for resume, and manifests checked against their digest. It replaces
+ * oci-registry-client, which has none of those.
+ */
+export class RegistryClient {
+  private readonly secure: Dispatcher;
+  private readonly insecure: Dispatcher;
+  private readonly schemes = new Map<string, 'https' | 'http'>();
+  private readonly tokens = new Map<string, string>();
+
+  constructor(private readonly opts: RegistryClientOptions) {
+    const redirect = interceptors.redirect({ maxRedirections: 5 });
+    this.secure = new Agent({ connect: { timeout: 30_000 } }).compose(redirect);
+    this.insecure = new Agent({ connect: { timeout: 30_000, rejectUnauthorized: false } }).compose(redirect);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.secure.close(), this.insecure.close()]);
+  }
+
+  private async send(loc: RegistryLocation, path: string, method: 'GET' | 'HEAD', headers: Record<string, string>): Promise<Response> {
+    const host = apiHost(loc.registry);
+    const dispatcher = loc.insecure ? this.insecure : this.secure;
+    const scheme = this.schemes.get(host) ?? 'https';
+    const ua = { 'user-agent': this.opts.userAgent ?? 'offline-bundle' };
+    try {
+      return await request(`${scheme}://${host}${path}`, { method, headers: { ...ua, ...headers }, dispatcher, headersTimeout: 60_000, bodyTimeout: 120_000 });
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? '';
+      if (loc.insecure && scheme === 'https' && TLS_FALLBACK_CODES.has(code)) {
+        this.schemes.set(host, 'http');
+        return this.send(loc, path, method, headers);
+      }
+      throw new OciError('NETWORK_ERROR', `cannot reach ${host}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  private async authorize(loc: RegistryLocation, challenge: string): Promise<string | undefined> {
+    const creds = this.opts.auth.lookup(loc.registry, loc.repository);
+    const { scheme, params } = parseChallenge(challenge);
+    if (scheme === 'basic') return creds ? basic(creds) : undefined;
+    if (scheme !== 'bearer' || !params.realm) return undefined;
+    const url = new URL(params.realm);
+    if (params.service) url.searchParams.set('service', params.service);
+    url.searchParams.set('scope', `repository:${loc.repository}:pull`);
+    const headers: Record<string, string> = { 'user-agent': this.opts.userAgent ?? 'offline-bundle' };
+    let res: Response;
+    try {
+      if (creds?.identityToken) {
+        const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: creds.identityToken, client_id: 'offline-bundle', scope: url.searchParams.get('scope')! });
+        if (params.service) form.set('service', params.service);
+        res = await request(params.realm, { method: 'POST', headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: form.toString(), dispatcher: loc.insecure ? this.insecure : this.secure });
+      } else {
+        if (creds) headers.authorization = basic(creds);
+        res = await request(url, { method: 'GET', headers, dispatcher: loc.insecure ? this.insecure : this.secure });
+      }
+    } catch (err) {
+      throw new OciError('NETWORK_ERROR', `cannot reach token service ${url.host}: ${(err as Error).message}`, { cause: err });
+    }
+    if (res.statusCode === 401 || res.statusCode === 403) {
+      await res.body.dump();
+      throw new OciError('UNAUTHORIZED', `${loc.registry} refused the credentials for ${loc.repository}: log in with "podman login ${loc.registry}" or pass --authfile`);
+    }
+    if (res.statusCode !== 200) {
+      await res.body.dump();
+      throw new OciError('REGISTRY_ERROR', `token service ${url.host} answered HTTP ${res.statusCode}`);
+    }
+    const body = (await res.body.json()) as { token?: string; access_token?: string };
+    const token = body.token ?? body.access_token;
+    return token ? `Bearer ${token}` : undefined;
+  }
+
+  /** One request with auth: a 401 answers with a challenge, which is met once and cached per repository. */
+  private async call(loc: RegistryLocation, path: string, method: 'GET' | 'HEAD', headers: Record<string, string>): Promise<Response> {
+    const key = `${loc.registry}/${loc.repository}`;
+    const cached = this.tokens.get(key);
+    let res = await this.send(loc, path, method, cached ? { ...headers, authorization: cached } : headers);
+    if (res.statusCode === 401) {
+      await res.body.dump();
+      const challenge = res.headers['www-authenticate'];
+      const authz = typeof challenge === 'string' ? await this.authorize(loc, challenge) : undefined;
+      if (!authz) throw new OciError('UNAUTHORIZED', `${loc.registry} requires authentication for ${loc.repository}: log in with "podman login ${loc.registry}" or pass --authfile`);
+      this.tokens.set(key, authz);
+      res = await this.send(loc, path, method, { ...headers, authorization: authz });
+      if (res.statusCode === 401) {
+        await res.body.dump();
+        throw new OciError('UNAUTHORIZED', `${loc.registry} refused access to ${loc.repository} with the given credentials`);
+      }
+    }
+    return res;
+  }
+
+  private async failure(loc: RegistryLocation, what: string, res: Response): Promise<OciError> {
+    const text = (await res.body.text().catch(() => '')).slice(0, 300);
+    const where = `${loc.registry}/${loc.repository}`;
+    if (res.statusCode === 404) return new OciError('NOT_FOUND', `${what} not found in ${where}`);
+    if (res.statusCode === 403) return new OciError('UNAUTHORIZED', `${where} denied access to ${what}`);
+    if (res.statusCode === 429 || res.statusCode >= 500) return new OciError('REGISTRY_ERROR', `${where} answered HTTP ${res.statusCode} for ${what}`);
+    return new OciError('REGISTRY_ERROR', `${where} answered HTTP ${res.statusCode} for ${what}: ${text}`);
+  }
+
+  private retry<T>(fn: () => Promise<T>): Promise<T> {
+    return withRetry(fn, {
+      attempts: this.opts.attempts ?? 5,
+      retryable: isRetryable,
+      onRetry: (err, attempt, delay) => this.opts.onRetry?.(`${(err as Error).message}; retry ${attempt} in ${delay} ms`),
+    });
+  }
+
+  /** A manifest by tag or digest; by digest, the bytes must hash to it. */
+  getManifest(loc: RegistryLocation, reference: string): Promise<FetchedManifest> {
+    return this.retry(async () => {
+      const res = await this.call(loc, `/v2/${loc.repository}/manifests/${reference}`, 'GET', { accept: MANIFEST_ACCEPT });
+      if (res.statusCode !== 200) throw await this.failure(loc, `manifest ${reference}`, res);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of res.body) {
+        size += (chunk as Buffer).length;
+        if (size > MAX_MANIFEST_BYTES) {
+          res.body.destroy();
+          throw new OciError('INVALID_MANIFEST', `manifest ${reference} in ${loc.registry}/${loc.repository} is larger than 4 MiB`);
+        }
+        chunks.push(chunk as Buffer);
+      }
+      const bytes = Buffer.concat(chunks);
+      const digest = sha256(bytes);
+      const expected = reference.startsWith('sha256:') ? reference : undefined;
+      if (expected && digest !== expected) {
+        throw new OciError('DIGEST_MISMATCH', `manifest from ${loc.registry}/${loc.repository} has digest ${digest}, expected ${expected}`);
+      }
+      const contentType = res.headers['content-type'];
+      const { mediaType } = parseManifest(bytes, typeof contentType === 'string' ? contentType : undefined);
+      return { bytes, mediaType, digest };
+    });
+  }
+
+  /** A blob stream from `offset`; a registry that ignores Range gets its leading bytes skipped here. */
+  getBlob(loc: RegistryLocation, digest: string, offset = 0): Promise<Readable> {
+    return this.retry(async () => {
+      const headers: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
+      const res = await this.call(loc, `/v2/${loc.repository}/blobs/${digest}`, 'GET', headers);
+      if (res.statusCode === 200 && offset > 0) return skipBytes(res.body, offset);
+      if (res.statusCode === 200 || res.statusCode === 206) return res.body;
+      throw await this.failure(loc, `blob ${digest}`, res);
+    });
+  }
+}
+
+async function* skipping(src: AsyncIterable<Buffer>, n: number): AsyncGenerator<Buffer> {
+  let left = n;
+  for await (const chunk of src) {
+    if (left >= chunk.length) {
+      left -= chunk.length;
+      continue;
+    }
+    yield left > 0 ? chunk.subarray(left) : chunk;
+    left = 0;
+  }
+}
+
+/** Drops the first `n` bytes of a stream (for sources that cannot seek). */
+export function skipBytes(src: AsyncIterable<Buffer>, n: number): Readable {
+  return Readable.from(skipping(src, n), { objectMode: false });
+}

@@ -1,0 +1,91 @@
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip } from 'node:zlib';
+import tar from 'tar-stream';
+import { DecompressStream } from 'zstd-napi';
+import { OciError } from './errors.js';
+import { parseReference, type ImageReference } from './reference.js';
+
+export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
+export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
+const MAX_FILE = 16 * 1024 * 1024;
+
+export interface ReleasePayload {
+  version: string;
+  /** Versions this release accepts upgrades from (Cincinnati "previous"). */
+  previous: string[];
+  images: { name: string; reference: ImageReference }[];
+}
+
+interface ImageStream {
+  kind?: string;
+  metadata?: { name?: string };
+  spec?: { tags?: { name?: string; from?: { kind?: string; name?: string } }[] };
+}
+
+interface ReleaseMetadata { kind?: string; version?: string; previous?: string[] }
+
+async function decompressed(layer: Readable): Promise<Readable> {
+  const it = layer[Symbol.asyncIterator]();
+  const first = await it.next();
+  const head: Buffer = first.done ? Buffer.alloc(0) : (first.value as Buffer);
+  const rest = Readable.from((async function* () {
+    if (head.length) yield head;
+    for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as Buffer;
+  })(), { objectMode: false });
+  if (head[0] === 0x1f && head[1] === 0x8b) return rest.pipe(createGunzip());
+  if (head.readUInt32LE?.(0) === 0xfd2fb528) return rest.pipe(new DecompressStream());
+  return rest;
+}
+
+/** Reads the two release files from one layer, whatever its compression. */
+async function scanLayer(layer: Readable, found: Map<string, Buffer>): Promise<void> {
+  const extract = tar.extract();
+  const consume = (async () => {
+    for await (const entry of extract) {
+      const name = entry.header.name.replace(/^(\.\/)+|^\/+/, '');
+      if ((name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH) && entry.header.type === 'file') {
+        if ((entry.header.size ?? 0) > MAX_FILE) throw new OciError('INVALID_RELEASE', `${name} is larger than 16 MiB`);
+        const parts: Buffer[] = [];
+        for await (const c of entry) parts.push(c as Buffer);
+        found.set(name, Buffer.concat(parts));
+      } else {
+        entry.resume();
+      }
+    }
+  })();
+  await Promise.all([pipeline(await decompressed(layer), extract), consume]);
+}
+
+/**
+ * An OpenShift release image lists its payload in release-manifests/image-references (an
+ * ImageStream) and its version and upgrade edges in release-manifests/release-metadata.
+ * Later layers override earlier ones, as in the image's filesystem.
+ */
+export async function readReleasePayload(layers: (() => Promise<Readable>)[]): Promise<ReleasePayload> {
+  const found = new Map<string, Buffer>();
+  for (const open of layers) await scanLayer(await open(), found);
+  const refs = found.get(IMAGE_REFERENCES_PATH);
+  if (!refs) throw new OciError('INVALID_RELEASE', `the release image has no ${IMAGE_REFERENCES_PATH}: is it an OpenShift release image? For other clusters use --image with --version`);
+  let stream: ImageStream;
+  let meta: ReleaseMetadata = {};
+  try {
+    stream = JSON.parse(refs.toString('utf8')) as ImageStream;
+    const m = found.get(RELEASE_METADATA_PATH);
+    if (m) meta = JSON.parse(m.toString('utf8')) as ReleaseMetadata;
+  } catch (cause) {
+    throw new OciError('INVALID_RELEASE', `the release image's manifests are not valid JSON: ${(cause as Error).message}`, { cause });
+  }
+  if (stream.kind !== 'ImageStream') throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH} is a ${stream.kind ?? 'document without kind'}, expected an ImageStream`);
+  const version = meta.version ?? stream.metadata?.name;
+  if (!version) throw new OciError('INVALID_RELEASE', 'the release image names no version (release-metadata "version" or image-references metadata.name)');
+  const images = (stream.spec?.tags ?? []).map((t, i) => {
+    if (!t.name || t.from?.kind !== 'DockerImage' || !t.from.name) {
+      throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH}: tag #${i + 1} needs a name and from.kind DockerImage with from.name`);
+    }
+    const reference = parseReference(t.from.name);
+    if (!reference.digest) throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH}: ${t.name} is ${t.from.name}, not pinned by digest`);
+    return { name: t.name, reference };
+  });
+  return { version, previous: [...(meta.previous ?? [])].sort(), images };
+}

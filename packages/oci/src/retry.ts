@@ -1,0 +1,27 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface RetryOptions {
+  attempts?: number;
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** Whether an error may succeed on a later try. */
+  retryable: (err: unknown) => boolean;
+  onRetry?: (err: unknown, attempt: number, delayMs: number) => void;
+}
+
+/** Exponential backoff with full jitter. */
+export async function withRetry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions): Promise<T> {
+  const attempts = opts.attempts ?? 5;
+  const base = opts.baseDelayMs ?? 250;
+  const max = opts.maxDelayMs ?? 8000;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (attempt >= attempts || !opts.retryable(err)) throw err;
+      const delay = Math.round(Math.random() * Math.min(max, base * 2 ** (attempt - 1)));
+      opts.onRetry?.(err, attempt, delay);
+      await sleep(delay);
+    }
+  }
+}

@@ -1,0 +1,93 @@
+import { resolve } from 'node:path';
+import { DockerArchiveSource } from './docker-archive-source.js';
+import { DockerSource } from './docker-source.js';
+import { OciError } from './errors.js';
+import { LayoutSource } from './layout-source.js';
+import { unpackArchive } from './archive-unpack.js';
+import { parseReference } from './reference.js';
+import type { RegistryClient } from './registry-client.js';
+import { RegistriesConf } from './registries-conf.js';
+import type { ImageSource } from './source.js';
+
+export type TransportName = 'docker' | 'oci' | 'oci-archive' | 'docker-archive';
+
+export interface SourceSpec {
+  transport: TransportName;
+  /** Image reference (docker) or path (the others). */
+  target: string;
+  /** oci:DIR:REF / docker-archive:FILE:REF. */
+  ref?: string;
+  /** "=registry/repo:tag": the name the image gets in the bundle. */
+  name?: string;
+  raw: string;
+}
+
+export interface TransportContext {
+  client: RegistryClient;
+  registriesConf?: RegistriesConf;
+  /** --tls-verify=false: every registry may be reached without TLS checks. */
+  insecure?: boolean;
+}
+
+const TRANSPORTS: TransportName[] = ['docker', 'oci', 'oci-archive', 'docker-archive'];
+
+/** Splits "transport:rest[=NAME]" once; each transport then reads its own part (as containers/image). */
+export function parseSourceSpec(raw: string): SourceSpec {
+  let rest = raw.trim();
+  let name: string | undefined;
+  const eq = rest.lastIndexOf('=');
+  if (eq > 0) {
+    name = rest.slice(eq + 1);
+    rest = rest.slice(0, eq);
+  }
+  let transport: TransportName = 'docker';
+  const m = /^([a-z-]+):/.exec(rest);
+  if (m && (TRANSPORTS as string[]).includes(m[1]!)) {
+    transport = m[1] as TransportName;
+    rest = rest.slice(m[0].length);
+    if (transport === 'docker') {
+      if (!rest.startsWith('//')) throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": write docker://REGISTRY/REPO[:TAG|@DIGEST]`);
+      rest = rest.slice(2);
+    }
+  } else if (m) {
+    // "host:5000/repo" and "busybox:latest" are registry names; "dir:/x" or "containers-storage:a/b" name a transport we lack.
+    const after = rest.slice(m[0].length);
+    if (!/^\d/.test(after) && after.includes('/')) {
+      throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": unknown transport "${m[1]}:" (use docker://, oci:, oci-archive: or docker-archive:)`);
+    }
+  }
+  if (transport === 'docker') {
+    if (name) throw new OciError('INVALID_REFERENCE', `"${raw}": a registry image keeps its own name; "=NAME" is for oci:, oci-archive: and docker-archive:`);
+    parseReference(rest);
+    return { transport, target: rest, raw };
+  }
+  if (!rest) throw new OciError('INVALID_REFERENCE', `"${raw}": a path is required after ${transport}:`);
+  const colon = rest.indexOf(':');
+  const target = colon >= 0 ? rest.slice(0, colon) : rest;
+  const ref = colon >= 0 ? rest.slice(colon + 1) : undefined;
+  return { transport, target, ...(ref ? { ref } : {}), ...(name ? { name } : {}), raw };
+}
+
+export async function openSource(spec: SourceSpec | string, ctx: TransportContext): Promise<ImageSource> {
+  const s = typeof spec === 'string' ? parseSourceSpec(spec) : spec;
+  switch (s.transport) {
+    case 'docker': {
+      const name = parseReference(s.target);
+      const conf = ctx.registriesConf ?? new RegistriesConf();
+      return new DockerSource(s.raw, name, ctx.client, conf.pullSources(name, ctx.insecure === true));
+    }
+    case 'oci':
+      return LayoutSource.open(resolve(s.target), s.ref, s.raw, s.name);
+    case 'oci-archive': {
+      const { dir, remove } = await unpackArchive(resolve(s.target), s.raw);
+      try {
+        return await LayoutSource.open(dir, s.ref, s.raw, s.name, remove);
+      } catch (err) {
+        await remove();
+        throw err;
+      }
+    }
+    case 'docker-archive':
+      return DockerArchiveSource.open(resolve(s.target), s.ref, s.raw, s.name);
+  }
+}
