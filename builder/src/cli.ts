@@ -14,6 +14,12 @@ const positiveInt = (value: string) => {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
   return n;
 };
+const levelArg = (value: string) => {
+  const n = Number(value);
+  // the help promises 1-19; zstd would otherwise clamp other numbers silently
+  if (!Number.isInteger(n) || n < 1 || n > 19) throw new InvalidArgumentError('must be a whole number from 1 to 19');
+  return n;
+};
 const digestArg = (value: string) => {
   const d = value.startsWith('sha256:') ? value : `sha256:${value}`;
   if (!isDigest(d)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
@@ -104,7 +110,7 @@ export function buildProgram(): Command {
       return v === 'true';
     }, true)
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
-    .option('--level <n>', 'zstd compression level (1-19)', positiveInt, 3)
+    .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--quiet', 'no progress output')
     .option('--json', 'print a JSON summary on stdout at the end')
     .addHelpText('after', `
@@ -171,19 +177,25 @@ Examples:
 
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
-  program.exitOverride();
+  // Subcommands copy settings when they are created, so the override must reach each one:
+  // otherwise commander exits 1 itself on a usage error of `bundle create` and friends.
+  for (const cmd of [program, ...program.commands]) cmd.exitOverride();
   try {
     await program.parseAsync(argv);
     return 0;
   } catch (err) {
     const e = err as { code?: string; exitCode?: number; message?: string };
     if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
-      return e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.code === 'commander.help' ? 0 : 2;
+      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
+      // 'commander.help' is both `bundle help` (exit code 0) and help shown for a missing command (1)
+      return e.code === 'commander.help' && e.exitCode === 0 ? 0 : 2;
     }
     const code = err instanceof FormatError || err instanceof OciError ? err.code : 'ERROR';
+    // Errors are one line: some library messages carry newlines (code frames, stacks).
+    const message = (e.message ?? String(err)).replace(/\s*\n\s*/g, ' ').trim();
     const wantsJson = argv.includes('--json');
-    if (wantsJson) process.stdout.write(JSON.stringify({ error: { code, message: e.message } }) + '\n');
-    process.stderr.write(`bundle: ${code}: ${e.message ?? String(err)}\n`);
+    if (wantsJson) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
+    process.stderr.write(`bundle: ${code}: ${message}\n`);
     return 1;
   }
 }

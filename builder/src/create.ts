@@ -1,7 +1,7 @@
 import { mkdir, readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import pLimit from 'p-limit';
+import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
   openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
@@ -115,6 +115,27 @@ async function resolveImage(source: ImageSource, cache: BlobCache, want: Platfor
   return { source, entry, blobs, layers };
 }
 
+/**
+ * Runs tasks through `limit` like Promise.all, but after the first failure the queued tasks
+ * are skipped and the running ones are left to settle before it is rethrown: otherwise they
+ * keep going (and retrying) against the registry client that the caller's `finally` closes,
+ * which keeps the process alive for many seconds and logs after the error line.
+ */
+async function allOrFirstError<T>(limit: LimitFunction, tasks: (() => Promise<T>)[]): Promise<T[]> {
+  let failure: { err: unknown } | undefined;
+  const settled = await Promise.allSettled(tasks.map((task) => limit(async () => {
+    if (failure) return undefined as T;
+    try {
+      return await task();
+    } catch (err) {
+      failure ??= { err };
+      throw err;
+    }
+  })));
+  if (failure) throw failure.err;
+  return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
+}
+
 function refName(img: BundleImage): string {
   return img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`;
 }
@@ -162,11 +183,11 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       version = payload.version;
       releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
       progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
-      const payloadImages = await Promise.all(payload.images.map((p) => limit(async () =>
-        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, p.name))));
+      const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
+        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, p.name)));
       resolved.push(...payloadImages);
     }
-    resolved.push(...await Promise.all(specs.map((s) => limit(async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true)))));
+    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true))));
 
     // One index entry per reference; one download per blob however many images share it.
     const byRef = new Map<string, ResolvedImage>();
@@ -178,13 +199,13 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     let finished = 0;
     progress.start(`fetching ${blobs.size} blobs of ${byRef.size} images`, total);
     const paths = new Map<string, string>();
-    await Promise.all([...blobs.values()].map(({ blob, source }) => limit(async () => {
+    await allOrFirstError(limit, [...blobs.values()].map(({ blob, source }) => async () => {
       const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
         onBytes: (n) => progress.update((done += n), `${finished}/${blobs.size} blobs`),
       });
       paths.set(blob.digest, path);
       progress.update(done, `${++finished}/${blobs.size} blobs`);
-    })));
+    }));
     progress.finish();
 
     const images = [...byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));

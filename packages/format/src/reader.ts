@@ -8,10 +8,10 @@ import { newSha256, sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import {
   BLOB_DIR, BUNDLE_JSON, INDEX_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, OCI_LAYOUT,
-  OCI_LAYOUT_CONTENT, SIGNATURE, blobPath, tarStreamBytes,
+  OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes,
 } from './layout.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
-import { decodeSeekTable, FOOTER_BYTES, seekTableLength, type SeekIndex } from './seekable.js';
+import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
 import { assertTrust, checkSignature, type Trust } from './trust.js';
 import type { TrustedKey } from './keys.js';
 
@@ -105,7 +105,9 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
   let rawRead = 0;
   let expectedTar = Infinity;
   let tarBytes = 0;
-  let complete = false;
+  // Not a flag set as bytes pass: a small archive passes in one chunk before bundle.json has
+  // told how long it should be.
+  const complete = () => tarBytes >= expectedTar;
   let failure: unknown;
   const fail = (err: unknown) => {
     failure ??= err;
@@ -119,18 +121,28 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
       cb(null, chunk);
     },
   });
-  // Bytes past the listed entries' end are refused here, before tar sees them.
+  const walker = new HeaderWalker();
+  // Bytes past the listed entries' end never reach tar: its input ends there, and they are
+  // reported once tar has judged what came before them. Failing at once would let the chunk
+  // that crosses the end hide an unlisted, duplicate or special entry in it (the better
+  // reason), depending on chunk sizes and on onEntry's speed.
   const tarLimit = new Transform({
     transform(chunk: Buffer, _e, cb) {
+      if (tarBytes > expectedTar) return cb();
+      const room = expectedTar - tarBytes;
       tarBytes += chunk.length;
-      if (tarBytes > expectedTar) {
-        return cb(new FormatError('TRAILING_DATA', `${tarBytes - expectedTar}+ bytes follow the end of the archive: the file was altered`));
+      if (chunk.length <= room) {
+        walker.feed(chunk);
+        return cb(null, chunk);
       }
-      if (tarBytes === expectedTar) complete = true;
-      cb(null, chunk);
+      const pass = chunk.subarray(0, Math.max(0, room));
+      walker.feed(pass);
+      if (pass.length > 0) this.push(pass);
+      this.push(null);
+      cb();
     },
   });
-  const decompress = new DecompressStream();
+  const decompress = new TolerantDecompress();
   const extract = tar.extract();
 
   let manifest: BundleManifest | undefined;
@@ -144,6 +156,14 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     let n = 0;
     for await (const entry of extract) {
       const h = entry.header;
+      // tar reads on past zero blocks; standard tools stop there, so whatever follows is not
+      // part of the archive (bytes past the expected end are cut above, but a small archive
+      // passes before that end is known)
+      if (walker.nextFollowsEnd()) {
+        throw n < 2
+          ? new FormatError('BAD_ORDER', `the archive starts with end-of-archive blocks; a bundle starts with ${BUNDLE_JSON}`)
+          : new FormatError('TRAILING_DATA', `entry "${h.name}" follows the end of the archive: the file was altered`);
+      }
       const problem = badEntry(h);
       if (problem) throw problem;
       const size = h.size ?? 0;
@@ -190,15 +210,22 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
           cb(null, chunk);
         },
       }));
-      if (opts.onEntry) await opts.onEntry({ path: h.name, ...want }, hashed);
+      if (opts.onEntry) await opts.onEntry({ path: h.name, ...want }, hashed).catch((err: unknown) => { throw new ConsumerFailure(err); });
       else for await (const _ of hashed) { /* hashing only */ }
       const actual = 'sha256:' + hash.digest('hex');
       if (actual !== want.digest) throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${h.name}" hashes to ${actual}; bundle.json lists ${want.digest}: the bundle is damaged or was altered`);
     }
+    // damage ends the tar stream early: name the damage, not what is missing because of it
+    if (decompress.failed) throw decompress.failed;
     if (!manifest) throw new FormatError('TRUNCATED', 'the archive ends before bundle.json and its signature');
+    // tar ends quietly when the file is cut at an entry boundary; a file cut short has lost
+    // its seek table too, while one that merely lacks an entry still ends with it
+    if (!complete() && !(await endsWithSeekTable(path))) throw truncated();
     for (const name of expected.keys()) {
       if (!seen.has(name)) throw new FormatError('MISSING_ENTRY', `entry "${name}" listed in bundle.json is missing from the archive`);
     }
+    if (!complete()) throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
+    if (tarBytes > expectedTar) throw new FormatError('TRAILING_DATA', 'data follows the end of the archive: the file was altered');
   };
 
   const piping = pipeline(createReadStream(path), rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
@@ -215,13 +242,12 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     extract.destroy();
   }
   await piping;
-  if (failure) throw classify(failure, complete, rawRead >= fileSize);
+  if (failure) throw await classify(failure, decompress.failed, complete(), rawRead >= fileSize, path);
 
-  const seekIndex = await readSeekIndex(path).catch((err) => {
-    throw err instanceof FormatError && err.code === 'BAD_SEEK_TABLE' && complete
-      ? new FormatError('TRAILING_DATA', `${err.message}`)
-      : err;
-  });
+  // Anything but zstd frames after the archive failed the pass above, so a table that is
+  // missing or does not account for the file is the table's own fault (BAD_SEEK_TABLE), not
+  // data appended to the archive.
+  const seekIndex = await readSeekIndex(path);
   if (seekIndex.decompressedBytes !== tarBytes) {
     throw new FormatError('BAD_SEEK_TABLE', `the seek index covers ${seekIndex.decompressedBytes} bytes of archive, but it has ${tarBytes}`);
   }
@@ -232,14 +258,135 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
   return { manifest: manifest!, manifestBytes: manifestBytes!, signature: signature!, ...(signer ? { signer } : {}), fileDigest, fileSize, seekIndex };
 }
 
-/** Turns whatever failed first into the error that names the cause. */
-function classify(err: unknown, complete: boolean, readAllInput: boolean): FormatError {
-  if (err instanceof FormatError) return err;
-  const msg = (err as Error)?.message ?? String(err);
-  if (complete) return new FormatError('TRAILING_DATA', `data follows the end of the archive (${msg}): the file was altered`, { cause: err });
-  if (readAllInput && /middle of compressed data frame|Unexpected end of data|premature close/i.test(msg)) {
-    return new FormatError('TRUNCATED', 'the file ends before the archive does: the copy is incomplete (was the media removed early?); copy it again', { cause: err });
+/**
+ * Decompresses until the first error, then ends its output as if the input had ended and
+ * keeps the error. Failing the stream would drop output already decoded but not yet read by
+ * tar, and how much that is depends on chunk sizes: the reader must see everything before
+ * the damage to tell damage inside the archive from bytes after it.
+ */
+class TolerantDecompress extends DecompressStream {
+  failed: Error | undefined;
+
+  override _transform(chunk: unknown, encoding: string, done: (err?: Error | null) => void): void {
+    if (this.failed) return done();
+    super._transform(chunk, encoding, (err) => {
+      if (err) {
+        this.failed = err;
+        this.push(null);
+      }
+      done();
+    });
   }
+
+  override _flush(done: (err?: Error | null) => void): void {
+    if (this.failed) return done();
+    super._flush((err) => {
+      if (err) this.failed = err;
+      done();
+    });
+  }
+}
+
+const META_TYPES = new Set(['x', 'g', 'L', 'K']); // pax and GNU long-name headers: part of the next entry
+
+/**
+ * Follows the tar headers in the stream tar is fed, to tell for each entry tar will yield
+ * whether a zero block (an end-of-archive marker) came before it, which tar does not say.
+ */
+class HeaderWalker {
+  private offset = 0;
+  private next = 0;
+  private readonly block = Buffer.alloc(TAR_BLOCK);
+  private have = 0;
+  private zeroSeen = false;
+  private readonly followsEnd: boolean[] = [];
+
+  feed(chunk: Buffer): void {
+    let i = 0;
+    while (i < chunk.length) {
+      if (this.offset < this.next) {
+        const skip = Math.min(this.next - this.offset, chunk.length - i);
+        i += skip;
+        this.offset += skip;
+        continue;
+      }
+      const take = Math.min(TAR_BLOCK - this.have, chunk.length - i);
+      chunk.copy(this.block, this.have, i, i + take);
+      this.have += take;
+      i += take;
+      this.offset += take;
+      if (this.have < TAR_BLOCK) return;
+      this.have = 0;
+      this.next = this.offset;
+      if (this.block.every((b) => b === 0)) {
+        this.zeroSeen = true;
+        continue;
+      }
+      const size = parseInt(this.block.toString('ascii', 124, 136).replace(/\0.*$/s, '').trim() || '0', 8);
+      // not a header we can follow (tar will fail on it): stop walking
+      if (!Number.isSafeInteger(size)) this.next = Infinity;
+      else this.next += paddedSize(size);
+      if (!META_TYPES.has(String.fromCharCode(this.block[156]!))) this.followsEnd.push(this.zeroSeen);
+    }
+  }
+
+  /** For the next entry tar yields: did an end-of-archive block come before its header? */
+  nextFollowsEnd(): boolean {
+    return this.followsEnd.shift() ?? false;
+  }
+}
+
+const truncated = (cause?: unknown) =>
+  new FormatError('TRUNCATED', 'the file ends before the archive does: the copy is incomplete (was the media removed early?); copy it again', { cause });
+
+async function endsWithSeekTable(path: string): Promise<boolean> {
+  const fh = await open(path, 'r');
+  try {
+    const { size } = await fh.stat();
+    if (size < FOOTER_BYTES) return false;
+    const footer = Buffer.alloc(FOOTER_BYTES);
+    await fh.read(footer, 0, FOOTER_BYTES, size - FOOTER_BYTES);
+    return footer.readUInt32LE(5) === SEEKABLE_MAGIC;
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Marks what onEntry threw, so its own failures are not blamed on the bundle. */
+class ConsumerFailure {
+  constructor(readonly error: unknown) {}
+}
+
+const isSystemError = (err: unknown): err is NodeJS.ErrnoException => typeof (err as NodeJS.ErrnoException)?.syscall === 'string';
+
+/** Turns whatever failed first into the error that names the cause. */
+async function classify(err: unknown, upstream: Error | undefined, complete: boolean, readAllInput: boolean, path: string): Promise<unknown> {
+  if (err instanceof ConsumerFailure) {
+    // The consumer's own I/O failing (a full disk while staging) is not a damaged bundle:
+    // pass it on with its errno code. Anything else reached it through the entry's stream.
+    if (isSystemError(err.error)) return err.error;
+    err = err.error;
+  }
+  if (err instanceof FormatError) return err;
+  // tar's complaint about an archive cut short by undecodable bytes: the bytes are the cause
+  if (upstream && !isSystemError(err)) err = upstream;
+  const msg = (err as Error)?.message ?? String(err);
+  // reading the file failed (media removed, I/O error): not a verdict on its contents
+  if (isSystemError(err)) return new FormatError('IO_ERROR', `cannot read ${path}: ${msg}`, { cause: err });
+  const cutShort = readAllInput && /middle of compressed data frame|Unexpected end of data|premature close/i.test(msg);
+  if (complete) {
+    // The archive is whole, so what failed to decompress comes after it: the seek table or
+    // something appended. A file cut inside the table must not read as "altered", nor a
+    // table whose header lies about its length as appended data.
+    if (await endsWithSeekTable(path)) {
+      const bad = await readSeekIndex(path).then(() => undefined, (e: unknown) => e);
+      if (bad) return bad instanceof FormatError ? bad : new FormatError('BAD_SEEK_TABLE', `the seek index cannot be read: ${(bad as Error).message}`, { cause: bad });
+    } else if (cutShort) {
+      return truncated(err);
+    }
+    return new FormatError('TRAILING_DATA', `data follows the end of the archive (${msg}): the file was altered`, { cause: err });
+  }
+  if (cutShort) return truncated(err);
   return new FormatError('CORRUPT', `the file is damaged or not a bundle: ${msg}`, { cause: err });
 }
 

@@ -134,7 +134,8 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   let done = 0;
   const onBytes = (n: number) => {
     done += n;
-    input.onProgress?.(done, layoutBytes);
+    // n counts tar headers and padding too: without the cap, progress would end past 100 %
+    input.onProgress?.(Math.min(done, layoutBytes), layoutBytes);
   };
   let body: FileHandle | undefined;
   let out: FileHandle | undefined;
@@ -195,6 +196,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await body?.close().catch(() => undefined);
     await rm(tmpBody, { force: true });
     await rm(tmpOut, { force: true });
-    throw err;
+    // callers report a code; a missing cache file or a full disk must not surface as a bare errno
+    throw err instanceof FormatError ? err : new FormatError('IO_ERROR', `cannot write ${input.output}: ${(err as Error).message}`, { cause: err });
   }
 }

@@ -21,7 +21,22 @@ export interface CacheFetchOptions {
  * processes filling the same cache at once.
  */
 export class BlobCache {
+  /**
+   * Work in progress per digest: two images in one run often need the same blob at once (a
+   * tag and a digest reference of one image, payload components sharing an image), and two
+   * writers of one .partial or .tmp file corrupt it or lose the rename race.
+   */
+  private readonly inflight = new Map<string, Promise<string>>();
+
   constructor(readonly dir: string) {}
+
+  private once(digest: string, work: () => Promise<string>): Promise<string> {
+    const running = this.inflight.get(digest);
+    if (running) return running;
+    const p = work().finally(() => this.inflight.delete(digest));
+    this.inflight.set(digest, p);
+    return p;
+  }
 
   path(digest: string): string {
     return join(this.dir, 'blobs', 'sha256', digestHex(digest));
@@ -38,6 +53,10 @@ export class BlobCache {
   async putBytes(digest: string, bytes: Uint8Array): Promise<string> {
     const actual = sha256(bytes);
     if (actual !== digest) throw new OciError('DIGEST_MISMATCH', `content hashes to ${actual}, expected ${digest}`);
+    return this.once(digest, () => this.putNow(digest, bytes));
+  }
+
+  private async putNow(digest: string, bytes: Uint8Array): Promise<string> {
     const final = this.path(digest);
     if (await this.has(digest, bytes.length)) return final;
     await mkdir(join(this.dir, 'blobs', 'sha256'), { recursive: true });
@@ -49,6 +68,16 @@ export class BlobCache {
 
   /** Fetches a blob through `open(offset)` unless the cache holds it; returns its path. */
   async fetch(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions = {}): Promise<string> {
+    const running = this.inflight.get(digest);
+    if (running) {
+      const path = await running;
+      opts.onBytes?.(size);
+      return path;
+    }
+    return this.once(digest, () => this.fetchNow(digest, size, open, opts));
+  }
+
+  private async fetchNow(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions): Promise<string> {
     const final = this.path(digest);
     if (await this.has(digest, size)) {
       opts.onBytes?.(size);
@@ -77,7 +106,7 @@ export class BlobCache {
         await rm(partial, { force: true });
         have = 0;
         hash.destroy();
-        return this.fetch(digest, size, open, opts);
+        return this.fetchNow(digest, size, open, opts);
       }
       if (have > reported) report(have - reported);
       let written = have;

@@ -13,6 +13,7 @@ export { DockerArchiveSource } from './docker-archive-source.js';
 export { DockerSource } from './docker-source.js';
 export { parseSourceSpec, openSource } from './transport.js';
 export { BlobCache } from './blob-cache.js';
+export { mirrorPath } from './mirror-path.js';
 export { readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
 
 export type { OciErrorCode } from './errors.js';

@@ -43,7 +43,10 @@ function parseRules(text: string, file: string): RegistryRule[] {
   try {
     doc = parseToml(text) as { registry?: RawRegistry[] };
   } catch (cause) {
-    throw new OciError('INVALID_CONFIG', `${file} is not valid TOML: ${(cause as Error).message}`, { cause });
+    // smol-toml appends a multi-line code frame; keep the message one line (the CLI prints one)
+    const e = cause as Error & { line?: number; column?: number };
+    const where = e.line ? ` (line ${e.line}, column ${e.column})` : '';
+    throw new OciError('INVALID_CONFIG', `${file} is not valid TOML${where}: ${e.message.split('\n')[0]}`, { cause });
   }
   return (doc.registry ?? []).map((r, i) => {
     const prefix = r.prefix ?? r.location;

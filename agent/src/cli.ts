@@ -1,0 +1,142 @@
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { Command, InvalidArgumentError } from 'commander';
+import { loadPublicKey, parseManifestBytes, checkSignature, verifyBundle } from '@offline-bundle/format';
+import { isDigest } from '@offline-bundle/oci';
+import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
+import { readStatusFile, technicianLine } from '@offline-bundle/status';
+import { DEFAULT_CONFIG_PATH, loadConfig, type AgentConfig } from './config.js';
+import { runDaemon, statusTracker } from './daemon.js';
+import { AgentError, oneLine, reasonOf } from './errors.js';
+import { createLogger } from './log.js';
+import { runLoad } from './pipeline.js';
+import { runtimeTarget } from './runtime-target.js';
+
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+function listenArg(v: string): { host: string; port: number } {
+  const m = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):(\d+)$/.exec(v);
+  if (!m) throw new InvalidArgumentError('must be a loopback address such as 127.0.0.1:5000 (the registry never listens beyond this node)');
+  return { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+}
+
+function untilSignal(): { signal: AbortSignal; done: Promise<void> } {
+  const ac = new AbortController();
+  const done = new Promise<void>((res) => {
+    for (const s of ['SIGINT', 'SIGTERM'] as const) process.once(s, () => { ac.abort(); res(); });
+  });
+  return { signal: ac.signal, done };
+}
+
+export function buildProgram(): Command {
+  const program = new Command('bundle-agent')
+    .description('Loads update bundles from USB media into this node\'s container runtime: verify, stage, serve, pre-pull, pin.')
+    .enablePositionalOptions()
+    .showHelpAfterError('(run with --help for usage)');
+
+  program.command('run')
+    .description('The daemon: watch for media and drop directories, load every new bundle, report status.')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .action(async (o: { config: string }) => {
+      const config = await loadConfig(o.config);
+      const { signal } = untilSignal();
+      await runDaemon(config, createLogger(), signal);
+    });
+
+  program.command('load')
+    .description('Load one bundle in the foreground: exit 0 when Ready, non-zero with the reason otherwise.')
+    .argument('<file>')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .option('--json', 'print the result as JSON on stdout')
+    .action(async (file: string, o: { config: string; json?: boolean }) => {
+      const config = await loadConfig(o.config);
+      const log = createLogger();
+      const tracker = await statusTracker(config, log);
+      const runtime = runtimeTarget(config, log);
+      let last = '';
+      tracker.onChange((s) => {
+        if (!o.json && s.message !== last) process.stdout.write(`${s.message}\n`);
+        last = s.message;
+      });
+      try {
+        const r = await runLoad(resolve(file), { config, log, tracker, runtime, media: 'file' });
+        if (o.json) process.stdout.write(JSON.stringify({ ready: true, ...r }) + '\n');
+      } finally {
+        await runtime.close();
+      }
+    });
+
+  program.command('serve')
+    .description('Only the registry: serve a bundle file (random access through its seek index, after a full verification) or a staged/extracted layout; prints the address and runs until interrupted.')
+    .argument('<path>', 'NAME.bundle or a directory made by "bundle extract" or by staging')
+    .option('--listen <addr>', 'loopback address to listen on', listenArg, { host: '127.0.0.1', port: 0 })
+    .option('--key <pub>', 'trusted public key (repeatable; default: the config\'s)', collect)
+    .option('--digest <sha256>', 'expected whole-file digest of a bundle file')
+    .option('--config <file>', 'configuration file for default trust (optional)')
+    .option('--json', 'print the address as JSON')
+    .action(async (path: string, o: { listen: { host: string; port: number }; key?: string[]; digest?: string; config?: string; json?: boolean }) => {
+      let config: AgentConfig | undefined;
+      if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
+      if (o.digest && !isDigest(o.digest)) throw new InvalidArgumentError('--digest must be sha256:<64 hex>');
+      const keyPaths = o.key ?? config?.trust.keys ?? [];
+      const trust = { ...(keyPaths.length ? { keys: await Promise.all(keyPaths.map(loadPublicKey)) } : {}), ...((o.digest ?? config?.trust.digest) ? { digest: (o.digest ?? config?.trust.digest)! } : {}) };
+      const isDir = await readFile(join(path, 'bundle.json')).then(() => true, () => false);
+      let manifest;
+      let store;
+      if (isDir) {
+        const bytes = await readFile(join(path, 'bundle.json'));
+        const sig = await readFile(join(path, 'bundle.json.sig'));
+        manifest = parseManifestBytes(bytes);
+        if (!trust.keys) throw new AgentError('NoTrust', 'serving a layout needs --key (its bundle.json signature is checked)');
+        checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
+        store = await LayoutStore.open(path, catalogOf(manifest));
+      } else {
+        const v = await verifyBundle(path, { trust });
+        manifest = v.manifest;
+        store = await BundleFileStore.open(path, manifest, catalogOf(manifest));
+      }
+      const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
+      if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
+      else process.stdout.write(`serving ${manifest.images.length} images of ${manifest.release.name} on ${reg.address}\n`);
+      const { done } = untilSignal();
+      await done;
+      await reg.close();
+      await store.close();
+    });
+
+  program.command('status')
+    .description('Where this node stands, in one sentence (or JSON).')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .option('--json', 'print the full status as JSON')
+    .action(async (o: { config: string; json?: boolean }) => {
+      const config = await loadConfig(o.config);
+      const s = await readStatusFile(config.paths.statusFile);
+      if (!s) {
+        process.stdout.write(o.json ? JSON.stringify({ phase: 'Idle', message: 'no status yet: is bundle-agent running?' }) + '\n' : 'No status yet: is bundle-agent running?\n');
+        return;
+      }
+      process.stdout.write(o.json ? JSON.stringify(s, null, 2) + '\n' : `${technicianLine(s)}\n`);
+    });
+
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  program.exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    const e = err as { code?: string };
+    if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
+      return ['commander.helpDisplayed', 'commander.version', 'commander.help'].includes(e.code) ? 0 : 2;
+    }
+    const reason = reasonOf(err);
+    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');
+    process.stderr.write(`bundle-agent: ${reason}: ${oneLine(err)}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = await main(process.argv);

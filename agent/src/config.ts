@@ -1,0 +1,211 @@
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { isAbsolute, join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { isDigest, normalizeArch } from '@offline-bundle/oci';
+
+export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
+
+export type RuntimeKind = 'crio' | 'containerd';
+
+/** The validated configuration; every path is already under `root`. */
+export interface AgentConfig {
+  root: string;
+  nodeName: string;
+  runtime: RuntimeKind;
+  /** Node architecture bundles must match. */
+  arch: string;
+  criSocket: string;
+  trust: { keys: string[]; digest?: string };
+  version: { current?: string; allowDowngrade: boolean; allowAnySource: boolean };
+  paths: {
+    upgradeDir: string;
+    stateDir: string;
+    statusFile: string;
+    crioDropInDir: string;
+    registriesDropInDir: string;
+    containerdCertsDir: string;
+    imageStoreDir: string;
+  };
+  media: { roots: string[]; watchDirs: string[]; pollSeconds: number };
+  space: { reserveBytes: number };
+  staging: { keep: boolean };
+  preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
+  reload: { command: string[] };
+  containerd: { ctr: string; namespace: string };
+  /** File-name prefix of every drop-in the agent writes (and the only ones it removes). */
+  prefix: string;
+}
+
+export class ConfigError extends Error {
+  readonly code = 'INVALID_CONFIG';
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+const SIZE_RE = /^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$/;
+const UNITS: Record<string, number> = { B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12, KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3, TiB: 1024 ** 4 };
+
+type Raw = Record<string, unknown>;
+
+class Reader {
+  constructor(private readonly file: string) {}
+
+  fail(key: string, what: string): never {
+    throw new ConfigError(`${this.file}: ${key}: ${what}`);
+  }
+
+  obj(v: unknown, key: string): Raw {
+    if (v === undefined || v === null) return {};
+    if (typeof v !== 'object' || Array.isArray(v)) this.fail(key, 'must be a mapping');
+    return v as Raw;
+  }
+
+  str(v: unknown, key: string, def?: string): string {
+    if (v === undefined || v === null) {
+      if (def !== undefined) return def;
+      this.fail(key, 'is required');
+    }
+    if (typeof v !== 'string' || v === '') this.fail(key, 'must be a non-empty string');
+    return v as string;
+  }
+
+  bool(v: unknown, key: string, def: boolean): boolean {
+    if (v === undefined || v === null) return def;
+    if (typeof v !== 'boolean') this.fail(key, 'must be true or false');
+    return v as boolean;
+  }
+
+  int(v: unknown, key: string, def: number, min = 0): number {
+    if (v === undefined || v === null) return def;
+    if (!Number.isInteger(v) || (v as number) < min) this.fail(key, `must be a whole number of at least ${min}`);
+    return v as number;
+  }
+
+  size(v: unknown, key: string, def: number): number {
+    if (v === undefined || v === null) return def;
+    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+    const m = typeof v === 'string' ? SIZE_RE.exec(v.trim()) : null;
+    if (!m) this.fail(key, 'must be a byte count such as 1073741824 or "1GiB"');
+    return Math.round(Number(m[1]) * UNITS[m[2] ?? 'B']!);
+  }
+
+  strings(v: unknown, key: string, def: string[]): string[] {
+    if (v === undefined || v === null) return def;
+    if (!Array.isArray(v)) this.fail(key, 'must be a list');
+    return (v as unknown[]).map((x, i) => this.str(x, `${key}[${i}]`));
+  }
+
+  known(raw: Raw, key: string, allowed: string[]): void {
+    for (const k of Object.keys(raw)) {
+      if (!allowed.includes(k)) this.fail(key ? `${key}.${k}` : k, `unknown key (known: ${allowed.join(', ')})`);
+    }
+  }
+}
+
+/** Parses and validates a config document; unknown keys are errors so typos never pass silently. */
+export function parseConfig(text: string, file = 'config'): AgentConfig {
+  const r = new Reader(file);
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`${file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const raw = r.obj(doc, '(top)');
+  r.known(raw, '', ['root', 'nodeName', 'runtime', 'arch', 'criSocket', 'trust', 'version', 'paths', 'media', 'space', 'staging', 'preload', 'reload', 'containerd', 'prefix']);
+  const root = r.str(raw.root, 'root', '/');
+  if (!isAbsolute(root)) r.fail('root', 'must be an absolute path');
+  const under = (p: string, key: string) => {
+    if (!isAbsolute(p)) r.fail(key, 'must be an absolute path (it is taken under root)');
+    return join(root, p);
+  };
+  const runtime = r.str(raw.runtime, 'runtime', 'crio');
+  if (runtime !== 'crio' && runtime !== 'containerd') r.fail('runtime', 'must be crio or containerd');
+
+  const trust = r.obj(raw.trust, 'trust');
+  r.known(trust, 'trust', ['keys', 'digest']);
+  const keys = r.strings(trust.keys, 'trust.keys', []).map((k, i) => under(k, `trust.keys[${i}]`));
+  const digest = trust.digest === undefined ? undefined : r.str(trust.digest, 'trust.digest');
+  if (digest !== undefined && !isDigest(digest)) r.fail('trust.digest', 'must be sha256:<64 hex digits>');
+  if (keys.length === 0 && !digest) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
+
+  const version = r.obj(raw.version, 'version');
+  r.known(version, 'version', ['current', 'allowDowngrade', 'allowAnySource']);
+  const paths = r.obj(raw.paths, 'paths');
+  const pathKeys = ['upgradeDir', 'stateDir', 'statusFile', 'crioDropInDir', 'registriesDropInDir', 'containerdCertsDir', 'imageStoreDir'];
+  r.known(paths, 'paths', pathKeys);
+  const p = (key: string, def: string) => under(r.str(paths[key], `paths.${key}`, def), `paths.${key}`);
+  const stateDir = p('stateDir', '/var/lib/bundle-agent');
+  const media = r.obj(raw.media, 'media');
+  r.known(media, 'media', ['roots', 'watchDirs', 'pollSeconds']);
+  const space = r.obj(raw.space, 'space');
+  r.known(space, 'space', ['reserveBytes']);
+  const staging = r.obj(raw.staging, 'staging');
+  r.known(staging, 'staging', ['keep']);
+  const preload = r.obj(raw.preload, 'preload');
+  r.known(preload, 'preload', ['method', 'command', 'concurrency', 'retries', 'timeoutSeconds']);
+  const method = r.str(preload.method, 'preload.method', 'cri');
+  if (method !== 'cri' && method !== 'command' && method !== 'none') r.fail('preload.method', 'must be cri, command or none');
+  const command = r.strings(preload.command, 'preload.command', []);
+  if (method === 'command' && command.length === 0) r.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
+  const reload = r.obj(raw.reload, 'reload');
+  r.known(reload, 'reload', ['command']);
+  const containerd = r.obj(raw.containerd, 'containerd');
+  r.known(containerd, 'containerd', ['ctr', 'namespace']);
+  const prefix = r.str(raw.prefix, 'prefix', 'offline-bundle');
+  if (!/^[a-z0-9][a-z0-9-]*$/.test(prefix)) r.fail('prefix', 'must be lowercase letters, digits and dashes');
+  const current = version.current === undefined ? undefined : String(version.current);
+
+  return {
+    root,
+    nodeName: r.str(raw.nodeName, 'nodeName', hostname()),
+    runtime: runtime as RuntimeKind,
+    arch: normalizeArch(r.str(raw.arch, 'arch', normalizeArch(process.arch === 'x64' ? 'amd64' : process.arch))),
+    criSocket: under(r.str(raw.criSocket, 'criSocket', runtime === 'crio' ? '/var/run/crio/crio.sock' : '/run/containerd/containerd.sock'), 'criSocket'),
+    trust: { keys, ...(digest ? { digest } : {}) },
+    version: {
+      ...(current ? { current } : {}),
+      allowDowngrade: r.bool(version.allowDowngrade, 'version.allowDowngrade', false),
+      allowAnySource: r.bool(version.allowAnySource, 'version.allowAnySource', false),
+    },
+    paths: {
+      upgradeDir: p('upgradeDir', '/var/lib/upgrade'),
+      stateDir,
+      statusFile: paths.statusFile === undefined ? join(stateDir, 'status.json') : p('statusFile', ''),
+      crioDropInDir: p('crioDropInDir', '/etc/crio/crio.conf.d'),
+      registriesDropInDir: p('registriesDropInDir', '/etc/containers/registries.conf.d'),
+      containerdCertsDir: p('containerdCertsDir', '/etc/containerd/certs.d'),
+      imageStoreDir: p('imageStoreDir', runtime === 'crio' ? '/var/lib/containers/storage' : '/var/lib/containerd'),
+    },
+    media: {
+      roots: r.strings(media.roots, 'media.roots', ['/media', '/run/media', '/mnt']).map((m, i) => under(m, `media.roots[${i}]`)),
+      watchDirs: r.strings(media.watchDirs, 'media.watchDirs', [join('/var/lib/bundle-agent', 'drop')]).map((m, i) => under(m, `media.watchDirs[${i}]`)),
+      pollSeconds: r.int(media.pollSeconds, 'media.pollSeconds', 2, 1),
+    },
+    space: { reserveBytes: r.size(space.reserveBytes, 'space.reserveBytes', 1024 ** 3) },
+    staging: { keep: r.bool(staging.keep, 'staging.keep', false) },
+    preload: {
+      method: method as AgentConfig['preload']['method'],
+      command,
+      concurrency: r.int(preload.concurrency, 'preload.concurrency', 3, 1),
+      retries: r.int(preload.retries, 'preload.retries', 3, 0),
+      timeoutSeconds: r.int(preload.timeoutSeconds, 'preload.timeoutSeconds', 1800, 1),
+    },
+    reload: { command: r.strings(reload.command, 'reload.command', runtime === 'crio' ? ['systemctl', 'reload', 'crio'] : []) },
+    containerd: { ctr: r.str(containerd.ctr, 'containerd.ctr', 'ctr'), namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
+    prefix,
+  };
+}
+
+export async function loadConfig(path = DEFAULT_CONFIG_PATH): Promise<AgentConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config ${path}: ${(err as Error).message}; pass --config FILE`);
+  }
+  return parseConfig(text, path);
+}

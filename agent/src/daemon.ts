@@ -1,0 +1,70 @@
+import { emptyStatus, readStatusFile, StatusTracker, writeStatusFile, type NodeStatus } from '@offline-bundle/status';
+import type { AgentConfig } from './config.js';
+import { oneLine } from './errors.js';
+import type { Logger } from './log.js';
+import { MediaWatcher } from './media.js';
+import { removeStalePartials, runLoad } from './pipeline.js';
+import { runtimeTarget } from './runtime-target.js';
+
+/** A tracker whose every change lands in the status file (atomically, in order). */
+export async function statusTracker(config: AgentConfig, log: Logger): Promise<StatusTracker> {
+  const previous = await readStatusFile(config.paths.statusFile).catch(() => undefined);
+  const initial = emptyStatus(config.nodeName);
+  if (previous?.history) initial.history = previous.history;
+  const tracker = new StatusTracker(initial);
+  let chain = Promise.resolve();
+  tracker.onChange((s: NodeStatus) => {
+    chain = chain.then(() => writeStatusFile(config.paths.statusFile, s)).catch((err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`));
+  });
+  tracker.update(() => undefined);
+  return tracker;
+}
+
+/**
+ * The daemon: watches for media and loads each new bundle, one at a time. A failing bundle
+ * is reported and the daemon goes on watching for the next stick.
+ */
+export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal): Promise<void> {
+  const tracker = await statusTracker(config, log);
+  const stale = await removeStalePartials(config.paths.upgradeDir);
+  if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
+  const cleaner = runtimeTarget(config, log);
+  await cleaner.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+  await cleaner.close();
+  const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
+  const queue: { file: string; media: string }[] = [];
+  let busy = false;
+  let wake: (() => void) | undefined;
+  watcher.on('bundle', (b) => {
+    queue.push(b);
+    wake?.();
+  });
+  await watcher.start();
+  log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
+  try {
+    while (!signal.aborted) {
+      const next = queue.shift();
+      if (!next) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          signal.addEventListener('abort', () => resolve(), { once: true });
+        });
+        wake = undefined;
+        continue;
+      }
+      busy = true;
+      const runtime = runtimeTarget(config, log);
+      try {
+        await runLoad(next.file, { config, log, tracker, runtime, media: next.media });
+      } catch {
+        // already reported by runLoad; keep watching
+      } finally {
+        await runtime.close();
+        busy = false;
+      }
+    }
+  } finally {
+    watcher.stop();
+    if (busy) log.warn('stop', 'stopped while a bundle was loading; it will be resumed from scratch when the media is seen again');
+  }
+}

@@ -1,0 +1,14 @@
+export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH } from './config.js';
+export { loadBundle, runLoad, removeStalePartials, loadTrust } from './pipeline.js';
+export { runDaemon, statusTracker } from './daemon.js';
+export { MediaWatcher, parseMountinfo } from './media.js';
+export { checkPolicy, compareVersions } from './policy.js';
+export { planSpace } from './space.js';
+export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime-target.js';
+export { AgentError, reasonOf } from './errors.js';
+export { createLogger } from './log.js';
+export type { AgentConfig, RuntimeKind } from './config.js';
+export type { PipelineContext, LoadResult } from './pipeline.js';
+export type { RuntimeTarget } from './runtime-target.js';
+export type { AgentReason } from './errors.js';
+export type { FoundBundle } from './media.js';

@@ -1,0 +1,200 @@
+import { readFile, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
+} from '@offline-bundle/format';
+import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
+import type { StatusTracker } from '@offline-bundle/status';
+import type { AgentConfig } from './config.js';
+import { AgentError, oneLine, reasonOf } from './errors.js';
+import type { Logger } from './log.js';
+import { checkPolicy } from './policy.js';
+import { imageRefs, type RuntimeTarget } from './runtime-target.js';
+import { planSpace, type StageMode } from './space.js';
+import { readReleases, recordRelease } from './state.js';
+
+export interface PipelineContext {
+  config: AgentConfig;
+  log: Logger;
+  tracker: StatusTracker;
+  runtime: RuntimeTarget;
+  /** Where the file came from, for status ("USB stick LABEL", a mount point, "file"). */
+  media?: string;
+}
+
+export interface LoadResult {
+  version: string;
+  arch: string;
+  mode: StageMode;
+  images: number;
+  refs: string[];
+  fileDigest: string;
+}
+
+export async function loadTrust(config: AgentConfig): Promise<Trust> {
+  return {
+    ...(config.trust.keys.length ? { keys: await Promise.all(config.trust.keys.map(loadPublicKey)) } : {}),
+    ...(config.trust.digest ? { digest: config.trust.digest } : {}),
+  };
+}
+
+/** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
+export async function removeStalePartials(upgradeDir: string): Promise<string[]> {
+  let names: string[] = [];
+  try {
+    names = (await readdir(upgradeDir)).filter((n) => n.endsWith('.partial'));
+  } catch {
+    return [];
+  }
+  for (const n of names) await rm(join(upgradeDir, n), { recursive: true, force: true });
+  return names;
+}
+
+function rateTracker(tracker: StatusTracker) {
+  const started = Date.now();
+  let last = 0;
+  return (done: number, total: number) => {
+    const now = Date.now();
+    if (now - last < 1000 && done < total) return;
+    last = now;
+    const secs = (now - started) / 1000;
+    const rate = secs > 0 ? done / secs : 0;
+    tracker.progress({ bytesDone: done, bytesTotal: total, rate: Math.round(rate), ...(rate > 0 ? { etaSeconds: Math.round((total - done) / rate) } : {}) });
+  };
+}
+
+/** A staged layout is reused after a restart only if it holds exactly this bundle's signed description. */
+async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
+  try {
+    return (await readFile(join(dir, 'bundle.json'))).equals(manifestBytes);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Steps 3 to 10 of the data flow for one bundle file. Throws AgentError (or a library error)
+ * on refusal; the caller records the failure. Whatever fails, the registry is stopped, the
+ * mirror drop-ins are removed and no partial layout stays behind.
+ */
+export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  const { config, log, tracker, runtime } = ctx;
+  tracker.update((s) => {
+    s.phase = 'Verifying';
+    s.bundle = { file, media: ctx.media ?? 'file' };
+    s.conditions = [];
+    s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
+  });
+  tracker.condition('MediaDetected', 'True', 'BundleFound', `found ${file}`);
+  log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
+
+  const trust = await loadTrust(config);
+  const head = await readHeader(file);
+  const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
+  const m: BundleManifest = head.manifest;
+  const rel = m.release;
+  tracker.update((s) => {
+    s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
+  });
+  const releases = await readReleases(config.paths.stateDir);
+  const current = config.version.current;
+  checkPolicy(m, config, current);
+
+  const plan = await planSpace(m, config);
+  tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
+  tracker.update((s) => {
+    s.bundle = { ...s.bundle!, mode: plan.mode };
+  });
+  log.info('space', plan.message, { mode: plan.mode });
+
+  const stale = await removeStalePartials(config.paths.upgradeDir);
+  if (stale.length) log.warn('staging', `removed unfinished staging from an earlier run: ${stale.join(', ')}`);
+  const name = `${rel.version}-${rel.arch}`;
+  const target = join(config.paths.upgradeDir, name);
+  const onProgress = rateTracker(tracker);
+  let store: BlobStore;
+  let fileDigest: string;
+  const catalog = catalogOf(m);
+  if (plan.mode === 'staged') {
+    tracker.phase('Staging');
+    if (await alreadyStaged(target, head.manifestBytes) && !config.trust.digest) {
+      // Signed description identical and the layout was only renamed into place complete: reuse it.
+      log.info('staging', `reusing the layout staged earlier in ${target}`);
+      fileDigest = '';
+    } else {
+      await rm(target, { recursive: true, force: true });
+      const v = await extractBundle(file, target, { trust, partialDir: `${target}.partial`, onProgress });
+      fileDigest = v.fileDigest;
+    }
+    tracker.condition('Verified', 'True', 'SignatureValid', signer ? `signed by ${signer.source}` : 'matches the expected digest');
+    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    store = await LayoutStore.open(target, catalog);
+  } else {
+    const v = await verifyBundle(file, { trust, onProgress });
+    fileDigest = v.fileDigest;
+    tracker.condition('Verified', 'True', 'SignatureValid', signer ? `signed by ${signer.source}` : 'matches the expected digest');
+    tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
+    store = await BundleFileStore.open(file, m, catalog);
+  }
+  if (fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: fileDigest }; });
+  log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: fileDigest || undefined, signer: signer?.fingerprint });
+
+  const refs = imageRefs(m);
+  let registry: RunningRegistry | undefined;
+  let unmirror: (() => Promise<void>) | undefined;
+  try {
+    registry = await startRegistry({ store, catalog });
+    tracker.phase('Serving');
+    tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
+    log.info('serving', `temporary registry on ${registry.address}`, { address: registry.address });
+    unmirror = await runtime.mirror(registry.address, m);
+
+    tracker.update((s) => {
+      s.phase = 'Preloading';
+      Object.assign(s.progress, { imagesDone: 0, imagesTotal: refs.length });
+    });
+    await runtime.preload(refs, (done, total, ref) => {
+      tracker.progress({ imagesDone: done, imagesTotal: total });
+      log.info('preload', `pulled ${ref} (${done}/${total})`, { ref });
+    });
+    tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store`);
+
+    tracker.phase('Pinning');
+    // Keep the running release pinned next to the new one; older ones go once this one is complete.
+    const running = releases.find((r) => r.version === current && r.arch === rel.arch);
+    const pins = [...new Set([...refs, ...(running?.refs ?? [])])].sort();
+    await runtime.pin(pins);
+    tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${running ? ` (with the running ${running.version})` : ''}`);
+  } finally {
+    await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
+    await registry?.close().catch(() => undefined);
+    await store.close().catch(() => undefined);
+    tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
+  }
+  if (plan.mode === 'staged' && !config.staging.keep) await rm(target, { recursive: true, force: true });
+  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(fileDigest ? { digest: fileDigest } : {}), refs, loadedAt: new Date().toISOString() });
+  tracker.update((s) => {
+    s.phase = 'Ready';
+    const h = s.history.filter((e) => e.version !== rel.version);
+    h.push({ version: rel.version, state: 'loaded', ...(fileDigest ? { digest: fileDigest } : {}), at: new Date().toISOString() });
+    s.history = h;
+  });
+  tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
+  log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
+  return { version: rel.version, arch: rel.arch, mode: plan.mode, images: m.images.length, refs, fileDigest };
+}
+
+/** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
+export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  try {
+    return await loadBundle(file, ctx);
+  } catch (err) {
+    const reason = reasonOf(err);
+    const message = oneLine(err);
+    ctx.tracker.condition('Failed', 'True', reason, message);
+    ctx.tracker.condition('Ready', 'False', reason, message);
+    ctx.tracker.phase('Failed');
+    ctx.log.error('failed', message, { reason, file });
+    throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+  }
+}

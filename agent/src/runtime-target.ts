@@ -1,0 +1,166 @@
+import { spawn } from 'node:child_process';
+import { mkdir, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { BundleManifest } from '@offline-bundle/format';
+import { parseReference } from '@offline-bundle/oci';
+import {
+  CriImageClient, pinContainerdImages, pullAll, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
+} from '@offline-bundle/runtime';
+import type { AgentConfig } from './config.js';
+import { AgentError } from './errors.js';
+import type { Logger } from './log.js';
+
+/** Every name an image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
+export function imageRefs(m: BundleManifest): string[] {
+  const refs = new Set<string>();
+  for (const img of m.images) {
+    refs.add(`${img.repository}@${img.digest}`);
+    if (img.tag) refs.add(`${img.repository}:${img.tag}`);
+  }
+  return [...refs].sort();
+}
+
+/** What the pipeline needs from the node's container runtime. */
+export interface RuntimeTarget {
+  /** Points the runtime at the local registry; returns the undo. */
+  mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void>;
+  /** Pins exactly `refs` (this release's and the running one's). */
+  pin(refs: string[]): Promise<void>;
+  /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
+  cleanup(): Promise<void>;
+  close(): Promise<void>;
+}
+
+function runCommand(argv: string[], timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], timeout: timeoutMs });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve() : reject(new AgentError('PullFailed', `${argv.join(' ')} failed: ${stderr.trim().split('\n').pop() ?? `exit ${code}`}`))));
+  });
+}
+
+/** Pre-loads through the CRI socket, or a command (crictl pull, podman pull) where the socket client cannot be used. */
+async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void> {
+  const { method, command, concurrency, retries, timeoutSeconds } = config.preload;
+  if (method === 'none') return;
+  if (method === 'command') {
+    let done = 0;
+    for (const ref of refs) {
+      await runCommand([...command, ref], timeoutSeconds * 1000);
+      onProgress(++done, refs.length, ref);
+    }
+    return;
+  }
+  await pullAll(cri(), refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref) });
+}
+
+function repositories(m: BundleManifest): { repository: string; digestOnly: boolean }[] {
+  const byRepo = new Map<string, boolean>();
+  for (const img of m.images) byRepo.set(img.repository, (byRepo.get(img.repository) ?? true) && !img.tag);
+  return [...byRepo].map(([repository, digestOnly]) => ({ repository, digestOnly })).sort((a, b) => a.repository.localeCompare(b.repository));
+}
+
+export class CrioTarget implements RuntimeTarget {
+  private client?: CriImageClient;
+  constructor(private readonly config: AgentConfig, private readonly log?: Logger) {}
+
+  private get mirrorFile(): string {
+    return join(this.config.paths.registriesDropInDir, `${this.config.prefix}-mirror.conf`);
+  }
+
+  get pinsFile(): string {
+    return join(this.config.paths.crioDropInDir, `${this.config.prefix}-pins.conf`);
+  }
+
+  async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
+    await mkdir(this.config.paths.registriesDropInDir, { recursive: true });
+    const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, `${this.config.prefix}-mirror.conf`, { mirror: address, repositories: repositories(m) });
+    return async () => {
+      await removeDropIn(file);
+    };
+  }
+
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void> {
+    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress);
+  }
+
+  async cleanup(): Promise<void> {
+    await removeDropIn(this.mirrorFile);
+  }
+
+  /**
+   * CRI-O takes pinned_images from the last crio.conf.d file that sets it, so ours carries the
+   * union with every other file's pins (an installer's, the MCO's): writing it never unpins theirs.
+   */
+  async pin(refs: string[]): Promise<void> {
+    const dir = this.config.paths.crioDropInDir;
+    const ours = `${this.config.prefix}-pins.conf`;
+    await mkdir(dir, { recursive: true });
+    const others = (await readdir(dir)).filter((n) => n.endsWith('.conf') && n !== ours).sort();
+    const foreign = new Set<string>();
+    for (const n of others) for (const p of await readPinsDropIn(join(dir, n)).catch(() => [] as string[])) foreign.add(p);
+    const later = others.filter((n) => n > ours);
+    if (later.length) this.log?.warn('pin', `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`);
+    const before = await readPinsDropIn(this.pinsFile);
+    const all = [...new Set([...refs, ...foreign])].sort();
+    await writePinsDropIn(dir, ours, all);
+    if (this.config.reload.command.length > 0 && before.join('\n') !== all.join('\n')) {
+      await reloadRuntime(this.config.reload.command);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.client?.close();
+  }
+}
+
+export class ContainerdTarget implements RuntimeTarget {
+  private client?: CriImageClient;
+  constructor(private readonly config: AgentConfig) {}
+
+  async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
+    const hosts = [...new Set(m.images.map((i) => parseReference(i.repository).registry))].sort();
+    const written: string[] = [];
+    try {
+      for (const host of hosts) {
+        await writeContainerdHosts(this.config.paths.containerdCertsDir, host, address);
+        written.push(host);
+      }
+    } catch (err) {
+      for (const host of written) await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
+      throw err;
+    }
+    return async () => {
+      for (const host of written) await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
+    };
+  }
+
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void> {
+    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress);
+  }
+
+  async cleanup(): Promise<void> {
+    const dirs = await readdir(this.config.paths.containerdCertsDir).catch(() => [] as string[]);
+    // removeContainerdHosts only removes files that carry our marker
+    for (const host of dirs) await removeContainerdHosts(this.config.paths.containerdCertsDir, host).catch(() => false);
+  }
+
+  async pin(refs: string[]): Promise<void> {
+    // containerd's CRI honours the pinned label from 1.7; unpinning older releases is left to image GC policy.
+    await pinContainerdImages(refs, { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace });
+  }
+
+  async close(): Promise<void> {
+    this.client?.close();
+  }
+}
+
+export function runtimeTarget(config: AgentConfig, log?: Logger): RuntimeTarget {
+  return config.runtime === 'crio' ? new CrioTarget(config, log) : new ContainerdTarget(config);
+}

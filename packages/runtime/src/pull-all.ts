@@ -1,0 +1,142 @@
+// Pre-load a list of images through the CRI, a few at a time.
+import type { ImagePuller } from './cri-client.js';
+import { RuntimeError, type RuntimeErrorCode } from './errors.js';
+
+export interface PullProgress {
+  /** The image that just finished (successfully). */
+  ref: string;
+  /** What the runtime answered (its image ID). */
+  imageRef: string;
+  /** Images finished so far, this one included. */
+  done: number;
+  total: number;
+}
+
+export interface PullAllOptions {
+  /** Pulls at once. Default 3. */
+  concurrency?: number;
+  /** Further attempts after a transient failure. Default 3. */
+  retries?: number;
+  /** First backoff delay; doubles per attempt, capped at 30 s, with jitter. Default 1000 ms. */
+  backoffMs?: number;
+  /** Deadline of each PullImage call. */
+  timeoutMs?: number;
+  onProgress?: (p: PullProgress) => void;
+  /** Called before each retry (logging). */
+  onRetry?: (ref: string, attempt: number, error: RuntimeError) => void;
+  signal?: AbortSignal;
+}
+
+export interface PullResult {
+  ref: string;
+  imageRef: string;
+}
+
+/** Failures worth another attempt: the runtime restarting, a slow or flaky pull. */
+const TRANSIENT: ReadonlySet<RuntimeErrorCode> = new Set(['RUNTIME_UNAVAILABLE', 'TIMEOUT', 'PULL_FAILED']);
+
+function asRuntimeError(e: unknown, ref: string): RuntimeError {
+  if (e instanceof RuntimeError) return e;
+  return new RuntimeError('PULL_FAILED', `pull ${ref}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
+/**
+ * Pull every reference (duplicates once) with at most `concurrency` pulls in flight.
+ * Transient failures (RUNTIME_UNAVAILABLE, TIMEOUT, PULL_FAILED) are retried with
+ * exponential backoff. NO_SPACE stops everything at once: no new pull starts, pulls in
+ * flight are cancelled, and the promise rejects with that NO_SPACE error. Other failures
+ * (IMAGE_NOT_FOUND, or retries exhausted) let the remaining images finish; then the promise
+ * rejects with the first failure's code, a message naming how many failed, and an
+ * AggregateError of all failures as `cause`. Resolves, in input order, when every image
+ * was pulled.
+ */
+export async function pullAll(client: ImagePuller, refs: string[], opts: PullAllOptions = {}): Promise<PullResult[]> {
+  const unique = [...new Set(refs)];
+  const total = unique.length;
+  const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 3));
+  const retries = Math.max(0, Math.floor(opts.retries ?? 3));
+  const backoffMs = Math.max(0, opts.backoffMs ?? 1000);
+  const stop = new AbortController();
+  const onOuterAbort = (): void => stop.abort(opts.signal?.reason);
+  opts.signal?.addEventListener('abort', onOuterAbort, { once: true });
+  if (opts.signal?.aborted) stop.abort(opts.signal.reason);
+
+  const results = new Map<string, string>();
+  const failures: { ref: string; error: RuntimeError }[] = [];
+  let fatal: RuntimeError | undefined;
+  let next = 0;
+  let done = 0;
+
+  const pullOne = async (ref: string): Promise<void> => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const imageRef = await client.pullImage(ref, {
+          ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+          signal: stop.signal,
+        });
+        results.set(ref, imageRef);
+        done++;
+        opts.onProgress?.({ ref, imageRef, done, total });
+        return;
+      } catch (e) {
+        const err = asRuntimeError(e, ref);
+        if (stop.signal.aborted) return; // stopping: the reason is recorded elsewhere
+        if (err.code === 'NO_SPACE') {
+          fatal ??= err;
+          stop.abort(err);
+          return;
+        }
+        if (!TRANSIENT.has(err.code) || attempt >= retries) {
+          failures.push({ ref, error: err });
+          return;
+        }
+        opts.onRetry?.(ref, attempt + 1, err);
+        const delay = Math.min(30_000, backoffMs * 2 ** attempt);
+        await sleep(delay / 2 + Math.random() * (delay / 2), stop.signal);
+        if (stop.signal.aborted) return;
+      }
+    }
+  };
+
+  const worker = async (): Promise<void> => {
+    while (!stop.signal.aborted && next < unique.length) {
+      const ref = unique[next++] as string;
+      await pullOne(ref);
+    }
+  };
+
+  try {
+    await Promise.all(Array.from({ length: Math.min(concurrency, total) }, worker));
+  } finally {
+    opts.signal?.removeEventListener('abort', onOuterAbort);
+  }
+
+  if (fatal) throw fatal;
+  if (opts.signal?.aborted) {
+    throw new RuntimeError('PULL_FAILED', `pre-load cancelled after ${done} of ${total} images`, { cause: opts.signal.reason });
+  }
+  if (failures.length > 0) {
+    const first = failures[0] as { ref: string; error: RuntimeError };
+    const more = failures.length > 1 ? ` (and ${failures.length - 1} more)` : '';
+    throw new RuntimeError(first.error.code, `${failures.length} of ${total} images failed to pull; first: ${first.error.message}${more}`, {
+      cause: new AggregateError(
+        failures.map((f) => f.error),
+        'image pull failures',
+      ),
+    });
+  }
+  return unique.map((ref) => ({ ref, imageRef: results.get(ref) as string }));
+}

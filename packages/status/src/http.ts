@@ -1,0 +1,100 @@
+/**
+ * The node-local status endpoint, on loopback only:
+ *   GET /status   the current NodeStatus as JSON
+ *   GET /metrics  Prometheus text exposition format 0.0.4
+ * Nothing else; no request body is read; only GET and HEAD.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
+import type { NodeStatus } from './model.js';
+import { METRICS_CONTENT_TYPE, type Metrics } from './metrics.js';
+
+export interface StatusServerOptions {
+  /** Where the current status comes from: a StatusTracker (its `current`) or a function. */
+  status: { readonly current: NodeStatus } | (() => NodeStatus | undefined);
+  metrics?: Metrics;
+  /** Loopback address to bind: 127.0.0.1 (default), another 127.x.y.z, ::1 or localhost. */
+  host?: string;
+  /** 0 (default): a free port. */
+  port?: number;
+}
+
+export interface StatusServer {
+  /** "127.0.0.1:PORT" ("[::1]:PORT" for IPv6). */
+  readonly address: string;
+  readonly port: number;
+  /** "http://127.0.0.1:PORT" */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/** True for 127.0.0.0/8, ::1 (and its IPv4-mapped forms) and "localhost". */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost') return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h) || h === '0:0:0:0:0:0:0:1';
+  return false;
+}
+
+function hostOfHeader(host: string | undefined): string | undefined {
+  if (!host) return undefined;
+  const m = host.match(/^(\[[^\]]+\]|[^:]+)(?::\d+)?$/);
+  return m?.[1];
+}
+
+function send(res: ServerResponse, req: IncomingMessage, code: number, type: string, body: string, extra: Record<string, string> = {}): void {
+  const buf = Buffer.from(body, 'utf8');
+  res.writeHead(code, { 'Content-Type': type, 'Content-Length': String(buf.length), 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff', ...extra });
+  res.end(req.method === 'HEAD' ? undefined : buf);
+}
+
+/** Starts the endpoint; refuses a non-loopback host. */
+export async function startStatusServer(opts: StatusServerOptions): Promise<StatusServer> {
+  const host = opts.host ?? '127.0.0.1';
+  if (!isLoopback(host)) throw new Error(`the status endpoint listens on loopback only; ${host} is not a loopback address`);
+  const current = typeof opts.status === 'function' ? opts.status : ((src) => () => src.current)(opts.status);
+  const server: Server = createServer((req, res) => {
+    try {
+      // A browser on the node tricked by DNS rebinding sends a foreign Host: refuse it.
+      const h = hostOfHeader(req.headers.host);
+      if (h !== undefined && !isLoopback(h)) return send(res, req, 403, 'text/plain; charset=utf-8', 'forbidden\n');
+      const path = (req.url ?? '/').split('?')[0];
+      if (path !== '/status' && path !== '/metrics') return send(res, req, 404, 'text/plain; charset=utf-8', 'not found: try /status or /metrics\n');
+      if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, req, 405, 'text/plain; charset=utf-8', 'method not allowed\n', { Allow: 'GET, HEAD' });
+      if (path === '/status') {
+        const s = current();
+        if (!s) return send(res, req, 503, 'application/json', JSON.stringify({ error: 'no status yet' }) + '\n');
+        return send(res, req, 200, 'application/json', JSON.stringify(s, null, 2) + '\n');
+      }
+      if (!opts.metrics) return send(res, req, 404, 'text/plain; charset=utf-8', 'metrics are not enabled\n');
+      return send(res, req, 200, METRICS_CONTENT_TYPE, opts.metrics.render());
+    } catch (err) {
+      if (!res.headersSent) send(res, req, 500, 'text/plain; charset=utf-8', `internal error: ${String((err as Error)?.message ?? err).split('\n')[0]}\n`);
+      else res.destroy();
+    }
+  });
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 10_000;
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const a = server.address();
+  if (!a || typeof a === 'string') throw new Error('status endpoint: no address');
+  const address = a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+  return {
+    address,
+    port: a.port,
+    url: `http://${address}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

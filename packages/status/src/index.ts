@@ -1,0 +1,26 @@
+export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, emptyStatus } from './model.js';
+export { writeFileAtomic, writeStatusFile, readStatusFile } from './file.js';
+export { StatusTracker } from './tracker.js';
+export { technicianLine } from './summary.js';
+export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
+export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
+export { ClusterReporter, fieldManagerFor } from './reporter.js';
+export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
+export { startStatusServer, isLoopback } from './http.js';
+export { ConsoleWriter, CONSOLE_FILE, consoleFilePath, consoleText } from './console.js';
+export type {
+  Phase,
+  ConditionType,
+  ConditionStatus,
+  Condition,
+  Progress,
+  BundleIdentity,
+  HistoryState,
+  HistoryEntry,
+  NodeStatus,
+} from './model.js';
+export type { ReleaseRef } from './history.js';
+export type { NodeBundleStatusResource, ResourceStatus, ResourceProgress } from './resource.js';
+export type { ClusterReporterOptions, ReporterStats, StatusLogger } from './reporter.js';
+export type { StatusServer, StatusServerOptions } from './http.js';
+export type { ConsoleWriterOptions } from './console.js';

@@ -1,0 +1,144 @@
+/**
+ * Prometheus metrics derived from the status stream: feed every NodeStatus a StatusTracker
+ * emits to `observe()` (`tracker.onChange(metrics.sink)`), and serve `render()` (text
+ * exposition format 0.0.4).
+ */
+import { PHASES, type NodeStatus, type Phase } from './model.js';
+import type { ReporterStats } from './reporter.js';
+
+export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/** Label values: backslash, double quote and line feed escaped. */
+export function escapeLabel(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+/** HELP text: backslash and line feed escaped. */
+function escapeHelp(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n');
+}
+
+function num(n: number): string {
+  if (Number.isNaN(n)) return 'NaN';
+  if (n === Number.POSITIVE_INFINITY) return '+Inf';
+  if (n === Number.NEGATIVE_INFINITY) return '-Inf';
+  return String(n);
+}
+
+type Labels = Record<string, string>;
+
+class Family {
+  readonly samples: { labels: Labels; value: number }[] = [];
+  constructor(readonly name: string, readonly type: 'counter' | 'gauge', readonly help: string) {}
+  add(value: number, labels: Labels = {}): this {
+    this.samples.push({ labels, value });
+    return this;
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${escapeHelp(this.help)}`, `# TYPE ${this.name} ${this.type}`];
+    for (const s of this.samples) {
+      const ls = Object.entries(s.labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
+      lines.push(`${this.name}${ls.length ? `{${ls.join(',')}}` : ''} ${num(s.value)}`);
+    }
+    return lines.join('\n') + '\n';
+  }
+}
+
+function time(iso: string | undefined, fallback: number): number {
+  const t = iso ? Date.parse(iso) : Number.NaN;
+  return Number.isFinite(t) ? t : fallback;
+}
+
+export class Metrics {
+  private bytesStaged = 0;
+  private bytesVerified = 0;
+  private imagesPulled = 0;
+  private readonly failures = new Map<string, number>();
+  private readonly bundlesReady = { count: 0 };
+  /** Seconds spent in each phase the last time the node went through it (current one: so far). */
+  private readonly durations = new Map<Phase, number>();
+  private current: NodeStatus | undefined;
+  private phaseSince = 0;
+  private lastBytes = 0;
+  private lastImages = 0;
+  private reporter: { stats: ReporterStats } | undefined;
+
+  constructor(private readonly clock: () => number = Date.now) {}
+
+  /** A StatusTracker sink: `tracker.onChange(metrics.sink)`. */
+  readonly sink = (s: NodeStatus): void => this.observe(s);
+
+  /** Also export the cluster reporter's write counters. */
+  trackReporter(reporter: { stats: ReporterStats }): void {
+    this.reporter = reporter;
+  }
+
+  observe(s: NodeStatus): void {
+    const prev = this.current;
+    const at = time(s.updatedAt, this.clock());
+    if (!prev || prev.phase !== s.phase) {
+      if (prev) this.durations.set(prev.phase, Math.max(0, (at - this.phaseSince) / 1000));
+      this.phaseSince = at;
+      this.durations.delete(s.phase);
+      if (s.phase === 'Failed' && prev) {
+        const reason = s.conditions.find((c) => c.type === 'Failed' && c.status === 'True')?.reason || 'Unknown';
+        this.failures.set(reason, (this.failures.get(reason) ?? 0) + 1);
+      }
+      if (s.phase === 'Ready' && prev) this.bundlesReady.count++;
+    }
+    // Counters grow by the progress made; a smaller value means a new step or bundle started.
+    const bytes = s.progress.bytesDone;
+    const delta = bytes >= this.lastBytes ? bytes - this.lastBytes : bytes;
+    if (delta > 0 && (s.phase === 'Verifying' || s.phase === 'Staging')) {
+      this.bytesVerified += delta;
+      if (s.phase === 'Staging') this.bytesStaged += delta;
+    }
+    this.lastBytes = bytes;
+    const images = s.progress.imagesDone;
+    const di = images >= this.lastImages ? images - this.lastImages : images;
+    if (di > 0 && (s.phase === 'Preloading' || s.phase === 'Serving' || s.phase === 'Pinning')) this.imagesPulled += di;
+    this.lastImages = images;
+    this.current = structuredClone(s);
+  }
+
+  render(): string {
+    const s = this.current;
+    const now = this.clock();
+    const fams: Family[] = [];
+    fams.push(new Family('bundle_agent_bytes_staged_total', 'counter', 'Bytes of bundles copied to the upgrade directory and checked.').add(this.bytesStaged));
+    fams.push(new Family('bundle_agent_bytes_verified_total', 'counter', 'Bytes of bundles read and checked (staging or verifying in place).').add(this.bytesVerified));
+    fams.push(new Family('bundle_agent_images_pulled_total', 'counter', 'Images pulled into the container runtime through the local registry.').add(this.imagesPulled));
+    fams.push(new Family('bundle_agent_bundles_ready_total', 'counter', 'Bundles loaded to Ready.').add(this.bundlesReady.count));
+    const f = new Family('bundle_agent_failures_total', 'counter', 'Bundle loads that failed, by reason.');
+    for (const [reason, n] of [...this.failures].sort()) f.add(n, { reason });
+    fams.push(f);
+    const d = new Family('bundle_agent_phase_duration_seconds', 'gauge', 'Seconds spent in each phase the last time the node went through it (the current phase: so far).');
+    for (const p of PHASES) {
+      const v = s && s.phase === p ? Math.max(0, (now - this.phaseSince) / 1000) : this.durations.get(p);
+      if (v !== undefined) d.add(Math.round(v * 1000) / 1000, { phase: p });
+    }
+    fams.push(d);
+    const ph = new Family('bundle_agent_phase', 'gauge', 'The phase the node is in (1) and the others (0).');
+    for (const p of PHASES) ph.add(s?.phase === p ? 1 : 0, { phase: p });
+    fams.push(ph);
+    if (s) {
+      const c = new Family('bundle_agent_condition', 'gauge', 'Status conditions: 1 for the status the condition has.');
+      for (const cond of s.conditions) for (const st of ['True', 'False', 'Unknown']) c.add(cond.status === st ? 1 : 0, { type: cond.type, status: st });
+      fams.push(c);
+      const p = s.progress;
+      fams.push(new Family('bundle_agent_progress_bytes', 'gauge', 'Bytes done and in total in the current step.').add(p.bytesDone, { kind: 'done' }).add(p.bytesTotal, { kind: 'total' }));
+      fams.push(new Family('bundle_agent_progress_images', 'gauge', 'Images done and in total in the current bundle.').add(p.imagesDone, { kind: 'done' }).add(p.imagesTotal, { kind: 'total' }));
+      if (s.bundle?.version) {
+        fams.push(new Family('bundle_agent_bundle_info', 'gauge', 'The bundle being (or last) loaded.').add(1, { version: s.bundle.version, arch: s.bundle.arch ?? '', mode: s.bundle.mode ?? '' }));
+      }
+      fams.push(new Family('bundle_agent_status_updated_timestamp_seconds', 'gauge', 'When the status last changed (Unix time).').add(Math.round(time(s.updatedAt, now) / 1000)));
+    }
+    const r = this.reporter?.stats;
+    if (r) {
+      fams.push(new Family('bundle_agent_cluster_writes_total', 'counter', 'Status writes the API server accepted.').add(r.writes));
+      fams.push(new Family('bundle_agent_cluster_write_failures_total', 'counter', 'Failed status write attempts (retried or refused).').add(r.failures));
+      fams.push(new Family('bundle_agent_cluster_write_pending', 'gauge', '1 while a newer status than the last one written waits for the API server.').add(r.pending ? 1 : 0));
+    }
+    return fams.map((x) => x.render()).join('');
+  }
+}

@@ -1,0 +1,90 @@
+/** The status of one node's bundle work, as the agent reports it everywhere (file, CLI, cluster). */
+
+export const PHASES = ['Idle', 'Verifying', 'Staging', 'Serving', 'Preloading', 'Pinning', 'Ready', 'Failed'] as const;
+export type Phase = (typeof PHASES)[number];
+
+export const CONDITION_TYPES = ['MediaDetected', 'Verified', 'SpaceAvailable', 'Staged', 'Serving', 'Preloaded', 'Pinned', 'Ready', 'Failed'] as const;
+export type ConditionType = (typeof CONDITION_TYPES)[number];
+
+export const CONDITION_STATUSES = ['True', 'False', 'Unknown'] as const;
+export type ConditionStatus = (typeof CONDITION_STATUSES)[number];
+
+export interface Condition {
+  type: ConditionType;
+  status: ConditionStatus;
+  /** CamelCase machine reason, e.g. BadSignature, InsufficientSpace. */
+  reason: string;
+  message: string;
+  lastTransitionTime: string;
+  /**
+   * metadata.generation of the cluster object this condition was computed against. The agent
+   * leaves it unset; the cluster reporter fills it in from the object it created.
+   */
+  observedGeneration?: number;
+}
+
+export interface Progress {
+  bytesDone: number;
+  bytesTotal: number;
+  imagesDone: number;
+  imagesTotal: number;
+  /** Bytes per second over the current step. */
+  rate?: number;
+  etaSeconds?: number;
+}
+
+export interface BundleIdentity {
+  file: string;
+  name?: string;
+  version?: string;
+  arch?: string;
+  digest?: string;
+  signer?: string;
+  /** Where it came from: the media's label or mount point, or "file". */
+  media?: string;
+  /** staged: copied to disk; media: served from the stick, which must stay in. */
+  mode?: 'staged' | 'media';
+}
+
+export const HISTORY_STATES = ['installing', 'loaded', 'running', 'complete', 'failed'] as const;
+/**
+ * installing: the incoming release, being loaded; loaded: every image pulled and pinned, the
+ * cluster not yet upgraded to it; running: what the cluster runs (the outgoing release while
+ * another one is installing or loaded); complete: the cluster's upgrade to it is complete (it is
+ * now what runs); failed: loading it failed.
+ */
+export type HistoryState = (typeof HISTORY_STATES)[number];
+
+export interface HistoryEntry {
+  version: string;
+  state: HistoryState;
+  digest?: string;
+  /** When the entry last changed state. */
+  at: string;
+}
+
+export interface NodeStatus {
+  node: string;
+  phase: Phase;
+  bundle?: BundleIdentity;
+  conditions: Condition[];
+  progress: Progress;
+  history: HistoryEntry[];
+  /** One plain sentence for the technician. */
+  message: string;
+  updatedAt: string;
+  /** metadata.generation of the cluster object the status was written against (set by the reporter). */
+  observedGeneration?: number;
+}
+
+export function emptyStatus(node: string, now = new Date()): NodeStatus {
+  return {
+    node,
+    phase: 'Idle',
+    conditions: [],
+    progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 },
+    history: [],
+    message: 'Waiting for a USB stick with an update bundle.',
+    updatedAt: now.toISOString(),
+  };
+}

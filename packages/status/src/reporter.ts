@@ -1,0 +1,375 @@
+/**
+ * Sends a node's status to its NodeBundleStatus object in the cluster, without ever making the
+ * pipeline wait: `report()` only records the newest state; a background loop applies it.
+ *
+ * - Server-side apply (content type application/apply-patch+yaml, fieldManager
+ *   bundle-agent-<node>, force=true) of the status subresource. The object is first created
+ *   (or adopted) by an apply of the main resource carrying metadata only; a 404 on the status
+ *   means the object went away and it is created again.
+ * - Only the newest state is kept: states reported while a write is in flight or while the API
+ *   server is unreachable replace each other, and the newest one is what eventually arrives.
+ * - Unreachable, timed out, 5xx, 409, 429 (Retry-After honoured), 401/403 (credentials may be
+ *   rotated or RBAC not yet installed) and 404 from the main resource (CRD not yet installed)
+ *   are retried with exponential backoff and jitter, capped at maxBackoffMs, for ever. Other
+ *   4xx (400, 422: the state itself is refused) are logged and that state is dropped; the next
+ *   report is tried normally.
+ * - Rate: at most one write per minIntervalMs while only progress (and the technician message
+ *   that follows it) changes; a change of phase, condition, bundle identity or history is sent
+ *   at once (as soon as the write in flight, if any, ends).
+ */
+import { createHash } from 'node:crypto';
+import { ApiException, CustomObjectsApi, KubeConfig, Observable, PatchStrategy, setHeaderOptions, type ConfigurationOptions, type ObservableMiddleware } from '@kubernetes/client-node';
+import type { NodeStatus } from './model.js';
+import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION } from './resource.js';
+
+/** Compatible with the agent's journald logger. */
+export interface StatusLogger {
+  info(event: string, msg: string, fields?: Record<string, string | number | boolean | undefined>): void;
+  warn(event: string, msg: string, fields?: Record<string, string | number | boolean | undefined>): void;
+  error(event: string, msg: string, fields?: Record<string, string | number | boolean | undefined>): void;
+}
+
+export interface ClusterReporterOptions {
+  /** The node's name: the object's name and the field manager's suffix. */
+  node: string;
+  /** Path of the kubeconfig to use (the node's own, e.g. /var/lib/kubelet/kubeconfig, where allowed). */
+  kubeconfig: string;
+  /** Context in the kubeconfig; default: its current context. */
+  context?: string;
+  /** Least time between two writes while only progress changes. Default 5000. */
+  minIntervalMs?: number;
+  /** First retry delay. Default 1000. */
+  initialBackoffMs?: number;
+  /** Longest retry delay. Default 60000. */
+  maxBackoffMs?: number;
+  /** Time limit of one HTTP request. Default 15000. */
+  requestTimeoutMs?: number;
+  log?: StatusLogger;
+  /** For tests: the jitter source, in [0, 1). */
+  random?: () => number;
+}
+
+export interface ReporterStats {
+  /** Successful status writes. */
+  writes: number;
+  /** Failed attempts (each retry counts). */
+  failures: number;
+  /** Consecutive failed attempts now (0 when the last attempt succeeded). */
+  retrying: number;
+  /** States dropped because the API server refused them (400, 422, ...). */
+  rejected: number;
+  lastError?: string;
+  lastWriteAt?: string;
+  /** A newer state than the last one written is waiting or being sent. */
+  pending: boolean;
+}
+
+/** Why an attempt failed, and whether to try the same (or a newer) state again. */
+interface Failure {
+  retry: boolean;
+  message: string;
+  status?: number;
+  retryAfterMs?: number;
+  /** Drop the API client: load the kubeconfig again on the next attempt. */
+  reload: boolean;
+}
+
+const APPLY_PATCH = PatchStrategy.ServerSideApply;
+
+/** `bundle-agent-<node>`, kept within the API server's 128-character limit for field managers. */
+export function fieldManagerFor(node: string): string {
+  const name = `bundle-agent-${node}`;
+  if (name.length <= 128) return name;
+  const h = createHash('sha256').update(node).digest('hex').slice(0, 8);
+  return `bundle-agent-${node.slice(0, 128 - 13 - 9)}-${h}`;
+}
+
+/** What makes a change worth sending at once (everything but progress, message and time). */
+function significantKey(s: NodeStatus): string {
+  return JSON.stringify([
+    s.phase,
+    s.bundle ?? null,
+    s.conditions.map((c) => [c.type, c.status, c.reason, c.message]),
+    s.history,
+  ]);
+}
+
+function classify(err: unknown, main: boolean): Failure {
+  if (err instanceof ApiException) {
+    const code = err.code;
+    const headers = (err.headers ?? {}) as Record<string, string>;
+    const ra = Number(headers['retry-after']);
+    const retryAfterMs = Number.isFinite(ra) && ra > 0 ? ra * 1000 : undefined;
+    let body = err.body as { message?: string } | string | undefined;
+    if (typeof body === 'string') {
+      try {
+        body = JSON.parse(body) as { message?: string };
+      } catch {
+        /* plain text */
+      }
+    }
+    const detail = typeof body === 'object' && typeof body?.message === 'string' ? `: ${body.message.slice(0, 500)}` : typeof body === 'string' && body ? `: ${body.slice(0, 200)}` : '';
+    const message = `HTTP ${code}${detail}`;
+    if (code === 401 || code === 403) return { retry: true, message, status: code, reload: true };
+    if (code === 404 && main) return { retry: true, message: `${message} (is deploy/crd.yaml installed?)`, status: code, reload: false };
+    if (code === 408 || code === 409 || code === 429 || code >= 500) return { retry: true, message, status: code, ...(retryAfterMs ? { retryAfterMs } : {}), reload: false };
+    return { retry: false, message, status: code, reload: false };
+  }
+  const e = err as { name?: string; code?: string; message?: string } | undefined;
+  const what = e?.name === 'AbortError' || e?.name === 'TimeoutError' ? 'timed out' : (e?.code ?? e?.message ?? String(err));
+  return { retry: true, message: `API server unreachable: ${String(what).split('\n')[0]}`, reload: true };
+}
+
+export class ClusterReporter {
+  readonly node: string;
+  readonly fieldManager: string;
+  private readonly opts: Required<Omit<ClusterReporterOptions, 'context' | 'log'>> & Pick<ClusterReporterOptions, 'context' | 'log'>;
+
+  /** Newest state not yet written (undefined: nothing waiting). */
+  private latest: NodeStatus | undefined;
+  private urgent = false;
+  private lastKey: string | undefined;
+  private lastAttemptAt = Number.NEGATIVE_INFINITY;
+  private backoffUntil = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private inflight: Promise<void> | undefined;
+  private closed = false;
+  private readonly closing = new AbortController();
+  private flushing = 0;
+  private waiters: (() => void)[] = [];
+  /** Whether the last state taken from the queue was written (false after a refusal). */
+  private delivered = true;
+  private api: CustomObjectsApi | undefined;
+  private objectReady = false;
+  private generation: number | undefined;
+  private readonly counters = { writes: 0, failures: 0, retrying: 0, rejected: 0 } as { writes: number; failures: number; retrying: number; rejected: number; lastError?: string; lastWriteAt?: string };
+
+  constructor(options: ClusterReporterOptions) {
+    if (!isValidNodeName(options.node)) throw new TypeError(`node name ${JSON.stringify(options.node)} is not a valid Kubernetes object name`);
+    this.node = options.node;
+    this.fieldManager = fieldManagerFor(options.node);
+    const ms = (v: number | undefined, dflt: number): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : dflt);
+    this.opts = {
+      node: options.node,
+      kubeconfig: options.kubeconfig,
+      context: options.context,
+      log: options.log,
+      minIntervalMs: ms(options.minIntervalMs, 5000),
+      initialBackoffMs: Math.max(1, ms(options.initialBackoffMs, 1000)),
+      maxBackoffMs: Math.max(1, ms(options.maxBackoffMs, 60_000)),
+      requestTimeoutMs: Math.max(1, ms(options.requestTimeoutMs, 15_000)),
+      random: options.random ?? Math.random,
+    };
+  }
+
+  /** Records the newest state and returns at once; the background loop sends it. */
+  report(status: NodeStatus): void {
+    if (this.closed) return;
+    const key = significantKey(status);
+    if (key !== this.lastKey) this.urgent = true;
+    this.lastKey = key;
+    this.latest = structuredClone(status);
+    this.schedule();
+  }
+
+  /** A StatusTracker sink: `tracker.onChange(reporter.sink)`. */
+  readonly sink = (status: NodeStatus): void => this.report(status);
+
+  get stats(): ReporterStats {
+    return { ...this.counters, pending: this.latest !== undefined || this.inflight !== undefined };
+  }
+
+  /**
+   * Sends what is waiting now, ignoring minIntervalMs (retry delays still apply). Resolves true
+   * once the newest state is written, false if that did not happen within `timeoutMs` or the
+   * API server refused it.
+   */
+  flush(timeoutMs = 5000): Promise<boolean> {
+    if (this.idle()) return Promise.resolve(this.delivered);
+    if (this.closed) return Promise.resolve(false);
+    this.flushing++;
+    this.schedule();
+    return new Promise<boolean>((resolve) => {
+      let done = false;
+      const finish = (ok: boolean): void => {
+        if (done) return;
+        done = true;
+        clearTimeout(t);
+        this.flushing--;
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        resolve(ok);
+      };
+      const waiter = (): void => finish(this.delivered);
+      // Not unref'd: whoever awaits flush() keeps the process alive until it settles.
+      const t = setTimeout(() => finish(false), timeoutMs);
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** Flushes (up to `timeoutMs`), then stops: later reports are ignored, a request in flight is aborted. */
+  async close(timeoutMs = 5000): Promise<boolean> {
+    if (this.closed) return this.idle() && this.delivered;
+    const ok = await this.flush(timeoutMs);
+    this.closed = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.closing.abort();
+    await this.inflight?.catch(() => undefined);
+    return ok;
+  }
+
+  private idle(): boolean {
+    return this.latest === undefined && this.inflight === undefined;
+  }
+
+  private schedule(): void {
+    if (this.closed || this.inflight || !this.latest) return;
+    const now = Date.now();
+    let due = this.urgent || this.flushing > 0 ? now : this.lastAttemptAt + this.opts.minIntervalMs;
+    due = Math.max(due, this.backoffUntil);
+    if (this.timer && this.timerAt <= due) return;
+    clearTimeout(this.timer);
+    this.timerAt = due;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.timerAt = Number.POSITIVE_INFINITY;
+      this.run();
+    }, Math.max(0, due - now));
+    // The reporter never keeps the process alive on its own: close() is how to wait for it.
+    this.timer.unref();
+  }
+
+  private run(): void {
+    if (this.closed || this.inflight || !this.latest) return;
+    const snapshot = this.latest;
+    const wasUrgent = this.urgent;
+    this.latest = undefined;
+    this.urgent = false;
+    this.lastAttemptAt = Date.now();
+    this.inflight = this.deliver(snapshot).then(
+      () => {
+        if (this.counters.retrying > 0) this.opts.log?.info('cluster-status', `status reaches the cluster again after ${this.counters.retrying} failed attempt(s)`, { node: this.node });
+        this.counters.writes++;
+        this.counters.retrying = 0;
+        this.counters.lastWriteAt = new Date().toISOString();
+        this.backoffUntil = 0;
+        this.delivered = true;
+      },
+      (err: unknown) => {
+        const f = (err as { failure?: Failure }).failure ?? classify(err, false);
+        this.counters.failures++;
+        this.counters.lastError = f.message;
+        if (f.reload) this.api = undefined;
+        if (!f.retry) {
+          this.counters.rejected++;
+          this.counters.retrying = 0;
+          this.delivered = false;
+          this.opts.log?.error('cluster-status', `the API server refused the status of ${this.node}: ${f.message}; dropped, the next change is sent normally`, { node: this.node, status: f.status });
+          return;
+        }
+        // Keep the newest state: a newer report (if any) replaces this one.
+        if (!this.latest) this.latest = snapshot;
+        this.urgent ||= wasUrgent;
+        this.counters.retrying++;
+        const exp = Math.min(this.opts.maxBackoffMs, this.opts.initialBackoffMs * 2 ** Math.min(30, this.counters.retrying - 1));
+        // "Equal jitter": between half and all of the exponential delay.
+        let delay = exp / 2 + (this.opts.random() * exp) / 2;
+        if (f.retryAfterMs) delay = Math.max(delay, Math.min(f.retryAfterMs, this.opts.maxBackoffMs));
+        this.backoffUntil = Date.now() + delay;
+        if (this.counters.retrying === 1 || this.counters.retrying % 10 === 0) {
+          this.opts.log?.warn('cluster-status', `cannot write the status of ${this.node} to the cluster (${f.message}); retrying in ${Math.round(delay / 100) / 10} s, the node keeps working`, { node: this.node, attempt: this.counters.retrying, status: f.status });
+        }
+      },
+    ).finally(() => {
+      this.inflight = undefined;
+      if (this.idle()) for (const w of [...this.waiters]) w();
+      this.schedule();
+    });
+  }
+
+  private client(): CustomObjectsApi {
+    if (this.api) return this.api;
+    const kc = new KubeConfig();
+    kc.loadFromFile(this.opts.kubeconfig);
+    if (this.opts.context) kc.setCurrentContext(this.opts.context);
+    this.api = kc.makeApiClient(CustomObjectsApi);
+    return this.api;
+  }
+
+  /** Per-request options: the apply content type, and a timeout that close() also cuts short. */
+  private requestOptions(): ConfigurationOptions {
+    const signal = AbortSignal.any([AbortSignal.timeout(this.opts.requestTimeoutMs), this.closing.signal]);
+    const withSignal: ObservableMiddleware = {
+      pre: (ctx) => {
+        ctx.setSignal(signal);
+        return new Observable(Promise.resolve(ctx));
+      },
+      post: (ctx) => new Observable(Promise.resolve(ctx)),
+    };
+    return setHeaderOptions('Content-Type', APPLY_PATCH, { middleware: [withSignal], middlewareMergeStrategy: 'append' });
+  }
+
+  private async attempt<T>(main: boolean, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw Object.assign(new Error('apply failed'), { failure: classify(err, main), cause: err, code404: err instanceof ApiException && err.code === 404 });
+    }
+  }
+
+  private async ensureObject(api: CustomObjectsApi): Promise<void> {
+    const obj = (await this.attempt(true, () =>
+      api.patchClusterCustomObject(
+        {
+          group: GROUP,
+          version: VERSION,
+          plural: PLURAL,
+          name: this.node,
+          body: { apiVersion: API_VERSION, kind: KIND, metadata: { name: this.node, labels: { 'app.kubernetes.io/managed-by': 'bundle-agent' } } },
+          fieldManager: this.fieldManager,
+          force: true,
+        },
+        this.requestOptions(),
+      ),
+    )) as { metadata?: { generation?: number } } | undefined;
+    this.noteGeneration(obj);
+    this.objectReady = true;
+  }
+
+  private noteGeneration(obj: { metadata?: { generation?: number } } | undefined): void {
+    const g = obj?.metadata?.generation;
+    if (typeof g === 'number' && Number.isSafeInteger(g) && g >= 0) this.generation = g;
+  }
+
+  private async applyStatus(api: CustomObjectsApi, status: NodeStatus): Promise<void> {
+    const body = toResource(status, this.node, this.generation !== undefined ? { generation: this.generation } : {});
+    const obj = (await this.attempt(false, () =>
+      api.patchClusterCustomObjectStatus(
+        { group: GROUP, version: VERSION, plural: PLURAL, name: this.node, body, fieldManager: this.fieldManager, force: true },
+        this.requestOptions(),
+      ),
+    )) as { metadata?: { generation?: number } } | undefined;
+    this.noteGeneration(obj);
+  }
+
+  private async deliver(status: NodeStatus): Promise<void> {
+    let api: CustomObjectsApi;
+    try {
+      api = this.client();
+    } catch (err) {
+      const msg = String((err as Error)?.message ?? err).split('\n')[0];
+      throw Object.assign(new Error(msg), { failure: { retry: true, message: `cannot load kubeconfig ${this.opts.kubeconfig}: ${msg}`, reload: true } satisfies Failure });
+    }
+    if (!this.objectReady) await this.ensureObject(api);
+    try {
+      await this.applyStatus(api, status);
+    } catch (err) {
+      if (!(err as { code404?: boolean }).code404) throw err;
+      // The object is gone (deleted by an admin): create it again, then write the status.
+      this.objectReady = false;
+      await this.ensureObject(api);
+      await this.applyStatus(api, status);
+    }
+  }
+}

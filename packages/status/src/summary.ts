@@ -1,0 +1,37 @@
+import type { NodeStatus } from './model.js';
+
+function gb(n: number): string {
+  return n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : `${Math.max(0, Math.round(n / 1e6))} MB`;
+}
+
+function minutes(seconds: number | undefined): string {
+  if (seconds === undefined || !Number.isFinite(seconds)) return '';
+  if (seconds < 90) return ', less than 2 min left';
+  return `, about ${Math.round(seconds / 60)} min left`;
+}
+
+/** One sentence a technician with no Kubernetes knowledge can act on. */
+export function technicianLine(s: NodeStatus, _now = new Date()): string {
+  const stickIn = s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging';
+  const keep = stickIn ? ' Do not remove the USB stick.' : '';
+  const p = s.progress;
+  switch (s.phase) {
+    case 'Idle':
+      return 'Waiting for a USB stick with an update bundle.';
+    case 'Verifying':
+      return `Checking the update ${s.bundle?.version ?? ''} (${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`.replace('  ', ' ');
+    case 'Staging':
+      return `Copying ${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
+    case 'Serving':
+    case 'Preloading':
+      return `Loading images: ${p.imagesDone} of ${p.imagesTotal} done.${s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.'}`;
+    case 'Pinning':
+      return `Finishing up.${s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.'}`;
+    case 'Ready':
+      return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick.`.replace('  ', ' ');
+    case 'Failed': {
+      const failed = s.conditions.find((c) => c.type === 'Failed');
+      return `Failed: ${failed?.message ?? 'unknown error'}`;
+    }
+  }
+}

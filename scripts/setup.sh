@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian 12 machine needs to build, demo and test offline-bundle.
+# Run as root (or with sudo available). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+
+# Real peers (docker-registry, skopeo, podman, umoci, containerd), zstd/openssl/jq for the
+# interop checks, libudev-dev for usb-detection, and a C++ toolchain for node-gyp: the
+# native addons (zstd-napi, usb-detection) build from source since no prebuilt binary can
+# be fetched here.
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  docker-registry skopeo podman umoci containerd libudev-dev zstd openssl jq ca-certificates \
+  python3 make g++ tar util-linux e2fsprogs >/dev/null
+
+# Node 20 is the target runtime; pnpm 10 is the last major that runs on it.
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
+  || { echo "setup: Node.js 20 or newer is required (found $(node --version))" >&2; exit 1; }
+if ! pnpm --version 2>/dev/null | grep -q '^10\.'; then
+  $SUDO npm install -g pnpm@10 >/dev/null
+fi
+
+export npm_config_nodedir=/usr   # build addons against the system's Node headers (also in .npmrc)
+pnpm install --frozen-lockfile
+pnpm build

@@ -1,0 +1,74 @@
+import t from 'tap';
+import { parseConfig, ConfigError } from '@offline-bundle/agent';
+
+const minimal = 'trust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\n';
+
+t.test('parseConfig', async (t) => {
+  t.test('applies defaults and puts every path under root', async (t) => {
+    const c = parseConfig(`root: /tmp/r\nruntime: containerd\narch: amd64\n${minimal}`);
+    t.equal(c.runtime, 'containerd');
+    t.equal(c.paths.upgradeDir, '/tmp/r/var/lib/upgrade');
+    t.equal(c.paths.stateDir, '/tmp/r/var/lib/bundle-agent');
+    t.equal(c.paths.statusFile, '/tmp/r/var/lib/bundle-agent/status.json');
+    t.equal(c.paths.containerdCertsDir, '/tmp/r/etc/containerd/certs.d');
+    t.equal(c.paths.imageStoreDir, '/tmp/r/var/lib/containerd');
+    t.equal(c.criSocket, '/tmp/r/run/containerd/containerd.sock');
+    t.same(c.trust.keys, ['/tmp/r/etc/bundle-agent/keys/factory.pub']);
+    t.same(c.media.roots, ['/tmp/r/media', '/tmp/r/run/media', '/tmp/r/mnt']);
+    t.equal(c.version.allowDowngrade, false);
+    t.equal(c.space.reserveBytes, 1024 ** 3);
+    t.same(c.reload.command, []);
+  });
+
+  t.test('crio defaults', async (t) => {
+    const c = parseConfig(minimal);
+    t.equal(c.runtime, 'crio');
+    t.equal(c.root, '/');
+    t.equal(c.criSocket, '/var/run/crio/crio.sock');
+    t.equal(c.paths.crioDropInDir, '/etc/crio/crio.conf.d');
+    t.equal(c.paths.registriesDropInDir, '/etc/containers/registries.conf.d');
+    t.same(c.reload.command, ['systemctl', 'reload', 'crio']);
+  });
+
+  t.test('reads the documented keys', async (t) => {
+    const c = parseConfig(`root: /r
+runtime: crio
+criSocket: /var/run/crio/crio.sock
+trust:
+  keys: [/k.pub]
+  digest: sha256:${'a'.repeat(64)}
+version:
+  current: "4.14.38"
+  allowDowngrade: true
+space:
+  reserveBytes: 2GiB
+`);
+    t.equal(c.version.current, '4.14.38');
+    t.equal(c.version.allowDowngrade, true);
+    t.equal(c.trust.digest, `sha256:${'a'.repeat(64)}`);
+    t.equal(c.space.reserveBytes, 2 * 1024 ** 3);
+  });
+
+  const bad: [string, string, RegExp][] = [
+    ['no trust', 'runtime: crio\n', /trust/],
+    ['unknown runtime', `runtime: docker\n${minimal}`, /runtime/],
+    ['unknown key', `${minimal}bogus: 1\n`, /bogus/],
+    ['unknown nested key', `${minimal}version:\n  curent: "1"\n`, /version\.curent/],
+    ['relative root', `root: tmp\n${minimal}`, /root/],
+    ['relative path', `${minimal}paths:\n  upgradeDir: var/lib\n`, /paths\.upgradeDir/],
+    ['bad digest', 'trust:\n  digest: sha256:xyz\n', /trust\.digest/],
+    ['bad size', `${minimal}space:\n  reserveBytes: lots\n`, /space\.reserveBytes/],
+    ['bad bool', `${minimal}version:\n  allowDowngrade: "no"\n`, /version\.allowDowngrade/],
+    ['command without argv', `${minimal}preload:\n  method: command\n`, /preload\.command/],
+    ['not yaml', 'trust: [\n', /YAML/],
+  ];
+  for (const [name, text, key] of bad) {
+    t.test(`rejects ${name}, naming the key`, async (t) => {
+      const err = t.throws(() => parseConfig(text, 'cfg.yaml')) as Error;
+      t.type(err, ConfigError);
+      t.match(err.message, key);
+      t.match(err.message, /^cfg\.yaml: /);
+      t.notMatch(err.message, /\n/);
+    });
+  }
+});

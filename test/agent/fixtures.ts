@@ -1,0 +1,103 @@
+// Shared pieces of the agent tests: real bundles made by the `bundle` CLI, a temp node root
+// with a config, loop-mounted "USB sticks", and the CLIs run as child processes.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { writeImageLayout } from '../helpers/images.mjs';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+export const BUNDLE = join(ROOT, 'builder/bin/bundle.js');
+export const AGENT = join(ROOT, 'agent/bin/bundle-agent.js');
+
+export interface Run { code: number | null; stdout: string; stderr: string }
+
+export function run(bin: string, args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 120_000): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d; });
+    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+export interface AppImage { name: string; arch?: string; files: Record<string, string | Buffer> }
+
+/** Builds a signed bundle of the given images (named as a cluster would pull them) with the real CLI. */
+export async function makeBundle(dir: string, opts: { key: string; version: string; images: AppImage[]; upgradeFrom?: string[]; arch?: string; out: string }): Promise<string> {
+  const layout = join(dir, `layout-${opts.version}-${opts.arch ?? 'amd64'}`);
+  const specs: string[] = [];
+  for (const [i, img] of opts.images.entries()) {
+    const tag = `img${i}`;
+    await writeImageLayout(layout, { tag, platforms: [{ os: 'linux', architecture: img.arch ?? opts.arch ?? 'amd64', layers: [img.files] }] });
+    specs.push('--image', `oci:${layout}:${tag}=${img.name}`);
+  }
+  const r = await run(BUNDLE, ['create', '--quiet', '--version', opts.version, '--arch', opts.arch ?? 'amd64', ...specs,
+    ...(opts.upgradeFrom ?? []).flatMap((v) => ['--upgrade-from', v]), '--key', opts.key, '--cache', join(dir, 'cache'), '-o', opts.out]);
+  if (r.code !== 0) throw new Error(`bundle create failed: ${r.stderr}`);
+  return opts.out;
+}
+
+export async function keygen(dir: string, name = 'factory'): Promise<{ key: string; pub: string }> {
+  const r = await run(BUNDLE, ['keygen', '--out', join(dir, name)]);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return { key: join(dir, `${name}.key`), pub: join(dir, `${name}.pub`) };
+}
+
+/** Writes a config under a fresh node root; keys are copied in, since every path is under root. */
+export async function nodeRoot(root: string, pub: string | undefined, extra: string): Promise<string> {
+  await mkdir(join(root, 'etc/bundle-agent/keys'), { recursive: true });
+  if (pub) execFileSync('cp', [pub, join(root, 'etc/bundle-agent/keys/factory.pub')]);
+  const config = join(root, 'etc/bundle-agent/config.yaml');
+  await writeFile(config, `root: ${root}\nnodeName: node-a\narch: amd64\n${pub ? 'trust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\n' : ''}${extra}`);
+  return config;
+}
+
+let mountChecked: boolean | undefined;
+/** Whether this machine lets us loop-mount an ext4 image (root, loop devices). */
+export function canLoopMount(dir: string): boolean {
+  if (mountChecked !== undefined) return mountChecked;
+  try {
+    const img = join(dir, 'probe.img');
+    const mnt = join(dir, 'probe-mnt');
+    execFileSync('truncate', ['-s', '8M', img]);
+    execFileSync('mkfs.ext4', ['-q', '-F', img]);
+    execFileSync('mkdir', ['-p', mnt]);
+    execFileSync('mount', ['-o', 'loop', img, mnt], { stdio: 'ignore' });
+    execFileSync('umount', [mnt]);
+    mountChecked = true;
+  } catch {
+    mountChecked = false;
+  }
+  return mountChecked;
+}
+
+/** A "USB stick": a loop-mounted ext4 filesystem labelled STICK, or a plain directory where mount is not permitted. */
+export async function stick(dir: string, mnt: string, sizeMiB: number, t: { teardown(fn: () => unknown): void }): Promise<'loop' | 'dir'> {
+  await mkdir(mnt, { recursive: true });
+  if (!canLoopMount(dir)) return 'dir';
+  const img = join(dir, `stick-${Math.random().toString(36).slice(2)}.img`);
+  execFileSync('truncate', ['-s', `${sizeMiB}M`, img]);
+  execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'STICK', img]);
+  execFileSync('mount', ['-o', 'loop', img, mnt]);
+  t.teardown(() => {
+    try { execFileSync('umount', ['-l', mnt]); } catch { /* already gone */ }
+  });
+  return 'loop';
+}
+
+/** A small filesystem (tmpfs) for "not enough space" cases; undefined where mounting is not allowed. */
+export function smallFs(dir: string, sizeKiB: number, t: { teardown(fn: () => unknown): void }): boolean {
+  try {
+    execFileSync('mkdir', ['-p', dir]);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeKiB}k`, 'tmpfs', dir], { stdio: 'ignore' });
+    t.teardown(() => {
+      try { execFileSync('umount', ['-l', dir]); } catch { /* gone */ }
+    });
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,168 @@
+// bundle-agent in CRI-O mode, end to end: a real bundle on a loop-mounted ext4 "stick",
+// the agent's own registry, its registries.conf.d drop-in, and podman 4.3 pulling through
+// that drop-in (the containers/image code CRI-O uses). CRI-O itself cannot run here, so the
+// pins drop-in is checked against crio.conf(5)'s documented shape.
+import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import { copyFile, readdir, readFile, mkdir, writeFile, readFile as rf } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { AGENT, keygen, makeBundle, nodeRoot, run, smallFs, stick } from './fixtures.js';
+
+const parseToml = (createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse: (s: string) => Record<string, any> }).parse;
+
+const images = [
+  { name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } },
+  { name: 'quay.io/acme/tool:v2', files: { 'tool.txt': 'tool v2', 'shared.txt': 'shared' } },
+];
+
+async function setup(t: any, extra = '') {
+  const dir = await tmpdir(t, 'ob-agent-crio-');
+  const keys = await keygen(dir);
+  const root = join(dir, 'node');
+  const home = join(root, 'home');
+  const podmanRoot = join(dir, 'podman');
+  await mkdir(join(home, '.config/containers/registries.conf.d'), { recursive: true });
+  const registriesConf = join(dir, 'registries.conf');
+  await writeFile(registriesConf, 'unqualified-search-registries = []\n');
+  const pull = ['podman', '--root', join(podmanRoot, 'root'), '--runroot', join(podmanRoot, 'run'), '--storage-driver', 'vfs', '--events-backend', 'none', 'pull', '--quiet'];
+  const config = await nodeRoot(root, keys.pub, `runtime: crio
+version:
+  current: "1.0.0"
+paths:
+  # podman 4.3 reads drop-ins from $HOME/.config/containers/registries.conf.d when CONTAINERS_REGISTRIES_CONF is set
+  registriesDropInDir: /home/.config/containers/registries.conf.d
+space:
+  reserveBytes: 0
+preload:
+  method: command
+  command: [${pull.map((a) => JSON.stringify(a)).join(', ')}]
+reload:
+  command: [touch, ${JSON.stringify(join(dir, 'reloaded'))}]
+${extra}`);
+  const env = { ...process.env, HOME: home, CONTAINERS_REGISTRIES_CONF: registriesConf };
+  const podmanImages = () => JSON.parse(execFileSync('podman', ['--root', join(podmanRoot, 'root'), '--runroot', join(podmanRoot, 'run'), '--storage-driver', 'vfs', '--events-backend', 'none', 'images', '--digests', '--format', 'json'], { env }).toString()) as { Names?: string[]; Digest: string; RepoDigests?: string[] }[];
+  return { dir, keys, root, config, env, podmanImages, registriesDir: join(home, '.config/containers/registries.conf.d') };
+}
+
+t.test('load: from a loop-mounted stick to pulled and pinned images (CRI-O mode, podman as the containers/image client)', async (t) => {
+  const s = await setup(t);
+  const mnt = join(s.root, 'media/usb');
+  const kind = await stick(s.dir, mnt, 64, t);
+  t.comment(`stick: ${kind}`);
+  await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(mnt, 'update.bundle') });
+
+  const r = await run(AGENT, ['load', join(mnt, 'update.bundle'), '--config', s.config, '--json'], s.env);
+  t.equal(r.code, 0, `load exits 0 (stderr: ${r.stderr.slice(-400)})`);
+  const result = JSON.parse(r.stdout.trim().split('\n').pop()!);
+  t.equal(result.ready, true);
+  t.equal(result.mode, 'staged');
+
+  const manifest = JSON.parse(execFileSync('sh', ['-c', `zstd -dc ${JSON.stringify(join(mnt, 'update.bundle'))} | tar -xO bundle.json`]).toString());
+  const pulled = s.podmanImages();
+  for (const img of manifest.images) {
+    const found = pulled.find((p) => (p.RepoDigests ?? []).some((d) => d === `${img.repository}@${img.digest}`) || p.Digest === img.digest);
+    t.ok(found, `${img.repository}@${img.digest} is in the store under its original name`);
+  }
+
+  const pins = parseToml(await readFile(join(s.root, 'etc/crio/crio.conf.d/offline-bundle-pins.conf'), 'utf8'));
+  t.same(Object.keys(pins), ['crio'], 'contract: crio.conf(5) pins drop-in has only a [crio.image] table');
+  t.same(Object.keys(pins.crio), ['image']);
+  const pinned: string[] = pins.crio.image.pinned_images;
+  for (const img of manifest.images) {
+    t.ok(pinned.includes(`${img.repository}@${img.digest}`), `pinned by digest: ${img.repository}`);
+    t.ok(pinned.includes(`${img.repository}:${img.tag}`), `pinned by tag: ${img.repository}:${img.tag}`);
+  }
+  await t.resolves(rf(join(s.dir, 'reloaded')), 'the reload command ran');
+
+  t.same(await readdir(s.registriesDir), [], 'the mirror drop-in is removed once Ready');
+  t.same(await readdir(join(s.root, 'var/lib/upgrade')), [], 'staged layout deleted (staging.keep: false), no partial left');
+  const status = JSON.parse(await readFile(join(s.root, 'var/lib/bundle-agent/status.json'), 'utf8'));
+  t.equal(status.phase, 'Ready');
+  for (const c of ['MediaDetected', 'Verified', 'SpaceAvailable', 'Staged', 'Preloaded', 'Pinned', 'Ready']) {
+    t.equal(status.conditions.find((x: any) => x.type === c)?.status, 'True', `condition ${c}`);
+  }
+  t.match(status.message, /You may remove the USB stick/);
+  const st = await run(AGENT, ['status', '--config', s.config], s.env);
+  t.match(st.stdout, /You may remove the USB stick/, 'bundle-agent status speaks to the technician');
+
+  // A second release keeps the running one pinned next to it.
+  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace('current: "1.0.0"', 'current: "1.1.0"'));
+  await makeBundle(s.dir, { key: s.keys.key, version: '1.2.0', images: [{ name: 'quay.io/acme/app:v2', files: { 'app.txt': 'app v2' } }], out: join(mnt, 'next.bundle') });
+  const r2 = await run(AGENT, ['load', join(mnt, 'next.bundle'), '--config', s.config], s.env);
+  t.equal(r2.code, 0, `second load exits 0 (${r2.stderr.slice(-300)})`);
+  const pins2: string[] = parseToml(await readFile(join(s.root, 'etc/crio/crio.conf.d/offline-bundle-pins.conf'), 'utf8')).crio.image.pinned_images;
+  t.ok(pins2.includes('quay.io/acme/app:v2'), 'new release pinned');
+  t.ok(pins2.includes('quay.io/acme/app:v1') && pins2.includes('quay.io/acme/tool:v2'), 'running release 1.1.0 stays pinned');
+});
+
+t.test('refusals leave nothing staged and no drop-ins', async (t) => {
+  const cases: { name: string; reason: string; prepare: (s: Awaited<ReturnType<typeof setup>>) => Promise<string> }[] = [
+    { name: 'bad signature (signed by another key)', reason: 'UntrustedKey', prepare: async (s) => {
+      const other = await keygen(s.dir, 'other');
+      return makeBundle(s.dir, { key: other.key, version: '1.1.0', images, out: join(s.dir, 'other.bundle') });
+    } },
+    { name: 'wrong architecture', reason: 'WrongArch', prepare: (s) => makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', arch: 'arm64', images, out: join(s.dir, 'arm.bundle') }) },
+    { name: 'downgrade', reason: 'Downgrade', prepare: (s) => makeBundle(s.dir, { key: s.keys.key, version: '0.9.0', images, out: join(s.dir, 'old.bundle') }) },
+    { name: 'running version not an accepted source', reason: 'NotAnUpgradeSource', prepare: (s) => makeBundle(s.dir, { key: s.keys.key, version: '2.0.0', upgradeFrom: ['1.9.0'], images, out: join(s.dir, 'far.bundle') }) },
+    { name: 'tampered archive (a flipped byte in a blob)', reason: 'Corrupt', prepare: async (s) => {
+      const f = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'tampered.bundle') });
+      const buf = await readFile(f);
+      buf[buf.length - 200] ^= 0xff;
+      await writeFile(f, buf);
+      return f;
+    } },
+  ];
+  for (const c of cases) {
+    t.test(c.name, async (t) => {
+      const s = await setup(t);
+      const file = await c.prepare(s);
+      const r = await run(AGENT, ['load', file, '--config', s.config, '--json'], s.env);
+      t.not(r.code, 0, 'load fails');
+      const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+      if (c.reason === 'Corrupt') t.not(out.error.reason, 'Internal', `a specific reason (${out.error.reason})`);
+      else t.equal(out.error.reason, c.reason);
+      t.match(r.stderr, new RegExp(`bundle-agent: ${out.error.reason}: `));
+      const status = JSON.parse(await readFile(join(s.root, 'var/lib/bundle-agent/status.json'), 'utf8'));
+      t.equal(status.phase, 'Failed');
+      t.equal(status.conditions.find((x: any) => x.type === 'Failed')?.reason, out.error.reason);
+      t.same(await readdir(join(s.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing staged');
+      t.same(await readdir(s.registriesDir), [], 'no mirror drop-in');
+      t.same(await readdir(join(s.root, 'etc/crio/crio.conf.d')).catch(() => []), [], 'no pins written');
+      t.same(s.podmanImages(), [], 'nothing pulled');
+    });
+  }
+
+  t.test('wrong expected digest', async (t) => {
+    const s = await setup(t);
+    await writeFile(s.config, (await readFile(s.config, 'utf8')).replace('trust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\n', `trust:\n  digest: sha256:${'0'.repeat(64)}\n`));
+    const f = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'd.bundle') });
+    const r = await run(AGENT, ['load', f, '--config', s.config, '--json'], s.env);
+    t.not(r.code, 0);
+    t.equal(JSON.parse(r.stdout.trim().split('\n').pop()!).error.reason, 'DigestMismatch');
+    t.same(await readdir(join(s.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing staged');
+    t.same(await readdir(s.registriesDir), []);
+  });
+
+  t.test('not enough space (a small tmpfs holds the upgrade dir and the image store)', async (t) => {
+    const s = await setup(t);
+    const small = join(s.root, 'var/lib/small');
+    if (!smallFs(small, 512, t)) {
+      t.skip('mounting a tmpfs is not permitted here');
+      return;
+    }
+    await writeFile(s.config, (await readFile(s.config, 'utf8')).replace('paths:\n', 'paths:\n  upgradeDir: /var/lib/small/upgrade\n  imageStoreDir: /var/lib/small/store\n'));
+    const big = (await import('node:crypto')).randomBytes(2 * 1024 * 1024);
+    const f = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images: [{ name: 'quay.io/acme/big:v1', files: { 'big.bin': big } }], out: join(s.dir, 'big.bundle') });
+    const r = await run(AGENT, ['load', f, '--config', s.config, '--json'], s.env);
+    t.not(r.code, 0);
+    const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+    t.equal(out.error.reason, 'InsufficientSpace');
+    t.match(out.error.message, /GiB/, 'names the bytes missing');
+    t.same(await readdir(join(small, 'upgrade')), [], 'nothing staged');
+    t.same(await readdir(s.registriesDir), []);
+  });
+});
+
+void copyFile;

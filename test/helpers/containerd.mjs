@@ -1,0 +1,134 @@
+// A private containerd (1.6, root required) for tests and the demo: its CRI ImageService
+// on its own socket, the native snapshotter, and a registry config_path for hosts.toml mirrors.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { CriImageClient } from '@offline-bundle/runtime';
+
+/**
+ * Start a private containerd (1.6, root required) with everything under a fresh temp dir:
+ * root, state, gRPC/ttrpc sockets, the opt plugin dir, CNI dirs (empty: no pod networking
+ * needed for image calls), the native snapshotter, and the CRI registry config_path. The
+ * sandbox image is never pulled. Resolves once the CRI ImageService answers.
+ */
+/**
+ * @param {number} [timeoutMs]
+ * @param {{ certsDir?: string, socket?: string }} [opts]
+ * @returns {Promise<{ dir: string, socket: string, certsDir: string, pid: number, logs: () => string, stop: () => Promise<void> }>}
+ */
+export async function startContainerd(timeoutMs = 20_000, opts = {}) {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-ctd-'));
+  // The agent's tests place the hosts dir and socket under the node root they configure.
+  const certsDir = opts.certsDir ?? path.join(dir, 'certs.d');
+  const socket = opts.socket ?? path.join(dir, 'containerd.sock');
+  await mkdir(path.dirname(socket), { recursive: true });
+  for (const d of [certsDir, path.join(dir, 'cni', 'bin'), path.join(dir, 'cni', 'conf')]) await mkdir(d, { recursive: true });
+  const q = JSON.stringify;
+  const config = path.join(dir, 'config.toml');
+  await writeFile(
+    config,
+    [
+      'version = 2',
+      `root = ${q(path.join(dir, 'root'))}`,
+      `state = ${q(path.join(dir, 'state'))}`,
+      'disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]',
+      '[grpc]',
+      `  address = ${q(socket)}`,
+      '[ttrpc]',
+      `  address = ${q(socket + '.ttrpc')}`,
+      '[debug]',
+      '  address = ""',
+      '[metrics]',
+      '  address = ""',
+      '[plugins."io.containerd.internal.v1.opt"]',
+      `  path = ${q(path.join(dir, 'opt'))}`,
+      '[plugins."io.containerd.grpc.v1.cri"]',
+      '  sandbox_image = "registry.invalid/pause:unused"',
+      '  stream_server_address = "127.0.0.1"',
+      '  stream_server_port = "0"',
+      '  [plugins."io.containerd.grpc.v1.cri".containerd]',
+      '    snapshotter = "native"',
+      '  [plugins."io.containerd.grpc.v1.cri".cni]',
+      `    bin_dir = ${q(path.join(dir, 'cni', 'bin'))}`,
+      `    conf_dir = ${q(path.join(dir, 'cni', 'conf'))}`,
+      '  [plugins."io.containerd.grpc.v1.cri".registry]',
+      `    config_path = ${q(certsDir)}`,
+      '',
+    ].join('\n'),
+  );
+
+  const child = spawn('containerd', ['--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let logs = '';
+  const onData = (d) => {
+    if (logs.length < 256 * 1024) logs += d.toString('utf8');
+  };
+  child.stdout.on('data', onData);
+  child.stderr.on('data', onData);
+  /** @type {Error | undefined} */
+  let spawnError;
+  child.once('error', (e) => (spawnError = e));
+  const exited = new Promise((resolve) => child.once('exit', () => resolve()));
+  const killOnExit = () => {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      // gone
+    }
+  };
+  process.once('exit', killOnExit);
+
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    process.removeListener('exit', killOnExit);
+    if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
+      process.kill(child.pid, 'SIGTERM');
+      const timer = setTimeout(() => {
+        if (child.pid !== undefined) {
+          try {
+            process.kill(child.pid, 'SIGKILL');
+          } catch {
+            // gone
+          }
+        }
+      }, 5000);
+      await exited;
+      clearTimeout(timer);
+    }
+    await rm(dir, { recursive: true, force: true });
+  };
+
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (spawnError) {
+      await stop();
+      throw new Error(`cannot start containerd: ${spawnError.message}`);
+    }
+    if (child.exitCode !== null || child.signalCode !== null) {
+      const out = logs;
+      await stop();
+      throw new Error(`containerd exited during startup (code ${child.exitCode}, signal ${child.signalCode}): ${out.slice(-4000)}`);
+    }
+    if (existsSync(socket)) {
+      const c = new CriImageClient(socket, { callTimeoutMs: 2000 });
+      try {
+        await c.listImages();
+        break;
+      } catch {
+        // CRI plugin not serving yet
+      } finally {
+        c.close();
+      }
+    }
+    if (Date.now() > deadline) {
+      const out = logs;
+      await stop();
+      throw new Error(`containerd's CRI did not answer on ${socket} within ${timeoutMs} ms: ${out.slice(-4000)}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { dir, socket, certsDir, pid: /** @type {number} */ (child.pid), logs: () => logs, stop };
+}
