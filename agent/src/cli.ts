@@ -6,7 +6,7 @@ import { isDigest } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, type AgentConfig } from './config.js';
-import { runDaemon, statusTracker } from './daemon.js';
+import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
 import { runLoad } from './pipeline.js';
@@ -52,6 +52,7 @@ export function buildProgram(): Command {
       const config = await loadConfig(o.config);
       const log = createLogger();
       const tracker = await statusTracker(config, log);
+      const closeOutputs = await statusOutputs(config, log, tracker, false);
       const runtime = runtimeTarget(config, log);
       let last = '';
       tracker.onChange((s) => {
@@ -63,6 +64,7 @@ export function buildProgram(): Command {
         if (o.json) process.stdout.write(JSON.stringify({ ready: true, ...r }) + '\n');
       } finally {
         await runtime.close();
+        await closeOutputs();
       }
     });
 

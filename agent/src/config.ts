@@ -35,6 +35,14 @@ export interface AgentConfig {
   containerd: { ctr: string; namespace: string };
   /** File-name prefix of every drop-in the agent writes (and the only ones it removes). */
   prefix: string;
+  status: {
+    /** Kubeconfig for the per-node NodeBundleStatus; no cluster reporting without it. */
+    kubeconfig?: string;
+    /** Loopback address of GET /status and /metrics; none without it. */
+    listen?: { host: string; port: number };
+    /** The technician's line on the node's console (<root>/etc/issue.d/bundle-agent.issue). */
+    console: boolean;
+  };
 }
 
 export class ConfigError extends Error {
@@ -107,7 +115,7 @@ class Reader {
 
 /** Parses and validates a config document; unknown keys are errors so typos never pass silently. */
 export function parseConfig(text: string, file = 'config'): AgentConfig {
-  const r = new Reader(file);
+  const r: Reader = new Reader(file);
   let doc: unknown;
   try {
     doc = parseYaml(text);
@@ -115,7 +123,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     throw new ConfigError(`${file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
   }
   const raw = r.obj(doc, '(top)');
-  r.known(raw, '', ['root', 'nodeName', 'runtime', 'arch', 'criSocket', 'trust', 'version', 'paths', 'media', 'space', 'staging', 'preload', 'reload', 'containerd', 'prefix']);
+  r.known(raw, '', ['root', 'nodeName', 'runtime', 'arch', 'criSocket', 'trust', 'version', 'paths', 'media', 'space', 'staging', 'preload', 'reload', 'containerd', 'prefix', 'status']);
   const root = r.str(raw.root, 'root', '/');
   if (!isAbsolute(root)) r.fail('root', 'must be an absolute path');
   const under = (p: string, key: string) => {
@@ -157,6 +165,14 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   r.known(containerd, 'containerd', ['ctr', 'namespace']);
   const prefix = r.str(raw.prefix, 'prefix', 'offline-bundle');
   if (!/^[a-z0-9][a-z0-9-]*$/.test(prefix)) r.fail('prefix', 'must be lowercase letters, digits and dashes');
+  const status = r.obj(raw.status, 'status');
+  r.known(status, 'status', ['kubeconfig', 'listen', 'console']);
+  let listen: { host: string; port: number } | undefined;
+  if (status.listen !== undefined) {
+    const m = /^(127\.\d+\.\d+\.\d+|localhost):(\d{1,5})$/.exec(r.str(status.listen, 'status.listen'));
+    if (!m || Number(m[2]) > 65535) r.fail('status.listen', 'must be a loopback address such as 127.0.0.1:9469');
+    listen = { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!, port: Number(m[2]) };
+  }
   const current = version.current === undefined ? undefined : String(version.current);
 
   return {
@@ -197,6 +213,11 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     reload: { command: r.strings(reload.command, 'reload.command', runtime === 'crio' ? ['systemctl', 'reload', 'crio'] : []) },
     containerd: { ctr: r.str(containerd.ctr, 'containerd.ctr', 'ctr'), namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
     prefix,
+    status: {
+      ...(status.kubeconfig !== undefined ? { kubeconfig: under(r.str(status.kubeconfig, 'status.kubeconfig'), 'status.kubeconfig') } : {}),
+      ...(listen ? { listen } : {}),
+      console: r.bool(status.console, 'status.console', true),
+    },
   };
 }
 

@@ -1,4 +1,7 @@
-import { emptyStatus, readStatusFile, StatusTracker, writeStatusFile, type NodeStatus } from '@offline-bundle/status';
+import {
+  ClusterReporter, ConsoleWriter, Metrics, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusTracker,
+  writeStatusFile, type NodeStatus,
+} from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
@@ -16,8 +19,40 @@ export async function statusTracker(config: AgentConfig, log: Logger): Promise<S
   tracker.onChange((s: NodeStatus) => {
     chain = chain.then(() => writeStatusFile(config.paths.statusFile, s)).catch((err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`));
   });
-  tracker.update(() => undefined);
+  tracker.update((s) => {
+    if (config.version.current) s.history = observeRunning(s.history, config.version.current);
+  });
   return tracker;
+}
+
+/**
+ * Everything else that shows the status: the node's console, the cluster resource, and (for
+ * the daemon) the loopback /status and /metrics endpoint. Returns the shutdown, which sends
+ * the last state to the cluster if it can within a few seconds.
+ */
+export async function statusOutputs(config: AgentConfig, log: Logger, tracker: StatusTracker, withHttp: boolean): Promise<() => Promise<void>> {
+  const closers: (() => Promise<unknown>)[] = [];
+  const metrics = new Metrics();
+  tracker.onChange(metrics.sink, { replay: true });
+  if (config.status.console) {
+    const writer = new ConsoleWriter({ root: config.root, onError: (e) => log.warn('console', `cannot update the console line: ${oneLine(e)}`) });
+    tracker.onChange(writer.sink, { replay: true });
+    closers.push(() => writer.idle());
+  }
+  if (config.status.kubeconfig) {
+    const reporter = new ClusterReporter({ node: config.nodeName, kubeconfig: config.status.kubeconfig, log });
+    tracker.onChange(reporter.sink, { replay: true });
+    metrics.trackReporter(reporter);
+    closers.push(() => reporter.close(5000));
+  }
+  if (withHttp && config.status.listen) {
+    const server = await startStatusServer({ status: tracker, metrics, host: config.status.listen.host, port: config.status.listen.port });
+    log.info('status', `status endpoint on ${server.url}`, { url: server.url });
+    closers.push(() => server.close());
+  }
+  return async () => {
+    for (const c of closers) await c().catch(() => undefined);
+  };
 }
 
 /**
@@ -26,6 +61,7 @@ export async function statusTracker(config: AgentConfig, log: Logger): Promise<S
  */
 export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal): Promise<void> {
   const tracker = await statusTracker(config, log);
+  const closeOutputs = await statusOutputs(config, log, tracker, true);
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
   const cleaner = runtimeTarget(config, log);
@@ -65,6 +101,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     }
   } finally {
     watcher.stop();
+    await closeOutputs();
     if (busy) log.warn('stop', 'stopped while a bundle was loading; it will be resumed from scratch when the media is seen again');
   }
 }

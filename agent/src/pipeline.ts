@@ -4,7 +4,7 @@ import {
   checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
-import type { StatusTracker } from '@offline-bundle/status';
+import { markFailed, markLoaded, recordIncoming, versionsInUse, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import type { Logger } from './log.js';
@@ -99,6 +99,9 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   const releases = await readReleases(config.paths.stateDir);
   const current = config.version.current;
   checkPolicy(m, config, current);
+  tracker.update((s) => {
+    s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
+  });
 
   const plan = await planSpace(m, config);
   tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
@@ -160,11 +163,12 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store`);
 
     tracker.phase('Pinning');
-    // Keep the running release pinned next to the new one; older ones go once this one is complete.
-    const running = releases.find((r) => r.version === current && r.arch === rel.arch);
-    const pins = [...new Set([...refs, ...(running?.refs ?? [])])].sort();
+    // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
+    const inUse = new Set(versionsInUse(tracker.current.history));
+    const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
+    const pins = [...new Set([...refs, ...kept.flatMap((r) => r.refs)])].sort();
     await runtime.pin(pins);
-    tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${running ? ` (with the running ${running.version})` : ''}`);
+    tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : ''}`);
   } finally {
     await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
     await registry?.close().catch(() => undefined);
@@ -175,9 +179,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(fileDigest ? { digest: fileDigest } : {}), refs, loadedAt: new Date().toISOString() });
   tracker.update((s) => {
     s.phase = 'Ready';
-    const h = s.history.filter((e) => e.version !== rel.version);
-    h.push({ version: rel.version, state: 'loaded', ...(fileDigest ? { digest: fileDigest } : {}), at: new Date().toISOString() });
-    s.history = h;
+    s.history = markLoaded(s.history, rel.version, fileDigest ? { digest: fileDigest } : {});
   });
   tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
   log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
@@ -191,6 +193,8 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
   } catch (err) {
     const reason = reasonOf(err);
     const message = oneLine(err);
+    const version = ctx.tracker.current.bundle?.version;
+    if (version) ctx.tracker.update((s) => { s.history = markFailed(s.history, version); });
     ctx.tracker.condition('Failed', 'True', reason, message);
     ctx.tracker.condition('Ready', 'False', reason, message);
     ctx.tracker.phase('Failed');

@@ -36,8 +36,3 @@ export async function readReleases(stateDir: string): Promise<ReleaseRecord[]> {
   }
   return out;
 }
-
-/** The version the node runs: from config, else the newest release this agent loaded. */
-export function runningVersion(configured: string | undefined, _releases: ReleaseRecord[]): string | undefined {
-  return configured;
-}

@@ -11,13 +11,15 @@ import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startContainerd } from '../runtime/lib.js';
 import { AGENT, keygen, makeBundle, nodeRoot, run, smallFs, stick } from './fixtures.js';
+import { freePort, startFakeApi, writeKubeconfig } from '../status/lib.js';
+import { parse as parseYaml } from 'yaml';
 
 const images = [
   { name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1', 'shared.txt': 'shared' } },
   { name: 'registry.example.com:5000/team/tool:v2', files: { 'tool.txt': 'tool v2', 'shared.txt': 'shared' } },
 ];
 
-async function node(t: any) {
+async function node(t: any, statusYaml = '') {
   const dir = await tmpdir(t, 'ob-agent-ctd-');
   const keys = await keygen(dir);
   const root = join(dir, 'node');
@@ -32,7 +34,7 @@ media:
   roots: [/media]
   watchDirs: []
   pollSeconds: 1
-`);
+${statusYaml}`);
   const cri = new CriImageClient(ctd.socket);
   t.teardown(() => cri.close());
   const manifestOf = (file: string) => JSON.parse(execFileSync('sh', ['-c', `zstd -dc ${JSON.stringify(file)} | tar -xO bundle.json`]).toString());
@@ -52,7 +54,12 @@ async function waitForPhase(statusFile: string, phases: string[], timeoutMs: num
 }
 
 t.test('daemon: a stick plugged in after start is loaded into containerd and pinned', async (t) => {
-  const n = await node(t);
+  // The cluster's API server cannot run here: a recording stand-in checks the contract (SSA of the status subresource).
+  const api = await startFakeApi();
+  t.teardown(() => api.close());
+  const port = await freePort();
+  const n = await node(t, `status:\n  kubeconfig: /etc/bundle-agent/kubeconfig\n  listen: 127.0.0.1:${port}\n`);
+  await writeKubeconfig(join(n.root, 'etc/bundle-agent/kubeconfig'), api.port);
   const mnt = join(n.root, 'media/usb');
   const staging = join(n.dir, 'staging-stick');
   const kind = await stick(n.dir, staging, 64, t);
@@ -97,9 +104,21 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
   t.same(await readdir(join(n.root, 'etc/containerd/certs.d')), [], 'hosts.toml mirrors removed once Ready');
   t.same(await readdir(join(n.root, 'var/lib/upgrade')), [], 'staged layout removed');
 
+  const statusEndpoint = await fetch(`http://127.0.0.1:${port}/status`).then((r) => r.json() as Promise<any>);
+  t.equal(statusEndpoint.phase, 'Ready', 'GET /status on loopback');
+  const metrics = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text());
+  t.match(metrics, /^bundle_agent_images_pulled_total \d+/m, 'GET /metrics in Prometheus text');
+  t.match(await readFile(join(n.root, 'etc/issue.d/bundle-agent.issue'), 'utf8'), /You may remove the USB stick/, 'the console shows the technician line');
+
   daemon.kill('SIGTERM');
   const code = await new Promise((r) => daemon.once('exit', r));
   t.ok(code === 0 || code === null, 'the daemon stops cleanly on SIGTERM');
+  const sent = api.accepted().filter((r) => r.path === '/apis/bundles.offline-bundle.io/v1alpha1/nodebundlestatuses/node-a/status');
+  t.ok(sent.length > 0, 'contract: status applied to the node\'s own NodeBundleStatus status subresource');
+  const lastSent = parseYaml(sent[sent.length - 1]!.body);
+  t.equal(lastSent.status.phase, 'Ready', 'the final state reached the cluster');
+  t.equal(sent[0]!.headers['content-type'], 'application/apply-patch+yaml');
+  t.equal(sent[0]!.url.searchParams.get('fieldManager'), 'bundle-agent-node-a');
 });
 
 t.test('load: too little disk to stage → served from the media through the seek index', async (t) => {
