@@ -1,5 +1,6 @@
 import { mkdir, stat, statfs } from 'node:fs/promises';
 import type { BundleManifest } from '@offline-bundle/format';
+import { formatBytes } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { AgentError } from './errors.js';
 
@@ -11,9 +12,7 @@ async function fsInfo(dir: string): Promise<{ free: number; dev: number }> {
   return { free: fs.bavail * fs.bsize, dev: st.dev };
 }
 
-function gib(n: number): string {
-  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
-}
+const gib = (n: number) => formatBytes(n);
 
 /**
  * Chooses where the layout goes: staged on disk when both it and the unpacked images fit
@@ -29,12 +28,12 @@ export async function planSpace(m: BundleManifest, config: AgentConfig): Promise
   const shared = up.dev === store.dev;
   const stagedFits = shared ? up.free >= layout + images + reserve : up.free >= layout + reserve && store.free >= images + reserve;
   if (stagedFits) {
-    return { mode: 'staged', message: `${gib(up.free)} free for ${gib(layout)} of layout and ${gib(images)} of images` };
+    return { mode: 'staged', message: `${formatBytes(up.free)} free for ${formatBytes(layout)} of layout and ${formatBytes(images)} of images` };
   }
   if (store.free >= images + reserve) {
-    return { mode: 'media', message: `not enough room to copy the bundle (${gib(layout)}); serving from the media: keep the USB stick in until Ready` };
+    return { mode: 'media', message: `not enough room to copy the bundle (${formatBytes(layout)}); serving from the media: keep the USB stick in until Ready` };
   }
   const missing = images + reserve - store.free;
   throw new AgentError('InsufficientSpace',
-    `not enough disk space: the images need ${gib(images)} plus a ${gib(reserve)} reserve in ${config.paths.imageStoreDir}, which has ${gib(store.free)} free; free ${gib(missing)} (e.g. remove unused images) and plug the stick in again`);
+    `not enough disk space: the images need ${formatBytes(images)} plus a ${formatBytes(reserve)} reserve in ${config.paths.imageStoreDir}, which has ${formatBytes(store.free)} free; free ${formatBytes(missing)} (e.g. remove unused images) and plug the stick in again`);
 }

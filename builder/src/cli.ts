@@ -5,7 +5,8 @@ import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir } from './create.js';
-import { Progress, formatBytes } from './progress.js';
+import { formatBytes } from '@offline-bundle/status';
+import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];

@@ -8,7 +8,8 @@ import {
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
 import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
-import { Progress, formatBytes } from './progress.js';
+import { formatBytes } from '@offline-bundle/status';
+import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
 

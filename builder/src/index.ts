@@ -1,4 +1,4 @@
 export { createBundle, defaultCacheDir, readImagesFile } from './create.js';
-export { Progress, formatBytes, formatDuration } from './progress.js';
+export { Progress } from './progress.js';
 export { TOOL_NAME, TOOL_VERSION } from './version.js';
 export type { CreateOptions, CreateResult } from './create.js';

@@ -1,28 +1,11 @@
+import { formatBytes, formatDuration } from '@offline-bundle/status';
+
 /** Human progress on a terminal (one redrawn line), sparse log lines otherwise; nothing with --quiet. */
 export interface ProgressOptions {
   stream?: NodeJS.WriteStream;
   quiet?: boolean;
   /** Seconds between log lines when not on a terminal. */
   logEverySeconds?: number;
-}
-
-export function formatBytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let u = 0;
-  while (v >= 1024 && u < units.length - 1) {
-    v /= 1024;
-    u++;
-  }
-  return `${u === 0 ? v : v.toFixed(1)} ${units[u]}`;
-}
-
-export function formatDuration(seconds: number): string {
-  if (!Number.isFinite(seconds)) return '?';
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
 }
 
 export class Progress {

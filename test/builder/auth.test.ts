@@ -162,7 +162,11 @@ async function startTokenRegistry(dir: string, realm: string, issuer: string, se
   child.stdout.on('data', (d: Buffer) => { logs += d.toString(); });
   child.stderr.on('data', (d: Buffer) => { logs += d.toString(); });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // never leave the registry behind if the test process exits early
+  const killOnExit = () => { child.kill('SIGKILL'); };
+  process.once('exit', killOnExit);
   const stop = async () => {
+    process.removeListener('exit', killOnExit);
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 3000);

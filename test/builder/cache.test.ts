@@ -24,7 +24,7 @@ async function image(name: string) {
     tag: 'v1',
     platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'data/blob.bin': randomBytes(256 * 1024) }, { 'etc/name': name }] }],
   }, `${H}/cache/${name}:v1`);
-  const big = img.manifests[0].layers[0]!;
+  const big = img.manifests[0]!.layers[0]!;
   const res = await fetch(`${reg.url}/v2/cache/${name}/blobs/${big}`);
   const bytes = Buffer.from(await res.arrayBuffer());
   return { ...img, big, bytes };
@@ -112,7 +112,7 @@ t.test('a corrupt complete cache entry fails the write with BLOB_DIGEST_MISMATCH
   t.equal(first.code, 0, first.stderr);
   const file = blobFile(cache, img.big);
   const bytes = await readFile(file);
-  bytes[bytes.length >> 1] ^= 0xff;
+  bytes[bytes.length >> 1] = bytes[bytes.length >> 1]! ^ 0xff;
   await writeFile(file, bytes);
   const r = await create(img.ref, cache);
   t.equal(r.code, 1);

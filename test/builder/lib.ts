@@ -29,9 +29,6 @@ export interface RunOptions {
 export function hermeticEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.SOURCE_DATE_EPOCH;
-  // tap's NODE_OPTIONS (@tapjs/processinfo) doubles every CLI start-up (~0.35 s instead of
-  // ~0.17 s of CPU); coverage of the CLI still comes through NODE_V8_COVERAGE without it.
-  delete env.NODE_OPTIONS;
   env.REGISTRY_AUTH_FILE = '/nonexistent/offline-bundle-test/auth.json';
   env.XDG_CACHE_HOME = '/nonexistent/offline-bundle-test/cache';
   for (const [k, v] of Object.entries(extra)) {

@@ -64,7 +64,7 @@ t.test('create -> verify -> extract -> skopeo copy into a fresh registry: identi
     const original = await skopeoInspectRaw(`docker://${ref}`);
     t.ok(served.equals(original), `${ref}: byte-identical to the source registry's manifest`);
   }
-  t.equal(sha256(await skopeoInspectRaw(`${dest.host}/rt/multi@${multi.manifests[1].digest}`)), multi.manifests[1].digest, 'arm64 child copied too');
+  t.equal(sha256(await skopeoInspectRaw(`${dest.host}/rt/multi@${multi.manifests[1]!.digest}`)), multi.manifests[1]!.digest, 'arm64 child copied too');
   t.equal(sha256(await skopeoInspectRaw(`${dest.host}/rt/tool@${tool.digest}`)), tool.digest, 'digest reference resolvable by digest at the destination');
 });
 

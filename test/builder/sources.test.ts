@@ -2,7 +2,7 @@
 // the public names while every byte comes from the local mirror), and the local transports
 // oci:DIR[:REF]=NAME, oci-archive:FILE[:REF]=NAME and docker-archive:FILE[:REPO:TAG]
 // (a docker-save tar built by hand). Each bundle round-trips through skopeo.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -30,7 +30,7 @@ async function create(args: string[], tlsVerify = false) {
 }
 
 /** extract + `skopeo copy --all --preserve-digests oci:LAYOUT:REF docker://REG/to/N` for every image; returns served digests. */
-async function roundTrip(t: Tap.Test, output: string, dir: string): Promise<Map<string, string>> {
+async function roundTrip(t: Test, output: string, dir: string): Promise<Map<string, string>> {
   const layout = path.join(dir, 'layout');
   const x = await bundle(['extract', output, layout, '--key', keys.pub, '--quiet']);
   t.equal(x.code, 0, x.stderr);

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { copyFile, mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
-  BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, blobPath, encodeSeekTable, verifyBundle, type Trust,
+  BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, blobPath, encodeSeekTable, readHeader, verifyBundle, type Trust,
 } from '@offline-bundle/format';
 import {
   assertRejected, craft, craftTar, entryNamed, fileEntry, flipByte, makeBundle, makeKey, packTar, readEntries,
@@ -644,3 +644,25 @@ t.test('with a multi-frame blob, bad entries at the end of a long stream', async
   });
 });
 
+
+t.test('readHeader (inspect, no trust): its own refusals', async (t) => {
+  const b = await makeBundle(t, { layerSizes: [100] });
+  const all = await readEntries(b.path);
+  const f = (name: string) => path.join(b.dir, name);
+  await rejectsWith(t, readHeader(f('missing.bundle')), 'IO_ERROR', 'a missing file');
+  await mkdir(f('dir.bundle'));
+  await rejectsWith(t, readHeader(f('dir.bundle')), 'IO_ERROR', 'a directory');
+  await writeFile(f('random.bundle'), randomBytes(10_000));
+  await rejectsWith(t, readHeader(f('random.bundle')), 'CORRUPT', 'random bytes');
+  await writeFile(f('empty.bundle'), '');
+  await rejectsWith(t, readHeader(f('empty.bundle')), 'TRUNCATED', 'an empty file');
+  await craft(f('order.bundle'), [all[1]!, all[0]!, ...all.slice(2)]);
+  await rejectsWith(t, readHeader(f('order.bundle')), 'BAD_ORDER', 'signature first');
+  await craft(f('nosig.bundle'), [all[0]!, ...all.slice(2)]);
+  await rejectsWith(t, readHeader(f('nosig.bundle')), 'BAD_ORDER', 'no signature');
+  await craft(f('v2.bundle'), resign(all, b.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 2 }) }));
+  await rejectsWith(t, readHeader(f('v2.bundle')), 'UNSUPPORTED_VERSION', 'schemaVersion 2');
+  // no trust needed, none implied: a bundle signed by anyone reads
+  await craft(f('other.bundle'), resign(all, makeKey().privateKey));
+  t.ok((await readHeader(f('other.bundle'))).manifest);
+});

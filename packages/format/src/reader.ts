@@ -410,6 +410,8 @@ export async function readHeader(path: string): Promise<{ manifest: BundleManife
     }
   } catch (err) {
     if (err instanceof FormatError) throw err;
+    // a file that cannot be read (missing, media removed) says nothing about its contents
+    if (isSystemError(err)) throw new FormatError('IO_ERROR', `cannot read ${path}: ${err.message}`, { cause: err });
     throw new FormatError('CORRUPT', `${path} is not a bundle: ${(err as Error).message}`, { cause: err });
   } finally {
     src.destroy();

@@ -70,7 +70,7 @@ function paginate(items: string[], query: Record<string, string | undefined>): {
  */
 export function buildRegistry(opts: RegistryServerOptions): FastifyInstance {
   const { store, catalog } = opts;
-  const app = Fastify({ logger: false, exposeHeadRoutes: false, maxParamLength: 1024, return503OnClosing: true });
+  const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 } });
   app.addHook('onResponse', async (req, reply) => opts.onRequest?.(req.method, req.url, reply.statusCode));
 
   const handle = async (req: FastifyRequest, reply: FastifyReply) => {

@@ -2,6 +2,7 @@ export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, emptyStatu
 export { writeFileAtomic, writeStatusFile, readStatusFile } from './file.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine } from './summary.js';
+export { formatBytes, formatDuration } from './units.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';

@@ -1,7 +1,8 @@
 import type { NodeStatus } from './model.js';
+import { formatBytes } from './units.js';
 
 function gb(n: number): string {
-  return n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : `${Math.max(0, Math.round(n / 1e6))} MB`;
+  return formatBytes(n, { si: true });
 }
 
 function minutes(seconds: number | undefined): string {
@@ -19,7 +20,8 @@ export function technicianLine(s: NodeStatus, _now = new Date()): string {
     case 'Idle':
       return 'Waiting for a USB stick with an update bundle.';
     case 'Verifying':
-      return `Checking the update ${s.bundle?.version ?? ''} (${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`.replace('  ', ' ');
+      if (p.bytesTotal === 0) return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''}.${keep}`;
+      return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} (${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`;
     case 'Staging':
       return `Copying ${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
     case 'Serving':
