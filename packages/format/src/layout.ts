@@ -33,3 +33,6 @@ export function paddedSize(size: number): number {
 export function tarStreamBytes(sizes: number[]): number {
   return sizes.reduce((sum, s) => sum + TAR_BLOCK + paddedSize(s), 0) + 2 * TAR_BLOCK;
 }
+
+/** Read size for streaming a bundle or a blob: fewer, larger reads matter on USB media. */
+export const READ_CHUNK = 1024 * 1024;

@@ -8,8 +8,7 @@ import { newSha256, sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import {
   BLOB_DIR, BUNDLE_JSON, INDEX_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, OCI_LAYOUT,
-  OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes,
-} from './layout.js';
+  OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes, READ_CHUNK } from './layout.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
 import { assertTrust, checkSignature, type Trust } from './trust.js';
@@ -228,7 +227,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     if (tarBytes > expectedTar) throw new FormatError('TRAILING_DATA', 'data follows the end of the archive: the file was altered');
   };
 
-  const piping = pipeline(createReadStream(path), rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
+  const piping = pipeline(createReadStream(path, { highWaterMark: READ_CHUNK }), rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
     fail(err);
     extract.destroy(err as Error);
   });

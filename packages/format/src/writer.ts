@@ -11,8 +11,7 @@ import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_MEDIA_TYPE, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
-  TAR_BLOCK, blobPath, paddedSize,
-} from './layout.js';
+  TAR_BLOCK, blobPath, paddedSize, READ_CHUNK } from './layout.js';
 import { serializeManifest, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 
@@ -128,7 +127,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   const layoutEntries: PackEntry[] = [
     { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
     { name: INDEX_JSON, size: input.index.length, open: () => input.index },
-    ...blobs.map((b) => ({ name: blobPath(b.digest), size: b.size, digest: b.digest, open: () => createReadStream(b.path) })),
+    ...blobs.map((b) => ({ name: blobPath(b.digest), size: b.size, digest: b.digest, open: () => createReadStream(b.path, { highWaterMark: READ_CHUNK }) })),
   ];
   const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
   let done = 0;
