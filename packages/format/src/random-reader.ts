@@ -128,22 +128,33 @@ export class BundleRandomReader {
     })(), { objectMode: false });
   }
 
-  /** The whole entry, returned only once its size and digest match bundle.json. */
-  async readVerified(path: string): Promise<Buffer> {
+  /** Hashes a whole entry through the index, handing each chunk to `sink`; throws unless size and digest match bundle.json. */
+  private async check(path: string, sink?: (chunk: Buffer) => void): Promise<void> {
     const want = this.listed.get(path);
     if (!want) throw new FormatError('UNEXPECTED_ENTRY', `"${path}" is not listed in bundle.json`);
-    const parts: Buffer[] = [];
     const hash = newSha256();
+    let size = 0;
     for await (const c of this.stream(path)) {
       hash.update(c as Buffer);
-      parts.push(c as Buffer);
+      size += (c as Buffer).length;
+      sink?.(c as Buffer);
     }
-    const data = Buffer.concat(parts);
     const actual = 'sha256:' + hash.digest('hex');
-    if (data.length !== want.size || actual !== want.digest) {
+    if (size !== want.size || actual !== want.digest) {
       throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${path}" read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`);
     }
-    return data;
+  }
+
+  /** Checks an entry against its signed size and digest without keeping it in memory. */
+  verify(path: string): Promise<void> {
+    return this.check(path);
+  }
+
+  /** The whole entry, returned only once its size and digest match bundle.json. */
+  async readVerified(path: string): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    await this.check(path, (c) => parts.push(c));
+    return Buffer.concat(parts);
   }
 
   close(): Promise<void> {
