@@ -4,7 +4,7 @@
 // pulled through the agent's registry via the CRI ImageService, with the pinned label set.
 import t from 'tap';
 import { execFileSync, spawn } from 'node:child_process';
-import { readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CriImageClient } from '@offline-bundle/runtime';
@@ -32,7 +32,7 @@ space:
   reserveBytes: 0
 media:
   roots: [/media]
-  watchDirs: []
+  watchDirs: [/var/lib/bundle-agent/drop]
   pollSeconds: 1
 ${statusYaml}`);
   const cri = new CriImageClient(ctd.socket);
@@ -75,6 +75,17 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
   t.match(idle.message, /Waiting for a USB stick/);
   await sleep(1200);
 
+  // A damaged bundle dropped first: reported, and the daemon keeps watching.
+  const drop = join(n.root, 'var/lib/bundle-agent/drop');
+  await mkdir(drop, { recursive: true });
+  const damaged = await readFile(file);
+  damaged[Math.floor(damaged.length / 2)] ^= 0xff;
+  await writeFile(join(drop, 'damaged.bundle'), damaged);
+  const failed = await waitForPhase(join(n.root, 'var/lib/bundle-agent/status.json'), ['Failed'], 30_000);
+  t.match(failed.message, /^Failed: /, 'a damaged bundle is reported to the technician');
+  t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing of it stays staged');
+  t.equal(daemon.exitCode, null, 'the daemon survives it');
+
   // "Plug in" the stick: bind/loop-mount it under the media root (or copy into a plain dir).
   if (kind === 'loop') {
     execFileSync('mkdir', ['-p', mnt]);
@@ -82,7 +93,7 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
     t.teardown(() => { try { execFileSync('umount', ['-l', mnt]); } catch { /* gone */ } });
   } else {
     t.comment('mount not permitted: using a watched directory instead');
-    await writeFile(n.config, (await readFile(n.config, 'utf8')).replace('watchDirs: []', `watchDirs: [/media/usb]`));
+    await writeFile(n.config, (await readFile(n.config, 'utf8')).replace('watchDirs: [/var/lib/bundle-agent/drop]', 'watchDirs: [/var/lib/bundle-agent/drop, /media/usb]'));
   }
   const status = await waitForPhase(join(n.root, 'var/lib/bundle-agent/status.json'), ['Ready', 'Failed'], 90_000);
   t.equal(status.phase, 'Ready', `Ready (log: ${log.slice(-600)})`);
