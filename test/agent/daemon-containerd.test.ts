@@ -42,12 +42,13 @@ ${statusYaml}`);
   return { dir, keys, root, config, ctd, cri, manifestOf, ctrImages };
 }
 
-async function waitForPhase(statusFile: string, phases: string[], timeoutMs: number, withBundle = true): Promise<any> {
+async function waitForPhase(statusFile: string, phases: string[], timeoutMs: number, bundleFile?: RegExp | false): Promise<any> {
   const deadline = Date.now() + timeoutMs;
   let last: any;
   while (Date.now() < deadline) {
     last = await readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-    if (last && phases.includes(last.phase) && (!withBundle || last.bundle)) return last;
+    const bundleOk = bundleFile === false || (last?.bundle && (!bundleFile || bundleFile.test(last.bundle.file)));
+    if (last && phases.includes(last.phase) && bundleOk) return last;
     await sleep(200);
   }
   throw new Error(`status never reached ${phases.join('/')}: ${JSON.stringify(last)}`);
@@ -81,7 +82,7 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
   const damaged = await readFile(file);
   damaged[Math.floor(damaged.length / 2)] ^= 0xff;
   await writeFile(join(drop, 'damaged.bundle'), damaged);
-  const failed = await waitForPhase(join(n.root, 'var/lib/bundle-agent/status.json'), ['Failed'], 30_000);
+  const failed = await waitForPhase(join(n.root, 'var/lib/bundle-agent/status.json'), ['Failed'], 30_000, /damaged\.bundle$/);
   t.match(failed.message, /^Failed: /, 'a damaged bundle is reported to the technician');
   t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing of it stays staged');
   t.equal(daemon.exitCode, null, 'the daemon survives it');
@@ -95,7 +96,7 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
     t.comment('mount not permitted: using a watched directory instead');
     await writeFile(n.config, (await readFile(n.config, 'utf8')).replace('watchDirs: [/var/lib/bundle-agent/drop]', 'watchDirs: [/var/lib/bundle-agent/drop, /media/usb]'));
   }
-  const status = await waitForPhase(join(n.root, 'var/lib/bundle-agent/status.json'), ['Ready', 'Failed'], 90_000);
+  const status = await waitForPhase(join(n.root, 'var/lib/bundle-agent/status.json'), ['Ready', 'Failed'], 90_000, /usb\/update\.bundle$/);
   t.equal(status.phase, 'Ready', `Ready (log: ${log.slice(-600)})`);
   t.match(status.bundle.media, /usb/, 'status names the media');
   t.match(log, /event=media/, 'journald-style event lines');
