@@ -170,5 +170,5 @@ t.test('--json outputs, inspect, and one-line errors', async (t) => {
 
   const missing = await bundle(['inspect', path.join(dir, 'missing.bundle')]);
   t.equal(missing.code, 1);
-  t.equal(errorCode(missing.stderr), 'IO_ERROR', 'inspect of a missing file', { todo: 'packages/format readHeader reports ENOENT as CORRUPT' });
+  t.equal(errorCode(missing.stderr), 'IO_ERROR', 'inspect of a missing file');
 });

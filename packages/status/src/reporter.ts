@@ -18,7 +18,15 @@
  *   at once (as soon as the write in flight, if any, ends).
  */
 import { createHash } from 'node:crypto';
-import { ApiException, CustomObjectsApi, KubeConfig, Observable, PatchStrategy, setHeaderOptions, type ConfigurationOptions, type ObservableMiddleware } from '@kubernetes/client-node';
+import type { CustomObjectsApi, ConfigurationOptions, ObservableMiddleware } from '@kubernetes/client-node';
+
+// client-node is large: loaded on the first report, so the CLIs that import this package start fast.
+type K8s = typeof import('@kubernetes/client-node');
+let k8s: K8s | undefined;
+async function loadK8s(): Promise<K8s> {
+  return (k8s ??= await import('@kubernetes/client-node'));
+}
+const isApiException = (err: unknown): err is InstanceType<K8s['ApiException']> => k8s !== undefined && err instanceof k8s.ApiException;
 import type { NodeStatus } from './model.js';
 import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION } from './resource.js';
 
@@ -74,7 +82,8 @@ interface Failure {
   reload: boolean;
 }
 
-const APPLY_PATCH = PatchStrategy.ServerSideApply;
+/** PatchStrategy.ServerSideApply */
+const APPLY_PATCH = 'application/apply-patch+yaml';
 
 /** `bundle-agent-<node>`, kept within the API server's 128-character limit for field managers. */
 export function fieldManagerFor(node: string): string {
@@ -95,7 +104,7 @@ function significantKey(s: NodeStatus): string {
 }
 
 function classify(err: unknown, main: boolean): Failure {
-  if (err instanceof ApiException) {
+  if (isApiException(err)) {
     const code = err.code;
     const headers = (err.headers ?? {}) as Record<string, string>;
     const ra = Number(headers['retry-after']);
@@ -288,8 +297,9 @@ export class ClusterReporter {
     });
   }
 
-  private client(): CustomObjectsApi {
+  private async client(): Promise<CustomObjectsApi> {
     if (this.api) return this.api;
+    const { KubeConfig, CustomObjectsApi } = await loadK8s();
     const kc = new KubeConfig();
     kc.loadFromFile(this.opts.kubeconfig);
     if (this.opts.context) kc.setCurrentContext(this.opts.context);
@@ -299,6 +309,7 @@ export class ClusterReporter {
 
   /** Per-request options: the apply content type, and a timeout that close() also cuts short. */
   private requestOptions(): ConfigurationOptions {
+    const { Observable, setHeaderOptions } = k8s!;
     const signal = AbortSignal.any([AbortSignal.timeout(this.opts.requestTimeoutMs), this.closing.signal]);
     const withSignal: ObservableMiddleware = {
       pre: (ctx) => {
@@ -314,7 +325,7 @@ export class ClusterReporter {
     try {
       return await fn();
     } catch (err) {
-      throw Object.assign(new Error('apply failed'), { failure: classify(err, main), cause: err, code404: err instanceof ApiException && err.code === 404 });
+      throw Object.assign(new Error('apply failed'), { failure: classify(err, main), cause: err, code404: isApiException(err) && err.code === 404 });
     }
   }
 
@@ -356,7 +367,7 @@ export class ClusterReporter {
   private async deliver(status: NodeStatus): Promise<void> {
     let api: CustomObjectsApi;
     try {
-      api = this.client();
+      api = await this.client();
     } catch (err) {
       const msg = String((err as Error)?.message ?? err).split('\n')[0];
       throw Object.assign(new Error(msg), { failure: { retry: true, message: `cannot load kubeconfig ${this.opts.kubeconfig}: ${msg}`, reload: true } satisfies Failure });
