@@ -202,12 +202,8 @@ t.test('contract: a registry that is not insecure is never reached over plain ht
   await c2.getManifest(loc(srv, 'org/app', true), 'v1');
   const before = api(srv).length;
   await t.rejects(c2.getManifest(loc(srv, 'org/other', false), 'v1'), ociErr('NETWORK_ERROR'),
-    'after an insecure location on the same host fell back to http, a secure one still requires TLS', {
-      todo: 'bug: registry-client.ts send() caches the http fallback per host and uses it for insecure:false locations too',
-    });
-  t.equal(api(srv).length, before, 'no plain http request for the secure location', {
-    todo: 'bug: registry-client.ts send() caches the http fallback per host and uses it for insecure:false locations too',
-  });
+    'after an insecure location on the same host fell back to http, a secure one still requires TLS');
+  t.equal(api(srv).length, before, 'no plain http request for the secure location');
 });
 
 t.test('contract: bearer token flow with Basic credentials from the AuthStore', async (t) => {

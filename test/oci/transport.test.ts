@@ -67,8 +67,7 @@ t.test('unknown transports are UNSUPPORTED_TRANSPORT', async (t) => {
   t.throws(() => parseSourceSpec('dir:/tmp/image'), ociErr('UNSUPPORTED_TRANSPORT'));
   t.throws(() => parseSourceSpec('docker-daemon:library/busybox:latest'), ociErr('UNSUPPORTED_TRANSPORT'));
   t.throws(() => parseSourceSpec('ostree:/repo/x@/ostree'), ociErr('UNSUPPORTED_TRANSPORT'));
-  const todo = 'bug: transport.ts only recognises an unknown transport when a "/" follows it, so known containers/image transport names fall through to the docker parser';
-  t.throws(() => parseSourceSpec('docker-daemon:busybox:latest'), ociErr('UNSUPPORTED_TRANSPORT'), 'docker-daemon:NAME:TAG (now INVALID_REFERENCE)', { todo });
+  t.throws(() => parseSourceSpec('docker-daemon:busybox:latest'), ociErr('UNSUPPORTED_TRANSPORT'), 'docker-daemon:NAME:TAG');
   t.throws(() => parseSourceSpec('containers-storage:busybox'), ociErr('UNSUPPORTED_TRANSPORT'),
-    'containers-storage:NAME (now silently docker.io/library/containers-storage:busybox)', { todo });
+    'containers-storage:NAME (never taken for a registry image)');
 });

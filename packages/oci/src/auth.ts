@@ -20,7 +20,7 @@ export function defaultAuthFiles(env: NodeJS.ProcessEnv = process.env): string[]
   const files: string[] = [];
   if (env.XDG_RUNTIME_DIR) files.push(join(env.XDG_RUNTIME_DIR, 'containers', 'auth.json'));
   files.push(join(env.XDG_CONFIG_HOME ?? join(home, '.config'), 'containers', 'auth.json'));
-  files.push(join(home, '.docker', 'config.json'));
+  files.push(join(env.DOCKER_CONFIG ?? join(home, '.docker'), 'config.json'));
   return files;
 }
 
@@ -32,6 +32,9 @@ function normalizeKey(key: string): string {
 function decodeEntry(entry: AuthEntry, file: string, key: string): Credentials {
   if (entry.identitytoken) return { identityToken: entry.identitytoken };
   if (entry.auth) {
+    if (!/^[A-Za-z0-9+/]*={0,2}$/.test(entry.auth) || entry.auth.length % 4 !== 0) {
+      throw new OciError('INVALID_CONFIG', `${file}: the "auth" of ${key} is not valid base64`);
+    }
     const decoded = Buffer.from(entry.auth, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
     if (colon < 0) throw new OciError('INVALID_CONFIG', `${file}: the "auth" of ${key} is not base64 of user:password`);

@@ -52,6 +52,7 @@ export function parseManifest(bytes: Uint8Array, contentType?: string): ParsedMa
   } catch (cause) {
     throw new OciError('INVALID_MANIFEST', 'manifest is not JSON', { cause });
   }
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new OciError('INVALID_MANIFEST', 'manifest is not a JSON object');
   if (doc.schemaVersion !== 2) throw new OciError('UNSUPPORTED_MEDIA_TYPE', `manifest schemaVersion ${String(doc.schemaVersion)} is not supported (only 2)`);
   let mediaType = typeof doc.mediaType === 'string' ? doc.mediaType : contentType?.split(';')[0]?.trim();
   if (!mediaType || mediaType === 'application/json' || mediaType === 'application/octet-stream') {

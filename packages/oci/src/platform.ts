@@ -23,6 +23,7 @@ export function normalizeArch(arch: string): string {
 /** "linux/arm64/v8" or "arm64" (os defaults to linux). */
 export function parsePlatform(value: string): Platform {
   const parts = value.split('/');
+  if (parts.some((p) => !p)) throw new OciError('INVALID_REFERENCE', `invalid platform "${value}": use ARCH or OS/ARCH[/VARIANT]`);
   if (parts.length === 1) return { os: 'linux', architecture: normalizeArch(parts[0]!) };
   if (parts.length > 3 || parts.some((p) => !p)) {
     throw new OciError('INVALID_REFERENCE', `invalid platform "${value}": use ARCH or OS/ARCH[/VARIANT]`);

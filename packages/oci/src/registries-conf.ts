@@ -49,10 +49,12 @@ function parseRules(text: string, file: string): RegistryRule[] {
     throw new OciError('INVALID_CONFIG', `${file} is not valid TOML${where}: ${e.message.split('\n')[0]}`, { cause });
   }
   return (doc.registry ?? []).map((r, i) => {
-    const prefix = r.prefix ?? r.location;
+    // containers/image trims trailing slashes; a kept one would double or drop a separator in rewrites.
+    const trim = (v: string | undefined) => v?.replace(/\/+$/, '');
+    const prefix = trim(r.prefix ?? r.location);
     if (!prefix) throw new OciError('INVALID_CONFIG', `${file}: [[registry]] #${i + 1} needs "location" or "prefix"`);
     if (prefix.startsWith('*.')) throw new OciError('INVALID_CONFIG', `${file}: wildcard prefix "${prefix}" is not supported; name the registry`);
-    const location = r.location ?? prefix;
+    const location = trim(r.location) ?? prefix;
     const byDigestOnly = r['mirror-by-digest-only'] === true;
     return {
       prefix,
@@ -61,11 +63,14 @@ function parseRules(text: string, file: string): RegistryRule[] {
       blocked: r.blocked === true,
       mirrors: (r.mirror ?? []).map((m, j) => {
         if (!m.location) throw new OciError('INVALID_CONFIG', `${file}: mirror #${j + 1} of "${prefix}" has no location`);
+        if (byDigestOnly && m['pull-from-mirror'] !== undefined) {
+          throw new OciError('INVALID_CONFIG', `${file}: "${prefix}" sets both mirror-by-digest-only and pull-from-mirror; use pull-from-mirror only`);
+        }
         const pfm = m['pull-from-mirror'] ?? (byDigestOnly ? 'digest-only' : 'all');
         if (pfm !== 'all' && pfm !== 'digest-only' && pfm !== 'tag-only') {
           throw new OciError('INVALID_CONFIG', `${file}: pull-from-mirror must be all, digest-only or tag-only, not "${pfm}"`);
         }
-        return { location: m.location, insecure: m.insecure === true, pullFromMirror: pfm };
+        return { location: trim(m.location)!, insecure: m.insecure === true, pullFromMirror: pfm };
       }),
     };
   });

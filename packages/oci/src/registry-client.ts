@@ -74,7 +74,8 @@ export class RegistryClient {
   private async send(loc: RegistryLocation, path: string, method: 'GET' | 'HEAD', headers: Record<string, string>): Promise<Response> {
     const host = apiHost(loc.registry);
     const dispatcher = loc.insecure ? this.insecure : this.secure;
-    const scheme = this.schemes.get(host) ?? 'https';
+    // Only a location marked insecure may use (or remember) the plain-http fallback.
+    const scheme = loc.insecure ? (this.schemes.get(host) ?? 'https') : 'https';
     const ua = { 'user-agent': this.opts.userAgent ?? 'offline-bundle' };
     try {
       return await request(`${scheme}://${host}${path}`, { method, headers: { ...ua, ...headers }, dispatcher, headersTimeout: 60_000, bodyTimeout: 120_000 });

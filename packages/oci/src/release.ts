@@ -26,15 +26,25 @@ interface ImageStream {
 interface ReleaseMetadata { kind?: string; version?: string; previous?: string[] }
 
 async function decompressed(layer: Readable): Promise<Readable> {
+  // The magic may straddle chunks: gather at least 4 bytes (or the whole stream) before sniffing.
   const it = layer[Symbol.asyncIterator]();
-  const first = await it.next();
-  const head: Buffer = first.done ? Buffer.alloc(0) : (first.value as Buffer);
+  const parts: Buffer[] = [];
+  let ended = false;
+  while (parts.reduce((n, p) => n + p.length, 0) < 4) {
+    const r = await it.next();
+    if (r.done) {
+      ended = true;
+      break;
+    }
+    parts.push(r.value as Buffer);
+  }
+  const head = Buffer.concat(parts);
   const rest = Readable.from((async function* () {
     if (head.length) yield head;
-    for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as Buffer;
+    if (!ended) for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as Buffer;
   })(), { objectMode: false });
   if (head[0] === 0x1f && head[1] === 0x8b) return rest.pipe(createGunzip());
-  if (head.readUInt32LE?.(0) === 0xfd2fb528) return rest.pipe(new DecompressStream());
+  if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) return rest.pipe(new DecompressStream());
   return rest;
 }
 

@@ -30,6 +30,8 @@ export interface TransportContext {
 }
 
 const TRANSPORTS: TransportName[] = ['docker', 'oci', 'oci-archive', 'docker-archive'];
+/** containers/image transports we do not read: named so they are never taken for a registry host. */
+const FOREIGN_TRANSPORTS = ['containers-storage', 'dir', 'docker-daemon', 'ostree', 'sif', 'tarball'];
 
 /** Splits "transport:rest[=NAME]" once; each transport then reads its own part (as containers/image). */
 export function parseSourceSpec(raw: string): SourceSpec {
@@ -52,7 +54,7 @@ export function parseSourceSpec(raw: string): SourceSpec {
   } else if (m) {
     // "host:5000/repo" and "busybox:latest" are registry names; "dir:/x" or "containers-storage:a/b" name a transport we lack.
     const after = rest.slice(m[0].length);
-    if (!/^\d/.test(after) && after.includes('/')) {
+    if (FOREIGN_TRANSPORTS.includes(m[1]!) || (!/^\d/.test(after) && after.includes('/'))) {
       throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": unknown transport "${m[1]}:" (use docker://, oci:, oci-archive: or docker-archive:)`);
     }
   }
