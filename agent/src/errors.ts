@@ -40,6 +40,4 @@ export function reasonOf(err: unknown): AgentReason {
   return 'Internal';
 }
 
-export function oneLine(err: unknown): string {
-  return String((err as Error)?.message ?? err).split('\n')[0]!;
-}
+export { firstLine as oneLine } from '@offline-bundle/oci';

@@ -12,7 +12,6 @@ async function fsInfo(dir: string): Promise<{ free: number; dev: number }> {
   return { free: fs.bavail * fs.bsize, dev: st.dev };
 }
 
-const gib = (n: number) => formatBytes(n);
 
 /**
  * Chooses where the layout goes: staged on disk when both it and the unpacked images fit

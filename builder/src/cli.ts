@@ -1,6 +1,6 @@
-import { chmod, open, writeFile, rename } from 'node:fs/promises';
+import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { OciError, formatPlatform, isDigest } from '@offline-bundle/oci';
+import { OciError, formatPlatform, isDigest, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
 } from '@offline-bundle/format';
@@ -84,8 +84,7 @@ export function buildProgram(): Command {
       await fh.writeFile(privatePem);
       await fh.close();
       await chmod(keyPath, 0o600);
-      await writeFile(`${pubPath}.tmp`, publicPem);
-      await rename(`${pubPath}.tmp`, pubPath);
+      await writeFileAtomic(pubPath, publicPem);
       const fp = (await loadPublicKey(pubPath)).fingerprint;
       if (o.json) process.stdout.write(JSON.stringify({ privateKey: keyPath, publicKey: pubPath, type: o.type, fingerprint: fp }) + '\n');
       else process.stdout.write(`wrote ${keyPath} (private, 0600) and ${pubPath}\nfingerprint ${fp}\n`);

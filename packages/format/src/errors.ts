@@ -1,3 +1,5 @@
+import { BaseError } from '@offline-bundle/oci';
+
 /**
  * Stable error codes of @offline-bundle/format. Every rejection of a bundle has its own
  * code so the agent can report a condition reason and tests can assert on it.
@@ -24,11 +26,4 @@ export type FormatErrorCode =
   | 'KEY_ERROR'             // a key file cannot be read or is of an unsupported type
   | 'IO_ERROR';
 
-export class FormatError extends Error {
-  readonly code: FormatErrorCode;
-  constructor(code: FormatErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'FormatError';
-    this.code = code;
-  }
-}
+export class FormatError extends BaseError<FormatErrorCode> {}

@@ -1,11 +1,11 @@
 import { createReadStream } from 'node:fs';
-import { open, rename, rm, writeFile, type FileHandle } from 'node:fs/promises';
+import { open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { KeyObject } from 'node:crypto';
 import tar from 'tar-stream';
-import { newSha256, sha256 } from '@offline-bundle/oci';
+import { newSha256, sha256, writeFileAtomic } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
@@ -186,9 +186,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await rm(tmpBody, { force: true });
     await rename(tmpOut, input.output);
     const fileDigest = 'sha256:' + fileHash.digest('hex');
-    const sumTmp = `${input.output}.sha256.${process.pid}.tmp`;
-    await writeFile(sumTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
-    await rename(sumTmp, `${input.output}.sha256`);
+    await writeFileAtomic(`${input.output}.sha256`, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
     return { manifest, fileDigest, fileSize, frames: head.frames.length + layout.frames.length };
   } catch (err) {
     await out?.close().catch(() => undefined);

@@ -1,10 +1,11 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
 import { digestHex, newSha256, sha256 } from './digest.js';
+import { writeFileAtomic } from './atomic-file.js';
 import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
 
@@ -60,9 +61,7 @@ export class BlobCache {
     const final = this.path(digest);
     if (await this.has(digest, bytes.length)) return final;
     await mkdir(join(this.dir, 'blobs', 'sha256'), { recursive: true });
-    const tmp = `${final}.${process.pid}.tmp`;
-    await writeFile(tmp, bytes);
-    await rename(tmp, final);
+    await writeFileAtomic(final, bytes);
     return final;
   }
 

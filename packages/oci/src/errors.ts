@@ -1,3 +1,5 @@
+import { BaseError } from './base-error.js';
+
 /** Stable error codes of @offline-bundle/oci; callers branch on `code`, never on message text. */
 export type OciErrorCode =
   | 'INVALID_REFERENCE'
@@ -16,11 +18,4 @@ export type OciErrorCode =
   | 'INVALID_RELEASE'
   | 'INVALID_ARCHIVE';
 
-export class OciError extends Error {
-  readonly code: OciErrorCode;
-  constructor(code: OciErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'OciError';
-    this.code = code;
-  }
-}
+export class OciError extends BaseError<OciErrorCode> {}

@@ -1,3 +1,5 @@
+import { BaseError, firstLine } from '@offline-bundle/oci';
+
 /** Stable error codes of @offline-bundle/runtime; callers branch on `code`, never on message text. */
 export type RuntimeErrorCode =
   /** An argument (repository, mirror address, image reference, command) is malformed. */
@@ -25,20 +27,6 @@ export type RuntimeErrorCode =
   /** The runtime reload command failed. */
   | 'RELOAD_FAILED';
 
-export class RuntimeError extends Error {
-  readonly code: RuntimeErrorCode;
-  constructor(code: RuntimeErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'RuntimeError';
-    this.code = code;
-  }
-}
+export class RuntimeError extends BaseError<RuntimeErrorCode> {}
 
-/** First non-empty line of a (possibly multi-line) message, trimmed. */
-export function firstLine(text: string): string {
-  for (const line of text.split(/\r?\n/)) {
-    const l = line.trim();
-    if (l) return l;
-  }
-  return '';
-}
+export { firstLine };

@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
-import { open, readFile, rename, rm, unlink } from 'node:fs/promises';
+import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { writeFileAtomic as atomicWrite } from '@offline-bundle/oci';
 import { RuntimeError } from './errors.js';
 
 /**
@@ -51,33 +51,10 @@ export async function assertNotForeign(file: string): Promise<void> {
  * old file or the new one, never a partial one; no temp file survives a failure.
  */
 export async function writeFileAtomic(file: string, content: string, mode = 0o644): Promise<void> {
-  const dir = path.dirname(file);
-  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
-  let renamed = false;
   try {
-    const fh = await open(tmp, 'wx', mode);
-    try {
-      await fh.writeFile(content, 'utf8');
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(tmp, file);
-    renamed = true;
+    await atomicWrite(file, content, mode);
   } catch (e) {
-    if (!renamed) await rm(tmp, { force: true }).catch(() => {});
     throw writeError('write', file, e);
-  }
-  // Make the rename itself durable. Some filesystems refuse fsync on a directory: ignore.
-  try {
-    const dh = await open(dir, 'r');
-    try {
-      await dh.sync();
-    } finally {
-      await dh.close();
-    }
-  } catch {
-    // best effort
   }
 }
 

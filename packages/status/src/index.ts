@@ -1,5 +1,5 @@
 export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, emptyStatus } from './model.js';
-export { writeFileAtomic, writeStatusFile, readStatusFile } from './file.js';
+export { writeStatusFile, readStatusFile } from './file.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine } from './summary.js';
 export { formatBytes, formatDuration } from './units.js';

@@ -1,0 +1,36 @@
+import { randomBytes } from 'node:crypto';
+import { open, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+
+/**
+ * Writes a file so that readers see the old content or the new, never a mix: a hidden temp
+ * file in the same directory, fsync, rename, then fsync of the directory so the rename
+ * survives a power cut. The directory must exist. Errors are the system's (callers map them).
+ */
+export async function writeFileAtomic(file: string, content: string | Uint8Array, mode = 0o644): Promise<void> {
+  const dir = path.dirname(file);
+  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  try {
+    const fh = await open(tmp, 'wx', mode);
+    try {
+      await fh.writeFile(content);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, file);
+  } catch (e) {
+    await rm(tmp, { force: true }).catch(() => {});
+    throw e;
+  }
+  try {
+    const dh = await open(dir, 'r');
+    try {
+      await dh.sync();
+    } finally {
+      await dh.close();
+    }
+  } catch {
+    // some filesystems refuse fsync on a directory: the rename is still atomic
+  }
+}
