@@ -239,7 +239,8 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       createdAt,
       tool: { name: TOOL_NAME, version: TOOL_VERSION },
       ...(opts.level !== undefined ? { level: opts.level } : {}),
-      onProgress: (d) => progress.update(d),
+      // the writer's total also counts index.json and oci-layout
+      onProgress: (d, t) => progress.update(d, undefined, t),
     });
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
     return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total };

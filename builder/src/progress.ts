@@ -42,9 +42,10 @@ export class Progress {
     this.log(`${phase}: ${formatBytes(total)}`);
   }
 
-  update(done: number, items = this.items): void {
+  update(done: number, items = this.items, total = this.total): void {
     this.done = done;
     this.items = items;
+    this.total = total;
     if (this.opts.quiet) return;
     const now = Date.now();
     if (this.tty) {
