@@ -167,7 +167,8 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     const inUse = new Set(versionsInUse(tracker.current.history));
     const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
     const pins = [...new Set([...refs, ...kept.flatMap((r) => r.refs)])].sort();
-    await runtime.pin(pins);
+    const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
+    await runtime.pin(pins, released);
     tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : ''}`);
   } finally {
     await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
 import {
-  CriImageClient, pinContainerdImages, pullAll, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  CriImageClient, pullAll, setContainerdPins, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from './config.js';
@@ -26,8 +26,8 @@ export interface RuntimeTarget {
   /** Points the runtime at the local registry; returns the undo. */
   mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
   preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void>;
-  /** Pins exactly `refs` (this release's and the running one's). */
-  pin(refs: string[]): Promise<void>;
+  /** Pins `refs` (this release's and those still in use); `released` are older releases' images to unpin. */
+  pin(refs: string[], released: string[]): Promise<void>;
   /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
   cleanup(): Promise<void>;
   close(): Promise<void>;
@@ -98,7 +98,8 @@ export class CrioTarget implements RuntimeTarget {
    * CRI-O takes pinned_images from the last crio.conf.d file that sets it, so ours carries the
    * union with every other file's pins (an installer's, the MCO's): writing it never unpins theirs.
    */
-  async pin(refs: string[]): Promise<void> {
+  // Our pins file is rewritten whole, so released images simply drop out of it.
+  async pin(refs: string[], _released: string[]): Promise<void> {
     const dir = this.config.paths.crioDropInDir;
     const ours = `${this.config.prefix}-pins.conf`;
     await mkdir(dir, { recursive: true });
@@ -151,9 +152,9 @@ export class ContainerdTarget implements RuntimeTarget {
     for (const host of dirs) await removeContainerdHosts(this.config.paths.containerdCertsDir, host).catch(() => false);
   }
 
-  async pin(refs: string[]): Promise<void> {
-    // containerd's CRI honours the pinned label from 1.7; unpinning older releases is left to image GC policy.
-    await pinContainerdImages(refs, { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace });
+  async pin(refs: string[], released: string[]): Promise<void> {
+    // containerd's CRI honours the pinned label from 1.7 (1.6 stores it).
+    await setContainerdPins(refs, released, { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace });
   }
 
   async close(): Promise<void> {

@@ -152,3 +152,25 @@ t.test('load: too little disk to stage → served from the media through the see
   for (const img of manifest.images) t.ok(listed.some((i) => i.repoDigests.includes(`${img.repository}@${img.digest}`)), `${img.repository} pulled`);
   t.same(await readdir(small), [], 'nothing written to the small upgrade dir');
 });
+
+t.test('load: pins follow the releases in use; an older release is unpinned once a newer one runs (containerd)', async (t) => {
+  const n = await node(t);
+  const pinnedNames = () => n.ctrImages().split('\n').filter((l) => /io\.cri-containerd\.pinned=pinned/.test(l)).map((l) => l.split(/\s+/)[0]!);
+  const release = async (version: string, current: string) => {
+    await writeFile(n.config, (await readFile(n.config, 'utf8')).replace(/current: "[^"]*"/, `current: "${current}"`));
+    const file = await makeBundle(n.dir, { key: n.keys.key, version, images: [{ name: `quay.io/acme/app:v${version}`, files: { 'app.txt': `app ${version}` } }], out: join(n.dir, `${version}.bundle`) });
+    const r = await run(AGENT, ['load', file, '--config', n.config]);
+    t.equal(r.code, 0, `load ${version} over ${current} (${r.stderr.slice(-300)})`);
+  };
+  await release('1.1.0', '1.0.0');
+  await release('1.2.0', '1.1.0');
+  t.ok(pinnedNames().includes('quay.io/acme/app:v1.1.0'), 'the running 1.1.0 stays pinned while 1.2.0 is loaded');
+  t.ok(pinnedNames().includes('quay.io/acme/app:v1.2.0'), '1.2.0 pinned');
+  await release('1.3.0', '1.2.0');
+  const pinned = pinnedNames();
+  t.notOk(pinned.includes('quay.io/acme/app:v1.1.0'), '1.1.0 unpinned once 1.2.0 runs');
+  t.ok(pinned.includes('quay.io/acme/app:v1.2.0') && pinned.includes('quay.io/acme/app:v1.3.0'), 'the running 1.2.0 and the new 1.3.0 pinned');
+  t.ok(n.ctrImages().includes('quay.io/acme/app:v1.1.0'), 'unpinned, not removed: garbage collection decides');
+  const status = JSON.parse(await readFile(join(n.root, 'var/lib/bundle-agent/status.json'), 'utf8'));
+  t.same(status.history.map((h: any) => h.version).filter((v: string) => v === '1.1.0'), [], 'history no longer holds 1.1.0');
+});

@@ -28,12 +28,21 @@ export interface ContainerdPinOptions {
  * ctr failing otherwise: PIN_FAILED.
  */
 export async function pinContainerdImages(refs: string[], opts: ContainerdPinOptions): Promise<string[]> {
+  return (await setContainerdPins(refs, [], opts)).pinned;
+}
+
+/**
+ * Pins `pin` as pinContainerdImages does, then removes the label from the records of `unpin`
+ * (an older release's images), except records of an image that is also pinned. An unpin
+ * reference containerd no longer has is skipped: it is already gone.
+ */
+export async function setContainerdPins(pin: string[], unpin: string[], opts: ContainerdPinOptions): Promise<{ pinned: string[]; unpinned: string[] }> {
   const ctr = opts.ctr ?? 'ctr';
   const namespace = opts.namespace ?? 'k8s.io';
   const timeoutMs = opts.timeoutMs ?? 30_000;
   if (!opts.address) throw new RuntimeError('INVALID_SPEC', 'pinContainerdImages needs the containerd socket address');
-  for (const r of refs) assertImageRef(r);
-  if (refs.length === 0) return [];
+  for (const r of [...pin, ...unpin]) assertImageRef(r);
+  if (pin.length === 0 && unpin.length === 0) return { pinned: [], unpinned: [] };
   const base = ['-a', opts.address, '-n', namespace, 'images'];
 
   const run = async (args: string[], what: string): Promise<string> => {
@@ -59,15 +68,28 @@ export async function pinContainerdImages(refs: string[], opts: ContainerdPinOpt
     byDigest.set(digest, [...(byDigest.get(digest) ?? []), name]);
   }
 
+  const pinnedDigests = new Set<string>();
   const names = new Set<string>();
-  for (const ref of refs) {
+  for (const ref of pin) {
     const digest = byName.get(ref);
     if (!digest) throw new RuntimeError('IMAGE_NOT_FOUND', `pin ${ref}: containerd (namespace ${namespace}) has no image of that name`);
+    pinnedDigests.add(digest);
     for (const n of byDigest.get(digest) ?? [ref]) names.add(n);
   }
-  const sorted = [...names].sort();
-  for (const name of sorted) {
+  const released = new Set<string>();
+  for (const ref of unpin) {
+    const digest = byName.get(ref);
+    if (!digest || pinnedDigests.has(digest)) continue;
+    for (const n of byDigest.get(digest) ?? [ref]) released.add(n);
+  }
+  const pinned = [...names].sort();
+  for (const name of pinned) {
     await run(['label', name, `${CONTAINERD_PIN_LABEL}=${CONTAINERD_PIN_VALUE}`], `pin ${name}`);
   }
-  return sorted;
+  const unpinned = [...released].sort();
+  for (const name of unpinned) {
+    // an empty value removes the label
+    await run(['label', name, `${CONTAINERD_PIN_LABEL}=`], `unpin ${name}`);
+  }
+  return { pinned, unpinned };
 }
