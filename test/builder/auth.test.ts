@@ -4,7 +4,6 @@
 // the registry's `rootcertbundle`; the JWT header carries the certificate as `x5c`, which
 // distribution 2.8 checks against that bundle.
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { createPrivateKey, randomBytes, sign, X509Certificate } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import http from 'node:http';
@@ -76,17 +75,6 @@ t.test('htpasswd (Basic) auth', async (t) => {
 
 const b64url = (b: Buffer | string) => Buffer.from(b).toString('base64url');
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
 interface TokenServer { realm: string; requests: { user: string | null; scope: string[] }[]; close: () => Promise<void> }
 
 /** A token service as docker distribution expects one (docs: "Token Authentication Specification"). */
@@ -130,69 +118,6 @@ async function startTokenServer(keyPem: string, certPem: string, issuer: string,
   };
 }
 
-/** docker-registry with `auth.token` (startRegistry only knows htpasswd). */
-async function startTokenRegistry(dir: string, realm: string, issuer: string, service: string, rootcert: string) {
-  const port = await freePort();
-  const host = `127.0.0.1:${port}`;
-  const config = path.join(dir, 'config.yml');
-  await writeFile(config, [
-    'version: 0.1',
-    'log:',
-    '  level: error',
-    '  accesslog:',
-    '    disabled: true',
-    'storage:',
-    '  filesystem:',
-    `    rootdirectory: ${JSON.stringify(path.join(dir, 'data'))}`,
-    'http:',
-    `  addr: ${host}`,
-    `  secret: ${randomBytes(16).toString('hex')}`,
-    'auth:',
-    '  token:',
-    `    realm: ${JSON.stringify(realm)}`,
-    `    service: ${JSON.stringify(service)}`,
-    `    issuer: ${JSON.stringify(issuer)}`,
-    `    rootcertbundle: ${JSON.stringify(rootcert)}`,
-    '',
-  ].join('\n'));
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('REGISTRY_')) env[k] = v;
-  const child = spawn('/usr/bin/docker-registry', ['serve', config], { stdio: ['ignore', 'pipe', 'pipe'], env });
-  let logs = '';
-  child.stdout.on('data', (d: Buffer) => { logs += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { logs += d.toString(); });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  // never leave the registry behind if the test process exits early
-  const killOnExit = () => { child.kill('SIGKILL'); };
-  process.once('exit', killOnExit);
-  const stop = async () => {
-    process.removeListener('exit', killOnExit);
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-      await exited;
-      clearTimeout(timer);
-    }
-  };
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`docker-registry (token auth) exited: ${logs}`);
-    try {
-      const res = await fetch(`http://${host}/v2/`, { signal: AbortSignal.timeout(1000) });
-      await res.arrayBuffer();
-      if (res.status === 401) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) {
-      await stop();
-      throw new Error(`docker-registry (token auth) did not start: ${logs}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return { host, stop, logs: () => logs };
-}
-
 t.test('token (Bearer) auth', async (t) => {
   const dir = await tmpdir(t);
   const keyFile = path.join(dir, 'token.key');
@@ -203,8 +128,7 @@ t.test('token (Bearer) auth', async (t) => {
   const service = 'offline-bundle-test-registry';
   const tokens = await startTokenServer(await readFile(keyFile, 'utf8'), await readFile(certFile, 'utf8'), issuer, service);
   t.teardown(() => tokens.close());
-  await mkdir(path.join(dir, 'data'));
-  const reg = await startTokenRegistry(dir, tokens.realm, issuer, service, certFile);
+  const reg = await startRegistry({ token: { realm: tokens.realm, service, issuer, rootcertbundle: certFile } });
   t.teardown(() => reg.stop());
 
   const challenge = await fetch(`http://${reg.host}/v2/`);

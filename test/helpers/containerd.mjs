@@ -1,11 +1,11 @@
 // A private containerd (1.6, root required) for tests and the demo: its CRI ImageService
 // on its own socket, the native snapshotter, and a registry config_path for hosts.toml mirrors.
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { CriImageClient } from '@offline-bundle/runtime';
+import { startService } from './service.mjs';
 
 /**
  * Start a private containerd (1.6, root required) with everything under a fresh temp dir:
@@ -59,76 +59,26 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
     ].join('\n'),
   );
 
-  const child = spawn('containerd', ['--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let logs = '';
-  const onData = (d) => {
-    if (logs.length < 256 * 1024) logs += d.toString('utf8');
-  };
-  child.stdout.on('data', onData);
-  child.stderr.on('data', onData);
-  /** @type {Error | undefined} */
-  let spawnError;
-  child.once('error', (e) => (spawnError = e));
-  const exited = new Promise((resolve) => child.once('exit', () => resolve()));
-  const killOnExit = () => {
-    try {
-      child.kill('SIGKILL');
-    } catch {
-      // gone
-    }
-  };
-  process.once('exit', killOnExit);
-
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    process.removeListener('exit', killOnExit);
-    if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
-      process.kill(child.pid, 'SIGTERM');
-      const timer = setTimeout(() => {
-        if (child.pid !== undefined) {
-          try {
-            process.kill(child.pid, 'SIGKILL');
-          } catch {
-            // gone
-          }
-        }
-      }, 5000);
-      await exited;
-      clearTimeout(timer);
-    }
-    await rm(dir, { recursive: true, force: true });
-  };
-
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (spawnError) {
-      await stop();
-      throw new Error(`cannot start containerd: ${spawnError.message}`);
-    }
-    if (child.exitCode !== null || child.signalCode !== null) {
-      const out = logs;
-      await stop();
-      throw new Error(`containerd exited during startup (code ${child.exitCode}, signal ${child.signalCode}): ${out.slice(-4000)}`);
-    }
-    if (existsSync(socket)) {
+  const svc = await startService({
+    name: 'containerd',
+    command: 'containerd',
+    args: ['--config', config],
+    ready: async () => {
+      if (!existsSync(socket)) return false;
       const c = new CriImageClient(socket, { callTimeoutMs: 2000 });
       try {
         await c.listImages();
-        break;
-      } catch {
-        // CRI plugin not serving yet
+        return true;
       } finally {
         c.close();
       }
-    }
-    if (Date.now() > deadline) {
-      const out = logs;
-      await stop();
-      throw new Error(`containerd's CRI did not answer on ${socket} within ${timeoutMs} ms: ${out.slice(-4000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { dir, socket, certsDir, pid: /** @type {number} */ (child.pid), logs: () => logs, stop };
+    },
+    readyWhat: `answer on its CRI socket ${socket}`,
+    timeoutMs,
+    pollMs: 100,
+    killAfterMs: 5000,
+    maxLogChars: 256 * 1024,
+    cleanup: () => rm(dir, { recursive: true, force: true }),
+  });
+  return { dir, socket, certsDir, pid: svc.pid, logs: svc.logs, stop: svc.stop };
 }

@@ -6,6 +6,8 @@
 // - htpasswd auth works over plain http: distribution 2.8 only *recommends* TLS
 //   for basic auth, it does not enforce it. /v2/ answers 401 with
 //   `Www-Authenticate: Basic realm=...` without credentials and 200 with them.
+// - token auth (`auth.token`) needs only realm/service/issuer/rootcertbundle; /v2/
+//   answers 401 with `Www-Authenticate: Bearer realm=...` without a token.
 // - htpasswd entries must be bcrypt. We use `htpasswd -Bbn` (apache2-utils) when
 //   it is installed, otherwise perl's crypt(), which on Debian goes through
 //   libxcrypt and supports `$2b$` bcrypt (perl-base is always installed).
@@ -20,6 +22,7 @@ import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { startService } from './service.mjs';
 
 export const REGISTRY_BIN = '/usr/bin/docker-registry';
 export const SKOPEO_BIN = 'skopeo';
@@ -32,7 +35,7 @@ export const SKOPEO_BIN = 'skopeo';
  * @property {number} pid    pid of the docker-registry process
  * @property {string} [creds] "user:password" when started with opts.htpasswd
  * @property {() => string} logs  captured stdout+stderr of the registry so far
- * @property {() => Promise<void>} stop  SIGTERM, SIGKILL after 3 s, then rm -rf dir
+ * @property {() => Promise<void>} stop  idempotent: SIGTERM, SIGKILL after 3 s, then rm -rf dir
  */
 
 /**
@@ -140,165 +143,125 @@ async function htpasswdLine(user, password) {
   return `${user}:${hash}`;
 }
 
-/** @param {number} ms */
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/**
+ * @typedef {object} TokenAuth  distribution's `auth.token` settings (Bearer tokens from a token service)
+ * @property {string} realm          the token service's URL, e.g. 'http://127.0.0.1:PORT/token'
+ * @property {string} service        the `service` the registry asks tokens for (their `aud`)
+ * @property {string} issuer         the `iss` the tokens must carry
+ * @property {string} rootcertbundle path of the PEM certificate(s) the token signatures are checked against
+ */
 
 /**
  * Start a private docker-registry on 127.0.0.1 with filesystem storage in a
- * fresh temp dir (deletes enabled, no auth unless opts.htpasswd).
+ * fresh temp dir (deletes enabled, no auth unless opts.htpasswd or opts.token).
  * Never uses /etc/docker/registry/config.yml.
  *
- * @param {{ htpasswd?: { user: string, password: string }, timeoutMs?: number }} [opts]
+ * @param {{ htpasswd?: { user: string, password: string }, token?: TokenAuth, timeoutMs?: number }} [opts]
  * @returns {Promise<Registry>}
  */
 export async function startRegistry(opts = {}) {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-registry-'));
-  try {
-    let auth = '';
-    if (opts.htpasswd) {
-      const { user, password } = opts.htpasswd;
-      const line = await htpasswdLine(user, password);
-      await writeFile(path.join(dir, 'htpasswd'), line + '\n', { mode: 0o600 });
-      auth = [
-        'auth:',
-        '  htpasswd:',
-        '    realm: offline-bundle-test',
-        `    path: ${JSON.stringify(path.join(dir, 'htpasswd'))}`,
-      ].join('\n') + '\n';
+  if (opts.htpasswd && opts.token) throw new Error('startRegistry: htpasswd and token auth are exclusive');
+  const htpasswd = opts.htpasswd && (await htpasswdLine(opts.htpasswd.user, opts.htpasswd.password));
+  // The free-port probe is racy (another process may grab it before the
+  // registry binds), so retry a few times on "address already in use".
+  let lastErr;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const reg = await launch(await freePort(), htpasswd, opts.token, opts.timeoutMs ?? 15000);
+      if (opts.htpasswd) reg.creds = `${opts.htpasswd.user}:${opts.htpasswd.password}`;
+      return reg;
+    } catch (e) {
+      lastErr = e;
+      if (!/address already in use/i.test(String(e))) break;
     }
-    await mkdir(path.join(dir, 'data'));
-    // The free-port probe is racy (another process may grab it before the
-    // registry binds), so retry a few times on "address already in use".
-    let lastErr;
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const port = await freePort();
-      try {
-        const reg = await launch(dir, port, auth, opts.timeoutMs ?? 15000);
-        if (opts.htpasswd) reg.creds = `${opts.htpasswd.user}:${opts.htpasswd.password}`;
-        return reg;
-      } catch (e) {
-        lastErr = e;
-        if (!/address already in use/i.test(String(e))) break;
-      }
-    }
-    throw lastErr;
-  } catch (e) {
-    await rm(dir, { recursive: true, force: true });
-    throw e;
   }
+  throw lastErr;
 }
 
 /**
- * @param {string} dir
+ * One docker-registry in a fresh temp dir (removed by stop(), and when it does not start).
  * @param {number} port
- * @param {string} auth  YAML auth section (or '')
+ * @param {string|undefined} htpasswd  an htpasswd line for `auth.htpasswd`
+ * @param {TokenAuth|undefined} token  settings for `auth.token`
  * @param {number} timeoutMs
  * @returns {Promise<Registry>}
  */
-async function launch(dir, port, auth, timeoutMs) {
+async function launch(port, htpasswd, token, timeoutMs) {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-registry-'));
+  const cleanup = () => rm(dir, { recursive: true, force: true });
   const host = `127.0.0.1:${port}`;
   const url = `http://${host}`;
+  const q = JSON.stringify;
+  /** @type {string[]} */
+  let auth = [];
+  if (htpasswd) {
+    auth = ['auth:', '  htpasswd:', '    realm: offline-bundle-test', `    path: ${q(path.join(dir, 'htpasswd'))}`];
+  } else if (token) {
+    auth = [
+      'auth:',
+      '  token:',
+      `    realm: ${q(token.realm)}`,
+      `    service: ${q(token.service)}`,
+      `    issuer: ${q(token.issuer)}`,
+      `    rootcertbundle: ${q(token.rootcertbundle)}`,
+    ];
+  }
   const config = path.join(dir, 'config.yml');
-  await writeFile(
-    config,
-    [
-      'version: 0.1',
-      'log:',
-      '  level: error',
-      '  accesslog:',
-      '    disabled: true',
-      'storage:',
-      '  filesystem:',
-      `    rootdirectory: ${JSON.stringify(path.join(dir, 'data'))}`,
-      '  delete:',
-      '    enabled: true',
-      'http:',
-      `  addr: ${host}`,
-      `  secret: ${randomBytes(16).toString('hex')}`,
-      'health:',
-      '  storagedriver:',
-      '    enabled: false',
-      '',
-    ].join('\n') + auth,
-  );
+  try {
+    if (htpasswd) await writeFile(path.join(dir, 'htpasswd'), htpasswd + '\n', { mode: 0o600 });
+    await mkdir(path.join(dir, 'data'));
+    await writeFile(
+      config,
+      [
+        'version: 0.1',
+        'log:',
+        '  level: error',
+        '  accesslog:',
+        '    disabled: true',
+        'storage:',
+        '  filesystem:',
+        `    rootdirectory: ${q(path.join(dir, 'data'))}`,
+        '  delete:',
+        '    enabled: true',
+        'http:',
+        `  addr: ${host}`,
+        `  secret: ${randomBytes(16).toString('hex')}`,
+        'health:',
+        '  storagedriver:',
+        '    enabled: false',
+        ...auth,
+        '',
+      ].join('\n'),
+    );
+  } catch (e) {
+    await cleanup();
+    throw e;
+  }
 
   // REGISTRY_* variables override the config file: do not inherit any.
   /** @type {NodeJS.ProcessEnv} */
   const env = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('REGISTRY_')) env[k] = v;
 
-  const child = spawn(REGISTRY_BIN, ['serve', config], { stdio: ['ignore', 'pipe', 'pipe'], env });
-  let logs = '';
-  const onData = (/** @type {Buffer} */ d) => {
-    if (logs.length < 65536) logs += d.toString('utf8');
-  };
-  child.stdout.on('data', onData);
-  child.stderr.on('data', onData);
-
-  /** @type {Promise<void>} */
-  const exited = new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
-  /** @type {Error|undefined} */
-  let spawnError;
-  child.once('error', (e) => { spawnError = e; });
-
-  // Safety net: never leave a registry behind if the test process exits.
-  const killOnExit = () => { try { child.kill('SIGKILL'); } catch { /* already gone */ } };
-  process.once('exit', killOnExit);
-
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    process.removeListener('exit', killOnExit);
-    if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
-      try { process.kill(child.pid, 'SIGTERM'); } catch { /* gone */ }
-      const timer = setTimeout(() => {
-        try { if (child.pid !== undefined) process.kill(child.pid, 'SIGKILL'); } catch { /* gone */ }
-      }, 3000);
-      await exited;
-      clearTimeout(timer);
-    }
-    await rm(dir, { recursive: true, force: true });
-  };
-
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (spawnError) {
-      await stop().catch(() => {});
-      throw new Error(`docker-registry failed to start (${REGISTRY_BIN}): ${spawnError.message}`);
-    }
-    if (child.exitCode !== null || child.signalCode !== null) {
-      process.removeListener('exit', killOnExit);
-      throw new Error(
-        `docker-registry exited during startup (code ${child.exitCode}, signal ${child.signalCode}): ${logs.trim()}`,
-      );
-    }
-    try {
+  const svc = await startService({
+    name: 'docker-registry',
+    command: REGISTRY_BIN,
+    args: ['serve', config],
+    env,
+    // 401: htpasswd or token auth is on, and the registry is serving.
+    ready: async () => {
       const res = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(1000) });
       await res.arrayBuffer();
-      if (res.status === 200 || res.status === 401) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) {
-      const out = logs.trim();
-      await stop().catch(() => {});
-      throw new Error(`docker-registry on ${host} did not answer GET /v2/ within ${timeoutMs} ms; output: ${out || '(none)'}`);
-    }
-    await sleep(50);
-  }
-
-  return {
-    host,
-    url,
-    dir,
-    pid: /** @type {number} */ (child.pid),
-    logs: () => logs,
-    stop,
-  };
+      return res.status === 200 || res.status === 401;
+    },
+    readyWhat: `answer GET ${url}/v2/`,
+    timeoutMs,
+    pollMs: 50,
+    killAfterMs: 3000,
+    maxLogChars: 65536,
+    cleanup,
+  });
+  return { host, url, dir, pid: svc.pid, logs: svc.logs, stop: svc.stop };
 }
 
 const TRANSPORT_RE = /^(docker:\/\/|oci:|oci-archive:|dir:|docker-archive:|docker-daemon:|containers-storage:)/;
