@@ -8,6 +8,7 @@
 // Needs root (mount, containerd). Everything lives in a temp dir removed at the end.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile, copyFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { startRegistry } from '../test/helpers/registry.mjs';
@@ -50,8 +51,9 @@ try {
     { tag: '4.14.39-x86_64', platforms: [{ os: 'linux', architecture: 'amd64', layers: [releaseFiles({ version: '4.14.39', previous: ['4.14.37', '4.14.38'], images: payload })] }] },
     `${reg.host}/openshift-release-dev/ocp-release:4.14.39-x86_64`,
   );
+  // 48 MiB of random data, so the copy and its progress take a moment
   await pushImage(
-    { tag: 'v2', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'etc/os-release': 'demo base\n' }, { 'srv/app': 'workload v2\n' }] }, { os: 'linux', architecture: 'arm64', layers: [{ 'srv/app': 'workload v2 arm\n' }] }] },
+    { tag: 'v2', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'etc/os-release': 'demo base\n' }, { 'srv/app': 'workload v2\n', 'srv/data.bin': randomBytes(48 * 1024 * 1024) }] }, { os: 'linux', architecture: 'arm64', layers: [{ 'srv/app': 'workload v2 arm\n' }] }] },
     `${reg.host}/acme/workload:v2`,
   );
   const conf = path.join(tmp, 'mirror.conf');
@@ -72,7 +74,7 @@ try {
   const stick = path.join(node, 'media/usb');
   await mkdir(stick, { recursive: true });
   const img = path.join(tmp, 'stick.img');
-  execFileSync('truncate', ['-s', '64M', img]);
+  execFileSync('truncate', ['-s', '160M', img]);
   execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'STICK', img]);
   execFileSync('mount', ['-o', 'loop', img, stick]);
   cleanups.push(() => execFileSync('umount', ['-l', stick]));

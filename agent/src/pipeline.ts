@@ -1,4 +1,4 @@
-import { readFile, readdir, rm } from 'node:fs/promises';
+import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
@@ -112,6 +112,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
 
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging from an earlier run: ${stale.join(', ')}`);
+  const fileSize = (await stat(file)).size;
   const name = `${rel.version}-${rel.arch}`;
   const target = join(config.paths.upgradeDir, name);
   const onProgress = rateTracker(tracker);
@@ -119,7 +120,10 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   let fileDigest: string;
   const catalog = catalogOf(m);
   if (plan.mode === 'staged') {
-    tracker.phase('Staging');
+    tracker.update((s) => {
+      s.phase = 'Staging';
+      Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
+    });
     if (await alreadyStaged(target, head.manifestBytes) && !config.trust.digest) {
       // Signed description identical and the layout was only renamed into place complete: reuse it.
       log.info('staging', `reusing the layout staged earlier in ${target}`);
@@ -133,6 +137,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
     store = await LayoutStore.open(target, catalog);
   } else {
+    tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
     const v = await verifyBundle(file, { trust, onProgress });
     fileDigest = v.fileDigest;
     tracker.condition('Verified', 'True', 'SignatureValid', signer ? `signed by ${signer.source}` : 'matches the expected digest');
@@ -147,7 +152,10 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   let unmirror: (() => Promise<void>) | undefined;
   try {
     registry = await startRegistry({ store, catalog });
-    tracker.phase('Serving');
+    tracker.update((s) => {
+      s.phase = 'Serving';
+      Object.assign(s.progress, { imagesDone: 0, imagesTotal: refs.length });
+    });
     tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
     log.info('serving', `temporary registry on ${registry.address}`, { address: registry.address });
     unmirror = await runtime.mirror(registry.address, m);
