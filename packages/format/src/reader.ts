@@ -241,7 +241,14 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     extract.destroy();
   }
   await piping;
-  if (failure) throw await classify(failure, decompress.failed, complete(), rawRead >= fileSize, path);
+  if (failure) {
+    // A file that shrank while we read it is media going away, whatever the decoder made of the cut.
+    const sizeNow = await stat(path).then((st) => st.size, () => 0);
+    if (sizeNow < fileSize) {
+      throw new FormatError('TRUNCATED', `${path} shrank from ${fileSize} to ${sizeNow} bytes while being read: the media was removed or changed; plug it in again`, { cause: failure });
+    }
+    throw await classify(failure, decompress.failed, complete(), rawRead >= fileSize, path);
+  }
 
   // Anything but zstd frames after the archive failed the pass above, so a table that is
   // missing or does not account for the file is the table's own fault (BAD_SEEK_TABLE), not
