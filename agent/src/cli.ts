@@ -11,6 +11,7 @@ import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
 import { runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
+import { TOOL_VERSION } from './version.js';
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
@@ -31,8 +32,19 @@ function untilSignal(): { signal: AbortSignal; done: Promise<void> } {
 export function buildProgram(): Command {
   const program = new Command('bundle-agent')
     .description('Loads update bundles from USB media into this node\'s container runtime: verify, stage, serve, pre-pull, pin.')
+    .version(TOOL_VERSION)
     .enablePositionalOptions()
-    .showHelpAfterError('(run with --help for usage)');
+    .showHelpAfterError('(run with --help for usage)')
+    .addHelpText('after', `
+Configuration: /etc/bundle-agent/config.yaml (see systemd/config.example.yaml). Every path
+in it is taken under its "root"; trust (factory public keys and/or the bundle's sha256) is
+required. Failures print "bundle-agent: <Reason>: <what to do>" and set the Failed condition.
+
+Examples:
+  bundle-agent run                                  # as the systemd service does
+  bundle-agent load /media/usb/4.14.39.bundle       # one bundle, in the foreground
+  bundle-agent serve 4.14.39.bundle --key factory.pub --listen 127.0.0.1:5000
+  bundle-agent status                               # "Done: ... You may remove the USB stick."`);
 
   program.command('run')
     .description('The daemon: watch for media and drop directories, load every new bundle, report status.')
@@ -125,14 +137,16 @@ export function buildProgram(): Command {
 
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
-  program.exitOverride();
+  // subcommands copy settings when created: each needs the override, or usage errors exit 1
+  for (const cmd of [program, ...program.commands]) cmd.exitOverride();
   try {
     await program.parseAsync(argv);
     return 0;
   } catch (err) {
     const e = err as { code?: string };
     if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
-      return ['commander.helpDisplayed', 'commander.version', 'commander.help'].includes(e.code) ? 0 : 2;
+      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
+      return e.code === 'commander.help' && (e as { exitCode?: number }).exitCode === 0 ? 0 : 2;
     }
     const reason = reasonOf(err);
     if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');

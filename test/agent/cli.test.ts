@@ -1,0 +1,36 @@
+import t from 'tap';
+import { join } from 'node:path';
+import { writeFile } from 'node:fs/promises';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { AGENT, run } from './fixtures.js';
+
+t.test('bundle-agent CLI', async (t) => {
+  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status']]) {
+    const r = await run(AGENT, [...cmd, '--help']);
+    t.equal(r.code, 0, `${cmd.join(' ') || '(top)'} --help exits 0`);
+    t.match(r.stdout, /Usage: bundle-agent/);
+  }
+  const top = await run(AGENT, ['--help']);
+  t.match(top.stdout, /Examples:/, 'the top help teaches with examples');
+
+  t.equal((await run(AGENT, ['load'])).code, 2, 'a missing argument is a usage error (2)');
+  t.equal((await run(AGENT, ['bogus'])).code, 2, 'an unknown command is a usage error (2)');
+  t.equal((await run(AGENT, ['serve', 'x', '--listen', '0.0.0.0:5000'])).code, 2, 'the registry never listens beyond loopback');
+
+  const dir = await tmpdir(t);
+  const missing = await run(AGENT, ['status', '--config', join(dir, 'none.yaml')]);
+  t.equal(missing.code, 1);
+  t.match(missing.stderr, /^bundle-agent: InvalidConfig: cannot read config .*; pass --config FILE\n$/, 'one line naming cause and fix');
+
+  const cfg = join(dir, 'c.yaml');
+  await writeFile(cfg, `root: ${dir}\ntrust:\n  keys: [/k.pub]\nspace:\n  reserveBytes: much\n`);
+  const bad = await run(AGENT, ['status', '--config', cfg, '--json']);
+  t.equal(bad.code, 1);
+  t.match(bad.stderr, /space\.reserveBytes/, 'names the bad key');
+  t.equal(JSON.parse(bad.stdout).error.reason, 'InvalidConfig', '--json carries the reason');
+
+  await writeFile(cfg, `root: ${dir}\ntrust:\n  keys: [/k.pub]\n`);
+  const none = await run(AGENT, ['status', '--config', cfg, '--json']);
+  t.equal(none.code, 0);
+  t.equal(JSON.parse(none.stdout).phase, 'Idle', 'no status file yet: Idle');
+});
