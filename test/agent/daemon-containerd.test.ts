@@ -11,7 +11,7 @@ import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startContainerd } from '../runtime/lib.js';
 import { AGENT, keygen, makeBundle, nodeRoot, run, smallFs, stick } from './fixtures.js';
-import { freePort, startFakeApi, writeKubeconfig } from '../status/lib.js';
+import { compileSchema, crdSchema, freePort, loadCrd, startFakeApi, writeKubeconfig } from '../status/lib.js';
 import { parse as parseYaml } from 'yaml';
 
 const images = [
@@ -131,6 +131,12 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
   t.equal(lastSent.status.phase, 'Ready', 'the final state reached the cluster');
   t.equal(sent[0]!.headers['content-type'], 'application/apply-patch+yaml');
   t.equal(sent[0]!.url.searchParams.get('fieldManager'), 'bundle-agent-node-a');
+  // Every object the real agent sent must pass the CRD's own schema (closed: no field the API server would prune).
+  const validate = compileSchema(crdSchema(await loadCrd()), { closed: true });
+  for (const r of sent) {
+    const body = parseYaml(r.body);
+    t.ok(validate(body), `contract: ${body.status.phase} status validates against deploy/crd.yaml ${JSON.stringify(validate.errors ?? [])}`);
+  }
 });
 
 t.test('load: too little disk to stage → served from the media through the seek index', async (t) => {
