@@ -190,3 +190,24 @@ t.test('entries the index walk finds are checked against the trusted bundle.json
     });
   }
 });
+
+t.test('a seek index claiming frames over the 4 MiB limit is refused (BAD_SEEK_TABLE)', async (t) => {
+  const { makeBundle: make, readEntries: entriesOf, craft: craftFile } = await import('./craft.js');
+  const { verifyBundle: verify, readSeekIndex: seekIndex, FormatError: FE } = await import('@offline-bundle/format');
+  const b = await make(t, { layerSizes: [9 * 1024 * 1024] });
+  const entries = await entriesOf(b.path);
+  // merge the layer's data frames into one claimed frame: byte offsets stay consistent
+  const merged = `${b.dir}/merged.bundle`;
+  await craftFile(merged, entries, {
+    seekTable: (frames) => {
+      const i = frames.findIndex((f) => f.decompressedSize === 4 * 1024 * 1024);
+      const j = i + 1;
+      const one = { compressedSize: frames[i]!.compressedSize + frames[j]!.compressedSize, decompressedSize: frames[i]!.decompressedSize + frames[j]!.decompressedSize };
+      return [...frames.slice(0, i), one, ...frames.slice(j + 1)];
+    },
+  });
+  const e1 = await seekIndex(merged).catch((e: unknown) => e);
+  t.ok(e1 instanceof FE && e1.code === 'BAD_SEEK_TABLE', `readSeekIndex: ${(e1 as Error).message}`);
+  const e2 = await verify(merged, { trust: b.trust }).catch((e: unknown) => e);
+  t.ok(e2 instanceof FE && e2.code === 'BAD_SEEK_TABLE', 'verifyBundle refuses it too');
+});

@@ -455,6 +455,8 @@ function rejections(t: Test): void {
       ['a blob listed twice', (m) => ({ ...m, blobs: [m.blobs[0], ...m.blobs] })],
       ['no release', (m) => ({ ...m, release: undefined })],
       ['an empty release.version', (m) => ({ ...m, release: { ...m.release, version: '' } })],
+      ['a release.version that is a path', (m) => ({ ...m, release: { ...m.release, version: '../../../../tmp/victim' } })],
+      ['a release.arch with a slash', (m) => ({ ...m, release: { ...m.release, arch: 'amd64/../x' } })],
       ['images not a list', (m) => ({ ...m, images: {} })],
       ['an image digest missing', (m) => ({ ...m, images: [{ ...m.images[0], digest: undefined }] })],
       ['no index', (m) => ({ ...m, index: null })],

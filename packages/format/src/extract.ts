@@ -1,5 +1,6 @@
 import { createWriteStream } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, rmdir } from 'node:fs/promises';
+import { writeFileAtomic } from '@offline-bundle/oci';
 import { dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { FormatError } from './errors.js';
@@ -21,6 +22,11 @@ async function isEmptyOrMissing(dir: string): Promise<boolean> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return true;
     throw err;
   }
+}
+
+/** Makes a rename in `dir` durable; some filesystems refuse fsync on a directory. */
+async function syncDir(dir: string): Promise<void> {
+  await syncFile(dir).catch(() => undefined);
 }
 
 async function syncFile(path: string): Promise<void> {
@@ -55,8 +61,8 @@ export async function extractBundle(file: string, dir: string, opts: ExtractOpti
         written.push(path);
       },
     });
-    await writeFile(join(partial, BUNDLE_JSON), verified.manifestBytes);
-    await writeFile(join(partial, SIGNATURE), verified.signature);
+    await writeFileAtomic(join(partial, BUNDLE_JSON), verified.manifestBytes);
+    await writeFileAtomic(join(partial, SIGNATURE), verified.signature);
     if (opts.fsync !== false) {
       for (const p of written) await syncFile(p);
     }
@@ -65,6 +71,7 @@ export async function extractBundle(file: string, dir: string, opts: ExtractOpti
     });
     await mkdir(dirname(target), { recursive: true });
     await rename(partial, target);
+    await syncDir(dirname(target));
     return verified;
   } catch (err) {
     await rm(partial, { recursive: true, force: true });

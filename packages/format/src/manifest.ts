@@ -59,6 +59,7 @@ export type SignatureAlgorithm = 'ecdsa-p256-sha256' | 'ed25519';
 const bad = (msg: string): never => {
   throw new FormatError('INVALID_MANIFEST', `bundle.json: ${msg}`);
 };
+const SAFE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const str = (v: unknown, where: string, max = 1024): string =>
   typeof v === 'string' && v.length > 0 && v.length <= max ? v : bad(`${where} must be a non-empty string`);
@@ -81,7 +82,10 @@ export function validateManifest(doc: unknown): BundleManifest {
   }
   if (doc.mediaType !== FORMAT_MEDIA_TYPE) bad(`mediaType must be ${FORMAT_MEDIA_TYPE}`);
   const r = isObj(doc.release) ? doc.release : bad('release missing');
-  str(r.name, 'release.name'); str(r.version, 'release.version', 128); str(r.arch, 'release.arch', 32);
+  str(r.name, 'release.name');
+  // version and arch name directories on the node (<version>-<arch>): never a path
+  if (!SAFE_NAME.test(str(r.version, 'release.version', 128))) bad('release.version must be letters, digits and . _ + - (it names a directory)');
+  if (!SAFE_NAME.test(str(r.arch, 'release.arch', 32))) bad('release.arch must be letters, digits and . _ + -');
   optStr(r.image, 'release.image');
   if (r.digest !== null) digest(r.digest, 'release.digest');
   arr(r.upgradeFrom, 'release.upgradeFrom').forEach((v, i) => str(v, `release.upgradeFrom[${i}]`, 128));

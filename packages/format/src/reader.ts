@@ -10,6 +10,7 @@ import {
   BLOB_DIR, BUNDLE_JSON, INDEX_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, OCI_LAYOUT,
   OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes, READ_CHUNK } from './layout.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
+import { octal } from './ustar.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
 import { assertTrust, checkSignature, type Trust } from './trust.js';
 import type { TrustedKey } from './keys.js';
@@ -328,7 +329,7 @@ class HeaderWalker {
         this.zeroSeen = true;
         continue;
       }
-      const size = parseInt(this.block.toString('ascii', 124, 136).replace(/\0.*$/s, '').trim() || '0', 8);
+      const size = octal(this.block, 124, 12);
       // not a header we can follow (tar will fail on it): stop walking
       if (!Number.isSafeInteger(size)) this.next = Infinity;
       else this.next += paddedSize(size);

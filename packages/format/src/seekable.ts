@@ -1,4 +1,5 @@
 import { FormatError } from './errors.js';
+import { FRAME_BYTES } from './layout.js';
 
 /** zstd seekable format: a trailing skippable frame listing every frame's sizes. */
 export const SKIPPABLE_MAGIC_SEEK_TABLE = 0x184d2a5e;
@@ -6,6 +7,8 @@ export const SEEKABLE_MAGIC = 0x8f92eab1;
 export const FOOTER_BYTES = 9;
 const ENTRY_BYTES = 8;
 const MAX_FRAMES = 0x8000000;
+/** zstd's worst case for a FRAME_BYTES frame (ZSTD_compressBound) plus room for the frame header. */
+const MAX_COMPRESSED_FRAME = FRAME_BYTES + (FRAME_BYTES >> 8) + 1024;
 
 export interface FrameEntry {
   compressedSize: number;
@@ -64,6 +67,11 @@ export function decodeSeekTable(table: Buffer, fileSize: number): SeekIndex {
     const o = 8 + i * entryBytes;
     const compressedSize = table.readUInt32LE(o);
     const decompressedSize = table.readUInt32LE(o + 4);
+    // The table is outside the signature: a frame it claims larger than the format allows
+    // would make a reader allocate and decompress it in one piece.
+    if (decompressedSize > FRAME_BYTES || compressedSize > MAX_COMPRESSED_FRAME) {
+      throw new FormatError('BAD_SEEK_TABLE', `the seek index lists a frame of ${compressedSize} compressed / ${decompressedSize} bytes, over the 4 MiB frame limit: the index was altered`);
+    }
     frames.push({ compressedSize, decompressedSize, compressedOffset: c, decompressedOffset: d });
     c += compressedSize;
     d += decompressedSize;
