@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { loadPublicKey, parseManifestBytes, checkSignature, verifyBundle } from '@offline-bundle/format';
+import { parseManifestBytes, checkSignature, verifyBundle } from '@offline-bundle/format';
 import { isDigest } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
@@ -9,7 +9,7 @@ import { DEFAULT_CONFIG_PATH, loadConfig, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
-import { runLoad } from './pipeline.js';
+import { loadTrust, runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
 import { TOOL_VERSION } from './version.js';
 
@@ -71,8 +71,10 @@ Examples:
         if (!o.json && s.message !== last) process.stdout.write(`${s.message}\n`);
         last = s.message;
       });
+      // Ctrl-C or SIGTERM: stop the load, and let its cleanup remove drop-ins and staging.
+      const { signal } = untilSignal();
       try {
-        const r = await runLoad(resolve(file), { config, log, tracker, runtime, media: 'file' });
+        const r = await runLoad(resolve(file), { config, log, tracker, runtime, media: 'file', signal });
         if (o.json) process.stdout.write(JSON.stringify({ ready: true, ...r }) + '\n');
       } finally {
         await runtime.close();
@@ -85,15 +87,16 @@ Examples:
     .argument('<path>', 'NAME.bundle or a directory made by "bundle extract" or by staging')
     .option('--listen <addr>', 'loopback address to listen on', listenArg, { host: '127.0.0.1', port: 0 })
     .option('--key <pub>', 'trusted public key (repeatable; default: the config\'s)', collect)
-    .option('--digest <sha256>', 'expected whole-file digest of a bundle file')
+    .option('--digest <sha256>', 'expected whole-file digest of a bundle file', (v: string) => {
+      if (!isDigest(v)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
+      return v;
+    })
     .option('--config <file>', 'configuration file for default trust (optional)')
     .option('--json', 'print the address as JSON')
     .action(async (path: string, o: { listen: { host: string; port: number }; key?: string[]; digest?: string; config?: string; json?: boolean }) => {
       let config: AgentConfig | undefined;
       if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
-      if (o.digest && !isDigest(o.digest)) throw new InvalidArgumentError('--digest must be sha256:<64 hex>');
-      const keyPaths = o.key ?? config?.trust.keys ?? [];
-      const trust = { ...(keyPaths.length ? { keys: await Promise.all(keyPaths.map(loadPublicKey)) } : {}), ...((o.digest ?? config?.trust.digest) ? { digest: (o.digest ?? config?.trust.digest)! } : {}) };
+      const trust = await loadTrust({ keys: o.key ?? config?.trust.keys ?? [], digest: o.digest ?? config?.trust.digest });
       const isDir = await readFile(join(path, 'bundle.json')).then(() => true, () => false);
       let manifest;
       let store;

@@ -173,7 +173,8 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     if (!m || Number(m[2]) > 65535) r.fail('status.listen', 'must be a loopback address such as 127.0.0.1:9469');
     listen = { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!, port: Number(m[2]) };
   }
-  const current = version.current === undefined ? undefined : String(version.current);
+  if (typeof version.current === 'number') r.fail('version.current', `must be quoted ("${version.current}"): YAML reads an unquoted 4.10 as the number 4.1`);
+  const current = version.current === undefined ? undefined : r.str(version.current, 'version.current');
 
   return {
     root,

@@ -7,6 +7,7 @@ import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { MediaWatcher } from './media.js';
 import { removeStalePartials, runLoad } from './pipeline.js';
+import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 
 /** A tracker whose every change lands in the status file (atomically, in order). */
@@ -62,14 +63,17 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
 export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal): Promise<void> {
   const tracker = await statusTracker(config, log);
   const closeOutputs = await statusOutputs(config, log, tracker, true);
-  const stale = await removeStalePartials(config.paths.upgradeDir);
-  if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
-  const cleaner = runtimeTarget(config, log);
-  await cleaner.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
-  await cleaner.close();
+  // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
+  // pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
+  await withLoadLock(config.paths.stateDir, async () => {
+    const stale = await removeStalePartials(config.paths.upgradeDir);
+    if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
+    const cleaner = runtimeTarget(config, log);
+    await cleaner.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+    await cleaner.close();
+  }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
   const queue: { file: string; media: string }[] = [];
-  let busy = false;
   let wake: (() => void) | undefined;
   watcher.on('bundle', (b) => {
     queue.push(b);
@@ -88,20 +92,17 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
         wake = undefined;
         continue;
       }
-      busy = true;
       const runtime = runtimeTarget(config, log);
       try {
-        await runLoad(next.file, { config, log, tracker, runtime, media: next.media });
+        await runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal });
       } catch {
         // already reported by runLoad; keep watching
       } finally {
         await runtime.close();
-        busy = false;
       }
     }
   } finally {
     watcher.stop();
     await closeOutputs();
-    if (busy) log.warn('stop', 'stopped while a bundle was loading; it will be resumed from scratch when the media is seen again');
   }
 }

@@ -6,7 +6,8 @@ export type AgentReason =
   | 'NoTrust' | 'BadSignature' | 'UntrustedKey' | 'DigestMismatch' | 'Corrupt' | 'Truncated'
   | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'InsufficientSpace' | 'StagingFailed'
   | 'RegistryFailed' | 'RuntimeUnavailable' | 'PullFailed' | 'NoSpaceInImageStore' | 'PinFailed'
-  | 'ReloadFailed' | 'MediaRemoved' | 'InvalidConfig' | 'Internal';
+  | 'ReloadFailed' | 'MediaRemoved' | 'InvalidConfig' | 'UnsupportedVersion' | 'ForeignFile' | 'WriteFailed'
+  | 'Interrupted' | 'Busy' | 'Internal';
 
 export class AgentError extends Error {
   constructor(readonly reason: AgentReason, message: string, options?: { cause?: unknown }) {
@@ -15,28 +16,45 @@ export class AgentError extends Error {
   }
 }
 
-const FORMAT_REASONS: Record<string, AgentReason> = {
+/** Library error codes (format, runtime, oci) → condition reasons. */
+const CODE_REASONS: Record<string, AgentReason> = {
   NO_TRUST: 'NoTrust',
   BAD_SIGNATURE: 'BadSignature',
   UNTRUSTED_KEY: 'UntrustedKey',
   FILE_DIGEST_MISMATCH: 'DigestMismatch',
   TRUNCATED: 'Truncated',
   IO_ERROR: 'MediaRemoved',
+  UNSUPPORTED_VERSION: 'UnsupportedVersion',
+  KEY_ERROR: 'InvalidConfig',
+  INVALID_CONFIG: 'InvalidConfig',
+  RUNTIME_UNAVAILABLE: 'RuntimeUnavailable',
+  CRI_ERROR: 'RuntimeUnavailable',
+  NO_SPACE: 'NoSpaceInImageStore',
+  PULL_FAILED: 'PullFailed',
+  IMAGE_NOT_FOUND: 'PullFailed',
+  TIMEOUT: 'PullFailed',
+  PIN_FAILED: 'PinFailed',
+  RELOAD_FAILED: 'ReloadFailed',
+  FOREIGN_FILE: 'ForeignFile',
+  WRITE_FAILED: 'WriteFailed',
+  LAYOUT_INVALID: 'StagingFailed',
+  ENOSPC: 'InsufficientSpace',
+  EDQUOT: 'InsufficientSpace',
+  EIO: 'MediaRemoved',
+  ENODEV: 'MediaRemoved',
+  ENXIO: 'MediaRemoved',
 };
+// Everything the format reader refuses that is not listed above is a damaged or altered bundle.
+const FORMAT_DAMAGE = new Set(['BLOB_DIGEST_MISMATCH', 'SIZE_MISMATCH', 'OVERSIZED_ENTRY', 'UNEXPECTED_ENTRY', 'DUPLICATE_ENTRY', 'NOT_A_FILE',
+  'MISSING_ENTRY', 'BAD_ORDER', 'TRAILING_DATA', 'CORRUPT', 'BAD_SEEK_TABLE', 'INVALID_MANIFEST']);
 
 /** Maps errors from the libraries to the reason a status condition carries. */
 export function reasonOf(err: unknown): AgentReason {
   if (err instanceof AgentError) return err.reason;
+  if ((err as Error)?.name === 'AbortError') return 'Interrupted';
   const code = (err as { code?: string })?.code;
-  if (code && FORMAT_REASONS[code]) return FORMAT_REASONS[code]!;
-  if (code === 'RUNTIME_UNAVAILABLE') return 'RuntimeUnavailable';
-  if (code === 'NO_SPACE') return 'NoSpaceInImageStore';
-  if (code === 'PULL_FAILED' || code === 'IMAGE_NOT_FOUND') return 'PullFailed';
-  if (code === 'RELOAD_FAILED') return 'ReloadFailed';
-  if (code === 'INVALID_CONFIG') return 'InvalidConfig';
-  if (code === 'ENOSPC') return 'InsufficientSpace';
-  if (code === 'ENOENT' || code === 'EIO' || code === 'ENODEV' || code === 'ENXIO') return 'MediaRemoved';
-  if (typeof code === 'string' && /^[A-Z_]+$/.test(code)) return 'Corrupt';
+  if (code && CODE_REASONS[code]) return CODE_REASONS[code]!;
+  if (code && FORMAT_DAMAGE.has(code)) return 'Corrupt';
   return 'Internal';
 }
 

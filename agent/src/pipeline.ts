@@ -1,7 +1,7 @@
 import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
+  checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
 import { markFailed, markLoaded, recordIncoming, versionsInUse, type StatusTracker } from '@offline-bundle/status';
@@ -12,6 +12,7 @@ import { checkPolicy } from './policy.js';
 import { imageRefs, type RuntimeTarget } from './runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease } from './state.js';
+import { withLoadLock } from './lock.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -20,6 +21,8 @@ export interface PipelineContext {
   runtime: RuntimeTarget;
   /** Where the file came from, for status ("USB stick LABEL", a mount point, "file"). */
   media?: string;
+  /** Aborts the load (SIGTERM): the cleanup of every step still runs. */
+  signal?: AbortSignal;
 }
 
 export interface LoadResult {
@@ -31,10 +34,11 @@ export interface LoadResult {
   fileDigest: string;
 }
 
-export async function loadTrust(config: AgentConfig): Promise<Trust> {
+/** Trusted public keys (read from their files) and/or the expected whole-file digest. */
+export async function loadTrust(trust: { keys: string[]; digest?: string | undefined }): Promise<Trust> {
   return {
-    ...(config.trust.keys.length ? { keys: await Promise.all(config.trust.keys.map(loadPublicKey)) } : {}),
-    ...(config.trust.digest ? { digest: config.trust.digest } : {}),
+    ...(trust.keys.length ? { keys: await Promise.all(trust.keys.map(loadPublicKey)) } : {}),
+    ...(trust.digest ? { digest: trust.digest } : {}),
   };
 }
 
@@ -78,7 +82,7 @@ async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolea
  * mirror drop-ins are removed and no partial layout stays behind.
  */
 export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
-  const { config, log, tracker, runtime } = ctx;
+  const { config, log, tracker, runtime, signal } = ctx;
   tracker.update((s) => {
     s.phase = 'Verifying';
     s.bundle = { file, media: ctx.media ?? 'file' };
@@ -88,7 +92,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   tracker.condition('MediaDetected', 'True', 'BundleFound', `found ${file}`);
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
-  const trust = await loadTrust(config);
+  const trust = await loadTrust(config.trust);
   const head = await readHeader(file);
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const m: BundleManifest = head.manifest;
@@ -113,44 +117,54 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging from an earlier run: ${stale.join(', ')}`);
   const fileSize = (await stat(file)).size;
-  const name = `${rel.version}-${rel.arch}`;
-  const target = join(config.paths.upgradeDir, name);
+  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const onProgress = rateTracker(tracker);
-  let store: BlobStore;
-  let fileDigest: string;
-  const catalog = catalogOf(m);
-  if (plan.mode === 'staged') {
-    tracker.update((s) => {
-      s.phase = 'Staging';
-      Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
-    });
-    if (await alreadyStaged(target, head.manifestBytes) && !config.trust.digest) {
-      // Signed description identical and the layout was only renamed into place complete: reuse it.
-      log.info('staging', `reusing the layout staged earlier in ${target}`);
-      fileDigest = '';
-    } else {
-      await rm(target, { recursive: true, force: true });
-      const v = await extractBundle(file, target, { trust, partialDir: `${target}.partial`, onProgress });
-      fileDigest = v.fileDigest;
-    }
-    tracker.condition('Verified', 'True', 'SignatureValid', signer ? `signed by ${signer.source}` : 'matches the expected digest');
-    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
-    store = await LayoutStore.open(target, catalog);
-  } else {
-    tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
-    const v = await verifyBundle(file, { trust, onProgress });
-    fileDigest = v.fileDigest;
-    tracker.condition('Verified', 'True', 'SignatureValid', signer ? `signed by ${signer.source}` : 'matches the expected digest');
-    tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
-    store = await BundleFileStore.open(file, m, catalog);
-  }
-  if (fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: fileDigest }; });
-  log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: fileDigest || undefined, signer: signer?.fingerprint });
-
-  const refs = imageRefs(m);
+  const verifiedBy = signer ? { reason: 'SignatureValid', message: `signed by ${signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
+  // The full pass is what counts: its bundle.json must be the one the header check looked at.
+  const sameDescription = (v: VerifiedBundle) => {
+    if (!v.manifestBytes.equals(head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+  };
+  let store: BlobStore | undefined;
+  let fileDigest = '';
   let registry: RunningRegistry | undefined;
   let unmirror: (() => Promise<void>) | undefined;
+  const catalog = catalogOf(m);
+  const refs = imageRefs(m);
   try {
+    signal?.throwIfAborted();
+    if (plan.mode === 'staged') {
+      tracker.update((s) => {
+        s.phase = 'Staging';
+        Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
+      });
+      const reuse = await alreadyStaged(target, head.manifestBytes);
+      if (!reuse) {
+        await rm(target, { recursive: true, force: true });
+        const v = await extractBundle(file, target, { trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) });
+        sameDescription(v);
+        fileDigest = v.fileDigest;
+      } else {
+        log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
+      }
+      tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+      // A layout found on disk is hashed again before use; one just extracted was checked as written.
+      store = await LayoutStore.open(target, catalog, { verified: !reuse }).catch((err: unknown) => {
+        throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
+      });
+      tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    } else {
+      tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
+      const v = await verifyBundle(file, { trust, onProgress, ...(signal ? { signal } : {}) });
+      sameDescription(v);
+      fileDigest = v.fileDigest;
+      tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+      tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
+      store = await BundleFileStore.open(file, m, catalog);
+    }
+    if (fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: fileDigest }; });
+    log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: fileDigest || undefined, signer: signer?.fingerprint });
+
+    signal?.throwIfAborted();
     registry = await startRegistry({ store, catalog });
     tracker.update((s) => {
       s.phase = 'Serving';
@@ -167,9 +181,10 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     await runtime.preload(refs, (done, total, ref) => {
       tracker.progress({ imagesDone: done, imagesTotal: total });
       log.info('preload', `pulled ${ref} (${done}/${total})`, { ref });
-    });
+    }, signal);
     tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store`);
 
+    signal?.throwIfAborted();
     tracker.phase('Pinning');
     // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
     const inUse = new Set(versionsInUse(tracker.current.history));
@@ -181,10 +196,11 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   } finally {
     await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
     await registry?.close().catch(() => undefined);
-    await store.close().catch(() => undefined);
-    tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
+    await store?.close().catch(() => undefined);
+    if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
+    // Ready or not, a layout the config does not keep goes: a failed one is never trusted later.
+    if (plan.mode === 'staged' && !config.staging.keep) await rm(target, { recursive: true, force: true });
   }
-  if (plan.mode === 'staged' && !config.staging.keep) await rm(target, { recursive: true, force: true });
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(fileDigest ? { digest: fileDigest } : {}), refs, loadedAt: new Date().toISOString() });
   tracker.update((s) => {
     s.phase = 'Ready';
@@ -198,7 +214,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
   try {
-    return await loadBundle(file, ctx);
+    return await withLoadLock(ctx.config.paths.stateDir, () => loadBundle(file, ctx));
   } catch (err) {
     const reason = reasonOf(err);
     const message = oneLine(err);

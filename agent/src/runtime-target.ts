@@ -25,7 +25,7 @@ export function imageRefs(m: BundleManifest): string[] {
 export interface RuntimeTarget {
   /** Points the runtime at the local registry; returns the undo. */
   mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void>;
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void>;
   /** Pins `refs` (this release's and those still in use); `released` are older releases' images to unpin. */
   pin(refs: string[], released: string[]): Promise<void>;
   /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
@@ -33,31 +33,32 @@ export interface RuntimeTarget {
   close(): Promise<void>;
 }
 
-function runCommand(argv: string[], timeoutMs: number): Promise<void> {
+function runCommand(argv: string[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], timeout: timeoutMs });
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], timeout: timeoutMs, ...(signal ? { signal } : {}) });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();
     });
-    child.on('error', reject);
+    child.on('error', (err: NodeJS.ErrnoException) => reject(err.name === 'AbortError' ? err : new AgentError('PullFailed', `cannot run ${argv[0]}: ${err.message}; check preload.command`, { cause: err })));
     child.on('close', (code) => (code === 0 ? resolve() : reject(new AgentError('PullFailed', `${argv.join(' ')} failed: ${stderr.trim().split('\n').pop() ?? `exit ${code}`}`))));
   });
 }
 
 /** Pre-loads through the CRI socket, or a command (crictl pull, podman pull) where the socket client cannot be used. */
-async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void> {
+async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
   const { method, command, concurrency, retries, timeoutSeconds } = config.preload;
   if (method === 'none') return;
   if (method === 'command') {
     let done = 0;
     for (const ref of refs) {
-      await runCommand([...command, ref], timeoutSeconds * 1000);
+      signal?.throwIfAborted();
+      await runCommand([...command, ref], timeoutSeconds * 1000, signal);
       onProgress(++done, refs.length, ref);
     }
     return;
   }
-  await pullAll(cri(), refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref) });
+  await pullAll(cri(), refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
 }
 
 function repositories(m: BundleManifest): { repository: string; digestOnly: boolean }[] {
@@ -86,8 +87,8 @@ export class CrioTarget implements RuntimeTarget {
     };
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void> {
-    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress);
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
+    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal);
   }
 
   async cleanup(): Promise<void> {
@@ -130,7 +131,10 @@ export class ContainerdTarget implements RuntimeTarget {
     const written: string[] = [];
     try {
       for (const host of hosts) {
-        await writeContainerdHosts(this.config.paths.containerdCertsDir, host, address);
+        await writeContainerdHosts(this.config.paths.containerdCertsDir, host, address).catch((err: { code?: string }) => {
+          if (err.code !== 'FOREIGN_FILE') throw err;
+          throw new AgentError('ForeignFile', `${this.config.paths.containerdCertsDir}/${host}/hosts.toml exists and is not ours, so images of ${host} cannot be mirrored: move it aside while the bundle loads, then restore it`, { cause: err });
+        });
         written.push(host);
       }
     } catch (err) {
@@ -142,8 +146,8 @@ export class ContainerdTarget implements RuntimeTarget {
     };
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void): Promise<void> {
-    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress);
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
+    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal);
   }
 
   async cleanup(): Promise<void> {

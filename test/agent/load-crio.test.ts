@@ -166,3 +166,40 @@ t.test('refusals leave nothing staged and no drop-ins', async (t) => {
 });
 
 void copyFile;
+
+t.test('SIGTERM during a load, and a second load meanwhile', async (t) => {
+  const s = await setup(t);
+  // a pre-loader that hangs, so the load is caught mid-way
+  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace(/  command: \[.*\]\n/, '  command: [sh, -c, "sleep 60", sh]\n'));
+  const file = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'slow.bundle') });
+  const { spawn } = await import('node:child_process');
+  const child = spawn(process.execPath, [AGENT, 'load', file, '--config', s.config, '--json'], { env: s.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => { out += d; });
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  const statusFile = join(s.root, 'var/lib/bundle-agent/status.json');
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    const st = await readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+    if (st?.phase === 'Preloading') break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  t.equal(JSON.parse(await readFile(statusFile, 'utf8')).phase, 'Preloading', 'caught while pre-loading');
+  t.equal((await readdir(s.registriesDir)).length, 1, 'the mirror drop-in is in place meanwhile');
+
+  const second = await run(AGENT, ['load', file, '--config', s.config, '--json'], s.env);
+  t.equal(second.code, 1, 'a second load is refused while one runs');
+  t.equal(JSON.parse(second.stdout.trim().split('\n').pop()!).error.reason, 'Busy');
+  t.equal((await readdir(s.registriesDir)).length, 1, 'and leaves the running load alone');
+
+  child.kill('SIGTERM');
+  t.equal(await exited, 1, 'the interrupted load exits 1');
+  t.equal(JSON.parse(out.trim().split('\n').pop()!).error.reason, 'Interrupted');
+  t.same(await readdir(s.registriesDir), [], 'mirror drop-in removed');
+  t.same(await readdir(join(s.root, 'var/lib/upgrade')), [], 'staged layout removed');
+  const status = JSON.parse(await readFile(statusFile, 'utf8'));
+  t.equal(status.phase, 'Failed');
+  t.equal(status.conditions.find((c: any) => c.type === 'Failed')?.reason, 'Interrupted');
+  t.notMatch(status.message, /You may remove/, 'the technician is not told all is well');
+  await t.rejects(readFile(join(s.root, 'var/lib/bundle-agent/load.lock')), 'the lock is released');
+});

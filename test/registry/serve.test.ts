@@ -146,3 +146,32 @@ t.test('serve refuses an untrusted bundle', async (t) => {
   t.not(r.code, 0);
   t.match(r.stderr, /^bundle-agent: UntrustedKey: /);
 });
+
+t.test('serve DIR refuses a layout whose blobs are not the signed bytes', async (t) => {
+  const dir = await tmpdir(t, 'ob-serve-dir-');
+  const keys = await keygen(dir);
+  const layout = join(dir, 'src');
+  await writeImageLayout(layout, { tag: 'a', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'a.txt': 'a' }] }] });
+  const file = join(dir, 'x.bundle');
+  await run(BUNDLE, ['create', '--quiet', '--version', '1.0', '--image', `oci:${layout}:a=quay.io/acme/app:v1`, '--key', keys.key, '--cache', join(dir, 'cache'), '-o', file]);
+  const manifest = JSON.parse(execFileSync('sh', ['-c', `zstd -dc '${file}' | tar -xO bundle.json`]).toString());
+  const config = manifest.blobs.find((b: any) => /config/.test(b.mediaType));
+  const { writeFile: wf, rm: rmf, symlink } = await import('node:fs/promises');
+
+  const swapped = join(dir, 'swapped');
+  t.equal((await run(BUNDLE, ['extract', '--quiet', file, swapped, '--key', keys.pub])).code, 0);
+  const secret = join(dir, 'secret');
+  await wf(secret, Buffer.alloc(config.size, 0x41));
+  await rmf(join(swapped, 'blobs/sha256', config.digest.slice(7)));
+  await symlink(secret, join(swapped, 'blobs/sha256', config.digest.slice(7)));
+  const r1 = await run(AGENT, ['serve', swapped, '--key', keys.pub]);
+  t.not(r1.code, 0, 'a blob that is a symlink is refused');
+  t.match(r1.stderr, /^bundle-agent: StagingFailed: .*not a regular file/);
+
+  const altered = join(dir, 'altered');
+  t.equal((await run(BUNDLE, ['extract', '--quiet', file, altered, '--key', keys.pub])).code, 0);
+  await wf(join(altered, 'blobs/sha256', config.digest.slice(7)), Buffer.alloc(config.size, 0x42));
+  const r2 = await run(AGENT, ['serve', altered, '--key', keys.pub]);
+  t.not(r2.code, 0, 'a same-size blob with other bytes is refused');
+  t.match(r2.stderr, /does not match its signed digest/);
+});

@@ -34,6 +34,8 @@ export interface VerifyOptions {
   onManifest?: (manifest: BundleManifest, manifestBytes: Buffer, signature: Buffer) => Promise<void> | void;
   /** Compressed bytes read so far, of the file's size. */
   onProgress?: (done: number, total: number) => void;
+  /** Stops the pass (the agent shutting down); it then rejects with the signal's reason. */
+  signal?: AbortSignal;
 }
 
 export interface VerifiedBundle {
@@ -228,7 +230,11 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     if (tarBytes > expectedTar) throw new FormatError('TRAILING_DATA', 'data follows the end of the archive: the file was altered');
   };
 
-  const piping = pipeline(createReadStream(path, { highWaterMark: READ_CHUNK }), rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
+  opts.signal?.throwIfAborted();
+  const source = createReadStream(path, { highWaterMark: READ_CHUNK });
+  const onAbort = () => source.destroy(opts.signal!.reason as Error);
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
+  const piping = pipeline(source, rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
     fail(err);
     extract.destroy(err as Error);
   });
@@ -242,6 +248,8 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     extract.destroy();
   }
   await piping;
+  opts.signal?.removeEventListener('abort', onAbort);
+  if (failure && opts.signal?.aborted) throw opts.signal.reason;
   if (failure) {
     // A file that shrank while we read it is media going away, whatever the decoder made of the cut.
     const sizeNow = await stat(path).then((st) => st.size, () => 0);

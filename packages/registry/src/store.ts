@@ -1,9 +1,10 @@
-import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { lstat, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { createHash } from 'node:crypto';
+import { Readable, Transform } from 'node:stream';
 import { BundleRandomReader, blobPath, type BundleManifest } from '@offline-bundle/format';
-import { mirrorPath } from '@offline-bundle/oci';
+import { BaseError, mirrorPath, sha256File } from '@offline-bundle/oci';
 
 /**
  * Where the registry's bytes come from. Implementations only serve blobs the trusted
@@ -52,14 +53,28 @@ export function catalogOf(manifest: BundleManifest): Catalog {
   return { repositories, manifests, blobs };
 }
 
-/** A staged layout: every file was digest-checked as it was written, and only renamed in place when complete. */
-export class LayoutStore implements BlobStore {
-  constructor(private readonly dir: string, private readonly catalog: Catalog) {}
+/** Why a layout cannot be served: missing, resized, not a regular file, or not the signed bytes. */
+export class LayoutError extends BaseError<'LAYOUT_INVALID'> {}
 
-  static async open(dir: string, catalog: Catalog): Promise<LayoutStore> {
+/**
+ * A staged or extracted layout. Blob files must be regular files (a symlink could point
+ * anywhere) of the signed size, and are hashed once at open unless the caller has just
+ * written them through a verified extraction.
+ */
+export class LayoutStore implements BlobStore {
+  private constructor(private readonly dir: string, private readonly catalog: Catalog) {}
+
+  static async open(dir: string, catalog: Catalog, opts: { verified?: boolean } = {}): Promise<LayoutStore> {
     for (const [digest, size] of catalog.blobs) {
-      const actual = await stat(join(dir, blobPath(digest))).then((s) => s.size, () => -1);
-      if (actual !== size) throw new Error(`staged layout ${dir} is incomplete: ${blobPath(digest)} ${actual < 0 ? 'is missing' : `has ${actual} of ${size} bytes`}; stage the bundle again`);
+      const path = join(dir, blobPath(digest));
+      const st = await lstat(path).catch(() => undefined);
+      if (!st) throw new LayoutError('LAYOUT_INVALID', `layout ${dir} is incomplete: ${blobPath(digest)} is missing; stage or extract the bundle again`);
+      if (!st.isFile()) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} is not a regular file; extract the bundle again`);
+      if (st.size !== size) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} has ${st.size} of ${size} bytes; stage or extract the bundle again`);
+      if (!opts.verified) {
+        const actual = await sha256File(path);
+        if (actual.digest !== digest) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} does not match its signed digest; extract the bundle again`);
+      }
     }
     return new LayoutStore(dir, catalog);
   }
@@ -69,7 +84,9 @@ export class LayoutStore implements BlobStore {
   }
 
   async open(digest: string, start: number, end: number): Promise<Readable> {
-    return createReadStream(join(this.dir, blobPath(digest)), { start, end: end - 1 });
+    // O_NOFOLLOW: a blob swapped for a symlink after open() checked it is refused, not followed
+    const fh = await open(join(this.dir, blobPath(digest)), constants.O_RDONLY | constants.O_NOFOLLOW);
+    return fh.createReadStream({ start, end: end - 1 });
   }
 
   async close(): Promise<void> {}
@@ -81,6 +98,27 @@ export class LayoutStore implements BlobStore {
  * before any byte of it is served; a blob verified once is not re-hashed while the file's
  * size and mtime stay the same.
  */
+const SMALL_BLOB = 4 * 1024 * 1024;
+
+/** Passes bytes through one chunk behind, releasing the last chunk only if the whole hashes to `digest`. */
+function holdBackUntilVerified(digest: string): Transform {
+  const hash = createHash('sha256');
+  let held: Buffer | undefined;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      hash.update(chunk);
+      const out = held;
+      held = chunk;
+      cb(null, out);
+    },
+    flush(cb) {
+      const actual = 'sha256:' + hash.digest('hex');
+      if (actual !== digest) return cb(new Error(`blob ${digest} changed on the media while being served (read ${actual})`));
+      cb(null, held);
+    },
+  });
+}
+
 export class BundleFileStore implements BlobStore {
   private readonly verified = new Map<string, Promise<void>>();
   private stamp = '';
@@ -119,8 +157,16 @@ export class BundleFileStore implements BlobStore {
       this.verified.clear();
       this.stamp = stamp;
     }
+    const path = blobPath(digest);
+    const size = this.catalog.blobs.get(digest)!;
+    // The media is read again for every request, so what was hashed is not proof of what is
+    // sent: small blobs (manifests, configs) go out from the very buffer that was checked,
+    // whole large blobs are hashed again as they stream and cut off before their last bytes
+    // if they differ. Ranges rely on the earlier check and the frames' own checksums.
+    if (size <= SMALL_BLOB) return Readable.from([(await this.reader.readVerified(path)).subarray(start, end)]);
     await this.verify(digest);
-    return this.reader.stream(blobPath(digest), start, end);
+    const stream = this.reader.stream(path, start, end);
+    return start === 0 && end === size ? stream.pipe(holdBackUntilVerified(digest)) : stream;
   }
 
   close(): Promise<void> {
