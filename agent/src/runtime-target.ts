@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { mkdir, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
 import {
@@ -8,7 +8,7 @@ import {
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from './config.js';
-import { AgentError } from './errors.js';
+import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 
 /** Every name an image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
@@ -105,8 +105,15 @@ export class CrioTarget implements RuntimeTarget {
     const ours = `${this.config.prefix}-pins.conf`;
     await mkdir(dir, { recursive: true });
     const others = (await readdir(dir)).filter((n) => n.endsWith('.conf') && n !== ours).sort();
+    // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
+    const sources = [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];
     const foreign = new Set<string>();
-    for (const n of others) for (const p of await readPinsDropIn(join(dir, n)).catch(() => [] as string[])) foreign.add(p);
+    for (const file of sources) {
+      const pins = await readPinsDropIn(file).catch((err: unknown) => {
+        throw new AgentError('PinFailed', `cannot read the pins in ${file} (${oneLine(err)}): fix or remove it, then plug the stick in again; our pins would otherwise replace its pins`, { cause: err });
+      });
+      for (const p of pins) foreign.add(p);
+    }
     const later = others.filter((n) => n > ours);
     if (later.length) this.log?.warn('pin', `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`);
     const before = await readPinsDropIn(this.pinsFile);

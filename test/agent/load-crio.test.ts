@@ -203,3 +203,25 @@ t.test('SIGTERM during a load, and a second load meanwhile', async (t) => {
   t.notMatch(status.message, /You may remove/, 'the technician is not told all is well');
   await t.rejects(readFile(join(s.root, 'var/lib/bundle-agent/load.lock')), 'the lock is released');
 });
+
+t.test('pins: another file\'s pins are kept in ours; an unreadable one stops the load', async (t) => {
+  const s = await setup(t);
+  const crioD = join(s.root, 'etc/crio/crio.conf.d');
+  await mkdir(crioD, { recursive: true });
+  const pause = `quay.io/openshift/pause@sha256:${'a'.repeat(64)}`;
+  await writeFile(join(crioD, '01-installer.conf'), `[crio.image]\npinned_images = ["${pause}"]\n`);
+  await writeFile(join(s.root, 'etc/crio/crio.conf'), `[crio.image]\npinned_images = ["registry.k8s.io/pause:3.9"]\n`);
+  const file = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'p.bundle') });
+  const r = await run(AGENT, ['load', file, '--config', s.config], s.env);
+  t.equal(r.code, 0, r.stderr.slice(-300));
+  const ours: string[] = parseToml(await readFile(join(crioD, 'offline-bundle-pins.conf'), 'utf8')).crio.image.pinned_images;
+  t.ok(ours.includes(pause), 'the installer\'s pin is carried in ours (CRI-O takes the last file\'s list)');
+  t.ok(ours.includes('registry.k8s.io/pause:3.9'), 'and crio.conf\'s');
+  t.equal(await readFile(join(crioD, '01-installer.conf'), 'utf8'), `[crio.image]\npinned_images = ["${pause}"]\n`, 'their file is untouched');
+
+  await writeFile(join(crioD, '02-broken.conf'), '[crio.image\npinned_images = [');
+  const r2 = await run(AGENT, ['load', file, '--config', s.config, '--json'], s.env);
+  t.equal(r2.code, 1);
+  t.equal(JSON.parse(r2.stdout.trim().split('\n').pop()!).error.reason, 'PinFailed');
+  t.same(await readdir(s.registriesDir), [], 'no mirror drop-in left');
+});
