@@ -87,10 +87,6 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     this.usb?.stopMonitoring();
   }
 
-  /** Forget a bundle so that it is offered again (e.g. after the media was replugged). */
-  forget(key: string): void {
-    this.seen.delete(key);
-  }
 
   private async describe(mount: string): Promise<string> {
     if (!this.labels.has(mount)) {

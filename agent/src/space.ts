@@ -1,4 +1,5 @@
-import { mkdir, stat, statfs } from 'node:fs/promises';
+import { stat, statfs } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
@@ -6,10 +7,18 @@ import { AgentError } from './errors.js';
 
 export type StageMode = 'staged' | 'media';
 
+/** Free bytes of the filesystem `dir` is (or will be) on, found from its nearest existing ancestor: a refusal creates nothing. */
 async function fsInfo(dir: string): Promise<{ free: number; dev: number }> {
-  await mkdir(dir, { recursive: true });
-  const [fs, st] = await Promise.all([statfs(dir), stat(dir)]);
-  return { free: fs.bavail * fs.bsize, dev: st.dev };
+  let p = dir;
+  for (;;) {
+    try {
+      const [fs, st] = await Promise.all([statfs(p), stat(p)]);
+      return { free: fs.bavail * fs.bsize, dev: st.dev };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || dirname(p) === p) throw err;
+      p = dirname(p);
+    }
+  }
 }
 
 
