@@ -61,10 +61,9 @@ async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs:
   await pullAll(cri(), refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
 }
 
+/** One entry per image; the drop-in renderer merges a repository's entries (digest-only if none is tagged). */
 function repositories(m: BundleManifest): { repository: string; digestOnly: boolean }[] {
-  const byRepo = new Map<string, boolean>();
-  for (const img of m.images) byRepo.set(img.repository, (byRepo.get(img.repository) ?? true) && !img.tag);
-  return [...byRepo].map(([repository, digestOnly]) => ({ repository, digestOnly })).sort((a, b) => a.repository.localeCompare(b.repository));
+  return m.images.map((img) => ({ repository: img.repository, digestOnly: !img.tag }));
 }
 
 export class CrioTarget implements RuntimeTarget {
