@@ -17,7 +17,8 @@ export interface AgentConfig {
   arch: string;
   criSocket: string;
   trust: { keys: string[]; digest?: string };
-  version: { current?: string; allowDowngrade: boolean; allowAnySource: boolean };
+  /** current: the running release; fromCluster: read it from OpenShift's ClusterVersion when current is unset. */
+  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean };
   paths: {
     upgradeDir: string;
     stateDir: string;
@@ -141,7 +142,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (keys.length === 0 && !digest) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
 
   const version = r.obj(raw.version, 'version');
-  r.known(version, 'version', ['current', 'allowDowngrade', 'allowAnySource']);
+  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource']);
   const paths = r.obj(raw.paths, 'paths');
   const pathKeys = ['upgradeDir', 'stateDir', 'statusFile', 'crioDropInDir', 'registriesDropInDir', 'containerdCertsDir', 'imageStoreDir'];
   r.known(paths, 'paths', pathKeys);
@@ -176,6 +177,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (typeof version.current === 'number') r.fail('version.current', `must be quoted ("${version.current}"): YAML reads an unquoted 4.10 as the number 4.1`);
   const current = version.current === undefined ? undefined : r.str(version.current, 'version.current');
 
+  if (version.fromCluster === true && status.kubeconfig === undefined) r.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
   return {
     root,
     nodeName: r.str(raw.nodeName, 'nodeName', hostname()),
@@ -185,6 +187,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     trust: { keys, ...(digest ? { digest } : {}) },
     version: {
       ...(current ? { current } : {}),
+      fromCluster: r.bool(version.fromCluster, 'version.fromCluster', false),
       allowDowngrade: r.bool(version.allowDowngrade, 'version.allowDowngrade', false),
       allowAnySource: r.bool(version.allowAnySource, 'version.allowAnySource', false),
     },

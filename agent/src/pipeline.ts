@@ -4,7 +4,7 @@ import {
   checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
-import { markFailed, markLoaded, recordIncoming, versionsInUse, type StatusTracker } from '@offline-bundle/status';
+import { markFailed, markLoaded, observeRunning, readClusterVersion, recordIncoming, runningReleases, versionsInUse, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import type { Logger } from './log.js';
@@ -40,6 +40,27 @@ export async function loadTrust(trust: { keys: string[]; digest?: string | undef
     ...(trust.keys.length ? { keys: await Promise.all(trust.keys.map(loadPublicKey)) } : {}),
     ...(trust.digest ? { digest: trust.digest } : {}),
   };
+}
+
+/**
+ * The release the node runs, for the version policy and the pins: from the config, else from
+ * OpenShift's ClusterVersion (recorded in the history, so a completed upgrade releases older
+ * pins), else, when the API server cannot be reached, the last one seen there.
+ */
+export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
+  const { config, tracker, log } = ctx;
+  if (config.version.current) return config.version.current;
+  if (!config.version.fromCluster || !config.status.kubeconfig) return undefined;
+  try {
+    const v = await readClusterVersion(config.status.kubeconfig, { timeoutMs: 10_000 });
+    if (v) {
+      tracker.update((s) => { s.history = observeRunning(s.history, v); });
+      return v;
+    }
+  } catch (err) {
+    log.warn('version', `cannot read the running version from the cluster (${oneLine(err)}); using the last one seen`);
+  }
+  return runningReleases(tracker.current.history).at(-1)?.version;
 }
 
 /** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
@@ -101,7 +122,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
   });
   const releases = await readReleases(config.paths.stateDir);
-  const current = config.version.current;
+  const current = await runningVersion(ctx);
   checkPolicy(m, config, current);
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
