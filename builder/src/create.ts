@@ -197,15 +197,19 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     for (const r of byRef.values()) for (const b of r.blobs) if (!blobs.has(b.digest)) blobs.set(b.digest, { blob: b, source: r.source });
     const total = [...blobs.values()].reduce((s, b) => s + b.blob.size, 0);
     let done = 0;
-    let finished = 0;
+    // An image is done when every one of its blobs is: counted for the progress line.
+    const waiting = new Map([...byRef.values()].map((r) => [r, new Set(r.blobs.map((b) => b.digest))]));
+    let imagesDone = [...waiting.values()].filter((w) => w.size === 0).length;
+    const items = () => `${imagesDone}/${byRef.size} images`;
     progress.start(`fetching ${blobs.size} blobs of ${byRef.size} images`, total);
     const paths = new Map<string, string>();
     await allOrFirstError(limit, [...blobs.values()].map(({ blob, source }) => async () => {
       const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
-        onBytes: (n) => progress.update((done += n), `${finished}/${blobs.size} blobs`),
+        onBytes: (n) => progress.update((done += n), items()),
       });
       paths.set(blob.digest, path);
-      progress.update(done, `${++finished}/${blobs.size} blobs`);
+      for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
+      progress.update(done, items());
     }));
     progress.finish();
 
