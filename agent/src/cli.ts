@@ -1,15 +1,15 @@
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { parseManifestBytes, checkSignature, verifyBundle } from '@offline-bundle/format';
-import { isDigest } from '@offline-bundle/oci';
+import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
+import { isDigest, usageExitCode } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
-import { loadTrust, runLoad } from './pipeline.js';
+import { runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
 import { TOOL_VERSION } from './version.js';
 
@@ -96,7 +96,7 @@ Examples:
     .action(async (path: string, o: { listen: { host: string; port: number }; key?: string[]; digest?: string; config?: string; json?: boolean }) => {
       let config: AgentConfig | undefined;
       if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
-      const trust = await loadTrust({ keys: o.key ?? config?.trust.keys ?? [], digest: o.digest ?? config?.trust.digest });
+      const trust = await loadTrust(o.key ?? config?.trust.keys ?? [], o.digest ?? config?.trust.digest);
       const isDir = await readFile(join(path, 'bundle.json')).then(() => true, () => false);
       let manifest;
       let store;
@@ -146,11 +146,8 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
     return 0;
   } catch (err) {
-    const e = err as { code?: string };
-    if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
-      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
-      return e.code === 'commander.help' && (e as { exitCode?: number }).exitCode === 0 ? 0 : 2;
-    }
+    const usage = usageExitCode(err);
+    if (usage !== undefined) return usage;
     const reason = reasonOf(err);
     if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');
     process.stderr.write(`bundle-agent: ${reason}: ${oneLine(err)}\n`);

@@ -1,5 +1,5 @@
 export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH } from './config.js';
-export { loadBundle, runLoad, removeStalePartials, loadTrust } from './pipeline.js';
+export { loadBundle, runLoad, removeStalePartials, runningVersion } from './pipeline.js';
 export { runDaemon, statusTracker } from './daemon.js';
 export { MediaWatcher, parseMountinfo } from './media.js';
 export { checkPolicy, compareVersions } from './policy.js';

@@ -1,7 +1,7 @@
 import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleManifest, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
 import { markFailed, markLoaded, observeRunning, readClusterVersion, recordIncoming, runningReleases, versionsInUse, type StatusTracker } from '@offline-bundle/status';
@@ -32,14 +32,6 @@ export interface LoadResult {
   images: number;
   refs: string[];
   fileDigest: string;
-}
-
-/** Trusted public keys (read from their files) and/or the expected whole-file digest. */
-export async function loadTrust(trust: { keys: string[]; digest?: string | undefined }): Promise<Trust> {
-  return {
-    ...(trust.keys.length ? { keys: await Promise.all(trust.keys.map(loadPublicKey)) } : {}),
-    ...(trust.digest ? { digest: trust.digest } : {}),
-  };
 }
 
 /**
@@ -113,7 +105,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   tracker.condition('MediaDetected', 'True', 'BundleFound', `found ${file}`);
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
-  const trust = await loadTrust(config.trust);
+  const trust = await loadTrust(config.trust.keys, config.trust.digest);
   const head = await readHeader(file);
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const m: BundleManifest = head.manifest;

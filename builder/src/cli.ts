@@ -1,8 +1,8 @@
 import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { OciError, formatPlatform, isDigest, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, formatPlatform, isDigest, usageExitCode, writeFileAtomic } from '@offline-bundle/oci';
 import {
-  FormatError, extractBundle, generateKeyPair, loadPublicKey, readHeader, verifyBundle, type BundleManifest, type Trust,
+  FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes } from '@offline-bundle/status';
@@ -26,13 +26,6 @@ const digestArg = (value: string) => {
   if (!isDigest(d)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
   return d;
 };
-
-async function trustFrom(opts: { key?: string[]; digest?: string }): Promise<Trust> {
-  return {
-    ...(opts.key?.length ? { keys: await Promise.all(opts.key.map(loadPublicKey)) } : {}),
-    ...(opts.digest ? { digest: opts.digest } : {}),
-  };
-}
 
 function summary(m: BundleManifest) {
   return {
@@ -146,7 +139,7 @@ Examples:
     .description('Check a bundle completely: signature, every entry\'s digest and size, structure. Exit 0 only when valid.')
     .argument('<file>'))
     .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean }) => {
-      const v = await verifyBundle(file, { trust: await trustFrom(o) });
+      const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest) });
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
       else process.stdout.write(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${v.manifest.images.length} images, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}\n`);
     });
@@ -160,7 +153,7 @@ Examples:
       const progress = new Progress({ quiet: o.quiet || o.json });
       let started = false;
       const v = await extractBundle(file, dir, {
-        trust: await trustFrom(o),
+        trust: await loadTrust(o.key ?? [], o.digest),
         onProgress: (d, t) => {
           if (!started) progress.start(`extracting ${file}`, t);
           started = true;
@@ -184,13 +177,10 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
     return 0;
   } catch (err) {
-    const e = err as { code?: string; exitCode?: number; message?: string };
-    if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
-      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
-      // 'commander.help' is both `bundle help` (exit code 0) and help shown for a missing command (1)
-      return e.code === 'commander.help' && e.exitCode === 0 ? 0 : 2;
-    }
-    const code = err instanceof FormatError || err instanceof OciError ? err.code : 'ERROR';
+    const usage = usageExitCode(err);
+    if (usage !== undefined) return usage;
+    const e = err as { message?: string };
+    const code = err instanceof BaseError ? (err.code as string) : 'ERROR';
     // Errors are one line: some library messages carry newlines (code frames, stacks).
     const message = (e.message ?? String(err)).replace(/\s*\n\s*/g, ' ').trim();
     const wantsJson = argv.includes('--json');

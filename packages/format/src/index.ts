@@ -5,7 +5,7 @@ export {
 } from './layout.js';
 export { validateManifest, parseManifestBytes, serializeManifest } from './manifest.js';
 export { generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
-export { assertTrust, checkSignature } from './trust.js';
+export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 export { writeBundle, estimateImageStoreBytes } from './writer.js';
 export { verifyBundle, readHeader, readSeekIndex } from './reader.js';

@@ -1,5 +1,5 @@
 import { FormatError } from './errors.js';
-import { verifyBytes, type TrustedKey } from './keys.js';
+import { loadPublicKey, verifyBytes, type TrustedKey } from './keys.js';
 
 /** What the verifier trusts: public keys and/or the whole file's expected digest. */
 export interface Trust {
@@ -26,4 +26,12 @@ export function checkSignature(manifestBytes: Uint8Array, signature: Uint8Array,
     throw new FormatError('BAD_SIGNATURE', `the signature does not match bundle.json for trusted key ${claimed.source}: the bundle was altered after signing; get a fresh copy from the factory`);
   }
   throw new FormatError('UNTRUSTED_KEY', `bundle.json is signed by key ${claimedFingerprint ?? 'unknown'}, which is not among the trusted keys (${keys.map((k) => k.source).join(', ')}): install the factory's public key or get a bundle signed with a trusted one`);
+}
+
+/** Trust from key files and/or an expected whole-file digest (what the CLIs and the agent take). */
+export async function loadTrust(keyPaths: readonly string[], digest?: string): Promise<Trust> {
+  return {
+    ...(keyPaths.length ? { keys: await Promise.all(keyPaths.map(loadPublicKey)) } : {}),
+    ...(digest ? { digest } : {}),
+  };
 }

@@ -20,3 +20,16 @@ export function firstLine(text: unknown): string {
   }
   return '';
 }
+
+/**
+ * For a CLI built on commander: the exit code of a commander outcome (help and version 0,
+ * usage errors 2), or undefined for an error of the command itself. Duck-typed, so the
+ * libraries do not depend on commander.
+ */
+export function usageExitCode(err: unknown): 0 | 2 | undefined {
+  const e = err as { code?: unknown; exitCode?: number };
+  if (typeof e?.code !== 'string' || !e.code.startsWith('commander.')) return undefined;
+  if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
+  // 'commander.help' is both `x help` (exit code 0) and help shown for a missing command (1)
+  return e.code === 'commander.help' && e.exitCode === 0 ? 0 : 2;
+}
