@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
-import { isDigest, usageExitCode } from '@offline-bundle/oci';
+import { isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, type AgentConfig } from './config.js';
@@ -138,21 +138,13 @@ Examples:
   return program;
 }
 
-export async function main(argv: string[]): Promise<number> {
-  const program = buildProgram();
-  // subcommands copy settings when created: each needs the override, or usage errors exit 1
-  for (const cmd of [program, ...program.commands]) cmd.exitOverride();
-  try {
-    await program.parseAsync(argv);
-    return 0;
-  } catch (err) {
-    const usage = usageExitCode(err);
-    if (usage !== undefined) return usage;
+export function main(argv: string[]): Promise<number> {
+  return runCli(buildProgram(), argv, (err) => {
     const reason = reasonOf(err);
     if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');
     process.stderr.write(`bundle-agent: ${reason}: ${oneLine(err)}\n`);
     return 1;
-  }
+  });
 }
 
 process.exitCode = await main(process.argv);

@@ -1,6 +1,6 @@
 import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, formatPlatform, isDigest, usageExitCode, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, formatPlatform, isDigest, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
@@ -168,26 +168,15 @@ Examples:
   return program;
 }
 
-export async function main(argv: string[]): Promise<number> {
-  const program = buildProgram();
-  // Subcommands copy settings when they are created, so the override must reach each one:
-  // otherwise commander exits 1 itself on a usage error of `bundle create` and friends.
-  for (const cmd of [program, ...program.commands]) cmd.exitOverride();
-  try {
-    await program.parseAsync(argv);
-    return 0;
-  } catch (err) {
-    const usage = usageExitCode(err);
-    if (usage !== undefined) return usage;
-    const e = err as { message?: string };
+export function main(argv: string[]): Promise<number> {
+  return runCli(buildProgram(), argv, (err) => {
     const code = err instanceof BaseError ? (err.code as string) : 'ERROR';
     // Errors are one line: some library messages carry newlines (code frames, stacks).
-    const message = (e.message ?? String(err)).replace(/\s*\n\s*/g, ' ').trim();
-    const wantsJson = argv.includes('--json');
-    if (wantsJson) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
+    const message = String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim();
+    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
     process.stderr.write(`bundle: ${code}: ${message}\n`);
     return 1;
-  }
+  });
 }
 
 process.exitCode = await main(process.argv);

@@ -33,3 +33,25 @@ export function usageExitCode(err: unknown): 0 | 2 | undefined {
   // 'commander.help' is both `x help` (exit code 0) and help shown for a missing command (1)
   return e.code === 'commander.help' && e.exitCode === 0 ? 0 : 2;
 }
+
+interface CommanderLike {
+  readonly commands: readonly { exitOverride(): unknown }[];
+  exitOverride(): unknown;
+  parseAsync(argv: string[]): Promise<unknown>;
+}
+
+/**
+ * Runs a commander program and returns the process exit code: 0 on success (and help,
+ * version), 2 on a usage error, else whatever `report` makes of the command's error.
+ */
+export async function runCli(program: CommanderLike, argv: string[], report: (err: unknown) => number): Promise<number> {
+  // Subcommands copy settings when they are created, so the override must reach each one:
+  // otherwise commander exits 1 by itself on a usage error of a subcommand.
+  for (const cmd of [program, ...program.commands]) cmd.exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    return usageExitCode(err) ?? report(err);
+  }
+}

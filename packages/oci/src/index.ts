@@ -1,5 +1,5 @@
 export { OciError } from './errors.js';
-export { BaseError, firstLine, usageExitCode } from './base-error.js';
+export { BaseError, firstLine, runCli, usageExitCode } from './base-error.js';
 export { writeFileAtomic } from './atomic-file.js';
 export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';
 export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } from './media-types.js';
