@@ -4,7 +4,7 @@ import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
 import {
-  CriImageClient, pullAll, setContainerdPins, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  CriImageClient, RuntimeError, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from './config.js';
@@ -33,32 +33,64 @@ export interface RuntimeTarget {
   close(): Promise<void>;
 }
 
-function runCommand(argv: string[], timeoutMs: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], timeout: timeoutMs, ...(signal ? { signal } : {}) });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
+/**
+ * `preload.command` (crictl pull, podman pull) as an ImagePuller: the same loop as the CRI
+ * client (bounded concurrency, retries with backoff, stop at the first no-space error).
+ */
+class CommandPuller implements ImagePuller {
+  constructor(private readonly argv: string[]) {}
+
+  pullImage(ref: string, opts: PullImageOptions = {}): Promise<string> {
+    const [cmd, ...args] = this.argv;
+    return new Promise((resolve, reject) => {
+      // Its own process group, so a stop or a timeout ends the command and whatever it started.
+      const child = spawn(cmd!, [...args, ref], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      let stdout = '';
+      let stderr = '';
+      let settled = false;
+      const finish = (fn: () => void) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        opts.signal?.removeEventListener('abort', onAbort);
+        fn();
+      };
+      const killGroup = () => {
+        try {
+          if (child.pid) process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+        child.stdout.destroy();
+        child.stderr.destroy();
+      };
+      const onAbort = () => finish(() => {
+        killGroup();
+        reject(opts.signal!.reason);
+      });
+      const timer = setTimeout(() => finish(() => {
+        killGroup();
+        reject(new RuntimeError('TIMEOUT', `${cmd} did not pull ${ref} within ${Math.round((opts.timeoutMs ?? 0) / 1000)} s`));
+      }), opts.timeoutMs ?? 2 ** 31 - 1);
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      child.stdout.on('data', (d: Buffer) => { stdout += d; });
+      child.stderr.on('data', (d: Buffer) => { stderr += d; });
+      child.on('error', (err) => finish(() => reject(new RuntimeError('RUNTIME_UNAVAILABLE', `cannot run ${cmd}: ${err.message}; check preload.command`, { cause: err }))));
+      child.on('close', (code) => finish(() => {
+        if (code === 0) return resolve(stdout.trim().split('\n').pop() || ref);
+        const why = stderr.trim().split('\n').pop() || `exit ${code ?? 'by signal'}`;
+        reject(new RuntimeError(/no space left/i.test(stderr) ? 'NO_SPACE' : 'PULL_FAILED', `${cmd} could not pull ${ref}: ${why}`));
+      }));
     });
-    child.on('error', (err: NodeJS.ErrnoException) => reject(err.name === 'AbortError' ? err : new AgentError('PullFailed', `cannot run ${argv[0]}: ${err.message}; check preload.command`, { cause: err })));
-    child.on('close', (code) => (code === 0 ? resolve() : reject(new AgentError('PullFailed', `${argv.join(' ')} failed: ${stderr.trim().split('\n').pop() ?? `exit ${code}`}`))));
-  });
+  }
 }
 
 /** Pre-loads through the CRI socket, or a command (crictl pull, podman pull) where the socket client cannot be used. */
 async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
   const { method, command, concurrency, retries, timeoutSeconds } = config.preload;
   if (method === 'none') return;
-  if (method === 'command') {
-    let done = 0;
-    for (const ref of refs) {
-      signal?.throwIfAborted();
-      await runCommand([...command, ref], timeoutSeconds * 1000, signal);
-      onProgress(++done, refs.length, ref);
-    }
-    return;
-  }
-  await pullAll(cri(), refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
+  const puller: ImagePuller = method === 'command' ? new CommandPuller(command) : cri();
+  await pullAll(puller, refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
 }
 
 /** One entry per image; the drop-in renderer merges a repository's entries (digest-only if none is tagged). */

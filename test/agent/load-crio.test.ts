@@ -260,3 +260,17 @@ t.test('the running version read from OpenShift\'s ClusterVersion (contract: a s
   t.equal(JSON.parse(again.stdout.trim().split('\n').pop()!).error.reason, 'Downgrade', 'API server gone: the last version seen (1.5.0) still guards');
   t.match(again.stderr, /cannot read the running version from the cluster/);
 });
+
+t.test('pre-loading by command goes through the same loop: a full image store stops it at once', async (t) => {
+  const s = await setup(t);
+  const calls = join(s.dir, 'calls');
+  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace(/  command: \[.*\]\n/, `  command: [sh, -c, 'echo "$1" >> ${calls}; echo "writing blob: no space left on device" >&2; exit 1', sh]\n  concurrency: 1\n`));
+  const file = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'full.bundle') });
+  const r = await run(AGENT, ['load', file, '--config', s.config, '--json'], s.env);
+  t.equal(r.code, 1);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
+  t.equal(out.error.reason, 'NoSpaceInImageStore');
+  t.match(out.error.message, /no space left on device/);
+  t.equal((await readFile(calls, 'utf8')).trim().split('\n').length, 1, 'no retry and no further image after no-space');
+  t.same(await readdir(s.registriesDir), [], 'no mirror drop-in left');
+});

@@ -125,9 +125,8 @@ export async function pullAll(client: ImagePuller, refs: string[], opts: PullAll
   }
 
   if (fatal) throw fatal;
-  if (opts.signal?.aborted) {
-    throw new RuntimeError('PULL_FAILED', `pre-load cancelled after ${done} of ${total} images`, { cause: opts.signal.reason });
-  }
+  // Stopped from outside: the caller's own reason (an AbortError), as any abortable call does.
+  if (opts.signal?.aborted) throw opts.signal.reason;
   if (failures.length > 0) {
     const first = failures[0] as { ref: string; error: RuntimeError };
     const more = failures.length > 1 ? ` (and ${failures.length - 1} more)` : '';
