@@ -114,7 +114,11 @@ Examples:
       --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle`)
     .action(async (o) => {
       const progress = new Progress({ quiet: o.quiet || o.json });
-      const r = await createBundle({ ...o, images: o.image, progress });
+      const ac = new AbortController();
+      const stop = () => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED' }));
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+      const r = await createBundle({ ...o, images: o.image, progress, signal: ac.signal });
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer }) + '\n');
       }
@@ -170,7 +174,8 @@ Examples:
 
 export function main(argv: string[]): Promise<number> {
   return runCli(buildProgram(), argv, (err) => {
-    const code = err instanceof BaseError ? (err.code as string) : 'ERROR';
+    const own = (err as { code?: unknown })?.code;
+    const code = err instanceof BaseError ? (err.code as string) : typeof own === 'string' && /^[A-Z_]+$/.test(own) ? own : 'ERROR';
     // Errors are one line: some library messages carry newlines (code frames, stacks).
     const message = String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim();
     if (argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');

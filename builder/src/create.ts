@@ -35,6 +35,8 @@ export interface CreateOptions {
   /** Creation time; defaults to SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
   createdAt?: string;
   progress?: Progress;
+  /** Ctrl-C: stops downloads and the write; the cache keeps what arrived, the output is not touched. */
+  signal?: AbortSignal;
 }
 
 export interface CreateResult extends WrittenBundle {
@@ -122,8 +124,9 @@ async function resolveImage(source: ImageSource, cache: BlobCache, want: Platfor
  * keep going (and retrying) against the registry client that the caller's `finally` closes,
  * which keeps the process alive for many seconds and logs after the error line.
  */
-async function allOrFirstError<T>(limit: LimitFunction, tasks: (() => Promise<T>)[]): Promise<T[]> {
+async function allOrFirstError<T>(limit: LimitFunction, tasks: (() => Promise<T>)[], signal?: AbortSignal): Promise<T[]> {
   let failure: { err: unknown } | undefined;
+  signal?.addEventListener('abort', () => { failure ??= { err: signal.reason }; }, { once: true });
   const settled = await Promise.allSettled(tasks.map((task) => limit(async () => {
     if (failure) return undefined as T;
     try {
@@ -210,7 +213,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       paths.set(blob.digest, path);
       for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
       progress.update(done, items());
-    }));
+    }), opts.signal);
     progress.finish();
 
     const images = [...byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
@@ -245,6 +248,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       ...(opts.level !== undefined ? { level: opts.level } : {}),
       // the writer's total also counts index.json and oci-layout
       onProgress: (d, t) => progress.update(d, undefined, t),
+      ...(opts.signal ? { signal: opts.signal } : {}),
     });
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
     return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total };

@@ -30,6 +30,8 @@ export interface WriteBundleInput {
   level?: number;
   /** Uncompressed bytes packed so far, of `total`. */
   onProgress?: (done: number, total: number) => void;
+  /** Stops the write (Ctrl-C): the temp files go, nothing is renamed into place. */
+  signal?: AbortSignal;
 }
 
 export interface WrittenBundle {
@@ -69,7 +71,7 @@ function verifying(e: PackEntry): Transform {
 }
 
 /** Packs entries as a tar stream (no trailer unless `finish`) cut into zstd frames handed to `sink`. */
-async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise<unknown>, finish: boolean, level: number, onBytes?: (n: number) => void): Promise<{ frames: FrameEntry[]; bytes: number }> {
+async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise<unknown>, finish: boolean, level: number, onBytes?: (n: number) => void, signal?: AbortSignal): Promise<{ frames: FrameEntry[]; bytes: number }> {
   let bytes = 0;
   const framer = new FrameWriter(async (frame) => {
     await sink(frame);
@@ -85,14 +87,16 @@ async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise
   const piping = pipeline(pack as unknown as Readable, counted, framer);
   try {
     for (const e of entries) {
+      signal?.throwIfAborted();
       const header = { name: e.name, size: e.size, mode: 0o644, mtime: ENTRY_MTIME, uid: 0, gid: 0, uname: '', gname: '', type: 'file' as const };
       const src = e.open();
       if (Buffer.isBuffer(src)) {
         await new Promise<void>((resolve, reject) => pack.entry(header, src, (err) => (err ? reject(err) : resolve())));
       } else {
         const sink = pack.entry(header) as unknown as Writable;
-        if (e.digest) await pipeline(src as Readable, verifying(e), sink);
-        else await pipeline(src as Readable, sink);
+        const o = signal ? { signal } : {};
+        if (e.digest) await pipeline(src as Readable, verifying(e), sink, o);
+        else await pipeline(src as Readable, sink, o);
       }
     }
     if (finish) pack.finalize();
@@ -141,7 +145,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   try {
     body = await open(tmpBody, 'w+');
     const bodyFile = body;
-    const layout = await packFrames(layoutEntries, (f) => bodyFile.write(f), true, level, onBytes);
+    const layout = await packFrames(layoutEntries, (f) => bodyFile.write(f), true, level, onBytes, input.signal);
 
     const manifest: BundleManifest = {
       schemaVersion: SCHEMA_VERSION,
@@ -194,6 +198,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await rm(tmpBody, { force: true });
     await rm(tmpOut, { force: true });
     // callers report a code; a missing cache file or a full disk must not surface as a bare errno
+    if ((err as Error)?.name === 'AbortError') throw err;
     throw err instanceof FormatError ? err : new FormatError('IO_ERROR', `cannot write ${input.output}: ${(err as Error).message}`, { cause: err });
   }
 }

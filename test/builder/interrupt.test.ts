@@ -1,0 +1,38 @@
+// Ctrl-C during `bundle create`: the output is never written or half-written, no temp file
+// stays beside it, and a rerun finishes from the cache.
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { writeImageLayout } from '../helpers/images.mjs';
+import { BUNDLE, keygen, run } from '../agent/fixtures.js';
+
+t.test('SIGINT while writing the bundle', async (t) => {
+  const dir = await tmpdir(t, 'ob-interrupt-');
+  const keys = await keygen(dir);
+  const layout = join(dir, 'src');
+  await writeImageLayout(layout, { tag: 'big', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ a: randomBytes(96 << 20) }, { b: randomBytes(96 << 20) }] }] });
+  const outDir = join(dir, 'out');
+  const args = ['create', '--version', '1.0', '--image', `oci:${layout}:big=quay.io/acme/big:v1`, '--key', keys.key, '--cache', join(dir, 'cache'), '-o', join(outDir, 'x.bundle')];
+  const child = spawn(process.execPath, [BUNDLE, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  let sent = false;
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+    if (!sent && /writing /.test(stderr)) {
+      sent = true;
+      child.kill('SIGINT');
+    }
+  });
+  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  t.ok(sent, 'interrupted during the write');
+  t.equal(code, 1, 'exits non-zero');
+  t.match(stderr, /bundle: INTERRUPTED: interrupted: nothing written/);
+  t.same(await readdir(outDir).catch(() => []), [], 'no bundle, no temp file, no .sha256');
+
+  const again = await run(BUNDLE, [...args, '--quiet']);
+  t.equal(again.code, 0, `a rerun completes (${again.stderr})`);
+  t.same((await readdir(outDir)).sort(), ['x.bundle', 'x.bundle.sha256']);
+});
