@@ -252,6 +252,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     });
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
     return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total };
+  } catch (err) {
+    // stopped: the caller's reason, not whichever stream or task noticed first
+    throw opts.signal?.aborted ? opts.signal.reason : err;
   } finally {
     await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
     await client.close();

@@ -198,7 +198,8 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await rm(tmpBody, { force: true });
     await rm(tmpOut, { force: true });
     // callers report a code; a missing cache file or a full disk must not surface as a bare errno
-    if ((err as Error)?.name === 'AbortError') throw err;
+    // stopped: the caller's reason, not whichever stream noticed first
+    if (input.signal?.aborted) throw input.signal.reason;
     throw err instanceof FormatError ? err : new FormatError('IO_ERROR', `cannot write ${input.output}: ${(err as Error).message}`, { cause: err });
   }
 }
