@@ -5,7 +5,7 @@ import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@of
 import { isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
-import { DEFAULT_CONFIG_PATH, loadConfig, type AgentConfig } from './config.js';
+import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
@@ -16,9 +16,9 @@ import { TOOL_VERSION } from './version.js';
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
 function listenArg(v: string): { host: string; port: number } {
-  const m = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):(\d+)$/.exec(v);
-  if (!m) throw new InvalidArgumentError('must be a loopback address such as 127.0.0.1:5000 (the registry never listens beyond this node)');
-  return { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+  const addr = parseLoopbackAddress(v);
+  if (!addr) throw new InvalidArgumentError('must be a loopback address such as 127.0.0.1:5000 (the registry never listens beyond this node)');
+  return addr;
 }
 
 function untilSignal(): { signal: AbortSignal; done: Promise<void> } {

@@ -59,6 +59,13 @@ const UNITS: Record<string, number> = { B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e1
 
 type Raw = Record<string, unknown>;
 
+/** "127.x.y.z:PORT", "localhost:PORT" or "[::1]:PORT": the agent's servers never listen beyond this node. */
+export function parseLoopbackAddress(value: string): { host: string; port: number } | undefined {
+  const m = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):(\d{1,5})$/.exec(value);
+  if (!m || Number(m[2]) > 65535) return undefined;
+  return { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+}
+
 class Reader {
   constructor(private readonly file: string) {}
 
@@ -170,9 +177,8 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   r.known(status, 'status', ['kubeconfig', 'listen', 'console']);
   let listen: { host: string; port: number } | undefined;
   if (status.listen !== undefined) {
-    const m = /^(127\.\d+\.\d+\.\d+|localhost):(\d{1,5})$/.exec(r.str(status.listen, 'status.listen'));
-    if (!m || Number(m[2]) > 65535) r.fail('status.listen', 'must be a loopback address such as 127.0.0.1:9469');
-    listen = { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!, port: Number(m[2]) };
+    listen = parseLoopbackAddress(r.str(status.listen, 'status.listen'));
+    if (!listen) r.fail('status.listen', 'must be a loopback address such as 127.0.0.1:9469');
   }
   if (typeof version.current === 'number') r.fail('version.current', `must be quoted ("${version.current}"): YAML reads an unquoted 4.10 as the number 4.1`);
   const current = version.current === undefined ? undefined : r.str(version.current, 'version.current');

@@ -18,15 +18,8 @@
  *   at once (as soon as the write in flight, if any, ends).
  */
 import { createHash } from 'node:crypto';
-import type { CustomObjectsApi, ConfigurationOptions, ObservableMiddleware } from '@kubernetes/client-node';
-
-// client-node is large: loaded on the first report, so the CLIs that import this package start fast.
-type K8s = typeof import('@kubernetes/client-node');
-let k8s: K8s | undefined;
-async function loadK8s(): Promise<K8s> {
-  return (k8s ??= await import('@kubernetes/client-node'));
-}
-const isApiException = (err: unknown): err is InstanceType<K8s['ApiException']> => k8s !== undefined && err instanceof k8s.ApiException;
+import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
+import { customObjectsApi, isApiException, requestOptions } from './kube.js';
 import type { NodeStatus } from './model.js';
 import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION } from './resource.js';
 
@@ -298,27 +291,12 @@ export class ClusterReporter {
   }
 
   private async client(): Promise<CustomObjectsApi> {
-    if (this.api) return this.api;
-    const { KubeConfig, CustomObjectsApi } = await loadK8s();
-    const kc = new KubeConfig();
-    kc.loadFromFile(this.opts.kubeconfig);
-    if (this.opts.context) kc.setCurrentContext(this.opts.context);
-    this.api = kc.makeApiClient(CustomObjectsApi);
-    return this.api;
+    return (this.api ??= await customObjectsApi(this.opts.kubeconfig, this.opts.context));
   }
 
   /** Per-request options: the apply content type, and a timeout that close() also cuts short. */
   private requestOptions(): ConfigurationOptions {
-    const { Observable, setHeaderOptions } = k8s!;
-    const signal = AbortSignal.any([AbortSignal.timeout(this.opts.requestTimeoutMs), this.closing.signal]);
-    const withSignal: ObservableMiddleware = {
-      pre: (ctx) => {
-        ctx.setSignal(signal);
-        return new Observable(Promise.resolve(ctx));
-      },
-      post: (ctx) => new Observable(Promise.resolve(ctx)),
-    };
-    return setHeaderOptions('Content-Type', APPLY_PATCH, { middleware: [withSignal], middlewareMergeStrategy: 'append' });
+    return requestOptions(AbortSignal.any([AbortSignal.timeout(this.opts.requestTimeoutMs), this.closing.signal]), APPLY_PATCH);
   }
 
   private async attempt<T>(main: boolean, fn: () => Promise<T>): Promise<T> {
