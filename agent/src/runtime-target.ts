@@ -100,19 +100,17 @@ function repositories(m: BundleManifest): { repository: string; digestOnly: bool
 
 export class CrioTarget implements RuntimeTarget {
   private client?: CriImageClient;
-  constructor(private readonly config: AgentConfig, private readonly log?: Logger) {}
+  private readonly mirrorName: string;
+  private readonly pinsName: string;
 
-  private get mirrorFile(): string {
-    return join(this.config.paths.registriesDropInDir, `${this.config.prefix}-mirror.conf`);
-  }
-
-  get pinsFile(): string {
-    return join(this.config.paths.crioDropInDir, `${this.config.prefix}-pins.conf`);
+  constructor(private readonly config: AgentConfig, private readonly log?: Logger) {
+    this.mirrorName = `${config.prefix}-mirror.conf`;
+    this.pinsName = `${config.prefix}-pins.conf`;
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
     await mkdir(this.config.paths.registriesDropInDir, { recursive: true });
-    const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, `${this.config.prefix}-mirror.conf`, { mirror: address, repositories: repositories(m) });
+    const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.mirrorName, { mirror: address, repositories: repositories(m) });
     return async () => {
       await removeDropIn(file);
     };
@@ -123,7 +121,7 @@ export class CrioTarget implements RuntimeTarget {
   }
 
   async cleanup(): Promise<void> {
-    await removeDropIn(this.mirrorFile);
+    await removeDropIn(join(this.config.paths.registriesDropInDir, this.mirrorName));
   }
 
   /**
@@ -133,7 +131,7 @@ export class CrioTarget implements RuntimeTarget {
   // Our pins file is rewritten whole, so released images simply drop out of it.
   async pin(refs: string[], _released: string[]): Promise<void> {
     const dir = this.config.paths.crioDropInDir;
-    const ours = `${this.config.prefix}-pins.conf`;
+    const ours = this.pinsName;
     await mkdir(dir, { recursive: true });
     const others = (await readdir(dir)).filter((n) => n.endsWith('.conf') && n !== ours).sort();
     // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
@@ -147,7 +145,7 @@ export class CrioTarget implements RuntimeTarget {
     }
     const later = others.filter((n) => n > ours);
     if (later.length) this.log?.warn('pin', `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`);
-    const before = await readPinsDropIn(this.pinsFile);
+    const before = await readPinsDropIn(join(dir, ours));
     const all = [...new Set([...refs, ...foreign])].sort();
     await writePinsDropIn(dir, ours, all);
     if (this.config.reload.command.length > 0 && before.join('\n') !== all.join('\n')) {

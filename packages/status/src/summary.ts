@@ -15,6 +15,7 @@ function minutes(seconds: number | undefined): string {
 export function technicianLine(s: NodeStatus, _now = new Date()): string {
   const stickIn = s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging';
   const keep = stickIn ? ' Do not remove the USB stick.' : '';
+  const stick = s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
   const p = s.progress;
   switch (s.phase) {
     case 'Idle':
@@ -26,9 +27,9 @@ export function technicianLine(s: NodeStatus, _now = new Date()): string {
       return `Copying ${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
     case 'Serving':
     case 'Preloading':
-      return `Loading images: ${p.imagesDone} of ${p.imagesTotal} done.${s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.'}`;
+      return `Loading images: ${p.imagesDone} of ${p.imagesTotal} done.${stick}`;
     case 'Pinning':
-      return `Finishing up.${s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.'}`;
+      return `Finishing up.${stick}`;
     case 'Ready':
       return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick.`.replace('  ', ' ');
     case 'Failed': {
