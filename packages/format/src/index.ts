@@ -11,6 +11,7 @@ export { writeBundle, estimateImageStoreBytes } from './writer.js';
 export { verifyBundle, readHeader, readSeekIndex } from './reader.js';
 export { BundleRandomReader } from './random-reader.js';
 export { extractBundle } from './extract.js';
+export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, SignatureAlgorithm } from './manifest.js';
@@ -20,3 +21,4 @@ export type { FrameEntry, SeekIndex } from './seekable.js';
 export type { WriteBundleInput, WrittenBundle } from './writer.js';
 export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './reader.js';
 export type { ExtractOptions } from './extract.js';
+export type { BoundedDecompressOptions } from './zstd-bounded.js';

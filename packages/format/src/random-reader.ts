@@ -1,6 +1,5 @@
 import { open, type FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
-import { decompress } from 'zstd-napi';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
@@ -8,6 +7,7 @@ import type { BundleManifest } from './manifest.js';
 import { readSeekIndex } from './reader.js';
 import { frameAt, type SeekIndex } from './seekable.js';
 import { parseHeader } from './ustar.js';
+import { decompressFrame } from './zstd-bounded.js';
 
 interface Located { frame: number; offset: number; size: number }
 
@@ -66,14 +66,12 @@ export class BundleRandomReader {
     const buf = Buffer.allocUnsafe(f.compressedSize);
     const { bytesRead } = await this.fh.read(buf, 0, f.compressedSize, f.compressedOffset);
     if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
-    let out: Buffer;
     try {
-      out = decompress(buf);
+      return decompressFrame(buf, f.decompressedSize);
     } catch (cause) {
+      if (cause instanceof FormatError) throw new FormatError(cause.code, `frame ${i}: ${cause.message}`, { cause });
       throw new FormatError('CORRUPT', `frame ${i} does not decompress: ${(cause as Error).message}`, { cause });
     }
-    if (out.length !== f.decompressedSize) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} holds ${out.length} bytes; the seek index says ${f.decompressedSize}`);
-    return out;
   }
 
   has(path: string): boolean {

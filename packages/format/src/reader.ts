@@ -3,16 +3,16 @@ import { open, stat } from 'node:fs/promises';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { DecompressStream } from 'zstd-napi';
 import { newSha256, sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import {
   BLOB_DIR, BUNDLE_JSON, INDEX_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, OCI_LAYOUT,
-  OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes, READ_CHUNK } from './layout.js';
+  OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes, READ_CHUNK, FRAME_BYTES } from './layout.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
 import { octal } from './ustar.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
 import { assertTrust, checkSignature, type Trust } from './trust.js';
+import { BoundedDecompress } from './zstd-bounded.js';
 import type { TrustedKey } from './keys.js';
 
 export interface LayoutEntry {
@@ -144,7 +144,9 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
       cb();
     },
   });
-  const decompress = new TolerantDecompress();
+  const decompress = new BoundedDecompress({ tolerant: true });
+  // Until bundle.json has said how long the archive is, only its first two entries may come.
+  decompress.stopAfter(HEADER_BYTES_MAX);
   const extract = tar.extract();
 
   let manifest: BundleManifest | undefined;
@@ -189,6 +191,8 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
           expected.set(INDEX_JSON, manifest.index);
           for (const b of manifest.blobs) expected.set(blobPath(b.digest), b);
           expectedTar = tarStreamBytes([manifestBytes!.length, signature.length, ...[...expected.values()].map((e) => e.size)]);
+          // Whatever decodes past the archive's end is judged without being decoded in full.
+          decompress.stopAfter(expectedTar);
           if (manifest.index.size > MAX_INDEX_JSON_BYTES) throw new FormatError('OVERSIZED_ENTRY', `index.json is listed at ${manifest.index.size} bytes, over the ${MAX_INDEX_JSON_BYTES} limit`);
           await opts.onManifest?.(manifest, manifestBytes!, signature);
         }
@@ -219,6 +223,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     }
     // damage ends the tar stream early: name the damage, not what is missing because of it
     if (decompress.failed) throw decompress.failed;
+    if (!manifest && decompress.overLimit) throw headerOverrun();
     if (!manifest) throw new FormatError('TRUNCATED', 'the archive ends before bundle.json and its signature');
     // tar ends quietly when the file is cut at an entry boundary; a file cut short has lost
     // its seek table too, while one that merely lacks an entry still ends with it
@@ -274,33 +279,13 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
 }
 
 /**
- * Decompresses until the first error, then ends its output as if the input had ended and
- * keeps the error. Failing the stream would drop output already decoded but not yet read by
- * tar, and how much that is depends on chunk sizes: the reader must see everything before
- * the damage to tell damage inside the archive from bytes after it.
+ * Most archive bytes that may come before bundle.json has told the archive's length: its
+ * entry and the signature's at their limits, plus room for what the streams read ahead.
  */
-class TolerantDecompress extends DecompressStream {
-  failed: Error | undefined;
+const HEADER_BYTES_MAX = tarStreamBytes([MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES]) + 2 * FRAME_BYTES;
 
-  override _transform(chunk: unknown, encoding: string, done: (err?: Error | null) => void): void {
-    if (this.failed) return done();
-    super._transform(chunk, encoding, (err) => {
-      if (err) {
-        this.failed = err;
-        this.push(null);
-      }
-      done();
-    });
-  }
-
-  override _flush(done: (err?: Error | null) => void): void {
-    if (this.failed) return done();
-    super._flush((err) => {
-      if (err) this.failed = err;
-      done();
-    });
-  }
-}
+const headerOverrun = () =>
+  new FormatError('CORRUPT', `the archive does not start with ${BUNDLE_JSON} and its signature within ${HEADER_BYTES_MAX} bytes: not a bundle`);
 
 const META_TYPES = new Set(['x', 'g', 'L', 'K']); // pax and GNU long-name headers: part of the next entry
 
@@ -409,7 +394,12 @@ async function classify(err: unknown, upstream: Error | undefined, complete: boo
 export async function readHeader(path: string): Promise<{ manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer }> {
   const extract = tar.extract();
   const src = createReadStream(path);
-  const piping = pipeline(src, new DecompressStream(), extract as unknown as Writable).catch(() => undefined);
+  const decompress = new BoundedDecompress();
+  decompress.stopAfter(HEADER_BYTES_MAX);
+  let failed: unknown;
+  const piping = pipeline(src, decompress, extract as unknown as Writable).catch((err: unknown) => {
+    failed = err;
+  });
   let manifestBytes: Buffer | undefined;
   let signature: Buffer | undefined;
   try {
@@ -433,7 +423,11 @@ export async function readHeader(path: string): Promise<{ manifest: BundleManife
     extract.destroy();
     await piping;
   }
-  if (!manifestBytes || !signature) throw new FormatError('TRUNCATED', `${path} ends before bundle.json and its signature`);
+  if (!manifestBytes || !signature) {
+    if (failed instanceof FormatError) throw failed;
+    if (decompress.overLimit) throw headerOverrun();
+    throw new FormatError('TRUNCATED', `${path} ends before bundle.json and its signature`);
+  }
   return { manifest: parseManifestBytes(manifestBytes), manifestBytes, signature };
 }
 
