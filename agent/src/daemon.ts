@@ -9,6 +9,7 @@ import { MediaWatcher } from './media.js';
 import { removeStalePartials, runLoad } from './pipeline.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
+import { watchCrioPins } from './crio-pins-watch.js';
 
 /** A tracker whose every change lands in the status file (atomically, in order). */
 export async function statusTracker(config: AgentConfig, log: Logger): Promise<StatusTracker> {
@@ -80,6 +81,14 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     wake?.();
   });
   await watcher.start();
+  // One thing at a time in this process: a load, or a re-merge of the CRI-O pins.
+  let chain: Promise<unknown> = Promise.resolve();
+  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = chain.then(fn);
+    chain = run.catch(() => undefined);
+    return run;
+  };
+  const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
   try {
     while (!signal.aborted) {
@@ -94,7 +103,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       }
       const runtime = runtimeTarget(config, log);
       try {
-        await runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal });
+        await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal }));
       } catch {
         // already reported by runLoad; keep watching
       } finally {
@@ -103,6 +112,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     }
   } finally {
     watcher.stop();
+    stopPinsWatch();
     await closeOutputs();
   }
 }

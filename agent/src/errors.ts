@@ -7,7 +7,8 @@ export type AgentReason =
   | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'InsufficientSpace' | 'StagingFailed'
   | 'RegistryFailed' | 'RuntimeUnavailable' | 'PullFailed' | 'NoSpaceInImageStore' | 'PinFailed'
   | 'ReloadFailed' | 'MediaRemoved' | 'InvalidConfig' | 'UnsupportedVersion' | 'ForeignFile' | 'WriteFailed'
-  | 'Interrupted' | 'Busy' | 'Internal';
+  | 'Interrupted' | 'Busy' | 'Internal'
+  | 'MirrorNotUsed';
 
 export class AgentError extends Error {
   constructor(readonly reason: AgentReason, message: string, options?: { cause?: unknown }) {

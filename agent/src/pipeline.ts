@@ -4,12 +4,14 @@ import {
   checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleManifest, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
-import { markFailed, markLoaded, observeRunning, readClusterVersion, recordIncoming, runningReleases, versionsInUse, type StatusTracker } from '@offline-bundle/status';
+import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, versionsInUse, type ClusterRelease, type StatusTracker } from '@offline-bundle/status';
+import { adoptRunningRelease } from './running-release.js';
 import type { AgentConfig } from './config.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import type { Logger } from './log.js';
 import { checkPolicy } from './policy.js';
 import { imageRefs, type RuntimeTarget } from './runtime-target.js';
+import { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease } from './state.js';
 import { withLoadLock } from './lock.js';
@@ -40,19 +42,25 @@ export interface LoadResult {
  * pins), else, when the API server cannot be reached, the last one seen there.
  */
 export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
+  return (await runningRelease(ctx))?.version;
+}
+
+/** As runningVersion, with the release image when ClusterVersion names it. */
+async function runningRelease(ctx: PipelineContext): Promise<ClusterRelease | undefined> {
   const { config, tracker, log } = ctx;
-  if (config.version.current) return config.version.current;
+  if (config.version.current) return { version: config.version.current };
   if (!config.version.fromCluster || !config.status.kubeconfig) return undefined;
   try {
-    const v = await readClusterVersion(config.status.kubeconfig, { timeoutMs: 10_000 });
-    if (v) {
-      tracker.update((s) => { s.history = observeRunning(s.history, v); });
-      return v;
+    const r = await readClusterRelease(config.status.kubeconfig, { timeoutMs: 10_000 });
+    if (r) {
+      tracker.update((s) => { s.history = observeRunning(s.history, r.version); });
+      return r;
     }
   } catch (err) {
     log.warn('version', `cannot read the running version from the cluster (${oneLine(err)}); using the last one seen`);
   }
-  return runningReleases(tracker.current.history).at(-1)?.version;
+  const last = runningReleases(tracker.current.history).at(-1)?.version;
+  return last ? { version: last } : undefined;
 }
 
 /** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
@@ -114,7 +122,8 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
   });
   const releases = await readReleases(config.paths.stateDir);
-  const current = await runningVersion(ctx);
+  const running = await runningRelease(ctx);
+  const current = running?.version;
   checkPolicy(m, config, current);
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
@@ -185,6 +194,16 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     });
     tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
     log.info('serving', `temporary registry on ${registry.address}`, { address: registry.address });
+    // Asked before the mirror exists: an image the runtime holds already is not pulled through us.
+    const inspector = await runtime.inspector();
+    const present = inspector ? await imagesPresent(inspector, m) : undefined;
+    if (running) {
+      const adopted = await adoptRunningRelease({ stateDir: config.paths.stateDir, arch: rel.arch, running, incoming: m, releases, ...(inspector ? { inspector } : {}) });
+      if (adopted) {
+        releases.push(adopted);
+        log.info('pin', `the running release ${adopted.version} was not loaded by this agent: its ${adopted.refs.length} images on this node stay pinned until ${rel.version} is complete`, { version: adopted.version });
+      }
+    }
     unmirror = await runtime.mirror(registry.address, m);
 
     tracker.update((s) => {
@@ -195,19 +214,36 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
       tracker.progress({ imagesDone: done, imagesTotal: total });
       log.info('preload', `pulled ${ref} (${done}/${total})`, { ref });
     }, signal);
-    tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store`);
+    if (present && config.preload.method !== 'none') checkMirrorUsed(m, present, registry.served);
+    else if (!present) log.warn('preload', 'the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle\'s registry');
+    tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store (${registry.served.blobs} blobs served)`);
 
     signal?.throwIfAborted();
     tracker.phase('Pinning');
+    // The mirror goes before the pins are applied: one reload (CRI-O) covers both.
+    await unmirror();
+    unmirror = undefined;
     // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
     const inUse = new Set(versionsInUse(tracker.current.history));
     const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
-    const pins = [...new Set([...refs, ...kept.flatMap((r) => r.refs)])].sort();
+    const keptRefs = [...new Set(kept.flatMap((r) => r.refs))].filter((r) => !refs.includes(r));
+    const pins = [...new Set([...refs, ...keptRefs])].sort();
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);
-    tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : ''}`);
+    const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
+    const report = inspector ? await checkPins(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
+    if (report?.verifiable) {
+      tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${still}, as the runtime reports`);
+    } else {
+      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} images asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7): they may be garbage-collected`);
+    }
+    if (report?.stillPinned.length) {
+      tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);
+      log.warn('pin', `the runtime still reports images of older releases pinned: ${report.stillPinned.join(', ')}`);
+    }
   } finally {
     await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
+    await runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
     await registry?.close().catch(() => undefined);
     await store?.close().catch(() => undefined);
     if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { mkdir, readdir } from 'node:fs/promises';
+import { mkdir, readFile, readdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
-import { parseReference } from '@offline-bundle/oci';
+import { parseReference, writeFileAtomic } from '@offline-bundle/oci';
 import {
   CriImageClient, RuntimeError, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
@@ -21,16 +21,44 @@ export function imageRefs(m: BundleManifest): string[] {
   return [...refs].sort();
 }
 
+/** What the pipeline asks the runtime about its images (the CRI ImageService). */
+export type ImageInspector = Pick<CriImageClient, 'imageStatus' | 'listImages'>;
+
 /** What the pipeline needs from the node's container runtime. */
 export interface RuntimeTarget {
-  /** Points the runtime at the local registry; returns the undo. */
+  /**
+   * Points the runtime at the local registry and makes it take effect before returning
+   * (CRI-O: a reload); returns the undo, whose effect waits for `pin` or `apply`.
+   */
   mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
   preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void>;
-  /** Pins `refs` (this release's and those still in use); `released` are older releases' images to unpin. */
+  /**
+   * Pins `refs` (this release's and those still in use); `released` are older releases' images
+   * to unpin. Makes every change so far take effect (CRI-O: one reload for the removed mirror
+   * and the new pins).
+   */
   pin(refs: string[], released: string[]): Promise<void>;
+  /** Makes configuration changes not yet in effect take effect (after a failure). */
+  apply(): Promise<void>;
+  /** The CRI ImageService when the runtime answers on its socket; undefined where only a pull command is usable. */
+  inspector(): Promise<ImageInspector | undefined>;
   /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
   cleanup(): Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * The CRI client when the socket answers. With preload.method cri an unreachable socket is an
+ * error (the pulls would fail too); with a pull command the runtime may have no usable socket.
+ */
+async function reachableCri(config: AgentConfig, client: CriImageClient): Promise<ImageInspector | undefined> {
+  try {
+    await client.listImages();
+    return client;
+  } catch (err) {
+    if (config.preload.method === 'cri') throw err;
+    return undefined;
+  }
 }
 
 /**
@@ -98,59 +126,140 @@ function repositories(m: BundleManifest): { repository: string; digestOnly: bool
   return m.images.map((img) => ({ repository: img.repository, digestOnly: !img.tag }));
 }
 
+/**
+ * CRI-O reads registries.conf(.d) and crio.conf.d only at start and on reload (SIGHUP, what
+ * `systemctl reload crio` sends): every file written here is followed by a reload before the
+ * runtime is expected to act on it, in this order: mirror drop-in, reload, pulls, drop-in
+ * removed, pins, reload.
+ */
 export class CrioTarget implements RuntimeTarget {
   private client?: CriImageClient;
   private readonly mirrorName: string;
   private readonly pinsName: string;
+  /** A drop-in changed since the last reload. */
+  private unapplied = false;
 
   constructor(private readonly config: AgentConfig, private readonly log?: Logger) {
     this.mirrorName = `${config.prefix}-mirror.conf`;
     this.pinsName = `${config.prefix}-pins.conf`;
   }
 
+  private cri(): CriImageClient {
+    return (this.client ??= new CriImageClient(this.config.criSocket));
+  }
+
+  private async reload(why: string): Promise<void> {
+    const cmd = this.config.reload.command;
+    if (cmd.length === 0) {
+      this.log?.warn('reload', `reload.command is empty: CRI-O must notice the ${why} by itself (auto_reload_registries), or the pulls will not use the mirror`);
+      this.unapplied = false;
+      return;
+    }
+    try {
+      await reloadRuntime(cmd);
+    } catch (err) {
+      throw new AgentError('ReloadFailed', `CRI-O was not reloaded after the ${why} (${oneLine(err)}): check reload.command and that crio runs (systemctl status crio)`, { cause: err });
+    }
+    this.unapplied = false;
+    this.log?.info('reload', `CRI-O reloaded (${why})`, { command: cmd.join(' ') });
+  }
+
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
     await mkdir(this.config.paths.registriesDropInDir, { recursive: true });
     const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.mirrorName, { mirror: address, repositories: repositories(m) });
-    return async () => {
-      await removeDropIn(file);
+    this.unapplied = true;
+    this.log?.info('mirror', `mirror drop-in written: ${file}`, { file, mirror: address });
+    const undo = async () => {
+      if (await removeDropIn(file)) {
+        this.unapplied = true;
+        this.log?.info('unmirror', `mirror drop-in removed: ${file}`, { file });
+      }
     };
+    try {
+      await this.reload('mirror drop-in');
+    } catch (err) {
+      await undo();
+      throw err;
+    }
+    return undo;
   }
 
   preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
-    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal);
+    return preloadWith(this.config, () => this.cri(), refs, onProgress, signal);
+  }
+
+  inspector(): Promise<ImageInspector | undefined> {
+    return reachableCri(this.config, this.cri());
+  }
+
+  async apply(why = 'mirror drop-in removal'): Promise<void> {
+    if (this.unapplied) await this.reload(why);
   }
 
   async cleanup(): Promise<void> {
-    await removeDropIn(join(this.config.paths.registriesDropInDir, this.mirrorName));
+    if (await removeDropIn(join(this.config.paths.registriesDropInDir, this.mirrorName))) {
+      this.unapplied = true;
+      await this.apply();
+    }
   }
 
   /**
    * CRI-O takes pinned_images from the last crio.conf.d file that sets it, so ours carries the
    * union with every other file's pins (an installer's, the MCO's): writing it never unpins theirs.
+   * Our own list is kept in the state directory, so the union can be made again whenever
+   * another file changes (`remerge`) and released images simply drop out of it.
    */
-  // Our pins file is rewritten whole, so released images simply drop out of it.
   async pin(refs: string[], _released: string[]): Promise<void> {
+    await mkdir(this.config.paths.stateDir, { recursive: true });
+    await writeFileAtomic(this.ownPinsFile(), JSON.stringify({ pins: [...new Set(refs)].sort() }, null, 2) + '\n');
+    await this.writeMerged([...new Set(refs)]);
+    await this.apply('pins and mirror removal');
+  }
+
+  /**
+   * Makes our pins file the union of our pins and every other file's again, and reloads when
+   * that changed it: run when any crio.conf(.d) file changes, so a PinnedImageSet the MCO adds
+   * later is never hidden behind a stale copy in our file. Returns whether it rewrote the file.
+   */
+  async remerge(): Promise<boolean> {
+    const own = await readFile(this.ownPinsFile(), 'utf8').then((t) => (JSON.parse(t) as { pins?: string[] }).pins ?? [], () => undefined);
+    if (!own) return false;
+    const changed = await this.writeMerged(own);
+    if (changed) await this.apply('a change in another crio.conf.d file');
+    return changed;
+  }
+
+  private ownPinsFile(): string {
+    return join(this.config.paths.stateDir, 'crio-pins.json');
+  }
+
+  /** CRI-O reads every file of crio.conf.d, whatever its name (the MCO's is 50-pinned-images). */
+  private async foreignPinFiles(): Promise<string[]> {
     const dir = this.config.paths.crioDropInDir;
-    const ours = this.pinsName;
+    const others = (await readdir(dir).catch(() => [] as string[])).filter((n) => n !== this.pinsName && !n.startsWith('.')).sort();
+    const later = others.filter((n) => n > this.pinsName);
+    if (later.length) this.log?.warn('pin', `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`);
+    return [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];
+  }
+
+  private async writeMerged(own: string[]): Promise<boolean> {
+    const dir = this.config.paths.crioDropInDir;
     await mkdir(dir, { recursive: true });
-    const others = (await readdir(dir)).filter((n) => n.endsWith('.conf') && n !== ours).sort();
-    // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
-    const sources = [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];
     const foreign = new Set<string>();
-    for (const file of sources) {
+    // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
+    for (const file of await this.foreignPinFiles()) {
       const pins = await readPinsDropIn(file).catch((err: unknown) => {
         throw new AgentError('PinFailed', `cannot read the pins in ${file} (${oneLine(err)}): fix or remove it, then plug the stick in again; our pins would otherwise replace its pins`, { cause: err });
       });
       for (const p of pins) foreign.add(p);
     }
-    const later = others.filter((n) => n > ours);
-    if (later.length) this.log?.warn('pin', `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`);
-    const before = await readPinsDropIn(join(dir, ours));
-    const all = [...new Set([...refs, ...foreign])].sort();
-    await writePinsDropIn(dir, ours, all);
-    if (this.config.reload.command.length > 0 && before.join('\n') !== all.join('\n')) {
-      await reloadRuntime(this.config.reload.command);
-    }
+    const before = await readPinsDropIn(join(dir, this.pinsName));
+    const all = [...new Set([...own, ...foreign])].sort();
+    if (before.join('\n') === all.join('\n')) return false;
+    const file = await writePinsDropIn(dir, this.pinsName, all);
+    this.unapplied = true;
+    this.log?.info('pin', `pins drop-in written: ${file} (${all.length} images, ${own.length} ours)`, { file });
+    return true;
   }
 
   async close(): Promise<void> {
@@ -195,6 +304,13 @@ export class ContainerdTarget implements RuntimeTarget {
   async pin(refs: string[], released: string[]): Promise<void> {
     // containerd's CRI honours the pinned label from 1.7 (1.6 stores it).
     await setContainerdPins(refs, released, { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace });
+  }
+
+  /** containerd re-reads hosts.toml on every pull: nothing waits for a reload. */
+  async apply(): Promise<void> {}
+
+  inspector(): Promise<ImageInspector | undefined> {
+    return reachableCri(this.config, (this.client ??= new CriImageClient(this.config.criSocket)));
   }
 
   async close(): Promise<void> {

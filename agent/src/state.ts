@@ -9,6 +9,8 @@ export interface ReleaseRecord {
   digest?: string;
   refs: string[];
   loadedAt: string;
+  /** 'node': the release running before the first bundle, its images found on the node. */
+  source?: 'bundle' | 'node';
 }
 
 function releasesDir(stateDir: string): string {

@@ -16,7 +16,34 @@ export interface RunningRegistry {
   /** "127.0.0.1:PORT" */
   address: string;
   port: number;
+  /** What the registry has answered so far: proof that a client's pulls came through it. */
+  served: ServedLog;
   close(): Promise<void>;
+}
+
+/** Manifests (by repository name and digest) and blobs the registry answered with success. */
+export class ServedLog {
+  private readonly manifests = new Map<string, Set<string>>();
+  private readonly blobDigests = new Set<string>();
+
+  manifest(name: string, digest: string): void {
+    const set = this.manifests.get(name) ?? new Set<string>();
+    set.add(digest);
+    this.manifests.set(name, set);
+  }
+
+  blob(digest: string): void {
+    this.blobDigests.add(digest);
+  }
+
+  /** Whether a client asked for this manifest of this repository (HEAD or GET, by tag or digest). */
+  servedManifest(name: string, digest: string): boolean {
+    return this.manifests.get(name)?.has(digest) ?? false;
+  }
+
+  get blobs(): number {
+    return this.blobDigests.size;
+  }
 }
 
 type ErrorCode = 'NAME_UNKNOWN' | 'MANIFEST_UNKNOWN' | 'BLOB_UNKNOWN' | 'UNSUPPORTED' | 'DIGEST_INVALID' | 'PAGINATION_NUMBER_INVALID' | 'RANGE_INVALID';
@@ -68,7 +95,7 @@ function paginate(items: string[], query: Record<string, string | undefined>): {
  * digest (and manifests by tag) with HEAD and Range, tag lists and the catalog. Every
  * answer is computed from the trusted catalog; a request path never names a file.
  */
-export function buildRegistry(opts: RegistryServerOptions): FastifyInstance {
+export function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
   const { store, catalog } = opts;
   const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 } });
   app.addHook('onResponse', async (req, reply) => opts.onRequest?.(req.method, req.url, reply.statusCode));
@@ -106,6 +133,7 @@ export function buildRegistry(opts: RegistryServerOptions): FastifyInstance {
       if (!digest || !mediaType) return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
       const size = store.size(digest)!;
       reply.headers({ ...API_HEADER, 'docker-content-digest': digest, etag: `"${digest}"`, 'content-type': mediaType, 'content-length': size });
+      served.manifest(name, digest);
       if (head) return reply.send();
       return reply.send(await store.open(digest, 0, size));
     }
@@ -126,6 +154,7 @@ export function buildRegistry(opts: RegistryServerOptions): FastifyInstance {
       const { start, end } = range ?? { start: 0, end: size };
       if (range) reply.code(206).header('content-range', `bytes ${start}-${end - 1}/${size}`);
       reply.header('content-length', end - start);
+      served.blob(digest);
       if (head) return reply.send();
       return reply.send(await store.open(digest, start, end));
     }
@@ -141,10 +170,11 @@ export function buildRegistry(opts: RegistryServerOptions): FastifyInstance {
 }
 
 export async function startRegistry(opts: RegistryServerOptions): Promise<RunningRegistry> {
-  const app = buildRegistry(opts);
+  const served = new ServedLog();
+  const app = buildRegistry(opts, served);
   const host = opts.host ?? '127.0.0.1';
   await app.listen({ host, port: opts.port ?? 0 });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : 0;
-  return { address: `${host}:${port}`, port, close: () => app.close() };
+  return { address: `${host}:${port}`, port, served, close: () => app.close() };
 }

@@ -1,7 +1,13 @@
 import { customObjectsApi, isApiException, requestOptions } from './kube.js';
 
 interface ClusterVersion {
-  status?: { history?: { state?: string; version?: string }[]; desired?: { version?: string } };
+  status?: { history?: { state?: string; version?: string; image?: string }[]; desired?: { version?: string } };
+}
+
+/** The release an OpenShift cluster runs: its version and release image (pull spec by digest). */
+export interface ClusterRelease {
+  version: string;
+  image?: string;
 }
 
 /**
@@ -11,6 +17,11 @@ interface ClusterVersion {
  * are thrown for the caller to decide; client-node is loaded only when this is called.
  */
 export async function readClusterVersion(kubeconfig: string, opts: { context?: string; timeoutMs?: number } = {}): Promise<string | undefined> {
+  return (await readClusterRelease(kubeconfig, opts))?.version;
+}
+
+/** As readClusterVersion, with the completed entry's release image. */
+export async function readClusterRelease(kubeconfig: string, opts: { context?: string; timeoutMs?: number } = {}): Promise<ClusterRelease | undefined> {
   const api = await customObjectsApi(kubeconfig, opts.context);
   let cv: ClusterVersion;
   try {
@@ -22,5 +33,6 @@ export async function readClusterVersion(kubeconfig: string, opts: { context?: s
     if (isApiException(err) && err.code === 404) return undefined;
     throw err;
   }
-  return cv.status?.history?.find((h) => h.state === 'Completed' && h.version)?.version;
+  const done = cv.status?.history?.find((h) => h.state === 'Completed' && h.version);
+  return done ? { version: done.version!, ...(done.image ? { image: done.image } : {}) } : undefined;
 }

@@ -3,7 +3,7 @@ export { writeStatusFile, readStatusFile } from './file.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine } from './summary.js';
 export { formatBytes, formatDuration } from './units.js';
-export { readClusterVersion } from './cluster-version.js';
+export { readClusterVersion, readClusterRelease } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
@@ -22,6 +22,7 @@ export type {
   NodeStatus,
 } from './model.js';
 export type { ReleaseRef } from './history.js';
+export type { ClusterRelease } from './cluster-version.js';
 export type { NodeBundleStatusResource, ResourceStatus, ResourceProgress } from './resource.js';
 export type { ClusterReporterOptions, ReporterStats, StatusLogger } from './reporter.js';
 export type { StatusServer, StatusServerOptions } from './http.js';
