@@ -5,7 +5,7 @@ import t from 'tap';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
-import { AgentError, CrioTarget, checkMirrorUsed, checkPins, createLogger, parseConfig, watchCrioPins, type ImageInspector } from '@offline-bundle/agent';
+import { AgentError, CrioTarget, adoptRunningRelease, checkMirrorUsed, checkPins, createLogger, parseConfig, watchCrioPins, type ImageInspector } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const parseToml = (createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse: (s: string) => Record<string, any> }).parse;
@@ -140,4 +140,23 @@ t.test('checkMirrorUsed', async (t) => {
   t.doesNotThrow(() => checkMirrorUsed(m, new Set(['quay.io/acme/tool@sha256:' + 'b'.repeat(64)]), served), 'an image present before the pulls needs no fetch');
   asked.add('quay.io/acme/tool@sha256:' + 'b'.repeat(64));
   t.doesNotThrow(() => checkMirrorUsed(m, new Set(), served));
+});
+
+t.test('adoptRunningRelease: the release running before the first bundle stays pinned', async (t) => {
+  const dir = await tmpdir(t, 'ob-adopt-');
+  const repo = 'quay.io/openshift-release-dev/ocp-v4.0-art-dev';
+  const running = [`${repo}@sha256:${'1'.repeat(64)}`, `${repo}@sha256:${'2'.repeat(64)}`];
+  const incoming = { release: { version: '4.14.39' }, images: [{ repository: repo, digest: 'sha256:' + '3'.repeat(64) }] } as any;
+  const insp = inspector([
+    { id: '1', names: [running[0]!], pinned: false },
+    { id: '2', names: [running[1]!], pinned: false },
+    { id: '3', names: [`${repo}@sha256:${'3'.repeat(64)}`], pinned: false },
+    { id: '4', names: ['docker.io/library/busybox@sha256:' + '4'.repeat(64)], pinned: false },
+  ]);
+  const image = 'quay.io/openshift-release-dev/ocp-release@sha256:' + '5'.repeat(64);
+  const rec = await adoptRunningRelease({ stateDir: dir, arch: 'amd64', running: { version: '4.14.38', image }, incoming, releases: [], inspector: insp });
+  t.same(rec?.refs, [image, ...running].sort(), 'the release image and the payload images on the node, not the incoming one, not workloads');
+  t.equal(rec?.source, 'node');
+  t.ok(JSON.parse(await readFile(join(dir, 'releases/4.14.38-amd64.json'), 'utf8')).refs.includes(image), 'recorded in the state directory');
+  t.equal(await adoptRunningRelease({ stateDir: dir, arch: 'amd64', running: { version: '4.14.38', image }, incoming, releases: [rec!], inspector: insp }), undefined, 'a release already recorded is left as it is');
 });
