@@ -6,7 +6,7 @@ import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { MediaWatcher } from './media.js';
-import { removeStalePartials, runLoad } from './pipeline.js';
+import { removeLeftovers, runLoad } from './pipeline.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
@@ -67,11 +67,12 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
   // pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
   await withLoadLock(config.paths.stateDir, async () => {
-    const stale = await removeStalePartials(config.paths.upgradeDir);
-    if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
     const cleaner = runtimeTarget(config, log);
-    await cleaner.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
-    await cleaner.close();
+    try {
+      await removeLeftovers(config, cleaner, log);
+    } finally {
+      await cleaner.close();
+    }
   }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
   const queue: { file: string; media: string }[] = [];

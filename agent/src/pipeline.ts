@@ -63,6 +63,25 @@ async function runningRelease(ctx: PipelineContext): Promise<ClusterRelease | un
   return last ? { version: last } : undefined;
 }
 
+/**
+ * What a killed load (SIGKILL, power cut) leaves: partial staging, a staged layout the config
+ * does not keep, mirror drop-ins pointing at a registry that is gone. Run under the load lock
+ * before every load and at daemon start, so neither waits for the other to clean up.
+ */
+export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger): Promise<void> {
+  const stale = await removeStalePartials(config.paths.upgradeDir);
+  if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
+  if (!config.staging.keep) {
+    const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
+    // staged layouts are "<version>-<arch>" directories holding a bundle.json
+    const layouts = [];
+    for (const n of names) if (await stat(join(config.paths.upgradeDir, n, 'bundle.json')).then(() => true, () => false)) layouts.push(n);
+    for (const n of layouts) await rm(join(config.paths.upgradeDir, n), { recursive: true, force: true });
+    if (layouts.length) log.warn('staging', `removed staged layouts a stopped load left behind (staging.keep is false): ${layouts.join(', ')}`);
+  }
+  await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+}
+
 /** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
 export async function removeStalePartials(upgradeDir: string): Promise<string[]> {
   let names: string[] = [];
@@ -136,8 +155,6 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   });
   log.info('space', plan.message, { mode: plan.mode });
 
-  const stale = await removeStalePartials(config.paths.upgradeDir);
-  if (stale.length) log.warn('staging', `removed unfinished staging from an earlier run: ${stale.join(', ')}`);
   const fileSize = (await stat(file)).size;
   const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const onProgress = rateTracker(tracker);
@@ -263,7 +280,10 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
   try {
-    return await withLoadLock(ctx.config.paths.stateDir, () => loadBundle(file, ctx));
+    return await withLoadLock(ctx.config.paths.stateDir, async () => {
+      await removeLeftovers(ctx.config, ctx.runtime, ctx.log);
+      return loadBundle(file, ctx);
+    });
   } catch (err) {
     const reason = reasonOf(err);
     const message = oneLine(err);
