@@ -41,7 +41,7 @@
 //
 // Run: node test/helpers/crio-standin.mjs --state-dir DIR [--listen SOCK]
 //   [--registries-conf F] [--registries-conf-dir D] [--config F] [--config-dir D]
-//   [--pause-image REF] [--no-pin-support] [--pins-at-start-only]
+//   [--pause-image REF] [--no-pin-support] [--pins-at-start-only] [--exit-with-parent]
 // Tests use startCrioStandin() below.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -307,6 +307,7 @@ async function main(argv) {
       'pause-image': { type: 'string' },
       'no-pin-support': { type: 'boolean', default: false },
       'pins-at-start-only': { type: 'boolean', default: false },
+      'exit-with-parent': { type: 'boolean', default: false },
     },
   });
   if (!o['state-dir']) throw new Error('--state-dir is required');
@@ -396,9 +397,8 @@ async function main(argv) {
     const repoTags = refs.filter((r) => r.tag).map((r) => r.full).sort();
     const repoDigests = new Set(refs.filter((r) => r.digest).map((r) => r.full));
     for (const r of refs) for (const d of img.digests) repoDigests.add(`${r.name}@${d}`);
-    let pinned = false;
-    if (pinsAtStartOnly && call === 'status') pinned = false; // ImageStatus.pinned came in 1.29.7
-    else pinned = img.names.some((n) => pins.some((re) => re.test(n)));
+    // every stored name counts (1.29+); ImageStatus sets pinned only from 1.29.7
+    const pinned = !(pinsAtStartOnly && call === 'status') && img.names.some((n) => pins.some((re) => re.test(n)));
     return { id: img.id, repoTags, repoDigests: [...repoDigests].sort(), size: String(img.size), pinned };
   };
 
@@ -526,13 +526,20 @@ async function main(argv) {
   await new Promise((resolve, reject) =>
     server.bindAsync(`unix://${socket}`, grpc.ServerCredentials.createInsecure(), (/** @type {Error|null} */ e) => (e ? reject(e) : resolve(undefined))));
 
-  process.on('SIGTERM', () => {
+  const shutdown = (/** @type {string} */ why) => {
     for (const c of children) if (c.pid) try { process.kill(c.pid, 'SIGKILL'); } catch { /* gone */ }
     server.forceShutdown();
     rmSync(socket, { force: true });
-    event({ event: 'stop' });
+    event({ event: 'stop', why });
     process.exit(0);
-  });
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  // A test process killed outright (a tap timeout's SIGALRM, SIGKILL) cannot stop us: do not
+  // outlive it. We are then re-parented, so our parent PID changes.
+  if (o['exit-with-parent']) {
+    const parent = process.ppid;
+    setInterval(() => { if (process.ppid !== parent) shutdown('parent exited'); }, 500).unref();
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -566,7 +573,7 @@ export async function startCrioStandin(t, opts = {}) {
   const dir = opts.dir ?? (await mkdtemp(path.join(os.tmpdir(), 'ob-crio-')));
   mkdirSync(dir, { recursive: true });
   const socket = path.join(dir, 'crio.sock');
-  const args = [SELF, '--state-dir', dir, '--listen', socket];
+  const args = [SELF, '--state-dir', dir, '--listen', socket, '--exit-with-parent'];
   const add = (/** @type {string} */ flag, /** @type {string|undefined} */ v) => { if (v) args.push(flag, v); };
   add('--registries-conf', opts.registriesConf);
   add('--registries-conf-dir', opts.registriesDropInDir);

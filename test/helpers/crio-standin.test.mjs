@@ -159,6 +159,14 @@ t.test('contract (CRI-O stand-in): mirrors per containers-registries.conf(5): or
   await t.rejects(c.pullImage(tool.tagRef, { timeoutMs: PULL_TIMEOUT }), { code: 'PULL_FAILED', message: /origin\.offline-bundle\.invalid/ },
     'the longest prefix (the agent\'s digest-only entry) decides: the tag pull skips its mirror');
   t.equal((await crio.events()).filter((e) => e.event === 'pull').at(-1).source, tool.tagRef);
+
+  // A bad drop-in aborts the reload: the mirrors read before stay in effect.
+  await writeFile(path.join(n.registriesDropInDir, '99-broken.conf'), '[[registry]\nprefix = ');
+  const bad = await crio.reload();
+  t.equal(bad.outcome, 'error');
+  t.match(bad.error, /99-broken\.conf/);
+  await c.pullImage(app.digestRef, { timeoutMs: PULL_TIMEOUT });
+  t.equal((await crio.events()).filter((e) => e.event === 'pull').at(-1).source, `${reg.host}/${mirrorPath(APP)}@${app.digest}`, 'old mirrors kept after the failed reload');
 });
 
 t.test('contract (CRI-O stand-in): pinned_images exact/glob/keyword, applied on SIGHUP, a later drop-in replaces the list', async (t) => {
@@ -166,9 +174,9 @@ t.test('contract (CRI-O stand-in): pinned_images exact/glob/keyword, applied on 
   await mirrorDropIn(n.registriesDropInDir, false);
   const crio = await startCrioStandin(t, { ...n, dir: n.state });
   const c = client(t, crio.socket);
-  await c.pullImage(app.digestRef, { timeoutMs: PULL_TIMEOUT });
-  await c.pullImage(tool.tagRef, { timeoutMs: PULL_TIMEOUT });
-  await c.pullImage(db.tagRef, { timeoutMs: PULL_TIMEOUT });
+  // Concurrent pulls, as the agent's pullAll does them (the same image twice included).
+  await Promise.all([app.digestRef, tool.tagRef, db.tagRef, app.digestRef].map((r) => c.pullImage(r, { timeoutMs: PULL_TIMEOUT })));
+  t.equal((await c.listImages()).length, 3, 'three images, the duplicate pull stored once');
   t.same(await pinnedMap(c), { [APP]: false, [TOOL]: false, [DB]: false }, 'nothing pinned at first');
 
   const pins = (/** @type {string} */ file, /** @type {string[]} */ list) =>
