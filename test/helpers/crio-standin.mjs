@@ -63,7 +63,7 @@ const SELF = fileURLToPath(import.meta.url);
 
 /** CRI-O's default pause_image (always pinned). */
 const DEFAULT_PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
-const GOARCH = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x' }[process.arch] ?? process.arch;
+const GOARCH = /** @type {Record<string, string>} */ ({ x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x' })[process.arch] ?? process.arch;
 
 // ---------------------------------------------------------------------------------------
 // References (docker/distribution's normalised names)
@@ -388,8 +388,9 @@ async function main(argv) {
     } catch {
       return undefined;
     }
-    return images.find((i) => i.names.includes(ref.full))
-      ?? (ref.digest ? images.find((i) => i.digests.includes(ref.digest) && i.names.some((n) => parseRef(n).name === ref.name)) : undefined);
+    const { full, name, digest } = ref;
+    return images.find((i) => i.names.includes(full))
+      ?? (digest ? images.find((i) => i.digests.includes(digest) && i.names.some((n) => parseRef(n).name === name)) : undefined);
   };
 
   const criImage = (/** @type {StoredImage} */ img, /** @type {'list'|'status'} */ call) => {
@@ -603,7 +604,7 @@ export async function startCrioStandin(t, opts = {}) {
     timeoutMs: opts.timeoutMs ?? 30_000,
     pollMs: 100,
     killAfterMs: 5000,
-    cleanup: () => (ownDir ? rm(dir, { recursive: true, force: true }) : undefined),
+    cleanup: async () => { if (ownDir) await rm(dir, { recursive: true, force: true }); },
   });
   t.teardown(() => svc.stop());
 

@@ -100,10 +100,10 @@ t.test('contract (CRI-O stand-in): a mirror drop-in counts only from the SIGHUP 
   t.ok(reload.files.includes(path.join(n.registriesDropInDir, '50-offline-bundle-mirror.conf')), 'the reload read the drop-in');
 
   const id = await c.pullImage(app.digestRef, { timeoutMs: PULL_TIMEOUT });
-  const config = app.manifests.find((/** @type {any} */ m) => m.platform.architecture === 'amd64').config;
+  const config = app.manifests.find((/** @type {any} */ m) => m.platform.architecture === 'amd64')?.config ?? '';
   t.equal(id, config.replace(/^sha256:/, ''), 'image_ref is the image ID: the config digest hex, as CRI-O reports it');
   pulls = (await crio.events()).filter((e) => e.event === 'pull');
-  t.same(pulls.at(-1), { ...pulls.at(-1), ref: app.digestRef, source: `${reg.host}/${mirrorPath(APP)}@${app.digest}`, mirror: true, outcome: 'ok' },
+  t.match(pulls.at(-1), { ref: app.digestRef, source: `${reg.host}/${mirrorPath(APP)}@${app.digest}`, mirror: true, outcome: 'ok' },
     'after SIGHUP the same pull is served by the mirror');
   const events = await crio.events();
   t.ok(events.findIndex((e) => e.event === 'reload') < events.findIndex((e) => e.event === 'pull' && e.outcome === 'ok'), 'the event log orders the reload before the pull');
