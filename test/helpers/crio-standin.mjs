@@ -25,7 +25,8 @@
 //   The pause image is always pinned, as in CRI-O.
 //   --no-pin-support: a CRI-O older than 1.28 (key ignored, pinned always false).
 //   --pins-at-start-only: CRI-O 1.28.x-1.29.3 (cri-o#7954): the patterns compiled at start
-//   stay until restart; ImageStatus reports pinned false (it does before 1.29.7).
+//   stay until restart; ImageStatus reports pinned false (it does before 1.29.7). Not
+//   modelled: 1.28 checked only an image's first tag (else first digest), not every name.
 //
 // Pulls are done by skopeo, one source at a time, with a registries.conf that has no mirrors
 // (CONTAINERS_REGISTRIES_CONF + an empty HOME), so only this process's cached view picks the
@@ -359,7 +360,7 @@ async function main(argv) {
   // --- the store: images.json (id, names, digests, size), blobs in storage/<id>/ ---------
   /** @typedef {{ id: string, names: string[], digests: string[], size: number }} StoredImage */
   /** @type {StoredImage[]} */
-  let images = existsSync(imagesFile) ? JSON.parse(readFileSync(imagesFile, 'utf8')).images : [];
+  const images = existsSync(imagesFile) ? JSON.parse(readFileSync(imagesFile, 'utf8')).images : [];
   const save = () => {
     const t = `${imagesFile}.tmp`;
     writeFileSync(t, JSON.stringify({ images }, null, 2));
