@@ -5,8 +5,9 @@ import {
 import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
-import { MediaWatcher } from './media.js';
-import { removeLeftovers, runLoad } from './pipeline.js';
+import { MediaWatcher, type FoundBundle } from './media.js';
+import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
+import { alreadyDone, readBundleRecords } from './bundle-records.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
@@ -16,6 +17,15 @@ export async function statusTracker(config: AgentConfig, log: Logger): Promise<S
   const previous = await readStatusFile(config.paths.statusFile).catch(() => undefined);
   const initial = emptyStatus(config.nodeName);
   if (previous?.history) initial.history = previous.history;
+  // After a restart the node says what it said before: a technician who saw "Done" must not
+  // see "Waiting" (or, worse, "Copying") for a bundle that is loaded.
+  if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed')) {
+    Object.assign(initial, { phase: previous.phase, conditions: previous.conditions ?? [], progress: previous.progress ?? initial.progress, ...(previous.bundle ? { bundle: previous.bundle } : {}) });
+  } else if (previous && previous.phase !== 'Idle') {
+    const message = 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen';
+    Object.assign(initial, { phase: 'Failed', ...(previous.bundle ? { bundle: previous.bundle } : {}), progress: previous.progress ?? initial.progress,
+      conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] });
+  }
   const tracker = new StatusTracker(initial);
   let chain = Promise.resolve();
   tracker.onChange((s: NodeStatus) => {
@@ -74,8 +84,11 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       await cleaner.close();
     }
   }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
+  // What was decided before this start: offered again by the first scan, left alone once (a
+  // stick plugged in again is a new request, and is loaded).
+  const before = new Map((await readBundleRecords(config.paths.stateDir)).map((r) => [r.key, r]));
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
-  const queue: { file: string; media: string }[] = [];
+  const queue: FoundBundle[] = [];
   let wake: (() => void) | undefined;
   watcher.on('bundle', (b) => {
     queue.push(b);
@@ -103,6 +116,16 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
         continue;
       }
       const runtime = runtimeTarget(config, log);
+      const rec = before.get(next.key);
+      before.delete(next.key);
+      const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
+      if (done) {
+        log.info('media', done === 'loaded'
+          ? `${next.file} was loaded before this start (${rec!.version}) and its images are in the runtime: not loading it again`
+          : `${next.file} failed before this start (${rec!.reason}): not trying the same file again; replace it, plug the stick in again, or run bundle-agent load`, { file: next.file, reason: rec!.reason });
+        await runtime.close();
+        continue;
+      }
       try {
         await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal }));
       } catch {

@@ -1,7 +1,10 @@
 import { EventEmitter } from 'node:events';
 import { readFile, readdir, stat } from 'node:fs/promises';
+import { endsWithSeekTable } from '@offline-bundle/format';
+import { bundleKey } from './bundle-records.js';
 import { join, sep } from 'node:path';
 import type { Logger } from './log.js';
+
 
 export interface FoundBundle {
   file: string;
@@ -21,6 +24,10 @@ function under(path: string, roots: string[]): boolean {
   return roots.some((r) => path === r || path.startsWith(r.endsWith(sep) ? r : r + sep));
 }
 
+/**
+ * `*.bundle` files; a copy in progress is named otherwise by convention (NAME.bundle.partial,
+ * or a dot file as rsync and many copy tools write), then renamed into place.
+ */
 async function bundlesIn(dir: string): Promise<{ file: string; key: string }[]> {
   let names: string[];
   try {
@@ -29,11 +36,11 @@ async function bundlesIn(dir: string): Promise<{ file: string; key: string }[]> 
     return [];
   }
   const out: { file: string; key: string }[] = [];
-  for (const n of names.filter((x) => x.endsWith('.bundle')).sort()) {
+  for (const n of names.filter((x) => x.endsWith('.bundle') && !x.startsWith('.')).sort()) {
     const file = join(dir, n);
     try {
       const s = await stat(file);
-      if (s.isFile()) out.push({ file, key: `${file}:${s.size}:${s.mtimeMs}` });
+      if (s.isFile()) out.push({ file, key: bundleKey(file, s) });
     } catch {
       // vanished between readdir and stat: the media went away
     }
@@ -52,8 +59,9 @@ export interface MediaWatcherOptions {
 /**
  * Finds bundles at the top of newly mounted media under the media roots, and in watched
  * drop directories. The mount table is the reliable signal (polled); a usb-detection event
- * only triggers an early scan. A drop-directory file must keep the same size and mtime for
- * two scans before it counts, so a copy still in progress is not picked up.
+ * only triggers an early scan. A drop-directory file counts once it ends with a bundle's
+ * footer and keeps the same size and mtime for two scans, so a copy still in progress (even
+ * one that pauses) is not picked up; writers should copy to NAME.bundle.partial and rename.
  */
 export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   private timer?: NodeJS.Timeout;
@@ -116,11 +124,15 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       }
       for (const m of mounts) {
         if (!this.knownMounts.has(m)) this.opts.log.info('media', `media mounted: ${m}`, { mount: m });
-        for (const b of await bundlesIn(m)) this.offer({ ...b, media: await this.describe(m) }, true);
+        for (const b of await bundlesIn(m)) this.offer({ file: b.file, key: b.key, media: await this.describe(m) }, true);
       }
       this.knownMounts = mounts;
       for (const dir of this.opts.watchDirs) {
-        for (const b of await bundlesIn(dir)) this.offer({ ...b, media: dir }, false);
+        for (const b of await bundlesIn(dir)) {
+          // a writer that pauses mid-copy leaves a file of stable size: only a complete one counts
+          if (!this.seen.has(b.key) && !(await endsWithSeekTable(b.file).catch(() => false))) continue;
+          this.offer({ file: b.file, key: b.key, media: dir }, false);
+        }
       }
     } finally {
       this.scanning = false;

@@ -15,6 +15,7 @@ import { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease } from './state.js';
 import { withLoadLock } from './lock.js';
+import { keyOf, recordBundle } from './bundle-records.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -80,6 +81,16 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
     if (layouts.length) log.warn('staging', `removed staged layouts a stopped load left behind (staging.keep is false): ${layouts.join(', ')}`);
   }
   await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+}
+
+/** Whether every image the agent recorded for a release is still in the runtime (true where it cannot ask). */
+export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string): Promise<boolean> {
+  const rec = (await readReleases(config.paths.stateDir)).find((r) => r.version === version && r.arch === arch);
+  if (!rec) return false;
+  const inspector = await runtime.inspector().catch(() => undefined);
+  if (!inspector) return true;
+  for (const ref of rec.refs) if (!(await inspector.imageStatus(ref))) return false;
+  return true;
 }
 
 /** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
@@ -279,15 +290,25 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
 
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  // taken before the load: the outcome belongs to the copy that was read
+  const key = await keyOf(file);
+  const stateDir = ctx.config.paths.stateDir;
   try {
-    return await withLoadLock(ctx.config.paths.stateDir, async () => {
+    const r = await withLoadLock(stateDir, async () => {
       await removeLeftovers(ctx.config, ctx.runtime, ctx.log);
       return loadBundle(file, ctx);
     });
+    if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
+    return r;
   } catch (err) {
     const reason = reasonOf(err);
     const message = oneLine(err);
     const version = ctx.tracker.current.bundle?.version;
+    // a Busy refusal says nothing about the file
+    if (key && reason !== 'Busy') {
+      await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
+        .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
+    }
     if (version) ctx.tracker.update((s) => { s.history = markFailed(s.history, version); });
     ctx.tracker.condition('Failed', 'True', reason, message);
     ctx.tracker.condition('Ready', 'False', reason, message);

@@ -38,11 +38,19 @@ t.test('MediaWatcher', async (t) => {
   await w.scan();
   t.equal(found.length, 1, 'offered once');
 
-  await writeFile(join(drop, 'b.bundle'), 'partial');
+  // a bundle's last 9 bytes: frame count, descriptor, the seekable format's magic
+  const footer = Buffer.alloc(9);
+  footer.writeUInt32LE(0x8f92eab1, 5);
+  await writeFile(join(drop, 'b.bundle'), 'partial, the writer paused');
+  await writeFile(join(drop, '.c.bundle'), Buffer.concat([Buffer.from('a copy tool\'s temp file'), footer]));
+  await writeFile(join(drop, 'd.bundle.partial'), Buffer.concat([Buffer.from('copy in progress'), footer]));
+  for (let i = 0; i < 3; i++) await w.scan();
+  t.equal(found.length, 1, 'a paused copy (stable size, no footer), a dot file and a .partial are never taken');
+  await writeFile(join(drop, 'b.bundle'), Buffer.concat([Buffer.from('partial, the writer paused, then finished'), footer]));
   await w.scan();
-  t.equal(found.length, 1, 'a drop-dir file is not taken on first sight (it may still be copying)');
+  t.equal(found.length, 1, 'a complete drop-dir file is not taken on first sight (it may still be copying)');
   await w.scan();
-  t.same(found.map((f) => f.file).slice(1), [join(drop, 'b.bundle')], 'taken once it is stable');
+  t.same(found.map((f) => f.file).slice(1), [join(drop, 'b.bundle')], 'taken once it is complete and stable');
 
   await writeFile(mountinfo, `22 1 8:1 / / rw - ext4 /dev/sda1 rw\n`);
   await w.scan();

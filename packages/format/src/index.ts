@@ -8,7 +8,7 @@ export { generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmO
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 export { writeBundle, estimateImageStoreBytes } from './writer.js';
-export { verifyBundle, readHeader, readSeekIndex } from './reader.js';
+export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './reader.js';
 export { BundleRandomReader } from './random-reader.js';
 export { extractBundle } from './extract.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';

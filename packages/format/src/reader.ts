@@ -339,7 +339,8 @@ class HeaderWalker {
 const truncated = (cause?: unknown) =>
   new FormatError('TRUNCATED', 'the file ends before the archive does: the copy is incomplete (was the media removed early?); copy it again', { cause });
 
-async function endsWithSeekTable(path: string): Promise<boolean> {
+/** Whether the file ends with a seek table's footer: a whole bundle does, a cut or growing copy does not. */
+export async function endsWithSeekTable(path: string): Promise<boolean> {
   const fh = await open(path, 'r');
   try {
     const { size } = await fh.stat();

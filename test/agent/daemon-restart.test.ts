@@ -1,0 +1,110 @@
+// The daemon over restarts, with a real containerd: what was loaded is not loaded again, what
+// a technician last read stays what they read, a paused copy into the drop directory is not
+// taken, and images that vanished from the runtime are loaded again from the stick.
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { copyFile, open, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { execFileSync } from 'node:child_process';
+import { CriImageClient } from '@offline-bundle/runtime';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { startContainerd } from '../runtime/lib.js';
+import { AGENT, keygen, makeBundle, nodeRoot } from './fixtures.js';
+
+const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
+
+async function node(t: any) {
+  const dir = await tmpdir(t, 'ob-agent-restart-');
+  const keys = await keygen(dir);
+  const root = join(dir, 'node');
+  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
+  t.teardown(() => ctd.stop());
+  const config = await nodeRoot(root, keys.pub, `runtime: containerd
+version:
+  current: "1.0.0"
+space:
+  reserveBytes: 0
+media:
+  roots: [/media]
+  watchDirs: [/var/lib/bundle-agent/drop]
+  pollSeconds: 1
+`);
+  const cri = new CriImageClient(ctd.socket);
+  t.teardown(() => cri.close());
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const status = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  /** Runs the daemon until `until` holds on its log and status, then stops it with SIGTERM; returns its log. */
+  const daemon = async (until: (log: string, s: any) => boolean, timeoutMs = 90_000): Promise<string> => {
+    const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let log = '';
+    child.stdout.on('data', (d: Buffer) => { log += d; });
+    child.stderr.on('data', (d: Buffer) => { log += d; });
+    const exited = new Promise((r) => child.once('exit', r));
+    const deadline = Date.now() + timeoutMs;
+    try {
+      while (!until(log, await status())) {
+        if (Date.now() > deadline) throw new Error(`daemon never got there; log: ${log.slice(-1500)}`);
+        await sleep(200);
+      }
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+    return log;
+  };
+  const drop = join(root, 'var/lib/bundle-agent/drop');
+  execFileSync('mkdir', ['-p', drop]);
+  return { dir, keys, root, config, ctd, cri, status, daemon, drop };
+}
+
+const count = (log: string, re: RegExp) => (log.match(re) ?? []).length;
+
+t.test('two daemon restarts after Ready cause no second staging or pull; a vanished image is loaded again', async (t) => {
+  const n = await node(t);
+  const file = await makeBundle(n.dir, { key: n.keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(n.dir, 'update.bundle') });
+  await copyFile(file, join(n.drop, 'update.bundle'));
+  const first = await n.daemon((_l, s) => s?.phase === 'Ready');
+  t.ok(count(first, /event=preload/g) > 0, 'first start: the image is pulled');
+  t.match((await n.status()).message, /^Done/, 'Ready: the technician reads Done');
+
+  for (const i of [1, 2]) {
+    // the daemon has scanned the drop directory once it says the file was loaded before
+    const log = await n.daemon((l) => /was loaded before this start/.test(l));
+    t.equal(count(log, /event=verified|event=preload|event=staging/g), 0, `restart ${i}: no verification, staging or pull`);
+    const s = await n.status();
+    t.equal(s.phase, 'Ready', `restart ${i}: still Ready`);
+    t.match(s.message, /^Done: update 1\.1\.0 is loaded/, `restart ${i}: the technician still reads Done`);
+  }
+
+  // the runtime lost the image (crio wipe after an unclean shutdown, a pruned store)
+  const ref = (await n.cri.listImages()).find((i) => i.repoTags.includes('quay.io/acme/app:v1'));
+  t.ok(ref, 'the image is in containerd');
+  execFileSync('ctr', ['-a', n.ctd.socket, '-n', 'k8s.io', 'images', 'rm', ...(await n.cri.listImages()).flatMap((i) => [...i.repoTags, ...i.repoDigests])]);
+  const again = await n.daemon((l, s) => /event=preload/.test(l) && s?.phase === 'Ready');
+  t.ok(count(again, /event=preload/g) > 0, 'a loaded bundle whose images vanished is loaded again');
+  t.ok((await n.cri.listImages()).some((i) => i.repoTags.includes('quay.io/acme/app:v1')), 'the image is back');
+});
+
+t.test('a copy into the drop directory that pauses mid-way is not taken; finished, it is', async (t) => {
+  const n = await node(t);
+  const file = await makeBundle(n.dir, { key: n.keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(n.dir, 'update.bundle') });
+  const bytes = await readFile(file);
+  // a writer that stops half-way for longer than several polls
+  const fh = await open(join(n.drop, 'update.bundle'), 'w');
+  await fh.write(bytes.subarray(0, Math.floor(bytes.length / 2)));
+  await fh.sync();
+  const paused = await new Promise<string>((resolve) => {
+    const child = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stderr.on('data', (d: Buffer) => { out += d; });
+    setTimeout(() => { child.kill('SIGTERM'); }, 5000);
+    child.once('exit', () => resolve(out));
+  });
+  t.equal(count(paused, /event=media .*update\.bundle|bundle found/g), 0, 'five seconds (five polls) of a paused copy: not taken');
+  t.notOk((await n.status())?.phase === 'Failed', 'and no failure reported for it');
+  await fh.write(bytes.subarray(Math.floor(bytes.length / 2)));
+  await fh.close();
+  const done = await n.daemon((_l, s) => s?.phase === 'Ready' || s?.phase === 'Failed');
+  t.equal((await n.status()).phase, 'Ready', `once complete it is loaded (${done.slice(-300)})`);
+});
