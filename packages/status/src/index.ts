@@ -1,11 +1,11 @@
-export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, emptyStatus } from './model.js';
+export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, BUNDLE_MODES, emptyStatus } from './model.js';
 export { writeStatusFile, readStatusFile } from './file.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine } from './summary.js';
 export { formatBytes, formatDuration } from './units.js';
 export { readClusterVersion } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
-export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
+export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
 export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
 export { startStatusServer, isLoopback } from './http.js';
@@ -17,6 +17,7 @@ export type {
   Condition,
   Progress,
   BundleIdentity,
+  BundleMode,
   HistoryState,
   HistoryEntry,
   NodeStatus,
