@@ -7,6 +7,7 @@ export { readClusterVersion } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
+export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';
 export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
 export { startStatusServer, isLoopback } from './http.js';
 export { ConsoleWriter, CONSOLE_FILE, consoleFilePath, consoleText } from './console.js';
@@ -23,6 +24,7 @@ export type {
   NodeStatus,
 } from './model.js';
 export type { ReleaseRef } from './history.js';
+export type { Reduced } from './refused.js';
 export type { NodeBundleStatusResource, ResourceStatus, ResourceProgress } from './resource.js';
 export type { ClusterReporterOptions, ReporterStats, StatusLogger } from './reporter.js';
 export type { StatusServer, StatusServerOptions } from './http.js';
