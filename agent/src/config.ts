@@ -17,8 +17,12 @@ export interface AgentConfig {
   arch: string;
   criSocket: string;
   trust: { keys: string[]; digest?: string };
-  /** current: the running release; fromCluster: read it from OpenShift's ClusterVersion when current is unset. */
-  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean };
+  /**
+   * current: the running release; fromCluster: read it from OpenShift's ClusterVersion when
+   * current is unset; allowUnknown: load even when neither gives a running version (the
+   * downgrade and upgrade-source checks are then skipped, so it is off by default).
+   */
+  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean; allowUnknown: boolean };
   paths: {
     upgradeDir: string;
     stateDir: string;
@@ -149,7 +153,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (keys.length === 0 && !digest) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
 
   const version = r.obj(raw.version, 'version');
-  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource']);
+  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource', 'allowUnknown']);
   const paths = r.obj(raw.paths, 'paths');
   const pathKeys = ['upgradeDir', 'stateDir', 'statusFile', 'crioDropInDir', 'registriesDropInDir', 'containerdCertsDir', 'imageStoreDir'];
   r.known(paths, 'paths', pathKeys);
@@ -196,6 +200,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       fromCluster: r.bool(version.fromCluster, 'version.fromCluster', false),
       allowDowngrade: r.bool(version.allowDowngrade, 'version.allowDowngrade', false),
       allowAnySource: r.bool(version.allowAnySource, 'version.allowAnySource', false),
+      allowUnknown: r.bool(version.allowUnknown, 'version.allowUnknown', false),
     },
     paths: {
       upgradeDir: p('upgradeDir', '/var/lib/upgrade'),

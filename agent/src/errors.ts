@@ -4,7 +4,7 @@
  */
 export type AgentReason =
   | 'NoTrust' | 'BadSignature' | 'UntrustedKey' | 'DigestMismatch' | 'Corrupt' | 'Truncated'
-  | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'InsufficientSpace' | 'StagingFailed'
+  | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'UnknownRunningVersion' | 'InsufficientSpace' | 'StagingFailed'
   | 'RegistryFailed' | 'RuntimeUnavailable' | 'PullFailed' | 'NoSpaceInImageStore' | 'PinFailed'
   | 'ReloadFailed' | 'MediaRemoved' | 'InvalidConfig' | 'UnsupportedVersion' | 'ForeignFile' | 'WriteFailed'
   | 'Interrupted' | 'Busy' | 'Internal'

@@ -155,6 +155,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   const running = await runningRelease(ctx);
   const current = running?.version;
   checkPolicy(m, config, current);
+  if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
