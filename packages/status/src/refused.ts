@@ -65,7 +65,7 @@ export function withoutRefused(status: ResourceStatus, fields: readonly string[]
   for (const field of fields) {
     const path = parseFieldPath(field);
     if (!path || path[0] !== 'status' || path.length < 2) return undefined;
-    const refused = `${field} ${JSON.stringify(at(root, path)) ?? '(absent)'}`;
+    const refused = `${field} ${JSON.stringify(at({ status }, path)) ?? '(absent)'}`;
     // From the refused field up, to the nearest part that may be left out.
     let placed = false;
     for (let depth = path.length - 1; depth >= 1 && !placed; depth--) {
