@@ -49,7 +49,7 @@ t.test('contract: the reporter creates the object by apply, then server-side app
   const t0 = Date.now();
   reporter.report(status);
   t.ok(Date.now() - t0 < 50, 'report() returns at once');
-  t.equal(await reporter.flush(5000), true, 'flush: delivered');
+  t.equal(await reporter.flush(60_000), true, 'flush: delivered');
 
   t.equal(api.requests.length, 2, 'two requests: object, then status');
   const [main, st] = api.requests;
@@ -70,7 +70,7 @@ t.test('contract: the reporter creates the object by apply, then server-side app
   t.match(body.status, { phase: 'Ready', observedGeneration: 1, bundle: { version: '4.15.1' } });
 
   reporter.report({ ...status, message: 'again' });
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.same(api.requests.slice(2).map((r) => r.path), [STATUS_PATH], 'later writes: the status only');
   t.match(reporter.stats, { writes: 2, failures: 0, pending: false });
 });
@@ -91,7 +91,7 @@ t.test('contract: API server down at first, then up: the newest state arrives', 
 
   const api = await startFakeApi(port);
   t.teardown(() => api.close());
-  t.equal(await reporter.flush(5000), true, 'flush: delivered once the server is up');
+  t.equal(await reporter.flush(60_000), true, 'flush: delivered once the server is up');
   const writes = api.statusRequests();
   t.equal(writes.length, 1, 'intermediate states were dropped: one status write');
   t.same(bodyOf(writes[0]!).status, JSON.parse(JSON.stringify(toResource(seq.at(-1)!, NODE, { generation: 1 }).status)), 'the final state arrived');
@@ -176,10 +176,10 @@ t.test('contract: rate: progress-only changes at most once per interval, a condi
 t.test('contract: a deleted object is created again (404 on the status)', async (t) => {
   const { api, reporter } = await setup(t);
   reporter.report(emptyStatus(NODE));
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   api.statusAnswers.push({ status: 404 });
   reporter.report({ ...emptyStatus(NODE), phase: 'Verifying' });
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.same(api.requests.map((r) => `${r.path === MAIN_PATH ? 'main' : 'status'} ${r.answered}`), ['main 201', 'status 200', 'status 404', 'main 200', 'status 200']);
   t.equal(bodyOf(api.requests.at(-1)!).status.phase, 'Verifying');
 });
@@ -188,7 +188,7 @@ t.test('contract: CRD not installed yet (404 on the object) is retried', async (
   const { api, reporter, log } = await setup(t);
   api.mainAnswers.push({ status: 404 }, { status: 404 });
   reporter.report(emptyStatus(NODE));
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.same(api.requests.map((r) => r.answered), [404, 404, 201, 200]);
   t.match(log.lines.join('\n'), /is deploy\/crd\.yaml installed\?/);
 });
@@ -202,7 +202,7 @@ t.test('contract: a state the API server refuses (422) is dropped; the next one 
   t.match(log.lines.join('\n'), /error cluster-status the API server refused the status of worker-1: HTTP 422: status.phase: Unsupported value/);
   t.match(reporter.stats, { rejected: 1, pending: false });
   reporter.report({ ...emptyStatus(NODE), phase: 'Verifying' });
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.equal(api.statusRequests().length, 2);
 });
 
@@ -236,7 +236,7 @@ t.test('contract: an older CRD refuses a newer condition type (422): sent again 
   api.schema = await olderCrd();
   const s = newer(loadSequence().at(-1)!, (c) => c.conditions.splice(2, 0, attested));
   reporter.report(s);
-  t.equal(await reporter.flush(5000), true, 'delivered');
+  t.equal(await reporter.flush(60_000), true, 'delivered');
   const st = api.statusRequests();
   t.same(st.map((r) => r.answered), [422, 200], 'one retry');
   const [first, second] = st.map((r) => bodyOf(r).status);
@@ -256,7 +256,7 @@ t.test('contract: a refused optional field (bundle.mode) and history entry are l
   api.statusAnswers.push({ status: 422, body: { kind: 'Status', code: 422, reason: 'Invalid', message: 'invalid', details: { causes: [{ field: 'status.bundle.mode' }, { field: 'status.history[0].state' }] } } });
   const s = newer(loadSequence().at(-1)!, (c) => c.history.unshift({ version: '4.14.38', state: 'superseded', at: '2026-11-21T09:00:00.000Z' }));
   reporter.report(s);
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.same(api.statusRequests().map((r) => r.answered), [422, 200], 'the reduced state passes the older CRD');
   const sent = bodyOf(api.statusRequests().at(-1)!).status;
   t.notOk('mode' in sent.bundle, 'mode left out');
@@ -275,9 +275,9 @@ t.test('contract: a refused phase keeps the phase the cluster holds; with none a
   t.match(log.lines.join('\n'), /error cluster-status the API server refused the status of worker-1: HTTP 422: .*status\.phase/);
 
   reporter.report({ ...emptyStatus(NODE), phase: 'Pinning' });
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   reporter.report({ ...emptyStatus(NODE), phase: 'Unpinning' as never, progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 3, imagesTotal: 4 }, message: 'Unpinning 4.14.37.' });
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.same(api.statusRequests().map((r) => r.answered), [422, 200, 422, 200]);
   t.match(bodyOf(api.statusRequests().at(-1)!).status, { phase: 'Pinning', message: 'Unpinning 4.14.37.', progress: { imagesDone: 3 } }, 'the last accepted phase, the new everything else');
   t.match(log.lines.join('\n'), /kept what the cluster holds for status\.phase "Pinning" \(status\.phase "Unpinning"\)/);
@@ -334,7 +334,7 @@ t.test('contract: 401 reloads the kubeconfig (rotated credentials)', async (t) =
     return { status: 401 };
   });
   reporter.report(emptyStatus(NODE));
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   const st = api.statusRequests();
   t.equal(st[0]!.headers.authorization, 'Bearer node-token');
   t.equal(st.at(-1)!.headers.authorization, 'Bearer rotated-token', 'the new credentials are used');
@@ -347,7 +347,7 @@ t.test('contract: no kubeconfig yet: retried until it appears', async (t) => {
   await until(() => reporter.stats.failures >= 2);
   t.match(log.lines.join('\n'), /cannot load kubeconfig/);
   await rename(`${kubeconfig}.away`, kubeconfig);
-  t.equal(await reporter.flush(5000), true);
+  t.equal(await reporter.flush(60_000), true);
   t.equal(api.statusRequests().length, 1);
 });
 
@@ -359,7 +359,7 @@ t.test('contract: a hanging API server times out and never blocks; close() gives
   t.ok(Date.now() - t0 < 200, 'reports return at once while the server hangs');
   await until(() => api.requests.length >= 2, 5000);
   t.ok(reporter.stats.failures >= 1, 'the hanging request timed out and was retried');
-  t.equal(await reporter.flush(5000), true, 'then delivered');
+  t.equal(await reporter.flush(60_000), true, 'then delivered');
   api.statusAnswers.push('hang');
   reporter.report({ ...emptyStatus(NODE), phase: 'Failed' });
   const c0 = Date.now();
