@@ -34,7 +34,8 @@ export interface AgentConfig {
   };
   media: { roots: string[]; watchDirs: string[]; pollSeconds: number };
   space: { reserveBytes: number };
-  staging: { keep: boolean };
+  /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
+  staging: { keep: boolean | 'untilComplete' };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
   reload: { command: string[] };
   containerd: { ctr: string; namespace: string };
@@ -217,7 +218,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       pollSeconds: r.int(media.pollSeconds, 'media.pollSeconds', 2, 1),
     },
     space: { reserveBytes: r.size(space.reserveBytes, 'space.reserveBytes', 1024 ** 3) },
-    staging: { keep: r.bool(staging.keep, 'staging.keep', false) },
+    staging: { keep: staging.keep === 'untilComplete' ? 'untilComplete' : r.bool(staging.keep, 'staging.keep', false) },
     preload: {
       method: method as AgentConfig['preload']['method'],
       command,

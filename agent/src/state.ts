@@ -9,6 +9,8 @@ export interface ReleaseRecord {
   digest?: string;
   refs: string[];
   loadedAt: string;
+  /** The verified layout kept on disk (staging.keep), to restore images that vanish from the runtime. */
+  layout?: string;
   /** 'node': the release running before the first bundle, its images found on the node. */
   source?: 'bundle' | 'node';
 }
