@@ -1,16 +1,21 @@
 // What FORMAT.md fixes beyond the entries' names, sizes and digests: the end-of-archive
-// blocks, every header field the writer writes, and the entries' order. Each bundle here extracts to the same content as a valid
+// blocks, every header field the writer writes, the entries' order, and the zstd frames'
+// flags. Each bundle here extracts to the same content as a valid
 // one (or differs only where standard tools stop), so only these rules tell them apart; the
 // streaming pass and the random reader refuse each with a stable code.
 import t, { type Test } from 'tap';
-import { mkdir, readFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { mkdir, readFile, stat } from 'node:fs/promises';
+import { Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import path from 'node:path';
 import {
-  BUNDLE_JSON, BundleRandomReader, INDEX_JSON, OCI_LAYOUT, blobPath, verifyBundle, type FormatErrorCode, type Trust,
+  BUNDLE_JSON, BundleRandomReader, FrameInspector, INDEX_JSON, OCI_LAYOUT, blobPath, verifyBundle, type FormatErrorCode, type Trust,
 } from '@offline-bundle/format';
 import {
   assertRejected, craft, craftTar, entryNamed, fileEntry, makeBundle, makeKey, packTar, patchHeader, readEntries,
-  rejectsWith, resign, sha256, trailerOffset, type Entry, type MadeBundle,
+  rejectsWith, resign, sha256, skippableFrame, trailerOffset, zstdFrameWith, type Entry, type MadeBundle,
 } from './craft.js';
 import { zstdTarExtract } from './interop.js';
 
@@ -171,6 +176,62 @@ t.test('entry order', async (t) => {
     await craft(f, entries.filter((e) => e.header.name !== entries[at + 2]!.header.name));
     await refused(t, f, 'MISSING_ENTRY', 'MISSING_ENTRY');
   });
+});
+
+t.test('zstd frames', async (t) => {
+  const noChecksum = (d: Buffer) => zstdFrameWith(d, { checksum: false, contentSize: true });
+  const noSize = (d: Buffer) => zstdFrameWith(d, { checksum: true, contentSize: false });
+  const cases: [string, (d: Buffer, i: number) => Buffer][] = [
+    ['no frame carries a content checksum', noChecksum],
+    ['one layer data frame without a content checksum', (d, i) => (i === 9 ? noChecksum(d) : zstdFrameWith(d, { checksum: true, contentSize: true }))],
+    ['the trailer frame without a content checksum', (d) => (d.length === 1024 && d.every((x) => x === 0) ? noChecksum(d) : zstdFrameWith(d, { checksum: true, contentSize: true }))],
+    ['no frame records its content size', noSize],
+  ];
+  for (const [what, frame] of cases) {
+    t.test(`${what}: CORRUPT`, async (t) => {
+      const f = out();
+      await craftTar(f, tarBytes, { frame });
+      await refused(t, f, 'CORRUPT', 'CORRUPT');
+    });
+  }
+
+  const skips: [string, (i: number) => Buffer | undefined][] = [
+    ['a skippable frame between two data frames', (i) => (i === 6 ? skippableFrame(Buffer.from('hidden')) : undefined)],
+    ['a skippable frame after the first frame', (i) => (i === 0 ? skippableFrame(Buffer.alloc(0), 7) : undefined)],
+    ['a second seek-table frame inside the archive', (i) => (i === 3 ? skippableFrame(Buffer.alloc(17), 0xe) : undefined)],
+  ];
+  for (const [what, between] of skips) {
+    t.test(`${what}, counted in the seek table: BAD_SEEK_TABLE`, async (t) => {
+      const f = out();
+      await craftTar(f, tarBytes, { between });
+      await refused(t, f, 'BAD_SEEK_TABLE');
+    });
+  }
+
+  t.test('a skippable frame right before the seek table: BAD_SEEK_TABLE', async (t) => {
+    const f = out();
+    const last = (await craftTar(out(), tarBytes)).frames.length - 1;
+    await craftTar(f, tarBytes, { between: (i) => (i === last ? skippableFrame(Buffer.from('x')) : undefined) });
+    await refused(t, f, 'BAD_SEEK_TABLE');
+  });
+});
+
+t.test('the frame walk keeps in step with multi-block frames of every block type', async (t) => {
+  // random data makes raw blocks, zeros RLE blocks, text compressed ones; 4 MiB frames hold many
+  const text = Buffer.from('offline bundle frame walk '.repeat(250_000));
+  const b = await makeBundle(t, { layers: [randomBytes(5 * 1024 * 1024), Buffer.alloc(5 * 1024 * 1024), text] });
+  const inspector = new FrameInspector((await stat(b.path)).size);
+  await pipeline(createReadStream(b.path, { highWaterMark: 7777 }), inspector, new Writable({ write: (_c, _e, cb) => cb() }));
+  t.equal(inspector.problem, undefined, 'no problem in a bundle writeBundle made');
+  t.ok(inspector.sawSeekTable, 'walked every frame to the seek table');
+
+  const all = await readEntries(b.path);
+  const tarAll = await packTar(all);
+  const frames = (await craftTar(path.join(b.dir, 'same.bundle'), tarAll)).frames.length;
+  const f = path.join(b.dir, 'last-data-frame.bundle');
+  // the frame before the trailer: found only by walking every block of every frame before it
+  await craftTar(f, tarAll, { frame: (d, i) => zstdFrameWith(d, { checksum: i !== frames - 2, contentSize: true }) });
+  await assertRejected(t, f, b.trust, 'CORRUPT');
 });
 
 t.test('the random reader reads the base bundle whole', () => readRandomly(base.path));

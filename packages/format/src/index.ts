@@ -12,6 +12,7 @@ export { verifyBundle, readHeader, readSeekIndex } from './reader.js';
 export { BundleRandomReader } from './random-reader.js';
 export { extractBundle } from './extract.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
+export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
 export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';

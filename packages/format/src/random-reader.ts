@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { headerMessage, headerMismatch } from './entry-header.js';
+import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-inspector.js';
 import { BUNDLE_JSON, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
 import { ListedEntries } from './listing.js';
 import type { BundleManifest } from './manifest.js';
@@ -92,6 +93,10 @@ export class BundleRandomReader {
     const buf = Buffer.allocUnsafe(f.compressedSize);
     const { bytesRead } = await this.fh.read(buf, 0, f.compressedSize, f.compressedOffset);
     if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+    // the streaming pass checks every frame's flags too; media may have changed since
+    const header = parseFrameHeaderOf(buf, i);
+    const bad = frameHeaderProblem(header, f.compressedOffset);
+    if (bad) throw bad;
     try {
       return decompressFrame(buf, f.decompressedSize);
     } catch (cause) {
@@ -171,4 +176,15 @@ function isHeaderFrame(block: Buffer): boolean {
   } catch {
     return false;
   }
+}
+
+function parseFrameHeaderOf(buf: Buffer, i: number): FrameHeader {
+  let h: FrameHeader | undefined;
+  try {
+    h = parseFrameHeader(buf);
+  } catch (cause) {
+    throw new FormatError('CORRUPT', `frame ${i}: ${(cause as Error).message}`, { cause });
+  }
+  if (!h || h.length > buf.length) throw new FormatError('CORRUPT', `frame ${i} is too short to hold a zstd frame header`);
+  return h;
 }

@@ -9,6 +9,7 @@ import {
   BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes, READ_CHUNK,
   FRAME_BYTES } from './layout.js';
 import { headerMessage } from './entry-header.js';
+import { FrameInspector } from './frame-inspector.js';
 import { ListedEntries } from './listing.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
@@ -98,8 +99,11 @@ function badEntry(header: tar.Header, raw: RawHeaderFacts): FormatError | undefi
  * entries and are checked before anything else is trusted; then every entry must be one
  * bundle.json lists, a regular file of exactly the listed size and digest, each once, in the
  * writer's order, under the writer's exact header (listing.ts, tar-walker.ts); the archive
- * must end exactly where the listed entries end, with two zero blocks; the seek index must
- * account for the file; and the whole file's sha256 must match when a digest is trusted.
+ * must end exactly where the listed entries end, with two zero blocks; every zstd frame must
+ * carry its checksum and the only skippable frame must be the seek table ending the file
+ * (frame-inspector.ts); the seek index must account for the file; and the whole file's
+ * sha256 must match when a digest is trusted.
+ * So a bundle that verifies always unpacks with plain `zstd -dc FILE | tar -x` to the same files.
  */
 export async function verifyBundle(path: string, opts: VerifyOptions): Promise<VerifiedBundle> {
   assertTrust(opts.trust);
@@ -129,6 +133,8 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
       cb(null, chunk);
     },
   });
+  // Frames the decoder accepts but the format forbids (no checksum, a skippable frame inside).
+  const inspector = new FrameInspector(fileSize);
   const walker = new TarWalker();
   // Bytes past the listed entries' end never reach tar: its input ends there, and they are
   // reported once tar has judged what came before them. Failing at once would let the chunk
@@ -237,7 +243,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
   const source = createReadStream(path, { highWaterMark: READ_CHUNK });
   const onAbort = () => source.destroy(opts.signal!.reason as Error);
   opts.signal?.addEventListener('abort', onAbort, { once: true });
-  const piping = pipeline(source, rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
+  const piping = pipeline(source, rawTap, inspector, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
     fail(err);
     extract.destroy(err as Error);
   });
@@ -262,6 +268,8 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     throw await classify(failure, decompress.failed, complete(), rawRead >= fileSize, path);
   }
 
+  // Judged only now: the inspector sees the whole file, after the entries' own checks.
+  if (inspector.problem) throw inspector.problem;
   // Anything but zstd frames after the archive failed the pass above, so a table that is
   // missing or does not account for the file is the table's own fault (BAD_SEEK_TABLE), not
   // data appended to the archive.
