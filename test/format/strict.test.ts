@@ -1,6 +1,6 @@
 // What FORMAT.md fixes beyond the entries' names, sizes and digests: the end-of-archive
-// blocks, every header field the writer writes, the entries' order, and the zstd frames'
-// flags. Each bundle here extracts to the same content as a valid
+// blocks, every header field the writer writes, the entries' order, the zstd frames' flags,
+// and bundle.json's own consistency. Each bundle here extracts to the same content as a valid
 // one (or differs only where standard tools stop), so only these rules tell them apart; the
 // streaming pass and the random reader refuse each with a stable code.
 import t, { type Test } from 'tap';
@@ -232,6 +232,43 @@ t.test('the frame walk keeps in step with multi-block frames of every block type
   // the frame before the trailer: found only by walking every block of every frame before it
   await craftTar(f, tarAll, { frame: (d, i) => zstdFrameWith(d, { checksum: i !== frames - 2, contentSize: true }) });
   await assertRejected(t, f, b.trust, 'CORRUPT');
+});
+
+t.test('bundle.json consistency', async (t) => {
+  t.test('an image digest that is not a listed blob: INVALID_MANIFEST', async (t) => {
+    const f = out();
+    await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, images: [{ ...m.images[0], digest: sha256('not a blob') }] }) }));
+    await refused(t, f, 'INVALID_MANIFEST');
+  });
+
+  t.test('signer.fingerprint naming an untrusted key, signed by the trusted one: BAD_SIGNATURE', async (t) => {
+    const other = makeKey();
+    const f = out();
+    await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, signer: { ...m.signer, fingerprint: other.trusted.fingerprint } }) }));
+    await refused(t, f, 'BAD_SIGNATURE');
+  });
+
+  t.test('signer.fingerprint naming another trusted key than the one that verified: BAD_SIGNATURE', async (t) => {
+    const other = makeKey();
+    const f = out();
+    await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, signer: { ...m.signer, fingerprint: other.trusted.fingerprint } }) }));
+    await refused(t, f, 'BAD_SIGNATURE', undefined, { keys: [other.trusted, base.key.trusted] });
+  });
+
+  t.test('signer.algorithm other than the verifying key\'s: BAD_SIGNATURE', async (t) => {
+    const f = out();
+    await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, signer: { ...m.signer, algorithm: 'ed25519' } }) }));
+    await refused(t, f, 'BAD_SIGNATURE');
+  });
+
+  t.test('under digest-only trust no key verified, so signer is not checked against one', async (t) => {
+    const other = makeKey();
+    const f = out();
+    await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, signer: { ...m.signer, fingerprint: other.trusted.fingerprint } }) }));
+    const digest = sha256(await readFile(f));
+    const v = await verifyBundle(f, { trust: { digest } });
+    t.equal(v.manifest.signer.fingerprint, other.trusted.fingerprint);
+  });
 });
 
 t.test('the random reader reads the base bundle whole', () => readRandomly(base.path));

@@ -113,6 +113,10 @@ export function validateManifest(doc: unknown): BundleManifest {
     previous = d;
     int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);
   });
+  // every image's top manifest travels in the bundle: one that does not cannot be served
+  (doc.images as { digest: string }[]).forEach((im, i) => {
+    if (!seen.has(im.digest)) bad(`images[${i}].digest ${im.digest} is not among the blobs`);
+  });
   const ix = isObj(doc.index) ? doc.index : bad('index missing');
   digest(ix.digest, 'index.digest'); int(ix.size, 'index.size');
   const t = isObj(doc.totals) ? doc.totals : bad('totals missing');

@@ -14,7 +14,7 @@ import { ListedEntries } from './listing.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
 import { TarWalker, type RawHeaderFacts } from './tar-walker.js';
-import { assertTrust, checkSignature, type Trust } from './trust.js';
+import { assertTrust, checkSignature, checkSigner, type Trust } from './trust.js';
 import { BoundedDecompress } from './zstd-bounded.js';
 import type { TrustedKey } from './keys.js';
 
@@ -96,13 +96,13 @@ function badEntry(header: tar.Header, raw: RawHeaderFacts): FormatError | undefi
 
 /**
  * One streaming pass over a bundle: bundle.json and its signature must be the first two
- * entries and are checked before anything else is trusted; then every entry must be one
- * bundle.json lists, a regular file of exactly the listed size and digest, each once, in the
- * writer's order, under the writer's exact header (listing.ts, tar-walker.ts); the archive
- * must end exactly where the listed entries end, with two zero blocks; every zstd frame must
- * carry its checksum and the only skippable frame must be the seek table ending the file
- * (frame-inspector.ts); the seek index must account for the file; and the whole file's
- * sha256 must match when a digest is trusted.
+ * entries and are checked before anything else is trusted (the signer it names must be the
+ * key that verified it); then every entry must be one bundle.json lists, a regular file of
+ * exactly the listed size and digest, each once, in the writer's order, under the writer's
+ * exact header (listing.ts, tar-walker.ts); the archive must end exactly where the listed
+ * entries end, with two zero blocks; every zstd frame must carry its checksum and the only
+ * skippable frame must be the seek table ending the file (frame-inspector.ts); the seek index
+ * must account for the file; and the whole file's sha256 must match when a digest is trusted.
  * So a bundle that verifies always unpacks with plain `zstd -dc FILE | tar -x` to the same files.
  */
 export async function verifyBundle(path: string, opts: VerifyOptions): Promise<VerifiedBundle> {
@@ -200,6 +200,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
           }
           signer = checkSignature(manifestBytes!, signature, claimed, opts.trust);
           manifest = parseManifestBytes(manifestBytes!);
+          if (signer) checkSigner(manifest, signer);
           listed = new ListedEntries(manifest);
           expectedTar = tarStreamBytes([manifestBytes!.length, signature.length, ...listed.sizes]);
           // Whatever decodes past the archive's end is judged without being decoded in full.
