@@ -12,6 +12,8 @@ export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './re
 export { BundleRandomReader } from './random-reader.js';
 export { extractBundle } from './extract.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
+export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
+export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, SignatureAlgorithm } from './manifest.js';

@@ -1,5 +1,6 @@
 import { FormatError } from './errors.js';
-import { loadPublicKey, verifyBytes, type TrustedKey } from './keys.js';
+import { algorithmOf, loadPublicKey, verifyBytes, type TrustedKey } from './keys.js';
+import type { BundleManifest } from './manifest.js';
 
 /** What the verifier trusts: public keys and/or the whole file's expected digest. */
 export interface Trust {
@@ -26,6 +27,18 @@ export function checkSignature(manifestBytes: Uint8Array, signature: Uint8Array,
     throw new FormatError('BAD_SIGNATURE', `the signature does not match bundle.json for trusted key ${claimed.source}: the bundle was altered after signing; get a fresh copy from the factory`);
   }
   throw new FormatError('UNTRUSTED_KEY', `bundle.json is signed by key ${claimedFingerprint ?? 'unknown'}, which is not among the trusted keys (${keys.map((k) => k.source).join(', ')}): install the factory's public key or get a bundle signed with a trusted one`);
+}
+
+/**
+ * bundle.json's `signer` must name the key that verified it: the agent reports the signer
+ * from there, so a signed statement naming another key (another trusted one, or none at all)
+ * would put a false identity in the cluster's records.
+ */
+export function checkSigner(manifest: BundleManifest, verifiedBy: TrustedKey): void {
+  const { fingerprint, algorithm } = manifest.signer;
+  if (fingerprint !== verifiedBy.fingerprint || algorithm !== algorithmOf(verifiedBy.key)) {
+    throw new FormatError('BAD_SIGNATURE', `bundle.json names signer ${fingerprint} (${algorithm}) but was signed by trusted key ${verifiedBy.source} (${verifiedBy.fingerprint}): the bundle was built or altered wrongly; rebuild it with bundle create`);
+  }
 }
 
 /** Trust from key files and/or an expected whole-file digest (what the CLIs and the agent take). */
