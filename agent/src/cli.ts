@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
-import { isDigest, runCli } from '@offline-bundle/oci';
+import { escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
@@ -114,7 +114,7 @@ Examples:
       }
       const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
       if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
-      else process.stdout.write(`serving ${manifest.images.length} images of ${manifest.release.name} on ${reg.address}\n`);
+      else process.stdout.write(escapeControls(`serving ${manifest.images.length} images of ${manifest.release.name} on ${reg.address}`) + '\n');
       const { done } = untilSignal();
       await done;
       await reg.close();

@@ -1,3 +1,5 @@
+import { escapeControls } from './safe-text.js';
+
 /**
  * The one error shape of every package: a stable `code` callers branch on (never the
  * message text), an optional cause, and a message that is one line a person can act on.
@@ -11,12 +13,15 @@ export class BaseError<Code extends string> extends Error {
   }
 }
 
-/** First non-empty line of a (possibly multi-line) message, trimmed. */
+/**
+ * First non-empty line of a (possibly multi-line) message, trimmed, with control characters
+ * made visible: messages quote untrusted names, and this line is what people are shown.
+ */
 export function firstLine(text: unknown): string {
   const s = text instanceof Error ? text.message : String(text);
   for (const line of s.split(/\r?\n/)) {
     const l = line.trim();
-    if (l) return l;
+    if (l) return escapeControls(l);
   }
   return '';
 }
