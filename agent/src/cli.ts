@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
-import { escapeControls, isDigest, runCli } from '@offline-bundle/oci';
+import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
@@ -108,6 +108,7 @@ Examples:
         checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
         store = await LayoutStore.open(path, catalogOf(manifest));
       } else {
+        await assertRegularFile(path);
         const v = await verifyBundle(path, { trust });
         manifest = v.manifest;
         store = await BundleFileStore.open(path, manifest, catalogOf(manifest));

@@ -1,6 +1,6 @@
 import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, escapeControls, formatPlatform, isDigest, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, assertRegularFile, escapeControls, formatPlatform, isDigest, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
@@ -10,6 +10,8 @@ import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
+// At the factory a key others could change is worth a warning; the agent refuses one.
+const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
 const positiveInt = (value: string) => {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
@@ -130,6 +132,7 @@ Examples:
     .argument('<file>')
     .option('--json', 'print as JSON')
     .action(async (file: string, o: { json?: boolean }) => {
+      await assertRegularFile(file);
       const { manifest } = await readHeader(file);
       if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
       else printSummary(manifest);
@@ -144,7 +147,8 @@ Examples:
     .description('Check a bundle completely: signature, every entry\'s digest and size, structure. Exit 0 only when valid.')
     .argument('<file>'))
     .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean }) => {
-      const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest) });
+      await assertRegularFile(file);
+      const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }) });
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
       else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${v.manifest.images.length} images, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
     });
@@ -155,10 +159,11 @@ Examples:
     .argument('<dir>'))
     .option('--quiet', 'no progress output')
     .action(async (file: string, dir: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
+      await assertRegularFile(file);
       const progress = new Progress({ quiet: o.quiet || o.json });
       let started = false;
       const v = await extractBundle(file, dir, {
-        trust: await loadTrust(o.key ?? [], o.digest),
+        trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }),
         onProgress: (d, t) => {
           if (!started) progress.start(`extracting ${file}`, t);
           started = true;

@@ -1,5 +1,6 @@
+import { unsafePermissions } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { loadPublicKey, verifyBytes, type TrustedKey } from './keys.js';
+import { readPublicKey, verifyBytes, type TrustedKey } from './keys.js';
 
 /** What the verifier trusts: public keys and/or the whole file's expected digest. */
 export interface Trust {
@@ -28,10 +29,26 @@ export function checkSignature(manifestBytes: Uint8Array, signature: Uint8Array,
   throw new FormatError('UNTRUSTED_KEY', `bundle.json is signed by key ${claimedFingerprint ?? 'unknown'}, which is not among the trusted keys (${keys.map((k) => k.source).join(', ')}): install the factory's public key or get a bundle signed with a trusted one`);
 }
 
+export interface LoadTrustOptions {
+  /**
+   * A key file that someone other than root or this user could change (its mode, owner or a
+   * directory above it): refused by default (the agent), or passed to this function to warn
+   * (the factory CLI, where keys sit in people's home directories).
+   */
+  onUnsafeKey?: 'refuse' | ((message: string) => void);
+}
+
 /** Trust from key files and/or an expected whole-file digest (what the CLIs and the agent take). */
-export async function loadTrust(keyPaths: readonly string[], digest?: string): Promise<Trust> {
+export async function loadTrust(keyPaths: readonly string[], digest?: string, opts: LoadTrustOptions = {}): Promise<Trust> {
+  const keys = await Promise.all(keyPaths.map(async (path) => {
+    const { trusted, stats } = await readPublicKey(path);
+    const unsafe = await unsafePermissions(path, stats);
+    if (unsafe && typeof opts.onUnsafeKey === 'function') opts.onUnsafeKey(`trusted key ${unsafe}`);
+    else if (unsafe) throw new FormatError('UNSAFE_PERMISSIONS', `trusted key ${unsafe}`);
+    return trusted;
+  }));
   return {
-    ...(keyPaths.length ? { keys: await Promise.all(keyPaths.map(loadPublicKey)) } : {}),
+    ...(keys.length ? { keys } : {}),
     ...(digest ? { digest } : {}),
   };
 }
