@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, open, rm, writeFile } from 'node:fs/promises';
+import { link, open, rm, writeFile } from 'node:fs/promises';
+import { makeDirs } from '@offline-bundle/oci';
 import { join } from 'node:path';
 import { AgentError } from './errors.js';
 
@@ -104,7 +105,7 @@ const busy = (owner: number) =>
  * left by a process that died is taken over; one whose content is not a complete pid is not.
  */
 export async function withLoadLock<T>(stateDir: string, fn: () => Promise<T>): Promise<T> {
-  await mkdir(stateDir, { recursive: true });
+  await makeDirs(stateDir);
   const path = join(stateDir, LOCK);
   // A few rounds only: each takes the lock, finds a live owner, or clears a dead one's file.
   for (let round = 0; ; round++) {

@@ -13,6 +13,7 @@ import { imageRefs, type RuntimeTarget } from './runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease } from './state.js';
 import { withLoadLock } from './lock.js';
+import { assertBundleFile, mediaGone } from './bundle-file.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -106,6 +107,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
+  await assertBundleFile(file);
   const head = await readHeader(file);
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const m: BundleManifest = head.manifest;
@@ -228,7 +230,8 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
   try {
     return await withLoadLock(ctx.config.paths.stateDir, () => loadBundle(file, ctx));
-  } catch (err) {
+  } catch (caught) {
+    const err = mediaGone(caught, file);
     const reason = reasonOf(err);
     const message = oneLine(err);
     const version = ctx.tracker.current.bundle?.version;

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { mkdir, readdir } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
-import { parseReference } from '@offline-bundle/oci';
+import { makeDirs, parseReference } from '@offline-bundle/oci';
 import {
   CriImageClient, RuntimeError, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
@@ -109,7 +109,7 @@ export class CrioTarget implements RuntimeTarget {
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
-    await mkdir(this.config.paths.registriesDropInDir, { recursive: true });
+    await makeDirs(this.config.paths.registriesDropInDir);
     const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.mirrorName, { mirror: address, repositories: repositories(m) });
     return async () => {
       await removeDropIn(file);
@@ -132,7 +132,7 @@ export class CrioTarget implements RuntimeTarget {
   async pin(refs: string[], _released: string[]): Promise<void> {
     const dir = this.config.paths.crioDropInDir;
     const ours = this.pinsName;
-    await mkdir(dir, { recursive: true });
+    await makeDirs(dir);
     const others = (await readdir(dir)).filter((n) => n.endsWith('.conf') && n !== ours).sort();
     // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
     const sources = [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];

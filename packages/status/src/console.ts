@@ -4,9 +4,9 @@
  * replaced atomically and only when the text changes. (agetty reads it when it prints the
  * prompt; `agetty --reload` makes running gettys print it again.)
  */
-import { mkdir, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { escapeControls, writeFileAtomic } from '@offline-bundle/oci';
+import { escapeControls, makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
 import { technicianLine } from './summary.js';
 
@@ -79,7 +79,7 @@ export class ConsoleWriter {
       this.loaded = true;
     }
     if (text === this.last) return false;
-    await mkdir(dirname(this.path), { recursive: true });
+    await makeDirs(dirname(this.path));
     await writeFileAtomic(this.path, text, 0o644);
     this.last = text;
     this.onWritten?.(text);
