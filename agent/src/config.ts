@@ -1,10 +1,11 @@
-import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { isDigest, normalizeArch } from '@offline-bundle/oci';
+import { isDigest, normalizeArch, readSmallFile, unsafePermissions } from '@offline-bundle/oci';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
+/** Largest config file read: the documented example is about 3 KiB. */
+export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 export type RuntimeKind = 'crio' | 'containerd';
 
@@ -237,12 +238,18 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   };
 }
 
+/**
+ * Reads and validates the config. It decides what the agent trusts and which commands it
+ * runs as root, so one that someone else could change is refused like a bad key.
+ */
 export async function loadConfig(path = DEFAULT_CONFIG_PATH): Promise<AgentConfig> {
-  let text: string;
+  let file;
   try {
-    text = await readFile(path, 'utf8');
+    file = await readSmallFile(path, MAX_CONFIG_FILE_BYTES);
   } catch (err) {
     throw new ConfigError(`cannot read config ${path}: ${(err as Error).message}; pass --config FILE`);
   }
-  return parseConfig(text, path);
+  const unsafe = await unsafePermissions(path, file.stats);
+  if (unsafe) throw new ConfigError(`config ${unsafe}`);
+  return parseConfig(file.bytes.toString('utf8'), path);
 }

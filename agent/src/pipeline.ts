@@ -15,6 +15,7 @@ import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
 import { withLoadLock } from './lock.js';
 import { keyOf, recordBundle } from './bundle-records.js';
+import { assertBundleFile, mediaGone } from './bundle-file.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -159,6 +160,7 @@ async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
+  await assertBundleFile(file);
   const head = await readHeader(file);
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
@@ -286,7 +288,8 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
     });
     if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     return r;
-  } catch (err) {
+  } catch (caught) {
+    const err = mediaGone(caught, file);
     const reason = reasonOf(err);
     const message = oneLine(err);
     const version = ctx.tracker.current.bundle?.version;

@@ -1,6 +1,6 @@
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 
 /** What the agent remembers of each release it loaded: enough to keep the running one pinned. */
 export interface ReleaseRecord {
@@ -20,7 +20,7 @@ function releasesDir(stateDir: string): string {
 }
 
 export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promise<void> {
-  await mkdir(releasesDir(stateDir), { recursive: true });
+  await makeDirs(releasesDir(stateDir));
   await writeFileAtomic(join(releasesDir(stateDir), `${rec.version}-${rec.arch}.json`), JSON.stringify(rec, null, 2) + '\n');
 }
 

@@ -26,6 +26,7 @@ export type FormatErrorCode =
   | 'INVALID_MANIFEST'      // bundle.json does not follow the schema (blobs sorted, every image a listed blob)
   | 'UNSUPPORTED_VERSION'   // bundle.json's schemaVersion is newer than this reader
   | 'KEY_ERROR'             // a key file cannot be read or is of an unsupported type
+  | 'UNSAFE_PERMISSIONS'    // a trusted key file others than root or this user could change
   | 'IO_ERROR';
 
 export class FormatError extends BaseError<FormatErrorCode> {}

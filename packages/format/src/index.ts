@@ -4,7 +4,7 @@ export {
   SCHEMA_VERSION, blobPath, tarStreamBytes,
 } from './layout.js';
 export { validateManifest, parseManifestBytes, serializeManifest } from './manifest.js';
-export { generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
+export { MAX_KEY_FILE_BYTES, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 export { writeBundle, estimateImageStoreBytes } from './writer.js';
@@ -18,7 +18,7 @@ export { canonicalHeader } from './entry-header.js';
 export type { FormatErrorCode } from './errors.js';
 export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
-export type { Trust } from './trust.js';
+export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';
 export type { WriteBundleInput, WrittenBundle } from './writer.js';
 export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './reader.js';

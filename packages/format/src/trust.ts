@@ -1,5 +1,6 @@
+import { unsafePermissions } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { algorithmOf, loadPublicKey, verifyBytes, type TrustedKey } from './keys.js';
+import { algorithmOf, readPublicKey, verifyBytes, type TrustedKey } from './keys.js';
 import type { BundleManifest } from './manifest.js';
 
 /** What the verifier trusts: public keys and/or the whole file's expected digest. */
@@ -41,10 +42,26 @@ export function checkSigner(manifest: BundleManifest, verifiedBy: TrustedKey): v
   }
 }
 
+export interface LoadTrustOptions {
+  /**
+   * A key file that someone other than root or this user could change (its mode, owner or a
+   * directory above it): refused by default (the agent), or passed to this function to warn
+   * (the factory CLI, where keys sit in people's home directories).
+   */
+  onUnsafeKey?: 'refuse' | ((message: string) => void);
+}
+
 /** Trust from key files and/or an expected whole-file digest (what the CLIs and the agent take). */
-export async function loadTrust(keyPaths: readonly string[], digest?: string): Promise<Trust> {
+export async function loadTrust(keyPaths: readonly string[], digest?: string, opts: LoadTrustOptions = {}): Promise<Trust> {
+  const keys = await Promise.all(keyPaths.map(async (path) => {
+    const { trusted, stats } = await readPublicKey(path);
+    const unsafe = await unsafePermissions(path, stats);
+    if (unsafe && typeof opts.onUnsafeKey === 'function') opts.onUnsafeKey(`trusted key ${unsafe}`);
+    else if (unsafe) throw new FormatError('UNSAFE_PERMISSIONS', `trusted key ${unsafe}`);
+    return trusted;
+  }));
   return {
-    ...(keyPaths.length ? { keys: await Promise.all(keyPaths.map(loadPublicKey)) } : {}),
+    ...(keys.length ? { keys } : {}),
     ...(digest ? { digest } : {}),
   };
 }

@@ -16,6 +16,9 @@ export type OciErrorCode =
   | 'SIZE_MISMATCH'
   | 'INVALID_CONFIG'
   | 'INVALID_RELEASE'
-  | 'INVALID_ARCHIVE';
+  | 'INVALID_ARCHIVE'
+  | 'NOT_A_REGULAR_FILE'   // a FIFO, device, directory or socket where a file was expected
+  | 'FILE_TOO_LARGE'       // a key, config or list over its size limit
+  | 'CANNOT_CREATE_DIR';   // a directory cannot be made where asked (e.g. on /proc)
 
 export class OciError extends BaseError<OciErrorCode> {}
