@@ -93,6 +93,11 @@ export function mutateByte(rng, base) {
 // frame: whole zstd frames dropped, duplicated, moved, replaced, their headers edited
 
 function pickFrame(rng, base) {
+  const k = pickFrameRaw(rng, base);
+  return k >= 0 ? k : rng.int(base.segs.length);
+}
+
+function pickFrameRaw(rng, base) {
   return rng.weighted([
     [3, () => rng.int(base.segs.length)],
     [1, () => rng.int(4)], // bundle.json / signature

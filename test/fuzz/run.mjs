@@ -75,7 +75,7 @@ function runWorker(from, to) {
       '--agent-timeout', String(agentTimeout), '--agent-cases', sampled.join(','),
       ...(only !== undefined ? ['--only', String(only)] : ['--from', String(from), '--to', String(to)]),
       ...(opt['no-big-layer'] ? ['--no-big-layer'] : [])];
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--expose-gc', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let inCase; // { i, agent, since }
     let stderr = '';
     let fatal;
@@ -180,6 +180,11 @@ const summary = {
   perLevel,
   agent: { cases: agentRows.length, baselineMs: baselineAgentMs, byOutcome: tally(agentRows, 'agent'), indices: sampled },
   findings,
+  // the cases where the worker's peak RSS grew most (what drives memory)
+  rssGrowth: results.map((r, k) => ({ i: r.i, desc: r.desc, growthKiB: (r.maxRssKiB ?? 0) - (k > 0 ? results[k - 1].maxRssKiB ?? 0 : 0) }))
+    .filter((r) => r.growthKiB > 0).sort((a, b) => b.growthKiB - a.growthKiB).slice(0, 5)
+    .map((r) => ({ i: r.i, desc: r.desc, growthMiB: Math.round(r.growthKiB / 102.4) / 10 })),
+  ...(opt.json ? { results: results.map(({ i, level, desc, resigned, verify, extract, random, agent, digestTrust, codeMismatch, ms }) => ({ i, level, desc, resigned, verify, extract, random, agent, digestTrust, codeMismatch, ms })) } : {}),
 };
 
 if (opt.json) {
@@ -198,6 +203,7 @@ if (opt.json) {
   p(`extractBundle: ${Object.entries(summary.extractByCode).map(([c, n]) => `${c} ${n}`).join(', ')}`);
   p(`BundleRandomReader: ${Object.entries(summary.randomReaderByOutcome).map(([c, n]) => `${c} ${n}`).join(', ')}`);
   p(`bundle-agent load: ${agentRows.length} cases${agentRows.length ? `: ${Object.entries(summary.agent.byOutcome).map(([c, n]) => `${c} ${n}`).join(', ')}` : ''}`);
+  p(`largest peak-RSS growth: ${summary.rssGrowth.map((r) => `#${r.i} +${r.growthMiB} MiB`).join(', ') || 'none'}`);
   p();
   if (findings.length === 0) p('findings: none');
   else {
