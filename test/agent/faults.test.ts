@@ -1,0 +1,267 @@
+// Faults as tests (issue 7): bundle-agent in CRI-O mode against the CRI-O contract stand-in
+// (test/helpers/crio-standin.mjs, a CRI ImageService that reads registries.conf.d only at
+// start and on SIGHUP; CRI-O itself cannot run here). Each fault is injected into a real
+// `bundle-agent load` (or `run`) child process at a phase read from its status.json, and
+// each case ends Ready after recovery with nothing left behind: no *.partial, no staged
+// layout (staging.keep is false), no offline-bundle-mirror.conf drop-in, phase Ready.
+//
+// Synchronisation is by polling (status.json, the stand-in's event log, process state);
+// a process is frozen with SIGSTOP the moment the phase shows, so the fault lands inside
+// that phase however loaded the machine is.
+import t from 'tap';
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { copyFile, mkdir, readdir, readFile, rm, statfs, truncate, unlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+// @ts-expect-error: JavaScript helpers without type declarations
+import { startCrioStandin } from '../helpers/crio-standin.mjs';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { AGENT, keygen, makeBundle, nodeRoot, smallFs } from './fixtures.js';
+
+// The images' home: a host that never resolves, so only the agent's mirror can serve them.
+const ORIGIN = 'origin.offline-bundle.invalid';
+const MIRROR_DROP_IN = 'offline-bundle-mirror.conf';
+const STAGED = '1.1.0-amd64';
+
+// One key and one bundle for the whole file: a large random layer makes Staging and the
+// pulls last long enough to be caught, two small images make several pulls.
+const shared = await tmpdir(t, 'ob-faults-');
+const keys = await keygen(shared);
+const BIG_MIB = 24;
+const BUNDLE = await makeBundle(shared, {
+  key: keys.key,
+  version: '1.1.0',
+  upgradeFrom: ['1.0.0'],
+  images: [
+    { name: `${ORIGIN}/acme/big:v1`, files: { 'big.bin': randomBytes(BIG_MIB * 1024 * 1024) } },
+    { name: `${ORIGIN}/acme/app:v1`, files: { 'app.txt': 'app v1' } },
+    { name: `${ORIGIN}/acme/tool:v2`, files: { 'tool.txt': 'tool v2' } },
+  ],
+  out: join(shared, 'update.bundle'),
+});
+const MANIFEST = JSON.parse(execFileSync('sh', ['-c', `zstd -dc ${JSON.stringify(BUNDLE)} | tar -xO bundle.json`]).toString());
+/** The agent pulls each image by digest and by tag. */
+const REFS = MANIFEST.images.reduce((k: number, i: { tag?: string }) => k + (i.tag ? 2 : 1), 0);
+
+interface Status { phase: string; bundle?: { mode?: string; file?: string }; progress: { bytesTotal: number; imagesDone: number; imagesTotal: number }; conditions: { type: string; status: string; reason: string; message: string }[] }
+
+interface Node {
+  dir: string;
+  root: string;
+  config: string;
+  /** The bundle's copy on this node's "stick" (<root>/stick, a plain directory), restored by restore(). */
+  file: string;
+  upgradeDir: string;
+  crio: any;
+  /** Starts the stand-in again on the same state dir (its store survives) and updates the pid file the reload command reads. */
+  restartCrio: () => Promise<any>;
+  /** While this file exists the reload command waits after its SIGHUP: holds the agent inside a reload. */
+  gate: string;
+  status: () => Promise<Status | undefined>;
+  leftovers: (ignore?: string[]) => Promise<{ partial: string[]; staged: string[]; dropIns: string[] }>;
+  restore: () => Promise<void>;
+}
+
+async function node(t: any, opts: { extra?: string; retries?: number | 'default'; upgradeFs?: number } = {}): Promise<Node> {
+  const dir = await tmpdir(t, 'ob-fault-');
+  const root = join(dir, 'node');
+  const p = (rel: string) => join(root, rel);
+  await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
+  await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
+  await writeFile(p('etc/containers/registries.conf'), 'unqualified-search-registries = []\n');
+  await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
+  const upgradeDir = p('var/lib/upgrade');
+  if (opts.upgradeFs !== undefined && !smallFs(upgradeDir, opts.upgradeFs, t)) throw new Error('mounting a tmpfs is not permitted here');
+  const startCrio = () => startCrioStandin(t, {
+    dir: p('run/crio'),
+    registriesConf: p('etc/containers/registries.conf'),
+    registriesDropInDir: p('etc/containers/registries.conf.d'),
+    crioConf: p('etc/crio/crio.conf'),
+    crioDropInDir: p('etc/crio/crio.conf.d'),
+  });
+  const pidFile = p('run/crio/pid');
+  const gate = join(dir, 'reload.gate');
+  const n: Node = {
+    dir, root, upgradeDir, gate,
+    config: '',
+    file: p('stick/update.bundle'),
+    crio: await startCrio(),
+    restartCrio: async () => {
+      n.crio = await startCrio();
+      await writeFile(pidFile, String(n.crio.pid));
+      return n.crio;
+    },
+    status: async () => readFile(p('var/lib/bundle-agent/status.json'), 'utf8').then((s) => JSON.parse(s) as Status, () => undefined),
+    leftovers: async (ignore = []) => {
+      const up = (await readdir(upgradeDir).catch(() => [] as string[])).filter((x) => !ignore.includes(x));
+      return {
+        partial: up.filter((x) => x.endsWith('.partial')),
+        staged: up.filter((x) => !x.endsWith('.partial')),
+        dropIns: (await readdir(p('etc/containers/registries.conf.d'))).filter((x) => x.includes('offline-bundle')),
+      };
+    },
+    restore: async () => {
+      await mkdir(p('stick'), { recursive: true });
+      await copyFile(BUNDLE, n.file);
+    },
+  };
+  await writeFile(pidFile, String(n.crio.pid));
+  await n.restore();
+  // `systemctl reload crio` as ExecReload=kill -HUP $MAINPID; the gate only exists when a test holds a reload.
+  const reload = ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(pidFile)})" && while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`];
+  const retries = opts.retries === 'default' ? '' : `  retries: ${opts.retries ?? 2}\n`;
+  n.config = await nodeRoot(root, keys.pub, `runtime: crio
+criSocket: /run/crio/crio.sock
+version:
+  current: "1.0.0"
+space:
+  reserveBytes: 0
+preload:
+  method: cri
+${retries}reload:
+  command: [${reload.map((a) => JSON.stringify(a)).join(', ')}]
+${opts.extra ?? ''}`);
+  return n;
+}
+
+interface Agent { child: ChildProcess; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> }
+
+/** A `bundle-agent` child process (load FILE, or run). */
+function agent(n: Node, args: string[]): Agent {
+  const child = spawn(process.execPath, [AGENT, ...args, '--config', n.config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => { stdout += d; });
+  child.stderr!.on('data', (d: Buffer) => { stderr += d; });
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }>((resolve) => {
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+  // never left behind, even frozen
+  const stop = () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      try { child.kill('SIGKILL'); } catch { /* gone */ }
+    }
+  };
+  process.once('exit', stop);
+  exit.then(() => process.removeListener('exit', stop));
+  return { child, exit };
+}
+
+const startLoad = (n: Node, file = n.file) => agent(n, ['load', file, '--json']);
+
+async function load(n: Node, file = n.file) {
+  return startLoad(n, file).exit;
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 120_000, stepMs = 10): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+}
+
+/** Polls status.json until `pred` holds; fails at once if the agent exits first. */
+async function waitStatus(n: Node, a: Agent | undefined, what: string, pred: (s: Status) => boolean, timeoutMs = 120_000): Promise<Status> {
+  return until(what, async () => {
+    const s = await n.status();
+    if (s && pred(s)) return s;
+    if (a && (a.child.exitCode !== null || a.child.signalCode !== null)) {
+      const r = await a.exit;
+      throw new Error(`the agent exited (${r.code ?? r.signal}) before ${what}; last status ${JSON.stringify(s?.phase)}: ${r.stderr.slice(-1500)}`);
+    }
+    return undefined;
+  }, timeoutMs);
+}
+
+const phase = (p: string) => (s: Status) => s.phase === p;
+const cond = (s: Status | undefined, type: string) => s?.conditions.find((c) => c.type === type);
+
+function gone(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/** Pulls the stand-in has finished (this process's events): proves a pull was still in flight. */
+async function pullsDone(n: Node): Promise<number> {
+  return (await n.crio.events()).filter((e: any) => e.event === 'pull' && e.outcome === 'ok').length;
+}
+
+/** Exit 0, phase Ready, nothing left behind. */
+async function expectReady(t: any, n: Node, r: { code: number | null; stderr: string }, what: string) {
+  t.equal(r.code, 0, `${what}: exits 0`, { stderr: r.stderr.slice(-2000) });
+  const s = await n.status();
+  t.equal(s?.phase, 'Ready', `${what}: phase Ready`);
+  t.equal(cond(s, 'Ready')?.status, 'True', `${what}: Ready=True`);
+  t.same(await n.leftovers(), { partial: [], staged: [], dropIns: [] }, `${what}: no *.partial, no staged layout, no mirror drop-in`);
+}
+
+/** Exit non-zero, phase Failed with `reason`, nothing left behind. */
+async function expectFailed(t: any, n: Node, r: { code: number | null; stderr: string }, reason: string | RegExp, what: string, ignore: string[] = []): Promise<Status | undefined> {
+  t.not(r.code, 0, `${what}: exits non-zero`);
+  t.not(r.code, null, `${what}: exits by itself (not killed by a signal)`);
+  const s = await n.status();
+  t.equal(s?.phase, 'Failed', `${what}: phase Failed`);
+  const failed = cond(s, 'Failed');
+  t.match(failed?.reason, reason, `${what}: Failed reason ${failed?.reason} (${failed?.message})`);
+  t.match(r.stderr, new RegExp(`event=failed .*reason=${failed?.reason}`), `${what}: the journal line names the reason`);
+  t.same(await n.leftovers(ignore), { partial: [], staged: [], dropIns: [] }, `${what}: no *.partial, no staged layout, no mirror drop-in`);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+
+t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover', async (t) => {
+  const n = await node(t, { extra: 'media:\n  roots: [/media]\n  watchDirs: [/stick]\n  pollSeconds: 1\n' });
+  // the daemon's watched "stick" is <root>/stick: the same copy the loads read
+  const file = n.file;
+
+  const killInStaging = async () => {
+    const a = startLoad(n, file);
+    await waitStatus(n, a, 'phase Staging', phase('Staging'));
+    a.child.kill('SIGSTOP');
+    a.child.kill('SIGKILL');
+    const r = await a.exit;
+    t.equal(r.signal, 'SIGKILL', 'the agent was killed in Staging');
+    const left = await n.leftovers();
+    t.same(left.partial, [`${STAGED}.partial`], 'it left its partial staging behind');
+  };
+
+  await killInStaging();
+  await expectReady(t, n, await load(n, file), 'a new load of the same file');
+
+  await killInStaging();
+  const d = agent(n, ['run']);
+  t.teardown(() => { d.child.kill('SIGKILL'); });
+  const s = await waitStatus(n, d, 'the daemon to load the stick to Ready or Failed', (s) => s.bundle?.file === file && ['Ready', 'Failed'].includes(s.phase));
+  d.child.kill('SIGTERM');
+  const r = await d.exit;
+  t.equal(s.phase, 'Ready', `the daemon loaded it: Ready (${JSON.stringify(cond(s, 'Failed'))})`);
+  t.equal(r.code, 0, 'the daemon stops cleanly on SIGTERM');
+  t.match(r.stderr, /removed unfinished staging left by a crash or reboot: 1\.1\.0-amd64\.partial/, 'the start-up cleanup removed the partial staging');
+  t.same(await n.leftovers(), { partial: [], staged: [], dropIns: [] }, 'nothing left');
+});
+
+t.test('2. SIGKILL during pre-load (runtime frozen): the next load removes the drop-in and the layout, then Ready', async (t) => {
+  const n = await node(t);
+  const a = startLoad(n);
+  await waitStatus(n, a, 'phase Preloading', phase('Preloading'));
+  process.kill(n.crio.pid, 'SIGSTOP');
+  try {
+    t.ok((await pullsDone(n)) < REFS, 'a pull is still in flight when the runtime freezes');
+    a.child.kill('SIGKILL');
+    t.equal((await a.exit).signal, 'SIGKILL');
+  } finally {
+    process.kill(n.crio.pid, 'SIGCONT');
+  }
+  t.same(await n.leftovers(), { partial: [], staged: [STAGED], dropIns: [MIRROR_DROP_IN] }, 'the killed load left the mirror drop-in and the staged layout');
+  const r = await load(n);
+  await expectReady(t, n, r, 'the next load');
+  t.match(r.stderr, /removed staged layouts a stopped load left behind/, 'it says it removed the staged layout');
+});
