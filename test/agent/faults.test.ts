@@ -11,12 +11,14 @@
 import t from 'tap';
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { copyFile, mkdir, readdir, readFile, rm, statfs, truncate, unlink, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { copyFile, mkdir, readdir, readFile, readlink, rm, stat, statfs, truncate, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, keygen, makeBundle, nodeRoot, smallFs } from './fixtures.js';
+import { freePort, writeKubeconfig } from '../status/lib.js';
 
 // The images' home: a host that never resolves, so only the agent's mirror can serve them.
 const ORIGIN = 'origin.offline-bundle.invalid';
@@ -177,6 +179,38 @@ async function waitStatus(n: Node, a: Agent | undefined, what: string, pred: (s:
 }
 
 const phase = (p: string) => (s: Status) => s.phase === p;
+
+/**
+ * Waits until the agent is in its one sequential pass over `file` (staging in staged mode, the
+ * full verification in media mode): a descriptor of it whose offset is at least one of the
+ * pass's 1 MiB reads (READ_CHUNK). The header read before it (Verifying) reads 64 KiB chunks
+ * and stops within the first few; the seek-index and registry reads are positional and leave
+ * offsets at 0. Read from /proc at once, where status.json trails the agent by its queued
+ * writes. Resolves to the offset and the file's size.
+ */
+const PASS_CHUNK = 1024 * 1024;
+async function waitReading(a: Agent, file: string, timeoutMs = 120_000): Promise<{ pos: number; size: number }> {
+  const pid = a.child.pid!;
+  const size = (await stat(file)).size;
+  return until(`the agent to read ${file}`, async () => {
+    if (a.child.exitCode !== null || a.child.signalCode !== null) throw new Error(`the agent exited before it read the bundle: ${(await a.exit).stderr.slice(-1500)}`);
+    for (const fd of await readdir(`/proc/${pid}/fd`).catch(() => [] as string[])) {
+      if ((await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '')) !== file) continue;
+      const pos = Number(/^pos:\s*(\d+)/m.exec(await readFile(`/proc/${pid}/fdinfo/${fd}`, 'utf8').catch(() => ''))?.[1] ?? 0);
+      if (pos >= PASS_CHUNK) return { pos, size };
+    }
+    return undefined;
+  }, timeoutMs, 2);
+}
+
+/** Starts a load of n.file and freezes it (SIGSTOP) in the middle of its read pass. */
+async function frozenMidRead(t: any, n: Node): Promise<Agent> {
+  const a = startLoad(n);
+  const { pos, size } = await waitReading(a, n.file);
+  a.child.kill('SIGSTOP');
+  t.ok(pos < size, `frozen while reading the bundle (offset ${pos} of ${size})`);
+  return a;
+}
 const cond = (s: Status | undefined, type: string) => s?.conditions.find((c) => c.type === type);
 
 function gone(pid: number): boolean {
@@ -223,9 +257,7 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
   const file = n.file;
 
   const killInStaging = async () => {
-    const a = startLoad(n, file);
-    await waitStatus(n, a, 'phase Staging', phase('Staging'));
-    a.child.kill('SIGSTOP');
+    const a = await frozenMidRead(t, n);
     a.child.kill('SIGKILL');
     const r = await a.exit;
     t.equal(r.signal, 'SIGKILL', 'the agent was killed in Staging');
@@ -264,4 +296,142 @@ t.test('2. SIGKILL during pre-load (runtime frozen): the next load removes the d
   const r = await load(n);
   await expectReady(t, n, r, 'the next load');
   t.match(r.stderr, /removed staged layouts a stopped load left behind/, 'it says it removed the staged layout');
+});
+
+/** The stand-in's own children (its skopeo pulls): a runtime killed outright takes its pulls with it. */
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+t.test('3. the runtime killed during pre-load and restarted: the pulls retry, the same load ends Ready', async (t) => {
+  // preload.retries and the backoff as shipped (3 retries, 1 s doubling, with jitter)
+  const n = await node(t, { retries: 'default' });
+  const a = startLoad(n);
+  await waitStatus(n, a, 'phase Preloading', phase('Preloading'));
+  const old = n.crio.pid;
+  const pulls = childrenOf(old);
+  process.kill(old, 'SIGKILL');
+  for (const c of pulls) try { process.kill(c, 'SIGKILL'); } catch { /* done already */ }
+  const killedAt = Date.now();
+  await until('the killed stand-in to be gone', async () => gone(old), 30_000);
+  t.ok((await pullsDone(n)) < REFS, 'pulls were still in flight when the runtime died');
+  await n.restartCrio();
+  const downMs = Date.now() - killedAt;
+  t.comment(`the runtime was down for ${downMs} ms`);
+  const r = await a.exit;
+  await expectReady(t, n, r, 'the same load');
+  const ev = await n.crio.events();
+  t.ok(ev.some((e: any) => e.event === 'pull' && e.outcome === 'ok' && e.mirror), 'the restarted runtime pulled through the mirror (it read the drop-in at start)');
+});
+
+t.test('4. the upgrade filesystem fills up mid-copy: Failed, nothing left; with the space back, Ready', async (t) => {
+  // room for the layout (the space check passes), not for the layout and a filler
+  const n = await node(t, { upgradeFs: Math.ceil((MANIFEST.totals.layoutBytes * 1.25) / 1024) });
+  const filler = join(n.upgradeDir, 'filler');
+  const a = await frozenMidRead(t, n);
+  try {
+    const fs = await statfs(n.upgradeDir);
+    const free = fs.bavail * fs.bsize;
+    t.ok(free > 0 && free < MANIFEST.totals.layoutBytes, `staging has begun: ${free} bytes left of the layout's ${MANIFEST.totals.layoutBytes}`);
+    execFileSync('fallocate', ['-l', String(free), filler]);
+    const after = await statfs(n.upgradeDir);
+    t.equal(after.bavail, 0, 'the filler took every free block');
+  } finally {
+    a.child.kill('SIGCONT');
+  }
+  const s = await expectFailed(t, n, await a.exit, 'InsufficientSpace', 'the load', ['filler']);
+  t.match(cond(s, 'Failed')?.message, /space|ENOSPC/i, 'the message names the cause');
+  await rm(filler);
+  await expectReady(t, n, await load(n), 'the next load, with the space back');
+});
+
+// The media-mode node: too little room to stage the layout (a 64 KiB upgradeDir), room enough for the images.
+const mediaNode = (t: any) => node(t, { upgradeFs: 64 });
+
+async function bundleFault(t: any, n: Node, fault: () => Promise<void>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const a = await frozenMidRead(t, n);
+  try {
+    await fault();
+  } finally {
+    a.child.kill('SIGCONT');
+  }
+  return a.exit;
+}
+
+t.test('5. the bundle truncated or deleted while it is read', async (t) => {
+  const shrink = (n: Node) => () => truncate(n.file, Math.floor(MANIFEST.totals.layoutBytes / 2));
+  const remove = (n: Node) => () => unlink(n.file);
+
+  t.test('staged mode', async (t) => {
+    const n = await node(t);
+    let r = await bundleFault(t, n, shrink(n));
+    await expectFailed(t, n, r, 'Truncated', 'truncated while staged');
+    await n.restore();
+    await expectReady(t, n, await load(n), 'the restored file');
+
+    r = await bundleFault(t, n, remove(n));
+    await expectFailed(t, n, r, 'MediaRemoved', 'deleted while staged');
+    await n.restore();
+    await expectReady(t, n, await load(n), 'the restored file');
+  });
+
+  t.test('media mode (too little disk to stage)', async (t) => {
+    const n = await mediaNode(t);
+    let r = await bundleFault(t, n, shrink(n));
+    await expectFailed(t, n, r, 'Truncated', 'truncated while verified from the media');
+    await n.restore();
+    r = await load(n);
+    await expectReady(t, n, r, 'the restored file');
+    t.match(r.stdout, /"mode":"media"/, 'served from the media');
+
+    r = await bundleFault(t, n, remove(n));
+    await expectFailed(t, n, r, 'MediaRemoved', 'deleted while verified from the media');
+    await n.restore();
+    await expectReady(t, n, await load(n), 'the restored file');
+  });
+});
+
+t.test('6. SIGTERM at each phase: Failed, Interrupted, nothing left; the next load is Ready', async (t) => {
+  const interrupt = async (t: any, n: Node, at: ((s: Status) => boolean) | 'reading', atWhat: string, hold?: 'reload') => {
+    let a: Agent;
+    if (at === 'reading') {
+      // the read pass: staging in staged mode, the full verification in media mode
+      a = await frozenMidRead(t, n);
+      a.child.kill('SIGTERM');
+      a.child.kill('SIGCONT');
+    } else if (hold) {
+      a = startLoad(n);
+      // hold the agent inside its second reload (after the pulls, with the pins): the Pinning phase
+      await waitStatus(n, a, 'phase Preloading', phase('Preloading'));
+      await writeFile(n.gate, '');
+      await waitStatus(n, a, atWhat, at);
+      a.child.kill('SIGTERM');
+      await rm(n.gate);
+    } else {
+      a = startLoad(n);
+      await waitStatus(n, a, atWhat, at);
+      a.child.kill('SIGSTOP');
+      a.child.kill('SIGTERM');
+      a.child.kill('SIGCONT');
+    }
+    await expectFailed(t, n, await a.exit, 'Interrupted', `SIGTERM at ${atWhat}`);
+    await expectReady(t, n, await load(n), 'the next load');
+  };
+  t.test('Verifying (the full verification pass, media mode)', async (t) => interrupt(t, await mediaNode(t), 'reading', 'Verifying'));
+  const n = await node(t);
+  t.test('Staging', async (t) => interrupt(t, n, 'reading', 'Staging'));
+  t.test('Preloading (serving)', async (t) => interrupt(t, n, phase('Preloading'), 'Preloading'));
+  t.test('Pinning', async (t) => interrupt(t, n, phase('Pinning'), 'Pinning', 'reload'));
+});
+
+t.test('7. the cluster API down for a whole load: Ready all the same', async (t) => {
+  const port = await freePort();
+  const n = await node(t, { extra: 'status:\n  kubeconfig: /etc/bundle-agent/kubeconfig\n' });
+  await writeKubeconfig(join(n.root, 'etc/bundle-agent/kubeconfig'), port);
+  const r = await load(n);
+  await expectReady(t, n, r, 'a load with nothing listening on the API server\'s port');
 });
