@@ -7,7 +7,7 @@ import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore,
 import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, versionsInUse, type ClusterRelease, type StatusTracker } from '@offline-bundle/status';
 import { adoptRunningRelease } from './running-release.js';
 import type { AgentConfig } from './config.js';
-import { AgentError, oneLine, reasonOf } from './errors.js';
+import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { checkPolicy } from './policy.js';
 import { imageRefs, type RuntimeTarget } from './runtime-target.js';
@@ -258,6 +258,8 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
       tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);
       log.warn('pin', `the runtime still reports images of older releases pinned: ${report.stillPinned.join(', ')}`);
     }
+    // A SIGTERM that came while the pins were applied: stop here, not Ready (the pins stay, as after PinFailed).
+    signal?.throwIfAborted();
   } finally {
     await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
     await runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
@@ -285,8 +287,7 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
       return loadBundle(file, ctx);
     });
   } catch (err) {
-    const reason = reasonOf(err);
-    const message = oneLine(err);
+    const { reason, message } = failureOf(err, file, ctx.config.paths.upgradeDir);
     const version = ctx.tracker.current.bundle?.version;
     if (version) ctx.tracker.update((s) => { s.history = markFailed(s.history, version); });
     ctx.tracker.condition('Failed', 'True', reason, message);
