@@ -126,7 +126,7 @@ ${opts.extra ?? ''}`);
   return n;
 }
 
-interface Agent { child: ChildProcess; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> }
+interface Agent { child: ChildProcess; stderr: () => string; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> }
 
 /** A `bundle-agent` child process (load FILE, or run). */
 function agent(n: Node, args: string[]): Agent {
@@ -146,7 +146,7 @@ function agent(n: Node, args: string[]): Agent {
   };
   process.once('exit', stop);
   exit.then(() => process.removeListener('exit', stop));
-  return { child, exit };
+  return { child, exit, stderr: () => stderr };
 }
 
 const startLoad = (n: Node, file = n.file) => agent(n, ['load', file, '--json']);
@@ -271,7 +271,10 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
   await killInStaging();
   const d = agent(n, ['run']);
   t.teardown(() => { d.child.kill('SIGKILL'); });
-  const s = await waitStatus(n, d, 'the daemon to load the stick to Ready or Failed', (s) => s.bundle?.file === file && ['Ready', 'Failed'].includes(s.phase));
+  // its own journal line, not status.json: the killed load may not have overwritten the last Ready there
+  await until('the daemon to load the stick to Ready or Failed', async () => /event=(ready|failed)/.test(d.stderr()) || d.child.exitCode !== null);
+  const s = (await n.status())!;
+  t.equal(s.bundle?.file, file, 'the status is about the stick\'s bundle');
   d.child.kill('SIGTERM');
   const r = await d.exit;
   t.equal(s.phase, 'Ready', `the daemon loaded it: Ready (${JSON.stringify(cond(s, 'Failed'))})`);
@@ -413,9 +416,11 @@ t.test('6. SIGTERM at each phase: Failed, Interrupted, nothing left; the next lo
       a.child.kill('SIGTERM');
       await rm(n.gate);
     } else {
+      const before = await pullsDone(n);
       a = startLoad(n);
       await waitStatus(n, a, atWhat, at);
       a.child.kill('SIGSTOP');
+      t.ok((await pullsDone(n)) - before < REFS, 'frozen while pulls are still to come');
       a.child.kill('SIGTERM');
       a.child.kill('SIGCONT');
     }
