@@ -7,7 +7,7 @@ import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offlin
 import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
 import type { AgentConfig } from './config.js';
-import { AgentError, oneLine, reasonOf } from './errors.js';
+import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { checkPolicy } from './policy.js';
 import { imageRefs, type RuntimeTarget } from './runtime-target.js';
@@ -290,11 +290,10 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
     return r;
   } catch (caught) {
     const err = mediaGone(caught, file);
-    const reason = reasonOf(err);
-    const message = oneLine(err);
+    const { reason, message } = failureOf(err, file, ctx.config.paths.upgradeDir);
     const version = ctx.tracker.current.bundle?.version;
-    // a Busy refusal says nothing about the file
-    if (key && reason !== 'Busy') {
+    // a Busy refusal or a stop says nothing about the file
+    if (key && reason !== 'Busy' && reason !== 'Interrupted') {
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
         .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }
