@@ -9,7 +9,8 @@ export interface BundleRecord {
   /** path:size:mtime, the fast identity of one copy of a file (a changed file is a new bundle). */
   key: string;
   file: string;
-  outcome: 'ready' | 'failed';
+  /** loading: a load began and has not ended (killed mid-way): tried again. */
+  outcome: 'loading' | 'ready' | 'failed';
   version?: string;
   arch?: string;
   digest?: string;
@@ -58,7 +59,7 @@ const FILE_VERDICTS = new Set(['BadSignature', 'UntrustedKey', 'DigestMismatch',
  * disk full) is tried again.
  */
 export async function alreadyDone(rec: BundleRecord | undefined, imagesPresent: (version: string, arch: string) => Promise<boolean>): Promise<'loaded' | 'failed' | undefined> {
-  if (!rec) return undefined;
+  if (!rec || rec.outcome === 'loading') return undefined;
   if (rec.outcome === 'failed') return rec.reason && FILE_VERDICTS.has(rec.reason) ? 'failed' : undefined;
   if (rec.version && rec.arch && !(await imagesPresent(rec.version, rec.arch))) return undefined;
   return 'loaded';

@@ -64,15 +64,11 @@ export function reasonOf(err: unknown): AgentReason {
 
 /**
  * The reason and message of a failed load. Where the library error says only what the system
- * call said, name the cause and the fix: the bundle file vanishing under the agent (a file
- * deleted, a stick pulled: the next open fails with ENOENT) is MediaRemoved, not Internal;
- * a disk filling up mid-load says which directory needs the room.
+ * call said, name the cause and the fix: a disk filling up mid-load says which directory
+ * needs the room. (The bundle file vanishing is turned into MediaRemoved by mediaGone first.)
  */
-export function failureOf(err: unknown, file: string, upgradeDir: string): { reason: AgentReason; message: string } {
+export function failureOf(err: unknown, upgradeDir: string): { reason: AgentReason; message: string } {
   const e = err as NodeJS.ErrnoException | undefined;
-  if ((e?.code === 'ENOENT' || e?.code === 'ENOTDIR') && e.path === file) {
-    return { reason: 'MediaRemoved', message: `${file} is gone (${oneLine(err)}): the media was removed or the file deleted while it was read; plug the stick in again and leave it in until the agent says it may be removed` };
-  }
   const reason = reasonOf(err);
   if (reason === 'InsufficientSpace' && (e?.code === 'ENOSPC' || e?.code === 'EDQUOT')) {
     return { reason, message: `the disk filled up while the bundle was loaded (${oneLine(err)}): free space on the filesystem of ${upgradeDir} (the staging copy) and plug the stick in again` };

@@ -284,13 +284,15 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
   try {
     const r = await withLoadLock(stateDir, async () => {
       await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history);
+      // a load killed mid-way leaves this, so the next daemon start tries the file again
+      if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
       return loadBundle(file, ctx);
     });
     if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     return r;
   } catch (caught) {
     const err = mediaGone(caught, file);
-    const { reason, message } = failureOf(err, file, ctx.config.paths.upgradeDir);
+    const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
     const version = ctx.tracker.current.bundle?.version;
     // a Busy refusal or a stop says nothing about the file
     if (key && reason !== 'Busy' && reason !== 'Interrupted') {
