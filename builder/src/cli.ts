@@ -32,6 +32,7 @@ function summary(m: BundleManifest) {
     release: m.release,
     images: m.images.map((i) => ({ reference: i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`, digest: i.digest, platforms: i.platforms.map(formatPlatform), ...(i.component ? { component: i.component } : {}) })),
     blobs: m.blobs.length,
+    releaseSignatures: (m.release.signatures ?? []).map((s, i) => ({ configMapKey: m.release.digest ? `${m.release.digest.replace(':', '-')}-${i + 1}` : `signature-${i + 1}`, digest: s.digest, keyIds: s.keyIds })),
     totals: m.totals,
     creator: m.creator,
     signer: m.signer,
@@ -44,6 +45,7 @@ function printSummary(m: BundleManifest): void {
     `release:   ${r.name} (version ${r.version}, ${r.arch})`,
     ...(r.image ? [`image:     ${r.image}`, `digest:    ${r.digest}`] : []),
     `upgrades from: ${r.upgradeFrom.length ? r.upgradeFrom.join(', ') : 'any version'}`,
+    ...(r.image ? [`release signatures: ${r.signatures?.length ? r.signatures.map((s, i) => `signature-${i + 1} by key ${s.keyIds.join(',')} (${s.digest})`).join('; ') : 'none (the cluster will refuse the update without --force: rebuild with --release-signature or --signature-store)'}`] : []),
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
     `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, compressed ${formatBytes(m.totals.archiveBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
@@ -93,6 +95,9 @@ export function buildProgram(): Command {
     .option('--version <v>', 'release version (required without --release)')
     .option('--name <name>', 'human name of the release (default: the version)')
     .option('--upgrade-from <v>', 'a version the cluster may run before this one (repeatable; added to the release\'s own list)', collect)
+    .option('--release-signature <file>', 'a signature of the release image (repeatable; a signature store\'s signature-N file): carried in the bundle for "bundle cluster prepare"', collect)
+    .option('--signature-store <url>', 'take every release signature from this store (file:// or https://…/signatures/openshift/release: <url>/sha256=<hex>/signature-N)')
+    .option('--release-keyring <file>', 'OpenPGP public keys (armored or binary) the release signatures must verify with; without it they are only checked to sign this release')
     .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
     .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it')
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
@@ -110,6 +115,9 @@ export function buildProgram(): Command {
 Examples:
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
+  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \
+      --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \
+      --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle
   bundle create --version 1.30.2 --image docker.io/rancher/k3s:v1.30.2-k3s1 \\
       --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle`)
     .action(async (o) => {
@@ -118,7 +126,7 @@ Examples:
       const stop = () => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED' }));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
-      const r = await createBundle({ ...o, images: o.image, progress, signal: ac.signal });
+      const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal });
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer }) + '\n');
       }

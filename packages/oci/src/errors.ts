@@ -16,6 +16,10 @@ export type OciErrorCode =
   | 'SIZE_MISMATCH'
   | 'INVALID_CONFIG'
   | 'INVALID_RELEASE'
-  | 'INVALID_ARCHIVE';
+  | 'INVALID_ARCHIVE'
+  | 'SIGNATURE_NOT_FOUND'          // no release signature at the store, or a --release-signature file missing
+  | 'BAD_RELEASE_SIGNATURE'        // not an OpenPGP signed message, bad signature, or not over this release's digest
+  | 'UNTRUSTED_RELEASE_SIGNATURE'  // signed by a key that is not in the release keyring
+  | 'INVALID_KEYRING';             // the release keyring cannot be read
 
 export class OciError extends BaseError<OciErrorCode> {}

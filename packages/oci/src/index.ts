@@ -17,6 +17,10 @@ export { parseSourceSpec, openSource } from './transport.js';
 export { BlobCache } from './blob-cache.js';
 export { mirrorPath } from './mirror-path.js';
 export { readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
+export {
+  ATOMIC_SIGNATURE_TYPE, MAX_STORE_SIGNATURES, signatureStoreUrl, fetchStoreSignatures, loadReleaseKeyring, readReleaseSignature,
+  verifyReleaseSignature,
+} from './release-signature.js';
 
 export type { OciErrorCode } from './errors.js';
 export type { ImageReference } from './reference.js';
@@ -28,4 +32,5 @@ export type { RegistryLocation, RegistryClientOptions } from './registry-client.
 export type { ImageSource, FetchedManifest } from './source.js';
 export type { SourceSpec, TransportName, TransportContext } from './transport.js';
 export type { ReleasePayload } from './release.js';
+export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';
