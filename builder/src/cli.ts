@@ -1,6 +1,6 @@
 import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, formatPlatform, isDigest, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
@@ -8,8 +8,9 @@ import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
+import { collect, digestArg } from './args.js';
+import { addClusterCommands } from './cluster.js';
 
-const collect = (value: string, previous: string[] = []) => [...previous, value];
 const positiveInt = (value: string) => {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
@@ -20,11 +21,6 @@ const levelArg = (value: string) => {
   // the help promises 1-19; zstd would otherwise clamp other numbers silently
   if (!Number.isInteger(n) || n < 1 || n > 19) throw new InvalidArgumentError('must be a whole number from 1 to 19');
   return n;
-};
-const digestArg = (value: string) => {
-  const d = value.startsWith('sha256:') ? value : `sha256:${value}`;
-  if (!isDigest(d)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
-  return d;
 };
 
 function summary(m: BundleManifest) {
@@ -177,6 +173,7 @@ Examples:
       else process.stdout.write(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})\n`);
     });
 
+  addClusterCommands(program);
   return program;
 }
 
@@ -186,7 +183,8 @@ export function main(argv: string[]): Promise<number> {
     const code = err instanceof BaseError ? (err.code as string) : typeof own === 'string' && /^[A-Z_]+$/.test(own) ? own : 'ERROR';
     // Errors are one line: some library messages carry newlines (code frames, stacks).
     const message = String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim();
-    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
+    // a command that already printed its JSON result (cluster status not ready) adds no second document
+    if (argv.includes('--json') && !(err as { reported?: boolean })?.reported) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
     process.stderr.write(`bundle: ${code}: ${message}\n`);
     return 1;
   });
