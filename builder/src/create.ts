@@ -51,6 +51,8 @@ export interface CreateResult extends WrittenBundle {
   images: number;
   blobs: number;
   downloadedBytes: number;
+  /** Payload workloads that pull a bundled image with imagePullPolicy: Always (they fail without a registry). */
+  warnings: { kind: 'PullAlways'; object: string; image: string; message: string }[];
 }
 
 interface Blob { digest: string; size: number; mediaType: string }
@@ -182,6 +184,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   try {
     let version = opts.version;
     let releaseInfo: { image: string; digest: string; upgradeFrom: string[] } | undefined;
+    const warnings: CreateResult['warnings'] = [];
     const resolved: ResolvedImage[] = [];
     if (opts.release) {
       progress.log(`resolving release ${opts.release}`);
@@ -197,6 +200,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       version = payload.version;
       releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
       progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
+      for (const w of payload.pullAlways) {
+        warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
+      }
       const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
         resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, p.name)));
       resolved.push(...payloadImages);
@@ -263,7 +269,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
-    return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total };
+    return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total, warnings };
   } catch (err) {
     // stopped: the caller's reason, not whichever stream or task noticed first
     throw opts.signal?.aborted ? opts.signal.reason : err;

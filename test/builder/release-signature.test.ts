@@ -21,7 +21,10 @@ const work = await tmpdir(t, 'ob-relsig-');
 const keys = await keygen(work);
 const H = reg.host;
 const comp = await pushImage({ tag: 'cvo', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'usr/bin/cvo': 'cvo' }] }] }, `${H}/ocp/art-dev:cvo`);
-const rel = await pushImage({ tag: '4.15.1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [releaseFiles({ version: '4.15.1', previous: ['4.15.0'], images: { 'cluster-version-operator': comp.digestRef } })] }] }, `${H}/ocp/release:4.15.1`);
+const rel = await pushImage({ tag: '4.15.1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [releaseFiles({
+  version: '4.15.1', previous: ['4.15.0'], images: { 'cluster-version-operator': comp.digestRef },
+  manifests: { '0000_50_catalog.yaml': `kind: Deployment\napiVersion: apps/v1\nmetadata: { namespace: openshift-marketplace, name: catalog }\nspec: { template: { spec: { containers: [ { name: c, image: "${comp.digestRef}", imagePullPolicy: Always } ] } } }\n` },
+})] }] }, `${H}/ocp/release:4.15.1`);
 
 const good = await releaseKey();
 const other = await releaseKey('Someone Else');
@@ -44,6 +47,7 @@ async function create(args: string[]) {
 t.test('--release-signature FILE verified with --release-keyring: create → verify → inspect', async (t) => {
   const r = await create(['--release-signature', sigFile, '--release-keyring', keyring]);
   t.equal(r.code, 0, r.stderr);
+  t.match(r.stderr, /^warning: PullAlways: openshift-marketplace\/Deployment\/catalog: release-manifests\/0000_50_catalog\.yaml: pulls .* imagePullPolicy: Always/m, 'the payload\'s Always workloads are named at build time, even with --quiet');
   const m = await bundleJson(r.output) as Awaited<ReturnType<typeof bundleJson>> & { release: { signatures?: { digest: string; keyIds: string[] }[] } };
   t.equal(m.release.signatures?.length, 1, 'one signature listed in the signed bundle.json');
   const s = m.release.signatures![0]!;
