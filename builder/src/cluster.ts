@@ -5,12 +5,13 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
+import { stringify as stringifyYaml } from 'yaml';
 import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { loadTrust, readReleaseSignatures } from '@offline-bundle/format';
 import {
-  ClusterError, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
-  type AdminApis, type AdminBundle, type NodeRow, type Rollup, type Warning,
+  ClusterError, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  type AdminApis, type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/status';
 import { collect, digestArg } from './args.js';
 
@@ -132,6 +133,20 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
         + `equivalent: ${r.ocCommand}\n`
         + (r.dryRun ? '' : 'follow it with: oc adm upgrade (or oc get clusterversion)\n'),
       );
+    });
+
+  kubeOptions(cluster.command('rbac')
+    .description('For clusters without ValidatingAdmissionPolicy (before Kubernetes 1.30 / OpenShift 4.17): print, as YAML for "oc apply -f -", each node\'s empty NodeBundleStatus and a ClusterRole + binding for that node\'s identity limited to its own object (get, patch; no create). Use it instead of the writer binding of deploy/rbac.yaml.')
+    .option('--nodes <names>', 'comma-separated node names (default: every Node of the cluster, or of --selector)')
+    .option('-l, --selector <labels>', 'with the Node list: only nodes with these labels')
+    .addOption(new Option('--identity <kind>', 'who the agent writes as: the node (system:node:NAME, the kubelet\'s kubeconfig) or a ServiceAccount offline-bundle/bundle-agent-NAME').choices(['node', 'serviceaccount']).default('node')))
+    .action(async (o: KubeOpts & { nodes?: string; selector?: string; identity: NodeIdentity }) => {
+      const names = o.nodes
+        ? o.nodes.split(',').map((n) => n.trim()).filter(Boolean)
+        : (await readRollup(await apis(o), o.selector ? { selector: o.selector } : {})).rows.map((r) => r.node);
+      const objects = nodeRbacObjects(names, o.identity);
+      if (o.json) process.stdout.write(JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }, null, 2) + '\n');
+      else process.stdout.write(`# bundle cluster rbac: ${names.length} nodes, identity ${o.identity}; apply with deploy/crd.yaml, without deploy/rbac.yaml's writer binding\n` + objects.map((x) => stringifyYaml(x)).join('---\n'));
     });
 
   // runCli overrides exits of the program and its direct commands only: usage errors here exit 2 too

@@ -6,7 +6,10 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { generateKeyPair, writeBundle, RELEASE_SIGNATURE_MEDIA_TYPE } from '@offline-bundle/format';
 import { sha256 } from '@offline-bundle/oci';
-import type { Doc } from '../status/lib.js';
+import { tmpdir, type Doc } from '../status/lib.js';
+import { bundle } from '../builder/lib.js';
+import { releaseKey, signRelease, type TestReleaseKey } from '../builder/release-signing.js';
+import { StandInApi } from './apiserver.js';
 
 export const RELEASE_REPO = 'quay.io/openshift-release-dev/ocp-release';
 export const ART_REPO = 'quay.io/openshift-release-dev/ocp-v4.0-art-dev';
@@ -77,4 +80,40 @@ export function clusterVersion(version: string): Doc {
     spec: { clusterID: 'c0ffee', channel: 'stable-4.15', desiredUpdate: { version, image: `${RELEASE_REPO}@sha256:${'0'.repeat(64)}`, force: false } },
     status: { history: [{ state: 'Completed', version, image: `${RELEASE_REPO}@sha256:${'0'.repeat(64)}` }] },
   };
+}
+
+export interface Fixture {
+  work: string;
+  api: StandInApi;
+  kubeconfig: string;
+  key: TestReleaseKey;
+  keyring: string;
+  b: TestBundle;
+  trust: string[];
+  cluster(args: string[]): ReturnType<typeof bundle>;
+  /** Three Nodes all Ready for `b`, OpenShift 4.15.0, nothing else. */
+  allReady(): void;
+}
+
+/** A stand-in API server, an admin kubeconfig for it, a release key and a signed 4.15.1 bundle. */
+export async function clusterFixture(t: { teardown(fn: () => unknown): void }): Promise<Fixture> {
+  const work = await tmpdir(t, 'ob-cluster-');
+  const api = await StandInApi.start();
+  t.teardown(() => api.close());
+  const kubeconfig = await api.kubeconfig(path.join(work, 'kubeconfig'));
+  const key = await releaseKey();
+  const keyring = path.join(work, 'release.asc');
+  await writeFile(keyring, key.armored);
+  const b = await makeBundle(path.join(work, 'b1'), { version: '4.15.1', upgradeFrom: ['4.15.0'], sign: async (d, ref) => [await signRelease(key, ref, d)] });
+  const allReady = () => {
+    api.nodes = ['master-0', 'worker-0', 'worker-1'].map((n) => node(n, n.startsWith('master') ? { 'node-role.kubernetes.io/master': '' } : { 'node-role.kubernetes.io/worker': '' }));
+    api.statuses = api.nodes.map((n) => nodeStatus(n.metadata.name, 'Ready', b.fileDigest, b.version));
+    api.clusterVersion = clusterVersion('4.15.0');
+    api.pods = [];
+    api.machineAutoscalers = undefined;
+    api.clusterAutoscalers = undefined;
+    api.deny.clear();
+    api.configMaps.clear();
+  };
+  return { work, api, kubeconfig, key, keyring, b, trust: ['--key', b.pub], cluster: (args) => bundle(['cluster', ...args, '--kubeconfig', kubeconfig]), allReady };
 }

@@ -11,6 +11,7 @@ export type ClusterErrorCode =
   | 'NO_RELEASE_SIGNATURES'   // the bundle carries no release signature
   | 'NOT_AN_UPGRADE_SOURCE'   // the running version is not among the bundle's accepted sources
   | 'NODES_NOT_READY'         // not every node reports Ready for this bundle
-  | 'NOT_PREPARED';           // the signature ConfigMap is missing or differs: run prepare
+  | 'NOT_PREPARED'            // the signature ConfigMap is missing or differs: run prepare
+  | 'INVALID_NODE_NAME';      // a node name given is not a Kubernetes object name
 
 export class ClusterError extends BaseError<ClusterErrorCode> {}
