@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
-import { isDigest, runCli } from '@offline-bundle/oci';
+import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { readStatusFile, technicianLine } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
@@ -108,13 +108,14 @@ Examples:
         checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
         store = await LayoutStore.open(path, catalogOf(manifest));
       } else {
+        await assertRegularFile(path);
         const v = await verifyBundle(path, { trust });
         manifest = v.manifest;
         store = await BundleFileStore.open(path, manifest, catalogOf(manifest));
       }
       const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
       if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
-      else process.stdout.write(`serving ${manifest.images.length} images of ${manifest.release.name} on ${reg.address}\n`);
+      else process.stdout.write(escapeControls(`serving ${manifest.images.length} images of ${manifest.release.name} on ${reg.address}`) + '\n');
       const { done } = untilSignal();
       await done;
       await reg.close();

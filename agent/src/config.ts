@@ -1,10 +1,11 @@
-import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { isDigest, normalizeArch } from '@offline-bundle/oci';
+import { isDigest, normalizeArch, readSmallFile, unsafePermissions } from '@offline-bundle/oci';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
+/** Largest config file read: the documented example is about 3 KiB. */
+export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 export type RuntimeKind = 'crio' | 'containerd';
 
@@ -17,8 +18,12 @@ export interface AgentConfig {
   arch: string;
   criSocket: string;
   trust: { keys: string[]; digest?: string };
-  /** current: the running release; fromCluster: read it from OpenShift's ClusterVersion when current is unset. */
-  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean };
+  /**
+   * current: the running release; fromCluster: read it from OpenShift's ClusterVersion when
+   * current is unset; allowUnknown: load even when neither gives a running version (the
+   * downgrade and upgrade-source checks are then skipped, so it is off by default).
+   */
+  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean; allowUnknown: boolean };
   paths: {
     upgradeDir: string;
     stateDir: string;
@@ -30,7 +35,8 @@ export interface AgentConfig {
   };
   media: { roots: string[]; watchDirs: string[]; pollSeconds: number };
   space: { reserveBytes: number };
-  staging: { keep: boolean };
+  /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
+  staging: { keep: boolean | 'untilComplete' };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
   reload: { command: string[] };
   containerd: { ctr: string; namespace: string };
@@ -149,7 +155,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (keys.length === 0 && !digest) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
 
   const version = r.obj(raw.version, 'version');
-  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource']);
+  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource', 'allowUnknown']);
   const paths = r.obj(raw.paths, 'paths');
   const pathKeys = ['upgradeDir', 'stateDir', 'statusFile', 'crioDropInDir', 'registriesDropInDir', 'containerdCertsDir', 'imageStoreDir'];
   r.known(paths, 'paths', pathKeys);
@@ -196,6 +202,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       fromCluster: r.bool(version.fromCluster, 'version.fromCluster', false),
       allowDowngrade: r.bool(version.allowDowngrade, 'version.allowDowngrade', false),
       allowAnySource: r.bool(version.allowAnySource, 'version.allowAnySource', false),
+      allowUnknown: r.bool(version.allowUnknown, 'version.allowUnknown', false),
     },
     paths: {
       upgradeDir: p('upgradeDir', '/var/lib/upgrade'),
@@ -212,7 +219,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       pollSeconds: r.int(media.pollSeconds, 'media.pollSeconds', 2, 1),
     },
     space: { reserveBytes: r.size(space.reserveBytes, 'space.reserveBytes', 1024 ** 3) },
-    staging: { keep: r.bool(staging.keep, 'staging.keep', false) },
+    staging: { keep: staging.keep === 'untilComplete' ? 'untilComplete' : r.bool(staging.keep, 'staging.keep', false) },
     preload: {
       method: method as AgentConfig['preload']['method'],
       command,
@@ -231,12 +238,18 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   };
 }
 
+/**
+ * Reads and validates the config. It decides what the agent trusts and which commands it
+ * runs as root, so one that someone else could change is refused like a bad key.
+ */
 export async function loadConfig(path = DEFAULT_CONFIG_PATH): Promise<AgentConfig> {
-  let text: string;
+  let file;
   try {
-    text = await readFile(path, 'utf8');
+    file = await readSmallFile(path, MAX_CONFIG_FILE_BYTES);
   } catch (err) {
     throw new ConfigError(`cannot read config ${path}: ${(err as Error).message}; pass --config FILE`);
   }
-  return parseConfig(text, path);
+  const unsafe = await unsafePermissions(path, file.stats);
+  if (unsafe) throw new ConfigError(`config ${unsafe}`);
+  return parseConfig(file.bytes.toString('utf8'), path);
 }

@@ -8,6 +8,7 @@ import type { Logger } from './log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
 import { alreadyDone, readBundleRecords } from './bundle-records.js';
+import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
@@ -79,7 +80,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   await withLoadLock(config.paths.stateDir, async () => {
     const cleaner = runtimeTarget(config, log);
     try {
-      await removeLeftovers(config, cleaner, log);
+      await removeLeftovers(config, cleaner, log, tracker.current.history);
+      await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
     } finally {
       await cleaner.close();
     }

@@ -4,7 +4,7 @@
  */
 export type AgentReason =
   | 'NoTrust' | 'BadSignature' | 'UntrustedKey' | 'DigestMismatch' | 'Corrupt' | 'Truncated'
-  | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'InsufficientSpace' | 'StagingFailed'
+  | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'UnknownRunningVersion' | 'InsufficientSpace' | 'StagingFailed'
   | 'RegistryFailed' | 'RuntimeUnavailable' | 'PullFailed' | 'NoSpaceInImageStore' | 'PinFailed'
   | 'ReloadFailed' | 'MediaRemoved' | 'InvalidConfig' | 'UnsupportedVersion' | 'ForeignFile' | 'WriteFailed'
   | 'Interrupted' | 'Busy' | 'Internal'
@@ -27,6 +27,9 @@ const CODE_REASONS: Record<string, AgentReason> = {
   IO_ERROR: 'MediaRemoved',
   UNSUPPORTED_VERSION: 'UnsupportedVersion',
   KEY_ERROR: 'InvalidConfig',
+  UNSAFE_PERMISSIONS: 'InvalidConfig',
+  CANNOT_CREATE_DIR: 'InvalidConfig',
+  NOT_A_REGULAR_FILE: 'Corrupt',
   INVALID_CONFIG: 'InvalidConfig',
   RUNTIME_UNAVAILABLE: 'RuntimeUnavailable',
   CRI_ERROR: 'RuntimeUnavailable',
@@ -59,4 +62,23 @@ export function reasonOf(err: unknown): AgentReason {
   return 'Internal';
 }
 
-export { firstLine as oneLine } from '@offline-bundle/oci';
+/**
+ * The reason and message of a failed load. Where the library error says only what the system
+ * call said, name the cause and the fix: the bundle file vanishing under the agent (a file
+ * deleted, a stick pulled: the next open fails with ENOENT) is MediaRemoved, not Internal;
+ * a disk filling up mid-load says which directory needs the room.
+ */
+export function failureOf(err: unknown, file: string, upgradeDir: string): { reason: AgentReason; message: string } {
+  const e = err as NodeJS.ErrnoException | undefined;
+  if ((e?.code === 'ENOENT' || e?.code === 'ENOTDIR') && e.path === file) {
+    return { reason: 'MediaRemoved', message: `${file} is gone (${oneLine(err)}): the media was removed or the file deleted while it was read; plug the stick in again and leave it in until the agent says it may be removed` };
+  }
+  const reason = reasonOf(err);
+  if (reason === 'InsufficientSpace' && (e?.code === 'ENOSPC' || e?.code === 'EDQUOT')) {
+    return { reason, message: `the disk filled up while the bundle was loaded (${oneLine(err)}): free space on the filesystem of ${upgradeDir} (the staging copy) and plug the stick in again` };
+  }
+  return { reason, message: oneLine(err) };
+}
+
+import { firstLine as oneLine } from '@offline-bundle/oci';
+export { oneLine };

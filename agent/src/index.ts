@@ -1,4 +1,4 @@
-export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH } from './config.js';
+export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH, MAX_CONFIG_FILE_BYTES } from './config.js';
 export { loadBundle, runLoad, removeStalePartials, runningVersion } from './pipeline.js';
 export { runDaemon, statusTracker } from './daemon.js';
 export { MediaWatcher, parseMountinfo } from './media.js';

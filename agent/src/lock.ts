@@ -1,6 +1,15 @@
-import { mkdir, open, readFile, rm } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { link, open, rm, writeFile } from 'node:fs/promises';
+import { makeDirs } from '@offline-bundle/oci';
 import { join } from 'node:path';
 import { AgentError } from './errors.js';
+
+const LOCK = 'load.lock';
+/** What a holder writes: its pid and a line feed, so a complete file is told from a damaged one. */
+const PID_FILE = /^([1-9]\d*)\n$/;
+
+/** Lock paths this process holds: the same pid in the file may be us now or a former process. */
+const heldHere = new Set<string>();
 
 function alive(pid: number): boolean {
   try {
@@ -11,32 +20,112 @@ function alive(pid: number): boolean {
   }
 }
 
+const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
+
+/**
+ * Creates `path` holding our pid and counts it held here, or returns false when it exists. The pid goes into a
+ * private temp file that is then hard-linked into place: link() never replaces a file, and
+ * the lock appears complete or not at all (creating the file, then writing the pid, let a
+ * contender read it empty and take it for stale).
+ */
+async function createPidFile(path: string): Promise<boolean> {
+  const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  await writeFile(tmp, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
+  try {
+    await link(tmp, path);
+    // at once, before any other await: from here on a contender of this process reads our pid
+    heldHere.add(path);
+    return true;
+  } catch (err) {
+    if (code(err) === 'EEXIST') return false;
+    throw err;
+  } finally {
+    await rm(tmp, { force: true });
+  }
+}
+
+interface PidFile {
+  /** This incarnation of the file: a new file may reuse a freed inode, never with the same ctime. */
+  id: string;
+  /** undefined when the file is not a complete pid file. */
+  owner: number | undefined;
+}
+
+async function readPidFile(path: string): Promise<PidFile | undefined> {
+  let fh;
+  try {
+    fh = await open(path, 'r');
+  } catch (err) {
+    if (code(err) === 'ENOENT') return undefined;
+    throw err;
+  }
+  // One descriptor for both: the identity and the pid must be those of the same file.
+  try {
+    const st = await fh.stat({ bigint: true });
+    const m = PID_FILE.exec(await fh.readFile('utf8'));
+    return { id: `${st.ino}-${st.ctimeNs}`, owner: m ? Number(m[1]) : undefined };
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Whether the process that wrote a pid file still holds it. */
+function held(path: string, owner: number): boolean {
+  return owner === process.pid ? heldHere.has(path) : alive(owner);
+}
+
+/**
+ * Removes the pid file `path` of a dead owner, as seen (`seen`). Only one contender may remove
+ * a given stale file: it first creates a marker named after that incarnation of the file, then
+ * checks the file is still that one. A live lock is only ever removed by its holder, so the
+ * file cannot change between that check and the unlink. A marker left by a contender that died
+ * meanwhile is cleared the same way. The caller looks at the lock again afterwards.
+ */
+async function removeIfStale(path: string, seen: PidFile): Promise<void> {
+  const marker = `${path}.${seen.id}.break`;
+  if (!(await createPidFile(marker))) {
+    const other = await readPidFile(marker);
+    if (other?.owner !== undefined && !held(marker, other.owner)) await removeIfStale(marker, other);
+    else await new Promise((r) => setTimeout(r, 10)); // another contender is clearing it
+    return;
+  }
+  try {
+    if ((await readPidFile(path))?.id === seen.id) await rm(path);
+  } finally {
+    await rm(marker, { force: true }).finally(() => heldHere.delete(marker));
+  }
+}
+
+const busy = (owner: number) =>
+  new AgentError('Busy', `another bundle-agent (pid ${owner}) is loading a bundle on this node: wait until it reports Ready or Failed`);
+
 /**
  * One load at a time per node: the daemon and `bundle-agent load` share the staging
  * directory, the mirror drop-in and the pins. The lock file holds the owner's pid; a lock
- * left by a process that died is taken over.
+ * left by a process that died is taken over; one whose content is not a complete pid is not.
  */
 export async function withLoadLock<T>(stateDir: string, fn: () => Promise<T>): Promise<T> {
-  await mkdir(stateDir, { recursive: true });
-  const path = join(stateDir, 'load.lock');
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const fh = await open(path, 'wx', 0o600);
-      await fh.writeFile(String(process.pid));
-      await fh.close();
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
-      const owner = Number((await readFile(path, 'utf8').catch(() => '')).trim());
-      if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && alive(owner)) {
-        throw new AgentError('Busy', `another bundle-agent (pid ${owner}) is loading a bundle on this node: wait until it reports Ready or Failed`);
-      }
-      await rm(path, { force: true });
+  await makeDirs(stateDir);
+  const path = join(stateDir, LOCK);
+  // A few rounds only: each takes the lock, finds a live owner, or clears a dead one's file.
+  for (let round = 0; ; round++) {
+    if (round >= 20) throw new AgentError('Busy', `${path} keeps changing hands: other bundle-agent processes are starting loads; try again`);
+    if (!heldHere.has(path) && (await createPidFile(path))) break;
+    const seen = await readPidFile(path);
+    if (!seen) continue; // released meanwhile
+    if (seen.owner === undefined) {
+      throw new AgentError('Busy', `${path} does not hold a process id: if no bundle-agent is running, remove it`);
     }
+    // Our own pid is a live lock only if this process holds it: otherwise a former process
+    // with the same pid (a restarted container) left it.
+    if (held(path, seen.owner)) throw busy(seen.owner);
+    await removeIfStale(path, seen);
   }
   try {
     return await fn();
   } finally {
-    await rm(path, { force: true });
+    // Still ours until the file is gone: a contender of this process must not clear it as a
+    // former process's meanwhile.
+    await rm(path, { force: true }).finally(() => heldHere.delete(path));
   }
 }

@@ -1,21 +1,21 @@
 import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleManifest, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
-import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
-import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, versionsInUse, type ClusterRelease, type StatusTracker } from '@offline-bundle/status';
-import { adoptRunningRelease } from './running-release.js';
+import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
+import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
+import { loadImages } from './load-images.js';
 import type { AgentConfig } from './config.js';
-import { AgentError, oneLine, reasonOf } from './errors.js';
+import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { checkPolicy } from './policy.js';
 import { imageRefs, type RuntimeTarget } from './runtime-target.js';
-import { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 import { planSpace, type StageMode } from './space.js';
-import { readReleases, recordRelease } from './state.js';
+import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
 import { withLoadLock } from './lock.js';
 import { keyOf, recordBundle } from './bundle-records.js';
+import { assertBundleFile, mediaGone } from './bundle-file.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -65,21 +65,32 @@ async function runningRelease(ctx: PipelineContext): Promise<ClusterRelease | un
 }
 
 /**
- * What a killed load (SIGKILL, power cut) leaves: partial staging, a staged layout the config
- * does not keep, mirror drop-ins pointing at a registry that is gone. Run under the load lock
- * before every load and at daemon start, so neither waits for the other to clean up.
+ * What a killed load (SIGKILL, power cut) leaves: partial staging, staged layouts no release
+ * keeps, mirror drop-ins pointing at a registry that is gone. Run under the load lock before
+ * every load and at daemon start, so neither waits for the other to clean up. A layout kept
+ * with `staging.keep: untilComplete` goes once the cluster runs its release (`history`).
  */
-export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger): Promise<void> {
+export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger, history: readonly HistoryEntry[]): Promise<void> {
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
-  if (!config.staging.keep) {
-    const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
-    // staged layouts are "<version>-<arch>" directories holding a bundle.json
-    const layouts = [];
-    for (const n of names) if (await stat(join(config.paths.upgradeDir, n, 'bundle.json')).then(() => true, () => false)) layouts.push(n);
-    for (const n of layouts) await rm(join(config.paths.upgradeDir, n), { recursive: true, force: true });
-    if (layouts.length) log.warn('staging', `removed staged layouts a stopped load left behind (staging.keep is false): ${layouts.join(', ')}`);
+  const releases = await readReleases(config.paths.stateDir);
+  const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
+  const keep = new Set<string>();
+  for (const r of releases) {
+    if (!r.layout) continue;
+    if (config.staging.keep === true || (config.staging.keep === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
+    else await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
   }
+  const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
+  // staged layouts are "<version>-<arch>" directories holding a bundle.json
+  const gone: string[] = [];
+  for (const n of names) {
+    const dir = join(config.paths.upgradeDir, n);
+    if (keep.has(dir) || !(await stat(join(dir, 'bundle.json')).then(() => true, () => false))) continue;
+    await rm(dir, { recursive: true, force: true });
+    gone.push(n);
+  }
+  if (gone.length) log.warn('staging', `removed staged layouts no release needs any more: ${gone.join(', ')}`);
   await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
 }
 
@@ -127,13 +138,18 @@ async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolea
   }
 }
 
-/**
- * Steps 3 to 10 of the data flow for one bundle file. Throws AgentError (or a library error)
- * on refusal; the caller records the failure. Whatever fails, the registry is stopped, the
- * mirror drop-ins are removed and no partial layout stays behind.
- */
-export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
-  const { config, log, tracker, runtime, signal } = ctx;
+/** What the checks before any write establish about a bundle file. */
+interface Admitted {
+  head: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
+  signer?: TrustedKey;
+  trust: Trust;
+  releases: ReleaseRecord[];
+  running?: ClusterRelease;
+}
+
+/** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
+async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
+  const { config, log, tracker } = ctx;
   tracker.update((s) => {
     s.phase = 'Verifying';
     s.bundle = { file, media: ctx.media ?? 'file' };
@@ -144,21 +160,37 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
+  await assertBundleFile(file);
   const head = await readHeader(file);
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
-  const m: BundleManifest = head.manifest;
-  const rel = m.release;
+  const rel = head.manifest.release;
   tracker.update((s) => {
     s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
   });
   const releases = await readReleases(config.paths.stateDir);
   const running = await runningRelease(ctx);
   const current = running?.version;
-  checkPolicy(m, config, current);
+  checkPolicy(head.manifest, config, current);
+  if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
+  return { head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+}
 
+interface Staged {
+  store: BlobStore;
+  mode: StageMode;
+  /** The staged layout's directory (staged mode). */
+  target?: string;
+  fileDigest: string;
+}
+
+/** Steps 4 and 5: the space check, then the verified copy to disk, or one full pass over the media. */
+async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<Staged> {
+  const { config, log, tracker, signal } = ctx;
+  const m = a.head.manifest;
+  const rel = m.release;
   const plan = await planSpace(m, config);
   tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
   tracker.update((s) => {
@@ -167,125 +199,81 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   log.info('space', plan.message, { mode: plan.mode });
 
   const fileSize = (await stat(file)).size;
-  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const onProgress = rateTracker(tracker);
-  const verifiedBy = signer ? { reason: 'SignatureValid', message: `signed by ${signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
+  const verifiedBy = a.signer ? { reason: 'SignatureValid', message: `signed by ${a.signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
   // The full pass is what counts: its bundle.json must be the one the header check looked at.
   const sameDescription = (v: VerifiedBundle) => {
-    if (!v.manifestBytes.equals(head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+    if (!v.manifestBytes.equals(a.head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+    return v.fileDigest;
   };
-  let store: BlobStore | undefined;
-  let fileDigest = '';
-  let registry: RunningRegistry | undefined;
-  let unmirror: (() => Promise<void>) | undefined;
   const catalog = catalogOf(m);
-  const refs = imageRefs(m);
-  try {
-    signal?.throwIfAborted();
-    if (plan.mode === 'staged') {
-      tracker.update((s) => {
-        s.phase = 'Staging';
-        Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
-      });
-      const reuse = await alreadyStaged(target, head.manifestBytes);
-      if (!reuse) {
-        await rm(target, { recursive: true, force: true });
-        const v = await extractBundle(file, target, { trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) });
-        sameDescription(v);
-        fileDigest = v.fileDigest;
-      } else {
-        log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
-      }
-      tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
-      // A layout found on disk is hashed again before use; one just extracted was checked as written.
-      store = await LayoutStore.open(target, catalog, { verified: !reuse }).catch((err: unknown) => {
-        throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
-      });
-      tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
-    } else {
-      tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
-      const v = await verifyBundle(file, { trust, onProgress, ...(signal ? { signal } : {}) });
-      sameDescription(v);
-      fileDigest = v.fileDigest;
-      tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
-      tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
-      store = await BundleFileStore.open(file, m, catalog);
-    }
-    if (fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: fileDigest }; });
-    log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: fileDigest || undefined, signer: signer?.fingerprint });
-
-    signal?.throwIfAborted();
-    registry = await startRegistry({ store, catalog });
+  signal?.throwIfAborted();
+  let staged: Staged;
+  if (plan.mode === 'staged') {
+    const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
     tracker.update((s) => {
-      s.phase = 'Serving';
-      Object.assign(s.progress, { imagesDone: 0, imagesTotal: refs.length });
+      s.phase = 'Staging';
+      Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
     });
-    tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
-    log.info('serving', `temporary registry on ${registry.address}`, { address: registry.address });
-    // Asked before the mirror exists: an image the runtime holds already is not pulled through us.
-    const inspector = await runtime.inspector();
-    const present = inspector ? await imagesPresent(inspector, m) : undefined;
-    if (running) {
-      const adopted = await adoptRunningRelease({ stateDir: config.paths.stateDir, arch: rel.arch, running, incoming: m, releases, ...(inspector ? { inspector } : {}) });
-      if (adopted) {
-        releases.push(adopted);
-        log.info('pin', `the running release ${adopted.version} was not loaded by this agent: its ${adopted.refs.length} images on this node stay pinned until ${rel.version} is complete`, { version: adopted.version });
-      }
-    }
-    unmirror = await runtime.mirror(registry.address, m);
-
-    tracker.update((s) => {
-      s.phase = 'Preloading';
-      Object.assign(s.progress, { imagesDone: 0, imagesTotal: refs.length });
-    });
-    await runtime.preload(refs, (done, total, ref) => {
-      tracker.progress({ imagesDone: done, imagesTotal: total });
-      log.info('preload', `pulled ${ref} (${done}/${total})`, { ref });
-    }, signal);
-    if (present && config.preload.method !== 'none') checkMirrorUsed(m, present, registry.served);
-    else if (!present) log.warn('preload', 'the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle\'s registry');
-    tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store (${registry.served.blobs} blobs served)`);
-
-    signal?.throwIfAborted();
-    tracker.phase('Pinning');
-    // The mirror goes before the pins are applied: one reload (CRI-O) covers both.
-    await unmirror();
-    unmirror = undefined;
-    // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
-    const inUse = new Set(versionsInUse(tracker.current.history));
-    const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
-    const keptRefs = [...new Set(kept.flatMap((r) => r.refs))].filter((r) => !refs.includes(r));
-    const pins = [...new Set([...refs, ...keptRefs])].sort();
-    const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
-    await runtime.pin(pins, released);
-    const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
-    const report = inspector ? await checkPins(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
-    if (report?.verifiable) {
-      tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${still}, as the runtime reports`);
+    const reuse = await alreadyStaged(target, a.head.manifestBytes);
+    let fileDigest = '';
+    if (!reuse) {
+      await rm(target, { recursive: true, force: true });
+      fileDigest = sameDescription(await extractBundle(file, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) }));
     } else {
-      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} images asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7): they may be garbage-collected`);
+      log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
     }
-    if (report?.stillPinned.length) {
-      tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);
-      log.warn('pin', `the runtime still reports images of older releases pinned: ${report.stillPinned.join(', ')}`);
-    }
-  } finally {
-    await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
-    await runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
-    await registry?.close().catch(() => undefined);
-    await store?.close().catch(() => undefined);
-    if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
-    // Ready or not, a layout the config does not keep goes: a failed one is never trusted later.
-    if (plan.mode === 'staged' && !config.staging.keep) await rm(target, { recursive: true, force: true });
+    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+    // A layout found on disk is hashed again before use; one just extracted was checked as written.
+    const store = await LayoutStore.open(target, catalog, { verified: !reuse }).catch(async (err: unknown) => {
+      await rm(target, { recursive: true, force: true });
+      throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
+    });
+    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    staged = { store, mode: 'staged', target, fileDigest };
+  } else {
+    tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
+    const fileDigest = sameDescription(await verifyBundle(file, { trust: a.trust, onProgress, ...(signal ? { signal } : {}) }));
+    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+    tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
+    staged = { store: await BundleFileStore.open(file, m, catalog), mode: 'media', fileDigest };
   }
-  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(fileDigest ? { digest: fileDigest } : {}), refs, loadedAt: new Date().toISOString() });
+  if (staged.fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: staged.fileDigest }; });
+  log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });
+  return staged;
+}
+
+/**
+ * Steps 3 to 10 of the data flow for one bundle file. Throws AgentError (or a library error)
+ * on refusal; the caller records the failure. Whatever fails, the registry is stopped, the
+ * mirror drop-ins are removed and no partial layout stays behind.
+ */
+export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  const { config, log, tracker } = ctx;
+  const a = await admit(file, ctx);
+  const m = a.head.manifest;
+  const rel = m.release;
+  const refs = imageRefs(m);
+  let staged: Staged | undefined;
+  let ok = false;
+  try {
+    staged = await stage(file, ctx, a);
+    await loadImages(ctx, { manifest: m, store: staged.store, releases: a.releases, ...(a.running ? { running: a.running } : {}) });
+    ok = true;
+  } finally {
+    await staged?.store.close().catch(() => undefined);
+    // A layout the config does not keep goes, Ready or not; a failed one is never trusted later.
+    if (staged?.target && (!ok || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
+  }
+  const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
+  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
   tracker.update((s) => {
     s.phase = 'Ready';
-    s.history = markLoaded(s.history, rel.version, fileDigest ? { digest: fileDigest } : {});
+    s.history = markLoaded(s.history, rel.version, staged!.fileDigest ? { digest: staged!.fileDigest } : {});
   });
   tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
   log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
-  return { version: rel.version, arch: rel.arch, mode: plan.mode, images: m.images.length, refs, fileDigest };
+  return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest };
 }
 
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
@@ -295,17 +283,17 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
   const stateDir = ctx.config.paths.stateDir;
   try {
     const r = await withLoadLock(stateDir, async () => {
-      await removeLeftovers(ctx.config, ctx.runtime, ctx.log);
+      await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history);
       return loadBundle(file, ctx);
     });
     if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     return r;
-  } catch (err) {
-    const reason = reasonOf(err);
-    const message = oneLine(err);
+  } catch (caught) {
+    const err = mediaGone(caught, file);
+    const { reason, message } = failureOf(err, file, ctx.config.paths.upgradeDir);
     const version = ctx.tracker.current.bundle?.version;
-    // a Busy refusal says nothing about the file
-    if (key && reason !== 'Busy') {
+    // a Busy refusal or a stop says nothing about the file
+    if (key && reason !== 'Busy' && reason !== 'Interrupted') {
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
         .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { mkdir, readFile, readdir } from 'node:fs/promises';
+import { readFile, readdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
-import { parseReference, writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
 import {
   CriImageClient, RuntimeError, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
@@ -165,7 +165,7 @@ export class CrioTarget implements RuntimeTarget {
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
-    await mkdir(this.config.paths.registriesDropInDir, { recursive: true });
+    await makeDirs(this.config.paths.registriesDropInDir);
     const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.mirrorName, { mirror: address, repositories: repositories(m) });
     this.unapplied = true;
     this.log?.info('mirror', `mirror drop-in written: ${file}`, { file, mirror: address });
@@ -210,7 +210,7 @@ export class CrioTarget implements RuntimeTarget {
    * another file changes (`remerge`) and released images simply drop out of it.
    */
   async pin(refs: string[], _released: string[]): Promise<void> {
-    await mkdir(this.config.paths.stateDir, { recursive: true });
+    await makeDirs(this.config.paths.stateDir);
     await writeFileAtomic(this.ownPinsFile(), JSON.stringify({ pins: [...new Set(refs)].sort() }, null, 2) + '\n');
     await this.writeMerged([...new Set(refs)]);
     await this.apply('pins and mirror removal');
@@ -244,7 +244,7 @@ export class CrioTarget implements RuntimeTarget {
 
   private async writeMerged(own: string[]): Promise<boolean> {
     const dir = this.config.paths.crioDropInDir;
-    await mkdir(dir, { recursive: true });
+    await makeDirs(dir);
     const foreign = new Set<string>();
     // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
     for (const file of await this.foreignPinFiles()) {

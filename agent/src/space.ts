@@ -1,11 +1,12 @@
 import { stat, statfs } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes, type BundleMode } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { AgentError } from './errors.js';
 
-export type StageMode = 'staged' | 'media';
+/** The status model's bundle mode: one list of modes for the status, the CRD and the planner. */
+export type StageMode = BundleMode;
 
 /** Free bytes of the filesystem `dir` is (or will be) on, found from its nearest existing ancestor: a refusal creates nothing. */
 async function fsInfo(dir: string): Promise<{ free: number; dev: number }> {

@@ -1,6 +1,6 @@
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 
 /** What the agent remembers of each release it loaded: enough to keep the running one pinned. */
 export interface ReleaseRecord {
@@ -9,6 +9,8 @@ export interface ReleaseRecord {
   digest?: string;
   refs: string[];
   loadedAt: string;
+  /** The verified layout kept on disk (staging.keep), to restore images that vanish from the runtime. */
+  layout?: string;
   /** 'node': the release running before the first bundle, its images found on the node. */
   source?: 'bundle' | 'node';
 }
@@ -18,7 +20,7 @@ function releasesDir(stateDir: string): string {
 }
 
 export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promise<void> {
-  await mkdir(releasesDir(stateDir), { recursive: true });
+  await makeDirs(releasesDir(stateDir));
   await writeFileAtomic(join(releasesDir(stateDir), `${rec.version}-${rec.arch}.json`), JSON.stringify(rec, null, 2) + '\n');
 }
 

@@ -1,6 +1,6 @@
 import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
@@ -11,6 +11,8 @@ import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
 
+// At the factory a key others could change is worth a warning; the agent refuses one.
+const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
 const positiveInt = (value: string) => {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
@@ -48,7 +50,8 @@ function printSummary(m: BundleManifest): void {
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
   ];
-  process.stdout.write(lines.join('\n') + '\n');
+  // inspect shows bundle.json before anything is verified: its strings must not drive the terminal
+  process.stdout.write(lines.map(escapeControls).join('\n') + '\n');
 }
 
 export function buildProgram(): Command {
@@ -136,6 +139,7 @@ Examples:
     .argument('<file>')
     .option('--json', 'print as JSON')
     .action(async (file: string, o: { json?: boolean }) => {
+      await assertRegularFile(file);
       const { manifest } = await readHeader(file);
       if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
       else printSummary(manifest);
@@ -150,9 +154,10 @@ Examples:
     .description('Check a bundle completely: signature, every entry\'s digest and size, structure. Exit 0 only when valid.')
     .argument('<file>'))
     .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean }) => {
-      const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest) });
+      await assertRegularFile(file);
+      const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }) });
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
-      else process.stdout.write(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${v.manifest.images.length} images, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}\n`);
+      else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${v.manifest.images.length} images, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
     });
 
   trustOptions(program.command('extract')
@@ -161,10 +166,11 @@ Examples:
     .argument('<dir>'))
     .option('--quiet', 'no progress output')
     .action(async (file: string, dir: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
+      await assertRegularFile(file);
       const progress = new Progress({ quiet: o.quiet || o.json });
       let started = false;
       const v = await extractBundle(file, dir, {
-        trust: await loadTrust(o.key ?? [], o.digest),
+        trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }),
         onProgress: (d, t) => {
           if (!started) progress.start(`extracting ${file}`, t);
           started = true;
@@ -173,7 +179,7 @@ Examples:
       });
       progress.finish();
       if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
-      else process.stdout.write(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})\n`);
+      else process.stdout.write(escapeControls(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
     });
 
   addClusterCommands(program);
@@ -184,8 +190,9 @@ export function main(argv: string[]): Promise<number> {
   return runCli(buildProgram(), argv, (err) => {
     const own = (err as { code?: unknown })?.code;
     const code = err instanceof BaseError ? (err.code as string) : typeof own === 'string' && /^[A-Z_]+$/.test(own) ? own : 'ERROR';
-    // Errors are one line: some library messages carry newlines (code frames, stacks).
-    const message = String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim();
+    // Errors are one line: some library messages carry newlines (code frames, stacks), and
+    // quote entry names and other untrusted strings, whose control characters are escaped.
+    const message = escapeControls(String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim());
     // a command that already printed its JSON result (cluster status not ready) adds no second document
     if (argv.includes('--json') && !(err as { reported?: boolean })?.reported) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
     process.stderr.write(`bundle: ${code}: ${message}\n`);

@@ -7,7 +7,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { stringify as stringifyYaml } from 'yaml';
-import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { escapeControls, loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { loadTrust, readReleaseSignatures } from '@offline-bundle/format';
 import {
   ClusterError, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
@@ -53,11 +53,12 @@ async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): 
 function table(rows: NodeRow[]): string {
   const head = ['NODE', 'NODE READY', 'PHASE', 'VERSION', 'DIGEST', 'PINNED', 'LAST HEARTBEAT', 'READY FOR BUNDLE'];
   const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', r.heartbeat ?? 'never', r.ready ? 'yes' : 'no']);
+  for (const c of cells) c.forEach((x, i) => { c[i] = escapeControls(x); });
   const w = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   return [head, ...cells].map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
 
-const warningLines = (ws: Warning[]) => ws.map((w) => `warning: ${w.kind}: ${w.object}: ${w.message}\n`).join('');
+const warningLines = (ws: Warning[]) => ws.map((w) => `${escapeControls(`warning: ${w.kind}: ${w.object}: ${w.message}`)}\n`).join('');
 
 function notReady(r: Rollup, reported: boolean): ClusterError {
   return Object.assign(new ClusterError('NODES_NOT_READY', `${r.summary}: plug the stick into every node that is not Ready, then run this again`), { reported });
@@ -90,7 +91,8 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
     .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string }) => {
       const r = await readRollup(await apis(o), { ...(o.selector ? { selector: o.selector } : {}), ...(o.bundleDigest ? { digest: o.bundleDigest } : {}) });
       if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows }, null, 2) + '\n');
-      else process.stdout.write(table(r.rows) + `\n${r.summary}\n`);
+      // node names, reasons and messages come from the cluster: control characters are escaped
+      else process.stdout.write(`${table(r.rows)}\n${escapeControls(r.summary)}\n`);
       if (!r.ready) throw notReady(r, o.json === true);
     });
 

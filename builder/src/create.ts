@@ -1,10 +1,10 @@
-import { mkdir, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
-  openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
+  makeDirs, openSource, readSmallFile, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
 import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
@@ -62,10 +62,13 @@ export function defaultCacheDir(env = process.env): string {
   return join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'offline-bundle');
 }
 
+/** Largest --images-file read: 1 MiB is some ten thousand references. */
+export const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
+
 export async function readImagesFile(path: string): Promise<string[]> {
   let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    text = (await readSmallFile(path, MAX_IMAGES_FILE_BYTES)).bytes.toString('utf8');
   } catch (cause) {
     throw new OciError('INVALID_CONFIG', `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
   }
@@ -243,7 +246,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const epoch = process.env.SOURCE_DATE_EPOCH;
     const createdAt = opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
     const upgradeFrom = [...new Set([...(releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
-    await mkdir(dirname(resolve(opts.output)), { recursive: true });
+    await makeDirs(dirname(resolve(opts.output)));
     progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
     const written = await writeBundle({
       release: {

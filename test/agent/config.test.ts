@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import t from 'tap';
 import { parseConfig, ConfigError } from '@offline-bundle/agent';
 
@@ -47,6 +48,13 @@ space:
     t.equal(c.version.allowDowngrade, true);
     t.equal(c.trust.digest, `sha256:${'a'.repeat(64)}`);
     t.equal(c.space.reserveBytes, 2 * 1024 ** 3);
+  });
+
+  t.test('the shipped example (systemd/config.example.yaml) is valid and fails closed on an unknown version', async (t) => {
+    const file = new URL('../../systemd/config.example.yaml', import.meta.url);
+    const c = parseConfig(await readFile(file, 'utf8'), 'config.example.yaml');
+    t.equal(c.version.current, '4.14.38');
+    t.equal(c.version.allowUnknown, false);
   });
 
   const bad: [string, string, RegExp][] = [

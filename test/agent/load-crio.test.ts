@@ -113,6 +113,10 @@ t.test('refusals leave nothing staged and no drop-ins', async (t) => {
     } },
     { name: 'wrong architecture', reason: 'WrongArch', prepare: (s) => makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', arch: 'arm64', images, out: join(s.dir, 'arm.bundle') }) },
     { name: 'downgrade', reason: 'Downgrade', prepare: (s) => makeBundle(s.dir, { key: s.keys.key, version: '0.9.0', images, out: join(s.dir, 'old.bundle') }) },
+    { name: 'running version unknown (no version.current, no version.allowUnknown)', reason: 'UnknownRunningVersion', prepare: async (s) => {
+      await writeFile(s.config, (await readFile(s.config, 'utf8')).replace('  current: "1.0.0"\n', ''));
+      return makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'unknown.bundle') });
+    } },
     { name: 'running version not an accepted source', reason: 'NotAnUpgradeSource', prepare: (s) => makeBundle(s.dir, { key: s.keys.key, version: '2.0.0', upgradeFrom: ['1.9.0'], images, out: join(s.dir, 'far.bundle') }) },
     { name: 'tampered archive (a flipped byte in a blob)', reason: 'Corrupt', prepare: async (s) => {
       const f = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'tampered.bundle') });

@@ -300,6 +300,60 @@ export function zstdFrame(data: Buffer): Buffer {
   return compressor.compress(data);
 }
 
+/** A zstd frame with other frame-header flags than writeBundle's (a valid frame all the same). */
+export function zstdFrameWith(data: Buffer, flags: { checksum: boolean; contentSize: boolean }): Buffer {
+  const c = new Compressor();
+  c.setParameters({ compressionLevel: 3, checksumFlag: flags.checksum, contentSizeFlag: flags.contentSize });
+  return c.compress(data);
+}
+
+/** A zstd skippable frame (magic 0x184D2A50 + `nibble`) holding `payload`. */
+export function skippableFrame(payload: Buffer, nibble = 0): Buffer {
+  const head = Buffer.alloc(8);
+  head.writeUInt32LE(0x184d2a50 + nibble, 0);
+  head.writeUInt32LE(payload.length, 4);
+  return Buffer.concat([head, payload]);
+}
+
+/** Stores the ustar checksum of a 512-byte header block as tar-stream writes it ("NNNNNN \0"). */
+export function setChecksum(block: Buffer): void {
+  block.fill(0x20, 148, 156);
+  let sum = 0;
+  for (let i = 0; i < TAR_BLOCK; i++) sum += block[i]!;
+  block.write(sum.toString(8).padStart(6, '0') + ' \0', 148, 'ascii');
+}
+
+/**
+ * A copy of a tar stream with the header of entry `name` edited in place by `patch` (its
+ * checksum recomputed afterwards), for header fields tar-stream's packer cannot express.
+ */
+export function patchHeader(tarBytes: Buffer, name: string, patch: (block: Buffer) => void): Buffer {
+  const out = Buffer.from(tarBytes);
+  let p = 0;
+  while (p + TAR_BLOCK <= out.length) {
+    const block = out.subarray(p, p + TAR_BLOCK);
+    if (block.every((b) => b === 0)) break;
+    if (block.toString('utf8', 0, 100).replace(/\0.*$/s, '') === name) {
+      patch(block);
+      setChecksum(block);
+      return out;
+    }
+    p += TAR_BLOCK + Math.ceil(octal(block, 124, 12) / TAR_BLOCK) * TAR_BLOCK;
+  }
+  throw new Error(`no header named ${name}`);
+}
+
+/** The offset of the tar trailer (the first zero block at a header position). */
+export function trailerOffset(tarBytes: Buffer): number {
+  let p = 0;
+  while (p + TAR_BLOCK <= tarBytes.length) {
+    const block = tarBytes.subarray(p, p + TAR_BLOCK);
+    if (block.every((b) => b === 0)) return p;
+    p += TAR_BLOCK + Math.ceil(octal(block, 124, 12) / TAR_BLOCK) * TAR_BLOCK;
+  }
+  throw new Error('no trailer');
+}
+
 export interface CraftOptions {
   /** Keep the tar trailer (two zero blocks); default true. */
   trailer?: boolean;
@@ -309,6 +363,10 @@ export interface CraftOptions {
   seekTable?: ((frames: FrameEntry[]) => FrameEntry[]) | null;
   /** Raw bytes after the seek table. */
   append?: Buffer;
+  /** Compresses each frame (default: zstdFrame, as writeBundle does); `i` counts frames from 0. */
+  frame?: (data: Buffer, i: number) => Buffer;
+  /** Raw bytes inserted after frame `i`, counted in that frame's compressed size in the seek table. */
+  between?: (i: number) => Buffer | undefined;
 }
 
 export interface Crafted {
@@ -335,9 +393,11 @@ export async function craftTar(file: string, tarBytes: Buffer, opts: CraftOption
   const frames: FrameEntry[] = [];
   const addFrames = (bytes: Buffer, segs: [number, number][]) => {
     for (const [a, b] of segs) {
-      const f = zstdFrame(bytes.subarray(a, b));
-      parts.push(f);
-      frames.push({ compressedSize: f.length, decompressedSize: b - a });
+      const i = frames.length;
+      const f = (opts.frame ?? zstdFrame)(bytes.subarray(a, b), i);
+      const extra = opts.between?.(i) ?? Buffer.alloc(0);
+      parts.push(f, extra);
+      frames.push({ compressedSize: f.length + extra.length, decompressedSize: b - a });
     }
   };
   addFrames(tarBytes, frameSegments(tarBytes));

@@ -177,7 +177,7 @@ t.test('entries the index walk finds are checked against the trusted bundle.json
   const cases: [string, Entry[], string][] = [
     ['an unlisted blob', [...entries.slice(0, at), fileEntry(blobPath(sha256('x')), 'x'), ...entries.slice(at)], 'UNEXPECTED_ENTRY'],
     ['a blob shorter than listed', entries.map((e) => (e === l ? withData(l, l.data.subarray(1)) : e)), 'SIZE_MISMATCH'],
-    ['a blob longer than listed', entries.map((e) => (e === l ? withData(l, Buffer.concat([l.data, l.data])) : e)), 'SIZE_MISMATCH'],
+    ['a blob longer than listed', entries.map((e) => (e === l ? withData(l, Buffer.concat([l.data, l.data])) : e)), 'OVERSIZED_ENTRY'],
     ['a symlink in place of a blob', entries.map((e) => (e === l ? specialEntry(l.header.name, 'symlink', { linkname: '/etc/passwd' }) : e)), 'NOT_A_FILE'],
     ['a duplicate blob', [...entries.slice(0, at + 1), l, ...entries.slice(at + 1)], 'DUPLICATE_ENTRY'],
     ['a missing blob', entries.filter((e) => e !== l), 'MISSING_ENTRY'],

@@ -41,6 +41,18 @@ for (const [what, bytes] of [
   });
 }
 
+t.test('an image whose manifest is not among the blobs: INVALID_MANIFEST, before packing anything', async (t) => {
+  const images = [{ ...b.images[0]!, digest: 'sha256:' + 'a'.repeat(64) }];
+  await rejectsWith(t, writeBundle(input({ images, output: path.join(b.dir, 'orphan.bundle') })), 'INVALID_MANIFEST', 'writeBundle');
+  await nothingLeft(t, b.dir, 'orphan.bundle');
+});
+
+t.test('a release bundle.json readers would refuse is never signed: INVALID_MANIFEST', async (t) => {
+  const release = { ...b.written.manifest.release, version: '../escape' };
+  await rejectsWith(t, writeBundle(input({ release, output: path.join(b.dir, 'unsafe.bundle') })), 'INVALID_MANIFEST', 'writeBundle');
+  await nothingLeft(t, b.dir, 'unsafe.bundle');
+});
+
 t.test('a missing blob file: IO_ERROR', async (t) => {
   await rejectsWith(t, writeBundle(input({ blobs: withPath(path.join(b.dir, 'nope')), output: path.join(b.dir, 'missing.bundle') })), 'IO_ERROR', 'writeBundle');
   await nothingLeft(t, b.dir, 'missing.bundle');

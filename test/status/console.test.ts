@@ -58,7 +58,7 @@ t.test('a tracker sink keeps the console in step with the status, in order', asy
 });
 
 t.test('console text is safe for agetty and terminals', async (t) => {
-  t.equal(consoleText('Failed: bad file \u001b[2J\u001b]0;owned\u0007 on C:\\stick\nnext'), 'Update: Failed: bad file [2J ]0;owned on C:\\\\stick next\n\n', 'control characters removed, backslashes doubled');
+  t.equal(consoleText('Failed: bad file \u001b[2J\u001b]0;owned\u0007 on C:\\stick\u202e\nnext'), 'Update: Failed: bad file \\\\x1b[2J\\\\x1b]0;owned\\\\x07 on C:\\\\stick\\\\u202e\\\\x0anext\n\n', 'control and bidi characters shown as escapes, backslashes doubled (agetty)');
   const root = await tmpdir(t, 'ob-console-');
   // A read-only place: the sink reports the error and does not throw.
   await mkdir(path.join(root, 'etc'), { recursive: true });

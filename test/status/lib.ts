@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
-import { parseAllDocuments } from 'yaml';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { emptyStatus, StatusTracker, type NodeStatus } from '@offline-bundle/status';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -166,6 +166,12 @@ export interface FakeApi {
   statusAnswers: Answer[];
   /** Answers to give, in order, to requests on the main resource (then: 201/200). */
   mainAnswers: Answer[];
+  /**
+   * When set, a status write no scripted answer covers is checked against this schema the way
+   * the API server checks it against the CRD: an invalid one gets 422 Invalid naming each field
+   * in details.causes (see invalidStatus).
+   */
+  schema?: ValidateFunction;
   statusRequests(): Recorded[];
   /** Only those answered 2xx. */
   accepted(): Recorded[];
@@ -200,9 +206,10 @@ export async function startFakeApi(port = 0): Promise<FakeApi> {
         return;
       }
       const name = url.pathname.split('/')[6] ?? '';
-      const status = answer?.status ?? (isStatus ? 200 : generation === 0 ? 201 : 200);
-      let body = answer?.body;
-      if (!answer) {
+      const refusal = !answer && isStatus && api.schema ? invalidStatus(api.schema, rec.body) : undefined;
+      const status = refusal?.code ?? answer?.status ?? (isStatus ? 200 : generation === 0 ? 201 : 200);
+      let body = refusal ?? answer?.body;
+      if (!answer && !refusal) {
         if (!isStatus) generation = Math.max(generation, 1);
         body = { apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'NodeBundleStatus', metadata: { name, generation, resourceVersion: String(requests.length) } };
       }
@@ -224,6 +231,27 @@ export async function startFakeApi(port = 0): Promise<FakeApi> {
       server.closeAllConnections();
     });
   return api;
+}
+
+/**
+ * The API server's answer to an object that fails the CRD's schema: 422 Invalid with one cause
+ * per field, named as Kubernetes names them ("status.conditions[1].type"). Undefined when valid.
+ */
+export function invalidStatus(validate: ValidateFunction, body: string): Doc | undefined {
+  const obj = parseYaml(body);
+  if (validate(obj)) return undefined;
+  const causes = (validate.errors ?? []).map((e) => {
+    const parts = e.instancePath.split('/').slice(1);
+    if (e.keyword === 'required') parts.push(String(e.params.missingProperty));
+    const field = parts.map((p, i) => (/^\d+$/.test(p) ? `[${p}]` : `${i ? '.' : ''}${p}`)).join('');
+    const reason = e.keyword === 'enum' ? 'FieldValueNotSupported' : e.keyword === 'required' ? 'FieldValueRequired' : 'FieldValueInvalid';
+    return { reason, message: e.keyword === 'enum' ? `Unsupported value: supported values: ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` : String(e.message), field };
+  });
+  return {
+    kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Invalid', code: 422,
+    message: `NodeBundleStatus.bundles.offline-bundle.io "${obj?.metadata?.name}" is invalid: ${causes.map((c) => `${c.field}: ${c.message}`).join(', ')}`,
+    details: { name: obj?.metadata?.name, group: 'bundles.offline-bundle.io', kind: 'NodeBundleStatus', causes },
+  };
 }
 
 /** A free port on 127.0.0.1 (nothing listens on it when this returns). */

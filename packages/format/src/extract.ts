@@ -1,6 +1,6 @@
 import { createWriteStream } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, rmdir } from 'node:fs/promises';
-import { writeFileAtomic } from '@offline-bundle/oci';
+import { open, readdir, rename, rm, rmdir } from 'node:fs/promises';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 import { dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { FormatError } from './errors.js';
@@ -50,7 +50,7 @@ export async function extractBundle(file: string, dir: string, opts: ExtractOpti
   }
   const partial = opts.partialDir ?? `${target}.partial`;
   await rm(partial, { recursive: true, force: true });
-  await mkdir(join(partial, 'blobs', 'sha256'), { recursive: true });
+  await makeDirs(join(partial, 'blobs', 'sha256'));
   const written: string[] = [];
   try {
     const verified = await verifyBundle(file, {
@@ -69,7 +69,7 @@ export async function extractBundle(file: string, dir: string, opts: ExtractOpti
     await rmdir(target).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
     });
-    await mkdir(dirname(target), { recursive: true });
+    await makeDirs(dirname(target));
     await rename(partial, target);
     await syncDir(dirname(target));
     return verified;

@@ -4,7 +4,7 @@ export {
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
 } from './layout.js';
 export { validateManifest, parseManifestBytes, serializeManifest } from './manifest.js';
-export { generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
+export { MAX_KEY_FILE_BYTES, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 export { writeBundle, estimateImageStoreBytes } from './writer.js';
@@ -13,11 +13,13 @@ export { BundleRandomReader } from './random-reader.js';
 export { extractBundle } from './extract.js';
 export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
+export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
+export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
-export type { Trust } from './trust.js';
+export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';
 export type { WriteBundleInput, WrittenBundle } from './writer.js';
 export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './reader.js';

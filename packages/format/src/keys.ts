@@ -1,5 +1,6 @@
 import { createPublicKey, createPrivateKey, generateKeyPairSync, sign, verify, createHash, type KeyObject } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { readSmallFile } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import type { SignatureAlgorithm } from './manifest.js';
 
@@ -34,16 +35,20 @@ export function algorithmOf(key: KeyObject): SignatureAlgorithm {
   throw new FormatError('KEY_ERROR', `unsupported key type ${key.asymmetricKeyType ?? '?'}${key.asymmetricKeyDetails?.namedCurve ? ` (${key.asymmetricKeyDetails.namedCurve})` : ''}: use ECDSA P-256 or Ed25519 ("bundle keygen")`);
 }
 
-async function readKeyFile(path: string): Promise<string> {
+/** Largest key file read: a PEM key is well under 1 KiB; `--key /dev/urandom` must not fill memory. */
+export const MAX_KEY_FILE_BYTES = 64 * 1024;
+
+async function readKeyFile(path: string): Promise<{ pem: string; stats: Stats }> {
   try {
-    return await readFile(path, 'utf8');
+    const { bytes, stats } = await readSmallFile(path, MAX_KEY_FILE_BYTES);
+    return { pem: bytes.toString('utf8'), stats };
   } catch (cause) {
     throw new FormatError('KEY_ERROR', `cannot read key ${path}: ${(cause as Error).message}`, { cause });
   }
 }
 
 export async function loadPrivateKey(path: string): Promise<KeyObject> {
-  const pem = await readKeyFile(path);
+  const { pem } = await readKeyFile(path);
   let key: KeyObject;
   try {
     key = createPrivateKey(pem);
@@ -55,7 +60,12 @@ export async function loadPrivateKey(path: string): Promise<KeyObject> {
 }
 
 export async function loadPublicKey(path: string): Promise<TrustedKey> {
-  const pem = await readKeyFile(path);
+  return (await readPublicKey(path)).trusted;
+}
+
+/** A public key and the stats of the file it was read from (for the permission check of loadTrust). */
+export async function readPublicKey(path: string): Promise<{ trusted: TrustedKey; stats: Stats }> {
+  const { pem, stats } = await readKeyFile(path);
   let key: KeyObject;
   try {
     key = createPublicKey(pem);
@@ -63,7 +73,7 @@ export async function loadPublicKey(path: string): Promise<TrustedKey> {
     throw new FormatError('KEY_ERROR', `${path} is not a PEM public key`, { cause });
   }
   algorithmOf(key);
-  return { key, fingerprint: fingerprint(key), source: path };
+  return { trusted: { key, fingerprint: fingerprint(key), source: path }, stats };
 }
 
 /** ECDSA signatures are DER (what `openssl dgst -sha256 -sign` writes); Ed25519 ones are the raw 64 bytes. */

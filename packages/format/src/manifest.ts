@@ -114,12 +114,20 @@ export function validateManifest(doc: unknown): BundleManifest {
     if (im.component !== undefined) str(im.component, `images[${i}].component`);
   });
   const seen = new Set<string>();
+  let previous = '';
   arr(doc.blobs, 'blobs').forEach((v, i) => {
     const b = isObj(v) ? v : bad(`blobs[${i}] must be an object`);
     const d = digest(b.digest, `blobs[${i}].digest`);
     if (seen.has(d)) bad(`blobs lists ${d} twice`);
+    // the archive holds the blobs in this order, so one order makes one archive
+    if (d < previous) bad(`blobs must be sorted by digest; ${d} comes after ${previous}`);
     seen.add(d);
+    previous = d;
     int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);
+  });
+  // every image's top manifest travels in the bundle: one that does not cannot be served
+  (doc.images as { digest: string }[]).forEach((im, i) => {
+    if (!seen.has(im.digest)) bad(`images[${i}].digest ${im.digest} is not among the blobs`);
   });
   const ix = isObj(doc.index) ? doc.index : bad('index missing');
   digest(ix.digest, 'index.digest'); int(ix.size, 'index.size');

@@ -2,7 +2,10 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
+import { headerMessage, headerMismatch } from './entry-header.js';
+import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-inspector.js';
+import { BUNDLE_JSON, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
+import { ListedEntries } from './listing.js';
 import type { BundleManifest } from './manifest.js';
 import { readSeekIndex } from './reader.js';
 import { frameAt, type SeekIndex } from './seekable.js';
@@ -33,30 +36,54 @@ export class BundleRandomReader {
       for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
       const entries = new Map<string, Located>();
       const reader = new BundleRandomReader(fh, index, entries, listed);
-      let offset = 0;
-      while (offset < index.decompressedBytes) {
-        const frame = frameAt(index, offset);
-        const block = await reader.frame(frame);
-        if (block.length !== TAR_BLOCK && !block.subarray(0, TAR_BLOCK).every((b) => b === 0)) {
-          throw new FormatError('BAD_SEEK_TABLE', `frame ${frame} should hold one tar header`);
-        }
-        const h = parseHeader(block.subarray(0, TAR_BLOCK));
-        if (!h) break;
-        if (h.type !== '0' && h.type !== '\0') throw new FormatError('NOT_A_FILE', `entry "${h.name}" is not a regular file`);
-        const want = listed.get(h.name);
-        if (!want && h.name !== BUNDLE_JSON && h.name !== SIGNATURE && h.name !== OCI_LAYOUT) {
-          throw new FormatError('UNEXPECTED_ENTRY', `entry "${h.name}" is not listed in bundle.json`);
-        }
-        if (want && want.size !== h.size) throw new FormatError('SIZE_MISMATCH', `entry "${h.name}" is ${h.size} bytes; bundle.json lists ${want.size}`);
-        if (entries.has(h.name)) throw new FormatError('DUPLICATE_ENTRY', `entry "${h.name}" appears twice`);
-        entries.set(h.name, { frame: h.size > 0 ? frameAt(index, offset + TAR_BLOCK) : frame + 1, offset: offset + TAR_BLOCK, size: h.size });
-        offset += TAR_BLOCK + paddedSize(h.size);
-      }
-      for (const name of listed.keys()) if (!entries.has(name)) throw new FormatError('MISSING_ENTRY', `entry "${name}" is not in the archive`);
+      await reader.walk(new ListedEntries(manifest));
       return reader;
     } catch (err) {
       await fh.close();
       throw err;
+    }
+  }
+
+  /**
+   * Walks the archive by its headers, holding them to the streaming reader's rules: every
+   * header the writer's own (entry-header.ts), bundle.json and its signature first, then the
+   * listed entries in order at their listed sizes, then the two zero blocks as the last frame.
+   */
+  private async walk(layout: ListedEntries): Promise<void> {
+    const head = [BUNDLE_JSON, SIGNATURE];
+    let offset = 0;
+    let count = 0;
+    while (offset < this.index.decompressedBytes) {
+      const frame = frameAt(this.index, offset);
+      const block = await this.frame(frame);
+      const zero = block.subarray(0, TAR_BLOCK).every((b) => b === 0);
+      // after the last listed entry: the trailer, unless another header comes (whose own
+      // fault, a duplicate or an unlisted entry, is the better reason)
+      if (layout.complete && (zero || !isHeaderFrame(block))) return this.trailer(block, offset);
+      if (zero) break;
+      if (block.length !== TAR_BLOCK) throw new FormatError('BAD_SEEK_TABLE', `frame ${frame} should hold one tar header`);
+      const h = parseHeader(block)!;
+      if (h.type !== '0' && h.type !== '\0') throw new FormatError('NOT_A_FILE', `entry "${h.name}" is not a regular file`);
+      const mismatch = headerMismatch(block);
+      if (mismatch) throw new FormatError('UNEXPECTED_ENTRY', headerMessage(h.name, mismatch));
+      if (count < head.length) {
+        if (h.name !== head[count]) throw new FormatError('BAD_ORDER', `the archive's entry ${count + 1} is "${h.name}"; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
+      } else {
+        layout.accept(h.name, h.size);
+      }
+      count++;
+      this.entries.set(h.name, { frame: h.size > 0 ? frameAt(this.index, offset + TAR_BLOCK) : frame + 1, offset: offset + TAR_BLOCK, size: h.size });
+      offset += TAR_BLOCK + paddedSize(h.size);
+    }
+    const missing = layout.missing();
+    if (missing) throw new FormatError('MISSING_ENTRY', `entry "${missing}" is not in the archive`);
+    throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
+  }
+
+  /** The end of the archive: one last frame of exactly two zero blocks, as the writer makes it. */
+  private trailer(block: Buffer, offset: number): void {
+    if (block.length !== 2 * TAR_BLOCK || offset + block.length !== this.index.decompressedBytes || !block.every((b) => b === 0)) {
+      throw new FormatError('TRAILING_DATA', 'the archive does not end with one frame of two zero blocks after its listed entries: the file was altered; get a fresh copy');
     }
   }
 
@@ -66,6 +93,10 @@ export class BundleRandomReader {
     const buf = Buffer.allocUnsafe(f.compressedSize);
     const { bytesRead } = await this.fh.read(buf, 0, f.compressedSize, f.compressedOffset);
     if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+    // the streaming pass checks every frame's flags too; media may have changed since
+    const header = parseFrameHeaderOf(buf, i);
+    const bad = frameHeaderProblem(header, f.compressedOffset);
+    if (bad) throw bad;
     try {
       return decompressFrame(buf, f.decompressedSize);
     } catch (cause) {
@@ -135,4 +166,25 @@ export class BundleRandomReader {
   close(): Promise<void> {
     return this.fh.close();
   }
+}
+
+/** A frame holding one well-formed, named tar header (and nothing else). */
+function isHeaderFrame(block: Buffer): boolean {
+  if (block.length !== TAR_BLOCK) return false;
+  try {
+    return !!parseHeader(block)?.name;
+  } catch {
+    return false;
+  }
+}
+
+function parseFrameHeaderOf(buf: Buffer, i: number): FrameHeader {
+  let h: FrameHeader | undefined;
+  try {
+    h = parseFrameHeader(buf);
+  } catch (cause) {
+    throw new FormatError('CORRUPT', `frame ${i}: ${(cause as Error).message}`, { cause });
+  }
+  if (!h || h.length > buf.length) throw new FormatError('CORRUPT', `frame ${i} is too short to hold a zstd frame header`);
+  return h;
 }

@@ -3,15 +3,18 @@ import { open, stat } from 'node:fs/promises';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { newSha256, sha256 } from '@offline-bundle/oci';
+import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import {
-  BLOB_DIR, BUNDLE_JSON, INDEX_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, OCI_LAYOUT,
-  OCI_LAYOUT_CONTENT, SIGNATURE, TAR_BLOCK, blobPath, paddedSize, tarStreamBytes, READ_CHUNK, FRAME_BYTES } from './layout.js';
+  BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes, READ_CHUNK,
+  FRAME_BYTES } from './layout.js';
+import { headerMessage } from './entry-header.js';
+import { FrameInspector } from './frame-inspector.js';
+import { ListedEntries } from './listing.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
-import { octal } from './ustar.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
-import { assertTrust, checkSignature, type Trust } from './trust.js';
+import { TarWalker, type RawHeaderFacts } from './tar-walker.js';
+import { assertTrust, checkSignature, checkSigner, type Trust } from './trust.js';
 import { BoundedDecompress } from './zstd-bounded.js';
 import type { TrustedKey } from './keys.js';
 
@@ -78,22 +81,29 @@ export async function readSeekIndex(path: string): Promise<SeekIndex> {
   }
 }
 
-function badEntry(header: tar.Header): FormatError | undefined {
+function badEntry(header: tar.Header, raw: RawHeaderFacts): FormatError | undefined {
   const name = header.name;
   if (header.type !== 'file') return new FormatError('NOT_A_FILE', `entry "${name}" is a ${header.type ?? 'special entry'}; a bundle holds regular files only`);
-  if (header.pax && Object.keys(header.pax).length > 0) return new FormatError('UNEXPECTED_ENTRY', `entry "${name}" carries pax extended headers, which bundles never use`);
+  if ((header.pax && Object.keys(header.pax).length > 0) || raw.extended) {
+    return new FormatError('UNEXPECTED_ENTRY', `entry "${name}" carries pax or GNU extension headers, which bundles never use`);
+  }
   if (name.startsWith('/') || name.split('/').some((p: string) => p === '..' || p === '.' || p === '')) {
     return new FormatError('UNEXPECTED_ENTRY', `entry "${name}" points outside the layout`);
   }
+  if (raw.mismatch) return new FormatError('UNEXPECTED_ENTRY', headerMessage(name, raw.mismatch));
   return undefined;
 }
 
 /**
  * One streaming pass over a bundle: bundle.json and its signature must be the first two
- * entries and are checked before anything else is trusted; then every entry must be one
- * bundle.json lists, a regular file of exactly the listed size and digest, each once; the
- * archive must end exactly where the listed entries end; the seek index must account for
- * the file; and the whole file's sha256 must match when a digest is trusted.
+ * entries and are checked before anything else is trusted (the signer it names must be the
+ * key that verified it); then every entry must be one bundle.json lists, a regular file of
+ * exactly the listed size and digest, each once, in the writer's order, under the writer's
+ * exact header (listing.ts, tar-walker.ts); the archive must end exactly where the listed
+ * entries end, with two zero blocks; every zstd frame must carry its checksum and the only
+ * skippable frame must be the seek table ending the file (frame-inspector.ts); the seek index
+ * must account for the file; and the whole file's sha256 must match when a digest is trusted.
+ * So a bundle that verifies always unpacks with plain `zstd -dc FILE | tar -x` to the same files.
  */
 export async function verifyBundle(path: string, opts: VerifyOptions): Promise<VerifiedBundle> {
   assertTrust(opts.trust);
@@ -123,7 +133,9 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
       cb(null, chunk);
     },
   });
-  const walker = new HeaderWalker();
+  // Frames the decoder accepts but the format forbids (no checksum, a skippable frame inside).
+  const inspector = new FrameInspector(fileSize);
+  const walker = new TarWalker();
   // Bytes past the listed entries' end never reach tar: its input ends there, and they are
   // reported once tar has judged what came before them. Failing at once would let the chunk
   // that crosses the end hide an unlisted, duplicate or special entry in it (the better
@@ -147,14 +159,14 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
   const decompress = new BoundedDecompress({ tolerant: true });
   // Until bundle.json has said how long the archive is, only its first two entries may come.
   decompress.stopAfter(HEADER_BYTES_MAX);
-  const extract = tar.extract();
+  // Headers of unknown formats reach the entry checks, which name the field (not "corrupt").
+  const extract = tar.extract({ allowUnknownFormat: true } as Parameters<typeof tar.extract>[0]);
 
   let manifest: BundleManifest | undefined;
   let manifestBytes: Buffer | undefined;
   let signature: Buffer | undefined;
   let signer: TrustedKey | undefined;
-  const expected = new Map<string, { digest: string; size: number }>();
-  const seen = new Set<string>();
+  let listed: ListedEntries | undefined;
 
   const consume = async () => {
     let n = 0;
@@ -163,12 +175,13 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
       // tar reads on past zero blocks; standard tools stop there, so whatever follows is not
       // part of the archive (bytes past the expected end are cut above, but a small archive
       // passes before that end is known)
-      if (walker.nextFollowsEnd()) {
+      const raw = walker.nextEntry();
+      if (raw.followsEnd) {
         throw n < 2
           ? new FormatError('BAD_ORDER', `the archive starts with end-of-archive blocks; a bundle starts with ${BUNDLE_JSON}`)
           : new FormatError('TRAILING_DATA', `entry "${h.name}" follows the end of the archive: the file was altered`);
       }
-      const problem = badEntry(h);
+      const problem = badEntry(h, raw);
       if (problem) throw problem;
       const size = h.size ?? 0;
       if (n === 0 || n === 1) {
@@ -187,10 +200,9 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
           }
           signer = checkSignature(manifestBytes!, signature, claimed, opts.trust);
           manifest = parseManifestBytes(manifestBytes!);
-          expected.set(OCI_LAYOUT, { digest: sha256(OCI_LAYOUT_CONTENT), size: OCI_LAYOUT_CONTENT.length });
-          expected.set(INDEX_JSON, manifest.index);
-          for (const b of manifest.blobs) expected.set(blobPath(b.digest), b);
-          expectedTar = tarStreamBytes([manifestBytes!.length, signature.length, ...[...expected.values()].map((e) => e.size)]);
+          if (signer) checkSigner(manifest, signer);
+          listed = new ListedEntries(manifest);
+          expectedTar = tarStreamBytes([manifestBytes!.length, signature.length, ...listed.sizes]);
           // Whatever decodes past the archive's end is judged without being decoded in full.
           decompress.stopAfter(expectedTar);
           if (manifest.index.size > MAX_INDEX_JSON_BYTES) throw new FormatError('OVERSIZED_ENTRY', `index.json is listed at ${manifest.index.size} bytes, over the ${MAX_INDEX_JSON_BYTES} limit`);
@@ -200,15 +212,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
         continue;
       }
       n++;
-      const want = expected.get(h.name);
-      if (!want) {
-        const where = h.name.startsWith(BLOB_DIR) ? 'a blob bundle.json does not list' : 'outside the layout';
-        throw new FormatError(h.name === BUNDLE_JSON || h.name === SIGNATURE ? 'DUPLICATE_ENTRY' : 'UNEXPECTED_ENTRY', `entry "${h.name}" is ${h.name === BUNDLE_JSON || h.name === SIGNATURE ? 'a second copy' : where}`);
-      }
-      if (seen.has(h.name)) throw new FormatError('DUPLICATE_ENTRY', `entry "${h.name}" appears twice`);
-      seen.add(h.name);
-      if (size > want.size) throw new FormatError('OVERSIZED_ENTRY', `entry "${h.name}" is ${size} bytes; bundle.json lists ${want.size}`);
-      if (size < want.size) throw new FormatError('SIZE_MISMATCH', `entry "${h.name}" is ${size} bytes; bundle.json lists ${want.size}`);
+      const want = listed!.accept(h.name, size);
       const hash = newSha256();
       const hashed = (entry as unknown as Readable).pipe(new Transform({
         transform(chunk: Buffer, _e, cb) {
@@ -228,18 +232,19 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     // tar ends quietly when the file is cut at an entry boundary; a file cut short has lost
     // its seek table too, while one that merely lacks an entry still ends with it
     if (!complete() && !(await endsWithSeekTable(path))) throw truncated();
-    for (const name of expected.keys()) {
-      if (!seen.has(name)) throw new FormatError('MISSING_ENTRY', `entry "${name}" listed in bundle.json is missing from the archive`);
-    }
+    const missing = listed!.missing();
+    if (missing) throw new FormatError('MISSING_ENTRY', `entry "${missing}" listed in bundle.json is missing from the archive`);
     if (!complete()) throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
     if (tarBytes > expectedTar) throw new FormatError('TRAILING_DATA', 'data follows the end of the archive: the file was altered');
+    const trailer = walker.trailerProblem(expectedTar);
+    if (trailer) throw trailer;
   };
 
   opts.signal?.throwIfAborted();
   const source = createReadStream(path, { highWaterMark: READ_CHUNK });
   const onAbort = () => source.destroy(opts.signal!.reason as Error);
   opts.signal?.addEventListener('abort', onAbort, { once: true });
-  const piping = pipeline(source, rawTap, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
+  const piping = pipeline(source, rawTap, inspector, decompress, tarLimit, extract as unknown as Writable).catch((err) => {
     fail(err);
     extract.destroy(err as Error);
   });
@@ -264,6 +269,8 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     throw await classify(failure, decompress.failed, complete(), rawRead >= fileSize, path);
   }
 
+  // Judged only now: the inspector sees the whole file, after the entries' own checks.
+  if (inspector.problem) throw inspector.problem;
   // Anything but zstd frames after the archive failed the pass above, so a table that is
   // missing or does not account for the file is the table's own fault (BAD_SEEK_TABLE), not
   // data appended to the archive.
@@ -286,55 +293,6 @@ const HEADER_BYTES_MAX = tarStreamBytes([MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BY
 
 const headerOverrun = () =>
   new FormatError('CORRUPT', `the archive does not start with ${BUNDLE_JSON} and its signature within ${HEADER_BYTES_MAX} bytes: not a bundle`);
-
-const META_TYPES = new Set(['x', 'g', 'L', 'K']); // pax and GNU long-name headers: part of the next entry
-
-/**
- * Follows the tar headers in the stream tar is fed, to tell for each entry tar will yield
- * whether a zero block (an end-of-archive marker) came before it, which tar does not say.
- */
-class HeaderWalker {
-  private offset = 0;
-  private next = 0;
-  private readonly block = Buffer.alloc(TAR_BLOCK);
-  private have = 0;
-  private zeroSeen = false;
-  private readonly followsEnd: boolean[] = [];
-
-  feed(chunk: Buffer): void {
-    let i = 0;
-    while (i < chunk.length) {
-      if (this.offset < this.next) {
-        const skip = Math.min(this.next - this.offset, chunk.length - i);
-        i += skip;
-        this.offset += skip;
-        continue;
-      }
-      const take = Math.min(TAR_BLOCK - this.have, chunk.length - i);
-      chunk.copy(this.block, this.have, i, i + take);
-      this.have += take;
-      i += take;
-      this.offset += take;
-      if (this.have < TAR_BLOCK) return;
-      this.have = 0;
-      this.next = this.offset;
-      if (this.block.every((b) => b === 0)) {
-        this.zeroSeen = true;
-        continue;
-      }
-      const size = octal(this.block, 124, 12);
-      // not a header we can follow (tar will fail on it): stop walking
-      if (!Number.isSafeInteger(size)) this.next = Infinity;
-      else this.next += paddedSize(size);
-      if (!META_TYPES.has(String.fromCharCode(this.block[156]!))) this.followsEnd.push(this.zeroSeen);
-    }
-  }
-
-  /** For the next entry tar yields: did an end-of-archive block come before its header? */
-  nextFollowsEnd(): boolean {
-    return this.followsEnd.shift() ?? false;
-  }
-}
 
 const truncated = (cause?: unknown) =>
   new FormatError('TRUNCATED', 'the file ends before the archive does: the copy is incomplete (was the media removed early?); copy it again', { cause });

@@ -12,7 +12,7 @@ import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_MEDIA_TYPE, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
   TAR_BLOCK, blobPath, paddedSize, READ_CHUNK } from './layout.js';
-import { serializeManifest, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
+import { serializeManifest, validateManifest, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 
 export interface WriteBundleInput {
@@ -128,6 +128,10 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   const tmpBody = `${input.output}.${process.pid}.body.tmp`;
   const tmpOut = `${input.output}.${process.pid}.tmp`;
   const blobs = [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
+  // Checked before hours of packing, not after: readers refuse an image without its manifest.
+  const packed = new Set(blobs.map((b) => b.digest));
+  const unpacked = input.images.find((im) => !packed.has(im.digest));
+  if (unpacked) throw new FormatError('INVALID_MANIFEST', `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`);
   const layoutEntries: PackEntry[] = [
     { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
     { name: INDEX_JSON, size: input.index.length, open: () => input.index },
@@ -158,6 +162,8 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
       creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
       signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
     };
+    // Never sign what a reader refuses: the reader's own schema check, on what goes out.
+    validateManifest(manifest);
     const manifestBytes = serializeManifest(manifest);
     const signature = signBytes(manifestBytes, input.key);
 

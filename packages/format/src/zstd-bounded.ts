@@ -79,6 +79,10 @@ export class BoundedDecompress extends Transform {
     if (this.awaitingRead) {
       this.awaitingRead = false;
       this.pump();
+      // A resumed pump that finished its chunk may have pushed nothing (a frame cut at the end
+      // of the input): the stream then still waits on this read, and Transform may have parked
+      // the write callback for a later _read that would never come. Release it here.
+      if (!this.awaitingRead) super._read(size);
     } else {
       super._read(size);
     }

@@ -1,3 +1,5 @@
+import { escapeControls } from './safe-text.js';
+
 /**
  * The one error shape of every package: a stable `code` callers branch on (never the
  * message text), an optional cause, and a message that is one line a person can act on.
@@ -11,12 +13,15 @@ export class BaseError<Code extends string> extends Error {
   }
 }
 
-/** First non-empty line of a (possibly multi-line) message, trimmed. */
+/**
+ * First non-empty line of a (possibly multi-line) message, trimmed, with control characters
+ * made visible: messages quote untrusted names, and this line is what people are shown.
+ */
 export function firstLine(text: unknown): string {
   const s = text instanceof Error ? text.message : String(text);
   for (const line of s.split(/\r?\n/)) {
     const l = line.trim();
-    if (l) return l;
+    if (l) return escapeControls(l);
   }
   return '';
 }
@@ -41,10 +46,23 @@ interface CommanderLike {
 }
 
 /**
+ * A reader that went away (`bundle --help | head -1`) is no failure of ours: without a
+ * listener, the EPIPE is an unhandled 'error' event and a stack trace. Later writes are dropped
+ * quietly and the command itself goes on (a load must still clean up), ending with its own code.
+ */
+export function ignoreBrokenPipe(stream: NodeJS.WriteStream): void {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE' && err.code !== 'ERR_STREAM_DESTROYED') throw err;
+  });
+}
+
+/**
  * Runs a commander program and returns the process exit code: 0 on success (and help,
  * version), 2 on a usage error, else whatever `report` makes of the command's error.
  */
 export async function runCli(program: CommanderLike, argv: string[], report: (err: unknown) => number): Promise<number> {
+  ignoreBrokenPipe(process.stdout);
+  ignoreBrokenPipe(process.stderr);
   // Subcommands copy settings when they are created, so the override must reach each one:
   // otherwise commander exits 1 by itself on a usage error of a subcommand.
   for (const cmd of [program, ...program.commands]) cmd.exitOverride();

@@ -1,5 +1,6 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { rename, rm, stat } from 'node:fs/promises';
+import { makeDirs } from './make-dirs.js';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -60,7 +61,7 @@ export class BlobCache {
   private async putNow(digest: string, bytes: Uint8Array): Promise<string> {
     const final = this.path(digest);
     if (await this.has(digest, bytes.length)) return final;
-    await mkdir(join(this.dir, 'blobs', 'sha256'), { recursive: true });
+    await makeDirs(join(this.dir, 'blobs', 'sha256'));
     await writeFileAtomic(final, bytes);
     return final;
   }
@@ -82,7 +83,7 @@ export class BlobCache {
       opts.onBytes?.(size);
       return final;
     }
-    await mkdir(join(this.dir, 'blobs', 'sha256'), { recursive: true });
+    await makeDirs(join(this.dir, 'blobs', 'sha256'));
     const partial = `${final}.partial`;
     let reported = 0;
     const report = (n: number) => {

@@ -1,9 +1,9 @@
 // containerd registry host configuration (docs/hosts.md): <config_path>/<host>/hosts.toml.
 // containerd re-reads it on every pull; CRI uses it when the CRI plugin's
 // registry.config_path points at the directory.
-import { mkdir, rmdir } from 'node:fs/promises';
+import { rmdir } from 'node:fs/promises';
 import path from 'node:path';
-import { mirrorPath } from '@offline-bundle/oci';
+import { makeDirs, mirrorPath } from '@offline-bundle/oci';
 import { stringify } from 'smol-toml';
 import { RuntimeError } from './errors.js';
 import { MANAGED_MARKER, assertNotForeign, removeManagedFile, writeFileAtomic } from './files.js';
@@ -57,7 +57,7 @@ export async function writeContainerdHosts(certsDir: string, registryHost: strin
   const dir = path.join(certsDir, containerdHostDir(registryHost));
   const file = path.join(dir, 'hosts.toml');
   try {
-    await mkdir(dir, { recursive: true });
+    await makeDirs(dir);
   } catch (e) {
     const nospace = (e as NodeJS.ErrnoException).code === 'ENOSPC';
     throw new RuntimeError(nospace ? 'NO_SPACE' : 'WRITE_FAILED', `cannot create ${dir}: ${(e as Error).message}`, { cause: e });

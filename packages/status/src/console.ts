@@ -4,9 +4,9 @@
  * replaced atomically and only when the text changes. (agetty reads it when it prints the
  * prompt; `agetty --reload` makes running gettys print it again.)
  */
-import { mkdir, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { writeFileAtomic } from '@offline-bundle/oci';
+import { escapeControls, makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
 import { technicianLine } from './summary.js';
 
@@ -18,13 +18,12 @@ export function consoleFilePath(root = '/'): string {
 }
 
 /**
- * The issue file's text for one sentence. Control characters (a file name on a stick could
- * carry terminal escape sequences) are removed, and backslashes doubled since agetty reads
- * `\x` as its own escapes.
+ * The issue file's text for one sentence. Control and bidi characters (a file name on a
+ * stick could carry terminal escape sequences) are shown as visible escapes, and backslashes
+ * doubled since agetty reads `\x` as its own escapes.
  */
 export function consoleText(line: string): string {
-  // eslint-disable-next-line no-control-regex
-  const clean = line.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, ' ').replace(/\s+/g, ' ').trim();
+  const clean = escapeControls(line).replace(/\s+/g, ' ').trim();
   return `Update: ${clean.replace(/\\/g, '\\\\')}\n\n`;
 }
 
@@ -80,7 +79,7 @@ export class ConsoleWriter {
       this.loaded = true;
     }
     if (text === this.last) return false;
-    await mkdir(dirname(this.path), { recursive: true });
+    await makeDirs(dirname(this.path));
     await writeFileAtomic(this.path, text, 0o644);
     this.last = text;
     this.onWritten?.(text);

@@ -1,10 +1,10 @@
-import { mkdir, readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '@offline-bundle/oci';
+import { readFile } from 'node:fs/promises';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 import { dirname } from 'node:path';
 import type { NodeStatus } from './model.js';
 
 export async function writeStatusFile(path: string, status: NodeStatus): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
+  await makeDirs(dirname(path));
   await writeFileAtomic(path, JSON.stringify(status, null, 2) + '\n');
 }
 

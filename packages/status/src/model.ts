@@ -33,6 +33,9 @@ export interface Progress {
   etaSeconds?: number;
 }
 
+export const BUNDLE_MODES = ['staged', 'media'] as const;
+export type BundleMode = (typeof BUNDLE_MODES)[number];
+
 export interface BundleIdentity {
   file: string;
   name?: string;
@@ -43,7 +46,7 @@ export interface BundleIdentity {
   /** Where it came from: the media's label or mount point, or "file". */
   media?: string;
   /** staged: copied to disk; media: served from the stick, which must stay in. */
-  mode?: 'staged' | 'media';
+  mode?: BundleMode;
 }
 
 export const HISTORY_STATES = ['installing', 'loaded', 'running', 'complete', 'failed'] as const;

@@ -13,6 +13,10 @@
  *   are retried with exponential backoff and jitter, capped at maxBackoffMs, for ever. Other
  *   4xx (400, 422: the state itself is refused) are logged and that state is dropped; the next
  *   report is tried normally.
+ * - Except that a 422 naming the refused fields (a newer agent's value in an older CRD) is
+ *   answered once more at once with the same state without those fields (refused.ts), so one
+ *   unknown value never keeps the rest of the status from the cluster; what was left out is
+ *   logged.
  * - Rate: at most one write per minIntervalMs while only progress (and the technician message
  *   that follows it) changes; a change of phase, condition, bundle identity or history is sent
  *   at once (as soon as the write in flight, if any, ends).
@@ -21,7 +25,8 @@ import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
 import { customObjectsApi, isApiException, requestOptions } from './kube.js';
 import type { NodeStatus } from './model.js';
-import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION } from './resource.js';
+import { withoutRefused, refusedFields } from './refused.js';
+import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION, type ResourceStatus } from './resource.js';
 
 /** Compatible with the agent's journald logger. */
 export interface StatusLogger {
@@ -59,6 +64,8 @@ export interface ReporterStats {
   retrying: number;
   /** States dropped because the API server refused them (400, 422, ...). */
   rejected: number;
+  /** States sent again without the fields the API server refused (422 naming them). */
+  reduced: number;
   lastError?: string;
   lastWriteAt?: string;
   /** A newer state than the last one written is waiting or being sent. */
@@ -73,6 +80,8 @@ interface Failure {
   retryAfterMs?: number;
   /** Drop the API client: load the kubeconfig again on the next attempt. */
   reload: boolean;
+  /** For 422: the fields the answer names as invalid (details.causes[].field). */
+  fields?: string[];
 }
 
 /** PatchStrategy.ServerSideApply */
@@ -102,10 +111,10 @@ function classify(err: unknown, main: boolean): Failure {
     const headers = (err.headers ?? {}) as Record<string, string>;
     const ra = Number(headers['retry-after']);
     const retryAfterMs = Number.isFinite(ra) && ra > 0 ? ra * 1000 : undefined;
-    let body = err.body as { message?: string } | string | undefined;
+    let body = err.body as { message?: string; details?: unknown } | string | undefined;
     if (typeof body === 'string') {
       try {
-        body = JSON.parse(body) as { message?: string };
+        body = JSON.parse(body) as { message?: string; details?: unknown };
       } catch {
         /* plain text */
       }
@@ -115,7 +124,7 @@ function classify(err: unknown, main: boolean): Failure {
     if (code === 401 || code === 403) return { retry: true, message, status: code, reload: true };
     if (code === 404 && main) return { retry: true, message: `${message} (is deploy/crd.yaml installed?)`, status: code, reload: false };
     if (code === 408 || code === 409 || code === 429 || code >= 500) return { retry: true, message, status: code, ...(retryAfterMs ? { retryAfterMs } : {}), reload: false };
-    return { retry: false, message, status: code, reload: false };
+    return { retry: false, message, status: code, reload: false, ...(code === 422 ? { fields: refusedFields(body) } : {}) };
   }
   const e = err as { name?: string; code?: string; message?: string } | undefined;
   const what = e?.name === 'AbortError' || e?.name === 'TimeoutError' ? 'timed out' : (e?.code ?? e?.message ?? String(err));
@@ -145,7 +154,9 @@ export class ClusterReporter {
   private api: CustomObjectsApi | undefined;
   private objectReady = false;
   private generation: number | undefined;
-  private readonly counters = { writes: 0, failures: 0, retrying: 0, rejected: 0 } as { writes: number; failures: number; retrying: number; rejected: number; lastError?: string; lastWriteAt?: string };
+  /** The last status the API server accepted: what the object holds for the fields this agent owns. */
+  private accepted: ResourceStatus | undefined;
+  private readonly counters = { writes: 0, failures: 0, retrying: 0, rejected: 0, reduced: 0 } as { writes: number; failures: number; retrying: number; rejected: number; reduced: number; lastError?: string; lastWriteAt?: string };
 
   constructor(options: ClusterReporterOptions) {
     if (!isValidNodeName(options.node)) throw new TypeError(`node name ${JSON.stringify(options.node)} is not a valid Kubernetes object name`);
@@ -331,8 +342,10 @@ export class ClusterReporter {
     if (typeof g === 'number' && Number.isSafeInteger(g) && g >= 0) this.generation = g;
   }
 
-  private async applyStatus(api: CustomObjectsApi, status: NodeStatus): Promise<void> {
+  /** `reduce` shapes the status just before it is sent (after the generation is known). */
+  private async applyStatus(api: CustomObjectsApi, status: NodeStatus, reduce?: (s: ResourceStatus) => ResourceStatus): Promise<void> {
     const body = toResource(status, this.node, this.generation !== undefined ? { generation: this.generation } : {});
+    if (reduce) body.status = reduce(body.status);
     const obj = (await this.attempt(false, () =>
       api.patchClusterCustomObjectStatus(
         { group: GROUP, version: VERSION, plural: PLURAL, name: this.node, body, fieldManager: this.fieldManager, force: true },
@@ -340,6 +353,38 @@ export class ClusterReporter {
       ),
     )) as { metadata?: { generation?: number } } | undefined;
     this.noteGeneration(obj);
+    this.accepted = body.status;
+  }
+
+  /** The status write, creating the object again when it went away (404: deleted by an admin). */
+  private async writeStatus(api: CustomObjectsApi, status: NodeStatus, reduce?: (s: ResourceStatus) => ResourceStatus): Promise<void> {
+    try {
+      await this.applyStatus(api, status, reduce);
+    } catch (err) {
+      if (!(err as { code404?: boolean }).code404) throw err;
+      this.objectReady = false;
+      await this.ensureObject(api);
+      await this.applyStatus(api, status, reduce);
+    }
+  }
+
+  /**
+   * A reducer for the retry after a 422 that named fields, or undefined (no retry). It throws
+   * `refusal` itself when the fields cannot be left out, so the state is dropped as any refusal.
+   */
+  private reducerFor(refusal: unknown): ((s: ResourceStatus) => ResourceStatus) | undefined {
+    const f = (refusal as { failure?: Failure }).failure;
+    if (f?.status !== 422 || !f.fields?.length) return undefined;
+    const fields = f.fields;
+    return (s) => {
+      const r = withoutRefused(s, fields, this.accepted);
+      if (!r) throw refusal;
+      this.counters.reduced++;
+      const kept = r.kept.length ? `; kept what the cluster holds for ${r.kept.join(', ')}` : '';
+      const left = r.dropped.length ? ` without ${r.dropped.join(', ')}` : '';
+      this.opts.log?.warn('cluster-status', `the cluster's NodeBundleStatus schema refused part of the status of ${this.node} (${f.message}): sending it${left}${kept}; apply this agent's deploy/crd.yaml to report it all`, { node: this.node, status: 422 });
+      return r.status;
+    };
   }
 
   private async deliver(status: NodeStatus): Promise<void> {
@@ -352,13 +397,12 @@ export class ClusterReporter {
     }
     if (!this.objectReady) await this.ensureObject(api);
     try {
-      await this.applyStatus(api, status);
+      await this.writeStatus(api, status);
     } catch (err) {
-      if (!(err as { code404?: boolean }).code404) throw err;
-      // The object is gone (deleted by an admin): create it again, then write the status.
-      this.objectReady = false;
-      await this.ensureObject(api);
-      await this.applyStatus(api, status);
+      const reduce = this.reducerFor(err);
+      if (!reduce) throw err;
+      // Once: a second refusal drops the state like any other.
+      await this.writeStatus(api, status, reduce);
     }
   }
 }

@@ -4,7 +4,7 @@
  * applies, bounded so that it always fits the CRD's schema (strings cut, lists capped, numbers
  * made non-negative integers).
  */
-import type { BundleIdentity, Condition, HistoryEntry, NodeStatus, Phase, Progress } from './model.js';
+import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type Phase, type Progress } from './model.js';
 
 export const GROUP = 'bundles.offline-bundle.io';
 export const VERSION = 'v1alpha1';
@@ -25,7 +25,27 @@ export const LIMITS = {
   message: 1024,
   conditions: 16,
   history: 16,
+  // The agent-written fields with known values (no enum in the CRD, so a newer agent's new value
+  // is accepted): bounded all the same, well above the longest known value.
+  phase: 64,
+  mode: 32,
+  conditionType: 316,
+  conditionStatus: 16,
+  historyState: 32,
 } as const;
+
+/**
+ * The `required` lists of deploy/crd.yaml, by schema location ("[]" is a list's items). The
+ * reporter uses them to tell which refused fields it can leave out; the contract test checks
+ * they match the CRD.
+ */
+export const REQUIRED: Readonly<Record<string, readonly string[]>> = {
+  status: ['node', 'phase', 'conditions', 'progress', 'history', 'message', 'updatedAt'],
+  'status.bundle': ['file'],
+  'status.conditions[]': ['type', 'status', 'reason', 'message', 'lastTransitionTime'],
+  'status.progress': ['bytesDone', 'bytesTotal', 'imagesDone', 'imagesTotal'],
+  'status.history[]': ['version', 'state', 'at'],
+};
 
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const REASON = /^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/;
@@ -90,7 +110,7 @@ function bundleOf(b: BundleIdentity): BundleIdentity {
   if (b.digest && DIGEST.test(b.digest)) out.digest = b.digest;
   if (b.signer && DIGEST.test(b.signer)) out.signer = b.signer;
   if (b.media) out.media = truncate(b.media, LIMITS.media);
-  if (b.mode === 'staged' || b.mode === 'media') out.mode = b.mode;
+  if (b.mode && (BUNDLE_MODES as readonly string[]).includes(b.mode)) out.mode = b.mode;
   return out;
 }
 

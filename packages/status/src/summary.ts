@@ -1,3 +1,4 @@
+import { escapeControls } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
 import { formatBytes } from './units.js';
 
@@ -11,8 +12,15 @@ function minutes(seconds: number | undefined): string {
   return `, about ${Math.round(seconds / 60)} min left`;
 }
 
-/** One sentence a technician with no Kubernetes knowledge can act on. */
-export function technicianLine(s: NodeStatus, _now = new Date()): string {
+/**
+ * One sentence a technician with no Kubernetes knowledge can act on, safe to print: the
+ * version and failure message come from the bundle and the media (or an older status file).
+ */
+export function technicianLine(s: NodeStatus, now = new Date()): string {
+  return escapeControls(sentence(s, now));
+}
+
+function sentence(s: NodeStatus, _now: Date): string {
   const stickIn = s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging';
   const keep = stickIn ? ' Do not remove the USB stick.' : '';
   const stick = s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';

@@ -1,3 +1,4 @@
+import { escapeControls } from '@offline-bundle/oci';
 import type { Condition, ConditionType, NodeStatus, Phase, Progress } from './model.js';
 import { technicianLine } from './summary.js';
 
@@ -38,6 +39,8 @@ export class StatusTracker {
   }
 
   condition(type: ConditionType, status: Condition['status'], reason: string, message: string): void {
+    // Messages quote file names and bundle strings; kubectl describe and the status file show them as is.
+    message = escapeControls(message);
     this.update((s) => {
       const now = this.clock().toISOString();
       const existing = s.conditions.find((c) => c.type === type);

@@ -1,0 +1,67 @@
+import { sha256 } from '@offline-bundle/oci';
+import { FormatError } from './errors.js';
+import { BLOB_DIR, BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath } from './layout.js';
+import type { BundleManifest } from './manifest.js';
+
+export interface Listed {
+  digest: string;
+  size: number;
+}
+
+/**
+ * The layout entries a trusted bundle.json lists, in the one order the writer packs them:
+ * oci-layout, index.json, then the blobs in bundle.json's order (sorted by digest). Each entry
+ * is checked as it comes: listed, once, in order, at its listed size. An entry may come after
+ * a gap (the skipped ones are then missing, reported at the end as MISSING_ENTRY), never
+ * before one that already came (BAD_ORDER): order is part of "same bytes, same bundle", and
+ * what makes a bundle reproducible and walkable by its headers.
+ */
+export class ListedEntries {
+  private readonly byName = new Map<string, Listed & { position: number }>();
+  private readonly seen = new Set<string>();
+  private next = 0;
+
+  constructor(manifest: BundleManifest) {
+    const layout: [string, Listed][] = [
+      [OCI_LAYOUT, { digest: sha256(OCI_LAYOUT_CONTENT), size: OCI_LAYOUT_CONTENT.length }],
+      [INDEX_JSON, manifest.index],
+      ...manifest.blobs.map((b): [string, Listed] => [blobPath(b.digest), { digest: b.digest, size: b.size }]),
+    ];
+    layout.forEach(([name, l], position) => this.byName.set(name, { digest: l.digest, size: l.size, position }));
+  }
+
+  /** Listed sizes in archive order. */
+  get sizes(): number[] {
+    return [...this.byName.values()].map((l) => l.size);
+  }
+
+  /** Checks the header of the next layout entry; returns what its bytes must hash to. */
+  accept(name: string, size: number): Listed {
+    const want = this.byName.get(name);
+    if (!want) {
+      const again = name === BUNDLE_JSON || name === SIGNATURE;
+      const where = name.startsWith(BLOB_DIR) ? 'a blob bundle.json does not list' : 'outside the layout';
+      throw new FormatError(again ? 'DUPLICATE_ENTRY' : 'UNEXPECTED_ENTRY', `entry "${name}" is ${again ? 'a second copy' : where}`);
+    }
+    if (this.seen.has(name)) throw new FormatError('DUPLICATE_ENTRY', `entry "${name}" appears twice`);
+    if (want.position < this.next) {
+      throw new FormatError('BAD_ORDER', `entry "${name}" comes after an entry listed later; a bundle holds ${OCI_LAYOUT}, ${INDEX_JSON}, then the blobs in bundle.json's order: the file was altered or not written by bundle create`);
+    }
+    this.seen.add(name);
+    this.next = want.position + 1;
+    if (size > want.size) throw new FormatError('OVERSIZED_ENTRY', `entry "${name}" is ${size} bytes; bundle.json lists ${want.size}`);
+    if (size < want.size) throw new FormatError('SIZE_MISMATCH', `entry "${name}" is ${size} bytes; bundle.json lists ${want.size}`);
+    return { digest: want.digest, size: want.size };
+  }
+
+  /** The first listed entry that never came, if any. */
+  missing(): string | undefined {
+    for (const name of this.byName.keys()) if (!this.seen.has(name)) return name;
+    return undefined;
+  }
+
+  /** All listed entries came. */
+  get complete(): boolean {
+    return this.seen.size === this.byName.size;
+  }
+}

@@ -1,0 +1,26 @@
+/**
+ * Untrusted text (entry names, bundle.json strings, file names on the media, messages that
+ * quote them) must not drive a terminal, the console or the journal: an ESC could clear the
+ * screen and draw a fake "Done", a bidi override could reorder what a person reads.
+ */
+
+// Cc: C0, DEL and C1 controls (line feeds too: every output is one line); Cf: format
+// characters (bidi embeddings, overrides and isolates, zero-width characters, BOM, tag
+// characters); Zl/Zp: line and paragraph separators; Cs: lone surrogates.
+const UNSAFE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/gu;
+
+function visible(ch: string): string {
+  const cp = ch.codePointAt(0)!;
+  if (cp < 0x100) return `\\x${cp.toString(16).padStart(2, '0')}`;
+  if (cp <= 0xffff) return `\\u${cp.toString(16).padStart(4, '0')}`;
+  return `\\u{${cp.toString(16)}}`;
+}
+
+/**
+ * Replaces every control and dangerous Unicode format character with a visible escape
+ * (`\x1b`, `\u202e`). The result is printable and idempotent (backslashes are left alone),
+ * so every output may apply it whether or not an earlier layer already did.
+ */
+export function escapeControls(text: string): string {
+  return text.replace(UNSAFE, visible);
+}

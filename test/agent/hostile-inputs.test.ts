@@ -1,0 +1,127 @@
+// Faults and hostile inputs around the bundle rather than in it: files that are not files,
+// files others could change, a reader that goes away, a target no directory can be made in,
+// a bundle deleted while it is read.
+import t from 'tap';
+import { execFileSync, spawn } from 'node:child_process';
+import { chmod, readFile, readdir, unlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { createLogger, parseConfig, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
+import { StatusTracker, emptyStatus } from '@offline-bundle/status';
+import { makeBundle, tmpdir } from '../format/craft.js';
+import { AGENT, BUNDLE, nodeRoot, run } from './fixtures.js';
+
+const lastJson = (out: string) => JSON.parse(out.trim().split('\n').pop()!);
+
+async function node(t: Parameters<Parameters<typeof t.test>[1]>[0]) {
+  const b = await makeBundle(t);
+  const pub = join(b.dir, 'factory.pub');
+  await writeFile(pub, b.key.publicPem);
+  const root = join(b.dir, 'node');
+  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\n');
+  await chmod(b.dir, 0o755);
+  return { ...b, pub, root, config, key: join(root, 'etc/bundle-agent/keys/factory.pub') };
+}
+
+t.test('the agent refuses a config or a trusted key that others could change', async (t) => {
+  const n = await node(t);
+  t.equal((await run(AGENT, ['status', '--config', n.config])).code, 0, 'mode 0644: accepted');
+  for (const [what, file] of [['config', n.config], ['key', n.key]] as const) {
+    for (const mode of [0o666, 0o664]) {
+      await chmod(file, mode);
+      const r = await run(AGENT, ['load', n.path, '--config', n.config, '--json']);
+      t.equal(r.code, 1, `${what} mode ${mode.toString(8)}: refused`);
+      t.equal(lastJson(r.stdout).error.reason, 'InvalidConfig', 'as InvalidConfig');
+      t.ok(r.stderr.includes(`chmod go-w ${file}`), 'naming the file and the fix');
+      await chmod(file, 0o644);
+    }
+    if (process.getuid?.() === 0) {
+      execFileSync('chown', ['4321', file]);
+      const r = await run(AGENT, ['load', n.path, '--config', n.config, '--json']);
+      t.equal(lastJson(r.stdout).error.reason, 'InvalidConfig', `${what} owned by another user: refused`);
+      t.ok(r.stderr.includes(`chown root ${file}`), 'naming the fix');
+      execFileSync('chown', ['0', file]);
+    }
+  }
+  t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing staged');
+});
+
+t.test('bundle verify only warns about a key others could change', async (t) => {
+  const n = await node(t);
+  await chmod(n.pub, 0o666);
+  const r = await run(BUNDLE, ['verify', n.path, '--key', n.pub]);
+  t.equal(r.code, 0, 'verified');
+  t.match(r.stderr, new RegExp(`^bundle: warning: .*chmod go-w ${n.pub}\\n$`), 'one warning line with the fix');
+});
+
+t.test('key and config files are bounded and must be regular files', async (t) => {
+  const n = await node(t);
+  const started = Date.now();
+  const key = await run(BUNDLE, ['verify', n.path, '--key', '/dev/urandom', '--json'], process.env, 20_000);
+  t.equal(key.code, 1);
+  t.equal(lastJson(key.stdout).error.code, 'KEY_ERROR', '--key /dev/urandom: KEY_ERROR');
+  const cfg = await run(AGENT, ['status', '--config', '/dev/urandom', '--json'], process.env, 20_000);
+  t.equal(lastJson(cfg.stdout).error.reason, 'InvalidConfig', '--config /dev/urandom: InvalidConfig');
+  t.ok(Date.now() - started < 15_000, 'both at once, reading nothing');
+  await writeFile(n.config, `${await readFile(n.config, 'utf8')}# ${'x'.repeat(1024 * 1024)}\n`);
+  const big = await run(AGENT, ['status', '--config', n.config, '--json']);
+  t.equal(lastJson(big.stdout).error.reason, 'InvalidConfig', 'a config over 1 MiB: InvalidConfig');
+});
+
+t.test('a FIFO given as the bundle is refused at once', async (t) => {
+  const n = await node(t);
+  const fifo = join(n.dir, 'fifo.bundle');
+  execFileSync('mkfifo', [fifo]);
+  const v = await run(BUNDLE, ['verify', fifo, '--key', n.pub, '--json'], process.env, 20_000);
+  t.equal(lastJson(v.stdout).error.code, 'NOT_A_REGULAR_FILE', 'bundle verify: NOT_A_REGULAR_FILE');
+  const i = await run(BUNDLE, ['inspect', fifo], process.env, 20_000);
+  t.match(i.stderr, /^bundle: NOT_A_REGULAR_FILE: .*FIFO.*\n$/, 'bundle inspect: one line');
+  const l = await run(AGENT, ['load', fifo, '--config', n.config, '--json'], process.env, 20_000);
+  t.equal(l.code, 1, 'bundle-agent load exits (it used to hang, deaf to SIGTERM)');
+  t.equal(lastJson(l.stdout).error.reason, 'Corrupt', 'reason Corrupt: not a bundle');
+  t.match(l.stderr, /bundle-agent: Corrupt: .*FIFO/);
+});
+
+t.test('a reader that goes away: no EPIPE stack trace', async (t) => {
+  for (const bin of [BUNDLE, AGENT]) {
+    const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [bin, '--help'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      child.stdout.destroy(); // as `| head -1` does once it has its line
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => { stderr += d; });
+      child.on('close', (code) => resolve({ code, stderr }));
+    });
+    t.equal(r.code, 0, `${bin.split('/').pop()} --help with its reader gone: exit 0`);
+    t.equal(r.stderr, '', 'and nothing on stderr');
+  }
+});
+
+t.test('bundle extract into /proc fails at once (it used to spin at full CPU)', async (t) => {
+  const n = await node(t);
+  const started = Date.now();
+  const r = await run(BUNDLE, ['extract', n.path, '/proc/ob-test-x', '--key', n.pub, '--json'], process.env, 20_000);
+  t.equal(r.code, 1);
+  t.equal(lastJson(r.stdout).error.code, 'CANNOT_CREATE_DIR');
+  t.ok(Date.now() - started < 15_000, `within seconds (${Date.now() - started} ms)`);
+});
+
+t.test('a bundle deleted while it is staged: MediaRemoved', async (t) => {
+  const n = await node(t);
+  const config = parseConfig(await readFile(n.config, 'utf8'), n.config);
+  const tracker = new StatusTracker(emptyStatus('node-a'));
+  let deleted = false;
+  tracker.onChange((s) => {
+    // once the pass has read its first bytes: the file goes, its open descriptor stays
+    if (!deleted && s.phase === 'Staging' && s.progress.bytesDone > 0) {
+      deleted = true;
+      void unlink(n.path);
+    }
+  });
+  const never = async () => { throw new Error('not reached'); };
+  const runtime: RuntimeTarget = { mirror: never, preload: never, pin: never, cleanup: never, close: async () => undefined };
+  const log = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
+  const err = await runLoad(n.path, { config, log, tracker, runtime }).then(() => undefined, (e: unknown) => e as { reason?: string; message: string });
+  t.ok(deleted, 'the file was deleted mid-way');
+  t.equal(err?.reason, 'MediaRemoved', `reason MediaRemoved (${err?.message})`);
+  t.equal(tracker.current.conditions.find((c) => c.type === 'Failed')?.reason, 'MediaRemoved', 'and so says the status');
+});
