@@ -1,6 +1,6 @@
 import { chmod, open } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, assertRegularFile, escapeControls, formatPlatform, isDigest, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
@@ -8,8 +8,9 @@ import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
+import { collect, digestArg } from './args.js';
+import { addClusterCommands } from './cluster.js';
 
-const collect = (value: string, previous: string[] = []) => [...previous, value];
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
 const positiveInt = (value: string) => {
@@ -23,17 +24,13 @@ const levelArg = (value: string) => {
   if (!Number.isInteger(n) || n < 1 || n > 19) throw new InvalidArgumentError('must be a whole number from 1 to 19');
   return n;
 };
-const digestArg = (value: string) => {
-  const d = value.startsWith('sha256:') ? value : `sha256:${value}`;
-  if (!isDigest(d)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
-  return d;
-};
 
 function summary(m: BundleManifest) {
   return {
     release: m.release,
     images: m.images.map((i) => ({ reference: i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`, digest: i.digest, platforms: i.platforms.map(formatPlatform), ...(i.component ? { component: i.component } : {}) })),
     blobs: m.blobs.length,
+    releaseSignatures: (m.release.signatures ?? []).map((s, i) => ({ configMapKey: m.release.digest ? `${m.release.digest.replace(':', '-')}-${i + 1}` : `signature-${i + 1}`, digest: s.digest, keyIds: s.keyIds })),
     totals: m.totals,
     creator: m.creator,
     signer: m.signer,
@@ -46,6 +43,7 @@ function printSummary(m: BundleManifest): void {
     `release:   ${r.name} (version ${r.version}, ${r.arch})`,
     ...(r.image ? [`image:     ${r.image}`, `digest:    ${r.digest}`] : []),
     `upgrades from: ${r.upgradeFrom.length ? r.upgradeFrom.join(', ') : 'any version'}`,
+    ...(r.image ? [`release signatures: ${r.signatures?.length ? r.signatures.map((s, i) => `signature-${i + 1} by key ${s.keyIds.join(',')} (${s.digest})`).join('; ') : 'none (the cluster will refuse the update without --force: rebuild with --release-signature or --signature-store)'}`] : []),
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
     `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, compressed ${formatBytes(m.totals.archiveBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
@@ -96,6 +94,9 @@ export function buildProgram(): Command {
     .option('--version <v>', 'release version (required without --release)')
     .option('--name <name>', 'human name of the release (default: the version)')
     .option('--upgrade-from <v>', 'a version the cluster may run before this one (repeatable; added to the release\'s own list)', collect)
+    .option('--release-signature <file>', 'a signature of the release image (repeatable; a signature store\'s signature-N file): carried in the bundle for "bundle cluster prepare"', collect)
+    .option('--signature-store <url>', 'take every release signature from this store (file:// or https://…/signatures/openshift/release: <url>/sha256=<hex>/signature-N)')
+    .option('--release-keyring <file>', 'OpenPGP public keys (armored or binary) the release signatures must verify with; without it they are only checked to sign this release')
     .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
     .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it')
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
@@ -113,6 +114,9 @@ export function buildProgram(): Command {
 Examples:
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
+  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \
+      --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \
+      --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle
   bundle create --version 1.30.2 --image docker.io/rancher/k3s:v1.30.2-k3s1 \\
       --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle`)
     .action(async (o) => {
@@ -121,9 +125,12 @@ Examples:
       const stop = () => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED' }));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
-      const r = await createBundle({ ...o, images: o.image, progress, signal: ac.signal });
+      const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer }) + '\n');
+        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer, warnings: r.warnings }) + '\n');
+      } else {
+        // shown even with --quiet: the cluster admin must fix these before the upgrade
+        for (const w of r.warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
       }
     });
 
@@ -175,6 +182,7 @@ Examples:
       else process.stdout.write(escapeControls(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
     });
 
+  addClusterCommands(program);
   return program;
 }
 
@@ -185,7 +193,8 @@ export function main(argv: string[]): Promise<number> {
     // Errors are one line: some library messages carry newlines (code frames, stacks), and
     // quote entry names and other untrusted strings, whose control characters are escaped.
     const message = escapeControls(String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim());
-    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
+    // a command that already printed its JSON result (cluster status not ready) adds no second document
+    if (argv.includes('--json') && !(err as { reported?: boolean })?.reported) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
     process.stderr.write(`bundle: ${code}: ${message}\n`);
     return 1;
   });

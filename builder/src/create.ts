@@ -8,6 +8,7 @@ import {
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
 import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
+import { releaseSignatureBlobs } from './release-signatures.js';
 import { formatBytes } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
@@ -24,6 +25,12 @@ export interface CreateOptions {
   version?: string;
   name?: string;
   upgradeFrom?: string[];
+  /** Release signature files (signature-N of a signature store), in order. Needs `release`. */
+  releaseSignatures?: string[];
+  /** A signature store (file:// or http(s)://, `<store>/sha256=<hex>/signature-N`). Needs `release`. */
+  signatureStore?: string;
+  /** OpenPGP public keys the release signatures must verify with. */
+  releaseKeyring?: string;
   key: string;
   output: string;
   cache?: string;
@@ -44,6 +51,8 @@ export interface CreateResult extends WrittenBundle {
   images: number;
   blobs: number;
   downloadedBytes: number;
+  /** Payload workloads that pull a bundled image with imagePullPolicy: Always (they fail without a registry). */
+  warnings: { kind: 'PullAlways'; object: string; image: string; message: string }[];
 }
 
 interface Blob { digest: string; size: number; mediaType: string }
@@ -157,6 +166,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const want = parsePlatform(opts.arch ?? 'amd64');
   const specs = [...(opts.images ?? []), ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : [])];
   if (!opts.release && specs.length === 0) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file');
+  if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
+    throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
+  }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
   const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()));
   const client = new RegistryClient({ auth: AuthStore.fromOptions(opts.authfile), userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
@@ -175,6 +187,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   try {
     let version = opts.version;
     let releaseInfo: { image: string; digest: string; upgradeFrom: string[] } | undefined;
+    const warnings: CreateResult['warnings'] = [];
     const resolved: ResolvedImage[] = [];
     if (opts.release) {
       progress.log(`resolving release ${opts.release}`);
@@ -190,6 +203,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       version = payload.version;
       releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
       progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
+      for (const w of payload.pullAlways) {
+        warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
+      }
       const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
         resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, p.name)));
       resolved.push(...payloadImages);
@@ -226,6 +242,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
     }));
     const blobList = [...blobs.values()].map(({ blob }) => ({ ...blob, path: paths.get(blob.digest)! }));
+    const signatures = releaseInfo ? await releaseSignatureBlobs(releaseInfo.digest, cache, opts, progress) : undefined;
     const epoch = process.env.SOURCE_DATE_EPOCH;
     const createdAt = opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
     const upgradeFrom = [...new Set([...(releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
@@ -239,10 +256,11 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         image: releaseInfo?.image ?? null,
         digest: releaseInfo?.digest ?? null,
         upgradeFrom,
+        ...(signatures?.refs.length ? { signatures: signatures.refs } : {}),
       },
       images,
       index,
-      blobs: blobList,
+      blobs: [...blobList, ...(signatures?.blobs ?? [])],
       imageStoreBytes: estimateImageStoreBytes(blobList),
       key,
       output: resolve(opts.output),
@@ -254,7 +272,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
-    return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total };
+    return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total, warnings };
   } catch (err) {
     // stopped: the caller's reason, not whichever stream or task noticed first
     throw opts.signal?.aborted ? opts.signal.reason : err;

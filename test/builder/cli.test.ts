@@ -19,7 +19,7 @@ t.test('--help of each command exits 0 and names its options', async (t) => {
   const expect: Record<string, string[]> = {
     '': ['keygen', 'create', 'inspect', 'verify', 'extract', '--version', '--help'],
     keygen: ['--out', '--type', 'ecdsa-p256', 'ed25519', '--force', '--json'],
-    create: ['--release', '--image', '--images-file', '--arch', '--all-platforms', '--version', '--name', '--upgrade-from', '--key', '--output', '--cache', '--jobs', '--authfile', '--tls-verify', '--registries-conf', '--level', '--quiet', '--json'],
+    create: ['--release', '--image', '--images-file', '--arch', '--all-platforms', '--version', '--name', '--upgrade-from', '--release-signature', '--signature-store', '--release-keyring', '--key', '--output', '--cache', '--jobs', '--authfile', '--tls-verify', '--registries-conf', '--level', '--quiet', '--json'],
     inspect: ['<file>', '--json'],
     verify: ['<file>', '--key', '--digest', '--json'],
     extract: ['<file>', '<dir>', '--key', '--digest', '--json', '--quiet'],

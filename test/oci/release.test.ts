@@ -52,6 +52,7 @@ const expected415 = {
     { name: 'etcd', reference: { registry: 'quay.io', repository: 'openshift-release-dev/ocp-v4.0-art-dev', digest: dg('b') } },
     { name: 'machine-os-content', reference: { registry: 'registry.example.com:5000', repository: 'rhcos/content', tag: '417.94', digest: dg('c') } },
   ],
+  pullAlways: [],
 };
 
 t.test('paths are the ones the cluster-version-operator uses', async (t) => {
@@ -169,7 +170,7 @@ t.test('malformed release manifests are INVALID_RELEASE', async (t) => {
 
 t.test('an ImageStream with no tags is a release without payload images', async (t) => {
   const layer = await buildLayer({ [IMAGE_REFERENCES_PATH]: JSON.stringify({ kind: 'ImageStream', metadata: { name: '4.1.0' } }) });
-  t.strictSame(await readReleasePayload(layers([layer.gz])), { version: '4.1.0', previous: [], images: [] });
+  t.strictSame(await readReleasePayload(layers([layer.gz])), { version: '4.1.0', previous: [], images: [], pullAlways: [] });
 });
 
 t.test('compression is detected whatever the stream chunking', async (t) => {
@@ -179,4 +180,26 @@ t.test('compression is detected whatever the stream chunking', async (t) => {
   t.strictSame(await readReleasePayload(layers([tarBytes], 512)), expected415, 'tar, 512-byte chunks');
   await t.resolveMatch(readReleasePayload(layers([rel.gz], 1)), { version: '4.15.3' }, 'gzip, 1-byte chunks');
   await t.resolveMatch(readReleasePayload(layers([tarBytes], 3)), { version: '4.15.3' }, 'tar, 3-byte chunks');
+});
+
+t.test('release-manifests/*.yaml: workloads pulling a payload image with imagePullPolicy Always', async (t) => {
+  const deploy = (kind: string, ns: string, name: string, image: string, policy: string) => [
+    `kind: ${kind}`, 'apiVersion: apps/v1', `metadata: { namespace: ${ns}, name: ${name} }`,
+    'spec:', '  template:', '    spec:', '      containers:', `        - { name: c, image: "${image}", imagePullPolicy: ${policy} }`,
+  ].join('\n');
+  const cron = ['kind: CronJob', 'apiVersion: batch/v1', 'metadata: { namespace: openshift-x, name: pruner }',
+    'spec: { jobTemplate: { spec: { template: { spec: { initContainers: [ { name: i, image: "quay.io/openshift-release-dev/ocp-v4.0-art-dev@' + dg('b') + '", imagePullPolicy: Always } ] } } } } }'].join('\n');
+  const rel = await buildLayer({
+    ...release415(),
+    'release-manifests/0000_50_marketplace.yaml': [deploy('Deployment', 'openshift-marketplace', 'catalog', images415['cluster-version-operator'], 'Always'), deploy('DaemonSet', 'openshift-y', 'fine', images415.etcd, 'IfNotPresent')].join('\n---\n'),
+    'release-manifests/0000_60_other.yml': deploy('Deployment', 'openshift-z', 'elsewhere', 'docker.io/library/busybox:1', 'Always'),
+    'release-manifests/0000_70_cron.yaml': cron,
+    'release-manifests/nested/0000_80_x.yaml': deploy('Deployment', 'n', 'nested', images415.etcd, 'Always'),
+    'release-manifests/0000_90_broken.yaml': 'kind: [',
+  });
+  const p = await readReleasePayload(layers([rel.gz]));
+  t.strictSame(p.pullAlways, [
+    { object: 'openshift-marketplace/Deployment/catalog', image: images415['cluster-version-operator'], file: 'release-manifests/0000_50_marketplace.yaml' },
+    { object: 'openshift-x/CronJob/pruner', image: images415.etcd, file: 'release-manifests/0000_70_cron.yaml' },
+  ], 'only payload images, only Always, only top-level manifests; broken YAML skipped');
 });

@@ -1,7 +1,7 @@
 export { FormatError } from './errors.js';
 export {
   BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES, FORMAT_MEDIA_TYPE,
-  SCHEMA_VERSION, blobPath, tarStreamBytes,
+  SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
 } from './layout.js';
 export { validateManifest, parseManifestBytes, serializeManifest } from './manifest.js';
 export { MAX_KEY_FILE_BYTES, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
@@ -11,16 +11,18 @@ export { writeBundle, estimateImageStoreBytes } from './writer.js';
 export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './reader.js';
 export { BundleRandomReader } from './random-reader.js';
 export { extractBundle } from './extract.js';
+export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
 export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
-export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, SignatureAlgorithm } from './manifest.js';
+export type { BundleManifest, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
 export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';
 export type { WriteBundleInput, WrittenBundle } from './writer.js';
 export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './reader.js';
 export type { ExtractOptions } from './extract.js';
+export type { BundleReleaseSignatures } from './release-signatures.js';
 export type { BoundedDecompressOptions } from './zstd-bounded.js';

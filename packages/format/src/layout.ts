@@ -9,6 +9,12 @@ export const OCI_LAYOUT = 'oci-layout';
 export const INDEX_JSON = 'index.json';
 export const BLOB_DIR = 'blobs/sha256/';
 
+/**
+ * Media type of a release signature carried as a blob (bundle.json release.signatures): the
+ * exact bytes of a signature store's signature-N file, an OpenPGP signed message.
+ */
+export const RELEASE_SIGNATURE_MEDIA_TYPE = 'application/vnd.offline-bundle.release-signature.v1+pgp';
+
 export const OCI_LAYOUT_CONTENT = '{"imageLayoutVersion":"1.0.0"}';
 
 /** Largest uncompressed zstd frame: bounds the memory and the work of one random read. */

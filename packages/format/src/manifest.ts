@@ -1,6 +1,6 @@
 import { isDigest, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { FORMAT_MEDIA_TYPE, SCHEMA_VERSION } from './layout.js';
+import { FORMAT_MEDIA_TYPE, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION } from './layout.js';
 
 export interface BundleRelease {
   /** Human name: the OpenShift version, or what --name said. */
@@ -12,6 +12,18 @@ export interface BundleRelease {
   digest: string | null;
   /** Versions a cluster may be running to accept this bundle; empty: any. */
   upgradeFrom: string[];
+  /**
+   * The release image's signatures (signature-1, -2, … in this order), each a blob of the
+   * layout with media type RELEASE_SIGNATURE_MEDIA_TYPE. Absent in bundles without any.
+   */
+  signatures?: ReleaseSignatureRef[];
+}
+
+export interface ReleaseSignatureRef {
+  /** Digest of the blob holding the signature's bytes. */
+  digest: string;
+  /** OpenPGP key IDs of its issuers (16 lowercase hex digits), as the signature names them. */
+  keyIds: string[];
 }
 
 export interface BundleImage {
@@ -126,7 +138,26 @@ export function validateManifest(doc: unknown): BundleManifest {
   const s = isObj(doc.signer) ? doc.signer : bad('signer missing');
   if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519') bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
   digest(s.fingerprint, 'signer.fingerprint');
+  if (r.signatures !== undefined) validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
   return doc as unknown as BundleManifest;
+}
+
+const KEY_ID = /^[0-9a-f]{16}$/;
+
+/** release.signatures: each names a listed blob of the signature media type, once. */
+function validateReleaseSignatures(v: unknown, blobs: { digest: string; mediaType: string }[]): void {
+  const seen = new Set<string>();
+  arr(v, 'release.signatures', 64).forEach((x, i) => {
+    const sig = isObj(x) ? x : bad(`release.signatures[${i}] must be an object`);
+    const d = digest(sig.digest, `release.signatures[${i}].digest`);
+    if (seen.has(d)) bad(`release.signatures lists ${d} twice`);
+    seen.add(d);
+    const blob = blobs.find((b) => b.digest === d);
+    if (!blob || blob.mediaType !== RELEASE_SIGNATURE_MEDIA_TYPE) bad(`release.signatures[${i}] must name a blob of media type ${RELEASE_SIGNATURE_MEDIA_TYPE}`);
+    arr(sig.keyIds, `release.signatures[${i}].keyIds`, 16).forEach((k, j) => {
+      if (typeof k !== 'string' || !KEY_ID.test(k)) bad(`release.signatures[${i}].keyIds[${j}] must be 16 lowercase hex digits`);
+    });
+  });
 }
 
 export function parseManifestBytes(bytes: Uint8Array): BundleManifest {

@@ -19,6 +19,10 @@ export type OciErrorCode =
   | 'INVALID_ARCHIVE'
   | 'NOT_A_REGULAR_FILE'   // a FIFO, device, directory or socket where a file was expected
   | 'FILE_TOO_LARGE'       // a key, config or list over its size limit
-  | 'CANNOT_CREATE_DIR';   // a directory cannot be made where asked (e.g. on /proc)
+  | 'CANNOT_CREATE_DIR'    // a directory cannot be made where asked (e.g. on /proc)
+  | 'SIGNATURE_NOT_FOUND'          // no release signature at the store, or a --release-signature file missing
+  | 'BAD_RELEASE_SIGNATURE'        // not an OpenPGP signed message, bad signature, or not over this release's digest
+  | 'UNTRUSTED_RELEASE_SIGNATURE'  // signed by a key that is not in the release keyring
+  | 'INVALID_KEYRING';             // the release keyring cannot be read
 
 export class OciError extends BaseError<OciErrorCode> {}

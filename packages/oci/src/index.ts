@@ -20,6 +20,11 @@ export { parseSourceSpec, openSource } from './transport.js';
 export { BlobCache } from './blob-cache.js';
 export { mirrorPath } from './mirror-path.js';
 export { readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
+export { RELEASE_MANIFESTS_DIR, isReleaseManifest, pullAlwaysWorkloads } from './release-manifests.js';
+export {
+  ATOMIC_SIGNATURE_TYPE, MAX_STORE_SIGNATURES, signatureStoreUrl, fetchStoreSignatures, loadReleaseKeyring, readReleaseSignature,
+  verifyReleaseSignature,
+} from './release-signature.js';
 
 export type { OciErrorCode } from './errors.js';
 export type { ImageReference } from './reference.js';
@@ -31,4 +36,6 @@ export type { RegistryLocation, RegistryClientOptions } from './registry-client.
 export type { ImageSource, FetchedManifest } from './source.js';
 export type { SourceSpec, TransportName, TransportContext } from './transport.js';
 export type { ReleasePayload } from './release.js';
+export type { PullAlwaysWorkload } from './release-manifests.js';
+export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';

@@ -5,6 +5,7 @@ import tar from 'tar-stream';
 import { DecompressStream } from 'zstd-napi';
 import { OciError } from './errors.js';
 import { parseReference, type ImageReference } from './reference.js';
+import { isReleaseManifest, pullAlwaysWorkloads, type PullAlwaysWorkload } from './release-manifests.js';
 
 export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
 export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
@@ -15,6 +16,8 @@ export interface ReleasePayload {
   /** Versions this release accepts upgrades from (Cincinnati "previous"). */
   previous: string[];
   images: { name: string; reference: ImageReference }[];
+  /** Workloads of release-manifests/*.yaml pulling a payload image with imagePullPolicy: Always. */
+  pullAlways: PullAlwaysWorkload[];
 }
 
 interface ImageStream {
@@ -54,7 +57,7 @@ async function scanLayer(layer: Readable, found: Map<string, Buffer>): Promise<v
   const consume = (async () => {
     for await (const entry of extract) {
       const name = entry.header.name.replace(/^(\.\/)+|^\/+/, '');
-      if ((name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH) && entry.header.type === 'file') {
+      if ((name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name)) && entry.header.type === 'file') {
         if ((entry.header.size ?? 0) > MAX_FILE) throw new OciError('INVALID_RELEASE', `${name} is larger than 16 MiB`);
         const parts: Buffer[] = [];
         for await (const c of entry) parts.push(c as Buffer);
@@ -97,5 +100,5 @@ export async function readReleasePayload(layers: (() => Promise<Readable>)[]): P
     if (!reference.digest) throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH}: ${t.name} is ${t.from.name}, not pinned by digest`);
     return { name: t.name, reference };
   });
-  return { version, previous: [...(meta.previous ?? [])].sort(), images };
+  return { version, previous: [...(meta.previous ?? [])].sort(), images, pullAlways: pullAlwaysWorkloads(found, images.map((i) => i.reference)) };
 }

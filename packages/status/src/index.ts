@@ -10,6 +10,15 @@ export { ClusterReporter, fieldManagerFor } from './reporter.js';
 export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';
 export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
 export { startStatusServer, isLoopback } from './http.js';
+export { adminApis } from './kube.js';
+export { ClusterError } from './cluster-errors.js';
+export { rollup, readRollup } from './cluster-rollup.js';
+export {
+  SIGNATURE_NAMESPACE, SIGNATURE_CONFIGMAP, SIGNATURE_LABEL, signatureKey, signatureFieldManager, signatureConfigMap,
+  applySignatureConfigMap, missingSignatureKeys,
+} from './release-configmap.js';
+export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
+export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
 export { ConsoleWriter, CONSOLE_FILE, consoleFilePath, consoleText } from './console.js';
 export type {
   Phase,
@@ -30,3 +39,9 @@ export type { NodeBundleStatusResource, ResourceStatus, ResourceProgress } from 
 export type { ClusterReporterOptions, ReporterStats, StatusLogger } from './reporter.js';
 export type { StatusServer, StatusServerOptions } from './http.js';
 export type { ConsoleWriterOptions } from './console.js';
+export type { AdminApis } from './kube.js';
+export type { ClusterErrorCode } from './cluster-errors.js';
+export type { NodeRow, Rollup } from './cluster-rollup.js';
+export type { SignatureConfigMap } from './release-configmap.js';
+export type { NodeIdentity } from './node-rbac.js';
+export type { AdminBundle, Warning, PrepareResult, UpgradeResult } from './cluster-upgrade.js';

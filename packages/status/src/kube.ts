@@ -35,3 +35,17 @@ export function requestOptions(signal: AbortSignal, contentType?: string): Confi
   };
   return contentType ? setHeaderOptions('Content-Type', contentType, options) : options;
 }
+
+/** The clients `bundle cluster` uses, from one kubeconfig file (and optional context). */
+export interface AdminApis {
+  core: import('@kubernetes/client-node').CoreV1Api;
+  custom: CustomObjectsApi;
+}
+
+export async function adminApis(kubeconfig: string, context?: string): Promise<AdminApis> {
+  const { KubeConfig, CoreV1Api, CustomObjectsApi: Custom } = await loadK8s();
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  if (context) kc.setCurrentContext(context);
+  return { core: kc.makeApiClient(CoreV1Api), custom: kc.makeApiClient(Custom) };
+}

@@ -1,0 +1,156 @@
+/**
+ * `bundle cluster status|prepare|upgrade`: the admin's side, from "loaded on every node" to an
+ * upgrading cluster. Thin: flags → packages/status (cluster-rollup, release-configmap,
+ * cluster-upgrade) and packages/format (the bundle's trusted release signatures).
+ */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { Option, type Command } from 'commander';
+import { stringify as stringifyYaml } from 'yaml';
+import { escapeControls, loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { loadTrust, readReleaseSignatures } from '@offline-bundle/format';
+import {
+  ClusterError, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  type AdminApis, type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
+} from '@offline-bundle/status';
+import { collect, digestArg } from './args.js';
+
+interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean }
+interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
+
+const defaultKubeconfig = (env = process.env) => env.KUBECONFIG?.split(':')[0] || join(homedir(), '.kube', 'config');
+
+async function apis(o: KubeOpts): Promise<AdminApis> {
+  const file = o.kubeconfig ?? defaultKubeconfig();
+  try {
+    return await adminApis(file, o.context);
+  } catch (cause) {
+    throw new ClusterError('KUBECONFIG', `cannot use kubeconfig ${file}${o.context ? ` (context ${o.context})` : ''}: ${(cause as Error).message}: pass --kubeconfig FILE`, { cause });
+  }
+}
+
+/** The bundle as the cluster commands need it: trusted first, release signatures checked. */
+async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): Promise<AdminBundle> {
+  const trust = await loadTrust(o.key ?? [], o.digest);
+  const { manifest: m, signatures } = await readReleaseSignatures(file, trust);
+  if (m.release.digest) {
+    const keyring = o.releaseKeyring ? await loadReleaseKeyring(o.releaseKeyring) : undefined;
+    for (const [i, s] of signatures.entries()) {
+      await verifyReleaseSignature(s.bytes, m.release.digest, { where: `release signature ${i + 1} of ${file}`, ...(keyring ? { keyring } : {}) });
+    }
+  }
+  return {
+    fileDigest: withFileDigest ? (o.digest ?? (await sha256File(file)).digest) : '',
+    version: m.release.version,
+    image: m.release.image,
+    digest: m.release.digest,
+    upgradeFrom: m.release.upgradeFrom,
+    images: m.images.map((i) => ({ repository: i.repository, tag: i.tag, digest: i.digest })),
+    signatures: signatures.map((s) => s.bytes),
+  };
+}
+
+function table(rows: NodeRow[]): string {
+  const head = ['NODE', 'NODE READY', 'PHASE', 'VERSION', 'DIGEST', 'PINNED', 'LAST HEARTBEAT', 'READY FOR BUNDLE'];
+  const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', r.heartbeat ?? 'never', r.ready ? 'yes' : 'no']);
+  for (const c of cells) c.forEach((x, i) => { c[i] = escapeControls(x); });
+  const w = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
+  return [head, ...cells].map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+const warningLines = (ws: Warning[]) => ws.map((w) => `${escapeControls(`warning: ${w.kind}: ${w.object}: ${w.message}`)}\n`).join('');
+
+function notReady(r: Rollup, reported: boolean): ClusterError {
+  return Object.assign(new ClusterError('NODES_NOT_READY', `${r.summary}: plug the stick into every node that is not Ready, then run this again`), { reported });
+}
+
+const kubeOptions = (cmd: Command) => cmd
+  .option('--kubeconfig <file>', 'kubeconfig of an admin user (default: $KUBECONFIG or ~/.kube/config)')
+  .option('--context <name>', 'kubeconfig context (default: the current one)')
+  .option('--json', 'print the result as JSON');
+
+const trustOptions = (cmd: Command) => cmd
+  .option('--key <pub>', 'the factory\'s public key the bundle must be signed with (repeatable)', collect)
+  .option('--digest <sha256>', 'expected sha256 of the whole file (from NAME.bundle.sha256)', digestArg)
+  .option('--release-keyring <file>', 'OpenPGP keys the bundle\'s release signatures must verify with (the cluster checks them with its own keys in any case)');
+
+export function addClusterCommands(program: Command): void {
+  const cluster = program.command('cluster')
+    .description('The cluster admin\'s side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade).')
+    .addHelpText('after', `
+The admin flow, once the technician has plugged the stick into every node:
+  bundle cluster status                                     # every node Ready for one bundle? exit 0 when so
+  bundle cluster prepare 4.15.1.bundle --key factory.pub    # signature ConfigMap, version graph, warnings
+  bundle cluster upgrade 4.15.1.bundle --key factory.pub    # ClusterVersion spec.desiredUpdate, by digest
+The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`);
+
+  kubeOptions(cluster.command('status')
+    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat. Exit 0 only when every node (of --selector) is Ready for the same bundle.')
+    .option('-l, --selector <labels>', 'only nodes with these labels (e.g. node-role.kubernetes.io/worker=)')
+    .option('--bundle-digest <sha256>', 'the bundle file every node must be Ready for (default: the one most Ready nodes report)', digestArg))
+    .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string }) => {
+      const r = await readRollup(await apis(o), { ...(o.selector ? { selector: o.selector } : {}), ...(o.bundleDigest ? { digest: o.bundleDigest } : {}) });
+      if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows }, null, 2) + '\n');
+      // node names, reasons and messages come from the cluster: control characters are escaped
+      else process.stdout.write(`${table(r.rows)}\n${escapeControls(r.summary)}\n`);
+      if (!r.ready) throw notReady(r, o.json === true);
+    });
+
+  trustOptions(kubeOptions(cluster.command('prepare')
+    .description(`Make the cluster ready to accept the bundle's release: server-side apply of the release signatures as the ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP} (as oc-mirror writes it), check that the running version is one the release upgrades from, and warn about autoscaling and pods pulling the bundle's images with imagePullPolicy: Always.`)
+    .argument('<bundle>')
+    .option('--dry-run', 'change nothing; print what would be applied')))
+    .action(async (file: string, o: KubeOpts & TrustOpts & { dryRun?: boolean }) => {
+      const b = await loadBundle(file, o, false);
+      const r = await prepareCluster(await apis(o), b, { dryRun: o.dryRun === true });
+      if (o.json) {
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings }, null, 2) + '\n');
+        return;
+      }
+      const where = `ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP}`;
+      const keys = Object.keys(r.configMap.binaryData).join(', ');
+      process.stdout.write(
+        (r.changed.length === 0 ? `${where} already holds ${keys}\n` : `${r.dryRun ? 'would apply' : 'applied'} ${where}: ${keys} (field manager ${signatureFieldManager(b.digest!)})\n`)
+        + `version graph: the cluster runs ${r.runningVersion ?? 'an unknown version'}; ${b.version} ${b.upgradeFrom.length ? `accepts ${b.upgradeFrom.join(', ')}` : 'accepts any version'}\n`
+        + warningLines(r.warnings)
+        + `next: "bundle cluster status" until it exits 0, then "bundle cluster upgrade ${file}"\n`,
+      );
+    });
+
+  trustOptions(kubeOptions(cluster.command('upgrade')
+    .description('Start the upgrade: refuses unless every node is Ready for this bundle (as "status" exits 0) and "prepare" is done; then sets ClusterVersion spec.desiredUpdate to the release image by digest (never force) and prints the equivalent oc command.')
+    .argument('<bundle>')
+    .option('-l, --selector <labels>', 'only these nodes must be Ready (default: every node)')
+    .option('--dry-run', 'change nothing; print the change and the oc command')))
+    .action(async (file: string, o: KubeOpts & TrustOpts & { dryRun?: boolean; selector?: string }) => {
+      const b = await loadBundle(file, o, true);
+      const r = await upgradeCluster(await apis(o), b, { dryRun: o.dryRun === true, ...(o.selector ? { selector: o.selector } : {}) });
+      if (o.json) {
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, changed: r.changed, image: r.image, patch: r.patch, ocCommand: r.ocCommand, summary: r.rollup.summary }, null, 2) + '\n');
+        return;
+      }
+      process.stdout.write(
+        `${r.rollup.summary}\n`
+        + (!r.changed ? `ClusterVersion/version already asks for ${r.image}\n` : `${r.dryRun ? 'would set' : 'set'} ClusterVersion/version spec.desiredUpdate = ${JSON.stringify(r.patch.spec.desiredUpdate)}\n`)
+        + `equivalent: ${r.ocCommand}\n`
+        + (r.dryRun ? '' : 'follow it with: oc adm upgrade (or oc get clusterversion)\n'),
+      );
+    });
+
+  kubeOptions(cluster.command('rbac')
+    .description('For clusters without ValidatingAdmissionPolicy (before Kubernetes 1.30 / OpenShift 4.17): print, as YAML for "oc apply -f -", each node\'s empty NodeBundleStatus and a ClusterRole + binding for that node\'s identity limited to its own object (get, patch; no create). Use it instead of the writer binding of deploy/rbac.yaml.')
+    .option('--nodes <names>', 'comma-separated node names (default: every Node of the cluster, or of --selector)')
+    .option('-l, --selector <labels>', 'with the Node list: only nodes with these labels')
+    .addOption(new Option('--identity <kind>', 'who the agent writes as: the node (system:node:NAME, the kubelet\'s kubeconfig) or a ServiceAccount offline-bundle/bundle-agent-NAME').choices(['node', 'serviceaccount']).default('node')))
+    .action(async (o: KubeOpts & { nodes?: string; selector?: string; identity: NodeIdentity }) => {
+      const names = o.nodes
+        ? o.nodes.split(',').map((n) => n.trim()).filter(Boolean)
+        : (await readRollup(await apis(o), o.selector ? { selector: o.selector } : {})).rows.map((r) => r.node);
+      const objects = nodeRbacObjects(names, o.identity);
+      if (o.json) process.stdout.write(JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }, null, 2) + '\n');
+      else process.stdout.write(`# bundle cluster rbac: ${names.length} nodes, identity ${o.identity}; apply with deploy/crd.yaml, without deploy/rbac.yaml's writer binding\n` + objects.map((x) => stringifyYaml(x)).join('---\n'));
+    });
+
+  // runCli overrides exits of the program and its direct commands only: usage errors here exit 2 too
+  for (const c of cluster.commands) c.exitOverride();
+}

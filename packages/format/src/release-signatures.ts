@@ -1,0 +1,46 @@
+import { sha256File } from '@offline-bundle/oci';
+import { FormatError } from './errors.js';
+import { blobPath } from './layout.js';
+import type { BundleManifest, ReleaseSignatureRef } from './manifest.js';
+import { BundleRandomReader } from './random-reader.js';
+import { readHeader } from './reader.js';
+import { assertTrust, checkSignature, type Trust } from './trust.js';
+import type { TrustedKey } from './keys.js';
+
+export interface BundleReleaseSignatures {
+  manifest: BundleManifest;
+  /** In bundle.json's order (signature-1, -2, …), each checked against its signed digest. */
+  signatures: (ReleaseSignatureRef & { bytes: Buffer })[];
+  signer?: TrustedKey;
+}
+
+/**
+ * The release signatures a bundle carries, for the cluster side: bundle.json is trusted first
+ * (its signature against `trust.keys`, and/or the whole file against `trust.digest`), then
+ * each signature blob is read through the seek index and checked against its signed digest.
+ * The images are not read: `bundle verify` checks those.
+ */
+export async function readReleaseSignatures(path: string, trust: Trust): Promise<BundleReleaseSignatures> {
+  assertTrust(trust);
+  const { manifest, manifestBytes, signature } = await readHeader(path);
+  const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, trust);
+  if (trust.digest) {
+    const { digest } = await sha256File(path).catch((cause: Error) => {
+      throw new FormatError('IO_ERROR', `cannot read ${path}: ${cause.message}`, { cause });
+    });
+    if (digest !== trust.digest) {
+      throw new FormatError('FILE_DIGEST_MISMATCH', `the file's sha256 is ${digest}, not the expected ${trust.digest}: wrong file, or damaged in copying; copy it again`);
+    }
+  }
+  const refs = manifest.release.signatures ?? [];
+  const signatures: BundleReleaseSignatures['signatures'] = [];
+  if (refs.length) {
+    const reader = await BundleRandomReader.open(path, manifest);
+    try {
+      for (const ref of refs) signatures.push({ ...ref, bytes: await reader.readVerified(blobPath(ref.digest)) });
+    } finally {
+      await reader.close();
+    }
+  }
+  return { manifest, signatures, ...(signer ? { signer } : {}) };
+}

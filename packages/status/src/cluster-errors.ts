@@ -1,0 +1,17 @@
+import { BaseError } from '@offline-bundle/oci';
+
+/** Stable codes of the admin's cluster commands (`bundle cluster …`). */
+export type ClusterErrorCode =
+  | 'KUBECONFIG'              // the kubeconfig cannot be read or names no cluster
+  | 'UNREACHABLE'             // the API server did not answer
+  | 'FORBIDDEN'               // RBAC refused a request (401/403)
+  | 'API_ERROR'               // any other answer of the API server
+  | 'NOT_OPENSHIFT'           // no ClusterVersion: prepare/upgrade are for OpenShift clusters
+  | 'NO_RELEASE_IMAGE'        // the bundle carries no OpenShift release image
+  | 'NO_RELEASE_SIGNATURES'   // the bundle carries no release signature
+  | 'NOT_AN_UPGRADE_SOURCE'   // the running version is not among the bundle's accepted sources
+  | 'NODES_NOT_READY'         // not every node reports Ready for this bundle
+  | 'NOT_PREPARED'            // the signature ConfigMap is missing or differs: run prepare
+  | 'INVALID_NODE_NAME';      // a node name given is not a Kubernetes object name
+
+export class ClusterError extends BaseError<ClusterErrorCode> {}

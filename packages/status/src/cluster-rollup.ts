@@ -1,0 +1,100 @@
+/**
+ * The admin's roll-up of every node: one row per Node (so a node whose agent never reported
+ * shows up), joined with its NodeBundleStatus. "Ready" for the cluster means every node (of
+ * the selector) reports phase Ready with a Ready=True condition for one and the same bundle
+ * digest (the whole file's sha256, as the agent verified it).
+ */
+import type { AdminApis } from './kube.js';
+import { apiCall } from './cluster-api.js';
+import { GROUP, PLURAL, VERSION } from './resource.js';
+
+export interface NodeRow {
+  node: string;
+  /** The Kubernetes Node's own Ready condition. */
+  nodeReady: boolean;
+  /** The NodeBundleStatus phase, or NotReported when the node has none. */
+  phase: string;
+  version?: string;
+  digest?: string;
+  /** Status of the Pinned condition (True, False, Unknown), when reported. */
+  pinned?: string;
+  /** status.updatedAt: the agent's last report. */
+  heartbeat?: string;
+  /** Why it is not ready (the Failed/Ready condition's reason and message, or the agent's line). */
+  reason?: string;
+  message?: string;
+  /** Ready for the roll-up's digest. */
+  ready: boolean;
+}
+
+export interface Rollup {
+  /** The digest every node must be Ready for: the one asked for, else the most common Ready one. */
+  digest?: string;
+  rows: NodeRow[];
+  /** Every node Ready for `digest` (and at least one node). */
+  ready: boolean;
+  /** "3 of 5 nodes Ready for bundle sha256:…; node-4 never reported; node-5 Failed (PullFailed)". */
+  summary: string;
+}
+
+interface NodeLike { metadata?: { name?: string }; status?: { conditions?: { type?: string; status?: string }[] } }
+interface StatusLike {
+  metadata?: { name?: string };
+  status?: {
+    phase?: string; message?: string; updatedAt?: string;
+    bundle?: { version?: string; digest?: string };
+    conditions?: { type?: string; status?: string; reason?: string; message?: string }[];
+  };
+}
+
+const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => c.type === type);
+
+/** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects). */
+export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string): Rollup {
+  const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
+  const base = nodes.map((n) => {
+    const node = n.metadata?.name ?? '';
+    const s = byNode.get(node);
+    const nodeReady = n.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+    if (!s) return { node, nodeReady, phase: 'NotReported', ok: false } as NodeRow & { ok: boolean };
+    const failed = cond(s, 'Failed');
+    const readyCond = cond(s, 'Ready');
+    const why = failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
+    const st = s.status ?? {};
+    return {
+      node, nodeReady, phase: st.phase ?? 'Unknown',
+      ...(st.bundle?.version ? { version: st.bundle.version } : {}),
+      ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
+      ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
+      ...(st.updatedAt ? { heartbeat: st.updatedAt } : {}),
+      ...(why?.reason ? { reason: why.reason } : {}),
+      ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
+      ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
+    } as NodeRow & { ok: boolean };
+  });
+  let digest = want;
+  if (!digest) {
+    const counts = new Map<string, number>();
+    for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
+    digest = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
+  }
+  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest }))
+    .sort((a, b) => (a.node < b.node ? -1 : 1));
+  const readyCount = rows.filter((r) => r.ready).length;
+  const notes = rows.filter((r) => !r.ready).map((r) => {
+    if (r.phase === 'NotReported') return `${r.node} never reported`;
+    if (r.phase === 'Ready') return `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`;
+    return `${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`;
+  });
+  const summary = rows.length === 0
+    ? 'no nodes match'
+    : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
+  return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
+}
+
+/** Reads Nodes (of `selector`) and every NodeBundleStatus, and rolls them up. */
+export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string } = {}): Promise<Rollup> {
+  const nodes = await apiCall('list nodes', () => apis.core.listNode(opts.selector ? { labelSelector: opts.selector } : {}));
+  const statuses = await apiCall(`list ${PLURAL}.${GROUP}`, () => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL }), { notFound: () => ({ items: [] }) }) as { items?: StatusLike[] };
+  return rollup(nodes.items as NodeLike[], statuses.items ?? [], opts.digest);
+}
