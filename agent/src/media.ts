@@ -80,14 +80,6 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     await this.scan();
     this.timer = setInterval(() => void this.scan(), this.opts.pollSeconds * 1000);
     this.timer.unref?.();
-    try {
-      const mod = (await import('usb-detection')) as unknown as { default: { startMonitoring(): void; stopMonitoring(): void; on(e: string, f: () => void): void } };
-      mod.default.startMonitoring();
-      mod.default.on('add', () => setTimeout(() => void this.scan(), 1500));
-      this.usb = mod.default;
-    } catch (err) {
-      this.opts.log.warn('media', `usb-detection unavailable (${(err as Error).message.split('\n')[0]}); relying on the mount table`);
-    }
   }
 
   stop(): void {
