@@ -96,8 +96,10 @@ function baseRootfs(dir, debs) {
   for (const d of ['usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian', 'usr/lib/x86_64-linux-gnu/gconv', 'usr/share/gcc', 'usr/share/gdb']) {
     rmSync(path.join(dir, d), { recursive: true, force: true });
   }
-  for (const doc of readdirSync(path.join(dir, 'usr/share/doc'))) {
-    for (const f of readdirSync(path.join(dir, 'usr/share/doc', doc))) if (f !== 'copyright') rmSync(path.join(dir, 'usr/share/doc', doc, f), { recursive: true, force: true });
+  for (const doc of readdirSync(path.join(dir, 'usr/share/doc'), { withFileTypes: true })) {
+    const d = path.join(dir, 'usr/share/doc', doc.name);
+    if (!doc.isDirectory()) continue; // a link to another package's docs
+    for (const f of readdirSync(d)) if (f !== 'copyright') rmSync(path.join(d, f), { recursive: true, force: true });
   }
   // /bin/sh, the CA bundle as update-ca-certificates would write it, users, /tmp.
   mkdirSync(path.join(dir, 'bin'), { recursive: true });
