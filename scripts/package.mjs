@@ -198,6 +198,8 @@ export async function stageApp(o) {
   copyFileSync(path.join(tmp, 'package/LICENSE'), path.join(doc, 'LICENSE.nodejs'));
 
   const metafile = await bundleApp(o.entry, path.join(lib, 'app'));
+  mkdirSync(path.join(lib, 'proto'));
+  copyFileSync(path.join(ROOT, 'packages/runtime/proto/cri-image.proto'), path.join(lib, 'proto', 'cri-image.proto'));
   writeFileSync(path.join(lib, 'package.json'), `${JSON.stringify({ name: o.name, version: o.version, private: true }, null, 2)}\n`);
   const zdir = path.join(lib, 'node_modules', 'zstd-napi');
   mkdirSync(zdir, { recursive: true });
