@@ -8,6 +8,7 @@ import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
+import { bashCompletion } from './completion.js';
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 const positiveInt = (value: string) => {
@@ -167,6 +168,14 @@ Examples:
       progress.finish();
       if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
       else process.stdout.write(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})\n`);
+    });
+
+  program.command('completion')
+    .description('print a shell completion script (bash): bundle completion bash > /etc/bash_completion.d/bundle')
+    .argument('<shell>', 'bash')
+    .action((shell: string) => {
+      if (shell !== 'bash') throw new Error(`no completion for ${shell}: only bash`);
+      process.stdout.write(bashCompletion(program));
     });
 
   return program;

@@ -65,6 +65,8 @@ t.test('artifacts: sizes and layout', async (t) => {
     t.ok(list.includes(top + p), `tarball has ${p}`);
   }
   t.notOk(list.some((p) => /usb-detection|node_modules\/@kubernetes/.test(p)), 'no usb-detection, no unbundled Kubernetes client');
+  const blist = execFileSync('tar', ['-tzf', builderTgz], { encoding: 'utf8', maxBuffer: 1 << 24 }).split('\n');
+  t.ok(blist.includes(`bundle-${VERSION}-linux-amd64/share/bash-completion/completions/bundle`), 'builder tarball ships bash completion');
 });
 
 t.test('agent tarball: runs from a prefix with no node on PATH, installs, and loads into containerd', async (t) => {
