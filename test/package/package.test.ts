@@ -35,6 +35,9 @@ function sh(cmd: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = 180
   });
 }
 
+// Building the artifacts takes a minute or two on 2 busy cores: more than .taprc's 300 s per file
+// would allow for build plus two loads, so this file asks its runner for 15 min.
+t.setTimeout(900_000);
 const work = await tmpdir(t, 'ob-pkg-');
 const out = join(work, 'dist');
 const built = await sh(process.execPath, [join(ROOT, 'scripts/package.mjs'), '--out', out], { PATH: process.env.PATH, HOME: process.env.HOME }, 600_000);
