@@ -4,7 +4,7 @@
 //
 //   node deploy/openshift/generate.mjs [--image REF] [--key factory.pub] [--out DIR]
 //
-// Source (this directory and systemd/): the udev rule that mounts sticks, config.yaml, the
+// Source (this directory and systemd/): the udev rule that mounts sticks, config.yaml.in, the
 // trust key, tmpfiles.conf and the Quadlet unit bundle-agent.container (podman runs the agent
 // image; CRI-O and podman share /var/lib/containers/storage).
 // Output: 99-{master,worker}-bundle-agent.yaml (MachineConfig) and
@@ -27,7 +27,7 @@ export function nodeFiles({ image = DEFAULT_IMAGE, key = path.join(HERE, 'exampl
   const read = (p) => readFileSync(p, 'utf8');
   return [
     { path: '/etc/udev/rules.d/99-bundle-agent-media.rules', mode: 0o644, contents: read(path.join(ROOT, 'systemd', '99-bundle-agent-media.rules')) },
-    { path: '/etc/bundle-agent/config.yaml', mode: 0o644, contents: read(path.join(HERE, 'config.yaml')) },
+    { path: '/etc/bundle-agent/config.yaml', mode: 0o644, contents: read(path.join(HERE, 'config.yaml.in')) },
     { path: '/etc/bundle-agent/keys/factory.pub', mode: 0o644, contents: read(key) },
     { path: '/etc/tmpfiles.d/bundle-agent.conf', mode: 0o644, contents: read(path.join(HERE, 'tmpfiles.conf')) },
     { path: '/etc/containers/systemd/bundle-agent.container', mode: 0o644, contents: read(path.join(HERE, 'bundle-agent.container')).replaceAll('@IMAGE@', image) },
