@@ -79,7 +79,6 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   async start(): Promise<void> {
     await this.scan();
     this.timer = setInterval(() => void this.scan(), this.opts.pollSeconds * 1000);
-    this.timer.unref?.();
   }
 
   stop(): void {
