@@ -123,6 +123,15 @@ t.test('agent tarball: runs from a prefix with no node on PATH, installs, and lo
   t.ok(sent.length > 0, 'the Kubernetes client (a lazily loaded chunk) reported the status');
   const status = await sh(join(prefix, 'bin/bundle-agent'), ['status', '--config', config], env);
   t.match(status.stdout, /You may remove the USB stick/, 'bundle-agent status');
+
+  // The daemon (as the unit runs it) stays up waiting for media and stops on SIGTERM; the
+  // launcher execs node, so the signal reaches it.
+  const d = spawn('/usr/bin/env', ['-i', `PATH=${PATH}`, join(prefix, 'bin/bundle-agent'), 'run', '--config', config], { stdio: 'ignore' });
+  await new Promise((r) => setTimeout(r, 4000));
+  t.equal(d.exitCode, null, 'bundle-agent run is still running after 4 s');
+  const exit = new Promise((r) => d.once('exit', (c, sig) => r(c ?? sig)));
+  d.kill('SIGTERM');
+  t.ok([0, 'SIGTERM'].includes(await exit as number | string), 'and stops on SIGTERM');
 });
 
 t.test('OCI image: skopeo reads it; unpacked to a rootfs it runs under chroot and loads into containerd', async (t) => {
