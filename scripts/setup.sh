@@ -9,13 +9,14 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 
 # Real peers (docker-registry, skopeo, podman, umoci, containerd), zstd/openssl/jq for the
-# interop checks, libudev-dev for usb-detection, and a C++ toolchain for node-gyp: the
-# native addons (zstd-napi, usb-detection) build from source since no prebuilt binary can
-# be fetched here.
+# interop checks, and a C++ toolchain for node-gyp: the native addon (zstd-napi) builds from
+# source since no prebuilt binary can be fetched here. `pnpm package` also uses binutils
+# (strip), systemd (systemd-analyze, for the unit's tests) and apt-get download + dpkg-deb
+# (the image's base layer).
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  docker-registry skopeo podman umoci containerd libudev-dev zstd openssl jq ca-certificates \
-  python3 make g++ tar util-linux e2fsprogs >/dev/null
+  docker-registry skopeo podman umoci containerd zstd openssl jq ca-certificates \
+  python3 make g++ binutils tar gzip util-linux e2fsprogs systemd >/dev/null
 
 # Node 20 is the target runtime; pnpm 10 is the last major that runs on it.
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \

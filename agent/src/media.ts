@@ -58,8 +58,8 @@ export interface MediaWatcherOptions {
 
 /**
  * Finds bundles at the top of newly mounted media under the media roots, and in watched
- * drop directories. The mount table is the reliable signal (polled); a usb-detection event
- * only triggers an early scan. A drop-directory file counts once it ends with a bundle's
+ * drop directories. The mount table is the signal (polled: it works wherever the OS or the
+ * udev rule mounts the stick, with no native addon). A drop-directory file counts once it ends with a bundle's
  * footer and keeps the same size and mtime for two scans, so a copy still in progress (even
  * one that pauses) is not picked up; writers should copy to NAME.bundle.partial and rename.
  */
@@ -69,7 +69,6 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   private readonly pending = new Map<string, string>();
   private knownMounts = new Set<string>();
   private labels = new Map<string, string>();
-  private usb?: { stopMonitoring(): void };
   private scanning = false;
 
   constructor(private readonly opts: MediaWatcherOptions) {
@@ -79,22 +78,11 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   async start(): Promise<void> {
     await this.scan();
     this.timer = setInterval(() => void this.scan(), this.opts.pollSeconds * 1000);
-    this.timer.unref?.();
-    try {
-      const mod = (await import('usb-detection')) as unknown as { default: { startMonitoring(): void; stopMonitoring(): void; on(e: string, f: () => void): void } };
-      mod.default.startMonitoring();
-      mod.default.on('add', () => setTimeout(() => void this.scan(), 1500));
-      this.usb = mod.default;
-    } catch (err) {
-      this.opts.log.warn('media', `usb-detection unavailable (${(err as Error).message.split('\n')[0]}); relying on the mount table`);
-    }
   }
 
   stop(): void {
     if (this.timer) clearInterval(this.timer);
-    this.usb?.stopMonitoring();
   }
-
 
   private async describe(mount: string): Promise<string> {
     if (!this.labels.has(mount)) {

@@ -10,6 +10,7 @@ import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
+import { bashCompletion } from './completion.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
@@ -183,6 +184,14 @@ Examples:
     });
 
   addClusterCommands(program);
+  program.command('completion')
+    .description('print a shell completion script (bash): bundle completion bash > /etc/bash_completion.d/bundle')
+    .argument('<shell>', 'bash')
+    .action((shell: string) => {
+      if (shell !== 'bash') throw new Error(`no completion for ${shell}: only bash`);
+      process.stdout.write(bashCompletion(program));
+    });
+
   return program;
 }
 

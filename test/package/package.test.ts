@@ -1,0 +1,176 @@
+// The shipped artifacts, built once by `scripts/package.mjs` into a temp dir, used as a node
+// would: the agent tarball unpacked to a prefix and the OCI image unpacked to a rootfs run with
+// no Node.js from the host (a PATH without node, and a chroot), and each does a full
+// `bundle-agent load` into a real containerd.
+import t from 'tap';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, copyFile, mkdir, readFile, readdir, rm, symlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { CriImageClient } from '@offline-bundle/runtime';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { startContainerd } from '../runtime/lib.js';
+import { keygen, makeBundle, nodeRoot } from '../agent/fixtures.js';
+import { startFakeApi, writeKubeconfig } from '../status/lib.js';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const VERSION = JSON.parse(await readFile(join(ROOT, 'agent/package.json'), 'utf8')).version as string;
+const images = [
+  { name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1', 'shared.txt': 'shared' } },
+  { name: 'registry.example.com:5000/team/tool:v2', files: { 'tool.txt': 'tool v2', 'shared.txt': 'shared' } },
+];
+
+interface Run { code: number | null; stdout: string; stderr: string }
+function sh(cmd: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = 180_000): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    // env -i: exactly `env`, not the NODE_OPTIONS tap's process tracking adds to children.
+    const vars = Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${v}`);
+    const child = spawn('/usr/bin/env', ['-i', ...vars, cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d; });
+    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+// Building the artifacts takes a minute or two on 2 busy cores: more than .taprc's 300 s per file
+// would allow for build plus two loads, so this file asks its runner for 15 min.
+t.setTimeout(900_000);
+const work = await tmpdir(t, 'ob-pkg-');
+const out = join(work, 'dist');
+const built = await sh(process.execPath, [join(ROOT, 'scripts/package.mjs'), '--out', out], { PATH: process.env.PATH, HOME: process.env.HOME }, 600_000);
+if (built.code !== 0) throw new Error(`package.mjs failed: ${built.stderr}`);
+const agentTgz = join(out, `bundle-agent-${VERSION}-linux-amd64.tar.gz`);
+const builderTgz = join(out, `bundle-${VERSION}-linux-amd64.tar.gz`);
+const ociTar = join(out, `bundle-agent-${VERSION}.oci.tar`);
+
+/** A PATH with the tools used (ctr for containerd pins, readlink for the launcher) and no node. */
+async function pathWithoutNode(dir: string): Promise<string> {
+  const bin = join(dir, 'tools');
+  await mkdir(bin, { recursive: true });
+  for (const tool of ['ctr', 'readlink']) await symlink(`/usr/bin/${tool}`, join(bin, tool));
+  const PATH = `${bin}:/usr/sbin:/sbin`;
+  const probe = await sh('/bin/sh', ['-c', 'command -v node'], { PATH });
+  t.not(probe.code, 0, `no node on PATH=${PATH}`);
+  return PATH;
+}
+
+t.test('artifacts: sizes and layout', async (t) => {
+  const mib = (f: string) => Number(execFileSync('stat', ['-c', '%s', f], { encoding: 'utf8' })) / 1048576;
+  for (const f of [agentTgz, builderTgz, ociTar]) t.ok(existsSync(f), `${f.split('/').pop()} written (${mib(f).toFixed(1)} MiB)`);
+  t.ok(mib(agentTgz) <= 60, 'agent tarball within 60 MiB');
+  const list = execFileSync('tar', ['-tzf', agentTgz], { encoding: 'utf8', maxBuffer: 1 << 24 }).split('\n');
+  const top = `bundle-agent-${VERSION}-linux-amd64/`;
+  for (const p of ['bin/bundle-agent', 'lib/bundle-agent/node', 'lib/bundle-agent/app/cli.mjs', 'lib/bundle-agent/proto/cri-image.proto',
+    'lib/bundle-agent/node_modules/zstd-napi/binding.node', 'share/doc/bundle-agent/THIRD-PARTY-LICENSES', 'share/bundle-agent/bundle-agent.service', 'install.sh']) {
+    t.ok(list.includes(top + p), `tarball has ${p}`);
+  }
+  t.notOk(list.some((p) => /usb-detection|node_modules\/@kubernetes/.test(p)), 'no usb-detection, no unbundled Kubernetes client');
+  const blist = execFileSync('tar', ['-tzf', builderTgz], { encoding: 'utf8', maxBuffer: 1 << 24 }).split('\n');
+  t.ok(blist.includes(`bundle-${VERSION}-linux-amd64/share/bash-completion/completions/bundle`), 'builder tarball ships bash completion');
+});
+
+t.test('agent tarball: runs from a prefix with no node on PATH, installs, and loads into containerd', async (t) => {
+  const dir = await tmpdir(t, 'ob-pkg-tgz-');
+  const prefix = join(dir, 'opt', 'offline');
+  await mkdir(prefix, { recursive: true });
+  execFileSync('tar', ['-xzf', agentTgz, '-C', prefix, '--strip-components=1']);
+  execFileSync('tar', ['-xzf', builderTgz, '-C', prefix, '--strip-components=1']);
+  const PATH = await pathWithoutNode(dir);
+  const env = { PATH };
+  const v = await sh(join(prefix, 'bin/bundle-agent'), ['--version'], env);
+  t.equal(v.stdout.trim(), VERSION, `bundle-agent --version (${v.stderr})`);
+  t.equal((await sh(join(prefix, 'bin/bundle'), ['--version'], env)).stdout.trim(), VERSION, 'bundle --version');
+  // Through a symlink on PATH, as install puts it.
+  await mkdir(join(dir, 'usrbin'));
+  await symlink(join(prefix, 'bin/bundle-agent'), join(dir, 'usrbin/bundle-agent'));
+  t.equal((await sh('bundle-agent', ['--version'], { PATH: `${join(dir, 'usrbin')}:${PATH}` })).stdout.trim(), VERSION, 'runs through a symlink');
+
+  // install.sh --root: files where systemd, tmpfiles and udev look, the unit pointing at the prefix.
+  const sysroot = join(dir, 'sysroot');
+  const inst = await sh(join(prefix, 'install.sh'), ['--prefix', '/usr/local', '--root', sysroot, '--runtime', 'containerd'], { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' });
+  t.equal(inst.code, 0, `install.sh (${inst.stderr})`);
+  const unit = await readFile(join(sysroot, 'etc/systemd/system/bundle-agent.service'), 'utf8');
+  t.match(unit, /^ExecStart=\/usr\/local\/bin\/bundle-agent run/m);
+  t.match(await readFile(join(sysroot, 'etc/systemd/system/bundle-agent.service.d/runtime.conf'), 'utf8'), /Wants=containerd\.service/);
+  t.notMatch(unit + await readFile(join(sysroot, 'etc/systemd/system/bundle-agent.service.d/runtime.conf'), 'utf8'), /^Wants=crio/m, 'no Wants=crio.service on a containerd node');
+  for (const f of ['etc/tmpfiles.d/bundle-agent.conf', 'etc/udev/rules.d/99-bundle-agent-media.rules', 'etc/bundle-agent/config.yaml', 'usr/local/lib/bundle-agent/node', 'usr/local/share/doc/bundle-agent/README.md']) {
+    t.ok(existsSync(join(sysroot, f)), `installed ${f}`);
+  }
+  t.match(await readFile(join(sysroot, 'etc/bundle-agent/config.yaml'), 'utf8'), /^runtime: containerd$/m, 'config for containerd');
+  t.equal((await sh(join(sysroot, 'usr/local/bin/bundle-agent'), ['--version'], env)).stdout.trim(), VERSION, 'the installed copy runs');
+
+  // A full load, with the cluster reporter on (the lazily loaded Kubernetes client chunk).
+  const api = await startFakeApi();
+  t.teardown(() => api.close());
+  const keys = await keygen(dir);
+  const root = join(dir, 'node');
+  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
+  t.teardown(() => ctd.stop());
+  const config = await nodeRoot(root, keys.pub, 'runtime: containerd\nversion:\n  current: "1.0.0"\nspace:\n  reserveBytes: 0\nstatus:\n  kubeconfig: /etc/bundle-agent/kubeconfig\n');
+  await writeKubeconfig(join(root, 'etc/bundle-agent/kubeconfig'), api.port);
+  const file = await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(dir, 'update.bundle') });
+  const r = await sh(join(prefix, 'bin/bundle-agent'), ['load', file, '--config', config], env);
+  t.equal(r.code, 0, `load exits 0 (${r.stderr.slice(-800)})`);
+  const cri = new CriImageClient(ctd.socket);
+  t.teardown(() => cri.close());
+  const listed = await cri.listImages();
+  for (const img of images) t.ok(listed.some((i) => i.repoTags.includes(img.name)), `containerd has ${img.name}`);
+  t.match(execFileSync('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'ls'], { encoding: 'utf8' }), /io\.cri-containerd\.pinned=pinned/, 'pinned with the packaged ctr path');
+  const sent = api.accepted().filter((q) => q.path.endsWith('/nodebundlestatuses/node-a/status'));
+  t.ok(sent.length > 0, 'the Kubernetes client (a lazily loaded chunk) reported the status');
+  const status = await sh(join(prefix, 'bin/bundle-agent'), ['status', '--config', config], env);
+  t.match(status.stdout, /You may remove the USB stick/, 'bundle-agent status');
+
+  // The daemon (as the unit runs it) stays up waiting for media and stops on SIGTERM; the
+  // launcher execs node, so the signal reaches it.
+  const d = spawn('/usr/bin/env', ['-i', `PATH=${PATH}`, join(prefix, 'bin/bundle-agent'), 'run', '--config', config], { stdio: 'ignore' });
+  await new Promise((r) => setTimeout(r, 4000));
+  t.equal(d.exitCode, null, 'bundle-agent run is still running after 4 s');
+  const exit = new Promise((r) => d.once('exit', (c, sig) => r(c ?? sig)));
+  d.kill('SIGTERM');
+  t.ok([0, 'SIGTERM'].includes(await exit as number | string), 'and stops on SIGTERM');
+});
+
+t.test('OCI image: skopeo reads it; unpacked to a rootfs it runs under chroot and loads into containerd', async (t) => {
+  const dir = await tmpdir(t, 'ob-pkg-oci-');
+  const inspect = JSON.parse(execFileSync('skopeo', ['inspect', `oci-archive:${ociTar}:${VERSION}`], { encoding: 'utf8' }));
+  t.equal(inspect.Architecture, 'amd64');
+  t.equal(inspect.Labels['org.opencontainers.image.version'], VERSION);
+  execFileSync('skopeo', ['copy', '-q', `oci-archive:${ociTar}:${VERSION}`, `oci:${join(dir, 'layout')}:${VERSION}`]);
+  execFileSync('umoci', ['unpack', '--rootless', '--image', `${join(dir, 'layout')}:${VERSION}`, join(dir, 'bundle')], { stdio: 'ignore' });
+  const rootfs = join(dir, 'bundle', 'rootfs');
+  const inChroot = (args: string[], timeoutMs?: number) => sh('chroot', [rootfs, ...args], { PATH: '/usr/local/bin:/usr/local/sbin:/usr/bin:/bin:/usr/sbin:/sbin' }, timeoutMs);
+  t.not((await inChroot(['/bin/sh', '-c', 'command -v node'])).code, 0, 'no node in the image\'s PATH');
+  t.notOk(existsSync(join(rootfs, 'usr/bin/node')), 'no host node in the rootfs');
+  const v = await inChroot(['/usr/local/bin/bundle-agent', '--version']);
+  t.equal(v.stdout.trim(), VERSION, `bundle-agent --version under chroot (${v.stderr})`);
+
+  // A full load under chroot: the node root lives inside the rootfs, containerd (outside) uses
+  // its socket and certs.d there; /proc and /dev are mounted as a container runtime would.
+  for (const m of ['proc', 'dev']) {
+    if (m === 'proc') execFileSync('mount', ['-t', 'proc', 'proc', join(rootfs, 'proc')]);
+    else execFileSync('mount', ['--rbind', '/dev', join(rootfs, 'dev')]);
+    t.teardown(() => { try { execFileSync('umount', ['-l', join(rootfs, m)]); } catch { /* gone */ } });
+  }
+  await copyFile('/usr/bin/ctr', join(rootfs, 'usr/local/bin/ctr')); // as a host's ctr is mounted in
+  await chmod(join(rootfs, 'usr/local/bin/ctr'), 0o755);
+  const root = join(rootfs, 'node');
+  const keys = await keygen(dir);
+  await nodeRoot(root, keys.pub, 'runtime: containerd\nversion:\n  current: "1.0.0"\nspace:\n  reserveBytes: 0\n');
+  // nodeRoot wrote `root: <host path>`: inside the chroot the node root is /node.
+  execFileSync('sed', ['-i', `s|^root: .*|root: /node|`, join(root, 'etc/bundle-agent/config.yaml')]);
+  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
+  t.teardown(() => ctd.stop());
+  await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(root, 'update.bundle') });
+  const r = await inChroot(['/usr/local/bin/bundle-agent', 'load', '/node/update.bundle', '--config', '/node/etc/bundle-agent/config.yaml']);
+  t.equal(r.code, 0, `load under chroot exits 0 (${r.stderr.slice(-800)})`);
+  const cri = new CriImageClient(ctd.socket);
+  t.teardown(() => cri.close());
+  const listed = await cri.listImages();
+  for (const img of images) t.ok(listed.some((i) => i.repoTags.includes(img.name)), `containerd has ${img.name}`);
+  t.same(await readdir(join(root, 'etc/containerd/certs.d')), [], 'mirrors removed');
+  await rm(join(root, 'update.bundle'));
+});
