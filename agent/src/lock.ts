@@ -81,11 +81,13 @@ function held(path: string, owner: number): boolean {
  * file cannot change between that check and the unlink. A marker left by a contender that died
  * meanwhile is cleared the same way. The caller looks at the lock again afterwards.
  */
-async function removeIfStale(path: string, seen: PidFile): Promise<void> {
+async function removeIfStale(path: string, seen: PidFile, depth = 0): Promise<void> {
   const marker = `${path}.${seen.id}.break`;
   if (!(await createPidFile(marker))) {
     const other = await readPidFile(marker);
-    if (other?.owner !== undefined && !held(marker, other.owner)) await removeIfStale(marker, other);
+    // One level of markers at most: a marker read just before its holder removed it looks
+    // stale, and following such looks down a chain of markers grows the name past NAME_MAX.
+    if (other?.owner !== undefined && !held(marker, other.owner) && depth < 1) await removeIfStale(marker, other, depth + 1);
     else await new Promise((r) => setTimeout(r, 10)); // another contender is clearing it
     return;
   }
