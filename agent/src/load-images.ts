@@ -6,7 +6,7 @@ import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
 import { oneLine } from './errors.js';
 import type { PipelineContext } from './pipeline.js';
 import { adoptRunningRelease } from './running-release.js';
-import { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
+import { checkMirrorUsed, checkPinsSettled, imagesPresent } from './runtime-checks.js';
 import { imageRefs } from './runtime-target.js';
 import type { ReleaseRecord } from './state.js';
 
@@ -80,7 +80,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);
     const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
-    const report = inspector && config.preload.method !== 'none' ? await checkPins(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
+    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
     if (report?.verifiable) {
       tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${still}, as the runtime reports`);
     } else {

@@ -55,7 +55,7 @@ export async function checkPins(inspector: ImageInspector, sets: { mustPin: stri
     const st = await inspector.imageStatus(ref);
     if (!st) return undefined;
     const fromList = pinnedById.get(st.id);
-    if (fromList !== undefined && st.pinned && !fromList) log?.warn('pin', `ImageStatus and ListImages disagree on whether ${ref} is pinned; ListImages counts`, { ref });
+    if (fromList !== undefined && st.pinned && !fromList) log?.warn('pin-check', `ImageStatus and ListImages disagree on whether ${ref} is pinned; ListImages counts`, { ref });
     return fromList ?? st.pinned;
   };
   const missing: string[] = [];
@@ -78,4 +78,28 @@ export async function checkPins(inspector: ImageInspector, sets: { mustPin: stri
   const stillPinned: string[] = [];
   for (const ref of sets.released) if ((await state(ref)) === true) stillPinned.push(ref);
   return { verifiable, stillPinned };
+}
+
+/**
+ * checkPins once the runtime has had time to apply the reload: `systemctl reload crio` (a
+ * SIGHUP) returns before CRI-O has re-read its files, so an answer short of "all pinned" is
+ * asked again for up to `settleMs` (5 s) before it counts.
+ */
+export async function checkPinsSettled(inspector: ImageInspector, sets: { mustPin: string[]; kept: string[]; released: string[] }, log?: Logger, settleMs = 5_000): Promise<PinReport> {
+  const deadline = Date.now() + settleMs;
+  for (;;) {
+    let report: PinReport | undefined;
+    let failure: unknown;
+    try {
+      report = await checkPins(inspector, sets, Date.now() + 250 >= deadline ? log : undefined);
+    } catch (err) {
+      failure = err;
+    }
+    if (report?.verifiable && report.stillPinned.length === 0) return report;
+    if (Date.now() + 250 >= deadline) {
+      if (failure) throw failure;
+      return report!;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
 }
