@@ -6,6 +6,7 @@ import {
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
+import { missingImages } from './runtime-checks.js';
 import type { AgentConfig } from './config.js';
 import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
@@ -100,8 +101,7 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
   if (!rec) return false;
   const inspector = await runtime.inspector().catch(() => undefined);
   if (!inspector) return true;
-  for (const ref of rec.refs) if (!(await inspector.imageStatus(ref))) return false;
-  return true;
+  return (await missingImages(inspector, rec.refs)).length === 0;
 }
 
 /** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */

@@ -10,6 +10,7 @@ import { oneLine } from './errors.js';
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline.js';
 import { readReleases } from './state.js';
+import { missingImages } from './runtime-checks.js';
 
 /**
  * For every release still in use whose layout is kept: when any of its images is missing from
@@ -25,8 +26,7 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
   const restored: string[] = [];
   for (const rec of releases) {
     if (!rec.layout || !inUse.has(rec.version)) continue;
-    const missing: string[] = [];
-    for (const ref of rec.refs) if (!(await inspector.imageStatus(ref))) missing.push(ref);
+    const missing = await missingImages(inspector, rec.refs);
     if (missing.length === 0) continue;
     log.warn('restore', `${missing.length} images of ${rec.version} are gone from the runtime; loading them again from the kept layout ${rec.layout}`, { version: rec.version });
     try {

@@ -14,6 +14,13 @@ function some(items: string[], n = 3): string {
   return items.length <= n ? items.join(', ') : `${items.slice(0, n).join(', ')} and ${items.length - n} more`;
 }
 
+/** The refs the runtime no longer holds (ImageStatus finds no image), in order. */
+export async function missingImages(inspector: ImageInspector, refs: readonly string[]): Promise<string[]> {
+  const missing: string[] = [];
+  for (const ref of refs) if (!(await inspector.imageStatus(ref))) missing.push(ref);
+  return missing;
+}
+
 /** The bundle's images (repo@digest) the runtime holds already, before any pull. */
 export async function imagesPresent(inspector: ImageInspector, m: BundleManifest): Promise<Set<string>> {
   const present = new Set<string>();
