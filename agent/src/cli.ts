@@ -109,9 +109,9 @@ Examples:
         store = await LayoutStore.open(path, catalogOf(manifest));
       } else {
         await assertRegularFile(path);
-        const v = await verifyBundle(path, { trust });
+        const v = await verifyBundle(path, { trust, frameDigests: true });
         manifest = v.manifest;
-        store = await BundleFileStore.open(path, manifest, catalogOf(manifest));
+        store = await BundleFileStore.open(path, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
       }
       const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
       if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');

@@ -233,10 +233,12 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
     staged = { store, mode: 'staged', target, fileDigest };
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
-    const fileDigest = sameDescription(await verifyBundle(file, { trust: a.trust, onProgress, ...(signal ? { signal } : {}) }));
+    // each frame's digest from this pass: what the registry serves later is held to it
+    const v = await verifyBundle(file, { trust: a.trust, onProgress, frameDigests: true, ...(signal ? { signal } : {}) });
+    const fileDigest = sameDescription(v);
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
     tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
-    staged = { store: await BundleFileStore.open(file, m, catalog), mode: 'media', fileDigest };
+    staged = { store: await BundleFileStore.open(file, m, catalog, { seekIndex: v.seekIndex, frameDigests: v.frameDigests! }), mode: 'media', fileDigest };
   }
   if (staged.fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: staged.fileDigest }; });
   log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });

@@ -1,3 +1,4 @@
+import { createHash, type Hash } from 'node:crypto';
 import { Transform, type TransformCallback } from 'node:stream';
 import { FormatError } from './errors.js';
 import { SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
@@ -37,6 +38,29 @@ export function parseFrameHeader(head: Buffer): FrameHeader | undefined {
   return { checksum: (fhd & 0x04) !== 0, contentSize: fcsFlag !== 0 || singleSegment, length };
 }
 
+/** The Frame_Content_Size a whole header (`h.length` bytes of `head`) records, if any. */
+export function frameContentSize(head: Buffer, h: FrameHeader): number | undefined {
+  const fhd = head[4]!;
+  const fcsFlag = fhd >> 6;
+  const fcsBytes = fcsFlag === 0 ? ((fhd & 0x20) !== 0 ? 1 : 0) : 1 << fcsFlag;
+  if (fcsBytes === 0) return undefined;
+  const at = h.length - fcsBytes;
+  switch (fcsBytes) {
+    case 1: return head[at]!;
+    case 2: return head.readUInt16LE(at) + 256;
+    case 4: return head.readUInt32LE(at);
+    default: return Number(head.readBigUInt64LE(at));
+  }
+}
+
+/** A data frame as the walk found it; `digest` (sha256 of its compressed bytes) when asked for. */
+export interface WalkedFrame {
+  compressedOffset: number;
+  compressedSize: number;
+  decompressedSize: number;
+  digest?: Buffer;
+}
+
 /** The format's rule for a data frame's header flags (docs/FORMAT.md §1), as a one-line refusal. */
 export function frameHeaderProblem(h: FrameHeader, at: number): FormatError | undefined {
   const missing = !h.checksum ? 'a content checksum' : !h.contentSize ? 'its content size' : undefined;
@@ -71,10 +95,19 @@ export class FrameInspector extends Transform {
   private frame: FrameHeader | undefined;
   private skippableMagic = 0;
   private stopped = false;
+  /** Every data frame walked, in order: what the seek index must describe exactly. */
+  readonly frames: WalkedFrame[] = [];
+  private contentSize = 0;
+  private inDataFrame = false;
+  private frameHash: Hash | undefined;
 
-  /** `fileSize`: where the seek table must end. */
-  constructor(private readonly fileSize: number) {
+  /**
+   * `fileSize`: where the seek table must end. `hashFrames`: also hash each data frame's
+   * compressed bytes, so later reads of the same file can be held to what was walked here.
+   */
+  constructor(private readonly fileSize: number, opts: { hashFrames?: boolean } = {}) {
     super();
+    if (opts.hashFrames) this.frameHash = createHash('sha256');
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
@@ -92,6 +125,7 @@ export class FrameInspector extends Transform {
     while (i < chunk.length && !this.stopped) {
       if (this.state === 'skip') {
         const n = Math.min(this.skipLeft, chunk.length - i);
+        this.frameHash?.update(chunk.subarray(i, i + n));
         i += n;
         this.offset += n;
         this.skipLeft -= n;
@@ -100,6 +134,7 @@ export class FrameInspector extends Transform {
       }
       const n = Math.min(this.need - this.have, chunk.length - i);
       chunk.copy(this.head, this.have, i, i + n);
+      this.frameHash?.update(chunk.subarray(i, i + n));
       this.have += n;
       i += n;
       this.offset += n;
@@ -108,6 +143,7 @@ export class FrameInspector extends Transform {
   }
 
   private enter(state: 'magic' | 'skippable-size' | 'block-header'): void {
+    if (state === 'magic') this.frameEnded();
     this.state = state;
     this.have = 0;
     this.need = state === 'block-header' ? BLOCK_HEADER : 4;
@@ -147,6 +183,8 @@ export class FrameInspector extends Transform {
         this.frame = h;
         const bad = frameHeaderProblem(h, this.frameStart);
         if (bad) return this.stop(bad);
+        this.inDataFrame = true;
+        this.contentSize = frameContentSize(this.head, h)!;
         return this.enter('block-header');
       }
       case 'block-header': {
@@ -163,6 +201,15 @@ export class FrameInspector extends Transform {
       default:
         return undefined;
     }
+  }
+
+  /** Every byte hashed since the last boundary was this frame's (frames tile the file from byte 0). */
+  private frameEnded(): void {
+    const digest = this.frameHash?.digest();
+    if (this.frameHash) this.frameHash = createHash('sha256');
+    if (!this.inDataFrame) return;
+    this.inDataFrame = false;
+    this.frames.push({ compressedOffset: this.frameStart, compressedSize: this.offset - this.frameStart, decompressedSize: this.contentSize, ...(digest ? { digest } : {}) });
   }
 
   /** A skippable frame of `size` bytes after its 8-byte header, which started at frameStart. */

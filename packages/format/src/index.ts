@@ -9,7 +9,7 @@ export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 export { writeBundle, estimateImageStoreBytes } from './writer.js';
 export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './reader.js';
-export { BundleRandomReader } from './random-reader.js';
+export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle } from './extract.js';
 export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';

@@ -14,28 +14,48 @@ import { decompressFrame } from './zstd-bounded.js';
 
 interface Located { frame: number; offset: number; size: number }
 
+/** What a verifying pass over this very file proved: its true frame list and each frame's sha256. */
+export interface VerifiedFrames {
+  seekIndex: SeekIndex;
+  frameDigests: readonly Buffer[];
+}
+
 /**
  * Random access to a bundle's entries through its seek index, without decompressing from
  * the start. The index is outside the signature, so every located entry must have the
  * name and size the trusted bundle.json lists, and `readVerified` hashes a whole entry
  * before returning a byte of it.
+ *
+ * The file is read again for every request and may change in between (media rewritten in
+ * place), so `streamChecked` holds every frame it reads to the sha256 of that frame's bytes
+ * as a verifying pass read them: from `verifyBundle`'s pass when given, else from the
+ * entry's own hash check, made once before its first byte is returned.
  */
 export class BundleRandomReader {
+  private readonly frameDigests: (Buffer | undefined)[];
+  private readonly checked = new Map<string, Promise<void>>();
+
   private constructor(
     private readonly fh: FileHandle,
     readonly index: SeekIndex,
     private readonly entries: Map<string, Located>,
     private readonly listed: Map<string, { digest: string; size: number }>,
-  ) {}
+    private readonly allChecked: boolean,
+    digests: readonly Buffer[] | undefined,
+  ) {
+    this.frameDigests = digests ? [...digests] : new Array<Buffer | undefined>(index.frames.length);
+  }
 
-  static async open(path: string, manifest: BundleManifest): Promise<BundleRandomReader> {
-    const index = await readSeekIndex(path);
+  /** `verified`: what `verifyBundle(path, { frameDigests: true })` returned for this file. */
+  static async open(path: string, manifest: BundleManifest, verified?: VerifiedFrames): Promise<BundleRandomReader> {
+    const index = verified?.seekIndex ?? await readSeekIndex(path);
+    if (verified && verified.frameDigests.length !== index.frames.length) throw new FormatError('BAD_SEEK_TABLE', 'the frame digests given do not match the seek index');
     const fh = await open(path, 'r');
     try {
       const listed = new Map<string, { digest: string; size: number }>([[INDEX_JSON, manifest.index]]);
       for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
       const entries = new Map<string, Located>();
-      const reader = new BundleRandomReader(fh, index, entries, listed);
+      const reader = new BundleRandomReader(fh, index, entries, listed, !!verified, verified?.frameDigests);
       await reader.walk(new ListedEntries(manifest));
       return reader;
     } catch (err) {
@@ -87,12 +107,24 @@ export class BundleRandomReader {
     }
   }
 
-  private async frame(i: number): Promise<Buffer> {
+  /**
+   * Frame `i` decompressed. Its compressed bytes must hash to the digest a verifying pass
+   * recorded for it when there is one (or when `require`d); `record` collects the digests of
+   * frames read without one.
+   */
+  private async frame(i: number, opts: { require?: boolean; record?: Map<number, Buffer> } = {}): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
     const buf = Buffer.allocUnsafe(f.compressedSize);
     const { bytesRead } = await this.fh.read(buf, 0, f.compressedSize, f.compressedOffset);
     if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+    const want = this.frameDigests[i];
+    if (want || opts.require || opts.record) {
+      const got = newSha256().update(buf).digest();
+      if (want && !got.equals(want)) throw changedOnMedia(i, f.compressedOffset);
+      if (!want && opts.require) throw new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} was never verified; it cannot be served`);
+      if (!want) opts.record?.set(i, got);
+    }
     // the streaming pass checks every frame's flags too; media may have changed since
     const header = parseFrameHeaderOf(buf, i);
     const bad = frameHeaderProblem(header, f.compressedOffset);
@@ -109,8 +141,30 @@ export class BundleRandomReader {
     return this.entries.has(path);
   }
 
-  /** An entry's bytes [start, end) as a stream; not verified (see readVerified). */
+  /** An entry's bytes [start, end) as a stream; not verified (see readVerified, streamChecked). */
   stream(path: string, start = 0, end?: number): Readable {
+    return this.frames(path, start, end, {});
+  }
+
+  /**
+   * An entry's bytes [start, end), every frame held to the digest a verifying pass recorded:
+   * the entry is hashed in full first unless a pass over the whole file was given at open.
+   * A frame changed since then fails the stream before any of its bytes are passed on.
+   */
+  async streamChecked(path: string, start = 0, end?: number): Promise<Readable> {
+    if (!this.allChecked) {
+      let p = this.checked.get(path);
+      if (!p) {
+        p = this.check(path);
+        this.checked.set(path, p);
+        p.catch(() => this.checked.delete(path));
+      }
+      await p;
+    }
+    return this.frames(path, start, end, { require: true });
+  }
+
+  private frames(path: string, start: number, end: number | undefined, opts: { require?: boolean; record?: Map<number, Buffer> }): Readable {
     const loc = this.entries.get(path);
     if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
     const stop = Math.min(end ?? loc.size, loc.size);
@@ -125,7 +179,7 @@ export class BundleRandomReader {
         if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
         const next = pos + f.decompressedSize;
         if (next > from) {
-          const data = await self.frame(frame);
+          const data = await self.frame(frame, opts);
           yield data.subarray(Math.max(0, from - pos), Math.min(data.length, to - pos));
         }
         pos = next;
@@ -140,7 +194,8 @@ export class BundleRandomReader {
     if (!want) throw new FormatError('UNEXPECTED_ENTRY', `"${path}" is not listed in bundle.json`);
     const hash = newSha256();
     let size = 0;
-    for await (const c of this.stream(path)) {
+    const seen = new Map<number, Buffer>();
+    for await (const c of this.frames(path, 0, undefined, { record: seen })) {
       hash.update(c as Buffer);
       size += (c as Buffer).length;
       sink?.(c as Buffer);
@@ -149,6 +204,8 @@ export class BundleRandomReader {
     if (size !== want.size || actual !== want.digest) {
       throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${path}" read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`);
     }
+    // these bytes decompress to the signed entry: later reads of these frames must find them again
+    for (const [i, d] of seen) this.frameDigests[i] ??= d;
   }
 
   /** Checks an entry against its signed size and digest without keeping it in memory. */
@@ -167,6 +224,9 @@ export class BundleRandomReader {
     return this.fh.close();
   }
 }
+
+const changedOnMedia = (i: number, at: number) =>
+  new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} (byte ${at}) is not what was verified: the file changed on the media since; plug the original stick in again or copy the bundle afresh`);
 
 /** A frame holding one well-formed, named tar header (and nothing else). */
 function isHeaderFrame(block: Buffer): boolean {

@@ -3,13 +3,13 @@ import { open, stat } from 'node:fs/promises';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { newSha256 } from '@offline-bundle/oci';
+import { assertRegularFile, newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import {
   BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes, READ_CHUNK,
   FRAME_BYTES } from './layout.js';
 import { headerMessage } from './entry-header.js';
-import { FrameInspector } from './frame-inspector.js';
+import { FrameInspector, type WalkedFrame } from './frame-inspector.js';
 import { ListedEntries } from './listing.js';
 import { parseManifestBytes, type BundleManifest } from './manifest.js';
 import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
@@ -39,6 +39,12 @@ export interface VerifyOptions {
   onProgress?: (done: number, total: number) => void;
   /** Stops the pass (the agent shutting down); it then rejects with the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * Also hash each zstd frame's compressed bytes as they pass, for reading the same file
+   * again later through the seek index (serving from the media) with every frame held to
+   * what this pass verified, instead of hashing each blob a second time.
+   */
+  frameDigests?: boolean;
 }
 
 export interface VerifiedBundle {
@@ -49,7 +55,10 @@ export interface VerifiedBundle {
   signer?: TrustedKey;
   fileDigest: string;
   fileSize: number;
+  /** Proven to describe the file's frames exactly (offsets and sizes) as this pass read them. */
   seekIndex: SeekIndex;
+  /** sha256 of each frame's compressed bytes, by seek-index position (with `frameDigests`). */
+  frameDigests?: Buffer[];
 }
 
 async function readAll(data: Readable, limit: number, name: string): Promise<Buffer> {
@@ -63,9 +72,24 @@ async function readAll(data: Readable, limit: number, name: string): Promise<Buf
   return Buffer.concat(parts);
 }
 
+/**
+ * A FIFO or a device as the bundle would block the first read forever (a FIFO with no
+ * writer) or never end: refused before any read. A path that cannot be opened at all is
+ * IO_ERROR too, with the system's reason.
+ */
+async function openableRegularFile(path: string): Promise<void> {
+  const st = await assertRegularFile(path).catch((cause: unknown) => {
+    throw new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause });
+  });
+  if (!st) await stat(path).catch((cause: unknown) => { throw new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause }); });
+}
+
 /** Reads and checks the trailing seek index against the file's size. */
 export async function readSeekIndex(path: string): Promise<SeekIndex> {
-  const fh = await open(path, 'r');
+  await openableRegularFile(path);
+  const fh = await open(path, 'r').catch((cause: unknown) => {
+    throw new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause });
+  });
   try {
     const { size } = await fh.stat();
     if (size < FOOTER_BYTES) throw new FormatError('TRUNCATED', `${path} is ${size} bytes: too short to be a bundle`);
@@ -107,6 +131,7 @@ function badEntry(header: tar.Header, raw: RawHeaderFacts): FormatError | undefi
  */
 export async function verifyBundle(path: string, opts: VerifyOptions): Promise<VerifiedBundle> {
   assertTrust(opts.trust);
+  await openableRegularFile(path);
   let fileSize: number;
   try {
     fileSize = (await stat(path)).size;
@@ -134,7 +159,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
     },
   });
   // Frames the decoder accepts but the format forbids (no checksum, a skippable frame inside).
-  const inspector = new FrameInspector(fileSize);
+  const inspector = new FrameInspector(fileSize, { hashFrames: opts.frameDigests === true });
   const walker = new TarWalker();
   // Bytes past the listed entries' end never reach tar: its input ends there, and they are
   // reported once tar has judged what came before them. Failing at once would let the chunk
@@ -278,11 +303,29 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
   if (seekIndex.decompressedBytes !== tarBytes) {
     throw new FormatError('BAD_SEEK_TABLE', `the seek index covers ${seekIndex.decompressedBytes} bytes of archive, but it has ${tarBytes}`);
   }
+  const unlike = indexMismatch(seekIndex, inspector.frames);
+  if (unlike) throw new FormatError('BAD_SEEK_TABLE', `the seek index does not describe the file's frames (${unlike}): the file was altered; get a fresh copy`);
   const fileDigest = 'sha256:' + fileHash.digest('hex');
   if (opts.trust.digest && opts.trust.digest !== fileDigest) {
     throw new FormatError('FILE_DIGEST_MISMATCH', `the file's sha256 is ${fileDigest}, not the expected ${opts.trust.digest}: wrong file, or damaged in copying; copy it again`);
   }
-  return { manifest: manifest!, manifestBytes: manifestBytes!, signature: signature!, ...(signer ? { signer } : {}), fileDigest, fileSize, seekIndex };
+  return { manifest: manifest!, manifestBytes: manifestBytes!, signature: signature!, ...(signer ? { signer } : {}), fileDigest, fileSize, seekIndex, ...(opts.frameDigests ? { frameDigests: inspector.frames.map((f) => f.digest!) } : {}) };
+}
+
+/**
+ * Where the index and the frames walked differ, if they do. Random reads map entries through
+ * the index, so it must be the file's true frame list, not merely one that sums right.
+ */
+function indexMismatch(index: SeekIndex, walked: readonly WalkedFrame[]): string | undefined {
+  if (index.frames.length !== walked.length) return `${index.frames.length} frames listed, ${walked.length} in the file`;
+  for (let i = 0; i < walked.length; i++) {
+    const a = index.frames[i]!;
+    const b = walked[i]!;
+    if (a.compressedOffset !== b.compressedOffset || a.compressedSize !== b.compressedSize || a.decompressedSize !== b.decompressedSize) {
+      return `frame ${i} is listed at byte ${a.compressedOffset}, ${a.compressedSize} bytes holding ${a.decompressedSize}; the file has it at byte ${b.compressedOffset}, ${b.compressedSize} bytes holding ${b.decompressedSize}`;
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -351,6 +394,7 @@ async function classify(err: unknown, upstream: Error | undefined, complete: boo
 
 /** bundle.json and its signature only, from the first frames: for `inspect`, no trust implied. */
 export async function readHeader(path: string): Promise<{ manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer }> {
+  await openableRegularFile(path);
   const extract = tar.extract();
   const src = createReadStream(path);
   const decompress = new BoundedDecompress();

@@ -1,10 +1,9 @@
 import { constants } from 'node:fs';
-import { lstat, open, stat } from 'node:fs/promises';
+import { lstat, open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createHash } from 'node:crypto';
-import { Readable, Transform } from 'node:stream';
-import { BundleRandomReader, blobPath, type BundleManifest } from '@offline-bundle/format';
-import { BaseError, mirrorPath, sha256File } from '@offline-bundle/oci';
+import { Readable } from 'node:stream';
+import { BundleRandomReader, blobPath, type BundleManifest, type VerifiedFrames } from '@offline-bundle/format';
+import { BaseError, mirrorPath, newSha256 } from '@offline-bundle/oci';
 
 /**
  * Where the registry's bytes come from. Implementations only serve blobs the trusted
@@ -56,27 +55,34 @@ export function catalogOf(manifest: BundleManifest): Catalog {
 /** Why a layout cannot be served: missing, resized, not a regular file, or not the signed bytes. */
 export class LayoutError extends BaseError<'LAYOUT_INVALID'> {}
 
+/** Unit of re-checking a layout blob as it is served: small enough to hold per request. */
+const CHECK_CHUNK = 1024 * 1024;
+
 /**
  * A staged or extracted layout. Blob files must be regular files (a symlink could point
- * anywhere) of the signed size, and are hashed once at open unless the caller has just
- * written them through a verified extraction.
+ * anywhere) of the signed size. Unless the caller has just written them through a verified
+ * extraction into a directory only it writes, each blob is hashed at open, chunk by chunk,
+ * and every chunk served later is held to its digest from that read: a file edited in place
+ * after the check is refused, not served.
  */
 export class LayoutStore implements BlobStore {
-  private constructor(private readonly dir: string, private readonly catalog: Catalog) {}
+  private constructor(private readonly dir: string, private readonly catalog: Catalog, private readonly chunks: Map<string, Buffer[]> | undefined) {}
 
   static async open(dir: string, catalog: Catalog, opts: { verified?: boolean } = {}): Promise<LayoutStore> {
+    const chunks = opts.verified ? undefined : new Map<string, Buffer[]>();
     for (const [digest, size] of catalog.blobs) {
       const path = join(dir, blobPath(digest));
       const st = await lstat(path).catch(() => undefined);
       if (!st) throw new LayoutError('LAYOUT_INVALID', `layout ${dir} is incomplete: ${blobPath(digest)} is missing; stage or extract the bundle again`);
       if (!st.isFile()) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} is not a regular file; extract the bundle again`);
       if (st.size !== size) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} has ${st.size} of ${size} bytes; stage or extract the bundle again`);
-      if (!opts.verified) {
-        const actual = await sha256File(path);
-        if (actual.digest !== digest) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} does not match its signed digest; extract the bundle again`);
+      if (chunks) {
+        const hashed = await hashInChunks(path, size);
+        if (hashed.digest !== digest) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} does not match its signed digest; extract the bundle again`);
+        chunks.set(digest, hashed.chunks);
       }
     }
-    return new LayoutStore(dir, catalog);
+    return new LayoutStore(dir, catalog, chunks);
   }
 
   size(digest: string): number | undefined {
@@ -86,87 +92,80 @@ export class LayoutStore implements BlobStore {
   async open(digest: string, start: number, end: number): Promise<Readable> {
     // O_NOFOLLOW: a blob swapped for a symlink after open() checked it is refused, not followed
     const fh = await open(join(this.dir, blobPath(digest)), constants.O_RDONLY | constants.O_NOFOLLOW);
-    return fh.createReadStream({ start, end: end - 1 });
+    const chunks = this.chunks?.get(digest);
+    if (!chunks) return fh.createReadStream({ start, end: end - 1 });
+    // byte mode: a slow client holds about one chunk here, not sixteen
+    return Readable.from(checkedRange(fh, chunks, this.catalog.blobs.get(digest)!, start, end, `layout ${this.dir}: ${blobPath(digest)}`), { objectMode: false, highWaterMark: CHECK_CHUNK });
   }
 
   async close(): Promise<void> {}
 }
 
-/**
- * Serving straight from the media through the seek index. The index is untrusted and the
- * media may change under us, so each blob is hashed in full against its signed digest
- * before any byte of it is served; a blob verified once is not re-hashed while the file's
- * size and mtime stay the same.
- */
-const SMALL_BLOB = 4 * 1024 * 1024;
-
-/** Passes bytes through one chunk behind, releasing the last chunk only if the whole hashes to `digest`. */
-function holdBackUntilVerified(digest: string): Transform {
-  const hash = createHash('sha256');
-  let held: Buffer | undefined;
-  return new Transform({
-    transform(chunk: Buffer, _enc, cb) {
-      hash.update(chunk);
-      const out = held;
-      held = chunk;
-      cb(null, out);
-    },
-    flush(cb) {
-      const actual = 'sha256:' + hash.digest('hex');
-      if (actual !== digest) return cb(new Error(`blob ${digest} changed on the media while being served (read ${actual})`));
-      cb(null, held);
-    },
-  });
+/** One read of a blob: its digest and each CHECK_CHUNK's sha256. */
+async function hashInChunks(path: string, size: number): Promise<{ digest: string; chunks: Buffer[] }> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    const whole = newSha256();
+    const chunks: Buffer[] = [];
+    const buf = Buffer.allocUnsafe(Math.min(CHECK_CHUNK, size));
+    for (let at = 0; at < size; at += CHECK_CHUNK) {
+      const piece = await readFully(fh, buf, at, Math.min(CHECK_CHUNK, size - at));
+      whole.update(piece);
+      chunks.push(newSha256().update(piece).digest());
+    }
+    return { digest: 'sha256:' + whole.digest('hex'), chunks };
+  } finally {
+    await fh.close();
+  }
 }
 
-export class BundleFileStore implements BlobStore {
-  private readonly verified = new Map<string, Promise<void>>();
-  private stamp = '';
-
-  private constructor(private readonly path: string, private readonly reader: BundleRandomReader, private readonly catalog: Catalog) {}
-
-  static async open(path: string, manifest: BundleManifest, catalog: Catalog): Promise<BundleFileStore> {
-    const reader = await BundleRandomReader.open(path, manifest);
-    const store = new BundleFileStore(path, reader, catalog);
-    store.stamp = await store.fileStamp();
-    return store;
+/** Bytes [start, end) of a blob, each chunk passed on only once it hashes as it did at open. */
+async function* checkedRange(fh: FileHandle, chunks: Buffer[], size: number, start: number, end: number, what: string): AsyncGenerator<Buffer> {
+  try {
+    for (let c = Math.floor(start / CHECK_CHUNK); c * CHECK_CHUNK < end; c++) {
+      const at = c * CHECK_CHUNK;
+      // a buffer per chunk: the one before may still wait in the stream
+      const piece = await readFully(fh, Buffer.allocUnsafe(Math.min(CHECK_CHUNK, size - at)), at, Math.min(CHECK_CHUNK, size - at));
+      if (!newSha256().update(piece).digest().equals(chunks[c]!)) {
+        throw new LayoutError('LAYOUT_INVALID', `${what} changed on disk after it was checked (bytes ${at}-${at + piece.length - 1}); it is not served: extract the bundle again`);
+      }
+      yield piece.subarray(Math.max(0, start - at), Math.min(piece.length, end - at));
+    }
+  } finally {
+    await fh.close();
   }
+}
 
-  private async fileStamp(): Promise<string> {
-    const s = await stat(this.path);
-    return `${s.size}:${s.mtimeMs}:${s.ino}`;
+async function readFully(fh: FileHandle, buf: Buffer, position: number, length: number): Promise<Buffer> {
+  let got = 0;
+  while (got < length) {
+    const { bytesRead } = await fh.read(buf, got, length - got, position + got);
+    if (bytesRead === 0) throw new LayoutError('LAYOUT_INVALID', `a layout blob shrank to ${position + got} bytes while being served; extract the bundle again`);
+    got += bytesRead;
+  }
+  return buf.subarray(0, length);
+}
+
+/**
+ * Serving straight from the media through the seek index. The media may change under us
+ * (rewritten in place, mtime restored), so every frame read is held to the sha256 of that
+ * frame as a verifying pass read it (BundleRandomReader.streamChecked): a full GET and a
+ * Range alike pass on only bytes that were verified.
+ */
+export class BundleFileStore implements BlobStore {
+  private constructor(private readonly reader: BundleRandomReader, private readonly catalog: Catalog) {}
+
+  /** `verified`: the pass `verifyBundle(path, { frameDigests: true })` just made, saving a second read of each blob. */
+  static async open(path: string, manifest: BundleManifest, catalog: Catalog, verified?: VerifiedFrames): Promise<BundleFileStore> {
+    return new BundleFileStore(await BundleRandomReader.open(path, manifest, verified), catalog);
   }
 
   size(digest: string): number | undefined {
     return this.catalog.blobs.get(digest);
   }
 
-  private verify(digest: string): Promise<void> {
-    let p = this.verified.get(digest);
-    if (!p) {
-      p = this.reader.verify(blobPath(digest));
-      this.verified.set(digest, p);
-      p.catch(() => this.verified.delete(digest));
-    }
-    return p;
-  }
-
-  async open(digest: string, start: number, end: number): Promise<Readable> {
-    const stamp = await this.fileStamp();
-    if (stamp !== this.stamp) {
-      this.verified.clear();
-      this.stamp = stamp;
-    }
-    const path = blobPath(digest);
-    const size = this.catalog.blobs.get(digest)!;
-    // The media is read again for every request, so what was hashed is not proof of what is
-    // sent: small blobs (manifests, configs) go out from the very buffer that was checked,
-    // whole large blobs are hashed again as they stream and cut off before their last bytes
-    // if they differ. Ranges rely on the earlier check and the frames' own checksums.
-    if (size <= SMALL_BLOB) return Readable.from([(await this.reader.readVerified(path)).subarray(start, end)]);
-    await this.verify(digest);
-    const stream = this.reader.stream(path, start, end);
-    return start === 0 && end === size ? stream.pipe(holdBackUntilVerified(digest)) : stream;
+  open(digest: string, start: number, end: number): Promise<Readable> {
+    return this.reader.streamChecked(blobPath(digest), start, end);
   }
 
   close(): Promise<void> {
