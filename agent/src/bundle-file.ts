@@ -19,7 +19,9 @@ const GONE = new Set(['ENOENT', 'ESTALE', 'ENODEV', 'ENXIO', 'EIO']);
  * media going away, not an internal fault: reported as MediaRemoved with what to do.
  */
 export function mediaGone(err: unknown, file: string): unknown {
-  const e = err as NodeJS.ErrnoException;
+  // the format library wraps what the system said as IO_ERROR, keeping it as the cause
+  let e = err as NodeJS.ErrnoException | undefined;
+  for (let depth = 0; e && typeof e.syscall !== 'string' && depth < 3; depth++) e = e.cause as NodeJS.ErrnoException | undefined;
   if (typeof e?.syscall !== 'string' || e.path !== file || !GONE.has(e.code ?? '')) return err;
   return new AgentError('MediaRemoved', `${file} disappeared or cannot be read (${e.code}): was the USB stick removed or the file deleted? Plug it in again, check the path and retry`, { cause: err });
 }
