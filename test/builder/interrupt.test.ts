@@ -28,7 +28,7 @@ t.test('SIGINT while writing the bundle', async (t) => {
   });
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   t.ok(sent, 'interrupted during the write');
-  t.equal(code, 1, 'exits non-zero');
+  t.equal(code, 130, 'exits 130 (128 + SIGINT), as a shell reports an interrupted command');
   t.match(stderr, /bundle: INTERRUPTED: interrupted: nothing written/);
   t.same(await readdir(outDir).catch(() => []), [], 'no bundle, no temp file, no .sha256');
 
