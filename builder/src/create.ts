@@ -4,7 +4,7 @@ import { dirname, join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
-  makeDirs, openSource, systemRoot, readSmallFile, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
+  connectionOptions, makeDirs, openSource, readSmallFile, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
 import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
@@ -177,7 +177,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()));
   const client = new RegistryClient({
     auth: AuthStore.fromOptions(opts.authfile, opts.creds !== undefined ? { creds: opts.creds } : {}),
-    connection: { env: process.env, systemRoot: systemRoot(), home: process.env.HOME ?? homedir(), ...(opts.certDir ? { certDir: opts.certDir } : {}) },
+    connection: connectionOptions(process.env, opts.certDir),
     userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
   const ctx = {
     client,

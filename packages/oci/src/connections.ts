@@ -1,11 +1,18 @@
+import { homedir } from 'node:os';
 import { rootCertificates } from 'node:tls';
 import { Agent, EnvHttpProxyAgent, interceptors, type Dispatcher } from 'undici';
 import { certDirFor, readCertDir, type CertDirOptions, type HostTls } from './cert-dirs.js';
 import { OciError } from './errors.js';
+import { systemRoot } from './system-root.js';
 
 export interface ConnectionOptions extends CertDirOptions {
   /** Where HTTPS_PROXY, HTTP_PROXY and NO_PROXY (either case) are read. */
   env?: NodeJS.ProcessEnv;
+}
+
+/** The connection settings of a process: its environment's proxies, certs.d under its system root and $HOME, --cert-dir. */
+export function connectionOptions(env: NodeJS.ProcessEnv = process.env, certDir?: string): ConnectionOptions {
+  return { env, systemRoot: systemRoot(env), home: env.HOME ?? homedir(), ...(certDir ? { certDir } : {}) };
 }
 
 export interface ProxySettings {
