@@ -2,7 +2,7 @@
 import t, { type Test } from 'tap';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { AuthStore, defaultAuthFiles } from '@offline-bundle/oci';
+import { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles } from '@offline-bundle/oci';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });
@@ -128,7 +128,9 @@ t.test('unreadable or invalid auth files are INVALID_CONFIG', async (t) => {
   const [bad] = await authFiles(t, '{ "auths": { "quay.io": ');
   t.throws(() => new AuthStore([bad!]), ociErr('INVALID_CONFIG'), 'not JSON');
   const dir = await tmpdir(t);
-  t.throws(() => new AuthStore([dir]), ociErr('INVALID_CONFIG'), 'a directory (EISDIR) is not silently skipped');
+  t.throws(() => new AuthStore([dir]), ociErr('NOT_A_REGULAR_FILE'), 'a directory is not silently skipped');
+  const [huge] = await authFiles(t, `{"auths":{},"pad":"${'x'.repeat(MAX_AUTH_FILE_BYTES)}"}`);
+  t.throws(() => new AuthStore([huge!]), ociErr('FILE_TOO_LARGE'), `an auth file over ${MAX_AUTH_FILE_BYTES} bytes`);
 });
 
 t.test('defaultAuthFiles follows containers-auth.json(5) and containers/image getAuthFilePaths', async (t) => {

@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { helperCredentials, type HelperOptions } from './credential-helper.js';
@@ -69,6 +69,23 @@ function decodeEntry(entry: AuthEntry, file: string, key: string): Credentials {
   return {};
 }
 
+/** An auth.json with a few hundred registries is some tens of KiB. */
+export const MAX_AUTH_FILE_BYTES = 1024 * 1024;
+
+function readAuthFile(path: string, ownerOnly: boolean): string {
+  // O_NONBLOCK: a FIFO put where the file was expected must not hang the open
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `auth file ${path} is not a regular file`);
+    if (st.size > MAX_AUTH_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `auth file ${path} is over ${MAX_AUTH_FILE_BYTES} bytes: is it the right file?`);
+    if (ownerOnly && (st.mode & 0o044) !== 0) throw new OciError('INVALID_CONFIG', `${path} is readable by others than its owner: chmod 600 ${path}`);
+    return readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 export interface AuthStoreOptions {
   /** --creds USER:PASSWORD: used for every registry, before any file (as skopeo's --creds). */
   creds?: string;
@@ -105,10 +122,7 @@ export class AuthStore {
       const { path } = file;
       let text: string;
       try {
-        if (file.ownerOnly && (statSync(path).mode & 0o044) !== 0) {
-          throw new OciError('INVALID_CONFIG', `${path} is readable by others than its owner: chmod 600 ${path}`);
-        }
-        text = readFileSync(path, 'utf8');
+        text = readAuthFile(path, file.ownerOnly === true);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
         if (err instanceof OciError) throw err;

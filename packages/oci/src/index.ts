@@ -9,7 +9,7 @@ export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } fro
 export { parseReference, formatReference, repositoryName, digestReference } from './reference.js';
 export { parsePlatform, formatPlatform, platformMatches, normalizeArch } from './platform.js';
 export { parseManifest } from './manifest.js';
-export { AuthStore, defaultAuthFiles, parseCreds } from './auth.js';
+export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles, parseCreds } from './auth.js';
 export { CREDENTIAL_HELPER_TIMEOUT_MS, MAX_CREDENTIAL_HELPER_OUTPUT, helperCredentials } from './credential-helper.js';
 export { MAX_CERT_FILE_BYTES, certDirFor, readCertDir } from './cert-dirs.js';
 export { Connections, connectionOptions, proxyFromEnv } from './connections.js';
