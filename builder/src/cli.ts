@@ -122,11 +122,25 @@ export function buildProgram(): Command {
 Examples:
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
-  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \
-      --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \
+  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
+      --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \\
       --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle
   bundle create --version 1.30.2 --image docker.io/rancher/k3s:v1.30.2-k3s1 \\
-      --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle`)
+      --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle
+  skopeo copy docker://registry.example.com/tool:v3 dir:./tool && \\
+    bundle create --version 1.0 --image dir:./tool=registry.example.com/tool:v3 --key factory.key -o tool.bundle
+
+Registry access (as podman and skopeo):
+  proxy        HTTPS_PROXY, HTTP_PROXY, NO_PROXY (or lower case); never for 127.0.0.1 and localhost
+  TLS          system CAs plus *.crt of the first of ~/.config/containers/certs.d/HOST:PORT,
+               /etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT (*.cert + *.key there:
+               a client certificate); --cert-dir DIR: that directory for every registry
+  credentials  --creds, else --authfile (or REGISTRY_AUTH_FILE) alone, else $XDG_RUNTIME_DIR/containers/auth.json
+               (/run/containers/$UID/auth.json), ~/.config/containers/auth.json, ~/.docker/config.json,
+               ~/.dockercfg; credHelpers/credsStore run docker-credential-NAME from PATH
+  podman store export first: podman save --format oci-archive -o app.tar IMAGE, then --image oci-archive:app.tar
+
+Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130/143 interrupted (SIGINT/SIGTERM).`)
     .action(async (o) => {
       const progress = new Progress({ quiet: o.quiet || o.json });
       const ac = new AbortController();
