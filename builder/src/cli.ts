@@ -112,7 +112,7 @@ export function buildProgram(): Command {
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
     .option('--authfile <file>', 'registry credentials file (default: REGISTRY_AUTH_FILE, else podman\'s, skopeo\'s and docker\'s files, with docker-credential-* helpers)')
     .option('--creds <user:password>', 'credentials for every registry, before any auth file')
-    .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: /etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT)')
+    .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
@@ -147,7 +147,8 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
-      if (!o.force && await stat(o.output).then(() => true, () => false)) {
+      // a directory is left to the write's own check, which names that problem
+      if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
       }
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal });
