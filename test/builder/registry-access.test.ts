@@ -3,13 +3,13 @@
 // (a CONNECT proxy written here), docker-credential-* helpers (a script on PATH), root's
 // /run/containers/0/auth.json, --creds, a missing --authfile, and the plain-http hint.
 // System paths (/etc/containers, /run/containers) are read under BUNDLE_SYSTEM_ROOT, a temp dir.
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
-import net from 'node:net';
 import path from 'node:path';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage } from '../helpers/images.mjs';
 import { makeTestCa } from '../helpers/test-ca.mjs';
+import { startConnectProxy } from '../helpers/connect-proxy.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { bundle, bundleJson, errorCode, keygen, listDir, writeAuthFile } from './lib.js';
 
@@ -92,47 +92,13 @@ t.test('a registry that requires a client certificate: *.cert + *.key in certs.d
   t.equal((await bundleJson(mutual.output)).images[0]!.digest, img.digest);
 });
 
-/** A CONNECT proxy: records every CONNECT target and tunnels `alias` hosts to 127.0.0.1. */
-async function connectProxy(t: Test, alias: Record<string, string>) {
-  const seen: string[] = [];
-  const server = net.createServer((client) => {
-    let head = Buffer.alloc(0);
-    const onData = (d: Buffer) => {
-      head = Buffer.concat([head, d]);
-      const end = head.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      client.off('data', onData);
-      const [method, target] = head.subarray(0, end).toString('latin1').split(' ');
-      seen.push(`${method} ${target}`);
-      const upstream = method === 'CONNECT' ? alias[target!] : undefined;
-      if (!upstream) {
-        client.end('HTTP/1.1 403 Forbidden\r\n\r\n');
-        return;
-      }
-      const [host, port] = upstream.split(':');
-      const up = net.connect(Number(port), host, () => {
-        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        const rest = head.subarray(end + 4);
-        if (rest.length) up.write(rest);
-        client.pipe(up).pipe(client);
-      });
-      up.on('error', () => client.destroy());
-      client.on('error', () => up.destroy());
-    };
-    client.on('data', onData);
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
-  return { url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, seen };
-}
-
 t.test('HTTPS_PROXY / https_proxy / NO_PROXY: a registry whose name only the proxy resolves', async (t) => {
   const reg = await startRegistry({ tls: { certificate: ca.serverCert, key: ca.serverKey } });
   t.teardown(() => reg.stop());
   const port = reg.host.split(':')[1]!;
   const name = `registry.factory.test:${port}`;
   await pushImage(spec('through the proxy'), `${reg.host}/app:v1`);
-  const proxy = await connectProxy(t, { [name]: reg.host });
+  const proxy = await startConnectProxy(t, { [name]: reg.host });
   const certDir = await certsD(path.join(work, 'proxy-certs'), 'x');
 
   const upper = await create(['--image', `${name}/app:v1`, '--cert-dir', certDir], { HTTPS_PROXY: proxy.url });

@@ -1,11 +1,15 @@
 // The pieces of registry access, one by one: proxy variables, certs.d lookup and reading,
 // docker-credential-* helpers (with their time and output limits), dir: sources.
 import t from 'tap';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import {
-  DirSource, MAX_CERT_FILE_BYTES, certDirFor, helperCredentials, proxyFromEnv, readCertDir,
+  DirSource, MAX_CERT_FILE_BYTES, certDirFor, fetchStoreSignatures, helperCredentials, proxyFromEnv, readCertDir,
 } from '@offline-bundle/oci';
+import { startConnectProxy } from '../helpers/connect-proxy.mjs';
+import { makeTestCa } from '../helpers/test-ca.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ociErr = (code: string, message?: RegExp) => ({ name: 'OciError', code, ...(message ? { message } : {}) });
@@ -93,4 +97,28 @@ t.test('DirSource: version file, manifest limit, child manifests checked against
   await writeFile(path.join(dir, `${'a'.repeat(64)}.manifest.json`), '{"schemaVersion":2}');
   await t.rejects(src.getManifest(fake), ociErr('DIGEST_MISMATCH'));
   await t.rejects(src.getBlob(fake, 1), ociErr('NOT_FOUND'));
+});
+
+t.test('a signature store over https goes through the same proxy and certs.d as the registries', async (t) => {
+  const dir = await tmpdir(t);
+  const ca = await makeTestCa(dir, { names: ['sigs.factory.test'] });
+  const digest = `sha256:${'b'.repeat(64)}`;
+  const server = https.createServer({ cert: await readFile(ca.serverCert), key: await readFile(ca.serverKey) }, (req, res) => {
+    if (req.url === `/store/sha256=${'b'.repeat(64)}/signature-1`) res.end('SIG-1');
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  const port = (server.address() as AddressInfo).port;
+  const name = `sigs.factory.test:${port}`;
+  const proxy = await startConnectProxy(t, { [name]: `127.0.0.1:${port}` });
+  const certDir = path.join(dir, 'certs');
+  await mkdir(certDir);
+  await copyFile(ca.caCert, path.join(certDir, 'ca.crt'));
+
+  const sigs = await fetchStoreSignatures(`https://${name}/store`, digest, { connection: { env: { HTTPS_PROXY: proxy.url }, certDir } });
+  t.strictSame(sigs.map((b) => b.toString()), ['SIG-1']);
+  t.ok(proxy.seen.includes(`CONNECT ${name}`), 'through the proxy');
+  await t.rejects(fetchStoreSignatures(`https://${name}/store`, digest, { connection: { env: { HTTPS_PROXY: proxy.url }, systemRoot: dir } }),
+    ociErr('TLS_ERROR', /certificate not trusted/), 'without the CA: a TLS error that names the fix');
 });
