@@ -131,7 +131,7 @@ Examples:
     bundle create --version 1.0 --image dir:./tool=registry.example.com/tool:v3 --key factory.key -o tool.bundle
 
 Registry access (as podman and skopeo):
-  proxy        HTTPS_PROXY, HTTP_PROXY, NO_PROXY (or lower case); never for 127.0.0.1 and localhost
+  proxy        HTTPS_PROXY, HTTP_PROXY, NO_PROXY (names, host:port, 10.0.0.0/8; or lower case); never for loopback
   TLS          system CAs plus *.crt of the first of ~/.config/containers/certs.d/HOST:PORT,
                /etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT (*.cert + *.key there:
                a client certificate); --cert-dir DIR: that directory for every registry

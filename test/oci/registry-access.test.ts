@@ -6,7 +6,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import {
-  DirSource, MAX_CERT_FILE_BYTES, certDirFor, fetchStoreSignatures, helperCredentials, proxyFromEnv, readCertDir,
+  DirSource, MAX_CERT_FILE_BYTES, bypassesProxy, certDirFor, fetchStoreSignatures, helperCredentials, proxyFromEnv, readCertDir,
 } from '@offline-bundle/oci';
 import { startConnectProxy } from '../helpers/connect-proxy.mjs';
 import { makeTestCa } from '../helpers/test-ca.mjs';
@@ -21,6 +21,33 @@ t.test('proxyFromEnv reads the variables as Go does for skopeo', async (t) => {
     httpProxy: '', httpsProxy: 'http://a:3128', noProxy: '.corp,localhost,127.0.0.1,[::1]',
   }, 'upper case wins; loopback is never proxied');
   t.equal(proxyFromEnv({ http_proxy: 'proxy.corp:8080' })?.httpProxy, 'http://proxy.corp:8080', 'a bare host:port is http://');
+});
+
+t.test('bypassesProxy reads NO_PROXY as Go\'s httpproxy', async (t) => {
+  const cases: [string, string, boolean][] = [
+    ['reg.corp.example', '', false],
+    ['reg.corp.example', '*', true],
+    ['reg.corp.example', 'corp.example', true],
+    ['corp.example', 'corp.example', true],
+    ['reg.corp.example', '.corp.example', true],
+    ['corp.example', '.corp.example', false],
+    ['corp.example', '*.corp.example', false],
+    ['reg.corp.example', '*.corp.example', true],
+    ['notcorp.example', 'corp.example', false],
+    ['reg.corp.example:5000', 'reg.corp.example:5000', true],
+    ['reg.corp.example:5001', 'reg.corp.example:5000', false],
+    ['reg.corp.example', 'reg.corp.example:443', true],
+    ['10.1.2.3:5000', '10.0.0.0/8', true],
+    ['11.1.2.3:5000', '10.0.0.0/8', false],
+    ['10.1.2.3', '10.1.2.3', true],
+    ['[fd00::5]:5000', 'fd00::/8', true],
+    ['[fd00::5]:5000', 'fd00::5', true],
+    ['127.0.0.2:5000', '', true],
+    ['localhost:5000', '', true],
+    ['[::1]:5000', '', true],
+    ['Reg.Corp.Example', 'other.example, CORP.example', true],
+  ];
+  for (const [host, noProxy, want] of cases) t.equal(bypassesProxy(host, noProxy), want, `${host} with NO_PROXY=${JSON.stringify(noProxy)}`);
 });
 
 t.test('certDirFor: --cert-dir, else ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d', async (t) => {

@@ -1,3 +1,4 @@
+import { BlockList, isIP } from 'node:net';
 import { homedir } from 'node:os';
 import { rootCertificates } from 'node:tls';
 import { Agent, EnvHttpProxyAgent, interceptors, type Dispatcher } from 'undici';
@@ -36,6 +37,50 @@ export function proxyFromEnv(env: NodeJS.ProcessEnv): ProxySettings | undefined 
   if (!httpProxy && !httpsProxy) return undefined;
   const noProxy = [first(env, 'NO_PROXY', 'no_proxy'), 'localhost', '127.0.0.1', '[::1]'].filter(Boolean).join(',');
   return { httpProxy, httpsProxy, noProxy };
+}
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+const family = (ip: string) => (isIP(ip) === 6 ? 'ipv6' : 'ipv4');
+
+/**
+ * Whether `hostPort` is reached without the proxy, by NO_PROXY as Go's httpproxy reads it
+ * (and so skopeo): "*", names with their subdomains ("corp.example", ".corp.example",
+ * "*.corp.example"), "host:port", IP addresses and CIDR ranges ("10.0.0.0/8"); localhost and
+ * loopback addresses never go through a proxy.
+ */
+export function bypassesProxy(hostPort: string, noProxy: string): boolean {
+  const url = new URL(`https://${hostPort}`);
+  const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  const port = url.port || '443';
+  const ip = isIP(host) !== 0;
+  if (host === 'localhost' || (ip && LOOPBACK.check(host, family(host)))) return true;
+  for (const raw of noProxy.split(/[,\s]+/)) {
+    const entry = raw.toLowerCase();
+    if (!entry) continue;
+    if (entry === '*') return true;
+    const slash = entry.indexOf('/');
+    if (slash > 0) {
+      const [net, bits] = [entry.slice(0, slash), Number(entry.slice(slash + 1))];
+      if (ip && isIP(net) && family(net) === family(host)) {
+        const range = new BlockList();
+        range.addSubnet(net, bits, family(net));
+        if (range.check(host, family(host))) return true;
+      }
+      continue;
+    }
+    if (isIP(entry)) {
+      if (entry === host) return true;
+      continue;
+    }
+    const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry);
+    if (!m || (m[2] && m[2] !== port)) continue;
+    const name = m[1]!.replace(/^\[|\]$/g, '').replace(/^\*/, '');
+    if (host === name.replace(/^\./, '') && !name.startsWith('.')) return true;
+    if (!ip && host.endsWith(name.startsWith('.') ? name : `.${name}`)) return true;
+  }
+  return false;
 }
 
 const CERT_CODES = /CERT|SELF_SIGNED|UNABLE_TO_(VERIFY|GET_ISSUER)|ERR_TLS_CERT_ALTNAME_INVALID/;
@@ -106,8 +151,10 @@ export class Connections {
       ...(insecure ? { rejectUnauthorized: false } : {}),
     };
     const connect = { timeout: 30_000, ...tlsOptions };
-    // requestTls: the TLS to the registry inside a proxy's CONNECT tunnel
-    const base = this.proxy ? new EnvHttpProxyAgent({ ...this.proxy, connect, requestTls: tlsOptions }) : new Agent({ connect });
+    // requestTls: the TLS to the registry inside a proxy's CONNECT tunnel. NO_PROXY is judged
+    // here for the host itself (undici's own check knows no CIDR ranges); undici's applies to redirects.
+    const proxied = this.proxy && !bypassesProxy(hostPort, this.proxy.noProxy);
+    const base = proxied ? new EnvHttpProxyAgent({ ...this.proxy!, connect, requestTls: tlsOptions }) : new Agent({ connect });
     return { dispatcher: base.compose(interceptors.redirect({ maxRedirections: 5 })), ...(tls ? { tls } : {}) };
   }
 

@@ -12,7 +12,7 @@ export { parseManifest } from './manifest.js';
 export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles, parseCreds } from './auth.js';
 export { CREDENTIAL_HELPER_TIMEOUT_MS, MAX_CREDENTIAL_HELPER_OUTPUT, helperCredentials } from './credential-helper.js';
 export { MAX_CERT_FILE_BYTES, certDirFor, readCertDir } from './cert-dirs.js';
-export { Connections, connectionOptions, proxyFromEnv } from './connections.js';
+export { Connections, bypassesProxy, connectionOptions, proxyFromEnv } from './connections.js';
 export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
 export { RegistriesConf } from './registries-conf.js';
 export { RegistryClient, skipBytes } from './registry-client.js';
