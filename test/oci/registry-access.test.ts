@@ -6,7 +6,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import {
-  DirSource, MAX_CERT_FILE_BYTES, bypassesProxy, certDirFor, fetchStoreSignatures, helperCredentials, proxyFromEnv, readCertDir,
+  AuthStore, DirSource, MAX_CERT_FILE_BYTES, bypassesProxy, certDirFor, fetchStoreSignatures, helperCredentials, proxyFromEnv, readCertDir,
 } from '@offline-bundle/oci';
 import { startConnectProxy } from '../helpers/connect-proxy.mjs';
 import { makeTestCa } from '../helpers/test-ca.mjs';
@@ -109,6 +109,14 @@ t.test('helperCredentials: the docker-credential-helpers protocol, bounded in ti
   await t.rejects(helperCredentials('../../bin/sh', 'reg', 'test', opts), ociErr('INVALID_CONFIG'), 'a helper name is no path');
   await t.rejects(helperCredentials('slow', 'reg', 'test', { ...opts, timeoutMs: 300 }), ociErr('CREDENTIAL_HELPER_ERROR', /did not answer within/), 'a helper that hangs is killed');
   await t.rejects(helperCredentials('flood', 'reg', 'test', opts), ociErr('CREDENTIAL_HELPER_ERROR', /wrote more than 65536 bytes/), 'a helper that floods is killed');
+
+  const config = path.join(bin, 'config.json');
+  await writeFile(config, JSON.stringify({ credHelpers: { 'docker.io': 'pw', 'quay.io': 'none' }, credsStore: 'token' }));
+  const store = new AuthStore([config], { helpers: opts });
+  t.strictSame(await store.lookup('docker.io', 'library/busybox'), { username: 'u-https://index.docker.io/v1/', password: 'p' },
+    'Docker Hub is asked for by its v1 index URL, as docker login stores it');
+  t.equal(await store.lookup('quay.io', 'a/b'), undefined, 'a credHelpers entry that has nothing: anonymous (credsStore is not asked)');
+  t.strictSame(await store.lookup('ghcr.io', 'a/b'), { identityToken: 'refresh' }, 'other registries: credsStore');
 });
 
 t.test('DirSource: version file, manifest limit, child manifests checked against their digest', async (t) => {

@@ -164,7 +164,8 @@ export class AuthStore {
     const key = `${name} ${registry}`;
     let answer = this.asked.get(key);
     if (!answer) {
-      answer = helperCredentials(name, registry, source, this.opts.helpers);
+      // "docker login" stores Docker Hub's credentials under its v1 index URL
+      answer = helperCredentials(name, registry === 'docker.io' ? 'https://index.docker.io/v1/' : registry, source, this.opts.helpers);
       this.asked.set(key, answer);
     }
     return answer;

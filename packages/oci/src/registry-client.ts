@@ -119,7 +119,7 @@ export class RegistryClient {
     }
     if (res.statusCode === 401 || res.statusCode === 403) {
       await res.body.dump();
-      throw new OciError('UNAUTHORIZED', `${loc.registry} refused the credentials for ${loc.repository}: log in with "podman login ${loc.registry}" or pass --authfile`);
+      throw new OciError('UNAUTHORIZED', `${loc.registry} refused the credentials for ${loc.repository}: log in with "podman login ${loc.registry}", or pass --authfile FILE or --creds USER:PASSWORD`);
     }
     if (res.statusCode !== 200) {
       await res.body.dump();
@@ -139,7 +139,7 @@ export class RegistryClient {
       await res.body.dump();
       const challenge = res.headers['www-authenticate'];
       const authz = typeof challenge === 'string' ? await this.authorize(loc, challenge) : undefined;
-      if (!authz) throw new OciError('UNAUTHORIZED', `${loc.registry} requires authentication for ${loc.repository}: log in with "podman login ${loc.registry}" or pass --authfile`);
+      if (!authz) throw new OciError('UNAUTHORIZED', `${loc.registry} requires authentication for ${loc.repository}: log in with "podman login ${loc.registry}", or pass --authfile FILE or --creds USER:PASSWORD`);
       this.tokens.set(key, authz);
       res = await this.send(loc, path, method, { ...headers, authorization: authz });
       if (res.statusCode === 401) {
