@@ -7,6 +7,7 @@ import {
 import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
+import { askSecret } from './prompt.js';
 import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
@@ -111,7 +112,7 @@ export function buildProgram(): Command {
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
     .option('--authfile <file>', 'registry credentials file (default: REGISTRY_AUTH_FILE, else podman\'s, skopeo\'s and docker\'s files, with docker-credential-* helpers)')
-    .option('--creds <user:password>', 'credentials for every registry, before any auth file')
+    .option('--creds <user[:password]>', 'credentials for every registry, before any auth file (without the password: asked on the terminal)')
     .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
@@ -151,6 +152,8 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
       }
+      // skopeo's --creds USER asks the password, which then stays out of the shell's history
+      if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal });
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer, warnings: r.warnings }) + '\n');

@@ -5,13 +5,14 @@
 // System paths (/etc/containers, /run/containers) are read under BUNDLE_SYSTEM_ROOT, a temp dir.
 import t from 'tap';
 import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage } from '../helpers/images.mjs';
 import { makeTestCa } from '../helpers/test-ca.mjs';
 import { startConnectProxy } from '../helpers/connect-proxy.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { bundle, bundleJson, errorCode, keygen, listDir, writeAuthFile } from './lib.js';
+import { BUNDLE_BIN, bundle, bundleJson, errorCode, hermeticEnv, keygen, listDir, q, writeAuthFile } from './lib.js';
 
 const work = await tmpdir(t, 'ob-access-');
 const keys = await keygen(work);
@@ -201,6 +202,28 @@ t.test('auth.json where podman and skopeo keep it; --creds; a missing --authfile
   t.equal(creds.code, 0, `--creds: ${creds.stderr}`);
   const wrong = await create(['--tls-verify=false', '--image', img.ref, '--creds', 'alice:nope'], env);
   t.equal(errorCode(wrong.stderr), 'UNAUTHORIZED', '--creds with a wrong password');
+
+  // --creds USER: the password is asked on the terminal (a pty from script(1)), not echoed
+  const dir = await mkdirP(path.join(work, 'prompt'));
+  const output = path.join(dir, 'a.bundle');
+  const cmd = [process.execPath, BUNDLE_BIN, 'create', '--tls-verify=false', '--image', img.ref, '--creds', 'alice', '--key', keys.key,
+    '--version', '1.0', '--cache', path.join(dir, 'cache'), '-o', output].map(q).join(' ');
+  const child = spawn('script', ['-qec', cmd, '/dev/null'], { env: hermeticEnv({ ...env, BUNDLE_SYSTEM_ROOT: dir }), stdio: ['pipe', 'pipe', 'pipe'] });
+  let screen = '';
+  let typed = false;
+  child.stdout.on('data', (d: Buffer) => {
+    screen += d;
+    if (!typed && screen.includes('Password for alice: ')) {
+      typed = true;
+      child.stdin.write('wonderland\r');
+    }
+  });
+  const code = await new Promise<number | null>((r) => child.once('close', (c) => r(c)));
+  t.equal(code, 0, `--creds alice, password typed at the prompt: ${screen}`);
+  t.notMatch(screen, /wonderland/, 'the password is not echoed');
+  t.equal((await bundleJson(output)).images[0]!.digest, img.digest);
+  const noTty = await create(['--tls-verify=false', '--image', img.ref, '--creds', 'alice'], env);
+  t.match(noTty.stderr, /--creds without a password needs a terminal to ask it on/, 'without a terminal: an error, not a hang');
 
   const absent = path.join(work, 'no-such-auth.json');
   const missing = await create(['--tls-verify=false', '--image', img.ref, '--authfile', absent]);
