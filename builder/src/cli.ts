@@ -1,12 +1,13 @@
-import { chmod, open } from 'node:fs/promises';
+import { chmod, open, stat } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, OciError, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir } from './create.js';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
+import { askSecret } from './prompt.js';
 import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
@@ -19,6 +20,13 @@ const positiveInt = (value: string) => {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
   return n;
 };
+// a flag as skopeo's: bare (true), =true or =false; a bare one never takes the next option as its value
+const boolArg = (value: string) => {
+  if (value !== 'true' && value !== 'false') throw new InvalidArgumentError('must be true or false (write --tls-verify=false)');
+  return value === 'true';
+};
+// 128 + the signal's number, as a shell reports a process the signal ended
+const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
 const levelArg = (value: string) => {
   const n = Number(value);
   // the help promises 1-19; zstd would otherwise clamp other numbers silently
@@ -88,7 +96,7 @@ export function buildProgram(): Command {
   program.command('create')
     .description('Build a bundle from a release image and/or images.')
     .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
-    .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF]; append =REGISTRY/REPO:TAG to name a local image', collect)
+    .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
     .option('--images-file <file>', 'a file with one image source per line (# comments)')
     .option('--arch <arch>', 'platform to keep from multi-arch images (amd64, arm64, linux/arm/v7)', 'amd64')
     .option('--all-platforms', 'keep every platform of multi-arch images')
@@ -100,13 +108,13 @@ export function buildProgram(): Command {
     .option('--release-keyring <file>', 'OpenPGP public keys (armored or binary) the release signatures must verify with; without it they are only checked to sign this release')
     .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
     .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it')
+    .option('--force', 'replace an existing output file')
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
-    .option('--authfile <file>', 'registry credentials (default: podman/skopeo/docker auth files)')
-    .option('--tls-verify <bool>', 'verify registry TLS certificates; false also allows plain http', (v: string) => {
-      if (v !== 'true' && v !== 'false') throw new InvalidArgumentError('must be true or false');
-      return v === 'true';
-    }, true)
+    .option('--authfile <file>', 'registry credentials file (default: REGISTRY_AUTH_FILE, else podman\'s, skopeo\'s and docker\'s files, with docker-credential-* helpers)')
+    .option('--creds <user[:password]>', 'credentials for every registry, before any auth file (without the password: asked on the terminal)')
+    .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
+    .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--quiet', 'no progress output')
@@ -115,17 +123,37 @@ export function buildProgram(): Command {
 Examples:
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
-  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \
-      --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \
+  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
+      --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \\
       --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle
   bundle create --version 1.30.2 --image docker.io/rancher/k3s:v1.30.2-k3s1 \\
-      --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle`)
+      --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle
+  skopeo copy docker://registry.example.com/tool:v3 dir:./tool && \\
+    bundle create --version 1.0 --image dir:./tool=registry.example.com/tool:v3 --key factory.key -o tool.bundle
+
+Registry access (as podman and skopeo):
+  proxy        HTTPS_PROXY, HTTP_PROXY, NO_PROXY (names, host:port, 10.0.0.0/8; or lower case); never for loopback
+  TLS          system CAs plus *.crt of the first of ~/.config/containers/certs.d/HOST:PORT,
+               /etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT (*.cert + *.key there:
+               a client certificate); --cert-dir DIR: that directory for every registry
+  credentials  --creds, else --authfile (or REGISTRY_AUTH_FILE) alone, else $XDG_RUNTIME_DIR/containers/auth.json
+               (/run/containers/$UID/auth.json), ~/.config/containers/auth.json, ~/.docker/config.json,
+               ~/.dockercfg; credHelpers/credsStore run docker-credential-NAME from PATH
+  podman store export first: podman save --format oci-archive -o app.tar IMAGE, then --image oci-archive:app.tar
+
+Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130/143 interrupted (SIGINT/SIGTERM).`)
     .action(async (o) => {
       const progress = new Progress({ quiet: o.quiet || o.json });
       const ac = new AbortController();
-      const stop = () => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED' }));
+      const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
+      // a directory is left to the write's own check, which names that problem
+      if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
+        throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
+      }
+      // skopeo's --creds USER asks the password, which then stays out of the shell's history
+      if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal });
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer, warnings: r.warnings }) + '\n');
@@ -158,7 +186,7 @@ Examples:
       await assertRegularFile(file);
       const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }) });
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
-      else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${v.manifest.images.length} images, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
+      else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${plural(v.manifest.images.length, 'image')}, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
     });
 
   trustOptions(program.command('extract')
@@ -180,7 +208,7 @@ Examples:
       });
       progress.finish();
       if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
-      else process.stdout.write(escapeControls(`extracted ${v.manifest.images.length} images to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
+      else process.stdout.write(escapeControls(`extracted ${plural(v.manifest.images.length, 'image')} to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
     });
 
   addClusterCommands(program);
@@ -205,7 +233,8 @@ export function main(argv: string[]): Promise<number> {
     // a command that already printed its JSON result (cluster status not ready) adds no second document
     if (argv.includes('--json') && !(err as { reported?: boolean })?.reported) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
     process.stderr.write(`bundle: ${code}: ${message}\n`);
-    return 1;
+    const exit = (err as { exitCode?: unknown })?.exitCode;
+    return code === 'INTERRUPTED' && typeof exit === 'number' ? exit : 1;
   });
 }
 

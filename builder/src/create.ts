@@ -4,7 +4,7 @@ import { dirname, join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
-  makeDirs, openSource, readSmallFile, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
+  connectionOptions, makeDirs, openSource, readSmallFile, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
 import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
@@ -36,6 +36,10 @@ export interface CreateOptions {
   cache?: string;
   jobs?: number;
   authfile?: string;
+  /** --creds USER:PASSWORD, for every registry. */
+  creds?: string;
+  /** --cert-dir: CAs and client certificate for every registry, instead of certs.d per host. */
+  certDir?: string;
   tlsVerify?: boolean;
   registriesConf?: string;
   level?: number;
@@ -171,7 +175,10 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
   const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()));
-  const client = new RegistryClient({ auth: AuthStore.fromOptions(opts.authfile), userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
+  const client = new RegistryClient({
+    auth: AuthStore.fromOptions(opts.authfile, opts.creds !== undefined ? { creds: opts.creds } : {}),
+    connection: connectionOptions(process.env, opts.certDir),
+    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,

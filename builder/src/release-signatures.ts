@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import {
-  BlobCache, OciError, fetchStoreSignatures, loadReleaseKeyring, sha256, verifyReleaseSignature, type ReleaseKeyring,
+  BlobCache, OciError, connectionOptions, fetchStoreSignatures, loadReleaseKeyring, sha256, verifyReleaseSignature, type ReleaseKeyring,
 } from '@offline-bundle/oci';
 import { RELEASE_SIGNATURE_MEDIA_TYPE, type BundleBlob, type ReleaseSignatureRef } from '@offline-bundle/format';
 import type { Progress } from './progress.js';
@@ -9,6 +9,8 @@ export interface ReleaseSignatureOptions {
   releaseSignatures?: string[];
   signatureStore?: string;
   releaseKeyring?: string;
+  /** --cert-dir: as for the registries. */
+  certDir?: string;
 }
 
 /**
@@ -25,7 +27,7 @@ export async function releaseSignatureBlobs(digest: string, cache: BlobCache, op
     found.push({ bytes, where: file });
   }
   if (opts.signatureStore) {
-    const fetched = await fetchStoreSignatures(opts.signatureStore, digest);
+    const fetched = await fetchStoreSignatures(opts.signatureStore, digest, { connection: connectionOptions(process.env, opts.certDir) });
     fetched.forEach((bytes, i) => found.push({ bytes, where: `signature-${i + 1} of ${opts.signatureStore}` }));
   }
   if (found.length === 0) {

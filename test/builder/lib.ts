@@ -24,11 +24,14 @@ export interface RunOptions {
 
 /**
  * The environment every CLI run gets: no credentials from the machine's auth files
- * (REGISTRY_AUTH_FILE names a file that does not exist), no cache in $HOME.
+ * (REGISTRY_AUTH_FILE names a file that does not exist), no cache in $HOME, no proxy, and
+ * /etc/containers, /etc/docker, /run/containers read under a directory that does not exist.
  */
 export function hermeticEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.SOURCE_DATE_EPOCH;
+  for (const v of ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'NO_PROXY', 'no_proxy']) delete env[v];
+  env.BUNDLE_SYSTEM_ROOT = '/nonexistent/offline-bundle-test/root';
   env.REGISTRY_AUTH_FILE = '/nonexistent/offline-bundle-test/auth.json';
   env.XDG_CACHE_HOME = '/nonexistent/offline-bundle-test/cache';
   for (const [k, v] of Object.entries(extra)) {

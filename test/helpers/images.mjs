@@ -232,7 +232,8 @@ export function repoOf(ref) {
  *
  * @param {ImageSpec} spec
  * @param {string} dest
- * @param {{ creds?: string }} [opts] creds: 'user:password' for the registry
+ * @param {{ creds?: string, certDir?: string }} [opts] creds: 'user:password' for the registry;
+ *   certDir: skopeo's --cert-dir (a client certificate for a registry that requires one)
  * @returns {Promise<ImageInfo & { ref: string, digestRef: string }>}
  */
 export async function pushImage(spec, dest, opts = {}) {
@@ -242,8 +243,9 @@ export async function pushImage(spec, dest, opts = {}) {
     const info = await writeImageLayout(dir, spec);
     const args = ['--all', '--preserve-digests'];
     if (opts.creds) args.push('--dest-creds', opts.creds);
+    if (opts.certDir) args.push('--dest-cert-dir', opts.certDir);
     await skopeoCopy(`oci:${dir}:${spec.tag}`, `docker://${ref}`, args);
-    const remote = await skopeoInspectRaw(`docker://${ref}`, opts.creds ? ['--creds', opts.creds] : []);
+    const remote = await skopeoInspectRaw(`docker://${ref}`, [...(opts.creds ? ['--creds', opts.creds] : []), ...(opts.certDir ? ['--cert-dir', opts.certDir] : [])]);
     if (sha256(remote) !== info.digest) {
       throw new Error(`pushImage: registry serves ${sha256(remote)} for ${ref}, expected ${info.digest}`);
     }

@@ -152,11 +152,21 @@ async function htpasswdLine(user, password) {
  */
 
 /**
+ * @typedef {object} RegistryTls
+ * @property {string} certificate  server certificate (PEM file)
+ * @property {string} key          its private key (PEM file)
+ * @property {string[]} [clientcas] CAs of the client certificates it requires
+ */
+
+/**
  * Start a private docker-registry on 127.0.0.1 with filesystem storage in a
  * fresh temp dir (deletes enabled, no auth unless opts.htpasswd or opts.token).
  * Never uses /etc/docker/registry/config.yml.
  *
- * @param {{ htpasswd?: { user: string, password: string }, token?: TokenAuth, timeoutMs?: number }} [opts]
+ * With opts.tls the registry speaks only TLS (distribution's `http.tls`): certificate and key
+ * are PEM file paths; clientcas (PEM file paths) makes it require a client certificate.
+ *
+ * @param {{ htpasswd?: { user: string, password: string }, token?: TokenAuth, tls?: RegistryTls, timeoutMs?: number }} [opts]
  * @returns {Promise<Registry>}
  */
 export async function startRegistry(opts = {}) {
@@ -167,7 +177,7 @@ export async function startRegistry(opts = {}) {
   let lastErr;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const reg = await launch(await freePort(), htpasswd, opts.token, opts.timeoutMs ?? 15000);
+      const reg = await launch(await freePort(), htpasswd, opts.token, opts.timeoutMs ?? 15000, opts.tls);
       if (opts.htpasswd) reg.creds = `${opts.htpasswd.user}:${opts.htpasswd.password}`;
       return reg;
     } catch (e) {
@@ -184,13 +194,14 @@ export async function startRegistry(opts = {}) {
  * @param {string|undefined} htpasswd  an htpasswd line for `auth.htpasswd`
  * @param {TokenAuth|undefined} token  settings for `auth.token`
  * @param {number} timeoutMs
+ * @param {RegistryTls} [tls]
  * @returns {Promise<Registry>}
  */
-async function launch(port, htpasswd, token, timeoutMs) {
+async function launch(port, htpasswd, token, timeoutMs, tls) {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-registry-'));
   const cleanup = () => rm(dir, { recursive: true, force: true });
   const host = `127.0.0.1:${port}`;
-  const url = `http://${host}`;
+  const url = `${tls ? 'https' : 'http'}://${host}`;
   const q = JSON.stringify;
   /** @type {string[]} */
   let auth = [];
@@ -225,6 +236,12 @@ async function launch(port, htpasswd, token, timeoutMs) {
         '    enabled: true',
         'http:',
         `  addr: ${host}`,
+        ...(tls ? [
+          '  tls:',
+          `    certificate: ${q(tls.certificate)}`,
+          `    key: ${q(tls.key)}`,
+          ...(tls.clientcas?.length ? ['    clientcas:', ...tls.clientcas.map((c) => `      - ${q(c)}`)] : []),
+        ] : []),
         `  secret: ${randomBytes(16).toString('hex')}`,
         'health:',
         '  storagedriver:',
@@ -249,12 +266,13 @@ async function launch(port, htpasswd, token, timeoutMs) {
     args: ['serve', config],
     env,
     // 401: htpasswd or token auth is on, and the registry is serving.
-    ready: async () => {
+    // with TLS (and perhaps a required client certificate), a listening port is the signal
+    ready: tls ? () => listening(port) : async () => {
       const res = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(1000) });
       await res.arrayBuffer();
       return res.status === 200 || res.status === 401;
     },
-    readyWhat: `answer GET ${url}/v2/`,
+    readyWhat: tls ? `listen on ${host}` : `answer GET ${url}/v2/`,
     timeoutMs,
     pollMs: 50,
     killAfterMs: 3000,
@@ -262,6 +280,15 @@ async function launch(port, htpasswd, token, timeoutMs) {
     cleanup,
   });
   return { host, url, dir, pid: svc.pid, logs: svc.logs, stop: svc.stop };
+}
+
+/** @param {number} port @returns {Promise<boolean>} whether 127.0.0.1:port accepts a connection */
+function listening(port) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    sock.once('connect', () => { sock.destroy(); resolve(true); });
+    sock.once('error', () => resolve(false));
+  });
 }
 
 const TRANSPORT_RE = /^(docker:\/\/|oci:|oci-archive:|dir:|docker-archive:|docker-daemon:|containers-storage:)/;

@@ -62,9 +62,15 @@ t.test('docker-archive:FILE[:REF][=NAME]', async (t) => {
   t.throws(() => parseSourceSpec('docker-archive:'), ociErr('INVALID_REFERENCE'));
 });
 
+t.test('dir:PATH[=NAME]: the whole rest is the path (skopeo dir: has no :REF)', async (t) => {
+  t.strictSame(parseSourceSpec('dir:/tmp/a:b=quay.io/x/y:v1'), { transport: 'dir', target: '/tmp/a:b', name: 'quay.io/x/y:v1', raw: 'dir:/tmp/a:b=quay.io/x/y:v1' });
+  t.strictSame(parseSourceSpec('dir:rel'), { transport: 'dir', target: 'rel', raw: 'dir:rel' });
+  t.throws(() => parseSourceSpec('dir:'), ociErr('INVALID_REFERENCE'));
+});
+
 t.test('unknown transports are UNSUPPORTED_TRANSPORT', async (t) => {
-  t.throws(() => parseSourceSpec('containers-storage:a/b'), ociErr('UNSUPPORTED_TRANSPORT'));
-  t.throws(() => parseSourceSpec('dir:/tmp/image'), ociErr('UNSUPPORTED_TRANSPORT'));
+  t.throws(() => parseSourceSpec('containers-storage:a/b'), { ...ociErr('UNSUPPORTED_TRANSPORT'), message: /podman save --format oci-archive .*skopeo copy containers-storage:a\/b oci-archive:/ },
+    'the error says how to export the image first');
   t.throws(() => parseSourceSpec('docker-daemon:library/busybox:latest'), ociErr('UNSUPPORTED_TRANSPORT'));
   t.throws(() => parseSourceSpec('ostree:/repo/x@/ostree'), ociErr('UNSUPPORTED_TRANSPORT'));
   t.throws(() => parseSourceSpec('docker-daemon:busybox:latest'), ociErr('UNSUPPORTED_TRANSPORT'), 'docker-daemon:NAME:TAG');

@@ -12,6 +12,9 @@ export type OciErrorCode =
   | 'UNAUTHORIZED'
   | 'REGISTRY_ERROR'
   | 'NETWORK_ERROR'
+  | 'CREDENTIAL_HELPER_ERROR' // a docker-credential-* helper missing, failing, stuck or answering nonsense
+  | 'OUTPUT_EXISTS'        // -o names an existing file and --force was not given
+  | 'TLS_ERROR'            // plain http where TLS was asked for, or a certificate not trusted: no retry helps
   | 'DIGEST_MISMATCH'
   | 'SIZE_MISMATCH'
   | 'INVALID_CONFIG'

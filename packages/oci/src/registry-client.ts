@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
-import { Agent, interceptors, request, type Dispatcher } from 'undici';
+import { request, type Dispatcher } from 'undici';
 import type { AuthStore, Credentials } from './auth.js';
+import { Connections, connectionError, isPlainHttpAnswer, type ConnectionOptions } from './connections.js';
 import { sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { MANIFEST_ACCEPT } from './media-types.js';
@@ -21,6 +22,8 @@ export interface RegistryClientOptions {
   /** Retries for network errors, 429 and 5xx (default 5 attempts). */
   attempts?: number;
   onRetry?: (message: string) => void;
+  /** Proxy environment, certs.d directories, --cert-dir. */
+  connection?: ConnectionOptions;
 }
 
 type Response = Dispatcher.ResponseData;
@@ -56,24 +59,21 @@ function basic(c: Credentials): string {
  * oci-registry-client, which has none of those.
  */
 export class RegistryClient {
-  private readonly secure: Dispatcher;
-  private readonly insecure: Dispatcher;
+  private readonly connections: Connections;
   private readonly schemes = new Map<string, 'https' | 'http'>();
   private readonly tokens = new Map<string, string>();
 
   constructor(private readonly opts: RegistryClientOptions) {
-    const redirect = interceptors.redirect({ maxRedirections: 5 });
-    this.secure = new Agent({ connect: { timeout: 30_000 } }).compose(redirect);
-    this.insecure = new Agent({ connect: { timeout: 30_000, rejectUnauthorized: false } }).compose(redirect);
+    this.connections = new Connections(opts.connection);
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.secure.close(), this.insecure.close()]);
+    await this.connections.close();
   }
 
   private async send(loc: RegistryLocation, path: string, method: 'GET' | 'HEAD', headers: Record<string, string>): Promise<Response> {
     const host = apiHost(loc.registry);
-    const dispatcher = loc.insecure ? this.insecure : this.secure;
+    const { dispatcher, tls } = await this.connections.get(host, loc.insecure);
     // Only a location marked insecure may use (or remember) the plain-http fallback.
     const scheme = loc.insecure ? (this.schemes.get(host) ?? 'https') : 'https';
     const ua = { 'user-agent': this.opts.userAgent ?? 'offline-bundle' };
@@ -81,16 +81,16 @@ export class RegistryClient {
       return await request(`${scheme}://${host}${path}`, { method, headers: { ...ua, ...headers }, dispatcher, headersTimeout: 60_000, bodyTimeout: 120_000 });
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code ?? '';
-      if (loc.insecure && scheme === 'https' && TLS_FALLBACK_CODES.has(code)) {
+      if (loc.insecure && scheme === 'https' && (TLS_FALLBACK_CODES.has(code) || isPlainHttpAnswer(err))) {
         this.schemes.set(host, 'http');
         return this.send(loc, path, method, headers);
       }
-      throw new OciError('NETWORK_ERROR', `cannot reach ${host}: ${(err as Error).message}`, { cause: err });
+      throw connectionError(err, host, tls);
     }
   }
 
   private async authorize(loc: RegistryLocation, challenge: string): Promise<string | undefined> {
-    const creds = this.opts.auth.lookup(loc.registry, loc.repository);
+    const creds = await this.opts.auth.lookup(loc.registry, loc.repository);
     const { scheme, params } = parseChallenge(challenge);
     if (scheme === 'basic') return creds ? basic(creds) : undefined;
     if (scheme !== 'bearer' || !params.realm) return undefined;
@@ -99,21 +99,27 @@ export class RegistryClient {
     url.searchParams.set('scope', `repository:${loc.repository}:pull`);
     const headers: Record<string, string> = { 'user-agent': this.opts.userAgent ?? 'offline-bundle' };
     let res: Response;
+    // the token service may be another host: its own certs.d and proxy rules apply
+    const realmHost = url.host;
+    let dispatcher: Dispatcher;
     try {
+      dispatcher = (await this.connections.get(realmHost, loc.insecure)).dispatcher;
       if (creds?.identityToken) {
         const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: creds.identityToken, client_id: 'offline-bundle', scope: url.searchParams.get('scope')! });
         if (params.service) form.set('service', params.service);
-        res = await request(params.realm, { method: 'POST', headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: form.toString(), dispatcher: loc.insecure ? this.insecure : this.secure });
+        res = await request(params.realm, { method: 'POST', headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: form.toString(), dispatcher });
       } else {
         if (creds) headers.authorization = basic(creds);
-        res = await request(url, { method: 'GET', headers, dispatcher: loc.insecure ? this.insecure : this.secure });
+        res = await request(url, { method: 'GET', headers, dispatcher });
       }
     } catch (err) {
-      throw new OciError('NETWORK_ERROR', `cannot reach token service ${url.host}: ${(err as Error).message}`, { cause: err });
+      if (err instanceof OciError) throw err;
+      const e = connectionError(err, realmHost, undefined);
+      throw new OciError(e.code, `token service: ${e.message}`, { cause: err });
     }
     if (res.statusCode === 401 || res.statusCode === 403) {
       await res.body.dump();
-      throw new OciError('UNAUTHORIZED', `${loc.registry} refused the credentials for ${loc.repository}: log in with "podman login ${loc.registry}" or pass --authfile`);
+      throw new OciError('UNAUTHORIZED', `${loc.registry} refused the credentials for ${loc.repository}: log in with "podman login ${loc.registry}", or pass --authfile FILE or --creds USER:PASSWORD`);
     }
     if (res.statusCode !== 200) {
       await res.body.dump();
@@ -133,7 +139,7 @@ export class RegistryClient {
       await res.body.dump();
       const challenge = res.headers['www-authenticate'];
       const authz = typeof challenge === 'string' ? await this.authorize(loc, challenge) : undefined;
-      if (!authz) throw new OciError('UNAUTHORIZED', `${loc.registry} requires authentication for ${loc.repository}: log in with "podman login ${loc.registry}" or pass --authfile`);
+      if (!authz) throw new OciError('UNAUTHORIZED', `${loc.registry} requires authentication for ${loc.repository}: log in with "podman login ${loc.registry}", or pass --authfile FILE or --creds USER:PASSWORD`);
       this.tokens.set(key, authz);
       res = await this.send(loc, path, method, { ...headers, authorization: authz });
       if (res.statusCode === 401) {

@@ -10,6 +10,8 @@
  */
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import { fetch } from 'undici';
+import { Connections, connectionError, type ConnectionOptions } from './connections.js';
 import { OciError } from './errors.js';
 import { isDigest } from './digest.js';
 
@@ -49,7 +51,7 @@ export function signatureStoreUrl(store: string, digest: string, n: number): str
   return `${store.replace(/\/+$/, '')}/sha256=${digest.slice('sha256:'.length)}/signature-${n}`;
 }
 
-async function readUrl(url: string, timeoutMs: number): Promise<Buffer | undefined> {
+async function readUrl(url: string, timeoutMs: number, connections: Connections): Promise<Buffer | undefined> {
   const u = new URL(url);
   if (u.protocol === 'file:') {
     try {
@@ -62,11 +64,14 @@ async function readUrl(url: string, timeoutMs: number): Promise<Buffer | undefin
   if (u.protocol !== 'http:' && u.protocol !== 'https:') {
     throw new OciError('INVALID_CONFIG', `--signature-store ${url} is neither file:// nor http(s)://`);
   }
-  let res: Response;
+  let res: Awaited<ReturnType<typeof fetch>>;
+  // the registry client's connections: the same proxy and certs.d rules as skopeo's
+  const { dispatcher, tls } = await connections.get(u.host, false);
   try {
-    res = await fetch(u, { signal: AbortSignal.timeout(timeoutMs), redirect: 'follow' });
+    res = await fetch(u, { signal: AbortSignal.timeout(timeoutMs), redirect: 'follow', dispatcher });
   } catch (err) {
-    throw new OciError('NETWORK_ERROR', `cannot fetch ${url}: ${(err as Error).message}; check the URL or pass --release-signature FILE`, { cause: err });
+    const why = connectionError((err as { cause?: unknown }).cause ?? err, u.host, tls);
+    throw new OciError(why.code, `cannot fetch ${url}: ${why.message}; check the URL or pass --release-signature FILE`, { cause: err });
   }
   if (res.status === 404 || res.status === 403) return undefined; // object stores answer 403 for a missing key
   if (!res.ok) throw new OciError('REGISTRY_ERROR', `${url} answered ${res.status}; try again or pass --release-signature FILE`);
@@ -79,12 +84,17 @@ async function readUrl(url: string, timeoutMs: number): Promise<Buffer | undefin
  * Every signature the store holds for `digest`: signature-1, signature-2, … until the first
  * one missing. Throws SIGNATURE_NOT_FOUND when there is not even signature-1.
  */
-export async function fetchStoreSignatures(store: string, digest: string, opts: { timeoutMs?: number } = {}): Promise<Buffer[]> {
+export async function fetchStoreSignatures(store: string, digest: string, opts: { timeoutMs?: number; connection?: ConnectionOptions } = {}): Promise<Buffer[]> {
   const out: Buffer[] = [];
-  for (let n = 1; n <= MAX_STORE_SIGNATURES; n++) {
-    const body = await readUrl(signatureStoreUrl(store, digest, n), opts.timeoutMs ?? 30_000);
-    if (!body) break;
-    out.push(body);
+  const connections = new Connections(opts.connection);
+  try {
+    for (let n = 1; n <= MAX_STORE_SIGNATURES; n++) {
+      const body = await readUrl(signatureStoreUrl(store, digest, n), opts.timeoutMs ?? 30_000, connections);
+      if (!body) break;
+      out.push(body);
+    }
+  } finally {
+    await connections.close();
   }
   if (out.length === 0) {
     throw new OciError('SIGNATURE_NOT_FOUND', `no signature for ${digest} at ${signatureStoreUrl(store, digest, 1)}: check --signature-store, or pass --release-signature FILE`);

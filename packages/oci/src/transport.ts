@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { DockerArchiveSource } from './docker-archive-source.js';
+import { DirSource } from './dir-source.js';
 import { DockerSource } from './docker-source.js';
 import { OciError } from './errors.js';
 import { LayoutSource } from './layout-source.js';
@@ -9,7 +10,7 @@ import type { RegistryClient } from './registry-client.js';
 import { RegistriesConf } from './registries-conf.js';
 import type { ImageSource } from './source.js';
 
-export type TransportName = 'docker' | 'oci' | 'oci-archive' | 'docker-archive';
+export type TransportName = 'docker' | 'oci' | 'oci-archive' | 'docker-archive' | 'dir';
 
 export interface SourceSpec {
   transport: TransportName;
@@ -29,9 +30,9 @@ export interface TransportContext {
   insecure?: boolean;
 }
 
-const TRANSPORTS: TransportName[] = ['docker', 'oci', 'oci-archive', 'docker-archive'];
+const TRANSPORTS: TransportName[] = ['docker', 'oci', 'oci-archive', 'docker-archive', 'dir'];
 /** containers/image transports we do not read: named so they are never taken for a registry host. */
-const FOREIGN_TRANSPORTS = ['containers-storage', 'dir', 'docker-daemon', 'ostree', 'sif', 'tarball'];
+const FOREIGN_TRANSPORTS = ['containers-storage', 'docker-daemon', 'ostree', 'sif', 'tarball'];
 
 /** Splits "transport:rest[=NAME]" once; each transport then reads its own part (as containers/image). */
 export function parseSourceSpec(raw: string): SourceSpec {
@@ -54,8 +55,12 @@ export function parseSourceSpec(raw: string): SourceSpec {
   } else if (m) {
     // "host:5000/repo" and "busybox:latest" are registry names; "dir:/x" or "containers-storage:a/b" name a transport we lack.
     const after = rest.slice(m[0].length);
+    if (m[1] === 'containers-storage') {
+      // podman's store is only safe to read through its own locking code
+      throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": containers-storage: is not read directly: export the image first with "podman save --format oci-archive -o IMAGE.tar ${after || 'IMAGE'}" (or "skopeo copy containers-storage:${after || 'IMAGE'} oci-archive:IMAGE.tar") and pass oci-archive:IMAGE.tar`);
+    }
     if (FOREIGN_TRANSPORTS.includes(m[1]!) || (!/^\d/.test(after) && after.includes('/'))) {
-      throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": unknown transport "${m[1]}:" (use docker://, oci:, oci-archive: or docker-archive:)`);
+      throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": unknown transport "${m[1]}:" (use docker://, oci:, oci-archive:, docker-archive: or dir:)`);
     }
   }
   if (transport === 'docker') {
@@ -64,6 +69,8 @@ export function parseSourceSpec(raw: string): SourceSpec {
     return { transport, target: rest, raw };
   }
   if (!rest) throw new OciError('INVALID_REFERENCE', `"${raw}": a path is required after ${transport}:`);
+  // dir: holds one image and no name: all of it is the path (as skopeo's dir:PATH)
+  if (transport === 'dir') return { transport, target: rest, ...(name ? { name } : {}), raw };
   const colon = rest.indexOf(':');
   const target = colon >= 0 ? rest.slice(0, colon) : rest;
   const ref = colon >= 0 ? rest.slice(colon + 1) : undefined;
@@ -89,6 +96,8 @@ export async function openSource(spec: SourceSpec | string, ctx: TransportContex
         throw err;
       }
     }
+    case 'dir':
+      return DirSource.open(resolve(s.target), s.raw, s.name);
     case 'docker-archive':
       return DockerArchiveSource.open(resolve(s.target), s.ref, s.raw, s.name);
   }

@@ -2,7 +2,7 @@ export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, BUNDLE_MOD
 export { writeStatusFile, readStatusFile } from './file.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine } from './summary.js';
-export { formatBytes, formatDuration } from './units.js';
+export { formatBytes, formatDuration, plural } from './units.js';
 export { readClusterVersion, readClusterRelease } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';

@@ -21,3 +21,8 @@ export function formatDuration(seconds: number): string {
   if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
   return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
 }
+
+/** "1 image", "2 images": a count with its noun (regular plurals; pass `many` for others). */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}

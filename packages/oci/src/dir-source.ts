@@ -1,0 +1,73 @@
+import { createReadStream } from 'node:fs';
+import { readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { assertDigest, digestHex, sha256 } from './digest.js';
+import { OciError } from './errors.js';
+import { nameFromRefAnnotation } from './layout-source.js';
+import { parseManifest } from './manifest.js';
+import type { ImageReference } from './reference.js';
+import type { FetchedManifest, ImageSource } from './source.js';
+
+/** A manifest larger than this is no manifest (the registry client's limit too). */
+const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+
+/**
+ * An image in containers/image's directory layout (`dir:PATH`, as `skopeo copy … dir:PATH`
+ * writes it): `version`, the top manifest as `manifest.json`, the manifests of a multi-arch
+ * copy as `HEX.manifest.json`, every other blob as `HEX`. The directory holds no name, so
+ * the source needs `=REGISTRY/REPO:TAG`.
+ */
+export class DirSource implements ImageSource {
+  private constructor(
+    readonly description: string,
+    readonly name: ImageReference,
+    private readonly dir: string,
+  ) {}
+
+  static async open(dir: string, description: string, nameOverride?: string): Promise<DirSource> {
+    let version: string;
+    try {
+      version = await readFile(join(dir, 'version'), 'utf8');
+    } catch (cause) {
+      throw new OciError('NOT_FOUND', `${description}: ${dir} is not a dir: image (no readable "version" file; write one with "skopeo copy SOURCE dir:${dir}")`, { cause });
+    }
+    if (!/^Directory Transport Version: 1\.\d+\n?$/.test(version)) {
+      throw new OciError('INVALID_MANIFEST', `${description}: ${dir}/version is not "Directory Transport Version: 1.x"`);
+    }
+    return new DirSource(description, nameFromRefAnnotation(undefined, description, nameOverride), dir);
+  }
+
+  private async readManifest(file: string, expected?: string): Promise<FetchedManifest> {
+    const path = join(this.dir, file);
+    let bytes: Buffer;
+    try {
+      if ((await stat(path)).size > MAX_MANIFEST_BYTES) throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`);
+      bytes = await readFile(path);
+    } catch (cause) {
+      if (cause instanceof OciError) throw cause;
+      throw new OciError('NOT_FOUND', `${this.description}: ${file} is missing from ${this.dir}`, { cause });
+    }
+    const digest = sha256(bytes);
+    if (expected && digest !== expected) throw new OciError('DIGEST_MISMATCH', `${this.description}: ${file} hashes to ${digest}`);
+    return { bytes, mediaType: parseManifest(bytes).mediaType, digest };
+  }
+
+  getManifest(digest?: string): Promise<FetchedManifest> {
+    if (digest === undefined) return this.readManifest('manifest.json');
+    const want = assertDigest(digest);
+    return this.readManifest(`${digestHex(want)}.manifest.json`, want);
+  }
+
+  async getBlob(digest: string, _size: number, offset = 0): Promise<Readable> {
+    const path = join(this.dir, digestHex(assertDigest(digest)));
+    try {
+      await stat(path);
+    } catch (cause) {
+      throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from ${this.dir}`, { cause });
+    }
+    return createReadStream(path, { start: offset });
+  }
+
+  async close(): Promise<void> {}
+}
