@@ -182,7 +182,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,
-    ...(opts.registriesConf ? { registriesConf: RegistriesConf.load(opts.registriesConf) } : {}),
+    ...(opts.registriesConf ? { registriesConf: await RegistriesConf.load(opts.registriesConf) } : {}),
   };
   const limit = pLimit(Math.max(1, opts.jobs ?? 4));
   const opened: ImageSource[] = [];

@@ -3,7 +3,8 @@
 import t, { type Test } from 'tap';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parseReference, RegistriesConf } from '@offline-bundle/oci';
+import { execFileSync } from 'node:child_process';
+import { MAX_REGISTRIES_CONF_BYTES, parseReference, RegistriesConf } from '@offline-bundle/oci';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });
@@ -242,7 +243,13 @@ t.test('configuration errors are INVALID_CONFIG', async (t) => {
   await t.rejects(load(t, '[[registry]]\nlocation = "quay.io"\n[[registry.mirror]]\nlocation = "m"\npull-from-mirror = "sometimes"\n'),
     ociErr('INVALID_CONFIG'), 'unknown pull-from-mirror');
   const dir = await tmpdir(t);
-  t.throws(() => RegistriesConf.load(path.join(dir, 'missing.conf')), ociErr('INVALID_CONFIG'), 'missing file');
+  await t.rejects(RegistriesConf.load(path.join(dir, 'missing.conf')), ociErr('INVALID_CONFIG'), 'missing file');
+  const huge = path.join(dir, 'huge.conf');
+  await writeFile(huge, '#'.repeat(MAX_REGISTRIES_CONF_BYTES + 1));
+  await t.rejects(RegistriesConf.load(huge), { code: 'INVALID_CONFIG', message: /over 1048576 bytes/ }, 'a file over MAX_REGISTRIES_CONF_BYTES: refused, not parsed');
+  await t.rejects(RegistriesConf.loadDir(dir), { code: 'INVALID_CONFIG', message: /huge\.conf.*over/ }, 'the same for a drop-in');
+  execFileSync('mkfifo', [path.join(dir, 'fifo.conf')]);
+  await t.rejects(RegistriesConf.load(path.join(dir, 'fifo.conf')), { code: 'INVALID_CONFIG', message: /FIFO/ }, 'a FIFO: refused at once, not waited on');
   const empty = await load(t, '# nothing here\nunqualified-search-registries = ["quay.io"]\n');
   t.strictSame(empty.rules, [], 'a file without [[registry]] has no rules');
 });
@@ -281,19 +288,19 @@ location = "special.local/s"
   await writeFile(path.join(d, 'zz-ignored.conf.bak'), '[[registry]]\nlocation = "quay.io"\nblocked = true\n');
   await writeFile(path.join(d, 'README'), 'not toml at all [[[');
 
-  const conf = RegistriesConf.loadDir(d, RegistriesConf.load(base));
+  const conf = await RegistriesConf.loadDir(d, await RegistriesConf.load(base));
   t.strictSame(where(conf, 'quay.io/a/b'), ['mirror late.local/quay/a/b', 'quay.io/a/b'], 'last drop-in in lexical order wins, replacing the whole rule');
   t.strictSame(where(conf, 'registry.redhat.io/ubi9/ubi'), ['mirror base.local/rh/ubi9/ubi', 'registry.redhat.io/ubi9/ubi'], 'untouched base rule stays');
   t.strictSame(where(conf, 'quay.io/special/x'), ['mirror special.local/s/x'], 'drop-in adds a new, more specific prefix');
   t.equal(conf.rules.length, 3, 'one rule per prefix');
 
-  const noBase = RegistriesConf.loadDir(d);
+  const noBase = await RegistriesConf.loadDir(d);
   t.strictSame(where(noBase, 'registry.redhat.io/ubi9/ubi'), ['registry.redhat.io/ubi9/ubi'], 'without a base only drop-ins count');
   t.strictSame(where(noBase, 'quay.io/a/b'), ['mirror late.local/quay/a/b', 'quay.io/a/b']);
 
-  const missing = RegistriesConf.loadDir(path.join(dir, 'nope'), RegistriesConf.load(base));
+  const missing = await RegistriesConf.loadDir(path.join(dir, 'nope'), await RegistriesConf.load(base));
   t.strictSame(where(missing, 'quay.io/a/b'), ['mirror base.local/quay/a/b', 'quay.io/a/b'], 'a missing directory means no drop-ins');
 
   await writeFile(path.join(d, '50-broken.conf'), '[[registry]\n');
-  t.throws(() => RegistriesConf.loadDir(d), ociErr('INVALID_CONFIG'), 'bad TOML in a drop-in');
+  await t.rejects(RegistriesConf.loadDir(d), ociErr('INVALID_CONFIG'), 'bad TOML in a drop-in');
 });

@@ -1,7 +1,8 @@
-import { readFileSync, readdirSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { OciError } from './errors.js';
+import { readSmallFile } from './small-file.js';
 import type { ImageReference } from './reference.js';
 import { repositoryName } from './reference.js';
 
@@ -76,6 +77,17 @@ function parseRules(text: string, file: string): RegistryRule[] {
   });
 }
 
+/** Far above any real registries.conf: a larger file is the wrong file, not to be parsed whole. */
+export const MAX_REGISTRIES_CONF_BYTES = 1024 * 1024;
+
+async function readConf(path: string): Promise<string> {
+  try {
+    return (await readSmallFile(path, MAX_REGISTRIES_CONF_BYTES)).bytes.toString('utf8');
+  } catch (cause) {
+    throw new OciError('INVALID_CONFIG', `cannot read registries config ${path}: ${(cause as Error).message}`, { cause });
+  }
+}
+
 /**
  * containers-registries.conf(5) mirror rules: the longest matching prefix decides, mirrors
  * are tried in order, then the (rewritten) location unless blocked. Drop-ins in a
@@ -84,27 +96,21 @@ function parseRules(text: string, file: string): RegistryRule[] {
 export class RegistriesConf {
   constructor(readonly rules: RegistryRule[] = []) {}
 
-  static load(path: string): RegistriesConf {
-    let text: string;
-    try {
-      text = readFileSync(path, 'utf8');
-    } catch (cause) {
-      throw new OciError('INVALID_CONFIG', `cannot read registries config ${path}: ${(cause as Error).message}`, { cause });
-    }
-    return new RegistriesConf(parseRules(text, path));
+  static async load(path: string): Promise<RegistriesConf> {
+    return new RegistriesConf(parseRules(await readConf(path), path));
   }
 
-  static loadDir(dir: string, base?: RegistriesConf): RegistriesConf {
+  static async loadDir(dir: string, base?: RegistriesConf): Promise<RegistriesConf> {
     const byPrefix = new Map((base?.rules ?? []).map((r) => [r.prefix, r]));
     let names: string[] = [];
     try {
-      names = readdirSync(dir).filter((n) => n.endsWith('.conf')).sort();
+      names = (await readdir(dir)).filter((n) => n.endsWith('.conf')).sort();
     } catch {
       // a missing drop-in directory means no drop-ins
     }
     for (const name of names) {
       const file = join(dir, name);
-      for (const rule of parseRules(readFileSync(file, 'utf8'), file)) byPrefix.set(rule.prefix, rule);
+      for (const rule of parseRules(await readConf(file), file)) byPrefix.set(rule.prefix, rule);
     }
     return new RegistriesConf([...byPrefix.values()]);
   }
