@@ -8,9 +8,11 @@ import { OciError } from '@offline-bundle/oci';
 export async function askSecret(question: string, flag: string): Promise<string> {
   const input = process.stdin;
   if (!input.isTTY) throw new OciError('INVALID_CONFIG', `${flag} without a password needs a terminal to ask it on: give ${flag} USER:PASSWORD, or log in with "podman login"`);
-  process.stderr.write(question);
+  // echo goes off before the question shows: a fast typist (or a script) answering the
+  // moment the prompt appears must not see the password echoed
   input.setRawMode(true);
   input.resume();
+  process.stderr.write(question);
   let secret = '';
   try {
     return await new Promise<string>((resolve, reject) => {
