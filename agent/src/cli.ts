@@ -149,7 +149,7 @@ never forgotten. A forgotten release is loaded again when its stick is plugged i
       try {
         const view = await listReleases(config, runtime, o.json ? undefined : createLogger(process.stderr));
         if (o.json) process.stdout.write(JSON.stringify(view, null, 2) + '\n');
-        else process.stdout.write(escapeControls(releasesTable(view)));
+        else process.stdout.write(releasesTable(view));
       } finally {
         await runtime.close();
       }

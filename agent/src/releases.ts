@@ -39,11 +39,13 @@ export interface ReleasesView {
   releases: ReleaseRow[];
 }
 
-/** Versions the node runs: version.current, and the running or complete entries of the history. */
+/**
+ * Versions the node runs, oldest first: version.current when set (as for the version policy),
+ * else the running or complete entries of the history (two while an upgrade is under way).
+ */
 function runningVersions(config: AgentConfig, history: readonly HistoryEntry[]): string[] {
-  const versions = new Set(runningReleases(history).map((e) => e.version));
-  if (config.version.current) versions.add(config.version.current);
-  return [...versions].sort(compareVersions);
+  if (config.version.current) return [config.version.current];
+  return [...new Set(runningReleases(history).map((e) => e.version))].sort(compareVersions);
 }
 
 async function historyOf(config: AgentConfig): Promise<HistoryEntry[]> {
