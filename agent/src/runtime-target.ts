@@ -11,14 +11,23 @@ import type { AgentConfig } from './config.js';
 import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 
-/** Every name an image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
+/** The names one image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
+export function namesOf(img: BundleManifest['images'][number]): string[] {
+  return img.tag ? [`${img.repository}@${img.digest}`, `${img.repository}:${img.tag}`] : [`${img.repository}@${img.digest}`];
+}
+
+/** Every name an image of the bundle is pulled and pinned by. */
 export function imageRefs(m: BundleManifest): string[] {
-  const refs = new Set<string>();
-  for (const img of m.images) {
-    refs.add(`${img.repository}@${img.digest}`);
-    if (img.tag) refs.add(`${img.repository}:${img.tag}`);
-  }
-  return [...refs].sort();
+  return [...new Set(m.images.flatMap(namesOf))].sort();
+}
+
+/**
+ * How many of the bundle's images (entries of bundle.json's images, as `bundle inspect` counts
+ * them) have every name in `refs`: what people read as "N of M images", where one image may
+ * be pulled by two names.
+ */
+export function imagesCovered(m: BundleManifest, refs: ReadonlySet<string>): number {
+  return m.images.filter((img) => namesOf(img).every((n) => refs.has(n))).length;
 }
 
 /** What the pipeline asks the runtime about its images (the CRI ImageService). */
