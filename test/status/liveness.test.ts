@@ -32,8 +32,8 @@ t.test('the heartbeat rewrites the file while nothing changes', async (t) => {
   const w = new StatusFileWriter(file, { command: 'run', heartbeatSeconds: 1 });
   t.teardown(() => w.stop());
   w.sink(emptyStatus('worker-1'));
+  await w.stop(); // the first write is done
   w.start();
-  await sleep(50);
   const first = (await read(file)).writer!.heartbeatAt;
   let later = first;
   for (let i = 0; i < 100 && later === first; i++) {
@@ -60,6 +60,8 @@ t.test('a writer that exited is stopped, and so is another process under its pid
   t.equal(await writerLiveness({ pid: process.pid, ...me, bootId: 'another-boot', heartbeatAt: fresh, heartbeatSeconds: 30 }), 'stopped', 'written before a reboot: gone');
   const old = new Date(Date.now() - 3600_000).toISOString();
   t.equal(await writerLiveness({ pid: process.pid, ...me, heartbeatAt: old, heartbeatSeconds: 30 }), 'unresponsive', 'the same process, but silent for an hour: not responding');
+  t.equal(await writerLiveness({ pid: process.pid, startTicks: me.startTicks!, heartbeatAt: fresh, heartbeatSeconds: 30 }), 'running', 'no boot id (the unit hides /proc/sys): the start time decides');
+  t.equal(await writerLiveness({ pid: process.pid, startTicks: String(Number(me.startTicks) + 1), heartbeatAt: fresh, heartbeatSeconds: 30 }), 'stopped', 'no boot id, another start time: gone');
   t.equal(await writerLiveness({ pid: process.pid, heartbeatAt: old, heartbeatSeconds: 30 }), 'stopped', 'no identity to compare: an old heartbeat means gone');
   t.equal(await writerLiveness({ pid: process.pid, heartbeatAt: fresh, heartbeatSeconds: 30 }), 'running', 'no identity to compare, fresh heartbeat: running');
   t.equal(await writerLiveness(undefined), 'unknown', 'a file from an agent that did not record its writer');

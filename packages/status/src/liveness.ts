@@ -54,8 +54,10 @@ export async function writerLiveness(w: WriterRecord | undefined, now = new Date
   const ageMs = now.getTime() - Date.parse(w.heartbeatAt);
   const beatMs = Math.max(1, w.heartbeatSeconds) * 1000;
   const current = await processIdentity(w.pid);
-  const comparable = w.bootId && current.bootId && w.startTicks && current.startTicks;
-  if (!comparable) return ageMs > MISSED_BEATS_GONE * beatMs ? 'stopped' : 'running';
-  if (w.bootId !== current.bootId || w.startTicks !== current.startTicks) return 'stopped';
+  // The unit's ProcSubset=pid hides /proc/sys from the daemon, so its boot id may be missing:
+  // each part is compared where both sides have it, the start time being the one that counts.
+  if (w.bootId && current.bootId && w.bootId !== current.bootId) return 'stopped';
+  if (!w.startTicks || !current.startTicks) return ageMs > MISSED_BEATS_GONE * beatMs ? 'stopped' : 'running';
+  if (w.startTicks !== current.startTicks) return 'stopped';
   return ageMs > Math.max(MISSED_BEATS_HUNG * beatMs, 120_000) ? 'unresponsive' : 'running';
 }
