@@ -83,9 +83,9 @@ t.test('each new line asks the running agettys to redraw, as agetty --reload doe
   const past = new Date(Date.now() - 60_000);
   await utimes(reload, past, past);
   await w.write('Waiting for a USB stick with an update bundle.');
-  t.equal((await stat(reload)).mtimeMs, past.getTime(), 'same sentence: agetty is left alone');
+  t.ok((await stat(reload)).mtimeMs < past.getTime() + 1000, 'same sentence: agetty is left alone');
   await w.write('Copying 1.0 of 2.0 GB. Do not remove the USB stick.');
-  t.ok((await stat(reload)).mtimeMs > past.getTime(), 'new sentence: the reload file was touched');
+  t.ok((await stat(reload)).mtimeMs > past.getTime() + 30_000, 'new sentence: the reload file was touched');
 });
 
 t.test('the line of an older agent in /etc/issue.d (it survived reboots) is removed; a file not ours stays', async (t) => {

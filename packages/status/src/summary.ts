@@ -3,9 +3,7 @@ import type { NodeStatus } from './model.js';
 import { failureSentence } from './reasons.js';
 import { formatBytes } from './units.js';
 
-function gb(n: number): string {
-  return formatBytes(n, { si: true });
-}
+const gb = formatBytes;
 
 function minutes(seconds: number | undefined): string {
   if (seconds === undefined || !Number.isFinite(seconds)) return '';
