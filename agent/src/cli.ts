@@ -46,7 +46,8 @@ Examples:
   bundle-agent run                                  # as the systemd service does
   bundle-agent load /media/usb/4.14.39.bundle       # one bundle, in the foreground
   bundle-agent serve 4.14.39.bundle --key factory.pub --listen 127.0.0.1:5000
-  bundle-agent status                               # "Done: ... You may remove the USB stick."`);
+  bundle-agent status                               # "Done: ... You may remove the USB stick."; exit 3: not running
+  bundle-agent releases list                        # releases kept on this node: pinned, layout kept, running`);
 
   program.command('run')
     .description('The daemon: watch for media and drop directories, load every new bundle, report status.')
