@@ -42,11 +42,22 @@ export async function readBundleRecords(stateDir: string): Promise<BundleRecord[
   }
 }
 
+async function writeBundleRecords(stateDir: string, all: BundleRecord[]): Promise<void> {
+  await mkdir(stateDir, { recursive: true });
+  await writeFileAtomic(recordsFile(stateDir), JSON.stringify({ bundles: all.slice(-MAX_RECORDS) }, null, 2) + '\n');
+}
+
 export async function recordBundle(stateDir: string, rec: BundleRecord): Promise<void> {
   const all = (await readBundleRecords(stateDir)).filter((b) => b.key !== rec.key);
   all.push(rec);
-  await mkdir(stateDir, { recursive: true });
-  await writeFileAtomic(recordsFile(stateDir), JSON.stringify({ bundles: all.slice(-MAX_RECORDS) }, null, 2) + '\n');
+  await writeBundleRecords(stateDir, all);
+}
+
+/** Drops what was recorded of the files of one release: a stick holding it is loaded again. */
+export async function forgetBundles(stateDir: string, version: string, arch: string): Promise<void> {
+  const all = await readBundleRecords(stateDir);
+  const rest = all.filter((b) => !(b.version === version && (b.arch === undefined || b.arch === arch)));
+  if (rest.length !== all.length) await writeBundleRecords(stateDir, rest);
 }
 
 /** Reasons that are a verdict on the file itself: trying the same bytes again cannot help. */

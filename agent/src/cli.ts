@@ -4,13 +4,15 @@ import { Command, InvalidArgumentError } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
-import { readStatusFile, technicianLine } from '@offline-bundle/status';
+import { notRunningLine, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
 import { runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
+import { forgetRelease, listReleases, pruneReleases } from './releases.js';
+import { forgottenLine, releasesTable } from './releases-text.js';
 import { TOOL_VERSION } from './version.js';
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
@@ -44,7 +46,8 @@ Examples:
   bundle-agent run                                  # as the systemd service does
   bundle-agent load /media/usb/4.14.39.bundle       # one bundle, in the foreground
   bundle-agent serve 4.14.39.bundle --key factory.pub --listen 127.0.0.1:5000
-  bundle-agent status                               # "Done: ... You may remove the USB stick."`);
+  bundle-agent status                               # "Done: ... You may remove the USB stick."; exit 3: not running
+  bundle-agent releases list                        # releases kept on this node: pinned, layout kept, running`);
 
   program.command('run')
     .description('The daemon: watch for media and drop directories, load every new bundle, report status.')
@@ -63,8 +66,8 @@ Examples:
     .action(async (file: string, o: { config: string; json?: boolean }) => {
       const config = await loadConfig(o.config);
       const log = createLogger();
-      const tracker = await statusTracker(config, log);
-      const closeOutputs = await statusOutputs(config, log, tracker, false);
+      const tracker = await statusTracker(config);
+      const closeOutputs = await statusOutputs(config, log, tracker, 'load');
       const runtime = runtimeTarget(config, log);
       let last = '';
       tracker.onChange((s) => {
@@ -122,30 +125,110 @@ Examples:
       await store.close();
     });
 
-  program.command('status')
-    .description('Where this node stands, in one sentence (or JSON).')
+  const releases = program.command('releases')
+    .description('The releases this node keeps (loaded, pinned, kept on disk, running), and letting go of old ones.')
+    .addHelpText('after', `
+Each release the agent loaded stays pinned (the kubelet never removes its images) while the
+node may still need it: the release the cluster runs and the one being installed. Older ones
+are unpinned when a newer release is reported complete (version.fromCluster). With a fixed
+version.current, or to cancel a release loaded by mistake, let go of them here:
+
+  bundle-agent releases list                 # what is loaded, pinned, kept, running
+  bundle-agent releases forget 4.14.38       # unpin it, remove its kept layout and records
+  bundle-agent releases prune                # forget every release older than the running one
+
+forget and prune wait for no load: they refuse (Busy) while one runs. The running release is
+never forgotten. A forgotten release is loaded again when its stick is plugged in.`);
+
+  releases.command('list')
+    .description('Every release recorded on this node: state, images present, pinned, layout kept, running.')
     .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
-    .option('--json', 'print the full status as JSON')
+    .option('--json', 'print the list as JSON')
+    .action(async (o: { config: string; json?: boolean }) => {
+      const config = await loadConfig(o.config);
+      const runtime = runtimeTarget(config);
+      try {
+        const view = await listReleases(config, runtime, o.json ? undefined : createLogger(process.stderr));
+        if (o.json) process.stdout.write(JSON.stringify(view, null, 2) + '\n');
+        else process.stdout.write(releasesTable(view));
+      } finally {
+        await runtime.close();
+      }
+    });
+
+  releases.command('forget')
+    .description('Unpin a release, remove its kept layout and drop its records (not the running one).')
+    .argument('<version>')
+    .option('--arch <arch>', 'only this architecture (default: every one recorded)')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .option('--json', 'print what was done as JSON')
+    .action(async (version: string, o: { arch?: string; config: string; json?: boolean }) => {
+      const config = await loadConfig(o.config);
+      const runtime = runtimeTarget(config, createLogger(process.stderr));
+      try {
+        const gone = await forgetRelease(config, runtime, version, o.arch);
+        if (o.json) process.stdout.write(JSON.stringify({ forgotten: gone }, null, 2) + '\n');
+        else for (const f of gone) process.stdout.write(escapeControls(forgottenLine(f)) + '\n');
+      } finally {
+        await runtime.close();
+      }
+    });
+
+  releases.command('prune')
+    .description('Forget every release older than the one this node runs.')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .option('--json', 'print what was done as JSON')
+    .action(async (o: { config: string; json?: boolean }) => {
+      const config = await loadConfig(o.config);
+      const runtime = runtimeTarget(config, createLogger(process.stderr));
+      try {
+        const r = await pruneReleases(config, runtime);
+        if (o.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+        else if (r.forgotten.length === 0) process.stdout.write(escapeControls(`nothing older than the running ${r.running} to forget`) + '\n');
+        else for (const f of r.forgotten) process.stdout.write(escapeControls(forgottenLine(f)) + '\n');
+      } finally {
+        await runtime.close();
+      }
+    });
+  for (const c of releases.commands) c.exitOverride();
+
+  program.command('status')
+    .description('Where this node stands, in one sentence (or JSON); exit 3 when the agent is not running.')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .option('--json', 'print the full status as JSON, with "agent": running | stopped | unresponsive | unknown')
+    .addHelpText('after', `
+The sentence is the one the node's console shows. The status file names the process that
+wrote it (pid, start time, boot) and its heartbeat (every status.heartbeatSeconds, 30 s by
+default): when that process is gone, or has stopped beating, the agent's last sentence is no
+longer true and this prints "The bundle agent is not running." instead, with what it last
+reported. Exit codes, as "systemctl status" uses them: 0 running (or a status file from an
+agent too old to say), 3 not running or not responding, 1 an error.`)
     .action(async (o: { config: string; json?: boolean }) => {
       const config = await loadConfig(o.config);
       const s = await readStatusFile(config.paths.statusFile);
-      if (!s) {
-        process.stdout.write(o.json ? JSON.stringify({ phase: 'Idle', message: 'no status yet: is bundle-agent running?' }) + '\n' : 'No status yet: is bundle-agent running?\n');
-        return;
+      const agent = s ? await writerLiveness(s.writer) : 'stopped';
+      if (agent === 'stopped' || agent === 'unresponsive') process.exitCode = 3;
+      if (o.json) {
+        process.stdout.write(JSON.stringify(s ? { ...s, agent } : { phase: 'Idle', agent, message: notRunningLine(undefined) }, null, 2) + '\n');
+      } else if (agent === 'stopped' || agent === 'unresponsive') {
+        process.stdout.write(`${notRunningLine(s, agent)}\n`);
+      } else {
+        process.stdout.write(`${technicianLine(s!)}\n`);
       }
-      process.stdout.write(o.json ? JSON.stringify(s, null, 2) + '\n' : `${technicianLine(s)}\n`);
     });
 
   return program;
 }
 
-export function main(argv: string[]): Promise<number> {
-  return runCli(buildProgram(), argv, (err) => {
+export async function main(argv: string[]): Promise<number> {
+  // `status` answers 3 (not running) as systemctl does: a result, not an error
+  const code = await runCli(buildProgram(), argv, (err) => {
     const reason = reasonOf(err);
     if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');
     process.stderr.write(`bundle-agent: ${reason}: ${oneLine(err)}\n`);
     return 1;
   });
+  return code || Number(process.exitCode ?? 0);
 }
 
 process.exitCode = await main(process.argv);

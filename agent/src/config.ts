@@ -47,8 +47,10 @@ export interface AgentConfig {
     kubeconfig?: string;
     /** Loopback address of GET /status and /metrics; none without it. */
     listen?: { host: string; port: number };
-    /** The technician's line on the node's console (<root>/etc/issue.d/bundle-agent.issue). */
+    /** The technician's line on the node's console (<root>/run/issue.d/bundle-agent.issue). */
     console: boolean;
+    /** How often the status file says the agent is alive when nothing else changes. */
+    heartbeatSeconds: number;
   };
 }
 
@@ -180,7 +182,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   const prefix = r.str(raw.prefix, 'prefix', 'offline-bundle');
   if (!/^[a-z0-9][a-z0-9-]*$/.test(prefix)) r.fail('prefix', 'must be lowercase letters, digits and dashes');
   const status = r.obj(raw.status, 'status');
-  r.known(status, 'status', ['kubeconfig', 'listen', 'console']);
+  r.known(status, 'status', ['kubeconfig', 'listen', 'console', 'heartbeatSeconds']);
   let listen: { host: string; port: number } | undefined;
   if (status.listen !== undefined) {
     listen = parseLoopbackAddress(r.str(status.listen, 'status.listen'));
@@ -234,6 +236,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       ...(status.kubeconfig !== undefined ? { kubeconfig: under(r.str(status.kubeconfig, 'status.kubeconfig'), 'status.kubeconfig') } : {}),
       ...(listen ? { listen } : {}),
       console: r.bool(status.console, 'status.console', true),
+      heartbeatSeconds: r.int(status.heartbeatSeconds, 'status.heartbeatSeconds', 30, 1),
     },
   };
 }

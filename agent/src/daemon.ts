@@ -1,6 +1,5 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusTracker,
-  writeStatusFile, type NodeStatus,
+  ClusterReporter, ConsoleWriter, Metrics, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness,
 } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
@@ -13,14 +12,16 @@ import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
 
-/** A tracker whose every change lands in the status file (atomically, in order). */
-export async function statusTracker(config: AgentConfig, log: Logger): Promise<StatusTracker> {
+/** The status this process starts from: what the last one said, or why it stopped. */
+export async function statusTracker(config: AgentConfig): Promise<StatusTracker> {
   const previous = await readStatusFile(config.paths.statusFile).catch(() => undefined);
   const initial = emptyStatus(config.nodeName);
   if (previous?.history) initial.history = previous.history;
+  // a `bundle-agent load` still at work: its state is current, not interrupted
+  const othersLoad = previous?.writer && previous.writer.pid !== process.pid && (await writerLiveness(previous.writer)) === 'running';
   // After a restart the node says what it said before: a technician who saw "Done" must not
   // see "Waiting" (or, worse, "Copying") for a bundle that is loaded.
-  if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed')) {
+  if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed' || othersLoad)) {
     Object.assign(initial, { phase: previous.phase, conditions: previous.conditions ?? [], progress: previous.progress ?? initial.progress, ...(previous.bundle ? { bundle: previous.bundle } : {}) });
   } else if (previous && previous.phase !== 'Idle') {
     const message = 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen';
@@ -28,10 +29,6 @@ export async function statusTracker(config: AgentConfig, log: Logger): Promise<S
       conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] });
   }
   const tracker = new StatusTracker(initial);
-  let chain = Promise.resolve();
-  tracker.onChange((s: NodeStatus) => {
-    chain = chain.then(() => writeStatusFile(config.paths.statusFile, s)).catch((err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`));
-  });
   tracker.update((s) => {
     if (config.version.current) s.history = observeRunning(s.history, config.version.current);
   });
@@ -39,12 +36,23 @@ export async function statusTracker(config: AgentConfig, log: Logger): Promise<S
 }
 
 /**
- * Everything else that shows the status: the node's console, the cluster resource, and (for
- * the daemon) the loopback /status and /metrics endpoint. Returns the shutdown, which sends
- * the last state to the cluster if it can within a few seconds.
+ * Everything that shows the status: the status file (with this process's pid and a
+ * heartbeat, so `status` can tell a dead agent), the node's console, the cluster resource, and
+ * (for the daemon) the loopback /status and /metrics endpoint. Each is written at once: after
+ * a crash, the stale line of the dead process goes as soon as the next one starts. Returns the
+ * shutdown, which sends the last state to the cluster if it can within a few seconds.
  */
-export async function statusOutputs(config: AgentConfig, log: Logger, tracker: StatusTracker, withHttp: boolean): Promise<() => Promise<void>> {
+export async function statusOutputs(config: AgentConfig, log: Logger, tracker: StatusTracker, command: 'run' | 'load'): Promise<() => Promise<void>> {
+  const withHttp = command === 'run';
   const closers: (() => Promise<unknown>)[] = [];
+  const file = new StatusFileWriter(config.paths.statusFile, {
+    command,
+    heartbeatSeconds: config.status.heartbeatSeconds,
+    onError: (err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`),
+  });
+  tracker.onChange(file.sink, { replay: true });
+  file.start();
+  closers.push(() => file.stop());
   const metrics = new Metrics();
   tracker.onChange(metrics.sink, { replay: true });
   if (config.status.console) {
@@ -73,8 +81,8 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
  * is reported and the daemon goes on watching for the next stick.
  */
 export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal): Promise<void> {
-  const tracker = await statusTracker(config, log);
-  const closeOutputs = await statusOutputs(config, log, tracker, true);
+  const tracker = await statusTracker(config);
+  const closeOutputs = await statusOutputs(config, log, tracker, 'run');
   // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
   // pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
   await withLoadLock(config.paths.stateDir, async () => {

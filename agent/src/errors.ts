@@ -2,13 +2,14 @@
  * Why the agent refused or stopped, as a condition reason (CamelCase) with a message that
  * names the cause and the fix, in one line.
  */
-export type AgentReason =
-  | 'NoTrust' | 'BadSignature' | 'UntrustedKey' | 'DigestMismatch' | 'Corrupt' | 'Truncated'
-  | 'WrongArch' | 'Downgrade' | 'NotAnUpgradeSource' | 'UnknownRunningVersion' | 'InsufficientSpace' | 'StagingFailed'
-  | 'RegistryFailed' | 'RuntimeUnavailable' | 'PullFailed' | 'NoSpaceInImageStore' | 'PinFailed'
-  | 'ReloadFailed' | 'MediaRemoved' | 'InvalidConfig' | 'UnsupportedVersion' | 'ForeignFile' | 'WriteFailed'
-  | 'Interrupted' | 'Busy' | 'Internal'
-  | 'MirrorNotUsed';
+export const AGENT_REASONS = [
+  'NoTrust', 'BadSignature', 'UntrustedKey', 'DigestMismatch', 'Corrupt', 'Truncated',
+  'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'InsufficientSpace', 'StagingFailed',
+  'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
+  'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
+  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse',
+] as const;
+export type AgentReason = (typeof AGENT_REASONS)[number];
 
 export class AgentError extends Error {
   constructor(readonly reason: AgentReason, message: string, options?: { cause?: unknown }) {

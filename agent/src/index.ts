@@ -5,7 +5,7 @@ export { MediaWatcher, parseMountinfo } from './media.js';
 export { checkPolicy, compareVersions } from './policy.js';
 export { planSpace } from './space.js';
 export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime-target.js';
-export { AgentError, reasonOf } from './errors.js';
+export { AgentError, AGENT_REASONS, reasonOf } from './errors.js';
 export { watchCrioPins } from './crio-pins-watch.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 export { adoptRunningRelease } from './running-release.js';

@@ -7,7 +7,7 @@ import { oneLine } from './errors.js';
 import type { PipelineContext } from './pipeline.js';
 import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent } from './runtime-checks.js';
-import { imageRefs } from './runtime-target.js';
+import { imageRefs, imagesCovered } from './runtime-target.js';
 import type { ReleaseRecord } from './state.js';
 
 export interface ImagesInput {
@@ -33,9 +33,11 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
   try {
     signal?.throwIfAborted();
     registry = await startRegistry({ store, catalog: catalogOf(m) });
+    // counted by image (bundle.json's images), as `bundle inspect` counts them; a tagged image is pulled by two names
+    const images = m.images.length;
     tracker.update((s) => {
       s.phase = 'Serving';
-      Object.assign(s.progress, { imagesDone: 0, imagesTotal: refs.length });
+      Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
     });
     tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
     log.info('serving', `temporary registry on ${registry.address}`, { address: registry.address });
@@ -53,18 +55,20 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
 
     tracker.update((s) => {
       s.phase = 'Preloading';
-      Object.assign(s.progress, { imagesDone: 0, imagesTotal: refs.length });
+      Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
     });
+    const pulled = new Set<string>();
     await runtime.preload(refs, (done, total, ref) => {
-      tracker.progress({ imagesDone: done, imagesTotal: total });
-      log.info('preload', `pulled ${ref} (${done}/${total})`, { ref });
+      pulled.add(ref);
+      tracker.progress({ imagesDone: imagesCovered(m, pulled), imagesTotal: images });
+      log.info('preload', `pulled ${ref} (${done}/${total} names)`, { ref });
     }, signal);
     if (config.preload.method === 'none') {
       tracker.condition('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled; the runtime pulls each one from the temporary registry only while it runs');
     } else {
       if (present) checkMirrorUsed(m, present, registry.served);
       else log.warn('preload', 'the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle\'s registry');
-      tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${refs.length} images in the runtime's store (${registry.served.blobs} blobs served)`);
+      tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${images} images (${refs.length} names) in the runtime's store (${registry.served.blobs} blobs served)`);
     }
 
     signal?.throwIfAborted();
@@ -82,9 +86,9 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
     const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
     if (report?.verifiable) {
-      tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} images pinned${still}, as the runtime reports`);
+      tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} image names pinned${still}, as the runtime reports`);
     } else {
-      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} images asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7): they may be garbage-collected`);
+      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} image names asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7): they may be garbage-collected`);
     }
     if (report?.stillPinned.length) {
       tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { link, open, rm, writeFile } from 'node:fs/promises';
 import { makeDirs } from '@offline-bundle/oci';
+import { pidExists } from '@offline-bundle/status';
 import { join } from 'node:path';
 import { AgentError } from './errors.js';
 
@@ -10,15 +11,6 @@ const PID_FILE = /^([1-9]\d*)\n$/;
 
 /** Lock paths this process holds: the same pid in the file may be us now or a former process. */
 const heldHere = new Set<string>();
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
 
@@ -71,7 +63,7 @@ async function readPidFile(path: string): Promise<PidFile | undefined> {
 
 /** Whether the process that wrote a pid file still holds it. */
 function held(path: string, owner: number): boolean {
-  return owner === process.pid ? heldHere.has(path) : alive(owner);
+  return owner === process.pid ? heldHere.has(path) : pidExists(owner);
 }
 
 /**

@@ -273,7 +273,8 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     s.phase = 'Ready';
     s.history = markLoaded(s.history, rel.version, staged!.fileDigest ? { digest: staged!.fileDigest } : {});
   });
-  tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
+  if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
+  else tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
   log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
   return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest };
 }

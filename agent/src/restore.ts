@@ -11,6 +11,7 @@ import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline.js';
 import { readReleases } from './state.js';
 import { missingImages } from './runtime-checks.js';
+import { namesOf } from './runtime-target.js';
 
 /**
  * For every release still in use whose layout is kept: when any of its images is missing from
@@ -28,10 +29,12 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
     if (!rec.layout || !inUse.has(rec.version)) continue;
     const missing = await missingImages(inspector, rec.refs);
     if (missing.length === 0) continue;
-    log.warn('restore', `${missing.length} images of ${rec.version} are gone from the runtime; loading them again from the kept layout ${rec.layout}`, { version: rec.version });
+    log.warn('restore', `images of ${rec.version} are gone from the runtime (${missing.length} of their ${rec.refs.length} names); loading them again from the kept layout ${rec.layout}`, { version: rec.version });
     try {
       const bytes = await readFile(join(rec.layout, BUNDLE_JSON));
       const manifest = parseManifestBytes(bytes);
+      const gone = new Set(missing);
+      const lost = manifest.images.filter((img) => namesOf(img).some((n) => gone.has(n))).length;
       checkSignature(bytes, await readFile(join(rec.layout, SIGNATURE)), manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
       const store = await LayoutStore.open(rec.layout, catalogOf(manifest));
       try {
@@ -44,7 +47,7 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
         await store.close();
       }
       tracker.phase('Ready');
-      tracker.condition('Ready', 'True', 'Restored', `${missing.length} images of ${rec.version} had vanished from the runtime and were loaded again from the layout kept on this node`);
+      tracker.condition('Ready', 'True', 'Restored', `${lost} of the ${manifest.images.length} images of ${rec.version} had vanished from the runtime and were loaded again from the layout kept on this node`);
       restored.push(rec.version);
     } catch (err) {
       tracker.condition('Failed', 'True', 'RestoreFailed', `images of ${rec.version} vanished from the runtime and could not be restored from ${rec.layout} (${oneLine(err)}): plug the USB stick in again`);

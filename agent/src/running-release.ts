@@ -27,7 +27,8 @@ export async function adoptRunningRelease(opts: {
   if (running.image) refs.add(running.image);
   if (opts.inspector) {
     const repos = new Set(incoming.images.map((i) => i.repository));
-    const incomingRefs = new Set(incoming.images.map((i) => `${i.repository}@${i.digest}`));
+    // neither the incoming release's images nor those of releases the agent loaded before
+    const incomingRefs = new Set([...incoming.images.map((i) => `${i.repository}@${i.digest}`), ...opts.releases.flatMap((r) => r.refs)]);
     for (const img of await opts.inspector.listImages()) {
       for (const ref of img.repoDigests) {
         if (repos.has(ref.slice(0, ref.lastIndexOf('@'))) && !incomingRefs.has(ref)) refs.add(ref);

@@ -4,21 +4,30 @@ import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
 import {
-  CriImageClient, RuntimeError, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  CriImageClient, RuntimeError, containerdPinnedRefs, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from './config.js';
 import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 
-/** Every name an image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
+/** The names one image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
+export function namesOf(img: BundleManifest['images'][number]): string[] {
+  return img.tag ? [`${img.repository}@${img.digest}`, `${img.repository}:${img.tag}`] : [`${img.repository}@${img.digest}`];
+}
+
+/** Every name an image of the bundle is pulled and pinned by. */
 export function imageRefs(m: BundleManifest): string[] {
-  const refs = new Set<string>();
-  for (const img of m.images) {
-    refs.add(`${img.repository}@${img.digest}`);
-    if (img.tag) refs.add(`${img.repository}:${img.tag}`);
-  }
-  return [...refs].sort();
+  return [...new Set(m.images.flatMap(namesOf))].sort();
+}
+
+/**
+ * How many of the bundle's images (entries of bundle.json's images, as `bundle inspect` counts
+ * them) have every name in `refs`: what people read as "N of M images", where one image may
+ * be pulled by two names.
+ */
+export function imagesCovered(m: BundleManifest, refs: ReadonlySet<string>): number {
+  return m.images.filter((img) => namesOf(img).every((n) => refs.has(n))).length;
 }
 
 /** What the pipeline asks the runtime about its images (the CRI ImageService). */
@@ -38,6 +47,13 @@ export interface RuntimeTarget {
    * and the new pins).
    */
   pin(refs: string[], released: string[]): Promise<void>;
+  /**
+   * Unpins `released` (a forgotten release's images) except those also in `keep` (images of
+   * releases that stay pinned), and makes it take effect.
+   */
+  unpin(released: string[], keep: string[]): Promise<void>;
+  /** The names the agent has pinned (CRI-O: our pins list; containerd: records with the pin label). */
+  pinnedRefs(): Promise<Set<string>>;
   /** Makes configuration changes not yet in effect take effect (after a failure). */
   apply(): Promise<void>;
   /** The CRI ImageService when the runtime answers on its socket; undefined where only a pull command is usable. */
@@ -216,13 +232,30 @@ export class CrioTarget implements RuntimeTarget {
     await this.apply('pins and mirror removal');
   }
 
+  async unpin(released: string[], keep: string[]): Promise<void> {
+    const own = await this.ownPins();
+    if (!own) return;
+    const drop = new Set(released.filter((r) => !keep.includes(r)));
+    const next = own.filter((r) => !drop.has(r));
+    if (next.length !== own.length) await this.pin(next, [...drop]);
+  }
+
+  async pinnedRefs(): Promise<Set<string>> {
+    return new Set((await this.ownPins()) ?? []);
+  }
+
+  /** Our own pins list (undefined before the first pin), kept apart from other files' pins. */
+  private async ownPins(): Promise<string[] | undefined> {
+    return readFile(this.ownPinsFile(), 'utf8').then((t) => (JSON.parse(t) as { pins?: string[] }).pins ?? [], () => undefined);
+  }
+
   /**
    * Makes our pins file the union of our pins and every other file's again, and reloads when
    * that changed it: run when any crio.conf(.d) file changes, so a PinnedImageSet the MCO adds
    * later is never hidden behind a stale copy in our file. Returns whether it rewrote the file.
    */
   async remerge(): Promise<boolean> {
-    const own = await readFile(this.ownPinsFile(), 'utf8').then((t) => (JSON.parse(t) as { pins?: string[] }).pins ?? [], () => undefined);
+    const own = await this.ownPins();
     if (!own) return false;
     const changed = await this.writeMerged(own);
     if (changed) await this.apply('a change in another crio.conf.d file');
@@ -301,9 +334,23 @@ export class ContainerdTarget implements RuntimeTarget {
     for (const host of dirs) await removeContainerdHosts(this.config.paths.containerdCertsDir, host).catch(() => false);
   }
 
+  private get ctrOptions() {
+    return { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace };
+  }
+
   async pin(refs: string[], released: string[]): Promise<void> {
     // containerd's CRI honours the pinned label from 1.7 (1.6 stores it).
-    await setContainerdPins(refs, released, { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace });
+    await setContainerdPins(refs, released, this.ctrOptions);
+  }
+
+  /** `keep` is labelled again where present: an image shared with a forgotten release stays pinned. */
+  async unpin(released: string[], keep: string[]): Promise<void> {
+    const pinned = await this.pinnedRefs();
+    await setContainerdPins(keep.filter((r) => pinned.has(r)), released.filter((r) => !keep.includes(r)), this.ctrOptions);
+  }
+
+  pinnedRefs(): Promise<Set<string>> {
+    return containerdPinnedRefs(this.ctrOptions);
   }
 
   /** containerd re-reads hosts.toml on every pull: nothing waits for a reload. */

@@ -1,4 +1,4 @@
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 
@@ -19,9 +19,15 @@ function releasesDir(stateDir: string): string {
   return join(stateDir, 'releases');
 }
 
+const recordFile = (stateDir: string, version: string, arch: string) => join(releasesDir(stateDir), `${version}-${arch}.json`);
+
 export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promise<void> {
   await makeDirs(releasesDir(stateDir));
-  await writeFileAtomic(join(releasesDir(stateDir), `${rec.version}-${rec.arch}.json`), JSON.stringify(rec, null, 2) + '\n');
+  await writeFileAtomic(recordFile(stateDir, rec.version, rec.arch), JSON.stringify(rec, null, 2) + '\n');
+}
+
+export async function forgetReleaseRecord(stateDir: string, version: string, arch: string): Promise<void> {
+  await rm(recordFile(stateDir, version, arch), { force: true });
 }
 
 export async function readReleases(stateDir: string): Promise<ReleaseRecord[]> {

@@ -5,7 +5,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, run } from './fixtures.js';
 
 t.test('bundle-agent CLI', async (t) => {
-  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status']]) {
+  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status'], ['releases'], ['releases', 'list'], ['releases', 'forget'], ['releases', 'prune']]) {
     const r = await run(AGENT, [...cmd, '--help']);
     t.equal(r.code, 0, `${cmd.join(' ') || '(top)'} --help exits 0`);
     t.match(r.stdout, /Usage: bundle-agent/);
@@ -31,6 +31,9 @@ t.test('bundle-agent CLI', async (t) => {
 
   await writeFile(cfg, `root: ${dir}\ntrust:\n  keys: [/k.pub]\n`);
   const none = await run(AGENT, ['status', '--config', cfg, '--json']);
-  t.equal(none.code, 0);
+  t.equal(none.code, 3, 'no status file yet: the agent never ran, exit 3 as systemctl status says of a stopped unit');
   t.equal(JSON.parse(none.stdout).phase, 'Idle', 'no status file yet: Idle');
+  t.equal(JSON.parse(none.stdout).agent, 'stopped');
+  const plain = await run(AGENT, ['status', '--config', cfg]);
+  t.equal(plain.stdout, 'The bundle agent is not running.\n');
 });

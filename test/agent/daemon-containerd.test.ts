@@ -125,7 +125,7 @@ t.test('daemon: a stick plugged in after start is loaded into containerd and pin
   t.equal(statusEndpoint.phase, 'Ready', 'GET /status on loopback');
   const metrics = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text());
   t.match(metrics, /^bundle_agent_images_pulled_total \d+/m, 'GET /metrics in Prometheus text');
-  t.match(await readFile(join(n.root, 'etc/issue.d/bundle-agent.issue'), 'utf8'), /You may remove the USB stick/, 'the console shows the technician line');
+  t.match(await readFile(join(n.root, 'run/issue.d/bundle-agent.issue'), 'utf8'), /You may remove the USB stick/, 'the console shows the technician line');
 
   daemon.kill('SIGTERM');
   const code = await new Promise((r) => daemon.once('exit', r));

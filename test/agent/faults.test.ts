@@ -272,12 +272,13 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
   const d = agent(n, ['run']);
   t.teardown(() => { d.child.kill('SIGKILL'); });
   // its own journal line, not status.json: the killed load may not have overwritten the last Ready there
-  await until('the daemon to load the stick to Ready or Failed', async () => /event=(ready|failed)/.test(d.stderr()) || d.child.exitCode !== null);
+  // the journal line comes as the status changes; the file is written just after it
+  await until('the daemon to load the stick to Ready or Failed', async () => (/event=(ready|failed)/.test(d.stderr()) && ['Ready', 'Failed'].includes((await n.status())?.phase ?? '')) || d.child.exitCode !== null);
   const s = (await n.status())!;
   t.equal(s.bundle?.file, file, 'the status is about the stick\'s bundle');
   d.child.kill('SIGTERM');
   const r = await d.exit;
-  t.equal(s.phase, 'Ready', `the daemon loaded it: Ready (${JSON.stringify(cond(s, 'Failed'))})`);
+  t.equal(s.phase, "Ready", `the daemon loaded it: Ready (${s.phase} ${JSON.stringify(cond(s, "Failed"))} ${d.stderr().slice(-600)})`);
   t.equal(r.code, 0, 'the daemon stops cleanly on SIGTERM');
   t.match(r.stderr, /removed unfinished staging left by a crash or reboot: 1\.1\.0-amd64\.partial/, 'the start-up cleanup removed the partial staging');
   t.same(await n.leftovers(), { partial: [], staged: [], dropIns: [] }, 'nothing left');

@@ -69,13 +69,13 @@ reload:
     t.notMatch(text.replace(/\n/g, ''), UNSAFE, `no control or bidi character on ${name}`);
   }
   t.match(r.stderr, /event=failed/, 'the journal line is there');
-  const issue = await readFile(join(root, 'etc/issue.d/bundle-agent.issue'), 'utf8');
+  const issue = await readFile(join(root, 'run/issue.d/bundle-agent.issue'), 'utf8');
   t.match(issue, /^Update: Failed: /);
   t.notMatch(issue.replace(/\n/g, ''), UNSAFE, 'console line: no control character');
   const status = JSON.parse(await readFile(join(root, 'var/lib/bundle-agent/status.json'), 'utf8'));
   t.notMatch(status.message, UNSAFE, 'status message');
   for (const c of status.conditions) t.notMatch(c.message, UNSAFE, `condition ${c.type} message`);
   const st = await run(AGENT, ['status', '--config', config]);
-  t.match(st.stdout, /^Failed: /);
+  t.match(st.stdout, /^The bundle agent is not running\. Its last report: Failed: /, 'the load has ended: its last report, said to be one');
   t.notMatch(st.stdout.replace(/\n$/, ''), UNSAFE, 'bundle-agent status: no control character');
 });

@@ -24,3 +24,10 @@ function visible(ch: string): string {
 export function escapeControls(text: string): string {
   return text.replace(UNSAFE, visible);
 }
+
+/** Rows under a header, in columns two spaces apart; every cell escaped (they quote untrusted text). */
+export function textTable(head: readonly string[], rows: readonly (readonly string[])[]): string {
+  const cells = [head, ...rows].map((r) => r.map((x) => escapeControls(x)));
+  const w = head.map((_, i) => Math.max(...cells.map((c) => (c[i] ?? '').length)));
+  return cells.map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+}

@@ -19,6 +19,46 @@ export interface ContainerdPinOptions {
   timeoutMs?: number;
 }
 
+/** `ctr -a ADDRESS -n NAMESPACE images ARGS...`, its failures as RuntimeErrors. */
+function ctrImages(opts: ContainerdPinOptions): (args: string[], what: string) => Promise<string> {
+  const ctr = opts.ctr ?? 'ctr';
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  if (!opts.address) throw new RuntimeError('INVALID_SPEC', 'containerd pins need the containerd socket address');
+  const base = ['-a', opts.address, '-n', opts.namespace ?? 'k8s.io', 'images'];
+  return async (args, what) => {
+    const r = await execFile(ctr, [...base, ...args], timeoutMs);
+    if (r.spawnError) throw new RuntimeError('PIN_FAILED', `${what}: cannot run ${ctr}: ${r.spawnError.message}`, { cause: r.spawnError });
+    if (r.timedOut) throw new RuntimeError('TIMEOUT', `${what}: ${ctr} did not finish within ${Math.round(timeoutMs / 1000)} s`);
+    if (r.code !== 0) {
+      const msg = firstLine(r.stderr) || `exit code ${r.code ?? r.signal}`;
+      throw new RuntimeError(/not found/i.test(msg) ? 'IMAGE_NOT_FOUND' : 'PIN_FAILED', `${what}: ${msg}`);
+    }
+    return r.stdout;
+  };
+}
+
+/**
+ * `ctr images ls` rows. Columns: REF TYPE DIGEST SIZE PLATFORMS LABELS; the first three never
+ * contain spaces (SIZE does: "1.2 KiB"), and LABELS, last, is a comma-separated k=v list.
+ */
+function parseImageList(listing: string): { name: string; digest: string; labels: string }[] {
+  const rows: { name: string; digest: string; labels: string }[] = [];
+  for (const line of listing.split('\n').slice(1)) {
+    const cols = line.trim().split(/\s+/);
+    const [name, , digest] = cols;
+    if (!name || !digest?.startsWith('sha256:')) continue;
+    rows.push({ name, digest, labels: cols.at(-1) ?? '' });
+  }
+  return rows;
+}
+
+/** The names of every containerd image record that carries the pin label. */
+export async function containerdPinnedRefs(opts: ContainerdPinOptions): Promise<Set<string>> {
+  const listing = await ctrImages(opts)(['ls'], 'list containerd images');
+  const pinned = `${CONTAINERD_PIN_LABEL}=${CONTAINERD_PIN_VALUE}`;
+  return new Set(parseImageList(listing).filter((r) => r.labels.split(',').includes(pinned)).map((r) => r.name));
+}
+
 /**
  * Label every containerd image record of each reference (the reference itself and the other
  * names CRI created for the same image: its ID "sha256:..." and its tags, i.e. every record
@@ -37,33 +77,13 @@ export async function pinContainerdImages(refs: string[], opts: ContainerdPinOpt
  * reference containerd no longer has is skipped: it is already gone.
  */
 export async function setContainerdPins(pin: string[], unpin: string[], opts: ContainerdPinOptions): Promise<{ pinned: string[]; unpinned: string[] }> {
-  const ctr = opts.ctr ?? 'ctr';
   const namespace = opts.namespace ?? 'k8s.io';
-  const timeoutMs = opts.timeoutMs ?? 30_000;
-  if (!opts.address) throw new RuntimeError('INVALID_SPEC', 'pinContainerdImages needs the containerd socket address');
   for (const r of [...pin, ...unpin]) assertImageRef(r);
   if (pin.length === 0 && unpin.length === 0) return { pinned: [], unpinned: [] };
-  const base = ['-a', opts.address, '-n', namespace, 'images'];
-
-  const run = async (args: string[], what: string): Promise<string> => {
-    const r = await execFile(ctr, [...base, ...args], timeoutMs);
-    if (r.spawnError) throw new RuntimeError('PIN_FAILED', `${what}: cannot run ${ctr}: ${r.spawnError.message}`, { cause: r.spawnError });
-    if (r.timedOut) throw new RuntimeError('TIMEOUT', `${what}: ${ctr} did not finish within ${Math.round(timeoutMs / 1000)} s`);
-    if (r.code !== 0) {
-      const msg = firstLine(r.stderr) || `exit code ${r.code ?? r.signal}`;
-      throw new RuntimeError(/not found/i.test(msg) ? 'IMAGE_NOT_FOUND' : 'PIN_FAILED', `${what}: ${msg}`);
-    }
-    return r.stdout;
-  };
-
-  // `ctr images ls` columns: REF TYPE DIGEST SIZE PLATFORMS LABELS; the first three never
-  // contain spaces (SIZE does: "1.2 KiB").
-  const listing = await run(['ls'], 'list containerd images');
+  const run = ctrImages(opts);
   const byName = new Map<string, string>();
   const byDigest = new Map<string, string[]>();
-  for (const line of listing.split('\n').slice(1)) {
-    const [name, , digest] = line.trim().split(/\s+/);
-    if (!name || !digest?.startsWith('sha256:')) continue;
+  for (const { name, digest } of parseImageList(await run(['ls'], 'list containerd images'))) {
     byName.set(name, digest);
     byDigest.set(digest, [...(byDigest.get(digest) ?? []), name]);
   }

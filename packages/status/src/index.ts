@@ -1,7 +1,9 @@
 export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, BUNDLE_MODES, emptyStatus } from './model.js';
-export { writeStatusFile, readStatusFile } from './file.js';
+export { writeStatusFile, readStatusFile, StatusFileWriter } from './file.js';
+export { processIdentity, pidExists, writerLiveness } from './liveness.js';
 export { StatusTracker } from './tracker.js';
-export { technicianLine } from './summary.js';
+export { technicianLine, notRunningLine } from './summary.js';
+export { FAILURE_SENTENCES, failureSentence } from './reasons.js';
 export { formatBytes, formatDuration, plural } from './units.js';
 export { readClusterVersion, readClusterRelease } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
@@ -19,7 +21,7 @@ export {
 } from './release-configmap.js';
 export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
 export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
-export { ConsoleWriter, CONSOLE_FILE, consoleFilePath, consoleText } from './console.js';
+export { ConsoleWriter, CONSOLE_FILE, AGETTY_RELOAD_FILE, OLD_CONSOLE_FILE, consoleFilePath, consoleText, reloadAgetty, removeOldConsoleFile } from './console.js';
 export type {
   Phase,
   ConditionType,
@@ -39,6 +41,8 @@ export type { NodeBundleStatusResource, ResourceStatus, ResourceProgress } from 
 export type { ClusterReporterOptions, ReporterStats, StatusLogger } from './reporter.js';
 export type { StatusServer, StatusServerOptions } from './http.js';
 export type { ConsoleWriterOptions } from './console.js';
+export type { StatusFile, StatusWriter, StatusFileWriterOptions } from './file.js';
+export type { Liveness, ProcessIdentity, WriterRecord } from './liveness.js';
 export type { AdminApis } from './kube.js';
 export type { ClusterErrorCode } from './cluster-errors.js';
 export type { NodeRow, Rollup } from './cluster-rollup.js';

@@ -1,10 +1,9 @@
 import { escapeControls } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
+import { failureSentence } from './reasons.js';
 import { formatBytes } from './units.js';
 
-function gb(n: number): string {
-  return formatBytes(n, { si: true });
-}
+const gb = formatBytes;
 
 function minutes(seconds: number | undefined): string {
   if (seconds === undefined || !Number.isFinite(seconds)) return '';
@@ -39,10 +38,29 @@ function sentence(s: NodeStatus, _now: Date): string {
     case 'Pinning':
       return `Finishing up.${stick}`;
     case 'Ready':
+      if (s.conditions.some((c) => c.type === 'Preloaded' && c.reason === 'PreloadDisabled')) {
+        return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings). You may remove the USB stick.`.replace('  ', ' ');
+      }
+      if (s.conditions.some((c) => c.type === 'Ready' && c.reason === 'Restored')) {
+        return `Done: update ${s.bundle?.version ?? ''} is loaded on this node again (parts of it had gone missing and were put back from this node's disk). No USB stick is needed.`.replace('  ', ' ');
+      }
       return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick.`.replace('  ', ' ');
     case 'Failed': {
       const failed = s.conditions.find((c) => c.type === 'Failed');
-      return `Failed: ${failed?.message ?? 'unknown error'}`;
+      return `Failed: ${failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error'}`;
     }
   }
+}
+
+/**
+ * What `bundle-agent status` says when the process that wrote the status is gone: a line
+ * written by a dead agent ("Loading images: 4 of 20", "Do not remove the USB stick") is no
+ * longer true, so it is never shown as the current state.
+ */
+export function notRunningLine(s: NodeStatus | undefined, how: 'stopped' | 'unresponsive' = 'stopped'): string {
+  const head = how === 'stopped' ? 'The bundle agent is not running.' : 'The bundle agent is not responding.';
+  if (!s || s.phase === 'Idle') return head;
+  if (s.phase === 'Ready' || s.phase === 'Failed') return escapeControls(`${head} Its last report: ${sentence(s, new Date())}`);
+  const what = s.bundle?.version ? `the update ${s.bundle.version}` : 'the update';
+  return escapeControls(`${head} It stopped while loading ${what}, which did not finish. Ask the administrator to start it (systemctl start bundle-agent), then plug the USB stick in again.`);
 }

@@ -1,14 +1,14 @@
 /**
- * Byte counts and durations for people: binary units (KiB, MiB) by default, decimal (KB, MB,
- * GB) with `si` for the technician's sentences, where "7.1 of 18.4 GB" reads naturally.
+ * Byte counts for people, in one unit system for both CLIs and every status text: decimal
+ * (KB, MB, GB; 1 GB = 10^9 bytes), the units disks and USB sticks are sold in, so "18.4 GB"
+ * on the screen is the number on the stick's label. Config sizes accept either system.
  */
-export function formatBytes(n: number, opts: { si?: boolean } = {}): string {
-  const base = opts.si ? 1000 : 1024;
-  const units = opts.si ? ['B', 'KB', 'MB', 'GB', 'TB'] : ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+export function formatBytes(n: number): string {
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
   let v = Math.max(0, n);
   let u = 0;
-  while (v >= base && u < units.length - 1) {
-    v /= base;
+  while (v >= 1000 && u < units.length - 1) {
+    v /= 1000;
     u++;
   }
   return `${u === 0 ? Math.round(v) : v.toFixed(1)} ${units[u]}`;

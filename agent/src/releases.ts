@@ -1,0 +1,149 @@
+// `bundle-agent releases`: what the agent keeps of each release it loaded (record, pins, kept
+// layout), and the way to let go of releases the node no longer needs. Pins otherwise pile
+// up: with a fixed version.current nothing ever becomes "complete" and releases nothing.
+import { rm } from 'node:fs/promises';
+import { relative, isAbsolute } from 'node:path';
+import { readStatusFile, runningReleases, type HistoryEntry, type HistoryState } from '@offline-bundle/status';
+import type { AgentConfig } from './config.js';
+import { AgentError, oneLine } from './errors.js';
+import type { Logger } from './log.js';
+import { withLoadLock } from './lock.js';
+import { compareVersions } from './policy.js';
+import { missingImages } from './runtime-checks.js';
+import type { RuntimeTarget } from './runtime-target.js';
+import { forgetBundles } from './bundle-records.js';
+import { forgetReleaseRecord, readReleases, type ReleaseRecord } from './state.js';
+
+export interface ReleaseRow {
+  version: string;
+  arch: string;
+  /** What the node's history says of it (running, complete, loaded, ...); absent when it says nothing. */
+  state?: HistoryState;
+  /** The cluster runs it (or ran it last): never unpinned, never pruned. */
+  running: boolean;
+  /** bundle: loaded by the agent; node: on the node before the first bundle, recorded to keep it pinned. */
+  source: 'bundle' | 'node';
+  images: number;
+  /** How many of its images the runtime holds; absent when the runtime cannot be asked. */
+  imagesPresent?: number;
+  /** Every one of its images carries the agent's pin. */
+  pinned: boolean;
+  /** The verified layout kept on disk (staging.keep), to restore vanished images with no stick. */
+  layout?: string;
+  loadedAt: string;
+}
+
+export interface ReleasesView {
+  /** The release the node runs as far as the agent knows (config version.current, else its history). */
+  running?: string;
+  releases: ReleaseRow[];
+}
+
+/**
+ * Versions the node runs, oldest first: version.current when set (as for the version policy),
+ * else the running or complete entries of the history (two while an upgrade is under way).
+ */
+function runningVersions(config: AgentConfig, history: readonly HistoryEntry[]): string[] {
+  if (config.version.current) return [config.version.current];
+  return [...new Set(runningReleases(history).map((e) => e.version))].sort(compareVersions);
+}
+
+async function historyOf(config: AgentConfig): Promise<HistoryEntry[]> {
+  return (await readStatusFile(config.paths.statusFile).catch(() => undefined))?.history ?? [];
+}
+
+export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, log?: Logger): Promise<ReleasesView> {
+  const history = await historyOf(config);
+  const running = runningVersions(config, history);
+  const records = (await readReleases(config.paths.stateDir)).sort((a, b) => compareVersions(a.version, b.version) || a.arch.localeCompare(b.arch));
+  const inspector = await runtime.inspector().catch((err) => {
+    log?.warn('releases', `cannot ask the runtime which images it holds: ${oneLine(err)}`);
+    return undefined;
+  });
+  const pinned = await runtime.pinnedRefs().catch((err) => {
+    log?.warn('releases', `cannot read the pins: ${oneLine(err)}`);
+    return new Set<string>();
+  });
+  const rows: ReleaseRow[] = [];
+  for (const r of records) {
+    const state = history.find((e) => e.version === r.version)?.state;
+    const missing = inspector ? (await missingImages(inspector, r.refs)).length : undefined;
+    rows.push({
+      version: r.version, arch: r.arch, ...(state ? { state } : {}), running: running.includes(r.version), source: r.source ?? 'bundle',
+      images: r.refs.length, ...(missing !== undefined ? { imagesPresent: r.refs.length - missing } : {}),
+      pinned: r.refs.length > 0 && r.refs.every((ref) => pinned.has(ref)), ...(r.layout ? { layout: r.layout } : {}), loadedAt: r.loadedAt,
+    });
+  }
+  return { ...(running.length ? { running: running[0] } : {}), releases: rows };
+}
+
+export interface Forgotten {
+  version: string;
+  arch: string;
+  /** Images no longer pinned (those shared with a release that stays are kept). */
+  unpinned: number;
+  /** The kept layout removed, if there was one. */
+  layout?: string;
+}
+
+/** A layout path from a record is only removed when it lies inside the upgrade directory. */
+function insideUpgradeDir(config: AgentConfig, dir: string): boolean {
+  const rel = relative(config.paths.upgradeDir, dir);
+  return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
+}
+
+/** Unpins one release, removes its kept layout and drops its records. Runs under the load lock. */
+async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: ReleaseRecord, others: ReleaseRecord[]): Promise<Forgotten> {
+  const keep = [...new Set(others.flatMap((r) => r.refs))];
+  const released = rec.refs.filter((r) => !keep.includes(r));
+  await runtime.unpin(released, keep);
+  let layout: string | undefined;
+  if (rec.layout && insideUpgradeDir(config, rec.layout)) {
+    await rm(rec.layout, { recursive: true, force: true });
+    layout = rec.layout;
+  }
+  await forgetReleaseRecord(config.paths.stateDir, rec.version, rec.arch);
+  await forgetBundles(config.paths.stateDir, rec.version, rec.arch);
+  return { version: rec.version, arch: rec.arch, unpinned: released.length, ...(layout ? { layout } : {}) };
+}
+
+/**
+ * Forgets `version` (every arch recorded, or only `arch`): unpins its images, removes its kept
+ * layout, drops its records (a stick holding it is loaded again). The release the node runs is
+ * refused: its images would become garbage the kubelet may collect while they run.
+ */
+export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget, version: string, arch?: string): Promise<Forgotten[]> {
+  return withLoadLock(config.paths.stateDir, async () => {
+    const records = await readReleases(config.paths.stateDir);
+    const targets = records.filter((r) => compareVersions(r.version, version) === 0 && (!arch || r.arch === arch));
+    if (targets.length === 0) {
+      const known = records.map((r) => r.version).sort(compareVersions).join(', ') || 'none';
+      throw new AgentError('NotRecorded', `no release ${version}${arch ? ` (${arch})` : ''} is recorded on this node (recorded: ${known}); see bundle-agent releases list`);
+    }
+    if (runningVersions(config, await historyOf(config)).some((v) => compareVersions(v, version) === 0)) {
+      throw new AgentError('InUse', `${version} is the release this node runs: its images must stay pinned; forget it once a newer release runs`);
+    }
+    const out: Forgotten[] = [];
+    for (const rec of targets) out.push(await forgetOne(config, runtime, rec, records.filter((r) => !targets.includes(r))));
+    return out;
+  });
+}
+
+/**
+ * Forgets every release older than the one the node runs (the oldest of those it runs while an
+ * upgrade is under way): they can no longer be needed. Nothing happens while the running
+ * release is unknown.
+ */
+export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget): Promise<{ running?: string; forgotten: Forgotten[] }> {
+  return withLoadLock(config.paths.stateDir, async () => {
+    const running = runningVersions(config, await historyOf(config))[0];
+    if (!running) {
+      throw new AgentError('UnknownRunningVersion', 'the release this node runs is not known (no version.current, and no release seen running or complete yet), so nothing can be called older: use bundle-agent releases forget VERSION');
+    }
+    const records = await readReleases(config.paths.stateDir);
+    const old = records.filter((r) => compareVersions(r.version, running) < 0);
+    const forgotten: Forgotten[] = [];
+    for (const rec of old) forgotten.push(await forgetOne(config, runtime, rec, records.filter((r) => !old.includes(r))));
+    return { running, forgotten };
+  });
+}

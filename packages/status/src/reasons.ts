@@ -1,0 +1,42 @@
+// What a technician reads when a load fails: one plain sentence per failure reason, naming
+// what to do, with no word only an administrator knows. The condition's message keeps the
+// precise cause for the administrator (status --json, the cluster resource, the journal).
+
+/** Failure reason (the Failed condition's reason) → the technician's sentence. */
+export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
+  NoTrust: 'This node has no key to check updates with. Ask the administrator to set up the node, then plug the USB stick in again.',
+  BadSignature: 'The update on the USB stick is not signed correctly and was refused. Ask for a new copy of the update.',
+  UntrustedKey: 'The update on the USB stick was signed by someone this node does not trust and was refused. Ask for the right update.',
+  DigestMismatch: 'The file on the USB stick is not the expected update and was refused. Ask for a new copy of the update.',
+  Corrupt: 'The update file on the USB stick is damaged. Copy it to the stick again (or use another stick) and plug it in again.',
+  Truncated: 'The update file on the USB stick is incomplete. Copy it to the stick again, wait until the copy has finished, and plug it in again.',
+  WrongArch: 'This update is for another type of computer than this node. Ask for the update made for this node.',
+  Downgrade: 'This update is older than what the node runs and was refused. Ask for a newer update.',
+  NotAnUpgradeSource: 'This update cannot be installed directly over what the node runs. Ask the administrator which update must come first.',
+  UnknownRunningVersion: 'The node could not find out which version it runs, so it did not load the update. Ask the administrator to check the node.',
+  InsufficientSpace: 'There is not enough free disk space on this node for the update. Ask the administrator to free space, then plug the USB stick in again.',
+  StagingFailed: 'Copying the update to this node\'s disk failed. Plug the USB stick in again; if it fails again, ask the administrator.',
+  RegistryFailed: 'The node could not start serving the update to itself. Plug the USB stick in again; if it fails again, ask the administrator.',
+  RuntimeUnavailable: 'The program that runs applications on this node is not answering. Ask the administrator to check it, then plug the USB stick in again.',
+  PullFailed: 'Loading the update\'s images into this node failed. Plug the USB stick in again; if it fails again, ask the administrator.',
+  NoSpaceInImageStore: 'The node ran out of disk space while loading the update. Ask the administrator to free space, then plug the USB stick in again.',
+  PinFailed: 'The update was loaded but the node could not protect it from being cleaned away. Ask the administrator to check the node, then plug the USB stick in again.',
+  ReloadFailed: 'The program that runs applications on this node did not take the new settings. Ask the administrator to check it, then plug the USB stick in again.',
+  MediaRemoved: 'The USB stick was removed, or stopped working, before the update was read. Plug it in again and leave it in until the node says you may remove it.',
+  InvalidConfig: 'The settings of the update program on this node are wrong. Ask the administrator to fix them.',
+  UnsupportedVersion: 'This update was made for a newer update program than this node has. Ask the administrator to update the node\'s update program first.',
+  ForeignFile: 'Settings made by someone else on this node are in the way of the update. Ask the administrator to check the node, then plug the USB stick in again.',
+  WriteFailed: 'The node could not save the settings the update needs. Ask the administrator to check the node\'s disk, then plug the USB stick in again.',
+  Interrupted: 'The update was stopped before it finished. Plug the USB stick in again to restart it.',
+  Busy: 'The node is already loading another update. Wait until it says it is done, then plug the USB stick in again.',
+  Internal: 'The update program hit an unexpected error. Plug the USB stick in again; if it fails again, ask the administrator to read the node\'s log.',
+  MirrorNotUsed: 'The node did not take the update\'s images from the USB stick. Ask the administrator to check the node, then plug the USB stick in again.',
+  RestoreFailed: 'Parts of the update went missing on this node and could not be put back. Plug the USB stick in again.',
+  NotRecorded: 'That update is not known on this node. Check the version number and try again.',
+  InUse: 'That update is the one the node runs now, so it stays on the node.',
+};
+
+/** The sentence for a reason, or undefined for a reason this list does not know (a newer agent's). */
+export function failureSentence(reason: string | undefined): string | undefined {
+  return reason && Object.hasOwn(FAILURE_SENTENCES, reason) ? FAILURE_SENTENCES[reason] : undefined;
+}

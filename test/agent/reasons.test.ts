@@ -1,0 +1,34 @@
+// Words a technician reads: every reason the agent can fail with has a plain sentence that
+// says what to do, with none of the words only an administrator knows.
+import t from 'tap';
+import { AGENT_REASONS } from '@offline-bundle/agent';
+import { emptyStatus, FAILURE_SENTENCES, failureSentence, technicianLine, type NodeStatus } from '@offline-bundle/status';
+
+// Kubernetes and runtime vocabulary, config keys, code-ish tokens and template leftovers.
+const JARGON = /\b(CRI|CRI-O|crio|containerd|kubelet|kubectl|Kubernetes|registry|registries|manifest|digest|sha256|drop-in|reload|pinned|pins?|mirror|layout|OCI|tarball|yaml|config|stderr|ENOSPC|undefined|null|NaN)\b|\$\{|[{}<>`]/i;
+const CAMEL_CASE = /\b[a-z]+[A-Z]\w*\b/;
+
+for (const reason of AGENT_REASONS) {
+  t.test(reason, async (t) => {
+    const sentence = FAILURE_SENTENCES[reason];
+    t.type(sentence, 'string', 'has a sentence');
+    if (!sentence) return;
+    t.notMatch(sentence, JARGON, 'no jargon');
+    t.notMatch(sentence, CAMEL_CASE, 'no code names');
+    t.match(sentence, /^[A-Z][^]*\.$/, 'a sentence: capital first, full stop last');
+    t.ok(sentence.length <= 170, `short enough for one console line or two (${sentence.length})`);
+    t.match(sentence, /\b(Ask|Plug|Copy|Wait|Check|Use)\b|stays on the node/, 'says what to do');
+    const s: NodeStatus = { ...emptyStatus('n'), phase: 'Failed', conditions: [{ type: 'Failed', status: 'True', reason, message: 'precise: for the admin', lastTransitionTime: '' }] };
+    t.equal(technicianLine(s), `Failed: ${sentence}`, 'the technician line is the sentence');
+  });
+}
+
+t.test('the brief\'s own example', async (t) => {
+  t.equal(FAILURE_SENTENCES.Interrupted, 'The update was stopped before it finished. Plug the USB stick in again to restart it.');
+});
+
+t.test('a reason this agent does not know (a newer one\'s) falls back to its message', async (t) => {
+  const s: NodeStatus = { ...emptyStatus('n'), phase: 'Failed', conditions: [{ type: 'Failed', status: 'True', reason: 'SomethingNew', message: 'what happened', lastTransitionTime: '' }] };
+  t.equal(technicianLine(s), 'Failed: what happened');
+  t.equal(failureSentence('toString'), undefined, 'an inherited name is no reason');
+});

@@ -1,0 +1,68 @@
+// The status file names its writer (pid, boot, start time) and carries a heartbeat, so a
+// reader can tell a live agent from a dead one whose pid another process may now hold.
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { emptyStatus, processIdentity, StatusFileWriter, writerLiveness, type StatusFile } from '@offline-bundle/status';
+import { tmpdir } from './lib.js';
+
+const read = async (file: string) => JSON.parse(await readFile(file, 'utf8')) as StatusFile;
+
+t.test('every write names this process and its heartbeat; the reader finds it running', async (t) => {
+  const dir = await tmpdir(t, 'ob-live-');
+  const file = path.join(dir, 'status.json');
+  const w = new StatusFileWriter(file, { command: 'run', heartbeatSeconds: 30 });
+  w.sink(emptyStatus('worker-1'));
+  await w.stop();
+  const s = await read(file);
+  t.equal(s.writer?.pid, process.pid);
+  t.equal(s.writer?.command, 'run');
+  t.equal(s.writer?.heartbeatSeconds, 30);
+  t.same({ bootId: s.writer?.bootId, startTicks: s.writer?.startTicks }, await processIdentity(process.pid), 'boot and start time recorded');
+  t.ok(s.writer?.startTicks && /^\d+$/.test(s.writer.startTicks), 'start time read from /proc');
+  t.equal(s.phase, 'Idle', 'the status itself is unchanged');
+  t.equal(await writerLiveness(s.writer), 'running');
+});
+
+t.test('the heartbeat rewrites the file while nothing changes', async (t) => {
+  const dir = await tmpdir(t, 'ob-live-');
+  const file = path.join(dir, 'status.json');
+  const w = new StatusFileWriter(file, { command: 'run', heartbeatSeconds: 1 });
+  t.teardown(() => w.stop());
+  w.sink(emptyStatus('worker-1'));
+  await w.stop(); // the first write is done
+  w.start();
+  const first = (await read(file)).writer!.heartbeatAt;
+  let later = first;
+  for (let i = 0; i < 100 && later === first; i++) {
+    await sleep(100);
+    later = (await read(file).catch(() => undefined))?.writer?.heartbeatAt ?? first;
+  }
+  t.ok(Date.parse(later) > Date.parse(first), `heartbeat moved on (${first} → ${later})`);
+});
+
+t.test('a writer that exited is stopped, and so is another process under its pid or another boot', async (t) => {
+  const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)'], { stdio: 'ignore' });
+  await new Promise((r) => child.once('spawn', r));
+  const id = await processIdentity(child.pid!);
+  const record = { pid: child.pid!, ...id, heartbeatAt: new Date().toISOString(), heartbeatSeconds: 30 };
+  t.equal(await writerLiveness(record), 'running', 'alive: running');
+  child.kill('SIGKILL');
+  await new Promise((r) => child.once('exit', r));
+  t.equal(await writerLiveness(record), 'stopped', 'killed: stopped');
+
+  const me = await processIdentity(process.pid);
+  const fresh = new Date().toISOString();
+  t.equal(await writerLiveness({ pid: process.pid, ...me, startTicks: String(Number(me.startTicks) + 1), heartbeatAt: fresh, heartbeatSeconds: 30 }), 'stopped',
+    'a live pid that started at another time is another process: the writer is gone');
+  t.equal(await writerLiveness({ pid: process.pid, ...me, bootId: 'another-boot', heartbeatAt: fresh, heartbeatSeconds: 30 }), 'stopped', 'written before a reboot: gone');
+  const old = new Date(Date.now() - 3600_000).toISOString();
+  t.equal(await writerLiveness({ pid: process.pid, ...me, heartbeatAt: old, heartbeatSeconds: 30 }), 'unresponsive', 'the same process, but silent for an hour: not responding');
+  t.equal(await writerLiveness({ pid: process.pid, startTicks: me.startTicks!, heartbeatAt: fresh, heartbeatSeconds: 30 }), 'running', 'no boot id (the unit hides /proc/sys): the start time decides');
+  t.equal(await writerLiveness({ pid: process.pid, startTicks: String(Number(me.startTicks) + 1), heartbeatAt: fresh, heartbeatSeconds: 30 }), 'stopped', 'no boot id, another start time: gone');
+  t.equal(await writerLiveness({ pid: process.pid, heartbeatAt: old, heartbeatSeconds: 30 }), 'stopped', 'no identity to compare: an old heartbeat means gone');
+  t.equal(await writerLiveness({ pid: process.pid, heartbeatAt: fresh, heartbeatSeconds: 30 }), 'running', 'no identity to compare, fresh heartbeat: running');
+  t.equal(await writerLiveness(undefined), 'unknown', 'a file from an agent that did not record its writer');
+});
