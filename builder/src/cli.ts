@@ -38,7 +38,7 @@ function summary(m: BundleManifest) {
   };
 }
 
-function printSummary(m: BundleManifest): void {
+function printSummary(m: BundleManifest, fileBytes: number): void {
   const r = m.release;
   const lines = [
     `release:   ${r.name} (version ${r.version}, ${r.arch})`,
@@ -47,7 +47,7 @@ function printSummary(m: BundleManifest): void {
     ...(r.image ? [`release signatures: ${r.signatures?.length ? r.signatures.map((s, i) => `signature-${i + 1} by key ${s.keyIds.join(',')} (${s.digest})`).join('; ') : 'none (the cluster will refuse the update without --force: rebuild with --release-signature or --signature-store)'}`] : []),
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
-    `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, compressed ${formatBytes(m.totals.archiveBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
+    `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, file ${formatBytes(fileBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
   ];
@@ -140,10 +140,10 @@ Examples:
     .argument('<file>')
     .option('--json', 'print as JSON')
     .action(async (file: string, o: { json?: boolean }) => {
-      await assertRegularFile(file);
+      const size = (await assertRegularFile(file))?.size ?? 0;
       const { manifest } = await readHeader(file);
       if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
-      else printSummary(manifest);
+      else printSummary(manifest, size);
     });
 
   const trustOptions = (cmd: Command) => cmd
