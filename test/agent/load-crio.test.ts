@@ -171,7 +171,7 @@ t.test('refusals leave nothing staged and no drop-ins', async (t) => {
     t.not(r.code, 0);
     const out = JSON.parse(r.stdout.trim().split('\n').pop()!);
     t.equal(out.error.reason, 'InsufficientSpace');
-    t.match(out.error.message, /free [\d.]+ (B|KiB|MiB|GiB)/, 'names the bytes missing');
+    t.match(out.error.message, /free [\d.]+ (B|KB|MB|GB)/, 'names the bytes missing');
     t.same(await readdir(join(small, 'upgrade')).catch(() => []), [], 'nothing staged');
     t.same(await readdir(s.registriesDir), []);
   });

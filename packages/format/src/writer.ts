@@ -11,7 +11,7 @@ import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_MEDIA_TYPE, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
-  TAR_BLOCK, blobPath, paddedSize, READ_CHUNK } from './layout.js';
+  TAR_BLOCK, FRAME_BYTES, blobPath, paddedSize, READ_CHUNK } from './layout.js';
 import { serializeManifest, validateManifest, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 
@@ -112,11 +112,40 @@ async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise
   return { frames: framer.frames, bytes };
 }
 
-/** Image-store need: layers unpack to about three times their gzip size; uncompressed ones to their size. */
-export function estimateImageStoreBytes(blobs: BundleBlob[]): number {
+/**
+ * Image-store need: what each compressed layer unpacks to, as measured while it was fetched
+ * (`unpackedSize`); a layer without a measurement counts three times its compressed size. Other
+ * blobs (uncompressed layers, configs, manifests) count their size.
+ */
+export function estimateImageStoreBytes(blobs: (BundleBlob & { unpackedSize?: number | undefined })[]): number {
   let total = 0;
-  for (const b of blobs) total += /gzip|zstd/.test(b.mediaType) ? b.size * 3 : b.size;
+  for (const b of blobs) total += /gzip|zstd/.test(b.mediaType) ? b.unpackedSize ?? b.size * 3 : b.size;
   return total;
+}
+
+/**
+ * The size of a bundle packing blobs of these sizes (plus bundle.json, its signature,
+ * oci-layout and index.json among them), before it is written: a header frame per entry, the
+ * data as stored zstd blocks (layers are compressed already and pass through; anything else only
+ * shrinks) and the seek table. An upper bound, within a fraction of a percent for compressed layers.
+ */
+export function estimateBundleBytes(sizes: number[]): number {
+  // a frame header, a 3-byte header per 128 KiB block, the 4-byte content checksum
+  const frameOverhead = (n: number) => 18 + 3 * Math.ceil(n / (128 * 1024));
+  let total = 0;
+  let frames = 0;
+  for (const size of sizes) {
+    total += 64; // a tar header, mostly zeros and octal digits, compresses to some 40 bytes
+    frames++;
+    for (let rest = paddedSize(size); rest > 0; rest -= FRAME_BYTES) {
+      const part = Math.min(rest, FRAME_BYTES);
+      total += part + frameOverhead(part);
+      frames++;
+    }
+  }
+  total += 64; // the two zero blocks that end the archive
+  frames++;
+  return total + 8 * frames + 17;
 }
 
 /** Gathers small frames (a tar header compresses to some 30 bytes) into large writes. */

@@ -1,10 +1,11 @@
 /**
- * Byte counts and durations for people: binary units (KiB, MiB) by default, decimal (KB, MB,
- * GB) with `si` for the technician's sentences, where "7.1 of 18.4 GB" reads naturally.
+ * Byte counts and durations for people, in one unit system everywhere (both CLIs, the agent's
+ * messages, the technician's sentences): decimal units (KB, MB, GB), as USB sticks and disks are
+ * sold, so "7.1 of 18.4 GB" matches the label on the stick.
  */
-export function formatBytes(n: number, opts: { si?: boolean } = {}): string {
-  const base = opts.si ? 1000 : 1024;
-  const units = opts.si ? ['B', 'KB', 'MB', 'GB', 'TB'] : ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+export function formatBytes(n: number): string {
+  const base = 1000;
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
   let v = Math.max(0, n);
   let u = 0;
   while (v >= base && u < units.length - 1) {
