@@ -237,8 +237,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const total = [...blobs.values()].reduce((s, b) => s + b.blob.size, 0);
     let missing = 0;
     for (const { blob } of blobs.values()) if (!(await cache.has(blob.digest, blob.size))) missing += blob.size;
-    // bundle.json, its signature and index.json are small next to the blobs: 1 MiB covers them
-    await checkSpace(output, estimateBundleBytes([...[...blobs.values()].map((b) => b.blob.size), 1024 * 1024]), cache.dir, missing);
+    // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
+    const metadataBytes = 8192 + 400 * (blobs.size + byRef.size);
+    await checkSpace(output, estimateBundleBytes([...[...blobs.values()].map((b) => b.blob.size), metadataBytes]), cache.dir, missing);
     let done = 0;
     // An image is done when every one of its blobs is: counted for the progress line.
     const waiting = new Map([...byRef.values()].map((r) => [r, new Set(r.blobs.map((b) => b.digest))]));
