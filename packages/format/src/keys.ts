@@ -72,7 +72,7 @@ function keyFileProblem(path: string, pem: string, passphrase: string | undefine
   const msg = (m: string) => new FormatError('KEY_ERROR', m, { cause });
   if (label === undefined) return msg(`${path} is not a PEM key file: ${fix}`);
   if (/PUBLIC KEY|CERTIFICATE/.test(label)) return msg(`${path} is a ${label.toLowerCase()}, not a private key: ${fix}, and give the .pub file to the clusters`);
-  if (label === 'OPENSSH PRIVATE KEY') return msg(`${path} is an OpenSSH key, which is not read here: convert it with "ssh-keygen -p -m PKCS8 -f ${path}" or use "bundle keygen"`);
+  if (label === 'OPENSSH PRIVATE KEY') return msg(`${path} is an OpenSSH key, which is not read here: sign with a PEM PKCS#8 key ("bundle keygen")`);
   const encrypted = label === 'ENCRYPTED PRIVATE KEY' || /Proc-Type:\s*4,ENCRYPTED/.test(pem);
   if (encrypted && passphrase === undefined) return msg(`${path} is encrypted: give its passphrase with --passphrase-file FILE or the ${PASSPHRASE_ENV} environment variable`);
   if (encrypted) return msg(`${path}: wrong passphrase (or a damaged key): check --passphrase-file / ${PASSPHRASE_ENV}`);
@@ -93,7 +93,11 @@ export async function loadPrivateKey(path: string, opts: { passphrase?: string }
   } catch (cause) {
     throw keyFileProblem(path, pem, opts.passphrase, cause);
   }
-  algorithmOf(key);
+  try {
+    algorithmOf(key);
+  } catch (err) {
+    throw new FormatError('KEY_ERROR', `${path}: ${(err as Error).message}`, { cause: err });
+  }
   return key;
 }
 
