@@ -63,11 +63,14 @@ t.test('each wrong key: KEY_ERROR naming its problem, one line, nothing written'
   await exec('openssl', ['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-384', '-out', p384]);
   const ssh = path.join(work, 'id_ed25519');
   await exec('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', ssh]).catch(() => undefined);
+  const bigPass = path.join(work, 'big-pass.txt');
+  await writeFile(bigPass, 'x'.repeat(4097));
   const cases: [string, string, string[], Record<string, string>, RegExp][] = [
     ['encrypted, no passphrase', opensslKey, [], {}, /is encrypted: give its passphrase with --passphrase-file FILE or the BUNDLE_KEY_PASSPHRASE environment variable/],
     ['encrypted, wrong passphrase file', opensslKey, ['--passphrase-file', wrongFile], {}, /: wrong passphrase/],
     ['encrypted, wrong passphrase in the environment', opensslKey, [], { BUNDLE_KEY_PASSPHRASE: 'nope' }, /: wrong passphrase/],
     ['a missing passphrase file', opensslKey, ['--passphrase-file', path.join(work, 'none.txt')], {}, /cannot read the passphrase file/],
+    ['a passphrase file over 4 KiB', opensslKey, ['--passphrase-file', bigPass], {}, /cannot read the passphrase file .*big-pass\.txt/],
     ['the public key', opensslPub, [], {}, /is a public key, not a private key: sign with the private key/],
     ['an RSA key', rsa, [], {}, /rsa\.key: unsupported key type rsa: use ECDSA P-256 or Ed25519/],
     ['a P-384 key', p384, [], {}, /p384\.key: unsupported key type ec \(secp384r1\)/],

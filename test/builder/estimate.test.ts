@@ -10,6 +10,8 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { MAX_UNPACK_RATIO, UnpackedCounter } from '@offline-bundle/oci';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -71,3 +73,18 @@ for (const [what, data] of cases) {
     t.equal(await estimate(img.ref, cache), first, 'a cache from before sizes were kept: measured from the cached file');
   });
 }
+
+t.test('a gzip bomb layer is decoded only up to 100x its size (MAX_UNPACK_RATIO), and says so', async (t) => {
+  const zeros = gzipSync(Buffer.alloc(200 * 1000 * 1000));
+  t.ok(zeros.length * MAX_UNPACK_RATIO < 200e6, `fixture: ${zeros.length} bytes that unpack past the bound`);
+  const counter = new UnpackedCounter(zeros.length);
+  for (let i = 0; i < zeros.length; i += 65536) await counter.push(zeros.subarray(i, i + 65536));
+  t.equal(await counter.finish(), zeros.length * MAX_UNPACK_RATIO);
+  const honest = gzipSync(text(1_000_000));
+  const c2 = new UnpackedCounter(honest.length);
+  await c2.push(honest);
+  t.equal(await c2.finish(), 1_000_000, 'an ordinary layer: its exact size');
+  const broken = new UnpackedCounter(10);
+  await broken.push(Buffer.from([0x1f, 0x8b, 0x08, 0x00, 1, 2, 3, 4, 5, 6]));
+  t.equal(await broken.finish(), undefined, 'an undecodable layer: no figure (the 3x fallback applies)');
+});

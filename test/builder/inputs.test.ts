@@ -71,3 +71,12 @@ t.test('a clash seen only once the sources are opened: both named, before any la
   const layers = [...app.manifests[0]!.layers, ...local.manifests[0]!.layers].map((d: string) => d.slice(7));
   t.notOk(r.cached.some((f) => layers.some((l) => f.includes(l))), 'no layer fetched');
 });
+
+t.test('an --images-file over 1 MiB is refused before it is read whole', async (t) => {
+  const big = path.join(work, 'big.txt');
+  await writeFile(big, `${app.ref}\n`.repeat(Math.ceil((1024 * 1024 + 1) / (app.ref.length + 1))));
+  const r = await create(['--images-file', big]);
+  t.equal(errorCode(r.stderr), 'INVALID_CONFIG', r.stderr);
+  t.match(r.stderr, /cannot read --images-file .*big\.txt/);
+  t.same(r.cached, [], 'nothing fetched');
+});
