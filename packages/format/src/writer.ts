@@ -160,6 +160,12 @@ class Appender {
   async append(buf: Buffer): Promise<void> {
     this.hash.update(buf);
     this.size += buf.length;
+    if (buf.length >= this.batch / 4) {
+      // a data frame is large already: copying it into a batch only makes garbage
+      await this.flush();
+      await this.file.write(buf);
+      return;
+    }
     this.pending.push(buf);
     this.pendingBytes += buf.length;
     if (this.pendingBytes >= this.batch) await this.flush();

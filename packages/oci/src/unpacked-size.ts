@@ -60,7 +60,8 @@ export class UnpackedCounter {
       this.plain = true;
       return;
     }
-    const decoder = gzip ? createGunzip() : (new DecompressStream() as unknown as Writable & NodeJS.ReadableStream);
+    // large output chunks: fewer thread-pool round trips and 'data' events for output that is only counted
+    const decoder = gzip ? createGunzip({ chunkSize: 256 * 1024 }) : (new DecompressStream() as unknown as Writable & NodeJS.ReadableStream);
     decoder.on('data', (out: Buffer) => {
       this.unpacked += out.length;
       if (this.unpacked > this.size * MAX_UNPACK_RATIO) {
