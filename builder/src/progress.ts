@@ -142,7 +142,8 @@ export class Progress {
       this.lastDraw = t;
       this.lastLine = line;
       this.stream.write(`\r\x1b[K${line}`);
-    } else if (force || t - this.lastLog >= (this.opts.logEverySeconds ?? 5) * 1000) {
+    } else if (t - this.lastLog >= (this.opts.logEverySeconds ?? 5) * 1000 || (force && t - this.started >= (this.opts.logEverySeconds ?? 5) * 1000)) {
+      // a log says "finishing" only after a phase long enough to have logged: short ones stay quiet
       this.lastLog = t;
       this.stream.write(formatProgressLine({ ...this.state, ...this.measured() }, Number.MAX_SAFE_INTEGER) + '\n');
     }
