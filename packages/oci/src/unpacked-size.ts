@@ -72,7 +72,8 @@ export class UnpackedCounter {
     this.ended = new Promise<void>((resolve) => {
       decoder.once('end', resolve);
       decoder.once('close', resolve);
-      decoder.once('error', () => {
+      // `on`, not `once`: a write racing the first error may raise a second one
+      decoder.on('error', () => {
         this.failed = true;
         resolve();
       });
