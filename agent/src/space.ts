@@ -1,5 +1,4 @@
-import { stat, statfs } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { filesystemFree as fsInfo } from '@offline-bundle/oci';
 import type { BundleManifest } from '@offline-bundle/format';
 import { formatBytes, type BundleMode } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
@@ -7,21 +6,6 @@ import { AgentError } from './errors.js';
 
 /** The status model's bundle mode: one list of modes for the status, the CRD and the planner. */
 export type StageMode = BundleMode;
-
-/** Free bytes of the filesystem `dir` is (or will be) on, found from its nearest existing ancestor: a refusal creates nothing. */
-async function fsInfo(dir: string): Promise<{ free: number; dev: number }> {
-  let p = dir;
-  for (;;) {
-    try {
-      const [fs, st] = await Promise.all([statfs(p), stat(p)]);
-      return { free: fs.bavail * fs.bsize, dev: st.dev };
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || dirname(p) === p) throw err;
-      p = dirname(p);
-    }
-  }
-}
-
 
 /**
  * Chooses where the layout goes: staged on disk when both it and the unpacked images fit

@@ -2,7 +2,7 @@ import { chmod, open, stat } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { BaseError, OciError, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
-  FormatError, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, verifyBundle, type BundleManifest,
+  FormatError, PASSPHRASE_ENV, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes, plural } from '@offline-bundle/status';
@@ -11,6 +11,7 @@ import { askSecret } from './prompt.js';
 import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
+import { addCacheCommands } from './cache-command.js';
 import { bashCompletion } from './completion.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
@@ -34,6 +35,17 @@ const levelArg = (value: string) => {
   return n;
 };
 
+/** A progress callback for reading a file: the phase starts at the first call (when the total is known), "finishing" once all is read. */
+function fileProgress(progress: Progress, phase: string): (done: number, total: number) => void {
+  let started = false;
+  return (done, total) => {
+    if (!started) progress.start(phase, total);
+    started = true;
+    progress.update(done);
+    if (done >= total) progress.phaseNote('finishing');
+  };
+}
+
 function summary(m: BundleManifest) {
   return {
     release: m.release,
@@ -46,7 +58,7 @@ function summary(m: BundleManifest) {
   };
 }
 
-function printSummary(m: BundleManifest): void {
+function printSummary(m: BundleManifest, fileBytes: number): void {
   const r = m.release;
   const lines = [
     `release:   ${r.name} (version ${r.version}, ${r.arch})`,
@@ -55,7 +67,7 @@ function printSummary(m: BundleManifest): void {
     ...(r.image ? [`release signatures: ${r.signatures?.length ? r.signatures.map((s, i) => `signature-${i + 1} by key ${s.keyIds.join(',')} (${s.digest})`).join('; ') : 'none (the cluster will refuse the update without --force: rebuild with --release-signature or --signature-store)'}`] : []),
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
-    `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, compressed ${formatBytes(m.totals.archiveBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
+    `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, file ${formatBytes(fileBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
   ];
@@ -76,9 +88,10 @@ export function buildProgram(): Command {
     .requiredOption('--out <prefix>', 'path prefix for the two files')
     .addOption(new Option('--type <type>', 'key type').choices(['ecdsa-p256', 'ed25519']).default('ecdsa-p256'))
     .option('--force', 'overwrite existing files')
+    .option('--passphrase-file <file>', `encrypt the private key with the passphrase on this file's first line (or set ${PASSPHRASE_ENV})`)
     .option('--json', 'print the result as JSON')
-    .action(async (o: { out: string; type: 'ecdsa-p256' | 'ed25519'; force?: boolean; json?: boolean }) => {
-      const { privatePem, publicPem } = generateKeyPair(o.type);
+    .action(async (o: { out: string; type: 'ecdsa-p256' | 'ed25519'; force?: boolean; passphraseFile?: string; json?: boolean }) => {
+      const { privatePem, publicPem } = generateKeyPair(o.type, await readPassphrase(o.passphraseFile));
       const keyPath = `${o.out}.key`;
       const pubPath = `${o.out}.pub`;
       const fh = await open(keyPath, o.force ? 'w' : 'wx', 0o600).catch((err: NodeJS.ErrnoException) => {
@@ -107,6 +120,7 @@ export function buildProgram(): Command {
     .option('--signature-store <url>', 'take every release signature from this store (file:// or https://…/signatures/openshift/release: <url>/sha256=<hex>/signature-N)')
     .option('--release-keyring <file>', 'OpenPGP public keys (armored or binary) the release signatures must verify with; without it they are only checked to sign this release')
     .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
+    .option('--passphrase-file <file>', `the encrypted key's passphrase, on the file's first line (or set ${PASSPHRASE_ENV})`)
     .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it')
     .option('--force', 'replace an existing output file')
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
@@ -117,7 +131,7 @@ export function buildProgram(): Command {
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
-    .option('--quiet', 'no progress output')
+    .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
     .addHelpText('after', `
 Examples:
@@ -143,7 +157,8 @@ Registry access (as podman and skopeo):
 
 Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130/143 interrupted (SIGINT/SIGTERM).`)
     .action(async (o) => {
-      const progress = new Progress({ quiet: o.quiet || o.json });
+      const progress = new Progress({ quiet: o.quiet });
+      const passphrase = await readPassphrase(o.passphraseFile);
       const ac = new AbortController();
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       process.once('SIGINT', stop);
@@ -154,7 +169,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       }
       // skopeo's --creds USER asks the password, which then stays out of the shell's history
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
-      const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal });
+      const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {
@@ -168,10 +183,10 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
     .argument('<file>')
     .option('--json', 'print as JSON')
     .action(async (file: string, o: { json?: boolean }) => {
-      await assertRegularFile(file);
+      const size = (await assertRegularFile(file))?.size ?? 0;
       const { manifest } = await readHeader(file);
       if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
-      else printSummary(manifest);
+      else printSummary(manifest, size);
     });
 
   const trustOptions = (cmd: Command) => cmd
@@ -182,9 +197,12 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
   trustOptions(program.command('verify')
     .description('Check a bundle completely: signature, every entry\'s digest and size, structure. Exit 0 only when valid.')
     .argument('<file>'))
-    .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean }) => {
+    .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
+    .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
       await assertRegularFile(file);
-      const v = await verifyBundle(file, { trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }) });
+      const trust = await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn });
+      const progress = new Progress({ quiet: o.quiet });
+      const v = await verifyBundle(file, { trust, onProgress: fileProgress(progress, `verifying ${file}`) }).finally(() => progress.finish());
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
       else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${plural(v.manifest.images.length, 'image')}, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
     });
@@ -193,25 +211,18 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
     .description('Verify and unpack a bundle into DIR as an OCI image layout (plus bundle.json). On failure DIR holds nothing of it.')
     .argument('<file>')
     .argument('<dir>'))
-    .option('--quiet', 'no progress output')
+    .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .action(async (file: string, dir: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
       await assertRegularFile(file);
-      const progress = new Progress({ quiet: o.quiet || o.json });
-      let started = false;
-      const v = await extractBundle(file, dir, {
-        trust: await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn }),
-        onProgress: (d, t) => {
-          if (!started) progress.start(`extracting ${file}`, t);
-          started = true;
-          progress.update(d);
-        },
-      });
-      progress.finish();
+      const progress = new Progress({ quiet: o.quiet });
+      const trust = await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn });
+      const v = await extractBundle(file, dir, { trust, onProgress: fileProgress(progress, `extracting ${file}`) }).finally(() => progress.finish());
       if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
       else process.stdout.write(escapeControls(`extracted ${plural(v.manifest.images.length, 'image')} to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
     });
 
   addClusterCommands(program);
+  addCacheCommands(program);
   program.command('completion')
     .description('print a shell completion script (bash): bundle completion bash > /etc/bash_completion.d/bundle')
     .argument('<shell>', 'bash')

@@ -1,15 +1,17 @@
 import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
-  connectionOptions, makeDirs, openSource, readSmallFile, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
+  connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
-import { estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
+import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
+import { checkOutput, checkSpace } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
@@ -32,6 +34,8 @@ export interface CreateOptions {
   /** OpenPGP public keys the release signatures must verify with. */
   releaseKeyring?: string;
   key: string;
+  /** Unlocks an encrypted PKCS#8 key. */
+  passphrase?: string;
   output: string;
   cache?: string;
   jobs?: number;
@@ -60,27 +64,14 @@ export interface CreateResult extends WrittenBundle {
 }
 
 interface Blob { digest: string; size: number; mediaType: string }
-interface ResolvedImage { source: ImageSource; entry: BundleImage; blobs: Blob[]; layers: Descriptor[] }
+interface ResolvedImage { source: ImageSource; entry: BundleImage; blobs: Blob[]; layers: Descriptor[]; where: string }
 
 export function defaultCacheDir(env = process.env): string {
   return join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'offline-bundle');
 }
 
-/** Largest --images-file read: 1 MiB is some ten thousand references. */
-export const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
-
-export async function readImagesFile(path: string): Promise<string[]> {
-  let text: string;
-  try {
-    text = (await readSmallFile(path, MAX_IMAGES_FILE_BYTES)).bytes.toString('utf8');
-  } catch (cause) {
-    throw new OciError('INVALID_CONFIG', `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
-  }
-  return text.split('\n').map((l) => l.replace(/#.*$/, '').trim()).filter(Boolean);
-}
-
 /** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
-async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, component?: string): Promise<ResolvedImage> {
+async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, where: string, component?: string): Promise<ResolvedImage> {
   const top = await source.getManifest();
   await cache.putBytes(top.digest, top.bytes);
   const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }];
@@ -131,7 +122,7 @@ async function resolveImage(source: ImageSource, cache: BlobCache, want: Platfor
     platforms,
     ...(component ? { component } : {}),
   };
-  return { source, entry, blobs, layers };
+  return { source, entry, blobs, layers, where };
 }
 
 /**
@@ -161,14 +152,41 @@ function refName(img: BundleImage): string {
 }
 
 /**
+ * One index entry per name. The same image reached twice (a payload image also given with
+ * --image) is kept once; two different images under one name are every clash, in one error.
+ */
+function byName(resolved: ResolvedImage[]): Map<string, ResolvedImage> {
+  const names = new Map<string, ResolvedImage>();
+  const clashes: string[] = [];
+  for (const r of resolved) {
+    const first = names.get(refName(r.entry));
+    if (!first) names.set(refName(r.entry), r);
+    else if (first.entry.digest !== r.entry.digest) clashes.push(`${r.where} and ${first.where} both give ${refName(r.entry)} (${r.entry.digest} and ${first.entry.digest})`);
+  }
+  if (clashes.length) throw new OciError('DUPLICATE_NAME', `${clashes.join('; ')}: give one of each pair another name (=REGISTRY/REPO:TAG)`);
+  return names;
+}
+
+/** Compressed layers are measured as they arrive: the image-store estimate uses what they unpack to. */
+const isCompressedLayer = (mediaType: string) => /gzip|zstd/.test(mediaType);
+
+/**
  * Builds a signed bundle: resolve every image (and a release payload), fetch each blob
  * once into the content-addressed cache (in parallel, resuming), then write the archive.
  */
 export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const progress = opts.progress ?? new Progress({ quiet: true });
-  const key = await loadPrivateKey(opts.key);
+  const key = await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
-  const specs = [...(opts.images ?? []), ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : [])];
+  const output = resolve(opts.output);
+  const lines: SourceLine[] = [
+    ...(opts.images ?? []).map((spec, i) => ({ spec, where: `--image #${i + 1}` })),
+    ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : []),
+  ];
+  const specs = checkSources(lines);
+  const whereOf = new Map(lines.map((l) => [l.spec, l.where]));
+  // before anything is fetched: hours of downloads must not end in EACCES
+  await checkOutput(output);
   if (!opts.release && specs.length === 0) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
@@ -198,7 +216,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const resolved: ResolvedImage[] = [];
     if (opts.release) {
       progress.log(`resolving release ${opts.release}`);
-      const rel = await resolveImage(await open(opts.release), cache, want, false, 'release');
+      const rel = await resolveImage(await open(opts.release), cache, want, false, '--release', 'release');
       resolved.push(rel);
       const payload = await readReleasePayload(rel.layers.map((l) => async () => {
         const path = await cache.fetch(l.digest, l.size, (offset) => rel.source.getBlob(l.digest, l.size, offset));
@@ -214,27 +232,32 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
       }
       const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
-        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, p.name)));
+        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)));
       resolved.push(...payloadImages);
     }
-    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true))));
+    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s))));
 
     // One index entry per reference; one download per blob however many images share it.
-    const byRef = new Map<string, ResolvedImage>();
-    for (const r of resolved) if (!byRef.has(refName(r.entry))) byRef.set(refName(r.entry), r);
+    const byRef = byName(resolved);
     const blobs = new Map<string, { blob: Blob; source: ImageSource }>();
     for (const r of byRef.values()) for (const b of r.blobs) if (!blobs.has(b.digest)) blobs.set(b.digest, { blob: b, source: r.source });
     const total = [...blobs.values()].reduce((s, b) => s + b.blob.size, 0);
+    let missing = 0;
+    for (const { blob } of blobs.values()) if (!(await cache.has(blob.digest, blob.size))) missing += blob.size;
+    // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
+    const metadataBytes = 8192 + 400 * (blobs.size + byRef.size);
+    await checkSpace(output, estimateBundleBytes([...[...blobs.values()].map((b) => b.blob.size), metadataBytes]), cache.dir, missing);
     let done = 0;
     // An image is done when every one of its blobs is: counted for the progress line.
     const waiting = new Map([...byRef.values()].map((r) => [r, new Set(r.blobs.map((b) => b.digest))]));
     let imagesDone = [...waiting.values()].filter((w) => w.size === 0).length;
     const items = () => `${imagesDone}/${byRef.size} images`;
-    progress.start(`fetching ${blobs.size} blobs of ${byRef.size} images`, total);
+    progress.start(`fetching ${plural(blobs.size, 'blob')} of ${plural(byRef.size, 'image')}`, total);
     const paths = new Map<string, string>();
     await allOrFirstError(limit, [...blobs.values()].map(({ blob, source }) => async () => {
       const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
         onBytes: (n) => progress.update((done += n), items()),
+        measure: isCompressedLayer(blob.mediaType),
       });
       paths.set(blob.digest, path);
       for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
@@ -248,12 +271,15 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       mediaType: MediaType.OciIndex,
       manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
     }));
-    const blobList = [...blobs.values()].map(({ blob }) => ({ ...blob, path: paths.get(blob.digest)! }));
+    const blobList = await Promise.all([...blobs.values()].map(async ({ blob }) => ({
+      ...blob,
+      path: paths.get(blob.digest)!,
+      unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
+    })));
     const signatures = releaseInfo ? await releaseSignatureBlobs(releaseInfo.digest, cache, opts, progress) : undefined;
     const epoch = process.env.SOURCE_DATE_EPOCH;
     const createdAt = opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
     const upgradeFrom = [...new Set([...(releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
-    await makeDirs(dirname(resolve(opts.output)));
     progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
     const written = await writeBundle({
       release: {
@@ -267,19 +293,20 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       },
       images,
       index,
-      blobs: [...blobList, ...(signatures?.blobs ?? [])],
+      blobs: [...blobList.map(({ unpackedSize: _, ...b }) => b), ...(signatures?.blobs ?? [])],
       imageStoreBytes: estimateImageStoreBytes(blobList),
       key,
-      output: resolve(opts.output),
+      output,
       createdAt,
       tool: { name: TOOL_NAME, version: TOOL_VERSION },
       ...(opts.level !== undefined ? { level: opts.level } : {}),
       // the writer's total also counts index.json and oci-layout
       onProgress: (d, t) => progress.update(d, undefined, t),
+      onFinishing: () => progress.phaseNote('finishing: syncing and renaming'),
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
-    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${images.length} images, ${blobs.size} blobs, ${written.fileDigest}`);
-    return { ...written, output: resolve(opts.output), images: images.length, blobs: blobs.size, downloadedBytes: total, warnings };
+    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(blobs.size, 'blob')}, ${written.fileDigest}`);
+    return { ...written, output, images: images.length, blobs: blobs.size, downloadedBytes: total, warnings };
   } catch (err) {
     // stopped: the caller's reason, not whichever stream or task noticed first
     throw opts.signal?.aborted ? opts.signal.reason : err;

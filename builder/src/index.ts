@@ -1,4 +1,5 @@
-export { createBundle, defaultCacheDir, readImagesFile } from './create.js';
-export { Progress } from './progress.js';
+export { createBundle, defaultCacheDir } from './create.js';
+export { readImagesFile, checkSources } from './inputs.js';
+export { Progress, formatProgressLine } from './progress.js';
 export { TOOL_NAME, TOOL_VERSION } from './version.js';
 export type { CreateOptions, CreateResult } from './create.js';

@@ -114,7 +114,7 @@ export interface BundleJson {
   images: { repository: string; tag: string | null; digest: string; mediaType: string; platforms: { os: string; architecture: string; variant?: string }[]; component?: string }[];
   blobs: { digest: string; size: number; mediaType: string }[];
   index: { digest: string; size: number };
-  totals: { layoutBytes: number; archiveBytes: number; imageStoreBytes: number };
+  totals: { layoutBytes: number; imageStoreBytes: number };
   creator: { tool: string; version: string; createdAt: string };
   signer: { algorithm: string; fingerprint: string };
 }

@@ -437,16 +437,28 @@ function rejections(t: Test): void {
   });
 
   t.test('bundle.json contents', async (t) => {
-    t.test('schemaVersion 2: UNSUPPORTED_VERSION', async (t) => {
+    t.test('schemaVersion 3: UNSUPPORTED_VERSION', async (t) => {
       const f = out();
-      await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 2 }) }));
+      await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 3 }) }));
       await assertRejected(t, f, base.trust, 'UNSUPPORTED_VERSION');
+    });
+
+    t.test('a version 1 bundle (its media type, totals.archiveBytes) still verifies', async (t) => {
+      const f = out();
+      const v1 = (m: any) => ({ ...m, schemaVersion: 1, mediaType: 'application/vnd.offline-bundle.v1+json', totals: { ...m.totals, archiveBytes: 1234 } });
+      await craft(f, resign(entries, base.key.privateKey, { json: v1 }));
+      const v = await verifyBundle(f, { trust: base.trust });
+      t.equal(v.manifest.schemaVersion, 1);
+      t.equal(v.manifest.totals.archiveBytes, 1234);
     });
 
     const malformed: [string, (m: any) => unknown][] = [
       ['schemaVersion 0', (m) => ({ ...m, schemaVersion: 0 })],
       ['schemaVersion "1"', (m) => ({ ...m, schemaVersion: '1' })],
       ['another mediaType', (m) => ({ ...m, mediaType: 'application/json' })],
+      ['version 2 with the version 1 media type', (m) => ({ ...m, mediaType: 'application/vnd.offline-bundle.v1+json' })],
+      ['version 2 with totals.archiveBytes (a version 1 field)', (m) => ({ ...m, totals: { ...m.totals, archiveBytes: 10 } })],
+      ['version 1 without totals.archiveBytes', (m) => ({ ...m, schemaVersion: 1, mediaType: 'application/vnd.offline-bundle.v1+json' })],
       ['a blob digest that is not sha256', (m) => ({ ...m, blobs: m.blobs.map((b: any, i: number) => (i === 0 ? { ...b, digest: 'md5:abc' } : b)) })],
       ['a blob digest that escapes blobs/', (m) => ({ ...m, blobs: m.blobs.map((b: any, i: number) => (i === 0 ? { ...b, digest: 'sha256:../../../../etc/passwd' } : b)) })],
       ['a negative blob size', (m) => ({ ...m, blobs: m.blobs.map((b: any, i: number) => (i === 0 ? { ...b, size: -1 } : b)) })],
@@ -661,8 +673,8 @@ t.test('readHeader (inspect, no trust): its own refusals', async (t) => {
   await rejectsWith(t, readHeader(f('order.bundle')), 'BAD_ORDER', 'signature first');
   await craft(f('nosig.bundle'), [all[0]!, ...all.slice(2)]);
   await rejectsWith(t, readHeader(f('nosig.bundle')), 'BAD_ORDER', 'no signature');
-  await craft(f('v2.bundle'), resign(all, b.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 2 }) }));
-  await rejectsWith(t, readHeader(f('v2.bundle')), 'UNSUPPORTED_VERSION', 'schemaVersion 2');
+  await craft(f('v3.bundle'), resign(all, b.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 3 }) }));
+  await rejectsWith(t, readHeader(f('v3.bundle')), 'UNSUPPORTED_VERSION', 'schemaVersion 3');
   // no trust needed, none implied: a bundle signed by anyone reads
   await craft(f('other.bundle'), resign(all, makeKey().privateKey));
   t.ok((await readHeader(f('other.bundle'))).manifest);

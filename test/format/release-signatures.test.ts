@@ -12,9 +12,9 @@ import path from 'node:path';
 const d = (c: string) => 'sha256:' + c.repeat(64);
 function manifest(signatures: unknown, blobs = [{ digest: d('a'), size: 3, mediaType: RELEASE_SIGNATURE_MEDIA_TYPE }]) {
   return {
-    schemaVersion: 1, mediaType: 'application/vnd.offline-bundle.v1+json',
+    schemaVersion: 2, mediaType: 'application/vnd.offline-bundle.v2+json',
     release: { name: '4.15.1', version: '4.15.1', arch: 'amd64', image: 'quay.io/x/r:4.15.1', digest: d('b'), upgradeFrom: [], signatures },
-    images: [], blobs, index: { digest: d('c'), size: 10 }, totals: { layoutBytes: 0, archiveBytes: 0, imageStoreBytes: 0 },
+    images: [], blobs, index: { digest: d('c'), size: 10 }, totals: { layoutBytes: 0, imageStoreBytes: 0 },
     creator: { tool: 't', version: '1', createdAt: 'now' }, signer: { algorithm: 'ed25519', fingerprint: d('d') },
   };
 }

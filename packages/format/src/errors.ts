@@ -27,6 +27,7 @@ export type FormatErrorCode =
   | 'UNSUPPORTED_VERSION'   // bundle.json's schemaVersion is newer than this reader
   | 'KEY_ERROR'             // a key file cannot be read or is of an unsupported type
   | 'UNSAFE_PERMISSIONS'    // a trusted key file others than root or this user could change
+  | 'NO_SPACE'              // the filesystem written to is full (writer)
   | 'IO_ERROR';
 
 export class FormatError extends BaseError<FormatErrorCode> {}

@@ -4,10 +4,10 @@ export {
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
 } from './layout.js';
 export { validateManifest, parseManifestBytes, serializeManifest } from './manifest.js';
-export { MAX_KEY_FILE_BYTES, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
+export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPassphrase, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
-export { writeBundle, estimateImageStoreBytes } from './writer.js';
+export { writeBundle, writeFailure, estimateImageStoreBytes, estimateBundleBytes } from './writer.js';
 export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './reader.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle } from './extract.js';

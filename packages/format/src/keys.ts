@@ -13,12 +13,12 @@ export interface TrustedKey {
   source: string;
 }
 
-export function generateKeyPair(type: KeyType = 'ecdsa-p256'): { privatePem: string; publicPem: string } {
+export function generateKeyPair(type: KeyType = 'ecdsa-p256', passphrase?: string): { privatePem: string; publicPem: string } {
   const { privateKey, publicKey } = type === 'ed25519'
     ? generateKeyPairSync('ed25519')
     : generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
   return {
-    privatePem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+    privatePem: privateKeyPem(privateKey, passphrase),
     publicPem: publicKey.export({ type: 'spki', format: 'pem' }).toString(),
   };
 }
@@ -47,16 +47,63 @@ async function readKeyFile(path: string): Promise<{ pem: string; stats: Stats }>
   }
 }
 
-export async function loadPrivateKey(path: string): Promise<KeyObject> {
+/** Where a signing key's passphrase may come from, besides --passphrase-file. */
+export const PASSPHRASE_ENV = 'BUNDLE_KEY_PASSPHRASE';
+/** Largest passphrase file read. */
+export const MAX_PASSPHRASE_FILE_BYTES = 4096;
+
+/** The passphrase from a file (its first line) or else the environment; undefined without either. */
+export async function readPassphrase(file: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
+  if (file === undefined) return env[PASSPHRASE_ENV] || undefined;
+  try {
+    const { bytes } = await readSmallFile(file, MAX_PASSPHRASE_FILE_BYTES);
+    return bytes.toString('utf8').split(/\r?\n/)[0]!;
+  } catch (cause) {
+    throw new FormatError('KEY_ERROR', `cannot read the passphrase file ${file}: ${(cause as Error).message}`, { cause });
+  }
+}
+
+const PEM_LABEL = /-----BEGIN ([A-Z0-9 ]+)-----/;
+
+/** What kind of key file this is, from its PEM label, for a message that names the problem. */
+function keyFileProblem(path: string, pem: string, passphrase: string | undefined, cause: unknown): FormatError {
+  const label = PEM_LABEL.exec(pem)?.[1];
+  const fix = 'sign with the private key "bundle keygen" wrote (PREFIX.key)';
+  const msg = (m: string) => new FormatError('KEY_ERROR', m, { cause });
+  if (label === undefined) return msg(`${path} is not a PEM key file: ${fix}`);
+  if (/PUBLIC KEY|CERTIFICATE/.test(label)) return msg(`${path} is a ${label.toLowerCase()}, not a private key: ${fix}, and give the .pub file to the clusters`);
+  if (label === 'OPENSSH PRIVATE KEY') return msg(`${path} is an OpenSSH key, which is not read here: sign with a PEM PKCS#8 key ("bundle keygen")`);
+  const encrypted = label === 'ENCRYPTED PRIVATE KEY' || /Proc-Type:\s*4,ENCRYPTED/.test(pem);
+  if (encrypted && passphrase === undefined) return msg(`${path} is encrypted: give its passphrase with --passphrase-file FILE or the ${PASSPHRASE_ENV} environment variable`);
+  if (encrypted) return msg(`${path}: wrong passphrase (or a damaged key): check --passphrase-file / ${PASSPHRASE_ENV}`);
+  return msg(`${path} is not a readable private key (${label}): ${fix}`);
+}
+
+/**
+ * A signing key: PKCS#8 (plain or encrypted with `passphrase`) or a traditional EC PEM. Every
+ * wrong kind of file gets its own message: a public key, an encrypted key without or with a
+ * wrong passphrase, an OpenSSH key, an RSA or other-curve key (algorithmOf).
+ */
+export async function loadPrivateKey(path: string, opts: { passphrase?: string } = {}): Promise<KeyObject> {
   const { pem } = await readKeyFile(path);
   let key: KeyObject;
   try {
-    key = createPrivateKey(pem);
+    // an empty passphrase is still one: OpenSSL then fails on a key that needs another
+    key = createPrivateKey({ key: pem, format: 'pem', passphrase: opts.passphrase ?? '' });
   } catch (cause) {
-    throw new FormatError('KEY_ERROR', `${path} is not a PEM private key (did you pass the .pub file?)`, { cause });
+    throw keyFileProblem(path, pem, opts.passphrase, cause);
   }
-  algorithmOf(key);
+  try {
+    algorithmOf(key);
+  } catch (err) {
+    throw new FormatError('KEY_ERROR', `${path}: ${(err as Error).message}`, { cause: err });
+  }
   return key;
+}
+
+/** A private key as PEM PKCS#8, encrypted (AES-256-CBC, as `openssl pkcs8 -topk8 -v2 aes-256-cbc`) when a passphrase is given. */
+export function privateKeyPem(key: KeyObject, passphrase?: string): string {
+  return key.export(passphrase !== undefined ? { type: 'pkcs8', format: 'pem', cipher: 'aes-256-cbc', passphrase } : { type: 'pkcs8', format: 'pem' }).toString();
 }
 
 export async function loadPublicKey(path: string): Promise<TrustedKey> {

@@ -1,7 +1,17 @@
 /** The bundle format as constants: entry names, limits and sizes (docs/FORMAT.md). */
 
-export const FORMAT_MEDIA_TYPE = 'application/vnd.offline-bundle.v1+json';
-export const SCHEMA_VERSION = 1;
+/**
+ * Version 2 drops `totals.archiveBytes`: the compressed size of the layout is known only after
+ * compressing it, and a bundle.json that waits for it forces a second full write of the file.
+ * Readers still read version 1.
+ */
+export const SCHEMA_VERSION = 2;
+export const FORMAT_MEDIA_TYPE = 'application/vnd.offline-bundle.v2+json';
+/** Versions a reader accepts, with the media type each carries. */
+export const READABLE_VERSIONS: Readonly<Record<number, string>> = {
+  1: 'application/vnd.offline-bundle.v1+json',
+  2: FORMAT_MEDIA_TYPE,
+};
 
 export const BUNDLE_JSON = 'bundle.json';
 export const SIGNATURE = 'bundle.json.sig';

@@ -1,6 +1,6 @@
 import { isDigest, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { FORMAT_MEDIA_TYPE, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION } from './layout.js';
+import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION } from './layout.js';
 
 export interface BundleRelease {
   /** Human name: the OpenShift version, or what --name said. */
@@ -57,8 +57,8 @@ export interface BundleManifest {
   totals: {
     /** Bytes of oci-layout, index.json and every blob: what staging writes. */
     layoutBytes: number;
-    /** Compressed bytes of the layout's frames (the file is this plus bundle.json, signature and seek index). */
-    archiveBytes: number;
+    /** Version 1 only: compressed bytes of the layout's frames (the seek table has them too). */
+    archiveBytes?: number;
     /** Estimated bytes the images take once unpacked in the runtime's store. */
     imageStoreBytes: number;
   };
@@ -86,13 +86,15 @@ const arr = (v: unknown, where: string, max = 1_000_000): unknown[] => (Array.is
  */
 export function validateManifest(doc: unknown): BundleManifest {
   if (!isObj(doc)) return bad('not an object');
-  if (doc.schemaVersion !== SCHEMA_VERSION) {
-    if (Number.isSafeInteger(doc.schemaVersion) && (doc.schemaVersion as number) > SCHEMA_VERSION) {
-      throw new FormatError('UNSUPPORTED_VERSION', `bundle.json has schemaVersion ${String(doc.schemaVersion)}; this tool reads ${SCHEMA_VERSION}: update offline-bundle`);
+  const version = doc.schemaVersion;
+  const mediaType = Number.isSafeInteger(version) ? READABLE_VERSIONS[version as number] : undefined;
+  if (mediaType === undefined) {
+    if (Number.isSafeInteger(version) && (version as number) > SCHEMA_VERSION) {
+      throw new FormatError('UNSUPPORTED_VERSION', `bundle.json has schemaVersion ${String(version)}; this tool reads up to ${SCHEMA_VERSION}: update offline-bundle`);
     }
-    bad(`schemaVersion must be ${SCHEMA_VERSION}`);
+    bad(`schemaVersion must be one of ${Object.keys(READABLE_VERSIONS).join(', ')}`);
   }
-  if (doc.mediaType !== FORMAT_MEDIA_TYPE) bad(`mediaType must be ${FORMAT_MEDIA_TYPE}`);
+  if (doc.mediaType !== mediaType) bad(`mediaType must be ${mediaType} for schemaVersion ${String(version)}`);
   const r = isObj(doc.release) ? doc.release : bad('release missing');
   str(r.name, 'release.name');
   // version and arch name directories on the node (<version>-<arch>): never a path
@@ -132,7 +134,10 @@ export function validateManifest(doc: unknown): BundleManifest {
   const ix = isObj(doc.index) ? doc.index : bad('index missing');
   digest(ix.digest, 'index.digest'); int(ix.size, 'index.size');
   const t = isObj(doc.totals) ? doc.totals : bad('totals missing');
-  int(t.layoutBytes, 'totals.layoutBytes'); int(t.archiveBytes, 'totals.archiveBytes'); int(t.imageStoreBytes, 'totals.imageStoreBytes');
+  int(t.layoutBytes, 'totals.layoutBytes'); int(t.imageStoreBytes, 'totals.imageStoreBytes');
+  // one way to know each fact: version 2 leaves the compressed size to the seek table
+  if (version === 1) int(t.archiveBytes, 'totals.archiveBytes');
+  else if (t.archiveBytes !== undefined) bad('totals.archiveBytes is a version 1 field');
   const c = isObj(doc.creator) ? doc.creator : bad('creator missing');
   str(c.tool, 'creator.tool'); str(c.version, 'creator.version'); str(c.createdAt, 'creator.createdAt');
   const s = isObj(doc.signer) ? doc.signer : bad('signer missing');

@@ -11,7 +11,7 @@ import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_MEDIA_TYPE, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
-  TAR_BLOCK, blobPath, paddedSize, READ_CHUNK } from './layout.js';
+  TAR_BLOCK, FRAME_BYTES, blobPath, paddedSize, READ_CHUNK } from './layout.js';
 import { serializeManifest, validateManifest, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 
@@ -30,7 +30,9 @@ export interface WriteBundleInput {
   level?: number;
   /** Uncompressed bytes packed so far, of `total`. */
   onProgress?: (done: number, total: number) => void;
-  /** Stops the write (Ctrl-C): the temp files go, nothing is renamed into place. */
+  /** Every byte is written; the file is being synced and renamed (slow on USB sticks). */
+  onFinishing?: () => void;
+  /** Stops the write (Ctrl-C): the temp file goes, nothing is renamed into place. */
   signal?: AbortSignal;
 }
 
@@ -110,22 +112,95 @@ async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise
   return { frames: framer.frames, bytes };
 }
 
-/** Image-store need: layers unpack to about three times their gzip size; uncompressed ones to their size. */
-export function estimateImageStoreBytes(blobs: BundleBlob[]): number {
+/**
+ * Image-store need: what each compressed layer unpacks to, as measured while it was fetched
+ * (`unpackedSize`); a layer without a measurement counts three times its compressed size. Other
+ * blobs (uncompressed layers, configs, manifests) count their size.
+ */
+export function estimateImageStoreBytes(blobs: (BundleBlob & { unpackedSize?: number | undefined })[]): number {
   let total = 0;
-  for (const b of blobs) total += /gzip|zstd/.test(b.mediaType) ? b.size * 3 : b.size;
+  for (const b of blobs) total += /gzip|zstd/.test(b.mediaType) ? b.unpackedSize ?? b.size * 3 : b.size;
   return total;
 }
 
 /**
- * Writes a signed bundle atomically: the layout's frames go to a temp file first (their
- * compressed size is recorded in the signed bundle.json, which must come first), then the
- * final temp file gets bundle.json, its signature, the layout frames and the seek index, and
- * is renamed into place. A `NAME.sha256` file in `sha256sum -c` format is written beside it.
+ * The size of a bundle packing blobs of these sizes (plus bundle.json, its signature,
+ * oci-layout and index.json among them), before it is written: a header frame per entry, the
+ * data as stored zstd blocks (layers are compressed already and pass through; anything else only
+ * shrinks) and the seek table. An upper bound, within a fraction of a percent for compressed layers.
+ */
+export function estimateBundleBytes(sizes: number[]): number {
+  // a frame header, a 3-byte header per 128 KiB block, the 4-byte content checksum
+  const frameOverhead = (n: number) => 18 + 3 * Math.ceil(n / (128 * 1024));
+  let total = 0;
+  let frames = 0;
+  for (const size of sizes) {
+    total += 64; // a tar header, mostly zeros and octal digits, compresses to some 40 bytes
+    frames++;
+    for (let rest = paddedSize(size); rest > 0; rest -= FRAME_BYTES) {
+      const part = Math.min(rest, FRAME_BYTES);
+      total += part + frameOverhead(part);
+      frames++;
+    }
+  }
+  total += 64; // the two zero blocks that end the archive
+  frames++;
+  return total + 8 * frames + 17;
+}
+
+/** Gathers small frames (a tar header compresses to some 30 bytes) into large writes. */
+class Appender {
+  private readonly hash = newSha256();
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  size = 0;
+
+  constructor(private readonly file: FileHandle, private readonly batch = READ_CHUNK) {}
+
+  async append(buf: Buffer): Promise<void> {
+    this.hash.update(buf);
+    this.size += buf.length;
+    if (buf.length >= this.batch / 4) {
+      // a data frame is large already: copying it into a batch only makes garbage
+      await this.flush();
+      await this.file.write(buf);
+      return;
+    }
+    this.pending.push(buf);
+    this.pendingBytes += buf.length;
+    if (this.pendingBytes >= this.batch) await this.flush();
+  }
+
+  async flush(): Promise<void> {
+    if (this.pendingBytes === 0) return;
+    const data = this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.pendingBytes);
+    this.pending = [];
+    this.pendingBytes = 0;
+    await this.file.write(data);
+  }
+
+  digest(): string {
+    return 'sha256:' + this.hash.digest('hex');
+  }
+}
+
+/** The one-line message for a write that failed: a full disk names its remedy. */
+export function writeFailure(path: string, err: unknown): FormatError {
+  const code = (err as NodeJS.ErrnoException)?.code;
+  if (code === 'ENOSPC' || code === 'EDQUOT') {
+    return new FormatError('NO_SPACE', `no space left on the filesystem of ${path}: free some space there or write to a larger disk (-o)`, { cause: err });
+  }
+  return new FormatError('IO_ERROR', `cannot write ${path}: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+}
+
+/**
+ * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
+ * into place once synced: bundle.json and its signature first (everything they say is known
+ * before packing: format version 2 does not record the compressed size), then the layout's
+ * frames, then the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
  */
 export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
   const level = input.level ?? 3;
-  const tmpBody = `${input.output}.${process.pid}.body.tmp`;
   const tmpOut = `${input.output}.${process.pid}.tmp`;
   const blobs = [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
   // Checked before hours of packing, not after: readers refuse an image without its manifest.
@@ -138,74 +213,55 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     ...blobs.map((b) => ({ name: blobPath(b.digest), size: b.size, digest: b.digest, open: () => createReadStream(b.path, { highWaterMark: READ_CHUNK }) })),
   ];
   const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
+  const manifest: BundleManifest = {
+    schemaVersion: SCHEMA_VERSION,
+    mediaType: FORMAT_MEDIA_TYPE,
+    release: input.release,
+    images: input.images,
+    blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType })),
+    index: { digest: sha256(input.index), size: input.index.length },
+    totals: { layoutBytes, imageStoreBytes: input.imageStoreBytes },
+    creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
+    signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
+  };
+  // Never sign what a reader refuses: the reader's own schema check, on what goes out.
+  validateManifest(manifest);
+  const manifestBytes = serializeManifest(manifest);
+  const signature = signBytes(manifestBytes, input.key);
+
   let done = 0;
   const onBytes = (n: number) => {
     done += n;
     // n counts tar headers and padding too: without the cap, progress would end past 100 %
     input.onProgress?.(Math.min(done, layoutBytes), layoutBytes);
   };
-  let body: FileHandle | undefined;
   let out: FileHandle | undefined;
   try {
-    body = await open(tmpBody, 'w+');
-    const bodyFile = body;
-    const layout = await packFrames(layoutEntries, (f) => bodyFile.write(f), true, level, onBytes, input.signal);
-
-    const manifest: BundleManifest = {
-      schemaVersion: SCHEMA_VERSION,
-      mediaType: FORMAT_MEDIA_TYPE,
-      release: input.release,
-      images: input.images,
-      blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType })),
-      index: { digest: sha256(input.index), size: input.index.length },
-      totals: { layoutBytes, archiveBytes: layout.bytes, imageStoreBytes: input.imageStoreBytes },
-      creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
-      signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
-    };
-    // Never sign what a reader refuses: the reader's own schema check, on what goes out.
-    validateManifest(manifest);
-    const manifestBytes = serializeManifest(manifest);
-    const signature = signBytes(manifestBytes, input.key);
-
     out = await open(tmpOut, 'w');
-    const fileHash = newSha256();
-    let fileSize = 0;
-    const append = async (buf: Buffer) => {
-      fileHash.update(buf);
-      fileSize += buf.length;
-      await out!.write(buf);
-    };
+    const file = new Appender(out);
+    const append = (f: Buffer) => file.append(f);
     const headEntries: PackEntry[] = [
       { name: BUNDLE_JSON, size: manifestBytes.length, open: () => manifestBytes },
       { name: SIGNATURE, size: signature.length, open: () => signature },
     ];
     const head = await packFrames(headEntries, append, false, level);
-    const copyBuf = Buffer.allocUnsafe(1024 * 1024);
-    for (let pos = 0; pos < layout.bytes; ) {
-      const { bytesRead } = await body.read(copyBuf, 0, Math.min(copyBuf.length, layout.bytes - pos), pos);
-      if (bytesRead === 0) throw new FormatError('IO_ERROR', `${tmpBody} ended early`);
-      await append(copyBuf.subarray(0, bytesRead));
-      pos += bytesRead;
-    }
-    await append(encodeSeekTable([...head.frames, ...layout.frames]));
+    const layout = await packFrames(layoutEntries, append, true, level, onBytes, input.signal);
+    await file.append(encodeSeekTable([...head.frames, ...layout.frames]));
+    await file.flush();
+    input.onFinishing?.();
     await out.sync();
     await out.close();
     out = undefined;
-    await body.close();
-    body = undefined;
-    await rm(tmpBody, { force: true });
     await rename(tmpOut, input.output);
-    const fileDigest = 'sha256:' + fileHash.digest('hex');
+    const fileDigest = file.digest();
     await writeFileAtomic(`${input.output}.sha256`, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
-    return { manifest, fileDigest, fileSize, frames: head.frames.length + layout.frames.length };
+    return { manifest, fileDigest, fileSize: file.size, frames: head.frames.length + layout.frames.length };
   } catch (err) {
     await out?.close().catch(() => undefined);
-    await body?.close().catch(() => undefined);
-    await rm(tmpBody, { force: true });
     await rm(tmpOut, { force: true });
-    // callers report a code; a missing cache file or a full disk must not surface as a bare errno
     // stopped: the caller's reason, not whichever stream noticed first
     if (input.signal?.aborted) throw input.signal.reason;
-    throw err instanceof FormatError ? err : new FormatError('IO_ERROR', `cannot write ${input.output}: ${(err as Error).message}`, { cause: err });
+    // callers report a code; a missing cache file or a full disk must not surface as a bare errno
+    throw err instanceof FormatError ? err : writeFailure(input.output, err);
   }
 }

@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { rename, rm, stat } from 'node:fs/promises';
+import { readFile, readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import { makeDirs } from './make-dirs.js';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -9,12 +9,26 @@ import { digestHex, newSha256, sha256 } from './digest.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
+import { UnpackedCounter } from './unpacked-size.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */
   onBytes?: (n: number) => void;
   attempts?: number;
+  /** Count what the blob (a compressed layer) unpacks to as it arrives, and keep the figure beside it. */
+  measure?: boolean;
 }
+
+export interface CacheInfo {
+  dir: string;
+  blobs: number;
+  bytes: number;
+  /** Unfinished downloads (resumed by the next run) and leftover temp files. */
+  partial: number;
+  partialBytes: number;
+}
+
+const isFull = (err: unknown) => ['ENOSPC', 'EDQUOT'].includes((err as NodeJS.ErrnoException)?.code ?? '');
 
 /**
  * A content-addressed blob store (`blobs/sha256/<hex>`). Downloads land in `<hex>.partial`
@@ -44,6 +58,34 @@ export class BlobCache {
     return join(this.dir, 'blobs', 'sha256', digestHex(digest));
   }
 
+  /** Where the unpacked size of a layer is kept (a decimal number): cached runs know it too. */
+  private sizePath(digest: string): string {
+    return join(this.dir, 'sizes', 'sha256', digestHex(digest));
+  }
+
+  /** What a cached layer unpacks to, when it was measured. */
+  async unpackedSize(digest: string): Promise<number | undefined> {
+    try {
+      const n = Number((await readFile(this.sizePath(digest), 'utf8')).trim());
+      return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async keepUnpackedSize(digest: string, n: number | undefined): Promise<void> {
+    if (n === undefined) return;
+    await makeDirs(join(this.dir, 'sizes', 'sha256'));
+    await writeFileAtomic(this.sizePath(digest), `${n}\n`);
+  }
+
+  /** A full disk is one line naming the cache and the ways out, and leaves nothing half-written. */
+  private full(err: unknown, partial?: string): Promise<never> {
+    return (partial ? rm(partial, { force: true }) : Promise.resolve()).catch(() => undefined).then(() => {
+      throw new OciError('NO_SPACE', `no space left for the blob cache ${this.dir}: free space there ("bundle cache prune --cache ${this.dir}" empties it) or pass --cache DIR on a disk with room`, { cause: err });
+    });
+  }
+
   async has(digest: string, size: number): Promise<boolean> {
     try {
       return (await stat(this.path(digest))).size === size;
@@ -61,8 +103,13 @@ export class BlobCache {
   private async putNow(digest: string, bytes: Uint8Array): Promise<string> {
     const final = this.path(digest);
     if (await this.has(digest, bytes.length)) return final;
-    await makeDirs(join(this.dir, 'blobs', 'sha256'));
-    await writeFileAtomic(final, bytes);
+    try {
+      await makeDirs(join(this.dir, 'blobs', 'sha256'));
+      await writeFileAtomic(final, bytes);
+    } catch (err) {
+      if (isFull(err)) return this.full(err);
+      throw err;
+    }
     return final;
   }
 
@@ -74,12 +121,31 @@ export class BlobCache {
       opts.onBytes?.(size);
       return path;
     }
-    return this.once(digest, () => this.fetchNow(digest, size, open, opts));
+    return this.once(digest, async () => {
+      try {
+        return await this.fetchNow(digest, size, open, opts);
+      } catch (err) {
+        if (isFull(err)) return this.full(err, `${this.path(digest)}.partial`);
+        throw err;
+      }
+    });
+  }
+
+  /** A blob fetched before sizes were kept: measured once from the cached file. */
+  private async measureCached(digest: string, size: number): Promise<void> {
+    if ((await this.unpackedSize(digest)) !== undefined) return;
+    const counter = new UnpackedCounter(size);
+    for await (const chunk of createReadStream(this.path(digest))) await counter.push(chunk as Buffer);
+    await this.keepUnpackedSize(digest, await counter.finish());
   }
 
   private async fetchNow(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions): Promise<string> {
     const final = this.path(digest);
     if (await this.has(digest, size)) {
+      // the mtime says when a blob was last used: "bundle cache prune --older-than" reads it
+      const now = new Date();
+      await utimes(final, now, now).catch(() => undefined);
+      if (opts.measure) await this.measureCached(digest, size);
       opts.onBytes?.(size);
       return final;
     }
@@ -90,13 +156,17 @@ export class BlobCache {
       reported += n;
       opts.onBytes?.(n);
     };
+    let counter: UnpackedCounter | undefined;
     await withRetry(async () => {
       // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
       const hash = newSha256();
+      counter?.abandon();
+      counter = opts.measure ? new UnpackedCounter(size) : undefined;
       let have = 0;
       try {
         for await (const chunk of createReadStream(partial)) {
           hash.update(chunk as Buffer);
+          await counter?.push(chunk as Buffer);
           have += (chunk as Buffer).length;
         }
       } catch (err) {
@@ -112,16 +182,18 @@ export class BlobCache {
       let written = have;
       if (have < size) {
         const src = await open(have);
-        const counter = new Transform({
+        const measure = counter;
+        const check = new Transform({
           transform(chunk: Buffer, _enc, cb) {
             written += chunk.length;
             if (written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
             hash.update(chunk);
             report(chunk.length);
-            cb(null, chunk);
+            if (!measure) return cb(null, chunk);
+            measure.push(chunk).then(() => cb(null, chunk), cb);
           },
         });
-        await pipeline(src, counter, createWriteStream(partial, { flags: 'a' }));
+        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }));
       }
       if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
       const actual = 'sha256:' + hash.digest('hex');
@@ -130,12 +202,68 @@ export class BlobCache {
         throw new OciError('DIGEST_MISMATCH', `blob ${digest} downloaded with digest ${actual}`);
       }
       await rename(partial, final);
+      await this.keepUnpackedSize(digest, await counter?.finish());
       return final;
     }, {
       attempts: opts.attempts ?? 5,
       // A short read or a dropped connection resumes; a wrong digest or refusal does not.
-      retryable: (err) => !(err instanceof OciError) || err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR' || (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message)),
+      retryable: (err) => {
+        if (!(err instanceof OciError)) return !isFull(err);
+        return err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR' || (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message));
+      },
     });
     return final;
   }
+}
+
+/** What a cache holds, and how to empty it (`bundle cache info|prune`). */
+export async function cacheInfo(dir: string): Promise<CacheInfo> {
+  const info: CacheInfo = { dir, blobs: 0, bytes: 0, partial: 0, partialBytes: 0 };
+  for (const { size, unfinished } of await cacheFiles(dir)) {
+    if (unfinished) {
+      info.partial++;
+      info.partialBytes += size;
+    } else {
+      info.blobs++;
+      info.bytes += size;
+    }
+  }
+  return info;
+}
+
+async function cacheFiles(dir: string): Promise<{ path: string; hex: string; size: number; mtimeMs: number; unfinished: boolean }[]> {
+  const blobs = join(dir, 'blobs', 'sha256');
+  let names: string[];
+  try {
+    names = await readdir(blobs);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const files = [];
+  for (const name of names) {
+    const st = await stat(join(blobs, name)).catch(() => undefined);
+    if (!st?.isFile()) continue;
+    const hex = /^[0-9a-f]{64}$/.test(name) ? name : '';
+    files.push({ path: join(blobs, name), hex, size: st.size, mtimeMs: st.mtimeMs, unfinished: hex === '' });
+  }
+  return files;
+}
+
+/**
+ * Removes unfinished downloads and temp files, and the blobs not used for `olderThanDays`
+ * (every blob without it). Nothing else in `dir` is touched. Returns what went.
+ */
+export async function pruneCache(dir: string, opts: { olderThanDays?: number; now?: number } = {}): Promise<{ files: number; bytes: number }> {
+  const cutoff = (opts.now ?? Date.now()) - (opts.olderThanDays ?? 0) * 86_400_000;
+  let files = 0;
+  let bytes = 0;
+  for (const f of await cacheFiles(dir)) {
+    if (!f.unfinished && opts.olderThanDays !== undefined && f.mtimeMs > cutoff) continue;
+    await rm(f.path, { force: true });
+    if (f.hex) await rm(join(dir, 'sizes', 'sha256', f.hex), { force: true });
+    files++;
+    bytes += f.size;
+  }
+  return { files, bytes };
 }

@@ -23,6 +23,9 @@ export type OciErrorCode =
   | 'NOT_A_REGULAR_FILE'   // a FIFO, device, directory or socket where a file was expected
   | 'FILE_TOO_LARGE'       // a key, config or list over its size limit
   | 'CANNOT_CREATE_DIR'    // a directory cannot be made where asked (e.g. on /proc)
+  | 'NO_SPACE'             // the filesystem written to (the blob cache, the output) is full or too small
+  | 'NOT_WRITABLE'         // the output cannot be written where asked (permissions, read-only)
+  | 'DUPLICATE_NAME'       // two sources would give the bundle two images of one name
   | 'SIGNATURE_NOT_FOUND'          // no release signature at the store, or a --release-signature file missing
   | 'BAD_RELEASE_SIGNATURE'        // not an OpenPGP signed message, bad signature, or not over this release's digest
   | 'UNTRUSTED_RELEASE_SIGNATURE'  // signed by a key that is not in the release keyring

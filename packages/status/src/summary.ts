@@ -3,8 +3,6 @@ import type { NodeStatus } from './model.js';
 import { failureSentence } from './reasons.js';
 import { formatBytes } from './units.js';
 
-const gb = formatBytes;
-
 function minutes(seconds: number | undefined): string {
   if (seconds === undefined || !Number.isFinite(seconds)) return '';
   if (seconds < 90) return ', less than 2 min left';
@@ -29,9 +27,9 @@ function sentence(s: NodeStatus, _now: Date): string {
       return 'Waiting for a USB stick with an update bundle.';
     case 'Verifying':
       if (p.bytesTotal === 0) return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''}.${keep}`;
-      return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} (${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`;
+      return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} (${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`;
     case 'Staging':
-      return `Copying ${gb(p.bytesDone)} of ${gb(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
+      return `Copying ${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
     case 'Serving':
     case 'Preloading':
       return `Loading images: ${p.imagesDone} of ${p.imagesTotal} done.${stick}`;

@@ -1,0 +1,49 @@
+import { open, rm, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { OciError, filesystemFree, makeDirs } from '@offline-bundle/oci';
+import { formatBytes } from '@offline-bundle/status';
+
+/**
+ * Checked before anything is fetched: `-o` names a file (not a directory) in a directory this
+ * process can create files in. A probe file, made and removed, is the only reliable test
+ * (permissions, read-only mounts, ACLs, full inode tables).
+ */
+export async function checkOutput(output: string): Promise<void> {
+  const st = await stat(output).catch(() => undefined);
+  if (st?.isDirectory()) {
+    throw new OciError('INVALID_CONFIG', `-o ${output} is a directory: give the bundle's file name, e.g. -o ${output.replace(/\/+$/, '')}/NAME.bundle`);
+  }
+  const dir = dirname(output);
+  const probe = `${output}.${process.pid}.tmp`;
+  try {
+    await makeDirs(dir);
+    await (await open(probe, 'wx')).close();
+    await rm(probe, { force: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOSPC' || code === 'EDQUOT') throw new OciError('NO_SPACE', `${dir} is full: free space there or write the bundle elsewhere (-o)`, { cause: err });
+    if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
+      throw new OciError('NOT_WRITABLE', `cannot write the bundle into ${dir} (${code === 'EROFS' ? 'read-only filesystem' : 'permission denied'}): choose a writable directory for -o`, { cause: err });
+    }
+    if (err instanceof OciError) throw err;
+    throw new OciError('NOT_WRITABLE', `cannot write the bundle into ${dir}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * Room for the bundle beside `output` and for the downloads still missing from the cache (on
+ * the same filesystem they add up), before anything is fetched. Names the bytes missing.
+ */
+export async function checkSpace(output: string, bundleBytes: number, cacheDir: string, downloadBytes: number): Promise<void> {
+  const out = await filesystemFree(dirname(output));
+  const cache = await filesystemFree(cacheDir);
+  const shared = out.dev === cache.dev;
+  const needOut = bundleBytes + (shared ? downloadBytes : 0);
+  if (out.free < needOut) {
+    const what = shared && downloadBytes > 0 ? `the bundle (about ${formatBytes(bundleBytes)}) and the downloads to the cache ${cacheDir} (${formatBytes(downloadBytes)})` : `the bundle (about ${formatBytes(bundleBytes)})`;
+    throw new OciError('NO_SPACE', `not enough space in ${dirname(output)} for ${what}: it has ${formatBytes(out.free)} free, ${formatBytes(needOut - out.free)} missing; free space there or write to a larger disk (-o${shared && downloadBytes > 0 ? ', --cache' : ''})`);
+  }
+  if (!shared && cache.free < downloadBytes) {
+    throw new OciError('NO_SPACE', `not enough space in the blob cache ${cacheDir} for ${formatBytes(downloadBytes)} of downloads: it has ${formatBytes(cache.free)} free, ${formatBytes(downloadBytes - cache.free)} missing; run "bundle cache prune" or pass --cache DIR on a disk with room`);
+  }
+}
