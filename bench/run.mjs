@@ -52,6 +52,11 @@ const work = await mkdtemp('/var/tmp/ob-bench-');
 // the helpers make their temp dirs (registry storage, containerd roots) under os.tmpdir()
 process.env.TMPDIR = work;
 const rows = [];
+/** Each row is written as soon as it is measured: a long run stopped part-way keeps what it has. */
+const addRow = (row) => {
+  rows.push(row);
+  return writeResults(OUT, { ...meta, partial: true }, rows);
+};
 const meta = {
   date: new Date().toISOString(),
   commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim(),
@@ -122,7 +127,7 @@ async function main() {
   const fileBytes = async () => (await stat(file)).size;
   try {
     if (ONLY.has('build')) {
-      rows.push({ id: 'build', step: `build (\`bundle create\` from docker-registry, ${env.rel.payload.length} images)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(env, file, RUNS, createRss)) });
+      await addRow({ id: 'build', step: `build (\`bundle create\` from docker-registry, ${env.rel.payload.length} images)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(env, file, RUNS, createRss)) });
     } else {
       await buildRow(env, file, 1, createRss);
     }
@@ -131,7 +136,7 @@ async function main() {
     meta.blobs = env.rel.blobs.size;
     const needStaged = ['serve', 'serve16', 'preload'].some((r) => ONLY.has(r));
     if (ONLY.has('stage')) {
-      rows.push({ id: 'stage', step: '`bundle extract`, verified', unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)) });
+      await addRow({ id: 'stage', step: '`bundle extract`, verified', unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)) });
     } else if (needStaged || ONLY.has('rss')) {
       await stageRow(env, file, needStaged ? staged : undefined, 1, extractRss);
     }
@@ -144,7 +149,7 @@ async function main() {
             ours: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`); },
             peer: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`); },
           });
-          rows.push({ id: 'serve', step: `serve: skopeo copy of ${env.rel.payload.length} images from \`bundle-agent serve\``, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+          await addRow({ id: 'serve', step: `serve: skopeo copy of ${env.rel.payload.length} images from \`bundle-agent serve\``, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
         }
         if (ONLY.has('serve16')) {
           const blobs = [...env.rel.blobs].map(([digest, b]) => ({ digest, ...b })).sort((a, b) => b.size - a.size);
@@ -152,7 +157,7 @@ async function main() {
             ours: () => fetchBlobs(`http://${ours}`, blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })), STREAMS),
             peer: () => fetchBlobs(`http://${peer}`, blobs, STREAMS),
           });
-          rows.push({ id: 'serve16', step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+          await addRow({ id: 'serve16', step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
         }
         if (ONLY.has('preload')) {
           const refs = env.rel.payload.map((p) => p.ref);
@@ -166,12 +171,12 @@ async function main() {
             ours: (node) => criPullAll(node.ctd.socket, refs),
             peer: (node) => criPullAll(node.ctd.socket, refs),
           });
-          rows.push({ id: 'preload', step: 'pre-load: containerd (CRI) pulls every image through `bundle-agent serve`', unit: 's', peerName: 'straight from docker-registry', ...r });
+          await addRow({ id: 'preload', step: 'pre-load: containerd (CRI) pulls every image through `bundle-agent serve`', unit: 's', peerName: 'straight from docker-registry', ...r });
         }
       });
     }
-    if (ONLY.has('random')) rows.push(await randomRow(env, file));
-    if (ONLY.has('load')) rows.push(await loadRow(env, file));
+    if (ONLY.has('random')) await addRow(await randomRow(env, file));
+    if (ONLY.has('load')) await addRow(await loadRow(env, file));
     if (ONLY.has('rss')) await rssRows(env, createRss, extractRss);
   } finally {
     await env.reg.stop();
@@ -230,8 +235,8 @@ async function rssRows(env, createRss, extractRss) {
       const bigFile = path.join(big.dir, 'ours.bundle');
       const c = [];
       const x = [];
-      rows.push({ id: `build-x${RSS_X}`, step: `build at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(big, bigFile, 1, c)) });
-      rows.push({ id: `stage-x${RSS_X}`, step: `stage at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(big, bigFile, undefined, 1, x)) });
+      await addRow({ id: `build-x${RSS_X}`, step: `build at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(big, bigFile, 1, c)) });
+      await addRow({ id: `stage-x${RSS_X}`, step: `stage at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(big, bigFile, undefined, 1, x)) });
       meta[`bundleBytesX${RSS_X}`] = (await stat(bigFile)).size;
       at.push([SCALE * RSS_X, c, x]);
     } finally {
@@ -239,8 +244,8 @@ async function rssRows(env, createRss, extractRss) {
     }
   }
   for (const [scale, c, x] of at) {
-    rows.push({ id: `rss-create-${scale}`, step: `peak RSS \`bundle create\`, scale ${scale}`, unit: 'MiB', ours: stats(c), target: RSS_TARGET });
-    rows.push({ id: `rss-extract-${scale}`, step: `peak RSS \`bundle extract\`, scale ${scale}`, unit: 'MiB', ours: stats(x), target: RSS_TARGET });
+    await addRow({ id: `rss-create-${scale}`, step: `peak RSS \`bundle create\`, scale ${scale}`, unit: 'MiB', ours: stats(c), target: RSS_TARGET });
+    await addRow({ id: `rss-extract-${scale}`, step: `peak RSS \`bundle extract\`, scale ${scale}`, unit: 'MiB', ours: stats(x), target: RSS_TARGET });
   }
 }
 

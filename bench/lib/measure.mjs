@@ -1,6 +1,7 @@
 // Timing and peak memory: each comparison runs ours and the peer alternately in the same run
 // (ours, peer, ours, peer...), so a neighbour's load on this shared machine hits both sides.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 
 /** @typedef {{ median: number, min: number, max: number, samples: number[] }} Stats */
@@ -47,6 +48,20 @@ export async function seconds(fn) {
   return Number(process.hrtime.bigint() - t0) / 1e9;
 }
 
+/** Clock ticks per second of /proc's times (getconf CLK_TCK: 100 on Linux). */
+const CLK_TCK = 100;
+
+/**
+ * CPU seconds used so far by this process and the children it has waited for (the CLIs,
+ * skopeo, tar, zstd): on a shared machine CPU time is steadier than wall time.
+ */
+function cpuSeconds() {
+  const own = process.cpuUsage();
+  // /proc/self/stat: fields 16 and 17 (cutime, cstime), counted after the command name's ")"
+  const f = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ');
+  return (own.user + own.system) / 1e6 + (Number(f[13]) + Number(f[14])) / CLK_TCK;
+}
+
 /**
  * Times `ours` and `peer` alternately, `runs` times each. `prepare`/`cleanup` run untimed
  * around every sample (fresh directories, a fresh containerd).
@@ -54,20 +69,25 @@ export async function seconds(fn) {
  * @param {number} runs
  * @param {{ ours: (c: C, i: number) => Promise<unknown>, peer: (c: C, i: number) => Promise<unknown>,
  *   prepare?: (side: 'ours'|'peer', i: number) => Promise<C>, cleanup?: (c: C) => Promise<void> }} sides
- * @returns {Promise<{ ours: Stats, peer: Stats, ratios: Stats }>}
+ * @returns {Promise<{ ours: Stats, peer: Stats, ratios: Stats, cpu: { ours: Stats, peer: Stats } }>}
+ *   cpu: CPU seconds of each sample, this process and its waited-for children (not the
+ *   long-running servers: meaningless for the serve and pre-load rows)
  */
 export async function alternate(runs, sides) {
   const ours = [];
   const peer = [];
+  const cpu = { ours: [], peer: [] };
   for (let i = 0; i < runs; i++) {
     for (const side of /** @type {const} */ (['ours', 'peer'])) {
       const c = sides.prepare ? await sides.prepare(side, i) : /** @type {C} */ (undefined);
       try {
+        const cpu0 = cpuSeconds();
         (side === 'ours' ? ours : peer).push(await seconds(() => sides[side](c, i)));
+        cpu[side].push(cpuSeconds() - cpu0);
       } finally {
         await sides.cleanup?.(c);
       }
     }
   }
-  return { ours: stats(ours), peer: stats(peer), ratios: stats(ours.map((o, i) => o / peer[i])) };
+  return { ours: stats(ours), peer: stats(peer), ratios: stats(ours.map((o, i) => o / peer[i])), cpu: { ours: stats(cpu.ours), peer: stats(cpu.peer) } };
 }

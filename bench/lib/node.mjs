@@ -8,6 +8,11 @@ import { PREVIOUS } from './release.mjs';
 
 /** What the agent pulls with by default (config preload.concurrency): both sides use it. */
 export const PULL_CONCURRENCY = 3;
+/**
+ * Deadline of one pull, both sides (the agent's own default is 30 min): containerd 1.6 was
+ * seen once to leave a PullImage unanswered with nothing in flight, which would stall a run.
+ */
+const PULL_TIMEOUT_S = 600;
 
 /**
  * A node root with containerd running (sockets and certs.d where the agent's config puts
@@ -21,7 +26,7 @@ export async function startNode(parent, pub) {
   await mkdir(path.join(root, 'etc/bundle-agent/keys'), { recursive: true });
   await copyFile(pub, path.join(root, 'etc/bundle-agent/keys/bench.pub'));
   const config = path.join(root, 'etc/bundle-agent/config.yaml');
-  await writeFile(config, `root: ${root}\nnodeName: bench\nruntime: containerd\narch: amd64\ntrust:\n  keys: [/etc/bundle-agent/keys/bench.pub]\nversion:\n  current: "${PREVIOUS}"\nspace:\n  reserveBytes: 0\n`);
+  await writeFile(config, `root: ${root}\nnodeName: bench\nruntime: containerd\narch: amd64\ntrust:\n  keys: [/etc/bundle-agent/keys/bench.pub]\nversion:\n  current: "${PREVIOUS}"\nspace:\n  reserveBytes: 0\npreload:\n  timeoutSeconds: ${PULL_TIMEOUT_S}\n`);
   return {
     root,
     ctd,
@@ -46,7 +51,7 @@ export const mirrorToBundle = (certsDir, upstreamHost, address) => writeContaine
 export async function criPullAll(socket, refs) {
   const client = new CriImageClient(socket);
   try {
-    await pullAll(client, refs, { concurrency: PULL_CONCURRENCY, retries: 0, timeoutMs: 3_600_000 });
+    await pullAll(client, refs, { concurrency: PULL_CONCURRENCY, retries: 3, timeoutMs: PULL_TIMEOUT_S * 1000 });
   } finally {
     client.close();
   }

@@ -19,17 +19,21 @@ export function verdict(row) {
   return value <= row.target.max ? 'met' : 'missed';
 }
 
+/** Rows whose whole work runs in processes the bench waits for, so their CPU time is all of it. */
+const CPU_ROWS = new Set(['build', 'stage', 'random']);
+
 /** A markdown table cell: a pipe inside it (shell pipelines) must not end the cell. */
 const cell = (s) => s.replace(/\|/g, '\\|');
 
 /** @param {Row[]} rows */
 export function table(rows) {
-  const lines = ['| step | ours | peer | ratio (min–max) | target |', '|---|---|---|---|---|'];
+  const lines = ['| step | ours | peer | ratio (min–max) | target | CPU s ours / peer |', '|---|---|---|---|---|---|'];
   for (const r of rows) {
     const peer = r.peer ? `${cell(r.peerName ?? '')}: ${fmt(r.peer.median, r.unit)}${spread(r.peer, r.unit)}` : (r.peerName ?? '');
     const ratio = r.ratios ? `${r.ratios.median.toFixed(2)}${r.ratios.samples.length > 1 ? ` (${r.ratios.min.toFixed(2)}–${r.ratios.max.toFixed(2)})` : ''}` : '';
     const target = r.target ? `${r.target.what} ${verdict(r)}` : '';
-    lines.push(`| ${cell(r.step)} | ${fmt(r.ours.median, r.unit)}${spread(r.ours, r.unit)} | ${peer} | ${ratio} | ${target} |`);
+    const cpu = r.cpu && CPU_ROWS.has(r.id.replace(/-x\d+$/, '')) ? `${r.cpu.ours.median.toFixed(1)} / ${r.cpu.peer.median.toFixed(1)}` : '';
+    lines.push(`| ${cell(r.step)} | ${fmt(r.ours.median, r.unit)}${spread(r.ours, r.unit)} | ${peer} | ${ratio} | ${target} | ${cpu} |`);
   }
   return lines.join('\n');
 }
