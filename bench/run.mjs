@@ -4,13 +4,14 @@
 // ratio (ours / peer: < 1 is faster) comes from samples taken alternately in the same run.
 //   build:    bundle create from the registry     vs skopeo copy into one OCI layout + tar | zstd -3 -T0
 //   stage:    bundle extract (verified, durable)   vs zstd -dc | tee >(sha256sum) | tar -x
+//   stage-durable: the same against a peer that also hashes the file and every blob and fsyncs each
 //   random:   the largest blob through the seek index vs zstd -dc | tar -xO BLOB
 //   serve:    skopeo copy of every image from bundle-agent serve (staged layout) vs from docker-registry 2.8
 //   serve16:  a 16-stream blob client, same two servers
 //   preload:  containerd's CRI pulling every image through bundle-agent serve vs straight from docker-registry
 //   load:     bundle-agent load (stage + serve + pre-load + pin) vs cat FILE > /dev/null + containerd's pull from docker-registry
 //   RSS:      peak resident set of bundle create / bundle extract at BENCH_SCALE and 4x it
-// Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images),
+// Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
 // BENCH_RUNS (samples per side, default 3), BENCH_ONLY (comma list of the rows above),
 // BENCH_RSS_X (the larger scale's factor, default 4; 0 skips it), BENCH_PROFILE (a directory:
 // CPU profiles of our runs), BENCH_OUT (results file, default bench/results/latest.json).
@@ -33,13 +34,13 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,random,serve,serve16,preload,load,rss').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,preload,load,rss').split(','));
 const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
 const STREAMS = 16;
 const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
 const UPSTREAM_HOST = 'quay.io';
 if (!SHAPE || !(SCALE > 0) || !(RUNS >= 1)) {
-  console.error('bench: BENCH_SHAPE is 40 or 190, BENCH_SCALE a positive number, BENCH_RUNS at least 1');
+  console.error('bench: BENCH_SHAPE is 40, 190 or 8, BENCH_SCALE a positive number, BENCH_RUNS at least 1');
   process.exit(2);
 }
 if (process.getuid?.() !== 0 && (ONLY.has('preload') || ONLY.has('load'))) {
@@ -91,21 +92,34 @@ async function buildRow(env, file, runs, rss) {
       await shell(`tar -C '${c.scratch}' -cf - . | zstd -q -3 -T0 -f -o '${dir}/peer.tar.zst'`);
     },
   });
+  const sizes = { ours: (await stat(file)).size, peer: (await stat(`${dir}/peer.tar.zst`)).size };
   await rm(`${dir}/peer.tar.zst`, { force: true });
-  return { ...r, peerName: 'skopeo copy + tar | zstd -3 -T0' };
+  return { ...r, sizes, peerName: 'skopeo copy + tar | zstd -3 -T0' };
 }
 
-/** stage: verified extraction vs the streaming floor. Leaves one staged layout at `staged`. */
-async function stageRow(env, file, staged, runs, rss) {
+/**
+ * The floors a verified, durable extraction is compared with: the bare stream, and the same
+ * work ours does (hash the file, unpack, hash every blob, make every file durable).
+ */
+const STAGE_PEERS = {
+  stream: { name: 'zstd -dc | tee >(sha256sum) | tar -x', script: (file, out) => `mkdir -p '${out}' && zstd -dc '${file}' | tee >(sha256sum > /dev/null) | tar -x -C '${out}'` },
+  durable: {
+    name: 'sha256sum FILE; zstd -dc | tar -x; sha256sum and sync every blob',
+    script: (file, out) => `sha256sum '${file}' > /dev/null && mkdir -p '${out}' && zstd -dc '${file}' | tar -x -C '${out}' && cd '${out}' && sha256sum blobs/sha256/* > /dev/null && sync blobs/sha256/*`,
+  },
+};
+
+/** stage: verified extraction vs a floor (STAGE_PEERS). Leaves one staged layout at `staged`. */
+async function stageRow(env, file, staged, runs, rss, floor = STAGE_PEERS.stream) {
   const { dir, pub } = env;
   const r = await alternate(runs, {
     prepare: async (side, i) => ({ out: path.join(dir, `${side}-stage-${i}`) }),
     cleanup: (c) => rm(c.out, { recursive: true, force: true }),
     ours: (c) => cli(BUNDLE, ['extract', '--quiet', file, c.out, '--key', pub], path.join(dir, 'rss')).then((b) => rss.push(b)),
-    peer: (c) => shell(`mkdir -p '${c.out}' && zstd -dc '${file}' | tee >(sha256sum > /dev/null) | tar -x -C '${c.out}'`),
+    peer: (c) => shell(floor.script(file, c.out)),
   });
   if (staged) await cli(BUNDLE, ['extract', '--quiet', file, staged, '--key', pub]);
-  return { ...r, peerName: 'zstd -dc | tee >(sha256sum) | tar -x' };
+  return { ...r, peerName: floor.name };
 }
 
 /** Runs `fn(ours, peer)` with the agent serving the staged layout and the docker-registry. */
@@ -132,6 +146,10 @@ async function main() {
       await buildRow(env, file, 1, createRss);
     }
     meta.bundleBytes = await fileBytes();
+    const build = rows.find((r) => r.id === 'build');
+    if (build) {
+      await addRow({ id: 'size', step: 'size: bundle vs the `.tar.zst` of the same layout', unit: 'MiB', ours: stats([build.sizes.ours]), peer: stats([build.sizes.peer]), ratios: stats([build.sizes.ours / build.sizes.peer]), peerName: '.tar.zst' });
+    }
     meta.images = env.rel.payload.length;
     meta.blobs = env.rel.blobs.size;
     const needStaged = ['serve', 'serve16', 'preload'].some((r) => ONLY.has(r));
@@ -139,6 +157,9 @@ async function main() {
       await addRow({ id: 'stage', step: '`bundle extract`, verified', unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)) });
     } else if (needStaged || ONLY.has('rss')) {
       await stageRow(env, file, needStaged ? staged : undefined, 1, extractRss);
+    }
+    if (ONLY.has('stage-durable')) {
+      await addRow({ id: 'stage-durable', step: '`bundle extract`, verified, every file fsynced', unit: 's', ...(await stageRow(env, file, undefined, RUNS, extractRss, STAGE_PEERS.durable)) });
     }
     if (needStaged) {
       await withServers(env, staged, async (ours, peer) => {
@@ -226,26 +247,25 @@ async function loadRow(env, file) {
 
 /** Peak RSS at this scale (from the timed runs) and, once each, at RSS_X times it. */
 async function rssRows(env, createRss, extractRss) {
-  const at = [[SCALE, createRss, extractRss]];
-  if (RSS_X > 0) {
-    await env.reg.stop();
-    await rm(env.dir, { recursive: true, force: true });
-    const big = await setUp(SCALE * RSS_X, path.join(work, 'sx'));
-    try {
-      const bigFile = path.join(big.dir, 'ours.bundle');
-      const c = [];
-      const x = [];
-      await addRow({ id: `build-x${RSS_X}`, step: `build at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(big, bigFile, 1, c)) });
-      await addRow({ id: `stage-x${RSS_X}`, step: `stage at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(big, bigFile, undefined, 1, x)) });
-      meta[`bundleBytesX${RSS_X}`] = (await stat(bigFile)).size;
-      at.push([SCALE * RSS_X, c, x]);
-    } finally {
-      await big.reg.stop();
-    }
-  }
-  for (const [scale, c, x] of at) {
+  const add = async (scale, c, x) => {
     await addRow({ id: `rss-create-${scale}`, step: `peak RSS \`bundle create\`, scale ${scale}`, unit: 'MiB', ours: stats(c), target: RSS_TARGET });
     await addRow({ id: `rss-extract-${scale}`, step: `peak RSS \`bundle extract\`, scale ${scale}`, unit: 'MiB', ours: stats(x), target: RSS_TARGET });
+  };
+  await add(SCALE, createRss, extractRss);
+  if (RSS_X <= 0) return;
+  await env.reg.stop();
+  await rm(env.dir, { recursive: true, force: true });
+  const big = await setUp(SCALE * RSS_X, path.join(work, 'sx'));
+  try {
+    const bigFile = path.join(big.dir, 'ours.bundle');
+    const c = [];
+    const x = [];
+    await addRow({ id: `build-x${RSS_X}`, step: `build at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(big, bigFile, 1, c)) });
+    await addRow({ id: `stage-x${RSS_X}`, step: `stage at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(big, bigFile, undefined, 1, x)) });
+    meta[`bundleBytesX${RSS_X}`] = (await stat(bigFile)).size;
+    await add(SCALE * RSS_X, c, x);
+  } finally {
+    await big.reg.stop();
   }
 }
 

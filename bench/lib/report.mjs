@@ -20,7 +20,7 @@ export function verdict(row) {
 }
 
 /** Rows whose whole work runs in processes the bench waits for, so their CPU time is all of it. */
-const CPU_ROWS = new Set(['build', 'stage', 'random']);
+const CPU_ROWS = new Set(['build', 'stage', 'stage-durable', 'random']);
 
 /** A markdown table cell: a pipe inside it (shell pipelines) must not end the cell. */
 const cell = (s) => s.replace(/\|/g, '\\|');

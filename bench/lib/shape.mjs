@@ -10,8 +10,9 @@ const MiB = 1024 * 1024;
 /** Largest layer file the generator builds (it holds a layer twice in memory while gzipping). */
 const MAX_LAYER = 128 * MiB;
 
-/** Shapes by image count: the default 40-image release and the full-size one. */
+/** Shapes by image count: the default 40-image release, the full-size one, and a small one for the suite's smoke run. */
 export const SHAPES = {
+  8: { images: 8, bytes: 400 * MiB },
   40: { images: 40, bytes: 2 * 1024 * MiB },
   190: { images: 190, bytes: 19 * 1024 * MiB },
 };

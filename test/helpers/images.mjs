@@ -65,9 +65,11 @@ function normalizeEntry(p) {
  * directory gets its own entry, mtime is 0, uid/gid 0, modes 0755/0644.
  *
  * @param {LayerFiles} files
+ * @param {{ level?: number }} [opts] gzip level (default 6); 0 stores, for gigabytes of
+ *   random data whose gzip could not shrink them anyway (the benchmark's generator)
  * @returns {Promise<Layer>}
  */
-export async function buildLayer(files) {
+export async function buildLayer(files, opts = {}) {
   const tar = await tarStream();
   /** @type {Map<string, Buffer|null>} name -> content (null = directory) */
   const entries = new Map();
@@ -101,7 +103,7 @@ export async function buildLayer(files) {
   pack.finalize();
   await done;
   const tarBuf = Buffer.concat(chunks);
-  const gz = gzipSync(tarBuf, { level: 6 });
+  const gz = gzipSync(tarBuf, { level: opts.level ?? 6 });
   return { gz, digest: sha256(gz), size: gz.length, diffID: sha256(tarBuf), mediaType: MT_LAYER_GZIP };
 }
 
