@@ -25,7 +25,7 @@ export const cli = (bin, args, rssFile) => run(process.execPath, [...profile, bi
  * @returns {Promise<{ address: string, stop: () => Promise<void> }>}
  */
 export async function serve(target, pub) {
-  const child = spawn(process.execPath, [AGENT, 'serve', target, '--key', pub, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...profile, AGENT, 'serve', target, '--key', pub, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr.on('data', (d) => { err = (err + d).slice(-2000); });
   const exited = new Promise((resolve) => child.once('close', resolve));
