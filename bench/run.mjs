@@ -1,113 +1,281 @@
 #!/usr/bin/env node
-// Benchmarks against peers, each measured in the same run on the same data, printed as ratios
-// (ours / peer: < 1 means faster or smaller). Data: generated OCI images (~BENCH_MB MiB of
-// layers, half random, half compressible text), so nothing depends on the network.
-//   build:    `bundle create` (oci: source)       vs tar | zstd -3 (k3s-style air-gap tarball)
-//   unpack:   `bundle extract` (verifies all)     vs zstd -dc | tar -x (verifies nothing)
-//   random:   one blob through the seek index      vs zstd -dc | tar -xO that blob
-//   serve:    skopeo copy from `bundle-agent serve` vs skopeo copy from docker-registry
-import { execFileSync, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, stat, readFile } from 'node:fs/promises';
+// Benchmarks against the tools users would pick instead, on an OpenShift-shaped release
+// generated into a docker-registry on 127.0.0.1 (bench/lib/shape.mjs, release.mjs). Each
+// ratio (ours / peer: < 1 is faster) comes from samples taken alternately in the same run.
+//   build:    bundle create from the registry     vs skopeo copy into one OCI layout + tar | zstd -3 -T0
+//   stage:    bundle extract (verified, durable)   vs zstd -dc | tee >(sha256sum) | tar -x
+//   stage-durable: the same against a peer that also hashes the file and every blob and fsyncs each
+//   random:   the largest blob through the seek index vs zstd -dc | tar -xO BLOB
+//   serve:    skopeo copy of every image from bundle-agent serve (staged layout) vs from docker-registry 2.8
+//   serve16:  a 16-stream blob client, same two servers
+//   preload:  containerd's CRI pulling every image through bundle-agent serve vs straight from docker-registry
+//   load:     bundle-agent load (stage + serve + pre-load + pin) vs cat FILE > /dev/null + containerd's pull from docker-registry
+//   RSS:      peak resident set of bundle create / bundle extract at BENCH_SCALE and 4x it
+// Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
+// BENCH_RUNS (samples per side, default 3), BENCH_ONLY (comma list of the rows above),
+// BENCH_RSS_X (the larger scale's factor, default 4; 0 skips it), BENCH_PROFILE (a directory:
+// CPU profiles of our runs), BENCH_OUT (results file, default bench/results/latest.json).
+// Needs root (containerd). Everything lives in one directory under /var/tmp, removed at the end.
+import { execFileSync } from 'node:child_process';
+import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { writeImageLayout } from '../test/helpers/images.mjs';
-import { startRegistry, skopeoCopy } from '../test/helpers/registry.mjs';
-import { BundleRandomReader, readHeader, blobPath } from '@offline-bundle/format';
+import { BundleRandomReader, blobPath, readHeader } from '@offline-bundle/format';
+import { skopeoCopy, startRegistry } from '../test/helpers/registry.mjs';
+import { fetchBlobs } from './lib/blob-client.mjs';
+import { alternate, seconds, shell, stats } from './lib/measure.mjs';
+import { criPullAll, mirrorToBundle, mirrorToRegistry, startNode } from './lib/node.mjs';
+import { AGENT, BUNDLE, cli, serve } from './lib/ours.mjs';
+import { generateRelease } from './lib/release.mjs';
+import { table, writeResults } from './lib/report.mjs';
+import { SHAPES, releaseShape } from './lib/shape.mjs';
 
-const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
-const BUNDLE = path.join(ROOT, 'builder/bin/bundle.js');
-const AGENT = path.join(ROOT, 'agent/bin/bundle-agent.js');
-const MB = Number(process.env.BENCH_MB ?? 160);
+const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
-
-const sh = (cmd) => execFileSync('sh', ['-c', cmd], { stdio: ['ignore', 'ignore', 'inherit'] });
-async function time(fn) {
-  const samples = [];
-  for (let i = 0; i < RUNS; i++) {
-    const t0 = process.hrtime.bigint();
-    await fn(i);
-    samples.push(Number(process.hrtime.bigint() - t0) / 1e9);
-  }
-  samples.sort((a, b) => a - b);
-  return samples[Math.floor(samples.length / 2)];
+const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,preload,load,rss').split(','));
+const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
+const STREAMS = 16;
+const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
+const UPSTREAM_HOST = 'quay.io';
+if (!SHAPE || !(SCALE > 0) || !(RUNS >= 1)) {
+  console.error('bench: BENCH_SHAPE is 40, 190 or 8, BENCH_SCALE a positive number, BENCH_RUNS at least 1');
+  process.exit(2);
 }
+if (process.getuid?.() !== 0 && (ONLY.has('preload') || ONLY.has('load'))) {
+  console.error('bench: the preload and load rows start a private containerd: run as root, or set BENCH_ONLY=build,stage,serve,serve16,rss');
+  process.exit(2);
+}
+
+const say = (s) => process.stderr.write(`${s}\n`);
+const work = await mkdtemp('/var/tmp/ob-bench-');
+// the helpers make their temp dirs (registry storage, containerd roots) under os.tmpdir()
+process.env.TMPDIR = work;
 const rows = [];
-function report(name, ours, peer, unit = 's') {
-  rows.push({ name, ours, peer, ratio: ours / peer, unit });
-  console.log(`${name.padEnd(58)} ours ${ours.toFixed(3)}${unit}  peer ${peer.toFixed(3)}${unit}  ratio ${(ours / peer).toFixed(2)}`);
+/** Each row is written as soon as it is measured: a long run stopped part-way keeps what it has. */
+const addRow = (row) => {
+  rows.push(row);
+  return writeResults(OUT, { ...meta, partial: true }, rows);
+};
+const meta = {
+  date: new Date().toISOString(),
+  commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim(),
+  scale: SCALE, shape: SHAPE.images, runs: RUNS, cores: os.cpus().length, loadavg: os.loadavg().map((l) => +l.toFixed(2)),
+  note: 'a shared 2-core machine: other engineers\' builds run alongside, so absolute times are noisy; ratios come from alternating samples',
+};
+
+/** Generates the release at `scale` into a new registry and returns what every row needs. */
+async function setUp(scale, dir) {
+  await mkdir(dir, { recursive: true });
+  const shape = releaseShape(SHAPE, scale);
+  say(`generating ${shape.images.length} images, ${(shape.bytes / 2 ** 20).toFixed(0)} MiB of layers (scale ${scale})`);
+  const reg = await startRegistry();
+  const t = await seconds(async () => Object.assign(reg, { release: await generateRelease(reg, shape, dir, say) }));
+  say(`generated and pushed in ${t.toFixed(0)} s`);
+  execFileSync(process.execPath, [BUNDLE, 'keygen', '--out', path.join(dir, 'k')], { stdio: 'ignore' });
+  return { reg, rel: reg.release, key: path.join(dir, 'k.key'), pub: path.join(dir, 'k.pub'), dir };
 }
 
-const tmp = await mkdtemp(path.join(os.tmpdir(), 'ob-bench-'));
-try {
-  const layout = path.join(tmp, 'layout');
-  const perLayer = 8 * 1024 * 1024;
-  const layers = Math.max(2, Math.round((MB * 1024 * 1024) / perLayer));
-  const words = 'node cluster upgrade image layer registry bundle offline mirror digest '.repeat(1000);
-  for (let i = 0; i < layers; i++) {
-    const content = i % 2 ? Buffer.from(words.repeat(Math.ceil(perLayer / words.length)).slice(0, perLayer)) : randomBytes(perLayer);
-    await writeImageLayout(layout, { tag: `img${i}`, index: false, platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ [`data/${i}.bin`]: content }] }] });
-  }
-  const images = Array.from({ length: layers }, (_, i) => ['--image', `oci:${layout}:img${i}=bench.example.com/app/img${i}:v1`]).flat();
-  execFileSync(process.execPath, [BUNDLE, 'keygen', '--out', path.join(tmp, 'k')], { stdio: 'ignore' });
-  const layoutBytes = Number(execFileSync('du', ['-sb', layout]).toString().split('\t')[0]);
-  console.log(`data: ${layers} images, ${(layoutBytes / 1048576).toFixed(0)} MiB layout; median of ${RUNS} runs; ${os.cpus().length} cores\n`);
-
-  const file = path.join(tmp, 'b.bundle');
-  const ours = await time(async (i) => {
-    await rm(file, { force: true });
-    execFileSync(process.execPath, [BUNDLE, 'create', '--quiet', '--version', '1', ...images, '--key', path.join(tmp, 'k.key'), '--cache', path.join(tmp, `cache${i}`), '-o', file]);
+/** build: our bundle (cold cache) vs skopeo into one layout + tar | zstd. Leaves ours at `file`. */
+async function buildRow(env, file, runs, rss) {
+  const { rel, dir } = env;
+  const r = await alternate(runs, {
+    prepare: async (side, i) => ({ scratch: path.join(dir, `${side}-build-${i}`) }),
+    cleanup: (c) => rm(c.scratch, { recursive: true, force: true }),
+    ours: async (c) => {
+      await rm(file, { force: true });
+      rss.push(await cli(BUNDLE, ['create', '--quiet', '--release', rel.release, '--registries-conf', rel.conf, '--key', env.key, '--cache', c.scratch, '-o', file], path.join(dir, 'rss')));
+    },
+    peer: async (c) => {
+      for (const p of rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${c.scratch}:${p.name}`);
+      await shell(`tar -C '${c.scratch}' -cf - . | zstd -q -3 -T0 -f -o '${dir}/peer.tar.zst'`);
+    },
   });
-  const peer = await time(() => sh(`tar -C '${layout}' -cf - . | zstd -q -3 -T1 -f -o '${tmp}/p.tar.zst'`));
-  report('build: bundle create vs tar|zstd -3', ours, peer);
-  // The same work ours does besides compressing: hash every blob, then make the file durable.
-  const peerFair = await time(() => sh(`sha256sum '${layout}'/blobs/sha256/* > /dev/null && tar -C '${layout}' -cf - . | zstd -q -3 -T1 -f -o '${tmp}/p.tar.zst' && sha256sum '${tmp}/p.tar.zst' > /dev/null && sync '${tmp}/p.tar.zst'`));
-  report('build: bundle create vs sha256sum + tar|zstd -3 + sha256sum + sync', ours, peerFair);
-  report('size: bundle vs tar.zst (bytes, MiB)', (await stat(file)).size / 1048576, (await stat(`${tmp}/p.tar.zst`)).size / 1048576, 'MiB');
+  const sizes = { ours: (await stat(file)).size, peer: (await stat(`${dir}/peer.tar.zst`)).size };
+  await rm(`${dir}/peer.tar.zst`, { force: true });
+  return { ...r, sizes, peerName: 'skopeo copy + tar | zstd -3 -T0' };
+}
 
-  const oursX = await time(async () => {
-    await rm(`${tmp}/x`, { recursive: true, force: true });
-    execFileSync(process.execPath, [BUNDLE, 'extract', '--quiet', file, `${tmp}/x`, '--key', path.join(tmp, 'k.pub')]);
+/**
+ * The floors a verified, durable extraction is compared with: the bare stream, and the same
+ * work ours does (hash the file, unpack, hash every blob, make every file durable).
+ */
+const STAGE_PEERS = {
+  stream: { name: 'zstd -dc | tee >(sha256sum) | tar -x', script: (file, out) => `mkdir -p '${out}' && zstd -dc '${file}' | tee >(sha256sum > /dev/null) | tar -x -C '${out}'` },
+  durable: {
+    name: 'sha256sum FILE; zstd -dc | tar -x; sha256sum and sync every blob',
+    script: (file, out) => `sha256sum '${file}' > /dev/null && mkdir -p '${out}' && zstd -dc '${file}' | tar -x -C '${out}' && cd '${out}' && sha256sum blobs/sha256/* > /dev/null && sync blobs/sha256/*`,
+  },
+};
+
+/** stage: verified extraction vs a floor (STAGE_PEERS). Leaves one staged layout at `staged`. */
+async function stageRow(env, file, staged, runs, rss, floor = STAGE_PEERS.stream) {
+  const { dir, pub } = env;
+  const r = await alternate(runs, {
+    prepare: async (side, i) => ({ out: path.join(dir, `${side}-stage-${i}`) }),
+    cleanup: (c) => rm(c.out, { recursive: true, force: true }),
+    ours: (c) => cli(BUNDLE, ['extract', '--quiet', file, c.out, '--key', pub], path.join(dir, 'rss')).then((b) => rss.push(b)),
+    peer: (c) => shell(floor.script(file, c.out)),
   });
-  const peerX = await time(() => sh(`rm -rf '${tmp}/y' && mkdir '${tmp}/y' && zstd -dc '${file}' | tar -x -C '${tmp}/y'`));
-  report('unpack: bundle extract (verified) vs zstd -dc|tar -x', oursX, peerX);
-  const peerXFair = await time(() => sh(`rm -rf '${tmp}/y' && mkdir '${tmp}/y' && sha256sum '${file}' > /dev/null && zstd -dc '${file}' | tar -x -C '${tmp}/y' && (cd '${tmp}/y' && sha256sum blobs/sha256/* > /dev/null) && sync -f '${tmp}/y/index.json'`));
-  report('unpack: bundle extract vs sha256sum + zstd -dc|tar -x + sha256sum + sync', oursX, peerXFair);
+  if (staged) await cli(BUNDLE, ['extract', '--quiet', file, staged, '--key', pub]);
+  return { ...r, peerName: floor.name };
+}
 
-  const { manifest } = await readHeader(file);
-  const last = [...manifest.blobs].sort((a, b) => a.digest.localeCompare(b.digest)).pop();
-  const oursR = await time(async () => {
-    const r = await BundleRandomReader.open(file, manifest);
-    await r.readVerified(blobPath(last.digest));
-    await r.close();
-  });
-  const peerR = await time(() => sh(`zstd -dc '${file}' | tar -xO '${blobPath(last.digest)}' > /dev/null`));
-  report('random: last blob via seek index vs zstd -dc|tar -xO', oursR, peerR);
-
-  const reg = await startRegistry();
+/** Runs `fn(ours, peer)` with the agent serving the staged layout and the docker-registry. */
+async function withServers(env, staged, fn) {
+  const srv = await serve(staged, env.pub);
   try {
-    const srcRef = (i) => `docker://${reg.host}/app/img${i}:v1`;
-    for (let i = 0; i < layers; i++) await skopeoCopy(`oci:${layout}:img${i}`, srcRef(i), ['--preserve-digests']);
-    const child = spawn(process.execPath, [AGENT, 'serve', file, '--key', path.join(tmp, 'k.pub'), '--json'], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const address = await new Promise((resolve) => child.stdout.once('data', (d) => resolve(JSON.parse(d.toString()).address)));
-    try {
-      const pull = async (ref) => {
-        await rm(`${tmp}/pull`, { recursive: true, force: true });
-        for (let i = 0; i < layers; i++) await skopeoCopy(ref(i), `oci:${tmp}/pull:img${i}`);
-      };
-      // first read through our registry hashes each blob once; measure steady state after a warm-up
-      await pull((i) => `docker://${address}/bench.example.com/app/img${i}:v1`);
-      const oursS = await time(() => pull((i) => `docker://${address}/bench.example.com/app/img${i}:v1`));
-      const peerS = await time(() => pull(srcRef));
-      report('serve: skopeo copy from bundle-agent serve vs docker-registry', oursS, peerS);
-    } finally {
-      child.kill('SIGTERM');
-    }
+    return await fn(srv.address, env.reg.host);
   } finally {
-    await reg.stop();
+    await srv.stop();
   }
-  console.log('\nratio = ours / peer');
-  if (process.argv.includes('--json')) console.log(JSON.stringify(rows));
+}
+
+async function main() {
+  const env = await setUp(SCALE, path.join(work, 's1'));
+  const file = path.join(env.dir, 'ours.bundle');
+  const staged = path.join(env.dir, 'staged');
+  const createRss = [];
+  const extractRss = [];
+  const fileBytes = async () => (await stat(file)).size;
+  try {
+    if (ONLY.has('build')) {
+      await addRow({ id: 'build', step: `build (\`bundle create\` from docker-registry, ${env.rel.payload.length} images)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(env, file, RUNS, createRss)) });
+    } else {
+      await buildRow(env, file, 1, createRss);
+    }
+    meta.bundleBytes = await fileBytes();
+    const build = rows.find((r) => r.id === 'build');
+    if (build) {
+      await addRow({ id: 'size', step: 'size: bundle vs the `.tar.zst` of the same layout', unit: 'MiB', ours: stats([build.sizes.ours]), peer: stats([build.sizes.peer]), ratios: stats([build.sizes.ours / build.sizes.peer]), peerName: '.tar.zst' });
+    }
+    meta.images = env.rel.payload.length;
+    meta.blobs = env.rel.blobs.size;
+    const needStaged = ['serve', 'serve16', 'preload'].some((r) => ONLY.has(r));
+    if (ONLY.has('stage')) {
+      await addRow({ id: 'stage', step: '`bundle extract`, verified', unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)) });
+    } else if (needStaged || ONLY.has('rss')) {
+      await stageRow(env, file, needStaged ? staged : undefined, 1, extractRss);
+    }
+    if (ONLY.has('stage-durable')) {
+      await addRow({ id: 'stage-durable', step: '`bundle extract`, verified, every file fsynced', unit: 's', ...(await stageRow(env, file, undefined, RUNS, extractRss, STAGE_PEERS.durable)) });
+    }
+    if (needStaged) {
+      await withServers(env, staged, async (ours, peer) => {
+        const pull = path.join(env.dir, 'pull');
+        if (ONLY.has('serve')) {
+          const r = await alternate(RUNS, {
+            cleanup: () => rm(pull, { recursive: true, force: true }),
+            ours: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`); },
+            peer: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`); },
+          });
+          await addRow({ id: 'serve', step: `serve: skopeo copy of ${env.rel.payload.length} images from \`bundle-agent serve\``, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+        }
+        if (ONLY.has('serve16')) {
+          const blobs = [...env.rel.blobs].map(([digest, b]) => ({ digest, ...b })).sort((a, b) => b.size - a.size);
+          const r = await alternate(RUNS, {
+            ours: () => fetchBlobs(`http://${ours}`, blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })), STREAMS),
+            peer: () => fetchBlobs(`http://${peer}`, blobs, STREAMS),
+          });
+          await addRow({ id: 'serve16', step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+        }
+        if (ONLY.has('preload')) {
+          const refs = env.rel.payload.map((p) => p.ref);
+          const r = await alternate(RUNS, {
+            prepare: async (side) => {
+              const node = await startNode(env.dir, env.pub);
+              await (side === 'ours' ? mirrorToBundle(node.ctd.certsDir, UPSTREAM_HOST, ours) : mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, peer));
+              return node;
+            },
+            cleanup: (node) => node.stop(),
+            ours: (node) => criPullAll(node.ctd.socket, refs),
+            peer: (node) => criPullAll(node.ctd.socket, refs),
+          });
+          await addRow({ id: 'preload', step: 'pre-load: containerd (CRI) pulls every image through `bundle-agent serve`', unit: 's', peerName: 'straight from docker-registry', ...r });
+        }
+      });
+    }
+    if (ONLY.has('random')) await addRow(await randomRow(env, file));
+    if (ONLY.has('load')) await addRow(await loadRow(env, file));
+    if (ONLY.has('rss')) await rssRows(env, createRss, extractRss);
+  } finally {
+    await env.reg.stop();
+  }
+}
+
+/** random: the largest blob through the seek index vs decompressing the archive up to it. */
+async function randomRow(env, file) {
+  const { manifest } = await readHeader(file);
+  const largest = [...manifest.blobs].sort((a, b) => b.size - a.size)[0];
+  const r = await alternate(RUNS, {
+    ours: () => BundleRandomReader.open(file, manifest).then(async (reader) => {
+      try {
+        await reader.readVerified(blobPath(largest.digest));
+      } finally {
+        await reader.close();
+      }
+    }),
+    peer: () => shell(`zstd -dc '${file}' | tar -xO '${blobPath(largest.digest)}' > /dev/null`),
+  });
+  return { id: 'random', step: 'random access: the largest blob through the seek index, verified', unit: 's', peerName: 'zstd -dc | tar -xO BLOB', ...r };
+}
+
+/**
+ * The moonshot (#11 item 3): a whole `bundle-agent load` (stage, serve, pre-load into a real
+ * containerd, pin) against reading the file once plus containerd's own pull from docker-registry.
+ */
+async function loadRow(env, file) {
+  const refs = env.rel.payload.map((p) => p.ref);
+  const cat = [];
+  const r = await alternate(RUNS, {
+    prepare: async (side) => {
+      const node = await startNode(env.dir, env.pub);
+      if (side === 'peer') await mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, env.reg.host);
+      return node;
+    },
+    cleanup: (node) => node.stop(),
+    ours: (node) => cli(AGENT, ['load', file, '--config', node.config]),
+    peer: async (node) => {
+      cat.push(await seconds(() => shell(`cat '${file}' > /dev/null`)));
+      await criPullAll(node.ctd.socket, refs);
+    },
+  });
+  meta.catSeconds = stats(cat);
+  return { id: 'load', step: '`bundle-agent load` (stage + pre-load into containerd + pin)', unit: 's', target: { max: 1.25, what: '≤ 1.25 (moonshot)' }, peerName: '`cat FILE >/dev/null` + containerd pull from docker-registry', ...r };
+}
+
+/** Peak RSS at this scale (from the timed runs) and, once each, at RSS_X times it. */
+async function rssRows(env, createRss, extractRss) {
+  const add = async (scale, c, x) => {
+    await addRow({ id: `rss-create-${scale}`, step: `peak RSS \`bundle create\`, scale ${scale}`, unit: 'MiB', ours: stats(c), target: RSS_TARGET });
+    await addRow({ id: `rss-extract-${scale}`, step: `peak RSS \`bundle extract\`, scale ${scale}`, unit: 'MiB', ours: stats(x), target: RSS_TARGET });
+  };
+  await add(SCALE, createRss, extractRss);
+  if (RSS_X <= 0) return;
+  await env.reg.stop();
+  await rm(env.dir, { recursive: true, force: true });
+  const big = await setUp(SCALE * RSS_X, path.join(work, 'sx'));
+  try {
+    const bigFile = path.join(big.dir, 'ours.bundle');
+    const c = [];
+    const x = [];
+    await addRow({ id: `build-x${RSS_X}`, step: `build at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(big, bigFile, 1, c)) });
+    await addRow({ id: `stage-x${RSS_X}`, step: `stage at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(big, bigFile, undefined, 1, x)) });
+    meta[`bundleBytesX${RSS_X}`] = (await stat(bigFile)).size;
+    await add(SCALE * RSS_X, c, x);
+  } finally {
+    await big.reg.stop();
+  }
+}
+
+try {
+  await main();
+  console.log(`\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 2 ** 20).toFixed(0)} MiB; median (min–max) of ${RUNS} alternating runs; ${meta.cores} cores, load ${meta.loadavg.join(' ')}\n`);
+  console.log(table(rows));
+  console.log('\nratio = ours / peer, per pair of alternating runs');
+  await writeResults(OUT, meta, rows);
+  say(`results: ${OUT}`);
 } finally {
-  await rm(tmp, { recursive: true, force: true });
+  await rm(work, { recursive: true, force: true });
 }

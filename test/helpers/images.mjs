@@ -3,7 +3,7 @@
 // (https://github.com/opencontainers/image-spec/blob/main/image-layout.md)
 // and optionally pushed to a registry with skopeo.
 import { createHash } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -21,7 +21,7 @@ export const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name';
  * @typedef {{ gz: Buffer, digest: string, size: number, diffID: string, mediaType: string }} Layer
  * @typedef {{ os: string, architecture: string, variant?: string }} Platform
  * @typedef {{ Env?: string[], Cmd?: string[], Entrypoint?: string[], Labels?: Record<string,string>, WorkingDir?: string, User?: string }} ImageConfig
- * @typedef {Platform & { layers: LayerFiles[], config?: ImageConfig }} PlatformSpec
+ * @typedef {Platform & { layers: (LayerFiles|Layer)[], config?: ImageConfig }} PlatformSpec
  * @typedef {{ tag: string, platforms: PlatformSpec[], index?: boolean }} ImageSpec
  * @typedef {{ digest: string, platform: Platform, layers: string[], config: string, size: number }} ManifestInfo
  * @typedef {{ digest: string, mediaType: string, size: number, raw: Buffer, manifests: ManifestInfo[] }} ImageInfo
@@ -65,9 +65,11 @@ function normalizeEntry(p) {
  * directory gets its own entry, mtime is 0, uid/gid 0, modes 0755/0644.
  *
  * @param {LayerFiles} files
+ * @param {{ level?: number }} [opts] gzip level (default 6); 0 stores, for gigabytes of
+ *   random data whose gzip could not shrink them anyway (the benchmark's generator)
  * @returns {Promise<Layer>}
  */
-export async function buildLayer(files) {
+export async function buildLayer(files, opts = {}) {
   const tar = await tarStream();
   /** @type {Map<string, Buffer|null>} name -> content (null = directory) */
   const entries = new Map();
@@ -101,7 +103,7 @@ export async function buildLayer(files) {
   pack.finalize();
   await done;
   const tarBuf = Buffer.concat(chunks);
-  const gz = gzipSync(tarBuf, { level: 6 });
+  const gz = gzipSync(tarBuf, { level: opts.level ?? 6 });
   return { gz, digest: sha256(gz), size: gz.length, diffID: sha256(tarBuf), mediaType: MT_LAYER_GZIP };
 }
 
@@ -112,15 +114,26 @@ export async function buildLayer(files) {
  */
 async function writeBlob(dir, buf) {
   const digest = sha256(buf);
-  await writeFile(path.join(dir, 'blobs', 'sha256', digest.slice('sha256:'.length)), buf);
+  const file = path.join(dir, 'blobs', 'sha256', digest.slice('sha256:'.length));
+  // content-addressed: a blob already there (a layer shared by several images) is the same bytes
+  if ((await stat(file).catch(() => undefined))?.size !== buf.length) await writeFile(file, buf);
   return digest;
 }
+
+/**
+ * Whether a layer spec is a layer already built by buildLayer (reused as is: the benchmark
+ * shares one large base layer between many images) rather than files to pack.
+ * @param {LayerFiles|Layer} l
+ * @returns {l is Layer}
+ */
+const isBuiltLayer = (l) => Buffer.isBuffer(l.gz) && typeof l.diffID === 'string';
 
 /** @param {unknown} v */
 const json = (v) => Buffer.from(JSON.stringify(v), 'utf8');
 
 /**
- * Create (or extend) an OCI image layout at `dir` with one tagged image.
+ * Create (or extend) an OCI image layout at `dir` with one tagged image. A layer is either
+ * the files to pack or a Layer from buildLayer.
  * One platform -> an image manifest (unless spec.index === true); several
  * platforms -> an image index whose entries carry `platform`. The layout's
  * index.json gets an entry annotated org.opencontainers.image.ref.name=tag,
@@ -141,7 +154,7 @@ export async function writeImageLayout(dir, spec) {
   for (const p of spec.platforms) {
     const layers = [];
     for (const files of p.layers) {
-      const layer = await buildLayer(files);
+      const layer = isBuiltLayer(files) ? files : await buildLayer(files);
       await writeBlob(dir, layer.gz);
       layers.push(layer);
     }
