@@ -27,7 +27,7 @@ t.test('bundle verify: the error quoting a hostile entry name carries no control
   const b = await hostileBundle(t);
   const r = await run(BUNDLE, ['verify', b.file, '--key', b.pub]);
   t.equal(r.code, 1);
-  t.match(r.stderr, /^bundle: UNEXPECTED_ENTRY: /, 'the refusal and its code');
+  t.match(r.stderr, /^bundle: UNEXPECTED_ENTRY: /m, 'the refusal and its code');
   t.notOk(r.stderr.includes('\x1b'), 'no ESC byte on stderr');
   t.notMatch(r.stderr.slice(0, -1), UNSAFE, 'no control or bidi character but the final line feed');
   t.match(r.stderr, /\\x1b\[2J/, 'the escape is shown, visibly');
