@@ -8,9 +8,7 @@ import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CriImageClient } from '@offline-bundle/runtime';
-import { tmpdir } from '../helpers/tmp.mjs';
-import { startContainerd } from '../runtime/lib.js';
-import { AGENT, keygen, makeBundle, nodeRoot, run, smallFs, stick } from './fixtures.js';
+import { AGENT, containerdNode, makeBundle, run, smallFs, stick } from './fixtures.js';
 import { compileSchema, crdSchema, freePort, loadCrd, startFakeApi, writeKubeconfig } from '../status/lib.js';
 import { parse as parseYaml } from 'yaml';
 
@@ -20,21 +18,7 @@ const images = [
 ];
 
 async function node(t: any, statusYaml = '') {
-  const dir = await tmpdir(t, 'ob-agent-ctd-');
-  const keys = await keygen(dir);
-  const root = join(dir, 'node');
-  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
-  t.teardown(() => ctd.stop());
-  const config = await nodeRoot(root, keys.pub, `runtime: containerd
-version:
-  current: "1.0.0"
-space:
-  reserveBytes: 0
-media:
-  roots: [/media]
-  watchDirs: [/var/lib/bundle-agent/drop]
-  pollSeconds: 1
-${statusYaml}`);
+  const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-agent-ctd-', statusYaml);
   const cri = new CriImageClient(ctd.socket);
   t.teardown(() => cri.close());
   const manifestOf = (file: string) => JSON.parse(execFileSync('sh', ['-c', `zstd -dc ${JSON.stringify(file)} | tar -xO bundle.json`]).toString());

@@ -8,28 +8,12 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execFileSync } from 'node:child_process';
 import { CriImageClient } from '@offline-bundle/runtime';
-import { tmpdir } from '../helpers/tmp.mjs';
-import { startContainerd } from '../runtime/lib.js';
-import { AGENT, keygen, makeBundle, nodeRoot } from './fixtures.js';
+import { AGENT, containerdNode, makeBundle } from './fixtures.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 
 async function node(t: any) {
-  const dir = await tmpdir(t, 'ob-agent-restart-');
-  const keys = await keygen(dir);
-  const root = join(dir, 'node');
-  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
-  t.teardown(() => ctd.stop());
-  const config = await nodeRoot(root, keys.pub, `runtime: containerd
-version:
-  current: "1.0.0"
-space:
-  reserveBytes: 0
-media:
-  roots: [/media]
-  watchDirs: [/var/lib/bundle-agent/drop]
-  pollSeconds: 1
-`);
+  const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-agent-restart-');
   const cri = new CriImageClient(ctd.socket);
   t.teardown(() => cri.close());
   const statusFile = join(root, 'var/lib/bundle-agent/status.json');

@@ -4,6 +4,8 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeImageLayout } from '../helpers/images.mjs';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { startContainerd } from '../runtime/lib.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 export const BUNDLE = join(ROOT, 'builder/bin/bundle.js');
@@ -53,6 +55,29 @@ export async function nodeRoot(root: string, pub: string | undefined, extra: str
   const config = join(root, 'etc/bundle-agent/config.yaml');
   await writeFile(config, `root: ${root}\nnodeName: node-a\narch: amd64\n${pub ? 'trust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\n' : ''}${extra}`);
   return config;
+}
+
+/**
+ * A node root with its own real containerd (socket and certs.d under the root) and a daemon
+ * config for it: version 1.0.0 running, no space reserve, the drop directory polled every second.
+ */
+export async function containerdNode(t: { teardown(fn: () => unknown): void }, prefix: string, extra = '') {
+  const dir = await tmpdir(t, prefix);
+  const keys = await keygen(dir);
+  const root = join(dir, 'node');
+  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
+  t.teardown(() => ctd.stop());
+  const config = await nodeRoot(root, keys.pub, `runtime: containerd
+version:
+  current: "1.0.0"
+space:
+  reserveBytes: 0
+media:
+  roots: [/media]
+  watchDirs: [/var/lib/bundle-agent/drop]
+  pollSeconds: 1
+${extra}`);
+  return { dir, keys, root, ctd, config };
 }
 
 let mountChecked: boolean | undefined;

@@ -10,29 +10,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parse as parseYaml } from 'yaml';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { startContainerd } from '../runtime/lib.js';
 import { startFakeApi, writeKubeconfig } from '../status/lib.js';
-import { AGENT, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { AGENT, containerdNode, makeBundle, run } from './fixtures.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 const ISSUE = 'run/issue.d/bundle-agent.issue';
 
 async function node(t: any, extra: string) {
-  const dir = await tmpdir(t, 'ob-agent-life-');
-  const keys = await keygen(dir);
-  const root = join(dir, 'node');
-  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
-  t.teardown(() => ctd.stop());
-  const config = await nodeRoot(root, keys.pub, `runtime: containerd
-version:
-  current: "1.0.0"
-space:
-  reserveBytes: 0
-media:
-  roots: [/media]
-  watchDirs: [/var/lib/bundle-agent/drop]
-  pollSeconds: 1
-${extra}`);
+  const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-agent-life-', extra);
   const drop = join(root, 'var/lib/bundle-agent/drop');
   execFileSync('mkdir', ['-p', drop]);
   const status = () => readFile(join(root, 'var/lib/bundle-agent/status.json'), 'utf8').then(JSON.parse, () => undefined);
