@@ -78,7 +78,7 @@ export interface BundleManifest {
     imageStoreBytes: number;
   };
   creator: { tool: string; version: string; createdAt: string };
-  /** A new bundle-agent carried in the bundle; absent in most bundles (and ignored by agents before 0.3). */
+  /** A new bundle-agent carried in the bundle; absent in most bundles (readers that predate the field ignore it). */
   agent?: BundleAgent;
   signer: { algorithm: SignatureAlgorithm; fingerprint: string };
 }
