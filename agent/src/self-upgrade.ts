@@ -6,7 +6,7 @@ import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gt as semverGt, valid as semverValid } from 'semver';
 import type { BundleAgent } from '@offline-bundle/format';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
 import { reloadRuntime } from '@offline-bundle/runtime';
 import type { StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
@@ -35,10 +35,31 @@ export function renderImageDropIn(image: string): string {
   return `# Written by bundle-agent: the agent image a bundle brought. Remove this file and run\n# systemctl daemon-reload && systemctl restart bundle-agent to go back to the unit's image.\n[Container]\nImage=${image}\n`;
 }
 
-/** The Image= of our drop-in, when there is one: the image the running agent came from. */
+/** A reference as the runtime names it, or undefined for anything else (it goes into the pins). */
+function asReference(value: string | undefined): string | undefined {
+  if (!value) return undefined;
+  try {
+    return formatReference(parseReference(value));
+  } catch {
+    return undefined;
+  }
+}
+
+/** The Image= of our drop-in, when there is one. */
 async function currentDropInImage(config: AgentConfig): Promise<string | undefined> {
   const text = await readFile(dropInFile(config), 'utf8').catch(() => undefined);
-  return text ? /^Image=(\S+)$/m.exec(text)?.[1] : undefined;
+  return asReference(text ? /^Image=(\S+)$/m.exec(text)?.[1] : undefined);
+}
+
+/**
+ * The image this agent runs from: our drop-in's, else the one podman names in
+ * /run/.containerenv (privileged containers get image="…"), i.e. the unit's own image.
+ */
+async function runningImage(config: AgentConfig): Promise<string | undefined> {
+  const fromDropIn = await currentDropInImage(config);
+  if (fromDropIn) return fromDropIn;
+  const env = await readFile(join(config.root, 'run/.containerenv'), 'utf8').catch(() => '');
+  return asReference(/^image="([^"\n]{1,1024})"$/m.exec(env)?.[1]);
 }
 
 const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
@@ -85,7 +106,7 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
       : `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
     return 'none';
   }
-  const previous = await currentDropInImage(config);
+  const previous = await runningImage(config);
   const rec: AgentSwitchRecord = {
     state: 'pending',
     from: { version: running, ...(previous ? { image: previous } : {}) },

@@ -5,7 +5,7 @@
 // The host-side rollback script the agent schedules is run for real with /bin/sh.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import {
@@ -221,4 +221,15 @@ t.test('selfUpgrade.mode off: a newer agent in a bundle changes nothing', async 
   t.strictSame(await readCalls(), []);
   t.equal(await readFile(dropIn, 'utf8').catch(() => undefined), before);
   t.match(logText, /selfUpgrade\.mode is off: not switching/);
+});
+
+t.test('no drop-in yet (the first switch, from the MachineConfig\'s image): the image podman names in /run/.containerenv is the one kept pinned', async (t) => {
+  await rm(dropIn, { force: true });
+  await mkdir(join(root, 'run'), { recursive: true });
+  await writeFile(join(root, 'run/.containerenv'), `engine="podman-4.9.4"\nname="bundle-agent"\nid="abc"\nimage="${runningRef}"\nimageid="def"\n`);
+  const first = await agentImage('first-switch', '1.0.0');
+  await load(await bundleWithAgent('1.7.0', 'first-switch'), '0.6.0');
+  const rec = await readAgentSwitch(config.paths.stateDir);
+  t.match(rec, { state: 'pending', from: { version: '0.6.0', image: runningRef }, to: { version: '1.0.0', digest: first.digest } });
+  t.ok((await pinned()).has(runningRef), 'pinned while the switch is unconfirmed');
 });
