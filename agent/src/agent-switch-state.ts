@@ -7,7 +7,8 @@ import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 export interface AgentSwitchRecord {
   /** pending: the drop-in is written and the restart asked for; done: the new agent reported; rolledBack / failed: the old one runs. */
   state: 'pending' | 'done' | 'rolledBack' | 'failed';
-  from: { version: string; image?: string };
+  /** image: what the old agent ran; dropIn: whether our drop-in named it (else the unit's own Image=). */
+  from: { version: string; image?: string; dropIn?: boolean };
   to: { version: string; image: string; digest: string };
   /** When the switch was asked for (pending) or settled. */
   at: string;

@@ -51,24 +51,28 @@ async function currentDropInImage(config: AgentConfig): Promise<string | undefin
   return asReference(text ? /^Image=(\S+)$/m.exec(text)?.[1] : undefined);
 }
 
-/**
- * The image this agent runs from: our drop-in's, else the one podman names in
- * /run/.containerenv (privileged containers get image="…"), i.e. the unit's own image.
- */
-async function runningImage(config: AgentConfig): Promise<string | undefined> {
-  const fromDropIn = await currentDropInImage(config);
-  if (fromDropIn) return fromDropIn;
+/** podman writes image="…" into a privileged container's /run/.containerenv: the unit's own image. */
+async function containerEnvImage(config: AgentConfig): Promise<string | undefined> {
   const env = await readFile(join(config.root, 'run/.containerenv'), 'utf8').catch(() => '');
   return asReference(/^image="([^"\n]{1,1024})"$/m.exec(env)?.[1]);
+}
+
+/** Puts back what ran before: the previous drop-in, or none (the unit's own image). */
+async function restorePrevious(config: AgentConfig, rec: AgentSwitchRecord): Promise<void> {
+  if (rec.from.dropIn && rec.from.image) await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.from.image));
+  else await rm(dropInFile(config), { force: true });
 }
 
 const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 /** Host-side rollback: undoes the switch unless the new agent removed the marker by confirming. */
-export function rollbackScript(config: AgentConfig): string {
-  const marker = pendingMarker(config.paths.stateDir);
-  const unit = config.selfUpgrade.unit;
-  return `if [ -e ${sq(marker)} ]; then rm -f ${sq(dropInFile(config))} ${sq(marker)} && systemctl daemon-reload && systemctl restart ${sq(unit)}; fi`;
+export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): string {
+  const marker = sq(pendingMarker(config.paths.stateDir));
+  const file = dropInFile(config);
+  const restore = rec.from.dropIn && rec.from.image
+    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
+    : `rm -f ${sq(file)}`;
+  return `if [ -e ${marker} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
 
 async function run(command: string[], what: string): Promise<void> {
@@ -106,10 +110,12 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
       : `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
     return 'none';
   }
-  const previous = await runningImage(config);
+  // what runs now: our drop-in's image, else the unit's own
+  const fromDropIn = await currentDropInImage(config);
+  const previous = fromDropIn ?? await containerEnvImage(config);
   const rec: AgentSwitchRecord = {
     state: 'pending',
-    from: { version: running, ...(previous ? { image: previous } : {}) },
+    from: { version: running, ...(previous ? { image: previous } : {}), ...(fromDropIn ? { dropIn: true } : {}) },
     to: { version: agent.version, image: imageOf(agent), digest: agent.digest },
     at: new Date().toISOString(),
   };
@@ -120,7 +126,7 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
     await makeDirs(config.selfUpgrade.dropInDir);
     await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
     const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
-    if (scheduleRollback.length) await run([...scheduleRollback, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config)], 'scheduling the rollback');
+    if (scheduleRollback.length) await run([...scheduleRollback, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
     await run(config.selfUpgrade.daemonReload, 'daemon-reload');
     tracker.condition('AgentUpgraded', 'Unknown', 'Restarting', `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`);
     log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, { from: running, to: agent.version, image: rec.to.image });
@@ -128,7 +134,7 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
     return 'switching';
   } catch (err) {
     const message = `the switch to bundle-agent ${agent.version} failed and was undone: ${oneLine(err)}`;
-    await rm(dropInFile(config), { force: true }).catch(() => undefined);
+    await restorePrevious(config, rec).catch((e) => log.warn('agent', `cannot put the previous drop-in back: ${oneLine(e)}`));
     await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
     await writeAgentSwitch(config.paths.stateDir, { ...rec, state: 'failed', at: new Date().toISOString(), message }).catch(() => undefined);
     tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
@@ -173,10 +179,10 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): P
     return rec;
   }
   if (dropIn === rec.to.image) {
-    await rm(dropInFile(config), { force: true });
+    await restorePrevious(config, rec);
     await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
   }
-  const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (the drop-in is removed)`;
+  const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (${rec.from.image ?? 'the unit\'s own image'})`;
   const back: AgentSwitchRecord = { ...rec, state: 'rolledBack', at, message };
   await writeAgentSwitch(config.paths.stateDir, back);
   tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeRolledBack', message);

@@ -9,7 +9,7 @@ import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import {
-  createLogger, parseConfig, pendingMarker, readAgentSwitch, renderImageDropIn, runLoad, runtimeTarget, settleAgentSwitch, type AgentConfig,
+  createLogger, parseConfig, pendingMarker, readAgentSwitch, renderImageDropIn, rollbackScript, runLoad, runtimeTarget, settleAgentSwitch, type AgentConfig,
 } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { skopeoCopy } from '../helpers/registry.mjs';
@@ -27,16 +27,17 @@ const root = join(dir, 'node');
 const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
 t.teardown(() => ctd.stop());
 
-// every command the agent runs on the host, one line each, arguments tab-separated
+// every command the agent runs on the host: arguments end with \x1f, invocations with \x1e
+// (the rollback script holds newlines)
 const calls = join(dir, 'calls.log');
 const recorder = join(dir, 'record.sh');
-await writeFile(recorder, `#!/bin/sh\nIFS="$(printf '\\t')"\nprintf '%s\\n' "$*" >> ${calls}\n`);
+await writeFile(recorder, `#!/bin/sh\n{ printf '%s\\037' "$@"; printf '\\036'; } >> ${calls}\n`);
 await chmod(recorder, 0o755);
 const fakeBin = join(dir, 'bin');
 await mkdir(fakeBin);
-await writeFile(join(fakeBin, 'systemctl'), `#!/bin/sh\nIFS="$(printf '\\t')"\nprintf 'systemctl\\t%s\\n' "$*" >> ${calls}\n`);
+await writeFile(join(fakeBin, 'systemctl'), `#!/bin/sh\n{ printf '%s\\037' systemctl "$@"; printf '\\036'; } >> ${calls}\n`);
 await chmod(join(fakeBin, 'systemctl'), 0o755);
-const readCalls = async () => (await readFile(calls, 'utf8').catch(() => '')).split('\n').filter(Boolean).map((l) => l.split('\t'));
+const readCalls = async () => (await readFile(calls, 'utf8').catch(() => '')).split('\x1e').filter(Boolean).map((l) => l.split('\x1f').slice(0, -1));
 const clearCalls = () => writeFile(calls, '');
 
 const configFile = await nodeRoot(root, keys.pub, `runtime: containerd
@@ -164,7 +165,7 @@ t.test('a newer agent: after Ready, the drop-in names it by digest, rollback sch
   t.ok(await exists(dropIn));
 });
 
-t.test('a newer agent that never reports: the host-side rollback script removes the drop-in and restarts; the old agent then reports the rollback and does not try that image again', async (t) => {
+t.test('a newer agent that never reports: the host-side rollback script puts the previous drop-in back and restarts; the old agent then reports the rollback and does not try that image again', async (t) => {
   const bad = await agentImage('broken', '0.7.0');
   await clearCalls();
   const file = await bundleWithAgent('1.4.0', 'broken');
@@ -179,7 +180,7 @@ t.test('a newer agent that never reports: the host-side rollback script removes 
   await clearCalls();
   execFileSync('/bin/sh', ['-c', c[0]!.at(-1)!], { env: { ...process.env, PATH: `${fakeBin}:${process.env.PATH}` } });
   t.strictSame(await readCalls(), [['systemctl', 'daemon-reload'], ['systemctl', 'restart', 'bundle-agent']]);
-  t.notOk(await exists(dropIn), 'the drop-in is removed: the unit\'s own image runs');
+  t.equal(await readFile(dropIn, 'utf8'), renderImageDropIn(previous), 'the drop-in names the previous image again');
   // the old agent (0.6.0) starts again
   const back = await settle('0.6.0');
   t.equal(back?.state, 'rolledBack');
@@ -193,7 +194,7 @@ t.test('a newer agent that never reports: the host-side rollback script removes 
   t.match(logText, /was undone before .*not trying it again/);
 });
 
-t.test('the old agent finds its drop-in still naming the new image after confirmMinutes: it removes it itself', async (t) => {
+t.test('the old agent finds its drop-in still naming the new image after confirmMinutes: it puts the previous one back itself', async (t) => {
   await agentImage('stuck', '0.8.0');
   await writeFile(dropIn, renderImageDropIn(runningRef));
   await load(await bundleWithAgent('1.5.0', 'stuck'), '0.6.0');
@@ -202,7 +203,7 @@ t.test('the old agent finds its drop-in still naming the new image after confirm
   // a clock 11 minutes on, not a wait
   const back = await settle('0.6.0', Date.now() + 11 * 60_000);
   t.equal(back?.state, 'rolledBack');
-  t.notOk(await exists(dropIn), 'removed');
+  t.equal(await readFile(dropIn, 'utf8'), renderImageDropIn(runningRef), 'the drop-in names the image that ran before');
   t.strictSame((await readCalls()).map((a) => a[0]), ['daemon-reload'], 'the unit is regenerated without it (no restart: this agent is the one to run)');
 });
 
@@ -232,4 +233,14 @@ t.test('no drop-in yet (the first switch, from the MachineConfig\'s image): the 
   const rec = await readAgentSwitch(config.paths.stateDir);
   t.match(rec, { state: 'pending', from: { version: '0.6.0', image: runningRef }, to: { version: '1.0.0', digest: first.digest } });
   t.ok((await pinned()).has(runningRef), 'pinned while the switch is unconfirmed');
+});
+
+t.test('a first switch that never reports: the rollback script removes the drop-in (the unit\'s own image runs again)', async (t) => {
+  const rec = (await readAgentSwitch(config.paths.stateDir))!;
+  t.equal(rec.state, 'pending', 'the switch of the previous test');
+  const script = rollbackScript(config, rec);
+  await clearCalls();
+  execFileSync('/bin/sh', ['-c', script], { env: { ...process.env, PATH: `${fakeBin}:${process.env.PATH}` } });
+  t.notOk(await exists(dropIn), 'removed');
+  t.strictSame(await readCalls(), [['systemctl', 'daemon-reload'], ['systemctl', 'restart', 'bundle-agent']]);
 });
