@@ -54,7 +54,7 @@ export interface AgentConfig {
     daemonReload: string[];
     /** Must return before the restart stops this process (systemctl --no-block). */
     restart: string[];
-    /** Schedules the host-side rollback: the agent appends --on-active=SECONDSs /bin/sh -c SCRIPT (systemd-run). Empty: none. */
+    /** Schedules the host-side rollback: the agent appends --unit=UNIT-rollback-HEX --on-active=SECONDSs /bin/sh -c SCRIPT (systemd-run). Empty: none. */
     scheduleRollback: string[];
     /** How long the new agent has to start and report before the switch is undone. */
     confirmMinutes: number;
@@ -267,7 +267,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       dropInDir: under(r.str(selfUpgrade.dropInDir, 'selfUpgrade.dropInDir', `/etc/containers/systemd/${unit}.container.d`), 'selfUpgrade.dropInDir'),
       daemonReload: r.strings(selfUpgrade.daemonReload, 'selfUpgrade.daemonReload', [...ON_HOST, 'systemctl', 'daemon-reload']),
       restart: r.strings(selfUpgrade.restart, 'selfUpgrade.restart', [...ON_HOST, 'systemctl', '--no-block', 'restart', unit]),
-      scheduleRollback: r.strings(selfUpgrade.scheduleRollback, 'selfUpgrade.scheduleRollback', [...ON_HOST, 'systemd-run', '--collect', `--unit=${unit}-rollback`]),
+      scheduleRollback: r.strings(selfUpgrade.scheduleRollback, 'selfUpgrade.scheduleRollback', [...ON_HOST, 'systemd-run', '--collect']),
       confirmMinutes: r.int(selfUpgrade.confirmMinutes, 'selfUpgrade.confirmMinutes', 10, 0),
       unit,
     },

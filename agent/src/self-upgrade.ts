@@ -65,14 +65,18 @@ async function restorePrevious(config: AgentConfig, rec: AgentSwitchRecord): Pro
 
 const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
-/** Host-side rollback: undoes the switch unless the new agent removed the marker by confirming. */
+/**
+ * Host-side rollback: undoes this switch unless the new agent removed the marker by confirming.
+ * The marker holds the target digest, so a timer left from an earlier, confirmed switch never
+ * undoes a later one.
+ */
 export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): string {
   const marker = sq(pendingMarker(config.paths.stateDir));
   const file = dropInFile(config);
   const restore = rec.from.dropIn && rec.from.image
     ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
     : `rm -f ${sq(file)}`;
-  return `if [ -e ${marker} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
+  return `if [ "$(cat ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
 
 async function run(command: string[], what: string): Promise<void> {
@@ -126,7 +130,9 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
     await makeDirs(config.selfUpgrade.dropInDir);
     await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
     const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
-    if (scheduleRollback.length) await run([...scheduleRollback, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
+    // one timer per switch, named after its target
+    const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
+    if (scheduleRollback.length) await run([...scheduleRollback, timer, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
     await run(config.selfUpgrade.daemonReload, 'daemon-reload');
     tracker.condition('AgentUpgraded', 'Unknown', 'Restarting', `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`);
     log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, { from: running, to: agent.version, image: rec.to.image });

@@ -136,7 +136,7 @@ t.test('a newer agent: after Ready, the drop-in names it by digest, rollback sch
   t.match(await readFile(dropIn, 'utf8'), new RegExp(`^\\[Container\\]\\nImage=${nextRef.replace(/[.]/g, '\\.')}$`, 'm'));
   const c = await readCalls();
   t.strictSame(c.map((a) => a[0]), ['schedule', 'daemon-reload', 'restart'], 'the rollback is scheduled before the restart');
-  t.strictSame(c[0]!.slice(1, 4), ['--on-active=600s', '/bin/sh', '-c'], 'systemd-run gets the delay and a shell script');
+  t.strictSame(c[0]!.slice(1, 5), [`--unit=bundle-agent-rollback-${next.digest.slice(7, 19)}`, '--on-active=600s', '/bin/sh', '-c'], 'systemd-run gets a timer name, the delay and a shell script');
   t.equal(agentCondition()?.status, 'Unknown');
   t.equal(agentCondition()?.reason, 'Restarting');
   const rec = await readAgentSwitch(config.paths.stateDir);
