@@ -218,6 +218,8 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   const upgradeMode = r.str(selfUpgrade.mode, 'selfUpgrade.mode', 'off');
   if (upgradeMode === 'tarball') r.fail('selfUpgrade.mode', 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off');
   if (upgradeMode !== 'off' && upgradeMode !== 'quadlet') r.fail('selfUpgrade.mode', 'must be off or quadlet');
+  // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
+  if (upgradeMode === 'quadlet' && runtime !== 'crio') r.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
   const unit = r.str(selfUpgrade.unit, 'selfUpgrade.unit', 'bundle-agent');
   if (!/^[A-Za-z0-9][A-Za-z0-9@._-]{0,200}$/.test(unit)) r.fail('selfUpgrade.unit', 'must be a systemd unit name (letters, digits, @ . _ -)');
 

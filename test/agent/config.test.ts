@@ -81,6 +81,7 @@ space:
     ['not yaml', 'trust: [\n', /YAML/],
     ['selfUpgrade.mode tarball (not built)', `${minimal}selfUpgrade:\n  mode: tarball\n`, /selfUpgrade\.mode: tarball is not built yet: .*install\.sh/],
     ['unknown selfUpgrade.mode', `${minimal}selfUpgrade:\n  mode: docker\n`, /selfUpgrade\.mode: must be off or quadlet/],
+    ['quadlet on containerd', `runtime: containerd\n${minimal}selfUpgrade:\n  mode: quadlet\n`, /selfUpgrade\.mode: quadlet needs runtime crio/],
     ['a unit name that is not one', `${minimal}selfUpgrade:\n  unit: "a b;rm"\n`, /selfUpgrade\.unit/],
   ];
   for (const [name, text, key] of bad) {

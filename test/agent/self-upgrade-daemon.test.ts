@@ -16,7 +16,9 @@ async function node(t: any, rec: object, dropIn?: string) {
   const dir = await tmpdir(t, 'ob-agent-switch-');
   const keys = await keygen(dir);
   const root = join(dir, 'node');
-  const config = await nodeRoot(root, keys.pub, `runtime: containerd
+  const config = await nodeRoot(root, keys.pub, `runtime: crio
+reload:
+  command: ["true"]
 version:
   current: "1.0.0"
 media:

@@ -1,8 +1,11 @@
-// The agent's switch to a newer agent image a bundle carries (selfUpgrade.mode quadlet), with a
-// real containerd and real bundles from the `bundle` CLI. No systemd or podman runs here: the
-// daemon-reload, restart and rollback-timer commands are scripts that record their arguments,
-// and the Quadlet drop-in is checked as a file (its effect on the unit is the contract test's).
-// The host-side rollback script the agent schedules is run for real with /bin/sh.
+// The agent's switch to a newer agent image a bundle carries (selfUpgrade.mode quadlet), with
+// real bundles from the `bundle` CLI loaded into the CRI-O contract stand-in
+// (test/helpers/crio-standin.mjs; CRI-O cannot run here, and podman, which the Quadlet unit
+// runs, reads CRI-O's image store, so quadlet mode is for CRI-O nodes). The pins are read
+// from the crio.conf.d file CRI-O reads. No systemd or podman runs here: the daemon-reload,
+// restart and rollback-timer commands are scripts that record their arguments, and the
+// Quadlet drop-in is checked as a file (the unit's side is test/package/deploy.test.ts, a
+// contract test). The host-side rollback script the agent schedules is run for real with /bin/sh.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
@@ -11,11 +14,12 @@ import { Writable } from 'node:stream';
 import {
   createLogger, parseConfig, pendingMarker, readAgentSwitch, renderImageDropIn, rollbackScript, runLoad, runtimeTarget, settleAgentSwitch, type AgentConfig,
 } from '@offline-bundle/agent';
+import { readPinsDropIn } from '@offline-bundle/runtime';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
-import { skopeoCopy } from '../helpers/registry.mjs';
+// @ts-expect-error: a JavaScript helper without type declarations
+import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { startContainerd } from '../runtime/lib.js';
 import { BUNDLE, keygen, nodeRoot, run } from './fixtures.js';
 
 const REPO = 'localhost/offline-bundle/bundle-agent';
@@ -24,8 +28,17 @@ const exists = (p: string) => stat(p).then(() => true, () => false);
 const dir = await tmpdir(t, 'ob-agent-upgrade-');
 const keys = await keygen(dir);
 const root = join(dir, 'node');
-const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
-t.teardown(() => ctd.stop());
+const p = (rel: string) => join(root, rel);
+await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
+await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
+await writeFile(p('etc/containers/registries.conf'), 'unqualified-search-registries = []\n');
+await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
+const crio = await startCrioStandin(t, {
+  dir: p('run/crio'), registriesConf: p('etc/containers/registries.conf'), registriesDropInDir: p('etc/containers/registries.conf.d'),
+  crioConf: p('etc/crio/crio.conf'), crioDropInDir: p('etc/crio/crio.conf.d'),
+});
+await writeFile(p('run/crio/pid'), String(crio.pid));
+const sighup = ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(p('run/crio/pid'))})"`];
 
 // every command the agent runs on the host: arguments end with \x1f, invocations with \x1e
 // (the rollback script holds newlines)
@@ -40,7 +53,10 @@ await chmod(join(fakeBin, 'systemctl'), 0o755);
 const readCalls = async () => (await readFile(calls, 'utf8').catch(() => '')).split('\x1e').filter(Boolean).map((l) => l.split('\x1f').slice(0, -1));
 const clearCalls = () => writeFile(calls, '');
 
-const configFile = await nodeRoot(root, keys.pub, `runtime: containerd
+const configFile = await nodeRoot(root, keys.pub, `runtime: crio
+criSocket: /run/crio/crio.sock
+reload:
+  command: [${sighup.map((a) => JSON.stringify(a)).join(', ')}]
 version:
   current: "1.0.0"
 space:
@@ -55,15 +71,12 @@ selfUpgrade:
 const config: AgentConfig = parseConfig(await readFile(configFile, 'utf8'), configFile);
 const dropIn = join(root, 'etc/containers/systemd/bundle-agent.container.d/image.conf');
 
-// agent images: the one that runs now (0.5.0, from the install, not from a bundle), and others
+// agent images: the one that runs now (0.5.0, from the install, not from a bundle: never loaded here), and others
 const layout = join(dir, 'agents');
 const agentImage = (tag: string, version: string) => writeImageLayout(layout, { tag, platforms: [{ os: 'linux', architecture: 'amd64',
   layers: [{ 'usr/local/bin/bundle-agent': `#!/bin/sh\necho ${tag}\n` }], config: { Labels: { 'org.opencontainers.image.version': version } } }] });
 const running = await agentImage('running', '0.5.0');
 const runningRef = `${REPO}@${running.digest}`;
-const archive = join(dir, 'running.oci.tar');
-await skopeoCopy(`oci:${layout}:running`, `oci-archive:${archive}:0.5.0`);
-execFileSync('ctr', ['--address', config.criSocket, '-n', 'k8s.io', 'images', 'import', '--base-name', REPO, '--digests', archive], { stdio: 'ignore' });
 // as after an earlier switch: the unit runs 0.5.0 through our drop-in
 await mkdir(join(dropIn, '..'), { recursive: true });
 await writeFile(dropIn, renderImageDropIn(runningRef));
@@ -101,13 +114,9 @@ async function settle(agentVersion: string, now?: number) {
     await runtime.close();
   }
 }
+/** The names CRI-O pins: pinned_images of our crio.conf.d file. */
 async function pinned(): Promise<Set<string>> {
-  const runtime = runtimeTarget(config, log);
-  try {
-    return await runtime.pinnedRefs();
-  } finally {
-    await runtime.close();
-  }
+  return new Set(await readPinsDropIn(p('etc/crio/crio.conf.d/offline-bundle-pins.conf')));
 }
 
 t.test('a bundle whose agent is the same version or older: loaded, no switch', async (t) => {
