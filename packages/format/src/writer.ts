@@ -23,12 +23,12 @@ export interface WriteBundleInput {
   /** Every blob with the file that holds it (checked against its digest as it is packed). */
   blobs: (BundleBlob & { path: string })[];
   imageStoreBytes: number;
-  /** The bundle-agent image among `images`, for the agent's self-upgrade. */
-  agent?: BundleAgent;
   key: KeyObject;
   output: string;
   createdAt: string;
   tool: { name: string; version: string };
+  /** The bundle-agent image among `images`, for the agent's self-upgrade. */
+  agent?: BundleAgent;
   level?: number;
   /** Uncompressed bytes packed so far, of `total`. */
   onProgress?: (done: number, total: number) => void;
