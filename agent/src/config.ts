@@ -42,6 +42,25 @@ export interface AgentConfig {
   containerd: { ctr: string; namespace: string };
   /** File-name prefix of every drop-in the agent writes (and the only ones it removes). */
   prefix: string;
+  /**
+   * Switching to a newer agent a Ready bundle carries. quadlet: a drop-in setting the
+   * container's Image=, then the daemon-reload and restart commands; off: the agent is
+   * replaced by other means (a MachineConfig, install.sh). tarball is refused (not built).
+   */
+  selfUpgrade: {
+    mode: 'off' | 'quadlet';
+    /** The Quadlet unit's drop-in directory (under root). */
+    dropInDir: string;
+    daemonReload: string[];
+    /** Must return before the restart stops this process (systemctl --no-block). */
+    restart: string[];
+    /** Schedules the host-side rollback: the agent appends --unit=UNIT-rollback-HEX --on-active=SECONDSs /bin/sh -c SCRIPT (systemd-run). Empty: none. */
+    scheduleRollback: string[];
+    /** How long the new agent has to start and report before the switch is undone. */
+    confirmMinutes: number;
+    /** The systemd unit the rollback script restarts. */
+    unit: string;
+  };
   status: {
     /** Kubeconfig for the per-node NodeBundleStatus; no cluster reporting without it. */
     kubeconfig?: string;
@@ -66,6 +85,9 @@ const SIZE_RE = /^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$/;
 const UNITS: Record<string, number> = { B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12, KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3, TiB: 1024 ** 4 };
 
 type Raw = Record<string, unknown>;
+
+/** From the privileged --pid=host container: a command in the host's namespaces (as the CRI-O reload). */
+const ON_HOST = ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net', '--pid', '--'];
 
 /** "127.x.y.z:PORT", "localhost:PORT" or "[::1]:PORT": the agent's servers never listen beyond this node. */
 export function parseLoopbackAddress(value: string): { host: string; port: number } | undefined {
@@ -139,7 +161,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     throw new ConfigError(`${file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
   }
   const raw = r.obj(doc, '(top)');
-  r.known(raw, '', ['root', 'nodeName', 'runtime', 'arch', 'criSocket', 'trust', 'version', 'paths', 'media', 'space', 'staging', 'preload', 'reload', 'containerd', 'prefix', 'status']);
+  r.known(raw, '', ['root', 'nodeName', 'runtime', 'arch', 'criSocket', 'trust', 'version', 'paths', 'media', 'space', 'staging', 'preload', 'reload', 'containerd', 'prefix', 'status', 'selfUpgrade']);
   const root = r.str(raw.root, 'root', '/');
   if (!isAbsolute(root)) r.fail('root', 'must be an absolute path');
   const under = (p: string, key: string) => {
@@ -191,6 +213,16 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (typeof version.current === 'number') r.fail('version.current', `must be quoted ("${version.current}"): YAML reads an unquoted 4.10 as the number 4.1`);
   const current = version.current === undefined ? undefined : r.str(version.current, 'version.current');
 
+  const selfUpgrade = r.obj(raw.selfUpgrade, 'selfUpgrade');
+  r.known(selfUpgrade, 'selfUpgrade', ['mode', 'dropInDir', 'daemonReload', 'restart', 'scheduleRollback', 'confirmMinutes', 'unit']);
+  const upgradeMode = r.str(selfUpgrade.mode, 'selfUpgrade.mode', 'off');
+  if (upgradeMode === 'tarball') r.fail('selfUpgrade.mode', 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off');
+  if (upgradeMode !== 'off' && upgradeMode !== 'quadlet') r.fail('selfUpgrade.mode', 'must be off or quadlet');
+  // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
+  if (upgradeMode === 'quadlet' && runtime !== 'crio') r.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
+  const unit = r.str(selfUpgrade.unit, 'selfUpgrade.unit', 'bundle-agent');
+  if (!/^[A-Za-z0-9][A-Za-z0-9@._-]{0,200}$/.test(unit)) r.fail('selfUpgrade.unit', 'must be a systemd unit name (letters, digits, @ . _ -)');
+
   if (version.fromCluster === true && status.kubeconfig === undefined) r.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
   return {
     root,
@@ -232,6 +264,15 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     reload: { command: r.strings(reload.command, 'reload.command', runtime === 'crio' ? ['systemctl', 'reload', 'crio'] : []) },
     containerd: { ctr: r.str(containerd.ctr, 'containerd.ctr', 'ctr'), namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
     prefix,
+    selfUpgrade: {
+      mode: upgradeMode,
+      dropInDir: under(r.str(selfUpgrade.dropInDir, 'selfUpgrade.dropInDir', `/etc/containers/systemd/${unit}.container.d`), 'selfUpgrade.dropInDir'),
+      daemonReload: r.strings(selfUpgrade.daemonReload, 'selfUpgrade.daemonReload', [...ON_HOST, 'systemctl', 'daemon-reload']),
+      restart: r.strings(selfUpgrade.restart, 'selfUpgrade.restart', [...ON_HOST, 'systemctl', '--no-block', 'restart', unit]),
+      scheduleRollback: r.strings(selfUpgrade.scheduleRollback, 'selfUpgrade.scheduleRollback', [...ON_HOST, 'systemd-run', '--collect']),
+      confirmMinutes: r.int(selfUpgrade.confirmMinutes, 'selfUpgrade.confirmMinutes', 10, 0),
+      unit,
+    },
     status: {
       ...(status.kubeconfig !== undefined ? { kubeconfig: under(r.str(status.kubeconfig, 'status.kubeconfig'), 'status.kubeconfig') } : {}),
       ...(listen ? { listen } : {}),

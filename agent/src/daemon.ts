@@ -11,6 +11,8 @@ import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
+import { settleAgentSwitch } from './self-upgrade.js';
+import { TOOL_VERSION } from './version.js';
 
 /** The status this process starts from: what the last one said, or why it stopped. */
 export async function statusTracker(config: AgentConfig): Promise<StatusTracker> {
@@ -80,7 +82,8 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
  * The daemon: watches for media and loads each new bundle, one at a time. A failing bundle
  * is reported and the daemon goes on watching for the next stick.
  */
-export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal): Promise<void> {
+export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal, opts: { agentVersion?: string } = {}): Promise<void> {
+  const agentVersion = opts.agentVersion ?? TOOL_VERSION;
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
   // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
@@ -89,6 +92,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     const cleaner = runtimeTarget(config, log);
     try {
       await removeLeftovers(config, cleaner, log, tracker.current.history);
+      // a switch to a new agent: this start confirms it, or finds it undone
+      await settleAgentSwitch({ config, log, tracker, runtime: cleaner, agentVersion }).catch((err) => log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`));
       await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
     } finally {
       await cleaner.close();
@@ -137,7 +142,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
         continue;
       }
       try {
-        await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal }));
+        await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
       } catch {
         // already reported by runLoad; keep watching
       } finally {

@@ -1,7 +1,7 @@
 import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
@@ -17,6 +17,8 @@ import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
 import { withLoadLock } from './lock.js';
 import { keyOf, recordBundle } from './bundle-records.js';
 import { assertBundleFile, mediaGone } from './bundle-file.js';
+import { switchAgentIfNewer } from './self-upgrade.js';
+import { TOOL_VERSION } from './version.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -27,6 +29,8 @@ export interface PipelineContext {
   media?: string;
   /** Aborts the load (SIGTERM): the cleanup of every step still runs. */
   signal?: AbortSignal;
+  /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */
+  agentVersion?: string;
 }
 
 export interface LoadResult {
@@ -36,6 +40,8 @@ export interface LoadResult {
   images: number;
   refs: string[];
   fileDigest: string;
+  /** The agent image the bundle carries, if any. */
+  agent?: BundleAgent;
 }
 
 /**
@@ -276,7 +282,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
   else tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
   log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
-  return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest };
+  return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
 }
 
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
@@ -292,6 +298,8 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
       return loadBundle(file, ctx);
     });
     if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
+    // only once Ready and recorded: the restart it may ask for stops this process
+    await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent);
     return r;
   } catch (caught) {
     const err = mediaGone(caught, file);

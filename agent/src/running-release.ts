@@ -1,6 +1,6 @@
 // The release a node runs before its first bundle was never loaded by the agent, so nothing
 // recorded its images: without a record it would not stay pinned while the next one loads.
-import type { BundleManifest } from '@offline-bundle/format';
+import { AGENT_REPOSITORY, type BundleManifest } from '@offline-bundle/format';
 import type { ClusterRelease } from '@offline-bundle/status';
 import type { ImageInspector } from './runtime-target.js';
 import { recordRelease, type ReleaseRecord } from './state.js';
@@ -26,7 +26,8 @@ export async function adoptRunningRelease(opts: {
   const refs = new Set<string>();
   if (running.image) refs.add(running.image);
   if (opts.inspector) {
-    const repos = new Set(incoming.images.map((i) => i.repository));
+    // agent images are kept pinned by the agent switch, not by a release
+    const repos = new Set(incoming.images.map((i) => i.repository).filter((r) => r !== AGENT_REPOSITORY));
     // neither the incoming release's images nor those of releases the agent loaded before
     const incomingRefs = new Set([...incoming.images.map((i) => `${i.repository}@${i.digest}`), ...opts.releases.flatMap((r) => r.refs)]);
     for (const img of await opts.inspector.listImages()) {

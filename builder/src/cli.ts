@@ -68,6 +68,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
     `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, file ${formatBytes(fileBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
+    ...(m.agent ? [`agent:     bundle-agent ${m.agent.version} (${m.agent.repository}@${m.agent.digest}); nodes switch to it once Ready`] : []),
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
   ];
@@ -111,6 +112,8 @@ export function buildProgram(): Command {
     .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
     .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
     .option('--images-file <file>', 'a file with one image source per line (# comments)')
+    .option('--agent-image <source>', 'a bundle-agent image (any --image source, e.g. oci-archive:bundle-agent-0.3.0.oci.tar): carried as localhost/offline-bundle/bundle-agent:VERSION; nodes switch to it once the bundle is Ready')
+    .option('--agent-version <v>', 'the agent image\'s version, when it has no org.opencontainers.image.version label')
     .option('--arch <arch>', 'platform to keep from multi-arch images (amd64, arm64, linux/arm/v7)', 'amd64')
     .option('--all-platforms', 'keep every platform of multi-arch images')
     .option('--version <v>', 'release version (required without --release)')
@@ -171,7 +174,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, signer: r.manifest.signer, warnings: r.warnings }) + '\n');
+        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {
         // shown even with --quiet: the cluster admin must fix these before the upgrade
         for (const w of r.warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);

@@ -7,8 +7,9 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
+import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { checkOutput, checkSpace } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { formatBytes, plural } from '@offline-bundle/status';
@@ -22,6 +23,10 @@ export interface CreateOptions {
   /** Image sources: docker://REF (default transport), oci:DIR[:REF][=NAME], oci-archive:FILE[:REF][=NAME], docker-archive:FILE[:REF][=NAME]. */
   images?: string[];
   imagesFile?: string;
+  /** A bundle-agent image (any source --image takes, without =NAME): carried as AGENT_REPOSITORY:VERSION for the agent's self-upgrade. */
+  agentImage?: string;
+  /** The agent image's version when its image has no org.opencontainers.image.version label. */
+  agentVersion?: string;
   arch?: string;
   allPlatforms?: boolean;
   version?: string;
@@ -184,10 +189,13 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : []),
   ];
   const specs = checkSources(lines);
+  if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);
+  else if (opts.agentVersion !== undefined) throw new OciError('INVALID_CONFIG', '--agent-version goes with --agent-image');
+  if (opts.agentVersion !== undefined) checkAgentVersion(opts.agentVersion, '--agent-version');
   const whereOf = new Map(lines.map((l) => [l.spec, l.where]));
   // before anything is fetched: hours of downloads must not end in EACCES
   await checkOutput(output);
-  if (!opts.release && specs.length === 0) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file');
+  if (!opts.release && specs.length === 0 && opts.agentImage === undefined) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
@@ -236,6 +244,16 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       resolved.push(...payloadImages);
     }
     resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s))));
+    let agent: BundleAgent | undefined;
+    if (opts.agentImage !== undefined) {
+      // one platform, the bundle's: the node runs it
+      const r = await resolveImage(await open(agentSourceSpec(opts.agentImage)), cache, want, false, '--agent-image');
+      const version = await agentImageVersion(r.blobs, r.source, cache, opts.agentVersion);
+      const named = asAgentImage(r.entry, version);
+      agent = named.agent;
+      resolved.push({ ...r, entry: named.entry });
+      progress.log(`agent image ${named.entry.repository}:${version} (${r.entry.digest})`);
+    }
 
     // One index entry per reference; one download per blob however many images share it.
     const byRef = byName(resolved);
@@ -295,6 +313,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       index,
       blobs: [...blobList.map(({ unpackedSize: _, ...b }) => b), ...(signatures?.blobs ?? [])],
       imageStoreBytes: estimateImageStoreBytes(blobList),
+      ...(agent ? { agent } : {}),
       key,
       output,
       createdAt,

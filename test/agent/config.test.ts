@@ -50,6 +50,16 @@ space:
     t.equal(c.space.reserveBytes, 2 * 1024 ** 3);
   });
 
+  t.test('selfUpgrade: off unless asked; quadlet defaults reach the host through nsenter, the restart does not wait', async (t) => {
+    t.equal(parseConfig(minimal).selfUpgrade.mode, 'off');
+    const c = parseConfig(`root: /r\n${minimal}selfUpgrade:\n  mode: quadlet\n`);
+    t.equal(c.selfUpgrade.dropInDir, '/r/etc/containers/systemd/bundle-agent.container.d', 'under root');
+    t.strictSame(c.selfUpgrade.restart.slice(-4), ['systemctl', '--no-block', 'restart', 'bundle-agent']);
+    t.strictSame(c.selfUpgrade.daemonReload.slice(-2), ['systemctl', 'daemon-reload']);
+    t.equal(c.selfUpgrade.daemonReload[0], 'nsenter');
+    t.equal(c.selfUpgrade.confirmMinutes, 10);
+  });
+
   t.test('the shipped example (systemd/config.example.yaml) is valid and fails closed on an unknown version', async (t) => {
     const file = new URL('../../systemd/config.example.yaml', import.meta.url);
     const c = parseConfig(await readFile(file, 'utf8'), 'config.example.yaml');
@@ -69,6 +79,10 @@ space:
     ['bad bool', `${minimal}version:\n  allowDowngrade: "no"\n`, /version\.allowDowngrade/],
     ['command without argv', `${minimal}preload:\n  method: command\n`, /preload\.command/],
     ['not yaml', 'trust: [\n', /YAML/],
+    ['selfUpgrade.mode tarball (not built)', `${minimal}selfUpgrade:\n  mode: tarball\n`, /selfUpgrade\.mode: tarball is not built yet: .*install\.sh/],
+    ['unknown selfUpgrade.mode', `${minimal}selfUpgrade:\n  mode: docker\n`, /selfUpgrade\.mode: must be off or quadlet/],
+    ['quadlet on containerd', `runtime: containerd\n${minimal}selfUpgrade:\n  mode: quadlet\n`, /selfUpgrade\.mode: quadlet needs runtime crio/],
+    ['a unit name that is not one', `${minimal}selfUpgrade:\n  unit: "a b;rm"\n`, /selfUpgrade\.unit/],
   ];
   for (const [name, text, key] of bad) {
     t.test(`rejects ${name}, naming the key`, async (t) => {

@@ -32,3 +32,11 @@ t.test('a reason this agent does not know (a newer one\'s) falls back to its mes
   t.equal(technicianLine(s), 'Failed: what happened');
   t.equal(failureSentence('toString'), undefined, 'an inherited name is no reason');
 });
+
+t.test('Ready while the agent restarts into a newer version: still Done, and says why it may briefly not answer', async (t) => {
+  const s: NodeStatus = { ...emptyStatus('n'), phase: 'Ready', bundle: { file: 'f', media: 'file', version: '4.15.1' },
+    conditions: [{ type: 'AgentUpgraded', status: 'Unknown', reason: 'Restarting', message: 'switching to bundle-agent 0.2.0 (localhost/offline-bundle/bundle-agent@sha256:…)', lastTransitionTime: '' }] };
+  const line = technicianLine(s);
+  t.equal(line, 'Done: update 4.15.1 is loaded on this node. You may remove the USB stick. The update program is restarting in its new version.');
+  t.notMatch(line, JARGON, 'no jargon');
+});

@@ -8,7 +8,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import Ajv from 'ajv';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
-import { parseConfig } from '@offline-bundle/agent';
+import { parseConfig, renderImageDropIn } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -67,6 +67,26 @@ t.test('openshift: MachineConfigs validate, one per role, and install what the n
     t.same(q.get('Install')?.get('WantedBy'), ['multi-user.target'], 'Quadlet: started at boot');
     t.match(q.get('Unit')?.get('Wants')?.join(' ') ?? '', /crio\.service/);
   }
+});
+
+t.test('openshift self-upgrade (contract: file formats only, no Quadlet generator or systemd here): the drop-in directory exists, is mounted and is where the config writes', async (t) => {
+  const mc = parseYaml(await readFile(join(OS, '99-worker-bundle-agent.yaml'), 'utf8'));
+  const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents.source)]));
+  const config = parseConfig(files.get('/etc/bundle-agent/config.yaml')!, 'config.yaml');
+  const dir = '/etc/containers/systemd/bundle-agent.container.d';
+  t.equal(config.selfUpgrade.mode, 'quadlet');
+  t.equal(config.selfUpgrade.dropInDir, dir, 'next to the unit, as Quadlet reads drop-ins (podman >= 4.5)');
+  const c = ini(files.get('/etc/containers/systemd/bundle-agent.container')!).get('Container')!;
+  t.ok((c.get('Volume') ?? []).includes(`${dir}:${dir}`), 'the container mounts it read-write at the same path');
+  t.match(files.get('/etc/tmpfiles.d/bundle-agent.conf') ?? '', new RegExp(`^d ${dir.replace(/\./g, '\\.')} `, 'm'), 'tmpfiles creates it (a bind mount needs it)');
+  t.strictSame(config.selfUpgrade.restart.slice(-4), ['systemctl', '--no-block', 'restart', 'bundle-agent'], 'the restart returns before it stops the agent that asked');
+  t.equal(config.selfUpgrade.restart[0], 'nsenter');
+  t.ok(config.selfUpgrade.scheduleRollback.includes('systemd-run'), 'the rollback timer lives on the host, outside the unit it restarts');
+  const image = 'localhost/offline-bundle/bundle-agent@sha256:' + 'a'.repeat(64);
+  const dropIn = ini(renderImageDropIn(image));
+  t.strictSame([...dropIn.keys()], ['Container'], 'only [Container]');
+  t.strictSame([...dropIn.get('Container')!.entries()], [['Image', [image]]], 'only Image=, by digest');
+  t.equal(files.get('/etc/containers/systemd/bundle-agent.container')!.match(/^Pull=never$/m)?.[0], 'Pull=never', 'the new image is taken from the node\'s storage, never pulled');
 });
 
 t.test('openshift: each Butane file says the same as its MachineConfig', async (t) => {

@@ -39,6 +39,21 @@ export interface BundleImage {
   component?: string;
 }
 
+/** The fixed name a bundled agent image goes by on the node (and in the Quadlet drop-in). */
+export const AGENT_REPOSITORY = 'localhost/offline-bundle/bundle-agent';
+/** An agent version: semver's characters, bounded (it names an image tag and is shown in status). */
+export const AGENT_VERSION_RE = /^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/;
+
+/** The bundle-agent image a bundle carries, for the agent's self-upgrade. */
+export interface BundleAgent {
+  /** The agent's version (the image's org.opencontainers.image.version label). */
+  version: string;
+  /** Always AGENT_REPOSITORY; the image is in `images` as AGENT_REPOSITORY:version. */
+  repository: string;
+  /** The image's top manifest digest, one of `images`. */
+  digest: string;
+}
+
 export interface BundleBlob {
   digest: string;
   size: number;
@@ -63,6 +78,8 @@ export interface BundleManifest {
     imageStoreBytes: number;
   };
   creator: { tool: string; version: string; createdAt: string };
+  /** A new bundle-agent carried in the bundle; absent in most bundles (readers that predate the field ignore it). */
+  agent?: BundleAgent;
   signer: { algorithm: SignatureAlgorithm; fingerprint: string };
 }
 
@@ -144,7 +161,22 @@ export function validateManifest(doc: unknown): BundleManifest {
   if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519') bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
   digest(s.fingerprint, 'signer.fingerprint');
   if (r.signatures !== undefined) validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
+  if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
   return doc as unknown as BundleManifest;
+}
+
+/**
+ * agent: the node writes its digest into a systemd drop-in and shows its version, so each is
+ * held to a shape, and the image must be one the bundle carries under the fixed name.
+ */
+function validateAgent(v: unknown, images: BundleImage[]): void {
+  const a = isObj(v) ? v : bad('agent must be an object');
+  if (typeof a.version !== 'string' || !AGENT_VERSION_RE.test(a.version)) bad('agent.version must be 1 to 64 letters, digits and . + - (a semver version)');
+  if (a.repository !== AGENT_REPOSITORY) bad(`agent.repository must be ${AGENT_REPOSITORY}`);
+  const d = digest(a.digest, 'agent.digest');
+  if (!images.some((im) => im.repository === AGENT_REPOSITORY && im.tag === a.version && im.digest === d)) {
+    bad(`agent.digest ${d} is not among the images as ${AGENT_REPOSITORY}:${a.version as string}`);
+  }
 }
 
 const KEY_ID = /^[0-9a-f]{16}$/;

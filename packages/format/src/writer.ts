@@ -12,7 +12,7 @@ import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_MEDIA_TYPE, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
   TAR_BLOCK, FRAME_BYTES, blobPath, paddedSize, READ_CHUNK } from './layout.js';
-import { serializeManifest, validateManifest, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
+import { serializeManifest, validateManifest, type BundleAgent, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 
 export interface WriteBundleInput {
@@ -27,6 +27,8 @@ export interface WriteBundleInput {
   output: string;
   createdAt: string;
   tool: { name: string; version: string };
+  /** The bundle-agent image among `images`, for the agent's self-upgrade. */
+  agent?: BundleAgent;
   level?: number;
   /** Uncompressed bytes packed so far, of `total`. */
   onProgress?: (done: number, total: number) => void;
@@ -222,6 +224,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     index: { digest: sha256(input.index), size: input.index.length },
     totals: { layoutBytes, imageStoreBytes: input.imageStoreBytes },
     creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
+    ...(input.agent ? { agent: input.agent } : {}),
     signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
   };
   // Never sign what a reader refuses: the reader's own schema check, on what goes out.

@@ -42,6 +42,10 @@ function sentence(s: NodeStatus, _now: Date): string {
       if (s.conditions.some((c) => c.type === 'Ready' && c.reason === 'Restored')) {
         return `Done: update ${s.bundle?.version ?? ''} is loaded on this node again (parts of it had gone missing and were put back from this node's disk). No USB stick is needed.`.replace('  ', ' ');
       }
+      // the agent restarts into a newer version the bundle brought: for a moment it is not running
+      if (s.conditions.some((c) => c.type === 'AgentUpgraded' && c.status === 'Unknown')) {
+        return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick. The update program is restarting in its new version.`.replace('  ', ' ');
+      }
       return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick.`.replace('  ', ' ');
     case 'Failed': {
       const failed = s.conditions.find((c) => c.type === 'Failed');

@@ -1,0 +1,51 @@
+// What the agent remembers of a switch to a newer agent image: kept in the state directory so
+// the agent that starts next (the new one, or the old one after a rollback) knows how it went.
+import { readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+
+export interface AgentSwitchRecord {
+  /** pending: the drop-in is written and the restart asked for; done: the new agent reported; rolledBack / failed: the old one runs. */
+  state: 'pending' | 'done' | 'rolledBack' | 'failed';
+  /** image: what the old agent ran; dropIn: whether our drop-in named it (else the unit's own Image=). */
+  from: { version: string; image?: string; dropIn?: boolean };
+  to: { version: string; image: string; digest: string };
+  /** When the switch was asked for (pending) or settled. */
+  at: string;
+  /** Why it was rolled back or failed. */
+  message?: string;
+}
+
+const recordFile = (stateDir: string) => join(stateDir, 'agent-switch.json');
+/** Exists exactly while a switch is unconfirmed: the host-side rollback script tests for it. */
+export const pendingMarker = (stateDir: string) => join(stateDir, 'agent-switch.pending');
+
+export async function readAgentSwitch(stateDir: string): Promise<AgentSwitchRecord | undefined> {
+  try {
+    const r = JSON.parse(await readFile(recordFile(stateDir), 'utf8')) as AgentSwitchRecord;
+    return r && typeof r === 'object' && r.to && r.from ? r : undefined;
+  } catch {
+    // a damaged record only forgets one switch: the next bundle tries again
+    return undefined;
+  }
+}
+
+export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord): Promise<void> {
+  await makeDirs(stateDir);
+  await writeFileAtomic(recordFile(stateDir), JSON.stringify(rec, null, 2) + '\n');
+  if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), `${rec.to.digest}\n`);
+  else await rm(pendingMarker(stateDir), { force: true });
+}
+
+/**
+ * The agent images the switch keeps pinned, whatever happens to the releases that carried
+ * them: the one that runs, and while a switch is unconfirmed the previous one too (a rollback
+ * needs it).
+ */
+export async function agentSwitchPins(stateDir: string): Promise<string[]> {
+  const r = await readAgentSwitch(stateDir);
+  if (!r) return [];
+  if (r.state === 'pending') return [r.to.image, ...(r.from.image ? [r.from.image] : [])];
+  if (r.state === 'done') return [r.to.image];
+  return r.from.image ? [r.from.image] : [];
+}

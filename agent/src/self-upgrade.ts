@@ -1,0 +1,197 @@
+// The agent's switch to a newer agent that a Ready bundle carries (selfUpgrade.mode quadlet):
+// a Quadlet drop-in naming the new image by digest, then daemon-reload and a restart. The new
+// agent confirms at its start; if it never does, a host-side timer (or the old agent, when it
+// runs again) removes the drop-in, and the old image, still pinned, runs again.
+import { readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { gt as semverGt, valid as semverValid } from 'semver';
+import type { BundleAgent } from '@offline-bundle/format';
+import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
+import { reloadRuntime } from '@offline-bundle/runtime';
+import type { StatusTracker } from '@offline-bundle/status';
+import type { AgentConfig } from './config.js';
+import { oneLine } from './errors.js';
+import type { Logger } from './log.js';
+import type { RuntimeTarget } from './runtime-target.js';
+import { readReleases } from './state.js';
+import { pendingMarker, readAgentSwitch, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
+
+export const DROP_IN_NAME = 'image.conf';
+
+export interface SwitchContext {
+  config: AgentConfig;
+  log: Logger;
+  tracker: StatusTracker;
+  runtime: RuntimeTarget;
+  /** The running agent's version (TOOL_VERSION). */
+  agentVersion: string;
+}
+
+const dropInFile = (config: AgentConfig) => join(config.selfUpgrade.dropInDir, DROP_IN_NAME);
+const imageOf = (agent: BundleAgent) => `${agent.repository}@${agent.digest}`;
+
+/** The drop-in's text: only Image= changes; everything else stays the unit's. */
+export function renderImageDropIn(image: string): string {
+  return `# Written by bundle-agent: the agent image a bundle brought. Remove this file and run\n# systemctl daemon-reload && systemctl restart bundle-agent to go back to the unit's image.\n[Container]\nImage=${image}\n`;
+}
+
+/** A reference as the runtime names it, or undefined for anything else (it goes into the pins). */
+function asReference(value: string | undefined): string | undefined {
+  if (!value) return undefined;
+  try {
+    return formatReference(parseReference(value));
+  } catch {
+    return undefined;
+  }
+}
+
+/** The Image= of our drop-in, when there is one. */
+async function currentDropInImage(config: AgentConfig): Promise<string | undefined> {
+  const text = await readFile(dropInFile(config), 'utf8').catch(() => undefined);
+  return asReference(text ? /^Image=(\S+)$/m.exec(text)?.[1] : undefined);
+}
+
+/** podman writes image="…" into a privileged container's /run/.containerenv: the unit's own image. */
+async function containerEnvImage(config: AgentConfig): Promise<string | undefined> {
+  const env = await readFile(join(config.root, 'run/.containerenv'), 'utf8').catch(() => '');
+  return asReference(/^image="([^"\n]{1,1024})"$/m.exec(env)?.[1]);
+}
+
+/** Puts back what ran before: the previous drop-in, or none (the unit's own image). */
+async function restorePrevious(config: AgentConfig, rec: AgentSwitchRecord): Promise<void> {
+  if (rec.from.dropIn && rec.from.image) await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.from.image));
+  else await rm(dropInFile(config), { force: true });
+}
+
+const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+/**
+ * Host-side rollback: undoes this switch unless the new agent removed the marker by confirming.
+ * The marker holds the target digest, so a timer left from an earlier, confirmed switch never
+ * undoes a later one.
+ */
+export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): string {
+  const marker = sq(pendingMarker(config.paths.stateDir));
+  const file = dropInFile(config);
+  const restore = rec.from.dropIn && rec.from.image
+    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
+    : `rm -f ${sq(file)}`;
+  return `if [ "$(cat ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
+}
+
+async function run(command: string[], what: string): Promise<void> {
+  if (command.length === 0) return;
+  await reloadRuntime(command, { timeoutMs: 120_000 }).catch((err) => {
+    throw new Error(`${what} failed: ${oneLine(err)}`);
+  });
+}
+
+/**
+ * After a bundle is Ready: when it carries an agent newer than this one (semver), switch to it.
+ * Never throws: the bundle is loaded whatever happens here; the AgentUpgraded condition says.
+ */
+export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent | undefined): Promise<'switching' | 'none'> {
+  const { config, log, tracker } = ctx;
+  if (!agent) return 'none';
+  const running = ctx.agentVersion;
+  if (config.selfUpgrade.mode === 'off') {
+    log.info('agent', `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`);
+    return 'none';
+  }
+  if (!semverValid(agent.version)) {
+    tracker.condition('AgentUpgraded', 'False', 'BadAgentVersion', `the bundle's agent version ${agent.version} is not a semver version: not switching`);
+    log.warn('agent', `the bundle's agent version ${agent.version} is not a semver version: not switching`);
+    return 'none';
+  }
+  if (!semverGt(agent.version, running)) {
+    log.info('agent', `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`);
+    return 'none';
+  }
+  const before = await readAgentSwitch(config.paths.stateDir);
+  if (before && before.to.digest === agent.digest && before.state !== 'done') {
+    log.warn('agent', before.state === 'pending'
+      ? `a switch to bundle-agent ${agent.version} is already under way`
+      : `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
+    return 'none';
+  }
+  // what runs now: our drop-in's image, else the unit's own
+  const fromDropIn = await currentDropInImage(config);
+  const previous = fromDropIn ?? await containerEnvImage(config);
+  const rec: AgentSwitchRecord = {
+    state: 'pending',
+    from: { version: running, ...(previous ? { image: previous } : {}), ...(fromDropIn ? { dropIn: true } : {}) },
+    to: { version: agent.version, image: imageOf(agent), digest: agent.digest },
+    at: new Date().toISOString(),
+  };
+  try {
+    // recorded first: a crash from here on leaves a pending switch the rollback settles
+    await writeAgentSwitch(config.paths.stateDir, rec);
+    if (previous) await keepPinned(ctx.runtime, [previous]);
+    await makeDirs(config.selfUpgrade.dropInDir);
+    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
+    const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
+    // one timer per switch, named after its target
+    const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
+    if (scheduleRollback.length) await run([...scheduleRollback, timer, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
+    await run(config.selfUpgrade.daemonReload, 'daemon-reload');
+    tracker.condition('AgentUpgraded', 'Unknown', 'Restarting', `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`);
+    log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, { from: running, to: agent.version, image: rec.to.image });
+    await run(config.selfUpgrade.restart, 'the restart');
+    return 'switching';
+  } catch (err) {
+    const message = `the switch to bundle-agent ${agent.version} failed and was undone: ${oneLine(err)}`;
+    await restorePrevious(config, rec).catch((e) => log.warn('agent', `cannot put the previous drop-in back: ${oneLine(e)}`));
+    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
+    await writeAgentSwitch(config.paths.stateDir, { ...rec, state: 'failed', at: new Date().toISOString(), message }).catch(() => undefined);
+    tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
+    log.error('agent', message);
+    return 'none';
+  }
+}
+
+/** Adds refs to the agent's pins (nothing else changes). */
+async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void> {
+  const pinned = await runtime.pinnedRefs();
+  if (refs.every((r) => pinned.has(r))) return;
+  await runtime.pin([...new Set([...pinned, ...refs])], []);
+}
+
+/**
+ * At every start: settles a pending switch. The new agent confirms it (and the previous image
+ * is unpinned unless a release keeps it); an old agent that finds the drop-in gone reports the
+ * rollback; one that still finds it after confirmMinutes undoes it itself.
+ */
+export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): Promise<AgentSwitchRecord | undefined> {
+  const { config, log, tracker } = ctx;
+  const rec = await readAgentSwitch(config.paths.stateDir);
+  if (rec?.state !== 'pending') return rec;
+  const at = new Date().toISOString();
+  if (ctx.agentVersion === rec.to.version) {
+    const done: AgentSwitchRecord = { ...rec, state: 'done', at };
+    await writeAgentSwitch(config.paths.stateDir, done);
+    tracker.condition('AgentUpgraded', 'True', 'AgentUpgraded', `bundle-agent ${rec.to.version} runs (was ${rec.from.version})`);
+    log.info('agent', `bundle-agent ${rec.to.version} started from ${rec.to.image} (was ${rec.from.version})`, { from: rec.from.version, to: rec.to.version });
+    if (rec.from.image) {
+      // a release that carried the old image keeps it pinned as long as that release
+      const keep = [...(await readReleases(config.paths.stateDir)).flatMap((r) => r.refs), rec.to.image];
+      await ctx.runtime.unpin([rec.from.image], keep).catch((err) => log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
+    }
+    return done;
+  }
+  const dropIn = await currentDropInImage(config);
+  const overdue = now - Date.parse(rec.at) >= config.selfUpgrade.confirmMinutes * 60_000;
+  if (dropIn === rec.to.image && !overdue) {
+    log.info('agent', `a switch to bundle-agent ${rec.to.version} is under way; this agent is ${ctx.agentVersion}`);
+    return rec;
+  }
+  if (dropIn === rec.to.image) {
+    await restorePrevious(config, rec);
+    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
+  }
+  const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (${rec.from.image ?? 'the unit\'s own image'})`;
+  const back: AgentSwitchRecord = { ...rec, state: 'rolledBack', at, message };
+  await writeAgentSwitch(config.paths.stateDir, back);
+  tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeRolledBack', message);
+  log.error('agent', message, { from: rec.from.version, to: rec.to.version });
+  return back;
+}
