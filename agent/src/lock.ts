@@ -1,13 +1,25 @@
 import { randomBytes } from 'node:crypto';
 import { link, open, rm, writeFile } from 'node:fs/promises';
 import { makeDirs } from '@offline-bundle/oci';
-import { pidExists } from '@offline-bundle/status';
+import { otherProcess, pidExists, processIdentity, type ProcessIdentity } from '@offline-bundle/status';
 import { join } from 'node:path';
 import { AgentError } from './errors.js';
 
 const LOCK = 'load.lock';
-/** What a holder writes: its pid and a line feed, so a complete file is told from a damaged one. */
-const PID_FILE = /^([1-9]\d*)\n$/;
+/**
+ * What a holder writes: its pid, then its start time and boot id ("-" where /proc cannot tell),
+ * and a line feed, so a complete file is told from a damaged one. The lock lives in the state
+ * directory, which outlives a power cut: after it another process may have the same pid, and
+ * only the start time and boot tell them apart. A bare pid (an older agent's lock) is accepted.
+ */
+const PID_FILE = /^([1-9]\d*)(?: (\d+|-) ([0-9a-f-]+))?\n$/;
+
+let ownLine: Promise<string> | undefined;
+/** This process's lock line, computed once. */
+function lockLine(): Promise<string> {
+  ownLine ??= processIdentity(process.pid).then((id) => `${process.pid} ${id.startTicks ?? '-'} ${id.bootId ?? '-'}\n`);
+  return ownLine;
+}
 
 /** Lock paths this process holds: the same pid in the file may be us now or a former process. */
 const heldHere = new Set<string>();
@@ -22,7 +34,7 @@ const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
  */
 async function createPidFile(path: string): Promise<boolean> {
   const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  await writeFile(tmp, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
+  await writeFile(tmp, await lockLine(), { flag: 'wx', mode: 0o600 });
   try {
     await link(tmp, path);
     // at once, before any other await: from here on a contender of this process reads our pid
@@ -41,6 +53,8 @@ interface PidFile {
   id: string;
   /** undefined when the file is not a complete pid file. */
   owner: number | undefined;
+  /** The owner's start time and boot, where it recorded them. */
+  identity: ProcessIdentity;
 }
 
 async function readPidFile(path: string): Promise<PidFile | undefined> {
@@ -55,15 +69,20 @@ async function readPidFile(path: string): Promise<PidFile | undefined> {
   try {
     const st = await fh.stat({ bigint: true });
     const m = PID_FILE.exec(await fh.readFile('utf8'));
-    return { id: `${st.ino}-${st.ctimeNs}`, owner: m ? Number(m[1]) : undefined };
+    const known = (v: string | undefined) => (v && v !== '-' ? v : undefined);
+    const startTicks = known(m?.[2]);
+    const bootId = known(m?.[3]);
+    return { id: `${st.ino}-${st.ctimeNs}`, owner: m ? Number(m[1]) : undefined, identity: { ...(startTicks ? { startTicks } : {}), ...(bootId ? { bootId } : {}) } };
   } finally {
     await fh.close();
   }
 }
 
-/** Whether the process that wrote a pid file still holds it. */
-function held(path: string, owner: number): boolean {
-  return owner === process.pid ? heldHere.has(path) : pidExists(owner);
+/** Whether the process that wrote a pid file still holds it (and not another under its pid). */
+async function held(path: string, seen: PidFile & { owner: number }): Promise<boolean> {
+  if (seen.owner === process.pid) return heldHere.has(path);
+  if (!pidExists(seen.owner)) return false;
+  return !otherProcess(seen.identity, await processIdentity(seen.owner));
 }
 
 /**
@@ -79,7 +98,7 @@ async function removeIfStale(path: string, seen: PidFile, depth = 0): Promise<vo
     const other = await readPidFile(marker);
     // One level of markers at most: a marker read just before its holder removed it looks
     // stale, and following such looks down a chain of markers grows the name past NAME_MAX.
-    if (other?.owner !== undefined && !held(marker, other.owner) && depth < 1) await removeIfStale(marker, other, depth + 1);
+    if (other?.owner !== undefined && depth < 1 && !(await held(marker, { ...other, owner: other.owner }))) await removeIfStale(marker, other, depth + 1);
     else await new Promise((r) => setTimeout(r, 10)); // another contender is clearing it
     return;
   }
@@ -112,7 +131,7 @@ export async function withLoadLock<T>(stateDir: string, fn: () => Promise<T>): P
     }
     // Our own pid is a live lock only if this process holds it: otherwise a former process
     // with the same pid (a restarted container) left it.
-    if (held(path, seen.owner)) throw busy(seen.owner);
+    if (await held(path, { ...seen, owner: seen.owner })) throw busy(seen.owner);
     await removeIfStale(path, seen);
   }
   try {

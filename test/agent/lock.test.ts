@@ -7,6 +7,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { processIdentity } from '@offline-bundle/status';
 
 const LOCK_JS = pathToFileURL(new URL('../../agent/dist/lock.js', import.meta.url).pathname).href;
 const { withLoadLock } = (await import(LOCK_JS)) as { withLoadLock: <T>(dir: string, fn: () => Promise<T>) => Promise<T> };
@@ -141,4 +142,30 @@ t.test('a lock file without a complete pid is never taken for stale', async (t) 
   await rm(join(dir, 'load.lock'));
   await withLoadLock(dir, async () => undefined);
   await t.rejects(readFile(join(dir, 'load.lock')), 'released after the hold');
+});
+
+t.test('a lock left before a power cut is stale even when its pid now belongs to another live process', async (t) => {
+  const dir = await tmpdir(t, 'ob-lock-');
+  const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)']);
+  t.teardown(() => other.kill());
+  await new Promise((r) => other.once('spawn', r));
+  const real = await processIdentity(other.pid!);
+  t.ok(real.startTicks && real.bootId, 'this machine tells start times and boots apart');
+  const cases: [string, string, boolean][] = [
+    ['its own start time and boot', `${other.pid} ${real.startTicks} ${real.bootId}\n`, true],
+    ['another start time (pid reused in this boot)', `${other.pid} ${Number(real.startTicks) + 1} ${real.bootId}\n`, false],
+    ['another boot', `${other.pid} ${real.startTicks} 00000000-0000-0000-0000-000000000000\n`, false],
+    ['a bare pid (an older agent\'s lock): cannot tell, so Busy', `${other.pid}\n`, true],
+  ];
+  for (const [what, content, busy] of cases) {
+    await writeFile(join(dir, 'load.lock'), content);
+    if (busy) await t.rejects(withLoadLock(dir, async () => 'ran'), { reason: 'Busy' }, `${what}: Busy`);
+    else t.equal(await withLoadLock(dir, async () => 'ran'), 'ran', `${what}: taken over`);
+    await rm(join(dir, 'load.lock'), { force: true });
+  }
+  await withLoadLock(dir, async () => {
+    const [pid, ticks, boot] = (await readFile(join(dir, 'load.lock'), 'utf8')).trim().split(' ');
+    const own = await processIdentity(process.pid);
+    t.same([Number(pid), ticks, boot], [process.pid, own.startTicks, own.bootId], 'a holder records its pid, start time and boot');
+  });
 });

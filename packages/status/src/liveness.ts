@@ -20,6 +20,16 @@ export async function processIdentity(pid: number): Promise<ProcessIdentity> {
   return { ...(bootId ? { bootId } : {}), ...(startTicks ? { startTicks } : {}) };
 }
 
+/**
+ * Whether a recorded identity is proven to belong to another process than `current`: each part
+ * is compared where both sides have it (the unit's ProcSubset=pid hides /proc/sys from the
+ * daemon, so a boot id may be missing).
+ */
+export function otherProcess(recorded: ProcessIdentity, current: ProcessIdentity): boolean {
+  if (recorded.bootId && current.bootId && recorded.bootId !== current.bootId) return true;
+  return !!recorded.startTicks && !!current.startTicks && recorded.startTicks !== current.startTicks;
+}
+
 /** Whether a process with this pid exists (EPERM: it does, owned by another user). */
 export function pidExists(pid: number): boolean {
   try {
@@ -54,10 +64,8 @@ export async function writerLiveness(w: WriterRecord | undefined, now = new Date
   const ageMs = now.getTime() - Date.parse(w.heartbeatAt);
   const beatMs = Math.max(1, w.heartbeatSeconds) * 1000;
   const current = await processIdentity(w.pid);
-  // The unit's ProcSubset=pid hides /proc/sys from the daemon, so its boot id may be missing:
-  // each part is compared where both sides have it, the start time being the one that counts.
-  if (w.bootId && current.bootId && w.bootId !== current.bootId) return 'stopped';
+  if (otherProcess(w, current)) return 'stopped';
+  // without a start time to compare, only the heartbeat tells
   if (!w.startTicks || !current.startTicks) return ageMs > MISSED_BEATS_GONE * beatMs ? 'stopped' : 'running';
-  if (w.startTicks !== current.startTicks) return 'stopped';
   return ageMs > Math.max(MISSED_BEATS_HUNG * beatMs, 120_000) ? 'unresponsive' : 'running';
 }
