@@ -1,6 +1,7 @@
 // What the agent remembers of a switch to a newer agent image: kept in the state directory so
 // the agent that starts next (the new one, or the old one after a rollback) knows how it went.
-import { readFile, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
+import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
 
@@ -21,13 +22,9 @@ const recordFile = (stateDir: string) => join(stateDir, 'agent-switch.json');
 export const pendingMarker = (stateDir: string) => join(stateDir, 'agent-switch.pending');
 
 export async function readAgentSwitch(stateDir: string): Promise<AgentSwitchRecord | undefined> {
-  try {
-    const r = JSON.parse(await readFile(recordFile(stateDir), 'utf8')) as AgentSwitchRecord;
-    return r && typeof r === 'object' && r.to && r.from ? r : undefined;
-  } catch {
-    // a damaged record only forgets one switch: the next bundle tries again
-    return undefined;
-  }
+  // a damaged record only forgets one switch: the next bundle tries again
+  const r = (await readStateJson(recordFile(stateDir))) as AgentSwitchRecord | undefined;
+  return r && typeof r === 'object' && r.to && r.from ? r : undefined;
 }
 
 export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord): Promise<void> {

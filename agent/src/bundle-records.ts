@@ -1,7 +1,8 @@
 // What became of each bundle file the agent saw, kept across restarts: a daemon that starts
 // again (reboot, upgrade of the agent, crash) must not load again what is already loaded, nor
 // retry forever a file that failed.
-import { mkdir, readFile, stat } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
+import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
 import { writeFileAtomic } from '@offline-bundle/oci';
 
@@ -33,13 +34,9 @@ export async function keyOf(file: string): Promise<string | undefined> {
 const recordsFile = (stateDir: string) => join(stateDir, 'bundles.json');
 
 export async function readBundleRecords(stateDir: string): Promise<BundleRecord[]> {
-  try {
-    const doc = JSON.parse(await readFile(recordsFile(stateDir), 'utf8')) as { bundles?: BundleRecord[] };
-    return Array.isArray(doc.bundles) ? doc.bundles.filter((b) => typeof b?.key === 'string') : [];
-  } catch {
-    // missing or damaged: at worst a bundle is loaded once more
-    return [];
-  }
+  // missing or damaged: at worst a bundle is loaded once more
+  const doc = (await readStateJson(recordsFile(stateDir))) as { bundles?: unknown } | undefined;
+  return Array.isArray(doc?.bundles) ? doc.bundles.filter((b): b is BundleRecord => typeof b?.key === 'string') : [];
 }
 
 async function writeBundleRecords(stateDir: string, all: BundleRecord[]): Promise<void> {

@@ -7,7 +7,7 @@ export const AGENT_REASONS = [
   'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'InsufficientSpace', 'StagingFailed',
   'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
-  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse',
+  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged',
 ] as const;
 export type AgentReason = (typeof AGENT_REASONS)[number];
 
@@ -42,6 +42,7 @@ const CODE_REASONS: Record<string, AgentReason> = {
   RELOAD_FAILED: 'ReloadFailed',
   FOREIGN_FILE: 'ForeignFile',
   WRITE_FAILED: 'WriteFailed',
+  STATUS_DAMAGED: 'StatusDamaged',
   LAYOUT_INVALID: 'StagingFailed',
   ENOSPC: 'InsufficientSpace',
   EDQUOT: 'InsufficientSpace',

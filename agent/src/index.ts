@@ -6,6 +6,8 @@ export { checkPolicy, compareVersions } from './policy.js';
 export { planSpace } from './space.js';
 export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime-target.js';
 export { AgentError, AGENT_REASONS, reasonOf } from './errors.js';
+export { readReleases, recordRelease } from './state.js';
+export { readBundleRecords } from './bundle-records.js';
 export { watchCrioPins } from './crio-pins-watch.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 export { adoptRunningRelease } from './running-release.js';

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { readFile, readdir } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
+import { readStateJson } from './state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
@@ -246,7 +247,10 @@ export class CrioTarget implements RuntimeTarget {
 
   /** Our own pins list (undefined before the first pin), kept apart from other files' pins. */
   private async ownPins(): Promise<string[] | undefined> {
-    return readFile(this.ownPinsFile(), 'utf8').then((t) => (JSON.parse(t) as { pins?: string[] }).pins ?? [], () => undefined);
+    return readStateJson(this.ownPinsFile()).then((d) => {
+      const pins = (d as { pins?: unknown } | undefined)?.pins;
+      return Array.isArray(pins) && pins.every((p) => typeof p === 'string') ? (pins as string[]) : undefined;
+    });
   }
 
   /**

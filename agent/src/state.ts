@@ -1,6 +1,7 @@
-import { readdir, readFile, rm } from 'node:fs/promises';
+import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { readStateJson } from './state-json.js';
 
 /** What the agent remembers of each release it loaded: enough to keep the running one pinned. */
 export interface ReleaseRecord {
@@ -13,6 +14,17 @@ export interface ReleaseRecord {
   layout?: string;
   /** 'node': the release running before the first bundle, its images found on the node. */
   source?: 'bundle' | 'node';
+}
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+
+/** The shape every reader of a record relies on; a record of another shape is skipped as damaged. */
+function isReleaseRecord(v: unknown): v is ReleaseRecord {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
+  const r = v as Record<string, unknown>;
+  return isString(r.version) && isString(r.arch) && isString(r.loadedAt) && Array.isArray(r.refs) && r.refs.every(isString)
+    && (r.digest === undefined || isString(r.digest)) && (r.layout === undefined || isString(r.layout))
+    && (r.source === undefined || r.source === 'bundle' || r.source === 'node');
 }
 
 function releasesDir(stateDir: string): string {
@@ -39,11 +51,9 @@ export async function readReleases(stateDir: string): Promise<ReleaseRecord[]> {
   }
   const out: ReleaseRecord[] = [];
   for (const n of names) {
-    try {
-      out.push(JSON.parse(await readFile(join(releasesDir(stateDir), n), 'utf8')) as ReleaseRecord);
-    } catch {
-      // a damaged record only loses the pins of an old release; the new one is still pinned
-    }
+    // a damaged record only loses the pins of an old release; the new one is still pinned
+    const rec = await readStateJson(join(releasesDir(stateDir), n));
+    if (isReleaseRecord(rec)) out.push(rec);
   }
   return out;
 }

@@ -3,10 +3,10 @@
 // a bundle deleted while it is read.
 import t from 'tap';
 import { execFileSync, spawn } from 'node:child_process';
-import { chmod, readFile, readdir, unlink, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { chmod, mkdir, readFile, readdir, unlink, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createLogger, parseConfig, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
+import { createLogger, parseConfig, readBundleRecords, readReleases, recordRelease, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { makeBundle, tmpdir } from '../format/craft.js';
 import { AGENT, BUNDLE, nodeRoot, run } from './fixtures.js';
@@ -126,4 +126,49 @@ t.test('a bundle deleted while it is staged: MediaRemoved', async (t) => {
   t.ok(deleted, 'the file was deleted mid-way');
   t.equal(err?.reason, 'MediaRemoved', `reason MediaRemoved (${err?.message})`);
   t.equal(tracker.current.conditions.find((c) => c.type === 'Failed')?.reason, 'MediaRemoved', 'and so says the status');
+});
+
+t.test('a damaged status file is one StatusDamaged line, never an internal error, a hang or its size in memory', async (t) => {
+  const n = await node(t);
+  const statusFile = join(n.root, 'var/lib/bundle-agent/status.json');
+  await mkdir(dirname(statusFile), { recursive: true });
+  const good = { ...emptyStatus('node-a'), message: 'Waiting for a USB stick.' };
+  const cases: [string, string | Buffer][] = [
+    ['empty', ''], ['not JSON', 'garbage'], ['{}', '{}'], ['[]', '[]'], ['a string', '"str"'],
+    ['an unknown phase', JSON.stringify({ ...good, phase: 'Bogus' })],
+    ['Staging without progress', JSON.stringify({ ...good, phase: 'Staging', progress: undefined })],
+    ['a writer with a heartbeat that is not a time', JSON.stringify({ ...good, writer: { pid: process.pid, heartbeatAt: 'garbage', heartbeatSeconds: 30 } })],
+    ['2 MB', Buffer.alloc(2_000_000, 0x20)],
+  ];
+  for (const [what, content] of cases) {
+    await writeFile(statusFile, content);
+    const r = await run(AGENT, ['status', '--config', n.config]);
+    t.equal(r.code, 1, `${what}: an error`);
+    t.match(r.stderr, /^bundle-agent: StatusDamaged: status file .*status\.json is damaged \(.*\): the agent writes it anew when it starts/, `${what}: names the file and the fix`);
+    t.equal(r.stderr.trim().split('\n').length, 1, `${what}: one line`);
+  }
+  await unlink(statusFile);
+  execFileSync('mkfifo', [statusFile]);
+  const fifo = await run(AGENT, ['status', '--config', n.config], process.env, 20_000);
+  t.match(fifo.stderr, /StatusDamaged: .*FIFO/, 'a FIFO: refused at once, not read');
+  await unlink(statusFile);
+  await writeFile(statusFile, JSON.stringify(good));
+  const ok = await run(AGENT, ['status', '--config', n.config]);
+  t.equal(ok.code, 0, 'a well-formed file from an agent too old to name its writer: read as before');
+  t.equal(ok.stderr, '', 'no error');
+});
+
+t.test('damaged release and bundle records are skipped, the good ones kept', async (t) => {
+  const n = await node(t);
+  const state = join(n.root, 'var/lib/bundle-agent');
+  await recordRelease(state, { version: '1.2.3', arch: 'amd64', refs: ['quay.io/a/b:1'], loadedAt: new Date().toISOString() });
+  const dir = join(state, 'releases');
+  await writeFile(join(dir, 'empty-object.json'), '{}');
+  await writeFile(join(dir, 'null.json'), 'null');
+  await writeFile(join(dir, 'number-version.json'), '{"version":5,"arch":"amd64","refs":[],"loadedAt":"x"}');
+  await writeFile(join(dir, 'refs-not-strings.json'), '{"version":"1.0.0","arch":"amd64","refs":[1],"loadedAt":"x"}');
+  execFileSync('mkfifo', [join(dir, 'fifo.json')]);
+  t.same((await readReleases(state)).map((r) => r.version), ['1.2.3'], 'only the well-formed record');
+  await writeFile(join(state, 'bundles.json'), '{"bundles":[null,5,{"key":"k"}]}');
+  t.same((await readBundleRecords(state)).map((b) => b.key), ['k'], 'bundle records: only entries with a key');
 });

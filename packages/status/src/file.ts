@@ -1,9 +1,8 @@
 // The local status file: the node's status plus who wrote it and when it last said it was
 // alive, so a reader can tell a live agent's word from a dead one's last word.
-import { readFile } from 'node:fs/promises';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { OciError, makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/oci';
 import { dirname } from 'node:path';
-import type { NodeStatus } from './model.js';
+import { CONDITION_STATUSES, HISTORY_STATES, PHASES, type NodeStatus } from './model.js';
 import { processIdentity, type ProcessIdentity } from './liveness.js';
 
 export interface StatusWriter extends ProcessIdentity {
@@ -25,14 +24,61 @@ export async function writeStatusFile(path: string, status: NodeStatus | StatusF
   await writeFileAtomic(path, JSON.stringify(status, null, 2) + '\n');
 }
 
+/**
+ * The most a status file may hold: a status is a few KB (conditions, a bounded history); a
+ * larger file is not ours, and reading it whole would cost its size in memory.
+ */
+export const MAX_STATUS_FILE_BYTES = 1024 * 1024;
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isString = (v: unknown): v is string => typeof v === 'string';
+const isCount = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+
+/** What makes `v` unusable as a status (every reader relies on these), or undefined. */
+function statusDefect(v: unknown): string | undefined {
+  if (!isObject(v)) return 'not a JSON object';
+  if (!(PHASES as readonly unknown[]).includes(v.phase)) return 'unknown phase';
+  if (!isString(v.node) || !isString(v.message) || !isString(v.updatedAt)) return 'node, message or updatedAt is not a string';
+  const p = v.progress;
+  if (!isObject(p) || !['bytesDone', 'bytesTotal', 'imagesDone', 'imagesTotal'].every((k) => isCount(p[k]))) return 'progress is not four counts';
+  const conditionOk = (c: unknown) => isObject(c) && isString(c.type) && (CONDITION_STATUSES as readonly unknown[]).includes(c.status) && isString(c.reason) && isString(c.message);
+  if (!Array.isArray(v.conditions) || !v.conditions.every(conditionOk)) return 'conditions are not a list of conditions';
+  const entryOk = (h: unknown) => isObject(h) && isString(h.version) && (HISTORY_STATES as readonly unknown[]).includes(h.state) && isString(h.at);
+  if (!Array.isArray(v.history) || !v.history.every(entryOk)) return 'history is not a list of releases';
+  if (v.bundle !== undefined && !(isObject(v.bundle) && Object.values(v.bundle).every(isString))) return 'bundle is not a list of names';
+  const w = v.writer;
+  if (w !== undefined && !(isObject(w) && Number.isInteger(w.pid) && isString(w.heartbeatAt) && !Number.isNaN(Date.parse(w.heartbeatAt)) && isCount(w.heartbeatSeconds))) return 'writer is not a process record';
+  return undefined;
+}
+
+/**
+ * The status file, or undefined when there is none. Whatever else is there (a damaged file, a
+ * FIFO, a huge file, a valid JSON of another shape) is one STATUS_DAMAGED error that says the
+ * agent rewrites it, never a crash deep in a reader.
+ */
 export async function readStatusFile(path: string): Promise<StatusFile | undefined> {
+  let text: string;
   try {
-    return JSON.parse(await readFile(path, 'utf8')) as StatusFile;
+    text = (await readSmallFile(path, MAX_STATUS_FILE_BYTES)).bytes.toString('utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return undefined;
+    if (code === 'NOT_A_REGULAR_FILE' || code === 'FILE_TOO_LARGE') throw damaged(path, (err as Error).message);
     throw err;
   }
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw damaged(path, 'not JSON');
+  }
+  const defect = statusDefect(v);
+  if (defect) throw damaged(path, defect);
+  return v as StatusFile;
 }
+
+const damaged = (path: string, why: string) =>
+  new OciError('STATUS_DAMAGED', `status file ${path} is damaged (${why}): the agent writes it anew when it starts (systemctl restart bundle-agent); remove it if it stays damaged`);
 
 export interface StatusFileWriterOptions {
   command: StatusWriter['command'];

@@ -27,6 +27,7 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   UnsupportedVersion: 'This update was made for a newer update program than this node has. Ask the administrator to update the node\'s update program first.',
   ForeignFile: 'Settings made by someone else on this node are in the way of the update. Ask the administrator to check the node, then plug the USB stick in again.',
   WriteFailed: 'The node could not save the settings the update needs. Ask the administrator to check the node\'s disk, then plug the USB stick in again.',
+  StatusDamaged: 'The update program\'s record of this node is damaged. Ask the administrator to restart the update program.',
   Interrupted: 'The update was stopped before it finished. Plug the USB stick in again to restart it.',
   Busy: 'The node is already loading another update. Wait until it says it is done, then plug the USB stick in again.',
   Internal: 'The update program hit an unexpected error. Plug the USB stick in again; if it fails again, ask the administrator to read the node\'s log.',
