@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --runtime) runtime=$2; shift 2 ;;
     --runtime=*) runtime=${1#*=}; shift ;;
     --no-enable) enable=no; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

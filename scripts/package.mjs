@@ -195,7 +195,7 @@ export async function stageApp(o) {
   // Runtime: bin/node and its license out of the npm package (its headers for a cross build).
   const tgz = runtimeTarball(o.arch);
   const tmp = path.join(o.stage, `.runtime-${o.arch}`);
-  if (!existsSync(path.join(tmp, 'package/bin/node'))) {
+  if (!existsSync(path.join(tmp, 'package/bin/node')) || !existsSync(path.join(tmp, 'package/include/node/common.gypi'))) {
     mkdirSync(tmp, { recursive: true });
     execFileSync('tar', ['-xzf', tgz, '-C', tmp, 'package/bin/node', 'package/LICENSE', 'package/include']);
   }
