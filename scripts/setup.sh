@@ -13,10 +13,16 @@ export DEBIAN_FRONTEND=noninteractive
 # source since no prebuilt binary can be fetched here. `pnpm package` also uses binutils
 # (strip), systemd (systemd-analyze, for the unit's tests) and apt-get download + dpkg-deb
 # (the image's base layer).
+# arm64 artifacts: the cross compiler builds the zstd addon for arm64, the arm64 package lists
+# let `apt-get download` fetch the arm64 image's base (.debs), and qemu-user runs the arm64
+# outputs in test/package (qemu-aarch64 -L SYSROOT; no binfmt_misc needed). groff-base renders
+# the man pages in the tests.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   docker-registry skopeo podman umoci containerd zstd openssl jq ca-certificates \
-  python3 make g++ binutils tar gzip util-linux e2fsprogs systemd >/dev/null
+  python3 make g++ binutils tar gzip util-linux e2fsprogs systemd \
+  g++-aarch64-linux-gnu qemu-user groff-base >/dev/null
 
 # Node 20 is the target runtime; pnpm 10 is the last major that runs on it.
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \

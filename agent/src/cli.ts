@@ -14,6 +14,7 @@ import { runtimeTarget } from './runtime-target.js';
 import { forgetRelease, listReleases, pruneReleases } from './releases.js';
 import { forgottenLine, releasesTable } from './releases-text.js';
 import { TOOL_VERSION } from './version.js';
+import { addManCommand } from './man.js';
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
@@ -216,6 +217,7 @@ agent too old to say), 3 not running or not responding, 1 an error.`)
         process.stdout.write(`${technicianLine(s!)}\n`);
       }
     });
+  addManCommand(program);
 
   return program;
 }

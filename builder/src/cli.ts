@@ -13,6 +13,7 @@ import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
 import { addCacheCommands } from './cache-command.js';
 import { bashCompletion } from './completion.js';
+import { addManCommand } from './man.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
@@ -233,6 +234,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       if (shell !== 'bash') throw new Error(`no completion for ${shell}: only bash`);
       process.stdout.write(bashCompletion(program));
     });
+  addManCommand(program);
 
   return program;
 }

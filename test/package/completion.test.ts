@@ -11,6 +11,7 @@ t.test('bundle completion bash', async (t) => {
   const complete = (words: string[]) => execFileSync('bash', ['-c', `${script}\nCOMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _bundle_complete; printf '%s\\n' "\${COMPREPLY[@]}"`], { encoding: 'utf8' }).trim().split('\n');
   t.same(complete(['bundle', 'cr']), ['create'], 'subcommands');
   t.ok(complete(['bundle', '']).includes('verify'), 'every subcommand offered');
+  t.notOk(complete(['bundle', '']).includes('man'), 'not the hidden man command (packaging writes bundle(1) with it)');
   t.same(complete(['bundle', 'create', '--ke']), ['--key'], "the subcommand's options");
   t.ok(complete(['bundle', 'verify', '--']).includes('--help'));
   const zsh = spawnSync(process.execPath, [BUNDLE, 'completion', 'zsh'], { encoding: 'utf8' });

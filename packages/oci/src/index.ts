@@ -49,3 +49,5 @@ export type { CacheInfo } from './blob-cache.js';
 export type { PullAlwaysWorkload } from './release-manifests.js';
 export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';
+export { manPage, roffText } from './man-page.js';
+export type { ManPageInfo } from './man-page.js';
