@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
-import { notRunningLine, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
+import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
@@ -119,7 +119,7 @@ Examples:
       }
       const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
       if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
-      else process.stdout.write(escapeControls(`serving ${manifest.images.length} images of ${manifest.release.name} on ${reg.address}`) + '\n');
+      else process.stdout.write(escapeControls(`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`) + '\n');
       const { done } = untilSignal();
       await done;
       await reg.close();

@@ -1,5 +1,6 @@
 // How `bundle-agent releases` reads to a person (the --json output is the ReleasesView itself).
 import { escapeControls, textTable } from '@offline-bundle/oci';
+import { plural } from '@offline-bundle/status';
 import type { Forgotten, ReleasesView } from './releases.js';
 
 export function releasesTable(view: ReleasesView): string {
@@ -18,5 +19,5 @@ export function releasesTable(view: ReleasesView): string {
 }
 
 export function forgottenLine(f: Forgotten): string {
-  return `forgot ${f.version} (${f.arch}): ${f.unpinned} images unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped`;
+  return `forgot ${f.version} (${f.arch}): ${plural(f.unpinned, 'image')} unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped`;
 }

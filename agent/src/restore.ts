@@ -5,7 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BUNDLE_JSON, SIGNATURE, checkSignature, loadTrust, parseManifestBytes } from '@offline-bundle/format';
 import { LayoutStore, catalogOf } from '@offline-bundle/registry';
-import { versionsInUse } from '@offline-bundle/status';
+import { plural, versionsInUse } from '@offline-bundle/status';
 import { oneLine } from './errors.js';
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline.js';
@@ -47,7 +47,7 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
         await store.close();
       }
       tracker.phase('Ready');
-      tracker.condition('Ready', 'True', 'Restored', `${lost} of the ${manifest.images.length} images of ${rec.version} had vanished from the runtime and were loaded again from the layout kept on this node`);
+      tracker.condition('Ready', 'True', 'Restored', `${lost} of the ${plural(manifest.images.length, 'image')} of ${rec.version} had vanished from the runtime and were loaded again from the layout kept on this node`);
       restored.push(rec.version);
     } catch (err) {
       tracker.condition('Failed', 'True', 'RestoreFailed', `images of ${rec.version} vanished from the runtime and could not be restored from ${rec.layout} (${oneLine(err)}): plug the USB stick in again`);

@@ -134,7 +134,7 @@ t.test('staging.keep untilComplete: images deleted from the runtime come back at
   t.ok(pinnedNames().includes('quay.io/acme/app:v1'), 'and pinned again');
   const s = await n.status();
   t.equal(s.phase, 'Ready');
-  t.match(s.conditions.find((c: any) => c.type === 'Ready').message, /^1 of the 1 images of 1\.1\.0 had vanished from the runtime and were loaded again from the layout kept on this node/);
+  t.match(s.conditions.find((c: any) => c.type === 'Ready').message, /^1 of the 1 image of 1\.1\.0 had vanished from the runtime and were loaded again from the layout kept on this node/);
   const st = await run(AGENT, ['status', '--config', n.config]);
   t.match(st.stdout, /Done: update 1\.1\.0 is loaded on this node again \(parts of it had gone missing and were put back from this node's disk\)/, 'status says so');
 
