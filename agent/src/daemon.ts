@@ -1,5 +1,5 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness,
+  ClusterReporter, ConsoleWriter, Metrics, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
@@ -50,6 +50,8 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
   const file = new StatusFileWriter(config.paths.statusFile, {
     command,
     heartbeatSeconds: config.status.heartbeatSeconds,
+    // a `bundle-agent load` beside the daemon: the daemon reports its result, and owns the file again
+    ...(command === 'run' ? { adopt: (s: NodeStatus) => tracker.update((mine) => Object.assign(mine, s)) } : { handBack: true }),
     onError: (err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`),
   });
   tracker.onChange(file.sink, { replay: true });

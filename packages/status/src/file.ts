@@ -3,7 +3,7 @@
 import { OciError, makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/oci';
 import { dirname } from 'node:path';
 import { CONDITION_STATUSES, HISTORY_STATES, PHASES, type NodeStatus } from './model.js';
-import { processIdentity, type ProcessIdentity } from './liveness.js';
+import { processIdentity, writerLiveness, type ProcessIdentity } from './liveness.js';
 
 export interface StatusWriter extends ProcessIdentity {
   pid: number;
@@ -86,6 +86,16 @@ export interface StatusFileWriterOptions {
   heartbeatSeconds?: number;
   onError?: (err: unknown) => void;
   clock?: () => Date;
+  /**
+   * The daemon: called at a heartbeat with a newer status another process (a `bundle-agent
+   * load`) wrote meanwhile, so the daemon reports that load's result instead of its own stale one.
+   */
+  adopt?: (s: NodeStatus) => void;
+  /**
+   * A `bundle-agent load` next to a running daemon: its last write names the daemon as the
+   * writer again, so `status` does not call the node's agent dead once the load has exited.
+   */
+  handBack?: boolean;
 }
 
 /**
@@ -99,6 +109,8 @@ export class StatusFileWriter {
   private identity: Promise<ProcessIdentity> | undefined;
   private readonly heartbeatSeconds: number;
   private readonly clock: () => Date;
+  /** The daemon that wrote the file before this load, while it runs (handBack). */
+  private daemon: Promise<StatusWriter | undefined> | undefined;
 
   constructor(readonly path: string, private readonly opts: StatusFileWriterOptions) {
     this.heartbeatSeconds = opts.heartbeatSeconds ?? 30;
@@ -112,8 +124,9 @@ export class StatusFileWriter {
 
   /** Starts the heartbeat; it does not keep the process alive by itself. */
   start(): void {
+    if (this.opts.handBack) this.daemon ??= this.runningDaemon();
     if (this.timer) return;
-    this.timer = setInterval(() => this.enqueue(), this.heartbeatSeconds * 1000);
+    this.timer = setInterval(() => this.enqueue(true), this.heartbeatSeconds * 1000);
     this.timer.unref();
   }
 
@@ -122,14 +135,33 @@ export class StatusFileWriter {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.chain;
+    const daemon = await this.daemon;
+    if (daemon && this.last && (await writerLiveness({ ...daemon, heartbeatAt: this.clock().toISOString() }, this.clock())) === 'running') {
+      await writeStatusFile(this.path, { ...this.last, writer: { ...daemon, heartbeatAt: this.clock().toISOString() } }).catch((err) => this.opts.onError?.(err));
+    }
   }
 
-  private enqueue(): void {
-    this.chain = this.chain.then(() => this.writeNow()).catch((err) => this.opts.onError?.(err));
+  private async runningDaemon(): Promise<StatusWriter | undefined> {
+    const w = (await readStatusFile(this.path).catch(() => undefined))?.writer;
+    return w && w.command === 'run' && w.pid !== process.pid && (await writerLiveness(w, this.clock())) === 'running' ? w : undefined;
   }
 
-  private async writeNow(): Promise<void> {
+  private enqueue(heartbeat = false): void {
+    this.chain = this.chain.then(() => this.writeNow(heartbeat)).catch((err) => this.opts.onError?.(err));
+  }
+
+  private async writeNow(heartbeat: boolean): Promise<void> {
     if (!this.last) return;
+    if (heartbeat && this.opts.adopt) {
+      const onDisk = await readStatusFile(this.path).catch(() => undefined);
+      // newer than ours: another process wrote it (a load, which may also have handed it back to us)
+      if (onDisk && Date.parse(onDisk.updatedAt) > Date.parse(this.last.updatedAt)) {
+        const { writer: _, ...status } = onDisk;
+        // the adopter's tracker hands the status back through sink(): that write stamps us
+        this.opts.adopt(status);
+        return;
+      }
+    }
     const id = await (this.identity ??= processIdentity(process.pid));
     const writer: StatusWriter = { pid: process.pid, ...id, command: this.opts.command, heartbeatAt: this.clock().toISOString(), heartbeatSeconds: this.heartbeatSeconds };
     await writeStatusFile(this.path, { ...this.last, writer });
