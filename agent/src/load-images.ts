@@ -84,7 +84,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);
     const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
-    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
+    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs) : undefined;
     if (report?.verifiable) {
       tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} image names pinned${still}, as the runtime reports`);
     } else {

@@ -60,6 +60,11 @@ export interface RuntimeTarget {
   inspector(): Promise<ImageInspector | undefined>;
   /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
   cleanup(): Promise<void>;
+  /**
+   * How long pins may take to show through the CRI after `pin` returns (default 5 s, CRI-O's
+   * reload). Also how long a runtime that reports no pins at all is asked again.
+   */
+  readonly pinSettleMs?: number;
   close(): Promise<void>;
 }
 
@@ -302,6 +307,11 @@ export class CrioTarget implements RuntimeTarget {
 
 export class ContainerdTarget implements RuntimeTarget {
   private client?: CriImageClient;
+  /**
+   * The labels are in containerd's store when `ctr` returns; its CRI (1.7+) sees them through an
+   * event a moment later. 1.6 never reports pins, and 5 s of asking again was pure waiting.
+   */
+  readonly pinSettleMs = 1_000;
   constructor(private readonly config: AgentConfig) {}
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
