@@ -7,6 +7,7 @@ export { planSpace } from './space.js';
 export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime-target.js';
 export { AgentError, AGENT_REASONS, reasonOf } from './errors.js';
 export { watchCrioPins } from './crio-pins-watch.js';
+export { StagingStore } from './staging-store.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 export { adoptRunningRelease } from './running-release.js';
 export { createLogger } from './log.js';
