@@ -49,6 +49,11 @@ export class StagingStore implements BlobStore {
     this.waiting.clear();
   }
 
+  /** Every blob of the catalog staged. */
+  private all(): Promise<void> {
+    return Promise.all([...this.catalog.blobs.keys()].map((d) => this.blob(d))).then(() => undefined);
+  }
+
   private blob(digest: string): Promise<void> {
     if (this.ready.has(digest)) return Promise.resolve();
     if (this.failure) return Promise.reject(this.failure.err);
@@ -74,7 +79,13 @@ export class StagingStore implements BlobStore {
 
   private async manifest(digest: string): Promise<void> {
     await this.blob(digest);
-    const parsed = parseManifest(await this.read(digest), this.catalog.manifests.get(digest));
+    let parsed: ReturnType<typeof parseManifest>;
+    try {
+      parsed = parseManifest(await this.read(digest), this.catalog.manifests.get(digest));
+    } catch {
+      // a kind of manifest not understood here: its pull waits for the whole layout, as without overlap
+      return this.all();
+    }
     // only what the bundle carries: a platform left out of it is never asked for
     const carried = (d: { digest: string }) => this.catalog.blobs.has(d.digest);
     if (parsed.kind === 'index') await Promise.all(parsed.index.manifests.filter(carried).map((c) => this.manifest(c.digest)));

@@ -67,3 +67,15 @@ t.test('a staging failure ends every wait with its error', async (t) => {
   await t.rejects(store.image('quay.io/ns/app:v1'), boom, 'and any later one');
   await t.rejects(store.image('quay.io/ns/other:v1'), { reason: 'StagingFailed' }, 'a name the bundle does not have');
 });
+
+t.test('a manifest it cannot read waits for the whole layout', async (t) => {
+  const { store, partial, d } = await setUp(t);
+  const junk = Buffer.from('not a manifest');
+  await writeFile(join(partial, 'blobs/sha256', d.manifest.slice(7)), junk);
+  const gate = store.image('quay.io/ns/app:v1');
+  store.verified(d.manifest);
+  store.verified(d.layer);
+  t.equal(await settled(gate), 'pending');
+  store.verified(d.config);
+  t.equal(await settled(gate), 'resolved');
+});
