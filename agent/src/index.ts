@@ -9,6 +9,7 @@ export { AgentError, AGENT_REASONS, reasonOf } from './errors.js';
 export { readReleases, recordRelease } from './state.js';
 export { readBundleRecords } from './bundle-records.js';
 export { watchCrioPins } from './crio-pins-watch.js';
+export { StagingStore } from './staging-store.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 export { adoptRunningRelease } from './running-release.js';
 export { createLogger } from './log.js';

@@ -7,7 +7,7 @@ import { oneLine } from './errors.js';
 import type { PipelineContext } from './pipeline.js';
 import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent } from './runtime-checks.js';
-import { imageRefs, imagesCovered } from './runtime-target.js';
+import { imageRefs, imagesCovered, type PullGate } from './runtime-target.js';
 import type { ReleaseRecord } from './state.js';
 import { agentSwitchPins } from './agent-switch-state.js';
 
@@ -17,6 +17,12 @@ export interface ImagesInput {
   /** What the agent recorded of earlier releases (the running one may be added). */
   releases: ReleaseRecord[];
   running?: ClusterRelease;
+  /**
+   * The store is still being staged: each pull waits for `gate(ref)`, and `done` (the whole
+   * bundle verified and staged) settles before anything is pinned. The phase stays Staging
+   * (the stick must stay in) until then.
+   */
+  staging?: { gate: PullGate; done: Promise<void> };
 }
 
 /**
@@ -26,7 +32,7 @@ export interface ImagesInput {
  */
 export async function loadImages(ctx: PipelineContext, input: ImagesInput): Promise<void> {
   const { config, log, tracker, runtime, signal } = ctx;
-  const { manifest: m, store, releases, running } = input;
+  const { manifest: m, store, releases, running, staging } = input;
   const rel = m.release;
   const refs = imageRefs(m);
   let registry: RunningRegistry | undefined;
@@ -37,7 +43,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     // counted by image (bundle.json's images), as `bundle inspect` counts them; a tagged image is pulled by two names
     const images = m.images.length;
     tracker.update((s) => {
-      s.phase = 'Serving';
+      if (!staging) s.phase = 'Serving';
       Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
     });
     tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
@@ -55,7 +61,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     unmirror = await runtime.mirror(registry.address, m);
 
     tracker.update((s) => {
-      s.phase = 'Preloading';
+      if (!staging) s.phase = 'Preloading';
       Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
     });
     const pulled = new Set<string>();
@@ -63,7 +69,9 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
       pulled.add(ref);
       tracker.progress({ imagesDone: imagesCovered(m, pulled), imagesTotal: images });
       log.info('preload', `pulled ${ref} (${done}/${total} names)`, { ref });
-    }, signal);
+    }, signal, staging?.gate);
+    // nothing is pinned, and no Ready, before the whole bundle is verified
+    await staging?.done;
     if (config.preload.method === 'none') {
       tracker.condition('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled; the runtime pulls each one from the temporary registry only while it runs');
     } else {
@@ -86,7 +94,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);
     const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
-    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log) : undefined;
+    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs) : undefined;
     if (report?.verifiable) {
       tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} image names pinned${still}, as the runtime reports`);
     } else {

@@ -6,12 +6,13 @@ import {
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
+import { StagingStore } from './staging-store.js';
 import { missingImages } from './runtime-checks.js';
 import type { AgentConfig } from './config.js';
 import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { checkPolicy } from './policy.js';
-import { imageRefs, type RuntimeTarget } from './runtime-target.js';
+import { imageRefs, type PullGate, type RuntimeTarget } from './runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
 import { withLoadLock } from './lock.js';
@@ -190,6 +191,8 @@ interface Staged {
   /** The staged layout's directory (staged mode). */
   target?: string;
   fileDigest: string;
+  /** Still being staged (overlapped with the pulls): see loadImages' `staging`. */
+  staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
 }
 
 /** Steps 4 and 5: the space check, then the verified copy to disk, or one full pass over the media. */
@@ -208,8 +211,11 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
   const onProgress = rateTracker(tracker);
   const verifiedBy = a.signer ? { reason: 'SignatureValid', message: `signed by ${a.signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
   // The full pass is what counts: its bundle.json must be the one the header check looked at.
+  const sameBytes = (manifestBytes: Buffer) => {
+    if (!manifestBytes.equals(a.head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+  };
   const sameDescription = (v: VerifiedBundle) => {
-    if (!v.manifestBytes.equals(a.head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+    sameBytes(v.manifestBytes);
     return v.fileDigest;
   };
   const catalog = catalogOf(m);
@@ -223,6 +229,12 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
     });
     const reuse = await alreadyStaged(target, a.head.manifestBytes);
     let fileDigest = '';
+    // Signed: each blob is good once it hashes to its signed digest, so pulls may start then.
+    // Digest-only trust knows nothing good before the whole file is hashed.
+    if (!reuse && a.signer && config.preload.method !== 'none') {
+      await rm(target, { recursive: true, force: true });
+      return stageWhilePulling(file, ctx, a, target, onProgress, sameBytes, verifiedBy);
+    }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
       fileDigest = sameDescription(await extractBundle(file, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) }));
@@ -252,6 +264,51 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
 }
 
 /**
+ * Starts the verified extraction and returns at once with a store that serves each blob as soon
+ * as the extraction has written and verified it; `staging.done` settles with the whole pass
+ * (conditions Verified and Staged, the file digest). A failure of either side stops the other
+ * (`staging.signal`): the partial layout goes, nothing is pinned, no Ready.
+ */
+function stageWhilePulling(file: string, ctx: PipelineContext, a: Admitted, target: string, onProgress: (done: number, total: number) => void,
+  sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }): Staged {
+  const { log, tracker, signal } = ctx;
+  const m = a.head.manifest;
+  const partialDir = `${target}.partial`;
+  const store = new StagingStore(partialDir, target, catalogOf(m), m);
+  const stop = new AbortController();
+  const onStop = () => stop.abort(signal!.reason);
+  if (signal?.aborted) onStop();
+  else signal?.addEventListener('abort', onStop, { once: true });
+  const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
+  const extraction = extractBundle(file, target, {
+    trust: a.trust, partialDir, onProgress, signal: stop.signal,
+    // what the blobs are held to is the bundle.json the header check admitted, byte for byte
+    onManifest: (_m, bytes) => sameBytes(bytes),
+    onVerified: (entry) => store.verified(entry.digest),
+  });
+  const done = extraction.then((v) => {
+    sameBytes(v.manifestBytes);
+    staged.fileDigest = v.fileDigest;
+    store.staged();
+    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    tracker.update((s) => {
+      s.phase = 'Preloading';
+      s.bundle = { ...s.bundle!, digest: staged.fileDigest };
+    });
+    log.info('verified', `bundle ${m.release.version} ${m.release.arch} verified`, { digest: staged.fileDigest, signer: a.signer?.fingerprint });
+  }).catch((err: unknown) => {
+    stop.abort(err);
+    store.fail(err);
+    throw err;
+  });
+  done.catch(() => undefined);
+  // the stop signal follows ctx.signal (SIGTERM) for the whole load, pulls and pins included, not only the staging
+  staged.staging = { gate: (ref) => store.image(ref), done, signal: stop.signal, stop: (reason) => stop.abort(reason), release: () => signal?.removeEventListener('abort', onStop) };
+  return staged;
+}
+
+/**
  * Steps 3 to 10 of the data flow for one bundle file. Throws AgentError (or a library error)
  * on refusal; the caller records the failure. Whatever fails, the registry is stopped, the
  * mirror drop-ins are removed and no partial layout stays behind.
@@ -266,9 +323,21 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   let ok = false;
   try {
     staged = await stage(file, ctx, a);
-    await loadImages(ctx, { manifest: m, store: staged.store, releases: a.releases, ...(a.running ? { running: a.running } : {}) });
+    const staging = staged.staging;
+    try {
+      await loadImages(staging ? { ...ctx, signal: staging.signal } : ctx, {
+        manifest: m, store: staged.store, releases: a.releases, ...(a.running ? { running: a.running } : {}),
+        ...(staging ? { staging: { gate: staging.gate, done: staging.done } } : {}),
+      });
+    } catch (err) {
+      // the pulls failed: stop the staging too, and let it remove its partial layout
+      staging?.stop(err);
+      await staging?.done.catch(() => undefined);
+      throw err;
+    }
     ok = true;
   } finally {
+    staged?.staging?.release();
     await staged?.store.close().catch(() => undefined);
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later.
     if (staged?.target && (!ok || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });

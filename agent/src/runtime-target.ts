@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { readdir } from 'node:fs/promises';
+import { setMaxListeners } from 'node:events';
+import { readdir, rm } from 'node:fs/promises';
 import { readStateJson } from './state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
@@ -41,7 +42,8 @@ export interface RuntimeTarget {
    * (CRI-O: a reload); returns the undo, whose effect waits for `pin` or `apply`.
    */
   mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void>;
+  /** `gate(ref)`: what a pull waits for before it starts (its image staged); pulls then start as their images are ready. */
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void>;
   /**
    * Pins `refs` (this release's and those still in use); `released` are older releases' images
    * to unpin. Makes every change so far take effect (CRI-O: one reload for the removed mirror
@@ -61,6 +63,11 @@ export interface RuntimeTarget {
   inspector(): Promise<ImageInspector | undefined>;
   /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
   cleanup(): Promise<void>;
+  /**
+   * How long pins may take to show through the CRI after `pin` returns (default 5 s, CRI-O's
+   * reload). Also how long a runtime that reports no pins at all is asked again.
+   */
+  readonly pinSettleMs?: number;
   close(): Promise<void>;
 }
 
@@ -130,12 +137,61 @@ class CommandPuller implements ImagePuller {
   }
 }
 
+export type PullGate = (ref: string) => Promise<void>;
+
+/**
+ * A puller whose pulls first wait for `gate(ref)`, then for one of `concurrency` slots: every
+ * name waits at once, and the pulls run in the order their images become ready, never more
+ * than `concurrency` at a time.
+ */
+function gated(inner: ImagePuller, gate: PullGate, concurrency: number): ImagePuller {
+  let free = Math.max(1, concurrency);
+  const queue: (() => void)[] = [];
+  return {
+    async pullImage(ref, opts) {
+      // every name waits on pullAll's one signal at once: more than the default 10 listeners
+      if (opts?.signal) setMaxListeners(0, opts.signal);
+      await untilAborted(gate(ref), opts?.signal);
+      if (free > 0) free--;
+      else await new Promise<void>((resolve) => queue.push(resolve));
+      try {
+        opts?.signal?.throwIfAborted();
+        return await inner.pullImage(ref, opts);
+      } finally {
+        // after pullAll has seen this outcome: a NO_SPACE stops it before the next pull may start
+        setImmediate(() => {
+          const next = queue.shift();
+          if (next) next();
+          else free++;
+        });
+      }
+    },
+  };
+}
+
+/** `p`, or the signal's reason as soon as it aborts; the listener goes either way. */
+async function untilAborted<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return p;
+  signal.throwIfAborted();
+  let onAbort!: () => void;
+  const aborted = new Promise<never>((_resolve, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([p, aborted]);
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
 /** Pre-loads through the CRI socket, or a command (crictl pull, podman pull) where the socket client cannot be used. */
-async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
+async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void> {
   const { method, command, concurrency, retries, timeoutSeconds } = config.preload;
   if (method === 'none') return;
   const puller: ImagePuller = method === 'command' ? new CommandPuller(command) : cri();
-  await pullAll(puller, refs, { concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
+  const how = gate ? { puller: gated(puller, gate, concurrency), concurrency: Math.max(1, refs.length) } : { puller, concurrency };
+  await pullAll(how.puller, refs, { concurrency: how.concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
 }
 
 /** One entry per image; the drop-in renderer merges a repository's entries (digest-only if none is tagged). */
@@ -201,8 +257,8 @@ export class CrioTarget implements RuntimeTarget {
     return undo;
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
-    return preloadWith(this.config, () => this.cri(), refs, onProgress, signal);
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void> {
+    return preloadWith(this.config, () => this.cri(), refs, onProgress, signal, gate);
   }
 
   inspector(): Promise<ImageInspector | undefined> {
@@ -214,7 +270,12 @@ export class CrioTarget implements RuntimeTarget {
   }
 
   async cleanup(): Promise<void> {
-    if (await removeDropIn(join(this.config.paths.registriesDropInDir, this.mirrorName))) {
+    // a kill while the drop-in was being written leaves its temp file (".NAME.PID.RAND.tmp")
+    const dir = this.config.paths.registriesDropInDir;
+    for (const n of await readdir(dir).catch(() => [] as string[])) {
+      if (n.startsWith(`.${this.mirrorName}.`) && n.endsWith('.tmp')) await rm(join(dir, n), { force: true });
+    }
+    if (await removeDropIn(join(dir, this.mirrorName))) {
       this.unapplied = true;
       await this.apply();
     }
@@ -306,6 +367,11 @@ export class CrioTarget implements RuntimeTarget {
 
 export class ContainerdTarget implements RuntimeTarget {
   private client?: CriImageClient;
+  /**
+   * The labels are in containerd's store when `ctr` returns; its CRI (1.7+) sees them through an
+   * event a moment later. 1.6 never reports pins, and 5 s of asking again was pure waiting.
+   */
+  readonly pinSettleMs = 1_000;
   constructor(private readonly config: AgentConfig) {}
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
@@ -328,8 +394,8 @@ export class ContainerdTarget implements RuntimeTarget {
     };
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal): Promise<void> {
-    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal);
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void> {
+    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal, gate);
   }
 
   async cleanup(): Promise<void> {

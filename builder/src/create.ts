@@ -292,6 +292,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const blobList = await Promise.all([...blobs.values()].map(async ({ blob }) => ({
       ...blob,
       path: paths.get(blob.digest)!,
+      verified: cache.verified(blob.digest),
       unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
     })));
     const signatures = releaseInfo ? await releaseSignatureBlobs(releaseInfo.digest, cache, opts, progress) : undefined;

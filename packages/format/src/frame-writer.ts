@@ -4,14 +4,30 @@ import { FRAME_BYTES } from './layout.js';
 import type { FrameEntry } from './seekable.js';
 
 /**
+ * zstd's fastest setting: on data that does not shrink it only confirms that and stores raw
+ * blocks, some 10 times faster than level 3, which gives the same bytes there.
+ */
+const FAST_LEVEL = -1000;
+/** A frame whose output is above this share of its input did not shrink worth the effort. */
+const INCOMPRESSIBLE = 0.97;
+/** The sample compressed to judge an entry's data; frames shorter than it say little (a tar header, a config). */
+const PROBE_BYTES = 64 * 1024;
+
+/**
  * Turns an uncompressed stream into independent zstd frames: a new frame starts at every
  * cut point (the writer puts one at each tar header and each entry's data) and after at
  * most FRAME_BYTES, so a reader can find any entry through the seek index and decompress
  * frames in parallel. Each frame records its content size and an XXH64 checksum.
+ *
+ * Layers are gzip already: when a sample of an entry's data (or a frame of it) does not shrink,
+ * its frames go at FAST_LEVEL until one shrinks after all.
  */
 export class FrameWriter extends Writable {
   readonly frames: FrameEntry[] = [];
   private readonly compressor = new Compressor();
+  private readonly fast = new Compressor();
+  /** The current run of frames (since the last cut) did not shrink. */
+  private incompressible = false;
   private parts: Buffer[] = [];
   private partBytes = 0;
   private position = 0;
@@ -24,6 +40,7 @@ export class FrameWriter extends Writable {
   ) {
     super({ highWaterMark: FRAME_BYTES });
     this.compressor.setParameters({ compressionLevel: level, checksumFlag: true, contentSizeFlag: true });
+    this.fast.setParameters({ compressionLevel: FAST_LEVEL, checksumFlag: true, contentSizeFlag: true });
   }
 
   private nextBoundary(): number {
@@ -33,10 +50,23 @@ export class FrameWriter extends Writable {
     return cut !== undefined && cut < frameLimit ? cut : frameLimit;
   }
 
+  /**
+   * Whether an entry's data does not shrink at `level`: a small sample decides for its first
+   * frame. Taken from the frame's end: a layer's first bytes hold its tar headers, mostly zeros.
+   */
+  private probe(data: Buffer): boolean {
+    if (data.length < 2 * PROBE_BYTES) return false;
+    return this.compressor.compress(data.subarray(data.length - PROBE_BYTES)).length > PROBE_BYTES * INCOMPRESSIBLE;
+  }
+
   private async flushFrame(): Promise<void> {
     if (this.partBytes === 0) return;
     const data = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.partBytes);
-    const frame = this.compressor.compress(data);
+    const start = this.position - data.length;
+    // nextBoundary left cutIndex past every cut up to this frame's start
+    if (this.cuts[this.cutIndex - 1] === start) this.incompressible = this.probe(data);
+    const frame = (this.incompressible ? this.fast : this.compressor).compress(data);
+    if (data.length >= PROBE_BYTES) this.incompressible = frame.length > data.length * INCOMPRESSIBLE;
     this.frames.push({ compressedSize: frame.length, decompressedSize: data.length });
     this.parts = [];
     this.partBytes = 0;

@@ -33,6 +33,12 @@ export interface VerifyOptions {
    * Without it, the bytes are hashed and discarded.
    */
   onEntry?: (entry: LayoutEntry, data: Readable) => Promise<void>;
+  /**
+   * Called once an entry (after onEntry resolved) hashes to the digest bundle.json lists. Under
+   * a signature that is the entry known good; under digest-only trust nothing is before the
+   * pass resolves.
+   */
+  onVerified?: (entry: LayoutEntry) => void;
   /** Called after bundle.json is trusted, before any layout entry. */
   onManifest?: (manifest: BundleManifest, manifestBytes: Buffer, signature: Buffer) => Promise<void> | void;
   /** Compressed bytes read so far, of the file's size. */
@@ -249,6 +255,7 @@ export async function verifyBundle(path: string, opts: VerifyOptions): Promise<V
       else for await (const _ of hashed) { /* hashing only */ }
       const actual = 'sha256:' + hash.digest('hex');
       if (actual !== want.digest) throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${h.name}" hashes to ${actual}; bundle.json lists ${want.digest}: the bundle is damaged or was altered`);
+      opts.onVerified?.({ path: h.name, ...want });
     }
     // damage ends the tar stream early: name the damage, not what is missing because of it
     if (decompress.failed) throw decompress.failed;

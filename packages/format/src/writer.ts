@@ -20,8 +20,11 @@ export interface WriteBundleInput {
   images: BundleImage[];
   /** The layout's index.json bytes. */
   index: Buffer;
-  /** Every blob with the file that holds it (checked against its digest as it is packed). */
-  blobs: (BundleBlob & { path: string })[];
+  /**
+   * Every blob with the file that holds it, checked against its digest as it is packed unless
+   * `verified` (the caller hashed that very file in this run: a cold build would hash it twice).
+   */
+  blobs: (BundleBlob & { path: string; verified?: boolean })[];
   imageStoreBytes: number;
   key: KeyObject;
   output: string;
@@ -150,12 +153,21 @@ export function estimateBundleBytes(sizes: number[]): number {
   return total + 8 * frames + 17;
 }
 
-/** Gathers small frames (a tar header compresses to some 30 bytes) into large writes. */
+/**
+ * Gathers small frames (a tar header compresses to some 30 bytes) into large writes, and keeps
+ * up to WRITE_AHEAD bytes of writes in flight (positional, so their order does not matter):
+ * reading, hashing and compressing the next frames go on while the disk takes these.
+ */
 class Appender {
   private readonly hash = newSha256();
   private pending: Buffer[] = [];
   private pendingBytes = 0;
+  private readonly inflight = new Set<Promise<void>>();
+  private inflightBytes = 0;
+  private failure: { err: unknown } | undefined;
+  /** Bytes appended so far (hashed, and written or being written). */
   size = 0;
+  private written = 0;
 
   constructor(private readonly file: FileHandle, private readonly batch = READ_CHUNK) {}
 
@@ -164,27 +176,71 @@ class Appender {
     this.size += buf.length;
     if (buf.length >= this.batch / 4) {
       // a data frame is large already: copying it into a batch only makes garbage
-      await this.flush();
-      await this.file.write(buf);
+      await this.flushPending();
+      await this.write(buf);
       return;
     }
     this.pending.push(buf);
     this.pendingBytes += buf.length;
-    if (this.pendingBytes >= this.batch) await this.flush();
+    if (this.pendingBytes >= this.batch) await this.flushPending();
   }
 
-  async flush(): Promise<void> {
+  private async flushPending(): Promise<void> {
     if (this.pendingBytes === 0) return;
     const data = this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.pendingBytes);
     this.pending = [];
     this.pendingBytes = 0;
-    await this.file.write(data);
+    await this.write(data);
+  }
+
+  /** Starts writing `data` at its place; waits only while too much is in flight. */
+  private async write(data: Buffer): Promise<void> {
+    this.rethrow();
+    const position = this.written;
+    this.written += data.length;
+    this.inflightBytes += data.length;
+    const p: Promise<void> = this.writeAll(data, position).catch((err: unknown) => { this.failure ??= { err }; }).finally(() => {
+      this.inflight.delete(p);
+      this.inflightBytes -= data.length;
+    });
+    this.inflight.add(p);
+    while (this.inflightBytes > WRITE_AHEAD && !this.failure) await Promise.race(this.inflight);
+    this.rethrow();
+  }
+
+  private rethrow(): void {
+    if (this.failure) throw this.failure.err;
+  }
+
+  /** A positional write may be short (a full disk, a signal): the rest goes after it. */
+  private async writeAll(data: Buffer, position: number): Promise<void> {
+    let off = 0;
+    while (off < data.length) {
+      const { bytesWritten } = await this.file.write(data, off, data.length - off, position + off);
+      if (bytesWritten === 0) throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' });
+      off += bytesWritten;
+    }
+  }
+
+  /** Everything appended is written (or the first write error is thrown). */
+  async flush(): Promise<void> {
+    await this.flushPending();
+    await Promise.all(this.inflight);
+    this.rethrow();
+  }
+
+  /** Waits for the writes in flight, whatever their outcome (before the file is closed and removed). */
+  async settle(): Promise<void> {
+    await Promise.allSettled([...this.inflight]);
   }
 
   digest(): string {
     return 'sha256:' + this.hash.digest('hex');
   }
 }
+
+/** Writes in flight at once: four frames' worth. */
+const WRITE_AHEAD = 4 * FRAME_BYTES;
 
 /** The one-line message for a write that failed: a full disk names its remedy. */
 export function writeFailure(path: string, err: unknown): FormatError {
@@ -212,7 +268,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   const layoutEntries: PackEntry[] = [
     { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
     { name: INDEX_JSON, size: input.index.length, open: () => input.index },
-    ...blobs.map((b) => ({ name: blobPath(b.digest), size: b.size, digest: b.digest, open: () => createReadStream(b.path, { highWaterMark: READ_CHUNK }) })),
+    ...blobs.map((b) => ({ name: blobPath(b.digest), size: b.size, ...(b.verified ? {} : { digest: b.digest }), open: () => createReadStream(b.path, { highWaterMark: READ_CHUNK }) })),
   ];
   const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
   const manifest: BundleManifest = {
@@ -239,10 +295,12 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     input.onProgress?.(Math.min(done, layoutBytes), layoutBytes);
   };
   let out: FileHandle | undefined;
+  let file: Appender | undefined;
   try {
     out = await open(tmpOut, 'w');
-    const file = new Appender(out);
-    const append = (f: Buffer) => file.append(f);
+    file = new Appender(out);
+    const appender = file;
+    const append = (f: Buffer) => appender.append(f);
     const headEntries: PackEntry[] = [
       { name: BUNDLE_JSON, size: manifestBytes.length, open: () => manifestBytes },
       { name: SIGNATURE, size: signature.length, open: () => signature },
@@ -260,6 +318,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await writeFileAtomic(`${input.output}.sha256`, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
     return { manifest, fileDigest, fileSize: file.size, frames: head.frames.length + layout.frames.length };
   } catch (err) {
+    await file?.settle();
     await out?.close().catch(() => undefined);
     await rm(tmpOut, { force: true });
     // stopped: the caller's reason, not whichever stream noticed first

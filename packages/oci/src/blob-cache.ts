@@ -43,6 +43,8 @@ export class BlobCache {
    * writers of one .partial or .tmp file corrupt it or lose the rename race.
    */
   private readonly inflight = new Map<string, Promise<string>>();
+  /** Blobs this process hashed against their digest as it stored them (not those merely found). */
+  private readonly checked = new Set<string>();
 
   constructor(readonly dir: string) {}
 
@@ -52,6 +54,14 @@ export class BlobCache {
     const p = work().finally(() => this.inflight.delete(digest));
     this.inflight.set(digest, p);
     return p;
+  }
+
+  /**
+   * Whether this process stored `digest` itself, hashed as it arrived: its file needs no second
+   * hash in this run. A blob found in the cache (checked by size only) is not.
+   */
+  verified(digest: string): boolean {
+    return this.checked.has(digest);
   }
 
   path(digest: string): string {
@@ -106,6 +116,7 @@ export class BlobCache {
     try {
       await makeDirs(join(this.dir, 'blobs', 'sha256'));
       await writeFileAtomic(final, bytes);
+      this.checked.add(digest);
     } catch (err) {
       if (isFull(err)) return this.full(err);
       throw err;
@@ -202,6 +213,7 @@ export class BlobCache {
         throw new OciError('DIGEST_MISMATCH', `blob ${digest} downloaded with digest ${actual}`);
       }
       await rename(partial, final);
+      this.checked.add(digest);
       await this.keepUnpackedSize(digest, await counter?.finish());
       return final;
     }, {

@@ -103,13 +103,33 @@ export async function setContainerdPins(pin: string[], unpin: string[], opts: Co
     for (const n of byDigest.get(digest) ?? [ref]) released.add(n);
   }
   const pinned = [...names].sort();
-  for (const name of pinned) {
-    await run(['label', name, `${CONTAINERD_PIN_LABEL}=${CONTAINERD_PIN_VALUE}`], `pin ${name}`);
-  }
+  await eachLimited(pinned, LABEL_CONCURRENCY, (name) => run(['label', name, `${CONTAINERD_PIN_LABEL}=${CONTAINERD_PIN_VALUE}`], `pin ${name}`));
   const unpinned = [...released].sort();
-  for (const name of unpinned) {
-    // an empty value removes the label
-    await run(['label', name, `${CONTAINERD_PIN_LABEL}=`], `unpin ${name}`);
-  }
+  // an empty value removes the label
+  await eachLimited(unpinned, LABEL_CONCURRENCY, (name) => run(['label', name, `${CONTAINERD_PIN_LABEL}=`], `unpin ${name}`));
   return { pinned, unpinned };
+}
+
+/**
+ * `ctr images label` takes one name per call, and a release has a hundred or more records
+ * (each reference and its "sha256:" ID): one after another they cost seconds of process starts.
+ */
+const LABEL_CONCURRENCY = 8;
+
+/** Runs `fn` over `items`, at most `limit` at once; rejects with the first failure once the running calls settle. */
+async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  let failure: { err: unknown } | undefined;
+  const worker = async () => {
+    while (!failure && next < items.length) {
+      const item = items[next++]!;
+      try {
+        await fn(item);
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (failure) throw failure.err;
 }
