@@ -46,3 +46,12 @@ export async function agentSwitchPins(stateDir: string): Promise<string[]> {
   if (r.state === 'done') return [r.to.image];
   return r.from.image ? [r.from.image] : [];
 }
+
+/**
+ * The refs that must stay pinned besides a release's own: those of the releases still kept
+ * (`releases`), and the agent images the switch keeps (agentSwitchPins). The one list a load,
+ * `releases forget`/`prune` and a confirmed switch unpin against.
+ */
+export async function refsToKeepPinned(stateDir: string, releases: readonly { refs: readonly string[] }[]): Promise<string[]> {
+  return [...new Set([...releases.flatMap((r) => r.refs), ...await agentSwitchPins(stateDir)])];
+}

@@ -14,7 +14,7 @@ import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import type { RuntimeTarget } from './runtime-target.js';
 import { readReleases } from './state.js';
-import { pendingMarker, readAgentSwitch, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
+import { pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';
 
@@ -173,7 +173,7 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): P
     log.info('agent', `bundle-agent ${rec.to.version} started from ${rec.to.image} (was ${rec.from.version})`, { from: rec.from.version, to: rec.to.version });
     if (rec.from.image) {
       // a release that carried the old image keeps it pinned as long as that release
-      const keep = [...(await readReleases(config.paths.stateDir)).flatMap((r) => r.refs), rec.to.image];
+      const keep = await refsToKeepPinned(config.paths.stateDir, await readReleases(config.paths.stateDir));
       await ctx.runtime.unpin([rec.from.image], keep).catch((err) => log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
     }
     return done;

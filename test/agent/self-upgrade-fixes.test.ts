@@ -1,0 +1,97 @@
+// Defects of the agent's switch to a newer agent found in review, each proved in-process
+// against a fake runtime target (it records pins and answers ImageStatus from a set): the
+// switch, confirmation, `releases forget/prune` and config. The crio stand-in runs in
+// self-upgrade-crio-standin.test.ts; the boot guard script in self-upgrade-boot-guard.test.ts.
+import t from 'tap';
+import { Writable } from 'node:stream';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  createLogger, forgetRelease, parseConfig, pendingMarker, pruneReleases, readAgentSwitch, recordRelease, renderImageDropIn, settleAgentSwitch, switchAgentIfNewer,
+  type AgentConfig, type AgentSwitchRecord, type RuntimeTarget,
+} from '@offline-bundle/agent';
+import { StatusTracker, emptyStatus } from '@offline-bundle/status';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { nodeRoot } from './fixtures.js';
+
+const REPO = 'localhost/offline-bundle/bundle-agent';
+const dg = (c: string) => `sha256:${c.repeat(64)}`;
+const ref = (c: string) => `${REPO}@${dg(c)}`;
+const exists = (p: string) => stat(p).then(() => true, () => false);
+
+interface Fake extends RuntimeTarget { pins: Set<string>; present: Set<string>; statusAsked: string[] }
+function fakeRuntime(present: string[] = []): Fake {
+  const pins = new Set<string>();
+  const have = new Set(present);
+  const statusAsked: string[] = [];
+  return {
+    pins, present: have, statusAsked,
+    mirror: async () => async () => undefined,
+    preload: async () => undefined,
+    pin: async (refs, released) => { for (const r of released) pins.delete(r); for (const r of refs) pins.add(r); },
+    unpin: async (released, keep) => { for (const r of released) if (!keep.includes(r)) pins.delete(r); },
+    pinnedRefs: async () => new Set(pins),
+    apply: async () => undefined,
+    inspector: async () => ({
+      imageStatus: async (r: string) => { statusAsked.push(r); return have.has(r) ? { id: 'sha256:x', repoTags: [], repoDigests: [r], size: 1, pinned: pins.has(r) } as never : null; },
+      listImages: async () => [],
+    }),
+    cleanup: async () => undefined,
+    close: async () => undefined,
+  };
+}
+
+async function node(t: Tap.Test, extra = '') {
+  const dir = await tmpdir(t, 'ob-switch-fixes-');
+  const root = join(dir, 'node');
+  const file = await nodeRoot(root, undefined, `runtime: crio
+trust:
+  digest: sha256:${'0'.repeat(64)}
+version:
+  current: "1.3.0"
+selfUpgrade:
+  mode: quadlet
+  confirmMinutes: 10
+  daemonReload: ["true"]
+  restart: ["true"]
+  scheduleRollback: []
+${extra}`);
+  const config: AgentConfig = parseConfig(await readFile(file, 'utf8'), file);
+  let logText = '';
+  const log = createLogger(new Writable({ write: (c, _e, cb) => { logText += c; cb(); } }));
+  const tracker = new StatusTracker(emptyStatus('node-a'));
+  const dropIn = join(config.selfUpgrade.dropInDir, 'image.conf');
+  const stateDir = config.paths.stateDir;
+  await mkdir(stateDir, { recursive: true });
+  return {
+    root, config, log, tracker, dropIn, stateDir, file, logs: () => logText,
+    condition: () => tracker.current.conditions.find((c) => c.type === 'AgentUpgraded'),
+    writeSwitch: async (rec: AgentSwitchRecord) => {
+      await writeFile(join(stateDir, 'agent-switch.json'), JSON.stringify(rec));
+      if (rec.state === 'pending') await writeFile(pendingMarker(stateDir), `${rec.to.digest}\n`);
+    },
+  };
+}
+const pending = (over: Partial<AgentSwitchRecord> = {}): AgentSwitchRecord => ({
+  state: 'pending', from: { version: '0.5.0', image: ref('a'), dropIn: true }, to: { version: '0.6.0', image: ref('b'), digest: dg('b') }, at: new Date().toISOString(), ...over,
+});
+
+t.test('1: releases forget and prune keep the running agent image and, during an unconfirmed switch, the previous one pinned', async (t) => {
+  const n = await node(t);
+  const rt = fakeRuntime();
+  // 1.1.0 carried the agent that runs now (a), 1.2.0 the one switched to (b)
+  await recordRelease(n.stateDir, { version: '1.1.0', arch: 'amd64', refs: ['quay.io/acme/app:v1', ref('a')], loadedAt: new Date().toISOString() });
+  await recordRelease(n.stateDir, { version: '1.2.0', arch: 'amd64', refs: ['quay.io/acme/app:v2', ref('b')], loadedAt: new Date().toISOString() });
+  await recordRelease(n.stateDir, { version: '1.3.0', arch: 'amd64', refs: ['quay.io/acme/app:v3'], loadedAt: new Date().toISOString() });
+  for (const r of ['quay.io/acme/app:v1', 'quay.io/acme/app:v2', 'quay.io/acme/app:v3', ref('a'), ref('b')]) rt.pins.add(r);
+  await n.writeSwitch(pending());
+  const f = await forgetRelease(n.config, rt, '1.1.0');
+  t.equal(f[0]!.unpinned, 1, 'only the app image of 1.1.0');
+  t.ok(rt.pins.has(ref('a')), 'the previous agent image stays pinned while the switch is unconfirmed');
+  t.notOk(rt.pins.has('quay.io/acme/app:v1'));
+  await n.writeSwitch({ ...pending(), state: 'done' });
+  const p = await pruneReleases(n.config, rt);
+  t.strictSame(p.forgotten.map((x) => x.version), ['1.2.0']);
+  t.ok(rt.pins.has(ref('b')), 'the running agent image stays pinned after prune');
+  t.notOk(rt.pins.has('quay.io/acme/app:v2'));
+});
