@@ -91,8 +91,24 @@ async function run(command: string[], what: string): Promise<void> {
  * Never throws: the bundle is loaded whatever happens here; the AgentUpgraded condition says.
  */
 export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent | undefined): Promise<'switching' | 'none'> {
-  const { config, log, tracker } = ctx;
   if (!agent) return 'none';
+  try {
+    return await decideAndSwitch(ctx, agent);
+  } catch (err) {
+    // a Ready bundle stays Ready: whatever went wrong here is the switch's, not the load's
+    const message = `not switching to bundle-agent ${agent.version}: ${oneLine(err)}`;
+    try {
+      ctx.tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
+      ctx.log.error('agent', message);
+    } catch {
+      // nothing left to report with
+    }
+    return 'none';
+  }
+}
+
+async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<'switching' | 'none'> {
+  const { config, log, tracker } = ctx;
   const running = ctx.agentVersion;
   if (config.selfUpgrade.mode === 'off') {
     log.info('agent', `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`);

@@ -95,3 +95,13 @@ t.test('1: releases forget and prune keep the running agent image and, during an
   t.ok(rt.pins.has(ref('b')), 'the running agent image stays pinned after prune');
   t.notOk(rt.pins.has('quay.io/acme/app:v2'));
 });
+
+t.test('7: switchAgentIfNewer never throws (a running version semver cannot compare): no switch, AgentUpgraded=False', async (t) => {
+  const n = await node(t);
+  const rt = fakeRuntime([ref('b')]);
+  const r = await switchAgentIfNewer({ config: n.config, log: n.log, tracker: n.tracker, runtime: rt, agentVersion: 'dev-build' }, { version: '0.6.0', repository: REPO, digest: dg('b') });
+  t.equal(r, 'none');
+  t.equal(n.condition()?.status, 'False');
+  t.match(n.condition()?.message, /not switching to bundle-agent 0\.6\.0: .*dev-build/);
+  t.notOk(await exists(n.dropIn), 'no drop-in');
+});
