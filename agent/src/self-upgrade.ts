@@ -4,8 +4,8 @@
 // runs again) removes the drop-in, and the old image, still pinned, runs again.
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { gt as semverGt, valid as semverValid } from 'semver';
-import type { BundleAgent } from '@offline-bundle/format';
+import { eq as semverEq, gt as semverGt, valid as semverValid } from 'semver';
+import { AGENT_VERSION_RULE, isAgentVersion, type BundleAgent } from '@offline-bundle/format';
 import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
 import { reloadRuntime } from '@offline-bundle/runtime';
 import type { StatusTracker } from '@offline-bundle/status';
@@ -114,9 +114,10 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     log.info('agent', `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`);
     return 'none';
   }
-  if (!semverValid(agent.version)) {
-    tracker.condition('AgentUpgraded', 'False', 'BadAgentVersion', `the bundle's agent version ${agent.version} is not a semver version: not switching`);
-    log.warn('agent', `the bundle's agent version ${agent.version} is not a semver version: not switching`);
+  if (!isAgentVersion(agent.version)) {
+    const why = `the bundle's agent version ${JSON.stringify(agent.version)} is not ${AGENT_VERSION_RULE}: not switching`;
+    tracker.condition('AgentUpgraded', 'False', 'BadAgentVersion', why);
+    log.warn('agent', why);
     return 'none';
   }
   if (!semverGt(agent.version, running)) {
@@ -165,6 +166,14 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
   }
 }
 
+/**
+ * The running agent is the version a switch went to: the same semver semantics as the decision
+ * to switch (gt), so a version that compares equal confirms; one semver cannot read never does.
+ */
+export function sameAgentVersion(running: string, target: string): boolean {
+  return !!semverValid(running) && !!semverValid(target) && semverEq(running, target);
+}
+
 /** Adds refs to the agent's pins (nothing else changes). */
 async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void> {
   const pinned = await runtime.pinnedRefs();
@@ -182,7 +191,7 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): P
   const rec = await readAgentSwitch(config.paths.stateDir);
   if (rec?.state !== 'pending') return rec;
   const at = new Date().toISOString();
-  if (ctx.agentVersion === rec.to.version) {
+  if (sameAgentVersion(ctx.agentVersion, rec.to.version)) {
     const done: AgentSwitchRecord = { ...rec, state: 'done', at };
     await writeAgentSwitch(config.paths.stateDir, done);
     tracker.condition('AgentUpgraded', 'True', 'AgentUpgraded', `bundle-agent ${rec.to.version} runs (was ${rec.from.version})`);

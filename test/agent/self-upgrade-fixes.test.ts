@@ -6,6 +6,7 @@ import t from 'tap';
 import { Writable } from 'node:stream';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { createRequire } from 'node:module';
 import {
   createLogger, forgetRelease, parseConfig, pendingMarker, pruneReleases, readAgentSwitch, recordRelease, renderImageDropIn, settleAgentSwitch, switchAgentIfNewer,
   type AgentConfig, type AgentSwitchRecord, type RuntimeTarget,
@@ -104,4 +105,26 @@ t.test('7: switchAgentIfNewer never throws (a running version semver cannot comp
   t.equal(n.condition()?.status, 'False');
   t.match(n.condition()?.message, /not switching to bundle-agent 0\.6\.0: .*dev-build/);
   t.notOk(await exists(n.dropIn), 'no drop-in');
+});
+
+t.test('3: one agent version check, the same as semver.valid(v) === v; confirmation compares as semver does', async (t) => {
+  const { isAgentVersion } = await import('@offline-bundle/format');
+  const semver = createRequire(new URL('../../agent/package.json', import.meta.url))('semver') as typeof import('semver');
+  for (const v of ['0.9.0', '1.0.0-rc.1', '1.0.0-0.a-b.3', '10.20.30', 'v0.9.0', '=1.0.0', ' 1.0.0', '1.0', 'latest', '01.0.0', '1.0.0-01', '1.0.0+b1',
+    '1.0.0-rc.1+b', `${'9'.repeat(17)}.0.0`, '1.0.0-', '1.0.0-a..b', '1.2.3.4']) {
+    t.equal(isAgentVersion(v), semver.valid(v) === v, `${JSON.stringify(v)}: ${semver.valid(v) === v}`);
+  }
+  const n = await node(t);
+  const rt = fakeRuntime();
+  await n.writeSwitch(pending({ to: { version: '0.6.0', image: ref('b'), digest: dg('b') } }));
+  // an agent built with +build metadata is the version it switched to, as semver says
+  const r = await settleAgentSwitch({ config: n.config, log: n.log, tracker: n.tracker, runtime: rt, agentVersion: '0.6.0+build.7' });
+  t.equal(r?.state, 'done');
+});
+
+t.test('3: a bundle agent version that is not canonical is not switched to', async (t) => {
+  const n = await node(t);
+  const r = await switchAgentIfNewer({ config: n.config, log: n.log, tracker: n.tracker, runtime: fakeRuntime([ref('b')]), agentVersion: '0.5.0' }, { version: 'v0.6.0', repository: REPO, digest: dg('b') });
+  t.equal(r, 'none');
+  t.equal(n.condition()?.reason, 'BadAgentVersion');
 });
