@@ -124,11 +124,17 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     log.info('agent', `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`);
     return 'none';
   }
-  const before = await readAgentSwitch(config.paths.stateDir);
+  let before = await readAgentSwitch(config.paths.stateDir);
+  // one switch at a time: a pending one is settled first (overdue: undone), else this waits
+  if (before?.state === 'pending') before = await settleAgentSwitch(ctx);
+  if (before?.state === 'pending') {
+    const why = `a switch to bundle-agent ${before.to.version} (${before.to.image}) is under way, unconfirmed: not starting another to ${agent.version}; the bundle's agent is switched to when it is loaded again after that one settles`;
+    tracker.condition('AgentUpgraded', 'Unknown', 'SwitchPending', why);
+    log.warn('agent', why);
+    return 'none';
+  }
   if (before && before.to.digest === agent.digest && before.state !== 'done') {
-    log.warn('agent', before.state === 'pending'
-      ? `a switch to bundle-agent ${agent.version} is already under way`
-      : `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
+    log.warn('agent', `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
     return 'none';
   }
   // what runs now: our drop-in's image, else the unit's own

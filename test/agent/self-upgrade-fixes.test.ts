@@ -128,3 +128,17 @@ t.test('3: a bundle agent version that is not canonical is not switched to', asy
   t.equal(r, 'none');
   t.equal(n.condition()?.reason, 'BadAgentVersion');
 });
+
+t.test('5: no new switch while one is pending, whatever its digest', async (t) => {
+  const n = await node(t);
+  await mkdir(n.config.selfUpgrade.dropInDir, { recursive: true });
+  await writeFile(n.dropIn, renderImageDropIn(ref('b')));
+  await n.writeSwitch(pending());
+  const rt = fakeRuntime([ref('a'), ref('b'), ref('c')]);
+  const r = await switchAgentIfNewer({ config: n.config, log: n.log, tracker: n.tracker, runtime: rt, agentVersion: '0.5.0' }, { version: '0.7.0', repository: REPO, digest: dg('c') });
+  t.equal(r, 'none');
+  t.equal(await readFile(n.dropIn, 'utf8'), renderImageDropIn(ref('b')), 'the drop-in of the pending switch stays');
+  t.match(await readAgentSwitch(n.stateDir), { state: 'pending', to: { digest: dg('b') } }, 'the pending record stays');
+  t.equal(n.condition()?.reason, 'SwitchPending');
+  t.match(n.logs(), /a switch to bundle-agent 0\.6\.0 .* is under way, unconfirmed: not starting another to 0\.7\.0/);
+});
