@@ -137,6 +137,14 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     log.warn('agent', `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
     return 'none';
   }
+  // podman runs the unit with Pull=never: an image the runtime does not hold would not start
+  const missing = await imageNotInRuntime(ctx, imageOf(agent));
+  if (missing) {
+    const why = `not switching to bundle-agent ${agent.version}: ${missing}`;
+    tracker.condition('AgentUpgraded', 'False', 'AgentImageNotInRuntime', why);
+    log.warn('agent', why);
+    return 'none';
+  }
   // what runs now: our drop-in's image, else the unit's own
   const fromDropIn = await currentDropInImage(config);
   const previous = fromDropIn ?? await containerEnvImage(config);
@@ -178,6 +186,19 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
  */
 export function sameAgentVersion(running: string, target: string): boolean {
   return !!semverValid(running) && !!semverValid(target) && semverEq(running, target);
+}
+
+/** Why `image` (repo@digest) cannot be shown to be in the runtime's store, or undefined when it is (CRI ImageStatus). */
+async function imageNotInRuntime(ctx: SwitchContext, image: string): Promise<string | undefined> {
+  if (ctx.config.preload.method === 'none') return `preload.method is none: ${image} was not pulled into the runtime, and the unit (Pull=never) could not start it`;
+  try {
+    const inspector = await ctx.runtime.inspector();
+    if (!inspector) return `the runtime does not answer on its CRI socket: cannot check that it holds ${image}`;
+    if (!(await inspector.imageStatus(image))) return `the runtime does not hold ${image}`;
+    return undefined;
+  } catch (err) {
+    return `cannot ask the runtime whether it holds ${image}: ${oneLine(err)}`;
+  }
 }
 
 /** Adds refs to the agent's pins (nothing else changes). */

@@ -142,3 +142,24 @@ t.test('5: no new switch while one is pending, whatever its digest', async (t) =
   t.equal(n.condition()?.reason, 'SwitchPending');
   t.match(n.logs(), /a switch to bundle-agent 0\.6\.0 .* is under way, unconfirmed: not starting another to 0\.7\.0/);
 });
+
+t.test('4: never a switch to an image the runtime does not hold (preload.method none, or not in its store)', async (t) => {
+  const agent = { version: '0.6.0', repository: REPO, digest: dg('b') };
+  const none = await node(t, 'preload:\n  method: none\n');
+  const r1 = await switchAgentIfNewer({ config: none.config, log: none.log, tracker: none.tracker, runtime: fakeRuntime([ref('b')]), agentVersion: '0.5.0' }, agent);
+  t.equal(r1, 'none');
+  t.equal(none.condition()?.status, 'False');
+  t.equal(none.condition()?.reason, 'AgentImageNotInRuntime');
+  t.match(none.condition()?.message, /preload\.method is none/);
+  t.notOk(await exists(none.dropIn), 'no drop-in');
+  t.equal(await readAgentSwitch(none.stateDir), undefined, 'no switch recorded');
+
+  const n = await node(t);
+  const rt = fakeRuntime([]);
+  const r2 = await switchAgentIfNewer({ config: n.config, log: n.log, tracker: n.tracker, runtime: rt, agentVersion: '0.5.0' }, agent);
+  t.equal(r2, 'none');
+  t.strictSame(rt.statusAsked, [ref('b')], 'asked ImageStatus for repo@digest');
+  t.match(n.condition()?.message, /the runtime does not hold localhost\/offline-bundle\/bundle-agent@sha256:b{64}/);
+  t.notOk(await exists(n.dropIn), 'no drop-in');
+  t.equal(await readAgentSwitch(n.stateDir), undefined, 'no switch recorded');
+});
