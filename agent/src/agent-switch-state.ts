@@ -11,6 +11,8 @@ export interface AgentSwitchRecord {
   /** image: what the old agent ran; dropIn: whether our drop-in named it (else the unit's own Image=). */
   from: { version: string; image?: string; dropIn?: boolean };
   to: { version: string; image: string; digest: string };
+  /** Set (still pending) once the drop-in naming `to` is written: a pending record without it was cut short before. */
+  written?: boolean;
   /** When the switch was asked for (pending) or settled. */
   at: string;
   /** Why it was rolled back or failed. */
@@ -32,6 +34,12 @@ export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord)
   await writeFileAtomic(recordFile(stateDir), JSON.stringify(rec, null, 2) + '\n');
   if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), `${rec.to.digest}\n`);
   else await rm(pendingMarker(stateDir), { force: true });
+}
+
+/** Forgets a switch that never got under way (no record, no marker). */
+export async function clearAgentSwitch(stateDir: string): Promise<void> {
+  await rm(pendingMarker(stateDir), { force: true });
+  await rm(recordFile(stateDir), { force: true });
 }
 
 /**

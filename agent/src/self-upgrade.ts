@@ -14,7 +14,7 @@ import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import type { RuntimeTarget } from './runtime-target.js';
 import { readReleases } from './state.js';
-import { pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
+import { clearAgentSwitch, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';
 
@@ -160,6 +160,8 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     if (previous) await keepPinned(ctx.runtime, [previous]);
     await makeDirs(config.selfUpgrade.dropInDir);
     await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
+    rec.written = true;
+    await writeAgentSwitch(config.paths.stateDir, rec);
     const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
     // one timer per switch, named after its target
     const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
@@ -201,6 +203,16 @@ async function imageNotInRuntime(ctx: SwitchContext, image: string): Promise<str
   }
 }
 
+/**
+ * Once a switch is confirmed: the previous agent image loses the pin the switch gave it, unless
+ * a release (or the switch) still keeps it. Changes the runtime's pins: under the load lock.
+ */
+export async function unpinPreviousAgent(ctx: SwitchContext, rec: AgentSwitchRecord): Promise<void> {
+  if (!rec.from.image) return;
+  const keep = await refsToKeepPinned(ctx.config.paths.stateDir, await readReleases(ctx.config.paths.stateDir));
+  await ctx.runtime.unpin([rec.from.image], keep).catch((err) => ctx.log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
+}
+
 /** Adds refs to the agent's pins (nothing else changes). */
 async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void> {
   const pinned = await runtime.pinnedRefs();
@@ -213,7 +225,7 @@ async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void>
  * is unpinned unless a release keeps it); an old agent that finds the drop-in gone reports the
  * rollback; one that still finds it after confirmMinutes undoes it itself.
  */
-export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): Promise<AgentSwitchRecord | undefined> {
+export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now(), opts: { unpin?: boolean } = {}): Promise<AgentSwitchRecord | undefined> {
   const { config, log, tracker } = ctx;
   const rec = await readAgentSwitch(config.paths.stateDir);
   if (rec?.state !== 'pending') return rec;
@@ -223,11 +235,7 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): P
     await writeAgentSwitch(config.paths.stateDir, done);
     tracker.condition('AgentUpgraded', 'True', 'AgentUpgraded', `bundle-agent ${rec.to.version} runs (was ${rec.from.version})`);
     log.info('agent', `bundle-agent ${rec.to.version} started from ${rec.to.image} (was ${rec.from.version})`, { from: rec.from.version, to: rec.to.version });
-    if (rec.from.image) {
-      // a release that carried the old image keeps it pinned as long as that release
-      const keep = await refsToKeepPinned(config.paths.stateDir, await readReleases(config.paths.stateDir));
-      await ctx.runtime.unpin([rec.from.image], keep).catch((err) => log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
-    }
+    if (opts.unpin !== false) await unpinPreviousAgent(ctx, done);
     return done;
   }
   const dropIn = await currentDropInImage(config);
@@ -239,6 +247,14 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): P
   if (dropIn === rec.to.image) {
     await restorePrevious(config, rec);
     await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
+  } else if (!rec.written) {
+    // cut short (power loss, kill) before the drop-in named the new image: it never ran, so
+    // it did not fail; forgotten, and the next load of a bundle carrying it tries again
+    const message = `the switch to bundle-agent ${rec.to.version} was cut short before its drop-in was written (crash or power loss): ${ctx.agentVersion} still runs; loading the bundle again tries the switch again`;
+    await clearAgentSwitch(config.paths.stateDir);
+    tracker.condition('AgentUpgraded', 'False', 'AgentSwitchInterrupted', message);
+    log.warn('agent', message, { from: rec.from.version, to: rec.to.version });
+    return undefined;
   }
   const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (${rec.from.image ?? 'the unit\'s own image'})`;
   const back: AgentSwitchRecord = { ...rec, state: 'rolledBack', at, message };

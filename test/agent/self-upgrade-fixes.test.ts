@@ -163,3 +163,17 @@ t.test('4: never a switch to an image the runtime does not hold (preload.method 
   t.notOk(await exists(n.dropIn), 'no drop-in');
   t.equal(await readAgentSwitch(n.stateDir), undefined, 'no switch recorded');
 });
+
+t.test('8: a pending record whose drop-in was never written is forgotten, not a rollback: the same digest is switched to next time', async (t) => {
+  const n = await node(t);
+  await mkdir(n.config.selfUpgrade.dropInDir, { recursive: true });
+  await writeFile(n.dropIn, renderImageDropIn(ref('a')));
+  await n.writeSwitch(pending());
+  const rt = fakeRuntime([ref('a'), ref('b')]);
+  const ctx = { config: n.config, log: n.log, tracker: n.tracker, runtime: rt, agentVersion: '0.5.0' };
+  t.equal(await settleAgentSwitch(ctx, Date.now() + 60 * 60_000), undefined);
+  t.equal(n.condition()?.reason, 'AgentSwitchInterrupted');
+  t.notMatch(n.logs(), /did not start and report/);
+  t.equal(await switchAgentIfNewer(ctx, { version: '0.6.0', repository: REPO, digest: dg('b') }), 'switching', 'tried again');
+  t.match(await readAgentSwitch(n.stateDir), { state: 'pending', written: true });
+});
