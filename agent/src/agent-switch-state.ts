@@ -13,6 +13,8 @@ export interface AgentSwitchRecord {
   to: { version: string; image: string; digest: string };
   /** Set (still pending) once the drop-in naming `to` is written: a pending record without it was cut short before. */
   written?: boolean;
+  /** The confirmation window (selfUpgrade.confirmMinutes × 60), for the host's boot guard. */
+  confirmSeconds?: number;
   /** When the switch was asked for (pending) or settled. */
   at: string;
   /** Why it was rolled back or failed. */
@@ -20,8 +22,20 @@ export interface AgentSwitchRecord {
 }
 
 const recordFile = (stateDir: string) => join(stateDir, 'agent-switch.json');
-/** Exists exactly while a switch is unconfirmed: the host-side rollback script tests for it. */
+/**
+ * Exists exactly while a switch is unconfirmed: the host-side rollback script and the boot
+ * guard (deploy/openshift/switch-guard.sh) test for it. Three lines: the new digest, the
+ * window in seconds, the image of the drop-in to put back or - (none).
+ */
 export const pendingMarker = (stateDir: string) => join(stateDir, 'agent-switch.pending');
+/** The guard's count of starts of the new image while the switch is unconfirmed. */
+export const startsFile = (stateDir: string) => join(stateDir, 'agent-switch.starts');
+
+/** The marker's text for a pending switch. */
+export function renderPendingMarker(rec: AgentSwitchRecord): string {
+  const previous = rec.from.dropIn && rec.from.image ? rec.from.image : '-';
+  return `${rec.to.digest}\n${rec.confirmSeconds ?? 600}\n${previous}\n`;
+}
 
 export async function readAgentSwitch(stateDir: string): Promise<AgentSwitchRecord | undefined> {
   // a damaged record only forgets one switch: the next bundle tries again
@@ -32,13 +46,16 @@ export async function readAgentSwitch(stateDir: string): Promise<AgentSwitchReco
 export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord): Promise<void> {
   await makeDirs(stateDir);
   await writeFileAtomic(recordFile(stateDir), JSON.stringify(rec, null, 2) + '\n');
-  if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), `${rec.to.digest}\n`);
+  // a new pending switch counts its starts from none; a settled one has no count
+  if (!(rec.state === 'pending' && rec.written)) await rm(startsFile(stateDir), { force: true });
+  if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), renderPendingMarker(rec));
   else await rm(pendingMarker(stateDir), { force: true });
 }
 
 /** Forgets a switch that never got under way (no record, no marker). */
 export async function clearAgentSwitch(stateDir: string): Promise<void> {
   await rm(pendingMarker(stateDir), { force: true });
+  await rm(startsFile(stateDir), { force: true });
   await rm(recordFile(stateDir), { force: true });
 }
 

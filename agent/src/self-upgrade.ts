@@ -76,7 +76,7 @@ export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): str
   const restore = rec.from.dropIn && rec.from.image
     ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
     : `rm -f ${sq(file)}`;
-  return `if [ "$(cat ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
+  return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
 
 async function run(command: string[], what: string): Promise<void> {
@@ -153,19 +153,22 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     from: { version: running, ...(previous ? { image: previous } : {}), ...(fromDropIn ? { dropIn: true } : {}) },
     to: { version: agent.version, image: imageOf(agent), digest: agent.digest },
     at: new Date().toISOString(),
+    confirmSeconds: config.selfUpgrade.confirmMinutes * 60,
   };
   try {
     // recorded first: a crash from here on leaves a pending switch the rollback settles
     await writeAgentSwitch(config.paths.stateDir, rec);
     if (previous) await keepPinned(ctx.runtime, [previous]);
-    await makeDirs(config.selfUpgrade.dropInDir);
-    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
-    rec.written = true;
-    await writeAgentSwitch(config.paths.stateDir, rec);
+    // the rollback is scheduled before the drop-in exists: no moment where the new image is
+    // named and nothing would undo it (a reboot loses the timer: the boot guard takes over)
     const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
     // one timer per switch, named after its target
     const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
     if (scheduleRollback.length) await run([...scheduleRollback, timer, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
+    await makeDirs(config.selfUpgrade.dropInDir);
+    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
+    rec.written = true;
+    await writeAgentSwitch(config.paths.stateDir, rec);
     await run(config.selfUpgrade.daemonReload, 'daemon-reload');
     tracker.condition('AgentUpgraded', 'Unknown', 'Restarting', `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`);
     log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, { from: running, to: agent.version, image: rec.to.image });
