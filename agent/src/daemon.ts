@@ -11,7 +11,7 @@ import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
-import { settleAgentSwitch, unpinPreviousAgent } from './self-upgrade.js';
+import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from './self-upgrade.js';
 import { readAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 import { TOOL_VERSION } from './version.js';
 
@@ -109,6 +109,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       const settled = await settleAgentSwitch({ config, log, tracker, runtime: rt, agentVersion }, Date.now(), { unpin: false });
       // confirmed by this start: the previous image's pin goes once the lock is ours
       if (wasPending && settled?.state === 'done' && settled.from.image) unpinPending = settled;
+      // a newer agent the MachineConfig brought, hidden by our drop-in naming this older one
+      await dropOutdatedDropIn({ config, log, tracker, runtime: rt, agentVersion });
     } catch (err) {
       log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`);
     } finally {

@@ -12,7 +12,7 @@ export { watchCrioPins } from './crio-pins-watch.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 export { adoptRunningRelease } from './running-release.js';
 export { createLogger } from './log.js';
-export { settleAgentSwitch, switchAgentIfNewer, renderImageDropIn, rollbackScript, DROP_IN_NAME } from './self-upgrade.js';
+export { dropOutdatedDropIn, settleAgentSwitch, switchAgentIfNewer, renderImageDropIn, rollbackScript, DROP_IN_NAME } from './self-upgrade.js';
 export { readAgentSwitch, pendingMarker, agentSwitchPins, refsToKeepPinned } from './agent-switch-state.js';
 export { forgetRelease, pruneReleases } from './releases.js';
 export type { AgentSwitchRecord } from './agent-switch-state.js';

@@ -148,6 +148,12 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
   // what runs now: our drop-in's image, else the unit's own
   const fromDropIn = await currentDropInImage(config);
   const previous = fromDropIn ?? await containerEnvImage(config);
+  if (!previous) {
+    const why = `not switching to bundle-agent ${agent.version}: cannot tell which image this agent runs (no drop-in of ours, no image= in /run/.containerenv), so a rollback would have nothing to go back to`;
+    tracker.condition('AgentUpgraded', 'False', 'RunningImageUnknown', why);
+    log.warn('agent', why);
+    return 'none';
+  }
   const rec: AgentSwitchRecord = {
     state: 'pending',
     from: { version: running, ...(previous ? { image: previous } : {}), ...(fromDropIn ? { dropIn: true } : {}) },
@@ -221,6 +227,37 @@ async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void>
   const pinned = await runtime.pinnedRefs();
   if (refs.every((r) => pinned.has(r))) return;
   await runtime.pin([...new Set([...pinned, ...refs])], []);
+}
+
+/**
+ * At the daemon's start: a newer agent delivered by MachineConfig (the unit's own Image=,
+ * tagged with its version) is overridden by our drop-in until the drop-in goes. When the unit
+ * file says so and no switch is pending, the drop-in naming this older agent is removed and
+ * the unit restarted on its own image. Returns whether it did.
+ */
+export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
+  const { config, log, tracker } = ctx;
+  if (config.selfUpgrade.mode !== 'quadlet' || !config.selfUpgrade.dropInDir.endsWith('.container.d')) return false;
+  if ((await readAgentSwitch(config.paths.stateDir))?.state === 'pending') return false;
+  const dropIn = await currentDropInImage(config);
+  if (!dropIn) return false;
+  // the unit file (mounted read-only next to the drop-in directory)
+  const unit = await readFile(config.selfUpgrade.dropInDir.slice(0, -'.d'.length), 'utf8').catch(() => '');
+  const tag = asReference(/^Image=(\S+)$/m.exec(unit)?.[1]);
+  let unitVersion: string | undefined;
+  try {
+    unitVersion = tag ? parseReference(tag).tag : undefined;
+  } catch {
+    unitVersion = undefined;
+  }
+  if (!isAgentVersion(unitVersion) || !semverValid(ctx.agentVersion) || !semverGt(unitVersion, ctx.agentVersion)) return false;
+  const message = `the unit's own image (${tag}) is bundle-agent ${unitVersion}, newer than this agent (${ctx.agentVersion}) which ${DROP_IN_NAME} names: removing ${DROP_IN_NAME} and restarting on the unit's image`;
+  log.warn('agent', message);
+  tracker.condition('AgentUpgraded', 'Unknown', 'UnitImageNewer', message);
+  await rm(dropInFile(config), { force: true });
+  await run(config.selfUpgrade.daemonReload, 'daemon-reload');
+  await run(config.selfUpgrade.restart, 'the restart');
+  return true;
 }
 
 /**

@@ -8,7 +8,7 @@ import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import {
-  createLogger, forgetRelease, parseConfig, pendingMarker, pruneReleases, readAgentSwitch, recordRelease, renderImageDropIn, settleAgentSwitch, switchAgentIfNewer,
+  createLogger, dropOutdatedDropIn, forgetRelease, parseConfig, pendingMarker, pruneReleases, readAgentSwitch, recordRelease, renderImageDropIn, settleAgentSwitch, switchAgentIfNewer,
   type AgentConfig, type AgentSwitchRecord, type RuntimeTarget,
 } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
@@ -176,4 +176,34 @@ t.test('8: a pending record whose drop-in was never written is forgotten, not a 
   t.notMatch(n.logs(), /did not start and report/);
   t.equal(await switchAgentIfNewer(ctx, { version: '0.6.0', repository: REPO, digest: dg('b') }), 'switching', 'tried again');
   t.match(await readAgentSwitch(n.stateDir), { state: 'pending', written: true });
+});
+
+t.test('6: no switch when the running image cannot be told (no drop-in, no /run/.containerenv image=): nothing to roll back to', async (t) => {
+  const n = await node(t);
+  const r = await switchAgentIfNewer({ config: n.config, log: n.log, tracker: n.tracker, runtime: fakeRuntime([ref('b')]), agentVersion: '0.5.0' }, { version: '0.6.0', repository: REPO, digest: dg('b') });
+  t.equal(r, 'none');
+  t.equal(n.condition()?.reason, 'RunningImageUnknown');
+  t.match(n.condition()?.message, /cannot tell which image this agent runs/);
+  t.notOk(await exists(n.dropIn));
+  t.equal(await readAgentSwitch(n.stateDir), undefined);
+});
+
+t.test('6: a drop-in naming an older agent than the unit\'s own image (a newer agent by MachineConfig) is removed at the start', async (t) => {
+  const n = await node(t);
+  const ctx = { config: n.config, log: n.log, tracker: n.tracker, runtime: fakeRuntime(), agentVersion: '0.5.0' };
+  await mkdir(n.config.selfUpgrade.dropInDir, { recursive: true });
+  await writeFile(n.dropIn, renderImageDropIn(ref('a')));
+  const unitFile = n.config.selfUpgrade.dropInDir.slice(0, -2);
+  await writeFile(unitFile, '[Container]\nImage=localhost/offline-bundle/bundle-agent:0.4.0\n');
+  t.equal(await dropOutdatedDropIn(ctx), false, 'the unit\'s image is older: the drop-in stays');
+  t.ok(await exists(n.dropIn));
+  await writeFile(unitFile, '[Container]\nImage=mirror.example.com/offline-bundle/bundle-agent@sha256:' + 'c'.repeat(64) + '\n');
+  t.equal(await dropOutdatedDropIn(ctx), false, 'no version to tell by: the drop-in stays');
+  await writeFile(unitFile, '[Container]\nImage=mirror.example.com/offline-bundle/bundle-agent:0.7.0\n');
+  await n.writeSwitch(pending());
+  t.equal(await dropOutdatedDropIn(ctx), false, 'not while a switch is pending');
+  await n.writeSwitch({ ...pending(), state: 'done' });
+  t.equal(await dropOutdatedDropIn(ctx), true);
+  t.notOk(await exists(n.dropIn), 'removed: the unit\'s 0.7.0 runs');
+  t.equal(n.condition()?.reason, 'UnitImageNewer');
 });

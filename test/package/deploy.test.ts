@@ -96,6 +96,8 @@ t.test('openshift self-upgrade (contract: file formats only, no Quadlet generato
   t.strictSame(service.get('ExecStartPre'), [`/bin/sh /etc/bundle-agent/switch-guard.sh ${config.paths.stateDir} ${config.selfUpgrade.dropInDir} ${config.selfUpgrade.unit}`],
     'ExecStartPre runs the guard on the state and drop-in directories the agent writes');
   t.strictSame(service.get('Restart'), ['on-failure'], 'a start the guard fails is started again, on the previous image');
+  const unitPath = config.selfUpgrade.dropInDir.slice(0, -2);
+  t.ok((c.get('Volume') ?? []).includes(`${unitPath}:${unitPath}:ro`), 'the unit file is mounted read-only where the agent looks for its Image= (a newer agent by MachineConfig)');
 });
 
 t.test('openshift: each Butane file says the same as its MachineConfig', async (t) => {
