@@ -37,10 +37,39 @@ export function renderPendingMarker(rec: AgentSwitchRecord): string {
   return `${rec.to.digest}\n${rec.confirmSeconds ?? 600}\n${previous}\n`;
 }
 
-export async function readAgentSwitch(stateDir: string): Promise<AgentSwitchRecord | undefined> {
-  // a damaged record only forgets one switch: the next bundle tries again
-  const r = (await readStateJson(recordFile(stateDir))) as AgentSwitchRecord | undefined;
-  return r && typeof r === 'object' && r.to && r.from ? r : undefined;
+const STATES = ['pending', 'done', 'rolledBack', 'failed'];
+const isStr = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 4096;
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** What is wrong with a record read back, or undefined when it has the shape the agent relies on. */
+function recordDamage(r: unknown): string | undefined {
+  if (!isObj(r)) return 'not an object';
+  if (!STATES.includes(r.state as string)) return 'state is not one of pending, done, rolledBack, failed';
+  if (!isObj(r.from) || !isStr(r.from.version)) return 'from.version is not a string';
+  if (r.from.image !== undefined && !isStr(r.from.image)) return 'from.image is not a string';
+  if (r.from.dropIn !== undefined && typeof r.from.dropIn !== 'boolean') return 'from.dropIn is not a boolean';
+  if (!isObj(r.to) || !isStr(r.to.version) || !isStr(r.to.image)) return 'to.version or to.image is not a string';
+  if (typeof r.to.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(r.to.digest)) return 'to.digest is not a sha256 digest';
+  if (!isStr(r.at) || Number.isNaN(Date.parse(r.at))) return 'at is not a date';
+  if (r.message !== undefined && typeof r.message !== 'string') return 'message is not a string';
+  if (r.written !== undefined && typeof r.written !== 'boolean') return 'written is not a boolean';
+  if (r.confirmSeconds !== undefined && !(Number.isInteger(r.confirmSeconds) && (r.confirmSeconds as number) > 0)) return 'confirmSeconds is not a positive whole number';
+  return undefined;
+}
+
+/**
+ * The switch record, or undefined when there is none or it is damaged (then `onDamaged` says
+ * why): a damaged record only forgets one switch, and the next bundle tries again.
+ */
+export async function readAgentSwitch(stateDir: string, onDamaged?: (why: string) => void): Promise<AgentSwitchRecord | undefined> {
+  const r = await readStateJson(recordFile(stateDir));
+  if (r === undefined) return undefined;
+  const damage = recordDamage(r);
+  if (damage) {
+    onDamaged?.(`${recordFile(stateDir)} is damaged (${damage}): treated as absent`);
+    return undefined;
+  }
+  return r as AgentSwitchRecord;
 }
 
 export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord): Promise<void> {

@@ -74,7 +74,7 @@ export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): str
   const marker = sq(pendingMarker(config.paths.stateDir));
   const file = dropInFile(config);
   const restore = rec.from.dropIn && rec.from.image
-    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
+    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && sync ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
     : `rm -f ${sq(file)}`;
   return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
@@ -124,7 +124,7 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     log.info('agent', `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`);
     return 'none';
   }
-  let before = await readAgentSwitch(config.paths.stateDir);
+  let before = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
   // one switch at a time: a pending one is settled first (overdue: undone), else this waits
   if (before?.state === 'pending') before = await settleAgentSwitch(ctx);
   if (before?.state === 'pending') {
@@ -238,7 +238,7 @@ async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void>
 export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
   const { config, log, tracker } = ctx;
   if (config.selfUpgrade.mode !== 'quadlet' || !config.selfUpgrade.dropInDir.endsWith('.container.d')) return false;
-  if ((await readAgentSwitch(config.paths.stateDir))?.state === 'pending') return false;
+  if ((await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why)))?.state === 'pending') return false;
   const dropIn = await currentDropInImage(config);
   if (!dropIn) return false;
   // the unit file (mounted read-only next to the drop-in directory)
@@ -267,7 +267,7 @@ export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
  */
 export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now(), opts: { unpin?: boolean } = {}): Promise<AgentSwitchRecord | undefined> {
   const { config, log, tracker } = ctx;
-  const rec = await readAgentSwitch(config.paths.stateDir);
+  const rec = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
   if (rec?.state !== 'pending') return rec;
   const at = new Date().toISOString();
   if (sameAgentVersion(ctx.agentVersion, rec.to.version)) {

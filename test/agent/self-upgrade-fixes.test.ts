@@ -8,7 +8,7 @@ import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import {
-  createLogger, dropOutdatedDropIn, forgetRelease, parseConfig, pendingMarker, pruneReleases, readAgentSwitch, recordRelease, renderImageDropIn, settleAgentSwitch, switchAgentIfNewer,
+  createLogger, dropOutdatedDropIn, forgetRelease, parseConfig, pendingMarker, pruneReleases, readAgentSwitch, recordRelease, renderImageDropIn, rollbackScript, settleAgentSwitch, switchAgentIfNewer,
   type AgentConfig, type AgentSwitchRecord, type RuntimeTarget,
 } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
@@ -206,4 +206,42 @@ t.test('6: a drop-in naming an older agent than the unit\'s own image (a newer a
   t.equal(await dropOutdatedDropIn(ctx), true);
   t.notOk(await exists(n.dropIn), 'removed: the unit\'s 0.7.0 runs');
   t.equal(n.condition()?.reason, 'UnitImageNewer');
+});
+
+t.test('9: selfUpgrade.confirmMinutes 0 is refused with one line', async (t) => {
+  const n = await node(t);
+  const text = (await readFile(n.file, 'utf8')).replace('confirmMinutes: 10', 'confirmMinutes: 0');
+  t.throws(() => parseConfig(text, n.file), /selfUpgrade\.confirmMinutes: must be a whole number of at least 1$/);
+  try {
+    parseConfig(text, n.file);
+  } catch (err) {
+    t.notMatch((err as Error).message, /\n/, 'one line');
+  }
+});
+
+t.test('9: a switch record of the wrong shape is treated as absent, and said so', async (t) => {
+  const n = await node(t);
+  const ctx = { config: n.config, log: n.log, tracker: n.tracker, runtime: fakeRuntime(), agentVersion: '0.6.0' };
+  const bad: [string, unknown][] = [
+    ['to.digest', { ...pending(), to: { version: '0.6.0', image: ref('b'), digest: 'sha256:../x' } }],
+    ['at', { ...pending(), at: 'yesterday' }],
+    ['from.version', { ...pending(), from: { version: 5 } }],
+    ['state', { ...pending(), state: 'weird' }],
+    ['to.version', { ...pending(), to: { version: ['0.6.0'], image: ref('b'), digest: dg('b') } }],
+    ['confirmSeconds', { ...pending(), confirmSeconds: -1 }],
+  ];
+  for (const [what, rec] of bad) {
+    await writeFile(join(n.stateDir, 'agent-switch.json'), JSON.stringify(rec));
+    const warnings: string[] = [];
+    t.equal(await readAgentSwitch(n.stateDir, (w) => warnings.push(w)), undefined, `${what}: absent`);
+    t.match(warnings[0], new RegExp(`agent-switch\\.json is damaged \\(${what.replace('.', '\\.')}`), `${what}: said why`);
+    t.equal(await settleAgentSwitch(ctx), undefined, `${what}: nothing to settle, no exception`);
+  }
+  t.match(n.logs(), /agent-switch\.json is damaged/);
+});
+
+t.test('9: the rollback script syncs its temporary file before the rename', async (t) => {
+  const n = await node(t);
+  const script = rollbackScript(n.config, pending());
+  t.match(script, /> '[^']+image\.conf\.rollback' && sync '[^']+image\.conf\.rollback' && mv -f /);
 });
