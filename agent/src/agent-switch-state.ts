@@ -11,6 +11,10 @@ export interface AgentSwitchRecord {
   /** image: what the old agent ran; dropIn: whether our drop-in named it (else the unit's own Image=). */
   from: { version: string; image?: string; dropIn?: boolean };
   to: { version: string; image: string; digest: string };
+  /** Set (still pending) once the drop-in naming `to` is written: a pending record without it was cut short before. */
+  written?: boolean;
+  /** The confirmation window (selfUpgrade.confirmMinutes × 60), for the host's boot guard. */
+  confirmSeconds?: number;
   /** When the switch was asked for (pending) or settled. */
   at: string;
   /** Why it was rolled back or failed. */
@@ -18,20 +22,70 @@ export interface AgentSwitchRecord {
 }
 
 const recordFile = (stateDir: string) => join(stateDir, 'agent-switch.json');
-/** Exists exactly while a switch is unconfirmed: the host-side rollback script tests for it. */
+/**
+ * Exists exactly while a switch is unconfirmed: the host-side rollback script and the boot
+ * guard (deploy/openshift/switch-guard.sh) test for it. Three lines: the new digest, the
+ * window in seconds, the image of the drop-in to put back or - (none).
+ */
 export const pendingMarker = (stateDir: string) => join(stateDir, 'agent-switch.pending');
+/** The guard's count of starts of the new image while the switch is unconfirmed. */
+export const startsFile = (stateDir: string) => join(stateDir, 'agent-switch.starts');
 
-export async function readAgentSwitch(stateDir: string): Promise<AgentSwitchRecord | undefined> {
-  // a damaged record only forgets one switch: the next bundle tries again
-  const r = (await readStateJson(recordFile(stateDir))) as AgentSwitchRecord | undefined;
-  return r && typeof r === 'object' && r.to && r.from ? r : undefined;
+/** The marker's text for a pending switch. */
+export function renderPendingMarker(rec: AgentSwitchRecord): string {
+  const previous = rec.from.dropIn && rec.from.image ? rec.from.image : '-';
+  return `${rec.to.digest}\n${rec.confirmSeconds ?? 600}\n${previous}\n`;
+}
+
+const STATES = ['pending', 'done', 'rolledBack', 'failed'];
+const isStr = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 4096;
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** What is wrong with a record read back, or undefined when it has the shape the agent relies on. */
+function recordDamage(r: unknown): string | undefined {
+  if (!isObj(r)) return 'not an object';
+  if (!STATES.includes(r.state as string)) return 'state is not one of pending, done, rolledBack, failed';
+  if (!isObj(r.from) || !isStr(r.from.version)) return 'from.version is not a string';
+  if (r.from.image !== undefined && !isStr(r.from.image)) return 'from.image is not a string';
+  if (r.from.dropIn !== undefined && typeof r.from.dropIn !== 'boolean') return 'from.dropIn is not a boolean';
+  if (!isObj(r.to) || !isStr(r.to.version) || !isStr(r.to.image)) return 'to.version or to.image is not a string';
+  if (typeof r.to.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(r.to.digest)) return 'to.digest is not a sha256 digest';
+  if (!isStr(r.at) || Number.isNaN(Date.parse(r.at))) return 'at is not a date';
+  if (r.message !== undefined && typeof r.message !== 'string') return 'message is not a string';
+  if (r.written !== undefined && typeof r.written !== 'boolean') return 'written is not a boolean';
+  if (r.confirmSeconds !== undefined && !(Number.isInteger(r.confirmSeconds) && (r.confirmSeconds as number) > 0)) return 'confirmSeconds is not a positive whole number';
+  return undefined;
+}
+
+/**
+ * The switch record, or undefined when there is none or it is damaged (then `onDamaged` says
+ * why): a damaged record only forgets one switch, and the next bundle tries again.
+ */
+export async function readAgentSwitch(stateDir: string, onDamaged?: (why: string) => void): Promise<AgentSwitchRecord | undefined> {
+  const r = await readStateJson(recordFile(stateDir));
+  if (r === undefined) return undefined;
+  const damage = recordDamage(r);
+  if (damage) {
+    onDamaged?.(`${recordFile(stateDir)} is damaged (${damage}): treated as absent`);
+    return undefined;
+  }
+  return r as AgentSwitchRecord;
 }
 
 export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord): Promise<void> {
   await makeDirs(stateDir);
   await writeFileAtomic(recordFile(stateDir), JSON.stringify(rec, null, 2) + '\n');
-  if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), `${rec.to.digest}\n`);
+  // a new pending switch counts its starts from none; a settled one has no count
+  if (!(rec.state === 'pending' && rec.written)) await rm(startsFile(stateDir), { force: true });
+  if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), renderPendingMarker(rec));
   else await rm(pendingMarker(stateDir), { force: true });
+}
+
+/** Forgets a switch that never got under way (no record, no marker). */
+export async function clearAgentSwitch(stateDir: string): Promise<void> {
+  await rm(pendingMarker(stateDir), { force: true });
+  await rm(startsFile(stateDir), { force: true });
+  await rm(recordFile(stateDir), { force: true });
 }
 
 /**
@@ -45,4 +99,13 @@ export async function agentSwitchPins(stateDir: string): Promise<string[]> {
   if (r.state === 'pending') return [r.to.image, ...(r.from.image ? [r.from.image] : [])];
   if (r.state === 'done') return [r.to.image];
   return r.from.image ? [r.from.image] : [];
+}
+
+/**
+ * The refs that must stay pinned besides a release's own: those of the releases still kept
+ * (`releases`), and the agent images the switch keeps (agentSwitchPins). The one list a load,
+ * `releases forget`/`prune` and a confirmed switch unpin against.
+ */
+export async function refsToKeepPinned(stateDir: string, releases: readonly { refs: readonly string[] }[]): Promise<string[]> {
+  return [...new Set([...releases.flatMap((r) => r.refs), ...await agentSwitchPins(stateDir)])];
 }

@@ -270,7 +270,8 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       daemonReload: r.strings(selfUpgrade.daemonReload, 'selfUpgrade.daemonReload', [...ON_HOST, 'systemctl', 'daemon-reload']),
       restart: r.strings(selfUpgrade.restart, 'selfUpgrade.restart', [...ON_HOST, 'systemctl', '--no-block', 'restart', unit]),
       scheduleRollback: r.strings(selfUpgrade.scheduleRollback, 'selfUpgrade.scheduleRollback', [...ON_HOST, 'systemd-run', '--collect']),
-      confirmMinutes: r.int(selfUpgrade.confirmMinutes, 'selfUpgrade.confirmMinutes', 10, 0),
+      // 0 would roll back every switch before the new agent could confirm it
+      confirmMinutes: r.int(selfUpgrade.confirmMinutes, 'selfUpgrade.confirmMinutes', 10, 1),
       unit,
     },
     status: {

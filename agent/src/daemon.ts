@@ -11,8 +11,12 @@ import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
 import { watchCrioPins } from './crio-pins-watch.js';
-import { settleAgentSwitch } from './self-upgrade.js';
+import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from './self-upgrade.js';
+import { readAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 import { TOOL_VERSION } from './version.js';
+
+/** How often a start whose load lock was busy tries again to unpin the previous agent image. */
+const UNPIN_RETRY_MS = 60_000;
 
 /** The status this process starts from: what the last one said, or why it stopped. */
 export async function statusTracker(config: AgentConfig): Promise<StatusTracker> {
@@ -86,21 +90,68 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
  */
 export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal, opts: { agentVersion?: string } = {}): Promise<void> {
   const agentVersion = opts.agentVersion ?? TOOL_VERSION;
+  // One thing at a time in this process: a load, a re-merge of the CRI-O pins, a retried unpin.
+  let chain: Promise<unknown> = Promise.resolve();
+  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = chain.then(fn);
+    chain = run.catch(() => undefined);
+    return run;
+  };
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
+  // A switch to a new agent: this start confirms it, or finds it undone. First, and needing
+  // neither the load lock nor a clean start-up: the host's rollback timer is counting.
+  let unpinPending: AgentSwitchRecord | undefined;
+  {
+    const rt = runtimeTarget(config, log);
+    try {
+      const wasPending = (await readAgentSwitch(config.paths.stateDir))?.state === 'pending';
+      const settled = await settleAgentSwitch({ config, log, tracker, runtime: rt, agentVersion }, Date.now(), { unpin: false });
+      // confirmed by this start: the previous image's pin goes once the lock is ours
+      if (wasPending && settled?.state === 'done' && settled.from.image) unpinPending = settled;
+      // a newer agent the MachineConfig brought, hidden by our drop-in naming this older one
+      await dropOutdatedDropIn({ config, log, tracker, runtime: rt, agentVersion });
+    } catch (err) {
+      log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`);
+    } finally {
+      await rt.close();
+    }
+  }
   // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
   // pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
-  await withLoadLock(config.paths.stateDir, async () => {
-    const cleaner = runtimeTarget(config, log);
-    try {
-      await removeLeftovers(config, cleaner, log, tracker.current.history);
-      // a switch to a new agent: this start confirms it, or finds it undone
-      await settleAgentSwitch({ config, log, tracker, runtime: cleaner, agentVersion }).catch((err) => log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`));
-      await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
-    } finally {
-      await cleaner.close();
-    }
-  }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
+  const underLock = async () => {
+    await withLoadLock(config.paths.stateDir, async () => {
+      const cleaner = runtimeTarget(config, log);
+      try {
+        await removeLeftovers(config, cleaner, log, tracker.current.history).catch((err) => log.warn('start', `leftovers of an earlier load not removed: ${oneLine(err)}`));
+        // the previous agent image loses the switch's pin (the pins change: under the lock)
+        if (unpinPending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, unpinPending);
+        unpinPending = undefined;
+        await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
+      } finally {
+        await cleaner.close();
+      }
+    });
+  };
+  await underLock().catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
+  // the lock was busy (a `bundle-agent load` beside us): the unpin waits, and is tried again
+  let unpinRetry: NodeJS.Timeout | undefined;
+  if (unpinPending) {
+    unpinRetry = setInterval(() => {
+      if (!unpinPending) return void clearInterval(unpinRetry);
+      const rec = unpinPending;
+      void exclusive(() => withLoadLock(config.paths.stateDir, async () => {
+        const rt = runtimeTarget(config, log);
+        try {
+          await unpinPreviousAgent({ config, log, tracker, runtime: rt, agentVersion }, rec);
+          unpinPending = undefined;
+        } finally {
+          await rt.close();
+        }
+      })).catch(() => undefined);
+    }, UNPIN_RETRY_MS);
+    unpinRetry.unref();
+  }
   // What was decided before this start: offered again by the first scan, left alone once (a
   // stick plugged in again is a new request, and is loaded).
   const before = new Map((await readBundleRecords(config.paths.stateDir)).map((r) => [r.key, r]));
@@ -112,13 +163,6 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     wake?.();
   });
   await watcher.start();
-  // One thing at a time in this process: a load, or a re-merge of the CRI-O pins.
-  let chain: Promise<unknown> = Promise.resolve();
-  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
-    const run = chain.then(fn);
-    chain = run.catch(() => undefined);
-    return run;
-  };
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
   try {
@@ -152,6 +196,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       }
     }
   } finally {
+    if (unpinRetry) clearInterval(unpinRetry);
     watcher.stop();
     stopPinsWatch();
     await closeOutputs();

@@ -9,7 +9,7 @@ import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent } from './runtime-checks.js';
 import { imageRefs, imagesCovered, type PullGate } from './runtime-target.js';
 import type { ReleaseRecord } from './state.js';
-import { agentSwitchPins } from './agent-switch-state.js';
+import { refsToKeepPinned } from './agent-switch-state.js';
 
 export interface ImagesInput {
   manifest: BundleManifest;
@@ -89,7 +89,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     const inUse = new Set(versionsInUse(tracker.current.history));
     const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
     // and the previous agent image while a switch to a new agent is unconfirmed
-    const keptRefs = [...new Set([...kept.flatMap((r) => r.refs), ...await agentSwitchPins(config.paths.stateDir)])].filter((r) => !refs.includes(r));
+    const keptRefs = (await refsToKeepPinned(config.paths.stateDir, kept)).filter((r) => !refs.includes(r));
     const pins = [...new Set([...refs, ...keptRefs])].sort();
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);

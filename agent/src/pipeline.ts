@@ -368,7 +368,8 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
     });
     if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     // only once Ready and recorded: the restart it may ask for stops this process
-    await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent);
+    // never throws (it reports in AgentUpgraded); the catch only guards the bundle's Ready
+    await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
     return r;
   } catch (caught) {
     const err = mediaGone(caught, file);

@@ -12,6 +12,7 @@ import { compareVersions } from './policy.js';
 import { missingImages } from './runtime-checks.js';
 import type { RuntimeTarget } from './runtime-target.js';
 import { forgetBundles } from './bundle-records.js';
+import { refsToKeepPinned } from './agent-switch-state.js';
 import { forgetReleaseRecord, readReleases, type ReleaseRecord } from './state.js';
 
 export interface ReleaseRow {
@@ -92,9 +93,10 @@ function insideUpgradeDir(config: AgentConfig, dir: string): boolean {
   return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
 }
 
-/** Unpins one release, removes its kept layout and drops its records. Runs under the load lock. */
+/** Unpins one release (never an image another release or the agent switch keeps), removes its kept layout and drops its records. Runs under the load lock. */
 async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: ReleaseRecord, others: ReleaseRecord[]): Promise<Forgotten> {
-  const keep = [...new Set(others.flatMap((r) => r.refs))];
+  // the releases that stay, and the agent images a switch keeps (the running one; the previous one while unconfirmed)
+  const keep = await refsToKeepPinned(config.paths.stateDir, others);
   const released = rec.refs.filter((r) => !keep.includes(r));
   await runtime.unpin(released, keep);
   let layout: string | undefined;

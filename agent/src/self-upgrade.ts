@@ -4,8 +4,8 @@
 // runs again) removes the drop-in, and the old image, still pinned, runs again.
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { gt as semverGt, valid as semverValid } from 'semver';
-import type { BundleAgent } from '@offline-bundle/format';
+import { eq as semverEq, gt as semverGt, valid as semverValid } from 'semver';
+import { AGENT_VERSION_RULE, isAgentVersion, type BundleAgent } from '@offline-bundle/format';
 import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
 import { reloadRuntime } from '@offline-bundle/runtime';
 import type { StatusTracker } from '@offline-bundle/status';
@@ -14,7 +14,7 @@ import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import type { RuntimeTarget } from './runtime-target.js';
 import { readReleases } from './state.js';
-import { pendingMarker, readAgentSwitch, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
+import { clearAgentSwitch, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';
 
@@ -74,9 +74,9 @@ export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): str
   const marker = sq(pendingMarker(config.paths.stateDir));
   const file = dropInFile(config);
   const restore = rec.from.dropIn && rec.from.image
-    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
+    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && sync ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
     : `rm -f ${sq(file)}`;
-  return `if [ "$(cat ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
+  return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
 
 async function run(command: string[], what: string): Promise<void> {
@@ -91,48 +91,90 @@ async function run(command: string[], what: string): Promise<void> {
  * Never throws: the bundle is loaded whatever happens here; the AgentUpgraded condition says.
  */
 export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent | undefined): Promise<'switching' | 'none'> {
-  const { config, log, tracker } = ctx;
   if (!agent) return 'none';
+  try {
+    return await decideAndSwitch(ctx, agent);
+  } catch (err) {
+    // a Ready bundle stays Ready: whatever went wrong here is the switch's, not the load's
+    const message = `not switching to bundle-agent ${agent.version}: ${oneLine(err)}`;
+    try {
+      ctx.tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
+      ctx.log.error('agent', message);
+    } catch {
+      // nothing left to report with
+    }
+    return 'none';
+  }
+}
+
+async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<'switching' | 'none'> {
+  const { config, log, tracker } = ctx;
   const running = ctx.agentVersion;
   if (config.selfUpgrade.mode === 'off') {
     log.info('agent', `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`);
     return 'none';
   }
-  if (!semverValid(agent.version)) {
-    tracker.condition('AgentUpgraded', 'False', 'BadAgentVersion', `the bundle's agent version ${agent.version} is not a semver version: not switching`);
-    log.warn('agent', `the bundle's agent version ${agent.version} is not a semver version: not switching`);
+  if (!isAgentVersion(agent.version)) {
+    const why = `the bundle's agent version ${JSON.stringify(agent.version)} is not ${AGENT_VERSION_RULE}: not switching`;
+    tracker.condition('AgentUpgraded', 'False', 'BadAgentVersion', why);
+    log.warn('agent', why);
     return 'none';
   }
   if (!semverGt(agent.version, running)) {
     log.info('agent', `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`);
     return 'none';
   }
-  const before = await readAgentSwitch(config.paths.stateDir);
+  let before = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
+  // one switch at a time: a pending one is settled first (overdue: undone), else this waits
+  if (before?.state === 'pending') before = await settleAgentSwitch(ctx);
+  if (before?.state === 'pending') {
+    const why = `a switch to bundle-agent ${before.to.version} (${before.to.image}) is under way, unconfirmed: not starting another to ${agent.version}; the bundle's agent is switched to when it is loaded again after that one settles`;
+    tracker.condition('AgentUpgraded', 'Unknown', 'SwitchPending', why);
+    log.warn('agent', why);
+    return 'none';
+  }
   if (before && before.to.digest === agent.digest && before.state !== 'done') {
-    log.warn('agent', before.state === 'pending'
-      ? `a switch to bundle-agent ${agent.version} is already under way`
-      : `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
+    log.warn('agent', `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
+    return 'none';
+  }
+  // podman runs the unit with Pull=never: an image the runtime does not hold would not start
+  const missing = await imageNotInRuntime(ctx, imageOf(agent));
+  if (missing) {
+    const why = `not switching to bundle-agent ${agent.version}: ${missing}`;
+    tracker.condition('AgentUpgraded', 'False', 'AgentImageNotInRuntime', why);
+    log.warn('agent', why);
     return 'none';
   }
   // what runs now: our drop-in's image, else the unit's own
   const fromDropIn = await currentDropInImage(config);
   const previous = fromDropIn ?? await containerEnvImage(config);
+  if (!previous) {
+    const why = `not switching to bundle-agent ${agent.version}: cannot tell which image this agent runs (no drop-in of ours, no image= in /run/.containerenv), so a rollback would have nothing to go back to`;
+    tracker.condition('AgentUpgraded', 'False', 'RunningImageUnknown', why);
+    log.warn('agent', why);
+    return 'none';
+  }
   const rec: AgentSwitchRecord = {
     state: 'pending',
     from: { version: running, ...(previous ? { image: previous } : {}), ...(fromDropIn ? { dropIn: true } : {}) },
     to: { version: agent.version, image: imageOf(agent), digest: agent.digest },
     at: new Date().toISOString(),
+    confirmSeconds: config.selfUpgrade.confirmMinutes * 60,
   };
   try {
     // recorded first: a crash from here on leaves a pending switch the rollback settles
     await writeAgentSwitch(config.paths.stateDir, rec);
     if (previous) await keepPinned(ctx.runtime, [previous]);
-    await makeDirs(config.selfUpgrade.dropInDir);
-    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
+    // the rollback is scheduled before the drop-in exists: no moment where the new image is
+    // named and nothing would undo it (a reboot loses the timer: the boot guard takes over)
     const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
     // one timer per switch, named after its target
     const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
     if (scheduleRollback.length) await run([...scheduleRollback, timer, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
+    await makeDirs(config.selfUpgrade.dropInDir);
+    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
+    rec.written = true;
+    await writeAgentSwitch(config.paths.stateDir, rec);
     await run(config.selfUpgrade.daemonReload, 'daemon-reload');
     tracker.condition('AgentUpgraded', 'Unknown', 'Restarting', `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`);
     log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, { from: running, to: agent.version, image: rec.to.image });
@@ -149,6 +191,37 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
   }
 }
 
+/**
+ * The running agent is the version a switch went to: the same semver semantics as the decision
+ * to switch (gt), so a version that compares equal confirms; one semver cannot read never does.
+ */
+export function sameAgentVersion(running: string, target: string): boolean {
+  return !!semverValid(running) && !!semverValid(target) && semverEq(running, target);
+}
+
+/** Why `image` (repo@digest) cannot be shown to be in the runtime's store, or undefined when it is (CRI ImageStatus). */
+async function imageNotInRuntime(ctx: SwitchContext, image: string): Promise<string | undefined> {
+  if (ctx.config.preload.method === 'none') return `preload.method is none: ${image} was not pulled into the runtime, and the unit (Pull=never) could not start it`;
+  try {
+    const inspector = await ctx.runtime.inspector();
+    if (!inspector) return `the runtime does not answer on its CRI socket: cannot check that it holds ${image}`;
+    if (!(await inspector.imageStatus(image))) return `the runtime does not hold ${image}`;
+    return undefined;
+  } catch (err) {
+    return `cannot ask the runtime whether it holds ${image}: ${oneLine(err)}`;
+  }
+}
+
+/**
+ * Once a switch is confirmed: the previous agent image loses the pin the switch gave it, unless
+ * a release (or the switch) still keeps it. Changes the runtime's pins: under the load lock.
+ */
+export async function unpinPreviousAgent(ctx: SwitchContext, rec: AgentSwitchRecord): Promise<void> {
+  if (!rec.from.image) return;
+  const keep = await refsToKeepPinned(ctx.config.paths.stateDir, await readReleases(ctx.config.paths.stateDir));
+  await ctx.runtime.unpin([rec.from.image], keep).catch((err) => ctx.log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
+}
+
 /** Adds refs to the agent's pins (nothing else changes). */
 async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void> {
   const pinned = await runtime.pinnedRefs();
@@ -157,25 +230,52 @@ async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void>
 }
 
 /**
+ * At the daemon's start: a newer agent delivered by MachineConfig (the unit's own Image=,
+ * tagged with its version) is overridden by our drop-in until the drop-in goes. When the unit
+ * file says so and no switch is pending, the drop-in naming this older agent is removed and
+ * the unit restarted on its own image. Returns whether it did.
+ */
+export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
+  const { config, log, tracker } = ctx;
+  if (config.selfUpgrade.mode !== 'quadlet' || !config.selfUpgrade.dropInDir.endsWith('.container.d')) return false;
+  if ((await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why)))?.state === 'pending') return false;
+  const dropIn = await currentDropInImage(config);
+  if (!dropIn) return false;
+  // the unit file (mounted read-only next to the drop-in directory)
+  const unit = await readFile(config.selfUpgrade.dropInDir.slice(0, -'.d'.length), 'utf8').catch(() => '');
+  const tag = asReference(/^Image=(\S+)$/m.exec(unit)?.[1]);
+  let unitVersion: string | undefined;
+  try {
+    unitVersion = tag ? parseReference(tag).tag : undefined;
+  } catch {
+    unitVersion = undefined;
+  }
+  if (!isAgentVersion(unitVersion) || !semverValid(ctx.agentVersion) || !semverGt(unitVersion, ctx.agentVersion)) return false;
+  const message = `the unit's own image (${tag}) is bundle-agent ${unitVersion}, newer than this agent (${ctx.agentVersion}) which ${DROP_IN_NAME} names: removing ${DROP_IN_NAME} and restarting on the unit's image`;
+  log.warn('agent', message);
+  tracker.condition('AgentUpgraded', 'Unknown', 'UnitImageNewer', message);
+  await rm(dropInFile(config), { force: true });
+  await run(config.selfUpgrade.daemonReload, 'daemon-reload');
+  await run(config.selfUpgrade.restart, 'the restart');
+  return true;
+}
+
+/**
  * At every start: settles a pending switch. The new agent confirms it (and the previous image
  * is unpinned unless a release keeps it); an old agent that finds the drop-in gone reports the
  * rollback; one that still finds it after confirmMinutes undoes it itself.
  */
-export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): Promise<AgentSwitchRecord | undefined> {
+export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now(), opts: { unpin?: boolean } = {}): Promise<AgentSwitchRecord | undefined> {
   const { config, log, tracker } = ctx;
-  const rec = await readAgentSwitch(config.paths.stateDir);
+  const rec = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
   if (rec?.state !== 'pending') return rec;
   const at = new Date().toISOString();
-  if (ctx.agentVersion === rec.to.version) {
+  if (sameAgentVersion(ctx.agentVersion, rec.to.version)) {
     const done: AgentSwitchRecord = { ...rec, state: 'done', at };
     await writeAgentSwitch(config.paths.stateDir, done);
     tracker.condition('AgentUpgraded', 'True', 'AgentUpgraded', `bundle-agent ${rec.to.version} runs (was ${rec.from.version})`);
     log.info('agent', `bundle-agent ${rec.to.version} started from ${rec.to.image} (was ${rec.from.version})`, { from: rec.from.version, to: rec.to.version });
-    if (rec.from.image) {
-      // a release that carried the old image keeps it pinned as long as that release
-      const keep = [...(await readReleases(config.paths.stateDir)).flatMap((r) => r.refs), rec.to.image];
-      await ctx.runtime.unpin([rec.from.image], keep).catch((err) => log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
-    }
+    if (opts.unpin !== false) await unpinPreviousAgent(ctx, done);
     return done;
   }
   const dropIn = await currentDropInImage(config);
@@ -187,6 +287,14 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now()): P
   if (dropIn === rec.to.image) {
     await restorePrevious(config, rec);
     await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
+  } else if (!rec.written) {
+    // cut short (power loss, kill) before the drop-in named the new image: it never ran, so
+    // it did not fail; forgotten, and the next load of a bundle carrying it tries again
+    const message = `the switch to bundle-agent ${rec.to.version} was cut short before its drop-in was written (crash or power loss): ${ctx.agentVersion} still runs; loading the bundle again tries the switch again`;
+    await clearAgentSwitch(config.paths.stateDir);
+    tracker.condition('AgentUpgraded', 'False', 'AgentSwitchInterrupted', message);
+    log.warn('agent', message, { from: rec.from.version, to: rec.to.version });
+    return undefined;
   }
   const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (${rec.from.image ?? 'the unit\'s own image'})`;
   const back: AgentSwitchRecord = { ...rec, state: 'rolledBack', at, message };

@@ -2,7 +2,7 @@
 // fixed name the agent looks for (AGENT_REPOSITORY:VERSION) and named in bundle.json.
 import { readFile } from 'node:fs/promises';
 import { OciError, parseSourceSpec, type BlobCache, type ImageSource } from '@offline-bundle/oci';
-import { AGENT_REPOSITORY, AGENT_VERSION_RE, type BundleAgent, type BundleImage } from '@offline-bundle/format';
+import { AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, type BundleAgent, type BundleImage } from '@offline-bundle/format';
 
 /** The label scripts/oci-image.mjs sets (the OCI standard one). */
 export const VERSION_LABEL = 'org.opencontainers.image.version';
@@ -24,7 +24,8 @@ export function agentSourceSpec(spec: string): string {
 }
 
 export function checkAgentVersion(version: string, where: string): string {
-  if (!AGENT_VERSION_RE.test(version)) throw new OciError('INVALID_CONFIG', `${where} "${version}" is not an agent version (1 to 64 letters, digits and . + -, e.g. 0.2.0)`);
+  // JSON.stringify: a control character is shown escaped, and the message stays one line
+  if (!isAgentVersion(version)) throw new OciError('INVALID_CONFIG', `${where} ${JSON.stringify(version)} is not an agent version: it must be ${AGENT_VERSION_RULE}`);
   return version;
 }
 

@@ -5,8 +5,9 @@
 //   node deploy/openshift/generate.mjs [--image REF] [--key factory.pub] [--out DIR]
 //
 // Source (this directory and systemd/): the udev rule that mounts sticks, config.yaml.in, the
-// trust key, tmpfiles.conf and the Quadlet unit bundle-agent.container (podman runs the agent
-// image; CRI-O and podman share /var/lib/containers/storage).
+// trust key, tmpfiles.conf, the Quadlet unit bundle-agent.container (podman runs the agent
+// image; CRI-O and podman share /var/lib/containers/storage) and switch-guard.sh, its
+// ExecStartPre (the rollback of an unconfirmed agent switch across reboots and crash loops).
 // Output: 99-{master,worker}-bundle-agent.yaml (MachineConfig) and
 //         99-{master,worker}-bundle-agent.bu (Butane, variant openshift).
 // Without --key the committed outputs carry example-factory.pub: regenerate with your key.
@@ -30,6 +31,7 @@ export function nodeFiles({ image = DEFAULT_IMAGE, key = path.join(HERE, 'exampl
     { path: '/etc/bundle-agent/config.yaml', mode: 0o644, contents: read(path.join(HERE, 'config.yaml.in')) },
     { path: '/etc/bundle-agent/keys/factory.pub', mode: 0o644, contents: read(key) },
     { path: '/etc/tmpfiles.d/bundle-agent.conf', mode: 0o644, contents: read(path.join(HERE, 'tmpfiles.conf')) },
+    { path: '/etc/bundle-agent/switch-guard.sh', mode: 0o755, contents: read(path.join(HERE, 'switch-guard.sh')) },
     { path: '/etc/containers/systemd/bundle-agent.container', mode: 0o644, contents: read(path.join(HERE, 'bundle-agent.container')).replaceAll('@IMAGE@', image) },
   ];
 }

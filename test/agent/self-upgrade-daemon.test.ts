@@ -2,7 +2,7 @@
 // version it runs is its own package version, so a switch to that version is confirmed, and a
 // switch to another whose drop-in is gone is reported as rolled back.
 import t from 'tap';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -73,9 +73,29 @@ t.test(`a switch to this agent's own version (${VERSION}): the start confirms it
 });
 
 t.test('a switch to another version whose drop-in is gone (the rollback timer fired): the old agent reports the rollback', async (t) => {
-  const n = await node(t, { state: 'pending', from: { version: VERSION }, to: { version: '99.0.0', image: image('c'), digest: `sha256:${'c'.repeat(64)}` }, at: new Date().toISOString() });
+  const n = await node(t, { state: 'pending', from: { version: VERSION }, to: { version: '99.0.0', image: image('c'), digest: `sha256:${'c'.repeat(64)}` }, at: new Date().toISOString(), written: true });
   const { condition } = await startAndRead(n.config, n.state);
   t.equal(condition.status, 'False');
   t.equal(condition.reason, 'AgentUpgradeRolledBack');
   t.equal(JSON.parse(await readFile(join(n.state, 'agent-switch.json'), 'utf8')).state, 'rolledBack');
+});
+
+t.test('the start confirms a switch even while a `bundle-agent load` holds the load lock (Busy), and whatever the leftovers cleanup does', async (t) => {
+  const n = await node(t, { state: 'pending', from: { version: '0.0.1' }, to: { version: VERSION, image: image('d'), digest: `sha256:${'d'.repeat(64)}` }, at: new Date().toISOString(), written: true });
+  const holder: ChildProcess = spawn('sleep', ['60'], { stdio: 'ignore' });
+  t.teardown(() => { holder.kill('SIGKILL'); });
+  await writeFile(join(n.state, 'load.lock'), `${holder.pid}\n`);
+  const { condition } = await startAndRead(n.config, n.state);
+  t.equal(condition.status, 'True', 'confirmed');
+  t.equal(JSON.parse(await readFile(join(n.state, 'agent-switch.json'), 'utf8')).state, 'done');
+  t.notOk(await stat(join(n.state, 'agent-switch.pending')).then(() => true, () => false), 'the rollback marker is gone: the timer does nothing');
+});
+
+t.test('a pending switch cut short before its drop-in was written (power loss): not a failed agent, not refused later', async (t) => {
+  const n = await node(t, { state: 'pending', from: { version: VERSION }, to: { version: '99.0.0', image: image('e'), digest: `sha256:${'e'.repeat(64)}` }, at: new Date().toISOString() });
+  const { condition } = await startAndRead(n.config, n.state);
+  t.equal(condition.status, 'False');
+  t.equal(condition.reason, 'AgentSwitchInterrupted');
+  t.notOk(await stat(join(n.state, 'agent-switch.json')).then(() => true, () => false), 'forgotten: the digest is not refused next time');
+  t.notOk(await stat(join(n.state, 'agent-switch.pending')).then(() => true, () => false));
 });

@@ -67,3 +67,13 @@ t.test('refused before anything is written: =NAME, a contradicting --agent-versi
   t.match(ctl.stderr, /is not an agent version/);
   t.equal(ctl.stderr.trim().split('\n').length, 1, 'one line');
 });
+
+t.test('--agent-version must be canonical semver (semver.valid(v) === v): v0.9.0, latest, 1.0, 01.0.0, 1.0.0+b1 refused with one line', async (t) => {
+  for (const v of ['v0.9.0', 'latest', '1.0', '01.0.0', '1.0.0+b1', '=1.0.0']) {
+    const r = await create(['--agent-image', `oci:${layout}:plain`, '--agent-version', v]);
+    t.equal(r.code, 1, `${v} refused`);
+    t.equal(errorCode(r.stderr), 'INVALID_CONFIG');
+    t.match(r.stderr, /is not an agent version: it must be a canonical semver version/);
+    t.equal(r.stderr.trim().split('\n').length, 1, 'one line');
+  }
+});

@@ -87,6 +87,17 @@ t.test('openshift self-upgrade (contract: file formats only, no Quadlet generato
   t.strictSame([...dropIn.keys()], ['Container'], 'only [Container]');
   t.strictSame([...dropIn.get('Container')!.entries()], [['Image', [image]]], 'only Image=, by digest');
   t.equal(files.get('/etc/containers/systemd/bundle-agent.container')!.match(/^Pull=never$/m)?.[0], 'Pull=never', 'the new image is taken from the node\'s storage, never pulled');
+  // the boot guard: installed, and the unit's ExecStartPre gives it the config's own paths
+  const guard = files.get('/etc/bundle-agent/switch-guard.sh');
+  t.equal(guard, await readFile(join(OS, 'switch-guard.sh'), 'utf8'), 'switch-guard.sh installed verbatim');
+  t.equal(mc.spec.config.storage.files.find((f: any) => f.path === '/etc/bundle-agent/switch-guard.sh').mode, 0o755);
+  t.match(guard ?? '', /^#!\/bin\/sh\n/, 'plain /bin/sh');
+  const service = ini(files.get('/etc/containers/systemd/bundle-agent.container')!).get('Service')!;
+  t.strictSame(service.get('ExecStartPre'), [`/bin/sh /etc/bundle-agent/switch-guard.sh ${config.paths.stateDir} ${config.selfUpgrade.dropInDir} ${config.selfUpgrade.unit}`],
+    'ExecStartPre runs the guard on the state and drop-in directories the agent writes');
+  t.strictSame(service.get('Restart'), ['on-failure'], 'a start the guard fails is started again, on the previous image');
+  const unitPath = config.selfUpgrade.dropInDir.slice(0, -2);
+  t.ok((c.get('Volume') ?? []).includes(`${unitPath}:${unitPath}:ro`), 'the unit file is mounted read-only where the agent looks for its Image= (a newer agent by MachineConfig)');
 });
 
 t.test('openshift: each Butane file says the same as its MachineConfig', async (t) => {

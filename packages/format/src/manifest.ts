@@ -41,8 +41,21 @@ export interface BundleImage {
 
 /** The fixed name a bundled agent image goes by on the node (and in the Quadlet drop-in). */
 export const AGENT_REPOSITORY = 'localhost/offline-bundle/bundle-agent';
-/** An agent version: semver's characters, bounded (it names an image tag and is shown in status). */
-export const AGENT_VERSION_RE = /^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/;
+/**
+ * An agent version: canonical semver (what semver.valid(v) returns for it is v itself: no
+ * leading v or =, no spaces, no leading zeros, no +build, which an image tag cannot hold),
+ * at most 64 characters (it names an image tag and is shown in status). The one check the
+ * builder (--agent-version, the label) and bundle.json's validation share.
+ */
+const CANONICAL_SEMVER = /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:-(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?$/;
+export function isAgentVersion(v: unknown): v is string {
+  if (typeof v !== 'string' || v.length > 64) return false;
+  const m = CANONICAL_SEMVER.exec(v);
+  // semver refuses a major, minor or patch beyond Number.MAX_SAFE_INTEGER
+  return !!m && [m[1], m[2], m[3]].every((x) => Number(x) <= Number.MAX_SAFE_INTEGER);
+}
+/** What isAgentVersion asks, for messages. */
+export const AGENT_VERSION_RULE = 'a canonical semver version of at most 64 characters, e.g. 0.9.0 or 1.0.0-rc.1 (no leading v, no +build)';
 
 /** The bundle-agent image a bundle carries, for the agent's self-upgrade. */
 export interface BundleAgent {
@@ -171,7 +184,7 @@ export function validateManifest(doc: unknown): BundleManifest {
  */
 function validateAgent(v: unknown, images: BundleImage[]): void {
   const a = isObj(v) ? v : bad('agent must be an object');
-  if (typeof a.version !== 'string' || !AGENT_VERSION_RE.test(a.version)) bad('agent.version must be 1 to 64 letters, digits and . + - (a semver version)');
+  if (!isAgentVersion(a.version)) bad(`agent.version must be ${AGENT_VERSION_RULE}`);
   if (a.repository !== AGENT_REPOSITORY) bad(`agent.repository must be ${AGENT_REPOSITORY}`);
   const d = digest(a.digest, 'agent.digest');
   if (!images.some((im) => im.repository === AGENT_REPOSITORY && im.tag === a.version && im.digest === d)) {
