@@ -194,7 +194,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   if (opts.agentVersion !== undefined) checkAgentVersion(opts.agentVersion, '--agent-version');
   const whereOf = new Map(lines.map((l) => [l.spec, l.where]));
   // before anything is fetched: hours of downloads must not end in EACCES
-  await checkOutput(output);
+  await checkOutput(opts.output && output);
   if (!opts.release && specs.length === 0 && opts.agentImage === undefined) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');

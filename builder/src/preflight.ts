@@ -1,7 +1,17 @@
 import { open, rm, stat } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
 import { dirname } from 'node:path';
 import { OciError, filesystemFree, makeDirs } from '@offline-bundle/oci';
 import { formatBytes } from '@offline-bundle/status';
+
+/** What a non-regular, non-directory file is, in words. */
+export function notAFile(st: Stats): string {
+  if (st.isBlockDevice()) return 'a block device';
+  if (st.isCharacterDevice()) return 'a character device';
+  if (st.isFIFO()) return 'a FIFO (named pipe)';
+  if (st.isSocket()) return 'a socket';
+  return 'something other than a file';
+}
 
 /**
  * Checked before anything is fetched: `-o` names a file (not a directory) in a directory this
@@ -9,10 +19,14 @@ import { formatBytes } from '@offline-bundle/status';
  * (permissions, read-only mounts, ACLs, full inode tables).
  */
 export async function checkOutput(output: string): Promise<void> {
+  if (output === '') throw new OciError('INVALID_CONFIG', "-o is empty: give the bundle's file name, e.g. -o NAME.bundle");
   const st = await stat(output).catch(() => undefined);
   if (st?.isDirectory()) {
     throw new OciError('INVALID_CONFIG', `-o ${output} is a directory: give the bundle's file name, e.g. -o ${output.replace(/\/+$/, '')}/NAME.bundle`);
   }
+  // the rename would replace a device node, FIFO or socket with a file (-o /dev/sdb), --force or not
+  const kind = st && !st.isFile() ? notAFile(st) : undefined;
+  if (kind) throw new OciError('INVALID_CONFIG', `-o ${output} is ${kind}, not a file: write the bundle to a file on the stick's filesystem`);
   const dir = dirname(output);
   const probe = `${output}.${process.pid}.tmp`;
   try {
