@@ -10,7 +10,7 @@ import {
 import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
-import { checkOutput, checkSpace } from './preflight.js';
+import { checkOutput, checkReleaseOptions, checkSpace } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
@@ -183,6 +183,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const progress = opts.progress ?? new Progress({ quiet: true });
   const key = await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
+  checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom });
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: `--image #${i + 1}` })),

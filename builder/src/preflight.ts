@@ -2,6 +2,7 @@ import { open, rm, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { dirname } from 'node:path';
 import { OciError, filesystemFree, makeDirs } from '@offline-bundle/oci';
+import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
 
 /** What a non-regular, non-directory file is, in words. */
@@ -60,4 +61,19 @@ export async function checkSpace(output: string, bundleBytes: number, cacheDir: 
   if (!shared && cache.free < downloadBytes) {
     throw new OciError('NO_SPACE', `not enough space in the blob cache ${cacheDir} for ${formatBytes(downloadBytes)} of downloads: it has ${formatBytes(cache.free)} free, ${formatBytes(downloadBytes - cache.free)} missing; run "bundle cache prune" or pass --cache DIR on a disk with room`);
   }
+}
+
+/**
+ * The release fields given on the command line, held to bundle.json's own rules (the writer
+ * checks them again) before anything is fetched: "--version 1.0/evil" must not cost the downloads.
+ */
+export function checkReleaseOptions(o: { version?: string | undefined; name?: string | undefined; arch: string; upgradeFrom?: string[] | undefined }): void {
+  const option: Record<string, [string, string | undefined, string]> = {
+    'release.version': ['--version', o.version, 'release version'], 'release.name': ['--name', o.name, 'release name'], 'release.arch': ['--arch', o.arch, 'architecture'] };
+  checkReleaseFields({ version: o.version, name: o.name, arch: o.arch, upgradeFrom: o.upgradeFrom }, (field, rule) => {
+    const item = /^release\.upgradeFrom\[(\d+)\]$/.exec(field);
+    const [flag, value, what] = item ? ['--upgrade-from', o.upgradeFrom?.[Number(item[1])], 'version'] : option[field] ?? [field, undefined, field];
+    // the main error line escapes what JSON leaves (DEL, C1 controls)
+    throw new OciError('INVALID_CONFIG', `${flag} ${JSON.stringify(value ?? '')} is not a valid ${what}: it ${rule}`);
+  });
 }
