@@ -201,11 +201,11 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
-  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()));
+  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()), opts.signal);
   const client = new RegistryClient({
     auth: AuthStore.fromOptions(opts.authfile, opts.creds !== undefined ? { creds: opts.creds } : {}),
     connection: connectionOptions(process.env, opts.certDir),
-    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
+    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`), signal: opts.signal });
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,
@@ -241,10 +241,10 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
       }
       const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
-        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)));
+        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), opts.signal);
       resolved.push(...payloadImages);
     }
-    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s))));
+    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s)), opts.signal));
     let agent: BundleAgent | undefined;
     if (opts.agentImage !== undefined) {
       // one platform, the bundle's: the node runs it

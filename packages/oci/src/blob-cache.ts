@@ -44,7 +44,8 @@ export class BlobCache {
    */
   private readonly inflight = new Map<string, Promise<string>>();
 
-  constructor(readonly dir: string) {}
+  /** `signal` (Ctrl-C) stops downloads in flight and their retries; what arrived stays in .partial for the next run. */
+  constructor(readonly dir: string, private readonly signal?: AbortSignal) {}
 
   private once(digest: string, work: () => Promise<string>): Promise<string> {
     const running = this.inflight.get(digest);
@@ -193,7 +194,7 @@ export class BlobCache {
             measure.push(chunk).then(() => cb(null, chunk), cb);
           },
         });
-        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }));
+        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
       }
       if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
       const actual = 'sha256:' + hash.digest('hex');
@@ -206,6 +207,7 @@ export class BlobCache {
       return final;
     }, {
       attempts: opts.attempts ?? 5,
+      signal: this.signal,
       // A short read or a dropped connection resumes; a wrong digest or refusal does not.
       retryable: (err) => {
         if (!(err instanceof OciError)) return !isFull(err);
