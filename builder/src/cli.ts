@@ -27,7 +27,8 @@ const boolArg = (value: string) => {
   return value === 'true';
 };
 // 128 + the signal's number, as a shell reports a process the signal ended
-const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
+// SIGHUP (the ssh session went away) stops the build as SIGTERM does: the temp file goes
+const SIGNAL_EXIT = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 } as const;
 const levelArg = (value: string) => {
   const n = Number(value);
   // the help promises 1-19; zstd would otherwise clamp other numbers silently
@@ -158,7 +159,7 @@ Registry access (as podman and skopeo):
                ~/.dockercfg; credHelpers/credsStore run docker-credential-NAME from PATH
   podman store export first: podman save --format oci-archive -o app.tar IMAGE, then --image oci-archive:app.tar
 
-Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130/143 interrupted (SIGINT/SIGTERM).`)
+Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM).`)
     .action(async (o) => {
       const progress = new Progress({ quiet: o.quiet });
       const passphrase = await readPassphrase(o.passphraseFile);
@@ -166,6 +167,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
+      process.once('SIGHUP', stop);
       // a directory is left to the write's own check, which names that problem
       if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);

@@ -1,6 +1,6 @@
-import { open, rm, stat } from 'node:fs/promises';
+import { open, readdir, rm, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
-import { dirname } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { OciError, filesystemFree, makeDirs } from '@offline-bundle/oci';
 import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
@@ -12,6 +12,31 @@ export function notAFile(st: Stats): string {
   if (st.isFIFO()) return 'a FIFO (named pipe)';
   if (st.isSocket()) return 'a socket';
   return 'something other than a file';
+}
+
+/**
+ * `NAME.bundle.PID.tmp` (and `NAME.bundle.sha256.PID.tmp`) of a run that was killed (SIGKILL,
+ * power cut) hold space the space check counts as taken: removed when that process is gone.
+ */
+async function removeStaleTemps(output: string): Promise<void> {
+  const base = basename(output);
+  const names = await readdir(dirname(output)).catch(() => [] as string[]);
+  for (const name of names) {
+    if (!name.startsWith(`${base}.`) || !name.endsWith('.tmp')) continue;
+    const m = /^(?:sha256\.)?(\d+)\.tmp$/.exec(name.slice(base.length + 1));
+    if (!m || Number(m[1]) === process.pid || pidAlive(Number(m[1]))) continue;
+    await rm(join(dirname(output), name), { force: true }).catch(() => undefined);
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: alive, someone else's
+    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
 }
 
 /**
@@ -29,6 +54,7 @@ export async function checkOutput(output: string): Promise<void> {
   const kind = st && !st.isFile() ? notAFile(st) : undefined;
   if (kind) throw new OciError('INVALID_CONFIG', `-o ${output} is ${kind}, not a file: write the bundle to a file on the stick's filesystem`);
   const dir = dirname(output);
+  await removeStaleTemps(output);
   const probe = `${output}.${process.pid}.tmp`;
   try {
     await makeDirs(dir);
@@ -56,7 +82,12 @@ export async function checkSpace(output: string, bundleBytes: number, cacheDir: 
   const needOut = bundleBytes + (shared ? downloadBytes : 0);
   if (out.free < needOut) {
     const what = shared && downloadBytes > 0 ? `the bundle (about ${formatBytes(bundleBytes)}) and the downloads to the cache ${cacheDir} (${formatBytes(downloadBytes)})` : `the bundle (about ${formatBytes(bundleBytes)})`;
-    throw new OciError('NO_SPACE', `not enough space in ${dirname(output)} for ${what}: it has ${formatBytes(out.free)} free, ${formatBytes(needOut - out.free)} missing; free space there or write to a larger disk (-o${shared && downloadBytes > 0 ? ', --cache' : ''})`);
+    // --force replaces the old bundle only once the new one is complete: both must fit until then
+    const old = await stat(output).catch(() => undefined);
+    const replacing = old?.isFile() && out.free + old.size >= needOut
+      ? `; the existing ${output} (${formatBytes(old.size)}) is replaced only at the end, once the new bundle is complete, so remove it first`
+      : '';
+    throw new OciError('NO_SPACE', `not enough space in ${dirname(output)} for ${what}: it has ${formatBytes(out.free)} free, ${formatBytes(needOut - out.free)} missing${replacing}; free space there or write to a larger disk (-o${shared && downloadBytes > 0 ? ', --cache' : ''})`);
   }
   if (!shared && cache.free < downloadBytes) {
     throw new OciError('NO_SPACE', `not enough space in the blob cache ${cacheDir} for ${formatBytes(downloadBytes)} of downloads: it has ${formatBytes(cache.free)} free, ${formatBytes(downloadBytes - cache.free)} missing; run "bundle cache prune" or pass --cache DIR on a disk with room`);
