@@ -10,7 +10,7 @@ import {
 import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
-import { checkOutput, checkReleaseOptions, checkSpace } from './preflight.js';
+import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
@@ -196,6 +196,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const whereOf = new Map(lines.map((l) => [l.spec, l.where]));
   // before anything is fetched: hours of downloads must not end in EACCES
   await checkOutput(opts.output && output);
+  await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));
   if (!opts.release && specs.length === 0 && opts.agentImage === undefined) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');

@@ -1,7 +1,7 @@
 import { open, readdir, rm, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { OciError, filesystemFree, makeDirs } from '@offline-bundle/oci';
+import { OciError, errnoReason, filesystemFree, makeDirs } from '@offline-bundle/oci';
 import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
 
@@ -107,4 +107,25 @@ export function checkReleaseOptions(o: { version?: string | undefined; name?: st
     // the main error line escapes what JSON leaves (DEL, C1 controls)
     throw new OciError('INVALID_CONFIG', `${flag} ${JSON.stringify(value ?? '')} is not a valid ${what}: it ${rule}`);
   });
+}
+
+/**
+ * The blob cache is a directory this process can create files in, checked before anything is
+ * fetched (the default one under $HOME too: an unwritable HOME must not end in a raw EACCES).
+ */
+export async function checkCacheDir(dir: string, isDefault: boolean): Promise<void> {
+  const how = isDefault ? 'pass --cache DIR (or set XDG_CACHE_HOME) to a writable directory' : 'pass --cache a writable directory';
+  const st = await stat(dir).catch(() => undefined);
+  if (st && !st.isDirectory()) throw new OciError('INVALID_CONFIG', `the blob cache ${dir} is not a directory: ${how}`);
+  const probe = join(dir, `.probe.${process.pid}.tmp`);
+  try {
+    await makeDirs(dir);
+    await (await open(probe, 'wx')).close();
+    await rm(probe, { force: true });
+  } catch (err) {
+    if (err instanceof OciError) throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOSPC' || code === 'EDQUOT') throw new OciError('NO_SPACE', `the blob cache ${dir} is on a full disk: free space there or ${how}`, { cause: err });
+    throw new OciError('NOT_WRITABLE', `cannot use ${dir} as the blob cache (${errnoReason(code)}): ${how}`, { cause: err });
+  }
 }

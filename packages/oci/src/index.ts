@@ -1,5 +1,5 @@
 export { OciError } from './errors.js';
-export { BaseError, firstLine, ignoreBrokenPipe, runCli, usageExitCode } from './base-error.js';
+export { BaseError, describeSystemError, errnoReason, firstLine, ignoreBrokenPipe, runCli, usageExitCode } from './base-error.js';
 export { writeFileAtomic } from './atomic-file.js';
 export { escapeControls, textTable } from './safe-text.js';
 export { assertRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
