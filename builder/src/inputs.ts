@@ -1,4 +1,4 @@
-import { OciError, type OciErrorCode, formatReference, parseReference, parseSourceSpec, readSmallFile, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, PIPE_READ_TIMEOUT_MS, type OciErrorCode, formatReference, parseReference, parseSourceSpec, readSmallFile, type SourceSpec } from '@offline-bundle/oci';
 
 /** Largest --images-file read: 1 MiB is some ten thousand references. */
 export const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
@@ -13,12 +13,13 @@ export interface SourceLine {
 export async function readImagesFile(path: string): Promise<SourceLine[]> {
   let text: string;
   try {
-    text = (await readSmallFile(path, MAX_IMAGES_FILE_BYTES)).bytes.toString('utf8');
+    // "-" is stdin; a pipe (<(cmd), stdin fed by one) is read as it comes, bounded in size and time
+    text = (await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS } })).bytes.toString('utf8');
   } catch (cause) {
     throw new OciError('INVALID_CONFIG', `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
   }
   return text.split('\n')
-    .map((l, i) => ({ spec: l.replace(/#.*$/, '').trim(), where: `${path}:${i + 1}` }))
+    .map((l, i) => ({ spec: l.replace(/#.*$/, '').trim(), where: `${path === '-' ? 'stdin' : path}:${i + 1}` }))
     .filter((l) => l.spec);
 }
 

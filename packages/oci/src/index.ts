@@ -2,7 +2,7 @@ export { OciError } from './errors.js';
 export { BaseError, describeSystemError, errnoReason, firstLine, ignoreBrokenPipe, runCli, usageExitCode } from './base-error.js';
 export { writeFileAtomic } from './atomic-file.js';
 export { escapeControls, textTable } from './safe-text.js';
-export { assertRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
+export { PIPE_READ_TIMEOUT_MS, assertRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
 export { makeDirs } from './make-dirs.js';
 export { filesystemFree } from './free-space.js';
 export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';
