@@ -21,10 +21,16 @@ const positiveInt = (value: string) => {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
   return n;
 };
-// a flag as skopeo's: bare (true), =true or =false; a bare one never takes the next option as its value
+// a flag as skopeo's: bare (true) or =VALUE with the values of Go's strconv.ParseBool; a bare
+// one never takes the next option as its value
+const BOOL_VALUES: Record<string, boolean> = {
+  1: true, t: true, T: true, TRUE: true, true: true, True: true,
+  0: false, f: false, F: false, FALSE: false, false: false, False: false,
+};
 const boolArg = (value: string) => {
-  if (value !== 'true' && value !== 'false') throw new InvalidArgumentError('must be true or false (write --tls-verify=false)');
-  return value === 'true';
+  const v = Object.hasOwn(BOOL_VALUES, value) ? BOOL_VALUES[value] : undefined;
+  if (v === undefined) throw new InvalidArgumentError('must be true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False, as skopeo; write --tls-verify=false)');
+  return v;
 };
 // 128 + the signal's number, as a shell reports a process the signal ended
 // SIGHUP (the ssh session went away) stops the build as SIGTERM does: the temp file goes

@@ -189,11 +189,12 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: `--image #${i + 1}` })),
     ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : []),
   ];
-  const specs = checkSources(lines);
+  const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
   if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);
   else if (opts.agentVersion !== undefined) throw new OciError('INVALID_CONFIG', '--agent-version goes with --agent-image');
   if (opts.agentVersion !== undefined) checkAgentVersion(opts.agentVersion, '--agent-version');
-  const whereOf = new Map(lines.map((l) => [l.spec, l.where]));
+  // the first line of a repeated source is the one kept, and named
+  const whereOf = new Map(lines.map((l) => [l.spec, l.where]).reverse() as [string, string][]);
   // before anything is fetched: hours of downloads must not end in EACCES
   await checkOutput(opts.output && output);
   await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));

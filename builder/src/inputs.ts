@@ -37,13 +37,14 @@ function sourceKey(s: SourceSpec): string {
 /**
  * Checks every source before anything is fetched and reports every problem in one error: each
  * line that does not parse, and each target name that two different sources would both take
- * (one would silently replace the other). Returns the specs, each once.
+ * (one would silently replace the other). Returns the specs, each once; a source given again
+ * ("FILE:5 repeats FILE:2") goes to `onRepeat`.
  */
-export function checkSources(lines: SourceLine[]): string[] {
+export function checkSources(lines: SourceLine[], onRepeat?: (message: string) => void): string[] {
   const problems: string[] = [];
   const codes = new Set<string>();
   const byName = new Map<string, { key: string; where: string }>();
-  const keys = new Set<string>();
+  const keys = new Map<string, string>();
   const specs: string[] = [];
   for (const l of lines) {
     let spec: SourceSpec;
@@ -66,8 +67,13 @@ export function checkSources(lines: SourceLine[]): string[] {
       }
       byName.set(name, { key, where: l.where });
     }
-    if (keys.has(key)) continue;
-    keys.add(key);
+    const first = keys.get(key);
+    // harmless (kept once), but likely a slip in a long list: both lines named
+    if (first !== undefined) {
+      onRepeat?.(`${l.where} repeats ${first} (${l.spec}): kept once`);
+      continue;
+    }
+    keys.set(key, l.where);
     specs.push(l.spec);
   }
   if (problems.length) {
