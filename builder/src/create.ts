@@ -3,7 +3,7 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
-  AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
+  AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
@@ -220,6 +220,8 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     opened.push(s);
     return s;
   };
+  // shared with other creates; "bundle cache prune" waits for none of them, it refuses (BUSY)
+  const unlockCache = await lockCache(cache.dir, 'shared');
   try {
     let version = opts.version;
     let releaseInfo: { image: string; digest: string; upgradeFrom: string[] } | undefined;
@@ -335,6 +337,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   } finally {
     await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
     await client.close();
+    await unlockCache();
   }
 }
 

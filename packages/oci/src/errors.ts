@@ -22,6 +22,7 @@ export type OciErrorCode =
   | 'INVALID_ARCHIVE'
   | 'NOT_A_REGULAR_FILE'   // a FIFO, device, directory or socket where a file was expected
   | 'FILE_TOO_LARGE'       // a key, config or list over its size limit
+  | 'BUSY'                 // the blob cache is in use by another run (cache prune while a create runs)
   | 'INPUT_TIMEOUT'        // a pipe given as a file (--passphrase-file <(cmd)) gave no end in time
   | 'CANNOT_CREATE_DIR'    // a directory cannot be made where asked (e.g. on /proc)
   | 'NO_SPACE'             // the filesystem written to (the blob cache, the output) is full or too small

@@ -23,7 +23,7 @@ export { DockerArchiveSource } from './docker-archive-source.js';
 export { DockerSource } from './docker-source.js';
 export { DirSource } from './dir-source.js';
 export { parseSourceSpec, openSource } from './transport.js';
-export { BlobCache, cacheInfo, pruneCache } from './blob-cache.js';
+export { BlobCache, cacheInfo, lockCache, pruneCache } from './blob-cache.js';
 export { UnpackedCounter, MAX_UNPACK_RATIO } from './unpacked-size.js';
 export { mirrorPath } from './mirror-path.js';
 export { readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
