@@ -3,6 +3,7 @@
 // "wrong passphrase" or an unencrypted key.
 import t from 'tap';
 import { writeFile } from 'node:fs/promises';
+import { execFileSync, spawn } from 'node:child_process';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
@@ -64,4 +65,18 @@ t.test('an empty passphrase file: "is empty", for create and keygen', async (t) 
   const blank = await viaBash(`keygen --out ${q(path.join(work, 'kg2'))} --passphrase-file <(printf '')`);
   t.equal(blank.code, 1, 'an empty <(cmd) ends at once');
   t.match(blank.stderr, /is empty/);
+});
+
+t.test('a FIFO whose writer never ends: refused after the time bound, not a hang', async (t) => {
+  const fifo = path.join(work, 'never.fifo');
+  execFileSync('mkfifo', [fifo]);
+  // a writer that holds the FIFO open and writes nothing
+  const writer = spawn('sh', ['-c', `exec sleep 60 > ${q(fifo)}`], { stdio: 'ignore' });
+  t.teardown(() => { writer.kill('SIGKILL'); });
+  const started = Date.now();
+  const r = await bundle(['create', '--version', '1.0', '--image', image, '--key', key, '--cache', cache, '-o', path.join(work, 'never.bundle'), '--passphrase-file', fifo]);
+  t.equal(r.code, 1);
+  t.equal(errorCode(r.stderr), 'KEY_ERROR');
+  t.match(r.stderr, /is a pipe that gave no end within 10 s/);
+  t.ok(Date.now() - started < 25_000, `bounded (${Date.now() - started} ms)`);
 });
