@@ -1,8 +1,9 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
-import { cacheInfo, pruneCache } from '@offline-bundle/oci';
+import { cacheInfo, lockCache, pruneCache } from '@offline-bundle/oci';
 import { formatBytes } from '@offline-bundle/status';
 import { resolve } from 'node:path';
+import { stat } from 'node:fs/promises';
 import { defaultCacheDir } from './create.js';
 
 const days = (value: string) => {
@@ -33,7 +34,10 @@ export function addCacheCommands(program: Command): void {
     .option('--json', 'print as JSON')
     .action(async (o: { cache: string; olderThan?: number; json?: boolean }) => {
       const dir = resolve(o.cache);
-      const r = await pruneCache(dir, o.olderThan !== undefined ? { olderThanDays: o.olderThan } : {});
+      // never under a running create (it holds the cache shared): BUSY instead
+      // (a cache that is not there is not made by pruning it)
+      const unlock = (await stat(dir).catch(() => undefined))?.isDirectory() ? await lockCache(dir, 'exclusive') : async () => undefined;
+      const r = await pruneCache(dir, o.olderThan !== undefined ? { olderThanDays: o.olderThan } : {}).finally(unlock);
       if (o.json) process.stdout.write(JSON.stringify({ dir, removed: r.files, bytes: r.bytes }) + '\n');
       else process.stdout.write(`${dir}: removed ${r.files} file${r.files === 1 ? '' : 's'}, ${formatBytes(r.bytes)}\n`);
     });

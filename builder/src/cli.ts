@@ -22,13 +22,20 @@ const positiveInt = (value: string) => {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
   return n;
 };
-// a flag as skopeo's: bare (true), =true or =false; a bare one never takes the next option as its value
+// a flag as skopeo's: bare (true) or =VALUE with the values of Go's strconv.ParseBool; a bare
+// one never takes the next option as its value
+const BOOL_VALUES: Record<string, boolean> = {
+  1: true, t: true, T: true, TRUE: true, true: true, True: true,
+  0: false, f: false, F: false, FALSE: false, false: false, False: false,
+};
 const boolArg = (value: string) => {
-  if (value !== 'true' && value !== 'false') throw new InvalidArgumentError('must be true or false (write --tls-verify=false)');
-  return value === 'true';
+  const v = Object.hasOwn(BOOL_VALUES, value) ? BOOL_VALUES[value] : undefined;
+  if (v === undefined) throw new InvalidArgumentError('must be true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False, as skopeo; write --tls-verify=false)');
+  return v;
 };
 // 128 + the signal's number, as a shell reports a process the signal ended
-const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
+// SIGHUP (the ssh session went away) stops the build as SIGTERM does: the temp file goes
+const SIGNAL_EXIT = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 } as const;
 const levelArg = (value: string) => {
   const n = Number(value);
   // the help promises 1-19; zstd would otherwise clamp other numbers silently
@@ -159,7 +166,7 @@ Registry access (as podman and skopeo):
                ~/.dockercfg; credHelpers/credsStore run docker-credential-NAME from PATH
   podman store export first: podman save --format oci-archive -o app.tar IMAGE, then --image oci-archive:app.tar
 
-Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130/143 interrupted (SIGINT/SIGTERM).`)
+Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM).`)
     .action(async (o) => {
       const progress = new Progress({ quiet: o.quiet });
       const passphrase = await readPassphrase(o.passphraseFile);
@@ -167,6 +174,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 130
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
+      process.once('SIGHUP', stop);
       // a directory is left to the write's own check, which names that problem
       if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);

@@ -3,14 +3,14 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
-  AuthStore, BlobCache, OciError, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
+  AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
 import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
-import { checkOutput, checkSpace } from './preflight.js';
+import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
@@ -183,28 +183,31 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const progress = opts.progress ?? new Progress({ quiet: true });
   const key = await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
+  checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom });
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: `--image #${i + 1}` })),
     ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : []),
   ];
-  const specs = checkSources(lines);
+  const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
   if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);
   else if (opts.agentVersion !== undefined) throw new OciError('INVALID_CONFIG', '--agent-version goes with --agent-image');
   if (opts.agentVersion !== undefined) checkAgentVersion(opts.agentVersion, '--agent-version');
-  const whereOf = new Map(lines.map((l) => [l.spec, l.where]));
+  // the first line of a repeated source is the one kept, and named
+  const whereOf = new Map(lines.map((l) => [l.spec, l.where]).reverse() as [string, string][]);
   // before anything is fetched: hours of downloads must not end in EACCES
-  await checkOutput(output);
+  await checkOutput(opts.output && output);
+  await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));
   if (!opts.release && specs.length === 0 && opts.agentImage === undefined) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
-  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()));
+  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()), opts.signal);
   const client = new RegistryClient({
     auth: AuthStore.fromOptions(opts.authfile, opts.creds !== undefined ? { creds: opts.creds } : {}),
     connection: connectionOptions(process.env, opts.certDir),
-    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`) });
+    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`), signal: opts.signal });
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,
@@ -217,6 +220,8 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     opened.push(s);
     return s;
   };
+  // shared with other creates; "bundle cache prune" waits for none of them, it refuses (BUSY)
+  const unlockCache = await lockCache(cache.dir, 'shared');
   try {
     let version = opts.version;
     let releaseInfo: { image: string; digest: string; upgradeFrom: string[] } | undefined;
@@ -240,10 +245,10 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
       }
       const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
-        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)));
+        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), opts.signal);
       resolved.push(...payloadImages);
     }
-    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s))));
+    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s)), opts.signal));
     let agent: BundleAgent | undefined;
     if (opts.agentImage !== undefined) {
       // one platform, the bundle's: the node runs it
@@ -333,6 +338,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   } finally {
     await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
     await client.close();
+    await unlockCache();
   }
 }
 

@@ -1,4 +1,4 @@
-import { OciError, type OciErrorCode, formatReference, parseReference, parseSourceSpec, readSmallFile, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, PIPE_READ_TIMEOUT_MS, type OciErrorCode, formatReference, parseReference, parseSourceSpec, readSmallFile, type SourceSpec } from '@offline-bundle/oci';
 
 /** Largest --images-file read: 1 MiB is some ten thousand references. */
 export const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
@@ -13,12 +13,13 @@ export interface SourceLine {
 export async function readImagesFile(path: string): Promise<SourceLine[]> {
   let text: string;
   try {
-    text = (await readSmallFile(path, MAX_IMAGES_FILE_BYTES)).bytes.toString('utf8');
+    // "-" is stdin; a pipe (<(cmd), stdin fed by one) is read as it comes, bounded in size and time
+    text = (await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS } })).bytes.toString('utf8');
   } catch (cause) {
     throw new OciError('INVALID_CONFIG', `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
   }
   return text.split('\n')
-    .map((l, i) => ({ spec: l.replace(/#.*$/, '').trim(), where: `${path}:${i + 1}` }))
+    .map((l, i) => ({ spec: l.replace(/#.*$/, '').trim(), where: `${path === '-' ? 'stdin' : path}:${i + 1}` }))
     .filter((l) => l.spec);
 }
 
@@ -36,13 +37,14 @@ function sourceKey(s: SourceSpec): string {
 /**
  * Checks every source before anything is fetched and reports every problem in one error: each
  * line that does not parse, and each target name that two different sources would both take
- * (one would silently replace the other). Returns the specs, each once.
+ * (one would silently replace the other). Returns the specs, each once; a source given again
+ * ("FILE:5 repeats FILE:2") goes to `onRepeat`.
  */
-export function checkSources(lines: SourceLine[]): string[] {
+export function checkSources(lines: SourceLine[], onRepeat?: (message: string) => void): string[] {
   const problems: string[] = [];
   const codes = new Set<string>();
   const byName = new Map<string, { key: string; where: string }>();
-  const keys = new Set<string>();
+  const keys = new Map<string, string>();
   const specs: string[] = [];
   for (const l of lines) {
     let spec: SourceSpec;
@@ -65,8 +67,13 @@ export function checkSources(lines: SourceLine[]): string[] {
       }
       byName.set(name, { key, where: l.where });
     }
-    if (keys.has(key)) continue;
-    keys.add(key);
+    const first = keys.get(key);
+    // harmless (kept once), but likely a slip in a long list: both lines named
+    if (first !== undefined) {
+      onRepeat?.(`${l.where} repeats ${first} (${l.spec}): kept once`);
+      continue;
+    }
+    keys.set(key, l.where);
     specs.push(l.spec);
   }
   if (problems.length) {

@@ -1,7 +1,43 @@
-import { open, rm, stat } from 'node:fs/promises';
-import { dirname } from 'node:path';
-import { OciError, filesystemFree, makeDirs } from '@offline-bundle/oci';
+import { open, readdir, rm, stat } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { OciError, errnoReason, filesystemFree, makeDirs } from '@offline-bundle/oci';
+import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
+
+/** What a non-regular, non-directory file is, in words. */
+export function notAFile(st: Stats): string {
+  if (st.isBlockDevice()) return 'a block device';
+  if (st.isCharacterDevice()) return 'a character device';
+  if (st.isFIFO()) return 'a FIFO (named pipe)';
+  if (st.isSocket()) return 'a socket';
+  return 'something other than a file';
+}
+
+/**
+ * `NAME.bundle.PID.tmp` (and `NAME.bundle.sha256.PID.tmp`) of a run that was killed (SIGKILL,
+ * power cut) hold space the space check counts as taken: removed when that process is gone.
+ */
+async function removeStaleTemps(output: string): Promise<void> {
+  const base = basename(output);
+  const names = await readdir(dirname(output)).catch(() => [] as string[]);
+  for (const name of names) {
+    if (!name.startsWith(`${base}.`) || !name.endsWith('.tmp')) continue;
+    const m = /^(?:sha256\.)?(\d+)\.tmp$/.exec(name.slice(base.length + 1));
+    if (!m || Number(m[1]) === process.pid || pidAlive(Number(m[1]))) continue;
+    await rm(join(dirname(output), name), { force: true }).catch(() => undefined);
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: alive, someone else's
+    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
+}
 
 /**
  * Checked before anything is fetched: `-o` names a file (not a directory) in a directory this
@@ -9,11 +45,16 @@ import { formatBytes } from '@offline-bundle/status';
  * (permissions, read-only mounts, ACLs, full inode tables).
  */
 export async function checkOutput(output: string): Promise<void> {
+  if (output === '') throw new OciError('INVALID_CONFIG', "-o is empty: give the bundle's file name, e.g. -o NAME.bundle");
   const st = await stat(output).catch(() => undefined);
   if (st?.isDirectory()) {
     throw new OciError('INVALID_CONFIG', `-o ${output} is a directory: give the bundle's file name, e.g. -o ${output.replace(/\/+$/, '')}/NAME.bundle`);
   }
+  // the rename would replace a device node, FIFO or socket with a file (-o /dev/sdb), --force or not
+  const kind = st && !st.isFile() ? notAFile(st) : undefined;
+  if (kind) throw new OciError('INVALID_CONFIG', `-o ${output} is ${kind}, not a file: write the bundle to a file on the stick's filesystem`);
   const dir = dirname(output);
+  await removeStaleTemps(output);
   const probe = `${output}.${process.pid}.tmp`;
   try {
     await makeDirs(dir);
@@ -41,9 +82,50 @@ export async function checkSpace(output: string, bundleBytes: number, cacheDir: 
   const needOut = bundleBytes + (shared ? downloadBytes : 0);
   if (out.free < needOut) {
     const what = shared && downloadBytes > 0 ? `the bundle (about ${formatBytes(bundleBytes)}) and the downloads to the cache ${cacheDir} (${formatBytes(downloadBytes)})` : `the bundle (about ${formatBytes(bundleBytes)})`;
-    throw new OciError('NO_SPACE', `not enough space in ${dirname(output)} for ${what}: it has ${formatBytes(out.free)} free, ${formatBytes(needOut - out.free)} missing; free space there or write to a larger disk (-o${shared && downloadBytes > 0 ? ', --cache' : ''})`);
+    // --force replaces the old bundle only once the new one is complete: both must fit until then
+    const old = await stat(output).catch(() => undefined);
+    const replacing = old?.isFile() && out.free + old.size >= needOut
+      ? `; the existing ${output} (${formatBytes(old.size)}) is replaced only at the end, once the new bundle is complete, so remove it first`
+      : '';
+    throw new OciError('NO_SPACE', `not enough space in ${dirname(output)} for ${what}: it has ${formatBytes(out.free)} free, ${formatBytes(needOut - out.free)} missing${replacing}; free space there or write to a larger disk (-o${shared && downloadBytes > 0 ? ', --cache' : ''})`);
   }
   if (!shared && cache.free < downloadBytes) {
     throw new OciError('NO_SPACE', `not enough space in the blob cache ${cacheDir} for ${formatBytes(downloadBytes)} of downloads: it has ${formatBytes(cache.free)} free, ${formatBytes(downloadBytes - cache.free)} missing; run "bundle cache prune" or pass --cache DIR on a disk with room`);
+  }
+}
+
+/**
+ * The release fields given on the command line, held to bundle.json's own rules (the writer
+ * checks them again) before anything is fetched: "--version 1.0/evil" must not cost the downloads.
+ */
+export function checkReleaseOptions(o: { version?: string | undefined; name?: string | undefined; arch: string; upgradeFrom?: string[] | undefined }): void {
+  const option: Record<string, [string, string | undefined, string]> = {
+    'release.version': ['--version', o.version, 'release version'], 'release.name': ['--name', o.name, 'release name'], 'release.arch': ['--arch', o.arch, 'architecture'] };
+  checkReleaseFields({ version: o.version, name: o.name, arch: o.arch, upgradeFrom: o.upgradeFrom }, (field, rule) => {
+    const item = /^release\.upgradeFrom\[(\d+)\]$/.exec(field);
+    const [flag, value, what] = item ? ['--upgrade-from', o.upgradeFrom?.[Number(item[1])], 'version'] : option[field] ?? [field, undefined, field];
+    // the main error line escapes what JSON leaves (DEL, C1 controls)
+    throw new OciError('INVALID_CONFIG', `${flag} ${JSON.stringify(value ?? '')} is not a valid ${what}: it ${rule}`);
+  });
+}
+
+/**
+ * The blob cache is a directory this process can create files in, checked before anything is
+ * fetched (the default one under $HOME too: an unwritable HOME must not end in a raw EACCES).
+ */
+export async function checkCacheDir(dir: string, isDefault: boolean): Promise<void> {
+  const how = isDefault ? 'pass --cache DIR (or set XDG_CACHE_HOME) to a writable directory' : 'pass --cache a writable directory';
+  const st = await stat(dir).catch(() => undefined);
+  if (st && !st.isDirectory()) throw new OciError('INVALID_CONFIG', `the blob cache ${dir} is not a directory: ${how}`);
+  const probe = join(dir, `.probe.${process.pid}.tmp`);
+  try {
+    await makeDirs(dir);
+    await (await open(probe, 'wx')).close();
+    await rm(probe, { force: true });
+  } catch (err) {
+    if (err instanceof OciError) throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOSPC' || code === 'EDQUOT') throw new OciError('NO_SPACE', `the blob cache ${dir} is on a full disk: free space there or ${how}`, { cause: err });
+    throw new OciError('NOT_WRITABLE', `cannot use ${dir} as the blob cache (${errnoReason(code)}): ${how}`, { cause: err });
   }
 }

@@ -111,6 +111,22 @@ const digest = (v: unknown, where: string): string => (typeof v === 'string' && 
 const arr = (v: unknown, where: string, max = 1_000_000): unknown[] => (Array.isArray(v) && v.length <= max ? v : bad(`${where} must be a list`));
 
 /**
+ * The release fields a builder knows before it fetches anything (name, version, arch,
+ * upgradeFrom): the rules validateManifest holds bundle.json to, so `bundle create` can refuse
+ * them up front. Absent fields are skipped here (validateManifest requires them); `fail` gets
+ * the field (release.version, release.upgradeFrom[2]) and the rule it breaks.
+ */
+export function checkReleaseFields(r: { name?: unknown; version?: unknown; arch?: unknown; upgradeFrom?: unknown }, fail: (field: string, rule: string) => never): void {
+  const text = (v: unknown, field: string, max: number): string =>
+    typeof v === 'string' && v.length > 0 && v.length <= max ? v : fail(field, `must be a non-empty string${max < 1024 ? ` of at most ${max} characters` : ''}`);
+  if (r.name !== undefined) text(r.name, 'release.name', 1024);
+  // version and arch name directories on the node (<version>-<arch>): never a path
+  if (r.version !== undefined && !SAFE_NAME.test(text(r.version, 'release.version', 128))) fail('release.version', 'must be letters, digits and . _ + - (it names a directory)');
+  if (r.arch !== undefined && !SAFE_NAME.test(text(r.arch, 'release.arch', 32))) fail('release.arch', 'must be letters, digits and . _ + -');
+  if (Array.isArray(r.upgradeFrom)) r.upgradeFrom.forEach((v, i) => text(v, `release.upgradeFrom[${i}]`, 128));
+}
+
+/**
  * Checks the shape of bundle.json after its signature was checked: everything later code
  * relies on (digests, sizes, names) is validated here, once.
  */
@@ -126,13 +142,10 @@ export function validateManifest(doc: unknown): BundleManifest {
   }
   if (doc.mediaType !== mediaType) bad(`mediaType must be ${mediaType} for schemaVersion ${String(version)}`);
   const r = isObj(doc.release) ? doc.release : bad('release missing');
-  str(r.name, 'release.name');
-  // version and arch name directories on the node (<version>-<arch>): never a path
-  if (!SAFE_NAME.test(str(r.version, 'release.version', 128))) bad('release.version must be letters, digits and . _ + - (it names a directory)');
-  if (!SAFE_NAME.test(str(r.arch, 'release.arch', 32))) bad('release.arch must be letters, digits and . _ + -');
+  arr(r.upgradeFrom, 'release.upgradeFrom');
+  checkReleaseFields(r, (field, rule) => bad(`${field} ${rule}`));
   optStr(r.image, 'release.image');
   if (r.digest !== null) digest(r.digest, 'release.digest');
-  arr(r.upgradeFrom, 'release.upgradeFrom').forEach((v, i) => str(v, `release.upgradeFrom[${i}]`, 128));
   arr(doc.images, 'images').forEach((v, i) => {
     const im = isObj(v) ? v : bad(`images[${i}] must be an object`);
     str(im.repository, `images[${i}].repository`);

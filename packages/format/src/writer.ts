@@ -5,7 +5,7 @@ import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { KeyObject } from 'node:crypto';
 import tar from 'tar-stream';
-import { newSha256, sha256, writeFileAtomic } from '@offline-bundle/oci';
+import { newSha256, sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
@@ -257,9 +257,21 @@ export function writeFailure(path: string, err: unknown): FormatError {
  * before packing: format version 2 does not record the compressed size), then the layout's
  * frames, then the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
  */
+/** A small file written and synced (not renamed): the caller renames it into place. */
+async function writeSynced(file: string, text: string): Promise<void> {
+  const fh = await open(file, 'w', 0o644);
+  try {
+    await fh.writeFile(text);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
 export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
   const level = input.level ?? 3;
   const tmpOut = `${input.output}.${process.pid}.tmp`;
+  const sidecarTmp = `${input.output}.sha256.${process.pid}.tmp`;
   const blobs = [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
   // Checked before hours of packing, not after: readers refuse an image without its manifest.
   const packed = new Set(blobs.map((b) => b.digest));
@@ -313,14 +325,18 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await out.sync();
     await out.close();
     out = undefined;
-    await rename(tmpOut, input.output);
     const fileDigest = file.digest();
-    await writeFileAtomic(`${input.output}.sha256`, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
+    // the sidecar is on disk before the bundle moves into place and follows it at once: a
+    // failure to write it leaves no new bundle behind, and an old sidecar is replaced only with its bundle
+    await writeSynced(sidecarTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
+    await rename(tmpOut, input.output);
+    await rename(sidecarTmp, `${input.output}.sha256`);
     return { manifest, fileDigest, fileSize: file.size, frames: head.frames.length + layout.frames.length };
   } catch (err) {
     await file?.settle();
     await out?.close().catch(() => undefined);
     await rm(tmpOut, { force: true });
+    await rm(sidecarTmp, { force: true });
     // stopped: the caller's reason, not whichever stream noticed first
     if (input.signal?.aborted) throw input.signal.reason;
     // callers report a code; a missing cache file or a full disk must not surface as a bare errno

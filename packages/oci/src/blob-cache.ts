@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { readFile, readdir, rename, rm, stat, utimes } from 'node:fs/promises';
+import { readFile, readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { makeDirs } from './make-dirs.js';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -46,7 +46,8 @@ export class BlobCache {
   /** Blobs this process hashed against their digest as it stored them (not those merely found). */
   private readonly checked = new Set<string>();
 
-  constructor(readonly dir: string) {}
+  /** `signal` (Ctrl-C) stops downloads in flight and their retries; what arrived stays in .partial for the next run. */
+  constructor(readonly dir: string, private readonly signal?: AbortSignal) {}
 
   private once(digest: string, work: () => Promise<string>): Promise<string> {
     const running = this.inflight.get(digest);
@@ -162,10 +163,13 @@ export class BlobCache {
     }
     await makeDirs(join(this.dir, 'blobs', 'sha256'));
     const partial = `${final}.partial`;
+    // bytes counted up to this offset: a download that restarts lower (its .partial went) counts
+    // only what goes past it again, so progress never adds up to more than the blob
     let reported = 0;
-    const report = (n: number) => {
-      reported += n;
-      opts.onBytes?.(n);
+    const reach = (offset: number) => {
+      if (offset <= reported) return;
+      opts.onBytes?.(offset - reported);
+      reported = offset;
     };
     let counter: UnpackedCounter | undefined;
     await withRetry(async () => {
@@ -189,7 +193,7 @@ export class BlobCache {
         hash.destroy();
         return this.fetchNow(digest, size, open, opts);
       }
-      if (have > reported) report(have - reported);
+      reach(have);
       let written = have;
       if (have < size) {
         const src = await open(have);
@@ -199,12 +203,12 @@ export class BlobCache {
             written += chunk.length;
             if (written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
             hash.update(chunk);
-            report(chunk.length);
+            reach(written);
             if (!measure) return cb(null, chunk);
             measure.push(chunk).then(() => cb(null, chunk), cb);
           },
         });
-        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }));
+        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
       }
       if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
       const actual = 'sha256:' + hash.digest('hex');
@@ -218,6 +222,7 @@ export class BlobCache {
       return final;
     }, {
       attempts: opts.attempts ?? 5,
+      signal: this.signal,
       // A short read or a dropped connection resumes; a wrong digest or refusal does not.
       retryable: (err) => {
         if (!(err instanceof OciError)) return !isFull(err);
@@ -278,4 +283,52 @@ export async function pruneCache(dir: string, opts: { olderThanDays?: number; no
     bytes += f.size;
   }
   return { files, bytes };
+}
+
+const LOCKS = 'locks';
+const LOCK_NAME = /^(create|prune)\.([1-9]\d*)$/;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
+}
+
+/**
+ * A reader-writer lock on a cache: every \`bundle create\` holds it shared (\`locks/create.PID\`),
+ * \`bundle cache prune\` exclusive (\`locks/prune.PID\`), so a prune never deletes what a running
+ * create is downloading or about to pack. Each side writes its file, then looks for the other
+ * side's live files (a dead pid's file, from a killed run, is removed): of two that start at
+ * once at least one sees the other and steps back with BUSY. Returns the release.
+ */
+export async function lockCache(dir: string, mode: 'shared' | 'exclusive'): Promise<() => Promise<void>> {
+  const locks = join(dir, LOCKS);
+  await makeDirs(locks);
+  const mine = join(locks, `${mode === 'shared' ? 'create' : 'prune'}.${process.pid}`);
+  await writeFile(mine, `${process.pid}\n`);
+  const release = () => rm(mine, { force: true }).catch(() => undefined);
+  const others: number[] = [];
+  for (const name of await readdir(locks)) {
+    const m = LOCK_NAME.exec(name);
+    if (!m || Number(m[2]) === process.pid) continue;
+    // shared holders do not exclude one another
+    if (mode === 'shared' && m[1] === 'create') continue;
+    if (!alive(Number(m[2]))) {
+      await rm(join(locks, name), { force: true }).catch(() => undefined);
+      continue;
+    }
+    others.push(Number(m[2]));
+    if (m[1] === 'prune') {
+      await release();
+      throw new OciError('BUSY', `the blob cache ${dir} is being pruned (bundle cache prune, pid ${m[2]}): run again once it ends`);
+    }
+  }
+  if (others.length) {
+    await release();
+    throw new OciError('BUSY', `the blob cache ${dir} is in use by bundle create (pid ${others.join(', ')}): prune it once that run ends, or prune another --cache`);
+  }
+  return release;
 }

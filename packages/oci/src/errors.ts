@@ -23,6 +23,8 @@ export type OciErrorCode =
   | 'NOT_A_REGULAR_FILE'   // a FIFO, device, directory or socket where a file was expected
   | 'FILE_TOO_LARGE'       // a key, config or list over its size limit
   | 'STATUS_DAMAGED'       // the agent's own status file is not a status (damaged, replaced, too large)
+  | 'BUSY'                 // the blob cache is in use by another run (cache prune while a create runs)
+  | 'INPUT_TIMEOUT'        // a pipe given as a file (--passphrase-file <(cmd)) gave no end in time
   | 'CANNOT_CREATE_DIR'    // a directory cannot be made where asked (e.g. on /proc)
   | 'NO_SPACE'             // the filesystem written to (the blob cache, the output) is full or too small
   | 'NOT_WRITABLE'         // the output cannot be written where asked (permissions, read-only)

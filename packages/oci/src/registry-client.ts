@@ -24,6 +24,8 @@ export interface RegistryClientOptions {
   onRetry?: (message: string) => void;
   /** Proxy environment, certs.d directories, --cert-dir. */
   connection?: ConnectionOptions;
+  /** Ctrl-C: every request in flight (connect, headers, body) is aborted, and no retry follows. */
+  signal?: AbortSignal | undefined;
 }
 
 type Response = Dispatcher.ResponseData;
@@ -78,8 +80,9 @@ export class RegistryClient {
     const scheme = loc.insecure ? (this.schemes.get(host) ?? 'https') : 'https';
     const ua = { 'user-agent': this.opts.userAgent ?? 'offline-bundle' };
     try {
-      return await request(`${scheme}://${host}${path}`, { method, headers: { ...ua, ...headers }, dispatcher, headersTimeout: 60_000, bodyTimeout: 120_000 });
+      return await request(`${scheme}://${host}${path}`, { method, headers: { ...ua, ...headers }, dispatcher, headersTimeout: 60_000, bodyTimeout: 120_000, signal: this.opts.signal });
     } catch (err) {
+      this.opts.signal?.throwIfAborted();
       const code = (err as NodeJS.ErrnoException).code ?? '';
       if (loc.insecure && scheme === 'https' && (TLS_FALLBACK_CODES.has(code) || isPlainHttpAnswer(err))) {
         this.schemes.set(host, 'http');
@@ -107,12 +110,13 @@ export class RegistryClient {
       if (creds?.identityToken) {
         const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: creds.identityToken, client_id: 'offline-bundle', scope: url.searchParams.get('scope')! });
         if (params.service) form.set('service', params.service);
-        res = await request(params.realm, { method: 'POST', headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: form.toString(), dispatcher });
+        res = await request(params.realm, { method: 'POST', headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: form.toString(), dispatcher, signal: this.opts.signal });
       } else {
         if (creds) headers.authorization = basic(creds);
-        res = await request(url, { method: 'GET', headers, dispatcher });
+        res = await request(url, { method: 'GET', headers, dispatcher, signal: this.opts.signal });
       }
     } catch (err) {
+      this.opts.signal?.throwIfAborted();
       if (err instanceof OciError) throw err;
       const e = connectionError(err, realmHost, undefined);
       throw new OciError(e.code, `token service: ${e.message}`, { cause: err });
@@ -164,6 +168,7 @@ export class RegistryClient {
       attempts: this.opts.attempts ?? 5,
       retryable: isRetryable,
       onRetry: (err, attempt, delay) => this.opts.onRetry?.(`${(err as Error).message}; retry ${attempt} in ${delay} ms`),
+      signal: this.opts.signal,
     });
   }
 

@@ -4,7 +4,8 @@
  * SIGTERM handling never completes), a device that never ends (/dev/urandom), a huge file.
  */
 import { constants, type Stats } from 'node:fs';
-import { open, realpath, stat } from 'node:fs/promises';
+import { open, realpath, stat, type FileHandle } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname } from 'node:path';
 import { OciError } from './errors.js';
 
@@ -37,16 +38,63 @@ export async function assertRegularFile(path: string): Promise<Stats | undefined
   }
 }
 
+export interface SmallFileOptions {
+  /**
+   * Also a pipe (`<(pass show key)`, /dev/stdin fed by a pipe, a FIFO): read as it arrives,
+   * still never more than maxBytes, and for at most `timeoutMs` (a writer that never writes
+   * or never ends must not hang the run). Non-blocking throughout: no thread waits on it.
+   */
+  pipe?: { timeoutMs: number };
+}
+
+/** Default time bound for a pipe read by readSmallFile: secrets and lists come from a command that answers at once. */
+export const PIPE_READ_TIMEOUT_MS = 10_000;
+
+/**
+ * A pipe opened O_NONBLOCK, read to its end: EAGAIN (a writer, no data yet) and an end before
+ * any byte (a FIFO whose writer has not opened it yet) are waited out until `timeoutMs`.
+ */
+const ANONYMOUS_PIPE = /^(\/dev\/fd\/\d+|\/proc\/(self|\d+)\/fd\/\d+|\/dev\/stdin)$/;
+
+async function readPipe(fh: FileHandle, path: string, maxBytes: number, timeoutMs: number): Promise<Buffer> {
+  const deadline = Date.now() + timeoutMs;
+  const buf = Buffer.alloc(maxBytes + 1);
+  let n = 0;
+  for (;;) {
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await fh.read(buf, n, buf.length - n, null));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+      bytesRead = -1;
+    }
+    if (bytesRead > 0) {
+      n += bytesRead;
+      if (n > maxBytes) throw new OciError('FILE_TOO_LARGE', `${path} gave over ${maxBytes} bytes, the most this kind of input may have: is it the right command?`);
+      continue;
+    }
+    // the end, once something arrived; at once for a shell's pipe (its writer is there from the
+    // start), while a named FIFO's writer may not have opened it yet
+    if (bytesRead === 0 && (n > 0 || ANONYMOUS_PIPE.test(path))) return buf.subarray(0, n);
+    if (Date.now() >= deadline) {
+      if (bytesRead === 0) return buf.subarray(0, 0);
+      throw new OciError('INPUT_TIMEOUT', `${path} is a pipe that gave no end within ${Math.round(timeoutMs / 1000)} s: does the command writing it finish?`);
+    }
+    await sleep(20);
+  }
+}
+
 /**
  * Reads a small regular file whole, never more than `maxBytes`: a FIFO, device or directory
  * is refused before any read, and a file over the limit after reading at most one byte past it
  * (it may grow while read). The stats are those of the file read (the descriptor's), so a
  * check made on them holds for these bytes.
  */
-export async function readSmallFile(path: string, maxBytes: number): Promise<{ bytes: Buffer; stats: Stats }> {
+export async function readSmallFile(path: string, maxBytes: number, opts: SmallFileOptions = {}): Promise<{ bytes: Buffer; stats: Stats }> {
   const fh = await open(path, OPEN_FLAGS);
   try {
     const stats = await fh.stat();
+    if (opts.pipe && stats.isFIFO()) return { bytes: await readPipe(fh, path, maxBytes, opts.pipe.timeoutMs), stats };
     if (!stats.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `${path} is ${kind(stats)}, not a regular file: give the path of the file itself`);
     const tooLarge = () => new OciError('FILE_TOO_LARGE', `${path} is over ${maxBytes} bytes, the most this kind of file may have: is it the right file?`);
     if (stats.size > maxBytes) throw tooLarge();

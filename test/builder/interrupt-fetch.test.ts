@@ -1,0 +1,87 @@
+// Ctrl-C (SIGINT/SIGTERM) stops `bundle create` at once in the phases before the write too:
+// while an image is resolved against a registry that never answers (no retries after it), and
+// while a blob download is in flight (the request is aborted, nothing is written beside -o).
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { readFile } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { writeImageLayout } from '../helpers/images.mjs';
+import { BUNDLE_BIN, hermeticEnv, keygen, listDir } from './lib.js';
+
+const work = await tmpdir(t, 'ob-interrupt-fetch-');
+const keys = await keygen(work);
+
+/** A registry on 127.0.0.1 whose answers `handle` decides; `seen` resolves at the first request `when` matches. */
+async function registry(t: { teardown: (fn: () => unknown) => void }, handle: (req: IncomingMessage, res: ServerResponse) => void) {
+  const server = createServer(handle);
+  server.on('clientError', (_e, socket) => socket.destroy());
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => { server.closeAllConnections(); server.close(); });
+  return `127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/** Runs `bundle create` and sends `signal` when stderr or `trigger` says so; the time from the signal to the exit. */
+function interrupt(args: string[], signal: NodeJS.Signals, trigger: Promise<void>) {
+  const child = spawn(process.execPath, [BUNDLE_BIN, ...args], { env: hermeticEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => { stderr += d; });
+  let sentAt = 0;
+  void trigger.then(() => setTimeout(() => { sentAt = Date.now(); child.kill(signal); }, 300));
+  // one that ignores the signal fails the test rather than hanging it
+  const guard = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  child.once('close', () => clearTimeout(guard));
+  return new Promise<{ code: number | null; stderr: string; ms: number }>((r) => child.once('close', (code) => r({ code, stderr, ms: sentAt ? Date.now() - sentAt : -1 })));
+}
+
+t.test('while resolving against a registry that never answers', async (t) => {
+  let requests = 0;
+  let seen = () => {};
+  const host = await registry(t, () => { requests++; seen(); /* never answers */ });
+  for (const [signal, exit] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+    const out = path.join(work, `hang-${signal}`, 'x.bundle');
+    const first = new Promise<void>((r) => { seen = r; });
+    const r = await interrupt(['create', '--version', '1.0', '--image', `docker://${host}/acme/app:v1`, '--tls-verify=false', '--key', keys.key,
+      '--cache', path.join(work, 'cache-hang'), '-o', out], signal, first);
+    t.equal(r.code, exit, `${signal}: exit ${exit} (${r.stderr})`);
+    t.match(r.stderr, /bundle: INTERRUPTED: interrupted: nothing written/);
+    t.ok(r.ms >= 0 && r.ms < 3000, `${signal}: stopped promptly (${r.ms} ms)`);
+    t.notMatch(r.stderr, /retrying/, 'no retry after the signal');
+    t.same(await listDir(path.dirname(out)), [], 'nothing beside -o');
+  }
+});
+
+t.test('while a blob download is in flight', async (t) => {
+  const layout = path.join(work, 'layout');
+  const img = await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ big: randomBytes(4 << 20) }] }] });
+  const layer = img.manifests[0]!.layers[0]!;
+  let seen!: () => void;
+  const started = new Promise<void>((r) => { seen = r; });
+  let layerRequests = 0;
+  const host = await registry(t, (req, res) => {
+    const url = req.url ?? '';
+    if (url === '/v2/') return void res.writeHead(200).end('{}');
+    if (url.endsWith('/manifests/v1')) return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
+    const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(url);
+    if (!m) return void res.writeHead(404).end();
+    const file = path.join(layout, 'blobs', 'sha256', m[1]!.slice(7));
+    if (m[1] !== layer) return void readFile(file).then((b) => res.writeHead(200).end(b));
+    layerRequests++;
+    // the first 64 KiB, then nothing: a slow link
+    void readFile(file).then((b) => { res.writeHead(200, { 'content-length': String(b.length) }); res.write(b.subarray(0, 65536)); seen(); });
+  });
+  const out = path.join(work, 'dl', 'x.bundle');
+  const cache = path.join(work, 'cache-dl');
+  const r = await interrupt(['create', '--version', '1.0', '--image', `docker://${host}/acme/app:v1`, '--tls-verify=false', '--key', keys.key,
+    '--cache', cache, '-o', out], 'SIGINT', started);
+  t.equal(r.code, 130, r.stderr);
+  t.match(r.stderr, /bundle: INTERRUPTED: interrupted: nothing written; a rerun resumes from the cache/);
+  t.ok(r.ms >= 0 && r.ms < 3000, `stopped promptly (${r.ms} ms)`);
+  t.equal(layerRequests, 1, 'the download was not retried');
+  t.same(await listDir(path.dirname(out)), [], 'nothing beside -o');
+  const partial = (await listDir(path.join(cache, 'blobs', 'sha256'))).filter((f) => f.endsWith('.partial'));
+  t.same(partial, [`${layer.slice(7)}.partial`], 'what arrived stays in the cache for the rerun');
+});
