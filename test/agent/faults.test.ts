@@ -17,7 +17,7 @@ import { join } from 'node:path';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, keygen, makeBundle, nodeRoot, smallFs } from './fixtures.js';
+import { AGENT, crioFiles, keygen, makeBundle, nodeRoot, smallFs } from './fixtures.js';
 import { freePort, writeKubeconfig } from '../status/lib.js';
 
 // The images' home: a host that never resolves, so only the agent's mirror can serve them.
@@ -68,19 +68,10 @@ async function node(t: any, opts: { extra?: string; retries?: number | 'default'
   const dir = await tmpdir(t, 'ob-fault-');
   const root = join(dir, 'node');
   const p = (rel: string) => join(root, rel);
-  await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
-  await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
-  await writeFile(p('etc/containers/registries.conf'), 'unqualified-search-registries = []\n');
-  await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
+  const files = await crioFiles(root);
   const upgradeDir = p('var/lib/upgrade');
   if (opts.upgradeFs !== undefined && !smallFs(upgradeDir, opts.upgradeFs, t)) throw new Error('mounting a tmpfs is not permitted here');
-  const startCrio = () => startCrioStandin(t, {
-    dir: p('run/crio'),
-    registriesConf: p('etc/containers/registries.conf'),
-    registriesDropInDir: p('etc/containers/registries.conf.d'),
-    crioConf: p('etc/crio/crio.conf'),
-    crioDropInDir: p('etc/crio/crio.conf.d'),
-  });
+  const startCrio = () => startCrioStandin(t, files);
   const pidFile = p('run/crio/pid');
   const gate = join(dir, 'reload.gate');
   const n: Node = {

@@ -80,6 +80,23 @@ ${extra}`);
   return { dir, keys, root, ctd, config };
 }
 
+/**
+ * The CRI-O files of a node root for the CRI-O stand-in (test/helpers/crio-standin.mjs):
+ * registries.conf and crio.conf with their drop-in directories, all under the root. Returns
+ * the stand-in's options for them.
+ */
+export async function crioFiles(root: string, registries = 'unqualified-search-registries = []\n') {
+  const p = (rel: string) => join(root, rel);
+  await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
+  await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
+  await writeFile(p('etc/containers/registries.conf'), registries);
+  await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
+  return {
+    dir: p('run/crio'), registriesConf: p('etc/containers/registries.conf'), registriesDropInDir: p('etc/containers/registries.conf.d'),
+    crioConf: p('etc/crio/crio.conf'), crioDropInDir: p('etc/crio/crio.conf.d'),
+  };
+}
+
 let mountChecked: boolean | undefined;
 /** Whether this machine lets us loop-mount an ext4 image (root, loop devices). */
 export function canLoopMount(dir: string): boolean {

@@ -3,7 +3,7 @@
 // registries.conf.d and crio.conf.d only at start and on SIGHUP. The agent's reload command
 // sends that SIGHUP, as `systemctl reload crio` does. CRI-O itself cannot run here.
 import t from 'tap';
-import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
@@ -12,7 +12,7 @@ import { pushImage } from '../helpers/images.mjs';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startRegistry } from '../helpers/registry.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, BUNDLE, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { AGENT, BUNDLE, crioFiles, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
 
 // The images' home: a host that never resolves, so only the agent's mirror can serve them.
 const ORIGIN = 'origin.offline-bundle.invalid';
@@ -41,16 +41,9 @@ async function node(t: any, opts: { reload?: string[]; baseRegistries?: string; 
   const keys = await keygen(dir);
   const root = join(dir, 'node');
   const p = (rel: string) => join(root, rel);
-  await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
-  await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
-  await writeFile(p('etc/containers/registries.conf'), opts.baseRegistries ?? 'unqualified-search-registries = []\n');
-  await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
+  const files = await crioFiles(root, opts.baseRegistries);
   const startCrio = (o: Record<string, unknown> = {}) => startCrioStandin(t, {
-    dir: p('run/crio'),
-    registriesConf: p('etc/containers/registries.conf'),
-    registriesDropInDir: p('etc/containers/registries.conf.d'),
-    crioConf: p('etc/crio/crio.conf'),
-    crioDropInDir: p('etc/crio/crio.conf.d'),
+    ...files,
     ...opts.crio,
     ...o,
   });

@@ -3,13 +3,13 @@
 // reports pinned_images in ListImages, as CRI-O 1.28+ does). CRI-O itself cannot run here.
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { AGENT, crioFiles, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
 
 const ORIGIN = 'origin.offline-bundle.invalid';
 const img = (name: string, text: string) => ({ name: `${ORIGIN}/acme/${name}`, files: { 'f.txt': text } });
@@ -25,14 +25,7 @@ t.test('releases: list what is loaded, pinned and kept; forget one; prune older 
   const keys = await keygen(dir);
   const root = join(dir, 'node');
   const p = (rel: string) => join(root, rel);
-  await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
-  await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
-  await writeFile(p('etc/containers/registries.conf'), 'unqualified-search-registries = []\n');
-  await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
-  const crio = await startCrioStandin(t, {
-    dir: p('run/crio'), registriesConf: p('etc/containers/registries.conf'), registriesDropInDir: p('etc/containers/registries.conf.d'),
-    crioConf: p('etc/crio/crio.conf'), crioDropInDir: p('etc/crio/crio.conf.d'),
-  });
+  const crio = await startCrioStandin(t, await crioFiles(root));
   const writeConfig = (current: string) => nodeRoot(root, keys.pub, `runtime: crio
 criSocket: /run/crio/crio.sock
 version:

@@ -20,7 +20,7 @@ import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { BUNDLE, keygen, nodeRoot, run } from './fixtures.js';
+import { BUNDLE, crioFiles, keygen, nodeRoot, run } from './fixtures.js';
 
 const REPO = 'localhost/offline-bundle/bundle-agent';
 const exists = (p: string) => stat(p).then(() => true, () => false);
@@ -29,14 +29,7 @@ const dir = await tmpdir(t, 'ob-agent-upgrade-');
 const keys = await keygen(dir);
 const root = join(dir, 'node');
 const p = (rel: string) => join(root, rel);
-await mkdir(p('etc/containers/registries.conf.d'), { recursive: true });
-await mkdir(p('etc/crio/crio.conf.d'), { recursive: true });
-await writeFile(p('etc/containers/registries.conf'), 'unqualified-search-registries = []\n');
-await writeFile(p('etc/crio/crio.conf'), '[crio]\n[crio.image]\n');
-const crio = await startCrioStandin(t, {
-  dir: p('run/crio'), registriesConf: p('etc/containers/registries.conf'), registriesDropInDir: p('etc/containers/registries.conf.d'),
-  crioConf: p('etc/crio/crio.conf'), crioDropInDir: p('etc/crio/crio.conf.d'),
-});
+const crio = await startCrioStandin(t, await crioFiles(root));
 await writeFile(p('run/crio/pid'), String(crio.pid));
 const sighup = ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(p('run/crio/pid'))})"`];
 
