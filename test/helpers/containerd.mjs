@@ -1,7 +1,8 @@
 // A private containerd (1.6, root required) for tests and the demo: its CRI ImageService
 // on its own socket, the native snapshotter, and a registry config_path for hosts.toml mirrors.
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { CriImageClient } from '@offline-bundle/runtime';
@@ -78,7 +79,27 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
     pollMs: 100,
     killAfterMs: 5000,
     maxLogChars: 256 * 1024,
-    cleanup: () => rm(dir, { recursive: true, force: true }),
+    cleanup: async () => {
+      await unmountUnder(dir);
+      await rm(dir, { recursive: true, force: true });
+    },
   });
   return { dir, socket, certsDir, pid: svc.pid, logs: svc.logs, stop: svc.stop };
+}
+
+/**
+ * A containerd killed while it unpacks (SIGKILL after killAfterMs, seen with GB-sized layers)
+ * leaves its temporary mounts behind: lazily unmount everything under `dir`, deepest first,
+ * so removing the directory does not fail with EBUSY.
+ */
+async function unmountUnder(dir) {
+  const mounts = (await readFile('/proc/self/mounts', 'utf8').catch(() => ''))
+    .split('\n').map((l) => l.split(' ')[1]?.replace(/\\040/g, ' ')).filter((m) => m && (m === dir || m.startsWith(`${dir}/`)));
+  for (const m of mounts.sort((a, b) => b.length - a.length)) {
+    try {
+      execFileSync('umount', ['-l', m], { stdio: 'ignore' });
+    } catch {
+      // already gone, or not ours to unmount: rm reports what remains
+    }
+  }
 }
