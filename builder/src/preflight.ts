@@ -1,7 +1,7 @@
 import { open, readdir, rm, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { OciError, errnoReason, filesystemFree, makeDirs } from '@offline-bundle/oci';
+import { OciError, errnoReason, filesystemFree, makeDirs, pidExists } from '@offline-bundle/oci';
 import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
 
@@ -24,18 +24,8 @@ async function removeStaleTemps(output: string): Promise<void> {
   for (const name of names) {
     if (!name.startsWith(`${base}.`) || !name.endsWith('.tmp')) continue;
     const m = /^(?:sha256\.)?(\d+)\.tmp$/.exec(name.slice(base.length + 1));
-    if (!m || Number(m[1]) === process.pid || pidAlive(Number(m[1]))) continue;
+    if (!m || Number(m[1]) === process.pid || pidExists(Number(m[1]))) continue;
     await rm(join(dirname(output), name), { force: true }).catch(() => undefined);
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: alive, someone else's
-    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
   }
 }
 

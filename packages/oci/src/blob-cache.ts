@@ -10,6 +10,7 @@ import { writeFileAtomic } from './atomic-file.js';
 import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
+import { pidExists } from './pid.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */
@@ -288,15 +289,6 @@ export async function pruneCache(dir: string, opts: { olderThanDays?: number; no
 const LOCKS = 'locks';
 const LOCK_NAME = /^(create|prune)\.([1-9]\d*)$/;
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
-  }
-}
-
 /**
  * A reader-writer lock on a cache: every \`bundle create\` holds it shared (\`locks/create.PID\`),
  * \`bundle cache prune\` exclusive (\`locks/prune.PID\`), so a prune never deletes what a running
@@ -316,7 +308,7 @@ export async function lockCache(dir: string, mode: 'shared' | 'exclusive'): Prom
     if (!m || Number(m[2]) === process.pid) continue;
     // shared holders do not exclude one another
     if (mode === 'shared' && m[1] === 'create') continue;
-    if (!alive(Number(m[2]))) {
+    if (!pidExists(Number(m[2]))) {
       await rm(join(locks, name), { force: true }).catch(() => undefined);
       continue;
     }

@@ -3,6 +3,7 @@ export { BaseError, describeSystemError, errnoReason, firstLine, ignoreBrokenPip
 export { writeFileAtomic } from './atomic-file.js';
 export { escapeControls, textTable } from './safe-text.js';
 export { PIPE_READ_TIMEOUT_MS, assertRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
+export { pidExists } from './pid.js';
 export { makeDirs } from './make-dirs.js';
 export { filesystemFree } from './free-space.js';
 export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';

@@ -2,6 +2,9 @@
 // crash or a reboot another process may hold the same number, so the boot and the process's
 // start time (in clock ticks since boot, /proc/PID/stat field 22) are compared too.
 import { readFile } from 'node:fs/promises';
+import { pidExists } from '@offline-bundle/oci';
+
+export { pidExists };
 
 export interface ProcessIdentity {
   /** /proc/sys/kernel/random/boot_id: changes at every boot. */
@@ -30,15 +33,6 @@ export function otherProcess(recorded: ProcessIdentity, current: ProcessIdentity
   return !!recorded.startTicks && !!current.startTicks && recorded.startTicks !== current.startTicks;
 }
 
-/** Whether a process with this pid exists (EPERM: it does, owned by another user). */
-export function pidExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 export type Liveness = 'running' | 'stopped' | 'unresponsive' | 'unknown';
 
