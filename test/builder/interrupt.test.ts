@@ -1,4 +1,4 @@
-// Ctrl-C during `bundle create`: the output is never written or half-written, no temp file
+// Ctrl-C (or SIGTERM, or SIGHUP) during `bundle create`: the output is never written or half-written, no temp file
 // stays beside it, and a rerun finishes from the cache.
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -9,7 +9,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { BUNDLE, keygen, run } from '../agent/fixtures.js';
 
-t.test('SIGINT while writing the bundle', async (t) => {
+t.test('SIGINT, SIGTERM and SIGHUP while writing the bundle', async (t) => {
   const dir = await tmpdir(t, 'ob-interrupt-');
   const keys = await keygen(dir);
   const layout = join(dir, 'src');
@@ -41,6 +41,13 @@ t.test('SIGINT while writing the bundle', async (t) => {
   t.ok(term.sent, 'SIGTERM during the write (the blobs are in the cache now)');
   t.equal(term.code, 143, 'exits 143 (128 + SIGTERM)');
   t.same(await readdir(outDir).catch(() => []), [], 'nothing left behind either');
+
+  // ssh going away: SIGHUP stops the run as SIGTERM does
+  const hup = await interrupt('SIGHUP');
+  t.ok(hup.sent, 'hung up during the write');
+  t.equal(hup.code, 129, 'exits 129 (128 + SIGHUP)');
+  t.match(hup.stderr, /bundle: INTERRUPTED: interrupted: nothing written/);
+  t.same(await readdir(outDir).catch(() => []), [], 'no bundle, no temp file, no .sha256');
 
   const again = await run(BUNDLE, [...args, '--quiet']);
   t.equal(again.code, 0, `a rerun completes (${again.stderr})`);
