@@ -24,7 +24,7 @@ import { BundleRandomReader, blobPath, readHeader } from '@offline-bundle/format
 import { skopeoCopy, startRegistry } from '../test/helpers/registry.mjs';
 import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats } from './lib/measure.mjs';
-import { criPullAll, mirrorToBundle, mirrorToRegistry, startNode } from './lib/node.mjs';
+import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
 import { AGENT, BUNDLE, cli, serve } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
 import { table, writeResults } from './lib/report.mjs';
@@ -151,6 +151,7 @@ async function main() {
       await addRow({ id: 'size', step: 'size: bundle vs the `.tar.zst` of the same layout', unit: 'MiB', ours: stats([build.sizes.ours]), peer: stats([build.sizes.peer]), ratios: stats([build.sizes.ours / build.sizes.peer]), peerName: '.tar.zst' });
     }
     meta.images = env.rel.payload.length;
+    if (ONLY.has('preload') || ONLY.has('load')) meta.snapshotter = await nodeSnapshotter(env.dir);
     meta.blobs = env.rel.blobs.size;
     const needStaged = ['serve', 'serve16', 'preload'].some((r) => ONLY.has(r));
     if (ONLY.has('stage')) {

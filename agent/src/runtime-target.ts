@@ -368,7 +368,7 @@ export class CrioTarget implements RuntimeTarget {
 export class ContainerdTarget implements RuntimeTarget {
   private client?: CriImageClient;
   /**
-   * The labels are in containerd's store when `ctr` returns; its CRI (1.7+) sees them through an
+   * The labels are in containerd's store when its images API answers; its CRI (1.7+) sees them through an
    * event a moment later. 1.6 never reports pins, and 5 s of asking again was pure waiting.
    */
   readonly pinSettleMs = 1_000;
@@ -404,23 +404,23 @@ export class ContainerdTarget implements RuntimeTarget {
     for (const host of dirs) await removeContainerdHosts(this.config.paths.containerdCertsDir, host).catch(() => false);
   }
 
-  private get ctrOptions() {
-    return { ctr: this.config.containerd.ctr, address: this.config.criSocket, namespace: this.config.containerd.namespace };
+  private get pinOptions() {
+    return { address: this.config.criSocket, namespace: this.config.containerd.namespace };
   }
 
   async pin(refs: string[], released: string[]): Promise<void> {
     // containerd's CRI honours the pinned label from 1.7 (1.6 stores it).
-    await setContainerdPins(refs, released, this.ctrOptions);
+    await setContainerdPins(refs, released, this.pinOptions);
   }
 
   /** `keep` is labelled again where present: an image shared with a forgotten release stays pinned. */
   async unpin(released: string[], keep: string[]): Promise<void> {
     const pinned = await this.pinnedRefs();
-    await setContainerdPins(keep.filter((r) => pinned.has(r)), released.filter((r) => !keep.includes(r)), this.ctrOptions);
+    await setContainerdPins(keep.filter((r) => pinned.has(r)), released.filter((r) => !keep.includes(r)), this.pinOptions);
   }
 
   pinnedRefs(): Promise<Set<string>> {
-    return containerdPinnedRefs(this.ctrOptions);
+    return containerdPinnedRefs(this.pinOptions);
   }
 
   /** containerd re-reads hosts.toml on every pull: nothing waits for a reload. */

@@ -3,7 +3,7 @@
 import { mkdir, mkdtemp, rm, writeFile, copyFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CriImageClient, pullAll, writeContainerdHosts } from '@offline-bundle/runtime';
-import { startContainerd } from '../../test/helpers/containerd.mjs';
+import { overlayWorks, startContainerd } from '../../test/helpers/containerd.mjs';
 import { PREVIOUS } from './release.mjs';
 
 /** What the agent pulls with by default (config preload.concurrency): both sides use it. */
@@ -14,6 +14,13 @@ export const PULL_CONCURRENCY = 3;
  */
 const PULL_TIMEOUT_S = 600;
 
+/** Probed once: overlayfs where this machine mounts it (as on real nodes), else native. */
+let snapshotter;
+export async function nodeSnapshotter(parent) {
+  snapshotter ??= (await overlayWorks(parent)) ? 'overlayfs' : 'native';
+  return snapshotter;
+}
+
 /**
  * A node root with containerd running (sockets and certs.d where the agent's config puts
  * them) and an agent config trusting `pub`.
@@ -22,7 +29,7 @@ const PULL_TIMEOUT_S = 600;
  */
 export async function startNode(parent, pub) {
   const root = await mkdtemp(path.join(parent, 'node-'));
-  const ctd = await startContainerd(60_000, { certsDir: path.join(root, 'etc/containerd/certs.d'), socket: path.join(root, 'run/containerd/containerd.sock') });
+  const ctd = await startContainerd(60_000, { certsDir: path.join(root, 'etc/containerd/certs.d'), socket: path.join(root, 'run/containerd/containerd.sock'), snapshotter: await nodeSnapshotter(parent) });
   await mkdir(path.join(root, 'etc/bundle-agent/keys'), { recursive: true });
   await copyFile(pub, path.join(root, 'etc/bundle-agent/keys/bench.pub'));
   const config = path.join(root, 'etc/bundle-agent/config.yaml');

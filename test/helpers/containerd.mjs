@@ -1,5 +1,5 @@
 // A private containerd (1.6, root required) for tests and the demo: its CRI ImageService
-// on its own socket, the native snapshotter, and a registry config_path for hosts.toml mirrors.
+// on its own socket, the native snapshotter (overlayfs on request), and a registry config_path for hosts.toml mirrors.
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
@@ -16,7 +16,7 @@ import { startService } from './service.mjs';
  */
 /**
  * @param {number} [timeoutMs]
- * @param {{ certsDir?: string, socket?: string }} [opts]
+ * @param {{ certsDir?: string, socket?: string, snapshotter?: 'native' | 'overlayfs' }} [opts]
  * @returns {Promise<{ dir: string, socket: string, certsDir: string, pid: number, logs: () => string, stop: () => Promise<void> }>}
  */
 export async function startContainerd(timeoutMs = 20_000, opts = {}) {
@@ -50,7 +50,7 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
       '  stream_server_address = "127.0.0.1"',
       '  stream_server_port = "0"',
       '  [plugins."io.containerd.grpc.v1.cri".containerd]',
-      '    snapshotter = "native"',
+      `    snapshotter = ${q(opts.snapshotter ?? 'native')}`,
       '  [plugins."io.containerd.grpc.v1.cri".cni]',
       `    bin_dir = ${q(path.join(dir, 'cni', 'bin'))}`,
       `    conf_dir = ${q(path.join(dir, 'cni', 'conf'))}`,
@@ -85,6 +85,26 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
     },
   });
   return { dir, socket, certsDir, pid: svc.pid, logs: svc.logs, stop: svc.stop };
+}
+
+/**
+ * Whether overlayfs mounts under `parent` (the kernel has it, and `parent` is not itself on a
+ * filesystem overlayfs refuses as an upper layer): the snapshotter real nodes use. The native
+ * snapshotter copies each layer's whole parent chain, which at GB scale runs a disk out.
+ * @param {string} parent
+ */
+export async function overlayWorks(parent) {
+  const dir = await mkdtemp(path.join(parent, 'ob-ovl-'));
+  try {
+    for (const d of ['l', 'u', 'w', 'm']) await mkdir(path.join(dir, d));
+    execFileSync('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${dir}/l,upperdir=${dir}/u,workdir=${dir}/w`, `${dir}/m`], { stdio: 'ignore' });
+    execFileSync('umount', [`${dir}/m`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /**

@@ -11,6 +11,8 @@ import {
   MANAGED_MARKER,
   containerdHostDir,
   pinContainerdImages,
+  setContainerdPins,
+  containerdPinnedRefs,
   pullAll,
   removeContainerdHosts,
   renderContainerdHosts,
@@ -145,7 +147,18 @@ t.test('real containerd: pull through hosts.toml, status, list, pin, fs info', a
     t.match(line, /io\.cri-containerd\.pinned=pinned/, `ctr images ls shows the pin label on ${name}`);
   }
   await t.rejects(pinContainerdImages([`quay.io/ns/none@sha256:${'1'.repeat(64)}`], { address: ctd.socket }), { code: 'IMAGE_NOT_FOUND' });
-  await t.rejects(pinContainerdImages([appRef], { address: ctd.socket, ctr: '/nonexistent/ctr' }), { code: 'PIN_FAILED' });
+  // containerd's own label beside ours must survive both the pin and the unpin (masked updates)
+  const own = await ctr(['-a', ctd.socket, '-n', 'k8s.io', 'images', 'label', toolRef, 'site.example/keep=yes']);
+  t.equal(own.code, 0, own.stderr);
+  const un = await setContainerdPins([], [toolRef], { address: ctd.socket });
+  t.same(un.unpinned, [toolRef, toolId].sort(), 'every name of the released image unpinned');
+  t.same([...(await containerdPinnedRefs({ address: ctd.socket }))].sort(), [appRef, 'quay.io/ns/app:v1', appId].sort(), 'only the released image lost its pin');
+  const after = (await ctr(['-a', ctd.socket, '-n', 'k8s.io', 'images', 'ls'])).stdout.split('\n').find((l) => l.split(/\s+/)[0] === toolRef) ?? '';
+  t.match(after, /site\.example\/keep=yes/, 'a label that is not ours is left alone');
+  t.notMatch(after, /io\.cri-containerd\.pinned/, 'ctr no longer shows our label on the released image');
+
+  await t.rejects(pinContainerdImages([appRef], { address: path.join(ctd.dir, 'no-such.sock'), timeoutMs: 2000 }), { code: /RUNTIME_UNAVAILABLE|TIMEOUT/ }, 'no containerd on the socket: a runtime error, not a hang');
+  await t.rejects(pinContainerdImages([appRef], { address: ctd.socket, namespace: 'other' }), { code: 'IMAGE_NOT_FOUND' }, 'another namespace holds none of the k8s.io images');
 
   const fs = await client.imageFsInfo();
   t.equal(fs.imageFilesystems.length, 1, 'one image filesystem');

@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
@@ -174,7 +175,39 @@ export async function startRegistry(opts: RegistryServerOptions): Promise<Runnin
   const app = buildRegistry(opts, served);
   const host = opts.host ?? '127.0.0.1';
   await app.listen({ host, port: opts.port ?? 0 });
+  const sockets = new Set<Socket>();
+  app.server.on('connection', (s: Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+  });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : 0;
-  return { address: `${host}:${port}`, port, served, close: () => app.close() };
+  return { address: `${host}:${port}`, port, served, close: () => closeRegistry(app, sockets) };
+}
+
+/** How long a request still being answered at close may take before its connection is cut. */
+export const CLOSE_GRACE_MS = 2_000;
+
+/**
+ * Closes the listener and every connection. Node's close ends the keep-alive connections idle
+ * at that moment, but not one that never carried a request: Go's HTTP client (containerd's)
+ * dials spare connections it may never use, and those stayed open until the server's next
+ * connection check, 30 s later, holding a load's Ready back by that much. Those and newly idle
+ * ones are cut as they appear; after the grace, whatever is left.
+ */
+async function closeRegistry(app: FastifyInstance, sockets: Set<Socket>): Promise<void> {
+  const closing = app.close();
+  const cutUnused = () => {
+    app.server.closeIdleConnections();
+    for (const s of sockets) if (s.bytesRead === 0) s.destroy();
+  };
+  cutUnused();
+  const idle = setInterval(cutUnused, 50);
+  const cut = setTimeout(() => app.server.closeAllConnections(), CLOSE_GRACE_MS);
+  try {
+    await closing;
+  } finally {
+    clearInterval(idle);
+    clearTimeout(cut);
+  }
 }

@@ -129,7 +129,7 @@ function toFsUsage(raw: RawFsUsage): FilesystemUsage {
 }
 
 /** The gRPC target for a socket path ("/run/crio/crio.sock" or "unix:///run/...") */
-function target(socketPath: string): string {
+export function grpcTarget(socketPath: string): string {
   if (socketPath.startsWith('unix:')) return socketPath;
   if (!socketPath.startsWith('/')) {
     throw new RuntimeError('INVALID_SPEC', `CRI socket path must be absolute: ${JSON.stringify(socketPath)}`);
@@ -146,7 +146,7 @@ export class CriImageClient implements ImagePuller {
     this.socketPath = socketPath;
     this.#callTimeoutMs = opts.callTimeoutMs ?? 30_000;
     const Ctor = imageServiceCtor();
-    this.#stub = new Ctor(target(socketPath), grpc.credentials.createInsecure(), {
+    this.#stub = new Ctor(grpcTarget(socketPath), grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': 64 * 1024 * 1024,
       // Retries are pullAll's business (with backoff and a NO_SPACE stop), not the channel's.
       'grpc.enable_retries': 0,

@@ -5,6 +5,7 @@ export { renderPinsDropIn, writePinsDropIn, readPinsDropIn } from './pins.js';
 export { containerdHostDir, renderContainerdHosts, writeContainerdHosts, removeContainerdHosts } from './containerd-hosts.js';
 export { CriImageClient, CRI_PROTO_PATH } from './cri-client.js';
 export { pullAll } from './pull-all.js';
+export { ContainerdImagesClient, type ContainerdImageRecord } from './containerd-images.js';
 export { pinContainerdImages, setContainerdPins, containerdPinnedRefs, CONTAINERD_PIN_LABEL, CONTAINERD_PIN_VALUE } from './containerd-pin.js';
 export { reloadRuntime } from './reload.js';
 
