@@ -25,10 +25,10 @@ t.test('blobs that arrive late: packed in order, the figure asked for last, a bu
   const arrived: string[] = [];
   const releases: (() => void)[] = [];
   let askedAfter = -1;
-  const blobs = b.blobs.map((x) => ({
-    digest: x.digest, size: x.size, mediaType: x.mediaType,
-    ready: () => new Promise<ReadyBlob>((resolve) => releases.push(() => { arrived.push(x.digest); resolve({ path: x.path, verified: false }); })),
-  }));
+  const blobs = b.blobs.map((x) => {
+    const arrival = new Promise<ReadyBlob>((resolve) => releases.push(() => { arrived.push(x.digest); resolve({ path: x.path, verified: false }); }));
+    return { digest: x.digest, size: x.size, mediaType: x.mediaType, ready: () => arrival };
+  });
   const writing = writeBundle(input('late.bundle', {
     blobs,
     imageStoreBytes: async () => { askedAfter = arrived.length; return 123_456_789; },

@@ -64,7 +64,9 @@ export class FrameWriter extends Writable {
 
   private async flushFrame(): Promise<void> {
     if (this.partBytes === 0) return;
-    const data = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.partBytes);
+    // compress() is synchronous and copies what it keeps: one assembly buffer serves every frame
+    // (a fresh 4 MiB one per frame is a GiB of garbage per GiB packed)
+    const data = this.parts.length === 1 ? this.parts[0]! : this.assemble();
     const start = this.position - data.length;
     // nextBoundary left cutIndex past every cut up to this frame's start
     if (!this.raw && this.cuts[this.cutIndex - 1] === start) this.incompressible = this.probe(data);
@@ -74,6 +76,15 @@ export class FrameWriter extends Writable {
     this.parts = [];
     this.partBytes = 0;
     await this.sink(frame);
+  }
+
+  private assembly: Buffer | undefined;
+
+  private assemble(): Buffer {
+    if (!this.assembly || this.assembly.length < this.partBytes) this.assembly = Buffer.allocUnsafe(Math.max(this.partBytes, FRAME_BYTES));
+    let at = 0;
+    for (const p of this.parts) at += p.copy(this.assembly, at);
+    return this.assembly.subarray(0, at);
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {

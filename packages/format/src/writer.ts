@@ -15,6 +15,7 @@ import {
 import { serializeManifest, validateManifest, type BundleAgent, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 import { rawFrameSize } from './raw-frame.js';
+import { FileHasher } from './file-hasher.js';
 
 export interface WriteBundleInput {
   release: BundleRelease;
@@ -25,7 +26,7 @@ export interface WriteBundleInput {
    * Every blob with the file that holds it, checked against its digest as it is packed unless
    * `verified` (the caller hashed that very file in this run: a cold build would hash it twice).
    */
-  blobs: (BundleBlob & ({ path: string; verified?: boolean } | { ready: () => Promise<ReadyBlob> }))[];
+  blobs: (BundleBlob & ({ path: string; verified?: boolean } | { /** May be called more than once: the same arrival. */ ready: () => Promise<ReadyBlob> }))[];
   /**
    * A number, or a function called once every blob was packed (a one-pass build measures the
    * layers while it packs them): bundle.json then goes into the head reserved for it.
@@ -173,7 +174,11 @@ class Appender {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private readonly inflight = new Set<Promise<void>>();
+  /** Where each write in flight starts: below the lowest, every byte from `start` is written. */
+  private readonly inflightStarts = new Set<number>();
   private inflightBytes = 0;
+  /** Told how far the file is written without a gap from the layout's start, as writes complete. */
+  onWritten: ((contiguous: number) => void) | undefined;
   private failure: { err: unknown } | undefined;
   /** Where the next byte goes: past the head reserved for bundle.json and its signature. */
   private written: number;
@@ -213,9 +218,12 @@ class Appender {
     const position = this.written;
     this.written += data.length;
     this.inflightBytes += data.length;
+    this.inflightStarts.add(position);
     const p: Promise<void> = this.writeAll(data, position).catch((err: unknown) => { this.failure ??= { err }; }).finally(() => {
       this.inflight.delete(p);
+      this.inflightStarts.delete(position);
       this.inflightBytes -= data.length;
+      if (!this.failure) this.onWritten?.(this.inflightStarts.size ? Math.min(...this.inflightStarts) : this.written);
     });
     this.inflight.add(p);
     while (this.inflightBytes > WRITE_AHEAD && !this.failure) await Promise.race(this.inflight);
@@ -305,34 +313,6 @@ function headFrameSizes(manifestLength: number, signatureLength: number): FrameE
   return frames;
 }
 
-/** Reads the finished file back in order for its sha256 (mostly from the page cache), the next read in flight while one is hashed. */
-async function hashFile(fh: FileHandle, size: number): Promise<string> {
-  const hash = newSha256();
-  const bufs = [Buffer.allocUnsafe(HASH_READ), Buffer.allocUnsafe(HASH_READ)];
-  const readAt = async (buf: Buffer, pos: number) => {
-    const want = Math.min(buf.length, size - pos);
-    let got = 0;
-    while (got < want) {
-      const { bytesRead } = await fh.read(buf, got, want - got, pos + got);
-      if (bytesRead === 0) throw Object.assign(new Error(`the file ended at byte ${pos + got} while being read back`), { code: 'EIO' });
-      got += bytesRead;
-    }
-    return buf.subarray(0, want);
-  };
-  let pos = 0;
-  let next = size > 0 ? readAt(bufs[0]!, 0) : undefined;
-  let turn = 0;
-  while (next) {
-    const chunk = await next;
-    pos += chunk.length;
-    turn ^= 1;
-    next = pos < size ? readAt(bufs[turn]!, pos) : undefined;
-    hash.update(chunk);
-  }
-  return 'sha256:' + hash.digest('hex');
-}
-
-const HASH_READ = 8 * 1024 * 1024;
 
 /**
  * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
@@ -395,33 +375,49 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   };
   let out: FileHandle | undefined;
   let file: Appender | undefined;
+  let hasher: FileHasher | undefined;
+  let headWrite: Promise<BundleManifest> | undefined;
+  let failed = false;
   try {
-    // read too: the file's digest is taken by reading it back once the head is in
+    // read too: the file's digest is taken by reading it back
     out = await open(tmpOut, 'w+');
     file = new Appender(out, headBytes);
     const appender = file;
+    // The head goes in as soon as every blob has arrived (the figure is known then, while the
+    // last ones are still being packed); from then on the file is hashed as it is written.
+    headWrite = (async () => {
+      await Promise.all(blobs.map(ready));
+      const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
+      input.signal?.throwIfAborted();
+      const manifest = manifestWith(imageStoreBytes);
+      validateManifest(manifest);
+      const manifestBytes = paddedManifest(manifest, manifestLength);
+      const signature = signBytes(manifestBytes, input.key);
+      if (paddedSize(signature.length) !== paddedSize(signatureLength)) {
+        throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(signatureLength)} reserved for it: a writer bug; report it`);
+      }
+      const head: Buffer[] = [];
+      const packedHead = await packFrames(headEntries(manifestBytes, signature), async (f) => { head.push(f); }, false, level, undefined, undefined, true);
+      const headBuf = Buffer.concat(head);
+      if (headBuf.length !== headBytes || packedHead.frames.length !== headFrames.length) {
+        throw new FormatError('INVALID_MANIFEST', `the head came to ${headBuf.length} bytes, not the ${headBytes} reserved: a writer bug; report it`);
+      }
+      await appender.writeAll(headBuf, 0);
+      // the write failed meanwhile and its file is going: no thread to hash it
+      if (failed) throw new Error('stopped');
+      hasher = new FileHasher(tmpOut);
+      const h = hasher;
+      appender.onWritten = (n) => h.upTo(n);
+      return manifest;
+    })();
+    headWrite.catch(() => undefined);
     const layout = await packFrames(layoutEntries, (f) => appender.append(f), true, level, onBytes, input.signal);
     await file.append(encodeSeekTable([...headFrames, ...layout.frames]));
-    const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
-    input.signal?.throwIfAborted();
-    const manifest = manifestWith(imageStoreBytes);
-    validateManifest(manifest);
-    const manifestBytes = paddedManifest(manifest, manifestLength);
-    const signature = signBytes(manifestBytes, input.key);
-    if (paddedSize(signature.length) !== paddedSize(signatureLength)) {
-      throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(signatureLength)} reserved for it: a writer bug; report it`);
-    }
-    const head: Buffer[] = [];
-    const packedHead = await packFrames(headEntries(manifestBytes, signature), async (f) => { head.push(f); }, false, level, undefined, undefined, true);
-    const headBuf = Buffer.concat(head);
-    if (headBuf.length !== headBytes || packedHead.frames.length !== headFrames.length) {
-      throw new FormatError('INVALID_MANIFEST', `the head came to ${headBuf.length} bytes, not the ${headBytes} reserved: a writer bug; report it`);
-    }
-    await file.writeAll(headBuf, 0);
+    const manifest = await headWrite;
     await file.flush();
     input.onFinishing?.();
     const fileSize = file.size;
-    const fileDigest = await hashFile(out, fileSize);
+    const fileDigest = await hasher!.digest(fileSize);
     await out.sync();
     await out.close();
     out = undefined;
@@ -432,7 +428,11 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await rename(sidecarTmp, `${input.output}.sha256`);
     return { manifest, fileDigest, fileSize, frames: headFrames.length + layout.frames.length };
   } catch (err) {
+    failed = true;
     await file?.settle();
+    // not awaited: it may be waiting for blobs that will never come
+    headWrite?.catch(() => undefined);
+    await hasher?.stop();
     await out?.close().catch(() => undefined);
     await rm(tmpOut, { force: true });
     await rm(sidecarTmp, { force: true });

@@ -11,7 +11,6 @@ import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
 import { pidExists } from './pid.js';
-import { Coalesce } from './coalesce.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */
@@ -210,8 +209,7 @@ export class BlobCache {
             measure.push(chunk).then(() => cb(null, chunk), cb);
           },
         });
-        // up to 1 MiB gathered but not yet written is fetched again after an interruption
-        await pipeline(src, new Coalesce(), check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
+        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
       }
       if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
       const actual = 'sha256:' + hash.digest('hex');
