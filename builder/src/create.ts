@@ -7,7 +7,7 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace } from './preflight.js';
@@ -152,6 +152,15 @@ async function allOrFirstError<T>(limit: LimitFunction, tasks: (() => Promise<T>
   return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
 }
 
+/** A promise with its settlers at hand (Promise.withResolvers is Node 22); a rejection nobody awaits is not unhandled. */
+function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void; reject: (err: unknown) => void } {
+  let resolve!: (v: T) => void;
+  let reject!: (err: unknown) => void;
+  const promise = new Promise<T>((res, rej) => { resolve = res; reject = rej; });
+  promise.catch(() => undefined);
+  return { promise, resolve, reject };
+}
+
 function refName(img: BundleImage): string {
   return img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`;
 }
@@ -275,37 +284,47 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const waiting = new Map([...byRef.values()].map((r) => [r, new Set(r.blobs.map((b) => b.digest))]));
     let imagesDone = [...waiting.values()].filter((w) => w.size === 0).length;
     const items = () => `${imagesDone}/${byRef.size} images`;
-    progress.start(`fetching ${plural(blobs.size, 'blob')} of ${plural(byRef.size, 'image')}`, total);
-    const paths = new Map<string, string>();
-    await allOrFirstError(limit, [...blobs.values()].map(({ blob, source }) => async () => {
-      const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
-        onBytes: (n) => progress.update((done += n), items()),
-        measure: isCompressedLayer(blob.mediaType),
-      });
-      paths.set(blob.digest, path);
-      for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
-      progress.update(done, items());
-    }), opts.signal);
-    progress.finish();
-
     const images = [...byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
     const index = Buffer.from(JSON.stringify({
       schemaVersion: 2,
       mediaType: MediaType.OciIndex,
       manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
     }));
-    const blobList = await Promise.all([...blobs.values()].map(async ({ blob }) => ({
-      ...blob,
-      path: paths.get(blob.digest)!,
-      verified: cache.verified(blob.digest),
-      unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
-    })));
     const signatures = releaseInfo ? await releaseSignatureBlobs(releaseInfo.digest, cache, opts, progress) : undefined;
     const epoch = process.env.SOURCE_DATE_EPOCH;
     const createdAt = opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
     const upgradeFrom = [...new Set([...(releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
-    progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
-    const written = await writeBundle({
+
+    // One pass: the writer packs each blob (in its order, by digest) as soon as it is in the
+    // cache, while later ones are still being fetched.
+    const ordered = [...blobs.values()].sort((a, b) => (a.blob.digest < b.blob.digest ? -1 : a.blob.digest > b.blob.digest ? 1 : 0));
+    const arrivals = new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()]));
+    let writeFailure: { err: unknown } | undefined;
+    let fetched = false;
+    let packedSoFar: [number, number] | undefined;
+    progress.start(`fetching ${plural(blobs.size, 'blob')} of ${plural(byRef.size, 'image')}`, total);
+    const fetching = allOrFirstError(limit, ordered.map(({ blob, source }) => async () => {
+      // the write failed (a full disk): no more downloads for it
+      if (writeFailure) throw writeFailure.err;
+      const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
+        onBytes: (n) => progress.update((done += n), items()),
+        measure: isCompressedLayer(blob.mediaType),
+      });
+      arrivals.get(blob.digest)!.resolve({ path, verified: cache.verified(blob.digest) });
+      for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
+      progress.update(done, items());
+    }), opts.signal).then(() => {
+      progress.finish();
+      fetched = true;
+      progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
+      if (packedSoFar) progress.update(packedSoFar[0], undefined, packedSoFar[1]);
+    }, (err: unknown) => {
+      // the writer waits for blobs that will not come now
+      for (const a of arrivals.values()) a.reject(err);
+      throw err;
+    });
+    const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => arrivals.get(blob.digest)!.promise }));
+    const writing = writeBundle({
       release: {
         name: opts.name ?? version!,
         version: version!,
@@ -317,8 +336,11 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       },
       images,
       index,
-      blobs: [...blobList.map(({ unpackedSize: _, ...b }) => b), ...(signatures?.blobs ?? [])],
-      imageStoreBytes: estimateImageStoreBytes(blobList),
+      blobs: [...blobList, ...(signatures?.blobs ?? [])],
+      // every blob is packed, so fetched and measured, by the time this is asked
+      imageStoreBytes: async () => estimateImageStoreBytes(await Promise.all(ordered.map(async ({ blob }) => ({
+        ...blob, unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
+      })))),
       ...(agent ? { agent } : {}),
       key,
       output,
@@ -326,10 +348,22 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       tool: { name: TOOL_NAME, version: TOOL_VERSION },
       ...(opts.level !== undefined ? { level: opts.level } : {}),
       // the writer's total also counts index.json and oci-layout
-      onProgress: (d, t) => progress.update(d, undefined, t),
+      onProgress: (d, t) => {
+        // while downloads go on, the line shows them; the packing so far shows once they end
+        if (fetched) progress.update(d, undefined, t);
+        else packedSoFar = [d, t];
+      },
       onFinishing: () => progress.phaseNote('finishing: syncing and renaming'),
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
+    const [fetchResult, writeResult] = await Promise.allSettled([fetching, writing.catch((err: unknown) => {
+      writeFailure ??= { err };
+      throw err;
+    })]);
+    // a fetch failing fails the write too: its own error is the one to report
+    if (fetchResult.status === 'rejected') throw fetchResult.reason;
+    if (writeResult.status === 'rejected') throw writeResult.reason;
+    const written = writeResult.value;
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(blobs.size, 'blob')}, ${written.fileDigest}`);
     return { ...written, output, images: images.length, blobs: blobs.size, downloadedBytes: total, warnings };
   } catch (err) {

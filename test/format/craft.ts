@@ -15,7 +15,7 @@ import tar from 'tar-stream';
 import { Compressor, decompress } from 'zstd-napi';
 import {
   BUNDLE_JSON, FRAME_BYTES, FormatError, SIGNATURE, encodeSeekTable, extractBundle, fingerprint, generateKeyPair,
-  readSeekIndex, signBytes, verifyBundle, writeBundle,
+  rawFrame, readSeekIndex, signBytes, verifyBundle, writeBundle,
   type BundleBlob, type BundleImage, type FormatErrorCode, type FrameEntry, type KeyType, type Trust, type TrustedKey,
   type WrittenBundle,
 } from '@offline-bundle/format';
@@ -354,6 +354,17 @@ export function trailerOffset(tarBytes: Buffer): number {
   throw new Error('no trailer');
 }
 
+/** Where the tar stream's first two entries end (bundle.json and its signature in a bundle). */
+function headBytesOf(tarBytes: Buffer): number {
+  let p = 0;
+  for (let n = 0; n < 2 && p + TAR_BLOCK <= tarBytes.length; n++) {
+    const block = tarBytes.subarray(p, p + TAR_BLOCK);
+    if (block.every((b) => b === 0)) break;
+    p += TAR_BLOCK + Math.ceil(octal(block, 124, 12) / TAR_BLOCK) * TAR_BLOCK;
+  }
+  return p;
+}
+
 export interface CraftOptions {
   /** Keep the tar trailer (two zero blocks); default true. */
   trailer?: boolean;
@@ -363,7 +374,7 @@ export interface CraftOptions {
   seekTable?: ((frames: FrameEntry[]) => FrameEntry[]) | null;
   /** Raw bytes after the seek table. */
   append?: Buffer;
-  /** Compresses each frame (default: zstdFrame, as writeBundle does); `i` counts frames from 0. */
+  /** Compresses each frame (default: as writeBundle does, raw blocks for the head, zstdFrame after); `i` counts frames from 0. */
   frame?: (data: Buffer, i: number) => Buffer;
   /** Raw bytes inserted after frame `i`, counted in that frame's compressed size in the seek table. */
   between?: (i: number) => Buffer | undefined;
@@ -391,16 +402,22 @@ export async function craft(file: string, entries: Entry[], opts: CraftOptions =
 export async function craftTar(file: string, tarBytes: Buffer, opts: CraftOptions = {}): Promise<Crafted> {
   const parts: Buffer[] = [];
   const frames: FrameEntry[] = [];
+  // writeBundle stores the head (bundle.json and its signature) as raw blocks
+  const headEnd = headBytesOf(tarBytes);
+  const raw = (data: Buffer) => (frames.length < headFrames ? rawFrame(data) : zstdFrame(data));
+  const segs = frameSegments(tarBytes);
+  const headFrames = segs.filter(([, b]) => b <= headEnd).length;
+  const defaultFrame = opts.frame ?? raw;
   const addFrames = (bytes: Buffer, segs: [number, number][]) => {
     for (const [a, b] of segs) {
       const i = frames.length;
-      const f = (opts.frame ?? zstdFrame)(bytes.subarray(a, b), i);
+      const f = defaultFrame(bytes.subarray(a, b), i);
       const extra = opts.between?.(i) ?? Buffer.alloc(0);
       parts.push(f, extra);
       frames.push({ compressedSize: f.length + extra.length, decompressedSize: b - a });
     }
   };
-  addFrames(tarBytes, frameSegments(tarBytes));
+  addFrames(tarBytes, segs);
   if (opts.extraTar) addFrames(opts.extraTar, frameSegments(opts.extraTar));
   if (opts.seekTable !== null) parts.push(encodeSeekTable(opts.seekTable ? opts.seekTable(frames.map((f) => ({ ...f }))) : frames));
   if (opts.append) parts.push(opts.append);

@@ -486,7 +486,8 @@ function rejections(t: Test): void {
 
     t.test('signed bytes that are not JSON: INVALID_MANIFEST', async (t) => {
       const f = out();
-      await craft(f, resign(entries, base.key.privateKey, { raw: (b) => b.subarray(0, b.length - 3) }));
+      // cut inside the JSON, not in the spaces the writer pads it with
+      await craft(f, resign(entries, base.key.privateKey, { raw: (b) => b.subarray(0, Buffer.byteLength(b.toString('utf8').trimEnd()) - 3) }));
       await assertRejected(t, f, base.trust, 'INVALID_MANIFEST');
     });
 

@@ -1,6 +1,7 @@
 import { Writable } from 'node:stream';
 import { Compressor } from 'zstd-napi';
 import { FRAME_BYTES } from './layout.js';
+import { rawFrame } from './raw-frame.js';
 import type { FrameEntry } from './seekable.js';
 
 /**
@@ -37,6 +38,8 @@ export class FrameWriter extends Writable {
     private readonly sink: (frame: Buffer) => Promise<void>,
     private readonly cuts: number[],
     level = 3,
+    /** Raw blocks only: each frame's size then depends on its content length alone. */
+    private readonly raw = false,
   ) {
     super({ highWaterMark: FRAME_BYTES });
     this.compressor.setParameters({ compressionLevel: level, checksumFlag: true, contentSizeFlag: true });
@@ -61,16 +64,27 @@ export class FrameWriter extends Writable {
 
   private async flushFrame(): Promise<void> {
     if (this.partBytes === 0) return;
-    const data = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.partBytes);
+    // compress() is synchronous and copies what it keeps: one assembly buffer serves every frame
+    // (a fresh 4 MiB one per frame is a GiB of garbage per GiB packed)
+    const data = this.parts.length === 1 ? this.parts[0]! : this.assemble();
     const start = this.position - data.length;
     // nextBoundary left cutIndex past every cut up to this frame's start
-    if (this.cuts[this.cutIndex - 1] === start) this.incompressible = this.probe(data);
-    const frame = (this.incompressible ? this.fast : this.compressor).compress(data);
+    if (!this.raw && this.cuts[this.cutIndex - 1] === start) this.incompressible = this.probe(data);
+    const frame = this.raw ? rawFrame(data) : (this.incompressible ? this.fast : this.compressor).compress(data);
     if (data.length >= PROBE_BYTES) this.incompressible = frame.length > data.length * INCOMPRESSIBLE;
     this.frames.push({ compressedSize: frame.length, decompressedSize: data.length });
     this.parts = [];
     this.partBytes = 0;
     await this.sink(frame);
+  }
+
+  private assembly: Buffer | undefined;
+
+  private assemble(): Buffer {
+    if (!this.assembly || this.assembly.length < this.partBytes) this.assembly = Buffer.allocUnsafe(Math.max(this.partBytes, FRAME_BYTES));
+    let at = 0;
+    for (const p of this.parts) at += p.copy(this.assembly, at);
+    return this.assembly.subarray(0, at);
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {

@@ -8,6 +8,7 @@ export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPass
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 export { writeBundle, writeFailure, estimateImageStoreBytes, estimateBundleBytes } from './writer.js';
+export { rawFrame } from './raw-frame.js';
 export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './reader.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle } from './extract.js';
@@ -21,7 +22,7 @@ export type { BundleManifest, BundleAgent, BundleImage, BundleBlob, BundleReleas
 export type { KeyType, TrustedKey } from './keys.js';
 export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';
-export type { WriteBundleInput, WrittenBundle } from './writer.js';
+export type { WriteBundleInput, WrittenBundle, ReadyBlob } from './writer.js';
 export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './reader.js';
 export type { ExtractOptions } from './extract.js';
 export type { BundleReleaseSignatures } from './release-signatures.js';

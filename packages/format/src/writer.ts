@@ -14,6 +14,8 @@ import {
   TAR_BLOCK, FRAME_BYTES, blobPath, paddedSize, READ_CHUNK } from './layout.js';
 import { serializeManifest, validateManifest, type BundleAgent, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
+import { rawFrameSize } from './raw-frame.js';
+import { FileHasher } from './file-hasher.js';
 
 export interface WriteBundleInput {
   release: BundleRelease;
@@ -24,8 +26,12 @@ export interface WriteBundleInput {
    * Every blob with the file that holds it, checked against its digest as it is packed unless
    * `verified` (the caller hashed that very file in this run: a cold build would hash it twice).
    */
-  blobs: (BundleBlob & { path: string; verified?: boolean })[];
-  imageStoreBytes: number;
+  blobs: (BundleBlob & ({ path: string; verified?: boolean } | { /** May be called more than once: the same arrival. */ ready: () => Promise<ReadyBlob> }))[];
+  /**
+   * A number, or a function called once every blob was packed (a one-pass build measures the
+   * layers while it packs them): bundle.json then goes into the head reserved for it.
+   */
+  imageStoreBytes: number | (() => Promise<number>);
   key: KeyObject;
   output: string;
   createdAt: string;
@@ -41,6 +47,9 @@ export interface WriteBundleInput {
   signal?: AbortSignal;
 }
 
+/** A blob's file once it is there, and whether this run hashed it already (no second hash when packed). */
+export interface ReadyBlob { path: string; verified: boolean }
+
 export interface WrittenBundle {
   manifest: BundleManifest;
   fileDigest: string;
@@ -48,7 +57,7 @@ export interface WrittenBundle {
   frames: number;
 }
 
-interface PackEntry { name: string; size: number; open: () => NodeJS.ReadableStream | Buffer; digest?: string }
+interface PackEntry { name: string; size: number; open: () => Buffer | Promise<{ stream: Readable; check: boolean }>; digest?: string }
 
 /** Frame cut points: each header and each data start, then the trailer. */
 function cutPoints(entries: PackEntry[]): number[] {
@@ -78,12 +87,12 @@ function verifying(e: PackEntry): Transform {
 }
 
 /** Packs entries as a tar stream (no trailer unless `finish`) cut into zstd frames handed to `sink`. */
-async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise<unknown>, finish: boolean, level: number, onBytes?: (n: number) => void, signal?: AbortSignal): Promise<{ frames: FrameEntry[]; bytes: number }> {
+async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise<unknown>, finish: boolean, level: number, onBytes?: (n: number) => void, signal?: AbortSignal, raw = false): Promise<{ frames: FrameEntry[]; bytes: number }> {
   let bytes = 0;
   const framer = new FrameWriter(async (frame) => {
     await sink(frame);
     bytes += frame.length;
-  }, cutPoints(entries), level);
+  }, cutPoints(entries), level, raw);
   const pack = tar.pack();
   const counted = new Transform({
     transform(chunk: Buffer, _enc, cb) {
@@ -100,10 +109,13 @@ async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise
       if (Buffer.isBuffer(src)) {
         await new Promise<void>((resolve, reject) => pack.entry(header, src, (err) => (err ? reject(err) : resolve())));
       } else {
+        // a blob still being fetched: the frames so far are written meanwhile
+        const { stream, check } = await src;
+        signal?.throwIfAborted();
         const sink = pack.entry(header) as unknown as Writable;
         const o = signal ? { signal } : {};
-        if (e.digest) await pipeline(src as Readable, verifying(e), sink, o);
-        else await pipeline(src as Readable, sink, o);
+        if (check) await pipeline(stream, verifying(e), sink, o);
+        else await pipeline(stream, sink, o);
       }
     }
     if (finish) pack.finalize();
@@ -159,21 +171,28 @@ export function estimateBundleBytes(sizes: number[]): number {
  * reading, hashing and compressing the next frames go on while the disk takes these.
  */
 class Appender {
-  private readonly hash = newSha256();
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private readonly inflight = new Set<Promise<void>>();
+  /** Where each write in flight starts: below the lowest, every byte from `start` is written. */
+  private readonly inflightStarts = new Set<number>();
   private inflightBytes = 0;
+  /** Told how far the file is written without a gap from the layout's start, as writes complete. */
+  onWritten: ((contiguous: number) => void) | undefined;
   private failure: { err: unknown } | undefined;
-  /** Bytes appended so far (hashed, and written or being written). */
-  size = 0;
-  private written = 0;
+  /** Where the next byte goes: past the head reserved for bundle.json and its signature. */
+  private written: number;
 
-  constructor(private readonly file: FileHandle, private readonly batch = READ_CHUNK) {}
+  constructor(private readonly file: FileHandle, start: number, private readonly batch = READ_CHUNK) {
+    this.written = start;
+  }
+
+  /** The file's size once everything appended is written. */
+  get size(): number {
+    return this.written + this.pendingBytes;
+  }
 
   async append(buf: Buffer): Promise<void> {
-    this.hash.update(buf);
-    this.size += buf.length;
     if (buf.length >= this.batch / 4) {
       // a data frame is large already: copying it into a batch only makes garbage
       await this.flushPending();
@@ -199,9 +218,12 @@ class Appender {
     const position = this.written;
     this.written += data.length;
     this.inflightBytes += data.length;
+    this.inflightStarts.add(position);
     const p: Promise<void> = this.writeAll(data, position).catch((err: unknown) => { this.failure ??= { err }; }).finally(() => {
       this.inflight.delete(p);
+      this.inflightStarts.delete(position);
       this.inflightBytes -= data.length;
+      if (!this.failure) this.onWritten?.(this.inflightStarts.size ? Math.min(...this.inflightStarts) : this.written);
     });
     this.inflight.add(p);
     while (this.inflightBytes > WRITE_AHEAD && !this.failure) await Promise.race(this.inflight);
@@ -213,7 +235,7 @@ class Appender {
   }
 
   /** A positional write may be short (a full disk, a signal): the rest goes after it. */
-  private async writeAll(data: Buffer, position: number): Promise<void> {
+  async writeAll(data: Buffer, position: number): Promise<void> {
     let off = 0;
     while (off < data.length) {
       const { bytesWritten } = await this.file.write(data, off, data.length - off, position + off);
@@ -234,9 +256,6 @@ class Appender {
     await Promise.allSettled([...this.inflight]);
   }
 
-  digest(): string {
-    return 'sha256:' + this.hash.digest('hex');
-  }
 }
 
 /** Writes in flight at once: four frames' worth. */
@@ -251,12 +270,6 @@ export function writeFailure(path: string, err: unknown): FormatError {
   return new FormatError('IO_ERROR', `cannot write ${path}: ${(err as Error)?.message ?? String(err)}`, { cause: err });
 }
 
-/**
- * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
- * into place once synced: bundle.json and its signature first (everything they say is known
- * before packing: format version 2 does not record the compressed size), then the layout's
- * frames, then the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
- */
 /** A small file written and synced (not renamed): the caller renames it into place. */
 async function writeSynced(file: string, text: string): Promise<void> {
   const fh = await open(file, 'w', 0o644);
@@ -268,6 +281,47 @@ async function writeSynced(file: string, text: string): Promise<void> {
   }
 }
 
+/** The largest imageStoreBytes bundle.json can carry: its head is reserved for this many digits. */
+const WIDEST_TOTAL = Number.MAX_SAFE_INTEGER;
+
+/** bundle.json padded with spaces (JSON ignores them; the signature covers them) to `length` bytes. */
+function paddedManifest(m: BundleManifest, length: number): Buffer {
+  const text = serializeManifest(m);
+  if (text.length > length) throw new FormatError('INVALID_MANIFEST', `bundle.json grew past the ${length} bytes reserved for it: a writer bug; report it`);
+  // spaces before the final newline: the file still ends with one
+  return Buffer.concat([text.subarray(0, text.length - 1), Buffer.alloc(length - text.length, 0x20), text.subarray(text.length - 1)]);
+}
+
+/** The head's entries: bundle.json then its signature. */
+function headEntries(manifestBytes: Buffer, signature: Buffer): PackEntry[] {
+  return [
+    { name: BUNDLE_JSON, size: manifestBytes.length, open: () => manifestBytes },
+    { name: SIGNATURE, size: signature.length, open: () => signature },
+  ];
+}
+
+/** The head's frames, raw blocks at cut points the same as packFrames makes: their sizes depend on the lengths alone. */
+function headFrameSizes(manifestLength: number, signatureLength: number): FrameEntry[] {
+  const cuts = cutPoints(headEntries(Buffer.alloc(manifestLength), Buffer.alloc(signatureLength)));
+  const frames: FrameEntry[] = [];
+  for (let i = 0; i + 1 < cuts.length; i++) {
+    for (let at = cuts[i]!; at < cuts[i + 1]!; at += FRAME_BYTES) {
+      const n = Math.min(FRAME_BYTES, cuts[i + 1]! - at);
+      frames.push({ compressedSize: rawFrameSize(n), decompressedSize: n });
+    }
+  }
+  return frames;
+}
+
+
+/**
+ * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
+ * into place once synced. The head (bundle.json and its signature, first in the archive) is
+ * reserved and written last, as raw zstd blocks whose size depends on the length alone, with
+ * bundle.json padded to the length it has with the widest imageStoreBytes: so the layout's
+ * frames can be packed while its blobs are still arriving, before that figure is known. Then
+ * the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
+ */
 export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
   const level = input.level ?? 3;
   const tmpOut = `${input.output}.${process.pid}.tmp`;
@@ -277,28 +331,41 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   const packed = new Set(blobs.map((b) => b.digest));
   const unpacked = input.images.find((im) => !packed.has(im.digest));
   if (unpacked) throw new FormatError('INVALID_MANIFEST', `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`);
+  const ready = (b: (typeof blobs)[number]): Promise<ReadyBlob> => ('ready' in b ? b.ready() : Promise.resolve({ path: b.path, verified: b.verified === true }));
   const layoutEntries: PackEntry[] = [
     { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
     { name: INDEX_JSON, size: input.index.length, open: () => input.index },
-    ...blobs.map((b) => ({ name: blobPath(b.digest), size: b.size, ...(b.verified ? {} : { digest: b.digest }), open: () => createReadStream(b.path, { highWaterMark: READ_CHUNK }) })),
+    ...blobs.map((b) => ({
+      name: blobPath(b.digest), size: b.size, digest: b.digest,
+      open: async () => {
+        const r = await ready(b);
+        return { stream: createReadStream(r.path, { highWaterMark: READ_CHUNK }), check: !r.verified };
+      },
+    })),
   ];
   const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
-  const manifest: BundleManifest = {
+  const manifestWith = (imageStoreBytes: number): BundleManifest => ({
     schemaVersion: SCHEMA_VERSION,
     mediaType: FORMAT_MEDIA_TYPE,
     release: input.release,
     images: input.images,
     blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType })),
     index: { digest: sha256(input.index), size: input.index.length },
-    totals: { layoutBytes, imageStoreBytes: input.imageStoreBytes },
+    totals: { layoutBytes, imageStoreBytes },
     creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
     ...(input.agent ? { agent: input.agent } : {}),
     signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
-  };
-  // Never sign what a reader refuses: the reader's own schema check, on what goes out.
-  validateManifest(manifest);
-  const manifestBytes = serializeManifest(manifest);
-  const signature = signBytes(manifestBytes, input.key);
+  });
+  // Never sign what a reader refuses: the reader's own schema check, on what goes out (again
+  // with the real figure at the end). The widest figure sizes the head.
+  const widest = manifestWith(WIDEST_TOTAL);
+  validateManifest(widest);
+  const manifestLength = serializeManifest(widest).length;
+  // every supported algorithm's signature fits one tar block whatever it signs (Ed25519: 64
+  // bytes, ECDSA DER: at most 139), so this one's padded length is the final one's
+  const signatureLength = signBytes(serializeManifest(widest), input.key).length;
+  const headFrames = headFrameSizes(manifestLength, signatureLength);
+  const headBytes = headFrames.reduce((s, f) => s + f.compressedSize, 0);
 
   let done = 0;
   const onBytes = (n: number) => {
@@ -308,38 +375,70 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   };
   let out: FileHandle | undefined;
   let file: Appender | undefined;
+  let hasher: FileHasher | undefined;
+  let headWrite: Promise<BundleManifest> | undefined;
+  let failed = false;
   try {
-    out = await open(tmpOut, 'w');
-    file = new Appender(out);
+    // read too: the file's digest is taken by reading it back
+    out = await open(tmpOut, 'w+');
+    file = new Appender(out, headBytes);
     const appender = file;
-    const append = (f: Buffer) => appender.append(f);
-    const headEntries: PackEntry[] = [
-      { name: BUNDLE_JSON, size: manifestBytes.length, open: () => manifestBytes },
-      { name: SIGNATURE, size: signature.length, open: () => signature },
-    ];
-    const head = await packFrames(headEntries, append, false, level);
-    const layout = await packFrames(layoutEntries, append, true, level, onBytes, input.signal);
-    await file.append(encodeSeekTable([...head.frames, ...layout.frames]));
+    // The head goes in as soon as every blob has arrived (the figure is known then, while the
+    // last ones are still being packed); from then on the file is hashed as it is written.
+    headWrite = (async () => {
+      await Promise.all(blobs.map(ready));
+      const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
+      input.signal?.throwIfAborted();
+      const manifest = manifestWith(imageStoreBytes);
+      validateManifest(manifest);
+      const manifestBytes = paddedManifest(manifest, manifestLength);
+      const signature = signBytes(manifestBytes, input.key);
+      if (paddedSize(signature.length) !== paddedSize(signatureLength)) {
+        throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(signatureLength)} reserved for it: a writer bug; report it`);
+      }
+      const head: Buffer[] = [];
+      const packedHead = await packFrames(headEntries(manifestBytes, signature), async (f) => { head.push(f); }, false, level, undefined, undefined, true);
+      const headBuf = Buffer.concat(head);
+      if (headBuf.length !== headBytes || packedHead.frames.length !== headFrames.length) {
+        throw new FormatError('INVALID_MANIFEST', `the head came to ${headBuf.length} bytes, not the ${headBytes} reserved: a writer bug; report it`);
+      }
+      await appender.writeAll(headBuf, 0);
+      // the write failed meanwhile and its file is going: no thread to hash it
+      if (failed) throw new Error('stopped');
+      hasher = new FileHasher(tmpOut);
+      const h = hasher;
+      appender.onWritten = (n) => h.upTo(n);
+      return manifest;
+    })();
+    headWrite.catch(() => undefined);
+    const layout = await packFrames(layoutEntries, (f) => appender.append(f), true, level, onBytes, input.signal);
+    await file.append(encodeSeekTable([...headFrames, ...layout.frames]));
+    const manifest = await headWrite;
     await file.flush();
     input.onFinishing?.();
+    const fileSize = file.size;
+    const fileDigest = await hasher!.digest(fileSize);
     await out.sync();
     await out.close();
     out = undefined;
-    const fileDigest = file.digest();
     // the sidecar is on disk before the bundle moves into place and follows it at once: a
     // failure to write it leaves no new bundle behind, and an old sidecar is replaced only with its bundle
     await writeSynced(sidecarTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
     await rename(tmpOut, input.output);
     await rename(sidecarTmp, `${input.output}.sha256`);
-    return { manifest, fileDigest, fileSize: file.size, frames: head.frames.length + layout.frames.length };
+    return { manifest, fileDigest, fileSize, frames: headFrames.length + layout.frames.length };
   } catch (err) {
+    failed = true;
     await file?.settle();
+    // not awaited: it may be waiting for blobs that will never come
+    headWrite?.catch(() => undefined);
+    await hasher?.stop();
     await out?.close().catch(() => undefined);
     await rm(tmpOut, { force: true });
     await rm(sidecarTmp, { force: true });
     // stopped: the caller's reason, not whichever stream noticed first
     if (input.signal?.aborted) throw input.signal.reason;
-    // callers report a code; a missing cache file or a full disk must not surface as a bare errno
+    // callers report a code; a missing cache file or a full disk must not surface as a bundle error
     throw err instanceof FormatError ? err : writeFailure(input.output, err);
   }
 }

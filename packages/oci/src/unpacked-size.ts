@@ -61,7 +61,7 @@ export class UnpackedCounter {
       return;
     }
     // large output chunks: fewer thread-pool round trips and 'data' events for output that is only counted
-    const decoder = gzip ? createGunzip({ chunkSize: 256 * 1024 }) : (new DecompressStream() as unknown as Writable & NodeJS.ReadableStream);
+    const decoder = gzip ? createGunzip({ chunkSize: 1024 * 1024 }) : (new DecompressStream() as unknown as Writable & NodeJS.ReadableStream);
     decoder.on('data', (out: Buffer) => {
       this.unpacked += out.length;
       if (this.unpacked > this.size * MAX_UNPACK_RATIO) {
