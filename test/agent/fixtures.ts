@@ -28,7 +28,8 @@ export function run(bin: string, args: string[], env: NodeJS.ProcessEnv = proces
 export interface AppImage { name: string; arch?: string; files: Record<string, string | Buffer> }
 
 /** Builds a signed bundle of the given images (named as a cluster would pull them) with the real CLI. */
-export async function makeBundle(dir: string, opts: { key: string; version: string; images: AppImage[]; upgradeFrom?: string[]; arch?: string; out: string }): Promise<string> {
+/** `create`: how `bundle ARGS` runs (default: the built CLI under node; the package test passes the packaged one). */
+export async function makeBundle(dir: string, opts: { key: string; version: string; images: AppImage[]; upgradeFrom?: string[]; arch?: string; out: string; create?: (args: string[]) => Promise<{ code: number | null; stderr: string }> }): Promise<string> {
   const layout = join(dir, `layout-${opts.version}-${opts.arch ?? 'amd64'}`);
   const specs: string[] = [];
   for (const [i, img] of opts.images.entries()) {
@@ -36,7 +37,7 @@ export async function makeBundle(dir: string, opts: { key: string; version: stri
     await writeImageLayout(layout, { tag, platforms: [{ os: 'linux', architecture: img.arch ?? opts.arch ?? 'amd64', layers: [img.files] }] });
     specs.push('--image', `oci:${layout}:${tag}=${img.name}`);
   }
-  const r = await run(BUNDLE, ['create', '--quiet', '--version', opts.version, '--arch', opts.arch ?? 'amd64', ...specs,
+  const r = await (opts.create ?? ((args: string[]) => run(BUNDLE, args)))(['create', '--quiet', '--version', opts.version, '--arch', opts.arch ?? 'amd64', ...specs,
     ...(opts.upgradeFrom ?? []).flatMap((v) => ['--upgrade-from', v]), '--key', opts.key, '--cache', join(dir, 'cache'), '-o', opts.out]);
   if (r.code !== 0) throw new Error(`bundle create failed: ${r.stderr}`);
   return opts.out;

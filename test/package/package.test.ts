@@ -136,7 +136,8 @@ t.test('agent tarball: runs from a prefix with no node on PATH, installs, and lo
   t.teardown(() => ctd.stop());
   const config = await nodeRoot(root, keys.pub, 'runtime: containerd\nversion:\n  current: "1.0.0"\nspace:\n  reserveBytes: 0\nstatus:\n  kubeconfig: /etc/bundle-agent/kubeconfig\n');
   await writeKubeconfig(join(root, 'etc/bundle-agent/kubeconfig'), api.port);
-  const file = await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(dir, 'update.bundle') });
+  // made by the packaged builder: its one-pass writer hashes the file on a worker thread, whose code must survive the bundling
+  const file = await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(dir, 'update.bundle'), create: (args) => sh(join(prefix, 'bin/bundle'), args, env) });
   const r = await sh(join(prefix, 'bin/bundle-agent'), ['load', file, '--config', config], env);
   t.equal(r.code, 0, `load exits 0 (${r.stderr.slice(-800)})`);
   const cri = new CriImageClient(ctd.socket);
