@@ -1,6 +1,6 @@
 import { open, type FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
-import { newSha256, sha256Pooled } from '@offline-bundle/oci';
+import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { headerMessage, headerMismatch } from './entry-header.js';
 import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-inspector.js';
@@ -120,8 +120,7 @@ export class BundleRandomReader {
     if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
     const want = this.frameDigests[i];
     if (want || opts.require || opts.record) {
-      // off the event loop: the frame read ahead is hashed while the one before is sent
-      const got = await sha256Pooled(buf);
+      const got = newSha256().update(buf).digest();
       if (want && !got.equals(want)) throw changedOnMedia(i, f.compressedOffset);
       if (!want && opts.require) throw new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} was never verified; it cannot be served`);
       if (!want) opts.record?.set(i, got);
@@ -175,17 +174,12 @@ export class BundleRandomReader {
       let pos = loc.offset; // decompressed offset of `frame`
       const from = loc.offset + start;
       const to = loc.offset + stop;
-      let ahead: Promise<Buffer> | undefined;
       while (pos < to) {
         const f = self.index.frames[frame];
         if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
         const next = pos + f.decompressedSize;
         if (next > from) {
-          const data = await (ahead ?? self.frame(frame, opts));
-          // the next frame is read (and checked) while this one is written
-          ahead = next < to && self.index.frames[frame + 1] ? self.frame(frame + 1, opts) : undefined;
-          // settled by the next turn, or dropped when the client goes first: never unhandled
-          ahead?.catch(() => undefined);
+          const data = await self.frame(frame, opts);
           yield data.subarray(Math.max(0, from - pos), Math.min(data.length, to - pos));
         }
         pos = next;
