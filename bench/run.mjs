@@ -6,8 +6,11 @@
 //   stage:    bundle extract (verified, durable)   vs zstd -dc | tee >(sha256sum) | tar -x
 //   stage-durable: the same against a peer that also hashes the file and every blob and fsyncs each
 //   random:   the largest blob through the seek index vs zstd -dc | tar -xO BLOB
-//   serve:    skopeo copy of every image from bundle-agent serve (staged layout) vs from docker-registry 2.8
+//   serve:    skopeo copy of every image from `bundle-agent serve DIR` (an extracted layout found on
+//             disk: every chunk re-checked against its digest, #7) vs from docker-registry 2.8
 //   serve16:  a 16-stream blob client, same two servers
+//   serve-staging, serve16-staging: the same two clients against the registry `bundle-agent load`
+//             pulls from: a StagingStore over its own verified staging (bench/lib/staging-server.mjs)
 //   preload:  containerd's CRI pulling every image through bundle-agent serve vs straight from docker-registry
 //   load:     bundle-agent load (stage + serve + pre-load + pin) vs cat FILE > /dev/null + containerd's pull from docker-registry
 //   RSS:      peak resident set of bundle create / bundle extract at BENCH_SCALE and 4x it
@@ -25,7 +28,7 @@ import { skopeoCopy, startRegistry } from '../test/helpers/registry.mjs';
 import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats } from './lib/measure.mjs';
 import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
-import { AGENT, BUNDLE, cli, serve } from './lib/ours.mjs';
+import { AGENT, BUNDLE, cli, serve, serveStaging } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
 import { table, writeResults } from './lib/report.mjs';
 import { SHAPES, releaseShape } from './lib/shape.mjs';
@@ -34,7 +37,7 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,preload,load,rss').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-staging,serve16-staging,preload,load,rss').split(','));
 const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
 const STREAMS = 16;
 const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
@@ -122,9 +125,9 @@ async function stageRow(env, file, staged, runs, rss, floor = STAGE_PEERS.stream
   return { ...r, peerName: floor.name };
 }
 
-/** Runs `fn(ours, peer)` with the agent serving the staged layout and the docker-registry. */
-async function withServers(env, staged, fn) {
-  const srv = await serve(staged, env.pub);
+/** Runs `fn(ours, peer)` with our server (`start()`) and the docker-registry. */
+async function withServers(env, start, fn) {
+  const srv = await start();
   try {
     return await fn(srv.address, env.reg.host);
   } finally {
@@ -153,7 +156,7 @@ async function main() {
     meta.images = env.rel.payload.length;
     if (ONLY.has('preload') || ONLY.has('load')) meta.snapshotter = await nodeSnapshotter(env.dir);
     meta.blobs = env.rel.blobs.size;
-    const needStaged = ['serve', 'serve16', 'preload'].some((r) => ONLY.has(r));
+    const needStaged = ['serve', 'serve16', 'serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r));
     if (ONLY.has('stage')) {
       await addRow({ id: 'stage', step: '`bundle extract`, verified', unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)) });
     } else if (needStaged || ONLY.has('rss')) {
@@ -162,25 +165,32 @@ async function main() {
     if (ONLY.has('stage-durable')) {
       await addRow({ id: 'stage-durable', step: '`bundle extract`, verified, every file fsynced', unit: 's', ...(await stageRow(env, file, undefined, RUNS, extractRss, STAGE_PEERS.durable)) });
     }
-    if (needStaged) {
-      await withServers(env, staged, async (ours, peer) => {
-        const pull = path.join(env.dir, 'pull');
-        if (ONLY.has('serve')) {
-          const r = await alternate(RUNS, {
-            cleanup: () => rm(pull, { recursive: true, force: true }),
-            ours: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`); },
-            peer: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`); },
-          });
-          await addRow({ id: 'serve', step: `serve: skopeo copy of ${env.rel.payload.length} images from \`bundle-agent serve\``, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
-        }
-        if (ONLY.has('serve16')) {
-          const blobs = [...env.rel.blobs].map(([digest, b]) => ({ digest, ...b })).sort((a, b) => b.size - a.size);
-          const r = await alternate(RUNS, {
-            ours: () => fetchBlobs(`http://${ours}`, blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })), STREAMS),
-            peer: () => fetchBlobs(`http://${peer}`, blobs, STREAMS),
-          });
-          await addRow({ id: 'serve16', step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
-        }
+    const clientRows = async (ours, peer, ids, what) => {
+      const pull = path.join(env.dir, 'pull');
+      if (ONLY.has(ids.serve)) {
+        const r = await alternate(RUNS, {
+          cleanup: () => rm(pull, { recursive: true, force: true }),
+          ours: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`); },
+          peer: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`); },
+        });
+        await addRow({ id: ids.serve, step: `serve: skopeo copy of ${env.rel.payload.length} images from ${what}`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+      }
+      if (ONLY.has(ids.serve16)) {
+        const blobs = [...env.rel.blobs].map(([digest, b]) => ({ digest, ...b })).sort((a, b) => b.size - a.size);
+        const r = await alternate(RUNS, {
+          ours: () => fetchBlobs(`http://${ours}`, blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })), STREAMS),
+          peer: () => fetchBlobs(`http://${peer}`, blobs, STREAMS),
+        });
+        await addRow({ id: ids.serve16, step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs, from ${what}`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+      }
+    };
+    if (['serve-staging', 'serve16-staging'].some((r) => ONLY.has(r))) {
+      await withServers(env, () => serveStaging(staged), (ours, peer) => clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' },
+        'the agent load\'s registry (StagingStore over its verified staging, trusted)'));
+    }
+    if (['serve', 'serve16', 'preload'].some((r) => ONLY.has(r))) {
+      await withServers(env, () => serve(staged, env.pub), async (ours, peer) => {
+        await clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)');
         if (ONLY.has('preload')) {
           const refs = env.rel.payload.map((p) => p.ref);
           const r = await alternate(RUNS, {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { blobPath, type BundleManifest } from '@offline-bundle/format';
 import { parseManifest } from '@offline-bundle/oci';
-import type { BlobStore, Catalog } from '@offline-bundle/registry';
+import { layoutRange, type BlobStore, type Catalog } from '@offline-bundle/registry';
 import { AgentError } from './errors.js';
 import { namesOf } from './runtime-target.js';
 
@@ -123,7 +123,7 @@ export class StagingStore implements BlobStore {
   async open(digest: string, start: number, end: number): Promise<Readable> {
     if (!this.ready.has(digest)) throw new AgentError('StagingFailed', `blob ${digest} is not staged and verified yet`);
     const fh = await this.openFile(digest);
-    return fh.createReadStream({ start, end: end - 1 });
+    return layoutRange(fh, this.catalog.blobs.get(digest)!, start, end, `staged ${blobPath(digest)}`);
   }
 
   async close(): Promise<void> {}

@@ -24,8 +24,19 @@ export const cli = (bin, args, rssFile) => run(process.execPath, [...profile, bi
  * @param {string} pub trusted key
  * @returns {Promise<{ address: string, stop: () => Promise<void> }>}
  */
-export async function serve(target, pub) {
-  const child = spawn(process.execPath, [...profile, AGENT, 'serve', target, '--key', pub, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+export const serve = (target, pub) => listening([AGENT, 'serve', target, '--key', pub, '--json'], 'bundle-agent serve');
+
+/**
+ * The agent load's own registry (a StagingStore over its verified staging) on the layout `staged`.
+ * @param {string} staged a layout made by `bundle extract`
+ */
+export const serveStaging = (staged) => listening([STAGING_SERVER, staged], 'staging-server');
+
+const STAGING_SERVER = path.join(ROOT, 'bench/lib/staging-server.mjs');
+
+/** Starts `node ARGS` and waits for the {"address"} line it prints once listening. */
+async function listening(args, what) {
+  const child = spawn(process.execPath, [...profile, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr.on('data', (d) => { err = (err + d).slice(-2000); });
   const exited = new Promise((resolve) => child.once('close', resolve));
@@ -36,7 +47,7 @@ export async function serve(target, pub) {
       const line = out.split('\n').find((l) => l.includes('"address"'));
       if (line) resolve(JSON.parse(line).address);
     });
-    exited.then((code) => reject(new Error(`bundle-agent serve exited ${code} before listening: ${err.trim()}`)));
+    exited.then((code) => reject(new Error(`${what} exited ${code} before listening: ${err.trim()}`)));
   });
   return {
     address,
