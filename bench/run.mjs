@@ -11,7 +11,7 @@
 //   serve16:  a 16-stream blob client, same two servers
 //   serve-staging, serve16-staging: the same two clients against the registry `bundle-agent load`
 //             pulls from: a StagingStore over its own verified staging (bench/lib/staging-server.mjs)
-//   preload:  containerd's CRI pulling every image through bundle-agent serve vs straight from docker-registry
+//   preload:  containerd's CRI pulling every image through the load's registry (StagingStore) vs straight from docker-registry
 //   load:     bundle-agent load (stage + serve + pre-load + pin) vs cat FILE > /dev/null + containerd's pull from docker-registry
 //   RSS:      peak resident set of bundle create / bundle extract at BENCH_SCALE and 4x it
 // Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
@@ -184,28 +184,29 @@ async function main() {
         await addRow({ id: ids.serve16, step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs, from ${what}`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
       }
     };
-    if (['serve-staging', 'serve16-staging'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serveStaging(staged), (ours, peer) => clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' },
-        'the agent load\'s registry (StagingStore over its verified staging, trusted)'));
-    }
-    if (['serve', 'serve16', 'preload'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serve(staged, env.pub), async (ours, peer) => {
-        await clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)');
-        if (ONLY.has('preload')) {
-          const refs = env.rel.payload.map((p) => p.ref);
-          const r = await alternate(RUNS, {
-            prepare: async (side) => {
-              const node = await startNode(env.dir, env.pub);
-              await (side === 'ours' ? mirrorToBundle(node.ctd.certsDir, UPSTREAM_HOST, ours) : mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, peer));
-              return node;
-            },
-            cleanup: (node) => node.stop(),
-            ours: (node) => criPullAll(node.ctd.socket, refs),
-            peer: (node) => criPullAll(node.ctd.socket, refs),
-          });
-          await addRow({ id: 'preload', step: 'pre-load: containerd (CRI) pulls every image through `bundle-agent serve`', unit: 's', peerName: 'straight from docker-registry', ...r });
-        }
+    const preloadRow = async (ours, peer) => {
+      const refs = env.rel.payload.map((p) => p.ref);
+      const r = await alternate(RUNS, {
+        prepare: async (side) => {
+          const node = await startNode(env.dir, env.pub);
+          await (side === 'ours' ? mirrorToBundle(node.ctd.certsDir, UPSTREAM_HOST, ours) : mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, peer));
+          return node;
+        },
+        cleanup: (node) => node.stop(),
+        ours: (node) => criPullAll(node.ctd.socket, refs),
+        peer: (node) => criPullAll(node.ctd.socket, refs),
       });
+      await addRow({ id: 'preload', step: 'pre-load: containerd (CRI) pulls every image through the agent load\'s registry', unit: 's', peerName: 'straight from docker-registry', ...r });
+    };
+    // the registry a load pulls from: what pre-load measures too
+    if (['serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r))) {
+      await withServers(env, () => serveStaging(staged), async (ours, peer) => {
+        await clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' }, 'the agent load\'s registry (StagingStore over its verified staging, trusted)');
+        if (ONLY.has('preload')) await preloadRow(ours, peer);
+      });
+    }
+    if (['serve', 'serve16'].some((r) => ONLY.has(r))) {
+      await withServers(env, () => serve(staged, env.pub), (ours, peer) => clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)'));
     }
     if (ONLY.has('random')) await addRow(await randomRow(env, file));
     if (ONLY.has('load')) await addRow(await loadRow(env, file));
