@@ -1,11 +1,10 @@
 // Serving a layout while it is being staged, so pulls can start before the whole bundle is
 // copied: a blob is served only once the extraction has written it and found its signed digest.
-import { constants } from 'node:fs';
-import { open, type FileHandle } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { blobPath, type BundleManifest } from '@offline-bundle/format';
-import { parseManifest } from '@offline-bundle/oci';
+import { openRegularFile, parseManifest } from '@offline-bundle/oci';
 import { layoutRange, type BlobStore, type Catalog } from '@offline-bundle/registry';
 import { AgentError } from './errors.js';
 import { namesOf } from './runtime-target.js';
@@ -106,8 +105,8 @@ export class StagingStore implements BlobStore {
     let last: unknown;
     for (const dir of this.dirs) {
       try {
-        // O_NOFOLLOW: as LayoutStore, a blob swapped for a symlink is refused, not followed
-        return await open(join(dir, blobPath(digest)), constants.O_RDONLY | constants.O_NOFOLLOW);
+        // as LayoutStore: a blob swapped for a symlink or a FIFO is refused, not followed or waited on
+        return await openRegularFile(join(dir, blobPath(digest)));
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
         last = err;

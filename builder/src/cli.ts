@@ -172,9 +172,10 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       const passphrase = await readPassphrase(o.passphraseFile);
       const ac = new AbortController();
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-      process.once('SIGHUP', stop);
+      // on, not once: a second Ctrl-C while the temp file is being removed must not kill the process and leave it
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
+      process.on('SIGHUP', stop);
       // a directory is left to the write's own check, which names that problem
       if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);

@@ -212,11 +212,17 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
-  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()), opts.signal);
+  // Downloads stop on Ctrl-C, and also when the write they feed has failed (a full disk): the
+  // one-pass writer fails while later blobs may still be minutes from arriving.
+  const work = new AbortController();
+  const stopWork = () => work.abort(opts.signal?.reason);
+  if (opts.signal?.aborted) stopWork();
+  else opts.signal?.addEventListener('abort', stopWork, { once: true });
+  const cache = new BlobCache(resolve(opts.cache ?? defaultCacheDir()), work.signal);
   const client = new RegistryClient({
     auth: AuthStore.fromOptions(opts.authfile, opts.creds !== undefined ? { creds: opts.creds } : {}),
     connection: connectionOptions(process.env, opts.certDir),
-    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`), signal: opts.signal });
+    userAgent: `${TOOL_NAME}/${TOOL_VERSION}`, onRetry: (m) => progress.log(`retrying: ${m}`), signal: work.signal });
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,
@@ -254,10 +260,10 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
       }
       const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
-        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), opts.signal);
+        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), work.signal);
       resolved.push(...payloadImages);
     }
-    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s)), opts.signal));
+    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s)), work.signal));
     let agent: BundleAgent | undefined;
     if (opts.agentImage !== undefined) {
       // one platform, the bundle's: the node runs it
@@ -313,7 +319,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       arrivals.get(blob.digest)!.resolve({ path, verified: cache.verified(blob.digest) });
       for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
       progress.update(done, items());
-    }), opts.signal).then(() => {
+    }), work.signal).then(() => {
+      // the write failed meanwhile: no writing phase to show
+      if (writeFailure) return;
       progress.finish();
       fetched = true;
       progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
@@ -358,10 +366,14 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     });
     const [fetchResult, writeResult] = await Promise.allSettled([fetching, writing.catch((err: unknown) => {
       writeFailure ??= { err };
+      // the downloads still running feed nothing now
+      work.abort(err);
       throw err;
     })]);
-    // a fetch failing fails the write too: its own error is the one to report
-    if (fetchResult.status === 'rejected') throw fetchResult.reason;
+    // a fetch failing fails the write too: its own error is the one to report, unless the
+    // fetches were stopped because the write had failed first
+    const stoppedForWrite = writeFailure !== undefined && work.signal.aborted && work.signal.reason === writeFailure.err;
+    if (fetchResult.status === 'rejected' && !stoppedForWrite) throw fetchResult.reason;
     if (writeResult.status === 'rejected') throw writeResult.reason;
     const written = writeResult.value;
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(blobs.size, 'blob')}, ${written.fileDigest}`);
@@ -370,6 +382,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     // stopped: the caller's reason, not whichever stream or task noticed first
     throw opts.signal?.aborted ? opts.signal.reason : err;
   } finally {
+    opts.signal?.removeEventListener('abort', stopWork);
     await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
     await client.close();
     await unlockCache();

@@ -5,7 +5,7 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -84,4 +84,44 @@ t.test('while a blob download is in flight', async (t) => {
   t.same(await listDir(path.dirname(out)), [], 'nothing beside -o');
   const partial = (await listDir(path.join(cache, 'blobs', 'sha256'))).filter((f) => f.endsWith('.partial'));
   t.same(partial, [`${layer.slice(7)}.partial`], 'what arrived stays in the cache for the rerun');
+});
+
+// The one-pass writer fails while later blobs are still downloading: those downloads feed
+// nothing now and must stop at once, not run to their end (minutes on a slow link) before the
+// error shows. Made deterministic here: the cache holds a same-sized corrupt copy of the layer
+// packed first, so the write fails on its digest, while the other layer's download stalls.
+t.test('a failed write stops the downloads still in flight', async (t) => {
+  const layout = path.join(work, 'layout-wf');
+  const img = await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ a: randomBytes(1 << 20) }, { b: randomBytes(1 << 20) }] }] });
+  const [first, stalled] = [...img.manifests[0]!.layers].sort();
+  const cache = path.join(work, 'cache-wf');
+  await mkdir(path.join(cache, 'blobs', 'sha256'), { recursive: true });
+  const good = await readFile(path.join(layout, 'blobs', 'sha256', first!.slice(7)));
+  await writeFile(path.join(cache, 'blobs', 'sha256', first!.slice(7)), randomBytes(good.length));
+  let seen!: () => void;
+  const started = new Promise<void>((r) => { seen = r; });
+  let dropped!: () => void;
+  const aborted = new Promise<void>((r) => { dropped = r; });
+  const host = await registry(t, (req, res) => {
+    const url = req.url ?? '';
+    if (url === '/v2/') return void res.writeHead(200).end('{}');
+    if (url.endsWith('/manifests/v1')) return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
+    const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(url);
+    if (!m) return void res.writeHead(404).end();
+    const file = path.join(layout, 'blobs', 'sha256', m[1]!.slice(7));
+    if (m[1] !== stalled) return void readFile(file).then((b) => res.writeHead(200).end(b));
+    req.socket.once('close', () => dropped());
+    void readFile(file).then((b) => { res.writeHead(200, { 'content-length': String(b.length) }); res.write(b.subarray(0, 65536)); seen(); });
+  });
+  const out = path.join(work, 'wf', 'x.bundle');
+  // no signal is sent: the trigger never fires
+  const r = await interrupt(['create', '--version', '1.0', '--image', `docker://${host}/acme/app:v1`, '--tls-verify=false', '--key', keys.key,
+    '--cache', cache, '-o', out], 'SIGINT', new Promise<void>(() => {}));
+  await started;
+  t.equal(r.code, 1, `exits with the write's error (${r.stderr})`);
+  t.match(r.stderr, /BLOB_DIGEST_MISMATCH/, 'the error is the write\'s, not the stopped download\'s');
+  t.notMatch(r.stderr, /writing /, 'no writing phase begins after the failure');
+  await aborted;
+  t.pass('the stalled download was dropped');
+  t.same(await listDir(path.dirname(out)), [], 'nothing beside -o');
 });

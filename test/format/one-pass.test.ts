@@ -6,7 +6,7 @@
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFile, mkdir } from 'node:fs/promises';
+import { readFile, readdir, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { BundleRandomReader, extractBundle, readHeader, verifyBundle, writeBundle, type ReadyBlob, type WriteBundleInput } from '@offline-bundle/format';
 import { makeBundle, readFrames } from './craft.js';
@@ -86,4 +86,15 @@ t.test('a blob that never arrives: the write fails with its error and leaves not
   await t.rejects(writeBundle(input('gone.bundle', { blobs })), /registry went away/);
   const { readdir } = await import('node:fs/promises');
   t.same((await readdir(b.dir)).filter((f) => f.startsWith('gone.bundle')), []);
+});
+
+// Ctrl-C while finishing (the file hash catching up, a slow stick's sync) was ignored: the
+// bundle was renamed into place and the CLI exited 0. Every step of the finish gives way.
+t.test('stopped while finishing: rejects with the reason and leaves nothing', async (t) => {
+  const ac = new AbortController();
+  const reason = Object.assign(new Error('interrupted'), { code: 'INTERRUPTED' });
+  const name = 'finish-stopped.bundle';
+  await t.rejects(writeBundle(input(name, { signal: ac.signal, onFinishing: () => ac.abort(reason) })), reason);
+  const left = (await readdir(b.dir)).filter((f) => f.startsWith(name));
+  t.same(left, [], 'no bundle, no sidecar, no temp file');
 });

@@ -322,6 +322,17 @@ function headFrameSizes(manifestLength: number, signatureLength: number): FrameE
  * frames can be packed while its blobs are still arriving, before that figure is known. Then
  * the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
  */
+/** `p`, or the signal's reason as soon as it aborts. */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
 export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
   const level = input.level ?? 3;
   const tmpOut = `${input.output}.${process.pid}.tmp`;
@@ -417,13 +428,20 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     await file.flush();
     input.onFinishing?.();
     const fileSize = file.size;
-    const fileDigest = await hasher!.digest(fileSize);
+    // Ctrl-C while finishing (the hash catching up, a slow stick's sync) still leaves the output
+    // untouched: checked before each step, and the wait for the hash gives way to it
+    const stopped = () => input.signal?.throwIfAborted();
+    stopped();
+    const fileDigest = await untilAborted(hasher!.digest(fileSize), input.signal);
+    stopped();
     await out.sync();
     await out.close();
     out = undefined;
+    stopped();
     // the sidecar is on disk before the bundle moves into place and follows it at once: a
     // failure to write it leaves no new bundle behind, and an old sidecar is replaced only with its bundle
     await writeSynced(sidecarTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
+    stopped();
     await rename(tmpOut, input.output);
     await rename(sidecarTmp, `${input.output}.sha256`);
     return { manifest, fileDigest, fileSize, frames: headFrames.length + layout.frames.length };

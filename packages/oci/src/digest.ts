@@ -1,4 +1,4 @@
-import { createHash, webcrypto, type Hash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { OciError } from './errors.js';
 
@@ -26,14 +26,6 @@ export function sha256(data: Uint8Array | string): string {
 
 export function newSha256(): Hash {
   return createHash('sha256');
-}
-
-/**
- * The raw sha256 of `data`, hashed on libuv's thread pool (WebCrypto) instead of the event
- * loop: for a piece read ahead while another is being sent, so the two overlap.
- */
-export async function sha256Pooled(data: Uint8Array): Promise<Buffer> {
-  return Buffer.from(await webcrypto.subtle.digest('SHA-256', data));
 }
 
 export async function sha256File(path: string): Promise<{ digest: string; size: number }> {

@@ -6,7 +6,8 @@ export { PIPE_READ_TIMEOUT_MS, assertRegularFile, readSmallFile, unsafePermissio
 export { pidExists } from './pid.js';
 export { makeDirs } from './make-dirs.js';
 export { filesystemFree } from './free-space.js';
-export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File, sha256Pooled } from './digest.js';
+export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';
+export { openRegularFile, NotRegularFileError } from './regular-file.js';
 export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } from './media-types.js';
 export { parseReference, formatReference, repositoryName, digestReference } from './reference.js';
 export { parsePlatform, formatPlatform, platformMatches, normalizeArch } from './platform.js';
