@@ -306,6 +306,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const ordered = [...blobs.values()].sort((a, b) => (a.blob.digest < b.blob.digest ? -1 : a.blob.digest > b.blob.digest ? 1 : 0));
     const arrivals = new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()]));
     let writeFailure: { err: unknown } | undefined;
+    let fetchFailedFirst = false;
     let fetched = false;
     let packedSoFar: [number, number] | undefined;
     progress.start(`fetching ${plural(blobs.size, 'blob')} of ${plural(byRef.size, 'image')}`, total);
@@ -327,6 +328,8 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
       progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
       if (packedSoFar) progress.update(packedSoFar[0], undefined, packedSoFar[1]);
     }, (err: unknown) => {
+      // a failure of its own, not the stop that a failed write (or Ctrl-C) caused
+      fetchFailedFirst = !work.signal.aborted;
       // the writer waits for blobs that will not come now
       for (const a of arrivals.values()) a.reject(err);
       throw err;
@@ -372,8 +375,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     })]);
     // a fetch failing fails the write too: its own error is the one to report, unless the
     // fetches were stopped because the write had failed first
-    const stoppedForWrite = writeFailure !== undefined && work.signal.aborted && work.signal.reason === writeFailure.err;
-    if (fetchResult.status === 'rejected' && !stoppedForWrite) throw fetchResult.reason;
+    if (fetchResult.status === 'rejected' && fetchFailedFirst) throw fetchResult.reason;
     if (writeResult.status === 'rejected') throw writeResult.reason;
     const written = writeResult.value;
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(blobs.size, 'blob')}, ${written.fileDigest}`);
