@@ -24,6 +24,23 @@ async function registry(t: { teardown: (fn: () => unknown) => void }, handle: (r
   return `127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
+/**
+ * A registry serving `img` (tag v1) from its layout, except blob `stalled`: its first 64 KiB,
+ * then nothing (a slow link); `onStall` is told once those bytes are sent.
+ */
+function stallingRegistry(t: { teardown: (fn: () => unknown) => void }, layout: string, img: { mediaType: string; raw: Buffer }, stalled: string, onStall: (req: IncomingMessage) => void) {
+  return registry(t, (req, res) => {
+    const url = req.url ?? '';
+    if (url === '/v2/') return void res.writeHead(200).end('{}');
+    if (url.endsWith('/manifests/v1')) return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
+    const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(url);
+    if (!m) return void res.writeHead(404).end();
+    const file = path.join(layout, 'blobs', 'sha256', m[1]!.slice(7));
+    if (m[1] !== stalled) return void readFile(file).then((b) => res.writeHead(200).end(b));
+    void readFile(file).then((b) => { res.writeHead(200, { 'content-length': String(b.length) }); res.write(b.subarray(0, 65536)); onStall(req); });
+  });
+}
+
 /** Runs `bundle create` and sends `signal` when stderr or `trigger` says so; the time from the signal to the exit. */
 function interrupt(args: string[], signal: NodeJS.Signals, trigger: Promise<void>) {
   const child = spawn(process.execPath, [BUNDLE_BIN, ...args], { env: hermeticEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
@@ -61,17 +78,9 @@ t.test('while a blob download is in flight', async (t) => {
   let seen!: () => void;
   const started = new Promise<void>((r) => { seen = r; });
   let layerRequests = 0;
-  const host = await registry(t, (req, res) => {
-    const url = req.url ?? '';
-    if (url === '/v2/') return void res.writeHead(200).end('{}');
-    if (url.endsWith('/manifests/v1')) return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
-    const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(url);
-    if (!m) return void res.writeHead(404).end();
-    const file = path.join(layout, 'blobs', 'sha256', m[1]!.slice(7));
-    if (m[1] !== layer) return void readFile(file).then((b) => res.writeHead(200).end(b));
+  const host = await stallingRegistry(t, layout, img, layer, () => {
     layerRequests++;
-    // the first 64 KiB, then nothing: a slow link
-    void readFile(file).then((b) => { res.writeHead(200, { 'content-length': String(b.length) }); res.write(b.subarray(0, 65536)); seen(); });
+    seen();
   });
   const out = path.join(work, 'dl', 'x.bundle');
   const cache = path.join(work, 'cache-dl');
@@ -102,16 +111,9 @@ t.test('a failed write stops the downloads still in flight', async (t) => {
   const started = new Promise<void>((r) => { seen = r; });
   let dropped!: () => void;
   const aborted = new Promise<void>((r) => { dropped = r; });
-  const host = await registry(t, (req, res) => {
-    const url = req.url ?? '';
-    if (url === '/v2/') return void res.writeHead(200).end('{}');
-    if (url.endsWith('/manifests/v1')) return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
-    const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(url);
-    if (!m) return void res.writeHead(404).end();
-    const file = path.join(layout, 'blobs', 'sha256', m[1]!.slice(7));
-    if (m[1] !== stalled) return void readFile(file).then((b) => res.writeHead(200).end(b));
+  const host = await stallingRegistry(t, layout, img, stalled!, (req) => {
     req.socket.once('close', () => dropped());
-    void readFile(file).then((b) => { res.writeHead(200, { 'content-length': String(b.length) }); res.write(b.subarray(0, 65536)); seen(); });
+    seen();
   });
   const out = path.join(work, 'wf', 'x.bundle');
   // no signal is sent: the trigger never fires

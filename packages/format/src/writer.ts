@@ -313,15 +313,6 @@ function headFrameSizes(manifestLength: number, signatureLength: number): FrameE
   return frames;
 }
 
-
-/**
- * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
- * into place once synced. The head (bundle.json and its signature, first in the archive) is
- * reserved and written last, as raw zstd blocks whose size depends on the length alone, with
- * bundle.json padded to the length it has with the widest imageStoreBytes: so the layout's
- * frames can be packed while its blobs are still arriving, before that figure is known. Then
- * the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
- */
 /** `p`, or the signal's reason as soon as it aborts. */
 function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (!signal) return p;
@@ -333,6 +324,14 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promis
   });
 }
 
+/**
+ * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
+ * into place once synced. The head (bundle.json and its signature, first in the archive) is
+ * reserved and written last, as raw zstd blocks whose size depends on the length alone, with
+ * bundle.json padded to the length it has with the widest imageStoreBytes: so the layout's
+ * frames can be packed while its blobs are still arriving, before that figure is known. Then
+ * the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
+ */
 export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
   const level = input.level ?? 3;
   const tmpOut = `${input.output}.${process.pid}.tmp`;

@@ -38,6 +38,24 @@ export async function assertRegularFile(path: string): Promise<Stats | undefined
   }
 }
 
+/**
+ * Opens `path` for reading only if it is a regular file reached without a symlink: a file that
+ * stays open to be read a piece at a time (a blob being served). O_NONBLOCK as above: a FIFO put
+ * in its place would hold one of libuv's four pool threads until a writer came, and with four
+ * of them every file read and the shutdown stall.
+ */
+export async function openRegularFile(path: string): Promise<FileHandle> {
+  const fh = await open(path, OPEN_FLAGS | constants.O_NOFOLLOW);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file`);
+    return fh;
+  } catch (err) {
+    await fh.close();
+    throw err;
+  }
+}
+
 export interface SmallFileOptions {
   /**
    * Also a pipe (`<(pass show key)`, /dev/stdin fed by a pipe, a FIFO): read as it arrives,

@@ -118,25 +118,26 @@ export class LayoutStore implements BlobStore {
   }
 
   async open(digest: string, start: number, end: number): Promise<Readable> {
-    // a blob swapped for a symlink or a FIFO after open() checked it is refused, not followed or waited on
-    const fh = await openRegularFile(join(this.dir, blobPath(digest))).catch((err: unknown) => {
-      throw new LayoutError('LAYOUT_INVALID', `layout ${this.dir}: ${blobPath(digest)} is no longer a regular file (${(err as Error).message}); extract the bundle again`, { cause: err });
-    });
-    const size = this.catalog.blobs.get(digest)!;
     const what = `layout ${this.dir}: ${blobPath(digest)}`;
-    const chunks = this.chunks?.get(digest);
-    return layoutRange(fh, size, start, end, what, chunks);
+    // a blob swapped for a symlink or a FIFO after open() checked it is refused, not followed or waited on
+    const fh = await openLayoutBlob(join(this.dir, blobPath(digest)), what);
+    return layoutRange(fh, this.catalog.blobs.get(digest)!, start, end, what, this.chunks?.get(digest));
   }
 
   async close(): Promise<void> {}
 }
 
+/** A layout blob file open for reading, or a LayoutError naming `what` and why it cannot be. */
+function openLayoutBlob(path: string, what: string): Promise<FileHandle> {
+  return openRegularFile(path).catch((err: unknown) => {
+    throw new LayoutError('LAYOUT_INVALID', `${what} cannot be served: ${(err as Error).message}; extract the bundle again`, { cause: err });
+  });
+}
+
 /** One read of a blob: its digest and each CHECK_CHUNK's sha256. */
 async function hashInChunks(path: string, size: number): Promise<{ digest: string; chunks: Buffer[] }> {
   // swapped between the lstat and here: a FIFO must not hang the start
-  const fh = await openRegularFile(path).catch((err: unknown) => {
-    throw new LayoutError('LAYOUT_INVALID', `${path} is not a regular file (${(err as Error).message}); extract the bundle again`, { cause: err });
-  });
+  const fh = await openLayoutBlob(path, path);
   try {
     const whole = newSha256();
     const chunks: Buffer[] = [];

@@ -4,8 +4,8 @@
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { grpcTarget } from './cri-client.js';
-import { RuntimeError, firstLine } from './errors.js';
+import { criError, grpcTarget } from './cri-client.js';
+import { RuntimeError } from './errors.js';
 
 export const CONTAINERD_IMAGES_PROTO_PATH = fileURLToPath(new URL('../proto/containerd-images.proto', import.meta.url));
 
@@ -60,11 +60,8 @@ export class ContainerdImagesClient {
       const fn = this.#stub[method].bind(this.#stub) as (r: object, md: grpc.Metadata, o: grpc.CallOptions, cb: Callback<T>) => grpc.ClientUnaryCall;
       fn(req, this.#md, { deadline: Date.now() + this.#timeoutMs }, (err, res) => {
         if (!err) return resolve(res as T);
-        const details = firstLine(String(err.details || err.message)).replace(/\s*Resolution note:\s*$/, '') || 'unknown error';
         if (err.code === grpc.status.DEADLINE_EXCEEDED) reject(new RuntimeError('TIMEOUT', `${what}: containerd did not answer within ${Math.round(this.#timeoutMs / 1000)} s`, { cause: err }));
-        else if (err.code === grpc.status.NOT_FOUND) reject(new RuntimeError('IMAGE_NOT_FOUND', `${what}: ${details}`, { cause: err }));
-        else if (err.code === grpc.status.UNAVAILABLE) reject(new RuntimeError('RUNTIME_UNAVAILABLE', `${what}: ${details}`, { cause: err }));
-        else reject(new RuntimeError('PIN_FAILED', `${what}: ${details}`, { cause: err }));
+        else reject(criError(err, what, 'PIN_FAILED'));
       });
     });
   }

@@ -91,7 +91,7 @@ function imageServiceCtor(): ImageServiceCtor {
 const NO_SPACE_RE = /no space left on device|\bENOSPC\b|disk quota exceeded/i;
 
 /** Map a gRPC failure to a RuntimeError with a one-line message. */
-export function criError(err: unknown, what: string, pull: boolean): RuntimeError {
+export function criError(err: unknown, what: string, fallback: RuntimeErrorCode): RuntimeError {
   const e = err as Partial<grpc.ServiceError> | undefined;
   // grpc-js appends an empty "Resolution note:" to connection errors.
   const details = firstLine(String(e?.details || e?.message || err)).replace(/\s*Resolution note:\s*$/, '') || 'unknown error';
@@ -100,7 +100,7 @@ export function criError(err: unknown, what: string, pull: boolean): RuntimeErro
   else if (e?.code === grpc.status.UNAVAILABLE) code = 'RUNTIME_UNAVAILABLE';
   else if (e?.code === grpc.status.NOT_FOUND) code = 'IMAGE_NOT_FOUND';
   else if (e?.code === grpc.status.DEADLINE_EXCEEDED) code = 'TIMEOUT';
-  else code = pull ? 'PULL_FAILED' : 'CRI_ERROR';
+  else code = fallback;
   return new RuntimeError(code, `${what}: ${details}`, { cause: err });
 }
 
@@ -182,7 +182,7 @@ export class CriImageClient implements ImagePuller {
           } else if (err.code === grpc.status.DEADLINE_EXCEEDED) {
             reject(new RuntimeError('TIMEOUT', `${what}: no answer within ${Math.round(timeoutMs / 1000)} s`, { cause: err }));
           } else {
-            reject(criError(err, what, pull));
+            reject(criError(err, what, pull ? 'PULL_FAILED' : 'CRI_ERROR'));
           }
         } else {
           resolve(res as T);
