@@ -68,3 +68,17 @@ t.test('a keep-alive connection whose request ends during close() is ended too',
   await closed(first.socket);
   t.pass('the connection that went idle during the close is gone once close() resolves');
 });
+
+t.test('a request still unanswered at close() is cut after the grace, not waited on', { timeout: 15_000 }, async (t) => {
+  const reg = await startRegistry({ store, catalog });
+  const inStore = new Promise<void>((r) => { opened = r; });
+  // the store never answers this one: `release` is not called
+  const answer = new Promise<string>((resolve) => {
+    const req = request(`http://${reg.address}/v2/ns/app/blobs/${digest}`, (res) => resolve(`status ${res.statusCode}`));
+    req.on('error', (err) => resolve(err.message));
+    req.end();
+  });
+  await inStore;
+  await reg.close();
+  t.match(await answer, /socket hang up|ECONNRESET/, 'the connection was cut by the close');
+});
