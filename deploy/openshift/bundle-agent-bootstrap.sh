@@ -9,6 +9,7 @@
 #
 #   bundle-agent-bootstrap.sh [--media DIR]... [--keys DIR] [--root DIR] [--work DIR]
 #                             [--storage DRIVER@GRAPHROOT+RUNROOT] [--unit NAME] [--no-start]
+#   bundle-agent-bootstrap.sh --installed [--root DIR] [--storage ...] [--unit NAME]
 #
 #   --media DIR    where sticks are mounted, searched 3 levels deep (default /run/media)
 #   --keys DIR     the trusted keys, *.pub (default /etc/bundle-agent/keys: the agent's)
@@ -16,6 +17,13 @@
 #   --work DIR     where the archive is copied and checked before loading (default /var/tmp)
 #   --storage S    a containers-storage other than the node's default, as skopeo writes it
 #   --no-start     load and write the drop-in, no systemctl (for a root without systemd)
+#   --installed    only tell: exit 0 when the image the agent's unit would run is in storage, else
+#                  1 (the unit's ExecCondition=: no start, no restart loop, until a stick brings it)
+#
+# The agent's unit is the Quadlet one (/etc/containers/systemd/UNIT.container: the drop-in is
+# UNIT.container.d/image.conf, Image=) or, with podman before 4.4, the plain one generate.mjs
+# --plain-unit writes (/etc/systemd/system/UNIT.service: the drop-in is UNIT.service.d/image.conf,
+# Environment=BUNDLE_AGENT_IMAGE=); whichever is installed.
 #
 # Checks, in order, each refusal one journal line (stderr) and one console line
 # (/run/issue.d/bundle-agent.issue, the agent's own file, which the agent replaces once it runs):
@@ -44,9 +52,10 @@ WORK=/var/tmp
 STORAGE=
 UNIT=bundle-agent
 START=1
+CHECK_ONLY=0
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-usage() { sed -n '/^#   bundle-agent-bootstrap.sh/,/^#   --no-start/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+usage() { sed -n '/^#   bundle-agent-bootstrap.sh/,/^#   --installed/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -57,6 +66,7 @@ while [ $# -gt 0 ]; do
     --storage) [ $# -ge 2 ] || usage; STORAGE=$2; shift 2 ;;
     --unit) [ $# -ge 2 ] || usage; UNIT=$2; shift 2 ;;
     --no-start) START=0; shift ;;
+    --installed) CHECK_ONLY=1; shift ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1 (see --help)"; exit 2 ;;
   esac
@@ -66,7 +76,16 @@ case $UNIT in '' | *[!A-Za-z0-9_.-]*) log "--unit $UNIT: not a unit name"; exit 
 case $STORAGE in '' | *@/*+/*) ;; *) log "--storage $STORAGE: give DRIVER@GRAPHROOT+RUNROOT"; exit 2 ;; esac
 [ -n "$STORAGE" ] && STORE="[$STORAGE]" || STORE=
 ROOT=${ROOT%/}
-DROPIN_DIR=$ROOT/etc/containers/systemd/$UNIT.container.d
+QUADLET=$ROOT/etc/containers/systemd/$UNIT.container
+PLAIN=$ROOT/etc/systemd/system/$UNIT.service
+if [ -f "$QUADLET" ]; then
+  UNIT_FILE=$QUADLET KEY=Image
+elif [ -f "$PLAIN" ]; then
+  UNIT_FILE=$PLAIN KEY=Environment=BUNDLE_AGENT_IMAGE
+else
+  UNIT_FILE= KEY=Image
+fi
+DROPIN_DIR=$UNIT_FILE.d
 DROPIN=$DROPIN_DIR/image.conf
 ISSUE_DIR=$ROOT/run/issue.d
 ISSUE=$ISSUE_DIR/bundle-agent.issue
@@ -256,6 +275,25 @@ try_statement() {
   return 0
 }
 
+# The image the agent's unit runs: its drop-in's, else the unit's own (the last KEY= line).
+unit_image() {
+  local f v
+  for f in "$DROPIN" "$UNIT_FILE"; do
+    [ -n "$f" ] && [ -f "$f" ] || continue
+    v=$(sed -n "s|^$KEY=\([A-Za-z0-9][A-Za-z0-9._/:@-]\{0,299\}\)\$|\1|p" "$f" | tail -n 1)
+    [ -n "$v" ] && { printf '%s\n' "$v"; return 0; }
+  done
+  return 1
+}
+
+if [ "$CHECK_ONLY" = 1 ]; then
+  current=$(unit_image) || { log "no $UNIT unit (neither $QUADLET nor $PLAIN)"; exit 1; }
+  [ -n "$(stored_digest "$current")" ] && exit 0
+  log "the agent image $current is not in storage yet: $UNIT waits for a stick with the agent image ($PROG loads it)"
+  exit 1
+fi
+[ -n "$UNIT_FILE" ] || { log "no $UNIT unit is installed (neither $QUADLET nor $PLAIN): install the MachineConfig first"; exit 1; }
+
 NODE_ARCH=$(node_arch)
 real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; exit 1; }
 LOCK=$ROOT/run/$PROG.lock
@@ -264,13 +302,11 @@ exec 9>>"$LOCK" || { log "cannot open $LOCK"; exit 1; }
 # a second run waits for the first, then finds its work done
 flock -w 900 9 || { log "another bootstrap holds $LOCK for 15 minutes: giving up"; exit 1; }
 
-# Installed: the drop-in names an image the storage holds (a bootstrap or a self-upgrade wrote it).
-if [ -f "$DROPIN" ]; then
-  current=$(sed -n 's/^Image=\([^[:space:]]\{1,300\}\)$/\1/p' "$DROPIN" | tail -n 1)
-  if [ -n "$current" ] && [ -n "$(stored_digest "$current")" ]; then
-    log "the agent image $current is installed: nothing to do"
-    exit 0
-  fi
+# Installed: the image the unit runs (a bootstrap's or a self-upgrade's drop-in, else the unit's
+# own) is in storage.
+if current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
+  log "the agent image $current is installed: nothing to do"
+  exit 0
 fi
 if [ "$START" = 1 ] && systemctl is-active --quiet "$UNIT.service"; then
   log "$UNIT.service is running: nothing to do"
@@ -330,17 +366,23 @@ done
 [ -n "$LOADED_DIGEST" ] || exit 1
 
 mkdir -p "$DROPIN_DIR" 2>/dev/null
+if [ "$UNIT_FILE" = "$QUADLET" ]; then
+  section=Container
+else
+  section=Service
+fi
 if ! write_file "$DROPIN" "# Written by $PROG: the agent image loaded from a stick ($LOADED_VERSION). The agent replaces
 # this file when a bundle brings a newer one (README, \"How the agent upgrades itself\").
-[Container]
-Image=$REPOSITORY@$LOADED_DIGEST
+[$section]
+$KEY=$REPOSITORY@$LOADED_DIGEST
 "; then
   fault "cannot write $DROPIN" "The agent image was loaded but the agent cannot be set up: see journalctl -u $PROG"
   exit 1
 fi
-log "wrote $DROPIN: Image=$REPOSITORY@$LOADED_DIGEST"
+log "wrote $DROPIN: $KEY=$REPOSITORY@$LOADED_DIGEST"
 if [ "$START" = 1 ]; then
   systemctl daemon-reload || { fault "systemctl daemon-reload failed" "The agent could not be started: see journalctl -u $PROG"; exit 1; }
+  systemctl reset-failed "$UNIT.service" 2>/dev/null
   systemctl --no-block start "$UNIT.service" || { fault "systemctl start $UNIT.service failed" "The agent could not be started: see journalctl -u $UNIT"; exit 1; }
 fi
 console "The agent (bundle-agent $LOADED_VERSION) was loaded from the USB stick and is starting"

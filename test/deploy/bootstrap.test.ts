@@ -298,3 +298,42 @@ t.test('--help teaches; an unknown argument is a usage error', async (t) => {
   t.equal(bad.status, 2);
   t.match(bad.stderr, /unknown argument: --bogus/);
 });
+
+t.test('--installed (the unit\'s ExecCondition=): 1 until the image the unit runs is in storage, then 0', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa);
+  const before = await runBootstrap(node, ['--installed']);
+  t.equal(before.code, 1);
+  t.match(before.stderr, /the agent image localhost\/offline-bundle\/bundle-agent:0\.1\.0 is not in storage yet: bundle-agent waits for a stick/);
+  t.equal(before.console, undefined, 'the check writes nothing');
+  await loadsGood(t, node);
+  const after = await runBootstrap(node, ['--installed']);
+  t.equal(after.code, 0, after.stderr);
+});
+
+t.test('the unit\'s own Image= already in storage (put there by other means): nothing loaded from the stick', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa);
+  execFileSync('skopeo', ['copy', '--quiet', `oci-archive:${edSigned.archive}`, `containers-storage:[${node.storage}]${AGENT_REPOSITORY}:0.1.0`]);
+  await plug(node, good);
+  const r = await runBootstrap(node);
+  t.equal(r.code, 0, r.stderr);
+  t.match(r.stderr, /the agent image localhost\/offline-bundle\/bundle-agent:0\.1\.0 is installed: nothing to do/);
+  t.equal(r.dropIn, undefined);
+});
+
+t.test('plain unit (podman before 4.4): the drop-in sets BUNDLE_AGENT_IMAGE by digest in bundle-agent.service.d', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa, { unit: 'plain' });
+  await plug(node, good);
+  const r = await runBootstrap(node);
+  t.equal(r.code, 0, r.stderr);
+  t.strictSame((r.dropIn ?? '').split('\n').filter((l) => l && !l.startsWith('#')), ['[Service]', `Environment=BUNDLE_AGENT_IMAGE=${AGENT_REPOSITORY}@${good.manifest}`]);
+  t.equal((await runBootstrap(node, ['--installed'])).code, 0);
+});
+
+t.test('no agent unit installed: refused with the fix', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa, { unit: 'none' });
+  await plug(node, good);
+  const r = await runBootstrap(node);
+  t.equal(r.code, 1);
+  t.match(r.stderr, /no bundle-agent unit is installed .*: install the MachineConfig first/);
+  t.strictSame(await storeContents(node), { images: [], layers: [] });
+});

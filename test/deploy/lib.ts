@@ -4,7 +4,7 @@
 // booted-node test runs the same script under systemd.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir } from 'node:fs/promises';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { bundle, keygen, ROOT, type KeyPair } from '../builder/lib.js';
@@ -53,7 +53,16 @@ export interface Node {
   storage: string;
 }
 
-export async function makeNode(dir: string, key: KeyPair, opts: { storeRoot?: string; work?: string } = {}): Promise<Node> {
+/** The agent's unit as the MachineConfig installs it: the Quadlet file, or the plain unit (--plain-unit). */
+export async function unitFiles(form: 'quadlet' | 'plain', image = `${AGENT_REPOSITORY}:0.1.0`): Promise<{ path: string; contents: string }> {
+  const gen = await import(path.join(ROOT, 'deploy/openshift/generate.mjs')) as { plainUnit: (text: string) => string };
+  const container = (await readFile(path.join(ROOT, 'deploy/openshift/bundle-agent.container'), 'utf8')).replaceAll('@IMAGE@', image);
+  return form === 'quadlet'
+    ? { path: 'etc/containers/systemd/bundle-agent.container', contents: container }
+    : { path: 'etc/systemd/system/bundle-agent.service', contents: gen.plainUnit(container) };
+}
+
+export async function makeNode(dir: string, key: KeyPair, opts: { storeRoot?: string; work?: string; unit?: 'quadlet' | 'plain' | 'none' } = {}): Promise<Node> {
   const node: Node = {
     root: path.join(dir, 'root'),
     media: path.join(dir, 'root/run/media'),
@@ -63,6 +72,11 @@ export async function makeNode(dir: string, key: KeyPair, opts: { storeRoot?: st
   };
   for (const d of [node.media, node.keys, node.work, path.join(node.root, 'run/issue.d')]) await mkdir(d, { recursive: true });
   await writeKey(node, key);
+  if (opts.unit !== 'none') {
+    const u = await unitFiles(opts.unit ?? 'quadlet');
+    await mkdir(path.join(node.root, path.dirname(u.path)), { recursive: true });
+    await writeFile(path.join(node.root, u.path), u.contents);
+  }
   return node;
 }
 
@@ -80,7 +94,9 @@ export function runBootstrap(node: Node, extra: string[] = []): Promise<Bootstra
     child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
     child.on('error', reject);
     child.on('close', async (code) => {
-      resolve({ code, stderr, console: await readFile(path.join(node.root, 'run/issue.d/bundle-agent.issue'), 'utf8').catch(() => undefined), dropIn: await readFile(path.join(node.root, 'etc/containers/systemd/bundle-agent.container.d/image.conf'), 'utf8').catch(() => undefined) });
+      const dropIn = await readFile(path.join(node.root, 'etc/containers/systemd/bundle-agent.container.d/image.conf'), 'utf8')
+        .catch(() => readFile(path.join(node.root, 'etc/systemd/system/bundle-agent.service.d/image.conf'), 'utf8')).catch(() => undefined);
+      resolve({ code, stderr, console: await readFile(path.join(node.root, 'run/issue.d/bundle-agent.issue'), 'utf8').catch(() => undefined), dropIn });
     });
   });
 }
