@@ -36,6 +36,8 @@ export const SIDECAR_SUFFIX = '.oci.tar.sig';
 const MAX_JSON_BYTES = 4 * 1024 * 1024;
 const MANIFEST_TYPES = ['application/vnd.oci.image.manifest.v1+json', 'application/vnd.docker.distribution.manifest.v2+json'];
 const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name';
+/** The full name containerd's import (ctr, k3s's agent/images directory) gives the image; skopeo and podman read the tag above. */
+const CONTAINERD_NAME_ANNOTATION = 'io.containerd.image.name';
 
 export interface AgentSidecar {
   archive: string;
@@ -141,13 +143,13 @@ async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManif
 
 /**
  * The OCI archive (an uncompressed tar of an OCI image layout: oci-layout, index.json naming the
- * image VERSION, its blobs), written to a temp file, synced, renamed. Returns its sha256 (hex).
+ * image VERSION and, for containerd, localhost/offline-bundle/bundle-agent:VERSION, its blobs), written to a temp file, synced, renamed. Returns its sha256 (hex).
  */
 async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnType<typeof agentImageBlobs>>, version: string, file: string): Promise<string> {
   const index = Buffer.from(JSON.stringify({
     schemaVersion: 2,
     mediaType: 'application/vnd.oci.image.index.v1+json',
-    manifests: [{ mediaType: image.manifest.mediaType, digest: image.manifest.digest, size: image.manifest.size, annotations: { [REF_NAME_ANNOTATION]: version } }],
+    manifests: [{ mediaType: image.manifest.mediaType, digest: image.manifest.digest, size: image.manifest.size, annotations: { [REF_NAME_ANNOTATION]: version, [CONTAINERD_NAME_ANNOTATION]: `${AGENT_REPOSITORY}:${version}` } }],
   }));
   const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.tmp`);
   const hash = newSha256();

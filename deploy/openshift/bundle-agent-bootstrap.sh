@@ -10,6 +10,7 @@
 #   bundle-agent-bootstrap.sh [--media DIR]... [--keys DIR] [--root DIR] [--work DIR]
 #                             [--storage DRIVER@GRAPHROOT+RUNROOT] [--unit NAME] [--no-start]
 #   bundle-agent-bootstrap.sh --installed [--root DIR] [--storage ...] [--unit NAME]
+#   bundle-agent-bootstrap.sh --containerd SOCKET [--ctr PATH] [--media DIR]... [--keys DIR] [--work DIR]
 #
 #   --media DIR    where sticks are mounted, searched 3 levels deep (default /run/media)
 #   --keys DIR     the trusted keys, *.pub (default /etc/bundle-agent/keys: the agent's)
@@ -17,6 +18,9 @@
 #   --work DIR     where the archive is copied and checked before loading (default /var/tmp)
 #   --storage S    a containers-storage other than the node's default, as skopeo writes it
 #   --no-start     load and write the drop-in, no systemctl (for a root without systemd)
+#   --containerd S k3s, RKE2, containerd (the DaemonSet, imagePullPolicy: Never): import into
+#                  containerd's k8s.io namespace through socket S with ctr (--ctr PATH: k3s's
+#                  or RKE2's ctr); no unit, drop-in or systemctl
 #   --installed    only tell: exit 0 when the image the agent's unit would run is in storage, else
 #                  1 (the unit's ExecCondition=: no start, no restart loop, until a stick brings it)
 #
@@ -53,6 +57,8 @@ STORAGE=
 UNIT=bundle-agent
 START=1
 CHECK_ONLY=0
+CONTAINERD=
+CTR=ctr
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 usage() { sed -n '/^#   bundle-agent-bootstrap.sh/,/^#   --installed/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
@@ -67,6 +73,8 @@ while [ $# -gt 0 ]; do
     --unit) [ $# -ge 2 ] || usage; UNIT=$2; shift 2 ;;
     --no-start) START=0; shift ;;
     --installed) CHECK_ONLY=1; shift ;;
+    --containerd) [ $# -ge 2 ] || usage; CONTAINERD=$2; START=0; shift 2 ;;
+    --ctr) [ $# -ge 2 ] || usage; CTR=$2; shift 2 ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1 (see --help)"; exit 2 ;;
   esac
@@ -126,13 +134,33 @@ fault() {
   console "$2"
 }
 
+ctr_() { "$CTR" --address "$CONTAINERD" --namespace k8s.io "$@"; }
+
 # The image REF (name or name@digest) in the node's storage: prints its manifest digest.
 stored_digest() {
-  skopeo inspect --format '{{.Digest}}' "containers-storage:$STORE$1" 2>/dev/null
+  if [ -n "$CONTAINERD" ]; then
+    ctr_ images ls 2>/dev/null | awk -v ref="$1" '$1 == ref && $3 ~ /^sha256:[0-9a-f]+$/ { print $3; exit }'
+  else
+    skopeo inspect --format '{{.Digest}}' "containers-storage:$STORE$1" 2>/dev/null
+  fi
 }
 
 remove_image() {
-  skopeo delete "containers-storage:$STORE$1" >/dev/null 2>&1
+  if [ -n "$CONTAINERD" ]; then
+    ctr_ images rm "$1" >/dev/null 2>&1
+  else
+    skopeo delete "containers-storage:$STORE$1" >/dev/null 2>&1
+  fi
+}
+
+# Loads the archive under IMAGE: skopeo into containers-storage, or containerd's import (which
+# names it by the archive's io.containerd.image.name annotation: IMAGE).
+load_image() {
+  if [ -n "$CONTAINERD" ]; then
+    ctr_ images import "$1" 2>&1 >/dev/null
+  else
+    skopeo copy --quiet "oci-archive:$1" "containers-storage:$STORE$2" 2>&1
+  fi
 }
 
 node_arch() {
@@ -252,7 +280,14 @@ try_statement() {
   log "loading $image ($manifest) from $archive, signed by $verified"
   console "Loading the agent (bundle-agent $version) from the USB stick; leave it in"
   LOADING=$image
-  if ! out=$(skopeo copy --quiet "oci-archive:$copy" "containers-storage:$STORE$image" 2>&1); then
+  # already there with the signed digest (containerd: the DaemonSet's image): nothing to load
+  if [ -n "$CONTAINERD" ] && [ "$(stored_digest "$image")" = "$manifest" ]; then
+    log "$image ($manifest) is already in containerd: nothing to do"
+    rm -f "$copy"
+    LOADED_DIGEST=$manifest LOADED_VERSION=$version ALREADY=1
+    return 0
+  fi
+  if ! out=$(load_image "$copy" "$image"); then
     remove_image "$image"
     LOADING=
     rm -f "$copy"
@@ -292,7 +327,7 @@ if [ "$CHECK_ONLY" = 1 ]; then
   log "the agent image $current is not in storage yet: $UNIT waits for a stick with the agent image ($PROG loads it)"
   exit 1
 fi
-[ -n "$UNIT_FILE" ] || { log "no $UNIT unit is installed (neither $QUADLET nor $PLAIN): install the MachineConfig first"; exit 1; }
+[ -n "$UNIT_FILE" ] || [ -n "$CONTAINERD" ] || { log "no $UNIT unit is installed (neither $QUADLET nor $PLAIN): install the MachineConfig first"; exit 1; }
 
 NODE_ARCH=$(node_arch)
 real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; exit 1; }
@@ -303,8 +338,8 @@ exec 9>>"$LOCK" || { log "cannot open $LOCK"; exit 1; }
 flock -w 900 9 || { log "another bootstrap holds $LOCK for 15 minutes: giving up"; exit 1; }
 
 # Installed: the image the unit runs (a bootstrap's or a self-upgrade's drop-in, else the unit's
-# own) is in storage.
-if current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
+# own) is in storage. (containerd: per statement, below.)
+if [ -z "$CONTAINERD" ] && current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
   log "the agent image $current is installed: nothing to do"
   exit 0
 fi
@@ -359,11 +394,17 @@ trap 'exit 143' TERM HUP
 real_dir "$WORK" || { fault "$WORK is not a directory" "The agent image could not be loaded: see journalctl -u $PROG"; exit 1; }
 TMP=$(mktemp -d "$WORK/$PROG.XXXXXX") || { fault "cannot make a directory in $WORK" "The node's disk is full: the agent image was not loaded"; exit 1; }
 
-LOADED_DIGEST=
+LOADED_DIGEST= ALREADY=
 for ((i = ${#STATEMENTS[@]} - 1; i >= 0; i--)); do
   try_statement "${STATEMENTS[i]}" && break
 done
 [ -n "$LOADED_DIGEST" ] || exit 1
+if [ -n "$CONTAINERD" ]; then
+  [ -n "$ALREADY" ] && exit 0
+  console "The agent (bundle-agent $LOADED_VERSION) was loaded from the USB stick; its pod starts shortly"
+  log "bundle-agent $LOADED_VERSION imported into containerd ($REPOSITORY@$LOADED_DIGEST): the DaemonSet's pod (imagePullPolicy: Never) starts at the kubelet's next retry"
+  exit 0
+fi
 
 mkdir -p "$DROPIN_DIR" 2>/dev/null
 if [ "$UNIT_FILE" = "$QUADLET" ]; then

@@ -8,6 +8,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { appendFile, copyFile, mkdir, readFile, rm, symlink, truncate, writeFile, open } from 'node:fs/promises';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { startContainerd } from '../helpers/containerd.mjs';
 import {
   AGENT_REPOSITORY, keygen, makeNode, makeSidecar, runBootstrap, storeContents, storedDigest, workLeftovers, writeKey, type Node, type Sidecar,
 } from './lib.js';
@@ -336,4 +337,26 @@ t.test('no agent unit installed: refused with the fix', async (t) => {
   t.equal(r.code, 1);
   t.match(r.stderr, /no bundle-agent unit is installed .*: install the MachineConfig first/);
   t.strictSame(await storeContents(node), { images: [], layers: [] });
+});
+
+t.test('k3s / RKE2 / containerd (--containerd SOCKET): verified, imported into k8s.io under the name the DaemonSet uses, by the signed digest; again: nothing to do', { skip: process.getuid?.() !== 0 && 'needs root (containerd)' }, async (t) => {
+  const ctd = await startContainerd();
+  t.teardown(() => ctd.stop());
+  const ls = () => execFileSync('ctr', ['--address', ctd.socket, '-n', 'k8s.io', 'images', 'ls'], { encoding: 'utf8' }).split('\n').slice(1).filter(Boolean).map((l) => l.split(/\s+/));
+  const node = await makeNode(await nodeDir(), other, { unit: 'none' });
+  await plug(node, good);
+  const refused = await runBootstrap(node, ['--containerd', ctd.socket]);
+  t.equal(refused.code, 1);
+  t.match(refused.console ?? '', /not signed by this cluster's key/);
+  t.strictSame(ls(), [], 'nothing imported');
+  await writeKey(node, ecdsa);
+  const r = await runBootstrap(node, ['--containerd', ctd.socket]);
+  t.equal(r.code, 0, r.stderr);
+  const images = ls();
+  t.strictSame(images.map((i) => [i[0], i[2]]).filter(([ref]) => !ref!.startsWith('sha256:')), [[`${AGENT_REPOSITORY}:0.9.0`, good.manifest]], 'named localhost/offline-bundle/bundle-agent:0.9.0, the signed manifest digest');
+  t.equal(r.dropIn, undefined, 'no unit drop-in on k3s');
+  t.equal(r.console, ISSUE('The agent (bundle-agent 0.9.0) was loaded from the USB stick; its pod starts shortly'));
+  const again = await runBootstrap(node, ['--containerd', ctd.socket]);
+  t.equal(again.code, 0);
+  t.match(again.stderr, /is already in containerd: nothing to do/);
 });

@@ -156,6 +156,82 @@ t.test('kubernetes: the DaemonSet and its ConfigMap validate; the agent accepts 
   t.equal(config.paths.containerdCertsDir, '/host/var/lib/rancher/k3s/agent/etc/containerd/certs.d', 'k3s hosts.toml directory');
 });
 
+const K8S = join(ROOT, 'deploy/kubernetes');
+async function daemonSet() {
+  const docs = parseAllDocuments(await readFile(join(K8S, 'daemonset.yaml'), 'utf8')).map((d) => d.toJSON());
+  return { cm: docs.find((d) => d.kind === 'ConfigMap'), ds: docs.find((d) => d.kind === 'DaemonSet') };
+}
+
+t.test('kubernetes: no registry: every container imagePullPolicy Never, the image the stick brings (localhost/offline-bundle/bundle-agent)', async (t) => {
+  const { ds } = await daemonSet();
+  const pod = ds.spec.template.spec;
+  for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
+    t.equal(c.imagePullPolicy, 'Never', `${c.name}: never pulled`);
+    t.match(c.image, /^localhost\/offline-bundle\/bundle-agent(:|@sha256:)/, `${c.name}: the name the sidecar archive imports under`);
+  }
+});
+
+t.test('kubernetes: status reaches the cluster as the node (kubelet kubeconfig, its certificates mounted at their host paths); no hard-coded running version', async (t) => {
+  const { cm, ds } = await daemonSet();
+  const config = parseConfig(cm.data['config.yaml'], 'config.yaml');
+  t.equal(config.version.current, undefined, 'no version.current in the shared ConfigMap (one value for every node, stale after the first upgrade)');
+  t.equal(config.status.kubeconfig, '/host/var/lib/rancher/k3s/agent/kubelet.kubeconfig', 'the kubelet\'s kubeconfig, read under root (/host)');
+  const pod = ds.spec.template.spec;
+  const agent = pod.containers.find((c: any) => c.name === 'bundle-agent');
+  const mounts = new Map<string, any>(agent.volumeMounts.map((m: any) => [m.mountPath, m]));
+  const volumes = new Map<string, any>(pod.volumes.map((v: any) => [v.name, v]));
+  // k3s's kubelet.kubeconfig names /var/lib/rancher/k3s/agent/{server-ca.crt,client-kubelet.crt,client-kubelet.key}
+  const creds = mounts.get('/var/lib/rancher/k3s/agent');
+  t.ok(creds?.readOnly, 'the certificate directory, read-only, at its host path');
+  t.equal(volumes.get(creds?.name)?.hostPath?.path, '/var/lib/rancher/k3s/agent');
+  t.equal(volumes.get(mounts.get('/host')?.name)?.hostPath?.path, '/', 'the kubeconfig itself under /host');
+  t.strictSame(agent.args, ['run', '--config', '/run/bundle-agent-config/config.yaml'], 'the per-node config the init container writes');
+  const init = pod.initContainers.find((c: any) => c.name === 'node-config');
+  t.strictSame(init.env, [{ name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }], 'the Node\'s name from the Downward API');
+  t.equal(pod.hostPID, true, 'the host\'s PID 1 for nsenter');
+  t.equal(cm.data['node-config.sh'], await readFile(join(K8S, 'node-config.sh'), 'utf8'), 'node-config.sh in the ConfigMap, verbatim');
+});
+
+/** node-config.sh as the init container runs it: dash, nsenter --target 1 (PID 1 of a new PID namespace: this mount namespace). */
+async function nodeConfig(t: any, opts: { bin?: Record<string, string>; node?: string; shared?: string }) {
+  const dir = await tmpdir(t, 'ob-nodecfg-');
+  const bin = join(dir, 'bin');
+  await mkdir(bin);
+  // stand-ins for the host's k3s / rke2 / kubelet: they print what the real ones print for --version
+  for (const [name, text] of Object.entries(opts.bin ?? {})) await writeFile(join(bin, name), `#!/bin/sh\nprintf '%s\\n' ${JSON.stringify(text)}\n`, { mode: 0o755 });
+  const { cm } = await daemonSet();
+  await writeFile(join(dir, 'shared.yaml'), opts.shared ?? cm.data['config.yaml']);
+  const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', 'dash', join(K8S, 'node-config.sh'), join(dir, 'shared.yaml'), join(dir, 'config.yaml')], {
+    encoding: 'utf8', env: { PATH: `${bin}:/usr/sbin:/usr/bin:/sbin:/bin`, ...(opts.node !== undefined ? { NODE_NAME: opts.node } : {}) },
+  });
+  const out = await readFile(join(dir, 'config.yaml'), 'utf8').catch(() => undefined);
+  return { status: r.status, stderr: r.stderr, config: out === undefined ? undefined : parseConfig(out, 'config.yaml') };
+}
+
+t.test('kubernetes node-config.sh: nodeName from NODE_NAME, the running version from k3s / rke2 / kubelet --version; refuses to guess', { skip: process.getuid?.() !== 0 && 'needs root (unshare --pid)' }, async (t) => {
+  const k3s = await nodeConfig(t, { node: 'worker-1', bin: { k3s: 'k3s version v1.30.2+k3s1 (aa9a0dc1)\ngo version go1.22.4' } });
+  t.equal(k3s.status, 0, k3s.stderr);
+  t.equal(k3s.config?.nodeName, 'worker-1');
+  t.equal(k3s.config?.version.current, '1.30.2', 'k3s v1.30.2+k3s1 is release 1.30.2');
+  t.equal(k3s.config?.status.kubeconfig, '/host/var/lib/rancher/k3s/agent/kubelet.kubeconfig', 'the rest of the shared config kept');
+  const rke2 = await nodeConfig(t, { node: 'w2', bin: { rke2: 'rke2 version v1.29.9+rke2r1 (abc)' } });
+  t.equal(rke2.config?.version.current, '1.29.9');
+  const kubelet = await nodeConfig(t, { node: 'w3', bin: { kubelet: 'Kubernetes v1.31.1' } });
+  t.equal(kubelet.config?.version.current, '1.31.1');
+  const none = await nodeConfig(t, { node: 'w4' });
+  t.equal(none.status, 1);
+  t.match(none.stderr, /^node-config: cannot tell which release this node runs .*: set version\.current in the ConfigMap\n$/);
+  t.equal(none.config, undefined, 'no config: the agent does not start guessing');
+  const pinned = await nodeConfig(t, { node: 'w5', shared: `${(await daemonSet()).cm.data['config.yaml']}version:\n  current: "1.28.0"\n` });
+  t.equal(pinned.status, 0, pinned.stderr);
+  t.equal(pinned.config?.version.current, '1.28.0', 'a version the admin set is kept, nothing run');
+  for (const bad of ['', 'Worker_1', '-x', 'a;b']) {
+    const r = await nodeConfig(t, { node: bad, bin: { k3s: 'k3s version v1.30.2+k3s1' } });
+    t.equal(r.status, 1, `NODE_NAME ${JSON.stringify(bad)} refused`);
+    t.match(r.stderr, /is not a node name/);
+  }
+});
+
 const GENERATE = join(OS, 'generate.mjs');
 const generate = (args: string[]) => spawnSync(process.execPath, [GENERATE, ...args], { encoding: 'utf8' });
 
