@@ -360,3 +360,63 @@ t.test('k3s / RKE2 / containerd (--containerd SOCKET): verified, imported into k
   t.equal(again.code, 0);
   t.match(again.stderr, /is already in containerd: nothing to do/);
 });
+
+/** A statement signed with the factory's ECDSA key by openssl, as `bundle create` would sign one, with fields of our choosing. */
+async function signedStatement(dir: string, fields: Record<string, string>): Promise<void> {
+  const lines = ['offline-bundle-agent-image 1', ...Object.entries(fields).map(([k, v]) => `${k} ${v}`)].map((l) => `${l}\n`).join('');
+  const signed = path.join(dir, 'signed.tmp');
+  await writeFile(signed, lines);
+  const sig = execFileSync('openssl', ['dgst', '-sha256', '-sign', ecdsa.key, signed]);
+  await rm(signed);
+  await writeFile(path.join(dir, `bundle-agent-${fields.version ?? 'x'}-amd64.oci.tar.sig`), `${lines}signature ${sig.toString('base64')}\n`);
+}
+
+t.test('signed but out of bounds: an archive over 4 GiB, a file name with a path, a repeated field; each refused before any read of an archive', async (t) => {
+  const text = await readFile(good.statement, 'utf8');
+  const field = (k: string) => new RegExp(`^${k} (.*)$`, 'm').exec(text)![1]!;
+  const base = { file: path.basename(good.archive), size: field('size'), sha256: field('sha256'), manifest: field('manifest'), image: field('image'), version: field('version'), arch: 'amd64', signer: field('signer') };
+  const cases: [string, Record<string, string>, RegExp][] = [
+    ['over 4 GiB', { ...base, size: '5000000000' }, /size 5000000000 is over the 4294967296 bytes an agent image may have/],
+    ['a size of 13 digits', { ...base, size: '1000000000000' }, /a field is malformed/],
+    ['a path in file', { ...base, file: '../../etc/bundle-agent-0.9.0-amd64.oci.tar' }, /a field is malformed/],
+    ['an image name not the agent\'s', { ...base, image: 'quay.io/evil/agent:0.9.0' }, /a field is malformed/],
+    ['a short digest', { ...base, manifest: 'sha256:abc' }, /a field is malformed/],
+  ];
+  for (const [what, fields, why] of cases) {
+    const node = await makeNode(await nodeDir(), ecdsa);
+    const dir = path.join(node.media, 'bundle-agent', 'sdb1');
+    await mkdir(dir, { recursive: true });
+    await copyFile(good.archive, path.join(dir, path.basename(good.archive)));
+    await signedStatement(dir, fields);
+    const r = await runBootstrap(node);
+    t.equal(r.code, 1, `${what}: refused`);
+    t.match(r.stderr, why, what);
+    t.equal(r.console, ISSUE('The agent image on the USB stick is damaged: copy it from the factory again'), `${what}: the console line`);
+    await nothingLoaded(t, node, r);
+  }
+  // the same fields as bundle create signs them load: the helper signs as the builder does
+  const node = await makeNode(await nodeDir(), ecdsa);
+  const dir = path.join(node.media, 'bundle-agent', 'sdb1');
+  await mkdir(dir, { recursive: true });
+  await copyFile(good.archive, path.join(dir, path.basename(good.archive)));
+  await signedStatement(dir, base);
+  const ok = await runBootstrap(node);
+  t.equal(ok.code, 0, ok.stderr);
+});
+
+t.test('a field given twice (signed): not a statement this bootstrap reads', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa);
+  const dir = path.join(node.media, 'bundle-agent', 'sdb1');
+  await mkdir(dir, { recursive: true });
+  const text = await readFile(good.statement, 'utf8');
+  const signed = text.split('\n').slice(0, -2).join('\n') + '\narch arm64\n';
+  await writeFile(path.join(dir, 's.tmp'), signed);
+  const sig = execFileSync('openssl', ['dgst', '-sha256', '-sign', ecdsa.key, path.join(dir, 's.tmp')]);
+  await rm(path.join(dir, 's.tmp'));
+  await writeFile(path.join(dir, path.basename(good.statement)), `${signed}signature ${sig.toString('base64')}\n`);
+  await copyFile(good.archive, path.join(dir, path.basename(good.archive)));
+  const r = await runBootstrap(node);
+  t.equal(r.code, 1);
+  t.match(r.stderr, /signed, but not a statement this bootstrap reads \(format or a field missing or repeated\)/);
+  await nothingLoaded(t, node, r);
+});
