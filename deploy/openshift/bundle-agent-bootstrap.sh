@@ -60,8 +60,10 @@ CHECK_ONLY=0
 CONTAINERD=
 CTR=ctr
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-usage() { sed -n '/^#   bundle-agent-bootstrap.sh/,/^#   --installed/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+# One journal line: names from a stick may hold newlines or escape sequences.
+log() { printf '%s: %s\n' "$PROG" "$(printf '%s' "$*" | tr '\000-\037\177' '?')" >&2; }
+# the comment block at the top of this file
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
   case $1 in

@@ -420,3 +420,16 @@ t.test('a field given twice (signed): not a statement this bootstrap reads', asy
   t.match(r.stderr, /signed, but not a statement this bootstrap reads \(format or a field missing or repeated\)/);
   await nothingLoaded(t, node, r);
 });
+
+t.test('a statement named with a newline and an escape sequence: one journal line, no control character on the console', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa);
+  const dir = path.join(node.media, 'bundle-agent', 'sdb1');
+  await mkdir(dir, { recursive: true });
+  await writeFile(path.join(dir, 'bundle-agent-1\n\u001b[2J-amd64.oci.tar.sig'), 'offline-bundle-agent-image 1\nsignature AAAA\n');
+  const r = await runBootstrap(node);
+  t.equal(r.code, 1);
+  t.equal(r.stderr.trim().split('\n').length, 1, `one line: ${JSON.stringify(r.stderr)}`);
+  t.notMatch(r.stderr.trim(), /[\u0000-\u001f]/, 'no control character in the journal line');
+  t.notMatch(r.console ?? '', /[\u0000-\u0009\u000b-\u001f]/, 'none on the console');
+  await nothingLoaded(t, node, r);
+});
