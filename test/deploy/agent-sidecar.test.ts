@@ -69,6 +69,19 @@ t.test('agent-image export: the same files from a bundle (Ed25519 too), --json, 
   t.strictSame((await readdir(out)).filter((f) => f.startsWith('.')), [], 'no temporary file left');
 });
 
+t.test('create --agent-image --json names the two files', async (t) => {
+  const layout = path.join(work, 'json-layout');
+  await writeImageLayout(layout, { tag: 'agent', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ a: 'agent' }], config: { Labels: { 'org.opencontainers.image.version': '2.0.0' } } }] });
+  const out = path.join(work, 'json', 'x.bundle');
+  const r = await bundle(['create', '--quiet', '--json', '--key', ecdsa.key, '--version', '1.0.0', '--cache', path.join(work, 'cache'), '--agent-image', `oci:${layout}:agent`, '-o', out]);
+  t.equal(r.code, 0, r.stderr);
+  const j = JSON.parse(r.stdout);
+  t.equal(j.agentSidecar.archive, path.join(work, 'json', 'bundle-agent-2.0.0-amd64.oci.tar'));
+  t.equal(j.agentSidecar.statement, `${j.agentSidecar.archive}.sig`);
+  t.equal(j.agentSidecar.manifest, j.agent.digest, 'the bundle\'s agent image');
+  t.equal(r.stdout.trim().split('\n').length, 1, 'one JSON document');
+});
+
 t.test('agent-image export refuses: another key than the bundle\'s, a bundle without an agent image', async (t) => {
   const wrong = await bundle(['agent-image', 'export', s.bundle, '--key', ed.key, '-o', path.join(work, 'x')]);
   t.equal(wrong.code, 1);
