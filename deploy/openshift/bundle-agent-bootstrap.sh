@@ -355,19 +355,24 @@ fi
 STATEMENTS=()
 BUNDLES=0
 # A mount point made but not mounted yet (systemd-mount makes the directory, then mounts): an
-# empty directory that is no mount point is waited for, 10 s at most in all.
+# empty directory that is no mount point, where sticks are mounted (MEDIA/bundle-agent/sdb1 by the
+# udev rule, MEDIA/USER/LABEL by udisks), is waited for, 10 s at most in all.
 unmounted() {
   local m d
   for m in "${MEDIA[@]}"; do
-    for d in "$m"/*/ "$m"/*/*/; do
+    for d in "$m"/*/*/; do
       d=${d%/}
       [ -d "$d" ] && [ ! -L "$d" ] || continue
-      [ -z "$(ls -A -- "$d" 2>/dev/null)" ] && ! mountpoint -q -- "$d" 2>/dev/null && return 0
+      [ -z "$(ls -A -- "$d" 2>/dev/null)" ] && ! mountpoint -q -- "$d" 2>/dev/null && { WAITING=$d; return 0; }
     done
   done
   return 1
 }
-for _ in 1 2 3 4 5 6 7 8 9 10; do unmounted || break; sleep 1; done
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  unmounted || break
+  [ "$i" = 1 ] && log "waiting for $WAITING to be mounted (10 s at most)"
+  sleep 1
+done
 for m in "${MEDIA[@]}"; do
   real_dir "$m" || continue
   while IFS= read -r -d '' f; do STATEMENTS+=("$f"); done < <(find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -zV)

@@ -4,13 +4,13 @@
 // real skopeo into a containers-storage under a temp root (vfs), disk full on real tmpfs mounts.
 // Without systemd (--no-start): the booted-node test runs the same script under systemd.
 import t, { type Test } from 'tap';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { appendFile, copyFile, mkdir, readFile, rm, symlink, truncate, writeFile, open } from 'node:fs/promises';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startContainerd } from '../helpers/containerd.mjs';
 import {
-  AGENT_REPOSITORY, keygen, makeNode, makeSidecar, runBootstrap, storeContents, storedDigest, workLeftovers, writeKey, type Node, type Sidecar,
+  AGENT_REPOSITORY, BOOTSTRAP, keygen, makeNode, makeSidecar, runBootstrap, storeContents, storedDigest, workLeftovers, writeKey, type Node, type Sidecar,
 } from './lib.js';
 
 const work = await tmpdir(t, 'ob-bootstrap-');
@@ -432,4 +432,29 @@ t.test('a statement named with a newline and an escape sequence: one journal lin
   t.notMatch(r.stderr.trim(), /[\u0000-\u001f]/, 'no control character in the journal line');
   t.notMatch(r.console ?? '', /[\u0000-\u0009\u000b-\u001f]/, 'none on the console');
   await nothingLoaded(t, node, r);
+});
+
+t.test('a mount point made before its stick is mounted (systemd-mount makes the directory first): waited for, then loaded', { skip: process.getuid?.() !== 0 && 'needs root (mount)' }, async (t) => {
+  const d = await nodeDir();
+  const node = await makeNode(d, ecdsa);
+  // the stick's files, outside the media root until mounted there
+  const stick = path.join(d, 'stick');
+  await mkdir(stick);
+  for (const f of [good.statement, good.archive, good.bundle]) await copyFile(f, path.join(stick, path.basename(f)));
+  const mnt = path.join(node.media, 'bundle-agent', 'sdb1');
+  await mkdir(mnt);
+  const child = spawn('/bin/bash', [BOOTSTRAP, '--media', node.media, '--keys', node.keys, '--root', node.root, '--work', node.work, '--storage', node.storage, '--no-start'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  // the mount comes once the script says it waits for it: no sleep in the test
+  const waiting = new Promise<void>((resolve) => child.stderr.on('data', (d: Buffer) => {
+    stderr += d.toString();
+    if (stderr.includes(`waiting for ${mnt} to be mounted`)) resolve();
+  }));
+  const done = new Promise<number | null>((resolve) => child.on('close', resolve));
+  await Promise.race([waiting, done]);
+  t.match(stderr, /waiting for .*sdb1 to be mounted \(10 s at most\)/, 'it waits for the empty mount point');
+  execFileSync('mount', ['--bind', '-o', 'ro', stick, mnt]);
+  t.teardown(() => { spawnSync('umount', [mnt]); });
+  t.equal(await done, 0, stderr);
+  t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:0.9.0`), good.manifest, 'loaded from the stick mounted meanwhile');
 });
