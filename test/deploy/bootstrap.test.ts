@@ -442,7 +442,7 @@ t.test('a mount point made before its stick is mounted (systemd-mount makes the 
   await mkdir(stick);
   for (const f of [good.statement, good.archive, good.bundle]) await copyFile(f, path.join(stick, path.basename(f)));
   const mnt = path.join(node.media, 'bundle-agent', 'sdb1');
-  await mkdir(mnt);
+  await mkdir(mnt, { recursive: true });
   const child = spawn('/bin/bash', [BOOTSTRAP, '--media', node.media, '--keys', node.keys, '--root', node.root, '--work', node.work, '--storage', node.storage, '--no-start'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   // the mount comes once the script says it waits for it: no sleep in the test
