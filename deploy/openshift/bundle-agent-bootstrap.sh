@@ -169,6 +169,7 @@ node_arch() {
   case $(uname -m) in
     x86_64) echo amd64 ;;
     aarch64 | arm64) echo arm64 ;;
+    armv7* | armv6*) echo arm ;;
     ppc64le) echo ppc64le ;;
     s390x) echo s390x ;;
     *) uname -m ;;
