@@ -458,3 +458,24 @@ t.test('a mount point made before its stick is mounted (systemd-mount makes the 
   t.equal(await done, 0, stderr);
   t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:0.9.0`), good.manifest, 'loaded from the stick mounted meanwhile');
 });
+
+t.test('stopped (SIGTERM to every process of the run, as systemctl stop sends it) once loading began: exit 143, no image, no copy; the next run loads', async (t) => {
+  const node = await makeNode(await nodeDir(), ecdsa);
+  await plug(node, good);
+  const child = spawn('/bin/bash', [BOOTSTRAP, '--media', node.media, '--keys', node.keys, '--root', node.root, '--work', node.work, '--storage', node.storage, '--no-start'], { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+  let stderr = '';
+  const loading = new Promise<void>((resolve) => child.stderr.on('data', (d: Buffer) => {
+    stderr += d.toString();
+    if (/: loading /.test(stderr)) resolve();
+  }));
+  const done = new Promise<number | null>((resolve) => child.on('close', (code, signal) => resolve(code ?? (signal ? -1 : null))));
+  await loading;
+  process.kill(-child.pid!, 'SIGTERM');
+  t.equal(await done, 143, stderr);
+  t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:0.9.0`), undefined, 'no image');
+  t.strictSame(await workLeftovers(node), [], 'no copy left');
+  const r = await runBootstrap(node);
+  t.equal(r.code, 0, r.stderr);
+  t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:0.9.0`), good.manifest);
+  t.equal((await storeContents(node)).images.length, 1);
+});
