@@ -249,7 +249,8 @@ t.test('stick pulled mid-load: the stick (ext4 on a loop device) loses its secon
     .split('\n').map((l) => /^\s*\d+:\s+\d+\.\.\s*\d+:\s+(\d+)\.\.\s*(\d+):/.exec(l)).filter((m) => m).map((m) => [Number(m![1]), Number(m![2])]);
   const archiveExtents = extents(path.basename(good.archive));
   const statementBlocks = extents(path.basename(good.statement)).flat();
-  const [first, last] = [archiveExtents[0]![0], archiveExtents[archiveExtents.length - 1]![1]];
+  const first = archiveExtents[0]![0]!;
+  const last = archiveExtents[archiveExtents.length - 1]![1]!;
   const cut = Math.floor((first + last) / 2);
   t.ok(statementBlocks.every((b) => b < cut), 'the statement stays readable');
   // the device now ends in the middle of the archive: reads past it fail with EIO, as a pulled stick's
