@@ -1,9 +1,9 @@
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
-import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
+import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
 import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
@@ -89,14 +89,20 @@ Examples:
   program.command('serve')
     .description('Only the registry: serve a bundle file (random access through its seek index, after a full verification) or a staged/extracted layout; prints the address and runs until interrupted.')
     .argument('<path>', 'NAME.bundle or a directory made by "bundle extract" or by staging')
-    .option('--listen <addr>', 'loopback address to listen on', listenArg, { host: '127.0.0.1', port: 0 })
+    .addOption(new Option('--listen <addr>', 'loopback address to listen on, as HOST:PORT').argParser(listenArg).default({ host: '127.0.0.1', port: 0 }, 'a free port on 127.0.0.1'))
     .option('--key <pub>', 'trusted public key (repeatable; default: the config\'s)', collect)
     .option('--digest <sha256>', 'expected whole-file digest of a bundle file', (v: string) => {
       if (!isDigest(v)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
       return v;
     })
     .option('--config <file>', 'configuration file for default trust (optional)')
-    .option('--json', 'print the address as JSON')
+    .option('--json', 'print the address and names as JSON')
+    .addHelpText('after', `
+Names: an image of REGISTRY/PATH is served as ADDRESS/PATH (docker://127.0.0.1:PORT/acme/app:v1
+for 127.0.0.1:5000/acme/app:v1) and as ADDRESS/REGISTRY/PATH with the registry's ":" written
+"_" (127.0.0.1:PORT/127.0.0.1_5000/acme/app:v1; the name the agent's mirrors use). When two
+registries in the bundle hold the same PATH, ADDRESS/PATH is refused (NAME_UNKNOWN naming both)
+and only the second form serves them. The names are printed at start.`)
     .action(async (path: string, o: { listen: { host: string; port: number }; key?: string[]; digest?: string; config?: string; json?: boolean }) => {
       let config: AgentConfig | undefined;
       if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
@@ -117,9 +123,11 @@ Examples:
         manifest = v.manifest;
         store = await BundleFileStore.open(path, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
       }
-      const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
-      if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
-      else process.stdout.write(escapeControls(`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`) + '\n');
+      const catalog = catalogOf(manifest);
+      const reg = await startRegistry({ store, catalog, host: o.listen.host, port: o.listen.port });
+      const names = servedNames(catalog, reg.address);
+      if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length, repositories: names }) + '\n');
+      else process.stdout.write([`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`, ...names.map((n) => `  ${n.source}: ${n.names.join(' or ')}`)].map(escapeControls).join('\n') + '\n');
       const { done } = untilSignal();
       await done;
       await reg.close();
