@@ -5,7 +5,7 @@ import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@of
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
 import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
-import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
+import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
@@ -234,8 +234,10 @@ export async function main(argv: string[]): Promise<number> {
   // `status` answers 3 (not running) as systemctl does: a result, not an error
   const code = await runCli(buildProgram(), argv, (err) => {
     const reason = reasonOf(err);
-    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');
-    process.stderr.write(`bundle-agent: ${reason}: ${oneLine(err)}\n`);
+    // a config with several problems names each on its own line
+    const lines = err instanceof ConfigError ? err.problems.map(escapeControls) : [oneLine(err)];
+    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: lines.join('; ') } }) + '\n');
+    for (const line of lines) process.stderr.write(`bundle-agent: ${reason}: ${line}\n`);
     return 1;
   });
   return code || Number(process.exitCode ?? 0);

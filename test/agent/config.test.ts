@@ -1,6 +1,9 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import t from 'tap';
 import { parseConfig, ConfigError } from '@offline-bundle/agent';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { AGENT, run } from './fixtures.js';
 
 const minimal = 'trust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\n';
 
@@ -93,4 +96,39 @@ space:
       t.notMatch(err.message, /\n/);
     });
   }
+});
+
+// one run names every problem: a misspelt key and a wrong value in the same file are both reported
+const several = `${minimal}verison:\n  current: "1"\nspace:\n  reserveBytes: lots\npreload:\n  concurrency: 0\nstatus:\n  listen: 0.0.0.0:9469\n`;
+
+t.test('parseConfig reports every problem of a file at once, one line each naming the key', async (t) => {
+  const err = t.throws(() => parseConfig(several, 'cfg.yaml')) as ConfigError;
+  t.type(err, ConfigError);
+  t.same(err.problems.map((p) => p.split(': ')[1]).sort(), ['preload.concurrency', 'space.reserveBytes', 'status.listen', 'verison']);
+  for (const p of err.problems) t.match(p, /^cfg\.yaml: [\w.[\]]+: \S.*$/, `one line naming key and fix: ${p}`);
+  t.match(err.problems[0], /unknown key \(known: .*version/, 'the misspelt key is named with the known ones');
+});
+
+t.test('a value that is wrong is reported once, not again by the checks that read it', async (t) => {
+  const err = t.throws(() => parseConfig('trust:\n  keys: /k.pub\nversion:\n  current: 4.10\n', 'cfg.yaml')) as ConfigError;
+  t.same(err.problems, [
+    'cfg.yaml: trust.keys: must be a list',
+    'cfg.yaml: version.current: must be quoted ("4.1"): YAML reads an unquoted 4.10 as the number 4.1',
+  ]);
+});
+
+t.test('bundle-agent prints every config problem on its own line; the exit code stays 1', async (t) => {
+  const dir = await tmpdir(t, 'ob-config-');
+  const file = join(dir, 'config.yaml');
+  await writeFile(file, several, { mode: 0o600 });
+  const r = await run(AGENT, ['status', '--config', file]);
+  t.equal(r.code, 1);
+  const lines = r.stderr.trimEnd().split('\n');
+  t.equal(lines.length, 4, r.stderr);
+  for (const l of lines) t.match(l, new RegExp(`^bundle-agent: InvalidConfig: ${file.replace(/[.]/g, '\\.')}: `));
+  const json = await run(AGENT, ['status', '--config', file, '--json']);
+  t.equal(json.code, 1);
+  const message: string = JSON.parse(json.stdout).error.message;
+  t.equal(message.split('; /').length, 4, 'JSON: every problem in one message');
+  for (const key of ['verison', 'space.reserveBytes', 'preload.concurrency', 'status.listen']) t.ok(message.includes(`: ${key}: `), `JSON names ${key}`);
 });
