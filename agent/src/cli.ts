@@ -4,7 +4,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
-import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
+import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
@@ -23,6 +23,9 @@ function listenArg(v: string): { host: string; port: number } {
   if (!addr) throw new InvalidArgumentError('must be a loopback address such as 127.0.0.1:5000 (the registry never listens beyond this node)');
   return addr;
 }
+
+/** The terminal's width, or undefined when stdout is not one (a log or a pipe keeps one line per sentence). */
+const terminalColumns = () => (process.stdout.isTTY ? process.stdout.columns : undefined);
 
 function untilSignal(): { signal: AbortSignal; done: Promise<void> } {
   const ac = new AbortController();
@@ -72,7 +75,7 @@ Examples:
       const runtime = runtimeTarget(config, log);
       let last = '';
       tracker.onChange((s) => {
-        if (!o.json && s.message !== last) process.stdout.write(`${s.message}\n`);
+        if (!o.json && s.message !== last) process.stdout.write(`${fitToWidth(s.message, terminalColumns())}\n`);
         last = s.message;
       });
       // Ctrl-C or SIGTERM: stop the load, and let its cleanup remove drop-ins and staging.
@@ -220,9 +223,9 @@ agent too old to say), 3 not running or not responding, 1 an error.`)
       if (o.json) {
         process.stdout.write(JSON.stringify(s ? { ...s, agent } : { phase: 'Idle', agent, message: notRunningLine(undefined) }, null, 2) + '\n');
       } else if (agent === 'stopped' || agent === 'unresponsive') {
-        process.stdout.write(`${notRunningLine(s, agent)}\n`);
+        process.stdout.write(`${fitToWidth(notRunningLine(s, agent), terminalColumns())}\n`);
       } else {
-        process.stdout.write(`${technicianLine(s!)}\n`);
+        process.stdout.write(`${fitToWidth(technicianLine(s!), terminalColumns())}\n`);
       }
     });
   addManCommand(program);

@@ -4,7 +4,7 @@ export { processIdentity, pidExists, otherProcess, writerLiveness } from './live
 export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
 export { FAILURE_SENTENCES, failureSentence } from './reasons.js';
-export { formatBytes, formatDuration, plural } from './units.js';
+export { fitToWidth, formatBytes, plural, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
