@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
-import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
+import { addCompletionCommand, assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
 import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
@@ -228,6 +228,7 @@ agent too old to say), 3 not running or not responding, 1 an error.`)
         process.stdout.write(`${fitToWidth(technicianLine(s!), terminalColumns())}\n`);
       }
     });
+  addCompletionCommand(program);
   addManCommand(program);
 
   return program;
