@@ -11,7 +11,10 @@ export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNod
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
 export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';
 export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
+export type { BuildInfo } from './metrics.js';
 export { startStatusServer, isLoopback } from './http.js';
+export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
+export type { Health, HealthCheck } from './health.js';
 export { adminApis } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
 export { rollup, readRollup } from './cluster-rollup.js';
