@@ -61,3 +61,8 @@ t.test('bundle-agent status on a 60-column terminal: no line wider than 60', asy
   for (const l of lines) t.ok([...l].length <= 60, `fits: ${l}`);
   t.match(lines.map((l) => l.trim()).join(' '), /^The bundle agent is not running\. It stopped while loading the update 4\.14\.39/);
 });
+
+t.test('all copied: no time left is promised', async (t) => {
+  const s = { phase: 'Staging', progress: { bytesDone: 10e6, bytesTotal: 10e6, imagesDone: 0, imagesTotal: 1, etaSeconds: 0 }, conditions: [] } as unknown as Parameters<typeof technicianLine>[0];
+  t.equal(technicianLine(s), 'Copying 10.0 MB of 10.0 MB. Do not remove the USB stick.');
+});

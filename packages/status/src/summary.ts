@@ -4,7 +4,8 @@ import { failureSentence } from './reasons.js';
 import { formatBytes, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
-  if (seconds === undefined || !Number.isFinite(seconds)) return '';
+  // all copied: nothing is left to promise
+  if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) return '';
   return `, ${timeLeft(seconds)}`;
 }
 
