@@ -132,3 +132,40 @@ t.test('bundle-agent prints every config problem on its own line; the exit code 
   t.equal(message.split('; /').length, 4, 'JSON: every problem in one message');
   for (const key of ['verison', 'space.reserveBytes', 'preload.concurrency', 'status.listen']) t.ok(message.includes(`: ${key}: `), `JSON names ${key}`);
 });
+
+// systemd/config.schema.json, shipped beside the example (share/bundle-agent/) for editors and
+// CI checks (#26). The agent validates with its own reader (every problem, one line each, and
+// what a schema cannot say: loopback addresses, paths under root, combinations); this holds
+// the two to the same keys and types.
+t.test('the shipped JSON Schema: valid (ajv, strict), accepts the example, knows exactly the keys the agent knows', async (t) => {
+  const { Ajv } = await import('ajv') as unknown as { Ajv: new (o: object) => { compile(s: object): ((d: unknown) => boolean) & { errors?: { instancePath: string; message?: string }[] } } };
+  const { parse } = await import('yaml');
+  const schema = JSON.parse(await readFile(new URL('../../systemd/config.schema.json', import.meta.url), 'utf8'));
+  const validate = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true }).compile(schema);
+  const example = parse(await readFile(new URL('../../systemd/config.example.yaml', import.meta.url), 'utf8'));
+  t.ok(validate(example), `the example validates: ${JSON.stringify(validate.errors)}`);
+
+  const knownBy = (doc: string): string[] => {
+    const err = t.throws(() => parseConfig(doc)) as ConfigError;
+    const line = err.problems.find((p) => p.includes('zzz: unknown key'))!;
+    return /\(known: (.*)\)$/.exec(line)![1]!.split(', ').filter((k) => k !== 'ctr').sort();
+  };
+  const props = (o: { properties: Record<string, unknown> }) => Object.keys(o.properties).filter((k) => k !== 'ctr').sort();
+  t.same(props(schema), knownBy(`${minimal}zzz: 1\n`), 'top-level keys');
+  for (const [section, sub] of Object.entries(schema.properties as Record<string, { properties?: Record<string, unknown> }>)) {
+    if (!sub.properties) continue;
+    t.same(props(sub as { properties: Record<string, unknown> }), knownBy(`${section === 'trust' ? '' : minimal}${section}:\n  zzz: 1\n${section === 'trust' ? '  keys: [/k]\n' : ''}`), `${section}: the same keys`);
+  }
+  for (const [name, doc] of [
+    ['a misspelt key', `${minimal}verison: {}\n`],
+    ['a boolean as a string', `${minimal}version:\n  allowDowngrade: "no"\n`],
+    ['a size that is not one', `${minimal}space:\n  reserveBytes: lots\n`],
+    ['a count below its minimum', `${minimal}preload:\n  concurrency: 0\n`],
+    ['an unknown runtime', `${minimal}runtime: docker\n`],
+    ['no trust', 'runtime: crio\n'],
+    ['a relative path', `${minimal}paths:\n  upgradeDir: var/lib\n`],
+  ] as const) {
+    t.notOk(validate(parse(doc)), `the schema refuses ${name}`);
+    t.throws(() => parseConfig(doc), ConfigError, `and so does the agent: ${name}`);
+  }
+});
