@@ -1,12 +1,16 @@
 // `bundle completion SHELL` and `bundle-agent completion SHELL`: scripts bash, zsh and fish load,
 // written from each CLI's own command tree, so nested subcommands (bundle cluster status,
-// bundle-agent releases forget) and each command's options complete (the builder tarball ships
-// them under share/). bash and fish are driven for real (fish: `complete -C`); zsh runs the
-// generated function in a real zsh with compsys's _describe and _files as stand-ins that print
-// what they were given (a completion widget needs a terminal).
+// bundle-agent releases forget) and each command's options complete (the tarballs ship them
+// under share/). bash and fish are driven for real (fish: `complete -C`); zsh runs the
+// generated function with compsys's _describe and _files as stand-ins that print what they were
+// given, and once for real: an interactive zsh on a pty (zsh/zpty) with compinit loading the
+// scripts from $fpath, as an installed _bundle is, and Tab pressed (twice per program: a file
+// compinit autoloads must still complete on its second use).
 import t from 'tap';
 import { execFileSync, spawnSync } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { tmpdir } from '../helpers/tmp.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const BIN = { bundle: join(ROOT, 'builder/bin/bundle.js'), 'bundle-agent': join(ROOT, 'agent/bin/bundle-agent.js') };
@@ -23,7 +27,7 @@ function zsh(program: Program, words: string[]): string[] {
   const standIns = `compdef() { :; }
 _describe() { local i; for i in "\${(@P)4}"; do print -r -- "\${\${i%%:[^\\\\]*}//\\\\:/:}"; done; }
 _files() { print -- '<files>'; }`;
-  const run = `${standIns}\n${script(program, 'zsh')}\nwords=(${words.map(q).join(' ')}); CURRENT=${words.length}; ${fn(program)} | grep -e '^<files>$' -e '^${words[words.length - 1]}' || true`;
+  const run = `${standIns}\n${script(program, 'zsh')}\nwords=(${words.map(q).join(' ')}); CURRENT=${words.length}; _${program} | grep -e '^<files>$' -e '^${words[words.length - 1]}' || true`;
   return execFileSync('zsh', ['-f', '-c', run], { encoding: 'utf8' }).trim().split('\n');
 }
 
@@ -62,4 +66,32 @@ t.test('an unknown shell is a usage error naming the three', async (t) => {
     t.equal(spawnSync('zsh', ['-n', '-c', script(program, 'zsh')]).status, 0, `${program}: zsh parses it`);
     t.equal(spawnSync('fish', ['--no-execute', '-c', script(program, 'fish')]).status, 0, `${program}: fish parses it`);
   }
+});
+
+t.test('zsh for real: compinit autoloads _bundle and _bundle-agent from $fpath; Tab completes, every time', async (t) => {
+  const dir = await tmpdir(t, 'ob-zsh-');
+  for (const program of Object.keys(BIN) as Program[]) await writeFile(join(dir, `_${program}`), script(program, 'zsh'));
+  const cases: [string, string][] = [
+    ['bundle cluster st', 'cluster status'], ['bundle create --ke', 'create --key'], ['bundle cluster st', 'cluster status'],
+    ['bundle-agent releases fo', 'releases forget'], ['bundle-agent serve --lis', 'serve --listen'], ['bundle-agent releases fo', 'releases forget'],
+  ];
+  // waitfor reads the pty until its output holds the text (the completed word), for up to 10 s
+  const driver = `zmodload zsh/zpty
+waitfor() {
+  local acc= line i
+  for ((i = 0; i < 200; i++)); do
+    while zpty -r -t z line; do acc+=$line; done
+    [[ $acc == *$1* ]] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+zpty z 'zsh -f -i'
+zpty -w z 'PS1="%% "; fpath=(${dir} $fpath); autoload -U compinit; compinit -u -D; bundle() { :; }; bundle-agent() { :; }; print RE""ADY'
+waitfor READY || exit 1
+${cases.map(([typed, want]) => `zpty -w -n z ${q(typed)}$'\\t'; waitfor ${q(want)} && print -r -- ${q(`ok ${typed}`)}; zpty -w -n z $'\\C-u'`).join('\n')}
+zpty -d z
+`;
+  const r = spawnSync('zsh', ['-f', '-c', driver], { encoding: 'utf8', timeout: 120_000, env: { PATH: process.env.PATH, HOME: dir, TERM: 'xterm' } });
+  t.same(r.stdout.trim().split('\n'), cases.map(([typed]) => `ok ${typed}`), r.stderr);
 });

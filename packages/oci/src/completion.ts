@@ -89,7 +89,8 @@ complete -o filenames -F ${fn} ${name}
 
 function zsh(program: Command, nodes: Node[]): string {
   const name = program.name();
-  const fn = fnName(program);
+  // named as the file compinit autoloads (_NAME): its first call replaces it with the real one
+  const fn = `_${name}`;
   const describe = (items: [string, string][]) => items.map(([w, d]) => single(`${w.replace(/:/g, '\\:')}:${d}`)).join(' ');
   const cases = nodes.map((n) => `    (${single(n.path)}) subs=(${describe(n.subs.map((s) => [s.name, s.about]))}); opts=(${describe(n.options.flatMap((o) => [o.long, o.short].filter((x): x is string => Boolean(x)).map((f) => [f, o.about] as [string, string])))}) ;;`).join('\n');
   // words[1] is the program; CURRENT is the word being completed
@@ -113,7 +114,7 @@ ${cases}
     _files
   fi
 }
-if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+if [[ $funcstack[1] == ${fn} ]]; then
   ${fn} "$@"
 else
   compdef ${fn} ${name}
