@@ -1,11 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
-import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
-import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
-import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
-import { DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
+import { addCompletionCommand, assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
+import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
+import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
+import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
@@ -23,6 +23,9 @@ function listenArg(v: string): { host: string; port: number } {
   if (!addr) throw new InvalidArgumentError('must be a loopback address such as 127.0.0.1:5000 (the registry never listens beyond this node)');
   return addr;
 }
+
+/** The terminal's width, or undefined when stdout is not one (a log or a pipe keeps one line per sentence). */
+const terminalColumns = () => (process.stdout.isTTY ? process.stdout.columns : undefined);
 
 function untilSignal(): { signal: AbortSignal; done: Promise<void> } {
   const ac = new AbortController();
@@ -72,7 +75,7 @@ Examples:
       const runtime = runtimeTarget(config, log);
       let last = '';
       tracker.onChange((s) => {
-        if (!o.json && s.message !== last) process.stdout.write(`${s.message}\n`);
+        if (!o.json && s.message !== last) process.stdout.write(`${fitToWidth(s.message, terminalColumns())}\n`);
         last = s.message;
       });
       // Ctrl-C or SIGTERM: stop the load, and let its cleanup remove drop-ins and staging.
@@ -89,14 +92,20 @@ Examples:
   program.command('serve')
     .description('Only the registry: serve a bundle file (random access through its seek index, after a full verification) or a staged/extracted layout; prints the address and runs until interrupted.')
     .argument('<path>', 'NAME.bundle or a directory made by "bundle extract" or by staging')
-    .option('--listen <addr>', 'loopback address to listen on', listenArg, { host: '127.0.0.1', port: 0 })
+    .addOption(new Option('--listen <addr>', 'loopback address to listen on, as HOST:PORT').argParser(listenArg).default({ host: '127.0.0.1', port: 0 }, 'a free port on 127.0.0.1'))
     .option('--key <pub>', 'trusted public key (repeatable; default: the config\'s)', collect)
     .option('--digest <sha256>', 'expected whole-file digest of a bundle file', (v: string) => {
       if (!isDigest(v)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
       return v;
     })
     .option('--config <file>', 'configuration file for default trust (optional)')
-    .option('--json', 'print the address as JSON')
+    .option('--json', 'print the address and names as JSON')
+    .addHelpText('after', `
+Names: an image of REGISTRY/PATH is served as ADDRESS/PATH (docker://127.0.0.1:PORT/acme/app:v1
+for 127.0.0.1:5000/acme/app:v1) and as ADDRESS/REGISTRY/PATH with the registry's ":" written
+"_" (127.0.0.1:PORT/127.0.0.1_5000/acme/app:v1; the name the agent's mirrors use). When two
+registries in the bundle hold the same PATH, ADDRESS/PATH is refused (NAME_UNKNOWN naming both)
+and only the second form serves them. The names are printed at start.`)
     .action(async (path: string, o: { listen: { host: string; port: number }; key?: string[]; digest?: string; config?: string; json?: boolean }) => {
       let config: AgentConfig | undefined;
       if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
@@ -117,9 +126,11 @@ Examples:
         manifest = v.manifest;
         store = await BundleFileStore.open(path, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
       }
-      const reg = await startRegistry({ store, catalog: catalogOf(manifest), host: o.listen.host, port: o.listen.port });
-      if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
-      else process.stdout.write(escapeControls(`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`) + '\n');
+      const catalog = catalogOf(manifest);
+      const reg = await startRegistry({ store, catalog, host: o.listen.host, port: o.listen.port });
+      const names = servedNames(catalog, reg.address);
+      if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length, repositories: names }) + '\n');
+      else process.stdout.write([`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`, ...names.map((n) => `  ${n.source}: ${n.names.join(' or ')}`)].map(escapeControls).join('\n') + '\n');
       const { done } = untilSignal();
       await done;
       await reg.close();
@@ -212,11 +223,12 @@ agent too old to say), 3 not running or not responding, 1 an error.`)
       if (o.json) {
         process.stdout.write(JSON.stringify(s ? { ...s, agent } : { phase: 'Idle', agent, message: notRunningLine(undefined) }, null, 2) + '\n');
       } else if (agent === 'stopped' || agent === 'unresponsive') {
-        process.stdout.write(`${notRunningLine(s, agent)}\n`);
+        process.stdout.write(`${fitToWidth(notRunningLine(s, agent), terminalColumns())}\n`);
       } else {
-        process.stdout.write(`${technicianLine(s!)}\n`);
+        process.stdout.write(`${fitToWidth(technicianLine(s!), terminalColumns())}\n`);
       }
     });
+  addCompletionCommand(program);
   addManCommand(program);
 
   return program;
@@ -226,8 +238,10 @@ export async function main(argv: string[]): Promise<number> {
   // `status` answers 3 (not running) as systemctl does: a result, not an error
   const code = await runCli(buildProgram(), argv, (err) => {
     const reason = reasonOf(err);
-    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: oneLine(err) } }) + '\n');
-    process.stderr.write(`bundle-agent: ${reason}: ${oneLine(err)}\n`);
+    // a config with several problems names each on its own line
+    const lines = err instanceof ConfigError ? err.problems.map(escapeControls) : [oneLine(err)];
+    if (argv.includes('--json')) process.stdout.write(JSON.stringify({ ready: false, error: { reason, message: lines.join('; ') } }) + '\n');
+    for (const line of lines) process.stderr.write(`bundle-agent: ${reason}: ${line}\n`);
     return 1;
   });
   return code || Number(process.exitCode ?? 0);

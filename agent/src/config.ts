@@ -75,8 +75,12 @@ export interface AgentConfig {
 
 export class ConfigError extends Error {
   readonly code = 'INVALID_CONFIG';
-  constructor(message: string) {
-    super(message);
+  /** Every problem found, one line each ("FILE: KEY: what is wrong and what to write"). */
+  readonly problems: string[];
+  constructor(message: string | string[]) {
+    const problems = typeof message === 'string' ? [message] : message;
+    super(problems.join('\n'));
+    this.problems = problems;
     this.name = 'ConfigError';
   }
 }
@@ -96,16 +100,39 @@ export function parseLoopbackAddress(value: string): { host: string; port: numbe
   return { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
 }
 
+/**
+ * Reads values and collects every problem instead of stopping at the first, so one run names
+ * all of them. A bad value reads as its default (or empty) so the rest can still be checked;
+ * only the first problem of each key is kept, so one mistake is not reported twice.
+ */
 class Reader {
+  private readonly problems: string[] = [];
+  private readonly keys = new Set<string>();
+
   constructor(private readonly file: string) {}
 
-  fail(key: string, what: string): never {
-    throw new ConfigError(`${this.file}: ${key}: ${what}`);
+  fail(key: string, what: string): void {
+    if (this.keys.has(key)) return;
+    this.keys.add(key);
+    this.problems.push(`${this.file}: ${key}: ${what}`);
+  }
+
+  /** Whether a problem was found at `key` or under it. */
+  failed(key: string): boolean {
+    return [...this.keys].some((k) => k === key || k.startsWith(`${key}.`) || k.startsWith(`${key}[`));
+  }
+
+  /** Throws every problem found, if any. */
+  done(): void {
+    if (this.problems.length) throw new ConfigError(this.problems);
   }
 
   obj(v: unknown, key: string): Raw {
     if (v === undefined || v === null) return {};
-    if (typeof v !== 'object' || Array.isArray(v)) this.fail(key, 'must be a mapping');
+    if (typeof v !== 'object' || Array.isArray(v)) {
+      this.fail(key, 'must be a mapping');
+      return {};
+    }
     return v as Raw;
   }
 
@@ -113,20 +140,30 @@ class Reader {
     if (v === undefined || v === null) {
       if (def !== undefined) return def;
       this.fail(key, 'is required');
+      return '';
     }
-    if (typeof v !== 'string' || v === '') this.fail(key, 'must be a non-empty string');
-    return v as string;
+    if (typeof v !== 'string' || v === '') {
+      this.fail(key, 'must be a non-empty string');
+      return def ?? '';
+    }
+    return v;
   }
 
   bool(v: unknown, key: string, def: boolean): boolean {
     if (v === undefined || v === null) return def;
-    if (typeof v !== 'boolean') this.fail(key, 'must be true or false');
-    return v as boolean;
+    if (typeof v !== 'boolean') {
+      this.fail(key, 'must be true or false');
+      return def;
+    }
+    return v;
   }
 
   int(v: unknown, key: string, def: number, min = 0): number {
     if (v === undefined || v === null) return def;
-    if (!Number.isInteger(v) || (v as number) < min) this.fail(key, `must be a whole number of at least ${min}`);
+    if (!Number.isInteger(v) || (v as number) < min) {
+      this.fail(key, `must be a whole number of at least ${min}`);
+      return def;
+    }
     return v as number;
   }
 
@@ -134,13 +171,19 @@ class Reader {
     if (v === undefined || v === null) return def;
     if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
     const m = typeof v === 'string' ? SIZE_RE.exec(v.trim()) : null;
-    if (!m) this.fail(key, 'must be a byte count such as 1073741824 or "1GiB"');
+    if (!m) {
+      this.fail(key, 'must be a byte count such as 1073741824 or "1GiB"');
+      return def;
+    }
     return Math.round(Number(m[1]) * UNITS[m[2] ?? 'B']!);
   }
 
   strings(v: unknown, key: string, def: string[]): string[] {
     if (v === undefined || v === null) return def;
-    if (!Array.isArray(v)) this.fail(key, 'must be a list');
+    if (!Array.isArray(v)) {
+      this.fail(key, 'must be a list');
+      return def;
+    }
     return (v as unknown[]).map((x, i) => this.str(x, `${key}[${i}]`));
   }
 
@@ -151,7 +194,10 @@ class Reader {
   }
 }
 
-/** Parses and validates a config document; unknown keys are errors so typos never pass silently. */
+/**
+ * Parses and validates a config document; unknown keys are errors so typos never pass
+ * silently. Every problem in the document is reported at once (ConfigError.problems).
+ */
 export function parseConfig(text: string, file = 'config'): AgentConfig {
   const r: Reader = new Reader(file);
   let doc: unknown;
@@ -176,7 +222,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   const keys = r.strings(trust.keys, 'trust.keys', []).map((k, i) => under(k, `trust.keys[${i}]`));
   const digest = trust.digest === undefined ? undefined : r.str(trust.digest, 'trust.digest');
   if (digest !== undefined && !isDigest(digest)) r.fail('trust.digest', 'must be sha256:<64 hex digits>');
-  if (keys.length === 0 && !digest) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
+  if (keys.length === 0 && !digest && !r.failed('trust')) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
 
   const version = r.obj(raw.version, 'version');
   r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource', 'allowUnknown']);
@@ -225,7 +271,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (!/^[A-Za-z0-9][A-Za-z0-9@._-]{0,200}$/.test(unit)) r.fail('selfUpgrade.unit', 'must be a systemd unit name (letters, digits, @ . _ -)');
 
   if (version.fromCluster === true && status.kubeconfig === undefined) r.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
-  return {
+  const config: AgentConfig = {
     root,
     nodeName: r.str(raw.nodeName, 'nodeName', hostname()),
     runtime: runtime as RuntimeKind,
@@ -266,7 +312,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
     containerd: { namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
     prefix,
     selfUpgrade: {
-      mode: upgradeMode,
+      mode: upgradeMode as AgentConfig['selfUpgrade']['mode'],
       dropInDir: under(r.str(selfUpgrade.dropInDir, 'selfUpgrade.dropInDir', `/etc/containers/systemd/${unit}.container.d`), 'selfUpgrade.dropInDir'),
       daemonReload: r.strings(selfUpgrade.daemonReload, 'selfUpgrade.daemonReload', [...ON_HOST, 'systemctl', 'daemon-reload']),
       restart: r.strings(selfUpgrade.restart, 'selfUpgrade.restart', [...ON_HOST, 'systemctl', '--no-block', 'restart', unit]),
@@ -282,6 +328,8 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       heartbeatSeconds: r.int(status.heartbeatSeconds, 'status.heartbeatSeconds', 30, 1),
     },
   };
+  r.done();
+  return config;
 }
 
 /**

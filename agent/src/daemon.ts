@@ -1,5 +1,5 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
+  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
@@ -61,7 +61,7 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
   tracker.onChange(file.sink, { replay: true });
   file.start();
   closers.push(() => file.stop());
-  const metrics = new Metrics();
+  const metrics = new Metrics(Date.now, { build: { version: TOOL_VERSION } });
   tracker.onChange(metrics.sink, { replay: true });
   if (config.status.console) {
     const writer = new ConsoleWriter({ root: config.root, onError: (e) => log.warn('console', `cannot update the console line: ${oneLine(e)}`) });
@@ -75,7 +75,8 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
     closers.push(() => reporter.close(5000));
   }
   if (withHttp && config.status.listen) {
-    const server = await startStatusServer({ status: tracker, metrics, host: config.status.listen.host, port: config.status.listen.port });
+    const health = agentHealth({ statusFile: config.paths.statusFile, stateDir: config.paths.stateDir });
+    const server = await startStatusServer({ status: tracker, metrics, health, host: config.status.listen.host, port: config.status.listen.port });
     log.info('status', `status endpoint on ${server.url}`, { url: server.url });
     closers.push(() => server.close());
   }

@@ -1,6 +1,6 @@
 import { chmod, open, stat } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, OciError, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { BaseError, OciError, addCompletionCommand, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
 import {
   FormatError, PASSPHRASE_ENV, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';
@@ -12,7 +12,6 @@ import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
 import { addClusterCommands } from './cluster.js';
 import { addCacheCommands } from './cache-command.js';
-import { bashCompletion } from './completion.js';
 import { addManCommand } from './man.js';
 import { addAgentImageCommands, reportSidecar, writeSidecar } from './agent-image-command.js';
 
@@ -241,13 +240,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
   addClusterCommands(program);
   addCacheCommands(program);
   addAgentImageCommands(program);
-  program.command('completion')
-    .description('print a shell completion script (bash): bundle completion bash > /etc/bash_completion.d/bundle')
-    .argument('<shell>', 'bash')
-    .action((shell: string) => {
-      if (shell !== 'bash') throw new Error(`no completion for ${shell}: only bash`);
-      process.stdout.write(bashCompletion(program));
-    });
+  addCompletionCommand(program);
   addManCommand(program);
 
   return program;

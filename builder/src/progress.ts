@@ -1,4 +1,4 @@
-import { formatBytes, formatDuration } from '@offline-bundle/status';
+import { formatBytes, timeLeft } from '@offline-bundle/status';
 
 /** Human progress on a terminal (one redrawn line), sparse log lines otherwise; nothing with --quiet. */
 export interface ProgressOptions {
@@ -32,22 +32,30 @@ function clip(text: string, width: number): string {
   return [...text].length <= width ? text : [...text].slice(0, Math.max(0, width - 1)).join('') + ELLIPSIS;
 }
 
+/** Which extras give way first when the line is too wide: the rate, then the item count; the time left last. */
+const GIVE_WAY = ['rate', 'items', 'eta'] as const;
+
 /**
  * One line that fits `width` columns: the phase (shortened first), bytes and percentage
- * always; items, rate and time left while there is room, dropped in the reverse order.
+ * always; the time left, item count and rate while there is room, dropped rate first.
  */
 export function formatProgressLine(s: ProgressState, width: number): string {
   const pct = s.total > 0 ? Math.min(100, Math.floor((s.done / s.total) * 100)) : 100;
   const bytes = `${formatBytes(s.done)} / ${formatBytes(s.total)} (${pct}%)`;
-  const tail = s.finishing
-    ? [s.finishing]
-    : [s.items, s.rate !== undefined ? `${formatBytes(s.rate)}/s` : undefined, s.eta !== undefined ? `${formatDuration(s.eta)} left` : undefined];
-  const extras = tail.filter((x): x is string => Boolean(x));
-  for (let keep = extras.length; keep >= 0; keep--) {
-    const rest = [bytes, ...extras.slice(0, keep)].join(', ');
+  const all = s.finishing
+    ? [{ key: 'eta', text: s.finishing }]
+    : [
+      { key: 'items', text: s.items },
+      { key: 'rate', text: s.rate !== undefined ? `${formatBytes(s.rate)}/s` : undefined },
+      { key: 'eta', text: s.eta !== undefined ? timeLeft(s.eta) : undefined },
+    ].filter((x): x is { key: string; text: string } => Boolean(x.text));
+  for (let dropped = 0; dropped <= GIVE_WAY.length; dropped++) {
+    const gone = GIVE_WAY.slice(0, dropped) as readonly string[];
+    const extras = all.filter((x) => !gone.includes(x.key)).map((x) => x.text);
+    const rest = [bytes, ...extras].join(', ');
     const room = width - [...rest].length - 2;
     // the phase may be shortened down to a few characters; below that, drop an extra instead
-    if (room >= Math.min(12, [...s.phase].length) || keep === 0) return clip(`${clip(s.phase, Math.max(room, 1))}: ${rest}`, width);
+    if (room >= Math.min(12, [...s.phase].length) || dropped === GIVE_WAY.length) return clip(`${clip(s.phase, Math.max(room, 1))}: ${rest}`, width);
   }
   return clip(bytes, width);
 }

@@ -1,6 +1,9 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import t from 'tap';
 import { parseConfig, ConfigError } from '@offline-bundle/agent';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { AGENT, run } from './fixtures.js';
 
 const minimal = 'trust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\n';
 
@@ -92,5 +95,77 @@ space:
       t.match(err.message, /^cfg\.yaml: /);
       t.notMatch(err.message, /\n/);
     });
+  }
+});
+
+// one run names every problem: a misspelt key and a wrong value in the same file are both reported
+const several = `${minimal}verison:\n  current: "1"\nspace:\n  reserveBytes: lots\npreload:\n  concurrency: 0\nstatus:\n  listen: 0.0.0.0:9469\n`;
+
+t.test('parseConfig reports every problem of a file at once, one line each naming the key', async (t) => {
+  const err = t.throws(() => parseConfig(several, 'cfg.yaml')) as ConfigError;
+  t.type(err, ConfigError);
+  t.same(err.problems.map((p) => p.split(': ')[1]).sort(), ['preload.concurrency', 'space.reserveBytes', 'status.listen', 'verison']);
+  for (const p of err.problems) t.match(p, /^cfg\.yaml: [\w.[\]]+: \S.*$/, `one line naming key and fix: ${p}`);
+  t.match(err.problems[0], /unknown key \(known: .*version/, 'the misspelt key is named with the known ones');
+});
+
+t.test('a value that is wrong is reported once, not again by the checks that read it', async (t) => {
+  const err = t.throws(() => parseConfig('trust:\n  keys: /k.pub\nversion:\n  current: 4.10\n', 'cfg.yaml')) as ConfigError;
+  t.same(err.problems, [
+    'cfg.yaml: trust.keys: must be a list',
+    'cfg.yaml: version.current: must be quoted ("4.1"): YAML reads an unquoted 4.10 as the number 4.1',
+  ]);
+});
+
+t.test('bundle-agent prints every config problem on its own line; the exit code stays 1', async (t) => {
+  const dir = await tmpdir(t, 'ob-config-');
+  const file = join(dir, 'config.yaml');
+  await writeFile(file, several, { mode: 0o600 });
+  const r = await run(AGENT, ['status', '--config', file]);
+  t.equal(r.code, 1);
+  const lines = r.stderr.trimEnd().split('\n');
+  t.equal(lines.length, 4, r.stderr);
+  for (const l of lines) t.match(l, new RegExp(`^bundle-agent: InvalidConfig: ${file.replace(/[.]/g, '\\.')}: `));
+  const json = await run(AGENT, ['status', '--config', file, '--json']);
+  t.equal(json.code, 1);
+  const message: string = JSON.parse(json.stdout).error.message;
+  t.equal(message.split('; /').length, 4, 'JSON: every problem in one message');
+  for (const key of ['verison', 'space.reserveBytes', 'preload.concurrency', 'status.listen']) t.ok(message.includes(`: ${key}: `), `JSON names ${key}`);
+});
+
+// systemd/config.schema.json, shipped beside the example (share/bundle-agent/) for editors and
+// CI checks (#26). The agent validates with its own reader (every problem, one line each, and
+// what a schema cannot say: loopback addresses, paths under root, combinations); this holds
+// the two to the same keys and types.
+t.test('the shipped JSON Schema: valid (ajv, strict), accepts the example, knows exactly the keys the agent knows', async (t) => {
+  const { Ajv } = await import('ajv') as unknown as { Ajv: new (o: object) => { compile(s: object): ((d: unknown) => boolean) & { errors?: { instancePath: string; message?: string }[] } } };
+  const { parse } = await import('yaml');
+  const schema = JSON.parse(await readFile(new URL('../../systemd/config.schema.json', import.meta.url), 'utf8'));
+  const validate = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true }).compile(schema);
+  const example = parse(await readFile(new URL('../../systemd/config.example.yaml', import.meta.url), 'utf8'));
+  t.ok(validate(example), `the example validates: ${JSON.stringify(validate.errors)}`);
+
+  const knownBy = (doc: string): string[] => {
+    const err = t.throws(() => parseConfig(doc)) as ConfigError;
+    const line = err.problems.find((p) => p.includes('zzz: unknown key'))!;
+    return /\(known: (.*)\)$/.exec(line)![1]!.split(', ').filter((k) => k !== 'ctr').sort();
+  };
+  const props = (o: { properties: Record<string, unknown> }) => Object.keys(o.properties).filter((k) => k !== 'ctr').sort();
+  t.same(props(schema), knownBy(`${minimal}zzz: 1\n`), 'top-level keys');
+  for (const [section, sub] of Object.entries(schema.properties as Record<string, { properties?: Record<string, unknown> }>)) {
+    if (!sub.properties) continue;
+    t.same(props(sub as { properties: Record<string, unknown> }), knownBy(`${section === 'trust' ? '' : minimal}${section}:\n  zzz: 1\n${section === 'trust' ? '  keys: [/k]\n' : ''}`), `${section}: the same keys`);
+  }
+  for (const [name, doc] of [
+    ['a misspelt key', `${minimal}verison: {}\n`],
+    ['a boolean as a string', `${minimal}version:\n  allowDowngrade: "no"\n`],
+    ['a size that is not one', `${minimal}space:\n  reserveBytes: lots\n`],
+    ['a count below its minimum', `${minimal}preload:\n  concurrency: 0\n`],
+    ['an unknown runtime', `${minimal}runtime: docker\n`],
+    ['no trust', 'runtime: crio\n'],
+    ['a relative path', `${minimal}paths:\n  upgradeDir: var/lib\n`],
+  ] as const) {
+    t.notOk(validate(parse(doc)), `the schema refuses ${name}`);
+    t.throws(() => parseConfig(doc), ConfigError, `and so does the agent: ${name}`);
   }
 });

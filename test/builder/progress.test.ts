@@ -29,9 +29,11 @@ t.test('the formatter fits every width, keeping bytes and percentage longest', a
     const line = formatProgressLine(state, width);
     if ([...line].length > width) t.fail(`width ${width}: ${line.length} characters: ${line}`);
   }
-  t.match(formatProgressLine(state, 160), /^writing \/var\/tmp.*: 7\.1 GB \/ 18\.4 GB \(38%\), 112\/190 images, 52\.3 MB\/s, 3m33s left$/);
+  t.match(formatProgressLine(state, 160), /^writing \/var\/tmp.*: 7\.1 GB \/ 18\.4 GB \(38%\), 112\/190 images, 52\.3 MB\/s, about 4 min left$/);
   t.match(formatProgressLine(state, 60), /7\.1 GB \/ 18\.4 GB \(38%\)/, 'bytes and percentage survive at 60 columns');
-  t.notMatch(formatProgressLine(state, 60), /left/, 'the time left goes first');
+  t.match(formatProgressLine(state, 60), /, about 4 min left$/, 'the time left survives at 60 columns: the rate and item count give way first');
+  t.match(formatProgressLine(state, 80), /, 112\/190 images, about 4 min left$/, 'at 80 the rate alone gives way');
+  t.match(formatProgressLine({ ...state, eta: 5 }, 60), /, about 5 s left$/, 'seconds are not promised as minutes');
   t.match(formatProgressLine({ ...state, finishing: 'finishing: syncing and renaming' }, 200), /\(38%\), finishing: syncing and renaming$/);
 });
 

@@ -23,7 +23,7 @@ const store: BlobStore = {
   },
   close: async () => {},
 };
-const catalog: Catalog = { repositories: new Map([['ns/app', new Map()]]), manifests: new Map(), blobs: new Map([[digest, blob.length]]) };
+const catalog: Catalog = { repositories: new Map([['ns/app', new Map()]]), sources: new Map([['ns/app', 'ns/app']]), shortNames: new Map(), ambiguous: new Map(), manifests: new Map(), blobs: new Map([[digest, blob.length]]) };
 
 const closed = (s: Socket) => new Promise<void>((resolve) => (s.destroyed ? resolve() : s.once('close', () => resolve())));
 

@@ -16,7 +16,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 
 const blobs = [randomBytes(300_000), randomBytes(2_000_000)];
 const digests = blobs.map((b) => `sha256:${createHash('sha256').update(b).digest('hex')}`);
-const catalog: Catalog = { repositories: new Map(), manifests: new Map(), blobs: new Map(digests.map((d, i) => [d, blobs[i]!.length])) };
+const catalog: Catalog = { repositories: new Map(), sources: new Map(), shortNames: new Map(), ambiguous: new Map(), manifests: new Map(), blobs: new Map(digests.map((d, i) => [d, blobs[i]!.length])) };
 const blobFile = (dir: string, d: string) => join(dir, 'blobs', 'sha256', d.slice(7));
 
 async function layout(t: Tap.Test): Promise<string> {

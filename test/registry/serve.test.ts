@@ -25,7 +25,7 @@ function http(method: string, url: string, headers: Record<string, string> = {})
   });
 }
 
-async function serve(t: any, args: string[]): Promise<{ address: string; child: ChildProcess }> {
+async function serve(t: any, args: string[]): Promise<{ address: string; line: string; child: ChildProcess }> {
   const child = spawn(process.execPath, [AGENT, 'serve', ...args, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
   t.teardown(() => { child.kill('SIGTERM'); });
   let err = '';
@@ -38,7 +38,7 @@ async function serve(t: any, args: string[]): Promise<{ address: string; child: 
     });
     child.on('exit', (code) => reject(new Error(`serve exited ${code}: ${err}`)));
   });
-  return { address: JSON.parse(line).address, child };
+  return { address: JSON.parse(line).address, line, child };
 }
 
 t.test('bundle-agent serve', async (t) => {
@@ -78,6 +78,16 @@ t.test('bundle-agent serve', async (t) => {
           const blob = await readFile(join(out, 'blobs/sha256', child.digest.slice(7)));
           t.equal('sha256:' + createHash('sha256').update(blob).digest('hex'), child.digest, `platform ${child.platform.architecture} copied intact`);
         }
+      });
+
+      t.test('skopeo pulls by the name a user expects: the source path without its registry', async (t) => {
+        const app1 = await skopeoInspectRaw(`docker://${address}/acme/app:v1`);
+        t.equal('sha256:' + createHash('sha256').update(app1).digest('hex'), app.digest, 'quay.io/acme/app:v1 as ADDRESS/acme/app:v1');
+        const out = join(dir, `copy-${Math.random().toString(36).slice(2)}`);
+        await skopeoCopy(`docker://${address}/team/multi@${multi.digest}`, `oci:${out}:x`, ['--all', '--preserve-digests']);
+        t.equal(JSON.parse(await readFile(join(out, 'index.json'), 'utf8')).manifests[0].digest, multi.digest, 'registry.example.com:5000/team/multi as ADDRESS/team/multi');
+        const tags = JSON.parse((await http('GET', `${base}/v2/team/multi/tags/list`)).body.toString());
+        t.same(tags, { name: 'team/multi', tags: ['v2'] });
       });
 
       t.test('distribution API', async (t) => {
@@ -132,6 +142,51 @@ t.test('bundle-agent serve', async (t) => {
       });
     });
   }
+});
+
+t.test('serve: two registries with the same path are served by their registry-qualified names only; the short one is refused naming both', async (t) => {
+  const dir = await tmpdir(t, 'ob-serve-names-');
+  const keys = await keygen(dir);
+  const layout = join(dir, 'src');
+  await writeImageLayout(layout, { tag: 'a', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'a.txt': 'a' }] }] });
+  await writeImageLayout(layout, { tag: 'b', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'b.txt': 'b' }] }] });
+  await writeImageLayout(layout, { tag: 'c', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'c.txt': 'c' }] }] });
+  const file = join(dir, 'x.bundle');
+  const c = await run(BUNDLE, ['create', '--quiet', '--version', '1.0', '--image', `oci:${layout}:a=127.0.0.1:5000/acme/app:v1`, '--image', `oci:${layout}:b=quay.io/acme/app:v2`, '--image', `oci:${layout}:c=127.0.0.1:5000/acme/tool:v3`, '--key', keys.key, '--cache', join(dir, 'cache'), '-o', file]);
+  t.equal(c.code, 0, c.stderr);
+  const manifest = JSON.parse(execFileSync('sh', ['-c', `zstd -dc '${file}' | tar -xO bundle.json`]).toString());
+  const local = manifest.images.find((i: any) => i.repository === '127.0.0.1:5000/acme/app');
+  const tool = manifest.images.find((i: any) => i.repository === '127.0.0.1:5000/acme/tool');
+  const { address, line } = await serve(t, [file, '--key', keys.pub]);
+  t.same(JSON.parse(line).repositories, [
+    { source: '127.0.0.1:5000/acme/app', names: [`${address}/127.0.0.1_5000/acme/app`] },
+    { source: '127.0.0.1:5000/acme/tool', names: [`${address}/acme/tool`, `${address}/127.0.0.1_5000/acme/tool`] },
+    { source: 'quay.io/acme/app', names: [`${address}/quay.io/acme/app`] },
+  ], 'the names are printed at start');
+  const raw = await skopeoInspectRaw(`docker://${address}/127.0.0.1_5000/acme/app:v1`);
+  t.equal('sha256:' + createHash('sha256').update(raw).digest('hex'), local.digest, 'the registry-qualified name');
+  const short = await skopeoInspectRaw(`docker://${address}/acme/tool:v3`);
+  t.equal('sha256:' + createHash('sha256').update(short).digest('hex'), tool.digest, 'a path only one registry has is served short');
+  const refused = await http('GET', `http://${address}/v2/acme/app/manifests/v1`);
+  t.equal(refused.status, 404);
+  const err = JSON.parse(refused.body.toString()).errors[0];
+  t.equal(err.code, 'NAME_UNKNOWN');
+  t.match(err.message, /acme\/app is in this bundle from 2 registries: ask for one of 127\.0\.0\.1_5000\/acme\/app, quay\.io\/acme\/app/);
+
+  const text = spawn(process.execPath, [AGENT, 'serve', file, '--key', keys.pub], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.teardown(() => { text.kill('SIGTERM'); });
+  const printed = await new Promise<string>((resolve) => {
+    let out = '';
+    text.stdout!.on('data', (d: Buffer) => { out += d; if (out.split('\n').length > 4) resolve(out); });
+  });
+  t.match(printed, /^ {2}127\.0\.0\.1:5000\/acme\/tool: 127\.0\.0\.1:\d+\/acme\/tool or 127\.0\.0\.1:\d+\/127\.0\.0\.1_5000\/acme\/tool$/m, 'the text output names each source\'s served names');
+});
+
+t.test('serve --help prints the default address as a user writes it, and explains the names', async (t) => {
+  const h = await run(AGENT, ['serve', '--help']);
+  t.match(h.stdout, /default: a\s+free port on 127\.0\.0\.1/);
+  t.notMatch(h.stdout, /"host"/);
+  t.match(h.stdout, /ADDRESS\/PATH/);
 });
 
 t.test('serve refuses an untrusted bundle', async (t) => {

@@ -2,13 +2,16 @@
 // on loopback only, fed by a StatusTracker through Metrics.
 import { request } from 'node:http';
 import t, { type Test } from 'tap';
-import { emptyStatus, isLoopback, Metrics, PHASES, startStatusServer, StatusTracker, type NodeStatus } from '@offline-bundle/status';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { agentHealth, emptyStatus, isLoopback, Metrics, PHASES, startStatusServer, StatusFileWriter, StatusTracker, writeStatusFile, type NodeStatus } from '@offline-bundle/status';
 import { fixedClock, loadSequence } from './lib.js';
 
-function get(url: string, opts: { method?: string; host?: string } = {}): Promise<{ status: number; type: string; body: string; headers: Record<string, unknown> }> {
+function get(url: string, opts: { method?: string; host?: string; headers?: Record<string, string> } = {}): Promise<{ status: number; type: string; body: string; headers: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
-    const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: opts.method ?? 'GET', headers: opts.host ? { Host: opts.host } : {} }, (res) => {
+    const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: opts.method ?? 'GET', headers: { ...opts.headers, ...(opts.host ? { Host: opts.host } : {}) } }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c) => (body += c));
@@ -43,13 +46,15 @@ function parseMetrics(t: Test, text: string): Parsed {
       helps.add(m[1]!);
     } else if ((m = line.match(new RegExp(`^# TYPE (${NAME}) (counter|gauge|histogram|summary|untyped)$`)))) {
       t.notOk(types.has(m[1]!), `one TYPE for ${m[1]}`);
-      t.notOk(samples.some((s) => s.name === m![1]), `TYPE of ${m[1]} before its samples`);
+      t.notOk(samples.some((s) => s.name === m![1] || s.name.startsWith(`${m![1]}_`) && /_(bucket|sum|count)$/.test(s.name)), `TYPE of ${m[1]} before its samples`);
       types.set(m[1]!, m[2]!);
     } else if ((m = line.match(SAMPLE))) {
       const labels: Record<string, string> = {};
       for (const lm of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[lm[1]!] = lm[2]!.replace(/\\n/g, '\n').replace(/\\"/g, '"').replace(/\\\\/g, '\\');
       samples.push({ name: m[1]!, labels, value: Number(m[3]) });
-      t.ok(types.has(m[1]!), `${m[1]} has a TYPE line`);
+      // a histogram's or summary's samples are NAME_bucket, NAME_sum and NAME_count
+      const base = m[1]!.replace(/_(bucket|sum|count)$/, '');
+      t.ok(types.has(m[1]!) || /^(histogram|summary)$/.test(types.get(base) ?? ''), `${m[1]} has a TYPE line`);
     } else {
       t.fail(`not exposition format: ${JSON.stringify(line)}`);
     }
@@ -134,7 +139,7 @@ t.test('label values and odd reasons are escaped', async (t) => {
   });
   tracker.condition('Failed', 'True', 'Odd"Reason', 'x');
   tracker.phase('Failed');
-  const p = parseMetrics(t, metrics.render());
+  const p = parseMetrics(t, await metrics.render());
   t.equal(value(p, 'bundle_agent_failures_total', { reason: 'Odd"Reason' }), 1);
   t.equal(value(p, 'bundle_agent_bundle_info', { version: 'v"1\\2\n3' }), 1);
 });
@@ -160,4 +165,70 @@ t.test('only GET/HEAD on /status and /metrics; loopback only', async (t) => {
   const none = await startStatusServer({ status: () => undefined });
   t.teardown(() => none.close());
   t.equal((await get(`${none.url}/status`)).status, 503, 'no status yet: 503');
+});
+
+t.test('/metrics with build info: bundle_agent_build_info and the process metrics (prom-client), in the same format', async (t) => {
+  const metrics = new Metrics(Date.now, { build: { version: '9.8.7' } });
+  const server = await startStatusServer({ status: () => emptyStatus('worker-1'), metrics });
+  t.teardown(() => server.close());
+  const p = parseMetrics(t, (await get(`${server.url}/metrics`)).body);
+  t.equal(value(p, 'bundle_agent_build_info', { version: '9.8.7', nodejs: process.version, arch: process.arch }), 1, 'build info');
+  t.equal(p.types.get('bundle_agent_build_info'), 'gauge');
+  t.ok(value(p, 'process_resident_memory_bytes')! > 0, 'resident memory');
+  t.equal(p.types.get('process_cpu_seconds_total'), 'counter', 'CPU time');
+  t.ok(value(p, 'process_open_fds')! > 0, 'open file descriptors');
+  t.ok(p.types.has('nodejs_eventloop_lag_seconds'), 'event loop lag');
+  t.equal(p.types.get('bundle_agent_phase'), 'gauge', 'the status families are still there');
+});
+
+t.test('/livez, /healthz and /readyz: what a DaemonSet probe asks', async (t) => {
+  const dir = await tmpdir(t, 'ob-health-');
+  const statusFile = join(dir, 'status.json');
+  const stateDir = dir;
+  const tracker = new StatusTracker(emptyStatus('worker-1'));
+  const writer = new StatusFileWriter(statusFile, { command: 'run', heartbeatSeconds: 30 });
+  tracker.onChange(writer.sink, { replay: true });
+  writer.start();
+  t.teardown(() => writer.stop());
+  let now = Date.now();
+  const health = agentHealth({ statusFile, stateDir, now: () => now });
+  const server = await startStatusServer({ status: tracker, health });
+  t.teardown(() => server.close());
+
+  for (const path of ['/livez', '/healthz']) {
+    const r = await get(`${server.url}${path}`);
+    t.equal(r.status, 200, `${path}: 200 while the process answers`);
+    t.match(r.body, /^\[\+\]ping ok: .*\nlivez check passed\n$/);
+  }
+  await writer.stop(); // flushes the first write
+  const ready = await get(`${server.url}/readyz`);
+  t.equal(ready.status, 200, ready.body);
+  t.match(ready.body, /\[\+\]status-heartbeat ok: beat at .*\n\[\+\]state-dir-writable ok: .*\nreadyz check passed\n$/);
+
+  // the daemon loop stops beating: the file's writer is a process that is gone
+  const s = JSON.parse(await (await import('node:fs/promises')).readFile(statusFile, 'utf8'));
+  await writeStatusFile(statusFile, { ...s, writer: { ...s.writer, pid: 4_000_000 } });
+  const stale = await get(`${server.url}/readyz`);
+  t.equal(stale.status, 503, 'not ready once the heartbeat\'s writer is gone');
+  t.match(stale.body, /\[-\]status-heartbeat failed: the daemon loop stopped beating: .*\(stopped\)\n.*readyz check failed\n$/s);
+  t.equal((await get(`${server.url}/livez`)).status, 200, 'still live: a restart would not bring the beat back any sooner');
+  await writeStatusFile(statusFile, s);
+
+  // a state directory the agent cannot write: not ready (probed at most every few seconds)
+  await writeFile(join(dir, 'a-file'), '');
+  const blocked = agentHealth({ statusFile, stateDir: join(dir, 'a-file'), now: () => now });
+  const server2 = await startStatusServer({ status: tracker, health: blocked });
+  t.teardown(() => server2.close());
+  const r2 = await get(`${server2.url}/readyz`);
+  t.equal(r2.status, 503);
+  t.match(r2.body, /\[-\]state-dir-writable failed: cannot write .*a-file: ENOTDIR/);
+  now += 1;
+  t.equal((await get(`${server2.url}/readyz`)).status, 503, 'the cached probe says the same');
+
+  t.equal((await get(`${server.url}/readyz`, { host: 'evil.example' })).status, 403, 'a foreign Host is refused on the probes too');
+  t.equal((await get(`${server.url}/healthz`, { headers: { 'x-big': 'a'.repeat(20_000) } })).status, 431, 'oversized headers: 431');
+  t.equal((await get(`${server.url}/readyz`, { method: 'POST' })).status, 405);
+  t.equal((await get(`${server.url}/readyz`, { method: 'HEAD' })).body, '', 'HEAD: no body');
+  const nf = await get(`${server.url}/nope`);
+  t.match(nf.body, /\/livez.*\/readyz/, 'a 404 names the probes');
 });

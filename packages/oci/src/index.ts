@@ -51,4 +51,6 @@ export type { PullAlwaysWorkload } from './release-manifests.js';
 export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';
 export { manPage, roffText } from './man-page.js';
+export { COMPLETION_SHELLS, addCompletionCommand, completionScript } from './completion.js';
+export type { CompletionShell, CompletingCommand } from './completion.js';
 export type { ManPageInfo } from './man-page.js';

@@ -1,4 +1,4 @@
 export { buildRegistry, startRegistry, ServedLog } from './server.js';
-export { catalogOf, layoutRange, LayoutStore, LayoutError, BundleFileStore } from './store.js';
+export { catalogOf, servedNames, layoutRange, LayoutStore, LayoutError, BundleFileStore } from './store.js';
 export type { RegistryServerOptions, RunningRegistry } from './server.js';
 export type { BlobStore, Catalog } from './store.js';

@@ -79,6 +79,16 @@ function parseRange(header: string | undefined, size: number): { start: number; 
   return { start, end };
 }
 
+/** The mirror name a requested repository name stands for, or the 404 that says which names exist. */
+function resolveName(catalog: Catalog, requested: string): { name: string } | { error: string } {
+  if (catalog.repositories.has(requested)) return { name: requested };
+  const short = catalog.shortNames.get(requested);
+  if (short) return { name: short };
+  const choices = catalog.ambiguous.get(requested);
+  if (choices) return { error: `repository ${requested} is in this bundle from ${choices.length} registries: ask for one of ${choices.join(', ')}` };
+  return { error: `repository ${requested} is not in this bundle` };
+}
+
 function paginate(items: string[], query: Record<string, string | undefined>): { page: string[]; next?: string } | undefined {
   const sorted = [...items].sort();
   const last = query.last;
@@ -116,8 +126,9 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
     let m = TAGS_RE.exec(path);
     if (m) {
       const name = decodeURIComponent(m[1]!);
-      const tags = catalog.repositories.get(name);
-      if (!tags) return fail(reply, 404, 'NAME_UNKNOWN', `repository ${name} is not in this bundle`);
+      const found = resolveName(catalog, name);
+      if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
+      const tags = catalog.repositories.get(found.name)!;
       const p = paginate([...tags.keys()], query);
       if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
       if (p.next) reply.header('link', `</v2/${name}/tags/list?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`);
@@ -125,10 +136,11 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
     }
     m = MANIFEST_RE.exec(path);
     if (m) {
-      const name = decodeURIComponent(m[1]!);
+      const found = resolveName(catalog, decodeURIComponent(m[1]!));
+      if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
+      const name = found.name;
       const ref = decodeURIComponent(m[2]!);
-      const tags = catalog.repositories.get(name);
-      if (!tags) return fail(reply, 404, 'NAME_UNKNOWN', `repository ${name} is not in this bundle`);
+      const tags = catalog.repositories.get(name)!;
       const digest = isDigest(ref) ? ref : tags.get(ref);
       const mediaType = digest ? catalog.manifests.get(digest) : undefined;
       if (!digest || !mediaType) return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
@@ -140,9 +152,9 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
     }
     m = BLOB_RE.exec(path);
     if (m) {
-      const name = decodeURIComponent(m[1]!);
+      const found = resolveName(catalog, decodeURIComponent(m[1]!));
       const digest = decodeURIComponent(m[2]!);
-      if (!catalog.repositories.has(name)) return fail(reply, 404, 'NAME_UNKNOWN', `repository ${name} is not in this bundle`);
+      if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
       if (!isDigest(digest)) return fail(reply, 400, 'DIGEST_INVALID', `${digest} is not a sha256 digest`);
       const size = store.size(digest);
       if (size === undefined) return fail(reply, 404, 'BLOB_UNKNOWN', `blob ${digest} is not in this bundle`);

@@ -28,9 +28,42 @@ const MANIFEST_TYPES = new Set([
 export interface Catalog {
   /** Repository name (mirrorPath of the source) → tag → manifest digest. */
   repositories: Map<string, Map<string, string>>;
+  /** Mirror name → the source repository it holds ("127.0.0.1_5000/acme/app" → "127.0.0.1:5000/acme/app"). */
+  sources: Map<string, string>;
+  /** Short name (the source path without its registry) → mirror name, where only one source has that path. */
+  shortNames: Map<string, string>;
+  /** Short names two or more sources share → their mirror names: never guessed, refused with the choices. */
+  ambiguous: Map<string, string[]>;
   /** Manifest digest → media type. */
   manifests: Map<string, string>;
   blobs: Map<string, number>;
+}
+
+/**
+ * Names a repository is served under. The mirror name (its registry as the first component,
+ * ":" written "_") is what the runtimes' mirror drop-ins ask for and never collides. A person
+ * pulling from the served address expects the source's own path ("H/acme/app" for an image
+ * of 127.0.0.1:5000/acme/app), so that is answered too, unless two sources (or a mirror name)
+ * share it: then it is refused with the names to use instead.
+ */
+function nameIndex(repositories: Iterable<string>): Pick<Catalog, 'sources' | 'shortNames' | 'ambiguous'> {
+  const sources = new Map<string, string>();
+  const claims = new Map<string, string[]>();
+  for (const repository of repositories) {
+    const name = mirrorPath(repository);
+    sources.set(name, repository);
+    const slash = name.indexOf('/');
+    if (slash < 0) continue;
+    const short = name.slice(slash + 1);
+    claims.set(short, [...(claims.get(short) ?? []), name]);
+  }
+  const shortNames = new Map<string, string>();
+  const ambiguous = new Map<string, string[]>();
+  for (const [short, names] of claims) {
+    if (names.length === 1 && !sources.has(short)) shortNames.set(short, names[0]!);
+    else ambiguous.set(short, [...new Set(sources.has(short) ? [short, ...names] : names)].sort());
+  }
+  return { sources, shortNames, ambiguous };
 }
 
 export function catalogOf(manifest: BundleManifest): Catalog {
@@ -49,7 +82,16 @@ export function catalogOf(manifest: BundleManifest): Catalog {
   }
   // The top manifest's media type as resolved at build time wins over the blob list's.
   for (const img of manifest.images) manifests.set(img.digest, img.mediaType);
-  return { repositories, manifests, blobs };
+  return { repositories, ...nameIndex(new Set(manifest.images.map((i) => i.repository))), manifests, blobs };
+}
+
+/** Each source repository with the names `address` serves it under, the short one first when it has one. */
+export function servedNames(catalog: Catalog, address: string): { source: string; names: string[] }[] {
+  const short = new Map([...catalog.shortNames].map(([s, name]) => [name, s]));
+  return [...catalog.sources].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, source]) => ({
+    source,
+    names: [...(short.has(name) ? [short.get(name)!] : []), name].map((n) => `${address}/${n}`),
+  }));
 }
 
 /** Why a layout cannot be served: missing, resized, not a regular file, or not the signed bytes. */

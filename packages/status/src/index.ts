@@ -4,14 +4,17 @@ export { processIdentity, pidExists, otherProcess, writerLiveness } from './live
 export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
 export { FAILURE_SENTENCES, failureSentence } from './reasons.js';
-export { formatBytes, formatDuration, plural } from './units.js';
+export { fitToWidth, formatBytes, plural, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
 export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';
 export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
+export type { BuildInfo } from './metrics.js';
 export { startStatusServer, isLoopback } from './http.js';
+export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
+export type { Health, HealthCheck } from './health.js';
 export { adminApis } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
 export { rollup, readRollup } from './cluster-rollup.js';

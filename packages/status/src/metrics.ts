@@ -1,8 +1,11 @@
 /**
  * Prometheus metrics derived from the status stream: feed every NodeStatus a StatusTracker
  * emits to `observe()` (`tracker.onChange(metrics.sink)`), and serve `render()` (text
- * exposition format 0.0.4).
+ * exposition format 0.0.4). The process's own metrics (CPU, memory, file descriptors, event
+ * loop lag, heap: prom-client's standard process_* and nodejs_* set) and a build_info gauge
+ * come from prom-client.
  */
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { PHASES, type NodeStatus, type Phase } from './model.js';
 import type { ReporterStats } from './reporter.js';
 
@@ -49,6 +52,22 @@ function time(iso: string | undefined, fallback: number): number {
   return Number.isFinite(t) ? t : fallback;
 }
 
+/** What build of the agent runs: the labels of bundle_agent_build_info. */
+export interface BuildInfo {
+  version: string;
+}
+
+// One per process: the process metrics describe the process, however many Metrics exist
+// (tests make many), and collectDefaultMetrics starts its own event-loop monitor.
+let processRegistry: Registry | undefined;
+function processMetrics(): Registry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
 export class Metrics {
   private bytesStaged = 0;
   private bytesVerified = 0;
@@ -63,7 +82,16 @@ export class Metrics {
   private lastImages = 0;
   private reporter: { stats: ReporterStats } | undefined;
 
-  constructor(private readonly clock: () => number = Date.now) {}
+  private readonly build: Registry | undefined;
+
+  /** With `opts.build`: also the process metrics and bundle_agent_build_info. */
+  constructor(private readonly clock: () => number = Date.now, opts: { build?: BuildInfo } = {}) {
+    if (opts.build) {
+      this.build = new Registry();
+      new Gauge({ name: 'bundle_agent_build_info', help: 'The agent\'s build: always 1, its version and runtime as labels.', labelNames: ['version', 'nodejs', 'arch'], registers: [this.build] })
+        .set({ version: opts.build.version, nodejs: process.version, arch: process.arch }, 1);
+    }
+  }
 
   /** A StatusTracker sink: `tracker.onChange(metrics.sink)`. */
   readonly sink = (s: NodeStatus): void => this.observe(s);
@@ -101,7 +129,16 @@ export class Metrics {
     this.current = structuredClone(s);
   }
 
-  render(): string {
+  /** The exposition text: the status families, then (with build info) the build and process metrics. */
+  async render(): Promise<string> {
+    const own = this.renderStatus();
+    if (!this.build) return own;
+    const theirs = await Registry.merge([this.build, processMetrics()]).metrics();
+    // prom-client separates families with blank lines and writes NaN as "Nan": the canonical form, as ours
+    return own + theirs.replace(/\n{2,}/g, '\n').replace(/ Nan$/gm, ' NaN');
+  }
+
+  private renderStatus(): string {
     const s = this.current;
     const now = this.clock();
     const fams: Family[] = [];

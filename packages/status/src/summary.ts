@@ -1,12 +1,12 @@
 import { escapeControls } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
 import { failureSentence } from './reasons.js';
-import { formatBytes } from './units.js';
+import { formatBytes, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
-  if (seconds === undefined || !Number.isFinite(seconds)) return '';
-  if (seconds < 90) return ', less than 2 min left';
-  return `, about ${Math.round(seconds / 60)} min left`;
+  // all copied: nothing is left to promise
+  if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) return '';
+  return `, ${timeLeft(seconds)}`;
 }
 
 /**

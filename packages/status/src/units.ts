@@ -14,15 +14,50 @@ export function formatBytes(n: number): string {
   return `${u === 0 ? Math.round(v) : v.toFixed(1)} ${units[u]}`;
 }
 
-export function formatDuration(seconds: number): string {
-  if (!Number.isFinite(seconds)) return '?';
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+/**
+ * Time left for people, the one wording every progress line and status sentence uses: an
+ * estimate, so "about", in the unit that fits (never minutes promised for a few seconds).
+ */
+export function timeLeft(seconds: number): string {
+  if (!Number.isFinite(seconds)) return 'time left unknown';
+  const s = Math.max(1, Math.round(seconds));
+  // to the nearest 5 s above 10 s: a rate measured over seconds is not better than that
+  if (s < 58) return `about ${s <= 10 ? s : Math.round(s / 5) * 5} s left`;
+  const min = Math.round(s / 60);
+  if (min < 60) return `about ${min} min left`;
+  const h = Math.floor(min / 60);
+  return `about ${h} h${min % 60 ? ` ${min % 60} min` : ''} left`;
 }
 
 /** "1 image", "2 images": a count with its noun (regular plurals; pass `many` for others). */
 export function plural(n: number, one: string, many = `${one}s`): string {
   return `${n} ${n === 1 ? one : many}`;
+}
+
+/**
+ * A status sentence for a terminal `columns` wide: lines broken between sentences where they
+ * fit, else between words, never inside a word, so the terminal never wraps it mid-word;
+ * continuation lines are indented. Unchanged when the width is unknown (not a terminal).
+ */
+export function fitToWidth(text: string, columns: number | undefined): string {
+  const len = (x: string) => [...x].length;
+  if (!columns || len(text) <= columns) return text;
+  const width = Math.max(columns, 20);
+  const lines: string[] = [];
+  let line = '';
+  const add = (piece: string) => {
+    const next = line ? `${line} ${piece}` : lines.length ? `  ${piece}` : piece;
+    if (len(next) <= width || !line.trim()) line = next;
+    else {
+      lines.push(line);
+      line = `  ${piece}`;
+    }
+  };
+  for (const sentence of text.split(/(?<=\.) +/)) {
+    // a sentence that fits on a line of its own is not split between two
+    if (len(sentence) + 2 <= width) add(sentence);
+    else for (const word of sentence.split(' ')) add(word);
+  }
+  if (line) lines.push(line);
+  return lines.join('\n');
 }
