@@ -67,16 +67,17 @@ Examples:
     .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
     .option('--json', 'print the result as JSON on stdout')
     .action(async (file: string, o: { config: string; json?: boolean }, cmd: Command) => {
-      const config = await loadConfig(o.config);
       const path = resolve(file);
       // a mistyped path or a file of another kind is the caller's mistake: said as such, with no status written
-      const usage = (message: string) => cmd.error(`error: ${escapeControls(message)}`, { exitCode: 2, code: 'bundle-agent.usage' });
+      const usage = (message: string) => cmd.error(`error: ${escapeControls(message)}`, { exitCode: 2, code: 'commander.usage' });
       if (!(await stat(path).then(() => true, () => false))) usage(`${path} does not exist: give the path of a NAME.bundle file`);
       const why = await notABundle(path).catch(() => undefined);
       if (why) usage(`${why}: give the path of a NAME.bundle file`);
       await readHeader(path).catch((err: { code?: string; message?: string }) => {
-        if (err.code === 'BAD_ORDER' || err.code === 'CORRUPT') usage(`${file} is not a bundle (${err.message ?? 'unreadable'}): give the path of a NAME.bundle file`);
+        const detail = (err.message ?? '').replace(/^.* is not a bundle: /, '').replace(/: not a bundle$/, '');
+        if (err.code === 'BAD_ORDER' || err.code === 'CORRUPT') usage(`${file} is not a bundle (zstd data, but not an archive starting with bundle.json: ${detail}): give the path of a NAME.bundle file`);
       });
+      const config = await loadConfig(o.config);
       const log = createLogger();
       const tracker = await statusTracker(config);
       // Beside a running daemon the console and status show what the daemon did: this load
