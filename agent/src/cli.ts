@@ -13,7 +13,7 @@ import { runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
 import { forgetRelease, listReleases, pruneReleases, unforgetRelease } from './releases.js';
 import { clearForgotten } from './bundle-records.js';
-import { notABundle } from './bundle-file.js';
+import { assertBundleFile, notABundle } from './bundle-file.js';
 import { forgottenLine, releasesTable } from './releases-text.js';
 import { TOOL_VERSION } from './version.js';
 import { addManCommand } from './man.js';
@@ -71,6 +71,7 @@ Examples:
       // a mistyped path or a file of another kind is the caller's mistake: said as such, with no status written
       const usage = (message: string) => cmd.error(`error: ${escapeControls(message)}`, { exitCode: 2, code: 'commander.usage' });
       if (!(await stat(path).then(() => true, () => false))) usage(`${path} does not exist: give the path of a NAME.bundle file`);
+      await assertBundleFile(path).catch((err: Error) => usage(err.message));
       const why = await notABundle(path).catch(() => undefined);
       if (why) usage(`${why}: give the path of a NAME.bundle file`);
       await readHeader(path).catch((err: { code?: string; message?: string }) => {

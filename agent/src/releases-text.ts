@@ -29,5 +29,5 @@ export function releasesTable(view: ReleasesView): string {
 }
 
 export function forgottenLine(f: Forgotten): string {
-  return `forgot ${f.version} (${f.arch}): ${plural(f.unpinned, 'image')} unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped`;
+  return `forgot ${f.version} (${f.arch}): ${plural(f.unpinned, 'image')} unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped; not loaded again from a stick until releases unforget ${f.version}`;
 }

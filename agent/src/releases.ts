@@ -49,8 +49,15 @@ export interface ReleasesView {
   forgotten: ForgottenRelease[];
 }
 
-/** One name per image: the repo@digest name every image has (a tag is a second name of it). */
-const digestNames = (refs: readonly string[]) => refs.filter((r) => r.includes('@'));
+/**
+ * One name per image: the repo@digest name every image a bundle brings has (a tag is a second
+ * name of it), as the console and `bundle inspect` count. A record with no digest name (written
+ * by hand) counts its names.
+ */
+function digestNames(refs: readonly string[]): readonly string[] {
+  const byDigest = refs.filter((r) => r.includes('@'));
+  return byDigest.length ? byDigest : refs;
+}
 
 /** What the runtime reports of the pins: by image id, or undefined when it reports none at all (so none can be verified). */
 async function reportedPins(inspector: ImageInspector | undefined): Promise<Map<string, boolean> | undefined> {
@@ -112,7 +119,7 @@ export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, 
 export interface Forgotten {
   version: string;
   arch: string;
-  /** Images no longer pinned (those shared with a release that stays are kept). */
+  /** Images no longer pinned, counted one per image as the list counts them (those shared with a release that stays are kept). */
   unpinned: number;
   /** The kept layout removed, if there was one. */
   layout?: string;
@@ -139,7 +146,7 @@ async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: Relea
   await forgetBundles(config.paths.stateDir, rec.version, rec.arch);
   // a stick still in, or plugged in again, must not bring it back behind the admin's back
   await addForgotten(config.paths.stateDir, rec.version, rec.arch);
-  return { version: rec.version, arch: rec.arch, unpinned: released.length, ...(layout ? { layout } : {}) };
+  return { version: rec.version, arch: rec.arch, unpinned: digestNames(released).length, ...(layout ? { layout } : {}) };
 }
 
 /**
