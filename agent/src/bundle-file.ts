@@ -42,6 +42,8 @@ export type HeadVerdict =
   | { kind: 'bundle'; version: string; arch: string }
   /** Starts as a bundle does but has no seek table at its end yet: a copy in progress, or cut short. */
   | { kind: 'incomplete'; why: string }
+  /** Starts and ends as a bundle does but its head does not read: a damaged bundle, for the load to report. */
+  | { kind: 'damaged'; why: string }
   | { kind: 'notABundle'; why: string };
 
 /**
@@ -57,7 +59,7 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
     const { manifest } = await readHeader(file);
     return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch };
   } catch (err) {
-    return { kind: 'notABundle', why: (err as Error).message };
+    return { kind: 'damaged', why: (err as Error).message };
   }
 }
 

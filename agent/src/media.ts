@@ -49,7 +49,7 @@ interface Look {
   /** When this identity was first seen (our clock). */
   since: number;
   /** The head was read for this identity and it is not (yet) loadable. */
-  verdict?: Exclude<HeadVerdict['kind'], 'bundle'>;
+  verdict?: 'incomplete' | 'notABundle';
 }
 
 export interface MediaWatcherOptions {
@@ -70,7 +70,8 @@ export interface MediaWatcherOptions {
  * mounts the stick, with no native addon). A copy still in progress is never offered: a file
  * counts once its identity (device, inode, size, mtime) stayed the same over STABLE_LOOKS polls,
  * it has been quiet for quietSeconds (its mtime that old, or unchanged that long as we watched),
- * it starts with a zstd frame, ends with a seek table and its bundle.json reads. A copier that
+ * it starts with a zstd frame and ends with a seek table (one whose bundle.json then does not
+ * read is offered too: a damaged bundle, which the load reports). A copier that
  * writes the end first and pauses leaves a file whose head is not a bundle's yet: it waits, and
  * is looked at again when it changes. The head is read once per identity, so unchanged files cost
  * one stat per poll and nothing else. Each identity is offered once: renamed, or reached through
@@ -178,13 +179,13 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
         continue; // vanished between readdir and stat: the media went away
       }
       const found = await this.consider(file, key, mtimeMs);
-      if (found) this.offer(dir, { file, key, media: await media(), release: found });
+      if (found) this.offer(dir, { file, key, media: await media(), ...found });
     }
     for (const file of this.looks.keys()) if (file.startsWith(dir + sep) && !present.has(file)) this.looks.delete(file);
   }
 
-  /** Whether this look makes the file loadable: its release when it does. */
-  private async consider(file: string, key: string, mtimeMs: number): Promise<{ version: string; arch: string } | undefined> {
+  /** Whether this look makes the file loadable: with its release when its head reads. */
+  private async consider(file: string, key: string, mtimeMs: number): Promise<{ release?: { version: string; arch: string } } | undefined> {
     if (this.offered.has(key)) return undefined; // this copy was offered: a rename or a symlink of it is no new bundle
     const now = this.now();
     const prev = this.looks.get(file);
@@ -198,7 +199,9 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     if (now - prev.since < this.quietMs && Date.now() - mtimeMs < this.quietMs) return undefined;
     this.work.heads++;
     const v = await inspectHead(file).catch((err: unknown): HeadVerdict => ({ kind: 'notABundle', why: (err as Error).message }));
-    if (v.kind === 'bundle') return { version: v.version, arch: v.arch };
+    if (v.kind === 'bundle') return { release: { version: v.version, arch: v.arch } };
+    // starts and ends as a bundle, stable and quiet, yet its head does not read: damaged, and the load says so
+    if (v.kind === 'damaged') return {};
     prev.verdict = v.kind;
     this.opts.log.warn('media', v.kind === 'incomplete'
       ? `${file} is not complete yet (${v.why}): waiting until the copy changes`

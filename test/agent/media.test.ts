@@ -94,6 +94,16 @@ t.test('a copier that writes the end first and pauses: the head is read, not a b
   t.equal(s.found.length, 1, 'written completely, it is offered (once)');
 });
 
+t.test('a stable file that starts and ends as a bundle but whose head is damaged is offered, for the load to report', async (t) => {
+  const s = await setup(t);
+  const damaged = Buffer.from(s.bundle);
+  for (let i = 8; i < 64; i++) damaged[i]! ^= 0xff;
+  await writeFile(join(s.drop, 'damaged.bundle'), damaged);
+  await writeFile(join(s.drop, 'other.bundle'), 'PK\x03\x04 a zip, renamed');
+  await s.scans(5);
+  t.same(s.found.map((f) => [f.file, f.release]), [[join(s.drop, 'damaged.bundle'), undefined]], 'the damaged bundle is offered, with no release; a file of another kind is not');
+});
+
 t.test('a copy that paused after writing its head and end waits for the quiet time before it is read', async (t) => {
   const s = await setup(t, 5);
   const file = join(s.drop, 'paused.bundle');
