@@ -5,7 +5,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, run } from './fixtures.js';
 
 t.test('bundle-agent CLI', async (t) => {
-  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status'], ['releases'], ['releases', 'list'], ['releases', 'forget'], ['releases', 'prune']]) {
+  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status'], ['releases'], ['releases', 'list'], ['releases', 'forget'], ['releases', 'unforget'], ['releases', 'prune']]) {
     const r = await run(AGENT, [...cmd, '--help']);
     t.equal(r.code, 0, `${cmd.join(' ') || '(top)'} --help exits 0`);
     t.match(r.stdout, /Usage: bundle-agent/);
