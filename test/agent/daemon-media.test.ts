@@ -11,6 +11,7 @@ import { AGENT, containerdNode, makeBundle, run, stick } from './fixtures.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 const images2 = [{ name: 'quay.io/acme/app:v2', files: { 'app.txt': 'app v2' } }];
+const images3 = [{ name: 'quay.io/acme/app:v3', files: { 'app.txt': 'app v3' } }];
 
 const count = (log: string, re: RegExp) => (log.match(re) ?? []).length;
 
@@ -62,23 +63,28 @@ t.test('the daemon with copies in progress, renames, junk and a forgotten releas
   }
   const v110 = await readFile(await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(dir, 'v110.bundle') }));
   const v120 = await readFile(await makeBundle(dir, { key: keys.key, version: '1.2.0', images: images2, upgradeFrom: ['1.0.0'], out: join(dir, 'v120.bundle') }));
+  const v130 = await readFile(await makeBundle(dir, { key: keys.key, version: '1.3.0', images: images3, upgradeFrom: ['1.0.0'], out: join(dir, 'v130.bundle') }));
   let daemon = startDaemon(config, statusFile);
   t.teardown(() => daemon.stop());
   await daemon.until('the daemon watches', (_l, s) => s?.phase === 'Idle' && /watching/.test(daemon.d.log));
 
-  await t.test('a copy onto a mounted stick that grows slowly is loaded once, when complete', async (t) => {
-    const fh = await open(join(usb, 'update.bundle'), 'w');
-    const step = Math.ceil(v110.length / 12);
-    // each piece lands after the daemon's next poll or so: the file grows across many looks
-    for (let off = 0; off < v110.length; off += step) {
-      await fh.write(v110.subarray(off, off + step), 0, undefined, off);
-      await fh.sync();
-      await sleep(400);
-    }
-    await fh.close();
-    await daemon.until('Ready on the stick\'s bundle', (_l, s) => s?.phase === 'Ready' && /usb\/update\.bundle$/.test(s.bundle?.file ?? ''));
-    t.equal(count(daemon.d.log, /bundle found: \S*usb\/update\.bundle/g), 1, 'one load began');
-    t.equal(count(daemon.d.log, /event=ready/g), 1, 'one Ready');
+  await t.test('copies that grow slowly, onto a mounted stick and into the drop directory, are each loaded once, when complete', async (t) => {
+    /** Writes `bytes` a twelfth at a time, each piece after the daemon's next poll or so: the file grows across many looks. */
+    const slowCopy = async (file: string, bytes: Buffer) => {
+      const fh = await open(file, 'w');
+      const step = Math.ceil(bytes.length / 12);
+      for (let off = 0; off < bytes.length; off += step) {
+        await fh.write(bytes.subarray(off, off + step), 0, undefined, off);
+        await fh.sync();
+        await sleep(400);
+      }
+      await fh.close();
+    };
+    await Promise.all([slowCopy(join(usb, 'update.bundle'), v110), slowCopy(join(drop, 'slow.bundle'), v130)]);
+    await daemon.until('both loaded', (l) => count(l, /event=ready/g) >= 2 && daemon.d.last?.phase === 'Ready');
+    t.equal(count(daemon.d.log, /bundle found: \S*usb\/update\.bundle/g), 1, 'the stick\'s: one load began');
+    t.equal(count(daemon.d.log, /bundle found: \S*drop\/slow\.bundle/g), 1, 'the drop directory\'s: one load began');
+    t.equal(count(daemon.d.log, /event=ready/g), 2, 'two Ready, one each');
     t.notOk(daemon.d.phases.some((p) => p.startsWith('Failed')), `never Failed on the way (${daemon.d.phases.join(', ')})`);
   });
 
