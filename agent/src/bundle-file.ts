@@ -1,5 +1,5 @@
 import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { endsWithSeekTable, readHeader } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/oci';
@@ -35,6 +35,27 @@ export async function notABundle(file: string): Promise<string | undefined> {
   } finally {
     await fh.close();
   }
+}
+
+const FIX = 'give the path of a NAME.bundle file';
+
+/**
+ * Why `bundle-agent load PATH` is the caller's mistake: no such file, not a regular file, or a
+ * file of another kind (text, another archive). Undefined when it may be a bundle: the load
+ * checks the rest and reports a damaged or cut one as such.
+ */
+export async function notLoadable(path: string): Promise<string | undefined> {
+  const missing = await stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
+  if (missing) return `${path} does not exist: ${FIX}`;
+  const irregular = await assertRegularFile(path).then(() => undefined, (err: Error) => err.message);
+  if (irregular) return irregular;
+  const why = await notABundle(path).catch(() => undefined);
+  if (why) return `${why}: ${FIX}`;
+  return readHeader(path).then(() => undefined, (err: { code?: string; message?: string }) => {
+    if (err.code !== 'BAD_ORDER' && err.code !== 'CORRUPT') return undefined;
+    const detail = (err.message ?? '').replace(/^.* is not a bundle: /, '').replace(/: not a bundle$/, '');
+    return `${basename(path)} is not a bundle (zstd data, but not an archive starting with bundle.json: ${detail}): ${FIX}`;
+  });
 }
 
 /** What the first and last bytes of a file say it is, before any load reads the rest. */

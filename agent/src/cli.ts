@@ -1,7 +1,7 @@
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { checkSignature, loadTrust, parseManifestBytes, readHeader, verifyBundle } from '@offline-bundle/format';
+import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
@@ -13,7 +13,7 @@ import { runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
 import { forgetRelease, listReleases, pruneReleases, unforgetRelease } from './releases.js';
 import { clearForgotten } from './bundle-records.js';
-import { assertBundleFile, notABundle } from './bundle-file.js';
+import { notLoadable } from './bundle-file.js';
 import { forgottenLine, releasesTable } from './releases-text.js';
 import { TOOL_VERSION } from './version.js';
 import { addManCommand } from './man.js';
@@ -69,15 +69,8 @@ Examples:
     .action(async (file: string, o: { config: string; json?: boolean }, cmd: Command) => {
       const path = resolve(file);
       // a mistyped path or a file of another kind is the caller's mistake: said as such, with no status written
-      const usage = (message: string) => cmd.error(`error: ${escapeControls(message)}`, { exitCode: 2, code: 'commander.usage' });
-      if (!(await stat(path).then(() => true, () => false))) usage(`${path} does not exist: give the path of a NAME.bundle file`);
-      await assertBundleFile(path).catch((err: Error) => usage(err.message));
-      const why = await notABundle(path).catch(() => undefined);
-      if (why) usage(`${why}: give the path of a NAME.bundle file`);
-      await readHeader(path).catch((err: { code?: string; message?: string }) => {
-        const detail = (err.message ?? '').replace(/^.* is not a bundle: /, '').replace(/: not a bundle$/, '');
-        if (err.code === 'BAD_ORDER' || err.code === 'CORRUPT') usage(`${file} is not a bundle (zstd data, but not an archive starting with bundle.json: ${detail}): give the path of a NAME.bundle file`);
-      });
+      const problem = await notLoadable(path);
+      if (problem) cmd.error(`error: ${escapeControls(problem)}`, { exitCode: 2, code: 'commander.usage' });
       const config = await loadConfig(o.config);
       const log = createLogger();
       const tracker = await statusTracker(config);
