@@ -140,6 +140,10 @@ t.test('temp names are never looked at; a renamed or symlinked bundle is the sam
   await copyFile(s.bundlePath, join(s.drop, 'copy.bundle'));
   await s.scans(3);
   t.equal(s.found.length, 2, 'a real copy (another file) is offered: the daemon and its records decide whether to load it');
+  await writeFile(join(s.drop, 'moved.bundle'), s.bundle);
+  await s.scans(3);
+  t.equal(s.found.length, 3, 'written again in place, it is a new copy: offered once more (once, through one of its two names)');
+  t.not(s.found[2]!.key, s.found[0]!.key, 'under a new identity');
 });
 
 t.test('5,000 junk *.bundle files: bounded stats per poll, each head read once, nothing re-read', async (t) => {
