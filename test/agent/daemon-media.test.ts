@@ -144,6 +144,9 @@ t.test('the daemon with copies in progress, renames, junk and a forgotten releas
     daemon = startDaemon(config, statusFile);
     await daemon.until('the daemon decided on the stick', (l) => /which was forgotten on this node/.test(l) || /bundle found: \S*usb\/update\.bundle/.test(l));
     t.equal(count(daemon.d.log, /bundle found: \S*usb\/update\.bundle/g), 0, 'the stick\'s 1.1.0 is not loaded again');
+    // the drop directory still holds the renamed 1.2.0 (and its symlink) and 1.3.0: recorded by identity, not by name
+    await daemon.until('the daemon decided on the drop directory', (l) => count(l, /was loaded before this start/g) >= 2);
+    t.equal(count(daemon.d.log, /bundle found/g), 0, 'after the restart nothing is loaded again: not the renamed or symlinked bundle either');
     await daemon.until('the status says why', (_l, s) => s?.conditions?.some((c: any) => c.reason === 'ReleaseForgotten'));
     const cond = daemon.d.last.conditions.find((c: any) => c.reason === 'ReleaseForgotten');
     t.match(cond.message, /1\.1\.0.*releases unforget 1\.1\.0/, 'the condition names the release and the way back');
