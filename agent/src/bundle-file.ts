@@ -51,11 +51,13 @@ export async function notLoadable(path: string): Promise<string | undefined> {
   if (irregular) return irregular;
   const why = await notABundle(path).catch(() => undefined);
   if (why) return `${why}: ${FIX}`;
-  return readHeader(path).then(() => undefined, (err: { code?: string; message?: string }) => {
-    if (err.code !== 'BAD_ORDER' && err.code !== 'CORRUPT') return undefined;
-    const detail = (err.message ?? '').replace(/^.* is not a bundle: /, '').replace(/: not a bundle$/, '');
-    return `${basename(path)} is not a bundle (zstd data, but not an archive starting with bundle.json: ${detail}): ${FIX}`;
-  });
+  // zstd data holding something else (a .tar.zst): no bundle.json first, and no seek table last.
+  // Undecodable bytes are left to the load, which reports a damaged bundle as Corrupt.
+  const order = await readHeader(path).then(() => undefined, (err: { code?: string }) => err.code === 'BAD_ORDER');
+  if (order && !(await endsWithSeekTable(path).catch(() => false))) {
+    return `${basename(path)} is not a bundle (zstd data, but not an archive starting with bundle.json, and no seek table at its end): ${FIX}`;
+  }
+  return undefined;
 }
 
 /** What the first and last bytes of a file say it is, before any load reads the rest. */
