@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { writeFileAtomic } from '@offline-bundle/oci';
 
 export interface BundleRecord {
-  /** path:size:mtime, the fast identity of one copy of a file (a changed file is a new bundle). */
+  /** dev:inode:size:mtime, the identity of one copy of a file whatever its name (a changed file is a new bundle). */
   key: string;
   file: string;
   /** loading: a load began and has not ended (killed mid-way): tried again. */
@@ -22,13 +22,18 @@ export interface BundleRecord {
 /** Oldest records go beyond this many: a node sees a handful of bundles a year. */
 const MAX_RECORDS = 100;
 
-/** The identity MediaWatcher gives a file, from its stat. */
-export function bundleKey(file: string, st: { size: number; mtimeMs: number }): string {
-  return `${file}:${st.size}:${st.mtimeMs}`;
+/**
+ * The identity MediaWatcher gives a file, from its stat (symlinks followed). Not its name: a
+ * loaded bundle renamed, or reached through a symlink, is the same copy and is not loaded again;
+ * any write changes the size or mtime and makes a new one. (The ctime is left out: a rename
+ * changes it.)
+ */
+export function bundleKey(st: { dev: number; ino: number; size: number; mtimeMs: number }): string {
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
 }
 
 export async function keyOf(file: string): Promise<string | undefined> {
-  return stat(file).then((st) => bundleKey(file, st), () => undefined);
+  return stat(file).then((st) => bundleKey(st), () => undefined);
 }
 
 const recordsFile = (stateDir: string) => join(stateDir, 'bundles.json');
@@ -71,4 +76,50 @@ export async function alreadyDone(rec: BundleRecord | undefined, imagesPresent: 
   if (rec.outcome === 'failed') return rec.reason && FILE_VERDICTS.has(rec.reason) ? 'failed' : undefined;
   if (rec.version && rec.arch && !(await imagesPresent(rec.version, rec.arch))) return undefined;
   return 'loaded';
+}
+
+/**
+ * Releases an admin let go of (`releases forget`): the daemon does not load a bundle of one
+ * again, from a stick left in or plugged in later, until `releases unforget` or a by-hand
+ * `bundle-agent load` of it. By version and arch, not by file: any copy of that release.
+ */
+export interface ForgottenRelease {
+  version: string;
+  arch: string;
+  at: string;
+}
+
+const forgottenFile = (stateDir: string) => join(stateDir, 'forgotten-releases.json');
+/** The shape of a version or arch the agent wrote itself; anything else in the file is skipped as damaged. */
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
+
+export async function readForgotten(stateDir: string): Promise<ForgottenRelease[]> {
+  const doc = (await readStateJson(forgottenFile(stateDir))) as { releases?: unknown } | undefined;
+  if (!Array.isArray(doc?.releases)) return [];
+  return doc.releases.filter((r): r is ForgottenRelease => typeof r?.version === 'string' && NAME.test(r.version)
+    && typeof r.arch === 'string' && NAME.test(r.arch) && typeof r.at === 'string');
+}
+
+async function writeForgotten(stateDir: string, all: ForgottenRelease[]): Promise<void> {
+  await mkdir(stateDir, { recursive: true });
+  await writeFileAtomic(forgottenFile(stateDir), JSON.stringify({ releases: all.slice(-MAX_RECORDS) }, null, 2) + '\n');
+}
+
+export async function addForgotten(stateDir: string, version: string, arch: string): Promise<void> {
+  const all = (await readForgotten(stateDir)).filter((r) => !(r.version === version && r.arch === arch));
+  all.push({ version, arch, at: new Date().toISOString() });
+  await writeForgotten(stateDir, all);
+}
+
+/** Clears `version` (every arch, or only `arch`); returns what was cleared. */
+export async function clearForgotten(stateDir: string, version: string, arch?: string): Promise<ForgottenRelease[]> {
+  const all = await readForgotten(stateDir);
+  const match = (r: ForgottenRelease) => r.version === version && (!arch || r.arch === arch);
+  const cleared = all.filter(match);
+  if (cleared.length) await writeForgotten(stateDir, all.filter((r) => !match(r)));
+  return cleared;
+}
+
+export function isForgotten(list: readonly ForgottenRelease[], release: { version: string; arch: string }): ForgottenRelease | undefined {
+  return list.find((r) => r.version === release.version && r.arch === release.arch);
 }

@@ -6,12 +6,14 @@ import { addCompletionCommand, assertRegularFile, escapeControls, isDigest, runC
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
 import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
-import { runDaemon, statusOutputs, statusTracker } from './daemon.js';
+import { daemonRuns, runDaemon, statusOutputs, statusTracker } from './daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
 import { createLogger } from './log.js';
 import { runLoad } from './pipeline.js';
 import { runtimeTarget } from './runtime-target.js';
-import { forgetRelease, listReleases, pruneReleases } from './releases.js';
+import { forgetRelease, listReleases, pruneReleases, unforgetRelease } from './releases.js';
+import { clearForgotten } from './bundle-records.js';
+import { notLoadable } from './bundle-file.js';
 import { forgottenLine, releasesTable } from './releases-text.js';
 import { TOOL_VERSION } from './version.js';
 import { addManCommand } from './man.js';
@@ -67,11 +69,24 @@ Examples:
     .argument('<file>')
     .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
     .option('--json', 'print the result as JSON on stdout')
-    .action(async (file: string, o: { config: string; json?: boolean }) => {
+    .action(async (file: string, o: { config: string; json?: boolean }, cmd: Command) => {
+      const path = resolve(file);
+      // a mistyped path or a file of another kind is the caller's mistake: said as such, with no status written
+      const problem = await notLoadable(path);
+      if (problem) cmd.error(`error: ${escapeControls(problem)}`, { exitCode: 2, code: 'commander.usage' });
       const config = await loadConfig(o.config);
       const log = createLogger();
       const tracker = await statusTracker(config);
-      const closeOutputs = await statusOutputs(config, log, tracker, 'load');
+      // Beside a running daemon the console and status show what the daemon did: this load
+      // writes them only once it changes the node (past the checks). A refusal (bad signature,
+      // policy, Busy) is this command's answer, not the node's state. With no daemon, from the start.
+      const beside = await daemonRuns(config);
+      let outputs: Promise<() => Promise<void>> | undefined = beside ? undefined : statusOutputs(config, log, tracker, 'load');
+      if (beside) {
+        tracker.onChange((s) => {
+          if (!outputs && !['Idle', 'Verifying', 'Failed'].includes(s.phase)) outputs = statusOutputs(config, log, tracker, 'load');
+        });
+      }
       const runtime = runtimeTarget(config, log);
       let last = '';
       tracker.onChange((s) => {
@@ -81,11 +96,13 @@ Examples:
       // Ctrl-C or SIGTERM: stop the load, and let its cleanup remove drop-ins and staging.
       const { signal } = untilSignal();
       try {
-        const r = await runLoad(resolve(file), { config, log, tracker, runtime, media: 'file', signal });
+        const r = await runLoad(path, { config, log, tracker, runtime, media: 'file', signal });
+        // loaded by hand: the admin wants it, even if it was forgotten before
+        await clearForgotten(config.paths.stateDir, r.version, r.arch);
         if (o.json) process.stdout.write(JSON.stringify({ ready: true, ...r }) + '\n');
       } finally {
         await runtime.close();
-        await closeOutputs();
+        await (await outputs)?.();
       }
     });
 
@@ -150,7 +167,9 @@ version.current, or to cancel a release loaded by mistake, let go of them here:
   bundle-agent releases prune                # forget every release older than the running one
 
 forget and prune wait for no load: they refuse (Busy) while one runs. The running release is
-never forgotten. A forgotten release is loaded again when its stick is plugged in.`);
+never forgotten. The daemon does not load a forgotten release again from any stick (its
+status says so, reason ReleaseForgotten) until "releases unforget VERSION", or until it is
+loaded by hand with "bundle-agent load FILE".`);
 
   releases.command('list')
     .description('Every release recorded on this node: state, images present, pinned, layout kept, running.')
@@ -184,6 +203,19 @@ never forgotten. A forgotten release is loaded again when its stick is plugged i
       } finally {
         await runtime.close();
       }
+    });
+
+  releases.command('unforget')
+    .description('Let the daemon load a forgotten release again when a stick holding it is plugged in.')
+    .argument('<version>')
+    .option('--arch <arch>', 'only this architecture (default: every one forgotten)')
+    .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
+    .option('--json', 'print what was done as JSON')
+    .action(async (version: string, o: { arch?: string; config: string; json?: boolean }) => {
+      const config = await loadConfig(o.config);
+      const cleared = await unforgetRelease(config, version, o.arch);
+      if (o.json) process.stdout.write(JSON.stringify({ unforgotten: cleared }, null, 2) + '\n');
+      else for (const r of cleared) process.stdout.write(escapeControls(`${r.version} (${r.arch}) is no longer forgotten: a stick holding it is loaded when plugged in`) + '\n');
     });
 
   releases.command('prune')

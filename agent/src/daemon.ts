@@ -6,7 +6,7 @@ import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
-import { alreadyDone, readBundleRecords } from './bundle-records.js';
+import { alreadyDone, isForgotten, keyOf, readBundleRecords, readForgotten } from './bundle-records.js';
 import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
@@ -39,6 +39,12 @@ export async function statusTracker(config: AgentConfig): Promise<StatusTracker>
     if (config.version.current) s.history = observeRunning(s.history, config.version.current);
   });
   return tracker;
+}
+
+/** Whether a `bundle-agent run` daemon is alive and writing the status file of this node. */
+export async function daemonRuns(config: AgentConfig): Promise<boolean> {
+  const s = await readStatusFile(config.paths.statusFile).catch(() => undefined);
+  return s?.writer?.command === 'run' && s.writer.pid !== process.pid && (await writerLiveness(s.writer)) === 'running';
 }
 
 /**
@@ -160,6 +166,9 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const queue: FoundBundle[] = [];
   let wake: (() => void) | undefined;
   watcher.on('bundle', (b) => {
+    // a newer copy of the same file replaces one still waiting: each change is loaded once
+    const stale = queue.findIndex((q) => q.file === b.file);
+    if (stale >= 0) queue.splice(stale, 1);
     queue.push(b);
     wake?.();
   });
@@ -177,6 +186,13 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
         wake = undefined;
         continue;
       }
+      const forgotten = next.release && isForgotten(await readForgotten(config.paths.stateDir), next.release);
+      if (forgotten) {
+        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and plug the stick in again, or bundle-agent load ${next.file}`;
+        log.warn('media', why, { file: next.file, version: forgotten.version });
+        tracker.condition('MediaDetected', 'False', 'ReleaseForgotten', why);
+        continue;
+      }
       const runtime = runtimeTarget(config, log);
       const rec = before.get(next.key);
       before.delete(next.key);
@@ -191,7 +207,9 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       try {
         await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
       } catch {
-        // already reported by runLoad; keep watching
+        // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
+        // longer than the quiet time) has a new identity: the watcher offers it again once stable.
+        if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
       } finally {
         await runtime.close();
       }

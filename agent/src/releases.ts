@@ -10,8 +10,8 @@ import type { Logger } from './log.js';
 import { withLoadLock } from './lock.js';
 import { compareVersions } from './policy.js';
 import { missingImages } from './runtime-checks.js';
-import type { RuntimeTarget } from './runtime-target.js';
-import { forgetBundles } from './bundle-records.js';
+import type { ImageInspector, RuntimeTarget } from './runtime-target.js';
+import { addForgotten, clearForgotten, forgetBundles, readForgotten, type ForgottenRelease } from './bundle-records.js';
 import { refsToKeepPinned } from './agent-switch-state.js';
 import { forgetReleaseRecord, readReleases, type ReleaseRecord } from './state.js';
 
@@ -24,20 +24,56 @@ export interface ReleaseRow {
   running: boolean;
   /** bundle: loaded by the agent; node: on the node before the first bundle, recorded to keep it pinned. */
   source: 'bundle' | 'node';
+  /** Its images, counted as the console and `bundle inspect` count them: one per digest, whatever its tags. */
   images: number;
   /** How many of its images the runtime holds; absent when the runtime cannot be asked. */
   imagesPresent?: number;
-  /** Every one of its images carries the agent's pin. */
-  pinned: boolean;
+  /**
+   * The same truth as the load's Pinned condition. yes: the runtime reports every image pinned;
+   * no: not all are pinned (or asked to be); unknown: the agent asked for the pins but this
+   * runtime does not report pins (CRI-O before 1.28, containerd before 1.7: PinningUnverifiable).
+   */
+  pinned: PinState;
   /** The verified layout kept on disk (staging.keep), to restore vanished images with no stick. */
   layout?: string;
   loadedAt: string;
 }
 
+export type PinState = 'yes' | 'no' | 'unknown';
+
 export interface ReleasesView {
   /** The release the node runs as far as the agent knows (config version.current, else its history). */
   running?: string;
   releases: ReleaseRow[];
+  /** Releases the daemon does not load again from a stick (releases forget), until unforget. */
+  forgotten: ForgottenRelease[];
+}
+
+/**
+ * One name per image: the repo@digest name every image a bundle brings has (a tag is a second
+ * name of it), as the console and `bundle inspect` count. A record with no digest name (written
+ * by hand) counts its names.
+ */
+function digestNames(refs: readonly string[]): readonly string[] {
+  const byDigest = refs.filter((r) => r.includes('@'));
+  return byDigest.length ? byDigest : refs;
+}
+
+/** What the runtime reports of the pins: by image id, or undefined when it reports none at all (so none can be verified). */
+async function reportedPins(inspector: ImageInspector | undefined): Promise<Map<string, boolean> | undefined> {
+  const listed = await inspector?.listImages().catch(() => undefined);
+  if (!listed?.some((i) => i.pinned)) return undefined;
+  return new Map(listed.map((i) => [i.id, i.pinned]));
+}
+
+async function pinState(refs: readonly string[], asked: ReadonlySet<string>, reported: Map<string, boolean> | undefined, inspector: ImageInspector | undefined): Promise<PinState> {
+  if (refs.length === 0 || !refs.every((r) => asked.has(r))) return 'no';
+  if (!reported || !inspector) return 'unknown';
+  for (const ref of digestNames(refs)) {
+    const st = await inspector.imageStatus(ref).catch(() => undefined);
+    if (!st || !(reported.get(st.id) ?? st.pinned)) return 'no';
+  }
+  return 'yes';
 }
 
 /**
@@ -65,23 +101,25 @@ export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, 
     log?.warn('releases', `cannot read the pins: ${oneLine(err)}`);
     return new Set<string>();
   });
+  const reported = await reportedPins(inspector);
   const rows: ReleaseRow[] = [];
   for (const r of records) {
     const state = history.find((e) => e.version === r.version)?.state;
-    const missing = inspector ? (await missingImages(inspector, r.refs)).length : undefined;
+    const images = digestNames(r.refs);
+    const missing = inspector ? (await missingImages(inspector, images)).length : undefined;
     rows.push({
       version: r.version, arch: r.arch, ...(state ? { state } : {}), running: running.includes(r.version), source: r.source ?? 'bundle',
-      images: r.refs.length, ...(missing !== undefined ? { imagesPresent: r.refs.length - missing } : {}),
-      pinned: r.refs.length > 0 && r.refs.every((ref) => pinned.has(ref)), ...(r.layout ? { layout: r.layout } : {}), loadedAt: r.loadedAt,
+      images: images.length, ...(missing !== undefined ? { imagesPresent: images.length - missing } : {}),
+      pinned: await pinState(r.refs, pinned, reported, inspector), ...(r.layout ? { layout: r.layout } : {}), loadedAt: r.loadedAt,
     });
   }
-  return { ...(running.length ? { running: running[0] } : {}), releases: rows };
+  return { ...(running.length ? { running: running[0] } : {}), releases: rows, forgotten: await readForgotten(config.paths.stateDir) };
 }
 
 export interface Forgotten {
   version: string;
   arch: string;
-  /** Images no longer pinned (those shared with a release that stays are kept). */
+  /** Images no longer pinned, counted one per image as the list counts them (those shared with a release that stays are kept). */
   unpinned: number;
   /** The kept layout removed, if there was one. */
   layout?: string;
@@ -106,12 +144,15 @@ async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: Relea
   }
   await forgetReleaseRecord(config.paths.stateDir, rec.version, rec.arch);
   await forgetBundles(config.paths.stateDir, rec.version, rec.arch);
-  return { version: rec.version, arch: rec.arch, unpinned: released.length, ...(layout ? { layout } : {}) };
+  // a stick still in, or plugged in again, must not bring it back behind the admin's back
+  await addForgotten(config.paths.stateDir, rec.version, rec.arch);
+  return { version: rec.version, arch: rec.arch, unpinned: digestNames(released).length, ...(layout ? { layout } : {}) };
 }
 
 /**
  * Forgets `version` (every arch recorded, or only `arch`): unpins its images, removes its kept
- * layout, drops its records (a stick holding it is loaded again). The release the node runs is
+ * layout, drops its records, and keeps the daemon from loading it again from any stick until
+ * `releases unforget` or a by-hand `bundle-agent load`. The release the node runs is
  * refused: its images would become garbage the kubelet may collect while they run.
  */
 export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget, version: string, arch?: string): Promise<Forgotten[]> {
@@ -148,4 +189,14 @@ export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget)
     for (const rec of old) forgotten.push(await forgetOne(config, runtime, rec, records.filter((r) => !old.includes(r))));
     return { running, forgotten };
   });
+}
+
+/**
+ * Lets the daemon load `version` again (every arch, or only `arch`): undoes what forget and
+ * prune recorded. A by-hand `bundle-agent load` of the release does the same.
+ */
+export async function unforgetRelease(config: AgentConfig, version: string, arch?: string): Promise<ForgottenRelease[]> {
+  const cleared = await clearForgotten(config.paths.stateDir, version, arch);
+  if (cleared.length === 0) throw new AgentError('NotRecorded', `${version}${arch ? ` (${arch})` : ''} is not a forgotten release on this node: the daemon loads it from a stick already`);
+  return cleared;
 }

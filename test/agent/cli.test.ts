@@ -5,7 +5,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, run } from './fixtures.js';
 
 t.test('bundle-agent CLI', async (t) => {
-  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status'], ['releases'], ['releases', 'list'], ['releases', 'forget'], ['releases', 'prune']]) {
+  for (const cmd of [[], ['run'], ['load'], ['serve'], ['status'], ['releases'], ['releases', 'list'], ['releases', 'forget'], ['releases', 'unforget'], ['releases', 'prune']]) {
     const r = await run(AGENT, [...cmd, '--help']);
     t.equal(r.code, 0, `${cmd.join(' ') || '(top)'} --help exits 0`);
     t.match(r.stdout, /Usage: bundle-agent/);
@@ -18,6 +18,15 @@ t.test('bundle-agent CLI', async (t) => {
   t.equal((await run(AGENT, ['serve', 'x', '--listen', '0.0.0.0:5000'])).code, 2, 'the registry never listens beyond loopback');
 
   const dir = await tmpdir(t);
+  // a path that never existed is the caller's mistake, not a stick that went away
+  const typo = await run(AGENT, ['load', join(dir, 'nonexistent.bundle'), '--config', join(dir, 'none.yaml')]);
+  t.equal(typo.code, 2, 'load of a missing path: a usage error (2)');
+  t.match(typo.stderr, /nonexistent\.bundle does not exist/, `it names the path: ${typo.stderr}`);
+  t.notMatch(typo.stderr + typo.stdout, /USB stick|bundle found|MediaRemoved/, 'and blames no stick');
+  await writeFile(join(dir, 'images.txt'), 'quay.io/acme/app:v1\n');
+  const text = await run(AGENT, ['load', join(dir, 'images.txt'), '--config', join(dir, 'none.yaml')]);
+  t.equal(text.code, 2, 'load of a text file: a usage error (2)');
+  t.match(text.stderr, /images\.txt is not a bundle \(it does not start with a zstd frame\)/, `named as not a bundle: ${text.stderr}`);
   const missing = await run(AGENT, ['status', '--config', join(dir, 'none.yaml')]);
   t.equal(missing.code, 1);
   t.match(missing.stderr, /^bundle-agent: InvalidConfig: cannot read config .*; pass --config FILE\n$/, 'one line naming cause and fix');

@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { chmod, mkdir, readFile, readdir, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createLogger, parseConfig, readBundleRecords, readReleases, recordRelease, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
+import { addForgotten, createLogger, parseConfig, readBundleRecords, readForgotten, readReleases, recordRelease, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { makeBundle, tmpdir } from '../format/craft.js';
 import { AGENT, BUNDLE, nodeRoot, run } from './fixtures.js';
@@ -79,9 +79,8 @@ t.test('a FIFO given as the bundle is refused at once', async (t) => {
   const i = await run(BUNDLE, ['inspect', fifo], process.env, 20_000);
   t.match(i.stderr, /^bundle: NOT_A_REGULAR_FILE: .*FIFO.*\n$/, 'bundle inspect: one line');
   const l = await run(AGENT, ['load', fifo, '--config', n.config, '--json'], process.env, 20_000);
-  t.equal(l.code, 1, 'bundle-agent load exits (it used to hang, deaf to SIGTERM)');
-  t.equal(lastJson(l.stdout).error.reason, 'Corrupt', 'reason Corrupt: not a bundle');
-  t.match(l.stderr, /bundle-agent: Corrupt: .*FIFO/);
+  t.equal(l.code, 2, 'bundle-agent load exits (it used to hang, deaf to SIGTERM): a usage error, as for any path that is not a bundle');
+  t.match(l.stderr, /fifo\.bundle is a FIFO.*, not a regular file/, 'naming what it is');
 });
 
 t.test('a reader that goes away: no EPIPE stack trace', async (t) => {
@@ -171,4 +170,9 @@ t.test('damaged release and bundle records are skipped, the good ones kept', asy
   t.same((await readReleases(state)).map((r) => r.version), ['1.2.3'], 'only the well-formed record');
   await writeFile(join(state, 'bundles.json'), '{"bundles":[null,5,{"key":"k"}]}');
   t.same((await readBundleRecords(state)).map((b) => b.key), ['k'], 'bundle records: only entries with a key');
+  await addForgotten(state, '1.0.0', 'amd64');
+  const doc = JSON.parse(await readFile(join(state, 'forgotten-releases.json'), 'utf8'));
+  doc.releases.push(null, { version: '../../etc/x', arch: 'amd64', at: 'x' }, { version: '1.1.0\n[Service]', arch: 'amd64', at: 'x' }, { version: '1.2.0', arch: 7, at: 'x' });
+  await writeFile(join(state, 'forgotten-releases.json'), JSON.stringify(doc));
+  t.same((await readForgotten(state)).map((r) => r.version), ['1.0.0'], 'forgotten releases: only well-formed versions and arches');
 });

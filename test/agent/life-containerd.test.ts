@@ -140,10 +140,14 @@ t.test('staging.keep untilComplete: images deleted from the runtime come back at
 
   // releases with containerd's pin label: listed kept and pinned; forget unlabels and removes the layout
   const list = JSON.parse((await run(AGENT, ['releases', 'list', '--config', n.config, '--json'])).stdout);
-  t.same(list.releases.map((r: any) => [r.version, r.pinned, r.imagesPresent, r.layout]), [['1.1.0', true, 2, layout]]);
+  // pinned as the status says: containerd 1.6 keeps the label but its CRI reports no pins (Unknown), 1.7 reports them (True)
+  const pinnedCond = s.conditions.find((c: any) => c.type === 'Pinned');
+  const expected = (await cri.listImages()).some((i) => i.pinned) ? 'yes' : 'unknown';
+  t.equal(pinnedCond?.status, expected === 'yes' ? 'True' : 'Unknown', 'the Pinned condition says the same');
+  t.same(list.releases.map((r: any) => [r.version, r.pinned, r.imagesPresent, r.images, r.layout]), [['1.1.0', expected, 1, 1, layout]], 'one image (two names), pinned as the runtime reports');
   const f = await run(AGENT, ['releases', 'forget', '1.1.0', '--config', n.config]);
   t.equal(f.code, 0, f.stderr);
-  t.match(f.stdout, /forgot 1\.1\.0 \(amd64\): 2 images unpinned, layout .* removed, records dropped/);
+  t.match(f.stdout, /forgot 1\.1\.0 \(amd64\): 1 image unpinned, layout .* removed, records dropped/);
   t.same(pinnedNames(), [], 'no image carries the pin label any more');
   await t.rejects(readdir(layout), { code: 'ENOENT' }, 'the kept layout is gone');
 });

@@ -37,3 +37,40 @@ t.test('a load beside a running daemon: status names the load\'s result and the 
   t.equal(s.writer.pid, daemon.pid, 'the daemon owns the file again');
   t.equal(s.writer.command, 'run');
 });
+
+t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console line and status alone', async (t) => {
+  const b = await makeBundle(t);
+  const pub = join(b.dir, 'factory.pub');
+  await writeFile(pub, b.key.publicPem);
+  await chmod(b.dir, 0o755);
+  const root = join(b.dir, 'node');
+  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  heartbeatSeconds: 1\n');
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
+  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  t.teardown(() => daemon.kill('SIGKILL'));
+  for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  // the node is Ready: the load's result, which the daemon adopts and shows
+  t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
+  for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  const ready = await readFile(consoleFile, 'utf8');
+  t.match(ready, /NOT loaded/, 'the console shows the Ready line');
+
+  await writeFile(join(b.dir, 'images.txt'), 'quay.io/acme/app:v1\n');
+  const text = await run(AGENT, ['load', join(b.dir, 'images.txt'), '--config', config]);
+  t.equal(text.code, 2, 'a text file is a usage error');
+  t.match(text.stderr, /images\.txt is not a bundle/, `named as not a bundle: ${text.stderr}`);
+  t.equal(await readFile(consoleFile, 'utf8'), ready, 'the console still shows the technician\'s Ready line');
+
+  // a real bundle this node refuses (signed by a key it does not trust): this command's answer, not the node's state
+  const other = await makeBundle(t);
+  const refused = await run(AGENT, ['load', other.path, '--config', config]);
+  t.equal(refused.code, 1, `refused: ${refused.stderr}`);
+  t.match(refused.stderr, /UntrustedKey|BadSignature/, 'the refusal is printed to whoever ran it');
+
+  t.equal(await readFile(consoleFile, 'utf8'), ready, 'after a refused bundle too, the console shows the technician\'s Ready line');
+  const s = await readStatus();
+  t.equal(s.phase, 'Ready', 'and the status is still Ready');
+  t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+});

@@ -55,11 +55,11 @@ reload:
   const before = await list();
   t.equal(before.running, '1.0.0', 'the running release (version.current)');
   t.same(before.releases.map((r: any) => [r.version, r.state, r.pinned, r.imagesPresent, r.images]), [
-    ['1.1.0', 'loaded', true, 2, 2], ['1.2.0', 'loaded', true, 4, 4], ['1.3.0', 'loaded', true, 4, 4],
-  ], 'three releases, loaded and pinned (a fixed version.current never releases them): the pile-up');
+    ['1.1.0', 'loaded', 'yes', 1, 1], ['1.2.0', 'loaded', 'yes', 2, 2], ['1.3.0', 'loaded', 'yes', 2, 2],
+  ], 'three releases, loaded and pinned as the runtime reports (a fixed version.current never releases them): the pile-up; images counted one per image, as the console counts them, not per name');
   for (const r of before.releases) t.ok((await stat(r.layout)).isDirectory(), `${r.version}: layout kept at ${r.layout}`);
   const human = await run(AGENT, ['releases', 'list', '--config', config]);
-  t.match(human.stdout, /^VERSION +ARCH +STATE +IMAGES +PINNED +KEPT LAYOUT +LOADED\n1\.1\.0 +amd64 +loaded +2\/2 +yes /, 'a table for people');
+  t.match(human.stdout, /^VERSION +ARCH +STATE +IMAGES +PINNED +KEPT LAYOUT +LOADED\n1\.1\.0 +amd64 +loaded +1\/1 +yes /, 'a table for people');
 
   // forget: unpinned in the runtime, layout and records gone
   const unknown = await run(AGENT, ['releases', 'forget', '9.9.9', '--config', config]);
@@ -67,7 +67,7 @@ reload:
   t.match(unknown.stderr, /NotRecorded: no release 9\.9\.9 is recorded on this node \(recorded: 1\.1\.0, 1\.2\.0, 1\.3\.0\)/);
   const f = await run(AGENT, ['releases', 'forget', '1.1.0', '--config', config, '--json']);
   t.equal(f.code, 0, f.stderr);
-  t.same(JSON.parse(f.stdout).forgotten.map((x: any) => [x.version, x.unpinned]), [['1.1.0', 2]]);
+  t.same(JSON.parse(f.stdout).forgotten.map((x: any) => [x.version, x.unpinned]), [['1.1.0', 1]], 'one image unpinned (by its tag and its digest)');
   const pinned = await pinnedByRuntime();
   t.notOk(pinned.has(`${ORIGIN}/acme/app:v1`), 'the runtime no longer reports 1.1.0 pinned');
   t.ok(pinned.has(`${ORIGIN}/acme/app:v2`) && pinned.has(`${ORIGIN}/acme/app:v3`), 'the other releases stay pinned');
@@ -93,7 +93,7 @@ reload:
   t.match(inUse.stderr, /InUse: 1\.3\.0 is the release this node runs/);
   const pr = await run(AGENT, ['releases', 'prune', '--config', config, '--json']);
   t.equal(pr.code, 0, pr.stderr);
-  t.same(JSON.parse(pr.stdout).forgotten.map((x: any) => [x.version, x.unpinned]), [['1.2.0', 2]], 'prune forgets 1.2.0; of its 4 names, 2 are shared with 1.3.0');
+  t.same(JSON.parse(pr.stdout).forgotten.map((x: any) => [x.version, x.unpinned]), [['1.2.0', 1]], 'prune forgets 1.2.0; of its 2 images, 1 is shared with 1.3.0');
   const after = await pinnedByRuntime();
   t.notOk(after.has(`${ORIGIN}/acme/app:v2`), '1.2.0\'s own image unpinned');
   t.ok(after.has(`${ORIGIN}/acme/base:v1`), 'the image 1.2.0 shared with the running 1.3.0 stays pinned');

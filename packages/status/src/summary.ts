@@ -14,7 +14,14 @@ function minutes(seconds: number | undefined): string {
  * version and failure message come from the bundle and the media (or an older status file).
  */
 export function technicianLine(s: NodeStatus, now = new Date()): string {
-  return escapeControls(sentence(s, now));
+  return escapeControls(sentence(s, now) + ignoredNote(s));
+}
+
+/** A stick holding a release the admin forgot on this node: said beside the state, which it does not change. */
+function ignoredNote(s: NodeStatus): string {
+  if (s.phase !== 'Idle' && s.phase !== 'Ready') return '';
+  if (!s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'ReleaseForgotten')) return '';
+  return ' The update on the USB stick was not loaded: the administrator removed it from this node.';
 }
 
 function sentence(s: NodeStatus, _now: Date): string {
