@@ -29,7 +29,7 @@ t.test('status', async (t) => {
   });
   t.test('a node that never reported shows up (from the Node list): exit 1', async (t) => {
     allReady();
-    api.nodes.push(node('worker-2'));
+    api.put('nodes', node('worker-2'));
     const r = await cluster(['status', '--json']);
     t.equal(r.code, 1);
     const j = JSON.parse(r.stdout);
@@ -42,7 +42,7 @@ t.test('status', async (t) => {
   });
   t.test('a node Failed', async (t) => {
     allReady();
-    api.statuses[1] = nodeStatus('worker-0', 'Failed', b.fileDigest, b.version, { reason: 'PullFailed' });
+    api.put('nodebundlestatuses', nodeStatus('worker-0', 'Failed', b.fileDigest, b.version, { reason: 'PullFailed' }));
     const r = await cluster(['status']);
     t.equal(r.code, 1);
     t.match(r.stdout, /worker-0\s+True\s+Failed \(PullFailed\)/);
@@ -51,15 +51,15 @@ t.test('status', async (t) => {
   t.test('a node Ready for another bundle (wrong digest)', async (t) => {
     allReady();
     const other = 'sha256:' + 'ee'.repeat(32);
-    api.statuses[2] = nodeStatus('worker-1', 'Ready', other, '4.15.0');
+    api.put('nodebundlestatuses', nodeStatus('worker-1', 'Ready', other, '4.15.0'));
     const r = await cluster(['status', '--json', '--bundle-digest', b.fileDigest]);
     t.equal(r.code, 1);
     t.match(JSON.parse(r.stdout).summary, `worker-1 Ready for ${other} (4.15.0), not this one`);
   });
-  t.test('RBAC refuses listing nodes: FORBIDDEN', async (t) => {
+  t.test('RBAC refuses listing nodes (a user with no binding): FORBIDDEN', async (t) => {
     allReady();
-    api.deny.add('list nodes');
-    const r = await cluster(['status']);
+    const kc = await api.tokenKubeconfig(path.join(work, 'unbound.kubeconfig'), api.addToken('mallory'));
+    const r = await bundle(['cluster', 'status', '--kubeconfig', kc]);
     t.equal(r.code, 1);
     t.equal(errorCode(r.stderr), 'FORBIDDEN', r.stderr);
     t.match(r.stderr, /admin-rbac\.yaml/);
