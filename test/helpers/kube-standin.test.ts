@@ -94,7 +94,9 @@ t.test('readClusterRelease through client-node: the node is refused, the admin r
 t.test('rules: resourceNames, Roles in their namespace, apply-create needs create', async (t) => {
   const token = api.addToken('alice');
   t.equal((await call(api, { path: '/api/v1/nodes', token })).status, 403, 'unbound user');
-  await api.loadRbac([path.join(path.dirname(new URL(import.meta.url).pathname), '../../deploy/admin-rbac.yaml'), await extra(dir)]);
+  // as deploy/admin-rbac.yaml's header says
+  api.bind({ kind: 'ClusterRole', name: 'offline-bundle-admin' }, { kind: 'User', name: 'alice' });
+  api.bind({ kind: 'Role', name: 'offline-bundle-release-signatures' }, { kind: 'User', name: 'alice' }, 'openshift-config-managed');
   t.equal((await call(api, { path: '/api/v1/nodes', token })).status, 200, 'offline-bundle-admin: list nodes');
   t.equal((await call(api, { path: '/apis/config.openshift.io/v1/clusterversions/version', token })).status, 200, 'version by name');
   api.put('clusterversions', { metadata: { name: 'other' } });
@@ -107,18 +109,3 @@ t.test('rules: resourceNames, Roles in their namespace, apply-create needs creat
   t.equal((await call(api, cm('default'))).status, 403, 'the Role holds in its namespace only');
   t.equal((await call(api, cm('openshift-config-managed'))).status, 201, 'in its namespace, bound by the RoleBinding');
 });
-
-/** alice bound to the admin roles the way deploy/admin-rbac.yaml's header says. */
-async function extra(d: string): Promise<string> {
-  const f = path.join(d, 'alice.yaml');
-  const { writeFile } = await import('node:fs/promises');
-  await writeFile(f, [
-    'apiVersion: rbac.authorization.k8s.io/v1', 'kind: ClusterRoleBinding', 'metadata: { name: alice }',
-    'roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: offline-bundle-admin }',
-    'subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: alice }]', '---',
-    'apiVersion: rbac.authorization.k8s.io/v1', 'kind: RoleBinding', 'metadata: { name: alice, namespace: openshift-config-managed }',
-    'roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: offline-bundle-release-signatures }',
-    'subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: alice }]', '',
-  ].join('\n'));
-  return f;
-}
