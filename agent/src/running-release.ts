@@ -46,8 +46,8 @@ export async function rememberedClusterRelease(stateDir: string): Promise<Rememb
 }
 
 /**
- * A record for the running release when none exists: its release image (from ClusterVersion)
- * and every image the node holds, by digest, from the repositories the incoming release uses
+ * A record for the running release when none exists: its release image (from ClusterVersion),
+ * when the node holds it, and every image the node holds, by digest, from the repositories the incoming release uses
  * (an OpenShift payload lives in one repository, so these are the running payload's images).
  * Taken before the pulls, so none of the incoming release's images is counted. Unpinned, as
  * any release, once a newer one is complete.
@@ -64,7 +64,9 @@ export async function adoptRunningRelease(opts: {
   if (running.version === incoming.release.version) return undefined;
   if (opts.releases.some((r) => r.version === running.version && r.arch === arch)) return undefined;
   const refs = new Set<string>();
-  if (running.image) refs.add(running.image);
+  // The release image runs where the cluster version operator runs (control plane): a worker
+  // rarely holds it, and a pin of an image the node does not have fails the load.
+  if (running.image && !opts.inspector) refs.add(running.image);
   if (opts.inspector) {
     // agent images are kept pinned by the agent switch, not by a release
     const repos = new Set(incoming.images.map((i) => i.repository).filter((r) => r !== AGENT_REPOSITORY));
@@ -72,7 +74,7 @@ export async function adoptRunningRelease(opts: {
     const incomingRefs = new Set([...incoming.images.map((i) => `${i.repository}@${i.digest}`), ...opts.releases.flatMap((r) => r.refs)]);
     for (const img of await opts.inspector.listImages()) {
       for (const ref of img.repoDigests) {
-        if (repos.has(ref.slice(0, ref.lastIndexOf('@'))) && !incomingRefs.has(ref)) refs.add(ref);
+        if (ref === running.image || (repos.has(ref.slice(0, ref.lastIndexOf('@'))) && !incomingRefs.has(ref))) refs.add(ref);
       }
     }
   }
