@@ -276,10 +276,28 @@ export class KubeApiStandIn implements KubeStandIn {
     return (await readFile(cert, 'utf8')) + (await readFile(key, 'utf8'));
   }
 
+  /** The API server goes away (a reboot, a partition): nothing listens on its port until resume(). */
+  pause(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      for (const r of this.hanging.splice(0)) r.destroy();
+      this.server!.close(() => resolve());
+      this.server!.closeAllConnections();
+    });
+  }
+
+  /** Listens again on the same address and port, with the same certificates and objects. */
+  resume(): Promise<void> {
+    const u = new URL(this.url);
+    return new Promise<void>((resolve, reject) => {
+      this.server!.once('error', reject);
+      this.server!.listen(Number(u.port), u.hostname.replace(/^\[|\]$/g, ''), () => resolve());
+    });
+  }
+
   close(): Promise<void> {
     return new Promise<void>((resolve) => {
       for (const r of this.hanging) r.destroy();
-      if (!this.server) return resolve();
+      if (!this.server?.listening) return resolve();
       this.server.close(() => resolve());
       this.server.closeAllConnections();
     }).then(() => rm(this.dir, { recursive: true, force: true }));
