@@ -6,7 +6,7 @@ import {
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
-  clusterReadFailure, forbiddenMessage, markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
+  clusterReadFailure, forbiddenMessage, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
   type ClusterReadFailure, type ClusterRelease, type HistoryEntry, type StatusTracker,
 } from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
@@ -15,7 +15,7 @@ import { missingImages } from './runtime-checks.js';
 import type { AgentConfig } from './config.js';
 import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
-import { checkPolicy } from './policy.js';
+import { checkPolicy, compareVersions } from './policy.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from './runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
@@ -410,9 +410,12 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   }
   const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
+  // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
+  const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
   tracker.update((s) => {
     s.phase = 'Ready';
-    s.history = markLoaded(s.history, rel.version, staged!.fileDigest ? { digest: staged!.fileDigest } : {});
+    const digest = staged!.fileDigest ? { digest: staged!.fileDigest } : {};
+    s.history = loadedRunning ? markRunningLoaded(s.history, rel.version, digest) : markLoaded(s.history, rel.version, digest);
   });
   if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
   else tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);

@@ -74,3 +74,16 @@ t.test('status', async (t) => {
   });
 });
 
+
+t.test('rollup: a node created after the running release completed, without it, is missing it', async (t) => {
+  const { rollup } = await import('@offline-bundle/status');
+  const at = (name: string, created?: string) => ({ metadata: { name, ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+  const st = (name: string, history: { version: string; state: string }[]) => ({ metadata: { name }, status: { phase: 'Idle', history } });
+  const running = { version: '4.15.1', completionTime: '2026-11-01T01:00:00Z' };
+  const nodes = [at('old', '2026-10-01T00:00:00Z'), at('new', '2026-11-20T00:00:00Z'), at('loaded', '2026-11-20T00:00:00Z'), at('seen', '2026-11-20T00:00:00Z'), at('unknown')];
+  const statuses = [st('loaded', [{ version: '4.15.1', state: 'complete' }]), st('seen', [{ version: '4.15.1', state: 'running' }])];
+  const r = rollup(nodes, statuses, undefined, running);
+  t.same(r.rows.filter((x) => x.missingRunning).map((x) => x.node).sort(), ['new', 'seen'], 'joined later and never loaded it (seeing it run is not holding it)');
+  t.match(r.summary, 'new is missing the running release 4.15.1: load the 4.15.1 bundle on it');
+  t.notOk(rollup(nodes, statuses, undefined, { version: '4.15.1' }).rows.some((x) => x.missingRunning), 'no completion time (or not OpenShift): nothing claimed');
+});

@@ -2,7 +2,7 @@ import { apiMessage } from './cluster-api.js';
 import { customObjectsApi, isApiException, requestOptions } from './kube.js';
 
 interface ClusterVersion {
-  status?: { history?: { state?: string; version?: string; image?: string }[]; desired?: { version?: string } };
+  status?: { history?: { state?: string; version?: string; image?: string; completionTime?: string }[]; desired?: { version?: string } };
 }
 
 /** The release an OpenShift cluster runs: its version and release image (pull spec by digest). */
@@ -34,8 +34,15 @@ export async function readClusterRelease(kubeconfig: string, opts: { context?: s
     if (isApiException(err) && err.code === 404) return undefined;
     throw err;
   }
-  const done = cv.status?.history?.find((h) => h.state === 'Completed' && h.version);
-  return done ? { version: done.version!, ...(done.image ? { image: done.image } : {}) } : undefined;
+  const done = completedRelease(cv);
+  return done ? { version: done.version, ...(done.image ? { image: done.image } : {}) } : undefined;
+}
+
+/** The newest completed entry of a ClusterVersion's history (newest first), with when it completed. */
+export function completedRelease(cv: unknown): (ClusterRelease & { completionTime?: string }) | undefined {
+  const done = (cv as ClusterVersion | undefined)?.status?.history?.find((h) => h.state === 'Completed' && typeof h.version === 'string' && h.version);
+  if (!done) return undefined;
+  return { version: done.version!, ...(typeof done.image === 'string' ? { image: done.image } : {}), ...(typeof done.completionTime === 'string' ? { completionTime: done.completionTime } : {}) };
 }
 
 /** The ClusterRole in deploy/rbac.yaml that lets nodes read ClusterVersion "version". */
