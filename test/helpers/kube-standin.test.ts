@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { readClusterRelease } from '@offline-bundle/status';
-import { startKubeStandIn, type KubeApiStandIn } from './kube-standin.js';
+import { SHIPPED_RBAC, startKubeStandIn, type KubeApiStandIn } from './kube-standin.js';
 import { makeTestCa } from './test-ca.mjs';
 
 const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-standin-test-'));
@@ -69,10 +69,16 @@ t.test('the node identity: Node authorizer and the shipped rules', async (t) => 
   const nodes = await asNode({ path: '/api/v1/nodes' });
   t.equal(nodes.status, 200, 'nodes list (Node authorizer)');
   t.match(api.requests.at(-1), { user: 'system:node:w1', groups: ['system:nodes', 'system:authenticated'], verb: 'list', resource: 'nodes' });
+  t.equal((await asNode({ path: '/apis/config.openshift.io/v1/clusterversions/version' })).status, 200, 'ClusterVersion "version": rbac.yaml\'s rule');
+  t.equal((await asNode({ path: '/apis/config.openshift.io/v1/clusterversions/other' })).status, 403, 'by that name only');
+  // OpenShift's node permissions alone
+  await api.loadRbac([]);
+  t.teardown(() => api.loadRbac(SHIPPED_RBAC));
   const cv = await asNode({ path: '/apis/config.openshift.io/v1/clusterversions/version' });
   t.equal(cv.status, 403, 'no ClusterVersion rule granted to nodes by OpenShift');
   t.equal(cv.body.message, 'clusterversions.config.openshift.io "version" is forbidden: User "system:node:w1" cannot get resource "clusterversions" in API group "config.openshift.io" at the cluster scope');
   t.match(cv.body, { kind: 'Status', status: 'Failure', reason: 'Forbidden', code: 403, details: { name: 'version', group: 'config.openshift.io', kind: 'clusterversions' } });
+  await api.loadRbac(SHIPPED_RBAC);
   t.equal((await asNode(apply('w1', '/status'))).status, 404, 'status of a missing object: 404 (the status subresource does not create)');
   t.equal((await asNode(apply('w1'))).status, 201, 'own object created by apply (create + patch)');
   const st = await asNode(apply('w1', '/status', { apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'NodeBundleStatus', metadata: { name: 'w1' }, status: { node: 'w1', phase: 'Idle' } }));
@@ -86,7 +92,10 @@ t.test('the node identity: Node authorizer and the shipped rules', async (t) => 
 });
 
 t.test('readClusterRelease through client-node: the node is refused, the admin reads', async (t) => {
-  await t.rejects(readClusterRelease(path.join(dir, 'w1/var/lib/kubelet/kubeconfig')), { code: 403 });
+  t.match(await readClusterRelease(path.join(dir, 'w1/var/lib/kubelet/kubeconfig')), { version: '4.15.1' }, 'the node, with rbac.yaml');
+  await api.loadRbac([SHIPPED_RBAC[1]!]);
+  t.teardown(() => api.loadRbac(SHIPPED_RBAC));
+  await t.rejects(readClusterRelease(path.join(dir, 'w1/var/lib/kubelet/kubeconfig')), { code: 403 }, 'the node, without it');
   const admin = await api.adminKubeconfig(path.join(dir, 'admin.kubeconfig'));
   t.match(await readClusterRelease(admin), { version: '4.15.1' });
 });
