@@ -66,11 +66,23 @@ export interface StandInRequest {
 export type StandInAnswer = { status: number; body?: unknown; headers?: Record<string, string> } | 'hang';
 
 export interface KubeStandIn {
+  /** https://HOST:PORT */
   url: string;
+  /** PEM file: the CA that signed the serving certificate and the client certificates. */
   caFile: string;
+  /**
+   * Writes a kubeconfig shaped like RHCOS's kubelet one for user system:node:<node> (groups
+   * system:nodes, system:authenticated) under `root`: root/var/lib/kubelet/kubeconfig naming
+   * client-certificate and client-key as the file /var/lib/kubelet/pki/kubelet-client-current.pem
+   * (certificate and key in one PEM, as RHCOS has it), certificate-authority-data inline;
+   * `server` overrides url; certPaths 'root' names the PEM under `root` (an agent on this host).
+   */
   writeNodeKubeconfig(root: string, node: string, opts?: { server?: string; certPaths?: 'node' | 'root' }): Promise<void>;
+  /** A cluster-admin kubeconfig (bearer token) for the admin commands. */
   adminKubeconfig(file: string): Promise<string>;
+  /** Objects by resource, e.g. get('nodebundlestatuses', 'worker-1'). */
   get(resource: string, name: string, namespace?: string): Record<string, any> | undefined;
+  /** Every request, with the identity it authenticated as (user '' when it did not) and the answer's status. */
   requests: StandInRequest[];
   close(): Promise<void>;
 }
