@@ -160,7 +160,7 @@ export class KubeApiStandIn implements KubeStandIn {
     const api = new KubeApiStandIn(opts);
     const host = opts.host ?? '127.0.0.1';
     api.dir = await mkdtemp(path.join(os.tmpdir(), 'ob-kube-standin-'));
-    const ca = await makeTestCa(api.dir, { names: [...new Set([host, '127.0.0.1', 'localhost'])] });
+    const ca = await makeTestCa(api.dir, { names: [...new Set([host, '127.0.0.1', 'localhost', ...(opts.names ?? [])].filter((n) => n !== '0.0.0.0' && n !== '::'))] });
     api.ca = ca;
     api.caFile = ca.caCert;
     await api.loadRbac(opts.rbacFiles ?? SHIPPED_RBAC);
@@ -551,6 +551,8 @@ export class KubeApiStandIn implements KubeStandIn {
 export interface StandInOptions {
   /** Listen address (default 127.0.0.1), also in the serving certificate's names. */
   host?: string;
+  /** More names (IP addresses, DNS names) for the serving certificate, e.g. the address a container reaches it at (then pass it as writeNodeKubeconfig's server). */
+  names?: string[];
   /** Listen port (default: any free one). */
   port?: number;
   /** RBAC objects (and admission policies) in force; default: the shipped deploy/rbac.yaml and deploy/admin-rbac.yaml. */
