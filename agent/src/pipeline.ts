@@ -50,10 +50,9 @@ export interface LoadResult {
   agent?: BundleAgent;
 }
 
-/** Where the running release came from, and why the cluster did not say when it did not. */
+/** The running release, if known, and why the cluster did not say it when it did not. */
 interface Running {
   release?: ClusterRelease;
-  from?: 'config' | 'cluster' | 'remembered' | 'history';
   failure?: ClusterReadFailure;
 }
 
@@ -70,7 +69,7 @@ export async function runningVersion(ctx: PipelineContext): Promise<string | und
 
 async function runningRelease(ctx: PipelineContext): Promise<Running> {
   const { config, tracker, log } = ctx;
-  if (config.version.current) return { release: { version: config.version.current }, from: 'config' };
+  if (config.version.current) return { release: { version: config.version.current } };
   if (!config.version.fromCluster || !config.status.kubeconfig) return {};
   let failure: ClusterReadFailure | undefined;
   try {
@@ -78,7 +77,7 @@ async function runningRelease(ctx: PipelineContext): Promise<Running> {
     if (r) {
       tracker.update((s) => { s.history = observeRunning(s.history, r.version); });
       await rememberClusterRelease(config.paths.stateDir, r).catch((err) => log.warn('version', `cannot remember the running version ${r.version}: ${oneLine(err)}`));
-      return { release: r, from: 'cluster' };
+      return { release: r };
     }
   } catch (err) {
     failure = clusterReadFailure(err);
@@ -89,8 +88,8 @@ async function runningRelease(ctx: PipelineContext): Promise<Running> {
     const why = failure.kind === 'forbidden' ? forbiddenMessage(failure) : failure.detail;
     log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${remembered ? ` at ${remembered.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
   }
-  if (remembered) return { release: { version: remembered.version, ...(remembered.image ? { image: remembered.image } : {}) }, from: 'remembered', ...(failure ? { failure } : {}) };
-  if (last) return { release: { version: last.version }, from: 'history', ...(failure ? { failure } : {}) };
+  if (remembered) return { release: { version: remembered.version, ...(remembered.image ? { image: remembered.image } : {}) }, ...(failure ? { failure } : {}) };
+  if (last) return { release: { version: last.version }, ...(failure ? { failure } : {}) };
   return failure ? { failure } : {};
 }
 
@@ -121,7 +120,8 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
         `${cause}; this node never saw its running version, so the update was not loaded (waited ${config.version.clusterWaitMinutes} min)${fix || ': plug the stick in again once it is fixed'}`);
     }
     const reason = forbidden ? 'ClusterForbidden' : 'WaitingForCluster';
-    const message = `${cause}; this node never saw its running version, so the update waits for the cluster (next try in ${Math.round(delay / 1000)} s, for up to ${config.version.clusterWaitMinutes} min)${fix}`;
+    // the same words on every try: the condition (and the cluster object) changes only with the cause
+    const message = `${cause}; this node never saw its running version, so the update waits for the cluster (trying again for up to ${config.version.clusterWaitMinutes} min)${fix}`;
     tracker.condition('Ready', 'False', reason, message);
     if (logged !== reason) log.warn('version', message, { reason });
     logged = reason;
