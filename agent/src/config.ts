@@ -21,9 +21,11 @@ export interface AgentConfig {
   /**
    * current: the running release; fromCluster: read it from OpenShift's ClusterVersion when
    * current is unset; allowUnknown: load even when neither gives a running version (the
-   * downgrade and upgrade-source checks are then skipped, so it is off by default).
+   * downgrade and upgrade-source checks are then skipped, so it is off by default);
+   * clusterWaitMinutes: how long a load waits for the cluster when the running version was
+   * never seen there (0: refuse at once).
    */
-  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean; allowUnknown: boolean };
+  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean; allowUnknown: boolean; clusterWaitMinutes: number };
   paths: {
     upgradeDir: string;
     stateDir: string;
@@ -225,7 +227,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   if (keys.length === 0 && !digest && !r.failed('trust')) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
 
   const version = r.obj(raw.version, 'version');
-  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource', 'allowUnknown']);
+  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource', 'allowUnknown', 'clusterWaitMinutes']);
   const paths = r.obj(raw.paths, 'paths');
   const pathKeys = ['upgradeDir', 'stateDir', 'statusFile', 'crioDropInDir', 'registriesDropInDir', 'containerdCertsDir', 'imageStoreDir'];
   r.known(paths, 'paths', pathKeys);
@@ -284,6 +286,7 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
       allowDowngrade: r.bool(version.allowDowngrade, 'version.allowDowngrade', false),
       allowAnySource: r.bool(version.allowAnySource, 'version.allowAnySource', false),
       allowUnknown: r.bool(version.allowUnknown, 'version.allowUnknown', false),
+      clusterWaitMinutes: r.int(version.clusterWaitMinutes, 'version.clusterWaitMinutes', 30, 0),
     },
     paths: {
       upgradeDir: p('upgradeDir', '/var/lib/upgrade'),

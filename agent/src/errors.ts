@@ -4,7 +4,7 @@
  */
 export const AGENT_REASONS = [
   'NoTrust', 'BadSignature', 'UntrustedKey', 'DigestMismatch', 'Corrupt', 'Truncated',
-  'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'InsufficientSpace', 'StagingFailed',
+  'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'ClusterForbidden', 'ClusterUnreachable', 'InsufficientSpace', 'StagingFailed',
   'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
   'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged',

@@ -11,7 +11,7 @@ export { readBundleRecords, readForgotten, addForgotten } from './bundle-records
 export { watchCrioPins } from './crio-pins-watch.js';
 export { StagingStore } from './staging-store.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
-export { adoptRunningRelease } from './running-release.js';
+export { adoptRunningRelease, rememberClusterRelease, rememberedClusterRelease, CLUSTER_RELEASE_FILE } from './running-release.js';
 export { createLogger } from './log.js';
 export { dropOutdatedDropIn, settleAgentSwitch, switchAgentIfNewer, renderImageDropIn, rollbackScript, DROP_IN_NAME } from './self-upgrade.js';
 export { readAgentSwitch, pendingMarker, agentSwitchPins, refsToKeepPinned } from './agent-switch-state.js';

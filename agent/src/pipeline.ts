@@ -1,17 +1,21 @@
 import { readFile, readdir, rm, stat } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
   checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
-import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
+import {
+  clusterReadFailure, forbiddenMessage, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
+  type ClusterReadFailure, type ClusterRelease, type HistoryEntry, type StatusTracker,
+} from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
 import { StagingStore } from './staging-store.js';
 import { missingImages } from './runtime-checks.js';
 import type { AgentConfig } from './config.js';
 import { AgentError, failureOf, oneLine } from './errors.js';
 import type { Logger } from './log.js';
-import { checkPolicy } from './policy.js';
+import { checkPolicy, compareVersions } from './policy.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from './runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
@@ -20,6 +24,7 @@ import { keyOf, recordBundle } from './bundle-records.js';
 import { assertBundleFile, mediaGone } from './bundle-file.js';
 import { switchAgentIfNewer } from './self-upgrade.js';
 import { TOOL_VERSION } from './version.js';
+import { rememberClusterRelease, rememberedClusterRelease } from './running-release.js';
 
 export interface PipelineContext {
   config: AgentConfig;
@@ -45,31 +50,90 @@ export interface LoadResult {
   agent?: BundleAgent;
 }
 
-/**
- * The release the node runs, for the version policy and the pins: from the config, else from
- * OpenShift's ClusterVersion (recorded in the history, so a completed upgrade releases older
- * pins), else, when the API server cannot be reached, the last one seen there.
- */
-export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
-  return (await runningRelease(ctx))?.version;
+/** The running release, if known, and why the cluster did not say it when it did not. */
+interface Running {
+  release?: ClusterRelease;
+  failure?: ClusterReadFailure;
 }
 
-/** As runningVersion, with the release image when ClusterVersion names it. */
-async function runningRelease(ctx: PipelineContext): Promise<ClusterRelease | undefined> {
+/**
+ * The release the node runs, for the version policy and the pins: from the config, else from
+ * OpenShift's ClusterVersion (remembered in the state directory, and recorded in the history
+ * so a completed upgrade releases older pins); when the cluster does not answer, the last one
+ * seen there (the remembered file, else the status history's running entries: the node's own
+ * records of what it ran).
+ */
+export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
+  return (await runningRelease(ctx)).release?.version;
+}
+
+async function runningRelease(ctx: PipelineContext): Promise<Running> {
   const { config, tracker, log } = ctx;
-  if (config.version.current) return { version: config.version.current };
-  if (!config.version.fromCluster || !config.status.kubeconfig) return undefined;
+  if (config.version.current) return { release: { version: config.version.current } };
+  if (!config.version.fromCluster || !config.status.kubeconfig) return {};
+  let failure: ClusterReadFailure | undefined;
   try {
     const r = await readClusterRelease(config.status.kubeconfig, { timeoutMs: 10_000 });
     if (r) {
       tracker.update((s) => { s.history = observeRunning(s.history, r.version); });
-      return r;
+      await rememberClusterRelease(config.paths.stateDir, r).catch((err) => log.warn('version', `cannot remember the running version ${r.version}: ${oneLine(err)}`));
+      return { release: r };
     }
   } catch (err) {
-    log.warn('version', `cannot read the running version from the cluster (${oneLine(err)}); using the last one seen`);
+    failure = clusterReadFailure(err);
   }
-  const last = runningReleases(tracker.current.history).at(-1)?.version;
-  return last ? { version: last } : undefined;
+  const remembered = await rememberedClusterRelease(config.paths.stateDir);
+  const last = remembered ?? runningReleases(tracker.current.history).at(-1);
+  if (last && failure) {
+    const why = failure.kind === 'forbidden' ? forbiddenMessage(failure) : failure.detail;
+    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${remembered ? ` at ${remembered.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
+  }
+  if (remembered) return { release: { version: remembered.version, ...(remembered.image ? { image: remembered.image } : {}) }, ...(failure ? { failure } : {}) };
+  if (last) return { release: { version: last.version }, ...(failure ? { failure } : {}) };
+  return failure ? { failure } : {};
+}
+
+const CLUSTER_RETRY_FIRST_MS = 1000;
+const CLUSTER_RETRY_MAX_MS = 30_000;
+
+/**
+ * A node that never saw its running version and cannot read it now waits: the load stays in
+ * Verifying with Ready False (WaitingForCluster, or ClusterForbidden naming the missing rule),
+ * logged once per cause, and the read is tried again with exponential backoff until it
+ * answers or version.clusterWaitMinutes have passed (then a failure with the same cause).
+ * SIGTERM (ctx.signal) ends the wait as any step.
+ */
+async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Running> {
+  const { config, log, tracker, signal } = ctx;
+  const limitMs = config.version.clusterWaitMinutes * 60_000;
+  const started = Date.now();
+  let r = first;
+  let delay = CLUSTER_RETRY_FIRST_MS;
+  let logged: string | undefined;
+  while (!r.release && r.failure) {
+    const f = r.failure;
+    const forbidden = f.kind === 'forbidden';
+    const cause = forbidden ? forbiddenMessage(f) : `the cluster's API server did not answer (${f.detail})`;
+    const fix = forbidden ? '' : `; or set version.current in the agent's config to load without the cluster`;
+    if (Date.now() - started + delay > limitMs) {
+      throw new AgentError(forbidden ? 'ClusterForbidden' : 'ClusterUnreachable',
+        `${cause}; this node never saw its running version, so the update was not loaded (waited ${config.version.clusterWaitMinutes} min)${fix || ': plug the stick in again once it is fixed'}`);
+    }
+    const reason = forbidden ? 'ClusterForbidden' : 'WaitingForCluster';
+    // the same words on every try: the condition (and the cluster object) changes only with the cause
+    const message = `${cause}; this node never saw its running version, so the update waits for the cluster (trying again for up to ${config.version.clusterWaitMinutes} min)${fix}`;
+    tracker.condition('Ready', 'False', reason, message);
+    if (logged !== reason) log.warn('version', message, { reason });
+    logged = reason;
+    await sleep(delay, undefined, signal ? { signal } : {});
+    delay = Math.min(delay * 2, CLUSTER_RETRY_MAX_MS);
+    r = await runningRelease(ctx);
+  }
+  if (logged) {
+    tracker.update((s) => { s.conditions = s.conditions.filter((c) => c.type !== 'Ready'); });
+    log.info('version', r.release ? `the cluster answered: it runs ${r.release.version}; the load goes on` : 'the cluster answered; the load goes on');
+  }
+  return r;
 }
 
 /**
@@ -175,7 +239,9 @@ async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
     s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
   });
   const releases = await readReleases(config.paths.stateDir);
-  const running = await runningRelease(ctx);
+  let found = await runningRelease(ctx);
+  if (!found.release && found.failure && !config.version.allowUnknown) found = await waitForCluster(ctx, found);
+  const running = found.release;
   const current = running?.version;
   checkPolicy(head.manifest, config, current);
   if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
@@ -344,9 +410,12 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   }
   const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
+  // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
+  const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
   tracker.update((s) => {
     s.phase = 'Ready';
-    s.history = markLoaded(s.history, rel.version, staged!.fileDigest ? { digest: staged!.fileDigest } : {});
+    const digest = staged!.fileDigest ? { digest: staged!.fileDigest } : {};
+    s.history = loadedRunning ? markRunningLoaded(s.history, rel.version, digest) : markLoaded(s.history, rel.version, digest);
   });
   if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
   else tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);

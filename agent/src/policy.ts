@@ -33,12 +33,18 @@ export function compareVersions(a: string, b: string): number {
   return compareDotted(a, b);
 }
 
-/** The one-line refusal when the node's running release is unknown, with the fixes that apply. */
+/**
+ * The one-line refusal when the node's running release is unknown, with the fixes that apply
+ * to this config (a cluster that could not be read waits instead: see pipeline.ts).
+ */
 function unknownRunningVersion(config: AgentConfig): AgentError {
   const cause = config.version.fromCluster
-    ? 'the running version could not be read from the cluster\'s ClusterVersion and none was seen before'
+    ? 'the cluster has no ClusterVersion "version" with a completed update (not OpenShift, or not installed yet) and this node never saw a running version'
     : 'the running version is not known';
-  return new AgentError('UnknownRunningVersion', `${cause}, so downgrades and upgrade sources cannot be checked: set version.current (or version.fromCluster with status.kubeconfig), or version.allowUnknown: true to load anyway`);
+  const fix = config.version.fromCluster
+    ? 'set version.current to the version the cluster runs, or version.allowUnknown: true to load anyway'
+    : 'set version.current (or version.fromCluster with status.kubeconfig), or version.allowUnknown: true to load anyway';
+  return new AgentError('UnknownRunningVersion', `${cause}, so downgrades and upgrade sources cannot be checked: ${fix}`);
 }
 
 /** Arch and version policy: each refusal says what the technician or admin can do. */

@@ -152,8 +152,12 @@ t.test('adoptRunningRelease: the release running before the first bundle stays p
     { id: '2', names: [running[1]!], pinned: false },
     { id: '3', names: [`${repo}@sha256:${'3'.repeat(64)}`], pinned: false },
     { id: '4', names: ['docker.io/library/busybox@sha256:' + '4'.repeat(64)], pinned: false },
+    { id: '5', names: ['quay.io/openshift-release-dev/ocp-release@sha256:' + '5'.repeat(64)], pinned: false },
   ]);
   const image = 'quay.io/openshift-release-dev/ocp-release@sha256:' + '5'.repeat(64);
+  const absent = 'quay.io/openshift-release-dev/ocp-release@sha256:' + '6'.repeat(64);
+  const worker = await adoptRunningRelease({ stateDir: join(dir, 'worker'), arch: 'amd64', running: { version: '4.14.38', image: absent }, incoming, releases: [], inspector: insp });
+  t.same(worker?.refs, [...running].sort(), 'a release image the node does not hold (a worker) is not pinned: the pin would fail');
   const rec = await adoptRunningRelease({ stateDir: dir, arch: 'amd64', running: { version: '4.14.38', image }, incoming, releases: [], inspector: insp });
   t.same(rec?.refs, [image, ...running].sort(), 'the release image and the payload images on the node, not the incoming one, not workloads');
   t.equal(rec?.source, 'node');

@@ -40,7 +40,7 @@ async function waitForPhase(statusFile: string, phases: string[], timeoutMs: num
 
 t.test('daemon: a stick plugged in after start is loaded into containerd and pinned', async (t) => {
   // The cluster's API server cannot run here: a recording stand-in checks the contract (SSA of the status subresource).
-  const api = await startFakeApi();
+  const api = await startFakeApi(0, 'node-a');
   t.teardown(() => api.close());
   const port = await freePort();
   const n = await node(t, `status:\n  kubeconfig: /etc/bundle-agent/kubeconfig\n  listen: 127.0.0.1:${port}\n`);

@@ -48,7 +48,7 @@ function startDaemon(config: string) {
 }
 
 t.test('a daemon killed mid-pre-load: status says it is not running (exit 3); the next start replaces the stale line at once, on the console and in the cluster', async (t) => {
-  const api = await startFakeApi();
+  const api = await startFakeApi(0, 'node-a');
   t.teardown(() => api.close());
   // a pull that never ends, so the kill lands mid-pre-load; it records its pid for the cleanup
   const n0 = await tmpdir(t, 'ob-agent-life-pull-');

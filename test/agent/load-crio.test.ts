@@ -8,6 +8,7 @@ import { copyFile, readdir, readFile, mkdir, writeFile, readFile as rf } from 'n
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { startKubeStandIn } from '../helpers/kube-standin.js';
 import { AGENT, keygen, makeBundle, nodeRoot, run, smallFs, stick } from './fixtures.js';
 
 const parseToml = (createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse: (s: string) => Record<string, any> }).parse;
@@ -238,36 +239,25 @@ t.test('pins: another file\'s pins are kept in ours; an unreadable one stops the
   t.same(await readdir(s.registriesDir), [], 'no mirror drop-in left');
 });
 
-t.test('the running version read from OpenShift\'s ClusterVersion (contract: a stand-in API server)', async (t) => {
-  const { createServer } = await import('node:http');
+t.test('the running version read from OpenShift\'s ClusterVersion (contract: the RBAC-enforcing API stand-in, as the node)', async (t) => {
   const clusterVersion = '1.5.0';
-  const seen: string[] = [];
-  const api = createServer((req, res) => {
-    seen.push(`${req.method} ${req.url}`);
-    req.resume();
-    if (req.method === 'GET' && req.url?.startsWith('/apis/config.openshift.io/v1/clusterversions/version')) {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
-        apiVersion: 'config.openshift.io/v1', kind: 'ClusterVersion', metadata: { name: 'version' },
-        status: { history: [{ state: 'Partial', version: '9.9.9' }, { state: 'Completed', version: clusterVersion }, { state: 'Completed', version: '1.0.0' }] },
-      }));
-      return;
-    }
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-  });
-  await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
-  t.teardown(() => { api.closeAllConnections(); api.close(); });
-  const port = (api.address() as { port: number }).port;
-  const s = await setup(t, `status:\n  kubeconfig: /etc/bundle-agent/kubeconfig\n`);
-  await writeFile(join(s.root, 'etc/bundle-agent/kubeconfig'), `apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "http://127.0.0.1:${port}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`);
+  const api = await startKubeStandIn();
+  t.teardown(() => api.close());
+  api.clusterVersion = {
+    apiVersion: 'config.openshift.io/v1', kind: 'ClusterVersion', metadata: { name: 'version' },
+    status: { history: [{ state: 'Partial', version: '9.9.9' }, { state: 'Completed', version: clusterVersion }, { state: 'Completed', version: '1.0.0' }] },
+  };
+  const seen = api.requests;
+  const s = await setup(t, `status:\n  kubeconfig: /var/lib/kubelet/kubeconfig\n`);
+  await api.writeNodeKubeconfig(s.root, 'node-a', { certPaths: 'root' });
   await writeFile(s.config, (await readFile(s.config, 'utf8')).replace('  current: "1.0.0"\n', '  fromCluster: true\n'));
 
   const older = await makeBundle(s.dir, { key: s.keys.key, version: '1.4.0', images, out: join(s.dir, 'older.bundle') });
   const r = await run(AGENT, ['load', older, '--config', s.config, '--json'], s.env);
   t.equal(JSON.parse(r.stdout.trim().split('\n').pop()!).error.reason, 'Downgrade', 'the cluster runs 1.5.0 (newest Completed entry): 1.4.0 is a downgrade');
-  t.ok(seen.some((l) => l.startsWith('GET /apis/config.openshift.io/v1/clusterversions/version')), 'read ClusterVersion "version"');
+  t.ok(seen.some((r) => r.method === 'GET' && r.path === '/apis/config.openshift.io/v1/clusterversions/version' && r.status === 200 && r.user === 'system:node:node-a'), 'read ClusterVersion "version" as the node');
 
-  api.closeAllConnections();
-  await new Promise<void>((r) => api.close(() => r()));
+  await api.pause();
   const again = await run(AGENT, ['load', older, '--config', s.config, '--json'], s.env);
   t.equal(JSON.parse(again.stdout.trim().split('\n').pop()!).error.reason, 'Downgrade', 'API server gone: the last version seen (1.5.0) still guards');
   t.match(again.stderr, /cannot read the running version from the cluster/);

@@ -82,7 +82,9 @@ t.test('the UnknownRunningVersion message names the cause and every fix', async 
   t.match(plain, /^the running version is not known, /);
   for (const fix of ['version.current', 'version.fromCluster', 'status.kubeconfig', 'version.allowUnknown']) t.match(plain, fix);
   const cluster = message(withVersion({ fromCluster: true }));
-  t.match(cluster, /could not be read from the cluster's ClusterVersion/, 'fromCluster: says the cluster read is what failed');
+  t.match(cluster, /the cluster has no ClusterVersion "version" with a completed update/, 'fromCluster: says what the cluster answered');
+  t.notMatch(cluster, 'version.fromCluster', 'fromCluster: does not tell the admin to set what is already set');
+  t.match(cluster, 'version.current');
 });
 
 t.test('version.allowUnknown is off unless the config says true', async (t) => {

@@ -2,7 +2,7 @@
 // says what to do, with none of the words only an administrator knows.
 import t from 'tap';
 import { AGENT_REASONS } from '@offline-bundle/agent';
-import { emptyStatus, FAILURE_SENTENCES, failureSentence, technicianLine, type NodeStatus } from '@offline-bundle/status';
+import { emptyStatus, FAILURE_SENTENCES, WAITING_SENTENCES, failureSentence, technicianLine, type NodeStatus } from '@offline-bundle/status';
 
 // Kubernetes and runtime vocabulary, config keys, code-ish tokens and template leftovers.
 const JARGON = /\b(CRI|CRI-O|crio|containerd|kubelet|kubectl|Kubernetes|registry|registries|manifest|digest|sha256|drop-in|reload|pinned|pins?|mirror|layout|OCI|tarball|yaml|config|stderr|ENOSPC|undefined|null|NaN)\b|\$\{|[{}<>`]/i;
@@ -20,6 +20,17 @@ for (const reason of AGENT_REASONS) {
     t.match(sentence, /\b(Ask|Plug|Copy|Wait|Check|Use)\b|stays on the node/, 'says what to do');
     const s: NodeStatus = { ...emptyStatus('n'), phase: 'Failed', conditions: [{ type: 'Failed', status: 'True', reason, message: 'precise: for the admin', lastTransitionTime: '' }] };
     t.equal(technicianLine(s), `Failed: ${sentence}`, 'the technician line is the sentence');
+  });
+}
+
+for (const [reason, sentence] of Object.entries(WAITING_SENTENCES)) {
+  t.test(`waiting: ${reason}`, async (t) => {
+    t.notMatch(sentence, JARGON, 'no jargon');
+    t.notMatch(sentence, CAMEL_CASE, 'no code names');
+    t.ok(sentence.length <= 170, `short enough for one console line or two (${sentence.length})`);
+    t.match(sentence, /Leave the USB stick in\.$/, 'says what to do meanwhile');
+    const s: NodeStatus = { ...emptyStatus('n'), phase: 'Verifying', conditions: [{ type: 'Ready', status: 'False', reason, message: 'precise: for the admin', lastTransitionTime: '' }] };
+    t.equal(technicianLine(s), sentence, 'the technician line while the load waits');
   });
 }
 

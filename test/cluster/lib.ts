@@ -9,7 +9,7 @@ import { sha256 } from '@offline-bundle/oci';
 import { tmpdir, type Doc } from '../status/lib.js';
 import { bundle } from '../builder/lib.js';
 import { releaseKey, signRelease, type TestReleaseKey } from '../builder/release-signing.js';
-import { StandInApi } from './apiserver.js';
+import { startKubeStandIn, type KubeApiStandIn } from '../helpers/kube-standin.js';
 
 export const RELEASE_REPO = 'quay.io/openshift-release-dev/ocp-release';
 export const ART_REPO = 'quay.io/openshift-release-dev/ocp-v4.0-art-dev';
@@ -82,9 +82,18 @@ export function clusterVersion(version: string): Doc {
   };
 }
 
+export const ADMIN = 'alice';
+
+/** `user` bound as deploy/admin-rbac.yaml's header says; returns a token for that user. */
+export function bindAdmin(api: KubeApiStandIn, user: string, opts: { signatureRole?: boolean } = {}): string {
+  api.bind({ kind: 'ClusterRole', name: 'offline-bundle-admin' }, { kind: 'User', name: user });
+  if (opts.signatureRole ?? true) api.bind({ kind: 'Role', name: 'offline-bundle-release-signatures' }, { kind: 'User', name: user }, 'openshift-config-managed');
+  return api.addToken(user);
+}
+
 export interface Fixture {
   work: string;
-  api: StandInApi;
+  api: KubeApiStandIn;
   kubeconfig: string;
   key: TestReleaseKey;
   keyring: string;
@@ -95,12 +104,16 @@ export interface Fixture {
   allReady(): void;
 }
 
-/** A stand-in API server, an admin kubeconfig for it, a release key and a signed 4.15.1 bundle. */
+/**
+ * The RBAC-enforcing API stand-in with the shipped deploy/*rbac.yaml, a kubeconfig of an admin
+ * who is not cluster-admin but bound the way deploy/admin-rbac.yaml's header says (so every
+ * call of `bundle cluster` must be allowed by those rules), a release key and a signed 4.15.1 bundle.
+ */
 export async function clusterFixture(t: { teardown(fn: () => unknown): void }): Promise<Fixture> {
   const work = await tmpdir(t, 'ob-cluster-');
-  const api = await StandInApi.start();
+  const api = await startKubeStandIn();
   t.teardown(() => api.close());
-  const kubeconfig = await api.kubeconfig(path.join(work, 'kubeconfig'));
+  const kubeconfig = await api.tokenKubeconfig(path.join(work, 'kubeconfig'), bindAdmin(api, ADMIN));
   const key = await releaseKey();
   const keyring = path.join(work, 'release.asc');
   await writeFile(keyring, key.armored);
@@ -112,8 +125,7 @@ export async function clusterFixture(t: { teardown(fn: () => unknown): void }): 
     api.pods = [];
     api.machineAutoscalers = undefined;
     api.clusterAutoscalers = undefined;
-    api.deny.clear();
-    api.configMaps.clear();
+    api.clearConfigMaps();
   };
   return { work, api, kubeconfig, key, keyring, b, trust: ['--key', b.pub], cluster: (args) => bundle(['cluster', ...args, '--kubeconfig', kubeconfig]), allReady };
 }

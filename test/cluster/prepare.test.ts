@@ -6,7 +6,7 @@ import path from 'node:path';
 import { writeFile } from 'node:fs/promises';
 import { errorCode, bundle } from '../builder/lib.js';
 import { releaseKey, signRelease } from '../builder/release-signing.js';
-import { ART_REPO, RELEASE_REPO, clusterFixture, clusterVersion, makeBundle, nodeStatus, node } from './lib.js';
+import { ART_REPO, RELEASE_REPO, bindAdmin, clusterFixture, clusterVersion, makeBundle, nodeStatus, node } from './lib.js';
 
 const { work, api, kubeconfig, key, keyring, b, trust, cluster, allReady } = await clusterFixture(t);
 const cm = 'openshift-config-managed/mirrored-release-signatures';
@@ -17,7 +17,9 @@ t.test('prepare', async (t) => {
     allReady();
     const r = await cluster(['prepare', b.file, ...trust, '--release-keyring', keyring]);
     t.equal(r.code, 0, r.stderr);
-    const obj = api.configMap('openshift-config-managed', 'mirrored-release-signatures');
+    const { resourceVersion, ...metadata } = api.configMap('openshift-config-managed', 'mirrored-release-signatures')!.metadata;
+    t.ok(resourceVersion, 'the server\'s own field');
+    const obj = { ...api.configMap('openshift-config-managed', 'mirrored-release-signatures'), metadata };
     const sig = await signatureBytes();
     t.same(obj, {
       apiVersion: 'v1', kind: 'ConfigMap',
@@ -69,7 +71,7 @@ t.test('prepare', async (t) => {
     const untrusted = await makeBundle(path.join(work, 'untrusted'), { version: '4.15.1', upgradeFrom: ['4.15.0'], sign: async (d, ref) => [await signRelease(other, ref, d)] });
     const u = await cluster(['prepare', untrusted.file, '--key', untrusted.pub, '--release-keyring', keyring]);
     t.equal(errorCode(u.stderr), 'UNTRUSTED_RELEASE_SIGNATURE', u.stderr);
-    t.equal(api.configMaps.size, 0, 'nothing applied');
+    t.equal(api.list('configmaps').length, 0, 'nothing applied');
     const unsigned = await makeBundle(path.join(work, 'unsigned'), { version: '4.15.1', upgradeFrom: ['4.15.0'] });
     const n = await cluster(['prepare', unsigned.file, '--key', unsigned.pub]);
     t.equal(errorCode(n.stderr), 'NO_RELEASE_SIGNATURES', n.stderr);
@@ -85,11 +87,13 @@ t.test('prepare', async (t) => {
     const k = await cluster(['prepare', b.file, ...trust]);
     t.equal(errorCode(k.stderr), 'NOT_OPENSHIFT', k.stderr);
   });
-  t.test('RBAC refuses the apply: FORBIDDEN', async (t) => {
+  t.test('RBAC refuses the apply (an admin without the signature Role): FORBIDDEN', async (t) => {
     allReady();
-    api.deny.add('patch configmaps');
-    const r = await cluster(['prepare', b.file, ...trust]);
+    const kc = await api.tokenKubeconfig(path.join(work, 'no-role.kubeconfig'), bindAdmin(api, 'bob', { signatureRole: false }));
+    const r = await bundle(['cluster', 'prepare', b.file, ...trust, '--kubeconfig', kc]);
     t.equal(errorCode(r.stderr), 'FORBIDDEN', r.stderr);
+    t.match(r.stderr, 'configmaps "mirrored-release-signatures" is forbidden: User "bob" cannot get resource "configmaps" in API group "" in the namespace "openshift-config-managed"');
+    t.equal(api.configMap('openshift-config-managed', 'mirrored-release-signatures'), undefined, 'nothing applied');
   });
 });
 

@@ -24,7 +24,8 @@ t.test('rbac: the fallback without ValidatingAdmissionPolicy', async (t) => {
   t.same(role.rules, [
     { apiGroups: ['bundles.offline-bundle.io'], resources: ['nodebundlestatuses'], resourceNames: ['worker-0'], verbs: ['get', 'patch'] },
     { apiGroups: ['bundles.offline-bundle.io'], resources: ['nodebundlestatuses/status'], resourceNames: ['worker-0'], verbs: ['get', 'patch'] },
-  ], 'its own object only, no create');
+    { apiGroups: ['config.openshift.io'], resources: ['clusterversions'], resourceNames: ['version'], verbs: ['get'] },
+  ], 'its own object only, no create; and the running version');
   const binding = docs.find((d) => d.kind === 'ClusterRoleBinding' && d.metadata.name.endsWith(':worker-0'));
   t.same(binding.subjects, [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: 'system:node:worker-0' }]);
   const sa = JSON.parse((await cluster(['rbac', '--nodes', 'edge-1', '--identity', 'serviceaccount', '--json'])).stdout);

@@ -29,7 +29,7 @@ t.test('status', async (t) => {
   });
   t.test('a node that never reported shows up (from the Node list): exit 1', async (t) => {
     allReady();
-    api.nodes.push(node('worker-2'));
+    api.put('nodes', node('worker-2'));
     const r = await cluster(['status', '--json']);
     t.equal(r.code, 1);
     const j = JSON.parse(r.stdout);
@@ -42,7 +42,7 @@ t.test('status', async (t) => {
   });
   t.test('a node Failed', async (t) => {
     allReady();
-    api.statuses[1] = nodeStatus('worker-0', 'Failed', b.fileDigest, b.version, { reason: 'PullFailed' });
+    api.put('nodebundlestatuses', nodeStatus('worker-0', 'Failed', b.fileDigest, b.version, { reason: 'PullFailed' }));
     const r = await cluster(['status']);
     t.equal(r.code, 1);
     t.match(r.stdout, /worker-0\s+True\s+Failed \(PullFailed\)/);
@@ -51,15 +51,15 @@ t.test('status', async (t) => {
   t.test('a node Ready for another bundle (wrong digest)', async (t) => {
     allReady();
     const other = 'sha256:' + 'ee'.repeat(32);
-    api.statuses[2] = nodeStatus('worker-1', 'Ready', other, '4.15.0');
+    api.put('nodebundlestatuses', nodeStatus('worker-1', 'Ready', other, '4.15.0'));
     const r = await cluster(['status', '--json', '--bundle-digest', b.fileDigest]);
     t.equal(r.code, 1);
     t.match(JSON.parse(r.stdout).summary, `worker-1 Ready for ${other} (4.15.0), not this one`);
   });
-  t.test('RBAC refuses listing nodes: FORBIDDEN', async (t) => {
+  t.test('RBAC refuses listing nodes (a user with no binding): FORBIDDEN', async (t) => {
     allReady();
-    api.deny.add('list nodes');
-    const r = await cluster(['status']);
+    const kc = await api.tokenKubeconfig(path.join(work, 'unbound.kubeconfig'), api.addToken('mallory'));
+    const r = await bundle(['cluster', 'status', '--kubeconfig', kc]);
     t.equal(r.code, 1);
     t.equal(errorCode(r.stderr), 'FORBIDDEN', r.stderr);
     t.match(r.stderr, /admin-rbac\.yaml/);
@@ -74,3 +74,16 @@ t.test('status', async (t) => {
   });
 });
 
+
+t.test('rollup: a node created after the running release completed, without it, is missing it', async (t) => {
+  const { rollup } = await import('@offline-bundle/status');
+  const at = (name: string, created?: string) => ({ metadata: { name, ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+  const st = (name: string, history: { version: string; state: string }[]) => ({ metadata: { name }, status: { phase: 'Idle', history } });
+  const running = { version: '4.15.1', completionTime: '2026-11-01T01:00:00Z' };
+  const nodes = [at('old', '2026-10-01T00:00:00Z'), at('new', '2026-11-20T00:00:00Z'), at('loaded', '2026-11-20T00:00:00Z'), at('seen', '2026-11-20T00:00:00Z'), at('unknown')];
+  const statuses = [st('loaded', [{ version: '4.15.1', state: 'complete' }]), st('seen', [{ version: '4.15.1', state: 'running' }])];
+  const r = rollup(nodes, statuses, undefined, running);
+  t.same(r.rows.filter((x) => x.missingRunning).map((x) => x.node).sort(), ['new', 'seen'], 'joined later and never loaded it (seeing it run is not holding it)');
+  t.match(r.summary, 'new is missing the running release 4.15.1: load the 4.15.1 bundle on it');
+  t.notOk(rollup(nodes, statuses, undefined, { version: '4.15.1' }).rows.some((x) => x.missingRunning), 'no completion time (or not OpenShift): nothing claimed');
+});

@@ -18,7 +18,7 @@ t.test('upgrade', async (t) => {
     const r = await cluster(['upgrade', b.file, ...trust]);
     t.equal(errorCode(r.stderr), 'NOT_PREPARED', r.stderr);
     t.equal(await cluster(['prepare', b.file, ...trust]).then((x) => x.code), 0);
-    api.statuses[0] = nodeStatus('master-0', 'Preloading', b.fileDigest, b.version);
+    api.put('nodebundlestatuses', nodeStatus('master-0', 'Preloading', b.fileDigest, b.version));
     const n = await cluster(['upgrade', b.file, ...trust]);
     t.equal(errorCode(n.stderr), 'NODES_NOT_READY', n.stderr);
     t.notOk(api.requests.some((q) => q.method === 'PATCH' && q.path.includes('clusterversions')), 'ClusterVersion untouched');

@@ -128,7 +128,7 @@ t.test('agent tarball: runs from a prefix with no node on PATH, installs, and lo
   t.equal((await sh(join(sysroot, 'opt/factory/bin/bundle'), ['--version'], env)).stdout.trim(), VERSION, 'the installed builder runs');
 
   // A full load, with the cluster reporter on (the lazily loaded Kubernetes client chunk).
-  const api = await startFakeApi();
+  const api = await startFakeApi(0, 'node-a');
   t.teardown(() => api.close());
   const keys = await keygen(dir);
   const root = join(dir, 'node');

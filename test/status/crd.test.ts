@@ -7,6 +7,7 @@ import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { evaluate } from '@marcbachmann/cel-js';
+import { admitPolicy } from '../helpers/kube-standin.js';
 import {
   API_VERSION,
   BUNDLE_MODES,
@@ -347,18 +348,11 @@ t.test('contract: RBAC lets nodes create, patch and read NodeBundleStatus, nothi
   t.ok(['CREATE', 'UPDATE'].every((op) => rule.operations.includes(op)), 'CREATE and UPDATE (what apply turns into)');
 });
 
-/** Evaluates the policy like the API server: matchConditions, variables, validations. */
+/** Evaluates the policy as the API server does (the RBAC stand-in's evaluator). */
 function admit(vap: Doc, request: Doc): { matched: boolean; allowed: boolean; message?: string } {
-  const ctx: Doc = { request };
-  if (!(vap.spec.matchConditions as Doc[]).every((m) => evaluate(m.expression, ctx) === true)) return { matched: false, allowed: true };
-  const variables: Doc = {};
-  for (const v of vap.spec.variables as Doc[]) variables[v.name] = evaluate(v.expression, { ...ctx, variables });
-  for (const v of vap.spec.validations as Doc[]) {
-    if (evaluate(v.expression, { ...ctx, variables }) !== true) {
-      return { matched: true, allowed: false, message: String(evaluate(v.messageExpression, { ...ctx, variables })) };
-    }
-  }
-  return { matched: true, allowed: true };
+  const matched = (vap.spec.matchConditions as Doc[]).every((m) => evaluate(m.expression, { request }) === true);
+  const denied = admitPolicy(vap.spec, request);
+  return { matched, allowed: !denied, ...(denied ? { message: denied.message } : {}) };
 }
 
 t.test('contract: the admission policy lets a node write only the object named after itself', async (t) => {

@@ -2,7 +2,7 @@
 // them, and a recording stand-in for the Kubernetes API server on 127.0.0.1.
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +10,7 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { emptyStatus, StatusTracker, type NodeStatus } from '@offline-bundle/status';
+import { startKubeStandIn, type KubeApiStandIn, type StandInRequest } from '../helpers/kube-standin.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const DEPLOY = path.join(ROOT, 'deploy');
@@ -140,7 +141,8 @@ export function loadSequence(opts: { node?: string; version?: string; mode?: 'st
 }
 
 // ---------------------------------------------------------------------------------------
-// A recording stand-in for the API server.
+// The API stand-in of the reporter tests: test/helpers/kube-standin.ts (TLS, authentication,
+// the shipped RBAC and admission policy) with answers scripted per request.
 
 export interface Recorded {
   method: string;
@@ -161,10 +163,12 @@ export type Answer =
 
 export interface FakeApi {
   port: number;
+  /** The stand-in itself (objects, RBAC, every request with its caller). */
+  server: KubeApiStandIn;
   requests: Recorded[];
-  /** Answers to give, in order, to requests whose path ends with /status (then: 200). */
+  /** Answers to give, in order, to authorized requests whose path ends with /status (then: the stand-in's own). */
   statusAnswers: Answer[];
-  /** Answers to give, in order, to requests on the main resource (then: 201/200). */
+  /** Answers to give, in order, to other authorized requests (then: the stand-in's own). */
   mainAnswers: Answer[];
   /**
    * When set, a status write no scripted answer covers is checked against this schema the way
@@ -178,58 +182,31 @@ export interface FakeApi {
   close(): Promise<void>;
 }
 
-export async function startFakeApi(port = 0): Promise<FakeApi> {
-  const requests: Recorded[] = [];
+/**
+ * The stand-in on `port` (default: any) where the bearer tokens writeKubeconfig writes
+ * ('node-token', 'rotated-token') are the node identity of `node` (system:node:<node>, group
+ * system:nodes), so its writes pass RBAC and the admission policy only for its own object.
+ */
+export async function startFakeApi(port = 0, node = 'worker-1'): Promise<FakeApi> {
+  const server = await startKubeStandIn({ port });
+  for (const token of ['node-token', 'rotated-token']) server.addToken(`system:node:${node}`, ['system:nodes'], token);
+  const recorded = (r: StandInRequest): Recorded => ({ method: r.method, url: r.url, path: r.path, headers: r.headers, body: r.body, at: r.at, ...(r.status ? { answered: r.status } : {}) });
   const api: FakeApi = {
-    port: 0,
-    requests,
+    port: server.port,
+    server,
+    get requests() { return server.requests.map(recorded); },
     statusAnswers: [],
     mainAnswers: [],
-    statusRequests: () => requests.filter((r) => r.path.endsWith('/status')),
-    accepted: () => requests.filter((r) => r.answered !== undefined && r.answered >= 200 && r.answered < 300),
-    close: async () => undefined,
+    get schema() { return server.statusSchema; },
+    set schema(v) { server.statusSchema = v; },
+    statusRequests: () => api.requests.filter((r) => r.path.endsWith('/status')),
+    accepted: () => api.requests.filter((r) => r.answered !== undefined && r.answered >= 200 && r.answered < 300),
+    close: () => server.close(),
   };
-  let generation = 0;
-  const hanging: ServerResponse[] = [];
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', async () => {
-      const url = new URL(req.url ?? '/', 'http://127.0.0.1');
-      const rec: Recorded = { method: req.method ?? '', url, path: url.pathname, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() };
-      requests.push(rec);
-      const isStatus = url.pathname.endsWith('/status');
-      const scripted = (isStatus ? api.statusAnswers : api.mainAnswers).shift();
-      const answer = typeof scripted === 'function' ? await scripted() : scripted;
-      if (answer === 'hang') {
-        hanging.push(res);
-        return;
-      }
-      const name = url.pathname.split('/')[6] ?? '';
-      const refusal = !answer && isStatus && api.schema ? invalidStatus(api.schema, rec.body) : undefined;
-      const status = refusal?.code ?? answer?.status ?? (isStatus ? 200 : generation === 0 ? 201 : 200);
-      let body = refusal ?? answer?.body;
-      if (!answer && !refusal) {
-        if (!isStatus) generation = Math.max(generation, 1);
-        body = { apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'NodeBundleStatus', metadata: { name, generation, resourceVersion: String(requests.length) } };
-      }
-      if (status >= 400 && body === undefined) body = { kind: 'Status', apiVersion: 'v1', status: 'Failure', message: `answer ${status}`, code: status };
-      rec.answered = status;
-      res.writeHead(status, { 'Content-Type': 'application/json', ...(answer?.headers ?? {}) });
-      res.end(JSON.stringify(body));
-    });
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => resolve());
-  });
-  api.port = (server.address() as AddressInfo).port;
-  api.close = () =>
-    new Promise<void>((resolve) => {
-      for (const r of hanging) r.destroy();
-      server.close(() => resolve());
-      server.closeAllConnections();
-    });
+  server.intercept = async (r) => {
+    const scripted = (r.path.endsWith('/status') ? api.statusAnswers : api.mainAnswers).shift();
+    return typeof scripted === 'function' ? await scripted() : scripted;
+  };
   return api;
 }
 
@@ -263,6 +240,7 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/** A token kubeconfig for the stand-in on `port` (its certificate not checked: see KubeApiStandIn for kubeconfigs with its CA). */
 export async function writeKubeconfig(file: string, port: number, token = 'node-token'): Promise<string> {
   await writeFile(
     file,
@@ -272,7 +250,7 @@ export async function writeKubeconfig(file: string, port: number, token = 'node-
       'clusters:',
       '  - name: test',
       '    cluster:',
-      `      server: http://127.0.0.1:${port}`,
+      `      server: https://127.0.0.1:${port}`,
       '      insecure-skip-tls-verify: true',
       'users:',
       '  - name: node',

@@ -9,6 +9,7 @@ import {
   ClusterReporter, CONDITION_STATUSES, CONDITION_TYPES, emptyStatus, HISTORY_STATES, parseFieldPath, PHASES, refusedFields, StatusTracker, toResource, withoutRefused,
   BUNDLE_MODES, type NodeStatus, type StatusLogger,
 } from '@offline-bundle/status';
+import { SHIPPED_RBAC } from '../helpers/kube-standin.js';
 import { invalidStatus, type Doc, compileSchema, crdSchema, freePort, tmpdir, loadCrd, loadSequence, sleep, startFakeApi, until, writeKubeconfig, type FakeApi } from './lib.js';
 
 const NODE = 'worker-1';
@@ -338,6 +339,30 @@ t.test('contract: 401 reloads the kubeconfig (rotated credentials)', async (t) =
   const st = api.statusRequests();
   t.equal(st[0]!.headers.authorization, 'Bearer node-token');
   t.equal(st.at(-1)!.headers.authorization, 'Bearer rotated-token', 'the new credentials are used');
+});
+
+t.test('contract: RBAC refuses the writes (rbac.yaml not applied): retried, the log names the rule; applied, the state arrives', async (t) => {
+  const { api, reporter, log } = await setup(t);
+  await api.server.loadRbac([]);
+  reporter.report(emptyStatus(NODE));
+  await until(() => reporter.stats.failures >= 2);
+  t.equal(api.requests[0]!.answered, 403, 'refused by the stand-in, as by the API server');
+  t.match(log.lines.join('\n'), 'nodebundlestatuses.bundles.offline-bundle.io "worker-1" is forbidden: User "system:node:worker-1" cannot patch resource "nodebundlestatuses" in API group "bundles.offline-bundle.io" at the cluster scope: apply deploy/rbac.yaml (ClusterRole offline-bundle:node-status-writer');
+  await api.server.loadRbac(SHIPPED_RBAC);
+  t.equal(await reporter.flush(60_000), true, 'delivered once the rule is there');
+});
+
+t.test('contract: the admission policy keeps a node to its own object', async (t) => {
+  const dir = await tmpdir(t);
+  const api = await startFakeApi(0, 'worker-2');
+  t.teardown(() => api.close());
+  const log = quietLog();
+  const reporter = new ClusterReporter({ node: NODE, kubeconfig: await writeKubeconfig(path.join(dir, 'kubeconfig'), api.port), initialBackoffMs: 40, maxBackoffMs: 250, log });
+  t.teardown(() => reporter.close(100));
+  reporter.report(emptyStatus(NODE));
+  await until(() => reporter.stats.failures >= 1);
+  t.match(log.lines.join('\n'), "ValidatingAdmissionPolicy 'offline-bundle-node-writes-own-status' with binding 'offline-bundle-node-writes-own-status' denied request: system:node:worker-2 may only write the NodeBundleStatus named after its own node, not worker-1");
+  t.equal(api.server.get('nodebundlestatuses', NODE), undefined, 'nothing written');
 });
 
 t.test('contract: no kubeconfig yet: retried until it appears', async (t) => {

@@ -23,7 +23,8 @@ export async function apiCall<T>(what: string, fn: () => Promise<T>, opts: { not
   }
 }
 
-function apiMessage(body: unknown): string {
+/** The API server's Status message of an error body, on one line ('' when there is none). */
+export function apiMessage(body: unknown): string {
   try {
     const b = typeof body === 'string' ? JSON.parse(body) : body;
     return typeof b?.message === 'string' ? b.message.replace(/\s*\n\s*/g, ' ') : '';

@@ -6,6 +6,8 @@
  */
 import type { AdminApis } from './kube.js';
 import { apiCall } from './cluster-api.js';
+import { completedRelease } from './cluster-version.js';
+import { holdsRelease } from './history.js';
 import { GROUP, PLURAL, VERSION } from './resource.js';
 
 export interface NodeRow {
@@ -25,6 +27,8 @@ export interface NodeRow {
   message?: string;
   /** Ready for the roll-up's digest. */
   ready: boolean;
+  /** The release the cluster runs, when this node joined after it completed and has not loaded it. */
+  missingRunning?: string;
 }
 
 export interface Rollup {
@@ -37,26 +41,42 @@ export interface Rollup {
   summary: string;
 }
 
-interface NodeLike { metadata?: { name?: string }; status?: { conditions?: { type?: string; status?: string }[] } }
+interface NodeLike { metadata?: { name?: string; creationTimestamp?: string | Date }; status?: { conditions?: { type?: string; status?: string }[] } }
 interface StatusLike {
   metadata?: { name?: string };
   status?: {
     phase?: string; message?: string; updatedAt?: string;
     bundle?: { version?: string; digest?: string };
     conditions?: { type?: string; status?: string; reason?: string; message?: string }[];
+    history?: { version?: string; state?: string }[];
   };
 }
 
+/** The release the cluster runs (ClusterVersion's newest completed entry) and when it completed. */
+export interface RunningRelease { version: string; completionTime?: string }
+
 const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => c.type === type);
 
+/**
+ * Whether a node lacks the running release's images. With no registry, a node created after
+ * that release completed (added or replaced later, from an older boot image) gets them only
+ * from a bundle of that release; nodes that existed then were installed or upgraded with it.
+ */
+function missesRunning(node: NodeLike, s: StatusLike | undefined, running: RunningRelease | undefined): boolean {
+  if (!running?.completionTime || holdsRelease(s?.status?.history, running.version)) return false;
+  const created = node.metadata?.creationTimestamp ? new Date(node.metadata.creationTimestamp).getTime() : NaN;
+  return created > Date.parse(running.completionTime);
+}
+
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects). */
-export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string): Rollup {
+export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
   const base = nodes.map((n) => {
     const node = n.metadata?.name ?? '';
     const s = byNode.get(node);
     const nodeReady = n.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
-    if (!s) return { node, nodeReady, phase: 'NotReported', ok: false } as NodeRow & { ok: boolean };
+    const missing = missesRunning(n, s, running) ? { missingRunning: running!.version } : {};
+    if (!s) return { node, nodeReady, phase: 'NotReported', ok: false, ...missing } as NodeRow & { ok: boolean };
     const failed = cond(s, 'Failed');
     const readyCond = cond(s, 'Ready');
     const why = failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
@@ -70,6 +90,7 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
       ...(why?.reason ? { reason: why.reason } : {}),
       ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
+      ...missing,
     } as NodeRow & { ok: boolean };
   });
   let digest = want;
@@ -86,15 +107,18 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     if (r.phase === 'Ready') return `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`;
     return `${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`;
   });
+  for (const r of rows) if (r.missingRunning) notes.push(`${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`);
   const summary = rows.length === 0
     ? 'no nodes match'
     : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
   return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
 }
 
-/** Reads Nodes (of `selector`) and every NodeBundleStatus, and rolls them up. */
+/** Reads Nodes (of `selector`), every NodeBundleStatus and (on OpenShift) the running release, and rolls them up. */
 export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string } = {}): Promise<Rollup> {
   const nodes = await apiCall('list nodes', () => apis.core.listNode(opts.selector ? { labelSelector: opts.selector } : {}));
   const statuses = await apiCall(`list ${PLURAL}.${GROUP}`, () => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL }), { notFound: () => ({ items: [] }) }) as { items?: StatusLike[] };
-  return rollup(nodes.items as NodeLike[], statuses.items ?? [], opts.digest);
+  const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
+  const running = completedRelease(cv);
+  return rollup(nodes.items as NodeLike[], statuses.items ?? [], opts.digest, running);
 }

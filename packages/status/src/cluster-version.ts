@@ -1,7 +1,8 @@
+import { apiMessage } from './cluster-api.js';
 import { customObjectsApi, isApiException, requestOptions } from './kube.js';
 
 interface ClusterVersion {
-  status?: { history?: { state?: string; version?: string; image?: string }[]; desired?: { version?: string } };
+  status?: { history?: { state?: string; version?: string; image?: string; completionTime?: string }[]; desired?: { version?: string } };
 }
 
 /** The release an OpenShift cluster runs: its version and release image (pull spec by digest). */
@@ -33,6 +34,48 @@ export async function readClusterRelease(kubeconfig: string, opts: { context?: s
     if (isApiException(err) && err.code === 404) return undefined;
     throw err;
   }
-  const done = cv.status?.history?.find((h) => h.state === 'Completed' && h.version);
-  return done ? { version: done.version!, ...(done.image ? { image: done.image } : {}) } : undefined;
+  const done = completedRelease(cv);
+  return done ? { version: done.version, ...(done.image ? { image: done.image } : {}) } : undefined;
+}
+
+/** The newest completed entry of a ClusterVersion's history (newest first), with when it completed. */
+export function completedRelease(cv: unknown): (ClusterRelease & { completionTime?: string }) | undefined {
+  const done = (cv as ClusterVersion | undefined)?.status?.history?.find((h) => h.state === 'Completed' && typeof h.version === 'string' && h.version);
+  if (!done) return undefined;
+  return { version: done.version!, ...(typeof done.image === 'string' ? { image: done.image } : {}), ...(typeof done.completionTime === 'string' ? { completionTime: done.completionTime } : {}) };
+}
+
+/** The ClusterRole in deploy/rbac.yaml that lets nodes read ClusterVersion "version". */
+export const RUNNING_VERSION_ROLE = 'offline-bundle:running-version-reader';
+
+/**
+ * Why reading ClusterVersion failed, for the node's status: `forbidden` (401/403: the node's
+ * identity lacks the rule, or its credentials are refused) or `unreachable` (no answer, a
+ * timeout, a 5xx or 429: it may come back). `user` is the identity the API server named.
+ */
+export interface ClusterReadFailure {
+  kind: 'forbidden' | 'unreachable';
+  status?: number;
+  user?: string;
+  /** One line: the API server's message, or the connection error. */
+  detail: string;
+}
+
+export function clusterReadFailure(err: unknown): ClusterReadFailure {
+  if (isApiException(err)) {
+    const detail = apiMessage(err.body).slice(0, 500) || `HTTP ${err.code}`;
+    if (err.code === 401 || err.code === 403) {
+      const user = /User "([^"]{1,253})"/.exec(detail)?.[1];
+      return { kind: 'forbidden', status: err.code, ...(user ? { user } : {}), detail };
+    }
+    return { kind: 'unreachable', status: err.code, detail };
+  }
+  return { kind: 'unreachable', detail: String((err as Error)?.message ?? err).split('\n')[0]!.slice(0, 500) };
+}
+
+/** What the node's status says about a refused read: who was refused what, and the rule that grants it. */
+export function forbiddenMessage(f: ClusterReadFailure): string {
+  const who = f.user ? `the node identity ${f.user}` : 'the identity in status.kubeconfig';
+  if (f.status === 401) return `the API server does not accept the credentials of status.kubeconfig (401): check that the file is the kubelet's current kubeconfig and readable by the agent`;
+  return `${who} may not get clusterversions.config.openshift.io "version": apply deploy/rbac.yaml (ClusterRole ${RUNNING_VERSION_ROLE}, bound to group system:nodes)`;
 }

@@ -119,6 +119,22 @@ export function markComplete(history: readonly HistoryEntry[], version: string, 
   return prune(put(h, version, 'complete', iso(now)));
 }
 
+/**
+ * The release the cluster already runs was loaded onto this node (a node that joined after the
+ * upgrade, or a replaced one): complete, with the bundle's digest, as after an upgrade.
+ */
+export function markRunningLoaded(history: readonly HistoryEntry[], version: string, opts: { digest?: string; now?: Date } = {}): HistoryEntry[] {
+  const h = markComplete(history, version, opts.now);
+  const e = h.find((x) => x.version === version)!;
+  if (opts.digest) e.digest = opts.digest;
+  return h;
+}
+
+/** Whether this node holds `version`'s images: loaded by a bundle (and possibly complete), not only seen running. */
+export function holdsRelease(history: readonly { version?: string; state?: string }[] | undefined, version: string): boolean {
+  return (history ?? []).some((e) => e.version === version && (e.state === 'loaded' || e.state === 'complete'));
+}
+
 /** The release(s) the cluster runs now: the outgoing ones while another is installing or loaded. */
 export function runningReleases(history: readonly HistoryEntry[]): HistoryEntry[] {
   return history.filter((e) => IN_USE.has(e.state)).map((e) => ({ ...e }));

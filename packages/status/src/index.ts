@@ -3,10 +3,10 @@ export { writeStatusFile, readStatusFile, StatusFileWriter } from './file.js';
 export { processIdentity, pidExists, otherProcess, writerLiveness } from './liveness.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
-export { FAILURE_SENTENCES, failureSentence } from './reasons.js';
+export { FAILURE_SENTENCES, WAITING_SENTENCES, failureSentence } from './reasons.js';
 export { fitToWidth, formatBytes, plural, timeLeft } from './units.js';
-export { readClusterVersion, readClusterRelease } from './cluster-version.js';
-export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, runningReleases, versionsInUse } from './history.js';
+export { readClusterVersion, readClusterRelease, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
+export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
 export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';
@@ -38,7 +38,7 @@ export type {
   NodeStatus,
 } from './model.js';
 export type { ReleaseRef } from './history.js';
-export type { ClusterRelease } from './cluster-version.js';
+export type { ClusterRelease, ClusterReadFailure } from './cluster-version.js';
 export type { Reduced } from './refused.js';
 export type { NodeBundleStatusResource, ResourceStatus, ResourceProgress } from './resource.js';
 export type { ClusterReporterOptions, ReporterStats, StatusLogger } from './reporter.js';

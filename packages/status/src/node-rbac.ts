@@ -3,7 +3,7 @@
  * OpenShift 4.17), where deploy/rbac.yaml's policy cannot keep a node to its own object: every
  * node's NodeBundleStatus is created beforehand (empty), and each node's identity gets a
  * ClusterRole limited by resourceNames to its own object, with get and patch only (on the object
- * and its status). No create is granted, so no node can make or touch another node's object.
+ * and its status), and get on ClusterVersion "version" (the running version). No create is granted, so no node can make or touch another node's object.
  * Apply it instead of deploy/rbac.yaml's writer ClusterRoleBinding; a node added later needs
  * its own objects (run the generator again).
  */
@@ -25,6 +25,8 @@ export function nodeRbacObjects(nodes: readonly string[], identity: NodeIdentity
       rules: [
         { apiGroups: [GROUP], resources: [PLURAL], resourceNames: [node], verbs: ['get', 'patch'] },
         { apiGroups: [GROUP], resources: [`${PLURAL}/status`], resourceNames: [node], verbs: ['get', 'patch'] },
+        // the running version (version.fromCluster), as rbac.yaml's offline-bundle:running-version-reader
+        { apiGroups: ['config.openshift.io'], resources: ['clusterversions'], resourceNames: ['version'], verbs: ['get'] },
       ],
     });
     out.push({

@@ -14,6 +14,8 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   Downgrade: 'This update is older than what the node runs and was refused. Ask for a newer update.',
   NotAnUpgradeSource: 'This update cannot be installed directly over what the node runs. Ask the administrator which update must come first.',
   UnknownRunningVersion: 'The node could not find out which version it runs, so it did not load the update. Ask the administrator to check the node.',
+  ClusterForbidden: 'The node may not ask the cluster which version it runs, so the update was not loaded. Ask the administrator to allow it, then plug the USB stick in again.',
+  ClusterUnreachable: 'The node could not reach the cluster to learn which version it runs, so the update was not loaded. Plug the USB stick in again once the cluster is up.',
   InsufficientSpace: 'There is not enough free disk space on this node for the update. Ask the administrator to free space, then plug the USB stick in again.',
   StagingFailed: 'Copying the update to this node\'s disk failed. Plug the USB stick in again; if it fails again, ask the administrator.',
   RegistryFailed: 'The node could not start serving the update to itself. Plug the USB stick in again; if it fails again, ask the administrator.',
@@ -35,6 +37,15 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   RestoreFailed: 'Parts of the update went missing on this node and could not be put back. Plug the USB stick in again.',
   NotRecorded: 'That update is not known on this node. Check the version number and try again.',
   InUse: 'That update is the one the node runs now, so it stays on the node.',
+};
+
+/**
+ * A load that waits for the cluster before it can check the update (the Ready condition's
+ * reason while the phase is Verifying) → the technician's sentence; the agent keeps trying.
+ */
+export const WAITING_SENTENCES: Readonly<Record<string, string>> = {
+  WaitingForCluster: 'Waiting for the cluster to say which version it runs before loading the update; the node keeps trying. Leave the USB stick in.',
+  ClusterForbidden: 'Waiting: the node may not ask the cluster which version it runs. Ask the administrator to allow it; the node keeps trying. Leave the USB stick in.',
 };
 
 /** The sentence for a reason, or undefined for a reason this list does not know (a newer agent's). */

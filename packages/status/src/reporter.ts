@@ -121,7 +121,9 @@ function classify(err: unknown, main: boolean): Failure {
     }
     const detail = typeof body === 'object' && typeof body?.message === 'string' ? `: ${body.message.slice(0, 500)}` : typeof body === 'string' && body ? `: ${body.slice(0, 200)}` : '';
     const message = `HTTP ${code}${detail}`;
-    if (code === 401 || code === 403) return { retry: true, message, status: code, reload: true };
+    // a refusal by RBAC or the admission policy: name the rule that grants the write
+    if (code === 403) return { retry: true, message: `${message}: apply deploy/rbac.yaml (ClusterRole offline-bundle:node-status-writer, bound to group system:nodes, and its admission policy), or before Kubernetes 1.30 / OpenShift 4.17 the output of bundle cluster rbac`, status: code, reload: true };
+    if (code === 401) return { retry: true, message, status: code, reload: true };
     if (code === 404 && main) return { retry: true, message: `${message} (is deploy/crd.yaml installed?)`, status: code, reload: false };
     if (code === 408 || code === 409 || code === 429 || code >= 500) return { retry: true, message, status: code, ...(retryAfterMs ? { retryAfterMs } : {}), reload: false };
     return { retry: false, message, status: code, reload: false, ...(code === 422 ? { fields: refusedFields(body) } : {}) };

@@ -1,6 +1,6 @@
 import { escapeControls } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
-import { failureSentence } from './reasons.js';
+import { failureSentence, WAITING_SENTENCES } from './reasons.js';
 import { formatBytes, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
@@ -32,9 +32,12 @@ function sentence(s: NodeStatus, _now: Date): string {
   switch (s.phase) {
     case 'Idle':
       return 'Waiting for a USB stick with an update bundle.';
-    case 'Verifying':
+    case 'Verifying': {
+      const waiting = s.conditions.find((c) => c.type === 'Ready' && c.status === 'False' && Object.hasOwn(WAITING_SENTENCES, c.reason));
+      if (waiting) return WAITING_SENTENCES[waiting.reason]!;
       if (p.bytesTotal === 0) return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''}.${keep}`;
       return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} (${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`;
+    }
     case 'Staging':
       return `Copying ${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
     case 'Serving':
