@@ -5,7 +5,7 @@
  * digest (the whole file's sha256, as the agent verified it).
  */
 import type { AdminApis } from './kube.js';
-import { apiCall } from './cluster-api.js';
+import { listAll } from './cluster-api.js';
 import { GROUP, PLURAL, VERSION } from './resource.js';
 
 export interface NodeRow {
@@ -92,9 +92,30 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
   return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
 }
 
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
+const conditions = (status: Record<string, unknown>) => (Array.isArray(status.conditions) ? status.conditions : []).map((c) => {
+  const o = obj(c);
+  return { type: str(o.type), status: str(o.status), reason: str(o.reason), message: str(o.message) };
+});
+
+/** What rollup reads of a Node, and nothing else (the rest of a page is dropped at once). */
+function pickNode(n: Record<string, unknown>): NodeLike {
+  return { metadata: { name: str(obj(n.metadata).name) ?? '' }, status: { conditions: conditions(obj(n.status)).filter((c) => c.type === 'Ready') } };
+}
+
+function pickStatus(s: Record<string, unknown>): StatusLike {
+  const st = obj(s.status);
+  const b = obj(st.bundle);
+  return {
+    metadata: { name: str(obj(s.metadata).name) ?? '' },
+    status: { phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), bundle: { version: str(b.version), digest: str(b.digest) }, conditions: conditions(st) },
+  } as StatusLike;
+}
+
 /** Reads Nodes (of `selector`) and every NodeBundleStatus, and rolls them up. */
 export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string } = {}): Promise<Rollup> {
-  const nodes = await apiCall('list nodes', () => apis.core.listNode(opts.selector ? { labelSelector: opts.selector } : {}));
-  const statuses = await apiCall(`list ${PLURAL}.${GROUP}`, () => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL }), { notFound: () => ({ items: [] }) }) as { items?: StatusLike[] };
-  return rollup(nodes.items as NodeLike[], statuses.items ?? [], opts.digest);
+  const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
+  const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
+  return rollup(nodes, statuses, opts.digest);
 }
