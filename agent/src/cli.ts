@@ -1,7 +1,7 @@
-import { readFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
-import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
+import { checkSignature, loadTrust, parseManifestBytes, readLayoutDescription, verifyBundle } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry } from '@offline-bundle/registry';
 import { notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
@@ -101,12 +101,11 @@ Examples:
       let config: AgentConfig | undefined;
       if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
       const trust = await loadTrust(o.key ?? config?.trust.keys ?? [], o.digest ?? config?.trust.digest);
-      const isDir = await readFile(join(path, 'bundle.json')).then(() => true, () => false);
+      const isDir = await stat(path).then((s) => s.isDirectory(), () => false);
       let manifest;
       let store;
       if (isDir) {
-        const bytes = await readFile(join(path, 'bundle.json'));
-        const sig = await readFile(join(path, 'bundle.json.sig'));
+        const { manifestBytes: bytes, signature: sig } = await readLayoutDescription(path);
         manifest = parseManifestBytes(bytes);
         if (!trust.keys) throw new AgentError('NoTrust', 'serving a layout needs --key (its bundle.json signature is checked)');
         checkSignature(bytes, sig, manifest.signer.fingerprint, trust);

@@ -1,7 +1,7 @@
-import { readFile, readdir, rm, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import { markFailed, markLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases, type ClusterRelease, type HistoryEntry, type StatusTracker } from '@offline-bundle/status';
@@ -139,7 +139,7 @@ function rateTracker(tracker: StatusTracker) {
 /** A staged layout is reused after a restart only if it holds exactly this bundle's signed description. */
 async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
   try {
-    return (await readFile(join(dir, 'bundle.json'))).equals(manifestBytes);
+    return (await readLayoutDescription(dir)).manifestBytes.equals(manifestBytes);
   } catch {
     return false;
   }

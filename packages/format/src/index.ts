@@ -11,7 +11,7 @@ export { writeBundle, writeFailure, estimateImageStoreBytes, estimateBundleBytes
 export { rawFrame } from './raw-frame.js';
 export { verifyBundle, readHeader, readSeekIndex, endsWithSeekTable } from './reader.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
-export { extractBundle } from './extract.js';
+export { extractBundle, readLayoutDescription } from './extract.js';
 export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
