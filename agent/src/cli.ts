@@ -186,6 +186,7 @@ never forgotten. A forgotten release is loaded again when its stick is plugged i
         if (o.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
         else if (r.forgotten.length === 0) process.stdout.write(escapeControls(`nothing older than the running ${r.running} to forget`) + '\n');
         else for (const f of r.forgotten) process.stdout.write(escapeControls(forgottenLine(f)) + '\n');
+        if (!o.json) for (const why of r.ignored) process.stdout.write(escapeControls(why) + '\n');
       } finally {
         await runtime.close();
       }
