@@ -81,8 +81,9 @@ const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): string {
   const marker = sq(pendingMarker(config.paths.stateDir));
   const file = dropInFile(config);
+  // a new temporary file of a unique name (mktemp), never a fixed one a symlink may stand at
   const restore = rec.from.dropIn && rec.from.image
-    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && sync ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
+    ? `tmp=$(mktemp ${sq(join(config.selfUpgrade.dropInDir, `.${DROP_IN_NAME}.XXXXXX`))}) && printf '%s' ${sq(renderImageDropIn(rec.from.image))} > "$tmp" && sync "$tmp" && mv -f "$tmp" ${sq(file)}`
     : `rm -f ${sq(file)}`;
   return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }

@@ -3,10 +3,11 @@
 // the unit's own image, a canonical reference) before a rollback writes one into image.conf.
 import t from 'tap';
 import { Writable } from 'node:stream';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { chmod, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  createLogger, parseConfig, pendingMarker, readAgentSwitch, renderImageDropIn, settleAgentSwitch, isAgentImageByDigest, isCanonicalReference,
+  createLogger, parseConfig, pendingMarker, readAgentSwitch, rollbackScript, renderImageDropIn, settleAgentSwitch, isAgentImageByDigest, isCanonicalReference,
   type AgentConfig, type AgentSwitchRecord, type RuntimeTarget,
 } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
@@ -84,4 +85,22 @@ t.test('isCanonicalReference: the pins\' grammar', async (t) => {
   t.ok(isCanonicalReference('quay.io/a/b:1.0'));
   t.ok(isCanonicalReference(ref('a')));
   for (const bad of ['quay.io/a/b:1.0\n', 'a b', '', 'UPPER/x:1', `x@sha256:${'a'.repeat(63)}`]) t.notOk(isCanonicalReference(bad), JSON.stringify(bad));
+});
+
+t.test('the host-side rollback script never writes through a symlink at its old fixed temporary name', async (t) => {
+  const n = await node(t);
+  const rec = overdue({ version: '0.5.0', image: ref('a'), dropIn: true }) as unknown as AgentSwitchRecord;
+  await writeFile(n.dropIn, renderImageDropIn(ref('b')));
+  await writeFile(pendingMarker(n.config.paths.stateDir), `${dg('b')}\n600\n${ref('a')}\n`);
+  const victim = join(n.config.paths.stateDir, '..', 'victim');
+  await writeFile(victim, 'precious');
+  await symlink(victim, `${n.dropIn}.rollback`);
+  const bin = join(n.config.paths.stateDir, '..', 'bin');
+  await mkdir(bin, { recursive: true });
+  await writeFile(join(bin, 'systemctl'), '#!/bin/sh\nexit 0\n');
+  await chmod(join(bin, 'systemctl'), 0o755);
+  const r = spawnSync('/bin/sh', ['-c', rollbackScript(n.config, rec)], { env: { PATH: `${bin}:/usr/bin:/bin` }, encoding: 'utf8' });
+  t.equal(r.status, 0, r.stderr);
+  t.equal(await readFile(n.dropIn, 'utf8'), renderImageDropIn(ref('a')), 'the previous drop-in is back');
+  t.equal(await readFile(victim, 'utf8'), 'precious', 'the symlink\'s target untouched');
 });
