@@ -33,6 +33,8 @@ export async function readClusterRelease(kubeconfig: string, opts: { context?: s
     if (isApiException(err) && err.code === 404) return undefined;
     throw err;
   }
-  const done = cv.status?.history?.find((h) => h.state === 'Completed' && h.version);
-  return done ? { version: done.version!, ...(done.image ? { image: done.image } : {}) } : undefined;
+  // an answer of another shape (a proxy's, a hostile server's) says nothing about the version
+  const history = Array.isArray(cv?.status?.history) ? cv.status.history : [];
+  const done = history.find((h) => typeof h?.version === 'string' && h.state === 'Completed' && h.version);
+  return done ? { version: done.version!, ...(typeof done.image === 'string' ? { image: done.image } : {}) } : undefined;
 }
