@@ -83,6 +83,16 @@ t.test('sources: oci: with a FIFO index.json, dir: with /dev/zero as its version
   t.equal(errorCode(a.stderr), 'NOT_A_REGULAR_FILE', a.stderr);
 });
 
+t.test('bundle cluster prepare/upgrade with a FIFO or /dev/zero as the bundle: refused before the cluster is asked', async (t) => {
+  for (const cmd of ['prepare', 'upgrade']) {
+    for (const file of [fifo, '/dev/zero']) {
+      const r = await bundle(['cluster', cmd, file, '--key', keys.pub, '--kubeconfig', path.join(work, 'none')]);
+      t.equal(r.code, 1);
+      t.match(r.stderr, /not a regular file/, `${cmd} ${file}: ${r.stderr.trim()}`);
+    }
+  }
+});
+
 t.test('bundle cluster --kubeconfig FIFO or /dev/zero: KUBECONFIG, at once', async (t) => {
   for (const file of [fifo, '/dev/zero']) {
     const r = await bundle(['cluster', 'status', '--kubeconfig', file]);
