@@ -56,6 +56,20 @@ t.test('an item nested 1,000,000 arrays deep: read without overflowing the stack
   t.equal(r.stderr.trimEnd().split('\n').length, 1);
 });
 
+t.test('lists are read in pages of 500 (continue tokens followed), and a list that never ends is cut', async (t) => {
+  h.attack = 'paged';
+  h.pages = 0;
+  const r = await bundle(['cluster', 'status', '--json', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
+  const j = JSON.parse(r.stdout.split('\n{"error"')[0]!);
+  t.equal(j.nodes.length, 1200, 'every node of every page');
+  t.equal(h.pages, 6, 'Nodes in 3 pages of 500, 500, 200; the statuses the same');
+  h.attack = 'endless-pages';
+  const e = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
+  t.equal(errorCode(e.stderr), 'API_TOO_LARGE', e.stderr);
+  t.match(e.stderr, /goes on past 800 pages/);
+  t.equal(e.stderr.trimEnd().split('\n').length, 1);
+});
+
 t.test('a redirect to the same server is followed (same scheme, host and port)', async (t) => {
   h.attack = 'self-redirect';
   const r = await bundle(['cluster', 'status', '--json', '--kubeconfig', kubeconfig, '--request-timeout', '2']);

@@ -14,7 +14,9 @@ export type Attack =
   | 'self-redirect' // 302 to the same path with ?r=1 on this server, then a correct empty answer
   | 'html-json'   // a correct JSON body served as text/html
   | 'html-page'   // an HTML login page, 200 OK
-  | 'deep';       // a JSON list whose item nests 1,000,000 arrays deep
+  | 'deep'        // a JSON list whose item nests 1,000,000 arrays deep
+  | 'paged'       // a correct list of 1,200 Ready nodes, in pages of ?limit= with continue tokens
+  | 'endless-pages'; // one node per page, and always another continue token
 
 const NODE = JSON.stringify({ metadata: { name: 'node-x'.padEnd(200, 'x') }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
 const EMPTY_LIST = JSON.stringify({ apiVersion: 'v1', kind: 'List', metadata: {}, items: [] });
@@ -27,6 +29,8 @@ export class HostileApi {
   elsewherePort = 0;
   /** Requests the other server received: must stay 0. */
   elsewhereHits = 0;
+  /** List pages served ('paged', 'endless-pages'). */
+  pages = 0;
   private server?: Server;
   private readonly sockets = new Set<Socket>();
   private readonly timers = new Set<NodeJS.Timeout>();
@@ -91,6 +95,19 @@ export class HostileApi {
         res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' });
         res.end('<!DOCTYPE html><html><head><title>Log in</title></head><body><form>password</form></body></html>');
         return;
+      case 'paged':
+      case 'endless-pages': {
+        const q = new URL(url, 'http://x').searchParams;
+        const from = Number(q.get('continue') ?? 0);
+        const limit = this.attack === 'paged' ? Number(q.get('limit') ?? 1200) : 1;
+        const total = this.attack === 'paged' ? 1200 : Infinity;
+        const to = Math.min(total, from + limit);
+        const items = Array.from({ length: to - from }, (_, k) => ({ metadata: { name: `node-${from + k}` }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }));
+        this.pages++;
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ kind: 'List', metadata: to < total ? { continue: String(to) } : {}, items }));
+        return;
+      }
       case 'deep':
         res.writeHead(200, { 'Content-Type': 'application/json' });
         res.end('{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"},"spec":{"taints":' + '['.repeat(1_000_000) + ']'.repeat(1_000_000) + '}}]}');

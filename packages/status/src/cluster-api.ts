@@ -38,6 +38,8 @@ function apiMessage(body: unknown): string {
 export const LIST_PAGE_ITEMS = 500;
 /** Items kept from one list, over all its pages (Kubernetes' own limits: 5,000 nodes, 150,000 pods). */
 export const MAX_LIST_ITEMS = 200_000;
+/** Pages of one list: a server may answer fewer items than asked, never endlessly few. */
+const MAX_LIST_PAGES = 2 * Math.ceil(MAX_LIST_ITEMS / LIST_PAGE_ITEMS);
 
 type Page = { items?: unknown; metadata?: { _continue?: unknown; continue?: unknown } };
 
@@ -55,7 +57,9 @@ export async function listAll<T>(
 ): Promise<T[]> {
   const out: T[] = [];
   let cont: string | undefined;
+  let pages = 0;
   do {
+    if (++pages > MAX_LIST_PAGES) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} goes on past ${MAX_LIST_PAGES} pages: check --kubeconfig's server`);
     const q = { limit: LIST_PAGE_ITEMS, ...(cont ? { _continue: cont } : {}) };
     const p = await apiCall<Page | undefined>(what, () => page(q) as Promise<Page>, opts.notFound ? { notFound: () => undefined } : {});
     if (p === undefined) return opts.notFound!();
