@@ -45,7 +45,8 @@ export class DirSource implements ImageSource {
     try {
       bytes = (await readSmallFile(path, MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
-      if (cause instanceof OciError) throw new OciError(cause.code === 'FILE_TOO_LARGE' ? 'INVALID_MANIFEST' : cause.code, `${this.description}: ${cause.message}`, { cause });
+      if (cause instanceof OciError && cause.code === 'FILE_TOO_LARGE') throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`, { cause });
+      if (cause instanceof OciError) throw new OciError(cause.code, `${this.description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${this.description}: ${file} is missing from ${this.dir}`, { cause });
     }
     const digest = sha256(bytes);
