@@ -3,7 +3,28 @@
 import { rm } from 'node:fs/promises';
 import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
+import { AGENT_REPOSITORY, isAgentVersion } from '@offline-bundle/format';
+
+const BY_DIGEST = new RegExp(`^${AGENT_REPOSITORY.replace(/[.]/g, '\\.')}@sha256:[0-9a-f]{64}$`);
+/** Our own repository by digest: the only image a drop-in of ours, or the guard's rollback, may name. */
+export const isAgentImageByDigest = (v: unknown): v is string => typeof v === 'string' && BY_DIGEST.test(v);
+
+/**
+ * An image reference the runtime's pins may hold: printable, no spaces, and already in the
+ * form parseReference/formatReference give it (so nothing is dropped or added on the way).
+ */
+export function isCanonicalReference(v: unknown): v is string {
+  if (typeof v !== 'string' || v.length > 1024 || !/^[\x21-\x7e]+$/.test(v)) return false;
+  try {
+    return formatReference(parseReference(v)) === v;
+  } catch {
+    return false;
+  }
+}
+
+/** The running agent's own version as recorded (its package version): the bundle.json agent rule's characters. */
+const RUNNING_VERSION = /^[0-9A-Za-z.+-]{1,64}$/;
 
 export interface AgentSwitchRecord {
   /** pending: the drop-in is written and the restart asked for; done: the new agent reported; rolledBack / failed: the old one runs. */
@@ -45,11 +66,15 @@ const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object
 function recordDamage(r: unknown): string | undefined {
   if (!isObj(r)) return 'not an object';
   if (!STATES.includes(r.state as string)) return 'state is not one of pending, done, rolledBack, failed';
-  if (!isObj(r.from) || !isStr(r.from.version)) return 'from.version is not a string';
-  if (r.from.image !== undefined && !isStr(r.from.image)) return 'from.image is not a string';
+  if (!isObj(r.from) || typeof r.from.version !== 'string' || !RUNNING_VERSION.test(r.from.version)) return 'from.version is not a version';
   if (r.from.dropIn !== undefined && typeof r.from.dropIn !== 'boolean') return 'from.dropIn is not a boolean';
-  if (!isObj(r.to) || !isStr(r.to.version) || !isStr(r.to.image)) return 'to.version or to.image is not a string';
+  // from.image goes back into the drop-in (a unit file) and into the pins: never taken as it is
+  if (r.from.image !== undefined && !(r.from.dropIn ? isAgentImageByDigest(r.from.image) : isCanonicalReference(r.from.image))) {
+    return r.from.dropIn ? `from.image is not ${AGENT_REPOSITORY}@sha256:<64 hex>` : 'from.image is not an image reference';
+  }
+  if (!isObj(r.to) || !isAgentVersion(r.to.version)) return 'to.version is not an agent version';
   if (typeof r.to.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(r.to.digest)) return 'to.digest is not a sha256 digest';
+  if (r.to.image !== `${AGENT_REPOSITORY}@${r.to.digest}`) return `to.image is not ${AGENT_REPOSITORY}@<to.digest>`;
   if (!isStr(r.at) || Number.isNaN(Date.parse(r.at))) return 'at is not a date';
   if (r.message !== undefined && typeof r.message !== 'string') return 'message is not a string';
   if (r.written !== undefined && typeof r.written !== 'boolean') return 'written is not a boolean';

@@ -1,7 +1,7 @@
-import { readFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { checkSignature, loadTrust, parseManifestBytes, verifyBundle } from '@offline-bundle/format';
+import { checkSignature, loadTrust, parseManifestBytes, readLayoutDescription, verifyBundle } from '@offline-bundle/format';
 import { addCompletionCommand, assertRegularFile, escapeControls, isDigest, runCli } from '@offline-bundle/oci';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
 import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
@@ -127,12 +127,11 @@ and only the second form serves them. The names are printed at start.`)
       let config: AgentConfig | undefined;
       if (o.config || (!o.key && !o.digest)) config = await loadConfig(o.config ?? DEFAULT_CONFIG_PATH);
       const trust = await loadTrust(o.key ?? config?.trust.keys ?? [], o.digest ?? config?.trust.digest);
-      const isDir = await readFile(join(path, 'bundle.json')).then(() => true, () => false);
+      const isDir = await stat(path).then((s) => s.isDirectory(), () => false);
       let manifest;
       let store;
       if (isDir) {
-        const bytes = await readFile(join(path, 'bundle.json'));
-        const sig = await readFile(join(path, 'bundle.json.sig'));
+        const { manifestBytes: bytes, signature: sig } = await readLayoutDescription(path);
         manifest = parseManifestBytes(bytes);
         if (!trust.keys) throw new AgentError('NoTrust', 'serving a layout needs --key (its bundle.json signature is checked)');
         checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
@@ -230,6 +229,7 @@ loaded by hand with "bundle-agent load FILE".`);
         if (o.json) process.stdout.write(JSON.stringify(r, null, 2) + '\n');
         else if (r.forgotten.length === 0) process.stdout.write(escapeControls(`nothing older than the running ${r.running} to forget`) + '\n');
         else for (const f of r.forgotten) process.stdout.write(escapeControls(forgottenLine(f)) + '\n');
+        if (!o.json) for (const why of r.ignored) process.stdout.write(escapeControls(why) + '\n');
       } finally {
         await runtime.close();
       }

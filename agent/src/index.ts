@@ -14,7 +14,7 @@ export { checkMirrorUsed, checkPins, imagesPresent } from './runtime-checks.js';
 export { adoptRunningRelease, rememberClusterRelease, rememberedClusterRelease, CLUSTER_RELEASE_FILE } from './running-release.js';
 export { createLogger } from './log.js';
 export { dropOutdatedDropIn, settleAgentSwitch, switchAgentIfNewer, renderImageDropIn, rollbackScript, DROP_IN_NAME } from './self-upgrade.js';
-export { readAgentSwitch, pendingMarker, agentSwitchPins, refsToKeepPinned } from './agent-switch-state.js';
+export { readAgentSwitch, pendingMarker, agentSwitchPins, refsToKeepPinned, isAgentImageByDigest, isCanonicalReference } from './agent-switch-state.js';
 export { forgetRelease, pruneReleases, unforgetRelease } from './releases.js';
 export type { AgentSwitchRecord } from './agent-switch-state.js';
 export type { AgentConfig, RuntimeKind } from './config.js';

@@ -1,8 +1,8 @@
-import { readFile, readdir, rm, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, readHeader, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -203,7 +203,7 @@ function rateTracker(tracker: StatusTracker) {
 /** A staged layout is reused after a restart only if it holds exactly this bundle's signed description. */
 async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
   try {
-    return (await readFile(join(dir, 'bundle.json'))).equals(manifestBytes);
+    return (await readLayoutDescription(dir)).manifestBytes.equals(manifestBytes);
   } catch {
     return false;
   }

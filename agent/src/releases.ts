@@ -177,17 +177,18 @@ export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget,
  * upgrade is under way): they can no longer be needed. Nothing happens while the running
  * release is unknown.
  */
-export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget): Promise<{ running?: string; forgotten: Forgotten[] }> {
+export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget): Promise<{ running?: string; forgotten: Forgotten[]; ignored: string[] }> {
   return withLoadLock(config.paths.stateDir, async () => {
     const running = runningVersions(config, await historyOf(config))[0];
     if (!running) {
       throw new AgentError('UnknownRunningVersion', 'the release this node runs is not known (no version.current, and no release seen running or complete yet), so nothing can be called older: use bundle-agent releases forget VERSION');
     }
-    const records = await readReleases(config.paths.stateDir);
+    const ignored: string[] = [];
+    const records = await readReleases(config.paths.stateDir, (why) => ignored.push(why));
     const old = records.filter((r) => compareVersions(r.version, running) < 0);
     const forgotten: Forgotten[] = [];
     for (const rec of old) forgotten.push(await forgetOne(config, runtime, rec, records.filter((r) => !old.includes(r))));
-    return { running, forgotten };
+    return { running, forgotten, ignored };
   });
 }
 

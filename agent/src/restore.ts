@@ -1,9 +1,7 @@
 // Images can vanish from the runtime after they were loaded: CRI-O wipes its storage after an
 // unclean shutdown (crio-wipe.service on OpenShift), and a pruned store loses unpinned ones. A
 // layout kept on disk (staging.keep) brings them back with no stick.
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { BUNDLE_JSON, SIGNATURE, checkSignature, loadTrust, parseManifestBytes } from '@offline-bundle/format';
+import { checkSignature, loadTrust, parseManifestBytes, readLayoutDescription } from '@offline-bundle/format';
 import { LayoutStore, catalogOf } from '@offline-bundle/registry';
 import { plural, versionsInUse } from '@offline-bundle/status';
 import { oneLine } from './errors.js';
@@ -31,11 +29,11 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
     if (missing.length === 0) continue;
     log.warn('restore', `images of ${rec.version} are gone from the runtime (${missing.length} of their ${rec.refs.length} names); loading them again from the kept layout ${rec.layout}`, { version: rec.version });
     try {
-      const bytes = await readFile(join(rec.layout, BUNDLE_JSON));
+      const { manifestBytes: bytes, signature } = await readLayoutDescription(rec.layout);
       const manifest = parseManifestBytes(bytes);
       const gone = new Set(missing);
       const lost = manifest.images.filter((img) => namesOf(img).some((n) => gone.has(n))).length;
-      checkSignature(bytes, await readFile(join(rec.layout, SIGNATURE)), manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
+      checkSignature(bytes, signature, manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
       const store = await LayoutStore.open(rec.layout, catalogOf(manifest));
       try {
         tracker.update((s) => {

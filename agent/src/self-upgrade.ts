@@ -2,11 +2,11 @@
 // a Quadlet drop-in naming the new image by digest, then daemon-reload and a restart. The new
 // agent confirms at its start; if it never does, a host-side timer (or the old agent, when it
 // runs again) removes the drop-in, and the old image, still pinned, runs again.
-import { readFile, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { eq as semverEq, gt as semverGt, valid as semverValid } from 'semver';
-import { AGENT_VERSION_RULE, isAgentVersion, type BundleAgent } from '@offline-bundle/format';
-import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
+import { AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, type BundleAgent } from '@offline-bundle/format';
+import { formatReference, makeDirs, parseReference, readSmallFile, writeFileAtomic } from '@offline-bundle/oci';
 import { reloadRuntime } from '@offline-bundle/runtime';
 import type { StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
@@ -14,7 +14,7 @@ import { oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import type { RuntimeTarget } from './runtime-target.js';
 import { readReleases } from './state.js';
-import { clearAgentSwitch, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
+import { clearAgentSwitch, isAgentImageByDigest, isCanonicalReference, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';
 
@@ -32,28 +32,36 @@ const imageOf = (agent: BundleAgent) => `${agent.repository}@${agent.digest}`;
 
 /** The drop-in's text: only Image= changes; everything else stays the unit's. */
 export function renderImageDropIn(image: string): string {
+  // the one value a drop-in holds: our repository by digest, never a line of anything else
+  if (!isAgentImageByDigest(image)) throw new Error(`refusing to write ${JSON.stringify(image).slice(0, 200)} into ${DROP_IN_NAME}: not ${AGENT_REPOSITORY}@sha256:<64 hex>`);
   return `# Written by bundle-agent: the agent image a bundle brought. Remove this file and run\n# systemctl daemon-reload && systemctl restart bundle-agent to go back to the unit's image.\n[Container]\nImage=${image}\n`;
 }
 
 /** A reference as the runtime names it, or undefined for anything else (it goes into the pins). */
 function asReference(value: string | undefined): string | undefined {
-  if (!value) return undefined;
+  if (!value || !/^[\x21-\x7e]+$/.test(value)) return undefined;
   try {
-    return formatReference(parseReference(value));
+    const ref = formatReference(parseReference(value));
+    return isCanonicalReference(ref) ? ref : undefined;
   } catch {
     return undefined;
   }
 }
 
-/** The Image= of our drop-in, when there is one. */
+/** Unit files and podman's .containerenv are a few hundred bytes. */
+const MAX_UNIT_FILE_BYTES = 64 * 1024;
+const readSmallText = (path: string) => readSmallFile(path, MAX_UNIT_FILE_BYTES).then((r) => r.bytes.toString('utf8'), () => undefined);
+
+/** The Image= of our drop-in, when there is one and it names our repository by digest (as we write it). */
 async function currentDropInImage(config: AgentConfig): Promise<string | undefined> {
-  const text = await readFile(dropInFile(config), 'utf8').catch(() => undefined);
-  return asReference(text ? /^Image=(\S+)$/m.exec(text)?.[1] : undefined);
+  const text = await readSmallText(dropInFile(config));
+  const image = text ? /^Image=(\S+)$/m.exec(text)?.[1] : undefined;
+  return isAgentImageByDigest(image) ? image : undefined;
 }
 
 /** podman writes image="…" into a privileged container's /run/.containerenv: the unit's own image. */
 async function containerEnvImage(config: AgentConfig): Promise<string | undefined> {
-  const env = await readFile(join(config.root, 'run/.containerenv'), 'utf8').catch(() => '');
+  const env = await readSmallText(join(config.root, 'run/.containerenv')) ?? '';
   return asReference(/^image="([^"\n]{1,1024})"$/m.exec(env)?.[1]);
 }
 
@@ -73,8 +81,9 @@ const sq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): string {
   const marker = sq(pendingMarker(config.paths.stateDir));
   const file = dropInFile(config);
+  // a new temporary file of a unique name (mktemp), never a fixed one a symlink may stand at
   const restore = rec.from.dropIn && rec.from.image
-    ? `printf '%s' ${sq(renderImageDropIn(rec.from.image))} > ${sq(`${file}.rollback`)} && sync ${sq(`${file}.rollback`)} && mv -f ${sq(`${file}.rollback`)} ${sq(file)}`
+    ? `tmp=$(mktemp ${sq(join(config.selfUpgrade.dropInDir, `.${DROP_IN_NAME}.XXXXXX`))}) && printf '%s' ${sq(renderImageDropIn(rec.from.image))} > "$tmp" && sync "$tmp" && mv -f "$tmp" ${sq(file)}`
     : `rm -f ${sq(file)}`;
   return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
@@ -242,7 +251,7 @@ export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
   const dropIn = await currentDropInImage(config);
   if (!dropIn) return false;
   // the unit file (mounted read-only next to the drop-in directory)
-  const unit = await readFile(config.selfUpgrade.dropInDir.slice(0, -'.d'.length), 'utf8').catch(() => '');
+  const unit = await readSmallText(config.selfUpgrade.dropInDir.slice(0, -'.d'.length)) ?? '';
   const tag = asReference(/^Image=(\S+)$/m.exec(unit)?.[1]);
   let unitVersion: string | undefined;
   try {

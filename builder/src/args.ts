@@ -10,3 +10,10 @@ export const digestArg = (value: string): string => {
   if (!isDigest(d)) throw new InvalidArgumentError('must be sha256:<64 hex digits> (see NAME.bundle.sha256)');
   return d;
 };
+
+/** A number of seconds for a time bound: more than 0, at most an hour. */
+export const secondsArg = (value: string): number => {
+  const n = Number(value);
+  if (!/^[0-9]+(\.[0-9]+)?$/.test(value) || !(n > 0) || n > 3600) throw new InvalidArgumentError('must be a number of seconds, more than 0 and at most 3600');
+  return n;
+};

@@ -1,6 +1,5 @@
-import { readFile } from 'node:fs/promises';
 import {
-  BlobCache, OciError, connectionOptions, fetchStoreSignatures, loadReleaseKeyring, sha256, verifyReleaseSignature, type ReleaseKeyring,
+  BlobCache, MAX_RELEASE_SIGNATURE_BYTES, OciError, connectionOptions, readReleaseFile, fetchStoreSignatures, loadReleaseKeyring, sha256, verifyReleaseSignature, type ReleaseKeyring,
 } from '@offline-bundle/oci';
 import { RELEASE_SIGNATURE_MEDIA_TYPE, type BundleBlob, type ReleaseSignatureRef } from '@offline-bundle/format';
 import type { Progress } from './progress.js';
@@ -21,9 +20,7 @@ export interface ReleaseSignatureOptions {
 export async function releaseSignatureBlobs(digest: string, cache: BlobCache, opts: ReleaseSignatureOptions, progress: Progress): Promise<{ refs: ReleaseSignatureRef[]; blobs: (BundleBlob & { path: string })[] }> {
   const found: { bytes: Buffer; where: string }[] = [];
   for (const file of opts.releaseSignatures ?? []) {
-    const bytes = await readFile(file).catch((cause: Error) => {
-      throw new OciError('SIGNATURE_NOT_FOUND', `cannot read --release-signature ${file}: ${cause.message}`, { cause });
-    });
+    const bytes = await readReleaseFile(file, MAX_RELEASE_SIGNATURE_BYTES, '--release-signature');
     found.push({ bytes, where: file });
   }
   if (opts.signatureStore) {

@@ -240,8 +240,8 @@ t.test('9: a switch record of the wrong shape is treated as absent, and said so'
   t.match(n.logs(), /agent-switch\.json is damaged/);
 });
 
-t.test('9: the rollback script syncs its temporary file before the rename', async (t) => {
+t.test('9: the rollback script syncs its temporary file (a new one, from mktemp) before the rename', async (t) => {
   const n = await node(t);
   const script = rollbackScript(n.config, pending());
-  t.match(script, /> '[^']+image\.conf\.rollback' && sync '[^']+image\.conf\.rollback' && mv -f /);
+  t.match(script, /tmp=\$\(mktemp '[^']+\/\.image\.conf\.XXXXXX'\) && printf '%s' [\s\S]* > "\$tmp" && sync "\$tmp" && mv -f "\$tmp" /);
 });

@@ -1,10 +1,10 @@
 import { createWriteStream } from 'node:fs';
 import { open, readdir, rename, rm, rmdir } from 'node:fs/promises';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/oci';
 import { dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { FormatError } from './errors.js';
-import { BUNDLE_JSON, FRAME_BYTES, SIGNATURE } from './layout.js';
+import { BUNDLE_JSON, FRAME_BYTES, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
 import { verifyBundle, type VerifiedBundle, type VerifyOptions } from './reader.js';
 
 export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManifest'> {
@@ -94,4 +94,14 @@ export async function extractBundle(file: string, dir: string, opts: ExtractOpti
     await rm(partial, { recursive: true, force: true });
     throw err;
   }
+}
+
+/**
+ * The signed description of an extracted layout (`DIR/bundle.json` and its signature), each read
+ * within its format limit: regular files only, so a FIFO or device put there fails at once.
+ */
+export async function readLayoutDescription(dir: string): Promise<{ manifestBytes: Buffer; signature: Buffer }> {
+  const manifestBytes = (await readSmallFile(join(dir, BUNDLE_JSON), MAX_BUNDLE_JSON_BYTES)).bytes;
+  const signature = (await readSmallFile(join(dir, SIGNATURE), MAX_SIGNATURE_BYTES)).bytes;
+  return { manifestBytes, signature };
 }

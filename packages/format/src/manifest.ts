@@ -102,6 +102,10 @@ const bad = (msg: string): never => {
   throw new FormatError('INVALID_MANIFEST', `bundle.json: ${msg}`);
 };
 const SAFE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
+/** A release version as bundle.json may carry it, and so as it may name `<version>-<arch>` on a node: never a path. */
+export const isReleaseVersion = (v: unknown): v is string => typeof v === 'string' && v.length <= 128 && SAFE_NAME.test(v);
+/** A release arch, by the same rule (at most 32 characters). */
+export const isReleaseArch = (v: unknown): v is string => typeof v === 'string' && v.length <= 32 && SAFE_NAME.test(v);
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const str = (v: unknown, where: string, max = 1024): string =>
   typeof v === 'string' && v.length > 0 && v.length <= max ? v : bad(`${where} must be a non-empty string`);
@@ -121,8 +125,8 @@ export function checkReleaseFields(r: { name?: unknown; version?: unknown; arch?
     typeof v === 'string' && v.length > 0 && v.length <= max ? v : fail(field, `must be a non-empty string${max < 1024 ? ` of at most ${max} characters` : ''}`);
   if (r.name !== undefined) text(r.name, 'release.name', 1024);
   // version and arch name directories on the node (<version>-<arch>): never a path
-  if (r.version !== undefined && !SAFE_NAME.test(text(r.version, 'release.version', 128))) fail('release.version', 'must be letters, digits and . _ + - (it names a directory)');
-  if (r.arch !== undefined && !SAFE_NAME.test(text(r.arch, 'release.arch', 32))) fail('release.arch', 'must be letters, digits and . _ + -');
+  if (r.version !== undefined && !isReleaseVersion(text(r.version, 'release.version', 128))) fail('release.version', 'must be letters, digits and . _ + - (it names a directory)');
+  if (r.arch !== undefined && !isReleaseArch(text(r.arch, 'release.arch', 32))) fail('release.arch', 'must be letters, digits and . _ + -');
   if (Array.isArray(r.upgradeFrom)) r.upgradeFrom.forEach((v, i) => text(v, `release.upgradeFrom[${i}]`, 128));
 }
 

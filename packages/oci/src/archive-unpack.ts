@@ -6,12 +6,15 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
 import { OciError } from './errors.js';
+import { assertRegularFile } from './small-file.js';
 
 /**
  * Unpacks an image archive (tar, optionally gzip) into a fresh temp dir. Only regular files
  * and directories are taken; a path that would leave the directory is an error.
  */
 export async function unpackArchive(file: string, description: string, parent = tmpdir()): Promise<{ dir: string; remove: () => Promise<void> }> {
+  // a FIFO or device named as the archive would hang the first read or never end
+  await assertRegularFile(file);
   const dir = await mkdtemp(join(parent, 'ob-archive-'));
   const remove = () => rm(dir, { recursive: true, force: true });
   try {

@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream } from 'node:fs';
-import { readFile, readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { makeDirs } from './make-dirs.js';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -11,6 +11,7 @@ import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
 import { pidExists } from './pid.js';
+import { readSmallFile } from './small-file.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */
@@ -78,7 +79,8 @@ export class BlobCache {
   /** What a cached layer unpacks to, when it was measured. */
   async unpackedSize(digest: string): Promise<number | undefined> {
     try {
-      const n = Number((await readFile(this.sizePath(digest), 'utf8')).trim());
+      // a number of at most 20 digits: anything else in its place (a FIFO, a huge file) is no size
+      const n = Number((await readSmallFile(this.sizePath(digest), 32)).bytes.toString('utf8').trim());
       return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
     } catch {
       return undefined;

@@ -1,16 +1,16 @@
 import { createReadStream } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { assertDigest, digestHex, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { nameFromRefAnnotation } from './layout-source.js';
-import { parseManifest } from './manifest.js';
+import { MAX_MANIFEST_BYTES, parseManifest } from './manifest.js';
+import { assertRegularFile, readSmallFile } from './small-file.js';
 import type { ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 
 /** A manifest larger than this is no manifest (the registry client's limit too). */
-const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
 
 /**
  * An image in containers/image's directory layout (`dir:PATH`, as `skopeo copy … dir:PATH`
@@ -28,8 +28,9 @@ export class DirSource implements ImageSource {
   static async open(dir: string, description: string, nameOverride?: string): Promise<DirSource> {
     let version: string;
     try {
-      version = await readFile(join(dir, 'version'), 'utf8');
+      version = (await readSmallFile(join(dir, 'version'), 1024)).bytes.toString('utf8');
     } catch (cause) {
+      if (cause instanceof OciError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${description}: ${dir} is not a dir: image (no readable "version" file; write one with "skopeo copy SOURCE dir:${dir}")`, { cause });
     }
     if (!/^Directory Transport Version: 1\.\d+\n?$/.test(version)) {
@@ -42,10 +43,10 @@ export class DirSource implements ImageSource {
     const path = join(this.dir, file);
     let bytes: Buffer;
     try {
-      if ((await stat(path)).size > MAX_MANIFEST_BYTES) throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`);
-      bytes = await readFile(path);
+      bytes = (await readSmallFile(path, MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
-      if (cause instanceof OciError) throw cause;
+      if (cause instanceof OciError && cause.code === 'FILE_TOO_LARGE') throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`, { cause });
+      if (cause instanceof OciError) throw new OciError(cause.code, `${this.description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${this.description}: ${file} is missing from ${this.dir}`, { cause });
     }
     const digest = sha256(bytes);
@@ -63,7 +64,9 @@ export class DirSource implements ImageSource {
     const path = join(this.dir, digestHex(assertDigest(digest)));
     try {
       await stat(path);
+      await assertRegularFile(path);
     } catch (cause) {
+      if (cause instanceof OciError) throw cause;
       throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from ${this.dir}`, { cause });
     }
     return createReadStream(path, { start: offset });

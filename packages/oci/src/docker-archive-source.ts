@@ -1,11 +1,12 @@
 import { createReadStream } from 'node:fs';
-import { open, readFile } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import { join, normalize } from 'node:path';
 import type { Readable } from 'node:stream';
 import { sha256File, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { MediaType } from './media-types.js';
-import type { ImageManifest } from './manifest.js';
+import { MAX_MANIFEST_BYTES, type ImageManifest } from './manifest.js';
+import { readSmallFile } from './small-file.js';
 import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 import { unpackArchive } from './archive-unpack.js';
@@ -40,7 +41,7 @@ export class DockerArchiveSource implements ImageSource {
     try {
       let entries: SaveManifestEntry[];
       try {
-        entries = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as SaveManifestEntry[];
+        entries = JSON.parse((await readSmallFile(join(dir, 'manifest.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8')) as SaveManifestEntry[];
       } catch (cause) {
         throw new OciError('INVALID_ARCHIVE', `${description}: not a docker-archive (no readable manifest.json)`, { cause });
       }

@@ -1,10 +1,11 @@
 import { createReadStream } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { assertDigest, digestHex, sha256 } from './digest.js';
 import { OciError } from './errors.js';
-import { parseManifest, type Descriptor, type ImageIndex } from './manifest.js';
+import { MAX_MANIFEST_BYTES, parseManifest, type Descriptor, type ImageIndex } from './manifest.js';
+import { assertRegularFile, readSmallFile } from './small-file.js';
 import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 
@@ -34,8 +35,9 @@ export class LayoutSource implements ImageSource {
   static async open(dir: string, ref: string | undefined, description: string, nameOverride?: string, cleanup?: () => Promise<void>): Promise<LayoutSource> {
     let index: ImageIndex;
     try {
-      index = JSON.parse(await readFile(join(dir, 'index.json'), 'utf8')) as ImageIndex;
+      index = JSON.parse((await readSmallFile(join(dir, 'index.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8')) as ImageIndex;
     } catch (cause) {
+      if (cause instanceof OciError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${description}: ${dir} is not an OCI image layout (no readable index.json)`, { cause });
     }
     const manifests = index.manifests ?? [];
@@ -55,8 +57,9 @@ export class LayoutSource implements ImageSource {
     const want = assertDigest(digest ?? this.top.digest);
     let bytes: Buffer;
     try {
-      bytes = await readFile(this.blobPath(want));
+      bytes = (await readSmallFile(this.blobPath(want), MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
+      if (cause instanceof OciError) throw new OciError(cause.code, `${this.description}: manifest ${want}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${this.description}: manifest ${want} is missing from the layout`, { cause });
     }
     const actual = sha256(bytes);
@@ -69,7 +72,9 @@ export class LayoutSource implements ImageSource {
     const path = this.blobPath(digest);
     try {
       await stat(path);
+      await assertRegularFile(path);
     } catch (cause) {
+      if (cause instanceof OciError) throw cause;
       throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from the layout`, { cause });
     }
     return createReadStream(path, { start: offset });

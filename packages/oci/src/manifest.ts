@@ -3,6 +3,9 @@ import { isDigest } from './digest.js';
 import { isIndexMediaType, isManifestMediaType, MediaType } from './media-types.js';
 import type { Platform } from './platform.js';
 
+/** The most a manifest or index may have, from a registry or a directory (registries use 4 MiB too). */
+export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+
 export interface Descriptor {
   mediaType: string;
   digest: string;

@@ -5,7 +5,7 @@ import { Connections, connectionError, isPlainHttpAnswer, type ConnectionOptions
 import { sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { MANIFEST_ACCEPT } from './media-types.js';
-import { parseManifest } from './manifest.js';
+import { MAX_MANIFEST_BYTES, parseManifest } from './manifest.js';
 import { withRetry } from './retry.js';
 import type { FetchedManifest } from './source.js';
 
@@ -30,7 +30,6 @@ export interface RegistryClientOptions {
 
 type Response = Dispatcher.ResponseData;
 
-const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
 const TLS_FALLBACK_CODES = new Set(['EPROTO', 'ERR_SSL_WRONG_VERSION_NUMBER', 'ECONNRESET', 'UND_ERR_SOCKET']);
 
 function apiHost(registry: string): string {

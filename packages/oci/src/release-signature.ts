@@ -8,12 +8,12 @@
  * against its own keys (Red Hat's for OCP releases); a factory keyring only catches a wrong or
  * damaged file before it travels.
  */
-import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { fetch } from 'undici';
 import { Connections, connectionError, type ConnectionOptions } from './connections.js';
 import { OciError } from './errors.js';
 import { isDigest } from './digest.js';
+import { readSmallFile } from './small-file.js';
 
 type OpenPgp = typeof import('openpgp');
 let pgp: OpenPgp | undefined;
@@ -24,7 +24,25 @@ const loadPgp = async (): Promise<OpenPgp> => (pgp ??= await import('openpgp'));
 export const ATOMIC_SIGNATURE_TYPE = 'atomic container signature';
 /** Most signatures read from a store for one digest (the CVO reads at most 10 per store as well). */
 export const MAX_STORE_SIGNATURES = 16;
-const MAX_SIGNATURE_BYTES = 64 * 1024;
+/** A release signature file: Red Hat's are under 1 KiB. */
+export const MAX_RELEASE_SIGNATURE_BYTES = 64 * 1024;
+/** A keyring file: a few public keys. */
+export const MAX_RELEASE_KEYRING_BYTES = 1024 * 1024;
+/**
+ * What a signed message may decompress to: its payload is a JSON document of a few hundred
+ * bytes. Without it a 200 KB compression bomb inflates to half a GiB in openpgp.js.
+ */
+export const MAX_SIGNED_PAYLOAD_BYTES = 64 * 1024;
+
+/** Reads a user-named signature or keyring file: regular files only, at most `max` bytes. */
+export async function readReleaseFile(path: string, max: number, flag: string, code: 'SIGNATURE_NOT_FOUND' | 'INVALID_KEYRING' = 'SIGNATURE_NOT_FOUND'): Promise<Buffer> {
+  try {
+    return (await readSmallFile(path, max)).bytes;
+  } catch (err) {
+    if (err instanceof OciError) throw new OciError(err.code, `${flag} ${err.message}`, { cause: err });
+    throw new OciError(code, `cannot read ${flag} ${path}: ${(err as Error).message}`, { cause: err });
+  }
+}
 
 /** What a release signature says, read from its signed payload. */
 export interface ReleaseSignatureInfo {
@@ -55,9 +73,10 @@ async function readUrl(url: string, timeoutMs: number, connections: Connections)
   const u = new URL(url);
   if (u.protocol === 'file:') {
     try {
-      return await readFile(fileURLToPath(u));
+      return (await readSmallFile(fileURLToPath(u), MAX_RELEASE_SIGNATURE_BYTES)).bytes;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      if (err instanceof OciError) throw new OciError('BAD_RELEASE_SIGNATURE', `--signature-store ${err.message}`, { cause: err });
       throw new OciError('SIGNATURE_NOT_FOUND', `cannot read ${url}: ${(err as Error).message}`, { cause: err });
     }
   }
@@ -75,9 +94,20 @@ async function readUrl(url: string, timeoutMs: number, connections: Connections)
   }
   if (res.status === 404 || res.status === 403) return undefined; // object stores answer 403 for a missing key
   if (!res.ok) throw new OciError('REGISTRY_ERROR', `${url} answered ${res.status}; try again or pass --release-signature FILE`);
-  const body = Buffer.from(await res.arrayBuffer());
-  if (body.length > MAX_SIGNATURE_BYTES) throw new OciError('BAD_RELEASE_SIGNATURE', `${url} is ${body.length} bytes, larger than a signature can be`);
-  return body;
+  const parts: Buffer[] = [];
+  let n = 0;
+  try {
+    for await (const chunk of res.body ?? []) {
+      n += (chunk as Uint8Array).length;
+      if (n > MAX_RELEASE_SIGNATURE_BYTES) throw new OciError('BAD_RELEASE_SIGNATURE', `${url} is over ${MAX_RELEASE_SIGNATURE_BYTES} bytes, larger than a signature can be`);
+      parts.push(Buffer.from(chunk as Uint8Array));
+    }
+  } catch (err) {
+    await res.body?.cancel().catch(() => undefined);
+    if (err instanceof OciError) throw err;
+    throw new OciError('REGISTRY_ERROR', `cannot read ${url}: ${(err as Error).message}; try again or pass --release-signature FILE`, { cause: err });
+  }
+  return Buffer.concat(parts);
 }
 
 /**
@@ -105,12 +135,7 @@ export async function fetchStoreSignatures(store: string, digest: string, opts: 
 /** Reads a keyring file: armored or binary OpenPGP public keys (one or more). */
 export async function loadReleaseKeyring(path: string): Promise<ReleaseKeyring> {
   const { readKeys } = await loadPgp();
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(path);
-  } catch (err) {
-    throw new OciError('INVALID_KEYRING', `cannot read --release-keyring ${path}: ${(err as Error).message}`, { cause: err });
-  }
+  const bytes = await readReleaseFile(path, MAX_RELEASE_KEYRING_BYTES, '--release-keyring', 'INVALID_KEYRING');
   try {
     const text = bytes.toString('utf8');
     const keys = text.includes('-----BEGIN PGP PUBLIC KEY BLOCK-----') ? await readKeys({ armoredKeys: text }) : await readKeys({ binaryKeys: bytes });
@@ -127,8 +152,9 @@ async function openMessage(bytes: Uint8Array, where: string, verificationKeys: u
   const { readMessage, verify } = await loadPgp();
   try {
     const text = Buffer.from(bytes).toString('latin1');
-    const message = text.startsWith('-----BEGIN PGP MESSAGE-----') ? await readMessage({ armoredMessage: text }) : await readMessage({ binaryMessage: bytes });
-    const r = await verify({ message, verificationKeys: verificationKeys as never, format: 'binary' });
+    const config = { maxDecompressedMessageSize: MAX_SIGNED_PAYLOAD_BYTES };
+    const message = text.startsWith('-----BEGIN PGP MESSAGE-----') ? await readMessage({ armoredMessage: text, config }) : await readMessage({ binaryMessage: bytes, config });
+    const r = await verify({ message, verificationKeys: verificationKeys as never, format: 'binary', config });
     return r as unknown as Opened;
   } catch (err) {
     throw new OciError('BAD_RELEASE_SIGNATURE', `${where} is not an OpenPGP signed message (${(err as Error).message}): a release signature is the signature-N file of a signature store`, { cause: err });

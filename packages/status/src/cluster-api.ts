@@ -19,6 +19,8 @@ export async function apiCall<T>(what: string, fn: () => Promise<T>, opts: { not
       throw new ClusterError('API_ERROR', `the API server answered ${err.code} to ${what}${detail ? `: ${detail}` : ''}`, { cause: err });
     }
     if (err instanceof ClusterError) throw err;
+    // client-node's deserializer recurses: an answer nested deep enough overflows the stack
+    if (err instanceof RangeError) throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} cannot be read (${err.message}): is --kubeconfig's server an API server?`, { cause: err });
     throw new ClusterError('UNREACHABLE', `cannot ${what}: ${(err as Error).message}: check --kubeconfig and that the API server is reachable`, { cause: err });
   }
 }
@@ -31,4 +33,47 @@ export function apiMessage(body: unknown): string {
   } catch {
     return '';
   }
+}
+
+/** Items asked for per page: each answer stays small whatever the cluster's size. */
+export const LIST_PAGE_ITEMS = 500;
+/** Items kept from one list, over all its pages (Kubernetes' own limits: 5,000 nodes, 150,000 pods). */
+export const MAX_LIST_ITEMS = 200_000;
+/** Pages of one list: a server may answer fewer items than asked, never endlessly few. */
+const MAX_LIST_PAGES = 2 * Math.ceil(MAX_LIST_ITEMS / LIST_PAGE_ITEMS);
+
+type Page = { items?: unknown; metadata?: { _continue?: unknown; continue?: unknown } };
+
+/**
+ * Every item of a list, a page of LIST_PAGE_ITEMS at a time, each reduced by `pick` to what the
+ * caller reads (so a page's bytes are dropped before the next one comes). An answer that is not
+ * a list is refused (API_NOT_JSON), one over MAX_LIST_ITEMS items too (API_TOO_LARGE).
+ * `notFound`: as apiCall's, for a kind the cluster does not have.
+ */
+export async function listAll<T>(
+  what: string,
+  page: (q: { limit: number; _continue?: string }) => Promise<unknown>,
+  pick: (item: Record<string, unknown>) => T,
+  opts: { notFound?: () => T[] } = {},
+): Promise<T[]> {
+  const out: T[] = [];
+  let cont: string | undefined;
+  let pages = 0;
+  do {
+    if (++pages > MAX_LIST_PAGES) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} goes on past ${MAX_LIST_PAGES} pages: check --kubeconfig's server`);
+    const q = { limit: LIST_PAGE_ITEMS, ...(cont ? { _continue: cont } : {}) };
+    const p = await apiCall<Page | undefined>(what, () => page(q) as Promise<Page>, opts.notFound ? { notFound: () => undefined } : {});
+    if (p === undefined) return opts.notFound!();
+    if (typeof p !== 'object' || p === null || !Array.isArray(p.items)) {
+      throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} is not a list (no "items"): is --kubeconfig's server an API server?`);
+    }
+    for (const item of p.items as unknown[]) {
+      if (typeof item !== 'object' || item === null) throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} holds an item that is not an object`);
+      out.push(pick(item as Record<string, unknown>));
+    }
+    if (out.length > MAX_LIST_ITEMS) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} lists over ${MAX_LIST_ITEMS} items: narrow it (--selector) or check --kubeconfig's server`);
+    const next = p.metadata?._continue ?? p.metadata?.continue;
+    cont = typeof next === 'string' && next !== '' ? next : undefined;
+  } while (cont);
+  return out;
 }

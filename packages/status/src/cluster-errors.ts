@@ -6,6 +6,10 @@ export type ClusterErrorCode =
   | 'UNREACHABLE'             // the API server did not answer
   | 'FORBIDDEN'               // RBAC refused a request (401/403)
   | 'API_ERROR'               // any other answer of the API server
+  | 'API_TIMEOUT'             // no complete answer within the call's deadline
+  | 'API_TOO_LARGE'           // an answer over MAX_API_RESPONSE_BYTES
+  | 'API_REDIRECT'            // a redirect to another server (or too many, or of a change)
+  | 'API_NOT_JSON'            // a 2xx answer that is not JSON, or not the shape asked for
   | 'NOT_OPENSHIFT'           // no ClusterVersion: prepare/upgrade are for OpenShift clusters
   | 'NO_RELEASE_IMAGE'        // the bundle carries no OpenShift release image
   | 'NO_RELEASE_SIGNATURES'   // the bundle carries no release signature

@@ -5,7 +5,7 @@
  * digest (the whole file's sha256, as the agent verified it).
  */
 import type { AdminApis } from './kube.js';
-import { apiCall } from './cluster-api.js';
+import { apiCall, listAll } from './cluster-api.js';
 import { completedRelease } from './cluster-version.js';
 import { holdsRelease } from './history.js';
 import { GROUP, PLURAL, VERSION } from './resource.js';
@@ -114,11 +114,35 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
   return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
 }
 
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
+const conditions = (status: Record<string, unknown>) => (Array.isArray(status.conditions) ? status.conditions : []).map((c) => {
+  const o = obj(c);
+  return { type: str(o.type), status: str(o.status), reason: str(o.reason), message: str(o.message) };
+});
+
+/** What rollup reads of a Node, and nothing else (the rest of a page is dropped at once). */
+function pickNode(n: Record<string, unknown>): NodeLike {
+  const meta = obj(n.metadata);
+  // client-node turns creationTimestamp into a Date
+  const created = meta.creationTimestamp instanceof Date ? meta.creationTimestamp : str(meta.creationTimestamp);
+  return { metadata: { name: str(meta.name) ?? '', ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: conditions(obj(n.status)).filter((c) => c.type === 'Ready') } };
+}
+
+function pickStatus(s: Record<string, unknown>): StatusLike {
+  const st = obj(s.status);
+  const b = obj(st.bundle);
+  const history = (Array.isArray(st.history) ? st.history : []).map((e) => ({ version: str(obj(e).version), state: str(obj(e).state) }));
+  return {
+    metadata: { name: str(obj(s.metadata).name) ?? '' },
+    status: { phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), bundle: { version: str(b.version), digest: str(b.digest) }, conditions: conditions(st), history },
+  } as StatusLike;
+}
+
 /** Reads Nodes (of `selector`), every NodeBundleStatus and (on OpenShift) the running release, and rolls them up. */
 export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string } = {}): Promise<Rollup> {
-  const nodes = await apiCall('list nodes', () => apis.core.listNode(opts.selector ? { labelSelector: opts.selector } : {}));
-  const statuses = await apiCall(`list ${PLURAL}.${GROUP}`, () => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL }), { notFound: () => ({ items: [] }) }) as { items?: StatusLike[] };
+  const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
+  const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
   const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
-  const running = completedRelease(cv);
-  return rollup(nodes.items as NodeLike[], statuses.items ?? [], opts.digest, running);
+  return rollup(nodes, statuses, opts.digest, completedRelease(cv));
 }

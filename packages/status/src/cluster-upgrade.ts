@@ -7,7 +7,7 @@
  */
 import type { AdminApis } from './kube.js';
 import { requestOptions } from './kube.js';
-import { apiCall } from './cluster-api.js';
+import { apiCall, listAll } from './cluster-api.js';
 import { ClusterError } from './cluster-errors.js';
 import { readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
@@ -53,6 +53,10 @@ export const ocCommand = (image: string): string => `oc adm upgrade --allow-expl
 async function readClusterVersion(apis: AdminApis): Promise<ClusterVersionDoc> {
   const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV), { notFound: () => undefined });
   if (!cv) throw new ClusterError('NOT_OPENSHIFT', 'the cluster has no ClusterVersion "version": prepare and upgrade are for OpenShift; on other clusters use their own upgrade tooling once "bundle cluster status" exits 0');
+  const history = (cv as ClusterVersionDoc).status?.history;
+  if (typeof cv !== 'object' || (history !== undefined && !Array.isArray(history))) {
+    throw new ClusterError('API_NOT_JSON', 'the API server\'s ClusterVersion "version" is not one (status.history is not a list): is --kubeconfig\'s server an API server?');
+  }
   return cv as ClusterVersionDoc;
 }
 
@@ -74,6 +78,20 @@ function checkGraph(b: AdminBundle, cv: ClusterVersionDoc, warnings: Warning[]):
 interface PodLike {
   metadata?: { namespace?: string; name?: string; ownerReferences?: { kind?: string; name?: string; controller?: boolean }[] };
   spec?: { containers?: { image?: string; imagePullPolicy?: string }[]; initContainers?: { image?: string; imagePullPolicy?: string }[] };
+}
+
+const containers = (v: unknown) => (Array.isArray(v) ? v : []).map((c: { image?: unknown; imagePullPolicy?: unknown }) => ({
+  ...(typeof c?.image === 'string' ? { image: c.image } : {}), ...(typeof c?.imagePullPolicy === 'string' ? { imagePullPolicy: c.imagePullPolicy } : {}),
+}));
+
+/** What pullAlwaysWarnings reads of a Pod: a page of full Pods is dropped as soon as it is read. */
+function pickPod(p: Record<string, unknown>): PodLike {
+  const m = (p.metadata ?? {}) as PodLike['metadata'] & object;
+  const spec = (p.spec ?? {}) as { containers?: unknown; initContainers?: unknown };
+  return {
+    metadata: { namespace: m.namespace, name: m.name, ownerReferences: (Array.isArray(m.ownerReferences) ? m.ownerReferences : []).map((o) => ({ kind: o?.kind, name: o?.name, controller: o?.controller })) } as PodLike['metadata'],
+    spec: { containers: containers(spec.containers), initContainers: containers(spec.initContainers) },
+  };
 }
 
 /** Pods that pull an image of the bundle with imagePullPolicy Always: they fail without a registry. */
@@ -103,12 +121,12 @@ export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle
 }
 
 async function autoscalingWarnings(apis: AdminApis): Promise<Warning[]> {
-  const none = () => ({ items: [] });
-  const mas = await apiCall('list MachineAutoscalers', () => apis.custom.listCustomObjectForAllNamespaces({ group: 'autoscaling.openshift.io', version: 'v1beta1', plural: 'machineautoscalers' }), { notFound: none }) as { items?: { metadata?: { namespace?: string; name?: string } }[] };
-  const cas = await apiCall('list ClusterAutoscalers', () => apis.custom.listClusterCustomObject({ group: 'autoscaling.openshift.io', version: 'v1', plural: 'clusterautoscalers' }), { notFound: none }) as { items?: { metadata?: { name?: string }; spec?: { resourceLimits?: { maxNodesTotal?: number } } }[] };
+  const none = () => [];
+  const mas = await listAll('list MachineAutoscalers', (q) => apis.custom.listCustomObjectForAllNamespaces({ group: 'autoscaling.openshift.io', version: 'v1beta1', plural: 'machineautoscalers', ...q }), (m) => m as { metadata?: { namespace?: string; name?: string } }, { notFound: none });
+  const cas = await listAll('list ClusterAutoscalers', (q) => apis.custom.listClusterCustomObject({ group: 'autoscaling.openshift.io', version: 'v1', plural: 'clusterautoscalers', ...q }), (c) => c as { metadata?: { name?: string }; spec?: { resourceLimits?: { maxNodesTotal?: number } } }, { notFound: none });
   const out: Warning[] = [];
-  for (const m of mas.items ?? []) out.push({ kind: 'Autoscaling', object: `${m.metadata?.namespace}/MachineAutoscaler/${m.metadata?.name}`, message: 'a machine the autoscaler adds boots without the bundle\'s images: pause it (min = max replicas) until the upgrade completes, and plug the stick into any new node' });
-  for (const c of cas.items ?? []) {
+  for (const m of mas) out.push({ kind: 'Autoscaling', object: `${m.metadata?.namespace}/MachineAutoscaler/${m.metadata?.name}`, message: 'a machine the autoscaler adds boots without the bundle\'s images: pause it (min = max replicas) until the upgrade completes, and plug the stick into any new node' });
+  for (const c of cas) {
     if (c.spec?.resourceLimits?.maxNodesTotal === 0) continue;
     out.push({ kind: 'Autoscaling', object: `/ClusterAutoscaler/${c.metadata?.name}`, message: 'the cluster autoscaler may add nodes that lack the bundle\'s images: scale it to zero or delete it until the upgrade completes' });
   }
@@ -137,8 +155,8 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   const changed = await missingSignatureKeys(apis, cm);
   if (changed.length && !opts.dryRun) await applySignatureConfigMap(apis, b.digest!, cm);
   warnings.push(...await autoscalingWarnings(apis));
-  const pods = await apiCall('list pods', () => apis.core.listPodForAllNamespaces());
-  warnings.push(...pullAlwaysWarnings(pods.items as PodLike[], b));
+  const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
+  warnings.push(...pullAlwaysWarnings(pods, b));
   return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: opts.dryRun === true };
 }
 

@@ -40,7 +40,9 @@ export async function readClusterRelease(kubeconfig: string, opts: { context?: s
 
 /** The newest completed entry of a ClusterVersion's history (newest first), with when it completed. */
 export function completedRelease(cv: unknown): (ClusterRelease & { completionTime?: string }) | undefined {
-  const done = (cv as ClusterVersion | undefined)?.status?.history?.find((h) => h.state === 'Completed' && typeof h.version === 'string' && h.version);
+  // an answer of another shape (a proxy's, a hostile server's) says nothing about the version
+  const history = (cv as ClusterVersion | undefined)?.status?.history;
+  const done = (Array.isArray(history) ? history : []).find((h) => typeof h?.version === 'string' && h.state === 'Completed' && h.version);
   if (!done) return undefined;
   return { version: done.version!, ...(typeof done.image === 'string' ? { image: done.image } : {}), ...(typeof done.completionTime === 'string' ? { completionTime: done.completionTime } : {}) };
 }

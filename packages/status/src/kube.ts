@@ -1,4 +1,7 @@
-import type { ConfigurationOptions, CustomObjectsApi } from '@kubernetes/client-node';
+import { dirname } from 'node:path';
+import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { readSmallFile } from '@offline-bundle/oci';
+import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
 
 // client-node is large: loaded on first use, so the CLIs that import this package start fast.
 export type K8s = typeof import('@kubernetes/client-node');
@@ -11,13 +14,30 @@ export async function loadK8s(): Promise<K8s> {
 /** True only for client-node's API errors (and only once client-node was loaded). */
 export const isApiException = (err: unknown): err is InstanceType<K8s['ApiException']> => k8s !== undefined && err instanceof k8s.ApiException;
 
-/** A CustomObjectsApi from a kubeconfig file (and optional context). */
-export async function customObjectsApi(kubeconfig: string, context?: string): Promise<CustomObjectsApi> {
-  const { KubeConfig, CustomObjectsApi: Api } = await loadK8s();
-  const kc = new KubeConfig();
-  kc.loadFromFile(kubeconfig);
+/** A kubeconfig is a few KiB; client-node's loadFromFile would read a FIFO or /dev/zero whole, synchronously. */
+export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
+
+async function loadKubeconfig(file: string, context?: string): Promise<KubeConfig> {
+  const { KubeConfig: Kc } = await loadK8s();
+  const kc = new Kc();
+  kc.loadFromString((await readSmallFile(file, MAX_KUBECONFIG_BYTES)).bytes.toString('utf8'));
+  kc.makePathsAbsolute(dirname(file));
   if (context) kc.setCurrentContext(context);
-  return kc.makeApiClient(Api);
+  return kc;
+}
+
+/** An API client of `Api` whose every call is bounded in time and size (cluster-http.ts). */
+async function boundedClient<T>(kc: KubeConfig, Api: new (config: import('@kubernetes/client-node').Configuration) => T, http: BoundedHttpOptions): Promise<T> {
+  const { createConfiguration, ServerConfiguration } = await loadK8s();
+  const cluster = kc.getCurrentCluster();
+  if (!cluster) throw new Error('the kubeconfig names no cluster (no current context)');
+  return new Api(createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: kc }, httpApi: await boundedHttpLibrary(http) }));
+}
+
+/** A CustomObjectsApi from a kubeconfig file (and optional context). */
+export async function customObjectsApi(kubeconfig: string, context?: string, http: BoundedHttpOptions = {}): Promise<CustomObjectsApi> {
+  const { CustomObjectsApi: Api } = await loadK8s();
+  return boundedClient(await loadKubeconfig(kubeconfig, context), Api, http);
 }
 
 /** Per-request options that cut the request off when `signal` aborts; optionally with a Content-Type. */
@@ -42,10 +62,8 @@ export interface AdminApis {
   custom: CustomObjectsApi;
 }
 
-export async function adminApis(kubeconfig: string, context?: string): Promise<AdminApis> {
-  const { KubeConfig, CoreV1Api, CustomObjectsApi: Custom } = await loadK8s();
-  const kc = new KubeConfig();
-  kc.loadFromFile(kubeconfig);
-  if (context) kc.setCurrentContext(context);
-  return { core: kc.makeApiClient(CoreV1Api), custom: kc.makeApiClient(Custom) };
+export async function adminApis(kubeconfig: string, context?: string, http: BoundedHttpOptions = {}): Promise<AdminApis> {
+  const { CoreV1Api, CustomObjectsApi: Custom } = await loadK8s();
+  const kc = await loadKubeconfig(kubeconfig, context);
+  return { core: await boundedClient(kc, CoreV1Api, http), custom: await boundedClient(kc, Custom, http) };
 }

@@ -24,6 +24,7 @@
 import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
 import { customObjectsApi, isApiException, requestOptions } from './kube.js';
+import { ClusterError } from './cluster-errors.js';
 import type { NodeStatus } from './model.js';
 import { withoutRefused, refusedFields } from './refused.js';
 import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION, type ResourceStatus } from './resource.js';
@@ -129,7 +130,8 @@ function classify(err: unknown, main: boolean): Failure {
     return { retry: false, message, status: code, reload: false, ...(code === 422 ? { fields: refusedFields(body) } : {}) };
   }
   const e = err as { name?: string; code?: string; message?: string } | undefined;
-  const what = e?.name === 'AbortError' || e?.name === 'TimeoutError' ? 'timed out' : (e?.code ?? e?.message ?? String(err));
+  // the bounded client's refusals (cluster-http.ts) say what the server did in their message
+  const what = e?.name === 'AbortError' || e?.name === 'TimeoutError' ? 'timed out' : err instanceof ClusterError ? err.message : (e?.code ?? e?.message ?? String(err));
   return { retry: true, message: `API server unreachable: ${String(what).split('\n')[0]}`, reload: true };
 }
 

@@ -1,0 +1,118 @@
+/**
+ * The HTTP underneath client-node for every call this package makes (the admin's `bundle
+ * cluster`, the agent's reporter and its ClusterVersion read). client-node's own library
+ * (node-fetch) has no deadline unless the caller passes one, reads any answer whole, follows
+ * redirects to any host with the same credentials, and hands a text/html page to its
+ * deserializer. This one bounds each call as a whole and refuses what an API server never
+ * sends, each refusal one line naming the server and the cause.
+ */
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { HttpLibrary, RequestContext, ResponseContext as ResponseContextType } from '@kubernetes/client-node';
+import { ClusterError } from './cluster-errors.js';
+import { loadK8s } from './kube.js';
+
+/** Whole call (connect, redirects, headers, body): an API server answers in well under this. */
+export const API_DEADLINE_MS = 30_000;
+/** One answer's body: a page of 500 Nodes with their image lists stays far below it. */
+export const MAX_API_RESPONSE_BYTES = 64 * 1024 * 1024;
+/** Same-server redirects followed per call (another server's are refused). */
+const MAX_REDIRECTS = 5;
+
+export interface BoundedHttpOptions {
+  deadlineMs?: number;
+  maxBytes?: number;
+}
+
+const origin = (u: URL) => `${u.protocol}//${u.host}`;
+const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
+
+/** The answer's body, at most `maxBytes`, as a Buffer. */
+function readBody(res: IncomingMessage, maxBytes: number, server: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    res.on('data', (c: Buffer) => {
+      n += c.length;
+      if (n > maxBytes) {
+        // settled before the destroy, whose 'aborted' would otherwise name the cut as the cause
+        reject(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer over ${maxBytes / 1024 / 1024} MiB: not an API server's answer, or a list too large to read at once; check --kubeconfig's server`));
+        res.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    res.on('end', () => resolve(Buffer.concat(chunks)));
+    res.on('error', reject);
+    res.on('aborted', () => reject(new Error('the answer was cut off')));
+  });
+}
+
+interface Answer { status: number; headers: Record<string, string>; body: Buffer }
+
+function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const body = ctx.getBody();
+    const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), agent: ctx.getAgent(), signal }, (res) => {
+      const headers: Record<string, string> = {};
+      for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+      readBody(res, maxBytes, server).then((b) => resolve({ status: res.statusCode ?? 0, headers, body: b }), reject);
+    });
+    req.on('error', reject);
+    if (typeof body === 'string' || body instanceof Buffer) req.end(body);
+    else req.end();
+  });
+}
+
+/**
+ * Sends `ctx` within `deadlineMs` in all, reading at most `maxBytes`: a redirect is followed
+ * only to the same scheme, host and port (the credentials go nowhere else), a 2xx answer must
+ * be JSON. Throws ClusterError API_TIMEOUT, API_TOO_LARGE, API_REDIRECT or API_NOT_JSON.
+ */
+export async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions = {}): Promise<Answer> {
+  const deadlineMs = opts.deadlineMs ?? API_DEADLINE_MS;
+  const maxBytes = opts.maxBytes ?? MAX_API_RESPONSE_BYTES;
+  let url = new URL(ctx.getUrl());
+  const server = origin(url);
+  const deadline = AbortSignal.timeout(deadlineMs);
+  const caller = ctx.getSignal();
+  const signal = caller ? AbortSignal.any([deadline, caller]) : deadline;
+  for (let hop = 0; ; hop++) {
+    let a: Answer;
+    try {
+      a = await once(url, ctx, signal, maxBytes, server);
+    } catch (err) {
+      if (deadline.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} gave no complete answer within ${deadlineMs / 1000} s: check that it is reachable and not overloaded, or raise --request-timeout`, { cause: err });
+      throw err;
+    }
+    if (a.status >= 300 && a.status < 400 && a.headers.location !== undefined) {
+      const next = new URL(a.headers.location, url);
+      if (origin(next) !== server) {
+        throw new ClusterError('API_REDIRECT', `the API server ${server} redirected to ${origin(next)}: refused (an API server does not send its clients elsewhere); check --kubeconfig's server`);
+      }
+      if (hop >= MAX_REDIRECTS || ctx.getHttpMethod() !== 'GET') {
+        throw new ClusterError('API_REDIRECT', `the API server ${server} answered ${a.status} to ${ctx.getHttpMethod()} ${url.pathname}${hop ? ` after ${hop} redirects` : ''}: refused; check --kubeconfig's server`);
+      }
+      url = next;
+      continue;
+    }
+    if (a.status >= 200 && a.status < 300 && !JSON_TYPE.test(a.headers['content-type'] ?? '')) {
+      throw new ClusterError('API_NOT_JSON', `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${a.headers['content-type'] ? `"${a.headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server (not a proxy's or a console's page)?`);
+    }
+    return a;
+  }
+}
+
+/** client-node's HttpLibrary over sendBounded. */
+export async function boundedHttpLibrary(opts: BoundedHttpOptions = {}): Promise<HttpLibrary> {
+  const { Observable, ResponseContext } = await loadK8s();
+  return {
+    send(ctx: RequestContext) {
+      return new Observable(sendBounded(ctx, opts).then((a): ResponseContextType => new ResponseContext(a.status, a.headers, {
+        text: async () => a.body.toString('utf8'),
+        binary: async () => a.body,
+      })));
+    },
+  };
+}

@@ -1,0 +1,83 @@
+// Every `bundle cluster` command against the hostile stand-in API server (test/cluster/hostile-api.ts:
+// huge, silent, trickling, redirecting, mistyped and deeply nested answers): each ends, by its
+// deadline or a bound, with one `bundle: CODE: …` line naming the server, and exit 1.
+import t from 'tap';
+import path from 'node:path';
+import { errorCode, bundle } from '../builder/lib.js';
+import { writeKubeconfig } from '../status/lib.js';
+import { tmpdir } from '../status/lib.js';
+import { makeBundle } from './lib.js';
+import { releaseKey, signRelease } from '../builder/release-signing.js';
+import { HostileApi, type Attack } from './hostile-api.js';
+
+const work = await tmpdir(t, 'ob-hostile-api-');
+const h = await HostileApi.start();
+t.teardown(() => h.close());
+const kubeconfig = await writeKubeconfig(path.join(work, 'kubeconfig'), h.port, 'admin-token');
+const key = await releaseKey();
+const b = await makeBundle(path.join(work, 'b'), { version: '4.15.1', upgradeFrom: ['4.15.0'], sign: async (d, ref) => [await signRelease(key, ref, d)] });
+const server = `http://127.0.0.1:${h.port}`;
+
+// --request-timeout 2: the deadline under test; the attacks without one never end on their own
+const commands: [string, string[]][] = [
+  ['status', ['cluster', 'status']],
+  ['prepare', ['cluster', 'prepare', b.file, '--key', b.pub]],
+  ['upgrade', ['cluster', 'upgrade', b.file, '--key', b.pub]],
+  ['rbac', ['cluster', 'rbac']],
+];
+const expected: [Attack, string, RegExp][] = [
+  ['silent', 'API_TIMEOUT', /gave no complete answer within 2 s/],
+  ['trickle', 'API_TIMEOUT', /gave no complete answer within 2 s/],
+  ['huge', 'API_TOO_LARGE', /an answer over 64 MiB/],
+  ['redirect', 'API_REDIRECT', /redirected to http:\/\/127\.0\.0\.1:\d+: refused/],
+  ['html-json', 'API_NOT_JSON', /"text\/html", not JSON/],
+  ['html-page', 'API_NOT_JSON', /"text\/html; charset=utf-8", not JSON/],
+];
+
+for (const [attack, code, message] of expected) {
+  t.test(`hostile API stand-in, ${attack}: every command ends with one line ${code}`, async (t) => {
+    h.attack = attack;
+    for (const [name, args] of commands) {
+      const r = await bundle([...args, '--kubeconfig', kubeconfig, '--request-timeout', '2']);
+      t.equal(r.code, 1, `${name}: exit 1`);
+      t.equal(r.stderr.trimEnd().split('\n').length, 1, `${name}: one line (${r.stderr.slice(0, 300)})`);
+      t.equal(errorCode(r.stderr), code, `${name}: ${r.stderr.slice(0, 300)}`);
+      t.match(r.stderr, message, name);
+      t.match(r.stderr, server, `${name} names the server`);
+    }
+    t.equal(h.elsewhereHits, 0, 'the other server was never asked');
+  });
+}
+
+t.test('an item nested 1,000,000 arrays deep: read without overflowing the stack (only what the roll-up reads is kept)', async (t) => {
+  h.attack = 'deep';
+  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
+  t.equal(errorCode(r.stderr), 'NODES_NOT_READY', r.stderr.slice(0, 300));
+  t.equal(r.stderr.trimEnd().split('\n').length, 1);
+});
+
+t.test('lists are read in pages of 500 (continue tokens followed), and a list that never ends is cut', async (t) => {
+  h.attack = 'paged';
+  h.pages = 0;
+  const r = await bundle(['cluster', 'status', '--json', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
+  const j = JSON.parse(r.stdout.split('\n{"error"')[0]!);
+  t.equal(j.nodes.length, 1200, 'every node of every page');
+  t.equal(h.pages, 6, 'Nodes in 3 pages of 500, 500, 200; the statuses the same');
+  h.attack = 'endless-pages';
+  const e = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
+  t.equal(errorCode(e.stderr), 'API_TOO_LARGE', e.stderr);
+  t.match(e.stderr, /goes on past 800 pages/);
+  t.equal(e.stderr.trimEnd().split('\n').length, 1);
+});
+
+t.test('a redirect to the same server is followed (same scheme, host and port)', async (t) => {
+  h.attack = 'self-redirect';
+  const r = await bundle(['cluster', 'status', '--json', '--kubeconfig', kubeconfig, '--request-timeout', '2']);
+  t.equal(errorCode(r.stderr), 'NODES_NOT_READY', r.stderr);
+  t.match(JSON.parse(r.stdout.split('\n{"error"')[0]!), { summary: 'no nodes match' });
+});
+
+t.test('--request-timeout refuses what is not a number of seconds', async (t) => {
+  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '0']);
+  t.equal(r.code, 2, r.stderr);
+});
