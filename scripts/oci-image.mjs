@@ -18,7 +18,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, sy
 import os from 'node:os';
 import path from 'node:path';
 import { HOST_ARCH } from './addon.mjs';
-import { reproducibleTar, shq } from './package.mjs';
+import { reproducibleTar, shq } from './reproducible-tar.mjs';
 
 /** Debian packages whose files make the base layer, and which of their files to keep (all when absent). */
 export const BASE_DEBS = [

@@ -33,6 +33,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { installedPackage, stripTool, zstdAddon } from './addon.mjs';
+import { reproducibleTar } from './reproducible-tar.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -166,20 +167,6 @@ function normaliseModes(dir) {
     const exec = e.isDirectory() || (statSync(p).mode & 0o111) !== 0;
     chmodSync(p, exec ? 0o755 : 0o644);
   });
-}
-
-/** Deterministic tar (GNU tar) of `names` under `cwd`; gzip -9n when `gzip`. */
-export function reproducibleTar(cwd, names, out, epoch, { gzip = true, prefix } = {}) {
-  const args = ['--sort=name', '--format=posix', '--owner=0', '--group=0', '--numeric-owner', `--mtime=@${epoch}`,
-    '--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime', '-C', cwd];
-  if (prefix) args.push(`--transform=s,^,${prefix},S`);
-  args.push('-cf', '-', ...names);
-  const cmd = `tar ${args.map(shq).join(' ')}${gzip ? ' | gzip -9n' : ''} > ${shq(out)}`;
-  execFileSync('bash', ['-o', 'pipefail', '-c', cmd], { stdio: ['ignore', 'inherit', 'inherit'] });
-}
-
-export function shq(s) {
-  return `'${String(s).replace(/'/g, `'\\''`)}'`;
 }
 
 /**

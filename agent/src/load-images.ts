@@ -4,7 +4,7 @@ import type { BundleManifest } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
 import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
 import { oneLine } from './errors.js';
-import type { PipelineContext } from './pipeline.js';
+import type { PipelineContext } from './pipeline-context.js';
 import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent } from './runtime-checks.js';
 import { imageRefs, imagesCovered, type PullGate } from './runtime-target.js';

@@ -10,6 +10,7 @@ import {
   type ClusterReadFailure, type ClusterRelease, type HistoryEntry, type StatusTracker,
 } from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
+import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
 import { missingImages } from './runtime-checks.js';
 import type { AgentConfig } from './config.js';
@@ -26,18 +27,7 @@ import { switchAgentIfNewer } from './self-upgrade.js';
 import { TOOL_VERSION } from './version.js';
 import { rememberClusterRelease, rememberedClusterRelease } from './running-release.js';
 
-export interface PipelineContext {
-  config: AgentConfig;
-  log: Logger;
-  tracker: StatusTracker;
-  runtime: RuntimeTarget;
-  /** Where the file came from, for status ("USB stick LABEL", a mount point, "file"). */
-  media?: string;
-  /** Aborts the load (SIGTERM): the cleanup of every step still runs. */
-  signal?: AbortSignal;
-  /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */
-  agentVersion?: string;
-}
+export type { PipelineContext } from './pipeline-context.js';
 
 export interface LoadResult {
   version: string;
@@ -177,7 +167,7 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
 
 /** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
 export async function removeStalePartials(upgradeDir: string): Promise<string[]> {
-  let names: string[] = [];
+  let names: string[];
   try {
     names = (await readdir(upgradeDir)).filter((n) => n.endsWith('.partial'));
   } catch {

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import { Writable } from 'node:stream';
 import { addForgotten, createLogger, parseConfig, readBundleRecords, readForgotten, readReleases, recordRelease, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
-import { makeBundle, tmpdir } from '../format/craft.js';
+import { makeBundle } from '../format/craft.js';
 import { AGENT, BUNDLE, nodeRoot, run } from './fixtures.js';
 
 const lastJson = (out: string) => JSON.parse(out.trim().split('\n').pop()!);

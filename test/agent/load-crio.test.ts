@@ -183,7 +183,7 @@ void copyFile;
 t.test('SIGTERM during a load, and a second load meanwhile', async (t) => {
   const s = await setup(t);
   // a pre-loader that hangs, so the load is caught mid-way
-  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace(/  command: \[.*\]\n/, '  command: [sh, -c, "sleep 60", sh]\n'));
+  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace(/ {2}command: \[.*\]\n/, '  command: [sh, -c, "sleep 60", sh]\n'));
   const file = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'slow.bundle') });
   const { spawn } = await import('node:child_process');
   const child = spawn(process.execPath, [AGENT, 'load', file, '--config', s.config, '--json'], { env: s.env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -266,7 +266,7 @@ t.test('the running version read from OpenShift\'s ClusterVersion (contract: the
 t.test('pre-loading by command goes through the same loop: a full image store stops it at once', async (t) => {
   const s = await setup(t);
   const calls = join(s.dir, 'calls');
-  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace(/  command: \[.*\]\n/, `  command: [sh, -c, 'echo "$1" >> ${calls}; echo "writing blob: no space left on device" >&2; exit 1', sh]\n  concurrency: 1\n`));
+  await writeFile(s.config, (await readFile(s.config, 'utf8')).replace(/ {2}command: \[.*\]\n/, `  command: [sh, -c, 'echo "$1" >> ${calls}; echo "writing blob: no space left on device" >&2; exit 1', sh]\n  concurrency: 1\n`));
   const file = await makeBundle(s.dir, { key: s.keys.key, version: '1.1.0', images, out: join(s.dir, 'full.bundle') });
   const r = await run(AGENT, ['load', file, '--config', s.config, '--json'], s.env);
   t.equal(r.code, 1);

@@ -8,7 +8,6 @@ import { craft, fileEntry, makeBundle, readEntries, tmpdir } from '../format/cra
 import { AGENT, BUNDLE, nodeRoot, run } from './fixtures.js';
 
 const HOSTILE = '\x1b[2J\x1b[32mDone: update 9.9.9 is loaded on this node. You may remove the USB stick.\u202e';
-// eslint-disable-next-line no-control-regex
 const UNSAFE = /[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]/;
 
 async function hostileBundle(t: Parameters<Parameters<typeof t.test>[1]>[0]) {

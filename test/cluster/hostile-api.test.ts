@@ -13,7 +13,7 @@ import { HostileApi, type Attack } from './hostile-api.js';
 const work = await tmpdir(t, 'ob-hostile-api-');
 const h = await HostileApi.start();
 t.teardown(() => h.close());
-const kubeconfig = await writeKubeconfig(path.join(work, 'kubeconfig'), h.port, 'admin-token');
+const kubeconfig = await writeKubeconfig(path.join(work, 'kubeconfig'), h.port, 'admin-token', 'http');
 const key = await releaseKey();
 const b = await makeBundle(path.join(work, 'b'), { version: '4.15.1', upgradeFrom: ['4.15.0'], sign: async (d, ref) => [await signRelease(key, ref, d)] });
 const server = `http://127.0.0.1:${h.port}`;

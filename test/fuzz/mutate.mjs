@@ -5,7 +5,7 @@
 import { BUNDLE_JSON, FRAME_BYTES, SIGNATURE } from '@offline-bundle/format';
 import {
   TAR_BLOCK, assemble, dataSegments, encodeTable, fileHeader, fixChecksum, frameHeaderSize, paxSegments, readField,
-  readOctal, replaceHead, rleFrame, sha256hex, signBytes, skippableFrame, writeOctal, writeString, zstdFrame,
+  readOctal, replaceHead, rleFrame, signBytes, skippableFrame, writeOctal, writeString, zstdFrame,
 } from './bundle.mjs';
 
 export const LEVELS = ['byte', 'frame', 'seek', 'tar', 'json'];
@@ -300,7 +300,6 @@ export function mutateTar(rng, base) {
   const hi = entry.header;
   const h = Buffer.from(segs[hi].raw);
   const other = base.entries[(e + 1 + rng.int(base.entries.length - 1)) % base.entries.length].name;
-  const blobName = base.entries[base.entries.length - 1].name;
   const field = rng.weighted([
     [4, 'name'], [3, 'size'], [3, 'typeflag'], [1, 'mode'], [1, 'checksum'], [2, 'linkname'], [2, 'prefix'],
     [1, 'magic'], [1, 'owner'], [3, 'pax'], [1, 'gnu-longname'], [1, 'grow'],

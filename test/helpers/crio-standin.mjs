@@ -120,7 +120,7 @@ function readToml(file) {
   try {
     return toml.parse(readFileSync(file, 'utf8'));
   } catch (e) {
-    throw new Error(`${file}: ${String(/** @type {Error} */ (e).message).split('\n', 1)[0]}`);
+    throw new Error(`${file}: ${String(/** @type {Error} */ (e).message).split('\n', 1)[0]}`, { cause: e });
   }
 }
 

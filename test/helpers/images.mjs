@@ -2,7 +2,6 @@
 // built with tar-stream, written as an OCI image layout
 // (https://github.com/opencontainers/image-spec/blob/main/image-layout.md)
 // and optionally pushed to a registry with skopeo.
-import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import os from 'node:os';

@@ -134,7 +134,7 @@ async function htpasswdLine(user, password) {
   try {
     r = await run('perl', ['-e', 'print crypt($ARGV[0], $ARGV[1])', password, salt]);
   } catch (e) {
-    throw new Error(`startRegistry: cannot create a bcrypt htpasswd entry: neither htpasswd (apache2-utils) nor perl is available (${e})`);
+    throw new Error(`startRegistry: cannot create a bcrypt htpasswd entry: neither htpasswd (apache2-utils) nor perl is available (${e})`, { cause: e });
   }
   const hash = r.stdout.toString('utf8').trim();
   if (r.code !== 0 || !bcryptRe.test(hash)) {

@@ -241,7 +241,8 @@ export async function freePort(): Promise<number> {
 }
 
 /** A token kubeconfig for the stand-in on `port` (its certificate not checked: see KubeApiStandIn for kubeconfigs with its CA). */
-export async function writeKubeconfig(file: string, port: number, token = 'node-token'): Promise<string> {
+/** A token kubeconfig for a stand-in on 127.0.0.1 (`http` for the hostile stand-ins, which speak plain HTTP). */
+export async function writeKubeconfig(file: string, port: number, token = 'node-token', scheme: 'https' | 'http' = 'https'): Promise<string> {
   await writeFile(
     file,
     [
@@ -250,7 +251,7 @@ export async function writeKubeconfig(file: string, port: number, token = 'node-
       'clusters:',
       '  - name: test',
       '    cluster:',
-      `      server: https://127.0.0.1:${port}`,
+      `      server: ${scheme}://127.0.0.1:${port}`,
       '      insecure-skip-tls-verify: true',
       'users:',
       '  - name: node',

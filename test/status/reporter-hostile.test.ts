@@ -11,7 +11,7 @@ import { tmpdir, until, writeKubeconfig } from './lib.js';
 const h = await HostileApi.start();
 t.teardown(() => h.close());
 const dir = await tmpdir(t, 'ob-reporter-hostile-');
-const kubeconfig = await writeKubeconfig(path.join(dir, 'kubeconfig'), h.port);
+const kubeconfig = await writeKubeconfig(path.join(dir, 'kubeconfig'), h.port, 'node-token', 'http');
 
 const cases: [Attack, RegExp][] = [
   ['huge', /sent an answer over 64 MiB/],

@@ -168,6 +168,8 @@ export class BundleRandomReader {
     const loc = this.entries.get(path);
     if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
     const stop = Math.min(end ?? loc.size, loc.size);
+    // an async generator cannot be an arrow function, so it reaches the reader by name
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
     const self = this;
     return Readable.from((async function* () {
       let frame = loc.frame;

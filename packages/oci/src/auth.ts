@@ -4,13 +4,9 @@ import { join } from 'node:path';
 import { helperCredentials, type HelperOptions } from './credential-helper.js';
 import { OciError } from './errors.js';
 import { systemRoot } from './system-root.js';
+import type { Credentials } from './credentials.js';
 
-export interface Credentials {
-  username?: string;
-  password?: string;
-  /** An OAuth2 refresh token ("identitytoken" in auth.json). */
-  identityToken?: string;
-}
+export type { Credentials } from './credentials.js';
 
 interface AuthEntry { auth?: string; identitytoken?: string; username?: string; password?: string }
 type AuthFileDoc = { auths?: Record<string, AuthEntry>; credHelpers?: Record<string, string>; credsStore?: string };

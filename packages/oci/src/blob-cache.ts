@@ -192,7 +192,6 @@ export class BlobCache {
       }
       if (have > size) {
         await rm(partial, { force: true });
-        have = 0;
         hash.destroy();
         return this.fetchNow(digest, size, open, opts);
       }

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import type { Credentials } from './auth.js';
+import type { Credentials } from './credentials.js';
 import { firstLine } from './base-error.js';
 import { OciError } from './errors.js';
 

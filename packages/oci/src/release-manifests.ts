@@ -22,7 +22,11 @@ export interface PullAlwaysWorkload {
 
 type Spec = { containers?: { image?: unknown; imagePullPolicy?: unknown }[]; initContainers?: { image?: unknown; imagePullPolicy?: unknown }[] };
 
-function podSpec(doc: Record<string, any>): Spec | undefined {
+// A manifest parsed from YAML: any shape, read through optional chains.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Manifest = Record<string, any>;
+
+function podSpec(doc: Manifest): Spec | undefined {
   switch (doc.kind) {
     case 'Pod': return doc.spec;
     case 'CronJob': return doc.spec?.jobTemplate?.spec?.template?.spec;
@@ -47,7 +51,7 @@ export function pullAlwaysWorkloads(files: ReadonlyMap<string, Buffer>, images: 
     if (!isReleaseManifest(file)) continue;
     for (const d of parseAllDocuments(bytes.toString('utf8'))) {
       if (d.errors.length) continue; // the CVO's business; a warning scan must not fail a build
-      const doc = d.toJS() as Record<string, any> | null;
+      const doc = d.toJS() as Manifest | null;
       const spec = doc && typeof doc === 'object' ? podSpec(doc) : undefined;
       if (!spec) continue;
       for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {

@@ -166,15 +166,15 @@ export class CriImageClient implements ImagePuller {
         return;
       }
       const pull = method === 'PullImage';
-      let call: grpc.ClientUnaryCall | undefined;
-      const onAbort = (): void => call?.cancel();
+      // the abort listener is added only once `call` exists
+      const onAbort = (): void => call.cancel();
       const fn = this.#stub[method].bind(this.#stub) as (
         r: object,
         md: grpc.Metadata,
         o: grpc.CallOptions,
         cb: Callback<T>,
       ) => grpc.ClientUnaryCall;
-      call = fn(req, new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => {
+      const call = fn(req, new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => {
         signal?.removeEventListener('abort', onAbort);
         if (err) {
           if (err.code === grpc.status.CANCELLED && signal?.aborted) {

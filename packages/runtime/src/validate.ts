@@ -15,7 +15,7 @@ export function assertHost(host: string, what: string): void {
  * as containers/image and containerd spell it (no implicit docker.io/library/ expansion).
  */
 export function assertRepository(repository: string): void {
-  let ok = false;
+  let ok: boolean;
   try {
     const ref = parseReference(repository);
     ok = repository.includes('/') && repositoryName(ref) === repository && repository.startsWith(`${ref.registry}/`);

@@ -10,7 +10,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { HttpLibrary, RequestContext, ResponseContext as ResponseContextType } from '@kubernetes/client-node';
 import { ClusterError } from './cluster-errors.js';
-import { loadK8s } from './kube.js';
+import { loadK8s } from './k8s.js';
 
 /** Whole call (connect, redirects, headers, body): an API server answers in well under this. */
 export const API_DEADLINE_MS = 30_000;

@@ -2,17 +2,9 @@ import { dirname } from 'node:path';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { readSmallFile } from '@offline-bundle/oci';
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
+import { loadK8s, loadedK8s } from './k8s.js';
 
-// client-node is large: loaded on first use, so the CLIs that import this package start fast.
-export type K8s = typeof import('@kubernetes/client-node');
-let k8s: K8s | undefined;
-
-export async function loadK8s(): Promise<K8s> {
-  return (k8s ??= await import('@kubernetes/client-node'));
-}
-
-/** True only for client-node's API errors (and only once client-node was loaded). */
-export const isApiException = (err: unknown): err is InstanceType<K8s['ApiException']> => k8s !== undefined && err instanceof k8s.ApiException;
+export { loadK8s, isApiException, type K8s } from './k8s.js';
 
 /** A kubeconfig is a few KiB; client-node's loadFromFile would read a FIFO or /dev/zero whole, synchronously. */
 export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
@@ -42,7 +34,7 @@ export async function customObjectsApi(kubeconfig: string, context?: string, htt
 
 /** Per-request options that cut the request off when `signal` aborts; optionally with a Content-Type. */
 export function requestOptions(signal: AbortSignal, contentType?: string): ConfigurationOptions {
-  const { Observable, setHeaderOptions } = k8s!;
+  const { Observable, setHeaderOptions } = loadedK8s();
   const options: ConfigurationOptions = {
     middleware: [{
       pre: (ctx) => {
