@@ -97,6 +97,12 @@ export class HostileApi {
         return;
       case 'paged':
       case 'endless-pages': {
+        if (url.includes('/clusterversions/')) {
+          // not OpenShift: only the lists are paged
+          res.writeHead(404, { 'Content-Type': 'application/json' });
+          res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 }));
+          return;
+        }
         const q = new URL(url, 'http://x').searchParams;
         const from = Number(q.get('continue') ?? 0);
         const limit = this.attack === 'paged' ? Number(q.get('limit') ?? 1200) : 1;
