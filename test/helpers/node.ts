@@ -71,7 +71,7 @@ export function nodeSkipReason(): string | undefined {
 
 function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], env: opts.env ?? process.env });
+    const child = spawn(cmd, args, { stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'], env: opts.env ?? process.env });
     let stdout = '';
     let stderr = '';
     const timer = opts.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs) : undefined;
@@ -82,7 +82,10 @@ function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: num
       if (timer) clearTimeout(timer);
       resolve({ code, stdout, stderr });
     });
-    child.stdin.end(opts.input ?? '');
+    if (child.stdin) {
+      child.stdin.on('error', () => undefined); // a command that exits without reading its input
+      child.stdin.end(opts.input);
+    }
   });
 }
 
@@ -154,6 +157,8 @@ export interface NodeOptions {
   files?: Record<string, string | Buffer | [string | Buffer, number]>;
   /** symbolic links made before boot (node path → target), e.g. enabling a unit in a .wants directory */
   links?: Record<string, string>;
+  /** runs with the node root's host path after files and links are written, before boot (e.g. to write a kubeconfig) */
+  prepare?: (root: string) => Promise<void>;
   /** host paths bound at the same path in the node, read-only */
   readOnlyBinds?: string[];
   /** size of the node's ext4 container storage (sparse), MiB; default 4096 */
@@ -343,6 +348,7 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
     rmSync(p('merged', path), { force: true });
     symlinkSync(target, p('merged', path));
   }
+  await opts.prepare?.(p('merged'));
 
   for (const tree of CGROUP_TREES) mkdirSync(join(tree, 'nodes', machine), { recursive: true });
   const binds = [`--bind=${p('storage/containers')}:/var/lib/containers`, `--bind=${p('storage/containerd')}:/var/lib/containerd`,
@@ -419,4 +425,52 @@ export async function waitFor<V>(what: string, probe: () => Promise<V | undefine
     if (Date.now() > end) throw new Error(`${what}: not within ${Math.round(timeoutMs / 1000)} s${detail ? `\n${await detail()}` : ''}`);
     await sleep(1000);
   }
+}
+
+const REPO = new URL('../../', import.meta.url).pathname.replace(/\/$/, '');
+
+export interface PackagedAgent {
+  version: string;
+  /** bundle-agent-VERSION.oci.tar: the agent image as `pnpm package` writes it (amd64 only here) */
+  ociTar: string;
+  /** the unpacked agent tarball's prefix (bin/bundle-agent, lib/bundle-agent/node, ...) */
+  prefix: string;
+  /** the Node runtime the agent ships (lib/bundle-agent/node) */
+  node: string;
+  /** milliseconds `scripts/package.mjs` took (0 when reused) */
+  buildMs: number;
+}
+
+/**
+ * The agent as `pnpm package` ships it (amd64): scripts/package.mjs --only agent --arch amd64,
+ * run after `tsc -b`, cached at CACHE/agent-package-<hash> by the contents of every file git
+ * knows under agent/, packages/, scripts/ and the lockfile (built in a temporary directory,
+ * renamed into place).
+ */
+export async function packagedAgent(): Promise<PackagedAgent> {
+  const version = JSON.parse(readFileSync(join(REPO, 'agent/package.json'), 'utf8')).version as string;
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard', 'agent', 'packages', 'scripts', 'pnpm-lock.yaml', 'package.json'], { cwd: REPO, encoding: 'utf8', maxBuffer: 1 << 26 })
+    .split('\0').filter(Boolean).sort();
+  const h = createHash('sha256');
+  for (const f of files) {
+    h.update(`${f}\0`);
+    try { h.update(readFileSync(join(REPO, f))); } catch { h.update('(missing)'); }
+  }
+  const dir = join(CACHE, `agent-package-${h.digest('hex').slice(0, 16)}`);
+  const top = join(dir, `bundle-agent-${version}-linux-amd64`);
+  const result = (buildMs: number): PackagedAgent => ({ version, ociTar: join(dir, `bundle-agent-${version}.oci.tar`), prefix: top, node: join(top, 'lib/bundle-agent/node'), buildMs });
+  if (existsSync(join(top, 'lib/bundle-agent/node'))) return result(0);
+  mkdirSync(CACHE, { recursive: true });
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  const started = Date.now();
+  must(await sh(process.execPath, [join(REPO, 'scripts/package.mjs'), '--only', 'agent', '--arch', 'amd64', '--out', tmp], { timeoutMs: 900_000, env: { PATH: process.env.PATH, HOME: process.env.HOME } }), 'scripts/package.mjs (the agent artifacts)');
+  must(await sh('tar', ['-xzf', join(tmp, `bundle-agent-${version}-linux-amd64.tar.gz`), '-C', tmp]), 'unpacking the agent tarball');
+  try {
+    renameSync(tmp, dir);
+  } catch (e) {
+    rmSync(tmp, { recursive: true, force: true });
+    if (!existsSync(join(top, 'lib/bundle-agent/node'))) throw e;
+  }
+  return result(Date.now() - started);
 }

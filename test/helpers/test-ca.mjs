@@ -47,3 +47,22 @@ export async function makeTestCa(dir, opts = {}) {
   const p = (/** @type {string} */ f) => path.join(dir, f);
   return { caCert: p('ca.crt'), caKey: p('ca.key'), serverCert: p('server.crt'), serverKey: p('server.key'), clientCert: p('client.crt'), clientKey: p('client.key') };
 }
+
+/**
+ * One more client certificate from a CA made by makeTestCa, with the subject a Kubernetes API
+ * server reads as the user (CN) and the groups (one O each), as the kubelet's is made.
+ * @param {TestCa} ca
+ * @param {string} dir  an existing directory for the files (`${file}.crt`, `${file}.key`)
+ * @param {string} file  base name of the files
+ * @param {{ cn: string, o?: string[] }} subject
+ * @returns {Promise<{ cert: string, key: string }>}
+ */
+export async function issueClientCert(ca, dir, file, subject) {
+  const esc = (/** @type {string} */ s) => s.replace(/[/\\]/g, (c) => `\\${c}`);
+  const subj = [...(subject.o ?? []).map((o) => `/O=${esc(o)}`), `/CN=${esc(subject.cn)}`].join('');
+  await writeFile(path.join(dir, `${file}.ext`), 'extendedKeyUsage=clientAuth\n');
+  await openssl(['req', ...EC, '-keyout', `${file}.key`, '-out', `${file}.csr`, '-subj', subj], dir);
+  await openssl(['x509', '-req', '-in', `${file}.csr`, '-CA', ca.caCert, '-CAkey', ca.caKey, '-CAcreateserial', '-out', `${file}.crt`,
+    '-days', '2', '-extfile', `${file}.ext`], dir);
+  return { cert: path.join(dir, `${file}.crt`), key: path.join(dir, `${file}.key`) };
+}

@@ -1,0 +1,634 @@
+// Stand-in for the Kubernetes API server (none can run here) that authenticates and authorizes
+// the way kube-apiserver does, so a missing rule shows up in a test and not on the first node:
+// - TLS only. Client certificates verified against the stand-in's CA are the user (CN) and the
+//   groups (one O each), as the kubelet's are; bearer tokens come from a token map. Anything
+//   else: 401 Unauthorized. Every authenticated user is also in system:authenticated.
+// - RBAC from the YAML files given (default: the shipped deploy/rbac.yaml and
+//   deploy/admin-rbac.yaml): ClusterRoles, Roles, ClusterRoleBindings and RoleBindings, with
+//   apiGroups, resources (subresources as "resource/sub", "*", "*/sub"), resourceNames, verbs
+//   ("*") and nonResourceURLs; subjects User, Group and ServiceAccount. Aggregation labels
+//   (aggregate-to-view...) are ignored: nothing here reads the aggregated roles.
+// - Built in, as a cluster has them: cluster-admin for system:masters and
+//   system:cluster-admins; discovery URLs for system:authenticated; and (openshiftNodeDefaults)
+//   what the Node authorizer and NodeRestriction give system:nodes: nodes get/list/watch, its
+//   own Node (update, patch, status), pods get/list/watch, events, leases, CSRs. Nothing on
+//   config.openshift.io: a node may not read ClusterVersion unless a loaded file grants it.
+// - Server-side apply of a missing object needs create as well as patch (as patch.go checks).
+// - ValidatingAdmissionPolicies of the loaded files with a Deny binding are evaluated as the
+//   API server does (matchConstraints.resourceRules, matchConditions, variables, validations,
+//   messageExpression, in CEL): deploy/rbac.yaml's lets a node write only its own
+//   NodeBundleStatus. (Binding paramRef/matchResources are not read: ours have none.)
+// - Refusals are the API server's Status objects, with its messages.
+// Served: Nodes, Pods, NodeBundleStatuses (+ /status, server-side apply), ClusterVersion
+// "version" (get, merge patch), Machine/ClusterAutoscalers (list), ConfigMaps (get, server-side
+// apply with field ownership per manager). A resource marked absent answers 404 as a missing CRD.
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import type { TLSSocket } from 'node:tls';
+import { fileURLToPath } from 'node:url';
+import { evaluate } from '@marcbachmann/cel-js';
+import type { ValidateFunction } from 'ajv';
+import { parse as parseYaml } from 'yaml';
+import { invalidStatus, loadYamlDocs, type Doc } from '../status/lib.js';
+import { issueClientCert, makeTestCa } from './test-ca.mjs';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const SHIPPED_RBAC = [path.join(ROOT, 'deploy', 'rbac.yaml'), path.join(ROOT, 'deploy', 'admin-rbac.yaml')];
+
+export interface StandInRequest {
+  method: string;
+  path: string;
+  query: URLSearchParams;
+  contentType: string;
+  body: string;
+  user: string;
+  groups: string[];
+  /** The RBAC verb: get, list, watch, create, update, patch, delete, deletecollection (non-resource: the lower-case method). */
+  verb: string;
+  /** The resource, with its subresource as "nodebundlestatuses/status"; '' for non-resource URLs. */
+  resource: string;
+  group: string;
+  name: string;
+  namespace: string;
+  /** The HTTP status given (0 while unanswered). */
+  status: number;
+}
+
+export type StandInAnswer = { status: number; body?: unknown; headers?: Record<string, string> } | 'hang';
+
+export interface KubeStandIn {
+  url: string;
+  caFile: string;
+  writeNodeKubeconfig(root: string, node: string, opts?: { server?: string; certPaths?: 'node' | 'root' }): Promise<void>;
+  adminKubeconfig(file: string): Promise<string>;
+  get(resource: string, name: string, namespace?: string): Record<string, any> | undefined;
+  requests: StandInRequest[];
+  close(): Promise<void>;
+}
+
+interface Rule { apiGroups?: string[]; resources?: string[]; resourceNames?: string[]; verbs: string[]; nonResourceURLs?: string[] }
+interface Subject { kind: string; name: string; namespace?: string }
+interface Binding { name: string; namespace?: string; roleRef: { kind: string; name: string }; subjects: Subject[] }
+interface Identity { user: string; groups: string[] }
+
+const CR = 'rbac.authorization.k8s.io';
+
+/** Group and (plural) resource → whether objects live in a namespace. */
+const NAMESPACED: Record<string, boolean> = {
+  '/nodes': false, '/pods': true, '/configmaps': true, '/events': true, '/namespaces': false,
+  'bundles.offline-bundle.io/nodebundlestatuses': false,
+  'config.openshift.io/clusterversions': false,
+  'autoscaling.openshift.io/machineautoscalers': true, 'autoscaling.openshift.io/clusterautoscalers': false,
+};
+
+/** What the Node authorizer with NodeRestriction lets a node do (the parts that matter here). */
+function nodeAuthorizer(node: string, a: Attrs): boolean {
+  const core = a.group === '';
+  if (core && a.resource === 'nodes' && ['get', 'list', 'watch', 'create'].includes(a.verb)) return true;
+  if (core && (a.resource === 'nodes' || a.resource === 'nodes/status') && ['update', 'patch'].includes(a.verb)) return a.name === node;
+  if (core && a.resource === 'pods' && ['get', 'list', 'watch'].includes(a.verb)) return true;
+  if (core && a.resource === 'events' && ['create', 'update', 'patch'].includes(a.verb)) return true;
+  if (a.group === 'coordination.k8s.io' && a.resource === 'leases' && a.namespace === 'kube-node-lease') return ['get', 'create', 'update', 'patch'].includes(a.verb) && (a.verb === 'create' || a.name === node);
+  if (a.group === 'certificates.k8s.io' && a.resource === 'certificatesigningrequests') return ['create', 'get', 'list', 'watch'].includes(a.verb);
+  return false;
+}
+
+interface Attrs { verb: string; group: string; resource: string; name: string; namespace: string; nonResource?: string }
+
+/** ClusterRoles every cluster has, and their bindings (OpenShift's names where they differ). */
+const BUILT_IN_ROLES: Doc[] = [
+  { kind: 'ClusterRole', metadata: { name: 'cluster-admin' }, rules: [{ apiGroups: ['*'], resources: ['*'], verbs: ['*'] }, { nonResourceURLs: ['*'], verbs: ['*'] }] },
+  { kind: 'ClusterRole', metadata: { name: 'system:discovery' }, rules: [{ nonResourceURLs: ['/api', '/api/*', '/apis', '/apis/*', '/version', '/healthz', '/readyz', '/livez'], verbs: ['get'] }] },
+  { kind: 'ClusterRoleBinding', metadata: { name: 'cluster-admin' }, roleRef: { apiGroup: CR, kind: 'ClusterRole', name: 'cluster-admin' }, subjects: [{ kind: 'Group', name: 'system:masters' }, { kind: 'Group', name: 'system:cluster-admins' }] },
+  { kind: 'ClusterRoleBinding', metadata: { name: 'system:discovery' }, roleRef: { apiGroup: CR, kind: 'ClusterRole', name: 'system:discovery' }, subjects: [{ kind: 'Group', name: 'system:authenticated' }] },
+];
+
+export class KubeApiStandIn implements KubeStandIn {
+  url = '';
+  caFile = '';
+  readonly requests: StandInRequest[] = [];
+  /** bearer token → identity */
+  readonly tokens = new Map<string, Identity>();
+  /** Resources (group/plural, e.g. "autoscaling.openshift.io/machineautoscalers") whose CRD is not installed: 404. */
+  readonly absent = new Set<string>();
+  /** When set, a NodeBundleStatus status apply is checked against this schema (422 Invalid as the API server's CRD check). */
+  statusSchema?: ValidateFunction;
+  /**
+   * Runs after authentication, authorization and admission (so only for calls the real server
+   * would let through): an answer it returns is given instead of the stand-in's own.
+   */
+  intercept?: (r: StandInRequest) => StandInAnswer | undefined | Promise<StandInAnswer | undefined>;
+  /** Set to false to take the Node authorizer away (a cluster without it). */
+  nodeAuthorizer: boolean;
+  private readonly store = new Map<string, Doc>();
+  private readonly owners = new Map<string, Map<string, Set<string>>>();
+  private roles = new Map<string, Rule[]>();
+  private bindings: Binding[] = [];
+  private policies: { name: string; binding: string; spec: Doc }[] = [];
+  private resourceVersion = 1;
+  private server?: Server;
+  private dir = '';
+  private ca?: { caCert: string; caKey: string };
+  private readonly hanging: ServerResponse[] = [];
+
+  private constructor(opts: { openshiftNodeDefaults?: boolean }) {
+    this.nodeAuthorizer = opts.openshiftNodeDefaults ?? true;
+  }
+
+  static async start(opts: { host?: string; rbacFiles?: string[]; openshiftNodeDefaults?: boolean; clusterVersion?: string } = {}): Promise<KubeApiStandIn> {
+    const api = new KubeApiStandIn(opts);
+    const host = opts.host ?? '127.0.0.1';
+    api.dir = await mkdtemp(path.join(os.tmpdir(), 'ob-kube-standin-'));
+    const ca = await makeTestCa(api.dir, { names: [...new Set([host, '127.0.0.1', 'localhost'])] });
+    api.ca = ca;
+    api.caFile = ca.caCert;
+    await api.loadRbac(opts.rbacFiles ?? SHIPPED_RBAC);
+    api.tokens.set('admin-token', { user: 'kube:admin', groups: ['system:cluster-admins'] });
+    if (opts.clusterVersion) api.clusterVersion = clusterVersionDoc(opts.clusterVersion);
+    const [key, cert, caPem] = await Promise.all([readFile(ca.serverKey), readFile(ca.serverCert), readFile(ca.caCert)]);
+    api.server = createServer({ key, cert, ca: caPem, requestCert: true, rejectUnauthorized: false }, (req, res) => api.serve(req, res));
+    await new Promise<void>((resolve, reject) => {
+      api.server!.once('error', reject);
+      api.server!.listen(0, host, () => resolve());
+    });
+    const { port } = api.server.address() as AddressInfo;
+    api.url = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
+    return api;
+  }
+
+  get port(): number {
+    return Number(new URL(this.url).port);
+  }
+
+  /** Replaces the RBAC objects (and the admission policy) with those of `files`. */
+  async loadRbac(files: string[]): Promise<void> {
+    const docs = [...BUILT_IN_ROLES];
+    for (const f of files) docs.push(...(await loadYamlDocs(f)));
+    this.roles = new Map();
+    this.bindings = [];
+    const vaps = new Map<string, Doc>();
+    const vapBindings: Doc[] = [];
+    for (const d of docs) {
+      const name = d.metadata?.name as string;
+      if (d.kind === 'ClusterRole') this.roles.set(`ClusterRole//${name}`, d.rules ?? []);
+      else if (d.kind === 'Role') this.roles.set(`Role/${d.metadata.namespace ?? 'default'}/${name}`, d.rules ?? []);
+      else if (d.kind === 'ClusterRoleBinding' || d.kind === 'RoleBinding') {
+        this.bindings.push({ name, ...(d.kind === 'RoleBinding' ? { namespace: d.metadata.namespace ?? 'default' } : {}), roleRef: d.roleRef, subjects: d.subjects ?? [] });
+      } else if (d.kind === 'ValidatingAdmissionPolicy') vaps.set(name, d);
+      else if (d.kind === 'ValidatingAdmissionPolicyBinding' && (d.spec?.validationActions ?? []).includes('Deny')) vapBindings.push(d);
+    }
+    this.policies = vapBindings.flatMap((b) => {
+      const vap = vaps.get(b.spec.policyName);
+      return vap ? [{ name: vap.metadata.name, binding: b.metadata.name, spec: vap.spec }] : [];
+    });
+  }
+
+  /** A user known by a bearer token; returns the token. */
+  addToken(user: string, groups: string[] = [], token = randomBytes(16).toString('hex')): string {
+    this.tokens.set(token, { user, groups });
+    return token;
+  }
+
+  // -- kubeconfigs -------------------------------------------------------------------------
+
+  private async caData(): Promise<string> {
+    return (await readFile(this.caFile)).toString('base64');
+  }
+
+  private async kubeconfigYaml(user: Doc, server = this.url): Promise<string> {
+    return [
+      'apiVersion: v1',
+      'kind: Config',
+      'clusters:',
+      '- cluster:',
+      `    certificate-authority-data: ${await this.caData()}`,
+      `    server: ${server}`,
+      '  name: local',
+      'contexts:',
+      '- context:',
+      '    cluster: local',
+      '    user: user',
+      '  name: local',
+      'current-context: local',
+      'preferences: {}',
+      'users:',
+      '- name: user',
+      '  user:',
+      ...Object.entries(user).map(([k, v]) => `    ${k}: ${JSON.stringify(v)}`),
+      '',
+    ].join('\n');
+  }
+
+  /**
+   * RHCOS's kubelet kubeconfig for system:node:<node> under `root`: root/var/lib/kubelet/kubeconfig
+   * naming /var/lib/kubelet/pki/kubelet-client-current.pem (certificate and key in one file) as
+   * client-certificate and client-key. certPaths 'root' writes those two paths under `root`
+   * instead, for an agent that runs on this host rather than in the node's root.
+   */
+  async writeNodeKubeconfig(root: string, node: string, opts: { server?: string; certPaths?: 'node' | 'root' } = {}): Promise<void> {
+    const pem = await this.clientPem(`node-${node}`, `system:node:${node}`, ['system:nodes']);
+    const pki = path.join(root, 'var/lib/kubelet/pki');
+    await mkdir(pki, { recursive: true });
+    await writeFile(path.join(pki, 'kubelet-client-current.pem'), pem, { mode: 0o600 });
+    const certFile = opts.certPaths === 'root' ? path.join(pki, 'kubelet-client-current.pem') : '/var/lib/kubelet/pki/kubelet-client-current.pem';
+    await writeFile(path.join(root, 'var/lib/kubelet/kubeconfig'), await this.kubeconfigYaml({ 'client-certificate': certFile, 'client-key': certFile }, opts.server ?? this.url));
+  }
+
+  /** A kubeconfig with a client certificate for any user and groups (e.g. a ServiceAccount's identity). */
+  async certKubeconfig(file: string, user: string, groups: string[], opts: { server?: string } = {}): Promise<string> {
+    const pem = await this.clientPem(`user-${randomBytes(4).toString('hex')}`, user, groups);
+    const pemFile = `${file}.pem`;
+    await writeFile(pemFile, pem, { mode: 0o600 });
+    await writeFile(file, await this.kubeconfigYaml({ 'client-certificate': pemFile, 'client-key': pemFile }, opts.server ?? this.url));
+    return file;
+  }
+
+  async adminKubeconfig(file: string): Promise<string> {
+    return this.tokenKubeconfig(file, 'admin-token');
+  }
+
+  /** A kubeconfig holding a bearer token (made with addToken, or 'admin-token'). */
+  async tokenKubeconfig(file: string, token: string, opts: { server?: string } = {}): Promise<string> {
+    await writeFile(file, await this.kubeconfigYaml({ token }, opts.server ?? this.url));
+    return file;
+  }
+
+  private async clientPem(file: string, user: string, groups: string[]): Promise<string> {
+    const { cert, key } = await issueClientCert(this.ca!, this.dir, file.replace(/[^A-Za-z0-9_.-]/g, '_'), { cn: user, o: groups });
+    return (await readFile(cert, 'utf8')) + (await readFile(key, 'utf8'));
+  }
+
+  close(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      for (const r of this.hanging) r.destroy();
+      if (!this.server) return resolve();
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    }).then(() => rm(this.dir, { recursive: true, force: true }));
+  }
+
+  // -- objects -----------------------------------------------------------------------------
+
+  get(resource: string, name: string, namespace?: string): Doc | undefined {
+    return this.store.get(key(resource, name, namespace));
+  }
+
+  put(resource: string, obj: Doc): Doc {
+    const ns = obj.metadata?.namespace;
+    obj.metadata = { ...obj.metadata, resourceVersion: String(++this.resourceVersion) };
+    this.store.set(key(resource, obj.metadata.name, ns), obj);
+    return obj;
+  }
+
+  delete(resource: string, name: string, namespace?: string): void {
+    this.store.delete(key(resource, name, namespace));
+    this.owners.delete(key(resource, name, namespace));
+  }
+
+  list(resource: string, namespace?: string): Doc[] {
+    const prefix = `${resource}|`;
+    return [...this.store].filter(([k]) => k.startsWith(prefix) && (namespace === undefined || k.startsWith(`${prefix}${namespace}|`))).map(([, v]) => v);
+  }
+
+  private replaceAll(resource: string, items: Doc[]): void {
+    for (const o of this.list(resource)) this.delete(resource, o.metadata.name, o.metadata.namespace);
+    for (const o of items) this.put(resource, o);
+  }
+
+  // The shapes `bundle cluster` tests set up directly.
+  get nodes(): Doc[] { return this.list('nodes'); }
+  set nodes(items: Doc[]) { this.replaceAll('nodes', items); }
+  get pods(): Doc[] { return this.list('pods'); }
+  set pods(items: Doc[]) { this.replaceAll('pods', items.map((p) => ({ ...p, metadata: { namespace: 'default', ...p.metadata } }))); }
+  get statuses(): Doc[] { return this.list('nodebundlestatuses'); }
+  set statuses(items: Doc[]) { this.replaceAll('nodebundlestatuses', items); }
+  get crdInstalled(): boolean { return !this.absent.has('bundles.offline-bundle.io/nodebundlestatuses'); }
+  set crdInstalled(v: boolean) { this.setAbsent('bundles.offline-bundle.io/nodebundlestatuses', !v); }
+  get clusterVersion(): Doc | undefined { return this.get('clusterversions', 'version'); }
+  set clusterVersion(cv: Doc | undefined) {
+    if (cv) this.put('clusterversions', cv);
+    else this.delete('clusterversions', 'version');
+  }
+  get machineAutoscalers(): Doc[] | undefined { return this.absent.has('autoscaling.openshift.io/machineautoscalers') ? undefined : this.list('machineautoscalers'); }
+  set machineAutoscalers(items: Doc[] | undefined) { this.setAbsent('autoscaling.openshift.io/machineautoscalers', !items); this.replaceAll('machineautoscalers', items ?? []); }
+  get clusterAutoscalers(): Doc[] | undefined { return this.absent.has('autoscaling.openshift.io/clusterautoscalers') ? undefined : this.list('clusterautoscalers'); }
+  set clusterAutoscalers(items: Doc[] | undefined) { this.setAbsent('autoscaling.openshift.io/clusterautoscalers', !items); this.replaceAll('clusterautoscalers', items ?? []); }
+  configMap(ns: string, name: string): Doc | undefined { return this.get('configmaps', name, ns); }
+  clearConfigMaps(): void { for (const c of this.list('configmaps')) this.delete('configmaps', c.metadata.name, c.metadata.namespace); }
+
+  private setAbsent(r: string, absent: boolean): void {
+    if (absent) this.absent.add(r);
+    else this.absent.delete(r);
+  }
+
+  // -- authentication and authorization ----------------------------------------------------
+
+  private authenticate(req: IncomingMessage): Identity | undefined {
+    const auth = req.headers.authorization;
+    if (auth) {
+      const m = /^Bearer\s+(\S+)$/i.exec(auth);
+      const id = m ? this.tokens.get(m[1]!) : undefined;
+      return id && { user: id.user, groups: [...new Set([...id.groups, 'system:authenticated'])] };
+    }
+    const sock = req.socket as TLSSocket;
+    const cert = sock.getPeerCertificate?.();
+    if (!sock.authorized || !cert?.subject?.CN) return undefined;
+    const o = cert.subject.O;
+    const groups = o === undefined ? [] : Array.isArray(o) ? o : [o];
+    return { user: String(cert.subject.CN), groups: [...new Set([...groups, 'system:authenticated'])] };
+  }
+
+  /** Whether RBAC (and the Node authorizer) allows `a` to `id`. */
+  allows(id: Identity, a: Attrs): boolean {
+    const node = /^system:node:(.+)$/.exec(id.user)?.[1];
+    if (this.nodeAuthorizer && node && id.groups.includes('system:nodes') && nodeAuthorizer(node, a)) return true;
+    return this.bindings.some((b) => {
+      if (b.namespace !== undefined && b.namespace !== a.namespace) return false;
+      if (!b.subjects.some((s) => subjectMatches(s, id, b.namespace))) return false;
+      const rules = this.roles.get(b.roleRef.kind === 'Role' ? `Role/${b.namespace}/${b.roleRef.name}` : `ClusterRole//${b.roleRef.name}`) ?? [];
+      return rules.some((r) => ruleAllows(r, a));
+    });
+  }
+
+  // -- serving -----------------------------------------------------------------------------
+
+  private serve(req: IncomingMessage, res: ServerResponse): void {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      void this.answer(req, Buffer.concat(chunks).toString('utf8'), res).catch((err) => {
+        if (!res.headersSent) {
+          res.writeHead(500, { 'Content-Type': 'application/json' });
+          res.end(JSON.stringify(statusDoc(500, 'InternalError', String(err?.stack ?? err))));
+        }
+      });
+    });
+  }
+
+  private async answer(req: IncomingMessage, body: string, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'https://stand-in');
+    const a = attributes(req.method ?? 'GET', url);
+    const id = this.authenticate(req);
+    const r: StandInRequest = {
+      method: req.method ?? '', path: url.pathname, query: url.searchParams, contentType: String(req.headers['content-type'] ?? ''), body,
+      user: id?.user ?? '', groups: id?.groups ?? [], verb: a.verb, resource: a.resource, group: a.group, name: a.name, namespace: a.namespace, status: 0,
+    };
+    this.requests.push(r);
+    const send = (status: number, doc: unknown, headers: Record<string, string> = {}) => {
+      r.status = status;
+      res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+      res.end(JSON.stringify(doc));
+    };
+    if (!id) return send(401, statusDoc(401, 'Unauthorized', 'Unauthorized'));
+    if (!this.allows(id, a)) return send(403, forbidden(id.user, a));
+    const denied = this.admit(id, a);
+    if (denied) return send(403, denied);
+    const scripted = await this.intercept?.(r);
+    if (scripted === 'hang') {
+      this.hanging.push(res);
+      return;
+    }
+    if (scripted) return send(scripted.status, scripted.body ?? statusDoc(scripted.status, 'Scripted', `answer ${scripted.status}`), scripted.headers);
+    const [status, doc] = this.handle(id, a, r);
+    send(status, doc);
+  }
+
+  /** The loaded ValidatingAdmissionPolicies, evaluated as the API server does. */
+  private admit(id: Identity, a: Attrs): Doc | undefined {
+    if (!['create', 'update', 'patch', 'delete'].includes(a.verb) || a.nonResource !== undefined) return undefined;
+    const [base, sub = ''] = a.resource.split('/') as [string, string?];
+    const exists = this.get(base, a.name, a.namespace || undefined) !== undefined;
+    const operation = a.verb === 'create' || (a.verb === 'patch' && !exists && !sub) ? 'CREATE' : a.verb === 'delete' ? 'DELETE' : 'UPDATE';
+    const request = {
+      name: a.name, namespace: a.namespace, operation, subResource: sub,
+      resource: { group: a.group, version: '', resource: base },
+      userInfo: { username: id.user, groups: id.groups },
+    };
+    for (const p of this.policies) {
+      const denied = admitPolicy(p.spec, request);
+      if (!denied) continue;
+      const qualified = a.group ? `${base}.${a.group}` : base;
+      return statusDoc(REASON_CODES[denied.reason] ?? 422, denied.reason, `${qualified} "${a.name}" is forbidden: ValidatingAdmissionPolicy '${p.name}' with binding '${p.binding}' denied request: ${denied.message}`,
+        { name: a.name, group: a.group, kind: base });
+    }
+    return undefined;
+  }
+
+  private handle(id: Identity, a: Attrs, r: StandInRequest): [number, unknown] {
+    if (a.nonResource !== undefined) return a.nonResource === '/version' ? [200, { major: '1', minor: '29', gitVersion: 'v1.29.0-stand-in' }] : [404, statusDoc(404, 'NotFound', 'the server could not find the requested resource')];
+    const [base, sub] = a.resource.split('/') as [string, string | undefined];
+    const gr = `${a.group}/${base}`;
+    if (!(gr in NAMESPACED) || this.absent.has(gr)) return [404, statusDoc(404, 'NotFound', 'the server could not find the requested resource')];
+    const qualified = a.group ? `${base}.${a.group}` : base;
+    const notFound = (): [number, unknown] => [404, statusDoc(404, 'NotFound', `${qualified} "${a.name}" not found`, { name: a.name, group: a.group, kind: base })];
+    if (a.verb === 'list') {
+      const items = this.list(base, a.namespace || undefined).filter((o) => selects(r.query.get('labelSelector'), o.metadata?.labels ?? {}));
+      return [200, { kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: String(this.resourceVersion) }, items }];
+    }
+    const cur = this.get(base, a.name, a.namespace || undefined);
+    if (a.verb === 'get') return cur ? [200, cur] : notFound();
+    if (a.verb === 'patch') {
+      if (r.contentType === 'application/merge-patch+json') {
+        if (!cur) return notFound();
+        return [200, this.put(base, mergePatch(cur, JSON.parse(r.body)) as Doc)];
+      }
+      if (r.contentType !== 'application/apply-patch+yaml') {
+        return [415, statusDoc(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got ${r.contentType})`)];
+      }
+      const manager = r.query.get('fieldManager');
+      if (!manager) return [400, statusDoc(400, 'BadRequest', 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch')];
+      let obj: Doc;
+      try {
+        obj = parseYaml(r.body) as Doc;
+      } catch (err) {
+        return [400, statusDoc(400, 'BadRequest', `error decoding YAML: ${(err as Error).message}`)];
+      }
+      if (obj?.metadata?.name !== a.name || (obj.metadata.namespace ?? a.namespace) !== a.namespace) {
+        return [400, statusDoc(400, 'BadRequest', 'the name of the object (and its namespace) must match the request')];
+      }
+      if (sub === 'status') {
+        if (!cur) return notFound();
+        const invalid = this.statusSchema ? invalidStatus(this.statusSchema, r.body) : undefined;
+        if (invalid) return [422, invalid];
+        return [200, this.put(base, { ...cur, status: obj.status })];
+      }
+      // Apply creates a missing object: that needs create too.
+      if (!cur && !this.allows(id, { ...a, verb: 'create' })) return [403, forbidden(id.user, { ...a, verb: 'create' })];
+      return base === 'configmaps' ? this.applyFields(base, a, obj, cur, manager, r.query.get('force') === 'true') : this.applyMain(base, a, obj, cur);
+    }
+    return [405, statusDoc(405, 'MethodNotAllowed', `the stand-in does not serve ${a.verb} on ${a.resource}`)];
+  }
+
+  /** Apply to a main resource with one field manager: metadata labels and annotations merge, the rest replaces. */
+  private applyMain(base: string, a: Attrs, obj: Doc, cur: Doc | undefined): [number, unknown] {
+    const { status: _ignored, ...rest } = obj;
+    const next: Doc = { ...(cur ?? {}), ...rest, metadata: { ...(cur?.metadata ?? {}), ...obj.metadata, labels: { ...(cur?.metadata?.labels ?? {}), ...(obj.metadata?.labels ?? {}) } } };
+    next.metadata.generation = cur ? cur.metadata.generation + (JSON.stringify(cur.spec) !== JSON.stringify(next.spec) ? 1 : 0) : 1;
+    if (a.namespace) next.metadata.namespace = a.namespace;
+    return [cur ? 200 : 201, this.put(base, next)];
+  }
+
+  /**
+   * Apply with field ownership per manager for labels, annotations, data and binaryData keys:
+   * a manager's apply removes the keys it owned alone and no longer applies; a key owned by
+   * another manager with another value is a 409 Conflict unless force=true.
+   */
+  private applyFields(base: string, a: Attrs, body: Doc, existing: Doc | undefined, manager: string, force: boolean): [number, unknown] {
+    const k = key(base, a.name, a.namespace || undefined);
+    const cur: Doc = structuredClone(existing ?? { apiVersion: body.apiVersion, kind: body.kind, metadata: { name: a.name, ...(a.namespace ? { namespace: a.namespace } : {}) } });
+    const owners = this.owners.get(k) ?? new Map<string, Set<string>>();
+    const fields = new Map<string, unknown>();
+    for (const [sect, obj] of [['labels', body.metadata.labels], ['annotations', body.metadata.annotations], ['data', body.data], ['binaryData', body.binaryData]] as const) {
+      for (const [f, v] of Object.entries((obj ?? {}) as Record<string, unknown>)) fields.set(`${sect}/${f}`, v);
+    }
+    const get = (f: string) => {
+      const [sect, name] = split(f);
+      return (sect === 'labels' || sect === 'annotations' ? cur.metadata?.[sect] : cur[sect])?.[name];
+    };
+    const conflicts = [...fields].filter(([f, v]) => [...owners].some(([m, set]) => m !== manager && set.has(f)) && get(f) !== v);
+    if (conflicts.length && !force) return [409, statusDoc(409, 'Conflict', `Apply failed with ${conflicts.length} conflicts: ${conflicts.map(([f]) => f).join(', ')}`)];
+    for (const f of owners.get(manager) ?? []) {
+      if (!fields.has(f) && ![...owners].some(([m, set]) => m !== manager && set.has(f))) setField(cur, f, undefined);
+    }
+    for (const [f, v] of fields) {
+      setField(cur, f, v);
+      if (force) for (const [m, set] of owners) if (m !== manager) set.delete(f);
+    }
+    owners.set(manager, new Set(fields.keys()));
+    this.owners.set(k, owners);
+    return [existing ? 200 : 201, this.put(base, cur)];
+  }
+}
+
+export function startKubeStandIn(opts?: { host?: string; rbacFiles?: string[]; openshiftNodeDefaults?: boolean; clusterVersion?: string }): Promise<KubeApiStandIn> {
+  return KubeApiStandIn.start(opts);
+}
+
+/** ClusterVersion "version" of a cluster that completed its update to `version`. */
+export function clusterVersionDoc(version: string, image = `quay.io/openshift-release-dev/ocp-release@sha256:${'0'.repeat(64)}`): Doc {
+  return {
+    apiVersion: 'config.openshift.io/v1', kind: 'ClusterVersion', metadata: { name: 'version' },
+    spec: { channel: `stable-${version.split('.').slice(0, 2).join('.')}`, clusterID: '00000000-0000-0000-0000-000000000000' },
+    status: { desired: { version, image }, history: [{ state: 'Completed', version, image, startedTime: '2026-11-01T00:00:00Z', completionTime: '2026-11-01T01:00:00Z', verified: true }] },
+  };
+}
+
+/**
+ * One ValidatingAdmissionPolicy against one admission request (the CEL `request` variable):
+ * undefined when it does not match or allows, else the refusal's reason and message.
+ */
+export function admitPolicy(spec: Doc, request: Doc): { reason: string; message: string } | undefined {
+  const matches = (spec.matchConstraints?.resourceRules ?? []).some((r: Doc) =>
+    anyOf(r.apiGroups, request.resource.group) && anyOf(r.operations, request.operation) &&
+    anyOf(r.resources, request.subResource ? `${request.resource.resource}/${request.subResource}` : request.resource.resource));
+  if (!matches) return undefined;
+  const ctx: Doc = { request };
+  if (!((spec.matchConditions ?? []) as Doc[]).every((m) => evaluate(m.expression, ctx) === true)) return undefined;
+  const variables: Doc = {};
+  for (const v of (spec.variables ?? []) as Doc[]) variables[v.name] = evaluate(v.expression, { ...ctx, variables });
+  for (const v of (spec.validations ?? []) as Doc[]) {
+    if (evaluate(v.expression, { ...ctx, variables }) === true) continue;
+    const message = v.messageExpression ? String(evaluate(v.messageExpression, { ...ctx, variables })) : v.message ?? `failed expression: ${v.expression}`;
+    return { reason: v.reason ?? 'Invalid', message };
+  }
+  return undefined;
+}
+
+/** The HTTP code the API server gives a policy's refusal reason. */
+const REASON_CODES: Record<string, number> = { Forbidden: 403, Unauthorized: 401, Invalid: 422, RequestEntityTooLarge: 413 };
+
+const anyOf = (list: string[] | undefined, v: string) => (list ?? []).some((x) => x === '*' || x === v);
+
+const key = (resource: string, name: string, namespace?: string) => `${resource}|${namespace ?? ''}|${name}`;
+
+/** Request attributes as kube-apiserver's RequestInfoFactory derives them. */
+function attributes(method: string, url: URL): Attrs {
+  const parts = url.pathname.split('/').filter(Boolean);
+  let rest: string[];
+  let group = '';
+  if (parts[0] === 'api' && parts.length >= 3) rest = parts.slice(2);
+  else if (parts[0] === 'apis' && parts.length >= 4) {
+    group = parts[1]!;
+    rest = parts.slice(3);
+  } else return { verb: method.toLowerCase(), group: '', resource: '', name: '', namespace: '', nonResource: url.pathname };
+  let namespace = '';
+  if (rest[0] === 'namespaces' && rest.length >= 3) {
+    namespace = rest[1]!;
+    rest = rest.slice(2);
+  }
+  const [res, name = '', sub] = rest as [string, string?, string?];
+  const resource = sub ? `${res}/${sub}` : res;
+  const verbs: Record<string, string> = { POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: name ? 'delete' : 'deletecollection' };
+  const verb = method === 'GET' || method === 'HEAD' ? (name ? 'get' : url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1' ? 'watch' : 'list') : verbs[method] ?? method.toLowerCase();
+  return { verb, group, resource, name, namespace };
+}
+
+function subjectMatches(s: Subject, id: Identity, bindingNs?: string): boolean {
+  if (s.kind === 'User') return s.name === id.user;
+  if (s.kind === 'Group') return id.groups.includes(s.name);
+  if (s.kind === 'ServiceAccount') return id.user === `system:serviceaccount:${s.namespace ?? bindingNs}:${s.name}`;
+  return false;
+}
+
+function ruleAllows(r: Rule, a: Attrs): boolean {
+  if (!r.verbs.includes('*') && !r.verbs.includes(a.verb)) return false;
+  if (a.nonResource !== undefined) {
+    return (r.nonResourceURLs ?? []).some((u) => u === '*' || u === a.nonResource || (u.endsWith('*') && a.nonResource!.startsWith(u.slice(0, -1))));
+  }
+  if (!r.apiGroups?.some((g) => g === '*' || g === a.group)) return false;
+  const [, sub] = a.resource.split('/');
+  if (!r.resources?.some((x) => x === '*' || x === a.resource || (sub !== undefined && x === `*/${sub}`))) return false;
+  return !r.resourceNames?.length || (a.name !== '' && r.resourceNames.includes(a.name));
+}
+
+/** The API server's 403 for an RBAC refusal, message word for word. */
+function forbidden(user: string, a: Attrs): Doc {
+  if (a.nonResource !== undefined) return statusDoc(403, 'Forbidden', `forbidden: User "${user}" cannot ${a.verb} path "${a.nonResource}"`);
+  const [base] = a.resource.split('/');
+  const qualified = a.group ? `${base}.${a.group}` : base;
+  const scope = a.namespace ? `in the namespace "${a.namespace}"` : 'at the cluster scope';
+  const what = a.name ? `${qualified} "${a.name}"` : qualified;
+  return statusDoc(403, 'Forbidden', `${what} is forbidden: User "${user}" cannot ${a.verb} resource "${a.resource}" in API group "${a.group}" ${scope}`, { ...(a.name ? { name: a.name } : {}), group: a.group, kind: base });
+}
+
+function statusDoc(code: number, reason: string, message: string, details?: Doc): Doc {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, ...(details ? { details } : {}), code };
+}
+
+const split = (f: string): [string, string] => [f.slice(0, f.indexOf('/')), f.slice(f.indexOf('/') + 1)];
+
+function setField(obj: Doc, f: string, v: unknown): void {
+  const [sect, k] = split(f);
+  const holder = sect === 'labels' || sect === 'annotations' ? (obj.metadata[sect] ??= {}) : (obj[sect] ??= {});
+  if (v === undefined) delete holder[k];
+  else holder[k] = v;
+}
+
+/** RFC 7386 JSON merge patch. */
+function mergePatch(target: unknown, patch: unknown): unknown {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return patch;
+  const out: Doc = typeof target === 'object' && target !== null && !Array.isArray(target) ? { ...(target as Doc) } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = mergePatch(out[k], v);
+  }
+  return out;
+}
+
+/** Equality-based label selectors: `k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-separated. */
+function selects(selector: string | null, labels: Record<string, string>): boolean {
+  if (!selector) return true;
+  return selector.split(',').every((term) => {
+    const t = term.trim();
+    let m: RegExpExecArray | null;
+    if ((m = /^([^!=]+)!=(.*)$/.exec(t))) return labels[m[1]!] !== m[2];
+    if ((m = /^([^!=]+)==?(.*)$/.exec(t))) return labels[m[1]!] === m[2];
+    if (t.startsWith('!')) return !(t.slice(1) in labels);
+    return t in labels;
+  });
+}
