@@ -14,6 +14,7 @@ import { addClusterCommands } from './cluster.js';
 import { addCacheCommands } from './cache-command.js';
 import { bashCompletion } from './completion.js';
 import { addManCommand } from './man.js';
+import { addAgentImageCommands, reportSidecar, writeSidecar } from './agent-image-command.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
@@ -132,7 +133,7 @@ export function buildProgram(): Command {
     .option('--release-keyring <file>', 'OpenPGP public keys (armored or binary) the release signatures must verify with; without it they are only checked to sign this release')
     .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
     .option('--passphrase-file <file>', `the encrypted key's passphrase, on the file's first line (or set ${PASSPHRASE_ENV})`)
-    .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it')
+    .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it (and with --agent-image, bundle-agent-VERSION-ARCH.oci.tar and its .sig: see "bundle agent-image export")')
     .option('--force', 'replace an existing output file')
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
@@ -183,8 +184,11 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       // skopeo's --creds USER asks the password, which then stays out of the shell's history
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
+      // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
+      const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true }) : undefined;
+      if (sidecar && !o.quiet) reportSidecar(sidecar, !!o.json);
       if (o.json) {
-        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
+        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {
         // shown even with --quiet: the cluster admin must fix these before the upgrade
         for (const w of r.warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
@@ -236,6 +240,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
 
   addClusterCommands(program);
   addCacheCommands(program);
+  addAgentImageCommands(program);
   program.command('completion')
     .description('print a shell completion script (bash): bundle completion bash > /etc/bash_completion.d/bundle')
     .argument('<shell>', 'bash')

@@ -1,11 +1,13 @@
 // From an empty node to a loaded bundle, with no registry anywhere and nothing typed at the
 // node (issue 20, "Done when"): a node root boots under its own systemd (systemd-nspawn, see
-// test/helpers/node.ts) with the files the OpenShift MachineConfig puts on a node, rendered by
-// the shipped generator (deploy/openshift/generate.mjs: udev rule, config.yaml, trust key,
-// tmpfiles, switch guard, the Quadlet unit). A stick (a loop-mounted ext4 image) holding a
-// bundle that carries the agent image is plugged in; the test then only watches: the agent ends
-// up running from containers-storage by digest (Quadlet's generator wrote the unit, Pull=never),
-// the bundle is loaded and pinned, and the status object is written by the node's identity
+// test/helpers/node.ts) with the files and units the OpenShift MachineConfig puts on a node,
+// rendered by the shipped generator (deploy/openshift/generate.mjs nodeFiles: udev rule,
+// config.yaml, trust key, tmpfiles, switch guard, the Quadlet unit, the bootstrap script and its
+// .service/.path units). A stick (a loop-mounted ext4 image) holding a bundle and the signed agent
+// image `bundle create --agent-image` writes beside it is plugged in; the test then only watches:
+// the bootstrap (started by its .path unit) verifies and loads the agent image, the agent runs
+// from containers-storage by digest (Quadlet's generator wrote the unit, Pull=never), the bundle
+// is loaded and pinned, and the status object is written by the node's identity
 // (system:node:node-a, a client certificate under /var/lib/kubelet/pki as on RHCOS) through
 // the RBAC-enforcing API stand-in on the host's bridge address.
 //
@@ -13,17 +15,20 @@
 // - CRI-O: Debian has none. The CRI-O contract stand-in (test/helpers/crio-standin.mjs) runs
 //   INSIDE the node as a real crio.service (ExecReload=kill -HUP $MAINPID, as CRI-O's unit), on
 //   the Node runtime the packaged agent ships, so the shipped `systemctl reload crio` really
-//   reloads it. Its image store is its own directory, not containers-storage.
+//   reloads it. Its image store is its own directory, not containers-storage. The directories
+//   CRI-O's package makes (/etc/crio/crio.conf.d, /run/crio) and RHCOS's /etc/issue.d come
+//   from a tmpfiles.d file of the test (podman refuses a Volume= whose source is missing).
 // - The Kubernetes API server: the RBAC-enforcing stand-in (test/helpers/kube-standin.ts) with
 //   the shipped deploy/rbac.yaml and OpenShift's node rights, on the host at the bridge address.
 // - RHCOS: a Debian trixie root (systemd 257, podman 5.4 with Quadlet, skopeo, containerd).
+// - Ignition: the generator's files are written into the root before boot, and its units with
+//   `enabled: true` are enabled with `systemctl --root` (Ignition does it with a preset file).
 // - udev: does not run in a container (/sys is read-only), so the stick is attached where the
-//   shipped rule's systemd-mount puts it (/run/media/bundle-agent/<device>), read-only.
-// - TODO(bootstrap): until the stick bootstrap lands, the agent image is loaded into the node's
-//   containers-storage by the test (skopeo copy), which a technician would otherwise type.
+//   shipped rule's systemd-mount puts it (/run/media/bundle-agent/<device>), read-only, with
+//   open_tree/move_mount into the running node.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 // @ts-expect-error: JavaScript module without type declarations
 import { nodeFiles } from '../../deploy/openshift/generate.mjs';
@@ -83,8 +88,12 @@ else {
     await makeBundle(dir, {
       key: keys.key, version: BUNDLE_VERSION, upgradeFrom: [CLUSTER_VERSION], out: bundleFile,
       images: [{ name: `${ORIGIN}/acme/app:v1`, files: { 'app.txt': 'app v1' } }, { name: `${ORIGIN}/acme/tool:v2`, files: { 'tool.txt': 'tool v2' } }],
-      create: (args) => run(BUNDLE, [...args, '--agent-image', `oci-archive:${agent.ociTar}:${agent.version}`]),
+      // the per-architecture tag: at the index tag VERSION (as README shows) create refuses the
+      // sidecar ("not a single-platform image manifest"), reported on branch node-harness
+      create: (args) => run(BUNDLE, [...args, '--agent-image', `oci-archive:${agent.ociTar}:${agent.version}-amd64`]),
     });
+    const beside = readdirSync(dir).filter((n) => /^bundle-agent-.*\.oci\.tar(\.sig)?$/.test(n));
+    t.equal(beside.length, 2, `bundle create --agent-image wrote the agent image and its statement beside the bundle (${beside.join(', ')})`);
     const stick = join(dir, 'stick.img');
     const fill = join(dir, 'fill');
     mkdirSync(fill);
@@ -92,43 +101,48 @@ else {
     execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'UPDATE', stick]);
     execFileSync('mount', ['-o', 'loop', stick, fill]);
     try {
-      execFileSync('cp', [bundleFile, `${bundleFile}.sha256`, fill]);
+      execFileSync('cp', [bundleFile, `${bundleFile}.sha256`, ...beside.map((n) => join(dir, n)), fill]);
     } finally {
       execFileSync('umount', [fill]);
     }
 
-    // The agent image by digest: the amd64 manifest as podman stores it.
+    // The agent image's digest: the amd64 manifest of what `pnpm package` built.
     const index = JSON.parse(execFileSync('tar', ['-xOf', agent.ociTar, 'index.json'], { encoding: 'utf8' }));
-    const amd64 = index.manifests.find((m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64');
-    const image = `localhost/offline-bundle/bundle-agent@${amd64.digest}`;
-    const files: Record<string, string> = {};
-    for (const f of nodeFiles({ image, key: keys.pub }) as { path: string; contents: string; mode: number }[]) files[f.path] = f.contents;
+    const agentDigest: string = index.manifests.find((m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64').digest;
+    const rendered = nodeFiles({ key: keys.pub }) as { files: { path: string; contents: string; mode: number }[]; units: { name: string; enabled: boolean; contents: string }[] };
+    const files: Record<string, [string, number]> = {};
+    for (const f of rendered.files) files[f.path] = [f.contents, f.mode];
+    for (const u of rendered.units) files[`/etc/systemd/system/${u.name}`] = [u.contents, 0o644];
+    const enable = [...rendered.units.filter((u) => u.enabled).map((u) => u.name), 'crio.service'];
     const node = await bootNode(t, {
       root: root.dir, bridge, hostname: 'node-a', readOnlyBinds: [REPO, agent.prefix, dirname(agent.ociTar)],
       files: {
         ...files,
-        '/etc/bundle-agent/switch-guard.sh': [files['/etc/bundle-agent/switch-guard.sh'], 0o755],
         '/etc/systemd/system/crio.service': crioUnit(agent.node),
         '/etc/crio/crio.conf': '[crio]\n[crio.image]\n',
         '/etc/tmpfiles.d/rhcos-like.conf': RHCOS_DIRS,
       },
-      links: { '/etc/systemd/system/multi-user.target.wants/crio.service': '../crio.service' },
-      prepare: (merged) => api.writeNodeKubeconfig(merged, 'node-a'),
+      prepare: async (merged) => {
+        await api.writeNodeKubeconfig(merged, 'node-a');
+        execFileSync('systemctl', [`--root=${merged}`, 'enable', '--quiet', ...enable]);
+      },
     });
     t.comment(`node booted in ${(node.bootMs / 1000).toFixed(1)} s`);
-    const diag = async () => `--- bundle-agent journal ---\n${(await node.journal('bundle-agent.service')).slice(-4000)}\n--- crio ---\n${(await node.journal('crio.service')).slice(-1500)}\n--- api requests ---\n${api.requests.map((r) => `${r.method} ${r.path} ${r.user} -> ${r.status}`).join('\n')}`;
+    const diag = async () => `--- bootstrap ---\n${(await node.journal('bundle-agent-bootstrap.service')).slice(-2000)}\n--- bundle-agent journal ---\n${(await node.journal('bundle-agent.service')).slice(-4000)}\n--- crio ---\n${(await node.journal('crio.service')).slice(-1500)}\n--- api requests ---\n${api.requests.map((r) => `${r.method} ${r.path} ${r.user} -> ${r.status}`).join('\n')}`;
 
     t.match(await node.must(['systemctl', 'cat', 'bundle-agent.service']), /SourcePath=\/etc\/containers\/systemd\/bundle-agent\.container/, "bundle-agent.service is the Quadlet generator's output");
     t.notMatch(await node.must(['ip', 'route']), /default/, 'the node has no route beyond the bridge: no registry is reachable');
 
-    // TODO(bootstrap): the stick bootstrap does this from the stick.
-    await node.must(['skopeo', 'copy', '--quiet', `oci-archive:${agent.ociTar}:${agent.version}-amd64`, `containers-storage:localhost/offline-bundle/bundle-agent:${agent.version}`]);
+    t.equal((await node.systemctl('is-active', 'bundle-agent.service')).stdout.trim(), 'inactive', 'before the stick: no agent image, the agent is not started (ExecCondition)');
+    t.equal((await node.run(['podman', 'image', 'exists', `localhost/offline-bundle/bundle-agent@${agentDigest}`])).code, 1, 'before the stick: no agent image in storage');
 
     await node.plugStick(stick);
-    const status = await waitFor('the status object reports Ready', async () => {
+    const status = await waitFor('the status object reports Ready or Failed', async () => {
       const s = api.get('nodebundlestatuses', 'node-a');
-      return s?.status?.phase === 'Ready' ? s : undefined;
-    }, 240_000, diag);
+      return s?.status?.phase === 'Ready' || s?.status?.phase === 'Failed' ? s : undefined;
+    }, 600_000, diag);
+    const failed = status.status.conditions?.find((c: { type: string; status: string }) => c.type === 'Failed' && c.status === 'True');
+    t.equal(status.status.phase, 'Ready', `the load ends Ready${failed ? ` (it failed: ${failed.reason}: ${failed.message})` : ''}`);
     const cond = (type: string) => status.status.conditions.find((c: { type: string }) => c.type === type);
     t.equal(status.status.bundle?.version, BUNDLE_VERSION, 'the bundle from the stick is loaded');
     t.equal(cond('Pinned')?.status, 'True', 'its images are pinned');
@@ -138,7 +152,9 @@ else {
 
     const ps = await node.must(['podman', 'ps', '--format', '{{.Names}} {{.ImageID}} {{.Image}}']);
     t.match(ps, /^bundle-agent /m, 'the agent runs in the node');
-    t.match(await node.must(['podman', 'inspect', 'bundle-agent', '--format', '{{.ImageName}}']), new RegExp(`@${amd64.digest}`), 'from containers-storage, by digest');
+    t.equal((await node.must(['podman', 'inspect', 'bundle-agent', '--format', '{{.ImageName}}'])).trim(), `localhost/offline-bundle/bundle-agent@${agentDigest}`, 'from containers-storage, by the digest of the packaged image');
+    t.match(await node.must(['cat', '/etc/containers/systemd/bundle-agent.container.d/image.conf']), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${agentDigest}$`, 'm'), "the bootstrap's drop-in names it by digest");
+    t.match(await node.must(['systemctl', 'show', '-P', 'ExecStart', 'bundle-agent.service']), /--pull never|--pull=never/, 'Pull=never in the generated unit');
     const events = await node.must(['cat', '/var/lib/crio-standin/events.jsonl']);
     t.match(events, /"event":"reload"/, "the agent's `systemctl reload crio` reloaded crio.service");
     t.comment(`whole test ${((Date.now() - began) / 1000).toFixed(1)} s`);
