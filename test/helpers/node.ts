@@ -163,6 +163,12 @@ export interface NodeOptions {
   readOnlyBinds?: string[];
   /** size of the node's ext4 container storage (sparse), MiB; default 4096 */
   storageMiB?: number;
+  /**
+   * nspawn's --console: 'pipe' (default: boot messages only) or 'read-only' (a pseudo-terminal,
+   * so console-getty.service runs a real agetty on it and its screen, /etc/issue with
+   * /run/issue.d, shows in console())
+   */
+  console?: 'pipe' | 'read-only';
   /** how long boot may take to reach `running`; default 120 s */
   bootTimeoutMs?: number;
 }
@@ -359,7 +365,7 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   const started = Date.now();
   let consoleText = '';
   nspawn = spawn('sh', ['-c', `${enter}; exec systemd-nspawn "$@"`, 'sh',
-    '-D', p('merged'), '-M', machine, `--hostname=${opts.hostname}`, '--boot', '--register=no', '--keep-unit', '--console=pipe',
+    '-D', p('merged'), '-M', machine, `--hostname=${opts.hostname}`, '--boot', '--register=no', '--keep-unit', `--console=${opts.console ?? 'pipe'}`,
     `--network-bridge=${opts.bridge.name}`, '--system-call-filter=@keyring bpf', ...binds],
   { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' } });
   writeFileSync(p('nspawn.pid'), `${nspawn.pid}\n`);
@@ -375,7 +381,7 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
       const r = await sh('nsenter', ['-t', String(leader), '-m', '-p', '--', 'systemctl', 'is-system-running', '--wait'], { timeoutMs: Math.max(1000, deadline - Date.now()) });
       const state = r.stdout.trim();
       if (state === 'running' || state === 'degraded') break;
-      if (state && state !== 'starting' && state !== 'initializing') throw new Error(`node ${machine} booted into state "${state}":\n${consoleText.slice(-3000)}`);
+      if (state && !['starting', 'initializing', 'offline'].includes(state)) throw new Error(`node ${machine} booted into state "${state}":\n${consoleText.slice(-3000)}`);
     }
     if (Date.now() > deadline) throw new Error(`node ${machine} did not boot within ${opts.bootTimeoutMs ?? 120_000} ms:\n${consoleText.slice(-3000)}`);
     await sleep(100);
