@@ -10,12 +10,18 @@
 // is loaded and pinned, and the status object is written by the node's identity
 // (system:node:node-a, a client certificate under /var/lib/kubelet/pki as on RHCOS) through
 // the RBAC-enforcing API stand-in on the host's bridge address.
+// Then the self-upgrade's safety nets, on the same node: a second stick's bundle brings a newer
+// agent that never reports (the agent's own systemd-run timer rolls it back after the window),
+// a third one that crashes at once (switch-guard.sh, the unit's ExecStartPre, rolls it back on
+// the sixth start).
 //
 // Substitutions, each because the real part cannot run here:
 // - CRI-O: Debian has none. The CRI-O contract stand-in (test/helpers/crio-standin.mjs) runs
 //   INSIDE the node as a real crio.service (ExecReload=kill -HUP $MAINPID, as CRI-O's unit), on
 //   the Node runtime the packaged agent ships, so the shipped `systemctl reload crio` really
-//   reloads it. Its image store is its own directory, not containers-storage. The directories
+//   reloads it. With --containers-storage it also stores what it pulls in the node's
+//   containers-storage, which CRI-O shares with podman (the agent's self-upgrade relies on
+//   that: podman runs the new agent image the CRI pull brought). The directories
 //   CRI-O's package makes (/etc/crio/crio.conf.d, /run/crio) and RHCOS's /etc/issue.d come
 //   from a tmpfiles.d file of the test (podman refuses a Volume= whose source is missing).
 // - The Kubernetes API server: the RBAC-enforcing stand-in (test/helpers/kube-standin.ts) with
@@ -23,12 +29,15 @@
 // - RHCOS: a Debian trixie root (systemd 257, podman 5.4 with Quadlet, skopeo, containerd).
 // - Ignition: the generator's files are written into the root before boot, and its units with
 //   `enabled: true` are enabled with `systemctl --root` (Ignition does it with a preset file).
+// - selfUpgrade.confirmMinutes is 1 instead of the shipped 10 (switch-guard.sh's floor is 60 s),
+//   the one edit to a rendered file.
 // - udev: does not run in a container (/sys is read-only), so the stick is attached where the
 //   shipped rule's systemd-mount puts it (/run/media/bundle-agent/<device>), read-only, with
 //   open_tree/move_mount into the running node.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 // @ts-expect-error: JavaScript module without type declarations
 import { nodeFiles } from '../../deploy/openshift/generate.mjs';
@@ -60,13 +69,59 @@ After=local-fs.target
 
 [Service]
 Type=simple
-ExecStart=${node} ${REPO}/test/helpers/crio-standin.mjs --state-dir /var/lib/crio-standin --listen /var/run/crio/crio.sock --registries-conf /etc/containers/registries.conf --registries-conf-dir /etc/containers/registries.conf.d --config /etc/crio/crio.conf --config-dir /etc/crio/crio.conf.d
+ExecStart=${node} ${REPO}/test/helpers/crio-standin.mjs --state-dir /var/lib/crio-standin --listen /var/run/crio/crio.sock --registries-conf /etc/containers/registries.conf --registries-conf-dir /etc/containers/registries.conf.d --config /etc/crio/crio.conf --config-dir /etc/crio/crio.conf.d --containers-storage
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 
 [Install]
 WantedBy=multi-user.target
 `;
+}
+
+/** An ext4 image holding `files` at its top, as a technician's stick. */
+function makeStick(dir: string, name: string, files: string[]): string {
+  const img = join(dir, `${name}.img`);
+  const fill = join(dir, `${name}-fill`);
+  mkdirSync(fill);
+  execFileSync('truncate', ['-s', '512M', img]);
+  execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'UPDATE', img]);
+  execFileSync('mount', ['-o', 'loop', img, fill]);
+  try {
+    execFileSync('cp', [...files, fill]);
+  } finally {
+    execFileSync('umount', [fill]);
+  }
+  return img;
+}
+
+/**
+ * A "newer agent" that never reports: the packaged image (amd64) with its version label set to
+ * `version` and an entrypoint running only `script` under the shipped Node (the unit's
+ * `run --config ...` become unused arguments), written into an OCI layout at `layout` under the
+ * tag VERSION-amd64.
+ */
+function unconfirmingAgentImage(ociTar: string, layout: string, version: string, script: string): string {
+  mkdirSync(layout, { recursive: true });
+  execFileSync('tar', ['-xf', ociTar, '-C', layout]);
+  const blob = (d: string) => join(layout, 'blobs', 'sha256', d.slice('sha256:'.length));
+  const put = (bytes: Buffer) => {
+    const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+    writeFileSync(blob(digest), bytes);
+    return { digest, size: bytes.length };
+  };
+  const index = JSON.parse(readFileSync(join(layout, 'index.json'), 'utf8'));
+  const entry = index.manifests.find((m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64');
+  const manifest = JSON.parse(readFileSync(blob(entry.digest), 'utf8'));
+  const config = JSON.parse(readFileSync(blob(manifest.config.digest), 'utf8'));
+  config.config.Entrypoint = ['/usr/local/lib/bundle-agent/node', '-e', script];
+  config.config.Labels = { ...config.config.Labels, 'org.opencontainers.image.version': version };
+  manifest.config = { ...manifest.config, ...put(Buffer.from(JSON.stringify(config))) };
+  if (manifest.annotations) manifest.annotations['org.opencontainers.image.version'] = version;
+  const m = put(Buffer.from(JSON.stringify(manifest)));
+  const tag = `${version}-amd64`;
+  index.manifests.push({ mediaType: entry.mediaType, ...m, platform: entry.platform, annotations: { 'org.opencontainers.image.ref.name': tag } });
+  writeFileSync(join(layout, 'index.json'), JSON.stringify(index));
+  return tag;
 }
 
 const skip = nodeSkipReason();
@@ -94,17 +149,7 @@ else {
     });
     const beside = readdirSync(dir).filter((n) => /^bundle-agent-.*\.oci\.tar(\.sig)?$/.test(n));
     t.equal(beside.length, 2, `bundle create --agent-image wrote the agent image and its statement beside the bundle (${beside.join(', ')})`);
-    const stick = join(dir, 'stick.img');
-    const fill = join(dir, 'fill');
-    mkdirSync(fill);
-    execFileSync('truncate', ['-s', '512M', stick]);
-    execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'UPDATE', stick]);
-    execFileSync('mount', ['-o', 'loop', stick, fill]);
-    try {
-      execFileSync('cp', [bundleFile, `${bundleFile}.sha256`, ...beside.map((n) => join(dir, n)), fill]);
-    } finally {
-      execFileSync('umount', [fill]);
-    }
+    const stick = makeStick(dir, 'stick-1', [bundleFile, `${bundleFile}.sha256`, ...beside.map((n) => join(dir, n))]);
 
     // The agent image's digest: the amd64 manifest of what `pnpm package` built.
     const index = JSON.parse(execFileSync('tar', ['-xOf', agent.ociTar, 'index.json'], { encoding: 'utf8' }));
@@ -112,6 +157,11 @@ else {
     const rendered = nodeFiles({ key: keys.pub }) as { files: { path: string; contents: string; mode: number }[]; units: { name: string; enabled: boolean; contents: string }[] };
     const files: Record<string, [string, number]> = {};
     for (const f of rendered.files) files[f.path] = [f.contents, f.mode];
+    // the one edit to a shipped file: a 1-minute confirmation window instead of 10, so the
+    // rollback below fires within the test (switch-guard.sh's floor is 60 s)
+    const config = files['/etc/bundle-agent/config.yaml'];
+    config[0] = config[0].replace(/^ {2}confirmMinutes: 10$/m, '  confirmMinutes: 1');
+    t.match(config[0], /^ {2}confirmMinutes: 1$/m, 'config.yaml: confirmMinutes 1 for this test');
     for (const u of rendered.units) files[`/etc/systemd/system/${u.name}`] = [u.contents, 0o644];
     const enable = [...rendered.units.filter((u) => u.enabled).map((u) => u.name), 'crio.service'];
     const node = await bootNode(t, {
@@ -157,6 +207,58 @@ else {
     t.match(await node.must(['systemctl', 'show', '-P', 'ExecStart', 'bundle-agent.service']), /--pull never|--pull=never/, 'Pull=never in the generated unit');
     const events = await node.must(['cat', '/var/lib/crio-standin/events.jsonl']);
     t.match(events, /"event":"reload"/, "the agent's `systemctl reload crio` reloaded crio.service");
+    t.comment(`stick to Ready: whole test so far ${((Date.now() - began) / 1000).toFixed(1)} s`);
+
+    // A later bundle brings a newer agent that never reports. The agent switches to it (drop-in
+    // by digest, marker, a systemd-run timer on the node, restart); the new image starts and
+    // stays silent; the timer fires switch-guard.sh, which puts the previous drop-in back and
+    // restarts the unit: the first agent runs again. Still nothing typed at the node.
+    const layout = join(dir, 'silent-agent');
+    const silentTag = unconfirmingAgentImage(agent.ociTar, layout, '0.2.0', 'setInterval(() => {}, 1 << 30)');
+    const out2 = join(dir, 'second');
+    mkdirSync(out2);
+    await makeBundle(dir, {
+      key: keys.key, version: '4.15.3', upgradeFrom: [CLUSTER_VERSION], out: join(out2, 'ocp-4.15.3.bundle'),
+      images: [{ name: `${ORIGIN}/acme/app:v2`, files: { 'app.txt': 'app v2' } }],
+      create: (args) => run(BUNDLE, [...args, '--agent-image', `oci:${layout}:${silentTag}`]),
+    });
+    const silentDigest = JSON.parse(readFileSync(join(layout, 'index.json'), 'utf8')).manifests.find((m: { annotations?: Record<string, string> }) => m.annotations?.['org.opencontainers.image.ref.name'] === silentTag).digest as string;
+    const dropIn = () => node.run(['cat', '/etc/containers/systemd/bundle-agent.container.d/image.conf']).then((r) => r.stdout);
+    const running = async () => (await node.run(['podman', 'inspect', 'bundle-agent', '--format', '{{.ImageName}} {{.State.Status}}'])).stdout.trim();
+    await node.plugStick(makeStick(dir, 'stick-2', readdirSync(out2).map((n) => join(out2, n))));
+    await waitFor('the agent switches to the newer agent', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${silentDigest} running`) ? true : undefined), 180_000, diag);
+    t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${silentDigest}$`, 'm'), 'switched: the drop-in names the new agent by digest, and it runs');
+    t.equal((await node.run(['test', '-f', '/var/lib/bundle-agent/agent-switch.pending'])).code, 0, 'the switch is unconfirmed (marker present)');
+    const timers = await node.must(['systemctl', 'list-timers', '--all', '--no-legend', 'bundle-agent-rollback-*']);
+    t.match(timers, /bundle-agent-rollback-[0-9a-f]{12}\.timer/, 'a rollback timer waits on the node');
+
+    await waitFor('switch-guard rolls back to the first agent', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 240_000, diag);
+    t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${agentDigest}$`, 'm'), "rolled back: the drop-in names the first agent again (the bootstrap's)");
+    t.not((await node.run(['test', '-f', '/var/lib/bundle-agent/agent-switch.pending'])).code, 0, 'the marker is gone');
+    const journal = await node.journal();
+    t.match(journal, /bundle-agent-rollback-[0-9a-f]{12}\.service: Deactivated successfully/, "the agent's rollback timer fired on the node");
+
+    // A newer agent that crashes at once: switch-guard.sh, as ExecStartPre, counts its starts
+    // and on the sixth puts the previous image back itself (before the 60 s timer).
+    const crashLayout = join(dir, 'crashing-agent');
+    const crashTag = unconfirmingAgentImage(agent.ociTar, crashLayout, '0.3.0', 'process.exit(1)');
+    const out3 = join(dir, 'third');
+    mkdirSync(out3);
+    await makeBundle(dir, {
+      key: keys.key, version: '4.15.4', upgradeFrom: [CLUSTER_VERSION], out: join(out3, 'ocp-4.15.4.bundle'),
+      images: [{ name: `${ORIGIN}/acme/app:v3`, files: { 'app.txt': 'app v3' } }],
+      create: (args) => run(BUNDLE, [...args, '--agent-image', `oci:${crashLayout}:${crashTag}`]),
+    });
+    const crashDigest = JSON.parse(readFileSync(join(crashLayout, 'index.json'), 'utf8')).manifests.find((m: { annotations?: Record<string, string> }) => m.annotations?.['org.opencontainers.image.ref.name'] === crashTag).digest as string;
+    await node.plugStick(makeStick(dir, 'stick-3', readdirSync(out3).map((n) => join(out3, n))));
+    await waitFor('the agent switches to the crashing agent', async () => (new RegExp(`@${crashDigest}$`, 'm').test(await dropIn()) ? true : undefined), 180_000, diag);
+    const guardLine = await waitFor('switch-guard.sh rolls the crash loop back', async () => {
+      const m = new RegExp(`switch-guard: the switch to ${crashDigest} was not confirmed \\(start (\\d+)[^\n]*`).exec(await node.journal('bundle-agent.service'));
+      return m ? m[0] : undefined;
+    }, 180_000, diag);
+    t.match(guardLine, /\(start 6, /, `switch-guard.sh as ExecStartPre rolled back on the sixth start: "${guardLine}"`);
+    await waitFor('the first agent runs again', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 120_000, diag);
+    t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${agentDigest}$`, 'm'), 'rolled back by the guard: the first agent runs again');
     t.comment(`whole test ${((Date.now() - began) / 1000).toFixed(1)} s`);
   });
 }
