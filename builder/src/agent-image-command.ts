@@ -11,10 +11,10 @@ export function reportSidecar(s: AgentSidecar, json: boolean): void {
 }
 
 /** Loads the signing key (its passphrase from --passphrase-file or the environment) and writes the sidecar. */
-export async function writeSidecar(bundle: string, o: { key: string; passphraseFile?: string; output?: string; force?: boolean }): Promise<AgentSidecar> {
+export async function writeSidecar(bundle: string, o: { key: string; passphraseFile?: string; output?: string; force?: boolean; signal?: AbortSignal }): Promise<AgentSidecar> {
   const passphrase = await readPassphrase(o.passphraseFile);
   const key = await loadPrivateKey(o.key, passphrase !== undefined ? { passphrase } : {});
-  return exportAgentSidecar(bundle, key, resolve(o.output ?? dirname(bundle)), o.force !== undefined ? { force: o.force } : {});
+  return exportAgentSidecar(bundle, key, resolve(o.output ?? dirname(bundle)), { ...(o.force !== undefined ? { force: o.force } : {}), ...(o.signal ? { signal: o.signal } : {}) });
 }
 
 /** `bundle agent-image export`: the agent image beside the bundle, for the node bootstrap. */
@@ -42,7 +42,13 @@ By hand, with the factory's public key:
 Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage.`)
     .action(async (bundle: string, o: { key: string; passphraseFile?: string; output?: string; force?: boolean; json?: boolean }) => {
       await assertRegularFile(bundle);
-      const s = await writeSidecar(bundle, o);
+      // Ctrl-C or a stop: the temporary file is removed, nothing half-written keeps the final name
+      const ac = new AbortController();
+      const stop = (signal: NodeJS.Signals, exitCode: number) => ac.abort(Object.assign(new Error(`interrupted (${signal}): nothing written`), { code: 'INTERRUPTED', exitCode }));
+      process.once('SIGINT', () => stop('SIGINT', 130));
+      process.once('SIGTERM', () => stop('SIGTERM', 143));
+      process.once('SIGHUP', () => stop('SIGHUP', 129));
+      const s = await writeSidecar(bundle, { ...o, signal: ac.signal });
       if (o.json) process.stdout.write(JSON.stringify(s) + '\n');
       else reportSidecar(s, false);
     });

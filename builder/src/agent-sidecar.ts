@@ -79,7 +79,7 @@ const ioError = (what: string, err: unknown) => {
  * Both files are written under temporary names and renamed, the archive first: a reader that
  * sees the statement sees the whole archive.
  */
-export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: string, opts: { force?: boolean } = {}): Promise<AgentSidecar> {
+export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<AgentSidecar> {
   const { manifest, manifestBytes, signature } = await readHeader(bundle);
   const pub = createPublicKey(key);
   if (!verifyBytes(manifestBytes, signature, pub)) {
@@ -99,7 +99,7 @@ export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: st
   const reader = await BundleRandomReader.open(bundle, manifest);
   try {
     const image = await agentImageBlobs(reader, manifest, agent.digest);
-    const sha256 = await writeArchive(reader, image, agent.version, archive);
+    const sha256 = await writeArchive(reader, image, agent.version, archive, opts.signal);
     const size = (await stat(archive)).size;
     const fields = {
       file: path.basename(archive), size, sha256, manifest: agent.digest, image: `${AGENT_REPOSITORY}:${agent.version}`,
@@ -145,7 +145,7 @@ async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManif
  * The OCI archive (an uncompressed tar of an OCI image layout: oci-layout, index.json naming the
  * image VERSION and, for containerd, localhost/offline-bundle/bundle-agent:VERSION, its blobs), written to a temp file, synced, renamed. Returns its sha256 (hex).
  */
-async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnType<typeof agentImageBlobs>>, version: string, file: string): Promise<string> {
+async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnType<typeof agentImageBlobs>>, version: string, file: string, signal?: AbortSignal): Promise<string> {
   const index = Buffer.from(JSON.stringify({
     schemaVersion: 2,
     mediaType: 'application/vnd.oci.image.index.v1+json',
@@ -157,6 +157,8 @@ async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnTyp
   let ok = false;
   try {
     const put = async (chunk: Buffer) => {
+      // stopped (Ctrl-C): the temporary file goes, nothing is renamed
+      signal?.throwIfAborted();
       hash.update(chunk);
       await fh.write(chunk);
     };

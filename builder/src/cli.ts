@@ -185,7 +185,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
       // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
-      const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true }) : undefined;
+      const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true, signal: ac.signal }) : undefined;
       if (sidecar && !o.quiet) reportSidecar(sidecar, !!o.json);
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');

@@ -42,6 +42,7 @@
 # start. A run that finds the drop-in's image in storage (the agent is installed) does nothing;
 # two runs at once are serialised by flock and the second finds the first's work done.
 set -u
+shopt -s lastpipe
 umask 022
 export LC_ALL=C
 
@@ -376,7 +377,9 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 done
 for m in "${MEDIA[@]}"; do
   real_dir "$m" || continue
-  while IFS= read -r -d '' f; do STATEMENTS+=("$f"); done < <(find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -zV)
+  # (lastpipe: the loop runs in this shell; no process substitution, which needs /dev/fd)
+  find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -zV |
+    while IFS= read -r -d '' f; do STATEMENTS+=("$f"); done
   n=$(find -P "$m" -mindepth 1 -maxdepth 3 -type f -name '*.bundle' 2>/dev/null | head -n 100 | wc -l)
   BUNDLES=$((BUNDLES + n))
 done

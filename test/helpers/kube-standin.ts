@@ -43,7 +43,11 @@ export const SHIPPED_RBAC = [path.join(ROOT, 'deploy', 'rbac.yaml'), path.join(R
 export interface StandInRequest {
   method: string;
   path: string;
+  url: URL;
   query: URLSearchParams;
+  headers: IncomingMessage['headers'];
+  /** When it arrived (Date.now()). */
+  at: number;
   contentType: string;
   body: string;
   user: string;
@@ -62,17 +66,29 @@ export interface StandInRequest {
 export type StandInAnswer = { status: number; body?: unknown; headers?: Record<string, string> } | 'hang';
 
 export interface KubeStandIn {
+  /** https://HOST:PORT */
   url: string;
+  /** PEM file: the CA that signed the serving certificate and the client certificates. */
   caFile: string;
+  /**
+   * Writes a kubeconfig shaped like RHCOS's kubelet one for user system:node:<node> (groups
+   * system:nodes, system:authenticated) under `root`: root/var/lib/kubelet/kubeconfig naming
+   * client-certificate and client-key as the file /var/lib/kubelet/pki/kubelet-client-current.pem
+   * (certificate and key in one PEM, as RHCOS has it), certificate-authority-data inline;
+   * `server` overrides url; certPaths 'root' names the PEM under `root` (an agent on this host).
+   */
   writeNodeKubeconfig(root: string, node: string, opts?: { server?: string; certPaths?: 'node' | 'root' }): Promise<void>;
+  /** A cluster-admin kubeconfig (bearer token) for the admin commands. */
   adminKubeconfig(file: string): Promise<string>;
+  /** Objects by resource, e.g. get('nodebundlestatuses', 'worker-1'). */
   get(resource: string, name: string, namespace?: string): Record<string, any> | undefined;
+  /** Every request, with the identity it authenticated as (user '' when it did not) and the answer's status. */
   requests: StandInRequest[];
   close(): Promise<void>;
 }
 
 interface Rule { apiGroups?: string[]; resources?: string[]; resourceNames?: string[]; verbs: string[]; nonResourceURLs?: string[] }
-interface Subject { kind: string; name: string; namespace?: string }
+export interface Subject { kind: 'User' | 'Group' | 'ServiceAccount'; name: string; namespace?: string }
 interface Binding { name: string; namespace?: string; roleRef: { kind: string; name: string }; subjects: Subject[] }
 interface Identity { user: string; groups: string[] }
 
@@ -140,11 +156,11 @@ export class KubeApiStandIn implements KubeStandIn {
     this.nodeAuthorizer = opts.openshiftNodeDefaults ?? true;
   }
 
-  static async start(opts: { host?: string; rbacFiles?: string[]; openshiftNodeDefaults?: boolean; clusterVersion?: string } = {}): Promise<KubeApiStandIn> {
+  static async start(opts: StandInOptions = {}): Promise<KubeApiStandIn> {
     const api = new KubeApiStandIn(opts);
     const host = opts.host ?? '127.0.0.1';
     api.dir = await mkdtemp(path.join(os.tmpdir(), 'ob-kube-standin-'));
-    const ca = await makeTestCa(api.dir, { names: [...new Set([host, '127.0.0.1', 'localhost'])] });
+    const ca = await makeTestCa(api.dir, { names: [...new Set([host, '127.0.0.1', 'localhost', ...(opts.names ?? [])].filter((n) => n !== '0.0.0.0' && n !== '::'))] });
     api.ca = ca;
     api.caFile = ca.caCert;
     await api.loadRbac(opts.rbacFiles ?? SHIPPED_RBAC);
@@ -154,7 +170,7 @@ export class KubeApiStandIn implements KubeStandIn {
     api.server = createServer({ key, cert, ca: caPem, requestCert: true, rejectUnauthorized: false }, (req, res) => api.serve(req, res));
     await new Promise<void>((resolve, reject) => {
       api.server!.once('error', reject);
-      api.server!.listen(0, host, () => resolve());
+      api.server!.listen(opts.port ?? 0, host, () => resolve());
     });
     const { port } = api.server.address() as AddressInfo;
     api.url = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
@@ -186,6 +202,15 @@ export class KubeApiStandIn implements KubeStandIn {
       const vap = vaps.get(b.spec.policyName);
       return vap ? [{ name: vap.metadata.name, binding: b.metadata.name, spec: vap.spec }] : [];
     });
+  }
+
+  /**
+   * Binds a subject to a ClusterRole (cluster-wide, or in `namespace` as a RoleBinding) or to a
+   * Role of `namespace`, as `kubectl create (cluster)rolebinding` does.
+   */
+  bind(roleRef: { kind: 'ClusterRole' | 'Role'; name: string }, subject: Subject, namespace?: string): void {
+    if (roleRef.kind === 'Role' && !namespace) throw new Error('a Role is bound in its namespace');
+    this.bindings.push({ name: `${roleRef.name}:${subject.name}`, ...(namespace ? { namespace } : {}), roleRef, subjects: [subject] });
   }
 
   /** A user known by a bearer token; returns the token. */
@@ -263,10 +288,28 @@ export class KubeApiStandIn implements KubeStandIn {
     return (await readFile(cert, 'utf8')) + (await readFile(key, 'utf8'));
   }
 
+  /** The API server goes away (a reboot, a partition): nothing listens on its port until resume(). */
+  pause(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      for (const r of this.hanging.splice(0)) r.destroy();
+      this.server!.close(() => resolve());
+      this.server!.closeAllConnections();
+    });
+  }
+
+  /** Listens again on the same address and port, with the same certificates and objects. */
+  resume(): Promise<void> {
+    const u = new URL(this.url);
+    return new Promise<void>((resolve, reject) => {
+      this.server!.once('error', reject);
+      this.server!.listen(Number(u.port), u.hostname.replace(/^\[|\]$/g, ''), () => resolve());
+    });
+  }
+
   close(): Promise<void> {
     return new Promise<void>((resolve) => {
       for (const r of this.hanging) r.destroy();
-      if (!this.server) return resolve();
+      if (!this.server?.listening) return resolve();
       this.server.close(() => resolve());
       this.server.closeAllConnections();
     }).then(() => rm(this.dir, { recursive: true, force: true }));
@@ -375,14 +418,14 @@ export class KubeApiStandIn implements KubeStandIn {
     const a = attributes(req.method ?? 'GET', url);
     const id = this.authenticate(req);
     const r: StandInRequest = {
-      method: req.method ?? '', path: url.pathname, query: url.searchParams, contentType: String(req.headers['content-type'] ?? ''), body,
+      method: req.method ?? '', path: url.pathname, url, query: url.searchParams, headers: req.headers, at: Date.now(), contentType: String(req.headers['content-type'] ?? ''), body,
       user: id?.user ?? '', groups: id?.groups ?? [], verb: a.verb, resource: a.resource, group: a.group, name: a.name, namespace: a.namespace, status: 0,
     };
     this.requests.push(r);
     const send = (status: number, doc: unknown, headers: Record<string, string> = {}) => {
       r.status = status;
       res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
-      res.end(JSON.stringify(doc));
+      res.end(doc === undefined ? undefined : JSON.stringify(doc));
     };
     if (!id) return send(401, statusDoc(401, 'Unauthorized', 'Unauthorized'));
     if (!this.allows(id, a)) return send(403, forbidden(id.user, a));
@@ -393,7 +436,7 @@ export class KubeApiStandIn implements KubeStandIn {
       this.hanging.push(res);
       return;
     }
-    if (scripted) return send(scripted.status, scripted.body ?? statusDoc(scripted.status, 'Scripted', `answer ${scripted.status}`), scripted.headers);
+    if (scripted) return send(scripted.status, scripted.body ?? (scripted.status >= 400 ? statusDoc(scripted.status, 'Scripted', `answer ${scripted.status}`) : undefined), scripted.headers);
     const [status, doc] = this.handle(id, a, r);
     send(status, doc);
   }
@@ -505,7 +548,22 @@ export class KubeApiStandIn implements KubeStandIn {
   }
 }
 
-export function startKubeStandIn(opts?: { host?: string; rbacFiles?: string[]; openshiftNodeDefaults?: boolean; clusterVersion?: string }): Promise<KubeApiStandIn> {
+export interface StandInOptions {
+  /** Listen address (default 127.0.0.1), also in the serving certificate's names. */
+  host?: string;
+  /** More names (IP addresses, DNS names) for the serving certificate, e.g. the address a container reaches it at (then pass it as writeNodeKubeconfig's server). */
+  names?: string[];
+  /** Listen port (default: any free one). */
+  port?: number;
+  /** RBAC objects (and admission policies) in force; default: the shipped deploy/rbac.yaml and deploy/admin-rbac.yaml. */
+  rbacFiles?: string[];
+  /** The Node authorizer's rights for system:nodes (default true). */
+  openshiftNodeDefaults?: boolean;
+  /** A ClusterVersion "version" that completed its update to this version. */
+  clusterVersion?: string;
+}
+
+export function startKubeStandIn(opts?: StandInOptions): Promise<KubeApiStandIn> {
   return KubeApiStandIn.start(opts);
 }
 
