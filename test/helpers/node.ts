@@ -75,8 +75,8 @@ function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: num
     let stdout = '';
     let stderr = '';
     const timer = opts.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs) : undefined;
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
+    child.stdout!.on('data', (d: Buffer) => { stdout += d; });
+    child.stderr!.on('data', (d: Buffer) => { stderr += d; });
     child.on('error', reject);
     child.on('close', (code) => {
       if (timer) clearTimeout(timer);
@@ -139,7 +139,7 @@ export interface Bridge { name: string; hostAddress: string; prefix: string; nod
  */
 export async function makeBridge(t: T): Promise<Bridge> {
   const name = `obbr${randomBytes(3).toString('hex')}`;
-  const prefix = `10.231.${1 + (randomBytes(1)[0] % 250)}`;
+  const prefix = `10.231.${1 + (randomBytes(1)[0]! % 250)}`;
   must(await sh('ip', ['link', 'add', name, 'type', 'bridge']), `ip link add ${name}`);
   t.teardown(() => quiet('ip', ['link', 'del', name]));
   must(await sh('ip', ['addr', 'add', `${prefix}.1/24`, 'dev', name]), 'ip addr add');
