@@ -97,9 +97,10 @@ export function unconfirmingAgentImage(ociTar: string, layout: string, version: 
 /**
  * Boots node-a with the rendered MachineConfig files (config.yaml with confirmMinutes 1), its
  * kubeconfig for system:node:node-a, and makes stick-1 (bundle BUNDLE_VERSION with the agent
- * image beside it). `rbacFiles`: the API stand-in's RBAC (default: the shipped files).
+ * image beside it). `rbacFiles`: the API stand-in's RBAC (default: the shipped files);
+ * `signedByAnotherKey`: the stick's bundle and agent image signed by a key the node does not trust.
  */
-export async function openshiftNode(t: T, opts: { rbacFiles?: string[] } = {}) {
+export async function openshiftNode(t: T, opts: { rbacFiles?: string[]; signedByAnotherKey?: boolean; console?: 'pipe' | 'read-only' } = {}) {
   const began = Date.now();
   const [root, agent] = [await buildRoot(), await packagedAgent()];
   t.comment(`node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
@@ -109,9 +110,10 @@ export async function openshiftNode(t: T, opts: { rbacFiles?: string[] } = {}) {
   t.teardown(() => api.close());
 
   const keys = await keygen(dir);
+  const signer = opts.signedByAnotherKey ? await keygen(dir, 'other') : keys;
   const bundleFile = join(dir, `ocp-${BUNDLE_VERSION}.bundle`);
   await makeBundle(dir, {
-    key: keys.key, version: BUNDLE_VERSION, upgradeFrom: [CLUSTER_VERSION], out: bundleFile,
+    key: signer.key, version: BUNDLE_VERSION, upgradeFrom: [CLUSTER_VERSION], out: bundleFile,
     images: [{ name: `${ORIGIN}/acme/app:v1`, files: { 'app.txt': 'app v1' } }, { name: `${ORIGIN}/acme/tool:v2`, files: { 'tool.txt': 'tool v2' } }],
     // the per-architecture tag: at the index tag VERSION (as README shows) create refuses the
     // sidecar ("not a single-platform image manifest"), reported on branch node-harness
@@ -135,7 +137,7 @@ export async function openshiftNode(t: T, opts: { rbacFiles?: string[] } = {}) {
   for (const u of rendered.units) files[`/etc/systemd/system/${u.name}`] = [u.contents, 0o644];
   const enable = [...rendered.units.filter((u) => u.enabled).map((u) => u.name), 'crio.service'];
   const node = await bootNode(t, {
-    root: root.dir, bridge, hostname: 'node-a', readOnlyBinds: [REPO, agent.prefix, dirname(agent.ociTar)],
+    root: root.dir, bridge, hostname: 'node-a', console: opts.console, readOnlyBinds: [REPO, agent.prefix, dirname(agent.ociTar)],
     files: {
       ...files,
       '/etc/systemd/system/crio.service': crioUnit(agent.node),
