@@ -139,7 +139,10 @@ export interface Bridge { name: string; hostAddress: string; prefix: string; nod
  */
 export async function makeBridge(t: T): Promise<Bridge> {
   const name = `obbr${randomBytes(3).toString('hex')}`;
-  const prefix = `10.231.${1 + (randomBytes(1)[0]! % 250)}`;
+  // a /24 no interface of the host uses yet (another test file's bridge)
+  const used = execFileSync('ip', ['-o', '-4', 'addr'], { encoding: 'utf8' });
+  const free = Array.from({ length: 250 }, (_, i) => `10.231.${i + 1}`).filter((p) => !used.includes(` ${p}.`));
+  const prefix = free[randomBytes(1)[0]! % free.length]!;
   must(await sh('ip', ['link', 'add', name, 'type', 'bridge']), `ip link add ${name}`);
   t.teardown(() => quiet('ip', ['link', 'del', name]));
   must(await sh('ip', ['addr', 'add', `${prefix}.1/24`, 'dev', name]), 'ip addr add');
