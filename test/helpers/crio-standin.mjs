@@ -43,6 +43,7 @@
 // Run: node test/helpers/crio-standin.mjs --state-dir DIR [--listen SOCK]
 //   [--registries-conf F] [--registries-conf-dir D] [--config F] [--config-dir D]
 //   [--pause-image REF] [--no-pin-support] [--pins-at-start-only] [--exit-with-parent]
+//   [--containers-storage]   (also store pulls in containers-storage, shared with podman as CRI-O's is)
 // Tests use startCrioStandin() below.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -309,6 +310,7 @@ async function main(argv) {
       'no-pin-support': { type: 'boolean', default: false },
       'pins-at-start-only': { type: 'boolean', default: false },
       'exit-with-parent': { type: 'boolean', default: false },
+      'containers-storage': { type: 'boolean', default: false },
     },
   });
   if (!o['state-dir']) throw new Error('--state-dir is required');
@@ -473,6 +475,9 @@ async function main(argv) {
       try {
         const img = await copyFrom(src, ref);
         addImage({ ...img, names: [] }, ref.full);
+        // --containers-storage: also into the node's containers-storage under the requested name,
+        // which CRI-O shares with podman (a booted node's podman then runs what CRI pulled)
+        if (o['containers-storage']) await skopeo(['copy', '--quiet', `dir:${path.join(storage, img.id)}`, `containers-storage:${ref.full}`]);
         event({ event: 'pull', ref: ref.full, source: src.ref, mirror: src.mirror, outcome: 'ok', id: img.id });
         log(`Pulled image ${ref.full} from ${src.ref}`);
         return img.id;

@@ -74,8 +74,13 @@ export class ContainerdImagesClient {
 
   /** Sets one label of the record `name` (`value` undefined removes it), leaving the others. */
   async setLabel(name: string, key: string, value: string | undefined, what: string): Promise<void> {
+    // containerd 1.7 reads the request's target even for a masked update, and a missing one is a
+    // nil dereference that crashes the daemon (1.6 did not): send the record's own target
+    const found = await this.#call<{ images?: RawImage[] }>('List', { filters: [`name==${JSON.stringify(name)}`] }, what);
+    const target = found.images?.find((i) => i.name === name)?.target;
+    if (!target?.digest) throw new RuntimeError('IMAGE_NOT_FOUND', `${what}: containerd has no image of that name`);
     // a masked update touches only that label; a label absent from the image is removed
-    const image = { name, labels: value === undefined ? {} : { [key]: value } };
+    const image = { name, target, labels: value === undefined ? {} : { [key]: value } };
     await this.#call('Update', { image, updateMask: { paths: [`labels.${key}`] } }, what);
   }
 
