@@ -38,9 +38,20 @@ case $prefix in /*) ;; *) echo "install.sh: --prefix must be absolute" >&2; exit
 
 dest=$root$prefix
 
-# The builder: the program, its docs, man page and bash completion; no service.
+# Completion for bash, zsh and fish, wherever the tarball has it (both programs ship all three).
+install_completions() {
+  for d in bash-completion/completions zsh/site-functions fish/vendor_completions.d; do
+    for f in "$here/share/$d"/*; do
+      [ -f "$f" ] || continue
+      install -d "$dest/share/$d"
+      install -m 0644 "$f" "$dest/share/$d/${f##*/}"
+    done
+  done
+}
+
+# The builder: the program, its docs, man page and shell completion; no service.
 if [ -d "$here/lib/bundle" ] && [ ! -d "$here/lib/bundle-agent" ]; then
-  install -d "$dest/bin" "$dest/lib" "$dest/share/doc" "$dest/share/man/man1" "$dest/share/bash-completion/completions"
+  install -d "$dest/bin" "$dest/lib" "$dest/share/doc" "$dest/share/man/man1"
   rm -rf "$dest/lib/bundle.new"
   cp -R "$here/lib/bundle" "$dest/lib/bundle.new"
   if [ -d "$dest/lib/bundle" ]; then mv "$dest/lib/bundle" "$dest/lib/bundle.old"; fi
@@ -49,7 +60,7 @@ if [ -d "$here/lib/bundle" ] && [ ! -d "$here/lib/bundle-agent" ]; then
   install -m 0755 "$here/bin/bundle" "$dest/bin/bundle"
   cp -R "$here/share/doc/bundle" "$dest/share/doc/bundle"
   install -m 0644 "$here/share/man/man1/bundle.1" "$dest/share/man/man1/bundle.1"
-  install -m 0644 "$here/share/bash-completion/completions/bundle" "$dest/share/bash-completion/completions/bundle"
+  install_completions
   echo "installed bundle in $dest ($("$dest/bin/bundle" --version 2>/dev/null || echo '?')); man bundle"
   exit 0
 fi
@@ -67,6 +78,7 @@ rm -rf "$dest/share/doc/bundle-agent" "$dest/share/bundle-agent"
 cp -R "$here/share/doc/bundle-agent" "$dest/share/doc/bundle-agent"
 cp -R "$share" "$dest/share/bundle-agent"
 install -m 0644 "$here/share/man/man8/bundle-agent.8" "$dest/share/man/man8/bundle-agent.8"
+install_completions
 
 unitdir=$root/etc/systemd/system
 install -d "$unitdir/bundle-agent.service.d" "$root/etc/tmpfiles.d" "$root/etc/udev/rules.d" "$root/etc/bundle-agent/keys"
