@@ -29,6 +29,8 @@ export default tseslint.config(
     languageOptions: { globals: { ...globals.node } },
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_', ignoreRestSiblings: true }],
+      // a closure that reads the variable before its one assignment (cleanup set up first) stays `let`
+      'prefer-const': ['error', { ignoreReadBeforeAssign: true }],
       // ANSI escapes are matched on purpose (terminal output is stripped and checked).
       'no-control-regex': 'off',
     },

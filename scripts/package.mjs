@@ -317,69 +317,6 @@ export async function buildDeploy({ version, epoch, out, stage }) {
   return file;
 }
 
-const DEPLOY_LAUNCHER = `#!/bin/sh
-# Runs generate.mjs (self-contained: its YAML library is bundled in) with a Node.js 20 or later:
-# $NODE, else node on PATH, else the runtime the bundle CLI carries (PREFIX/lib/bundle/node of the
-# bundle-VERSION-linux-ARCH tarball, found through the bundle command). Arguments go to generate.mjs.
-here=$(cd "\${0%/*}" 2>/dev/null && pwd -P) || here=.
-node=\${NODE:-}
-if [ -z "$node" ] && command -v node >/dev/null 2>&1; then node=node; fi
-if [ -z "$node" ] && b=$(command -v bundle 2>/dev/null); then
-  b=$(readlink -f "$b") && node=\${b%/bin/bundle}/lib/bundle/node
-  [ -x "$node" ] || node=
-fi
-if [ -z "$node" ]; then
-  echo "generate: no Node.js: install the bundle CLI (bundle-VERSION-linux-ARCH.tar.gz), or set NODE=/path/to/node" >&2
-  exit 127
-fi
-exec "$node" "$here/generate.mjs" "$@"
-`;
-
-/**
- * bundle-deploy-VERSION.tar.gz: what a cluster admin applies, without a clone or npm. One top
- * directory bundle-deploy-VERSION/:
- *   crd.yaml rbac.yaml admin-rbac.yaml README.md        deploy/
- *   openshift/generate (launcher) generate.mjs          the generator, bundled by esbuild with its YAML library
- *                                                       (its license: generate.mjs.LICENSE-yaml)
- *   openshift/*                                         its sources (Quadlet unit, config, bootstrap and units,
- *                                                       switch guard, tmpfiles, example key) and the generated
- *                                                       99-*-bundle-agent.yaml / .bu
- *   systemd/99-bundle-agent-media.rules                 the udev rule the generator reads
- *   kubernetes/daemonset.yaml node-config.sh            the DaemonSet (k3s, RKE2, kubeadm)
- */
-export async function buildDeploy({ version, epoch, out, stage }) {
-  const name = `bundle-deploy-${version}`;
-  const top = path.join(stage, name);
-  rmSync(top, { recursive: true, force: true });
-  for (const d of ['openshift', 'systemd', 'kubernetes']) mkdirSync(path.join(top, d), { recursive: true });
-  for (const f of ['crd.yaml', 'rbac.yaml', 'admin-rbac.yaml', 'README.md']) copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
-  for (const f of readdirSync(path.join(ROOT, 'deploy', 'openshift'))) {
-    if (f !== 'generate.mjs') copyFileSync(path.join(ROOT, 'deploy', 'openshift', f), path.join(top, 'openshift', f));
-  }
-  for (const f of readdirSync(path.join(ROOT, 'deploy', 'kubernetes'))) copyFileSync(path.join(ROOT, 'deploy', 'kubernetes', f), path.join(top, 'kubernetes', f));
-  copyFileSync(path.join(ROOT, 'systemd', '99-bundle-agent-media.rules'), path.join(top, 'systemd', '99-bundle-agent-media.rules'));
-  const esbuild = await import('esbuild');
-  await esbuild.build({
-    entryPoints: [path.join(ROOT, 'deploy', 'openshift', 'generate.mjs')],
-    outfile: path.join(top, 'openshift', 'generate.mjs'),
-    bundle: true,
-    format: 'esm',
-    platform: 'node',
-    target: 'node20',
-    legalComments: 'inline',
-    logLevel: 'warning',
-    // the yaml package is CommonJS: its require() calls need one in an ES module
-    banner: { js: "// Bundled from deploy/openshift/generate.mjs by scripts/package.mjs (with the yaml package, ISC license).\nimport { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);" },
-  });
-  copyFileSync(path.join(installedPackage('yaml'), 'LICENSE'), path.join(top, 'openshift', 'generate.mjs.LICENSE-yaml'));
-  writeFileSync(path.join(top, 'openshift', 'generate'), DEPLOY_LAUNCHER);
-  chmodSync(path.join(top, 'openshift', 'generate'), 0o755);
-  normaliseModes(top);
-  const file = path.join(out, `${name}.tar.gz`);
-  reproducibleTar(stage, [name], file, epoch);
-  return file;
-}
-
 export function fileSize(file) {
   return statSync(file).size;
 }
