@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { readFile, readdir, stat } from 'node:fs/promises';
-import { join, sep } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from './bundle-records.js';
 import { inspectHead, type HeadVerdict } from './bundle-file.js';
 import type { Logger } from './log.js';
@@ -181,7 +181,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       const found = await this.consider(file, key, mtimeMs);
       if (found) this.offer(dir, { file, key, media: await media(), ...found });
     }
-    for (const file of this.looks.keys()) if (file.startsWith(dir + sep) && !present.has(file)) this.looks.delete(file);
+    // only files of this directory: a stick is often mounted below a media root that is a mount too
+    for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
   }
 
   /** Whether this look makes the file loadable: with its release when its head reads. */

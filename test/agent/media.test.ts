@@ -63,6 +63,16 @@ t.test('a file is offered once its identity held over three looks and its head i
   t.equal(s.found.length, 2, 'plugged in again, its bundle is offered again');
 });
 
+t.test('a stick mounted below a media root that is itself a mount (the agent container\'s /run/media bind) is offered', async (t) => {
+  const s = await setup(t);
+  await writeFile(join(s.usb, 'a.bundle'), s.bundle);
+  const media = join(s.root, 'media');
+  // the root listed after the stick, so its scan comes last in each poll
+  await writeFile(join(s.root, 'mountinfo'), `22 1 8:1 / / rw - ext4 /dev/sda1 rw\n98 22 8:17 / ${s.usb} rw - ext4 /dev/loop0 rw\n99 22 0:50 / ${media} ro - tmpfs tmpfs ro\n`);
+  await s.scans(3);
+  t.same(s.found.map((f) => f.file), [join(s.usb, 'a.bundle')], 'the scan of the root does not forget what was seen on the stick below it');
+});
+
 t.test('a file that grows between looks (a slow writer) is offered only after it stopped, and once', async (t) => {
   const s = await setup(t);
   await s.mount();
