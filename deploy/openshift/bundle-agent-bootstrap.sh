@@ -293,10 +293,10 @@ unsafe_key() {
 # block list ("  keys:" then "    - a"), under a top-level "trust:", paths unquoted or quoted.
 # Anything else: not read (exit 1), the fix is --key.
 config_keys() {
-  awk '
+  awk -v q="'" '
     function path(v) {
       gsub(/^[ \t]+|[ \t]+$/, "", v)
-      if (v ~ /^".*"$/ || v ~ /^\x27.*\x27$/) v = substr(v, 2, length(v) - 2)
+      if (v ~ /^".*"$/ || (substr(v, 1, 1) == q && substr(v, length(v)) == q && length(v) > 1)) v = substr(v, 2, length(v) - 2)
       if (v !~ /^\/[A-Za-z0-9._\/-]+$/) bad = 1
       else print v
     }
@@ -544,6 +544,11 @@ if [ "$CHECK_ONLY" = 1 ]; then
 fi
 [ -z "$WANT" ] || semver_valid "$WANT" || { log "--want-version $WANT: not a version (MAJOR.MINOR.PATCH[-PRERELEASE])"; exit 2; }
 [ -n "$UNIT_FILE" ] || [ -n "$CONTAINERD" ] || { log "no $UNIT unit is installed (neither $QUADLET nor $PLAIN): install the MachineConfig first"; exit 1; }
+# the Quadlet agent switches itself (with its rollback) from a bundle: the drop-in is its own
+if [ "$UPGRADE" = 1 ] && { [ -n "$CONTAINERD" ] || [ "$UNIT_FILE" != "$PLAIN" ]; }; then
+  log "--upgrade is for the plain unit (podman before 4.4); the Quadlet agent upgrades itself from a bundle made with --agent-image (README, \"How the agent upgrades itself\"), containerd's from --want-version"
+  exit 2
+fi
 
 NODE_ARCH=$(node_arch)
 real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; exit 1; }

@@ -582,7 +582,7 @@ t.test('trust as the agent\'s: the keys of config.yaml trust.keys only (not ever
   t.match(r.stderr, /does not verify with any trusted key \(.*\/etc\/bundle-agent\/keys\/factory\.pub, from trust\.keys of .*config\.yaml\)/, 'other.pub is in the directory but not in trust.keys');
   await nothingLoaded(t, node, r);
   // the block form, with the other key listed: trusted
-  await writeFile(config, 'trust:\n  keys:\n    - "/etc/bundle-agent/keys/other.pub"\n');
+  await writeFile(config, 'trust:\n  keys:\n    - "/etc/bundle-agent/keys/other.pub"\n    - \'/etc/bundle-agent/keys/factory.pub\'\n');
   const ok = await runBootstrap(node, [], { keys: 'config' });
   t.equal(ok.code, 0, ok.stderr);
   // group-writable: refused as the agent refuses it
@@ -631,5 +631,11 @@ t.test('plain unit (podman before 4.4), README\'s upgrade as written: the first 
   const down = await runBootstrap(node, ['--upgrade']);
   t.equal(down.code, 1);
   t.match(down.stderr, /bundle-agent 0\.8\.0 is older than the installed agent \(0\.9\.0/);
-  t.match(down.dropIn ?? '', new RegExp(good.manifest), 'still 0.9.0');
+  t.match(down.dropIn ?? '', new RegExp(good.manifest), 'still 0.9.0');  // the Quadlet agent's drop-in is its own (switch and rollback): --upgrade refuses it
+  const quadlet = await makeNode(await nodeDir(), ecdsa);
+  await plug(quadlet, good);
+  const refused = await runBootstrap(quadlet, ['--upgrade']);
+  t.equal(refused.code, 2);
+  t.match(refused.stderr, /--upgrade is for the plain unit/);
+  t.equal(refused.dropIn, undefined);
 });
