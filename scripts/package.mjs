@@ -258,7 +258,9 @@ const DEPLOY_LAUNCHER = `#!/bin/sh
 # Runs generate.mjs (self-contained: its YAML library is bundled in) with a Node.js 20 or later:
 # $NODE, else node on PATH, else the runtime the bundle CLI carries (PREFIX/lib/bundle/node of the
 # bundle-VERSION-linux-ARCH tarball, found through the bundle command). Arguments go to generate.mjs.
-here=$(cd "\${0%/*}" 2>/dev/null && pwd -P) || here=.
+# (through a symlink too: generate.mjs is beside the launcher's real file)
+self=$(readlink -f -- "$0" 2>/dev/null) || self=$0
+case $self in */*) here=\${self%/*} ;; *) here=. ;; esac
 node=\${NODE:-}
 if [ -z "$node" ] && command -v node >/dev/null 2>&1; then node=node; fi
 if [ -z "$node" ] && b=$(command -v bundle 2>/dev/null); then

@@ -7,7 +7,8 @@
 #                    --version, else kubelet --version, run in the host's mount namespace):
 #                    "k3s version v1.30.2+k3s1 (…)" gives 1.30.2, the version `bundle create
 #                    --version` names a k3s bundle with. A ConfigMap that sets version: itself
-#                    is kept as it is (no detection).
+#                    is kept as it is (no detection). Read at the pod's start only: after an
+#                    in-place k3s/RKE2 upgrade, delete the node's pod (README, k3s).
 #   node-config.sh [SHARED_CONFIG] [OUTPUT]
 # Only the agent image's dash and nsenter (no coreutils). Fails (the pod shows Init:Error and this
 # line) rather than start an agent that would guess.

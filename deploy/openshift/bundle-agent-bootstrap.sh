@@ -7,16 +7,27 @@
 # into containers-storage, points the Quadlet unit at it by digest and starts the agent.
 # Only what RHCOS ships: bash, coreutils, findutils, util-linux (flock), openssl, skopeo, systemd.
 #
-#   bundle-agent-bootstrap.sh [--media DIR]... [--keys DIR] [--root DIR] [--work DIR]
-#                             [--storage DRIVER@GRAPHROOT+RUNROOT] [--unit NAME] [--no-start]
+#   bundle-agent-bootstrap.sh [--media DIR]... [--config FILE | --key FILE... | --keys DIR] [--root DIR]
+#                             [--work DIR] [--storage DRIVER@GRAPHROOT+RUNROOT] [--unit NAME]
+#                             [--want-version VERSION] [--upgrade] [--no-start]
 #   bundle-agent-bootstrap.sh --installed [--root DIR] [--storage ...] [--unit NAME]
-#   bundle-agent-bootstrap.sh --containerd SOCKET [--ctr PATH] [--media DIR]... [--keys DIR] [--work DIR]
+#   bundle-agent-bootstrap.sh --containerd SOCKET [--ctr PATH] [--want-version VERSION] [--media DIR]... [--key FILE]... [--work DIR]
 #
 #   --media DIR    where sticks are mounted, searched 3 levels deep (default /run/media)
-#   --keys DIR     the trusted keys, *.pub (default /etc/bundle-agent/keys: the agent's)
-#   --root DIR     prefix of every path written: the drop-in, /run/issue.d, the lock (default /)
-#   --work DIR     where the archive is copied and checked before loading (default /var/tmp)
+#   --config FILE  the agent's config: its trust.keys are the keys trusted here, exactly as the agent
+#                  trusts them (default ROOT/etc/bundle-agent/config.yaml; each path under --root)
+#   --key FILE     trust this public key instead (repeatable; the DaemonSet's, which has no config here)
+#   --keys DIR     trust DIR/*.pub instead (kept for older callers)
+#                  Every trusted key, as the agent's: owned by root (or the caller), not writable by
+#                  group or others, nor any directory above it; else nothing is loaded.
+#   --root DIR     prefix of the config, the unit files, the drop-in, /run/issue.d and the lock
+#                  (default /); not of --work, --storage or the keys --key/--keys name
+#   --work DIR     the archive's copy and skopeo's temporary files (skopeo --tmpdir) go into a
+#                  directory made here, removed on exit, stop or timeout (default /var/tmp)
 #   --storage S    a containers-storage other than the node's default, as skopeo writes it
+#   --want-version V  load exactly bundle-agent V (the DaemonSet's image: tag), not the newest
+#   --upgrade      also when an agent is installed (the plain unit, which does not upgrade itself):
+#                  load a newer signed agent from the stick, point the drop-in at it and restart
 #   --no-start     load and write the drop-in, no systemctl (for a root without systemd)
 #   --containerd S k3s, RKE2, containerd (the DaemonSet, imagePullPolicy: Never): import into
 #                  containerd's k8s.io namespace through socket S with ctr (--ctr PATH: k3s's
@@ -29,18 +40,24 @@
 # --plain-unit writes (/etc/systemd/system/UNIT.service: the drop-in is UNIT.service.d/image.conf,
 # Environment=BUNDLE_AGENT_IMAGE=); whichever is installed.
 #
-# Checks, in order, each refusal one journal line (stderr) and one console line
-# (/run/issue.d/bundle-agent.issue, the agent's own file, which the agent replaces once it runs):
-#   the statement: at most 4 KiB, every field once and well-formed, signed by a key of --keys
-#     (openssl: ECDSA P-256 DER over sha256, or Ed25519 raw), the node's architecture;
-#   the archive: beside it, a regular file (no symlink), the statement's size; copied off the
-#     stick into --work (a stick pulled now fails the copy; what is loaded can no longer change
-#     under us) and that copy's size and sha256 checked;
-#   the load: skopeo copy oci-archive:COPY containers-storage:localhost/offline-bundle/bundle-agent:VERSION,
-#     then the stored manifest digest must be the statement's. Any failure removes the image.
-# Only then: the Quadlet drop-in image.conf (Image=…@sha256:…, temp file + rename), daemon-reload,
-# start. A run that finds the drop-in's image in storage (the agent is installed) does nothing;
-# two runs at once are serialised by flock and the second finds the first's work done.
+# Which agent: every statement on the media (at most MAX_STATEMENTS, the first by path) is read and
+# checked: at most 4 KiB, every field once and well-formed (version a semver), signed by a trusted
+# key (openssl: ECDSA P-256 DER over sha256, or Ed25519 raw), the node's architecture, and a version
+# not older than the unit's own Image= tag (the agent would switch back to that one, which the node
+# does not have). Of these, the highest SIGNED version (semver precedence, pre-releases below their
+# release) is chosen, or exactly --want-version. Only the chosen one is loaded; if its archive is
+# missing, cut short or damaged, that is the fault reported: no silent fall back to an older agent.
+# Nothing eligible: the console names the reason of the candidate that came closest.
+# The chosen archive: beside its statement, a regular file (no symlink), the statement's size;
+# copied off the stick into --work (a stick pulled now fails the copy; what is loaded can no longer
+# change under us) and that copy's size and sha256 checked; loaded with skopeo copy
+# oci-archive:COPY containers-storage:localhost/offline-bundle/bundle-agent:VERSION, then the stored
+# manifest digest must be the statement's. Any failure removes the image.
+# Only then: the drop-in image.conf (Image=…@sha256:…, temp file + rename), daemon-reload, start.
+# Each refusal is one journal line (stderr) and one console line (/run/issue.d/bundle-agent.issue,
+# the agent's own file, which the agent replaces once it runs). A run that finds the drop-in's image
+# in storage (the agent is installed) does nothing (unless --upgrade); two runs at once are
+# serialised by flock and the second finds the first's work done.
 set -u
 shopt -s lastpipe
 umask 022
@@ -50,8 +67,14 @@ PROG=bundle-agent-bootstrap
 REPOSITORY=localhost/offline-bundle/bundle-agent
 MAX_STATEMENT_BYTES=4096
 MAX_ARCHIVE_BYTES=4294967296
+# statements read per run (each is an openssl call): junk on a stick costs bounded time
+MAX_STATEMENTS=32
 MEDIA=()
-KEYS=/etc/bundle-agent/keys
+KEYS=
+KEY_FILES=()
+CONFIG=
+WANT=
+UPGRADE=0
 ROOT=/
 WORK=/var/tmp
 STORAGE=
@@ -70,6 +93,10 @@ while [ $# -gt 0 ]; do
   case $1 in
     --media) [ $# -ge 2 ] || usage; MEDIA+=("$2"); shift 2 ;;
     --keys) [ $# -ge 2 ] || usage; KEYS=$2; shift 2 ;;
+    --key) [ $# -ge 2 ] || usage; KEY_FILES+=("$2"); shift 2 ;;
+    --config) [ $# -ge 2 ] || usage; CONFIG=$2; shift 2 ;;
+    --want-version) [ $# -ge 2 ] || usage; WANT=$2; shift 2 ;;
+    --upgrade) UPGRADE=1; shift ;;
     --root) [ $# -ge 2 ] || usage; ROOT=$2; shift 2 ;;
     --work) [ $# -ge 2 ] || usage; WORK=$2; shift 2 ;;
     --storage) [ $# -ge 2 ] || usage; STORAGE=$2; shift 2 ;;
@@ -87,6 +114,7 @@ case $UNIT in '' | *[!A-Za-z0-9_.-]*) log "--unit $UNIT: not a unit name"; exit 
 case $STORAGE in '' | *@/*+/*) ;; *) log "--storage $STORAGE: give DRIVER@GRAPHROOT+RUNROOT"; exit 2 ;; esac
 [ -n "$STORAGE" ] && STORE="[$STORAGE]" || STORE=
 ROOT=${ROOT%/}
+[ -n "$CONFIG" ] || CONFIG=$ROOT/etc/bundle-agent/config.yaml
 QUADLET=$ROOT/etc/containers/systemd/$UNIT.container
 PLAIN=$ROOT/etc/systemd/system/$UNIT.service
 if [ -f "$QUADLET" ]; then
@@ -126,6 +154,7 @@ console() {
   line=$(printf '%s' "$*" | tr -d '\000-\037\177' | tr -s ' ')
   line=${line//\\/\\\\}
   mkdir -p "$ISSUE_DIR" 2>/dev/null
+  CONSOLE_STALE=0
   write_file "$ISSUE" "Update: $line"$'\n\n' || return 0
   [ -L "$ROOT/run/agetty.reload" ] || touch "$ROOT/run/agetty.reload" 2>/dev/null
   return 0
@@ -162,7 +191,8 @@ load_image() {
   if [ -n "$CONTAINERD" ]; then
     ctr_ images import "$1" 2>&1 >/dev/null
   else
-    skopeo copy --quiet "oci-archive:$1" "containers-storage:$STORE$2" 2>&1
+    # --tmpdir: skopeo 1.9 ignores TMPDIR and unpacks the archive and stages blobs in /var/tmp
+    skopeo --tmpdir "$TMP" copy --quiet "oci-archive:$1" "containers-storage:$STORE$2" 2>&1
   fi
 }
 
@@ -185,6 +215,144 @@ field() {
   sed -n "s/^$1 //p" "$STATEMENT_TEXT"
 }
 
+# A version as the agent versions itself: semver MAJOR.MINOR.PATCH[-PRERELEASE] (no build part,
+# no leading zeros in numbers), 64 characters at most.
+semver_valid() {
+  local n='(0|[1-9][0-9]*)' id='(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)'
+  [ ${#1} -le 64 ] && [[ $1 =~ ^$n\.$n\.$n(-$id(\.$id)*)?$ ]]
+}
+
+# Two numbers of any length without leading zeros (so no overflow): the longer is larger.
+num_cmp() {
+  if [ ${#1} -ne ${#2} ]; then [ ${#1} -lt ${#2} ] && echo -1 || echo 1
+  elif [[ $1 < $2 ]]; then echo -1
+  elif [[ $1 > $2 ]]; then echo 1
+  else echo 0; fi
+}
+
+# Semver precedence of two valid versions: prints -1, 0 or 1. MAJOR.MINOR.PATCH numerically;
+# then a pre-release is below its release; pre-release identifiers left to right: numbers
+# numerically, below alphanumerics, which compare in ASCII order; more identifiers is larger.
+semver_cmp() {
+  local a=$1 b=$2 pa= pb= i c x y
+  [[ $a == *-* ]] && { pa=${a#*-}; a=${a%%-*}; }
+  [[ $b == *-* ]] && { pb=${b#*-}; b=${b%%-*}; }
+  local -a A B
+  IFS=. read -r -a A <<< "$a"
+  IFS=. read -r -a B <<< "$b"
+  for i in 0 1 2; do
+    c=$(num_cmp "${A[i]}" "${B[i]}")
+    [ "$c" = 0 ] || { echo "$c"; return; }
+  done
+  if [ -z "$pa" ] || [ -z "$pb" ]; then
+    if [ -z "$pa" ] && [ -z "$pb" ]; then echo 0; elif [ -z "$pa" ]; then echo 1; else echo -1; fi
+    return
+  fi
+  IFS=. read -r -a A <<< "$pa"
+  IFS=. read -r -a B <<< "$pb"
+  for ((i = 0; ; i++)); do
+    if [ $i -ge ${#A[@]} ] && [ $i -ge ${#B[@]} ]; then echo 0; return; fi
+    [ $i -ge ${#A[@]} ] && { echo -1; return; }
+    [ $i -ge ${#B[@]} ] && { echo 1; return; }
+    x=${A[i]} y=${B[i]}
+    if [[ $x =~ ^[0-9]+$ ]] && [[ $y =~ ^[0-9]+$ ]]; then c=$(num_cmp "$x" "$y")
+    elif [[ $x =~ ^[0-9]+$ ]]; then c=-1
+    elif [[ $y =~ ^[0-9]+$ ]]; then c=1
+    elif [[ $x < $y ]]; then c=-1
+    elif [[ $x > $y ]]; then c=1
+    else c=0; fi
+    [ "$c" = 0 ] || { echo "$c"; return; }
+  done
+}
+
+# Why PATH (a key file or a directory above it) could be changed by someone other than root or
+# us, as the agent judges it (packages/oci small-file.ts unsafePermissions); nothing when safe.
+unsafe_owner_or_mode() {
+  local st uid mode
+  st=$(stat -L -c '%u %a %F' -- "$1" 2>/dev/null) || { echo "$1 cannot be read"; return; }
+  uid=${st%% *} st=${st#* } mode=${st%% *}
+  if [ "$uid" != 0 ] && [ "$uid" != "$(id -u)" ]; then echo "$1 is owned by uid $uid, neither root nor this process's user: chown root $1"; return; fi
+  (( (8#$mode & 8#022) == 0 )) && return
+  [[ $st == *directory ]] && (( (8#$mode & 8#1000) != 0 )) && return
+  echo "$1 is writable by $( (( (8#$mode & 8#002) != 0 )) && echo anyone || echo its group) (mode $mode): chmod go-w $1"
+}
+unsafe_key() {
+  local why d
+  why=$(unsafe_owner_or_mode "$1")
+  [ -n "$why" ] && { echo "$why"; return; }
+  d=$(readlink -f -- "$1") || { echo "$1 cannot be resolved"; return; }
+  while d=${d%/*}; [ -n "$d" ]; do
+    why=$(unsafe_owner_or_mode "$d")
+    [ -n "$why" ] && { echo "${1} is in $d, which: $why"; return; }
+  done
+  why=$(unsafe_owner_or_mode /)
+  [ -n "$why" ] && echo "${1} is in /, which: $why"
+}
+
+# The key paths of the agent's config, trust.keys: a flow list on one line ("  keys: [a, b]") or a
+# block list ("  keys:" then "    - a"), under a top-level "trust:", paths unquoted or quoted.
+# Anything else: not read (exit 1), the fix is --key.
+config_keys() {
+  awk -v q="'" '
+    function path(v) {
+      gsub(/^[ \t]+|[ \t]+$/, "", v)
+      if (v ~ /^".*"$/ || (substr(v, 1, 1) == q && substr(v, length(v)) == q && length(v) > 1)) v = substr(v, 2, length(v) - 2)
+      if (v !~ /^\/[A-Za-z0-9._\/-]+$/) bad = 1
+      else print v
+    }
+    /^[^ #]/ { intrust = ($0 ~ /^trust:[ \t]*(#.*)?$/); inkeys = 0; next }
+    !intrust { next }
+    /^[ \t]*(#.*)?$/ { next }
+    inkeys && /^ +- / { sub(/^ +- /, ""); sub(/[ \t]+#.*$/, ""); path($0); found = 1; next }
+    { inkeys = 0 }
+    /^ +keys:/ {
+      v = $0; sub(/^ +keys:[ \t]*/, "", v); sub(/[ \t]+#.*$/, "", v)
+      if (v == "") { inkeys = 1; next }
+      if (v !~ /^\[.*\]$/) { bad = 1; next }
+      v = substr(v, 2, length(v) - 2); n = split(v, a, ","); found = 1
+      for (i = 1; i <= n; i++) if (a[i] !~ /^[ \t]*$/) path(a[i])
+    }
+    END { exit (bad || !found) ? 1 : 0 }
+  ' "$1"
+}
+
+# TRUSTED: the keys the agent would trust (--key, --keys, else the config's trust.keys), each
+# safe as the agent requires. Returns 1 after a fault was reported.
+trusted_keys() {
+  local k why out
+  TRUSTED=() TRUST_FROM=
+  if [ ${#KEY_FILES[@]} -gt 0 ]; then
+    TRUSTED=("${KEY_FILES[@]}") TRUST_FROM="--key"
+  elif [ -n "$KEYS" ]; then
+    for k in "$KEYS"/*.pub; do [ -e "$k" ] && TRUSTED+=("$k"); done
+    TRUST_FROM="$KEYS/*.pub"
+  else
+    if ! out=$(config_keys "$CONFIG" 2>/dev/null); then
+      fault "$CONFIG: cannot read trust.keys (the agent's trusted keys) from it: a list of key paths under trust:, or pass --key FILE" \
+        "No trusted key is configured on this node: nothing was loaded (see journalctl -u $PROG)"
+      return 1
+    fi
+    while IFS= read -r k; do [ -n "$k" ] && TRUSTED+=("$ROOT$k"); done <<< "$out"
+    TRUST_FROM="trust.keys of $CONFIG"
+  fi
+  if [ ${#TRUSTED[@]} -eq 0 ]; then
+    fault "no trusted key configured ($TRUST_FROM is empty): the agent would trust no bundle either" \
+      "No trusted key is configured on this node: nothing was loaded (see journalctl -u $PROG)"
+    return 1
+  fi
+  for k in "${TRUSTED[@]}"; do
+    if [ ! -f "$k" ]; then
+      fault "trusted key $k ($TRUST_FROM): no such file" "The node's trusted key is missing: nothing was loaded (see journalctl -u $PROG)"
+      return 1
+    fi
+    why=$(unsafe_key "$k")
+    if [ -n "$why" ]; then
+      fault "trusted key $why (the agent refuses it too)" "The node's trusted key could be changed by others: nothing was loaded (see journalctl -u $PROG)"
+      return 1
+    fi
+  done
+}
+
 # Verifies SIGNED (bytes) against SIG with one public key; the key's type picks the openssl call.
 verify_with() {
   local key=$1
@@ -195,32 +363,39 @@ verify_with() {
   fi
 }
 
-# Loads the archive one statement describes. Returns 0 with LOADED_DIGEST and LOADED_VERSION set,
-# 1 after a fault was reported.
-try_statement() {
-  local statement=$1 dir size hex manifest image version arch file archive actual key verified avail copy out
-  dir=${statement%/*}
-  actual=$(stat -c %s -- "$statement" 2>/dev/null) || { fault "$statement: cannot read it (stick removed?)" "The USB stick was removed or cannot be read: plug it in again"; return 1; }
+# A refusal of one statement, RANK how far it got: kept if it came closer than any before
+# (reported only when no statement is eligible), logged in the journal now.
+refuse() {
+  log "$2"
+  if [ "$1" -gt "$BEST_RANK" ]; then BEST_RANK=$1 BEST_LOG=$2 BEST_CONSOLE=$3; fi
+  return 1
+}
+
+# Reads and checks one statement (no archive read, no console write). Eligible: appended to the
+# candidate arrays C_*; else refused with its reason.
+read_statement() {
+  local statement=$1 size hex manifest image version arch file actual key verified
+  actual=$(stat -c %s -- "$statement" 2>/dev/null) || { refuse 1 "$statement: cannot read it (stick removed?)" "The USB stick was removed or cannot be read: plug it in again"; return 1; }
   if [ "$actual" -gt "$MAX_STATEMENT_BYTES" ]; then
-    fault "$statement: $actual bytes, larger than a statement ($MAX_STATEMENT_BYTES): not an agent image statement" "The agent image on the USB stick is damaged: copy it from the factory again"
+    refuse 2 "$statement: $actual bytes, larger than a statement ($MAX_STATEMENT_BYTES): not an agent image statement" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
-  cp -- "$statement" "$TMP/statement" 2>/dev/null || { fault "$statement: cannot read it (stick removed?)" "The USB stick was removed or cannot be read: plug it in again"; return 1; }
+  cp -- "$statement" "$TMP/statement" 2>/dev/null || { refuse 1 "$statement: cannot read it (stick removed?)" "The USB stick was removed or cannot be read: plug it in again"; return 1; }
   # signed: every line but the last; the last: "signature BASE64"
   SIGNED=$TMP/signed SIG=$TMP/sig STATEMENT_TEXT=$TMP/signed
   head -n -1 "$TMP/statement" > "$SIGNED"
   if ! tail -n 1 "$TMP/statement" | grep -q '^signature [A-Za-z0-9+/=]\{1,200\}$' ||
      ! tail -n 1 "$TMP/statement" | cut -d ' ' -f 2 | base64 -d > "$SIG" 2>/dev/null; then
-    fault "$statement: no signature line: not a statement written by bundle create" "The agent image on the USB stick is damaged: copy it from the factory again"
+    refuse 2 "$statement: no signature line: not a statement written by bundle create" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
   verified=
-  for key in "$KEYS"/*.pub; do
-    [ -f "$key" ] && [ ! -L "$key" ] || continue
+  for key in "${TRUSTED[@]}"; do
     if verify_with "$key"; then verified=$key; break; fi
   done
   if [ -z "$verified" ]; then
-    fault "$statement: the signature does not verify with any key in $KEYS (signed by $(sed -n 's/^signer //p' "$SIGNED" | head -c 80 | tr -cd 'a-z0-9:')): wrong key, or altered" \
+    # (its signer field is not shown: unverified, it could name anyone)
+    refuse 3 "$statement: the signature does not verify with any trusted key (${TRUSTED[*]}, from $TRUST_FROM): wrong key, or altered" \
       "The agent image on the USB stick is not signed by this cluster's key: nothing was loaded"
     return 1
   fi
@@ -228,27 +403,46 @@ try_statement() {
   if [ "$(head -n 1 "$SIGNED")" != 'offline-bundle-agent-image 1' ] ||
      ! size=$(field size) || ! hex=$(field sha256) || ! manifest=$(field manifest) || ! image=$(field image) ||
      ! version=$(field version) || ! arch=$(field arch) || ! file=$(field file); then
-    fault "$statement: signed, but not a statement this bootstrap reads (format or a field missing or repeated)" "The agent image on the USB stick is of a newer format: use a matching bootstrap"
+    refuse 4 "$statement: signed, but not a statement this bootstrap reads (format or a field missing or repeated)" "The agent image on the USB stick is of a newer format: use a matching bootstrap"
     return 1
   fi
   case $size in '' | *[!0-9]*) size=x ;; esac
   case $hex in *[!0-9a-f]*) hex= ;; esac
   case ${manifest#sha256:} in *[!0-9a-f]*) manifest= ;; esac
-  case $version in '' | *[!0-9A-Za-z.-]*) version= ;; esac
+  semver_valid "$version" || version=
   case $file in bundle-agent-*.oci.tar) case $file in */* | *[!A-Za-z0-9._-]*) file= ;; esac ;; *) file= ;; esac
   if [ "$size" = x ] || [ ${#size} -gt 12 ] || [ ${#hex} -ne 64 ] || [ "${manifest:0:7}" != sha256: ] || [ ${#manifest} -ne 71 ] ||
-     [ -z "$version" ] || [ ${#version} -gt 64 ] || [ "$image" != "$REPOSITORY:$version" ] || [ -z "$file" ]; then
-    fault "$statement: a field is malformed (size, sha256, manifest, image, version or file)" "The agent image on the USB stick is damaged: copy it from the factory again"
-    return 1
-  fi
-  if [ "$arch" != "$NODE_ARCH" ]; then
-    fault "$statement: the agent image is for $arch; this node is $NODE_ARCH" "The agent image on the USB stick is for $arch, this node is $NODE_ARCH: bring the $NODE_ARCH one"
+     [ -z "$version" ] || [ "$image" != "$REPOSITORY:$version" ] || [ -z "$file" ]; then
+    refuse 5 "$statement: a field is malformed (size, sha256, manifest, image, version or file)" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
   if [ "$size" -gt "$MAX_ARCHIVE_BYTES" ]; then
-    fault "$statement: size $size is over the $MAX_ARCHIVE_BYTES bytes an agent image may have" "The agent image on the USB stick is damaged: copy it from the factory again"
+    refuse 5 "$statement: size $size is over the $MAX_ARCHIVE_BYTES bytes an agent image may have" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
+  if [ "$arch" != "$NODE_ARCH" ]; then
+    refuse 6 "$statement: the agent image is for $arch; this node is $NODE_ARCH" "The agent image on the USB stick is for $arch, this node is $NODE_ARCH: bring the $NODE_ARCH one"
+    return 1
+  fi
+  if [ -n "$FLOOR" ] && [ "$(semver_cmp "$version" "$FLOOR")" = -1 ]; then
+    refuse 7 "$statement: bundle-agent $version is older than $FLOOR_WHY: bring bundle-agent $FLOOR or newer" \
+      "The agent on the USB stick ($version) is older than this node needs ($FLOOR): bring a newer one"
+    return 1
+  fi
+  if [ -n "$WANT" ] && [ "$version" != "$WANT" ]; then
+    refuse 7 "$statement: bundle-agent $version, not the $WANT asked for (--want-version)" \
+      "The USB stick has no bundle-agent $WANT (it has $version): bring that version"
+    return 1
+  fi
+  C_PATH+=("$statement") C_VERSION+=("$version") C_SIZE+=("$size") C_HEX+=("$hex") C_MANIFEST+=("$manifest") C_FILE+=("$file") C_KEY+=("$verified")
+  return 0
+}
+
+# Loads candidate I. Returns 0 with LOADED_DIGEST and LOADED_VERSION set, 1 after a fault was reported.
+load_candidate() {
+  local i=$1 statement dir size hex manifest image version file archive actual avail copy out need
+  statement=${C_PATH[i]} version=${C_VERSION[i]} size=${C_SIZE[i]} hex=${C_HEX[i]} manifest=${C_MANIFEST[i]} file=${C_FILE[i]}
+  image=$REPOSITORY:$version dir=${statement%/*}
   archive=$dir/$file
   if [ ! -f "$archive" ] || [ -L "$archive" ]; then
     fault "$archive: missing (or not a regular file) beside its statement" "The USB stick has the agent image's statement but not the image ($file): copy both files"
@@ -260,11 +454,13 @@ try_statement() {
     return 1
   fi
   # off the stick first: a stick pulled from here on fails this copy, and what is loaded below
-  # is the very bytes checked
+  # is the very bytes checked. --work holds the copy, skopeo's unpacked archive and its staged
+  # blobs (skopeo --tmpdir): three times the size.
+  need=$((size * 3))
   avail=$(df -Pk -- "$WORK" 2>/dev/null | awk 'NR == 2 { print $4 }')
   case $avail in '' | *[!0-9]*) avail=0 ;; esac
-  if [ $((avail * 1024)) -lt "$size" ]; then
-    fault "$WORK: $((avail * 1024)) bytes free, $size needed for the agent image" "The node's disk is full: the agent image was not loaded"
+  if [ $((avail * 1024)) -lt "$need" ]; then
+    fault "$WORK: $((avail * 1024)) bytes free, $need needed for the agent image (its copy, skopeo's unpacked archive and staged blobs)" "The node's disk is full: the agent image was not loaded"
     return 1
   fi
   copy=$TMP/$file
@@ -281,9 +477,7 @@ try_statement() {
     fault "$archive: does not hash to the statement's sha256 $hex: damaged or changed while read" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
-  log "loading $image ($manifest) from $archive, signed by $verified"
-  console "Loading the agent (bundle-agent $version) from the USB stick; leave it in"
-  LOADING=$image
+  log "loading $image ($manifest) from $archive, signed by ${C_KEY[i]}"
   # already there with the signed digest (containerd: the DaemonSet's image): nothing to load
   if [ -n "$CONTAINERD" ] && [ "$(stored_digest "$image")" = "$manifest" ]; then
     log "$image ($manifest) is already in containerd: nothing to do"
@@ -291,6 +485,8 @@ try_statement() {
     LOADED_DIGEST=$manifest LOADED_VERSION=$version ALREADY=1
     return 0
   fi
+  console "Loading the agent (bundle-agent $version) from the USB stick; leave it in"
+  CONSOLE_STALE=1 LOADING=$image
   if ! out=$(load_image "$copy" "$image"); then
     remove_image "$image"
     LOADING=
@@ -325,13 +521,34 @@ unit_image() {
   return 1
 }
 
+# The version the unit's own image (its file's KEY= line, not the drop-in's) is tagged with, if a semver.
+unit_own_version() {
+  local v
+  [ -n "$UNIT_FILE" ] && [ -f "$UNIT_FILE" ] || return 1
+  v=$(sed -n "s|^$KEY=$REPOSITORY:\([0-9A-Za-z.-]\{1,64\}\)\$|\1|p" "$UNIT_FILE" | tail -n 1)
+  semver_valid "$v" && printf '%s\n' "$v"
+}
+# The version of the agent our drop-in names (its first line says it), if a semver.
+dropin_version() {
+  local v
+  [ -f "$DROPIN" ] || return 1
+  v=$(sed -n "1s|^# Written by $PROG: bundle-agent \([0-9A-Za-z.-]\{1,64\}\) from a stick.*|\1|p" "$DROPIN")
+  semver_valid "$v" && printf '%s\n' "$v"
+}
+
 if [ "$CHECK_ONLY" = 1 ]; then
   current=$(unit_image) || { log "no $UNIT unit (neither $QUADLET nor $PLAIN)"; exit 1; }
   [ -n "$(stored_digest "$current")" ] && exit 0
   log "the agent image $current is not in storage yet: $UNIT waits for a stick with the agent image ($PROG loads it)"
   exit 1
 fi
+[ -z "$WANT" ] || semver_valid "$WANT" || { log "--want-version $WANT: not a version (MAJOR.MINOR.PATCH[-PRERELEASE])"; exit 2; }
 [ -n "$UNIT_FILE" ] || [ -n "$CONTAINERD" ] || { log "no $UNIT unit is installed (neither $QUADLET nor $PLAIN): install the MachineConfig first"; exit 1; }
+# the Quadlet agent switches itself (with its rollback) from a bundle: the drop-in is its own
+if [ "$UPGRADE" = 1 ] && { [ -n "$CONTAINERD" ] || [ "$UNIT_FILE" != "$PLAIN" ]; }; then
+  log "--upgrade is for the plain unit (podman before 4.4); the Quadlet agent upgrades itself from a bundle made with --agent-image (README, \"How the agent upgrades itself\"), containerd's from --want-version"
+  exit 2
+fi
 
 NODE_ARCH=$(node_arch)
 real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; exit 1; }
@@ -341,19 +558,31 @@ exec 9>>"$LOCK" || { log "cannot open $LOCK"; exit 1; }
 # a second run waits for the first, then finds its work done
 flock -w 900 9 || { log "another bootstrap holds $LOCK for 15 minutes: giving up"; exit 1; }
 
+# Not lower than the unit's own Image= tag: the agent (Quadlet) would remove a drop-in naming an
+# older agent and switch back to that image, which this node does not have.
+FLOOR= FLOOR_WHY= INSTALLED=
+if [ -z "$CONTAINERD" ] && FLOOR=$(unit_own_version); then
+  FLOOR_WHY="the unit's own image ($REPOSITORY:$FLOOR in ${UNIT_FILE#"$ROOT"})"
+fi
 # Installed: the image the unit runs (a bootstrap's or a self-upgrade's drop-in, else the unit's
 # own) is in storage. (containerd: per statement, below.)
 if [ -z "$CONTAINERD" ] && current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
-  log "the agent image $current is installed: nothing to do"
-  exit 0
+  if [ "$UPGRADE" = 0 ]; then
+    log "the agent image $current is installed: nothing to do (a newer agent from a stick: --upgrade)"
+    exit 0
+  fi
+  INSTALLED=$current
+  if v=$(dropin_version) && { [ -z "$FLOOR" ] || [ "$(semver_cmp "$v" "$FLOOR")" = 1 ]; }; then
+    FLOOR=$v FLOOR_WHY="the installed agent ($v, $current)"
+  fi
 fi
-if [ "$START" = 1 ] && systemctl is-active --quiet "$UNIT.service"; then
+if [ "$START" = 1 ] && [ "$UPGRADE" = 0 ] && systemctl is-active --quiet "$UNIT.service"; then
   log "$UNIT.service is running: nothing to do"
   exit 0
 fi
 
-# Statements on the media (regular files only: -P never follows a symlink); a sorted list, newest
-# version name last, tried from the last.
+# Statements on the media (regular files only: -P never follows a symlink), the first
+# MAX_STATEMENTS by path; which one is loaded is decided by their signed versions, not names.
 STATEMENTS=()
 BUNDLES=0
 # A mount point made but not mounted yet (systemd-mount makes the directory, then mounts): an
@@ -378,13 +607,13 @@ done
 for m in "${MEDIA[@]}"; do
   real_dir "$m" || continue
   # (lastpipe: the loop runs in this shell; no process substitution, which needs /dev/fd)
-  find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -zV |
+  find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -z |
     while IFS= read -r -d '' f; do STATEMENTS+=("$f"); done
   n=$(find -P "$m" -mindepth 1 -maxdepth 3 -type f -name '*.bundle' 2>/dev/null | head -n 100 | wc -l)
   BUNDLES=$((BUNDLES + n))
 done
 if [ ${#STATEMENTS[@]} -eq 0 ]; then
-  if [ "$BUNDLES" -gt 0 ]; then
+  if [ "$BUNDLES" -gt 0 ] && [ "$UPGRADE" = 0 ]; then
     fault "a stick with a bundle but no agent image (bundle-agent-VERSION-ARCH.oci.tar and .sig, written by bundle create --agent-image): nothing to load the agent from" \
       "The USB stick has no agent image, and this node has no agent yet: bring a stick made with --agent-image"
     exit 1
@@ -392,39 +621,69 @@ if [ ${#STATEMENTS[@]} -eq 0 ]; then
   log "no stick with an agent image under ${MEDIA[*]}: nothing to do"
   exit 0
 fi
+if [ ${#STATEMENTS[@]} -gt "$MAX_STATEMENTS" ]; then
+  log "${#STATEMENTS[@]} agent image statements on the media: only the first $MAX_STATEMENTS (by path) are read"
+  STATEMENTS=("${STATEMENTS[@]:0:$MAX_STATEMENTS}")
+fi
 
-TMP= LOADING=
-# stopped mid-load (systemctl stop, shutdown): no half-loaded image stays
+TMP= LOADING= CONSOLE_STALE=0
+# stopped mid-load (systemctl stop, TimeoutStartSec=, shutdown): no half-loaded image and none of
+# our or skopeo's temporary files stay, and the console no longer says "Loading".
 cleanup() {
   [ -n "$LOADING" ] && remove_image "$LOADING"
   [ -n "$TMP" ] && rm -rf -- "$TMP"
+  if [ "$CONSOLE_STALE" = 1 ]; then
+    log "stopped while loading the agent image: nothing was loaded"
+    console "Loading the agent was stopped before it finished: nothing was loaded; plug the USB stick in again"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
+if ! trusted_keys; then exit 1; fi
 real_dir "$WORK" || { fault "$WORK is not a directory" "The agent image could not be loaded: see journalctl -u $PROG"; exit 1; }
 TMP=$(mktemp -d "$WORK/$PROG.XXXXXX") || { fault "cannot make a directory in $WORK" "The node's disk is full: the agent image was not loaded"; exit 1; }
+# (skopeo --tmpdir "$TMP" below: its unpacked archive and staged blobs go inside what cleanup removes)
+
+C_PATH=() C_VERSION=() C_SIZE=() C_HEX=() C_MANIFEST=() C_FILE=() C_KEY=()
+BEST_RANK=0 BEST_LOG= BEST_CONSOLE=
+for f in "${STATEMENTS[@]}"; do read_statement "$f"; done
+if [ ${#C_PATH[@]} -eq 0 ]; then
+  [ ${#STATEMENTS[@]} -gt 1 ] && log "none of the ${#STATEMENTS[@]} agent image statements can be loaded; the closest: $BEST_LOG"
+  console "$BEST_CONSOLE"
+  exit 1
+fi
+best=0
+for ((i = 1; i < ${#C_PATH[@]}; i++)); do
+  [ "$(semver_cmp "${C_VERSION[i]}" "${C_VERSION[best]}")" = 1 ] && best=$i
+done
+[ ${#C_PATH[@]} -gt 1 ] && log "chose bundle-agent ${C_VERSION[best]} (${C_PATH[best]}), the newest signed one of ${C_VERSION[*]}"
+if [ -n "$INSTALLED" ] && [ "${C_MANIFEST[best]}" = "$(stored_digest "$INSTALLED")" ]; then
+  log "the agent image $INSTALLED is bundle-agent ${C_VERSION[best]}, the newest on the stick: nothing to do"
+  exit 0
+fi
 
 LOADED_DIGEST= ALREADY=
-for ((i = ${#STATEMENTS[@]} - 1; i >= 0; i--)); do
-  try_statement "${STATEMENTS[i]}" && break
-done
-[ -n "$LOADED_DIGEST" ] || exit 1
+# The chosen one only: a damaged newest agent is a fault to fix, not a reason to install an older one.
+load_candidate "$best" || exit 1
 if [ -n "$CONTAINERD" ]; then
   [ -n "$ALREADY" ] && exit 0
-  console "The agent (bundle-agent $LOADED_VERSION) was loaded from the USB stick; its pod starts shortly"
-  log "bundle-agent $LOADED_VERSION imported into containerd ($REPOSITORY@$LOADED_DIGEST): the DaemonSet's pod (imagePullPolicy: Never) starts at the kubelet's next retry"
+  console "The agent image (bundle-agent $LOADED_VERSION) was imported from the USB stick; the agent's pod starts if the DaemonSet names this version"
+  log "bundle-agent $LOADED_VERSION imported into containerd as $REPOSITORY:$LOADED_VERSION ($LOADED_DIGEST): a DaemonSet pod whose image: is that tag or digest (imagePullPolicy: Never) starts at the kubelet's next retry; another version still waits"
   exit 0
 fi
 
 mkdir -p "$DROPIN_DIR" 2>/dev/null
 if [ "$UNIT_FILE" = "$QUADLET" ]; then
   section=Container
+  replaced="The agent replaces
+# this file when a bundle brings a newer one (README, \"How the agent upgrades itself\")."
 else
   section=Service
+  replaced="The plain unit does
+# not upgrade itself: $PROG --upgrade replaces this file from a stick with a newer agent (README)."
 fi
-if ! write_file "$DROPIN" "# Written by $PROG: the agent image loaded from a stick ($LOADED_VERSION). The agent replaces
-# this file when a bundle brings a newer one (README, \"How the agent upgrades itself\").
+if ! write_file "$DROPIN" "# Written by $PROG: bundle-agent $LOADED_VERSION from a stick. $replaced
 [$section]
 $KEY=$REPOSITORY@$LOADED_DIGEST
 "; then
@@ -435,8 +694,9 @@ log "wrote $DROPIN: $KEY=$REPOSITORY@$LOADED_DIGEST"
 if [ "$START" = 1 ]; then
   systemctl daemon-reload || { fault "systemctl daemon-reload failed" "The agent could not be started: see journalctl -u $PROG"; exit 1; }
   systemctl reset-failed "$UNIT.service" 2>/dev/null
-  systemctl --no-block start "$UNIT.service" || { fault "systemctl start $UNIT.service failed" "The agent could not be started: see journalctl -u $UNIT"; exit 1; }
+  if [ -n "$INSTALLED" ]; then verb=restart; else verb=start; fi
+  systemctl --no-block "$verb" "$UNIT.service" || { fault "systemctl $verb $UNIT.service failed" "The agent could not be started: see journalctl -u $UNIT"; exit 1; }
 fi
 console "The agent (bundle-agent $LOADED_VERSION) was loaded from the USB stick and is starting"
-log "bundle-agent $LOADED_VERSION loaded ($REPOSITORY@$LOADED_DIGEST)$([ "$START" = 1 ] && echo "; $UNIT.service started")"
+log "bundle-agent $LOADED_VERSION loaded ($REPOSITORY@$LOADED_DIGEST)$([ "$START" = 1 ] && echo "; $UNIT.service ${verb}ed")"
 exit 0

@@ -87,9 +87,11 @@ export async function writeKey(node: Node, key: KeyPair, name = 'factory.pub'): 
 
 export interface BootstrapRun { code: number | null; stderr: string; console: string | undefined; dropIn: string | undefined }
 
-export function runBootstrap(node: Node, extra: string[] = []): Promise<BootstrapRun> {
+/** Runs the bootstrap with --keys node.keys, or as the unit does (trust from the config) with `keys: 'config'`. */
+export function runBootstrap(node: Node, extra: string[] = [], opts: { keys?: 'dir' | 'config' } = {}): Promise<BootstrapRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn('/bin/bash', [BOOTSTRAP, '--media', node.media, '--keys', node.keys, '--root', node.root, '--work', node.work, '--storage', node.storage, '--no-start', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const keys = opts.keys === 'config' ? [] : ['--keys', node.keys];
+    const child = spawn('/bin/bash', [BOOTSTRAP, '--media', node.media, ...keys, '--root', node.root, '--work', node.work, '--storage', node.storage, '--no-start', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
     child.on('error', reject);

@@ -68,6 +68,12 @@ t.test('openshift/generate runs with the bundle CLI\'s Node.js (none on PATH, no
   const bad = spawnSync(join(top, 'openshift', 'generate'), ['--image', 'localhost/offline-bundle/bundle-agent@sha256:abc'], { encoding: 'utf8', env });
   t.equal(bad.status, 2);
   t.match(bad.stderr, /^generate\.mjs: .* is not a digest/);
+  // called through a symlink elsewhere (an admin's ~/bin/generate): generate.mjs is found beside the real file
+  await mkdir(join(work, 'links'));
+  await symlink(join(top, 'openshift', 'generate'), join(work, 'links', 'generate'));
+  const linked = spawnSync(join(work, 'links', 'generate'), ['--help'], { encoding: 'utf8', env, cwd: work });
+  t.equal(linked.status, 0, `through a symlink: ${linked.stderr}`);
+  t.match(linked.stdout, /^Usage: node deploy\/openshift\/generate\.mjs /);
   const none = spawnSync(join(top, 'openshift', 'generate'), ['--help'], { encoding: 'utf8', env: { PATH: tools } });
   t.equal(none.status, 127);
   t.match(none.stderr, /no Node\.js: install the bundle CLI/);

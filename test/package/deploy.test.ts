@@ -16,6 +16,8 @@ const OS = join(ROOT, 'deploy/openshift');
 const schema = async (name: string) => JSON.parse(await readFile(new URL(`./schemas/${name}`, import.meta.url), 'utf8'));
 const ajv = new (Ajv as unknown as typeof Ajv.default)({ allErrors: true, strict: false });
 const validIgnition = ajv.compile(await schema('ignition-3.4-subset.json'));
+// --plain-unit (OpenShift before 4.14, whose MCO takes Ignition up to 3.2)
+const validIgnition32 = ajv.compile(await schema('ignition-3.2-subset.json'));
 const validMachineConfig = ajv.compile(await schema('machineconfig.json'));
 const decode = (source: string) => Buffer.from(source.replace(/^data:[^,]*;base64,/, ''), 'base64').toString('utf8');
 
@@ -242,7 +244,12 @@ t.test('generate.mjs: --help teaches (no stack trace); bad input is one line and
   t.match(help.stdout, /--plain-unit/);
   t.equal(help.stderr, '');
   const out = await tmpdir(t, 'ob-gen-');
+  // an X.509 certificate of a P-256 key: Node would take it as a public key, the node's openssl
+  // pkey -pubin cannot read it (every stick would be refused)
+  const certDir = await tmpdir(t, 'ob-gen-cert-');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', '/CN=factory', '-days', '1', '-keyout', join(certDir, 'c.key'), '-out', join(certDir, 'c.crt')], { stdio: 'ignore' });
   const refused: [string[], RegExp][] = [
+    [['--key', join(certDir, 'c.crt')], /--key .*c\.crt: not one PEM public key .*openssl x509 -pubkey/],
     [['--image', 'localhost/offline-bundle/bundle-agent@sha256:abc'], /"sha256:abc" is not a digest \(sha256: and 64 lowercase hex digits\)/],
     [['--image', `localhost/offline-bundle/bundle-agent@sha256:${'A'.repeat(64)}`], /is not a digest/],
     [['--image', 'localhost/offline-bundle/bundle-agent'], /give a tag \(:VERSION\) or a digest/],
@@ -276,7 +283,9 @@ t.test('generate.mjs --plain-unit (podman before 4.4): a plain podman unit with 
   t.equal(r.status, 0, r.stderr);
   t.match(r.stdout, /\(plain podman unit, /);
   const mc = parseYaml(await readFile(join(out, '99-worker-bundle-agent.yaml'), 'utf8'));
-  t.ok(validIgnition(mc.spec.config), JSON.stringify(validIgnition.errors ?? []));
+  t.equal(mc.spec.config.ignition.version, '3.2.0', 'Ignition 3.2: what the MCO before OpenShift 4.14 accepts');
+  t.ok(validIgnition32(mc.spec.config), `Ignition 3.2 subset: ${JSON.stringify(validIgnition32.errors ?? [])}`);
+  t.equal(parseYaml(await readFile(join(out, '99-worker-bundle-agent.bu'), 'utf8')).version, '4.8.0', 'Butane openshift 4.8.0 (Ignition 3.2), which butane translates for 4.8 to 4.13');
   const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents.source)]));
   t.notOk(files.has('/etc/containers/systemd/bundle-agent.container'), 'no Quadlet file');
   t.notOk(files.has('/etc/bundle-agent/switch-guard.sh'), 'no switch guard (no switch)');
