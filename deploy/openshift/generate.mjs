@@ -18,6 +18,7 @@ import { createPublicKey } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { gzipSync } from 'node:zlib';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 // the repository's systemd/, or the shipped deploy tarball's (systemd/ beside openshift/)
@@ -26,7 +27,7 @@ export const IGNITION_VERSION = '3.4.0';
 export const BUTANE_VERSION = '4.15.0';
 // --plain-unit is for OpenShift before 4.14, whose MCO takes Ignition up to 3.2 (3.4 only from
 // 4.14); Butane's openshift 4.8.0 translates to 3.2.0 and every 4.8-4.13 cluster takes it. The
-// fields used (files: path, mode, overwrite, contents.source; units: name, enabled, contents) are
+// fields used (files: path, mode, overwrite, contents.source and gzip compression (3.1+); units: name, enabled, contents) are
 // all in 3.2.
 export const PLAIN_IGNITION_VERSION = '3.2.0';
 export const PLAIN_BUTANE_VERSION = '4.8.0';
@@ -212,6 +213,19 @@ export function nodeFiles({ image = DEFAULT_IMAGE, key = path.join(HERE, 'exampl
 const name = (role) => `99-${role}-bundle-agent`;
 const labels = (role) => ({ 'machineconfiguration.openshift.io/role': role });
 
+/**
+ * A file's Ignition contents: a data URL, gzip-compressed where that is shorter (as Butane
+ * does), since the MachineConfig lives in etcd and every node renders it. Ignition has
+ * decompressed gzip since spec 3.1, so both the 3.2 and the 3.4 output may use it.
+ */
+function ignitionContents(text) {
+  const plain = Buffer.from(text);
+  const packed = gzipSync(plain, { level: 9 });
+  return packed.length < plain.length
+    ? { compression: 'gzip', source: `data:;base64,${packed.toString('base64')}` }
+    : { source: `data:text/plain;charset=utf-8;base64,${plain.toString('base64')}` };
+}
+
 /** MachineConfig with an Ignition config inside (files as data URLs, units inline). */
 export function machineConfig(role, { files, units, plain = false }) {
   return {
@@ -226,7 +240,7 @@ export function machineConfig(role, { files, units, plain = false }) {
             path: f.path,
             mode: f.mode,
             overwrite: true,
-            contents: { source: `data:text/plain;charset=utf-8;base64,${Buffer.from(f.contents).toString('base64')}` },
+            contents: ignitionContents(f.contents),
           })),
         },
         systemd: { units: units.map((u) => ({ name: u.name, enabled: u.enabled, contents: u.contents })) },

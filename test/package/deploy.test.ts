@@ -6,6 +6,7 @@ import t from 'tap';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
 import Ajv from 'ajv';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { parseConfig, renderImageDropIn } from '@offline-bundle/agent';
@@ -19,7 +20,11 @@ const validIgnition = ajv.compile(await schema('ignition-3.4-subset.json'));
 // --plain-unit (OpenShift before 4.14, whose MCO takes Ignition up to 3.2)
 const validIgnition32 = ajv.compile(await schema('ignition-3.2-subset.json'));
 const validMachineConfig = ajv.compile(await schema('machineconfig.json'));
-const decode = (source: string) => Buffer.from(source.replace(/^data:[^,]*;base64,/, ''), 'base64').toString('utf8');
+/** A file's text from its Ignition contents (a base64 data URL, gzip-compressed when `compression` says so). */
+const decode = (contents: { source: string; compression?: string }) => {
+  const bytes = Buffer.from(contents.source.replace(/^data:[^,]*;base64,/, ''), 'base64');
+  return (contents.compression === 'gzip' ? gunzipSync(bytes) : bytes).toString('utf8');
+};
 
 /** The Quadlet / systemd INI as [section] → key → values. */
 function ini(text: string): Map<string, Map<string, string[]>> {
@@ -50,7 +55,7 @@ t.test('openshift: MachineConfigs validate, one per role, and install what the n
     t.ok(validMachineConfig(mc), `${role}: MachineConfig shape ${JSON.stringify(validMachineConfig.errors ?? [])}`);
     t.equal(mc.metadata.labels['machineconfiguration.openshift.io/role'], role);
     t.ok(validIgnition(mc.spec.config), `${role}: Ignition 3.4 config ${JSON.stringify(validIgnition.errors ?? [])}`);
-    const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents.source)]));
+    const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents)]));
     t.equal(files.get('/etc/udev/rules.d/99-bundle-agent-media.rules'), await readFile(join(ROOT, 'systemd/99-bundle-agent-media.rules'), 'utf8'), 'the udev rule, verbatim');
     t.match(files.get('/etc/bundle-agent/keys/factory.pub') ?? '', /^-----BEGIN PUBLIC KEY-----/, 'a trust key');
     const config = parseConfig(files.get('/etc/bundle-agent/config.yaml')!, 'config.yaml');
@@ -85,7 +90,7 @@ t.test('openshift: MachineConfigs validate, one per role, and install what the n
 
 t.test('openshift self-upgrade (contract: file formats only, no Quadlet generator or systemd here): the drop-in directory exists, is mounted and is where the config writes', async (t) => {
   const mc = parseYaml(await readFile(join(OS, '99-worker-bundle-agent.yaml'), 'utf8'));
-  const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents.source)]));
+  const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents)]));
   const config = parseConfig(files.get('/etc/bundle-agent/config.yaml')!, 'config.yaml');
   const dir = '/etc/containers/systemd/bundle-agent.container.d';
   t.equal(config.selfUpgrade.mode, 'quadlet');
@@ -134,7 +139,7 @@ t.test('openshift: each Butane file says the same as its MachineConfig', async (
     t.same(bu.metadata, mc.metadata, `${role}: same name and role`);
     // What butane does with inline contents: a data URL in the Ignition config.
     const translated = bu.storage.files.map((f: any) => ({ path: f.path, mode: f.mode, overwrite: f.overwrite, contents: f.contents.inline }));
-    const inMc = mc.spec.config.storage.files.map((f: any) => ({ path: f.path, mode: f.mode, overwrite: f.overwrite, contents: decode(f.contents.source) }));
+    const inMc = mc.spec.config.storage.files.map((f: any) => ({ path: f.path, mode: f.mode, overwrite: f.overwrite, contents: decode(f.contents) }));
     t.same(translated, inMc, `${role}: same files, modes and contents`);
     t.same(bu.systemd.units, mc.spec.config.systemd.units, `${role}: same units`);
   }
@@ -273,7 +278,7 @@ t.test('generate.mjs: --help teaches (no stack trace); bad input is one line and
   t.match(ok.stdout, new RegExp(`^wrote ${out}/99-master-bundle-agent\\.yaml, .*99-worker-bundle-agent\\.bu \\(Quadlet unit, key example-factory\\.pub .*image ${digest.replace(/[.]/g, '\\.')} until a stick brings one\\)\\n$`));
   t.strictSame((await readdir(out)).sort(), ['99-master-bundle-agent.bu', '99-master-bundle-agent.yaml', '99-worker-bundle-agent.bu', '99-worker-bundle-agent.yaml']);
   const mc = parseYaml(await readFile(join(out, '99-worker-bundle-agent.yaml'), 'utf8'));
-  const q = decode(mc.spec.config.storage.files.find((f: any) => f.path === '/etc/containers/systemd/bundle-agent.container').contents.source);
+  const q = decode(mc.spec.config.storage.files.find((f: any) => f.path === '/etc/containers/systemd/bundle-agent.container').contents);
   t.match(q, new RegExp(`^Image=${digest.replace(/[.]/g, '\\.')}$`, 'm'), 'the unit names the image by digest');
 });
 
@@ -286,7 +291,7 @@ t.test('generate.mjs --plain-unit (podman before 4.4): a plain podman unit with 
   t.equal(mc.spec.config.ignition.version, '3.2.0', 'Ignition 3.2: what the MCO before OpenShift 4.14 accepts');
   t.ok(validIgnition32(mc.spec.config), `Ignition 3.2 subset: ${JSON.stringify(validIgnition32.errors ?? [])}`);
   t.equal(parseYaml(await readFile(join(out, '99-worker-bundle-agent.bu'), 'utf8')).version, '4.8.0', 'Butane openshift 4.8.0 (Ignition 3.2), which butane translates for 4.8 to 4.13');
-  const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents.source)]));
+  const files = new Map<string, string>(mc.spec.config.storage.files.map((f: any) => [f.path, decode(f.contents)]));
   t.notOk(files.has('/etc/containers/systemd/bundle-agent.container'), 'no Quadlet file');
   t.notOk(files.has('/etc/bundle-agent/switch-guard.sh'), 'no switch guard (no switch)');
   const config = parseConfig(files.get('/etc/bundle-agent/config.yaml')!, 'config.yaml');
