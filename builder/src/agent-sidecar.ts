@@ -28,7 +28,7 @@ import {
   AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes,
   verifyBytes, type BundleManifest,
 } from '@offline-bundle/format';
-import { OciError, newSha256, writeFileAtomic } from '@offline-bundle/oci';
+import { OciError, isIndexMediaType, isManifestMediaType, newSha256, writeFileAtomic } from '@offline-bundle/oci';
 
 export const STATEMENT_FORMAT = 'offline-bundle-agent-image 1';
 export const SIDECAR_SUFFIX = '.oci.tar.sig';
@@ -102,7 +102,7 @@ export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: st
     const sha256 = await writeArchive(reader, image, agent.version, archive, opts.signal);
     const size = (await stat(archive)).size;
     const fields = {
-      file: path.basename(archive), size, sha256, manifest: agent.digest, image: `${AGENT_REPOSITORY}:${agent.version}`,
+      file: path.basename(archive), size, sha256, manifest: image.manifest.digest, image: `${AGENT_REPOSITORY}:${agent.version}`,
       version: agent.version, arch, signer: fingerprint(pub),
     };
     const signed = statementText(fields);
@@ -114,12 +114,16 @@ export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: st
   }
 }
 
-/** The agent image's manifest (its bytes), config and layers, each checked against bundle.json. */
-async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManifest, digest: string): Promise<{ manifest: Descriptor & { bytes: Buffer }; blobs: Descriptor[] }> {
+/**
+ * The agent image's manifest (its bytes), config and layers, each checked against bundle.json.
+ * A multi-arch agent image (what `pnpm package` writes) is an index: the bundle holds its
+ * manifest for the bundle's platform, and that one goes beside the bundle.
+ */
+async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManifest, digest: string, depth = 0): Promise<{ manifest: Descriptor & { bytes: Buffer }; blobs: Descriptor[] }> {
   const listed = manifest.blobs.find((b) => b.digest === digest);
   if (!listed || listed.size > MAX_JSON_BYTES) throw new FormatError('INVALID_MANIFEST', `the agent image ${digest} is not a listed blob of a manifest's size`);
   const bytes = await reader.readVerified(blobPath(digest));
-  let doc: { mediaType?: string; config?: Descriptor; layers?: Descriptor[] };
+  let doc: { mediaType?: string; config?: Descriptor; layers?: Descriptor[]; manifests?: (Descriptor & { platform?: { os?: string; architecture?: string } })[] };
   try {
     doc = JSON.parse(bytes.toString('utf8'));
   } catch {
@@ -127,6 +131,12 @@ async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManif
   }
   const entry = manifest.images.find((i) => i.digest === digest);
   const mediaType = doc.mediaType ?? entry?.mediaType ?? '';
+  if (isIndexMediaType(mediaType) && Array.isArray(doc.manifests) && depth === 0) {
+    const arch = manifest.release.arch;
+    const mine = doc.manifests.find((m) => m?.platform?.os === 'linux' && m.platform.architecture === arch && isManifestMediaType(m.mediaType) && manifest.blobs.some((b) => b.digest === m.digest));
+    if (!mine) throw new FormatError('INVALID_MANIFEST', `the agent image ${digest} (a multi-arch index) has no linux/${arch} image in the bundle: rebuild with an agent image of the bundle's architecture`);
+    return agentImageBlobs(reader, manifest, mine.digest, depth + 1);
+  }
   if (!MANIFEST_TYPES.includes(mediaType) || !doc.config || !Array.isArray(doc.layers)) {
     throw new FormatError('INVALID_MANIFEST', `the agent image ${digest} is not a single-platform image manifest (${mediaType || 'no media type'})`);
   }

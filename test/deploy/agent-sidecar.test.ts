@@ -50,6 +50,25 @@ t.test('create --agent-image writes the archive and a statement openssl verifies
   t.equal(execFileSync('skopeo', ['inspect', '--format', '{{.Digest}}', `containers-storage:[vfs@${store}/root+${store}/run]localhost/offline-bundle/bundle-agent:0.9.0`], { encoding: 'utf8' }).trim(), s.manifest);
 });
 
+t.test('a multi-arch agent image (what pnpm package writes): the bundle\'s platform goes beside it, named by its own manifest digest', async (t) => {
+  const layout = path.join(work, 'layout-multi');
+  const img = await writeImageLayout(layout, {
+    tag: 'agent',
+    platforms: ['amd64', 'arm64'].map((architecture) => ({ os: 'linux', architecture, layers: [{ 'usr/local/bin/bundle-agent': Buffer.from(architecture) }], config: { Labels: { 'org.opencontainers.image.version': '0.9.1' } } })),
+  });
+  const amd64 = img.manifests.find((m: { platform: { architecture: string } }) => m.platform.architecture === 'amd64').digest;
+  const out = path.join(work, 'out-multi', 'release.bundle');
+  const r = await bundle(['create', '--quiet', '--key', ecdsa.key, '--version', '1.0.0', '--arch', 'amd64', '--cache', path.join(work, 'cache'), '--agent-image', `oci:${layout}:agent`, '-o', out]);
+  t.equal(r.code, 0, r.stderr);
+  const archive = path.join(work, 'out-multi', 'bundle-agent-0.9.1-amd64.oci.tar');
+  const text = await readFile(`${archive}.sig`, 'utf8');
+  t.equal(/^manifest (.*)$/m.exec(text)?.[1], amd64, 'the statement names the linux/amd64 manifest, not the index');
+  t.ok(opensslVerifies(`${archive}.sig`, ecdsa.pub, false), 'signed');
+  const store = path.join(work, 'store-multi');
+  execFileSync('skopeo', ['copy', '--quiet', `oci-archive:${archive}`, `containers-storage:[vfs@${store}/root+${store}/run]localhost/offline-bundle/bundle-agent:0.9.1`]);
+  t.equal(execFileSync('skopeo', ['inspect', '--format', '{{.Digest}}', `containers-storage:[vfs@${store}/root+${store}/run]localhost/offline-bundle/bundle-agent:0.9.1`], { encoding: 'utf8' }).trim(), amd64, 'loaded by that digest');
+});
+
 t.test('agent-image export: the same files from a bundle (Ed25519 too), --json, OUTPUT_EXISTS without --force', async (t) => {
   const eds = await makeSidecar(work, ed, { version: '1.2.3-rc.1' });
   const out = path.join(work, 'exported');
