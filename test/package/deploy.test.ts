@@ -169,6 +169,18 @@ async function daemonSet() {
   return { cm: docs.find((d) => d.kind === 'ConfigMap'), ds: docs.find((d) => d.kind === 'DaemonSet') };
 }
 
+t.test('kubernetes: the agent container is probed at /livez and /readyz where its status endpoint listens', async (t) => {
+  const { cm, ds } = await daemonSet();
+  const config = parseConfig(cm.data['config.yaml'], 'config.yaml');
+  t.ok(config.status.listen, 'status.listen is set, so the endpoint runs');
+  const agent = ds.spec.template.spec.containers.find((c: any) => c.name === 'bundle-agent');
+  t.equal(ds.spec.template.spec.hostNetwork, true, 'the kubelet reaches the pod\'s loopback only with the host network');
+  for (const [probe, path] of [['livenessProbe', '/livez'], ['readinessProbe', '/readyz']] as const) {
+    const get = agent[probe]?.httpGet;
+    t.strictSame({ host: get?.host, port: get?.port, path: get?.path }, { host: config.status.listen!.host, port: config.status.listen!.port, path }, `${probe}: ${path} at status.listen`);
+  }
+});
+
 t.test('kubernetes: no registry: every container imagePullPolicy Never, the image the stick brings (localhost/offline-bundle/bundle-agent)', async (t) => {
   const { ds } = await daemonSet();
   const pod = ds.spec.template.spec;
