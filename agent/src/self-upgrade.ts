@@ -85,7 +85,9 @@ export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): str
   const restore = rec.from.dropIn && rec.from.image
     ? `tmp=$(mktemp ${sq(join(config.selfUpgrade.dropInDir, `.${DROP_IN_NAME}.XXXXXX`))}) && printf '%s' ${sq(renderImageDropIn(rec.from.image))} > "$tmp" && sync "$tmp" && mv -f "$tmp" ${sq(file)}`
     : `rm -f ${sq(file)}`;
-  return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
+  // the journal's one line on why the agent went back (versions and images are validated records)
+  const why = `bundle-agent ${rec.to.version} did not report within ${config.selfUpgrade.confirmMinutes} min: back to ${rec.from.dropIn && rec.from.image ? rec.from.image : "the unit's own image"} (bundle-agent ${rec.from.version})`;
+  return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then echo ${sq(why)} && ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
 }
 
 async function run(command: string[], what: string): Promise<void> {

@@ -242,7 +242,8 @@ t.test('a first switch that never reports: the rollback script removes the drop-
   t.equal(rec.state, 'pending', 'the switch of the previous test');
   const script = rollbackScript(config, rec);
   await clearCalls();
-  execFileSync('/bin/sh', ['-c', script], { env: { ...process.env, PATH: `${fakeBin}:${process.env.PATH}` } });
+  const said = execFileSync('/bin/sh', ['-c', script], { env: { ...process.env, PATH: `${fakeBin}:${process.env.PATH}` }, encoding: 'utf8' });
+  t.match(said, new RegExp(`^bundle-agent ${rec.to.version.replace(/\./g, '\\.')} did not report within \\d+ min: back to the unit's own image`), 'one journal line says why the agent went back');
   t.notOk(await exists(dropIn), 'removed');
   t.strictSame(await readCalls(), [['systemctl', 'daemon-reload'], ['systemctl', 'restart', 'bundle-agent']]);
 });
