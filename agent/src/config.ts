@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { isDigest, normalizeArch, readSmallFile, unsafePermissions } from '@offline-bundle/oci';
+import { isValidNodeName, LIMITS } from '@offline-bundle/status';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
 /** Largest config file read: the documented example is about 3 KiB. */
@@ -172,7 +173,8 @@ class Reader {
   size(v: unknown, key: string, def: number): number {
     if (v === undefined || v === null) return def;
     if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
-    const m = typeof v === 'string' ? SIZE_RE.exec(v.trim()) : null;
+    // no trim: the shipped JSON Schema refuses surrounding spaces, and both must accept the same
+    const m = typeof v === 'string' ? SIZE_RE.exec(v) : null;
     if (!m) {
       this.fail(key, 'must be a byte count such as 1073741824 or "1GiB"');
       return def;
@@ -272,10 +274,17 @@ export function parseConfig(text: string, file = 'config'): AgentConfig {
   const unit = r.str(selfUpgrade.unit, 'selfUpgrade.unit', 'bundle-agent');
   if (!/^[A-Za-z0-9][A-Za-z0-9@._-]{0,200}$/.test(unit)) r.fail('selfUpgrade.unit', 'must be a systemd unit name (letters, digits, @ . _ -)');
 
+  // the kubelet registers the Node under the lowercased host name; the status object carries its name
+  const nodeName = r.str(raw.nodeName, 'nodeName', hostname().toLowerCase());
+  const nodeNameRule = `is not a Kubernetes node name (lowercase letters, digits, '-' and '.'; at most ${LIMITS.nodeName})`;
+  if (!r.failed('nodeName') && !isValidNodeName(nodeName)) {
+    r.fail('nodeName', raw.nodeName === undefined || raw.nodeName === null ? `the host name ${JSON.stringify(nodeName)} ${nodeNameRule}: set nodeName` : `${JSON.stringify(nodeName)} ${nodeNameRule}`);
+  }
+
   if (version.fromCluster === true && status.kubeconfig === undefined) r.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
   const config: AgentConfig = {
     root,
-    nodeName: r.str(raw.nodeName, 'nodeName', hostname()),
+    nodeName,
     runtime: runtime as RuntimeKind,
     arch: normalizeArch(r.str(raw.arch, 'arch', normalizeArch(process.arch === 'x64' ? 'amd64' : process.arch))),
     criSocket: under(r.str(raw.criSocket, 'criSocket', runtime === 'crio' ? '/var/run/crio/crio.sock' : '/run/containerd/containerd.sock'), 'criSocket'),

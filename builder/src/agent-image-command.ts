@@ -12,7 +12,7 @@ export function reportSidecar(s: AgentSidecar, json: boolean): void {
 
 /** Loads the signing key (its passphrase from --passphrase-file or the environment) and writes the sidecar. */
 export async function writeSidecar(bundle: string, o: { key: string; passphraseFile?: string; output?: string; force?: boolean; signal?: AbortSignal }): Promise<AgentSidecar> {
-  const passphrase = await readPassphrase(o.passphraseFile);
+  const passphrase = await readPassphrase(o.passphraseFile, process.env, o.signal);
   const key = await loadPrivateKey(o.key, passphrase !== undefined ? { passphrase } : {});
   return exportAgentSidecar(bundle, key, resolve(o.output ?? dirname(bundle)), { ...(o.force !== undefined ? { force: o.force } : {}), ...(o.signal ? { signal: o.signal } : {}) });
 }

@@ -169,13 +169,14 @@ Registry access (as podman and skopeo):
 Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM).`)
     .action(async (o) => {
       const progress = new Progress({ quiet: o.quiet });
-      const passphrase = await readPassphrase(o.passphraseFile);
       const ac = new AbortController();
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       // on, not once: a second Ctrl-C while the temp file is being removed must not kill the process and leave it
       process.on('SIGINT', stop);
       process.on('SIGTERM', stop);
       process.on('SIGHUP', stop);
+      // before anything else: a --passphrase-file pipe may keep it waiting, which a stop ends
+      const passphrase = await readPassphrase(o.passphraseFile, process.env, ac.signal);
       // a directory is left to the write's own check, which names that problem
       if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);

@@ -196,7 +196,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: `--image #${i + 1}` })),
-    ...(opts.imagesFile ? await readImagesFile(opts.imagesFile) : []),
+    ...(opts.imagesFile ? await readImagesFile(opts.imagesFile, opts.signal) : []),
   ];
   const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
   if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);

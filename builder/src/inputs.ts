@@ -9,14 +9,19 @@ export interface SourceLine {
   where: string;
 }
 
-/** The lines of an --images-file that name a source (comments and blank lines dropped), with their line numbers. */
-export async function readImagesFile(path: string): Promise<SourceLine[]> {
+/**
+ * The lines of an --images-file that name a source (comments and blank lines dropped), with
+ * their line numbers. `signal` ends a wait on a pipe at once (its reason is thrown as it is).
+ */
+export async function readImagesFile(path: string, signal?: AbortSignal): Promise<SourceLine[]> {
   let text: string;
   try {
     // "-" is stdin; a pipe (<(cmd), stdin fed by one) is read as it comes, bounded in size and time
-    text = (await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS } })).bytes.toString('utf8');
+    text = (await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS, ...(signal ? { signal } : {}) } })).bytes.toString('utf8');
   } catch (cause) {
-    throw new OciError('INVALID_CONFIG', `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
+    if (signal?.aborted) throw cause;
+    const code = cause instanceof OciError && cause.code === 'INPUT_TIMEOUT' ? 'INPUT_TIMEOUT' : 'INVALID_CONFIG';
+    throw new OciError(code, `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
   }
   return text.split('\n')
     .map((l, i) => ({ spec: l.replace(/#.*$/, '').trim(), where: `${path === '-' ? 'stdin' : path}:${i + 1}` }))

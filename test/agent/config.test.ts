@@ -1,3 +1,4 @@
+import { execFile } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
@@ -86,6 +87,9 @@ space:
     ['unknown selfUpgrade.mode', `${minimal}selfUpgrade:\n  mode: docker\n`, /selfUpgrade\.mode: must be off or quadlet/],
     ['quadlet on containerd', `runtime: containerd\n${minimal}selfUpgrade:\n  mode: quadlet\n`, /selfUpgrade\.mode: quadlet needs runtime crio/],
     ['a unit name that is not one', `${minimal}selfUpgrade:\n  unit: "a b;rm"\n`, /selfUpgrade\.unit/],
+    ['a node name Kubernetes refuses', `${minimal}nodeName: Worker_1\n`, /nodeName: "Worker_1" is not a Kubernetes node name/],
+    ['a port above 65535', `${minimal}status:\n  listen: 127.0.0.1:99999\n`, /status\.listen/],
+    ['a size with a leading space', `${minimal}space:\n  reserveBytes: " 1GiB"\n`, /space\.reserveBytes/],
   ];
   for (const [name, text, key] of bad) {
     t.test(`rejects ${name}, naming the key`, async (t) => {
@@ -133,6 +137,30 @@ t.test('bundle-agent prints every config problem on its own line; the exit code 
   for (const key of ['verison', 'space.reserveBytes', 'preload.concurrency', 'status.listen']) t.ok(message.includes(`: ${key}: `), `JSON names ${key}`);
 });
 
+t.test('a node name Kubernetes refuses is an InvalidConfig line among the others, before any cluster call', async (t) => {
+  const dir = await tmpdir(t, 'ob-config-');
+  const file = join(dir, 'config.yaml');
+  await writeFile(file, `root: ${dir}\nnodeName: Worker_1\n${minimal}status:\n  kubeconfig: /kubeconfig\npreload:\n  concurrency: 0\n`, { mode: 0o600 });
+  const r = await run(AGENT, ['run', '--config', file]);
+  t.equal(r.code, 1);
+  const lines = r.stderr.trimEnd().split('\n');
+  t.same(lines.map((l) => l.replace(/^bundle-agent: InvalidConfig: [^:]+: ([\w.]+): .*$/, '$1')).sort(), ['nodeName', 'preload.concurrency'], r.stderr);
+  t.match(r.stderr, /nodeName: "Worker_1" is not a Kubernetes node name \(lowercase letters, digits, '-' and '\.'; at most 253\)/);
+});
+
+// the kubelet lowercases the host name it registers the Node under; the agent's default does the same
+t.test('the default nodeName is the host name lowercased; one that stays invalid is a config error', { skip: process.getuid?.() !== 0 && 'needs root (unshare --uts)' }, async (t) => {
+  // /proc/sys/kernel/hostname: sethostname(2) takes what hostname(1) refuses, as an installer's might
+  const config = new URL('../../agent/dist/config.js', import.meta.url).href;
+  const withHost = (host: string) => new Promise<{ code: number | null; out: string }>((resolve) => {
+    const script = `import { parseConfig } from ${JSON.stringify(config)};
+try { console.log(parseConfig(${JSON.stringify(minimal)}, 'cfg.yaml').nodeName); } catch (e) { console.log(e.problems.join('|')); }`;
+    execFile('unshare', ['--uts', 'sh', '-c', 'printf %s "$1" > /proc/sys/kernel/hostname && exec "$2" --input-type=module -e "$3"', 'sh', host, process.execPath, script], (err, stdout) => resolve({ code: err ? 1 : 0, out: stdout.trim() }));
+  });
+  t.same(await withHost('Worker-1.Example.COM'), { code: 0, out: 'worker-1.example.com' });
+  t.same(await withHost('worker_1'), { code: 0, out: 'cfg.yaml: nodeName: the host name "worker_1" is not a Kubernetes node name (lowercase letters, digits, \'-\' and \'.\'; at most 253): set nodeName' });
+});
+
 // systemd/config.schema.json, shipped beside the example (share/bundle-agent/) for editors and
 // CI checks (#26). The agent validates with its own reader (every problem, one line each, and
 // what a schema cannot say: loopback addresses, paths under root, combinations); this holds
@@ -164,8 +192,25 @@ t.test('the shipped JSON Schema: valid (ajv, strict), accepts the example, knows
     ['an unknown runtime', `${minimal}runtime: docker\n`],
     ['no trust', 'runtime: crio\n'],
     ['a relative path', `${minimal}paths:\n  upgradeDir: var/lib\n`],
+    ['a node name with upper case and an underscore', `${minimal}nodeName: Worker_1\n`],
+    ['a node name longer than 253', `${minimal}nodeName: ${'a'.repeat(254)}\n`],
+    ['a port above 65535', `${minimal}status:\n  listen: 127.0.0.1:99999\n`],
+    ['a port of six digits', `${minimal}status:\n  listen: 127.0.0.1:065535\n`],
+    ['a size with a leading space', `${minimal}space:\n  reserveBytes: " 1GiB"\n`],
+    ['a size with a trailing space', `${minimal}space:\n  reserveBytes: "1GiB "\n`],
   ] as const) {
     t.notOk(validate(parse(doc)), `the schema refuses ${name}`);
     t.throws(() => parseConfig(doc), ConfigError, `and so does the agent: ${name}`);
+  }
+  // the edges of what both accept, so neither is stricter than the other
+  for (const [name, doc] of [
+    ['the highest port', `${minimal}status:\n  listen: 127.0.0.1:65535\n`],
+    ['port 65529', `${minimal}status:\n  listen: "[::1]:65529"\n`],
+    ['a five-digit port below 60000', `${minimal}status:\n  listen: localhost:59999\n`],
+    ['a size with a space before its unit', `${minimal}space:\n  reserveBytes: 1 GiB\n`],
+    ['a dotted node name of 253 characters', `${minimal}nodeName: ${`${'a'.repeat(63)}.`.repeat(3)}${'b'.repeat(61)}\n`],
+  ] as const) {
+    t.ok(validate(parse(doc)), `the schema accepts ${name}: ${JSON.stringify(validate.errors)}`);
+    t.doesNotThrow(() => parseConfig(doc), `and so does the agent: ${name}`);
   }
 });

@@ -2,7 +2,8 @@
 // stdin), still bounded in size; an empty passphrase file says so (create and keygen) instead of
 // "wrong passphrase" or an unencrypted key.
 import t from 'tap';
-import { writeFile } from 'node:fs/promises';
+import { readdir, readlink, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { execFileSync, spawn } from 'node:child_process';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -19,6 +20,11 @@ const layout = path.join(work, 'layout');
 await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'srv/a': 'a' }] }] });
 const image = `oci:${layout}:v1=registry.example.com/app:v1`;
 const cache = path.join(work, 'cache');
+/** Whether process `pid` has `file` open (one of its /proc/PID/fd links points there). */
+async function holdsOpen(pid: number, file: string): Promise<boolean> {
+  const fds = await readdir(`/proc/${pid}/fd`).catch(() => []);
+  return (await Promise.all(fds.map((fd) => readlink(`/proc/${pid}/fd/${fd}`).catch(() => '')))).includes(file);
+}
 /** `bundle ARGS` under bash, for process substitution. */
 const viaBash = (args: string, input?: string) => run('bash', ['-c', `${q(process.execPath)} ${q(BUNDLE_BIN)} ${args}`], input !== undefined ? { input } : {});
 
@@ -76,7 +82,52 @@ t.test('a FIFO whose writer never ends: refused after the time bound, not a hang
   const started = Date.now();
   const r = await bundle(['create', '--version', '1.0', '--image', image, '--key', key, '--cache', cache, '-o', path.join(work, 'never.bundle'), '--passphrase-file', fifo]);
   t.equal(r.code, 1);
-  t.equal(errorCode(r.stderr), 'KEY_ERROR');
-  t.match(r.stderr, /is a pipe that gave no end within 10 s/);
+  t.equal(errorCode(r.stderr), 'INPUT_TIMEOUT', 'a time-out, not a bad key');
+  t.match(r.stderr, `cannot read the passphrase file ${fifo}: ${fifo} is a pipe that gave no end within 10 s`);
   t.ok(Date.now() - started < 25_000, `bounded (${Date.now() - started} ms)`);
+});
+
+t.test('a FIFO nobody writes: INPUT_TIMEOUT naming it (never an empty list or passphrase), nothing written', async (t) => {
+  const fifo = path.join(work, 'nobody.fifo');
+  execFileSync('mkfifo', [fifo]);
+  const imagesOut = path.join(work, 'nobody-images.bundle');
+  const passOut = path.join(work, 'nobody-pass.bundle');
+  // both callers at once: the one bound serves --images-file and --passphrase-file
+  const [images, passphrase] = await Promise.all([
+    bundle(['create', '--version', '1.0', '--image', image, '--images-file', fifo, '--key', key, '--passphrase-file', pass, '--cache', cache, '-o', imagesOut]),
+    bundle(['create', '--version', '1.0', '--image', image, '--key', key, '--passphrase-file', fifo, '--cache', cache, '-o', passOut]),
+  ]);
+  for (const [r, what] of [[images, '--images-file'], [passphrase, 'the passphrase file']] as const) {
+    t.equal(r.code, 1, what);
+    t.equal(r.stderr.trimEnd().split('\n').length, 1, `one line: ${r.stderr}`);
+    t.equal(errorCode(r.stderr), 'INPUT_TIMEOUT', what);
+    t.match(r.stderr, `cannot read ${what} ${fifo}: ${fifo} is a pipe nothing wrote to within 10 s`);
+  }
+  t.same((await listDir(work)).filter((f) => f.startsWith('nobody-')), [], 'no bundle written');
+});
+
+t.test('SIGTERM or SIGINT while waiting on a FIFO nobody writes: the run stops then, not at the time bound', async (t) => {
+  const fifo = path.join(work, 'wait.fifo');
+  execFileSync('mkfifo', [fifo]);
+  for (const [signal, exit] of [['SIGTERM', 143], ['SIGINT', 130]] as const) {
+    for (const flag of ['--images-file', '--passphrase-file']) {
+      const args = flag === '--images-file' ? ['--image', image, '--images-file', fifo, '--passphrase-file', pass] : ['--image', image, '--passphrase-file', fifo];
+      const child = spawn(process.execPath, [BUNDLE_BIN, 'create', '--version', '1.0', ...args, '--key', key, '--cache', cache, '-o', path.join(work, 'wait.bundle')], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => { stderr += d; });
+      let done = false;
+      const exited = new Promise<number | null>((res) => child.on('close', (code) => { done = true; res(code); }));
+      // waiting: the process holds the FIFO open (it reads it non-blocking, polling)
+      while (!done && !(await holdsOpen(child.pid!, fifo))) await sleep(50);
+      const sent = Date.now();
+      child.kill(signal);
+      const code = await exited;
+      const took = Date.now() - sent;
+      t.equal(code, exit, `${flag}, ${signal}: exit ${exit}: ${stderr}`);
+      t.equal(errorCode(stderr), 'INTERRUPTED', `${flag}, ${signal}`);
+      // the bound is 10 s: a run that waited it out (or went on with an empty list) is far past this
+      t.ok(took < 5000, `${flag}, ${signal}: stopped ${took} ms after the signal`);
+    }
+  }
+  t.same((await listDir(work)).filter((f) => f.startsWith('wait.bundle')), [], 'no bundle written');
 });

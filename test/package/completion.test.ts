@@ -19,8 +19,8 @@ const script = (program: Program, shell: string) => execFileSync(process.execPat
 const fn = (program: Program) => `_${program.replace(/-/g, '_')}`;
 const q = (w: string) => `'${w}'`;
 
-function bash(program: Program, words: string[]): string[] {
-  return execFileSync('bash', ['-c', `${script(program, 'bash')}\nCOMP_WORDS=(${words.map(q).join(' ')}); COMP_CWORD=${words.length - 1}; ${fn(program)}_complete; printf '%s\\n' "\${COMPREPLY[@]}"`], { encoding: 'utf8', cwd: ROOT }).trim().split('\n');
+function bash(program: Program, words: string[], cwd = ROOT): string[] {
+  return execFileSync('bash', ['-c', `${script(program, 'bash')}\nCOMP_WORDS=(${words.map(q).join(' ')}); COMP_CWORD=${words.length - 1}; ${fn(program)}_complete; printf '%s\\n' "\${COMPREPLY[@]}"`], { encoding: 'utf8', cwd }).trim().split('\n');
 }
 
 function zsh(program: Program, words: string[]): string[] {
@@ -56,7 +56,48 @@ for (const [shell, complete] of Object.entries(shells)) {
     t.same(complete('bundle-agent', ['bundle-agent', 'serve', '--lis']), ['--listen'], "a command's options");
     t.ok(complete('bundle-agent', ['bundle-agent', '--']).includes('--version'));
   });
+
+  t.test(`${shell}: each option once, -h too; the completion command offers its shells, not files`, async (t) => {
+    for (const program of Object.keys(BIN) as Program[]) {
+      const top = complete(program, [program, '-']);
+      t.equal(top.filter((w) => w === '--version').length, 1, `${program}: --version once: ${top.join(' ')}`);
+      t.equal(top.filter((w) => w === '--help').length, 1, `${program}: --help once`);
+      t.ok(top.includes('-h'), `${program}: -h`);
+      t.ok(complete(program, [program, 'completion', '-']).includes('-h'), `${program}: -h on a subcommand`);
+      t.same(complete(program, [program, 'completion', '']).sort(), ['bash', 'fish', 'zsh'], `${program} completion <Tab>`);
+      t.same(complete(program, [program, 'completion', 'z']), ['zsh'], `${program} completion z<Tab>`);
+    }
+  });
 }
+
+t.test('bash for real: a file name with a space is one candidate (bundle-agent load my<Tab>, bundle inspect my<Tab>)', async (t) => {
+  const dir = await tmpdir(t, 'ob-bash-');
+  await writeFile(join(dir, 'my release.bundle'), '');
+  t.same(bash('bundle-agent', ['bundle-agent', 'load', 'my'], dir), ['my release.bundle']);
+  t.same(bash('bundle', ['bundle', 'inspect', 'my'], dir), ['my release.bundle']);
+  // what readline inserts on Tab in an interactive bash on a pty (python3's pty: bash's readline
+  // draws nothing on a zsh/zpty one): the name, quoted
+  await writeFile(join(dir, 'completion.bash'), script('bundle-agent', 'bash'));
+  const driver = `import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp('bash', ['bash', '--norc', '--noprofile', '-i'])
+def until(text):
+    out, end = b'', time.time() + 20
+    while text not in out and time.time() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            out += os.read(fd, 4096)
+    return out
+os.write(fd, b'PS1="$ "; source completion.bash; echo RE""ADY\\n')
+until(b'READY\\r\\n')
+os.write(fd, b'bundle-agent load my\\t')
+sys.stdout.write(until(sys.argv[1].encode()).decode(errors='replace'))
+os.kill(pid, 9)
+`;
+  const want = 'bundle-agent load my\\ release.bundle ';
+  const r = spawnSync('python3', ['-c', driver, want], { encoding: 'utf8', cwd: dir, timeout: 60_000, env: { PATH: process.env.PATH, HOME: dir, TERM: 'xterm', INPUTRC: '/dev/null' } });
+  t.ok(r.stdout.includes(want), `Tab inserted ${JSON.stringify(want)}: ${JSON.stringify(r.stdout)} ${r.stderr}`);
+});
 
 t.test('an unknown shell is a usage error naming the three', async (t) => {
   const r = spawnSync(process.execPath, [BIN.bundle, 'completion', 'tcsh'], { encoding: 'utf8' });

@@ -1,6 +1,6 @@
 import { createPublicKey, createPrivateKey, generateKeyPairSync, sign, verify, createHash, type KeyObject } from 'node:crypto';
 import type { Stats } from 'node:fs';
-import { PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/oci';
+import { OciError, PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import type { SignatureAlgorithm } from './manifest.js';
 
@@ -52,16 +52,23 @@ export const PASSPHRASE_ENV = 'BUNDLE_KEY_PASSPHRASE';
 /** Largest passphrase file read. */
 export const MAX_PASSPHRASE_FILE_BYTES = 4096;
 
-/** The passphrase from a file (its first line) or else the environment; undefined without either. */
-export async function readPassphrase(file: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
+/**
+ * The passphrase from a file (its first line) or else the environment; undefined without either.
+ * `signal` ends a wait on a pipe at once (the abort's reason is thrown as it is).
+ */
+export async function readPassphrase(file: string | undefined, env: NodeJS.ProcessEnv = process.env, signal?: AbortSignal): Promise<string | undefined> {
   if (file === undefined) return env[PASSPHRASE_ENV] || undefined;
   let passphrase: string;
   try {
     // <(pass show key) is a pipe: read as it comes, bounded in size and time
-    const { bytes } = await readSmallFile(file, MAX_PASSPHRASE_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS } });
+    const { bytes } = await readSmallFile(file, MAX_PASSPHRASE_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS, ...(signal ? { signal } : {}) } });
     passphrase = bytes.toString('utf8').split(/\r?\n/)[0]!;
   } catch (cause) {
-    throw new FormatError('KEY_ERROR', `cannot read the passphrase file ${file}: ${(cause as Error).message}`, { cause });
+    if (signal?.aborted) throw cause;
+    const what = `cannot read the passphrase file ${file}: ${(cause as Error).message}`;
+    // a command that never answered is not a bad key
+    if (cause instanceof OciError && cause.code === 'INPUT_TIMEOUT') throw new OciError('INPUT_TIMEOUT', what, { cause });
+    throw new FormatError('KEY_ERROR', what, { cause });
   }
   // an empty first line is no passphrase (a command that failed, the wrong file): never a key's
   if (passphrase === '') throw new FormatError('KEY_ERROR', `the passphrase file ${file} is empty: its first line must hold the passphrase`);

@@ -62,19 +62,24 @@ export interface SmallFileOptions {
    * still never more than maxBytes, and for at most `timeoutMs` (a writer that never writes
    * or never ends must not hang the run). Non-blocking throughout: no thread waits on it.
    */
-  pipe?: { timeoutMs: number };
+  pipe?: {
+    timeoutMs: number;
+    /** Ends the wait at once (SIGTERM, Ctrl-C), throwing its reason. */
+    signal?: AbortSignal;
+  };
 }
 
 /** Default time bound for a pipe read by readSmallFile: secrets and lists come from a command that answers at once. */
 export const PIPE_READ_TIMEOUT_MS = 10_000;
 
-/**
- * A pipe opened O_NONBLOCK, read to its end: EAGAIN (a writer, no data yet) and an end before
- * any byte (a FIFO whose writer has not opened it yet) are waited out until `timeoutMs`.
- */
 const ANONYMOUS_PIPE = /^(\/dev\/fd\/\d+|\/proc\/(self|\d+)\/fd\/\d+|\/dev\/stdin)$/;
 
-async function readPipe(fh: FileHandle, path: string, maxBytes: number, timeoutMs: number): Promise<Buffer> {
+/**
+ * A pipe opened O_NONBLOCK, read to its end: EAGAIN (a writer, no data yet) and an end before
+ * any byte (a FIFO whose writer has not opened it yet) are waited out until `timeoutMs`, then
+ * refused (INPUT_TIMEOUT): a FIFO nobody wrote is no input, never an empty one.
+ */
+async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeoutMs, signal }: NonNullable<SmallFileOptions['pipe']>): Promise<Buffer> {
   const deadline = Date.now() + timeoutMs;
   const buf = Buffer.alloc(maxBytes + 1);
   let n = 0;
@@ -95,10 +100,12 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, timeoutM
     // start), while a named FIFO's writer may not have opened it yet
     if (bytesRead === 0 && (n > 0 || ANONYMOUS_PIPE.test(path))) return buf.subarray(0, n);
     if (Date.now() >= deadline) {
-      if (bytesRead === 0) return buf.subarray(0, 0);
-      throw new OciError('INPUT_TIMEOUT', `${path} is a pipe that gave no end within ${Math.round(timeoutMs / 1000)} s: does the command writing it finish?`);
+      const s = Math.round(timeoutMs / 1000);
+      if (bytesRead === 0) throw new OciError('INPUT_TIMEOUT', `${path} is a pipe nothing wrote to within ${s} s: start the command that writes it first, or give a file`);
+      throw new OciError('INPUT_TIMEOUT', `${path} is a pipe that gave no end within ${s} s: does the command writing it finish?`);
     }
-    await sleep(20);
+    signal?.throwIfAborted();
+    await sleep(20, undefined, signal ? { signal } : {}).catch(() => signal?.throwIfAborted());
   }
 }
 
@@ -112,7 +119,7 @@ export async function readSmallFile(path: string, maxBytes: number, opts: SmallF
   const fh = await open(path, OPEN_FLAGS);
   try {
     const stats = await fh.stat();
-    if (opts.pipe && stats.isFIFO()) return { bytes: await readPipe(fh, path, maxBytes, opts.pipe.timeoutMs), stats };
+    if (opts.pipe && stats.isFIFO()) return { bytes: await readPipe(fh, path, maxBytes, opts.pipe), stats };
     if (!stats.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `${path} is ${kind(stats)}, not a regular file: give the path of the file itself`);
     const tooLarge = () => new OciError('FILE_TOO_LARGE', `${path} is over ${maxBytes} bytes, the most this kind of file may have: is it the right file?`);
     if (stats.size > maxBytes) throw tooLarge();
