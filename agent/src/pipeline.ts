@@ -73,12 +73,15 @@ async function runningRelease(ctx: PipelineContext): Promise<Running> {
     failure = clusterReadFailure(err);
   }
   const remembered = await rememberedClusterRelease(config.paths.stateDir);
-  const last = remembered ?? runningReleases(tracker.current.history).at(-1);
+  // the newest of the two: either may lag (a file not rewritten, a history pruned), and an older one lets a downgrade through
+  const seen = runningReleases(tracker.current.history).reduce<HistoryEntry | undefined>((a, e) => (!a || compareVersions(e.version, a.version) > 0 ? e : a), undefined);
+  const fromFile = remembered !== undefined && (!seen || compareVersions(remembered.version, seen.version) >= 0);
+  const last = fromFile ? remembered : seen;
   if (last && failure) {
     const why = failure.kind === 'forbidden' ? forbiddenMessage(failure) : failure.detail;
-    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${remembered ? ` at ${remembered.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
+    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${fromFile ? ` at ${remembered!.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
   }
-  if (remembered) return { release: { version: remembered.version, ...(remembered.image ? { image: remembered.image } : {}) }, ...(failure ? { failure } : {}) };
+  if (fromFile) return { release: { version: remembered!.version, ...(remembered!.image ? { image: remembered!.image } : {}) }, ...(failure ? { failure } : {}) };
   if (last) return { release: { version: last.version }, ...(failure ? { failure } : {}) };
   return failure ? { failure } : {};
 }
