@@ -30,15 +30,28 @@ export async function statusTracker(config: AgentConfig): Promise<StatusTracker>
   if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed' || othersLoad)) {
     Object.assign(initial, { phase: previous.phase, conditions: previous.conditions ?? [], progress: previous.progress ?? initial.progress, ...(previous.bundle ? { bundle: previous.bundle } : {}) });
   } else if (previous && previous.phase !== 'Idle') {
-    const message = 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen';
-    Object.assign(initial, { phase: 'Failed', ...(previous.bundle ? { bundle: previous.bundle } : {}), progress: previous.progress ?? initial.progress,
-      conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] });
+    Object.assign(initial, interrupted(previous, 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen'));
   }
   const tracker = new StatusTracker(initial);
   tracker.update((s) => {
     if (config.version.current) s.history = observeRunning(s.history, config.version.current);
   });
   return tracker;
+}
+
+/** Phases no process stays in once it is gone: the load that was in them never finishes. */
+const SETTLED: ReadonlySet<string> = new Set(['Idle', 'Ready', 'Failed']);
+
+/** What a load killed in `previous`'s phase leaves on show: Failed, Interrupted, and why. */
+function interrupted(previous: Pick<NodeStatus, 'bundle' | 'progress'>, message: string): Pick<NodeStatus, 'phase' | 'conditions'> & Partial<NodeStatus> {
+  return { phase: 'Failed', ...(previous.bundle ? { bundle: previous.bundle } : {}), ...(previous.progress ? { progress: previous.progress } : {}),
+    conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] };
+}
+
+/** A status another process wrote, as the daemon takes it over: a dead load's in-flight phase becomes Interrupted. */
+function adopted(s: NodeStatus, writerGone: boolean): NodeStatus {
+  if (!writerGone || SETTLED.has(s.phase)) return s;
+  return { ...s, ...interrupted(s, 'a bundle-agent load was stopped before it finished (killed, or its terminal closed); nothing it left is used: run it again') };
 }
 
 /** Whether a `bundle-agent run` daemon is alive and writing the status file of this node. */
@@ -61,7 +74,7 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
     command,
     heartbeatSeconds: config.status.heartbeatSeconds,
     // a `bundle-agent load` beside the daemon: the daemon reports its result, and owns the file again
-    ...(command === 'run' ? { adopt: (s: NodeStatus) => tracker.update((mine) => Object.assign(mine, s)) } : { handBack: true }),
+    ...(command === 'run' ? { adopt: (s: NodeStatus, gone: boolean) => tracker.update((mine) => Object.assign(mine, adopted(s, gone))) } : { handBack: true }),
     onError: (err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`),
   });
   tracker.onChange(file.sink, { replay: true });

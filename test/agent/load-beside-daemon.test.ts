@@ -2,7 +2,7 @@
 // load's result must stay what `status` says, and the daemon must stay the live writer.
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { chmod, readFile, writeFile } from 'node:fs/promises';
+import { chmod, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { makeBundle } from '../format/craft.js';
@@ -73,4 +73,66 @@ t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console lin
   const s = await readStatus();
   t.equal(s.phase, 'Ready', 'and the status is still Ready');
   t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+});
+
+/** A node whose CRI-O reload blocks while `gate` exists: a load holds in Serving (its mirror's reload) until the test lets it go. */
+async function gatedNode(t: any) {
+  const b = await makeBundle(t);
+  const pub = join(b.dir, 'factory.pub');
+  await writeFile(pub, b.key.publicPem);
+  await chmod(b.dir, 0o755);
+  const root = join(b.dir, 'node');
+  const gate = join(b.dir, 'reload.gate');
+  const reload = JSON.stringify(['sh', '-c', `while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`]);
+  const config = await nodeRoot(root, pub, `runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ${reload}\nstatus:\n  heartbeatSeconds: 1\n`);
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
+  return { b, root, gate, config, readStatus, consoleFile };
+}
+
+t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it Interrupted, not its last phase for good', async (t) => {
+  const n = await gatedNode(t);
+  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  t.teardown(() => daemon.kill('SIGKILL'));
+  for (let i = 0; i < 200 && (await n.readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  await writeFile(n.gate, '');
+  t.teardown(() => rm(n.gate, { force: true }));
+  const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const exited = new Promise((r) => load.on('close', r));
+  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  t.equal((await n.readStatus())?.phase, 'Serving', 'the load holds in Serving (its mirror reload)');
+  load.kill('SIGKILL');
+  await exited;
+  await rm(n.gate, { force: true });
+  let s: any;
+  for (let i = 0; i < 100 && (s = await n.readStatus())?.phase !== 'Failed'; i++) await sleep(100);
+  t.equal(s?.phase, 'Failed', `the daemon does not keep the dead load's phase (${s?.phase})`);
+  t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted', message: /bundle-agent load was stopped before it finished/ });
+  t.notOk(s.conditions.some((c: any) => c.type === 'Serving' && c.status === 'True'), 'no registry is said to be serving');
+  t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+  const line = await readFile(n.consoleFile, 'utf8');
+  t.notMatch(line, /Finishing up|Serving|Loading/i, `the console no longer says the load goes on: ${line}`);
+  await sleep(2500); // two more of the daemon's heartbeats: it stays so
+  t.equal((await n.readStatus())?.phase, 'Failed');
+});
+
+t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Interrupted, not killed mid-way', async (t) => {
+  const n = await gatedNode(t);
+  await writeFile(n.gate, '');
+  t.teardown(() => rm(n.gate, { force: true }));
+  const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  load.stderr.on('data', (d: Buffer) => { stderr += d; });
+  const exited = new Promise<[number | null, string | null]>((r) => load.on('close', (code, sig) => r([code, sig])));
+  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  t.equal((await n.readStatus())?.phase, 'Serving');
+  load.kill('SIGHUP');
+  await rm(n.gate, { force: true });
+  const [code, sig] = await exited;
+  t.same([code, sig], [1, null], `exits as a stopped load, not killed by the signal: ${stderr.slice(-500)}`);
+  t.match(stderr, /Interrupted/);
+  const s = await n.readStatus();
+  t.equal(s.phase, 'Failed');
+  t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted' });
 });
