@@ -250,6 +250,8 @@ interface Staged {
   /** The staged layout's directory (staged mode). */
   target?: string;
   fileDigest: string;
+  /** The layout was staged by an earlier load and kept (staging.keep): a failure of this one does not remove it. */
+  reused?: boolean;
   /** Still being staged (overlapped with the pulls): see loadImages' `staging`. */
   staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
 }
@@ -307,7 +309,7 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
       throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
     });
     tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
-    staged = { store, mode: 'staged', target, fileDigest };
+    staged = { store, mode: 'staged', target, fileDigest, ...(reuse ? { reused: true } : {}) };
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
     // each frame's digest from this pass: what the registry serves later is held to it
@@ -399,7 +401,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     staged?.staging?.release();
     await staged?.store.close().catch(() => undefined);
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later.
-    if (staged?.target && (!ok || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
+    if (staged?.target && ((!ok && !staged.reused) || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
   }
   const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
@@ -416,11 +418,23 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
 }
 
+/**
+ * The history after a failed attempt at `version`: failed, unless the node held it before the
+ * attempt (loaded, or the release it runs): then its entry is as it was, so its pins stay.
+ */
+function failedAttempt(history: readonly HistoryEntry[], before: readonly HistoryEntry[], version: string): HistoryEntry[] {
+  const held = before.find((e) => e.version === version && e.state !== 'failed' && e.state !== 'installing');
+  if (!held) return markFailed(history, version);
+  return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...held } : e)) : [...history, { ...held }];
+}
+
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = await keyOf(file);
   const stateDir = ctx.config.paths.stateDir;
+  // what the history said before this attempt: a release loaded before stays so when a repeat load fails
+  const before = ctx.tracker.current.history;
   try {
     const r = await withLoadLock(stateDir, async () => {
       await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history);
@@ -442,7 +456,7 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
         .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }
-    if (version) ctx.tracker.update((s) => { s.history = markFailed(s.history, version); });
+    if (version) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
     ctx.tracker.condition('Failed', 'True', reason, message);
     ctx.tracker.condition('Ready', 'False', reason, message);
     ctx.tracker.phase('Failed');
