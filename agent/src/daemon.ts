@@ -1,5 +1,5 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
+  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
@@ -201,7 +201,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       }
       const forgotten = next.release && isForgotten(await readForgotten(config.paths.stateDir), next.release);
       if (forgotten) {
-        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and plug the stick in again, or bundle-agent load ${next.file}`;
+        const again = onRemovableMedia(next.media) ? 'plug the stick in again' : 'copy the file into the directory again';
+        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and ${again}, or bundle-agent load ${next.file}`;
         log.warn('media', why, { file: next.file, version: forgotten.version });
         tracker.condition('MediaDetected', 'False', 'ReleaseForgotten', why);
         continue;

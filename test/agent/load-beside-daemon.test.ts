@@ -136,3 +136,36 @@ t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Int
   t.equal(s.phase, 'Failed');
   t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted' });
 });
+
+t.test('releases forget of the release the status shows Ready, beside the daemon: the status and console stop saying it is loaded', async (t) => {
+  const b = await makeBundle(t);
+  const pub = join(b.dir, 'factory.pub');
+  await writeFile(pub, b.key.publicPem);
+  await chmod(b.dir, 0o755);
+  const root = join(b.dir, 'node');
+  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  heartbeatSeconds: 1\n');
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
+  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  t.teardown(() => daemon.kill('SIGKILL'));
+  for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
+  for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  t.equal((await readStatus()).phase, 'Ready');
+
+  const forget = await run(AGENT, ['releases', 'forget', '1.2.3', '--config', config]);
+  t.equal(forget.code, 0, forget.stderr);
+  let s: any;
+  for (let i = 0; i < 50 && !((s = await readStatus())?.phase === 'Idle' && s.writer.pid === daemon.pid && /removed/.test(await readFile(consoleFile, 'utf8'))); i++) await sleep(100);
+  t.equal(s.phase, 'Idle', 'no longer Ready');
+  t.match(s.conditions.find((c: any) => c.type === 'Ready'), { status: 'False', reason: 'ReleaseForgotten', message: /1\.2\.3.*forgotten/ });
+  t.equal(s.message, 'Update 1.2.3 was removed from this node by the administrator. Waiting for a USB stick with an update bundle.');
+  t.equal(s.writer.pid, daemon.pid, 'the daemon took it over');
+  const line = await readFile(consoleFile, 'utf8');
+  t.notMatch(line, /Done|is loaded/, `the console no longer says it is loaded: ${line}`);
+  const st = await run(AGENT, ['status', '--config', config]);
+  t.match(st.stdout, /^Update 1\.2\.3 was removed/, 'bundle-agent status too');
+  await sleep(2500); // the daemon's heartbeats do not bring Ready back
+  t.equal((await readStatus()).phase, 'Idle');
+});

@@ -21,8 +21,8 @@ export function technicianLine(s: NodeStatus, now = new Date()): string {
 function ignoredNote(s: NodeStatus): string {
   if (s.phase !== 'Idle' && s.phase !== 'Ready') return '';
   if (!s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'ReleaseForgotten')) return '';
-  const note = ' The update on the USB stick was not loaded: the administrator removed it from this node.';
-  return onRemovableMedia(s.bundle?.media) ? note : fileWords(note);
+  // the bundle shown is not the one ignored (a stick or a drop directory): the words fit both
+  return ' The update found was not loaded: the administrator removed it from this node.';
 }
 
 function sentence(s: NodeStatus, _now: Date): string {
@@ -31,8 +31,10 @@ function sentence(s: NodeStatus, _now: Date): string {
   const stick = s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
   const p = s.progress;
   switch (s.phase) {
-    case 'Idle':
-      return 'Waiting for a USB stick with an update bundle.';
+    case 'Idle': {
+      const removed = s.bundle?.version && s.conditions.some((c) => c.type === 'Ready' && c.reason === 'ReleaseForgotten');
+      return `${removed ? `Update ${s.bundle!.version} was removed from this node by the administrator. ` : ''}Waiting for a USB stick with an update bundle.`;
+    }
     case 'Verifying': {
       const waiting = s.conditions.find((c) => c.type === 'Ready' && c.status === 'False' && Object.hasOwn(WAITING_SENTENCES, c.reason));
       if (waiting) return WAITING_SENTENCES[waiting.reason]!;
