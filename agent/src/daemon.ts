@@ -2,7 +2,7 @@ import {
   ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
-import { oneLine } from './errors.js';
+import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
@@ -185,6 +185,19 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     queue.push(b);
     wake?.();
   });
+  const retries = new Set<NodeJS.Timeout>();
+  const retryLater = (b: FoundBundle) => {
+    const timer = setTimeout(() => {
+      retries.delete(timer);
+      // offered again meanwhile (a newer copy), or gone, or changed: the watcher decides
+      void keyOf(b.file).then((key) => {
+        if (key !== b.key || queue.some((q) => q.file === b.file)) return;
+        queue.push(b);
+        wake?.();
+      });
+    }, config.media.pollSeconds * 1000);
+    retries.add(timer);
+  };
   await watcher.start();
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
@@ -220,7 +233,13 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       }
       try {
         await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
-      } catch {
+      } catch (err) {
+        // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
+        if (err instanceof AgentError && err.reason === 'Busy') {
+          log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
+          retryLater(next);
+          continue;
+        }
         // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
         // longer than the quiet time) has a new identity: the watcher offers it again once stable.
         if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
@@ -230,6 +249,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     }
   } finally {
     if (unpinRetry) clearInterval(unpinRetry);
+    for (const r of retries) clearTimeout(r);
     watcher.stop();
     stopPinsWatch();
     await closeOutputs();

@@ -450,9 +450,14 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
   } catch (caught) {
     const err = mediaGone(caught, file);
     const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
+    // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again)
+    if (reason === 'Busy') {
+      ctx.log.warn('busy', message, { reason, file });
+      throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+    }
     const version = ctx.tracker.current.bundle?.version;
-    // a Busy refusal or a stop says nothing about the file
-    if (key && reason !== 'Busy' && reason !== 'Interrupted') {
+    // a stop says nothing about the file
+    if (key && reason !== 'Interrupted') {
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
         .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }
