@@ -118,7 +118,10 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
     tracker.condition('Ready', 'False', reason, message);
     if (logged !== reason) log.warn('version', message, { reason });
     logged = reason;
-    await sleep(delay, undefined, signal ? { signal } : {});
+    await sleep(delay, undefined, signal ? { signal } : {}).catch((err: unknown) => {
+      if (!signal?.aborted) throw err;
+      throw new AgentError('Interrupted', 'stopped while waiting for the cluster to say which version it runs: nothing was loaded; the bundle is tried again at the next start (or run bundle-agent load again)');
+    });
     delay = Math.min(delay * 2, CLUSTER_RETRY_MAX_MS);
     r = await runningRelease(ctx);
   }
@@ -461,7 +464,9 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
         .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }
-    if (version) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
+    // stopped before the attempt began (waiting for the cluster): there is no attempt to call failed
+    const attempted = reason !== 'Interrupted' || ctx.tracker.current.history.some((e) => e.version === version && e.state === 'installing');
+    if (version && attempted) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
     ctx.tracker.condition('Failed', 'True', reason, message);
     ctx.tracker.condition('Ready', 'False', reason, message);
     ctx.tracker.phase('Failed');

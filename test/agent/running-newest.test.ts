@@ -4,9 +4,10 @@
 // downgrade through nor unpin the running release. Real containerd; the API server is the
 // RBAC-enforcing stand-in (none can run here).
 import t from 'tap';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { clusterVersionDoc, startKubeStandIn } from '../helpers/kube-standin.js';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -50,4 +51,35 @@ t.test('API away: the newest running release seen is used; a downgrade is refuse
   t.match(status.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Downgrade' });
   const listed = execFileSync('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'ls'], { encoding: 'utf8' });
   t.match(listed, /quay\.io\/acme\/app:1\.1\.0\s.*io\.cri-containerd\.pinned=pinned/, 'the running release 1.1.0 stays pinned');
+});
+
+t.test('SIGTERM while a fresh node waits for the cluster: a clear Interrupted, no failed history entry for a release never attempted', async (t) => {
+  const api = await startKubeStandIn({ clusterVersion: '1.0.0' });
+  t.teardown(() => api.close());
+  const dir = await tmpdir(t, 'ob-wait-sigterm-');
+  const keys = await keygen(dir);
+  const root = join(dir, 'node');
+  await api.writeNodeKubeconfig(root, 'node-a', { certPaths: 'root' });
+  const config = await nodeRoot(root, keys.pub, `runtime: containerd\nspace:\n  reserveBytes: 0\n${stringify({ version: { fromCluster: true }, status: { kubeconfig: '/var/lib/kubelet/kubeconfig', console: false } })}`);
+  const file = await makeBundle(dir, { key: keys.key, version: '1.1.0', images: images('1.1.0'), upgradeFrom: ['1.0.0'], out: join(dir, '1.1.0.bundle') });
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  await api.pause();
+  const child = spawn(process.execPath, [AGENT, 'load', file, '--config', config, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  child.stdout.on('data', (d: Buffer) => { stdout += d; });
+  const exited = new Promise<number | null>((r) => child.on('close', r));
+  t.teardown(() => { child.kill('SIGKILL'); });
+  const waiting = (s: any) => s?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'WaitingForCluster');
+  for (let i = 0; i < 300 && !waiting(await readStatus()); i++) await sleep(100);
+  t.ok(waiting(await readStatus()), 'the load waits for the cluster');
+  child.kill('SIGTERM');
+  t.equal(await exited, 1);
+  const err = JSON.parse(stdout.trim().split('\n').pop()!).error;
+  t.equal(err.reason, 'Interrupted');
+  t.notMatch(err.message, /operation was aborted/i, `not Node's raw abort text: ${err.message}`);
+  t.match(err.message, /stopped while waiting for the cluster/);
+  const s = await readStatus();
+  t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted', message: /stopped while waiting for the cluster/ });
+  t.notOk(s.history.some((e: any) => e.version === '1.1.0'), `no history entry for 1.1.0, never attempted: ${JSON.stringify(s.history)}`);
 });
