@@ -72,7 +72,8 @@ Examples:
     .action(async (file: string, o: { config: string; json?: boolean }, cmd: Command) => {
       const path = resolve(file);
       // a mistyped path or a file of another kind is the caller's mistake: said as such, with no status written
-      const problem = await notLoadable(path);
+      // (an empty argument, an unset shell variable, would resolve to the working directory)
+      const problem = file.trim() === '' ? 'the bundle path is empty (an unset variable?): give the path of a NAME.bundle file' : await notLoadable(path);
       if (problem) cmd.error(`error: ${escapeControls(problem)}`, { exitCode: 2, code: 'commander.usage' });
       const config = await loadConfig(o.config);
       const log = createLogger();
