@@ -6,7 +6,7 @@ import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
-import { alreadyDone, isForgotten, keyOf, readBundleRecords, readForgotten } from './bundle-records.js';
+import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten } from './bundle-records.js';
 import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
@@ -221,8 +221,9 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
         continue;
       }
       const runtime = runtimeTarget(config, log);
-      const rec = before.get(next.key);
-      before.delete(next.key);
+      // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
+      const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
+      if (rec) before.delete(rec.key);
       const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
       if (done) {
         log.info('media', done === 'loaded'

@@ -21,7 +21,7 @@ import { imageRefs, type PullGate, type RuntimeTarget } from './runtime-target.j
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
 import { withLoadLock } from './lock.js';
-import { keyOf, recordBundle } from './bundle-records.js';
+import { contentOf, keyOf, recordBundle } from './bundle-records.js';
 import { assertBundleFile, mediaGone } from './bundle-file.js';
 import { switchAgentIfNewer } from './self-upgrade.js';
 import { TOOL_VERSION } from './version.js';
@@ -435,6 +435,7 @@ function failedAttempt(history: readonly HistoryEntry[], before: readonly Histor
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = await keyOf(file);
+  const content = await contentOf(file);
   const stateDir = ctx.config.paths.stateDir;
   // what the history said before this attempt: a release loaded before stays so when a repeat load fails
   const before = ctx.tracker.current.history;
@@ -445,7 +446,7 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
       if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
       return loadBundle(file, ctx);
     });
-    if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
+    if (key) await recordBundle(stateDir, { key, ...(content ? { content } : {}), file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     // only once Ready and recorded: the restart it may ask for stops this process
     // never throws (it reports in AgentUpgraded); the catch only guards the bundle's Ready
     await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
