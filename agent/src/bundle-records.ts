@@ -1,7 +1,9 @@
 // What became of each bundle file the agent saw, kept across restarts: a daemon that starts
 // again (reboot, upgrade of the agent, crash) must not load again what is already loaded, nor
 // retry forever a file that failed.
+import { createHash } from 'node:crypto';
 import { mkdir, stat } from 'node:fs/promises';
+import { readHeader } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
 import { writeFileAtomic } from '@offline-bundle/oci';
@@ -9,6 +11,8 @@ import { writeFileAtomic } from '@offline-bundle/oci';
 export interface BundleRecord {
   /** dev:inode:size:mtime, the identity of one copy of a file whatever its name (a changed file is a new bundle). */
   key: string;
+  /** sha256 of its signed bundle.json and its size: the same bundle after a remount (new device and inode numbers). */
+  content?: string;
   file: string;
   /** loading: a load began and has not ended (killed mid-way): tried again. */
   outcome: 'loading' | 'ready' | 'failed';
@@ -34,6 +38,28 @@ export function bundleKey(st: { dev: number; ino: number; size: number; mtimeMs:
 
 export async function keyOf(file: string): Promise<string | undefined> {
   return stat(file).then((st) => bundleKey(st), () => undefined);
+}
+
+/**
+ * What survives a remount: a stick enumerated in another order has another device number, and
+ * FAT assigns inode numbers anew at each mount. Used only for "loaded, images present": a
+ * failure verdict stays with the stat identity (a fresh copy of a damaged file is tried).
+ */
+export async function contentOf(file: string): Promise<string | undefined> {
+  try {
+    const [{ manifestBytes }, st] = await Promise.all([readHeader(file), stat(file)]);
+    return `sha256:${createHash('sha256').update(manifestBytes).digest('hex')}:${st.size}`;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The loaded record of the same content, when the stat identity does not match (see contentOf). */
+export function loadedByContent(records: Iterable<BundleRecord>, content: string | undefined): BundleRecord | undefined {
+  if (!content) return undefined;
+  let found: BundleRecord | undefined;
+  for (const r of records) if (r.outcome === 'ready' && r.content === content) found = r;
+  return found;
 }
 
 const recordsFile = (stateDir: string) => join(stateDir, 'bundles.json');

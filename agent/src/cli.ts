@@ -29,10 +29,10 @@ function listenArg(v: string): { host: string; port: number } {
 /** The terminal's width, or undefined when stdout is not one (a log or a pipe keeps one line per sentence). */
 const terminalColumns = () => (process.stdout.isTTY ? process.stdout.columns : undefined);
 
-function untilSignal(): { signal: AbortSignal; done: Promise<void> } {
+function untilSignal(signals: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM']): { signal: AbortSignal; done: Promise<void> } {
   const ac = new AbortController();
   const done = new Promise<void>((res) => {
-    for (const s of ['SIGINT', 'SIGTERM'] as const) process.once(s, () => { ac.abort(); res(); });
+    for (const s of signals) process.once(s, () => { ac.abort(); res(); });
   });
   return { signal: ac.signal, done };
 }
@@ -72,7 +72,8 @@ Examples:
     .action(async (file: string, o: { config: string; json?: boolean }, cmd: Command) => {
       const path = resolve(file);
       // a mistyped path or a file of another kind is the caller's mistake: said as such, with no status written
-      const problem = await notLoadable(path);
+      // (an empty argument, an unset shell variable, would resolve to the working directory)
+      const problem = file.trim() === '' ? 'the bundle path is empty (an unset variable?): give the path of a NAME.bundle file' : await notLoadable(path);
       if (problem) cmd.error(`error: ${escapeControls(problem)}`, { exitCode: 2, code: 'commander.usage' });
       const config = await loadConfig(o.config);
       const log = createLogger();
@@ -93,8 +94,9 @@ Examples:
         if (!o.json && s.message !== last) process.stdout.write(`${fitToWidth(s.message, terminalColumns())}\n`);
         last = s.message;
       });
-      // Ctrl-C or SIGTERM: stop the load, and let its cleanup remove drop-ins and staging.
-      const { signal } = untilSignal();
+      // Ctrl-C, SIGTERM or SIGHUP (the technician's terminal or ssh session closed): stop the
+      // load, and let its cleanup remove drop-ins and staging.
+      const { signal } = untilSignal(['SIGINT', 'SIGTERM', 'SIGHUP']);
       try {
         const r = await runLoad(path, { config, log, tracker, runtime, media: 'file', signal });
         // loaded by hand: the admin wants it, even if it was forgotten before

@@ -1,12 +1,12 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
+  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
-import { oneLine } from './errors.js';
+import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
-import { alreadyDone, isForgotten, keyOf, readBundleRecords, readForgotten } from './bundle-records.js';
+import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten } from './bundle-records.js';
 import { restoreVanishedImages } from './restore.js';
 import { withLoadLock } from './lock.js';
 import { runtimeTarget } from './runtime-target.js';
@@ -30,15 +30,28 @@ export async function statusTracker(config: AgentConfig): Promise<StatusTracker>
   if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed' || othersLoad)) {
     Object.assign(initial, { phase: previous.phase, conditions: previous.conditions ?? [], progress: previous.progress ?? initial.progress, ...(previous.bundle ? { bundle: previous.bundle } : {}) });
   } else if (previous && previous.phase !== 'Idle') {
-    const message = 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen';
-    Object.assign(initial, { phase: 'Failed', ...(previous.bundle ? { bundle: previous.bundle } : {}), progress: previous.progress ?? initial.progress,
-      conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] });
+    Object.assign(initial, interrupted(previous, 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen'));
   }
   const tracker = new StatusTracker(initial);
   tracker.update((s) => {
     if (config.version.current) s.history = observeRunning(s.history, config.version.current);
   });
   return tracker;
+}
+
+/** Phases no process stays in once it is gone: the load that was in them never finishes. */
+const SETTLED: ReadonlySet<string> = new Set(['Idle', 'Ready', 'Failed']);
+
+/** What a load killed in `previous`'s phase leaves on show: Failed, Interrupted, and why. */
+function interrupted(previous: Pick<NodeStatus, 'bundle' | 'progress'>, message: string): Pick<NodeStatus, 'phase' | 'conditions'> & Partial<NodeStatus> {
+  return { phase: 'Failed', ...(previous.bundle ? { bundle: previous.bundle } : {}), ...(previous.progress ? { progress: previous.progress } : {}),
+    conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] };
+}
+
+/** A status another process wrote, as the daemon takes it over: a dead load's in-flight phase becomes Interrupted. */
+function adopted(s: NodeStatus, writerGone: boolean): NodeStatus {
+  if (!writerGone || SETTLED.has(s.phase)) return s;
+  return { ...s, ...interrupted(s, 'a bundle-agent load was stopped before it finished (killed, or its terminal closed); nothing it left is used: run it again') };
 }
 
 /** Whether a `bundle-agent run` daemon is alive and writing the status file of this node. */
@@ -61,7 +74,7 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
     command,
     heartbeatSeconds: config.status.heartbeatSeconds,
     // a `bundle-agent load` beside the daemon: the daemon reports its result, and owns the file again
-    ...(command === 'run' ? { adopt: (s: NodeStatus) => tracker.update((mine) => Object.assign(mine, s)) } : { handBack: true }),
+    ...(command === 'run' ? { adopt: (s: NodeStatus, gone: boolean) => tracker.update((mine) => Object.assign(mine, adopted(s, gone))) } : { handBack: true }),
     onError: (err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`),
   });
   tracker.onChange(file.sink, { replay: true });
@@ -172,6 +185,19 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     queue.push(b);
     wake?.();
   });
+  const retries = new Set<NodeJS.Timeout>();
+  const retryLater = (b: FoundBundle) => {
+    const timer = setTimeout(() => {
+      retries.delete(timer);
+      // offered again meanwhile (a newer copy), or gone, or changed: the watcher decides
+      void keyOf(b.file).then((key) => {
+        if (key !== b.key || queue.some((q) => q.file === b.file)) return;
+        queue.push(b);
+        wake?.();
+      });
+    }, config.media.pollSeconds * 1000);
+    retries.add(timer);
+  };
   await watcher.start();
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
@@ -188,14 +214,16 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       }
       const forgotten = next.release && isForgotten(await readForgotten(config.paths.stateDir), next.release);
       if (forgotten) {
-        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and plug the stick in again, or bundle-agent load ${next.file}`;
+        const again = onRemovableMedia(next.media) ? 'plug the stick in again' : 'copy the file into the directory again';
+        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and ${again}, or bundle-agent load ${next.file}`;
         log.warn('media', why, { file: next.file, version: forgotten.version });
         tracker.condition('MediaDetected', 'False', 'ReleaseForgotten', why);
         continue;
       }
       const runtime = runtimeTarget(config, log);
-      const rec = before.get(next.key);
-      before.delete(next.key);
+      // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
+      const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
+      if (rec) before.delete(rec.key);
       const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
       if (done) {
         log.info('media', done === 'loaded'
@@ -206,7 +234,13 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
       }
       try {
         await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
-      } catch {
+      } catch (err) {
+        // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
+        if (err instanceof AgentError && err.reason === 'Busy') {
+          log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
+          retryLater(next);
+          continue;
+        }
         // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
         // longer than the quiet time) has a new identity: the watcher offers it again once stable.
         if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
@@ -216,6 +250,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     }
   } finally {
     if (unpinRetry) clearInterval(unpinRetry);
+    for (const r of retries) clearTimeout(r);
     watcher.stop();
     stopPinsWatch();
     await closeOutputs();

@@ -4,6 +4,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from './bundle-records.js';
 import { inspectHead, type HeadVerdict } from './bundle-file.js';
 import type { Logger } from './log.js';
+import { DROP_DIRECTORY_MEDIA } from '@offline-bundle/status';
 
 export interface FoundBundle {
   file: string;
@@ -141,7 +142,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
         await this.scanDir(m, () => this.describe(m));
       }
       this.knownMounts = mounts;
-      for (const dir of this.opts.watchDirs) await this.scanDir(dir, async () => dir);
+      for (const dir of this.opts.watchDirs) await this.scanDir(dir, async () => `${DROP_DIRECTORY_MEDIA}${dir}`);
     } finally {
       this.scanning = false;
     }

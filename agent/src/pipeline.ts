@@ -21,7 +21,7 @@ import { imageRefs, type PullGate, type RuntimeTarget } from './runtime-target.j
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
 import { withLoadLock } from './lock.js';
-import { keyOf, recordBundle } from './bundle-records.js';
+import { contentOf, keyOf, recordBundle } from './bundle-records.js';
 import { assertBundleFile, mediaGone } from './bundle-file.js';
 import { switchAgentIfNewer } from './self-upgrade.js';
 import { TOOL_VERSION } from './version.js';
@@ -73,12 +73,15 @@ async function runningRelease(ctx: PipelineContext): Promise<Running> {
     failure = clusterReadFailure(err);
   }
   const remembered = await rememberedClusterRelease(config.paths.stateDir);
-  const last = remembered ?? runningReleases(tracker.current.history).at(-1);
+  // the newest of the two: either may lag (a file not rewritten, a history pruned), and an older one lets a downgrade through
+  const seen = runningReleases(tracker.current.history).reduce<HistoryEntry | undefined>((a, e) => (!a || compareVersions(e.version, a.version) > 0 ? e : a), undefined);
+  const fromFile = remembered !== undefined && (!seen || compareVersions(remembered.version, seen.version) >= 0);
+  const last = fromFile ? remembered : seen;
   if (last && failure) {
     const why = failure.kind === 'forbidden' ? forbiddenMessage(failure) : failure.detail;
-    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${remembered ? ` at ${remembered.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
+    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${fromFile ? ` at ${remembered!.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
   }
-  if (remembered) return { release: { version: remembered.version, ...(remembered.image ? { image: remembered.image } : {}) }, ...(failure ? { failure } : {}) };
+  if (fromFile) return { release: { version: remembered!.version, ...(remembered!.image ? { image: remembered!.image } : {}) }, ...(failure ? { failure } : {}) };
   if (last) return { release: { version: last.version }, ...(failure ? { failure } : {}) };
   return failure ? { failure } : {};
 }
@@ -115,7 +118,10 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
     tracker.condition('Ready', 'False', reason, message);
     if (logged !== reason) log.warn('version', message, { reason });
     logged = reason;
-    await sleep(delay, undefined, signal ? { signal } : {});
+    await sleep(delay, undefined, signal ? { signal } : {}).catch((err: unknown) => {
+      if (!signal?.aborted) throw err;
+      throw new AgentError('Interrupted', 'stopped while waiting for the cluster to say which version it runs: nothing was loaded; the bundle is tried again at the next start (or run bundle-agent load again)');
+    });
     delay = Math.min(delay * 2, CLUSTER_RETRY_MAX_MS);
     r = await runningRelease(ctx);
   }
@@ -247,6 +253,8 @@ interface Staged {
   /** The staged layout's directory (staged mode). */
   target?: string;
   fileDigest: string;
+  /** The layout was staged by an earlier load and kept (staging.keep): a failure of this one does not remove it. */
+  reused?: boolean;
   /** Still being staged (overlapped with the pulls): see loadImages' `staging`. */
   staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
 }
@@ -304,7 +312,7 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
       throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
     });
     tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
-    staged = { store, mode: 'staged', target, fileDigest };
+    staged = { store, mode: 'staged', target, fileDigest, ...(reuse ? { reused: true } : {}) };
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
     // each frame's digest from this pass: what the registry serves later is held to it
@@ -396,7 +404,7 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
     staged?.staging?.release();
     await staged?.store.close().catch(() => undefined);
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later.
-    if (staged?.target && (!ok || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
+    if (staged?.target && ((!ok && !staged.reused) || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
   }
   const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
@@ -413,11 +421,24 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
 }
 
+/**
+ * The history after a failed attempt at `version`: failed, unless the node held it before the
+ * attempt (loaded, or the release it runs): then its entry is as it was, so its pins stay.
+ */
+function failedAttempt(history: readonly HistoryEntry[], before: readonly HistoryEntry[], version: string): HistoryEntry[] {
+  const held = before.find((e) => e.version === version && e.state !== 'failed' && e.state !== 'installing');
+  if (!held) return markFailed(history, version);
+  return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...held } : e)) : [...history, { ...held }];
+}
+
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
 export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = await keyOf(file);
+  const content = await contentOf(file);
   const stateDir = ctx.config.paths.stateDir;
+  // what the history said before this attempt: a release loaded before stays so when a repeat load fails
+  const before = ctx.tracker.current.history;
   try {
     const r = await withLoadLock(stateDir, async () => {
       await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history);
@@ -425,7 +446,7 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
       if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
       return loadBundle(file, ctx);
     });
-    if (key) await recordBundle(stateDir, { key, file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
+    if (key) await recordBundle(stateDir, { key, ...(content ? { content } : {}), file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     // only once Ready and recorded: the restart it may ask for stops this process
     // never throws (it reports in AgentUpgraded); the catch only guards the bundle's Ready
     await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
@@ -433,13 +454,20 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
   } catch (caught) {
     const err = mediaGone(caught, file);
     const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
+    // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again)
+    if (reason === 'Busy') {
+      ctx.log.warn('busy', message, { reason, file });
+      throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+    }
     const version = ctx.tracker.current.bundle?.version;
-    // a Busy refusal or a stop says nothing about the file
-    if (key && reason !== 'Busy' && reason !== 'Interrupted') {
+    // a stop says nothing about the file
+    if (key && reason !== 'Interrupted') {
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
         .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }
-    if (version) ctx.tracker.update((s) => { s.history = markFailed(s.history, version); });
+    // stopped before the attempt began (waiting for the cluster): there is no attempt to call failed
+    const attempted = reason !== 'Interrupted' || ctx.tracker.current.history.some((e) => e.version === version && e.state === 'installing');
+    if (version && attempted) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
     ctx.tracker.condition('Failed', 'True', reason, message);
     ctx.tracker.condition('Ready', 'False', reason, message);
     ctx.tracker.phase('Failed');

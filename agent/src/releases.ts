@@ -3,7 +3,7 @@
 // up: with a fixed version.current nothing ever becomes "complete" and releases nothing.
 import { rm } from 'node:fs/promises';
 import { relative, isAbsolute } from 'node:path';
-import { readStatusFile, runningReleases, type HistoryEntry, type HistoryState } from '@offline-bundle/status';
+import { readStatusFile, runningReleases, technicianLine, writeStatusFile, type HistoryEntry, type HistoryState, type NodeStatus } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';
 import { AgentError, oneLine } from './errors.js';
 import type { Logger } from './log.js';
@@ -150,6 +150,26 @@ async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: Relea
 }
 
 /**
+ * A status that shows a forgotten release as Ready ("Done: update X is loaded") is no longer
+ * true: it becomes Idle, saying the release was removed. Written with a fresh updatedAt and the
+ * writer as it was, so a running daemon adopts it at its next heartbeat (console, cluster).
+ */
+async function unshowForgotten(config: AgentConfig, gone: readonly Forgotten[]): Promise<void> {
+  const s = await readStatusFile(config.paths.statusFile).catch(() => undefined);
+  const b = s?.bundle;
+  if (!s || s.phase !== 'Ready' || !b?.version) return;
+  const f = gone.find((g) => compareVersions(g.version, b.version!) === 0 && (!b.arch || g.arch === b.arch));
+  if (!f) return;
+  const now = new Date().toISOString();
+  const next: NodeStatus = {
+    ...s, phase: 'Idle', updatedAt: now,
+    conditions: [{ type: 'Ready', status: 'False', reason: 'ReleaseForgotten', message: `update ${f.version} (${f.arch}) was forgotten on this node (bundle-agent releases forget): its images are no longer pinned`, lastTransitionTime: now }],
+  };
+  next.message = technicianLine(next);
+  await writeStatusFile(config.paths.statusFile, next);
+}
+
+/**
  * Forgets `version` (every arch recorded, or only `arch`): unpins its images, removes its kept
  * layout, drops its records, and keeps the daemon from loading it again from any stick until
  * `releases unforget` or a by-hand `bundle-agent load`. The release the node runs is
@@ -168,6 +188,7 @@ export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget,
     }
     const out: Forgotten[] = [];
     for (const rec of targets) out.push(await forgetOne(config, runtime, rec, records.filter((r) => !targets.includes(r))));
+    await unshowForgotten(config, out);
     return out;
   });
 }
@@ -188,6 +209,7 @@ export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget)
     const old = records.filter((r) => compareVersions(r.version, running) < 0);
     const forgotten: Forgotten[] = [];
     for (const rec of old) forgotten.push(await forgetOne(config, runtime, rec, records.filter((r) => !old.includes(r))));
+    await unshowForgotten(config, forgotten);
     return { running, forgotten, ignored };
   });
 }

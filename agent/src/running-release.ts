@@ -25,12 +25,14 @@ const VERSION_SHAPE = /^v?[0-9][0-9A-Za-z.+_-]{0,63}$/;
 const IMAGE_SHAPE = /^[^\s@]{1,255}@sha256:[0-9a-f]{64}$/;
 
 export async function rememberClusterRelease(stateDir: string, r: ClusterRelease, now = new Date()): Promise<void> {
+  if (!VERSION_SHAPE.test(r.version)) return;
+  // an image by tag is not kept (it pins nothing), but the version is: a stale file would let a downgrade through
+  const image = r.image !== undefined && IMAGE_SHAPE.test(r.image) ? r.image : undefined;
   const known = await rememberedClusterRelease(stateDir);
   // written only when the release changes: a read on every load is not a write on every load
-  if (known && known.version === r.version && known.image === r.image) return;
-  if (!VERSION_SHAPE.test(r.version) || (r.image !== undefined && !IMAGE_SHAPE.test(r.image))) return;
+  if (known && known.version === r.version && known.image === image) return;
   await makeDirs(stateDir);
-  const rec: RememberedRelease = { version: r.version, ...(r.image ? { image: r.image } : {}), seenAt: now.toISOString() };
+  const rec: RememberedRelease = { version: r.version, ...(image ? { image } : {}), seenAt: now.toISOString() };
   await writeFileAtomic(join(stateDir, CLUSTER_RELEASE_FILE), JSON.stringify(rec, null, 2) + '\n');
 }
 

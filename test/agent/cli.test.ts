@@ -23,6 +23,10 @@ t.test('bundle-agent CLI', async (t) => {
   t.equal(typo.code, 2, 'load of a missing path: a usage error (2)');
   t.match(typo.stderr, /nonexistent\.bundle does not exist/, `it names the path: ${typo.stderr}`);
   t.notMatch(typo.stderr + typo.stdout, /USB stick|bundle found|MediaRemoved/, 'and blames no stick');
+  const empty = await run(AGENT, ['load', '', '--config', join(dir, 'none.yaml')]);
+  t.equal(empty.code, 2, 'load of an empty path: a usage error (2)');
+  t.match(empty.stderr, /the bundle path is empty/, `named as empty, not as the working directory: ${empty.stderr}`);
+  t.notMatch(empty.stderr, /is a directory/);
   await writeFile(join(dir, 'images.txt'), 'quay.io/acme/app:v1\n');
   const text = await run(AGENT, ['load', join(dir, 'images.txt'), '--config', join(dir, 'none.yaml')]);
   t.equal(text.code, 2, 'load of a text file: a usage error (2)');

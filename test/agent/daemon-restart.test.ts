@@ -61,6 +61,16 @@ t.test('two daemon restarts after Ready cause no second staging or pull; a vanis
     t.match(s.message, /^Done: update 1\.1\.0 is loaded/, `restart ${i}: the technician still reads Done`);
   }
 
+  // a reboot remounts the stick: another device number (sticks enumerated in another order), and
+  // on FAT inode numbers assigned anew. Here: the same bytes and mtime under a new inode.
+  const kept = join(n.dir, 'kept.bundle');
+  execFileSync('cp', ['-p', join(n.drop, 'update.bundle'), kept]);
+  execFileSync('rm', [join(n.drop, 'update.bundle')]);
+  execFileSync('cp', ['-p', kept, join(n.drop, 'update.bundle')]);
+  const remounted = await n.daemon((l) => /was loaded before this start/.test(l) || /event=ready/.test(l));
+  t.equal(count(remounted, /event=verified|event=preload|event=staging/g), 0, 'remounted (new inode, same bytes): not loaded again');
+  t.match(remounted, /was loaded before this start/);
+
   // the runtime lost the image (crio wipe after an unclean shutdown, a pruned store)
   const ref = (await n.cri.listImages()).find((i) => i.repoTags.includes('quay.io/acme/app:v1'));
   t.ok(ref, 'the image is in containerd');

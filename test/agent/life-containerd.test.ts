@@ -93,10 +93,10 @@ status:
   const sentBefore = api.accepted().length;
   const second = startDaemon(n.config);
   await second.until(async () => /stopped before it finished/.test(await readFile(join(n.root, ISSUE), 'utf8')));
-  t.equal(await readFile(join(n.root, ISSUE), 'utf8'), 'Update: Failed: The update was stopped before it finished. Plug the USB stick in again to restart it.\n\n', 'the console says what happened, in plain words');
+  t.equal(await readFile(join(n.root, ISSUE), 'utf8'), 'Update: Failed: The update was stopped before it finished. Load the update file again to restart it.\n\n', 'the console says what happened, in plain words');
   const restarted = await run(AGENT, ['status', '--config', n.config]);
   t.equal(restarted.code, 0, 'running again: exit 0');
-  t.equal(restarted.stdout, 'Failed: The update was stopped before it finished. Plug the USB stick in again to restart it.\n');
+  t.equal(restarted.stdout, 'Failed: The update was stopped before it finished. Load the update file again to restart it.\n');
   await second.until(() => api.accepted().slice(sentBefore).some((r) => r.path.endsWith('/node-a/status')));
   await second.stop();
   const sent = api.accepted().slice(sentBefore).filter((r) => r.path.endsWith('/node-a/status'));

@@ -2,7 +2,7 @@
 // load's result must stay what `status` says, and the daemon must stay the live writer.
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { chmod, readFile, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { makeBundle } from '../format/craft.js';
@@ -73,4 +73,129 @@ t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console lin
   const s = await readStatus();
   t.equal(s.phase, 'Ready', 'and the status is still Ready');
   t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+});
+
+/** A node whose CRI-O reload blocks while `gate` exists: a load holds in Serving (its mirror's reload) until the test lets it go. */
+async function gatedNode(t: any, extra = '') {
+  const b = await makeBundle(t);
+  const pub = join(b.dir, 'factory.pub');
+  await writeFile(pub, b.key.publicPem);
+  await chmod(b.dir, 0o755);
+  const root = join(b.dir, 'node');
+  const gate = join(b.dir, 'reload.gate');
+  const reload = JSON.stringify(['sh', '-c', `while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`]);
+  const config = await nodeRoot(root, pub, `runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ${reload}\nstatus:\n  heartbeatSeconds: 1\n${extra}`);
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
+  return { b, root, gate, config, readStatus, consoleFile };
+}
+
+t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it Interrupted, not its last phase for good', async (t) => {
+  const n = await gatedNode(t);
+  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  t.teardown(() => daemon.kill('SIGKILL'));
+  for (let i = 0; i < 200 && (await n.readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  await writeFile(n.gate, '');
+  t.teardown(() => rm(n.gate, { force: true }));
+  const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const exited = new Promise((r) => load.on('close', r));
+  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  t.equal((await n.readStatus())?.phase, 'Serving', 'the load holds in Serving (its mirror reload)');
+  load.kill('SIGKILL');
+  await exited;
+  await rm(n.gate, { force: true });
+  let s: any;
+  for (let i = 0; i < 100 && (s = await n.readStatus())?.phase !== 'Failed'; i++) await sleep(100);
+  t.equal(s?.phase, 'Failed', `the daemon does not keep the dead load's phase (${s?.phase})`);
+  t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted', message: /bundle-agent load was stopped before it finished/ });
+  t.notOk(s.conditions.some((c: any) => c.type === 'Serving' && c.status === 'True'), 'no registry is said to be serving');
+  t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+  const line = await readFile(n.consoleFile, 'utf8');
+  t.notMatch(line, /Finishing up|Serving|Loading/i, `the console no longer says the load goes on: ${line}`);
+  await sleep(2500); // two more of the daemon's heartbeats: it stays so
+  t.equal((await n.readStatus())?.phase, 'Failed');
+});
+
+t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Interrupted, not killed mid-way', async (t) => {
+  const n = await gatedNode(t);
+  await writeFile(n.gate, '');
+  t.teardown(() => rm(n.gate, { force: true }));
+  const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  load.stderr.on('data', (d: Buffer) => { stderr += d; });
+  const exited = new Promise<[number | null, string | null]>((r) => load.on('close', (code, sig) => r([code, sig])));
+  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  t.equal((await n.readStatus())?.phase, 'Serving');
+  load.kill('SIGHUP');
+  await rm(n.gate, { force: true });
+  const [code, sig] = await exited;
+  t.same([code, sig], [1, null], `exits as a stopped load, not killed by the signal: ${stderr.slice(-500)}`);
+  t.match(stderr, /Interrupted/);
+  const s = await n.readStatus();
+  t.equal(s.phase, 'Failed');
+  t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted' });
+});
+
+t.test('releases forget of the release the status shows Ready, beside the daemon: the status and console stop saying it is loaded', async (t) => {
+  const b = await makeBundle(t);
+  const pub = join(b.dir, 'factory.pub');
+  await writeFile(pub, b.key.publicPem);
+  await chmod(b.dir, 0o755);
+  const root = join(b.dir, 'node');
+  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  heartbeatSeconds: 1\n');
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
+  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  t.teardown(() => daemon.kill('SIGKILL'));
+  for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
+  for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  t.equal((await readStatus()).phase, 'Ready');
+
+  const forget = await run(AGENT, ['releases', 'forget', '1.2.3', '--config', config]);
+  t.equal(forget.code, 0, forget.stderr);
+  let s: any;
+  for (let i = 0; i < 50 && !((s = await readStatus())?.phase === 'Idle' && s.writer.pid === daemon.pid && /removed/.test(await readFile(consoleFile, 'utf8'))); i++) await sleep(100);
+  t.equal(s.phase, 'Idle', 'no longer Ready');
+  t.match(s.conditions.find((c: any) => c.type === 'Ready'), { status: 'False', reason: 'ReleaseForgotten', message: /1\.2\.3.*forgotten/ });
+  t.equal(s.message, 'Update 1.2.3 was removed from this node by the administrator. Waiting for a USB stick with an update bundle.');
+  t.equal(s.writer.pid, daemon.pid, 'the daemon took it over');
+  const line = await readFile(consoleFile, 'utf8');
+  t.notMatch(line, /Done|is loaded/, `the console no longer says it is loaded: ${line}`);
+  const st = await run(AGENT, ['status', '--config', config]);
+  t.match(st.stdout, /^Update 1\.2\.3 was removed/, 'bundle-agent status too');
+  await sleep(2500); // the daemon's heartbeats do not bring Ready back
+  t.equal((await readStatus()).phase, 'Idle');
+});
+
+t.test('a stick (drop directory) found while a by-hand load holds the lock: tried again once it is free, no Busy failure left', async (t) => {
+  const n = await gatedNode(t, 'media:\n  roots: [/media]\n  watchDirs: [/var/lib/bundle-agent/drop]\n  pollSeconds: 1\n');
+  const drop = join(n.root, 'var/lib/bundle-agent/drop');
+  await mkdir(drop, { recursive: true });
+  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  daemon.stderr!.on('data', (d: Buffer) => { log += d; });
+  t.teardown(() => daemon.kill('SIGKILL'));
+  for (let i = 0; i < 200 && (await n.readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  await writeFile(n.gate, '');
+  t.teardown(() => rm(n.gate, { force: true }));
+  const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const exited = new Promise<number | null>((r) => load.on('close', r));
+  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  t.equal((await n.readStatus())?.phase, 'Serving', 'the hand load holds the lock');
+
+  await copyFile(n.b.path, join(drop, 'update.bundle'));
+  for (let i = 0; i < 200 && !/another bundle-agent \(pid/.test(log); i++) await sleep(100);
+  t.match(log, /another bundle-agent \(pid \d+\) is loading/, 'the daemon found the dropped bundle and the lock taken');
+  await rm(n.gate, { force: true });
+  t.equal(await exited, 0, 'the hand load finishes');
+  for (let i = 0; i < 300 && !/bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/.test(log); i++) await sleep(100);
+  t.match(log, /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/, 'the dropped bundle is loaded once the lock is free');
+  const s = await n.readStatus();
+  t.equal(s.phase, 'Ready');
+  t.notOk(s.conditions.some((c: any) => c.type === 'Failed'), 'no Failed condition');
+  t.notMatch(await readFile(n.consoleFile, 'utf8'), /already loading/, 'the console has no Busy line');
+  t.notOk(s.history.some((e: any) => e.state === 'failed'), 'no failed history entry for the busy refusal');
 });

@@ -39,3 +39,12 @@ t.test('a damaged or foreign file counts as none', async (t) => {
     t.equal(await rememberedClusterRelease(dir), undefined, what);
   }
 });
+
+t.test('a release whose image is by tag: the version is remembered, the image is not', async (t) => {
+  const dir = await tmpdir(t, 'ob-remembered-tag-');
+  await rememberClusterRelease(dir, { version: '4.15.1', image: IMAGE });
+  await rememberClusterRelease(dir, { version: '4.16.0', image: 'quay.io/openshift-release-dev/ocp-release:4.16.0' });
+  const r = await rememberedClusterRelease(dir);
+  t.equal(r?.version, '4.16.0', 'a stale file would let a downgrade to 4.15.x through');
+  t.equal(r?.image, undefined);
+});

@@ -89,8 +89,11 @@ export interface StatusFileWriterOptions {
   /**
    * The daemon: called at a heartbeat with a newer status another process (a `bundle-agent
    * load`) wrote meanwhile, so the daemon reports that load's result instead of its own stale one.
+   * `writerGone`: that process is dead (SIGKILL, a closed terminal), so an in-flight phase it
+   * left will never move on; also called, with the status as it stands, when a writer adopted
+   * alive dies before writing again.
    */
-  adopt?: (s: NodeStatus) => void;
+  adopt?: (s: NodeStatus, writerGone: boolean) => void;
   /**
    * A `bundle-agent load` next to a running daemon: its last write names the daemon as the
    * writer again, so `status` does not call the node's agent dead once the load has exited.
@@ -111,6 +114,8 @@ export class StatusFileWriter {
   private readonly clock: () => Date;
   /** The daemon that wrote the file before this load, while it runs (handBack). */
   private daemon: Promise<StatusWriter | undefined> | undefined;
+  /** The other process whose status was adopted while it ran (adopt): watched until it writes again or dies. */
+  private foreign: StatusWriter | undefined;
 
   constructor(readonly path: string, private readonly opts: StatusFileWriterOptions) {
     this.heartbeatSeconds = opts.heartbeatSeconds ?? 30;
@@ -156,9 +161,17 @@ export class StatusFileWriter {
       const onDisk = await readStatusFile(this.path).catch(() => undefined);
       // newer than ours: another process wrote it (a load, which may also have handed it back to us)
       if (onDisk && Date.parse(onDisk.updatedAt) > Date.parse(this.last.updatedAt)) {
-        const { writer: _, ...status } = onDisk;
+        const { writer, ...status } = onDisk;
+        const other = writer && writer.pid !== process.pid ? writer : undefined;
+        const liveness = other ? await writerLiveness(other, this.clock()) : undefined;
+        this.foreign = liveness === 'running' || liveness === 'unresponsive' ? other : undefined;
         // the adopter's tracker hands the status back through sink(): that write stamps us
-        this.opts.adopt(status);
+        this.opts.adopt(status, liveness === 'stopped');
+        return;
+      }
+      if (this.foreign && (await writerLiveness(this.foreign, this.clock())) === 'stopped') {
+        this.foreign = undefined;
+        this.opts.adopt(this.last, true);
         return;
       }
     }

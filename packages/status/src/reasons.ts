@@ -52,3 +52,32 @@ export const WAITING_SENTENCES: Readonly<Record<string, string>> = {
 export function failureSentence(reason: string | undefined): string | undefined {
   return reason && Object.hasOwn(FAILURE_SENTENCES, reason) ? FAILURE_SENTENCES[reason] : undefined;
 }
+
+/** How the media watcher names a drop directory in the status's bundle.media (a stick is named by its label or mount point). */
+export const DROP_DIRECTORY_MEDIA = 'drop directory ';
+
+/** Whether the bundle came on removable media: not a file given to `bundle-agent load` nor one left in a drop directory. */
+export function onRemovableMedia(media: string | undefined): boolean {
+  return !(media === 'file' || media?.startsWith(DROP_DIRECTORY_MEDIA));
+}
+
+// The failure sentences speak of a USB stick; for a file given by hand or dropped in a
+// directory, the same advice in words about the file (most specific phrases first). The
+// progress lines ("You may remove the USB stick") are left as they are: such a file is often
+// on a stick too.
+const FILE_WORDS: readonly [RegExp, string][] = [
+  [/Copy it to the stick again \(or use another stick\) and plug it in again\./g, 'Copy it again and load it again.'],
+  [/Copy it to the stick again, wait until the copy has finished, and plug it in again\./g, 'Copy it again, wait until the copy has finished, and load it again.'],
+  [/The USB stick was removed, or stopped working, before the update was read\. Plug it in again and leave it in until the node says you may remove it\./g,
+    'The update file was removed, or its disk stopped working, before the update was read. Put it back and load it again.'],
+  [/plug the USB stick in again/g, 'load the update file again'],
+  [/Plug the USB stick in again/g, 'Load the update file again'],
+  [/The update (file )?on the USB stick/g, 'The update file'],
+  [/The file on the USB stick/g, 'The file'],
+  [/the USB stick/g, 'the update file'],
+];
+
+/** A failure sentence (or a note) as said for a bundle that did not come on a stick (see onRemovableMedia). */
+export function fileWords(text: string): string {
+  return FILE_WORDS.reduce((t, [re, by]) => t.replace(re, by), text);
+}

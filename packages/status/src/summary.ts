@@ -1,6 +1,6 @@
 import { escapeControls } from '@offline-bundle/oci';
 import type { NodeStatus } from './model.js';
-import { failureSentence, WAITING_SENTENCES } from './reasons.js';
+import { failureSentence, fileWords, onRemovableMedia, WAITING_SENTENCES } from './reasons.js';
 import { formatBytes, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
@@ -21,7 +21,8 @@ export function technicianLine(s: NodeStatus, now = new Date()): string {
 function ignoredNote(s: NodeStatus): string {
   if (s.phase !== 'Idle' && s.phase !== 'Ready') return '';
   if (!s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'ReleaseForgotten')) return '';
-  return ' The update on the USB stick was not loaded: the administrator removed it from this node.';
+  // the bundle shown is not the one ignored (a stick or a drop directory): the words fit both
+  return ' The update found was not loaded: the administrator removed it from this node.';
 }
 
 function sentence(s: NodeStatus, _now: Date): string {
@@ -30,8 +31,10 @@ function sentence(s: NodeStatus, _now: Date): string {
   const stick = s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
   const p = s.progress;
   switch (s.phase) {
-    case 'Idle':
-      return 'Waiting for a USB stick with an update bundle.';
+    case 'Idle': {
+      const removed = s.bundle?.version && s.conditions.some((c) => c.type === 'Ready' && c.reason === 'ReleaseForgotten');
+      return `${removed ? `Update ${s.bundle!.version} was removed from this node by the administrator. ` : ''}Waiting for a USB stick with an update bundle.`;
+    }
     case 'Verifying': {
       const waiting = s.conditions.find((c) => c.type === 'Ready' && c.status === 'False' && Object.hasOwn(WAITING_SENTENCES, c.reason));
       if (waiting) return WAITING_SENTENCES[waiting.reason]!;
@@ -59,7 +62,8 @@ function sentence(s: NodeStatus, _now: Date): string {
       return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick.`.replace('  ', ' ');
     case 'Failed': {
       const failed = s.conditions.find((c) => c.type === 'Failed');
-      return `Failed: ${failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error'}`;
+      const why = failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error';
+      return `Failed: ${onRemovableMedia(s.bundle?.media) ? why : fileWords(why)}`;
     }
   }
 }
@@ -72,7 +76,8 @@ function sentence(s: NodeStatus, _now: Date): string {
 export function notRunningLine(s: NodeStatus | undefined, how: 'stopped' | 'unresponsive' = 'stopped'): string {
   const head = how === 'stopped' ? 'The bundle agent is not running.' : 'The bundle agent is not responding.';
   if (!s || s.phase === 'Idle') return head;
+  const words = onRemovableMedia(s.bundle?.media) ? (t: string) => t : fileWords;
   if (s.phase === 'Ready' || s.phase === 'Failed') return escapeControls(`${head} Its last report: ${sentence(s, new Date())}`);
   const what = s.bundle?.version ? `the update ${s.bundle.version}` : 'the update';
-  return escapeControls(`${head} It stopped while loading ${what}, which did not finish. Ask the administrator to start it (systemctl start bundle-agent), then plug the USB stick in again.`);
+  return escapeControls(words(`${head} It stopped while loading ${what}, which did not finish. Ask the administrator to start it (systemctl start bundle-agent), then plug the USB stick in again.`));
 }
