@@ -32,13 +32,16 @@ export async function customObjectsApi(kubeconfig: string, context?: string, htt
   return boundedClient(await loadKubeconfig(kubeconfig, context), Api, http);
 }
 
-/** Per-request options that cut the request off when `signal` aborts; optionally with a Content-Type. */
-export function requestOptions(signal: AbortSignal, contentType?: string): ConfigurationOptions {
+/**
+ * Per-request options that cut the request off when `signal` aborts (none: the client's own
+ * deadline, cluster-http.ts, is the only one); optionally with a Content-Type.
+ */
+export function requestOptions(signal: AbortSignal | undefined, contentType?: string): ConfigurationOptions {
   const { Observable, setHeaderOptions } = loadedK8s();
   const options: ConfigurationOptions = {
     middleware: [{
       pre: (ctx) => {
-        ctx.setSignal(signal);
+        if (signal) ctx.setSignal(signal);
         return new Observable(Promise.resolve(ctx));
       },
       post: (ctx) => new Observable(Promise.resolve(ctx)),
