@@ -6,6 +6,7 @@ import path from 'node:path';
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { BUNDLE_BIN, errorCode, run, sh } from '../builder/lib.js';
 import { clusterFixture } from './lib.js';
+import { HostileApi } from './hostile-api.js';
 
 const { work, api, allReady } = await clusterFixture(t);
 const dir = path.join(work, 'kc');
@@ -44,4 +45,22 @@ t.test('a FIFO as client-certificate, an exec plugin: one line KUBECONFIG, at on
   t.equal(errorCode(exec.stderr), 'KUBECONFIG', exec.stderr);
   t.match(exec.stderr, /exec plugin, which bundle cluster does not run/);
   t.equal(exec.stderr.trimEnd().split('\n').length, 1);
+});
+
+t.test('a kubectl proxy style server (plain http on 127.0.0.1, no insecure-skip-tls-verify) is used; plain http elsewhere is one line', async (t) => {
+  const h = await HostileApi.start();
+  t.teardown(() => h.close());
+  h.attack = 'self-redirect';
+  const write = async (name: string, server: string) => {
+    const file = path.join(dir, name);
+    await writeFile(file, `apiVersion: v1\nkind: Config\nclusters: [{ name: c, cluster: { server: "${server}" } }]\nusers: [{ name: u, user: {} }]\ncontexts: [{ name: c, context: { cluster: c, user: u } }]\ncurrent-context: c\n`);
+    return file;
+  };
+  const local = await status(await write('proxy', `http://127.0.0.1:${h.port}`));
+  t.equal(errorCode(local.stderr), 'NODES_NOT_READY', local.stderr);
+  t.match(local.stderr, 'no nodes match');
+  const remote = await status(await write('remote', 'http://192.0.2.1:8001'));
+  t.equal(errorCode(remote.stderr), 'KUBECONFIG', remote.stderr);
+  t.match(remote.stderr, /server http:\/\/192\.0\.2\.1:8001 is plain http to another machine: use its https address/);
+  t.equal(remote.stderr.trimEnd().split('\n').length, 1);
 });

@@ -1,3 +1,4 @@
+import { BlockList, isIP } from 'node:net';
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
@@ -11,6 +12,10 @@ export { loadK8s, isApiException, type K8s } from './k8s.js';
 export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 /** A certificate, key or token file a kubeconfig names: a few KiB. */
 export const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
 
 type Entry = { name?: unknown; cluster?: Record<string, unknown>; user?: Record<string, unknown> };
 
@@ -32,6 +37,14 @@ async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown 
   };
   const entries = (list: unknown): Entry[] => (Array.isArray(list) ? list.filter((e): e is Entry => typeof e === 'object' && e !== null) : []);
   for (const { name, cluster: c } of entries(doc.clusters)) {
+    if (c && typeof c.server === 'string' && /^http:\/\//i.test(c.server) && c['insecure-skip-tls-verify'] !== true) {
+      // plain http only to this machine (kubectl proxy's server), as kubectl: client-node refuses it unless told to skip TLS checks
+      const host = new URL(c.server).hostname.replace(/^\[|\]$/g, '');
+      if (host !== 'localhost' && !(isIP(host) && LOOPBACK.check(host, isIP(host) === 6 ? 'ipv6' : 'ipv4'))) {
+        throw new Error(`cluster ${String(name)}'s server ${c.server} is plain http to another machine: use its https address (plain http is for a loopback server such as kubectl proxy's)`);
+      }
+      c['insecure-skip-tls-verify'] = true;
+    }
     if (c && c['certificate-authority'] !== undefined) {
       c['certificate-authority-data'] ??= (await read(`cluster ${String(name)}'s certificate-authority`, c['certificate-authority'])).toString('base64');
       delete c['certificate-authority'];
