@@ -9,6 +9,11 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { HttpLibrary, RequestContext, ResponseContext as ResponseContextType } from '@kubernetes/client-node';
+import { isIP, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { bypassesProxy, proxyFromEnv } from '@offline-bundle/oci';
+import { apiDetail } from './cluster-api.js';
 import { ClusterError } from './cluster-errors.js';
 import { loadK8s } from './k8s.js';
 
@@ -103,11 +108,45 @@ function readBody(res: IncomingMessage, maxBytes: number, server: string, maxIte
 
 interface Answer { status: number; headers: Record<string, string>; body: Buffer }
 
-function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string, maxItems?: number): Promise<Answer> {
+/**
+ * A TLS connection to `url` through the proxy's CONNECT tunnel, with the TLS settings
+ * client-node put in its agent (CA, client certificate, skip-verify) and the server's name.
+ */
+function tunnel(proxyUrl: string, url: URL, agent: unknown, signal: AbortSignal, server: string): Promise<Duplex> {
+  const proxy = new URL(proxyUrl);
+  const target = `${url.hostname}:${url.port || '443'}`;
+  const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}` } : {};
+  return new Promise((resolve, reject) => {
+    const send = proxy.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = send({ host: proxy.hostname, port: proxy.port || (proxy.protocol === 'https:' ? 443 : 80), method: 'CONNECT', path: target, headers: { Host: target, ...auth }, agent: false, signal });
+    req.on('connect', (res, socket) => {
+      if (res.statusCode !== 200) {
+        socket.destroy();
+        reject(new ClusterError('UNREACHABLE', `the proxy ${proxy.origin} (HTTPS_PROXY) refused to connect to ${server} (${res.statusCode} ${apiDetail(res.statusMessage ?? '')}): check HTTPS_PROXY / NO_PROXY`));
+        return;
+      }
+      const tlsOptions = (agent as { options?: ConnectionOptions } | undefined)?.options ?? {};
+      resolve(tlsConnect({ ...tlsOptions, socket, servername: isIP(url.hostname.replace(/^\[|\]$/g, '')) ? undefined : url.hostname }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** The environment's HTTPS proxy for `url`, as kubectl and `bundle create` read HTTPS_PROXY/NO_PROXY; undefined when direct. */
+function proxyFor(url: URL): string | undefined {
+  const p = url.protocol === 'https:' ? proxyFromEnv(process.env) : undefined;
+  return p?.httpsProxy && !bypassesProxy(url.host, p.noProxy) ? p.httpsProxy : undefined;
+}
+
+async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string, maxItems?: number): Promise<Answer> {
+  const proxy = proxyFor(url);
+  const socket = proxy ? await tunnel(proxy, url, ctx.getAgent(), signal, server) : undefined;
   return new Promise((resolve, reject) => {
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
     const body = ctx.getBody();
-    const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), agent: ctx.getAgent(), signal }, (res) => {
+    const via = socket ? { createConnection: () => socket as Socket } : { agent: ctx.getAgent() };
+    const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
       readBody(res, maxBytes, server, maxItems).then((b) => resolve({ status: res.statusCode ?? 0, headers, body: b }), reject);
