@@ -32,7 +32,7 @@ async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown 
     try {
       return (await readSmallFile(p, MAX_KUBECONFIG_REFERENCED_BYTES)).bytes;
     } catch (err) {
-      throw new Error(`${where} ${p}: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`);
+      throw new Error(`${where} ${p}: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`, { cause: err });
     }
   };
   const entries = (list: unknown): Entry[] => (Array.isArray(list) ? list.filter((e): e is Entry => typeof e === 'object' && e !== null) : []);
