@@ -10,12 +10,12 @@ import { stringify as stringifyYaml } from 'yaml';
 import { escapeControls, loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { loadTrust, readReleaseSignatures } from '@offline-bundle/format';
 import {
-  API_DEADLINE_MS, ClusterError, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminApis, type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/status';
 import { collect, digestArg, secondsArg } from './args.js';
 
-interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number }
+interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
 
 const defaultKubeconfig = (env = process.env) => env.KUBECONFIG?.split(':')[0] || join(homedir(), '.kube', 'config');
@@ -23,7 +23,9 @@ const defaultKubeconfig = (env = process.env) => env.KUBECONFIG?.split(':')[0] |
 async function apis(o: KubeOpts): Promise<AdminApis> {
   const file = o.kubeconfig ?? defaultKubeconfig();
   try {
-    return await adminApis(file, o.context, o.requestTimeout ? { deadlineMs: o.requestTimeout * 1000 } : {});
+    // the whole command's deadline starts with its first API call (after the bundle was read)
+    const command = commandDeadline((o.deadline ?? COMMAND_DEADLINE_MS / 1000) * 1000);
+    return await adminApis(file, o.context, { command, ...(o.requestTimeout ? { deadlineMs: o.requestTimeout * 1000 } : {}) });
   } catch (cause) {
     throw new ClusterError('KUBECONFIG', `cannot use kubeconfig ${file}${o.context ? ` (context ${o.context})` : ''}: ${(cause as Error).message}: pass --kubeconfig FILE`, { cause });
   }
@@ -68,6 +70,7 @@ const kubeOptions = (cmd: Command) => cmd
   .option('--kubeconfig <file>', 'kubeconfig of an admin user (default: $KUBECONFIG or ~/.kube/config)')
   .option('--context <name>', 'kubeconfig context (default: the current one)')
   .option('--request-timeout <seconds>', `the most one API request may take, from connecting to its answer's last byte (default: ${API_DEADLINE_MS / 1000})`, secondsArg)
+  .option('--deadline <seconds>', `the most all of the command's API requests may take together, every page of every list included (default: ${COMMAND_DEADLINE_MS / 1000})`, secondsArg)
   .option('--json', 'print the result as JSON');
 
 const trustOptions = (cmd: Command) => cmd

@@ -3,7 +3,7 @@
 // deadline or a bound, with one `bundle: CODE: …` line naming the server, and exit 1.
 import t from 'tap';
 import path from 'node:path';
-import { errorCode, bundle } from '../builder/lib.js';
+import { BUNDLE_BIN, errorCode, bundle, run } from '../builder/lib.js';
 import { writeKubeconfig } from '../status/lib.js';
 import { tmpdir } from '../status/lib.js';
 import { makeBundle } from './lib.js';
@@ -32,6 +32,8 @@ const expected: [Attack, string, RegExp][] = [
   ['redirect', 'API_REDIRECT', /redirected to http:\/\/127\.0\.0\.1:\d+: refused/],
   ['html-json', 'API_NOT_JSON', /"text\/html", not JSON/],
   ['html-page', 'API_NOT_JSON', /"text\/html; charset=utf-8", not JSON/],
+  ['gzip', 'API_NOT_JSON', /a body encoded "gzip" \(none was asked for\)/],
+  ['empty-json', 'API_NOT_JSON', /with an empty body/],
 ];
 
 for (const [attack, code, message] of expected) {
@@ -80,4 +82,49 @@ t.test('a redirect to the same server is followed (same scheme, host and port)',
 t.test('--request-timeout refuses what is not a number of seconds', async (t) => {
   const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '0']);
   t.equal(r.code, 2, r.stderr);
+});
+
+/** `bundle ARGS` under GNU time: its stderr lines and its peak resident set in MiB (%M, KiB, on the last line). */
+async function bundleMaxRss(args: string[]): Promise<{ lines: string[]; maxRssMiB: number }> {
+  const r = await run('/usr/bin/time', ['-q', '-f', '%M', process.execPath, BUNDLE_BIN, ...args]);
+  const lines = r.stderr.trimEnd().split('\n');
+  return { maxRssMiB: Number(lines.pop()) / 1024, lines };
+}
+
+t.test('a page of 21,000,000 items when 500 were asked for (60 MiB, under the byte bound): refused while it arrives, memory stays bounded', async (t) => {
+  // the baseline: the same command reading a correct empty list, under the same runner (coverage costs memory too)
+  h.attack = 'self-redirect';
+  const base = await bundleMaxRss(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '20']);
+  t.equal(errorCode(base.lines.join('\n')), 'NODES_NOT_READY', base.lines.join('\n'));
+  h.attack = 'many-items';
+  const r = await bundleMaxRss(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '20']);
+  t.equal(r.lines.length, 1, `one line (${r.lines.join('\n').slice(0, 300)})`);
+  t.equal(errorCode(r.lines[0]!), 'API_TOO_LARGE', r.lines[0]);
+  t.match(r.lines[0], /sent a list page of over 500 items when asked for 500/);
+  t.match(r.lines[0], server);
+  t.ok(base.maxRssMiB > 0 && r.maxRssMiB < base.maxRssMiB + 100, `peak RSS ${r.maxRssMiB.toFixed(0)} MiB, at most 100 MiB over the ${base.maxRssMiB.toFixed(0)} MiB of reading an empty list`);
+});
+
+t.test('a server answering each page after 2 s with another continue token: the command ends at --deadline, one line', async (t) => {
+  h.attack = 'slow-pages';
+  h.pages = 0;
+  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '3', '--deadline', '5']);
+  t.equal(r.code, 1);
+  t.equal(r.stderr.trimEnd().split('\n').length, 1, r.stderr);
+  t.equal(errorCode(r.stderr), 'API_TIMEOUT', r.stderr);
+  t.match(r.stderr, /did not finish answering this command's calls within 5 s in all/);
+  t.match(r.stderr, server);
+  t.ok(h.pages <= 4, `cut after ${h.pages} pages, not 800`);
+});
+
+t.test('an API error whose Status message is 50 MiB over many lines: one line, the message cut', async (t) => {
+  h.attack = 'long-message';
+  for (const [name, args] of commands) {
+    const r = await bundle([...args, '--kubeconfig', kubeconfig, '--request-timeout', '20']);
+    t.equal(r.code, 1, `${name}: exit 1`);
+    t.equal(errorCode(r.stderr), 'API_ERROR', `${name}: ${r.stderr.slice(0, 300)}`);
+    t.equal(r.stderr.trimEnd().split('\n').length, 1, `${name}: one line`);
+    t.ok(r.stderr.length < 1000, `${name}: ${r.stderr.length} characters`);
+    t.match(r.stderr, /answered 500 to .*: the server is on fire the server is on fire/);
+  }
 });

@@ -5,9 +5,10 @@
 // wrong kubeconfig or a hostile server in its place.
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { gzipSync } from 'node:zlib';
 
 export type Attack =
-  | 'huge'        // a 200 OK JSON node list that never ends (streams until the client hangs up)
+  | 'huge'        // a 200 OK JSON node list of one node that never ends (streams until the client hangs up)
   | 'silent'      // accepts the connection, reads the request, never answers
   | 'trickle'     // headers at once, then one byte of body every second, forever
   | 'redirect'    // 302 to another server (`elsewhere`), which serves a node list of its own
@@ -16,7 +17,12 @@ export type Attack =
   | 'html-page'   // an HTML login page, 200 OK
   | 'deep'        // a JSON list whose item nests 1,000,000 arrays deep
   | 'paged'       // a correct list of 1,200 Ready nodes, in pages of ?limit= with continue tokens
-  | 'endless-pages'; // one node per page, and always another continue token
+  | 'endless-pages' // one node per page, and always another continue token
+  | 'many-items'  // limit= ignored: one 200 OK page of 21,000,000 empty items (60 MiB, under the byte bound)
+  | 'slow-pages'  // each page after 2 s, one node, and always another continue token
+  | 'long-message' // 500 with a Status whose message is 50 MiB over many lines
+  | 'gzip'        // 200 OK, application/json, but the body gzip-encoded (never asked for)
+  | 'empty-json'; // 200 OK, application/json, no body
 
 const NODE = JSON.stringify({ metadata: { name: 'node-x'.padEnd(200, 'x') }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
 const EMPTY_LIST = JSON.stringify({ apiVersion: 'v1', kind: 'List', metadata: {}, items: [] });
@@ -62,8 +68,9 @@ export class HostileApi {
         return;
       case 'huge': {
         res.writeHead(200, { 'Content-Type': 'application/json' });
-        res.write('{"kind":"NodeList","metadata":{},"items":[' + NODE);
-        const chunk = (',' + NODE).repeat(2000);
+        // one item whose annotation never ends: the byte bound, not the item count, must cut it
+        res.write('{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"node-x","annotations":{"a":"');
+        const chunk = 'x'.repeat(256 * 1024);
         const more = () => { while (!res.destroyed && res.write(chunk)); };
         res.on('drain', more);
         more();
@@ -114,6 +121,38 @@ export class HostileApi {
         res.end(JSON.stringify({ kind: 'List', metadata: to < total ? { continue: String(to) } : {}, items }));
         return;
       }
+      case 'many-items': {
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.write('{"kind":"NodeList","metadata":{},"items":[{}');
+        const chunk = ',{}'.repeat(100_000);
+        let left = 210;
+        const more = () => { while (!res.destroyed && left > 0) { left--; if (!res.write(chunk)) return; } if (left === 0) res.end(']}'); };
+        res.on('drain', more);
+        more();
+        return;
+      }
+      case 'slow-pages': {
+        this.pages++;
+        const t = setTimeout(() => {
+          this.timers.delete(t);
+          res.writeHead(200, { 'Content-Type': 'application/json' });
+          res.end(JSON.stringify({ kind: 'List', metadata: { continue: String(this.pages) }, items: [JSON.parse(NODE)] }));
+        }, 2000);
+        this.timers.add(t);
+        return;
+      }
+      case 'long-message':
+        res.writeHead(500, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 500, message: 'the server is on fire\n'.repeat(50 * 1024 * 1024 / 22) }));
+        return;
+      case 'gzip':
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' });
+        res.end(gzipSync(EMPTY_LIST));
+        return;
+      case 'empty-json':
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.end();
+        return;
       case 'deep':
         res.writeHead(200, { 'Content-Type': 'application/json' });
         res.end('{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"},"spec":{"taints":' + '['.repeat(1_000_000) + ']'.repeat(1_000_000) + '}}]}');
@@ -122,7 +161,7 @@ export class HostileApi {
   }
 
   async close(): Promise<void> {
-    for (const t of this.timers) clearInterval(t);
+    for (const t of this.timers) { clearInterval(t); clearTimeout(t); }
     for (const s of this.sockets) s.destroy();
     await Promise.all([this.server, this.elsewhere].map((s) => new Promise((r) => s?.close(r))));
   }

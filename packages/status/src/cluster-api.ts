@@ -20,16 +20,25 @@ export async function apiCall<T>(what: string, fn: () => Promise<T>, opts: { not
     }
     if (err instanceof ClusterError) throw err;
     // client-node's deserializer recurses: an answer nested deep enough overflows the stack
-    if (err instanceof RangeError) throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} cannot be read (${err.message}): is --kubeconfig's server an API server?`, { cause: err });
-    throw new ClusterError('UNREACHABLE', `cannot ${what}: ${(err as Error).message}: check --kubeconfig and that the API server is reachable`, { cause: err });
+    if (err instanceof RangeError || err instanceof SyntaxError) throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} cannot be read (${apiDetail(err.message)}): is --kubeconfig's server an API server?`, { cause: err });
+    throw new ClusterError('UNREACHABLE', `cannot ${what}: ${apiDetail(String((err as Error)?.message ?? err))}: check --kubeconfig and that the API server is reachable`, { cause: err });
   }
 }
 
-/** The API server's Status message of an error body, on one line ('' when there is none). */
+/** Characters of a server's text quoted in one error line. */
+export const MAX_API_DETAIL_CHARS = 500;
+
+/** Text from the API server (or about its answer) as part of one error line: one line, at most MAX_API_DETAIL_CHARS. */
+export function apiDetail(text: string): string {
+  const line = text.slice(0, 4 * MAX_API_DETAIL_CHARS).replace(/\s*[\u0000-\u001f\u007f]+\s*/g, ' ').trim();
+  return line.length > MAX_API_DETAIL_CHARS ? `${line.slice(0, MAX_API_DETAIL_CHARS)}…` : line;
+}
+
+/** The API server's Status message of an error body, on one line, cut ('' when there is none). */
 export function apiMessage(body: unknown): string {
   try {
     const b = typeof body === 'string' ? JSON.parse(body) : body;
-    return typeof b?.message === 'string' ? b.message.replace(/\s*\n\s*/g, ' ') : '';
+    return typeof b?.message === 'string' ? apiDetail(b.message) : '';
   } catch {
     return '';
   }

@@ -9,6 +9,11 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { HttpLibrary, RequestContext, ResponseContext as ResponseContextType } from '@kubernetes/client-node';
+import { isIP, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { bypassesProxy, proxyFromEnv } from '@offline-bundle/oci';
+import { apiDetail } from './cluster-api.js';
 import { ClusterError } from './cluster-errors.js';
 import { loadK8s } from './k8s.js';
 
@@ -19,26 +24,79 @@ export const MAX_API_RESPONSE_BYTES = 64 * 1024 * 1024;
 /** Same-server redirects followed per call (another server's are refused). */
 const MAX_REDIRECTS = 5;
 
+/** Whole command (every call of one `bundle cluster` run, all pages included). */
+export const COMMAND_DEADLINE_MS = 300_000;
+
 export interface BoundedHttpOptions {
   deadlineMs?: number;
   maxBytes?: number;
+  /** Aborts every call once the whole command's time is spent (`seconds` names it in the error). */
+  command?: { signal: AbortSignal; seconds: number };
 }
+
+/** A whole-command deadline for BoundedHttpOptions.command, starting now. */
+export const commandDeadline = (ms = COMMAND_DEADLINE_MS) => ({ signal: AbortSignal.timeout(ms), seconds: ms / 1000 });
 
 const origin = (u: URL) => `${u.protocol}//${u.host}`;
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
 
-/** The answer's body, at most `maxBytes`, as a Buffer. */
-function readBody(res: IncomingMessage, maxBytes: number, server: string): Promise<Buffer> {
+/**
+ * Counts the elements of the arrays directly in a JSON text's root object (a list's "items")
+ * as its bytes arrive, without parsing: a page holding more items than were asked for is
+ * refused before client-node parses and converts it (each `{}` costs it some 200 bytes).
+ */
+export class ListItemCounter {
+  items = 0;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  private inArray = false; // the depth-2 container is an array
+  private inItem = false;
+
+  feed(b: Uint8Array): void {
+    for (let i = 0; i < b.length; i++) {
+      const c = b[i]!;
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === 0x5c) this.escaped = true;
+        else if (c === 0x22) this.inString = false;
+        continue;
+      }
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue;
+      if (this.depth === 2 && this.inArray && !this.inItem && c !== 0x2c && c !== 0x5d) {
+        this.items++;
+        this.inItem = true;
+      }
+      if (c === 0x22) this.inString = true;
+      else if (c === 0x7b || c === 0x5b) {
+        if (++this.depth === 2) { this.inArray = c === 0x5b; this.inItem = false; }
+      } else if (c === 0x7d || c === 0x5d) {
+        this.depth--;
+      } else if (c === 0x2c && this.depth === 2) this.inItem = false;
+    }
+  }
+}
+
+/** The answer's body, at most `maxBytes` (and, with `maxItems`, a list of at most that many items), as a Buffer. */
+function readBody(res: IncomingMessage, maxBytes: number, server: string, maxItems?: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
+    const counter = maxItems === undefined ? undefined : new ListItemCounter();
     let n = 0;
+    // settled before the destroy, whose 'aborted' would otherwise name the cut as the cause
+    const refuse = (err: ClusterError) => { reject(err); res.destroy(); };
     res.on('data', (c: Buffer) => {
       n += c.length;
       if (n > maxBytes) {
-        // settled before the destroy, whose 'aborted' would otherwise name the cut as the cause
-        reject(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer over ${maxBytes / 1024 / 1024} MiB: not an API server's answer, or a list too large to read at once; check --kubeconfig's server`));
-        res.destroy();
+        refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer over ${maxBytes / 1024 / 1024} MiB: not an API server's answer, or a list too large to read at once; check --kubeconfig's server`));
         return;
+      }
+      if (counter) {
+        counter.feed(c);
+        if (counter.items > maxItems!) {
+          refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent a list page of over ${maxItems} items when asked for ${maxItems} (limit=${maxItems} ignored): not an API server's answer; check --kubeconfig's server`));
+          return;
+        }
       }
       chunks.push(c);
     });
@@ -50,14 +108,48 @@ function readBody(res: IncomingMessage, maxBytes: number, server: string): Promi
 
 interface Answer { status: number; headers: Record<string, string>; body: Buffer }
 
-function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string): Promise<Answer> {
+/**
+ * A TLS connection to `url` through the proxy's CONNECT tunnel, with the TLS settings
+ * client-node put in its agent (CA, client certificate, skip-verify) and the server's name.
+ */
+function tunnel(proxyUrl: string, url: URL, agent: unknown, signal: AbortSignal, server: string): Promise<Duplex> {
+  const proxy = new URL(proxyUrl);
+  const target = `${url.hostname}:${url.port || '443'}`;
+  const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}` } : {};
+  return new Promise((resolve, reject) => {
+    const send = proxy.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = send({ host: proxy.hostname, port: proxy.port || (proxy.protocol === 'https:' ? 443 : 80), method: 'CONNECT', path: target, headers: { Host: target, ...auth }, agent: false, signal });
+    req.on('connect', (res, socket) => {
+      if (res.statusCode !== 200) {
+        socket.destroy();
+        reject(new ClusterError('UNREACHABLE', `the proxy ${proxy.origin} (HTTPS_PROXY) refused to connect to ${server} (${res.statusCode} ${apiDetail(res.statusMessage ?? '')}): check HTTPS_PROXY / NO_PROXY`));
+        return;
+      }
+      const tlsOptions = (agent as { options?: ConnectionOptions } | undefined)?.options ?? {};
+      resolve(tlsConnect({ ...tlsOptions, socket, servername: isIP(url.hostname.replace(/^\[|\]$/g, '')) ? undefined : url.hostname }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** The environment's HTTPS proxy for `url`, as kubectl and `bundle create` read HTTPS_PROXY/NO_PROXY; undefined when direct. */
+function proxyFor(url: URL): string | undefined {
+  const p = url.protocol === 'https:' ? proxyFromEnv(process.env) : undefined;
+  return p?.httpsProxy && !bypassesProxy(url.host, p.noProxy) ? p.httpsProxy : undefined;
+}
+
+async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string, maxItems?: number): Promise<Answer> {
+  const proxy = proxyFor(url);
+  const socket = proxy ? await tunnel(proxy, url, ctx.getAgent(), signal, server) : undefined;
   return new Promise((resolve, reject) => {
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
     const body = ctx.getBody();
-    const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), agent: ctx.getAgent(), signal }, (res) => {
+    const via = socket ? { createConnection: () => socket as Socket } : { agent: ctx.getAgent() };
+    const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-      readBody(res, maxBytes, server).then((b) => resolve({ status: res.statusCode ?? 0, headers, body: b }), reject);
+      readBody(res, maxBytes, server, maxItems).then((b) => resolve({ status: res.statusCode ?? 0, headers, body: b }), reject);
     });
     req.on('error', reject);
     if (typeof body === 'string' || body instanceof Buffer) req.end(body);
@@ -76,13 +168,16 @@ export async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions 
   let url = new URL(ctx.getUrl());
   const server = origin(url);
   const deadline = AbortSignal.timeout(deadlineMs);
-  const caller = ctx.getSignal();
-  const signal = caller ? AbortSignal.any([deadline, caller]) : deadline;
+  const signal = AbortSignal.any([deadline, ...[ctx.getSignal(), opts.command?.signal].filter((x): x is AbortSignal => x !== undefined)]);
+  const limit = Number(url.searchParams.get('limit'));
+  const maxItems = Number.isSafeInteger(limit) && limit > 0 ? limit : undefined;
   for (let hop = 0; ; hop++) {
     let a: Answer;
     try {
-      a = await once(url, ctx, signal, maxBytes, server);
+      if (opts.command?.signal.aborted) throw opts.command.signal.reason;
+      a = await once(url, ctx, signal, maxBytes, server, maxItems);
     } catch (err) {
+      if (opts.command?.signal.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} did not finish answering this command's calls within ${opts.command.seconds} s in all: check that it is not overloaded, or raise --deadline`, { cause: err });
       if (deadline.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} gave no complete answer within ${deadlineMs / 1000} s: check that it is reachable and not overloaded, or raise --request-timeout`, { cause: err });
       throw err;
     }
@@ -99,6 +194,13 @@ export async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions 
     }
     if (a.status >= 200 && a.status < 300 && !JSON_TYPE.test(a.headers['content-type'] ?? '')) {
       throw new ClusterError('API_NOT_JSON', `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${a.headers['content-type'] ? `"${a.headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server (not a proxy's or a console's page)?`);
+    }
+    if (a.status >= 200 && a.status < 300) {
+      // no Accept-Encoding is sent: an encoded or empty body is not an API server's answer
+      const encoding = a.headers['content-encoding'];
+      const why = encoding !== undefined && encoding.toLowerCase() !== 'identity' ? `a body encoded "${encoding.slice(0, 40)}" (none was asked for)`
+        : a.body.every((c) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) ? 'an empty body' : undefined;
+      if (why) throw new ClusterError('API_NOT_JSON', `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${why}, not a JSON object: is --kubeconfig's server an API server (not a proxy)?`);
     }
     return a;
   }

@@ -188,7 +188,7 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
   const changed = cv.spec?.desiredUpdate?.image !== image;
   if (changed && !opts.dryRun) {
-    await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(AbortSignal.timeout(30_000), 'application/merge-patch+json')));
+    await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
   }
   return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r };
 }

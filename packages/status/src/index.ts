@@ -17,7 +17,7 @@ export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
 export type { Health, HealthCheck } from './health.js';
 export { adminApis } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
-export { API_DEADLINE_MS, MAX_API_RESPONSE_BYTES } from './cluster-http.js';
+export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_RESPONSE_BYTES, commandDeadline } from './cluster-http.js';
 export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS } from './cluster-api.js';
 export { rollup, readRollup } from './cluster-rollup.js';
 export {

@@ -1,4 +1,6 @@
-import { dirname } from 'node:path';
+import { BlockList, isIP } from 'node:net';
+import { dirname, isAbsolute, join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { readSmallFile } from '@offline-bundle/oci';
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
@@ -8,12 +10,68 @@ export { loadK8s, isApiException, type K8s } from './k8s.js';
 
 /** A kubeconfig is a few KiB; client-node's loadFromFile would read a FIFO or /dev/zero whole, synchronously. */
 export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
+/** A certificate, key or token file a kubeconfig names: a few KiB. */
+export const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
+type Entry = { name?: unknown; cluster?: Record<string, unknown>; user?: Record<string, unknown> };
+
+/**
+ * The files a kubeconfig names, read here (bounded, regular files only, relative to the
+ * kubeconfig's directory as kubectl resolves them) and put in as their *-data / token fields:
+ * client-node would read them synchronously and whole, token-file even relative to the cwd.
+ * An exec credential plugin is refused: client-node runs it with no deadline.
+ */
+async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown }, file: string): Promise<void> {
+  const read = async (where: string, ref: unknown) => {
+    if (typeof ref !== 'string' || ref === '') throw new Error(`${where} is not a file name`);
+    const p = isAbsolute(ref) ? ref : join(dirname(file), ref);
+    try {
+      return (await readSmallFile(p, MAX_KUBECONFIG_REFERENCED_BYTES)).bytes;
+    } catch (err) {
+      throw new Error(`${where} ${p}: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`, { cause: err });
+    }
+  };
+  const entries = (list: unknown): Entry[] => (Array.isArray(list) ? list.filter((e): e is Entry => typeof e === 'object' && e !== null) : []);
+  for (const { name, cluster: c } of entries(doc.clusters)) {
+    if (c && typeof c.server === 'string' && /^http:\/\//i.test(c.server) && c['insecure-skip-tls-verify'] !== true) {
+      // plain http only to this machine (kubectl proxy's server), as kubectl: client-node refuses it unless told to skip TLS checks
+      const host = new URL(c.server).hostname.replace(/^\[|\]$/g, '');
+      if (host !== 'localhost' && !(isIP(host) && LOOPBACK.check(host, isIP(host) === 6 ? 'ipv6' : 'ipv4'))) {
+        throw new Error(`cluster ${String(name)}'s server ${c.server} is plain http to another machine: use its https address (plain http is for a loopback server such as kubectl proxy's)`);
+      }
+      c['insecure-skip-tls-verify'] = true;
+    }
+    if (c && c['certificate-authority'] !== undefined) {
+      c['certificate-authority-data'] ??= (await read(`cluster ${String(name)}'s certificate-authority`, c['certificate-authority'])).toString('base64');
+      delete c['certificate-authority'];
+    }
+  }
+  for (const { name, user: u } of entries(doc.users)) {
+    if (!u) continue;
+    if (u.exec !== undefined) throw new Error(`user ${String(name)} gets its credentials from an exec plugin, which bundle cluster does not run (it could not bound it in time): use a kubeconfig with a token or client certificate (e.g. "oc login --token" or a ServiceAccount token)`);
+    for (const [fileKey, dataKey] of [['client-certificate', 'client-certificate-data'], ['client-key', 'client-key-data']] as const) {
+      if (u[fileKey] === undefined) continue;
+      u[dataKey] ??= (await read(`user ${String(name)}'s ${fileKey}`, u[fileKey])).toString('base64');
+      delete u[fileKey];
+    }
+    if (u['token-file'] !== undefined) {
+      u.token ??= (await read(`user ${String(name)}'s token-file`, u['token-file'])).toString('utf8').trim();
+      delete u['token-file'];
+    }
+  }
+}
 
 async function loadKubeconfig(file: string, context?: string): Promise<KubeConfig> {
   const { KubeConfig: Kc } = await loadK8s();
   const kc = new Kc();
-  kc.loadFromString((await readSmallFile(file, MAX_KUBECONFIG_BYTES)).bytes.toString('utf8'));
-  kc.makePathsAbsolute(dirname(file));
+  const doc: unknown = parseYaml((await readSmallFile(file, MAX_KUBECONFIG_BYTES)).bytes.toString('utf8'));
+  if (typeof doc !== 'object' || doc === null) throw new Error('not a kubeconfig (no clusters, users and contexts)');
+  await inlineReferencedFiles(doc as { clusters?: unknown; users?: unknown }, file);
+  kc.loadFromString(JSON.stringify(doc));
   if (context) kc.setCurrentContext(context);
   return kc;
 }
@@ -32,13 +90,16 @@ export async function customObjectsApi(kubeconfig: string, context?: string, htt
   return boundedClient(await loadKubeconfig(kubeconfig, context), Api, http);
 }
 
-/** Per-request options that cut the request off when `signal` aborts; optionally with a Content-Type. */
-export function requestOptions(signal: AbortSignal, contentType?: string): ConfigurationOptions {
+/**
+ * Per-request options that cut the request off when `signal` aborts (none: the client's own
+ * deadline, cluster-http.ts, is the only one); optionally with a Content-Type.
+ */
+export function requestOptions(signal: AbortSignal | undefined, contentType?: string): ConfigurationOptions {
   const { Observable, setHeaderOptions } = loadedK8s();
   const options: ConfigurationOptions = {
     middleware: [{
       pre: (ctx) => {
-        ctx.setSignal(signal);
+        if (signal) ctx.setSignal(signal);
         return new Observable(Promise.resolve(ctx));
       },
       post: (ctx) => new Observable(Promise.resolve(ctx)),

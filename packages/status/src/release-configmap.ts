@@ -43,7 +43,7 @@ export function signatureConfigMap(digest: string, signatures: readonly Uint8Arr
 export async function applySignatureConfigMap(apis: AdminApis, digest: string, cm: SignatureConfigMap): Promise<void> {
   await apiCall(`apply ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP}`, () => apis.core.patchNamespacedConfigMap(
     { name: SIGNATURE_CONFIGMAP, namespace: SIGNATURE_NAMESPACE, body: cm, fieldManager: signatureFieldManager(digest), force: true },
-    requestOptions(AbortSignal.timeout(30_000), APPLY_PATCH),
+    requestOptions(undefined, APPLY_PATCH),
   ));
 }
 
