@@ -1,5 +1,5 @@
 import { ClusterError } from './cluster-errors.js';
-import { isApiException } from './kube.js';
+import { isApiException } from './k8s.js';
 
 /**
  * Runs one API request for `what` ("list nodes"), translating client-node's errors into
