@@ -8,19 +8,36 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { makeBundle } from '../format/craft.js';
 import { AGENT, nodeRoot, run } from './fixtures.js';
 
-t.test('a load beside a running daemon: status names the load\'s result and the daemon as alive, then and after its heartbeats', async (t) => {
+/**
+ * A node for these tests (CRI-O, running 1.2.2). `gated`: its CRI-O reload blocks while `gate`
+ * exists, so a load holds in Serving (its mirror's reload) until the test lets it go.
+ */
+async function testNode(t: any, opts: { gated?: boolean; extra?: string } = {}) {
   const b = await makeBundle(t);
   const pub = join(b.dir, 'factory.pub');
   await writeFile(pub, b.key.publicPem);
   await chmod(b.dir, 0o755);
   const root = join(b.dir, 'node');
-  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  heartbeatSeconds: 1\n');
+  const gate = join(b.dir, 'reload.gate');
+  const reload = opts.gated ? JSON.stringify(['sh', '-c', `while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`]) : '["true"]';
+  const config = await nodeRoot(root, pub, `runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ${reload}\nstatus:\n  heartbeatSeconds: 1\n${opts.extra ?? ''}`);
   const statusFile = join(root, 'var/lib/bundle-agent/status.json');
   const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
+  return { b, root, gate, config, readStatus, consoleFile };
+}
 
+/** The daemon, once it writes the status file (killed at the end of the test). */
+async function startDaemon(t: any, config: string, readStatus: () => Promise<any>) {
   const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
   t.teardown(() => daemon.kill('SIGKILL'));
   for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  return daemon;
+}
+
+t.test('a load beside a running daemon: status names the load\'s result and the daemon as alive, then and after its heartbeats', async (t) => {
+  const { b, config, readStatus } = await testNode(t);
+  const daemon = await startDaemon(t, config, readStatus);
   t.equal((await readStatus())?.writer?.pid, daemon.pid, 'the daemon writes the status file');
 
   const load = await run(AGENT, ['load', b.path, '--config', config]);
@@ -39,18 +56,8 @@ t.test('a load beside a running daemon: status names the load\'s result and the 
 });
 
 t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console line and status alone', async (t) => {
-  const b = await makeBundle(t);
-  const pub = join(b.dir, 'factory.pub');
-  await writeFile(pub, b.key.publicPem);
-  await chmod(b.dir, 0o755);
-  const root = join(b.dir, 'node');
-  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  heartbeatSeconds: 1\n');
-  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
-  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
-  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  t.teardown(() => daemon.kill('SIGKILL'));
-  for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  const { b, config, readStatus, consoleFile } = await testNode(t);
+  const daemon = await startDaemon(t, config, readStatus);
   // the node is Ready: the load's result, which the daemon adopts and shows
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
   for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
@@ -75,27 +82,10 @@ t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console lin
   t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
 });
 
-/** A node whose CRI-O reload blocks while `gate` exists: a load holds in Serving (its mirror's reload) until the test lets it go. */
-async function gatedNode(t: any, extra = '') {
-  const b = await makeBundle(t);
-  const pub = join(b.dir, 'factory.pub');
-  await writeFile(pub, b.key.publicPem);
-  await chmod(b.dir, 0o755);
-  const root = join(b.dir, 'node');
-  const gate = join(b.dir, 'reload.gate');
-  const reload = JSON.stringify(['sh', '-c', `while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`]);
-  const config = await nodeRoot(root, pub, `runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ${reload}\nstatus:\n  heartbeatSeconds: 1\n${extra}`);
-  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
-  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
-  return { b, root, gate, config, readStatus, consoleFile };
-}
 
 t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it Interrupted, not its last phase for good', async (t) => {
-  const n = await gatedNode(t);
-  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  t.teardown(() => daemon.kill('SIGKILL'));
-  for (let i = 0; i < 200 && (await n.readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  const n = await testNode(t, { gated: true });
+  const daemon = await startDaemon(t, n.config, n.readStatus);
   await writeFile(n.gate, '');
   t.teardown(() => rm(n.gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
@@ -118,7 +108,7 @@ t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it I
 });
 
 t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Interrupted, not killed mid-way', async (t) => {
-  const n = await gatedNode(t);
+  const n = await testNode(t, { gated: true });
   await writeFile(n.gate, '');
   t.teardown(() => rm(n.gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -138,18 +128,8 @@ t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Int
 });
 
 t.test('releases forget of the release the status shows Ready, beside the daemon: the status and console stop saying it is loaded', async (t) => {
-  const b = await makeBundle(t);
-  const pub = join(b.dir, 'factory.pub');
-  await writeFile(pub, b.key.publicPem);
-  await chmod(b.dir, 0o755);
-  const root = join(b.dir, 'node');
-  const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  heartbeatSeconds: 1\n');
-  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
-  const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
-  const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  t.teardown(() => daemon.kill('SIGKILL'));
-  for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  const { b, config, readStatus, consoleFile } = await testNode(t);
+  const daemon = await startDaemon(t, config, readStatus);
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
   for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
   t.equal((await readStatus()).phase, 'Ready');
@@ -171,7 +151,7 @@ t.test('releases forget of the release the status shows Ready, beside the daemon
 });
 
 t.test('a stick (drop directory) found while a by-hand load holds the lock: tried again once it is free, no Busy failure left', async (t) => {
-  const n = await gatedNode(t, 'media:\n  roots: [/media]\n  watchDirs: [/var/lib/bundle-agent/drop]\n  pollSeconds: 1\n');
+  const n = await testNode(t, { gated: true, extra: 'media:\n  roots: [/media]\n  watchDirs: [/var/lib/bundle-agent/drop]\n  pollSeconds: 1\n' });
   const drop = join(n.root, 'var/lib/bundle-agent/drop');
   await mkdir(drop, { recursive: true });
   const daemon = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
