@@ -25,6 +25,7 @@ import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
 import { customObjectsApi, isApiException, requestOptions } from './kube.js';
 import { ClusterError } from './cluster-errors.js';
+import { apiDetail, apiMessage } from './cluster-api.js';
 import type { NodeStatus } from './model.js';
 import { withoutRefused, refusedFields } from './refused.js';
 import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION, type ResourceStatus } from './resource.js';
@@ -120,7 +121,9 @@ function classify(err: unknown, main: boolean): Failure {
         /* plain text */
       }
     }
-    const detail = typeof body === 'object' && typeof body?.message === 'string' ? `: ${body.message.slice(0, 500)}` : typeof body === 'string' && body ? `: ${body.slice(0, 200)}` : '';
+    // the one cut the admin's commands use too: one line, at most MAX_API_DETAIL_CHARS
+    const text = apiMessage(body) || (typeof body === 'string' ? apiDetail(body) : '');
+    const detail = text ? `: ${text}` : '';
     const message = `HTTP ${code}${detail}`;
     // a refusal by RBAC or the admission policy: name the rule that grants the write
     if (code === 403) return { retry: true, message: `${message}: apply deploy/rbac.yaml (ClusterRole offline-bundle:node-status-writer, bound to group system:nodes, and its admission policy), or before Kubernetes 1.30 / OpenShift 4.17 the output of bundle cluster rbac`, status: code, reload: true };
