@@ -7,8 +7,8 @@
  * Nothing else; no request body is read; only GET and HEAD.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { isIP } from 'node:net';
 import type { NodeStatus } from './model.js';
+import { isLoopback } from './loopback.js';
 import { METRICS_CONTENT_TYPE, type Metrics } from './metrics.js';
 import type { Health, HealthCheck } from './health.js';
 
@@ -36,14 +36,6 @@ export interface StatusServer {
   close(): Promise<void>;
 }
 
-/** True for 127.0.0.0/8, ::1 (and its IPv4-mapped forms) and "localhost". */
-export function isLoopback(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  if (h === 'localhost') return true;
-  if (isIP(h) === 4) return h.startsWith('127.');
-  if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h) || h === '0:0:0:0:0:0:0:1';
-  return false;
-}
 
 function hostOfHeader(host: string | undefined): string | undefined {
   if (!host) return undefined;

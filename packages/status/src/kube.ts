@@ -1,10 +1,10 @@
-import { BlockList, isIP } from 'node:net';
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { readSmallFile } from '@offline-bundle/oci';
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
+import { isLoopback } from './loopback.js';
 
 export { loadK8s, isApiException, type K8s } from './k8s.js';
 
@@ -12,10 +12,6 @@ export { loadK8s, isApiException, type K8s } from './k8s.js';
 export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 /** A certificate, key or token file a kubeconfig names: a few KiB. */
 export const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
-
-const LOOPBACK = new BlockList();
-LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
-LOOPBACK.addAddress('::1', 'ipv6');
 
 type Entry = { name?: unknown; cluster?: Record<string, unknown>; user?: Record<string, unknown> };
 
@@ -39,8 +35,7 @@ async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown 
   for (const { name, cluster: c } of entries(doc.clusters)) {
     if (c && typeof c.server === 'string' && /^http:\/\//i.test(c.server) && c['insecure-skip-tls-verify'] !== true) {
       // plain http only to this machine (kubectl proxy's server), as kubectl: client-node refuses it unless told to skip TLS checks
-      const host = new URL(c.server).hostname.replace(/^\[|\]$/g, '');
-      if (host !== 'localhost' && !(isIP(host) && LOOPBACK.check(host, isIP(host) === 6 ? 'ipv6' : 'ipv4'))) {
+      if (!isLoopback(new URL(c.server).hostname)) {
         throw new Error(`cluster ${String(name)}'s server ${c.server} is plain http to another machine: use its https address (plain http is for a loopback server such as kubectl proxy's)`);
       }
       c['insecure-skip-tls-verify'] = true;
