@@ -14,6 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, readlink, rm, stat, statfs, truncate, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pidExists } from '@offline-bundle/oci';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -205,14 +206,7 @@ async function frozenMidRead(t: any, n: Node): Promise<Agent> {
 }
 const cond = (s: Status | undefined, type: string) => s?.conditions.find((c) => c.type === type);
 
-function gone(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch {
-    return true;
-  }
-}
+const gone = (pid: number) => !pidExists(pid);
 
 /** Pulls the stand-in has finished (this process's events): proves a pull was still in flight. */
 async function pullsDone(n: Node): Promise<number> {

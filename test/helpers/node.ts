@@ -25,6 +25,7 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { pidExists } from '@offline-bundle/oci';
 
 type T = { teardown(fn: () => unknown): void };
 
@@ -254,20 +255,11 @@ function unmountUnder(dir: string): void {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** Kills by PID what the machine's cgroups hold, unmounts its directory, removes its cgroups and the directory. */
 function destroyMachine(machine: string, nspawnPid?: number): void {
-  if (nspawnPid && alive(nspawnPid)) try { process.kill(nspawnPid, 'SIGKILL'); } catch { /* gone */ }
+  if (nspawnPid && pidExists(nspawnPid)) try { process.kill(nspawnPid, 'SIGKILL'); } catch { /* gone */ }
   for (let i = 0; i < 20; i++) {
-    const pids = cgroupPids(machine).filter(alive);
+    const pids = cgroupPids(machine).filter((pid) => pidExists(pid));
     if (!pids.length) break;
     for (const p of pids) try { process.kill(p, 'SIGKILL'); } catch { /* gone */ }
     execFileSync('sleep', ['0.1']);
@@ -283,7 +275,7 @@ function reapStale(): void {
   if (!existsSync(NODES)) return;
   for (const machine of readdirSync(NODES)) {
     const owner = Number(readFileSync(join(NODES, machine, 'owner'), 'utf8').trim() || 0) || 0;
-    if (owner && alive(owner)) continue;
+    if (owner && pidExists(owner)) continue;
     destroyMachine(machine);
   }
 }
