@@ -1,34 +1,20 @@
 // Every `bundle cluster` command against the hostile stand-in API server (test/cluster/hostile-api.ts:
-// huge, silent, trickling, redirecting, mistyped and deeply nested answers): each ends, by its
-// deadline or a bound, with one `bundle: CODE: …` line naming the server, and exit 1.
+// huge, silent, trickling, redirecting, mistyped answers): each ends, by its deadline or a bound,
+// with one `bundle: CODE: …` line naming the server, and exit 1. The bounds on lists, pages,
+// nesting and messages are in hostile-api-bounds.test.ts.
 import t from 'tap';
-import path from 'node:path';
-import { BUNDLE_BIN, errorCode, bundle, run } from '../builder/lib.js';
-import { writeKubeconfig } from '../status/lib.js';
-import { tmpdir } from '../status/lib.js';
-import { makeBundle } from './lib.js';
-import { releaseKey, signRelease } from '../builder/release-signing.js';
-import { HostileApi, type Attack } from './hostile-api.js';
+import { errorCode, bundle } from '../builder/lib.js';
+import { hostileSetup } from './hostile-api-setup.js';
+import type { Attack } from './hostile-api.js';
 
-const work = await tmpdir(t, 'ob-hostile-api-');
-const h = await HostileApi.start();
-t.teardown(() => h.close());
-const kubeconfig = await writeKubeconfig(path.join(work, 'kubeconfig'), h.port, 'admin-token', 'http');
-const key = await releaseKey();
-const b = await makeBundle(path.join(work, 'b'), { version: '4.15.1', upgradeFrom: ['4.15.0'], sign: async (d, ref) => [await signRelease(key, ref, d)] });
-const server = `http://127.0.0.1:${h.port}`;
+const { h, kubeconfig, server, commands } = await hostileSetup(t);
 
-// --request-timeout 2: the deadline under test; the attacks without one never end on their own
-const commands: [string, string[]][] = [
-  ['status', ['cluster', 'status']],
-  ['prepare', ['cluster', 'prepare', b.file, '--key', b.pub]],
-  ['upgrade', ['cluster', 'upgrade', b.file, '--key', b.pub]],
-  ['rbac', ['cluster', 'rbac']],
-];
-const expected: [Attack, string, RegExp][] = [
+// The attacks judged by a bound, not the deadline, get a deadline a loaded CI machine meets:
+// 64 MiB through a coverage-instrumented client took over 2 s there, and read as API_TIMEOUT.
+const expected: [Attack, string, RegExp, string?][] = [
   ['silent', 'API_TIMEOUT', /gave no complete answer within 2 s/],
   ['trickle', 'API_TIMEOUT', /gave no complete answer within 2 s/],
-  ['huge', 'API_TOO_LARGE', /an answer over 64 MiB/],
+  ['huge', 'API_TOO_LARGE', /an answer over 64 MiB/, '120'],
   ['redirect', 'API_REDIRECT', /redirected to http:\/\/127\.0\.0\.1:\d+: refused/],
   ['html-json', 'API_NOT_JSON', /"text\/html", not JSON/],
   ['html-page', 'API_NOT_JSON', /"text\/html; charset=utf-8", not JSON/],
@@ -36,11 +22,13 @@ const expected: [Attack, string, RegExp][] = [
   ['empty-json', 'API_NOT_JSON', /with an empty body/],
 ];
 
-for (const [attack, code, message] of expected) {
+for (const [attack, code, message, timeout = '2'] of expected) {
   t.test(`hostile API stand-in, ${attack}: every command ends with one line ${code}`, async (t) => {
     h.attack = attack;
-    for (const [name, args] of commands) {
-      const r = await bundle([...args, '--kubeconfig', kubeconfig, '--request-timeout', '2']);
+    // the four commands at once: one after another, the file outran tap's 300 s on CI
+    const results = await Promise.all(commands.map(([, args]) => bundle([...args, '--kubeconfig', kubeconfig, '--request-timeout', timeout])));
+    for (const [i, [name]] of commands.entries()) {
+      const r = results[i]!;
       t.equal(r.code, 1, `${name}: exit 1`);
       t.equal(r.stderr.trimEnd().split('\n').length, 1, `${name}: one line (${r.stderr.slice(0, 300)})`);
       t.equal(errorCode(r.stderr), code, `${name}: ${r.stderr.slice(0, 300)}`);
@@ -51,80 +39,3 @@ for (const [attack, code, message] of expected) {
   });
 }
 
-t.test('an item nested 1,000,000 arrays deep: read without overflowing the stack (only what the roll-up reads is kept)', async (t) => {
-  h.attack = 'deep';
-  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
-  t.equal(errorCode(r.stderr), 'NODES_NOT_READY', r.stderr.slice(0, 300));
-  t.equal(r.stderr.trimEnd().split('\n').length, 1);
-});
-
-t.test('lists are read in pages of 500 (continue tokens followed), and a list that never ends is cut', async (t) => {
-  h.attack = 'paged';
-  h.pages = 0;
-  const r = await bundle(['cluster', 'status', '--json', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
-  const j = JSON.parse(r.stdout.split('\n{"error"')[0]!);
-  t.equal(j.nodes.length, 1200, 'every node of every page');
-  t.equal(h.pages, 6, 'Nodes in 3 pages of 500, 500, 200; the statuses the same');
-  h.attack = 'endless-pages';
-  const e = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '10']);
-  t.equal(errorCode(e.stderr), 'API_TOO_LARGE', e.stderr);
-  t.match(e.stderr, /goes on past 800 pages/);
-  t.equal(e.stderr.trimEnd().split('\n').length, 1);
-});
-
-t.test('a redirect to the same server is followed (same scheme, host and port)', async (t) => {
-  h.attack = 'self-redirect';
-  const r = await bundle(['cluster', 'status', '--json', '--kubeconfig', kubeconfig, '--request-timeout', '2']);
-  t.equal(errorCode(r.stderr), 'NODES_NOT_READY', r.stderr);
-  t.match(JSON.parse(r.stdout.split('\n{"error"')[0]!), { summary: 'no nodes match' });
-});
-
-t.test('--request-timeout refuses what is not a number of seconds', async (t) => {
-  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '0']);
-  t.equal(r.code, 2, r.stderr);
-});
-
-/** `bundle ARGS` under GNU time: its stderr lines and its peak resident set in MiB (%M, KiB, on the last line). */
-async function bundleMaxRss(args: string[]): Promise<{ lines: string[]; maxRssMiB: number }> {
-  const r = await run('/usr/bin/time', ['-q', '-f', '%M', process.execPath, BUNDLE_BIN, ...args]);
-  const lines = r.stderr.trimEnd().split('\n');
-  return { maxRssMiB: Number(lines.pop()) / 1024, lines };
-}
-
-t.test('a page of 21,000,000 items when 500 were asked for (60 MiB, under the byte bound): refused while it arrives, memory stays bounded', async (t) => {
-  // the baseline: the same command reading a correct empty list, under the same runner (coverage costs memory too)
-  h.attack = 'self-redirect';
-  const base = await bundleMaxRss(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '20']);
-  t.equal(errorCode(base.lines.join('\n')), 'NODES_NOT_READY', base.lines.join('\n'));
-  h.attack = 'many-items';
-  const r = await bundleMaxRss(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '20']);
-  t.equal(r.lines.length, 1, `one line (${r.lines.join('\n').slice(0, 300)})`);
-  t.equal(errorCode(r.lines[0]!), 'API_TOO_LARGE', r.lines[0]);
-  t.match(r.lines[0], /sent a list page of over 500 items when asked for 500/);
-  t.match(r.lines[0], server);
-  t.ok(base.maxRssMiB > 0 && r.maxRssMiB < base.maxRssMiB + 100, `peak RSS ${r.maxRssMiB.toFixed(0)} MiB, at most 100 MiB over the ${base.maxRssMiB.toFixed(0)} MiB of reading an empty list`);
-});
-
-t.test('a server answering each page after 2 s with another continue token: the command ends at --deadline, one line', async (t) => {
-  h.attack = 'slow-pages';
-  h.pages = 0;
-  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '3', '--deadline', '5']);
-  t.equal(r.code, 1);
-  t.equal(r.stderr.trimEnd().split('\n').length, 1, r.stderr);
-  t.equal(errorCode(r.stderr), 'API_TIMEOUT', r.stderr);
-  t.match(r.stderr, /did not finish answering this command's calls within 5 s in all/);
-  t.match(r.stderr, server);
-  t.ok(h.pages <= 4, `cut after ${h.pages} pages, not 800`);
-});
-
-t.test('an API error whose Status message is 50 MiB over many lines: one line, the message cut', async (t) => {
-  h.attack = 'long-message';
-  for (const [name, args] of commands) {
-    const r = await bundle([...args, '--kubeconfig', kubeconfig, '--request-timeout', '20']);
-    t.equal(r.code, 1, `${name}: exit 1`);
-    t.equal(errorCode(r.stderr), 'API_ERROR', `${name}: ${r.stderr.slice(0, 300)}`);
-    t.equal(r.stderr.trimEnd().split('\n').length, 1, `${name}: one line`);
-    t.ok(r.stderr.length < 1000, `${name}: ${r.stderr.length} characters`);
-    t.match(r.stderr, /answered 500 to .*: the server is on fire the server is on fire/);
-  }
-});
