@@ -3,7 +3,8 @@
 import { rm } from 'node:fs/promises';
 import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
-import { formatReference, makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
+import { formatReference, parseReference } from '@offline-bundle/oci';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import { AGENT_REPOSITORY, isAgentVersion } from '@offline-bundle/format';
 
 const BY_DIGEST = new RegExp(`^${AGENT_REPOSITORY.replace(/[.]/g, '\\.')}@sha256:[0-9a-f]{64}$`);

@@ -2,7 +2,7 @@ import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { endsWithSeekTable, readHeader } from '@offline-bundle/format';
-import { assertRegularFile } from '@offline-bundle/oci';
+import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from './errors.js';
 
 /**

@@ -6,7 +6,7 @@ import { mkdir, stat } from 'node:fs/promises';
 import { readHeader } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
-import { writeFileAtomic } from '@offline-bundle/oci';
+import { writeFileAtomic } from '@offline-bundle/host';
 
 export interface BundleRecord {
   /** dev:inode:size:mtime, the identity of one copy of a file whatever its name (a changed file is a new bundle). */

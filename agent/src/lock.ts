@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { link, open, rm, writeFile } from 'node:fs/promises';
-import { makeDirs } from '@offline-bundle/oci';
+import { makeDirs } from '@offline-bundle/host';
 import { otherProcess, pidExists, processIdentity, type ProcessIdentity } from '@offline-bundle/status';
 import { join } from 'node:path';
 import { AgentError } from './errors.js';

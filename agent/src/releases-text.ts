@@ -1,5 +1,5 @@
 // How `bundle-agent releases` reads to a person (the --json output is the ReleasesView itself).
-import { escapeControls, textTable } from '@offline-bundle/oci';
+import { escapeControls, textTable } from '@offline-bundle/host';
 import { plural } from '@offline-bundle/status';
 import type { Forgotten, PinState, ReleasesView } from './releases.js';
 

@@ -2,7 +2,7 @@
 // recorded its images: without a record it would not stay pinned while the next one loads.
 import { join } from 'node:path';
 import { AGENT_REPOSITORY, type BundleManifest } from '@offline-bundle/format';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import type { ClusterRelease } from '@offline-bundle/status';
 import type { ImageInspector } from './runtime-target.js';
 import { readStateJson } from './state-json.js';

@@ -4,7 +4,8 @@ import { readdir, rm } from 'node:fs/promises';
 import { readStateJson } from './state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
-import { makeDirs, parseReference, writeFileAtomic } from '@offline-bundle/oci';
+import { parseReference } from '@offline-bundle/oci';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import {
   CriImageClient, RuntimeError, containerdPinnedRefs, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,

@@ -1,4 +1,4 @@
-import { filesystemFree as fsInfo } from '@offline-bundle/oci';
+import { filesystemFree as fsInfo } from '@offline-bundle/host';
 import type { BundleManifest } from '@offline-bundle/format';
 import { formatBytes, type BundleMode } from '@offline-bundle/status';
 import type { AgentConfig } from './config.js';

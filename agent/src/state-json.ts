@@ -1,4 +1,4 @@
-import { readSmallFile } from '@offline-bundle/oci';
+import { readSmallFile } from '@offline-bundle/host';
 
 /**
  * The state files the agent keeps for itself (release and bundle records, pins, a pending

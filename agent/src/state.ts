@@ -1,6 +1,6 @@
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import { isReleaseArch, isReleaseVersion } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
 

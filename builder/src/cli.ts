@@ -1,6 +1,7 @@
 import { chmod, open, stat } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, OciError, addCompletionCommand, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { OciError, addCompletionCommand, formatPlatform } from '@offline-bundle/oci';
+import { BaseError, assertRegularFile, escapeControls, runCli, writeFileAtomic } from '@offline-bundle/host';
 import {
   FormatError, PASSPHRASE_ENV, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';

@@ -7,7 +7,8 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { stringify as stringifyYaml } from 'yaml';
-import { escapeControls, loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures } from '@offline-bundle/format';
 import {
   API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,

@@ -4,7 +4,7 @@ import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { assertRegularFile, makeDirs, readSmallFile, unsafePermissions } from '@offline-bundle/oci';
+import { assertRegularFile, makeDirs, readSmallFile, unsafePermissions } from '@offline-bundle/host';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const code = async (p: Promise<unknown>) => p.then(() => 'resolved', (e: { code?: string }) => e.code);

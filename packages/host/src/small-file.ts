@@ -7,7 +7,7 @@ import { constants, type Stats } from 'node:fs';
 import { open, realpath, stat, type FileHandle } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { dirname } from 'node:path';
-import { OciError } from './errors.js';
+import { HostError } from './errors.js';
 
 function kind(st: Stats): string {
   if (st.isDirectory()) return 'a directory';
@@ -31,7 +31,7 @@ export async function assertRegularFile(path: string): Promise<Stats | undefined
   if (!fh) return undefined;
   try {
     const st = await fh.stat();
-    if (!st.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file: give the path of the file itself`);
+    if (!st.isFile()) throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file: give the path of the file itself`);
     return st;
   } finally {
     await fh.close();
@@ -48,7 +48,7 @@ export async function openRegularFile(path: string): Promise<FileHandle> {
   const fh = await open(path, OPEN_FLAGS | constants.O_NOFOLLOW);
   try {
     const st = await fh.stat();
-    if (!st.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file`);
+    if (!st.isFile()) throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file`);
     return fh;
   } catch (err) {
     await fh.close();
@@ -93,7 +93,7 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeou
     }
     if (bytesRead > 0) {
       n += bytesRead;
-      if (n > maxBytes) throw new OciError('FILE_TOO_LARGE', `${path} gave over ${maxBytes} bytes, the most this kind of input may have: is it the right command?`);
+      if (n > maxBytes) throw new HostError('FILE_TOO_LARGE', `${path} gave over ${maxBytes} bytes, the most this kind of input may have: is it the right command?`);
       continue;
     }
     // the end, once something arrived; at once for a shell's pipe (its writer is there from the
@@ -101,8 +101,8 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeou
     if (bytesRead === 0 && (n > 0 || ANONYMOUS_PIPE.test(path))) return buf.subarray(0, n);
     if (Date.now() >= deadline) {
       const s = Math.round(timeoutMs / 1000);
-      if (bytesRead === 0) throw new OciError('INPUT_TIMEOUT', `${path} is a pipe nothing wrote to within ${s} s: start the command that writes it first, or give a file`);
-      throw new OciError('INPUT_TIMEOUT', `${path} is a pipe that gave no end within ${s} s: does the command writing it finish?`);
+      if (bytesRead === 0) throw new HostError('INPUT_TIMEOUT', `${path} is a pipe nothing wrote to within ${s} s: start the command that writes it first, or give a file`);
+      throw new HostError('INPUT_TIMEOUT', `${path} is a pipe that gave no end within ${s} s: does the command writing it finish?`);
     }
     signal?.throwIfAborted();
     await sleep(20, undefined, signal ? { signal } : {}).catch(() => signal?.throwIfAborted());
@@ -120,8 +120,8 @@ export async function readSmallFile(path: string, maxBytes: number, opts: SmallF
   try {
     const stats = await fh.stat();
     if (opts.pipe && stats.isFIFO()) return { bytes: await readPipe(fh, path, maxBytes, opts.pipe), stats };
-    if (!stats.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `${path} is ${kind(stats)}, not a regular file: give the path of the file itself`);
-    const tooLarge = () => new OciError('FILE_TOO_LARGE', `${path} is over ${maxBytes} bytes, the most this kind of file may have: is it the right file?`);
+    if (!stats.isFile()) throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(stats)}, not a regular file: give the path of the file itself`);
+    const tooLarge = () => new HostError('FILE_TOO_LARGE', `${path} is over ${maxBytes} bytes, the most this kind of file may have: is it the right file?`);
     if (stats.size > maxBytes) throw tooLarge();
     const buf = Buffer.alloc(maxBytes + 1);
     let n = 0;

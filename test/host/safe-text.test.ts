@@ -1,5 +1,5 @@
 import t from 'tap';
-import { escapeControls, firstLine } from '@offline-bundle/oci';
+import { escapeControls, firstLine } from '@offline-bundle/host';
 
 t.test('escapeControls makes every control and bidi character visible', async (t) => {
   const hostile = 'a\x1b[2J\x1b[32mDone\x07\r\n\t\x7f\x85\x9b\u202eevil\u2066\u200b\ufeff\u2028\u{e0041}\ud800z';

@@ -1,6 +1,6 @@
 import { mkdir, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
-import { OciError } from './errors.js';
+import { HostError } from './errors.js';
 
 const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
 const isDir = (path: string) => stat(path).then((s) => s.isDirectory(), () => false);
@@ -26,6 +26,6 @@ export async function makeDirs(dir: string, mode?: number): Promise<void> {
   } catch (err) {
     if (code(err) === 'EEXIST' && (await isDir(target))) return;
     if (code(err) !== 'ENOENT') throw err;
-    throw new OciError('CANNOT_CREATE_DIR', `cannot create directory ${target}: the filesystem of ${dirname(target)} does not allow it; choose a directory on a writable disk`, { cause: err });
+    throw new HostError('CANNOT_CREATE_DIR', `cannot create directory ${target}: the filesystem of ${dirname(target)} does not allow it; choose a directory on a writable disk`, { cause: err });
   }
 }
