@@ -1,4 +1,4 @@
-export { BaseError, describeSystemError, errnoReason, firstLine, ignoreBrokenPipe, runCli, usageExitCode } from './base-error.js';
+export { BaseError, describeSystemError, errnoReason, firstLine } from './base-error.js';
 export { HostError } from './errors.js';
 export { writeFileAtomic } from './atomic-file.js';
 export { escapeControls, textTable } from './safe-text.js';

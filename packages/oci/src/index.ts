@@ -42,7 +42,3 @@ export type { CacheInfo } from './blob-cache.js';
 export type { PullAlwaysWorkload } from './release-manifests.js';
 export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';
-export { manPage, roffText } from './man-page.js';
-export { COMPLETION_SHELLS, addCompletionCommand, completionScript } from './completion.js';
-export type { CompletionShell, CompletingCommand } from './completion.js';
-export type { ManPageInfo } from './man-page.js';
