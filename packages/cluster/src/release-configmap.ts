@@ -9,9 +9,7 @@
  * Applied by server-side apply with one field manager per release, so the keys of different
  * releases (and oc-mirror's own) live side by side and a later apply drops none of them.
  */
-import type { AdminApis } from './kube.js';
-import { apiCall } from './cluster-api.js';
-import { requestOptions } from './kube.js';
+import { apiCall, requestOptions, type AdminApis } from '@offline-bundle/status';
 
 export const SIGNATURE_NAMESPACE = 'openshift-config-managed';
 export const SIGNATURE_CONFIGMAP = 'mirrored-release-signatures';

@@ -4,11 +4,7 @@
  * the selector) reports phase Ready with a Ready=True condition for one and the same bundle
  * digest (the whole file's sha256, as the agent verified it).
  */
-import type { AdminApis } from './kube.js';
-import { apiCall, listAll } from './cluster-api.js';
-import { completedRelease } from './cluster-version.js';
-import { holdsRelease } from './history.js';
-import { GROUP, PLURAL, VERSION } from './resource.js';
+import { apiCall, completedRelease, GROUP, holdsRelease, listAll, PLURAL, VERSION, type AdminApis } from '@offline-bundle/status';
 
 export interface NodeRow {
   node: string;

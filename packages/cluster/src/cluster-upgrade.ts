@@ -5,10 +5,7 @@
  * is not there), and the start itself: ClusterVersion spec.desiredUpdate = the release image by
  * digest, never `force`.
  */
-import type { AdminApis } from './kube.js';
-import { requestOptions } from './kube.js';
-import { apiCall, listAll } from './cluster-api.js';
-import { ClusterError } from './cluster-errors.js';
+import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
 import { readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
 

@@ -7,8 +7,7 @@
  * Apply it instead of deploy/rbac.yaml's writer ClusterRoleBinding; a node added later needs
  * its own objects (run the generator again).
  */
-import { API_VERSION, GROUP, KIND, PLURAL, isValidNodeName } from './resource.js';
-import { ClusterError } from './cluster-errors.js';
+import { API_VERSION, ClusterError, GROUP, isValidNodeName, KIND, PLURAL } from '@offline-bundle/status';
 
 export type NodeIdentity = 'node' | 'serviceaccount';
 export const AGENT_NAMESPACE = 'offline-bundle';
