@@ -3,8 +3,8 @@
 import type { BundleManifest } from '@offline-bundle/format';
 import { mirrorPath } from '@offline-bundle/oci';
 import type { ServedLog } from '@offline-bundle/registry';
-import { AgentError } from './errors.js';
-import type { Logger } from './log.js';
+import { AgentError } from '../errors.js';
+import type { Logger } from '../log.js';
 import type { ImageInspector } from './runtime-target.js';
 
 const byDigest = (img: { repository: string; digest: string }) => `${img.repository}@${img.digest}`;

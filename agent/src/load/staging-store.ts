@@ -7,8 +7,8 @@ import { blobPath, type BundleManifest } from '@offline-bundle/format';
 import { parseManifest } from '@offline-bundle/oci';
 import { openRegularFile } from '@offline-bundle/host';
 import { layoutRange, type BlobStore, type Catalog } from '@offline-bundle/registry';
-import { AgentError } from './errors.js';
-import { namesOf } from './runtime-target.js';
+import { AgentError } from '../errors.js';
+import { namesOf } from '../runtime/runtime-target.js';
 
 interface Waiter { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void }
 

@@ -1,7 +1,7 @@
 import type { StatusTracker } from '@offline-bundle/status';
-import type { AgentConfig } from './config.js';
-import type { Logger } from './log.js';
-import type { RuntimeTarget } from './runtime-target.js';
+import type { AgentConfig } from '../config.js';
+import type { Logger } from '../log.js';
+import type { RuntimeTarget } from '../runtime/runtime-target.js';
 
 /** What every phase of a load shares: the config, the log, the status, the runtime. */
 export interface PipelineContext {

@@ -3,7 +3,7 @@ import { link, open, rm, writeFile } from 'node:fs/promises';
 import { makeDirs } from '@offline-bundle/host';
 import { otherProcess, pidExists, processIdentity, type ProcessIdentity } from '@offline-bundle/status';
 import { join } from 'node:path';
-import { AgentError } from './errors.js';
+import { AgentError } from '../errors.js';
 
 const LOCK = 'load.lock';
 /**

@@ -3,10 +3,10 @@
 // them. The daemon re-makes that union whenever crio.conf or any crio.conf.d file changes.
 import { readdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import type { AgentConfig } from './config.js';
-import { AgentError, oneLine } from './errors.js';
-import { withLoadLock } from './lock.js';
-import type { Logger } from './log.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError, oneLine } from '../errors.js';
+import { withLoadLock } from '../load/lock.js';
+import type { Logger } from '../log.js';
 import { CrioTarget } from './runtime-target.js';
 
 /** Names, sizes and mtimes of every file CRI-O reads pins from: changes when any of them does. */

@@ -1,8 +1,8 @@
 import { filesystemFree as fsInfo } from '@offline-bundle/host';
 import type { BundleManifest } from '@offline-bundle/format';
 import { formatBytes, type BundleMode } from '@offline-bundle/status';
-import type { AgentConfig } from './config.js';
-import { AgentError } from './errors.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError } from '../errors.js';
 
 /** The status model's bundle mode: one list of modes for the status, the CRD and the planner. */
 export type StageMode = BundleMode;

@@ -4,12 +4,12 @@
 import { checkSignature, loadTrust, parseManifestBytes, readLayoutDescription } from '@offline-bundle/format';
 import { LayoutStore, catalogOf } from '@offline-bundle/registry';
 import { plural, versionsInUse } from '@offline-bundle/status';
-import { oneLine } from './errors.js';
-import { loadImages } from './load-images.js';
-import type { PipelineContext } from './pipeline.js';
+import { oneLine } from '../errors.js';
+import { loadImages } from '../load/load-images.js';
+import type { PipelineContext } from '../load/pipeline.js';
 import { readReleases } from './state.js';
-import { missingImages } from './runtime-checks.js';
-import { namesOf } from './runtime-target.js';
+import { missingImages } from '../runtime/runtime-checks.js';
+import { namesOf } from '../runtime/runtime-target.js';
 
 /**
  * For every release still in use whose layout is kept: when any of its images is missing from

@@ -3,7 +3,7 @@ import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { endsWithSeekTable, readHeader } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/host';
-import { AgentError } from './errors.js';
+import { AgentError } from '../errors.js';
 
 /**
  * The bundle path must be a regular file before anything reads it: a FIFO (or a device)

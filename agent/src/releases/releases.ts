@@ -4,15 +4,15 @@
 import { rm } from 'node:fs/promises';
 import { relative, isAbsolute } from 'node:path';
 import { readStatusFile, runningReleases, technicianLine, writeStatusFile, type HistoryEntry, type HistoryState, type NodeStatus } from '@offline-bundle/status';
-import type { AgentConfig } from './config.js';
-import { AgentError, oneLine } from './errors.js';
-import type { Logger } from './log.js';
-import { withLoadLock } from './lock.js';
-import { compareVersions } from './policy.js';
-import { missingImages } from './runtime-checks.js';
-import type { ImageInspector, RuntimeTarget } from './runtime-target.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
+import { withLoadLock } from '../load/lock.js';
+import { compareVersions } from '../load/policy.js';
+import { missingImages } from '../runtime/runtime-checks.js';
+import type { ImageInspector, RuntimeTarget } from '../runtime/runtime-target.js';
 import { addForgotten, clearForgotten, forgetBundles, readForgotten, type ForgottenRelease } from './bundle-records.js';
-import { refsToKeepPinned } from './agent-switch-state.js';
+import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
 import { forgetReleaseRecord, readReleases, type ReleaseRecord } from './state.js';
 
 export interface ReleaseRow {

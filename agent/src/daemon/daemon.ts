@@ -1,19 +1,19 @@
 import {
   ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
-import type { AgentConfig } from './config.js';
-import { AgentError, oneLine } from './errors.js';
-import type { Logger } from './log.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
-import { releaseImagesPresent, removeLeftovers, runLoad } from './pipeline.js';
-import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten } from './bundle-records.js';
-import { restoreVanishedImages } from './restore.js';
-import { withLoadLock } from './lock.js';
-import { runtimeTarget } from './runtime-target.js';
-import { watchCrioPins } from './crio-pins-watch.js';
-import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from './self-upgrade.js';
-import { readAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
-import { TOOL_VERSION } from './version.js';
+import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
+import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten } from '../releases/bundle-records.js';
+import { restoreVanishedImages } from '../releases/restore.js';
+import { withLoadLock } from '../load/lock.js';
+import { runtimeTarget } from '../runtime/runtime-target.js';
+import { watchCrioPins } from '../runtime/crio-pins-watch.js';
+import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from '../self-upgrade/self-upgrade.js';
+import { readAgentSwitch, type AgentSwitchRecord } from '../self-upgrade/agent-switch-state.js';
+import { TOOL_VERSION } from '../version.js';
 
 /** How often a start whose load lock was busy tries again to unpin the previous agent image. */
 const UNPIN_RETRY_MS = 60_000;

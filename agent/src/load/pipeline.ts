@@ -12,20 +12,20 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
-import { missingImages } from './runtime-checks.js';
-import type { AgentConfig } from './config.js';
-import { AgentError, failureOf, oneLine } from './errors.js';
-import type { Logger } from './log.js';
+import { missingImages } from '../runtime/runtime-checks.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError, failureOf, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
-import { imageRefs, type PullGate, type RuntimeTarget } from './runtime-target.js';
+import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
-import { readReleases, recordRelease, type ReleaseRecord } from './state.js';
+import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
 import { withLoadLock } from './lock.js';
-import { contentOf, keyOf, recordBundle } from './bundle-records.js';
+import { contentOf, keyOf, recordBundle } from '../releases/bundle-records.js';
 import { assertBundleFile, mediaGone } from './bundle-file.js';
-import { switchAgentIfNewer } from './self-upgrade.js';
-import { TOOL_VERSION } from './version.js';
-import { rememberClusterRelease, rememberedClusterRelease } from './running-release.js';
+import { switchAgentIfNewer } from '../self-upgrade/self-upgrade.js';
+import { TOOL_VERSION } from '../version.js';
+import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
 
 export type { PipelineContext } from './pipeline-context.js';
 

@@ -10,11 +10,11 @@ import { formatReference, parseReference } from '@offline-bundle/oci';
 import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { reloadRuntime } from '@offline-bundle/runtime';
 import type { StatusTracker } from '@offline-bundle/status';
-import type { AgentConfig } from './config.js';
-import { oneLine } from './errors.js';
-import type { Logger } from './log.js';
-import type { RuntimeTarget } from './runtime-target.js';
-import { readReleases } from './state.js';
+import type { AgentConfig } from '../config.js';
+import { oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { RuntimeTarget } from '../runtime/runtime-target.js';
+import { readReleases } from '../releases/state.js';
 import { clearAgentSwitch, isAgentImageByDigest, isCanonicalReference, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { AGENT_REPOSITORY, type BundleManifest } from '@offline-bundle/format';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import type { ClusterRelease } from '@offline-bundle/status';
-import type { ImageInspector } from './runtime-target.js';
+import type { ImageInspector } from '../runtime/runtime-target.js';
 import { readStateJson } from './state-json.js';
 import { recordRelease, type ReleaseRecord } from './state.js';
 

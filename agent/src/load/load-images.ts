@@ -3,13 +3,13 @@
 import type { BundleManifest } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
 import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
-import { oneLine } from './errors.js';
+import { oneLine } from '../errors.js';
 import type { PipelineContext } from './pipeline-context.js';
-import { adoptRunningRelease } from './running-release.js';
-import { checkMirrorUsed, checkPinsSettled, imagesPresent } from './runtime-checks.js';
-import { imageRefs, imagesCovered, type PullGate } from './runtime-target.js';
-import type { ReleaseRecord } from './state.js';
-import { refsToKeepPinned } from './agent-switch-state.js';
+import { adoptRunningRelease } from '../releases/running-release.js';
+import { checkMirrorUsed, checkPinsSettled, imagesPresent } from '../runtime/runtime-checks.js';
+import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
+import type { ReleaseRecord } from '../releases/state.js';
+import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
 
 export interface ImagesInput {
   manifest: BundleManifest;

@@ -1,9 +1,9 @@
 import { EventEmitter } from 'node:events';
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
-import { bundleKey } from './bundle-records.js';
-import { inspectHead, type HeadVerdict } from './bundle-file.js';
-import type { Logger } from './log.js';
+import { bundleKey } from '../releases/bundle-records.js';
+import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
+import type { Logger } from '../log.js';
 import { DROP_DIRECTORY_MEDIA } from '@offline-bundle/status';
 
 export interface FoundBundle {

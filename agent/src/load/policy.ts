@@ -1,8 +1,8 @@
 import { compare as compareSemver, parse as parseSemver } from 'semver';
 import type { BundleManifest } from '@offline-bundle/format';
 import { normalizeArch } from '@offline-bundle/oci';
-import type { AgentConfig } from './config.js';
-import { AgentError } from './errors.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError } from '../errors.js';
 
 /** Compares dotted versions numerically ("4.14.38" < "4.15.0"); non-numeric parts compare as text. */
 function compareDotted(a: string, b: string): number {

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
 import { readdir, rm } from 'node:fs/promises';
-import { readStateJson } from './state-json.js';
+import { readStateJson } from '../releases/state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
@@ -10,9 +10,9 @@ import {
   CriImageClient, RuntimeError, containerdPinnedRefs, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
-import type { AgentConfig } from './config.js';
-import { AgentError, oneLine } from './errors.js';
-import type { Logger } from './log.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
 
 /** The names one image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
 export function namesOf(img: BundleManifest['images'][number]): string[] {
