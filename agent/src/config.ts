@@ -1,7 +1,8 @@
 import { hostname } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { isDigest, normalizeArch, readSmallFile, unsafePermissions } from '@offline-bundle/oci';
+import { isDigest, normalizeArch } from '@offline-bundle/oci';
+import { readSmallFile, unsafePermissions } from '@offline-bundle/host';
 import { isValidNodeName, LIMITS } from '@offline-bundle/status';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';

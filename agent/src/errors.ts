@@ -78,5 +78,5 @@ export function failureOf(err: unknown, upgradeDir: string): { reason: AgentReas
   return { reason, message: oneLine(err) };
 }
 
-import { firstLine as oneLine } from '@offline-bundle/oci';
+import { firstLine as oneLine } from '@offline-bundle/host';
 export { oneLine };

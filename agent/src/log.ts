@@ -1,4 +1,4 @@
-import { escapeControls } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
 
 /** Journald-friendly logs: one event per line, key=value pairs after a readable message. */
 export type LogFields = Record<string, string | number | boolean | undefined>;

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
-import { SYSTEM_ROOT_ENV, manPage } from '@offline-bundle/oci';
+import { manPage } from '@offline-bundle/cli';
+import { SYSTEM_ROOT_ENV } from '@offline-bundle/host';
 import { DEFAULT_CONFIG_PATH } from './config.js';
 import { TOOL_VERSION } from './version.js';
 

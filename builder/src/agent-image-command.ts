@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { dirname, resolve } from 'node:path';
-import { assertRegularFile, escapeControls } from '@offline-bundle/oci';
+import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { PASSPHRASE_ENV, loadPrivateKey, readPassphrase } from '@offline-bundle/format';
 import { exportAgentSidecar, type AgentSidecar } from './agent-sidecar.js';
 

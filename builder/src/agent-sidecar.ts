@@ -28,7 +28,8 @@ import {
   AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes,
   verifyBytes, type BundleManifest,
 } from '@offline-bundle/format';
-import { OciError, isIndexMediaType, isManifestMediaType, newSha256, writeFileAtomic } from '@offline-bundle/oci';
+import { OciError, isIndexMediaType, isManifestMediaType, newSha256 } from '@offline-bundle/oci';
+import { writeFileAtomic } from '@offline-bundle/host';
 
 export const STATEMENT_FORMAT = 'offline-bundle-agent-image 1';
 export const SIDECAR_SUFFIX = '.oci.tar.sig';

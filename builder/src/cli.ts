@@ -1,6 +1,8 @@
 import { chmod, open, stat } from 'node:fs/promises';
 import { Command, Option, InvalidArgumentError } from 'commander';
-import { BaseError, OciError, addCompletionCommand, assertRegularFile, escapeControls, formatPlatform, runCli, writeFileAtomic } from '@offline-bundle/oci';
+import { OciError, formatPlatform } from '@offline-bundle/oci';
+import { BaseError, assertRegularFile, escapeControls, writeFileAtomic } from '@offline-bundle/host';
+import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
   FormatError, PASSPHRASE_ENV, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, type BundleManifest,
 } from '@offline-bundle/format';

@@ -1,18 +1,20 @@
 /**
  * `bundle cluster status|prepare|upgrade`: the admin's side, from "loaded on every node" to an
- * upgrading cluster. Thin: flags → packages/status (cluster-rollup, release-configmap,
+ * upgrading cluster. Thin: flags → packages/cluster (cluster-rollup, release-configmap,
  * cluster-upgrade) and packages/format (the bundle's trusted release signatures).
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { stringify as stringifyYaml } from 'yaml';
-import { escapeControls, loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures } from '@offline-bundle/format';
+import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, type AdminApis } from '@offline-bundle/status';
 import {
-  API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, adminApis, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
-  type AdminApis, type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
-} from '@offline-bundle/status';
+  nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
+} from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }

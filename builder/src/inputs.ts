@@ -1,4 +1,5 @@
-import { OciError, PIPE_READ_TIMEOUT_MS, type OciErrorCode, formatReference, parseReference, parseSourceSpec, readSmallFile, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, type OciErrorCode, formatReference, parseReference, parseSourceSpec, type SourceSpec } from '@offline-bundle/oci';
+import { HostError, PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/host';
 
 /** Largest --images-file read: 1 MiB is some ten thousand references. */
 export const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
@@ -20,7 +21,7 @@ export async function readImagesFile(path: string, signal?: AbortSignal): Promis
     text = (await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS, ...(signal ? { signal } : {}) } })).bytes.toString('utf8');
   } catch (cause) {
     if (signal?.aborted) throw cause;
-    const code = cause instanceof OciError && cause.code === 'INPUT_TIMEOUT' ? 'INPUT_TIMEOUT' : 'INVALID_CONFIG';
+    const code = cause instanceof HostError && cause.code === 'INPUT_TIMEOUT' ? 'INPUT_TIMEOUT' : 'INVALID_CONFIG';
     throw new OciError(code, `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
   }
   return text.split('\n')

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { manPage } from '@offline-bundle/oci';
+import { manPage } from '@offline-bundle/cli';
 import { PASSPHRASE_ENV } from '@offline-bundle/format';
 import { TOOL_VERSION } from './version.js';
 

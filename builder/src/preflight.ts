@@ -1,7 +1,8 @@
 import { open, readdir, rm, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { OciError, errnoReason, filesystemFree, makeDirs, pidExists } from '@offline-bundle/oci';
+import { OciError } from '@offline-bundle/oci';
+import { errnoReason, filesystemFree, HostError, makeDirs, pidExists } from '@offline-bundle/host';
 import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
 
@@ -56,7 +57,7 @@ export async function checkOutput(output: string): Promise<void> {
     if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
       throw new OciError('NOT_WRITABLE', `cannot write the bundle into ${dir} (${code === 'EROFS' ? 'read-only filesystem' : 'permission denied'}): choose a writable directory for -o`, { cause: err });
     }
-    if (err instanceof OciError) throw err;
+    if (err instanceof HostError) throw err;
     throw new OciError('NOT_WRITABLE', `cannot write the bundle into ${dir}: ${(err as Error).message}`, { cause: err });
   }
 }
@@ -113,7 +114,7 @@ export async function checkCacheDir(dir: string, isDefault: boolean): Promise<vo
     await (await open(probe, 'wx')).close();
     await rm(probe, { force: true });
   } catch (err) {
-    if (err instanceof OciError) throw err;
+    if (err instanceof HostError) throw err;
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOSPC' || code === 'EDQUOT') throw new OciError('NO_SPACE', `the blob cache ${dir} is on a full disk: free space there or ${how}`, { cause: err });
     throw new OciError('NOT_WRITABLE', `cannot use ${dir} as the blob cache (${errnoReason(code)}): ${how}`, { cause: err });

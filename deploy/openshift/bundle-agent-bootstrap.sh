@@ -266,7 +266,7 @@ semver_cmp() {
 }
 
 # Why PATH (a key file or a directory above it) could be changed by someone other than root or
-# us, as the agent judges it (packages/oci small-file.ts unsafePermissions); nothing when safe.
+# us, as the agent judges it (packages/host small-file.ts unsafePermissions); nothing when safe.
 unsafe_owner_or_mode() {
   local st uid mode
   st=$(stat -L -c '%u %a %F' -- "$1" 2>/dev/null) || { echo "$1 cannot be read"; return; }

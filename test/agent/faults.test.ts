@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, readlink, rm, stat, statfs, truncate, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { pidExists } from '@offline-bundle/oci';
+import { pidExists } from '@offline-bundle/host';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';

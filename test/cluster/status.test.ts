@@ -76,7 +76,7 @@ t.test('status', async (t) => {
 
 
 t.test('rollup: a node created after the running release completed, without it, is missing it', async (t) => {
-  const { rollup } = await import('@offline-bundle/status');
+  const { rollup } = await import('@offline-bundle/cluster');
   const at = (name: string, created?: string) => ({ metadata: { name, ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
   const st = (name: string, history: { version: string; state: string }[]) => ({ metadata: { name }, status: { phase: 'Idle', history } });
   const running = { version: '4.15.1', completionTime: '2026-11-01T01:00:00Z' };

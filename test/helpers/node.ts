@@ -25,7 +25,7 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { pidExists } from '@offline-bundle/oci';
+import { pidExists } from '@offline-bundle/host';
 
 type T = { teardown(fn: () => unknown): void };
 

@@ -80,7 +80,7 @@ export const SIGNER = 'sha256:' + 'ab'.repeat(32);
 export const DIGEST = 'sha256:' + 'cd'.repeat(32);
 
 /**
- * Drives a StatusTracker through one bundle load the way agent/src/pipeline.ts does, and
+ * Drives a StatusTracker through one bundle load the way agent/src/load/pipeline.ts does, and
  * returns every status its sinks saw. `fail` stops with a failure at that phase.
  */
 export function loadSequence(opts: { node?: string; version?: string; mode?: 'staged' | 'media'; fail?: 'Verifying' | 'Preloading'; start?: NodeStatus } = {}): NodeStatus[] {

@@ -1,4 +1,4 @@
-import { BaseError } from '@offline-bundle/oci';
+import { BaseError } from '@offline-bundle/host';
 
 /**
  * Stable error codes of @offline-bundle/format. Every rejection of a bundle has its own

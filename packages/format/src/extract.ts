@@ -1,6 +1,6 @@
 import { createWriteStream } from 'node:fs';
 import { open, readdir, rename, rm, rmdir } from 'node:fs/promises';
-import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/oci';
+import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { FormatError } from './errors.js';

@@ -1,6 +1,7 @@
 import { createPublicKey, createPrivateKey, generateKeyPairSync, sign, verify, createHash, type KeyObject } from 'node:crypto';
 import type { Stats } from 'node:fs';
-import { OciError, PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/oci';
+import { OciError } from '@offline-bundle/oci';
+import { HostError, PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/host';
 import { FormatError } from './errors.js';
 import type { SignatureAlgorithm } from './manifest.js';
 
@@ -67,7 +68,7 @@ export async function readPassphrase(file: string | undefined, env: NodeJS.Proce
     if (signal?.aborted) throw cause;
     const what = `cannot read the passphrase file ${file}: ${(cause as Error).message}`;
     // a command that never answered is not a bad key
-    if (cause instanceof OciError && cause.code === 'INPUT_TIMEOUT') throw new OciError('INPUT_TIMEOUT', what, { cause });
+    if (cause instanceof HostError && cause.code === 'INPUT_TIMEOUT') throw new OciError('INPUT_TIMEOUT', what, { cause });
     throw new FormatError('KEY_ERROR', what, { cause });
   }
   // an empty first line is no passphrase (a command that failed, the wrong file): never a key's

@@ -3,7 +3,8 @@ import { open, stat } from 'node:fs/promises';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { assertRegularFile, newSha256 } from '@offline-bundle/oci';
+import { newSha256 } from '@offline-bundle/oci';
+import { assertRegularFile } from '@offline-bundle/host';
 import { FormatError } from './errors.js';
 import {
   BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes, READ_CHUNK,

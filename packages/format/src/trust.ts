@@ -1,4 +1,4 @@
-import { unsafePermissions } from '@offline-bundle/oci';
+import { unsafePermissions } from '@offline-bundle/host';
 import { FormatError } from './errors.js';
 import { algorithmOf, readPublicKey, verifyBytes, type TrustedKey } from './keys.js';
 import type { BundleManifest } from './manifest.js';

@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
 import { OciError } from './errors.js';
-import { assertRegularFile } from './small-file.js';
+import { assertRegularFile } from '@offline-bundle/host';
 
 /**
  * Unpacks an image archive (tar, optionally gzip) into a fresh temp dir. Only regular files

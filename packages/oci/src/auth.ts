@@ -3,7 +3,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { helperCredentials, type HelperOptions } from './credential-helper.js';
 import { OciError } from './errors.js';
-import { systemRoot } from './system-root.js';
+import { systemRoot } from '@offline-bundle/host';
 import type { Credentials } from './credentials.js';
 
 export type { Credentials } from './credentials.js';

@@ -1,17 +1,14 @@
 import { createReadStream, createWriteStream } from 'node:fs';
 import { readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
-import { makeDirs } from './make-dirs.js';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
+import { makeDirs, pidExists, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { digestHex, newSha256, sha256 } from './digest.js';
-import { writeFileAtomic } from './atomic-file.js';
 import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
-import { pidExists } from './pid.js';
-import { readSmallFile } from './small-file.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */

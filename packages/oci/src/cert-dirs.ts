@@ -1,7 +1,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { OciError } from './errors.js';
-import { readSmallFile } from './small-file.js';
+import { readSmallFile } from '@offline-bundle/host';
 
 /** A PEM file in a certs.d directory: a CA bundle or a client certificate or key is far below this. */
 export const MAX_CERT_FILE_BYTES = 1024 * 1024;

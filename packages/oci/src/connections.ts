@@ -4,7 +4,7 @@ import { rootCertificates } from 'node:tls';
 import { Agent, EnvHttpProxyAgent, interceptors, type Dispatcher } from 'undici';
 import { certDirFor, readCertDir, type CertDirOptions, type HostTls } from './cert-dirs.js';
 import { OciError } from './errors.js';
-import { systemRoot } from './system-root.js';
+import { systemRoot } from '@offline-bundle/host';
 
 export interface ConnectionOptions extends CertDirOptions {
   /** Where HTTPS_PROXY, HTTP_PROXY and NO_PROXY (either case) are read. */

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import type { Credentials } from './credentials.js';
-import { firstLine } from './base-error.js';
+import { firstLine } from '@offline-bundle/host';
 import { OciError } from './errors.js';
 
 /** A helper may ask a keychain or a hardware token; longer than this, and it is stuck. */

@@ -6,7 +6,7 @@ import { assertDigest, digestHex, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { nameFromRefAnnotation } from './layout-source.js';
 import { MAX_MANIFEST_BYTES, parseManifest } from './manifest.js';
-import { assertRegularFile, readSmallFile } from './small-file.js';
+import { assertRegularFile, HostError, readSmallFile } from '@offline-bundle/host';
 import type { ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 
@@ -30,7 +30,7 @@ export class DirSource implements ImageSource {
     try {
       version = (await readSmallFile(join(dir, 'version'), 1024)).bytes.toString('utf8');
     } catch (cause) {
-      if (cause instanceof OciError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
+      if (cause instanceof HostError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${description}: ${dir} is not a dir: image (no readable "version" file; write one with "skopeo copy SOURCE dir:${dir}")`, { cause });
     }
     if (!/^Directory Transport Version: 1\.\d+\n?$/.test(version)) {
@@ -45,8 +45,8 @@ export class DirSource implements ImageSource {
     try {
       bytes = (await readSmallFile(path, MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
-      if (cause instanceof OciError && cause.code === 'FILE_TOO_LARGE') throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`, { cause });
-      if (cause instanceof OciError) throw new OciError(cause.code, `${this.description}: ${cause.message}`, { cause });
+      if (cause instanceof HostError && cause.code === 'FILE_TOO_LARGE') throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`, { cause });
+      if (cause instanceof HostError) throw new OciError(cause.code, `${this.description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${this.description}: ${file} is missing from ${this.dir}`, { cause });
     }
     const digest = sha256(bytes);
@@ -66,7 +66,7 @@ export class DirSource implements ImageSource {
       await stat(path);
       await assertRegularFile(path);
     } catch (cause) {
-      if (cause instanceof OciError) throw cause;
+      if (cause instanceof HostError) throw cause;
       throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from ${this.dir}`, { cause });
     }
     return createReadStream(path, { start: offset });

@@ -6,7 +6,7 @@ import { sha256File, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { MediaType } from './media-types.js';
 import { MAX_MANIFEST_BYTES, type ImageManifest } from './manifest.js';
-import { readSmallFile } from './small-file.js';
+import { readSmallFile } from '@offline-bundle/host';
 import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 import { unpackArchive } from './archive-unpack.js';

@@ -1,4 +1,4 @@
-import { BaseError } from './base-error.js';
+import { BaseError } from '@offline-bundle/host';
 
 /** Stable error codes of @offline-bundle/oci; callers branch on `code`, never on message text. */
 export type OciErrorCode =

@@ -1,11 +1,4 @@
 export { OciError } from './errors.js';
-export { BaseError, describeSystemError, errnoReason, firstLine, ignoreBrokenPipe, runCli, usageExitCode } from './base-error.js';
-export { writeFileAtomic } from './atomic-file.js';
-export { escapeControls, textTable } from './safe-text.js';
-export { PIPE_READ_TIMEOUT_MS, assertRegularFile, openRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
-export { pidExists } from './pid.js';
-export { makeDirs } from './make-dirs.js';
-export { filesystemFree } from './free-space.js';
 export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';
 export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } from './media-types.js';
 export { parseReference, formatReference, repositoryName, digestReference } from './reference.js';
@@ -15,7 +8,6 @@ export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles, parseCreds } from './
 export { CREDENTIAL_HELPER_TIMEOUT_MS, MAX_CREDENTIAL_HELPER_OUTPUT, helperCredentials } from './credential-helper.js';
 export { MAX_CERT_FILE_BYTES, certDirFor, readCertDir } from './cert-dirs.js';
 export { Connections, bypassesProxy, connectionOptions, proxyFromEnv } from './connections.js';
-export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
 export { MAX_REGISTRIES_CONF_BYTES, RegistriesConf } from './registries-conf.js';
 export { RegistryClient, skipBytes } from './registry-client.js';
 export { withRetry } from './retry.js';
@@ -50,7 +42,3 @@ export type { CacheInfo } from './blob-cache.js';
 export type { PullAlwaysWorkload } from './release-manifests.js';
 export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';
-export { manPage, roffText } from './man-page.js';
-export { COMPLETION_SHELLS, addCompletionCommand, completionScript } from './completion.js';
-export type { CompletionShell, CompletingCommand } from './completion.js';
-export type { ManPageInfo } from './man-page.js';

@@ -5,7 +5,7 @@ import type { Readable } from 'node:stream';
 import { assertDigest, digestHex, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { MAX_MANIFEST_BYTES, parseManifest, type Descriptor, type ImageIndex } from './manifest.js';
-import { assertRegularFile, readSmallFile } from './small-file.js';
+import { assertRegularFile, HostError, readSmallFile } from '@offline-bundle/host';
 import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 
@@ -37,7 +37,7 @@ export class LayoutSource implements ImageSource {
     try {
       index = JSON.parse((await readSmallFile(join(dir, 'index.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8')) as ImageIndex;
     } catch (cause) {
-      if (cause instanceof OciError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
+      if (cause instanceof HostError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${description}: ${dir} is not an OCI image layout (no readable index.json)`, { cause });
     }
     const manifests = index.manifests ?? [];
@@ -59,7 +59,7 @@ export class LayoutSource implements ImageSource {
     try {
       bytes = (await readSmallFile(this.blobPath(want), MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
-      if (cause instanceof OciError) throw new OciError(cause.code, `${this.description}: manifest ${want}: ${cause.message}`, { cause });
+      if (cause instanceof HostError) throw new OciError(cause.code, `${this.description}: manifest ${want}: ${cause.message}`, { cause });
       throw new OciError('NOT_FOUND', `${this.description}: manifest ${want} is missing from the layout`, { cause });
     }
     const actual = sha256(bytes);
@@ -74,7 +74,7 @@ export class LayoutSource implements ImageSource {
       await stat(path);
       await assertRegularFile(path);
     } catch (cause) {
-      if (cause instanceof OciError) throw cause;
+      if (cause instanceof HostError) throw cause;
       throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from the layout`, { cause });
     }
     return createReadStream(path, { start: offset });

@@ -2,7 +2,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { OciError } from './errors.js';
-import { readSmallFile } from './small-file.js';
+import { readSmallFile } from '@offline-bundle/host';
 import type { ImageReference } from './reference.js';
 import { repositoryName } from './reference.js';
 

@@ -13,7 +13,7 @@ import { fetch } from 'undici';
 import { Connections, connectionError, type ConnectionOptions } from './connections.js';
 import { OciError } from './errors.js';
 import { isDigest } from './digest.js';
-import { readSmallFile } from './small-file.js';
+import { HostError, readSmallFile } from '@offline-bundle/host';
 
 type OpenPgp = typeof import('openpgp');
 let pgp: OpenPgp | undefined;
@@ -39,7 +39,7 @@ export async function readReleaseFile(path: string, max: number, flag: string, c
   try {
     return (await readSmallFile(path, max)).bytes;
   } catch (err) {
-    if (err instanceof OciError) throw new OciError(err.code, `${flag} ${err.message}`, { cause: err });
+    if (err instanceof HostError) throw new OciError(err.code, `${flag} ${err.message}`, { cause: err });
     throw new OciError(code, `cannot read ${flag} ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
@@ -76,7 +76,7 @@ async function readUrl(url: string, timeoutMs: number, connections: Connections)
       return (await readSmallFile(fileURLToPath(u), MAX_RELEASE_SIGNATURE_BYTES)).bytes;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-      if (err instanceof OciError) throw new OciError('BAD_RELEASE_SIGNATURE', `--signature-store ${err.message}`, { cause: err });
+      if (err instanceof HostError) throw new OciError('BAD_RELEASE_SIGNATURE', `--signature-store ${err.message}`, { cause: err });
       throw new OciError('SIGNATURE_NOT_FOUND', `cannot read ${url}: ${(err as Error).message}`, { cause: err });
     }
   }

@@ -2,7 +2,8 @@ import { lstat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { BundleRandomReader, blobPath, type BundleManifest, type VerifiedFrames } from '@offline-bundle/format';
-import { BaseError, mirrorPath, newSha256, openRegularFile } from '@offline-bundle/oci';
+import { mirrorPath, newSha256 } from '@offline-bundle/oci';
+import { BaseError, openRegularFile } from '@offline-bundle/host';
 import { fileRange, readFully } from './file-range.js';
 
 /**

@@ -3,7 +3,8 @@
 // registry.config_path points at the directory.
 import { rmdir } from 'node:fs/promises';
 import path from 'node:path';
-import { makeDirs, mirrorPath } from '@offline-bundle/oci';
+import { mirrorPath } from '@offline-bundle/oci';
+import { makeDirs } from '@offline-bundle/host';
 import { stringify } from 'smol-toml';
 import { RuntimeError } from './errors.js';
 import { MANAGED_MARKER, assertNotForeign, removeManagedFile, writeFileAtomic } from './files.js';

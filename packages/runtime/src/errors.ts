@@ -1,4 +1,4 @@
-import { BaseError, firstLine } from '@offline-bundle/oci';
+import { BaseError, firstLine } from '@offline-bundle/host';
 
 /** Stable error codes of @offline-bundle/runtime; callers branch on `code`, never on message text. */
 export type RuntimeErrorCode =

@@ -1,6 +1,6 @@
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { writeFileAtomic as atomicWrite } from '@offline-bundle/oci';
+import { writeFileAtomic as atomicWrite } from '@offline-bundle/host';
 import { RuntimeError } from './errors.js';
 
 /**

@@ -1,4 +1,4 @@
-import { BaseError } from '@offline-bundle/oci';
+import { BaseError } from '@offline-bundle/host';
 
 /** Stable codes of the admin's cluster commands (`bundle cluster …`). */
 export type ClusterErrorCode =

@@ -9,7 +9,7 @@
  */
 import { open, readFile, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { escapeControls, makeDirs, writeFileAtomic } from '@offline-bundle/oci';
+import { escapeControls, makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import type { NodeStatus } from './model.js';
 import { technicianLine } from './summary.js';
 

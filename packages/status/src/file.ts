@@ -1,6 +1,7 @@
 // The local status file: the node's status plus who wrote it and when it last said it was
 // alive, so a reader can tell a live agent's word from a dead one's last word.
-import { OciError, makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/oci';
+import { OciError } from '@offline-bundle/oci';
+import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { dirname } from 'node:path';
 import { CONDITION_STATUSES, HISTORY_STATES, PHASES, type NodeStatus } from './model.js';
 import { processIdentity, writerLiveness, type ProcessIdentity } from './liveness.js';

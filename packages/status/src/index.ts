@@ -16,17 +16,10 @@ export { startStatusServer } from './http.js';
 export { isLoopback } from './loopback.js';
 export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
 export type { Health, HealthCheck } from './health.js';
-export { adminApis } from './kube.js';
+export { adminApis, requestOptions } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
 export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_RESPONSE_BYTES, commandDeadline } from './cluster-http.js';
-export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS } from './cluster-api.js';
-export { rollup, readRollup } from './cluster-rollup.js';
-export {
-  SIGNATURE_NAMESPACE, SIGNATURE_CONFIGMAP, SIGNATURE_LABEL, signatureKey, signatureFieldManager, signatureConfigMap,
-  applySignatureConfigMap, missingSignatureKeys,
-} from './release-configmap.js';
-export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
-export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
+export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, apiCall, listAll } from './cluster-api.js';
 export { ConsoleWriter, CONSOLE_FILE, AGETTY_RELOAD_FILE, OLD_CONSOLE_FILE, consoleFilePath, consoleText, reloadAgetty, removeOldConsoleFile } from './console.js';
 export type {
   Phase,
@@ -51,7 +44,3 @@ export type { StatusFile, StatusWriter, StatusFileWriterOptions } from './file.j
 export type { Liveness, ProcessIdentity, WriterRecord } from './liveness.js';
 export type { AdminApis } from './kube.js';
 export type { ClusterErrorCode } from './cluster-errors.js';
-export type { NodeRow, Rollup } from './cluster-rollup.js';
-export type { SignatureConfigMap } from './release-configmap.js';
-export type { NodeIdentity } from './node-rbac.js';
-export type { AdminBundle, Warning, PrepareResult, UpgradeResult } from './cluster-upgrade.js';

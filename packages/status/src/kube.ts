@@ -1,7 +1,7 @@
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { readSmallFile } from '@offline-bundle/oci';
+import { readSmallFile } from '@offline-bundle/host';
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
 import { isLoopback } from './loopback.js';

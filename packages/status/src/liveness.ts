@@ -2,7 +2,7 @@
 // crash or a reboot another process may hold the same number, so the boot and the process's
 // start time (in clock ticks since boot, /proc/PID/stat field 22) are compared too.
 import { readFile } from 'node:fs/promises';
-import { pidExists } from '@offline-bundle/oci';
+import { pidExists } from '@offline-bundle/host';
 
 export { pidExists };
 

@@ -1,4 +1,4 @@
-import { escapeControls } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
 import type { NodeStatus } from './model.js';
 import { failureSentence, fileWords, onRemovableMedia, WAITING_SENTENCES } from './reasons.js';
 import { formatBytes, timeLeft } from './units.js';

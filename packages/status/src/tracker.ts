@@ -1,4 +1,4 @@
-import { escapeControls } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
 import type { Condition, ConditionType, NodeStatus, Phase, Progress } from './model.js';
 import { technicianLine } from './summary.js';
 

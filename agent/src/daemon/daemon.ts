@@ -1,0 +1,258 @@
+import {
+  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
+} from '@offline-bundle/status';
+import type { AgentConfig } from '../config.js';
+import { AgentError, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
+import { MediaWatcher, type FoundBundle } from './media.js';
+import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
+import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten } from '../releases/bundle-records.js';
+import { restoreVanishedImages } from '../releases/restore.js';
+import { withLoadLock } from '../load/lock.js';
+import { runtimeTarget } from '../runtime/runtime-target.js';
+import { watchCrioPins } from '../runtime/crio-pins-watch.js';
+import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from '../self-upgrade/self-upgrade.js';
+import { readAgentSwitch, type AgentSwitchRecord } from '../self-upgrade/agent-switch-state.js';
+import { TOOL_VERSION } from '../version.js';
+
+/** How often a start whose load lock was busy tries again to unpin the previous agent image. */
+const UNPIN_RETRY_MS = 60_000;
+
+/** The status this process starts from: what the last one said, or why it stopped. */
+export async function statusTracker(config: AgentConfig): Promise<StatusTracker> {
+  const previous = await readStatusFile(config.paths.statusFile).catch(() => undefined);
+  const initial = emptyStatus(config.nodeName);
+  if (previous?.history) initial.history = previous.history;
+  // a `bundle-agent load` still at work: its state is current, not interrupted
+  const othersLoad = previous?.writer && previous.writer.pid !== process.pid && (await writerLiveness(previous.writer)) === 'running';
+  // After a restart the node says what it said before: a technician who saw "Done" must not
+  // see "Waiting" (or, worse, "Copying") for a bundle that is loaded.
+  if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed' || othersLoad)) {
+    Object.assign(initial, { phase: previous.phase, conditions: previous.conditions ?? [], progress: previous.progress ?? initial.progress, ...(previous.bundle ? { bundle: previous.bundle } : {}) });
+  } else if (previous && previous.phase !== 'Idle') {
+    Object.assign(initial, interrupted(previous, 'the bundle agent stopped before the load finished (crash, reboot or kill); it starts again when the media is seen'));
+  }
+  const tracker = new StatusTracker(initial);
+  tracker.update((s) => {
+    if (config.version.current) s.history = observeRunning(s.history, config.version.current);
+  });
+  return tracker;
+}
+
+/** Phases no process stays in once it is gone: the load that was in them never finishes. */
+const SETTLED: ReadonlySet<string> = new Set(['Idle', 'Ready', 'Failed']);
+
+/** What a load killed in `previous`'s phase leaves on show: Failed, Interrupted, and why. */
+function interrupted(previous: Pick<NodeStatus, 'bundle' | 'progress'>, message: string): Pick<NodeStatus, 'phase' | 'conditions'> & Partial<NodeStatus> {
+  return { phase: 'Failed', ...(previous.bundle ? { bundle: previous.bundle } : {}), ...(previous.progress ? { progress: previous.progress } : {}),
+    conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message, lastTransitionTime: new Date().toISOString() }] };
+}
+
+/** A status another process wrote, as the daemon takes it over: a dead load's in-flight phase becomes Interrupted. */
+function adopted(s: NodeStatus, writerGone: boolean): NodeStatus {
+  if (!writerGone || SETTLED.has(s.phase)) return s;
+  return { ...s, ...interrupted(s, 'a bundle-agent load was stopped before it finished (killed, or its terminal closed); nothing it left is used: run it again') };
+}
+
+/** Whether a `bundle-agent run` daemon is alive and writing the status file of this node. */
+export async function daemonRuns(config: AgentConfig): Promise<boolean> {
+  const s = await readStatusFile(config.paths.statusFile).catch(() => undefined);
+  return s?.writer?.command === 'run' && s.writer.pid !== process.pid && (await writerLiveness(s.writer)) === 'running';
+}
+
+/**
+ * Everything that shows the status: the status file (with this process's pid and a
+ * heartbeat, so `status` can tell a dead agent), the node's console, the cluster resource, and
+ * (for the daemon) the loopback /status and /metrics endpoint. Each is written at once: after
+ * a crash, the stale line of the dead process goes as soon as the next one starts. Returns the
+ * shutdown, which sends the last state to the cluster if it can within a few seconds.
+ */
+export async function statusOutputs(config: AgentConfig, log: Logger, tracker: StatusTracker, command: 'run' | 'load'): Promise<() => Promise<void>> {
+  const withHttp = command === 'run';
+  const closers: (() => Promise<unknown>)[] = [];
+  const file = new StatusFileWriter(config.paths.statusFile, {
+    command,
+    heartbeatSeconds: config.status.heartbeatSeconds,
+    // a `bundle-agent load` beside the daemon: the daemon reports its result, and owns the file again
+    ...(command === 'run' ? { adopt: (s: NodeStatus, gone: boolean) => tracker.update((mine) => Object.assign(mine, adopted(s, gone))) } : { handBack: true }),
+    onError: (err) => log.error('status', `cannot write ${config.paths.statusFile}: ${oneLine(err)}`),
+  });
+  tracker.onChange(file.sink, { replay: true });
+  file.start();
+  closers.push(() => file.stop());
+  const metrics = new Metrics(Date.now, { build: { version: TOOL_VERSION } });
+  tracker.onChange(metrics.sink, { replay: true });
+  if (config.status.console) {
+    const writer = new ConsoleWriter({ root: config.root, onError: (e) => log.warn('console', `cannot update the console line: ${oneLine(e)}`) });
+    tracker.onChange(writer.sink, { replay: true });
+    closers.push(() => writer.idle());
+  }
+  if (config.status.kubeconfig) {
+    const reporter = new ClusterReporter({ node: config.nodeName, kubeconfig: config.status.kubeconfig, log });
+    tracker.onChange(reporter.sink, { replay: true });
+    metrics.trackReporter(reporter);
+    closers.push(() => reporter.close(5000));
+  }
+  if (withHttp && config.status.listen) {
+    const health = agentHealth({ statusFile: config.paths.statusFile, stateDir: config.paths.stateDir });
+    const server = await startStatusServer({ status: tracker, metrics, health, host: config.status.listen.host, port: config.status.listen.port });
+    log.info('status', `status endpoint on ${server.url}`, { url: server.url });
+    closers.push(() => server.close());
+  }
+  return async () => {
+    for (const c of closers) await c().catch(() => undefined);
+  };
+}
+
+/**
+ * The daemon: watches for media and loads each new bundle, one at a time. A failing bundle
+ * is reported and the daemon goes on watching for the next stick.
+ */
+export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal, opts: { agentVersion?: string } = {}): Promise<void> {
+  const agentVersion = opts.agentVersion ?? TOOL_VERSION;
+  // One thing at a time in this process: a load, a re-merge of the CRI-O pins, a retried unpin.
+  let chain: Promise<unknown> = Promise.resolve();
+  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = chain.then(fn);
+    chain = run.catch(() => undefined);
+    return run;
+  };
+  const tracker = await statusTracker(config);
+  const closeOutputs = await statusOutputs(config, log, tracker, 'run');
+  // A switch to a new agent: this start confirms it, or finds it undone. First, and needing
+  // neither the load lock nor a clean start-up: the host's rollback timer is counting.
+  let unpinPending: AgentSwitchRecord | undefined;
+  {
+    const rt = runtimeTarget(config, log);
+    try {
+      const wasPending = (await readAgentSwitch(config.paths.stateDir))?.state === 'pending';
+      const settled = await settleAgentSwitch({ config, log, tracker, runtime: rt, agentVersion }, Date.now(), { unpin: false });
+      // confirmed by this start: the previous image's pin goes once the lock is ours
+      if (wasPending && settled?.state === 'done' && settled.from.image) unpinPending = settled;
+      // a newer agent the MachineConfig brought, hidden by our drop-in naming this older one
+      await dropOutdatedDropIn({ config, log, tracker, runtime: rt, agentVersion });
+    } catch (err) {
+      log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`);
+    } finally {
+      await rt.close();
+    }
+  }
+  // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
+  // pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
+  const underLock = async () => {
+    await withLoadLock(config.paths.stateDir, async () => {
+      const cleaner = runtimeTarget(config, log);
+      try {
+        await removeLeftovers(config, cleaner, log, tracker.current.history).catch((err) => log.warn('start', `leftovers of an earlier load not removed: ${oneLine(err)}`));
+        // the previous agent image loses the switch's pin (the pins change: under the lock)
+        if (unpinPending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, unpinPending);
+        unpinPending = undefined;
+        await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
+      } finally {
+        await cleaner.close();
+      }
+    });
+  };
+  await underLock().catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
+  // the lock was busy (a `bundle-agent load` beside us): the unpin waits, and is tried again
+  let unpinRetry: NodeJS.Timeout | undefined;
+  if (unpinPending) {
+    unpinRetry = setInterval(() => {
+      if (!unpinPending) return void clearInterval(unpinRetry);
+      const rec = unpinPending;
+      void exclusive(() => withLoadLock(config.paths.stateDir, async () => {
+        const rt = runtimeTarget(config, log);
+        try {
+          await unpinPreviousAgent({ config, log, tracker, runtime: rt, agentVersion }, rec);
+          unpinPending = undefined;
+        } finally {
+          await rt.close();
+        }
+      })).catch(() => undefined);
+    }, UNPIN_RETRY_MS);
+    unpinRetry.unref();
+  }
+  // What was decided before this start: offered again by the first scan, left alone once (a
+  // stick plugged in again is a new request, and is loaded).
+  const before = new Map((await readBundleRecords(config.paths.stateDir)).map((r) => [r.key, r]));
+  const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
+  const queue: FoundBundle[] = [];
+  let wake: (() => void) | undefined;
+  watcher.on('bundle', (b) => {
+    // a newer copy of the same file replaces one still waiting: each change is loaded once
+    const stale = queue.findIndex((q) => q.file === b.file);
+    if (stale >= 0) queue.splice(stale, 1);
+    queue.push(b);
+    wake?.();
+  });
+  const retries = new Set<NodeJS.Timeout>();
+  const retryLater = (b: FoundBundle) => {
+    const timer = setTimeout(() => {
+      retries.delete(timer);
+      // offered again meanwhile (a newer copy), or gone, or changed: the watcher decides
+      void keyOf(b.file).then((key) => {
+        if (key !== b.key || queue.some((q) => q.file === b.file)) return;
+        queue.push(b);
+        wake?.();
+      });
+    }, config.media.pollSeconds * 1000);
+    retries.add(timer);
+  };
+  await watcher.start();
+  const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
+  log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
+  try {
+    while (!signal.aborted) {
+      const next = queue.shift();
+      if (!next) {
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          signal.addEventListener('abort', () => resolve(), { once: true });
+        });
+        wake = undefined;
+        continue;
+      }
+      const forgotten = next.release && isForgotten(await readForgotten(config.paths.stateDir), next.release);
+      if (forgotten) {
+        const again = onRemovableMedia(next.media) ? 'plug the stick in again' : 'copy the file into the directory again';
+        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and ${again}, or bundle-agent load ${next.file}`;
+        log.warn('media', why, { file: next.file, version: forgotten.version });
+        tracker.condition('MediaDetected', 'False', 'ReleaseForgotten', why);
+        continue;
+      }
+      const runtime = runtimeTarget(config, log);
+      // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
+      const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
+      if (rec) before.delete(rec.key);
+      const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
+      if (done) {
+        log.info('media', done === 'loaded'
+          ? `${next.file} was loaded before this start (${rec!.version}) and its images are in the runtime: not loading it again`
+          : `${next.file} failed before this start (${rec!.reason}): not trying the same file again; replace it, plug the stick in again, or run bundle-agent load`, { file: next.file, reason: rec!.reason });
+        await runtime.close();
+        continue;
+      }
+      try {
+        await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
+      } catch (err) {
+        // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
+        if (err instanceof AgentError && err.reason === 'Busy') {
+          log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
+          retryLater(next);
+          continue;
+        }
+        // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
+        // longer than the quiet time) has a new identity: the watcher offers it again once stable.
+        if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
+      } finally {
+        await runtime.close();
+      }
+    }
+  } finally {
+    if (unpinRetry) clearInterval(unpinRetry);
+    for (const r of retries) clearTimeout(r);
+    watcher.stop();
+    stopPinsWatch();
+    await closeOutputs();
+  }
+}

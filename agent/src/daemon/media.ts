@@ -1,0 +1,218 @@
+import { EventEmitter } from 'node:events';
+import { readFile, readdir, stat } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import { bundleKey } from '../releases/bundle-records.js';
+import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
+import type { Logger } from '../log.js';
+import { DROP_DIRECTORY_MEDIA } from '@offline-bundle/status';
+
+export interface FoundBundle {
+  file: string;
+  /** Human description of where it is: "USB stick LABEL (/media/usb)" or the directory. */
+  media: string;
+  /** Identity of this copy (device, inode, size, mtime): a changed file is a new bundle, a renamed one is not. */
+  key: string;
+  /** What its bundle.json says, unverified (the load checks the signature): to skip a forgotten release. */
+  release?: { version: string; arch: string };
+}
+
+/** Mount points from /proc/self/mountinfo (field 5, with octal escapes such as \040 undone). */
+export function parseMountinfo(text: string): string[] {
+  return text.split('\n').filter(Boolean).map((line) => line.split(' ')[4] ?? '')
+    .filter(Boolean).map((p) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))));
+}
+
+function under(path: string, roots: string[]): boolean {
+  return roots.some((r) => path === r || path.startsWith(r.endsWith(sep) ? r : r + sep));
+}
+
+/**
+ * Most `*.bundle` names looked at in one directory per poll (by name order): a stick or drop
+ * directory holds a handful; thousands of junk files must not cost a stat each every poll.
+ */
+export const MAX_BUNDLES_PER_DIR = 64;
+/** Looks at an unchanged identity before a file counts as stable: first sight plus two polls. */
+const STABLE_LOOKS = 3;
+/** A file must also have been quiet this long (by its mtime, or as we watched it) before its head is read. */
+const DEFAULT_QUIET_SECONDS = 5;
+
+/**
+ * A bundle's name: `*.bundle`, not a dot file. Copy tools write elsewhere and rename into place:
+ * rsync `.NAME.bundle.XXXXXX`, curl/wget/browsers `NAME.bundle.part`, `*.tmp`, editors `*~`;
+ * none of those ends in `.bundle`.
+ */
+export const isBundleName = (n: string): boolean => n.endsWith('.bundle') && !n.startsWith('.');
+
+/** One file as the watcher last saw it. */
+interface Look {
+  key: string;
+  looks: number;
+  /** When this identity was first seen (our clock). */
+  since: number;
+  /** The head was read for this identity and it is not (yet) loadable. */
+  verdict?: 'incomplete' | 'notABundle';
+}
+
+export interface MediaWatcherOptions {
+  roots: string[];
+  watchDirs: string[];
+  pollSeconds: number;
+  log: Logger;
+  mountinfo?: string;
+  /** Default 5 s. */
+  quietSeconds?: number;
+  /** The clock, for tests (ms). */
+  now?: () => number;
+}
+
+/**
+ * Finds bundles at the top of newly mounted media under the media roots, and in watched drop
+ * directories. The mount table is the signal (polled: it works wherever the OS or the udev rule
+ * mounts the stick, with no native addon). A copy still in progress is never offered: a file
+ * counts once its identity (device, inode, size, mtime) stayed the same over STABLE_LOOKS polls,
+ * it has been quiet for quietSeconds (its mtime that old, or unchanged that long as we watched),
+ * it starts with a zstd frame and ends with a seek table (one whose bundle.json then does not
+ * read is offered too: a damaged bundle, which the load reports). A copier that
+ * writes the end first and pauses leaves a file whose head is not a bundle's yet: it waits, and
+ * is looked at again when it changes. The head is read once per identity, so unchanged files cost
+ * one stat per poll and nothing else. Each identity is offered once: renamed, or reached through
+ * a symlink, it is the same bundle; written again, it is a new one.
+ */
+export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
+  private timer?: NodeJS.Timeout;
+  /** Identities offered, with the directory they were found in (a removed mount forgets its own). */
+  private readonly offered = new Map<string, string>();
+  private readonly looks = new Map<string, Look>();
+  private knownMounts = new Set<string>();
+  private labels = new Map<string, string>();
+  /** Directories whose count over MAX_BUNDLES_PER_DIR was logged, with that count. */
+  private readonly overfull = new Map<string, number>();
+  private scanning = false;
+  private readonly quietMs: number;
+  private readonly now: () => number;
+  /** Filesystem work done so far, for tests and for the bound in SECURITY.md. */
+  readonly work = { polls: 0, stats: 0, heads: 0 };
+
+  constructor(private readonly opts: MediaWatcherOptions) {
+    super();
+    this.quietMs = (opts.quietSeconds ?? DEFAULT_QUIET_SECONDS) * 1000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  async start(): Promise<void> {
+    await this.scan();
+    this.timer = setInterval(() => void this.scan(), this.opts.pollSeconds * 1000);
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+
+  private async describe(mount: string): Promise<string> {
+    if (!this.labels.has(mount)) {
+      try {
+        const si = await import('systeminformation');
+        const devices = await si.default.blockDevices();
+        for (const d of devices) if (d.mount) this.labels.set(d.mount, `${d.removable || d.protocol === 'usb' ? 'USB stick' : 'disk'} ${d.label || d.name} (${d.mount})`);
+      } catch {
+        // lsblk missing: the mount point alone names the media
+      }
+    }
+    return this.labels.get(mount) ?? mount;
+  }
+
+  async scan(): Promise<void> {
+    if (this.scanning) return;
+    this.scanning = true;
+    try {
+      this.work.polls++;
+      const text = await readFile(this.opts.mountinfo ?? '/proc/self/mountinfo', 'utf8').catch(() => '');
+      const mounts = new Set(parseMountinfo(text).filter((m) => under(m, this.opts.roots)));
+      for (const m of this.knownMounts) {
+        if (!mounts.has(m)) {
+          this.opts.log.info('media', `media removed: ${m}`, { mount: m });
+          this.labels.delete(m);
+          // plugged in again, its bundles are a new request
+          for (const [key, dir] of this.offered) if (dir === m) this.offered.delete(key);
+          for (const file of this.looks.keys()) if (file.startsWith(m + sep)) this.looks.delete(file);
+        }
+      }
+      for (const m of mounts) {
+        if (!this.knownMounts.has(m)) this.opts.log.info('media', `media mounted: ${m}`, { mount: m });
+        await this.scanDir(m, () => this.describe(m));
+      }
+      this.knownMounts = mounts;
+      for (const dir of this.opts.watchDirs) await this.scanDir(dir, async () => `${DROP_DIRECTORY_MEDIA}${dir}`);
+    } finally {
+      this.scanning = false;
+    }
+  }
+
+  private async scanDir(dir: string, media: () => Promise<string>): Promise<void> {
+    let names: string[];
+    try {
+      names = (await readdir(dir)).filter(isBundleName).sort();
+    } catch {
+      return;
+    }
+    if (names.length > MAX_BUNDLES_PER_DIR) {
+      if (this.overfull.get(dir) !== names.length) {
+        this.opts.log.warn('media', `${dir} holds ${names.length} *.bundle files: only the first ${MAX_BUNDLES_PER_DIR} by name are looked at; remove the others`, { dir });
+      }
+      this.overfull.set(dir, names.length);
+      names = names.slice(0, MAX_BUNDLES_PER_DIR);
+    } else {
+      this.overfull.delete(dir);
+    }
+    const present = new Set<string>();
+    for (const n of names) {
+      const file = join(dir, n);
+      present.add(file);
+      let key: string;
+      let mtimeMs: number;
+      try {
+        this.work.stats++;
+        const st = await stat(file);
+        if (!st.isFile()) continue;
+        key = bundleKey(st);
+        mtimeMs = st.mtimeMs;
+      } catch {
+        continue; // vanished between readdir and stat: the media went away
+      }
+      const found = await this.consider(file, key, mtimeMs);
+      if (found) this.offer(dir, { file, key, media: await media(), ...found });
+    }
+    // only files of this directory: a stick is often mounted below a media root that is a mount too
+    for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
+  }
+
+  /** Whether this look makes the file loadable: with its release when its head reads. */
+  private async consider(file: string, key: string, mtimeMs: number): Promise<{ release?: { version: string; arch: string } } | undefined> {
+    if (this.offered.has(key)) return undefined; // this copy was offered: a rename or a symlink of it is no new bundle
+    const now = this.now();
+    const prev = this.looks.get(file);
+    if (prev?.key !== key) {
+      this.looks.set(file, { key, looks: 1, since: now });
+      return undefined;
+    }
+    prev.looks++;
+    if (prev.verdict || prev.looks < STABLE_LOOKS) return undefined;
+    // a pause shorter than this in a copy that wrote the head and the end first is not taken for the end
+    if (now - prev.since < this.quietMs && Date.now() - mtimeMs < this.quietMs) return undefined;
+    this.work.heads++;
+    const v = await inspectHead(file).catch((err: unknown): HeadVerdict => ({ kind: 'notABundle', why: (err as Error).message }));
+    if (v.kind === 'bundle') return { release: { version: v.version, arch: v.arch } };
+    // starts and ends as a bundle, stable and quiet, yet its head does not read: damaged, and the load says so
+    if (v.kind === 'damaged') return {};
+    prev.verdict = v.kind;
+    this.opts.log.warn('media', v.kind === 'incomplete'
+      ? `${file} is not complete yet (${v.why}): waiting until the copy changes`
+      : `${file} is ignored: ${v.why}; it is looked at again when it changes`, { file });
+    return undefined;
+  }
+
+  private offer(dir: string, b: FoundBundle): void {
+    this.offered.set(b.key, dir);
+    this.emit('bundle', b);
+  }
+}

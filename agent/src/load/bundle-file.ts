@@ -1,0 +1,102 @@
+import { constants } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
+import { basename } from 'node:path';
+import { endsWithSeekTable, readHeader } from '@offline-bundle/format';
+import { assertRegularFile } from '@offline-bundle/host';
+import { AgentError } from '../errors.js';
+
+/**
+ * The bundle path must be a regular file before anything reads it: a FIFO (or a device)
+ * would block the first read forever, and with it the thread pool, so that even SIGTERM
+ * could not finish the load. The media watcher only offers regular files; this covers
+ * `bundle-agent load FILE` and a file swapped after the scan.
+ */
+export async function assertBundleFile(file: string): Promise<void> {
+  await assertRegularFile(file);
+}
+
+/** A zstd frame's magic number, little-endian: every bundle starts with one. */
+const ZSTD_FRAME = Buffer.from([0x28, 0xb5, 0x2f, 0xfd]);
+
+/**
+ * Why `file` cannot be a bundle, judged from its first four bytes, or undefined when it starts
+ * as one does. Opened O_NONBLOCK and refused unless regular, so a FIFO named `*.bundle` blocks
+ * nothing. Throws the system error when the file cannot be opened at all (ENOENT, EACCES).
+ */
+export async function notABundle(file: string): Promise<string | undefined> {
+  const fh = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) return `${basename(file)} is not a regular file`;
+    const head = Buffer.alloc(ZSTD_FRAME.length);
+    const { bytesRead } = await fh.read(head, 0, head.length, 0);
+    if (bytesRead < head.length || !head.equals(ZSTD_FRAME)) return `${basename(file)} is not a bundle (it does not start with a zstd frame)`;
+    return undefined;
+  } finally {
+    await fh.close();
+  }
+}
+
+const FIX = 'give the path of a NAME.bundle file';
+
+/**
+ * Why `bundle-agent load PATH` is the caller's mistake: no such file, not a regular file, or a
+ * file of another kind (text, another archive). Undefined when it may be a bundle: the load
+ * checks the rest and reports a damaged or cut one as such.
+ */
+export async function notLoadable(path: string): Promise<string | undefined> {
+  const missing = await stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
+  if (missing) return `${path} does not exist: ${FIX}`;
+  const irregular = await assertRegularFile(path).then(() => undefined, (err: Error) => err.message);
+  if (irregular) return irregular;
+  const why = await notABundle(path).catch(() => undefined);
+  if (why) return `${why}: ${FIX}`;
+  // zstd data holding something else (a .tar.zst): no bundle.json first, and no seek table last.
+  // Undecodable bytes are left to the load, which reports a damaged bundle as Corrupt.
+  const order = await readHeader(path).then(() => undefined, (err: { code?: string }) => err.code === 'BAD_ORDER');
+  if (order && !(await endsWithSeekTable(path).catch(() => false))) {
+    return `${basename(path)} is not a bundle (zstd data, but not an archive starting with bundle.json, and no seek table at its end): ${FIX}`;
+  }
+  return undefined;
+}
+
+/** What the first and last bytes of a file say it is, before any load reads the rest. */
+export type HeadVerdict =
+  | { kind: 'bundle'; version: string; arch: string }
+  /** Starts as a bundle does but has no seek table at its end yet: a copy in progress, or cut short. */
+  | { kind: 'incomplete'; why: string }
+  /** Starts and ends as a bundle does but its head does not read: a damaged bundle, for the load to report. */
+  | { kind: 'damaged'; why: string }
+  | { kind: 'notABundle'; why: string };
+
+/**
+ * Reads a bundle's head (bundle.json and its signature, bounded by the format reader) and its
+ * footer: what the media watcher checks once per stable copy before offering it. The signature
+ * is the load's job: this only tells a bundle from a copy in progress or a file of another kind.
+ */
+export async function inspectHead(file: string): Promise<HeadVerdict> {
+  const not = await notABundle(file);
+  if (not) return { kind: 'notABundle', why: not };
+  if (!(await endsWithSeekTable(file))) return { kind: 'incomplete', why: `${basename(file)} has no seek table at its end (still being copied, or cut short)` };
+  try {
+    const { manifest } = await readHeader(file);
+    return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch };
+  } catch (err) {
+    return { kind: 'damaged', why: (err as Error).message };
+  }
+}
+
+// The file itself vanishing (its stick pulled, or deleted) while the load reads it
+const GONE = new Set(['ENOENT', 'ESTALE', 'ENODEV', 'ENXIO', 'EIO']);
+
+/**
+ * A system error about the bundle file itself, raised by whatever step read it last, is the
+ * media going away, not an internal fault: reported as MediaRemoved with what to do.
+ */
+export function mediaGone(err: unknown, file: string): unknown {
+  // the format library wraps what the system said as IO_ERROR, keeping it as the cause
+  let e = err as NodeJS.ErrnoException | undefined;
+  for (let depth = 0; e && typeof e.syscall !== 'string' && depth < 3; depth++) e = e.cause as NodeJS.ErrnoException | undefined;
+  if (typeof e?.syscall !== 'string' || e.path !== file || !GONE.has(e.code ?? '')) return err;
+  return new AgentError('MediaRemoved', `${file} disappeared or cannot be read (${e.code}): was the USB stick removed or the file deleted? Plug it in again, check the path and retry`, { cause: err });
+}

@@ -1,0 +1,115 @@
+// Steps 6 to 9 of the data flow, from a verified blob store to pinned images: shared by a
+// load from a bundle file and by a restore from a layout kept on disk.
+import type { BundleManifest } from '@offline-bundle/format';
+import { catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
+import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
+import { oneLine } from '../errors.js';
+import type { PipelineContext } from './pipeline-context.js';
+import { adoptRunningRelease } from '../releases/running-release.js';
+import { checkMirrorUsed, checkPinsSettled, imagesPresent } from '../runtime/runtime-checks.js';
+import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
+import type { ReleaseRecord } from '../releases/state.js';
+import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
+
+export interface ImagesInput {
+  manifest: BundleManifest;
+  store: BlobStore;
+  /** What the agent recorded of earlier releases (the running one may be added). */
+  releases: ReleaseRecord[];
+  running?: ClusterRelease;
+  /**
+   * The store is still being staged: each pull waits for `gate(ref)`, and `done` (the whole
+   * bundle verified and staged) settles before anything is pinned. The phase stays Staging
+   * (the stick must stay in) until then.
+   */
+  staging?: { gate: PullGate; done: Promise<void> };
+}
+
+/**
+ * Serves the store on loopback, points the runtime at it, pulls every image, proves the pulls
+ * came through us, removes the mirror, pins this release and the ones still in use, and reads
+ * the pins back. The registry is stopped and the mirror removed whatever happens.
+ */
+export async function loadImages(ctx: PipelineContext, input: ImagesInput): Promise<void> {
+  const { config, log, tracker, runtime, signal } = ctx;
+  const { manifest: m, store, releases, running, staging } = input;
+  const rel = m.release;
+  const refs = imageRefs(m);
+  let registry: RunningRegistry | undefined;
+  let unmirror: (() => Promise<void>) | undefined;
+  try {
+    signal?.throwIfAborted();
+    registry = await startRegistry({ store, catalog: catalogOf(m) });
+    // counted by image (bundle.json's images), as `bundle inspect` counts them; a tagged image is pulled by two names
+    const images = m.images.length;
+    tracker.update((s) => {
+      if (!staging) s.phase = 'Serving';
+      Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
+    });
+    tracker.condition('Serving', 'True', 'RegistryUp', `temporary registry on ${registry.address}`);
+    log.info('serving', `temporary registry on ${registry.address}`, { address: registry.address });
+    // Asked before the mirror exists: an image the runtime holds already is not pulled through us.
+    const inspector = await runtime.inspector();
+    const present = inspector ? await imagesPresent(inspector, m) : undefined;
+    if (running) {
+      const adopted = await adoptRunningRelease({ stateDir: config.paths.stateDir, arch: rel.arch, running, incoming: m, releases, ...(inspector ? { inspector } : {}) });
+      if (adopted) {
+        releases.push(adopted);
+        log.info('pin', `the running release ${adopted.version} was not loaded by this agent: its ${adopted.refs.length} images on this node stay pinned until ${rel.version} is complete`, { version: adopted.version });
+      }
+    }
+    unmirror = await runtime.mirror(registry.address, m);
+
+    tracker.update((s) => {
+      if (!staging) s.phase = 'Preloading';
+      Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
+    });
+    const pulled = new Set<string>();
+    await runtime.preload(refs, (done, total, ref) => {
+      pulled.add(ref);
+      tracker.progress({ imagesDone: imagesCovered(m, pulled), imagesTotal: images });
+      log.info('preload', `pulled ${ref} (${done}/${total} names)`, { ref });
+    }, signal, staging?.gate);
+    // nothing is pinned, and no Ready, before the whole bundle is verified
+    await staging?.done;
+    if (config.preload.method === 'none') {
+      tracker.condition('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled; the runtime pulls each one from the temporary registry only while it runs');
+    } else {
+      if (present) checkMirrorUsed(m, present, registry.served);
+      else log.warn('preload', 'the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle\'s registry');
+      tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${images} images (${refs.length} names) in the runtime's store (${registry.served.blobs} blobs served)`);
+    }
+
+    signal?.throwIfAborted();
+    tracker.phase('Pinning');
+    // The mirror goes before the pins are applied: one reload (CRI-O) covers both.
+    await unmirror();
+    unmirror = undefined;
+    // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
+    const inUse = new Set(versionsInUse(tracker.current.history));
+    const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
+    // and the previous agent image while a switch to a new agent is unconfirmed
+    const keptRefs = (await refsToKeepPinned(config.paths.stateDir, kept)).filter((r) => !refs.includes(r));
+    const pins = [...new Set([...refs, ...keptRefs])].sort();
+    const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
+    await runtime.pin(pins, released);
+    const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
+    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs) : undefined;
+    if (report?.verifiable) {
+      tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} image names pinned${still}, as the runtime reports`);
+    } else {
+      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} image names asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7): they may be garbage-collected`);
+    }
+    if (report?.stillPinned.length) {
+      tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);
+      log.warn('pin', `the runtime still reports images of older releases pinned: ${report.stillPinned.join(', ')}`);
+    }
+    // A SIGTERM that came while the pins were applied: stop here, not Ready (the pins stay, as after PinFailed).
+    signal?.throwIfAborted();
+  } finally {
+    await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
+    await runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
+    await registry?.close().catch(() => undefined);
+    if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
+  }
+}

@@ -1,0 +1,18 @@
+import type { StatusTracker } from '@offline-bundle/status';
+import type { AgentConfig } from '../config.js';
+import type { Logger } from '../log.js';
+import type { RuntimeTarget } from '../runtime/runtime-target.js';
+
+/** What every phase of a load shares: the config, the log, the status, the runtime. */
+export interface PipelineContext {
+  config: AgentConfig;
+  log: Logger;
+  tracker: StatusTracker;
+  runtime: RuntimeTarget;
+  /** Where the file came from, for status ("USB stick LABEL", a mount point, "file"). */
+  media?: string;
+  /** Aborts the load (SIGTERM): the cleanup of every step still runs. */
+  signal?: AbortSignal;
+  /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */
+  agentVersion?: string;
+}

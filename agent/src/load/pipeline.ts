@@ -1,0 +1,477 @@
+import { readdir, rm, stat } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { join } from 'node:path';
+import {
+  checkSignature, extractBundle, loadTrust, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+} from '@offline-bundle/format';
+import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
+import {
+  clusterReadFailure, forbiddenMessage, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
+  type ClusterReadFailure, type ClusterRelease, type HistoryEntry, type StatusTracker,
+} from '@offline-bundle/status';
+import { loadImages } from './load-images.js';
+import type { PipelineContext } from './pipeline-context.js';
+import { StagingStore } from './staging-store.js';
+import { missingImages } from '../runtime/runtime-checks.js';
+import type { AgentConfig } from '../config.js';
+import { AgentError, failureOf, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
+import { checkPolicy, compareVersions } from './policy.js';
+import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
+import { planSpace, type StageMode } from './space.js';
+import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
+import { withLoadLock } from './lock.js';
+import { contentOf, keyOf, recordBundle } from '../releases/bundle-records.js';
+import { assertBundleFile, mediaGone } from './bundle-file.js';
+import { switchAgentIfNewer } from '../self-upgrade/self-upgrade.js';
+import { TOOL_VERSION } from '../version.js';
+import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
+
+export type { PipelineContext } from './pipeline-context.js';
+
+export interface LoadResult {
+  version: string;
+  arch: string;
+  mode: StageMode;
+  images: number;
+  refs: string[];
+  fileDigest: string;
+  /** The agent image the bundle carries, if any. */
+  agent?: BundleAgent;
+}
+
+/** The running release, if known, and why the cluster did not say it when it did not. */
+interface Running {
+  release?: ClusterRelease;
+  failure?: ClusterReadFailure;
+}
+
+/**
+ * The release the node runs, for the version policy and the pins: from the config, else from
+ * OpenShift's ClusterVersion (remembered in the state directory, and recorded in the history
+ * so a completed upgrade releases older pins); when the cluster does not answer, the last one
+ * seen there (the remembered file, else the status history's running entries: the node's own
+ * records of what it ran).
+ */
+export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
+  return (await runningRelease(ctx)).release?.version;
+}
+
+async function runningRelease(ctx: PipelineContext): Promise<Running> {
+  const { config, tracker, log } = ctx;
+  if (config.version.current) return { release: { version: config.version.current } };
+  if (!config.version.fromCluster || !config.status.kubeconfig) return {};
+  let failure: ClusterReadFailure | undefined;
+  try {
+    const r = await readClusterRelease(config.status.kubeconfig, { timeoutMs: 10_000 });
+    if (r) {
+      tracker.update((s) => { s.history = observeRunning(s.history, r.version); });
+      await rememberClusterRelease(config.paths.stateDir, r).catch((err) => log.warn('version', `cannot remember the running version ${r.version}: ${oneLine(err)}`));
+      return { release: r };
+    }
+  } catch (err) {
+    failure = clusterReadFailure(err);
+  }
+  const remembered = await rememberedClusterRelease(config.paths.stateDir);
+  // the newest of the two: either may lag (a file not rewritten, a history pruned), and an older one lets a downgrade through
+  const seen = runningReleases(tracker.current.history).reduce<HistoryEntry | undefined>((a, e) => (!a || compareVersions(e.version, a.version) > 0 ? e : a), undefined);
+  const fromFile = remembered !== undefined && (!seen || compareVersions(remembered.version, seen.version) >= 0);
+  const last = fromFile ? remembered : seen;
+  if (last && failure) {
+    const why = failure.kind === 'forbidden' ? forbiddenMessage(failure) : failure.detail;
+    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${fromFile ? ` at ${remembered!.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
+  }
+  if (fromFile) return { release: { version: remembered!.version, ...(remembered!.image ? { image: remembered!.image } : {}) }, ...(failure ? { failure } : {}) };
+  if (last) return { release: { version: last.version }, ...(failure ? { failure } : {}) };
+  return failure ? { failure } : {};
+}
+
+const CLUSTER_RETRY_FIRST_MS = 1000;
+const CLUSTER_RETRY_MAX_MS = 30_000;
+
+/**
+ * A node that never saw its running version and cannot read it now waits: the load stays in
+ * Verifying with Ready False (WaitingForCluster, or ClusterForbidden naming the missing rule),
+ * logged once per cause, and the read is tried again with exponential backoff until it
+ * answers or version.clusterWaitMinutes have passed (then a failure with the same cause).
+ * SIGTERM (ctx.signal) ends the wait as any step.
+ */
+async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Running> {
+  const { config, log, tracker, signal } = ctx;
+  const limitMs = config.version.clusterWaitMinutes * 60_000;
+  const started = Date.now();
+  let r = first;
+  let delay = CLUSTER_RETRY_FIRST_MS;
+  let logged: string | undefined;
+  while (!r.release && r.failure) {
+    const f = r.failure;
+    const forbidden = f.kind === 'forbidden';
+    const cause = forbidden ? forbiddenMessage(f) : `the cluster's API server did not answer (${f.detail})`;
+    const fix = forbidden ? '' : `; or set version.current in the agent's config to load without the cluster`;
+    if (Date.now() - started + delay > limitMs) {
+      throw new AgentError(forbidden ? 'ClusterForbidden' : 'ClusterUnreachable',
+        `${cause}; this node never saw its running version, so the update was not loaded (waited ${config.version.clusterWaitMinutes} min)${fix || ': plug the stick in again once it is fixed'}`);
+    }
+    const reason = forbidden ? 'ClusterForbidden' : 'WaitingForCluster';
+    // the same words on every try: the condition (and the cluster object) changes only with the cause
+    const message = `${cause}; this node never saw its running version, so the update waits for the cluster (trying again for up to ${config.version.clusterWaitMinutes} min)${fix}`;
+    tracker.condition('Ready', 'False', reason, message);
+    if (logged !== reason) log.warn('version', message, { reason });
+    logged = reason;
+    await sleep(delay, undefined, signal ? { signal } : {}).catch((err: unknown) => {
+      if (!signal?.aborted) throw err;
+      throw new AgentError('Interrupted', 'stopped while waiting for the cluster to say which version it runs: nothing was loaded; the bundle is tried again at the next start (or run bundle-agent load again)');
+    });
+    delay = Math.min(delay * 2, CLUSTER_RETRY_MAX_MS);
+    r = await runningRelease(ctx);
+  }
+  if (logged) {
+    tracker.update((s) => { s.conditions = s.conditions.filter((c) => c.type !== 'Ready'); });
+    log.info('version', r.release ? `the cluster answered: it runs ${r.release.version}; the load goes on` : 'the cluster answered; the load goes on');
+  }
+  return r;
+}
+
+/**
+ * What a killed load (SIGKILL, power cut) leaves: partial staging, staged layouts no release
+ * keeps, mirror drop-ins pointing at a registry that is gone. Run under the load lock before
+ * every load and at daemon start, so neither waits for the other to clean up. A layout kept
+ * with `staging.keep: untilComplete` goes once the cluster runs its release (`history`).
+ */
+export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger, history: readonly HistoryEntry[]): Promise<void> {
+  const stale = await removeStalePartials(config.paths.upgradeDir);
+  if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
+  const releases = await readReleases(config.paths.stateDir);
+  const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
+  const keep = new Set<string>();
+  for (const r of releases) {
+    if (!r.layout) continue;
+    if (config.staging.keep === true || (config.staging.keep === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
+    else await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
+  }
+  const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
+  // staged layouts are "<version>-<arch>" directories holding a bundle.json
+  const gone: string[] = [];
+  for (const n of names) {
+    const dir = join(config.paths.upgradeDir, n);
+    if (keep.has(dir) || !(await stat(join(dir, 'bundle.json')).then(() => true, () => false))) continue;
+    await rm(dir, { recursive: true, force: true });
+    gone.push(n);
+  }
+  if (gone.length) log.warn('staging', `removed staged layouts no release needs any more: ${gone.join(', ')}`);
+  await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+}
+
+/** Whether every image the agent recorded for a release is still in the runtime (true where it cannot ask). */
+export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string): Promise<boolean> {
+  const rec = (await readReleases(config.paths.stateDir)).find((r) => r.version === version && r.arch === arch);
+  if (!rec) return false;
+  const inspector = await runtime.inspector().catch(() => undefined);
+  if (!inspector) return true;
+  return (await missingImages(inspector, rec.refs)).length === 0;
+}
+
+/** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
+export async function removeStalePartials(upgradeDir: string): Promise<string[]> {
+  let names: string[];
+  try {
+    names = (await readdir(upgradeDir)).filter((n) => n.endsWith('.partial'));
+  } catch {
+    return [];
+  }
+  for (const n of names) await rm(join(upgradeDir, n), { recursive: true, force: true });
+  return names;
+}
+
+function rateTracker(tracker: StatusTracker) {
+  const started = Date.now();
+  let last = 0;
+  return (done: number, total: number) => {
+    const now = Date.now();
+    if (now - last < 1000 && done < total) return;
+    last = now;
+    const secs = (now - started) / 1000;
+    const rate = secs > 0 ? done / secs : 0;
+    tracker.progress({ bytesDone: done, bytesTotal: total, rate: Math.round(rate), ...(rate > 0 ? { etaSeconds: Math.round((total - done) / rate) } : {}) });
+  };
+}
+
+/** A staged layout is reused after a restart only if it holds exactly this bundle's signed description. */
+async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
+  try {
+    return (await readLayoutDescription(dir)).manifestBytes.equals(manifestBytes);
+  } catch {
+    return false;
+  }
+}
+
+/** What the checks before any write establish about a bundle file. */
+interface Admitted {
+  head: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
+  signer?: TrustedKey;
+  trust: Trust;
+  releases: ReleaseRecord[];
+  running?: ClusterRelease;
+}
+
+/** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
+async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
+  const { config, log, tracker } = ctx;
+  tracker.update((s) => {
+    s.phase = 'Verifying';
+    s.bundle = { file, media: ctx.media ?? 'file' };
+    s.conditions = [];
+    s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
+  });
+  tracker.condition('MediaDetected', 'True', 'BundleFound', `found ${file}`);
+  log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
+
+  const trust = await loadTrust(config.trust.keys, config.trust.digest);
+  await assertBundleFile(file);
+  const head = await readHeader(file);
+  const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
+  const rel = head.manifest.release;
+  tracker.update((s) => {
+    s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
+  });
+  const releases = await readReleases(config.paths.stateDir);
+  let found = await runningRelease(ctx);
+  if (!found.release && found.failure && !config.version.allowUnknown) found = await waitForCluster(ctx, found);
+  const running = found.release;
+  const current = running?.version;
+  checkPolicy(head.manifest, config, current);
+  if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
+  tracker.update((s) => {
+    s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
+  });
+  return { head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+}
+
+interface Staged {
+  store: BlobStore;
+  mode: StageMode;
+  /** The staged layout's directory (staged mode). */
+  target?: string;
+  fileDigest: string;
+  /** The layout was staged by an earlier load and kept (staging.keep): a failure of this one does not remove it. */
+  reused?: boolean;
+  /** Still being staged (overlapped with the pulls): see loadImages' `staging`. */
+  staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
+}
+
+/** Steps 4 and 5: the space check, then the verified copy to disk, or one full pass over the media. */
+async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<Staged> {
+  const { config, log, tracker, signal } = ctx;
+  const m = a.head.manifest;
+  const rel = m.release;
+  const plan = await planSpace(m, config);
+  tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
+  tracker.update((s) => {
+    s.bundle = { ...s.bundle!, mode: plan.mode };
+  });
+  log.info('space', plan.message, { mode: plan.mode });
+
+  const fileSize = (await stat(file)).size;
+  const onProgress = rateTracker(tracker);
+  const verifiedBy = a.signer ? { reason: 'SignatureValid', message: `signed by ${a.signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
+  // The full pass is what counts: its bundle.json must be the one the header check looked at.
+  const sameBytes = (manifestBytes: Buffer) => {
+    if (!manifestBytes.equals(a.head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+  };
+  const sameDescription = (v: VerifiedBundle) => {
+    sameBytes(v.manifestBytes);
+    return v.fileDigest;
+  };
+  const catalog = catalogOf(m);
+  signal?.throwIfAborted();
+  let staged: Staged;
+  if (plan.mode === 'staged') {
+    const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
+    tracker.update((s) => {
+      s.phase = 'Staging';
+      Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
+    });
+    const reuse = await alreadyStaged(target, a.head.manifestBytes);
+    let fileDigest = '';
+    // Signed: each blob is good once it hashes to its signed digest, so pulls may start then.
+    // Digest-only trust knows nothing good before the whole file is hashed.
+    if (!reuse && a.signer && config.preload.method !== 'none') {
+      await rm(target, { recursive: true, force: true });
+      return stageWhilePulling(file, ctx, a, target, onProgress, sameBytes, verifiedBy);
+    }
+    if (!reuse) {
+      await rm(target, { recursive: true, force: true });
+      fileDigest = sameDescription(await extractBundle(file, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) }));
+    } else {
+      log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
+    }
+    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+    // A layout found on disk is hashed again before use; one just extracted was checked as written.
+    const store = await LayoutStore.open(target, catalog, { verified: !reuse }).catch(async (err: unknown) => {
+      await rm(target, { recursive: true, force: true });
+      throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
+    });
+    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    staged = { store, mode: 'staged', target, fileDigest, ...(reuse ? { reused: true } : {}) };
+  } else {
+    tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
+    // each frame's digest from this pass: what the registry serves later is held to it
+    const v = await verifyBundle(file, { trust: a.trust, onProgress, frameDigests: true, ...(signal ? { signal } : {}) });
+    const fileDigest = sameDescription(v);
+    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+    tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
+    staged = { store: await BundleFileStore.open(file, m, catalog, { seekIndex: v.seekIndex, frameDigests: v.frameDigests! }), mode: 'media', fileDigest };
+  }
+  if (staged.fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: staged.fileDigest }; });
+  log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });
+  return staged;
+}
+
+/**
+ * Starts the verified extraction and returns at once with a store that serves each blob as soon
+ * as the extraction has written and verified it; `staging.done` settles with the whole pass
+ * (conditions Verified and Staged, the file digest). A failure of either side stops the other
+ * (`staging.signal`): the partial layout goes, nothing is pinned, no Ready.
+ */
+function stageWhilePulling(file: string, ctx: PipelineContext, a: Admitted, target: string, onProgress: (done: number, total: number) => void,
+  sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }): Staged {
+  const { log, tracker, signal } = ctx;
+  const m = a.head.manifest;
+  const partialDir = `${target}.partial`;
+  const store = new StagingStore(partialDir, target, catalogOf(m), m);
+  const stop = new AbortController();
+  const onStop = () => stop.abort(signal!.reason);
+  if (signal?.aborted) onStop();
+  else signal?.addEventListener('abort', onStop, { once: true });
+  const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
+  const extraction = extractBundle(file, target, {
+    trust: a.trust, partialDir, onProgress, signal: stop.signal,
+    // what the blobs are held to is the bundle.json the header check admitted, byte for byte
+    onManifest: (_m, bytes) => sameBytes(bytes),
+    onVerified: (entry) => store.verified(entry.digest),
+  });
+  const done = extraction.then((v) => {
+    sameBytes(v.manifestBytes);
+    staged.fileDigest = v.fileDigest;
+    store.staged();
+    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
+    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    tracker.update((s) => {
+      s.phase = 'Preloading';
+      s.bundle = { ...s.bundle!, digest: staged.fileDigest };
+    });
+    log.info('verified', `bundle ${m.release.version} ${m.release.arch} verified`, { digest: staged.fileDigest, signer: a.signer?.fingerprint });
+  }).catch((err: unknown) => {
+    stop.abort(err);
+    store.fail(err);
+    throw err;
+  });
+  done.catch(() => undefined);
+  // the stop signal follows ctx.signal (SIGTERM) for the whole load, pulls and pins included, not only the staging
+  staged.staging = { gate: (ref) => store.image(ref), done, signal: stop.signal, stop: (reason) => stop.abort(reason), release: () => signal?.removeEventListener('abort', onStop) };
+  return staged;
+}
+
+/**
+ * Steps 3 to 10 of the data flow for one bundle file. Throws AgentError (or a library error)
+ * on refusal; the caller records the failure. Whatever fails, the registry is stopped, the
+ * mirror drop-ins are removed and no partial layout stays behind.
+ */
+export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  const { config, log, tracker } = ctx;
+  const a = await admit(file, ctx);
+  const m = a.head.manifest;
+  const rel = m.release;
+  const refs = imageRefs(m);
+  let staged: Staged | undefined;
+  let ok = false;
+  try {
+    staged = await stage(file, ctx, a);
+    const staging = staged.staging;
+    try {
+      await loadImages(staging ? { ...ctx, signal: staging.signal } : ctx, {
+        manifest: m, store: staged.store, releases: a.releases, ...(a.running ? { running: a.running } : {}),
+        ...(staging ? { staging: { gate: staging.gate, done: staging.done } } : {}),
+      });
+    } catch (err) {
+      // the pulls failed: stop the staging too, and let it remove its partial layout
+      staging?.stop(err);
+      await staging?.done.catch(() => undefined);
+      throw err;
+    }
+    ok = true;
+  } finally {
+    staged?.staging?.release();
+    await staged?.store.close().catch(() => undefined);
+    // A layout the config does not keep goes, Ready or not; a failed one is never trusted later.
+    if (staged?.target && ((!ok && !staged.reused) || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
+  }
+  const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
+  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
+  // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
+  const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
+  tracker.update((s) => {
+    s.phase = 'Ready';
+    const digest = staged!.fileDigest ? { digest: staged!.fileDigest } : {};
+    s.history = loadedRunning ? markRunningLoaded(s.history, rel.version, digest) : markLoaded(s.history, rel.version, digest);
+  });
+  if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
+  else tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
+  log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
+  return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
+}
+
+/**
+ * The history after a failed attempt at `version`: failed, unless the node held it before the
+ * attempt (loaded, or the release it runs): then its entry is as it was, so its pins stay.
+ */
+function failedAttempt(history: readonly HistoryEntry[], before: readonly HistoryEntry[], version: string): HistoryEntry[] {
+  const held = before.find((e) => e.version === version && e.state !== 'failed' && e.state !== 'installing');
+  if (!held) return markFailed(history, version);
+  return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...held } : e)) : [...history, { ...held }];
+}
+
+/** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
+export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  // taken before the load: the outcome belongs to the copy that was read
+  const key = await keyOf(file);
+  const content = await contentOf(file);
+  const stateDir = ctx.config.paths.stateDir;
+  // what the history said before this attempt: a release loaded before stays so when a repeat load fails
+  const before = ctx.tracker.current.history;
+  try {
+    const r = await withLoadLock(stateDir, async () => {
+      await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history);
+      // a load killed mid-way leaves this, so the next daemon start tries the file again
+      if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
+      return loadBundle(file, ctx);
+    });
+    if (key) await recordBundle(stateDir, { key, ...(content ? { content } : {}), file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
+    // only once Ready and recorded: the restart it may ask for stops this process
+    // never throws (it reports in AgentUpgraded); the catch only guards the bundle's Ready
+    await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
+    return r;
+  } catch (caught) {
+    const err = mediaGone(caught, file);
+    const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
+    // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again)
+    if (reason === 'Busy') {
+      ctx.log.warn('busy', message, { reason, file });
+      throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+    }
+    const version = ctx.tracker.current.bundle?.version;
+    // a stop says nothing about the file
+    if (key && reason !== 'Interrupted') {
+      await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
+        .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
+    }
+    // stopped before the attempt began (waiting for the cluster): there is no attempt to call failed
+    const attempted = reason !== 'Interrupted' || ctx.tracker.current.history.some((e) => e.version === version && e.state === 'installing');
+    if (version && attempted) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
+    ctx.tracker.condition('Failed', 'True', reason, message);
+    ctx.tracker.condition('Ready', 'False', reason, message);
+    ctx.tracker.phase('Failed');
+    ctx.log.error('failed', message, { reason, file });
+    throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+  }
+}

@@ -1,0 +1,33 @@
+// How `bundle-agent releases` reads to a person (the --json output is the ReleasesView itself).
+import { escapeControls, textTable } from '@offline-bundle/host';
+import { plural } from '@offline-bundle/status';
+import type { Forgotten, PinState, ReleasesView } from './releases.js';
+
+const PINNED: Record<PinState, string> = { yes: 'yes', no: 'no', unknown: 'unknown*' };
+
+function forgottenText(view: ReleasesView): string {
+  if (view.forgotten.length === 0) return '';
+  const list = view.forgotten.map((f) => `${f.version} (${f.arch})`).join(', ');
+  return escapeControls(`Forgotten, not loaded again from a stick until "releases unforget VERSION": ${list}.`) + '\n';
+}
+
+export function releasesTable(view: ReleasesView): string {
+  if (view.releases.length === 0) return escapeControls(`No release recorded on this node${view.running ? ` (it runs ${view.running})` : ''}.`) + '\n' + forgottenText(view);
+  const rows = view.releases.map((r) => [
+    r.version,
+    r.arch,
+    r.running ? 'running' : (r.state ?? '-'),
+    r.imagesPresent === undefined ? `${r.images}` : `${r.imagesPresent}/${r.images}`,
+    PINNED[r.pinned],
+    r.layout ?? '-',
+    r.source === 'node' ? 'found on the node' : r.loadedAt,
+  ]);
+  const running = view.running ? `Running: ${view.running}.` : 'Running release unknown (no version.current, none seen running yet).';
+  const unknown = view.releases.some((r) => r.pinned === 'unknown') ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7).' : '';
+  return textTable(['VERSION', 'ARCH', 'STATE', 'IMAGES', 'PINNED', 'KEPT LAYOUT', 'LOADED'], rows)
+    + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}`) + '\n' + forgottenText(view);
+}
+
+export function forgottenLine(f: Forgotten): string {
+  return `forgot ${f.version} (${f.arch}): ${plural(f.unpinned, 'image')} unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped; not loaded again from a stick until releases unforget ${f.version}`;
+}

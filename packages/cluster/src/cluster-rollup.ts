@@ -1,0 +1,144 @@
+/**
+ * The admin's roll-up of every node: one row per Node (so a node whose agent never reported
+ * shows up), joined with its NodeBundleStatus. "Ready" for the cluster means every node (of
+ * the selector) reports phase Ready with a Ready=True condition for one and the same bundle
+ * digest (the whole file's sha256, as the agent verified it).
+ */
+import { apiCall, completedRelease, GROUP, holdsRelease, listAll, PLURAL, VERSION, type AdminApis } from '@offline-bundle/status';
+
+export interface NodeRow {
+  node: string;
+  /** The Kubernetes Node's own Ready condition. */
+  nodeReady: boolean;
+  /** The NodeBundleStatus phase, or NotReported when the node has none. */
+  phase: string;
+  version?: string;
+  digest?: string;
+  /** Status of the Pinned condition (True, False, Unknown), when reported. */
+  pinned?: string;
+  /** status.updatedAt: the agent's last report. */
+  heartbeat?: string;
+  /** Why it is not ready (the Failed/Ready condition's reason and message, or the agent's line). */
+  reason?: string;
+  message?: string;
+  /** Ready for the roll-up's digest. */
+  ready: boolean;
+  /** The release the cluster runs, when this node joined after it completed and has not loaded it. */
+  missingRunning?: string;
+}
+
+export interface Rollup {
+  /** The digest every node must be Ready for: the one asked for, else the most common Ready one. */
+  digest?: string;
+  rows: NodeRow[];
+  /** Every node Ready for `digest` (and at least one node). */
+  ready: boolean;
+  /** "3 of 5 nodes Ready for bundle sha256:…; node-4 never reported; node-5 Failed (PullFailed)". */
+  summary: string;
+}
+
+interface NodeLike { metadata?: { name?: string; creationTimestamp?: string | Date }; status?: { conditions?: { type?: string; status?: string }[] } }
+interface StatusLike {
+  metadata?: { name?: string };
+  status?: {
+    phase?: string; message?: string; updatedAt?: string;
+    bundle?: { version?: string; digest?: string };
+    conditions?: { type?: string; status?: string; reason?: string; message?: string }[];
+    history?: { version?: string; state?: string }[];
+  };
+}
+
+/** The release the cluster runs (ClusterVersion's newest completed entry) and when it completed. */
+export interface RunningRelease { version: string; completionTime?: string }
+
+const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => c.type === type);
+
+/**
+ * Whether a node lacks the running release's images. With no registry, a node created after
+ * that release completed (added or replaced later, from an older boot image) gets them only
+ * from a bundle of that release; nodes that existed then were installed or upgraded with it.
+ */
+function missesRunning(node: NodeLike, s: StatusLike | undefined, running: RunningRelease | undefined): boolean {
+  if (!running?.completionTime || holdsRelease(s?.status?.history, running.version)) return false;
+  const created = node.metadata?.creationTimestamp ? new Date(node.metadata.creationTimestamp).getTime() : NaN;
+  return created > Date.parse(running.completionTime);
+}
+
+/** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects). */
+export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease): Rollup {
+  const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
+  const base = nodes.map((n) => {
+    const node = n.metadata?.name ?? '';
+    const s = byNode.get(node);
+    const nodeReady = n.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+    const missing = missesRunning(n, s, running) ? { missingRunning: running!.version } : {};
+    if (!s) return { node, nodeReady, phase: 'NotReported', ok: false, ...missing } as NodeRow & { ok: boolean };
+    const failed = cond(s, 'Failed');
+    const readyCond = cond(s, 'Ready');
+    const why = failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
+    const st = s.status ?? {};
+    return {
+      node, nodeReady, phase: st.phase ?? 'Unknown',
+      ...(st.bundle?.version ? { version: st.bundle.version } : {}),
+      ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
+      ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
+      ...(st.updatedAt ? { heartbeat: st.updatedAt } : {}),
+      ...(why?.reason ? { reason: why.reason } : {}),
+      ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
+      ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
+      ...missing,
+    } as NodeRow & { ok: boolean };
+  });
+  let digest = want;
+  if (!digest) {
+    const counts = new Map<string, number>();
+    for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
+    digest = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
+  }
+  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest }))
+    .sort((a, b) => (a.node < b.node ? -1 : 1));
+  const readyCount = rows.filter((r) => r.ready).length;
+  const notes = rows.filter((r) => !r.ready).map((r) => {
+    if (r.phase === 'NotReported') return `${r.node} never reported`;
+    if (r.phase === 'Ready') return `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`;
+    return `${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`;
+  });
+  for (const r of rows) if (r.missingRunning) notes.push(`${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`);
+  const summary = rows.length === 0
+    ? 'no nodes match'
+    : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
+  return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
+}
+
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
+const conditions = (status: Record<string, unknown>) => (Array.isArray(status.conditions) ? status.conditions : []).map((c) => {
+  const o = obj(c);
+  return { type: str(o.type), status: str(o.status), reason: str(o.reason), message: str(o.message) };
+});
+
+/** What rollup reads of a Node, and nothing else (the rest of a page is dropped at once). */
+function pickNode(n: Record<string, unknown>): NodeLike {
+  const meta = obj(n.metadata);
+  // client-node turns creationTimestamp into a Date
+  const created = meta.creationTimestamp instanceof Date ? meta.creationTimestamp : str(meta.creationTimestamp);
+  return { metadata: { name: str(meta.name) ?? '', ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: conditions(obj(n.status)).filter((c) => c.type === 'Ready') } };
+}
+
+function pickStatus(s: Record<string, unknown>): StatusLike {
+  const st = obj(s.status);
+  const b = obj(st.bundle);
+  const history = (Array.isArray(st.history) ? st.history : []).map((e) => ({ version: str(obj(e).version), state: str(obj(e).state) }));
+  return {
+    metadata: { name: str(obj(s.metadata).name) ?? '' },
+    status: { phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), bundle: { version: str(b.version), digest: str(b.digest) }, conditions: conditions(st), history },
+  } as StatusLike;
+}
+
+/** Reads Nodes (of `selector`), every NodeBundleStatus and (on OpenShift) the running release, and rolls them up. */
+export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string } = {}): Promise<Rollup> {
+  const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
+  const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
+  const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
+  return rollup(nodes, statuses, opts.digest, completedRelease(cv));
+}

@@ -1,0 +1,191 @@
+/**
+ * `bundle cluster prepare` and `upgrade` as a library: what the bundle needs from the cluster
+ * before the cluster-version operator may start (its signatures in the ConfigMap, a running
+ * version the release accepts as a source, warnings about what will pull from a registry that
+ * is not there), and the start itself: ClusterVersion spec.desiredUpdate = the release image by
+ * digest, never `force`.
+ */
+import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { readRollup, type Rollup } from './cluster-rollup.js';
+import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
+
+/** What the cluster commands need of a (trusted) bundle. */
+export interface AdminBundle {
+  /** The whole file's sha256: what every node reports once Ready. */
+  fileDigest: string;
+  version: string;
+  /** Release image as named at build time, and its manifest digest. */
+  image: string | null;
+  digest: string | null;
+  upgradeFrom: string[];
+  images: { repository: string; tag: string | null; digest: string }[];
+  signatures: Uint8Array[];
+}
+
+export interface Warning {
+  kind: 'Autoscaling' | 'PullAlways' | 'AlreadyRunning';
+  /** namespace/kind/name of the object concerned. */
+  object: string;
+  message: string;
+}
+
+interface ClusterVersionDoc {
+  spec?: { desiredUpdate?: { image?: string; version?: string; force?: boolean } };
+  status?: { history?: { state?: string; version?: string; image?: string }[] };
+}
+
+const CV = { group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' };
+
+/** The release image by digest: REPOSITORY@sha256:… (tag dropped). */
+export function releaseImageByDigest(b: AdminBundle): string {
+  if (!b.image || !b.digest) throw new ClusterError('NO_RELEASE_IMAGE', 'the bundle carries no OpenShift release image (built without --release): start the upgrade with your distribution\'s own tooling');
+  const noDigest = b.image.split('@')[0]!;
+  const slash = noDigest.lastIndexOf('/');
+  const colon = noDigest.lastIndexOf(':');
+  return `${colon > slash ? noDigest.slice(0, colon) : noDigest}@${b.digest}`;
+}
+
+export const ocCommand = (image: string): string => `oc adm upgrade --allow-explicit-upgrade --to-image=${image}`;
+
+async function readClusterVersion(apis: AdminApis): Promise<ClusterVersionDoc> {
+  const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV), { notFound: () => undefined });
+  if (!cv) throw new ClusterError('NOT_OPENSHIFT', 'the cluster has no ClusterVersion "version": prepare and upgrade are for OpenShift; on other clusters use their own upgrade tooling once "bundle cluster status" exits 0');
+  const history = (cv as ClusterVersionDoc).status?.history;
+  if (typeof cv !== 'object' || (history !== undefined && !Array.isArray(history))) {
+    throw new ClusterError('API_NOT_JSON', 'the API server\'s ClusterVersion "version" is not one (status.history is not a list): is --kubeconfig\'s server an API server?');
+  }
+  return cv as ClusterVersionDoc;
+}
+
+const running = (cv: ClusterVersionDoc) => cv.status?.history?.find((h) => h.state === 'Completed' && h.version)?.version;
+
+/** The running version must be one the bundle accepts (an empty list accepts any). */
+function checkGraph(b: AdminBundle, cv: ClusterVersionDoc, warnings: Warning[]): string | undefined {
+  const now = running(cv);
+  if (now === b.version) {
+    warnings.push({ kind: 'AlreadyRunning', object: 'ClusterVersion/version', message: `the cluster already runs ${now}` });
+    return now;
+  }
+  if (b.upgradeFrom.length && (!now || !b.upgradeFrom.includes(now))) {
+    throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${now ?? 'no completed version'}, which ${b.version} does not accept as a source (it accepts ${b.upgradeFrom.join(', ')}): build a bundle for an intermediate version first`);
+  }
+  return now;
+}
+
+interface PodLike {
+  metadata?: { namespace?: string; name?: string; ownerReferences?: { kind?: string; name?: string; controller?: boolean }[] };
+  spec?: { containers?: { image?: string; imagePullPolicy?: string }[]; initContainers?: { image?: string; imagePullPolicy?: string }[] };
+}
+
+const containers = (v: unknown) => (Array.isArray(v) ? v : []).map((c: { image?: unknown; imagePullPolicy?: unknown }) => ({
+  ...(typeof c?.image === 'string' ? { image: c.image } : {}), ...(typeof c?.imagePullPolicy === 'string' ? { imagePullPolicy: c.imagePullPolicy } : {}),
+}));
+
+/** What pullAlwaysWarnings reads of a Pod: a page of full Pods is dropped as soon as it is read. */
+function pickPod(p: Record<string, unknown>): PodLike {
+  const m = (p.metadata ?? {}) as PodLike['metadata'] & object;
+  const spec = (p.spec ?? {}) as { containers?: unknown; initContainers?: unknown };
+  return {
+    metadata: { namespace: m.namespace, name: m.name, ownerReferences: (Array.isArray(m.ownerReferences) ? m.ownerReferences : []).map((o) => ({ kind: o?.kind, name: o?.name, controller: o?.controller })) } as PodLike['metadata'],
+    spec: { containers: containers(spec.containers), initContainers: containers(spec.initContainers) },
+  };
+}
+
+/** Pods that pull an image of the bundle with imagePullPolicy Always: they fail without a registry. */
+export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle, 'images'>): Warning[] {
+  const names = new Set<string>();
+  const digests = new Set<string>();
+  for (const i of b.images) {
+    names.add(`${i.repository}@${i.digest}`);
+    if (i.tag) names.add(`${i.repository}:${i.tag}`);
+    digests.add(i.digest);
+  }
+  const out: Warning[] = [];
+  const seen = new Set<string>();
+  for (const p of pods) {
+    for (const c of [...(p.spec?.initContainers ?? []), ...(p.spec?.containers ?? [])]) {
+      if (c.imagePullPolicy !== 'Always' || !c.image) continue;
+      const d = /@(sha256:[0-9a-f]{64})$/.exec(c.image)?.[1];
+      if (!names.has(c.image) && !(d && digests.has(d))) continue;
+      const owner = p.metadata?.ownerReferences?.find((o) => o.controller) ?? p.metadata?.ownerReferences?.[0];
+      const object = `${p.metadata?.namespace}/${owner?.kind ?? 'Pod'}/${owner?.name ?? p.metadata?.name}`;
+      if (seen.has(object + c.image)) continue;
+      seen.add(object + c.image);
+      out.push({ kind: 'PullAlways', object, message: `pulls ${c.image} with imagePullPolicy: Always, which fails on a node without a registry even though the image is loaded: set IfNotPresent` });
+    }
+  }
+  return out;
+}
+
+async function autoscalingWarnings(apis: AdminApis): Promise<Warning[]> {
+  const none = () => [];
+  const mas = await listAll('list MachineAutoscalers', (q) => apis.custom.listCustomObjectForAllNamespaces({ group: 'autoscaling.openshift.io', version: 'v1beta1', plural: 'machineautoscalers', ...q }), (m) => m as { metadata?: { namespace?: string; name?: string } }, { notFound: none });
+  const cas = await listAll('list ClusterAutoscalers', (q) => apis.custom.listClusterCustomObject({ group: 'autoscaling.openshift.io', version: 'v1', plural: 'clusterautoscalers', ...q }), (c) => c as { metadata?: { name?: string }; spec?: { resourceLimits?: { maxNodesTotal?: number } } }, { notFound: none });
+  const out: Warning[] = [];
+  for (const m of mas) out.push({ kind: 'Autoscaling', object: `${m.metadata?.namespace}/MachineAutoscaler/${m.metadata?.name}`, message: 'a machine the autoscaler adds boots without the bundle\'s images: pause it (min = max replicas) until the upgrade completes, and plug the stick into any new node' });
+  for (const c of cas) {
+    if (c.spec?.resourceLimits?.maxNodesTotal === 0) continue;
+    out.push({ kind: 'Autoscaling', object: `/ClusterAutoscaler/${c.metadata?.name}`, message: 'the cluster autoscaler may add nodes that lack the bundle\'s images: scale it to zero or delete it until the upgrade completes' });
+  }
+  return out;
+}
+
+export interface PrepareResult {
+  configMap: SignatureConfigMap;
+  /** Keys that were missing or different before (none: it was already in place). */
+  changed: string[];
+  runningVersion?: string;
+  warnings: Warning[];
+  dryRun: boolean;
+}
+
+/** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
+export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean } = {}): Promise<PrepareResult> {
+  releaseImageByDigest(b);
+  if (b.signatures.length === 0) {
+    throw new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL');
+  }
+  const warnings: Warning[] = [];
+  const cv = await readClusterVersion(apis);
+  const runningVersion = checkGraph(b, cv, warnings);
+  const cm = signatureConfigMap(b.digest!, b.signatures);
+  const changed = await missingSignatureKeys(apis, cm);
+  if (changed.length && !opts.dryRun) await applySignatureConfigMap(apis, b.digest!, cm);
+  warnings.push(...await autoscalingWarnings(apis));
+  const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
+  warnings.push(...pullAlwaysWarnings(pods, b));
+  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: opts.dryRun === true };
+}
+
+export interface UpgradeResult {
+  image: string;
+  ocCommand: string;
+  patch: { spec: { desiredUpdate: { image: string; version: string; force: false } } };
+  /** false: desiredUpdate already named this image. */
+  changed: boolean;
+  dryRun: boolean;
+  rollup: Rollup;
+}
+
+/**
+ * Starts the upgrade: refuses (NODES_NOT_READY) unless every node (of `selector`) is Ready for
+ * this bundle's file digest, (NOT_PREPARED) unless the signature ConfigMap holds its signatures,
+ * and (NOT_AN_UPGRADE_SOURCE) unless the running version is an accepted source. Then a merge
+ * patch of ClusterVersion spec.desiredUpdate (image by digest, version, force: false).
+ */
+export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean; selector?: string } = {}): Promise<UpgradeResult> {
+  const image = releaseImageByDigest(b);
+  const r = await readRollup(apis, { digest: b.fileDigest, ...(opts.selector ? { selector: opts.selector } : {}) });
+  if (!r.ready) throw new ClusterError('NODES_NOT_READY', `${r.summary}: plug the stick into every node until "bundle cluster status" exits 0`);
+  if (b.signatures.length === 0) throw new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL');
+  const missing = await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures));
+  if (missing.length) throw new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`);
+  const cv = await readClusterVersion(apis);
+  checkGraph(b, cv, []);
+  const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
+  const changed = cv.spec?.desiredUpdate?.image !== image;
+  if (changed && !opts.dryRun) {
+    await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
+  }
+  return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r };
+}

@@ -1,0 +1,12 @@
+export { rollup, readRollup } from './cluster-rollup.js';
+export {
+  SIGNATURE_NAMESPACE, SIGNATURE_CONFIGMAP, SIGNATURE_LABEL, signatureKey, signatureFieldManager, signatureConfigMap,
+  applySignatureConfigMap, missingSignatureKeys,
+} from './release-configmap.js';
+export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
+export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
+
+export type { NodeRow, Rollup } from './cluster-rollup.js';
+export type { SignatureConfigMap } from './release-configmap.js';
+export type { NodeIdentity } from './node-rbac.js';
+export type { AdminBundle, Warning, PrepareResult, UpgradeResult } from './cluster-upgrade.js';

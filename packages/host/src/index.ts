@@ -1,0 +1,11 @@
+export { BaseError, describeSystemError, errnoReason, firstLine } from './base-error.js';
+export { HostError } from './errors.js';
+export { writeFileAtomic } from './atomic-file.js';
+export { escapeControls, textTable } from './safe-text.js';
+export { PIPE_READ_TIMEOUT_MS, assertRegularFile, openRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
+export { pidExists } from './pid.js';
+export { makeDirs } from './make-dirs.js';
+export { filesystemFree } from './free-space.js';
+export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
+
+export type { HostErrorCode } from './errors.js';
