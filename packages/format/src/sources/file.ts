@@ -1,0 +1,81 @@
+import { constants } from 'node:fs';
+import { open, stat, type FileHandle } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import { assertRegularFile } from '@offline-bundle/oci';
+import { FormatError } from '../errors.js';
+import { READ_CHUNK } from '../layout.js';
+import type { BundleSource } from '../source.js';
+
+const cannotRead = (path: string, cause: unknown) =>
+  new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause });
+
+/** O_NONBLOCK: a FIFO swapped in after the check below must not block the open (nor a pool thread). */
+const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
+
+/** A bundle in one regular file, read through one descriptor for as long as the source is open. */
+export class FileSource implements BundleSource {
+  private constructor(readonly identity: string, readonly size: number, private readonly fh: FileHandle) {}
+
+  /**
+   * A FIFO or a device as the bundle would block the first read forever (a FIFO with no
+   * writer) or never end: refused before any read. A path that cannot be opened at all is
+   * IO_ERROR too, with the system's reason.
+   */
+  static async open(path: string): Promise<FileSource> {
+    const st = await assertRegularFile(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
+    if (!st) await stat(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
+    const fh = await open(path, OPEN_FLAGS).catch((cause: unknown) => { throw cannotRead(path, cause); });
+    try {
+      const now = await fh.stat();
+      if (!now.isFile()) throw cannotRead(path, new Error(`${path} is not a regular file: give the path of the file itself`));
+      return new FileSource(path, now.size, fh);
+    } catch (err) {
+      await fh.close();
+      throw err;
+    }
+  }
+
+  async read(offset: number, length: number): Promise<Buffer> {
+    const buf = Buffer.alloc(length);
+    let got = 0;
+    while (got < length) {
+      const { bytesRead } = await this.fh.read(buf, got, length - got, offset + got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    return got === length ? buf : buf.subarray(0, got);
+  }
+
+  stream(start: number, end: number): Readable {
+    // createReadStream's `end` is inclusive: an empty range would read one byte
+    if (end <= start) return Readable.from([]);
+    return this.fh.createReadStream({ start, end: end - 1, highWaterMark: READ_CHUNK, autoClose: false });
+  }
+
+  /** By the path, not the descriptor: a file deleted while open (its stick pulled) is gone, though still readable here. */
+  async currentSize(): Promise<number> {
+    return (await stat(this.identity).catch((cause: unknown) => { throw cannotRead(this.identity, cause); })).size;
+  }
+
+  close(): Promise<void> {
+    return this.fh.close();
+  }
+}
+
+/** Opens the bundle file at `path` (regular files only); the caller closes it. */
+export function openBundleFile(path: string): Promise<FileSource> {
+  return FileSource.open(path);
+}
+
+/**
+ * `use(source)` over the bundle file at `path`, closed after: for a caller that reads a bundle
+ * once. One that reads it in several steps opens it once and passes the source on.
+ */
+export async function withBundleFile<T>(path: string, use: (source: BundleSource) => Promise<T>): Promise<T> {
+  const source = await openBundleFile(path);
+  try {
+    return await use(source);
+  } finally {
+    await source.close();
+  }
+}
