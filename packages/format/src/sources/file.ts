@@ -46,10 +46,26 @@ export class FileSource implements BundleSource {
     return got === length ? buf : buf.subarray(0, got);
   }
 
+  /**
+   * Read here rather than by fs.createReadStream: destroying one of those (a reader that has
+   * what it needs, an abort) closes the descriptor, which the source's other readers still use.
+   */
   stream(start: number, end: number): Readable {
-    // createReadStream's `end` is inclusive: an empty range would read one byte
-    if (end <= start) return Readable.from([]);
-    return this.fh.createReadStream({ start, end: end - 1, highWaterMark: READ_CHUNK, autoClose: false });
+    const { fh } = this;
+    let at = start;
+    return new Readable({
+      highWaterMark: READ_CHUNK,
+      read() {
+        const n = Math.min(READ_CHUNK, end - at);
+        if (n <= 0) return void this.push(null);
+        const buf = Buffer.allocUnsafe(n);
+        fh.read(buf, 0, n, at).then(({ bytesRead }) => {
+          at += bytesRead;
+          // the file ends before `end`: it shrank since it was opened
+          this.push(bytesRead === 0 ? null : buf.subarray(0, bytesRead));
+        }, (err: unknown) => this.destroy(err as Error));
+      },
+    });
   }
 
   /** By the path, not the descriptor: a file deleted while open (its stick pulled) is gone, though still readable here. */
