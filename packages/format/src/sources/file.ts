@@ -49,21 +49,33 @@ export class FileSource implements BundleSource {
   /**
    * Read here rather than by fs.createReadStream: destroying one of those (a reader that has
    * what it needs, an abort) closes the descriptor, which the source's other readers still use.
+   * A stream from the start reads sequentially through a description of its own, opened on the
+   * same file (deleted or not) through /proc: its offset in /proc/PID/fdinfo shows how far the
+   * pass has read, as with the plain file read it replaces. Elsewhere, reads are positional.
    */
   stream(start: number, end: number): Readable {
-    const { fh } = this;
+    const main = this.fh;
+    let own: FileHandle | undefined;
     let at = start;
     return new Readable({
       highWaterMark: READ_CHUNK,
+      construct(cb) {
+        if (start !== 0) return cb();
+        open(`/proc/self/fd/${main.fd}`, 'r').then((fh) => { own = fh; }, () => undefined).finally(() => cb());
+      },
       read() {
         const n = Math.min(READ_CHUNK, end - at);
         if (n <= 0) return void this.push(null);
         const buf = Buffer.allocUnsafe(n);
-        fh.read(buf, 0, n, at).then(({ bytesRead }) => {
+        (own ? own.read(buf, 0, n, null) : main.read(buf, 0, n, at)).then(({ bytesRead }) => {
           at += bytesRead;
           // the file ends before `end`: it shrank since it was opened
           this.push(bytesRead === 0 ? null : buf.subarray(0, bytesRead));
         }, (err: unknown) => this.destroy(err as Error));
+      },
+      destroy(err, cb) {
+        if (!own) return cb(err);
+        own.close().then(() => cb(err), () => cb(err));
       },
     });
   }
