@@ -9,7 +9,7 @@ import type { BundleSource } from '../source.js';
 const cannotRead = (path: string, cause: unknown) =>
   new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause });
 
-/** O_NONBLOCK: a FIFO swapped in after the check below must not block the open (nor a pool thread). */
+/** O_NONBLOCK: opening a FIFO with no writer returns at once instead of blocking (and a pool thread with it). */
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
 
 /** A bundle in one regular file, read through one descriptor for as long as the source is open. */
@@ -18,17 +18,24 @@ export class FileSource implements BundleSource {
 
   /**
    * A FIFO or a device as the bundle would block the first read forever (a FIFO with no
-   * writer) or never end: refused before any read. A path that cannot be opened at all is
-   * IO_ERROR too, with the system's reason.
+   * writer) or never end: refused before any read (opened non-blocking, so a FIFO cannot hold
+   * the open either). A path that cannot be opened at all is IO_ERROR too, with the system's
+   * reason.
    */
   static async open(path: string): Promise<FileSource> {
-    const st = await assertRegularFile(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
-    if (!st) await stat(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
-    const fh = await open(path, OPEN_FLAGS).catch((cause: unknown) => { throw cannotRead(path, cause); });
+    const fh = await open(path, OPEN_FLAGS).catch(async (cause: unknown) => {
+      // named as the stat the readers always began with names it (ENOENT ... stat 'PATH')
+      await stat(path).catch((err: unknown) => { throw cannotRead(path, err); });
+      throw cannotRead(path, cause);
+    });
     try {
-      const now = await fh.stat();
-      if (!now.isFile()) throw cannotRead(path, new Error(`${path} is not a regular file: give the path of the file itself`));
-      return new FileSource(path, now.size, fh);
+      const st = await fh.stat();
+      if (!st.isFile()) {
+        // the shared check says what it is instead ("a FIFO (named pipe)", "a directory")
+        await assertRegularFile(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
+        throw cannotRead(path, new Error(`${path} is not a regular file: give the path of the file itself`));
+      }
+      return new FileSource(path, st.size, fh);
     } catch (err) {
       await fh.close();
       throw err;
