@@ -12,7 +12,7 @@ const cannotRead = (path: string, cause: unknown) =>
 /** O_NONBLOCK: opening a FIFO with no writer returns at once instead of blocking (and a pool thread with it). */
 const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
 
-/** A bundle in one regular file, read through one descriptor for as long as the source is open. */
+/** A bundle in one regular file, opened once: every read is of that file for as long as the source is open. */
 export class FileSource implements BundleSource {
   private constructor(readonly identity: string, readonly size: number, private readonly fh: FileHandle) {}
 
