@@ -23,7 +23,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { BundleRandomReader, blobPath, readHeader } from '@offline-bundle/format';
+import { BundleRandomReader, blobPath, readHeader, withBundleFile } from '@offline-bundle/format';
 import { skopeoCopy, startRegistry } from '../test/helpers/registry.mjs';
 import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats } from './lib/measure.mjs';
@@ -218,15 +218,12 @@ async function main() {
 
 /** random: the largest blob through the seek index vs decompressing the archive up to it. */
 async function randomRow(env, file) {
-  const { manifest } = await readHeader(file);
+  const { manifest } = await withBundleFile(file, readHeader);
   const largest = [...manifest.blobs].sort((a, b) => b.size - a.size)[0];
   const r = await alternate(RUNS, {
-    ours: () => BundleRandomReader.open(file, manifest).then(async (reader) => {
-      try {
-        await reader.readVerified(blobPath(largest.digest));
-      } finally {
-        await reader.close();
-      }
+    ours: () => withBundleFile(file, async (source) => {
+      const reader = await BundleRandomReader.open(source, manifest);
+      await reader.readVerified(blobPath(largest.digest));
     }),
     peer: () => shell(`zstd -dc '${file}' | tar -xO '${blobPath(largest.digest)}' > /dev/null`),
   });

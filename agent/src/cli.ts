@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { checkSignature, loadTrust, parseManifestBytes, readLayoutDescription, verifyBundle } from '@offline-bundle/format';
+import { checkSignature, loadTrust, openBundleFile, parseManifestBytes, readLayoutDescription, verifyBundle, type BundleSource } from '@offline-bundle/format';
 import { isDigest } from '@offline-bundle/oci';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
@@ -134,6 +134,7 @@ and only the second form serves them. The names are printed at start.`)
       const isDir = await stat(path).then((s) => s.isDirectory(), () => false);
       let manifest;
       let store;
+      let source: BundleSource | undefined;
       if (isDir) {
         const { manifestBytes: bytes, signature: sig } = await readLayoutDescription(path);
         manifest = parseManifestBytes(bytes);
@@ -142,9 +143,11 @@ and only the second form serves them. The names are printed at start.`)
         store = await LayoutStore.open(path, catalogOf(manifest));
       } else {
         await assertRegularFile(path);
-        const v = await verifyBundle(path, { trust, frameDigests: true });
+        // one open for the verifying pass and the serving after it: the same bytes, read twice
+        source = await openBundleFile(path);
+        const v = await verifyBundle(source, { trust, frameDigests: true });
         manifest = v.manifest;
-        store = await BundleFileStore.open(path, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
+        store = await BundleFileStore.open(source, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
       }
       const catalog = catalogOf(manifest);
       const reg = await startRegistry({ store, catalog, host: o.listen.host, port: o.listen.port });
@@ -155,6 +158,7 @@ and only the second form serves them. The names are printed at start.`)
       await done;
       await reg.close();
       await store.close();
+      await source?.close();
     });
 
   const releases = program.command('releases')

@@ -25,7 +25,7 @@ import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import {
-  AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes,
+  AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes, withBundleFile, type BundleSource,
   verifyBytes, type BundleManifest,
 } from '@offline-bundle/format';
 import { OciError, isIndexMediaType, isManifestMediaType, newSha256 } from '@offline-bundle/oci';
@@ -81,7 +81,12 @@ const ioError = (what: string, err: unknown) => {
  * sees the statement sees the whole archive.
  */
 export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<AgentSidecar> {
-  const { manifest, manifestBytes, signature } = await readHeader(bundle);
+  return withBundleFile(bundle, (source) => exportFrom(source, key, dir, opts));
+}
+
+async function exportFrom(source: BundleSource, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal }): Promise<AgentSidecar> {
+  const bundle = source.identity;
+  const { manifest, manifestBytes, signature } = await readHeader(source);
   const pub = createPublicKey(key);
   if (!verifyBytes(manifestBytes, signature, pub)) {
     throw new FormatError('UNTRUSTED_KEY', `${bundle} is not signed by this key (${fingerprint(pub)}): export its agent image with the key that signed it`);
@@ -97,22 +102,18 @@ export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: st
     }
   }
   await mkdir(dir, { recursive: true }).catch((err: unknown) => { throw ioError(`cannot make ${dir}`, err); });
-  const reader = await BundleRandomReader.open(bundle, manifest);
-  try {
-    const image = await agentImageBlobs(reader, manifest, agent.digest);
-    const sha256 = await writeArchive(reader, image, agent.version, archive, opts.signal);
-    const size = (await stat(archive)).size;
-    const fields = {
-      file: path.basename(archive), size, sha256, manifest: image.manifest.digest, image: `${AGENT_REPOSITORY}:${agent.version}`,
-      version: agent.version, arch, signer: fingerprint(pub),
-    };
-    const signed = statementText(fields);
-    const text = `${signed}signature ${signBytes(Buffer.from(signed), key).toString('base64')}\n`;
-    await writeFileAtomic(statementFile, text).catch((err: unknown) => { throw ioError(`cannot write ${statementFile}`, err); });
-    return { ...fields, archive, statement: statementFile };
-  } finally {
-    await reader.close();
-  }
+  const reader = await BundleRandomReader.open(source, manifest);
+  const image = await agentImageBlobs(reader, manifest, agent.digest);
+  const sha256 = await writeArchive(reader, image, agent.version, archive, opts.signal);
+  const size = (await stat(archive)).size;
+  const fields = {
+    file: path.basename(archive), size, sha256, manifest: image.manifest.digest, image: `${AGENT_REPOSITORY}:${agent.version}`,
+    version: agent.version, arch, signer: fingerprint(pub),
+  };
+  const signed = statementText(fields);
+  const text = `${signed}signature ${signBytes(Buffer.from(signed), key).toString('base64')}\n`;
+  await writeFileAtomic(statementFile, text).catch((err: unknown) => { throw ioError(`cannot write ${statementFile}`, err); });
+  return { ...fields, archive, statement: statementFile };
 }
 
 /**

@@ -4,7 +4,7 @@ import { OciError, formatPlatform } from '@offline-bundle/oci';
 import { BaseError, assertRegularFile, escapeControls, writeFileAtomic } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
-  FormatError, PASSPHRASE_ENV, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, type BundleManifest,
+  FormatError, PASSPHRASE_ENV, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, withBundleFile, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir } from './create.js';
 import { formatBytes, plural } from '@offline-bundle/status';
@@ -203,7 +203,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
     .option('--json', 'print as JSON')
     .action(async (file: string, o: { json?: boolean }) => {
       const size = (await assertRegularFile(file))?.size ?? 0;
-      const { manifest } = await readHeader(file);
+      const { manifest } = await withBundleFile(file, readHeader);
       if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
       else printSummary(manifest, size);
     });
@@ -221,7 +221,8 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       await assertRegularFile(file);
       const trust = await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn });
       const progress = new Progress({ quiet: o.quiet });
-      const v = await verifyBundle(file, { trust, onProgress: fileProgress(progress, `verifying ${file}`) }).finally(() => progress.finish());
+      assertTrust(trust);
+      const v = await withBundleFile(file, (source) => verifyBundle(source, { trust, onProgress: fileProgress(progress, `verifying ${file}`) })).finally(() => progress.finish());
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
       else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${plural(v.manifest.images.length, 'image')}, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
     });
@@ -235,7 +236,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       await assertRegularFile(file);
       const progress = new Progress({ quiet: o.quiet });
       const trust = await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn });
-      const v = await extractBundle(file, dir, { trust, onProgress: fileProgress(progress, `extracting ${file}`) }).finally(() => progress.finish());
+      const v = await withBundleFile(file, (source) => extractBundle(source, dir, { trust, onProgress: fileProgress(progress, `extracting ${file}`) })).finally(() => progress.finish());
       if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
       else process.stdout.write(escapeControls(`extracted ${plural(v.manifest.images.length, 'image')} to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
     });

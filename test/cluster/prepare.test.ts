@@ -98,7 +98,7 @@ t.test('prepare', async (t) => {
 });
 
 async function signatureBytes(): Promise<Buffer> {
-  const { readReleaseSignatures, loadTrust } = await import('@offline-bundle/format');
-  return (await readReleaseSignatures(b.file, await loadTrust([b.pub]))).signatures[0]!.bytes;
+  const { readReleaseSignatures, loadTrust, withBundleFile } = await import('@offline-bundle/format');
+  return (await withBundleFile(b.file, async (s) => readReleaseSignatures(s, await loadTrust([b.pub])))).signatures[0]!.bytes;
 }
 

@@ -79,7 +79,7 @@ t.test('one frame of 2 GiB of zeros at the start of the file', async (t) => {
   const frame = zeroBomb(2 * GiB);
   t.ok(frame.length < 100 * 1024, `the bomb is ${frame.length} bytes`);
   await writeFile(file, Buffer.concat([frame, encodeSeekTable([{ compressedSize: frame.length, decompressedSize: 0 }])]));
-  for (const call of ['f.verifyBundle(file, { trust })', 'f.readHeader(file)']) {
+  for (const call of ['f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', 'f.withBundleFile(file, f.readHeader)']) {
     const r = await inChild(call, file);
     t.equal(r.code, 'CORRUPT', `${call}: refused as CORRUPT`, r);
     t.match(r.message, /frame limit/, `${call}: the message names the frame limit`);
@@ -92,7 +92,7 @@ t.test('a frame header claiming 2 GiB of content', async (t) => {
   const file = path.join(dir, 'claims.bundle');
   const frame = zeroBomb(2 * GiB, 2 * GiB);
   await writeFile(file, Buffer.concat([frame, encodeSeekTable([{ compressedSize: frame.length, decompressedSize: 0 }])]));
-  const r = await inChild('f.verifyBundle(file, { trust })', file);
+  const r = await inChild('f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', file);
   t.ok(r.code === 'CORRUPT', 'refused as CORRUPT', r);
   t.ok(r.maxRssBytes < RSS_LIMIT, `peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);
 });
@@ -105,7 +105,7 @@ t.test('hundreds of legal 4 MiB frames of zeros before any entry', async (t) => 
   await writeFile(file, Buffer.concat([...Array<Buffer>(count).fill(frame),
     encodeSeekTable(Array(count).fill({ compressedSize: frame.length, decompressedSize: FRAME_BYTES }))]));
   t.ok(count * frame.length < 200 * 1024, `the file is ${count * frame.length} bytes`);
-  for (const call of ['f.verifyBundle(file, { trust })', 'f.readHeader(file)']) {
+  for (const call of ['f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', 'f.withBundleFile(file, f.readHeader)']) {
     const started = Date.now();
     const r = await inChild(call, file);
     t.ok(r.code === 'CORRUPT' || r.code === 'BAD_ORDER', `${call}: refused (${r.code})`, r);
@@ -126,7 +126,7 @@ t.test('a signed bundle followed by 2.8 GB of frames past the archive end', asyn
     encodeSeekTable([...frames.map((f) => ({ compressedSize: f.bytes.length, decompressedSize: f.decompressedSize })),
       ...tail.map(() => ({ compressedSize: frame.length, decompressedSize: FRAME_BYTES }))]),
   ]));
-  const r = await inChild('f.verifyBundle(file, { trust })', file, pubPath);
+  const r = await inChild('f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', file, pubPath);
   t.equal(r.code, 'TRAILING_DATA', 'refused as TRAILING_DATA', r);
   t.ok(r.maxRssBytes < RSS_LIMIT, `peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);
 });
@@ -146,9 +146,11 @@ t.test('media mode: a frame whose seek-index entry understates it', async (t) =>
   await writeFile(file, Buffer.concat([...frames.map((f, i) => (i === victim ? bomb : f.bytes)),
     encodeSeekTable(tableFrames.map((f, i) => (i === victim ? { ...f, compressedSize: bomb.length } : f)))]));
   const r = await inChild(`(async () => {
-      const { manifest } = await f.readHeader(file);
-      const reader = await f.BundleRandomReader.open(file, manifest);
-      try { for (const b of manifest.blobs) await reader.verify('blobs/sha256/' + b.digest.slice(7)); } finally { await reader.close(); }
+      await f.withBundleFile(file, async (s) => {
+        const { manifest } = await f.readHeader(s);
+        const reader = await f.BundleRandomReader.open(s, manifest);
+        for (const b of manifest.blobs) await reader.verify('blobs/sha256/' + b.digest.slice(7));
+      });
     })()`, file, pubPath);
   t.ok(r.code === 'BAD_SEEK_TABLE' || r.code === 'CORRUPT', `refused (${r.code})`, r);
   t.ok(r.maxRssBytes < RSS_LIMIT, `peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { BUNDLE_JSON, SIGNATURE, verifyBundle } from '@offline-bundle/format';
+import { BUNDLE_JSON, SIGNATURE, verifyBundle, withBundleFile} from '@offline-bundle/format';
 import { craft, makeBundle, readEntries, readFrames, resign } from './craft.js';
 
 t.test('craft(readEntries(bundle)) reproduces writeBundle byte for byte', async (t) => {
@@ -14,7 +14,7 @@ t.test('craft(readEntries(bundle)) reproduces writeBundle byte for byte', async 
   const crafted = await craft(out, entries);
   t.equal(crafted.frames.length, (await readFrames(b.path)).length, 'same frame count');
   t.ok((await readFile(out)).equals(await readFile(b.path)), 'identical bytes');
-  await verifyBundle(out, { trust: b.trust });
+  await withBundleFile(out, (s) => verifyBundle(s, { trust: b.trust }));
 });
 
 t.test('resign keeps the signature valid for an edited bundle.json', async (t) => {
@@ -22,6 +22,6 @@ t.test('resign keeps the signature valid for an edited bundle.json', async (t) =
   const entries = resign(await readEntries(b.path), b.key.privateKey, { json: (m) => ({ ...m, release: { ...m.release, name: 'edited' } }) });
   const out = path.join(b.dir, 'edited.bundle');
   await craft(out, entries);
-  const v = await verifyBundle(out, { trust: b.trust });
+  const v = await withBundleFile(out, (s) => verifyBundle(s, { trust: b.trust }));
   t.equal(v.manifest.release.name, 'edited');
 });

@@ -17,7 +17,7 @@ import {
   BUNDLE_JSON, FRAME_BYTES, FormatError, SIGNATURE, encodeSeekTable, extractBundle, fingerprint, generateKeyPair,
   rawFrame, readSeekIndex, signBytes, verifyBundle, writeBundle,
   type BundleBlob, type BundleImage, type FormatErrorCode, type FrameEntry, type KeyType, type Trust, type TrustedKey,
-  type WrittenBundle,
+  type WrittenBundle, withBundleFile,
 } from '@offline-bundle/format';
 // @ts-expect-error: a JavaScript helper without type declarations
 import { tmpdir as tmpdirJs } from '../helpers/tmp.mjs';
@@ -170,7 +170,7 @@ export interface RawFrame {
 
 /** The bundle's zstd frames, located through its (trusted, since the test wrote it) seek table. */
 export async function readFrames(file: string): Promise<RawFrame[]> {
-  const index = await readSeekIndex(file);
+  const index = await withBundleFile(file, readSeekIndex);
   const buf = await readFile(file);
   return index.frames.map((f) => ({
     bytes: buf.subarray(f.compressedOffset, f.compressedOffset + f.compressedSize),
@@ -485,9 +485,9 @@ let extractCount = 0;
  * leaves neither the target directory (absent or empty) nor its `.partial` behind.
  */
 export async function assertRejected(t: Test, file: string, trust: Trust, codes: FormatErrorCode | FormatErrorCode[]): Promise<void> {
-  await rejectsWith(t, verifyBundle(file, { trust }), codes, 'verifyBundle');
+  await rejectsWith(t, withBundleFile(file, (s) => verifyBundle(s, { trust })), codes, 'verifyBundle');
   const target = path.join(path.dirname(file), `extracted-${++extractCount}`);
-  await rejectsWith(t, extractBundle(file, target, { trust, fsync: false }), codes, 'extractBundle');
+  await rejectsWith(t, withBundleFile(file, (s) => extractBundle(s, target, { trust, fsync: false })), codes, 'extractBundle');
   const left = (await exists(target)) ? await readdir(target) : [];
   t.same(left, [], 'extractBundle leaves no target directory content');
   t.notOk(await exists(`${target}.partial`), 'extractBundle leaves no .partial directory');

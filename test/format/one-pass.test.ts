@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFile, readdir, mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { BundleRandomReader, extractBundle, readHeader, verifyBundle, writeBundle, type ReadyBlob, type WriteBundleInput } from '@offline-bundle/format';
+import { BundleRandomReader, extractBundle, readHeader, verifyBundle, writeBundle, type ReadyBlob, type WriteBundleInput, withBundleFile} from '@offline-bundle/format';
 import { makeBundle, readFrames } from './craft.js';
 
 const b = await makeBundle(t);
@@ -41,15 +41,15 @@ t.test('blobs that arrive late: packed in order, the figure asked for last, a bu
   const written = await writing;
   t.equal(askedAfter, blobs.length, 'imageStoreBytes asked for once every blob had arrived');
   const out = path.join(b.dir, 'late.bundle');
-  const v = await verifyBundle(out, { trust: b.trust, frameDigests: true });
+  const v = await withBundleFile(out, (s) => verifyBundle(s, { trust: b.trust, frameDigests: true }));
   t.equal(v.manifest.totals.imageStoreBytes, 123_456_789);
   t.equal(v.fileDigest, written.fileDigest, 'the digest read back is the file\'s');
   t.equal(createHash('sha256').update(await readFile(out)).digest('hex'), written.fileDigest.slice(7));
   t.equal((await readFile(`${out}.sha256`, 'utf8')).split(' ')[0], written.fileDigest.slice(7), 'sidecar');
-  const rr = await BundleRandomReader.open(out, v.manifest, v);
+  const rr = await withBundleFile(out, (s) => BundleRandomReader.open(s, v.manifest, v));
   t.ok(rr, 'random reader walks it');
   const dest = path.join(b.dir, 'late-x');
-  await extractBundle(out, dest, { trust: b.trust });
+  await withBundleFile(out, (s) => extractBundle(s, dest, { trust: b.trust }));
   const plain = path.join(b.dir, 'late-plain');
   await mkdir(plain);
   execFileSync('sh', ['-c', `zstd -dc "${out}" | tar -x -C "${plain}"`]);
@@ -70,13 +70,13 @@ t.test('the head is the same length whatever imageStoreBytes is: raw blocks, bun
     const fcs = [1, 2, 4, 8][f[4]! >> 6]!;
     t.equal((f[5 + fcs]! >> 1) & 3, 0, `frame ${i}: raw block`);
   }
-  const h = await readHeader(path.join(b.dir, 'small.bundle'));
-  const w = await readHeader(path.join(b.dir, 'wide.bundle'));
+  const h = await withBundleFile(path.join(b.dir, 'small.bundle'), readHeader);
+  const w = await withBundleFile(path.join(b.dir, 'wide.bundle'), readHeader);
   t.equal(h.manifestBytes.length, w.manifestBytes.length, 'bundle.json the same length');
   t.match(h.manifestBytes.toString('utf8'), / +\n$/, 'padded with spaces before its final newline');
   t.equal(h.manifest.totals.imageStoreBytes, 0);
   t.equal(w.manifest.totals.imageStoreBytes, Number.MAX_SAFE_INTEGER);
-  await verifyBundle(path.join(b.dir, 'wide.bundle'), { trust: b.trust });
+  await withBundleFile(path.join(b.dir, 'wide.bundle'), (s) => verifyBundle(s, { trust: b.trust }));
 });
 
 t.test('a blob that never arrives: the write fails with its error and leaves nothing', async (t) => {

@@ -5,7 +5,7 @@ import { copyFile, open, readFile, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import {
-  BundleRandomReader, FRAME_BYTES, INDEX_JSON, OCI_LAYOUT, blobPath, verifyBundle, type BundleManifest,
+  BundleRandomReader, FRAME_BYTES, openBundleFile, INDEX_JSON, OCI_LAYOUT, blobPath, verifyBundle, type BundleManifest, withBundleFile,
 } from '@offline-bundle/format';
 import {
   craft, entryNamed, fileEntry, flipByte, makeBundle, readEntries, readFrames, rejectsWith, sha256, specialEntry, withData,
@@ -20,7 +20,7 @@ let entries: Entry[];
 let big: Buffer;
 t.before(async () => {
   b = await makeBundle(t, { layerSizes: [BIG, 700, 5000] });
-  manifest = (await verifyBundle(b.path, { trust: b.trust })).manifest;
+  manifest = (await withBundleFile(b.path, (s) => verifyBundle(s, { trust: b.trust }))).manifest;
   entries = await readEntries(b.path);
   big = b.blobs.find((x) => x.size === BIG)!.data;
 });
@@ -35,9 +35,9 @@ let n = 0;
 const out = (): string => path.join(b.dir, `rr-${++n}.bundle`);
 
 async function opened(t: Test, file = b.path): Promise<BundleRandomReader> {
-  const r = await BundleRandomReader.open(file, manifest);
-  t.teardown(() => r.close().catch(() => undefined));
-  return r;
+  const source = await openBundleFile(file);
+  t.teardown(() => source.close().catch(() => undefined));
+  return BundleRandomReader.open(source, manifest);
 }
 
 t.test('reads every blob and index.json equal to the original', async (t) => {
@@ -77,12 +77,11 @@ t.test('stream(path, start, end) returns exactly the byte range, across frame bo
 t.test('a byte flipped inside a blob\'s frame after verification: readVerified rejects', async (t) => {
   const f = out();
   await copyFile(b.path, f);
-  await verifyBundle(f, { trust: b.trust });
+  await withBundleFile(f, (s) => verifyBundle(s, { trust: b.trust }));
   const frames = await readFrames(f);
   // the big blob's middle data frame: find the frame at the blob's data offset + FRAME_BYTES
-  const r0 = await opened(t, f);
+  await opened(t, f);
   const bigFrame = frames.find((fr) => fr.decompressedSize === FRAME_BYTES && fr.decompressedOffset > 0)!;
-  await r0.close();
   const fh = await open(f, 'r+');
   const at = bigFrame.compressedOffset + Math.floor(bigFrame.bytes.length / 2);
   const one = Buffer.alloc(1);
@@ -132,15 +131,11 @@ t.test('seek tables that point entries at the wrong offsets: BAD_SEEK_TABLE', as
     t.test(what, async (t) => {
       const f = out();
       await craft(f, entries, { seekTable: rewrite });
-      await rejectsWith(t, (async () => {
-        const r = await BundleRandomReader.open(f, manifest);
-        try {
-          for (const blob of manifest.blobs) await r.readVerified(blobPath(blob.digest));
-        } finally {
-          await r.close();
-        }
-      })(), 'BAD_SEEK_TABLE', 'open and read');
-      await rejectsWith(t, verifyBundle(f, { trust: b.trust }), 'BAD_SEEK_TABLE', 'verify (the index must list the frames the file has)');
+      await rejectsWith(t, withBundleFile(f, async (s) => {
+        const r = await BundleRandomReader.open(s, manifest);
+        for (const blob of manifest.blobs) await r.readVerified(blobPath(blob.digest));
+      }), 'BAD_SEEK_TABLE', 'open and read');
+      await rejectsWith(t, withBundleFile(f, (s) => verifyBundle(s, { trust: b.trust })), 'BAD_SEEK_TABLE', 'verify (the index must list the frames the file has)');
     });
   }
 
@@ -149,8 +144,8 @@ t.test('seek tables that point entries at the wrong offsets: BAD_SEEK_TABLE', as
     // it in verify; reading through it without a verify must not return wrong bytes either
     const f = out();
     await craft(f, entries, { seekTable: (fr) => fr.map((x, i) => (i === 6 ? { ...x, compressedSize: x.compressedSize + 3 } : i === 7 ? { ...x, compressedSize: x.compressedSize - 3 } : x)) });
-    await rejectsWith(t, verifyBundle(f, { trust: b.trust }), 'BAD_SEEK_TABLE', 'verify');
-    await rejectsWith(t, BundleRandomReader.open(f, manifest), ['BAD_SEEK_TABLE', 'CORRUPT'], 'open');
+    await rejectsWith(t, withBundleFile(f, (s) => verifyBundle(s, { trust: b.trust })), 'BAD_SEEK_TABLE', 'verify');
+    await rejectsWith(t, withBundleFile(f, (s) => BundleRandomReader.open(s, manifest)), ['BAD_SEEK_TABLE', 'CORRUPT'], 'open');
   });
 
   t.test('the entries of two frames swapped in the table: BAD_SEEK_TABLE or CORRUPT', async (t) => {
@@ -162,13 +157,13 @@ t.test('seek tables that point entries at the wrong offsets: BAD_SEEK_TABLE', as
         return fr.map((x, i) => (i === 4 ? fr[big]! : i === big ? fr[4]! : x));
       },
     });
-    await rejectsWith(t, BundleRandomReader.open(f, manifest), ['BAD_SEEK_TABLE', 'CORRUPT'], 'open');
+    await rejectsWith(t, withBundleFile(f, (s) => BundleRandomReader.open(s, manifest)), ['BAD_SEEK_TABLE', 'CORRUPT'], 'open');
   });
 
   t.test('no seek table: BAD_SEEK_TABLE', async (t) => {
     const f = out();
     await craft(f, entries, { seekTable: null });
-    await rejectsWith(t, BundleRandomReader.open(f, manifest), 'BAD_SEEK_TABLE', 'open');
+    await rejectsWith(t, withBundleFile(f, (s) => BundleRandomReader.open(s, manifest)), 'BAD_SEEK_TABLE', 'open');
   });
 });
 
@@ -187,14 +182,14 @@ t.test('entries the index walk finds are checked against the trusted bundle.json
     t.test(`${what}: ${code}`, async (t) => {
       const f = out();
       await craft(f, list);
-      await rejectsWith(t, BundleRandomReader.open(f, manifest), code as 'MISSING_ENTRY', 'open');
+      await rejectsWith(t, withBundleFile(f, (s) => BundleRandomReader.open(s, manifest)), code as 'MISSING_ENTRY', 'open');
     });
   }
 });
 
 t.test('a seek index claiming frames over the 4 MiB limit is refused (BAD_SEEK_TABLE)', async (t) => {
   const { makeBundle: make, readEntries: entriesOf, craft: craftFile } = await import('./craft.js');
-  const { verifyBundle: verify, readSeekIndex: seekIndex, FormatError: FE } = await import('@offline-bundle/format');
+  const { verifyBundle: verify, readSeekIndex: seekIndex, FormatError: FE, withBundleFile: withFile } = await import('@offline-bundle/format');
   const b = await make(t, { layerSizes: [9 * 1024 * 1024] });
   const entries = await entriesOf(b.path);
   // merge the layer's data frames into one claimed frame: byte offsets stay consistent
@@ -207,8 +202,8 @@ t.test('a seek index claiming frames over the 4 MiB limit is refused (BAD_SEEK_T
       return [...frames.slice(0, i), one, ...frames.slice(j + 1)];
     },
   });
-  const e1 = await seekIndex(merged).catch((e: unknown) => e);
+  const e1 = await withFile(merged, seekIndex).catch((e: unknown) => e);
   t.ok(e1 instanceof FE && e1.code === 'BAD_SEEK_TABLE', `readSeekIndex: ${(e1 as Error).message}`);
-  const e2 = await verify(merged, { trust: b.trust }).catch((e: unknown) => e);
+  const e2 = await withFile(merged, (s) => verify(s, { trust: b.trust })).catch((e: unknown) => e);
   t.ok(e2 instanceof FE && e2.code === 'BAD_SEEK_TABLE', 'verifyBundle refuses it too');
 });

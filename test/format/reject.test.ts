@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { copyFile, mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
-  BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, blobPath, encodeSeekTable, readHeader, verifyBundle, type Trust,
+  BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, blobPath, encodeSeekTable, readHeader, verifyBundle, type Trust, withBundleFile,
 } from '@offline-bundle/format';
 import {
   assertRejected, craft, craftTar, entryNamed, fileEntry, flipByte, makeBundle, makeKey, packTar, readEntries,
@@ -31,7 +31,7 @@ const replace = (name: string, by: Entry | null): Entry[] =>
 /** Every rejection, against whichever bundle `base` holds. */
 function rejections(t: Test): void {
   t.test('the base bundle verifies', async (t) => {
-    const v = await verifyBundle(base.path, { trust: base.trust });
+    const v = await withBundleFile(base.path, (s) => verifyBundle(s, { trust: base.trust }));
     t.equal(v.manifest.blobs.length, base.blobs.length);
   });
 
@@ -62,7 +62,7 @@ function rejections(t: Test): void {
       await craft(f, resign(entries, other.privateKey, { json: (m) => ({ ...m, signer: { ...m.signer, fingerprint: other.trusted.fingerprint } }) }));
       await assertRejected(t, f, base.trust, 'UNTRUSTED_KEY');
       // and the bundle itself is fine for whoever trusts that key
-      await verifyBundle(f, { trust: { keys: [other.trusted] } });
+      await withBundleFile(f, (s) => verifyBundle(s, { trust: { keys: [other.trusted] } }));
     });
 
     t.test('signed by another key that claims the trusted key\'s fingerprint: BAD_SIGNATURE', async (t) => {
@@ -74,7 +74,7 @@ function rejections(t: Test): void {
     t.test('an Ed25519 key is not confused with the ECDSA one: UNTRUSTED_KEY', async (t) => {
       const b = await makeBundle(t, { key: makeKey('ed25519') });
       await assertRejected(t, b.path, base.trust, 'UNTRUSTED_KEY');
-      await verifyBundle(b.path, { trust: b.trust });
+      await withBundleFile(b.path, (s) => verifyBundle(s, { trust: b.trust }));
     });
 
     t.test('no trust given: NO_TRUST', async (t) => {
@@ -92,7 +92,7 @@ function rejections(t: Test): void {
       const digest = base.written.fileDigest;
       t.equal(digest, sha256(await readFile(base.path)), 'writeBundle reports the file sha256');
       t.equal((await readFile(`${base.path}.sha256`, 'utf8')), `${digest.slice(7)}  ${path.basename(base.path)}\n`, 'NAME.sha256 in sha256sum format');
-      const v = await verifyBundle(base.path, { trust: { digest } });
+      const v = await withBundleFile(base.path, (s) => verifyBundle(s, { trust: { digest } }));
       t.equal(v.fileDigest, digest);
       t.equal(v.signer, undefined, 'no key verified anything');
     });
@@ -109,14 +109,14 @@ function rejections(t: Test): void {
 
     t.test('keys and digest are both checked', async (t) => {
       const trust: Trust = { keys: base.trust.keys!, digest: base.written.fileDigest };
-      const v = await verifyBundle(base.path, { trust });
+      const v = await withBundleFile(base.path, (s) => verifyBundle(s, { trust }));
       t.equal(v.signer?.fingerprint, base.key.trusted.fingerprint);
       await assertRejected(t, base.path, { keys: [makeKey().trusted], digest: base.written.fileDigest }, 'UNTRUSTED_KEY');
       await assertRejected(t, base.path, { keys: base.trust.keys!, digest: sha256('x') }, 'FILE_DIGEST_MISMATCH');
     });
 
     t.test('any of several trusted keys', async (t) => {
-      const v = await verifyBundle(base.path, { trust: { keys: [makeKey().trusted, base.key.trusted] } });
+      const v = await withBundleFile(base.path, (s) => verifyBundle(s, { trust: { keys: [makeKey().trusted, base.key.trusted] } }));
       t.equal(v.signer?.fingerprint, base.key.trusted.fingerprint);
     });
   });
@@ -447,7 +447,7 @@ function rejections(t: Test): void {
       const f = out();
       const v1 = (m: any) => ({ ...m, schemaVersion: 1, mediaType: 'application/vnd.offline-bundle.v1+json', totals: { ...m.totals, archiveBytes: 1234 } });
       await craft(f, resign(entries, base.key.privateKey, { json: v1 }));
-      const v = await verifyBundle(f, { trust: base.trust });
+      const v = await withBundleFile(f, (s) => verifyBundle(s, { trust: base.trust }));
       t.equal(v.manifest.schemaVersion, 1);
       t.equal(v.manifest.totals.archiveBytes, 1234);
     });
@@ -575,18 +575,18 @@ function rejections(t: Test): void {
 
   t.test('I/O', async (t) => {
     t.test('a missing file: IO_ERROR', async (t) => {
-      await rejectsWith(t, verifyBundle(path.join(base.dir, 'nope.bundle'), { trust: base.trust }), 'IO_ERROR', 'verifyBundle');
+      await rejectsWith(t, withBundleFile(path.join(base.dir, 'nope.bundle'), (s) => verifyBundle(s, { trust: base.trust })), 'IO_ERROR', 'verifyBundle');
     });
 
     t.test('a file that cannot be read: IO_ERROR, not CORRUPT', async (t) => {
       const d = path.join(base.dir, 'a-directory.bundle');
       await mkdir(d);
-      await rejectsWith(t, verifyBundle(d, { trust: base.trust }), 'IO_ERROR', 'verifyBundle');
+      await rejectsWith(t, withBundleFile(d, (s) => verifyBundle(s, { trust: base.trust })), 'IO_ERROR', 'verifyBundle');
     });
 
     t.test('onEntry\'s own I/O failure (a full disk) passes through unchanged', async (t) => {
       const enospc = Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
-      const err = await verifyBundle(base.path, { trust: base.trust, onEntry: async () => { throw enospc; } }).catch((e: unknown) => e);
+      const err = await withBundleFile(base.path, (s) => verifyBundle(s, { trust: base.trust, onEntry: async () => { throw enospc; } })).catch((e: unknown) => e);
       t.equal(err, enospc, 'the consumer\'s error, not a verdict on the bundle');
     });
   });
@@ -635,7 +635,7 @@ t.test('with a multi-frame blob, bad entries at the end of a long stream', async
   /** How far verifyBundle read before it gave up. */
   const readUpTo = async (f: string): Promise<number> => {
     let done = 0;
-    await verifyBundle(f, { trust: big.trust, onProgress: (d) => (done = d) }).then(() => t.fail('verified'), () => undefined);
+    await withBundleFile(f, (s) => verifyBundle(s, { trust: big.trust, onProgress: (d) => (done = d) })).then(() => t.fail('verified'), () => undefined);
     return done;
   };
 
@@ -663,20 +663,20 @@ t.test('readHeader (inspect, no trust): its own refusals', async (t) => {
   const b = await makeBundle(t, { layerSizes: [100] });
   const all = await readEntries(b.path);
   const f = (name: string) => path.join(b.dir, name);
-  await rejectsWith(t, readHeader(f('missing.bundle')), 'IO_ERROR', 'a missing file');
+  await rejectsWith(t, withBundleFile(f('missing.bundle'), readHeader), 'IO_ERROR', 'a missing file');
   await mkdir(f('dir.bundle'));
-  await rejectsWith(t, readHeader(f('dir.bundle')), 'IO_ERROR', 'a directory');
+  await rejectsWith(t, withBundleFile(f('dir.bundle'), readHeader), 'IO_ERROR', 'a directory');
   await writeFile(f('random.bundle'), randomBytes(10_000));
-  await rejectsWith(t, readHeader(f('random.bundle')), 'CORRUPT', 'random bytes');
+  await rejectsWith(t, withBundleFile(f('random.bundle'), readHeader), 'CORRUPT', 'random bytes');
   await writeFile(f('empty.bundle'), '');
-  await rejectsWith(t, readHeader(f('empty.bundle')), 'TRUNCATED', 'an empty file');
+  await rejectsWith(t, withBundleFile(f('empty.bundle'), readHeader), 'TRUNCATED', 'an empty file');
   await craft(f('order.bundle'), [all[1]!, all[0]!, ...all.slice(2)]);
-  await rejectsWith(t, readHeader(f('order.bundle')), 'BAD_ORDER', 'signature first');
+  await rejectsWith(t, withBundleFile(f('order.bundle'), readHeader), 'BAD_ORDER', 'signature first');
   await craft(f('nosig.bundle'), [all[0]!, ...all.slice(2)]);
-  await rejectsWith(t, readHeader(f('nosig.bundle')), 'BAD_ORDER', 'no signature');
+  await rejectsWith(t, withBundleFile(f('nosig.bundle'), readHeader), 'BAD_ORDER', 'no signature');
   await craft(f('v3.bundle'), resign(all, b.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 3 }) }));
-  await rejectsWith(t, readHeader(f('v3.bundle')), 'UNSUPPORTED_VERSION', 'schemaVersion 3');
+  await rejectsWith(t, withBundleFile(f('v3.bundle'), readHeader), 'UNSUPPORTED_VERSION', 'schemaVersion 3');
   // no trust needed, none implied: a bundle signed by anyone reads
   await craft(f('other.bundle'), resign(all, makeKey().privateKey));
-  t.ok((await readHeader(f('other.bundle'))).manifest);
+  t.ok((await withBundleFile(f('other.bundle'), readHeader)).manifest);
 });

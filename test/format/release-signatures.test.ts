@@ -2,7 +2,7 @@
 // of the release signature media type; readReleaseSignatures returns their bytes only once the
 // bundle is trusted and each blob matches its signed digest.
 import t from 'tap';
-import { RELEASE_SIGNATURE_MEDIA_TYPE, loadTrust, readReleaseSignatures, validateManifest, verifyBundle } from '@offline-bundle/format';
+import { RELEASE_SIGNATURE_MEDIA_TYPE, loadTrust, readReleaseSignatures, validateManifest, verifyBundle, withBundleFile} from '@offline-bundle/format';
 import { tmpdir } from '../status/lib.js';
 import { makeBundle } from '../cluster/lib.js';
 import { generateKeyPair } from '@offline-bundle/format';
@@ -38,15 +38,15 @@ t.test('readReleaseSignatures: trusted bundle, digested blobs, verify accepts th
   const dir = await tmpdir(t);
   const sigs = [Buffer.from('signature one'), Buffer.from('signature two')];
   const b = await makeBundle(dir, { version: '4.15.1', upgradeFrom: [], sign: async () => sigs });
-  const r = await readReleaseSignatures(b.file, await loadTrust([b.pub]));
+  const r = await withBundleFile(b.file, async (s) => readReleaseSignatures(s, await loadTrust([b.pub])));
   t.same(r.signatures.map((s) => s.bytes), sigs, 'in order, byte for byte');
-  const byDigest = await readReleaseSignatures(b.file, await loadTrust([], b.fileDigest));
+  const byDigest = await withBundleFile(b.file, async (s) => readReleaseSignatures(s, await loadTrust([], b.fileDigest)));
   t.equal(byDigest.signatures.length, 2, 'digest-only trust');
-  await t.rejects(readReleaseSignatures(b.file, await loadTrust([], d('9'))), { code: 'FILE_DIGEST_MISMATCH' });
+  await t.rejects(withBundleFile(b.file, async (s) => readReleaseSignatures(s, await loadTrust([], d('9')))), { code: 'FILE_DIGEST_MISMATCH' });
   const other = path.join(dir, 'other.pub');
   await writeFile(other, generateKeyPair('ed25519').publicPem);
-  await t.rejects(readReleaseSignatures(b.file, await loadTrust([other])), { code: 'UNTRUSTED_KEY' });
-  await t.rejects(readReleaseSignatures(b.file, {}), { code: 'NO_TRUST' });
-  const v = await verifyBundle(b.file, { trust: await loadTrust([b.pub]) });
+  await t.rejects(withBundleFile(b.file, async (s) => readReleaseSignatures(s, await loadTrust([other]))), { code: 'UNTRUSTED_KEY' });
+  await t.rejects(withBundleFile(b.file, (s) => readReleaseSignatures(s, {})), { code: 'NO_TRUST' });
+  const v = await withBundleFile(b.file, async (s) => verifyBundle(s, { trust: await loadTrust([b.pub]) }));
   t.equal(v.manifest.release.signatures?.length, 2, 'the full verifier accepts the signature entries');
 });

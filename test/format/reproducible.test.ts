@@ -4,7 +4,7 @@ import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { readHeader, readSeekIndex, verifyBundle, writeBundle } from '@offline-bundle/format';
+import { readHeader, readSeekIndex, verifyBundle, writeBundle, withBundleFile} from '@offline-bundle/format';
 import { makeBundle, makeKey, readFrames, tmpdir, type TestKey } from './craft.js';
 
 const layers = [randomBytes(5 * 1024 * 1024), randomBytes(2000), randomBytes(40_000)];
@@ -13,8 +13,8 @@ async function twice(t: Test, key: TestKey): Promise<[string, string]> {
   const dir = await tmpdir(t, 'ob-repro-');
   const a = await makeBundle(t, { key, layers, dir, name: 'a.bundle' });
   const b = await makeBundle(t, { key, layers, dir, name: 'b.bundle' });
-  await verifyBundle(a.path, { trust: a.trust });
-  await verifyBundle(b.path, { trust: b.trust });
+  await withBundleFile(a.path, (s) => verifyBundle(s, { trust: a.trust }));
+  await withBundleFile(b.path, (s) => verifyBundle(s, { trust: b.trust }));
   return [a.path, b.path];
 }
 
@@ -46,8 +46,8 @@ t.test('a different createdAt changes bundle.json', async (t) => {
 
 t.test('ECDSA: the files differ only inside the signature', async (t) => {
   const [a, b] = await twice(t, makeKey('ecdsa-p256'));
-  const ha = await readHeader(a);
-  const hb = await readHeader(b);
+  const ha = await withBundleFile(a, readHeader);
+  const hb = await withBundleFile(b, readHeader);
   t.ok(ha.manifestBytes.equals(hb.manifestBytes), 'bundle.json bytes identical');
   t.notOk(ha.signature.equals(hb.signature), 'ECDSA signatures differ (random nonce)');
 
@@ -60,8 +60,8 @@ t.test('ECDSA: the files differ only inside the signature', async (t) => {
   const layoutA = (await readFile(a)).subarray(fa[4]!.compressedOffset, fa[fa.length - 1]!.compressedOffset + fa[fa.length - 1]!.bytes.length);
   const layoutB = (await readFile(b)).subarray(fb[4]!.compressedOffset, fb[fb.length - 1]!.compressedOffset + fb[fb.length - 1]!.bytes.length);
   t.ok(layoutA.equals(layoutB), 'every layout frame identical');
-  const ia = await readSeekIndex(a);
-  const ib = await readSeekIndex(b);
+  const ia = await withBundleFile(a, readSeekIndex);
+  const ib = await withBundleFile(b, readSeekIndex);
   t.same(ia.frames.slice(4).map((f) => [f.compressedSize, f.decompressedSize]), ib.frames.slice(4).map((f) => [f.compressedSize, f.decompressedSize]), 'seek table entries identical past the signature');
   t.same(ia.frames.slice(0, 2), ib.frames.slice(0, 2));
 });

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { decompress } from 'zstd-napi';
 import {
   BUNDLE_JSON, FRAME_BYTES, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath, extractBundle, readHeader,
-  readSeekIndex, tarStreamBytes, verifyBundle, type BundleManifest,
+  readSeekIndex, tarStreamBytes, verifyBundle, type BundleManifest, withBundleFile,
 } from '@offline-bundle/format';
 import { makeBundle, parseTar, readFrames, rejectsWith, sha256, type MadeBundle } from './craft.js';
 
@@ -48,7 +48,7 @@ t.test('verifyBundle accepts what writeBundle wrote and reports the same manifes
   const seen: string[] = [];
   let progress = 0;
   let progressOk = true;
-  const v = await verifyBundle(b.path, {
+  const v = await withBundleFile(b.path, (s) => verifyBundle(s, {
     trust: b.trust,
     onManifest: (m) => {
       t.equal(seen.length, 0, 'onManifest comes before any entry');
@@ -64,7 +64,7 @@ t.test('verifyBundle accepts what writeBundle wrote and reports the same manifes
       progressOk &&= done >= progress && done <= total;
       progress = done;
     },
-  });
+  }));
   t.same(v.manifest, b.written.manifest);
   t.same(manifestSeen, b.written.manifest);
   t.equal(v.fileDigest, b.written.fileDigest);
@@ -81,16 +81,16 @@ t.test('verifyBundle accepts what writeBundle wrote and reports the same manifes
 });
 
 t.test('readHeader gives bundle.json and its signature without trust', async (t) => {
-  const h = await readHeader(b.path);
+  const h = await withBundleFile(b.path, readHeader);
   t.same(h.manifest, b.written.manifest);
-  const v = await verifyBundle(b.path, { trust: b.trust });
+  const v = await withBundleFile(b.path, (s) => verifyBundle(s, { trust: b.trust }));
   t.ok(h.manifestBytes.equals(v.manifestBytes));
   t.ok(h.signature.equals(v.signature));
 });
 
 t.test('extractBundle yields files whose sha256 match every listed blob', async (t) => {
   const dir = path.join(b.dir, 'layout');
-  const v = await extractBundle(b.path, dir, { trust: b.trust });
+  const v = await withBundleFile(b.path, (s) => extractBundle(s, dir, { trust: b.trust }));
   t.equal(v.fileDigest, b.written.fileDigest);
   for (const blob of v.manifest.blobs) {
     const data = await readFile(path.join(dir, blobPath(blob.digest)));
@@ -115,12 +115,12 @@ t.test('extractBundle yields files whose sha256 match every listed blob', async 
 t.test('extractBundle into an existing empty directory works; into a non-empty one: IO_ERROR', async (t) => {
   const empty = path.join(b.dir, 'empty');
   await mkdir(empty);
-  await extractBundle(b.path, empty, { trust: b.trust, fsync: false });
+  await withBundleFile(b.path, (s) => extractBundle(s, empty, { trust: b.trust, fsync: false }));
   t.ok(await stat(path.join(empty, INDEX_JSON)));
   const full = path.join(b.dir, 'full');
   await mkdir(full);
   await writeFile(path.join(full, 'keep-me'), 'x');
-  await rejectsWith(t, extractBundle(b.path, full, { trust: b.trust }), 'IO_ERROR', 'extractBundle');
+  await rejectsWith(t, withBundleFile(b.path, (s) => extractBundle(s, full, { trust: b.trust })), 'IO_ERROR', 'extractBundle');
   t.same(await readdir(full), ['keep-me'], 'the non-empty directory is untouched');
 });
 
@@ -147,7 +147,7 @@ t.test('zstd -t accepts the file (every frame checks, the seek table is skipped)
 });
 
 t.test('the seek table parses and zstd -l counts the same frames plus one skippable', async (t) => {
-  const index = await readSeekIndex(b.path);
+  const index = await withBundleFile(b.path, readSeekIndex);
   const listing = (await run('zstd', ['-l', b.path])).trim().split('\n');
   t.match(listing[0], /^\s*Frames\s+Skips\b/, 'zstd -l header');
   const [frames, skips] = listing[1]!.trim().split(/\s+/).map(Number) as [number, number];
@@ -180,8 +180,8 @@ t.test('frames: each tar header its own 512-byte frame, data frames of at most F
   }
   const tarBytes = Buffer.concat(parts);
   const m = b.written.manifest;
-  const manifestBytes = (await readHeader(b.path)).manifestBytes;
-  const sigLen = (await readHeader(b.path)).signature.length;
+  const manifestBytes = (await withBundleFile(b.path, readHeader)).manifestBytes;
+  const sigLen = (await withBundleFile(b.path, readHeader)).signature.length;
   t.equal(tarBytes.length, tarStreamBytes([manifestBytes.length, sigLen, OCI_LAYOUT_CONTENT.length, m.index.size, ...m.blobs.map((x) => x.size)]), 'the tar has exactly the listed entries and a trailer');
   t.same((await parseTar(tarBytes)).map((e) => e.header.name), [BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, ...m.blobs.map((x) => blobPath(x.digest))]);
 
@@ -227,7 +227,7 @@ t.test('frames: each tar header its own 512-byte frame, data frames of at most F
 
 t.test('totals account for the file', async (t) => {
   const m = b.written.manifest;
-  const index = await readSeekIndex(b.path);
+  const index = await withBundleFile(b.path, readSeekIndex);
   const frames = index.frames.reduce((s, f) => s + f.compressedSize, 0);
   t.equal(frames + index.tableBytes, (await stat(b.path)).size, 'the frames the seek table lists + the table = file size');
   t.equal(m.schemaVersion, 2);

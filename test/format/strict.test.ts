@@ -11,7 +11,7 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import path from 'node:path';
 import {
-  BUNDLE_JSON, BundleRandomReader, FrameInspector, INDEX_JSON, OCI_LAYOUT, blobPath, verifyBundle, type FormatErrorCode, type Trust,
+  BUNDLE_JSON, BundleRandomReader, FrameInspector, INDEX_JSON, OCI_LAYOUT, blobPath, verifyBundle, type FormatErrorCode, type Trust, withBundleFile,
 } from '@offline-bundle/format';
 import {
   assertRejected, craft, craftTar, entryNamed, fileEntry, makeBundle, makeKey, packTar, patchHeader, readEntries,
@@ -37,12 +37,10 @@ const layoutStart = (): number => entries.findIndex((e) => e.header.name === OCI
 
 /** Opens the file through the seek index and reads every listed entry back, as serving from the media does. */
 async function readRandomly(file: string): Promise<void> {
-  const r = await BundleRandomReader.open(file, base.written.manifest);
-  try {
+  await withBundleFile(file, async (s) => {
+    const r = await BundleRandomReader.open(s, base.written.manifest);
     for (const name of [INDEX_JSON, ...base.written.manifest.blobs.map((b) => blobPath(b.digest))]) await r.verify(name);
-  } finally {
-    await r.close();
-  }
+  });
 }
 
 /** Refused by verifyBundle and extractBundle with `code`, and by the random reader with `rrCode` when given. */
@@ -266,7 +264,7 @@ t.test('bundle.json consistency', async (t) => {
     const f = out();
     await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, signer: { ...m.signer, fingerprint: other.trusted.fingerprint } }) }));
     const digest = sha256(await readFile(f));
-    const v = await verifyBundle(f, { trust: { digest } });
+    const v = await withBundleFile(f, (s) => verifyBundle(s, { trust: { digest } }));
     t.equal(v.manifest.signer.fingerprint, other.trusted.fingerprint);
   });
 });
@@ -282,10 +280,11 @@ t.test('every bundle writeBundle makes verifies, opens randomly and extracts wit
   for (const [what, opts] of variants) {
     t.test(what, async (t) => {
       const b = await makeBundle(t, opts);
-      const v = await verifyBundle(b.path, { trust: b.trust });
-      const r = await BundleRandomReader.open(b.path, v.manifest);
-      for (const blob of v.manifest.blobs) await r.verify(blobPath(blob.digest));
-      await r.close();
+      const v = await withBundleFile(b.path, (s) => verifyBundle(s, { trust: b.trust }));
+      await withBundleFile(b.path, async (s) => {
+        const r = await BundleRandomReader.open(s, v.manifest);
+        for (const blob of v.manifest.blobs) await r.verify(blobPath(blob.digest));
+      });
       const dir = path.join(b.dir, 'tar-x');
       await mkdir(dir);
       await zstdTarExtract(b.path, dir);

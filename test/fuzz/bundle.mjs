@@ -6,7 +6,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Compressor, decompress } from 'zstd-napi';
 import {
-  BUNDLE_JSON, FRAME_BYTES, SIGNATURE, encodeSeekTable, fingerprint, readSeekIndex, signBytes, writeBundle,
+  BUNDLE_JSON, FRAME_BYTES, SIGNATURE, encodeSeekTable, fingerprint, readSeekIndex, signBytes, writeBundle, withBundleFile,
 } from '@offline-bundle/format';
 import { readFile } from 'node:fs/promises';
 
@@ -271,7 +271,7 @@ export async function makeBaseBundle(dir, { bigLayer = true } = {}) {
  * 'trailer'), so mutations can aim at a kind of frame.
  */
 export async function splitBundle(file) {
-  const index = await readSeekIndex(file);
+  const index = await withBundleFile(file, readSeekIndex);
   const buf = await readFile(file);
   const segs = index.frames.map((f) => {
     const comp = buf.subarray(f.compressedOffset, f.compressedOffset + f.compressedSize);

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
   BUNDLE_JSON, BundleRandomReader, FormatError, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath, extractBundle, parseManifestBytes,
-  verifyBundle,
+  verifyBundle, withBundleFile,
 } from '@offline-bundle/format';
 import { BASE_FROM, Rng, makeBaseBundle, splitBundle } from './bundle.mjs';
 import { MUTATORS, prepareBase } from './mutate.mjs';
@@ -222,14 +222,14 @@ for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => { cleanup(); proc
 const made = await makeBaseBundle(path.join(work, 'base'), { bigLayer: !opt['no-big-layer'] });
 const split = await splitBundle(made.path);
 const trust = { keys: [made.key.trusted] };
-const baseVerified = await verifyBundle(made.path, { trust });
+const baseVerified = await withBundleFile(made.path, (s) => verifyBundle(s, { trust }));
 const base = prepareBase({
   bytes: made.bytes, ...split, key: made.key, manifestBytes: baseVerified.manifestBytes, signature: baseVerified.signature,
   manifest: baseVerified.manifest, digest: baseVerified.fileDigest,
 });
 // The original layout, byte for byte: what an accepted, unre-signed mutation must extract to.
 const baseTarget = path.join(work, 'base-layout');
-await extractBundle(made.path, baseTarget, { trust, fsync: false });
+await withBundleFile(made.path, (s) => extractBundle(s, baseTarget, { trust, fsync: false }));
 const original = new Map();
 for (const e of await walk(baseTarget)) if (e.kind === 'file') original.set(e.path, await readFile(path.join(baseTarget, e.path)));
 
@@ -277,7 +277,7 @@ async function runCase(i) {
   const out = { i, level, desc: m.desc, resigned: !!resigned, size: m.bytes.length, identicalFile, findings, ms: {} };
 
   // 1. verifyBundle
-  const v = await bounded((signal) => verifyBundle(file, { trust, signal }));
+  const v = await bounded((signal) => withBundleFile(file, (s) => verifyBundle(s, { trust, signal })));
   out.ms.verify = Math.round(v.ms);
   if (v.ok) {
     const want = resigned ?? base.manifestBytes;
@@ -289,7 +289,7 @@ async function runCase(i) {
   const outDir = path.join(dir, 'out');
   await mkdir(outDir);
   const target = path.join(outDir, 'target');
-  const x = await bounded((signal) => extractBundle(file, target, { trust, fsync: false, signal }));
+  const x = await bounded((signal) => withBundleFile(file, (s) => extractBundle(s, target, { trust, fsync: false, signal })));
   out.ms.extract = Math.round(x.ms);
   if (x.ok) {
     out.extract = 'accepted';
@@ -312,7 +312,7 @@ async function runCase(i) {
 
   // 3. an accepted file that differs from the original must fail digest trust
   if (v.ok && !identicalFile) {
-    const d = await bounded((signal) => verifyBundle(file, { trust: { digest: base.digest }, signal }));
+    const d = await bounded((signal) => withBundleFile(file, (s) => verifyBundle(s, { trust: { digest: base.digest }, signal })));
     if (d.ok) findings.push({ kind: 'accepted-altered', where: 'verifyBundle(digest trust)', detail: 'a file differing from the original passed the expected-digest check' });
     else out.digestTrust = judgeRejection(d, 'verifyBundle(digest trust)', findings);
   }
@@ -320,21 +320,17 @@ async function runCase(i) {
   // 4. random access through the (untrusted) seek index, against the trusted bundle.json: the one
   // just verified, else the original's (the media changed after an earlier verification)
   const manifest = v.ok ? v.value.manifest : base.manifest;
-  const r = await bounded(async () => {
-    const reader = await BundleRandomReader.open(file, manifest);
-    try {
-      const paths = ['index.json', ...manifest.blobs.map((b) => blobPath(b.digest))];
-      for (const p of paths) {
-        const bytes = await reader.readVerified(p);
-        const want = resigned && v.ok ? null : original.get(p);
-        if (want ? !bytes.equals(want) : (p !== 'index.json' && 'sha256:' + createHash('sha256').update(bytes).digest('hex') !== `sha256:${p.slice(13)}`)) {
-          findings.push({ kind: 'accepted-altered', where: 'BundleRandomReader.readVerified', detail: `${p} served with altered bytes` });
-        }
+  const r = await bounded(() => withBundleFile(file, async (source) => {
+    const reader = await BundleRandomReader.open(source, manifest);
+    const paths = ['index.json', ...manifest.blobs.map((b) => blobPath(b.digest))];
+    for (const p of paths) {
+      const bytes = await reader.readVerified(p);
+      const want = resigned && v.ok ? null : original.get(p);
+      if (want ? !bytes.equals(want) : (p !== 'index.json' && 'sha256:' + createHash('sha256').update(bytes).digest('hex') !== `sha256:${p.slice(13)}`)) {
+        findings.push({ kind: 'accepted-altered', where: 'BundleRandomReader.readVerified', detail: `${p} served with altered bytes` });
       }
-    } finally {
-      await reader.close();
     }
-  });
+  }));
   out.ms.random = Math.round(r.ms);
   out.random = r.ok ? 'accepted' : judgeRejection(r, 'BundleRandomReader', findings);
 

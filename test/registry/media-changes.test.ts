@@ -9,7 +9,7 @@ import { open, stat } from 'node:fs/promises';
 import { request } from 'node:http';
 import path from 'node:path';
 import {
-  BundleRandomReader, FRAME_BYTES, blobPath, extractBundle, readHeader, readSeekIndex, verifyBundle,
+  BundleRandomReader, FRAME_BYTES, blobPath, extractBundle, openBundleFile, readHeader, readSeekIndex, verifyBundle, withBundleFile,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, startRegistry, type BlobStore } from '@offline-bundle/registry';
 import { mirrorPath } from '@offline-bundle/oci';
@@ -43,7 +43,7 @@ t.before(async () => {
 /** The bundle's data frames holding the big blob, with where each starts within the blob. */
 async function bigFrames(file: string): Promise<{ compressedOffset: number; bytes: Buffer; inBlob: number; size: number }[]> {
   const frames = await readFrames(file);
-  const index = await readSeekIndex(file);
+  const index = await withBundleFile(file, readSeekIndex);
   // the blob's data starts after its header frame: the first full-size frame and those after it
   const first = frames.findIndex((f) => f.decompressedSize === FRAME_BYTES);
   const start = index.frames[first]!.decompressedOffset;
@@ -81,9 +81,11 @@ for (const withPass of [true, false]) {
     const dir = await tmpdir(t, 'ob-media-');
     const file = path.join(dir, 'b.bundle');
     execFileSync('cp', [b.path, file]);
-    const v = await verifyBundle(file, { trust: b.trust, frameDigests: withPass });
+    const source = await openBundleFile(file);
+    t.teardown(() => source.close());
+    const v = await verifyBundle(source, { trust: b.trust, frameDigests: withPass });
     if (withPass) t.equal(v.frameDigests?.length, v.seekIndex.frames.length, 'one digest per frame of the index');
-    const url = await served(t, await BundleFileStore.open(file, v.manifest, catalogOf(v.manifest), withPass ? { seekIndex: v.seekIndex, frameDigests: v.frameDigests! } : undefined));
+    const url = await served(t, await BundleFileStore.open(source, v.manifest, catalogOf(v.manifest), withPass ? { seekIndex: v.seekIndex, frameDigests: v.frameDigests! } : undefined));
 
     const frames = await bigFrames(file);
     const target = frames[1]!;
@@ -118,7 +120,7 @@ for (const withPass of [true, false]) {
 t.test('serve DIR: a blob of the layout edited in place after the start-up check is not served', async (t) => {
   const dir = await tmpdir(t, 'ob-layout-');
   const layout = path.join(dir, 'layout');
-  const v = await extractBundle(b.path, layout, { trust: b.trust });
+  const v = await withBundleFile(b.path, (s) => extractBundle(s, layout, { trust: b.trust }));
   const url = await served(t, await LayoutStore.open(layout, catalogOf(v.manifest)));
   const blob = path.join(layout, blobPath(sha256(big)));
   const at = 2 * 1024 * 1024 + 10;
@@ -142,9 +144,9 @@ t.test('a FIFO as the bundle: every reader refuses it at once (IO_ERROR) instead
   const dir = await tmpdir(t, 'ob-fifo-');
   const fifo = path.join(dir, 'b.bundle');
   execFileSync('mkfifo', [fifo]);
-  await rejectsWith(t, verifyBundle(fifo, { trust: b.trust }), 'IO_ERROR', 'verifyBundle');
-  await rejectsWith(t, readHeader(fifo), 'IO_ERROR', 'readHeader');
-  await rejectsWith(t, readSeekIndex(fifo), 'IO_ERROR', 'readSeekIndex');
-  await rejectsWith(t, BundleRandomReader.open(fifo, b.written.manifest), 'IO_ERROR', 'BundleRandomReader.open');
-  await rejectsWith(t, readSeekIndex(path.join(dir, 'missing.bundle')), 'IO_ERROR', 'readSeekIndex of a missing file');
+  await rejectsWith(t, withBundleFile(fifo, (s) => verifyBundle(s, { trust: b.trust })), 'IO_ERROR', 'verifyBundle');
+  await rejectsWith(t, withBundleFile(fifo, readHeader), 'IO_ERROR', 'readHeader');
+  await rejectsWith(t, withBundleFile(fifo, readSeekIndex), 'IO_ERROR', 'readSeekIndex');
+  await rejectsWith(t, withBundleFile(fifo, (s) => BundleRandomReader.open(s, b.written.manifest)), 'IO_ERROR', 'BundleRandomReader.open');
+  await rejectsWith(t, withBundleFile(path.join(dir, 'missing.bundle'), readSeekIndex), 'IO_ERROR', 'readSeekIndex of a missing file');
 });

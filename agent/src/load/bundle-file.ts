@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { endsWithSeekTable, readHeader } from '@offline-bundle/format';
+import { endsWithSeekTable, readHeader, withBundleFile } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 
@@ -53,8 +53,8 @@ export async function notLoadable(path: string): Promise<string | undefined> {
   if (why) return `${why}: ${FIX}`;
   // zstd data holding something else (a .tar.zst): no bundle.json first, and no seek table last.
   // Undecodable bytes are left to the load, which reports a damaged bundle as Corrupt.
-  const order = await readHeader(path).then(() => undefined, (err: { code?: string }) => err.code === 'BAD_ORDER');
-  if (order && !(await endsWithSeekTable(path).catch(() => false))) {
+  const order = await withBundleFile(path, readHeader).then(() => undefined, (err: { code?: string }) => err.code === 'BAD_ORDER');
+  if (order && !(await withBundleFile(path, endsWithSeekTable).catch(() => false))) {
     return `${basename(path)} is not a bundle (zstd data, but not an archive starting with bundle.json, and no seek table at its end): ${FIX}`;
   }
   return undefined;
@@ -77,13 +77,15 @@ export type HeadVerdict =
 export async function inspectHead(file: string): Promise<HeadVerdict> {
   const not = await notABundle(file);
   if (not) return { kind: 'notABundle', why: not };
-  if (!(await endsWithSeekTable(file))) return { kind: 'incomplete', why: `${basename(file)} has no seek table at its end (still being copied, or cut short)` };
-  try {
-    const { manifest } = await readHeader(file);
-    return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch };
-  } catch (err) {
-    return { kind: 'damaged', why: (err as Error).message };
-  }
+  return withBundleFile(file, async (source): Promise<HeadVerdict> => {
+    if (!(await endsWithSeekTable(source))) return { kind: 'incomplete', why: `${basename(file)} has no seek table at its end (still being copied, or cut short)` };
+    try {
+      const { manifest } = await readHeader(source);
+      return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch };
+    } catch (err) {
+      return { kind: 'damaged', why: (err as Error).message };
+    }
+  });
 }
 
 // The file itself vanishing (its stick pulled, or deleted) while the load reads it

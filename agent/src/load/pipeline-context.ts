@@ -1,3 +1,4 @@
+import type { BundleSource } from '@offline-bundle/format';
 import type { StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import type { Logger } from '../log.js';
@@ -15,4 +16,6 @@ export interface PipelineContext {
   signal?: AbortSignal;
   /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */
   agentVersion?: string;
+  /** Where the bundle's bytes come from (default: the file itself, openBundleFile); the load closes what it opens. */
+  openBundle?: (file: string) => Promise<BundleSource>;
 }

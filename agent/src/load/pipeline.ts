@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, openBundleFile, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -207,6 +207,8 @@ async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolea
 
 /** What the checks before any write establish about a bundle file. */
 interface Admitted {
+  /** The bundle's bytes, open for the whole load (closed by loadBundle). */
+  source: BundleSource;
   head: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
   signer?: TrustedKey;
   trust: Trust;
@@ -215,7 +217,7 @@ interface Admitted {
 }
 
 /** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
-async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
+async function admit(file: string, ctx: PipelineContext, openSource: () => Promise<BundleSource>): Promise<Admitted> {
   const { config, log, tracker } = ctx;
   tracker.update((s) => {
     s.phase = 'Verifying';
@@ -228,7 +230,8 @@ async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
   await assertBundleFile(file);
-  const head = await readHeader(file);
+  const source = await openSource();
+  const head = await readHeader(source);
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
   tracker.update((s) => {
@@ -244,7 +247,7 @@ async function admit(file: string, ctx: PipelineContext): Promise<Admitted> {
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
-  return { head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+  return { source, head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
 }
 
 interface Staged {
@@ -260,7 +263,7 @@ interface Staged {
 }
 
 /** Steps 4 and 5: the space check, then the verified copy to disk, or one full pass over the media. */
-async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<Staged> {
+async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const { config, log, tracker, signal } = ctx;
   const m = a.head.manifest;
   const rel = m.release;
@@ -271,7 +274,7 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
   });
   log.info('space', plan.message, { mode: plan.mode });
 
-  const fileSize = (await stat(file)).size;
+  const fileSize = a.source.size;
   const onProgress = rateTracker(tracker);
   const verifiedBy = a.signer ? { reason: 'SignatureValid', message: `signed by ${a.signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
   // The full pass is what counts: its bundle.json must be the one the header check looked at.
@@ -297,11 +300,11 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
     // Digest-only trust knows nothing good before the whole file is hashed.
     if (!reuse && a.signer && config.preload.method !== 'none') {
       await rm(target, { recursive: true, force: true });
-      return stageWhilePulling(file, ctx, a, target, onProgress, sameBytes, verifiedBy);
+      return stageWhilePulling(ctx, a, target, onProgress, sameBytes, verifiedBy);
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
-      fileDigest = sameDescription(await extractBundle(file, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) }));
+      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) }));
     } else {
       log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
     }
@@ -316,11 +319,11 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
     // each frame's digest from this pass: what the registry serves later is held to it
-    const v = await verifyBundle(file, { trust: a.trust, onProgress, frameDigests: true, ...(signal ? { signal } : {}) });
+    const v = await verifyBundle(a.source, { trust: a.trust, onProgress, frameDigests: true, ...(signal ? { signal } : {}) });
     const fileDigest = sameDescription(v);
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
     tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
-    staged = { store: await BundleFileStore.open(file, m, catalog, { seekIndex: v.seekIndex, frameDigests: v.frameDigests! }), mode: 'media', fileDigest };
+    staged = { store: await BundleFileStore.open(a.source, m, catalog, { seekIndex: v.seekIndex, frameDigests: v.frameDigests! }), mode: 'media', fileDigest };
   }
   if (staged.fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: staged.fileDigest }; });
   log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });
@@ -333,7 +336,7 @@ async function stage(file: string, ctx: PipelineContext, a: Admitted): Promise<S
  * (conditions Verified and Staged, the file digest). A failure of either side stops the other
  * (`staging.signal`): the partial layout goes, nothing is pinned, no Ready.
  */
-function stageWhilePulling(file: string, ctx: PipelineContext, a: Admitted, target: string, onProgress: (done: number, total: number) => void,
+function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, onProgress: (done: number, total: number) => void,
   sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }): Staged {
   const { log, tracker, signal } = ctx;
   const m = a.head.manifest;
@@ -344,7 +347,7 @@ function stageWhilePulling(file: string, ctx: PipelineContext, a: Admitted, targ
   if (signal?.aborted) onStop();
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
-  const extraction = extractBundle(file, target, {
+  const extraction = extractBundle(a.source, target, {
     trust: a.trust, partialDir, onProgress, signal: stop.signal,
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
@@ -378,15 +381,25 @@ function stageWhilePulling(file: string, ctx: PipelineContext, a: Admitted, targ
  * mirror drop-ins are removed and no partial layout stays behind.
  */
 export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  let source: BundleSource | undefined;
+  const open = async () => (source = await (ctx.openBundle ?? openBundleFile)(file));
+  try {
+    return await loadFrom(file, ctx, open);
+  } finally {
+    await source?.close();
+  }
+}
+
+async function loadFrom(file: string, ctx: PipelineContext, openSource: () => Promise<BundleSource>): Promise<LoadResult> {
   const { config, log, tracker } = ctx;
-  const a = await admit(file, ctx);
+  const a = await admit(file, ctx, openSource);
   const m = a.head.manifest;
   const rel = m.release;
   const refs = imageRefs(m);
   let staged: Staged | undefined;
   let ok = false;
   try {
-    staged = await stage(file, ctx, a);
+    staged = await stage(ctx, a);
     const staging = staged.staging;
     try {
       await loadImages(staging ? { ...ctx, signal: staging.signal } : ctx, {

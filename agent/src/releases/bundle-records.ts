@@ -3,7 +3,7 @@
 // retry forever a file that failed.
 import { createHash } from 'node:crypto';
 import { mkdir, stat } from 'node:fs/promises';
-import { readHeader } from '@offline-bundle/format';
+import { readHeader, withBundleFile } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
 import { writeFileAtomic } from '@offline-bundle/host';
@@ -47,7 +47,7 @@ export async function keyOf(file: string): Promise<string | undefined> {
  */
 export async function contentOf(file: string): Promise<string | undefined> {
   try {
-    const [{ manifestBytes }, st] = await Promise.all([readHeader(file), stat(file)]);
+    const [{ manifestBytes }, st] = await Promise.all([withBundleFile(file, readHeader), stat(file)]);
     return `sha256:${createHash('sha256').update(manifestBytes).digest('hex')}:${st.size}`;
   } catch {
     return undefined;

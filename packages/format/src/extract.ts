@@ -5,7 +5,9 @@ import { dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { FormatError } from './errors.js';
 import { BUNDLE_JSON, FRAME_BYTES, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
-import { verifyBundle, type VerifiedBundle, type VerifyOptions } from './reader.js';
+import { verifyBundle } from './reader.js';
+import type { VerifiedBundle, VerifyOptions } from './verify-options.js';
+import type { BundleSource } from './source.js';
 
 export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManifest'> {
   /** Where to build the layout before the rename (default: DIR.partial beside DIR). */
@@ -60,9 +62,9 @@ async function syncFiles(paths: string[]): Promise<void> {
 /**
  * Verified extraction: the layout is written to a partial directory while the one pass
  * checks everything, and renamed to `dir` only when the pass succeeded. On any failure the
- * partial directory is removed, so `dir` holds nothing of the bundle.
+ * partial directory is removed, so `dir` holds nothing of the bundle. `source` is not closed here.
  */
-export async function extractBundle(file: string, dir: string, opts: ExtractOptions): Promise<VerifiedBundle> {
+export async function extractBundle(source: BundleSource, dir: string, opts: ExtractOptions): Promise<VerifiedBundle> {
   const target = resolve(dir);
   if (!(await isEmptyOrMissing(target))) {
     throw new FormatError('IO_ERROR', `${target} exists and is not empty: choose a new directory`);
@@ -72,7 +74,7 @@ export async function extractBundle(file: string, dir: string, opts: ExtractOpti
   await makeDirs(join(partial, 'blobs', 'sha256'));
   const written: string[] = [];
   try {
-    const verified = await verifyBundle(file, {
+    const verified = await verifyBundle(source, {
       ...opts,
       onEntry: async (entry, data) => {
         const path = join(partial, entry.path);

@@ -1,4 +1,3 @@
-import { open, type FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
@@ -7,8 +6,9 @@ import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-
 import { BUNDLE_JSON, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
 import { ListedEntries } from './listing.js';
 import type { BundleManifest } from './manifest.js';
-import { readSeekIndex } from './reader.js';
+import { readSeekIndex } from './bundle-ends.js';
 import { frameAt, type SeekIndex } from './seekable.js';
+import type { BundleSource } from './source.js';
 import { parseHeader } from './ustar.js';
 import { decompressFrame } from './zstd-bounded.js';
 
@@ -26,8 +26,8 @@ export interface VerifiedFrames {
  * name and size the trusted bundle.json lists, and `readVerified` hashes a whole entry
  * before returning a byte of it.
  *
- * The file is read again for every request and may change in between (media rewritten in
- * place), so `streamChecked` holds every frame it reads to the sha256 of that frame's bytes
+ * The source is read again for every request and may change in between (media rewritten in
+ * place, a peer answering otherwise), so `streamChecked` holds every frame it reads to the sha256 of that frame's bytes
  * as a verifying pass read them: from `verifyBundle`'s pass when given, else from the
  * entry's own hash check, made once before its first byte is returned.
  */
@@ -36,7 +36,7 @@ export class BundleRandomReader {
   private readonly checked = new Map<string, Promise<void>>();
 
   private constructor(
-    private readonly fh: FileHandle,
+    private readonly source: BundleSource,
     readonly index: SeekIndex,
     private readonly entries: Map<string, Located>,
     private readonly listed: Map<string, { digest: string; size: number }>,
@@ -46,22 +46,19 @@ export class BundleRandomReader {
     this.frameDigests = digests ? [...digests] : new Array<Buffer | undefined>(index.frames.length);
   }
 
-  /** `verified`: what `verifyBundle(path, { frameDigests: true })` returned for this file. */
-  static async open(path: string, manifest: BundleManifest, verified?: VerifiedFrames): Promise<BundleRandomReader> {
-    const index = verified?.seekIndex ?? await readSeekIndex(path);
+  /**
+   * `verified`: what `verifyBundle(source, { frameDigests: true })` returned for this source.
+   * The reader reads through `source` until its opener closes it; it holds nothing else open.
+   */
+  static async open(source: BundleSource, manifest: BundleManifest, verified?: VerifiedFrames): Promise<BundleRandomReader> {
+    const index = verified?.seekIndex ?? await readSeekIndex(source);
     if (verified && verified.frameDigests.length !== index.frames.length) throw new FormatError('BAD_SEEK_TABLE', 'the frame digests given do not match the seek index');
-    const fh = await open(path, 'r');
-    try {
-      const listed = new Map<string, { digest: string; size: number }>([[INDEX_JSON, manifest.index]]);
-      for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
-      const entries = new Map<string, Located>();
-      const reader = new BundleRandomReader(fh, index, entries, listed, !!verified, verified?.frameDigests);
-      await reader.walk(new ListedEntries(manifest));
-      return reader;
-    } catch (err) {
-      await fh.close();
-      throw err;
-    }
+    const listed = new Map<string, { digest: string; size: number }>([[INDEX_JSON, manifest.index]]);
+    for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
+    const entries = new Map<string, Located>();
+    const reader = new BundleRandomReader(source, index, entries, listed, !!verified, verified?.frameDigests);
+    await reader.walk(new ListedEntries(manifest));
+    return reader;
   }
 
   /**
@@ -115,9 +112,8 @@ export class BundleRandomReader {
   private async frame(i: number, opts: { require?: boolean; record?: Map<number, Buffer> } = {}): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
-    const buf = Buffer.allocUnsafe(f.compressedSize);
-    const { bytesRead } = await this.fh.read(buf, 0, f.compressedSize, f.compressedOffset);
-    if (bytesRead !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+    const buf = await this.source.read(f.compressedOffset, f.compressedSize);
+    if (buf.length !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
     const want = this.frameDigests[i];
     if (want || opts.require || opts.record) {
       const got = newSha256().update(buf).digest();
@@ -220,10 +216,6 @@ export class BundleRandomReader {
     const parts: Buffer[] = [];
     await this.check(path, (c) => parts.push(c));
     return Buffer.concat(parts);
-  }
-
-  close(): Promise<void> {
-    return this.fh.close();
   }
 }
 

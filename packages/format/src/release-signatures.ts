@@ -1,9 +1,10 @@
-import { sha256File } from '@offline-bundle/oci';
+import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { blobPath } from './layout.js';
 import type { BundleManifest, ReleaseSignatureRef } from './manifest.js';
 import { BundleRandomReader } from './random-reader.js';
-import { readHeader } from './reader.js';
+import { readHeader } from './bundle-ends.js';
+import type { BundleSource } from './source.js';
 import { assertTrust, checkSignature, type Trust } from './trust.js';
 import type { TrustedKey } from './keys.js';
 
@@ -20,14 +21,12 @@ export interface BundleReleaseSignatures {
  * each signature blob is read through the seek index and checked against its signed digest.
  * The images are not read: `bundle verify` checks those.
  */
-export async function readReleaseSignatures(path: string, trust: Trust): Promise<BundleReleaseSignatures> {
+export async function readReleaseSignatures(source: BundleSource, trust: Trust): Promise<BundleReleaseSignatures> {
   assertTrust(trust);
-  const { manifest, manifestBytes, signature } = await readHeader(path);
+  const { manifest, manifestBytes, signature } = await readHeader(source);
   const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, trust);
   if (trust.digest) {
-    const { digest } = await sha256File(path).catch((cause: Error) => {
-      throw new FormatError('IO_ERROR', `cannot read ${path}: ${cause.message}`, { cause });
-    });
+    const digest = await sourceDigest(source);
     if (digest !== trust.digest) {
       throw new FormatError('FILE_DIGEST_MISMATCH', `the file's sha256 is ${digest}, not the expected ${trust.digest}: wrong file, or damaged in copying; copy it again`);
     }
@@ -35,12 +34,18 @@ export async function readReleaseSignatures(path: string, trust: Trust): Promise
   const refs = manifest.release.signatures ?? [];
   const signatures: BundleReleaseSignatures['signatures'] = [];
   if (refs.length) {
-    const reader = await BundleRandomReader.open(path, manifest);
-    try {
-      for (const ref of refs) signatures.push({ ...ref, bytes: await reader.readVerified(blobPath(ref.digest)) });
-    } finally {
-      await reader.close();
-    }
+    const reader = await BundleRandomReader.open(source, manifest);
+    for (const ref of refs) signatures.push({ ...ref, bytes: await reader.readVerified(blobPath(ref.digest)) });
   }
   return { manifest, signatures, ...(signer ? { signer } : {}) };
+}
+
+async function sourceDigest(source: BundleSource): Promise<string> {
+  const hash = newSha256();
+  try {
+    for await (const chunk of source.stream(0, source.size)) hash.update(chunk as Buffer);
+  } catch (cause) {
+    throw new FormatError('IO_ERROR', `cannot read ${source.identity}: ${(cause as Error).message}`, { cause });
+  }
+  return 'sha256:' + hash.digest('hex');
 }

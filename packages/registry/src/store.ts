@@ -1,7 +1,7 @@
 import { lstat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { BundleRandomReader, blobPath, type BundleManifest, type VerifiedFrames } from '@offline-bundle/format';
+import { BundleRandomReader, blobPath, type BundleManifest, type BundleSource, type VerifiedFrames } from '@offline-bundle/format';
 import { mirrorPath, newSha256 } from '@offline-bundle/oci';
 import { BaseError, openRegularFile } from '@offline-bundle/host';
 import { fileRange, readFully } from './file-range.js';
@@ -205,9 +205,12 @@ async function hashInChunks(path: string, size: number): Promise<{ digest: strin
 export class BundleFileStore implements BlobStore {
   private constructor(private readonly reader: BundleRandomReader, private readonly catalog: Catalog) {}
 
-  /** `verified`: the pass `verifyBundle(path, { frameDigests: true })` just made, saving a second read of each blob. */
-  static async open(path: string, manifest: BundleManifest, catalog: Catalog, verified?: VerifiedFrames): Promise<BundleFileStore> {
-    return new BundleFileStore(await BundleRandomReader.open(path, manifest, verified), catalog);
+  /**
+   * `verified`: the pass `verifyBundle(source, { frameDigests: true })` just made, saving a second
+   * read of each blob. The store reads through `source`; whoever opened it closes it, after the store.
+   */
+  static async open(source: BundleSource, manifest: BundleManifest, catalog: Catalog, verified?: VerifiedFrames): Promise<BundleFileStore> {
+    return new BundleFileStore(await BundleRandomReader.open(source, manifest, verified), catalog);
   }
 
   size(digest: string): number | undefined {
@@ -218,7 +221,6 @@ export class BundleFileStore implements BlobStore {
     return this.reader.streamChecked(blobPath(digest), start, end);
   }
 
-  close(): Promise<void> {
-    return this.reader.close();
-  }
+  /** Nothing of its own to release: the source is its opener's. */
+  async close(): Promise<void> {}
 }

@@ -1,0 +1,99 @@
+import type { Readable, Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import tar from 'tar-stream';
+import { FormatError } from './errors.js';
+import { BUNDLE_JSON, FRAME_BYTES, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes } from './layout.js';
+import { parseManifestBytes, type BundleManifest } from './manifest.js';
+import { decodeSeekTable, FOOTER_BYTES, SEEKABLE_MAGIC, seekTableLength, type SeekIndex } from './seekable.js';
+import type { BundleSource } from './source.js';
+import { BoundedDecompress } from './zstd-bounded.js';
+
+// The two ends of a bundle, read without the full pass: bundle.json and its signature at the
+// head, the seek index at the tail.
+
+export async function readAll(data: Readable, limit: number, name: string): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let n = 0;
+  for await (const c of data) {
+    n += (c as Buffer).length;
+    if (n > limit) throw new FormatError('OVERSIZED_ENTRY', `${name} is larger than ${limit} bytes`);
+    parts.push(c as Buffer);
+  }
+  return Buffer.concat(parts);
+}
+
+/**
+ * Most archive bytes that may come before bundle.json has told the archive's length: its
+ * entry and the signature's at their limits, plus room for what the streams read ahead.
+ */
+export const HEADER_BYTES_MAX = tarStreamBytes([MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES]) + 2 * FRAME_BYTES;
+
+export const headerOverrun = () =>
+  new FormatError('CORRUPT', `the archive does not start with ${BUNDLE_JSON} and its signature within ${HEADER_BYTES_MAX} bytes: not a bundle`);
+
+export const isSystemError = (err: unknown): err is NodeJS.ErrnoException => typeof (err as NodeJS.ErrnoException)?.syscall === 'string';
+
+/** `length` bytes at `offset`; where the source comes short the rest stays zero, which no footer matches. */
+async function readPadded(source: BundleSource, offset: number, length: number): Promise<Buffer> {
+  const buf = Buffer.alloc(length);
+  (await source.read(offset, length)).copy(buf);
+  return buf;
+}
+
+/** Reads and checks the trailing seek index against the bundle's size. */
+export async function readSeekIndex(source: BundleSource): Promise<SeekIndex> {
+  const { size } = source;
+  if (size < FOOTER_BYTES) throw new FormatError('TRUNCATED', `${source.identity} is ${size} bytes: too short to be a bundle`);
+  const { tableBytes } = seekTableLength(await readPadded(source, size - FOOTER_BYTES, FOOTER_BYTES));
+  if (tableBytes > size) throw new FormatError('BAD_SEEK_TABLE', 'the seek index claims more bytes than the file has');
+  return decodeSeekTable(await readPadded(source, size - tableBytes, tableBytes), size);
+}
+
+/** Whether the bundle ends with a seek table's footer: a whole bundle does, a cut or growing copy does not. */
+export async function endsWithSeekTable(source: BundleSource): Promise<boolean> {
+  if (source.size < FOOTER_BYTES) return false;
+  const footer = await readPadded(source, source.size - FOOTER_BYTES, FOOTER_BYTES);
+  return footer.readUInt32LE(5) === SEEKABLE_MAGIC;
+}
+
+/** bundle.json and its signature only, from the first frames: for `inspect`, no trust implied. */
+export async function readHeader(source: BundleSource): Promise<{ manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer }> {
+  const path = source.identity;
+  const extract = tar.extract();
+  const src = source.stream(0, source.size);
+  const decompress = new BoundedDecompress();
+  decompress.stopAfter(HEADER_BYTES_MAX);
+  let failed: unknown;
+  const piping = pipeline(src, decompress, extract as unknown as Writable).catch((err: unknown) => {
+    failed = err;
+  });
+  let manifestBytes: Buffer | undefined;
+  let signature: Buffer | undefined;
+  try {
+    for await (const entry of extract) {
+      if (!manifestBytes) {
+        if (entry.header.name !== BUNDLE_JSON) throw new FormatError('BAD_ORDER', `${path} does not start with ${BUNDLE_JSON}: not a bundle`);
+        manifestBytes = await readAll(entry as unknown as Readable, MAX_BUNDLE_JSON_BYTES, BUNDLE_JSON);
+      } else {
+        if (entry.header.name !== SIGNATURE) throw new FormatError('BAD_ORDER', `${BUNDLE_JSON} is not followed by ${SIGNATURE}`);
+        signature = await readAll(entry as unknown as Readable, MAX_SIGNATURE_BYTES, SIGNATURE);
+        break;
+      }
+    }
+  } catch (err) {
+    if (err instanceof FormatError) throw err;
+    // a file that cannot be read (missing, media removed) says nothing about its contents
+    if (isSystemError(err)) throw new FormatError('IO_ERROR', `cannot read ${path}: ${err.message}`, { cause: err });
+    throw new FormatError('CORRUPT', `${path} is not a bundle: ${(err as Error).message}`, { cause: err });
+  } finally {
+    src.destroy();
+    extract.destroy();
+    await piping;
+  }
+  if (!manifestBytes || !signature) {
+    if (failed instanceof FormatError) throw failed;
+    if (decompress.overLimit) throw headerOverrun();
+    throw new FormatError('TRUNCATED', `${path} ends before bundle.json and its signature`);
+  }
+  return { manifest: parseManifestBytes(manifestBytes), manifestBytes, signature };
+}
