@@ -226,7 +226,8 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,
-    ...(opts.registriesConf ? { registriesConf: await RegistriesConf.load(opts.registriesConf) } : {}),
+    // --registries-conf replaces the system's configuration, as podman's and skopeo's does
+    registriesConf: opts.registriesConf ? await RegistriesConf.load(opts.registriesConf) : await RegistriesConf.loadSystem(),
   };
   const limit = pLimit(Math.max(1, opts.jobs ?? 4));
   const opened: ImageSource[] = [];

@@ -24,6 +24,7 @@ export function addManCommand(program: Command): void {
         ],
         environment: [
           [PASSPHRASE_ENV, 'the passphrase of an encrypted signing key, when no --passphrase-file is given'],
+          ['CONTAINERS_REGISTRIES_CONF', 'the registries.conf create reads instead of /etc/containers/registries.conf, when no --registries-conf is given'],
           ['REGISTRY_AUTH_FILE', 'registry credentials file used instead of the default auth files'],
           ['HTTPS_PROXY, HTTP_PROXY, NO_PROXY', 'proxy for registry access (also lower case); never used for loopback'],
           ['XDG_CACHE_HOME', 'the blob cache is $XDG_CACHE_HOME/offline-bundle (default ~/.cache/offline-bundle)'],
@@ -38,6 +39,7 @@ export function addManCommand(program: Command): void {
           ['PREFIX.key, PREFIX.pub', 'a signing key pair made by "bundle keygen"'],
           ['~/.cache/offline-bundle', 'the content-addressed blob cache (see "bundle cache")'],
           ['$XDG_RUNTIME_DIR/containers/auth.json, ~/.config/containers/auth.json, ~/.docker/config.json', 'registry credentials, as podman and skopeo read them'],
+          ['/etc/containers/registries.conf, /etc/containers/registries.conf.d/*.conf, ~/.config/containers/registries.conf', 'mirrors create pulls through when no --registries-conf is given (containers-registries.conf(5))'],
           ['/etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT', 'registry CAs (*.crt) and client certificates (*.cert, *.key)'],
         ],
         examples: `bundle keygen --out factory

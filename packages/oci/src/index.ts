@@ -16,7 +16,7 @@ export { CREDENTIAL_HELPER_TIMEOUT_MS, MAX_CREDENTIAL_HELPER_OUTPUT, helperCrede
 export { MAX_CERT_FILE_BYTES, certDirFor, readCertDir } from './cert-dirs.js';
 export { Connections, bypassesProxy, connectionOptions, proxyFromEnv } from './connections.js';
 export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
-export { MAX_REGISTRIES_CONF_BYTES, RegistriesConf } from './registries-conf.js';
+export { MAX_REGISTRIES_CONF_BYTES, REGISTRIES_CONF_ENV, RegistriesConf } from './registries-conf.js';
 export { RegistryClient, skipBytes } from './registry-client.js';
 export { withRetry } from './retry.js';
 export { LayoutSource, REF_NAME_ANNOTATION } from './layout-source.js';
