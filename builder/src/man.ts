@@ -2,6 +2,9 @@ import type { Command } from 'commander';
 import { manPage } from '@offline-bundle/oci';
 import { PASSPHRASE_ENV } from '@offline-bundle/format';
 import { TOOL_VERSION } from './version.js';
+import { BUNDLE_FILE_API_VERSION, BUNDLE_FILE_KIND, schemaFields } from './image-set/schema.js';
+
+const BUNDLE_FILE_TEXT = `"bundle create -f FILE" reads what goes into a bundle from a YAML file with apiVersion ${BUNDLE_FILE_API_VERSION} and kind ${BUNDLE_FILE_KIND}. Its JSON Schema ships as share/bundle/bundle.schema.json (editors: a first line "# yaml-language-server: $schema=PATH"). A flag given on the command line overrides its key; --image, --upgrade-from and --release-signature add to its lists. Paths are taken from the file's directory. The file may instead be an oc-mirror v2 ImageSetConfiguration (apiVersion mirror.openshift.io/v2alpha1), read as is: mirror.platform.release, or one of mirror.platform.channels (name, minVersion, maxVersion, type) resolved against --update-graph, mirror.platform.architectures (one) and mirror.additionalImages; platform.graph and archiveSize are ignored with a warning; operators, helm, blockedImages, kubeVirtContainer and any other field are refused by name. The fields:`;
 
 /**
  * `bundle man`: prints bundle(1), written from this program's own command tree (see
@@ -51,6 +54,7 @@ bundle extract 4.15.1.bundle ./layout --key factory.pub
 bundle cluster status
 bundle cluster upgrade 4.15.1.bundle --key factory.pub --dry-run
 bundle completion bash > /etc/bash_completion.d/bundle`,
+        sections: [{ title: 'BUNDLE FILE', text: BUNDLE_FILE_TEXT, items: schemaFields() }],
         seeAlso: ['bundle-agent(8)', 'skopeo(1)', 'podman(1)', 'containers-registries.conf(5)', 'zstd(1)'],
       }));
     });
