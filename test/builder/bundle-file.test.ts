@@ -200,3 +200,22 @@ t.test('the shipped schema is the one the tool checks with, and the man page lis
   t.ok(fields.length > 20);
   for (const f of [...fields, 'release.channel', 'release.versionRange', 'release.updateGraph']) t.match(man, new RegExp(`^\\.B ${f.replace('.', '\\.')}$`, 'm'), `man page: ${f}`);
 });
+
+t.test('limits: a bundle file over 4 MiB, an alias bomb, a graph over 32 MiB, a graph that is not one', async (t) => {
+  const big = await createFrom(`apiVersion: offline-bundle/v1alpha1\nkind: Bundle\n#${'x'.repeat(4 * 1024 * 1024)}\n`, ['--key', keys.key, '-o', 'o.bundle']);
+  t.equal(errorCode(big.stderr), 'FILE_TOO_LARGE', 'bundle file');
+  const laughs = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]', ...Array.from({ length: 8 }, (_, i) => `${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [${Array(10).fill(`*${String.fromCharCode(97 + i)}`).join(',')}]`)].join('\n');
+  const bomb = await createFrom(`apiVersion: offline-bundle/v1alpha1\nkind: Bundle\n${laughs}\n`, ['--key', keys.key, '-o', 'o.bundle']);
+  t.equal(errorCode(bomb.stderr), 'INVALID_CONFIG', 'alias bomb');
+  t.match(bomb.stderr, /alias/i);
+  const hugeGraph = path.join(work, 'huge-graph.json');
+  await writeFile(hugeGraph, `{"nodes":[],"pad":"${'x'.repeat(32 * 1024 * 1024)}"}`);
+  const doc = own({ release: { channel: 'stable-4.14' }, key: keys.key, output: 'o.bundle' });
+  const huge = await createFrom(doc, ['--update-graph', hugeGraph]);
+  t.equal(errorCode(huge.stderr), 'FILE_TOO_LARGE', 'graph');
+  const notGraph = path.join(work, 'not-graph.json');
+  await writeFile(notGraph, JSON.stringify({ nodes: [{ version: '4.14.1', payload: 'x' }], edges: [[0, 5]] }));
+  const bad = await createFrom(doc, ['--update-graph', notGraph]);
+  t.equal(errorCode(bad.stderr), 'INVALID_CONFIG');
+  t.match(bad.stderr, /is not an update graph: edges\[0\] is not a pair of node indexes/);
+});

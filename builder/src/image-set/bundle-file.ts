@@ -6,6 +6,9 @@ import { plural } from '@offline-bundle/status';
 import { BUNDLE_FILE_SCHEMA, REFUSED_KEYS, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
 import { IMAGE_SET_API_VERSION, IMAGE_SET_V1_API_VERSION, translateImageSet } from './oc-mirror.js';
 
+/** Most alias expansions in a bundle file (YAML's "billion laughs"). */
+export const MAX_YAML_ALIASES = 100;
+
 /** Largest bundle file read: far above any hand-written one (10 000 images is some 1 MiB). */
 export const MAX_BUNDLE_FILE_BYTES = 4 * 1024 * 1024;
 
@@ -35,8 +38,14 @@ async function parseYamlFile(file: string): Promise<{ value: unknown; locate: Lo
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false });
   const err = doc.errors[0];
   if (err) throw new OciError('INVALID_CONFIG', `${file}:${lines.linePos(err.pos[0]).line} is not valid YAML: ${err.message.split('\n')[0]}`);
-  // aliases are expanded at most 100 times: a small file cannot unfold into gigabytes
-  return { value: doc.toJS({ maxAliasCount: 100 }), locate: locator(file, doc, lines) };
+  let value: unknown;
+  try {
+    // aliases are expanded at most 100 times: a small file cannot unfold into gigabytes
+    value = doc.toJS({ maxAliasCount: MAX_YAML_ALIASES });
+  } catch (cause) {
+    throw new OciError('INVALID_CONFIG', `${file} is not a bundle file: ${(cause as Error).message}`, { cause });
+  }
+  return { value, locate: locator(file, doc, lines) };
 }
 
 let validator: ReturnType<Ajv['compile']> | undefined;
