@@ -17,6 +17,8 @@ import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
 import { planOf, type BundlePlan } from './image-set/plan.js';
+import { operatorImages } from './image-set/catalog.js';
+import type { OperatorSelection } from './image-set/schema.js';
 
 export interface CreateOptions {
   /** An OpenShift release image; its payload images come along. */
@@ -60,6 +62,8 @@ export interface CreateOptions {
   progress?: Progress;
   /** Ctrl-C: stops downloads and the write; the cache keeps what arrived, the output is not touched. */
   signal?: AbortSignal;
+  /** Operators from catalog images: the selected bundles' images and the catalog image come along. */
+  operators?: OperatorSelection[];
   /** Resolve every image (manifests only) and return the plan: no key, no output, no layer fetched. */
   dryRun?: boolean;
 }
@@ -214,7 +218,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
   // before anything is fetched: hours of downloads must not end in EACCES
   if (!opts.dryRun) await checkOutput(opts.output && output);
   await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));
-  if (!opts.release && specs.length === 0 && opts.agentImage === undefined) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
+  if (!opts.release && specs.length === 0 && opts.agentImage === undefined && !opts.operators?.length) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
@@ -271,7 +275,13 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
         resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), work.signal);
       resolved.push(...payloadImages);
     }
-    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s)), work.signal));
+    const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
+      const r = await resolveImage(await open(spec), cache, want, false, where);
+      resolved.push(r);
+      return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
+    }, (m) => progress.log(m));
+    const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
+    resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));
     let agent: BundleAgent | undefined;
     if (opts.agentImage !== undefined) {
       // one platform, the bundle's: the node runs it

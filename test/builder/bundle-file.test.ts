@@ -115,7 +115,7 @@ t.test('an oc-mirror v2 ImageSetConfiguration is read as is', async (t) => {
 
 t.test('fields a bundle does not carry are refused by name, nothing written', async (t) => {
   const cases: [string, object, RegExp][] = [
-    ['operators of an ImageSetConfiguration', imageSet({ additionalImages: [{ name: app.ref }], operators: [{ catalog: `${H}/redhat/redhat-operator-index:v4.14` }] }), /bundle\.yaml:\d+ \(mirror\.operators\): operator catalogs are not carried/],
+    ['an operator\'s targetCatalog', imageSet({ additionalImages: [{ name: app.ref }], operators: [{ catalog: `${H}/redhat/redhat-operator-index:v4.14`, targetCatalog: 'x/y', packages: [{ name: 'p' }] }] }), /bundle\.yaml:\d+ \(mirror\.operators\[0\]\.targetCatalog\): the catalog keeps its name/],
     ['helm', imageSet({ additionalImages: [{ name: app.ref }], helm: { repositories: [{ name: 'x', url: 'https://charts.example.com' }] } }), /\(mirror\.helm\): Helm charts/],
     ['blockedImages', imageSet({ additionalImages: [{ name: app.ref }], blockedImages: [{ name: 'x' }] }), /\(mirror\.blockedImages\)/],
     ['two channels', imageSet({ platform: { channels: [{ name: 'stable-4.14' }, { name: 'fast-4.14' }] } }), /\(mirror\.platform\.channels\): 2 channels/],
@@ -194,7 +194,8 @@ t.test('the shipped schema is the one the tool checks with, and the man page lis
   t.equal(await readFile(path.join(ROOT, 'builder', 'bundle.schema.json'), 'utf8'), printed.stdout, 'builder/bundle.schema.json is `bundle schema`');
   const validate = new Ajv({ strict: true, strictRequired: false }).compile(JSON.parse(printed.stdout));
   t.ok(validate(own({ release: { channel: 'stable-4.14', versionRange: '>=4.14.0' }, images: ['x'], key: 'k', level: 3 })), 'accepts a good file');
-  t.notOk(validate(own({ operators: [] })), 'refuses what the tool refuses');
+  t.notOk(validate(own({ charts: [] })), 'refuses what the tool refuses');
+  t.notOk(validate(own({ operators: [{ catalog: 'c' }] })), 'an operator needs its packages');
   const man = (await bundle(['man'])).stdout;
   const fields = [...printed.stdout.matchAll(/^ {4}"([a-zA-Z]+)": \{/gm)].map((m) => m[1]!);
   t.ok(fields.length > 20);

@@ -119,5 +119,6 @@ export async function readBundleFile(file: string): Promise<LoadedBundleFile> {
     return { ...t, file: resolvePaths(t.file, base) };
   }
   const own = resolvePaths(checkOwnFile(doc, locate, file), base);
+  if (own.operators) own.operators = own.operators.map((op, i) => ({ ...op, where: locate(['operators', i]) }));
   return { file: own, imagesWhere: (own.images ?? []).map((_, i) => locate(['images', i])), releaseWhere: locate(['release']), warnings: [] };
 }

@@ -1,6 +1,6 @@
 import { OciError } from '@offline-bundle/oci';
 import { plural } from '@offline-bundle/status';
-import type { BundleFile, LoadedBundleFile, Locate, ReleaseByChannel } from './schema.js';
+import type { BundleFile, LoadedBundleFile, Locate, OperatorSelection, ReleaseByChannel } from './schema.js';
 
 /** oc-mirror v2's ImageSetConfiguration, read as is. */
 export const IMAGE_SET_API_VERSION = 'mirror.openshift.io/v2alpha1';
@@ -26,7 +26,7 @@ const TOP: Record<string, Rule> = {
 const MIRROR: Record<string, Rule> = {
   platform: { read: true },
   additionalImages: { read: true },
-  operators: { refuse: 'operator catalogs are not carried yet: list each operator bundle image and its related images under mirror.additionalImages, or remove it', whenEmpty: 'accept' },
+  operators: { read: true },
   helm: { refuse: 'Helm charts are not carried yet: list the chart\'s images under mirror.additionalImages, or remove it', whenEmpty: 'accept' },
   blockedImages: { refuse: 'a bundle carries exactly the images listed, so there is nothing to block: remove it', whenEmpty: 'accept' },
 };
@@ -46,6 +46,23 @@ const CHANNEL: Record<string, Rule> = {
   shortestPath: { read: true },
   full: { refuse: 'a bundle carries one release, not a whole channel: give minVersion/maxVersion, or remove it', whenEmpty: 'accept' },
 };
+
+const OPERATOR: Record<string, Rule> = {
+  catalog: { read: true },
+  packages: { read: true },
+  full: { refuse: 'a whole catalog is not carried: name its packages', whenEmpty: 'accept' },
+  targetCatalog: { refuse: 'the catalog keeps its name in a bundle: remove it' },
+  targetTag: { refuse: 'the catalog keeps its name in a bundle: remove it' },
+};
+const PACKAGE: Record<string, Rule> = {
+  name: { read: true },
+  channels: { read: true },
+  minVersion: { refuse: 'give minVersion per channel (channels: [{name, minVersion, maxVersion}])' },
+  maxVersion: { refuse: 'give maxVersion per channel (channels: [{name, minVersion, maxVersion}])' },
+  defaultChannel: { refuse: 'the catalog\'s own defaultChannel is used: name channels instead' },
+  bundles: { refuse: 'bundles are chosen by channel and version: give channels with minVersion/maxVersion' },
+};
+const OPERATOR_CHANNEL: Record<string, Rule> = { name: { read: true }, minVersion: { read: true }, maxVersion: { read: true } };
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isEmpty = (v: unknown) => v === false || v === null || (Array.isArray(v) && v.length === 0) || (isObj(v) && Object.keys(v).length === 0);
@@ -100,6 +117,30 @@ function channelRelease(tr: Translation, raw: unknown, path: Path): ReleaseByCha
   return { channel, ...(range ? { versionRange: range } : {}) };
 }
 
+function operators(tr: Translation, raw: unknown): OperatorSelection[] {
+  const out: OperatorSelection[] = [];
+  for (const [i, rawOp] of tr.list(raw, ['mirror', 'operators']).entries()) {
+    const path = ['mirror', 'operators', i];
+    const op = tr.fields(rawOp, path, OPERATOR);
+    const catalog = tr.text(op.catalog, [...path, 'catalog']);
+    const packages = tr.list(op.packages, [...path, 'packages']).map((rawPkg, j) => {
+      const pp = [...path, 'packages', j];
+      const pkg = tr.fields(rawPkg, pp, PACKAGE);
+      const channels = tr.list(pkg.channels, [...pp, 'channels']).map((rawCh, k) => {
+        const cp = [...pp, 'channels', k];
+        const ch = tr.fields(rawCh, cp, OPERATOR_CHANNEL);
+        const min = tr.text(ch.minVersion, [...cp, 'minVersion']);
+        const max = tr.text(ch.maxVersion, [...cp, 'maxVersion']);
+        return { name: tr.text(ch.name, [...cp, 'name']) ?? '', ...(min ? { minVersion: min } : {}), ...(max ? { maxVersion: max } : {}) };
+      });
+      return { name: tr.text(pkg.name, [...pp, 'name']) ?? '', ...(channels.length ? { channels } : {}) };
+    });
+    if (!catalog || packages.length === 0) tr.problems.push(`${tr.locate(path)}: an operator needs catalog and packages (a whole catalog is not carried)`);
+    else out.push({ catalog, packages, where: tr.locate(path) });
+  }
+  return out;
+}
+
 function platform(tr: Translation, raw: unknown, out: BundleFile): void {
   const path = ['mirror', 'platform'];
   const p = tr.fields(raw, path, PLATFORM);
@@ -133,6 +174,8 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
   else {
     const mirror = tr.fields(doc.mirror, ['mirror'], MIRROR);
     if (mirror.platform !== undefined) platform(tr, mirror.platform, out);
+    const ops = operators(tr, mirror.operators);
+    if (ops.length) out.operators = ops;
     for (const [i, raw] of tr.list(mirror.additionalImages, ['mirror', 'additionalImages']).entries()) {
       const path = ['mirror', 'additionalImages', i];
       const image = tr.fields(raw, path, { name: { read: true } });
@@ -143,7 +186,7 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
       imagesWhere.push(locate([...path, 'name']));
     }
   }
-  if (!out.release && !out.images?.length && !tr.problems.length) tr.problems.push(`${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`);
+  if (!out.release && !out.images?.length && !out.operators?.length && !tr.problems.length) tr.problems.push(`${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`);
   if (tr.problems.length) throw new OciError('INVALID_CONFIG', `${plural(tr.problems.length, 'field')} of the ImageSetConfiguration cannot be carried, nothing fetched: ${tr.problems.join('; ')}`);
   return { file: out, imagesWhere, releaseWhere: locate(['mirror', 'platform', typeof out.release === 'string' ? 'release' : 'channels']), warnings: tr.warnings };
 }

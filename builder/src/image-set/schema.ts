@@ -30,6 +30,46 @@ const release = {
   ],
 };
 
+const operators = {
+  type: 'array',
+  description: 'Operators from OLM catalog images (oc-mirror v2\'s operators: shape): the selected operator bundle images and their relatedImages come along, and the catalog image itself, whole.',
+  items: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['catalog', 'packages'],
+    properties: {
+      catalog: { type: 'string', minLength: 1, description: 'The catalog image (file-based catalog under the directory of its operators.operatorframework.io.index.configs.v1 label).' },
+      packages: {
+        type: 'array',
+        minItems: 1,
+        description: 'The packages to take.',
+        items: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['name'],
+          properties: {
+            name: { type: 'string', minLength: 1, description: 'The package name.' },
+            channels: {
+              type: 'array',
+              description: 'Its channels (default: the package\'s defaultChannel); each gives its head, or every version from minVersion to maxVersion.',
+              items: {
+                type: 'object',
+                additionalProperties: false,
+                required: ['name'],
+                properties: {
+                  name: { type: 'string', minLength: 1, description: 'The channel name.' },
+                  minVersion: { type: 'string', minLength: 1, description: 'The lowest bundle version taken.' },
+                  maxVersion: { type: 'string', minLength: 1, description: 'The highest bundle version taken.' },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+};
+
 export const BUNDLE_FILE_SCHEMA = {
   $schema: 'http://json-schema.org/draft-07/schema#',
   $id: 'https://offline-bundle.invalid/bundle/bundle.schema.json',
@@ -42,6 +82,7 @@ export const BUNDLE_FILE_SCHEMA = {
     apiVersion: { const: BUNDLE_FILE_API_VERSION, description: `Always ${BUNDLE_FILE_API_VERSION}.` },
     kind: { const: BUNDLE_FILE_KIND, description: `Always ${BUNDLE_FILE_KIND}.` },
     release,
+    operators,
     images: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Images to add, each an --image source: docker://REF (the default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR, with =REGISTRY/REPO:TAG to name a local one; relative paths are taken from the file\'s directory.' },
     imagesFile: path('A file with one image source per line, # comments (as --images-file)'),
     agentImage: { type: 'string', minLength: 1, description: 'A bundle-agent image (any images source): nodes switch to it once the bundle is Ready (as --agent-image).' },
@@ -69,7 +110,6 @@ export const BUNDLE_FILE_SCHEMA = {
 
 /** Keys other tools' files have that this one refuses by name (not implemented: a clear line, not "unknown field"). */
 export const REFUSED_KEYS: Record<string, string> = {
-  operators: 'operator catalogs are not carried yet: list each operator bundle image and its related images under images',
   charts: 'Helm charts are not carried yet: list the chart\'s images under images',
   helm: 'Helm charts are not carried yet: list the chart\'s images under images',
 };
@@ -80,6 +120,7 @@ export interface ReleaseByChannel { channel: string; version?: string; versionRa
 /** The bundle file as read: paths already taken from the file's directory. */
 export interface BundleFile {
   release?: string | ReleaseByChannel;
+  operators?: OperatorSelection[];
   images?: string[];
   imagesFile?: string;
   agentImage?: string;
@@ -104,6 +145,13 @@ export interface BundleFile {
   level?: number;
 }
 
+/** Operators of a catalog, and where in the file they are named. */
+export interface OperatorSelection {
+  catalog: string;
+  packages: { name: string; channels?: { name: string; minVersion?: string; maxVersion?: string }[] }[];
+  where: string;
+}
+
 /** Names a place in the file, "bundle.yaml:12 (release.channel)", for messages. */
 export type Locate = (path: (string | number)[]) => string;
 
@@ -117,7 +165,7 @@ export interface LoadedBundleFile {
   warnings: string[];
 }
 
-interface Described { description?: string; properties?: Record<string, Described>; oneOf?: Described[] }
+interface Described { description?: string; properties?: Record<string, Described>; oneOf?: Described[]; items?: Described }
 
 /** Every field with its description, nested ones as release.channel: for the man page. */
 export function schemaFields(schema: Described = BUNDLE_FILE_SCHEMA as Described, prefix = ''): [string, string][] {
@@ -126,6 +174,7 @@ export function schemaFields(schema: Described = BUNDLE_FILE_SCHEMA as Described
     const name = `${prefix}${key}`;
     out.push([name, field.description ?? '']);
     for (const variant of field.oneOf ?? []) out.push(...schemaFields(variant, `${name}.`));
+    if (field.items?.properties) out.push(...schemaFields(field.items, `${name}[].`));
     out.push(...schemaFields({ properties: field.properties ?? {} }, `${name}.`));
   }
   return out;
