@@ -18,6 +18,7 @@ import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
 import { planOf, type BundlePlan } from './image-set/plan.js';
 import { operatorImages } from './image-set/catalog.js';
+import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
 
 export interface CreateOptions {
@@ -276,7 +277,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
       resolved.push(...payloadImages);
     }
     const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
-      const r = await resolveImage(await open(spec), cache, want, false, where);
+      const r = await resolveImage(await open(spec), cache, want, false, where, CATALOG_COMPONENT);
       resolved.push(r);
       return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
     }, (m) => progress.log(m));

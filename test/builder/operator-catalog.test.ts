@@ -6,7 +6,7 @@
 import t from 'tap';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { stringify } from 'yaml';
+import { parseAllDocuments, stringify } from 'yaml';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -84,7 +84,16 @@ t.test('a version range in a channel, and a package\'s default channel head', as
   t.equal(r.code, 0, r.stderr);
   t.same(await inspected(r.output), imagesOf('alpha.v1.1.0', 'alpha.v1.2.0', 'beta.v2.1.0'), 'inspect lists exactly the catalog, the selected bundles and their related images');
   const m = await bundleJson(r.output);
-  t.equal(m.images.find((i) => `${i.repository}:${i.tag}` === catalog.ref)!.digest, catalog.digest, 'the catalog image by its digest');
+  const cat = m.images.find((i) => `${i.repository}:${i.tag}` === catalog.ref)!;
+  t.equal(cat.digest, catalog.digest, 'the catalog image by its digest');
+  t.equal(cat.component, 'operator-catalog', 'marked as the catalog');
+  const cs = await bundle(['catalog-sources', r.output]);
+  t.equal(cs.code, 0, cs.stderr);
+  t.same(parseAllDocuments(cs.stdout).map((d) => d.toJS()), [{
+    apiVersion: 'operators.coreos.com/v1alpha1', kind: 'CatalogSource',
+    metadata: { name: 'operator-index-v4-14', namespace: 'openshift-marketplace' },
+    spec: { sourceType: 'grpc', image: catalog.digestRef, displayName: `${catalog.ref} (offline bundle)` },
+  }], 'a CatalogSource pointing at the catalog by digest');
 });
 
 t.test('a channel\'s head, two channels of one package', async (t) => {
@@ -117,5 +126,7 @@ t.test('a package or channel the catalog does not have is named, nothing written
   const notCatalog = await createFrom(own([{ catalog: bundles['beta.v2.0.0']!.bundle, packages: [{ name: 'beta-operator' }] }]));
   t.equal(errorCode(notCatalog.stderr), 'INVALID_CONFIG');
   t.match(notCatalog.stderr, /holds no file-based catalog under \/configs/);
+  const none = await bundle(['catalog-sources', (await createFrom({ apiVersion: 'offline-bundle/v1alpha1', kind: 'Bundle', version: '1.0', images: [catalog.ref] })).output]);
+  t.equal(errorCode(none.stderr), 'NOT_FOUND', 'catalog-sources of a bundle without catalogs (the image alone is no catalog)');
   for (const r of [pkg, ch, range, notCatalog]) t.same((await listDir(r.dir)).filter((f) => f.includes('bundle') && f !== 'bundle.yaml'), [], 'no bundle');
 });
