@@ -87,7 +87,10 @@ export function defaultCacheDir(env = process.env): string {
 
 /** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
 async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, where: string, component?: string): Promise<ResolvedImage> {
-  const top = await source.getManifest();
+  // a missing image names the line or flag that asked for it
+  const top = await source.getManifest().catch((err: unknown) => {
+    throw err instanceof OciError && err.code === 'NOT_FOUND' ? new OciError('NOT_FOUND', `${where}: ${err.message}`, { cause: err }) : err;
+  });
   await cache.putBytes(top.digest, top.bytes);
   const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }];
   const layers: Descriptor[] = [];

@@ -220,3 +220,13 @@ t.test('limits: a bundle file over 4 MiB, an alias bomb, a graph over 32 MiB, a 
   t.equal(errorCode(bad.stderr), 'INVALID_CONFIG');
   t.match(bad.stderr, /is not an update graph: edges\[0\] is not a pair of node indexes/);
 });
+
+t.test('a missing image names the line or flag that asked for it, and whether the repository or the tag is unknown', async (t) => {
+  const tag = await createFrom(own({ version: '1', images: [app.ref, `${H}/team/app:v9`], key: keys.key, output: 'o.bundle' }));
+  t.equal(errorCode(tag.stderr), 'NOT_FOUND');
+  t.match(tag.stderr, /bundle\.yaml:\d+ \(images\[1\]\): manifest v9 not found in [^ ]+\/team\/app \(the repository exists; the tag or digest does not\)/);
+  const repo = await createFrom(own({ version: '1', key: keys.key, output: 'o.bundle' }), ['--image', app.ref, '--image', `${H}/team/nothing:v1`]);
+  t.equal(errorCode(repo.stderr), 'NOT_FOUND');
+  t.match(repo.stderr, /--image #2: manifest v1 not found: the repository [^ ]+\/team\/nothing is unknown to the registry/);
+  t.same(await listDir(repo.dir), ['bundle.yaml'], 'nothing written');
+});
