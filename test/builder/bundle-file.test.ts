@@ -230,3 +230,10 @@ t.test('a missing image names the line or flag that asked for it, and whether th
   t.match(repo.stderr, /--image #2: manifest v1 not found: the repository [^ ]+\/team\/nothing is unknown to the registry/);
   t.same(await listDir(repo.dir), ['bundle.yaml'], 'nothing written');
 });
+
+t.test('a missing key file is one plain sentence, from the file or the flag', async (t) => {
+  const r = await createFrom(own({ version: '1', images: [app.ref], key: 'nowhere.key', output: 'o.bundle' }));
+  t.equal(errorCode(r.stderr), 'KEY_ERROR');
+  t.match(r.stderr, /the key file \/.*\/nowhere\.key does not exist: check the path/);
+  t.notMatch(r.stderr, /ENOENT/);
+});
