@@ -237,3 +237,12 @@ t.test('a missing key file is one plain sentence, from the file or the flag', as
   t.match(r.stderr, /the key file \/.*\/nowhere\.key does not exist: check the path/);
   t.notMatch(r.stderr, /ENOENT/);
 });
+
+t.test('--update-graph without a release named by channel is refused', async (t) => {
+  const noFile = await bundle(['create', '--quiet', '--version', '1', '--image', app.ref, '--update-graph', graphFile, '--key', keys.key, '-o', path.join(work, 'never.bundle')]);
+  t.equal(errorCode(noFile.stderr), 'INVALID_CONFIG');
+  t.match(noFile.stderr, /--update-graph goes with -f/);
+  const pinned = await createFrom(own({ release: rel1.ref, key: keys.key, output: 'o.bundle' }), ['--update-graph', graphFile]);
+  t.equal(errorCode(pinned.stderr), 'INVALID_CONFIG');
+  t.same(await listDir(pinned.dir), ['bundle.yaml']);
+});

@@ -54,7 +54,8 @@ const catalog = await pushImage({
       {
         // opm's JSON: objects one after another, pretty-printed, not an array
         'configs/alpha-operator/catalog.json': alpha.map((o) => JSON.stringify(o, null, 2)).join('\n'),
-        'configs/beta-operator/catalog.yaml': beta.map((o) => stringify(o)).join('---\n'),
+        // not in a directory of its own name: found when the package's own directory has nothing
+        'configs/others/beta.yaml': beta.map((o) => stringify(o)).join('---\n'),
       },
     ],
   }],

@@ -133,12 +133,24 @@ export function selectBundles(fbc: Fbc, packages: PackageSelection[], where: str
   return [...out.values()];
 }
 
-/** The FBC files of a catalog image, under the directory its label names. */
-export async function readCatalogFiles(labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[], image: string): Promise<Map<string, Buffer>> {
+/** The FBC files of a catalog image under the directory its label names, those `keep` takes (by path below it). */
+export async function readCatalogFiles(labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[], image: string, keep: (path: string) => boolean = () => true): Promise<Map<string, Buffer>> {
   const dir = (labels?.[CONFIGS_LABEL] ?? '/configs').replace(/^\/+|\/+$/g, '');
-  const files = await readLayerFiles(layers, (name) => name.startsWith(`${dir}/`) && /\.(json|ya?ml)$/.test(name), image);
-  if (files.size === 0) throw new OciError('INVALID_CONFIG', `${image} holds no file-based catalog under /${dir}: is it an operator catalog image (opm, FBC)?`);
-  return files;
+  return readLayerFiles(layers, (name) => name.startsWith(`${dir}/`) && /\.(json|ya?ml)$/.test(name) && keep(name.slice(dir.length + 1)), image);
+}
+
+/**
+ * The catalog as far as the selection needs it. opm lays out a directory per package: the
+ * selected packages' ones are read first (a big catalog need not be held whole), the whole
+ * catalog only when a package is not in its own directory.
+ */
+async function catalogFor(sel: OperatorSelection, labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[]): Promise<Fbc> {
+  const selected = new Set(sel.packages.map((p) => p.name));
+  const some = parseFbc(await readCatalogFiles(labels, layers, sel.catalog, (path) => !path.includes('/') || selected.has(path.split('/')[0]!)));
+  if ([...selected].every((p) => some.packages.has(p))) return some;
+  const files = await readCatalogFiles(labels, layers, sel.catalog);
+  if (files.size === 0) throw new OciError('INVALID_CONFIG', `${sel.where}: ${sel.catalog} holds no file-based catalog under /${(labels?.[CONFIGS_LABEL] ?? '/configs').replace(/^\/+|\/+$/g, '')}: is it an operator catalog image (opm, FBC)?`);
+  return parseFbc(files);
 }
 
 /** Every image the selected bundles need, each once: the bundle images and their relatedImages. */
@@ -172,8 +184,8 @@ export async function operatorImages(selections: OperatorSelection[], open: (spe
     const c = await open(`docker://${sel.catalog}`, sel.where);
     const config = c.blobs.find((b) => isConfig(b.mediaType));
     const labels = config ? (JSON.parse(await readFile(await c.blobPath(config), 'utf8')) as { config?: { Labels?: Record<string, string> } }).config?.Labels : undefined;
-    const files = await readCatalogFiles(labels, c.layers.map((l) => async () => createReadStream(await c.blobPath(l))), sel.catalog);
-    const bundles = selectBundles(parseFbc(files), sel.packages, sel.where);
+    const fbc = await catalogFor(sel, labels, c.layers.map((l) => async () => createReadStream(await c.blobPath(l))));
+    const bundles = selectBundles(fbc, sel.packages, sel.where);
     log(`catalog ${sel.catalog}: ${bundles.map((b) => b.name).join(', ')} (the catalog image is carried whole)`);
     for (const i of bundleImages(bundles)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
   }

@@ -47,7 +47,10 @@ function takeScalars(o: CreateFlags, f: BundleFile, cmd: Command): void {
  */
 export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (message: string) => void): Promise<FromFile> {
   const cliImages = (o.image ?? []).map((_, i) => `--image #${i + 1}`);
-  if (!o.file) return { imageWhere: cliImages };
+  if (!o.file) {
+    if (o.updateGraph !== undefined) throw new OciError('INVALID_CONFIG', '--update-graph goes with -f: a file naming its release by channel');
+    return { imageWhere: cliImages };
+  }
   const loaded = await readBundleFile(o.file);
   for (const w of loaded.warnings) log(`warning: ${w}`);
   const f = loaded.file;
@@ -57,6 +60,8 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
     if (fromFile?.length) o[flag] = [...fromFile, ...((o[flag] as string[] | undefined) ?? [])];
   }
   const out: FromFile = { imageWhere: [...loaded.imagesWhere, ...cliImages] };
+  const byChannel = cmd.getOptionValueSource('release') !== 'cli' && typeof f.release === 'object';
+  if (o.updateGraph !== undefined && !byChannel) throw new OciError('INVALID_CONFIG', '--update-graph goes with a release named by channel in the -f file (release: {channel: ...}, or an ImageSetConfiguration\'s platform.channels)');
   if (cmd.getOptionValueSource('release') === 'cli' || f.release === undefined) return out;
   if (typeof f.release === 'string') {
     o.release = f.release;
