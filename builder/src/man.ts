@@ -46,10 +46,13 @@ export function addManCommand(program: Command): void {
           ['/etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT', 'registry CAs (*.crt) and client certificates (*.cert, *.key)'],
         ],
         examples: `bundle keygen --out factory
+bundle create -f bundle.yaml --dry-run
+bundle create -f bundle.yaml
 bundle create --release quay.io/openshift-release-dev/ocp-release:4.15.1-x86_64 \\
     --key factory.key -o 4.15.1.bundle
 bundle verify 4.15.1.bundle --key factory.pub
 bundle inspect 4.15.1.bundle
+bundle diff 4.15.0.bundle 4.15.1.bundle
 bundle extract 4.15.1.bundle ./layout --key factory.pub
 bundle cluster status
 bundle cluster upgrade 4.15.1.bundle --key factory.pub --dry-run

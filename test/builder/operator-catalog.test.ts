@@ -131,3 +131,13 @@ t.test('a package or channel the catalog does not have is named, nothing written
   t.equal(errorCode(none.stderr), 'NOT_FOUND', 'catalog-sources of a bundle without catalogs (the image alone is no catalog)');
   for (const r of [pkg, ch, range, notCatalog]) t.same((await listDir(r.dir)).filter((f) => f.includes('bundle') && f !== 'bundle.yaml'), [], 'no bundle');
 });
+
+t.test('a catalog file over 16 MiB is refused, nothing written', async (t) => {
+  const huge = await pushImage({
+    tag: 'huge', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'configs/alpha-operator/catalog.json': `${JSON.stringify(alpha[0])}\n${' '.repeat(16 * 1024 * 1024)}` }] }],
+  }, `${H}/redhat/operator-index:huge`);
+  const r = await createFrom(own([{ catalog: huge.ref, packages: [{ name: 'alpha-operator' }] }]));
+  t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE');
+  t.match(r.stderr, /configs\/alpha-operator\/catalog\.json is larger than 16 MiB/);
+  t.same(await listDir(r.dir), ['bundle.yaml']);
+});

@@ -9,7 +9,8 @@ import { isReleaseManifest, pullAlwaysWorkloads, type PullAlwaysWorkload } from 
 
 export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
 export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
-const MAX_FILE = 16 * 1024 * 1024;
+/** Largest file read from an image's layers (a release's manifests, a catalog's FBC files). */
+export const MAX_LAYER_FILE_BYTES = 16 * 1024 * 1024;
 
 export interface ReleasePayload {
   version: string;
@@ -51,14 +52,14 @@ async function decompressed(layer: Readable): Promise<Readable> {
   return rest;
 }
 
-/** The files of one layer that `want` names, whatever its compression; each at most MAX_FILE. */
+/** The files of one layer that `want` names, whatever its compression; each at most MAX_LAYER_FILE_BYTES. */
 async function scanLayer(layer: Readable, found: Map<string, Buffer>, want: (name: string) => boolean, image: string): Promise<void> {
   const extract = tar.extract();
   const consume = (async () => {
     for await (const entry of extract) {
       const name = entry.header.name.replace(/^(\.\/)+|^\/+/, '');
       if (want(name) && entry.header.type === 'file') {
-        if ((entry.header.size ?? 0) > MAX_FILE) throw new OciError('INVALID_RELEASE', `${image}: ${name} is larger than 16 MiB`);
+        if ((entry.header.size ?? 0) > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${name} is larger than 16 MiB, the most a file read from an image may have`);
         const parts: Buffer[] = [];
         for await (const c of entry) parts.push(c as Buffer);
         found.set(name, Buffer.concat(parts));
