@@ -44,7 +44,7 @@ export function jsonObjects(text: string, file: string): unknown[] {
     } else if (c === '}' || c === ']') {
       if (--depth === 0) out.push(JSON.parse(text.slice(start, i + 1)));
       if (depth < 0) throw new OciError('INVALID_CONFIG', `${file}: unbalanced JSON`);
-    } else if (depth === 0 && !/\s/.test(c!)) throw new OciError('INVALID_CONFIG', `${file}: "${c}" between JSON objects`);
+    } else if (depth === 0 && c !== ' ' && c !== '\n' && c !== '\r' && c !== '\t') throw new OciError('INVALID_CONFIG', `${file}: "${c}" between JSON objects`);
   }
   if (depth !== 0) throw new OciError('INVALID_CONFIG', `${file}: a JSON object is not closed`);
   return out;
