@@ -15,7 +15,7 @@
 //   lib/NAME/proto/          the CRI and containerd .protos read at run time
 //   lib/NAME/node_modules/zstd-napi/  the prebuilt addon (Node-API, so any Node >= 20 loads it)
 //   share/doc/NAME/          README, licenses (Node.js and every bundled package)
-//   share/NAME/              systemd unit, tmpfiles, udev rule, example config (agent)
+//   share/NAME/              systemd unit, tmpfiles, udev rule, example config (agent); bundle.schema.json (builder)
 //   share/man/man8/bundle-agent.8, share/man/man1/bundle.1   from the CLI's own command tree
 //   share/{bash-completion/completions,zsh/site-functions,fish/vendor_completions.d}/   both CLIs' completion
 //   install.sh               install.sh --prefix DIR [--root DIR]
@@ -239,6 +239,9 @@ function agentExtra(top) {
 
 function builderExtra(top) {
   manPage(top, 'bundle', 1, 'builder/bin/bundle.js');
+  // the bundle file's JSON Schema, for editors (yaml-language-server) and CI
+  mkdirSync(path.join(top, 'share', 'bundle'), { recursive: true });
+  writeFileSync(path.join(top, 'share', 'bundle', 'bundle.schema.json'), execFileSync(process.execPath, [path.join(ROOT, 'builder/bin/bundle.js'), 'schema'], { encoding: 'utf8' }));
   copyFileSync(path.join(ROOT, 'scripts', 'install.sh'), path.join(top, 'install.sh'));
   chmodSync(path.join(top, 'install.sh'), 0o755);
   completions(top, 'bundle', 'builder/bin/bundle.js');

@@ -6,7 +6,10 @@ import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
   FormatError, PASSPHRASE_ENV, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, withBundleFile, type BundleManifest,
 } from '@offline-bundle/format';
-import { createBundle, defaultCacheDir } from './create.js';
+import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
+import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
+import { reportPlan } from './image-set/plan.js';
+import { addImageSetCommands } from './image-set/commands.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { askSecret } from './prompt.js';
@@ -119,6 +122,9 @@ export function buildProgram(): Command {
 
   program.command('create')
     .description('Build a bundle from a release image and/or images.')
+    .option('-f, --file <bundle.yaml>', 'what goes into the bundle, declared in a file (its keys are these flags; see BUNDLE FILE in "man bundle" and bundle.schema.json), or an oc-mirror v2 ImageSetConfiguration; flags given here override it, repeatable ones add to its lists')
+    .option('--update-graph <file>', 'the Cincinnati update graph (JSON) a release channel of -f is resolved against')
+    .option('--dry-run', 'resolve every image from its manifests and print the list with sizes: no layer fetched (but a release image\'s, to read its payload), nothing written')
     .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
     .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
     .option('--images-file <file>', 'a file with one image source per line (# comments)')
@@ -132,9 +138,9 @@ export function buildProgram(): Command {
     .option('--release-signature <file>', 'a signature of the release image (repeatable; a signature store\'s signature-N file): carried in the bundle for "bundle cluster prepare"', collect)
     .option('--signature-store <url>', 'take every release signature from this store (file:// or https://…/signatures/openshift/release: <url>/sha256=<hex>/signature-N)')
     .option('--release-keyring <file>', 'OpenPGP public keys (armored or binary) the release signatures must verify with; without it they are only checked to sign this release')
-    .requiredOption('--key <file>', 'private key (PEM) to sign with (see "bundle keygen")')
+    .option('--key <file>', 'private key (PEM) to sign with (see "bundle keygen"; required, here or in -f)')
     .option('--passphrase-file <file>', `the encrypted key's passphrase, on the file's first line (or set ${PASSPHRASE_ENV})`)
-    .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it (and with --agent-image, bundle-agent-VERSION-ARCH.oci.tar and its .sig: see "bundle agent-image export")')
+    .option('-o, --output <file>', 'bundle file to write (NAME.bundle; required, here or in -f); NAME.bundle.sha256 is written beside it (and with --agent-image, bundle-agent-VERSION-ARCH.oci.tar and its .sig: see "bundle agent-image export")')
     .option('--force', 'replace an existing output file')
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
@@ -142,7 +148,7 @@ export function buildProgram(): Command {
     .option('--creds <user[:password]>', 'credentials for every registry, before any auth file (without the password: asked on the terminal)')
     .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
-    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names')
+    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all)')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
@@ -169,8 +175,10 @@ Registry access (as podman and skopeo):
   podman store export first: podman save --format oci-archive -o app.tar IMAGE, then --image oci-archive:app.tar
 
 Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM).`)
-    .action(async (o) => {
+    .action(async (o, cmd: Command) => {
       const progress = new Progress({ quiet: o.quiet });
+      const { imageWhere } = await applyBundleFile(o, cmd, (m) => progress.log(m));
+      requireKeyAndOutput(o, cmd);
       const ac = new AbortController();
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       // on, not once: a second Ctrl-C while the temp file is being removed must not kill the process and leave it
@@ -180,12 +188,13 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       // before anything else: a --passphrase-file pipe may keep it waiting, which a stop ends
       const passphrase = await readPassphrase(o.passphraseFile, process.env, ac.signal);
       // a directory is left to the write's own check, which names that problem
-      if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
+      if (!o.dryRun && !o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
       }
       // skopeo's --creds USER asks the password, which then stays out of the shell's history
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
-      const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
+      if (o.dryRun) return reportPlan(await createBundle({ ...o, images: o.image, imageWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, key: '', output: '' } as CreateOptions & { dryRun: true }), !!o.json);
+      const r = await createBundle({ ...o, images: o.image, imageWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
       // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
       const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true, signal: ac.signal }) : undefined;
       if (sidecar && !o.quiet) reportSidecar(sidecar, !!o.json);
@@ -246,6 +255,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
   addAgentImageCommands(program);
   addCompletionCommand(program);
   addManCommand(program);
+  addImageSetCommands(program);
 
   return program;
 }

@@ -16,12 +16,18 @@ import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
+import { planOf, type BundlePlan } from './image-set/plan.js';
+import { operatorImages } from './image-set/catalog.js';
+import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
+import type { OperatorSelection } from './image-set/schema.js';
 
 export interface CreateOptions {
   /** An OpenShift release image; its payload images come along. */
   release?: string;
   /** Image sources: docker://REF (default transport), oci:DIR[:REF][=NAME], oci-archive:FILE[:REF][=NAME], docker-archive:FILE[:REF][=NAME]. */
   images?: string[];
+  /** Where each of `images` was given ("bundle.yaml:7 (images[0])"), for messages; default "--image #N". */
+  imageWhere?: string[];
   imagesFile?: string;
   /** A bundle-agent image (any source --image takes, without =NAME): carried as AGENT_REPOSITORY:VERSION for the agent's self-upgrade. */
   agentImage?: string;
@@ -57,6 +63,10 @@ export interface CreateOptions {
   progress?: Progress;
   /** Ctrl-C: stops downloads and the write; the cache keeps what arrived, the output is not touched. */
   signal?: AbortSignal;
+  /** Operators from catalog images: the selected bundles' images and the catalog image come along. */
+  operators?: OperatorSelection[];
+  /** Resolve every image (manifests only) and return the plan: no key, no output, no layer fetched. */
+  dryRun?: boolean;
 }
 
 export interface CreateResult extends WrittenBundle {
@@ -77,7 +87,10 @@ export function defaultCacheDir(env = process.env): string {
 
 /** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
 async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, where: string, component?: string): Promise<ResolvedImage> {
-  const top = await source.getManifest();
+  // a missing image names the line or flag that asked for it
+  const top = await source.getManifest().catch((err: unknown) => {
+    throw err instanceof OciError && err.code === 'NOT_FOUND' ? new OciError('NOT_FOUND', `${where}: ${err.message}`, { cause: err }) : err;
+  });
   await cache.putBytes(top.digest, top.bytes);
   const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }];
   const layers: Descriptor[] = [];
@@ -188,14 +201,16 @@ const isCompressedLayer = (mediaType: string) => /gzip|zstd/.test(mediaType);
  * Builds a signed bundle: resolve every image (and a release payload), fetch each blob
  * once into the content-addressed cache (in parallel, resuming), then write the archive.
  */
-export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
+export async function createBundle(opts: CreateOptions & { dryRun?: false }): Promise<CreateResult>;
+export async function createBundle(opts: CreateOptions & { dryRun: true }): Promise<BundlePlan>;
+export async function createBundle(opts: CreateOptions): Promise<CreateResult | BundlePlan> {
   const progress = opts.progress ?? new Progress({ quiet: true });
-  const key = await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
+  const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
   checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom });
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
-    ...(opts.images ?? []).map((spec, i) => ({ spec, where: `--image #${i + 1}` })),
+    ...(opts.images ?? []).map((spec, i) => ({ spec, where: opts.imageWhere?.[i] ?? `--image #${i + 1}` })),
     ...(opts.imagesFile ? await readImagesFile(opts.imagesFile, opts.signal) : []),
   ];
   const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
@@ -205,9 +220,9 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   // the first line of a repeated source is the one kept, and named
   const whereOf = new Map(lines.map((l) => [l.spec, l.where]).reverse() as [string, string][]);
   // before anything is fetched: hours of downloads must not end in EACCES
-  await checkOutput(opts.output && output);
+  if (!opts.dryRun) await checkOutput(opts.output && output);
   await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));
-  if (!opts.release && specs.length === 0 && opts.agentImage === undefined) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
+  if (!opts.release && specs.length === 0 && opts.agentImage === undefined && !opts.operators?.length) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
@@ -226,7 +241,8 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
   const ctx = {
     client,
     insecure: opts.tlsVerify === false,
-    ...(opts.registriesConf ? { registriesConf: await RegistriesConf.load(opts.registriesConf) } : {}),
+    // --registries-conf replaces the system's configuration, as podman's and skopeo's does
+    registriesConf: opts.registriesConf ? await RegistriesConf.load(opts.registriesConf) : await RegistriesConf.loadSystem(),
   };
   const limit = pLimit(Math.max(1, opts.jobs ?? 4));
   const opened: ImageSource[] = [];
@@ -263,7 +279,13 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), work.signal);
       resolved.push(...payloadImages);
     }
-    resolved.push(...await allOrFirstError(limit, specs.map((s) => async () => resolveImage(await open(s), cache, want, opts.allPlatforms === true, whereOf.get(s) ?? s)), work.signal));
+    const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
+      const r = await resolveImage(await open(spec), cache, want, false, where, CATALOG_COMPONENT);
+      resolved.push(r);
+      return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
+    }, (m) => progress.log(m));
+    const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
+    resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));
     let agent: BundleAgent | undefined;
     if (opts.agentImage !== undefined) {
       // one platform, the bundle's: the node runs it
@@ -282,6 +304,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
     const total = [...blobs.values()].reduce((s, b) => s + b.blob.size, 0);
     let missing = 0;
     for (const { blob } of blobs.values()) if (!(await cache.has(blob.digest, blob.size))) missing += blob.size;
+    if (opts.dryRun) return planOf(byRef.values(), { version: version!, image: releaseInfo?.image ?? null, digest: releaseInfo?.digest ?? null }, { blobs: blobs.size, totalBytes: total, downloadBytes: missing });
     // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
     const metadataBytes = 8192 + 400 * (blobs.size + byRef.size);
     await checkSpace(output, estimateBundleBytes([...[...blobs.values()].map((b) => b.blob.size), metadataBytes]), cache.dir, missing);
@@ -353,7 +376,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult> {
         ...blob, unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
       })))),
       ...(agent ? { agent } : {}),
-      key,
+      key: key!,
       output,
       createdAt,
       tool: { name: TOOL_NAME, version: TOOL_VERSION },

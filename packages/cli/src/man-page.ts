@@ -47,6 +47,8 @@ export interface ManPageInfo {
   files?: [string, string][];
   examples?: string;
   seeAlso?: string[];
+  /** Sections of the program's own (a file format's fields), after the commands. */
+  sections?: { title: string; text: string; items: [string, string][] }[];
 }
 
 /**
@@ -132,6 +134,7 @@ export function manPage(program: CommandLike, info: ManPageInfo): string {
   page += `.SH DESCRIPTION\n${roffText(description)}\n${verbatim(extraHelp(program))}`;
   page += `.SH OPTIONS\n${options(help, program)}`;
   if (subs.length) page += `.SH COMMANDS\nEvery command takes \\fB\\-h\\fR, \\fB\\-\\-help\\fR, which prints what follows for that command.\n${commandSections(help, program)}`;
+  for (const s of info.sections ?? []) page += `.SH ${roffText(s.title)}\n${roffText(s.text)}\n${definitionList(s.items)}`;
   page += `.SH EXIT STATUS\n${definitionList(info.exitStatus)}`;
   if (info.environment?.length) page += `.SH ENVIRONMENT\n${definitionList(info.environment)}`;
   if (info.files?.length) page += `.SH FILES\n${definitionList(info.files, 'I')}`;

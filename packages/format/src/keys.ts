@@ -44,6 +44,10 @@ async function readKeyFile(path: string): Promise<{ pem: string; stats: Stats }>
     const { bytes, stats } = await readSmallFile(path, MAX_KEY_FILE_BYTES);
     return { pem: bytes.toString('utf8'), stats };
   } catch (cause) {
+    // the usual slips in one plain sentence, not a raw ENOENT
+    const code = (cause as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new FormatError('KEY_ERROR', `the key file ${path} does not exist: check the path (keys are made by "bundle keygen --out PREFIX")`, { cause });
+    if (code === 'EACCES') throw new FormatError('KEY_ERROR', `the key file ${path} cannot be read by this user (permission denied)`, { cause });
     throw new FormatError('KEY_ERROR', `cannot read key ${path}: ${(cause as Error).message}`, { cause });
   }
 }

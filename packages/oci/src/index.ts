@@ -8,7 +8,7 @@ export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles, parseCreds } from './
 export { CREDENTIAL_HELPER_TIMEOUT_MS, MAX_CREDENTIAL_HELPER_OUTPUT, helperCredentials } from './credential-helper.js';
 export { MAX_CERT_FILE_BYTES, certDirFor, readCertDir } from './cert-dirs.js';
 export { Connections, bypassesProxy, connectionOptions, proxyFromEnv } from './connections.js';
-export { MAX_REGISTRIES_CONF_BYTES, RegistriesConf } from './registries-conf.js';
+export { MAX_REGISTRIES_CONF_BYTES, REGISTRIES_CONF_ENV, RegistriesConf } from './registries-conf.js';
 export { RegistryClient, skipBytes } from './registry-client.js';
 export { withRetry } from './retry.js';
 export { LayoutSource, REF_NAME_ANNOTATION } from './layout-source.js';
@@ -19,7 +19,7 @@ export { parseSourceSpec, openSource } from './transport.js';
 export { BlobCache, cacheInfo, lockCache, pruneCache } from './blob-cache.js';
 export { UnpackedCounter, MAX_UNPACK_RATIO } from './unpacked-size.js';
 export { mirrorPath } from './mirror-path.js';
-export { readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
+export { MAX_LAYER_FILE_BYTES, readLayerFiles, readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
 export { RELEASE_MANIFESTS_DIR, isReleaseManifest, pullAlwaysWorkloads } from './release-manifests.js';
 export {
   ATOMIC_SIGNATURE_TYPE, MAX_RELEASE_KEYRING_BYTES, MAX_RELEASE_SIGNATURE_BYTES, MAX_SIGNED_PAYLOAD_BYTES, MAX_STORE_SIGNATURES, readReleaseFile, signatureStoreUrl, fetchStoreSignatures, loadReleaseKeyring, readReleaseSignature,

@@ -1,10 +1,15 @@
-import { readdir } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
+import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { OciError } from './errors.js';
 import { readSmallFile } from '@offline-bundle/host';
 import type { ImageReference } from './reference.js';
 import { repositoryName } from './reference.js';
+import { systemRoot } from '@offline-bundle/host';
+
+/** Names the registries.conf to read instead of the system's, as for podman and skopeo. */
+export const REGISTRIES_CONF_ENV = 'CONTAINERS_REGISTRIES_CONF';
 
 export type PullFromMirror = 'all' | 'digest-only' | 'tag-only';
 
@@ -113,6 +118,28 @@ export class RegistriesConf {
       for (const rule of parseRules(await readConf(file), file)) byPrefix.set(rule.prefix, rule);
     }
     return new RegistriesConf([...byPrefix.values()]);
+  }
+
+  /**
+   * The configuration podman and skopeo read when given none (containers/image's order):
+   * $CONTAINERS_REGISTRIES_CONF, else ~/.config/containers/registries.conf when it exists (with
+   * only its own registries.conf.d), else /etc/containers/registries.conf (absent: no rules);
+   * then the drop-ins of /etc/containers/registries.conf.d and ~/.config/containers/registries.conf.d.
+   * /etc is taken under BUNDLE_SYSTEM_ROOT (see system-root.ts).
+   */
+  static async loadSystem(env: NodeJS.ProcessEnv = process.env): Promise<RegistriesConf> {
+    const etc = join(systemRoot(env), 'etc', 'containers');
+    const user = join(env.HOME ?? homedir(), '.config', 'containers');
+    const userFile = join(user, 'registries.conf');
+    const named = env[REGISTRIES_CONF_ENV];
+    const userOwn = !named && (await stat(userFile).catch(() => undefined)) !== undefined;
+    const file = named || (userOwn ? userFile : join(etc, 'registries.conf'));
+    // a file named (by the variable or by being the user's) must be read; the system's may be absent
+    const base = named || userOwn || (await stat(file).catch(() => undefined)) ? await RegistriesConf.load(file) : new RegistriesConf();
+    const dirs = userOwn ? [join(user, 'registries.conf.d')] : [join(etc, 'registries.conf.d'), join(user, 'registries.conf.d')];
+    let conf = base;
+    for (const dir of dirs) conf = await RegistriesConf.loadDir(dir, conf);
+    return conf;
   }
 
   /** The rule whose prefix is the longest match of "registry/repository" at a path boundary. */

@@ -59,6 +59,15 @@ function basic(c: Credentials): string {
  * ranged blob reads for resume, and manifests checked against their digest. It replaces
  * oci-registry-client, which has none of those.
  */
+/** The first error code of a registry's JSON error body (distribution's NAME_UNKNOWN, MANIFEST_UNKNOWN). */
+function errorCode(body: string): unknown {
+  try {
+    return (JSON.parse(body) as { errors?: { code?: unknown }[] }).errors?.[0]?.code;
+  } catch {
+    return undefined; // a cut or non-JSON body: no code to tell
+  }
+}
+
 export class RegistryClient {
   private readonly connections: Connections;
   private readonly schemes = new Map<string, 'https' | 'http'>();
@@ -162,6 +171,24 @@ export class RegistryClient {
     return new OciError('REGISTRY_ERROR', `${where} answered HTTP ${res.statusCode} for ${what}: ${text}`);
   }
 
+  /**
+   * A missing manifest says which is unknown, the repository or the tag (or digest) in it: from
+   * the registry's error code when it tells (NAME_UNKNOWN), else from its tag list (distribution
+   * answers MANIFEST_UNKNOWN for both).
+   */
+  private async manifestMissing(loc: RegistryLocation, reference: string, res: Response): Promise<OciError> {
+    const where = `${loc.registry}/${loc.repository}`;
+    let known = errorCode((await res.body.text().catch(() => '')).slice(0, 4096)) === 'NAME_UNKNOWN' ? false : undefined;
+    if (known === undefined) {
+      const tags = await this.call(loc, `/v2/${loc.repository}/tags/list?n=1`, 'GET', {}).catch(() => undefined);
+      await tags?.body.dump();
+      known = tags?.statusCode === 200 ? true : tags?.statusCode === 404 ? false : undefined;
+    }
+    if (known === false) return new OciError('NOT_FOUND', `manifest ${reference} not found: the repository ${where} is unknown to the registry`);
+    if (known) return new OciError('NOT_FOUND', `manifest ${reference} not found in ${where} (the repository exists; the tag or digest does not)`);
+    return new OciError('NOT_FOUND', `manifest ${reference} not found in ${where}`);
+  }
+
   private retry<T>(fn: () => Promise<T>): Promise<T> {
     return withRetry(fn, {
       attempts: this.opts.attempts ?? 5,
@@ -175,6 +202,7 @@ export class RegistryClient {
   getManifest(loc: RegistryLocation, reference: string): Promise<FetchedManifest> {
     return this.retry(async () => {
       const res = await this.call(loc, `/v2/${loc.repository}/manifests/${reference}`, 'GET', { accept: MANIFEST_ACCEPT });
+      if (res.statusCode === 404) throw await this.manifestMissing(loc, reference, res);
       if (res.statusCode !== 200) throw await this.failure(loc, `manifest ${reference}`, res);
       const chunks: Buffer[] = [];
       let size = 0;

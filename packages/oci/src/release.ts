@@ -9,7 +9,8 @@ import { isReleaseManifest, pullAlwaysWorkloads, type PullAlwaysWorkload } from 
 
 export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
 export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
-const MAX_FILE = 16 * 1024 * 1024;
+/** Largest file read from an image's layers (a release's manifests, a catalog's FBC files). */
+export const MAX_LAYER_FILE_BYTES = 16 * 1024 * 1024;
 
 export interface ReleasePayload {
   version: string;
@@ -51,14 +52,14 @@ async function decompressed(layer: Readable): Promise<Readable> {
   return rest;
 }
 
-/** Reads the two release files from one layer, whatever its compression. */
-async function scanLayer(layer: Readable, found: Map<string, Buffer>): Promise<void> {
+/** The files of one layer that `want` names, whatever its compression; each at most MAX_LAYER_FILE_BYTES. */
+async function scanLayer(layer: Readable, found: Map<string, Buffer>, want: (name: string) => boolean, image: string): Promise<void> {
   const extract = tar.extract();
   const consume = (async () => {
     for await (const entry of extract) {
       const name = entry.header.name.replace(/^(\.\/)+|^\/+/, '');
-      if ((name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name)) && entry.header.type === 'file') {
-        if ((entry.header.size ?? 0) > MAX_FILE) throw new OciError('INVALID_RELEASE', `${name} is larger than 16 MiB`);
+      if (want(name) && entry.header.type === 'file') {
+        if ((entry.header.size ?? 0) > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${name} is larger than 16 MiB, the most a file read from an image may have`);
         const parts: Buffer[] = [];
         for await (const c of entry) parts.push(c as Buffer);
         found.set(name, Buffer.concat(parts));
@@ -71,13 +72,22 @@ async function scanLayer(layer: Readable, found: Map<string, Buffer>): Promise<v
 }
 
 /**
+ * The files `want` names (paths without a leading /) in an image's layers, each at most 16 MiB:
+ * later layers override earlier ones, as in the image's filesystem (whiteouts are not applied).
+ */
+export async function readLayerFiles(layers: (() => Promise<Readable>)[], want: (name: string) => boolean, image = 'the image'): Promise<Map<string, Buffer>> {
+  const found = new Map<string, Buffer>();
+  for (const open of layers) await scanLayer(await open(), found, want, image);
+  return found;
+}
+
+/**
  * An OpenShift release image lists its payload in release-manifests/image-references (an
  * ImageStream) and its version and upgrade edges in release-manifests/release-metadata.
  * Later layers override earlier ones, as in the image's filesystem.
  */
 export async function readReleasePayload(layers: (() => Promise<Readable>)[]): Promise<ReleasePayload> {
-  const found = new Map<string, Buffer>();
-  for (const open of layers) await scanLayer(await open(), found);
+  const found = await readLayerFiles(layers, (name) => name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name), 'the release image');
   const refs = found.get(IMAGE_REFERENCES_PATH);
   if (!refs) throw new OciError('INVALID_RELEASE', `the release image has no ${IMAGE_REFERENCES_PATH}: is it an OpenShift release image? For other clusters use --image with --version`);
   let stream: ImageStream;

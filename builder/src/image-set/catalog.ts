@@ -1,0 +1,193 @@
+/**
+ * Operator catalogs (#23 item 2): an OLM catalog image holds a file-based catalog (FBC), the
+ * declarative config under the directory its label names: olm.package, olm.channel and
+ * olm.bundle objects, as a stream of JSON objects or YAML documents per file. A selection names
+ * packages and channels (and a version range); the images a bundle needs are each selected
+ * operator bundle's image and its relatedImages.
+ */
+import { createReadStream } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { parseAllDocuments } from 'yaml';
+import { maxSatisfying, satisfies, valid } from 'semver';
+import { OciError, readLayerFiles } from '@offline-bundle/oci';
+import type { OperatorSelection } from './schema.js';
+
+/** The label of a catalog image naming its FBC directory (opm's default /configs). */
+export const CONFIGS_LABEL = 'operators.operatorframework.io.index.configs.v1';
+
+export interface ChannelSelection { name: string; minVersion?: string; maxVersion?: string }
+export interface PackageSelection { name: string; channels?: ChannelSelection[] }
+
+export interface FbcBundle { name: string; package: string; image: string; version: string; relatedImages: string[] }
+interface FbcChannel { package: string; name: string; entries: { name: string; replaces?: string; skips?: string[] }[] }
+export interface Fbc {
+  packages: Map<string, { defaultChannel?: string }>;
+  channels: FbcChannel[];
+  bundles: Map<string, FbcBundle>;
+}
+
+/** The JSON objects of an FBC .json file: opm writes them one after another, not as an array. */
+export function jsonObjects(text: string, file: string): unknown[] {
+  const out: unknown[] = [];
+  let depth = 0;
+  let start = -1;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === '\\') i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') inString = true;
+    else if (c === '{' || c === '[') {
+      if (depth++ === 0) start = i;
+    } else if (c === '}' || c === ']') {
+      if (--depth === 0) out.push(JSON.parse(text.slice(start, i + 1)));
+      if (depth < 0) throw new OciError('INVALID_CONFIG', `${file}: unbalanced JSON`);
+    } else if (depth === 0 && c !== ' ' && c !== '\n' && c !== '\r' && c !== '\t') throw new OciError('INVALID_CONFIG', `${file}: "${c}" between JSON objects`);
+  }
+  if (depth !== 0) throw new OciError('INVALID_CONFIG', `${file}: a JSON object is not closed`);
+  return out;
+}
+
+function documents(name: string, bytes: Buffer): unknown[] {
+  const text = bytes.toString('utf8');
+  if (name.endsWith('.json')) return jsonObjects(text, name);
+  return parseAllDocuments(text).map((d) => {
+    if (d.errors.length) throw new OciError('INVALID_CONFIG', `${name} is not valid YAML: ${d.errors[0]!.message.split('\n')[0]}`);
+    return d.toJS({ maxAliasCount: 100 }) as unknown;
+  });
+}
+
+type Obj = Record<string, unknown>;
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+
+function bundleOf(o: Obj, file: string): FbcBundle {
+  const name = str(o.name);
+  const pkg = str(o.package);
+  const image = str(o.image);
+  const props = Array.isArray(o.properties) ? (o.properties as Obj[]) : [];
+  const version = str((props.find((p) => p?.type === 'olm.package')?.value as Obj | undefined)?.version);
+  if (!name || !pkg || !image || !version || !valid(version)) throw new OciError('INVALID_CONFIG', `${file}: olm.bundle ${name ?? '?'} needs name, package, image and an olm.package property with a semver version`);
+  const related = Array.isArray(o.relatedImages) ? (o.relatedImages as Obj[]).map((r) => str(r?.image)).filter((x): x is string => !!x) : [];
+  return { name, package: pkg, image, version, relatedImages: related };
+}
+
+/** The catalog's packages, channels and bundles from its FBC files (path → bytes). */
+export function parseFbc(files: ReadonlyMap<string, Buffer>): Fbc {
+  const fbc: Fbc = { packages: new Map(), channels: [], bundles: new Map() };
+  for (const [file, bytes] of [...files].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    for (const raw of documents(file, bytes)) {
+      const o = (raw ?? {}) as Obj;
+      if (o.schema === 'olm.package' && str(o.name)) fbc.packages.set(o.name as string, { ...(str(o.defaultChannel) ? { defaultChannel: o.defaultChannel as string } : {}) });
+      else if (o.schema === 'olm.channel' && str(o.package) && str(o.name)) {
+        const entries = (Array.isArray(o.entries) ? (o.entries as Obj[]) : []).filter((e) => str(e?.name)).map((e) => ({
+          name: e.name as string, ...(str(e.replaces) ? { replaces: e.replaces as string } : {}), ...(Array.isArray(e.skips) ? { skips: (e.skips as unknown[]).filter((s): s is string => typeof s === 'string') } : {}),
+        }));
+        fbc.channels.push({ package: o.package as string, name: o.name as string, entries });
+      } else if (o.schema === 'olm.bundle') {
+        const b = bundleOf(o, file);
+        fbc.bundles.set(b.name, b);
+      }
+    }
+  }
+  return fbc;
+}
+
+/** The channel's head: the entry no other entry replaces or skips (the newest, should there be several). */
+function channelHead(ch: FbcChannel, fbc: Fbc): string {
+  const superseded = new Set(ch.entries.flatMap((e) => [...(e.replaces ? [e.replaces] : []), ...(e.skips ?? [])]));
+  const heads = ch.entries.map((e) => e.name).filter((n) => !superseded.has(n));
+  const versions = new Map(heads.map((h) => [fbc.bundles.get(h)?.version ?? '0.0.0', h]));
+  return versions.get(maxSatisfying([...versions.keys()], '*') ?? '') ?? heads[0]!;
+}
+
+function inChannel(fbc: Fbc, pkg: string, sel: ChannelSelection, where: string): FbcBundle[] {
+  const ch = fbc.channels.find((c) => c.package === pkg && c.name === sel.name);
+  if (!ch || ch.entries.length === 0) {
+    const have = fbc.channels.filter((c) => c.package === pkg).map((c) => c.name).sort();
+    throw new OciError('NOT_FOUND', `${where}: package ${pkg} has no channel ${sel.name} (it has: ${have.join(', ') || 'none'})`);
+  }
+  const bundle = (name: string) => {
+    const b = fbc.bundles.get(name);
+    if (!b) throw new OciError('INVALID_CONFIG', `${where}: channel ${sel.name} of ${pkg} names bundle ${name}, which the catalog does not hold`);
+    return b;
+  };
+  if (sel.minVersion === undefined && sel.maxVersion === undefined) return [bundle(channelHead(ch, fbc))];
+  const range = [sel.minVersion !== undefined ? `>=${sel.minVersion}` : '', sel.maxVersion !== undefined ? `<=${sel.maxVersion}` : ''].filter(Boolean).join(' ');
+  const chosen = ch.entries.map((e) => bundle(e.name)).filter((b) => satisfies(b.version, range));
+  if (chosen.length === 0) throw new OciError('NOT_FOUND', `${where}: no bundle of ${pkg} in channel ${sel.name} is in ${range} (it has ${ch.entries.map((e) => bundle(e.name).version).join(', ')})`);
+  return chosen;
+}
+
+/** The bundles a selection names: per package its channels (default: the default channel), per channel its head or the versions in range. */
+export function selectBundles(fbc: Fbc, packages: PackageSelection[], where: string): FbcBundle[] {
+  const out = new Map<string, FbcBundle>();
+  for (const p of packages) {
+    const pkg = fbc.packages.get(p.name);
+    if (!pkg) throw new OciError('NOT_FOUND', `${where}: the catalog has no package ${p.name} (it has: ${[...fbc.packages.keys()].sort().join(', ') || 'none'})`);
+    const channels = p.channels?.length ? p.channels : pkg.defaultChannel ? [{ name: pkg.defaultChannel }] : [];
+    if (channels.length === 0) throw new OciError('INVALID_CONFIG', `${where}: package ${p.name} has no defaultChannel: name its channels`);
+    for (const c of channels) for (const b of inChannel(fbc, p.name, c, where)) out.set(b.name, b);
+  }
+  return [...out.values()];
+}
+
+/** The FBC files of a catalog image under the directory its label names, those `keep` takes (by path below it). */
+export async function readCatalogFiles(labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[], image: string, keep: (path: string) => boolean = () => true): Promise<Map<string, Buffer>> {
+  const dir = (labels?.[CONFIGS_LABEL] ?? '/configs').replace(/^\/+|\/+$/g, '');
+  return readLayerFiles(layers, (name) => name.startsWith(`${dir}/`) && /\.(json|ya?ml)$/.test(name) && keep(name.slice(dir.length + 1)), image);
+}
+
+/**
+ * The catalog as far as the selection needs it. opm lays out a directory per package: the
+ * selected packages' ones are read first (a big catalog need not be held whole), the whole
+ * catalog only when a package is not in its own directory.
+ */
+async function catalogFor(sel: OperatorSelection, labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[]): Promise<Fbc> {
+  const selected = new Set(sel.packages.map((p) => p.name));
+  const some = parseFbc(await readCatalogFiles(labels, layers, sel.catalog, (path) => !path.includes('/') || selected.has(path.split('/')[0]!)));
+  if ([...selected].every((p) => some.packages.has(p))) return some;
+  const files = await readCatalogFiles(labels, layers, sel.catalog);
+  if (files.size === 0) throw new OciError('INVALID_CONFIG', `${sel.where}: ${sel.catalog} holds no file-based catalog under /${(labels?.[CONFIGS_LABEL] ?? '/configs').replace(/^\/+|\/+$/g, '')}: is it an operator catalog image (opm, FBC)?`);
+  return parseFbc(files);
+}
+
+/** Every image the selected bundles need, each once: the bundle images and their relatedImages. */
+export function bundleImages(bundles: FbcBundle[]): { image: string; from: string }[] {
+  const out = new Map<string, string>();
+  for (const b of bundles) {
+    if (!out.has(b.image)) out.set(b.image, `bundle ${b.name}`);
+    for (const r of b.relatedImages) if (!out.has(r)) out.set(r, `a related image of ${b.name}`);
+  }
+  return [...out].map(([image, from]) => ({ image, from }));
+}
+
+/** A catalog image as create resolved it (it goes into the bundle too): its blobs and a way to their bytes. */
+export interface OpenedCatalog {
+  blobs: { digest: string; size: number; mediaType: string }[];
+  layers: { digest: string; size: number }[];
+  /** The cache file holding a blob, fetched when missing. */
+  blobPath(blob: { digest: string; size: number }): Promise<string>;
+}
+
+const isConfig = (mediaType: string) => /image\.config\.v1\+json$|container\.image\.v1\+json$/.test(mediaType);
+
+/**
+ * The images the operators of `selections` need, each as an image source line naming where it
+ * comes from ("bundle.yaml:9 (operators[0]): a related image of foo.v1.2.0"). `open` resolves
+ * a catalog image for the bundle.
+ */
+export async function operatorImages(selections: OperatorSelection[], open: (spec: string, where: string) => Promise<OpenedCatalog>, log: (message: string) => void): Promise<{ spec: string; where: string }[]> {
+  const lines: { spec: string; where: string }[] = [];
+  for (const sel of selections) {
+    const c = await open(`docker://${sel.catalog}`, sel.where);
+    const config = c.blobs.find((b) => isConfig(b.mediaType));
+    const labels = config ? (JSON.parse(await readFile(await c.blobPath(config), 'utf8')) as { config?: { Labels?: Record<string, string> } }).config?.Labels : undefined;
+    const fbc = await catalogFor(sel, labels, c.layers.map((l) => async () => createReadStream(await c.blobPath(l))));
+    const bundles = selectBundles(fbc, sel.packages, sel.where);
+    log(`catalog ${sel.catalog}: ${bundles.map((b) => b.name).join(', ')} (the catalog image is carried whole)`);
+    for (const i of bundleImages(bundles)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
+  }
+  return lines;
+}

@@ -1,0 +1,84 @@
+import type { Command } from 'commander';
+import { OciError } from '@offline-bundle/oci';
+import { readBundleFile } from './bundle-file.js';
+import { readUpdateGraph, resolveRelease, type ResolvedRelease } from './update-graph.js';
+import type { BundleFile, ReleaseByChannel } from './schema.js';
+
+/** create's options as commander gives them: its flags' camelCase names. */
+export type CreateFlags = Record<string, unknown> & {
+  file?: string;
+  image?: string[];
+  release?: string;
+  updateGraph?: string;
+  dryRun?: boolean;
+};
+
+/** The file's lists and the flags they add to. */
+const LISTS = { images: 'image', upgradeFrom: 'upgradeFrom', releaseSignatures: 'releaseSignature' } as const;
+
+export interface FromFile {
+  /** Where each image of options.image comes from: "bundle.yaml:7 (images[0])" or "--image #1". */
+  imageWhere: string[];
+  /** The release a channel named, when it did. */
+  channelRelease?: ResolvedRelease & { channel: string };
+}
+
+const GRAPH_HINT = "the graph service's JSON answer: curl -H 'Accept: application/json' 'https://api.openshift.com/api/upgrades_info/v1/graph?channel=CHANNEL&arch=amd64' > graph.json";
+
+async function releaseFromChannel(r: ReleaseByChannel, graphFlag: string | undefined, where: string): Promise<ResolvedRelease & { channel: string }> {
+  const file = graphFlag ?? r.updateGraph;
+  if (!file) throw new OciError('INVALID_CONFIG', `${where}: channel ${r.channel} is resolved against an update graph the engineer provides: give --update-graph FILE (or release.updateGraph), ${GRAPH_HINT}`);
+  return { channel: r.channel, ...resolveRelease(await readUpdateGraph(file), r, where) };
+}
+
+/** A scalar key of the file, unless its flag was given on the command line. */
+function takeScalars(o: CreateFlags, f: BundleFile, cmd: Command): void {
+  for (const [key, value] of Object.entries(f)) {
+    if (key === 'release' || Object.hasOwn(LISTS, key) || value === undefined) continue;
+    if (cmd.getOptionValueSource(key) !== 'cli') o[key] = value;
+  }
+}
+
+/**
+ * Folds `-f FILE` into create's flags: a flag given on the command line overrides the file's
+ * key, a repeatable one (--image, --upgrade-from, --release-signature) adds to the file's list,
+ * and a release named by channel is resolved against the update graph. `log` gets the file's
+ * warnings and the release chosen.
+ */
+export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (message: string) => void): Promise<FromFile> {
+  const cliImages = (o.image ?? []).map((_, i) => `--image #${i + 1}`);
+  if (!o.file) {
+    if (o.updateGraph !== undefined) throw new OciError('INVALID_CONFIG', '--update-graph goes with -f: a file naming its release by channel');
+    return { imageWhere: cliImages };
+  }
+  const loaded = await readBundleFile(o.file);
+  for (const w of loaded.warnings) log(`warning: ${w}`);
+  const f = loaded.file;
+  takeScalars(o, f, cmd);
+  for (const [key, flag] of Object.entries(LISTS)) {
+    const fromFile = f[key as keyof typeof LISTS];
+    if (fromFile?.length) o[flag] = [...fromFile, ...((o[flag] as string[] | undefined) ?? [])];
+  }
+  const out: FromFile = { imageWhere: [...loaded.imagesWhere, ...cliImages] };
+  const byChannel = cmd.getOptionValueSource('release') !== 'cli' && typeof f.release === 'object';
+  if (o.updateGraph !== undefined && !byChannel) throw new OciError('INVALID_CONFIG', '--update-graph goes with a release named by channel in the -f file (release: {channel: ...}, or an ImageSetConfiguration\'s platform.channels)');
+  if (cmd.getOptionValueSource('release') === 'cli' || f.release === undefined) return out;
+  if (typeof f.release === 'string') {
+    o.release = f.release;
+    return out;
+  }
+  const chosen = await releaseFromChannel(f.release, o.updateGraph, loaded.releaseWhere ?? o.file);
+  o.release = chosen.payload;
+  log(`release ${chosen.version} of channel ${chosen.channel}: ${chosen.payload}`);
+  if (chosen.skipped.length) log(`warning: a bundle carries one release, the newest in range: ${chosen.skipped.join(', ')} left out (a bundle each, with version:)`);
+  out.channelRelease = chosen;
+  return out;
+}
+
+/** --key and -o, from the command line or the file; a dry run needs neither. A usage error (exit 2) as commander's own. */
+export function requireKeyAndOutput(o: CreateFlags, cmd: Command): void {
+  if (o.dryRun) return;
+  for (const [key, flag] of [['key', '--key <file>'], ['output', '-o, --output <file>']] as const) {
+    if (o[key] === undefined) cmd.error(`error: required option '${flag}' not specified (give it, or ${key}: in the -f file)`, { exitCode: 2, code: 'commander.missingMandatoryOptionValue' });
+  }
+}

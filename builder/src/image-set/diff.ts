@@ -1,0 +1,76 @@
+import { assertRegularFile, escapeControls } from '@offline-bundle/host';
+import { readHeader, withBundleFile, type BundleImage, type BundleManifest } from '@offline-bundle/format';
+import { formatBytes, plural } from '@offline-bundle/status';
+
+/** bundle.json as `inspect` reads it (its first frames, nothing verified): the one call into the format's readers. */
+export async function readBundleManifest(file: string): Promise<BundleManifest> {
+  await assertRegularFile(file);
+  return (await withBundleFile(file, readHeader)).manifest;
+}
+
+interface Side { file: string; release: { name: string; version: string; digest: string | null } }
+interface Count { count: number; bytes: number }
+export interface ImageChange { reference: string; component?: string; digest: string }
+
+export interface BundleDiff {
+  from: Side;
+  to: Side;
+  images: {
+    added: ImageChange[];
+    removed: ImageChange[];
+    /** The same name (or, for a release's payload, the same component) with another digest. */
+    changed: { reference: string; component?: string; from: string; to: string; fromReference: string }[];
+    unchanged: number;
+  };
+  blobs: { shared: Count; added: Count; removed: Count };
+}
+
+const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`);
+// a payload image is named by its digest, so a new release renames it: its component pairs the two
+const keyOf = (img: BundleImage) => (img.component ? `component:${img.component}` : refName(img));
+const change = (img: BundleImage): ImageChange => ({ reference: refName(img), ...(img.component ? { component: img.component } : {}), digest: img.digest });
+
+function count(blobs: { size: number }[]): Count {
+  return { count: blobs.length, bytes: blobs.reduce((s, b) => s + b.size, 0) };
+}
+
+export function diffManifests(a: BundleManifest, b: BundleManifest, files: [string, string]): BundleDiff {
+  const before = new Map(a.images.map((i) => [keyOf(i), i]));
+  const after = new Map(b.images.map((i) => [keyOf(i), i]));
+  const images: BundleDiff['images'] = { added: [], removed: [], changed: [], unchanged: 0 };
+  for (const [k, img] of after) {
+    const old = before.get(k);
+    if (!old) images.added.push(change(img));
+    else if (old.digest !== img.digest) images.changed.push({ reference: refName(img), ...(img.component ? { component: img.component } : {}), from: old.digest, to: img.digest, fromReference: refName(old) });
+    else images.unchanged++;
+  }
+  for (const [k, img] of before) if (!after.has(k)) images.removed.push(change(img));
+  const aBlobs = new Set(a.blobs.map((x) => x.digest));
+  const bBlobs = new Set(b.blobs.map((x) => x.digest));
+  const side = (file: string, m: BundleManifest): Side => ({ file, release: { name: m.release.name, version: m.release.version, digest: m.release.digest } });
+  return {
+    from: side(files[0], a),
+    to: side(files[1], b),
+    images,
+    blobs: {
+      shared: count(b.blobs.filter((x) => aBlobs.has(x.digest))),
+      added: count(b.blobs.filter((x) => !aBlobs.has(x.digest))),
+      removed: count(a.blobs.filter((x) => !bBlobs.has(x.digest))),
+    },
+  };
+}
+
+export function formatDiff(d: BundleDiff): string {
+  const i = d.images;
+  const label = (c: { reference: string; component?: string }) => (c.component ? `${c.component} (${c.reference})` : c.reference);
+  const lines = [
+    `release: ${d.from.release.name} (${d.from.release.version}) -> ${d.to.release.name} (${d.to.release.version})`,
+    `images: ${i.added.length} added, ${i.removed.length} removed, ${i.changed.length} changed, ${i.unchanged} unchanged`,
+    ...i.added.map((c) => `  + ${label(c)}  ${c.digest}`),
+    ...i.removed.map((c) => `  - ${label(c)}  ${c.digest}`),
+    ...i.changed.map((c) => `  ~ ${label(c)}  ${c.from} -> ${c.to}`),
+    `blobs: ${plural(d.blobs.shared.count, 'blob')} shared (${formatBytes(d.blobs.shared.bytes)}), ${d.blobs.added.count} new (${formatBytes(d.blobs.added.bytes)}), ${d.blobs.removed.count} dropped (${formatBytes(d.blobs.removed.bytes)})`,
+  ];
+  // bundle.json is read before anything is verified: its strings must not drive the terminal
+  return lines.map(escapeControls).join('\n') + '\n';
+}

@@ -1,0 +1,62 @@
+import { formatPlatform } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
+import type { BundleImage } from '@offline-bundle/format';
+import { formatBytes, plural } from '@offline-bundle/status';
+
+/** One image `bundle create --dry-run` would carry, with the bytes its manifests name. */
+export interface PlannedImage {
+  reference: string;
+  digest: string;
+  platforms: string[];
+  component?: string;
+  /** Its manifests, config and layers, for the platforms kept: shared layers count in each image. */
+  bytes: number;
+  /** Where it was asked for: "--image #1", "bundle.yaml:7 (images[0])", "the release payload's etcd". */
+  from: string;
+}
+
+/** What `bundle create --dry-run` prints: the resolved set, nothing fetched beyond manifests. */
+export interface BundlePlan {
+  release: { version: string; image: string | null; digest: string | null };
+  images: PlannedImage[];
+  blobs: number;
+  /** Every distinct blob once: the bundle's content before compression. */
+  totalBytes: number;
+  /** What is not in the blob cache yet. */
+  downloadBytes: number;
+}
+
+interface Resolved { entry: BundleImage; blobs: { digest: string; size: number }[]; where: string }
+
+const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`);
+
+export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'], totals: { blobs: number; totalBytes: number; downloadBytes: number }): BundlePlan {
+  const planned = [...images].map((r) => ({
+    reference: refName(r.entry),
+    digest: r.entry.digest,
+    platforms: r.entry.platforms.map(formatPlatform),
+    ...(r.entry.component ? { component: r.entry.component } : {}),
+    bytes: r.blobs.reduce((s, b) => s + b.size, 0),
+    from: r.where,
+  })).sort((a, b) => (a.reference < b.reference ? -1 : 1));
+  return { release, images: planned, ...totals };
+}
+
+export function formatPlan(plan: BundlePlan): string {
+  const r = plan.release;
+  const width = Math.max(0, ...plan.images.map((i) => i.reference.length));
+  const lines = [
+    `release: ${r.version}${r.image ? ` (${r.image}, ${r.digest})` : ''}`,
+    `images (${plan.images.length}):`,
+    ...plan.images.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.platforms.join(',')}  ${i.component ? `[${i.component}]` : i.from}`),
+    `${plural(plan.blobs, 'blob')}, ${formatBytes(plan.totalBytes)} before compression; ${formatBytes(plan.downloadBytes)} to download (the rest is in the cache)`,
+    'dry run: no bundle written',
+  ];
+  // names come from registries and files: they must not drive the terminal
+  return lines.map(escapeControls).join('\n') + '\n';
+}
+
+/** The plan on stdout: a table, or one JSON document with --json. */
+export function reportPlan(plan: BundlePlan, json: boolean): void {
+  process.stdout.write(json ? JSON.stringify({ dryRun: true, ...plan }) + '\n' : formatPlan(plan));
+}

@@ -1,0 +1,181 @@
+/**
+ * The bundle file's JSON Schema (draft-07, as systemd/config.schema.json). It is the one
+ * definition: the file is validated against it, `bundle schema` prints it (shipped as
+ * share/bundle/bundle.schema.json, and kept as builder/bundle.schema.json for editors), and the
+ * man page lists its fields from it. Keys are create's flags in camelCase.
+ */
+
+export const BUNDLE_FILE_API_VERSION = 'offline-bundle/v1alpha1';
+export const BUNDLE_FILE_KIND = 'Bundle';
+
+const path = (description: string) => ({ type: 'string', minLength: 1, description: `${description} (relative to the file's directory)` });
+const paths = (description: string) => ({ type: 'array', items: { type: 'string', minLength: 1 }, description: `${description} (relative to the file's directory)` });
+
+const release = {
+  description: 'The OpenShift release image, by pull spec, or picked from an update graph by channel and version. Its payload images come along.',
+  oneOf: [
+    { type: 'string', minLength: 1, description: 'The release image\'s pull spec (as --release).' },
+    {
+      type: 'object',
+      additionalProperties: false,
+      required: ['channel'],
+      properties: {
+        channel: { type: 'string', minLength: 1, description: 'The update channel (stable-4.14): its releases in the update graph are the candidates.' },
+        version: { type: 'string', minLength: 1, description: 'This exact version of the channel.' },
+        versionRange: { type: 'string', minLength: 1, description: 'A semver range (">=4.14.30 <4.15.0"): the newest version of the channel in it. Without version and versionRange: the channel\'s newest.' },
+        updateGraph: { type: 'string', minLength: 1, description: 'A Cincinnati update graph JSON file (nodes with version and payload, edges), as https://api.openshift.com/api/upgrades_info/v1/graph?channel=CHANNEL&arch=ARCH answers with Accept: application/json (relative to the file\'s directory); --update-graph overrides it.' },
+      },
+      not: { required: ['version', 'versionRange'] },
+    },
+  ],
+};
+
+const operators = {
+  type: 'array',
+  description: 'Operators from OLM catalog images (oc-mirror v2\'s operators: shape): the selected operator bundle images and their relatedImages come along, and the catalog image itself, whole.',
+  items: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['catalog', 'packages'],
+    properties: {
+      catalog: { type: 'string', minLength: 1, description: 'The catalog image (file-based catalog under the directory of its operators.operatorframework.io.index.configs.v1 label).' },
+      packages: {
+        type: 'array',
+        minItems: 1,
+        description: 'The packages to take.',
+        items: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['name'],
+          properties: {
+            name: { type: 'string', minLength: 1, description: 'The package name.' },
+            channels: {
+              type: 'array',
+              description: 'Its channels (default: the package\'s defaultChannel); each gives its head, or every version from minVersion to maxVersion.',
+              items: {
+                type: 'object',
+                additionalProperties: false,
+                required: ['name'],
+                properties: {
+                  name: { type: 'string', minLength: 1, description: 'The channel name.' },
+                  minVersion: { type: 'string', minLength: 1, description: 'The lowest bundle version taken.' },
+                  maxVersion: { type: 'string', minLength: 1, description: 'The highest bundle version taken.' },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+};
+
+export const BUNDLE_FILE_SCHEMA = {
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  $id: 'https://offline-bundle.invalid/bundle/bundle.schema.json',
+  title: 'offline-bundle bundle file (bundle create -f bundle.yaml)',
+  description: 'What goes into a bundle. Every key is also a flag of "bundle create"; a flag given on the command line overrides the key, and repeatable flags (--image, --upgrade-from, --release-signature) add to the file\'s lists.',
+  type: 'object',
+  additionalProperties: false,
+  required: ['apiVersion', 'kind'],
+  properties: {
+    apiVersion: { const: BUNDLE_FILE_API_VERSION, description: `Always ${BUNDLE_FILE_API_VERSION}.` },
+    kind: { const: BUNDLE_FILE_KIND, description: `Always ${BUNDLE_FILE_KIND}.` },
+    release,
+    operators,
+    images: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Images to add, each an --image source: docker://REF (the default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR, with =REGISTRY/REPO:TAG to name a local one; relative paths are taken from the file\'s directory.' },
+    imagesFile: path('A file with one image source per line, # comments (as --images-file)'),
+    agentImage: { type: 'string', minLength: 1, description: 'A bundle-agent image (any images source): nodes switch to it once the bundle is Ready (as --agent-image).' },
+    agentVersion: { type: 'string', minLength: 1, description: 'The agent image\'s version, when it has no org.opencontainers.image.version label.' },
+    arch: { type: 'string', minLength: 1, description: 'The platform kept from multi-arch images: amd64 (default), arm64, linux/arm/v7.' },
+    allPlatforms: { type: 'boolean', description: 'Keep every platform of multi-arch images.' },
+    version: { type: 'string', minLength: 1, description: 'The release version the cluster will report (required without release).' },
+    name: { type: 'string', minLength: 1, description: 'A human name of the release (default: the version).' },
+    upgradeFrom: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Versions the cluster may run before this one (added to the release\'s own list).' },
+    releaseSignatures: paths('Signature files of the release image, a signature store\'s signature-N files (as --release-signature)'),
+    signatureStore: { type: 'string', minLength: 1, description: 'Take every release signature from this store (file:// or https://.../signatures/openshift/release).' },
+    releaseKeyring: path('OpenPGP public keys the release signatures must verify with'),
+    key: path('The private key (PEM) to sign with'),
+    passphraseFile: path('The encrypted key\'s passphrase, on the file\'s first line'),
+    output: path('The bundle file to write (NAME.bundle)'),
+    cache: path('The content-addressed blob cache'),
+    jobs: { type: 'integer', minimum: 1, description: 'Parallel downloads (default 4).' },
+    authfile: path('The registry credentials file'),
+    certDir: path('CAs and a client certificate for every registry'),
+    tlsVerify: { type: 'boolean', description: 'Verify registry TLS certificates (default true; false also allows plain http).' },
+    registriesConf: path('A containers-registries.conf(5) file, instead of the system\'s'),
+    level: { type: 'integer', minimum: 1, maximum: 19, description: 'The zstd compression level, 1-19 (default 3).' },
+  },
+} as const;
+
+/** Keys other tools' files have that this one refuses by name (not implemented: a clear line, not "unknown field"). */
+export const REFUSED_KEYS: Record<string, string> = {
+  charts: 'Helm charts are not carried yet: list the chart\'s images under images',
+  helm: 'Helm charts are not carried yet: list the chart\'s images under images',
+};
+
+/** A release picked from an update graph. */
+export interface ReleaseByChannel { channel: string; version?: string; versionRange?: string; updateGraph?: string }
+
+/** The bundle file as read: paths already taken from the file's directory. */
+export interface BundleFile {
+  release?: string | ReleaseByChannel;
+  operators?: OperatorSelection[];
+  images?: string[];
+  imagesFile?: string;
+  agentImage?: string;
+  agentVersion?: string;
+  arch?: string;
+  allPlatforms?: boolean;
+  version?: string;
+  name?: string;
+  upgradeFrom?: string[];
+  releaseSignatures?: string[];
+  signatureStore?: string;
+  releaseKeyring?: string;
+  key?: string;
+  passphraseFile?: string;
+  output?: string;
+  cache?: string;
+  jobs?: number;
+  authfile?: string;
+  certDir?: string;
+  tlsVerify?: boolean;
+  registriesConf?: string;
+  level?: number;
+}
+
+/** Operators of a catalog, and where in the file they are named. */
+export interface OperatorSelection {
+  catalog: string;
+  packages: { name: string; channels?: { name: string; minVersion?: string; maxVersion?: string }[] }[];
+  where: string;
+}
+
+/** Names a place in the file, "bundle.yaml:12 (release.channel)", for messages. */
+export type Locate = (path: (string | number)[]) => string;
+
+export interface LoadedBundleFile {
+  file: BundleFile;
+  /** Where each of file.images is written, for messages about it. */
+  imagesWhere: string[];
+  /** Where the release is named. */
+  releaseWhere?: string;
+  /** What was read but is not used (an ImageSetConfiguration's graph: true). */
+  warnings: string[];
+}
+
+interface Described { description?: string; properties?: Record<string, Described>; oneOf?: Described[]; items?: Described }
+
+/** Every field with its description, nested ones as release.channel: for the man page. */
+export function schemaFields(schema: Described = BUNDLE_FILE_SCHEMA as Described, prefix = ''): [string, string][] {
+  const out: [string, string][] = [];
+  for (const [key, field] of Object.entries(schema.properties ?? {})) {
+    const name = `${prefix}${key}`;
+    out.push([name, field.description ?? '']);
+    for (const variant of field.oneOf ?? []) out.push(...schemaFields(variant, `${name}.`));
+    if (field.items?.properties) out.push(...schemaFields(field.items, `${name}[].`));
+    out.push(...schemaFields({ properties: field.properties ?? {} }, `${name}.`));
+  }
+  return out;
+}

@@ -1,0 +1,143 @@
+// Operators from a catalog (#23 item 2, the first part): a file-based catalog generated here (two
+// packages, three channels; one package as opm's stream of JSON objects, one as YAML documents)
+// in a catalog image pushed to a real docker-registry on 127.0.0.1. `bundle create -f` selects
+// bundles by package, channel and version range (default: the default channel's head) and
+// carries each selected bundle image, its relatedImages and the catalog image.
+import t from 'tap';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseAllDocuments, stringify } from 'yaml';
+import { startRegistry } from '../helpers/registry.mjs';
+import { pushImage } from '../helpers/images.mjs';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { bundle, bundleJson, errorCode, keygen, listDir } from './lib.js';
+
+const reg = await startRegistry();
+t.teardown(() => reg.stop());
+const work = await tmpdir(t, 'ob-catalog-');
+const keys = await keygen(work);
+const H = reg.host;
+
+const image = (repo: string, tag: string) => pushImage({ tag, platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ [`${repo}/${tag}`]: `${repo} ${tag}` }] }] }, `${H}/operators/${repo}:${tag}`);
+const versions = { alpha: ['1.0.0', '1.1.0', '1.2.0', '1.3.0'], beta: ['2.0.0', '2.1.0'] };
+const bundles: Record<string, { bundle: string; related: string[] }> = {};
+for (const [pkg, vs] of Object.entries(versions)) {
+  for (const v of vs) {
+    const b = await image(`${pkg}-bundle`, `v${v}`);
+    const ctl = await image(`${pkg}-controller`, `v${v}`);
+    bundles[`${pkg}.v${v}`] = { bundle: b.digestRef, related: [ctl.digestRef, b.digestRef] };
+  }
+}
+const bundleObj = (pkg: string, v: string) => ({
+  schema: 'olm.bundle', name: `${pkg}.v${v}`, package: `${pkg}-operator`, image: bundles[`${pkg}.v${v}`]!.bundle,
+  properties: [{ type: 'olm.package', value: { packageName: `${pkg}-operator`, version: v } }],
+  relatedImages: bundles[`${pkg}.v${v}`]!.related.map((image, i) => ({ name: i ? 'bundle' : 'controller', image })),
+});
+const alpha = [
+  { schema: 'olm.package', name: 'alpha-operator', defaultChannel: 'stable' },
+  { schema: 'olm.channel', package: 'alpha-operator', name: 'stable', entries: [{ name: 'alpha.v1.0.0' }, { name: 'alpha.v1.1.0', replaces: 'alpha.v1.0.0' }, { name: 'alpha.v1.2.0', replaces: 'alpha.v1.1.0' }] },
+  { schema: 'olm.channel', package: 'alpha-operator', name: 'fast', entries: [{ name: 'alpha.v1.2.0' }, { name: 'alpha.v1.3.0', replaces: 'alpha.v1.2.0' }] },
+  ...versions.alpha.map((v) => bundleObj('alpha', v)),
+];
+const beta = [
+  { schema: 'olm.package', name: 'beta-operator', defaultChannel: 'v2' },
+  { schema: 'olm.channel', package: 'beta-operator', name: 'v2', entries: [{ name: 'beta.v2.0.0' }, { name: 'beta.v2.1.0', skips: ['beta.v2.0.0'] }] },
+  ...versions.beta.map((v) => bundleObj('beta', v)),
+];
+const catalog = await pushImage({
+  tag: 'v4.14',
+  platforms: [{
+    os: 'linux', architecture: 'amd64',
+    config: { Labels: { 'operators.operatorframework.io.index.configs.v1': '/configs' } },
+    layers: [
+      { 'bin/opm': 'opm stand-in' },
+      {
+        // opm's JSON: objects one after another, pretty-printed, not an array
+        'configs/alpha-operator/catalog.json': alpha.map((o) => JSON.stringify(o, null, 2)).join('\n'),
+        // not in a directory of its own name: found when the package's own directory has nothing
+        'configs/others/beta.yaml': beta.map((o) => stringify(o)).join('---\n'),
+      },
+    ],
+  }],
+}, `${H}/redhat/operator-index:v4.14`);
+
+let n = 0;
+async function createFrom(doc: object, args: string[] = []) {
+  const dir = path.join(work, `run-${++n}`);
+  await mkdir(dir, { recursive: true });
+  const file = path.join(dir, 'bundle.yaml');
+  await writeFile(file, stringify(doc));
+  const r = await bundle(['create', '--quiet', '--tls-verify=false', '--cache', path.join(work, 'cache'), '--key', keys.key, '-o', path.join(dir, 'o.bundle'), '-f', file, ...args]);
+  return { ...r, dir, output: path.join(dir, 'o.bundle') };
+}
+const own = (operators: object[]) => ({ apiVersion: 'offline-bundle/v1alpha1', kind: 'Bundle', version: '1.0', operators });
+async function inspected(file: string): Promise<string[]> {
+  const r = await bundle(['inspect', file, '--json']);
+  return (JSON.parse(r.stdout) as { images: { reference: string }[] }).images.map((i) => i.reference).sort();
+}
+const imagesOf = (...names: string[]) => [...new Set([catalog.ref, ...names.flatMap((b) => [bundles[b]!.bundle, ...bundles[b]!.related])])].sort();
+
+t.test('a version range in a channel, and a package\'s default channel head', async (t) => {
+  const r = await createFrom(own([{ catalog: catalog.ref, packages: [
+    { name: 'alpha-operator', channels: [{ name: 'stable', minVersion: '1.1.0', maxVersion: '1.2.0' }] },
+    { name: 'beta-operator' },
+  ] }]));
+  t.equal(r.code, 0, r.stderr);
+  t.same(await inspected(r.output), imagesOf('alpha.v1.1.0', 'alpha.v1.2.0', 'beta.v2.1.0'), 'inspect lists exactly the catalog, the selected bundles and their related images');
+  const m = await bundleJson(r.output);
+  const cat = m.images.find((i) => `${i.repository}:${i.tag}` === catalog.ref)!;
+  t.equal(cat.digest, catalog.digest, 'the catalog image by its digest');
+  t.equal(cat.component, 'operator-catalog', 'marked as the catalog');
+  const cs = await bundle(['catalog-sources', r.output]);
+  t.equal(cs.code, 0, cs.stderr);
+  t.same(parseAllDocuments(cs.stdout).map((d) => d.toJS()), [{
+    apiVersion: 'operators.coreos.com/v1alpha1', kind: 'CatalogSource',
+    metadata: { name: 'operator-index-v4-14', namespace: 'openshift-marketplace' },
+    spec: { sourceType: 'grpc', image: catalog.digestRef, displayName: `${catalog.ref} (offline bundle)` },
+  }], 'a CatalogSource pointing at the catalog by digest');
+});
+
+t.test('a channel\'s head, two channels of one package', async (t) => {
+  const r = await createFrom(own([{ catalog: catalog.ref, packages: [{ name: 'alpha-operator', channels: [{ name: 'stable' }, { name: 'fast' }] }] }]));
+  t.equal(r.code, 0, r.stderr);
+  t.same(await inspected(r.output), imagesOf('alpha.v1.2.0', 'alpha.v1.3.0'));
+});
+
+t.test('an ImageSetConfiguration\'s operators, read as is', async (t) => {
+  const r = await createFrom({
+    kind: 'ImageSetConfiguration', apiVersion: 'mirror.openshift.io/v2alpha1',
+    mirror: { operators: [{ catalog: catalog.ref, packages: [{ name: 'alpha-operator', channels: [{ name: 'fast', minVersion: '1.3.0' }] }] }] },
+  }, ['--version', '1.0']);
+  t.equal(r.code, 0, r.stderr);
+  t.same(await inspected(r.output), imagesOf('alpha.v1.3.0'));
+  const full = await createFrom({ kind: 'ImageSetConfiguration', apiVersion: 'mirror.openshift.io/v2alpha1', mirror: { operators: [{ catalog: catalog.ref, full: true, packages: [{ name: 'alpha-operator' }] }] } }, ['--version', '1.0']);
+  t.equal(errorCode(full.stderr), 'INVALID_CONFIG');
+  t.match(full.stderr, /\(mirror\.operators\[0\]\.full\): a whole catalog is not carried/);
+});
+
+t.test('a package or channel the catalog does not have is named, nothing written', async (t) => {
+  const pkg = await createFrom(own([{ catalog: catalog.ref, packages: [{ name: 'gamma-operator' }] }]));
+  t.equal(errorCode(pkg.stderr), 'NOT_FOUND');
+  t.match(pkg.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): the catalog has no package gamma-operator \(it has: alpha-operator, beta-operator\)/);
+  const ch = await createFrom(own([{ catalog: catalog.ref, packages: [{ name: 'alpha-operator', channels: [{ name: 'candidate' }] }] }]));
+  t.equal(errorCode(ch.stderr), 'NOT_FOUND');
+  t.match(ch.stderr, /package alpha-operator has no channel candidate \(it has: fast, stable\)/);
+  const range = await createFrom(own([{ catalog: catalog.ref, packages: [{ name: 'beta-operator', channels: [{ name: 'v2', minVersion: '3.0.0' }] }] }]));
+  t.match(range.stderr, /no bundle of beta-operator in channel v2 is in >=3\.0\.0/);
+  const notCatalog = await createFrom(own([{ catalog: bundles['beta.v2.0.0']!.bundle, packages: [{ name: 'beta-operator' }] }]));
+  t.equal(errorCode(notCatalog.stderr), 'INVALID_CONFIG');
+  t.match(notCatalog.stderr, /holds no file-based catalog under \/configs/);
+  const none = await bundle(['catalog-sources', (await createFrom({ apiVersion: 'offline-bundle/v1alpha1', kind: 'Bundle', version: '1.0', images: [catalog.ref] })).output]);
+  t.equal(errorCode(none.stderr), 'NOT_FOUND', 'catalog-sources of a bundle without catalogs (the image alone is no catalog)');
+  for (const r of [pkg, ch, range, notCatalog]) t.same((await listDir(r.dir)).filter((f) => f.includes('bundle') && f !== 'bundle.yaml'), [], 'no bundle');
+});
+
+t.test('a catalog file over 16 MiB is refused, nothing written', async (t) => {
+  const huge = await pushImage({
+    tag: 'huge', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'configs/alpha-operator/catalog.json': `${JSON.stringify(alpha[0])}\n${' '.repeat(16 * 1024 * 1024)}` }] }],
+  }, `${H}/redhat/operator-index:huge`);
+  const r = await createFrom(own([{ catalog: huge.ref, packages: [{ name: 'alpha-operator' }] }]));
+  t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE');
+  t.match(r.stderr, /configs\/alpha-operator\/catalog\.json is larger than 16 MiB/);
+  t.same(await listDir(r.dir), ['bundle.yaml']);
+});

@@ -1,0 +1,83 @@
+// Without --registries-conf, `bundle create` reads the system's containers-registries.conf(5)
+// as podman and skopeo do: /etc/containers/registries.conf and registries.conf.d/ (taken under
+// BUNDLE_SYSTEM_ROOT, a temp dir here), or $CONTAINERS_REGISTRIES_CONF. The original names are
+// unresolvable (.invalid): only the mirror, a real docker-registry on 127.0.0.1, serves them.
+import t from 'tap';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { startRegistry } from '../helpers/registry.mjs';
+import { pushImage } from '../helpers/images.mjs';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { bundle, bundleJson, errorCode, keygen } from './lib.js';
+
+const reg = await startRegistry();
+t.teardown(() => reg.stop());
+const work = await tmpdir(t, 'ob-sysconf-');
+const keys = await keygen(work);
+const app = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app/v': '1' }] }] }, `${reg.host}/mirrored/app:v1`);
+const ORIGINAL = 'registry.unresolvable.invalid/team/app:v1';
+const mirrorConf = `[[registry]]\nprefix = "registry.unresolvable.invalid/team"\nlocation = "registry.unresolvable.invalid/team"\n[[registry.mirror]]\nlocation = "${reg.host}/mirrored"\ninsecure = true\n`;
+
+let n = 0;
+async function create(env: Record<string, string>, extra: string[] = []) {
+  const dir = path.join(work, `run-${++n}`);
+  const root = path.join(dir, 'root');
+  const home = path.join(dir, 'home');
+  await mkdir(path.join(root, 'etc', 'containers', 'registries.conf.d'), { recursive: true });
+  await mkdir(home, { recursive: true });
+  const output = path.join(dir, 'test.bundle');
+  const r = await bundle(['create', '--quiet', '--key', keys.key, '--cache', path.join(dir, 'cache'), '-o', output, '--version', '1', '--image', ORIGINAL, ...extra], {
+    env: { BUNDLE_SYSTEM_ROOT: root, HOME: home, ...env },
+  });
+  return { ...r, output, root, home };
+}
+const etcFile = (root: string, name: string) => path.join(root, 'etc', 'containers', name);
+
+t.test('a mirror in the system registries.conf serves a name that does not resolve', async (t) => {
+  const dir = path.join(work, 'pre');
+  await mkdir(path.join(dir, 'etc', 'containers'), { recursive: true });
+  await writeFile(etcFile(dir, 'registries.conf'), `unqualified-search-registries = ["docker.io"]\n${mirrorConf}`);
+  const r = await create({ BUNDLE_SYSTEM_ROOT: dir });
+  t.equal(r.code, 0, r.stderr);
+  const m = await bundleJson(r.output);
+  t.same(m.images.map((i) => [`${i.repository}:${i.tag}`, i.digest]), [[ORIGINAL, app.digest]], 'the original name, the mirror\'s image');
+});
+
+t.test('a drop-in of registries.conf.d is read too', async (t) => {
+  const dir = path.join(work, 'dropin');
+  await mkdir(path.join(dir, 'etc', 'containers', 'registries.conf.d'), { recursive: true });
+  await writeFile(etcFile(dir, 'registries.conf.d/50-mirror.conf'), mirrorConf);
+  const r = await create({ BUNDLE_SYSTEM_ROOT: dir });
+  t.equal(r.code, 0, r.stderr);
+  t.equal((await bundleJson(r.output)).images[0]!.digest, app.digest);
+});
+
+t.test('$CONTAINERS_REGISTRIES_CONF names the file instead', async (t) => {
+  const file = path.join(work, 'env.conf');
+  await writeFile(file, mirrorConf);
+  const r = await create({ CONTAINERS_REGISTRIES_CONF: file });
+  t.equal(r.code, 0, r.stderr);
+  const missing = await create({ CONTAINERS_REGISTRIES_CONF: path.join(work, 'absent.conf') });
+  t.equal(errorCode(missing.stderr), 'INVALID_CONFIG', 'a named file that is missing is an error');
+  t.match(missing.stderr, /absent\.conf/, 'naming the file');
+});
+
+t.test('--registries-conf replaces the system configuration', async (t) => {
+  const dir = path.join(work, 'replaced');
+  await mkdir(path.join(dir, 'etc', 'containers'), { recursive: true });
+  await writeFile(etcFile(dir, 'registries.conf'), mirrorConf);
+  const empty = path.join(work, 'empty.conf');
+  await writeFile(empty, '');
+  const r = await create({ BUNDLE_SYSTEM_ROOT: dir }, ['--registries-conf', empty]);
+  t.equal(r.code, 1, 'the mirror is not used');
+  t.match(r.stderr, /registry\.unresolvable\.invalid/);
+});
+
+t.test('a system registries.conf that is not TOML is named', async (t) => {
+  const dir = path.join(work, 'bad');
+  await mkdir(path.join(dir, 'etc', 'containers'), { recursive: true });
+  await writeFile(etcFile(dir, 'registries.conf'), '[[registry]\n');
+  const r = await create({ BUNDLE_SYSTEM_ROOT: dir });
+  t.equal(errorCode(r.stderr), 'INVALID_CONFIG');
+  t.match(r.stderr, new RegExp(`${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}/etc/containers/registries.conf is not valid TOML`));
+});
