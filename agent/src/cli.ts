@@ -135,30 +135,34 @@ and only the second form serves them. The names are printed at start.`)
       let manifest;
       let store;
       let source: BundleSource | undefined;
-      if (isDir) {
-        const { manifestBytes: bytes, signature: sig } = await readLayoutDescription(path);
-        manifest = parseManifestBytes(bytes);
-        if (!trust.keys) throw new AgentError('NoTrust', 'serving a layout needs --key (its bundle.json signature is checked)');
-        checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
-        store = await LayoutStore.open(path, catalogOf(manifest));
-      } else {
-        await assertRegularFile(path);
-        // one open for the verifying pass and the serving after it: the same bytes, read twice
-        source = await openBundleFile(path);
-        const v = await verifyBundle(source, { trust, frameDigests: true });
-        manifest = v.manifest;
-        store = await BundleFileStore.open(source, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
+      // the opener closes the source, also when verifying or serving it fails
+      try {
+        if (isDir) {
+          const { manifestBytes: bytes, signature: sig } = await readLayoutDescription(path);
+          manifest = parseManifestBytes(bytes);
+          if (!trust.keys) throw new AgentError('NoTrust', 'serving a layout needs --key (its bundle.json signature is checked)');
+          checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
+          store = await LayoutStore.open(path, catalogOf(manifest));
+        } else {
+          await assertRegularFile(path);
+          // one open for the verifying pass and the serving after it: the same bytes, read twice
+          source = await openBundleFile(path);
+          const v = await verifyBundle(source, { trust, frameDigests: true });
+          manifest = v.manifest;
+          store = await BundleFileStore.open(source, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
+        }
+        const catalog = catalogOf(manifest);
+        const reg = await startRegistry({ store, catalog, host: o.listen.host, port: o.listen.port });
+        const names = servedNames(catalog, reg.address);
+        if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length, repositories: names }) + '\n');
+        else process.stdout.write([`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`, ...names.map((n) => `  ${n.source}: ${n.names.join(' or ')}`)].map(escapeControls).join('\n') + '\n');
+        const { done } = untilSignal();
+        await done;
+        await reg.close();
+        await store.close();
+      } finally {
+        await source?.close();
       }
-      const catalog = catalogOf(manifest);
-      const reg = await startRegistry({ store, catalog, host: o.listen.host, port: o.listen.port });
-      const names = servedNames(catalog, reg.address);
-      if (o.json) process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length, repositories: names }) + '\n');
-      else process.stdout.write([`serving ${plural(manifest.images.length, 'image')} of ${manifest.release.name} on ${reg.address}`, ...names.map((n) => `  ${n.source}: ${n.names.join(' or ')}`)].map(escapeControls).join('\n') + '\n');
-      const { done } = untilSignal();
-      await done;
-      await reg.close();
-      await store.close();
-      await source?.close();
     });
 
   const releases = program.command('releases')

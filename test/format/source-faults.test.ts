@@ -184,3 +184,46 @@ t.test('a bundle gone after the pass read it (deleted while open): IO_ERROR, as 
   t.equal(fromFile.code, 'IO_ERROR');
   t.same(await failure(t, verifyBundle(memory(f, { gone: true }), { trust: b.trust })), fromFile, 'the same code and message');
 });
+
+t.test('a file replaced or grown after it was opened: named, not verified as the file now at the path', async (t) => {
+  const trust = b.trust;
+  const replaced = await copy();
+  const other = await copy();
+  const r = await failure(t, throughFile(replaced, async (s) => {
+    // another file renamed over the path after the open: the bytes read are of the first one
+    await import('node:fs/promises').then((fs) => fs.rename(other, replaced));
+    return verifyBundle(s, { trust });
+  }));
+  t.equal(r.code, 'CORRUPT');
+  t.match(r.message, `${replaced} was replaced by another file while being read`);
+
+  const grown = await copy();
+  const g = await failure(t, throughFile(grown, async (s) => {
+    const fh = await open(grown, 'a');
+    await fh.write(Buffer.from('appended while the pass read'));
+    await fh.close();
+    return verifyBundle(s, { trust });
+  }));
+  t.equal(g.code, 'TRAILING_DATA');
+  t.match(g.message, `${grown} grew from ${bytes.length} to ${bytes.length + 28} bytes while being read`);
+});
+
+t.test('inspect reads the head alone: bytes appended after a whole archive do not decide it, however they are chunked', async (t) => {
+  // a small bundle: the bytes after its archive come within the head's read limit
+  const small = await makeBundle(t, { layerSizes: [1000] });
+  const appended = Buffer.concat([await readFile(small.path), Buffer.from('trailing bytes')]);
+  const name = small.written.manifest.release.name;
+  for (const chunk of [64, 4096, appended.length]) {
+    const head = await readHeader(new MemorySource(appended, `appended-${chunk}`, { chunk }));
+    t.equal(head.manifest.release.name, name, `chunks of ${chunk} bytes`);
+  }
+  // the whole file pushed with its end at once: decoding fails past the archive before tar has
+  // handed on the signature entry (a race the verdict once depended on)
+  const { Readable } = await import('node:stream');
+  const oneGo: BundleSource = {
+    identity: 'appended-one-go', size: appended.length, currentSize: async () => appended.length, close: async () => undefined,
+    read: async (o, l) => appended.subarray(o, o + l),
+    stream: () => new Readable({ read() { this.push(appended); this.push(null); } }),
+  };
+  t.equal((await readHeader(oneGo)).manifest.release.name, name, 'pushed with its end');
+});

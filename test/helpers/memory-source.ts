@@ -17,6 +17,8 @@ export interface MemoryFaults {
   shrinkTo?: number;
   /** The bundle cannot be reached any more (a file deleted): currentSize rejects as FileSource does. */
   gone?: boolean;
+  /** Stream chunks of this many bytes (default 1 MiB): a reader's verdict must not depend on them. */
+  chunk?: number;
 }
 
 /** What a failing disk gives read(2): a system error, as node's fs raises it. */
@@ -66,7 +68,7 @@ export class MemorySource implements BundleSource {
   /** In chunks as a file's stream gives them; an EIO fails the stream after the bytes before it. */
   stream(start: number, end: number): Readable {
     const { data, error } = this.slice(start, end);
-    const CHUNK = 1024 * 1024;
+    const CHUNK = this.faults.chunk ?? 1024 * 1024;
     return Readable.from((async function* () {
       for (let at = 0; at < data.length; at += CHUNK) yield data.subarray(at, at + CHUNK);
       if (error) throw error;

@@ -61,7 +61,9 @@ export async function readHeader(source: BundleSource): Promise<{ manifest: Bund
   const path = source.identity;
   const extract = tar.extract();
   const src = source.stream(0, source.size);
-  const decompress = new BoundedDecompress();
+  // Tolerant: what decodes before damage reaches tar whatever the chunking, so bytes after a
+  // whole head (appended data, a cut) never decide the verdict by a race with tar's entries.
+  const decompress = new BoundedDecompress({ tolerant: true });
   decompress.stopAfter(HEADER_BYTES_MAX);
   let failed: unknown;
   const piping = pipeline(src, decompress, extract as unknown as Writable).catch((err: unknown) => {
@@ -84,7 +86,9 @@ export async function readHeader(source: BundleSource): Promise<{ manifest: Bund
     if (err instanceof FormatError) throw err;
     // a file that cannot be read (missing, media removed) says nothing about its contents
     if (isSystemError(err)) throw new FormatError('IO_ERROR', `cannot read ${path}: ${err.message}`, { cause: err });
-    throw new FormatError('CORRUPT', `${path} is not a bundle: ${(err as Error).message}`, { cause: err });
+    // tar's complaint about a stream cut short by undecodable bytes: the bytes are the cause
+    const cause = decompress.failed ?? err;
+    throw new FormatError('CORRUPT', `${path} is not a bundle: ${(cause as Error).message}`, { cause });
   } finally {
     src.destroy();
     extract.destroy();
@@ -92,6 +96,7 @@ export async function readHeader(source: BundleSource): Promise<{ manifest: Bund
   }
   if (!manifestBytes || !signature) {
     if (failed instanceof FormatError) throw failed;
+    if (decompress.failed) throw new FormatError('CORRUPT', `${path} is not a bundle: ${decompress.failed.message}`, { cause: decompress.failed });
     if (decompress.overLimit) throw headerOverrun();
     throw new FormatError('TRUNCATED', `${path} ends before bundle.json and its signature`);
   }

@@ -37,9 +37,13 @@ export async function passTotals(pass: PassState, head: TrustedHead): Promise<Ve
   const { inspector, opts, source, fileSize } = pass;
   // Judged only now: the inspector sees the whole file, after the entries' own checks.
   if (inspector.problem) throw inspector.problem;
-  // Still there after the pass: a file deleted while it was read (its stick pulled) is the
-  // media going away, though its open descriptor read on.
-  await source.currentSize();
+  // Still there after the pass, and as it was: a file deleted while it was read (its stick
+  // pulled) is the media going away, though its open descriptor read on; one that grew is
+  // still being written to, or was altered.
+  const sizeNow = await source.currentSize();
+  if (sizeNow > fileSize) {
+    throw new FormatError('TRAILING_DATA', `${source.identity} grew from ${fileSize} to ${sizeNow} bytes while being read: it is still being written, or was altered; let the copy finish, then try again`);
+  }
   // Anything but zstd frames after the archive failed the pass above, so a table that is
   // missing or does not account for the file is the table's own fault (BAD_SEEK_TABLE), not
   // data appended to the archive.

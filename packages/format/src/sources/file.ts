@@ -14,7 +14,7 @@ const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTT
 
 /** A bundle in one regular file, opened once: every read is of that file for as long as the source is open. */
 export class FileSource implements BundleSource {
-  private constructor(readonly identity: string, readonly size: number, private readonly fh: FileHandle) {}
+  private constructor(readonly identity: string, readonly size: number, private readonly fh: FileHandle, private readonly inode: { dev: number; ino: number }) {}
 
   /**
    * A FIFO or a device as the bundle would block the first read forever (a FIFO with no
@@ -35,7 +35,7 @@ export class FileSource implements BundleSource {
         await assertRegularFile(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
         throw cannotRead(path, new Error(`${path} is not a regular file: give the path of the file itself`));
       }
-      return new FileSource(path, st.size, fh);
+      return new FileSource(path, st.size, fh, { dev: st.dev, ino: st.ino });
     } catch (err) {
       await fh.close();
       throw err;
@@ -87,9 +87,16 @@ export class FileSource implements BundleSource {
     });
   }
 
-  /** By the path, not the descriptor: a file deleted while open (its stick pulled) is gone, though still readable here. */
+  /**
+   * By the path, not the descriptor: a file deleted while open (its stick pulled) is gone,
+   * though still readable here, and one renamed over it is another file than the one read.
+   */
   async currentSize(): Promise<number> {
-    return (await stat(this.identity).catch((cause: unknown) => { throw cannotRead(this.identity, cause); })).size;
+    const st = await stat(this.identity).catch((cause: unknown) => { throw cannotRead(this.identity, cause); });
+    if (st.dev !== this.inode.dev || st.ino !== this.inode.ino) {
+      throw new FormatError('CORRUPT', `${this.identity} was replaced by another file while being read: the media was changed; plug it in again`);
+    }
+    return st.size;
   }
 
   close(): Promise<void> {
