@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { checkSignature, loadTrust, openBundleFile, parseManifestBytes, readLayoutDescription, verifyBundle, type BundleSource } from '@offline-bundle/format';
+import { checkSignature, loadTrust, openBundle, parseManifestBytes, readLayoutDescription, verifyBundle, type BundleSource } from '@offline-bundle/format';
 import { isDigest } from '@offline-bundle/oci';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
@@ -144,7 +144,7 @@ and only the second form serves them. The names are printed at start.`)
       } else {
         await assertRegularFile(path);
         // one open for the verifying pass and the serving after it: the same bytes, read twice
-        source = await openBundleFile(path);
+        source = await openBundle(path);
         const v = await verifyBundle(source, { trust, frameDigests: true });
         manifest = v.manifest;
         store = await BundleFileStore.open(source, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
