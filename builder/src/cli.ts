@@ -17,7 +17,7 @@ import { addClusterCommands } from './cluster.js';
 import { addCacheCommands } from './cache-command.js';
 import { addManCommand } from './man.js';
 import { addAgentImageCommands, reportSidecar, writeSidecar } from './agent-image-command.js';
-import { addSplitCommand, assertBundlePath } from './split-command.js';
+import { addSplitCommand, assertBundlePath, assertNoParts } from './split-command.js';
 import { SPLIT_SIZE_HELP, parseSize, splitInPlace } from './split.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
@@ -187,6 +187,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       if (!o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
       }
+      if (o.splitSize && !o.force) await assertNoParts(o.output);
       // skopeo's --creds USER asks the password, which then stays out of the shell's history
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       const r = await createBundle({ ...o, images: o.image, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });

@@ -5,6 +5,7 @@ import { basename, dirname } from 'node:path';
 import type { Command } from 'commander';
 import { isPartName, partNamesIn } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
+import { OciError } from '@offline-bundle/oci';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { SPLIT_SIZE_HELP, parseSize, splitBundle } from './split.js';
 
@@ -17,6 +18,12 @@ export async function assertBundlePath(file: string): Promise<void> {
   const exists = await stat(file).then(() => true, () => false);
   if (!exists && (await partNamesIn(dirname(file) || '.', basename(file)).catch(() => [])).length > 0) return;
   await assertRegularFile(file);
+}
+
+/** `create --split-size` without --force: parts of the same name already there are not replaced. */
+export async function assertNoParts(output: string): Promise<void> {
+  const there = await partNamesIn(dirname(output) || '.', basename(output)).catch(() => []);
+  if (there.length > 0) throw new OciError('OUTPUT_EXISTS', `${output} exists as parts (${there[0]!.name}, ...): pass --force to replace them`);
 }
 
 export function addSplitCommand(program: Command): void {

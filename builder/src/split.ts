@@ -84,8 +84,15 @@ async function commit(p: Plan, digest: string): Promise<void> {
     await fh.close();
   }
   const stale = (await partNamesIn(p.dir, p.base)).filter((f) => f.count !== p.count);
-  for (let i = 0; i < p.count; i++) await rename(p.temps[i]!, p.finals[i]!);
-  await rename(sidecarTmp, sidecar);
+  let moved = 0;
+  try {
+    for (; moved < p.count; moved++) await rename(p.temps[moved]!, p.finals[moved]!);
+    await rename(sidecarTmp, sidecar);
+  } catch (err) {
+    // a part set that is not whole is no output: the ones already moved go too
+    for (const f of p.finals.slice(0, moved)) await rm(f, { force: true });
+    throw err;
+  }
   for (const s of stale) await rm(join(p.dir, s.name), { force: true });
 }
 

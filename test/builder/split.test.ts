@@ -49,6 +49,14 @@ t.test('create --split-size writes parts whose concatenation is the one-file bun
   t.equal(j.digest, wholeDigest, 'the same whole-file digest');
   t.equal(`sha256:${(await readFile(path.join(splitDir, 'r.bundle.sha256'), 'utf8')).split(' ')[0]}`, wholeDigest, 'NAME.bundle.sha256 of the whole');
   t.same((await readdir(splitDir)).filter((n) => !n.startsWith('r.bundle.part-')), ['r.bundle.sha256'], 'no whole file, no temp file left');
+  const forceDir = path.join(work, 'force');
+  await mkdir(forceDir);
+  const first = await create(path.join(forceDir, 'r.bundle'), ['--split-size', String(PART)]);
+  t.equal(first.code, 0, first.stderr);
+  const again = await create(path.join(forceDir, 'r.bundle'), ['--split-size', String(PART)]);
+  t.equal(errorCode(again.stderr), 'OUTPUT_EXISTS', 'its parts are not replaced without --force');
+  t.equal((await create(path.join(forceDir, 'r.bundle'), ['--split-size', String(PART * 2), '--force'])).code, 0, '--force replaces them');
+  t.equal((await partsIn(forceDir, 'r.bundle')).length, Math.ceil(wholeBytes.length / (PART * 2)), 'only the new split is there');
 });
 
 t.test('bundle split gives the same parts; the bundle stays', async (t) => {
