@@ -4,7 +4,7 @@
 // all are on disk; on failure the temp names go and nothing else changed.
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { open, rename, rm, stat, truncate } from 'node:fs/promises';
+import { mkdir, open, rename, rm, stat, truncate } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { InvalidArgumentError } from 'commander';
@@ -116,6 +116,7 @@ export async function splitBundle(bundle: string, size: number, outDir = dirname
   const p = plan(outDir, basename(bundle), st.size, size);
   const hash = createHash('sha256');
   try {
+    await mkdir(outDir, { recursive: true });
     for (let i = 0; i < p.count; i++) await copyRange(bundle, p.temps[i]!, i * size, Math.min(st.size, (i + 1) * size), (c) => hash.update(c));
     const digest = `sha256:${hash.digest('hex')}`;
     await commit(p, digest);
