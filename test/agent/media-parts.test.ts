@@ -79,3 +79,16 @@ t.test(`at most ${MAX_PARTS} part files a directory are looked at`, async (t) =>
   t.ok(s.w.work.stats < 3 * (s.names.length + 10), `stats over three polls: ${s.w.work.stats} (the junk set is not stat'd)`);
   t.match(s.lines.join(''), /holds more part files than the 999 looked at: 999 are not/);
 });
+
+t.test('a part that went away while the load read it is the media removed, as for the file', async (t) => {
+  const { mediaGone } = await import('../../agent/dist/load/bundle-file.js');
+  const s = await setup(t);
+  const part = (i: number) => join(s.drop, s.names[i]!);
+  // a system error as PartsSource passes it on: the part's path, code and syscall kept
+  const eio = Object.assign(new Error(`EIO: i/o error, read (part 3 of ${s.names.length}, ${part(2)})`), { code: 'EIO', errno: -5, syscall: 'read', path: part(2) });
+  const gone = mediaGone(eio, part(0)) as { reason?: string; message: string };
+  t.equal(gone.reason, 'MediaRemoved');
+  t.match(gone.message, /was the USB stick removed/);
+  const other = Object.assign(new Error('EIO'), { code: 'EIO', syscall: 'read', path: join(s.drop, 'other.bundle.part-001-of-002') });
+  t.equal(mediaGone(other, part(0)), other, 'a part of another bundle is not this bundle\'s media');
+});
