@@ -87,5 +87,11 @@ t.test('a split bundle on a stick: named while a part is missing, then loaded on
     const r = await run(AGENT, ['load', join(byHand, names[2]!), '--config', config, '--json']);
     t.equal(r.code, 0, `loaded from part 3 (${r.stderr.slice(-500)})`);
     t.match(JSON.parse(r.stdout.trim().split('\n').pop()!), { ready: true, version: '1.2.0' });
+    const byName = await run(AGENT, ['load', join(byHand, 'v2.bundle'), '--config', config, '--json']);
+    t.equal(byName.code, 0, `loaded again by NAME.bundle, only its parts there (${byName.stderr.slice(-500)})`);
+    t.match(JSON.parse(byName.stdout.trim().split('\n').pop()!), { ready: true, version: '1.2.0' });
+    const records = JSON.parse(await readFile(join(root, 'var/lib/bundle-agent/bundles.json'), 'utf8'));
+    const rows = (records.bundles as any[]).filter((r: any) => r.version === '1.2.0');
+    t.ok(rows.length > 0 && rows.every((r: any) => /^parts:/.test(r.key)), `recorded by the identity of its parts (${rows.map((r: any) => r.key).join(', ')})`);
   });
 });

@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
-import { basename } from 'node:path';
-import { endsWithSeekTable, isPartName, parsePartName, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
+import { basename, dirname } from 'node:path';
+import { endsWithSeekTable, isPartName, parsePartName, partNamesIn, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 
@@ -12,7 +12,16 @@ import { AgentError } from '../errors.js';
  * `bundle-agent load FILE` and a file swapped after the scan.
  */
 export async function assertBundleFile(file: string): Promise<void> {
+  // parts are checked one by one as they are opened (PartsSource opens each as a regular file)
+  if (await isSplitBundle(file)) return;
   await assertRegularFile(file);
+}
+
+/** Whether `path` names a split bundle: one of its parts, or NAME.bundle that is not there while its parts are. */
+async function isSplitBundle(path: string): Promise<boolean> {
+  if (isPartName(path)) return true;
+  if (await stat(path).then(() => true, () => false)) return false;
+  return (await partNamesIn(dirname(path), basename(path)).catch(() => [])).length > 0;
 }
 
 /** A zstd frame's magic number, little-endian: every bundle starts with one. */
@@ -45,12 +54,12 @@ const FIX = 'give the path of a NAME.bundle file';
  * checks the rest and reports a damaged or cut one as such.
  */
 export async function notLoadable(path: string): Promise<string | undefined> {
+  // a part set is checked as a whole (a missing or cut part is named) and the load reads it
+  if (await isSplitBundle(path)) return withBundle(path, async () => undefined).catch((err: Error) => err.message);
   const missing = await stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
   if (missing) return `${path} does not exist: ${FIX}`;
   const irregular = await assertRegularFile(path).then(() => undefined, (err: Error) => err.message);
   if (irregular) return irregular;
-  // a part: the set is checked as a whole (a missing or cut part is named) and the load reads it
-  if (isPartName(path)) return withBundle(path, async () => undefined).catch((err: Error) => err.message);
   const why = await notABundle(path).catch(() => undefined);
   if (why) return `${why}: ${FIX}`;
   // zstd data holding something else (a .tar.zst): no bundle.json first, and no seek table last.

@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { mkdir, stat } from 'node:fs/promises';
 import { isPartName, parsePartName, partNamesIn, readHeader, withBundle } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { writeFileAtomic } from '@offline-bundle/host';
 
 export interface BundleRecord {
@@ -38,7 +38,8 @@ export function bundleKey(st: { dev: number; ino: number; size: number; mtimeMs:
 
 export async function keyOf(file: string): Promise<string | undefined> {
   if (isPartName(file)) return partsKey(file);
-  return stat(file).then((st) => bundleKey(st), () => undefined);
+  // NAME.bundle given while only its parts are there (bundle-agent load NAME.bundle)
+  return stat(file).then((st) => bundleKey(st), () => partsKey(file));
 }
 
 /** The identity of a split bundle: every part's, so a change to any part is a new bundle. */
@@ -49,7 +50,8 @@ export function partsKeyOf(keys: readonly string[]): string {
 async function partsKey(file: string): Promise<string | undefined> {
   const dir = dirname(file);
   try {
-    const names = await partNamesIn(dir, parsePartName(file)!.base);
+    const names = await partNamesIn(dir, parsePartName(file)?.base ?? basename(file));
+    if (names.length === 0) return undefined;
     return partsKeyOf(await Promise.all(names.map(async (n) => bundleKey(await stat(join(dir, n.name))))));
   } catch {
     return undefined;
