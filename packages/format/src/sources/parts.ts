@@ -63,8 +63,7 @@ function agreedCount(found: Array<{ count: number }>): number {
  */
 export async function findParts(dir: string, base: string): Promise<FoundPart[]> {
   const names = await partNamesIn(dir, base);
-  const where = `${join(dir, base)}`;
-  if (names.length === 0) throw new FormatError('IO_ERROR', `cannot read ${where}: neither the file nor any ${base}.part-NNN-of-NNN is in ${dir}; give the path of the bundle or of one of its parts`);
+  if (names.length === 0) throw new FormatError('IO_ERROR', `cannot read ${join(dir, base)}: neither the file nor any ${base}.part-NNN-of-NNN is in ${dir}; give the path of the bundle or of one of its parts`);
   const count = agreedCount(names);
   if (count > MAX_PARTS) throw badParts(`${names[0]!.name} says the bundle has ${count} parts, more than the ${MAX_PARTS} a bundle may be split into: split it again with a larger --size`);
   const odd = names.find((f) => f.count !== count);
@@ -137,14 +136,14 @@ export class PartsSource implements BundleSource {
     const files: FileSource[] = [];
     try {
       for (const p of parts) files.push(await FileSource.open(p.path));
+      // sized again as opened: a part that changed since it was listed is checked as it will be read
+      const opened = parts.map((p, i) => ({ ...p, size: files[i]!.size }));
+      checkSizes(opened, base);
+      return new PartsSource(`${join(dir, base)} (${parts.length} parts)`, opened.reduce((s, p) => s + p.size, 0), opened, files);
     } catch (err) {
       await Promise.all(files.map((f) => f.close()));
       throw err;
     }
-    // opened after the sizes were checked: a part that changed meanwhile is checked again
-    checkSizes(parts.map((p, i) => ({ ...p, size: files[i]!.size })), base);
-    const opened = parts.map((p, i) => ({ ...p, size: files[i]!.size }));
-    return new PartsSource(`${join(dir, base)} (${parts.length} parts)`, opened.reduce((s, p) => s + p.size, 0), opened, files);
   }
 
   /** The parts holding [start, end), each with the range within it. */
