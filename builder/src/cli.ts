@@ -139,7 +139,7 @@ export function buildProgram(): Command {
     .option('--passphrase-file <file>', `the encrypted key's passphrase, on the file's first line (or set ${PASSPHRASE_ENV})`)
     .requiredOption('-o, --output <file>', 'bundle file to write (NAME.bundle); NAME.bundle.sha256 is written beside it (and with --agent-image, bundle-agent-VERSION-ARCH.oci.tar and its .sig: see "bundle agent-image export")')
     .option('--force', 'replace an existing output file')
-    .option('--split-size <size>', `write NAME.bundle.part-001-of-NNN files instead of one file: ${SPLIT_SIZE_HELP}`, parseSize)
+    .option('--split-size <size>', `write NAME.bundle.part-001-of-NNN files instead of one file: ${SPLIT_SIZE_HELP}. The bundle is written whole first, then cut into parts in place: onto a FAT32 stick, create on a local disk and "bundle split --out"`, parseSize)
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
     .option('--authfile <file>', 'registry credentials file (default: REGISTRY_AUTH_FILE, else podman\'s, skopeo\'s and docker\'s files, with docker-credential-* helpers)')
