@@ -61,14 +61,14 @@ async function syncFile(path: string): Promise<void> {
 }
 
 /** Bytes [start, end) of `src` into `dest`, streamed and synced; each chunk also to `seen`. */
-async function copyRange(src: string, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void): Promise<void> {
+async function copyRange(src: string, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
   const read = createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 });
   await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
     for await (const c of chunks) {
       seen?.(c);
       yield c;
     }
-  }, createWriteStream(dest, { mode: 0o644 }));
+  }, createWriteStream(dest, { mode: 0o644 }), ...(signal ? [{ signal }] : []));
   await syncFile(dest);
 }
 
@@ -133,14 +133,19 @@ export async function splitBundle(bundle: string, size: number, outDir = dirname
  * So the disk needs room for one part more than the bundle, not twice the bundle. The bundle
  * moves to a temp name first: a failure leaves neither it nor any part, only what was there before.
  */
-export async function splitInPlace(bundle: string, size: number, digest: string): Promise<SplitResult> {
+export async function splitInPlace(bundle: string, size: number, digest: string, signal?: AbortSignal): Promise<SplitResult> {
   const fileSize = (await stat(bundle)).size;
-  const p = plan(dirname(bundle), basename(bundle), fileSize, size);
+  let p: Plan;
+  try {
+    p = plan(dirname(bundle), basename(bundle), fileSize, size);
+  } catch (err) {
+    throw new FormatError('BAD_PARTS', `${(err as Error).message}; ${bundle} is left whole (split it with "bundle split")`);
+  }
   const work = join(p.dir, `.${p.base}.${process.pid}.splitting`);
   await rename(bundle, work);
   try {
     for (let i = p.count - 1; i >= 1; i--) {
-      await copyRange(work, p.temps[i]!, i * size, Math.min(fileSize, (i + 1) * size));
+      await copyRange(work, p.temps[i]!, i * size, Math.min(fileSize, (i + 1) * size), undefined, signal);
       await truncate(work, i * size);
     }
     await syncFile(work);
@@ -151,6 +156,7 @@ export async function splitInPlace(bundle: string, size: number, digest: string)
     await rm(work, { force: true });
     await rm(`${bundle}.sha256`, { force: true });
     await discard(p);
+    if (signal?.aborted) throw signal.reason;
     throw err instanceof FormatError ? err : writeFailure(bundle, err);
   }
 }

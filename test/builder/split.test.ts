@@ -135,6 +135,12 @@ t.test('a split that cannot be made leaves nothing behind', async (t) => {
   const many = await bundle(['split', whole, '--size', '2', '--out', path.join(work, 'many')]);
   t.equal(errorCode(many.stderr), 'BAD_PARTS', 'more than 999 parts: refused');
   t.match(many.stderr, /more than the 999/);
+  const manyDir = path.join(work, 'many-create');
+  await mkdir(manyDir);
+  const manyCreate = await create(path.join(manyDir, 'r.bundle'), ['--split-size', '2']);
+  t.equal(errorCode(manyCreate.stderr), 'BAD_PARTS', 'create: more than 999 parts refused');
+  t.match(manyCreate.stderr, /r\.bundle is left whole/, 'saying what is left');
+  t.same((await readdir(manyDir)).sort(), ['r.bundle', 'r.bundle.sha256'], 'the bundle whole, no part, no temp file');
   // a filesystem with room for two parts (tmpfs: a page each), not for all of them
   const small = path.join(work, 'small');
   await mkdir(small);
