@@ -1,9 +1,9 @@
 import { stat } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { checkSignature, loadTrust, openBundleFile, parseManifestBytes, readLayoutDescription, verifyBundle, type BundleSource } from '@offline-bundle/format';
+import { checkSignature, loadTrust, openBundle, parseManifestBytes, readLayoutDescription, verifyBundle, type BundleSource } from '@offline-bundle/format';
 import { isDigest } from '@offline-bundle/oci';
-import { assertRegularFile, escapeControls } from '@offline-bundle/host';
+import { escapeControls } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
 import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
@@ -15,7 +15,7 @@ import { runLoad } from './load/pipeline.js';
 import { runtimeTarget } from './runtime/runtime-target.js';
 import { forgetRelease, listReleases, pruneReleases, unforgetRelease } from './releases/releases.js';
 import { clearForgotten } from './releases/bundle-records.js';
-import { notLoadable } from './load/bundle-file.js';
+import { assertBundleFile, notLoadable } from './load/bundle-file.js';
 import { forgottenLine, releasesTable } from './releases/releases-text.js';
 import { TOOL_VERSION } from './version.js';
 import { addManCommand } from './man.js';
@@ -144,9 +144,9 @@ and only the second form serves them. The names are printed at start.`)
           checkSignature(bytes, sig, manifest.signer.fingerprint, trust);
           store = await LayoutStore.open(path, catalogOf(manifest));
         } else {
-          await assertRegularFile(path);
+          await assertBundleFile(path);
           // one open for the verifying pass and the serving after it: the same bytes, read twice
-          source = await openBundleFile(path);
+          source = await openBundle(path);
           const v = await verifyBundle(source, { trust, frameDigests: true });
           manifest = v.manifest;
           store = await BundleFileStore.open(source, manifest, catalogOf(manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });

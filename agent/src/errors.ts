@@ -7,7 +7,7 @@ export const AGENT_REASONS = [
   'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'ClusterForbidden', 'ClusterUnreachable', 'InsufficientSpace', 'StagingFailed',
   'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
-  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged',
+  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
 ] as const;
 export type AgentReason = (typeof AGENT_REASONS)[number];
 
@@ -35,6 +35,7 @@ const CODE_REASONS: Record<string, AgentReason> = {
   RUNTIME_UNAVAILABLE: 'RuntimeUnavailable',
   CRI_ERROR: 'RuntimeUnavailable',
   NO_SPACE: 'NoSpaceInImageStore',
+  BAD_PARTS: 'PartsIncomplete',
   PULL_FAILED: 'PullFailed',
   IMAGE_NOT_FOUND: 'PullFailed',
   TIMEOUT: 'PullFailed',

@@ -1,10 +1,11 @@
 import { chmod, open, stat } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { OciError, formatPlatform } from '@offline-bundle/oci';
-import { BaseError, assertRegularFile, escapeControls, writeFileAtomic } from '@offline-bundle/host';
+import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
-  FormatError, PASSPHRASE_ENV, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, withBundleFile, type BundleManifest,
+  FormatError, PASSPHRASE_ENV, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
@@ -19,6 +20,8 @@ import { addClusterCommands } from './cluster.js';
 import { addCacheCommands } from './cache-command.js';
 import { addManCommand } from './man.js';
 import { addAgentImageCommands, reportSidecar, writeSidecar } from './agent-image-command.js';
+import { addSplitCommand, assertBundlePath, assertNoParts } from './split-command.js';
+import { SPLIT_SIZE_HELP, parseSize, splitInPlace } from './split.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
@@ -142,6 +145,7 @@ export function buildProgram(): Command {
     .option('--passphrase-file <file>', `the encrypted key's passphrase, on the file's first line (or set ${PASSPHRASE_ENV})`)
     .option('-o, --output <file>', 'bundle file to write (NAME.bundle; required, here or in -f); NAME.bundle.sha256 is written beside it (and with --agent-image, bundle-agent-VERSION-ARCH.oci.tar and its .sig: see "bundle agent-image export")')
     .option('--force', 'replace an existing output file')
+    .option('--split-size <size>', `write NAME.bundle.part-001-of-NNN files instead of one file: ${SPLIT_SIZE_HELP}. The bundle is written whole first, then cut into parts in place: onto a FAT32 stick, create on a local disk and "bundle split --out"`, parseSize)
     .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
     .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
     .option('--authfile <file>', 'registry credentials file (default: REGISTRY_AUTH_FILE, else podman\'s, skopeo\'s and docker\'s files, with docker-credential-* helpers)')
@@ -191,6 +195,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       if (!o.dryRun && !o.force && (await stat(o.output).catch(() => undefined))?.isFile()) {
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
       }
+      if (o.splitSize && !o.force) await assertNoParts(o.output);
       // skopeo's --creds USER asks the password, which then stays out of the shell's history
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
       if (o.dryRun) return reportPlan(await createBundle({ ...o, images: o.image, imageWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, key: '', output: '' } as CreateOptions & { dryRun: true }), !!o.json);
@@ -198,8 +203,10 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
       const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true, signal: ac.signal }) : undefined;
       if (sidecar && !o.quiet) reportSidecar(sidecar, !!o.json);
+      const parts = o.splitSize ? (await splitInPlace(r.output, o.splitSize, r.fileDigest, ac.signal)).parts : undefined;
+      if (parts && !o.quiet) process.stderr.write(`split into ${plural(parts.length, 'part')}: ${parts.map((p) => basename(p)).join(', ')}\n`);
       if (o.json) {
-        process.stdout.write(JSON.stringify({ output: r.output, digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
+        process.stdout.write(JSON.stringify({ output: r.output, ...(parts ? { parts } : {}), digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {
         // shown even with --quiet: the cluster admin must fix these before the upgrade
         for (const w of r.warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
@@ -211,8 +218,8 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
     .argument('<file>')
     .option('--json', 'print as JSON')
     .action(async (file: string, o: { json?: boolean }) => {
-      const size = (await assertRegularFile(file))?.size ?? 0;
-      const { manifest } = await withBundleFile(file, readHeader);
+      await assertBundlePath(file);
+      const [{ manifest }, size] = await withBundle(file, async (source) => [await readHeader(source), source.size] as const);
       if (o.json) process.stdout.write(JSON.stringify(summary(manifest), null, 2) + '\n');
       else printSummary(manifest, size);
     });
@@ -227,11 +234,11 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
     .argument('<file>'))
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .action(async (file: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
-      await assertRegularFile(file);
+      await assertBundlePath(file);
       const trust = await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn });
       const progress = new Progress({ quiet: o.quiet });
       assertTrust(trust);
-      const v = await withBundleFile(file, (source) => verifyBundle(source, { trust, onProgress: fileProgress(progress, `verifying ${file}`) })).finally(() => progress.finish());
+      const v = await withBundle(file, (source) => verifyBundle(source, { trust, onProgress: fileProgress(progress, `verifying ${file}`) })).finally(() => progress.finish());
       if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
       else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${plural(v.manifest.images.length, 'image')}, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
     });
@@ -242,10 +249,10 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
     .argument('<dir>'))
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .action(async (file: string, dir: string, o: { key?: string[]; digest?: string; json?: boolean; quiet?: boolean }) => {
-      await assertRegularFile(file);
+      await assertBundlePath(file);
       const progress = new Progress({ quiet: o.quiet });
       const trust = await loadTrust(o.key ?? [], o.digest, { onUnsafeKey: warn });
-      const v = await withBundleFile(file, (source) => extractBundle(source, dir, { trust, onProgress: fileProgress(progress, `extracting ${file}`) })).finally(() => progress.finish());
+      const v = await withBundle(file, (source) => extractBundle(source, dir, { trust, onProgress: fileProgress(progress, `extracting ${file}`) })).finally(() => progress.finish());
       if (o.json) process.stdout.write(JSON.stringify({ extracted: dir, digest: v.fileDigest, images: v.manifest.images.length, blobs: v.manifest.blobs.length }) + '\n');
       else process.stdout.write(escapeControls(`extracted ${plural(v.manifest.images.length, 'image')} to ${dir} (OCI layout; e.g. skopeo inspect oci:${dir}:${v.manifest.images[0] ? (v.manifest.images[0].tag ? `${v.manifest.images[0].repository}:${v.manifest.images[0].tag}` : `${v.manifest.images[0].repository}@${v.manifest.images[0].digest}`) : 'REF'})`) + '\n');
     });
@@ -253,6 +260,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
   addClusterCommands(program);
   addCacheCommands(program);
   addAgentImageCommands(program);
+  addSplitCommand(program);
   addCompletionCommand(program);
   addManCommand(program);
   addImageSetCommands(program);

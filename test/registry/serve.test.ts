@@ -1,10 +1,10 @@
 // The agent's read-only registry (packages/registry) against real clients: skopeo copies
 // from `bundle-agent serve` (over a bundle file through the seek index, and over an extracted
-// layout) give the bundle's digests; the distribution API answers as the spec says.
+// layout, and over the parts of a split bundle) give the bundle's digests; the distribution API answers as the spec says.
 import t from 'tap';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { request } from 'node:http';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -59,6 +59,12 @@ t.test('bundle-agent serve', async (t) => {
   const x = await run(BUNDLE, ['extract', file, extracted, '--key', keys.pub, '--quiet']);
   if (x.code === 0) sources.push(['an extracted layout', [extracted, '--key', keys.pub]]);
   else t.fail(`bundle extract failed: ${x.stderr}`);
+  // split so that frames straddle parts: the seek index's random reads span two files
+  const parts = join(dir, 'parts');
+  const partSize = String(Math.ceil((await stat(file)).size / 5) | 1);
+  const sp = await run(BUNDLE, ['split', file, '--size', partSize, '--out', parts, '--json']);
+  if (sp.code === 0) sources.push(['the parts of a split bundle (read from part 2)', [JSON.parse(sp.stdout).parts[1], '--key', keys.pub]]);
+  else t.fail(`bundle split failed: ${sp.stderr}`);
 
   for (const [what, args] of sources) {
     t.test(`over ${what}`, async (t) => {

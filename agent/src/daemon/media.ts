@@ -4,7 +4,9 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from '../releases/bundle-records.js';
 import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
 import type { Logger } from '../log.js';
+import { lookAtPartSet, partSets } from './part-sets.js';
 import { DROP_DIRECTORY_MEDIA } from '@offline-bundle/status';
+import { MAX_PARTS } from '@offline-bundle/format';
 
 export interface FoundBundle {
   file: string;
@@ -149,12 +151,13 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   }
 
   private async scanDir(dir: string, media: () => Promise<string>): Promise<void> {
-    let names: string[];
+    let all: string[];
     try {
-      names = (await readdir(dir)).filter(isBundleName).sort();
+      all = await readdir(dir);
     } catch {
       return;
     }
+    let names = all.filter(isBundleName).sort();
     if (names.length > MAX_BUNDLES_PER_DIR) {
       if (this.overfull.get(dir) !== names.length) {
         this.opts.log.warn('media', `${dir} holds ${names.length} *.bundle files: only the first ${MAX_BUNDLES_PER_DIR} by name are looked at; remove the others`, { dir });
@@ -182,8 +185,26 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       const found = await this.consider(file, key, mtimeMs);
       if (found) this.offer(dir, { file, key, media: await media(), ...found });
     }
+    await this.scanPartSets(dir, all, present, media);
     // only files of this directory: a stick is often mounted below a media root that is a mount too
     for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
+  }
+
+  /** Each split bundle (NAME.bundle.part-NNN-of-NNN) as one bundle: stable, quiet and offered as a set. */
+  private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>): Promise<void> {
+    const { sets, skipped } = partSets(all);
+    if (skipped > 0 && this.overfull.get(`${dir}#parts`) !== skipped) {
+      this.opts.log.warn('media', `${dir} holds more part files than the ${MAX_PARTS} looked at: ${skipped} are not; remove the ones that do not belong`, { dir });
+    }
+    if (skipped > 0) this.overfull.set(`${dir}#parts`, skipped);
+    else this.overfull.delete(`${dir}#parts`);
+    for (const parts of sets.values()) {
+      const look = await lookAtPartSet(dir, parts, () => this.work.stats++);
+      if (!look) continue;
+      present.add(look.file);
+      const found = await this.consider(look.file, look.key, look.mtimeMs);
+      if (found) this.offer(dir, { file: look.file, key: look.key, media: await media(), ...found });
+    }
   }
 
   /** Whether this look makes the file loadable: with its release when its head reads. */

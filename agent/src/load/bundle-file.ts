@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
-import { basename } from 'node:path';
-import { endsWithSeekTable, readHeader, withBundleFile } from '@offline-bundle/format';
+import { basename, dirname } from 'node:path';
+import { endsWithSeekTable, isPartName, parsePartName, partNamesIn, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 
@@ -12,7 +12,16 @@ import { AgentError } from '../errors.js';
  * `bundle-agent load FILE` and a file swapped after the scan.
  */
 export async function assertBundleFile(file: string): Promise<void> {
+  // parts are checked one by one as they are opened (PartsSource opens each as a regular file)
+  if (await isSplitBundle(file)) return;
   await assertRegularFile(file);
+}
+
+/** Whether `path` names a split bundle: one of its parts, or NAME.bundle that is not there while its parts are. */
+async function isSplitBundle(path: string): Promise<boolean> {
+  if (isPartName(path)) return true;
+  if (await stat(path).then(() => true, () => false)) return false;
+  return (await partNamesIn(dirname(path), basename(path)).catch(() => [])).length > 0;
 }
 
 /** A zstd frame's magic number, little-endian: every bundle starts with one. */
@@ -45,6 +54,8 @@ const FIX = 'give the path of a NAME.bundle file';
  * checks the rest and reports a damaged or cut one as such.
  */
 export async function notLoadable(path: string): Promise<string | undefined> {
+  // a part set is checked as a whole (a missing or cut part is named) and the load reads it
+  if (await isSplitBundle(path)) return withBundle(path, async () => undefined).catch((err: Error) => err.message);
   const missing = await stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
   if (missing) return `${path} does not exist: ${FIX}`;
   const irregular = await assertRegularFile(path).then(() => undefined, (err: Error) => err.message);
@@ -75,9 +86,11 @@ export type HeadVerdict =
  * is the load's job: this only tells a bundle from a copy in progress or a file of another kind.
  */
 export async function inspectHead(file: string): Promise<HeadVerdict> {
-  const not = await notABundle(file);
+  const not = isPartName(file) ? undefined : await notABundle(file);
   if (not) return { kind: 'notABundle', why: not };
-  return withBundleFile(file, async (source): Promise<HeadVerdict> => {
+  // an incomplete or mixed part set: offered, so that the load's failure names the part on the status
+  const bad = (err: { code?: string; message: string }): HeadVerdict => { if (err.code === 'BAD_PARTS') return { kind: 'damaged', why: err.message }; throw err; };
+  return withBundle(file, async (source): Promise<HeadVerdict> => {
     if (!(await endsWithSeekTable(source))) return { kind: 'incomplete', why: `${basename(file)} has no seek table at its end (still being copied, or cut short)` };
     try {
       const { manifest } = await readHeader(source);
@@ -85,7 +98,7 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
     } catch (err) {
       return { kind: 'damaged', why: (err as Error).message };
     }
-  });
+  }).catch(bad);
 }
 
 // The file itself vanishing (its stick pulled, or deleted) while the load reads it
@@ -99,6 +112,7 @@ export function mediaGone(err: unknown, file: string): unknown {
   // the format library wraps what the system said as IO_ERROR, keeping it as the cause
   let e = err as NodeJS.ErrnoException | undefined;
   for (let depth = 0; e && typeof e.syscall !== 'string' && depth < 3; depth++) e = e.cause as NodeJS.ErrnoException | undefined;
-  if (typeof e?.syscall !== 'string' || e.path !== file || !GONE.has(e.code ?? '')) return err;
+  const samePart = isPartName(file) && typeof e?.path === 'string' && parsePartName(e.path)?.base === parsePartName(file)?.base;
+  if (typeof e?.syscall !== 'string' || (e.path !== file && !samePart) || !GONE.has(e.code ?? '')) return err;
   return new AgentError('MediaRemoved', `${file} disappeared or cannot be read (${e.code}): was the USB stick removed or the file deleted? Plug it in again, check the path and retry`, { cause: err });
 }

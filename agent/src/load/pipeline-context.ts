@@ -16,6 +16,6 @@ export interface PipelineContext {
   signal?: AbortSignal;
   /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */
   agentVersion?: string;
-  /** Where the bundle's bytes come from (default: the file itself, openBundleFile); the load closes what it opens. */
+  /** Where the bundle's bytes come from (default: the file, or the parts it names, openBundle); the load closes what it opens. */
   openBundle?: (file: string) => Promise<BundleSource>;
 }

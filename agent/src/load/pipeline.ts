@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, openBundleFile, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  checkSignature, extractBundle, loadTrust, openBundle, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -382,7 +382,7 @@ function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, on
  */
 export async function loadBundle(file: string, ctx: PipelineContext): Promise<LoadResult> {
   let source: BundleSource | undefined;
-  const open = async () => (source = await (ctx.openBundle ?? openBundleFile)(file));
+  const open = async () => (source = await (ctx.openBundle ?? openBundle)(file));
   try {
     return await loadFrom(file, ctx, open);
   } finally {

@@ -3,9 +3,9 @@
 // retry forever a file that failed.
 import { createHash } from 'node:crypto';
 import { mkdir, stat } from 'node:fs/promises';
-import { readHeader, withBundleFile } from '@offline-bundle/format';
+import { isPartName, parsePartName, partNamesIn, readHeader, withBundle } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { writeFileAtomic } from '@offline-bundle/host';
 
 export interface BundleRecord {
@@ -37,7 +37,25 @@ export function bundleKey(st: { dev: number; ino: number; size: number; mtimeMs:
 }
 
 export async function keyOf(file: string): Promise<string | undefined> {
-  return stat(file).then((st) => bundleKey(st), () => undefined);
+  if (isPartName(file)) return partsKey(file);
+  // NAME.bundle given while only its parts are there (bundle-agent load NAME.bundle)
+  return stat(file).then((st) => bundleKey(st), () => partsKey(file));
+}
+
+/** The identity of a split bundle: every part's, so a change to any part is a new bundle. */
+export function partsKeyOf(keys: readonly string[]): string {
+  return `parts:${createHash('sha256').update(keys.join(',')).digest('hex').slice(0, 32)}:${keys.length}`;
+}
+
+async function partsKey(file: string): Promise<string | undefined> {
+  const dir = dirname(file);
+  try {
+    const names = await partNamesIn(dir, parsePartName(file)?.base ?? basename(file));
+    if (names.length === 0) return undefined;
+    return partsKeyOf(await Promise.all(names.map(async (n) => bundleKey(await stat(join(dir, n.name))))));
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -47,8 +65,8 @@ export async function keyOf(file: string): Promise<string | undefined> {
  */
 export async function contentOf(file: string): Promise<string | undefined> {
   try {
-    const [{ manifestBytes }, st] = await Promise.all([withBundleFile(file, readHeader), stat(file)]);
-    return `sha256:${createHash('sha256').update(manifestBytes).digest('hex')}:${st.size}`;
+    const [manifestBytes, size] = await withBundle(file, async (source) => [(await readHeader(source)).manifestBytes, source.size] as const);
+    return `sha256:${createHash('sha256').update(manifestBytes).digest('hex')}:${size}`;
   } catch {
     return undefined;
   }

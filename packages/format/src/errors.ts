@@ -28,6 +28,7 @@ export type FormatErrorCode =
   | 'KEY_ERROR'             // a key file cannot be read or is of an unsupported type
   | 'UNSAFE_PERMISSIONS'    // a trusted key file others than root or this user could change
   | 'NO_SPACE'              // the filesystem written to is full (writer)
+  | 'BAD_PARTS'             // a split bundle's parts are incomplete or do not belong together (missing, twice, another count, cut short, too long)
   | 'IO_ERROR';
 
 export class FormatError extends BaseError<FormatErrorCode> {}

@@ -37,6 +37,7 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   RestoreFailed: 'Parts of the update went missing on this node and could not be put back. Plug the USB stick in again.',
   NotRecorded: 'That update is not known on this node. Check the version number and try again.',
   InUse: 'That update is the one the node runs now, so it stays on the node.',
+  PartsIncomplete: 'A part of the update is missing from the USB stick, or does not belong to it. Copy all its parts onto the stick again and plug it in again.',
 };
 
 /**
