@@ -15,10 +15,7 @@ const LONG_FUNCTIONS = {
   'agent/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
   'builder/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
   'agent/src/config.ts': 'parseConfig (to split by section)',
-  'agent/src/daemon.ts': 'runDaemon (to split: start-up, watch loop, shutdown)',
-  'builder/src/create.ts': 'createBundle (to split: resolve, fetch, write)',
   'packages/format/src/reader.ts': 'verifyBundle (to split: head, frames, totals)',
-  'packages/format/src/writer.ts': 'writeBundle (to split: head, blobs, seek index)',
 };
 
 export default tseslint.config(
