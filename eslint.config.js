@@ -14,7 +14,6 @@ const MAX_FUNCTION_LINES = 80;
 const LONG_FUNCTIONS = {
   'agent/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
   'builder/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
-  'agent/src/config.ts': 'parseConfig (to split by section)',
   'packages/format/src/reader.ts': 'verifyBundle (to split: head, frames, totals)',
 };
 
