@@ -267,7 +267,8 @@ function checkCombinations(s: Settings, c: AgentConfig): void {
   if (!p.failed('nodeName') && !isValidNodeName(c.nodeName)) {
     p.fail('nodeName', s.given('nodeName') === undefined ? `the host name ${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}: set nodeName` : `${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}`);
   }
-  if (c.preload.method === 'command' && c.preload.command.length === 0) p.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
+  // (a list refused for one of its items reads as empty: that item is the problem)
+  if (c.preload.method === 'command' && c.preload.command.length === 0 && !p.failed('preload.command')) p.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
   // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
   // (a runtime refused as it stands is named here too: crio is what quadlet needs)
   if (c.selfUpgrade.mode === 'quadlet' && (s.written('runtime') ?? 'crio') !== 'crio') p.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
