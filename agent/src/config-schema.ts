@@ -83,6 +83,11 @@ function keyOf(e: ErrorObject): string {
   return key || '(top)';
 }
 
+/** Whether key `k` is `key` or one under it ("trust.keys[0]" is under "trust"). */
+export function atOrUnder(k: string, key: string): boolean {
+  return k === key || k.startsWith(`${key}.`) || k.startsWith(`${key}[`);
+}
+
 /** The refusal of a key to report: its type before its length before the rest. */
 const rank = (e: ErrorObject) => (e.keyword === 'type' ? 0 : e.keyword === 'minLength' ? 1 : 2);
 
@@ -104,8 +109,7 @@ export function schemaProblems(doc: unknown): KeyProblem[] {
     const seen = byKey.get(key);
     if (e.keyword !== 'anyOf' && (!seen || rank(e) < rank(seen))) byKey.set(key, e);
   }
-  const failedUnder = (key: string) => [...byKey.keys()].some((k) => k === key || k.startsWith(`${key}.`) || k.startsWith(`${key}[`));
-  for (const e of errors) if (e.keyword === 'anyOf' && !failedUnder(keyOf(e))) byKey.set(keyOf(e), e);
+  for (const e of errors) if (e.keyword === 'anyOf' && ![...byKey.keys()].some((k) => atOrUnder(k, keyOf(e)))) byKey.set(keyOf(e), e);
   const unknownFirst = [...byKey].sort(([, a], [, b]) => Number(b.keyword === 'additionalProperties') - Number(a.keyword === 'additionalProperties'));
   return unknownFirst.map(([key, e]) => ({ key, what: fixOf(e, key) }));
 }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { normalizeArch, readSmallFile, unsafePermissions } from '@offline-bundle/oci';
 import { isValidNodeName } from '@offline-bundle/status';
-import { LOOPBACK_FIX, NODE_NAME_RULE, schemaDefault, schemaProblems } from './config-schema.js';
+import { atOrUnder, LOOPBACK_FIX, NODE_NAME_RULE, schemaDefault, schemaProblems } from './config-schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
 /** Largest config file read: the documented example is about 3 KiB. */
@@ -128,7 +128,7 @@ class Problems {
 
   /** Whether a problem was found at `key` or under it. */
   failed(key: string): boolean {
-    return [...this.keys].some((k) => k === key || k.startsWith(`${key}.`) || k.startsWith(`${key}[`));
+    return [...this.keys].some((k) => atOrUnder(k, key));
   }
 
   /** Throws every problem found, if any. */
