@@ -158,7 +158,10 @@ class Settings {
 
   /** The value written at `key`, else the schema's default for it. */
   value<T>(key: string): T {
-    return this.given<T>(key) ?? (schemaDefault(key) as T);
+    const v = this.given<T>(key) ?? schemaDefault(key);
+    // a default dropped from the schema must not read as a silent undefined
+    if (v === undefined) throw new Error(`config.schema.json gives ${key} no default: a bug; report it`);
+    return v as T;
   }
 }
 
