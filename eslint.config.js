@@ -13,7 +13,6 @@ const MAX_FUNCTION_LINES = 80;
 // Over the ceiling today; remove an entry when its function is split along its phases.
 const LONG_FUNCTIONS = {
   'agent/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
-  'builder/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
   'packages/format/src/reader.ts': 'verifyBundle (to split: head, frames, totals)',
 };
 
