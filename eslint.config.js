@@ -13,11 +13,8 @@ const MAX_FUNCTION_LINES = 80;
 // Over the ceiling today; remove an entry when its function is split along its phases.
 const LONG_FUNCTIONS = {
   'agent/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
-  'builder/src/cli.ts': 'buildProgram: the commander definition of every subcommand',
-  'agent/src/config.ts': 'parseConfig (to split by section)',
-  'agent/src/daemon/daemon.ts': 'runDaemon (to split: start-up, watch loop, shutdown)',
-  'builder/src/create.ts': 'createBundle (to split: resolve, fetch, write)',
-  'packages/format/src/writer.ts': 'writeBundle (to split: head, blobs, seek index)',
+  'builder/src/cli.ts': 'buildProgram: the commander definition of every subcommand (split by subcommand next)',
+  'builder/src/create.ts': 'createBundle (to split: preflight, resolve, plan, fetch+write; a split was made and set aside at a merge)',
 };
 
 export default tseslint.config(

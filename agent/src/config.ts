@@ -1,9 +1,10 @@
 import { hostname } from 'node:os';
-import { isAbsolute, join } from 'node:path';
+import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { isDigest, normalizeArch } from '@offline-bundle/oci';
+import { normalizeArch } from '@offline-bundle/oci';
 import { readSmallFile, unsafePermissions } from '@offline-bundle/host';
-import { isValidNodeName, LIMITS } from '@offline-bundle/status';
+import { isValidNodeName } from '@offline-bundle/status';
+import { atOrUnder, LOOPBACK_FIX, NODE_NAME_RULE, schemaDefault, schemaProblems } from './config-schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
 /** Largest config file read: the documented example is about 3 KiB. */
@@ -89,7 +90,6 @@ export class ConfigError extends Error {
   }
 }
 
-const SIZE_RE = /^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$/;
 const UNITS: Record<string, number> = { B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12, KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3, TiB: 1024 ** 4 };
 
 type Raw = Record<string, unknown>;
@@ -104,244 +104,194 @@ export function parseLoopbackAddress(value: string): { host: string; port: numbe
   return { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
 }
 
+/** A byte count the schema accepted (1073741824, "1GiB", "1.5 GB") in bytes. */
+function byteCount(v: number | string): number {
+  if (typeof v === 'number') return v;
+  const m = /^([\d.]+)\s*(\w*)$/.exec(v)!;
+  return Math.round(Number(m[1]) * UNITS[m[2] || 'B']!);
+}
+
 /**
- * Reads values and collects every problem instead of stopping at the first, so one run names
- * all of them. A bad value reads as its default (or empty) so the rest can still be checked;
+ * Collects every problem instead of stopping at the first, so one run names all of them;
  * only the first problem of each key is kept, so one mistake is not reported twice.
  */
-class Reader {
-  private readonly problems: string[] = [];
+class Problems {
+  private readonly lines: string[] = [];
   private readonly keys = new Set<string>();
 
-  constructor(private readonly file: string) {}
+  constructor(readonly file: string) {}
 
   fail(key: string, what: string): void {
     if (this.keys.has(key)) return;
     this.keys.add(key);
-    this.problems.push(`${this.file}: ${key}: ${what}`);
+    this.lines.push(`${this.file}: ${key}: ${what}`);
   }
 
   /** Whether a problem was found at `key` or under it. */
   failed(key: string): boolean {
-    return [...this.keys].some((k) => k === key || k.startsWith(`${key}.`) || k.startsWith(`${key}[`));
+    return [...this.keys].some((k) => atOrUnder(k, key));
   }
 
   /** Throws every problem found, if any. */
   done(): void {
-    if (this.problems.length) throw new ConfigError(this.problems);
-  }
-
-  obj(v: unknown, key: string): Raw {
-    if (v === undefined || v === null) return {};
-    if (typeof v !== 'object' || Array.isArray(v)) {
-      this.fail(key, 'must be a mapping');
-      return {};
-    }
-    return v as Raw;
-  }
-
-  str(v: unknown, key: string, def?: string): string {
-    if (v === undefined || v === null) {
-      if (def !== undefined) return def;
-      this.fail(key, 'is required');
-      return '';
-    }
-    if (typeof v !== 'string' || v === '') {
-      this.fail(key, 'must be a non-empty string');
-      return def ?? '';
-    }
-    return v;
-  }
-
-  bool(v: unknown, key: string, def: boolean): boolean {
-    if (v === undefined || v === null) return def;
-    if (typeof v !== 'boolean') {
-      this.fail(key, 'must be true or false');
-      return def;
-    }
-    return v;
-  }
-
-  int(v: unknown, key: string, def: number, min = 0): number {
-    if (v === undefined || v === null) return def;
-    if (!Number.isInteger(v) || (v as number) < min) {
-      this.fail(key, `must be a whole number of at least ${min}`);
-      return def;
-    }
-    return v as number;
-  }
-
-  size(v: unknown, key: string, def: number): number {
-    if (v === undefined || v === null) return def;
-    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
-    // no trim: the shipped JSON Schema refuses surrounding spaces, and both must accept the same
-    const m = typeof v === 'string' ? SIZE_RE.exec(v) : null;
-    if (!m) {
-      this.fail(key, 'must be a byte count such as 1073741824 or "1GiB"');
-      return def;
-    }
-    return Math.round(Number(m[1]) * UNITS[m[2] ?? 'B']!);
-  }
-
-  strings(v: unknown, key: string, def: string[]): string[] {
-    if (v === undefined || v === null) return def;
-    if (!Array.isArray(v)) {
-      this.fail(key, 'must be a list');
-      return def;
-    }
-    return (v as unknown[]).map((x, i) => this.str(x, `${key}[${i}]`));
-  }
-
-  known(raw: Raw, key: string, allowed: string[]): void {
-    for (const k of Object.keys(raw)) {
-      if (!allowed.includes(k)) this.fail(key ? `${key}.${k}` : k, `unknown key (known: ${allowed.join(', ')})`);
-    }
+    if (this.lines.length) throw new ConfigError(this.lines);
   }
 }
 
 /**
- * Parses and validates a config document; unknown keys are errors so typos never pass
- * silently. Every problem in the document is reported at once (ConfigError.problems).
+ * The document's values once the schema has checked them. A key left empty (null) or refused
+ * reads as its default, so the rest can still be checked.
  */
-export function parseConfig(text: string, file = 'config'): AgentConfig {
-  const r: Reader = new Reader(file);
+class Settings {
+  constructor(private readonly raw: Raw, readonly problems: Problems) {}
+
+  /** The value written at a dotted key; undefined when absent, empty or refused. */
+  given<T>(key: string): T | undefined {
+    return this.problems.failed(key) ? undefined : (this.written(key) ?? undefined) as T | undefined;
+  }
+
+  /** The value written at a dotted key, refused or not. */
+  written(key: string): unknown {
+    let v: unknown = this.raw;
+    for (const part of key.split('.')) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Raw)[part] : undefined;
+    return v;
+  }
+
+  /** The value written at `key`, else the schema's default for it. */
+  value<T>(key: string): T {
+    const v = this.given<T>(key) ?? schemaDefault(key);
+    // a default dropped from the schema must not read as a silent undefined
+    if (v === undefined) throw new Error(`config.schema.json gives ${key} no default: a bug; report it`);
+    return v as T;
+  }
+}
+
+/** The document as a mapping: an empty one is {}, anything else is a problem and reads as {}. */
+function parseDocument(text: string, problems: Problems): Raw {
   let doc: unknown;
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new ConfigError(`${file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
+    throw new ConfigError(`${problems.file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
   }
-  const raw = r.obj(doc, '(top)');
-  r.known(raw, '', ['root', 'nodeName', 'runtime', 'arch', 'criSocket', 'trust', 'version', 'paths', 'media', 'space', 'staging', 'preload', 'reload', 'containerd', 'prefix', 'status', 'selfUpgrade']);
-  const root = r.str(raw.root, 'root', '/');
-  if (!isAbsolute(root)) r.fail('root', 'must be an absolute path');
-  const under = (p: string, key: string) => {
-    if (!isAbsolute(p)) r.fail(key, 'must be an absolute path (it is taken under root)');
-    return join(root, p);
+  if (doc === undefined || doc === null) return {};
+  if (typeof doc === 'object' && !Array.isArray(doc)) return doc as Raw;
+  problems.fail('(top)', 'must be a mapping');
+  return {};
+}
+
+function versionOf(s: Settings): AgentConfig['version'] {
+  const current = s.given<string>('version.current');
+  return {
+    ...(current ? { current } : {}),
+    fromCluster: s.value('version.fromCluster'),
+    allowDowngrade: s.value('version.allowDowngrade'),
+    allowAnySource: s.value('version.allowAnySource'),
+    allowUnknown: s.value('version.allowUnknown'),
+    clusterWaitMinutes: s.value('version.clusterWaitMinutes'),
   };
-  const runtime = r.str(raw.runtime, 'runtime', 'crio');
-  if (runtime !== 'crio' && runtime !== 'containerd') r.fail('runtime', 'must be crio or containerd');
+}
 
-  const trust = r.obj(raw.trust, 'trust');
-  r.known(trust, 'trust', ['keys', 'digest']);
-  const keys = r.strings(trust.keys, 'trust.keys', []).map((k, i) => under(k, `trust.keys[${i}]`));
-  const digest = trust.digest === undefined ? undefined : r.str(trust.digest, 'trust.digest');
-  if (digest !== undefined && !isDigest(digest)) r.fail('trust.digest', 'must be sha256:<64 hex digits>');
-  if (keys.length === 0 && !digest && !r.failed('trust')) r.fail('trust', 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify');
+function pathsOf(s: Settings, under: (p: string) => string, runtime: RuntimeKind): AgentConfig['paths'] {
+  const path = (key: string) => under(s.value(`paths.${key}`));
+  const stateDir = path('stateDir');
+  const statusFile = s.given<string>('paths.statusFile');
+  return {
+    upgradeDir: path('upgradeDir'),
+    stateDir,
+    statusFile: statusFile === undefined ? join(stateDir, 'status.json') : under(statusFile),
+    crioDropInDir: path('crioDropInDir'),
+    registriesDropInDir: path('registriesDropInDir'),
+    containerdCertsDir: path('containerdCertsDir'),
+    imageStoreDir: under(s.given('paths.imageStoreDir') ?? (runtime === 'crio' ? '/var/lib/containers/storage' : '/var/lib/containerd')),
+  };
+}
 
-  const version = r.obj(raw.version, 'version');
-  r.known(version, 'version', ['current', 'fromCluster', 'allowDowngrade', 'allowAnySource', 'allowUnknown', 'clusterWaitMinutes']);
-  const paths = r.obj(raw.paths, 'paths');
-  const pathKeys = ['upgradeDir', 'stateDir', 'statusFile', 'crioDropInDir', 'registriesDropInDir', 'containerdCertsDir', 'imageStoreDir'];
-  r.known(paths, 'paths', pathKeys);
-  const p = (key: string, def: string) => under(r.str(paths[key], `paths.${key}`, def), `paths.${key}`);
-  const stateDir = p('stateDir', '/var/lib/bundle-agent');
-  const media = r.obj(raw.media, 'media');
-  r.known(media, 'media', ['roots', 'watchDirs', 'pollSeconds']);
-  const space = r.obj(raw.space, 'space');
-  r.known(space, 'space', ['reserveBytes']);
-  const staging = r.obj(raw.staging, 'staging');
-  r.known(staging, 'staging', ['keep']);
-  const preload = r.obj(raw.preload, 'preload');
-  r.known(preload, 'preload', ['method', 'command', 'concurrency', 'retries', 'timeoutSeconds']);
-  const method = r.str(preload.method, 'preload.method', 'cri');
-  if (method !== 'cri' && method !== 'command' && method !== 'none') r.fail('preload.method', 'must be cri, command or none');
-  const command = r.strings(preload.command, 'preload.command', []);
-  if (method === 'command' && command.length === 0) r.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
-  const reload = r.obj(raw.reload, 'reload');
-  r.known(reload, 'reload', ['command']);
-  const containerd = r.obj(raw.containerd, 'containerd');
-  // 'ctr' is accepted and ignored: pins went through ctr processes before they used containerd's API
-  r.known(containerd, 'containerd', ['ctr', 'namespace']);
-  const prefix = r.str(raw.prefix, 'prefix', 'offline-bundle');
-  if (!/^[a-z0-9][a-z0-9-]*$/.test(prefix)) r.fail('prefix', 'must be lowercase letters, digits and dashes');
-  const status = r.obj(raw.status, 'status');
-  r.known(status, 'status', ['kubeconfig', 'listen', 'console', 'heartbeatSeconds']);
-  let listen: { host: string; port: number } | undefined;
-  if (status.listen !== undefined) {
-    listen = parseLoopbackAddress(r.str(status.listen, 'status.listen'));
-    if (!listen) r.fail('status.listen', 'must be a loopback address such as 127.0.0.1:9469');
-  }
-  if (typeof version.current === 'number') r.fail('version.current', `must be quoted ("${version.current}"): YAML reads an unquoted 4.10 as the number 4.1`);
-  const current = version.current === undefined ? undefined : r.str(version.current, 'version.current');
+function selfUpgradeOf(s: Settings, under: (p: string) => string): AgentConfig['selfUpgrade'] {
+  const unit = s.value<string>('selfUpgrade.unit');
+  return {
+    mode: s.value('selfUpgrade.mode'),
+    dropInDir: under(s.given('selfUpgrade.dropInDir') ?? `/etc/containers/systemd/${unit}.container.d`),
+    daemonReload: s.value('selfUpgrade.daemonReload'),
+    restart: s.given('selfUpgrade.restart') ?? [...ON_HOST, 'systemctl', '--no-block', 'restart', unit],
+    scheduleRollback: s.value('selfUpgrade.scheduleRollback'),
+    confirmMinutes: s.value('selfUpgrade.confirmMinutes'),
+    unit,
+  };
+}
 
-  const selfUpgrade = r.obj(raw.selfUpgrade, 'selfUpgrade');
-  r.known(selfUpgrade, 'selfUpgrade', ['mode', 'dropInDir', 'daemonReload', 'restart', 'scheduleRollback', 'confirmMinutes', 'unit']);
-  const upgradeMode = r.str(selfUpgrade.mode, 'selfUpgrade.mode', 'off');
-  if (upgradeMode === 'tarball') r.fail('selfUpgrade.mode', 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off');
-  if (upgradeMode !== 'off' && upgradeMode !== 'quadlet') r.fail('selfUpgrade.mode', 'must be off or quadlet');
-  // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
-  if (upgradeMode === 'quadlet' && runtime !== 'crio') r.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
-  const unit = r.str(selfUpgrade.unit, 'selfUpgrade.unit', 'bundle-agent');
-  if (!/^[A-Za-z0-9][A-Za-z0-9@._-]{0,200}$/.test(unit)) r.fail('selfUpgrade.unit', 'must be a systemd unit name (letters, digits, @ . _ -)');
+function statusOf(s: Settings, under: (p: string) => string): AgentConfig['status'] {
+  const kubeconfig = s.given<string>('status.kubeconfig');
+  const address = s.given<string>('status.listen');
+  const listen = address === undefined ? undefined : parseLoopbackAddress(address);
+  if (address !== undefined && !listen) s.problems.fail('status.listen', LOOPBACK_FIX);
+  return {
+    ...(kubeconfig !== undefined ? { kubeconfig: under(kubeconfig) } : {}),
+    ...(listen ? { listen } : {}),
+    console: s.value('status.console'),
+    heartbeatSeconds: s.value('status.heartbeatSeconds'),
+  };
+}
 
-  // the kubelet registers the Node under the lowercased host name; the status object carries its name
-  const nodeName = r.str(raw.nodeName, 'nodeName', hostname().toLowerCase());
-  const nodeNameRule = `is not a Kubernetes node name (lowercase letters, digits, '-' and '.'; at most ${LIMITS.nodeName})`;
-  if (!r.failed('nodeName') && !isValidNodeName(nodeName)) {
-    r.fail('nodeName', raw.nodeName === undefined || raw.nodeName === null ? `the host name ${JSON.stringify(nodeName)} ${nodeNameRule}: set nodeName` : `${JSON.stringify(nodeName)} ${nodeNameRule}`);
-  }
-
-  if (version.fromCluster === true && status.kubeconfig === undefined) r.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
-  const config: AgentConfig = {
+/** The configuration the values give, with the defaults that depend on other keys or this host. */
+function configOf(s: Settings): AgentConfig {
+  const root = s.value<string>('root');
+  const under = (p: string) => join(root, p);
+  const runtime = s.value<RuntimeKind>('runtime');
+  const crio = runtime === 'crio';
+  const digest = s.given<string>('trust.digest');
+  return {
     root,
-    nodeName,
-    runtime: runtime as RuntimeKind,
-    arch: normalizeArch(r.str(raw.arch, 'arch', normalizeArch(process.arch === 'x64' ? 'amd64' : process.arch))),
-    criSocket: under(r.str(raw.criSocket, 'criSocket', runtime === 'crio' ? '/var/run/crio/crio.sock' : '/run/containerd/containerd.sock'), 'criSocket'),
-    trust: { keys, ...(digest ? { digest } : {}) },
-    version: {
-      ...(current ? { current } : {}),
-      fromCluster: r.bool(version.fromCluster, 'version.fromCluster', false),
-      allowDowngrade: r.bool(version.allowDowngrade, 'version.allowDowngrade', false),
-      allowAnySource: r.bool(version.allowAnySource, 'version.allowAnySource', false),
-      allowUnknown: r.bool(version.allowUnknown, 'version.allowUnknown', false),
-      clusterWaitMinutes: r.int(version.clusterWaitMinutes, 'version.clusterWaitMinutes', 30, 0),
-    },
-    paths: {
-      upgradeDir: p('upgradeDir', '/var/lib/upgrade'),
-      stateDir,
-      statusFile: paths.statusFile === undefined ? join(stateDir, 'status.json') : p('statusFile', ''),
-      crioDropInDir: p('crioDropInDir', '/etc/crio/crio.conf.d'),
-      registriesDropInDir: p('registriesDropInDir', '/etc/containers/registries.conf.d'),
-      containerdCertsDir: p('containerdCertsDir', '/etc/containerd/certs.d'),
-      imageStoreDir: p('imageStoreDir', runtime === 'crio' ? '/var/lib/containers/storage' : '/var/lib/containerd'),
-    },
-    media: {
-      roots: r.strings(media.roots, 'media.roots', ['/media', '/run/media', '/mnt']).map((m, i) => under(m, `media.roots[${i}]`)),
-      watchDirs: r.strings(media.watchDirs, 'media.watchDirs', [join('/var/lib/bundle-agent', 'drop')]).map((m, i) => under(m, `media.watchDirs[${i}]`)),
-      pollSeconds: r.int(media.pollSeconds, 'media.pollSeconds', 2, 1),
-    },
-    space: { reserveBytes: r.size(space.reserveBytes, 'space.reserveBytes', 1024 ** 3) },
-    staging: { keep: staging.keep === 'untilComplete' ? 'untilComplete' : r.bool(staging.keep, 'staging.keep', false) },
+    // the kubelet registers the Node under the lowercased host name; the status object carries its name
+    nodeName: s.given('nodeName') ?? hostname().toLowerCase(),
+    runtime,
+    arch: normalizeArch(s.given('arch') ?? normalizeArch(process.arch === 'x64' ? 'amd64' : process.arch)),
+    criSocket: under(s.given('criSocket') ?? (crio ? '/var/run/crio/crio.sock' : '/run/containerd/containerd.sock')),
+    trust: { keys: s.value<string[]>('trust.keys').map(under), ...(digest ? { digest } : {}) },
+    version: versionOf(s),
+    paths: pathsOf(s, under, runtime),
+    media: { roots: s.value<string[]>('media.roots').map(under), watchDirs: s.value<string[]>('media.watchDirs').map(under), pollSeconds: s.value('media.pollSeconds') },
+    space: { reserveBytes: byteCount(s.value('space.reserveBytes')) },
+    staging: { keep: s.value('staging.keep') },
     preload: {
-      method: method as AgentConfig['preload']['method'],
-      command,
-      concurrency: r.int(preload.concurrency, 'preload.concurrency', 3, 1),
-      retries: r.int(preload.retries, 'preload.retries', 3, 0),
-      timeoutSeconds: r.int(preload.timeoutSeconds, 'preload.timeoutSeconds', 1800, 1),
+      method: s.value('preload.method'), command: s.value('preload.command'),
+      concurrency: s.value('preload.concurrency'), retries: s.value('preload.retries'), timeoutSeconds: s.value('preload.timeoutSeconds'),
     },
-    reload: { command: r.strings(reload.command, 'reload.command', runtime === 'crio' ? ['systemctl', 'reload', 'crio'] : []) },
-    containerd: { namespace: r.str(containerd.namespace, 'containerd.namespace', 'k8s.io') },
-    prefix,
-    selfUpgrade: {
-      mode: upgradeMode as AgentConfig['selfUpgrade']['mode'],
-      dropInDir: under(r.str(selfUpgrade.dropInDir, 'selfUpgrade.dropInDir', `/etc/containers/systemd/${unit}.container.d`), 'selfUpgrade.dropInDir'),
-      daemonReload: r.strings(selfUpgrade.daemonReload, 'selfUpgrade.daemonReload', [...ON_HOST, 'systemctl', 'daemon-reload']),
-      restart: r.strings(selfUpgrade.restart, 'selfUpgrade.restart', [...ON_HOST, 'systemctl', '--no-block', 'restart', unit]),
-      scheduleRollback: r.strings(selfUpgrade.scheduleRollback, 'selfUpgrade.scheduleRollback', [...ON_HOST, 'systemd-run', '--collect']),
-      // 0 would roll back every switch before the new agent could confirm it
-      confirmMinutes: r.int(selfUpgrade.confirmMinutes, 'selfUpgrade.confirmMinutes', 10, 1),
-      unit,
-    },
-    status: {
-      ...(status.kubeconfig !== undefined ? { kubeconfig: under(r.str(status.kubeconfig, 'status.kubeconfig'), 'status.kubeconfig') } : {}),
-      ...(listen ? { listen } : {}),
-      console: r.bool(status.console, 'status.console', true),
-      heartbeatSeconds: r.int(status.heartbeatSeconds, 'status.heartbeatSeconds', 30, 1),
-    },
+    reload: { command: s.given('reload.command') ?? (crio ? ['systemctl', 'reload', 'crio'] : []) },
+    containerd: { namespace: s.value('containerd.namespace') },
+    prefix: s.value('prefix'),
+    selfUpgrade: selfUpgradeOf(s, under),
+    status: statusOf(s, under),
   };
-  r.done();
+}
+
+/** What one key cannot say alone: the rules between keys, and a node name taken from the host. */
+function checkCombinations(s: Settings, c: AgentConfig): void {
+  const p = s.problems;
+  if (!p.failed('nodeName') && !isValidNodeName(c.nodeName)) {
+    p.fail('nodeName', s.given('nodeName') === undefined ? `the host name ${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}: set nodeName` : `${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}`);
+  }
+  // (a list refused for one of its items reads as empty: that item is the problem)
+  if (c.preload.method === 'command' && c.preload.command.length === 0 && !p.failed('preload.command')) p.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
+  // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
+  // (a runtime refused as it stands is named here too: crio is what quadlet needs)
+  if (c.selfUpgrade.mode === 'quadlet' && (s.written('runtime') ?? 'crio') !== 'crio') p.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
+  if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
+}
+
+/**
+ * Parses and validates a config document against the shipped JSON Schema, then what the schema
+ * cannot say; unknown keys are errors so typos never pass silently. Every problem in the
+ * document is reported at once (ConfigError.problems).
+ */
+export function parseConfig(text: string, file = 'config'): AgentConfig {
+  const problems = new Problems(file);
+  const raw = parseDocument(text, problems);
+  for (const { key, what } of schemaProblems(raw)) problems.fail(key, what);
+  const settings = new Settings(raw, problems);
+  const config = configOf(settings);
+  checkCombinations(settings, config);
+  problems.done();
   return config;
 }
 

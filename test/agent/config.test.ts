@@ -162,9 +162,8 @@ try { console.log(parseConfig(${JSON.stringify(minimal)}, 'cfg.yaml').nodeName);
 });
 
 // systemd/config.schema.json, shipped beside the example (share/bundle-agent/) for editors and
-// CI checks (#26). The agent validates with its own reader (every problem, one line each, and
-// what a schema cannot say: loopback addresses, paths under root, combinations); this holds
-// the two to the same keys and types.
+// CI checks (#26). The agent validates with that schema (config-schema.ts) and then checks the
+// rules between keys; this holds the two to the same keys and types (config-schema.test.ts: more).
 t.test('the shipped JSON Schema: valid (ajv, strict), accepts the example, knows exactly the keys the agent knows', async (t) => {
   const { Ajv } = await import('ajv') as unknown as { Ajv: new (o: object) => { compile(s: object): ((d: unknown) => boolean) & { errors?: { instancePath: string; message?: string }[] } } };
   const { parse } = await import('yaml');

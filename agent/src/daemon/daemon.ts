@@ -6,7 +6,7 @@ import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
-import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten } from '../releases/bundle-records.js';
+import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
 import { restoreVanishedImages } from '../releases/restore.js';
 import { withLoadLock } from '../load/lock.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
@@ -104,153 +104,215 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
   };
 }
 
+/** Runs one task at a time, in the order asked. */
+type Exclusive = <T>(fn: () => Promise<T>) => Promise<T>;
+
+function exclusiveQueue(): Exclusive {
+  let chain: Promise<unknown> = Promise.resolve();
+  return <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = chain.then(fn);
+    chain = run.catch(() => undefined);
+    return run;
+  };
+}
+
+/** What the daemon's phases share. */
+interface Daemon {
+  config: AgentConfig;
+  log: Logger;
+  tracker: StatusTracker;
+  signal: AbortSignal;
+  agentVersion: string;
+  /** One thing at a time in this process: a load, a re-merge of the CRI-O pins, a retried unpin. */
+  exclusive: Exclusive;
+}
+
+/**
+ * A switch to a new agent: this start confirms it, or finds it undone. First, and needing
+ * neither the load lock nor a clean start-up: the host's rollback timer is counting. Returns
+ * the switch whose previous image's pin is to go once the lock is ours.
+ */
+async function settleSwitchAtStart(d: Daemon): Promise<AgentSwitchRecord | undefined> {
+  const { config, log, tracker, agentVersion } = d;
+  let unpinPending: AgentSwitchRecord | undefined;
+  const rt = runtimeTarget(config, log);
+  try {
+    const wasPending = (await readAgentSwitch(config.paths.stateDir))?.state === 'pending';
+    const settled = await settleAgentSwitch({ config, log, tracker, runtime: rt, agentVersion }, Date.now(), { unpin: false });
+    // confirmed by this start: the previous image's pin goes once the lock is ours
+    if (wasPending && settled?.state === 'done' && settled.from.image) unpinPending = settled;
+    // a newer agent the MachineConfig brought, hidden by our drop-in naming this older one
+    await dropOutdatedDropIn({ config, log, tracker, runtime: rt, agentVersion });
+  } catch (err) {
+    log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`);
+  } finally {
+    await rt.close();
+  }
+  return unpinPending;
+}
+
+/**
+ * Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
+ * pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
+ * Returns the unpin still pending (the lock was busy).
+ */
+async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): Promise<AgentSwitchRecord | undefined> {
+  const { config, log, tracker, agentVersion, signal } = d;
+  let pending = unpin;
+  await withLoadLock(config.paths.stateDir, async () => {
+    const cleaner = runtimeTarget(config, log);
+    try {
+      await removeLeftovers(config, cleaner, log, tracker.current.history).catch((err) => log.warn('start', `leftovers of an earlier load not removed: ${oneLine(err)}`));
+      // the previous agent image loses the switch's pin (the pins change: under the lock)
+      if (pending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, pending);
+      pending = undefined;
+      await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
+    } finally {
+      await cleaner.close();
+    }
+  }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
+  return pending;
+}
+
+/** The lock was busy at start (a `bundle-agent load` beside us): the unpin is tried again until it is done. */
+function retryUnpin(d: Daemon, rec: AgentSwitchRecord): NodeJS.Timeout {
+  const { config, log, tracker, agentVersion } = d;
+  let pending: AgentSwitchRecord | undefined = rec;
+  const timer = setInterval(() => {
+    if (!pending) return void clearInterval(timer);
+    const current = pending;
+    void d.exclusive(() => withLoadLock(config.paths.stateDir, async () => {
+      const rt = runtimeTarget(config, log);
+      try {
+        await unpinPreviousAgent({ config, log, tracker, runtime: rt, agentVersion }, current);
+        pending = undefined;
+      } finally {
+        await rt.close();
+      }
+    })).catch(() => undefined);
+  }, UNPIN_RETRY_MS);
+  timer.unref();
+  return timer;
+}
+
+/** The bundles the watcher offered, waiting for their load, and those waiting to be offered again. */
+class BundleQueue {
+  private readonly items: FoundBundle[] = [];
+  private wake: (() => void) | undefined;
+  private readonly retries = new Set<NodeJS.Timeout>();
+
+  constructor(private readonly pollSeconds: number) {}
+
+  offer(b: FoundBundle): void {
+    // a newer copy of the same file replaces one still waiting: each change is loaded once
+    const stale = this.items.findIndex((q) => q.file === b.file);
+    if (stale >= 0) this.items.splice(stale, 1);
+    this.items.push(b);
+    this.wake?.();
+  }
+
+  /** Offers `b` again after a poll interval, unless its file changed or went meanwhile. */
+  retryLater(b: FoundBundle): void {
+    const timer = setTimeout(() => {
+      this.retries.delete(timer);
+      // offered again meanwhile (a newer copy), or gone, or changed: the watcher decides
+      void keyOf(b.file).then((key) => {
+        if (key !== b.key || this.items.some((q) => q.file === b.file)) return;
+        this.items.push(b);
+        this.wake?.();
+      });
+    }, this.pollSeconds * 1000);
+    this.retries.add(timer);
+  }
+
+  /** The next bundle, waiting for one; undefined once `signal` aborts. */
+  async next(signal: AbortSignal): Promise<FoundBundle | undefined> {
+    while (!signal.aborted) {
+      const next = this.items.shift();
+      if (next) return next;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        signal.addEventListener('abort', () => resolve(), { once: true });
+      });
+      this.wake = undefined;
+    }
+    return undefined;
+  }
+
+  stop(): void {
+    for (const r of this.retries) clearTimeout(r);
+  }
+}
+
+/** A bundle of a release forgotten on this node is not loaded from media: says so, and how to load it. */
+async function refuseForgotten(d: Daemon, next: FoundBundle): Promise<boolean> {
+  const forgotten = next.release && isForgotten(await readForgotten(d.config.paths.stateDir), next.release);
+  if (!forgotten) return false;
+  const again = onRemovableMedia(next.media) ? 'plug the stick in again' : 'copy the file into the directory again';
+  const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and ${again}, or bundle-agent load ${next.file}`;
+  d.log.warn('media', why, { file: next.file, version: forgotten.version });
+  d.tracker.condition('MediaDetected', 'False', 'ReleaseForgotten', why);
+  return true;
+}
+
+/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. */
+async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
+  const { config, log, tracker, signal, agentVersion } = d;
+  if (await refuseForgotten(d, next)) return;
+  const runtime = runtimeTarget(config, log);
+  // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
+  const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
+  if (rec) before.delete(rec.key);
+  const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
+  if (done) {
+    log.info('media', done === 'loaded'
+      ? `${next.file} was loaded before this start (${rec!.version}) and its images are in the runtime: not loading it again`
+      : `${next.file} failed before this start (${rec!.reason}): not trying the same file again; replace it, plug the stick in again, or run bundle-agent load`, { file: next.file, reason: rec!.reason });
+    await runtime.close();
+    return;
+  }
+  try {
+    await d.exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
+  } catch (err) {
+    // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
+    if (err instanceof AgentError && err.reason === 'Busy') {
+      log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
+      queue.retryLater(next);
+      return;
+    }
+    // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
+    // longer than the quiet time) has a new identity: the watcher offers it again once stable.
+    if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
+  } finally {
+    await runtime.close();
+  }
+}
+
 /**
  * The daemon: watches for media and loads each new bundle, one at a time. A failing bundle
  * is reported and the daemon goes on watching for the next stick.
  */
 export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortSignal, opts: { agentVersion?: string } = {}): Promise<void> {
-  const agentVersion = opts.agentVersion ?? TOOL_VERSION;
-  // One thing at a time in this process: a load, a re-merge of the CRI-O pins, a retried unpin.
-  let chain: Promise<unknown> = Promise.resolve();
-  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
-    const run = chain.then(fn);
-    chain = run.catch(() => undefined);
-    return run;
-  };
+  const exclusive = exclusiveQueue();
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
-  // A switch to a new agent: this start confirms it, or finds it undone. First, and needing
-  // neither the load lock nor a clean start-up: the host's rollback timer is counting.
-  let unpinPending: AgentSwitchRecord | undefined;
-  {
-    const rt = runtimeTarget(config, log);
-    try {
-      const wasPending = (await readAgentSwitch(config.paths.stateDir))?.state === 'pending';
-      const settled = await settleAgentSwitch({ config, log, tracker, runtime: rt, agentVersion }, Date.now(), { unpin: false });
-      // confirmed by this start: the previous image's pin goes once the lock is ours
-      if (wasPending && settled?.state === 'done' && settled.from.image) unpinPending = settled;
-      // a newer agent the MachineConfig brought, hidden by our drop-in naming this older one
-      await dropOutdatedDropIn({ config, log, tracker, runtime: rt, agentVersion });
-    } catch (err) {
-      log.warn('agent', `cannot settle the agent switch: ${oneLine(err)}`);
-    } finally {
-      await rt.close();
-    }
-  }
-  // Leftovers of a load that was killed (crash, reboot): partial staging and mirror drop-ins
-  // pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
-  const underLock = async () => {
-    await withLoadLock(config.paths.stateDir, async () => {
-      const cleaner = runtimeTarget(config, log);
-      try {
-        await removeLeftovers(config, cleaner, log, tracker.current.history).catch((err) => log.warn('start', `leftovers of an earlier load not removed: ${oneLine(err)}`));
-        // the previous agent image loses the switch's pin (the pins change: under the lock)
-        if (unpinPending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, unpinPending);
-        unpinPending = undefined;
-        await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
-      } finally {
-        await cleaner.close();
-      }
-    });
-  };
-  await underLock().catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
-  // the lock was busy (a `bundle-agent load` beside us): the unpin waits, and is tried again
-  let unpinRetry: NodeJS.Timeout | undefined;
-  if (unpinPending) {
-    unpinRetry = setInterval(() => {
-      if (!unpinPending) return void clearInterval(unpinRetry);
-      const rec = unpinPending;
-      void exclusive(() => withLoadLock(config.paths.stateDir, async () => {
-        const rt = runtimeTarget(config, log);
-        try {
-          await unpinPreviousAgent({ config, log, tracker, runtime: rt, agentVersion }, rec);
-          unpinPending = undefined;
-        } finally {
-          await rt.close();
-        }
-      })).catch(() => undefined);
-    }, UNPIN_RETRY_MS);
-    unpinRetry.unref();
-  }
+  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive };
+  const unpinPending = await cleanUpAtStart(d, await settleSwitchAtStart(d));
+  const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
   // What was decided before this start: offered again by the first scan, left alone once (a
   // stick plugged in again is a new request, and is loaded).
   const before = new Map((await readBundleRecords(config.paths.stateDir)).map((r) => [r.key, r]));
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
-  const queue: FoundBundle[] = [];
-  let wake: (() => void) | undefined;
-  watcher.on('bundle', (b) => {
-    // a newer copy of the same file replaces one still waiting: each change is loaded once
-    const stale = queue.findIndex((q) => q.file === b.file);
-    if (stale >= 0) queue.splice(stale, 1);
-    queue.push(b);
-    wake?.();
-  });
-  const retries = new Set<NodeJS.Timeout>();
-  const retryLater = (b: FoundBundle) => {
-    const timer = setTimeout(() => {
-      retries.delete(timer);
-      // offered again meanwhile (a newer copy), or gone, or changed: the watcher decides
-      void keyOf(b.file).then((key) => {
-        if (key !== b.key || queue.some((q) => q.file === b.file)) return;
-        queue.push(b);
-        wake?.();
-      });
-    }, config.media.pollSeconds * 1000);
-    retries.add(timer);
-  };
+  const queue = new BundleQueue(config.media.pollSeconds);
+  watcher.on('bundle', (b) => queue.offer(b));
   await watcher.start();
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
   try {
-    while (!signal.aborted) {
-      const next = queue.shift();
-      if (!next) {
-        await new Promise<void>((resolve) => {
-          wake = resolve;
-          signal.addEventListener('abort', () => resolve(), { once: true });
-        });
-        wake = undefined;
-        continue;
-      }
-      const forgotten = next.release && isForgotten(await readForgotten(config.paths.stateDir), next.release);
-      if (forgotten) {
-        const again = onRemovableMedia(next.media) ? 'plug the stick in again' : 'copy the file into the directory again';
-        const why = `${next.file} holds release ${forgotten.version} (${forgotten.arch}), which was forgotten on this node (bundle-agent releases forget, ${forgotten.at}): not loading it; to load it, run bundle-agent releases unforget ${forgotten.version} and ${again}, or bundle-agent load ${next.file}`;
-        log.warn('media', why, { file: next.file, version: forgotten.version });
-        tracker.condition('MediaDetected', 'False', 'ReleaseForgotten', why);
-        continue;
-      }
-      const runtime = runtimeTarget(config, log);
-      // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
-      const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
-      if (rec) before.delete(rec.key);
-      const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
-      if (done) {
-        log.info('media', done === 'loaded'
-          ? `${next.file} was loaded before this start (${rec!.version}) and its images are in the runtime: not loading it again`
-          : `${next.file} failed before this start (${rec!.reason}): not trying the same file again; replace it, plug the stick in again, or run bundle-agent load`, { file: next.file, reason: rec!.reason });
-        await runtime.close();
-        continue;
-      }
-      try {
-        await exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
-      } catch (err) {
-        // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
-        if (err instanceof AgentError && err.reason === 'Busy') {
-          log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
-          retryLater(next);
-          continue;
-        }
-        // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
-        // longer than the quiet time) has a new identity: the watcher offers it again once stable.
-        if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
-      } finally {
-        await runtime.close();
-      }
-    }
+    for (let next = await queue.next(signal); next; next = await queue.next(signal)) await handleBundle(d, next, before, queue);
   } finally {
     if (unpinRetry) clearInterval(unpinRetry);
-    for (const r of retries) clearTimeout(r);
+    queue.stop();
     watcher.stop();
     stopPinsWatch();
     await closeOutputs();

@@ -324,35 +324,56 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promis
   });
 }
 
-/**
- * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
- * into place once synced. The head (bundle.json and its signature, first in the archive) is
- * reserved and written last, as raw zstd blocks whose size depends on the length alone, with
- * bundle.json padded to the length it has with the widest imageStoreBytes: so the layout's
- * frames can be packed while its blobs are still arriving, before that figure is known. Then
- * the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
- */
-export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
-  const level = input.level ?? 3;
-  const tmpOut = `${input.output}.${process.pid}.tmp`;
-  const sidecarTmp = `${input.output}.sha256.${process.pid}.tmp`;
+/** What writeBundle settles before it writes a byte: the entries, the manifest and the head's reserved size. */
+interface BundlePlan {
+  level: number;
+  tmpOut: string;
+  sidecarTmp: string;
+  blobs: WriteBundleInput['blobs'];
+  layoutEntries: PackEntry[];
+  layoutBytes: number;
+  manifestWith: (imageStoreBytes: number) => BundleManifest;
+  manifestLength: number;
+  signatureLength: number;
+  headFrames: FrameEntry[];
+  headBytes: number;
+}
+
+/** What a write holds open, for the clean-up when it fails. */
+interface WriteState {
+  out?: FileHandle | undefined;
+  file?: Appender;
+  hasher?: FileHasher;
+  headWrite?: Promise<BundleManifest>;
+  failed: boolean;
+}
+
+function readyBlob(b: WriteBundleInput['blobs'][number]): Promise<ReadyBlob> {
+  return 'ready' in b ? b.ready() : Promise.resolve({ path: b.path, verified: b.verified === true });
+}
+
+/** The layout's entries: oci-layout, index.json, then every blob in digest order. */
+function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackEntry[] {
+  return [
+    { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
+    { name: INDEX_JSON, size: index.length, open: () => index },
+    ...blobs.map((b) => ({
+      name: blobPath(b.digest), size: b.size, digest: b.digest,
+      open: async () => {
+        const r = await readyBlob(b);
+        return { stream: createReadStream(r.path, { highWaterMark: READ_CHUNK }), check: !r.verified };
+      },
+    })),
+  ];
+}
+
+function planBundle(input: WriteBundleInput): BundlePlan {
   const blobs = [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
   // Checked before hours of packing, not after: readers refuse an image without its manifest.
   const packed = new Set(blobs.map((b) => b.digest));
   const unpacked = input.images.find((im) => !packed.has(im.digest));
   if (unpacked) throw new FormatError('INVALID_MANIFEST', `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`);
-  const ready = (b: (typeof blobs)[number]): Promise<ReadyBlob> => ('ready' in b ? b.ready() : Promise.resolve({ path: b.path, verified: b.verified === true }));
-  const layoutEntries: PackEntry[] = [
-    { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
-    { name: INDEX_JSON, size: input.index.length, open: () => input.index },
-    ...blobs.map((b) => ({
-      name: blobPath(b.digest), size: b.size, digest: b.digest,
-      open: async () => {
-        const r = await ready(b);
-        return { stream: createReadStream(r.path, { highWaterMark: READ_CHUNK }), check: !r.verified };
-      },
-    })),
-  ];
+  const layoutEntries = layoutEntriesOf(input.index, blobs);
   const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
   const manifestWith = (imageStoreBytes: number): BundleManifest => ({
     schemaVersion: SCHEMA_VERSION,
@@ -375,87 +396,119 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   // bytes, ECDSA DER: at most 139), so this one's padded length is the final one's
   const signatureLength = signBytes(serializeManifest(widest), input.key).length;
   const headFrames = headFrameSizes(manifestLength, signatureLength);
-  const headBytes = headFrames.reduce((s, f) => s + f.compressedSize, 0);
+  return {
+    level: input.level ?? 3,
+    tmpOut: `${input.output}.${process.pid}.tmp`,
+    sidecarTmp: `${input.output}.sha256.${process.pid}.tmp`,
+    blobs, layoutEntries, layoutBytes, manifestWith, manifestLength, signatureLength, headFrames,
+    headBytes: headFrames.reduce((s, f) => s + f.compressedSize, 0),
+  };
+}
 
+/**
+ * The head, once every blob has arrived (the figure is known then, while the last ones are
+ * still being packed); from then on the file is hashed as it is written.
+ */
+async function writeHead(input: WriteBundleInput, plan: BundlePlan, appender: Appender, state: WriteState): Promise<BundleManifest> {
+  await Promise.all(plan.blobs.map(readyBlob));
+  const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
+  input.signal?.throwIfAborted();
+  const manifest = plan.manifestWith(imageStoreBytes);
+  validateManifest(manifest);
+  const manifestBytes = paddedManifest(manifest, plan.manifestLength);
+  const signature = signBytes(manifestBytes, input.key);
+  if (paddedSize(signature.length) !== paddedSize(plan.signatureLength)) {
+    throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(plan.signatureLength)} reserved for it: a writer bug; report it`);
+  }
+  const head: Buffer[] = [];
+  const packedHead = await packFrames(headEntries(manifestBytes, signature), async (f) => { head.push(f); }, false, plan.level, undefined, undefined, true);
+  const headBuf = Buffer.concat(head);
+  if (headBuf.length !== plan.headBytes || packedHead.frames.length !== plan.headFrames.length) {
+    throw new FormatError('INVALID_MANIFEST', `the head came to ${headBuf.length} bytes, not the ${plan.headBytes} reserved: a writer bug; report it`);
+  }
+  await appender.writeAll(headBuf, 0);
+  // the write failed meanwhile and its file is going: no thread to hash it
+  if (state.failed) throw new Error('stopped');
+  const hasher = new FileHasher(plan.tmpOut);
+  state.hasher = hasher;
+  appender.onWritten = (n) => hasher.upTo(n);
+  return manifest;
+}
+
+/** Progress in layout bytes; the packed stream counts tar headers and padding too. */
+function progressOf(input: WriteBundleInput, layoutBytes: number): (n: number) => void {
   let done = 0;
-  const onBytes = (n: number) => {
+  return (n) => {
     done += n;
-    // n counts tar headers and padding too: without the cap, progress would end past 100 %
+    // without the cap, progress would end past 100 %
     input.onProgress?.(Math.min(done, layoutBytes), layoutBytes);
   };
-  let out: FileHandle | undefined;
-  let file: Appender | undefined;
-  let hasher: FileHasher | undefined;
-  let headWrite: Promise<BundleManifest> | undefined;
-  let failed = false;
+}
+
+/** Hashes, syncs and renames the written file, its sidecar beside it; returns its digest. */
+async function finishFile(input: WriteBundleInput, plan: BundlePlan, state: WriteState, fileSize: number): Promise<string> {
+  // Ctrl-C while finishing (the hash catching up, a slow stick's sync) still leaves the output
+  // untouched: checked before each step, and the wait for the hash gives way to it
+  const stopped = () => input.signal?.throwIfAborted();
+  stopped();
+  const fileDigest = await untilAborted(state.hasher!.digest(fileSize), input.signal);
+  stopped();
+  await state.out!.sync();
+  await state.out!.close();
+  state.out = undefined;
+  stopped();
+  // the sidecar is on disk before the bundle moves into place and follows it at once: a
+  // failure to write it leaves no new bundle behind, and an old sidecar is replaced only with its bundle
+  await writeSynced(plan.sidecarTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
+  stopped();
+  await rename(plan.tmpOut, input.output);
+  await rename(plan.sidecarTmp, `${input.output}.sha256`);
+  return fileDigest;
+}
+
+/** Removes what a failed write left and returns the error to throw. */
+async function abandon(input: WriteBundleInput, plan: BundlePlan, state: WriteState, err: unknown): Promise<unknown> {
+  state.failed = true;
+  await state.file?.settle();
+  // not awaited: it may be waiting for blobs that will never come
+  state.headWrite?.catch(() => undefined);
+  await state.hasher?.stop();
+  await state.out?.close().catch(() => undefined);
+  await rm(plan.tmpOut, { force: true });
+  await rm(plan.sidecarTmp, { force: true });
+  // stopped: the caller's reason, not whichever stream noticed first
+  if (input.signal?.aborted) return input.signal.reason;
+  // callers report a code; a missing cache file or a full disk must not surface as a bundle error
+  return err instanceof FormatError ? err : writeFailure(input.output, err);
+}
+
+/**
+ * Writes a signed bundle in one pass, straight into a temp file beside `output` that is renamed
+ * into place once synced. The head (bundle.json and its signature, first in the archive) is
+ * reserved and written last, as raw zstd blocks whose size depends on the length alone, with
+ * bundle.json padded to the length it has with the widest imageStoreBytes: so the layout's
+ * frames can be packed while its blobs are still arriving, before that figure is known. Then
+ * the seek index. A `NAME.sha256` file in `sha256sum -c` format goes beside it.
+ */
+export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundle> {
+  const plan = planBundle(input);
+  const state: WriteState = { failed: false };
   try {
     // read too: the file's digest is taken by reading it back
-    out = await open(tmpOut, 'w+');
-    file = new Appender(out, headBytes);
-    const appender = file;
-    // The head goes in as soon as every blob has arrived (the figure is known then, while the
-    // last ones are still being packed); from then on the file is hashed as it is written.
-    headWrite = (async () => {
-      await Promise.all(blobs.map(ready));
-      const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
-      input.signal?.throwIfAborted();
-      const manifest = manifestWith(imageStoreBytes);
-      validateManifest(manifest);
-      const manifestBytes = paddedManifest(manifest, manifestLength);
-      const signature = signBytes(manifestBytes, input.key);
-      if (paddedSize(signature.length) !== paddedSize(signatureLength)) {
-        throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(signatureLength)} reserved for it: a writer bug; report it`);
-      }
-      const head: Buffer[] = [];
-      const packedHead = await packFrames(headEntries(manifestBytes, signature), async (f) => { head.push(f); }, false, level, undefined, undefined, true);
-      const headBuf = Buffer.concat(head);
-      if (headBuf.length !== headBytes || packedHead.frames.length !== headFrames.length) {
-        throw new FormatError('INVALID_MANIFEST', `the head came to ${headBuf.length} bytes, not the ${headBytes} reserved: a writer bug; report it`);
-      }
-      await appender.writeAll(headBuf, 0);
-      // the write failed meanwhile and its file is going: no thread to hash it
-      if (failed) throw new Error('stopped');
-      hasher = new FileHasher(tmpOut);
-      const h = hasher;
-      appender.onWritten = (n) => h.upTo(n);
-      return manifest;
-    })();
-    headWrite.catch(() => undefined);
-    const layout = await packFrames(layoutEntries, (f) => appender.append(f), true, level, onBytes, input.signal);
-    await file.append(encodeSeekTable([...headFrames, ...layout.frames]));
-    const manifest = await headWrite;
+    state.out = await open(plan.tmpOut, 'w+');
+    const file = new Appender(state.out, plan.headBytes);
+    state.file = file;
+    state.headWrite = writeHead(input, plan, file, state);
+    state.headWrite.catch(() => undefined);
+    const layout = await packFrames(plan.layoutEntries, (f) => file.append(f), true, plan.level, progressOf(input, plan.layoutBytes), input.signal);
+    await file.append(encodeSeekTable([...plan.headFrames, ...layout.frames]));
+    const manifest = await state.headWrite;
     await file.flush();
     input.onFinishing?.();
     const fileSize = file.size;
-    // Ctrl-C while finishing (the hash catching up, a slow stick's sync) still leaves the output
-    // untouched: checked before each step, and the wait for the hash gives way to it
-    const stopped = () => input.signal?.throwIfAborted();
-    stopped();
-    const fileDigest = await untilAborted(hasher!.digest(fileSize), input.signal);
-    stopped();
-    await out.sync();
-    await out.close();
-    out = undefined;
-    stopped();
-    // the sidecar is on disk before the bundle moves into place and follows it at once: a
-    // failure to write it leaves no new bundle behind, and an old sidecar is replaced only with its bundle
-    await writeSynced(sidecarTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
-    stopped();
-    await rename(tmpOut, input.output);
-    await rename(sidecarTmp, `${input.output}.sha256`);
-    return { manifest, fileDigest, fileSize, frames: headFrames.length + layout.frames.length };
+    const fileDigest = await finishFile(input, plan, state, fileSize);
+    return { manifest, fileDigest, fileSize, frames: plan.headFrames.length + layout.frames.length };
   } catch (err) {
-    failed = true;
-    await file?.settle();
-    // not awaited: it may be waiting for blobs that will never come
-    headWrite?.catch(() => undefined);
-    await hasher?.stop();
-    await out?.close().catch(() => undefined);
-    await rm(tmpOut, { force: true });
-    await rm(sidecarTmp, { force: true });
-    // stopped: the caller's reason, not whichever stream noticed first
-    if (input.signal?.aborted) throw input.signal.reason;
-    // callers report a code; a missing cache file or a full disk must not surface as a bundle error
-    throw err instanceof FormatError ? err : writeFailure(input.output, err);
+    throw await abandon(input, plan, state, err);
   }
 }
