@@ -27,7 +27,7 @@ export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';
 export type { WriteBundleInput, WrittenBundle, ReadyBlob } from './writer.js';
 export type { VerifyOptions, VerifiedBundle, LayoutEntry } from './verify-options.js';
-export type { BundleSource } from './source.js';
+export type { BundleSource, StreamOptions } from './source.js';
 export type { FoundPart } from './sources/parts.js';
 export type { ExtractOptions } from './extract.js';
 export type { BundleReleaseSignatures } from './release-signatures.js';

@@ -73,7 +73,7 @@ class VerifyPass implements PassState {
   async run(): Promise<unknown> {
     const { opts } = this;
     opts.signal?.throwIfAborted();
-    const input = this.source.stream(0, this.fileSize);
+    const input = this.source.stream(0, this.fileSize, { pass: true });
     const onAbort = () => input.destroy(opts.signal!.reason as Error);
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     const piping = pipeline(input, this.rawTap(), this.inspector, this.decompress, this.tarLimit(), this.extract as unknown as Writable).catch((err) => {

@@ -9,6 +9,8 @@ import type { Readable } from 'node:stream';
  *
  * Whoever opens a source closes it; the readers given one never do.
  */
+export interface StreamOptions { pass?: boolean }
+
 export interface BundleSource {
   /** Names the bundle in logs and errors (a file's path). */
   readonly identity: string;
@@ -17,10 +19,11 @@ export interface BundleSource {
   /** Bytes [offset, offset + length); fewer only when the source ends early (cut short). */
   read(offset: number, length: number): Promise<Buffer>;
   /**
-   * Bytes [start, end) in big chunks, for the one pass over the whole bundle. Ends early when
-   * the source does; errors as reading does.
+   * Bytes [start, end) in big chunks. Ends early when the source does; errors as reading does.
+   * `pass`: this is the one verifying pass over the whole bundle (a file source reads it
+   * sequentially, so how far it got shows in /proc/PID/fdinfo, as for a plain read).
    */
-  stream(start: number, end: number): Readable;
+  stream(start: number, end: number, opts?: StreamOptions): Readable;
   /**
    * The length now, smaller than `size` when the bundle shrank while it was read (its media
    * going away). Rejects (IO_ERROR naming the identity) when the bundle cannot be reached at

@@ -71,6 +71,8 @@ const FILE_WORDS: readonly [RegExp, string][] = [
   [/Copy it to the stick again, wait until the copy has finished, and plug it in again\./g, 'Copy it again, wait until the copy has finished, and load it again.'],
   [/The USB stick was removed, or stopped working, before the update was read\. Plug it in again and leave it in until the node says you may remove it\./g,
     'The update file was removed, or its disk stopped working, before the update was read. Put it back and load it again.'],
+  [/A part of the update is missing from the USB stick, or does not belong to it\. Copy all its parts onto the stick again and plug it in again\./g,
+    'A part of the update is missing, or does not belong to it. Copy all its parts again, into one directory, and load it again.'],
   [/plug the USB stick in again/g, 'load the update file again'],
   [/Plug the USB stick in again/g, 'Load the update file again'],
   [/The update (file )?on the USB stick/g, 'The update file'],

@@ -4,7 +4,7 @@ import { Readable } from 'node:stream';
 import { assertRegularFile } from '@offline-bundle/host';
 import { FormatError } from '../errors.js';
 import { READ_CHUNK } from '../layout.js';
-import type { BundleSource } from '../source.js';
+import type { BundleSource, StreamOptions } from '../source.js';
 
 const cannotRead = (path: string, cause: unknown) =>
   new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause });
@@ -56,18 +56,18 @@ export class FileSource implements BundleSource {
   /**
    * Read here rather than by fs.createReadStream: destroying one of those (a reader that has
    * what it needs, an abort) closes the descriptor, which the source's other readers still use.
-   * A stream from the start reads sequentially through a description of its own, opened on the
+   * The verifying pass (`pass`) reads sequentially through a description of its own, opened on the
    * same file (deleted or not) through /proc: its offset in /proc/PID/fdinfo shows how far the
    * pass has read, as with the plain file read it replaces. Elsewhere, reads are positional.
    */
-  stream(start: number, end: number): Readable {
+  stream(start: number, end: number, opts: StreamOptions = {}): Readable {
     const main = this.fh;
     let own: FileHandle | undefined;
     let at = start;
     return new Readable({
       highWaterMark: READ_CHUNK,
       construct(cb) {
-        if (start !== 0) return cb();
+        if (start !== 0 || !opts.pass) return cb();
         open(`/proc/self/fd/${main.fd}`, 'r').then((fh) => { own = fh; }, () => undefined).finally(() => cb());
       },
       read() {

@@ -3,7 +3,7 @@ import { basename, dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { FormatError } from '../errors.js';
 import { READ_CHUNK } from '../layout.js';
-import type { BundleSource } from '../source.js';
+import type { BundleSource, StreamOptions } from '../source.js';
 import { FileSource } from './file.js';
 
 /**
@@ -166,16 +166,16 @@ export class PartsSource implements BundleSource {
     return bufs.length === 1 ? bufs[0]! : Buffer.concat(bufs);
   }
 
-  stream(start: number, end: number): Readable {
-    return Readable.from(this.chunks(start, end), { objectMode: false, highWaterMark: READ_CHUNK });
+  stream(start: number, end: number, opts: StreamOptions = {}): Readable {
+    return Readable.from(this.chunks(start, end, opts), { objectMode: false, highWaterMark: READ_CHUNK });
   }
 
   /** Part after part, each streamed as its file is; a part that ends early ends the bundle there. */
-  private async *chunks(start: number, end: number): AsyncGenerator<Buffer> {
+  private async *chunks(start: number, end: number, opts: StreamOptions): AsyncGenerator<Buffer> {
     for (const { i, from, to } of this.spans(start, end)) {
       let got = 0;
       try {
-        for await (const chunk of this.files[i]!.stream(from, to)) {
+        for await (const chunk of this.files[i]!.stream(from, to, opts)) {
           got += (chunk as Buffer).length;
           yield chunk as Buffer;
         }
