@@ -141,7 +141,7 @@ export async function readCatalogFiles(labels: Record<string, string> | undefine
 
 /**
  * The catalog as far as the selection needs it. opm lays out a directory per package: the
- * selected packages' ones are read first (a big catalog need not be held whole), the whole
+ * top-level files and the selected packages' ones are read first (a big catalog need not be held whole), the whole
  * catalog only when a package is not in its own directory.
  */
 async function catalogFor(sel: OperatorSelection, labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[]): Promise<Fbc> {
