@@ -148,7 +148,7 @@ export function buildProgram(): Command {
     .option('--creds <user[:password]>', 'credentials for every registry, before any auth file (without the password: asked on the terminal)')
     .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
-    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all)')
+    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all; /dev/null for none)')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
