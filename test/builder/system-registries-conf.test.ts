@@ -118,3 +118,18 @@ t.test('/dev/null as --registries-conf or $CONTAINERS_REGISTRIES_CONF is no conf
     t.match(r.stderr, /registry\.unresolvable\.invalid/, name);
   }
 });
+
+t.test('the tests\' environment: neither the developer\'s $CONTAINERS_REGISTRIES_CONF nor ~/.config/containers reaches a create', async (t) => {
+  const home = path.join(work, 'developer-home');
+  await mkdir(path.join(home, '.config', 'containers'), { recursive: true });
+  await writeFile(path.join(home, '.config', 'containers', 'registries.conf'), mirrorConf);
+  const envFile = path.join(work, 'developer.conf');
+  await writeFile(envFile, mirrorConf);
+  for (const [name, value] of [['HOME', home], ['CONTAINERS_REGISTRIES_CONF', envFile]] as const) {
+    const saved = process.env[name];
+    process.env[name] = value;
+    const r = await bundle(['create', '--quiet', '--key', keys.key, '--cache', path.join(work, `dev-cache-${name}`), '-o', path.join(work, `dev-${name}.bundle`), '--version', '1', '--image', ORIGINAL]);
+    process.env[name] = saved;
+    t.equal(r.code, 1, `${name} of the test process is not used: the mirror it names is not`);
+  }
+});
