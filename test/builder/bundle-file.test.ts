@@ -246,3 +246,24 @@ t.test('--update-graph without a release named by channel is refused', async (t)
   t.equal(errorCode(pinned.stderr), 'INVALID_CONFIG');
   t.same(await listDir(pinned.dir), ['bundle.yaml']);
 });
+
+t.test('many problems: the first 20 named, then how many more (each located once, not by a search per problem)', async (t) => {
+  const unknown = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`unknown${i}`, i]));
+  for (const [what, doc, re] of [
+    ['bundle file', own({ images: [app.ref], ...unknown }), /5000 problems in the bundle file .*unknown19\): unknown field[^;]*; and 4980 more$/],
+    ['ImageSetConfiguration', { kind: 'ImageSetConfiguration', apiVersion: 'mirror.openshift.io/v2alpha1', mirror: { additionalImages: [{ name: app.ref }] }, ...unknown }, /5000 fields of the ImageSetConfiguration .*\(unknown19\): not a field[^;]*; and 4980 more$/],
+  ] as const) {
+    const r = await createFrom(doc, ['--key', keys.key, '-o', 'o.bundle']);
+    t.equal(errorCode(r.stderr), 'INVALID_CONFIG', what);
+    t.match(r.stderr.trimEnd(), re, `${what}: 20 problems and a count`);
+    t.notMatch(r.stderr, /unknown20\)/, `${what}: the 21st not listed`);
+  }
+});
+
+t.test('a key whose value is a block mapping or list is located on the key\'s line', async (t) => {
+  const text = 'apiVersion: offline-bundle/v1alpha1\nkind: Bundle\nimages:\n  - x\ncharts:\n  - name: c\nimagez:\n  a: 1\n';
+  const refused = await createFrom(text, ['--key', keys.key, '-o', 'o.bundle']);
+  t.match(refused.stderr, /bundle\.yaml:5 \(charts\): Helm charts/, 'charts: is line 5');
+  const unknown = await createFrom(text.replace('charts:\n  - name: c\n', ''), ['--key', keys.key, '-o', 'o.bundle']);
+  t.match(unknown.stderr, /bundle\.yaml:5 \(imagez\): unknown field/, 'imagez: is line 5');
+});

@@ -1,10 +1,10 @@
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
-import { LineCounter, parseDocument, type Document } from 'yaml';
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { OciError } from '@offline-bundle/oci';
 import { HostError, readSmallFile } from '@offline-bundle/host';
 import { plural } from '@offline-bundle/status';
-import { BUNDLE_FILE_SCHEMA, REFUSED_KEYS, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
+import { BUNDLE_FILE_SCHEMA, REFUSED_KEYS, someProblems, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
 import { IMAGE_SET_API_VERSION, IMAGE_SET_V1_API_VERSION, translateImageSet } from './oc-mirror.js';
 
 /** Most alias expansions in a bundle file (YAML's "billion laughs"). */
@@ -15,12 +15,36 @@ export const MAX_BUNDLE_FILE_BYTES = 4 * 1024 * 1024;
 
 const fieldName = (path: (string | number)[]) => path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${p}` : p)).join('');
 
+/** Each node's line by path (JSON of the path), in one walk: a key's line is its key's, not its value's (a block mapping starts below). */
+function lineIndex(doc: Document, lines: LineCounter): Map<string, number> {
+  const index = new Map<string, number>();
+  const lineOf = (node: unknown) => {
+    const range = (node as { range?: [number, number, number] } | null)?.range;
+    return range ? lines.linePos(range[0]).line : undefined;
+  };
+  const walk = (node: unknown, path: (string | number)[], line: number | undefined) => {
+    if (line !== undefined) index.set(JSON.stringify(path), line);
+    if (isMap(node)) {
+      for (const pair of node.items) {
+        const key = isScalar(pair.key) ? pair.key.value : pair.key;
+        if (typeof key === 'string' || typeof key === 'number') walk(pair.value, [...path, String(key)], lineOf(pair.key) ?? lineOf(pair.value));
+      }
+    } else if (isSeq(node)) {
+      node.items.forEach((item, i) => walk(item, [...path, i], lineOf(item)));
+    }
+  };
+  walk(doc.contents, [], lineOf(doc.contents));
+  return index;
+}
+
 function locator(file: string, doc: Document, lines: LineCounter): Locate {
+  let index: Map<string, number> | undefined;
   return (path) => {
+    index ??= lineIndex(doc, lines);
     // the closest node that exists: an unknown key's parent is still a place to look at
     for (let n = path.length; n >= 0; n--) {
-      const node = doc.getIn(path.slice(0, n), true) as { range?: [number, number, number] } | undefined;
-      if (node?.range) return `${file}:${lines.linePos(node.range[0]).line}${path.length ? ` (${fieldName(path)})` : ''}`;
+      const line = index.get(JSON.stringify(path.slice(0, n).map((p) => (typeof p === 'number' ? p : String(p)))));
+      if (line !== undefined) return `${file}:${line}${path.length ? ` (${fieldName(path)})` : ''}`;
     }
     return file;
   };
@@ -79,7 +103,7 @@ function checkOwnFile(value: Record<string, unknown>, locate: Locate, file: stri
   validator ??= new Ajv({ allErrors: true, strict: true, strictRequired: false }).compile(BUNDLE_FILE_SCHEMA);
   if (!validator(value)) {
     const problems = schemaProblems(validator.errors ?? [], value, locate);
-    throw new OciError('INVALID_CONFIG', `${plural(problems.length, 'problem')} in the bundle file ${file}, nothing fetched: ${problems.join('; ')}`);
+    throw new OciError('INVALID_CONFIG', `${plural(problems.length, 'problem')} in the bundle file ${file}, nothing fetched: ${someProblems(problems)}`);
   }
   return value as BundleFile;
 }

@@ -155,6 +155,15 @@ export interface OperatorSelection {
 /** Names a place in the file, "bundle.yaml:12 (release.channel)", for messages. */
 export type Locate = (path: (string | number)[]) => string;
 
+/** Most problems of a file one error lists: a file of 150 000 unknown keys gets a line, not megabytes. */
+export const MAX_PROBLEMS_SHOWN = 20;
+
+/** The first MAX_PROBLEMS_SHOWN problems, "; "-joined, and how many more there are. */
+export function someProblems(problems: string[]): string {
+  const more = problems.length - MAX_PROBLEMS_SHOWN;
+  return problems.slice(0, MAX_PROBLEMS_SHOWN).join('; ') + (more > 0 ? `; and ${more} more` : '');
+}
+
 export interface LoadedBundleFile {
   file: BundleFile;
   /** Where each of file.images is written, for messages about it. */
