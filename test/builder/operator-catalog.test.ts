@@ -4,6 +4,7 @@
 // bundles by package, channel and version range (default: the default channel's head) and
 // carries each selected bundle image, its relatedImages and the catalog image.
 import t from 'tap';
+import { createHash } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseAllDocuments, stringify } from 'yaml';
@@ -92,9 +93,9 @@ t.test('a version range in a channel, and a package\'s default channel head', as
   t.equal(cs.code, 0, cs.stderr);
   t.same(parseAllDocuments(cs.stdout).map((d) => d.toJS()), [{
     apiVersion: 'operators.coreos.com/v1alpha1', kind: 'CatalogSource',
-    metadata: { name: 'operator-index-v4-14', namespace: 'openshift-marketplace' },
+    metadata: { name: `operator-index-v4-14-${createHash('sha256').update(catalog.ref).digest('hex').slice(0, 8)}`, namespace: 'openshift-marketplace' },
     spec: { sourceType: 'grpc', image: catalog.digestRef, displayName: `${catalog.ref} (offline bundle)` },
-  }], 'a CatalogSource pointing at the catalog by digest');
+  }], 'a CatalogSource pointing at the catalog by digest, named by its name, tag and a hash of its reference');
 });
 
 t.test('a channel\'s head, two channels of one package', async (t) => {
@@ -140,4 +141,25 @@ t.test('a catalog file over 16 MiB is refused, nothing written', async (t) => {
   t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE');
   t.match(r.stderr, /configs\/alpha-operator\/catalog\.json is larger than 16 MiB/);
   t.same(await listDir(r.dir), ['bundle.yaml']);
+});
+
+t.test('two catalogs of the same name and tag in other repositories: diff pairs them by reference, catalog-sources names them apart', async (t) => {
+  const other = await pushImage({
+    tag: 'v4.14',
+    platforms: [{ os: 'linux', architecture: 'amd64', config: { Labels: { 'operators.operatorframework.io.index.configs.v1': '/configs' } }, layers: [{ 'configs/alpha-operator/catalog.json': alpha.map((o) => JSON.stringify(o)).join('\n'), 'configs/other/x': 'another catalog' }] }],
+  }, `${H}/certified/operator-index:v4.14`);
+  const sel = (ref: string) => ({ catalog: ref, packages: [{ name: 'alpha-operator' }] });
+  const both = await createFrom(own([sel(catalog.ref), sel(other.ref)]));
+  const one = await createFrom(own([sel(catalog.ref)]));
+  t.equal(both.code + one.code, 0, both.stderr + one.stderr);
+  const d = JSON.parse((await bundle(['diff', both.output, one.output, '--json'])).stdout);
+  t.same(d.images.removed.map((i: { reference: string }) => i.reference), [other.ref], 'the second catalog removed');
+  t.same([d.images.added.length, d.images.changed.length], [0, 0], 'nothing added or changed');
+  const same = JSON.parse((await bundle(['diff', both.output, both.output, '--json'])).stdout);
+  t.equal(same.images.unchanged, (await bundleJson(both.output)).images.length, 'diff A A: every image unchanged');
+  const names = parseAllDocuments((await bundle(['catalog-sources', both.output])).stdout).map((x) => (x.toJS() as { metadata: { name: string } }).metadata.name);
+  t.equal(new Set(names).size, 2, `two names: ${names.join(', ')}`);
+  for (const name of names) t.match(name, /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/, 'a DNS-1123 label');
+  const again = parseAllDocuments((await bundle(['catalog-sources', one.output])).stdout).map((x) => (x.toJS() as { metadata: { name: string } }).metadata.name);
+  t.ok(names.includes(again[0]!), 'a catalog has the same name in every bundle carrying it');
 });
