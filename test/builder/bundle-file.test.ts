@@ -267,3 +267,21 @@ t.test('a key whose value is a block mapping or list is located on the key\'s li
   const unknown = await createFrom(text.replace('charts:\n  - name: c\n', ''), ['--key', keys.key, '-o', 'o.bundle']);
   t.match(unknown.stderr, /bundle\.yaml:5 \(imagez\): unknown field/, 'imagez: is line 5');
 });
+
+t.test('a graph with two payloads for one version, many versions left out, several YAML documents: one plain line each', async (t) => {
+  const dup = path.join(work, 'dup-graph.json');
+  await writeFile(dup, JSON.stringify({ nodes: [{ version: '4.14.1', payload: rel1.digestRef }, { version: '4.14.1', payload: rel2.digestRef }], edges: [] }));
+  const twice = await createFrom(own({ release: { channel: 'stable-4.14' }, key: keys.key, output: 'o.bundle' }), ['--update-graph', dup]);
+  t.equal(errorCode(twice.stderr), 'INVALID_CONFIG');
+  t.match(twice.stderr, /nodes\[0\] and nodes\[1\] give version 4\.14\.1 different payloads/);
+  const wide = path.join(work, 'wide-graph.json');
+  await writeFile(wide, JSON.stringify({ nodes: [{ version: '4.14.2', payload: rel2.digestRef }, ...Array.from({ length: 40 }, (_, i) => ({ version: `4.13.${i}`, payload: rel1.digestRef }))], edges: [] }));
+  const rangeFile = path.join(work, 'range.yaml');
+  await writeFile(rangeFile, stringify(own({ release: { channel: 'stable-4.14', versionRange: '>=4.13.0' }, images: [app.ref] })));
+  const range = await bundle(['create', '--tls-verify=false', '--cache', path.join(work, 'cache'), '-f', rangeFile, '--update-graph', wide, '--dry-run'], { env: EPOCH });
+  t.equal(range.code, 0, range.stderr);
+  t.match(range.stdout + range.stderr, /warning: a bundle carries one release, the newest in range: (4\.13\.\d+, ){9}4\.13\.\d+ and 30 more left out/);
+  const docs = await createFrom('apiVersion: offline-bundle/v1alpha1\nkind: Bundle\n---\nimages: [x]\n', ['--key', keys.key, '-o', 'o.bundle']);
+  t.match(docs.stderr, /bundle\.yaml:\d+ is not valid YAML: it holds several documents \(---\); a bundle file is one/);
+  t.notMatch(docs.stderr, /parseAllDocuments/);
+});

@@ -163,3 +163,44 @@ t.test('two catalogs of the same name and tag in other repositories: diff pairs 
   const again = parseAllDocuments((await bundle(['catalog-sources', one.output])).stdout).map((x) => (x.toJS() as { metadata: { name: string } }).metadata.name);
   t.ok(names.includes(again[0]!), 'a catalog has the same name in every bundle carrying it');
 });
+
+t.test('a broken catalog is named with where it came from: a related image that is no reference, a YAML error, a channel without head; escapes not printed', async (t) => {
+  const evil = 'evil\u001b]0;owned\u0007.v1.0.0';
+  const broken = [
+    { schema: 'olm.package', name: 'bad-operator', defaultChannel: 'stable' },
+    { schema: 'olm.channel', package: 'bad-operator', name: 'stable', entries: [{ name: evil }] },
+    { schema: 'olm.channel', package: 'bad-operator', name: 'loop', entries: [{ name: 'a.v1', replaces: 'b.v1' }, { name: 'b.v1', replaces: 'a.v1' }] },
+    { ...bundleObj('alpha', '1.0.0'), name: evil, package: 'bad-operator', relatedImages: [{ name: 'x', image: 'not a ref!!' }] },
+  ];
+  const many = Array.from({ length: 30 }, (_, i) => ({ schema: 'olm.package', name: `pkg-${String(i).padStart(2, '0')}`, defaultChannel: 'stable' }));
+  const bad = await pushImage({
+    tag: 'broken',
+    platforms: [{ os: 'linux', architecture: 'amd64', layers: [{
+      'configs/bad-operator/catalog.json': broken.map((o) => JSON.stringify(o)).join('\n'),
+      'configs/yaml-operator/catalog.yaml': 'schema: olm.package\nname: yaml-operator\n  bad: indentation\n',
+    }] }],
+  }, `${H}/redhat/operator-index:broken`);
+  const related = await bundle(['create', '--tls-verify=false', '--cache', path.join(work, 'cache'), '--key', keys.key, '-o', path.join(work, 'never.bundle'), '-f',
+    await (async () => { const f = path.join(work, 'broken.yaml'); await writeFile(f, stringify(own([{ catalog: bad.ref, packages: [{ name: 'bad-operator' }] }]))); return f; })()]);
+  t.equal(errorCode(related.stderr), 'INVALID_CONFIG');
+  t.match(related.stderr, /broken\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: package bad-operator, bundle evil.*: a related image of evil.* "not a ref!!" is not an image reference/);
+  t.notOk(related.stderr.includes('\u001b'), 'no terminal escape from the catalog reaches stderr (log and error)');
+  const yaml = await createFrom(own([{ catalog: bad.ref, packages: [{ name: 'yaml-operator' }] }]));
+  t.match(yaml.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: configs\/yaml-operator\/catalog\.yaml is not valid YAML/);
+  const loop = await createFrom(own([{ catalog: bad.ref, packages: [{ name: 'bad-operator', channels: [{ name: 'loop' }] }] }]));
+  t.match(loop.stderr, /channel loop of bad-operator has no head: each of its entries is replaced or skipped by another/);
+  t.notMatch(loop.stderr, /undefined/);
+  const manyCat = await pushImage({ tag: 'many', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'configs/many.json': many.map((o) => JSON.stringify(o)).join('\n') }] }] }, `${H}/redhat/operator-index:many`);
+  const missing = await createFrom(own([{ catalog: manyCat.ref, packages: [{ name: 'zzz' }] }]));
+  t.match(missing.stderr, /has no package zzz \(it has: pkg-00, pkg-01, [^)]*pkg-09 and 20 more\)/, 'the list capped at 10');
+});
+
+t.test('a catalog on disk (oc-mirror\'s oci://) or a bad catalog name is refused before anything is fetched', async (t) => {
+  const own1 = await createFrom(own([{ catalog: 'oci:///srv/catalogs/redhat', packages: [{ name: 'alpha-operator' }] }]));
+  t.equal(errorCode(own1.stderr), 'INVALID_CONFIG');
+  t.match(own1.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): catalog "oci:\/\/\/srv\/catalogs\/redhat" is not in a registry; .*skopeo copy oci:DIR:TAG docker:\/\/HOST\/REPO:TAG/);
+  const isc = await createFrom({ kind: 'ImageSetConfiguration', apiVersion: 'mirror.openshift.io/v2alpha1', mirror: { operators: [{ catalog: 'oci:///srv/catalogs/redhat', packages: [{ name: 'alpha-operator' }] }] } }, ['--version', '1.0']);
+  t.match(isc.stderr, /\(mirror\.operators\[0\]\): catalog "oci:\/\/\/srv\/catalogs\/redhat" is not in a registry/);
+  const name = await createFrom(own([{ catalog: 'Not A Name', packages: [{ name: 'alpha-operator' }] }]));
+  t.match(name.stderr, /\(operators\[0\]\): catalog: invalid image reference "Not A Name"/);
+});

@@ -5,6 +5,7 @@ import { OciError } from '@offline-bundle/oci';
 import { HostError, readSmallFile } from '@offline-bundle/host';
 import { plural } from '@offline-bundle/status';
 import { BUNDLE_FILE_SCHEMA, REFUSED_KEYS, someProblems, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
+import { checkCatalogReference } from './catalog.js';
 import { IMAGE_SET_API_VERSION, IMAGE_SET_V1_API_VERSION, translateImageSet } from './oc-mirror.js';
 
 /** Most alias expansions in a bundle file (YAML's "billion laughs"). */
@@ -62,7 +63,9 @@ async function parseYamlFile(file: string): Promise<{ value: unknown; locate: Lo
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false });
   const err = doc.errors[0];
-  if (err) throw new OciError('INVALID_CONFIG', `${file}:${lines.linePos(err.pos[0]).line} is not valid YAML: ${err.message.split('\n')[0]}`);
+  // the library's own advice ("please use YAML.parseAllDocuments()") is for programmers, not for users
+  const why = err?.code === 'MULTIPLE_DOCS' ? 'it holds several documents (---); a bundle file is one' : err?.message.split('\n')[0];
+  if (err) throw new OciError('INVALID_CONFIG', `${file}:${lines.linePos(err.pos[0]).line} is not valid YAML: ${why}`);
   let value: unknown;
   try {
     // aliases are expanded at most 100 times: a small file cannot unfold into gigabytes
@@ -141,9 +144,11 @@ export async function readBundleFile(file: string): Promise<LoadedBundleFile> {
   const base = dirname(resolve(file));
   if (doc.apiVersion === IMAGE_SET_API_VERSION) {
     const t = translateImageSet(doc, locate);
+    for (const op of t.file.operators ?? []) checkCatalogReference(op);
     return { ...t, file: resolvePaths(t.file, base) };
   }
   const own = resolvePaths(checkOwnFile(doc, locate, file), base);
   if (own.operators) own.operators = own.operators.map((op, i) => ({ ...op, where: locate(['operators', i]) }));
+  for (const op of own.operators ?? []) checkCatalogReference(op);
   return { file: own, imagesWhere: (own.images ?? []).map((_, i) => locate(['images', i])), releaseWhere: locate(['release']), warnings: [] };
 }

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { OciError } from '@offline-bundle/oci';
 import { readBundleFile } from './bundle-file.js';
 import { readUpdateGraph, resolveRelease, type ResolvedRelease } from './update-graph.js';
-import type { BundleFile, ReleaseByChannel } from './schema.js';
+import { someOf, type BundleFile, type ReleaseByChannel } from './schema.js';
 
 /** create's options as commander gives them: its flags' camelCase names. */
 export type CreateFlags = Record<string, unknown> & {
@@ -70,7 +70,7 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   const chosen = await releaseFromChannel(f.release, o.updateGraph, loaded.releaseWhere ?? o.file);
   o.release = chosen.payload;
   log(`release ${chosen.version} of channel ${chosen.channel}: ${chosen.payload}`);
-  if (chosen.skipped.length) log(`warning: a bundle carries one release, the newest in range: ${chosen.skipped.join(', ')} left out (a bundle each, with version:)`);
+  if (chosen.skipped.length) log(`warning: a bundle carries one release, the newest in range: ${someOf(chosen.skipped)} left out (a bundle each, with version:)`);
   out.channelRelease = chosen;
   return out;
 }

@@ -155,6 +155,12 @@ export interface OperatorSelection {
 /** Names a place in the file, "bundle.yaml:12 (release.channel)", for messages. */
 export type Locate = (path: (string | number)[]) => string;
 
+/** A list for a message: the first `most` items, then how many more ("a, b, c and 12 more"). */
+export function someOf(items: string[], most = 10): string {
+  const more = items.length - most;
+  return more > 0 ? `${items.slice(0, most).join(', ')} and ${more} more` : items.join(', ');
+}
+
 /** Most problems of a file one error lists: a file of 150 000 unknown keys gets a line, not megabytes. */
 export const MAX_PROBLEMS_SHOWN = 20;
 
