@@ -18,6 +18,7 @@ import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
 import { planOf, type BundlePlan } from './image-set/plan.js';
 import { operatorImages } from './image-set/catalog.js';
+import { resolveSource } from './image-set/bundle-file.js';
 import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
 
@@ -29,6 +30,8 @@ export interface CreateOptions {
   /** Where each of `images` was given ("bundle.yaml:7 (images[0])"), for messages; default "--image #N". */
   imageWhere?: string[];
   imagesFile?: string;
+  /** The directory relative paths of imagesFile's lines are taken from (a bundle file's); default: the working directory. */
+  imagesFileBase?: string;
   /** A bundle-agent image (any source --image takes, without =NAME): carried as AGENT_REPOSITORY:VERSION for the agent's self-upgrade. */
   agentImage?: string;
   /** The agent image's version when its image has no org.opencontainers.image.version label. */
@@ -211,7 +214,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: opts.imageWhere?.[i] ?? `--image #${i + 1}` })),
-    ...(opts.imagesFile ? await readImagesFile(opts.imagesFile, opts.signal) : []),
+    ...(opts.imagesFile ? (await readImagesFile(opts.imagesFile, opts.signal)).map((l) => (opts.imagesFileBase ? { ...l, spec: resolveSource(l.spec, opts.imagesFileBase) } : l)) : []),
   ];
   const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
   if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { Ajv } from 'ajv';
 import { stringify } from 'yaml';
 import { startRegistry } from '../helpers/registry.mjs';
-import { pushImage, releaseFiles } from '../helpers/images.mjs';
+import { pushImage, releaseFiles, writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { ROOT, bundle, bundleJson, errorCode, keygen, listDir } from './lib.js';
 
@@ -284,4 +284,20 @@ t.test('a graph with two payloads for one version, many versions left out, sever
   const docs = await createFrom('apiVersion: offline-bundle/v1alpha1\nkind: Bundle\n---\nimages: [x]\n', ['--key', keys.key, '-o', 'o.bundle']);
   t.match(docs.stderr, /bundle\.yaml:\d+ is not valid YAML: it holds several documents \(---\); a bundle file is one/);
   t.notMatch(docs.stderr, /parseAllDocuments/);
+});
+
+t.test('relative paths of release: (a string) and of imagesFile:\'s lines are the file\'s directory\'s, from any working directory', async (t) => {
+  const dir = path.join(work, 'relative');
+  await mkdir(path.join(dir, 'lists'), { recursive: true });
+  await writeImageLayout(path.join(dir, 'release-layout'), { tag: '4.14.1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [releaseFiles({ version: '4.14.1', previous: [], images: { 'cluster-version-operator': cvo1.digestRef, etcd: etcd.digestRef } })] }] });
+  await writeImageLayout(path.join(dir, 'app-layout'), { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app/v': 'from a layout' }] }] });
+  await writeFile(path.join(dir, 'lists', 'images.txt'), 'oci:app-layout:v1=registry.example.com/team/local:v1\n');
+  await writeFile(path.join(dir, 'bundle.yaml'), stringify(own({ release: 'oci:release-layout:4.14.1=registry.example.com/ocp/release:4.14.1', imagesFile: 'lists/images.txt' })));
+  await writeFile(path.join(dir, 'isc.yaml'), stringify({ kind: 'ImageSetConfiguration', apiVersion: 'mirror.openshift.io/v2alpha1', mirror: { platform: { release: 'oci:release-layout:4.14.1=registry.example.com/ocp/release:4.14.1' } } }));
+  for (const file of ['bundle.yaml', 'isc.yaml']) {
+    const r = await bundle(['create', '--tls-verify=false', '--cache', path.join(work, 'cache'), '-f', path.join(dir, file), '--dry-run', '--json'], { env: EPOCH, cwd: work });
+    t.equal(r.code, 0, `${file}: ${r.stderr}`);
+    t.match(r.stdout, /4\.14\.1/, `${file}: the release from the layout beside the file`);
+    if (file === 'bundle.yaml') t.match(r.stdout, /registry\.example\.com\/team\/local:v1/, 'the images file\'s line from the file\'s directory');
+  }
 });

@@ -112,7 +112,7 @@ function checkOwnFile(value: Record<string, unknown>, locate: Locate, file: stri
 }
 
 /** oci:, oci-archive:, docker-archive: and dir: sources name paths, taken from the file's directory. */
-function resolveSource(spec: string, base: string): string {
+export function resolveSource(spec: string, base: string): string {
   return spec.replace(/^(oci|oci-archive|docker-archive|dir):(?!\/)/, (m) => `${m}${base}/`);
 }
 
@@ -125,6 +125,7 @@ function resolvePaths(f: BundleFile, base: string): BundleFile {
   if (out.releaseSignatures) out.releaseSignatures = out.releaseSignatures.map(at);
   if (out.images) out.images = out.images.map((s) => resolveSource(s, base));
   if (out.agentImage) out.agentImage = resolveSource(out.agentImage, base);
+  if (typeof out.release === 'string') out.release = resolveSource(out.release, base);
   if (typeof out.release === 'object' && out.release.updateGraph) out.release = { ...out.release, updateGraph: at(out.release.updateGraph) };
   return out;
 }

@@ -1,3 +1,4 @@
+import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { OciError } from '@offline-bundle/oci';
 import { readBundleFile } from './bundle-file.js';
@@ -55,6 +56,8 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   for (const w of loaded.warnings) log(`warning: ${w}`);
   const f = loaded.file;
   takeScalars(o, f, cmd);
+  // the lines of the file's imagesFile name paths from the file's directory, as its images: do
+  if (f.imagesFile !== undefined && cmd.getOptionValueSource('imagesFile') !== 'cli') o.imagesFileBase = dirname(resolve(o.file));
   for (const [key, flag] of Object.entries(LISTS)) {
     const fromFile = f[key as keyof typeof LISTS];
     if (fromFile?.length) o[flag] = [...fromFile, ...((o[flag] as string[] | undefined) ?? [])];

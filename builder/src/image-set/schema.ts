@@ -84,7 +84,7 @@ export const BUNDLE_FILE_SCHEMA = {
     release,
     operators,
     images: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Images to add, each an --image source: docker://REF (the default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR, with =REGISTRY/REPO:TAG to name a local one; relative paths are taken from the file\'s directory.' },
-    imagesFile: path('A file with one image source per line, # comments (as --images-file)'),
+    imagesFile: path('A file with one image source per line, # comments (as --images-file); relative paths in its lines are taken from this file\'s directory too'),
     agentImage: { type: 'string', minLength: 1, description: 'A bundle-agent image (any images source): nodes switch to it once the bundle is Ready (as --agent-image).' },
     agentVersion: { type: 'string', minLength: 1, description: 'The agent image\'s version, when it has no org.opencontainers.image.version label.' },
     arch: { type: 'string', minLength: 1, description: 'The platform kept from multi-arch images: amd64 (default), arm64, linux/arm/v7.' },
