@@ -91,7 +91,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
 
 export function buildProgram(): Command {
   const program = new Command('bundle')
-    .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry.')
+    .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry. "bundle create -f bundle.yaml" declares a bundle in a file (or an oc-mirror ImageSetConfiguration); --dry-run lists what it would carry.')
     .version(TOOL_VERSION)
     .enablePositionalOptions()
     .showHelpAfterError('(run with --help for usage)')
@@ -124,7 +124,7 @@ export function buildProgram(): Command {
     .description('Build a bundle from a release image and/or images.')
     .option('-f, --file <bundle.yaml>', 'what goes into the bundle, declared in a file (its keys are these flags; see BUNDLE FILE in "man bundle" and bundle.schema.json), or an oc-mirror v2 ImageSetConfiguration; flags given here override it, repeatable ones add to its lists')
     .option('--update-graph <file>', 'the Cincinnati update graph (JSON) a release channel of -f is resolved against')
-    .option('--dry-run', 'resolve every image from its manifests and print the list with sizes: no layer fetched (but a release image\'s, to read its payload), nothing written')
+    .option('--dry-run', 'resolve every image and print the list with sizes; no bundle written, but the cache gets the manifests, the release image\'s layers (to read its payload) and each operator catalog image\'s layers (to read its catalog); no other layer fetched')
     .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
     .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
     .option('--images-file <file>', 'a file with one image source per line (# comments)')
@@ -156,6 +156,8 @@ export function buildProgram(): Command {
 Examples:
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
+  bundle create -f bundle.yaml --dry-run          # what the file brings, with sizes; no bundle written
+  bundle create -f imageset-config.yaml --update-graph graph.json --key factory.key -o 4.14.bundle
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \\
       --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle

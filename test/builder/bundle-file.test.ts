@@ -301,3 +301,16 @@ t.test('relative paths of release: (a string) and of imagesFile:\'s lines are th
     if (file === 'bundle.yaml') t.match(r.stdout, /registry\.example\.com\/team\/local:v1/, 'the images file\'s line from the file\'s directory');
   }
 });
+
+t.test('a value from the file is named by its key, not blamed on a flag; help says what -f and --dry-run do', async (t) => {
+  const r = await createFrom(own({ version: '1.0/evil', images: [app.ref], upgradeFrom: ['x y'] }), ['--key', keys.key, '-o', 'o.bundle']);
+  t.equal(errorCode(r.stderr), 'INVALID_CONFIG');
+  t.match(r.stderr, /bundle\.yaml: (version "1\.0\/evil" is not a valid release version|upgradeFrom\[0\] "x y" is not a valid version)/);
+  t.notMatch(r.stderr, /--version|--upgrade-from/, 'no flag named');
+  const flag = await createFrom(own({ images: [app.ref] }), ['--key', keys.key, '-o', 'o.bundle', '--version', '1.0/evil']);
+  t.match(flag.stderr, /--version "1\.0\/evil" is not a valid release version/, 'a flag is named as a flag');
+  const help = (await bundle(['create', '--help'])).stdout.replace(/\s+/g, ' ');
+  t.match(help, /--dry-run .*the cache gets the manifests, the release image's layers .* each operator catalog image's layers/);
+  t.match(help, /Examples:.*bundle create -f bundle\.yaml --dry-run/);
+  t.match((await bundle(['--help'])).stdout.replace(/\s+/g, ' '), /bundle create -f bundle\.yaml.*--dry-run/);
+});

@@ -56,6 +56,7 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   for (const w of loaded.warnings) log(`warning: ${w}`);
   const f = loaded.file;
   takeScalars(o, f, cmd);
+  o.fileKeys = { file: o.file, keys: Object.keys(f).filter((k) => cmd.getOptionValueSource(k) !== 'cli'), upgradeFrom: f.upgradeFrom?.length ?? 0 };
   // the lines of the file's imagesFile name paths from the file's directory, as its images: do
   if (f.imagesFile !== undefined && cmd.getOptionValueSource('imagesFile') !== 'cli') o.imagesFileBase = dirname(resolve(o.file));
   for (const [key, flag] of Object.entries(LISTS)) {
