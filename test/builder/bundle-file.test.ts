@@ -314,3 +314,12 @@ t.test('a value from the file is named by its key, not blamed on a flag; help sa
   t.match(help, /Examples:.*bundle create -f bundle\.yaml --dry-run/);
   t.match((await bundle(['--help'])).stdout.replace(/\s+/g, ' '), /bundle create -f bundle\.yaml.*--dry-run/);
 });
+
+t.test('bundle diff or catalog-sources of a path that does not exist: one line naming it', async (t) => {
+  for (const args of [['diff', path.join(work, 'nope-a.bundle'), path.join(work, 'nope-b.bundle')], ['catalog-sources', path.join(work, 'nope-a.bundle')]]) {
+    const r = await bundle(args);
+    t.equal(errorCode(r.stderr), 'IO_ERROR', args[0]);
+    t.match(r.stderr.trimEnd(), /nope-a\.bundle does not exist: give the path of a \.bundle file$/, args[0]);
+    t.notMatch(r.stderr, /ENOENT/);
+  }
+});
