@@ -258,6 +258,9 @@ t.test('many problems: the first 20 named, then how many more (each located once
     t.match(r.stderr.trimEnd(), re, `${what}: 20 problems and a count`);
     t.notMatch(r.stderr, /unknown20\)/, `${what}: the 21st not listed`);
   }
+  // keys are checked unique in one pass (the yaml library's own check is quadratic): still refused
+  const dup = await createFrom('apiVersion: offline-bundle/v1alpha1\nkind: Bundle\nimages: [x]\nimages: [y]\n', ['--key', keys.key, '-o', 'o.bundle']);
+  t.match(dup.stderr, /bundle\.yaml:4 is not valid YAML: the key "images" appears twice in one mapping/);
 });
 
 t.test('a key whose value is a block mapping or list is located on the key\'s line', async (t) => {

@@ -38,6 +38,27 @@ function lineIndex(doc: Document, lines: LineCounter): Map<string, number> {
   return index;
 }
 
+/** A mapping's keys are unique (YAML 1.2), checked with one set per mapping. */
+function checkUniqueKeys(doc: Document, lines: LineCounter, file: string): void {
+  const walk = (node: unknown): void => {
+    if (isMap(node)) {
+      const seen = new Set<unknown>();
+      for (const pair of node.items) {
+        const key = isScalar(pair.key) ? pair.key.value : pair.key;
+        if (seen.has(key)) {
+          const at = (pair.key as { range?: [number, number, number] } | null)?.range;
+          throw new OciError('INVALID_CONFIG', `${file}${at ? `:${lines.linePos(at[0]).line}` : ''} is not valid YAML: the key ${JSON.stringify(String(key))} appears twice in one mapping`);
+        }
+        seen.add(key);
+        walk(pair.value);
+      }
+    } else if (isSeq(node)) {
+      for (const item of node.items) walk(item);
+    }
+  };
+  walk(doc.contents);
+}
+
 function locator(file: string, doc: Document, lines: LineCounter): Locate {
   let index: Map<string, number> | undefined;
   return (path) => {
@@ -61,11 +82,13 @@ async function parseYamlFile(file: string): Promise<{ value: unknown; locate: Lo
     throw new OciError('INVALID_CONFIG', missing ? `the bundle file ${file} does not exist` : `cannot read the bundle file ${file}: ${(cause as Error).message}`, { cause });
   }
   const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false });
+  // the library's own duplicate-key check compares each key with every other (150 000 keys: minutes)
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: false });
   const err = doc.errors[0];
   // the library's own advice ("please use YAML.parseAllDocuments()") is for programmers, not for users
   const why = err?.code === 'MULTIPLE_DOCS' ? 'it holds several documents (---); a bundle file is one' : err?.message.split('\n')[0];
   if (err) throw new OciError('INVALID_CONFIG', `${file}:${lines.linePos(err.pos[0]).line} is not valid YAML: ${why}`);
+  checkUniqueKeys(doc, lines, file);
   let value: unknown;
   try {
     // aliases are expanded at most 100 times: a small file cannot unfold into gigabytes
