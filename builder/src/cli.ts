@@ -94,7 +94,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
 
 export function buildProgram(): Command {
   const program = new Command('bundle')
-    .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry.')
+    .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry. "bundle create -f bundle.yaml" declares a bundle in a file (or an oc-mirror ImageSetConfiguration); --dry-run lists what it would carry.')
     .version(TOOL_VERSION)
     .enablePositionalOptions()
     .showHelpAfterError('(run with --help for usage)')
@@ -127,7 +127,7 @@ export function buildProgram(): Command {
     .description('Build a bundle from a release image and/or images.')
     .option('-f, --file <bundle.yaml>', 'what goes into the bundle, declared in a file (its keys are these flags; see BUNDLE FILE in "man bundle" and bundle.schema.json), or an oc-mirror v2 ImageSetConfiguration; flags given here override it, repeatable ones add to its lists')
     .option('--update-graph <file>', 'the Cincinnati update graph (JSON) a release channel of -f is resolved against')
-    .option('--dry-run', 'resolve every image from its manifests and print the list with sizes: no layer fetched (but a release image\'s, to read its payload), nothing written')
+    .option('--dry-run', 'resolve every image and print the list with sizes; no bundle written, but the cache gets the manifests, the release image\'s layers (to read its payload) and each operator catalog image\'s layers (to read its catalog); no other layer fetched')
     .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
     .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
     .option('--images-file <file>', 'a file with one image source per line (# comments)')
@@ -152,7 +152,7 @@ export function buildProgram(): Command {
     .option('--creds <user[:password]>', 'credentials for every registry, before any auth file (without the password: asked on the terminal)')
     .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
-    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all)')
+    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all; /dev/null for none)')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
@@ -160,6 +160,8 @@ export function buildProgram(): Command {
 Examples:
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --registries-conf mirror.conf --key factory.key -o 4.14.38.bundle
+  bundle create -f bundle.yaml --dry-run          # what the file brings, with sizes; no bundle written
+  bundle create -f imageset-config.yaml --update-graph graph.json --key factory.key -o 4.14.bundle
   bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.38-x86_64 \\
       --signature-store https://mirror.openshift.com/pub/openshift-v4/signatures/openshift/release \\
       --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle

@@ -10,7 +10,7 @@ import {
 import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
-import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace } from './preflight.js';
+import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
@@ -18,6 +18,7 @@ import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
 import { planOf, type BundlePlan } from './image-set/plan.js';
 import { operatorImages } from './image-set/catalog.js';
+import { resolveSource } from './image-set/bundle-file.js';
 import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
 
@@ -29,6 +30,10 @@ export interface CreateOptions {
   /** Where each of `images` was given ("bundle.yaml:7 (images[0])"), for messages; default "--image #N". */
   imageWhere?: string[];
   imagesFile?: string;
+  /** The directory relative paths of imagesFile's lines are taken from (a bundle file's); default: the working directory. */
+  imagesFileBase?: string;
+  /** The values a -f file gave, for messages. */
+  fileKeys?: FileKeys;
   /** A bundle-agent image (any source --image takes, without =NAME): carried as AGENT_REPOSITORY:VERSION for the agent's self-upgrade. */
   agentImage?: string;
   /** The agent image's version when its image has no org.opencontainers.image.version label. */
@@ -207,11 +212,11 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
   const progress = opts.progress ?? new Progress({ quiet: true });
   const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
-  checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom });
+  checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom }, opts.fileKeys);
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: opts.imageWhere?.[i] ?? `--image #${i + 1}` })),
-    ...(opts.imagesFile ? await readImagesFile(opts.imagesFile, opts.signal) : []),
+    ...(opts.imagesFile ? (await readImagesFile(opts.imagesFile, opts.signal)).map((l) => (opts.imagesFileBase ? { ...l, spec: resolveSource(l.spec, opts.imagesFileBase) } : l)) : []),
   ];
   const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
   if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);

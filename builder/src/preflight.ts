@@ -85,16 +85,22 @@ export async function checkSpace(output: string, bundleBytes: number, cacheDir: 
   }
 }
 
+/** Which values a -f file gave (its path, its scalar keys, how many of upgradeFrom come first from it). */
+export interface FileKeys { file?: string; keys?: string[]; upgradeFrom?: number }
+
 /**
  * The release fields given on the command line, held to bundle.json's own rules (the writer
  * checks them again) before anything is fetched: "--version 1.0/evil" must not cost the downloads.
  */
-export function checkReleaseOptions(o: { version?: string | undefined; name?: string | undefined; arch: string; upgradeFrom?: string[] | undefined }): void {
+export function checkReleaseOptions(o: { version?: string | undefined; name?: string | undefined; arch: string; upgradeFrom?: string[] | undefined }, from: FileKeys = {}): void {
+  // a value the -f file gave is named by its key there, not blamed on a flag nobody typed
+  const named = (key: string, flag: string) => (from.file && from.keys?.includes(key) ? `${from.file}: ${key}` : flag);
   const option: Record<string, [string, string | undefined, string]> = {
-    'release.version': ['--version', o.version, 'release version'], 'release.name': ['--name', o.name, 'release name'], 'release.arch': ['--arch', o.arch, 'architecture'] };
+    'release.version': [named('version', '--version'), o.version, 'release version'], 'release.name': [named('name', '--name'), o.name, 'release name'], 'release.arch': [named('arch', '--arch'), o.arch, 'architecture'] };
   checkReleaseFields({ version: o.version, name: o.name, arch: o.arch, upgradeFrom: o.upgradeFrom }, (field, rule) => {
     const item = /^release\.upgradeFrom\[(\d+)\]$/.exec(field);
-    const [flag, value, what] = item ? ['--upgrade-from', o.upgradeFrom?.[Number(item[1])], 'version'] : option[field] ?? [field, undefined, field];
+    const i = Number(item?.[1]);
+    const [flag, value, what] = item ? [i < (from.upgradeFrom ?? 0) ? `${from.file}: upgradeFrom[${i}]` : '--upgrade-from', o.upgradeFrom?.[i], 'version'] : option[field] ?? [field, undefined, field];
     // the main error line escapes what JSON leaves (DEL, C1 controls)
     throw new OciError('INVALID_CONFIG', `${flag} ${JSON.stringify(value ?? '')} is not a valid ${what}: it ${rule}`);
   });

@@ -69,7 +69,7 @@ t.test('each wrong key: KEY_ERROR naming its problem, one line, nothing written'
     ['encrypted, no passphrase', opensslKey, [], {}, /is encrypted: give its passphrase with --passphrase-file FILE or the BUNDLE_KEY_PASSPHRASE environment variable/],
     ['encrypted, wrong passphrase file', opensslKey, ['--passphrase-file', wrongFile], {}, /: wrong passphrase/],
     ['encrypted, wrong passphrase in the environment', opensslKey, [], { BUNDLE_KEY_PASSPHRASE: 'nope' }, /: wrong passphrase/],
-    ['a missing passphrase file', opensslKey, ['--passphrase-file', path.join(work, 'none.txt')], {}, /cannot read the passphrase file/],
+    ['a missing passphrase file', opensslKey, ['--passphrase-file', path.join(work, 'none.txt')], {}, /the passphrase file \S*none\.txt does not exist: give the file whose first line is the passphrase \(or set BUNDLE_KEY_PASSPHRASE\)/],
     ['a passphrase file over 4 KiB', opensslKey, ['--passphrase-file', bigPass], {}, /cannot read the passphrase file .*big-pass\.txt/],
     ['the public key', opensslPub, [], {}, /is a public key, not a private key: sign with the private key/],
     ['an RSA key', rsa, [], {}, /rsa\.key: unsupported key type rsa: use ECDSA P-256 or Ed25519/],

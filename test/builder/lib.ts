@@ -24,8 +24,8 @@ export interface RunOptions {
 
 /**
  * The environment every CLI run gets: no credentials from the machine's auth files
- * (REGISTRY_AUTH_FILE names a file that does not exist), no cache in $HOME, no proxy, and
- * /etc/containers, /etc/docker, /run/containers read under a directory that does not exist.
+ * (REGISTRY_AUTH_FILE names a file that does not exist), no $HOME, no $CONTAINERS_REGISTRIES_CONF,
+ * no proxy, and /etc/containers, /etc/docker, /run/containers read under a directory that does not exist.
  */
 export function hermeticEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -34,6 +34,9 @@ export function hermeticEnv(extra: Record<string, string | undefined> = {}): Nod
   env.BUNDLE_SYSTEM_ROOT = '/nonexistent/offline-bundle-test/root';
   env.REGISTRY_AUTH_FILE = '/nonexistent/offline-bundle-test/auth.json';
   env.XDG_CACHE_HOME = '/nonexistent/offline-bundle-test/cache';
+  // the developer's ~/.config/containers/registries.conf or $CONTAINERS_REGISTRIES_CONF must not reach a test
+  env.HOME = '/nonexistent/offline-bundle-test/home';
+  delete env.CONTAINERS_REGISTRIES_CONF;
   for (const [k, v] of Object.entries(extra)) {
     if (v === undefined) delete env[k];
     else env[k] = v;

@@ -4,6 +4,7 @@
 // bundles by package, channel and version range (default: the default channel's head) and
 // carries each selected bundle image, its relatedImages and the catalog image.
 import t from 'tap';
+import { createHash } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseAllDocuments, stringify } from 'yaml';
@@ -92,9 +93,9 @@ t.test('a version range in a channel, and a package\'s default channel head', as
   t.equal(cs.code, 0, cs.stderr);
   t.same(parseAllDocuments(cs.stdout).map((d) => d.toJS()), [{
     apiVersion: 'operators.coreos.com/v1alpha1', kind: 'CatalogSource',
-    metadata: { name: 'operator-index-v4-14', namespace: 'openshift-marketplace' },
+    metadata: { name: `operator-index-v4-14-${createHash('sha256').update(catalog.ref).digest('hex').slice(0, 8)}`, namespace: 'openshift-marketplace' },
     spec: { sourceType: 'grpc', image: catalog.digestRef, displayName: `${catalog.ref} (offline bundle)` },
-  }], 'a CatalogSource pointing at the catalog by digest');
+  }], 'a CatalogSource pointing at the catalog by digest, named by its name, tag and a hash of its reference');
 });
 
 t.test('a channel\'s head, two channels of one package', async (t) => {
@@ -140,4 +141,66 @@ t.test('a catalog file over 16 MiB is refused, nothing written', async (t) => {
   t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE');
   t.match(r.stderr, /configs\/alpha-operator\/catalog\.json is larger than 16 MiB/);
   t.same(await listDir(r.dir), ['bundle.yaml']);
+});
+
+t.test('two catalogs of the same name and tag in other repositories: diff pairs them by reference, catalog-sources names them apart', async (t) => {
+  const other = await pushImage({
+    tag: 'v4.14',
+    platforms: [{ os: 'linux', architecture: 'amd64', config: { Labels: { 'operators.operatorframework.io.index.configs.v1': '/configs' } }, layers: [{ 'configs/alpha-operator/catalog.json': alpha.map((o) => JSON.stringify(o)).join('\n'), 'configs/other/x': 'another catalog' }] }],
+  }, `${H}/certified/operator-index:v4.14`);
+  const sel = (ref: string) => ({ catalog: ref, packages: [{ name: 'alpha-operator' }] });
+  const both = await createFrom(own([sel(catalog.ref), sel(other.ref)]));
+  const one = await createFrom(own([sel(catalog.ref)]));
+  t.equal(both.code + one.code, 0, both.stderr + one.stderr);
+  const d = JSON.parse((await bundle(['diff', both.output, one.output, '--json'])).stdout);
+  t.same(d.images.removed.map((i: { reference: string }) => i.reference), [other.ref], 'the second catalog removed');
+  t.same([d.images.added.length, d.images.changed.length], [0, 0], 'nothing added or changed');
+  const same = JSON.parse((await bundle(['diff', both.output, both.output, '--json'])).stdout);
+  t.equal(same.images.unchanged, (await bundleJson(both.output)).images.length, 'diff A A: every image unchanged');
+  const names = parseAllDocuments((await bundle(['catalog-sources', both.output])).stdout).map((x) => (x.toJS() as { metadata: { name: string } }).metadata.name);
+  t.equal(new Set(names).size, 2, `two names: ${names.join(', ')}`);
+  for (const name of names) t.match(name, /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/, 'a DNS-1123 label');
+  const again = parseAllDocuments((await bundle(['catalog-sources', one.output])).stdout).map((x) => (x.toJS() as { metadata: { name: string } }).metadata.name);
+  t.ok(names.includes(again[0]!), 'a catalog has the same name in every bundle carrying it');
+});
+
+t.test('a broken catalog is named with where it came from: a related image that is no reference, a YAML error, a channel without head; escapes not printed', async (t) => {
+  const evil = 'evil\u001b]0;owned\u0007.v1.0.0';
+  const broken = [
+    { schema: 'olm.package', name: 'bad-operator', defaultChannel: 'stable' },
+    { schema: 'olm.channel', package: 'bad-operator', name: 'stable', entries: [{ name: evil }] },
+    { schema: 'olm.channel', package: 'bad-operator', name: 'loop', entries: [{ name: 'a.v1', replaces: 'b.v1' }, { name: 'b.v1', replaces: 'a.v1' }] },
+    { ...bundleObj('alpha', '1.0.0'), name: evil, package: 'bad-operator', relatedImages: [{ name: 'x', image: 'not a ref!!' }] },
+  ];
+  const many = Array.from({ length: 30 }, (_, i) => ({ schema: 'olm.package', name: `pkg-${String(i).padStart(2, '0')}`, defaultChannel: 'stable' }));
+  const bad = await pushImage({
+    tag: 'broken',
+    platforms: [{ os: 'linux', architecture: 'amd64', layers: [{
+      'configs/bad-operator/catalog.json': broken.map((o) => JSON.stringify(o)).join('\n'),
+      'configs/yaml-operator/catalog.yaml': 'schema: olm.package\nname: yaml-operator\n  bad: indentation\n',
+    }] }],
+  }, `${H}/redhat/operator-index:broken`);
+  const related = await bundle(['create', '--tls-verify=false', '--cache', path.join(work, 'cache'), '--key', keys.key, '-o', path.join(work, 'never.bundle'), '-f',
+    await (async () => { const f = path.join(work, 'broken.yaml'); await writeFile(f, stringify(own([{ catalog: bad.ref, packages: [{ name: 'bad-operator' }] }]))); return f; })()]);
+  t.equal(errorCode(related.stderr), 'INVALID_CONFIG');
+  t.match(related.stderr, /broken\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: package bad-operator, bundle evil.*: a related image of evil.* "not a ref!!" is not an image reference/);
+  t.notOk(related.stderr.includes('\u001b'), 'no terminal escape from the catalog reaches stderr (log and error)');
+  const yaml = await createFrom(own([{ catalog: bad.ref, packages: [{ name: 'yaml-operator' }] }]));
+  t.match(yaml.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: configs\/yaml-operator\/catalog\.yaml is not valid YAML/);
+  const loop = await createFrom(own([{ catalog: bad.ref, packages: [{ name: 'bad-operator', channels: [{ name: 'loop' }] }] }]));
+  t.match(loop.stderr, /channel loop of bad-operator has no head: each of its entries is replaced or skipped by another/);
+  t.notMatch(loop.stderr, /undefined/);
+  const manyCat = await pushImage({ tag: 'many', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'configs/many.json': many.map((o) => JSON.stringify(o)).join('\n') }] }] }, `${H}/redhat/operator-index:many`);
+  const missing = await createFrom(own([{ catalog: manyCat.ref, packages: [{ name: 'zzz' }] }]));
+  t.match(missing.stderr, /has no package zzz \(it has: pkg-00, pkg-01, [^)]*pkg-09 and 20 more\)/, 'the list capped at 10');
+});
+
+t.test('a catalog on disk (oc-mirror\'s oci://) or a bad catalog name is refused before anything is fetched', async (t) => {
+  const own1 = await createFrom(own([{ catalog: 'oci:///srv/catalogs/redhat', packages: [{ name: 'alpha-operator' }] }]));
+  t.equal(errorCode(own1.stderr), 'INVALID_CONFIG');
+  t.match(own1.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): catalog "oci:\/\/\/srv\/catalogs\/redhat" is not in a registry; .*skopeo copy oci:DIR:TAG docker:\/\/HOST\/REPO:TAG/);
+  const isc = await createFrom({ kind: 'ImageSetConfiguration', apiVersion: 'mirror.openshift.io/v2alpha1', mirror: { operators: [{ catalog: 'oci:///srv/catalogs/redhat', packages: [{ name: 'alpha-operator' }] }] } }, ['--version', '1.0']);
+  t.match(isc.stderr, /\(mirror\.operators\[0\]\): catalog "oci:\/\/\/srv\/catalogs\/redhat" is not in a registry/);
+  const name = await createFrom(own([{ catalog: 'Not A Name', packages: [{ name: 'alpha-operator' }] }]));
+  t.match(name.stderr, /\(operators\[0\]\): catalog: invalid image reference "Not A Name"/);
 });

@@ -304,3 +304,21 @@ location = "special.local/s"
   await writeFile(path.join(d, '50-broken.conf'), '[[registry]\n');
   await t.rejects(RegistriesConf.loadDir(d), ociErr('INVALID_CONFIG'), 'bad TOML in a drop-in');
 });
+
+t.test('a wildcard prefix "*.example.com" covers hosts below example.com, a longer prefix still wins', async (t) => {
+  const conf = await load(t, `
+[[registry]]
+prefix = "*.example.com"
+blocked = true
+[[registry.mirror]]
+location = "m.local/wild"
+[[registry]]
+prefix = "quay.example.com/team"
+location = "m.local/team"
+`);
+  t.strictSame(where(conf, 'a.b.example.com/x/y:1'), ['mirror m.local/wild/x/y'], 'the host replaced, the path kept');
+  t.strictSame(where(conf, 'example.com/x/y:1'), ['example.com/x/y'], 'the bare domain is not covered');
+  t.strictSame(where(conf, 'evilexample.com/x/y:1'), ['evilexample.com/x/y'], 'a suffix without the dot is not covered');
+  t.strictSame(where(conf, 'quay.example.com/team/app:1'), ['m.local/team/app'], 'the longer match');
+  t.strictSame(where(new RegistriesConf((await load(t, '[[registry]]\nprefix = "*.example.com"\n')).rules), 'a.example.com/x:1'), ['a.example.com/x'], 'no location: the matched host');
+});

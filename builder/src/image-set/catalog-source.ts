@@ -1,12 +1,20 @@
+import { createHash } from 'node:crypto';
 import type { BundleImage } from '@offline-bundle/format';
 
 /** The component create gives a catalog image in bundle.json, so the cluster side can find it. */
 export const CATALOG_COMPONENT = 'operator-catalog';
 
-/** A DNS-1123 label from a catalog's name: redhat/redhat-operator-index:v4.14 → redhat-operator-index-v4-14. */
+/**
+ * A DNS-1123 label from a catalog's name, with a short hash of its full reference: two catalogs
+ * of the same last path segment and tag (redhat/operator-index:v4.14, certified/operator-index:v4.14)
+ * get different names, and a catalog the same name in every bundle that carries it.
+ */
 function catalogName(img: BundleImage): string {
+  const reference = `${img.repository}${img.tag ? `:${img.tag}` : ''}`;
+  const hash = createHash('sha256').update(reference).digest('hex').slice(0, 8);
   const base = `${img.repository.split('/').pop()}${img.tag ? `-${img.tag}` : ''}`;
-  return base.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 63).replace(/-+$/, '') || 'catalog';
+  const readable = base.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 63 - 9).replace(/-+$/, '') || 'catalog';
+  return `${readable}-${hash}`;
 }
 
 /**

@@ -10,8 +10,9 @@ import { readFile } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
-import { OciError, readLayerFiles } from '@offline-bundle/oci';
-import type { OperatorSelection } from './schema.js';
+import { OciError, parseReference, readLayerFiles } from '@offline-bundle/oci';
+import { escapeControls } from '@offline-bundle/host';
+import { someOf, type OperatorSelection } from './schema.js';
 
 /** The label of a catalog image naming its FBC directory (opm's default /configs). */
 export const CONFIGS_LABEL = 'operators.operatorframework.io.index.configs.v1';
@@ -74,7 +75,7 @@ function bundleOf(o: Obj, file: string): FbcBundle {
 }
 
 /** The catalog's packages, channels and bundles from its FBC files (path → bytes). */
-export function parseFbc(files: ReadonlyMap<string, Buffer>): Fbc {
+export function parseCatalog(files: ReadonlyMap<string, Buffer>): Fbc {
   const fbc: Fbc = { packages: new Map(), channels: [], bundles: new Map() };
   for (const [file, bytes] of [...files].sort(([a], [b]) => (a < b ? -1 : 1))) {
     for (const raw of documents(file, bytes)) {
@@ -95,9 +96,10 @@ export function parseFbc(files: ReadonlyMap<string, Buffer>): Fbc {
 }
 
 /** The channel's head: the entry no other entry replaces or skips (the newest, should there be several). */
-function channelHead(ch: FbcChannel, fbc: Fbc): string {
+function channelHead(ch: FbcChannel, fbc: Fbc, where: string): string {
   const superseded = new Set(ch.entries.flatMap((e) => [...(e.replaces ? [e.replaces] : []), ...(e.skips ?? [])]));
   const heads = ch.entries.map((e) => e.name).filter((n) => !superseded.has(n));
+  if (heads.length === 0) throw new OciError('INVALID_CONFIG', `${where}: channel ${ch.name} of ${ch.package} has no head: each of its entries is replaced or skipped by another (a cycle in the catalog); give minVersion/maxVersion or another channel`);
   const versions = new Map(heads.map((h) => [fbc.bundles.get(h)?.version ?? '0.0.0', h]));
   return versions.get(maxSatisfying([...versions.keys()], '*') ?? '') ?? heads[0]!;
 }
@@ -106,17 +108,17 @@ function inChannel(fbc: Fbc, pkg: string, sel: ChannelSelection, where: string):
   const ch = fbc.channels.find((c) => c.package === pkg && c.name === sel.name);
   if (!ch || ch.entries.length === 0) {
     const have = fbc.channels.filter((c) => c.package === pkg).map((c) => c.name).sort();
-    throw new OciError('NOT_FOUND', `${where}: package ${pkg} has no channel ${sel.name} (it has: ${have.join(', ') || 'none'})`);
+    throw new OciError('NOT_FOUND', `${where}: package ${pkg} has no channel ${sel.name} (it has: ${someOf(have) || 'none'})`);
   }
   const bundle = (name: string) => {
     const b = fbc.bundles.get(name);
     if (!b) throw new OciError('INVALID_CONFIG', `${where}: channel ${sel.name} of ${pkg} names bundle ${name}, which the catalog does not hold`);
     return b;
   };
-  if (sel.minVersion === undefined && sel.maxVersion === undefined) return [bundle(channelHead(ch, fbc))];
+  if (sel.minVersion === undefined && sel.maxVersion === undefined) return [bundle(channelHead(ch, fbc, where))];
   const range = [sel.minVersion !== undefined ? `>=${sel.minVersion}` : '', sel.maxVersion !== undefined ? `<=${sel.maxVersion}` : ''].filter(Boolean).join(' ');
   const chosen = ch.entries.map((e) => bundle(e.name)).filter((b) => satisfies(b.version, range));
-  if (chosen.length === 0) throw new OciError('NOT_FOUND', `${where}: no bundle of ${pkg} in channel ${sel.name} is in ${range} (it has ${ch.entries.map((e) => bundle(e.name).version).join(', ')})`);
+  if (chosen.length === 0) throw new OciError('NOT_FOUND', `${where}: no bundle of ${pkg} in channel ${sel.name} is in ${range} (it has ${someOf(ch.entries.map((e) => bundle(e.name).version))})`);
   return chosen;
 }
 
@@ -125,7 +127,7 @@ export function selectBundles(fbc: Fbc, packages: PackageSelection[], where: str
   const out = new Map<string, FbcBundle>();
   for (const p of packages) {
     const pkg = fbc.packages.get(p.name);
-    if (!pkg) throw new OciError('NOT_FOUND', `${where}: the catalog has no package ${p.name} (it has: ${[...fbc.packages.keys()].sort().join(', ') || 'none'})`);
+    if (!pkg) throw new OciError('NOT_FOUND', `${where}: the catalog has no package ${p.name} (it has: ${someOf([...fbc.packages.keys()].sort()) || 'none'})`);
     const channels = p.channels?.length ? p.channels : pkg.defaultChannel ? [{ name: pkg.defaultChannel }] : [];
     if (channels.length === 0) throw new OciError('INVALID_CONFIG', `${where}: package ${p.name} has no defaultChannel: name its channels`);
     for (const c of channels) for (const b of inChannel(fbc, p.name, c, where)) out.set(b.name, b);
@@ -141,11 +143,19 @@ export async function readCatalogFiles(labels: Record<string, string> | undefine
 
 /**
  * The catalog as far as the selection needs it. opm lays out a directory per package: the
- * selected packages' ones are read first (a big catalog need not be held whole), the whole
+ * top-level files and the selected packages' ones are read first (a big catalog need not be held whole), the whole
  * catalog only when a package is not in its own directory.
  */
 async function catalogFor(sel: OperatorSelection, labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[]): Promise<Fbc> {
   const selected = new Set(sel.packages.map((p) => p.name));
+  const parseFbc = (files: ReadonlyMap<string, Buffer>) => {
+    try {
+      return parseCatalog(files);
+    } catch (cause) {
+      if (cause instanceof OciError) throw new OciError(cause.code, `${sel.where}: catalog ${sel.catalog}: ${cause.message}`, { cause });
+      throw cause;
+    }
+  };
   const some = parseFbc(await readCatalogFiles(labels, layers, sel.catalog, (path) => !path.includes('/') || selected.has(path.split('/')[0]!)));
   if ([...selected].every((p) => some.packages.has(p))) return some;
   const files = await readCatalogFiles(labels, layers, sel.catalog);
@@ -153,14 +163,35 @@ async function catalogFor(sel: OperatorSelection, labels: Record<string, string>
   return parseFbc(files);
 }
 
-/** Every image the selected bundles need, each once: the bundle images and their relatedImages. */
-export function bundleImages(bundles: FbcBundle[]): { image: string; from: string }[] {
+/** Every image the selected bundles need, each once: the bundle images and their relatedImages, each checked to be an image reference. */
+export function bundleImages(bundles: FbcBundle[], where = 'the catalog'): { image: string; from: string }[] {
   const out = new Map<string, string>();
+  const add = (image: string, from: string, b: FbcBundle) => {
+    if (out.has(image)) return;
+    try {
+      parseReference(image);
+    } catch (cause) {
+      throw new OciError('INVALID_CONFIG', `${where}: package ${b.package}, bundle ${b.name}: ${from} "${image}" is not an image reference (${(cause as Error).message.replace(/^invalid image reference "[^]*?": /, '')}): the catalog is broken, fix or leave out the package`, { cause });
+    }
+    out.set(image, from);
+  };
   for (const b of bundles) {
-    if (!out.has(b.image)) out.set(b.image, `bundle ${b.name}`);
-    for (const r of b.relatedImages) if (!out.has(r)) out.set(r, `a related image of ${b.name}`);
+    add(b.image, `bundle ${b.name}`, b);
+    for (const r of b.relatedImages) add(r, `a related image of ${b.name}`, b);
   }
   return [...out].map(([image, from]) => ({ image, from }));
+}
+
+/** A catalog is pulled from a registry: a path (oc-mirror's oci://) or a bad name is refused before anything is fetched. */
+export function checkCatalogReference(sel: OperatorSelection): void {
+  if (/^(oci|oci-archive|docker-archive|dir|containers-storage):|^[a-z][a-z0-9+.-]*:\/\//.test(sel.catalog)) {
+    throw new OciError('INVALID_CONFIG', `${sel.where}: catalog "${sel.catalog}" is not in a registry; a catalog is read from one: push it (skopeo copy oci:DIR:TAG docker://HOST/REPO:TAG) and name HOST/REPO:TAG`);
+  }
+  try {
+    parseReference(sel.catalog);
+  } catch (cause) {
+    throw new OciError('INVALID_CONFIG', `${sel.where}: catalog: ${(cause as Error).message}`, { cause });
+  }
 }
 
 /** A catalog image as create resolved it (it goes into the bundle too): its blobs and a way to their bytes. */
@@ -180,14 +211,15 @@ const isConfig = (mediaType: string) => /image\.config\.v1\+json$|container\.ima
  */
 export async function operatorImages(selections: OperatorSelection[], open: (spec: string, where: string) => Promise<OpenedCatalog>, log: (message: string) => void): Promise<{ spec: string; where: string }[]> {
   const lines: { spec: string; where: string }[] = [];
+  for (const sel of selections) checkCatalogReference(sel);
   for (const sel of selections) {
     const c = await open(`docker://${sel.catalog}`, sel.where);
     const config = c.blobs.find((b) => isConfig(b.mediaType));
     const labels = config ? (JSON.parse(await readFile(await c.blobPath(config), 'utf8')) as { config?: { Labels?: Record<string, string> } }).config?.Labels : undefined;
     const fbc = await catalogFor(sel, labels, c.layers.map((l) => async () => createReadStream(await c.blobPath(l))));
     const bundles = selectBundles(fbc, sel.packages, sel.where);
-    log(`catalog ${sel.catalog}: ${bundles.map((b) => b.name).join(', ')} (the catalog image is carried whole)`);
-    for (const i of bundleImages(bundles)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
+    log(`catalog ${sel.catalog}: ${escapeControls(bundles.map((b) => b.name).join(', '))} (the catalog image is carried whole)`);
+    for (const i of bundleImages(bundles, `${sel.where}: catalog ${sel.catalog}`)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
   }
   return lines;
 }

@@ -1,8 +1,9 @@
+import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { OciError } from '@offline-bundle/oci';
 import { readBundleFile } from './bundle-file.js';
 import { readUpdateGraph, resolveRelease, type ResolvedRelease } from './update-graph.js';
-import type { BundleFile, ReleaseByChannel } from './schema.js';
+import { someOf, type BundleFile, type ReleaseByChannel } from './schema.js';
 
 /** create's options as commander gives them: its flags' camelCase names. */
 export type CreateFlags = Record<string, unknown> & {
@@ -55,6 +56,9 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   for (const w of loaded.warnings) log(`warning: ${w}`);
   const f = loaded.file;
   takeScalars(o, f, cmd);
+  o.fileKeys = { file: o.file, keys: Object.keys(f).filter((k) => cmd.getOptionValueSource(k) !== 'cli'), upgradeFrom: f.upgradeFrom?.length ?? 0 };
+  // the lines of the file's imagesFile name paths from the file's directory, as its images: do
+  if (f.imagesFile !== undefined && cmd.getOptionValueSource('imagesFile') !== 'cli') o.imagesFileBase = dirname(resolve(o.file));
   for (const [key, flag] of Object.entries(LISTS)) {
     const fromFile = f[key as keyof typeof LISTS];
     if (fromFile?.length) o[flag] = [...fromFile, ...((o[flag] as string[] | undefined) ?? [])];
@@ -70,7 +74,7 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   const chosen = await releaseFromChannel(f.release, o.updateGraph, loaded.releaseWhere ?? o.file);
   o.release = chosen.payload;
   log(`release ${chosen.version} of channel ${chosen.channel}: ${chosen.payload}`);
-  if (chosen.skipped.length) log(`warning: a bundle carries one release, the newest in range: ${chosen.skipped.join(', ')} left out (a bundle each, with version:)`);
+  if (chosen.skipped.length) log(`warning: a bundle carries one release, the newest in range: ${someOf(chosen.skipped)} left out (a bundle each, with version:)`);
   out.channelRelease = chosen;
   return out;
 }

@@ -1,9 +1,12 @@
+import { stat } from 'node:fs/promises';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
-import { readHeader, withBundleFile, type BundleImage, type BundleManifest } from '@offline-bundle/format';
+import { FormatError, readHeader, withBundleFile, type BundleImage, type BundleManifest } from '@offline-bundle/format';
 import { formatBytes, plural } from '@offline-bundle/status';
+import { CATALOG_COMPONENT } from './catalog-source.js';
 
 /** bundle.json as `inspect` reads it (its first frames, nothing verified): the one call into the format's readers. */
 export async function readBundleManifest(file: string): Promise<BundleManifest> {
+  if (!(await stat(file).catch(() => undefined))) throw new FormatError('IO_ERROR', `${file} does not exist: give the path of a .bundle file`); // as inspect's code, without the raw ENOENT
   await assertRegularFile(file);
   return (await withBundleFile(file, readHeader)).manifest;
 }
@@ -26,8 +29,21 @@ export interface BundleDiff {
 }
 
 const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`);
-// a payload image is named by its digest, so a new release renames it: its component pairs the two
-const keyOf = (img: BundleImage) => (img.component ? `component:${img.component}` : refName(img));
+
+/**
+ * How an image is paired across two bundles. A payload image is named by its digest, so a new
+ * release renames it: its component pairs the two. A component that is no one image's (every
+ * operator catalog's, or one given twice) pairs nothing: those go by name.
+ */
+function keyer(a: BundleManifest, b: BundleManifest): (img: BundleImage) => string {
+  const seen = new Map<string, number>();
+  for (const m of [a, b]) {
+    const mine = new Map<string, number>();
+    for (const i of m.images) if (i.component) mine.set(i.component, (mine.get(i.component) ?? 0) + 1);
+    for (const [c, n] of mine) seen.set(c, Math.max(seen.get(c) ?? 0, n));
+  }
+  return (img) => (img.component && img.component !== CATALOG_COMPONENT && seen.get(img.component) === 1 ? `component:${img.component}` : `name:${refName(img)}`);
+}
 const change = (img: BundleImage): ImageChange => ({ reference: refName(img), ...(img.component ? { component: img.component } : {}), digest: img.digest });
 
 function count(blobs: { size: number }[]): Count {
@@ -35,8 +51,20 @@ function count(blobs: { size: number }[]): Count {
 }
 
 export function diffManifests(a: BundleManifest, b: BundleManifest, files: [string, string]): BundleDiff {
-  const before = new Map(a.images.map((i) => [keyOf(i), i]));
-  const after = new Map(b.images.map((i) => [keyOf(i), i]));
+  const keyOf = keyer(a, b);
+  // a key met again (the same name twice) is numbered: every image is counted
+  const byKey = (m: BundleManifest) => {
+    const out = new Map<string, BundleImage>();
+    const met = new Map<string, number>();
+    for (const i of m.images) {
+      const k = keyOf(i);
+      const n = (met.get(k) ?? 0) + 1;
+      met.set(k, n);
+      out.set(n === 1 ? k : `${k}#${n}`, i);
+    }
+    return out;
+  };
+  const [before, after] = [byKey(a), byKey(b)];
   const images: BundleDiff['images'] = { added: [], removed: [], changed: [], unchanged: 0 };
   for (const [k, img] of after) {
     const old = before.get(k);

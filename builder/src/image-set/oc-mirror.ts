@@ -1,6 +1,6 @@
 import { OciError } from '@offline-bundle/oci';
 import { plural } from '@offline-bundle/status';
-import type { BundleFile, LoadedBundleFile, Locate, OperatorSelection, ReleaseByChannel } from './schema.js';
+import { someProblems, type BundleFile, type LoadedBundleFile, type Locate, type OperatorSelection, type ReleaseByChannel } from './schema.js';
 
 /** oc-mirror v2's ImageSetConfiguration, read as is. */
 export const IMAGE_SET_API_VERSION = 'mirror.openshift.io/v2alpha1';
@@ -187,6 +187,6 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
     }
   }
   if (!out.release && !out.images?.length && !out.operators?.length && !tr.problems.length) tr.problems.push(`${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`);
-  if (tr.problems.length) throw new OciError('INVALID_CONFIG', `${plural(tr.problems.length, 'field')} of the ImageSetConfiguration cannot be carried, nothing fetched: ${tr.problems.join('; ')}`);
+  if (tr.problems.length) throw new OciError('INVALID_CONFIG', `${plural(tr.problems.length, 'field')} of the ImageSetConfiguration cannot be carried, nothing fetched: ${someProblems(tr.problems)}`);
   return { file: out, imagesWhere, releaseWhere: locate(['mirror', 'platform', typeof out.release === 'string' ? 'release' : 'channels']), warnings: tr.warnings };
 }

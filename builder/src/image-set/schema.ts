@@ -84,7 +84,7 @@ export const BUNDLE_FILE_SCHEMA = {
     release,
     operators,
     images: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Images to add, each an --image source: docker://REF (the default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR, with =REGISTRY/REPO:TAG to name a local one; relative paths are taken from the file\'s directory.' },
-    imagesFile: path('A file with one image source per line, # comments (as --images-file)'),
+    imagesFile: path('A file with one image source per line, # comments (as --images-file); relative paths in its lines are taken from this file\'s directory too'),
     agentImage: { type: 'string', minLength: 1, description: 'A bundle-agent image (any images source): nodes switch to it once the bundle is Ready (as --agent-image).' },
     agentVersion: { type: 'string', minLength: 1, description: 'The agent image\'s version, when it has no org.opencontainers.image.version label.' },
     arch: { type: 'string', minLength: 1, description: 'The platform kept from multi-arch images: amd64 (default), arm64, linux/arm/v7.' },
@@ -154,6 +154,21 @@ export interface OperatorSelection {
 
 /** Names a place in the file, "bundle.yaml:12 (release.channel)", for messages. */
 export type Locate = (path: (string | number)[]) => string;
+
+/** A list for a message: the first `most` items, then how many more ("a, b, c and 12 more"). */
+export function someOf(items: string[], most = 10): string {
+  const more = items.length - most;
+  return more > 0 ? `${items.slice(0, most).join(', ')} and ${more} more` : items.join(', ');
+}
+
+/** Most problems of a file one error lists: a file of 150 000 unknown keys gets a line, not megabytes. */
+export const MAX_PROBLEMS_SHOWN = 20;
+
+/** The first MAX_PROBLEMS_SHOWN problems, "; "-joined, and how many more there are. */
+export function someProblems(problems: string[]): string {
+  const more = problems.length - MAX_PROBLEMS_SHOWN;
+  return problems.slice(0, MAX_PROBLEMS_SHOWN).join('; ') + (more > 0 ? `; and ${more} more` : '');
+}
 
 export interface LoadedBundleFile {
   file: BundleFile;

@@ -58,6 +58,13 @@ export async function readUpdateGraph(file: string): Promise<UpdateGraph> {
   }
   if (!Array.isArray(doc?.nodes)) throw bad(file, 'it has no "nodes" list');
   const nodes = doc.nodes.map((n, i) => parseNode(n, i, file));
+  // a version is one release: two payloads for it leave the choice to the order of the file
+  const payloadOf = new Map<string, [number, string]>();
+  for (const [i, n] of nodes.entries()) {
+    const seen = payloadOf.get(n.version);
+    if (seen && seen[1] !== n.payload) throw bad(file, `nodes[${seen[0]}] and nodes[${i}] give version ${n.version} different payloads`);
+    payloadOf.set(n.version, [i, n.payload]);
+  }
   const edges = doc.edges === undefined ? [] : doc.edges;
   if (!Array.isArray(edges)) throw bad(file, '"edges" is not a list');
   for (const [i, e] of edges.entries()) {

@@ -70,7 +70,7 @@ export async function readPassphrase(file: string | undefined, env: NodeJS.Proce
     passphrase = bytes.toString('utf8').split(/\r?\n/)[0]!;
   } catch (cause) {
     if (signal?.aborted) throw cause;
-    const what = `cannot read the passphrase file ${file}: ${(cause as Error).message}`;
+    const what = (cause as NodeJS.ErrnoException).code === 'ENOENT' ? `the passphrase file ${file} does not exist: give the file whose first line is the passphrase (or set ${PASSPHRASE_ENV})` : `cannot read the passphrase file ${file}: ${(cause as Error).message}`;
     // a command that never answered is not a bad key
     if (cause instanceof HostError && cause.code === 'INPUT_TIMEOUT') throw new OciError('INPUT_TIMEOUT', what, { cause });
     throw new FormatError('KEY_ERROR', what, { cause });

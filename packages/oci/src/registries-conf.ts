@@ -19,8 +19,9 @@ export interface MirrorRule {
 }
 
 export interface RegistryRule {
-  /** The namespace this rule covers ("prefix" in registries.conf, default: location). */
+  /** The namespace this rule covers ("prefix" in registries.conf, default: location); "*.example.com" covers its subdomains' hosts. */
   prefix: string;
+  /** Empty for a wildcard prefix: the matched host is the location. */
   location: string;
   insecure: boolean;
   blocked: boolean;
@@ -59,8 +60,12 @@ function parseRules(text: string, file: string): RegistryRule[] {
     const trim = (v: string | undefined) => v?.replace(/\/+$/, '');
     const prefix = trim(r.prefix ?? r.location);
     if (!prefix) throw new OciError('INVALID_CONFIG', `${file}: [[registry]] #${i + 1} needs "location" or "prefix"`);
-    if (prefix.startsWith('*.')) throw new OciError('INVALID_CONFIG', `${file}: wildcard prefix "${prefix}" is not supported; name the registry`);
-    const location = trim(r.location) ?? prefix;
+    const wildcard = prefix.startsWith('*.');
+    // containers-registries.conf(5): a wildcard names hosts only and takes no location
+    if (wildcard && (!/^\*(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$/.test(prefix) || r.location)) {
+      throw new OciError('INVALID_CONFIG', `${file}: wildcard prefix "${prefix}" must be "*." and a host name, without a location`);
+    }
+    const location = wildcard ? '' : (trim(r.location) ?? prefix);
     const byDigestOnly = r['mirror-by-digest-only'] === true;
     return {
       prefix,
@@ -82,10 +87,27 @@ function parseRules(text: string, file: string): RegistryRule[] {
   });
 }
 
+/** How much of "registry/repository" a prefix covers (0: none); "*.example.com" covers a host ending in ".example.com". */
+function matchedLength(prefix: string, name: string): number {
+  if (prefix.startsWith('*.')) {
+    const slash = name.indexOf('/');
+    const host = slash < 0 ? name : name.slice(0, slash);
+    return host.endsWith(prefix.slice(1)) ? host.length : 0;
+  }
+  return name === prefix || name.startsWith(prefix.endsWith('/') ? prefix : `${prefix}/`) ? prefix.length : 0;
+}
+
 /** Far above any real registries.conf: a larger file is the wrong file, not to be parsed whole. */
 export const MAX_REGISTRIES_CONF_BYTES = 1024 * 1024;
 
+/** /dev/null given as the file means no configuration, as for podman. */
+async function isDevNull(path: string): Promise<boolean> {
+  const [st, nul] = await Promise.all([stat(path).catch(() => undefined), stat('/dev/null').catch(() => undefined)]);
+  return !!st && !!nul && st.isCharacterDevice() && st.rdev === nul.rdev;
+}
+
 async function readConf(path: string): Promise<string> {
+  if (await isDevNull(path)) return '';
   try {
     return (await readSmallFile(path, MAX_REGISTRIES_CONF_BYTES)).bytes.toString('utf8');
   } catch (cause) {
@@ -99,7 +121,8 @@ async function readConf(path: string): Promise<string> {
  * registries.conf.d directory override rules with the same prefix, files in lexical order.
  */
 export class RegistriesConf {
-  constructor(readonly rules: RegistryRule[] = []) {}
+  /** `broken`: why the configuration read by default cannot be used, thrown only when a pull needs it. */
+  constructor(readonly rules: RegistryRule[] = [], private readonly broken?: OciError) {}
 
   static async load(path: string): Promise<RegistriesConf> {
     return new RegistriesConf(parseRules(await readConf(path), path));
@@ -128,6 +151,17 @@ export class RegistriesConf {
    * /etc is taken under BUNDLE_SYSTEM_ROOT (see system-root.ts).
    */
   static async loadSystem(env: NodeJS.ProcessEnv = process.env): Promise<RegistriesConf> {
+    try {
+      return await RegistriesConf.readSystem(env);
+    } catch (cause) {
+      // never in the way of a create that pulls nothing from a registry
+      const e = cause as Error;
+      const how = env[REGISTRIES_CONF_ENV] ? `named by ${REGISTRIES_CONF_ENV}` : 'read by default, as podman does';
+      return new RegistriesConf([], new OciError('INVALID_CONFIG', `${e.message.replace(/\.$/, '')} (${how}; --registries-conf FILE replaces it, /dev/null for none)`, { cause }));
+    }
+  }
+
+  private static async readSystem(env: NodeJS.ProcessEnv): Promise<RegistriesConf> {
     const etc = join(systemRoot(env), 'etc', 'containers');
     const user = join(env.HOME ?? homedir(), '.config', 'containers');
     const userFile = join(user, 'registries.conf');
@@ -142,30 +176,34 @@ export class RegistriesConf {
     return conf;
   }
 
-  /** The rule whose prefix is the longest match of "registry/repository" at a path boundary. */
-  match(ref: ImageReference): RegistryRule | undefined {
-    const name = repositoryName(ref);
-    let best: RegistryRule | undefined;
+  /** The rule whose prefix is the longest match of "registry/repository" at a path boundary, and the matched length. */
+  private matching(name: string): { rule: RegistryRule; length: number } | undefined {
+    if (this.broken) throw this.broken;
+    let best: { rule: RegistryRule; length: number } | undefined;
     for (const rule of this.rules) {
-      const p = rule.prefix;
-      if (name === p || name.startsWith(p.endsWith('/') ? p : `${p}/`)) {
-        if (!best || p.length > best.prefix.length) best = rule;
-      }
+      const length = matchedLength(rule.prefix, name);
+      if (length > 0 && (!best || length > best.length)) best = { rule, length };
     }
     return best;
   }
 
+  match(ref: ImageReference): RegistryRule | undefined {
+    return this.matching(repositoryName(ref))?.rule;
+  }
+
   /** Where to pull `ref` from, in order. */
   pullSources(ref: ImageReference, defaultInsecure = false): PullSource[] {
-    const rule = this.match(ref);
     const name = repositoryName(ref);
+    const found = this.matching(name);
+    const rule = found?.rule;
     const split = (full: string, insecure: boolean, mirror: boolean): PullSource => {
       const slash = full.indexOf('/');
       if (slash < 0) throw new OciError('INVALID_CONFIG', `registry location "${full}" rewrites "${name}" to a name without a repository`);
       return { registry: full.slice(0, slash), repository: full.slice(slash + 1), insecure, mirror };
     };
     if (!rule) return [split(name, defaultInsecure, false)];
-    const suffix = name.slice(rule.prefix.length);
+    const suffix = name.slice(found!.length);
+    const location = rule.location || name.slice(0, found!.length);
     const byDigest = ref.digest !== undefined;
     const out: PullSource[] = [];
     for (const m of rule.mirrors) {
@@ -173,7 +211,7 @@ export class RegistriesConf {
       if (m.pullFromMirror === 'tag-only' && byDigest) continue;
       out.push(split(m.location + suffix, m.insecure || defaultInsecure, true));
     }
-    if (!rule.blocked) out.push(split(rule.location + suffix, rule.insecure || defaultInsecure, false));
+    if (!rule.blocked) out.push(split(location + suffix, rule.insecure || defaultInsecure, false));
     if (out.length === 0) throw new OciError('NOT_FOUND', `registry "${rule.prefix}" is blocked in registries.conf and no mirror serves ${name}`);
     return out;
   }

@@ -52,32 +52,74 @@ async function decompressed(layer: Readable): Promise<Readable> {
   return rest;
 }
 
-/** The files of one layer that `want` names, whatever its compression; each at most MAX_LAYER_FILE_BYTES. */
-async function scanLayer(layer: Readable, found: Map<string, Buffer>, want: (name: string) => boolean, image: string): Promise<void> {
+/** Everything read from one image's layers together (a catalog of many 16 MiB files is not held whole). */
+export const MAX_LAYER_TOTAL_BYTES = 64 * 1024 * 1024;
+
+interface LayerScan { files: Map<string, Buffer>; whiteouts: string[]; opaque: string[]; read: number }
+
+/**
+ * The files of one layer that `want` names, whatever its compression, and its whiteouts: each
+ * file at most MAX_LAYER_FILE_BYTES, and `before` + what this layer adds at most MAX_LAYER_TOTAL_BYTES.
+ */
+async function scanLayer(layer: Readable, want: (name: string) => boolean, image: string, before: number): Promise<LayerScan> {
+  const scan: LayerScan = { files: new Map(), whiteouts: [], opaque: [], read: before };
   const extract = tar.extract();
   const consume = (async () => {
     for await (const entry of extract) {
       const name = entry.header.name.replace(/^(\.\/)+|^\/+/, '');
+      const base = name.slice(name.lastIndexOf('/') + 1);
+      const dir = name.slice(0, name.length - base.length);
+      if (base === '.wh..wh..opq') scan.opaque.push(dir);
+      else if (base.startsWith('.wh.')) scan.whiteouts.push(dir + base.slice(4));
       if (want(name) && entry.header.type === 'file') {
-        if ((entry.header.size ?? 0) > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${name} is larger than 16 MiB, the most a file read from an image may have`);
+        const size = entry.header.size ?? 0;
+        if (size > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${name} is larger than 16 MiB, the most a file read from an image may have`);
+        scan.read += size;
+        if (scan.read > MAX_LAYER_TOTAL_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: the files read from its layers exceed 64 MiB together (at ${name}), the most read from one image`);
         const parts: Buffer[] = [];
         for await (const c of entry) parts.push(c as Buffer);
-        found.set(name, Buffer.concat(parts));
+        scan.files.set(name, Buffer.concat(parts));
       } else {
         entry.resume();
       }
     }
   })();
   await Promise.all([pipeline(await decompressed(layer), extract), consume]);
+  return scan;
+}
+
+/** A layer's whiteouts hide what earlier layers hold (a .wh.NAME the path and below it, .wh..wh..opq a directory's content). */
+function applyWhiteouts(found: Map<string, Buffer>, scan: LayerScan): void {
+  if (!scan.whiteouts.length && !scan.opaque.length) return;
+  const gone = new Set(scan.whiteouts);
+  const opaque = new Set(scan.opaque);
+  for (const name of [...found.keys()]) {
+    // each ancestor of the path (and the path itself) looked up once: no scan of every whiteout per file
+    const parts = name.split('/');
+    for (let i = 0; i < parts.length; i++) {
+      const prefix = parts.slice(0, i).map((p) => `${p}/`).join('');
+      if (opaque.has(prefix) || gone.has(prefix + parts[i])) {
+        found.delete(name);
+        break;
+      }
+    }
+  }
 }
 
 /**
- * The files `want` names (paths without a leading /) in an image's layers, each at most 16 MiB:
- * later layers override earlier ones, as in the image's filesystem (whiteouts are not applied).
+ * The files `want` names (paths without a leading /) in an image's layers, each at most 16 MiB
+ * and 64 MiB together: later layers override earlier ones and their whiteouts hide them, as in
+ * the image's filesystem.
  */
 export async function readLayerFiles(layers: (() => Promise<Readable>)[], want: (name: string) => boolean, image = 'the image'): Promise<Map<string, Buffer>> {
   const found = new Map<string, Buffer>();
-  for (const open of layers) await scanLayer(await open(), found, want, image);
+  let read = 0;
+  for (const open of layers) {
+    const scan = await scanLayer(await open(), want, image, read);
+    read = scan.read;
+    applyWhiteouts(found, scan);
+    for (const [name, bytes] of scan.files) found.set(name, bytes);
+  }
   return found;
 }
 
