@@ -16,6 +16,7 @@ import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
+import type { KeyObject } from 'node:crypto';
 import { planOf, type BundlePlan } from './image-set/plan.js';
 import { operatorImages } from './image-set/catalog.js';
 import { resolveSource } from './image-set/bundle-file.js';
@@ -202,14 +203,11 @@ function byName(resolved: ResolvedImage[]): Map<string, ResolvedImage> {
 /** Compressed layers are measured as they arrive: the image-store estimate uses what they unpack to. */
 const isCompressedLayer = (mediaType: string) => /gzip|zstd/.test(mediaType);
 
-/**
- * Builds a signed bundle: resolve every image (and a release payload), fetch each blob
- * once into the content-addressed cache (in parallel, resuming), then write the archive.
- */
-export async function createBundle(opts: CreateOptions & { dryRun?: false }): Promise<CreateResult>;
-export async function createBundle(opts: CreateOptions & { dryRun: true }): Promise<BundlePlan>;
-export async function createBundle(opts: CreateOptions): Promise<CreateResult | BundlePlan> {
-  const progress = opts.progress ?? new Progress({ quiet: true });
+/** What the options settle before anything is fetched; a dry run loads no key. */
+interface Preflight { key: KeyObject | undefined; want: Platform; output: string; specs: string[]; whereOf: Map<string, string> }
+
+/** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
+async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
   const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
   checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom }, opts.fileKeys);
@@ -232,6 +230,25 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
+  return { key, want, output, specs, whereOf };
+}
+
+/** The cache, the registry client and the sources opened for one create, closed together. */
+interface Session {
+  opts: CreateOptions;
+  progress: Progress;
+  want: Platform;
+  cache: BlobCache;
+  client: RegistryClient;
+  limit: LimitFunction;
+  /** Stops downloads: on Ctrl-C, or once the write they feed has failed. */
+  work: AbortController;
+  stopWork: () => void;
+  opened: ImageSource[];
+  open: (spec: string) => Promise<ImageSource>;
+}
+
+async function openSession(opts: CreateOptions, progress: Progress, want: Platform): Promise<Session> {
   // Downloads stop on Ctrl-C, and also when the write they feed has failed (a full disk): the
   // one-pass writer fails while later blobs may still be minutes from arriving.
   const work = new AbortController();
@@ -256,165 +273,264 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     opened.push(s);
     return s;
   };
+  return { opts, progress, want, cache, client, limit, work, stopWork, opened, open };
+}
+
+async function closeSession(s: Session): Promise<void> {
+  s.opts.signal?.removeEventListener('abort', s.stopWork);
+  await Promise.all(s.opened.map((o) => o.close().catch(() => undefined)));
+  await s.client.close();
+}
+
+interface ReleaseInfo { image: string; digest: string; upgradeFrom: string[] }
+
+/** Every image to carry, with the release's version and facts and the agent image's entry. */
+interface ResolvedAll {
+  version: string | undefined;
+  releaseInfo: ReleaseInfo | undefined;
+  warnings: CreateResult['warnings'];
+  resolved: ResolvedImage[];
+  agent: BundleAgent | undefined;
+}
+
+/** The release image, then its payload's images (the payload names them and gives the version). */
+async function resolveRelease(s: Session, release: string, into: ResolvedAll): Promise<void> {
+  const { opts, progress, cache, want, limit, work, open } = s;
+  progress.log(`resolving release ${release}`);
+  const rel = await resolveImage(await open(release), cache, want, false, '--release', 'release');
+  into.resolved.push(rel);
+  const payload = await readReleasePayload(rel.layers.map((l) => async () => {
+    const path = await cache.fetch(l.digest, l.size, (offset) => rel.source.getBlob(l.digest, l.size, offset));
+    return createReadStream(path);
+  }));
+  if (opts.version && opts.version !== payload.version) {
+    throw new OciError('INVALID_RELEASE', `--version ${opts.version} contradicts the release image, which is ${payload.version}`);
+  }
+  into.version = payload.version;
+  into.releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
+  progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
+  for (const w of payload.pullAlways) {
+    into.warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
+  }
+  const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
+    resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), work.signal);
+  into.resolved.push(...payloadImages);
+}
+
+/** Operators' catalog and bundle images, then every --image / --images-file source, each named by where it was given. */
+async function resolveSources(s: Session, pre: Preflight, resolved: ResolvedImage[]): Promise<void> {
+  const { opts, progress, cache, want, limit, work, open } = s;
+  const { specs, whereOf } = pre;
+  const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
+    const r = await resolveImage(await open(spec), cache, want, false, where, CATALOG_COMPONENT);
+    resolved.push(r);
+    return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
+  }, (m) => progress.log(m));
+  const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
+  resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));
+}
+
+/** The bundle-agent image, renamed to AGENT_REPOSITORY:VERSION; one platform, the bundle's: the node runs it. */
+async function resolveAgentImage(s: Session, agentImage: string, into: ResolvedAll): Promise<void> {
+  const r = await resolveImage(await s.open(agentSourceSpec(agentImage)), s.cache, s.want, false, '--agent-image');
+  const version = await agentImageVersion(r.blobs, r.source, s.cache, s.opts.agentVersion);
+  const named = asAgentImage(r.entry, version);
+  into.agent = named.agent;
+  into.resolved.push({ ...r, entry: named.entry });
+  s.progress.log(`agent image ${named.entry.repository}:${version} (${r.entry.digest})`);
+}
+
+async function resolveAll(s: Session, pre: Preflight): Promise<ResolvedAll> {
+  const all: ResolvedAll = { version: s.opts.version, releaseInfo: undefined, warnings: [], resolved: [], agent: undefined };
+  if (s.opts.release) await resolveRelease(s, s.opts.release, all);
+  await resolveSources(s, pre, all.resolved);
+  if (s.opts.agentImage !== undefined) await resolveAgentImage(s, s.opts.agentImage, all);
+  return all;
+}
+
+/** What goes into the bundle: one index entry per reference, one blob per digest (with the source to fetch it from). */
+interface Contents {
+  byRef: Map<string, ResolvedImage>;
+  blobs: Map<string, { blob: Blob; source: ImageSource }>;
+  /** Every blob's bytes: what the fetch phase counts to. */
+  total: number;
+  /** The bytes of the blobs not yet in the cache. */
+  missing: number;
+}
+
+/** One index entry per reference; one download per blob however many images share it. */
+async function planContents(s: Session, resolved: ResolvedImage[]): Promise<Contents> {
+  const byRef = byName(resolved);
+  const blobs = new Map<string, { blob: Blob; source: ImageSource }>();
+  for (const r of byRef.values()) for (const b of r.blobs) if (!blobs.has(b.digest)) blobs.set(b.digest, { blob: b, source: r.source });
+  const total = [...blobs.values()].reduce((sum, b) => sum + b.blob.size, 0);
+  let missing = 0;
+  for (const { blob } of blobs.values()) if (!(await s.cache.has(blob.digest, blob.size))) missing += blob.size;
+  return { byRef, blobs, total, missing };
+}
+
+/** What a dry run answers: every image resolved, the bytes to carry and those still to download. */
+function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
+  return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing });
+}
+
+/** Room for the bundle and the downloads, checked before either starts. */
+async function checkRoom(s: Session, output: string, c: Contents): Promise<void> {
+  // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
+  const metadataBytes = 8192 + 400 * (c.blobs.size + c.byRef.size);
+  await checkSpace(output, estimateBundleBytes([...[...c.blobs.values()].map((b) => b.blob.size), metadataBytes]), s.cache.dir, c.missing);
+}
+
+/** The bundle's images by name, and its OCI index.json naming each. */
+function imageIndex(c: Contents): { images: BundleImage[]; index: Buffer } {
+  const images = [...c.byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
+  const index = Buffer.from(JSON.stringify({
+    schemaVersion: 2,
+    mediaType: MediaType.OciIndex,
+    manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: c.blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
+  }));
+  return { images, index };
+}
+
+/** Creation time: --created-at, else SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
+function creationTime(opts: CreateOptions): string {
+  const epoch = process.env.SOURCE_DATE_EPOCH;
+  return opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
+}
+
+/** What the fetch and the write tell each other while both run. */
+interface Pass {
+  /** Each blob's arrival in the cache, which the writer waits for. */
+  arrivals: Map<string, ReturnType<typeof deferred<ReadyBlob>>>;
+  ordered: { blob: Blob; source: ImageSource }[];
+  writeFailure: { err: unknown } | undefined;
+  /** The fetch failed of its own, not because a failed write (or Ctrl-C) stopped it. */
+  fetchFailedFirst: boolean;
+  fetched: boolean;
+  /** What the writer packed while downloads went on, shown once they end. */
+  packedSoFar: [number, number] | undefined;
+}
+
+/** Fetches every missing blob into the cache (in parallel, resuming), telling the writer of each arrival. */
+function fetchBlobs(s: Session, c: Contents, pass: Pass, writeTotal: () => number): Promise<void> {
+  const { progress, cache } = s;
+  let done = 0;
+  // An image is done when every one of its blobs is: counted for the progress line.
+  const waiting = new Map([...c.byRef.values()].map((r) => [r, new Set(r.blobs.map((b) => b.digest))]));
+  let imagesDone = [...waiting.values()].filter((w) => w.size === 0).length;
+  const items = () => `${imagesDone}/${c.byRef.size} images`;
+  progress.start(`fetching ${plural(c.blobs.size, 'blob')} of ${plural(c.byRef.size, 'image')}`, c.total);
+  return allOrFirstError(s.limit, pass.ordered.map(({ blob, source }) => async () => {
+    // the write failed (a full disk): no more downloads for it
+    if (pass.writeFailure) throw pass.writeFailure.err;
+    const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
+      onBytes: (n) => progress.update((done += n), items()),
+      measure: isCompressedLayer(blob.mediaType),
+    });
+    pass.arrivals.get(blob.digest)!.resolve({ path, verified: cache.verified(blob.digest) });
+    for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
+    progress.update(done, items());
+  }), s.work.signal).then(() => {
+    // the write failed meanwhile: no writing phase to show
+    if (pass.writeFailure) return;
+    progress.finish();
+    pass.fetched = true;
+    progress.start(`writing ${s.opts.output}`, writeTotal());
+    if (pass.packedSoFar) progress.update(pass.packedSoFar[0], undefined, pass.packedSoFar[1]);
+  }, (err: unknown) => {
+    // a failure of its own, not the stop that a failed write (or Ctrl-C) caused
+    pass.fetchFailedFirst = !s.work.signal.aborted;
+    // the writer waits for blobs that will not come now
+    for (const a of pass.arrivals.values()) a.reject(err);
+    throw err;
+  });
+}
+
+/**
+ * One pass: the writer packs each blob (in its order, by digest) as soon as it is in the
+ * cache, while later ones are still being fetched.
+ */
+async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, index }: { images: BundleImage[]; index: Buffer }): Promise<WrittenBundle> {
+  const { opts, progress, cache } = s;
+  const signatures = all.releaseInfo ? await releaseSignatureBlobs(all.releaseInfo.digest, cache, opts, progress) : undefined;
+  const createdAt = creationTime(opts);
+  const upgradeFrom = [...new Set([...(all.releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
+  const ordered = [...c.blobs.values()].sort((a, b) => (a.blob.digest < b.blob.digest ? -1 : a.blob.digest > b.blob.digest ? 1 : 0));
+  const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
+  const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
+  const fetching = fetchBlobs(s, c, pass, () => blobList.reduce((sum, b) => sum + b.size, 0));
+  const writing = writeBundle({
+    release: {
+      name: opts.name ?? all.version!,
+      version: all.version!,
+      arch: pre.want.architecture,
+      image: all.releaseInfo?.image ?? null,
+      digest: all.releaseInfo?.digest ?? null,
+      upgradeFrom,
+      ...(signatures?.refs.length ? { signatures: signatures.refs } : {}),
+    },
+    images,
+    index,
+    blobs: [...blobList, ...(signatures?.blobs ?? [])],
+    // every blob is packed, so fetched and measured, by the time this is asked
+    imageStoreBytes: async () => estimateImageStoreBytes(await Promise.all(ordered.map(async ({ blob }) => ({
+      ...blob, unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
+    })))),
+    ...(all.agent ? { agent: all.agent } : {}),
+    // a dry run has returned before the write: the key is loaded
+    key: pre.key!,
+    output: pre.output,
+    createdAt,
+    tool: { name: TOOL_NAME, version: TOOL_VERSION },
+    ...(opts.level !== undefined ? { level: opts.level } : {}),
+    // the writer's total also counts index.json and oci-layout
+    onProgress: (d, t) => {
+      // while downloads go on, the line shows them; the packing so far shows once they end
+      if (pass.fetched) progress.update(d, undefined, t);
+      else pass.packedSoFar = [d, t];
+    },
+    onFinishing: () => progress.phaseNote('finishing: syncing and renaming'),
+    ...(opts.signal ? { signal: opts.signal } : {}),
+  });
+  const [fetchResult, writeResult] = await Promise.allSettled([fetching, writing.catch((err: unknown) => {
+    pass.writeFailure ??= { err };
+    // the downloads still running feed nothing now
+    s.work.abort(err);
+    throw err;
+  })]);
+  // a fetch failing fails the write too: its own error is the one to report, unless the
+  // fetches were stopped because the write had failed first
+  if (fetchResult.status === 'rejected' && pass.fetchFailedFirst) throw fetchResult.reason;
+  if (writeResult.status === 'rejected') throw writeResult.reason;
+  return writeResult.value;
+}
+
+/**
+ * Builds a signed bundle: resolve every image (and a release payload), fetch each blob
+ * once into the content-addressed cache (in parallel, resuming), then write the archive.
+ */
+export async function createBundle(opts: CreateOptions & { dryRun?: false }): Promise<CreateResult>;
+export async function createBundle(opts: CreateOptions & { dryRun: true }): Promise<BundlePlan>;
+export async function createBundle(opts: CreateOptions): Promise<CreateResult | BundlePlan> {
+  const progress = opts.progress ?? new Progress({ quiet: true });
+  const pre = await preflight(opts, progress);
+  const s = await openSession(opts, progress, pre.want);
   // shared with other creates; "bundle cache prune" waits for none of them, it refuses (BUSY)
-  const unlockCache = await lockCache(cache.dir, 'shared');
+  const unlockCache = await lockCache(s.cache.dir, 'shared');
   try {
-    let version = opts.version;
-    let releaseInfo: { image: string; digest: string; upgradeFrom: string[] } | undefined;
-    const warnings: CreateResult['warnings'] = [];
-    const resolved: ResolvedImage[] = [];
-    if (opts.release) {
-      progress.log(`resolving release ${opts.release}`);
-      const rel = await resolveImage(await open(opts.release), cache, want, false, '--release', 'release');
-      resolved.push(rel);
-      const payload = await readReleasePayload(rel.layers.map((l) => async () => {
-        const path = await cache.fetch(l.digest, l.size, (offset) => rel.source.getBlob(l.digest, l.size, offset));
-        return createReadStream(path);
-      }));
-      if (opts.version && opts.version !== payload.version) {
-        throw new OciError('INVALID_RELEASE', `--version ${opts.version} contradicts the release image, which is ${payload.version}`);
-      }
-      version = payload.version;
-      releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
-      progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
-      for (const w of payload.pullAlways) {
-        warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
-      }
-      const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
-        resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), work.signal);
-      resolved.push(...payloadImages);
-    }
-    const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
-      const r = await resolveImage(await open(spec), cache, want, false, where, CATALOG_COMPONENT);
-      resolved.push(r);
-      return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
-    }, (m) => progress.log(m));
-    const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
-    resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));
-    let agent: BundleAgent | undefined;
-    if (opts.agentImage !== undefined) {
-      // one platform, the bundle's: the node runs it
-      const r = await resolveImage(await open(agentSourceSpec(opts.agentImage)), cache, want, false, '--agent-image');
-      const version = await agentImageVersion(r.blobs, r.source, cache, opts.agentVersion);
-      const named = asAgentImage(r.entry, version);
-      agent = named.agent;
-      resolved.push({ ...r, entry: named.entry });
-      progress.log(`agent image ${named.entry.repository}:${version} (${r.entry.digest})`);
-    }
-
-    // One index entry per reference; one download per blob however many images share it.
-    const byRef = byName(resolved);
-    const blobs = new Map<string, { blob: Blob; source: ImageSource }>();
-    for (const r of byRef.values()) for (const b of r.blobs) if (!blobs.has(b.digest)) blobs.set(b.digest, { blob: b, source: r.source });
-    const total = [...blobs.values()].reduce((s, b) => s + b.blob.size, 0);
-    let missing = 0;
-    for (const { blob } of blobs.values()) if (!(await cache.has(blob.digest, blob.size))) missing += blob.size;
-    if (opts.dryRun) return planOf(byRef.values(), { version: version!, image: releaseInfo?.image ?? null, digest: releaseInfo?.digest ?? null }, { blobs: blobs.size, totalBytes: total, downloadBytes: missing });
-    // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
-    const metadataBytes = 8192 + 400 * (blobs.size + byRef.size);
-    await checkSpace(output, estimateBundleBytes([...[...blobs.values()].map((b) => b.blob.size), metadataBytes]), cache.dir, missing);
-    let done = 0;
-    // An image is done when every one of its blobs is: counted for the progress line.
-    const waiting = new Map([...byRef.values()].map((r) => [r, new Set(r.blobs.map((b) => b.digest))]));
-    let imagesDone = [...waiting.values()].filter((w) => w.size === 0).length;
-    const items = () => `${imagesDone}/${byRef.size} images`;
-    const images = [...byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
-    const index = Buffer.from(JSON.stringify({
-      schemaVersion: 2,
-      mediaType: MediaType.OciIndex,
-      manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
-    }));
-    const signatures = releaseInfo ? await releaseSignatureBlobs(releaseInfo.digest, cache, opts, progress) : undefined;
-    const epoch = process.env.SOURCE_DATE_EPOCH;
-    const createdAt = opts.createdAt ?? (epoch && /^\d+$/.test(epoch) ? new Date(Number(epoch) * 1000) : new Date()).toISOString();
-    const upgradeFrom = [...new Set([...(releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
-
-    // One pass: the writer packs each blob (in its order, by digest) as soon as it is in the
-    // cache, while later ones are still being fetched.
-    const ordered = [...blobs.values()].sort((a, b) => (a.blob.digest < b.blob.digest ? -1 : a.blob.digest > b.blob.digest ? 1 : 0));
-    const arrivals = new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()]));
-    let writeFailure: { err: unknown } | undefined;
-    let fetchFailedFirst = false;
-    let fetched = false;
-    let packedSoFar: [number, number] | undefined;
-    progress.start(`fetching ${plural(blobs.size, 'blob')} of ${plural(byRef.size, 'image')}`, total);
-    const fetching = allOrFirstError(limit, ordered.map(({ blob, source }) => async () => {
-      // the write failed (a full disk): no more downloads for it
-      if (writeFailure) throw writeFailure.err;
-      const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
-        onBytes: (n) => progress.update((done += n), items()),
-        measure: isCompressedLayer(blob.mediaType),
-      });
-      arrivals.get(blob.digest)!.resolve({ path, verified: cache.verified(blob.digest) });
-      for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
-      progress.update(done, items());
-    }), work.signal).then(() => {
-      // the write failed meanwhile: no writing phase to show
-      if (writeFailure) return;
-      progress.finish();
-      fetched = true;
-      progress.start(`writing ${opts.output}`, blobList.reduce((s, b) => s + b.size, 0));
-      if (packedSoFar) progress.update(packedSoFar[0], undefined, packedSoFar[1]);
-    }, (err: unknown) => {
-      // a failure of its own, not the stop that a failed write (or Ctrl-C) caused
-      fetchFailedFirst = !work.signal.aborted;
-      // the writer waits for blobs that will not come now
-      for (const a of arrivals.values()) a.reject(err);
-      throw err;
-    });
-    const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => arrivals.get(blob.digest)!.promise }));
-    const writing = writeBundle({
-      release: {
-        name: opts.name ?? version!,
-        version: version!,
-        arch: want.architecture,
-        image: releaseInfo?.image ?? null,
-        digest: releaseInfo?.digest ?? null,
-        upgradeFrom,
-        ...(signatures?.refs.length ? { signatures: signatures.refs } : {}),
-      },
-      images,
-      index,
-      blobs: [...blobList, ...(signatures?.blobs ?? [])],
-      // every blob is packed, so fetched and measured, by the time this is asked
-      imageStoreBytes: async () => estimateImageStoreBytes(await Promise.all(ordered.map(async ({ blob }) => ({
-        ...blob, unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
-      })))),
-      ...(agent ? { agent } : {}),
-      key: key!,
-      output,
-      createdAt,
-      tool: { name: TOOL_NAME, version: TOOL_VERSION },
-      ...(opts.level !== undefined ? { level: opts.level } : {}),
-      // the writer's total also counts index.json and oci-layout
-      onProgress: (d, t) => {
-        // while downloads go on, the line shows them; the packing so far shows once they end
-        if (fetched) progress.update(d, undefined, t);
-        else packedSoFar = [d, t];
-      },
-      onFinishing: () => progress.phaseNote('finishing: syncing and renaming'),
-      ...(opts.signal ? { signal: opts.signal } : {}),
-    });
-    const [fetchResult, writeResult] = await Promise.allSettled([fetching, writing.catch((err: unknown) => {
-      writeFailure ??= { err };
-      // the downloads still running feed nothing now
-      work.abort(err);
-      throw err;
-    })]);
-    // a fetch failing fails the write too: its own error is the one to report, unless the
-    // fetches were stopped because the write had failed first
-    if (fetchResult.status === 'rejected' && fetchFailedFirst) throw fetchResult.reason;
-    if (writeResult.status === 'rejected') throw writeResult.reason;
-    const written = writeResult.value;
-    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(blobs.size, 'blob')}, ${written.fileDigest}`);
-    return { ...written, output, images: images.length, blobs: blobs.size, downloadedBytes: total, warnings };
+    const all = await resolveAll(s, pre);
+    const c = await planContents(s, all.resolved);
+    if (opts.dryRun) return dryRunPlan(all, c);
+    await checkRoom(s, pre.output, c);
+    const { images, index } = imageIndex(c);
+    const written = await fetchAndWrite(s, pre, all, c, { images, index });
+    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(c.blobs.size, 'blob')}, ${written.fileDigest}`);
+    return { ...written, output: pre.output, images: images.length, blobs: c.blobs.size, downloadedBytes: c.total, warnings: all.warnings };
   } catch (err) {
     // stopped: the caller's reason, not whichever stream or task noticed first
     throw opts.signal?.aborted ? opts.signal.reason : err;
   } finally {
-    opts.signal?.removeEventListener('abort', stopWork);
-    await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
-    await client.close();
+    await closeSession(s);
     await unlockCache();
   }
 }
