@@ -113,8 +113,13 @@ export function openBundleFile(path: string): Promise<FileSource> {
  * `use(source)` over the bundle file at `path`, closed after: for a caller that reads a bundle
  * once. One that reads it in several steps opens it once and passes the source on.
  */
-export async function withBundleFile<T>(path: string, use: (source: BundleSource) => Promise<T>): Promise<T> {
-  const source = await openBundleFile(path);
+export function withBundleFile<T>(path: string, use: (source: BundleSource) => Promise<T>): Promise<T> {
+  return withSource(openBundleFile(path), use);
+}
+
+/** `use(source)` over the source `opening` gives, closed after whatever `use` did. */
+export async function withSource<T>(opening: Promise<BundleSource>, use: (source: BundleSource) => Promise<T>): Promise<T> {
+  const source = await opening;
   try {
     return await use(source);
   } finally {

@@ -4,7 +4,7 @@ import { Readable } from 'node:stream';
 import { FormatError } from '../errors.js';
 import { READ_CHUNK } from '../layout.js';
 import type { BundleSource, StreamOptions } from '../source.js';
-import { FileSource } from './file.js';
+import { FileSource, withSource } from './file.js';
 
 /**
  * Most parts one bundle may be split into: three digits in the name, and one open file each
@@ -212,11 +212,6 @@ export async function openBundle(path: string): Promise<BundleSource> {
 }
 
 /** `use(source)` over the bundle at `path` (a file or its parts, as openBundle), closed after. */
-export async function withBundle<T>(path: string, use: (source: BundleSource) => Promise<T>): Promise<T> {
-  const source = await openBundle(path);
-  try {
-    return await use(source);
-  } finally {
-    await source.close();
-  }
+export function withBundle<T>(path: string, use: (source: BundleSource) => Promise<T>): Promise<T> {
+  return withSource(openBundle(path), use);
 }
