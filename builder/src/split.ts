@@ -4,12 +4,12 @@
 // all are on disk; on failure the temp names go and nothing else changed.
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, open, rename, rm, stat, truncate } from 'node:fs/promises';
+import { mkdir, rename, rm, stat, truncate } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { InvalidArgumentError } from 'commander';
-import { MAX_PARTS, FormatError, partName, partNamesIn, writeFailure } from '@offline-bundle/format';
-import { assertRegularFile } from '@offline-bundle/host';
+import { MAX_PARTS, FormatError, digestLine, partName, partNamesIn, writeFailure } from '@offline-bundle/format';
+import { assertRegularFile, syncPath, writeSynced } from '@offline-bundle/host';
 
 /** FAT32's largest file: 4 GiB - 1 byte. A size of exactly 4 GiB is taken as this, so `4G` fits a FAT32 stick. */
 export const FAT32_MAX_FILE = 4 * 1024 ** 3 - 1;
@@ -51,15 +51,6 @@ function plan(dir: string, base: string, fileSize: number, size: number): Plan {
   return { dir, base, count, size, fileSize, finals, temps: finals.map((f) => join(dir, `.${basename(f)}.${process.pid}.tmp`)) };
 }
 
-async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, 'r+');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
 /** Bytes [start, end) of `src` into `dest`, streamed and synced; each chunk also to `seen`. */
 async function copyRange(src: string, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
   const read = createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 });
@@ -69,20 +60,14 @@ async function copyRange(src: string, dest: string, start: number, end: number, 
       yield c;
     }
   }, createWriteStream(dest, { mode: 0o644 }), ...(signal ? [{ signal }] : []));
-  await syncFile(dest);
+  await syncPath(dest);
 }
 
 /** The temp parts renamed into place, the sidecar beside them; parts of another split of the same name removed (they would not fit this set). */
 async function commit(p: Plan, digest: string): Promise<void> {
   const sidecar = join(p.dir, `${p.base}.sha256`);
   const sidecarTmp = `${sidecar}.${process.pid}.tmp`;
-  const fh = await open(sidecarTmp, 'w', 0o644);
-  try {
-    await fh.writeFile(`${digest.replace(/^sha256:/, '')}  ${p.base}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
+  await writeSynced(sidecarTmp, digestLine(digest, p.base));
   const stale = (await partNamesIn(p.dir, p.base)).filter((f) => f.count !== p.count);
   let moved = 0;
   try {
@@ -148,7 +133,7 @@ export async function splitInPlace(bundle: string, size: number, digest: string,
       await copyRange(work, p.temps[i]!, i * size, Math.min(fileSize, (i + 1) * size), undefined, signal);
       await truncate(work, i * size);
     }
-    await syncFile(work);
+    await syncPath(work);
     await rename(work, p.temps[0]!);
     await commit(p, digest);
     return { parts: p.finals, digest, size: fileSize };

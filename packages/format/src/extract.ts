@@ -1,6 +1,6 @@
 import { createWriteStream } from 'node:fs';
-import { open, readdir, rename, rm, rmdir } from 'node:fs/promises';
-import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
+import { readdir, rename, rm, rmdir } from 'node:fs/promises';
+import { makeDirs, readSmallFile, syncDirBestEffort, syncPath, writeFileAtomic } from '@offline-bundle/host';
 import { dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { FormatError } from './errors.js';
@@ -26,19 +26,6 @@ async function isEmptyOrMissing(dir: string): Promise<boolean> {
   }
 }
 
-/** Makes a rename in `dir` durable; some filesystems refuse fsync on a directory. */
-async function syncDir(dir: string): Promise<void> {
-  await syncFile(dir).catch(() => undefined);
-}
-
-async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
 
 /**
  * Bytes an entry's file may hold back while its writes are in flight. With the 16 KiB default
@@ -56,7 +43,7 @@ const SYNC_BATCH = 16;
  * Unlike one syncfs, this flushes only the layout, not every dirty file on the filesystem.
  */
 async function syncFiles(paths: string[]): Promise<void> {
-  for (let i = 0; i < paths.length; i += SYNC_BATCH) await Promise.all(paths.slice(i, i + SYNC_BATCH).map(syncFile));
+  for (let i = 0; i < paths.length; i += SYNC_BATCH) await Promise.all(paths.slice(i, i + SYNC_BATCH).map(syncPath));
 }
 
 /**
@@ -90,7 +77,7 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     });
     await makeDirs(dirname(target));
     await rename(partial, target);
-    await syncDir(dirname(target));
+    await syncDirBestEffort(dirname(target));
     return verified;
   } catch (err) {
     await rm(partial, { recursive: true, force: true });

@@ -7,7 +7,7 @@ export { validateManifest, checkReleaseFields, parseManifestBytes, serializeMani
 export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPassphrase, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
-export { writeBundle, writeFailure, estimateImageStoreBytes, estimateBundleBytes } from './writer.js';
+export { digestLine, writeBundle, writeFailure, estimateImageStoreBytes, estimateBundleBytes } from './writer.js';
 export { rawFrame } from './raw-frame.js';
 export { verifyBundle } from './reader.js';
 export { readHeader, readSeekIndex, endsWithSeekTable } from './bundle-ends.js';

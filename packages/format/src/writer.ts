@@ -1,5 +1,6 @@
 import { createReadStream } from 'node:fs';
 import { open, rename, rm, type FileHandle } from 'node:fs/promises';
+import { writeSynced } from '@offline-bundle/host';
 import { basename } from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -271,16 +272,6 @@ export function writeFailure(path: string, err: unknown): FormatError {
 }
 
 /** A small file written and synced (not renamed): the caller renames it into place. */
-async function writeSynced(file: string, text: string): Promise<void> {
-  const fh = await open(file, 'w', 0o644);
-  try {
-    await fh.writeFile(text);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
 /** The largest imageStoreBytes bundle.json can carry: its head is reserved for this many digits. */
 const WIDEST_TOTAL = Number.MAX_SAFE_INTEGER;
 
@@ -459,11 +450,16 @@ async function finishFile(input: WriteBundleInput, plan: BundlePlan, state: Writ
   stopped();
   // the sidecar is on disk before the bundle moves into place and follows it at once: a
   // failure to write it leaves no new bundle behind, and an old sidecar is replaced only with its bundle
-  await writeSynced(plan.sidecarTmp, `${fileDigest.slice(7)}  ${basename(input.output)}\n`);
+  await writeSynced(plan.sidecarTmp, digestLine(fileDigest, basename(input.output)));
   stopped();
   await rename(plan.tmpOut, input.output);
   await rename(plan.sidecarTmp, `${input.output}.sha256`);
   return fileDigest;
+}
+
+/** NAME.bundle.sha256's one line, in `sha256sum -c` format. */
+export function digestLine(digest: string, fileName: string): string {
+  return `${digest.replace(/^sha256:/, '')}  ${fileName}\n`;
 }
 
 /** Removes what a failed write left and returns the error to throw. */

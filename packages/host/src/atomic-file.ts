@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { syncDirBestEffort } from './sync-file.js';
 
 /**
  * Writes a file so that readers see the old content or the new, never a mix: a hidden temp
@@ -23,14 +24,5 @@ export async function writeFileAtomic(file: string, content: string | Uint8Array
     await rm(tmp, { force: true }).catch(() => {});
     throw e;
   }
-  try {
-    const dh = await open(dir, 'r');
-    try {
-      await dh.sync();
-    } finally {
-      await dh.close();
-    }
-  } catch {
-    // some filesystems refuse fsync on a directory: the rename is still atomic
-  }
+  await syncDirBestEffort(dir);
 }

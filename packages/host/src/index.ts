@@ -1,6 +1,7 @@
 export { BaseError, describeSystemError, errnoReason, firstLine } from './base-error.js';
 export { HostError } from './errors.js';
 export { writeFileAtomic } from './atomic-file.js';
+export { syncDirBestEffort, syncPath, writeSynced } from './sync-file.js';
 export { escapeControls, textTable } from './safe-text.js';
 export { PIPE_READ_TIMEOUT_MS, assertRegularFile, openRegularFile, readSmallFile, unsafePermissions } from './small-file.js';
 export { pidExists } from './pid.js';
