@@ -1,4 +1,5 @@
 import t from 'tap';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -31,6 +32,11 @@ t.test('bundle-agent CLI', async (t) => {
   const text = await run(AGENT, ['load', join(dir, 'images.txt'), '--config', join(dir, 'none.yaml')]);
   t.equal(text.code, 2, 'load of a text file: a usage error (2)');
   t.match(text.stderr, /images\.txt is not a bundle \(it does not start with a zstd frame\)/, `named as not a bundle: ${text.stderr}`);
+  // zstd data of another kind (a .tar.zst): no bundle.json first, no seek table last
+  await writeFile(join(dir, 'other.tar.zst'), execFileSync('sh', ['-c', `tar -c -C ${dir} images.txt | zstd -q`]));
+  const zst = await run(AGENT, ['load', join(dir, 'other.tar.zst'), '--config', join(dir, 'none.yaml')]);
+  t.equal(zst.code, 2, 'load of a .tar.zst: a usage error (2)');
+  t.match(zst.stderr, /other\.tar\.zst is not a bundle \(zstd data, but not an archive starting with bundle\.json, and no seek table at its end\)/, `named as not a bundle: ${zst.stderr}`);
   const missing = await run(AGENT, ['status', '--config', join(dir, 'none.yaml')]);
   t.equal(missing.code, 1);
   t.match(missing.stderr, /^bundle-agent: InvalidConfig: cannot read config .*; pass --config FILE\n$/, 'one line naming cause and fix');

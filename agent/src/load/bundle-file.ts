@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
-import { basename, dirname } from 'node:path';
-import { endsWithSeekTable, isPartName, parsePartName, partNamesIn, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
+import { basename } from 'node:path';
+import { endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 
@@ -13,15 +13,8 @@ import { AgentError } from '../errors.js';
  */
 export async function assertBundleFile(file: string): Promise<void> {
   // parts are checked one by one as they are opened (PartsSource opens each as a regular file)
-  if (await isSplitBundle(file)) return;
+  if (await namesSplitBundle(file)) return;
   await assertRegularFile(file);
-}
-
-/** Whether `path` names a split bundle: one of its parts, or NAME.bundle that is not there while its parts are. */
-async function isSplitBundle(path: string): Promise<boolean> {
-  if (isPartName(path)) return true;
-  if (await stat(path).then(() => true, () => false)) return false;
-  return (await partNamesIn(dirname(path), basename(path)).catch(() => [])).length > 0;
 }
 
 /** A zstd frame's magic number, little-endian: every bundle starts with one. */
@@ -55,7 +48,7 @@ const FIX = 'give the path of a NAME.bundle file';
  */
 export async function notLoadable(path: string): Promise<string | undefined> {
   // a part set is checked as a whole (a missing or cut part is named) and the load reads it
-  if (await isSplitBundle(path)) return withBundle(path, async () => undefined).catch((err: Error) => err.message);
+  if (await namesSplitBundle(path)) return withBundle(path, async () => undefined).catch((err: Error) => err.message);
   const missing = await stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
   if (missing) return `${path} does not exist: ${FIX}`;
   const irregular = await assertRegularFile(path).then(() => undefined, (err: Error) => err.message);
@@ -64,8 +57,11 @@ export async function notLoadable(path: string): Promise<string | undefined> {
   if (why) return `${why}: ${FIX}`;
   // zstd data holding something else (a .tar.zst): no bundle.json first, and no seek table last.
   // Undecodable bytes are left to the load, which reports a damaged bundle as Corrupt.
-  const order = await withBundleFile(path, readHeader).then(() => undefined, (err: { code?: string }) => err.code === 'BAD_ORDER');
-  if (order && !(await withBundleFile(path, endsWithSeekTable).catch(() => false))) {
+  const otherZstd = await withBundleFile(path, async (source) => {
+    const order = await readHeader(source).then(() => false, (err: { code?: string }) => err.code === 'BAD_ORDER');
+    return order && !(await endsWithSeekTable(source).catch(() => false));
+  }).catch(() => false);
+  if (otherZstd) {
     return `${basename(path)} is not a bundle (zstd data, but not an archive starting with bundle.json, and no seek table at its end): ${FIX}`;
   }
   return undefined;

@@ -12,7 +12,7 @@ export { rawFrame } from './raw-frame.js';
 export { verifyBundle } from './reader.js';
 export { readHeader, readSeekIndex, endsWithSeekTable } from './bundle-ends.js';
 export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
-export { MAX_PARTS, PartsSource, findParts, isPartName, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
+export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle, readLayoutDescription } from './extract.js';
 export { readReleaseSignatures } from './release-signatures.js';

@@ -203,12 +203,14 @@ export class PartsSource implements BundleSource {
  * names one of them, or names NAME.bundle and only its parts are there. The caller closes it.
  */
 export async function openBundle(path: string): Promise<BundleSource> {
-  if (isPartName(path)) return PartsSource.open(path);
-  const exists = await stat(path).then(() => true, () => false);
-  if (!exists && basename(path).endsWith('.bundle') && (await partNamesIn(dirname(path), basename(path)).catch(() => [])).length > 0) {
-    return PartsSource.open(path);
-  }
-  return FileSource.open(path);
+  return (await namesSplitBundle(path)) ? PartsSource.open(path) : FileSource.open(path);
+}
+
+/** Whether `path` names a split bundle: one of its parts, or NAME.bundle that is not there while its parts are. */
+export async function namesSplitBundle(path: string): Promise<boolean> {
+  if (isPartName(path)) return true;
+  if (!basename(path).endsWith('.bundle') || (await stat(path).then(() => true, () => false))) return false;
+  return (await partNamesIn(dirname(path), basename(path)).catch(() => [])).length > 0;
 }
 
 /** `use(source)` over the bundle at `path` (a file or its parts, as openBundle), closed after. */
