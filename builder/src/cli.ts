@@ -5,7 +5,8 @@ import { OciError, formatPlatform } from '@offline-bundle/oci';
 import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
-  FormatError, PASSPHRASE_ENV, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase, verifyBundle, withBundle, type BundleManifest,
+  FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, SCHEMA_VERSION, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
+  unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
@@ -51,6 +52,19 @@ const levelArg = (value: string) => {
   return n;
 };
 
+const formatVersionArg = (value: string) => {
+  const n = Number(value);
+  const problem = /^\d+$/.test(value) ? unwritableVersion(n) : `"${value}" is not a format version; this tool writes ${WRITABLE_VERSIONS.join(', ')}`;
+  if (problem) throw new InvalidArgumentError(problem);
+  return n;
+};
+const FORMAT_VERSION_HELP = `bundle.json's format version: ${[...WRITABLE_VERSIONS].reverse().map((v) => `${v}${v === SCHEMA_VERSION ? ' (default)' : ''} for bundle-agent ${FORMAT_VERSIONS[v]!.minReader} or later`).join(', ')}; write the one the oldest agent in the field reads ("bundle inspect" shows what a bundle needs)`;
+
+/** A bundle's format version and the oldest bundle-agent that reads it (bundle.json was read, so the version is a known one). */
+function formatOf(m: BundleManifest): { version: number; mediaType: string; minAgentVersion: string } {
+  return { version: m.schemaVersion, mediaType: m.mediaType, minAgentVersion: FORMAT_VERSIONS[m.schemaVersion]!.minReader };
+}
+
 /** A progress callback for reading a file: the phase starts at the first call (when the total is known), "finishing" once all is read. */
 function fileProgress(progress: Progress, phase: string): (done: number, total: number) => void {
   let started = false;
@@ -64,6 +78,7 @@ function fileProgress(progress: Progress, phase: string): (done: number, total: 
 
 function summary(m: BundleManifest) {
   return {
+    format: formatOf(m),
     release: m.release,
     images: m.images.map((i) => ({ reference: i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`, digest: i.digest, platforms: i.platforms.map(formatPlatform), ...(i.component ? { component: i.component } : {}) })),
     blobs: m.blobs.length,
@@ -81,6 +96,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
     ...(r.image ? [`image:     ${r.image}`, `digest:    ${r.digest}`] : []),
     `upgrades from: ${r.upgradeFrom.length ? r.upgradeFrom.join(', ') : 'any version'}`,
     ...(r.image ? [`release signatures: ${r.signatures?.length ? r.signatures.map((s, i) => `signature-${i + 1} by key ${s.keyIds.join(',')} (${s.digest})`).join('; ') : 'none (the cluster will refuse the update without --force: rebuild with --release-signature or --signature-store)'}`] : []),
+    `format:    version ${m.schemaVersion}: needs bundle-agent ≥ ${formatOf(m).minAgentVersion}`,
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
     `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, file ${formatBytes(fileBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
@@ -154,6 +170,7 @@ export function buildProgram(): Command {
     .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all; /dev/null for none)')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
+    .option('--format-version <n>', FORMAT_VERSION_HELP, formatVersionArg)
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
     .addHelpText('after', `

@@ -7,7 +7,7 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
@@ -64,6 +64,8 @@ export interface CreateOptions {
   tlsVerify?: boolean;
   registriesConf?: string;
   level?: number;
+  /** bundle.json's format version (default: the newest); an older one for agents not yet upgraded. */
+  formatVersion?: number;
   /** Creation time; defaults to SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
   createdAt?: string;
   progress?: Progress;
@@ -211,6 +213,8 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
   const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
   checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom }, opts.fileKeys);
+  const unwritable = opts.formatVersion === undefined ? undefined : unwritableVersion(opts.formatVersion);
+  if (unwritable) throw new OciError('INVALID_CONFIG', unwritable);
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
     ...(opts.images ?? []).map((spec, i) => ({ spec, where: opts.imageWhere?.[i] ?? `--image #${i + 1}` })),
@@ -483,6 +487,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
     createdAt,
     tool: { name: TOOL_NAME, version: TOOL_VERSION },
     ...(opts.level !== undefined ? { level: opts.level } : {}),
+    ...(opts.formatVersion !== undefined ? { schemaVersion: opts.formatVersion } : {}),
     // the writer's total also counts index.json and oci-layout
     onProgress: (d, t) => {
       // while downloads go on, the line shows them; the packing so far shows once they end

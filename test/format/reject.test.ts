@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { copyFile, mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
-  BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SIGNATURE, blobPath, encodeSeekTable, readHeader, verifyBundle, type Trust, withBundleFile,
+  BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, SCHEMA_VERSION, SIGNATURE, blobPath, encodeSeekTable, readHeader, verifyBundle, type Trust, withBundleFile,
 } from '@offline-bundle/format';
 import {
   assertRejected, craft, craftTar, entryNamed, fileEntry, flipByte, makeBundle, makeKey, packTar, readEntries,
@@ -437,9 +437,9 @@ function rejections(t: Test): void {
   });
 
   t.test('bundle.json contents', async (t) => {
-    t.test('schemaVersion 3: UNSUPPORTED_VERSION', async (t) => {
+    t.test('a schemaVersion newer than this reader: UNSUPPORTED_VERSION', async (t) => {
       const f = out();
-      await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 3 }) }));
+      await craft(f, resign(entries, base.key.privateKey, { json: (m) => ({ ...m, schemaVersion: SCHEMA_VERSION + 1 }) }));
       await assertRejected(t, f, base.trust, 'UNSUPPORTED_VERSION');
     });
 
@@ -456,8 +456,8 @@ function rejections(t: Test): void {
       ['schemaVersion 0', (m) => ({ ...m, schemaVersion: 0 })],
       ['schemaVersion "1"', (m) => ({ ...m, schemaVersion: '1' })],
       ['another mediaType', (m) => ({ ...m, mediaType: 'application/json' })],
-      ['version 2 with the version 1 media type', (m) => ({ ...m, mediaType: 'application/vnd.offline-bundle.v1+json' })],
-      ['version 2 with totals.archiveBytes (a version 1 field)', (m) => ({ ...m, totals: { ...m.totals, archiveBytes: 10 } })],
+      ['the current version with the version 1 media type', (m) => ({ ...m, mediaType: 'application/vnd.offline-bundle.v1+json' })],
+      ['the current version with totals.archiveBytes (a version 1 field)', (m) => ({ ...m, totals: { ...m.totals, archiveBytes: 10 } })],
       ['version 1 without totals.archiveBytes', (m) => ({ ...m, schemaVersion: 1, mediaType: 'application/vnd.offline-bundle.v1+json' })],
       ['a blob digest that is not sha256', (m) => ({ ...m, blobs: m.blobs.map((b: any, i: number) => (i === 0 ? { ...b, digest: 'md5:abc' } : b)) })],
       ['a blob digest that escapes blobs/', (m) => ({ ...m, blobs: m.blobs.map((b: any, i: number) => (i === 0 ? { ...b, digest: 'sha256:../../../../etc/passwd' } : b)) })],
@@ -674,8 +674,8 @@ t.test('readHeader (inspect, no trust): its own refusals', async (t) => {
   await rejectsWith(t, withBundleFile(f('order.bundle'), readHeader), 'BAD_ORDER', 'signature first');
   await craft(f('nosig.bundle'), [all[0]!, ...all.slice(2)]);
   await rejectsWith(t, withBundleFile(f('nosig.bundle'), readHeader), 'BAD_ORDER', 'no signature');
-  await craft(f('v3.bundle'), resign(all, b.key.privateKey, { json: (m) => ({ ...m, schemaVersion: 3 }) }));
-  await rejectsWith(t, withBundleFile(f('v3.bundle'), readHeader), 'UNSUPPORTED_VERSION', 'schemaVersion 3');
+  await craft(f('newer.bundle'), resign(all, b.key.privateKey, { json: (m) => ({ ...m, schemaVersion: SCHEMA_VERSION + 1 }) }));
+  await rejectsWith(t, withBundleFile(f('newer.bundle'), readHeader), 'UNSUPPORTED_VERSION', 'a newer schemaVersion');
   // no trust needed, none implied: a bundle signed by anyone reads
   await craft(f('other.bundle'), resign(all, makeKey().privateKey));
   t.ok((await withBundleFile(f('other.bundle'), readHeader)).manifest);

@@ -8,7 +8,7 @@ import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { decompress } from 'zstd-napi';
 import {
-  BUNDLE_JSON, FRAME_BYTES, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath, extractBundle, readHeader,
+  BUNDLE_JSON, FRAME_BYTES, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE, blobPath, extractBundle, readHeader,
   readSeekIndex, tarStreamBytes, verifyBundle, type BundleManifest, withBundleFile,
 } from '@offline-bundle/format';
 import { makeBundle, parseTar, readFrames, rejectsWith, sha256, type MadeBundle } from './craft.js';
@@ -230,8 +230,8 @@ t.test('totals account for the file', async (t) => {
   const index = await withBundleFile(b.path, readSeekIndex);
   const frames = index.frames.reduce((s, f) => s + f.compressedSize, 0);
   t.equal(frames + index.tableBytes, (await stat(b.path)).size, 'the frames the seek table lists + the table = file size');
-  t.equal(m.schemaVersion, 2);
-  t.notOk('archiveBytes' in m.totals, 'version 2 leaves the compressed size to the seek table');
+  t.equal(m.schemaVersion, SCHEMA_VERSION);
+  t.notOk('archiveBytes' in m.totals, 'versions from 2 on leave the compressed size to the seek table');
   t.equal(m.totals.layoutBytes, OCI_LAYOUT_CONTENT.length + m.index.size + m.blobs.reduce((s, x) => s + x.size, 0));
   t.equal(m.index.digest, sha256(b.index));
   t.equal(m.creator.createdAt, '2026-01-02T03:04:05Z');

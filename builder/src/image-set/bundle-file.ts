@@ -118,6 +118,7 @@ function schemaProblems(errors: ErrorObject[], value: Record<string, unknown>, l
     if (e.keyword === 'required') return `${locate(path)}: ${fieldName([...path, (e.params as { missingProperty: string }).missingProperty])} is required`;
     if (e.keyword === 'not') return `${locate(path)}: give version or versionRange, not both`;
     if (e.keyword === 'oneOf') return `${locate(path)}: must be a pull spec or {channel, version or versionRange, updateGraph}`;
+    if (e.keyword === 'enum') return `${locate(path)}: must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`;
     if (e.keyword === 'const') return `${locate(path)}: must be ${String((e.params as { allowedValue: unknown }).allowedValue)}`;
     return `${locate(path)}: ${e.message ?? e.keyword}`;
   });

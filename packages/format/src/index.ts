@@ -2,6 +2,7 @@ export { FormatError } from './errors.js';
 export {
   BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES, FORMAT_MEDIA_TYPE,
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
+  FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, unwritableVersion, versionAllows,
 } from './layout.js';
 export { validateManifest, checkReleaseFields, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
 export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPassphrase, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
@@ -21,6 +22,7 @@ export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
 export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
+export type { FormatVersion, VersionedFeature } from './layout.js';
 export type { BundleManifest, BundleAgent, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
 export type { LoadTrustOptions, Trust } from './trust.js';

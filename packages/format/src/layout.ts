@@ -1,17 +1,72 @@
-/** The bundle format as constants: entry names, limits and sizes (docs/FORMAT.md). */
+/** The bundle format as constants: its versions, entry names, limits and sizes (docs/FORMAT.md). */
 
 /**
- * Version 2 drops `totals.archiveBytes`: the compressed size of the layout is known only after
- * compressing it, and a bundle.json that waits for it forces a second full write of the file.
- * Readers still read version 1.
+ * One format version (bundle.json's `schemaVersion`): the media type bundle.json carries with
+ * it, what it changed, and the oldest release of bundle-agent (and of `bundle`) that reads it.
+ * docs/FORMAT.md §7 and docs/ARCHITECTURE.md "Format versions" describe each.
  */
-export const SCHEMA_VERSION = 2;
-export const FORMAT_MEDIA_TYPE = 'application/vnd.offline-bundle.v2+json';
-/** Versions a reader accepts, with the media type each carries. */
-export const READABLE_VERSIONS: Readonly<Record<number, string>> = {
-  1: 'application/vnd.offline-bundle.v1+json',
-  2: FORMAT_MEDIA_TYPE,
+export interface FormatVersion {
+  mediaType: string;
+  /** The oldest bundle-agent release that reads this version: what `bundle inspect` says a bundle needs. */
+  minReader: string;
+  /** What the version changed, in one line. */
+  changes: string;
+}
+
+/**
+ * Every version this tool knows, the one place that knows them. Versions 1 and 2 came before
+ * any release was numbered past 0.1.0. Version 3 is read from 0.2.0 on: the agents in the field
+ * (0.1.0, commit 0b1c790, frozen in test/fixtures/frozen-reader) refuse it, so the package
+ * version must reach 0.2.0 before a release ships version 3 bundles.
+ */
+export const FORMAT_VERSIONS: Readonly<Record<number, FormatVersion>> = {
+  1: { mediaType: 'application/vnd.offline-bundle.v1+json', minReader: '0.1.0', changes: 'the first version: totals.archiveBytes, the layout\'s compressed size, is required' },
+  // the compressed size is known only after compressing: a bundle.json that waits for it forces a second full write
+  2: { mediaType: 'application/vnd.offline-bundle.v2+json', minReader: '0.1.0', changes: 'no totals.archiveBytes: the writer streams the file once' },
+  // a reader that held blobs to digest order would refuse a bundle written in pull order as altered
+  3: { mediaType: 'application/vnd.offline-bundle.v3+json', minReader: '0.2.0', changes: 'blobs in any order bundle.json lists them (pull order), not only by digest' },
 };
+
+/** The version `bundle create` writes unless told otherwise. */
+export const SCHEMA_VERSION = 3;
+export const FORMAT_MEDIA_TYPE = FORMAT_VERSIONS[SCHEMA_VERSION]!.mediaType;
+/** Versions a reader accepts, with the media type each carries. */
+export const READABLE_VERSIONS: Readonly<Record<number, string>> = Object.fromEntries(
+  Object.entries(FORMAT_VERSIONS).map(([v, f]) => [Number(v), f.mediaType]),
+);
+/**
+ * Versions a writer writes (`bundle create --format-version`): the current one and the one
+ * before it, for agents not yet upgraded. Version 1 would need the second full write again.
+ */
+export const WRITABLE_VERSIONS: readonly number[] = [2, 3];
+
+/**
+ * What a writer may be asked for that only some versions allow, by the version that allows it
+ * first: asked for one with an older version, the writer refuses by name (requireVersionFor).
+ */
+export const VERSIONED_FEATURES = {
+  /** Blobs packed in the order the caller lists them, not sorted by digest. */
+  'blobs in pull order': 3,
+} as const;
+export type VersionedFeature = keyof typeof VERSIONED_FEATURES;
+
+/** Whether bundles of `version` may carry `feature`. */
+export function versionAllows(version: number, feature: VersionedFeature): boolean {
+  return version >= VERSIONED_FEATURES[feature];
+}
+
+/** The one-line reason a writer cannot write `version`, or undefined when it can. */
+export function unwritableVersion(version: number): string | undefined {
+  if (WRITABLE_VERSIONS.includes(version)) return undefined;
+  return `format version ${String(version)} cannot be written; this tool writes ${WRITABLE_VERSIONS.join(', ')} (the default ${SCHEMA_VERSION}; ${WRITABLE_VERSIONS[0]} for bundle-agent older than ${FORMAT_VERSIONS[SCHEMA_VERSION]!.minReader})`;
+}
+
+/** The one-line reason `feature` cannot go into a bundle of `version`, or undefined when it can. */
+export function featureNeedsVersion(feature: VersionedFeature, version: number): string | undefined {
+  if (versionAllows(version, feature)) return undefined;
+  const needed = VERSIONED_FEATURES[feature];
+  return `${feature} needs format version ${needed} or later (bundle-agent ${FORMAT_VERSIONS[needed]!.minReader} or later); format version ${version} cannot carry it: drop --format-version ${version}, or build without ${feature}`;
+}
 
 export const BUNDLE_JSON = 'bundle.json';
 export const SIGNATURE = 'bundle.json.sig';

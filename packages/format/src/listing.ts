@@ -10,7 +10,7 @@ export interface Listed {
 
 /**
  * The layout entries a trusted bundle.json lists, in the one order the writer packs them:
- * oci-layout, index.json, then the blobs in bundle.json's order (sorted by digest). Each entry
+ * oci-layout, index.json, then the blobs in bundle.json's order (by digest before version 3). Each entry
  * is checked as it comes: listed, once, in order, at its listed size. An entry may come after
  * a gap (the skipped ones are then missing, reported at the end as MISSING_ENTRY), never
  * before one that already came (BAD_ORDER): order is part of "same bytes, same bundle", and

@@ -1,6 +1,6 @@
 import { isDigest, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION } from './layout.js';
+import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, versionAllows } from './layout.js';
 
 export interface BundleRelease {
   /** Human name: the OpenShift version, or what --name said. */
@@ -78,7 +78,7 @@ export interface BundleManifest {
   mediaType: string;
   release: BundleRelease;
   images: BundleImage[];
-  /** Every file under blobs/ (manifests, configs, layers), sorted by digest. */
+  /** Every file under blobs/ (manifests, configs, layers), in the archive's order: by digest before version 3, any order from it. */
   blobs: BundleBlob[];
   /** The layout's index.json. */
   index: { digest: string; size: number };
@@ -164,12 +164,14 @@ export function validateManifest(doc: unknown): BundleManifest {
   });
   const seen = new Set<string>();
   let previous = '';
+  // the archive holds the blobs in this order whatever it is; before version 3 it is the one
+  // order, by digest, so a reader of those versions refuses any other as altered
+  const anyOrder = versionAllows(version as number, 'blobs in pull order');
   arr(doc.blobs, 'blobs').forEach((v, i) => {
     const b = isObj(v) ? v : bad(`blobs[${i}] must be an object`);
     const d = digest(b.digest, `blobs[${i}].digest`);
     if (seen.has(d)) bad(`blobs lists ${d} twice`);
-    // the archive holds the blobs in this order, so one order makes one archive
-    if (d < previous) bad(`blobs must be sorted by digest; ${d} comes after ${previous}`);
+    if (!anyOrder && d < previous) bad(`blobs must be sorted by digest in version ${String(version)}; ${d} comes after ${previous}`);
     seen.add(d);
     previous = d;
     int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);

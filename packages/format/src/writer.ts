@@ -11,8 +11,8 @@ import { FormatError } from './errors.js';
 import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
-  BUNDLE_JSON, ENTRY_MTIME, FORMAT_MEDIA_TYPE, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
-  TAR_BLOCK, FRAME_BYTES, blobPath, paddedSize, READ_CHUNK } from './layout.js';
+  BUNDLE_JSON, ENTRY_MTIME, FORMAT_VERSIONS, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
+  TAR_BLOCK, FRAME_BYTES, blobPath, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion } from './layout.js';
 import { serializeManifest, validateManifest, type BundleAgent, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 import { rawFrameSize } from './raw-frame.js';
@@ -39,6 +39,13 @@ export interface WriteBundleInput {
   tool: { name: string; version: string };
   /** The bundle-agent image among `images`, for the agent's self-upgrade. */
   agent?: BundleAgent;
+  /** bundle.json's schemaVersion, one of WRITABLE_VERSIONS (default SCHEMA_VERSION): older ones for older agents. */
+  schemaVersion?: number;
+  /**
+   * `digest` (default): the blobs sorted by digest, as every version reads them. `listed`: in
+   * the order `blobs` gives (pull order), which version 3 and later allow.
+   */
+  blobOrder?: 'digest' | 'listed';
   level?: number;
   /** Uncompressed bytes packed so far, of `total`. */
   onProgress?: (done: number, total: number) => void;
@@ -343,7 +350,7 @@ function readyBlob(b: WriteBundleInput['blobs'][number]): Promise<ReadyBlob> {
   return 'ready' in b ? b.ready() : Promise.resolve({ path: b.path, verified: b.verified === true });
 }
 
-/** The layout's entries: oci-layout, index.json, then every blob in digest order. */
+/** The layout's entries: oci-layout, index.json, then every blob in the plan's order. */
 function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackEntry[] {
   return [
     { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
@@ -358,8 +365,17 @@ function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackE
   ];
 }
 
+/** The version to write, refused before any work when it cannot be, or cannot carry what is asked. */
+function versionToWrite(input: WriteBundleInput): number {
+  const version = input.schemaVersion ?? SCHEMA_VERSION;
+  const problem = unwritableVersion(version) ?? (input.blobOrder === 'listed' ? featureNeedsVersion('blobs in pull order', version) : undefined);
+  if (problem) throw new FormatError('UNSUPPORTED_VERSION', problem);
+  return version;
+}
+
 function planBundle(input: WriteBundleInput): BundlePlan {
-  const blobs = [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
+  const version = versionToWrite(input);
+  const blobs = input.blobOrder === 'listed' ? [...input.blobs] : [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
   // Checked before hours of packing, not after: readers refuse an image without its manifest.
   const packed = new Set(blobs.map((b) => b.digest));
   const unpacked = input.images.find((im) => !packed.has(im.digest));
@@ -367,8 +383,8 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   const layoutEntries = layoutEntriesOf(input.index, blobs);
   const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
   const manifestWith = (imageStoreBytes: number): BundleManifest => ({
-    schemaVersion: SCHEMA_VERSION,
-    mediaType: FORMAT_MEDIA_TYPE,
+    schemaVersion: version,
+    mediaType: FORMAT_VERSIONS[version]!.mediaType,
     release: input.release,
     images: input.images,
     blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType })),
