@@ -176,25 +176,19 @@ t.test('bundle create --format-version, -f formatVersion and bundle inspect, thr
   await withBundleFile(made.path, (s) => extractBundle(s, layout, { trust: made.trust }));
   const cache = path.join(made.dir, 'cache');
   const create = (out: string, extra: string[]) => bundle(['create', '--image', `oci:${layout}=example.com/test/app:v1`, '--version', '1.0', '--key', keyPath, '-o', path.join(made.dir, out), '--cache', cache, '--quiet', ...extra]);
-  const inspect = async (out: string) => {
-    const text = await bundle(['inspect', path.join(made.dir, out)]);
-    const json = await bundle(['inspect', '--json', path.join(made.dir, out)]);
-    return { text: text.stdout, json: JSON.parse(json.stdout) };
-  };
+  const inspectText = async (out: string) => (await bundle(['inspect', path.join(made.dir, out)])).stdout;
+  const inspect = async (out: string) => JSON.parse((await bundle(['inspect', '--json', path.join(made.dir, out)])).stdout);
 
   const v2 = await create('cli-v2.bundle', ['--format-version', '2']);
   t.equal(v2.code, 0, v2.stderr);
-  const i2 = await inspect('cli-v2.bundle');
-  t.match(i2.text, `format:    version 2: needs bundle-agent ≥ ${FORMAT_VERSIONS[2]!.minReader}\n`);
-  t.same(i2.json.format, { version: 2, mediaType: FORMAT_VERSIONS[2]!.mediaType, minAgentVersion: FORMAT_VERSIONS[2]!.minReader });
+  t.match(await inspectText('cli-v2.bundle'), `format:    version 2: needs bundle-agent ≥ ${FORMAT_VERSIONS[2]!.minReader}\n`);
+  t.same((await inspect('cli-v2.bundle')).format, { version: 2, mediaType: FORMAT_VERSIONS[2]!.mediaType, minAgentVersion: FORMAT_VERSIONS[2]!.minReader });
   const old = await frozen(['verify', path.join(made.dir, 'cli-v2.bundle'), pubPath]);
   t.equal(old.code, 0, `the previous release reads what create --format-version 2 wrote: ${JSON.stringify(old.out)} ${old.stderr}`);
 
   const cur = await create('cli-current.bundle', []);
   t.equal(cur.code, 0, cur.stderr);
-  const ic = await inspect('cli-current.bundle');
-  t.match(ic.text, `format:    version ${SCHEMA_VERSION}: needs bundle-agent ≥ ${FORMAT_VERSIONS[SCHEMA_VERSION]!.minReader}\n`);
-  t.equal(ic.json.format.minAgentVersion, FORMAT_VERSIONS[SCHEMA_VERSION]!.minReader);
+  t.same((await inspect('cli-current.bundle')).format, { version: SCHEMA_VERSION, mediaType: FORMAT_VERSIONS[SCHEMA_VERSION]!.mediaType, minAgentVersion: FORMAT_VERSIONS[SCHEMA_VERSION]!.minReader });
   t.equal((await frozen(['verify', path.join(made.dir, 'cli-current.bundle'), pubPath])).out.code, 'UNSUPPORTED_VERSION', 'the previous release refuses the default');
 
   const bad = await create('cli-v1.bundle', ['--format-version', '1']);
@@ -207,7 +201,7 @@ t.test('bundle create --format-version, -f formatVersion and bundle inspect, thr
   };
   const fromFile = await bundle(['create', '-f', await file('v2', 2), '--key', keyPath, '-o', path.join(made.dir, 'file-v2.bundle'), '--cache', cache, '--quiet']);
   t.equal(fromFile.code, 0, fromFile.stderr);
-  t.equal((await inspect('file-v2.bundle')).json.format.version, 2, 'formatVersion in the bundle file');
+  t.equal((await inspect('file-v2.bundle')).format.version, 2, 'formatVersion in the bundle file');
   const badFile = await bundle(['create', '-f', await file('v1', 1), '--key', keyPath, '-o', path.join(made.dir, 'file-v1.bundle'), '--cache', cache, '--quiet']);
   t.equal(badFile.code, 1);
   t.match(badFile.stderr, /v1\.yaml:4 \(formatVersion\): must be one of 2, 3/);
