@@ -10,7 +10,7 @@
 // withBundle + verifyBundle. Third-party packages (tar-stream, ...) come from this checkout's
 // node_modules; zstd-napi, a native addon, stays outside the file and is loaded at run time
 // from the node_modules above it. The output is minified for whitespace only (no machine
-// paths in it) and the same commit gives the same bytes.
+// paths in it) and the same commit gives the same bytes on any checkout.
 //
 // The frozen file, run with node:
 //   node reader-COMMIT.mjs about                 {"commit","version","readsUpTo"}
@@ -21,7 +21,6 @@
 // and otherwise (a crash) with node's own status and a stack on stderr.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -87,7 +86,11 @@ async function freeze(commit, out) {
   const full = git(['rev-parse', '--verify', `${commit}^{commit}`]).trim();
   const short = full.slice(0, 7);
   const version = JSON.parse(git(['show', `${full}:package.json`])).version;
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ob-freeze-'));
+  // inside node_modules, so the package paths esbuild names modules by are relative to the
+  // checkout (../../.pnpm/...), the same on every machine
+  const cache = path.join(ROOT, 'node_modules', '.cache');
+  mkdirSync(cache, { recursive: true });
+  const dir = mkdtempSync(path.join(cache, 'freeze-reader-'));
   try {
     const archive = git(['archive', '--format=tar', full, ...FORMAT_DEPS.map((p) => `packages/${p}/src`)], { encoding: 'buffer', maxBuffer: 256 * 1024 * 1024 });
     execFileSync('tar', ['-x', '-C', dir], { input: archive });
