@@ -2,15 +2,13 @@
 
 /**
  * One format version (bundle.json's `schemaVersion`): the media type bundle.json carries with
- * it, what it changed, and the oldest release of bundle-agent (and of `bundle`) that reads it.
+ * it and the oldest release of bundle-agent (and of `bundle`) that reads it.
  * docs/FORMAT.md §7 and docs/ARCHITECTURE.md "Format versions" describe each.
  */
 export interface FormatVersion {
   mediaType: string;
   /** The oldest bundle-agent release that reads this version: what `bundle inspect` says a bundle needs. */
   minReader: string;
-  /** What the version changed, in one line. */
-  changes: string;
 }
 
 /**
@@ -20,11 +18,14 @@ export interface FormatVersion {
  * version must reach 0.2.0 before a release ships version 3 bundles.
  */
 export const FORMAT_VERSIONS: Readonly<Record<number, FormatVersion>> = {
-  1: { mediaType: 'application/vnd.offline-bundle.v1+json', minReader: '0.1.0', changes: 'the first version: totals.archiveBytes, the layout\'s compressed size, is required' },
-  // the compressed size is known only after compressing: a bundle.json that waits for it forces a second full write
-  2: { mediaType: 'application/vnd.offline-bundle.v2+json', minReader: '0.1.0', changes: 'no totals.archiveBytes: the writer streams the file once' },
-  // a reader that held blobs to digest order would refuse a bundle written in pull order as altered
-  3: { mediaType: 'application/vnd.offline-bundle.v3+json', minReader: '0.2.0', changes: 'blobs in any order bundle.json lists them (pull order), not only by digest' },
+  // the first: totals.archiveBytes, the layout's compressed size, is required
+  1: { mediaType: 'application/vnd.offline-bundle.v1+json', minReader: '0.1.0' },
+  // no totals.archiveBytes: it is known only after compressing, and a bundle.json that waits
+  // for it forces a second full write of the file
+  2: { mediaType: 'application/vnd.offline-bundle.v2+json', minReader: '0.1.0' },
+  // blobs in any order bundle.json lists them (pull order): a reader that holds them to digest
+  // order would refuse such a bundle as altered, so it must refuse it as too new instead
+  3: { mediaType: 'application/vnd.offline-bundle.v3+json', minReader: '0.2.0' },
 };
 
 /** The version `bundle create` writes unless told otherwise. */
@@ -42,7 +43,7 @@ export const WRITABLE_VERSIONS: readonly number[] = [2, 3];
 
 /**
  * What a writer may be asked for that only some versions allow, by the version that allows it
- * first: asked for one with an older version, the writer refuses by name (requireVersionFor).
+ * first: asked for one with an older version, the writer refuses by name (featureNeedsVersion).
  */
 export const VERSIONED_FEATURES = {
   /** Blobs packed in the order the caller lists them, not sorted by digest. */
