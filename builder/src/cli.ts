@@ -5,7 +5,7 @@ import { OciError, formatPlatform } from '@offline-bundle/oci';
 import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
-  FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, SCHEMA_VERSION, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
+  FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
   unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
@@ -58,7 +58,7 @@ const formatVersionArg = (value: string) => {
   if (problem) throw new InvalidArgumentError(problem);
   return n;
 };
-const FORMAT_VERSION_HELP = `bundle.json's format version: ${[...WRITABLE_VERSIONS].reverse().map((v) => `${v}${v === SCHEMA_VERSION ? ' (default)' : ''} for bundle-agent ${FORMAT_VERSIONS[v]!.minReader} or later`).join(', ')}; write the one the oldest agent in the field reads ("bundle inspect" shows what a bundle needs)`;
+const FORMAT_VERSION_HELP = `bundle.json's format version: ${[...WRITABLE_VERSIONS].reverse().map((v) => `${v} for bundle-agent ${FORMAT_VERSIONS[v]!.minReader} or later`).join(', ')}; by default the oldest that carries what the bundle holds, so it reaches every agent that can use it ("bundle inspect" shows what a bundle needs)`;
 
 /** A bundle's format version and the oldest bundle-agent that reads it (bundle.json was read, so the version is a known one). */
 function formatOf(m: BundleManifest): { version: number; mediaType: string; minAgentVersion: string } {

@@ -116,9 +116,18 @@ t.test('version 2 is byte for byte what 0b1c790 wrote from the same input', asyn
   t.ok((await readFile(path.join(made.dir, 'theirs-v2.bundle'))).equals(await readFile(path.join(made.dir, 'ours-v2.bundle'))), 'the same bytes');
 });
 
-t.test(`version ${SCHEMA_VERSION} (the default): this reader reads it; the previous release refuses it by name`, async (t) => {
+t.test('unasked, the writer picks the oldest version that carries the bundle: 2, which the previous release reads; 3 only for pull order', async (t) => {
+  const plain = await writeBundle(inputOf('default.bundle'));
+  t.equal(plain.manifest.schemaVersion, 2, 'digest order: version 2');
+  t.equal((await frozen(['verify', path.join(made.dir, 'default.bundle'), pubPath])).code, 0, 'the previous release reads the default');
+  const order = pullOrder();
+  const pulled = await writeBundle(inputOf('default-pull.bundle', { blobOrder: 'listed', blobs: order.map(({ digest, size, mediaType, path }) => ({ digest, size, mediaType, path })) }));
+  t.equal(pulled.manifest.schemaVersion, 3, 'pull order: version 3');
+});
+
+t.test(`version ${SCHEMA_VERSION} (the newest): this reader reads it; the previous release refuses it by name`, async (t) => {
   const file = path.join(made.dir, 'current.bundle');
-  const w = await writeBundle(inputOf('current.bundle'));
+  const w = await writeBundle(inputOf('current.bundle', { schemaVersion: SCHEMA_VERSION }));
   t.equal(w.manifest.schemaVersion, SCHEMA_VERSION);
   t.equal(w.manifest.mediaType, FORMAT_VERSIONS[SCHEMA_VERSION]!.mediaType);
   t.equal((await verifyHere(file)).fileDigest, w.fileDigest);
@@ -188,8 +197,12 @@ t.test('bundle create --format-version, -f formatVersion and bundle inspect, thr
 
   const cur = await create('cli-current.bundle', []);
   t.equal(cur.code, 0, cur.stderr);
-  t.same((await inspect('cli-current.bundle')).format, { version: SCHEMA_VERSION, mediaType: FORMAT_VERSIONS[SCHEMA_VERSION]!.mediaType, minAgentVersion: FORMAT_VERSIONS[SCHEMA_VERSION]!.minReader });
-  t.equal((await frozen(['verify', path.join(made.dir, 'cli-current.bundle'), pubPath])).out.code, 'UNSUPPORTED_VERSION', 'the previous release refuses the default');
+  t.same((await inspect('cli-current.bundle')).format, { version: 2, mediaType: FORMAT_VERSIONS[2]!.mediaType, minAgentVersion: FORMAT_VERSIONS[2]!.minReader }, 'the default is what the agents in the field read');
+  t.equal((await frozen(['verify', path.join(made.dir, 'cli-current.bundle'), pubPath])).code, 0, 'the previous release reads the default');
+  const v3 = await create('cli-v3.bundle', ['--format-version', '3']);
+  t.equal(v3.code, 0, v3.stderr);
+  t.same((await inspect('cli-v3.bundle')).format, { version: 3, mediaType: FORMAT_VERSIONS[3]!.mediaType, minAgentVersion: FORMAT_VERSIONS[3]!.minReader });
+  t.equal((await frozen(['verify', path.join(made.dir, 'cli-v3.bundle'), pubPath])).out.code, 'UNSUPPORTED_VERSION', 'the previous release refuses version 3');
 
   const bad = await create('cli-v1.bundle', ['--format-version', '1']);
   t.equal(bad.code, 2, 'a usage error');

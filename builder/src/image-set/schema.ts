@@ -5,7 +5,7 @@
  * man page lists its fields from it. Keys are create's flags in camelCase.
  */
 
-import { SCHEMA_VERSION, WRITABLE_VERSIONS } from '@offline-bundle/format';
+import { WRITABLE_VERSIONS } from '@offline-bundle/format';
 
 export const BUNDLE_FILE_API_VERSION = 'offline-bundle/v1alpha1';
 export const BUNDLE_FILE_KIND = 'Bundle';
@@ -107,7 +107,7 @@ export const BUNDLE_FILE_SCHEMA = {
     tlsVerify: { type: 'boolean', description: 'Verify registry TLS certificates (default true; false also allows plain http).' },
     registriesConf: path('A containers-registries.conf(5) file, instead of the system\'s'),
     level: { type: 'integer', minimum: 1, maximum: 19, description: 'The zstd compression level, 1-19 (default 3).' },
-    formatVersion: { type: 'integer', enum: [...WRITABLE_VERSIONS], description: `bundle.json's format version (as --format-version): ${WRITABLE_VERSIONS.join(' or ')} (default ${SCHEMA_VERSION}); an older one for bundle-agents not yet upgraded.` },
+    formatVersion: { type: 'integer', enum: [...WRITABLE_VERSIONS], description: `bundle.json's format version (as --format-version): ${WRITABLE_VERSIONS.join(' or ')} by default the oldest that carries what the bundle holds (so it reaches agents not yet upgraded).` },
   },
 } as const;
 

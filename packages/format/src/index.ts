@@ -1,8 +1,8 @@
 export { FormatError } from './errors.js';
 export {
-  BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES, FORMAT_MEDIA_TYPE,
+  BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES,
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
-  FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, unwritableVersion, versionAllows,
+  FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, defaultVersionFor, unwritableVersion, versionAllows,
 } from './layout.js';
 export { validateManifest, checkReleaseFields, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
 export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPassphrase, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';

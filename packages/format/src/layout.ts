@@ -28,9 +28,8 @@ export const FORMAT_VERSIONS: Readonly<Record<number, FormatVersion>> = {
   3: { mediaType: 'application/vnd.offline-bundle.v3+json', minReader: '0.2.0' },
 };
 
-/** The version `bundle create` writes unless told otherwise. */
+/** The newest version this tool reads and writes. */
 export const SCHEMA_VERSION = 3;
-export const FORMAT_MEDIA_TYPE = FORMAT_VERSIONS[SCHEMA_VERSION]!.mediaType;
 /** Versions a reader accepts, with the media type each carries. */
 export const READABLE_VERSIONS: Readonly<Record<number, string>> = Object.fromEntries(
   Object.entries(FORMAT_VERSIONS).map(([v, f]) => [Number(v), f.mediaType]),
@@ -51,6 +50,15 @@ export const VERSIONED_FEATURES = {
 } as const;
 export type VersionedFeature = keyof typeof VERSIONED_FEATURES;
 
+/**
+ * The version a writer picks when not told: the oldest writable one that carries every feature
+ * asked for, so a bundle reaches every agent that can read what it holds (a newer version that
+ * adds nothing to it would only lock out the agents in the field).
+ */
+export function defaultVersionFor(features: readonly VersionedFeature[]): number {
+  return Math.max(WRITABLE_VERSIONS[0]!, ...features.map((f) => VERSIONED_FEATURES[f]));
+}
+
 /** Whether bundles of `version` may carry `feature`. */
 export function versionAllows(version: number, feature: VersionedFeature): boolean {
   return version >= VERSIONED_FEATURES[feature];
@@ -59,7 +67,7 @@ export function versionAllows(version: number, feature: VersionedFeature): boole
 /** The one-line reason a writer cannot write `version`, or undefined when it can. */
 export function unwritableVersion(version: number): string | undefined {
   if (WRITABLE_VERSIONS.includes(version)) return undefined;
-  return `format version ${String(version)} cannot be written; this tool writes ${WRITABLE_VERSIONS.join(', ')} (the default ${SCHEMA_VERSION}; ${WRITABLE_VERSIONS[0]} for bundle-agent older than ${FORMAT_VERSIONS[SCHEMA_VERSION]!.minReader})`;
+  return `format version ${String(version)} cannot be written; this tool writes ${WRITABLE_VERSIONS.join(', ')} (by default the oldest that carries what the bundle holds)`;
 }
 
 /** The one-line reason `feature` cannot go into a bundle of `version`, or undefined when it can. */

@@ -11,8 +11,8 @@ import { FormatError } from './errors.js';
 import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
-  BUNDLE_JSON, ENTRY_MTIME, FORMAT_VERSIONS, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SCHEMA_VERSION, SIGNATURE,
-  TAR_BLOCK, FRAME_BYTES, blobPath, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion } from './layout.js';
+  BUNDLE_JSON, ENTRY_MTIME, FORMAT_VERSIONS, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE,
+  TAR_BLOCK, FRAME_BYTES, blobPath, defaultVersionFor, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion } from './layout.js';
 import { serializeManifest, validateManifest, type BundleAgent, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 import { rawFrameSize } from './raw-frame.js';
@@ -39,7 +39,7 @@ export interface WriteBundleInput {
   tool: { name: string; version: string };
   /** The bundle-agent image among `images`, for the agent's self-upgrade. */
   agent?: BundleAgent;
-  /** bundle.json's schemaVersion, one of WRITABLE_VERSIONS (default SCHEMA_VERSION): older ones for older agents. */
+  /** bundle.json's schemaVersion, one of WRITABLE_VERSIONS; by default the oldest that carries what is asked (defaultVersionFor). */
   schemaVersion?: number;
   /**
    * `digest` (default): the blobs sorted by digest, as every version reads them. `listed`: in
@@ -367,7 +367,7 @@ function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackE
 
 /** The version to write, refused before any work when it cannot be, or cannot carry what is asked. */
 function versionToWrite(input: WriteBundleInput): number {
-  const version = input.schemaVersion ?? SCHEMA_VERSION;
+  const version = input.schemaVersion ?? defaultVersionFor(input.blobOrder === 'listed' ? ['blobs in pull order'] : []);
   const problem = unwritableVersion(version) ?? (input.blobOrder === 'listed' ? featureNeedsVersion('blobs in pull order', version) : undefined);
   if (problem) throw new FormatError('UNSUPPORTED_VERSION', problem);
   return version;
