@@ -247,10 +247,12 @@ async function admit(file: string, ctx: PipelineContext, openSource: () => Promi
  * Under a signature a staging cut short keeps what it verified, and the same bundle's return
  * goes on from there (resume.ts); said in the log and the Staged condition.
  */
-function resuming(ctx: PipelineContext, signed: boolean): Pick<ExtractOptions, 'resume' | 'onResume'> {
-  if (!signed) return {};
+function resuming(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'resume' | 'onResume' | 'head'> {
+  if (!a.signer) return {};
   return {
     resume: true,
+    // what admit read: checked again against the trusted keys, not read again from the stick
+    head: a.head,
     onResume: (info) => {
       const message = resumeMessage(info);
       ctx.tracker.condition('Staged', 'False', 'Resuming', message);
@@ -315,7 +317,7 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
-      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...resuming(ctx, !!a.signer), ...(signal ? { signal } : {}) }));
+      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...resuming(ctx, a), ...(signal ? { signal } : {}) }));
     } else {
       log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
     }
@@ -359,7 +361,7 @@ function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, on
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
   const extraction = extractBundle(a.source, target, {
-    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...resuming(ctx, true),
+    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...resuming(ctx, a),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
     onVerified: (entry) => store.verified(entry.digest),

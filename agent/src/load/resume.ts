@@ -4,6 +4,7 @@
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { partialBundle, type ResumeInfo } from '@offline-bundle/format';
+import { formatBytes } from '@offline-bundle/status';
 
 const PARTIAL = '.partial';
 
@@ -47,10 +48,8 @@ export async function dropOtherPartials(upgradeDir: string, partialDir: string, 
   return gone;
 }
 
-const GB = 1e9;
-
-/** "resuming: 15.0 of 20.0 GB already staged", and what the re-check dropped. */
+/** "resuming: 15.0 GB of 20.0 GB already staged", and what the re-check dropped. */
 export function resumeMessage(info: ResumeInfo): string {
   const dropped = info.dropped ? `; ${info.dropped} kept file${info.dropped === 1 ? '' : 's'} no longer matched ${info.dropped === 1 ? 'its' : 'their'} signed digest and ${info.dropped === 1 ? 'is' : 'are'} read again` : '';
-  return `resuming: ${(info.keptBytes / GB).toFixed(1)} of ${(info.totalBytes / GB).toFixed(1)} GB already staged (${info.keptEntries} of ${info.totalEntries} files, re-checked)${dropped}`;
+  return `resuming: ${formatBytes(info.keptBytes)} of ${formatBytes(info.totalBytes)} already staged (${info.keptEntries} of ${info.totalEntries} files, re-checked)${dropped}`;
 }

@@ -59,11 +59,11 @@ export interface ResumeInfo {
  * signed bundle.json lists. A trusted whole-file digest vouches for nothing before the whole
  * file was hashed, so there a kept piece saves no read and the staging starts over.
  */
-export async function resumableHead(source: BundleSource, partial: string, trust: Trust): Promise<TrustedHead | undefined> {
+export async function resumableHead(source: BundleSource, partial: string, trust: Trust, known?: Omit<TrustedHead, 'signer'>): Promise<TrustedHead | undefined> {
   if (trust.digest || !trust.keys?.length) return undefined;
   const held = await partialBundle(partial);
   if (!held) return undefined;
-  const head = await readHeader(source);
+  const head = known ?? await readHeader(source);
   if (bundleIdentity(head.manifestBytes) !== held) return undefined;
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust)!;
   checkSigner(head.manifest, signer);

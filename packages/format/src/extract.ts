@@ -8,6 +8,7 @@ import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } fr
 import { verifyBundle } from './reader.js';
 import type { VerifiedBundle, VerifyOptions } from './verify-options.js';
 import type { BundleSource } from './source.js';
+import type { BundleManifest } from './manifest.js';
 
 export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManifest' | 'onVerified'> {
   /** Where to build the layout before the rename (default: DIR.partial beside DIR). */
@@ -22,6 +23,8 @@ export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManif
    * same signed bundle.json) is extracted into the same partial directory again. Signed trust only.
    */
   resume?: boolean;
+  /** bundle.json and its signature as the caller read them already (readHeader): a resume does not read them again. */
+  head?: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
   /** A resume found this much already staged (before any byte of the rest is read). */
   onResume?: (info: ResumeInfo) => void;
 }
@@ -57,7 +60,7 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     throw new FormatError('IO_ERROR', `${target} exists and is not empty: choose a new directory`);
   }
   const partial = opts.partialDir ?? `${target}.partial`;
-  const head = opts.resume ? await resumableHead(source, partial, opts.trust) : undefined;
+  const head = opts.resume ? await resumableHead(source, partial, opts.trust, opts.head) : undefined;
   if (!head) {
     await rm(partial, { recursive: true, force: true });
     await makeDirs(join(partial, 'blobs', 'sha256'));
