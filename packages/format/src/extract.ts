@@ -1,6 +1,7 @@
 import { readdir, rename, rm, rmdir } from 'node:fs/promises';
 import { makeDirs, readSmallFile, syncDirBestEffort, writeFileAtomic } from '@offline-bundle/host';
 import { dirname, join, resolve } from 'node:path';
+import { isSystemError } from './bundle-ends.js';
 import { FormatError } from './errors.js';
 import { EntryFiles } from './entry-files.js';
 import { RESUME_MARKER, resumableHead, resumeInto, writeResumeMarker, type ResumeInfo } from './extract-resume.js';
@@ -50,7 +51,7 @@ const resumable = (trust: ExtractOptions['trust']) => !trust.digest && !!trust.k
  * Verified extraction: the layout is written to a partial directory while the one pass
  * checks everything, and renamed to `dir` only when the pass succeeded. On any failure the
  * partial directory is removed, so `dir` holds nothing of the bundle, unless `resume`: then a
- * failure leaves the entries verified so far in place for the next extraction of the same
+ * staging cut short (worthResuming) leaves the entries verified so far in place for the next extraction of the same
  * bundle, which re-checks them and reads only the rest (extract-resume.ts). Either way `dir`
  * itself is only ever complete. `source` is not closed here.
  */
@@ -79,10 +80,9 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
         onManifest: async (manifest, manifestBytes, signature) => {
           await opts.onManifest?.(manifest, manifestBytes, signature);
           // from here on what is written belongs to this signed bundle.json and may be kept
-          if (opts.resume && resumable(opts.trust)) {
-            await writeResumeMarker(partial, manifestBytes);
-            keep = true;
-          }
+          // best effort: a marker that cannot be written (a full disk) costs only the resume, and
+          // the entries' own writes then fail with the disk's error
+          if (opts.resume && resumable(opts.trust)) keep = await writeResumeMarker(partial, manifestBytes).then(() => true, () => false);
         },
         onEntry: (entry, data) => files.write(entry, data),
         onVerified: (entry) => files.place(entry),
@@ -93,9 +93,24 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     return verified;
   } catch (err) {
     await files.quiet();
-    if (!keep) await rm(partial, { recursive: true, force: true });
+    if (!keep || !worthResuming(err, opts.signal)) await rm(partial, { recursive: true, force: true });
     throw err;
   }
+}
+
+/**
+ * Only a staging cut short keeps its pieces: a stop, or the source failing (media removed,
+ * cut short, a read error). A verdict on the bytes (damaged, altered) leaves nothing, as bad
+ * input always does; and a full disk keeps nothing, since the pieces would hold the room the
+ * refusal asks to free.
+ */
+function worthResuming(err: unknown, signal: AbortSignal | undefined): boolean {
+  for (let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
+    if (e.code === 'ENOSPC' || e.code === 'EDQUOT') return false;
+  }
+  if (signal?.aborted) return true;
+  if (err instanceof FormatError) return err.code === 'IO_ERROR' || err.code === 'TRUNCATED';
+  return isSystemError(err) && err.syscall === 'read';
 }
 
 /** The signed description beside the entries, then the whole directory renamed into place. */
