@@ -263,7 +263,7 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
     return stat(join(n.upgradeDir, `${STAGED}.partial`, 'resume.json')).then(() => true, () => false);
   };
   // killed before bundle.json was verified, the pieces name no bundle: dropped, not resumed
-  const recovered = (marked: boolean) => (marked ? /resuming: .* already staged \(\d+ of \d+ files, re-checked\)/ : /removed unfinished staging that names no bundle: 1\.1\.0-amd64\.partial/);
+  const recovered = (marked: boolean) => (marked ? /resuming: .* already staged \(\d+ of \d+ files, each hashed again while the rest is read\)/ : /removed unfinished staging that names no bundle: 1\.1\.0-amd64\.partial/);
 
   let marked = await killInStaging(true);
   t.ok(marked, 'killed after its bundle.json was verified');

@@ -60,7 +60,7 @@ t.test('staging cut at 60%, the same bundle again: resumed, fewer bytes read tha
   t.equal((await partials(n)).length, 1, 'the partial staging stays for a resume');
   const second = await load(n);
   t.equal(second.phase, 'Ready', `Ready: ${second.message ?? ''}`);
-  t.match(second.log, /resuming: [\d.]+ [KMG]?B of [\d.]+ [KMG]?B already staged \(\d+ of \d+ files, re-checked\)/, 'said in the log');
+  t.match(second.log, /resuming: [\d.]+ [KMG]?B of [\d.]+ [KMG]?B already staged \(\d+ of \d+ files, each hashed again while the rest is read\)/, 'said in the log');
   const kept = Number(/keptBytes=(\d+)/.exec(second.log)?.[1]);
   t.ok(kept > 0, `kept ${kept} layout bytes`);
   // the head (read once, by admit, in 1 MiB chunks), a small frame per header, the seek table, the missing entries' frames
@@ -79,7 +79,7 @@ t.test('a kept blob corrupted on disk between the two loads: found by the re-has
   await writeFile(victim, data);
   const second = await load(n);
   t.equal(second.phase, 'Ready');
-  t.match(second.log, /1 kept file no longer matched its signed digest and is read again/, 'said');
+  t.match(second.log, /1 kept file no longer matched its signed digest \(damaged on this node's disk\) and is read again from the bundle/, 'said');
 });
 
 t.test('another bundle arrives: the partial staging of the first goes', async (t) => {

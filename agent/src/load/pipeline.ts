@@ -12,7 +12,7 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
-import { dropOtherPartials, removeStalePartials, resumeMessage } from './resume.js';
+import { dropOtherPartials, recheckMessage, removeStalePartials, resumeMessage } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
@@ -247,7 +247,7 @@ async function admit(file: string, ctx: PipelineContext, openSource: () => Promi
  * Under a signature a staging cut short keeps what it verified, and the same bundle's return
  * goes on from there (resume.ts); said in the log and the Staged condition.
  */
-function resuming(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'resume' | 'onResume' | 'head'> {
+function resuming(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'resume' | 'onResume' | 'onRechecked' | 'head'> {
   if (!a.signer) return {};
   return {
     resume: true,
@@ -256,7 +256,11 @@ function resuming(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'resu
     onResume: (info) => {
       const message = resumeMessage(info);
       ctx.tracker.condition('Staged', 'False', 'Resuming', message);
-      ctx.log.info('staging', message, { keptBytes: info.keptBytes, totalBytes: info.totalBytes, dropped: info.dropped });
+      ctx.log.info('staging', message, { keptBytes: info.keptBytes, totalBytes: info.totalBytes });
+    },
+    onRechecked: (info) => {
+      const message = recheckMessage(info);
+      if (message) ctx.log.warn('staging', message, { dropped: info.dropped });
     },
   };
 }

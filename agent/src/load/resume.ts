@@ -48,8 +48,14 @@ export async function dropOtherPartials(upgradeDir: string, partialDir: string, 
   return gone;
 }
 
-/** "resuming: 15.0 GB of 20.0 GB already staged", and what the re-check dropped. */
+/** "resuming: 15.0 GB of 20.0 GB already staged": said before the rest is read. */
 export function resumeMessage(info: ResumeInfo): string {
-  const dropped = info.dropped ? `; ${info.dropped} kept file${info.dropped === 1 ? '' : 's'} no longer matched ${info.dropped === 1 ? 'its' : 'their'} signed digest and ${info.dropped === 1 ? 'is' : 'are'} read again` : '';
-  return `resuming: ${formatBytes(info.keptBytes)} of ${formatBytes(info.totalBytes)} already staged (${info.keptEntries} of ${info.totalEntries} files, re-checked)${dropped}`;
+  return `resuming: ${formatBytes(info.keptBytes)} of ${formatBytes(info.totalBytes)} already staged (${info.keptEntries} of ${info.totalEntries} files, each hashed again while the rest is read)`;
+}
+
+/** What the re-check of a resume dropped, if anything: those files are read again from the bundle. */
+export function recheckMessage(info: ResumeInfo): string | undefined {
+  if (!info.dropped) return undefined;
+  const one = info.dropped === 1;
+  return `${info.dropped} kept file${one ? '' : 's'} no longer matched ${one ? 'its' : 'their'} signed digest (damaged on this node's disk) and ${one ? 'is' : 'are'} read again from the bundle`;
 }

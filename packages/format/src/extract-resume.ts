@@ -1,4 +1,4 @@
-import { rm } from 'node:fs/promises';
+import { lstat, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
 import { openRegularFile, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
@@ -70,67 +70,75 @@ export async function resumableHead(source: BundleSource, partial: string, trust
   return { ...head, signer };
 }
 
-/**
- * Whether `entry` is in place in `dir`, whole and hashing to its signed digest. Re-hashed, not
- * trusted on its name: the rename proves it verified when written, not that the disk kept it
- * (a bad sector, a hand, a power cut on a filesystem without ordered data). Reading the local
- * disk costs far less than the stick it replaces (docs/ARCHITECTURE.md, Resume).
- */
-async function inPlace(dir: string, entry: LayoutEntry, signal?: AbortSignal): Promise<'kept' | 'missing' | 'dropped'> {
+/** Whether `entry`'s file is in `dir` at its listed size (a regular file); anything else there is removed. */
+async function sized(dir: string, entry: LayoutEntry): Promise<boolean> {
   const path = join(dir, entry.path);
-  let fh;
-  try {
-    fh = await openRegularFile(path);
-  } catch {
-    await rm(path, { recursive: true, force: true });
-    return 'missing';
-  }
+  const st = await lstat(path).catch(() => undefined);
+  if (!st) return false;
+  if (st.isFile() && st.size === entry.size) return true;
+  await rm(path, { recursive: true, force: true });
+  return false;
+}
+
+/**
+ * Whether the file of `entry` in `dir` still hashes to its signed digest (removed when not).
+ * Re-hashed, not trusted on its name: the rename proves it verified when written, not that the
+ * disk kept it (a bad sector, a hand, a power cut on a filesystem without ordered data), and a
+ * size check misses a flipped byte. It runs while the missing entries are read from the stick.
+ */
+async function hashesRight(dir: string, entry: LayoutEntry, stopped: () => boolean): Promise<boolean | undefined> {
+  const path = join(dir, entry.path);
+  const fh = await openRegularFile(path).catch(() => undefined);
   let good = false;
-  try {
-    if ((await fh.stat()).size === entry.size) {
+  if (fh) {
+    try {
       const hash = newSha256();
+      let size = 0;
       for await (const chunk of fh.createReadStream({ highWaterMark: 1024 * 1024, autoClose: false })) {
-        signal?.throwIfAborted();
+        if (stopped()) return undefined;
         hash.update(chunk as Buffer);
+        size += (chunk as Buffer).length;
       }
-      good = 'sha256:' + hash.digest('hex') === entry.digest;
+      good = size === entry.size && 'sha256:' + hash.digest('hex') === entry.digest;
+    } finally {
+      await fh.close();
     }
-  } finally {
-    await fh.close();
   }
-  if (good) return 'kept';
-  await rm(path, { force: true });
-  return 'dropped';
+  if (!good) await rm(path, { force: true });
+  return good;
 }
 
 export interface ResumeOptions extends Pick<VerifyOptions, 'onProgress' | 'signal'> {
+  /** What was found in place at its size, before the re-check (`dropped` 0): the kept bytes count as done from here. */
   onResume?: (info: ResumeInfo) => void;
+  /** The re-check is over: what was kept, and how many entries were dropped and read again. */
+  onRechecked?: (info: ResumeInfo) => void;
 }
 
 /**
- * The rest of an interrupted staging of `head`'s bundle into `partial`: temp files go, every
- * entry in place is re-hashed (kept or dropped), and only the entries still missing are read,
- * through the seek index, each frame of them and nothing else (entries are frame-aligned). Every
- * entry read is hashed to its signed digest before `files` puts it in place.
+ * The rest of an interrupted staging of `head`'s bundle into `partial`: temp files go; only the
+ * entries not in place are read, through the seek index, each frame of them and nothing else
+ * (entries are frame-aligned), while the entries in place are re-hashed beside that read; one
+ * that no longer matches is removed and read after the others. Every entry read is hashed to
+ * its signed digest before `files` puts it in place.
  */
 export async function resumeInto(source: BundleSource, partial: string, head: TrustedHead, files: EntryFiles, opts: ResumeOptions & { onVerified?: (e: LayoutEntry) => void }): Promise<{ info: ResumeInfo; seekIndex: SeekIndex }> {
   await removeUnfinishedWrites(partial);
   const entries = layoutEntries(head.manifest);
   const info: ResumeInfo = { keptBytes: 0, totalBytes: 0, keptEntries: 0, totalEntries: entries.length, dropped: 0 };
+  const found: LayoutEntry[] = [];
   const missing: LayoutEntry[] = [];
   for (const e of entries) {
     info.totalBytes += e.size;
-    const state = await inPlace(partial, e, opts.signal);
-    if (state !== 'kept') {
-      if (state === 'dropped') info.dropped++;
+    if (await sized(partial, e)) {
+      found.push(e);
+      info.keptEntries++;
+      info.keptBytes += e.size;
+    } else {
       missing.push(e);
-      continue;
     }
-    info.keptEntries++;
-    info.keptBytes += e.size;
-    opts.onVerified?.(e);
   }
-  opts.onResume?.(info);
+  opts.onResume?.({ ...info });
   // the headers are held to the signed listing as a verifying pass holds them
   const reader = await BundleRandomReader.open(source, head.manifest);
   let done = info.keptBytes;
@@ -139,21 +147,51 @@ export async function resumeInto(source: BundleSource, partial: string, head: Tr
     opts.onProgress?.(Math.round(source.size * (done / Math.max(1, info.totalBytes))), source.size);
   };
   progress(0);
-  for (const e of missing) {
-    opts.signal?.throwIfAborted();
-    const hash = newSha256();
-    let size = 0;
-    const data = reader.stream(e.path);
-    const counted = counting(hash, (n) => { size += n; progress(n); }, opts.signal);
-    data.on('error', (err) => counted.destroy(err));
-    await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err));
-    const actual = 'sha256:' + hash.digest('hex');
-    if (size !== e.size || actual !== e.digest) {
-      throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${e.path}" hashes to ${actual}; bundle.json lists ${e.digest}: the bundle is damaged or was altered`);
+  const fetch = fetcher(source, reader, files, progress, opts.signal);
+  let stop = false;
+  const again: LayoutEntry[] = [];
+  const recheck = (async () => {
+    for (const e of found) {
+      const good = await hashesRight(partial, e, () => stop || !!opts.signal?.aborted);
+      if (good === undefined) return;
+      if (good) {
+        opts.onVerified?.(e);
+        continue;
+      }
+      info.dropped++;
+      info.keptEntries--;
+      info.keptBytes -= e.size;
+      progress(-e.size);
+      again.push(e);
     }
-    files.place(e);
-  }
+  })();
+  const [read, checked] = await Promise.allSettled([fetch(missing).catch((err: unknown) => { stop = true; throw err; }), recheck]);
+  if (read.status === 'rejected') throw read.reason;
+  if (checked.status === 'rejected') throw checked.reason;
+  opts.signal?.throwIfAborted();
+  await fetch(again);
+  opts.onRechecked?.({ ...info });
   return { info, seekIndex: reader.index };
+}
+
+/** Reads entries through the seek index, each hashed to its signed digest, into place. */
+function fetcher(source: BundleSource, reader: BundleRandomReader, files: EntryFiles, progress: (n: number) => void, signal?: AbortSignal) {
+  return async (entries: LayoutEntry[]): Promise<void> => {
+    for (const e of entries) {
+      signal?.throwIfAborted();
+      const hash = newSha256();
+      let size = 0;
+      const data = reader.stream(e.path);
+      const counted = counting(hash, (n) => { size += n; progress(n); }, signal);
+      data.on('error', (err) => counted.destroy(err));
+      await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err));
+      const actual = 'sha256:' + hash.digest('hex');
+      if (size !== e.size || actual !== e.digest) {
+        throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${e.path}" hashes to ${actual}; bundle.json lists ${e.digest}: the bundle is damaged or was altered`);
+      }
+      files.place(e);
+    }
+  };
 }
 
 /** Names a failed read of the source as the verifying pass does (media shrank, IO_ERROR); the disk's own errors pass on. */

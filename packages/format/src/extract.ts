@@ -28,6 +28,8 @@ export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManif
   head?: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
   /** A resume found this much already staged (before any byte of the rest is read). */
   onResume?: (info: ResumeInfo) => void;
+  /** A resume's re-check of what it found is over (`dropped`: entries no longer matching, read again). */
+  onRechecked?: (info: ResumeInfo) => void;
 }
 
 async function isEmptyOrMissing(dir: string): Promise<boolean> {
