@@ -21,12 +21,12 @@ const acceptingRuntime = (): RuntimeTarget => ({
   close: async () => undefined,
 } as unknown as RuntimeTarget);
 
-async function node(t: Parameters<Parameters<typeof t.test>[1]>[0]) {
+async function node(t: Parameters<Parameters<typeof t.test>[1]>[0], extra = '') {
   const b = await makeBundle(t, { layerSizes: [3 * MiB, 5 * MiB, 4 * MiB, 6 * MiB, 2 * MiB] });
   const pub = join(b.dir, 'factory.pub');
   await writeFile(pub, b.key.publicPem);
   const root = join(b.dir, 'node');
-  const configFile = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\n');
+  const configFile = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\n' + extra);
   await chmod(b.dir, 0o755);
   const config = parseConfig(await readFile(configFile, 'utf8'), configFile);
   return { ...b, config, bytes: await readFile(b.path) };
@@ -91,4 +91,22 @@ t.test('another bundle arrives: the partial staging of the first goes', async (t
   t.equal(r.phase, 'Ready', `the other bundle loads: ${r.message ?? ''}`);
   t.notMatch(r.log, /resuming:/, 'not resumed');
   t.same(await partials(n), [], 'the first bundle\'s pieces are gone');
+});
+
+t.test('a kept layout (staging.keep: true) damaged on disk: staged again from the bundle, not failed (#24 item 3)', async (t) => {
+  const n = await node(t, 'staging:\n  keep: true\n');
+  t.equal((await load(n)).phase, 'Ready', 'first load');
+  const layout = join(n.config.paths.upgradeDir, (await readdir(n.config.paths.upgradeDir)).find((x) => !x.endsWith('.partial'))!);
+  const blobs = join(layout, 'blobs/sha256');
+  const victim = join(blobs, (await readdir(blobs))[0]!);
+  const data = await readFile(victim);
+  data[0]! ^= 0x01;
+  await writeFile(victim, data);
+  const again = await load(n);
+  t.equal(again.phase, 'Ready', `Ready: ${again.message ?? ''}`);
+  t.match(again.log, /the layout staged earlier in .* is damaged \(.*\): staging it again from the bundle/, 'said');
+  t.ok(again.read >= n.bytes.length, 'the whole bundle read again');
+  const fixed = await readFile(victim);
+  fixed[0]! ^= 0x01;
+  t.same(fixed, data, 'the blob is whole again');
 });

@@ -12,7 +12,7 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
-import { dropOtherPartials, recheckMessage, removeStalePartials, resumeMessage } from './resume.js';
+import { clearPartialsFor, recheckMessage, reopenKeptLayout, removeStalePartials, resumeMessage } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
@@ -244,12 +244,17 @@ async function admit(file: string, ctx: PipelineContext, openSource: () => Promi
 }
 
 /**
- * Under a signature a staging cut short keeps what it verified, and the same bundle's return
- * goes on from there (resume.ts); said in the log and the Staged condition.
+ * How the layout is written: synced only when it outlives the load; under a signature a staging
+ * cut short keeps what it verified, and the same bundle's return goes on from there (resume.ts),
+ * said in the log and the Staged condition.
  */
-function resuming(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'resume' | 'onResume' | 'onRechecked' | 'head'> {
-  if (!a.signer) return {};
+function stagingOptions(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'fsync' | 'resume' | 'onResume' | 'onRechecked' | 'head'> {
+  // A copy deleted at Ready needs no sync: a crash before then leaves pieces a resume hashes
+  // again (and a kept layout is hashed again before any reuse); syncing only costs the load.
+  const fsync = { fsync: ctx.config.staging.keep !== false };
+  if (!a.signer) return fsync;
   return {
+    ...fsync,
     resume: true,
     // what admit read: checked again against the trusted keys, not read again from the stick
     head: a.head,
@@ -303,15 +308,15 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const catalog = catalogOf(m);
   signal?.throwIfAborted();
   let staged: Staged;
+  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
+  await clearPartialsFor(config.paths.upgradeDir, plan.mode === 'staged' ? `${target}.partial` : undefined, bundleIdentity(a.head.manifestBytes), log);
   if (plan.mode === 'staged') {
-    const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
-    const dropped = await dropOtherPartials(config.paths.upgradeDir, `${target}.partial`, bundleIdentity(a.head.manifestBytes));
-    if (dropped.length) log.info('staging', `removed unfinished staging of another bundle: ${dropped.join(', ')}`);
     tracker.update((s) => {
       s.phase = 'Staging';
       Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
     });
-    const reuse = await alreadyStaged(target, a.head.manifestBytes);
+    const kept = (await alreadyStaged(target, a.head.manifestBytes)) ? await reopenKeptLayout(target, catalog, log) : undefined;
+    const reuse = !!kept;
     let fileDigest = '';
     // Signed: each blob is good once it hashes to its signed digest, so pulls may start then.
     // Digest-only trust knows nothing good before the whole file is hashed.
@@ -321,13 +326,11 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
-      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...resuming(ctx, a), ...(signal ? { signal } : {}) }));
-    } else {
-      log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
+      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...stagingOptions(ctx, a), ...(signal ? { signal } : {}) }));
     }
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
-    // A layout found on disk is hashed again before use; one just extracted was checked as written.
-    const store = await LayoutStore.open(target, catalog, { verified: !reuse }).catch(async (err: unknown) => {
+    // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
+    const store = kept ?? await LayoutStore.open(target, catalog, { verified: true }).catch(async (err: unknown) => {
       await rm(target, { recursive: true, force: true });
       throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
     });
@@ -365,7 +368,7 @@ function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, on
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
   const extraction = extractBundle(a.source, target, {
-    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...resuming(ctx, a),
+    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...stagingOptions(ctx, a),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
     onVerified: (entry) => store.verified(entry.digest),

@@ -4,7 +4,10 @@
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { partialBundle, type ResumeInfo } from '@offline-bundle/format';
+import { LayoutStore, type Catalog } from '@offline-bundle/registry';
 import { formatBytes } from '@offline-bundle/status';
+import { oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
 
 const PARTIAL = '.partial';
 
@@ -58,4 +61,29 @@ export function recheckMessage(info: ResumeInfo): string | undefined {
   if (!info.dropped) return undefined;
   const one = info.dropped === 1;
   return `${info.dropped} kept file${one ? '' : 's'} no longer matched ${one ? 'its' : 'their'} signed digest (damaged on this node's disk) and ${one ? 'is' : 'are'} read again from the bundle`;
+}
+
+/**
+ * Before a bundle's staging: every partial staging but this bundle's own goes (`partialDir`
+ * holding pieces of the bundle whose identity is `bundle`); all of them when it is served from
+ * the media (`partialDir` undefined), whose images need the room they hold.
+ */
+export async function clearPartialsFor(upgradeDir: string, partialDir: string | undefined, bundle: string, log: Logger): Promise<void> {
+  const dropped = await dropOtherPartials(upgradeDir, partialDir ?? '', bundle);
+  if (dropped.length) log.info('staging', `removed unfinished staging of ${partialDir ? 'another bundle' : 'a bundle, to serve this one from the media'}: ${dropped.join(', ')}`);
+}
+
+/**
+ * A layout staged by an earlier load, hashed again in full before use; one that no longer
+ * matches is removed and staged afresh from the bundle at hand (undefined), not failed.
+ */
+export async function reopenKeptLayout(target: string, catalog: Catalog, log: Logger): Promise<LayoutStore | undefined> {
+  log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
+  try {
+    return await LayoutStore.open(target, catalog, { verified: false });
+  } catch (err) {
+    log.warn('staging', `the layout staged earlier in ${target} is damaged (${oneLine(err)}): staging it again from the bundle`);
+    await rm(target, { recursive: true, force: true });
+    return undefined;
+  }
 }
