@@ -139,8 +139,11 @@ export async function resumeInto(source: BundleSource, partial: string, head: Tr
     }
   }
   opts.onResume?.({ ...info });
+  // a source cut short shows at its end first: named so, not as a seek index gone missing
+  const last = await source.read(source.size - 1, 1).catch((err: unknown) => sourceFailure(source, err));
+  if (last.length < 1) await sourceFailure(source, new FormatError('TRUNCATED', `${source.identity} ends before its ${source.size} bytes: the media was removed or changed; plug it in again`));
   // the headers are held to the signed listing as a verifying pass holds them
-  const reader = await BundleRandomReader.open(source, head.manifest);
+  const reader = await BundleRandomReader.open(source, head.manifest).catch((err: unknown) => sourceFailure(source, err));
   let done = info.keptBytes;
   const progress = (n: number) => {
     done += n;
