@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type ExtractOptions, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -12,7 +12,7 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
-import { clearPartialsFor, recheckMessage, reopenKeptLayout, removeStalePartials, resumeMessage } from './resume.js';
+import { clearPartialsFor, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
@@ -243,33 +243,6 @@ async function admit(file: string, ctx: PipelineContext, openSource: () => Promi
   return { source, head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
 }
 
-/**
- * How the layout is written: synced only when it outlives the load; under a signature a staging
- * cut short keeps what it verified, and the same bundle's return goes on from there (resume.ts),
- * said in the log and the Staged condition.
- */
-function stagingOptions(ctx: PipelineContext, a: Admitted): Pick<ExtractOptions, 'fsync' | 'resume' | 'onResume' | 'onRechecked' | 'head'> {
-  // A copy deleted at Ready needs no sync: a crash before then leaves pieces a resume hashes
-  // again (and a kept layout is hashed again before any reuse); syncing only costs the load.
-  const fsync = { fsync: ctx.config.staging.keep !== false };
-  if (!a.signer) return fsync;
-  return {
-    ...fsync,
-    resume: true,
-    // what admit read: checked again against the trusted keys, not read again from the stick
-    head: a.head,
-    onResume: (info) => {
-      const message = resumeMessage(info);
-      ctx.tracker.condition('Staged', 'False', 'Resuming', message);
-      ctx.log.info('staging', message, { keptBytes: info.keptBytes, totalBytes: info.totalBytes });
-    },
-    onRechecked: (info) => {
-      const message = recheckMessage(info);
-      if (message) ctx.log.warn('staging', message, { dropped: info.dropped });
-    },
-  };
-}
-
 interface Staged {
   store: BlobStore;
   mode: StageMode;
@@ -326,7 +299,7 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
-      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...stagingOptions(ctx, a), ...(signal ? { signal } : {}) }));
+      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
     }
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
     // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
@@ -368,7 +341,7 @@ function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, on
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
   const extraction = extractBundle(a.source, target, {
-    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...stagingOptions(ctx, a),
+    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...stagingOptions(ctx, a.signer ? a.head : undefined),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
     onVerified: (entry) => store.verified(entry.digest),

@@ -3,11 +3,12 @@
 // partial directories stay).
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { partialBundle, type ResumeInfo } from '@offline-bundle/format';
+import { partialBundle, type BundleManifest, type ExtractOptions, type ResumeInfo } from '@offline-bundle/format';
 import { LayoutStore, type Catalog } from '@offline-bundle/registry';
 import { formatBytes } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
+import type { PipelineContext } from './pipeline-context.js';
 
 const PARTIAL = '.partial';
 
@@ -86,4 +87,31 @@ export async function reopenKeptLayout(target: string, catalog: Catalog, log: Lo
     await rm(target, { recursive: true, force: true });
     return undefined;
   }
+}
+
+/**
+ * How the layout is written: synced only when it outlives the load; under a signature (`signed`:
+ * the head admit read and verified) a staging cut short keeps what it verified, and the same
+ * bundle's return goes on from there, said in the log and the Staged condition.
+ */
+export function stagingOptions(ctx: PipelineContext, signed: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer } | undefined): Pick<ExtractOptions, 'fsync' | 'resume' | 'onResume' | 'onRechecked' | 'head'> {
+  // A copy deleted at Ready needs no sync: a crash before then leaves pieces a resume hashes
+  // again (and a kept layout is hashed again before any reuse); syncing only costs the load.
+  const fsync = { fsync: ctx.config.staging.keep !== false };
+  if (!signed) return fsync;
+  return {
+    ...fsync,
+    resume: true,
+    // what admit read: checked again against the trusted keys, not read again from the stick
+    head: signed,
+    onResume: (info) => {
+      const message = resumeMessage(info);
+      ctx.tracker.condition('Staged', 'False', 'Resuming', message);
+      ctx.log.info('staging', message, { keptBytes: info.keptBytes, totalBytes: info.totalBytes });
+    },
+    onRechecked: (info) => {
+      const message = recheckMessage(info);
+      if (message) ctx.log.warn('staging', message, { dropped: info.dropped });
+    },
+  };
 }
