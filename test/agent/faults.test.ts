@@ -2,7 +2,8 @@
 // (test/helpers/crio-standin.mjs, a CRI ImageService that reads registries.conf.d only at
 // start and on SIGHUP; CRI-O itself cannot run here). Each fault is injected into a real
 // `bundle-agent load` (or `run`) child process at a phase read from its status.json, and
-// each case ends Ready after recovery with nothing left behind: no *.partial, no staged
+// each case ends Ready after recovery with nothing left behind: no *.partial (a staging cut
+// short keeps its verified pieces for the same bundle's next load, which resumes), no staged
 // layout (staging.keep is false), no offline-bundle-mirror.conf drop-in, phase Ready.
 //
 // Synchronisation is by polling (status.json, the stand-in's event log, process state);
@@ -242,19 +243,35 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
   // the daemon's watched "stick" is <root>/stick: the same copy the loads read
   const file = n.file;
 
-  const killInStaging = async () => {
-    const a = await frozenMidRead(t, n);
+  /** Kills a load in Staging; whether its partial staging names the bundle yet (then the next load resumes it). */
+  const killInStaging = async (named = false): Promise<boolean> => {
+    let a: Agent;
+    if (named) {
+      // once the partial staging names its bundle (bundle.json verified), while the rest is still read
+      a = startLoad(n);
+      const marker = join(n.upgradeDir, `${STAGED}.partial`, 'resume.json');
+      await until('the partial staging to name its bundle', async () => stat(marker).then(() => true, () => false), 120_000, 2);
+      a.child.kill('SIGSTOP');
+    } else {
+      a = await frozenMidRead(t, n);
+    }
     a.child.kill('SIGKILL');
     const r = await a.exit;
     t.equal(r.signal, 'SIGKILL', 'the agent was killed in Staging');
     const left = await n.leftovers();
     t.same(left.partial, [`${STAGED}.partial`], 'it left its partial staging behind');
+    return stat(join(n.upgradeDir, `${STAGED}.partial`, 'resume.json')).then(() => true, () => false);
   };
+  // killed before bundle.json was verified, the pieces name no bundle: dropped, not resumed
+  const recovered = (marked: boolean) => (marked ? /resuming: .* already staged \(\d+ of \d+ files, each hashed again while the rest is read\)/ : /removed unfinished staging that names no bundle: 1\.1\.0-amd64\.partial/);
 
-  await killInStaging();
-  await expectReady(t, n, await load(n, file), 'a new load of the same file');
+  let marked = await killInStaging(true);
+  t.ok(marked, 'killed after its bundle.json was verified');
+  const again = await load(n, file);
+  t.match(again.stderr, recovered(marked), marked ? 'the new load resumed the staging' : 'the new load dropped the unnamed partial staging');
+  await expectReady(t, n, again, 'a new load of the same file');
 
-  await killInStaging();
+  marked = await killInStaging();
   const d = agent(n, ['run']);
   t.teardown(() => { d.child.kill('SIGKILL'); });
   // its own journal line, not status.json: the killed load may not have overwritten the last Ready there
@@ -266,7 +283,7 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
   const r = await d.exit;
   t.equal(s.phase, "Ready", `the daemon loaded it: Ready (${s.phase} ${JSON.stringify(cond(s, "Failed"))} ${d.stderr().slice(-600)})`);
   t.equal(r.code, 0, 'the daemon stops cleanly on SIGTERM');
-  t.match(r.stderr, /removed unfinished staging left by a crash or reboot: 1\.1\.0-amd64\.partial/, 'the start-up cleanup removed the partial staging');
+  t.match(r.stderr, recovered(marked), marked ? 'the daemon resumed the staging the killed load left' : 'the start-up cleanup removed the unnamed partial staging');
   t.same(await n.leftovers(), { partial: [], staged: [], dropIns: [] }, 'nothing left');
 });
 
@@ -358,13 +375,15 @@ t.test('5. the bundle truncated or deleted while it is read', async (t) => {
 
   t.test('staged mode', async (t) => {
     const n = await node(t);
+    // the verified pieces stay for a resume; the next load of the same bundle leaves nothing
+    const kept = [`${STAGED}.partial`];
     let r = await bundleFault(t, n, shrink(n));
-    await expectFailed(t, n, r, 'Truncated', 'truncated while staged');
+    await expectFailed(t, n, r, 'Truncated', 'truncated while staged', kept);
     await n.restore();
     await expectReady(t, n, await load(n), 'the restored file');
 
     r = await bundleFault(t, n, remove(n));
-    const gone = await expectFailed(t, n, r, 'MediaRemoved', 'deleted while staged');
+    const gone = await expectFailed(t, n, r, 'MediaRemoved', 'deleted while staged', kept);
     t.match(cond(gone, 'Failed')?.message, /disappeared .*Plug it in again/, 'the message says the media went away');
     await n.restore();
     await expectReady(t, n, await load(n), 'the restored file');
@@ -411,7 +430,8 @@ t.test('6. SIGTERM at each phase: Failed, Interrupted, nothing left; the next lo
       a.child.kill('SIGTERM');
       a.child.kill('SIGCONT');
     }
-    await expectFailed(t, n, await a.exit, 'Interrupted', `SIGTERM at ${atWhat}`);
+    // a stop in Staging keeps the verified pieces for a resume; the next load leaves nothing
+    await expectFailed(t, n, await a.exit, 'Interrupted', `SIGTERM at ${atWhat}`, atWhat === 'Staging' ? [`${STAGED}.partial`] : []);
     await expectReady(t, n, await load(n), 'the next load');
   };
   t.test('Verifying (the full verification pass, media mode)', async (t) => interrupt(t, await mediaNode(t), 'reading', 'Verifying'));

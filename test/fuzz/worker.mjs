@@ -355,7 +355,10 @@ async function runCase(i) {
       out.agent = reason ?? `exit ${a.code}`;
       if (!reason) findings.push({ kind: 'crash', where: 'bundle-agent load', detail: `exit ${a.code} without a JSON result: ${a.stderr.slice(-300)}` });
       else if (reason === 'Internal') findings.push({ kind: 'crash', where: 'bundle-agent load', detail: `untyped failure (reason Internal): ${a.result.error.message?.slice(0, 300)}` });
-      const left2 = existsSync(upgradeDir) ? await readdir(upgradeDir) : [];
+      // a load cut short by its source keeps its verified pieces for a resume (docs/ARCHITECTURE.md)
+      const resumable = async (n) => ['Truncated', 'MediaRemoved'].includes(reason) && n.endsWith('.partial') && existsSync(path.join(upgradeDir, n, 'resume.json'));
+      const left2 = [];
+      for (const n of existsSync(upgradeDir) ? await readdir(upgradeDir) : []) if (!(await resumable(n))) left2.push(n);
       if (left2.length) findings.push({ kind: 'written-outside', where: 'bundle-agent load', detail: `a refused load left ${left2.join(', ')} in the upgrade dir` });
     }
     for (const p of escapeProbes(a.root)) {

@@ -30,6 +30,8 @@ export class MemorySource implements BundleSource {
   readonly size: number;
   /** read() and stream() calls so far, and how many of them covered the flipped byte. */
   reads = 0;
+  /** Bytes handed to readers so far (what a stick would have had to deliver): read() results and stream chunks consumed. */
+  bytesRead = 0;
   private flipReads = 0;
   closed = false;
 
@@ -62,6 +64,7 @@ export class MemorySource implements BundleSource {
   async read(offset: number, length: number): Promise<Buffer> {
     const { data, error } = this.slice(offset, offset + length);
     if (error) throw error;
+    this.bytesRead += data.length;
     return data;
   }
 
@@ -69,8 +72,14 @@ export class MemorySource implements BundleSource {
   stream(start: number, end: number): Readable {
     const { data, error } = this.slice(start, end);
     const CHUNK = this.faults.chunk ?? 1024 * 1024;
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
+    const self = this;
     return Readable.from((async function* () {
-      for (let at = 0; at < data.length; at += CHUNK) yield data.subarray(at, at + CHUNK);
+      for (let at = 0; at < data.length; at += CHUNK) {
+        const piece = data.subarray(at, at + CHUNK);
+        self.bytesRead += piece.length;
+        yield piece;
+      }
       if (error) throw error;
     })(), { objectMode: false });
   }

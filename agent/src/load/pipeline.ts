@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  checkSignature, extractBundle, loadTrust, openBundle, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -12,6 +12,7 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
+import { clearPartialsFor, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
@@ -28,6 +29,7 @@ import { TOOL_VERSION } from '../version.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
 
 export type { PipelineContext } from './pipeline-context.js';
+export { removeStalePartials } from './resume.js';
 
 export interface LoadResult {
   version: string;
@@ -140,7 +142,7 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
  */
 export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger, history: readonly HistoryEntry[]): Promise<void> {
   const stale = await removeStalePartials(config.paths.upgradeDir);
-  if (stale.length) log.warn('staging', `removed unfinished staging left by a crash or reboot: ${stale.join(', ')}`);
+  if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
   const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
   const keep = new Set<string>();
@@ -171,27 +173,18 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
   return (await missingImages(inspector, rec.refs)).length === 0;
 }
 
-/** Partial staging directories are never trusted: a crash or a pulled stick leaves one, the next run drops it. */
-export async function removeStalePartials(upgradeDir: string): Promise<string[]> {
-  let names: string[];
-  try {
-    names = (await readdir(upgradeDir)).filter((n) => n.endsWith('.partial'));
-  } catch {
-    return [];
-  }
-  for (const n of names) await rm(join(upgradeDir, n), { recursive: true, force: true });
-  return names;
-}
-
 function rateTracker(tracker: StatusTracker) {
   const started = Date.now();
   let last = 0;
+  // what a resume kept counts as done, not as read at this load's rate
+  let base: number | undefined;
   return (done: number, total: number) => {
+    base ??= done;
     const now = Date.now();
     if (now - last < 1000 && done < total) return;
     last = now;
     const secs = (now - started) / 1000;
-    const rate = secs > 0 ? done / secs : 0;
+    const rate = secs > 0 ? (done - base) / secs : 0;
     tracker.progress({ bytesDone: done, bytesTotal: total, rate: Math.round(rate), ...(rate > 0 ? { etaSeconds: Math.round((total - done) / rate) } : {}) });
   };
 }
@@ -288,13 +281,15 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const catalog = catalogOf(m);
   signal?.throwIfAborted();
   let staged: Staged;
+  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
+  await clearPartialsFor(config.paths.upgradeDir, plan.mode === 'staged' ? `${target}.partial` : undefined, bundleIdentity(a.head.manifestBytes), log);
   if (plan.mode === 'staged') {
-    const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
     tracker.update((s) => {
       s.phase = 'Staging';
       Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
     });
-    const reuse = await alreadyStaged(target, a.head.manifestBytes);
+    const kept = (await alreadyStaged(target, a.head.manifestBytes)) ? await reopenKeptLayout(target, catalog, log) : undefined;
+    const reuse = !!kept;
     let fileDigest = '';
     // Signed: each blob is good once it hashes to its signed digest, so pulls may start then.
     // Digest-only trust knows nothing good before the whole file is hashed.
@@ -304,13 +299,11 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
-      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...(signal ? { signal } : {}) }));
-    } else {
-      log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
+      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
     }
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
-    // A layout found on disk is hashed again before use; one just extracted was checked as written.
-    const store = await LayoutStore.open(target, catalog, { verified: !reuse }).catch(async (err: unknown) => {
+    // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
+    const store = kept ?? await LayoutStore.open(target, catalog, { verified: true }).catch(async (err: unknown) => {
       await rm(target, { recursive: true, force: true });
       throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
     });
@@ -334,7 +327,7 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
  * Starts the verified extraction and returns at once with a store that serves each blob as soon
  * as the extraction has written and verified it; `staging.done` settles with the whole pass
  * (conditions Verified and Staged, the file digest). A failure of either side stops the other
- * (`staging.signal`): the partial layout goes, nothing is pinned, no Ready.
+ * (`staging.signal`): nothing is pinned, no Ready; what was verified stays for a resume (resume.ts).
  */
 function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, onProgress: (done: number, total: number) => void,
   sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }): Staged {
@@ -348,7 +341,7 @@ function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, on
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
   const extraction = extractBundle(a.source, target, {
-    trust: a.trust, partialDir, onProgress, signal: stop.signal,
+    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...stagingOptions(ctx, a.signer ? a.head : undefined),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
     onVerified: (entry) => store.verified(entry.digest),

@@ -8,6 +8,15 @@ export interface Listed {
   size: number;
 }
 
+/** The layout entries bundle.json lists, in the writer's order: oci-layout, index.json, the blobs. */
+export function layoutEntries(manifest: BundleManifest): (Listed & { path: string })[] {
+  return [
+    { path: OCI_LAYOUT, digest: sha256(OCI_LAYOUT_CONTENT), size: OCI_LAYOUT_CONTENT.length },
+    { path: INDEX_JSON, digest: manifest.index.digest, size: manifest.index.size },
+    ...manifest.blobs.map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size })),
+  ];
+}
+
 /**
  * The layout entries a trusted bundle.json lists, in the one order the writer packs them:
  * oci-layout, index.json, then the blobs in bundle.json's order (by digest before version 3). Each entry
@@ -22,12 +31,7 @@ export class ListedEntries {
   private next = 0;
 
   constructor(manifest: BundleManifest) {
-    const layout: [string, Listed][] = [
-      [OCI_LAYOUT, { digest: sha256(OCI_LAYOUT_CONTENT), size: OCI_LAYOUT_CONTENT.length }],
-      [INDEX_JSON, manifest.index],
-      ...manifest.blobs.map((b): [string, Listed] => [blobPath(b.digest), { digest: b.digest, size: b.size }]),
-    ];
-    layout.forEach(([name, l], position) => this.byName.set(name, { digest: l.digest, size: l.size, position }));
+    layoutEntries(manifest).forEach((l, position) => this.byName.set(l.path, { digest: l.digest, size: l.size, position }));
   }
 
   /** Listed sizes in archive order. */
