@@ -20,7 +20,7 @@ const FILES: Record<string, { file: string; type: string }> = {
 export function pageDir(here = import.meta.url): string {
   const candidates = ['../../src/dashboard/page/', '../../../share/bundle/dashboard/'].map((rel) => fileURLToPath(new URL(rel, here)));
   const found = candidates.find((d) => existsSync(`${d}index.html`));
-  if (!found) throw new Error(`the dashboard's page files are missing (looked in ${candidates.join(' and ')}): reinstall the bundle tool`);
+  if (!found) throw Object.assign(new Error(`the dashboard's page files are missing (looked in ${candidates.join(' and ')}): reinstall the bundle tool`), { code: 'DASHBOARD_FILES_MISSING' });
   return found;
 }
 

@@ -25,6 +25,11 @@ function el(tag, props, ...children) {
   return e;
 }
 
+function when(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
 function age(iso) {
   const t = Date.parse(iso);
   if (!iso || Number.isNaN(t)) return 'never';
@@ -43,9 +48,10 @@ function makeRow(node) {
   tr.append(th);
   cells.node = th;
   for (const name of COLUMNS.slice(1)) {
-    const td = el('td', { 'data-label': name });
-    tr.append(td);
-    cells[name] = td;
+    // one box per cell: on a phone the cell is a grid of its label and this box
+    const box = el('div', { class: 'cell' });
+    tr.append(el('td', { 'data-label': name }, box));
+    cells[name] = box;
   }
   cells.progressBar = el('progress', { max: '100', 'aria-label': `Progress of ${node}` });
   cells.progressText = el('span', { class: 'progress-text' });
@@ -79,8 +85,7 @@ function update(r, row) {
   c.Heartbeat.textContent = age(row.heartbeat);
   c.Heartbeat.title = row.heartbeat || 'never reported';
   c['Node Ready'].textContent = row.nodeReady ? 'Ready' : 'Not Ready';
-  c['Node Ready'].className = row.nodeReady ? '' : 'no';
-  c.Message.className = 'message';
+  c['Node Ready'].className = row.nodeReady ? 'cell' : 'cell no';
   c.Message.textContent = row.technician || row.message || '-';
   const h = row.history || [];
   c.details.hidden = h.length === 0;
@@ -88,15 +93,17 @@ function update(r, row) {
   c.summary.textContent = `${h.length} ${h.length === 1 ? 'entry' : 'entries'}`;
   c.timeline.replaceChildren(...h.map((e) => el('li', {},
     el('span', { class: `state state-${e.state.replace(/[^a-z]/g, '')}`, text: e.state }), ` ${e.version}`,
-    e.at ? el('time', { datetime: e.at, text: ` · ${new Date(e.at).toLocaleString()}` }) : '')));
+    e.at ? el('time', { datetime: e.at, text: ` · ${when(e.at)}` }) : '')));
 }
 
 function renderTarget(s) {
   const t = s.target;
-  $('target-bundle').textContent = t.digest ? `${t.file ? `${t.file} ` : ''}${t.digest}` : (t.file || 'none yet: no node is Ready for a bundle');
+  $('target-file').textContent = t.file || (t.digest ? 'the one most Ready nodes report' : 'none yet: no node is Ready for a bundle');
+  $('target-digest').textContent = t.digest || '';
   $('target-version').textContent = t.version || '-';
   $('target-running').textContent = t.running || 'unknown (no ClusterVersion)';
-  $('target-summary').textContent = t.summary;
+  const ready = s.rows.filter((r) => r.ready).length;
+  $('target-summary').textContent = s.rows.length ? `${ready} of ${s.rows.length} Ready for it${t.ready ? ': the upgrade can start' : ''}` : t.summary;
   $('warnings').replaceChildren(...s.warnings.map((w) => el('li', {},
     el('span', { class: 'kind', text: w.kind }), el('span', { class: 'object', text: w.object }), w.message)));
   $('no-warnings').hidden = s.warnings.length > 0;
@@ -122,9 +129,10 @@ function renderContact() {
   const api = snapshot && snapshot.api;
   const apiLost = !!(api && !api.ok);
   $('api-lost').hidden = !apiLost;
-  $('api-lost').textContent = apiLost
-    ? `Lost contact with the API since ${clock(api.lostSince)}; rows show the last known state${api.lastOk ? ` (read at ${clock(api.lastOk)})` : ''}. ${api.error || ''}`
-    : '';
+  $('api-lost').replaceChildren(...(apiLost ? [
+    `Lost contact with the API since ${clock(api.lostSince)}; rows show the last known state${api.lastOk ? ` (read at ${clock(api.lastOk)})` : ''}.`,
+    el('span', { class: 'detail', text: api.error || '' }),
+  ] : []));
   $('stream-lost').hidden = streamLostSince === undefined;
   $('stream-lost').textContent = streamLostSince === undefined ? ''
     : `Lost the dashboard server since ${clock(streamLostSince)}; rows show the last known state. Is "bundle cluster dashboard" still running?`;
