@@ -136,7 +136,7 @@ t.test('snapshot: rows from the Node list, progress in the CLIs\' words, source,
   t.same(progressOf(undefined), {}, 'no status, no progress');
 });
 
-t.test('feed against the API stand-in: rows, then contact lost (rows kept, marked), then found again', async (t) => {
+t.test('feed against the API stand-in: rows, then contact lost (gone, 500, silent: rows kept, marked), then found again', async (t) => {
   const work = await tmpdir(t, 'ob-dash-feed-');
   const api = await startKubeStandIn();
   t.teardown(() => api.close());
@@ -173,6 +173,18 @@ t.test('feed against the API stand-in: rows, then contact lost (rows kept, marke
   t.equal(feed.snapshot.api.lostSince, undefined);
   t.equal(feed.snapshot.rows[1]!.phase, 'Ready');
   t.equal(changes.length, 3, 'changes: first read, lost, found with a new phase');
+  // a server that answers 500, then one that accepts the request and never answers: lost too, within the read's deadline
+  api.intercept = (r) => (r.resource === 'nodes' ? { status: 500 } : undefined);
+  await feed.poll();
+  t.equal(feed.snapshot.api.ok, false);
+  t.match(feed.snapshot.api.error, /answered 500 to list nodes/);
+  api.intercept = (r) => (r.resource === 'nodes' ? 'hang' : undefined);
+  await feed.poll();
+  t.match(feed.snapshot.api.error, /no complete answer within 2 s/);
+  t.equal(feed.snapshot.rows.length, 3, 'the rows kept through both');
+  api.intercept = undefined;
+  await feed.poll();
+  t.equal(feed.snapshot.api.ok, true);
 });
 
 t.test(`limits: at most ${MAX_DASHBOARD_ROWS} rows sent (the rest counted), the interval 1-60 s, a port`, async (t) => {

@@ -4,7 +4,7 @@
  * only), the page (files served by the tool). Registered by cluster.ts, which hands over its
  * bundle loading and options so both read a bundle and a kubeconfig the same way.
  */
-import { InvalidArgumentError, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { AdminBundle } from '@offline-bundle/cluster';
 import { adminApis, ClusterError, type AdminApis } from '@offline-bundle/status';
 import { escapeControls } from '@offline-bundle/host';
@@ -72,11 +72,11 @@ export function addDashboardCommand(cluster: Command, deps: DashboardDeps): void
   deps.trustOptions(cluster.command('dashboard')
     .description(`A live, read-only page of the rollout on http://127.0.0.1:PORT/ for the admin's browser: one row per Node (phase, progress with rate and time left, source, pinned, heartbeat age, Node Ready, the technician's message, history), the bundle the cluster would upgrade to and the warnings "status" and (given the bundle file) "prepare" give. It reads the API every --interval with the admin's kubeconfig and pushes changes to the page (Server-Sent Events); when the API stops answering, the page says since when and marks every row as last known.`)
     .argument('[bundle]', 'the bundle file to upgrade with: rows are Ready for its digest, and prepare\'s checks (pull policies, release signatures, version graph, autoscalers) run every 30 s without applying anything')
-    .option('--port <n>', `port on 127.0.0.1 (0: any free port; default: ${DEFAULT_PORT})`, portArg, DEFAULT_PORT)
+    .addOption(new Option('--port <n>', 'port on 127.0.0.1 (0: any free port)').argParser(portArg).default(DEFAULT_PORT))
     .option('--kubeconfig <file>', 'kubeconfig of an admin user (default: $KUBECONFIG or ~/.kube/config); through "oc port-forward", one naming its local port')
     .option('--context <name>', 'kubeconfig context (default: the current one)')
     .option('-l, --selector <labels>', 'only nodes with these labels')
-    .option('--interval <seconds>', `how often the API is read (${MIN_INTERVAL_MS / 1000} to ${MAX_INTERVAL_MS / 1000}; default: 2)`, intervalArg, 2000)
+    .addOption(new Option('--interval <seconds>', `how often the API is read (${MIN_INTERVAL_MS / 1000} to ${MAX_INTERVAL_MS / 1000})`).argParser(intervalArg).default(2000, '2'))
     .option('--request-timeout <seconds>', `the most one API read may take before the page says it lost the API (default: ${DASHBOARD_REQUEST_TIMEOUT_S})`, secondsArg)
     .option('--json', 'print {"url", "port", "intervalMs"} as one JSON line once serving'))
     .addHelpText('after', `
