@@ -127,7 +127,8 @@ function renderRows(s) {
 /** Banners and the rows' live/stale marks, from the API's and the stream's state. */
 function renderContact() {
   const api = snapshot && snapshot.api;
-  const apiLost = !!(api && !api.ok);
+  // before the first read there is nothing to call stale (and no rows)
+  const apiLost = !!(api && !api.ok && api.lostSince);
   $('api-lost').hidden = !apiLost;
   $('api-lost').replaceChildren(...(apiLost ? [
     `Lost contact with the API since ${clock(api.lostSince)}; rows show the last known state${api.lastOk ? ` (read at ${clock(api.lastOk)})` : ''}.`,
