@@ -6,7 +6,8 @@
 import t from 'tap';
 import { EventEmitter } from 'node:events';
 import { request } from 'node:http';
-import { readFile } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { adminApis } from '@offline-bundle/status';
 import { loadAssets, pageDir } from '../../builder/dist/dashboard/assets.js';
@@ -14,8 +15,8 @@ import { startDashboardServer, MAX_SSE_CLIENTS } from '../../builder/dist/dashbo
 import { DashboardFeed } from '../../builder/dist/dashboard/feed.js';
 import { dashboardRows, MAX_DASHBOARD_ROWS, progressOf, type Snapshot } from '../../builder/dist/dashboard/snapshot.js';
 import { bundle } from '../builder/lib.js';
-import { ADMIN, bindAdmin, node, nodeStatus } from './lib.js';
-import { startKubeStandIn } from '../helpers/kube-standin.js';
+import { ADMIN, bindAdmin, clusterVersion, node, nodeStatus } from './lib.js';
+import { SHIPPED_RBAC, startKubeStandIn } from '../helpers/kube-standin.js';
 import { tmpdir } from '../status/lib.js';
 
 const HOSTILE = '<img src=x onerror="window.pwned=1">\n\nevent: state\ndata: {"rows":[]}\n\n';
@@ -27,6 +28,7 @@ function fakeFeed(snapshot: Partial<Snapshot> = {}) {
 }
 
 interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: string }
+/** One request, answered whole within 5 s (else an error: a test never waits on a hung answer). */
 function get(port: number, p: string, headers: Record<string, string> = {}, method = 'GET'): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, path: p, method, headers: { Host: `127.0.0.1:${port}`, ...headers } }, (res) => {
@@ -34,9 +36,15 @@ function get(port: number, p: string, headers: Record<string, string> = {}, meth
       res.on('data', (c) => { body += c; });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
     });
+    req.setTimeout(5000, () => req.destroy(new Error(`${method} ${p}: no complete answer within 5 s`)));
     req.on('error', reject);
     req.end();
   });
+}
+
+/** Polls `ok` every 20 ms for at most 2 s: the caller asserts what it then finds. */
+async function waitFor(ok: () => boolean): Promise<void> {
+  for (let i = 0; i < 100 && !ok(); i++) await new Promise((r) => setTimeout(r, 20));
 }
 
 /** Opens /events and resolves once the headers came: the response stays open until destroyed. */
@@ -86,22 +94,88 @@ t.test('server: Host check, read-only, no CORS, CSP', async (t) => {
   t.equal((await get(s.port, '/app.js?x=1')).status, 200);
 });
 
-t.test(`server: at most ${MAX_SSE_CLIENTS} event streams by default; a freed slot is usable again`, async (t) => {
-  const s = await startDashboardServer({ port: 0, assets: await loadAssets(), feed: fakeFeed(), maxClients: 3 });
+t.test(`server: at most MAX_SSE_CLIENTS (${MAX_SSE_CLIENTS}) event streams, the shipped default; a freed slot is usable again`, async (t) => {
+  const s = await startDashboardServer({ port: 0, assets: await loadAssets(), feed: fakeFeed() });
   t.teardown(() => s.close());
   const open = [];
-  for (let i = 0; i < 3; i++) open.push(await openStream(s.port));
-  t.same(open.map((o) => o.status), [200, 200, 200]);
-  t.equal(s.clients(), 3);
-  const fourth = await get(s.port, '/events');
-  t.equal(fourth.status, 503);
-  t.match(fourth.body, /too many dashboard pages open \(3\)/);
+  for (let i = 0; i < MAX_SSE_CLIENTS; i++) open.push(await openStream(s.port));
+  t.same(open.map((o) => o.status), Array(MAX_SSE_CLIENTS).fill(200));
+  t.equal(s.clients(), MAX_SSE_CLIENTS);
+  const over = await get(s.port, '/events');
+  t.equal(over.status, 503);
+  t.match(over.body, new RegExp(`too many dashboard pages open \\(${MAX_SSE_CLIENTS}\\)`));
   open[0]!.close();
-  await t.resolves(async () => { for (let i = 0; i < 100 && s.clients() > 2; i++) await new Promise((r) => setTimeout(r, 20)); });
+  await waitFor(() => s.clients() < MAX_SSE_CLIENTS);
+  t.equal(s.clients(), MAX_SSE_CLIENTS - 1, 'the closed page\'s slot is freed within 2 s');
   const again = await openStream(s.port);
   t.equal(again.status, 200, 'a slot freed by a closed page');
   again.close();
   for (const o of open) o.close();
+});
+
+t.test('server: maxClients is honoured when set lower', async (t) => {
+  const s = await startDashboardServer({ port: 0, assets: await loadAssets(), feed: fakeFeed(), maxClients: 2 });
+  t.teardown(() => s.close());
+  const open = [await openStream(s.port), await openStream(s.port)];
+  const third = await get(s.port, '/events');
+  t.equal(third.status, 503);
+  t.match(third.body, /too many dashboard pages open \(2\)/);
+  for (const o of open) o.close();
+});
+
+t.test('server: HEAD /events answers the headers and ends, holding no stream slot', async (t) => {
+  const s = await startDashboardServer({ port: 0, assets: await loadAssets(), feed: fakeFeed(), maxClients: 2 });
+  t.teardown(() => s.close());
+  for (let i = 0; i < 4; i++) {
+    const head = await get(s.port, '/events', {}, 'HEAD');
+    t.equal(head.status, 200, `HEAD ${i + 1} answered`);
+    t.match(head.headers['content-type'], /^text\/event-stream/);
+    t.equal(head.body, '');
+  }
+  t.equal(s.clients(), 0, 'no stream held open');
+  const st = await openStream(s.port);
+  t.equal(st.status, 200, 'a GET still finds a slot');
+  t.match(await st.first, /event: state/);
+  st.close();
+});
+
+t.test('server: a client that never reads holds at most one snapshot, however many large changes come (backpressure)', async (t) => {
+  const feed = fakeFeed();
+  const s = await startDashboardServer({ port: 0, assets: await loadAssets(), feed });
+  t.teardown(() => s.close());
+  // a raw socket that sends the request and never reads: the kernel's buffers fill, then Node's
+  const sock = connect(s.port, '127.0.0.1');
+  t.teardown(() => sock.destroy());
+  sock.pause();
+  sock.write(`GET /events HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\n\r\n`);
+  await waitFor(() => s.clients() === 1);
+  t.equal(s.clients(), 1);
+  const MB = 1 << 20;
+  const CHANGES = 64;
+  let most = 0;
+  for (let i = 0; i < CHANGES; i++) {
+    const snap: Snapshot = { ...feed.snapshot, target: { ready: false, summary: `change-${i}:${'x'.repeat(MB)}` } };
+    feed.snapshot = snap;
+    feed.emit('change', snap);
+    feed.emit('poll', new Date().toISOString());
+    await new Promise((r) => setImmediate(r));
+    most = Math.max(most, ...s.backlog().map((b) => b.bytes));
+  }
+  t.comment(`${CHANGES} changes of 1 MiB to a client that never reads: at most ${(most / MB).toFixed(2)} MiB buffered for it`);
+  t.ok(most <= 1.5 * MB, `one event's worth buffered at most (${most} bytes), not ${CHANGES} MiB`);
+  t.same(s.backlog().map((b) => b.waiting), [true], 'the newest snapshot waits for the client to read');
+  // the client reads again: the last change reaches it, the ones between were superseded
+  let tail = '';
+  const last = new Promise<void>((resolve) => sock.on('data', (c: Buffer) => {
+    tail = (tail + c.toString('latin1')).slice(-2 * MB);
+    const at = tail.indexOf(`change-${CHANGES - 1}:`);
+    if (at >= 0 && tail.indexOf('"', at) > 0) resolve();
+  }));
+  sock.resume();
+  await last;
+  t.pass('the newest snapshot arrived once the client read');
+  await waitFor(() => s.backlog().every((b) => !b.waiting && b.bytes === 0));
+  t.same(s.backlog(), [{ bytes: 0, waiting: false }], 'nothing left behind');
 });
 
 t.test('escaping: a hostile string stays one JSON value in one event, and the page never parses data as HTML', async (t) => {
@@ -151,7 +225,7 @@ t.test('feed against the API stand-in: rows, then contact lost (gone, 500, silen
   const changes: Snapshot[] = [];
   feed.on('change', (s: Snapshot) => changes.push(s));
   await feed.poll();
-  t.equal(feed.snapshot.api.ok, true, feed.snapshot.api.error);
+  t.equal(feed.snapshot.api.ok, true, feed.snapshot.api.error ?? '');
   t.same(feed.snapshot.rows.map((r) => [r.node, r.phase]), [['worker-0', 'Ready'], ['worker-1', 'Staging'], ['worker-2', 'NotReported']]);
   t.match(feed.snapshot.warnings.map((w) => w.kind), ['NodesNotReady']);
   t.equal([...feed.snapshot.rows[1]!.technician!].length, 1024, 'a string past the CRD\'s bound (a writer that skipped it) is cut to it');
@@ -184,6 +258,52 @@ t.test('feed against the API stand-in: rows, then contact lost (gone, 500, silen
   t.equal(feed.snapshot.rows.length, 3, 'the rows kept through both');
   api.intercept = undefined;
   await feed.poll();
+  t.equal(feed.snapshot.api.ok, true);
+});
+
+t.test('feed: a kubeconfig that may list Nodes and NodeBundleStatuses but not Pods keeps the rows live; prepare\'s failure is a warning, retried every 30 s', async (t) => {
+  const work = await tmpdir(t, 'ob-dash-prepare-');
+  // the admin's role without the Pod list (RBAC in the stand-in refuses it with the API server's 403)
+  const roleFile = path.join(work, 'no-pods.yaml');
+  const admin = (await readFile(SHIPPED_RBAC[1]!, 'utf8')).split('\n---\n')[0]!;
+  const noPods = admin.replace('name: offline-bundle-admin', 'name: dashboard-no-pods').replace('  - apiGroups: [""]\n    resources: [pods]\n    verbs: [list]\n', '');
+  t.not(noPods, admin.replace('name: offline-bundle-admin', 'name: dashboard-no-pods'), 'the Pod rule was taken out');
+  await writeFile(roleFile, noPods);
+  const api = await startKubeStandIn({ rbacFiles: [...SHIPPED_RBAC, roleFile] });
+  t.teardown(() => api.close());
+  api.bind({ kind: 'ClusterRole', name: 'dashboard-no-pods' }, { kind: 'User', name: 'bob' });
+  api.bind({ kind: 'Role', name: 'offline-bundle-release-signatures' }, { kind: 'User', name: 'bob' }, 'openshift-config-managed');
+  const kubeconfig = await api.tokenKubeconfig(path.join(work, 'kubeconfig'), api.addToken('bob'));
+  const digest = 'sha256:' + 'b'.repeat(64);
+  api.nodes = [node('worker-0'), node('worker-1')];
+  api.statuses = [nodeStatus('worker-0', 'Ready', digest, '4.15.1'), nodeStatus('worker-1', 'Ready', digest, '4.15.1')];
+  api.crdInstalled = true;
+  api.clusterVersion = clusterVersion('4.15.0');
+  api.pods = [];
+  let clock = Date.parse('2026-11-27T10:00:00Z');
+  const b = {
+    fileDigest: digest, version: '4.15.1', image: 'quay.io/openshift-release-dev/ocp-release:4.15.1-x86_64', digest: 'sha256:' + 'c'.repeat(64),
+    upgradeFrom: ['4.15.0'], images: [], signatures: [Buffer.from('signature')],
+  };
+  const feed = new DashboardFeed({ apis: await adminApis(kubeconfig, undefined, { deadlineMs: 2000 }), intervalMs: 1000, bundle: { file: '4.15.1.bundle', b }, now: () => new Date(clock) });
+  const podLists = () => api.requests.filter((r) => r.resource === 'pods' && r.verb === 'list');
+  await feed.poll();
+  t.equal(podLists().at(-1)?.status, 403, 'the stand-in refused the Pod list');
+  t.equal(feed.snapshot.api.ok, true, `the API is not lost: ${feed.snapshot.api.error}`);
+  t.equal(feed.snapshot.api.lostSince, undefined);
+  t.same(feed.snapshot.rows.map((r) => [r.node, r.phase]), [['worker-0', 'Ready'], ['worker-1', 'Ready']], 'the rows are live');
+  const failed = feed.snapshot.warnings.find((w) => w.kind === 'PrepareFailed');
+  t.match(failed?.message, /^could not run prepare's checks: .*pods.*forbidden/i, 'prepare\'s failure is a warning naming the refusal');
+  clock += 1000;
+  await feed.poll();
+  t.equal(podLists().length, 1, 'within 30 s a failed prepare is not run again');
+  t.ok(feed.snapshot.warnings.some((w) => w.kind === 'PrepareFailed'), 'its warning stays meanwhile');
+  api.bind({ kind: 'ClusterRole', name: 'offline-bundle-admin' }, { kind: 'User', name: 'bob' });
+  clock += 30_000;
+  await feed.poll();
+  t.equal(podLists().length, 2, 'after 30 s it runs again');
+  t.equal(podLists().at(-1)?.status, 200);
+  t.notOk(feed.snapshot.warnings.some((w) => w.kind === 'PrepareFailed'), 'once allowed, the warning is gone');
   t.equal(feed.snapshot.api.ok, true);
 });
 

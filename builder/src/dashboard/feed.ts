@@ -68,7 +68,7 @@ export class DashboardFeed extends EventEmitter {
     let next: Snapshot;
     try {
       const r = await readDashboard(this.o.apis, { ...(this.o.selector ? { selector: this.o.selector } : {}), ...(this.o.bundle ? { digest: this.o.bundle.b.fileDigest } : {}) });
-      const prepare = await this.prepareWarnings();
+      const prepare = await this.prepareWarnings(); // never throws: its failure is a warning
       next = {
         ...r, intervalMs: this.o.intervalMs,
         target: { ...r.target, ...(this.o.bundle ? { file: this.o.bundle.file, version: this.o.bundle.b.version } : {}) },
@@ -86,10 +86,22 @@ export class DashboardFeed extends EventEmitter {
     this.emit('poll', at);
   }
 
+  /**
+   * prepare's warnings, at most every PREPARE_INTERVAL_MS whatever the outcome. Its reads are
+   * not the rows' (every Pod, ConfigMaps, ClusterVersion): a kubeconfig refused those, or a slow
+   * all-Pod list, is one warning beside rows that are still live, not a lost API.
+   */
   private async prepareWarnings(): Promise<DashboardWarning[]> {
     if (!this.o.bundle) return [];
     const t = this.now().getTime();
-    if (!this.prepared || t - this.prepared.at >= PREPARE_INTERVAL_MS) this.prepared = { at: t, warnings: await prepareWarnings(this.o.apis, this.o.bundle.b) };
-    return this.prepared.warnings;
+    if (this.prepared && t - this.prepared.at < PREPARE_INTERVAL_MS) return this.prepared.warnings;
+    let warnings: DashboardWarning[];
+    try {
+      warnings = await prepareWarnings(this.o.apis, this.o.bundle.b);
+    } catch (err) {
+      warnings = [{ kind: 'PrepareFailed', object: 'bundle cluster prepare', message: `could not run prepare's checks: ${firstLine(err)}` }];
+    }
+    this.prepared = { at: t, warnings };
+    return warnings;
   }
 }

@@ -10,11 +10,10 @@ import type { EventEmitter } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import type { Asset } from './assets.js';
 import type { Snapshot } from './snapshot.js';
+import { SnapshotStream } from './sse.js';
 
 /** Event streams open at once: a few tabs; more is a runaway page or a local attacker. */
 export const MAX_SSE_CLIENTS = 16;
-/** A quiet stream still sends a comment this often, so proxies and the browser keep it open. */
-const KEEPALIVE_MS = 15_000;
 
 /** The feed: its current snapshot, 'change' (snapshot) and 'poll' (iso time) events. */
 export type SnapshotSource = { snapshot: Snapshot } & Pick<EventEmitter, 'on' | 'off'>;
@@ -24,6 +23,8 @@ export interface DashboardServer {
   port: number;
   /** Open event streams. */
   clients(): number;
+  /** Each open stream's bytes not yet read by its client, and whether a snapshot waits behind them. */
+  backlog(): { bytes: number; waiting: boolean }[];
   close(): Promise<void>;
 }
 
@@ -42,27 +43,26 @@ function refuse(res: ServerResponse, status: number, text: string, headers: Reco
 /** The Host a browser sends for this server: its own address, never a name that resolves elsewhere later. */
 export const allowedHosts = (port: number): Set<string> => new Set([`127.0.0.1:${port}`, `localhost:${port}`]);
 
-const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
-
 /** Starts the server on 127.0.0.1:`port` (0: any free port). */
 export async function startDashboardServer(o: { port: number; assets: Map<string, Asset>; feed: SnapshotSource; maxClients?: number }): Promise<DashboardServer> {
   const maxClients = o.maxClients ?? MAX_SSE_CLIENTS;
-  const streams = new Set<ServerResponse>();
+  const streams = new Set<SnapshotStream>();
   let hosts = new Set<string>();
 
-  const stream = (res: ServerResponse) => {
+  const stream = (req: IncomingMessage, res: ServerResponse) => {
+    const headers = { ...SECURITY_HEADERS, 'Content-Type': 'text/event-stream; charset=utf-8' };
+    // HEAD gets the headers a GET would and nothing to wait for: it holds no slot
+    if (req.method === 'HEAD') return void res.writeHead(200, headers).end();
     if (streams.size >= maxClients) return refuse(res, 503, `too many dashboard pages open (${maxClients}): close one and reload`, { 'Retry-After': '10' });
-    res.writeHead(200, { ...SECURITY_HEADERS, 'Content-Type': 'text/event-stream; charset=utf-8', Connection: 'keep-alive' });
-    res.write(`retry: 2000\n${sse('state', o.feed.snapshot)}`);
-    const onChange = (s: Snapshot) => res.write(sse('state', s));
-    const onPoll = (at: string) => res.write(sse('poll', { at }));
-    const keepalive = setInterval(() => res.write(': keepalive\n\n'), KEEPALIVE_MS);
-    streams.add(res);
+    res.writeHead(200, { ...headers, Connection: 'keep-alive' });
+    const s = new SnapshotStream(res, o.feed.snapshot);
+    const onChange = (snapshot: Snapshot) => s.state(snapshot);
+    const onPoll = (at: string) => s.poll(at);
+    streams.add(s);
     o.feed.on('change', onChange);
     o.feed.on('poll', onPoll);
     res.on('close', () => {
-      streams.delete(res);
-      clearInterval(keepalive);
+      streams.delete(s);
       o.feed.off('change', onChange);
       o.feed.off('poll', onPoll);
     });
@@ -72,7 +72,7 @@ export async function startDashboardServer(o: { port: number; assets: Map<string
     if (!hosts.has(req.headers.host ?? '')) return refuse(res, 421, `refused: Host ${JSON.stringify(req.headers.host ?? '')} is not this dashboard's address (a page of another site reached it through its DNS name): open http://127.0.0.1:${[...hosts][0]!.split(':')[1]}/`);
     if (req.method !== 'GET' && req.method !== 'HEAD') return refuse(res, 405, 'the dashboard is read-only: GET only', { Allow: 'GET, HEAD' });
     const path = (req.url ?? '/').split('?')[0]!;
-    if (path === '/events') return stream(res);
+    if (path === '/events') return stream(req, res);
     const asset = o.assets.get(path === '/index.html' ? '/' : path);
     if (!asset) return refuse(res, 404, 'not found: the dashboard serves /, /style.css, /app.js and /events');
     res.writeHead(200, { ...SECURITY_HEADERS, 'Content-Type': asset.type, 'Content-Length': String(asset.body.length) });
@@ -92,6 +92,7 @@ export async function startDashboardServer(o: { port: number; assets: Map<string
     url: `http://127.0.0.1:${port}/`,
     port,
     clients: () => streams.size,
+    backlog: () => [...streams].map((s) => ({ bytes: s.buffered, waiting: s.waiting })),
     close: () => new Promise<void>((resolve) => {
       for (const s of streams) s.end();
       server.close(() => resolve());

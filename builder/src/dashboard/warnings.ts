@@ -8,7 +8,7 @@ import { prepareCluster, type AdminBundle } from '@offline-bundle/cluster';
 import { ClusterError, type AdminApis } from '@offline-bundle/status';
 import type { DashboardRow, DashboardWarning, Target } from './snapshot.js';
 
-/** Codes that mean the API could not be read (the page's lost-contact banner), not a finding. */
+/** Codes that mean the API could not be read or refused a read (prepare's could not run), not a finding. */
 const CONTACT_CODES = new Set(['UNREACHABLE', 'API_TIMEOUT', 'API_ERROR', 'API_TOO_LARGE', 'API_REDIRECT', 'API_NOT_JSON', 'FORBIDDEN']);
 export const isContactError = (err: unknown): boolean => err instanceof ClusterError && CONTACT_CODES.has(err.code);
 
@@ -22,7 +22,8 @@ export function statusWarnings(rows: readonly DashboardRow[], target: Target): D
 
 /**
  * prepare's warnings for `b`, read-only (dryRun). Its refusals (not OpenShift, not an upgrade
- * source, no signatures) are findings too; an API failure is thrown for the caller's banner.
+ * source, no signatures) are findings too; an API failure is thrown: the feed shows it as a
+ * warning of its own (prepare reads more than the rows need, so it is not a lost API).
  */
 export async function prepareWarnings(apis: AdminApis, b: AdminBundle): Promise<DashboardWarning[]> {
   try {
