@@ -242,6 +242,9 @@ function builderExtra(top) {
   // the bundle file's JSON Schema, for editors (yaml-language-server) and CI
   mkdirSync(path.join(top, 'share', 'bundle'), { recursive: true });
   writeFileSync(path.join(top, 'share', 'bundle', 'bundle.schema.json'), execFileSync(process.execPath, [path.join(ROOT, 'builder/bin/bundle.js'), 'schema'], { encoding: 'utf8' }));
+  // `bundle cluster dashboard`'s page (builder/src/dashboard/assets.ts looks here from lib/bundle/app)
+  mkdirSync(path.join(top, 'share', 'bundle', 'dashboard'));
+  for (const f of readdirSync(path.join(ROOT, 'builder/src/dashboard/page'))) copyFileSync(path.join(ROOT, 'builder/src/dashboard/page', f), path.join(top, 'share', 'bundle', 'dashboard', f));
   copyFileSync(path.join(ROOT, 'scripts', 'install.sh'), path.join(top, 'install.sh'));
   chmodSync(path.join(top, 'install.sh'), 0o755);
   completions(top, 'bundle', 'builder/bin/bundle.js');

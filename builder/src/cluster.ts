@@ -16,6 +16,7 @@ import {
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
+import { addDashboardCommand } from './dashboard/command.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
@@ -88,6 +89,7 @@ The admin flow, once the technician has plugged the stick into every node:
   bundle cluster status                                     # every node Ready for one bundle? exit 0 when so
   bundle cluster prepare 4.15.1.bundle --key factory.pub    # signature ConfigMap, version graph, warnings
   bundle cluster upgrade 4.15.1.bundle --key factory.pub    # ClusterVersion spec.desiredUpdate, by digest
+  bundle cluster dashboard 4.15.1.bundle --key factory.pub  # the same, live in a browser (read-only)
 The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`);
 
   kubeOptions(cluster.command('status')
@@ -156,6 +158,8 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       if (o.json) process.stdout.write(JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }, null, 2) + '\n');
       else process.stdout.write(`# bundle cluster rbac: ${names.length} nodes, identity ${o.identity}; apply with deploy/crd.yaml, without deploy/rbac.yaml's writer binding\n` + objects.map((x) => stringifyYaml(x)).join('---\n'));
     });
+
+  addDashboardCommand(cluster, { defaultKubeconfig, loadBundle, trustOptions });
 
   // runCli overrides exits of the program and its direct commands only: usage errors here exit 2 too
   for (const c of cluster.commands) c.exitOverride();

@@ -1,0 +1,178 @@
+// The dashboard page: renders the server's snapshots (Server-Sent Events from /events).
+// Every string from the API goes into the page through textContent, never as HTML. A row is
+// shown as live only while both the server reads the API and this page hears the server.
+/* global document, window, EventSource */
+'use strict';
+
+const COLUMNS = ['Node', 'Phase', 'Progress', 'Source', 'Pinned', 'Heartbeat', 'Node Ready', 'Message', 'History'];
+const $ = (id) => document.getElementById(id);
+const pad = (n) => String(n).padStart(2, '0');
+const clock = (t) => { const d = new Date(t); return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`; };
+
+let snapshot;
+let streamLostSince;
+let lastHeard = Date.now();
+const rows = new Map();
+
+function el(tag, props, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === 'text') e.textContent = v;
+    else if (k === 'class') e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function when(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+function age(iso) {
+  const t = Date.parse(iso);
+  if (!iso || Number.isNaN(t)) return 'never';
+  const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+  if (s < 90) return `${s} s ago`;
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  if (s < 172800) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} days ago`;
+}
+
+/** The cells of one node's row, made once; update() fills them. */
+function makeRow(node) {
+  const tr = el('tr');
+  const cells = {};
+  const th = el('th', { scope: 'row' });
+  tr.append(th);
+  cells.node = th;
+  for (const name of COLUMNS.slice(1)) {
+    // one box per cell: on a phone the cell is a grid of its label and this box
+    const box = el('div', { class: 'cell' });
+    tr.append(el('td', { 'data-label': name }, box));
+    cells[name] = box;
+  }
+  cells.progressBar = el('progress', { max: '100', 'aria-label': `Progress of ${node}` });
+  cells.progressText = el('span', { class: 'progress-text' });
+  cells.Progress.append(cells.progressBar, cells.progressText);
+  cells.phase = el('span', { class: 'phase' });
+  cells.staleTag = el('span', { class: 'stale-tag', text: 'last known' });
+  cells.reason = el('span', { class: 'reason' });
+  cells.Phase.append(cells.phase, cells.staleTag, cells.reason);
+  cells.summary = el('summary');
+  cells.timeline = el('ol', { class: 'timeline' });
+  cells.details = el('details', {}, cells.summary, cells.timeline);
+  cells.noHistory = el('span', { text: '-' });
+  cells.History.append(cells.details, cells.noHistory);
+  return { tr, cells };
+}
+
+function update(r, row) {
+  const c = r.cells;
+  c.node.textContent = row.node;
+  c.phase.textContent = row.phase;
+  c.phase.className = `phase phase-${row.phase.replace(/[^A-Za-z]/g, '')}`;
+  c.reason.textContent = [row.reason, row.missingRunning ? `missing the running release ${row.missingRunning}` : ''].filter(Boolean).join('; ');
+  const p = row.progress || {};
+  if (p.percent === undefined) c.progressBar.removeAttribute('value');
+  else c.progressBar.value = p.percent;
+  c.progressBar.hidden = p.percent === undefined && !p.done;
+  c.progressText.textContent = [p.percent !== undefined ? `${p.percent}%` : '', p.done, p.rate, p.eta].filter(Boolean).join(' · ') || '-';
+  c.Source.textContent = row.source || '-';
+  c.Pinned.textContent = row.pinned === 'True' ? 'yes' : row.pinned === 'False' ? 'no' : (row.pinned || '-');
+  c.Heartbeat.dataset.at = row.heartbeat || '';
+  c.Heartbeat.textContent = age(row.heartbeat);
+  c.Heartbeat.title = row.heartbeat || 'never reported';
+  c['Node Ready'].textContent = row.nodeReady ? 'Ready' : 'Not Ready';
+  c['Node Ready'].className = row.nodeReady ? 'cell' : 'cell no';
+  c.Message.textContent = row.technician || row.message || '-';
+  const h = row.history || [];
+  c.details.hidden = h.length === 0;
+  c.noHistory.hidden = h.length > 0;
+  c.summary.textContent = `${h.length} ${h.length === 1 ? 'entry' : 'entries'}`;
+  c.timeline.replaceChildren(...h.map((e) => el('li', {},
+    el('span', { class: `state state-${e.state.replace(/[^a-z]/g, '')}`, text: e.state }), ` ${e.version}`,
+    e.at ? el('time', { datetime: e.at, text: ` · ${when(e.at)}` }) : '')));
+}
+
+function renderTarget(s) {
+  const t = s.target;
+  $('target-file').textContent = t.file || (t.digest ? 'the one most Ready nodes report' : 'none yet: no node is Ready for a bundle');
+  $('target-digest').textContent = t.digest || '';
+  $('target-version').textContent = t.version || '-';
+  $('target-running').textContent = t.running || 'unknown (no ClusterVersion)';
+  const ready = s.rows.filter((r) => r.ready).length;
+  $('target-summary').textContent = s.rows.length ? `${ready} of ${s.rows.length} Ready for it${t.ready ? ': the upgrade can start' : ''}` : t.summary;
+  $('warnings').replaceChildren(...s.warnings.map((w) => el('li', {},
+    el('span', { class: 'kind', text: w.kind }), el('span', { class: 'object', text: w.object }), w.message)));
+  $('no-warnings').hidden = s.warnings.length > 0;
+}
+
+function renderRows(s) {
+  const seen = new Set();
+  const body = $('rows');
+  s.rows.forEach((row, i) => {
+    seen.add(row.node);
+    let r = rows.get(row.node);
+    if (!r) { r = makeRow(row.node); rows.set(row.node, r); }
+    update(r, row);
+    if (body.children[i] !== r.tr) body.insertBefore(r.tr, body.children[i] || null);
+  });
+  for (const [node, r] of rows) if (!seen.has(node)) { r.tr.remove(); rows.delete(node); }
+  $('omitted').hidden = !s.omitted;
+  $('omitted').textContent = s.omitted ? `${s.omitted} more nodes not shown: narrow with --selector.` : '';
+}
+
+/** Banners and the rows' live/stale marks, from the API's and the stream's state. */
+function renderContact() {
+  const api = snapshot && snapshot.api;
+  // before the first read there is nothing to call stale (and no rows)
+  const apiLost = !!(api && !api.ok && api.lostSince);
+  $('api-lost').hidden = !apiLost;
+  $('api-lost').replaceChildren(...(apiLost ? [
+    `Lost contact with the API since ${clock(api.lostSince)}; rows show the last known state${api.lastOk ? ` (read at ${clock(api.lastOk)})` : ''}.`,
+    el('span', { class: 'detail', text: api.error || '' }),
+  ] : []));
+  $('stream-lost').hidden = streamLostSince === undefined;
+  $('stream-lost').textContent = streamLostSince === undefined ? ''
+    : `Lost the dashboard server since ${clock(streamLostSince)}; rows show the last known state. Is "bundle cluster dashboard" still running?`;
+  const stale = apiLost || streamLostSince !== undefined;
+  document.body.classList.toggle('stale', stale);
+  for (const r of rows.values()) r.tr.classList.toggle('stale', stale);
+  $('updated').textContent = api && api.lastOk ? `(${stale ? 'last read' : 'live, read'} at ${clock(api.lastOk)})` : '';
+}
+
+function streamLost() {
+  if (streamLostSince === undefined) streamLostSince = Date.now();
+  renderContact();
+}
+
+function connect() {
+  const es = new EventSource('/events');
+  es.addEventListener('open', () => { streamLostSince = undefined; lastHeard = Date.now(); renderContact(); });
+  es.addEventListener('state', (e) => {
+    lastHeard = Date.now();
+    streamLostSince = undefined;
+    snapshot = JSON.parse(e.data);
+    renderTarget(snapshot);
+    renderRows(snapshot);
+    renderContact();
+  });
+  es.addEventListener('poll', (e) => {
+    lastHeard = Date.now();
+    if (streamLostSince !== undefined) { streamLostSince = undefined; renderContact(); }
+    if (snapshot && snapshot.api.ok) { snapshot.api.lastOk = JSON.parse(e.data).at; renderContact(); }
+  });
+  // the browser retries on its own (the server's retry: 2000); until then, the rows are not live
+  es.onerror = streamLost;
+}
+
+window.setInterval(() => {
+  for (const r of rows.values()) r.cells.Heartbeat.textContent = age(r.cells.Heartbeat.dataset.at);
+  // a server that stopped polling (hung) sends nothing: three intervals and a read's timeout of silence is lost too
+  const quiet = snapshot ? 3 * snapshot.intervalMs + 35000 : Infinity;
+  if (streamLostSince === undefined && Date.now() - lastHeard > quiet) streamLost();
+}, 1000);
+
+connect();

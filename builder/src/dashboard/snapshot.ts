@@ -1,0 +1,155 @@
+/**
+ * What the dashboard shows, read from the API in one go: one row per Node (so a node whose agent
+ * never reported shows), joined with its NodeBundleStatus by the same rollup() `bundle cluster
+ * status` uses, plus what the page needs beyond the status table (progress, source, the
+ * technician's message, history). Every string is cut to the CRD's bounds: the page trusts
+ * nothing of the API's beyond what the CRD lets through.
+ */
+import { rollup, type NodeRow } from '@offline-bundle/cluster';
+import {
+  apiCall, completedRelease, formatBytes, GROUP, LIMITS, listAll, PLURAL, progressPercent, timeLeft, truncate, VERSION,
+  type AdminApis, type Phase,
+} from '@offline-bundle/status';
+
+/** Rows sent to the page at most: Kubernetes' own ceiling is 5,000 nodes. */
+export const MAX_DASHBOARD_ROWS = 5000;
+
+export interface DashboardProgress {
+  /** 0–100 of the current step, absent while nothing is measured. */
+  percent?: number;
+  /** "4.2 GB of 18.4 GB" or "12 of 140 images". */
+  done?: string;
+  rate?: string;
+  eta?: string;
+}
+
+export interface TimelineEntry { version: string; state: string; at: string }
+
+export interface DashboardRow extends NodeRow {
+  progress: DashboardProgress;
+  /** Where the bundle came from: the stick (its label) now; a peer once peers land. */
+  source?: string;
+  /** The agent's one sentence for the technician. */
+  technician?: string;
+  history: TimelineEntry[];
+}
+
+export interface DashboardWarning { kind: string; object: string; message: string }
+
+export interface Target {
+  /** The bundle file digest the cluster would upgrade with: the one given, else the one most Ready nodes report. */
+  digest?: string;
+  version?: string;
+  /** The bundle file given on the command line, if any. */
+  file?: string;
+  /** The release the cluster runs (ClusterVersion's newest completed entry), on OpenShift. */
+  running?: string;
+  ready: boolean;
+  summary: string;
+}
+
+export interface ApiContact {
+  ok: boolean;
+  /** Last successful read. */
+  lastOk?: string;
+  /** First failed read of the current outage. */
+  lostSince?: string;
+  error?: string;
+}
+
+export interface Snapshot {
+  rows: DashboardRow[];
+  /** Rows left out past MAX_DASHBOARD_ROWS. */
+  omitted: number;
+  target: Target;
+  warnings: DashboardWarning[];
+  api: ApiContact;
+  /** The poll interval, so the page can tell a silent server from a quiet cluster. */
+  intervalMs: number;
+}
+
+const str = (v: unknown, max: number) => (typeof v === 'string' ? truncate(v, max) : undefined);
+const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
+const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
+const list = (v: unknown) => (Array.isArray(v) ? v : []);
+
+interface PickedNode { metadata: { name: string; creationTimestamp?: string | Date }; status: { conditions: { type?: string; status?: string }[] } }
+
+function pickNode(n: Record<string, unknown>): PickedNode {
+  const meta = obj(n.metadata);
+  const created = meta.creationTimestamp instanceof Date ? meta.creationTimestamp : str(meta.creationTimestamp, 64);
+  const ready = list(obj(n.status).conditions).map(obj).filter((c) => c.type === 'Ready').map((c) => ({ type: 'Ready', status: str(c.status, 16) }));
+  return { metadata: { name: str(meta.name, LIMITS.nodeName) ?? '', ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: ready } };
+}
+
+/** The status fields rollup() reads, and the page's own (progress, bundle source, history). */
+function pickStatus(s: Record<string, unknown>) {
+  const st = obj(s.status);
+  const b = obj(st.bundle);
+  const p = obj(st.progress);
+  return {
+    metadata: { name: str(obj(s.metadata).name, LIMITS.nodeName) ?? '' },
+    status: {
+      phase: str(st.phase, LIMITS.phase), message: str(st.message, LIMITS.message), updatedAt: str(st.updatedAt, 64),
+      bundle: { version: str(b.version, LIMITS.version), digest: str(b.digest, 71), media: str(b.media, LIMITS.media), mode: str(b.mode, LIMITS.mode) },
+      conditions: list(st.conditions).slice(0, LIMITS.conditions).map(obj).map((c) => ({
+        type: str(c.type, LIMITS.conditionType), status: str(c.status, LIMITS.conditionStatus), reason: str(c.reason, LIMITS.reason), message: str(c.message, LIMITS.conditionMessage),
+      })),
+      history: list(st.history).slice(-LIMITS.history).map(obj).map((e) => ({ version: str(e.version, LIMITS.version) ?? '', state: str(e.state, LIMITS.historyState) ?? '', at: str(e.at, 64) ?? '' })),
+      progress: { bytesDone: num(p.bytesDone) ?? 0, bytesTotal: num(p.bytesTotal) ?? 0, imagesDone: num(p.imagesDone) ?? 0, imagesTotal: num(p.imagesTotal) ?? 0, rate: num(p.rate), etaSeconds: num(p.etaSeconds) },
+    },
+  };
+}
+type PickedStatus = ReturnType<typeof pickStatus>;
+
+const IMAGE_PHASES = new Set(['Serving', 'Preloading', 'Pinning']);
+
+/** Progress as the page shows it, in the words and units of the CLIs (formatBytes, timeLeft). */
+export function progressOf(s: PickedStatus['status'] | undefined): DashboardProgress {
+  if (!s?.phase) return {};
+  const p = s.progress;
+  const percent = progressPercent(s.phase as Phase, p);
+  const images = IMAGE_PHASES.has(s.phase) || (s.phase === 'Failed' && p.imagesTotal > 0);
+  const done = images ? (p.imagesTotal ? `${p.imagesDone} of ${p.imagesTotal} images` : undefined) : (p.bytesTotal ? `${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}` : undefined);
+  const moving = s.phase !== 'Ready' && s.phase !== 'Failed' && s.phase !== 'Idle';
+  return {
+    ...(percent !== undefined ? { percent } : {}),
+    ...(done ? { done } : {}),
+    ...(moving && p.rate ? { rate: `${formatBytes(p.rate)}/s` } : {}),
+    ...(moving && p.etaSeconds !== undefined ? { eta: timeLeft(p.etaSeconds) } : {}),
+  };
+}
+
+function sourceOf(s: PickedStatus['status'] | undefined): string | undefined {
+  if (!s?.bundle.media && !s?.bundle.mode) return undefined;
+  const how = s.bundle.mode === 'staged' ? 'copied from stick' : 'stick';
+  return s.bundle.media ? `${how} ${s.bundle.media}` : how;
+}
+
+/** Rows and target from lists already read (pure: the part the unit tests drive). */
+export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], want?: string, cv?: unknown): { rows: DashboardRow[]; omitted: number; target: Target } {
+  const running = completedRelease(cv);
+  const r = rollup(nodes, statuses, want, running);
+  const byNode = new Map(statuses.map((s) => [s.metadata.name, s.status]));
+  const rows = r.rows.slice(0, MAX_DASHBOARD_ROWS).map((row): DashboardRow => {
+    const s = byNode.get(row.node);
+    const source = sourceOf(s);
+    return {
+      ...row,
+      progress: progressOf(s),
+      ...(source ? { source } : {}),
+      ...(s?.message ? { technician: s.message } : {}),
+      history: s?.history.filter((e) => e.version) ?? [],
+    };
+  });
+  const version = r.digest ? r.rows.find((x) => x.digest === r.digest && x.version)?.version : undefined;
+  return { rows, omitted: r.rows.length - rows.length, target: { ...(r.digest ? { digest: r.digest } : {}), ...(version ? { version } : {}), ...(running ? { running: running.version } : {}), ready: r.ready, summary: r.summary } };
+}
+
+/** One read of Nodes, NodeBundleStatuses and (on OpenShift) ClusterVersion. */
+export async function readDashboard(apis: AdminApis, opts: { selector?: string; digest?: string } = {}) {
+  const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
+  const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
+  const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
+  return dashboardRows(nodes, statuses, opts.digest, cv);
+}
