@@ -3,7 +3,9 @@ export { loadBundle, runLoad, removeStalePartials, runningVersion } from './load
 export { runDaemon, statusTracker } from './daemon/daemon.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
-export { planSpace } from './load/space.js';
+export { planSpace, choosePlan, demands, imageGrowth, shortfall } from './load/space.js';
+export { readKubeletThresholds, parseQuantity, parseThreshold, KUBELET_DEFAULTS, MAX_KUBELET_CONFIG_BYTES } from './load/kubelet-thresholds.js';
+export { heldLayers, MAX_LAYERS_RECORD_BYTES } from './load/space-held.js';
 export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime/runtime-target.js';
 export { AgentError, AGENT_REASONS, reasonOf } from './errors.js';
 export { readReleases, recordRelease } from './releases/state.js';

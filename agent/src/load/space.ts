@@ -1,32 +1,146 @@
-import { filesystemFree as fsInfo } from '@offline-bundle/host';
-import type { BundleManifest } from '@offline-bundle/format';
+import { filesystemFree } from '@offline-bundle/host';
+import type { BundleBlob, BundleManifest } from '@offline-bundle/format';
 import { formatBytes, type BundleMode } from '@offline-bundle/status';
-import type { AgentConfig } from '../config.js';
+import type { AgentConfig, RuntimeKind } from '../config.js';
 import { AgentError } from '../errors.js';
+import { readKubeletThresholds, thresholdBytes, thresholdText, type KubeletThresholds } from './kubelet-thresholds.js';
+import { heldLayers, type HeldLayers } from './space-held.js';
 
 /** The status model's bundle mode: one list of modes for the status, the CRD and the planner. */
 export type StageMode = BundleMode;
 
+/** A filesystem as statfs sees it: `free` is what the kubelet calls available. */
+export interface Filesystem { free: number; size: number; dev: number }
+
+/** What the load adds to the image store, with the part its layers already there save. */
+export interface ImageGrowth { bytes: number; heldBytes: number; heldLayers: number; unknown?: string }
+
+const isLayer = (b: BundleBlob) => /layer|rootfs/.test(b.mediaType);
+const isCompressed = (b: BundleBlob) => /gzip|zstd/.test(b.mediaType);
+
 /**
- * Chooses where the layout goes: staged on disk when both it and the unpacked images fit
- * (with the reserve), else served from the media when the images alone fit, else refuse,
- * naming the bytes missing. Filesystems are told apart by device, so a shared one counts once.
+ * The image store's growth: a layer shared by several images counts once; a layer the store holds already counts nothing. Compressed layers unpack
+ * by the ratio the builder measured (imageStoreBytes over their compressed bytes); containerd
+ * also keeps the compressed blob in its content store.
+ */
+export function imageGrowth(m: BundleManifest, held: HeldLayers, runtime: RuntimeKind): ImageGrowth {
+  // bundle.json lists a blob once; a listing that repeated one still costs it once
+  const blobs = [...new Map(m.blobs.map((b) => [b.digest, b])).values()];
+  let compressed = 0;
+  let other = 0;
+  for (const b of blobs) {
+    if (isLayer(b) && isCompressed(b)) compressed += b.size;
+    else other += b.size;
+  }
+  const ratio = compressed > 0 ? Math.max(1, (m.totals.imageStoreBytes - other) / compressed) : 1;
+  const cost = (b: BundleBlob) => (isLayer(b) && isCompressed(b) ? Math.ceil(b.size * ratio) + (runtime === 'containerd' ? b.size : 0) : b.size);
+  let bytes = 0;
+  let heldBytes = 0;
+  let heldCount = 0;
+  for (const b of blobs) {
+    if (isLayer(b) && held.held.has(b.digest)) {
+      heldBytes += cost(b);
+      heldCount++;
+    } else {
+      bytes += cost(b);
+    }
+  }
+  return { bytes, heldBytes, heldLayers: heldCount, ...(held.unknown ? { unknown: held.unknown } : {}) };
+}
+
+/** One filesystem's share of a load: what is written to it and which kubelet limits watch it. */
+export interface Demand {
+  dir: string;
+  fs: Filesystem;
+  staging: number;
+  images: number;
+  imageFs: boolean;
+  nodeFs: boolean;
+}
+
+/** A filesystem the load does not fit on: the sentence saying why, and the bytes to free. */
+interface Shortfall { why: string; free: number }
+
+const pct = (used: number, size: number) => (size > 0 ? Math.ceil((used * 100) / size) : 100);
+
+/**
+ * Whether `d` fits: its free bytes cover the load plus the reserve, and afterwards the kubelet's
+ * image GC high threshold (image filesystem) and hard eviction thresholds (imagefs, nodefs)
+ * are not crossed. Undefined when it fits; else the worst shortfall.
+ */
+export function shortfall(d: Demand, reserve: number, k: KubeletThresholds): Shortfall | undefined {
+  const need = d.staging + d.images;
+  const left = d.fs.free - need;
+  const found: Shortfall[] = [];
+  if (left < reserve) found.push({ why: `it has ${formatBytes(d.fs.free)} free`, free: reserve - left });
+  if (d.imageFs && k.gcHighPercent < 100) {
+    // the kubelet collects images once usage (capacity - available) reaches the high threshold
+    const floor = Math.floor((d.fs.size * (100 - k.gcHighPercent)) / 100) + 1;
+    if (left < floor) found.push({ why: `after it the filesystem would be ${pct(d.fs.size - left, d.fs.size)}% full, above the kubelet's image GC threshold of ${k.gcHighPercent}% (the kubelet would delete images)`, free: floor - left });
+  }
+  const evictions: [boolean, string, KubeletThresholds['imagefsAvailable']][] = [[d.imageFs, 'imagefs.available', k.imagefsAvailable], [d.nodeFs, 'nodefs.available', k.nodefsAvailable]];
+  for (const [applies, signal, th] of evictions) {
+    const keep = thresholdBytes(th, d.fs.size);
+    if (applies && left < keep) found.push({ why: `after it ${formatBytes(Math.max(0, left))} would be left, under the kubelet's eviction threshold ${signal} < ${thresholdText(th)} (the kubelet would evict pods)`, free: keep - left });
+  }
+  return found.sort((a, b) => b.free - a.free)[0];
+}
+
+/** "21.3 GB on DIR (8.1 GB staging + 12.2 GB images + 1.1 GB reserve)". */
+function needText(d: Demand, reserve: number, g: ImageGrowth): string {
+  const parts = [d.staging ? `${formatBytes(d.staging)} staging` : '', d.images ? `${formatBytes(d.images)} images` : '', `${formatBytes(reserve)} reserve`].filter(Boolean);
+  const saved = d.images && g.heldLayers ? `; ${g.heldLayers} layers, ${formatBytes(g.heldBytes)}, are in the store already` : '';
+  return `${formatBytes(d.staging + d.images + reserve)} on ${d.dir} (${parts.join(' + ')}${saved})`;
+}
+
+/** Each filesystem the load writes to, once: staging (when staged) and the images may share one. */
+export function demands(fss: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem }, dirs: { upgrade: string; store: string }, layout: number, images: number): Demand[] {
+  const store: Demand = { dir: dirs.store, fs: fss.store, staging: 0, images, imageFs: true, nodeFs: fss.store.dev === fss.kubelet.dev };
+  if (layout === 0) return [store];
+  if (fss.upgrade.dev === fss.store.dev) return [{ ...store, staging: layout }];
+  return [{ dir: dirs.upgrade, fs: fss.upgrade, staging: layout, images: 0, imageFs: false, nodeFs: fss.upgrade.dev === fss.kubelet.dev }, store];
+}
+
+export interface SpaceInputs {
+  fs: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem };
+  growth: ImageGrowth;
+  kubelet: KubeletThresholds;
+}
+
+/**
+ * Chooses where the layout goes: staged on disk when it and the image store's growth fit, each
+ * filesystem keeping the reserve and staying inside the kubelet's thresholds; else served from
+ * the media when the images alone fit; else refuse, naming the numbers and what to free.
+ */
+export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: SpaceInputs): { mode: StageMode; message: string } {
+  const reserve = config.space.reserveBytes;
+  const { growth, kubelet } = inputs;
+  const dirs = { upgrade: config.paths.upgradeDir, store: config.paths.imageStoreDir };
+  const failing = (layout: number) => demands(inputs.fs, dirs, layout, growth.bytes).map((d) => ({ d, s: shortfall(d, reserve, kubelet) })).find((x) => x.s);
+  const basis = `thresholds from ${kubelet.source}${growth.unknown ? `; every layer counted as new (${growth.unknown})` : ''}`;
+  const images = `${formatBytes(growth.bytes)} of images${growth.heldLayers ? ` (${formatBytes(growth.heldBytes)} of layers already in the store not counted)` : ''}`;
+  if (!failing(m.totals.layoutBytes)) {
+    return { mode: 'staged', message: `room for ${formatBytes(m.totals.layoutBytes)} of layout and ${images}; ${basis}` };
+  }
+  const media = failing(0);
+  if (!media) {
+    return { mode: 'media', message: `not enough room to copy the bundle (${formatBytes(m.totals.layoutBytes)}); serving from the media: keep the USB stick in until Ready (${images}; ${basis})` };
+  }
+  throw new AgentError('InsufficientSpace',
+    `not enough disk space: loading needs ${needText(media.d, reserve, growth)}; ${media.s!.why}; free ${formatBytes(media.s!.free)} on ${media.d.dir} (e.g. remove unused images) and plug the stick in again (${basis})`);
+}
+
+/**
+ * The space check of a load: the three filesystems (staging, image store, the kubelet's), the
+ * kubelet's thresholds from its config on the node, and the layers the store holds already.
  */
 export async function planSpace(m: BundleManifest, config: AgentConfig): Promise<{ mode: StageMode; message: string }> {
-  const up = await fsInfo(config.paths.upgradeDir);
-  const store = await fsInfo(config.paths.imageStoreDir);
-  const reserve = config.space.reserveBytes;
-  const layout = m.totals.layoutBytes;
-  const images = m.totals.imageStoreBytes;
-  const shared = up.dev === store.dev;
-  const stagedFits = shared ? up.free >= layout + images + reserve : up.free >= layout + reserve && store.free >= images + reserve;
-  if (stagedFits) {
-    return { mode: 'staged', message: `${formatBytes(up.free)} free for ${formatBytes(layout)} of layout and ${formatBytes(images)} of images` };
-  }
-  if (store.free >= images + reserve) {
-    return { mode: 'media', message: `not enough room to copy the bundle (${formatBytes(layout)}); serving from the media: keep the USB stick in until Ready` };
-  }
-  const missing = images + reserve - store.free;
-  throw new AgentError('InsufficientSpace',
-    `not enough disk space: the images need ${formatBytes(images)} plus a ${formatBytes(reserve)} reserve in ${config.paths.imageStoreDir}, which has ${formatBytes(store.free)} free; free ${formatBytes(missing)} (e.g. remove unused images) and plug the stick in again`);
+  const [upgrade, store, kubeletFs, kubelet, held] = await Promise.all([
+    filesystemFree(config.paths.upgradeDir),
+    filesystemFree(config.paths.imageStoreDir),
+    filesystemFree(config.space.kubeletRootDir),
+    readKubeletThresholds(config.space.kubeletConfig),
+    heldLayers(config.runtime, config.paths.imageStoreDir, m.blobs.filter(isLayer)),
+  ]);
+  return choosePlan(m, config, { fs: { upgrade, store, kubelet: kubeletFs }, growth: imageGrowth(m, held, config.runtime), kubelet });
 }
