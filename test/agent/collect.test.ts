@@ -135,3 +135,19 @@ t.test('bundle-agent collect: a journal that never ends is cut in size and in ti
   const missing = await collect(cfg, { configPath: n.config, output: out, journal: [join(n.dir, 'no-journalctl')] });
   t.match(missing.notes.join('\n'), /journal\.txt: cannot run .*no-journalctl: .*ENOENT/, 'no journalctl: a note, the rest is written');
 });
+
+t.test('bundle-agent collect: the runtime\'s image list (CRI-O stand-in answering the CRI ImageService)', async (t) => {
+  const n = await node(t);
+  const { startCrioStandin } = await import('../helpers/crio-standin.mjs');
+  const crio = join(n.root, 'var/run/crio');
+  await mkdir(crio, { recursive: true });
+  await startCrioStandin(t, { dir: crio, pauseImage: 'registry.k8s.io/pause:3.9' });
+  // the config's default criSocket, under root, is where the stand-in listens
+  const cfg = parseConfig(await readFile(n.config, 'utf8'));
+  const out = join(n.dir, 'c.tar.gz');
+  const r = await collect(cfg, { configPath: n.config, output: out, journal: ['true'] });
+  t.notMatch(r.notes.join('\n'), /runtime-images/, 'the runtime answered');
+  const images = JSON.parse((await unpack(out, join(n.dir, 'z'))).get('runtime-images.json')!) as { repoTags: string[]; pinned: boolean }[];
+  t.ok(Array.isArray(images), 'the list as the CRI gives it');
+  t.ok(images.every((i) => typeof i.pinned === 'boolean'), 'with each image\'s pinned flag');
+});
