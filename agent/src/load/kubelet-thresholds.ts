@@ -1,7 +1,8 @@
-// The kubelet deletes images once its image filesystem is fuller than imageGCHighThresholdPercent,
+// The kubelet deletes images once its image filesystem is as full as imageGCHighThresholdPercent,
 // and evicts pods once imagefs.available or nodefs.available falls under its evictionHard
-// threshold: a load that crosses either undoes itself or harms the node's workloads. So the
-// space check reads the node's own kubelet configuration and stays below both.
+// threshold (or its evictionSoft one, after a grace period a load's bytes outlast): a load that
+// crosses either undoes itself or harms the node's workloads. So the space check reads the
+// node's own kubelet configuration and stays below all of them, rounding as the kubelet does.
 import { readSmallFile } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import { parse as parseYaml } from 'yaml';
@@ -17,6 +18,9 @@ export interface KubeletThresholds {
   gcHighPercent: number;
   imagefsAvailable: Threshold;
   nodefsAvailable: Threshold;
+  /** evictionSoft's, when set: the kubelet evicts after a grace period, and a load's bytes stay longer. */
+  imagefsSoft?: Threshold;
+  nodefsSoft?: Threshold;
   /** Where the figures come from: the file read, or why the defaults are used. */
   source: string;
 }
@@ -54,9 +58,31 @@ export function parseThreshold(value: unknown): Threshold | undefined {
   return bytes === undefined ? undefined : { bytes };
 }
 
-/** Bytes a threshold keeps free on a filesystem of `size` bytes. */
+/**
+ * The available bytes under which the kubelet evicts (it evicts when available < this), rounded
+ * as it does: the percentage parsed as a 32-bit float and divided by 100 in 32 bits, multiplied
+ * by the capacity in 64 bits, truncated to whole bytes.
+ */
 export function thresholdBytes(t: Threshold, size: number): number {
-  return 'bytes' in t ? t.bytes : Math.ceil((size * t.percent) / 100);
+  if ('bytes' in t) return t.bytes;
+  const share32 = Math.fround(Math.fround(t.percent) / 100);
+  return Math.trunc(size * share32);
+}
+
+/** The usage the kubelet's image GC sees: 100 minus the whole percent available, truncated (BigInt: capacity * 100 passes 2^53). */
+export function kubeletUsagePercent(available: number, size: number): number {
+  if (size <= 0) return 100;
+  return 100 - Number((BigInt(Math.trunc(available)) * 100n) / BigInt(Math.trunc(size)));
+}
+
+/**
+ * The fewest available bytes that keep the kubelet's image GC away at `highPercent`: it collects
+ * when its usage reaches the threshold, so whenever available * 100 < (101 - high) * capacity
+ * (with 85: under 16% free, not 15%).
+ */
+export function imageGcKeepBytes(size: number, highPercent: number): number {
+  const needed = BigInt(101 - highPercent) * BigInt(Math.trunc(size));
+  return Number((needed + 99n) / 100n);
 }
 
 /** "15%" or "10 GiB", as the kubelet's config says it. */
@@ -72,7 +98,7 @@ const isMapping = (v: unknown): v is Record<string, unknown> => typeof v === 'ob
  * evictionHard may treat the rest as unset (0); the default is kept as the safer figure.
  */
 export function thresholdsOf(doc: unknown, notes: string[]): Omit<KubeletThresholds, 'source'> {
-  const out = { ...KUBELET_DEFAULTS };
+  const out: Omit<KubeletThresholds, 'source'> = { ...KUBELET_DEFAULTS };
   if (!isMapping(doc)) {
     notes.push('not a mapping');
     return out;
@@ -80,18 +106,27 @@ export function thresholdsOf(doc: unknown, notes: string[]): Omit<KubeletThresho
   const gc = doc.imageGCHighThresholdPercent;
   if (typeof gc === 'number' && Number.isInteger(gc) && gc >= 0 && gc <= 100) out.gcHighPercent = gc;
   else if (gc !== undefined) notes.push(`imageGCHighThresholdPercent ${JSON.stringify(gc)} is not a whole percent`);
-  const hard = doc.evictionHard;
-  if (isMapping(hard)) {
-    for (const [signal, key] of [['imagefs.available', 'imagefsAvailable'], ['nodefs.available', 'nodefsAvailable']] as const) {
-      if (hard[signal] === undefined) continue;
-      const th = parseThreshold(hard[signal]);
-      if (th) out[key] = th;
-      else notes.push(`evictionHard ${signal} ${JSON.stringify(hard[signal]).slice(0, 40)} is not a percentage or quantity`);
-    }
-  } else if (hard !== undefined && hard !== null) {
-    notes.push('evictionHard is not a mapping');
-  }
+  readEvictions(doc, 'evictionHard', { 'imagefs.available': 'imagefsAvailable', 'nodefs.available': 'nodefsAvailable' }, out, notes);
+  readEvictions(doc, 'evictionSoft', { 'imagefs.available': 'imagefsSoft', 'nodefs.available': 'nodefsSoft' }, out, notes);
   return out;
+}
+
+type ThresholdKey = 'imagefsAvailable' | 'nodefsAvailable' | 'imagefsSoft' | 'nodefsSoft';
+
+/** The disk signals of one eviction map (evictionHard, evictionSoft) into `out`, noting what is unreadable. */
+function readEvictions(doc: Record<string, unknown>, field: string, keys: Record<string, ThresholdKey>, out: Omit<KubeletThresholds, 'source'>, notes: string[]): void {
+  const map = doc[field];
+  if (map === undefined || map === null) return;
+  if (!isMapping(map)) {
+    notes.push(`${field} is not a mapping`);
+    return;
+  }
+  for (const [signal, key] of Object.entries(keys)) {
+    if (map[signal] === undefined) continue;
+    const th = parseThreshold(map[signal]);
+    if (th) out[key] = th;
+    else notes.push(`${field} ${signal} ${JSON.stringify(map[signal]).slice(0, 40)} is not a percentage or quantity`);
+  }
 }
 
 /**

@@ -3,7 +3,7 @@ import type { BundleBlob, BundleManifest } from '@offline-bundle/format';
 import { formatBytes, type BundleMode } from '@offline-bundle/status';
 import type { AgentConfig, RuntimeKind } from '../config.js';
 import { AgentError } from '../errors.js';
-import { readKubeletThresholds, thresholdBytes, thresholdText, type KubeletThresholds } from './kubelet-thresholds.js';
+import { imageGcKeepBytes, kubeletUsagePercent, readKubeletThresholds, thresholdBytes, thresholdText, type KubeletThresholds, type Threshold } from './kubelet-thresholds.js';
 import { heldLayers, type HeldLayers } from './space-held.js';
 
 /** The status model's bundle mode: one list of modes for the status, the CRD and the planner. */
@@ -53,6 +53,8 @@ export interface Demand {
   dir: string;
   fs: Filesystem;
   staging: number;
+  /** Of `staging`, the bytes of this bundle already there (a resumed staging): not written again. */
+  staged: number;
   images: number;
   imageFs: boolean;
   nodeFs: boolean;
@@ -61,50 +63,76 @@ export interface Demand {
 /** A filesystem the load does not fit on: the sentence saying why, and the bytes to free. */
 interface Shortfall { why: string; free: number }
 
-const pct = (used: number, size: number) => (size > 0 ? Math.ceil((used * 100) / size) : 100);
+/** The eviction limit that binds on a signal: the stricter (more bytes kept) of evictionHard and evictionSoft. */
+function evictionLimit(hard: Threshold, soft: Threshold | undefined, size: number): { keep: number; field: string; th: Threshold } {
+  const h = { keep: thresholdBytes(hard, size), field: 'evictionHard', th: hard };
+  if (!soft) return h;
+  const s = { keep: thresholdBytes(soft, size), field: 'evictionSoft', th: soft };
+  return s.keep > h.keep ? s : h;
+}
 
 /**
  * Whether `d` fits: its free bytes cover the load plus the reserve, and afterwards the kubelet's
- * image GC high threshold (image filesystem) and hard eviction thresholds (imagefs, nodefs)
- * are not crossed. Undefined when it fits; else the worst shortfall.
+ * image GC high threshold (image filesystem) and eviction thresholds (imagefs, nodefs; hard or
+ * soft, whichever is stricter) are not crossed, each computed as the kubelet computes it.
+ * Undefined when it fits; else the worst shortfall.
  */
 export function shortfall(d: Demand, reserve: number, k: KubeletThresholds): Shortfall | undefined {
-  const need = d.staging + d.images;
+  const need = d.staging - d.staged + d.images;
   const left = d.fs.free - need;
   const found: Shortfall[] = [];
   if (left < reserve) found.push({ why: `it has ${formatBytes(d.fs.free)} free`, free: reserve - left });
+  // 100 turns the kubelet's image GC off
   if (d.imageFs && k.gcHighPercent < 100) {
-    // the kubelet collects images once usage (capacity - available) reaches the high threshold
-    const floor = Math.floor((d.fs.size * (100 - k.gcHighPercent)) / 100) + 1;
-    if (left < floor) found.push({ why: `after it the filesystem would be ${pct(d.fs.size - left, d.fs.size)}% full, above the kubelet's image GC threshold of ${k.gcHighPercent}% (the kubelet would delete images)`, free: floor - left });
+    const keep = imageGcKeepBytes(d.fs.size, k.gcHighPercent);
+    const usage = Math.min(100, kubeletUsagePercent(left, d.fs.size));
+    if (left < keep) found.push({ why: `after it the kubelet would see the filesystem ${usage}% full, at or above its image GC threshold of ${k.gcHighPercent}% (the kubelet would delete images)`, free: keep - left });
   }
-  const evictions: [boolean, string, KubeletThresholds['imagefsAvailable']][] = [[d.imageFs, 'imagefs.available', k.imagefsAvailable], [d.nodeFs, 'nodefs.available', k.nodefsAvailable]];
-  for (const [applies, signal, th] of evictions) {
-    const keep = thresholdBytes(th, d.fs.size);
-    if (applies && left < keep) found.push({ why: `after it ${formatBytes(Math.max(0, left))} would be left, under the kubelet's eviction threshold ${signal} < ${thresholdText(th)} (the kubelet would evict pods)`, free: keep - left });
+  const signals: [boolean, string, Threshold, Threshold | undefined][] = [[d.imageFs, 'imagefs.available', k.imagefsAvailable, k.imagefsSoft], [d.nodeFs, 'nodefs.available', k.nodefsAvailable, k.nodefsSoft]];
+  for (const [applies, signal, hard, soft] of signals) {
+    const limit = evictionLimit(hard, soft, d.fs.size);
+    const after = limit.field === 'evictionSoft' ? 'the kubelet would evict pods after its grace period' : 'the kubelet would evict pods';
+    if (applies && left < limit.keep) found.push({ why: `after it ${formatBytes(Math.max(0, left))} would be left, under the kubelet's ${limit.field} threshold ${signal} < ${thresholdText(limit.th)} (${after})`, free: limit.keep - left });
   }
   return found.sort((a, b) => b.free - a.free)[0];
 }
 
 /** "21.3 GB on DIR (8.1 GB staging + 12.2 GB images + 1.1 GB reserve)". */
 function needText(d: Demand, reserve: number, g: ImageGrowth): string {
-  const parts = [d.staging ? `${formatBytes(d.staging)} staging` : '', d.images ? `${formatBytes(d.images)} images` : '', `${formatBytes(reserve)} reserve`].filter(Boolean);
+  const staging = d.staging ? `${formatBytes(d.staging)} staging${d.staged ? `, ${formatBytes(d.staged)} of it already staged` : ''}` : '';
+  const parts = [staging, d.images ? `${formatBytes(d.images)} images` : '', `${formatBytes(reserve)} reserve`].filter(Boolean);
   const saved = d.images && g.heldLayers ? `; ${g.heldLayers} layers, ${formatBytes(g.heldBytes)}, are in the store already` : '';
-  return `${formatBytes(d.staging + d.images + reserve)} on ${d.dir} (${parts.join(' + ')}${saved})`;
+  return `${formatBytes(d.staging - d.staged + d.images + reserve)} on ${d.dir} (${parts.join(' + ')}${saved})`;
 }
 
 /** Each filesystem the load writes to, once: staging (when staged) and the images may share one. */
-export function demands(fss: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem }, dirs: { upgrade: string; store: string }, layout: number, images: number): Demand[] {
-  const store: Demand = { dir: dirs.store, fs: fss.store, staging: 0, images, imageFs: true, nodeFs: fss.store.dev === fss.kubelet.dev };
+export function demands(fss: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem }, dirs: { upgrade: string; store: string }, layout: number, images: number, staged = 0): Demand[] {
+  const store: Demand = { dir: dirs.store, fs: fss.store, staging: 0, staged: 0, images, imageFs: true, nodeFs: fss.store.dev === fss.kubelet.dev };
   if (layout === 0) return [store];
-  if (fss.upgrade.dev === fss.store.dev) return [{ ...store, staging: layout }];
-  return [{ dir: dirs.upgrade, fs: fss.upgrade, staging: layout, images: 0, imageFs: false, nodeFs: fss.upgrade.dev === fss.kubelet.dev }, store];
+  const already = Math.min(Math.max(0, staged), layout);
+  if (fss.upgrade.dev === fss.store.dev) return [{ ...store, staging: layout, staged: already }];
+  return [{ dir: dirs.upgrade, fs: fss.upgrade, staging: layout, staged: already, images: 0, imageFs: false, nodeFs: fss.upgrade.dev === fss.kubelet.dev }, store];
+}
+
+/**
+ * The agent's own leftovers, which a check on statfs alone would count as used: bytes on the
+ * upgrade filesystem it deletes before writing (other bundles' partial staging), and bytes of
+ * this bundle already staged that are not written again.
+ */
+export interface SpaceCredit { reclaimableBytes?: number; alreadyStagedBytes?: number }
+
+/** The filesystems as they will be once the agent's reclaimable leftovers are gone. */
+function afterReclaim(fss: SpaceInputs['fs'], reclaimable: number): SpaceInputs['fs'] {
+  const up = fss.upgrade.dev;
+  const credit = (f: Filesystem): Filesystem => (f.dev === up ? { ...f, free: Math.min(f.size, f.free + reclaimable) } : f);
+  return { upgrade: credit(fss.upgrade), store: credit(fss.store), kubelet: credit(fss.kubelet) };
 }
 
 export interface SpaceInputs {
   fs: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem };
   growth: ImageGrowth;
   kubelet: KubeletThresholds;
+  credit?: SpaceCredit;
 }
 
 /**
@@ -115,12 +143,17 @@ export interface SpaceInputs {
 export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: SpaceInputs): { mode: StageMode; message: string } {
   const reserve = config.space.reserveBytes;
   const { growth, kubelet } = inputs;
+  const reclaimable = Math.max(0, inputs.credit?.reclaimableBytes ?? 0);
+  const staged = Math.min(Math.max(0, inputs.credit?.alreadyStagedBytes ?? 0), m.totals.layoutBytes);
+  const fss = afterReclaim(inputs.fs, reclaimable);
   const dirs = { upgrade: config.paths.upgradeDir, store: config.paths.imageStoreDir };
-  const failing = (layout: number) => demands(inputs.fs, dirs, layout, growth.bytes).map((d) => ({ d, s: shortfall(d, reserve, kubelet) })).find((x) => x.s);
-  const basis = `thresholds from ${kubelet.source}${growth.unknown ? `; every layer counted as new (${growth.unknown})` : ''}`;
+  const failing = (layout: number) => demands(fss, dirs, layout, growth.bytes, staged).map((d) => ({ d, s: shortfall(d, reserve, kubelet) })).find((x) => x.s);
+  const reclaimed = reclaimable ? `; counting ${formatBytes(reclaimable)} of partial staging the agent removes first as free` : '';
+  const basis = `thresholds from ${kubelet.source}${growth.unknown ? `; every layer counted as new (${growth.unknown})` : ''}${reclaimed}`;
   const images = `${formatBytes(growth.bytes)} of images${growth.heldLayers ? ` (${formatBytes(growth.heldBytes)} of layers already in the store not counted)` : ''}`;
   if (!failing(m.totals.layoutBytes)) {
-    return { mode: 'staged', message: `room for ${formatBytes(m.totals.layoutBytes)} of layout and ${images}; ${basis}` };
+    const already = staged ? ` (${formatBytes(staged)} of it already staged)` : '';
+    return { mode: 'staged', message: `room for ${formatBytes(m.totals.layoutBytes)} of layout${already} and ${images}; ${basis}` };
   }
   const media = failing(0);
   if (!media) {
@@ -133,8 +166,9 @@ export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: Space
 /**
  * The space check of a load: the three filesystems (staging, image store, the kubelet's), the
  * kubelet's thresholds from its config on the node, and the layers the store holds already.
+ * `credit`: the agent's own leftovers it will delete or reuse (see SpaceCredit; partialBytes sums them).
  */
-export async function planSpace(m: BundleManifest, config: AgentConfig): Promise<{ mode: StageMode; message: string }> {
+export async function planSpace(m: BundleManifest, config: AgentConfig, credit?: SpaceCredit): Promise<{ mode: StageMode; message: string }> {
   const [upgrade, store, kubeletFs, kubelet, held] = await Promise.all([
     filesystemFree(config.paths.upgradeDir),
     filesystemFree(config.paths.imageStoreDir),
@@ -142,5 +176,6 @@ export async function planSpace(m: BundleManifest, config: AgentConfig): Promise
     readKubeletThresholds(config.space.kubeletConfig),
     heldLayers(config.runtime, config.paths.imageStoreDir, m.blobs.filter(isLayer)),
   ]);
-  return choosePlan(m, config, { fs: { upgrade, store, kubelet: kubeletFs }, growth: imageGrowth(m, held, config.runtime), kubelet });
+  const inputs: SpaceInputs = { fs: { upgrade, store, kubelet: kubeletFs }, growth: imageGrowth(m, held, config.runtime), kubelet, ...(credit ? { credit } : {}) };
+  return choosePlan(m, config, inputs);
 }
