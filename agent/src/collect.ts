@@ -2,7 +2,7 @@
 // technician sends one file instead of running ten commands. Every part is optional: what
 // cannot be read is named in NOTES.txt, never a reason to write nothing.
 import { spawn } from 'node:child_process';
-import { readdir, readFile, statfs } from 'node:fs/promises';
+import { lstat, readdir, readFile, readlink, statfs } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { readSmallFile } from '@offline-bundle/host';
@@ -45,23 +45,51 @@ function redactedDocument(text: string, as: 'yaml' | 'json'): string {
   return as === 'json' ? `${JSON.stringify(clean, null, 2)}\n` : stringifyYaml(clean);
 }
 
-/** Adds a small file, redacted as a document; a missing one is noted. */
+/**
+ * A path's text, never through a symlink: a link (to /etc/shadow, say) is collected as the name
+ * of its target, so nothing outside what the agent meant to collect leaves the node. O_NOFOLLOW
+ * makes the check and the read one step: a link put in place between them is refused too.
+ */
+async function readNoFollow(path: string, max: number): Promise<{ text: string } | { link: string }> {
+  try {
+    return { text: (await readSmallFile(path, max, { noFollow: true })).bytes.toString('utf8') };
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ELOOP') throw err;
+    return { link: await readlink(path) };
+  }
+}
+
+/** Records a symlink found where the agent's file or directory should be: its target's name, and a note. */
+function addLink(a: CollectArchive, name: string, path: string, target: string): void {
+  a.add(name, `symlink → ${target}\n`);
+  a.note(`${name}: ${path} is a symlink to ${target}: not followed`);
+}
+
+/** Adds a small file, redacted as a document; a missing one is noted, a symlink named and not followed. */
 async function addFile(a: CollectArchive, name: string, path: string, as: 'yaml' | 'json' | 'text', max = MAX_COLLECT_ENTRY_BYTES): Promise<void> {
   try {
-    const text = (await readSmallFile(path, max)).bytes.toString('utf8');
-    a.add(name, as === 'text' ? text : redactedDocument(text, as));
+    const got = await readNoFollow(path, max);
+    if ('link' in got) return addLink(a, name, path, got.link);
+    a.add(name, as === 'text' ? got.text : redactedDocument(got.text, as));
   } catch (err) {
     a.note(`${name}: ${path}: ${errLine(err)}`);
   }
 }
 
-/** The regular files of `dir` that `keep` accepts, by name order, at most MAX_COLLECT_DIR_FILES. */
+/** Whether `dir` is a directory to list: a symlink in its place is named as `name` and not followed; an absent one is nothing. */
+async function isOwnDir(a: CollectArchive, name: string, dir: string): Promise<boolean> {
+  const st = await lstat(dir).catch(() => undefined);
+  if (st?.isSymbolicLink()) addLink(a, name, dir, await readlink(dir).catch((err: unknown) => `? (${errLine(err)})`));
+  return st?.isDirectory() === true;
+}
+
+/** The regular files (and symlinks, to be named) of `dir` that `keep` accepts, by name order, at most MAX_COLLECT_DIR_FILES. */
 async function filesIn(a: CollectArchive, dir: string, keep: (name: string) => boolean): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true }).catch((err: unknown) => {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') a.note(`${dir}: ${errLine(err)}`);
     return [];
   });
-  const names = entries.filter((e) => e.isFile() && keep(e.name)).map((e) => e.name).sort();
+  const names = entries.filter((e) => (e.isFile() || e.isSymbolicLink()) && keep(e.name)).map((e) => e.name).sort();
   if (names.length > MAX_COLLECT_DIR_FILES) a.note(`${dir}: ${names.length} files, the first ${MAX_COLLECT_DIR_FILES} taken`);
   return names.slice(0, MAX_COLLECT_DIR_FILES);
 }
@@ -70,19 +98,30 @@ async function filesIn(a: CollectArchive, dir: string, keep: (name: string) => b
 async function addStateAndDropIns(a: CollectArchive, c: AgentConfig): Promise<void> {
   // the status file is status.json already; bundles dropped there are not records
   const record = (n: string) => !/\.bundle(\.|$)/.test(n) && !n.startsWith('.') && join(c.paths.stateDir, n) !== c.paths.statusFile;
-  for (const name of await filesIn(a, c.paths.stateDir, record)) {
-    await addFile(a, `state/${name}`, join(c.paths.stateDir, name), name.endsWith('.json') ? 'json' : 'text');
+  if (await isOwnDir(a, 'state', c.paths.stateDir)) {
+    for (const name of await filesIn(a, c.paths.stateDir, record)) {
+      await addFile(a, `state/${name}`, join(c.paths.stateDir, name), name.endsWith('.json') ? 'json' : 'text');
+    }
   }
   const ours = (n: string) => n.startsWith(c.prefix);
   for (const [label, dir] of [['registries.conf.d', c.paths.registriesDropInDir], ['crio.conf.d', c.paths.crioDropInDir], ['self-upgrade', c.selfUpgrade.dropInDir]] as const) {
+    if (!(await isOwnDir(a, `drop-ins/${label}`, dir))) continue;
     for (const name of await filesIn(a, dir, ours)) await addFile(a, `drop-ins/${label}/${name}`, join(dir, name), 'text');
   }
-  // containerd: certs.d/<host>/hosts.toml, ours when it starts with the agent's marker
-  const hosts = await readdir(c.paths.containerdCertsDir).catch(() => [] as string[]);
+  await addContainerdHosts(a, c.paths.containerdCertsDir);
+}
+
+/** containerd: certs.d/<host>/hosts.toml, ours when it starts with the agent's marker; a symlink for a host or its file is named. */
+async function addContainerdHosts(a: CollectArchive, certsDir: string): Promise<void> {
+  if (!(await isOwnDir(a, 'drop-ins/certs.d', certsDir))) return;
+  const hosts = await readdir(certsDir).catch(() => [] as string[]);
   for (const host of hosts.sort().slice(0, MAX_COLLECT_DIR_FILES)) {
-    const path = join(c.paths.containerdCertsDir, host, 'hosts.toml');
-    const text = await readSmallFile(path, MAX_COLLECT_ENTRY_BYTES).then((f) => f.bytes.toString('utf8'), () => undefined);
-    if (text?.startsWith(MANAGED_MARKER)) a.add(`drop-ins/certs.d/${host}/hosts.toml`, text);
+    if (!(await isOwnDir(a, `drop-ins/certs.d/${host}`, join(certsDir, host)))) continue;
+    const name = `drop-ins/certs.d/${host}/hosts.toml`;
+    const path = join(certsDir, host, 'hosts.toml');
+    const got = await readNoFollow(path, MAX_COLLECT_ENTRY_BYTES).catch(() => undefined);
+    if (got && 'link' in got) addLink(a, name, path, got.link);
+    else if (got?.text.startsWith(MANAGED_MARKER)) a.add(name, got.text);
   }
 }
 

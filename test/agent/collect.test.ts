@@ -1,7 +1,7 @@
 // `bundle-agent collect`: what the archive holds, its bounds, and that no credential planted in
 // the config, the kubeconfig, the state or the journal leaves the node.
 import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
@@ -150,4 +150,45 @@ t.test('bundle-agent collect: the runtime\'s image list (CRI-O stand-in answerin
   const images = JSON.parse((await unpack(out, join(n.dir, 'z'))).get('runtime-images.json')!) as { repoTags: string[]; pinned: boolean }[];
   t.ok(Array.isArray(images), 'the list as the CRI gives it');
   t.ok(images.every((i) => typeof i.pinned === 'boolean'), 'with each image\'s pinned flag');
+});
+
+t.test('bundle-agent collect: a symlink is collected as its target\'s name, never followed', async (t) => {
+  const n = await node(t);
+  const p = (s: string) => join(n.root, s);
+  // outside the agent's directories: a shadow file, a directory of look-alike drop-ins, a certs.d host
+  const outside = join(n.dir, 'outside');
+  const SHADOW_SECRET = 'PLANTEDshadowSECRET7f3a';
+  const shadow = join(outside, 'shadow');
+  await mkdir(join(outside, 'dropins'), { recursive: true });
+  await mkdir(join(outside, 'host'));
+  await writeFile(shadow, `root:$6$salt$${SHADOW_SECRET}:19000:0:99999:7:::\n`);
+  await writeFile(join(outside, 'dropins/offline-bundle-pins.conf'), `# ${SHADOW_SECRET}\n`);
+  await writeFile(join(outside, 'host/hosts.toml'), `# Managed by offline-bundle: written by bundle-agent, removed when the upgrade completes. Do not edit.\n# ${SHADOW_SECRET}\n`);
+  const links: [string, string][] = [
+    ['var/lib/bundle-agent/status.json', shadow],
+    ['etc/kubernetes/kubeconfig', shadow],
+    ['var/lib/bundle-agent/linked.json', shadow],
+    ['etc/containers/registries.conf.d/offline-bundle-evil.conf', shadow],
+    ['etc/crio/crio.conf.d', join(outside, 'dropins')],
+    ['etc/containerd/certs.d/evil.io', join(outside, 'host')],
+    ['etc/containerd/certs.d/quay.io/hosts.toml', join(outside, 'host/hosts.toml')],
+  ];
+  for (const [at, target] of links) {
+    await rm(p(at), { recursive: true, force: true });
+    await symlink(target, p(at));
+  }
+  const out = join(n.dir, 's.tar.gz');
+  const r = await collect(parseConfig(await readFile(n.config, 'utf8')), { configPath: n.config, output: out, journal: ['true'] });
+  const files = await unpack(out, join(n.dir, 'x'));
+  for (const [entry, target] of [
+    ['status.json', shadow], ['kubeconfig.yaml', shadow], ['state/linked.json', shadow], ['drop-ins/registries.conf.d/offline-bundle-evil.conf', shadow],
+    ['drop-ins/crio.conf.d', join(outside, 'dropins')], ['drop-ins/certs.d/evil.io', join(outside, 'host')], ['drop-ins/certs.d/quay.io/hosts.toml', join(outside, 'host/hosts.toml')],
+  ] as const) {
+    t.equal(files.get(entry), `symlink → ${target}\n`, `${entry}: the link's target named, not followed`);
+  }
+  t.match(r.notes.join('\n'), /status\.json: .*status\.json is a symlink to .*outside\/shadow: not followed/, 'and noted');
+  const all = gunzipSync(await readFile(out)).toString('latin1');
+  for (const secret of [SHADOW_SECRET, Buffer.from(SHADOW_SECRET).toString('base64'), Buffer.from(`$6$salt$${SHADOW_SECRET}`).toString('base64'), 'root:$6$']) {
+    t.notOk(all.includes(secret), `${secret.slice(0, 12)}…: nothing of the files outside the agent's directories in the archive`);
+  }
 });
