@@ -19,6 +19,7 @@ import { assertBundleFile, notLoadable } from './load/bundle-file.js';
 import { forgottenLine, releasesTable } from './releases/releases-text.js';
 import { TOOL_VERSION } from './version.js';
 import { addManCommand } from './man.js';
+import { addCollectCommand } from './collect-command.js';
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
@@ -272,6 +273,7 @@ agent too old to say), 3 not running or not responding, 1 an error.`)
         process.stdout.write(`${fitToWidth(technicianLine(s!), terminalColumns())}\n`);
       }
     });
+  addCollectCommand(program);
   addCompletionCommand(program);
   addManCommand(program);
 

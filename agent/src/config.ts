@@ -39,7 +39,12 @@ export interface AgentConfig {
     imageStoreDir: string;
   };
   media: { roots: string[]; watchDirs: string[]; pollSeconds: number };
-  space: { reserveBytes: number };
+  /**
+   * reserveBytes: kept free on every filesystem a load writes to. kubeletConfig: the kubelet's
+   * configuration files, the first that exists read for its image GC and eviction thresholds;
+   * kubeletRootDir: the kubelet's directory, whose filesystem is its nodefs.
+   */
+  space: { reserveBytes: number; kubeletConfig: string[]; kubeletRootDir: string };
   /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
   staging: { keep: boolean | 'untilComplete' };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
@@ -251,7 +256,11 @@ function configOf(s: Settings): AgentConfig {
     version: versionOf(s),
     paths: pathsOf(s, under, runtime),
     media: { roots: s.value<string[]>('media.roots').map(under), watchDirs: s.value<string[]>('media.watchDirs').map(under), pollSeconds: s.value('media.pollSeconds') },
-    space: { reserveBytes: byteCount(s.value('space.reserveBytes')) },
+    space: {
+      reserveBytes: byteCount(s.value('space.reserveBytes')),
+      kubeletConfig: s.value<string[]>('space.kubeletConfig').map(under),
+      kubeletRootDir: under(s.value('space.kubeletRootDir')),
+    },
     staging: { keep: s.value('staging.keep') },
     preload: {
       method: s.value('preload.method'), command: s.value('preload.command'),

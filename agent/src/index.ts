@@ -3,7 +3,13 @@ export { loadBundle, runLoad, removeStalePartials, runningVersion } from './load
 export { runDaemon, statusTracker } from './daemon/daemon.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
-export { planSpace } from './load/space.js';
+export { planSpace, choosePlan, demands, imageGrowth, shortfall, type SpaceCredit } from './load/space.js';
+export { partialBytes, MAX_PARTIAL_ENTRIES } from './load/space-credit.js';
+export { readKubeletThresholds, parseQuantity, parseThreshold, thresholdsOf, KUBELET_DEFAULTS, MAX_KUBELET_CONFIG_BYTES } from './load/kubelet-thresholds.js';
+export { heldLayers, MAX_LAYERS_RECORD_BYTES } from './load/space-held.js';
+export { collect, COLLECT_COMMAND_MS, COLLECT_JOURNAL_LINES, MAX_COLLECT_DIR_FILES } from './collect.js';
+export { MAX_COLLECT_ENTRY_BYTES, MAX_COLLECT_TOTAL_BYTES } from './collect-archive.js';
+export { REDACTED, redactDocument, redactText } from './collect-redact.js';
 export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime/runtime-target.js';
 export { AgentError, AGENT_REASONS, reasonOf } from './errors.js';
 export { readReleases, recordRelease } from './releases/state.js';

@@ -57,6 +57,8 @@ export async function openRegularFile(path: string): Promise<FileHandle> {
 }
 
 export interface SmallFileOptions {
+  /** Refuse a symlink as the last component (O_NOFOLLOW: ELOOP) instead of reading what it points to. */
+  noFollow?: boolean;
   /**
    * Also a pipe (`<(pass show key)`, /dev/stdin fed by a pipe, a FIFO): read as it arrives,
    * still never more than maxBytes, and for at most `timeoutMs` (a writer that never writes
@@ -116,7 +118,7 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeou
  * check made on them holds for these bytes.
  */
 export async function readSmallFile(path: string, maxBytes: number, opts: SmallFileOptions = {}): Promise<{ bytes: Buffer; stats: Stats }> {
-  const fh = await open(path, OPEN_FLAGS);
+  const fh = await open(path, OPEN_FLAGS | (opts.noFollow ? constants.O_NOFOLLOW : 0));
   try {
     const stats = await fh.stat();
     if (opts.pipe && stats.isFIFO()) return { bytes: await readPipe(fh, path, maxBytes, opts.pipe), stats };

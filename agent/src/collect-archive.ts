@@ -1,0 +1,68 @@
+// The archive `bundle-agent collect` writes: every entry text, redacted once more on the way in
+// (whatever a source forgot), each and all together bounded, written to a temporary name and
+// renamed, so a half-written archive is never mistaken for a whole one.
+import { createWriteStream } from 'node:fs';
+import { rename, rm } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { createGzip } from 'node:zlib';
+import { randomBytes } from 'node:crypto';
+import tar from 'tar-stream';
+import { syncDirBestEffort } from '@offline-bundle/host';
+import { redactText } from './collect-redact.js';
+
+/** Most bytes one entry keeps (its tail is cut, saying so). */
+export const MAX_COLLECT_ENTRY_BYTES = 4 * 1024 * 1024;
+/** Most bytes the whole archive holds before compression; later entries are left out, saying so. */
+export const MAX_COLLECT_TOTAL_BYTES = 32 * 1024 * 1024;
+
+export class CollectArchive {
+  private readonly entries: { name: string; body: Buffer }[] = [];
+  private total = 0;
+  /** What was left out or cut, and why: written as NOTES.txt. */
+  readonly notes: string[] = [];
+
+  constructor(readonly prefix: string) {}
+
+  /** Adds a text entry, redacted and bounded. */
+  add(name: string, text: string): void {
+    let body = Buffer.from(redactText(text), 'utf8');
+    if (body.length > MAX_COLLECT_ENTRY_BYTES) {
+      body = Buffer.concat([body.subarray(0, MAX_COLLECT_ENTRY_BYTES), Buffer.from(`\n[cut at ${MAX_COLLECT_ENTRY_BYTES} bytes]\n`)]);
+      this.notes.push(`${name}: cut at ${MAX_COLLECT_ENTRY_BYTES} bytes`);
+    }
+    if (this.total + body.length > MAX_COLLECT_TOTAL_BYTES) {
+      this.notes.push(`${name}: left out (the archive holds at most ${MAX_COLLECT_TOTAL_BYTES} bytes)`);
+      return;
+    }
+    this.total += body.length;
+    this.entries.push({ name, body });
+  }
+
+  note(line: string): void {
+    this.notes.push(line);
+  }
+
+  get files(): number {
+    return this.entries.length + 1;
+  }
+
+  /** Writes the .tar.gz at `output` (mode 0600: it describes the node) through a temporary name. */
+  async write(output: string, mtime: Date): Promise<void> {
+    const tmp = join(dirname(output), `.${basename(output)}.${randomBytes(4).toString('hex')}.tmp`);
+    const pack = tar.pack();
+    const all = [...this.entries, { name: 'NOTES.txt', body: Buffer.from(this.notes.length ? `${this.notes.join('\n')}\n` : 'nothing left out\n') }];
+    try {
+      const writing = pipeline(pack, createGzip(), createWriteStream(tmp, { flags: 'wx', mode: 0o600 }));
+      for (const e of all) pack.entry({ name: `${this.prefix}/${e.name}`, size: e.body.length, mode: 0o600, mtime }, e.body);
+      pack.finalize();
+      await writing;
+      await rename(tmp, output);
+      await syncDirBestEffort(dirname(output));
+    } catch (err) {
+      pack.destroy();
+      await rm(tmp, { force: true });
+      throw err;
+    }
+  }
+}

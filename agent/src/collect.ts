@@ -1,0 +1,223 @@
+// `bundle-agent collect`: one archive with what a support engineer asks for first, so a
+// technician sends one file instead of running ten commands. Every part is optional: what
+// cannot be read is named in NOTES.txt, never a reason to write nothing.
+import { spawn } from 'node:child_process';
+import { lstat, readdir, readFile, readlink, statfs } from 'node:fs/promises';
+import { join, resolve, sep } from 'node:path';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { readSmallFile } from '@offline-bundle/host';
+import { CriImageClient, MANAGED_MARKER } from '@offline-bundle/runtime';
+import type { AgentConfig } from './config.js';
+import { MAX_CONFIG_FILE_BYTES } from './config.js';
+import { CollectArchive, MAX_COLLECT_ENTRY_BYTES } from './collect-archive.js';
+import { redactDocument } from './collect-redact.js';
+import { parseMountinfo } from './daemon/media.js';
+import { readKubeletThresholds } from './load/kubelet-thresholds.js';
+import { TOOL_VERSION } from './version.js';
+
+/** Lines of the agent's journal kept. */
+export const COLLECT_JOURNAL_LINES = 2000;
+/** How long journalctl and the runtime's image list may take, each. */
+export const COLLECT_COMMAND_MS = 10_000;
+/** Most files taken from one directory (state, drop-ins). */
+export const MAX_COLLECT_DIR_FILES = 200;
+
+export interface CollectOptions {
+  output?: string;
+  /** The config file, included redacted. */
+  configPath: string;
+  now?: Date;
+  /** The journal's command (default journalctl -u UNIT); tests point it elsewhere. */
+  journal?: string[];
+}
+
+const errLine = (err: unknown) => (err as Error).message?.split('\n')[0] ?? String(err);
+
+/** A YAML or JSON document's text with its credentials redacted; text that does not parse is redacted by shape alone. */
+function redactedDocument(text: string, as: 'yaml' | 'json'): string {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text, { maxAliasCount: 100 });
+  } catch {
+    return text;
+  }
+  const clean = redactDocument(doc);
+  return as === 'json' ? `${JSON.stringify(clean, null, 2)}\n` : stringifyYaml(clean);
+}
+
+/**
+ * A path's text, never through a symlink: a link (to /etc/shadow, say) is collected as the name
+ * of its target, so nothing outside what the agent meant to collect leaves the node. O_NOFOLLOW
+ * makes the check and the read one step: a link put in place between them is refused too.
+ */
+async function readNoFollow(path: string, max: number): Promise<{ text: string } | { link: string }> {
+  try {
+    return { text: (await readSmallFile(path, max, { noFollow: true })).bytes.toString('utf8') };
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ELOOP') throw err;
+    return { link: await readlink(path) };
+  }
+}
+
+/** Records a symlink found where the agent's file or directory should be: its target's name, and a note. */
+function addLink(a: CollectArchive, name: string, path: string, target: string): void {
+  a.add(name, `symlink → ${target}\n`);
+  a.note(`${name}: ${path} is a symlink to ${target}: not followed`);
+}
+
+/** Adds a small file, redacted as a document; a missing one is noted, a symlink named and not followed. */
+async function addFile(a: CollectArchive, name: string, path: string, as: 'yaml' | 'json' | 'text', max = MAX_COLLECT_ENTRY_BYTES): Promise<void> {
+  try {
+    const got = await readNoFollow(path, max);
+    if ('link' in got) return addLink(a, name, path, got.link);
+    a.add(name, as === 'text' ? got.text : redactedDocument(got.text, as));
+  } catch (err) {
+    a.note(`${name}: ${path}: ${errLine(err)}`);
+  }
+}
+
+/** Whether `dir` is a directory to list: a symlink in its place is named as `name` and not followed; an absent one is nothing. */
+async function isOwnDir(a: CollectArchive, name: string, dir: string): Promise<boolean> {
+  const st = await lstat(dir).catch(() => undefined);
+  if (st?.isSymbolicLink()) addLink(a, name, dir, await readlink(dir).catch((err: unknown) => `? (${errLine(err)})`));
+  return st?.isDirectory() === true;
+}
+
+/** The regular files (and symlinks, to be named) of `dir` that `keep` accepts, by name order, at most MAX_COLLECT_DIR_FILES. */
+async function filesIn(a: CollectArchive, dir: string, keep: (name: string) => boolean): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true }).catch((err: unknown) => {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') a.note(`${dir}: ${errLine(err)}`);
+    return [];
+  });
+  const names = entries.filter((e) => (e.isFile() || e.isSymbolicLink()) && keep(e.name)).map((e) => e.name).sort();
+  if (names.length > MAX_COLLECT_DIR_FILES) a.note(`${dir}: ${names.length} files, the first ${MAX_COLLECT_DIR_FILES} taken`);
+  return names.slice(0, MAX_COLLECT_DIR_FILES);
+}
+
+/** The agent's own records (not bundles dropped there), and the drop-ins it wrote. */
+async function addStateAndDropIns(a: CollectArchive, c: AgentConfig): Promise<void> {
+  // the status file is status.json already; bundles dropped there are not records
+  const record = (n: string) => !/\.bundle(\.|$)/.test(n) && !n.startsWith('.') && join(c.paths.stateDir, n) !== c.paths.statusFile;
+  if (await isOwnDir(a, 'state', c.paths.stateDir)) {
+    for (const name of await filesIn(a, c.paths.stateDir, record)) {
+      await addFile(a, `state/${name}`, join(c.paths.stateDir, name), name.endsWith('.json') ? 'json' : 'text');
+    }
+  }
+  const ours = (n: string) => n.startsWith(c.prefix);
+  for (const [label, dir] of [['registries.conf.d', c.paths.registriesDropInDir], ['crio.conf.d', c.paths.crioDropInDir], ['self-upgrade', c.selfUpgrade.dropInDir]] as const) {
+    if (!(await isOwnDir(a, `drop-ins/${label}`, dir))) continue;
+    for (const name of await filesIn(a, dir, ours)) await addFile(a, `drop-ins/${label}/${name}`, join(dir, name), 'text');
+  }
+  await addContainerdHosts(a, c.paths.containerdCertsDir);
+}
+
+/** containerd: certs.d/<host>/hosts.toml, ours when it starts with the agent's marker; a symlink for a host or its file is named. */
+async function addContainerdHosts(a: CollectArchive, certsDir: string): Promise<void> {
+  if (!(await isOwnDir(a, 'drop-ins/certs.d', certsDir))) return;
+  const hosts = await readdir(certsDir).catch(() => [] as string[]);
+  for (const host of hosts.sort().slice(0, MAX_COLLECT_DIR_FILES)) {
+    if (!(await isOwnDir(a, `drop-ins/certs.d/${host}`, join(certsDir, host)))) continue;
+    const name = `drop-ins/certs.d/${host}/hosts.toml`;
+    const path = join(certsDir, host, 'hosts.toml');
+    const got = await readNoFollow(path, MAX_COLLECT_ENTRY_BYTES).catch(() => undefined);
+    if (got && 'link' in got) addLink(a, name, path, got.link);
+    else if (got?.text.startsWith(MANAGED_MARKER)) a.add(name, got.text);
+  }
+}
+
+/** The runtime's images (CRI ListImages), within COLLECT_COMMAND_MS. */
+async function addImages(a: CollectArchive, c: AgentConfig): Promise<void> {
+  const client = new CriImageClient(c.criSocket, { callTimeoutMs: COLLECT_COMMAND_MS });
+  try {
+    const images = await client.listImages();
+    a.add('runtime-images.json', `${JSON.stringify(images, null, 1)}\n`);
+  } catch (err) {
+    a.note(`runtime-images.json: the runtime at ${c.criSocket} did not list its images: ${errLine(err)}`);
+  } finally {
+    client.close();
+  }
+}
+
+/** A command's output, at most MAX_COLLECT_ENTRY_BYTES and COLLECT_COMMAND_MS; undefined (noted) when it cannot run. */
+function commandOutput(a: CollectArchive, name: string, argv: string[]): Promise<string | undefined> {
+  return new Promise((done) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
+    const timer = setTimeout(() => {
+      a.note(`${name}: ${argv[0]} gave no end within ${COLLECT_COMMAND_MS} ms; what it wrote is kept`);
+      child.kill('SIGKILL');
+    }, COLLECT_COMMAND_MS);
+    child.stdout.on('data', (b: Buffer) => {
+      if (size < MAX_COLLECT_ENTRY_BYTES) chunks.push(b);
+      size += b.length;
+      if (size >= MAX_COLLECT_ENTRY_BYTES) child.kill('SIGKILL');
+    });
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      a.note(`${name}: cannot run ${argv[0]}: ${errLine(err)}`);
+      done(undefined);
+    });
+    child.on('close', () => {
+      clearTimeout(timer);
+      done(Buffer.concat(chunks).toString('utf8'));
+    });
+  });
+}
+
+/** statfs of the agent's paths, and the kubelet thresholds the space check would use. */
+async function addDisk(a: CollectArchive, c: AgentConfig): Promise<void> {
+  const paths = { upgradeDir: c.paths.upgradeDir, stateDir: c.paths.stateDir, imageStoreDir: c.paths.imageStoreDir, kubeletRootDir: c.space.kubeletRootDir };
+  const out: Record<string, unknown> = {};
+  for (const [key, path] of Object.entries(paths)) {
+    try {
+      const fs = await statfs(path);
+      const size = fs.blocks * fs.bsize;
+      out[key] = { path, sizeBytes: size, availableBytes: fs.bavail * fs.bsize, usedPercent: size ? Math.round(((size - fs.bavail * fs.bsize) * 1000) / size) / 10 : null };
+    } catch (err) {
+      out[key] = { path, error: errLine(err) };
+    }
+  }
+  out.kubeletThresholds = await readKubeletThresholds(c.space.kubeletConfig);
+  a.add('disk.json', `${JSON.stringify(out, null, 2)}\n`);
+}
+
+/** The lines of /proc/self/mountinfo whose mount point is under a media root or watched directory. */
+async function addMounts(a: CollectArchive, c: AgentConfig): Promise<void> {
+  const roots = [...c.media.roots, ...c.media.watchDirs];
+  const under = (p: string) => roots.some((r) => p === r || p.startsWith(r.endsWith(sep) ? r : r + sep));
+  try {
+    const text = await readFile('/proc/self/mountinfo', 'utf8');
+    const lines = text.split('\n').filter(Boolean);
+    const points = parseMountinfo(text);
+    a.add('media-mounts.txt', `${lines.filter((_, i) => under(points[i]!)).join('\n')}\n`);
+  } catch (err) {
+    a.note(`media-mounts.txt: ${errLine(err)}`);
+  }
+}
+
+function header(c: AgentConfig, now: Date): string {
+  return `bundle-agent ${TOOL_VERSION}\nnode ${c.nodeName}\nruntime ${c.runtime} (${c.criSocket})\narch ${c.arch}\nroot ${c.root}\ncollected ${now.toISOString()}\n`;
+}
+
+/** Collects and writes the archive; returns where, and how many files it holds. */
+export async function collect(c: AgentConfig, o: CollectOptions): Promise<{ output: string; files: number; notes: string[] }> {
+  const now = o.now ?? new Date();
+  const stamp = now.toISOString().replace(/[:.]/g, '').slice(0, 15);
+  const name = `bundle-agent-collect-${c.nodeName}-${stamp}`;
+  const output = resolve(o.output ?? `${name}.tar.gz`);
+  const a = new CollectArchive(name);
+  a.add('version.txt', header(c, now));
+  await addFile(a, 'config.yaml', o.configPath, 'yaml', MAX_CONFIG_FILE_BYTES);
+  a.add('config-effective.json', `${JSON.stringify(redactDocument(c), null, 2)}\n`);
+  if (c.status.kubeconfig) await addFile(a, 'kubeconfig.yaml', c.status.kubeconfig, 'yaml');
+  await addFile(a, 'status.json', c.paths.statusFile, 'json');
+  await addStateAndDropIns(a, c);
+  await addImages(a, c);
+  const journal = await commandOutput(a, 'journal.txt', o.journal ?? ['journalctl', '--no-pager', '-o', 'short-iso', '-n', String(COLLECT_JOURNAL_LINES), '-u', c.selfUpgrade.unit]);
+  if (journal !== undefined) a.add('journal.txt', journal);
+  await addDisk(a, c);
+  await addMounts(a, c);
+  await a.write(output, now);
+  return { output, files: a.files, notes: a.notes };
+}
