@@ -12,7 +12,7 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
-import { clearPartialsFor, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
+import { clearPartialsFor, partialCredit, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
@@ -260,7 +260,9 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const { config, log, tracker, signal } = ctx;
   const m = a.head.manifest;
   const rel = m.release;
-  const plan = await planSpace(m, config);
+  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
+  const identity = bundleIdentity(a.head.manifestBytes);
+  const plan = await planSpace(m, config, await partialCredit(config.paths.upgradeDir, `${target}.partial`, identity));
   tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
   tracker.update((s) => {
     s.bundle = { ...s.bundle!, mode: plan.mode };
@@ -281,8 +283,7 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const catalog = catalogOf(m);
   signal?.throwIfAborted();
   let staged: Staged;
-  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
-  await clearPartialsFor(config.paths.upgradeDir, plan.mode === 'staged' ? `${target}.partial` : undefined, bundleIdentity(a.head.manifestBytes), log);
+  await clearPartialsFor(config.paths.upgradeDir, plan.mode === 'staged' ? `${target}.partial` : undefined, identity, log);
   if (plan.mode === 'staged') {
     tracker.update((s) => {
       s.phase = 'Staging';

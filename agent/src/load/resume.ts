@@ -9,6 +9,8 @@ import { formatBytes } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { PipelineContext } from './pipeline-context.js';
+import { partialBytes } from './space-credit.js';
+import type { SpaceCredit } from './space.js';
 
 const PARTIAL = '.partial';
 
@@ -50,6 +52,21 @@ export async function dropOtherPartials(upgradeDir: string, partialDir: string, 
     gone.push(n);
   }
   return gone;
+}
+
+/**
+ * What the agent's own partial staging is worth to the space check: this bundle's pieces in
+ * `partialDir` are layout not written again; every other partial is removed before staging.
+ */
+export async function partialCredit(upgradeDir: string, partialDir: string, bundle: string): Promise<SpaceCredit> {
+  const credit = { reclaimableBytes: 0, alreadyStagedBytes: 0 };
+  for (const n of await partials(upgradeDir)) {
+    const dir = join(upgradeDir, n);
+    const bytes = await partialBytes(dir);
+    if (dir === partialDir && (await partialBundle(dir)) === bundle) credit.alreadyStagedBytes += bytes;
+    else credit.reclaimableBytes += bytes;
+  }
+  return credit;
 }
 
 /** "resuming: 15.0 GB of 20.0 GB already staged": said before the rest is read. */
