@@ -56,3 +56,11 @@ export async function lookAtPartSet(dir: string, parts: readonly string[], count
   }
   return { file: join(dir, parts[0]!), key: partsKeyOf(keys), mtimeMs };
 }
+
+/** Whether the names are every part of one split: one count, each number from 1 to it once. */
+export function isWholeSet(names: readonly string[]): boolean {
+  const parsed = names.map((n) => parsePartName(n));
+  const count = parsed[0]?.count ?? 0;
+  const ns = new Set(parsed.map((p) => (p?.count === count ? p.n : -1)));
+  return names.length === count && ns.size === count && [...ns].every((n) => n >= 1 && n <= count);
+}

@@ -38,7 +38,16 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   NotRecorded: 'That update is not known on this node. Check the version number and try again.',
   InUse: 'That update is the one the node runs now, so it stays on the node.',
   PartsIncomplete: 'A part of the update is missing from the USB stick, or does not belong to it. Copy all its parts onto the stick again and plug it in again.',
+  PartsMixed: 'A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.',
+  PartCutShort: 'A part of the update on this USB stick is shorter than the others: its copy was cut short. Copy it to the stick again and plug the sticks in again.',
 };
+
+/**
+ * MediaDetected reasons while the parts of a split update are collected from sticks plugged one
+ * after another: the condition's message is the technician's line, as it names the parts
+ * ("Copied parts 1–2 of 5. You may remove this stick. Insert the stick with part 3 of 5.").
+ */
+export const PART_COLLECTING_REASONS: ReadonlySet<string> = new Set(['PartsCopying', 'PartsWaiting']);
 
 /**
  * A load that waits for the cluster before it can check the update (the Ready condition's

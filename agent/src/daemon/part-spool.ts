@@ -1,0 +1,201 @@
+// A split bundle whose parts come on several sticks, plugged one after another: the agent
+// copies the parts each stick holds into a spool under its upgrade directory and loads from
+// there once the spool holds them all. One bundle at a time; whole parts only (temp + rename);
+// a refused stick empties the spool, so nothing of a set that cannot be loaded stays on disk.
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { MAX_PARTS, parsePartName, partName, readHeader, withBundleFile } from '@offline-bundle/format';
+import { filesystemFree, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
+import { formatBytes, type StatusTracker } from '@offline-bundle/status';
+import { AgentError, oneLine } from '../errors.js';
+import type { Logger } from '../log.js';
+import { checkSizes, differentDuplicate, sameCount, stickCount, type KnownPart } from './part-spool-checks.js';
+import { copyPart, hashPart } from './part-spool-copy.js';
+import { copyProgress, showCopying, showWaiting, type SpoolShown } from './part-spool-status.js';
+import { missingParts, numberRanges } from './part-spool-words.js';
+
+/** The spool's directory under the upgrade directory (staging's cleanup leaves it: it holds no bundle.json and is no `.partial`). */
+export const SPOOL_DIR_NAME = 'parts-spool';
+const INDEX = 'spool.json';
+/** Bound on spool.json as read back: one line per part at most. */
+const MAX_INDEX_BYTES = 256 + MAX_PARTS * 512;
+
+/** What the spool holds: one bundle's parts, each with the sha256 it was copied with. */
+interface SpoolIndex {
+  base: string;
+  count: number;
+  parts: Array<{ n: number; name: string; size: number; sha256: string; from: string }>;
+  /** The release part 1's head names, once part 1 is held and its head reads on its own. */
+  release?: string;
+}
+
+/** A stick's parts of one bundle, as the media watcher offers them. */
+export interface PartsOnStick {
+  dir: string;
+  names: readonly string[];
+  media: string;
+}
+
+export type SpoolOutcome = { complete: false; have: number[]; count: number } | { complete: true; file: string };
+
+/** Refusals of the set: the spool is emptied (a stick pulled mid-copy or a stop keeps the whole parts). */
+const DROPS_SPOOL: ReadonlySet<string> = new Set(['PartsMixed', 'PartCutShort', 'PartsIncomplete', 'InsufficientSpace']);
+
+export class PartSpool {
+  readonly dir: string;
+
+  constructor(upgradeDir: string, private readonly reserveBytes: number, private readonly log: Logger) {
+    this.dir = join(upgradeDir, SPOOL_DIR_NAME);
+  }
+
+  /** Whether `file` is a part in the spool: a load of it ends the spool. */
+  holds(file: string): boolean {
+    return dirname(file) === this.dir;
+  }
+
+  async clear(): Promise<void> {
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  /** The index, or undefined when there is none or it does not match the files (then the spool is emptied). */
+  async index(): Promise<SpoolIndex | undefined> {
+    const read = await readSmallFile(join(this.dir, INDEX), MAX_INDEX_BYTES).catch(() => undefined);
+    if (read === undefined) return undefined;
+    try {
+      const idx = JSON.parse(read.bytes.toString()) as SpoolIndex;
+      for (const p of idx.parts) if ((await stat(join(this.dir, p.name))).size !== p.size) throw new Error(`${p.name} is not the size recorded`);
+      return idx;
+    } catch (err) {
+      this.log.warn('parts', `the part spool ${this.dir} does not match its index (${oneLine(err)}): emptied`);
+      await this.clear();
+      return undefined;
+    }
+  }
+
+  /** At start: parts left half-copied by a crash go; what is held is said again, or offered when whole. */
+  async startUp(tracker: StatusTracker): Promise<string | undefined> {
+    const names = await readdir(this.dir).catch(() => [] as string[]);
+    for (const n of names) if (n.startsWith('.')) await rm(join(this.dir, n), { force: true });
+    const idx = await this.index();
+    if (!idx) return undefined;
+    const have = idx.parts.map((p) => p.n);
+    if (have.length === idx.count) return join(this.dir, partName(idx.base, 1, idx.count));
+    showWaiting(tracker, { file: idx.base, media: this.media() }, have, idx.count);
+    return undefined;
+  }
+
+  /** How the status names the spool as the bundle's media. */
+  media(): string {
+    return `parts copied from USB sticks (${this.dir})`;
+  }
+
+  /** Whether `file` is a part of the bundle the spool collects (a whole set of it on one stick makes the spool moot). */
+  async collects(file: string): Promise<boolean> {
+    const base = parsePartName(file)?.base;
+    return base !== undefined && (await this.index())?.base === base;
+  }
+
+  /**
+   * Takes the parts on a stick: checks them against each other and against those held, copies
+   * the ones not held, and says which are still to come. Refusals are AgentErrors (one line).
+   */
+  async collect(stick: PartsOnStick, tracker: StatusTracker, signal?: AbortSignal): Promise<SpoolOutcome> {
+    const base = parsePartName(stick.names[0]!)!.base;
+    let idx = await this.index();
+    if (idx && idx.base !== base) {
+      this.log.warn('parts', `parts of ${base} on ${stick.media}: the parts ${numberRanges(idx.parts.map((p) => p.n))} of ${idx.count} of ${idx.base} copied before are dropped (one bundle is collected at a time)`);
+      await this.clear();
+      idx = undefined;
+    }
+    try {
+      const onStick = await this.survey(stick, base);
+      const count = stickCount(base, onStick);
+      const held = (idx?.parts ?? []).map((p): KnownPart => ({ ...p, count: idx!.count, where: `copied before from ${p.from}` }));
+      sameCount(base, onStick, held);
+      const full = checkSizes(base, count, onStick, held);
+      await this.sameBytes(stick.dir, base, onStick, idx, signal);
+      const todo = onStick.filter((p) => !held.some((h) => h.n === p.n));
+      await this.checkRoom(base, count, full, [...held, ...todo]);
+      idx ??= { base, count, parts: [] };
+      await this.copyAll(stick, todo, idx, tracker, signal);
+    } catch (err) {
+      if (err instanceof AgentError && DROPS_SPOOL.has(err.reason)) await this.clear();
+      throw err;
+    }
+    const have = idx.parts.map((p) => p.n).sort((a, b) => a - b);
+    if (have.length === idx.count) return { complete: true, file: join(this.dir, partName(idx.base, 1, idx.count)) };
+    showWaiting(tracker, { file: join(stick.dir, base), media: stick.media }, have, idx.count);
+    this.log.info('parts', `holding parts ${numberRanges(have)} of ${idx.count} of ${base} in ${this.dir}: waiting for the stick with ${numberRanges(missingParts(have, idx.count))}`);
+    return { complete: false, have, count: idx.count };
+  }
+
+  /** The stick's parts, each stat'd: a part that is not a regular file is no part. */
+  private async survey(stick: PartsOnStick, base: string): Promise<KnownPart[]> {
+    const out: KnownPart[] = [];
+    for (const name of stick.names) {
+      const p = parsePartName(name);
+      if (!p || p.base !== base) continue;
+      const st = await stat(join(stick.dir, name)).catch((err: Error) => { throw new AgentError('MediaRemoved', `cannot read ${join(stick.dir, name)} (${oneLine(err)}): was the USB stick removed? Plug it in again`); });
+      if (st.isFile()) out.push({ name, n: p.n, count: p.count, size: st.size, where: 'this stick' });
+    }
+    if (out.length === 0) throw new AgentError('MediaRemoved', `the parts of ${base} are gone from ${stick.dir}: was the USB stick removed? Plug it in again`);
+    return out.sort((a, b) => a.n - b.n);
+  }
+
+  /** A part on the stick that is held already must be the same bytes (same size was checked). */
+  private async sameBytes(dir: string, base: string, onStick: readonly KnownPart[], idx: SpoolIndex | undefined, signal?: AbortSignal): Promise<void> {
+    for (const s of onStick) {
+      const h = idx?.parts.find((p) => p.n === s.n);
+      if (!h) continue;
+      const src = join(dir, s.name);
+      const sha = await hashPart({ src, size: s.size, label: `part ${s.n} of ${s.count}`, ...(signal ? { signal } : {}) });
+      if (sha === h.sha256) continue;
+      const theirs = s.n === 1 ? await releaseOf(src) : undefined;
+      throw differentDuplicate(base, s, theirs && idx?.release ? `release ${theirs} on this stick, ${idx.release} copied before` : 'other bytes');
+    }
+  }
+
+  /** Room for the whole bundle (the parts' sizes: split size × count at most) plus the reserve, less what is held. */
+  private async checkRoom(base: string, count: number, full: number | undefined, known: readonly KnownPart[]): Promise<void> {
+    const last = known.find((p) => p.n === count)?.size;
+    const each = full ?? Math.max(...known.map((p) => p.size));
+    const bundle = each * (count - 1) + (last ?? each);
+    const heldBytes = await this.heldBytes();
+    const need = bundle - heldBytes + this.reserveBytes;
+    const { free } = await filesystemFree(this.dir);
+    if (free >= need) return;
+    throw new AgentError('InsufficientSpace', `not enough disk space to collect the ${count} parts of ${base}: they need about ${formatBytes(bundle)} (${formatBytes(bundle - heldBytes)} still to copy) plus a ${formatBytes(this.reserveBytes)} reserve in ${this.dir}, which has ${formatBytes(free)} free; free ${formatBytes(need - free)} and plug the stick in again`);
+  }
+
+  private async heldBytes(): Promise<number> {
+    return ((await this.index())?.parts ?? []).reduce((s, p) => s + p.size, 0);
+  }
+
+  /** Copies the parts in turn, the index rewritten after each: a part is held once it is renamed into place and listed. */
+  private async copyAll(stick: PartsOnStick, todo: readonly KnownPart[], idx: SpoolIndex, tracker: StatusTracker, signal?: AbortSignal): Promise<void> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const total = todo.reduce((s, p) => s + p.size, 0);
+    const shown: SpoolShown = { file: join(stick.dir, idx.base), media: stick.media };
+    const progress = copyProgress(tracker);
+    let before = 0;
+    for (const p of todo) {
+      showCopying(tracker, shown, p.n, idx.count, { done: before, total });
+      const label = `part ${p.n} of ${idx.count}`;
+      const dest = join(this.dir, partName(idx.base, p.n, idx.count));
+      const sha256 = await copyPart({ src: join(stick.dir, p.name), size: p.size, label, progress: (b) => progress(before + b, total), ...(signal ? { signal } : {}) }, dest);
+      idx.parts.push({ n: p.n, name: partName(idx.base, p.n, idx.count), size: p.size, sha256, from: stick.media });
+      if (p.n === 1) {
+        const release = await releaseOf(dest);
+        if (release) idx.release = release;
+      }
+      await writeFileAtomic(join(this.dir, INDEX), JSON.stringify(idx, null, 2) + '\n', 0o600);
+      before += p.size;
+      this.log.info('parts', `copied ${label} of ${idx.base} from ${stick.media} into ${this.dir}`);
+    }
+  }
+}
+
+/** The release part 1's head names, when the head is whole in part 1 (a part smaller than the head is not). */
+async function releaseOf(part1: string): Promise<string | undefined> {
+  return withBundleFile(part1, async (source) => (await readHeader(source)).manifest.release.version).catch(() => undefined);
+}
