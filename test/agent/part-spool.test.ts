@@ -1,0 +1,172 @@
+// The part spool (agent/src/daemon/part-spool.ts) with real directories as the sticks: parts
+// of one split bundle taken from sticks one after another add up to the bundle byte for byte;
+// a stick whose parts cannot belong to the set held (another split, another bundle of the same
+// name, a part cut short, no room) is refused in one line naming the part, and the spool is
+// left empty; a copy that breaks off leaves no half-written part.
+import t from 'tap';
+import { access, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { createLogger } from '@offline-bundle/agent';
+import { PartsSource, partName, verifyBundle } from '@offline-bundle/format';
+import { emptyStatus, StatusTracker, technicianLine } from '@offline-bundle/status';
+import { makeBundle, tmpdir } from '../format/craft.js';
+
+const { PartSpool } = await import('../../agent/dist/daemon/part-spool.js');
+const { copyPart } = await import('../../agent/dist/daemon/part-spool-copy.js');
+
+const SIZE = 10_000;
+
+async function setup(t: any, opts: { reserve?: number } = {}) {
+  const root = await tmpdir(t, 'ob-spool-');
+  const made = await makeBundle(t, { layerSizes: [25_000, 9_000] });
+  const bytes = await readFile(made.path);
+  const count = Math.ceil(bytes.length / SIZE);
+  const lines: string[] = [];
+  const log = createLogger(new Writable({ write: (c, _e, cb) => { lines.push(String(c)); cb(); } }));
+  const spool = new PartSpool(join(root, 'upgrade'), opts.reserve ?? 0, log);
+  const tracker = new StatusTracker(emptyStatus('n'));
+  let sticks = 0;
+  /** A "stick": a directory holding the given parts (1-based), `edit` changing a part's bytes. */
+  const stick = async (ns: number[], edit: (n: number, b: Buffer) => Buffer = (_n, b) => b, of = count) => {
+    const dir = join(root, `stick-${++sticks}`);
+    await mkdir(dir);
+    const names: string[] = [];
+    for (const n of ns) {
+      const name = partName('u.bundle', n, of);
+      await writeFile(join(dir, name), edit(n, Buffer.from(bytes.subarray((n - 1) * SIZE, n * SIZE))));
+      names.push(name);
+    }
+    return { dir, names, media: `USB stick S${sticks} (${dir})` };
+  };
+  const spoolFiles = async () => (await readdir(spool.dir).catch(() => [] as string[])).sort();
+  return { root, made, bytes, count, spool, tracker, stick, lines, spoolFiles };
+}
+
+t.test('two sticks one after another: the spool holds the bundle; the technician is told which part comes next', async (t) => {
+  const s = await setup(t);
+  t.ok(s.count >= 4, `${s.count} parts`);
+  const first = await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  t.same(first, { complete: false, have: [1, 2], count: s.count });
+  const line = technicianLine(s.tracker.current);
+  t.equal(line, `Copied parts 1–2 of ${s.count}. You may remove this stick. Insert the stick with parts 3–${s.count} of ${s.count}.`);
+  t.equal(s.tracker.current.conditions.find((c) => c.type === 'MediaDetected')?.reason, 'PartsWaiting');
+  // the second stick also holds part 2, the same bytes: taken as it is
+  const rest = Array.from({ length: s.count - 2 }, (_, i) => i + 3);
+  const second = await s.spool.collect(await s.stick([2, ...rest]), s.tracker);
+  t.equal(second.complete, true);
+  const source = await PartsSource.open(second.file);
+  t.teardown(() => source.close());
+  t.equal(source.size, s.bytes.length, 'the parts add up to the bundle');
+  t.same(Buffer.concat(await Promise.all((await s.spoolFiles()).filter((n) => n.includes('.part-')).map((n) => readFile(join(s.spool.dir, n))))), s.bytes, 'byte for byte');
+  const verified = await verifyBundle(source, { trust: s.made.trust });
+  t.equal(verified.manifest.release.version, s.made.written.manifest.release.version, 'and verifies as the bundle');
+  t.notOk((await s.spoolFiles()).some((n) => n.startsWith('.')), 'no temporary file left');
+  await s.spool.clear();
+  t.same(await s.spoolFiles(), [], 'cleared');
+});
+
+t.test('parts before part 1: held by name and count until part 1 comes', async (t) => {
+  const s = await setup(t);
+  const a = await s.spool.collect(await s.stick([s.count]), s.tracker);
+  t.same(a, { complete: false, have: [s.count], count: s.count });
+  t.match(technicianLine(s.tracker.current), new RegExp(`^Copied part ${s.count} of ${s.count}\\. You may remove this stick\\. Insert the stick with parts 1–${s.count - 1} of ${s.count}\\.$`));
+  const b = await s.spool.collect(await s.stick(Array.from({ length: s.count - 1 }, (_, i) => i + 1)), s.tracker);
+  t.equal(b.complete, true);
+});
+
+const refusals: Array<[string, (s: Awaited<ReturnType<typeof setup>>) => Promise<{ dir: string; names: string[]; media: string }>, string, RegExp]> = [
+  ['the same part number with other bytes (another bundle of the same name)', (s) => s.stick([2, 3], (n, b) => (n === 2 ? Buffer.from(b.map((x, i) => (i === 100 ? x ^ 0xff : x))) : b)),
+    'PartsMixed', /^part 2 of \d+ \(u\.bundle\.part-002-of-\d+\) is on this stick and was copied before from another stick, and the two differ \(other bytes\): .*the copied parts were dropped/],
+  ['a part of another split (another count)', (s) => s.stick([3], undefined, s.count + 1),
+    'PartsMixed', /^u\.bundle\.part-003-of-\d+ on this stick says u\.bundle has \d+ parts, the parts 1–2 copied before say \d+: they are of two different splits/],
+  ['a part cut short (not the last)', (s) => s.stick([3], (_n, b) => b.subarray(0, 4000)),
+    'PartCutShort', /^part 3 of \d+ \(u\.bundle\.part-003-of-\d+, this stick\) is 4000 bytes, the other parts 10000: it was cut short; copy it again/],
+  ['a part longer than the others', (s) => s.stick([3], (_n, b) => Buffer.concat([b, Buffer.alloc(10)])),
+    'PartsMixed', /^part 3 of \d+ \(u\.bundle\.part-003-of-\d+, this stick\) is 10010 bytes, longer than the 10000 of the other parts/],
+];
+
+for (const [what, second, reason, message] of refusals) {
+  t.test(`refused: ${what}; the spool is left empty`, async (t) => {
+    const s = await setup(t);
+    await s.spool.collect(await s.stick([1, 2]), s.tracker);
+    t.same((await s.spoolFiles()).filter((n) => n.includes('.part-')).length, 2, 'parts 1 and 2 held');
+    const err = await s.spool.collect(await second(s), s.tracker).then(() => undefined, (e: any) => e);
+    t.ok(err, 'refused');
+    t.equal(err?.reason, reason);
+    t.match(err?.message, message);
+    t.notMatch(err?.message, /\n/, 'one line');
+    t.same(await s.spoolFiles(), [], 'nothing of the set left in the spool');
+  });
+}
+
+t.test('part 1 of another bundle of the same name: told apart by its head', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const other = await makeBundle(t, { layerSizes: [25_000, 9_000] });
+  const otherBytes = await readFile(other.path);
+  const dir = join(s.root, 'other-stick');
+  await mkdir(dir);
+  const name = partName('u.bundle', 1, s.count);
+  await writeFile(join(dir, name), otherBytes.subarray(0, SIZE));
+  const err = await s.spool.collect({ dir, names: [name], media: 'USB stick OTHER' }, s.tracker).then(() => undefined, (e: any) => e);
+  t.equal(err?.reason, 'PartsMixed', err?.message);
+  t.match(err?.message, /^part 1 of \d+ \(u\.bundle\.part-001-of-\d+\) is on this stick and was copied before from another stick, and the two differ/);
+  t.same(await s.spoolFiles(), []);
+});
+
+t.test('no room for the bundle plus the reserve: refused with the numbers, nothing copied', async (t) => {
+  const s = await setup(t, { reserve: 2 ** 50 });
+  const err = await s.spool.collect(await s.stick([1, 2]), s.tracker).then(() => undefined, (e: any) => e);
+  t.equal(err?.reason, 'InsufficientSpace');
+  t.match(err?.message, /^not enough disk space to collect the \d+ parts of u\.bundle: they need about [\d.]+ [kKMG]?B \([\d.]+ [kKMG]?B still to copy\) plus a [\d.]+ [A-Z]+ reserve in \S+parts-spool, which has [\d.]+ [A-Z]+ free; free [\d.]+ [A-Z]+ and plug the stick in again$/);
+  t.same(await s.spoolFiles(), []);
+});
+
+t.test('another bundle\'s parts while one is collected: the newest stick wins, the old parts are dropped', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const dir = join(s.root, 'v-stick');
+  await mkdir(dir);
+  const name = partName('v.bundle', 1, s.count);
+  await writeFile(join(dir, name), s.bytes.subarray(0, SIZE));
+  const r = await s.spool.collect({ dir, names: [name], media: 'USB stick V' }, s.tracker);
+  t.same(r, { complete: false, have: [1], count: s.count });
+  t.same((await s.spoolFiles()).filter((n) => n.includes('.part-')), [name], 'only the new bundle\'s part');
+  t.match(s.lines.join(''), /the parts 1–2 of \d+ of u\.bundle copied before are dropped \(one bundle is collected at a time\)/);
+});
+
+t.test('a part that ends early while copied (the stick pulled): MediaRemoved, no temporary file, the parts held kept', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1]), s.tracker);
+  const st = await s.stick([2]);
+  const dest = join(s.spool.dir, partName('u.bundle', 2, s.count));
+  // the size seen when the stick was looked at, larger than what can now be read
+  const err = await copyPart({ src: join(st.dir, st.names[0]!), size: SIZE + 5000, label: `part 2 of ${s.count}` }, dest).then(() => undefined, (e: any) => e);
+  t.equal(err?.reason, 'MediaRemoved');
+  t.match(err?.message, /could not be read to the end \(10000 bytes read of 15000\) while part 2 of \d+ was copied: was the USB stick removed\? Plug it in again/);
+  t.same((await s.spoolFiles()).filter((n) => n.includes('.part-')), [partName('u.bundle', 1, s.count)], 'part 1 kept, part 2 not there, whole or half');
+  t.notOk((await s.spoolFiles()).some((n) => n.startsWith('.')), 'no temporary file');
+});
+
+t.test('a restart: a half-copied part goes, the parts held are said again', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  await writeFile(join(s.spool.dir, `.${partName('u.bundle', 3, s.count)}.copying`), 'half');
+  const tracker = new StatusTracker(emptyStatus('n'));
+  t.equal(await s.spool.startUp(tracker), undefined, 'not whole: nothing to load');
+  t.notOk((await s.spoolFiles()).some((n) => n.startsWith('.')), 'the half-copied part removed');
+  t.match(technicianLine(tracker.current), new RegExp(`^Copied parts 1–2 of ${s.count}\\. You may remove this stick\\. Insert the stick with parts 3–${s.count}`));
+  await s.spool.collect(await s.stick(Array.from({ length: s.count - 2 }, (_, i) => i + 3)), s.tracker);
+  const whole = await s.spool.startUp(new StatusTracker(emptyStatus('n')));
+  t.equal(whole, join(s.spool.dir, partName('u.bundle', 1, s.count)), 'a whole spool is offered for its load');
+  await access(whole!);
+});
+
+t.test('while copying: the technician line says which part and not to remove the stick', async (t) => {
+  const { showCopying } = await import('../../agent/dist/daemon/part-spool-status.js');
+  const tracker = new StatusTracker(emptyStatus('n'));
+  showCopying(tracker, { file: '/media/usb/u.bundle', media: 'USB stick S' }, 2, 5, { done: 0, total: 10 });
+  t.equal(technicianLine(tracker.current), 'Copying part 2 of 5 — do not remove this stick yet.');
+  t.equal(tracker.current.phase, 'Staging');
+});
