@@ -170,3 +170,35 @@ t.test('while copying: the technician line says which part and not to remove the
   t.equal(technicianLine(tracker.current), 'Copying part 2 of 5 — do not remove this stick yet.');
   t.equal(tracker.current.phase, 'Staging');
 });
+
+t.test('a set saying more than 999 parts is refused before a byte is copied', async (t) => {
+  const s = await setup(t);
+  const dir = join(s.root, 'big-stick');
+  await mkdir(dir);
+  const name = partName('u.bundle', 1, 1000);
+  await writeFile(join(dir, name), s.bytes.subarray(0, SIZE));
+  const err = await s.spool.collect({ dir, names: [name], media: 'USB stick BIG' }, s.tracker).then(() => undefined, (e: any) => e);
+  t.equal(err?.reason, 'PartsIncomplete');
+  t.match(err?.message, /says u\.bundle has 1000 parts, more than the 999 a bundle may be split into/);
+  t.same(await s.spoolFiles(), []);
+});
+
+t.test('the media watcher: on a stick, a set with parts missing is offered as partial, its head unread', async (t) => {
+  const { MediaWatcher } = await import('@offline-bundle/agent');
+  const s = await setup(t);
+  const media = join(s.root, 'media');
+  const usb = join(media, 'usb');
+  await mkdir(usb, { recursive: true });
+  const mountinfo = join(s.root, 'mountinfo');
+  await writeFile(mountinfo, `36 35 7:0 / ${usb} rw,relatime shared:1 - ext4 /dev/loop0 rw\n`);
+  const log = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
+  const w = new MediaWatcher({ roots: [media], watchDirs: [], pollSeconds: 3600, log, mountinfo, quietSeconds: 0 });
+  const found: any[] = [];
+  w.on('bundle', (b) => found.push(b));
+  const names = [2, 3].map((n) => partName('u.bundle', n, s.count));
+  for (const [i, n] of [2, 3].entries()) await writeFile(join(usb, names[i]!), s.bytes.subarray((n - 1) * SIZE, n * SIZE));
+  for (let i = 0; i < 3; i++) await w.scan();
+  t.equal(found.length, 1, 'offered once');
+  t.same(found[0].partial, { dir: usb, names }, 'as partial, with its part names');
+  t.equal(w.work.heads, 0, 'no head read (part 1 is on another stick)');
+});
