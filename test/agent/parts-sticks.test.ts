@@ -5,12 +5,12 @@
 // unmounted and mounted at the same mount point as a technician swaps them.
 import t from 'tap';
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFile, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AGENT, BUNDLE, canLoopMount, containerdNode, makeBundle, run } from './fixtures.js';
 
-/** A stick image holding `files` (copied from `from`), labelled `label`, not mounted. */
+/** An empty ext4 stick image labelled `label`, not mounted. */
 function stickImage(dir: string, label: string): string {
   const img = join(dir, `${label}.img`);
   execFileSync('truncate', ['-s', '32M', img]);
