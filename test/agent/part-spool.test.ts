@@ -202,3 +202,23 @@ t.test('the media watcher: on a stick, a set with parts missing is offered as pa
   t.same(found[0].partial, { dir: usb, names }, 'as partial, with its part names');
   t.equal(w.work.heads, 0, 'no head read (part 1 is on another stick)');
 });
+
+t.test('the other parts of another bundle of the same name and split size: named once the set is whole, and the spool emptied', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  // another bundle, laid out otherwise (other layer sizes), in as many parts of the same size
+  const other = await makeBundle(t, { layerSizes: [24_300, 9_000] });
+  const otherBytes = await readFile(other.path);
+  t.equal(Math.ceil(otherBytes.length / SIZE), s.count, 'as many parts');
+  const dir = join(s.root, 'other-rest');
+  await mkdir(dir);
+  const names: string[] = [];
+  for (let n = 3; n <= s.count; n++) {
+    names.push(partName('u.bundle', n, s.count));
+    await writeFile(join(dir, names.at(-1)!), otherBytes.subarray((n - 1) * SIZE, n * SIZE));
+  }
+  const err = await s.spool.collect({ dir, names, media: 'USB stick OTHER' }, s.tracker).then(() => undefined, (e: any) => e);
+  t.equal(err?.reason, 'PartsMixed', err?.message);
+  t.match(err?.message, new RegExp(`^part \\d of ${s.count} of u\\.bundle does not fit the others \\(no zstd frame at byte \\d+ of the bundle, where the seek table says one starts\\): one of it and part ${s.count} \\(whose end lists the bundle's frames\\) is from another bundle of the same name`));
+  t.same(await s.spoolFiles(), [], 'nothing left');
+});

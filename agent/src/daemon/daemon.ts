@@ -7,6 +7,7 @@ import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
+import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
 import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
 import { restoreVanishedImages } from '../releases/restore.js';
@@ -307,7 +308,13 @@ async function collectParts(d: Daemon, next: FoundBundle & { partial: { dir: str
     return undefined;
   });
   if (!outcome?.complete) return;
-  await loadFound(d, { file: outcome.file, key: (await keyOf(outcome.file)) ?? outcome.file, media: d.spool.media() }, before, queue);
+  await loadFound(d, await spoolFound(d.spool, outcome.file), before, queue);
+}
+
+/** The spool's whole set as the watcher would offer it: with its release, so a forgotten one is refused as from a stick. */
+async function spoolFound(spool: PartSpool, file: string): Promise<FoundBundle> {
+  const head = await inspectHead(file).catch(() => undefined);
+  return { file, key: (await keyOf(file)) ?? file, media: spool.media(), ...(head?.kind === 'bundle' ? { release: { version: head.version, arch: head.arch } } : {}) };
 }
 
 /**
@@ -330,7 +337,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   watcher.on('bundle', (b) => queue.offer(b));
   // a spool left whole by a stop before its load: loaded now
   const spooled = await spool.startUp(tracker).catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
-  if (spooled) queue.offer({ file: spooled, key: (await keyOf(spooled)) ?? spooled, media: spool.media() });
+  if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });

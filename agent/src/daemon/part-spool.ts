@@ -11,6 +11,7 @@ import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSizes, differentDuplicate, sameCount, stickCount, type KnownPart } from './part-spool-checks.js';
 import { copyPart, hashPart } from './part-spool-copy.js';
+import { checkFramesFit } from './part-spool-fit.js';
 import { copyProgress, showCopying, showWaiting, type SpoolShown } from './part-spool-status.js';
 import { missingParts, numberRanges } from './part-spool-words.js';
 
@@ -123,10 +124,23 @@ export class PartSpool {
       throw err;
     }
     const have = idx.parts.map((p) => p.n).sort((a, b) => a - b);
-    if (have.length === idx.count) return { complete: true, file: join(this.dir, partName(idx.base, 1, idx.count)) };
+    if (have.length === idx.count) return { complete: true, file: await this.fits(idx) };
     showWaiting(tracker, { file: join(stick.dir, base), media: stick.media }, have, idx.count);
     this.log.info('parts', `holding parts ${numberRanges(have)} of ${idx.count} of ${base} in ${this.dir}: waiting for the stick with ${numberRanges(missingParts(have, idx.count))}`);
     return { complete: false, have, count: idx.count };
+  }
+
+  /** The whole spool's part 1, once its parts are seen to be of one bundle (part-spool-fit.ts); else refused, and emptied. */
+  private async fits(idx: SpoolIndex): Promise<string> {
+    const file = join(this.dir, partName(idx.base, 1, idx.count));
+    const splitSize = idx.count > 1 ? idx.parts.find((p) => p.n === 1)!.size : Number.MAX_SAFE_INTEGER;
+    try {
+      await checkFramesFit(file, idx.base, idx.count, splitSize);
+    } catch (err) {
+      await this.clear();
+      throw err;
+    }
+    return file;
   }
 
   /** The stick's parts, each stat'd: a part that is not a regular file is no part. */
