@@ -222,3 +222,17 @@ t.test('the other parts of another bundle of the same name and split size: named
   t.match(err?.message, new RegExp(`^part \\d of ${s.count} of u\\.bundle does not fit the others \\(no zstd frame at byte \\d+ of the bundle, where the seek table says one starts\\): one of it and part ${s.count} \\(whose end lists the bundle's frames\\) is from another bundle of the same name`));
   t.same(await s.spoolFiles(), [], 'nothing left');
 });
+
+t.test('a refusal on the status: Failed with the reason, the technician told what to do', async (t) => {
+  const { showRefusal } = await import('../../agent/dist/daemon/part-spool-status.js');
+  const { AgentError } = await import('@offline-bundle/agent');
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const err = await s.spool.collect(await s.stick([3], undefined, s.count + 1), s.tracker).then(() => undefined, (e: any) => e);
+  t.ok(err instanceof AgentError);
+  showRefusal(s.tracker, createLogger(new Writable({ write: (_c, _e, cb) => cb() })), { file: '/media/usb/u.bundle.part-003-of-009', media: 'USB stick S2' }, err);
+  const st = s.tracker.current;
+  t.equal(st.phase, 'Failed');
+  t.match(st.conditions.find((c) => c.type === 'Failed'), { reason: 'PartsMixed', message: err.message });
+  t.equal(st.message, 'Failed: A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.');
+});

@@ -1,11 +1,12 @@
 // A split bundle on two sticks plugged one after another, with a real containerd: the daemon
 // copies the first stick's parts into its part spool and tells the technician to remove it and
 // which part to bring; the second stick completes the set, which is loaded from the spool as
-// from one stick, and the spool is gone after. The sticks are loop-mounted ext4 filesystems,
-// unmounted and mounted at the same mount point as a technician swaps them.
+// from one stick, and the spool is gone after; a third stick with a part cut short is refused
+// in one line, nothing held. The sticks are loop-mounted ext4 filesystems, unmounted and
+// mounted at the same mount point as a technician swaps them.
 import t from 'tap';
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFile, mkdir, readdir, readFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AGENT, BUNDLE, canLoopMount, containerdNode, makeBundle, run } from './fixtures.js';
@@ -82,4 +83,18 @@ t.test('parts on two sticks, one after another: loaded as from one stick', { ski
   const listed = JSON.parse((await run(AGENT, ['releases', 'list', '--json', '--config', config])).stdout);
   t.match(listed.releases.find((x: any) => x.version === '1.1.0'), { images: 1, imagesPresent: 1 }, 'its image is in containerd');
   t.same(await readdir(spool).catch(() => []), [], 'the spool is gone after the load');
+
+  // a third stick: part 1 cut short beside part 2; refused in one line, nothing held
+  umount();
+  await sleep(1500);
+  const c = stickImage(dir, 'STICKC');
+  mount(c);
+  await writeFile(join(usb, parts[0]!), (await readFile(join(dir, 'parts', parts[0]!))).subarray(0, 700));
+  await copyFile(join(dir, 'parts', parts[1]!), join(usb, parts[1]!));
+  const failed = await until('the cut part is refused', (s) => s?.phase === 'Failed');
+  const cond = failed.conditions.find((x: any) => x.type === 'Failed');
+  t.equal(cond.reason, 'PartCutShort');
+  t.match(cond.message, new RegExp(`^part 1 of ${n} \\(${parts[0]!.replace(/\./g, '\\.')}, this stick\\) is 700 bytes, the other parts 1500: it was cut short`));
+  t.equal(failed.message, 'Failed: A part of the update on this USB stick is shorter than the others: its copy was cut short. Copy it to the stick again and plug the sticks in again.');
+  t.same(await readdir(spool).catch(() => []), [], 'nothing held after the refusal');
 });
