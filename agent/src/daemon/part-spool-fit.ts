@@ -21,7 +21,7 @@ export async function checkFramesFit(file: string, base: string, count: number, 
   await withBundle(file, async (source) => {
     const index = await readSeekIndex(source).catch((err: Error) => { throw mixed(partOf(source.size - 1), `its seek table does not read: ${err.message}`); });
     // small frames (tar headers, small blobs) lie close together: one read serves many
-    let window = { start: 0, bytes: Buffer.alloc(0) };
+    let window: { start: number; bytes: Buffer } = { start: 0, bytes: Buffer.alloc(0) };
     for (const f of index.frames) {
       const at = f.compressedOffset - window.start;
       if (at < 0 || at + ZSTD_FRAME.length > window.bytes.length) window = { start: f.compressedOffset, bytes: await source.read(f.compressedOffset, WINDOW_BYTES) };

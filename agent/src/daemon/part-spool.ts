@@ -3,7 +3,7 @@
 // there once the spool holds them all. One bundle at a time; whole parts only (temp + rename);
 // a refused stick empties the spool, so nothing of a set that cannot be loaded stays on disk.
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { MAX_PARTS, parsePartName, partName, readHeader, withBundleFile } from '@offline-bundle/format';
 import { filesystemFree, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { formatBytes, type StatusTracker } from '@offline-bundle/status';
@@ -64,7 +64,11 @@ export class PartSpool {
     if (read === undefined) return undefined;
     try {
       const idx = JSON.parse(read.bytes.toString()) as SpoolIndex;
-      for (const p of idx.parts) if ((await stat(join(this.dir, p.name))).size !== p.size) throw new Error(`${p.name} is not the size recorded`);
+      for (const p of idx.parts) {
+        // only part names of its own bundle, in the spool itself
+        if (basename(p.name) !== p.name || parsePartName(p.name)?.base !== idx.base) throw new Error(`${String(p.name)} is not a part of ${idx.base}`);
+        if ((await stat(join(this.dir, p.name))).size !== p.size) throw new Error(`${p.name} is not the size recorded`);
+      }
       return idx;
     } catch (err) {
       this.log.warn('parts', `the part spool ${this.dir} does not match its index (${oneLine(err)}): emptied`);
