@@ -4,7 +4,8 @@
 // name, a part cut short, no room) is refused in one line naming the part, and the spool is
 // left empty; a copy that breaks off leaves no half-written part.
 import t from 'tap';
-import { access, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { access, mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { createLogger } from '@offline-bundle/agent';
@@ -14,17 +15,19 @@ import { makeBundle, tmpdir } from '../format/craft.js';
 
 const { PartSpool } = await import('../../agent/dist/daemon/part-spool.js');
 const { copyPart } = await import('../../agent/dist/daemon/part-spool-copy.js');
+const { loadEndsSpool } = await import('../../agent/dist/daemon/part-spool.js');
+const { lookAtPartSet } = await import('../../agent/dist/daemon/part-sets.js');
 
 const SIZE = 10_000;
 
-async function setup(t: any, opts: { reserve?: number } = {}) {
+async function setup(t: any, opts: { reserve?: number; upgrade?: string; imageStore?: string } = {}) {
   const root = await tmpdir(t, 'ob-spool-');
   const made = await makeBundle(t, { layerSizes: [25_000, 9_000] });
   const bytes = await readFile(made.path);
   const count = Math.ceil(bytes.length / SIZE);
   const lines: string[] = [];
   const log = createLogger(new Writable({ write: (c, _e, cb) => { lines.push(String(c)); cb(); } }));
-  const spool = new PartSpool(join(root, 'upgrade'), opts.reserve ?? 0, log);
+  const spool = new PartSpool(opts.upgrade ?? join(root, 'upgrade'), opts.reserve ?? 0, log, opts.imageStore);
   const tracker = new StatusTracker(emptyStatus('n'));
   let sticks = 0;
   /** A "stick": a directory holding the given parts (1-based), `edit` changing a part's bytes. */
@@ -49,7 +52,7 @@ t.test('two sticks one after another: the spool holds the bundle; the technician
   const first = await s.spool.collect(await s.stick([1, 2]), s.tracker);
   t.same(first, { complete: false, have: [1, 2], count: s.count });
   const line = technicianLine(s.tracker.current);
-  t.equal(line, `Copied parts 1–2 of ${s.count}. You may remove this stick. Insert the stick with parts 3–${s.count} of ${s.count}.`);
+  t.equal(line, `Copied parts 1–2 of ${s.count} of u.bundle. You may remove this stick. Insert the stick with parts 3–${s.count} of ${s.count} of u.bundle.`);
   t.equal(s.tracker.current.conditions.find((c) => c.type === 'MediaDetected')?.reason, 'PartsWaiting');
   // the second stick also holds part 2, the same bytes: taken as it is
   const rest = Array.from({ length: s.count - 2 }, (_, i) => i + 3);
@@ -70,7 +73,7 @@ t.test('parts before part 1: held by name and count until part 1 comes', async (
   const s = await setup(t);
   const a = await s.spool.collect(await s.stick([s.count]), s.tracker);
   t.same(a, { complete: false, have: [s.count], count: s.count });
-  t.match(technicianLine(s.tracker.current), new RegExp(`^Copied part ${s.count} of ${s.count}\\. You may remove this stick\\. Insert the stick with parts 1–${s.count - 1} of ${s.count}\\.$`));
+  t.match(technicianLine(s.tracker.current), new RegExp(`^Copied part ${s.count} of ${s.count} of u\\.bundle\\. You may remove this stick\\. Insert the stick with parts 1–${s.count - 1} of ${s.count} of u\\.bundle\\.$`));
   const b = await s.spool.collect(await s.stick(Array.from({ length: s.count - 1 }, (_, i) => i + 1)), s.tracker);
   t.equal(b.complete, true);
 });
@@ -156,7 +159,7 @@ t.test('a restart: a half-copied part goes, the parts held are said again', asyn
   const tracker = new StatusTracker(emptyStatus('n'));
   t.equal(await s.spool.startUp(tracker), undefined, 'not whole: nothing to load');
   t.notOk((await s.spoolFiles()).some((n) => n.startsWith('.')), 'the half-copied part removed');
-  t.match(technicianLine(tracker.current), new RegExp(`^Copied parts 1–2 of ${s.count}\\. You may remove this stick\\. Insert the stick with parts 3–${s.count}`));
+  t.match(technicianLine(tracker.current), new RegExp(`^Copied parts 1–2 of ${s.count} of u\\.bundle\\. You may remove this stick\\. Insert the stick with parts 3–${s.count}`));
   await s.spool.collect(await s.stick(Array.from({ length: s.count - 2 }, (_, i) => i + 3)), s.tracker);
   const whole = await s.spool.startUp(new StatusTracker(emptyStatus('n')));
   t.equal(whole, join(s.spool.dir, partName('u.bundle', 1, s.count)), 'a whole spool is offered for its load');
@@ -166,8 +169,8 @@ t.test('a restart: a half-copied part goes, the parts held are said again', asyn
 t.test('while copying: the technician line says which part and not to remove the stick', async (t) => {
   const { showCopying } = await import('../../agent/dist/daemon/part-spool-status.js');
   const tracker = new StatusTracker(emptyStatus('n'));
-  showCopying(tracker, { file: '/media/usb/u.bundle', media: 'USB stick S' }, 2, 5, { done: 0, total: 10 });
-  t.equal(technicianLine(tracker.current), 'Copying part 2 of 5 — do not remove this stick yet.');
+  showCopying(tracker, { file: '/media/usb/u.bundle', media: 'USB stick S' }, 2, 5, { done: 0, total: 10 }, 'u.bundle');
+  t.equal(technicianLine(tracker.current), 'Copying part 2 of 5 of u.bundle — do not remove this stick yet.');
   t.equal(tracker.current.phase, 'Staging');
 });
 
@@ -235,4 +238,172 @@ t.test('a refusal on the status: Failed with the reason, the technician told wha
   t.equal(st.phase, 'Failed');
   t.match(st.conditions.find((c) => c.type === 'Failed'), { reason: 'PartsMixed', message: err.message });
   t.equal(st.message, 'Failed: A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.');
+});
+
+const rest = (from: number, count: number) => Array.from({ length: count - from + 1 }, (_, i) => i + from);
+const refusal = (p: Promise<unknown>) => p.then(() => undefined, (e: any) => e);
+
+t.test('a load of the spool stopped (SIGTERM) or failing to read the disk keeps the parts; a verdict ends them; a restart offers them', async (t) => {
+  const { AgentError } = await import('@offline-bundle/agent');
+  const s = await setup(t);
+  await s.spool.collect(await s.stick(rest(1, s.count)), s.tracker);
+  const stopped = new AgentError('Interrupted', 'the agent stopped');
+  t.equal(loadEndsSpool(stopped, true), false, 'stopped mid-load: kept');
+  t.equal(loadEndsSpool(Object.assign(new Error('aborted'), { name: 'AbortError' }), false), false, 'an abort: kept');
+  t.equal(loadEndsSpool(Object.assign(new Error('EIO'), { code: 'IO_ERROR' }), false), false, 'the disk failing under the read: kept');
+  t.equal(loadEndsSpool(new AgentError('Busy', 'another load'), false), false, 'tried again later: kept');
+  t.equal(loadEndsSpool(new AgentError('BadSignature', 'bad'), false), true, 'refused: ended');
+  t.equal(loadEndsSpool(undefined, false), true, 'loaded: ended');
+  const again = await new PartSpool(s.spool.dir.replace(/\/parts-spool$/, ''), 0, createLogger(new Writable({ write: (_c, _e, cb) => cb() }))).startUp(new StatusTracker(emptyStatus('n')));
+  t.equal(again, join(s.spool.dir, partName('u.bundle', 1, s.count)), 'the restart offers the spool whole');
+});
+
+t.test('a part held already, read again from the new stick: "Checking part N" shown, never "You may remove this stick" meanwhile', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const seen: string[] = [];
+  s.tracker.onChange((st) => seen.push(technicianLine(st)));
+  const r = await s.spool.collect(await s.stick([2, 3]), s.tracker);
+  t.same(r, { complete: false, have: [1, 2, 3], count: s.count });
+  const first = seen.findIndex((l) => l.startsWith('Checking'));
+  t.equal(seen[first], `Checking part 2 of ${s.count} of u.bundle — do not remove this stick yet.`);
+  t.notOk(seen.slice(0, -1).some((l) => /You may remove/.test(l)), `no "may remove" before the copy ended: ${JSON.stringify(seen)}`);
+  t.equal(s.tracker.current.phase, 'Idle');
+});
+
+t.test('no room for the parts and the images when the image store shares the spool\'s filesystem (a private tmpfs): refused with the numbers', { skip: process.getuid?.() !== 0 && 'needs root to mount a tmpfs' }, async (t) => {
+  const { filesystemFree } = await import('@offline-bundle/host');
+  const base = await tmpdir(t, 'ob-spool-fs-');
+  const fs = join(base, 'fs');
+  await mkdir(fs);
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=8m', 'tmpfs', fs]);
+  t.teardown(() => { try { execFileSync('umount', [fs]); } catch { /* gone */ } });
+  const probe = await setup(t);
+  const images = probe.made.written.manifest.totals.imageStoreBytes;
+  t.ok(images > 0, `${images} bytes of images`);
+  const free = (await filesystemFree(fs)).free;
+  // room for the parts and the reserve, not for the images too
+  // (parts 1 and 2 alone: the bundle is counted as split size × count)
+  const reserve = free - SIZE * probe.count - Math.floor(images / 2);
+  await mkdir(join(fs, 'store'));
+  const s = await setup(t, { upgrade: join(fs, 'upgrade'), reserve, imageStore: join(fs, 'store') });
+  const err = await refusal(s.spool.collect(await s.stick([1, 2]), s.tracker));
+  t.equal(err?.reason, 'InsufficientSpace', err?.message);
+  t.match(err?.message, /^not enough disk space to collect the \d+ parts of u\.bundle: they need about [\d.]+ [kKMG]?B \([\d.]+ [kKMG]?B still to copy\) plus [\d.]+ [kKMG]?B for the update's images in \S+store on the same disk, plus a [\d.]+ [kKMG]?B reserve in \S+parts-spool, which has [\d.]+ [kKMG]?B free; free [\d.]+ [kKMG]?B and plug the stick in again$/);
+  t.same(await s.spoolFiles(), []);
+  // the image store on another filesystem: the parts alone fit
+  const other = new PartSpool(join(fs, 'upgrade'), reserve, createLogger(new Writable({ write: (_c, _e, cb) => cb() })), base);
+  t.same(await other.collect(await s.stick([1, 2]), s.tracker), { complete: false, have: [1, 2], count: s.count });
+});
+
+t.test('a restart after Ready keeps Ready: the parts held are said beside it', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const ready = { ...emptyStatus('n'), phase: 'Ready' as const, bundle: { file: '/media/usb/y.bundle', media: 'USB stick Y', version: '9.9.9' },
+    conditions: [{ type: 'Ready', status: 'True' as const, reason: 'Loaded', message: 'update 9.9.9 loaded', lastTransitionTime: new Date().toISOString() }] };
+  const tracker = new StatusTracker(ready);
+  t.equal(await s.spool.startUp(tracker), undefined);
+  t.equal(tracker.current.phase, 'Ready', 'not demoted to Idle');
+  t.match(tracker.current.conditions.find((c) => c.type === 'Ready'), { status: 'True', reason: 'Loaded' });
+  t.match(tracker.current.conditions.find((c) => c.type === 'MediaDetected'), { reason: 'PartsWaiting', message: /^Copied parts 1–2 of \d+ of u\.bundle\./ });
+  t.match(technicianLine(tracker.current), /^Done: update 9\.9\.9 is loaded on this node\./);
+});
+
+t.test('a stray part file of another name never drops the parts held', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const held = (await s.spoolFiles()).filter((n) => n.includes('.part-'));
+  // a stick with the next parts and a leftover part of an old bundle
+  const b = await s.stick(rest(3, s.count - 1));
+  await writeFile(join(b.dir, partName('old.bundle', 2, 3)), Buffer.alloc(4096, 2));
+  const stray = await s.spool.collect({ dir: b.dir, names: [partName('old.bundle', 2, 3)], media: b.media }, s.tracker);
+  t.same(stray, { complete: false, have: [1, 2], count: s.count }, 'ignored beside the parts of the bundle held');
+  t.same((await s.spoolFiles()).filter((n) => n.includes('.part-')), held, 'kept');
+  const r = await s.spool.collect(b, s.tracker);
+  t.same(r, { complete: false, have: rest(1, s.count - 1), count: s.count });
+  t.equal(technicianLine(s.tracker.current), `Copied parts 1–${s.count - 1} of ${s.count} of u.bundle. You may remove this stick. Insert the stick with part ${s.count} of ${s.count} of u.bundle.`);
+  // a stick with only a leftover (no part 1 whose head reads): refused, the parts held kept
+  const d = join(s.root, 'leftover');
+  await mkdir(d);
+  await writeFile(join(d, partName('old.bundle', 2, 3)), Buffer.alloc(4096, 2));
+  const err = await refusal(s.spool.collect({ dir: d, names: [partName('old.bundle', 2, 3)], media: 'USB stick OLD' }, s.tracker));
+  t.equal(err?.reason, 'PartsOtherBundle');
+  t.equal(err?.message, `USB stick OLD holds part 2 of 3 of old.bundle, not of u.bundle, whose parts 1–${s.count - 1} of ${s.count} of u.bundle are held: nothing was copied, the parts held are kept; plug in the stick with parts ${s.count} of ${s.count} of u.bundle (to collect old.bundle instead, start with the stick holding its part 1)`);
+  t.equal((await s.spoolFiles()).filter((n) => n.includes('.part-')).length, s.count - 1, 'kept');
+});
+
+t.test('spool.json over its bound, or missing beside parts: the spool is emptied, no part left orphaned', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  await writeFile(join(s.spool.dir, 'spool.json'), Buffer.alloc(1024 + 1024 * 999 + 1, 0x20));
+  t.equal(await s.spool.index(), undefined);
+  t.same(await s.spoolFiles(), [], 'emptied');
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const { rm } = await import('node:fs/promises');
+  await rm(join(s.spool.dir, 'spool.json'));
+  t.equal(await s.spool.index(), undefined);
+  t.same(await s.spoolFiles(), [], 'emptied');
+});
+
+t.test('part names over 200 bytes or with control characters: refused in one line, by the spool and the watcher; the parts held kept', async (t) => {
+  const { MediaWatcher } = await import('@offline-bundle/agent');
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  for (const base of ['\u0001'.repeat(20) + '.bundle', 'x'.repeat(190) + '.bundle']) {
+    const d = join(s.root, `bad-${base.length}`);
+    await mkdir(d);
+    const name = partName(base, 3, s.count);
+    await writeFile(join(d, name), s.bytes.subarray(2 * SIZE, 3 * SIZE));
+    const err = await refusal(s.spool.collect({ dir: d, names: [name], media: 'USB stick BAD' }, s.tracker));
+    t.equal(err?.reason, 'PartsIncomplete');
+    t.match(err?.message, /on USB stick BAD is refused: its name (is \d+ bytes, more than the 200|holds control characters)/);
+    t.notMatch(err?.message, /[\n\u0001]/, 'one line, no control character');
+  }
+  t.equal((await s.spoolFiles()).filter((n) => n.includes('.part-')).length, 2, 'kept');
+  const media = join(s.root, 'media');
+  const usb = join(media, 'usb');
+  await mkdir(usb, { recursive: true });
+  const mountinfo = join(s.root, 'mountinfo');
+  await writeFile(mountinfo, `36 35 7:0 / ${usb} rw,relatime shared:1 - ext4 /dev/loop0 rw\n`);
+  const lines: string[] = [];
+  const w = new MediaWatcher({ roots: [media], watchDirs: [], pollSeconds: 3600, log: createLogger(new Writable({ write: (c, _e, cb) => { lines.push(String(c)); cb(); } })), mountinfo, quietSeconds: 0 });
+  const found: any[] = [];
+  w.on('bundle', (b) => found.push(b));
+  await writeFile(join(usb, partName('\u0001.bundle', 1, 2)), 'x');
+  for (let i = 0; i < 3; i++) await w.scan();
+  t.equal(found.length, 0, 'not offered');
+  t.equal(lines.filter((l) => /part file\(s\) ignored, e\.g\. .*holds control characters/.test(l)).length, 1, 'said once');
+});
+
+t.test('a part whose temporary name is too long for the filesystem: StagingFailed in one line, not a raw ENAMETOOLONG', async (t) => {
+  const s = await setup(t);
+  const st = await s.stick([1]);
+  await mkdir(s.spool.dir, { recursive: true });
+  const err = await refusal(copyPart({ src: join(st.dir, st.names[0]!), size: SIZE, label: 'part 1 of 3' }, join(s.spool.dir, 'y'.repeat(250))));
+  t.equal(err?.reason, 'StagingFailed', err?.message);
+  t.match(err?.message, /^cannot create \S+ to copy part 1 of 3 into: the name is too long for this node's filesystem: rename the bundle to a shorter name, split it again, then plug the stick in again$/);
+});
+
+t.test('a symbolic link as a part: refused by name as not a regular file (not taken for a pulled stick); the parts held kept', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const d = join(s.root, 'link-stick');
+  await mkdir(d);
+  await writeFile(join(s.root, 'secret'), s.bytes.subarray(2 * SIZE, 3 * SIZE));
+  const name = partName('u.bundle', 3, s.count);
+  await symlink(join(s.root, 'secret'), join(d, name));
+  const err = await refusal(s.spool.collect({ dir: d, names: [name], media: 'USB stick L' }, s.tracker));
+  t.equal(err?.reason, 'Corrupt', err?.message);
+  t.equal(err?.message, `${join(d, name)} is not a regular file (a symbolic link or a special file): nothing was copied; copy the part itself onto the stick and plug it in again`);
+  t.equal((await s.spoolFiles()).filter((n) => n.includes('.part-')).length, 2, 'kept');
+  t.same(await lookAtPartSet(d, [name], () => undefined), { notRegular: name }, 'the watcher\'s look names it too');
+});
+
+t.test('a load from the spool: the technician may remove the USB stick, whatever the mode', async (t) => {
+  const s = await setup(t);
+  const at = (phase: string, mode: string) => technicianLine({ ...emptyStatus('n'), phase, bundle: { file: join(s.spool.dir, 'u.bundle.part-001-of-003'), media: s.spool.media(), mode },
+    progress: { bytesDone: 1, bytesTotal: 2, imagesDone: 1, imagesTotal: 2 } } as any);
+  t.match(at('Serving', 'media'), /You may remove the USB stick\.$/);
+  t.notMatch(at('Verifying', 'media'), /Do not remove/);
+  t.match(at('Serving', 'media').replace(/.*/, technicianLine({ ...emptyStatus('n'), phase: 'Serving', bundle: { file: '/media/usb/u.bundle', media: 'USB stick S', mode: 'media' } } as any)), /Do not remove the USB stick\.$/, 'from a stick: kept in');
 });

@@ -63,8 +63,8 @@ t.test('parts on two sticks, one after another: loaded as from one stick', { ski
 
   mount(images.A);
   const waiting = await until('the first stick copied', (s) => /^Copied parts/.test(s?.message ?? ''));
-  const rest = n === 3 ? `part 3 of ${n}` : `parts 3–${n} of ${n}`;
-  t.equal(waiting.message, `Copied parts 1–2 of ${n}. You may remove this stick. Insert the stick with ${rest}.`, 'the technician line names the part to bring');
+  const rest = n === 3 ? `part 3 of ${n} of update.bundle` : `parts 3–${n} of ${n} of update.bundle`;
+  t.equal(waiting.message, `Copied parts 1–2 of ${n} of update.bundle. You may remove this stick. Insert the stick with ${rest}.`, 'the technician line names the part to bring');
   t.equal(waiting.phase, 'Idle');
   t.match(waiting.conditions.find((c: any) => c.type === 'MediaDetected'), { status: 'True', reason: 'PartsWaiting' });
   const spool = join(root, 'var/lib/upgrade/parts-spool'); // paths.upgradeDir's default, under the node root

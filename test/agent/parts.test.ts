@@ -54,7 +54,7 @@ t.test('a split bundle on a stick: the missing part named, then loaded once', as
   };
 
   const waiting = await until('the missing part is named', (s) => /^Copied parts/.test(s?.message ?? ''));
-  t.equal(waiting.message, `Copied parts 1, 3–${parts.length} of ${parts.length}. You may remove this stick. Insert the stick with part 2 of ${parts.length}.`, 'the technician\'s line names the part');
+  t.equal(waiting.message, `Copied parts 1, 3–${parts.length} of ${parts.length} of update.bundle. You may remove this stick. Insert the stick with part 2 of ${parts.length} of update.bundle.`, 'the technician\'s line names the part');
   t.match(waiting.conditions.find((c: any) => c.type === 'MediaDetected'), { reason: 'PartsWaiting' });
   t.equal(count(log, /event=ready/g), 0, 'nothing loaded');
   const spool = join(root, 'var/lib/upgrade/parts-spool'); // paths.upgradeDir's default, under the node root

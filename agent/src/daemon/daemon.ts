@@ -5,7 +5,7 @@ import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
-import { PartSpool } from './part-spool.js';
+import { loadEndsSpool, PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
 import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
@@ -260,8 +260,8 @@ async function refuseForgotten(d: Daemon, next: FoundBundle): Promise<boolean> {
   return true;
 }
 
-/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. Returns whether it waits to be tried again. */
-async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<boolean | void> {
+/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. Returns the load's error, if it failed. */
+async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<{ err: unknown } | void> {
   const { config, log, tracker, signal, agentVersion } = d;
   if (await refuseForgotten(d, next)) return;
   const runtime = runtimeTarget(config, log);
@@ -283,21 +283,28 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
     if (err instanceof AgentError && err.reason === 'Busy') {
       log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
       queue.retryLater(next);
-      return true;
+      return { err };
     }
     // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
     // longer than the quiet time) has a new identity: the watcher offers it again once stable.
     if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
+    return { err };
   } finally {
     await runtime.close();
   }
 }
 
-/** A bundle found, loaded; the part spool ends with the load of its parts (success or failure), unless it is tried again. */
+/**
+ * A bundle found, loaded; the part spool ends with a verdict on its parts (loaded, or refused),
+ * not with a load stopped or tried again (loadEndsSpool): a restart loads the parts held.
+ */
 async function loadFound(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
-  const again = await handleBundle(d, next, before, queue);
+  const ended = await handleBundle(d, next, before, queue);
+  const spooled = d.spool.holds(next.file) || (await d.spool.collects(next.file));
+  if (!spooled) return;
+  if (!loadEndsSpool(ended?.err, d.signal.aborted)) return void d.log.info('parts', `the parts held in ${d.spool.dir} are kept: the load ended without a verdict on them; they are loaded again at the next start`);
   // the spool's parts, or the same bundle's whole set on one stick: the parts held are done with
-  if (!again && (d.spool.holds(next.file) || (await d.spool.collects(next.file)))) await d.spool.clear().catch((err) => d.log.warn('parts', `cannot empty ${d.spool.dir}: ${oneLine(err)}`));
+  await d.spool.clear().catch((err) => d.log.warn('parts', `cannot empty ${d.spool.dir}: ${oneLine(err)}`));
 }
 
 /** Some parts of a split bundle on a stick: copied into the spool; loaded from there once it holds every part. */
@@ -325,7 +332,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const exclusive = exclusiveQueue();
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
-  const spool = new PartSpool(config.paths.upgradeDir, config.space.reserveBytes, log);
+  const spool = new PartSpool(config.paths.upgradeDir, config.space.reserveBytes, log, config.paths.imageStoreDir);
   const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, spool };
   const unpinPending = await cleanUpAtStart(d, await settleSwitchAtStart(d));
   const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;

@@ -4,7 +4,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from '../releases/bundle-records.js';
 import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
 import type { Logger } from '../log.js';
-import { isWholeSet, lookAtPartSet, partSets } from './part-sets.js';
+import { isWholeSet, lookAtPartSet, partNameProblem, partSets } from './part-sets.js';
 import { DROP_DIRECTORY_MEDIA } from '@offline-bundle/status';
 import { MAX_PARTS } from '@offline-bundle/format';
 
@@ -91,6 +91,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   private labels = new Map<string, string>();
   /** Directories whose count over MAX_BUNDLES_PER_DIR was logged, with that count. */
   private readonly overfull = new Map<string, number>();
+  /** Refusals logged, by directory (and set): said once while they stay. */
+  private readonly warned = new Map<string, string>();
   private scanning = false;
   private readonly quietMs: number;
   private readonly now: () => number;
@@ -139,6 +141,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
           // plugged in again, its bundles are a new request
           for (const [key, dir] of this.offered) if (dir === m) this.offered.delete(key);
           for (const file of this.looks.keys()) if (file.startsWith(m + sep)) this.looks.delete(file);
+          for (const k of this.warned.keys()) if (k.startsWith(m + '#')) this.warned.delete(k);
         }
       }
       for (const m of mounts) {
@@ -199,7 +202,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
    * directory it is offered as it is, and the load names the part missing.
    */
   private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>, stick: boolean): Promise<void> {
-    const { sets, skipped } = partSets(all);
+    const { sets, skipped, refused } = partSets(all);
+    this.warnOnce(`${dir}#names`, refused.length > 0 ? refused.join('/') : undefined, () => `${dir}: ${refused.length} part file(s) ignored, e.g. ${JSON.stringify(refused[0])}: ${partNameProblem(refused[0]!)}`);
     if (skipped > 0 && this.overfull.get(`${dir}#parts`) !== skipped) {
       this.opts.log.warn('media', `${dir} holds more part files than the ${MAX_PARTS} looked at: ${skipped} are not; remove the ones that do not belong`, { dir });
     }
@@ -207,12 +211,22 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     else this.overfull.delete(`${dir}#parts`);
     for (const parts of sets.values()) {
       const look = await lookAtPartSet(dir, parts, () => this.work.stats++);
-      if (!look) continue;
+      const odd = look && 'notRegular' in look ? look.notRegular : undefined;
+      this.warnOnce(`${dir}#${parts[0]}`, odd, () => `${join(dir, odd!)} is not a regular file (a symbolic link or a special file): its set is ignored; copy the part itself onto the stick`);
+      if (!look || 'notRegular' in look) continue;
       present.add(look.file);
       const partial = stick && !isWholeSet(parts);
       const found = await this.consider(look.file, look.key, look.mtimeMs, !partial);
       if (found) this.offer(dir, { file: look.file, key: look.key, media: await media(), ...found, ...(partial ? { partial: { dir, names: parts } } : {}) });
     }
+  }
+
+  /** Logs `line` once while `what` stays the same (undefined: nothing to say, and forgotten). */
+  private warnOnce(key: string, what: string | undefined, line: () => string): void {
+    if (what === undefined) return void this.warned.delete(key);
+    if (this.warned.get(key) === what) return;
+    this.warned.set(key, what);
+    this.opts.log.warn('media', line());
   }
 
   /** Whether this look makes the file loadable: with its release when its head reads. */

@@ -62,7 +62,10 @@ export function hashPart(p: PartRead): Promise<string> {
 /** Copies the part to `dest` (temp, fsync, rename, directory fsync); returns its sha256. Leaves no temp file on any failure. */
 export async function copyPart(p: PartRead, dest: string): Promise<string> {
   const tmp = tempNameOf(dest);
-  const out = await open(tmp, 'w', 0o600);
+  const out = await open(tmp, 'w', 0o600).catch((err: NodeJS.ErrnoException) => {
+    const why = err.code === 'ENAMETOOLONG' ? 'the name is too long for this node\'s filesystem: rename the bundle to a shorter name, split it again' : `${oneLine(err)}: free space on this node or ask the administrator to check its disk`;
+    throw new AgentError(err.code === 'ENOSPC' || err.code === 'EDQUOT' ? 'InsufficientSpace' : 'StagingFailed', `cannot create ${tmp} to copy ${p.label} into: ${why}, then plug the stick in again`, { cause: err });
+  });
   let sha: string;
   try {
     sha = await readThrough(p, async (buf, n) => {

@@ -22,13 +22,18 @@ export function missingParts(have: readonly number[], count: number): number[] {
 
 const partWord = (ns: readonly number[]) => (ns.length === 1 ? 'part' : 'parts');
 
-/** "Copying part 2 of 5 — do not remove this stick yet." */
-export function copyingLine(n: number, count: number): string {
-  return `Copying part ${n} of ${count} — do not remove this stick yet.`;
+/** "Copying part 2 of 5 of u.bundle — do not remove this stick yet." */
+export function copyingLine(n: number, count: number, base: string): string {
+  return `Copying part ${n} of ${count} of ${base} — do not remove this stick yet.`;
 }
 
-/** "Copied parts 1–2 of 5. You may remove this stick. Insert the stick with part 3 of 5." */
-export function waitingLine(have: readonly number[], count: number): string {
+/** "Checking part 2 of 5 of u.bundle — do not remove this stick yet.": a part held already, read again to compare. */
+export function checkingLine(n: number, count: number, base: string): string {
+  return `Checking part ${n} of ${count} of ${base} — do not remove this stick yet.`;
+}
+
+/** "Copied parts 1–2 of 5 of u.bundle. You may remove this stick. Insert the stick with part 3 of 5 of u.bundle." */
+export function waitingLine(have: readonly number[], count: number, base: string): string {
   const missing = missingParts(have, count);
-  return `Copied ${partWord(have)} ${numberRanges(have)} of ${count}. You may remove this stick. Insert the stick with ${partWord(missing)} ${numberRanges(missing)} of ${count}.`;
+  return `Copied ${partWord(have)} ${numberRanges(have)} of ${count} of ${base}. You may remove this stick. Insert the stick with ${partWord(missing)} ${numberRanges(missing)} of ${count} of ${base}.`;
 }

@@ -2,24 +2,32 @@
 // copies the parts each stick holds into a spool under its upgrade directory and loads from
 // there once the spool holds them all. One bundle at a time; whole parts only (temp + rename);
 // a refused stick empties the spool, so nothing of a set that cannot be loaded stays on disk.
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { MAX_PARTS, parsePartName, partName, readHeader, withBundleFile } from '@offline-bundle/format';
 import { filesystemFree, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
-import { formatBytes, type StatusTracker } from '@offline-bundle/status';
-import { AgentError, oneLine } from '../errors.js';
+import { formatBytes, SPOOLED_MEDIA, type StatusTracker } from '@offline-bundle/status';
+import { AgentError, oneLine, reasonOf } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSizes, differentDuplicate, sameCount, stickCount, type KnownPart } from './part-spool-checks.js';
 import { copyPart, hashPart } from './part-spool-copy.js';
 import { checkFramesFit } from './part-spool-fit.js';
-import { copyProgress, showCopying, showWaiting, type SpoolShown } from './part-spool-status.js';
+import { copyProgress, showChecking, showCopying, showHeldAtStart, showWaiting, type SpoolShown } from './part-spool-status.js';
+import { partNameProblem } from './part-sets.js';
 import { missingParts, numberRanges } from './part-spool-words.js';
 
 /** The spool's directory under the upgrade directory (staging's cleanup leaves it: it holds no bundle.json and is no `.partial`). */
 export const SPOOL_DIR_NAME = 'parts-spool';
 const INDEX = 'spool.json';
-/** Bound on spool.json as read back: one line per part at most. */
-const MAX_INDEX_BYTES = 256 + MAX_PARTS * 512;
+/**
+ * Bound on spool.json as read back: a part's entry holds its name (200 bytes at most, refused
+ * otherwise), a sha256, its size and the stick's name (cut to MAX_FROM_CHARS), well under 1 KiB
+ * even JSON-escaped. The index is rewritten whole after each part (3 fsyncs): O(n²) bytes for
+ * n parts, at most some 500 MB written over a 999-part set, against the parts' own gigabytes.
+ */
+const MAX_INDEX_BYTES = 1024 + MAX_PARTS * 1024;
+/** How much of a stick's description an index entry keeps. */
+const MAX_FROM_CHARS = 160;
 
 /** What the spool holds: one bundle's parts, each with the sha256 it was copied with. */
 interface SpoolIndex {
@@ -42,10 +50,23 @@ export type SpoolOutcome = { complete: false; have: number[]; count: number } | 
 /** Refusals of the set: the spool is emptied (a stick pulled mid-copy or a stop keeps the whole parts). */
 const DROPS_SPOOL: ReadonlySet<string> = new Set(['PartsMixed', 'PartCutShort', 'PartsIncomplete', 'InsufficientSpace']);
 
+/**
+ * A load of the spool's parts that ended without a verdict on them: stopped (SIGTERM), the
+ * disk read failing, the load lock busy. The parts stay, and a restart loads them again.
+ */
+const KEEPS_SPOOL: ReadonlySet<string> = new Set(['Interrupted', 'MediaRemoved', 'Busy']);
+
+/** Whether a load from the spool that ended so (`err` undefined: loaded) is done with the parts held. */
+export function loadEndsSpool(err: unknown, aborted: boolean): boolean {
+  if (err === undefined) return true;
+  return !aborted && !KEEPS_SPOOL.has(reasonOf(err));
+}
+
 export class PartSpool {
   readonly dir: string;
 
-  constructor(upgradeDir: string, private readonly reserveBytes: number, private readonly log: Logger) {
+  /** `imageStoreDir`: the runtime's image store; on the spool's filesystem, the images' room is counted too. */
+  constructor(upgradeDir: string, private readonly reserveBytes: number, private readonly log: Logger, private readonly imageStoreDir?: string) {
     this.dir = join(upgradeDir, SPOOL_DIR_NAME);
   }
 
@@ -60,9 +81,14 @@ export class PartSpool {
 
   /** The index, or undefined when there is none or it does not match the files (then the spool is emptied). */
   async index(): Promise<SpoolIndex | undefined> {
-    const read = await readSmallFile(join(this.dir, INDEX), MAX_INDEX_BYTES).catch(() => undefined);
-    if (read === undefined) return undefined;
     try {
+      const read = await readSmallFile(join(this.dir, INDEX), MAX_INDEX_BYTES).catch(async (err: NodeJS.ErrnoException) => {
+        if (err.code !== 'ENOENT') throw err;
+        // no index: parts renamed in before a crash wrote it are held by nothing
+        if ((await readdir(this.dir).catch(() => [])).length > 0) throw new Error(`${INDEX} is missing`);
+        return undefined;
+      });
+      if (read === undefined) return undefined;
       const idx = JSON.parse(read.bytes.toString()) as SpoolIndex;
       for (const p of idx.parts) {
         // only part names of its own bundle, in the spool itself
@@ -85,13 +111,13 @@ export class PartSpool {
     if (!idx) return undefined;
     const have = idx.parts.map((p) => p.n);
     if (have.length === idx.count) return join(this.dir, partName(idx.base, 1, idx.count));
-    showWaiting(tracker, { file: idx.base, media: this.media() }, have, idx.count);
+    showHeldAtStart(tracker, { file: idx.base, media: this.media() }, have, idx.count, idx.base);
     return undefined;
   }
 
-  /** How the status names the spool as the bundle's media. */
+  /** How the status names the spool as the bundle's media: the words summary.ts knows need no stick. */
   media(): string {
-    return `parts copied from USB sticks (${this.dir})`;
+    return `${SPOOLED_MEDIA} (${this.dir})`;
   }
 
   /** Whether `file` is a part of the bundle the spool collects (a whole set of it on one stick makes the spool moot). */
@@ -106,10 +132,14 @@ export class PartSpool {
    */
   async collect(stick: PartsOnStick, tracker: StatusTracker, signal?: AbortSignal): Promise<SpoolOutcome> {
     const base = parsePartName(stick.names[0]!)!.base;
+    for (const n of stick.names) {
+      const why = partNameProblem(n);
+      if (why) throw new AgentError('PartsIncomplete', `${JSON.stringify(n)} on ${stick.media} is refused: ${why}; nothing was copied`);
+    }
     let idx = await this.index();
     if (idx && idx.base !== base) {
-      this.log.warn('parts', `parts of ${base} on ${stick.media}: the parts ${numberRanges(idx.parts.map((p) => p.n))} of ${idx.count} of ${idx.base} copied before are dropped (one bundle is collected at a time)`);
-      await this.clear();
+      const kept = await this.otherBundle(stick, base, idx);
+      if (kept) return kept;
       idx = undefined;
     }
     try {
@@ -118,9 +148,9 @@ export class PartSpool {
       const held = (idx?.parts ?? []).map((p): KnownPart => ({ ...p, count: idx!.count, where: `copied before from ${p.from}` }));
       sameCount(base, onStick, held);
       const full = checkSizes(base, count, onStick, held);
-      await this.sameBytes(stick.dir, base, onStick, idx, signal);
+      await this.sameBytes(stick, base, onStick, idx, tracker, signal);
       const todo = onStick.filter((p) => !held.some((h) => h.n === p.n));
-      await this.checkRoom(base, count, full, [...held, ...todo]);
+      await this.checkRoom(base, count, full, [...held, ...todo], stick.dir);
       idx ??= { base, count, parts: [] };
       await this.copyAll(stick, todo, idx, tracker, signal);
     } catch (err) {
@@ -129,9 +159,34 @@ export class PartSpool {
     }
     const have = idx.parts.map((p) => p.n).sort((a, b) => a - b);
     if (have.length === idx.count) return { complete: true, file: await this.fits(idx) };
-    showWaiting(tracker, { file: join(stick.dir, base), media: stick.media }, have, idx.count);
+    showWaiting(tracker, { file: join(stick.dir, base), media: stick.media }, have, idx.count, base);
     this.log.info('parts', `holding parts ${numberRanges(have)} of ${idx.count} of ${base} in ${this.dir}: waiting for the stick with ${numberRanges(missingParts(have, idx.count))}`);
     return { complete: false, have, count: idx.count };
+  }
+
+  /**
+   * Parts of `base` while those of `idx.base` are held. A stray part file must never cost the
+   * parts collected, so the spool is given up for `base` only when this stick brings base's
+   * part 1 and no part of the bundle held, and that part 1's head reads as a bundle's: a
+   * technician switching updates. Beside parts of the bundle held, other names are ignored
+   * (their set is said again as it is); else refused, the parts held kept.
+   */
+  private async otherBundle(stick: PartsOnStick, base: string, idx: SpoolIndex): Promise<SpoolOutcome | undefined> {
+    const held = idx.parts.map((p) => p.n);
+    const heldWords = `parts ${numberRanges(held)} of ${idx.count} of ${idx.base}`;
+    const names = await readdir(stick.dir).catch(() => [] as string[]);
+    if (names.some((n) => parsePartName(n)?.base === idx.base)) {
+      this.log.warn('parts', `${stick.media} holds parts of ${base} beside those of ${idx.base}, which is being collected: the parts of ${base} are ignored`);
+      return { complete: false, have: held.sort((a, b) => a - b), count: idx.count };
+    }
+    const one = stick.names.find((n) => parsePartName(n)?.n === 1);
+    const release = one ? await releaseOf(join(stick.dir, one)) : undefined;
+    if (release === undefined) {
+      throw new AgentError('PartsOtherBundle', `${stick.media} holds ${stick.names.length === 1 ? 'part' : 'parts'} ${numberRanges(stick.names.map((n) => parsePartName(n)!.n))} of ${parsePartName(stick.names[0]!)!.count} of ${base}, not of ${idx.base}, whose ${heldWords} are held: nothing was copied, the parts held are kept; plug in the stick with parts ${numberRanges(missingParts(held, idx.count))} of ${idx.count} of ${idx.base} (to collect ${base} instead, start with the stick holding its part 1)`);
+    }
+    this.log.warn('parts', `part 1 of ${base} (release ${release}) on ${stick.media}: the ${heldWords} copied before are dropped (one bundle is collected at a time)`);
+    await this.clear();
+    return undefined;
   }
 
   /** The whole spool's part 1, once its parts are seen to be of one bundle (part-spool-fit.ts); else refused, and emptied. */
@@ -147,25 +202,28 @@ export class PartSpool {
     return file;
   }
 
-  /** The stick's parts, each stat'd: a part that is not a regular file is no part. */
+  /** The stick's parts, each lstat'd: a part that is not a regular file (a symbolic link) is refused by name. */
   private async survey(stick: PartsOnStick, base: string): Promise<KnownPart[]> {
     const out: KnownPart[] = [];
     for (const name of stick.names) {
       const p = parsePartName(name);
       if (!p || p.base !== base) continue;
-      const st = await stat(join(stick.dir, name)).catch((err: Error) => { throw new AgentError('MediaRemoved', `cannot read ${join(stick.dir, name)} (${oneLine(err)}): was the USB stick removed? Plug it in again`); });
-      if (st.isFile()) out.push({ name, n: p.n, count: p.count, size: st.size, where: 'this stick' });
+      const st = await lstat(join(stick.dir, name)).catch((err: Error) => { throw new AgentError('MediaRemoved', `cannot read ${join(stick.dir, name)} (${oneLine(err)}): was the USB stick removed? Plug it in again`); });
+      if (!st.isFile()) throw new AgentError('Corrupt', `${join(stick.dir, name)} is not a regular file (a symbolic link or a special file): nothing was copied; copy the part itself onto the stick and plug it in again`);
+      out.push({ name, n: p.n, count: p.count, size: st.size, where: 'this stick' });
     }
     if (out.length === 0) throw new AgentError('MediaRemoved', `the parts of ${base} are gone from ${stick.dir}: was the USB stick removed? Plug it in again`);
     return out.sort((a, b) => a.n - b.n);
   }
 
   /** A part on the stick that is held already must be the same bytes (same size was checked). */
-  private async sameBytes(dir: string, base: string, onStick: readonly KnownPart[], idx: SpoolIndex | undefined, signal?: AbortSignal): Promise<void> {
+  private async sameBytes(stick: PartsOnStick, base: string, onStick: readonly KnownPart[], idx: SpoolIndex | undefined, tracker: StatusTracker, signal?: AbortSignal): Promise<void> {
     for (const s of onStick) {
       const h = idx?.parts.find((p) => p.n === s.n);
       if (!h) continue;
-      const src = join(dir, s.name);
+      // the read may take minutes (a part is up to 4 GiB): the stick must stay in meanwhile
+      showChecking(tracker, { file: join(stick.dir, base), media: stick.media }, s.n, s.count, base);
+      const src = join(stick.dir, s.name);
       const sha = await hashPart({ src, size: s.size, label: `part ${s.n} of ${s.count}`, ...(signal ? { signal } : {}) });
       if (sha === h.sha256) continue;
       const theirs = s.n === 1 ? await releaseOf(src) : undefined;
@@ -174,15 +232,31 @@ export class PartSpool {
   }
 
   /** Room for the whole bundle (the parts' sizes: split size × count at most) plus the reserve, less what is held. */
-  private async checkRoom(base: string, count: number, full: number | undefined, known: readonly KnownPart[]): Promise<void> {
+  private async checkRoom(base: string, count: number, full: number | undefined, known: readonly KnownPart[], stickDir: string): Promise<void> {
     const last = known.find((p) => p.n === count)?.size;
     const each = full ?? Math.max(...known.map((p) => p.size));
     const bundle = each * (count - 1) + (last ?? each);
     const heldBytes = await this.heldBytes();
-    const need = bundle - heldBytes + this.reserveBytes;
+    const images = await this.imagesOnSpoolDisk(base, count, stickDir);
+    const need = bundle - heldBytes + (images?.bytes ?? 0) + this.reserveBytes;
     const { free } = await filesystemFree(this.dir);
     if (free >= need) return;
-    throw new AgentError('InsufficientSpace', `not enough disk space to collect the ${count} parts of ${base}: they need about ${formatBytes(bundle)} (${formatBytes(bundle - heldBytes)} still to copy) plus a ${formatBytes(this.reserveBytes)} reserve in ${this.dir}, which has ${formatBytes(free)} free; free ${formatBytes(need - free)} and plug the stick in again`);
+    const imagesWords = images ? ` plus ${formatBytes(images.bytes)} for the update's images in ${images.dir} on the same disk,` : '';
+    throw new AgentError('InsufficientSpace', `not enough disk space to collect the ${count} parts of ${base}: they need about ${formatBytes(bundle)} (${formatBytes(bundle - heldBytes)} still to copy)${imagesWords} plus a ${formatBytes(this.reserveBytes)} reserve in ${this.dir}, which has ${formatBytes(free)} free; free ${formatBytes(need - free)} and plug the stick in again`);
+  }
+
+  /**
+   * The room the load will want for the images, once part 1's head reads (held, or on this
+   * stick): counted when the image store is on the spool's filesystem, as the load's space
+   * check (load/space.ts) counts it, so a set is not collected only to be refused there.
+   */
+  private async imagesOnSpoolDisk(base: string, count: number, stickDir: string): Promise<{ bytes: number; dir: string } | undefined> {
+    if (!this.imageStoreDir) return undefined;
+    const name = partName(base, 1, count);
+    const bytes = (await totalsOf(join(this.dir, name))) ?? (await totalsOf(join(stickDir, name)));
+    if (bytes === undefined) return undefined;
+    const [spoolFs, storeFs] = await Promise.all([filesystemFree(this.dir), filesystemFree(this.imageStoreDir)]);
+    return spoolFs.dev === storeFs.dev ? { bytes, dir: this.imageStoreDir } : undefined;
   }
 
   private async heldBytes(): Promise<number> {
@@ -197,16 +271,16 @@ export class PartSpool {
     const progress = copyProgress(tracker);
     let before = 0;
     for (const p of todo) {
-      showCopying(tracker, shown, p.n, idx.count, { done: before, total });
+      showCopying(tracker, shown, p.n, idx.count, { done: before, total }, idx.base);
       const label = `part ${p.n} of ${idx.count}`;
       const dest = join(this.dir, partName(idx.base, p.n, idx.count));
       const sha256 = await copyPart({ src: join(stick.dir, p.name), size: p.size, label, progress: (b) => progress(before + b, total), ...(signal ? { signal } : {}) }, dest);
-      idx.parts.push({ n: p.n, name: partName(idx.base, p.n, idx.count), size: p.size, sha256, from: stick.media });
+      idx.parts.push({ n: p.n, name: partName(idx.base, p.n, idx.count), size: p.size, sha256, from: stick.media.slice(0, MAX_FROM_CHARS) });
       if (p.n === 1) {
         const release = await releaseOf(dest);
         if (release) idx.release = release;
       }
-      await writeFileAtomic(join(this.dir, INDEX), JSON.stringify(idx, null, 2) + '\n', 0o600);
+      await writeFileAtomic(join(this.dir, INDEX), JSON.stringify(idx) + '\n', 0o600);
       before += p.size;
       this.log.info('parts', `copied ${label} of ${idx.base} from ${stick.media} into ${this.dir}`);
     }
@@ -216,4 +290,9 @@ export class PartSpool {
 /** The release part 1's head names, when the head is whole in part 1 (a part smaller than the head is not). */
 async function releaseOf(part1: string): Promise<string | undefined> {
   return withBundleFile(part1, async (source) => (await readHeader(source)).manifest.release.version).catch(() => undefined);
+}
+
+/** The images' room (totals.imageStoreBytes) part 1's head names, when the file is there and its head whole in it. */
+async function totalsOf(part1: string): Promise<number | undefined> {
+  return withBundleFile(part1, async (source) => (await readHeader(source)).manifest.totals.imageStoreBytes).catch(() => undefined);
 }

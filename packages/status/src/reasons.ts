@@ -40,6 +40,7 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   PartsIncomplete: 'A part of the update is missing from the USB stick, or does not belong to it. Copy all its parts onto the stick again and plug it in again.',
   PartsMixed: 'A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.',
   PartCutShort: 'A part of the update on this USB stick is shorter than the others: its copy was cut short. Copy it to the stick again and plug the sticks in again.',
+  PartsOtherBundle: 'This USB stick holds parts of another update than the one being collected; the parts copied before are kept. Plug in the stick with the parts still missing.',
 };
 
 /**
@@ -65,6 +66,15 @@ export function failureSentence(reason: string | undefined): string | undefined 
 
 /** How the media watcher names a drop directory in the status's bundle.media (a stick is named by its label or mount point). */
 export const DROP_DIRECTORY_MEDIA = 'drop directory ';
+
+/**
+ * How the agent names its part spool as a bundle's media: the parts were copied to the node's
+ * disk, so a load from there needs no stick (summary.ts says "You may remove the USB stick").
+ */
+export const SPOOLED_MEDIA = 'parts copied from USB sticks';
+
+/** Whether a bundle is read from the agent's part spool on the node's disk, not from a stick. */
+export const fromSpool = (media: string | undefined): boolean => media?.startsWith(SPOOLED_MEDIA) === true;
 
 /** Whether the bundle came on removable media: not a file given to `bundle-agent load` nor one left in a drop directory. */
 export function onRemovableMedia(media: string | undefined): boolean {
