@@ -28,6 +28,8 @@ const INDEX = 'spool.json';
 const MAX_INDEX_BYTES = 1024 + MAX_PARTS * 1024;
 /** How much of a stick's description an index entry keeps. */
 const MAX_FROM_CHARS = 160;
+/** A stick's description as an index entry keeps it: cut short, control characters (6 bytes each in JSON) replaced. */
+const fromWords = (media: string): string => media.slice(0, MAX_FROM_CHARS).replace(/[\x00-\x1f\x7f]/g, '?');
 
 /** What the spool holds: one bundle's parts, each with the sha256 it was copied with. */
 interface SpoolIndex {
@@ -134,7 +136,7 @@ export class PartSpool {
     const base = parsePartName(stick.names[0]!)!.base;
     for (const n of stick.names) {
       const why = partNameProblem(n);
-      if (why) throw new AgentError('PartsIncomplete', `${JSON.stringify(n)} on ${stick.media} is refused: ${why}; nothing was copied`);
+      if (why) throw new AgentError('PartsIncomplete', `${JSON.stringify(n.slice(0, 60))}${n.length > 60 ? '…' : ''} on ${stick.media} is refused: ${why}; nothing was copied`);
     }
     let idx = await this.index();
     if (idx && idx.base !== base) {
@@ -275,7 +277,7 @@ export class PartSpool {
       const label = `part ${p.n} of ${idx.count}`;
       const dest = join(this.dir, partName(idx.base, p.n, idx.count));
       const sha256 = await copyPart({ src: join(stick.dir, p.name), size: p.size, label, progress: (b) => progress(before + b, total), ...(signal ? { signal } : {}) }, dest);
-      idx.parts.push({ n: p.n, name: partName(idx.base, p.n, idx.count), size: p.size, sha256, from: stick.media.slice(0, MAX_FROM_CHARS) });
+      idx.parts.push({ n: p.n, name: partName(idx.base, p.n, idx.count), size: p.size, sha256, from: fromWords(stick.media) });
       if (p.n === 1) {
         const release = await releaseOf(dest);
         if (release) idx.release = release;
