@@ -8,6 +8,7 @@ export const AGENT_REASONS = [
   'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
   'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
+  'PartsMixed', 'PartCutShort', 'PartsOtherBundle',
 ] as const;
 export type AgentReason = (typeof AGENT_REASONS)[number];
 

@@ -5,6 +5,9 @@ import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
+import { loadEndsSpool, PartSpool } from './part-spool.js';
+import { showRefusal } from './part-spool-status.js';
+import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
 import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
 import { restoreVanishedImages } from '../releases/restore.js';
@@ -125,6 +128,8 @@ interface Daemon {
   agentVersion: string;
   /** One thing at a time in this process: a load, a re-merge of the CRI-O pins, a retried unpin. */
   exclusive: Exclusive;
+  /** The parts of a split bundle collected from sticks plugged one after another. */
+  spool: PartSpool;
 }
 
 /**
@@ -255,8 +260,8 @@ async function refuseForgotten(d: Daemon, next: FoundBundle): Promise<boolean> {
   return true;
 }
 
-/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. */
-async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
+/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. Returns the load's error, if it failed. */
+async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<{ err: unknown } | void> {
   const { config, log, tracker, signal, agentVersion } = d;
   if (await refuseForgotten(d, next)) return;
   const runtime = runtimeTarget(config, log);
@@ -278,14 +283,45 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
     if (err instanceof AgentError && err.reason === 'Busy') {
       log.info('media', `${next.file} waits: another bundle-agent is loading; it is tried again every ${config.media.pollSeconds} s`, { file: next.file });
       queue.retryLater(next);
-      return;
+      return { err };
     }
     // already reported by runLoad; keep watching. A file written meanwhile (a copy that paused
     // longer than the quiet time) has a new identity: the watcher offers it again once stable.
     if ((await keyOf(next.file)) !== next.key) log.warn('media', `${next.file} changed while it was read (still being copied?): it is loaded again once it stops changing`, { file: next.file });
+    return { err };
   } finally {
     await runtime.close();
   }
+}
+
+/**
+ * A bundle found, loaded; the part spool ends with a verdict on its parts (loaded, or refused),
+ * not with a load stopped or tried again (loadEndsSpool): a restart loads the parts held.
+ */
+async function loadFound(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
+  const ended = await handleBundle(d, next, before, queue);
+  const spooled = d.spool.holds(next.file) || (await d.spool.collects(next.file));
+  if (!spooled) return;
+  if (!loadEndsSpool(ended?.err, d.signal.aborted)) return void d.log.info('parts', `the parts held in ${d.spool.dir} are kept: the load ended without a verdict on them; they are loaded again at the next start`);
+  // the spool's parts, or the same bundle's whole set on one stick: the parts held are done with
+  await d.spool.clear().catch((err) => d.log.warn('parts', `cannot empty ${d.spool.dir}: ${oneLine(err)}`));
+}
+
+/** Some parts of a split bundle on a stick: copied into the spool; loaded from there once it holds every part. */
+async function collectParts(d: Daemon, next: FoundBundle & { partial: { dir: string; names: string[] } }, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
+  const stick = { dir: next.partial.dir, names: next.partial.names, media: next.media };
+  const outcome = await d.exclusive(() => d.spool.collect(stick, d.tracker, d.signal)).catch((err: unknown) => {
+    showRefusal(d.tracker, d.log, { file: next.file, media: next.media }, err);
+    return undefined;
+  });
+  if (!outcome?.complete) return;
+  await loadFound(d, await spoolFound(d.spool, outcome.file), before, queue);
+}
+
+/** The spool's whole set as the watcher would offer it: with its release, so a forgotten one is refused as from a stick. */
+async function spoolFound(spool: PartSpool, file: string): Promise<FoundBundle> {
+  const head = await inspectHead(file).catch(() => undefined);
+  return { file, key: (await keyOf(file)) ?? file, media: spool.media(), ...(head?.kind === 'bundle' ? { release: { version: head.version, arch: head.arch } } : {}) };
 }
 
 /**
@@ -296,7 +332,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const exclusive = exclusiveQueue();
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
-  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive };
+  const spool = new PartSpool(config.paths.upgradeDir, config.space.reserveBytes, log, config.paths.imageStoreDir);
+  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, spool };
   const unpinPending = await cleanUpAtStart(d, await settleSwitchAtStart(d));
   const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
   // What was decided before this start: offered again by the first scan, left alone once (a
@@ -305,11 +342,17 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
   const queue = new BundleQueue(config.media.pollSeconds);
   watcher.on('bundle', (b) => queue.offer(b));
+  // a spool left whole by a stop before its load: loaded now
+  const spooled = await spool.startUp(tracker).catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
+  if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
   try {
-    for (let next = await queue.next(signal); next; next = await queue.next(signal)) await handleBundle(d, next, before, queue);
+    for (let next = await queue.next(signal); next; next = await queue.next(signal)) {
+      if (next.partial) await collectParts(d, { ...next, partial: next.partial }, before, queue);
+      else await loadFound(d, next, before, queue);
+    }
   } finally {
     if (unpinRetry) clearInterval(unpinRetry);
     queue.stop();

@@ -4,7 +4,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from '../releases/bundle-records.js';
 import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
 import type { Logger } from '../log.js';
-import { lookAtPartSet, partSets } from './part-sets.js';
+import { isWholeSet, lookAtPartSet, partNameProblem, partSets } from './part-sets.js';
 import { DROP_DIRECTORY_MEDIA } from '@offline-bundle/status';
 import { MAX_PARTS } from '@offline-bundle/format';
 
@@ -16,6 +16,8 @@ export interface FoundBundle {
   key: string;
   /** What its bundle.json says, unverified (the load checks the signature): to skip a forgotten release. */
   release?: { version: string; arch: string };
+  /** Some parts of a split bundle on a stick, not all: the others come on other sticks (part-spool.ts). */
+  partial?: { dir: string; names: string[] };
 }
 
 /** Mount points from /proc/self/mountinfo (field 5, with octal escapes such as \040 undone). */
@@ -89,6 +91,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   private labels = new Map<string, string>();
   /** Directories whose count over MAX_BUNDLES_PER_DIR was logged, with that count. */
   private readonly overfull = new Map<string, number>();
+  /** Refusals logged, by directory (and set): said once while they stay. */
+  private readonly warned = new Map<string, string>();
   private scanning = false;
   private readonly quietMs: number;
   private readonly now: () => number;
@@ -137,11 +141,12 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
           // plugged in again, its bundles are a new request
           for (const [key, dir] of this.offered) if (dir === m) this.offered.delete(key);
           for (const file of this.looks.keys()) if (file.startsWith(m + sep)) this.looks.delete(file);
+          for (const k of this.warned.keys()) if (k.startsWith(m + '#')) this.warned.delete(k);
         }
       }
       for (const m of mounts) {
         if (!this.knownMounts.has(m)) this.opts.log.info('media', `media mounted: ${m}`, { mount: m });
-        await this.scanDir(m, () => this.describe(m));
+        await this.scanDir(m, () => this.describe(m), true);
       }
       this.knownMounts = mounts;
       for (const dir of this.opts.watchDirs) await this.scanDir(dir, async () => `${DROP_DIRECTORY_MEDIA}${dir}`);
@@ -150,7 +155,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     }
   }
 
-  private async scanDir(dir: string, media: () => Promise<string>): Promise<void> {
+  private async scanDir(dir: string, media: () => Promise<string>, stick = false): Promise<void> {
     let all: string[];
     try {
       all = await readdir(dir);
@@ -185,14 +190,20 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       const found = await this.consider(file, key, mtimeMs);
       if (found) this.offer(dir, { file, key, media: await media(), ...found });
     }
-    await this.scanPartSets(dir, all, present, media);
+    await this.scanPartSets(dir, all, present, media, stick);
     // only files of this directory: a stick is often mounted below a media root that is a mount too
     for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
   }
 
-  /** Each split bundle (NAME.bundle.part-NNN-of-NNN) as one bundle: stable, quiet and offered as a set. */
-  private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>): Promise<void> {
-    const { sets, skipped } = partSets(all);
+  /**
+   * Each split bundle (NAME.bundle.part-NNN-of-NNN) as one bundle: stable, quiet and offered as a
+   * set. On a stick, a set that is not whole is offered as `partial` once stable, its head unread
+   * (part 1 may be on another stick): the daemon collects such parts across sticks. In a drop
+   * directory it is offered as it is, and the load names the part missing.
+   */
+  private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>, stick: boolean): Promise<void> {
+    const { sets, skipped, refused } = partSets(all);
+    this.warnOnce(`${dir}#names`, refused.length > 0 ? refused.join('/') : undefined, () => `${dir}: ${refused.length} part file(s) ignored, e.g. ${JSON.stringify(refused[0])}: ${partNameProblem(refused[0]!)}`);
     if (skipped > 0 && this.overfull.get(`${dir}#parts`) !== skipped) {
       this.opts.log.warn('media', `${dir} holds more part files than the ${MAX_PARTS} looked at: ${skipped} are not; remove the ones that do not belong`, { dir });
     }
@@ -200,15 +211,26 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     else this.overfull.delete(`${dir}#parts`);
     for (const parts of sets.values()) {
       const look = await lookAtPartSet(dir, parts, () => this.work.stats++);
-      if (!look) continue;
+      const odd = look && 'notRegular' in look ? look.notRegular : undefined;
+      this.warnOnce(`${dir}#${parts[0]}`, odd, () => `${join(dir, odd!)} is not a regular file (a symbolic link or a special file): its set is ignored; copy the part itself onto the stick`);
+      if (!look || 'notRegular' in look) continue;
       present.add(look.file);
-      const found = await this.consider(look.file, look.key, look.mtimeMs);
-      if (found) this.offer(dir, { file: look.file, key: look.key, media: await media(), ...found });
+      const partial = stick && !isWholeSet(parts);
+      const found = await this.consider(look.file, look.key, look.mtimeMs, !partial);
+      if (found) this.offer(dir, { file: look.file, key: look.key, media: await media(), ...found, ...(partial ? { partial: { dir, names: parts } } : {}) });
     }
   }
 
+  /** Logs `line` once while `what` stays the same (undefined: nothing to say, and forgotten). */
+  private warnOnce(key: string, what: string | undefined, line: () => string): void {
+    if (what === undefined) return void this.warned.delete(key);
+    if (this.warned.get(key) === what) return;
+    this.warned.set(key, what);
+    this.opts.log.warn('media', line());
+  }
+
   /** Whether this look makes the file loadable: with its release when its head reads. */
-  private async consider(file: string, key: string, mtimeMs: number): Promise<{ release?: { version: string; arch: string } } | undefined> {
+  private async consider(file: string, key: string, mtimeMs: number, readHead = true): Promise<{ release?: { version: string; arch: string } } | undefined> {
     if (this.offered.has(key)) return undefined; // this copy was offered: a rename or a symlink of it is no new bundle
     const now = this.now();
     const prev = this.looks.get(file);
@@ -220,6 +242,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     if (prev.verdict || prev.looks < STABLE_LOOKS) return undefined;
     // a pause shorter than this in a copy that wrote the head and the end first is not taken for the end
     if (now - prev.since < this.quietMs && Date.now() - mtimeMs < this.quietMs) return undefined;
+    if (!readHead) return {};
     this.work.heads++;
     const v = await inspectHead(file).catch((err: unknown): HeadVerdict => ({ kind: 'notABundle', why: (err as Error).message }));
     if (v.kind === 'bundle') return { release: { version: v.version, arch: v.arch } };

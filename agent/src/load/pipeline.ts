@@ -6,7 +6,7 @@ import {
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
-  clusterReadFailure, forbiddenMessage, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
+  clusterReadFailure, forbiddenMessage, fromSpool, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
   type ClusterReadFailure, type ClusterRelease, type HistoryEntry, type StatusTracker,
 } from '@offline-bundle/status';
 import { loadImages } from './load-images.js';
@@ -263,6 +263,8 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const identity = bundleIdentity(a.head.manifestBytes);
   const plan = await planSpace(m, config, await partialCredit(config.paths.upgradeDir, `${target}.partial`, identity));
+  // from the part spool, "the media" is the node's own disk: no stick is read
+  if (fromSpool(ctx.media)) plan.message = plan.message.replace(/serving from the media: keep the USB stick in until Ready/, 'serving from the part spool on this node\'s disk: no USB stick is needed');
   tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
   tracker.update((s) => {
     s.bundle = { ...s.bundle!, mode: plan.mode };

@@ -38,7 +38,17 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   NotRecorded: 'That update is not known on this node. Check the version number and try again.',
   InUse: 'That update is the one the node runs now, so it stays on the node.',
   PartsIncomplete: 'A part of the update is missing from the USB stick, or does not belong to it. Copy all its parts onto the stick again and plug it in again.',
+  PartsMixed: 'A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.',
+  PartCutShort: 'A part of the update on this USB stick is shorter than the others: its copy was cut short. Copy it to the stick again and plug the sticks in again.',
+  PartsOtherBundle: 'This USB stick holds parts of another update than the one being collected; the parts copied before are kept. Plug in the stick with the parts still missing.',
 };
+
+/**
+ * MediaDetected reasons while the parts of a split update are collected from sticks plugged one
+ * after another: the condition's message is the technician's line, as it names the parts
+ * ("Copied parts 1–2 of 5. You may remove this stick. Insert the stick with part 3 of 5.").
+ */
+export const PART_COLLECTING_REASONS: ReadonlySet<string> = new Set(['PartsCopying', 'PartsWaiting']);
 
 /**
  * A load that waits for the cluster before it can check the update (the Ready condition's
@@ -57,6 +67,15 @@ export function failureSentence(reason: string | undefined): string | undefined 
 /** How the media watcher names a drop directory in the status's bundle.media (a stick is named by its label or mount point). */
 export const DROP_DIRECTORY_MEDIA = 'drop directory ';
 
+/**
+ * How the agent names its part spool as a bundle's media: the parts were copied to the node's
+ * disk, so a load from there needs no stick (summary.ts says "You may remove the USB stick").
+ */
+export const SPOOLED_MEDIA = 'parts copied from USB sticks';
+
+/** Whether a bundle is read from the agent's part spool on the node's disk, not from a stick. */
+export const fromSpool = (media: string | undefined): boolean => media?.startsWith(SPOOLED_MEDIA) === true;
+
 /** Whether the bundle came on removable media: not a file given to `bundle-agent load` nor one left in a drop directory. */
 export function onRemovableMedia(media: string | undefined): boolean {
   return !(media === 'file' || media?.startsWith(DROP_DIRECTORY_MEDIA));
@@ -73,6 +92,10 @@ const FILE_WORDS: readonly [RegExp, string][] = [
     'The update file was removed, or its disk stopped working, before the update was read. Put it back and load it again.'],
   [/A part of the update is missing from the USB stick, or does not belong to it\. Copy all its parts onto the stick again and plug it in again\./g,
     'A part of the update is missing, or does not belong to it. Copy all its parts again, into one directory, and load it again.'],
+  [/A part on this USB stick is from another update than the parts copied before, which were dropped\. Plug in the sticks of one update only, one after another\./g,
+    'A part of the update is from another update than the parts copied before, which were dropped. Copy the parts of one update only, into one directory, and load it again.'],
+  [/A part of the update on this USB stick is shorter than the others: its copy was cut short\. Copy it to the stick again and plug the sticks in again\./g,
+    'A part of the update is shorter than the others: its copy was cut short. Copy it again and load it again.'],
   [/plug the USB stick in again/g, 'load the update file again'],
   [/Plug the USB stick in again/g, 'Load the update file again'],
   [/The update (file )?on the USB stick/g, 'The update file'],

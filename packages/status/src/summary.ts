@@ -1,6 +1,6 @@
 import { escapeControls } from '@offline-bundle/host';
 import type { NodeStatus } from './model.js';
-import { failureSentence, fileWords, onRemovableMedia, WAITING_SENTENCES } from './reasons.js';
+import { failureSentence, fileWords, fromSpool, onRemovableMedia, PART_COLLECTING_REASONS, WAITING_SENTENCES } from './reasons.js';
 import { formatBytes, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
@@ -26,10 +26,14 @@ function ignoredNote(s: NodeStatus): string {
 }
 
 function sentence(s: NodeStatus, _now: Date): string {
-  const stickIn = s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging';
+  // read from the part spool on the node's disk: no stick is read, whatever the mode
+  const spooled = fromSpool(s.bundle?.media);
+  const stickIn = !spooled && (s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging');
   const keep = stickIn ? ' Do not remove the USB stick.' : '';
-  const stick = s.bundle?.mode === 'media' ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
+  const stick = s.bundle?.mode === 'media' && !spooled ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
   const p = s.progress;
+  const collecting = (s.phase === 'Idle' || s.phase === 'Staging') && s.conditions.find((c) => c.type === 'MediaDetected' && PART_COLLECTING_REASONS.has(c.reason));
+  if (collecting) return collecting.message;
   switch (s.phase) {
     case 'Idle': {
       const removed = s.bundle?.version && s.conditions.some((c) => c.type === 'Ready' && c.reason === 'ReleaseForgotten');
