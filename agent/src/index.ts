@@ -5,6 +5,7 @@ export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
 export { planSpace, choosePlan, demands, imageGrowth, shortfall, type SpaceCredit } from './load/space.js';
 export { partialBytes, MAX_PARTIAL_ENTRIES } from './load/space-credit.js';
+export { partialCredit } from './load/resume.js';
 export { readKubeletThresholds, parseQuantity, parseThreshold, thresholdsOf, KUBELET_DEFAULTS, MAX_KUBELET_CONFIG_BYTES } from './load/kubelet-thresholds.js';
 export { heldLayers, MAX_LAYERS_RECORD_BYTES } from './load/space-held.js';
 export { collect, COLLECT_COMMAND_MS, COLLECT_JOURNAL_LINES, MAX_COLLECT_DIR_FILES } from './collect.js';
