@@ -52,7 +52,7 @@ function plan(dir: string, base: string, fileSize: number, size: number): Plan {
 }
 
 /** Bytes [start, end) of `src` into `dest`, streamed and synced; each chunk also to `seen`. */
-async function copyRange(src: string, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
+export async function copyRange(src: string, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
   const read = createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 });
   await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
     for await (const c of chunks) {
