@@ -4,11 +4,11 @@
 // file of the bundle under its own name, and what it wrote under temp names is removed.
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { readFile, realpath, rename, rm, stat } from 'node:fs/promises';
+import { readFile, readdir, realpath, rename, rm, stat } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { basename, join } from 'node:path';
 import { digestLine, partName, partNamesIn } from '@offline-bundle/format';
-import { assertRegularFile, syncDirBestEffort, writeSynced } from '@offline-bundle/host';
+import { assertRegularFile, pidExists, syncDirBestEffort, writeSynced } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import type { Progress } from './progress.js';
 import { copyRange, partCount } from './split.js';
@@ -64,6 +64,19 @@ export interface WriteMediaResult {
 }
 
 const tempOf = (dir: string, name: string) => join(dir, `.${name}.${process.pid}.tmp`);
+const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/**
+ * Temp files an earlier run for this bundle left when the stick went away under it (it could not
+ * remove them then): removed when the process that wrote them is gone.
+ */
+async function removeStaleTemps(dir: string, base: string): Promise<void> {
+  const ours = new RegExp(`^\\.${escapeRe(base)}(?:\\.part-\\d+-of-\\d+|\\.sha256)?\\.(\\d+)\\.tmp$`);
+  for (const n of await readdir(dir)) {
+    const pid = Number(ours.exec(n)?.[1]);
+    if (pid && !pidExists(pid)) await rm(join(dir, n), { force: true });
+  }
+}
 
 /** One whole file when it fits the filesystem and --part-size; parts of the smaller of the two otherwise. */
 export function planFiles(dir: string, base: string, size: number, limit: number | undefined): MediaPlan {
@@ -98,6 +111,7 @@ async function resolveTarget(o: WriteMediaOptions): Promise<{ dir: string; mount
 
 /** Files of this bundle already on the stick: refused, or with --force removed first (their room is then free). */
 async function clearOldCopies(dir: string, base: string, force: boolean | undefined): Promise<boolean> {
+  await removeStaleTemps(dir, base);
   const there: string[] = [];
   for (const n of [base, `${base}.sha256`]) if (await stat(join(dir, n)).then(() => true, () => false)) there.push(n);
   there.push(...(await partNamesIn(dir, base)).map((p) => p.name));
@@ -127,7 +141,7 @@ export function mediaFailure(err: unknown, file: string, plan: MediaPlan, leftov
   if (err instanceof MediaError) return err;
   const e = err as NodeJS.ErrnoException;
   const name = basename(file);
-  const tail = leftovers.length ? `; could not remove ${leftovers.map((l) => basename(l)).join(', ')} from ${plan.dir}: delete ${leftovers.length > 1 ? 'them' : 'it'}` : '; nothing of the bundle is left on it';
+  const tail = leftovers.length ? `; its temp files (.${plan.base}*.${process.pid}.tmp) could not be removed: the next write-media of it removes them` : '; nothing of the bundle is left on it';
   switch (e?.code) {
     case 'ENOSPC': case 'EDQUOT':
       return new MediaError('NO_SPACE', `the stick at ${plan.dir} filled up while writing ${name} (${e.code})${tail}: use a bigger stick (the bundle is ${formatBytes(plan.size)}) or free space on it`, { cause: err });
@@ -230,7 +244,7 @@ async function readBack(plan: MediaPlan, digest: string, at: { file: string }, p
     at.file = f.final;
     await hashFile(f.final, [whole, part], (n) => progress.update(done += n));
     if (`sha256:${part.digest('hex')}` !== f.digest) {
-      throw new MediaError('READ_BACK_FAILED', `${basename(f.final)} reads back from ${plan.dir} other than it was written: the stick is faulty (or a fake-capacity stick); it was removed from the stick: use another stick`);
+      throw new MediaError('READ_BACK_FAILED', `${basename(f.final)} reads back from ${plan.dir} other than it was written: the stick does not keep what it is given (faulty, fake capacity, or its driver lost the write); what was written is removed: use another stick`);
     }
   }
   if (`sha256:${whole.digest('hex')}` !== digest) throw new MediaError('READ_BACK_FAILED', `the parts on ${plan.dir} do not read back as the bundle: use another stick`);

@@ -1,0 +1,94 @@
+// `bundle write-media` onto exFAT through FUSE (exfat-fuse on a loop device: this kernel has no
+// exfat) and a real ext4 loop image: one whole file each; the refusals made before anything is
+// written (not a mount point, a system filesystem, read-only), and ext4 running out of room
+// (inodes) between parts: nothing left under the bundle's names. FAT32: write-media-fat.test.ts.
+import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { tmpdir } from '../helpers/tmp.mjs';
+import { errorCode } from './lib.js';
+import { mounted, oneLine, skipReason, testBundle, unmountLater } from './write-media-lib.js';
+
+if (skipReason) t.plan(0, skipReason);
+else await main();
+
+function ext4(t: Tap.Test, img: string, mnt: string, mkfsArgs: string[] = []): Promise<void> {
+  execFileSync('truncate', ['-s', '32M', img]);
+  execFileSync('mkfs.ext4', ['-q', '-F', ...mkfsArgs, img]);
+  unmountLater(t, mnt);
+  return mkdir(mnt).then(() => { execFileSync('mount', ['-o', 'loop', img, mnt]); });
+}
+
+async function main(): Promise<void> {
+  const work = await tmpdir(t, 'ob-media-');
+  const b = await testBundle(work);
+
+  t.test('exFAT (exfat-fuse on a loop device, fuseblk): one whole file, told exFAT by its boot sector', async (t) => {
+    const img = path.join(work, 'ex.img');
+    const mnt = path.join(work, 'ex');
+    execFileSync('truncate', ['-s', '32M', img]);
+    execFileSync('mkfs.exfat', [img], { stdio: 'ignore' });
+    const loop = execFileSync('losetup', ['-f', '--show', img], { encoding: 'utf8' }).trim();
+    await mkdir(mnt);
+    unmountLater(t, mnt, undefined, loop);
+    execFileSync('mount.exfat-fuse', [loop, mnt], { stdio: 'ignore' });
+    const r = await b.write(mnt, ['--quiet']);
+    t.equal(r.code, 0, r.stderr);
+    const j = JSON.parse(r.stdout);
+    t.equal(j.filesystem, 'exFAT');
+    t.equal(j.parts, 0, 'not split');
+    t.equal(j.digest, b.digest);
+    execFileSync('umount', [mnt]);
+    execFileSync('mount.exfat-fuse', ['-o', 'ro', loop, mnt], { stdio: 'ignore' });
+    t.same((await readdir(mnt)).sort(), ['r.bundle', 'r.bundle.sha256'], 'after a remount: the bundle and its .sha256');
+    t.ok((await readFile(path.join(mnt, 'r.bundle'))).equals(b.bytes), 'byte for byte the bundle');
+  });
+
+  t.test('ext4 (loop): one whole file, its pages dropped before the read-back; a directory that is no stick\'s mount point, or read-only, is refused', async (t) => {
+    const mnt = path.join(work, 'e4');
+    await ext4(t, path.join(work, 'e4.img'), mnt);
+    const r = await b.write(mnt);
+    t.equal(r.code, 0, r.stderr);
+    const j = JSON.parse(r.stdout);
+    t.equal(j.filesystem, 'ext4');
+    t.equal(j.cacheDropped, true, 'dd iflag=nocache dropped the written pages');
+    t.same(j.files, [path.join(mnt, 'r.bundle'), path.join(mnt, 'r.bundle.sha256')]);
+    t.ok((await readFile(path.join(mnt, 'r.bundle'))).equals(b.bytes));
+    await mkdir(path.join(mnt, 'sub'));
+    const sub = await b.write(path.join(mnt, 'sub'));
+    t.equal(errorCode(sub.stderr), 'NOT_A_MOUNT');
+    t.ok(oneLine(sub.stderr), 'one line');
+    t.match(sub.stderr, /is not the mount point of removable media .*--any-directory/);
+    const any = await b.write(path.join(mnt, 'sub'), ['--any-directory', '--quiet']);
+    t.equal(any.code, 0, `--any-directory writes there: ${any.stderr}`);
+    if (await mounted('/dev/shm')) {
+      const shm = await b.write('/dev/shm');
+      t.equal(errorCode(shm.stderr), 'NOT_A_MOUNT', 'a tmpfs mount point is no stick');
+      t.match(shm.stderr, /tmpfs mounted at \/dev\/shm, a system filesystem/);
+    }
+    execFileSync('mount', ['-o', 'remount,ro', mnt]);
+    const ro = await b.write(mnt, ['--force']);
+    t.equal(errorCode(ro.stderr), 'READ_ONLY');
+    t.ok(oneLine(ro.stderr), 'one line');
+    t.match(ro.stderr, /mounted read-only .*mount -o remount,rw/);
+  });
+
+  t.test('ext4 out of room between parts (no inode left for part 3: ENOSPC): one line, no part, no temp file left', async (t) => {
+    const mnt = path.join(work, 'full');
+    await ext4(t, path.join(work, 'full.img'), mnt, ['-N', '16']);
+    // every inode taken but two: parts 1 and 2 are created and written, part 3 is not
+    let n = 0;
+    for (;; n++) {
+      try { await writeFile(path.join(mnt, `f${n}`), ''); } catch { break; }
+    }
+    execFileSync('rm', [path.join(mnt, 'f0'), path.join(mnt, 'f1')]);
+    const before = (await readdir(mnt)).sort();
+    const r = await b.write(mnt, ['--part-size', '512K']);
+    t.equal(r.code, 1);
+    t.equal(errorCode(r.stderr), 'NO_SPACE');
+    t.ok(oneLine(r.stderr), `one line: ${r.stderr}`);
+    t.match(r.stderr, /filled up while writing r\.bundle\.part-003-of-005 \(ENOSPC\); nothing of the bundle is left on it: use a bigger stick/);
+    t.same((await readdir(mnt)).sort(), before, 'the stick as it was');
+  });
+}
