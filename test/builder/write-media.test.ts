@@ -10,8 +10,45 @@ import { tmpdir } from '../helpers/tmp.mjs';
 import { errorCode } from './lib.js';
 import { mounted, oneLine, skipReason, testBundle, unmountLater } from './write-media-lib.js';
 
-if (skipReason) t.plan(0, skipReason);
+// the real filesystems first: their bundle is made before any test runs (the temp dir belongs to the file)
+if (skipReason) t.skip(`real filesystems: ${skipReason}`);
 else await main();
+
+t.test('mountinfo: octal escapes undone, ro from either option list; a path is on its longest mount point', async (t) => {
+  const { parseMountinfo, mountOf } = await import('../../builder/dist/write-media-target.js');
+  const mounts = parseMountinfo([
+    '22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw',
+    '98 22 8:17 / /media/my\\040stick rw,nosuid master:2 - vfat /dev/sdb1 ro,utf8',
+    '99 22 0:38 / /media/fuse rw,nosuid,nodev - fuse.fusefat /tmp/fat.img rw,user_id=0',
+    'garbage',
+  ].join('\n'));
+  t.same(mounts.map((m) => [m.mountPoint, m.fsType, m.source, m.readOnly]), [
+    ['/', 'ext4', '/dev/sda1', false], ['/media/my stick', 'vfat', '/dev/sdb1', true], ['/media/fuse', 'fuse.fusefat', '/tmp/fat.img', false],
+  ]);
+  t.equal(mountOf('/media/my stick/sub', mounts)?.mountPoint, '/media/my stick');
+  t.equal(mountOf('/media/fuse2', mounts)?.mountPoint, '/', 'a name that only starts like a mount point is not in it');
+});
+
+t.test('a stick\'s boot sector (untrusted, 8 KiB read): FAT32 fields checked; an FSInfo free count beyond the volume or "unknown" gives no room', async (t) => {
+  const { parseFat32 } = await import('../../builder/dist/write-media-target.js');
+  const sector = (free: number) => {
+    const b = Buffer.alloc(8192);
+    b.write('FAT32   ', 82, 'latin1');
+    b.writeUInt16LE(512, 11); b.writeUInt8(8, 13); b.writeUInt16LE(32, 14); b.writeUInt8(2, 16);
+    b.writeUInt32LE(65536 * 8 + 32 + 2 * 512, 32); b.writeUInt32LE(512, 36); b.writeUInt16LE(1, 48);
+    b.writeUInt32LE(0x41615252, 512); b.writeUInt32LE(0x61417272, 512 + 484); b.writeUInt32LE(free, 512 + 488);
+    return b;
+  };
+  t.same(parseFat32(sector(1000)), { clusterBytes: 4096, totalClusters: 65536, freeClusters: 1000 });
+  t.same(parseFat32(sector(65537)), { clusterBytes: 4096, totalClusters: 65536 }, 'more free than there are clusters: unknown');
+  t.same(parseFat32(sector(0xffffffff)), { clusterBytes: 4096, totalClusters: 65536 }, '0xFFFFFFFF: unknown');
+  const odd = sector(1000);
+  odd.writeUInt8(3, 13);
+  t.equal(parseFat32(odd), undefined, 'sectors per cluster not a power of two: not FAT32');
+  t.equal(parseFat32(Buffer.alloc(8192)), undefined, 'zeros');
+  t.equal(parseFat32(sector(1000).subarray(0, 600)), undefined, 'too short');
+});
+
 
 function ext4(t: Tap.Test, img: string, mnt: string, mkfsArgs: string[] = []): Promise<void> {
   execFileSync('truncate', ['-s', '32M', img]);
