@@ -129,3 +129,18 @@ async function main(): Promise<void> {
     t.same((await readdir(mnt)).sort(), before, 'the stick as it was');
   });
 }
+
+t.test('the split a filesystem needs: a 20 GB release is 5 FAT32 parts of 4 GiB - 1; a bundle that fits one FAT32 file, and any on exFAT, stays whole', async (t) => {
+  const { planFiles } = await import('../../builder/dist/write-media.js');
+  const { FAT32_MAX_FILE } = await import('../../builder/dist/split.js');
+  const size = 20 * 1000 ** 3;
+  const fat = planFiles('/m', 'r.bundle', size, FAT32_MAX_FILE);
+  t.same(fat.files.map((f: { final: string }) => f.final), [1, 2, 3, 4, 5].map((n) => `/m/r.bundle.part-00${n}-of-005`));
+  t.same(fat.files.map((f: { start: number; end: number }) => f.end - f.start), [FAT32_MAX_FILE, FAT32_MAX_FILE, FAT32_MAX_FILE, FAT32_MAX_FILE, size - 4 * FAT32_MAX_FILE]);
+  t.ok(fat.files.every((f: { temp: string }) => /^\/m\/\.r\.bundle\.part-\d{3}-of-005\.\d+\.tmp$/.test(f.temp)), 'temp names start with a dot: no watcher takes them for a part');
+  const { parsePartName } = await import('../../packages/format/dist/index.js');
+  t.ok(fat.files.every((f: { temp: string }) => parsePartName(f.temp) === undefined && !f.temp.endsWith('.bundle')), 'nor the agent\'s part-name parser');
+  t.same(planFiles('/m', 'r.bundle', FAT32_MAX_FILE, FAT32_MAX_FILE).files.map((f: { final: string }) => f.final), ['/m/r.bundle'], 'exactly 4 GiB - 1: one file');
+  t.same(planFiles('/m', 'r.bundle', size, undefined).files.map((f: { final: string }) => f.final), ['/m/r.bundle'], 'no limit: one file');
+  t.equal(planFiles('/m', 'r.bundle', size, undefined).sidecar.final, '/m/r.bundle.sha256');
+});
