@@ -12,6 +12,7 @@ export type MediaErrorCode =
   | 'READ_ONLY'        // the mount does not take writes
   | 'NO_SPACE'         // the bundle does not fit, or the stick filled up while writing
   | 'OUTPUT_EXISTS'    // files of the same bundle are on the stick already
+  | 'NOT_A_BUNDLE'     // a part, or a file the agent would not take for a bundle by its name
   | 'MEDIA_GONE'       // the stick went away or failed while being written
   | 'READ_BACK_FAILED' // what was read back is not what was written
   | 'IO_ERROR';

@@ -7,7 +7,7 @@ import { createReadStream } from 'node:fs';
 import { readFile, readdir, realpath, rename, rm, stat } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { basename, join } from 'node:path';
-import { digestLine, partName, partNamesIn } from '@offline-bundle/format';
+import { digestLine, isPartName, parsePartName, partName, partNamesIn } from '@offline-bundle/format';
 import { assertRegularFile, pidExists, syncDirBestEffort, writeSynced } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import type { Progress } from './progress.js';
@@ -109,30 +109,33 @@ async function resolveTarget(o: WriteMediaOptions): Promise<{ dir: string; mount
   return { dir, mount };
 }
 
-/** Files of this bundle already on the stick: refused, or with --force removed first (their room is then free). */
-async function clearOldCopies(dir: string, base: string, force: boolean | undefined): Promise<boolean> {
+/** Files of this bundle already on the stick, with their sizes: refused without --force. */
+async function oldCopies(dir: string, base: string, force: boolean | undefined): Promise<Array<{ path: string; size: number }>> {
   await removeStaleTemps(dir, base);
-  const there: string[] = [];
-  for (const n of [base, `${base}.sha256`]) if (await stat(join(dir, n)).then(() => true, () => false)) there.push(n);
-  there.push(...(await partNamesIn(dir, base)).map((p) => p.name));
-  if (there.length === 0) return false;
+  const names = [base, `${base}.sha256`, ...(await partNamesIn(dir, base)).map((p) => p.name)];
+  const there: Array<{ path: string; size: number }> = [];
+  for (const n of names) {
+    const st = await stat(join(dir, n)).catch(() => undefined);
+    if (st) there.push({ path: join(dir, n), size: st.size });
+  }
   const them = there.length > 1 ? 'them' : 'it';
-  if (!force) throw new MediaError('OUTPUT_EXISTS', `${dir} already holds ${there.join(', ')}: pass --force to replace ${them}, or remove ${them} first`);
-  for (const n of there) await rm(join(dir, n), { force: true });
-  await syncDirBestEffort(dir);
-  return true;
+  if (there.length > 0 && !force) throw new MediaError('OUTPUT_EXISTS', `${dir} already holds ${there.map((f) => basename(f.path)).join(', ')}: pass --force to replace ${them}, or remove ${them} first`);
+  return there;
 }
 
 /** Refuses before anything is written when the bundle, its .sha256 and the margin do not fit. */
-function checkRoom(plan: MediaPlan, t: Target, progress: Progress): void {
+function checkRoom(plan: MediaPlan, t: Target, replaced: Array<{ size: number }>, progress: Progress): void {
   const sidecarBytes = Buffer.byteLength(digestLine(`sha256:${'0'.repeat(64)}`, plan.base));
   const need = plan.size + sidecarBytes + ROOM_MARGIN_BYTES + (plan.files.length + 1) * t.blockBytes;
-  if (t.free === undefined) {
+  // what --force replaces is free once removed (each file's clusters, rounded down to be safe)
+  const free = t.free === undefined ? undefined : t.free + replaced.reduce((n, f) => n + Math.floor(f.size / t.blockBytes) * t.blockBytes, 0);
+  if (free === undefined) {
     progress.log(`warning: ${t.mount.mountPoint} (${t.mount.fsType}) does not say how much room it has: writing anyway (${formatBytes(need)} needed); a full stick is reported and what was written removed`);
     return;
   }
-  if (t.free < need) {
-    throw new MediaError('NO_SPACE', `the stick at ${t.mount.mountPoint} has ${formatBytes(t.free)} free, the bundle needs ${formatBytes(need)} (${formatBytes(plan.size)}, its .sha256 and ${formatBytes(need - plan.size - sidecarBytes)} to spare): use a bigger stick or free ${formatBytes(need - t.free)} on it; nothing was written`);
+  if (free < need) {
+    const mine = replaced.length ? ` (with the ${formatBytes(free - t.free!)} of the copy --force replaces)` : '';
+    throw new MediaError('NO_SPACE', `the stick at ${t.mount.mountPoint} has ${formatBytes(free)} free${mine}, the bundle needs ${formatBytes(need)} (${formatBytes(plan.size)}, its .sha256 and ${formatBytes(need - plan.size - sidecarBytes)} to spare): use a bigger stick or free ${formatBytes(need - free)} on it; nothing was written`);
   }
 }
 
@@ -259,15 +262,29 @@ function partLimit(t: Target, partSize: number | undefined): number | undefined 
   return Math.min(t.kind.maxFile, partSize ?? Infinity);
 }
 
+/** The one-file bundle's size; a part, or a name the agent would not look at, is refused. */
+async function bundleSize(bundle: string): Promise<number> {
+  if (isPartName(bundle)) {
+    const base = parsePartName(bundle)!.base;
+    throw new MediaError('NOT_A_BUNDLE', `${bundle} is one part of ${base}: give the one-file bundle (join the parts: cat ${base}.part-* > ${base}); write-media splits it as the stick needs`);
+  }
+  if (!basename(bundle).endsWith('.bundle') || basename(bundle).startsWith('.')) {
+    throw new MediaError('NOT_A_BUNDLE', `${bundle} is not named NAME.bundle: bundle-agent looks only for *.bundle files on a stick; rename it`);
+  }
+  const st = await assertRegularFile(bundle);
+  return st?.size ?? (await stat(bundle)).size;
+}
+
 export async function writeMedia(o: WriteMediaOptions): Promise<WriteMediaResult> {
-  const st = await assertRegularFile(o.bundle);
-  const size = st?.size ?? (await stat(o.bundle)).size;
+  const size = await bundleSize(o.bundle);
   const { dir, mount } = await resolveTarget(o);
-  // the room once the old copies (--force) are gone: they are replaced, not kept beside
-  await clearOldCopies(dir, basename(o.bundle), o.force);
+  const replaced = await oldCopies(dir, basename(o.bundle), o.force);
   const target = await describeTarget(dir, mount);
   const plan = planFiles(dir, basename(o.bundle), size, partLimit(target, o.partSize));
-  checkRoom(plan, target, o.progress);
+  checkRoom(plan, target, replaced, o.progress);
+  // replaced, not kept beside: the room counted on them
+  for (const f of replaced) await rm(f.path, { force: true });
+  if (replaced.length) await syncDirBestEffort(dir);
   let digest: string;
   const at = { file: plan.files[0]!.final };
   try {

@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { errorCode } from './lib.js';
+import { bundle, errorCode } from './lib.js';
 import { mounted, oneLine, skipReason, testBundle, unmountLater } from './write-media-lib.js';
 
 // the real filesystems first: their bundle is made before any test runs (the temp dir belongs to the file)
@@ -50,8 +50,8 @@ t.test('a stick\'s boot sector (untrusted, 8 KiB read): FAT32 fields checked; an
 });
 
 
-function ext4(t: Tap.Test, img: string, mnt: string, mkfsArgs: string[] = []): Promise<void> {
-  execFileSync('truncate', ['-s', '32M', img]);
+function ext4(t: Tap.Test, img: string, mnt: string, mkfsArgs: string[] = [], sizeMiB = 32): Promise<void> {
+  execFileSync('truncate', ['-s', `${sizeMiB}M`, img]);
   execFileSync('mkfs.ext4', ['-q', '-F', ...mkfsArgs, img]);
   unmountLater(t, mnt);
   return mkdir(mnt).then(() => { execFileSync('mount', ['-o', 'loop', img, mnt]); });
@@ -99,6 +99,11 @@ async function main(): Promise<void> {
     t.match(sub.stderr, /is not the mount point of removable media .*--any-directory/);
     const any = await b.write(path.join(mnt, 'sub'), ['--any-directory', '--quiet']);
     t.equal(any.code, 0, `--any-directory writes there: ${any.stderr}`);
+    const part = path.join(work, 'r.bundle.part-001-of-002');
+    await writeFile(part, 'x');
+    const p = await bundle(['write-media', part, mnt]);
+    t.equal(errorCode(p.stderr), 'NOT_A_BUNDLE', 'one part of a split bundle is refused');
+    t.match(p.stderr, /is one part of r\.bundle: give the one-file bundle \(join the parts: cat r\.bundle\.part-\* > r\.bundle\)/);
     if (await mounted('/dev/shm')) {
       const shm = await b.write('/dev/shm');
       t.equal(errorCode(shm.stderr), 'NOT_A_MOUNT', 'a tmpfs mount point is no stick');
@@ -109,6 +114,18 @@ async function main(): Promise<void> {
     t.equal(errorCode(ro.stderr), 'READ_ONLY');
     t.ok(oneLine(ro.stderr), 'one line');
     t.match(ro.stderr, /mounted read-only .*mount -o remount,rw/);
+  });
+
+  t.test('--force on a stick that holds one copy: the copy it replaces counts as room', async (t) => {
+    const mnt = path.join(work, 'one');
+    await ext4(t, path.join(work, 'one.img'), mnt, ['-m', '0'], 6);
+    const first = await b.write(mnt, ['--quiet']);
+    t.equal(first.code, 0, first.stderr);
+    const free = JSON.parse(first.stdout).free as number;
+    t.ok(free - b.bytes.length < b.bytes.length + 1024 * 1024, 'not room for a second copy beside the first');
+    const again = await b.write(mnt, ['--force', '--quiet']);
+    t.equal(again.code, 0, again.stderr);
+    t.same((await readdir(mnt)).filter((n) => n.startsWith('r.bundle')).sort(), ['r.bundle', 'r.bundle.sha256']);
   });
 
   t.test('ext4 out of room between parts (no inode left for part 3: ENOSPC): one line, no part, no temp file left', async (t) => {
