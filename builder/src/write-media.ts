@@ -144,18 +144,19 @@ export function mediaFailure(err: unknown, file: string, plan: MediaPlan, leftov
   if (err instanceof MediaError) return err;
   const e = err as NodeJS.ErrnoException;
   const name = basename(file);
-  const tail = leftovers.length ? `; its temp files (.${plan.base}*.${process.pid}.tmp) could not be removed: the next write-media of it removes them` : '; nothing of the bundle is left on it';
+  const left = leftovers.length ? `its temp files (.${plan.base}*.${process.pid}.tmp) stay until the next write-media of ${plan.base} removes them` : 'nothing of the bundle is left on it';
+  const line = (code: 'NO_SPACE' | 'IO_ERROR' | 'MEDIA_GONE', what: string, fix: string) => new MediaError(code, `${what}; ${left}: ${fix}`, { cause: err });
   switch (e?.code) {
     case 'ENOSPC': case 'EDQUOT':
-      return new MediaError('NO_SPACE', `the stick at ${plan.dir} filled up while writing ${name} (${e.code})${tail}: use a bigger stick (the bundle is ${formatBytes(plan.size)}) or free space on it`, { cause: err });
+      return line('NO_SPACE', `the stick at ${plan.dir} filled up while writing ${name} (${e.code})`, `use a bigger stick (the bundle is ${formatBytes(plan.size)}) or free space on it`);
     case 'EFBIG':
-      return new MediaError('IO_ERROR', `${name} is larger than the filesystem at ${plan.dir} holds in one file (EFBIG)${tail}: pass a smaller --part-size (e.g. 4G)`, { cause: err });
+      return line('IO_ERROR', `${name} is larger than the filesystem at ${plan.dir} holds in one file (EFBIG)`, 'pass a smaller --part-size (e.g. 4G)');
     case 'EIO': case 'ENOTCONN': case 'ENODEV': case 'ENXIO': case 'ESHUTDOWN': case 'EROFS': case 'ESTALE':
-      return new MediaError('MEDIA_GONE', `the stick at ${plan.dir} went away or failed while ${doing} ${name} (${e.code})${tail}: plug it in again (check it with fsck if it was pulled) and rerun`, { cause: err });
+      return line('MEDIA_GONE', `the stick at ${plan.dir} went away or failed while ${doing} ${name} (${e.code})`, 'plug it in again (check it with fsck if it was pulled) and rerun');
     case 'EPERM':
-      return new MediaError('IO_ERROR', `the filesystem at ${plan.dir} refused to write more of ${name} (EPERM; FUSE FAT drivers say so when the stick is full)${tail}: use a bigger stick or free space on it`, { cause: err });
+      return line('IO_ERROR', `the filesystem at ${plan.dir} refused to write more of ${name} (EPERM; FUSE FAT drivers say so when the stick is full)`, 'use a bigger stick or free space on it');
     default:
-      return new MediaError('IO_ERROR', `cannot write ${name} to ${plan.dir}: ${e?.message ?? String(err)}${tail}`, { cause: err });
+      return line('IO_ERROR', `cannot ${doing === 'writing' ? 'write' : 'read back'} ${name} on ${plan.dir}: ${e?.message ?? String(err)}`, 'check the stick and rerun');
   }
 }
 
