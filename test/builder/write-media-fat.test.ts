@@ -116,7 +116,9 @@ async function main(): Promise<void> {
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => { stderr += d; });
     const exited = new Promise<number | null>((r) => child.once('exit', r));
-    await waitFor(async () => (await readdir(mnt).catch(() => [])).some((n) => n.startsWith('.r.bundle.part-')), 'a temp part');
+    // generous: on a loaded machine the CLI alone takes seconds to start
+    await waitFor(async () => child.exitCode !== null || (await readdir(mnt).catch(() => [])).some((n) => n.startsWith('.r.bundle.part-')), 'a temp part', 90_000);
+    t.equal(child.exitCode, null, 'still writing when the stick goes');
     daemon.kill('SIGKILL');
     t.equal(await exited, 1, stderr);
     t.equal(errorCode(stderr), 'MEDIA_GONE', 'the stick went away');
