@@ -23,7 +23,7 @@ export function addWriteMediaCommand(program: Command): void {
     .argument('<bundle>', 'the bundle file (NAME.bundle)')
     .argument('<mountpoint>', 'where the stick is mounted (findmnt -l, lsblk -f)')
     .option('--part-size <size>', 'split into parts of at most this size even where the filesystem would take more (binary units: 2G, 500M, bytes)', parseSize)
-    .option('--force', 'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256); they are removed before writing')
+    .option('--force', 'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256): kept until the new copy is in place when there is room for both, else removed first (said before writing)')
     .option('--any-directory', 'write into a directory that is not a stick\'s mount point (a subdirectory, a local disk); the checks of the filesystem still apply')
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print the result as JSON')
@@ -38,7 +38,9 @@ Files are written under dot names and renamed into place only once all are writt
 so bundle-agent never sees half a part; NAME.bundle.sha256 holds the whole bundle's digest (the
 concatenation of the parts). Then the files' cached pages are dropped, every file is read back and
 checked against what was read from the bundle, and it ends "Done: N file(s) on DIR; safe to remove
-the stick." A failure (stick full, stick pulled: EIO, ENOTCONN, ENODEV) removes what was written.
+the stick." A failure (stick full, stick pulled: EIO, ENOTCONN, ENODEV), a bundle that changes
+while being read (SOURCE_CHANGED), or Ctrl-C (exit 130; a second one ends it at once) removes what
+was written. Giving the copy already on the stick as the bundle is refused (SAME_FILE).
 
 Examples:
   bundle write-media 4.14.38.bundle /run/media/$USER/STICK
@@ -46,10 +48,13 @@ Examples:
     .action(async (bundle: string, mountpoint: string, o: WriteMediaFlags) => {
       const progress = new Progress({ quiet: o.quiet });
       const ac = new AbortController();
-      const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error(`interrupted: what was written to ${mountpoint} is removed; rerun to write the bundle`), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
-      process.on('SIGINT', stop);
-      process.on('SIGTERM', stop);
-      process.on('SIGHUP', stop);
+      const signals = Object.keys(SIGNAL_EXIT) as Array<keyof typeof SIGNAL_EXIT>;
+      const stop = (signal: keyof typeof SIGNAL_EXIT) => {
+        // a second signal ends the process at once: a write hung on a dead FUSE daemon cannot clean up
+        for (const s of signals) process.removeListener(s, stop);
+        ac.abort(Object.assign(new Error(`interrupted: what was written to ${mountpoint} is removed; rerun to write the bundle`), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
+      };
+      for (const s of signals) process.on(s, stop);
       const r = await writeMedia({ bundle, target: mountpoint, partSize: o.partSize, force: o.force, anyDirectory: o.anyDirectory, progress, signal: ac.signal });
       const done = `Done: ${plural(r.files.length, 'file')} on ${r.target}; safe to remove the stick.`;
       if (o.json) {

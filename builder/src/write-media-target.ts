@@ -15,6 +15,8 @@ export type MediaErrorCode =
   | 'NOT_A_BUNDLE'     // a part, or a file the agent would not take for a bundle by its name
   | 'MEDIA_GONE'       // the stick went away or failed while being written
   | 'READ_BACK_FAILED' // what was read back is not what was written
+  | 'SAME_FILE'        // the bundle given is the copy on the stick itself
+  | 'SOURCE_CHANGED'   // the bundle was cut or changed while it was being written
   | 'IO_ERROR';
 
 export class MediaError extends BaseError<MediaErrorCode> {}

@@ -5,7 +5,7 @@
 // bundle's names.
 import t from 'tap';
 import { spawn, execFileSync } from 'node:child_process';
-import { open, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, truncate, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -124,6 +124,7 @@ async function main(): Promise<void> {
     t.equal(errorCode(stderr), 'MEDIA_GONE', 'the stick went away');
     t.ok(oneLine(stderr), `one line: ${stderr}`);
     t.match(stderr, /went away or failed while writing r\.bundle\.part-.*plug it in again/);
+    t.match(stderr, /its temp files \(\.r\.bundle\.part-\d+-of-\d+\.[0-9a-f]{8}-\d+\.tmp.*\) stay until the next write-media/, 'names the temp files it could not remove');
     try { execFileSync('umount', ['-l', mnt]); } catch { /* gone */ }
     await fat32(t, img, mnt, { mkfs: false });
     const names = await readdir(mnt);
@@ -131,5 +132,68 @@ async function main(): Promise<void> {
     const again = await b.write(mnt, ['--part-size', '512K', '--quiet']);
     t.equal(again.code, 0, `written once the stick is back: ${again.stderr}`);
     t.notOk((await readdir(mnt)).some((n) => n.endsWith('.tmp')), 'the temp files the pulled run left are gone');
+  });
+
+  t.test('FAT32 (fusefat) with a copy on it, --force with room for both: the bundle cut mid-write (SOURCE_CHANGED) keeps the old copy; Ctrl-C twice ends a write hung on a stopped FUSE daemon; Ctrl-C during the read-back exits 130 and keeps nothing', async (t) => {
+    const img = path.join(work, 'sig.img');
+    const mnt = path.join(work, 'sig');
+    const daemon = await fat32(t, img, mnt, { sizeMiB: 64 });
+    t.teardown(() => { if (daemon.exitCode === null) daemon.kill('SIGCONT'); });
+    t.equal((await b.write(mnt, ['--part-size', '512K', '--quiet'])).code, 0, 'the old copy');
+    const oldNames = [...partNames(Math.ceil(b.bytes.length / PART)), 'r.bundle.sha256'];
+    // a bundle head followed by padding: large enough that fusefat is still writing or reading when the test acts
+    const big = path.join(work, 'big', 'r.bundle');
+    await mkdir(path.dirname(big));
+    const bigBytes = Buffer.concat([b.bytes, Buffer.alloc(24 * 1024 * 1024)]);
+    const start = (extra: string[] = []) => {
+      const child = spawn(process.execPath, [BUNDLE_BIN, 'write-media', big, mnt, '--force', '--part-size', '1M', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+      const out = { stderr: '' };
+      child.stderr.on('data', (d: Buffer) => { out.stderr += d; });
+      const exited = new Promise<[number | null, NodeJS.Signals | null]>((r) => child.once('exit', (code, signal) => r([code, signal])));
+      return { child, out, exited };
+    };
+    const tempPart = async () => (await readdir(mnt)).some((n) => n.startsWith('.r.bundle.part-'));
+    const oldIntact = async (what: string) => {
+      t.same((await readdir(mnt)).filter((n) => n.includes('r.bundle')).sort(), oldNames.slice().sort(), `${what}: the old copy's files, no temp file`);
+      t.equal(sha(Buffer.concat(await Promise.all(oldNames.slice(0, -1).map((n) => readFile(path.join(mnt, n)))))), b.digest, `${what}: the old copy reads as the bundle`);
+    };
+
+    await writeFile(big, bigBytes);
+    const cut = start(['--quiet']);
+    await waitFor(async () => cut.child.exitCode !== null || await tempPart(), 'a temp part', 90_000);
+    daemon.kill('SIGSTOP');
+    await truncate(big, 1024 * 1024);
+    daemon.kill('SIGCONT');
+    t.equal((await cut.exited)[0], 1, cut.out.stderr);
+    t.equal(errorCode(cut.out.stderr), 'SOURCE_CHANGED', 'the bundle was cut while being read');
+    t.ok(oneLine(cut.out.stderr), `one line: ${cut.out.stderr}`);
+    t.match(cut.out.stderr, /big\/r\.bundle changed while being written \(.*\).*nothing it wrote is left on it; the copy that was there is kept: rerun/);
+    await oldIntact('after SOURCE_CHANGED');
+
+    await writeFile(big, bigBytes);
+    const hung = start(['--quiet']);
+    await waitFor(async () => hung.child.exitCode !== null || await tempPart(), 'a temp part', 90_000);
+    daemon.kill('SIGSTOP');
+    hung.child.kill('SIGINT');
+    await new Promise((r) => setTimeout(r, 500));
+    t.equal(hung.child.exitCode, null, 'the first Ctrl-C waits for the stick (stopped) to clean up');
+    hung.child.kill('SIGINT');
+    const ended = await Promise.race([hung.exited, new Promise((r) => setTimeout(() => r('still running'), 20_000))]);
+    daemon.kill('SIGCONT');
+    t.same(ended, [null, 'SIGINT'], 'the second Ctrl-C ends it at once');
+
+    const rb = start();
+    let stopped = false;
+    await waitFor(async () => rb.child.exitCode !== null || (stopped = /reading back from/.test(rb.out.stderr)), 'the read-back', 90_000);
+    if (stopped) daemon.kill('SIGSTOP');
+    rb.child.kill('SIGINT');
+    await new Promise((r) => setTimeout(r, 200));
+    daemon.kill('SIGCONT');
+    const [code] = await rb.exited;
+    t.equal(code, 130, `Ctrl-C during the read-back: exit 130, not "safe to remove": ${rb.out.stderr}`);
+    t.equal(errorCode(rb.out.stderr), 'INTERRUPTED');
+    t.notMatch(rb.out.stderr, /safe to remove/);
+    t.match(rb.out.stderr, /interrupted: nothing of the bundle is left on it; the copy that was there was removed \(it holds no copy now\): rerun/);
+    t.same((await readdir(mnt)).filter((n) => n.includes('r.bundle')), [], 'an unchecked copy is removed, and the temp files of the killed run too');
   });
 }

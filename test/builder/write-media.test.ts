@@ -4,11 +4,11 @@
 // (inodes) between parts: nothing left under the bundle's names. FAT32: write-media-fat.test.ts.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { link, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { bundle, errorCode } from './lib.js';
-import { mounted, oneLine, skipReason, testBundle, unmountLater } from './write-media-lib.js';
+import { mounted, oneLine, sha, skipReason, testBundle, unmountLater } from './write-media-lib.js';
 
 // the real filesystems first: their bundle is made before any test runs (the temp dir belongs to the file)
 if (skipReason) t.skip(`real filesystems: ${skipReason}`);
@@ -104,6 +104,13 @@ async function main(): Promise<void> {
     const p = await bundle(['write-media', part, mnt]);
     t.equal(errorCode(p.stderr), 'NOT_A_BUNDLE', 'one part of a split bundle is refused');
     t.match(p.stderr, /is one part of r\.bundle: give the one-file bundle \(join the parts: cat r\.bundle\.part-\* > r\.bundle\)/);
+    const junk = path.join(work, 'junk.bundle');
+    await writeFile(junk, Buffer.alloc(64 * 1024, 7));
+    const nb = await bundle(['write-media', junk, mnt, '--json']);
+    t.equal(errorCode(nb.stderr), 'NOT_A_BUNDLE', 'a file that does not start as a bundle is refused before writing');
+    t.match(nb.stderr, /junk\.bundle is not a bundle \(.*\): give a file "bundle create" wrote/);
+    t.same(JSON.parse(nb.stdout), { error: { code: 'NOT_A_BUNDLE', message: nb.stderr.trim().replace(/^bundle: NOT_A_BUNDLE: /, '') } }, '--json: the error as JSON on stdout');
+    t.notOk((await readdir(mnt)).includes('junk.bundle'), 'nothing written');
     if (await mounted('/dev/shm')) {
       const shm = await b.write('/dev/shm');
       t.equal(errorCode(shm.stderr), 'NOT_A_MOUNT', 'a tmpfs mount point is no stick');
@@ -123,9 +130,27 @@ async function main(): Promise<void> {
     t.equal(first.code, 0, first.stderr);
     const free = JSON.parse(first.stdout).free as number;
     t.ok(free - b.bytes.length < b.bytes.length + 1024 * 1024, 'not room for a second copy beside the first');
-    const again = await b.write(mnt, ['--force', '--quiet']);
+    // the copy on the stick given as the bundle: replacing it would delete the source before it is read
+    const onStick = path.join(mnt, 'r.bundle');
+    const same = await bundle(['write-media', onStick, mnt, '--force', '--json']);
+    t.equal(same.code, 1);
+    t.equal(errorCode(same.stderr), 'SAME_FILE');
+    t.ok(oneLine(same.stderr), `one line: ${same.stderr}`);
+    t.match(same.stderr, /r\.bundle is already on the stick at .*\/one\/r\.bundle: nothing to write; to check it, run bundle verify /);
+    t.equal(JSON.parse(same.stdout).error.code, 'SAME_FILE', '--json: the error on stdout');
+    t.equal(sha(await readFile(onStick)), b.digest, 'the copy on the stick is untouched');
+    await mkdir(path.join(mnt, 'hard'));
+    await link(onStick, path.join(mnt, 'hard', 'r.bundle'));
+    const viaLink = await bundle(['write-media', path.join(mnt, 'hard', 'r.bundle'), `${mnt}/../one`, '--force']);
+    t.equal(errorCode(viaLink.stderr), 'SAME_FILE', 'a hard link to it, to a mount point spelt otherwise, too (same device and inode)');
+    await rm(path.join(mnt, 'hard'), { recursive: true });
+    // a temp file another machine left (PID 1 runs here too): removed by the next write
+    const foreign = path.join(mnt, '.r.bundle.sha256.00000000-1.tmp');
+    await writeFile(foreign, 'x');
+    const again = await b.write(mnt, ['--force']);
     t.equal(again.code, 0, again.stderr);
-    t.same((await readdir(mnt)).filter((n) => n.startsWith('r.bundle')).sort(), ['r.bundle', 'r.bundle.sha256']);
+    t.match(again.stderr, /warning: no room on .* for the new copy beside the one there: removing r\.bundle, r\.bundle\.sha256 first; if this write fails or is interrupted, the stick holds no copy/, 'said before writing');
+    t.same((await readdir(mnt)).filter((n) => n.startsWith('r.bundle') || n.startsWith('.r.bundle')).sort(), ['r.bundle', 'r.bundle.sha256'], 'the foreign temp file is gone');
   });
 
   t.test('ext4 out of room between parts (no inode left for part 3: ENOSPC): one line, no part, no temp file left', async (t) => {
@@ -154,7 +179,7 @@ t.test('the split a filesystem needs: a 20 GB release is 5 FAT32 parts of 4 GiB 
   const fat = planFiles('/m', 'r.bundle', size, FAT32_MAX_FILE);
   t.same(fat.files.map((f: { final: string }) => f.final), [1, 2, 3, 4, 5].map((n) => `/m/r.bundle.part-00${n}-of-005`));
   t.same(fat.files.map((f: { start: number; end: number }) => f.end - f.start), [FAT32_MAX_FILE, FAT32_MAX_FILE, FAT32_MAX_FILE, FAT32_MAX_FILE, size - 4 * FAT32_MAX_FILE]);
-  t.ok(fat.files.every((f: { temp: string }) => /^\/m\/\.r\.bundle\.part-\d{3}-of-005\.\d+\.tmp$/.test(f.temp)), 'temp names start with a dot: no watcher takes them for a part');
+  t.ok(fat.files.every((f: { temp: string }) => /^\/m\/\.r\.bundle\.part-\d{3}-of-005\.[0-9a-f]{8}-\d+\.tmp$/.test(f.temp)), 'temp names start with a dot: no watcher takes them for a part');
   const { parsePartName } = await import('../../packages/format/dist/index.js');
   t.ok(fat.files.every((f: { temp: string }) => parsePartName(f.temp) === undefined && !f.temp.endsWith('.bundle')), 'nor the agent\'s part-name parser');
   t.same(planFiles('/m', 'r.bundle', FAT32_MAX_FILE, FAT32_MAX_FILE).files.map((f: { final: string }) => f.final), ['/m/r.bundle'], 'exactly 4 GiB - 1: one file');
