@@ -57,7 +57,8 @@ function plan(dir: string, base: string, fileSize: number, size: number): Plan {
  * ends before `end` (cut or replaced while being read) is an error, never a short part.
  */
 export async function copyRange(src: string | FileHandle, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
-  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 }) : src.createReadStream({ start, end: end - 1, highWaterMark: 1024 * 1024, autoClose: false });
+  // the handle's number, not the handle: a FileHandle keeps a 'close' listener per stream made from it
+  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 }) : createReadStream('', { fd: src.fd, start, end: end - 1, highWaterMark: 1024 * 1024, autoClose: false });
   let got = 0;
   await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
     for await (const c of chunks) {

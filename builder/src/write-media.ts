@@ -294,7 +294,9 @@ async function dropCache(files: string[], mount: Mount, signal?: AbortSignal): P
   const drop = (f: string) => new Promise<boolean>((resolve) => {
     execFile('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none'], { ...(signal ? { signal } : {}) }, (err) => resolve(!err));
   });
-  const dropped = (await Promise.all(files.map(drop))).every(Boolean);
+  let dropped = true;
+  // one at a time: a dd per part at once would be dozens of processes (and abort listeners)
+  for (const f of files) dropped = (await drop(f)) && dropped;
   const device = mount.fsType.startsWith('fuse') && mount.source.startsWith('/') ? await stat(mount.source).catch(() => undefined) : undefined;
   if (device?.isFile() || device?.isBlockDevice()) await drop(mount.source);
   signal?.throwIfAborted();
