@@ -51,14 +51,29 @@ function plan(dir: string, base: string, fileSize: number, size: number): Plan {
   return { dir, base, count, size, fileSize, finals, temps: finals.map((f) => join(dir, `.${basename(f)}.${process.pid}.tmp`)) };
 }
 
+const CHUNK = 1024 * 1024;
+
+/**
+ * Bytes [start, end) of an open file, read at their positions: a read stream made on the handle
+ * (or its number) would close it when destroyed by a failed write, and it serves further parts.
+ */
+async function* rangeOf(fh: FileHandle, start: number, end: number): AsyncGenerator<Buffer> {
+  for (let pos = start; pos < end;) {
+    const want = Math.min(CHUNK, end - pos);
+    const { bytesRead, buffer } = await fh.read(Buffer.allocUnsafe(want), 0, want, pos);
+    if (bytesRead === 0) return;
+    pos += bytesRead;
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
 /**
  * Bytes [start, end) of `src` (a path, or a handle kept open across parts so every part comes
  * from the same file) into `dest`, streamed and synced; each chunk also to `seen`. A source that
  * ends before `end` (cut or replaced while being read) is an error, never a short part.
  */
 export async function copyRange(src: string | FileHandle, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
-  // the handle's number, not the handle: a FileHandle keeps a 'close' listener per stream made from it
-  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 }) : createReadStream('', { fd: src.fd, start, end: end - 1, highWaterMark: 1024 * 1024, autoClose: false });
+  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : rangeOf(src, start, end);
   let got = 0;
   await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
     for await (const c of chunks) {

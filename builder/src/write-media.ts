@@ -41,6 +41,8 @@ interface MediaFile {
   end: number;
   /** sha256 of the bytes written to it, as they were read from the bundle. */
   digest?: string;
+  /** Its temp file was created: only those are removed (and named) after a failure. */
+  started?: boolean;
 }
 
 interface MediaPlan {
@@ -48,7 +50,7 @@ interface MediaPlan {
   base: string;
   size: number;
   files: MediaFile[];
-  sidecar: { final: string; temp: string };
+  sidecar: { final: string; temp: string; started?: boolean };
   /** The copy of this bundle that was on the stick: none, still there, or removed (up front for room, or replaced by the commit). */
   old?: 'kept' | 'removed';
 }
@@ -170,13 +172,16 @@ function checkRoom(plan: MediaPlan, t: Target, replaced: Array<{ size: number }>
   return false;
 }
 
+/** Up to three names, then how many more: a line stays readable with dozens of parts. */
+const someNames = (files: string[]) => files.slice(0, 3).map((f) => basename(f)).join(', ') + (files.length > 3 ? ` and ${files.length - 3} more` : '');
+
 /** What a failed or interrupted run leaves on the stick, for its one line. */
 function leftOnStick(plan: MediaPlan, left: string[]): string {
   const temps = left.filter((f) => basename(f).startsWith('.'));
   const finals = left.filter((f) => !basename(f).startsWith('.'));
   const said = [
-    ...(finals.length ? [`${finals.map((f) => basename(f)).join(', ')} could not be removed from it (remove them by hand)`] : []),
-    ...(temps.length ? [`its temp files (${temps.map((f) => basename(f)).join(', ')}) stay until the next write-media of ${plan.base} removes them`] : []),
+    ...(finals.length ? [`${someNames(finals)} could not be removed from it (remove them by hand)`] : []),
+    ...(temps.length ? [`its temp files (${someNames(temps)}) stay until the next write-media of ${plan.base} removes them`] : []),
   ];
   if (!said.length) said.push(plan.old === 'kept' ? 'nothing it wrote is left on it' : 'nothing of the bundle is left on it');
   if (plan.old === 'kept') said.push('the copy that was there is kept');
@@ -229,6 +234,7 @@ async function writeTemps(bundle: string, src: FileHandle, before: Stats, plan: 
   for (const f of plan.files) {
     const part = createHash('sha256');
     at.file = f.final;
+    f.started = true;
     await copyRange(src, f.temp, f.start, f.end, (c) => {
       whole.update(c);
       part.update(c);
@@ -245,6 +251,7 @@ async function writeTemps(bundle: string, src: FileHandle, before: Stats, plan: 
   const digest = `sha256:${whole.digest('hex')}`;
   await assertMatchesSidecar(bundle, digest);
   at.file = plan.sidecar.final;
+  plan.sidecar.started = true;
   await writeSynced(plan.sidecar.temp, digestLine(digest, plan.base));
   return digest;
 }
@@ -396,7 +403,7 @@ async function writeFrom(src: FileHandle, o: WriteMediaOptions): Promise<WriteMe
     stale = await commit(plan, old);
   } catch (err) {
     o.progress.finish();
-    const left = [...(err as { left?: string[] }).left ?? [], ...(await removeAll([...plan.files.map((x) => x.temp), plan.sidecar.temp]))];
+    const left = [...(err as { left?: string[] }).left ?? [], ...(await removeAll([...plan.files, plan.sidecar].filter((x) => x.started).map((x) => x.temp)))];
     if (o.signal?.aborted) throw interrupted(o.signal, plan, left);
     throw mediaFailure(err, at.file, plan, left);
   }
