@@ -23,6 +23,7 @@ import { addManCommand } from './man.js';
 import { addAgentImageCommands, reportSidecar, writeSidecar } from './agent-image-command.js';
 import { addSplitCommand, assertBundlePath, assertNoParts } from './split-command.js';
 import { SPLIT_SIZE_HELP, parseSize, splitInPlace } from './split.js';
+import { addWriteMediaCommand } from './write-media-command.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
@@ -280,6 +281,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
   addCacheCommands(program);
   addAgentImageCommands(program);
   addSplitCommand(program);
+  addWriteMediaCommand(program);
   addCompletionCommand(program);
   addManCommand(program);
   addImageSetCommands(program);

@@ -39,7 +39,7 @@ export function addManCommand(program: Command): void {
         files: [
           ['NAME.bundle', 'the bundle: a zstd-compressed tar holding bundle.json, its signature and an OCI image layout'],
           ['NAME.bundle.sha256', 'the whole file\'s sha256, written beside the bundle (for --digest and trust.digest)'],
-          ['NAME.bundle.part-001-of-NNN', 'the bundle split into parts (create --split-size, split), their concatenation the bundle; read from the path of any part'],
+          ['NAME.bundle.part-001-of-NNN', 'the bundle split into parts (create --split-size, split, write-media onto FAT32), their concatenation the bundle; read from the path of any part'],
           ['PREFIX.key, PREFIX.pub', 'a signing key pair made by "bundle keygen"'],
           ['~/.cache/offline-bundle', 'the content-addressed blob cache (see "bundle cache")'],
           ['$XDG_RUNTIME_DIR/containers/auth.json, ~/.config/containers/auth.json, ~/.docker/config.json', 'registry credentials, as podman and skopeo read them'],
@@ -53,6 +53,7 @@ bundle create --release quay.io/openshift-release-dev/ocp-release:4.15.1-x86_64 
     --key factory.key -o 4.15.1.bundle
 bundle verify 4.15.1.bundle --key factory.pub
 bundle inspect 4.15.1.bundle
+bundle write-media 4.15.1.bundle /media/usb
 bundle diff 4.15.0.bundle 4.15.1.bundle
 bundle extract 4.15.1.bundle ./layout --key factory.pub
 bundle cluster status

@@ -4,7 +4,7 @@
 // all are on disk; on failure the temp names go and nothing else changed.
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat, truncate } from 'node:fs/promises';
+import { mkdir, rename, rm, stat, truncate, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { InvalidArgumentError } from 'commander';
@@ -51,15 +51,41 @@ function plan(dir: string, base: string, fileSize: number, size: number): Plan {
   return { dir, base, count, size, fileSize, finals, temps: finals.map((f) => join(dir, `.${basename(f)}.${process.pid}.tmp`)) };
 }
 
-/** Bytes [start, end) of `src` into `dest`, streamed and synced; each chunk also to `seen`. */
-async function copyRange(src: string, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
-  const read = createReadStream(src, { start, end: end - 1, highWaterMark: 1024 * 1024 });
+const CHUNK = 1024 * 1024;
+
+/**
+ * Bytes [start, end) of an open file, read at their positions: a read stream made on the handle
+ * (or its number) would close it when destroyed by a failed write, and it serves further parts.
+ */
+async function* rangeOf(fh: FileHandle, start: number, end: number): AsyncGenerator<Buffer> {
+  for (let pos = start; pos < end;) {
+    const want = Math.min(CHUNK, end - pos);
+    const { bytesRead, buffer } = await fh.read(Buffer.allocUnsafe(want), 0, want, pos);
+    if (bytesRead === 0) return;
+    pos += bytesRead;
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
+/**
+ * Bytes [start, end) of `src` (a path, or a handle kept open across parts so every part comes
+ * from the same file) into `dest`, streamed and synced; each chunk also to `seen`. A source that
+ * ends before `end` (cut or replaced while being read) is an error, never a short part.
+ */
+export async function copyRange(src: string | FileHandle, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
+  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : rangeOf(src, start, end);
+  let got = 0;
   await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
     for await (const c of chunks) {
+      got += c.length;
       seen?.(c);
       yield c;
     }
   }, createWriteStream(dest, { mode: 0o644 }), ...(signal ? [{ signal }] : []));
+  if (got !== end - start) {
+    const name = typeof src === 'string' ? src : 'the bundle';
+    throw new FormatError('TRUNCATED', `${name} ended ${got} bytes into bytes ${start}-${end} while being read: it was cut or changed meanwhile; nothing was written: rerun once it is whole`);
+  }
   await syncPath(dest);
 }
 

@@ -153,3 +153,13 @@ t.test('a split that cannot be made leaves nothing behind', async (t) => {
   t.equal(full.stderr.trimEnd().split('\n').length, 1, 'one line');
   t.same(await readdir(small), [], 'nothing written');
 });
+
+t.test('copyRange: a source that ends before the range does is an error (TRUNCATED), never a short part', async (t) => {
+  const { copyRange } = await import('../../builder/dist/split.js');
+  const { writeFile } = await import('node:fs/promises');
+  const src = path.join(work, 'short.bin');
+  await writeFile(src, Buffer.alloc(1000, 1));
+  await t.rejects(copyRange(src, path.join(work, 'short.out'), 500, 2000), { code: 'TRUNCATED', message: /ended 500 bytes into bytes 500-2000 while being read/ });
+  await copyRange(src, path.join(work, 'whole.out'), 0, 1000);
+  t.equal((await stat(path.join(work, 'whole.out'))).size, 1000, 'a whole range is copied');
+});

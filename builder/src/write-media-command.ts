@@ -1,0 +1,68 @@
+// `bundle write-media BUNDLE /mount/point`: the definition, its help and its one last line.
+import type { Command } from 'commander';
+import { escapeControls } from '@offline-bundle/host';
+import { formatBytes, plural } from '@offline-bundle/status';
+import { Progress } from './progress.js';
+import { parseSize } from './split.js';
+import { ROOM_MARGIN_BYTES, writeMedia } from './write-media.js';
+
+// 128 + the signal's number, as a shell reports a process the signal ended
+const SIGNAL_EXIT = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 } as const;
+
+interface WriteMediaFlags {
+  partSize?: number;
+  force?: boolean;
+  anyDirectory?: boolean;
+  quiet?: boolean;
+  json?: boolean;
+}
+
+export function addWriteMediaCommand(program: Command): void {
+  program.command('write-media')
+    .description('Write a bundle onto a mounted USB stick: split as its filesystem needs (FAT32: parts of 4 GiB - 1 byte; exFAT, ext4 and others: one file), synced, read back and checked, ending "safe to remove the stick".')
+    .argument('<bundle>', 'the bundle file (NAME.bundle)')
+    .argument('<mountpoint>', 'where the stick is mounted (findmnt -l, lsblk -f)')
+    .option('--part-size <size>', 'split into parts of at most this size even where the filesystem would take more (binary units: 2G, 500M, bytes)', parseSize)
+    .option('--force', 'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256): kept until the new copy is in place when there is room for both, else removed first (said before writing)')
+    .option('--any-directory', 'write into a directory that is not a stick\'s mount point (a subdirectory, a local disk); the checks of the filesystem still apply')
+    .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', `
+Before writing anything it refuses, in one line: a directory that is not a mount point (or is a
+system filesystem), a read-only mount, files of the same bundle already there (without --force),
+and a stick without room for the bundle, its .sha256 and ${formatBytes(ROOM_MARGIN_BYTES)} plus a cluster per file.
+The filesystem comes from /proc/self/mountinfo (FUSE mounts included: fuse.fusefat, fuseblk
+by the first sectors of their device); one it cannot tell is split as FAT32.
+
+Files are written under dot names and renamed into place only once all are written and synced,
+so bundle-agent never sees half a part; NAME.bundle.sha256 holds the whole bundle's digest (the
+concatenation of the parts). Then the files' cached pages are dropped, every file is read back and
+checked against what was read from the bundle, and it ends "Done: N file(s) on DIR; safe to remove
+the stick." A failure (stick full, stick pulled: EIO, ENOTCONN, ENODEV), a bundle that changes
+while being read (SOURCE_CHANGED), or Ctrl-C (exit 130; a second one ends it at once) removes what
+was written. Giving the copy already on the stick as the bundle is refused (SAME_FILE).
+
+Examples:
+  bundle write-media 4.14.38.bundle /run/media/$USER/STICK
+  bundle write-media 4.14.38.bundle /mnt/usb --force --json`)
+    .action(async (bundle: string, mountpoint: string, o: WriteMediaFlags) => {
+      const progress = new Progress({ quiet: o.quiet });
+      const ac = new AbortController();
+      const signals = Object.keys(SIGNAL_EXIT) as Array<keyof typeof SIGNAL_EXIT>;
+      const stop = (signal: keyof typeof SIGNAL_EXIT) => {
+        // a second signal ends the process at once: a write hung on a dead FUSE daemon cannot clean up
+        for (const s of signals) process.removeListener(s, stop);
+        ac.abort(Object.assign(new Error(`interrupted: what was written to ${mountpoint} is removed; rerun to write the bundle`), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
+      };
+      for (const s of signals) process.on(s, stop);
+      const r = await writeMedia({ bundle, target: mountpoint, partSize: o.partSize, force: o.force, anyDirectory: o.anyDirectory, progress, signal: ac.signal });
+      const done = `Done: ${plural(r.files.length, 'file')} on ${r.target}; safe to remove the stick.`;
+      if (o.json) {
+        process.stdout.write(JSON.stringify(r) + '\n');
+        if (!o.quiet) process.stderr.write(escapeControls(done) + '\n');
+        return;
+      }
+      if (!o.quiet) process.stderr.write(escapeControls(`${r.filesystem} at ${r.mountPoint}: wrote ${r.files.map((f) => f.slice(r.target.length + 1)).join(', ')} (${formatBytes(r.size)}, ${r.digest}); read back${r.cacheDropped ? ' from the stick' : ''}: matches`) + '\n');
+      process.stdout.write(escapeControls(done) + '\n');
+    });
+}
