@@ -1,7 +1,8 @@
 // Shared pieces of the agent tests: real bundles made by the `bundle` CLI, a temp node root
 // with a config, loop-mounted "USB sticks", and the CLIs run as child processes.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -143,4 +144,32 @@ export function smallFs(dir: string, sizeKiB: number, t: { teardown(fn: () => un
   } catch {
     return false;
   }
+}
+
+/**
+ * `bundle-agent run --config CONFIG` as a child, its output gathered, stopped at teardown; and a
+ * wait for its status file (STATUS) to satisfy `ok`, failing on the agent's exit or a hang.
+ */
+export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, config: string, statusFile: string) {
+  const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = { log: '' };
+  child.stdout.on('data', (b: Buffer) => { out.log += b; });
+  child.stderr.on('data', (b: Buffer) => { out.log += b; });
+  const exited = new Promise((res) => child.once('exit', res));
+  t.teardown(() => stop());
+  const status = async () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
+  const until = async (what: string, ok: (s: any) => boolean) => {
+    const deadline = Date.now() + 120_000; // only against a hang
+    for (;;) {
+      const s = await status();
+      if (ok(s)) return s;
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`never: ${what}; status: ${JSON.stringify(s)?.slice(0, 1500)}; log: ${out.log.slice(-2000)}`);
+      await sleep(200);
+    }
+  };
+  const stop = async () => {
+    if (child.exitCode === null) child.kill('SIGTERM');
+    await exited;
+  };
+  return { child, out, until, stop };
 }

@@ -5,11 +5,11 @@
 // in one line, nothing held. The sticks are loop-mounted ext4 filesystems, unmounted and
 // mounted at the same mount point as a technician swaps them.
 import t from 'tap';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { copyFile, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { AGENT, BUNDLE, canLoopMount, containerdNode, makeBundle, run } from './fixtures.js';
+import { AGENT, BUNDLE, canLoopMount, containerdNode, makeBundle, run, daemonChild } from './fixtures.js';
 
 /** An empty ext4 stick image labelled `label`, not mounted. */
 function stickImage(dir: string, label: string): string {
@@ -41,25 +41,7 @@ t.test('parts on two sticks, one after another: loaded as from one stick', { ski
     umount();
   }
 
-  const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  child.stdout.on('data', (b: Buffer) => { log += b; });
-  child.stderr.on('data', (b: Buffer) => { log += b; });
-  const exited = new Promise((res) => child.once('exit', res));
-  t.teardown(async () => {
-    if (child.exitCode === null) child.kill('SIGTERM');
-    await exited;
-  });
-  const status = async () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  const until = async (what: string, ok: (s: any) => boolean) => {
-    const deadline = Date.now() + 120_000; // only against a hang
-    for (;;) {
-      const s = await status();
-      if (ok(s)) return s;
-      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`never: ${what}; status: ${JSON.stringify(s)?.slice(0, 1500)}; log: ${log.slice(-2000)}`);
-      await sleep(200);
-    }
-  };
+  const { out, until } = daemonChild(t, config, statusFile);
 
   mount(images.A);
   const waiting = await until('the first stick copied', (s) => /^Copied parts/.test(s?.message ?? ''));
@@ -70,7 +52,7 @@ t.test('parts on two sticks, one after another: loaded as from one stick', { ski
   const spool = join(root, 'var/lib/upgrade/parts-spool'); // paths.upgradeDir's default, under the node root
   const held = async () => (await readdir(spool).catch(() => [] as string[])).filter((x) => x.includes('.part-')).sort();
   t.same(await held(), parts.slice(0, 2), 'parts 1 and 2 in the spool');
-  t.notMatch(log, /bundle found/, 'no load tried with half the parts');
+  t.notMatch(out.log, /bundle found/, 'no load tried with half the parts');
 
   umount();
   await sleep(1500); // the watcher sees the stick go
@@ -78,8 +60,8 @@ t.test('parts on two sticks, one after another: loaded as from one stick', { ski
   const ready = await until('the set is loaded', (s) => s?.phase === 'Ready');
   t.equal(ready.bundle.version, '1.1.0');
   t.match(ready.message, /^Done: update 1\.1\.0 is loaded on this node\./);
-  t.equal((log.match(/event=ready/g) ?? []).length, 1, 'one load');
-  t.match(log, new RegExp(`bundle found: \\S*parts-spool/${parts[0]!.replace(/\./g, '\\.')}`), 'loaded from the spool');
+  t.equal((out.log.match(/event=ready/g) ?? []).length, 1, 'one load');
+  t.match(out.log, new RegExp(`bundle found: \\S*parts-spool/${parts[0]!.replace(/\./g, '\\.')}`), 'loaded from the spool');
   const listed = JSON.parse((await run(AGENT, ['releases', 'list', '--json', '--config', config])).stdout);
   t.match(listed.releases.find((x: any) => x.version === '1.1.0'), { images: 1, imagesPresent: 1 }, 'its image is in containerd');
   t.same(await readdir(spool).catch(() => []), [], 'the spool is gone after the load');

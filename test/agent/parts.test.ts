@@ -5,11 +5,10 @@
 // set loads from it, and the spool is emptied; `bundle-agent load PART` loads a split bundle by hand.
 // (Parts on two sticks plugged one after another: parts-sticks.test.ts.)
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { copyFile, mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { AGENT, BUNDLE, containerdNode, makeBundle, run, stick } from './fixtures.js';
+import { AGENT, BUNDLE, containerdNode, makeBundle, run, stick, daemonChild } from './fixtures.js';
 
 const count = (log: string, re: RegExp) => (log.match(re) ?? []).length;
 const PART = '1500';
@@ -33,30 +32,12 @@ t.test('a split bundle on a stick: the missing part named, then loaded once', as
   t.ok(parts.length >= 3, `${parts.length} parts`);
   for (const p of parts.filter((_, i) => i !== 1)) await copyFile(join(dir, 'parts', p), join(usb, p));
 
-  const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  child.stdout.on('data', (b: Buffer) => { log += b; });
-  child.stderr.on('data', (b: Buffer) => { log += b; });
-  const exited = new Promise((r) => child.once('exit', r));
-  t.teardown(async () => {
-    if (child.exitCode === null) child.kill('SIGTERM');
-    await exited;
-  });
-  const status = async () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  const until = async (what: string, ok: (s: any) => boolean) => {
-    const deadline = Date.now() + 120_000; // only against a hang
-    for (;;) {
-      const s = await status();
-      if (ok(s)) return s;
-      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`never: ${what}; log: ${log.slice(-2000)}`);
-      await sleep(200);
-    }
-  };
+  const { out, until, stop } = daemonChild(t, config, statusFile);
 
   const waiting = await until('the missing part is named', (s) => /^Copied parts/.test(s?.message ?? ''));
   t.equal(waiting.message, `Copied parts 1, 3–${parts.length} of ${parts.length} of update.bundle. You may remove this stick. Insert the stick with part 2 of ${parts.length} of update.bundle.`, 'the technician\'s line names the part');
   t.match(waiting.conditions.find((c: any) => c.type === 'MediaDetected'), { reason: 'PartsWaiting' });
-  t.equal(count(log, /event=ready/g), 0, 'nothing loaded');
+  t.equal(count(out.log, /event=ready/g), 0, 'nothing loaded');
   const spool = join(root, 'var/lib/upgrade/parts-spool'); // paths.upgradeDir's default, under the node root
   t.equal((await readdir(spool)).filter((n) => n.includes('.part-')).length, parts.length - 1, 'the parts present are held');
 
@@ -64,15 +45,14 @@ t.test('a split bundle on a stick: the missing part named, then loaded once', as
   await until('the complete set is loaded', (s) => s?.phase === 'Ready');
   // a poll or two more: a set offered per part would be loaded again by now
   await sleep(3000);
-  t.equal(count(log, /event=ready/g), 1, 'one load, not one per part');
-  t.equal(count(log, /bundle found: /g), 1, `one attempt: the complete set (${(log.match(/bundle found: \S+/g) ?? []).join(', ')})`);
-  t.match(log, /bundle found: \S*media\/usb\/\S*part-001/, 'loaded from the stick, by its first part');
+  t.equal(count(out.log, /event=ready/g), 1, 'one load, not one per part');
+  t.equal(count(out.log, /bundle found: /g), 1, `one attempt: the complete set (${(out.log.match(/bundle found: \S+/g) ?? []).join(', ')})`);
+  t.match(out.log, /bundle found: \S*media\/usb\/\S*part-001/, 'loaded from the stick, by its first part');
   t.same(await readdir(spool).catch(() => []), [], 'the spool of the same bundle is emptied: the stick had it all');
   const listed = JSON.parse((await run(AGENT, ['releases', 'list', '--json', '--config', config])).stdout);
   t.match(listed.releases.find((r: any) => r.version === '1.1.0'), { images: 1, imagesPresent: 1 }, 'its image is in containerd');
 
-  child.kill('SIGTERM');
-  await exited;
+  await stop();
 
   await t.test('bundle-agent load PART loads a split bundle; an incomplete set is a one-line usage error', async (t) => {
     await writeFile(config, (await readFile(config, 'utf8')).replace(/current: "[^"]*"/, 'current: "1.1.0"'));

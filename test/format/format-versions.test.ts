@@ -3,7 +3,6 @@
 // scripts/freeze-reader.mjs), which refuses version 3 with its own UNSUPPORTED_VERSION; this
 // reader reads both, version 3 with its blobs in any order its bundle.json lists.
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -11,32 +10,22 @@ import {
   blobPath, extractBundle, readHeader, verifyBundle, withBundleFile, writeBundle, type WriteBundleInput,
 } from '@offline-bundle/format';
 import { makeBundle, makeKey, readEntries, writeKeyFiles, type MadeBundle } from './craft.js';
-import { ROOT, bundle } from '../builder/lib.js';
+import { ROOT, bundle, run } from '../builder/lib.js';
 
 const FROZEN = path.join(ROOT, 'test', 'fixtures', 'frozen-reader', 'reader-0b1c790.mjs');
 
 interface Frozen { code: number | null; out: any; stderr: string }
 
 /** Runs the frozen file with node; its one line of JSON parsed. */
-function frozen(args: string[]): Promise<Frozen> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [FROZEN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (d: Buffer) => out.push(d));
-    child.stderr.on('data', (d: Buffer) => err.push(d));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const text = Buffer.concat(out).toString('utf8');
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = { unparsed: text };
-      }
-      resolve({ code, out: parsed, stderr: Buffer.concat(err).toString('utf8') });
-    });
-  });
+async function frozen(args: string[]): Promise<Frozen> {
+  const r = await run(process.execPath, [FROZEN, ...args]);
+  let out: unknown;
+  try {
+    out = JSON.parse(r.stdout);
+  } catch {
+    out = { unparsed: r.stdout };
+  }
+  return { code: r.code, out, stderr: r.stderr };
 }
 
 /** "0.10.2" against "0.2.0", by number. */
