@@ -96,6 +96,8 @@ const FILE_WORDS: readonly [RegExp, string][] = [
     'A part of the update is from another update than the parts copied before, which were dropped. Copy the parts of one update only, into one directory, and load it again.'],
   [/A part of the update on this USB stick is shorter than the others: its copy was cut short\. Copy it to the stick again and plug the sticks in again\./g,
     'A part of the update is shorter than the others: its copy was cut short. Copy it again and load it again.'],
+  [/This USB stick holds parts of another update than the one being collected; the parts copied before are kept\. Plug in the stick with the parts still missing\./g,
+    'These parts are of another update than the one being collected; the parts copied before are kept. Copy the parts still missing of that update, into one directory, and load it again.'],
   [/plug the USB stick in again/g, 'load the update file again'],
   [/Plug the USB stick in again/g, 'Load the update file again'],
   [/The update (file )?on the USB stick/g, 'The update file'],
