@@ -297,7 +297,9 @@ t.test('planSpace credits the agent\'s own leftovers: partial staging it removes
   t.match(reclaimed.message, /counting 14\.7 MB of partial staging the agent removes first as free/, 'the message counts it');
   const both = await planSpace(m, c(), { reclaimableBytes: 14 * MiB, alreadyStagedBytes: 12 * MiB });
   t.equal(both.mode, 'staged', 'and with this bundle staged already too, it stays staged');
-  await t.rejects(planSpace(m, c(), { alreadyStagedBytes: 12 * MiB }), /not enough disk space/, 'bytes already staged do not make room for the images');
+  const own = await planSpace(m, c(), { alreadyStagedBytes: 12 * MiB });
+  t.equal(own.mode, 'media', 'served from the media, this bundle\'s own partial staging is removed too: its room is free for the images');
+  await t.rejects(planSpace(m, c(), { alreadyStagedBytes: 2 * MiB }), /not enough disk space/, 'a small partial does not make room enough');
 });
 
 t.test('partialBytes: regular files by lstat, no symlink followed, bounded', async (t) => {

@@ -147,7 +147,7 @@ export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: Space
   const staged = Math.min(Math.max(0, inputs.credit?.alreadyStagedBytes ?? 0), m.totals.layoutBytes);
   const fss = afterReclaim(inputs.fs, reclaimable);
   const dirs = { upgrade: config.paths.upgradeDir, store: config.paths.imageStoreDir };
-  const failing = (layout: number) => demands(fss, dirs, layout, growth.bytes, staged).map((d) => ({ d, s: shortfall(d, reserve, kubelet) })).find((x) => x.s);
+  const failing = (layout: number, on = fss) => demands(on, dirs, layout, growth.bytes, staged).map((d) => ({ d, s: shortfall(d, reserve, kubelet) })).find((x) => x.s);
   const reclaimed = reclaimable ? `; counting ${formatBytes(reclaimable)} of partial staging the agent removes first as free` : '';
   const basis = `thresholds from ${kubelet.source}${growth.unknown ? `; every layer counted as new (${growth.unknown})` : ''}${reclaimed}`;
   const images = `${formatBytes(growth.bytes)} of images${growth.heldLayers ? ` (${formatBytes(growth.heldBytes)} of layers already in the store not counted)` : ''}`;
@@ -155,7 +155,8 @@ export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: Space
     const already = staged ? ` (${formatBytes(staged)} of it already staged)` : '';
     return { mode: 'staged', message: `room for ${formatBytes(m.totals.layoutBytes)} of layout${already} and ${images}; ${basis}` };
   }
-  const media = failing(0);
+  // served from the media, this bundle's own partial staging goes too: its room is free then
+  const media = failing(0, afterReclaim(inputs.fs, reclaimable + staged));
   if (!media) {
     return { mode: 'media', message: `not enough room to copy the bundle (${formatBytes(m.totals.layoutBytes)}); serving from the media: keep the USB stick in until Ready (${images}; ${basis})` };
   }
