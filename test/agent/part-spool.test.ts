@@ -309,6 +309,17 @@ t.test('a restart after Ready keeps Ready: the parts held are said beside it', a
   t.match(technicianLine(tracker.current), /^Done: update 9\.9\.9 is loaded on this node\./);
 });
 
+t.test('a restart after a copy cut short (Failed: Interrupted) says which stick to bring, not the stop', async (t) => {
+  const s = await setup(t);
+  await s.spool.collect(await s.stick([1, 2]), s.tracker);
+  const stopped = { ...emptyStatus('n'), phase: 'Failed' as const, bundle: { file: '/media/usb/u.bundle.part-002-of-003', media: 'USB stick U' },
+    conditions: [{ type: 'Failed', status: 'True' as const, reason: 'Interrupted', message: 'stopped', lastTransitionTime: new Date().toISOString() }] };
+  const tracker = new StatusTracker(stopped);
+  t.equal(await s.spool.startUp(tracker), undefined);
+  t.equal(tracker.current.phase, 'Idle', 'the stop was not a verdict on the update');
+  t.match(technicianLine(tracker.current), /^Copied parts 1–2 of \d+ of u\.bundle\. You may remove this stick\. Insert the stick with/);
+});
+
 t.test('a stray part file of another name never drops the parts held', async (t) => {
   const s = await setup(t);
   await s.spool.collect(await s.stick([1, 2]), s.tracker);

@@ -68,11 +68,13 @@ export function showWaiting(tracker: StatusTracker, at: SpoolShown, have: readon
 
 /**
  * At a restart with parts held: a Ready or Failed the technician saw stays (it is the last word
- * on a load); the parts held are said beside it, as a condition. Otherwise the waiting line.
+ * on a load); the parts held are said beside it, as a condition. Otherwise, and after a failure
+ * that only cut the collecting short (a stop, a pulled stick), the waiting line: what to bring next.
  */
 export function showHeldAtStart(tracker: StatusTracker, at: SpoolShown, have: readonly number[], count: number, base: string): void {
-  const phase = tracker.current.phase;
-  if (phase !== 'Ready' && phase !== 'Failed') return showWaiting(tracker, at, have, count, base);
+  const { phase, conditions } = tracker.current;
+  const cutShort = ['Interrupted', 'MediaRemoved'].includes(conditions.find((c) => c.type === 'Failed')?.reason ?? '');
+  if (phase !== 'Ready' && (phase !== 'Failed' || cutShort)) return showWaiting(tracker, at, have, count, base);
   tracker.update((s) => setLine(s, 'PartsWaiting', waitingLine(have, count, base)));
 }
 
