@@ -12,7 +12,9 @@ import { MAX_CONFIG_FILE_BYTES } from './config.js';
 import { CollectArchive, MAX_COLLECT_ENTRY_BYTES } from './collect-archive.js';
 import { redactDocument } from './collect-redact.js';
 import { parseMountinfo } from './daemon/media.js';
+import { SPOOL_DIR_NAME } from './daemon/part-spool.js';
 import { readKubeletThresholds } from './load/kubelet-thresholds.js';
+import { partialBytes } from './load/space-credit.js';
 import { TOOL_VERSION } from './version.js';
 
 /** Lines of the agent's journal kept. */
@@ -196,6 +198,28 @@ async function addMounts(a: CollectArchive, c: AgentConfig): Promise<void> {
   }
 }
 
+/**
+ * What the upgrade directory holds, by name and size, never the bytes: staged layouts, partial
+ * staging (with the marker naming its bundle) and the part spool (with its index), which a
+ * parts or resume case needs and which can be gigabytes.
+ */
+async function addUpgradeDir(a: CollectArchive, c: AgentConfig): Promise<void> {
+  const dir = c.paths.upgradeDir;
+  if (!(await isOwnDir(a, 'upgrade-dir.json', dir))) return;
+  const listing: Record<string, unknown>[] = [];
+  for (const e of (await readdir(dir, { withFileTypes: true }).catch(() => [])).slice(0, MAX_COLLECT_DIR_FILES)) {
+    const path = join(dir, e.name);
+    if (!e.isDirectory()) {
+      listing.push({ name: e.name, type: e.isFile() ? 'file' : 'other', bytes: e.isFile() ? (await lstat(path).catch(() => undefined))?.size : undefined });
+      continue;
+    }
+    listing.push({ name: e.name, type: 'dir', bytes: await partialBytes(path) });
+    if (e.name.endsWith('.partial')) await addFile(a, `upgrade-dir/${e.name}/resume.json`, join(path, 'resume.json'), 'json');
+    if (e.name === SPOOL_DIR_NAME) await addFile(a, `upgrade-dir/${SPOOL_DIR_NAME}/spool.json`, join(path, 'spool.json'), 'json');
+  }
+  a.add('upgrade-dir.json', `${JSON.stringify({ path: dir, entries: listing }, null, 1)}\n`);
+}
+
 function header(c: AgentConfig, now: Date): string {
   return `bundle-agent ${TOOL_VERSION}\nnode ${c.nodeName}\nruntime ${c.runtime} (${c.criSocket})\narch ${c.arch}\nroot ${c.root}\ncollected ${now.toISOString()}\n`;
 }
@@ -218,6 +242,7 @@ export async function collect(c: AgentConfig, o: CollectOptions): Promise<{ outp
   if (journal !== undefined) a.add('journal.txt', journal);
   await addDisk(a, c);
   await addMounts(a, c);
+  await addUpgradeDir(a, c);
   await a.write(output, now);
   return { output, files: a.files, notes: a.notes };
 }

@@ -192,3 +192,25 @@ t.test('bundle-agent collect: a symlink is collected as its target\'s name, neve
     t.notOk(all.includes(secret), `${secret.slice(0, 12)}…: nothing of the files outside the agent's directories in the archive`);
   }
 });
+
+t.test('bundle-agent collect: the upgrade directory by name and size (part spool, partial staging), never its bytes', async (t) => {
+  const n = await node(t);
+  const up = join(n.root, 'var/lib/upgrade');
+  await mkdir(join(up, 'parts-spool'), { recursive: true });
+  await writeFile(join(up, 'parts-spool', 'spool.json'), JSON.stringify({ base: 'u.bundle', count: 3, parts: [{ n: 1, size: 6_000_000 }] }));
+  await writeFile(join(up, 'parts-spool', 'u.bundle.part-001-of-003'), Buffer.alloc(6_000_000, 7));
+  await mkdir(join(up, '1.1.0-amd64.partial', 'blobs', 'sha256'), { recursive: true });
+  await writeFile(join(up, '1.1.0-amd64.partial', 'resume.json'), `{"bundleJson":"sha256:${'ab'.repeat(32)}"}\n`);
+  await writeFile(join(up, '1.1.0-amd64.partial', 'blobs', 'sha256', 'cd'), Buffer.alloc(5_000_000, 8));
+  const out = join(n.dir, 'upgrade.tar.gz');
+  const r = await run(AGENT, ['collect', '--config', n.config, '--output', out], await journal(n, 'true'));
+  t.equal(r.code, 0, r.stderr);
+  const files = await unpack(out, join(n.dir, 'y'));
+  const listing = JSON.parse(files.get('upgrade-dir.json')!) as { entries: { name: string; type: string; bytes: number }[] };
+  const byName = new Map(listing.entries.map((e) => [e.name, e]));
+  t.ok(byName.get('parts-spool')!.bytes >= 6_000_000, 'the spool, with its size');
+  t.ok(byName.get('1.1.0-amd64.partial')!.bytes >= 5_000_000, 'the partial staging, with its size');
+  t.match(files.get('upgrade-dir/parts-spool/spool.json'), /"base": "u\.bundle"/, 'the spool\'s index');
+  t.match(files.get('upgrade-dir/1.1.0-amd64.partial/resume.json'), /"bundleJson": "sha256:abab/, 'the marker naming the partial\'s bundle');
+  t.ok(gunzipSync(await readFile(out)).length < 1_000_000, 'no part or blob bytes in the archive');
+});
