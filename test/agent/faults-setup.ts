@@ -9,7 +9,7 @@ import { pidExists } from '@offline-bundle/host';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, crioFiles, keygen, makeBundle, nodeRoot, smallFs } from './fixtures.js';
+import { AGENT, crioFiles, crioNodeConfig, crioSighup, keygen, makeBundle, smallFs } from './fixtures.js';
 
 // The images' home: a host that never resolves, so only the agent's mirror can serve them.
 export const ORIGIN = 'origin.offline-bundle.invalid';
@@ -55,6 +55,9 @@ export interface Node {
   restore: () => Promise<void>;
 }
 
+/** A node whose upgrade directory is a 64 KiB tmpfs: too small to stage, so the agent serves from the media. */
+export const mediaNode = (t: any) => node(t, { upgradeFs: 64 });
+
 export async function node(t: any, opts: { extra?: string; retries?: number | 'default'; upgradeFs?: number } = {}): Promise<Node> {
   const dir = await tmpdir(t, 'ob-fault-');
   const root = join(dir, 'node');
@@ -92,19 +95,11 @@ export async function node(t: any, opts: { extra?: string; retries?: number | 'd
   await writeFile(pidFile, String(n.crio.pid));
   await n.restore();
   // `systemctl reload crio` as ExecReload=kill -HUP $MAINPID; the gate only exists when a test holds a reload.
-  const reload = ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(pidFile)})" && while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`];
   const retries = opts.retries === 'default' ? '' : `  retries: ${opts.retries ?? 2}\n`;
-  n.config = await nodeRoot(root, keys.pub, `runtime: crio
-criSocket: /run/crio/crio.sock
-version:
-  current: "1.0.0"
-space:
-  reserveBytes: 0
-preload:
-  method: cri
-${retries}reload:
-  command: [${reload.map((a) => JSON.stringify(a)).join(', ')}]
-${opts.extra ?? ''}`);
+  n.config = await crioNodeConfig(root, keys.pub, {
+    reload: crioSighup(pidFile, `while [ -e ${JSON.stringify(gate)} ]; do sleep 0.05; done`),
+    extra: `preload:\n  method: cri\n${retries}${opts.extra ?? ''}`,
+  });
   return n;
 }
 

@@ -99,6 +99,30 @@ export async function crioFiles(root: string, registries = 'unqualified-search-r
   };
 }
 
+/**
+ * The reload command that stands for `systemctl reload crio` (ExecReload=kill -HUP $MAINPID) on
+ * a stand-in whose pid is in `pidFile`; `andThen`, a shell command run after the signal.
+ */
+export const crioSighup = (pidFile: string, andThen?: string): string[] =>
+  ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(pidFile)})"${andThen === undefined ? '' : ` && ${andThen}`}`];
+
+/**
+ * The agent config of a node whose runtime is the CRI-O stand-in under `root` (crioFiles): its
+ * socket, running release `current`, no reserve, the given reload command, then `extra` (more
+ * top-level YAML keys).
+ */
+export function crioNodeConfig(root: string, pub: string, opts: { reload: string[]; current?: string; extra?: string }): Promise<string> {
+  return nodeRoot(root, pub, `runtime: crio
+criSocket: /run/crio/crio.sock
+version:
+  current: "${opts.current ?? '1.0.0'}"
+space:
+  reserveBytes: 0
+reload:
+  command: [${opts.reload.map((a) => JSON.stringify(a)).join(', ')}]
+${opts.extra ?? ''}`);
+}
+
 let mountChecked: boolean | undefined;
 /** Whether this machine lets us loop-mount an ext4 image (root, loop devices). */
 export function canLoopMount(dir: string): boolean {

@@ -12,7 +12,7 @@ import { pushImage } from '../helpers/images.mjs';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startRegistry } from '../helpers/registry.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, BUNDLE, crioFiles, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { AGENT, BUNDLE, crioFiles, crioNodeConfig, crioSighup, keygen, makeBundle, run } from './fixtures.js';
 
 // The images' home: a host that never resolves, so only the agent's mirror can serve them.
 const ORIGIN = 'origin.offline-bundle.invalid';
@@ -48,20 +48,11 @@ async function node(t: any, opts: { reload?: string[]; baseRegistries?: string; 
     ...o,
   });
   const crio = await startCrio();
-  const reload = opts.reload ?? ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(p('run/crio/pid'))})"`];
   await writeFile(p('run/crio/pid'), String(crio.pid));
-  const config = await nodeRoot(root, keys.pub, `runtime: crio
-criSocket: /run/crio/crio.sock
-version:
-  current: "1.0.0"
-space:
-  reserveBytes: 0
-preload:
-  method: cri
-  retries: 2
-reload:
-  command: [${reload.map((a) => JSON.stringify(a)).join(', ')}]
-`);
+  const config = await crioNodeConfig(root, keys.pub, {
+    reload: opts.reload ?? crioSighup(p('run/crio/pid')),
+    extra: 'preload:\n  method: cri\n  retries: 2\n',
+  });
   return {
     dir, root, config, keys, crio, startCrio,
     status: async () => JSON.parse(await readFile(p('var/lib/bundle-agent/status.json'), 'utf8')),

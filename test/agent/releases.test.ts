@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, crioFiles, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { AGENT, crioFiles, crioNodeConfig, keygen, makeBundle, run } from './fixtures.js';
 
 const ORIGIN = 'origin.offline-bundle.invalid';
 const img = (name: string, text: string) => ({ name: `${ORIGIN}/acme/${name}`, files: { 'f.txt': text } });
@@ -26,17 +26,7 @@ t.test('releases: list what is loaded, pinned and kept; forget one; prune older 
   const root = join(dir, 'node');
   const p = (rel: string) => join(root, rel);
   const crio = await startCrioStandin(t, await crioFiles(root));
-  const writeConfig = (current: string) => nodeRoot(root, keys.pub, `runtime: crio
-criSocket: /run/crio/crio.sock
-version:
-  current: "${current}"
-space:
-  reserveBytes: 0
-staging:
-  keep: true
-reload:
-  command: ["kill", "-HUP", "${crio.pid}"]
-`);
+  const writeConfig = (current: string) => crioNodeConfig(root, keys.pub, { reload: ['kill', '-HUP', String(crio.pid)], current, extra: 'staging:\n  keep: true\n' });
   let config = await writeConfig('1.0.0');
   for (const [version, images] of Object.entries(RELEASES)) {
     const file = await makeBundle(dir, { key: keys.key, version, images: [...images], upgradeFrom: ['1.0.0'], out: join(dir, `${version}.bundle`) });

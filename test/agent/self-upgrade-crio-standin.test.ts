@@ -20,7 +20,7 @@ import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { BUNDLE, crioFiles, keygen, nodeRoot, run } from './fixtures.js';
+import { BUNDLE, crioFiles, crioNodeConfig, crioSighup, keygen, run } from './fixtures.js';
 
 const REPO = 'localhost/offline-bundle/bundle-agent';
 const exists = (p: string) => stat(p).then(() => true, () => false);
@@ -31,7 +31,7 @@ const root = join(dir, 'node');
 const p = (rel: string) => join(root, rel);
 const crio = await startCrioStandin(t, await crioFiles(root));
 await writeFile(p('run/crio/pid'), String(crio.pid));
-const sighup = ['sh', '-c', `kill -HUP "$(cat ${JSON.stringify(p('run/crio/pid'))})"`];
+const sighup = crioSighup(p('run/crio/pid'));
 
 // every command the agent runs on the host: arguments end with \x1f, invocations with \x1e
 // (the rollback script holds newlines)
@@ -46,21 +46,13 @@ await chmod(join(fakeBin, 'systemctl'), 0o755);
 const readCalls = async () => (await readFile(calls, 'utf8').catch(() => '')).split('\x1e').filter(Boolean).map((l) => l.split('\x1f').slice(0, -1));
 const clearCalls = () => writeFile(calls, '');
 
-const configFile = await nodeRoot(root, keys.pub, `runtime: crio
-criSocket: /run/crio/crio.sock
-reload:
-  command: [${sighup.map((a) => JSON.stringify(a)).join(', ')}]
-version:
-  current: "1.0.0"
-space:
-  reserveBytes: 0
-selfUpgrade:
+const configFile = await crioNodeConfig(root, keys.pub, { reload: sighup, extra: `selfUpgrade:
   mode: quadlet
   confirmMinutes: 10
   daemonReload: [${recorder}, daemon-reload]
   restart: [${recorder}, restart]
   scheduleRollback: [${recorder}, schedule]
-`);
+` });
 const config: AgentConfig = parseConfig(await readFile(configFile, 'utf8'), configFile);
 const dropIn = join(root, 'etc/containers/systemd/bundle-agent.container.d/image.conf');
 
