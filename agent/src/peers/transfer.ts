@@ -13,3 +13,4 @@ export { TokenBucket, REAL_CLOCK } from './token-bucket.js';
 export type { BucketClock } from './token-bucket.js';
 export { PeerClient, PeerFault, DEFAULT_CONNECT_TIMEOUT_MS } from './peer-client.js';
 export type { PeerApproval, PeerEndpoint, PeerDirectory } from './types.js';
+export { peerSlots } from '../config.js';
