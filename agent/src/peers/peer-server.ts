@@ -51,6 +51,8 @@ export interface PeerServerOptions {
   downloaders: number;
   clock?: BucketClock;
   counters?: PeerCounters;
+  /** Tighter bounds than PEER_LIMITS (tests: a timeout proved in a second, not in thirty). */
+  limits?: Partial<typeof PEER_LIMITS>;
 }
 
 export interface RunningPeerServer {
@@ -107,7 +109,7 @@ class PeerHandler {
   active = 0;
   private readonly streams = new Set<AbortController>();
 
-  constructor(private readonly opts: PeerServerOptions, readonly bucket: TokenBucket, readonly counters: PeerCounters) {}
+  constructor(private readonly opts: PeerServerOptions, private readonly limits: typeof PEER_LIMITS, readonly bucket: TokenBucket, readonly counters: PeerCounters) {}
 
   setPaused(paused: boolean): void {
     this.paused = paused;
@@ -117,7 +119,7 @@ class PeerHandler {
   handle(req: IncomingMessage, res: ServerResponse): void {
     this.counters.requests++;
     const url = req.url ?? '';
-    if (url.length > PEER_LIMITS.maxPathBytes) return this.bad(res, 414, 'path too long');
+    if (url.length > this.limits.maxPathBytes) return this.bad(res, 414, 'path too long');
     if (req.method !== 'GET' && req.method !== 'HEAD') return this.bad(res, 405, 'GET or HEAD only', { allow: 'GET, HEAD' });
     const m = ROUTE.exec(url);
     if (!m) return this.bad(res, 404, 'no such path: /v1/bundles/<sha256:digest>/{bundle.json,signature,have,blobs/<sha256:digest>}');
@@ -125,7 +127,7 @@ class PeerHandler {
     if (!bundle) return send(res, 404, `this node does not hold bundle ${m[1]}`);
     if (m[2] === 'bundle.json') return send(res, 200, bundle.manifestBytes, { 'content-type': 'application/json' });
     if (m[2] === 'signature') return send(res, 200, bundle.signature);
-    if (m[2] === 'have') return send(res, 200, JSON.stringify({ complete: bundle.complete, digests: bundle.verifiedDigests(PEER_LIMITS.maxHaveDigests) }), { 'content-type': 'application/json' });
+    if (m[2] === 'have') return send(res, 200, JSON.stringify({ complete: bundle.complete, digests: bundle.verifiedDigests(this.limits.maxHaveDigests) }), { 'content-type': 'application/json' });
     this.blob(req, res, bundle, m[3]!);
   }
 
@@ -139,7 +141,7 @@ class PeerHandler {
     if (size === undefined) return send(res, 404, `blob ${digest} is not held verified here`);
     if (this.paused || this.active >= this.opts.downloaders) {
       this.counters.busyRefusals++;
-      return send(res, 503, this.paused ? 'this node is loading: try another peer' : 'every downloader slot is taken: try another peer', { 'retry-after': PEER_LIMITS.retryAfterSeconds });
+      return send(res, 503, this.paused ? 'this node is loading: try another peer' : 'every downloader slot is taken: try another peer', { 'retry-after': this.limits.retryAfterSeconds });
     }
     const range = parsePeerRange(req.headers.range, size);
     if (range === null) return this.bad(res, 416, `range not satisfiable for ${size} bytes`, { 'content-range': `bytes */${size}` });
@@ -187,19 +189,22 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
   const counters = opts.counters ?? new PeerCounters();
   const burst = opts.burstBytes ?? Math.max(64 * 1024, Math.floor(opts.uploadBytesPerSecond / 4));
   const bucket = new TokenBucket(opts.uploadBytesPerSecond, burst, opts.clock ?? REAL_CLOCK);
-  const handler = new PeerHandler(opts, bucket, counters);
+  const limits = { ...PEER_LIMITS, ...opts.limits };
+  const handler = new PeerHandler(opts, limits, bucket, counters);
   const server = createServer({
     ...peerTlsOptions(opts.credentials),
     requestCert: true,
     rejectUnauthorized: true,
-    handshakeTimeout: PEER_LIMITS.handshakeTimeoutMs,
-    maxHeaderSize: PEER_LIMITS.maxHeaderBytes,
-    headersTimeout: PEER_LIMITS.headersTimeoutMs,
-    requestTimeout: PEER_LIMITS.headersTimeoutMs,
-    keepAliveTimeout: PEER_LIMITS.keepAliveTimeoutMs,
+    handshakeTimeout: limits.handshakeTimeoutMs,
+    maxHeaderSize: limits.maxHeaderBytes,
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.headersTimeoutMs,
+    // how often the two above are enforced (node's default, 30 s, would stretch them)
+    connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
   }, (req, res) => handler.handle(req, res));
-  server.maxConnections = PEER_LIMITS.maxConnections;
-  server.timeout = PEER_LIMITS.idleTimeoutMs;
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
   // a refused handshake or a reset connection is the client's problem, never the server's
   server.on('tlsClientError', (_err, socket: TLSSocket) => socket.destroy());
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
