@@ -20,6 +20,9 @@ import type { PeerEndpoint } from './types.js';
 
 type Hash = ReturnType<typeof newSha256>;
 
+/** How often a stalled fetch asks peers that are still fetching what they hold now. */
+const HAVE_POLL_MS = 500;
+
 /** One entry being fetched: what of it is in its temp file already, and from whom. */
 interface Job {
   entry: LayoutEntry;
@@ -48,6 +51,8 @@ export interface BlobFetchOptions {
   signal: AbortSignal;
   /** Transfers at once, each from its own peer. */
   streams: number;
+  /** How long peers still fetching the bundle themselves may hold nothing new before the fetch gives up. */
+  stallMs: number;
   fsync: boolean;
   /** The other peers now, when those known hold nothing more that is needed. */
   refreshPeers: () => Promise<PeerEndpoint[]>;
@@ -81,6 +86,8 @@ export class BlobFetch {
   private readonly running = new Set<Promise<void>>();
   private failure: unknown;
   private readonly maxAttempts: number;
+  /** When a peer's listing last grew: a peer still fetching is waited for while it does. */
+  private lastGrowth = Date.now();
 
   constructor(private readonly opts: BlobFetchOptions, peers: PeerEndpoint[], entries: LayoutEntry[]) {
     this.addPeers(peers);
@@ -152,6 +159,11 @@ export class BlobFetch {
     this.addPeers(await this.opts.refreshPeers());
     await this.refreshHave();
     if (this.queue.some((j) => held(j.entry.digest))) return;
+    // fan-out: a peer that is itself fetching serves each blob once it verified it
+    if (this.usable().some((p) => p.have) && Date.now() - this.lastGrowth < this.opts.stallMs) {
+      await sleep(HAVE_POLL_MS, undefined, { signal: this.opts.signal });
+      return;
+    }
     const missing = this.queue[0]!.entry;
     const all = [...this.peers.keys()];
     if (all.length && all.every((n) => this.opts.counters.suspect.has(n))) {
@@ -167,10 +179,14 @@ export class BlobFetch {
       try {
         const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.opts.signal);
         const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown };
+        const before = p.have?.size ?? 0;
         p.have = parsed.complete === true ? undefined : new Set(Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : []);
+        if (!p.have || p.have.size > before) this.lastGrowth = Date.now();
       } catch (err) {
         if (this.opts.signal.aborted) throw err;
-        this.fault(p, err);
+        // no listing at all: it does not hold this bundle (any more)
+        if (err instanceof PeerFault && err.kind === 'missing') p.dead = true;
+        else this.fault(p, err);
       }
     }));
   }

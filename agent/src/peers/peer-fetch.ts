@@ -31,6 +31,8 @@ export interface PeerFetchOptions {
   streams?: number;
   /** fsync each blob before its rename (default true: the staging survives a power cut). */
   fsync?: boolean;
+  /** How long peers that are still fetching may hold nothing new before this fetch gives up (default 60 s). */
+  stallMs?: number;
   /** How often the approval is looked up again while fetching (default 5000 ms). */
   approvalCheckMs?: number;
   connectTimeoutMs?: number;
@@ -134,7 +136,7 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
     done = keptBytes;
     o.onProgress?.(done, total);
     await new BlobFetch({
-      partial, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, fsync: o.fsync !== false,
+      partial, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000, fsync: o.fsync !== false,
       refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
       onPlaced: (e) => o.onVerified?.(e),
       onBytes: (n) => { done += n; o.onProgress?.(done, total); },
