@@ -4,10 +4,12 @@
 import t from 'tap';
 import { request, Agent } from 'node:https';
 import { connect } from 'node:tls';
-import { mkdir, readFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { PEER_LIMITS, PeerClient, PeerFault, TokenBucket, parseConfig, peerSlots, type BucketClock, type PeerCredentials } from '@offline-bundle/agent';
+import { MAX_PEER_PEM_BYTES, PEER_LIMITS, PeerClient, PeerFault, TokenBucket, loadPeerCredentials, parseConfig, peerSlots, type BucketClock, type PeerCredentials } from '@offline-bundle/agent';
 import { FixedDirectory, MiB, altered, endpoint, peerWorld } from './peers-setup.js';
 import { makeTestCa } from '../helpers/test-ca.mjs';
 
@@ -172,4 +174,42 @@ t.test('time limits: a handshake never begun, headers never finished, a connecti
   t.equal(await closedWithin(tls((sock) => sock.write('GET /v1/bundles HTTP/1.1\r\nHost: x\r\nX-Slow: ')), 10_000), 'closed', 'headers never finished: closed (headersTimeoutMs)');
   t.equal(await closedWithin(tls(() => undefined), 10_000), 'closed', 'nothing sent after the handshake: closed (idleTimeoutMs)');
   t.equal(s.counters.requests, 0);
+});
+
+t.test('credentials: a key others can read, a file over the limit, or one that is not PEM is refused in one line', async (t) => {
+  const dir = join(w.b.dir, 'creds');
+  await mkdir(dir, { mode: 0o700 });
+  const key = join(dir, 'node.key');
+  await copyFile(w.ca.key, key);
+  await chmod(key, 0o644);
+  const refused = (paths: { ca: string; cert: string; key: string }) => loadPeerCredentials(paths).then(() => undefined, (e: { reason: string; message: string }) => e);
+  const open = await refused({ ca: w.ca.ca, cert: w.ca.cert, key });
+  t.equal(open?.reason, 'InvalidConfig');
+  t.match(open?.message, /readable by others .*chmod 600/);
+  const big = join(dir, 'big.crt');
+  await writeFile(big, '-----BEGIN CERTIFICATE-----\n' + 'A'.repeat(MAX_PEER_PEM_BYTES));
+  t.match((await refused({ ca: big, cert: w.ca.cert, key: w.ca.key }))?.message, /over 65536 bytes/);
+  const junk = join(dir, 'junk.crt');
+  await writeFile(junk, 'not a certificate');
+  t.match((await refused({ ca: w.ca.ca, cert: junk, key: w.ca.key }))?.message, /is not PEM/);
+  t.ok(await loadPeerCredentials(w.ca), 'the files peer-ca.mjs wrote are taken');
+});
+
+t.test('deploy/openshift/peer-ca.mjs: MachineConfigs per role with the key root-only, the CA key not shipped', async (t) => {
+  const out = join(w.b.dir, 'peer-keys');
+  const script = new URL('../../deploy/openshift/peer-ca.mjs', import.meta.url).pathname;
+  const r = spawnSync(process.execPath, [script, '--out', out], { encoding: 'utf8' });
+  t.equal(r.status, 0, r.stderr);
+  for (const role of ['master', 'worker']) {
+    const mc = JSON.parse(await readFile(join(out, `99-${role}-bundle-agent-peers.yaml`), 'utf8')) as { metadata: { labels: Record<string, string> }; spec: { config: { storage: { files: { path: string; mode: number; contents: { source: string } }[] } } } };
+    t.equal(mc.metadata.labels['machineconfiguration.openshift.io/role'], role);
+    const files = mc.spec.config.storage.files;
+    t.same(files.map((f) => [f.path, f.mode]), [['/etc/bundle-agent/peers/ca.crt', 0o644], ['/etc/bundle-agent/peers/node.crt', 0o644], ['/etc/bundle-agent/peers/node.key', 0o600]]);
+    const shipped = files.map((f) => Buffer.from(f.contents.source.replace(/^data:;base64,/, ''), 'base64').toString());
+    t.equal(shipped[2], await readFile(join(out, 'node.key'), 'utf8'));
+    t.notOk(shipped.some((x) => x === readFileSync(join(out, 'peer-ca.key'), 'utf8')), 'the CA key is not in it');
+  }
+  const bad = spawnSync(process.execPath, [script], { encoding: 'utf8' });
+  t.equal(bad.status, 2);
+  t.match(bad.stderr, /--out DIR is required/);
 });

@@ -45,7 +45,13 @@ export function altered(base: PeerOffer, change: (digest: string, data: Readable
   return {
     manifestDigest: base.manifestDigest, manifestBytes: base.manifestBytes, signature: base.signature, complete: base.complete,
     verifiedDigests: (n) => base.verifiedDigests(n), size: (d) => base.size(d),
-    open: async (d, s, e) => change(d, await base.open(d, s, e), s),
+    open: async (d, s, e) => {
+      const data = await base.open(d, s, e);
+      const out = change(d, data, s);
+      // .pipe() does not pass an error on: the server must see the read fail
+      if (out !== data) data.on('error', (err) => out.destroy(err));
+      return out;
+    },
   };
 }
 
