@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { MAX_PEER_PEM_BYTES, PEER_LIMITS, PeerClient, PeerFault, TokenBucket, loadPeerCredentials, parseConfig, peerSlots, type BucketClock, type PeerCredentials } from '@offline-bundle/agent';
+import { MAX_PEER_PEM_BYTES, PEER_LIMITS, peerServerOptions, PeerClient, PeerFault, TokenBucket, loadPeerCredentials, parseConfig, peerSlots, type BucketClock, type PeerCredentials } from '@offline-bundle/agent';
 import { FixedDirectory, MiB, altered, endpoint, peerWorld } from './peers-setup.js';
 import { makeTestCa } from '../helpers/test-ca.mjs';
 
@@ -64,6 +64,9 @@ t.test('downloader slots: 503 with Retry-After beyond them; one on a control-pla
   const config = parseConfig('trust:\n  keys: [/k.pub]\n');
   t.equal(peerSlots(config, true), 1, 'control plane: one slot');
   t.equal(peerSlots(config, false), 4, 'worker: four');
+  const fromConfig = peerServerOptions(config, w.credentials, { host: '127.0.0.1', port: 9000, controlPlane: true, bundle: () => undefined });
+  t.equal(fromConfig.downloaders, 1);
+  t.equal(fromConfig.uploadBytesPerSecond, 50 * MiB, 'peers.uploadRate, 50MiB by default');
   // slow enough that the first download holds its slot for the whole test
   const s = await w.server({ downloaders: peerSlots(config, true), uploadBytesPerSecond: 64 * 1024 });
   const blob = blobOf(w);

@@ -14,3 +14,5 @@ export type { BucketClock } from './token-bucket.js';
 export { PeerClient, PeerFault, DEFAULT_CONNECT_TIMEOUT_MS } from './peer-client.js';
 export type { PeerApproval, PeerEndpoint, PeerDirectory } from './types.js';
 export { peerSlots } from '../config.js';
+export { peerFetchBase, peerServerOptions } from './peer-config.js';
+export type { PeerServerPlace } from './peer-config.js';
