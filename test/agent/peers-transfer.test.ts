@@ -7,8 +7,8 @@ import { createServer } from 'node:net';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
-import { PeerCounters, type AgentError } from '@offline-bundle/agent';
-import { OCI_LAYOUT_CONTENT } from '@offline-bundle/format';
+import { PeerCounters, ServedBundle, type AgentError } from '@offline-bundle/agent';
+import { OCI_LAYOUT_CONTENT, openBundle, readHeader } from '@offline-bundle/format';
 import { FixedDirectory, MiB, altered, endpoint, peerWorld, treeOf } from './peers-setup.js';
 
 const w = await peerWorld(t, [6 * MiB, 4 * MiB, 2 * MiB, 1 * MiB]);
@@ -32,6 +32,16 @@ t.test('two peers: the fetched staging is the stick staging byte for byte, blobs
   t.equal(counters.suspect.size, 0);
   const again = await w.fetch(up, dir).result;
   t.ok(again.already, 'the same bundle again: found staged, nothing fetched');
+});
+
+t.test('a peer serving from its bundle file (media mode) gives the same staging', async (t) => {
+  const source = await openBundle(w.b.path);
+  t.teardown(() => source.close());
+  const offer = await ServedBundle.fromBundleFile(source, await readHeader(source));
+  t.ok(offer.complete);
+  const media = await w.server({ offer });
+  const r = await w.fetch(upgradeDirOf(w, 'media'), new FixedDirectory([w.approval], [endpoint('media', media.url)])).result;
+  t.same(await treeOf(r.target), await treeOf(w.seed));
 });
 
 t.test('a peer that flips a byte is suspect; every blob comes from the honest one; still complete', async (t) => {

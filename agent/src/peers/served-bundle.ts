@@ -1,10 +1,11 @@
 // What a node offers its peers of one bundle: the signed description as it was verified here,
-// and the layout entries it holds verified, a kept staged layout or a staging still being
-// written (each entry once it is renamed into place after hashing to its signed digest).
+// and the layout entries it holds verified: a kept staged layout, a staging still being
+// written (each entry once it is renamed into place after hashing to its signed digest), or
+// the bundle file itself when the node serves from the media (every frame held to its digest).
 import { lstat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { bundleIdentity, layoutEntries, parseManifestBytes, readLayoutDescription, type BundleManifest } from '@offline-bundle/format';
+import { BundleRandomReader, OCI_LAYOUT, bundleIdentity, layoutEntries, parseManifestBytes, readLayoutDescription, type BundleManifest, type BundleSource, type VerifiedFrames } from '@offline-bundle/format';
 import { openRegularFile } from '@offline-bundle/host';
 import { layoutRange } from '@offline-bundle/registry';
 
@@ -26,10 +27,12 @@ export class ServedBundle implements PeerOffer {
   readonly manifestDigest: string;
   private readonly entries = new Map<string, Entry>();
   private readonly ready = new Set<string>();
+  private reader: BundleRandomReader | undefined;
 
   private constructor(readonly manifestBytes: Buffer, readonly signature: Buffer, readonly manifest: BundleManifest, private dirs: string[]) {
     this.manifestDigest = bundleIdentity(manifestBytes);
-    for (const e of layoutEntries(manifest)) this.entries.set(e.digest, { path: e.path, size: e.size });
+    // oci-layout's bytes are fixed: a fetcher writes it itself
+    for (const e of layoutEntries(manifest)) if (e.path !== OCI_LAYOUT) this.entries.set(e.digest, { path: e.path, size: e.size });
   }
 
   /**
@@ -54,6 +57,18 @@ export class ServedBundle implements PeerOffer {
     return new ServedBundle(head.manifestBytes, head.signature, head.manifest, [partial, target]);
   }
 
+  /**
+   * The bundle file a node serves from the media (`source` stays open while served; its opener
+   * closes it). Every frame read is held to its digest from `verified` (the load's verifying
+   * pass) or from the entry's own hash check before its first byte (BundleRandomReader).
+   */
+  static async fromBundleFile(source: BundleSource, head: { manifestBytes: Buffer; signature: Buffer; manifest: BundleManifest }, verified?: VerifiedFrames): Promise<ServedBundle> {
+    const served = new ServedBundle(head.manifestBytes, head.signature, head.manifest, []);
+    served.reader = await BundleRandomReader.open(source, head.manifest, verified);
+    for (const digest of served.entries.keys()) served.ready.add(digest);
+    return served;
+  }
+
   /** The entry `digest` is in place and hashed to its signed digest. */
   verified(digest: string): void {
     if (this.entries.has(digest)) this.ready.add(digest);
@@ -61,7 +76,7 @@ export class ServedBundle implements PeerOffer {
 
   /** The staging was renamed into place. */
   staged(): void {
-    this.dirs = [this.dirs.at(-1)!];
+    if (this.dirs.length) this.dirs = [this.dirs.at(-1)!];
   }
 
   get complete(): boolean {
@@ -81,6 +96,7 @@ export class ServedBundle implements PeerOffer {
   /** Bytes [start, end) of a verified entry. */
   async open(digest: string, start: number, end: number): Promise<Readable> {
     const e = this.entries.get(digest)!;
+    if (this.reader) return this.reader.streamChecked(e.path, start, end);
     const fh = await this.openFile(e.path);
     return layoutRange(fh, e.size, start, end, `served ${e.path}`);
   }
