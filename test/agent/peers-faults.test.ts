@@ -4,7 +4,8 @@
 // with its reason in one line and nothing left behind. And fan-out: a node that is itself still
 // fetching serves what it verified to a third.
 import t from 'tap';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { ServedBundle, parseConfig, planSpace, type AgentError } from '@offline-bundle/agent';
 import { makeKey } from '../format/craft.js';
@@ -92,4 +93,51 @@ t.test('fan-out: a node still fetching serves each verified blob to a third node
   const layout = w.layoutBytes - 30;
   t.equal(seed.counters.bytesServed - seedBefore, layout, 'the seed sent the bundle once (to B), not twice');
   t.equal(serverB.counters.bytesServed, layout, 'C got every byte from B');
+});
+
+// The fetcher in a child process (the agent), killed with SIGKILL mid-transfer: what it verified
+// and renamed stays; a new process keeps it (after re-hashing) and fetches only the rest.
+const CHILD = `
+const { fetchFromPeers, loadPeerCredentials } = await import('@offline-bundle/agent');
+const { loadTrust } = await import('@offline-bundle/format');
+const a = JSON.parse(process.env.PEER_ARGS);
+const directory = { approved: async () => [a.approval], peersFor: async () => a.peers };
+await fetchFromPeers({
+  approval: a.approval, directory, credentials: await loadPeerCredentials(a.tls), trust: await loadTrust([a.pub]),
+  upgradeDir: a.up, fsync: true, streams: 1, planSpace: async () => ({ mode: 'staged', message: 'fits' }),
+  onVerified: (e) => console.log('placed ' + e.path),
+});
+console.log('done');
+`;
+
+t.test('agent killed (SIGKILL) mid-fetch: verified blobs survive, the next process fetches only the rest', async (t) => {
+  const slow = await w.server({ uploadBytesPerSecond: 2 * MiB });
+  const up = join(w.b.dir, 'killed', 'upgrade');
+  const pub = join(w.b.dir, 'factory-peer.pub');
+  await writeFile(pub, w.b.key.publicPem);
+  const args = { approval: w.approval, peers: [endpoint('slow', slow.url)], tls: w.ca, pub, up };
+  const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD], { cwd: new URL('../../agent/', import.meta.url).pathname, env: { ...process.env, PEER_ARGS: JSON.stringify(args) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => { err += d; });
+  const killed = new Promise<string>((resolve) => {
+    child.stdout.on('data', (d: Buffer) => {
+      out += d;
+      if ((out.match(/placed blobs\//g) ?? []).length >= 3 && !child.killed) child.kill('SIGKILL');
+    });
+    child.on('exit', (code, signal) => resolve(signal ?? `exit ${code}: ${err}`));
+  });
+  t.equal(await killed, 'SIGKILL', 'killed mid-transfer');
+  t.notMatch(out, /done/);
+  const placed = out.split('\n').filter((l) => l.startsWith('placed blobs/')).map((l) => l.slice('placed '.length));
+  const partial = join(up, '1.2.3-amd64.partial');
+  const onDisk = Object.keys(await treeOf(partial));
+  t.ok(placed.every((p) => onDisk.includes(p)), 'every blob it said was placed is on disk');
+  const served = slow.counters.bytesServed;
+  const r = await w.fetch(up, new FixedDirectory([w.approval], [endpoint('slow', slow.url)])).result;
+  const keptLayers = w.manifest.blobs.filter((b) => placed.includes(`blobs/sha256/${b.digest.slice(7)}`)).reduce((n, b) => n + b.size, 0);
+  t.ok(r.keptBytes >= keptLayers, `kept ${r.keptBytes} bytes (the placed blobs: ${keptLayers})`);
+  t.ok(slow.counters.bytesServed - served <= w.layoutBytes - keptLayers, 'only the rest was fetched');
+  t.same(await treeOf(r.target), await treeOf(w.seed));
+  t.same(await readdir(up), ['1.2.3-amd64'], 'no temp file or partial left');
 });
