@@ -125,10 +125,20 @@ class PeerHandler {
     if (!m) return this.bad(res, 404, 'no such path: /v1/bundles/<sha256:digest>/{bundle.json,signature,have,blobs/<sha256:digest>}');
     const bundle = this.opts.bundle(m[1]!);
     if (!bundle) return send(res, 404, `this node does not hold bundle ${m[1]}`);
-    if (m[2] === 'bundle.json') return send(res, 200, bundle.manifestBytes, { 'content-type': 'application/json' });
-    if (m[2] === 'signature') return send(res, 200, bundle.signature);
-    if (m[2] === 'have') return send(res, 200, JSON.stringify({ complete: bundle.complete, digests: bundle.verifiedDigests(this.limits.maxHaveDigests) }), { 'content-type': 'application/json' });
+    if (m[2] === 'bundle.json') return void this.small(res, bundle.manifestBytes, 'application/json');
+    if (m[2] === 'signature') return void this.small(res, bundle.signature, 'application/octet-stream');
+    if (m[2] === 'have') return void this.small(res, Buffer.from(JSON.stringify({ complete: bundle.complete, digests: bundle.verifiedDigests(this.limits.maxHaveDigests) })), 'application/json');
     this.blob(req, res, bundle, m[3]!);
+  }
+
+  /** A small answer, under the upload cap as well: bundle.json may be 16 MiB, asked for again and again. */
+  private async small(res: ServerResponse, body: Buffer, type: string): Promise<void> {
+    try {
+      if (res.req.method !== 'HEAD') for (let at = 0; at < body.length; at += this.bucket.burst) await this.bucket.take(Math.min(this.bucket.burst, body.length - at));
+      send(res, 200, body, { 'content-type': type });
+    } catch {
+      res.destroy();
+    }
   }
 
   private bad(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
