@@ -137,7 +137,7 @@ t.test('no peer holds it: NoPeerHasBundle, one line, nothing written', async (t)
   t.equal((none as AgentError).reason, 'NoPeerHasBundle');
   t.notMatch((none as Error).message, /\n/);
   const other = await w.server({ bundle: () => undefined });
-  const r = await w.fetch(up, new FixedDirectory([w.approval], [endpoint('other', other.url), endpoint('gone', 'https://127.0.0.1:1')])).result.catch((e: AgentError) => e);
+  const r = await w.fetch(up, new FixedDirectory([w.approval], [endpoint('other', other.url), endpoint('gone', 'https://127.0.0.1:1'), endpoint('plain', 'http://127.0.0.1:2'), endpoint('junk', 'https://[not an address')])).result.catch((e: AgentError) => e);
   t.equal((r as AgentError).reason, 'NoPeerHasBundle', (r as Error).message);
   t.match((r as Error).message, /other/);
   await t.rejects(readdir(up), { code: 'ENOENT' }, 'nothing written');

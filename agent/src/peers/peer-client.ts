@@ -42,6 +42,8 @@ export class PeerClient {
 
   /** A GET answered 200 or 206; any other status is a PeerFault and its body is dropped. */
   get(url: string, signal: AbortSignal, headers: Record<string, string> = {}): Promise<IncomingMessage> {
+    // the directory's word, from another node's status: anything but https is not a peer
+    if (!url.startsWith('https://') || !URL.canParse(url)) return Promise.reject(new PeerFault('unreachable', `${JSON.stringify(url.slice(0, 100))} is not an https:// peer address`));
     return new Promise((resolve, reject) => {
       const req = request(url, { agent: this.agent, headers, signal }, (res) => {
         const status = res.statusCode ?? 0;
