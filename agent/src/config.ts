@@ -47,12 +47,6 @@ export interface AgentConfig {
   space: { reserveBytes: number; kubeletConfig: string[]; kubeletRootDir: string };
   /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
   staging: { keep: boolean | 'untilComplete' };
-  /**
-   * Bundles sent between nodes (agent/src/peers): the mutual-TLS credentials (under root), the
-   * upload cap and downloader slots of the peer server (controlPlaneDownloaders on a
-   * control-plane node), and whether it pauses while this node's own load runs.
-   */
-  peers: { ca: string; cert: string; key: string; uploadRate: number; downloaders: number; controlPlaneDownloaders: number; pauseWhileLoading: boolean };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
   reload: { command: string[] };
   containerd: { namespace: string };
@@ -87,6 +81,12 @@ export interface AgentConfig {
     /** How often the status file says the agent is alive when nothing else changes. */
     heartbeatSeconds: number;
   };
+  /**
+   * Bundles sent between nodes (agent/src/peers): the mutual-TLS credentials (under root), the
+   * upload cap and downloader slots of the peer server (controlPlaneDownloaders on a
+   * control-plane node), and whether it pauses while this node's own load runs.
+   */
+  peers: { ca: string; cert: string; key: string; uploadRate: number; downloaders: number; controlPlaneDownloaders: number; pauseWhileLoading: boolean };
 }
 
 export class ConfigError extends Error {
@@ -282,7 +282,6 @@ function configOf(s: Settings): AgentConfig {
       kubeletRootDir: under(s.value('space.kubeletRootDir')),
     },
     staging: { keep: s.value('staging.keep') },
-    peers: peersOf(s, under),
     preload: {
       method: s.value('preload.method'), command: s.value('preload.command'),
       concurrency: s.value('preload.concurrency'), retries: s.value('preload.retries'), timeoutSeconds: s.value('preload.timeoutSeconds'),
@@ -292,6 +291,7 @@ function configOf(s: Settings): AgentConfig {
     prefix: s.value('prefix'),
     selfUpgrade: selfUpgradeOf(s, under),
     status: statusOf(s, under),
+    peers: peersOf(s, under),
   };
 }
 

@@ -44,9 +44,8 @@ async function headFrom(peer: PeerEndpoint, approval: PeerApproval, trust: Trust
     if (err instanceof FormatError && err.code === 'BAD_SIGNATURE') throw new PeerFault('refused', `${peer.node}: ${err.message}`, 0, { cause: err });
     throw new AgentError('UntrustedKey', `the approved bundle ${manifest.release.version} (${approval.manifestDigest}): ${oneLine(err)}`, { cause: err });
   }
-  if (approval.signer && approval.signer !== signer.fingerprint) {
-    throw new AgentError('UntrustedKey', `bundle ${manifest.release.version} was approved for signer ${approval.signer} but is signed by ${signer.fingerprint} (${signer.source}): approve it again with the key that signed it`);
-  }
+  // approval.signer is shown to people only: an approval by digest names the admin's first key,
+  // not necessarily the signer; this node's own pinned keys decide
   return { manifest, manifestBytes, signature, signer };
 }
 
