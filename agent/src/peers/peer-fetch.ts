@@ -1,6 +1,6 @@
 // A node without a stick fetches an approved bundle from its peers into its own staging, as
 // the stick would have staged it: then the load (loopback registry, pre-pull, pins) runs on
-// that layout unchanged. What the daemon calls (README "Bundles from other nodes").
+// that layout unchanged. What the daemon calls (README "Bundles between nodes: the transfer").
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { bundleIdentity, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
