@@ -21,6 +21,7 @@ export const LOOPBACK_FIX = 'must be a loopback address such as 127.0.0.1:9469';
 const WHOLE_KEY: Record<string, string> = {
   'space.reserveBytes': 'must be a byte count such as 1073741824 or "1GiB"',
   'staging.keep': 'must be true or false',
+  'peers.uploadRate': 'must be a byte count per second such as 52428800 or "50MiB" (at least 64KiB)',
 };
 
 /** Where a key's rule says more than the keyword that refused it. */

@@ -81,6 +81,12 @@ export interface AgentConfig {
     /** How often the status file says the agent is alive when nothing else changes. */
     heartbeatSeconds: number;
   };
+  /**
+   * Bundles sent between nodes (agent/src/peers): the mutual-TLS credentials (under root), the
+   * upload cap and downloader slots of the peer server (controlPlaneDownloaders on a
+   * control-plane node), and whether it pauses while this node's own load runs.
+   */
+  peers: { ca: string; cert: string; key: string; uploadRate: number; downloaders: number; controlPlaneDownloaders: number; pauseWhileLoading: boolean };
 }
 
 export class ConfigError extends Error {
@@ -238,6 +244,20 @@ function statusOf(s: Settings, under: (p: string) => string): AgentConfig['statu
   };
 }
 
+function peersOf(s: Settings, under: (p: string) => string): AgentConfig['peers'] {
+  return {
+    ca: under(s.value('peers.ca')), cert: under(s.value('peers.cert')), key: under(s.value('peers.key')),
+    uploadRate: byteCount(s.value('peers.uploadRate')),
+    downloaders: s.value('peers.downloaders'), controlPlaneDownloaders: s.value('peers.controlPlaneDownloaders'),
+    pauseWhileLoading: s.value('peers.pauseWhileLoading'),
+  };
+}
+
+/** The peer server's downloader slots on this node: the caller knows its role. */
+export function peerSlots(config: AgentConfig, controlPlane: boolean): number {
+  return controlPlane ? config.peers.controlPlaneDownloaders : config.peers.downloaders;
+}
+
 /** The configuration the values give, with the defaults that depend on other keys or this host. */
 function configOf(s: Settings): AgentConfig {
   const root = s.value<string>('root');
@@ -271,6 +291,7 @@ function configOf(s: Settings): AgentConfig {
     prefix: s.value('prefix'),
     selfUpgrade: selfUpgradeOf(s, under),
     status: statusOf(s, under),
+    peers: peersOf(s, under),
   };
 }
 
@@ -285,6 +306,8 @@ function checkCombinations(s: Settings, c: AgentConfig): void {
   // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
   // (a runtime refused as it stands is named here too: crio is what quadlet needs)
   if (c.selfUpgrade.mode === 'quadlet' && (s.written('runtime') ?? 'crio') !== 'crio') p.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
+  // a rate below a TLS record's worth per second would stall every response past the idle timeout
+  if (!p.failed('peers.uploadRate') && c.peers.uploadRate < 65536) p.fail('peers.uploadRate', 'must be at least 64KiB (per second)');
   if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
 }
 

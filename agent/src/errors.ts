@@ -9,6 +9,7 @@ export const AGENT_REASONS = [
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
   'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
   'PartsMixed', 'PartCutShort', 'PartsOtherBundle',
+  'NoPeerHasBundle', 'PeersSuspect', 'ApprovalRevoked',
 ] as const;
 export type AgentReason = (typeof AGENT_REASONS)[number];
 

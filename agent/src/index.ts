@@ -30,3 +30,5 @@ export type { RuntimeTarget, ImageInspector } from './runtime/runtime-target.js'
 export type { PinReport } from './runtime/runtime-checks.js';
 export type { AgentReason } from './errors.js';
 export type { FoundBundle } from './daemon/media.js';
+// bundles between nodes (issue #22): the transfer
+export * from './peers/transfer.js';

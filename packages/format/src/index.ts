@@ -1,6 +1,6 @@
 export { FormatError } from './errors.js';
 export {
-  BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES,
+  BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES,
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
   FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, defaultVersionFor, unwritableVersion, versionAllows,
 } from './layout.js';
@@ -16,7 +16,11 @@ export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
 export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle, readLayoutDescription } from './extract.js';
-export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle } from './extract-resume.js';
+export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, writeResumeMarker } from './extract-resume.js';
+// what a staging written by other means than extractBundle (from peers) needs to be the same layout
+export { WRITING_SUFFIX, removeUnfinishedWrites } from './entry-files.js';
+export { layoutEntries } from './listing.js';
+export { checkSigner } from './trust.js';
 export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 export { FrameInspector, parseFrameHeader } from './frame-inspector.js';

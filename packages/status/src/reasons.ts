@@ -41,6 +41,9 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   PartsMixed: 'A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.',
   PartCutShort: 'A part of the update on this USB stick is shorter than the others: its copy was cut short. Copy it to the stick again and plug the sticks in again.',
   PartsOtherBundle: 'This USB stick holds parts of another update than the one being collected; the parts copied before are kept. Plug in the stick with the parts still missing.',
+  NoPeerHasBundle: 'No other node could send this update. Wait until a node that holds it is up, or plug in the USB stick with the update.',
+  PeersSuspect: 'The other nodes sent parts of the update that did not match it. Ask the administrator to check those nodes, or plug in the USB stick with the update.',
+  ApprovalRevoked: 'The update was withdrawn while it was being copied, so the copy stopped and was removed. Ask the administrator whether it is still wanted.',
 };
 
 /**

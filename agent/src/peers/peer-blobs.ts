@@ -1,0 +1,286 @@
+// The blobs of an approved bundle fetched from its peers into the partial staging directory:
+// several at once, each from a different peer, each hashed while it streams and renamed into
+// place only once it matched its signed digest. A peer whose bytes do not match is suspect and
+// the blob comes from another; a dead one is dropped; a blob cut short goes on with a Range
+// request to the next peer.
+import { createReadStream, createWriteStream } from 'node:fs';
+import { rename, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { WRITING_SUFFIX, type LayoutEntry } from '@offline-bundle/format';
+import { syncPath } from '@offline-bundle/host';
+import { newSha256 } from '@offline-bundle/oci';
+import { AgentError } from '../errors.js';
+import type { PeerCounters } from './peer-counters.js';
+import { PeerFault, type PeerClient } from './peer-client.js';
+import { bundleUrl } from './peer-head.js';
+import type { PeerEndpoint } from './types.js';
+
+type Hash = ReturnType<typeof newSha256>;
+
+/** How often a stalled fetch asks peers that are still fetching what they hold now. */
+const HAVE_POLL_MS = 500;
+
+/** One entry being fetched: what of it is in its temp file already, and from whom. */
+interface Job {
+  entry: LayoutEntry;
+  got: number;
+  hash: Hash;
+  /** Verified-to-be bytes by peer node: counted as fetched from it once the entry matched. */
+  bytesBy: Map<string, number>;
+  attempts: number;
+}
+
+interface Peer {
+  ep: PeerEndpoint;
+  /** Digests it holds verified; undefined: everything (complete). */
+  have: Set<string> | undefined;
+  busy: boolean;
+  dead: boolean;
+  notBefore: number;
+}
+
+export interface BlobFetchOptions {
+  partial: string;
+  manifestDigest: string;
+  client: PeerClient;
+  counters: PeerCounters;
+  /** Stops every transfer at once (the approval withdrawn, SIGTERM, a failure elsewhere). */
+  signal: AbortSignal;
+  /** Transfers at once, each from its own peer. */
+  streams: number;
+  /** How long peers still fetching the bundle themselves may hold nothing new before the fetch gives up. */
+  stallMs: number;
+  fsync: boolean;
+  /** The other peers now, when those known hold nothing more that is needed. */
+  refreshPeers: () => Promise<PeerEndpoint[]>;
+  onPlaced: (entry: LayoutEntry) => void;
+  onBytes: (n: number) => void;
+}
+
+/** Errors of this node's own disk: no peer can help, the fetch stops. */
+function localFailure(err: unknown): boolean {
+  const e = err as NodeJS.ErrnoException;
+  return ['ENOSPC', 'EDQUOT', 'EROFS', 'EACCES', 'EPERM', 'EIO'].includes(e?.code ?? '') || e?.syscall === 'write' || e?.syscall === 'open';
+}
+
+/** Hashes and counts what passes, refusing a byte past the signed size. */
+function hashing(job: Job, node: string, onBytes: (n: number) => void): Transform {
+  return new Transform({
+    transform(chunk: Buffer, _e, cb) {
+      if (job.got + chunk.length > job.entry.size) return cb(new PeerFault('refused', `${node} sent more than the ${job.entry.size} bytes bundle.json lists for ${job.entry.path}`));
+      job.hash.update(chunk);
+      job.got += chunk.length;
+      job.bytesBy.set(node, (job.bytesBy.get(node) ?? 0) + chunk.length);
+      onBytes(chunk.length);
+      cb(null, chunk);
+    },
+  });
+}
+
+export class BlobFetch {
+  private readonly peers = new Map<string, Peer>();
+  private readonly queue: Job[];
+  private readonly running = new Set<Promise<void>>();
+  private failure: unknown;
+  private readonly maxAttempts: number;
+  /** When a peer's listing last grew: a peer still fetching is waited for while it does. */
+  private lastGrowth = Date.now();
+
+  constructor(private readonly opts: BlobFetchOptions, peers: PeerEndpoint[], entries: LayoutEntry[]) {
+    this.addPeers(peers);
+    this.queue = entries.map((entry) => ({ entry, got: 0, hash: newSha256(), bytesBy: new Map(), attempts: 0 }));
+    this.maxAttempts = 3 + 2 * peers.length;
+  }
+
+  private addPeers(peers: PeerEndpoint[]): void {
+    for (const ep of peers) {
+      if (this.peers.has(ep.node) || this.opts.counters.suspect.has(ep.node)) continue;
+      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busy: false, dead: false, notBefore: 0 });
+    }
+  }
+
+  private usable(): Peer[] {
+    return [...this.peers.values()].filter((p) => !p.dead && !this.opts.counters.suspect.has(p.ep.node));
+  }
+
+  /** A free peer that holds `digest`, the one that holds the fewest blobs first (spares the complete ones). */
+  private pick(digest: string, now: number): Peer | undefined {
+    return this.usable().filter((p) => !p.busy && p.notBefore <= now && (!p.have || p.have.has(digest)))
+      .sort((a, b) => (a.have ? a.have.size : Infinity) - (b.have ? b.have.size : Infinity))[0];
+  }
+
+  /** Every entry fetched and in place, or the reason none can be. */
+  async run(): Promise<void> {
+    await this.refreshHave();
+    while (this.queue.length || this.running.size) {
+      if (this.failure) break;
+      this.opts.signal.throwIfAborted();
+      this.assign();
+      if (this.running.size) {
+        await Promise.race(this.running);
+        continue;
+      }
+      if (!this.queue.length) break;
+      await this.stuck();
+    }
+    await Promise.allSettled(this.running);
+    if (this.failure) throw this.failure;
+    this.opts.signal.throwIfAborted();
+  }
+
+  private assign(): void {
+    const now = Date.now();
+    for (const job of [...this.queue]) {
+      if (this.running.size >= this.opts.streams) return;
+      const peer = this.pick(job.entry.digest, now);
+      if (!peer) continue;
+      this.queue.splice(this.queue.indexOf(job), 1);
+      peer.busy = true;
+      const p: Promise<void> = this.transfer(job, peer)
+        .catch((err: unknown) => { this.failure ??= err; })
+        .finally(() => { peer.busy = false; this.running.delete(p); });
+      this.running.add(p);
+    }
+  }
+
+  /** Nothing running and nothing assignable: wait for a busy peer, look again, or give up. */
+  private async stuck(): Promise<void> {
+    const now = Date.now();
+    const waiting = this.usable().filter((p) => p.notBefore > now);
+    if (waiting.length) {
+      await sleep(Math.min(...waiting.map((p) => p.notBefore)) - now, undefined, { signal: this.opts.signal });
+      return;
+    }
+    const before = this.usable().length;
+    const held = (d: string) => this.usable().some((p) => !p.have || p.have.has(d));
+    this.addPeers(await this.opts.refreshPeers());
+    await this.refreshHave();
+    if (this.queue.some((j) => held(j.entry.digest))) return;
+    // fan-out: a peer that is itself fetching serves each blob once it verified it
+    if (this.usable().some((p) => p.have) && Date.now() - this.lastGrowth < this.opts.stallMs) {
+      await sleep(HAVE_POLL_MS, undefined, { signal: this.opts.signal });
+      return;
+    }
+    const missing = this.queue[0]!.entry;
+    const all = [...this.peers.keys()];
+    if (all.length && all.every((n) => this.opts.counters.suspect.has(n))) {
+      throw new AgentError('PeersSuspect', `every peer (${all.join(', ')}) served bytes that do not match the signed bundle.json: check those nodes, or bring the bundle on a stick`);
+    }
+    const why = before === 0 ? 'no peer is reachable' : `no reachable peer holds ${missing.path}`;
+    throw new AgentError('NoPeerHasBundle', `${why} (${this.queue.length} of the bundle's files still missing; peers: ${all.join(', ') || 'none'}): wait for a node that holds the bundle, or bring it on a stick`);
+  }
+
+  /** What each incomplete peer holds now (a peer still fetching serves more as it goes). */
+  private async refreshHave(): Promise<void> {
+    await Promise.all(this.usable().filter((p) => p.have).map(async (p) => {
+      try {
+        const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.opts.signal);
+        const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown };
+        const before = p.have?.size ?? 0;
+        p.have = parsed.complete === true ? undefined : new Set(Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : []);
+        if (!p.have || p.have.size > before) this.lastGrowth = Date.now();
+      } catch (err) {
+        if (this.opts.signal.aborted) throw err;
+        // no listing at all: it does not hold this bundle (any more)
+        if (err instanceof PeerFault && err.kind === 'missing') p.dead = true;
+        else this.fault(p, err);
+      }
+    }));
+  }
+
+  private fault(peer: Peer, err: unknown): void {
+    const kind = err instanceof PeerFault ? err.kind : 'cut';
+    if (kind === 'unreachable') peer.dead = true;
+    else if (kind === 'refused') this.suspect(peer);
+    else if (kind === 'missing') peer.have = new Set();
+    // busy, or cut mid-blob (killed? paused?): the next request says which
+    else peer.notBefore = Date.now() + (err instanceof PeerFault && err.retryAfterMs ? err.retryAfterMs : 1000);
+  }
+
+  private suspect(peer: Peer): void {
+    this.opts.counters.suspect.add(peer.ep.node);
+  }
+
+  private temp(job: Job): string {
+    return join(this.opts.partial, job.entry.path + WRITING_SUFFIX);
+  }
+
+  private async transfer(job: Job, peer: Peer): Promise<void> {
+    job.attempts++;
+    const node = peer.ep.node;
+    const url = `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${job.entry.digest}`;
+    try {
+      const res = await this.opts.client.get(url, this.opts.signal, job.got ? { range: `bytes=${job.got}-` } : {});
+      // a peer that ignores the range sends the whole blob: start it over
+      if (job.got && res.statusCode !== 206) this.reset(job);
+      else if (job.got && !String(res.headers['content-range'] ?? '').startsWith(`bytes ${job.got}-`)) {
+        res.destroy();
+        throw new PeerFault('refused', `${node} answered a range from ${job.got} with ${String(res.headers['content-range'])}`);
+      }
+      await pipeline(res, hashing(job, node, this.opts.onBytes), createWriteStream(this.temp(job), { flags: job.got ? 'a' : 'w' }));
+    } catch (err) {
+      if (this.opts.signal.aborted || localFailure(err)) throw err;
+      this.fault(peer, err);
+      const kind = err instanceof PeerFault ? err.kind : 'cut';
+      // waiting for a slot or asking the wrong peer is no failed try
+      if (kind === 'busy' || kind === 'missing') job.attempts--;
+      if (kind === 'refused') await this.restart(job);
+      else await this.recount(job, node);
+      return this.requeue(job);
+    }
+    // the response ended early without an error: a cut like any other, its bytes kept
+    if (job.got < job.entry.size) {
+      this.fault(peer, new PeerFault('cut', `${peer.ep.node} ended ${job.entry.path} at ${job.got} of ${job.entry.size} bytes`));
+      await this.recount(job, node);
+      return this.requeue(job);
+    }
+    await this.finish(job, peer);
+  }
+
+  /** After a cut: the temp file's bytes are what counts (writes in flight may have been lost). */
+  private async recount(job: Job, node: string): Promise<void> {
+    const size = await stat(this.temp(job)).then((s) => s.size, () => 0);
+    const lost = job.got - size;
+    if (lost > 0) job.bytesBy.set(node, Math.max(0, (job.bytesBy.get(node) ?? 0) - lost));
+    const hash = newSha256();
+    if (size > 0) for await (const c of createReadStream(this.temp(job), { end: size - 1 })) hash.update(c as Buffer);
+    job.hash = hash;
+    job.got = size;
+  }
+
+  private reset(job: Job): void {
+    job.got = 0;
+    job.hash = newSha256();
+    job.bytesBy.clear();
+  }
+
+  /** Its bytes so far are not trusted to be a prefix of the right ones: from the start. */
+  private async restart(job: Job): Promise<void> {
+    this.reset(job);
+    await rm(this.temp(job), { force: true });
+  }
+
+  private requeue(job: Job): void {
+    if (job.attempts >= this.maxAttempts) {
+      throw new AgentError('NoPeerHasBundle', `${job.entry.path} could not be fetched whole after ${job.attempts} tries from peers ${[...this.peers.keys()].join(', ')}: the peers keep failing; bring the bundle on a stick`);
+    }
+    this.queue.push(job);
+  }
+
+  private async finish(job: Job, peer: Peer): Promise<void> {
+    const actual = 'sha256:' + job.hash.digest('hex');
+    if (job.got !== job.entry.size || actual !== job.entry.digest) {
+      // one sender: it is to blame; several (a resumed blob): fetch it whole from one to learn which
+      if (job.bytesBy.size === 1) this.suspect(peer);
+      await this.restart(job);
+      return this.requeue(job);
+    }
+    if (this.opts.fsync) await syncPath(this.temp(job));
+    await rename(this.temp(job), join(this.opts.partial, job.entry.path));
+    for (const [n, bytes] of job.bytesBy) this.opts.counters.fetched(n, bytes);
+    this.opts.onPlaced(job.entry);
+  }
+}

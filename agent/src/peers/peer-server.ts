@@ -1,0 +1,242 @@
+// The peer server: mutual-TLS HTTPS on the node's peer port, serving the bundles this node
+// holds verified to the other nodes, and only to them (a client without a certificate from the
+// peer CA fails the handshake and is never read from). Bounded in every dimension a hostile
+// client controls: connections, header bytes, path length, time, listing length, upload rate.
+import { createServer, type Server } from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { TLSSocket } from 'node:tls';
+import { PeerCounters } from './peer-counters.js';
+import { peerTlsOptions, type PeerCredentials } from './peer-tls.js';
+import type { PeerOffer } from './served-bundle.js';
+import { REAL_CLOCK, TokenBucket, type BucketClock } from './token-bucket.js';
+
+/** Every bound of the peer server (SECURITY.md "Peer transfer" names each, with its test). */
+export const PEER_LIMITS = {
+  /** Open TLS connections at once; the kernel's backlog holds the rest. */
+  maxConnections: 64,
+  /** Bytes of one request's headers (node's maxHeaderSize): 431 beyond. */
+  maxHeaderBytes: 8 * 1024,
+  /** Length of a request's path: 414 beyond (the longest valid one is about 160). */
+  maxPathBytes: 256,
+  /** A TLS handshake not finished in this time is dropped. */
+  handshakeTimeoutMs: 5_000,
+  /** A request's headers must arrive within this. */
+  headersTimeoutMs: 10_000,
+  /** A connection with no byte either way for this long is closed (a stalled reader, an idle keep-alive). */
+  idleTimeoutMs: 30_000,
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeoutMs: 5_000,
+  /** Digests in one /have listing. */
+  maxHaveDigests: 20_000,
+  /** Seconds a 503 asks a downloader to wait (Retry-After). */
+  retryAfterSeconds: 2,
+} as const;
+
+export interface PeerServerOptions {
+  credentials: PeerCredentials;
+  /** The node's address on the cluster network (its InternalIP), or 127.0.0.x in tests. */
+  host: string;
+  /** peers.port (9000-9999); 0 in tests for any free port. */
+  port: number;
+  /** The bundle this node serves under `manifestDigest`, if any. */
+  bundle: (manifestDigest: string) => PeerOffer | undefined;
+  /** Upload cap in bytes per second, for every downloader together. */
+  uploadBytesPerSecond: number;
+  /** Bytes the cap lets through at once (default: a quarter of a second's worth, at least 64 KiB). */
+  burstBytes?: number;
+  /** Blob responses at once (a fetching node opens one per peer: one slot is one downloader). */
+  downloaders: number;
+  clock?: BucketClock;
+  counters?: PeerCounters;
+  /** Tighter bounds than PEER_LIMITS (tests: a timeout proved in a second, not in thirty). */
+  limits?: Partial<typeof PEER_LIMITS>;
+}
+
+export interface RunningPeerServer {
+  /** https://HOST:PORT */
+  url: string;
+  port: number;
+  counters: PeerCounters;
+  bucket: TokenBucket;
+  /** While true, blob requests get 503 and blob responses under way are cut (the fetcher resumes elsewhere). */
+  setPaused(paused: boolean): void;
+  /** Blob responses being sent now. */
+  readonly active: number;
+  close(): Promise<void>;
+}
+
+const DIGEST = 'sha256:[0-9a-f]{64}';
+const ROUTE = new RegExp(`^/v1/bundles/(${DIGEST})/(bundle\\.json|signature|have|blobs/(${DIGEST}))$`);
+const RANGE = /^bytes=(\d{1,15})-(\d{0,15})$/;
+
+/** The one range a fetcher asks ("bytes=A-" or "bytes=A-B"); null when unsatisfiable or another form. */
+export function parsePeerRange(header: string | undefined, size: number): { start: number; end: number } | null | undefined {
+  if (header === undefined) return undefined;
+  const m = RANGE.exec(header.trim());
+  if (!m) return null;
+  const start = Number(m[1]);
+  const end = m[2] === '' ? size : Math.min(size, Number(m[2]) + 1);
+  return start < size && start < end ? { start, end } : null;
+}
+
+function send(res: ServerResponse, status: number, body: string | Buffer, headers: Record<string, string | number> = {}): void {
+  const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+  res.writeHead(status, { 'content-length': bytes.length, 'content-type': typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/octet-stream', ...headers });
+  res.end(res.req.method === 'HEAD' ? undefined : bytes);
+}
+
+/** Passes bytes on only as the bucket grants them, in pieces no larger than its burst. */
+function throttle(bucket: TokenBucket, counters: PeerCounters, signal: AbortSignal): Transform {
+  return new Transform({
+    transform(chunk: Buffer, _e, cb) {
+      void (async () => {
+        for (let at = 0; at < chunk.length; at += bucket.burst) {
+          const piece = chunk.subarray(at, at + bucket.burst);
+          await bucket.take(piece.length, signal);
+          counters.bytesServed += piece.length;
+          this.push(piece);
+        }
+      })().then(() => cb(), (err: unknown) => cb(err as Error));
+    },
+  });
+}
+
+class PeerHandler {
+  private paused = false;
+  active = 0;
+  private readonly streams = new Set<AbortController>();
+
+  constructor(private readonly opts: PeerServerOptions, private readonly limits: typeof PEER_LIMITS, readonly bucket: TokenBucket, readonly counters: PeerCounters) {}
+
+  setPaused(paused: boolean): void {
+    this.paused = paused;
+    if (paused) for (const s of this.streams) s.abort(new Error('paused: this node is loading'));
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    this.counters.requests++;
+    const url = req.url ?? '';
+    if (url.length > this.limits.maxPathBytes) return this.bad(res, 414, 'path too long');
+    if (req.method !== 'GET' && req.method !== 'HEAD') return this.bad(res, 405, 'GET or HEAD only', { allow: 'GET, HEAD' });
+    const m = ROUTE.exec(url);
+    if (!m) return this.bad(res, 404, 'no such path: /v1/bundles/<sha256:digest>/{bundle.json,signature,have,blobs/<sha256:digest>}');
+    const bundle = this.opts.bundle(m[1]!);
+    if (!bundle) return send(res, 404, `this node does not hold bundle ${m[1]}`);
+    if (m[2] === 'bundle.json') return void this.small(res, bundle.manifestBytes, 'application/json');
+    if (m[2] === 'signature') return void this.small(res, bundle.signature, 'application/octet-stream');
+    if (m[2] === 'have') return void this.small(res, Buffer.from(JSON.stringify({ complete: bundle.complete, digests: bundle.verifiedDigests(this.limits.maxHaveDigests) })), 'application/json');
+    this.blob(req, res, bundle, m[3]!);
+  }
+
+  /** A small answer, under the upload cap as well: bundle.json may be 16 MiB, asked for again and again. */
+  private async small(res: ServerResponse, body: Buffer, type: string): Promise<void> {
+    try {
+      if (res.req.method !== 'HEAD') for (let at = 0; at < body.length; at += this.bucket.burst) await this.bucket.take(Math.min(this.bucket.burst, body.length - at));
+      send(res, 200, body, { 'content-type': type });
+    } catch {
+      res.destroy();
+    }
+  }
+
+  private bad(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
+    this.counters.badRequests++;
+    send(res, status, message, { ...headers, connection: 'close' });
+  }
+
+  private blob(req: IncomingMessage, res: ServerResponse, bundle: PeerOffer, digest: string): void {
+    const size = bundle.size(digest);
+    if (size === undefined) return send(res, 404, `blob ${digest} is not held verified here`);
+    if (this.paused || this.active >= this.opts.downloaders) {
+      this.counters.busyRefusals++;
+      return send(res, 503, this.paused ? 'this node is loading: try another peer' : 'every downloader slot is taken: try another peer', { 'retry-after': this.limits.retryAfterSeconds });
+    }
+    const range = parsePeerRange(req.headers.range, size);
+    if (range === null) return this.bad(res, 416, `range not satisfiable for ${size} bytes`, { 'content-range': `bytes */${size}` });
+    const { start, end } = range ?? { start: 0, end: size };
+    const headers = { 'content-length': end - start, 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', ...(range ? { 'content-range': `bytes ${start}-${end - 1}/${size}` } : {}) };
+    if (req.method === 'HEAD') {
+      res.writeHead(range ? 206 : 200, headers);
+      return void res.end();
+    }
+    void this.stream(res, bundle, digest, start, end, range ? 206 : 200, headers);
+  }
+
+  private async stream(res: ServerResponse, bundle: PeerOffer, digest: string, start: number, end: number, status: number, headers: Record<string, string | number>): Promise<void> {
+    const stop = new AbortController();
+    this.active++;
+    this.streams.add(stop);
+    let data: Readable | undefined;
+    try {
+      data = await bundle.open(digest, start, end);
+      res.writeHead(status, headers);
+      await pipeline(data, throttle(this.bucket, this.counters, stop.signal), res, { signal: stop.signal });
+    } catch {
+      // a client gone, a pause, a file that vanished: the client sees the response cut short
+      data?.destroy();
+      if (!res.headersSent) send(res, 500, 'cannot read the blob here: try another peer');
+      else res.destroy();
+    } finally {
+      this.active--;
+      this.streams.delete(stop);
+    }
+  }
+}
+
+function listen(server: Server, host: string, port: number): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve(server.address() as AddressInfo);
+    });
+  });
+}
+
+export async function startPeerServer(opts: PeerServerOptions): Promise<RunningPeerServer> {
+  const counters = opts.counters ?? new PeerCounters();
+  const burst = opts.burstBytes ?? Math.max(64 * 1024, Math.floor(opts.uploadBytesPerSecond / 4));
+  const bucket = new TokenBucket(opts.uploadBytesPerSecond, burst, opts.clock ?? REAL_CLOCK);
+  const limits = { ...PEER_LIMITS, ...opts.limits };
+  const handler = new PeerHandler(opts, limits, bucket, counters);
+  const server = createServer({
+    ...peerTlsOptions(opts.credentials),
+    requestCert: true,
+    rejectUnauthorized: true,
+    handshakeTimeout: limits.handshakeTimeoutMs,
+    maxHeaderSize: limits.maxHeaderBytes,
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.headersTimeoutMs,
+    // how often the two above are enforced (node's default, 30 s, would stretch them)
+    connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+  }, (req, res) => handler.handle(req, res));
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
+  // a refused handshake or a reset connection is the client's problem, never the server's
+  server.on('tlsClientError', (_err, socket: TLSSocket) => socket.destroy());
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable) socket.end('HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    else socket.destroy();
+  });
+  const sockets = new Set<Socket>();
+  server.on('connection', (s: Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+  });
+  const address = await listen(server, opts.host, opts.port);
+  return {
+    url: `https://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`,
+    port: address.port,
+    counters,
+    bucket,
+    setPaused: (p) => handler.setPaused(p),
+    get active() { return handler.active; },
+    close: () => new Promise<void>((resolve) => {
+      for (const s of sockets) s.destroy();
+      server.close(() => resolve());
+    }),
+  };
+}
