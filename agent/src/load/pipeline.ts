@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, parseManifestBytes, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -140,12 +140,13 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
  * every load and at daemon start, so neither waits for the other to clean up. A layout kept
  * with `staging.keep: untilComplete` goes once the cluster runs its release (`history`).
  */
-export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger, history: readonly HistoryEntry[]): Promise<void> {
+export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger, history: readonly HistoryEntry[], spare?: string): Promise<void> {
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
   const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
-  const keep = new Set<string>();
+  // the layout a load from peers is about to open
+  const keep = new Set<string>(spare ? [spare] : []);
   for (const r of releases) {
     if (!r.layout) continue;
     if (config.staging.keep === true || (config.staging.keep === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
@@ -200,8 +201,8 @@ async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolea
 
 /** What the checks before any write establish about a bundle file. */
 interface Admitted {
-  /** The bundle's bytes, open for the whole load (closed by loadBundle). */
-  source: BundleSource;
+  /** The bundle's bytes, open for the whole load (closed by loadBundle); none for a layout staged by peers. */
+  source?: BundleSource;
   head: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
   signer?: TrustedKey;
   trust: Trust;
@@ -209,8 +210,23 @@ interface Admitted {
   running?: ClusterRelease;
 }
 
+/** Where a load's signed head comes from: a bundle file's source (kept open for the staging), or a layout's description. */
+type HeadOrigin = () => Promise<{ head: Admitted['head']; source?: BundleSource }>;
+
+const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOrigin => async () => {
+  await assertBundleFile(file);
+  const source = await openSource();
+  return { head: await readHeader(source), source };
+};
+
+// What the fetch verified and wrote is read back, not trusted from memory: the signature is checked again below.
+const fromLayout = (dir: string): HeadOrigin => async () => {
+  const d = await readLayoutDescription(dir);
+  return { head: { manifest: parseManifestBytes(d.manifestBytes), manifestBytes: d.manifestBytes, signature: d.signature } };
+};
+
 /** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
-async function admit(file: string, ctx: PipelineContext, openSource: () => Promise<BundleSource>): Promise<Admitted> {
+async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Promise<Admitted> {
   const { config, log, tracker } = ctx;
   tracker.update((s) => {
     s.phase = 'Verifying';
@@ -222,9 +238,7 @@ async function admit(file: string, ctx: PipelineContext, openSource: () => Promi
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
-  await assertBundleFile(file);
-  const source = await openSource();
-  const head = await readHeader(source);
+  const { head, source } = await origin();
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
   tracker.update((s) => {
@@ -240,7 +254,7 @@ async function admit(file: string, ctx: PipelineContext, openSource: () => Promi
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
-  return { source, head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+  return { ...(source ? { source } : {}), head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
 }
 
 interface Staged {
@@ -255,8 +269,35 @@ interface Staged {
   staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
 }
 
+type FileAdmitted = Admitted & { source: BundleSource };
+
+/** Steps 4 and 5 for a bundle file; for a layout fetched from peers, its store. */
+function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
+  return a.source ? stageFile(ctx, { ...a, source: a.source }) : openFetched(ctx, a);
+}
+
+/**
+ * A layout peers staged on this node (peers/peer-fetch.ts): every blob was hashed against this
+ * signed bundle.json as it arrived and renamed into place only then, so it is opened as verified
+ * (a second full read would double the load's IO); a layout holding another bundle.json is refused.
+ */
+async function openFetched(ctx: PipelineContext, a: Admitted): Promise<Staged> {
+  const rel = a.head.manifest.release;
+  const target = join(ctx.config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
+  if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} came from peers, which only a signature can vouch for: add the factory's public key to trust.keys`);
+  if (!(await alreadyStaged(target, a.head.manifestBytes))) throw new AgentError('StagingFailed', `no layout of bundle ${rel.version} is staged in ${target}: fetch it again`);
+  const store = await LayoutStore.open(target, catalogOf(a.head.manifest), { verified: true }).catch((err: unknown) => {
+    throw new AgentError('StagingFailed', oneLine(err), { cause: err });
+  });
+  ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged from peers in ${target}`);
+  ctx.tracker.condition('Verified', 'True', 'SignatureValid', `signed by ${a.signer.source}`);
+  ctx.tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+  ctx.tracker.update((s) => { s.bundle = { ...s.bundle!, mode: 'staged' }; });
+  return { store, mode: 'staged', target, fileDigest: '' };
+}
+
 /** Steps 4 and 5: the space check, then the verified copy to disk, or one full pass over the media. */
-async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
+async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged> {
   const { config, log, tracker, signal } = ctx;
   const m = a.head.manifest;
   const rel = m.release;
@@ -332,7 +373,7 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
  * (conditions Verified and Staged, the file digest). A failure of either side stops the other
  * (`staging.signal`): nothing is pinned, no Ready; what was verified stays for a resume (resume.ts).
  */
-function stageWhilePulling(ctx: PipelineContext, a: Admitted, target: string, onProgress: (done: number, total: number) => void,
+function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string, onProgress: (done: number, total: number) => void,
   sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }): Staged {
   const { log, tracker, signal } = ctx;
   const m = a.head.manifest;
@@ -380,15 +421,20 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   let source: BundleSource | undefined;
   const open = async () => (source = await (ctx.openBundle ?? openBundle)(file));
   try {
-    return await loadFrom(file, ctx, open);
+    return await loadFrom(file, ctx, fromFile(file, open));
   } finally {
     await source?.close();
   }
 }
 
-async function loadFrom(file: string, ctx: PipelineContext, openSource: () => Promise<BundleSource>): Promise<LoadResult> {
+/** Steps 3 and 6 to 10 for a layout peers staged in `dir` (peer-fetch.ts): checked against the trusted keys and the policy again, then served, pulled and pinned as from a stick. */
+export function loadLayout(dir: string, ctx: PipelineContext): Promise<LoadResult> {
+  return loadFrom(dir, ctx, fromLayout(dir));
+}
+
+async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin): Promise<LoadResult> {
   const { config, log, tracker } = ctx;
-  const a = await admit(file, ctx, openSource);
+  const a = await admit(file, ctx, origin);
   const m = a.head.manifest;
   const rel = m.release;
   const refs = imageRefs(m);
@@ -425,8 +471,9 @@ async function loadFrom(file: string, ctx: PipelineContext, openSource: () => Pr
     s.history = loadedRunning ? markRunningLoaded(s.history, rel.version, digest) : markLoaded(s.history, rel.version, digest);
   });
   if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
-  else tracker.condition('Ready', 'True', 'Loaded', `update ${rel.version} loaded: you may remove the USB stick`);
-  log.info('ready', `update ${rel.version} is loaded on this node; the USB stick may be removed`, { version: rel.version });
+  // from peers there is no stick to remove
+  else tracker.condition('Ready', 'True', 'Loaded', a.source ? `update ${rel.version} loaded: you may remove the USB stick` : `update ${rel.version} loaded from other nodes`);
+  log.info('ready', a.source ? `update ${rel.version} is loaded on this node; the USB stick may be removed` : `update ${rel.version} is loaded on this node`, { version: rel.version });
   return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
 }
 
@@ -441,19 +488,28 @@ function failedAttempt(history: readonly HistoryEntry[], before: readonly Histor
 }
 
 /** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
-export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
+export function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
+  return runAttempt(file, ctx, () => loadBundle(file, ctx), 'file');
+}
+
+/** Runs loadLayout (a layout peers staged in `dir`) as runLoad runs a file; no bundle-file record is kept for it. */
+export function runLayoutLoad(dir: string, ctx: PipelineContext): Promise<LoadResult> {
+  return runAttempt(dir, ctx, () => loadLayout(dir, ctx), 'layout');
+}
+
+async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout'): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
-  const key = await keyOf(file);
-  const content = await contentOf(file);
+  const key = from === 'file' ? await keyOf(file) : undefined;
+  const content = from === 'file' ? await contentOf(file) : undefined;
   const stateDir = ctx.config.paths.stateDir;
   // what the history said before this attempt: a release loaded before stays so when a repeat load fails
   const before = ctx.tracker.current.history;
   try {
     const r = await withLoadLock(stateDir, async () => {
-      await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history);
+      await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history, from === 'layout' ? file : undefined);
       // a load killed mid-way leaves this, so the next daemon start tries the file again
       if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
-      return loadBundle(file, ctx);
+      return load();
     });
     if (key) await recordBundle(stateDir, { key, ...(content ? { content } : {}), file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     // only once Ready and recorded: the restart it may ask for stops this process
@@ -461,7 +517,7 @@ export async function runLoad(file: string, ctx: PipelineContext): Promise<LoadR
     await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
     return r;
   } catch (caught) {
-    const err = mediaGone(caught, file);
+    const err = from === 'file' ? mediaGone(caught, file) : caught;
     const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
     // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again)
     if (reason === 'Busy') {

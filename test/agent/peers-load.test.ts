@@ -1,0 +1,84 @@
+// A layout fetched from peers (peers/peer-fetch.ts) loaded as a stick's would be (runLayoutLoad):
+// its bundle.json checked against the node's keys and the version policy again, then Ready. The
+// runtime is a stand-in that accepts every call (preload.method none): what is under test is the
+// admission of a layout that no stick vouches for.
+import t from 'tap';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { createLogger, parseConfig, runLayoutLoad, type PipelineContext, type RuntimeTarget } from '@offline-bundle/agent';
+import { StatusTracker, emptyStatus } from '@offline-bundle/status';
+import { nodeRoot } from './fixtures.js';
+import { FixedDirectory, endpoint, peerWorld } from './peers-setup.js';
+
+const acceptingRuntime = (): RuntimeTarget => ({
+  mirror: async () => async () => undefined, preload: async () => undefined, pin: async () => undefined, unpin: async () => undefined,
+  pinnedRefs: async () => new Set<string>(), apply: async () => undefined, inspector: async () => undefined, cleanup: async () => undefined,
+  close: async () => undefined,
+} as unknown as RuntimeTarget);
+
+const w = await peerWorld(t);
+const seedServer = await w.server();
+let nodes = 0;
+
+/** A node whose upgrade directory holds the layout fetched from the seed; `trust` is its trust block. */
+async function fetchedNode(trust: string, current = '1.2.2') {
+  const dir = join(w.b.dir, `load-node-${++nodes}`);
+  const pub = join(w.b.dir, 'factory.pub');
+  await writeFile(pub, w.b.key.publicPem);
+  const root = join(dir, 'node');
+  const configFile = await nodeRoot(root, pub, `runtime: crio\nversion:\n  current: "${current}"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\n`);
+  await chmod(w.b.dir, 0o755);
+  let text = await readFile(configFile, 'utf8');
+  if (trust) text = text.replace(/trust:\n( {2}.*\n)+/, trust);
+  await writeFile(configFile, text);
+  const config = parseConfig(text, configFile);
+  const r = await w.fetch(config.paths.upgradeDir, new FixedDirectory([w.approval], [endpoint('seed', seedServer.url)])).result;
+  return { config, target: r.target };
+}
+
+async function load(n: Awaited<ReturnType<typeof fetchedNode>>) {
+  const tracker = new StatusTracker(emptyStatus('node-b'));
+  let journal = '';
+  const log = createLogger(new Writable({ write: (c, _e, cb) => { journal += String(c); cb(); } }));
+  const ctx: PipelineContext = { config: n.config, log, tracker, runtime: acceptingRuntime(), media: 'peers' };
+  const ok = await runLayoutLoad(n.target, ctx).then(() => true, () => false);
+  const c = (type: string) => tracker.current.conditions.find((x) => x.type === type);
+  return { ok, phase: tracker.current.phase, ready: c('Ready'), failed: c('Failed'), staged: c('Staged'), journal };
+}
+
+t.test('a fetched layout loads: Ready, said without a stick to remove', async (t) => {
+  const n = await fetchedNode('');
+  const r = await load(n);
+  t.ok(r.ok, JSON.stringify(r.failed));
+  t.equal(r.phase, 'Ready');
+  t.match(r.journal, /update 1\.2\.3 is loaded on this node/);
+  t.notMatch(r.journal, /USB stick/, 'no stick to remove');
+  t.match(r.staged?.message, n.target);
+});
+
+t.test('a fetched layout whose bundle.json was changed on disk afterwards: refused by the signature, nothing loaded', async (t) => {
+  const n = await fetchedNode('');
+  const file = join(n.target, 'bundle.json');
+  await writeFile(file, (await readFile(file, 'utf8')).replace('"1.2.3"', '"1.2.4"'));
+  const r = await load(n);
+  t.notOk(r.ok);
+  t.equal(r.phase, 'Failed');
+  t.match(r.failed?.reason, /BadSignature|Corrupt/);
+});
+
+t.test('the version policy holds for peers too: a node running a newer release refuses the fetched older one', async (t) => {
+  const n = await fetchedNode('', '2.0.0');
+  const r = await load(n);
+  t.notOk(r.ok);
+  t.equal(r.failed?.reason, 'Downgrade');
+});
+
+t.test('a node trusting only a file digest cannot load a layout from peers: NoTrust names the fix', async (t) => {
+  const n = await fetchedNode('');
+  const digestOnly = { ...n.config, trust: { keys: [], digest: `sha256:${'0'.repeat(64)}` } } as typeof n.config;
+  const r = await load({ ...n, config: digestOnly });
+  t.notOk(r.ok);
+  t.equal(r.failed?.reason, 'NoTrust');
+  t.match(r.failed?.message, /trust\.keys/);
+});
