@@ -1,7 +1,7 @@
 export { FormatError } from './errors.js';
 export {
   BUNDLE_JSON, SIGNATURE, OCI_LAYOUT, INDEX_JSON, BLOB_DIR, OCI_LAYOUT_CONTENT, FRAME_BYTES,
-  SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
+  SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, MAX_BUNDLE_JSON_BYTES, blobPath, tarStreamBytes,
   FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, defaultVersionFor, unwritableVersion, versionAllows,
 } from './layout.js';
 export { validateManifest, checkReleaseFields, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
@@ -16,6 +16,9 @@ export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
 export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle, readLayoutDescription } from './extract.js';
+export { baseEntries, deltaFacts, type DeltaFacts } from './listing.js';
+export { needsBase, type BaseSource } from './base-fill.js';
+export { compareVersions } from './release-version.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle } from './extract-resume.js';
 export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
@@ -24,7 +27,7 @@ export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { FormatVersion, VersionedFeature } from './layout.js';
-export type { BundleManifest, BundleAgent, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
+export type { BundleManifest, BundleAgent, BundleBase, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
 export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';
