@@ -6,7 +6,7 @@ import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
   FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
-  baseEntries, deltaFacts, unwritableVersion, verifyBundle, withBundle, type BundleManifest,
+  baseEntries, baseLabel, deltaFacts, unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
@@ -97,7 +97,7 @@ function summary(m: BundleManifest) {
 function deltaLine(m: BundleManifest): string[] {
   const d = deltaFacts(m);
   if (!d) return [];
-  return [`delta:     against ${d.base.name} ${d.base.version} (${d.base.bundleJson}), ${d.carriedBlobs} of ${d.totalBlobs} blobs carried, ${formatBytes(d.carriedBytes)} (${formatBytes(d.baseBytes)} from the base: a node needs ${d.base.version} kept on its disk)`];
+  return [`delta:     against ${baseLabel(d.base)} (${d.base.bundleJson}), ${d.carriedBlobs} of ${d.totalBlobs} blobs carried, ${formatBytes(d.carriedBytes)} (${formatBytes(d.baseBytes)} from the base: a node needs ${d.base.version} kept on its disk)`];
 }
 
 function printSummary(m: BundleManifest, fileBytes: number): void {
@@ -124,7 +124,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
 function baseNeeds(m: BundleManifest): string {
   const d = deltaFacts(m);
   if (!d) return '';
-  return `; a delta: every carried blob checked; it needs ${plural(d.totalBlobs - d.carriedBlobs, 'blob')} (${formatBytes(d.baseBytes)}) of ${d.base.name} ${d.base.version} (${d.base.bundleJson}) on the node (--json lists them)`;
+  return `; a delta: every carried blob checked; it needs ${plural(d.totalBlobs - d.carriedBlobs, 'blob')} (${formatBytes(d.baseBytes)}) of ${baseLabel(d.base)} (${d.base.bundleJson}) on the node (--json lists them)`;
 }
 
 export function buildProgram(): Command {

@@ -7,7 +7,7 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
@@ -559,7 +559,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     const { images, index } = imageIndex(c);
     const written = await fetchAndWrite(s, pre, all, c, { images, index });
     const delta = deltaFacts(written.manifest);
-    const carried = delta ? ` (a delta against ${delta.base.name} ${delta.base.version}: ${delta.carriedBlobs} of them carried, ${delta.totalBlobs - delta.carriedBlobs} from the base)` : '';
+    const carried = delta ? ` (a delta against ${baseLabel(delta.base)}: ${delta.carriedBlobs} of them carried, ${delta.totalBlobs - delta.carriedBlobs} from the base)` : '';
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(c.blobs.size, 'blob')}${carried}, ${written.fileDigest}`);
     return { ...written, output: pre.output, images: images.length, blobs: c.blobs.size, downloadedBytes: c.total, warnings: all.warnings };
   } catch (err) {

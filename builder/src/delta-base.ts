@@ -5,7 +5,7 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, bundleIdentity, compareVersions, namesSplitBundle, parseManifestBytes, readHeader, withBundle, type BundleBase, type BundleManifest } from '@offline-bundle/format';
+import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, baseLabel, bundleIdentity, compareVersions, namesSplitBundle, parseManifestBytes, readHeader, withBundle, type BundleBase, type BundleManifest } from '@offline-bundle/format';
 import { readSmallFile } from '@offline-bundle/host';
 import { OciError } from '@offline-bundle/oci';
 
@@ -74,7 +74,7 @@ export async function readDeltaBase(path: string): Promise<DeltaBase> {
  */
 export function checkDeltaBase(base: DeltaBase, release: { name: string; version: string; arch: string }): void {
   const b = base.manifest.release;
-  const refuse = (why: string) => new OciError('INVALID_CONFIG', `--base ${base.path} is ${b.name} ${b.version} (${b.arch}), ${why}: a delta is made against an earlier release of the same stream; give that release's bundle, or build without --base`);
+  const refuse = (why: string) => new OciError('INVALID_CONFIG', `--base ${base.path} is ${baseLabel(b)} (${b.arch}), ${why}: a delta is made against an earlier release of the same stream; give that release's bundle, or build without --base`);
   const unnamed = b.name === b.version && release.name === release.version;
   if (!unnamed && b.name !== release.name) throw refuse(`another release stream than ${release.name}`);
   if (b.arch !== release.arch) throw refuse(`for another arch than ${release.arch}`);

@@ -4,7 +4,7 @@ import { Transform, type Readable } from 'node:stream';
 import { newSha256 } from '@offline-bundle/oci';
 import type { EntryFiles } from './entry-files.js';
 import { FormatError } from './errors.js';
-import { baseEntries } from './listing.js';
+import { baseEntries, baseLabel } from './listing.js';
 import type { BundleManifest } from './manifest.js';
 import type { LayoutEntry } from './verify-options.js';
 
@@ -16,7 +16,7 @@ export interface BaseSource {
 /** The one-line refusal of a delta nothing can fill: which release it needs, and the fix. */
 export function needsBase(m: BundleManifest, fix: string): FormatError {
   const b = m.base!;
-  return new FormatError('BASE_MISSING', `this bundle is a delta against ${b.name} ${b.version} (${b.bundleJson}): ${baseEntries(m).length} of its ${m.blobs.length} blobs are not in it; ${fix}`);
+  return new FormatError('BASE_MISSING', `this bundle is a delta against ${baseLabel(b)} (${b.bundleJson}): ${baseEntries(m).length} of its ${m.blobs.length} blobs are not in it; ${fix}`);
 }
 
 /** Passes at most `limit` bytes on, hashing them: a base file longer than listed stops at the first byte past it. */
@@ -50,7 +50,7 @@ export async function fillFromBase(m: BundleManifest, files: EntryFiles, source:
     await files.write(e, data.pipe(hashed));
     const actual = 'sha256:' + hash.digest('hex');
     if (size !== e.size || actual !== e.digest) {
-      throw new FormatError('BASE_CORRUPT', `this update needs ${b.version} on this node, and its copy here is damaged (${e.path} is ${size} bytes hashing to ${actual}; ${b.name} ${b.version} lists ${e.size} bytes, ${e.digest}): plug in the full bundle`);
+      throw new FormatError('BASE_CORRUPT', `this update needs ${b.version} on this node, and its copy here is damaged (${e.path} is ${size} bytes hashing to ${actual}; this bundle lists ${e.size} bytes, ${e.digest}): plug in the full bundle`);
     }
     files.place(e);
   }

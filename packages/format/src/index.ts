@@ -16,7 +16,7 @@ export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
 export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
 export { extractBundle, readLayoutDescription } from './extract.js';
-export { baseEntries, deltaFacts, type DeltaFacts } from './listing.js';
+export { baseEntries, baseLabel, deltaFacts, type DeltaFacts } from './listing.js';
 export { needsBase, type BaseSource } from './base-fill.js';
 export { compareVersions } from './release-version.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle } from './extract-resume.js';

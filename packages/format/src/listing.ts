@@ -36,6 +36,11 @@ export interface DeltaFacts {
   baseBytes: number;
 }
 
+/** "4.14.38", or "stable 4.14.38" when the release's name is not only its version. */
+export function baseLabel(base: { name: string; version: string }): string {
+  return base.name === base.version ? base.version : `${base.name} ${base.version}`;
+}
+
 /** What a delta carries and what it needs from its base; undefined for a full bundle. */
 export function deltaFacts(manifest: BundleManifest): DeltaFacts | undefined {
   if (!manifest.base) return undefined;

@@ -41,6 +41,8 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   PartsMixed: 'A part on this USB stick is from another update than the parts copied before, which were dropped. Plug in the sticks of one update only, one after another.',
   PartCutShort: 'A part of the update on this USB stick is shorter than the others: its copy was cut short. Copy it to the stick again and plug the sticks in again.',
   PartsOtherBundle: 'This USB stick holds parts of another update than the one being collected; the parts copied before are kept. Plug in the stick with the parts still missing.',
+  BaseMissing: 'This update is a small one that builds on an earlier update this node does not have. Plug in the full update instead.',
+  BaseCorrupt: 'This update is a small one that builds on an earlier update, whose copy on this node is damaged. Plug in the full update instead.',
 };
 
 /**
