@@ -10,6 +10,7 @@ import {
   BUNDLE_JSON, FormatError, SIGNATURE, baseEntries, blobPath, bundleIdentity, deltaFacts, extractBundle, readHeader, verifyBundle, withBundleFile, writeBundle,
   type WriteBundleInput,
 } from '@offline-bundle/format';
+import { BundleFileStore, catalogOf } from '@offline-bundle/registry';
 import { assertRejected, craft, entryNamed, flipByte, makeBundle, readEntries, rejectsWith, resign, type MadeBundle } from './craft.js';
 
 let made: MadeBundle;
@@ -61,6 +62,13 @@ t.test('a delta lists every blob, marks those of the base, and carries only the 
   const v = await withBundleFile(path.join(made.dir, 'delta.bundle'), (s) => verifyBundle(s, { trust: made.trust }));
   t.equal(v.fileDigest, w.fileDigest, 'it verifies on its own: every carried blob checked');
   t.same(baseEntries(v.manifest).map((e) => e.digest).sort(), [...shared()].sort(), 'and says which blobs it needs from the base');
+});
+
+t.test('a delta is not served from its file: its base blobs are not in it', async (t) => {
+  await withBundleFile(path.join(made.dir, 'delta.bundle'), async (s) => {
+    const { manifest } = await readHeader(s);
+    await t.rejects(BundleFileStore.open(s, manifest, catalogOf(manifest)), { code: 'LAYOUT_INVALID', message: /is a delta against 1\.2\.3: the blobs it takes from there are not in it, so it cannot be served from its file/ });
+  });
 });
 
 t.test('version 2 cannot carry a delta: refused by name before anything is written', async (t) => {
