@@ -264,7 +264,7 @@ async function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const identity = bundleIdentity(a.head.manifestBytes);
   // a delta's base is found before anything is written: a node without it refuses at once
-  const base = m.base && !(await alreadyStaged(target, a.head.manifestBytes)) ? { base: await locateBase(config, m, log) } : {};
+  const base = m.base && !(await alreadyStaged(target, a.head.manifestBytes)) ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) } : {};
   const plan = await planSpace(m, config, await partialCredit(config.paths.upgradeDir, `${target}.partial`, identity));
   // from the part spool, "the media" is the node's own disk: no stick is read
   if (fromSpool(ctx.media)) plan.message = plan.message.replace(/serving from the media: keep the USB stick in until Ready/, 'serving from the part spool on this node\'s disk: no USB stick is needed');

@@ -11,6 +11,8 @@ import type { LayoutEntry } from './verify-options.js';
 /** Where a delta's base blobs come from: opens one as the node holds it (throws when it holds none). */
 export interface BaseSource {
   open: (entry: LayoutEntry) => Promise<Readable>;
+  /** Releases what the opens held (a base bundle's file): called once the fill is over, filled or failed. */
+  close?: () => Promise<void>;
 }
 
 /** The one-line refusal of a delta nothing can fill: which release it needs, and the fix. */

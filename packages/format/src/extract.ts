@@ -115,7 +115,11 @@ const BASE_FIX = 'extract the full bundle instead';
 async function fillBase(m: BundleManifest, files: EntryFiles, opts: ExtractOptions): Promise<void> {
   if (!m.base) return;
   if (!opts.base) throw needsBase(m, BASE_FIX);
-  await fillFromBase(m, files, opts.base, { signal: opts.signal });
+  try {
+    await fillFromBase(m, files, opts.base, { signal: opts.signal });
+  } finally {
+    await opts.base.close?.();
+  }
 }
 
 /**
