@@ -5,7 +5,7 @@
 // signed digests.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AGENT, BUNDLE, containerdNode, makeBundle, run, type AppImage } from './fixtures.js';
 
@@ -19,8 +19,10 @@ const images = (v: string): AppImage[] => [
 t.test('a delta loads Ready filled from the kept layout of its base, and is refused without it or with it damaged', async (t) => {
   const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-agent-delta-', 'staging:\n  keep: true\n');
   const full = await makeBundle(dir, { key: keys.key, version: '1.1.0', images: images('1.1.0'), out: join(dir, '1.1.0.bundle') });
+  // on its own stick: the base's bundle beside it would fill it too (delta-beside.test.ts)
+  await mkdir(join(dir, 'stick'));
   const delta = await makeBundle(dir, {
-    key: keys.key, version: '1.2.0', images: images('1.2.0'), out: join(dir, '1.2.0-delta.bundle'),
+    key: keys.key, version: '1.2.0', images: images('1.2.0'), out: join(dir, 'stick', '1.2.0-delta.bundle'),
     create: (args) => run(BUNDLE, [...args, '--base', full]),
   });
   const needs = JSON.parse((await run(BUNDLE, ['verify', '--json', '--key', keys.pub, delta])).stdout).needsFromBase;
