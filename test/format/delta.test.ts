@@ -4,10 +4,10 @@
 // delta's own signed digest; without a base, or with a damaged one, nothing is left behind.
 import t from 'tap';
 import { createReadStream } from 'node:fs';
-import { appendFile, cp, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { appendFile, cp, mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
-  BUNDLE_JSON, FormatError, SIGNATURE, baseEntries, blobPath, bundleIdentity, deltaFacts, extractBundle, readHeader, verifyBundle, withBundleFile, writeBundle,
+  BUNDLE_JSON, FormatError, RESUME_MARKER, SIGNATURE, baseEntries, blobPath, bundleIdentity, deltaFacts, extractBundle, readHeader, verifyBundle, withBundleFile, writeBundle,
   type WriteBundleInput,
 } from '@offline-bundle/format';
 import { BundleFileStore, catalogOf } from '@offline-bundle/registry';
@@ -91,6 +91,23 @@ t.test('extracted with its base, a delta is the whole layout; without one, nothi
   for (const b of made.blobs) t.ok((await readFile(path.join(dir, blobPath(b.digest)))).equals(b.data), `${b.digest.slice(7, 19)} in place`);
   for (const d of shared()) t.ok(verified.includes(d), `filled ${d.slice(7, 19)} reported verified (pulls may start on it)`);
   t.same((await readdir(path.join(dir, 'blobs', 'sha256'))).length, made.blobs.length, 'nothing else');
+});
+
+t.test('a resumed staging of a delta fills its base blobs again, over what the cut left', async (t) => {
+  const file = path.join(made.dir, 'delta.bundle');
+  const out = path.join(made.dir, 'resumed');
+  const partial = `${out}.partial`;
+  const head = await withBundleFile(file, (s) => readHeader(s));
+  await mkdir(path.join(partial, 'blobs', 'sha256'), { recursive: true });
+  await writeFile(path.join(partial, RESUME_MARKER), JSON.stringify({ bundleJson: bundleIdentity(head.manifestBytes) }) + '\n');
+  const [first, second] = [...shared()];
+  await writeFile(path.join(partial, `${blobPath(first!)}.writing`), 'cut short');
+  await writeFile(path.join(partial, blobPath(second!)), 'a kept copy that no longer matches');
+  const signed = { keys: made.trust.keys! };
+  const v = await withBundleFile(file, (s) => extractBundle(s, out, { trust: signed, fsync: false, resume: true, base: fromDir(baseLayout) }));
+  t.ok(v.resumed, 'resumed');
+  for (const b of made.blobs) t.ok((await readFile(path.join(out, blobPath(b.digest)))).equals(b.data), `${b.digest.slice(7, 19)} in place`);
+  t.notOk(await exists(partial), 'the partial directory went into place');
 });
 
 t.test('a damaged or longer base blob refuses the delta (BASE_CORRUPT) and leaves nothing', async (t) => {

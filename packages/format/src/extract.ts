@@ -3,7 +3,7 @@ import { makeDirs, readSmallFile, syncDirBestEffort, writeFileAtomic } from '@of
 import { dirname, join, resolve } from 'node:path';
 import { isSystemError } from './bundle-ends.js';
 import { FormatError } from './errors.js';
-import { EntryFiles } from './entry-files.js';
+import { EntryFiles, removeUnfinishedWrites } from './entry-files.js';
 import { RESUME_MARKER, resumableHead, resumeInto, writeResumeMarker, type ResumeInfo } from './extract-resume.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
 import { verifyBundle } from './reader.js';
@@ -81,6 +81,8 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     let verified: ExtractedBundle;
     if (head) {
       await opts.onManifest?.(head.manifest, head.manifestBytes, head.signature);
+      // a base blob cut short last time left its temp file, which a new write of it must not meet
+      await removeUnfinishedWrites(partial);
       await fillBase(head.manifest, files, opts);
       const { info, seekIndex } = await resumeInto(source, partial, head, files, opts);
       verified = { ...head, fileDigest: '', fileSize: source.size, seekIndex, resumed: info };
