@@ -393,10 +393,13 @@ function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
 }
 
 /** Room for the bundle and the downloads, checked before either starts. */
-async function checkRoom(s: Session, output: string, c: Contents): Promise<void> {
+async function checkRoom(s: Session, output: string, c: Contents, base: DeltaBase | undefined): Promise<void> {
   // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
   const metadataBytes = 8192 + 400 * (c.blobs.size + c.byRef.size);
-  await checkSpace(output, estimateBundleBytes([...[...c.blobs.values()].map((b) => b.blob.size), metadataBytes]), s.cache.dir, c.missing);
+  // a delta packs only what its base lacks
+  const shared = base ? sharedWithBase(base, [...c.blobs.values()].map((b) => b.blob)) : new Set<string>();
+  const packed = [...c.blobs.values()].filter((b) => !shared.has(b.blob.digest));
+  await checkSpace(output, estimateBundleBytes([...packed.map((b) => b.blob.size), metadataBytes]), s.cache.dir, c.missing);
 }
 
 /** The bundle's images by name, and its OCI index.json naming each. */
@@ -555,7 +558,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     if (pre.base) checkDeltaBase(pre.base, { name: opts.name ?? all.version!, version: all.version!, arch: pre.want.architecture });
     const c = await planContents(s, all.resolved);
     if (opts.dryRun) return dryRunPlan(all, c);
-    await checkRoom(s, pre.output, c);
+    await checkRoom(s, pre.output, c, pre.base);
     const { images, index } = imageIndex(c);
     const written = await fetchAndWrite(s, pre, all, c, { images, index });
     const delta = deltaFacts(written.manifest);
