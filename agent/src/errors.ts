@@ -8,7 +8,7 @@ export const AGENT_REASONS = [
   'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
   'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
-  'PartsMixed', 'PartCutShort', 'PartsOtherBundle',
+  'PartsMixed', 'PartCutShort', 'PartsOtherBundle', 'BaseMissing', 'BaseCorrupt',
   'NoPeerHasBundle', 'PeersSuspect', 'ApprovalRevoked',
 ] as const;
 export type AgentReason = (typeof AGENT_REASONS)[number];
@@ -38,6 +38,8 @@ const CODE_REASONS: Record<string, AgentReason> = {
   CRI_ERROR: 'RuntimeUnavailable',
   NO_SPACE: 'NoSpaceInImageStore',
   BAD_PARTS: 'PartsIncomplete',
+  BASE_MISSING: 'BaseMissing',
+  BASE_CORRUPT: 'BaseCorrupt',
   PULL_FAILED: 'PullFailed',
   IMAGE_NOT_FOUND: 'PullFailed',
   TIMEOUT: 'PullFailed',

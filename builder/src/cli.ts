@@ -6,7 +6,7 @@ import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
   FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
-  unwritableVersion, verifyBundle, withBundle, type BundleManifest,
+  baseEntries, baseLabel, deltaFacts, unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
@@ -61,6 +61,8 @@ const formatVersionArg = (value: string) => {
 };
 const FORMAT_VERSION_HELP = `bundle.json's format version: ${[...WRITABLE_VERSIONS].reverse().map((v) => `${v} for bundle-agent ${FORMAT_VERSIONS[v]!.minReader} or later`).join(', ')}; by default the oldest that carries what the bundle holds, so it reaches every agent that can use it ("bundle inspect" shows what a bundle needs)`;
 
+const BASE_HELP = 'make a delta against an earlier release of the same stream: its NAME.bundle, its parts, or only its bundle.json (signed or not: only its listing is read, to leave out the blobs it holds). The delta\'s signed bundle.json still lists every blob; a node fills the left-out ones from that release kept on its disk (staging.keep) and checks each against this bundle\'s digests, or refuses before writing anything. Needs format version 3 (bundle-agent 0.2.0)';
+
 /** A bundle's format version and the oldest bundle-agent that reads it (bundle.json was read, so the version is a known one). */
 function formatOf(m: BundleManifest): { version: number; mediaType: string; minAgentVersion: string } {
   return { version: m.schemaVersion, mediaType: m.mediaType, minAgentVersion: FORMAT_VERSIONS[m.schemaVersion]!.minReader };
@@ -85,9 +87,17 @@ function summary(m: BundleManifest) {
     blobs: m.blobs.length,
     releaseSignatures: (m.release.signatures ?? []).map((s, i) => ({ configMapKey: m.release.digest ? `${m.release.digest.replace(':', '-')}-${i + 1}` : `signature-${i + 1}`, digest: s.digest, keyIds: s.keyIds })),
     totals: m.totals,
+    ...(m.base ? { delta: deltaFacts(m) } : {}),
     creator: m.creator,
     signer: m.signer,
   };
+}
+
+/** "delta:     against 4.14.38 4.14.38 (sha256:…), 12 of 340 blobs carried, 1.2 GB (17.1 GB from the base)". */
+function deltaLine(m: BundleManifest): string[] {
+  const d = deltaFacts(m);
+  if (!d) return [];
+  return [`delta:     against ${baseLabel(d.base)} (${d.base.bundleJson}), ${d.carriedBlobs} of ${d.totalBlobs} blobs carried, ${formatBytes(d.carriedBytes)} (${formatBytes(d.baseBytes)} from the base: a node needs ${d.base.version} kept on its disk)`];
 }
 
 function printSummary(m: BundleManifest, fileBytes: number): void {
@@ -101,12 +111,20 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
     `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, file ${formatBytes(fileBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
+    ...deltaLine(m),
     ...(m.agent ? [`agent:     bundle-agent ${m.agent.version} (${m.agent.repository}@${m.agent.digest}); nodes switch to it once Ready`] : []),
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
   ];
   // inspect shows bundle.json before anything is verified: its strings must not drive the terminal
   process.stdout.write(lines.map(escapeControls).join('\n') + '\n');
+}
+
+/** What a verified delta still needs from its base: said after "valid", each blob by digest with --json. */
+function baseNeeds(m: BundleManifest): string {
+  const d = deltaFacts(m);
+  if (!d) return '';
+  return `; a delta: every carried blob checked; it needs ${plural(d.totalBlobs - d.carriedBlobs, 'blob')} (${formatBytes(d.baseBytes)}) of ${baseLabel(d.base)} (${d.base.bundleJson}) on the node (--json lists them)`;
 }
 
 export function buildProgram(): Command {
@@ -172,6 +190,7 @@ export function buildProgram(): Command {
     .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all; /dev/null for none)')
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--format-version <n>', FORMAT_VERSION_HELP, formatVersionArg)
+    .option('--base <bundle>', BASE_HELP)
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
     .addHelpText('after', `
@@ -185,6 +204,8 @@ Examples:
       --release-keyring redhat-release.gpg --key factory.key -o 4.14.38.bundle
   bundle create --version 1.30.2 --image docker.io/rancher/k3s:v1.30.2-k3s1 \\
       --image oci:./app-layout:v2=registry.example.com/app:v2 --key factory.key -o k3s.bundle
+  bundle create --release quay.io/openshift-release-dev/ocp-release:4.14.39-x86_64 \\
+      --base 4.14.38.bundle --key factory.key -o 4.14.39-delta.bundle   # only what 4.14.38 lacks
   skopeo copy docker://registry.example.com/tool:v3 dir:./tool && \\
     bundle create --version 1.0 --image dir:./tool=registry.example.com/tool:v3 --key factory.key -o tool.bundle
 
@@ -226,7 +247,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       const parts = o.splitSize ? (await splitInPlace(r.output, o.splitSize, r.fileDigest, ac.signal)).parts : undefined;
       if (parts && !o.quiet) process.stderr.write(`split into ${plural(parts.length, 'part')}: ${parts.map((p) => basename(p)).join(', ')}\n`);
       if (o.json) {
-        process.stdout.write(JSON.stringify({ output: r.output, ...(parts ? { parts } : {}), digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
+        process.stdout.write(JSON.stringify({ output: r.output, ...(parts ? { parts } : {}), digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.base ? { delta: deltaFacts(r.manifest) } : {}), ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {
         // shown even with --quiet: the cluster admin must fix these before the upgrade
         for (const w of r.warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
@@ -259,8 +280,9 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       const progress = new Progress({ quiet: o.quiet });
       assertTrust(trust);
       const v = await withBundle(file, (source) => verifyBundle(source, { trust, onProgress: fileProgress(progress, `verifying ${file}`) })).finally(() => progress.finish());
-      if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release }) + '\n');
-      else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${plural(v.manifest.images.length, 'image')}, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}`) + '\n');
+      const needs = v.manifest.base ? { needsFromBase: { ...v.manifest.base, blobs: baseEntries(v.manifest).map((e) => ({ digest: e.digest, size: e.size })) } } : {};
+      if (o.json) process.stdout.write(JSON.stringify({ valid: true, digest: v.fileDigest, size: v.fileSize, signer: v.signer?.fingerprint ?? null, release: v.manifest.release, ...needs }) + '\n');
+      else process.stdout.write(escapeControls(`valid: ${v.manifest.release.name} ${v.manifest.release.arch}, ${plural(v.manifest.images.length, 'image')}, ${v.fileDigest}${v.signer ? `, signed by ${v.signer.source}` : ''}${baseNeeds(v.manifest)}`) + '\n');
     });
 
   trustOptions(program.command('extract')

@@ -7,11 +7,12 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
+import { checkDeltaBase, readDeltaBase, sharedWithBase, type DeltaBase } from './delta-base.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
@@ -75,6 +76,11 @@ export interface CreateOptions {
   operators?: OperatorSelection[];
   /** Resolve every image (manifests only) and return the plan: no key, no output, no layer fetched. */
   dryRun?: boolean;
+  /**
+   * A delta: the previous release's bundle, its parts or its bundle.json. The blobs it lists
+   * are listed but not carried; the node fills them from what it holds of that release.
+   */
+  base?: string;
 }
 
 export interface CreateResult extends WrittenBundle {
@@ -206,7 +212,7 @@ function byName(resolved: ResolvedImage[]): Map<string, ResolvedImage> {
 const isCompressedLayer = (mediaType: string) => /gzip|zstd/.test(mediaType);
 
 /** What the options settle before anything is fetched; a dry run loads no key. */
-interface Preflight { key: KeyObject | undefined; want: Platform; output: string; specs: string[]; whereOf: Map<string, string> }
+interface Preflight { key: KeyObject | undefined; want: Platform; output: string; specs: string[]; whereOf: Map<string, string>; base?: DeltaBase }
 
 /** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
 async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
@@ -234,7 +240,15 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
-  return { key, want, output, specs, whereOf };
+  const base = opts.base === undefined ? undefined : await deltaPreflight(opts.base, opts.formatVersion);
+  return { key, want, output, specs, whereOf, ...(base ? { base } : {}) };
+}
+
+/** --base read and held to the format version asked for, before anything is fetched. */
+async function deltaPreflight(path: string, formatVersion: number | undefined): Promise<DeltaBase> {
+  const tooOld = formatVersion === undefined ? undefined : featureNeedsVersion('a delta against a base bundle', formatVersion);
+  if (tooOld) throw new OciError('INVALID_CONFIG', tooOld.replace('build without a delta against a base bundle', 'build without --base'));
+  return readDeltaBase(path);
 }
 
 /** The cache, the registry client and the sources opened for one create, closed together. */
@@ -379,10 +393,13 @@ function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
 }
 
 /** Room for the bundle and the downloads, checked before either starts. */
-async function checkRoom(s: Session, output: string, c: Contents): Promise<void> {
+async function checkRoom(s: Session, output: string, c: Contents, base: DeltaBase | undefined): Promise<void> {
   // bundle.json, its signature, oci-layout and index.json: a few hundred bytes per blob and image
   const metadataBytes = 8192 + 400 * (c.blobs.size + c.byRef.size);
-  await checkSpace(output, estimateBundleBytes([...[...c.blobs.values()].map((b) => b.blob.size), metadataBytes]), s.cache.dir, c.missing);
+  // a delta packs only what its base lacks
+  const shared = base ? sharedWithBase(base, [...c.blobs.values()].map((b) => b.blob)) : new Set<string>();
+  const packed = [...c.blobs.values()].filter((b) => !shared.has(b.blob.digest));
+  await checkSpace(output, estimateBundleBytes([...packed.map((b) => b.blob.size), metadataBytes]), s.cache.dir, c.missing);
 }
 
 /** The bundle's images by name, and its OCI index.json naming each. */
@@ -450,6 +467,17 @@ function fetchBlobs(s: Session, c: Contents, pass: Pass, writeTotal: () => numbe
   });
 }
 
+/** What the writer leaves out for a delta: the blobs the base lists (none shared: a full bundle, said so). */
+function deltaOf(base: DeltaBase | undefined, blobs: Blob[], progress: Progress): { ref: DeltaBase['ref']; digests: Set<string> } | undefined {
+  if (!base) return undefined;
+  const digests = sharedWithBase(base, blobs);
+  if (digests.size === 0) {
+    progress.log(`warning: --base ${base.path} (${base.ref.version}) shares no blob with this release: writing a full bundle`);
+    return undefined;
+  }
+  return { ref: base.ref, digests };
+}
+
 /**
  * One pass: the writer packs each blob (in its order, by digest) as soon as it is in the
  * cache, while later ones are still being fetched.
@@ -462,6 +490,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
   const ordered = [...c.blobs.values()].sort((a, b) => (a.blob.digest < b.blob.digest ? -1 : a.blob.digest > b.blob.digest ? 1 : 0));
   const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
   const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
+  const base = deltaOf(pre.base, ordered.map((o) => o.blob), progress);
   const fetching = fetchBlobs(s, c, pass, () => blobList.reduce((sum, b) => sum + b.size, 0));
   const writing = writeBundle({
     release: {
@@ -488,6 +517,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
     tool: { name: TOOL_NAME, version: TOOL_VERSION },
     ...(opts.level !== undefined ? { level: opts.level } : {}),
     ...(opts.formatVersion !== undefined ? { schemaVersion: opts.formatVersion } : {}),
+    ...(base ? { base } : {}),
     // the writer's total also counts index.json and oci-layout
     onProgress: (d, t) => {
       // while downloads go on, the line shows them; the packing so far shows once they end
@@ -524,12 +554,16 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
   const unlockCache = await lockCache(s.cache.dir, 'shared');
   try {
     const all = await resolveAll(s, pre);
+    // the version is known once the release is read: before anything is fetched
+    if (pre.base) checkDeltaBase(pre.base, { name: opts.name ?? all.version!, version: all.version!, arch: pre.want.architecture });
     const c = await planContents(s, all.resolved);
     if (opts.dryRun) return dryRunPlan(all, c);
-    await checkRoom(s, pre.output, c);
+    await checkRoom(s, pre.output, c, pre.base);
     const { images, index } = imageIndex(c);
     const written = await fetchAndWrite(s, pre, all, c, { images, index });
-    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(c.blobs.size, 'blob')}, ${written.fileDigest}`);
+    const delta = deltaFacts(written.manifest);
+    const carried = delta ? ` (a delta against ${baseLabel(delta.base)}: ${delta.carriedBlobs} of them carried, ${delta.totalBlobs - delta.carriedBlobs} from the base)` : '';
+    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(c.blobs.size, 'blob')}${carried}, ${written.fileDigest}`);
     return { ...written, output: pre.output, images: images.length, blobs: c.blobs.size, downloadedBytes: c.total, warnings: all.warnings };
   } catch (err) {
     // stopped: the caller's reason, not whichever stream or task noticed first

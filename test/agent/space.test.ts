@@ -181,6 +181,9 @@ t.test('planSpace: staging and images on one filesystem; the media when only the
   const media = await planSpace(m, c());
   t.equal(media.mode, 'media', 'with 6 MiB less, staging would cross the GC threshold: served from the media');
   t.match(media.message, /^not enough room to copy the bundle \(12\.6 MB\); serving from the media/, 'saying so');
+  // a delta's base blobs are on this node, not on the media: the same sizes as a delta are refused
+  const delta = { ...m, base: { bundleJson: digestOf('f'), name: '1.0.0', version: '1.0.0' } } as BundleManifest;
+  await t.rejects(planSpace(delta, c()), { reason: 'InsufficientSpace', message: /^not enough disk space: this delta is staged whole, the blobs filled from 1\.0\.0 too, and needs 3[0-9]\.\d MB on .*\/store .*; free \d+\.\d MB on / }, 'a delta is staged whole or refused, never served from the media');
 });
 
 t.test('planSpace: an absolute imagefs.available and the nodefs one', async (t) => {

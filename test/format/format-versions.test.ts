@@ -151,6 +151,18 @@ t.test('version 3 with its blobs in pull order: read here, refused (as a newer v
   t.equal(old.out.code, 'UNSUPPORTED_VERSION', old.out.message);
 });
 
+t.test('a delta (blobs from a base): read here, refused by the previous release as a newer version, not as a bundle with blobs missing', async (t) => {
+  const file = path.join(made.dir, 'delta.bundle');
+  const shared = new Set([made.blobs[2]!.digest]);
+  const base = { bundleJson: `sha256:${'0'.repeat(64)}`, name: made.written.manifest.release.name, version: '1.2.2' };
+  const w = await writeBundle(inputOf('delta.bundle', { base: { ref: base, digests: shared } }));
+  t.equal(w.manifest.schemaVersion, 3, 'unasked, a delta is version 3');
+  t.equal((await verifyHere(file)).fileDigest, w.fileDigest, 'this reader verifies it');
+  const old = await frozen(['verify', file, pubPath]);
+  t.equal(old.code, 1, 'a refusal, not a crash');
+  t.equal(old.out.code, 'UNSUPPORTED_VERSION', old.out.message);
+});
+
 t.test('what version 2 cannot carry is refused by name before anything is written', async (t) => {
   const cases: [string, Partial<WriteBundleInput>, RegExp][] = [
     ['blobs in pull order with version 2', { schemaVersion: 2, blobOrder: 'listed' }, /^blobs in pull order needs format version 3 or later \(bundle-agent \S+ or later\); format version 2 cannot carry it/],

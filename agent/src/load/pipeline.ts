@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, parseManifestBytes, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, parseManifestBytes, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -27,6 +27,7 @@ import { assertBundleFile, mediaGone } from './bundle-file.js';
 import { switchAgentIfNewer } from '../self-upgrade/self-upgrade.js';
 import { TOOL_VERSION } from '../version.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
+import { locateBase } from './delta-fill.js';
 
 export type { PipelineContext } from './pipeline-context.js';
 export { removeStalePartials } from './resume.js';
@@ -303,6 +304,8 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
   const rel = m.release;
   const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const identity = bundleIdentity(a.head.manifestBytes);
+  // a delta's base is found before anything is written: a node without it refuses at once
+  const base = m.base && !(await alreadyStaged(target, a.head.manifestBytes)) ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) } : {};
   const plan = await planSpace(m, config, await partialCredit(config.paths.upgradeDir, `${target}.partial`, identity));
   // from the part spool, "the media" is the node's own disk: no stick is read
   if (fromSpool(ctx.media)) plan.message = plan.message.replace(/serving from the media: keep the USB stick in until Ready/, 'serving from the part spool on this node\'s disk: no USB stick is needed');
@@ -339,11 +342,11 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
     // Digest-only trust knows nothing good before the whole file is hashed.
     if (!reuse && a.signer && config.preload.method !== 'none') {
       await rm(target, { recursive: true, force: true });
-      return stageWhilePulling(ctx, a, target, onProgress, sameBytes, verifiedBy);
+      return stageWhilePulling(ctx, a, target, onProgress, sameBytes, verifiedBy, base);
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
-      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
+      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
     }
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
     // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
@@ -374,7 +377,7 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
  * (`staging.signal`): nothing is pinned, no Ready; what was verified stays for a resume (resume.ts).
  */
 function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string, onProgress: (done: number, total: number) => void,
-  sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }): Staged {
+  sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }, base: Pick<ExtractOptions, 'base'>): Staged {
   const { log, tracker, signal } = ctx;
   const m = a.head.manifest;
   const partialDir = `${target}.partial`;
@@ -385,7 +388,7 @@ function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
   const extraction = extractBundle(a.source, target, {
-    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...stagingOptions(ctx, a.signer ? a.head : undefined),
+    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
     onVerified: (entry) => store.verified(entry.digest),

@@ -155,6 +155,12 @@ export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: Space
     const already = staged ? ` (${formatBytes(staged)} of it already staged)` : '';
     return { mode: 'staged', message: `room for ${formatBytes(m.totals.layoutBytes)} of layout${already} and ${images}; ${basis}` };
   }
+  // a delta's base blobs are on this node, not on the media: it is staged whole, filled bytes too, or not at all
+  if (m.base) {
+    const staging = failing(m.totals.layoutBytes)!;
+    throw new AgentError('InsufficientSpace',
+      `not enough disk space: this delta is staged whole, the blobs filled from ${m.base.version} too, and needs ${needText(staging.d, reserve, growth)}; ${staging.s!.why}; free ${formatBytes(staging.s!.free)} on ${staging.d.dir} and plug the stick in again (${basis})`);
+  }
   // served from the media, this bundle's own partial staging goes too: its room is free then
   const media = failing(0, afterReclaim(inputs.fs, reclaimable + staged));
   if (!media) {

@@ -29,6 +29,8 @@ export type FormatErrorCode =
   | 'UNSAFE_PERMISSIONS'    // a trusted key file others than root or this user could change
   | 'NO_SPACE'              // the filesystem written to is full (writer)
   | 'BAD_PARTS'             // a split bundle's parts are incomplete or do not belong together (missing, twice, another count, cut short, too long)
+  | 'BASE_MISSING'          // a delta (bundle.json names a base) with no base to fill its uncarried blobs from
+  | 'BASE_CORRUPT'          // a delta's base blob, as the node holds it, does not hash to the digest bundle.json lists
   | 'IO_ERROR';
 
 export class FormatError extends BaseError<FormatErrorCode> {}

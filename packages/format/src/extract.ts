@@ -3,13 +3,14 @@ import { makeDirs, readSmallFile, syncDirBestEffort, writeFileAtomic } from '@of
 import { dirname, join, resolve } from 'node:path';
 import { isSystemError } from './bundle-ends.js';
 import { FormatError } from './errors.js';
-import { EntryFiles } from './entry-files.js';
+import { EntryFiles, removeUnfinishedWrites } from './entry-files.js';
 import { RESUME_MARKER, resumableHead, resumeInto, writeResumeMarker, type ResumeInfo } from './extract-resume.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
 import { verifyBundle } from './reader.js';
 import type { VerifiedBundle, VerifyOptions } from './verify-options.js';
 import type { BundleSource } from './source.js';
 import type { BundleManifest } from './manifest.js';
+import { fillFromBase, needsBase, type BaseSource } from './base-fill.js';
 
 export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManifest' | 'onVerified'> {
   /** Where to build the layout before the rename (default: DIR.partial beside DIR). */
@@ -30,6 +31,11 @@ export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManif
   onResume?: (info: ResumeInfo) => void;
   /** A resume's re-check of what it found is over (`dropped`: entries no longer matching, read again). */
   onRechecked?: (info: ResumeInfo) => void;
+  /**
+   * A delta's base: its blobs are copied into the staging (each hashed to its signed digest)
+   * once bundle.json is trusted, before any entry of the archive. Without it a delta is refused.
+   */
+  base?: BaseSource;
 }
 
 async function isEmptyOrMissing(dir: string): Promise<boolean> {
@@ -62,6 +68,7 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
   if (!(await isEmptyOrMissing(target))) {
     throw new FormatError('IO_ERROR', `${target} exists and is not empty: choose a new directory`);
   }
+  if (opts.head?.manifest.base && !opts.base) throw needsBase(opts.head.manifest, BASE_FIX);
   const partial = opts.partialDir ?? `${target}.partial`;
   const head = opts.resume ? await resumableHead(source, partial, opts.trust, opts.head) : undefined;
   if (!head) {
@@ -74,6 +81,9 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     let verified: ExtractedBundle;
     if (head) {
       await opts.onManifest?.(head.manifest, head.manifestBytes, head.signature);
+      // a base blob cut short last time left its temp file, which a new write of it must not meet
+      await removeUnfinishedWrites(partial);
+      await fillBase(head.manifest, files, opts);
       const { info, seekIndex } = await resumeInto(source, partial, head, files, opts);
       verified = { ...head, fileDigest: '', fileSize: source.size, seekIndex, resumed: info };
     } else {
@@ -85,6 +95,7 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
           // best effort: a marker that cannot be written (a full disk) costs only the resume, and
           // the entries' own writes then fail with the disk's error
           if (opts.resume && resumable(opts.trust)) keep = await writeResumeMarker(partial, manifestBytes).then(() => true, () => false);
+          await fillBase(manifest, files, opts);
         },
         onEntry: (entry, data) => files.write(entry, data),
         onVerified: (entry) => files.place(entry),
@@ -97,6 +108,19 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     await files.quiet();
     if (!keep || !worthResuming(err, opts.signal)) await rm(partial, { recursive: true, force: true });
     throw err;
+  }
+}
+
+const BASE_FIX = 'extract the full bundle instead';
+
+/** A delta's base blobs into the staging, before the archive's entries; a full bundle has none. */
+async function fillBase(m: BundleManifest, files: EntryFiles, opts: ExtractOptions): Promise<void> {
+  if (!m.base) return;
+  if (!opts.base) throw needsBase(m, BASE_FIX);
+  try {
+    await fillFromBase(m, files, opts.base, { signal: opts.signal });
+  } finally {
+    await opts.base.close?.();
   }
 }
 

@@ -19,8 +19,10 @@ export { extractBundle, readLayoutDescription } from './extract.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, writeResumeMarker } from './extract-resume.js';
 // what a staging written by other means than extractBundle (from peers) needs to be the same layout
 export { WRITING_SUFFIX, removeUnfinishedWrites } from './entry-files.js';
-export { layoutEntries } from './listing.js';
+export { layoutEntries, baseEntries, baseLabel, deltaFacts, type DeltaFacts } from './listing.js';
 export { checkSigner } from './trust.js';
+export { needsBase, type BaseSource } from './base-fill.js';
+export { compareVersions } from './release-version.js';
 export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
@@ -28,7 +30,7 @@ export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { FormatVersion, VersionedFeature } from './layout.js';
-export type { BundleManifest, BundleAgent, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
+export type { BundleManifest, BundleAgent, BundleBase, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
 export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';

@@ -47,6 +47,11 @@ export const WRITABLE_VERSIONS: readonly number[] = [2, 3];
 export const VERSIONED_FEATURES = {
   /** Blobs packed in the order the caller lists them, not sorted by digest. */
   'blobs in pull order': 3,
+  /**
+   * A delta (`base` and blobs marked `fromBase`): some listed blobs are not in the archive. A
+   * reader before version 3 would call them missing (the bundle damaged), not needing a base.
+   */
+  'a delta against a base bundle': 3,
 } as const;
 export type VersionedFeature = keyof typeof VERSIONED_FEATURES;
 

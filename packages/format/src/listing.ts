@@ -8,13 +8,49 @@ export interface Listed {
   size: number;
 }
 
-/** The layout entries bundle.json lists, in the writer's order: oci-layout, index.json, the blobs. */
+/**
+ * The layout entries the archive carries, in the writer's order: oci-layout, index.json, the
+ * blobs, but for a delta's blobs marked fromBase (baseEntries), which the node fills itself.
+ */
 export function layoutEntries(manifest: BundleManifest): (Listed & { path: string })[] {
   return [
     { path: OCI_LAYOUT, digest: sha256(OCI_LAYOUT_CONTENT), size: OCI_LAYOUT_CONTENT.length },
     { path: INDEX_JSON, digest: manifest.index.digest, size: manifest.index.size },
-    ...manifest.blobs.map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size })),
+    ...manifest.blobs.filter((b) => !b.fromBase).map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size })),
   ];
+}
+
+/** A delta's blobs that are listed but not carried: what the node must hold of its base. Empty for a full bundle. */
+export function baseEntries(manifest: BundleManifest): (Listed & { path: string })[] {
+  return manifest.blobs.filter((b) => b.fromBase).map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size }));
+}
+
+/** "delta against 4.14.39 (4.14.39, sha256:…): 12 of 340 blobs carried, 1.2 GB of 18.0 GB": the facts inspect and verify show. */
+export interface DeltaFacts {
+  base: NonNullable<BundleManifest['base']>;
+  carriedBlobs: number;
+  totalBlobs: number;
+  carriedBytes: number;
+  totalBytes: number;
+  /** Bytes the node fills from its base. */
+  baseBytes: number;
+}
+
+/** "4.14.38", or "stable 4.14.38" when the release's name is not only its version. */
+export function baseLabel(base: { name: string; version: string }): string {
+  return base.name === base.version ? base.version : `${base.name} ${base.version}`;
+}
+
+/** What a delta carries and what it needs from its base; undefined for a full bundle. */
+export function deltaFacts(manifest: BundleManifest): DeltaFacts | undefined {
+  if (!manifest.base) return undefined;
+  const fromBase = baseEntries(manifest);
+  const totalBytes = manifest.blobs.reduce((s, b) => s + b.size, 0);
+  const baseBytes = fromBase.reduce((s, b) => s + b.size, 0);
+  return {
+    base: manifest.base, carriedBlobs: manifest.blobs.length - fromBase.length, totalBlobs: manifest.blobs.length,
+    carriedBytes: totalBytes - baseBytes, totalBytes, baseBytes,
+  };
 }
 
 /**

@@ -1,6 +1,6 @@
 import { isDigest, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, versionAllows } from './layout.js';
+import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, VERSIONED_FEATURES, versionAllows } from './layout.js';
 
 export interface BundleRelease {
   /** Human name: the OpenShift version, or what --name said. */
@@ -71,6 +71,16 @@ export interface BundleBlob {
   digest: string;
   size: number;
   mediaType: string;
+  /** A delta's blob not in the archive: the node fills it from what it holds of `base`. Absent (never false) otherwise. */
+  fromBase?: true;
+}
+
+/** The release a delta was made against: the node must hold its blobs (docs/FORMAT.md, "Deltas"). */
+export interface BundleBase {
+  /** Digest of the base's bundle.json (its identity, as resume markers name a bundle). */
+  bundleJson: string;
+  name: string;
+  version: string;
 }
 
 export interface BundleManifest {
@@ -93,6 +103,8 @@ export interface BundleManifest {
   creator: { tool: string; version: string; createdAt: string };
   /** A new bundle-agent carried in the bundle; absent in most bundles (readers that predate the field ignore it). */
   agent?: BundleAgent;
+  /** A delta's base: the blobs marked `fromBase` are listed but not carried (version 3 on). */
+  base?: BundleBase;
   signer: { algorithm: SignatureAlgorithm; fingerprint: string };
 }
 
@@ -175,6 +187,7 @@ export function validateManifest(doc: unknown): BundleManifest {
     seen.add(d);
     previous = d;
     int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);
+    if (b.fromBase !== undefined && b.fromBase !== true) bad(`blobs[${i}].fromBase must be true or absent`);
   });
   // every image's top manifest travels in the bundle: one that does not cannot be served
   (doc.images as { digest: string }[]).forEach((im, i) => {
@@ -194,6 +207,7 @@ export function validateManifest(doc: unknown): BundleManifest {
   digest(s.fingerprint, 'signer.fingerprint');
   if (r.signatures !== undefined) validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
   if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
+  validateBase(doc.base, version as number, r.version as string, doc.blobs as BundleBlob[]);
   return doc as unknown as BundleManifest;
 }
 
@@ -209,6 +223,25 @@ function validateAgent(v: unknown, images: BundleImage[]): void {
   if (!images.some((im) => im.repository === AGENT_REPOSITORY && im.tag === a.version && im.digest === d)) {
     bad(`agent.digest ${d} is not among the images as ${AGENT_REPOSITORY}:${a.version as string}`);
   }
+}
+
+/**
+ * base: only with a version that reads deltas, naming another version of the release by the
+ * digest of its bundle.json; and a blob marked fromBase only in a bundle that names a base, so
+ * every listed blob is either in the archive or declared as the base's.
+ */
+function validateBase(v: unknown, version: number, releaseVersion: string, blobs: BundleBlob[]): void {
+  const marked = blobs.findIndex((b) => b.fromBase === true);
+  if (v === undefined) {
+    if (marked >= 0) bad(`blobs[${marked}] is marked fromBase but bundle.json names no base`);
+    return;
+  }
+  if (!versionAllows(version, 'a delta against a base bundle')) bad(`base is a field of version ${VERSIONED_FEATURES['a delta against a base bundle']} and later, not of version ${version}`);
+  const b = isObj(v) ? v : bad('base must be an object');
+  digest(b.bundleJson, 'base.bundleJson');
+  checkReleaseFields({ name: b.name, version: b.version }, (field, rule) => bad(`base.${field.slice('release.'.length)} ${rule}`));
+  str(b.name, 'base.name'); str(b.version, 'base.version', 128);
+  if (b.version === releaseVersion) bad(`base.version ${releaseVersion} is this bundle's own version; a delta is against an earlier release`);
 }
 
 const KEY_ID = /^[0-9a-f]{16}$/;

@@ -12,8 +12,8 @@ import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_VERSIONS, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE,
-  TAR_BLOCK, FRAME_BYTES, blobPath, defaultVersionFor, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion } from './layout.js';
-import { serializeManifest, validateManifest, type BundleAgent, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
+  TAR_BLOCK, FRAME_BYTES, blobPath, defaultVersionFor, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion, type VersionedFeature } from './layout.js';
+import { serializeManifest, validateManifest, type BundleAgent, type BundleBase, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 import { rawFrameSize } from './raw-frame.js';
 import { FileHasher } from './file-hasher.js';
@@ -46,6 +46,11 @@ export interface WriteBundleInput {
    * the order `blobs` gives (pull order), which version 3 and later allow.
    */
   blobOrder?: 'digest' | 'listed';
+  /**
+   * A delta: bundle.json still lists every blob of `blobs`, names `ref` as its base, and marks
+   * the blobs in `digests` fromBase; those are not packed (the node fills them from its base).
+   */
+  base?: { ref: BundleBase; digests: ReadonlySet<string> };
   level?: number;
   /** Uncompressed bytes packed so far, of `total`. */
   onProgress?: (done: number, total: number) => void;
@@ -329,7 +334,10 @@ interface BundlePlan {
   sidecarTmp: string;
   blobs: WriteBundleInput['blobs'];
   layoutEntries: PackEntry[];
+  /** Every listed entry's bytes, a delta's base blobs too: what staging writes. */
   layoutBytes: number;
+  /** What is packed: layoutBytes less a delta's base blobs. */
+  packedBytes: number;
   manifestWith: (imageStoreBytes: number) => BundleManifest;
   manifestLength: number;
   signatureLength: number;
@@ -367,8 +375,12 @@ function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackE
 
 /** The version to write, refused before any work when it cannot be, or cannot carry what is asked. */
 function versionToWrite(input: WriteBundleInput): number {
-  const version = input.schemaVersion ?? defaultVersionFor(input.blobOrder === 'listed' ? ['blobs in pull order'] : []);
-  const problem = unwritableVersion(version) ?? (input.blobOrder === 'listed' ? featureNeedsVersion('blobs in pull order', version) : undefined);
+  const features: VersionedFeature[] = [
+    ...(input.blobOrder === 'listed' ? ['blobs in pull order' as const] : []),
+    ...(input.base ? ['a delta against a base bundle' as const] : []),
+  ];
+  const version = input.schemaVersion ?? defaultVersionFor(features);
+  const problem = unwritableVersion(version) ?? features.map((f) => featureNeedsVersion(f, version)).find((p) => p !== undefined);
   if (problem) throw new FormatError('UNSUPPORTED_VERSION', problem);
   return version;
 }
@@ -380,18 +392,21 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   const packed = new Set(blobs.map((b) => b.digest));
   const unpacked = input.images.find((im) => !packed.has(im.digest));
   if (unpacked) throw new FormatError('INVALID_MANIFEST', `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`);
-  const layoutEntries = layoutEntriesOf(input.index, blobs);
-  const layoutBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
+  const fromBase = (b: { digest: string }) => input.base?.digests.has(b.digest) === true;
+  const layoutEntries = layoutEntriesOf(input.index, blobs.filter((b) => !fromBase(b)));
+  const packedBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
+  const layoutBytes = packedBytes + blobs.filter(fromBase).reduce((s, b) => s + b.size, 0);
   const manifestWith = (imageStoreBytes: number): BundleManifest => ({
     schemaVersion: version,
     mediaType: FORMAT_VERSIONS[version]!.mediaType,
     release: input.release,
     images: input.images,
-    blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType })),
+    blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType, ...(fromBase({ digest }) ? { fromBase: true as const } : {}) })),
     index: { digest: sha256(input.index), size: input.index.length },
     totals: { layoutBytes, imageStoreBytes },
     creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
     ...(input.agent ? { agent: input.agent } : {}),
+    ...(input.base ? { base: input.base.ref } : {}),
     signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
   });
   // Never sign what a reader refuses: the reader's own schema check, on what goes out (again
@@ -407,7 +422,7 @@ function planBundle(input: WriteBundleInput): BundlePlan {
     level: input.level ?? 3,
     tmpOut: `${input.output}.${process.pid}.tmp`,
     sidecarTmp: `${input.output}.sha256.${process.pid}.tmp`,
-    blobs, layoutEntries, layoutBytes, manifestWith, manifestLength, signatureLength, headFrames,
+    blobs, layoutEntries, layoutBytes, packedBytes, manifestWith, manifestLength, signatureLength, headFrames,
     headBytes: headFrames.reduce((s, f) => s + f.compressedSize, 0),
   };
 }
@@ -512,7 +527,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     state.file = file;
     state.headWrite = writeHead(input, plan, file, state);
     state.headWrite.catch(() => undefined);
-    const layout = await packFrames(plan.layoutEntries, (f) => file.append(f), true, plan.level, progressOf(input, plan.layoutBytes), input.signal);
+    const layout = await packFrames(plan.layoutEntries, (f) => file.append(f), true, plan.level, progressOf(input, plan.packedBytes), input.signal);
     await file.append(encodeSeekTable([...plan.headFrames, ...layout.frames]));
     const manifest = await state.headWrite;
     await file.flush();

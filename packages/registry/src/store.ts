@@ -210,6 +210,8 @@ export class BundleFileStore implements BlobStore {
    * read of each blob. The store reads through `source`; whoever opened it closes it, after the store.
    */
   static async open(source: BundleSource, manifest: BundleManifest, catalog: Catalog, verified?: VerifiedFrames): Promise<BundleFileStore> {
+    // a delta's base blobs are listed but not in the file: serving it would promise what it cannot send
+    if (manifest.base) throw new LayoutError('LAYOUT_INVALID', `${source.identity} is a delta against ${manifest.base.version}: the blobs it takes from there are not in it, so it cannot be served from its file; load it on a node that keeps ${manifest.base.version}, or serve the full bundle`);
     return new BundleFileStore(await BundleRandomReader.open(source, manifest, verified), catalog);
   }
 

@@ -44,6 +44,8 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   NoPeerHasBundle: 'No other node could send this update. Wait until a node that holds it is up, or plug in the USB stick with the update.',
   PeersSuspect: 'The other nodes sent parts of the update that did not match it. Ask the administrator to check those nodes, or plug in the USB stick with the update.',
   ApprovalRevoked: 'The update was withdrawn while it was being copied, so the copy stopped and was removed. Ask the administrator whether it is still wanted.',
+  BaseMissing: 'This update is a small one that builds on an earlier update this node does not have. Plug in the full update instead.',
+  BaseCorrupt: 'This update is a small one that builds on an earlier update, whose copy on this node is damaged. Plug in the full update instead.',
 };
 
 /**
