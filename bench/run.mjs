@@ -12,7 +12,9 @@
 //   serve-staging, serve16-staging: the same two clients against the registry `bundle-agent load`
 //             pulls from: a StagingStore over its own verified staging (bench/lib/staging-server.mjs)
 //   preload:  containerd's CRI pulling every image through the load's registry (StagingStore) vs straight from docker-registry
-//   load:     bundle-agent load (stage + serve + pre-load + pin) vs cat FILE > /dev/null + containerd's pull from docker-registry
+//   load:     bundle-agent load (stage + serve + pre-load + pin) of a bundle in pull order (--blob-order pull)
+//             vs cat FILE > /dev/null + containerd's pull from docker-registry
+//   load-order: the same load of the pull-order bundle vs of the digest-order one (the default)
 //   RSS:      peak resident set of bundle create / bundle extract at BENCH_SCALE and 4x it
 // Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
 // BENCH_RUNS (samples per side, default 3), BENCH_ONLY (comma list of the rows above),
@@ -37,7 +39,7 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-staging,serve16-staging,preload,load,rss').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-staging,serve16-staging,preload,load,load-order,rss').split(','));
 const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
 const STREAMS = 16;
 const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
@@ -46,7 +48,7 @@ if (!SHAPE || !(SCALE > 0) || !(RUNS >= 1)) {
   console.error('bench: BENCH_SHAPE is 40, 190 or 8, BENCH_SCALE a positive number, BENCH_RUNS at least 1');
   process.exit(2);
 }
-if (process.getuid?.() !== 0 && (ONLY.has('preload') || ONLY.has('load'))) {
+if (process.getuid?.() !== 0 && (ONLY.has('preload') || ONLY.has('load') || ONLY.has('load-order'))) {
   console.error('bench: the preload and load rows start a private containerd: run as root, or set BENCH_ONLY=build,stage,serve,serve16,rss');
   process.exit(2);
 }
@@ -154,7 +156,7 @@ async function main() {
       await addRow({ id: 'size', step: 'size: bundle vs the `.tar.zst` of the same layout', unit: 'MiB', ours: stats([build.sizes.ours]), peer: stats([build.sizes.peer]), ratios: stats([build.sizes.ours / build.sizes.peer]), peerName: '.tar.zst' });
     }
     meta.images = env.rel.payload.length;
-    if (ONLY.has('preload') || ONLY.has('load')) meta.snapshotter = await nodeSnapshotter(env.dir);
+    if (ONLY.has('preload') || ONLY.has('load') || ONLY.has('load-order')) meta.snapshotter = await nodeSnapshotter(env.dir);
     meta.blobs = env.rel.blobs.size;
     const needStaged = ['serve', 'serve16', 'serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r));
     if (ONLY.has('stage')) {
@@ -209,7 +211,12 @@ async function main() {
       await withServers(env, () => serve(staged, env.pub), (ours, peer) => clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)'));
     }
     if (ONLY.has('random')) await addRow(await randomRow(env, file));
-    if (ONLY.has('load')) await addRow(await loadRow(env, file));
+    if (ONLY.has('load') || ONLY.has('load-order')) {
+      const pullFile = path.join(env.dir, 'ours-pull.bundle');
+      await buildPullOrder(env, pullFile);
+      if (ONLY.has('load')) await addRow(await loadRow(env, pullFile));
+      if (ONLY.has('load-order')) await addRow(await loadOrderRow(env, file, pullFile));
+    }
     if (ONLY.has('rss')) await rssRows(env, createRss, extractRss);
   } finally {
     await env.reg.stop();
@@ -251,7 +258,32 @@ async function loadRow(env, file) {
     },
   });
   meta.catSeconds = stats(cat);
-  return { id: 'load', step: '`bundle-agent load` (stage + pre-load into containerd + pin)', unit: 's', target: { max: 1.25, what: '≤ 1.25 (moonshot)' }, peerName: '`cat FILE >/dev/null` + containerd pull from docker-registry', ...r };
+  return { id: 'load', step: '`bundle-agent load` (stage + pre-load into containerd + pin), blobs in pull order', unit: 's', target: { max: 1.25, what: '≤ 1.25 (moonshot)' }, peerName: '`cat FILE >/dev/null` + containerd pull from docker-registry', ...r };
+}
+
+/** The same release as `file`, its blobs in pull order (format version 3): what `load` reads. */
+async function buildPullOrder(env, pullFile) {
+  const { rel, dir } = env;
+  const cache = path.join(dir, 'pull-order-cache');
+  try {
+    await cli(BUNDLE, ['create', '--quiet', '--blob-order', 'pull', '--release', rel.release, '--registries-conf', rel.conf, '--key', env.key, '--cache', cache, '-o', pullFile]);
+  } finally {
+    await rm(cache, { recursive: true, force: true });
+  }
+}
+
+/**
+ * load-order (#24 item 1): the whole load of the pull-order bundle against the same load of the
+ * digest-order one, on fresh nodes, alternately: what writing blobs in pull order buys.
+ */
+async function loadOrderRow(env, file, pullFile) {
+  const r = await alternate(RUNS, {
+    prepare: () => startNode(env.dir, env.pub),
+    cleanup: (node) => node.stop(),
+    ours: (node) => cli(AGENT, ['load', pullFile, '--config', node.config]),
+    peer: (node) => cli(AGENT, ['load', file, '--config', node.config]),
+  });
+  return { id: 'load-order', step: '`bundle-agent load` of the bundle in pull order (format 3) vs in digest order (format 2, the default)', unit: 's', peerName: 'the same load, blobs in digest order', ...r };
 }
 
 /** Peak RSS at this scale (from the timed runs) and, once each, at RSS_X times it. */

@@ -47,7 +47,7 @@ export interface AgentConfig {
   space: { reserveBytes: number; kubeletConfig: string[]; kubeletRootDir: string };
   /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
   staging: { keep: boolean | 'untilComplete' };
-  preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
+  preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number; stallSeconds: number };
   reload: { command: string[] };
   containerd: { namespace: string };
   /** File-name prefix of every drop-in the agent writes (and the only ones it removes). */
@@ -285,6 +285,7 @@ function configOf(s: Settings): AgentConfig {
     preload: {
       method: s.value('preload.method'), command: s.value('preload.command'),
       concurrency: s.value('preload.concurrency'), retries: s.value('preload.retries'), timeoutSeconds: s.value('preload.timeoutSeconds'),
+      stallSeconds: s.value('preload.stallSeconds'),
     },
     reload: { command: s.given('reload.command') ?? (crio ? ['systemctl', 'reload', 'crio'] : []) },
     containerd: { namespace: s.value('containerd.namespace') },

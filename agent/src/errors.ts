@@ -5,7 +5,7 @@
 export const AGENT_REASONS = [
   'NoTrust', 'BadSignature', 'UntrustedKey', 'DigestMismatch', 'Corrupt', 'Truncated',
   'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'ClusterForbidden', 'ClusterUnreachable', 'InsufficientSpace', 'StagingFailed',
-  'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'NoSpaceInImageStore', 'PinFailed',
+  'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'PullStalled', 'NoSpaceInImageStore', 'PinFailed',
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
   'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
   'PartsMixed', 'PartCutShort', 'PartsOtherBundle', 'BaseMissing', 'BaseCorrupt',
@@ -43,6 +43,7 @@ const CODE_REASONS: Record<string, AgentReason> = {
   PULL_FAILED: 'PullFailed',
   IMAGE_NOT_FOUND: 'PullFailed',
   TIMEOUT: 'PullFailed',
+  STALLED: 'PullStalled',
   PIN_FAILED: 'PinFailed',
   RELOAD_FAILED: 'ReloadFailed',
   FOREIGN_FILE: 'ForeignFile',

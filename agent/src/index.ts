@@ -17,6 +17,7 @@ export { readReleases, recordRelease } from './releases/state.js';
 export { readBundleRecords, readForgotten, addForgotten } from './releases/bundle-records.js';
 export { watchCrioPins } from './runtime/crio-pins-watch.js';
 export { StagingStore } from './load/staging-store.js';
+export { loadImages } from './load/load-images.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime/runtime-checks.js';
 export { adoptRunningRelease, rememberClusterRelease, rememberedClusterRelease, CLUSTER_RELEASE_FILE } from './releases/running-release.js';
 export { createLogger } from './log.js';

@@ -5,10 +5,11 @@ import { OciError, formatPlatform } from '@offline-bundle/oci';
 import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
-  FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
+  FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, VERSIONED_FEATURES, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
   baseEntries, baseLabel, deltaFacts, unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
+import { BLOB_ORDERS } from './blob-order.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
 import { reportPlan } from './image-set/plan.js';
 import { addImageSetCommands } from './image-set/commands.js';
@@ -59,6 +60,11 @@ const formatVersionArg = (value: string) => {
   if (problem) throw new InvalidArgumentError(problem);
   return n;
 };
+const blobOrderArg = (value: string) => {
+  if (!(BLOB_ORDERS as readonly string[]).includes(value)) throw new InvalidArgumentError(`must be ${BLOB_ORDERS.join(' or ')}`);
+  return value;
+};
+const BLOB_ORDER_HELP = `the order blobs are written in: digest (default; every bundle-agent reads it) or pull (image by image as a runtime pulls them, so a node pulls each image while the rest is still read from the stick; needs format version 3, bundle-agent ${FORMAT_VERSIONS[VERSIONED_FEATURES['blobs in pull order']]!.minReader} or later)`;
 const FORMAT_VERSION_HELP = `bundle.json's format version: ${[...WRITABLE_VERSIONS].reverse().map((v) => `${v} for bundle-agent ${FORMAT_VERSIONS[v]!.minReader} or later`).join(', ')}; by default the oldest that carries what the bundle holds, so it reaches every agent that can use it ("bundle inspect" shows what a bundle needs)`;
 
 const BASE_HELP = 'make a delta against an earlier release of the same stream: its NAME.bundle, its parts, or only its bundle.json (signed or not: only its listing is read, to leave out the blobs it holds). The delta\'s signed bundle.json still lists every blob; a node fills the left-out ones from that release kept on its disk (staging.keep) and checks each against this bundle\'s digests, or refuses before writing anything. Needs format version 3 (bundle-agent 0.2.0)';
@@ -191,6 +197,7 @@ export function buildProgram(): Command {
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--format-version <n>', FORMAT_VERSION_HELP, formatVersionArg)
     .option('--base <bundle>', BASE_HELP)
+    .option('--blob-order <order>', BLOB_ORDER_HELP, blobOrderArg)
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
     .addHelpText('after', `

@@ -23,6 +23,7 @@ import { operatorImages } from './image-set/catalog.js';
 import { resolveSource } from './image-set/bundle-file.js';
 import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
+import { blobOrderProblem, digestOrder, pullOrder, type BlobOrder } from './blob-order.js';
 
 export interface CreateOptions {
   /** An OpenShift release image; its payload images come along. */
@@ -67,6 +68,12 @@ export interface CreateOptions {
   level?: number;
   /** bundle.json's format version (default: the newest); an older one for agents not yet upgraded. */
   formatVersion?: number;
+  /**
+   * `digest` (default): blobs sorted by digest, which every agent reads. `pull`: image by image
+   * as a runtime pulls them, so a load can pull each image as soon as it is read from the stick;
+   * needs format version 3 (bundle-agent 0.2.0 or later), chosen unless --format-version says otherwise.
+   */
+  blobOrder?: BlobOrder;
   /** Creation time; defaults to SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
   createdAt?: string;
   progress?: Progress;
@@ -219,7 +226,7 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
   const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
   const want = parsePlatform(opts.arch ?? 'amd64');
   checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom }, opts.fileKeys);
-  const unwritable = opts.formatVersion === undefined ? undefined : unwritableVersion(opts.formatVersion);
+  const unwritable = (opts.formatVersion === undefined ? undefined : unwritableVersion(opts.formatVersion)) ?? blobOrderProblem(opts.blobOrder, opts.formatVersion);
   if (unwritable) throw new OciError('INVALID_CONFIG', unwritable);
   const output = resolve(opts.output);
   const lines: SourceLine[] = [
@@ -479,6 +486,15 @@ function deltaOf(base: DeltaBase | undefined, blobs: Blob[], progress: Progress)
 }
 
 /**
+ * The blobs in the order they are fetched and packed: the fetch follows the writer, so the
+ * writer waits on no download a later blob could have used.
+ */
+function writeOrder(c: Contents, images: BundleImage[], order: BlobOrder | undefined): { blob: Blob; source: ImageSource }[] {
+  if (order !== 'pull') return digestOrder([...c.blobs.values()], (b) => b.blob.digest);
+  return pullOrder(images.map((img) => c.byRef.get(refName(img))!.blobs)).map((b) => c.blobs.get(b.digest)!);
+}
+
+/**
  * One pass: the writer packs each blob (in its order, by digest) as soon as it is in the
  * cache, while later ones are still being fetched.
  */
@@ -487,7 +503,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
   const signatures = all.releaseInfo ? await releaseSignatureBlobs(all.releaseInfo.digest, cache, opts, progress) : undefined;
   const createdAt = creationTime(opts);
   const upgradeFrom = [...new Set([...(all.releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
-  const ordered = [...c.blobs.values()].sort((a, b) => (a.blob.digest < b.blob.digest ? -1 : a.blob.digest > b.blob.digest ? 1 : 0));
+  const ordered = writeOrder(c, images, opts.blobOrder);
   const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
   const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
   const base = deltaOf(pre.base, ordered.map((o) => o.blob), progress);
@@ -518,6 +534,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
     ...(opts.level !== undefined ? { level: opts.level } : {}),
     ...(opts.formatVersion !== undefined ? { schemaVersion: opts.formatVersion } : {}),
     ...(base ? { base } : {}),
+    ...(opts.blobOrder === 'pull' ? { blobOrder: 'listed' as const } : {}),
     // the writer's total also counts index.json and oci-layout
     onProgress: (d, t) => {
       // while downloads go on, the line shows them; the packing so far shows once they end

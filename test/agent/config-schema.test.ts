@@ -96,6 +96,7 @@ const bad: [string, string, string, RegExp][] = [
   ['an unknown preload method', `${minimal}preload:\n  method: pull\n`, 'preload.method', /^must be cri, command or none$/],
   ['an empty argument', `${minimal}preload:\n  method: command\n  command: [crictl, ""]\n`, 'preload.command[1]', /^must be a non-empty string$/],
   ['no concurrency', `${minimal}preload:\n  concurrency: 0\n`, 'preload.concurrency', /^must be a whole number of at least 1$/],
+  ['a stall watchdog that never waits', `${minimal}preload:\n  stallSeconds: 0\n`, 'preload.stallSeconds', /^must be a whole number of at least 1$/],
   ['a command as one string', `${minimal}reload:\n  command: systemctl reload crio\n`, 'reload.command', /^must be a list$/],
   ['an empty namespace', `${minimal}containerd:\n  namespace: ""\n`, 'containerd.namespace', /^must be a non-empty string$/],
   ['an upper-case prefix', `${minimal}prefix: Offline\n`, 'prefix', /^must be lowercase letters, digits and dashes$/],

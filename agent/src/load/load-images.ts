@@ -10,6 +10,7 @@ import { checkMirrorUsed, checkPinsSettled, imagesPresent } from '../runtime/run
 import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
 import type { ReleaseRecord } from '../releases/state.js';
 import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
+import { pullActivity } from './pull-activity.js';
 
 export interface ImagesInput {
   manifest: BundleManifest;
@@ -39,7 +40,8 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
   let unmirror: (() => Promise<void>) | undefined;
   try {
     signal?.throwIfAborted();
-    registry = await startRegistry({ store, catalog: catalogOf(m) });
+    const catalog = catalogOf(m);
+    registry = await startRegistry({ store, catalog });
     // counted by image (bundle.json's images), as `bundle inspect` counts them; a tagged image is pulled by two names
     const images = m.images.length;
     tracker.update((s) => {
@@ -69,7 +71,10 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
       pulled.add(ref);
       tracker.progress({ imagesDone: imagesCovered(m, pulled), imagesTotal: images });
       log.info('preload', `pulled ${ref} (${done}/${total} names)`, { ref });
-    }, signal, staging?.gate);
+    }, signal, staging?.gate, {
+      lastMoved: pullActivity(m, store, catalog, registry.served),
+      onRetry: (ref, attempt, err) => log.warn('preload', `retrying ${ref} (retry ${attempt} of ${config.preload.retries}): ${oneLine(err)}`, { ref, code: err.code }),
+    });
     // nothing is pinned, and no Ready, before the whole bundle is verified
     await staging?.done;
     if (config.preload.method === 'none') {

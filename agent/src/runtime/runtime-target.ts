@@ -7,7 +7,7 @@ import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import {
-  CriImageClient, RuntimeError, containerdPinnedRefs, pullAll, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  CriImageClient, RuntimeError, containerdPinnedRefs, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from '../config.js';
@@ -43,8 +43,12 @@ export interface RuntimeTarget {
    * (CRI-O: a reload); returns the undo, whose effect waits for `pin` or `apply`.
    */
   mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
-  /** `gate(ref)`: what a pull waits for before it starts (its image staged); pulls then start as their images are ready. */
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void>;
+  /**
+   * `gate(ref)`: what a pull waits for before it starts (its image staged); pulls then start as
+   * their images are ready. `watch`: each pull is cancelled and retried once its image moves
+   * no bytes for preload.stallSeconds.
+   */
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void>;
   /**
    * Pins `refs` (this release's and those still in use); `released` are older releases' images
    * to unpin. Makes every change so far take effect (CRI-O: one reload for the removed mirror
@@ -140,6 +144,12 @@ class CommandPuller implements ImagePuller {
 
 export type PullGate = (ref: string) => Promise<void>;
 
+/** What a pull's watchdog reads (bytes of its image going out of the load's registry), and who hears of a retry. */
+export interface PullWatch {
+  lastMoved: PullActivity;
+  onRetry?: (ref: string, attempt: number, err: RuntimeError) => void;
+}
+
 /**
  * A puller whose pulls first wait for `gate(ref)`, then for one of `concurrency` slots: every
  * name waits at once, and the pulls run in the order their images become ready, never more
@@ -187,12 +197,17 @@ async function untilAborted<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> 
 }
 
 /** Pre-loads through the CRI socket, or a command (crictl pull, podman pull) where the socket client cannot be used. */
-async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void> {
-  const { method, command, concurrency, retries, timeoutSeconds } = config.preload;
+async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
+  const { method, command, concurrency, retries, timeoutSeconds, stallSeconds } = config.preload;
   if (method === 'none') return;
-  const puller: ImagePuller = method === 'command' ? new CommandPuller(command) : cri();
+  const runtime: ImagePuller = method === 'command' ? new CommandPuller(command) : cri();
+  // inside the gate: a pull's clock starts when it does, not while it waits for its image to be staged
+  const puller = watch ? watchStalls(runtime, { stallMs: stallSeconds * 1000, lastMoved: watch.lastMoved }) : runtime;
   const how = gate ? { puller: gated(puller, gate, concurrency), concurrency: Math.max(1, refs.length) } : { puller, concurrency };
-  await pullAll(how.puller, refs, { concurrency: how.concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref), ...(signal ? { signal } : {}) });
+  await pullAll(how.puller, refs, {
+    concurrency: how.concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref),
+    ...(watch?.onRetry ? { onRetry: watch.onRetry } : {}), ...(signal ? { signal } : {}),
+  });
 }
 
 /** One entry per image; the drop-in renderer merges a repository's entries (digest-only if none is tagged). */
@@ -258,8 +273,8 @@ export class CrioTarget implements RuntimeTarget {
     return undo;
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void> {
-    return preloadWith(this.config, () => this.cri(), refs, onProgress, signal, gate);
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
+    return preloadWith(this.config, () => this.cri(), refs, onProgress, signal, gate, watch);
   }
 
   inspector(): Promise<ImageInspector | undefined> {
@@ -395,8 +410,8 @@ export class ContainerdTarget implements RuntimeTarget {
     };
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate): Promise<void> {
-    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal, gate);
+  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
+    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal, gate, watch);
   }
 
   async cleanup(): Promise<void> {

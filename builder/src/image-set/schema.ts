@@ -5,7 +5,8 @@
  * man page lists its fields from it. Keys are create's flags in camelCase.
  */
 
-import { WRITABLE_VERSIONS } from '@offline-bundle/format';
+import { FORMAT_VERSIONS, VERSIONED_FEATURES, WRITABLE_VERSIONS } from '@offline-bundle/format';
+import { BLOB_ORDERS, type BlobOrder } from '../blob-order.js';
 
 export const BUNDLE_FILE_API_VERSION = 'offline-bundle/v1alpha1';
 export const BUNDLE_FILE_KIND = 'Bundle';
@@ -108,6 +109,7 @@ export const BUNDLE_FILE_SCHEMA = {
     registriesConf: path('A containers-registries.conf(5) file, instead of the system\'s'),
     level: { type: 'integer', minimum: 1, maximum: 19, description: 'The zstd compression level, 1-19 (default 3).' },
     formatVersion: { type: 'integer', enum: [...WRITABLE_VERSIONS], description: `bundle.json's format version (as --format-version): ${WRITABLE_VERSIONS.join(' or ')} by default the oldest that carries what the bundle holds (so it reaches agents not yet upgraded).` },
+    blobOrder: { type: 'string', enum: [...BLOB_ORDERS], description: `The order blobs are written in (as --blob-order): digest (default; every bundle-agent reads it) or pull (image by image as a runtime pulls them; needs format version 3, bundle-agent ${FORMAT_VERSIONS[VERSIONED_FEATURES['blobs in pull order']]!.minReader} or later).` },
   },
 } as const;
 
@@ -147,6 +149,7 @@ export interface BundleFile {
   registriesConf?: string;
   level?: number;
   formatVersion?: number;
+  blobOrder?: BlobOrder;
 }
 
 /** Operators of a catalog, and where in the file they are named. */

@@ -14,8 +14,8 @@ export interface FormatVersion {
 /**
  * Every version this tool knows, the one place that knows them. Versions 1 and 2 came before
  * any release was numbered past 0.1.0. Version 3 is read from 0.2.0 on: the agents in the field
- * (0.1.0, commit 0b1c790, frozen in test/fixtures/frozen-reader) refuse it, so the package
- * version must reach 0.2.0 before a release ships version 3 bundles.
+ * (0.1.0, commit 0b1c790, frozen in test/fixtures/frozen-reader) refuse it; the packages are
+ * numbered 0.2.0 from the release that reads it on.
  */
 export const FORMAT_VERSIONS: Readonly<Record<number, FormatVersion>> = {
   // the first: totals.archiveBytes, the layout's compressed size, is required

@@ -1,4 +1,6 @@
 import type { Socket } from 'node:net';
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
@@ -22,10 +24,37 @@ export interface RunningRegistry {
   close(): Promise<void>;
 }
 
-/** Manifests (by repository name and digest) and blobs the registry answered with success. */
+/** Manifests (by repository name and digest) and blobs the registry answered with success, and when bytes of each last went out. */
 export class ServedLog {
   private readonly manifests = new Map<string, Set<string>>();
   private readonly blobDigests = new Set<string>();
+  private readonly movedAt = new Map<string, number>();
+  private sent = 0;
+
+  /**
+   * `n` bytes of `digest` were handed to a client's connection (0: a request for it was
+   * answered), at `at` (performance.now()). What a pull watchdog reads: bytes that stop
+   * coming out, from the store or into a client that stopped reading, stop these calls.
+   */
+  moved(digest: string, n: number, at = performance.now()): void {
+    this.movedAt.set(digest, at);
+    this.sent += n;
+  }
+
+  /** When bytes of any of `digests` last went out, or undefined when none has. */
+  lastMoved(digests: Iterable<string>): number | undefined {
+    let last: number | undefined;
+    for (const d of digests) {
+      const at = this.movedAt.get(d);
+      if (at !== undefined && (last === undefined || at > last)) last = at;
+    }
+    return last;
+  }
+
+  /** Bytes of manifests and blobs sent so far. */
+  get bytes(): number {
+    return this.sent;
+  }
 
   manifest(name: string, digest: string): void {
     const set = this.manifests.get(name) ?? new Set<string>();
@@ -55,6 +84,19 @@ const MANIFEST_RE = /^\/v2\/(.+)\/manifests\/([^/]+)$/;
 const BLOB_RE = /^\/v2\/(.+)\/blobs\/([^/]+)$/;
 const TAGS_RE = /^\/v2\/(.+)\/tags\/list$/;
 const RANGE_RE = /^bytes=(\d*)-(\d*)$/;
+
+/** `body` with every chunk counted as it is handed on to the client's connection. */
+function counted(body: Readable, digest: string, served: ServedLog): Readable {
+  const counter = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      served.moved(digest, chunk.length);
+      cb(null, chunk);
+    },
+  });
+  // an error of the store ends the answer; a client that goes away closes the store's file
+  pipeline(body, counter, () => undefined);
+  return counter;
+}
 
 function fail(reply: FastifyReply, status: number, code: ErrorCode, message: string, detail?: unknown): FastifyReply {
   return reply.code(status).headers(API_HEADER).type('application/json').send({ errors: [{ code, message, ...(detail !== undefined ? { detail } : {}) }] });
@@ -147,8 +189,9 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
       const size = store.size(digest)!;
       reply.headers({ ...API_HEADER, 'docker-content-digest': digest, etag: `"${digest}"`, 'content-type': mediaType, 'content-length': size });
       served.manifest(name, digest);
+      served.moved(digest, 0);
       if (head) return reply.send();
-      return reply.send(await store.open(digest, 0, size));
+      return reply.send(counted(await store.open(digest, 0, size), digest, served));
     }
     m = BLOB_RE.exec(path);
     if (m) {
@@ -168,8 +211,9 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
       if (range) reply.code(206).header('content-range', `bytes ${start}-${end - 1}/${size}`);
       reply.header('content-length', end - start);
       served.blob(digest);
+      served.moved(digest, 0);
       if (head) return reply.send();
-      return reply.send(await store.open(digest, start, end));
+      return reply.send(counted(await store.open(digest, start, end), digest, served));
     }
     return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
   };

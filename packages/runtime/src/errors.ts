@@ -20,6 +20,8 @@ export type RuntimeErrorCode =
   | 'PULL_FAILED'
   /** A CRI call or a command did not finish in time. */
   | 'TIMEOUT'
+  /** A pull moved no bytes for the time allowed (a watchdog cancelled it). */
+  | 'STALLED'
   /** A CRI call other than PullImage failed for another reason. */
   | 'CRI_ERROR'
   /** Setting the containerd pin label failed. */

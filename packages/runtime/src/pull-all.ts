@@ -32,8 +32,8 @@ export interface PullResult {
   imageRef: string;
 }
 
-/** Failures worth another attempt: the runtime restarting, a slow or flaky pull. */
-const TRANSIENT: ReadonlySet<RuntimeErrorCode> = new Set(['RUNTIME_UNAVAILABLE', 'TIMEOUT', 'PULL_FAILED']);
+/** Failures worth another attempt: the runtime restarting, a slow, flaky or stalled pull. */
+const TRANSIENT: ReadonlySet<RuntimeErrorCode> = new Set(['RUNTIME_UNAVAILABLE', 'TIMEOUT', 'PULL_FAILED', 'STALLED']);
 
 function asRuntimeError(e: unknown, ref: string): RuntimeError {
   if (e instanceof RuntimeError) return e;
@@ -55,7 +55,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 
 /**
  * Pull every reference (duplicates once) with at most `concurrency` pulls in flight.
- * Transient failures (RUNTIME_UNAVAILABLE, TIMEOUT, PULL_FAILED) are retried with
+ * Transient failures (RUNTIME_UNAVAILABLE, TIMEOUT, PULL_FAILED, STALLED) are retried with
  * exponential backoff. NO_SPACE stops everything at once: no new pull starts, pulls in
  * flight are cancelled, and the promise rejects with that NO_SPACE error. Other failures
  * (IMAGE_NOT_FOUND, or retries exhausted) let the remaining images finish; then the promise
@@ -100,7 +100,7 @@ export async function pullAll(client: ImagePuller, refs: string[], opts: PullAll
           return;
         }
         if (!TRANSIENT.has(err.code) || attempt >= retries) {
-          failures.push({ ref, error: err });
+          failures.push({ ref, error: attempt > 0 ? new RuntimeError(err.code, `${err.message} (${attempt + 1} attempts)`, { cause: err }) : err });
           return;
         }
         opts.onRetry?.(ref, attempt + 1, err);

@@ -21,6 +21,7 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   RegistryFailed: 'The node could not start serving the update to itself. Plug the USB stick in again; if it fails again, ask the administrator.',
   RuntimeUnavailable: 'The program that runs applications on this node is not answering. Ask the administrator to check it, then plug the USB stick in again.',
   PullFailed: 'Loading the update\'s images into this node failed. Plug the USB stick in again; if it fails again, ask the administrator.',
+  PullStalled: 'Loading the update\'s images into this node stopped moving and was given up after several tries. Plug the USB stick in again; if it stops again, ask the administrator.',
   NoSpaceInImageStore: 'The node ran out of disk space while loading the update. Ask the administrator to free space, then plug the USB stick in again.',
   PinFailed: 'The update was loaded but the node could not protect it from being cleaned away. Ask the administrator to check the node, then plug the USB stick in again.',
   ReloadFailed: 'The program that runs applications on this node did not take the new settings. Ask the administrator to check it, then plug the USB stick in again.',
