@@ -81,6 +81,12 @@ export interface AgentConfig {
     /** How often the status file says the agent is alive when nothing else changes. */
     heartbeatSeconds: number;
   };
+  /** Bundles between nodes (issue #22): serve what this node holds to its peers, fetch approved bundles from them. */
+  peers: {
+    enabled: boolean;
+    /** The host port (9000–9999) on the Node's InternalIP, published in status.serving. */
+    port: number;
+  };
 }
 
 export class ConfigError extends Error {
@@ -271,6 +277,7 @@ function configOf(s: Settings): AgentConfig {
     prefix: s.value('prefix'),
     selfUpgrade: selfUpgradeOf(s, under),
     status: statusOf(s, under),
+    peers: { enabled: s.value('peers.enabled'), port: s.value('peers.port') },
   };
 }
 
@@ -286,6 +293,7 @@ function checkCombinations(s: Settings, c: AgentConfig): void {
   // (a runtime refused as it stands is named here too: crio is what quadlet needs)
   if (c.selfUpgrade.mode === 'quadlet' && (s.written('runtime') ?? 'crio') !== 'crio') p.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
   if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
+  if (c.peers.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('peers.enabled', 'needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes\' NodeBundleStatus)');
 }
 
 /**

@@ -17,6 +17,7 @@ import {
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
 import { addDashboardCommand } from './dashboard/command.js';
+import { addApprovalCommands } from './cluster-approve.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
@@ -58,10 +59,17 @@ async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): 
 function table(rows: NodeRow[]): string {
   const head = ['NODE', 'NODE READY', 'PHASE', 'VERSION', 'DIGEST', 'PINNED', 'LAST HEARTBEAT', 'READY FOR BUNDLE'];
   const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', r.heartbeat ?? 'never', r.ready ? 'yes' : 'no']);
+  // the columns of bundles between nodes (issue #22), once any node has a source or serves
+  if (rows.some((r) => r.source || r.serving)) {
+    head.push('SOURCE', 'SERVES');
+    rows.forEach((r, i) => cells[i]!.push(r.source ?? '-', servesCell(r)));
+  }
   for (const c of cells) c.forEach((x, i) => { c[i] = escapeControls(x); });
   const w = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   return [head, ...cells].map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
+
+const servesCell = (r: NodeRow) => (r.serving ? `${r.serving.complete ? 'complete' : `${r.serving.verifiedBlobs} blobs`} on ${r.serving.address.includes(':') ? `[${r.serving.address}]` : r.serving.address}:${r.serving.port}` : '-');
 
 const warningLines = (ws: Warning[]) => ws.map((w) => `${escapeControls(`warning: ${w.kind}: ${w.object}: ${w.message}`)}\n`).join('');
 
@@ -160,6 +168,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
     });
 
   addDashboardCommand(cluster, { defaultKubeconfig, loadBundle, trustOptions });
+  addApprovalCommands(cluster, { apis, kubeOptions });
 
   // runCli overrides exits of the program and its direct commands only: usage errors here exit 2 too
   for (const c of cluster.commands) c.exitOverride();
