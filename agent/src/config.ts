@@ -47,6 +47,12 @@ export interface AgentConfig {
   space: { reserveBytes: number; kubeletConfig: string[]; kubeletRootDir: string };
   /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
   staging: { keep: boolean | 'untilComplete' };
+  /** Bundles between nodes (issue #22): serve what this node holds to its peers, fetch approved bundles from them. */
+  peers: {
+    enabled: boolean;
+    /** The host port (9000–9999) on the Node's InternalIP, published in status.serving. */
+    port: number;
+  };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number };
   reload: { command: string[] };
   containerd: { namespace: string };
@@ -80,12 +86,6 @@ export interface AgentConfig {
     console: boolean;
     /** How often the status file says the agent is alive when nothing else changes. */
     heartbeatSeconds: number;
-  };
-  /** Bundles between nodes (issue #22): serve what this node holds to its peers, fetch approved bundles from them. */
-  peers: {
-    enabled: boolean;
-    /** The host port (9000–9999) on the Node's InternalIP, published in status.serving. */
-    port: number;
   };
 }
 
@@ -268,6 +268,7 @@ function configOf(s: Settings): AgentConfig {
       kubeletRootDir: under(s.value('space.kubeletRootDir')),
     },
     staging: { keep: s.value('staging.keep') },
+    peers: { enabled: s.value('peers.enabled'), port: s.value('peers.port') },
     preload: {
       method: s.value('preload.method'), command: s.value('preload.command'),
       concurrency: s.value('preload.concurrency'), retries: s.value('preload.retries'), timeoutSeconds: s.value('preload.timeoutSeconds'),
@@ -277,7 +278,6 @@ function configOf(s: Settings): AgentConfig {
     prefix: s.value('prefix'),
     selfUpgrade: selfUpgradeOf(s, under),
     status: statusOf(s, under),
-    peers: { enabled: s.value('peers.enabled'), port: s.value('peers.port') },
   };
 }
 

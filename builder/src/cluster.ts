@@ -91,17 +91,19 @@ const trustOptions = (cmd: Command) => cmd
 
 export function addClusterCommands(program: Command): void {
   const cluster = program.command('cluster')
-    .description('The cluster admin\'s side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade).')
+    .description('The cluster admin\'s side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade), let nodes fetch a bundle from each other (approve, approvals, revoke).')
     .addHelpText('after', `
 The admin flow, once the technician has plugged the stick into every node:
   bundle cluster status                                     # every node Ready for one bundle? exit 0 when so
   bundle cluster prepare 4.15.1.bundle --key factory.pub    # signature ConfigMap, version graph, warnings
   bundle cluster upgrade 4.15.1.bundle --key factory.pub    # ClusterVersion spec.desiredUpdate, by digest
   bundle cluster dashboard 4.15.1.bundle --key factory.pub  # the same, live in a browser (read-only)
+With one stick for many nodes (agents with peers.enabled), before the technician starts:
+  bundle cluster approve 4.15.1.bundle --key factory.pub    # nodes may fetch it from each other (signature checked)
 The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`);
 
   kubeOptions(cluster.command('status')
-    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat. Exit 0 only when every node (of --selector) is Ready for the same bundle.')
+    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat; once any node has them, SOURCE (stick, or peer NAME when fetched from other nodes) and SERVES (what it offers its peers). Exit 0 only when every node (of --selector) is Ready for the same bundle.')
     .option('-l, --selector <labels>', 'only nodes with these labels (e.g. node-role.kubernetes.io/worker=)')
     .option('--bundle-digest <sha256>', 'the bundle file every node must be Ready for (default: the one most Ready nodes report)', digestArg))
     .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string }) => {
