@@ -149,3 +149,15 @@ t.test('publishing (stand-in): the reporter writes status.serving and bundle.fro
   t.match(table.stdout, /\nw8\s.*\sstick\s+3 blobs on \[fd00::8\]:9470\n/);
   t.match(table.stdout, /\nw10\s.*\s-\s+-\n/, 'a node with neither: dashes');
 });
+
+t.test('directory (stand-in): an API server that never answers costs one request deadline, then API_TIMEOUT; the next call works', async (t) => {
+  cluster();
+  const quick = new ApiPeerDirectory({ node: 'w1', kubeconfig: w1Kubeconfig, requestTimeoutMs: 500 });
+  api.intercept = (r) => (r.resource === 'nodebundlestatuses' && r.verb === 'list' ? 'hang' : undefined);
+  t.teardown(() => { api.intercept = undefined; });
+  const err = await quick.peersFor(D).then(() => undefined, (e: Error & { code?: string }) => e);
+  t.equal(err?.code, 'API_TIMEOUT');
+  t.match(err?.message, /gave no complete answer within 0\.5 s/);
+  api.intercept = undefined;
+  t.equal((await quick.peersFor(D)).length, 3, 'the API back: peers again');
+});
