@@ -7,9 +7,8 @@
  */
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import { sha256 } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
-import { checkSignature, FormatError, loadTrust, readHeader, withBundleFile } from '@offline-bundle/format';
+import { bundleIdentity, checkSignature, FormatError, loadTrust, readHeader, withBundleFile } from '@offline-bundle/format';
 import { ClusterError, type AdminApis, type Approval, type ApprovalSpec } from '@offline-bundle/status';
 import { approveBundle, listApprovals, revokeApproval } from '@offline-bundle/cluster';
 import { collect, digestArg } from './args.js';
@@ -34,7 +33,8 @@ export async function approvalFromFile(file: string, keys: string[]): Promise<Ap
     throw new FormatError('BAD_SIGNATURE', `bundle.json of ${file} names signer ${manifest.signer.fingerprint} but was signed by ${signer.source} (${signer.fingerprint}): the bundle was built or altered wrongly; rebuild it with bundle create`);
   }
   return {
-    manifestDigest: sha256(manifestBytes), version: manifest.release.version, releaseName: manifest.release.name,
+    // the name the transfer and the resume marker give the bundle too
+    manifestDigest: bundleIdentity(manifestBytes), version: manifest.release.version, releaseName: manifest.release.name,
     signer: signer.fingerprint, checked: 'file', approvedAt: new Date().toISOString(),
   };
 }

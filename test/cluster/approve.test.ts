@@ -4,7 +4,7 @@
 // is the kubelet's (system:node:NAME, group system:nodes) and may read approvals, never make one.
 import t from 'tap';
 import { createHash, createPublicKey } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { BUNDLE_JSON, generateKeyPair } from '@offline-bundle/format';
 import { adminApis, type ApprovalSpec } from '@offline-bundle/status';
@@ -23,7 +23,8 @@ const codeOf = (p: Promise<unknown>) => p.then(() => 'ok', (e: { code?: string }
 const sha = (bytes: Uint8Array) => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
 /** The digest an approval of b must name: sha256 of bundle.json as zstd and tar read it from the file. */
 const manifestDigest = sha(await tarEntry(b.file, 'bundle.json'));
-const signer = sha(createPublicKey(await (await import('node:fs/promises')).readFile(b.pub, 'utf8')).export({ type: 'spki', format: 'der' }));
+/** The key's fingerprint as the factory's tools define it: sha256 of its SubjectPublicKeyInfo. */
+const signer = sha(createPublicKey(await readFile(b.pub, 'utf8')).export({ type: 'spki', format: 'der' }));
 const nameOf = (digest: string) => `sha256-${digest.slice(7)}`;
 const creates = () => api.requests.filter((r) => r.resource === 'bundleapprovals' && r.verb === 'create');
 const json = (s: string) => JSON.parse(s) as Record<string, any>;
@@ -111,7 +112,6 @@ t.test('approvals and revoke (stand-in): list oldest first, delete by digest, a 
 
 t.test('the CRD (stand-in, deploy/crd.yaml schema and CEL): an approval named after another digest, or with a bad digest, is refused', async (t) => {
   const { request } = await import('node:https');
-  const { readFile } = await import('node:fs/promises');
   const ca = await readFile(api.caFile);
   const post = (body: unknown) => new Promise<{ status: number; body: any }>((resolve, reject) => {
     const req = request(new URL('/apis/bundles.offline-bundle.io/v1alpha1/bundleapprovals', api.url), { method: 'POST', ca, headers: { Authorization: 'Bearer admin-token', 'Content-Type': 'application/json' } }, (res) => {
