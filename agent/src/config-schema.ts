@@ -3,7 +3,7 @@
 // the schema holds the keys, their types, ranges and static defaults; this module turns the
 // validator's findings into the agent's one-line problems ("KEY: what to write").
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { LIMITS } from '@offline-bundle/status';
+import { LIMITS, PEER_PORT_MAX, PEER_PORT_MIN } from '@offline-bundle/status';
 // bundled into the artifact by esbuild: nothing is read from disk at run time
 import schema from '../../systemd/config.schema.json' with { type: 'json' };
 
@@ -16,6 +16,8 @@ export const NODE_NAME_RULE = `is not a Kubernetes node name (lowercase letters,
 const NON_EMPTY = 'must be a non-empty string';
 const ABSOLUTE = 'must be an absolute path (it is taken under root)';
 export const LOOPBACK_FIX = 'must be a loopback address such as 127.0.0.1:9469';
+/** Every fetching node ignores a published port outside this range (agent/src/peers/directory.ts). */
+export const PEER_PORT_FIX = `must be a port from ${PEER_PORT_MIN} to ${PEER_PORT_MAX} (OpenShift's range for host services; peers ignore any other)`;
 
 /** A key whose every refusal reads one way: its rule is more than one keyword. */
 const WHOLE_KEY: Record<string, string> = {
@@ -33,6 +35,7 @@ const FIXES: Record<string, (e: ErrorObject) => string | undefined> = {
   'version.current': (e) => (e.keyword === 'type' && typeof e.data === 'number' ? `must be quoted ("${e.data}"): YAML reads an unquoted 4.10 as the number 4.1` : undefined),
   prefix: (e) => (e.keyword === 'pattern' ? 'must be lowercase letters, digits and dashes' : undefined),
   'status.listen': (e) => (e.keyword === 'pattern' ? LOOPBACK_FIX : undefined),
+  'peers.port': (e) => (e.keyword === 'minimum' || e.keyword === 'maximum' || e.keyword === 'type' ? PEER_PORT_FIX : undefined),
   'selfUpgrade.mode': (e) => (e.keyword === 'enum' && e.data === 'tarball' ? 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off' : undefined),
   'selfUpgrade.unit': (e) => (e.keyword === 'pattern' ? 'must be a systemd unit name (letters, digits, @ . _ -)' : undefined),
 };

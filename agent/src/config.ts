@@ -86,7 +86,13 @@ export interface AgentConfig {
    * upload cap and downloader slots of the peer server (controlPlaneDownloaders on a
    * control-plane node), and whether it pauses while this node's own load runs.
    */
-  peers: { ca: string; cert: string; key: string; uploadRate: number; downloaders: number; controlPlaneDownloaders: number; pauseWhileLoading: boolean };
+  peers: {
+    /** Publish what this node serves and fetch approved bundles from peers (needs status.kubeconfig). */
+    enabled: boolean;
+    /** The host port (9000–9999) on the Node's InternalIP, published in status.serving. */
+    port: number;
+    ca: string; cert: string; key: string; uploadRate: number; downloaders: number; controlPlaneDownloaders: number; pauseWhileLoading: boolean;
+  };
 }
 
 export class ConfigError extends Error {
@@ -246,6 +252,7 @@ function statusOf(s: Settings, under: (p: string) => string): AgentConfig['statu
 
 function peersOf(s: Settings, under: (p: string) => string): AgentConfig['peers'] {
   return {
+    enabled: s.value('peers.enabled'), port: s.value('peers.port'),
     ca: under(s.value('peers.ca')), cert: under(s.value('peers.cert')), key: under(s.value('peers.key')),
     uploadRate: byteCount(s.value('peers.uploadRate')),
     downloaders: s.value('peers.downloaders'), controlPlaneDownloaders: s.value('peers.controlPlaneDownloaders'),
@@ -310,6 +317,7 @@ function checkCombinations(s: Settings, c: AgentConfig): void {
   // a rate below a TLS record's worth per second would stall every response past the idle timeout
   if (!p.failed('peers.uploadRate') && c.peers.uploadRate < 65536) p.fail('peers.uploadRate', 'must be at least 64KiB (per second)');
   if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
+  if (c.peers.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('peers.enabled', 'needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes\' NodeBundleStatus)');
 }
 
 /**

@@ -21,6 +21,7 @@ export { loadImages } from './load/load-images.js';
 export { checkMirrorUsed, checkPins, imagesPresent } from './runtime/runtime-checks.js';
 export { adoptRunningRelease, rememberClusterRelease, rememberedClusterRelease, CLUSTER_RELEASE_FILE } from './releases/running-release.js';
 export { createLogger } from './log.js';
+export { ApiPeerDirectory, DIRECTORY_REQUEST_MS, selectPeers, type ApiPeerDirectoryOptions, type ServingClaim } from './peers/directory.js';
 export { dropOutdatedDropIn, settleAgentSwitch, switchAgentIfNewer, renderImageDropIn, rollbackScript, DROP_IN_NAME } from './self-upgrade/self-upgrade.js';
 export { readAgentSwitch, pendingMarker, agentSwitchPins, refsToKeepPinned, isAgentImageByDigest, isCanonicalReference } from './self-upgrade/agent-switch-state.js';
 export { forgetRelease, pruneReleases, unforgetRelease } from './releases/releases.js';

@@ -17,6 +17,7 @@ import {
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
 import { addDashboardCommand } from './dashboard/command.js';
+import { addApprovalCommands } from './cluster-approve.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
@@ -58,10 +59,17 @@ async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): 
 function table(rows: NodeRow[]): string {
   const head = ['NODE', 'NODE READY', 'PHASE', 'VERSION', 'DIGEST', 'PINNED', 'LAST HEARTBEAT', 'READY FOR BUNDLE'];
   const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', r.heartbeat ?? 'never', r.ready ? 'yes' : 'no']);
+  // the columns of bundles between nodes (issue #22), once any node has a source or serves
+  if (rows.some((r) => r.source || r.serving)) {
+    head.push('SOURCE', 'SERVES');
+    rows.forEach((r, i) => cells[i]!.push(r.source ?? '-', servesCell(r)));
+  }
   for (const c of cells) c.forEach((x, i) => { c[i] = escapeControls(x); });
   const w = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   return [head, ...cells].map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
+
+const servesCell = (r: NodeRow) => (r.serving ? `${r.serving.complete ? 'complete' : `${r.serving.verifiedBlobs} blobs`} on ${r.serving.address.includes(':') ? `[${r.serving.address}]` : r.serving.address}:${r.serving.port}` : '-');
 
 const warningLines = (ws: Warning[]) => ws.map((w) => `${escapeControls(`warning: ${w.kind}: ${w.object}: ${w.message}`)}\n`).join('');
 
@@ -83,17 +91,19 @@ const trustOptions = (cmd: Command) => cmd
 
 export function addClusterCommands(program: Command): void {
   const cluster = program.command('cluster')
-    .description('The cluster admin\'s side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade).')
+    .description('The cluster admin\'s side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade), let nodes fetch a bundle from each other (approve, approvals, revoke).')
     .addHelpText('after', `
 The admin flow, once the technician has plugged the stick into every node:
   bundle cluster status                                     # every node Ready for one bundle? exit 0 when so
   bundle cluster prepare 4.15.1.bundle --key factory.pub    # signature ConfigMap, version graph, warnings
   bundle cluster upgrade 4.15.1.bundle --key factory.pub    # ClusterVersion spec.desiredUpdate, by digest
   bundle cluster dashboard 4.15.1.bundle --key factory.pub  # the same, live in a browser (read-only)
+With one stick for many nodes (agents with peers.enabled), before the technician starts:
+  bundle cluster approve 4.15.1.bundle --key factory.pub    # nodes may fetch it from each other (signature checked)
 The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`);
 
   kubeOptions(cluster.command('status')
-    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat. Exit 0 only when every node (of --selector) is Ready for the same bundle.')
+    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat; once any node has them, SOURCE (stick, or peer NAME when fetched from other nodes) and SERVES (what it offers its peers). Exit 0 only when every node (of --selector) is Ready for the same bundle.')
     .option('-l, --selector <labels>', 'only nodes with these labels (e.g. node-role.kubernetes.io/worker=)')
     .option('--bundle-digest <sha256>', 'the bundle file every node must be Ready for (default: the one most Ready nodes report)', digestArg))
     .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string }) => {
@@ -160,6 +170,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
     });
 
   addDashboardCommand(cluster, { defaultKubeconfig, loadBundle, trustOptions });
+  addApprovalCommands(cluster, { apis, kubeOptions });
 
   // runCli overrides exits of the program and its direct commands only: usage errors here exit 2 too
   for (const c of cluster.commands) c.exitOverride();

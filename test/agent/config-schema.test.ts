@@ -104,6 +104,9 @@ const bad: [string, string, string, RegExp][] = [
   ['a node name longer than 253', `${minimal}nodeName: ${'a'.repeat(254)}\n`, 'nodeName', /is not a Kubernetes node name .*at most 253/],
   ['a status address beyond this node', `${minimal}status:\n  listen: 0.0.0.0:9469\n`, 'status.listen', /^must be a loopback address such as 127\.0\.0\.1:9469$/],
   ['a port above 65535', `${minimal}status:\n  listen: 127.0.0.1:99999\n`, 'status.listen', /^must be a loopback address/],
+  ['a peer port below 9000', `${minimal}peers:\n  port: 8443\n`, 'peers.port', /^must be a port from 9000 to 9999 \(OpenShift's range for host services; peers ignore any other\)$/],
+  ['a peer port above 9999', `${minimal}peers:\n  port: 10250\n`, 'peers.port', /^must be a port from 9000 to 9999/],
+  ['a peer port as a string', `${minimal}peers:\n  port: "9470"\n`, 'peers.port', /^must be a port from 9000 to 9999/],
   ['a relative kubeconfig', `${minimal}status:\n  kubeconfig: kube\n`, 'status.kubeconfig', /^must be an absolute path/],
   ['yes for true (YAML 1.2: a string)', `${minimal}status:\n  console: yes\n`, 'status.console', /^must be true or false$/],
   ['selfUpgrade.mode tarball (not built)', `${minimal}selfUpgrade:\n  mode: tarball\n`, 'selfUpgrade.mode', /^tarball is not built yet: .*install\.sh/],
@@ -116,6 +119,7 @@ const betweenKeys: [string, string, string, RegExp][] = [
   ['method command without its argv', `${minimal}preload:\n  method: command\n`, 'preload.command', /^is required when preload\.method is command/],
   ['quadlet on containerd', `runtime: containerd\n${minimal}selfUpgrade:\n  mode: quadlet\n`, 'selfUpgrade.mode', /^quadlet needs runtime crio/],
   ['fromCluster without a kubeconfig', `${minimal}version:\n  fromCluster: true\n`, 'version.fromCluster', /^needs status\.kubeconfig/],
+  ['peers without a kubeconfig', `${minimal}peers:\n  enabled: true\n`, 'peers.enabled', /^needs status\.kubeconfig \(peers are found through the cluster/],
 ];
 
 t.test('each mistake: refused by the schema, and by the agent in one line naming the key and the fix', async (t) => {

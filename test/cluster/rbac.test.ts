@@ -25,7 +25,10 @@ t.test('rbac: the fallback without ValidatingAdmissionPolicy', async (t) => {
     { apiGroups: ['bundles.offline-bundle.io'], resources: ['nodebundlestatuses'], resourceNames: ['worker-0'], verbs: ['get', 'patch'] },
     { apiGroups: ['bundles.offline-bundle.io'], resources: ['nodebundlestatuses/status'], resourceNames: ['worker-0'], verbs: ['get', 'patch'] },
     { apiGroups: ['config.openshift.io'], resources: ['clusterversions'], resourceNames: ['version'], verbs: ['get'] },
-  ], 'its own object only, no create; and the running version');
+    { apiGroups: ['bundles.offline-bundle.io'], resources: ['bundleapprovals'], verbs: ['get', 'list', 'watch'] },
+    { apiGroups: ['bundles.offline-bundle.io'], resources: ['nodebundlestatuses'], verbs: ['list', 'watch'] },
+    { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+  ], 'its own object only, no create; the running version; peer discovery, read-only');
   const binding = docs.find((d) => d.kind === 'ClusterRoleBinding' && d.metadata.name.endsWith(':worker-0'));
   t.same(binding.subjects, [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: 'system:node:worker-0' }]);
   const sa = JSON.parse((await cluster(['rbac', '--nodes', 'edge-1', '--identity', 'serviceaccount', '--json'])).stdout);

@@ -87,7 +87,10 @@ t.test('the node identity: Node authorizer and the shipped rules', async (t) => 
   const other = await asNode(apply('w2'));
   t.equal(other.status, 403, "another node's object: the admission policy refuses");
   t.match(other.body.message, /ValidatingAdmissionPolicy 'offline-bundle-node-writes-own-status' with binding 'offline-bundle-node-writes-own-status' denied request: system:node:w1 may only write the NodeBundleStatus named after its own node, not w2/);
-  t.equal((await asNode({ path: NBS })).status, 403, 'nodes may not list every status');
+  // peer discovery (issue #22) reads every node's status.serving: rbac.yaml's offline-bundle:peer-discovery
+  t.equal((await asNode({ path: NBS })).status, 200, 'nodes list every status (peer discovery), writing only their own');
+  const approve = await asNode({ method: 'POST', path: '/apis/bundles.offline-bundle.io/v1alpha1/bundleapprovals', contentType: 'application/json', body: '{}' });
+  t.equal(approve.status, 403, 'nodes may not create a BundleApproval');
   t.equal((await asNode({ path: '/api/v1/namespaces/openshift-config-managed/configmaps/mirrored-release-signatures' })).status, 403);
 });
 

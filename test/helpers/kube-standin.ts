@@ -19,7 +19,11 @@
 //   messageExpression, in CEL): deploy/rbac.yaml's lets a node write only its own
 //   NodeBundleStatus. (Binding paramRef/matchResources are not read: ours have none.)
 // - Refusals are the API server's Status objects, with its messages.
-// Served: Nodes, Pods, NodeBundleStatuses (+ /status, server-side apply), ClusterVersion
+// - Objects of the shipped CRDs (deploy/crd.yaml) are created (POST) only when they pass the
+//   CRD's schema and CEL rules (kube-standin-crd.ts), else 422 Invalid; an existing name is a
+//   409 AlreadyExists; DELETE removes one (404 when missing).
+// Served: Nodes, Pods, NodeBundleStatuses (+ /status, server-side apply), BundleApprovals
+// (create, get, list, delete), ClusterVersion
 // "version" (get, merge patch), Machine/ClusterAutoscalers (list), ConfigMaps (get, server-side
 // apply with field ownership per manager). A resource marked absent answers 404 as a missing CRD.
 import { randomBytes } from 'node:crypto';
@@ -36,6 +40,7 @@ import type { ValidateFunction } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { invalidStatus, loadYamlDocs, type Doc } from '../status/lib.js';
 import { issueClientCert, makeTestCa } from './test-ca.mjs';
+import { crdCreateChecks, type CreateCheck } from './kube-standin-crd.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const SHIPPED_RBAC = [path.join(ROOT, 'deploy', 'rbac.yaml'), path.join(ROOT, 'deploy', 'admin-rbac.yaml')];
@@ -98,6 +103,7 @@ const CR = 'rbac.authorization.k8s.io';
 const NAMESPACED: Record<string, boolean> = {
   '/nodes': false, '/pods': true, '/configmaps': true, '/events': true, '/namespaces': false,
   'bundles.offline-bundle.io/nodebundlestatuses': false,
+  'bundles.offline-bundle.io/bundleapprovals': false,
   'config.openshift.io/clusterversions': false,
   'autoscaling.openshift.io/machineautoscalers': true, 'autoscaling.openshift.io/clusterautoscalers': false,
 };
@@ -151,6 +157,8 @@ export class KubeApiStandIn implements KubeStandIn {
   private dir = '';
   private ca?: { caCert: string; caKey: string };
   private readonly hanging: ServerResponse[] = [];
+  /** What creating an object of a shipped CRD must pass, by plural. */
+  private createChecks = new Map<string, CreateCheck>();
 
   private constructor(opts: { openshiftNodeDefaults?: boolean }) {
     this.nodeAuthorizer = opts.openshiftNodeDefaults ?? true;
@@ -164,6 +172,7 @@ export class KubeApiStandIn implements KubeStandIn {
     api.ca = ca;
     api.caFile = ca.caCert;
     await api.loadRbac(opts.rbacFiles ?? SHIPPED_RBAC);
+    api.createChecks = await crdCreateChecks(path.join(ROOT, 'deploy', 'crd.yaml'));
     api.tokens.set('admin-token', { user: 'kube:admin', groups: ['system:cluster-admins'] });
     if (opts.clusterVersion) api.clusterVersion = clusterVersionDoc(opts.clusterVersion);
     const [key, cert, caPem] = await Promise.all([readFile(ca.serverKey), readFile(ca.serverCert), readFile(ca.caCert)]);
@@ -361,6 +370,8 @@ export class KubeApiStandIn implements KubeStandIn {
   set machineAutoscalers(items: Doc[] | undefined) { this.setAbsent('autoscaling.openshift.io/machineautoscalers', !items); this.replaceAll('machineautoscalers', items ?? []); }
   get clusterAutoscalers(): Doc[] | undefined { return this.absent.has('autoscaling.openshift.io/clusterautoscalers') ? undefined : this.list('clusterautoscalers'); }
   set clusterAutoscalers(items: Doc[] | undefined) { this.setAbsent('autoscaling.openshift.io/clusterautoscalers', !items); this.replaceAll('clusterautoscalers', items ?? []); }
+  get approvals(): Doc[] { return this.list('bundleapprovals'); }
+  set approvals(items: Doc[]) { this.replaceAll('bundleapprovals', items); }
   configMap(ns: string, name: string): Doc | undefined { return this.get('configmaps', name, ns); }
   clearConfigMaps(): void { for (const c of this.list('configmaps')) this.delete('configmaps', c.metadata.name, c.metadata.namespace); }
 
@@ -473,8 +484,14 @@ export class KubeApiStandIn implements KubeStandIn {
       const items = this.list(base, a.namespace || undefined).filter((o) => selects(r.query.get('labelSelector'), o.metadata?.labels ?? {}));
       return [200, { kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: String(this.resourceVersion) }, items }];
     }
+    if (a.verb === 'create' && !sub) return this.create(base, a, r.body);
     const cur = this.get(base, a.name, a.namespace || undefined);
     if (a.verb === 'get') return cur ? [200, cur] : notFound();
+    if (a.verb === 'delete' && !sub) {
+      if (!cur) return notFound();
+      this.delete(base, a.name, a.namespace || undefined);
+      return [200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name: a.name, group: a.group, kind: base, uid: cur.metadata?.uid } }];
+    }
     if (a.verb === 'patch') {
       if (r.contentType === 'application/merge-patch+json') {
         if (!cur) return notFound();
@@ -505,6 +522,24 @@ export class KubeApiStandIn implements KubeStandIn {
       return base === 'configmaps' ? this.applyFields(base, a, obj, cur, manager, r.query.get('force') === 'true') : this.applyMain(base, a, obj, cur);
     }
     return [405, statusDoc(405, 'MethodNotAllowed', `the stand-in does not serve ${a.verb} on ${a.resource}`)];
+  }
+
+  /** POST of a new object: the CRD's checks where it is one of ours, 409 when the name is taken. */
+  private create(base: string, a: Attrs, body: string): [number, unknown] {
+    let obj: Doc;
+    try {
+      obj = JSON.parse(body) as Doc;
+    } catch (err) {
+      return [400, statusDoc(400, 'BadRequest', `error decoding JSON: ${(err as Error).message}`)];
+    }
+    const name = obj?.metadata?.name;
+    if (typeof name !== 'string' || name === '') return [422, statusDoc(422, 'Invalid', `${base} "" is invalid: metadata.name: Required value: name or generateName is required`)];
+    const qualified = a.group ? `${base}.${a.group}` : base;
+    if (this.get(base, name, a.namespace || undefined)) return [409, statusDoc(409, 'AlreadyExists', `${qualified} "${name}" already exists`, { name, group: a.group, kind: base })];
+    const refused = this.createChecks.get(base)?.(obj);
+    if (refused) return [422, refused];
+    obj.metadata = { ...obj.metadata, uid: randomBytes(16).toString('hex'), creationTimestamp: new Date().toISOString(), generation: 1, ...(a.namespace ? { namespace: a.namespace } : {}) };
+    return [201, this.put(base, obj)];
   }
 
   /** Apply to a main resource with one field manager: metadata labels and annotations merge, the rest replaces. */

@@ -196,6 +196,7 @@ t.test('contract: agent-written fields have no enum; their descriptions list the
     'status.conditions[]': st.properties.conditions.items.required,
     'status.progress': st.properties.progress.required,
     'status.history[]': st.properties.history.items.required,
+    'status.serving': st.properties.serving.required,
   };
   t.same(REQUIRED, required, 'REQUIRED (what the reporter may not leave out) is the CRD\'s required lists');
   const b = st.properties.bundle.properties;

@@ -25,7 +25,13 @@ export interface NodeRow {
   ready: boolean;
   /** The release the cluster runs, when this node joined after it completed and has not loaded it. */
   missingRunning?: string;
+  /** Where its bundle came from: "stick", "file" or "peer NAME[,NAME…]" (issue #22). */
+  source?: string;
+  /** What it serves its peers, as it publishes it (status.serving). */
+  serving?: RowServing;
 }
+
+export interface RowServing { manifestDigest: string; complete: boolean; verifiedBlobs: number; address: string; port: number }
 
 export interface Rollup {
   /** The digest every node must be Ready for: the one asked for, else the most common Ready one. */
@@ -42,7 +48,8 @@ interface StatusLike {
   metadata?: { name?: string };
   status?: {
     phase?: string; message?: string; updatedAt?: string;
-    bundle?: { version?: string; digest?: string };
+    bundle?: { version?: string; digest?: string; media?: string; fromPeers?: string[] };
+    serving?: RowServing;
     conditions?: { type?: string; status?: string; reason?: string; message?: string }[];
     history?: { version?: string; state?: string }[];
   };
@@ -64,6 +71,14 @@ function missesRunning(node: NodeLike, s: StatusLike | undefined, running: Runni
   return created > Date.parse(running.completionTime);
 }
 
+/** The source and serving fields of a row, where the status has them. */
+function sourceAndServing(st: NonNullable<StatusLike['status']>): Pick<NodeRow, 'source' | 'serving'> {
+  const peers = st.bundle?.fromPeers ?? [];
+  const media = st.bundle?.media;
+  const source = peers.length ? `peer ${peers.join(',')}` : media ? (media === 'file' ? 'file' : 'stick') : undefined;
+  return { ...(source ? { source } : {}), ...(st.serving ? { serving: st.serving } : {}) };
+}
+
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects). */
 export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
@@ -83,6 +98,7 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
       ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
       ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
       ...(st.updatedAt ? { heartbeat: st.updatedAt } : {}),
+      ...sourceAndServing(st),
       ...(why?.reason ? { reason: why.reason } : {}),
       ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
@@ -125,13 +141,31 @@ function pickNode(n: Record<string, unknown>): NodeLike {
   return { metadata: { name: str(meta.name) ?? '', ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: conditions(obj(n.status)).filter((c) => c.type === 'Ready') } };
 }
 
+/** status.serving when it is whole (the CRD requires every field); else nothing. */
+function pickServing(v: unknown): RowServing | undefined {
+  const s = obj(v);
+  const manifestDigest = str(s.manifestDigest);
+  const address = str(s.address);
+  const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined);
+  const verifiedBlobs = n(s.verifiedBlobs);
+  const port = n(s.port);
+  if (!manifestDigest || !address || verifiedBlobs === undefined || port === undefined) return undefined;
+  return { manifestDigest, complete: s.complete === true, verifiedBlobs, address, port };
+}
+
 function pickStatus(s: Record<string, unknown>): StatusLike {
   const st = obj(s.status);
   const b = obj(st.bundle);
+  const fromPeers = (Array.isArray(b.fromPeers) ? b.fromPeers : []).map(str).filter((x): x is string => !!x).slice(0, 16);
+  const serving = pickServing(st.serving);
   const history = (Array.isArray(st.history) ? st.history : []).map((e) => ({ version: str(obj(e).version), state: str(obj(e).state) }));
   return {
     metadata: { name: str(obj(s.metadata).name) ?? '' },
-    status: { phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), bundle: { version: str(b.version), digest: str(b.digest) }, conditions: conditions(st), history },
+    status: {
+      phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt),
+      bundle: { version: str(b.version), digest: str(b.digest), media: str(b.media), ...(fromPeers.length ? { fromPeers } : {}) },
+      conditions: conditions(st), history, ...(serving ? { serving } : {}),
+    },
   } as StatusLike;
 }
 

@@ -4,9 +4,11 @@ export {
   applySignatureConfigMap, missingSignatureKeys,
 } from './release-configmap.js';
 export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
+export { approvalObject, approveBundle, listApprovals, revokeApproval } from './bundle-approval.js';
 export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
 
-export type { NodeRow, Rollup } from './cluster-rollup.js';
+export type { NodeRow, Rollup, RowServing } from './cluster-rollup.js';
 export type { SignatureConfigMap } from './release-configmap.js';
 export type { NodeIdentity } from './node-rbac.js';
+export type { ApproveResult } from './bundle-approval.js';
 export type { AdminBundle, Warning, PrepareResult, UpgradeResult } from './cluster-upgrade.js';

@@ -3,11 +3,13 @@
  * OpenShift 4.17), where deploy/rbac.yaml's policy cannot keep a node to its own object: every
  * node's NodeBundleStatus is created beforehand (empty), and each node's identity gets a
  * ClusterRole limited by resourceNames to its own object, with get and patch only (on the object
- * and its status), and get on ClusterVersion "version" (the running version). No create is granted, so no node can make or touch another node's object.
+ * and its status), and get on ClusterVersion "version" (the running version); and the read-only
+ * peer discovery rights (approvals, every node's status, Nodes). No create is granted, so no node
+ * can make or touch another node's object, nor approve a bundle.
  * Apply it instead of deploy/rbac.yaml's writer ClusterRoleBinding; a node added later needs
  * its own objects (run the generator again).
  */
-import { API_VERSION, ClusterError, GROUP, isValidNodeName, KIND, PLURAL } from '@offline-bundle/status';
+import { API_VERSION, APPROVAL_PLURAL, ClusterError, GROUP, isValidNodeName, KIND, PLURAL } from '@offline-bundle/status';
 
 export type NodeIdentity = 'node' | 'serviceaccount';
 export const AGENT_NAMESPACE = 'offline-bundle';
@@ -26,6 +28,10 @@ export function nodeRbacObjects(nodes: readonly string[], identity: NodeIdentity
         { apiGroups: [GROUP], resources: [`${PLURAL}/status`], resourceNames: [node], verbs: ['get', 'patch'] },
         // the running version (version.fromCluster), as rbac.yaml's offline-bundle:running-version-reader
         { apiGroups: ['config.openshift.io'], resources: ['clusterversions'], resourceNames: ['version'], verbs: ['get'] },
+        // peer discovery (issue #22), as rbac.yaml's offline-bundle:peer-discovery: read-only
+        { apiGroups: [GROUP], resources: [APPROVAL_PLURAL], verbs: ['get', 'list', 'watch'] },
+        { apiGroups: [GROUP], resources: [PLURAL], verbs: ['list', 'watch'] },
+        { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
       ],
     });
     out.push({

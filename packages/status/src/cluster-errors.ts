@@ -16,6 +16,11 @@ export type ClusterErrorCode =
   | 'NOT_AN_UPGRADE_SOURCE'   // the running version is not among the bundle's accepted sources
   | 'NODES_NOT_READY'         // not every node reports Ready for this bundle
   | 'NOT_PREPARED'            // the signature ConfigMap is missing or differs: run prepare
-  | 'INVALID_NODE_NAME';      // a node name given is not a Kubernetes object name
+  | 'INVALID_NODE_NAME'       // a node name given is not a Kubernetes object name
+  | 'INVALID_DIGEST'          // a digest given is not sha256:<64 hex>
+  | 'NO_CRD'                  // a resource of deploy/crd.yaml is not installed
+  | 'ALREADY_APPROVED'        // an approval of that digest exists with another version or signer
+  | 'NOT_APPROVED'            // revoke: no approval of that digest
+  | 'APPROVAL_NEEDS_VERSION'; // approve by digest without --version (or with more or less than one --key)
 
 export class ClusterError extends BaseError<ClusterErrorCode> {}

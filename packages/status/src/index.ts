@@ -7,8 +7,10 @@ export { DROP_DIRECTORY_MEDIA, FAILURE_SENTENCES, PART_COLLECTING_REASONS, SPOOL
 export { fitToWidth, formatBytes, plural, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
-export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
+export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, PEER_PORT_MIN, PEER_PORT_MAX, isPeerPort, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
 export { ClusterReporter, fieldManagerFor } from './reporter.js';
+export { APPROVAL_KIND, APPROVAL_LIMITS, APPROVAL_PLURAL, approvalName, pickApproval } from './approval.js';
+export type { Approval, ApprovalSpec } from './approval.js';
 export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';
 export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
 export type { BuildInfo } from './metrics.js';
@@ -16,7 +18,7 @@ export { startStatusServer } from './http.js';
 export { isLoopback } from './loopback.js';
 export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
 export type { Health, HealthCheck } from './health.js';
-export { adminApis, requestOptions } from './kube.js';
+export { adminApis, isApiException, requestOptions } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
 export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_RESPONSE_BYTES, commandDeadline } from './cluster-http.js';
 export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, apiCall, listAll } from './cluster-api.js';
@@ -32,6 +34,7 @@ export type {
   HistoryState,
   HistoryEntry,
   NodeStatus,
+  ServingStatus,
 } from './model.js';
 export type { ReleaseRef } from './history.js';
 export type { ClusterRelease, ClusterReadFailure } from './cluster-version.js';

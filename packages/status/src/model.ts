@@ -47,6 +47,26 @@ export interface BundleIdentity {
   media?: string;
   /** staged: copied to disk; media: served from the stick, which must stay in. */
   mode?: BundleMode;
+  /** The other nodes it was fetched from (names), when it came from peers rather than a stick. */
+  fromPeers?: string[];
+}
+
+/**
+ * What this node offers other nodes of one bundle (peer discovery, issue #22): others find it in
+ * the NodeBundleStatus and fetch from https://ADDRESS:PORT with mutual TLS. The address is the
+ * Node's InternalIP; a fetching node ignores any other.
+ */
+export interface ServingStatus {
+  /** sha256:… of the bundle's signed bundle.json. */
+  manifestDigest: string;
+  /** Every blob of the bundle is held, verified. */
+  complete: boolean;
+  /** Blobs held verified (a node serves each blob once it verified it). */
+  verifiedBlobs: number;
+  /** The Node's InternalIP (IPv4 or IPv6, no brackets). */
+  address: string;
+  /** The peer port (9000–9999). */
+  port: number;
 }
 
 export const HISTORY_STATES = ['installing', 'loaded', 'running', 'complete', 'failed'] as const;
@@ -78,6 +98,8 @@ export interface NodeStatus {
   updatedAt: string;
   /** metadata.generation of the cluster object the status was written against (set by the reporter). */
   observedGeneration?: number;
+  /** What this node can serve to its peers, when it serves. */
+  serving?: ServingStatus;
 }
 
 export function emptyStatus(node: string, now = new Date()): NodeStatus {

@@ -4,7 +4,8 @@
  * applies, bounded so that it always fits the CRD's schema (strings cut, lists capped, numbers
  * made non-negative integers).
  */
-import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type Phase, type Progress } from './model.js';
+import { isIP } from 'node:net';
+import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type Phase, type Progress, type ServingStatus } from './model.js';
 
 export const GROUP = 'bundles.offline-bundle.io';
 export const VERSION = 'v1alpha1';
@@ -32,7 +33,17 @@ export const LIMITS = {
   conditionType: 316,
   conditionStatus: 16,
   historyState: 32,
+  /** bundle.fromPeers: the nodes a fetched bundle came from. */
+  fromPeers: 16,
+  /** serving.address: the longest textual IPv6 address. */
+  address: 45,
 } as const;
+
+/** The host ports a node may serve its peers on (issue #22): a published port outside is ignored by every fetching node. */
+export const PEER_PORT_MIN = 9000;
+export const PEER_PORT_MAX = 9999;
+
+export const isPeerPort = (port: unknown): port is number => Number.isInteger(port) && (port as number) >= PEER_PORT_MIN && (port as number) <= PEER_PORT_MAX;
 
 /**
  * The `required` lists of deploy/crd.yaml, by schema location ("[]" is a list's items). The
@@ -45,6 +56,7 @@ export const REQUIRED: Readonly<Record<string, readonly string[]>> = {
   'status.conditions[]': ['type', 'status', 'reason', 'message', 'lastTransitionTime'],
   'status.progress': ['bytesDone', 'bytesTotal', 'imagesDone', 'imagesTotal'],
   'status.history[]': ['version', 'state', 'at'],
+  'status.serving': ['manifestDigest', 'complete', 'verifiedBlobs', 'address', 'port'],
 };
 
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -111,7 +123,15 @@ function bundleOf(b: BundleIdentity): BundleIdentity {
   if (b.signer && DIGEST.test(b.signer)) out.signer = b.signer;
   if (b.media) out.media = truncate(b.media, LIMITS.media);
   if (b.mode && (BUNDLE_MODES as readonly string[]).includes(b.mode)) out.mode = b.mode;
+  const peers = [...new Set(b.fromPeers ?? [])].filter(isValidNodeName).slice(0, LIMITS.fromPeers);
+  if (peers.length) out.fromPeers = peers;
   return out;
+}
+
+/** What the node serves, or undefined when any part of it is not what the CRD accepts (a peer would ignore it anyway). */
+function servingOf(s: ServingStatus | undefined): ServingStatus | undefined {
+  if (!s || !DIGEST.test(s.manifestDigest) || isIP(s.address) === 0 || s.address.length > LIMITS.address || !isPeerPort(s.port)) return undefined;
+  return { manifestDigest: s.manifestDigest, complete: s.complete === true, verifiedBlobs: count(s.verifiedBlobs), address: s.address, port: s.port };
 }
 
 function conditionsOf(conditions: readonly Condition[], generation: number | undefined): Condition[] {
@@ -160,6 +180,7 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
   if (p.etaSeconds !== undefined && Number.isFinite(p.etaSeconds)) progress.etaSeconds = count(p.etaSeconds);
   const percent = progressPercent(status.phase, p);
   if (percent !== undefined) progress.percent = `${percent}%`;
+  const serving = servingOf(status.serving);
   const out: ResourceStatus = {
     node,
     phase: status.phase,
@@ -170,6 +191,7 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
     message: truncate(status.message, LIMITS.message),
     updatedAt: status.updatedAt,
     ...(generation !== undefined ? { observedGeneration: count(generation) } : {}),
+    ...(serving ? { serving } : {}),
   };
   return { apiVersion: API_VERSION, kind: KIND, metadata: { name: node }, status: out };
 }
