@@ -71,7 +71,7 @@ t.test('a key left empty is accepted by both and reads as the schema\'s default'
 
 // [mistake, document, the key named, what the line says]
 const bad: [string, string, string, RegExp][] = [
-  ['an unknown key', `${minimal}bogus: 1\n`, 'bogus', /^unknown key \(known: root, nodeName, runtime, .*selfUpgrade, peers\)$/],
+  ['an unknown key', `${minimal}bogus: 1\n`, 'bogus', /^unknown key \(known: root, nodeName, runtime, .*staging, peers, preload.*selfUpgrade\)$/],
   ['a misspelt nested key', `${minimal}version:\n  curent: "1"\n`, 'version.curent', /^unknown key \(known: current, fromCluster, /],
   ['a relative root', `root: tmp\n${minimal}`, 'root', /^must be an absolute path$/],
   ['a root that is not a string', `root: 5\n${minimal}`, 'root', /^must be a non-empty string$/],
