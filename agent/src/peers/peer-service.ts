@@ -4,9 +4,10 @@
 // node lacks is fetched from them and loaded as a stick's would be (runLayoutLoad).
 import { loadTrust } from '@offline-bundle/format';
 import type { ServingStatus } from '@offline-bundle/status';
-import { oneLine } from '../errors.js';
+import { failureOf, oneLine } from '../errors.js';
 import { runLayoutLoad, type LoadResult, type PipelineContext } from '../load/pipeline.js';
 import { readReleases } from '../releases/state.js';
+import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
 import { peerFetchBase } from './peer-config.js';
 import { fetchFromPeers } from './peer-fetch.js';
@@ -23,8 +24,9 @@ export interface PeerServiceOptions {
   /** Where peers reach this node's server (the Node's InternalIP, peers.port): what status.serving publishes. */
   address: string;
   port: number;
-  /** Makes the load's context (config, log, status, a runtime) for a fetched layout; the load closes nothing of it. */
-  loadContext: () => PipelineContext;
+  /** The load's context for a fetched layout (config, log, status, the agent's version), its runtime made per load and closed after it. */
+  context: Omit<PipelineContext, 'runtime'>;
+  runtime: () => RuntimeTarget;
   now?: () => number;
 }
 
@@ -42,11 +44,11 @@ export class PeerService {
 
   /** The layouts this node keeps (staging.keep), offered; the newest is what status.serving publishes. */
   async offerKept(): Promise<ServingStatus | undefined> {
-    const ctx = this.o.loadContext();
-    for (const r of await readReleases(ctx.config.paths.stateDir)) {
+    const { config, log } = this.o.context;
+    for (const r of await readReleases(config.paths.stateDir)) {
       if (!r.layout) continue;
       const served = await ServedBundle.fromLayout(r.layout).catch((err: unknown) => {
-        ctx.log.warn('peers', `the layout kept in ${r.layout!} cannot be offered to other nodes: ${oneLine(err)}`);
+        log.warn('peers', `the layout kept in ${r.layout!} cannot be offered to other nodes: ${oneLine(err)}`);
         return undefined;
       });
       if (served) this.offers.set(served.manifestDigest, served);
@@ -68,10 +70,11 @@ export class PeerService {
    * (the failure is in the status, as a stick's is).
    */
   async syncOnce(signal?: AbortSignal): Promise<LoadResult | undefined> {
-    const ctx = this.o.loadContext();
-    const wanted = await this.nextWanted(ctx);
+    const wanted = await this.nextWanted(this.o.context);
     if (!wanted) return undefined;
+    const ctx: PipelineContext = { ...this.o.context, runtime: this.o.runtime(), media: 'peers', ...(signal ? { signal } : {}) };
     ctx.log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
+    let loading = false;
     try {
       const r = await fetchFromPeers({
         ...peerFetchBase(ctx.config, this.o.credentials, await loadTrust(ctx.config.trust.keys)),
@@ -80,19 +83,31 @@ export class PeerService {
         onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
       });
       this.offers.get(wanted.manifestDigest)?.staged();
-      const loaded = await runLayoutLoad(r.target, { ...ctx, media: 'peers', ...(signal ? { signal } : {}) });
+      loading = true;
+      const loaded = await runLayoutLoad(r.target, ctx);
       await this.afterLoad(wanted, r.target, ctx);
       return loaded;
     } catch (err) {
       this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
       this.offers.delete(wanted.manifestDigest);
-      ctx.log.error('peers', `bundle ${wanted.version} from other nodes: ${oneLine(err)}`, { digest: wanted.manifestDigest });
+      // the load reports its own failure; a fetch's goes into the status here, as a stick's read would
+      if (!loading) this.reportFetchFailure(err, wanted, ctx);
       return undefined;
+    } finally {
+      await ctx.runtime.close();
     }
   }
 
+  private reportFetchFailure(err: unknown, a: PeerApproval, ctx: PipelineContext): void {
+    const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
+    ctx.tracker.condition('Failed', 'True', reason, message);
+    ctx.tracker.condition('Ready', 'False', reason, message);
+    ctx.tracker.phase('Failed');
+    ctx.log.error('peers', `bundle ${a.version} from other nodes: ${message}`, { reason, digest: a.manifestDigest });
+  }
+
   /** A layout the config does not keep is gone after Ready: nothing of it to offer. */
-  private async afterLoad(a: PeerApproval, target: string, ctx: PipelineContext): Promise<void> {
+  private async afterLoad(a: PeerApproval, target: string, ctx: Omit<PipelineContext, 'runtime'>): Promise<void> {
     this.offers.delete(a.manifestDigest);
     if (ctx.config.staging.keep === false) return;
     const served = await ServedBundle.fromLayout(target).catch(() => undefined);
@@ -100,7 +115,7 @@ export class PeerService {
   }
 
   /** The first approval this node does not hold (as an offer, or a release of that version loaded) and has not failed lately. */
-  private async nextWanted(ctx: PipelineContext): Promise<PeerApproval | undefined> {
+  private async nextWanted(ctx: Omit<PipelineContext, 'runtime'>): Promise<PeerApproval | undefined> {
     const approvals = await this.o.directory.approved();
     const loaded = new Set((await readReleases(ctx.config.paths.stateDir)).map((r) => r.version));
     const now = (this.o.now ?? Date.now)();

@@ -16,3 +16,5 @@ export type { PeerApproval, PeerEndpoint, PeerDirectory } from './types.js';
 export { peerSlots } from '../config.js';
 export { peerFetchBase, peerServerOptions } from './peer-config.js';
 export type { PeerServerPlace } from './peer-config.js';
+export { PeerService, PEER_RETRY_MS } from './peer-service.js';
+export type { PeerServiceOptions } from './peer-service.js';
