@@ -7,6 +7,7 @@ import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { loadEndsSpool, PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
+import { startPeers } from './peers.js';
 import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
 import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
@@ -346,14 +347,18 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const spooled = await spool.startUp(tracker).catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
   if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
+  const peers = await startPeers(d);
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
   try {
     for (let next = await queue.next(signal); next; next = await queue.next(signal)) {
       if (next.partial) await collectParts(d, { ...next, partial: next.partial }, before, queue);
       else await loadFound(d, next, before, queue);
+      // a layout the stick's load kept is offered to the other nodes
+      await peers?.refresh().catch((err) => log.warn('peers', `cannot offer what this node keeps: ${oneLine(err)}`));
     }
   } finally {
+    await peers?.stop();
     if (unpinRetry) clearInterval(unpinRetry);
     queue.stop();
     watcher.stop();
