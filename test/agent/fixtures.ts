@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startContainerd } from '../runtime/lib.js';
+import type { RuntimeTarget } from '@offline-bundle/agent';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 export const BUNDLE = join(ROOT, 'builder/bin/bundle.js');
@@ -122,6 +123,13 @@ reload:
   command: [${opts.reload.map((a) => JSON.stringify(a)).join(', ')}]
 ${opts.extra ?? ''}`);
 }
+
+/** A runtime that accepts every call and does nothing: for loads whose runtime steps are not under test (preload.method none). */
+export const acceptingRuntime = (): RuntimeTarget => ({
+  mirror: async () => async () => undefined, preload: async () => undefined, pin: async () => undefined, unpin: async () => undefined,
+  pinnedRefs: async () => new Set<string>(), apply: async () => undefined, inspector: async () => undefined, cleanup: async () => undefined,
+  close: async () => undefined,
+} as unknown as RuntimeTarget);
 
 let mountChecked: boolean | undefined;
 /** Whether this machine lets us loop-mount an ext4 image (root, loop devices). */

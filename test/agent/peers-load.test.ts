@@ -6,16 +6,10 @@ import t from 'tap';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createLogger, parseConfig, runLayoutLoad, type PipelineContext, type RuntimeTarget } from '@offline-bundle/agent';
+import { createLogger, parseConfig, runLayoutLoad, type PipelineContext } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
-import { nodeRoot } from './fixtures.js';
+import { acceptingRuntime, nodeRoot } from './fixtures.js';
 import { FixedDirectory, endpoint, peerWorld } from './peers-setup.js';
-
-const acceptingRuntime = (): RuntimeTarget => ({
-  mirror: async () => async () => undefined, preload: async () => undefined, pin: async () => undefined, unpin: async () => undefined,
-  pinnedRefs: async () => new Set<string>(), apply: async () => undefined, inspector: async () => undefined, cleanup: async () => undefined,
-  close: async () => undefined,
-} as unknown as RuntimeTarget);
 
 const w = await peerWorld(t);
 const seedServer = await w.server();

@@ -8,19 +8,12 @@ import { chmod, readFile, readdir, rm, unlink, writeFile } from 'node:fs/promise
 import { openSync, closeSync, readSync, writeSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createLogger, parseConfig, runLoad, type PipelineContext, type RuntimeTarget } from '@offline-bundle/agent';
+import { createLogger, parseConfig, runLoad, type PipelineContext } from '@offline-bundle/agent';
 import type { BundleSource } from '@offline-bundle/format';
 import { StatusTracker, emptyStatus, type Status } from '@offline-bundle/status';
 import { makeBundle, readFrames } from '../format/craft.js';
 import { MemorySource, type MemoryFaults } from '../helpers/memory-source.js';
-import { nodeRoot } from './fixtures.js';
-
-/** Accepts every call and does nothing: the load's runtime steps are not what these tests look at. */
-const acceptingRuntime = (): RuntimeTarget => ({
-  mirror: async () => async () => undefined, preload: async () => undefined, pin: async () => undefined, unpin: async () => undefined,
-  pinnedRefs: async () => new Set<string>(), apply: async () => undefined, inspector: async () => undefined, cleanup: async () => undefined,
-  close: async () => undefined,
-} as unknown as RuntimeTarget);
+import { acceptingRuntime, nodeRoot } from './fixtures.js';
 
 async function node(t: Parameters<Parameters<typeof t.test>[1]>[0]) {
   const b = await makeBundle(t, { layerSizes: [12 * 1024 * 1024, 6 * 1024 * 1024] });

@@ -2,43 +2,23 @@
 // give the same delta; one that is not a bundle, or not an earlier release of the same stream,
 // is refused in one line before anything is written (delta.test.ts: the delta itself).
 import t from 'tap';
-import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 // @ts-expect-error: a JavaScript helper without type declarations
-import { writeImageLayout } from '../helpers/images.mjs';
-// @ts-expect-error: a JavaScript helper without type declarations
 import { tmpdir } from '../helpers/tmp.mjs';
+import { deltaReleases, sha } from './delta-setup.js';
 import { bundle, bundleJson, errorCode, keygen, tarEntry, type KeyPair } from './lib.js';
 
 let dir: string;
 let keys: KeyPair;
 const exists = (p: string) => stat(p).then(() => true, () => false);
-// what gzip cannot shrink, as real layers: the shared ones outweigh the bundle's own overhead
-const noise = (n: number) => randomBytes(n).toString('base64');
-const SHARED = { a: noise(60_000), b: noise(40_000), lib: noise(10_000) };
-
-/** A layout of release `v`: images a and b the same in every release, c rebuilt in each. */
-async function layout(v: string): Promise<string> {
-  const l = path.join(dir, `layout-${v}`);
-  const image = async (tag: string, files: Record<string, string>) => writeImageLayout(l, { tag, platforms: [{ os: 'linux', architecture: 'amd64', layers: [files] }] });
-  await image('a', { 'a.txt': SHARED.a });
-  await image('b', { 'b.txt': SHARED.b, 'lib.txt': SHARED.lib });
-  await image('c', { 'c.txt': `app ${v} `.repeat(3000) });
-  return l;
-}
-
-function create(v: string, out: string, extra: string[] = []) {
-  const l = path.join(dir, `layout-${v}`);
-  return bundle(['create', '--quiet', '--version', v, '--key', keys.key, '--cache', path.join(dir, 'cache'), '-o', path.join(dir, out),
-    '--image', `oci:${l}:a=quay.io/acme/a:v1`, '--image', `oci:${l}:b=quay.io/acme/b:v1`, '--image', `oci:${l}:c=quay.io/acme/c:${v}`, ...extra]);
-}
-
-const sha = (b: Buffer) => 'sha256:' + createHash('sha256').update(b).digest('hex');
+let layout: (v: string) => Promise<string>;
+let create: ReturnType<typeof deltaReleases>['create'];
 
 t.before(async () => {
   dir = await tmpdir(t, 'ob-builder-delta-base-');
   keys = await keygen(dir);
+  ({ layout, create } = deltaReleases(dir, keys));
   for (const v of ['1.1.0', '1.2.0']) await layout(v);
   const r = await create('1.1.0', 'r1.bundle');
   if (r.code !== 0) throw new Error(r.stderr);

@@ -3,7 +3,7 @@
 // that layout unchanged. What the daemon calls (README "Bundles between nodes: the transfer").
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { bundleIdentity, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
+import { bundleIdentity, finishLayout, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
 import { AgentError, oneLine } from '../errors.js';
 import { dropOtherPartials, partialCredit } from '../load/resume.js';
 import type { SpaceCredit, StageMode } from '../load/space.js';
@@ -11,7 +11,7 @@ import { BlobFetch } from './peer-blobs.js';
 import { PeerClient } from './peer-client.js';
 import { PeerCounters } from './peer-counters.js';
 import { fetchHead, type PeerHead } from './peer-head.js';
-import { finishStaging, preparePartial, stagedAlready } from './peer-staging.js';
+import { preparePartial, stagedAlready } from './peer-staging.js';
 import type { PeerCredentials } from './peer-tls.js';
 import type { PeerApproval, PeerDirectory } from './types.js';
 
@@ -141,7 +141,7 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
       onPlaced: (e) => o.onVerified?.(e),
       onBytes: (n) => { done += n; o.onProgress?.(done, total); },
     }, await o.directory.peersFor(o.approval.manifestDigest), missing).run();
-    await finishStaging(partial, target, head);
+    await finishLayout(partial, target, head);
     return { ...result, keptBytes, already: false };
   } catch (err) {
     // a verdict (withdrawn, disk full) leaves nothing; a fetch cut short keeps its verified entries

@@ -2,13 +2,10 @@
 // resume marker a stick's extraction uses (packages/format extract.ts, extract-resume.ts), so
 // either source may finish what the other began, and the load runs unchanged on the result.
 import { createReadStream } from 'node:fs';
-import { lstat, rename, rm, rmdir } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
-import {
-  BUNDLE_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, RESUME_MARKER, SIGNATURE, bundleIdentity, layoutEntries, partialBundle, readLayoutDescription, removeUnfinishedWrites, writeResumeMarker,
-  type LayoutEntry,
-} from '@offline-bundle/format';
-import { makeDirs, syncDirBestEffort, writeFileAtomic } from '@offline-bundle/host';
+import { lstat, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { OCI_LAYOUT, OCI_LAYOUT_CONTENT, bundleIdentity, layoutEntries, partialBundle, readLayoutDescription, removeUnfinishedWrites, writeResumeMarker, type LayoutEntry } from '@offline-bundle/format';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import type { PeerHead } from './peer-head.js';
 
@@ -60,17 +57,4 @@ export async function preparePartial(partial: string, head: PeerHead, signal: Ab
     }
   }
   return { missing, keptBytes };
-}
-
-/** As extract.ts's finish: the signed description beside the entries, then the directory renamed into place. */
-export async function finishStaging(partial: string, target: string, head: PeerHead): Promise<void> {
-  await writeFileAtomic(join(partial, BUNDLE_JSON), head.manifestBytes);
-  await writeFileAtomic(join(partial, SIGNATURE), head.signature);
-  await rm(join(partial, RESUME_MARKER), { force: true });
-  await rmdir(target).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== 'ENOENT') throw err;
-  });
-  await makeDirs(dirname(target));
-  await rename(partial, target);
-  await syncDirBestEffort(dirname(target));
 }

@@ -102,7 +102,7 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
       });
     }
     await files.settle();
-    await finish(partial, target, verified);
+    await finishLayout(partial, target, verified);
     return verified;
   } catch (err) {
     await files.quiet();
@@ -139,8 +139,11 @@ function worthResuming(err: unknown, signal: AbortSignal | undefined): boolean {
   return isSystemError(err) && err.syscall === 'read';
 }
 
-/** The signed description beside the entries, then the whole directory renamed into place. */
-async function finish(partial: string, target: string, verified: VerifiedBundle): Promise<void> {
+/**
+ * The signed description beside the entries, then the whole directory renamed into place: how
+ * every staging ends, from a bundle or from peers (agent/src/peers/peer-staging.ts).
+ */
+export async function finishLayout(partial: string, target: string, verified: { manifestBytes: Buffer; signature: Buffer }): Promise<void> {
   await writeFileAtomic(join(partial, BUNDLE_JSON), verified.manifestBytes);
   await writeFileAtomic(join(partial, SIGNATURE), verified.signature);
   await rm(join(partial, RESUME_MARKER), { force: true });

@@ -15,7 +15,7 @@ export { readHeader, readSeekIndex, endsWithSeekTable } from './bundle-ends.js';
 export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
 export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
-export { extractBundle, readLayoutDescription } from './extract.js';
+export { extractBundle, finishLayout, readLayoutDescription } from './extract.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, writeResumeMarker } from './extract-resume.js';
 // what a staging written by other means than extractBundle (from peers) needs to be the same layout
 export { WRITING_SUFFIX, removeUnfinishedWrites } from './entry-files.js';
