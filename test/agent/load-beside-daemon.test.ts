@@ -173,7 +173,9 @@ t.test('a stick (drop directory) found while a by-hand load holds the lock: trie
   t.equal(await exited, 0, 'the hand load finishes');
   for (let i = 0; i < 300 && !/bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/.test(log); i++) await sleep(100);
   t.match(log, /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/, 'the dropped bundle is loaded once the lock is free');
-  const s = await n.readStatus();
+  // the journal line comes before the status file's write of the same change
+  let s = await n.readStatus();
+  for (let i = 0; i < 100 && s?.phase !== 'Ready'; i++) s = await sleep(100).then(() => n.readStatus());
   t.equal(s.phase, 'Ready');
   t.notOk(s.conditions.some((c: any) => c.type === 'Failed'), 'no Failed condition');
   t.notMatch(await readFile(n.consoleFile, 'utf8'), /already loading/, 'the console has no Busy line');
