@@ -4,10 +4,11 @@
 // with certificates from deploy/openshift/peer-ca.mjs; the runtime is a stand-in that accepts
 // every call (preload.method none): what is under test is the fetch-load-offer cycle.
 import t from 'tap';
+import { generateKeyPairSync } from 'node:crypto';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { PeerService, createLogger, parseConfig, startPeerServer } from '@offline-bundle/agent';
+import { PeerService, addForgotten, createLogger, parseConfig, startPeerServer } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { acceptingRuntime, nodeRoot } from './fixtures.js';
 import { FixedDirectory, MiB, endpoint, peerWorld } from './peers-setup.js';
@@ -25,7 +26,7 @@ async function peerNode(name: string, directory: FixedDirectory) {
   await chmod(w.b.dir, 0o755);
   const config = parseConfig(await readFile(configFile, 'utf8'), configFile);
   const tracker = new StatusTracker(emptyStatus(name));
-  const log = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
+  const log = createLogger(new Writable({ write: (c, _e, cb) => { if (process.env.PEER_DEBUG) process.stderr.write(c); cb(); } }));
   const address = `127.0.0.${100 + nodes}`;
   const service = new PeerService({ directory, credentials: w.credentials, address, port: 9470, context: { config, log, tracker }, runtime: acceptingRuntime });
   return { name, config, tracker, service, address };
@@ -49,16 +50,36 @@ t.test('fetched from the seed, loaded, offered onwards: a third node gets it fro
   t.ok(bServer.counters.bytesServed > 0, 'node-b sent it');
 });
 
-t.test('no peer holds it: Failed NoPeerHasBundle in the status; not tried again at once', async (t) => {
-  const n = await peerNode('node-d', new FixedDirectory([w.approval], []));
+t.test('no peer holds it yet (the seed still loading): not a failure of this node; looked for again at the next look', async (t) => {
+  const directory = new FixedDirectory([w.approval], []);
+  const n = await peerNode('node-d', directory);
   t.equal(await n.service.syncOnce(), undefined);
-  t.equal(n.tracker.current.phase, 'Failed');
+  t.notOk(n.tracker.current.conditions.some((c) => c.type === 'Failed'), 'no Failed condition');
+  t.not(n.tracker.current.phase, 'Failed');
+  directory.peers = [endpoint('seed', seed.url)];
+  t.equal((await n.service.syncOnce())?.version, '1.2.3', 'the next look fetches it once a peer has it');
+});
+
+t.test('a refused bundle (signed by a key this node does not trust) is Failed and not tried again for a while', async (t) => {
+  const n = await peerNode('node-f', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]));
+  // another factory's key in the node's trust: the seed's bundle.json is signed by a key it does not hold
+  await writeFile(n.config.trust.keys[0]!, generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ type: 'spki', format: 'pem' }));
+  t.equal(await n.service.syncOnce(), undefined);
   const failed = n.tracker.current.conditions.find((c) => c.type === 'Failed');
-  t.equal(failed?.reason, 'NoPeerHasBundle');
-  t.match(failed?.message, /no other node holds bundle 1\.2\.3/);
-  const before = n.tracker.current.conditions.find((c) => c.type === 'Failed')?.lastTransitionTime;
+  t.equal(n.tracker.current.phase, 'Failed');
+  t.match(failed?.reason, /UntrustedKey|NoTrust|BadSignature/);
+  const at = failed?.lastTransitionTime;
   t.equal(await n.service.syncOnce(), undefined, 'a second look right after: nothing tried');
-  t.equal(n.tracker.current.conditions.find((c) => c.type === 'Failed')?.lastTransitionTime, before);
+  t.equal(n.tracker.current.conditions.find((c) => c.type === 'Failed')?.lastTransitionTime, at);
+});
+
+t.test('a release forgotten on this node is not fetched again while its approval stands', async (t) => {
+  const n = await peerNode('node-g', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]));
+  await addForgotten(n.config.paths.stateDir, '1.2.3', 'amd64');
+  const served = seed.counters.bytesServed;
+  t.equal(await n.service.syncOnce(), undefined);
+  t.equal(seed.counters.bytesServed, served, 'nothing fetched');
+  t.not(n.tracker.current.phase, 'Ready', 'nothing loaded');
 });
 
 t.test('nothing approved: nothing fetched, nothing offered', async (t) => {

@@ -7,7 +7,7 @@ import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { ApiPeerDirectory } from '../peers/directory.js';
 import { peerServerOptions } from '../peers/peer-config.js';
-import { startPeerServer } from '../peers/peer-server.js';
+import { startPeerServer, type RunningPeerServer } from '../peers/peer-server.js';
 import { PeerService } from '../peers/peer-service.js';
 import { loadPeerCredentials } from '../peers/peer-tls.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
@@ -34,6 +34,7 @@ interface PeerDaemon {
 export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined> {
   const { config, log, tracker } = d;
   if (!config.peers.enabled || !config.status.kubeconfig) return undefined;
+  let server: RunningPeerServer | undefined;
   try {
     const credentials = await loadPeerCredentials(config.peers);
     const directory = new ApiPeerDirectory({ node: config.nodeName, kubeconfig: config.status.kubeconfig });
@@ -43,7 +44,7 @@ export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined
       directory, credentials, address, port: config.peers.port,
       context: { config, log, tracker, agentVersion: d.agentVersion }, runtime: () => runtimeTarget(config, log),
     });
-    const server = await startPeerServer(peerServerOptions(config, credentials, { host: address, port: config.peers.port, controlPlane: false, bundle: (m) => service.offer(m) }));
+    server = await startPeerServer(peerServerOptions(config, credentials, { host: address, port: config.peers.port, controlPlane: false, bundle: (m) => service.offer(m) }));
     const publish = () => tracker.update((s) => {
       const serving = service.serving();
       if (serving) s.serving = serving;
@@ -55,16 +56,25 @@ export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined
     };
     await refresh();
     log.info('peers', `serving other nodes on ${server.url}; fetching approved bundles from them`, { url: server.url });
-    let busy = false;
+    let task: Promise<void> | undefined;
     const timer = setInterval(() => {
-      if (busy || d.signal.aborted) return;
-      busy = true;
-      void d.exclusive(() => service.syncOnce(d.signal))
+      if (task || d.signal.aborted) return;
+      // queued behind a stick's load, it may start after a stop: it then does nothing
+      task = d.exclusive(async () => { if (!d.signal.aborted) await service.syncOnce(d.signal); })
         .then(publish, (err: unknown) => log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
-        .finally(() => { busy = false; });
+        .finally(() => { task = undefined; });
     }, Math.max(MIN_PEER_POLL_MS, config.media.pollSeconds * 1000));
-    return { refresh, stop: async () => { clearInterval(timer); await server.close(); } };
+    const running = server;
+    const stop = async () => {
+      clearInterval(timer);
+      await task;
+      await running.close();
+      // a stopped node is no peer: others would try it first
+      tracker.update((s) => { delete s.serving; });
+    };
+    return { refresh, stop };
   } catch (err) {
+    await server?.close().catch(() => undefined);
     log.warn('peers', `not serving or fetching bundles between nodes: ${oneLine(err)}`);
     return undefined;
   }

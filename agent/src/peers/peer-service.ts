@@ -2,10 +2,12 @@
 // what it holds verified is offered to its peers (kept layouts, and a fetch under way, blob by
 // blob, so nodes pass a bundle on as they get it), and a bundle an admin approved that this
 // node lacks is fetched from them and loaded as a stick's would be (runLayoutLoad).
-import { loadTrust } from '@offline-bundle/format';
+import { compareVersions, loadTrust } from '@offline-bundle/format';
 import type { ServingStatus } from '@offline-bundle/status';
 import { failureOf, oneLine } from '../errors.js';
+import { withLoadLock } from '../load/lock.js';
 import { runLayoutLoad, type LoadResult, type PipelineContext } from '../load/pipeline.js';
+import { isForgotten, readForgotten } from '../releases/bundle-records.js';
 import { readReleases } from '../releases/state.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
@@ -33,6 +35,8 @@ export interface PeerServiceOptions {
 export class PeerService {
   private readonly offers = new Map<string, ServedBundle>();
   private readonly failedAt = new Map<string, number>();
+  /** Approvals waited for (no peer yet, the lock busy): said once in the log. */
+  private readonly waitingFor = new Set<string>();
   readonly counters = new PeerCounters();
 
   constructor(private readonly o: PeerServiceOptions) {}
@@ -42,23 +46,32 @@ export class PeerService {
     return this.offers.get(manifestDigest);
   }
 
-  /** The layouts this node keeps (staging.keep), offered; the newest is what status.serving publishes. */
+  /**
+   * The layouts this node keeps (staging.keep), offered afresh: a layout forgotten or removed
+   * since is no longer offered; a fetch under way stays. Returns what status.serving publishes.
+   */
   async offerKept(): Promise<ServingStatus | undefined> {
     const { config, log } = this.o.context;
+    const kept = new Map<string, ServedBundle>();
     for (const r of await readReleases(config.paths.stateDir)) {
       if (!r.layout) continue;
       const served = await ServedBundle.fromLayout(r.layout).catch((err: unknown) => {
         log.warn('peers', `the layout kept in ${r.layout!} cannot be offered to other nodes: ${oneLine(err)}`);
         return undefined;
       });
-      if (served) this.offers.set(served.manifestDigest, served);
+      if (served) kept.set(served.manifestDigest, served);
     }
+    for (const [digest, offer] of this.offers) if (!offer.complete && !kept.has(digest)) kept.set(digest, offer);
+    this.offers.clear();
+    for (const [digest, offer] of kept) this.offers.set(digest, offer);
     return this.serving();
   }
 
   /** What status.serving says: the most complete offer (one per node: the resource has one field). */
   serving(): ServingStatus | undefined {
-    const best = [...this.offers.values()].sort((a, b) => Number(b.complete) - Number(a.complete))[0];
+    // the newest release held whole (the one nodes are fetching), else a fetch under way
+    const byVersion = (a: ServedBundle, b: ServedBundle) => compareVersions(b.manifest.release.version, a.manifest.release.version);
+    const best = [...this.offers.values()].sort((a, b) => Number(b.complete) - Number(a.complete) || byVersion(a, b))[0];
     if (!best) return undefined;
     const verifiedBlobs = best.verifiedDigests(Number.MAX_SAFE_INTEGER).length;
     return { manifestDigest: best.manifestDigest, complete: best.complete, verifiedBlobs, address: this.o.address, port: this.o.port };
@@ -70,57 +83,88 @@ export class PeerService {
    * (the failure is in the status, as a stick's is).
    */
   async syncOnce(signal?: AbortSignal): Promise<LoadResult | undefined> {
-    const wanted = await this.nextWanted(this.o.context);
+    const { config, log } = this.o.context;
+    // only a signature vouches for what peers send: a node that trusts a file digest takes sticks only
+    if (!config.trust.keys.length) return undefined;
+    const wanted = await this.nextWanted();
     if (!wanted) return undefined;
-    const ctx: PipelineContext = { ...this.o.context, runtime: this.o.runtime(), media: 'peers', ...(signal ? { signal } : {}) };
-    ctx.log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
+    log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
     let loading = false;
     try {
-      const r = await fetchFromPeers({
-        ...peerFetchBase(ctx.config, this.o.credentials, await loadTrust(ctx.config.trust.keys)),
-        approval: wanted, directory: this.o.directory, counters: this.counters, ...(signal ? { signal } : {}),
-        onStaging: (head, partial, target) => this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head)),
-        onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
-      });
-      this.offers.get(wanted.manifestDigest)?.staged();
+      // under the load lock: a load by hand beside the daemon would otherwise lose its partial staging to this fetch
+      const target = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
       loading = true;
-      const loaded = await runLayoutLoad(r.target, ctx);
-      await this.afterLoad(wanted, r.target, ctx);
-      return loaded;
+      return await this.load(wanted, target, signal);
     } catch (err) {
-      this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
       this.offers.delete(wanted.manifestDigest);
+      const { reason, message } = failureOf(err, config.paths.upgradeDir);
+      // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried
+      // again at the next look; not this node failing, so the status keeps what it says
+      if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
+        if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
+        this.waitingFor.add(wanted.manifestDigest);
+        return undefined;
+      }
+      this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
       // the load reports its own failure; a fetch's goes into the status here, as a stick's read would
-      if (!loading) this.reportFetchFailure(err, wanted, ctx);
+      if (!loading) this.reportFetchFailure(err, wanted);
       return undefined;
-    } finally {
-      await ctx.runtime.close();
     }
   }
 
-  private reportFetchFailure(err: unknown, a: PeerApproval, ctx: PipelineContext): void {
-    const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
-    ctx.tracker.condition('Failed', 'True', reason, message);
-    ctx.tracker.condition('Ready', 'False', reason, message);
-    ctx.tracker.phase('Failed');
-    ctx.log.error('peers', `bundle ${a.version} from other nodes: ${message}`, { reason, digest: a.manifestDigest });
+  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<string> {
+    const { config } = this.o.context;
+    const r = await fetchFromPeers({
+      ...peerFetchBase(config, this.o.credentials, await loadTrust(config.trust.keys)),
+      approval: wanted, directory: this.o.directory, counters: this.counters, ...(signal ? { signal } : {}),
+      onStaging: (head, partial, target) => this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head)),
+      onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
+    });
+    this.offers.get(wanted.manifestDigest)?.staged();
+    return r.target;
+  }
+
+  private async load(wanted: PeerApproval, target: string, signal: AbortSignal | undefined): Promise<LoadResult> {
+    const runtime = this.o.runtime();
+    try {
+      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: 'peers', ...(signal ? { signal } : {}) });
+      await this.afterLoad(wanted, target);
+      return loaded;
+    } finally {
+      await runtime.close();
+    }
+  }
+
+  private reportFetchFailure(err: unknown, a: PeerApproval): void {
+    const { config, log, tracker } = this.o.context;
+    const { reason, message } = failureOf(err, config.paths.upgradeDir);
+    log.error('peers', `bundle ${a.version} from other nodes: ${message}`, { reason, digest: a.manifestDigest });
+    tracker.condition('Failed', 'True', reason, message);
+    tracker.condition('Ready', 'False', reason, message);
+    tracker.phase('Failed');
   }
 
   /** A layout the config does not keep is gone after Ready: nothing of it to offer. */
-  private async afterLoad(a: PeerApproval, target: string, ctx: Omit<PipelineContext, 'runtime'>): Promise<void> {
+  private async afterLoad(a: PeerApproval, target: string): Promise<void> {
     this.offers.delete(a.manifestDigest);
-    if (ctx.config.staging.keep === false) return;
+    if (this.o.context.config.staging.keep === false) return;
     const served = await ServedBundle.fromLayout(target).catch(() => undefined);
     if (served) this.offers.set(a.manifestDigest, served);
   }
 
-  /** The first approval this node does not hold (as an offer, or a release of that version loaded) and has not failed lately. */
-  private async nextWanted(ctx: Omit<PipelineContext, 'runtime'>): Promise<PeerApproval | undefined> {
+  /** The first approval this node does not hold (an offer, a release of that version loaded), did not forget, and has not failed lately. */
+  private async nextWanted(): Promise<PeerApproval | undefined> {
+    const { config } = this.o.context;
     const approvals = await this.o.directory.approved();
-    const loaded = new Set((await readReleases(ctx.config.paths.stateDir)).map((r) => r.version));
+    const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.version));
+    const forgotten = await readForgotten(config.paths.stateDir);
     const now = (this.o.now ?? Date.now)();
+    // an approval withdrawn and given again is a new request
+    for (const digest of this.failedAt.keys()) if (!approvals.some((a) => a.manifestDigest === digest)) this.failedAt.delete(digest);
     return approvals.find((a) => {
       if (this.offers.get(a.manifestDigest)?.complete || loaded.has(a.version)) return false;
+      // `releases forget` holds for peers as for sticks: unforget to take it again
+      if (isForgotten(forgotten, { version: a.version, arch: config.arch })) return false;
       const failed = this.failedAt.get(a.manifestDigest);
       return failed === undefined || now - failed >= PEER_RETRY_MS;
     });
