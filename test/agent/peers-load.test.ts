@@ -31,12 +31,12 @@ async function fetchedNode(trust: string, current = '1.2.2') {
   return { config, target: r.target };
 }
 
-async function load(n: Awaited<ReturnType<typeof fetchedNode>>) {
+async function load(n: Awaited<ReturnType<typeof fetchedNode>>, foundStaged = false) {
   const tracker = new StatusTracker(emptyStatus('node-b'));
   let journal = '';
   const log = createLogger(new Writable({ write: (c, _e, cb) => { journal += String(c); cb(); } }));
   const ctx: PipelineContext = { config: n.config, log, tracker, runtime: acceptingRuntime(), media: 'peers' };
-  const ok = await runLayoutLoad(n.target, ctx).then(() => true, () => false);
+  const ok = await runLayoutLoad(n.target, ctx, { manifestDigest: w.approval.manifestDigest, foundStaged }).then(() => true, () => false);
   const c = (type: string) => tracker.current.conditions.find((x) => x.type === type);
   return { ok, phase: tracker.current.phase, ready: c('Ready'), failed: c('Failed'), staged: c('Staged'), journal };
 }
@@ -75,4 +75,17 @@ t.test('a node trusting only a file digest cannot load a layout from peers: NoTr
   t.notOk(r.ok);
   t.equal(r.failed?.reason, 'NoTrust');
   t.match(r.failed?.message, /trust\.keys/);
+});
+
+t.test('a layout the fetch found already staged is hashed again: a damaged blob refuses the load', async (t) => {
+  const n = await fetchedNode('');
+  const layer = w.manifest.blobs.reduce((a, b) => (b.size > a.size ? b : a));
+  const file = join(n.target, 'blobs', 'sha256', layer.digest.slice('sha256:'.length));
+  const bytes = await readFile(file);
+  bytes[0] = bytes[0]! ^ 0xff;
+  await writeFile(file, bytes);
+  const r = await load(n, true);
+  t.notOk(r.ok, 'refused');
+  t.equal(r.phase, 'Failed');
+  t.match(r.failed?.reason, /StagingFailed|Corrupt|DigestMismatch/);
 });

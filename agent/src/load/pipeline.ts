@@ -205,6 +205,8 @@ interface Admitted {
   /** The bundle's bytes, open for the whole load (closed by loadBundle); none for a layout staged by peers. */
   source?: BundleSource;
   head: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
+  /** A layout staged by peers that was found already there, not written by this fetch: hashed again before use. */
+  rehash?: boolean;
   signer?: TrustedKey;
   trust: Trust;
   releases: ReleaseRecord[];
@@ -212,7 +214,10 @@ interface Admitted {
 }
 
 /** Where a load's signed head comes from: a bundle file's source (kept open for the staging), or a layout's description. */
-type HeadOrigin = () => Promise<{ head: Admitted['head']; source?: BundleSource }>;
+type HeadOrigin = () => Promise<{ head: Admitted['head']; source?: BundleSource; rehash?: boolean }>;
+
+/** What a fetch from peers says of the layout it leaves: the approved bundle's digest, and whether it wrote the layout or found it there. */
+export interface FetchedLayout { manifestDigest: string; foundStaged: boolean }
 
 const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOrigin => async () => {
   await assertBundleFile(file);
@@ -221,9 +226,11 @@ const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOr
 };
 
 // What the fetch verified and wrote is read back, not trusted from memory: the signature is checked again below.
-const fromLayout = (dir: string): HeadOrigin => async () => {
+const fromLayout = (dir: string, fetched: FetchedLayout): HeadOrigin => async () => {
   const d = await readLayoutDescription(dir);
-  return { head: { manifest: parseManifestBytes(d.manifestBytes), manifestBytes: d.manifestBytes, signature: d.signature } };
+  // the load is bound to what was approved and fetched, not to whatever signed bundle.json lies in the directory now
+  if (bundleIdentity(d.manifestBytes) !== fetched.manifestDigest) throw new AgentError('Corrupt', `${dir} holds another bundle.json than the one fetched (${fetched.manifestDigest}): fetch it again`);
+  return { head: { manifest: parseManifestBytes(d.manifestBytes), manifestBytes: d.manifestBytes, signature: d.signature }, rehash: fetched.foundStaged };
 };
 
 /** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
@@ -239,7 +246,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
-  const { head, source } = await origin();
+  const { head, source, rehash } = await origin();
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
   tracker.update((s) => {
@@ -255,7 +262,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
-  return { ...(source ? { source } : {}), head, ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+  return { ...(source ? { source } : {}), head, ...(rehash ? { rehash } : {}), ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
 }
 
 interface Staged {
@@ -280,14 +287,15 @@ function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
 /**
  * A layout peers staged on this node (peers/peer-fetch.ts): every blob was hashed against this
  * signed bundle.json as it arrived and renamed into place only then, so it is opened as verified
- * (a second full read would double the load's IO); a layout holding another bundle.json is refused.
+ * (a second full read would double the load's IO); one the fetch found already there is hashed
+ * again, as a kept layout is.
  */
 async function openFetched(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   const rel = a.head.manifest.release;
   const target = join(ctx.config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} came from peers, which only a signature can vouch for: add the factory's public key to trust.keys`);
   if (!(await alreadyStaged(target, a.head.manifestBytes))) throw new AgentError('StagingFailed', `no layout of bundle ${rel.version} is staged in ${target}: fetch it again`);
-  const store = await LayoutStore.open(target, catalogOf(a.head.manifest), { verified: true }).catch((err: unknown) => {
+  const store = await LayoutStore.open(target, catalogOf(a.head.manifest), { verified: !a.rehash }).catch((err: unknown) => {
     throw new AgentError('StagingFailed', oneLine(err), { cause: err });
   });
   ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged from peers in ${target}`);
@@ -431,8 +439,8 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
 }
 
 /** Steps 3 and 6 to 10 for a layout peers staged in `dir` (peer-fetch.ts): checked against the trusted keys and the policy again, then served, pulled and pinned as from a stick. */
-export function loadLayout(dir: string, ctx: PipelineContext): Promise<LoadResult> {
-  return loadFrom(dir, ctx, fromLayout(dir));
+export function loadLayout(dir: string, ctx: PipelineContext, fetched: FetchedLayout): Promise<LoadResult> {
+  return loadFrom(dir, ctx, fromLayout(dir, fetched));
 }
 
 async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin): Promise<LoadResult> {
@@ -496,8 +504,8 @@ export function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult>
 }
 
 /** Runs loadLayout (a layout peers staged in `dir`) as runLoad runs a file; no bundle-file record is kept for it. */
-export function runLayoutLoad(dir: string, ctx: PipelineContext): Promise<LoadResult> {
-  return runAttempt(dir, ctx, () => loadLayout(dir, ctx), 'layout');
+export function runLayoutLoad(dir: string, ctx: PipelineContext, fetched: FetchedLayout): Promise<LoadResult> {
+  return runAttempt(dir, ctx, () => loadLayout(dir, ctx, fetched), 'layout');
 }
 
 async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout'): Promise<LoadResult> {

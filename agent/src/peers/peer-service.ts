@@ -6,7 +6,7 @@ import { compareVersions, loadTrust } from '@offline-bundle/format';
 import type { ServingStatus } from '@offline-bundle/status';
 import { failureOf, oneLine } from '../errors.js';
 import { withLoadLock } from '../load/lock.js';
-import { runLayoutLoad, type LoadResult, type PipelineContext } from '../load/pipeline.js';
+import { runLayoutLoad, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../releases/bundle-records.js';
 import { readReleases } from '../releases/state.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
@@ -92,9 +92,9 @@ export class PeerService {
     let loading = false;
     try {
       // under the load lock: a load by hand beside the daemon would otherwise lose its partial staging to this fetch
-      const target = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
+      const { target, fetched } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
       loading = true;
-      return await this.load(wanted, target, signal);
+      return await this.load(wanted, target, fetched, signal);
     } catch (err) {
       this.offers.delete(wanted.manifestDigest);
       const { reason, message } = failureOf(err, config.paths.upgradeDir);
@@ -112,7 +112,7 @@ export class PeerService {
     }
   }
 
-  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<string> {
+  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ target: string; fetched: FetchedLayout }> {
     const { config } = this.o.context;
     const r = await fetchFromPeers({
       ...peerFetchBase(config, this.o.credentials, await loadTrust(config.trust.keys)),
@@ -121,13 +121,13 @@ export class PeerService {
       onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
     });
     this.offers.get(wanted.manifestDigest)?.staged();
-    return r.target;
+    return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already } };
   }
 
-  private async load(wanted: PeerApproval, target: string, signal: AbortSignal | undefined): Promise<LoadResult> {
+  private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, signal: AbortSignal | undefined): Promise<LoadResult> {
     const runtime = this.o.runtime();
     try {
-      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: 'peers', ...(signal ? { signal } : {}) });
+      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: 'peers', ...(signal ? { signal } : {}) }, fetched);
       await this.afterLoad(wanted, target);
       return loaded;
     } finally {
