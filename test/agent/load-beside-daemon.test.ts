@@ -60,7 +60,7 @@ t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console lin
   const daemon = await startDaemon(t, config, readStatus);
   // the node is Ready: the load's result, which the daemon adopts and shows
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
-  for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  for (let i = 0; i < 300 && ((await readStatus())?.writer?.pid !== daemon.pid || !/NOT loaded/.test(await readFile(consoleFile, 'utf8').catch(() => ''))); i++) await sleep(100);
   const ready = await readFile(consoleFile, 'utf8');
   t.match(ready, /NOT loaded/, 'the console shows the Ready line');
 
