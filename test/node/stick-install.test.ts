@@ -83,7 +83,7 @@ else {
     // stays silent; the timer fires switch-guard.sh, which puts the previous drop-in back and
     // restarts the unit: the first agent runs again. Still nothing typed at the node.
     const layout = join(dir, 'silent-agent');
-    const silentTag = unconfirmingAgentImage(agent.ociTar, layout, '0.2.0', 'setInterval(() => {}, 1 << 30)');
+    const silentTag = unconfirmingAgentImage(agent.ociTar, layout, '0.3.0', 'setInterval(() => {}, 1 << 30)');
     const out2 = join(dir, 'second');
     mkdirSync(out2);
     await makeBundle(dir, {
@@ -110,7 +110,7 @@ else {
     // A newer agent that crashes at once: switch-guard.sh, as ExecStartPre, counts its starts
     // and on the sixth puts the previous image back itself (before the 60 s timer).
     const crashLayout = join(dir, 'crashing-agent');
-    const crashTag = unconfirmingAgentImage(agent.ociTar, crashLayout, '0.3.0', 'process.exit(1)');
+    const crashTag = unconfirmingAgentImage(agent.ociTar, crashLayout, '0.4.0', 'process.exit(1)');
     const out3 = join(dir, 'third');
     mkdirSync(out3);
     await makeBundle(dir, {
