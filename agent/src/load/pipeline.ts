@@ -12,7 +12,7 @@ import {
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
-import { clearPartialsFor, partialCredit, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
+import { alreadyStaged, clearPartialsFor, partialCredit, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
@@ -191,15 +191,6 @@ function rateTracker(tracker: StatusTracker) {
   };
 }
 
-/** A staged layout is reused after a restart only if it holds exactly this bundle's signed description. */
-async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
-  try {
-    return (await readLayoutDescription(dir)).manifestBytes.equals(manifestBytes);
-  } catch {
-    return false;
-  }
-}
-
 /** What the checks before any write establish about a bundle file. */
 interface Admitted {
   /** The bundle's bytes, open for the whole load (closed by loadBundle); none for a layout staged by peers. */
@@ -312,8 +303,9 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
   const rel = m.release;
   const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   const identity = bundleIdentity(a.head.manifestBytes);
+  const stagedBefore = await alreadyStaged(target, a.head.manifestBytes);
   // a delta's base is found before anything is written: a node without it refuses at once
-  const base = m.base && !(await alreadyStaged(target, a.head.manifestBytes)) ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) } : {};
+  const base = m.base && !stagedBefore ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) } : {};
   const plan = await planSpace(m, config, await partialCredit(config.paths.upgradeDir, `${target}.partial`, identity));
   // from the part spool, "the media" is the node's own disk: no stick is read
   if (fromSpool(ctx.media)) plan.message = plan.message.replace(/serving from the media: keep the USB stick in until Ready/, 'serving from the part spool on this node\'s disk: no USB stick is needed');
@@ -343,7 +335,7 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
       s.phase = 'Staging';
       Object.assign(s.progress, { bytesDone: 0, bytesTotal: fileSize });
     });
-    const kept = (await alreadyStaged(target, a.head.manifestBytes)) ? await reopenKeptLayout(target, catalog, log) : undefined;
+    const kept = stagedBefore ? await reopenKeptLayout(target, catalog, log) : undefined;
     const reuse = !!kept;
     let fileDigest = '';
     // Signed: each blob is good once it hashes to its signed digest, so pulls may start then.
@@ -544,9 +536,7 @@ async function runAttempt(file: string, ctx: PipelineContext, load: () => Promis
     // stopped before the attempt began (waiting for the cluster): there is no attempt to call failed
     const attempted = reason !== 'Interrupted' || ctx.tracker.current.history.some((e) => e.version === version && e.state === 'installing');
     if (version && attempted) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
-    ctx.tracker.condition('Failed', 'True', reason, message);
-    ctx.tracker.condition('Ready', 'False', reason, message);
-    ctx.tracker.phase('Failed');
+    ctx.tracker.failed(reason, message);
     ctx.log.error('failed', message, { reason, file });
     throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
   }

@@ -3,7 +3,7 @@
 // partial directories stay).
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { partialBundle, type BundleManifest, type ExtractOptions, type ResumeInfo } from '@offline-bundle/format';
+import { partialBundle, readLayoutDescription, type BundleManifest, type ExtractOptions, type ResumeInfo } from '@offline-bundle/format';
 import { LayoutStore, type Catalog } from '@offline-bundle/registry';
 import { formatBytes } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
@@ -89,6 +89,11 @@ export function recheckMessage(info: ResumeInfo): string | undefined {
 export async function clearPartialsFor(upgradeDir: string, partialDir: string | undefined, bundle: string, log: Logger): Promise<void> {
   const dropped = await dropOtherPartials(upgradeDir, partialDir ?? '', bundle);
   if (dropped.length) log.info('staging', `removed unfinished staging of ${partialDir ? 'another bundle' : 'a bundle, to serve this one from the media'}: ${dropped.join(', ')}`);
+}
+
+/** A staged layout is reused (after a restart, or fetched from peers) only if it holds exactly this bundle's signed description. */
+export async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
+  return readLayoutDescription(dir).then((d) => d.manifestBytes.equals(manifestBytes), () => false);
 }
 
 /**

@@ -5,13 +5,13 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { bundleIdentity, finishLayout, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
 import { AgentError, oneLine } from '../errors.js';
-import { dropOtherPartials, partialCredit } from '../load/resume.js';
+import { alreadyStaged, dropOtherPartials, partialCredit } from '../load/resume.js';
 import type { SpaceCredit, StageMode } from '../load/space.js';
 import { BlobFetch } from './peer-blobs.js';
 import { PeerClient } from './peer-client.js';
 import { PeerCounters } from './peer-counters.js';
 import { fetchHead, type PeerHead } from './peer-head.js';
-import { preparePartial, stagedAlready } from './peer-staging.js';
+import { preparePartial } from './peer-staging.js';
 import type { PeerCredentials } from './peer-tls.js';
 import type { PeerApproval, PeerDirectory } from './types.js';
 
@@ -120,7 +120,7 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
   const target = join(o.upgradeDir, `${rel.version}-${rel.arch}`);
   const partial = `${target}.partial`;
   const result = { target, manifest: head.manifest, manifestBytes: head.manifestBytes, signature: head.signature, signer: head.signer };
-  if (await stagedAlready(target, head.manifestBytes)) return { ...result, keptBytes: 0, already: true };
+  if (await alreadyStaged(target, head.manifestBytes)) return { ...result, keptBytes: 0, already: true };
   const identity = bundleIdentity(head.manifestBytes);
   const plan = await o.planSpace(head.manifest, await partialCredit(o.upgradeDir, partial, identity));
   if (plan.mode !== 'staged') throw new AgentError('InsufficientSpace', `not enough disk space to stage bundle ${rel.version} fetched from peers (${plan.message.replace(/; serving from the media.*$/, '')}): free space on ${o.upgradeDir}`);

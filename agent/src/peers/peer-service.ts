@@ -139,9 +139,7 @@ export class PeerService {
     const { config, log, tracker } = this.o.context;
     const { reason, message } = failureOf(err, config.paths.upgradeDir);
     log.error('peers', `bundle ${a.version} from other nodes: ${message}`, { reason, digest: a.manifestDigest });
-    tracker.condition('Failed', 'True', reason, message);
-    tracker.condition('Ready', 'False', reason, message);
-    tracker.phase('Failed');
+    tracker.failed(reason, message);
   }
 
   /** A layout the config does not keep is gone after Ready: nothing of it to offer. */

@@ -4,15 +4,10 @@
 import { createReadStream } from 'node:fs';
 import { lstat, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { OCI_LAYOUT, OCI_LAYOUT_CONTENT, bundleIdentity, layoutEntries, partialBundle, readLayoutDescription, removeUnfinishedWrites, writeResumeMarker, type LayoutEntry } from '@offline-bundle/format';
+import { OCI_LAYOUT, OCI_LAYOUT_CONTENT, bundleIdentity, layoutEntries, partialBundle, removeUnfinishedWrites, writeResumeMarker, type LayoutEntry } from '@offline-bundle/format';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import type { PeerHead } from './peer-head.js';
-
-/** Whether `dir` is a staged layout of exactly this signed bundle.json. */
-export async function stagedAlready(dir: string, manifestBytes: Buffer): Promise<boolean> {
-  return readLayoutDescription(dir).then((d) => d.manifestBytes.equals(manifestBytes), () => false);
-}
 
 /** Whether the file of `entry` in `dir` is a regular file of its size that hashes to its digest; removed when not. */
 async function keptRight(dir: string, entry: LayoutEntry, signal: AbortSignal): Promise<boolean> {
