@@ -86,8 +86,6 @@ export function showRefusal(tracker: StatusTracker, log: Logger, at: SpoolShown,
     s.bundle = { file: at.file, media: at.media };
     s.conditions = [];
   });
-  tracker.condition('Failed', 'True', reason, message);
-  tracker.condition('Ready', 'False', reason, message);
-  tracker.phase('Failed');
+  tracker.failed(reason, message);
   log.error('parts', message, { reason, file: at.file });
 }

@@ -53,6 +53,13 @@ export class StatusTracker {
     });
   }
 
+  /** An attempt ended in failure, for one reason: Failed, Ready False with the same words, phase Failed. */
+  failed(reason: string, message: string): void {
+    this.condition('Failed', 'True', reason, message);
+    this.condition('Ready', 'False', reason, message);
+    this.phase('Failed');
+  }
+
   progress(p: Partial<Progress>): void {
     this.update((s) => {
       Object.assign(s.progress, p);
