@@ -157,22 +157,13 @@ async function create({ reg, rel }, key) {
 }
 const BUNDLE_REL = path.relative(ROOT, BUNDLE);
 
-/**
- * write-media takes the one-file bundle (it splits as the stick needs): the parts are joined,
- * each removed once appended, so the disk holds the bundle once.
- */
-async function join({ file, parts }) {
-  const r = await measure('bash', ['-c', 'set -e; out="$1"; shift; for p in "$@"; do cat "$p" >> "$out"; rm "$p"; done', 'join', file, ...parts], { abort: ac.signal });
-  await record({ id: 'join', what: '`cat` the parts into one file (write-media takes NAME.bundle), each part removed once appended', ...r, bytes: (await stat(file)).size });
-}
-
-/** Onto the stick: the whole bundle through `bundle write-media`, in parts of --split-size; returns its mount. */
-async function media({ file }) {
-  const size = (await stat(file)).size;
+/** Onto the stick: the parts as create wrote them (write-media reads a part set in turn; no joined copy), in parts of --split-size; returns its mount. */
+async function media({ parts }) {
+  const size = await sizeOf(parts);
   const dir = path.join(work, 'stick');
   // the filesystem's tables and a cluster per file end: 1% and 64 MiB over the bundle
   await STICK.mount(path.join(work, 'stick.img'), dir, Math.ceil(size * 1.01) + 64 * MiB);
-  await writeMedia(file, dir, STICK.what, ['--part-size', SPLIT]);
+  await writeMedia(parts[0], dir, STICK.what, ['--part-size', SPLIT]);
   return dir;
 }
 
@@ -226,7 +217,6 @@ try {
   const gen = await generate();
   const built = await create(gen, path.join(work, 'k.key'));
   checkAbort();
-  await join(built);
   checkAbort();
   const dir = await media(built);
   await rm(built.out, { recursive: true, force: true });

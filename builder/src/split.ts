@@ -8,7 +8,7 @@ import { mkdir, rename, rm, stat, truncate, type FileHandle } from 'node:fs/prom
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { InvalidArgumentError } from 'commander';
-import { MAX_PARTS, FormatError, digestLine, partName, partNamesIn, writeFailure } from '@offline-bundle/format';
+import { MAX_PARTS, FormatError, digestLine, partName, partNamesIn, writeFailure, type BundleSource } from '@offline-bundle/format';
 import { assertRegularFile, syncPath, writeSynced } from '@offline-bundle/host';
 
 /** FAT32's largest file: 4 GiB - 1 byte. A size of exactly 4 GiB is taken as this, so `4G` fits a FAT32 stick. */
@@ -67,13 +67,16 @@ async function* rangeOf(fh: FileHandle, start: number, end: number): AsyncGenera
   }
 }
 
+const isSource = (src: FileHandle | BundleSource): src is BundleSource => 'identity' in src;
+
 /**
- * Bytes [start, end) of `src` (a path, or a handle kept open across parts so every part comes
- * from the same file) into `dest`, streamed and synced; each chunk also to `seen`. A source that
- * ends before `end` (cut or replaced while being read) is an error, never a short part.
+ * Bytes [start, end) of `src` (a path, a handle kept open across parts so every part comes
+ * from the same file, or a bundle source: a file or the parts of one) into `dest`, streamed
+ * and synced; each chunk also to `seen`. A source that ends before `end` (cut or replaced
+ * while being read) is an error, never a short part.
  */
-export async function copyRange(src: string | FileHandle, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
-  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : rangeOf(src, start, end);
+export async function copyRange(src: string | FileHandle | BundleSource, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
+  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : isSource(src) ? src.stream(start, end) : rangeOf(src, start, end);
   let got = 0;
   await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
     for await (const c of chunks) {
@@ -83,7 +86,7 @@ export async function copyRange(src: string | FileHandle, dest: string, start: n
     }
   }, createWriteStream(dest, { mode: 0o644 }), ...(signal ? [{ signal }] : []));
   if (got !== end - start) {
-    const name = typeof src === 'string' ? src : 'the bundle';
+    const name = typeof src === 'string' ? src : isSource(src) ? src.identity : 'the bundle';
     throw new FormatError('TRUNCATED', `${name} ended ${got} bytes into bytes ${start}-${end} while being read: it was cut or changed meanwhile; nothing was written: rerun once it is whole`);
   }
   await syncPath(dest);

@@ -20,7 +20,7 @@ interface WriteMediaFlags {
 export function addWriteMediaCommand(program: Command): void {
   program.command('write-media')
     .description('Write a bundle onto a mounted USB stick: split as its filesystem needs (FAT32: parts of 4 GiB - 1 byte; exFAT, ext4 and others: one file), synced, read back and checked, ending "safe to remove the stick".')
-    .argument('<bundle>', 'the bundle file (NAME.bundle)')
+    .argument('<bundle>', 'the bundle file (NAME.bundle), or a split one: any of its parts (NAME.bundle.part-001-of-005), or NAME.bundle when only its parts are there')
     .argument('<mountpoint>', 'where the stick is mounted (findmnt -l, lsblk -f)')
     .option('--part-size <size>', 'split into parts of at most this size even where the filesystem would take more (binary units: 2G, 500M, bytes)', parseSize)
     .option('--force', 'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256): kept until the new copy is in place when there is room for both, else removed first (said before writing)')
@@ -33,6 +33,10 @@ system filesystem), a read-only mount, files of the same bundle already there (w
 and a stick without room for the bundle, its .sha256 and ${formatBytes(ROOM_MARGIN_BYTES)} plus a cluster per file.
 The filesystem comes from /proc/self/mountinfo (FUSE mounts included: fuse.fusefat, fuseblk
 by the first sectors of their device); one it cannot tell is split as FAT32.
+
+A split bundle is read from its parts in turn (all of them must be there; a missing or cut part
+is refused before anything is written): no joined copy is made, and the stick gets it as its
+filesystem needs (one file on exFAT or ext4).
 
 Files are written under dot names and renamed into place only once all are written and synced,
 so bundle-agent never sees half a part; NAME.bundle.sha256 holds the whole bundle's digest (the

@@ -4,11 +4,11 @@
 // file of the bundle under its own name, and what it wrote under temp names is removed.
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, readFileSync, type Stats } from 'node:fs';
-import { open, readFile, readdir, realpath, rename, rm, stat, type FileHandle } from 'node:fs/promises';
+import { readFile, readdir, realpath, rename, rm, stat } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { hostname } from 'node:os';
-import { basename, join } from 'node:path';
-import { FormatError, digestLine, isPartName, parsePartName, partName, partNamesIn, readHeader, withBundleFile } from '@offline-bundle/format';
+import { basename, dirname, join } from 'node:path';
+import { FormatError, digestLine, findParts, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, readHeader, withBundle, type BundleSource } from '@offline-bundle/format';
 import { assertRegularFile, pidExists, syncDirBestEffort, writeSynced } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import type { Progress } from './progress.js';
@@ -22,6 +22,7 @@ import { MediaError, assertWritable, describeTarget, looksLikeMedia, mountOf, re
 export const ROOM_MARGIN_BYTES = 1024 * 1024;
 
 export interface WriteMediaOptions {
+  /** NAME.bundle, or one of its parts (or NAME.bundle when only its parts are there): the parts are read in turn, never joined on disk. */
   bundle: string;
   target: string;
   /** Parts no larger than this (the filesystem's own limit lowers it further). */
@@ -56,6 +57,9 @@ interface MediaPlan {
 }
 
 interface OldFile { path: string; size: number; dev: number; ino: number }
+
+/** The files the bundle is read from (the one file, or its parts in order), as they were at the start. */
+interface SourceFiles { base: string; files: Array<{ path: string; st: Stats }> }
 
 export interface WriteMediaResult {
   target: string;
@@ -135,7 +139,7 @@ async function resolveTarget(o: WriteMediaOptions): Promise<{ dir: string; mount
  * refused whatever the flags when one of them is the bundle being written (replacing it would
  * delete the source before it is read).
  */
-async function oldCopies(dir: string, base: string, source: { path: string; st: Stats }, force: boolean | undefined): Promise<OldFile[]> {
+async function oldCopies(dir: string, base: string, source: SourceFiles, force: boolean | undefined): Promise<OldFile[]> {
   await removeStaleTemps(dir, base);
   const names = [base, `${base}.sha256`, ...(await partNamesIn(dir, base)).map((p) => p.name)];
   const there: OldFile[] = [];
@@ -143,9 +147,11 @@ async function oldCopies(dir: string, base: string, source: { path: string; st: 
     const st = await stat(join(dir, n)).catch(() => undefined);
     if (st) there.push({ path: join(dir, n), size: st.size, dev: st.dev, ino: st.ino });
   }
-  const real = await realpath(source.path);
-  const same = there.find((f) => f.path === real || (f.dev === source.st.dev && f.ino === source.st.ino));
-  if (same) throw new MediaError('SAME_FILE', `${source.path} is already on the stick at ${same.path}: nothing to write; to check it, run bundle verify ${same.path} --key FACTORY.pub`);
+  for (const s of source.files) {
+    const real = await realpath(s.path);
+    const same = there.find((f) => f.path === real || (f.dev === s.st.dev && f.ino === s.st.ino));
+    if (same) throw new MediaError('SAME_FILE', `${s.path} is already on the stick at ${same.path}: nothing to write; to check it, run bundle verify ${same.path} --key FACTORY.pub`);
+  }
   const them = there.length > 1 ? 'them' : 'it';
   if (there.length > 0 && !force) throw new MediaError('OUTPUT_EXISTS', `${dir} already holds ${there.map((f) => basename(f.path)).join(', ')}: pass --force to replace ${them}, or remove ${them} first`);
   return there;
@@ -227,7 +233,7 @@ const sourceChanged = (bundle: string, what: string) => new MediaError('SOURCE_C
  * The bundle's bytes, all through one handle, into the temp files, streamed, each synced;
  * returns the whole file's digest. The bundle's size and mtime must be as at the start.
  */
-async function writeTemps(bundle: string, src: FileHandle, before: Stats, plan: MediaPlan, at: { file: string }, progress: Progress, signal?: AbortSignal): Promise<string> {
+async function writeTemps(bundle: string, src: BundleSource, source: SourceFiles, plan: MediaPlan, at: { file: string }, progress: Progress, signal?: AbortSignal): Promise<string> {
   const whole = createHash('sha256');
   let done = 0;
   progress.start(`writing ${plan.files.length > 1 ? `${plan.files.length} parts` : basename(plan.files[0]!.final)} to ${plan.dir}`, plan.size);
@@ -245,27 +251,33 @@ async function writeTemps(bundle: string, src: FileHandle, before: Stats, plan: 
     });
     f.digest = `sha256:${part.digest('hex')}`;
   }
-  const after = await src.stat();
-  if (after.size !== before.size || after.mtimeMs !== before.mtimeMs) sourceChangedBy(bundle, before, after);
+  await assertUnchanged(source);
   progress.phaseNote('syncing');
   const digest = `sha256:${whole.digest('hex')}`;
-  await assertMatchesSidecar(bundle, digest);
+  await assertMatchesSidecar(bundle, source.base, digest);
   at.file = plan.sidecar.final;
   plan.sidecar.started = true;
   await writeSynced(plan.sidecar.temp, digestLine(digest, plan.base));
   return digest;
 }
 
-function sourceChangedBy(bundle: string, before: Stats, after: Stats): never {
-  throw sourceChanged(bundle, after.size !== before.size ? `${before.size} bytes at the start, ${after.size} at the end` : `modified at ${after.mtime.toISOString()}, after the write began`);
+/** Each file read (the bundle, or every part) is as long and as old as at the start: else the copy is of no one bundle. */
+async function assertUnchanged(source: SourceFiles): Promise<void> {
+  for (const { path, st: before } of source.files) {
+    const after = await stat(path).catch(() => undefined);
+    if (!after) throw sourceChanged(path, 'it is gone');
+    if (after.size !== before.size) throw sourceChanged(path, `${before.size} bytes at the start, ${after.size} at the end`);
+    if (after.mtimeMs !== before.mtimeMs) throw sourceChanged(path, `modified at ${after.mtime.toISOString()}, after the write began`);
+  }
 }
 
-/** The bundle's own NAME.bundle.sha256, when there is one, must name what was read: else the bundle changed or is another. */
-async function assertMatchesSidecar(bundle: string, digest: string): Promise<void> {
-  const line = await readFile(`${bundle}.sha256`, 'utf8').catch(() => undefined);
+/** The bundle's own NAME.bundle.sha256 beside it (or its parts), when there is one, must name what was read: else the bundle changed or is another. */
+async function assertMatchesSidecar(bundle: string, base: string, digest: string): Promise<void> {
+  const sidecar = join(dirname(bundle), `${base}.sha256`);
+  const line = await readFile(sidecar, 'utf8').catch(() => undefined);
   const said = line ? /^([0-9a-f]{64})\s/.exec(line)?.[1] : undefined;
   if (said && `sha256:${said}` !== digest) {
-    throw new MediaError('READ_BACK_FAILED', `${bundle} reads as ${digest} but ${basename(bundle)}.sha256 beside it says sha256:${said}: the bundle was damaged or changed since it was written; copy it again from the factory`);
+    throw new MediaError('READ_BACK_FAILED', `${bundle} reads as ${digest} but ${base}.sha256 beside it says sha256:${said}: the bundle was damaged or changed since it was written; copy it again from the factory`);
   }
 }
 
@@ -342,20 +354,24 @@ function partLimit(t: Target, partSize: number | undefined): number | undefined 
   return Math.min(t.kind.maxFile, partSize ?? Infinity);
 }
 
-/** The one-file bundle, checked by its name and its head (bundle.json and its signature: a few KiB read). */
-async function checkBundle(bundle: string): Promise<void> {
-  if (isPartName(bundle)) {
-    const base = parsePartName(bundle)!.base;
-    throw new MediaError('NOT_A_BUNDLE', `${bundle} is one part of ${base}: give the one-file bundle (join the parts: cat ${base}.part-* > ${base}); write-media splits it as the stick needs`);
-  }
-  if (!basename(bundle).endsWith('.bundle') || basename(bundle).startsWith('.')) {
+/**
+ * The bundle (one file, or the complete part set one part or NAME.bundle names), checked by its
+ * name and its head (bundle.json and its signature: a few KiB read); the files it is read from.
+ */
+async function checkBundle(bundle: string): Promise<SourceFiles> {
+  const base = parsePartName(bundle)?.base ?? basename(bundle);
+  if (!base.endsWith('.bundle') || base.startsWith('.')) {
     throw new MediaError('NOT_A_BUNDLE', `${bundle} is not named NAME.bundle: bundle-agent looks only for *.bundle files on a stick; rename it`);
   }
-  await assertRegularFile(bundle);
-  await withBundleFile(bundle, readHeader).catch((err: unknown) => {
-    if (err instanceof FormatError && err.code !== 'IO_ERROR') throw new MediaError('NOT_A_BUNDLE', `${bundle} is not a bundle (${err.message}): give a file "bundle create" wrote, whole`, { cause: err });
+  const split = await namesSplitBundle(bundle);
+  const paths = split ? (await findParts(dirname(bundle), base)).map((p) => p.path) : [bundle];
+  for (const p of paths) await assertRegularFile(p);
+  await withBundle(bundle, readHeader).catch((err: unknown) => {
+    const what = split ? `the parts of ${base} in ${dirname(bundle)} do not make a bundle` : `${bundle} is not a bundle`;
+    if (err instanceof FormatError && err.code !== 'IO_ERROR') throw new MediaError('NOT_A_BUNDLE', `${what} (${err.message}): give a file "bundle create" wrote, whole, or all of its parts`, { cause: err });
     throw err;
   });
+  return { base, files: await Promise.all(paths.map(async (path) => ({ path, st: await stat(path) }))) };
 }
 
 /** The interrupt's one line, saying what it left on the stick. */
@@ -375,22 +391,21 @@ async function removeOldFirst(plan: MediaPlan, old: OldFile[], progress: Progres
 }
 
 export async function writeMedia(o: WriteMediaOptions): Promise<WriteMediaResult> {
-  await checkBundle(o.bundle);
-  // one handle for the whole run: its size and mtime at the end are compared with the start
-  const src = await open(o.bundle, 'r');
+  const source = await checkBundle(o.bundle);
+  // one handle per file for the whole run: sizes and mtimes at the end are compared with the start
+  const src = await openBundle(o.bundle);
   try {
-    return await writeFrom(src, o);
+    return await writeFrom(src, source, o);
   } finally {
     await src.close();
   }
 }
 
-async function writeFrom(src: FileHandle, o: WriteMediaOptions): Promise<WriteMediaResult> {
-  const before = await src.stat();
+async function writeFrom(src: BundleSource, source: SourceFiles, o: WriteMediaOptions): Promise<WriteMediaResult> {
   const { dir, mount } = await resolveTarget(o);
-  const old = await oldCopies(dir, basename(o.bundle), { path: o.bundle, st: before }, o.force);
+  const old = await oldCopies(dir, source.base, source, o.force);
   const target = await describeTarget(dir, mount);
-  const plan = planFiles(dir, basename(o.bundle), before.size, partLimit(target, o.partSize));
+  const plan = planFiles(dir, source.base, src.size, partLimit(target, o.partSize));
   const both = checkRoom(plan, target, old, o.progress);
   if (old.length) plan.old = both ? 'kept' : 'removed';
   if (plan.old === 'removed') await removeOldFirst(plan, old, o.progress);
@@ -398,7 +413,7 @@ async function writeFrom(src: FileHandle, o: WriteMediaOptions): Promise<WriteMe
   let digest: string;
   let stale: string[];
   try {
-    digest = await writeTemps(o.bundle, src, before, plan, at, o.progress, o.signal);
+    digest = await writeTemps(o.bundle, src, source, plan, at, o.progress, o.signal);
     o.signal?.throwIfAborted();
     stale = await commit(plan, old);
   } catch (err) {
@@ -423,6 +438,6 @@ async function writeFrom(src: FileHandle, o: WriteMediaOptions): Promise<WriteMe
   if (stale.length) throw new MediaError('IO_ERROR', `wrote and checked the bundle on ${dir}, but could not remove ${stale.map((f) => basename(f)).join(', ')} of the copy it replaced: remove them by hand`);
   return {
     target: dir, mountPoint: mount.mountPoint, filesystem: target.kind.name, files: written, parts: plan.files.length > 1 ? plan.files.length : 0,
-    digest, size: before.size, ...(target.free !== undefined ? { free: target.free } : {}), cacheDropped,
+    digest, size: src.size, ...(target.free !== undefined ? { free: target.free } : {}), cacheDropped,
   };
 }

@@ -99,11 +99,13 @@ async function main(): Promise<void> {
     t.match(sub.stderr, /is not the mount point of removable media .*--any-directory/);
     const any = await b.write(path.join(mnt, 'sub'), ['--any-directory', '--quiet']);
     t.equal(any.code, 0, `--any-directory writes there: ${any.stderr}`);
-    const part = path.join(work, 'r.bundle.part-001-of-002');
+    const part = path.join(work, 'lone', 'r.bundle.part-001-of-002');
+    await mkdir(path.dirname(part));
     await writeFile(part, 'x');
     const p = await bundle(['write-media', part, mnt]);
-    t.equal(errorCode(p.stderr), 'NOT_A_BUNDLE', 'one part of a split bundle is refused');
-    t.match(p.stderr, /is one part of r\.bundle: give the one-file bundle \(join the parts: cat r\.bundle\.part-\* > r\.bundle\)/);
+    t.equal(errorCode(p.stderr), 'BAD_PARTS', 'a part set with a part missing is refused before writing');
+    t.ok(oneLine(p.stderr), `one line: ${p.stderr}`);
+    t.match(p.stderr, /part 2 of 2/);
     const junk = path.join(work, 'junk.bundle');
     await writeFile(junk, Buffer.alloc(64 * 1024, 7));
     const nb = await bundle(['write-media', junk, mnt, '--json']);
@@ -121,6 +123,27 @@ async function main(): Promise<void> {
     t.equal(errorCode(ro.stderr), 'READ_ONLY');
     t.ok(oneLine(ro.stderr), 'one line');
     t.match(ro.stderr, /mounted read-only .*mount -o remount,rw/);
+  });
+
+  t.test('a split bundle is written from its parts (any one named, or NAME.bundle), never joined on disk: byte for byte the bundle on the stick', async (t) => {
+    const dir = path.join(work, 'split');
+    await mkdir(dir);
+    const s = await bundle(['split', b.src, '--size', '1M', '--out', dir]);
+    t.equal(s.code, 0, s.stderr);
+    const parts = (await readdir(dir)).filter((n) => n.includes('.part-')).sort();
+    t.equal(parts.length, 3, 'three parts of 1 MiB');
+    const mnt = path.join(work, 'fromparts');
+    await ext4(t, path.join(work, 'fromparts.img'), mnt);
+    const r = await bundle(['write-media', path.join(dir, parts[1]!), mnt, '--json', '--quiet']);
+    t.equal(r.code, 0, r.stderr);
+    const j = JSON.parse(r.stdout);
+    t.equal(j.digest, b.digest, 'the whole bundle\'s digest');
+    t.equal(j.parts, 0, 'ext4 takes it whole');
+    t.ok((await readFile(path.join(mnt, 'r.bundle'))).equals(b.bytes), 'one file, byte for byte the bundle');
+    const fat = await bundle(['write-media', path.join(dir, 'r.bundle'), mnt, '--json', '--quiet', '--force', '--part-size', '1500K']);
+    t.equal(fat.code, 0, fat.stderr);
+    t.equal(JSON.parse(fat.stdout).parts, 2, 'NAME.bundle (only its parts there) cut again as the stick needs: 2 parts of 1500 KiB');
+    t.notOk((await readdir(mnt)).includes('r.bundle'), 'the whole copy it replaced is gone');
   });
 
   t.test('--force on a stick that holds one copy: the copy it replaces counts as room', async (t) => {
