@@ -133,17 +133,20 @@ t.test('contract: while retrying, newer states replace older ones; the newest ar
 });
 
 t.test('contract: rate: progress-only changes at most once per interval, a condition change at once', async (t) => {
-  const interval = 600;
+  // Times are seen where the writes arrive (the API stand-in), so a loaded machine delays them:
+  // the margins are a third of the interval, far from what a reporter ignoring it would show.
+  const interval = 1500;
+  const slack = interval / 3;
   const { api, reporter } = await setup(t, { minIntervalMs: interval });
   const tracker = new StatusTracker(emptyStatus(NODE));
   tracker.onChange(reporter.sink);
   tracker.phase('Staging');
   await until(() => api.statusRequests().length === 1);
   const start = Date.now();
-  // 60 progress updates over ~1.2 s: two intervals.
+  // 60 progress updates over ~2.4 s: two intervals.
   for (let i = 1; i <= 60; i++) {
     tracker.progress({ bytesDone: i * 1000, bytesTotal: 60_000 });
-    await sleep(20);
+    await sleep(40);
   }
   const elapsed = Date.now() - start;
   await sleep(50);
@@ -151,7 +154,7 @@ t.test('contract: rate: progress-only changes at most once per interval, a condi
   const max = Math.ceil(elapsed / interval) + 1;
   t.ok(progressWrites >= 1 && progressWrites <= max, `${progressWrites} writes for 60 progress updates in ${elapsed} ms (at most ${max})`);
   const times = api.statusRequests().map((r) => r.at);
-  for (let i = 1; i < times.length; i++) t.ok(times[i]! - times[i - 1]! >= interval - 30, `writes ${i - 1} and ${i} are ${times[i]! - times[i - 1]!} ms apart`);
+  for (let i = 1; i < times.length; i++) t.ok(times[i]! - times[i - 1]! >= interval - slack, `writes ${i - 1} and ${i} are ${times[i]! - times[i - 1]!} ms apart`);
 
   // A progress write just went out: a condition change does not wait for the interval.
   tracker.progress({ bytesDone: 61_000 });
@@ -161,13 +164,13 @@ t.test('contract: rate: progress-only changes at most once per interval, a condi
   tracker.condition('Staged', 'True', 'Staged', 'layout staged');
   await until(() => api.statusRequests().length > before, interval * 2);
   const took = api.statusRequests().at(-1)!.at - t0;
-  t.ok(took < interval / 2, `condition change sent after ${took} ms (interval ${interval} ms)`);
+  t.ok(took < interval - slack, `condition change sent after ${took} ms (interval ${interval} ms)`);
   t.match(bodyOf(api.statusRequests().at(-1)!).status.conditions, [{ type: 'Staged', status: 'True' }]);
   // And a phase change too.
   const t1 = Date.now();
   tracker.phase('Serving');
   await until(() => bodyOf(api.statusRequests().at(-1)!).status.phase === 'Serving', interval * 2);
-  t.ok(api.statusRequests().at(-1)!.at - t1 < interval / 2, 'phase change sent at once');
+  t.ok(api.statusRequests().at(-1)!.at - t1 < interval - slack, 'phase change sent at once');
   // The last progress state still arrives (flush ignores the interval).
   tracker.progress({ bytesDone: 60_000 });
   t.equal(await reporter.flush(3000), true);
