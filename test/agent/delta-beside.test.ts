@@ -3,8 +3,10 @@
 // bundle of the same version but another build (another bundle.json) does not. CRI-O's files
 // under the node root and nothing pulled (preload.method none): the fill is what is tested.
 import t from 'tap';
-import { copyFile, mkdir, readFile, readdir } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { MediaWatcher, createLogger, type FoundBundle } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, BUNDLE, keygen, makeBundle, nodeRoot, run, type AppImage } from './fixtures.js';
 
@@ -42,4 +44,19 @@ t.test('a node that kept nothing fills a delta from the base bundle beside it on
   const m = JSON.parse(await readFile(join(layout, 'bundle.json'), 'utf8'));
   const have = new Set(await readdir(join(layout, 'blobs/sha256')));
   t.ok(m.blobs.every((b: any) => have.has(b.digest.slice(7))), 'the staged layout is whole');
+
+  // the daemon's watcher on that stick: the delta is offered, its base beside it is not (it sorts
+  // first by name; loaded after the delta it would be refused as a downgrade)
+  const lines: string[] = [];
+  const log = createLogger(new Writable({ write: (c, _e, cb) => { lines.push(String(c)); cb(); } }));
+  const w = new MediaWatcher({ roots: [], watchDirs: [stick], pollSeconds: 3600, log, quietSeconds: 0 });
+  const found: FoundBundle[] = [];
+  w.on('bundle', (b) => found.push(b));
+  for (let i = 0; i < 4; i++) await w.scan();
+  t.same(found.map((f) => f.file), [delta], 'only the delta is offered');
+  t.match(lines.join(''), /1\.1\.0\.bundle is the base of 1\.2\.0-delta\.bundle beside it: read by that load, not loaded itself/);
+  await rename(other, join(dir, 'moved.bundle'));
+  await copyFile(join(dir, 'moved.bundle'), join(stick, 'zz-other.bundle'));
+  for (let i = 0; i < 4; i++) await w.scan();
+  t.same(found.map((f) => f.file), [delta, join(stick, 'zz-other.bundle')], 'a copy of the base that comes later, its delta not in the same look, is offered: its load decides');
 });

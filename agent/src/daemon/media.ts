@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { readFile, readdir, stat } from 'node:fs/promises';
-import { dirname, join, resolve, sep } from 'node:path';
+import { basename, dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from '../releases/bundle-records.js';
 import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
 import type { Logger } from '../log.js';
@@ -16,6 +16,9 @@ export interface FoundBundle {
   key: string;
   /** What its bundle.json says, unverified (the load checks the signature): to skip a forgotten release. */
   release?: { version: string; arch: string };
+  /** Its bundle.json's digest, and for a delta the base's: a base beside its delta is not offered itself. */
+  identity?: string;
+  base?: string;
   /** Some parts of a split bundle on a stick, not all: the others come on other sticks (part-spool.ts). */
   partial?: { dir: string; names: string[] };
 }
@@ -173,6 +176,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       this.overfull.delete(dir);
     }
     const present = new Set<string>();
+    const found: FoundBundle[] = [];
     for (const n of names) {
       const file = join(dir, n);
       present.add(file);
@@ -187,10 +191,11 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       } catch {
         continue; // vanished between readdir and stat: the media went away
       }
-      const found = await this.consider(file, key, mtimeMs);
-      if (found) this.offer(dir, { file, key, media: await media(), ...found });
+      const head = await this.consider(file, key, mtimeMs);
+      if (head) found.push({ file, key, media: await media(), ...head });
     }
-    await this.scanPartSets(dir, all, present, media, stick);
+    await this.scanPartSets(dir, all, present, media, stick, found);
+    this.offerAll(dir, found);
     // only files of this directory: a stick is often mounted below a media root that is a mount too
     for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
   }
@@ -201,7 +206,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
    * (part 1 may be on another stick): the daemon collects such parts across sticks. In a drop
    * directory it is offered as it is, and the load names the part missing.
    */
-  private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>, stick: boolean): Promise<void> {
+  private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>, stick: boolean, found: FoundBundle[]): Promise<void> {
     const { sets, skipped, refused } = partSets(all);
     this.warnOnce(`${dir}#names`, refused.length > 0 ? refused.join('/') : undefined, () => `${dir}: ${refused.length} part file(s) ignored, e.g. ${JSON.stringify(refused[0])}: ${partNameProblem(refused[0]!)}`);
     if (skipped > 0 && this.overfull.get(`${dir}#parts`) !== skipped) {
@@ -216,8 +221,25 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       if (!look || 'notRegular' in look) continue;
       present.add(look.file);
       const partial = stick && !isWholeSet(parts);
-      const found = await this.consider(look.file, look.key, look.mtimeMs, !partial);
-      if (found) this.offer(dir, { file: look.file, key: look.key, media: await media(), ...found, ...(partial ? { partial: { dir, names: parts } } : {}) });
+      const head = await this.consider(look.file, look.key, look.mtimeMs, !partial);
+      if (head) found.push({ file: look.file, key: look.key, media: await media(), ...head, ...(partial ? { partial: { dir, names: parts } } : {}) });
+    }
+  }
+
+  /**
+   * What one look at a directory found, offered; a delta's base found beside it is not: the
+   * delta's load reads it, and loaded after the delta it would be refused as a downgrade.
+   */
+  private offerAll(dir: string, found: FoundBundle[]): void {
+    const bases = new Map(found.flatMap((b) => (b.base ? [[b.base, b] as const] : [])));
+    for (const b of found) {
+      const delta = b.identity ? bases.get(b.identity) : undefined;
+      if (!delta) {
+        this.offer(dir, b);
+        continue;
+      }
+      this.offered.set(b.key, dir);
+      this.opts.log.info('media', `${b.file} is the base of ${basename(delta.file)} beside it: read by that load, not loaded itself`, { file: b.file });
     }
   }
 
@@ -230,7 +252,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   }
 
   /** Whether this look makes the file loadable: with its release when its head reads. */
-  private async consider(file: string, key: string, mtimeMs: number, readHead = true): Promise<{ release?: { version: string; arch: string } } | undefined> {
+  private async consider(file: string, key: string, mtimeMs: number, readHead = true): Promise<Pick<FoundBundle, 'release' | 'identity' | 'base'> | undefined> {
     if (this.offered.has(key)) return undefined; // this copy was offered: a rename or a symlink of it is no new bundle
     const now = this.now();
     const prev = this.looks.get(file);
@@ -245,7 +267,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
     if (!readHead) return {};
     this.work.heads++;
     const v = await inspectHead(file).catch((err: unknown): HeadVerdict => ({ kind: 'notABundle', why: (err as Error).message }));
-    if (v.kind === 'bundle') return { release: { version: v.version, arch: v.arch } };
+    if (v.kind === 'bundle') return { release: { version: v.version, arch: v.arch }, identity: v.identity, ...(v.base ? { base: v.base } : {}) };
     // starts and ends as a bundle, stable and quiet, yet its head does not read: damaged, and the load says so
     if (v.kind === 'damaged') return {};
     prev.verdict = v.kind;

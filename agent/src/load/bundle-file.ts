@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
+import { bundleIdentity, endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 
@@ -69,7 +69,8 @@ export async function notLoadable(path: string): Promise<string | undefined> {
 
 /** What the first and last bytes of a file say it is, before any load reads the rest. */
 export type HeadVerdict =
-  | { kind: 'bundle'; version: string; arch: string }
+  /** `identity`: its bundle.json's digest; `base`: the one of the base a delta names. */
+  | { kind: 'bundle'; version: string; arch: string; identity: string; base?: string }
   /** Starts as a bundle does but has no seek table at its end yet: a copy in progress, or cut short. */
   | { kind: 'incomplete'; why: string }
   /** Starts and ends as a bundle does but its head does not read: a damaged bundle, for the load to report. */
@@ -89,8 +90,9 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
   return withBundle(file, async (source): Promise<HeadVerdict> => {
     if (!(await endsWithSeekTable(source))) return { kind: 'incomplete', why: `${basename(file)} has no seek table at its end (still being copied, or cut short)` };
     try {
-      const { manifest } = await readHeader(source);
-      return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch };
+      const { manifest, manifestBytes } = await readHeader(source);
+      const base = manifest.base?.bundleJson;
+      return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch, identity: bundleIdentity(manifestBytes), ...(base ? { base } : {}) };
     } catch (err) {
       return { kind: 'damaged', why: (err as Error).message };
     }
