@@ -217,7 +217,6 @@ try {
   const gen = await generate();
   const built = await create(gen, path.join(work, 'k.key'));
   checkAbort();
-  checkAbort();
   const dir = await media(built);
   await rm(built.out, { recursive: true, force: true });
   checkAbort();

@@ -8,7 +8,9 @@ import { readFile, readdir, realpath, rename, rm, stat } from 'node:fs/promises'
 import { execFile } from 'node:child_process';
 import { hostname } from 'node:os';
 import { basename, dirname, join } from 'node:path';
-import { FormatError, digestLine, findParts, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, readHeader, withBundle, type BundleSource } from '@offline-bundle/format';
+import {
+  FormatError, digestLine, endsWithSeekTable, findParts, isPartName, misplacedFrame, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, readHeader, withBundle, type BundleSource,
+} from '@offline-bundle/format';
 import { assertRegularFile, pidExists, syncDirBestEffort, writeSynced } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import type { Progress } from './progress.js';
@@ -277,7 +279,7 @@ async function assertMatchesSidecar(bundle: string, base: string, digest: string
   const line = await readFile(sidecar, 'utf8').catch(() => undefined);
   const said = line ? /^([0-9a-f]{64})\s/.exec(line)?.[1] : undefined;
   if (said && `sha256:${said}` !== digest) {
-    throw new MediaError('READ_BACK_FAILED', `${bundle} reads as ${digest} but ${base}.sha256 beside it says sha256:${said}: the bundle was damaged or changed since it was written; copy it again from the factory`);
+    throw new MediaError('READ_BACK_FAILED', `${bundle} reads as ${digest} but ${base}.sha256 beside it says sha256:${said}: the bundle was damaged or changed since it was written, or that .sha256 is another bundle's of the same name (a whole ${base} beside parts of another split?); copy it again from the factory`);
   }
 }
 
@@ -355,6 +357,18 @@ function partLimit(t: Target, partSize: number | undefined): number | undefined 
 }
 
 /**
+ * Its head reads, its end is a seek table, and every frame that table lists starts where it
+ * says: a copy cut short, or parts of two splits of one name, are refused before a byte is
+ * written (the copy would read back as written, and the stick's .sha256 vouch for it).
+ */
+async function checkEnds(source: BundleSource, name: string): Promise<void> {
+  await readHeader(source);
+  if (!(await endsWithSeekTable(source))) throw new MediaError('NOT_A_BUNDLE', `${name}: the bundle does not end with its seek table (cut short, or its last part is another bundle's): copy it again whole from where it was made`);
+  const bad = await misplacedFrame(source);
+  if (bad !== undefined) throw new MediaError('NOT_A_BUNDLE', `${name}: no zstd frame at byte ${bad}, where the bundle's seek table says one starts (parts of two bundles of one name, or a damaged copy): copy all the parts again from one split`);
+}
+
+/**
  * The bundle (one file, or the complete part set one part or NAME.bundle names), checked by its
  * name and its head (bundle.json and its signature: a few KiB read); the files it is read from.
  */
@@ -363,11 +377,15 @@ async function checkBundle(bundle: string): Promise<SourceFiles> {
   if (!base.endsWith('.bundle') || base.startsWith('.')) {
     throw new MediaError('NOT_A_BUNDLE', `${bundle} is not named NAME.bundle: bundle-agent looks only for *.bundle files on a stick; rename it`);
   }
+  if (isPartName(bundle) && !(await assertRegularFile(bundle))) {
+    throw new MediaError('NOT_A_BUNDLE', `${bundle} cannot be read (no such part?): give the path of a part that is there, or ${join(dirname(bundle), base)}`);
+  }
   const split = await namesSplitBundle(bundle);
   const paths = split ? (await findParts(dirname(bundle), base)).map((p) => p.path) : [bundle];
   for (const p of paths) await assertRegularFile(p);
-  await withBundle(bundle, readHeader).catch((err: unknown) => {
-    const what = split ? `the parts of ${base} in ${dirname(bundle)} do not make a bundle` : `${bundle} is not a bundle`;
+  const name = split ? `the parts of ${base} in ${dirname(bundle)}` : bundle;
+  await withBundle(bundle, (source) => checkEnds(source, name)).catch((err: unknown) => {
+    const what = split ? `${name} do not make a bundle` : `${bundle} is not a bundle`;
     if (err instanceof FormatError && err.code !== 'IO_ERROR') throw new MediaError('NOT_A_BUNDLE', `${what} (${err.message}): give a file "bundle create" wrote, whole, or all of its parts`, { cause: err });
     throw err;
   });

@@ -3,10 +3,10 @@
 // bundle of the same version but another build (another bundle.json) does not. CRI-O's files
 // under the node root and nothing pulled (preload.method none): the fill is what is tested.
 import t from 'tap';
-import { copyFile, mkdir, readFile, readdir, rename } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, readdir, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { MediaWatcher, createLogger, type FoundBundle } from '@offline-bundle/agent';
+import { BundleQueue, MediaWatcher, createLogger, type FoundBundle } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, BUNDLE, keygen, makeBundle, nodeRoot, run, type AppImage } from './fixtures.js';
 
@@ -16,6 +16,8 @@ const images = (v: string): AppImage[] => [
   { name: 'quay.io/acme/b:v1', files: { 'b.txt': 'base image b '.repeat(4000) } },
   { name: `quay.io/acme/c:${v}`, files: { 'c.txt': `app c ${v} `.repeat(2000) } },
 ];
+
+const quiet = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
 
 t.test('a node that kept nothing fills a delta from the base bundle beside it on the stick; another build of the base will not do', async (t) => {
   const dir = await tmpdir(t, 'ob-agent-delta-beside-');
@@ -45,18 +47,22 @@ t.test('a node that kept nothing fills a delta from the base bundle beside it on
   const have = new Set(await readdir(join(layout, 'blobs/sha256')));
   t.ok(m.blobs.every((b: any) => have.has(b.digest.slice(7))), 'the staged layout is whole');
 
-  // the daemon's watcher on that stick: the delta is offered, its base beside it is not (it sorts
-  // first by name; loaded after the delta it would be refused as a downgrade)
-  const lines: string[] = [];
-  const log = createLogger(new Writable({ write: (c, _e, cb) => { lines.push(String(c)); cb(); } }));
-  const w = new MediaWatcher({ roots: [], watchDirs: [stick], pollSeconds: 3600, log, quietSeconds: 0 });
+  // the daemon's watcher on that stick: the delta is offered before its base (which sorts first
+  // by name); the daemon drops the base once the delta is loaded (it is older then), and loads
+  // it when the delta fails
+  const w = new MediaWatcher({ roots: [], watchDirs: [stick], pollSeconds: 3600, log: quiet, quietSeconds: 0 });
   const found: FoundBundle[] = [];
   w.on('bundle', (b) => found.push(b));
+  await symlink(other, join(stick, 'zz-link.bundle'));
   for (let i = 0; i < 4; i++) await w.scan();
-  t.same(found.map((f) => f.file), [delta], 'only the delta is offered');
-  t.match(lines.join(''), /1\.1\.0\.bundle is the base of 1\.2\.0-delta\.bundle beside it: read by that load, not loaded itself/);
-  await rename(other, join(dir, 'moved.bundle'));
-  await copyFile(join(dir, 'moved.bundle'), join(stick, 'zz-other.bundle'));
-  for (let i = 0; i < 4; i++) await w.scan();
-  t.same(found.map((f) => f.file), [delta, join(stick, 'zz-other.bundle')], 'a copy of the base that comes later, its delta not in the same look, is offered: its load decides');
+  t.same(found.map((f) => f.file), [delta, other], 'the delta first, then its base; the base\'s second name (a symlink) not offered again');
+  t.equal(found[1]!.identity, found[0]!.base, 'the base is the one the delta names');
+  const loaded = new BundleQueue(3600);
+  for (const b of found) loaded.offer(b);
+  const first = await loaded.next(new AbortController().signal);
+  t.same(loaded.dropBasesOf(first!), [other], 'the delta loaded: its base is dropped from the queue');
+  const failed = new BundleQueue(3600);
+  for (const b of found) failed.offer(b);
+  await failed.next(new AbortController().signal);
+  t.equal((await failed.next(new AbortController().signal))?.file, other, 'the delta failed (nothing dropped): its base is loaded next');
 });

@@ -61,10 +61,14 @@ export interface TestBundle {
   write: (mnt: string, extra?: string[]) => Promise<RunResult>;
 }
 
-/** A real bundle of some 2.4 MB (random bytes do not compress): larger than a 2 MiB stick, several 512 KiB parts. */
-export async function testBundle(work: string): Promise<TestBundle> {
+/**
+ * A real bundle of some 2.4 MB (random bytes do not compress): larger than a 2 MiB stick, several
+ * 512 KiB parts. `layers`: that many layers of 600 KiB instead, so zstd frames start all along it.
+ */
+export async function testBundle(work: string, layers = 0): Promise<TestBundle> {
   const layout = path.join(work, 'layout');
-  await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'srv/noise': randomBytes(2 * 1024 * 1024 + 300 * 1024) }] }] });
+  const noise = layers ? Array.from({ length: layers }, (_, i) => ({ [`srv/noise${i}`]: randomBytes(600 * 1024) })) : [{ 'srv/noise': randomBytes(2 * 1024 * 1024 + 300 * 1024) }];
+  await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: noise }] });
   const keys = await keygen(work, 'factory', 'ed25519');
   const src = path.join(work, 'r.bundle');
   const c = await bundle(['create', '--json', '--quiet', '--version', '3.1', '--image', `oci:${layout}:v1=registry.example.com/media/app:v1`, '--key', keys.key, '-o', src, '--cache', path.join(work, 'cache')]);

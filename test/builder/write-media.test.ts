@@ -110,7 +110,7 @@ async function main(): Promise<void> {
     await writeFile(junk, Buffer.alloc(64 * 1024, 7));
     const nb = await bundle(['write-media', junk, mnt, '--json']);
     t.equal(errorCode(nb.stderr), 'NOT_A_BUNDLE', 'a file that does not start as a bundle is refused before writing');
-    t.match(nb.stderr, /junk\.bundle is not a bundle \(.*\): give a file "bundle create" wrote/);
+    t.match(nb.stderr, /junk\.bundle is not a bundle \(.*\): give a file "bundle create" wrote, whole, or all of its parts/);
     t.same(JSON.parse(nb.stdout), { error: { code: 'NOT_A_BUNDLE', message: nb.stderr.trim().replace(/^bundle: NOT_A_BUNDLE: /, '') } }, '--json: the error as JSON on stdout');
     t.notOk((await readdir(mnt)).includes('junk.bundle'), 'nothing written');
     if (await mounted('/dev/shm')) {
@@ -128,6 +128,7 @@ async function main(): Promise<void> {
   t.test('a split bundle is written from its parts (any one named, or NAME.bundle), never joined on disk: byte for byte the bundle on the stick', async (t) => {
     const dir = path.join(work, 'split');
     await mkdir(dir);
+    const b = await testBundle(await mkdir(path.join(work, 'framed')).then(() => path.join(work, 'framed')), 4);
     const s = await bundle(['split', b.src, '--size', '1M', '--out', dir]);
     t.equal(s.code, 0, s.stderr);
     const parts = (await readdir(dir)).filter((n) => n.includes('.part-')).sort();
@@ -144,6 +145,25 @@ async function main(): Promise<void> {
     t.equal(fat.code, 0, fat.stderr);
     t.equal(JSON.parse(fat.stdout).parts, 2, 'NAME.bundle (only its parts there) cut again as the stick needs: 2 parts of 1500 KiB');
     t.notOk((await readdir(mnt)).includes('r.bundle'), 'the whole copy it replaced is gone');
+    const before = (await readdir(mnt)).sort();
+
+    const missing = await bundle(['write-media', path.join(dir, 'r.bundle.part-007-of-009'), mnt, '--force']);
+    t.equal(errorCode(missing.stderr), 'NOT_A_BUNDLE', `a part named that is not there: ${missing.stderr}`);
+    t.match(missing.stderr, /part-007-of-009 cannot be read \(no such part\?\)/);
+    // the last part cut (a copy that stopped), then a middle part replaced by one of the same size from elsewhere
+    const last = path.join(dir, parts[2]!);
+    const lastBytes = await readFile(last);
+    await writeFile(last, lastBytes.subarray(0, lastBytes.length - 100));
+    const cut = await bundle(['write-media', last, mnt, '--force']);
+    t.equal(errorCode(cut.stderr), 'NOT_A_BUNDLE', `a cut last part: ${cut.stderr}`);
+    t.ok(oneLine(cut.stderr), 'one line');
+    t.match(cut.stderr, /the parts of r\.bundle in .*: the bundle does not end with its seek table/);
+    await writeFile(last, lastBytes);
+    await writeFile(path.join(dir, parts[1]!), await readFile(path.join(dir, parts[0]!)));
+    const mixed = await bundle(['write-media', last, mnt, '--force']);
+    t.equal(errorCode(mixed.stderr), 'NOT_A_BUNDLE', `a part of the same size from elsewhere: ${mixed.stderr}`);
+    t.match(mixed.stderr, /no zstd frame at byte \d+, where the bundle's seek table says one starts/);
+    t.same((await readdir(mnt)).sort(), before, 'the stick as it was: nothing written, the copy there kept');
   });
 
   t.test('--force on a stick that holds one copy: the copy it replaces counts as room', async (t) => {

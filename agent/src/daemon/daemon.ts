@@ -1,6 +1,7 @@
 import {
   ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
+import { dirname } from 'node:path';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -202,7 +203,7 @@ function retryUnpin(d: Daemon, rec: AgentSwitchRecord): NodeJS.Timeout {
 }
 
 /** The bundles the watcher offered, waiting for their load, and those waiting to be offered again. */
-class BundleQueue {
+export class BundleQueue {
   private readonly items: FoundBundle[] = [];
   private wake: (() => void) | undefined;
   private readonly retries = new Set<NodeJS.Timeout>();
@@ -245,6 +246,22 @@ class BundleQueue {
     return undefined;
   }
 
+  /**
+   * After `delta` loaded: the base bundle offered beside it (and that one's base, for a chain)
+   * is dropped, not loaded: it is an older release now. Returns the files dropped.
+   */
+  dropBasesOf(delta: FoundBundle): string[] {
+    const dropped: string[] = [];
+    for (let base = delta.base; base;) {
+      const at = this.items.findIndex((q) => q.identity === base && dirname(q.file) === dirname(delta.file));
+      if (at < 0) break;
+      const [item] = this.items.splice(at, 1);
+      dropped.push(item!.file);
+      base = item!.base;
+    }
+    return dropped;
+  }
+
   stop(): void {
     for (const r of this.retries) clearTimeout(r);
   }
@@ -261,8 +278,8 @@ async function refuseForgotten(d: Daemon, next: FoundBundle): Promise<boolean> {
   return true;
 }
 
-/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. Returns the load's error, if it failed. */
-async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<{ err: unknown } | void> {
+/** Loads one bundle the watcher found, unless it was decided before this start or is forgotten. Returns the load's error, if it failed; loaded: it is in (now or before this start). */
+async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<{ err: unknown } | { loaded: true } | void> {
   const { config, log, tracker, signal, agentVersion } = d;
   if (await refuseForgotten(d, next)) return;
   const runtime = runtimeTarget(config, log);
@@ -275,10 +292,11 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
       ? `${next.file} was loaded before this start (${rec!.version}) and its images are in the runtime: not loading it again`
       : `${next.file} failed before this start (${rec!.reason}): not trying the same file again; replace it, plug the stick in again, or run bundle-agent load`, { file: next.file, reason: rec!.reason });
     await runtime.close();
-    return;
+    return done === 'loaded' ? { loaded: true } : undefined;
   }
   try {
     await d.exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
+    return { loaded: true };
   } catch (err) {
     // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
     if (err instanceof AgentError && err.reason === 'Busy') {
@@ -301,9 +319,12 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
  */
 async function loadFound(d: Daemon, next: FoundBundle, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
   const ended = await handleBundle(d, next, before, queue);
+  for (const base of ended && 'loaded' in ended ? queue.dropBasesOf(next) : []) {
+    d.log.info('media', `${base} is the base of ${next.file}, which is loaded: not loaded itself (it is an older release)`, { file: base });
+  }
   const spooled = d.spool.holds(next.file) || (await d.spool.collects(next.file));
   if (!spooled) return;
-  if (!loadEndsSpool(ended?.err, d.signal.aborted)) return void d.log.info('parts', `the parts held in ${d.spool.dir} are kept: the load ended without a verdict on them; they are loaded again at the next start`);
+  if (!loadEndsSpool(ended && 'err' in ended ? ended.err : undefined, d.signal.aborted)) return void d.log.info('parts', `the parts held in ${d.spool.dir} are kept: the load ended without a verdict on them; they are loaded again at the next start`);
   // the spool's parts, or the same bundle's whole set on one stick: the parts held are done with
   await d.spool.clear().catch((err) => d.log.warn('parts', `cannot empty ${d.spool.dir}: ${oneLine(err)}`));
 }
@@ -322,7 +343,8 @@ async function collectParts(d: Daemon, next: FoundBundle & { partial: { dir: str
 /** The spool's whole set as the watcher would offer it: with its release, so a forgotten one is refused as from a stick. */
 async function spoolFound(spool: PartSpool, file: string): Promise<FoundBundle> {
   const head = await inspectHead(file).catch(() => undefined);
-  return { file, key: (await keyOf(file)) ?? file, media: spool.media(), ...(head?.kind === 'bundle' ? { release: { version: head.version, arch: head.arch } } : {}) };
+  const about = head?.kind === 'bundle' ? { release: { version: head.version, arch: head.arch }, identity: head.identity, ...(head.base ? { base: head.base } : {}) } : {};
+  return { file, key: (await keyOf(file)) ?? file, media: spool.media(), ...about };
 }
 
 /**

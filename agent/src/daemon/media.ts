@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { readFile, readdir, stat } from 'node:fs/promises';
-import { basename, dirname, join, resolve, sep } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { bundleKey } from '../releases/bundle-records.js';
 import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
 import type { Logger } from '../log.js';
@@ -227,19 +227,21 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   }
 
   /**
-   * What one look at a directory found, offered; a delta's base found beside it is not: the
-   * delta's load reads it, and loaded after the delta it would be refused as a downgrade.
+   * What one look at a directory found, offered once per copy (a link or a second name of a file
+   * is the same bundle), each delta before the base beside it: the delta's load reads the base,
+   * and the daemon drops a base whose delta loaded (after it, the base is an older release); a
+   * delta that fails leaves its base to be loaded.
    */
   private offerAll(dir: string, found: FoundBundle[]): void {
-    const bases = new Map(found.flatMap((b) => (b.base ? [[b.base, b] as const] : [])));
-    for (const b of found) {
-      const delta = b.identity ? bases.get(b.identity) : undefined;
-      if (!delta) {
-        this.offer(dir, b);
-        continue;
-      }
-      this.offered.set(b.key, dir);
-      this.opts.log.info('media', `${b.file} is the base of ${basename(delta.file)} beside it: read by that load, not loaded itself`, { file: b.file });
+    const keys = new Set<string>();
+    let left = found.filter((b) => !keys.has(b.key) && keys.add(b.key));
+    while (left.length) {
+      const wanted = new Set(left.flatMap((b) => (b.base ? [b.base] : [])));
+      const ready = left.filter((b) => !b.identity || !wanted.has(b.identity));
+      // a cycle cannot be signed into bundle.json digests; should one appear, name order decides
+      const now = ready.length ? ready : left;
+      for (const b of now) this.offer(dir, b);
+      left = left.filter((b) => !now.includes(b));
     }
   }
 

@@ -11,7 +11,7 @@ export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_
 export { digestLine, writeBundle, writeFailure, estimateImageStoreBytes, estimateBundleBytes } from './writer.js';
 export { rawFrame } from './raw-frame.js';
 export { verifyBundle } from './reader.js';
-export { readHeader, readSeekIndex, endsWithSeekTable } from './bundle-ends.js';
+export { readHeader, readSeekIndex, endsWithSeekTable, misplacedFrame } from './bundle-ends.js';
 export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
 export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
 export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
