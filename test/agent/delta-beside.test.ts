@@ -65,4 +65,15 @@ t.test('a node that kept nothing fills a delta from the base bundle beside it on
   for (const b of found) failed.offer(b);
   await failed.next(new AbortController().signal);
   t.equal((await failed.next(new AbortController().signal))?.file, other, 'the delta failed (nothing dropped): its base is loaded next');
+
+  // a chain: 1.3.0 against the 1.2.0 delta beside it, on a node that kept nothing: refused by
+  // name (the delta beside it lacks the blobs it takes from 1.1.0), nothing staged
+  const chain = await makeBundle(join(dir, 'chain'), { key: keys.key, version: '1.3.0', images: images('1.3.0'), out: join(stick, '1.3.0-delta.bundle'), create: (args) => run(BUNDLE, [...args, '--base', delta]) });
+  const root2 = join(dir, 'node2');
+  const config2 = await nodeRoot(root2, keys.pub, `runtime: crio\nversion:\n  current: "1.0.0"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\nstatus:\n  console: false\n`);
+  const r = await run(AGENT, ['load', chain, '--config', config2]);
+  t.equal(r.code, 1, 'refused');
+  const st = JSON.parse(await readFile(join(root2, 'var/lib/bundle-agent/status.json'), 'utf8'));
+  t.match(st.conditions.find((c: any) => c.type === 'Failed'), { reason: 'BaseMissing', message: /^This update needs 1\.2\.0 on this node; plug in the full bundle .*1\.2\.0-delta\.bundle beside it is that release, but itself a delta against/ });
+  t.same((await readdir(join(root2, 'var/lib/upgrade')).catch(() => [])).filter((n: string) => n.startsWith('1.3.0')), [], 'nothing staged');
 });

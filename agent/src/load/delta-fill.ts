@@ -41,8 +41,8 @@ async function holder(dirs: string[], entry: LayoutEntry): Promise<string | unde
   return undefined;
 }
 
-/** Files looked at beside a delta for its base bundle: a stick holds a few bundles, not thousands. */
-const MAX_BESIDE = 32;
+/** Files looked at beside a delta for its base bundle: a stick holds a few bundles, not thousands (the media watcher looks at as many). */
+const MAX_BESIDE = 64;
 
 /**
  * The base's own bundle beside the delta (the same stick or drop directory): a whole
@@ -57,8 +57,11 @@ async function baseBundleBeside(file: string, m: BundleManifest): Promise<string
     return (part ? part.n === 1 && part.base !== own : n.endsWith('.bundle') && n !== own);
   }).sort().slice(0, MAX_BESIDE);
   for (const n of names) {
-    const same = await withBundle(join(dir, n), async (s) => bundleIdentity((await readHeader(s)).manifestBytes) === m.base!.bundleJson).catch(() => false);
-    if (same) return join(dir, n);
+    const head = await withBundle(join(dir, n), async (s) => readHeader(s)).catch(() => undefined);
+    if (!head || bundleIdentity(head.manifestBytes) !== m.base!.bundleJson) continue;
+    // the base is itself a delta: it lacks the blobs it takes from its own base
+    if (head.manifest.base) throw baseMissing(m, `${n} beside it is that release, but itself a delta against ${baseLabel(head.manifest.base)}, without the blobs it takes from there`);
+    return join(dir, n);
   }
   return undefined;
 }
