@@ -20,6 +20,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 import { BUNDLE, containerdNode, daemonChild, keygen, makeBundle, run } from './fixtures.js';
 
 type T = Parameters<typeof tmpdir>[0] & { teardown(fn: () => unknown): void };
+type Tap = { equal(a: unknown, b: unknown, m: string): unknown; ok(a: unknown, m: string): unknown; match(a: unknown, b: unknown, m: string): unknown };
 export const PEER_PORT = 9471;
 
 export interface ClusterNode {
@@ -107,7 +108,7 @@ function randomish(size: number, seed: number): Buffer {
 }
 
 /** The node is Ready with the bundle loaded from peers, its image in its containerd and pinned there. */
-export async function readyFromPeers(t: { equal: Function; ok: Function; match: Function }, node: ClusterNode) {
+export async function readyFromPeers(t: Tap, node: ClusterNode) {
   const s = await node.daemon!.until(`${node.name} Ready from peers`, (x) => x?.phase === 'Ready' && !!x?.bundle);
   t.equal(s.bundle?.media, 'peers', `${node.name} loaded it from peers, not from a stick`);
   const line = node.images().find((l) => l.startsWith('quay.io/acme/app:1.1'));
