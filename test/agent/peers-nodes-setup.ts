@@ -7,7 +7,7 @@
 // real `bundle cluster approve`.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { bundleIdentity, openBundle, readHeader } from '@offline-bundle/format';
@@ -56,8 +56,7 @@ export async function peerCluster(t: T, names: string[], imageBytes: number) {
   const factory = await keygen(work);
   const bundle = await makeBundle(work, {
     key: factory.key, version: '1.1.0', upgradeFrom: ['1.0.0'], out: join(work, 'u.bundle'),
-    // random bytes: the transfer moves the size asked for, gzip cannot shrink it
-    images: [{ name: 'quay.io/acme/app:1.1', files: { 'a.bin': randomish(imageBytes / 2, 1), 'b.bin': randomish(imageBytes / 2, 2) } }],
+    images: imagesOf(imageBytes),
   });
   const source = await openBundle(bundle);
   const head = await readHeader(source).finally(() => source.close());
@@ -65,7 +64,7 @@ export async function peerCluster(t: T, names: string[], imageBytes: number) {
   for (const [i, name] of names.entries()) nodes.push(await clusterNode(t, { name, net: netnsNode(t, bridge, bridge.nodeAddress(i)), api, ca, pub: factory.pub }));
   const admin = await api.tokenKubeconfig(join(work, 'admin.kubeconfig'), 'admin-token');
   return {
-    work, bridge, api, bundle, nodes, factory, manifestDigest: bundleIdentity(head.manifestBytes), bundleBytes: (await readFile(bundle)).length,
+    work, bridge, api, bundle, nodes, factory, manifestDigest: bundleIdentity(head.manifestBytes), bundleBytes: (await stat(bundle)).size,
     /** the stick: the bundle copied into the first node's drop directory */
     plugStick: async () => {
       await mkdir(join(nodes[0]!.root, 'var/lib/bundle-agent/drop'), { recursive: true });
@@ -98,6 +97,16 @@ async function clusterNode(t: T, o: { name: string; net: NetNode; api: Awaited<R
     status: () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined),
   };
   return node;
+}
+
+/** Images of two files each, up to 64 MiB an image (made in memory); the first is quay.io/acme/app:1.1. */
+function imagesOf(bytes: number) {
+  const per = 64 * 1024 * 1024;
+  return Array.from({ length: Math.max(1, Math.ceil(bytes / per)) }, (_, i) => {
+    const size = Math.min(per, bytes - i * per);
+    // random bytes: the transfer moves the size asked for, gzip cannot shrink it
+    return { name: i ? `quay.io/acme/app-${i}:1.1` : 'quay.io/acme/app:1.1', files: { 'a.bin': randomish(Math.floor(size / 2), 2 * i), 'b.bin': randomish(Math.ceil(size / 2), 2 * i + 1) } };
+  });
 }
 
 /** Deterministic bytes that do not compress (a counter through sha256). */

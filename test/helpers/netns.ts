@@ -55,11 +55,12 @@ export function limitLink(node: NetNode, rate: string): void {
   node.exec(['tc', 'qdisc', 'replace', 'dev', 'eth0', ...tbf]);
 }
 
-/** Drops `percent`% of the packets the node receives, at random (nft numgen: this kernel has no netem). */
-export function dropIncoming(node: NetNode, percent: number): void {
+/** Drops `percent`% of the packets the node receives, at random (nft numgen: this kernel has no netem); returns a reader of how many were dropped. */
+export function dropIncoming(node: NetNode, percent: number): () => number {
   node.exec(['nft', 'add', 'table', 'inet', 'obloss']);
   node.exec(['nft', 'add', 'chain', 'inet', 'obloss', 'in', '{ type filter hook input priority 0; }']);
-  node.exec(['nft', 'add', 'rule', 'inet', 'obloss', 'in', 'iifname', 'eth0', 'numgen', 'random', 'mod', '100', '<', String(percent), 'drop']);
+  node.exec(['nft', 'add', 'rule', 'inet', 'obloss', 'in', 'iifname', 'eth0', 'numgen', 'random', 'mod', '100', '<', String(percent), 'counter', 'drop']);
+  return () => Number(/counter packets (\d+)/.exec(node.exec(['nft', 'list', 'chain', 'inet', 'obloss', 'in']))?.[1] ?? Number.NaN);
 }
 
 export function clearDrops(node: NetNode): void {

@@ -1,0 +1,51 @@
+// Link faults between nodes in network namespaces (issue #22, "a link going down"; loss), as
+// this kernel allows them (no netem): tc tbf slows a node's link so a transfer is seen under
+// way, `ip link set down` pulls the serving node's cable mid-transfer, nft `numgen random`
+// drops a share of what a node receives. node-a has the stick, node-b fetched it from node-a
+// after the approval; node-c and node-d then fetch under the faults and still end Ready,
+// loaded and pinned in their own containerd.
+import t from 'tap';
+import { dropIncoming, limitLink, netnsSupport, setLink } from '../helpers/netns.js';
+import { peerCluster, readyFromPeers, until } from './peers-nodes-setup.js';
+
+const MiB = 1024 * 1024;
+const skip = netnsSupport();
+
+t.test('link faults between four nodes: a serving link cut mid-transfer, then 5% packet loss; the fetching node still ends Ready', { skip }, async (t) => {
+  const c = await peerCluster(t, ['node-a', 'node-b', 'node-c', 'node-d'], 4 * MiB);
+  const [a, b, cc, d] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
+  for (const n of [a, b]) n.start();
+  await c.plugStick();
+  await a.daemon!.until('node-a Ready from its stick', (s) => s?.phase === 'Ready' && !!s?.bundle);
+  await c.approve();
+  await readyFromPeers(t, b);
+
+  await t.test('the link of the node serving it goes down mid-transfer', async (t) => {
+    // 8 Mbit/s: the image takes seconds to cross, long enough to cut it half-way
+    limitLink(cc.net, '8mbit');
+    const sent = () => ({ a: a.uploaded(), b: b.uploaded() });
+    const start = sent();
+    cc.start();
+    const serving = await until('node-c receives its first MiB', () => {
+      const now = sent();
+      const da = now.a - start.a;
+      const db = now.b - start.b;
+      return da + db > MiB ? (da >= db ? a : b) : undefined;
+    });
+    const other = serving === a ? b : a;
+    t.ok((await cc.status())?.phase !== 'Ready', 'node-c is not done when the link goes down');
+    setLink(serving.net, 'down');
+    t.teardown(() => setLink(serving.net, 'up'));
+    const otherBefore = other.uploaded();
+    await readyFromPeers(t, cc);
+    t.ok(other.uploaded() > otherBefore, `the rest came from ${other.name} while ${serving.name}'s link was down`);
+    setLink(serving.net, 'up');
+  });
+
+  await t.test('5% of what node-d receives is dropped', async (t) => {
+    const dropped = dropIncoming(d.net, 5);
+    d.start();
+    await readyFromPeers(t, d);
+    t.ok(dropped() > 0, `packets were dropped on the way in (${dropped()}), and the load still completed`);
+  });
+});
