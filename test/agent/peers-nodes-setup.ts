@@ -42,7 +42,8 @@ export interface ClusterNode {
  * `names` nodes on one bridge, the first the one that gets the stick (its drop directory); a
  * signed bundle of `imageBytes` of incompressible layer data; nothing started yet.
  */
-export async function peerCluster(t: T, names: string[], imageBytes: number) {
+/** `peers`: more keys of the agents' `peers:` block (YAML lines, indented two spaces). */
+export async function peerCluster(t: T, names: string[], imageBytes: number, opts: { peers?: string } = {}) {
   const work = await tmpdir(t, 'ob-peers-nodes-');
   const bridge = await makeBridge(t);
   const api = await startKubeStandIn({ host: bridge.hostAddress });
@@ -61,7 +62,7 @@ export async function peerCluster(t: T, names: string[], imageBytes: number) {
   const source = await openBundle(bundle);
   const head = await readHeader(source).finally(() => source.close());
   const nodes: ClusterNode[] = [];
-  for (const [i, name] of names.entries()) nodes.push(await clusterNode(t, { name, net: netnsNode(t, bridge, bridge.nodeAddress(i)), api, ca, pub: factory.pub }));
+  for (const [i, name] of names.entries()) nodes.push(await clusterNode(t, { name, net: netnsNode(t, bridge, bridge.nodeAddress(i)), api, ca, pub: factory.pub, peers: opts.peers ?? '' }));
   const admin = await api.tokenKubeconfig(join(work, 'admin.kubeconfig'), 'admin-token');
   return {
     work, bridge, api, bundle, nodes, factory, manifestDigest: bundleIdentity(head.manifestBytes), bundleBytes: (await stat(bundle)).size,
@@ -79,8 +80,8 @@ export async function peerCluster(t: T, names: string[], imageBytes: number) {
   };
 }
 
-async function clusterNode(t: T, o: { name: string; net: NetNode; api: Awaited<ReturnType<typeof startKubeStandIn>>; ca: { ca: string; cert: string; key: string }; pub: string }): Promise<ClusterNode> {
-  const n = await containerdNode(t, `ob-peers-${o.name}-`, `staging:\n  keep: true\npeers:\n  enabled: true\n  port: ${PEER_PORT}\nstatus:\n  kubeconfig: /var/lib/kubelet/kubeconfig\n`, { netns: o.net.ns });
+async function clusterNode(t: T, o: { name: string; net: NetNode; api: Awaited<ReturnType<typeof startKubeStandIn>>; ca: { ca: string; cert: string; key: string }; pub: string; peers: string }): Promise<ClusterNode> {
+  const n = await containerdNode(t, `ob-peers-${o.name}-`, `staging:\n  keep: true\npeers:\n  enabled: true\n  port: ${PEER_PORT}\n${o.peers}status:\n  kubeconfig: /var/lib/kubelet/kubeconfig\n`, { netns: o.net.ns });
   await writeFile(n.config, (await readFile(n.config, 'utf8')).replace('nodeName: node-a', `nodeName: ${o.name}`));
   await o.api.writeNodeKubeconfig(n.root, o.name, { certPaths: 'root' });
   const peersDir = join(n.root, 'etc/bundle-agent/peers');
