@@ -124,7 +124,18 @@ async function measure(opts) {
 }
 
 async function main() {
-  const { values } = parseArgs({ options: { nodes: { type: 'string', default: '7' }, size: { type: 'string', default: '2G' }, rate: { type: 'string', default: '1gbit' }, json: { type: 'boolean', default: false } } });
+  const { values } = parseArgs({ options: { nodes: { type: 'string', default: '7' }, size: { type: 'string', default: '2G' }, rate: { type: 'string', default: '1gbit' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } });
+  if (values.help) {
+    console.log(`Usage: node bench/peers.mjs [--nodes N] [--size SIZE] [--rate RATE] [--json]
+
+One stick node and N others (default 7), each a network namespace with its own bundle-agent
+daemon and containerd, every link limited to RATE (tc tbf; default 1gbit), a bundle of SIZE
+(default 2G; 256M, 64M for a quick run). Prints the time from \`bundle cluster approve\` until
+every node is Ready against one node copying the bundle from the seeder alone over the same link
+(target ≤ 1.5), and the bytes the stick node uploaded against the bundle's size (target ≤ 2×).
+Needs root and about 3× SIZE of disk per node under /tmp.`);
+    return;
+  }
   const opts = { nodes: Number(values.nodes), size: parseSize(values.size), rate: values.rate };
   if (!Number.isInteger(opts.nodes) || opts.nodes < 1) throw new Error(`--nodes ${values.nodes}: give the number of nodes besides the stick node (1 or more)`);
   if (process.getuid?.() !== 0) throw new Error('bench/peers.mjs makes network namespaces and starts containerd: run it as root');
