@@ -12,13 +12,19 @@ const MiB = 1024 * 1024;
 const skip = netnsSupport();
 
 t.test('link faults between four nodes: a serving link cut mid-transfer, then 5% packet loss; the fetching node still ends Ready', { skip }, async (t) => {
+  const t0 = Date.now();
+  // where the time goes, for a run that comes close to tap's timeout on a loaded machine
+  const mark = (what: string) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   const c = await peerCluster(t, ['node-a', 'node-b', 'node-c', 'node-d'], 4 * MiB);
+  mark('four nodes and the bundle made');
   const [a, b, cc, d] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
   for (const n of [a, b]) n.start();
   await c.plugStick();
   await a.daemon!.until('node-a Ready from its stick', (s) => s?.phase === 'Ready' && !!s?.bundle);
+  mark('node-a Ready from its stick');
   await c.approve();
   await readyFromPeers(t, b);
+  mark('node-b Ready from node-a');
 
   await t.test('the link of the node serving it goes down mid-transfer', async (t) => {
     // 8 Mbit/s: the image takes seconds to cross, long enough to cut it half-way

@@ -14,11 +14,16 @@ const MiB = 1024 * 1024;
 const skip = netnsSupport();
 
 t.test('four nodes in network namespaces: one stick, the others fetch from each other only after `bundle cluster approve`, all end Ready and pinned', { skip }, async (t) => {
+  const t0 = Date.now();
+  // where the time goes, for a run that comes close to tap's timeout on a loaded machine
+  const mark = (what: string) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   const c = await peerCluster(t, ['node-a', 'node-b', 'node-c', 'node-d'], 4 * MiB);
+  mark('four nodes and the bundle made');
   const [a, b, cc, d] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
   for (const n of [a, b, cc]) n.start();
   await c.plugStick();
   await a.daemon!.until('node-a Ready from its stick', (s) => s?.phase === 'Ready' && !!s?.bundle);
+  mark('node-a Ready from its stick');
   const serving = await until('node-a publishes what it serves', () => c.api.get('nodebundlestatuses', 'node-a')?.status?.serving);
   t.match(serving, { manifestDigest: c.manifestDigest, complete: true, address: a.net.address, port: PEER_PORT }, 'node-a serves the bundle on its bridge address');
 
@@ -33,6 +38,7 @@ t.test('four nodes in network namespaces: one stick, the others fetch from each 
   const approved = JSON.parse(await c.approve());
   t.match(JSON.stringify(approved), c.manifestDigest, 'the approval names the bundle\'s digest');
   for (const n of [b, cc]) await readyFromPeers(t, n);
+  mark('node-b and node-c Ready from peers');
   t.ok(a.uploaded() > 4 * MiB, `node-a uploaded the image's bytes (${a.uploaded()} bytes sent from its peer port)`);
 
   // the stick node leaves the network; node-d starts only now and must be fed by node-b and node-c
@@ -40,6 +46,7 @@ t.test('four nodes in network namespaces: one stick, the others fetch from each 
   const before = b.uploaded() + cc.uploaded();
   d.start();
   const s = await readyFromPeers(t, d);
+  mark('node-d Ready from peers');
   t.equal(s.bundle?.manifestDigest ?? c.manifestDigest, c.manifestDigest, 'node-d loaded the approved bundle');
   const fromOthers = b.uploaded() + cc.uploaded() - before;
   t.ok(fromOthers > 4 * MiB, `node-b and node-c (not the stick node) served node-d ${fromOthers} bytes`);
