@@ -60,6 +60,8 @@ export async function peerCluster(t: T, names: string[], imageBytes: number, opt
     makeBundle(work, { key: factory.key, version: '1.1.0', upgradeFrom: ['1.0.0'], out: join(work, 'u.bundle'), images: imagesOf(imageBytes) }),
     Promise.all(names.map((name, i) => clusterNode(t, { name, net: netnsNode(t, bridge, bridge.nodeAddress(i)), api, ca, pub: factory.pub, peers: opts.peers ?? '' }))),
   ]);
+  // one at a time: the stand-in's CA issues with openssl's serial file, which two at once corrupt
+  for (const n of nodes) await api.writeNodeKubeconfig(n.root, n.name, { certPaths: 'root' });
   const source = await openBundle(bundle);
   const head = await readHeader(source).finally(() => source.close());
   const admin = await api.tokenKubeconfig(join(work, 'admin.kubeconfig'), 'admin-token');
@@ -82,7 +84,6 @@ export async function peerCluster(t: T, names: string[], imageBytes: number, opt
 async function clusterNode(t: T, o: { name: string; net: NetNode; api: Awaited<ReturnType<typeof startKubeStandIn>>; ca: { ca: string; cert: string; key: string }; pub: string; peers: string }): Promise<ClusterNode> {
   const n = await containerdNode(t, `ob-peers-${o.name}-`, `staging:\n  keep: true\npeers:\n  enabled: true\n  port: ${PEER_PORT}\n${o.peers}status:\n  kubeconfig: /var/lib/kubelet/kubeconfig\n`, { netns: o.net.ns });
   await writeFile(n.config, (await readFile(n.config, 'utf8')).replace('nodeName: node-a', `nodeName: ${o.name}`));
-  await o.api.writeNodeKubeconfig(n.root, o.name, { certPaths: 'root' });
   const peersDir = join(n.root, 'etc/bundle-agent/peers');
   await mkdir(peersDir, { recursive: true });
   for (const [from, to] of [[o.ca.ca, 'ca.crt'], [o.ca.cert, 'node.crt'], [o.ca.key, 'node.key']] as const) await copyFile(from, join(peersDir, to));
