@@ -1,23 +1,22 @@
-// Link faults between nodes in network namespaces (issue #22, "a link going down"; loss), as
-// this kernel allows them (no netem): tc tbf slows a node's link so a transfer is seen under
-// way, `ip link set down` pulls the serving node's cable mid-transfer, nft `numgen random`
-// drops a share of what a node receives. node-a has the stick, node-b fetched it from node-a
-// after the approval; node-c and node-d then fetch under the faults and still end Ready,
-// loaded and pinned in their own containerd.
+// A link going down between nodes in network namespaces (issue #22), as this kernel allows it
+// (no netem): tc tbf slows node-c's link so its transfer is seen under way, then `ip link set
+// down` pulls the cable of the node serving it. node-a has the stick, node-b fetched it from
+// node-a after the approval; node-c still ends Ready from the other one, loaded and pinned in
+// its own containerd. (Packet loss: peers-nodes-loss.test.ts.)
 import t from 'tap';
-import { dropIncoming, limitLink, netnsSupport, setLink } from '../helpers/netns.js';
+import { limitLink, netnsSupport, setLink } from '../helpers/netns.js';
 import { peerCluster, readyFromPeers, until } from './peers-nodes-setup.js';
 
 const MiB = 1024 * 1024;
 const skip = netnsSupport();
 
-t.test('link faults between four nodes: a serving link cut mid-transfer, then 5% packet loss; the fetching node still ends Ready', { skip }, async (t) => {
+t.test('a link cut mid-transfer between nodes in namespaces: the serving node\'s link goes down, the fetching node still ends Ready from the other', { skip }, async (t) => {
   const t0 = Date.now();
   // where the time goes, for a run that comes close to tap's timeout on a loaded machine
   const mark = (what: string) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-  const c = await peerCluster(t, ['node-a', 'node-b', 'node-c', 'node-d'], 4 * MiB);
-  mark('four nodes and the bundle made');
-  const [a, b, cc, d] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
+  const c = await peerCluster(t, ['node-a', 'node-b', 'node-c'], 4 * MiB);
+  mark('three nodes and the bundle made');
+  const [a, b, cc] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
   for (const n of [a, b]) n.start();
   await c.plugStick();
   await a.daemon!.until('node-a Ready from its stick', (s) => s?.phase === 'Ready' && !!s?.bundle);
@@ -46,12 +45,5 @@ t.test('link faults between four nodes: a serving link cut mid-transfer, then 5%
     await readyFromPeers(t, cc);
     t.ok(other.uploaded() > otherBefore, `the rest came from ${other.name} while ${serving.name}'s link was down`);
     setLink(serving.net, 'up');
-  });
-
-  await t.test('5% of what node-d receives is dropped', async (t) => {
-    const dropped = dropIncoming(d.net, 5);
-    d.start();
-    await readyFromPeers(t, d);
-    t.ok(dropped() > 0, `packets were dropped on the way in (${dropped()}), and the load still completed`);
   });
 });
