@@ -16,6 +16,10 @@
 //             vs cat FILE > /dev/null + containerd's pull from docker-registry
 //   load-order: the same load of the pull-order bundle vs of the digest-order one (the default)
 //   RSS:      peak resident set of bundle create / bundle extract at BENCH_SCALE and 4x it
+//   peers:    approval → every node Ready, one stick node and BENCH_PEERS_NODES others (default 7)
+//             in network namespaces, a BENCH_PEERS_SIZE bundle (default 2G), links tbf 1 Gbit/s,
+//             vs one node copying the bundle from the seeder alone; and the stick node's upload
+//             vs the bundle's size (bench/peers.mjs; about 3× the size of disk per node)
 // Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
 // BENCH_RUNS (samples per side, default 3), BENCH_ONLY (comma list of the rows above),
 // BENCH_RSS_X (the larger scale's factor, default 4; 0 skips it), BENCH_PROFILE (a directory:
@@ -29,6 +33,7 @@ import { BundleRandomReader, blobPath, readHeader, withBundleFile } from '@offli
 import { skopeoCopy, startRegistry } from '../test/helpers/registry.mjs';
 import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats } from './lib/measure.mjs';
+import { peersRows } from './peers.mjs';
 import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
 import { AGENT, BUNDLE, cli, serve, serveStaging } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
@@ -39,7 +44,7 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-staging,serve16-staging,preload,load,load-order,rss').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-staging,serve16-staging,preload,load,load-order,rss,peers').split(','));
 const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
 const STREAMS = 16;
 const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
@@ -138,6 +143,9 @@ async function withServers(env, start, fn) {
 }
 
 async function main() {
+  // its own nodes and bundle: no release to generate for it
+  if (ONLY.has('peers')) for (const row of await peersRows({ nodes: Number(process.env.BENCH_PEERS_NODES ?? 7), size: process.env.BENCH_PEERS_SIZE ?? '2G' })) await addRow(row);
+  if ([...ONLY].every((r) => r === 'peers')) return;
   const env = await setUp(SCALE, path.join(work, 's1'));
   const file = path.join(env.dir, 'ours.bundle');
   const staged = path.join(env.dir, 'staged');
@@ -312,7 +320,7 @@ async function rssRows(env, createRss, extractRss) {
 
 try {
   await main();
-  console.log(`\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 2 ** 20).toFixed(0)} MiB; median (min–max) of ${RUNS} alternating runs; ${meta.cores} cores, load ${meta.loadavg.join(' ')}\n`);
+  if (meta.images) console.log(`\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 2 ** 20).toFixed(0)} MiB; median (min–max) of ${RUNS} alternating runs; ${meta.cores} cores, load ${meta.loadavg.join(' ')}\n`);
   console.log(table(rows));
   console.log('\nratio = ours / peer, per pair of alternating runs');
   await writeResults(OUT, meta, rows);

@@ -22,13 +22,15 @@ export DEBIAN_FRONTEND=noninteractive
 # `bundle cluster dashboard`'s page in test/cluster/dashboard-browser.test.ts.
 # fuse3, fusefat, exfat-fuse, exfatprogs and dosfstools: FAT32 and exFAT images mounted through
 # FUSE (this kernel has no vfat/exfat) for `bundle write-media`'s tests.
+# iproute2 (ip netns, tc tbf) and nftables (numgen drops, byte counters): the peer tests' and
+# bench's nodes in network namespaces and their link faults (test/helpers/netns.ts).
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   docker-registry skopeo podman umoci containerd zstd openssl jq ca-certificates \
   python3 make g++ binutils tar gzip util-linux e2fsprogs systemd \
   g++-aarch64-linux-gnu qemu-user groff-base zsh fish systemd-container mmdebstrap \
-  fuse3 fusefat exfat-fuse exfatprogs dosfstools chromium >/dev/null
+  fuse3 fusefat exfat-fuse exfatprogs dosfstools chromium iproute2 nftables >/dev/null
 
 # Node 20 is the target runtime; pnpm 10 is the last major that runs on it.
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \

@@ -64,11 +64,11 @@ export async function nodeRoot(root: string, pub: string | undefined, extra: str
  * A node root with its own real containerd (socket and certs.d under the root) and a daemon
  * config for it: version 1.0.0 running, no space reserve, the drop directory polled every second.
  */
-export async function containerdNode(t: { teardown(fn: () => unknown): void }, prefix: string, extra = '') {
+export async function containerdNode(t: { teardown(fn: () => unknown): void }, prefix: string, extra = '', opts: { netns?: string } = {}) {
   const dir = await tmpdir(t, prefix);
   const keys = await keygen(dir);
   const root = join(dir, 'node');
-  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
+  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock'), ...opts });
   t.teardown(() => ctd.stop());
   const config = await nodeRoot(root, keys.pub, `runtime: containerd
 version:
@@ -182,8 +182,10 @@ export function smallFs(dir: string, sizeKiB: number, t: { teardown(fn: () => un
  * `bundle-agent run --config CONFIG` as a child, its output gathered, stopped at teardown; and a
  * wait for its status file (STATUS) to satisfy `ok`, failing on the agent's exit or a hang.
  */
-export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, config: string, statusFile: string) {
-  const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, config: string, statusFile: string, opts: { netns?: string } = {}) {
+  // ip netns exec execs node: the child's pid is the agent's, SIGTERM reaches it
+  const argv = [process.execPath, AGENT, 'run', '--config', config];
+  const child = opts.netns ? spawn('ip', ['netns', 'exec', opts.netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] }) : spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
   const out = { log: '' };
   child.stdout.on('data', (b: Buffer) => { out.log += b; });
   child.stderr.on('data', (b: Buffer) => { out.log += b; });

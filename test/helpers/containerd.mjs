@@ -16,7 +16,8 @@ import { startService } from './service.mjs';
  */
 /**
  * @param {number} [timeoutMs]
- * @param {{ certsDir?: string, socket?: string, snapshotter?: 'native' | 'overlayfs' }} [opts]
+ * @param {{ certsDir?: string, socket?: string, snapshotter?: 'native' | 'overlayfs', netns?: string }} [opts]
+ * netns: run it in that network namespace (ip netns exec), beside an agent whose loopback registry it pulls from
  * @returns {Promise<{ dir: string, socket: string, certsDir: string, pid: number, logs: () => string, stop: () => Promise<void> }>}
  */
 export async function startContainerd(timeoutMs = 20_000, opts = {}) {
@@ -62,8 +63,9 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
 
   const svc = await startService({
     name: 'containerd',
-    command: 'containerd',
-    args: ['--config', config],
+    // ip netns exec execs containerd: the pid stopped is containerd's
+    command: opts.netns ? 'ip' : 'containerd',
+    args: [...(opts.netns ? ['netns', 'exec', opts.netns, 'containerd'] : []), '--config', config],
     ready: async () => {
       if (!existsSync(socket)) return false;
       const c = new CriImageClient(socket, { callTimeoutMs: 2000 });
