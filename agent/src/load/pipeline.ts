@@ -56,11 +56,11 @@ interface Running {
  * seen there (the remembered file, else the status history's running entries: the node's own
  * records of what it ran).
  */
-export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
+export async function runningVersion(ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>): Promise<string | undefined> {
   return (await runningRelease(ctx)).release?.version;
 }
 
-async function runningRelease(ctx: PipelineContext): Promise<Running> {
+async function runningRelease(ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>): Promise<Running> {
   const { config, tracker, log } = ctx;
   if (config.version.current) return { release: { version: config.version.current } };
   if (!config.version.fromCluster || !config.status.kubeconfig) return {};
@@ -175,7 +175,8 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
   return (await missingImages(inspector, rec.refs)).length === 0;
 }
 
-function rateTracker(tracker: StatusTracker) {
+/** Progress with its rate and time left, at most once a second (what a stick's staging and a fetch from peers show). */
+export function rateTracker(tracker: StatusTracker) {
   const started = Date.now();
   let last = 0;
   // what a resume kept counts as done, not as read at this load's rate
@@ -229,7 +230,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   const { config, log, tracker } = ctx;
   tracker.update((s) => {
     s.phase = 'Verifying';
-    s.bundle = { file, media: ctx.media ?? 'file' };
+    s.bundle = { file, media: ctx.media ?? 'file', ...(ctx.fromPeers?.length ? { fromPeers: ctx.fromPeers } : {}) };
     s.conditions = [];
     s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
   });

@@ -3,10 +3,11 @@
 // blob, so nodes pass a bundle on as they get it), and a bundle an admin approved that this
 // node lacks is fetched from them and loaded as a stick's would be (runLayoutLoad).
 import { compareVersions, loadTrust } from '@offline-bundle/format';
-import type { ServingStatus } from '@offline-bundle/status';
+import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
 import { failureOf, oneLine } from '../errors.js';
 import { withLoadLock } from '../load/lock.js';
-import { runLayoutLoad, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
+import { checkPolicy } from '../load/policy.js';
+import { rateTracker, runLayoutLoad, runningVersion, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../releases/bundle-records.js';
 import { readReleases } from '../releases/state.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
@@ -78,6 +79,18 @@ export class PeerService {
   }
 
   /**
+   * How many other nodes hold the bundle of `version` (the one this node loaded) whole, found as
+   * a fetch finds its peers: through the directory (status.serving checked against each Node).
+   * The bundle is named by what this node offers, else by an approval of that version.
+   */
+  async copies(version: string): Promise<PeerCopies> {
+    const offer = [...this.offers.values()].find((o) => o.complete && o.manifest.release.version === version);
+    const digest = offer?.manifestDigest ?? (await this.o.directory.approved()).find((a) => a.version === version)?.manifestDigest;
+    const nodes = digest ? (await this.o.directory.peersFor(digest)).filter((p) => p.complete).length : 0;
+    return { version, nodes, serving: offer !== undefined };
+  }
+
+  /**
    * One look at the approvals: the first one this node neither holds nor tried lately is fetched
    * and loaded. Returns the load's result, or undefined when there was nothing to do or it failed
    * (the failure is in the status, as a stick's is).
@@ -90,17 +103,20 @@ export class PeerService {
     if (!wanted) return undefined;
     log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
     let loading = false;
+    // what the status said before the fetch showed its progress: said again when the fetch only has to wait
+    const before = structuredClone(this.o.context.tracker.current);
     try {
       // under the load lock: a load by hand beside the daemon would otherwise lose its partial staging to this fetch
-      const { target, fetched } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
+      const { target, fetched, from } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
       loading = true;
-      return await this.load(wanted, target, fetched, signal);
+      return await this.load(wanted, target, fetched, from, signal);
     } catch (err) {
       this.offers.delete(wanted.manifestDigest);
       const { reason, message } = failureOf(err, config.paths.upgradeDir);
       // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried
       // again at the next look; not this node failing, so the status keeps what it says
       if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
+        if (!loading) this.restoreStatus(before);
         if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
         this.waitingFor.add(wanted.manifestDigest);
         return undefined;
@@ -112,22 +128,52 @@ export class PeerService {
     }
   }
 
-  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ target: string; fetched: FetchedLayout }> {
-    const { config } = this.o.context;
+  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ target: string; fetched: FetchedLayout; from: string[] }> {
+    const { config, tracker } = this.o.context;
+    const sentBefore = new Map(this.counters.fetchedFrom);
+    const progress = rateTracker(tracker);
     const r = await fetchFromPeers({
       ...peerFetchBase(config, this.o.credentials, await loadTrust(config.trust.keys)),
       approval: wanted, directory: this.o.directory, counters: this.counters, ...(signal ? { signal } : {}),
-      onStaging: (head, partial, target) => this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head)),
+      onStaging: (head, partial, target) => {
+        this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head));
+        this.showFetching(target, head.manifest.release);
+      },
       onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
+      onProgress: progress,
+      admit: async (m) => {
+        const current = await runningVersion(this.o.context);
+        // an unknown running version is the load's to wait for (it asks the cluster again); arch and a known version are refused now
+        checkPolicy(m, current ? config : { ...config, version: { ...config.version, allowUnknown: true } }, current);
+      },
     });
     this.offers.get(wanted.manifestDigest)?.staged();
-    return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already } };
+    // the nodes that sent bytes of this bundle (the counters hold every fetch since the start)
+    const from = [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (sentBefore.get(n) ?? 0)).map(([n]) => n);
+    return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already }, from };
   }
 
-  private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, signal: AbortSignal | undefined): Promise<LoadResult> {
+  /** The fetch in the status as a stick's staging is shown: phase Staging, its bytes, rate and time left. */
+  private showFetching(target: string, rel: { name: string; version: string; arch: string }): void {
+    this.o.context.tracker.update((s) => {
+      s.phase = 'Staging';
+      s.bundle = { file: target, media: PEER_MEDIA, name: rel.name, version: rel.version, arch: rel.arch };
+      s.conditions = [];
+      s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
+    });
+  }
+
+  private restoreStatus(before: NodeStatus): void {
+    this.o.context.tracker.update((s) => {
+      for (const k of ['phase', 'bundle', 'conditions', 'progress'] as const) Object.assign(s, { [k]: before[k] });
+      if (!before.bundle) delete s.bundle;
+    });
+  }
+
+  private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, from: string[], signal: AbortSignal | undefined): Promise<LoadResult> {
     const runtime = this.o.runtime();
     try {
-      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: 'peers', ...(signal ? { signal } : {}) }, fetched);
+      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, fetched);
       await this.afterLoad(wanted, target);
       return loaded;
     } finally {
