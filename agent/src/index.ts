@@ -1,6 +1,7 @@
 export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH, MAX_CONFIG_FILE_BYTES } from './config.js';
 export { loadBundle, loadLayout, runLoad, runLayoutLoad, removeStalePartials, runningVersion } from './load/pipeline.js';
 export { runDaemon, statusTracker } from './daemon/daemon.js';
+export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
 export { planSpace, choosePlan, demands, imageGrowth, shortfall, type SpaceCredit } from './load/space.js';

@@ -57,7 +57,7 @@ function sentence(s: NodeStatus, _now: Date): string {
       return `Finishing up.${stick}`;
     case 'Ready':
       if (s.conditions.some((c) => c.type === 'Preloaded' && c.reason === 'PreloadDisabled')) {
-        return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings). You may remove the USB stick.`.replace('  ', ' ');
+        return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings).${fromPeers ? '' : ' You may remove the USB stick.'}`.replace('  ', ' ');
       }
       if (s.conditions.some((c) => c.type === 'Ready' && c.reason === 'Restored')) {
         return `Done: update ${s.bundle?.version ?? ''} is loaded on this node again (parts of it had gone missing and were put back from this node's disk). No USB stick is needed.`.replace('  ', ' ');
