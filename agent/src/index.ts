@@ -1,5 +1,6 @@
 export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH, MAX_CONFIG_FILE_BYTES } from './config.js';
-export { loadBundle, loadLayout, runLoad, runLayoutLoad, removeStalePartials, runningVersion } from './load/pipeline.js';
+export { loadBundle, loadLayout, runLoad, runLayoutLoad, removeLeftovers, removeStalePartials, runningVersion } from './load/pipeline.js';
+export { readFetched, recordFetched, forgetFetched, type FetchedLayoutRecord } from './releases/fetched-layouts.js';
 export { runDaemon, statusTracker } from './daemon/daemon.js';
 export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';

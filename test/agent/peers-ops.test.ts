@@ -7,10 +7,10 @@
 // mutual-TLS servers on 127.0.0.x; the runtime is a stand-in that accepts every call
 // (preload.method none): what is under test is what the node reports.
 import t from 'tap';
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { PeerService, createLogger, parseConfig } from '@offline-bundle/agent';
+import { AgentError, PeerService, createLogger, forgetFetched, parseConfig, readFetched, removeLeftovers } from '@offline-bundle/agent';
 import { Metrics, StatusTracker, emptyStatus, technicianLine, type NodeStatus } from '@offline-bundle/status';
 import { acceptingRuntime, nodeRoot } from './fixtures.js';
 import { FixedDirectory, endpoint, peerWorld } from './peers-setup.js';
@@ -19,7 +19,7 @@ const w = await peerWorld(t);
 const seed = await w.server();
 let nodes = 0;
 
-async function peerNode(name: string, directory: FixedDirectory) {
+async function peerNode(name: string, directory: FixedDirectory, runtime: () => ReturnType<typeof acceptingRuntime> = acceptingRuntime) {
   const pub = join(w.b.dir, 'factory.pub');
   await writeFile(pub, w.b.key.publicPem);
   const root = join(w.b.dir, `ops-node-${++nodes}`, 'node');
@@ -29,8 +29,8 @@ async function peerNode(name: string, directory: FixedDirectory) {
   const seen: NodeStatus[] = [];
   tracker.onChange((s) => seen.push(s));
   const log = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
-  const service = new PeerService({ directory, credentials: w.credentials, address: `127.0.0.${120 + nodes}`, port: 9470, context: { config, log, tracker }, runtime: acceptingRuntime });
-  return { name, config, tracker, service, seen };
+  const service = new PeerService({ directory, credentials: w.credentials, address: `127.0.0.${120 + nodes}`, port: 9470, context: { config, log, tracker }, runtime });
+  return { name, config, tracker, service, seen, log };
 }
 
 t.test('a fetch shows in the status as it runs (bytes of the total, a rate), then names the node it came from; its counters reach /metrics', async (t) => {
@@ -90,3 +90,46 @@ for (const [what, reason] of [
     t.notOk(n.seen.some((s) => s.phase === 'Staging'), 'the fetch never showed as under way');
   });
 }
+
+const busy = () => { throw new AgentError('Busy', 'another load holds the load lock (a test stands in for it)'); };
+const exists = (p: string) => stat(p).then(() => true, () => false);
+
+t.test('a layout fetched whole whose load has not run yet survives the restart cleanup, and is loaded without a second fetch', async (t) => {
+  const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
+  const first = await peerNode('node-k', directory, busy);
+  t.equal(await first.service.syncOnce(), undefined, 'fetched; the load could not run');
+  t.equal(first.tracker.current.phase, 'Idle', 'the status says what it said before the fetch, not a fetch still under way');
+  const layout = join(first.config.paths.upgradeDir, '1.2.3-amd64');
+  t.ok(await exists(join(layout, 'bundle.json')), 'the fetched layout is in place');
+  t.same((await readFetched(first.config.paths.stateDir)).map((f) => f.layout), [layout], 'recorded as awaiting its load');
+  // the daemon's start-up cleanup, as after a restart
+  await removeLeftovers(first.config, acceptingRuntime(), first.log, []);
+  t.ok(await exists(join(layout, 'bundle.json')), 'kept by the cleanup');
+  const served = seed.counters.bytesServed;
+  const again = await peerNode('node-k2', directory);
+  again.config.paths = first.config.paths;
+  t.equal((await again.service.syncOnce())?.version, '1.2.3', 'loaded');
+  t.equal(seed.counters.bytesServed, served, 'not one byte fetched again');
+  t.same(await readFetched(first.config.paths.stateDir), [], 'the record went with its load');
+});
+
+t.test('without its record the same cleanup removes an unclaimed layout (what the record prevents)', async (t) => {
+  const n = await peerNode('node-l', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]), busy);
+  await n.service.syncOnce();
+  const layout = join(n.config.paths.upgradeDir, '1.2.3-amd64');
+  await forgetFetched(n.config.paths.stateDir, layout);
+  await removeLeftovers(n.config, acceptingRuntime(), n.log, []);
+  t.notOk(await exists(layout), 'removed');
+});
+
+t.test('a fetched layout whose approval was withdrawn before its load is removed at the next look', async (t) => {
+  const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
+  const n = await peerNode('node-m', directory, busy);
+  await n.service.syncOnce();
+  const layout = join(n.config.paths.upgradeDir, '1.2.3-amd64');
+  t.ok(await exists(layout));
+  directory.approvals = [];
+  t.equal(await n.service.syncOnce(), undefined);
+  t.notOk(await exists(layout), 'removed');
+  t.same(await readFetched(n.config.paths.stateDir), [], 'and its record');
+});

@@ -18,6 +18,7 @@ import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
+import { readFetched } from '../releases/fetched-layouts.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
@@ -146,8 +147,8 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
   const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
-  // the layout a load from peers is about to open
-  const keep = new Set<string>(spare ? [spare] : []);
+  // the layout a load from peers is about to open, and those fetched whose load has not ended yet
+  const keep = new Set<string>([...(spare ? [spare] : []), ...(await readFetched(config.paths.stateDir)).map((f) => f.layout)]);
   for (const r of releases) {
     if (!r.layout) continue;
     if (config.staging.keep === true || (config.staging.keep === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);

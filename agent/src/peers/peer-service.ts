@@ -2,6 +2,7 @@
 // what it holds verified is offered to its peers (kept layouts, and a fetch under way, blob by
 // blob, so nodes pass a bundle on as they get it), and a bundle an admin approved that this
 // node lacks is fetched from them and loaded as a stick's would be (runLayoutLoad).
+import { rm } from 'node:fs/promises';
 import { compareVersions, loadTrust } from '@offline-bundle/format';
 import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
 import { failureOf, oneLine } from '../errors.js';
@@ -9,6 +10,7 @@ import { withLoadLock } from '../load/lock.js';
 import { checkPolicy } from '../load/policy.js';
 import { rateTracker, runLayoutLoad, runningVersion, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../releases/bundle-records.js';
+import { forgetFetched, readFetched, recordFetched } from '../releases/fetched-layouts.js';
 import { readReleases } from '../releases/state.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
@@ -116,7 +118,7 @@ export class PeerService {
       // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried
       // again at the next look; not this node failing, so the status keeps what it says
       if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
-        if (!loading) this.restoreStatus(before);
+        if (!loading || reason === 'Busy') this.restoreStatus(before);
         if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
         this.waitingFor.add(wanted.manifestDigest);
         return undefined;
@@ -148,6 +150,8 @@ export class PeerService {
       },
     });
     this.offers.get(wanted.manifestDigest)?.staged();
+    // kept by the cleanup at a restart or before another load until its own load ends: 20 GB are not fetched twice
+    await recordFetched(config.paths.stateDir, { layout: r.target, manifestDigest: wanted.manifestDigest, at: new Date().toISOString() });
     // the nodes that sent bytes of this bundle (the counters hold every fetch since the start)
     const from = [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (sentBefore.get(n) ?? 0)).map(([n]) => n);
     return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already }, from };
@@ -171,13 +175,20 @@ export class PeerService {
   }
 
   private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, from: string[], signal: AbortSignal | undefined): Promise<LoadResult> {
-    const runtime = this.o.runtime();
+    let runtime: RuntimeTarget | undefined;
     try {
+      runtime = this.o.runtime();
       const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, fetched);
+      await forgetFetched(this.o.context.config.paths.stateDir, target);
       await this.afterLoad(wanted, target);
       return loaded;
+    } catch (err) {
+      // a load that did not run (another holds the lock, a stop) leaves the layout for the next look
+      const { reason } = failureOf(err, this.o.context.config.paths.upgradeDir);
+      if (reason !== 'Busy' && reason !== 'Interrupted') await forgetFetched(this.o.context.config.paths.stateDir, target);
+      throw err;
     } finally {
-      await runtime.close();
+      await runtime?.close();
     }
   }
 
@@ -196,10 +207,28 @@ export class PeerService {
     if (served) this.offers.set(a.manifestDigest, served);
   }
 
+  /** Fetched layouts whose approval was withdrawn before their load: removed, as a revoked fetch leaves nothing. */
+  private async dropUnapproved(approvals: readonly PeerApproval[]): Promise<void> {
+    const { config, log } = this.o.context;
+    const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.layout));
+    for (const f of await readFetched(config.paths.stateDir)) {
+      if (approvals.some((a) => a.manifestDigest === f.manifestDigest)) continue;
+      // loaded since (a record left by a crash after the load): the release's layout, not ours to remove
+      if (loaded.has(f.layout)) {
+        await forgetFetched(config.paths.stateDir, f.layout);
+        continue;
+      }
+      log.info('peers', `the approval of the bundle fetched into ${f.layout} was withdrawn before its load: removed`, { digest: f.manifestDigest });
+      await rm(f.layout, { recursive: true, force: true });
+      await forgetFetched(config.paths.stateDir, f.layout);
+    }
+  }
+
   /** The first approval this node does not hold (an offer, a release of that version loaded), did not forget, and has not failed lately. */
   private async nextWanted(): Promise<PeerApproval | undefined> {
     const { config } = this.o.context;
     const approvals = await this.o.directory.approved();
+    await this.dropUnapproved(approvals);
     const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.version));
     const forgotten = await readForgotten(config.paths.stateDir);
     const now = (this.o.now ?? Date.now)();
