@@ -43,6 +43,9 @@ t.test('a node fetching from peers: its own line, never about a stick it does no
   const ready = technicianLine({ ...s, phase: 'Ready', conditions: [] });
   t.match(ready, /^Done: update 1\.2\.3 is loaded on this node\. It was fetched from other nodes: no USB stick is needed\.$/);
   t.notMatch(technicianLine({ ...s, phase: 'Preloading', progress: { ...s.progress, imagesDone: 1, imagesTotal: 4 } }), /USB stick/);
+  const killed = technicianLine({ ...s, phase: 'Failed', conditions: [{ type: 'Failed', status: 'True', reason: 'Interrupted', message: 'x', lastTransitionTime: new Date().toISOString() }] });
+  t.notMatch(killed, /USB stick/, 'a fetch cut by a stop: no stick to plug in again');
+  t.match(killed, /goes on by itself/);
 });
 
 t.test('status.peers in the cluster resource: bounded and valid for the CRD', async (t) => {

@@ -69,6 +69,8 @@ function sentence(s: NodeStatus, _now: Date): string {
       return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)}`.replace('  ', ' ');
     case 'Failed': {
       const failed = s.conditions.find((c) => c.type === 'Failed');
+      // a fetch from peers goes on by itself at the agent's next look: no stick to plug in
+      if (fromPeers && failed?.reason === 'Interrupted') return 'Stopped: the update was being fetched from other nodes when the update program stopped; it goes on by itself once the program runs again.';
       const why = failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error';
       return `Failed: ${onRemovableMedia(s.bundle?.media) ? why : fileWords(why)}`;
     }
