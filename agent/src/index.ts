@@ -1,8 +1,6 @@
 export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH, MAX_CONFIG_FILE_BYTES } from './config.js';
-export { loadBundle, loadLayout, runLoad, runLayoutLoad, removeLeftovers, removeStalePartials, runningVersion } from './load/pipeline.js';
-export { readFetched, recordFetched, forgetFetched, type FetchedLayoutRecord } from './releases/fetched-layouts.js';
+export { loadBundle, loadLayout, runLoad, runLayoutLoad, removeStalePartials, runningVersion } from './load/pipeline.js';
 export { runDaemon, statusTracker } from './daemon/daemon.js';
-export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
 export { planSpace, choosePlan, demands, imageGrowth, shortfall, type SpaceCredit } from './load/space.js';
@@ -36,3 +34,7 @@ export type { AgentReason } from './errors.js';
 export type { FoundBundle } from './daemon/media.js';
 // bundles between nodes (issue #22): the transfer
 export * from './peers/transfer.js';
+// the daemon's peers and what they keep (issue #22)
+export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
+export { removeLeftovers } from './load/pipeline.js';
+export { readFetched, recordFetched, forgetFetched, type FetchedLayoutRecord } from './releases/fetched-layouts.js';
