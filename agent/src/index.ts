@@ -34,3 +34,7 @@ export type { AgentReason } from './errors.js';
 export type { FoundBundle } from './daemon/media.js';
 // bundles between nodes (issue #22): the transfer
 export * from './peers/transfer.js';
+// the daemon's peers and what they keep (issue #22)
+export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
+export { removeLeftovers } from './load/pipeline.js';
+export { readFetched, recordFetched, forgetFetched, type FetchedLayoutRecord } from './releases/fetched-layouts.js';

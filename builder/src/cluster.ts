@@ -10,7 +10,7 @@ import { stringify as stringifyYaml } from 'yaml';
 import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures, withBundleFile } from '@offline-bundle/format';
-import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, type AdminApis } from '@offline-bundle/status';
+import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, type AdminApis } from '@offline-bundle/status';
 import {
   nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
@@ -61,13 +61,16 @@ function table(rows: NodeRow[]): string {
   const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', r.heartbeat ?? 'never', r.ready ? 'yes' : 'no']);
   // the columns of bundles between nodes (issue #22), once any node has a source or serves
   if (rows.some((r) => r.source || r.serving)) {
-    head.push('SOURCE', 'SERVES');
-    rows.forEach((r, i) => cells[i]!.push(r.source ?? '-', servesCell(r)));
+    head.push('SOURCE', 'RATE', 'SERVES');
+    rows.forEach((r, i) => cells[i]!.push(r.source ?? '-', rateCell(r), servesCell(r)));
   }
   for (const c of cells) c.forEach((x, i) => { c[i] = escapeControls(x); });
   const w = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)));
   return [head, ...cells].map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
+
+/** "12.5 MiB/s, 1.2 GiB of 4.0 GiB" while it copies or fetches; "-" otherwise. */
+const rateCell = (r: NodeRow) => (r.rate !== undefined ? `${formatBytes(r.rate)}/s, ${formatBytes(r.bytesDone ?? 0)} of ${formatBytes(r.bytesTotal ?? 0)}` : '-');
 
 const servesCell = (r: NodeRow) => (r.serving ? `${r.serving.complete ? 'complete' : `${r.serving.verifiedBlobs} blobs`} on ${r.serving.address.includes(':') ? `[${r.serving.address}]` : r.serving.address}:${r.serving.port}` : '-');
 
@@ -103,7 +106,7 @@ With one stick for many nodes (agents with peers.enabled), before the technician
 The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`);
 
   kubeOptions(cluster.command('status')
-    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat; once any node has them, SOURCE (stick, or peer NAME when fetched from other nodes) and SERVES (what it offers its peers). Exit 0 only when every node (of --selector) is Ready for the same bundle.')
+    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat; once any node has them, SOURCE (stick, spool, file, or peer NAME when fetched from other nodes), RATE (while it copies or fetches) and SERVES (what it offers its peers). Exit 0 only when every node (of --selector) is Ready for the same bundle.')
     .option('-l, --selector <labels>', 'only nodes with these labels (e.g. node-role.kubernetes.io/worker=)')
     .option('--bundle-digest <sha256>', 'the bundle file every node must be Ready for (default: the one most Ready nodes report)', digestArg))
     .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string }) => {

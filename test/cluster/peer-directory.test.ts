@@ -144,10 +144,10 @@ t.test('publishing (stand-in): the reporter writes status.serving and bundle.fro
   t.equal(row('w3').source, 'stick', 'from the stick (bundle.media)');
   t.equal(row('w10').serving, undefined, 'serves nothing');
   const table = await bundle(['cluster', 'status', '--kubeconfig', path.join(dir, 'admin')]);
-  t.match(table.stdout, /^NODE\s+NODE READY\s+PHASE\s+VERSION\s+DIGEST\s+PINNED\s+LAST HEARTBEAT\s+READY FOR BUNDLE\s+SOURCE\s+SERVES\n/);
-  t.match(table.stdout, /\nw2\s.*\speer w3,w8\s+complete on 10\.0\.0\.2:9472\n/);
-  t.match(table.stdout, /\nw8\s.*\sstick\s+3 blobs on \[fd00::8\]:9470\n/);
-  t.match(table.stdout, /\nw10\s.*\s-\s+-\n/, 'a node with neither: dashes');
+  t.match(table.stdout, /^NODE\s+NODE READY\s+PHASE\s+VERSION\s+DIGEST\s+PINNED\s+LAST HEARTBEAT\s+READY FOR BUNDLE\s+SOURCE\s+RATE\s+SERVES\n/);
+  t.match(table.stdout, /\nw2\s.*\speer w3,w8\s+-\s+complete on 10\.0\.0\.2:9472\n/, 'Ready: no rate');
+  t.match(table.stdout, /\nw8\s.*\sstick\s+-\s+3 blobs on \[fd00::8\]:9470\n/);
+  t.match(table.stdout, /\nw10\s.*\s-\s+-\s+-\n/, 'a node with neither: dashes');
 });
 
 t.test('directory (stand-in): an API server that never answers costs one request deadline, then API_TIMEOUT; the next call works', async (t) => {

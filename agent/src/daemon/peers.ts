@@ -1,9 +1,11 @@
 // The daemon's peers (issue #22), when peers.enabled: the peer server on the Node's InternalIP
 // serving what this node keeps, status.serving published, and every few seconds a look at the
 // approvals for a bundle to fetch from the other nodes, one thing at a time with the stick's loads.
-import type { StatusTracker } from '@offline-bundle/status';
+// A server that cannot start (port taken, certificate unreadable) is said in status.peers and
+// tried again; while this node's own load runs it may pause serving (peers.pauseWhileLoading).
+import { onRemovableMedia, PEER_MEDIA, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
-import { oneLine } from '../errors.js';
+import { failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { ApiPeerDirectory } from '../peers/directory.js';
 import { peerServerOptions } from '../peers/peer-config.js';
@@ -14,6 +16,8 @@ import { runtimeTarget } from '../runtime/runtime-target.js';
 
 /** How often the approvals are looked at, at least. */
 const MIN_PEER_POLL_MS = 5000;
+/** How long after a failed start the peer server is tried again. */
+export const PEER_START_RETRY_MS = 60_000;
 
 export interface DaemonPeers {
   /** Offers what this node keeps again (after a stick's load) and publishes it. */
@@ -21,61 +25,161 @@ export interface DaemonPeers {
   stop(): Promise<void>;
 }
 
-interface PeerDaemon {
+export interface PeerDaemon {
   config: AgentConfig;
   log: Logger;
   tracker: StatusTracker;
   signal: AbortSignal;
   agentVersion: string;
   exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** Tests: a shorter retry of a failed start, a shorter look at the approvals. */
+  retryMs?: number;
+  pollMs?: number;
 }
 
-/** Starts serving and watching the approvals; undefined (said in the log) when this node cannot take part. */
-export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined> {
-  const { config, log, tracker } = d;
-  if (!config.peers.enabled || !config.status.kubeconfig) return undefined;
-  let server: RunningPeerServer | undefined;
-  try {
+/**
+ * Whether this node's own load is in a phase that must not be slowed by serving others: a
+ * stick being read or the images being pulled. A fetch from peers (Staging from peers) keeps
+ * serving: it passes each blob on as it verified it.
+ */
+export function pausesServing(config: AgentConfig, s: NodeStatus): boolean {
+  if (!config.peers.pauseWhileLoading) return false;
+  if (s.phase === 'Staging' && s.bundle?.media === PEER_MEDIA) return false;
+  return ['Verifying', 'Staging', 'Serving', 'Preloading', 'Pinning'].includes(s.phase);
+}
+
+/** The bundle whose copies elsewhere the technician waits for: one loaded Ready from a stick. */
+const stickVersion = (s: NodeStatus): string | undefined => (s.phase === 'Ready' && s.bundle?.media !== PEER_MEDIA && onRemovableMedia(s.bundle?.media) ? s.bundle?.version : undefined);
+
+/** Why the peer server did not start, with the fix where the cause is known. */
+function startProblem(err: unknown, config: AgentConfig): { reason: string; message: string } {
+  const code = (err as NodeJS.ErrnoException)?.code;
+  if (code === 'EADDRINUSE') return { reason: 'PeerPortInUse', message: `port ${config.peers.port} is taken by another program (${oneLine(err)}): stop it, or set peers.port to a free port in 9000-9999 on every node` };
+  if (code === 'EADDRNOTAVAIL') return { reason: 'PeerAddressUnavailable', message: `${oneLine(err)}: the Node's InternalIP is not an address of this machine` };
+  const { reason, message } = failureOf(err, config.paths.upgradeDir);
+  return { reason: reason === 'Internal' ? 'PeerServerFailed' : reason, message };
+}
+
+interface Running { server: RunningPeerServer; service: PeerService }
+
+class DaemonPeerRunner implements DaemonPeers {
+  private running: Running | undefined;
+  private problem: PeersStatus['problem'];
+  private timer: NodeJS.Timeout | undefined;
+  private retry: NodeJS.Timeout | undefined;
+  private task: Promise<void> | undefined;
+  private publishing: Promise<void> | undefined;
+  private stopped = false;
+  private shown = '';
+
+  constructor(private readonly d: PeerDaemon) {
+    // a sink stays for the tracker's life: once stopped it does nothing
+    d.tracker.onChange((s) => { if (!this.stopped) this.running?.server.setPaused(pausesServing(d.config, s)); });
+  }
+
+  /** Starts the server, or says why not and tries again later. */
+  async start(): Promise<void> {
+    const { log } = this.d;
+    try {
+      this.running = await this.setUp();
+      this.problem = undefined;
+      await this.refresh();
+      log.info('peers', `serving other nodes on ${this.running.server.url}; fetching approved bundles from them`, { url: this.running.server.url });
+      this.timer = setInterval(() => this.tick(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
+    } catch (err) {
+      const retryMs = this.d.retryMs ?? PEER_START_RETRY_MS;
+      const { reason, message } = startProblem(err, this.d.config);
+      this.problem = { reason, message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s` };
+      log.warn('peers', this.problem.message, { reason: this.problem.reason });
+      this.show(undefined);
+      if (!this.stopped && !this.d.signal.aborted) this.retry = setTimeout(() => void this.start(), retryMs);
+    }
+  }
+
+  private async setUp(): Promise<Running> {
+    const { config, log, tracker } = this.d;
     const credentials = await loadPeerCredentials(config.peers);
-    const directory = new ApiPeerDirectory({ node: config.nodeName, kubeconfig: config.status.kubeconfig });
-    const address = await directory.ownAddress();
-    if (!address) throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
+    const directory = new ApiPeerDirectory({ node: config.nodeName, kubeconfig: config.status.kubeconfig! });
+    const own = await directory.ownNode();
+    if (!own.address) throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
     const service = new PeerService({
-      directory, credentials, address, port: config.peers.port,
-      context: { config, log, tracker, agentVersion: d.agentVersion }, runtime: () => runtimeTarget(config, log),
+      directory, credentials, address: own.address, port: config.peers.port,
+      context: { config, log, tracker, agentVersion: this.d.agentVersion }, runtime: () => runtimeTarget(config, log),
     });
-    server = await startPeerServer(peerServerOptions(config, credentials, { host: address, port: config.peers.port, controlPlane: false, bundle: (m) => service.offer(m) }));
-    const publish = () => tracker.update((s) => {
-      const serving = service.serving();
+    const server = await startPeerServer({
+      ...peerServerOptions(config, credentials, { host: own.address, port: config.peers.port, controlPlane: own.controlPlane, bundle: (m) => service.offer(m) }),
+      counters: service.counters,
+    });
+    if (this.stopped) {
+      await server.close();
+      throw new Error('stopped');
+    }
+    server.setPaused(pausesServing(config, tracker.current));
+    return { server, service };
+  }
+
+  async refresh(): Promise<void> {
+    if (!this.running) return;
+    await this.running.service.offerKept();
+    await this.publish();
+  }
+
+  private tick(): void {
+    if (this.stopped || this.d.signal.aborted || !this.running) return;
+    // counters and copies go on while a fetch runs
+    this.publishing ??= this.publish().catch((err: unknown) => this.d.log.warn('peers', `cannot count the other nodes' copies: ${oneLine(err)}`)).finally(() => { this.publishing = undefined; });
+    if (this.task) return;
+    const { service } = this.running;
+    // queued behind a stick's load, it may start after a stop: it then does nothing
+    this.task = this.d.exclusive(async () => { if (!this.d.signal.aborted && !this.stopped) await service.syncOnce(this.d.signal); })
+      .then(() => this.publish(), (err: unknown) => this.d.log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
+      .finally(() => { this.task = undefined; });
+  }
+
+  /** status.serving and status.peers as they are now; the status is written only when they changed. */
+  private async publish(): Promise<void> {
+    const r = this.running;
+    if (!r) return;
+    const version = stickVersion(this.d.tracker.current);
+    const copies = version ? await r.service.copies(version) : undefined;
+    this.show(r, copies);
+  }
+
+  private show(r: Running | undefined, copies?: PeersStatus['copies']): void {
+    if (this.stopped) return;
+    const serving = r?.service.serving();
+    const peers: PeersStatus = {
+      up: r !== undefined, ...(this.problem ? { problem: this.problem } : {}),
+      transfer: r?.service.counters.snapshot() ?? { bytesServed: 0, bytesFetched: 0, fetchedFrom: [], suspect: [] },
+      // a count from before (another bundle) is not shown as this one's
+      ...(copies ? { copies } : this.d.tracker.current.peers?.copies ? { copies: this.d.tracker.current.peers.copies } : {}),
+    };
+    const next = JSON.stringify({ serving, peers });
+    if (next === this.shown) return;
+    this.shown = next;
+    this.d.tracker.update((s) => {
       if (serving) s.serving = serving;
       else delete s.serving;
+      s.peers = peers;
     });
-    const refresh = async () => {
-      await service.offerKept();
-      publish();
-    };
-    await refresh();
-    log.info('peers', `serving other nodes on ${server.url}; fetching approved bundles from them`, { url: server.url });
-    let task: Promise<void> | undefined;
-    const timer = setInterval(() => {
-      if (task || d.signal.aborted) return;
-      // queued behind a stick's load, it may start after a stop: it then does nothing
-      task = d.exclusive(async () => { if (!d.signal.aborted) await service.syncOnce(d.signal); })
-        .then(publish, (err: unknown) => log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
-        .finally(() => { task = undefined; });
-    }, Math.max(MIN_PEER_POLL_MS, config.media.pollSeconds * 1000));
-    const running = server;
-    const stop = async () => {
-      clearInterval(timer);
-      await task;
-      await running.close();
-      // a stopped node is no peer: others would try it first
-      tracker.update((s) => { delete s.serving; });
-    };
-    return { refresh, stop };
-  } catch (err) {
-    await server?.close().catch(() => undefined);
-    log.warn('peers', `not serving or fetching bundles between nodes: ${oneLine(err)}`);
-    return undefined;
   }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    clearTimeout(this.retry);
+    await this.task;
+    await this.publishing;
+    await this.running?.server.close();
+    // a stopped node is no peer: others would try it first
+    this.d.tracker.update((s) => { delete s.serving; });
+  }
+}
+
+/** Starts serving and watching the approvals; undefined when peers are off. A failed start is said in status.peers and tried again. */
+export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined> {
+  if (!d.config.peers.enabled || !d.config.status.kubeconfig) return undefined;
+  const runner = new DaemonPeerRunner(d);
+  await runner.start();
+  return runner;
 }

@@ -12,6 +12,8 @@ export interface PipelineContext {
   runtime: RuntimeTarget;
   /** Where the file came from, for status ("USB stick LABEL", a mount point, "file"). */
   media?: string;
+  /** The other nodes a layout fetched from peers came from (status bundle.fromPeers). */
+  fromPeers?: string[];
   /** Aborts the load (SIGTERM): the cleanup of every step still runs. */
   signal?: AbortSignal;
   /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */

@@ -18,6 +18,7 @@ import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
+import { readFetched } from '../releases/fetched-layouts.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
@@ -56,11 +57,11 @@ interface Running {
  * seen there (the remembered file, else the status history's running entries: the node's own
  * records of what it ran).
  */
-export async function runningVersion(ctx: PipelineContext): Promise<string | undefined> {
+export async function runningVersion(ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>): Promise<string | undefined> {
   return (await runningRelease(ctx)).release?.version;
 }
 
-async function runningRelease(ctx: PipelineContext): Promise<Running> {
+async function runningRelease(ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>): Promise<Running> {
   const { config, tracker, log } = ctx;
   if (config.version.current) return { release: { version: config.version.current } };
   if (!config.version.fromCluster || !config.status.kubeconfig) return {};
@@ -146,8 +147,8 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
   const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
-  // the layout a load from peers is about to open
-  const keep = new Set<string>(spare ? [spare] : []);
+  // the layout a load from peers is about to open, and those fetched whose load has not ended yet
+  const keep = new Set<string>([...(spare ? [spare] : []), ...(await readFetched(config.paths.stateDir)).map((f) => f.layout)]);
   for (const r of releases) {
     if (!r.layout) continue;
     if (config.staging.keep === true || (config.staging.keep === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
@@ -175,7 +176,8 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
   return (await missingImages(inspector, rec.refs)).length === 0;
 }
 
-function rateTracker(tracker: StatusTracker) {
+/** Progress with its rate and time left, at most once a second (what a stick's staging and a fetch from peers show). */
+export function rateTracker(tracker: StatusTracker) {
   const started = Date.now();
   let last = 0;
   // what a resume kept counts as done, not as read at this load's rate
@@ -229,7 +231,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   const { config, log, tracker } = ctx;
   tracker.update((s) => {
     s.phase = 'Verifying';
-    s.bundle = { file, media: ctx.media ?? 'file' };
+    s.bundle = { file, media: ctx.media ?? 'file', ...(ctx.fromPeers?.length ? { fromPeers: ctx.fromPeers } : {}) };
     s.conditions = [];
     s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
   });

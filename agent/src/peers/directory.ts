@@ -13,6 +13,9 @@ import {
 } from '@offline-bundle/status';
 import type { PeerApproval, PeerDirectory, PeerEndpoint } from './types.js';
 
+/** The Node labels that make a node control-plane (the second: clusters before Kubernetes 1.24, OpenShift's masters). */
+export const CONTROL_PLANE_LABELS = ['node-role.kubernetes.io/control-plane', 'node-role.kubernetes.io/master'] as const;
+
 /** One directory call's API request: short, so a lost API server never holds a fetch long. */
 export const DIRECTORY_REQUEST_MS = 10_000;
 
@@ -96,8 +99,15 @@ export class ApiPeerDirectory implements PeerDirectory {
 
   /** This node's own InternalIP (the address it publishes in status.serving); undefined when its Node has none. */
   async ownAddress(): Promise<string | undefined> {
-    const n = await this.call((apis) => apiCall(`read Node ${this.opts.node}`, () => apis.core.readNode({ name: this.opts.node })));
-    return pickInternalIps(obj(n)).ips[0];
+    return (await this.ownNode()).address;
+  }
+
+  /** This node's InternalIP and whether its Node is labelled a control-plane node (peers.controlPlaneDownloaders applies). */
+  async ownNode(): Promise<{ address?: string; controlPlane: boolean }> {
+    const n = obj(await this.call((apis) => apiCall(`read Node ${this.opts.node}`, () => apis.core.readNode({ name: this.opts.node }))));
+    const labels = obj(obj(n.metadata).labels);
+    const address = pickInternalIps(n).ips[0];
+    return { ...(address ? { address } : {}), controlPlane: CONTROL_PLANE_LABELS.some((l) => Object.hasOwn(labels, l)) };
   }
 
   private async connect(): Promise<AdminApis> {

@@ -1,5 +1,6 @@
 // What the peer transfer did, for the agent's metrics and `bundle cluster status`: bytes
 // served and fetched (per peer), and which peers were caught serving bytes that did not match.
+import type { PeerTransferStatus } from '@offline-bundle/status';
 
 export class PeerCounters {
   /** Bytes of layout entries this node's peer server sent. */
@@ -23,5 +24,11 @@ export class PeerCounters {
     let sum = 0;
     for (const n of this.fetchedFrom.values()) sum += n;
     return sum;
+  }
+
+  /** The status's compact form (status.peers.transfer), the largest senders first. */
+  snapshot(): PeerTransferStatus {
+    const fetchedFrom = [...this.fetchedFrom].map(([node, bytes]) => ({ node, bytes })).sort((a, b) => b.bytes - a.bytes);
+    return { bytesServed: this.bytesServed, bytesFetched: this.bytesFetched, fetchedFrom, suspect: [...this.suspect].sort() };
   }
 }

@@ -43,6 +43,11 @@ export interface PeerFetchOptions {
   /** An entry is in place and verified (a kept one on a resume, too): serve it, announce it. */
   onVerified?: (entry: LayoutEntry) => void;
   onProgress?: (done: number, total: number) => void;
+  /**
+   * The node's own refusals of the verified bundle.json (arch, version policy): asked right
+   * after the head, so a bundle this node would refuse at its load costs no blob.
+   */
+  admit?: (manifest: BundleManifest) => Promise<void>;
 }
 
 export interface PeerFetchResult {
@@ -96,6 +101,7 @@ export async function fetchFromPeers(o: PeerFetchOptions): Promise<PeerFetchResu
     const peers = await o.directory.peersFor(o.approval.manifestDigest);
     if (!peers.length) throw new AgentError('NoPeerHasBundle', `no other node holds bundle ${o.approval.version} (${o.approval.manifestDigest}): wait for one that does, or bring it on a stick`);
     const { head } = await fetchHead(o.approval, peers, o.trust, client, counters, stop.signal);
+    await o.admit?.(head.manifest);
     return await stageFromPeers(o, head, client, counters, stop);
   } catch (err) {
     throw stopReason(err, stop.signal, o);
@@ -133,7 +139,8 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
     o.onStaging?.(head, partial, target);
     const { missing, keptBytes } = await preparePartial(partial, head, stop.signal, (e) => o.onVerified?.(e));
     keep = true;
-    done = keptBytes;
+    // in place already: what was kept, and oci-layout (written here, not fetched)
+    done = total - missing.reduce((n, e) => n + e.size, 0);
     o.onProgress?.(done, total);
     await new BlobFetch({
       partial, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000, fsync: o.fsync !== false,

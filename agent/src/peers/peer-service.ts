@@ -2,12 +2,15 @@
 // what it holds verified is offered to its peers (kept layouts, and a fetch under way, blob by
 // blob, so nodes pass a bundle on as they get it), and a bundle an admin approved that this
 // node lacks is fetched from them and loaded as a stick's would be (runLayoutLoad).
+import { rm } from 'node:fs/promises';
 import { compareVersions, loadTrust } from '@offline-bundle/format';
-import type { ServingStatus } from '@offline-bundle/status';
+import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
 import { failureOf, oneLine } from '../errors.js';
 import { withLoadLock } from '../load/lock.js';
-import { runLayoutLoad, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
+import { checkPolicy } from '../load/policy.js';
+import { rateTracker, runLayoutLoad, runningVersion, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../releases/bundle-records.js';
+import { forgetFetched, readFetched, recordFetched } from '../releases/fetched-layouts.js';
 import { readReleases } from '../releases/state.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
@@ -78,6 +81,18 @@ export class PeerService {
   }
 
   /**
+   * How many other nodes hold the bundle of `version` (the one this node loaded) whole, found as
+   * a fetch finds its peers: through the directory (status.serving checked against each Node).
+   * The bundle is named by what this node offers, else by an approval of that version.
+   */
+  async copies(version: string): Promise<PeerCopies> {
+    const offer = [...this.offers.values()].find((o) => o.complete && o.manifest.release.version === version);
+    const digest = offer?.manifestDigest ?? (await this.o.directory.approved()).find((a) => a.version === version)?.manifestDigest;
+    const nodes = digest ? (await this.o.directory.peersFor(digest)).filter((p) => p.complete).length : 0;
+    return { version, nodes, serving: offer !== undefined };
+  }
+
+  /**
    * One look at the approvals: the first one this node neither holds nor tried lately is fetched
    * and loaded. Returns the load's result, or undefined when there was nothing to do or it failed
    * (the failure is in the status, as a stick's is).
@@ -90,17 +105,20 @@ export class PeerService {
     if (!wanted) return undefined;
     log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
     let loading = false;
+    // what the status said before the fetch showed its progress: said again when the fetch only has to wait
+    const before = structuredClone(this.o.context.tracker.current);
     try {
       // under the load lock: a load by hand beside the daemon would otherwise lose its partial staging to this fetch
-      const { target, fetched } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
+      const { target, fetched, from } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
       loading = true;
-      return await this.load(wanted, target, fetched, signal);
+      return await this.load(wanted, target, fetched, from, signal);
     } catch (err) {
       this.offers.delete(wanted.manifestDigest);
       const { reason, message } = failureOf(err, config.paths.upgradeDir);
       // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried
       // again at the next look; not this node failing, so the status keeps what it says
       if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
+        if (!loading || reason === 'Busy') this.restoreStatus(before);
         if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
         this.waitingFor.add(wanted.manifestDigest);
         return undefined;
@@ -112,26 +130,65 @@ export class PeerService {
     }
   }
 
-  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ target: string; fetched: FetchedLayout }> {
-    const { config } = this.o.context;
+  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ target: string; fetched: FetchedLayout; from: string[] }> {
+    const { config, tracker } = this.o.context;
+    const sentBefore = new Map(this.counters.fetchedFrom);
+    const progress = rateTracker(tracker);
     const r = await fetchFromPeers({
       ...peerFetchBase(config, this.o.credentials, await loadTrust(config.trust.keys)),
       approval: wanted, directory: this.o.directory, counters: this.counters, ...(signal ? { signal } : {}),
-      onStaging: (head, partial, target) => this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head)),
+      onStaging: (head, partial, target) => {
+        this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head));
+        this.showFetching(target, head.manifest.release);
+      },
       onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
+      onProgress: progress,
+      admit: async (m) => {
+        const current = await runningVersion(this.o.context);
+        // an unknown running version is the load's to wait for (it asks the cluster again); arch and a known version are refused now
+        checkPolicy(m, current ? config : { ...config, version: { ...config.version, allowUnknown: true } }, current);
+      },
     });
     this.offers.get(wanted.manifestDigest)?.staged();
-    return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already } };
+    // kept by the cleanup at a restart or before another load until its own load ends: 20 GB are not fetched twice
+    await recordFetched(config.paths.stateDir, { layout: r.target, manifestDigest: wanted.manifestDigest, at: new Date().toISOString() });
+    // the nodes that sent bytes of this bundle (the counters hold every fetch since the start)
+    const from = [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (sentBefore.get(n) ?? 0)).map(([n]) => n);
+    return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already }, from };
   }
 
-  private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, signal: AbortSignal | undefined): Promise<LoadResult> {
-    const runtime = this.o.runtime();
+  /** The fetch in the status as a stick's staging is shown: phase Staging, its bytes, rate and time left. */
+  private showFetching(target: string, rel: { name: string; version: string; arch: string }): void {
+    this.o.context.tracker.update((s) => {
+      s.phase = 'Staging';
+      s.bundle = { file: target, media: PEER_MEDIA, name: rel.name, version: rel.version, arch: rel.arch };
+      s.conditions = [];
+      s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
+    });
+  }
+
+  private restoreStatus(before: NodeStatus): void {
+    this.o.context.tracker.update((s) => {
+      for (const k of ['phase', 'bundle', 'conditions', 'progress'] as const) Object.assign(s, { [k]: before[k] });
+      if (!before.bundle) delete s.bundle;
+    });
+  }
+
+  private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, from: string[], signal: AbortSignal | undefined): Promise<LoadResult> {
+    let runtime: RuntimeTarget | undefined;
     try {
-      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: 'peers', ...(signal ? { signal } : {}) }, fetched);
+      runtime = this.o.runtime();
+      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, fetched);
+      await forgetFetched(this.o.context.config.paths.stateDir, target);
       await this.afterLoad(wanted, target);
       return loaded;
+    } catch (err) {
+      // a load that did not run (another holds the lock, a stop) leaves the layout for the next look
+      const { reason } = failureOf(err, this.o.context.config.paths.upgradeDir);
+      if (reason !== 'Busy' && reason !== 'Interrupted') await forgetFetched(this.o.context.config.paths.stateDir, target);
+      throw err;
     } finally {
-      await runtime.close();
+      await runtime?.close();
     }
   }
 
@@ -150,10 +207,28 @@ export class PeerService {
     if (served) this.offers.set(a.manifestDigest, served);
   }
 
+  /** Fetched layouts whose approval was withdrawn before their load: removed, as a revoked fetch leaves nothing. */
+  private async dropUnapproved(approvals: readonly PeerApproval[]): Promise<void> {
+    const { config, log } = this.o.context;
+    const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.layout));
+    for (const f of await readFetched(config.paths.stateDir)) {
+      if (approvals.some((a) => a.manifestDigest === f.manifestDigest)) continue;
+      // loaded since (a record left by a crash after the load): the release's layout, not ours to remove
+      if (loaded.has(f.layout)) {
+        await forgetFetched(config.paths.stateDir, f.layout);
+        continue;
+      }
+      log.info('peers', `the approval of the bundle fetched into ${f.layout} was withdrawn before its load: removed`, { digest: f.manifestDigest });
+      await rm(f.layout, { recursive: true, force: true });
+      await forgetFetched(config.paths.stateDir, f.layout);
+    }
+  }
+
   /** The first approval this node does not hold (an offer, a release of that version loaded), did not forget, and has not failed lately. */
   private async nextWanted(): Promise<PeerApproval | undefined> {
     const { config } = this.o.context;
     const approvals = await this.o.directory.approved();
+    await this.dropUnapproved(approvals);
     const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.version));
     const forgotten = await readForgotten(config.paths.stateDir);
     const now = (this.o.now ?? Date.now)();

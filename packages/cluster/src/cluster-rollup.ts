@@ -4,7 +4,7 @@
  * the selector) reports phase Ready with a Ready=True condition for one and the same bundle
  * digest (the whole file's sha256, as the agent verified it).
  */
-import { apiCall, completedRelease, GROUP, holdsRelease, listAll, PLURAL, VERSION, type AdminApis } from '@offline-bundle/status';
+import { apiCall, completedRelease, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, VERSION, type AdminApis } from '@offline-bundle/status';
 
 export interface NodeRow {
   node: string;
@@ -25,8 +25,13 @@ export interface NodeRow {
   ready: boolean;
   /** The release the cluster runs, when this node joined after it completed and has not loaded it. */
   missingRunning?: string;
-  /** Where its bundle came from: "stick", "file" or "peer NAME[,NAME…]" (issue #22). */
+  /** Where its bundle came from: "stick", "spool" (parts copied from sticks), "file", "peers" (being fetched) or "peer NAME[,NAME…]" (issue #22). */
   source?: string;
+  /** Bytes per second while it copies or fetches its bundle (phase Staging). */
+  rate?: number;
+  /** Bytes copied or fetched so far and in all, with the rate. */
+  bytesDone?: number;
+  bytesTotal?: number;
   /** What it serves its peers, as it publishes it (status.serving). */
   serving?: RowServing;
 }
@@ -50,6 +55,7 @@ interface StatusLike {
     phase?: string; message?: string; updatedAt?: string;
     bundle?: { version?: string; digest?: string; media?: string; fromPeers?: string[] };
     serving?: RowServing;
+    progress?: { bytesDone?: number; bytesTotal?: number; rate?: number };
     conditions?: { type?: string; status?: string; reason?: string; message?: string }[];
     history?: { version?: string; state?: string }[];
   };
@@ -71,12 +77,21 @@ function missesRunning(node: NodeLike, s: StatusLike | undefined, running: Runni
   return created > Date.parse(running.completionTime);
 }
 
-/** The source and serving fields of a row, where the status has them. */
-function sourceAndServing(st: NonNullable<StatusLike['status']>): Pick<NodeRow, 'source' | 'serving'> {
-  const peers = st.bundle?.fromPeers ?? [];
-  const media = st.bundle?.media;
-  const source = peers.length ? `peer ${peers.join(',')}` : media ? (media === 'file' ? 'file' : 'stick') : undefined;
-  return { ...(source ? { source } : {}), ...(st.serving ? { serving: st.serving } : {}) };
+function sourceOf(media: string | undefined, peers: readonly string[]): string | undefined {
+  if (peers.length) return `peer ${peers.join(',')}`;
+  if (!media) return undefined;
+  if (media === PEER_MEDIA) return 'peers';
+  if (fromSpool(media)) return 'spool';
+  return onRemovableMedia(media) ? 'stick' : 'file';
+}
+
+/** The source, serving and transfer-rate fields of a row, where the status has them. */
+function sourceAndServing(st: NonNullable<StatusLike['status']>): Pick<NodeRow, 'source' | 'serving' | 'rate' | 'bytesDone' | 'bytesTotal'> {
+  const source = sourceOf(st.bundle?.media, st.bundle?.fromPeers ?? []);
+  const p = st.progress;
+  // the rate of the copy or fetch under way; after it, the rate of a step long done says nothing
+  const moving = st.phase === 'Staging' && p?.rate !== undefined ? { rate: p.rate, bytesDone: p.bytesDone ?? 0, bytesTotal: p.bytesTotal ?? 0 } : {};
+  return { ...(source ? { source } : {}), ...(st.serving ? { serving: st.serving } : {}), ...moving };
 }
 
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects). */
@@ -159,12 +174,15 @@ function pickStatus(s: Record<string, unknown>): StatusLike {
   const fromPeers = (Array.isArray(b.fromPeers) ? b.fromPeers : []).map(str).filter((x): x is string => !!x).slice(0, 16);
   const serving = pickServing(st.serving);
   const history = (Array.isArray(st.history) ? st.history : []).map((e) => ({ version: str(obj(e).version), state: str(obj(e).state) }));
+  const p = obj(st.progress);
+  const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined);
+  const progress = { bytesDone: n(p.bytesDone), bytesTotal: n(p.bytesTotal), rate: n(p.rate) };
   return {
     metadata: { name: str(obj(s.metadata).name) ?? '' },
     status: {
       phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt),
       bundle: { version: str(b.version), digest: str(b.digest), media: str(b.media), ...(fromPeers.length ? { fromPeers } : {}) },
-      conditions: conditions(st), history, ...(serving ? { serving } : {}),
+      conditions: conditions(st), history, progress, ...(serving ? { serving } : {}),
     },
   } as StatusLike;
 }

@@ -3,7 +3,7 @@ export { writeStatusFile, readStatusFile, StatusFileWriter } from './file.js';
 export { processIdentity, pidExists, otherProcess, writerLiveness } from './liveness.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
-export { DROP_DIRECTORY_MEDIA, FAILURE_SENTENCES, PART_COLLECTING_REASONS, SPOOLED_MEDIA, WAITING_SENTENCES, failureSentence, fileWords, fromSpool, onRemovableMedia } from './reasons.js';
+export { DROP_DIRECTORY_MEDIA, PEER_MEDIA, FAILURE_SENTENCES, PART_COLLECTING_REASONS, SPOOLED_MEDIA, WAITING_SENTENCES, failureSentence, fileWords, fromSpool, onRemovableMedia } from './reasons.js';
 export { fitToWidth, formatBytes, plural, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
@@ -35,6 +35,9 @@ export type {
   HistoryEntry,
   NodeStatus,
   ServingStatus,
+  PeersStatus,
+  PeerTransferStatus,
+  PeerCopies,
 } from './model.js';
 export type { ReleaseRef } from './history.js';
 export type { ClusterRelease, ClusterReadFailure } from './cluster-version.js';

@@ -6,7 +6,7 @@
  * come from prom-client.
  */
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import { PHASES, type NodeStatus, type Phase } from './model.js';
+import { PHASES, type NodeStatus, type PeersStatus, type Phase } from './model.js';
 import type { ReporterStats } from './reporter.js';
 
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
@@ -66,6 +66,25 @@ function processMetrics(): Registry {
     collectDefaultMetrics({ register: processRegistry });
   }
   return processRegistry;
+}
+
+/**
+ * Bundles between nodes (issue #22), from status.peers: the daemon publishes it every few
+ * seconds while peers are enabled, so these lag the transfer by that much at most.
+ */
+function peerFamilies(p: PeersStatus): Family[] {
+  const t = p.transfer;
+  const fetched = new Family('bundle_agent_peer_bytes_fetched_total', 'counter', 'Verified bytes of bundles fetched from other nodes, by the node they came from.');
+  for (const f of t.fetchedFrom) fetched.add(f.bytes, { peer: f.node });
+  const suspect = new Family('bundle_agent_peer_suspect', 'gauge', 'Other nodes caught serving bytes that do not match the signed bundle.json (1 each).');
+  for (const n of t.suspect) suspect.add(1, { peer: n });
+  const fams = [
+    new Family('bundle_agent_peer_up', 'gauge', 'Whether the peer server runs (0: it could not start; the agent tries again).').add(p.up ? 1 : 0),
+    new Family('bundle_agent_peer_bytes_served_total', 'counter', 'Bytes of bundles this node sent to other nodes.').add(t.bytesServed),
+    fetched, suspect,
+  ];
+  if (p.copies) fams.push(new Family('bundle_agent_peer_copies', 'gauge', 'Other nodes holding a complete copy of the bundle this node loaded.').add(p.copies.nodes, { version: p.copies.version }));
+  return fams;
 }
 
 export class Metrics {
@@ -168,6 +187,7 @@ export class Metrics {
       if (s.bundle?.version) {
         fams.push(new Family('bundle_agent_bundle_info', 'gauge', 'The bundle being (or last) loaded.').add(1, { version: s.bundle.version, arch: s.bundle.arch ?? '', mode: s.bundle.mode ?? '' }));
       }
+      if (s.peers) fams.push(...peerFamilies(s.peers));
       fams.push(new Family('bundle_agent_status_updated_timestamp_seconds', 'gauge', 'When the status last changed (Unix time).').add(Math.round(time(s.updatedAt, now) / 1000)));
     }
     const r = this.reporter?.stats;

@@ -69,6 +69,43 @@ export interface ServingStatus {
   port: number;
 }
 
+/**
+ * What this node's transfers between nodes did since the agent started (issue #22), in the
+ * compact form the status carries; the agent's /metrics renders the same counters.
+ */
+export interface PeerTransferStatus {
+  /** Bytes of bundles this node's peer server sent to other nodes. */
+  bytesServed: number;
+  /** Verified bytes this node fetched from other nodes (a blob that failed its digest not counted). */
+  bytesFetched: number;
+  /** bytesFetched by the node it came from. */
+  fetchedFrom: { node: string; bytes: number }[];
+  /** Peers caught serving bytes that did not match the signed bundle.json. */
+  suspect: string[];
+}
+
+/**
+ * How many other nodes hold a complete copy of the bundle this node loaded: what tells the
+ * technician at the stick node whether the stick may go.
+ */
+export interface PeerCopies {
+  /** The release version the count is for (the loaded bundle's). */
+  version: string;
+  /** Other nodes publishing a complete copy of it (status.serving, through the same checks a fetch makes). */
+  nodes: number;
+  /** This node offers it whole to the other nodes (a kept layout). */
+  serving: boolean;
+}
+
+/** This node's part in bundles between nodes (issue #22): present while peers.enabled. */
+export interface PeersStatus {
+  /** The peer server runs; false while it cannot start (problem says why; the agent tries again). */
+  up: boolean;
+  problem?: { reason: string; message: string };
+  transfer: PeerTransferStatus;
+  copies?: PeerCopies;
+}
+
 export const HISTORY_STATES = ['installing', 'loaded', 'running', 'complete', 'failed'] as const;
 /**
  * installing: the incoming release, being loaded; loaded: every image pulled and pinned, the
@@ -100,6 +137,8 @@ export interface NodeStatus {
   observedGeneration?: number;
   /** What this node can serve to its peers, when it serves. */
   serving?: ServingStatus;
+  /** Its part in bundles between nodes, while peers are enabled. */
+  peers?: PeersStatus;
 }
 
 export function emptyStatus(node: string, now = new Date()): NodeStatus {

@@ -5,7 +5,7 @@
  * made non-negative integers).
  */
 import { isIP } from 'node:net';
-import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type Phase, type Progress, type ServingStatus } from './model.js';
+import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type PeersStatus, type Phase, type Progress, type ServingStatus } from './model.js';
 
 export const GROUP = 'bundles.offline-bundle.io';
 export const VERSION = 'v1alpha1';
@@ -37,6 +37,10 @@ export const LIMITS = {
   fromPeers: 16,
   /** serving.address: the longest textual IPv6 address. */
   address: 45,
+  /** peers.transfer.fetchedFrom and peers.transfer.suspect: nodes listed. */
+  peerNodes: 16,
+  /** peers.problem.message. */
+  peerProblem: 1024,
 } as const;
 
 /** The host ports a node may serve its peers on (issue #22): a published port outside is ignored by every fetching node. */
@@ -134,6 +138,19 @@ function servingOf(s: ServingStatus | undefined): ServingStatus | undefined {
   return { manifestDigest: s.manifestDigest, complete: s.complete === true, verifiedBlobs: count(s.verifiedBlobs), address: s.address, port: s.port };
 }
 
+/** status.peers, bounded: node names valid and at most LIMITS.peerNodes of each list (the largest senders first). */
+function peersOf(p: PeersStatus): PeersStatus {
+  const t = p.transfer;
+  const fetchedFrom = t.fetchedFrom.filter((f) => isValidNodeName(f.node)).map((f) => ({ node: f.node, bytes: count(f.bytes) }))
+    .sort((a, b) => b.bytes - a.bytes).slice(0, LIMITS.peerNodes);
+  return {
+    up: p.up === true,
+    ...(p.problem ? { problem: { reason: conditionReason(p.problem.reason), message: truncate(p.problem.message, LIMITS.peerProblem) } } : {}),
+    transfer: { bytesServed: count(t.bytesServed), bytesFetched: count(t.bytesFetched), fetchedFrom, suspect: [...new Set(t.suspect)].filter(isValidNodeName).slice(0, LIMITS.peerNodes) },
+    ...(p.copies ? { copies: { version: truncate(p.copies.version, LIMITS.version), nodes: count(p.copies.nodes), serving: p.copies.serving === true } } : {}),
+  };
+}
+
 function conditionsOf(conditions: readonly Condition[], generation: number | undefined): Condition[] {
   // A list-map keyed by type: one entry per type (the last one wins), in first-seen order.
   const byType = new Map<string, Condition>();
@@ -192,6 +209,7 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
     updatedAt: status.updatedAt,
     ...(generation !== undefined ? { observedGeneration: count(generation) } : {}),
     ...(serving ? { serving } : {}),
+    ...(status.peers ? { peers: peersOf(status.peers) } : {}),
   };
   return { apiVersion: API_VERSION, kind: KIND, metadata: { name: node }, status: out };
 }

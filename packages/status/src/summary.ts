@@ -1,7 +1,7 @@
 import { escapeControls } from '@offline-bundle/host';
-import type { NodeStatus } from './model.js';
-import { failureSentence, fileWords, fromSpool, onRemovableMedia, PART_COLLECTING_REASONS, WAITING_SENTENCES } from './reasons.js';
-import { formatBytes, timeLeft } from './units.js';
+import type { NodeStatus, PeerCopies } from './model.js';
+import { failureSentence, fileWords, fromSpool, onRemovableMedia, PART_COLLECTING_REASONS, PEER_MEDIA, WAITING_SENTENCES } from './reasons.js';
+import { formatBytes, plural, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
   // all copied: nothing is left to promise
@@ -28,9 +28,11 @@ function ignoredNote(s: NodeStatus): string {
 function sentence(s: NodeStatus, _now: Date): string {
   // read from the part spool on the node's disk: no stick is read, whatever the mode
   const spooled = fromSpool(s.bundle?.media);
-  const stickIn = !spooled && (s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging');
+  // fetched from other nodes: this node never had a stick
+  const fromPeers = s.bundle?.media === PEER_MEDIA;
+  const stickIn = !spooled && !fromPeers && (s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging');
   const keep = stickIn ? ' Do not remove the USB stick.' : '';
-  const stick = s.bundle?.mode === 'media' && !spooled ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
+  const stick = fromPeers ? '' : s.bundle?.mode === 'media' && !spooled ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
   const p = s.progress;
   const collecting = (s.phase === 'Idle' || s.phase === 'Staging') && s.conditions.find((c) => c.type === 'MediaDetected' && PART_COLLECTING_REASONS.has(c.reason));
   if (collecting) return collecting.message;
@@ -46,6 +48,7 @@ function sentence(s: NodeStatus, _now: Date): string {
       return `Checking the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} (${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}).${keep}`;
     }
     case 'Staging':
+      if (fromPeers) return `Fetching the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} from other nodes (${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}).`;
       return `Copying ${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}${minutes(p.etaSeconds)}.${keep}`;
     case 'Serving':
     case 'Preloading':
@@ -54,7 +57,7 @@ function sentence(s: NodeStatus, _now: Date): string {
       return `Finishing up.${stick}`;
     case 'Ready':
       if (s.conditions.some((c) => c.type === 'Preloaded' && c.reason === 'PreloadDisabled')) {
-        return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings). You may remove the USB stick.`.replace('  ', ' ');
+        return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings).${fromPeers ? '' : ' You may remove the USB stick.'}`.replace('  ', ' ');
       }
       if (s.conditions.some((c) => c.type === 'Ready' && c.reason === 'Restored')) {
         return `Done: update ${s.bundle?.version ?? ''} is loaded on this node again (parts of it had gone missing and were put back from this node's disk). No USB stick is needed.`.replace('  ', ' ');
@@ -63,13 +66,32 @@ function sentence(s: NodeStatus, _now: Date): string {
       if (s.conditions.some((c) => c.type === 'AgentUpgraded' && c.status === 'Unknown')) {
         return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick. The update program is restarting in its new version.`.replace('  ', ' ');
       }
-      return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick.`.replace('  ', ' ');
+      return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)}`.replace('  ', ' ');
     case 'Failed': {
       const failed = s.conditions.find((c) => c.type === 'Failed');
+      // a fetch from peers goes on by itself at the agent's next look: no stick to plug in
+      if (fromPeers && failed?.reason === 'Interrupted') return 'Stopped: the update was being fetched from other nodes when the update program stopped; it goes on by itself once the program runs again.';
       const why = failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error';
       return `Failed: ${onRemovableMedia(s.bundle?.media) ? why : fileWords(why)}`;
     }
   }
+}
+
+/**
+ * Whether the stick may go once this node is Ready. With peers enabled (status.copies), the
+ * stick node is the source of the other nodes (status.peers.copies): the words say how many of them hold a whole copy,
+ * so the stick leaves only once the bundle no longer rests on this one node.
+ */
+function readyStickWords(s: NodeStatus): string {
+  if (s.bundle?.media === PEER_MEDIA) return 'It was fetched from other nodes: no USB stick is needed.';
+  // a file given by hand or dropped in a directory: no stick the other nodes could need
+  if (!s.peers || !onRemovableMedia(s.bundle?.media)) return 'You may remove the USB stick.';
+  const c: PeerCopies | undefined = s.peers.copies?.version === s.bundle?.version ? s.peers.copies : undefined;
+  // peers enabled, not yet counted for this bundle (the count follows the load within seconds)
+  if (!c) return 'Checking which other nodes have a copy before the USB stick may go.';
+  if (c.nodes > 0) return `You may remove the USB stick: ${plural(c.nodes, 'other node has', 'other nodes have')} a complete copy.`;
+  if (c.serving) return 'Keep the USB stick in until another node has a copy: none has a complete copy yet (this node is passing the update on).';
+  return 'You may remove the USB stick, but this node does not pass the update on and no other node has a copy: the other nodes need the stick too.';
 }
 
 /**

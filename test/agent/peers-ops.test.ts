@@ -1,0 +1,135 @@
+// What a node tells of bundles between nodes while and after it fetches (issue #22, items 5 and
+// the reviewer's leftovers): its status shows the fetch (phase Staging, bytes of the total, a
+// rate) and then the nodes it came from; the counters of a transfer between two in-process peers
+// reach the status and /metrics; the seed counts the other nodes' complete copies through the
+// same directory a fetch uses; and a bundle this node would refuse (arch, version policy) is
+// refused right after its verified bundle.json, before a single blob is asked for. Real
+// mutual-TLS servers on 127.0.0.x; the runtime is a stand-in that accepts every call
+// (preload.method none): what is under test is what the node reports.
+import t from 'tap';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { AgentError, PeerService, createLogger, forgetFetched, parseConfig, readFetched, removeLeftovers } from '@offline-bundle/agent';
+import { Metrics, StatusTracker, emptyStatus, technicianLine, type NodeStatus } from '@offline-bundle/status';
+import { acceptingRuntime, nodeRoot } from './fixtures.js';
+import { FixedDirectory, endpoint, peerWorld } from './peers-setup.js';
+
+const w = await peerWorld(t);
+const seed = await w.server();
+let nodes = 0;
+
+async function peerNode(name: string, directory: FixedDirectory, runtime: () => ReturnType<typeof acceptingRuntime> = acceptingRuntime) {
+  const pub = join(w.b.dir, 'factory.pub');
+  await writeFile(pub, w.b.key.publicPem);
+  const root = join(w.b.dir, `ops-node-${++nodes}`, 'node');
+  const configFile = await nodeRoot(root, pub, `runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\nstaging:\n  keep: true\npreload:\n  method: none\nreload:\n  command: ["true"]\n`);
+  const config = parseConfig(await readFile(configFile, 'utf8'), configFile);
+  const tracker = new StatusTracker(emptyStatus(name));
+  const seen: NodeStatus[] = [];
+  tracker.onChange((s) => seen.push(s));
+  const log = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
+  const service = new PeerService({ directory, credentials: w.credentials, address: `127.0.0.${120 + nodes}`, port: 9470, context: { config, log, tracker }, runtime });
+  return { name, config, tracker, service, seen, log };
+}
+
+t.test('a fetch shows in the status as it runs (bytes of the total, a rate), then names the node it came from; its counters reach /metrics', async (t) => {
+  const b = await peerNode('node-b', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]));
+  const servedBefore = seed.counters.bytesServed;
+  t.equal((await b.service.syncOnce())?.version, '1.2.3');
+  const fetching = b.seen.filter((s) => s.phase === 'Staging');
+  t.ok(fetching.length > 0, 'the fetch showed as Staging');
+  const last = fetching.at(-1)!;
+  t.equal(last.bundle?.media, 'peers');
+  t.equal(last.progress.bytesTotal, w.layoutBytes, 'the total is the layout\'s size');
+  t.equal(last.progress.bytesDone, last.progress.bytesTotal, 'every byte counted');
+  t.ok((last.progress.rate ?? 0) > 0, `a rate: ${last.progress.rate}`);
+  t.match(last.message, /^Fetching the update 1\.2\.3 from other nodes \(/);
+  t.same(b.seen.filter((s) => /USB stick/.test(s.message) && s.bundle?.media === 'peers').map((s) => s.message), [], 'never a word about a stick this node does not have');
+  const ready = b.tracker.current;
+  t.equal(ready.phase, 'Ready');
+  t.same(ready.bundle?.fromPeers, ['seed'], 'the source: the node it came from');
+  t.match(ready.message, /^Checked: update 1\.2\.3 is valid, but it was NOT loaded on this node \(loading is turned off in the node's settings\)\.$/, 'preload.method none here: said so, and no stick');
+
+  // the counters of both sides, as the daemon publishes them (status.peers.transfer), and /metrics from that
+  const sent = seed.counters.bytesServed - servedBefore;
+  const fetched = b.service.counters.snapshot();
+  t.ok(sent > 0);
+  t.same(fetched.fetchedFrom.map((f) => f.node), ['seed']);
+  t.equal(fetched.bytesFetched, sent, 'what the seed sent is what node-b fetched (verified)');
+  b.tracker.update((s) => { s.peers = { up: true, transfer: fetched }; });
+  const m = new Metrics();
+  m.observe(b.tracker.current);
+  const text = await m.render();
+  t.match(text, new RegExp(`^bundle_agent_peer_bytes_fetched_total\\{peer="seed"\\} ${sent}$`, 'm'));
+  t.match(text, /^bundle_agent_peer_bytes_served_total 0$/m, 'node-b served nothing');
+
+  // the seed's view: node-b now publishes a complete copy; the seed counts it through the directory
+  const seedNode = await peerNode('seed', new FixedDirectory([w.approval], [{ ...endpoint('node-b', 'https://127.0.0.9:9470'), complete: true }]));
+  t.same(await seedNode.service.copies('1.2.3'), { version: '1.2.3', nodes: 1, serving: false }, 'one other node holds it whole');
+  const none = await peerNode('seed2', new FixedDirectory([w.approval], [{ ...endpoint('node-c', 'https://127.0.0.9:9470', false), verifiedBlobs: 2 }]));
+  t.equal((await none.service.copies('1.2.3')).nodes, 0, 'a node still fetching is no complete copy');
+  const status: NodeStatus = { ...b.tracker.current, conditions: [], bundle: { file: '/media/u.bundle', version: '1.2.3', media: 'USB stick UPDATE' }, peers: { up: true, transfer: fetched, copies: await seedNode.service.copies('1.2.3') } };
+  t.equal(technicianLine(status), 'Done: update 1.2.3 is loaded on this node. You may remove the USB stick: 1 other node has a complete copy.');
+});
+
+for (const [what, reason] of [
+  ['an arm64 node', 'WrongArch'],
+  ['a node running a newer release (a downgrade)', 'Downgrade'],
+] as const) {
+  t.test(`the policy is checked right after the verified bundle.json: ${what} refuses it before any blob`, async (t) => {
+    const n = await peerNode(`node-p${nodes}`, new FixedDirectory([w.approval], [endpoint('seed', seed.url)]));
+    if (reason === 'Downgrade') n.config.version.current = '2.0.0';
+    if (reason === 'WrongArch') n.config.arch = 'arm64';
+    const served = seed.counters.bytesServed;
+    t.equal(await n.service.syncOnce(), undefined);
+    t.equal(n.tracker.current.phase, 'Failed');
+    t.equal(n.tracker.current.conditions.find((c) => c.type === 'Failed')?.reason, reason);
+    t.equal(seed.counters.bytesServed, served, 'not one blob byte was sent');
+    t.same(await readdir(n.config.paths.upgradeDir).catch(() => []), [], 'nothing staged, no partial directory');
+    t.notOk(n.seen.some((s) => s.phase === 'Staging'), 'the fetch never showed as under way');
+  });
+}
+
+const busy = () => { throw new AgentError('Busy', 'another load holds the load lock (a test stands in for it)'); };
+const exists = (p: string) => stat(p).then(() => true, () => false);
+
+t.test('a layout fetched whole whose load has not run yet survives the restart cleanup, and is loaded without a second fetch', async (t) => {
+  const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
+  const first = await peerNode('node-k', directory, busy);
+  t.equal(await first.service.syncOnce(), undefined, 'fetched; the load could not run');
+  t.equal(first.tracker.current.phase, 'Idle', 'the status says what it said before the fetch, not a fetch still under way');
+  const layout = join(first.config.paths.upgradeDir, '1.2.3-amd64');
+  t.ok(await exists(join(layout, 'bundle.json')), 'the fetched layout is in place');
+  t.same((await readFetched(first.config.paths.stateDir)).map((f) => f.layout), [layout], 'recorded as awaiting its load');
+  // the daemon's start-up cleanup, as after a restart
+  await removeLeftovers(first.config, acceptingRuntime(), first.log, []);
+  t.ok(await exists(join(layout, 'bundle.json')), 'kept by the cleanup');
+  const served = seed.counters.bytesServed;
+  const again = await peerNode('node-k2', directory);
+  again.config.paths = first.config.paths;
+  t.equal((await again.service.syncOnce())?.version, '1.2.3', 'loaded');
+  t.equal(seed.counters.bytesServed, served, 'not one byte fetched again');
+  t.same(await readFetched(first.config.paths.stateDir), [], 'the record went with its load');
+});
+
+t.test('without its record the same cleanup removes an unclaimed layout (what the record prevents)', async (t) => {
+  const n = await peerNode('node-l', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]), busy);
+  await n.service.syncOnce();
+  const layout = join(n.config.paths.upgradeDir, '1.2.3-amd64');
+  await forgetFetched(n.config.paths.stateDir, layout);
+  await removeLeftovers(n.config, acceptingRuntime(), n.log, []);
+  t.notOk(await exists(layout), 'removed');
+});
+
+t.test('a fetched layout whose approval was withdrawn before its load is removed at the next look', async (t) => {
+  const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
+  const n = await peerNode('node-m', directory, busy);
+  await n.service.syncOnce();
+  const layout = join(n.config.paths.upgradeDir, '1.2.3-amd64');
+  t.ok(await exists(layout));
+  directory.approvals = [];
+  t.equal(await n.service.syncOnce(), undefined);
+  t.notOk(await exists(layout), 'removed');
+  t.same(await readFetched(n.config.paths.stateDir), [], 'and its record');
+});
