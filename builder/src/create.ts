@@ -88,6 +88,8 @@ export interface CreateOptions {
   operators?: OperatorSelection[];
   /** Resolve every image (manifests only) and return the plan: no key, no output, no layer fetched. */
   dryRun?: boolean;
+  /** A dry run's images, charts and blobs as bundle.json would list them: what `bundle diff -f` compares. */
+  onContents?: (contents: PlannedContents) => void;
   /**
    * A delta: the previous release's bundle, its parts or its bundle.json. The blobs it lists
    * are listed but not carried; the node fills them from what it holds of that release.
@@ -416,6 +418,19 @@ async function planContents(s: Session, resolved: ResolvedImage[]): Promise<Cont
   return { byRef, blobs, total, missing };
 }
 
+/** What a dry run would write in bundle.json: its release, images, charts and blobs. */
+export interface PlannedContents {
+  release: { name: string; version: string; digest: string | null };
+  images: BundleImage[];
+  charts: BundleImage[];
+  blobs: { digest: string; size: number }[];
+}
+
+function plannedContents(opts: CreateOptions, all: ResolvedAll, c: Contents): PlannedContents {
+  const { images, charts } = imageIndex(c);
+  return { release: { name: opts.name ?? all.version!, version: all.version!, digest: all.releaseInfo?.digest ?? null }, images, charts, blobs: [...c.blobs.values()].map((b) => ({ digest: b.blob.digest, size: b.blob.size })) };
+}
+
 /** What a dry run answers: every image resolved, the bytes to carry and those still to download. */
 function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
   return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing });
@@ -598,7 +613,10 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     // the version is known once the release is read: before anything is fetched
     if (pre.base) checkDeltaBase(pre.base, { name: opts.name ?? all.version!, version: all.version!, arch: pre.want.architecture });
     const c = await planContents(s, all.resolved);
-    if (opts.dryRun) return dryRunPlan(all, c);
+    if (opts.dryRun) {
+      opts.onContents?.(plannedContents(opts, all, c));
+      return dryRunPlan(all, c);
+    }
     await checkRoom(s, pre.output, c, pre.base);
     const { images, charts, index } = imageIndex(c);
     const written = await fetchAndWrite(s, pre, all, c, { images, charts, index });
