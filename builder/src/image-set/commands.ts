@@ -36,8 +36,9 @@ export function addImageSetCommands(program: Command): void {
       if (usage) cmd.error(`error: ${usage}`, { exitCode: 2, code: 'commander.missingArgument' });
       // the bundle first: a wrong path is said before any registry is asked
       const to = o.file ? a! : b!;
+      const fromBundle = o.file ? undefined : await readBundleManifest(a!);
       const toManifest = await readBundleManifest(to);
-      const from = o.file ? await resolveFile(o, cmd) : await readBundleManifest(a!);
+      const from = fromBundle ?? await resolveFile(o, cmd);
       const d = diffContents(from, toManifest, [o.file ?? a!, to]);
       process.stdout.write(o.json ? JSON.stringify(d, null, 2) + '\n' : formatDiff(d));
     });
