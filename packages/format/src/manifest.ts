@@ -1,4 +1,4 @@
-import { isDigest, type Platform } from '@offline-bundle/oci';
+import { isDigest, isManifestMediaType, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, VERSIONED_FEATURES, versionAllows } from './layout.js';
 
@@ -170,7 +170,10 @@ export function validateManifest(doc: unknown): BundleManifest {
   optStr(r.image, 'release.image');
   if (r.digest !== null) digest(r.digest, 'release.digest');
   validateImages(doc.images, 'images');
-  if (doc.charts !== undefined) validateImages(doc.charts, 'charts');
+  if (doc.charts !== undefined) {
+    validateImages(doc.charts, 'charts');
+    validateCharts(doc.charts as BundleImage[], doc.images as BundleImage[]);
+  }
   const seen = new Set<string>();
   let previous = '';
   // the archive holds the blobs in this order whatever it is; before version 3 it is the one
@@ -223,6 +226,22 @@ function validateImages(v: unknown, list: 'images' | 'charts'): void {
       str(pl.os, `${list}[${i}].platforms[${j}].os`); str(pl.architecture, `${list}[${i}].platforms[${j}].architecture`);
     });
     if (im.component !== undefined) str(im.component, `${list}[${i}].component`);
+  });
+}
+
+/**
+ * A chart is served, never pulled by a runtime: one that took an image's name or manifest would
+ * change what a node's runtime pulls under that name (and a 0.1.0 agent, which ignores charts,
+ * would serve the image instead). So a chart is one manifest of its own, under a name no image has.
+ */
+function validateCharts(charts: BundleImage[], images: BundleImage[]): void {
+  const names = new Set(images.filter((im) => im.tag !== null).map((im) => `${im.repository}:${im.tag!}`));
+  const digests = new Set(images.map((im) => im.digest));
+  charts.forEach((c, i) => {
+    if (!isManifestMediaType(c.mediaType)) bad(`charts[${i}].mediaType must be an image manifest's, not ${c.mediaType}`);
+    if (c.platforms.length) bad(`charts[${i}].platforms must be empty: a chart runs nowhere`);
+    if (digests.has(c.digest)) bad(`charts[${i}].digest ${c.digest} is an image's manifest`);
+    if (c.tag !== null && names.has(`${c.repository}:${c.tag}`)) bad(`charts[${i}] is named ${c.repository}:${c.tag}, an image's name`);
   });
 }
 

@@ -69,8 +69,9 @@ function nameIndex(repositories: Iterable<string>): Pick<Catalog, 'sources' | 's
 
 export function catalogOf(manifest: BundleManifest): Catalog {
   const repositories = new Map<string, Map<string, string>>();
-  // charts are served like images (only the runtime's pull and pin lists leave them out)
-  const served = [...manifest.images, ...(manifest.charts ?? [])];
+  // charts are served like images (only the runtime's pull and pin lists leave them out); an
+  // image comes last so that, should a name or digest ever be both, the image's wins
+  const served = [...(manifest.charts ?? []), ...manifest.images];
   for (const img of served) {
     const name = mirrorPath(img.repository);
     const tags = repositories.get(name) ?? new Map<string, string>();
