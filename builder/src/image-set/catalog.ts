@@ -221,7 +221,7 @@ export async function operatorImages(selections: OperatorSelection[], open: (spe
     const bundles = selectBundles(fbc, sel.packages, sel.where);
     // the issue allows the original catalog "with a warning about its size": its blobs, manifest to layers
     const size = formatBytes(c.blobs.reduce((sum, b) => sum + b.size, 0));
-    warn(sel.catalog, `${escapeControls(bundles.map((b) => b.name).join(', '))} selected (the catalog image is carried whole: ${size}, not trimmed to them)`);
+    warn(sel.catalog, `${escapeControls(bundles.map((b) => b.name).join(', '))} selected, the catalog not trimmed to them (the catalog image is carried whole: ${size})`);
     for (const i of bundleImages(bundles, `${sel.where}: catalog ${sel.catalog}`)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
   }
   return lines;
