@@ -17,3 +17,20 @@ export const secondsArg = (value: string): number => {
   if (!/^[0-9]+(\.[0-9]+)?$/.test(value) || !(n > 0) || n > 3600) throw new InvalidArgumentError('must be a number of seconds, more than 0 and at most 3600');
   return n;
 };
+
+export const positiveInt = (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
+  return n;
+};
+// a flag as skopeo's: bare (true) or =VALUE with the values of Go's strconv.ParseBool; a bare
+// one never takes the next option as its value
+const BOOL_VALUES: Record<string, boolean> = {
+  1: true, t: true, T: true, TRUE: true, true: true, True: true,
+  0: false, f: false, F: false, FALSE: false, false: false, False: false,
+};
+export const boolArg = (value: string) => {
+  const v = Object.hasOwn(BOOL_VALUES, value) ? BOOL_VALUES[value] : undefined;
+  if (v === undefined) throw new InvalidArgumentError('must be true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False, as skopeo; write --tls-verify=false)');
+  return v;
+};

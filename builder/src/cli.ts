@@ -8,16 +8,16 @@ import {
   FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, VERSIONED_FEATURES, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
   baseEntries, baseLabel, deltaFacts, unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
-import { createBundle, defaultCacheDir, type CreateOptions } from './create.js';
+import { createBundle, type CreateOptions } from './create.js';
 import { BLOB_ORDERS } from './blob-order.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
 import { reportPlan } from './image-set/plan.js';
 import { addImageSetCommands } from './image-set/commands.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
-import { askSecret } from './prompt.js';
 import { TOOL_VERSION } from './version.js';
 import { collect, digestArg } from './args.js';
+import { addOptions, askCredsPassword, contentOptions, registryOptions, updateGraphOption } from './create-flags.js';
 import { addClusterCommands } from './cluster.js';
 import { addCacheCommands } from './cache-command.js';
 import { addManCommand } from './man.js';
@@ -28,22 +28,6 @@ import { addWriteMediaCommand } from './write-media-command.js';
 
 // At the factory a key others could change is worth a warning; the agent refuses one.
 const warn = (message: string) => process.stderr.write(`bundle: warning: ${escapeControls(message)}\n`);
-const positiveInt = (value: string) => {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of at least 1');
-  return n;
-};
-// a flag as skopeo's: bare (true) or =VALUE with the values of Go's strconv.ParseBool; a bare
-// one never takes the next option as its value
-const BOOL_VALUES: Record<string, boolean> = {
-  1: true, t: true, T: true, TRUE: true, true: true, True: true,
-  0: false, f: false, F: false, FALSE: false, false: false, False: false,
-};
-const boolArg = (value: string) => {
-  const v = Object.hasOwn(BOOL_VALUES, value) ? BOOL_VALUES[value] : undefined;
-  if (v === undefined) throw new InvalidArgumentError('must be true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False, as skopeo; write --tls-verify=false)');
-  return v;
-};
 // 128 + the signal's number, as a shell reports a process the signal ended
 // SIGHUP (the ssh session went away) stops the build as SIGTERM does: the temp file goes
 const SIGNAL_EXIT = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 } as const;
@@ -136,6 +120,11 @@ function baseNeeds(m: BundleManifest): string {
   return `; a delta: every carried blob checked; it needs ${plural(d.totalBlobs - d.carriedBlobs, 'blob')} (${formatBytes(d.baseBytes)}) of ${baseLabel(d.base)} (${d.base.bundleJson}) on the node (--json lists them)`;
 }
 
+/** create's warnings on stderr, shown even with --quiet: the cluster admin must fix (or weigh) these before the upgrade. */
+function printWarnings(warnings: { kind: string; object: string; message: string }[]): void {
+  for (const w of warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
+}
+
 export function buildProgram(): Command {
   const program = new Command('bundle')
     .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry. "bundle create -f bundle.yaml" declares a bundle in a file (or an oc-mirror ImageSetConfiguration); --dry-run lists what it would carry.')
@@ -167,21 +156,13 @@ export function buildProgram(): Command {
       else process.stdout.write(`wrote ${keyPath} (private, 0600) and ${pubPath}\nfingerprint ${fp}\n`);
     });
 
-  program.command('create')
+  const create = program.command('create')
     .description('Build a bundle from a release image and/or images.')
     .option('-f, --file <bundle.yaml>', 'what goes into the bundle, declared in a file (its keys are these flags; see BUNDLE FILE in "man bundle" and bundle.schema.json), or an oc-mirror v2 ImageSetConfiguration; flags given here override it, repeatable ones add to its lists')
-    .option('--update-graph <file>', 'the Cincinnati update graph (JSON) a release channel of -f is resolved against')
-    .option('--dry-run', 'resolve every image and print the list with sizes; no bundle written, but the cache gets the manifests, the release image\'s layers (to read its payload) and each operator catalog image\'s layers (to read its catalog); no other layer fetched')
-    .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
-    .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
-    .option('--images-file <file>', 'a file with one image source per line (# comments)')
-    .option('--chart <ref>', 'a Helm chart stored in a registry (repeatable): oci://HOST/REPO/NAME:VERSION as helm push names it, or HOST/REPO/NAME:VERSION / @sha256:DIGEST; served by the node\'s registry, never pulled or pinned', collect)
-    .option('--agent-image <source>', 'a bundle-agent image (any --image source, e.g. oci-archive:bundle-agent-0.3.0.oci.tar): carried as localhost/offline-bundle/bundle-agent:VERSION; nodes switch to it once the bundle is Ready')
-    .option('--agent-version <v>', 'the agent image\'s version, when it has no org.opencontainers.image.version label')
-    .option('--arch <arch>', 'platform to keep from multi-arch images (amd64, arm64, linux/arm/v7)', 'amd64')
-    .option('--all-platforms', 'keep every platform of multi-arch images')
-    .option('--version <v>', 'release version (required without --release)')
-    .option('--name <name>', 'human name of the release (default: the version)')
+    .addOption(updateGraphOption())
+    .option('--dry-run', 'resolve every image and print the list with sizes; no bundle written, but the cache gets the manifests, the release image\'s layers (to read its payload) and each operator catalog image\'s layers (to read its catalog); no other layer fetched');
+  // what a dry run resolves (and so bundle diff -f): registered here in create's order, defined once
+  addOptions(create, contentOptions())
     .option('--upgrade-from <v>', 'a version the cluster may run before this one (repeatable; added to the release\'s own list)', collect)
     .option('--release-signature <file>', 'a signature of the release image (repeatable; a signature store\'s signature-N file): carried in the bundle for "bundle cluster prepare"', collect)
     .option('--signature-store <url>', 'take every release signature from this store (file:// or https://…/signatures/openshift/release: <url>/sha256=<hex>/signature-N)')
@@ -190,14 +171,8 @@ export function buildProgram(): Command {
     .option('--passphrase-file <file>', `the encrypted key's passphrase, on the file's first line (or set ${PASSPHRASE_ENV})`)
     .option('-o, --output <file>', 'bundle file to write (NAME.bundle; required, here or in -f); NAME.bundle.sha256 is written beside it (and with --agent-image, bundle-agent-VERSION-ARCH.oci.tar and its .sig: see "bundle agent-image export")')
     .option('--force', 'replace an existing output file')
-    .option('--split-size <size>', `write NAME.bundle.part-001-of-NNN files instead of one file: ${SPLIT_SIZE_HELP}. The bundle is written whole first, then cut into parts in place: onto a FAT32 stick, create on a local disk and "bundle split --out"`, parseSize)
-    .option('--cache <dir>', 'content-addressed blob cache; a rerun resumes from it', defaultCacheDir())
-    .option('--jobs <n>', 'parallel downloads', positiveInt, 4)
-    .option('--authfile <file>', 'registry credentials file (default: REGISTRY_AUTH_FILE, else podman\'s, skopeo\'s and docker\'s files, with docker-credential-* helpers)')
-    .option('--creds <user[:password]>', 'credentials for every registry, before any auth file (without the password: asked on the terminal)')
-    .option('--cert-dir <dir>', 'CAs (*.crt) and a client certificate (*.cert + *.key) for every registry (default: the first HOST:PORT directory of ~/.config/containers/certs.d, /etc/containers/certs.d, /etc/docker/certs.d)')
-    .option('--tls-verify [bool]', 'verify registry TLS certificates (--tls-verify=false skips the check and allows plain http)', boolArg, true)
-    .option('--registries-conf <file>', 'containers-registries.conf(5) file: pull through its mirrors, keep the original names (default: the system\'s, as podman\'s: $CONTAINERS_REGISTRIES_CONF or /etc/containers/registries.conf, with registries.conf.d/; this file replaces them all; /dev/null for none)')
+    .option('--split-size <size>', `write NAME.bundle.part-001-of-NNN files instead of one file: ${SPLIT_SIZE_HELP}. The bundle is written whole first, then cut into parts in place: onto a FAT32 stick, create on a local disk and "bundle split --out"`, parseSize);
+  addOptions(create, registryOptions())
     .option('--level <n>', 'zstd compression level (1-19)', levelArg, 3)
     .option('--format-version <n>', FORMAT_VERSION_HELP, formatVersionArg)
     .option('--base <bundle>', BASE_HELP)
@@ -248,9 +223,13 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
         throw new OciError('OUTPUT_EXISTS', `${o.output} exists: pass --force to replace it`);
       }
       if (o.splitSize && !o.force) await assertNoParts(o.output);
-      // skopeo's --creds USER asks the password, which then stays out of the shell's history
-      if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
-      if (o.dryRun) return reportPlan(await createBundle({ ...o, images: o.image, imageWhere, charts: o.chart, chartWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, key: '', output: '' } as CreateOptions & { dryRun: true }), !!o.json);
+      await askCredsPassword(o);
+      if (o.dryRun) {
+        const plan = await createBundle({ ...o, images: o.image, imageWhere, charts: o.chart, chartWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, key: '', output: '' } as CreateOptions & { dryRun: true });
+        reportPlan(plan, !!o.json);
+        if (!o.json) printWarnings(plan.warnings ?? []);
+        return;
+      }
       const r = await createBundle({ ...o, images: o.image, imageWhere, charts: o.chart, chartWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
       // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
       const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true, signal: ac.signal }) : undefined;
@@ -260,8 +239,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, ...(parts ? { parts } : {}), digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.base ? { delta: deltaFacts(r.manifest) } : {}), ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {
-        // shown even with --quiet: the cluster admin must fix these before the upgrade
-        for (const w of r.warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
+        printWarnings(r.warnings);
       }
     });
 

@@ -5,7 +5,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
-  MediaType, type Descriptor, type ImageSource, type Platform, type ImageReference,
+  MediaType, parseReference, type Descriptor, type ImageSource, type Platform, type ImageReference, type SourceSpec,
 } from '@offline-bundle/oci';
 import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
@@ -23,7 +23,7 @@ import { operatorImages } from './image-set/catalog.js';
 import { resolveSource } from './image-set/bundle-file.js';
 import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
-import { chartSource, checkChartManifest, type ChartLine } from './image-set/chart.js';
+import { HELM_CONFIG_MEDIA_TYPE, chartSource, checkChartManifest, type ChartLine } from './image-set/chart.js';
 import { blobOrderProblem, digestOrder, pullOrder, type BlobOrder } from './blob-order.js';
 
 export interface CreateOptions {
@@ -97,13 +97,18 @@ export interface CreateOptions {
   base?: string;
 }
 
+export interface CreateWarning { kind: 'PullAlways' | 'WholeCatalog'; object: string; image: string; message: string }
+
 export interface CreateResult extends WrittenBundle {
   output: string;
   images: number;
   blobs: number;
   downloadedBytes: number;
-  /** Payload workloads that pull a bundled image with imagePullPolicy: Always (they fail without a registry). */
-  warnings: { kind: 'PullAlways'; object: string; image: string; message: string }[];
+  /**
+   * PullAlways: payload workloads that pull a bundled image with imagePullPolicy: Always (they
+   * fail without a registry). WholeCatalog: an operator catalog carried whole, with its size.
+   */
+  warnings: CreateWarning[];
 }
 
 interface Blob { digest: string; size: number; mediaType: string }
@@ -143,6 +148,8 @@ async function resolveImage(source: ImageSource, cache: BlobCache, want: Platfor
     const parsed = parseManifest(bytes);
     if (parsed.kind !== 'manifest') throw new OciError('INVALID_MANIFEST', `${name}: ${digest} nests an index inside an index`);
     const { config } = parsed.manifest;
+    // served as a chart, never pulled: under images the node would pull it and pin it
+    if (config.mediaType === HELM_CONFIG_MEDIA_TYPE) throw new OciError('UNSUPPORTED_MEDIA_TYPE', `${where}: ${name} is a Helm chart: list it under charts (or --chart)`);
     blobs.push({ digest: config.digest, size: config.size, mediaType: config.mediaType });
     for (const l of parsed.manifest.layers) {
       if (l.urls?.length) throw new OciError('UNSUPPORTED_MEDIA_TYPE', `${name}: layer ${l.digest} is foreign (urls); such images cannot be carried offline`);
@@ -264,7 +271,8 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
   // before anything is fetched: hours of downloads must not end in EACCES
   if (!opts.dryRun) await checkOutput(opts.output && output);
   await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));
-  const charts = (opts.charts ?? []).map((ref, i) => { const where = opts.chartWhere?.[i] ?? `--chart #${i + 1}`; return { spec: chartSource(ref, where), where }; });
+  const charts = (opts.charts ?? []).map((ref, i) => { const where = opts.chartWhere?.[i] ?? `--chart #${i + 1}`; return { source: chartSource(ref, where), where }; });
+  checkChartsApart(charts, lines);
   if (!opts.release && specs.length === 0 && opts.agentImage === undefined && !opts.operators?.length && !charts.length) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image / --chart');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
@@ -272,6 +280,22 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
   const base = opts.base === undefined ? undefined : await deltaPreflight(opts.base, opts.formatVersion);
   return { key, want, output, specs, whereOf, charts, ...(base ? { base } : {}) };
+}
+
+/** A reference given both as an image and as a chart: one of them would be dropped (or pinned) without a word. */
+function checkChartsApart(charts: ChartLine[], images: SourceLine[]): void {
+  const chartAt = new Map(charts.map((c) => [c.source.target, c.where]));
+  for (const l of images) {
+    let name: string | undefined;
+    try {
+      const spec = parseSourceSpec(l.spec);
+      name = spec.transport === 'docker' ? formatReference(parseReference(spec.target)) : undefined;
+    } catch {
+      continue; // checkSources has said what is wrong with it
+    }
+    const chart = name === undefined ? undefined : chartAt.get(name);
+    if (chart) throw new OciError('INVALID_CONFIG', `${name} is given both as an image (${l.where}) and as a chart (${chart}): a Helm chart goes under charts only; drop the other`);
+  }
 }
 
 /** --base read and held to the format version asked for, before anything is fetched. */
@@ -293,7 +317,7 @@ interface Session {
   work: AbortController;
   stopWork: () => void;
   opened: ImageSource[];
-  open: (spec: string) => Promise<ImageSource>;
+  open: (spec: string | SourceSpec) => Promise<ImageSource>;
 }
 
 async function openSession(opts: CreateOptions, progress: Progress, want: Platform): Promise<Session> {
@@ -316,8 +340,8 @@ async function openSession(opts: CreateOptions, progress: Progress, want: Platfo
   };
   const limit = pLimit(Math.max(1, opts.jobs ?? 4));
   const opened: ImageSource[] = [];
-  const open = async (spec: string) => {
-    const s = await openSource(parseSourceSpec(spec), ctx);
+  const open = async (spec: string | SourceSpec) => {
+    const s = await openSource(typeof spec === 'string' ? parseSourceSpec(spec) : spec, ctx);
     opened.push(s);
     return s;
   };
@@ -366,17 +390,17 @@ async function resolveRelease(s: Session, release: string, into: ResolvedAll): P
 }
 
 /** Operators' catalog and bundle images, then every --image / --images-file source, each named by where it was given. */
-async function resolveSources(s: Session, pre: Preflight, resolved: ResolvedImage[]): Promise<void> {
-  const { opts, progress, cache, want, limit, work, open } = s;
+async function resolveSources(s: Session, pre: Preflight, { resolved, warnings }: ResolvedAll): Promise<void> {
+  const { opts, cache, want, limit, work, open } = s;
   const { specs, whereOf } = pre;
   const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
     const r = await resolveImage(await open(spec), cache, want, false, where, CATALOG_COMPONENT);
     resolved.push(r);
     return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
-  }, (m) => progress.log(m));
+  }, (catalog, message) => warnings.push({ kind: 'WholeCatalog', object: catalog, image: catalog, message }));
   const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
   resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));
-  resolved.push(...await allOrFirstError(limit, pre.charts.map((l) => async () => resolveChart(await open(l.spec), cache, l.where)), work.signal));
+  resolved.push(...await allOrFirstError(limit, pre.charts.map((l) => async () => resolveChart(await open(l.source), cache, l.where)), work.signal));
 }
 
 /** The bundle-agent image, renamed to AGENT_REPOSITORY:VERSION; one platform, the bundle's: the node runs it. */
@@ -392,7 +416,7 @@ async function resolveAgentImage(s: Session, agentImage: string, into: ResolvedA
 async function resolveAll(s: Session, pre: Preflight): Promise<ResolvedAll> {
   const all: ResolvedAll = { version: s.opts.version, releaseInfo: undefined, warnings: [], resolved: [], agent: undefined };
   if (s.opts.release) await resolveRelease(s, s.opts.release, all);
-  await resolveSources(s, pre, all.resolved);
+  await resolveSources(s, pre, all);
   if (s.opts.agentImage !== undefined) await resolveAgentImage(s, s.opts.agentImage, all);
   return all;
 }
@@ -545,6 +569,8 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
   const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
   const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
   const base = deltaOf(pre.base, ordered.map((o) => o.blob), progress);
+  // a chart is served from the bundle's layout, never unpacked into the node's image store
+  const inImageStore = new Set([...c.byRef.values()].filter((r) => !r.chart).flatMap((r) => r.blobs.map((b) => b.digest)));
   const fetching = fetchBlobs(s, c, pass, () => blobList.reduce((sum, b) => sum + b.size, 0));
   const writing = writeBundle({
     release: {
@@ -561,7 +587,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
     index,
     blobs: [...blobList, ...(signatures?.blobs ?? [])],
     // every blob is packed, so fetched and measured, by the time this is asked
-    imageStoreBytes: async () => estimateImageStoreBytes(await Promise.all(ordered.map(async ({ blob }) => ({
+    imageStoreBytes: async () => estimateImageStoreBytes(await Promise.all(ordered.filter(({ blob }) => inImageStore.has(blob.digest)).map(async ({ blob }) => ({
       ...blob, unpackedSize: isCompressedLayer(blob.mediaType) ? await cache.unpackedSize(blob.digest) : undefined,
     })))),
     ...(all.agent ? { agent: all.agent } : {}),
@@ -615,7 +641,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     const c = await planContents(s, all.resolved);
     if (opts.dryRun) {
       opts.onContents?.(plannedContents(opts, all, c));
-      return dryRunPlan(all, c);
+      return { ...dryRunPlan(all, c), warnings: all.warnings };
     }
     await checkRoom(s, pre.output, c, pre.base);
     const { images, charts, index } = imageIndex(c);

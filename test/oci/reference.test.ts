@@ -1,7 +1,7 @@
 // parseReference / formatReference: normalization the way docker and
 // containers/image do it, and INVALID_REFERENCE for everything else.
 import t from 'tap';
-import { digestReference, formatReference, OciError, parseReference, repositoryName } from '@offline-bundle/oci';
+import { digestReference, formatReference, OciError, parseOciUrlReference, parseReference, repositoryName } from '@offline-bundle/oci';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });
 
@@ -84,4 +84,15 @@ t.test('invalid references are INVALID_REFERENCE', async (t) => {
   } catch (err) {
     t.ok(err instanceof OciError, 'thrown value is an OciError instance');
   }
+});
+
+t.test('oci:// names as Helm and ORAS read them: the first component is the host, always', async (t) => {
+  t.strictSame(parseOciUrlReference('oci://registry/charts/demo:1.0'), { registry: 'registry', repository: 'charts/demo', tag: '1.0' }, 'a host without a dot is not a docker.io path');
+  t.strictSame(parseReference('registry/charts/demo:1.0').registry, 'docker.io', 'as parseReference (Docker\'s rule) reads it');
+  t.strictSame(parseOciUrlReference('oci://docker.io/demo:1.0'), { registry: 'docker.io', repository: 'demo', tag: '1.0' }, 'no library/ added');
+  t.strictSame(parseOciUrlReference(`oci://h:5000/c/demo@${D}`), { registry: 'h:5000', repository: 'c/demo', digest: D });
+  for (const bare of ['oci://registry', 'oci://registry:1.0', `oci://registry@${D}`]) {
+    t.throws(() => parseOciUrlReference(bare), { code: 'INVALID_REFERENCE', message: /oci:\/\/HOST names no repository: give oci:\/\/HOST\/REPO\/NAME:VERSION/ }, bare);
+  }
+  t.throws(() => parseOciUrlReference('oci://bad_host/c/demo:1'), ociErr('INVALID_REFERENCE'), 'a bad host is still refused');
 });

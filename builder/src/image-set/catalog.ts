@@ -208,9 +208,9 @@ const isConfig = (mediaType: string) => /image\.config\.v1\+json$|container\.ima
 /**
  * The images the operators of `selections` need, each as an image source line naming where it
  * comes from ("bundle.yaml:9 (operators[0]): a related image of foo.v1.2.0"). `open` resolves
- * a catalog image for the bundle.
+ * a catalog image for the bundle; `warn` gets each catalog's size, carried whole.
  */
-export async function operatorImages(selections: OperatorSelection[], open: (spec: string, where: string) => Promise<OpenedCatalog>, log: (message: string) => void): Promise<{ spec: string; where: string }[]> {
+export async function operatorImages(selections: OperatorSelection[], open: (spec: string, where: string) => Promise<OpenedCatalog>, warn: (catalog: string, message: string) => void): Promise<{ spec: string; where: string }[]> {
   const lines: { spec: string; where: string }[] = [];
   for (const sel of selections) checkCatalogReference(sel);
   for (const sel of selections) {
@@ -221,7 +221,7 @@ export async function operatorImages(selections: OperatorSelection[], open: (spe
     const bundles = selectBundles(fbc, sel.packages, sel.where);
     // the issue allows the original catalog "with a warning about its size": its blobs, manifest to layers
     const size = formatBytes(c.blobs.reduce((sum, b) => sum + b.size, 0));
-    log(`catalog ${sel.catalog}: ${escapeControls(bundles.map((b) => b.name).join(', '))} (the catalog image is carried whole: ${size})`);
+    warn(sel.catalog, `${escapeControls(bundles.map((b) => b.name).join(', '))} selected, the catalog not trimmed to them (the catalog image is carried whole: ${size})`);
     for (const i of bundleImages(bundles, `${sel.where}: catalog ${sel.catalog}`)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
   }
   return lines;

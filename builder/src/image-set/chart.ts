@@ -1,33 +1,47 @@
-import { OciError, parseManifest, parseReference } from '@offline-bundle/oci';
+import { OciError, formatReference, parseManifest, parseOciUrlReference, parseReference, type ImageReference, type SourceSpec } from '@offline-bundle/oci';
 
 /** Helm's OCI media types (helm.sh/docs/topics/registries): what makes an artifact a chart. */
 export const HELM_CONFIG_MEDIA_TYPE = 'application/vnd.cncf.helm.config.v1+json';
 export const HELM_CHART_MEDIA_TYPE = 'application/vnd.cncf.helm.chart.content.v1.tar+gzip';
 export const HELM_PROVENANCE_MEDIA_TYPE = 'application/vnd.cncf.helm.chart.provenance.v1.prov';
 
-/** A chart as the file or --chart names it, and where. */
-export interface ChartLine { spec: string; where: string }
+/** A chart as the file or --chart names it, and where; `source` is what fetches it. */
+export interface ChartLine { source: SourceSpec; where: string }
+
+/**
+ * A chart version as its OCI tag: `helm push` writes SemVer build metadata's "+" as "_" (a tag
+ * has no "+"), so 0.1.0+build is pulled as 0.1.0_build. Every chart input goes through here.
+ */
+function helmTag(ref: string): string {
+  const at = ref.indexOf('@');
+  const name = at >= 0 ? ref.slice(0, at) : ref;
+  const colon = name.lastIndexOf(':');
+  if (colon <= name.lastIndexOf('/')) return ref;
+  return name.slice(0, colon + 1) + name.slice(colon + 1).replace(/\+/g, '_') + (at >= 0 ? ref.slice(at) : '');
+}
 
 /**
  * `oci://HOST/REPO/NAME:VERSION` (as helm push prints it) or `HOST/REPO/NAME:VERSION`, by tag
- * or digest: the docker:// source that fetches it. A chart is read from a registry only, and
- * with a version: a chart's "latest" is no tag helm writes.
+ * or digest: the docker source that fetches it. An oci:// name is read as Helm reads it, its
+ * first component the host always; a bare one as --image's. A chart is read from a registry
+ * only, and with a version: a chart's "latest" is no tag helm writes.
  */
-export function chartSource(ref: string, where: string): string {
-  const bare = ref.replace(/^oci:\/\//, '');
+export function chartSource(ref: string, where: string): SourceSpec {
+  const isUrl = ref.startsWith('oci://');
+  const bare = helmTag(ref.replace(/^oci:\/\//, ''));
   if (/^[a-z][a-z0-9+.-]*:\/\//.test(bare) || /^(oci|oci-archive|docker-archive|dir|docker|containers-storage):/.test(bare)) {
     throw new OciError('INVALID_CONFIG', `${where}: chart "${ref}" is not an OCI reference; a chart is pulled from a registry: push it (helm push NAME-VERSION.tgz oci://HOST/REPO) and name oci://HOST/REPO/NAME:VERSION`);
   }
-  let parsed;
+  let parsed: ImageReference;
   try {
-    parsed = parseReference(bare);
+    parsed = isUrl ? parseOciUrlReference(bare) : parseReference(bare);
   } catch (cause) {
     throw new OciError('INVALID_CONFIG', `${where}: chart: ${(cause as Error).message}`, { cause });
   }
   if (!parsed.digest && !/:[^/]+$/.test(bare.split('@')[0]!)) {
     throw new OciError('INVALID_CONFIG', `${where}: chart "${ref}" names no version: give oci://HOST/REPO/NAME:VERSION (or @sha256:...)`);
   }
-  return `docker://${bare}`;
+  return { transport: 'docker', target: formatReference(parsed), raw: ref, reference: parsed };
 }
 
 /**

@@ -172,7 +172,8 @@ function helmCharts(tr: Translation, raw: unknown): { ref: string; where: string
       const name = tr.text(chart.name, [...cp, 'name']);
       const version = tr.text(chart.version, [...cp, 'version']);
       if (!name || !version) tr.problems.push(`${tr.locate(cp)}: a chart needs name and version (a bundle carries one version of a chart)`);
-      else out.push({ ref: `${url.replace(/\/+$/, '')}/${name}:${version.replace(/\+/g, '_')}`, where: tr.locate(cp) });
+      // a version's "+" becomes the tag's "_" where every chart's does (chartSource)
+      else out.push({ ref: `${url.replace(/\/+$/, '')}/${name}:${version}`, where: tr.locate(cp) });
     }
   }
   return out;

@@ -26,6 +26,8 @@ export interface BundlePlan {
   totalBytes: number;
   /** What is not in the blob cache yet. */
   downloadBytes: number;
+  /** As create's --json lists them (an operator catalog carried whole). */
+  warnings?: { kind: string; object: string; message: string }[];
 }
 
 interface Resolved { entry: BundleImage; blobs: { digest: string; size: number }[]; where: string; chart?: true }

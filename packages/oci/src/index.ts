@@ -1,7 +1,7 @@
 export { OciError } from './errors.js';
 export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';
 export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } from './media-types.js';
-export { parseReference, formatReference, repositoryName, digestReference } from './reference.js';
+export { parseReference, parseOciUrlReference, formatReference, repositoryName, digestReference } from './reference.js';
 export { parsePlatform, formatPlatform, platformMatches, normalizeArch } from './platform.js';
 export { parseManifest } from './manifest.js';
 export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles, parseCreds } from './auth.js';

@@ -18,6 +18,22 @@ const TAG_RE = /^[\w][\w.-]{0,127}$/;
 export function parseReference(input: string): ImageReference {
   let rest = input.trim();
   if (rest.startsWith('docker://')) rest = rest.slice('docker://'.length);
+  return parseName(input, rest, false);
+}
+
+/**
+ * `oci://HOST/REPO[:TAG|@DIGEST]` as Helm and ORAS read it: the first component is the registry
+ * host always (no docker.io short names: oci://registry/charts/demo is on host "registry").
+ */
+export function parseOciUrlReference(input: string): ImageReference {
+  const rest = input.trim().replace(/^oci:\/\//, '');
+  if (!rest.split('@')[0]!.includes('/')) {
+    throw new OciError('INVALID_REFERENCE', `invalid reference "${input}": oci://HOST names no repository: give oci://HOST/REPO/NAME:VERSION`);
+  }
+  return parseName(input, rest, true);
+}
+
+function parseName(input: string, rest: string, hostFirst: boolean): ImageReference {
   const fail = (why: string): never => {
     throw new OciError('INVALID_REFERENCE', `invalid image reference "${input}": ${why}`);
   };
@@ -42,14 +58,14 @@ export function parseReference(input: string): ImageReference {
   const slash = rest.indexOf('/');
   if (slash >= 0) {
     const first = rest.slice(0, slash);
-    if (first.includes('.') || first.includes(':') || first === 'localhost' || first.startsWith('[')) {
+    if (hostFirst || first.includes('.') || first.includes(':') || first === 'localhost' || first.startsWith('[')) {
       registry = first;
       repository = rest.slice(slash + 1);
     }
   }
   if (!DOMAIN_RE.test(registry)) fail(`bad registry host "${registry}"`);
   if (registry === 'index.docker.io') registry = 'docker.io';
-  if (registry === 'docker.io' && !repository.includes('/')) repository = `library/${repository}`;
+  if (!hostFirst && registry === 'docker.io' && !repository.includes('/')) repository = `library/${repository}`;
   for (const component of repository.split('/')) {
     if (!PATH_COMPONENT_RE.test(component)) fail(`bad repository path component "${component}" (lowercase letters, digits, separators)`);
   }

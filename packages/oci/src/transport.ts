@@ -5,7 +5,7 @@ import { DockerSource } from './docker-source.js';
 import { OciError } from './errors.js';
 import { LayoutSource } from './layout-source.js';
 import { unpackArchive } from './archive-unpack.js';
-import { parseReference } from './reference.js';
+import { parseReference, type ImageReference } from './reference.js';
 import type { RegistryClient } from './registry-client.js';
 import { RegistriesConf } from './registries-conf.js';
 import type { ImageSource } from './source.js';
@@ -21,6 +21,8 @@ export interface SourceSpec {
   /** "=registry/repo:tag": the name the image gets in the bundle. */
   name?: string;
   raw: string;
+  /** docker: the reference already parsed, when its text would not parse back to it (an oci:// name's host without a dot). */
+  reference?: ImageReference;
 }
 
 export interface TransportContext {
@@ -81,7 +83,7 @@ export async function openSource(spec: SourceSpec | string, ctx: TransportContex
   const s = typeof spec === 'string' ? parseSourceSpec(spec) : spec;
   switch (s.transport) {
     case 'docker': {
-      const name = parseReference(s.target);
+      const name = s.reference ?? parseReference(s.target);
       const conf = ctx.registriesConf ?? new RegistriesConf();
       return new DockerSource(s.raw, name, ctx.client, conf.pullSources(name, ctx.insecure === true));
     }
