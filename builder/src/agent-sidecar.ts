@@ -25,7 +25,7 @@ import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import {
-  AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes, withBundleFile, type BundleSource,
+  AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes, withBundle, type BundleSource,
   verifyBytes, type BundleManifest,
 } from '@offline-bundle/format';
 import { OciError, isIndexMediaType, isManifestMediaType, newSha256 } from '@offline-bundle/oci';
@@ -81,7 +81,7 @@ const ioError = (what: string, err: unknown) => {
  * sees the statement sees the whole archive.
  */
 export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<AgentSidecar> {
-  return withBundleFile(bundle, (source) => exportFrom(source, key, dir, opts));
+  return withBundle(bundle, (source) => exportFrom(source, key, dir, opts));
 }
 
 async function exportFrom(source: BundleSource, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal }): Promise<AgentSidecar> {

@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import { escapeControls } from '@offline-bundle/host';
-import { bundleIdentity, checkSignature, FormatError, loadTrust, readHeader, withBundleFile } from '@offline-bundle/format';
+import { bundleIdentity, checkSignature, FormatError, loadTrust, readHeader, withBundle } from '@offline-bundle/format';
 import { ClusterError, type AdminApis, type Approval, type ApprovalSpec } from '@offline-bundle/status';
 import { approveBundle, listApprovals, revokeApproval } from '@offline-bundle/cluster';
 import { collect, digestArg } from './args.js';
@@ -27,7 +27,7 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/;
 export async function approvalFromFile(file: string, keys: string[]): Promise<ApprovalSpec> {
   if (keys.length === 0) throw new FormatError('NO_TRUST', `approving ${file} needs the factory's public key: pass --key factory.pub (its signature is checked before anything is approved)`);
   const trust = await loadTrust(keys, undefined, { onUnsafeKey: (m) => process.stderr.write(`bundle: warning: ${m}\n`) });
-  const { manifest, manifestBytes, signature } = await withBundleFile(file, readHeader);
+  const { manifest, manifestBytes, signature } = await withBundle(file, readHeader);
   const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, trust)!;
   if (manifest.signer.fingerprint !== signer.fingerprint) {
     throw new FormatError('BAD_SIGNATURE', `bundle.json of ${file} names signer ${manifest.signer.fingerprint} but was signed by ${signer.source} (${signer.fingerprint}): the bundle was built or altered wrongly; rebuild it with bundle create`);

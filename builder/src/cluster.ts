@@ -9,7 +9,7 @@ import { Option, type Command } from 'commander';
 import { stringify as stringifyYaml } from 'yaml';
 import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
-import { loadTrust, readReleaseSignatures, withBundleFile } from '@offline-bundle/format';
+import { loadTrust, readReleaseSignatures, withBundle } from '@offline-bundle/format';
 import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, type AdminApis } from '@offline-bundle/status';
 import {
   nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
@@ -38,7 +38,7 @@ async function apis(o: KubeOpts): Promise<AdminApis> {
 /** The bundle as the cluster commands need it: trusted first, release signatures checked. */
 async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): Promise<AdminBundle> {
   const trust = await loadTrust(o.key ?? [], o.digest);
-  const { manifest: m, signatures } = await withBundleFile(file, (source) => readReleaseSignatures(source, trust));
+  const { manifest: m, signatures } = await withBundle(file, (source) => readReleaseSignatures(source, trust));
   if (m.release.digest) {
     const keyring = o.releaseKeyring ? await loadReleaseKeyring(o.releaseKeyring) : undefined;
     for (const [i, s] of signatures.entries()) {

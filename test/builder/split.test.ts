@@ -76,7 +76,7 @@ t.test('bundle split gives the same parts; the bundle stays', async (t) => {
   t.equal((await partsIn(out, 'r.bundle')).length, Math.ceil(wholeBytes.length / (PART * 4)), 'only the new split is there');
 });
 
-t.test('verify, inspect and extract read a part, or the base name, as the file', async (t) => {
+t.test('verify, inspect, diff and extract read a part, or the base name, as the file', async (t) => {
   const names = await partsIn(splitDir, 'r.bundle');
   const paths = [path.join(splitDir, names[1]!), path.join(splitDir, 'r.bundle')];
   const v0 = await bundle(['verify', whole, '--key', keys.pub, '--json']);
@@ -91,6 +91,8 @@ t.test('verify, inspect and extract read a part, or the base name, as the file',
     const i = await bundle(['inspect', p, '--json']);
     t.same(JSON.parse(i.stdout), JSON.parse(i0.stdout), `inspect --json ${path.basename(p)}`);
     t.equal((await bundle(['inspect', p])).stdout, it0.stdout, 'inspect: the same text, the file size too');
+    const diff = await bundle(['diff', whole, p, '--json']);
+    t.equal(diff.code, 0, `diff against the parts reads them: ${diff.stderr}`);
   }
   const [a, b] = [path.join(work, 'x-file'), path.join(work, 'x-parts')];
   const e0 = await bundle(['extract', whole, a, '--key', keys.pub, '--json']);

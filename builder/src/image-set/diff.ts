@@ -1,14 +1,15 @@
 import { stat } from 'node:fs/promises';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
-import { FormatError, readHeader, withBundleFile, type BundleImage, type BundleManifest } from '@offline-bundle/format';
+import { FormatError, namesSplitBundle, readHeader, withBundle, type BundleImage, type BundleManifest } from '@offline-bundle/format';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { CATALOG_COMPONENT } from './catalog-source.js';
 
 /** bundle.json as `inspect` reads it (its first frames, nothing verified): the one call into the format's readers. */
 export async function readBundleManifest(file: string): Promise<BundleManifest> {
-  if (!(await stat(file).catch(() => undefined))) throw new FormatError('IO_ERROR', `${file} does not exist: give the path of a .bundle file`); // as inspect's code, without the raw ENOENT
+  // as inspect's code, without the raw ENOENT; NAME.bundle with only its parts there is the bundle
+  if (!(await stat(file).catch(() => undefined)) && !(await namesSplitBundle(file))) throw new FormatError('IO_ERROR', `${file} does not exist: give the path of a .bundle file`);
   await assertRegularFile(file);
-  return (await withBundleFile(file, readHeader)).manifest;
+  return (await withBundle(file, readHeader)).manifest;
 }
 
 interface Side { file: string; release: { name: string; version: string; digest: string | null } }
