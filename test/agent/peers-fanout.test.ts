@@ -86,8 +86,8 @@ t.test('a partial peer answers 404 for a blob it does not hold: the fetch takes 
   const p = await w.server({ offer: partial });
   const dir = { approved: async () => [w.approval], peersFor: async () => [endpoint('seed', seed.url), endpoint('node-p', p.url, false)] };
   const { result, counters } = w.fetch(join(w.b.dir, 'after-404', 'upgrade'), dir, {
-    // node-p is asked first whenever it is free (the last holder at the top of the weighted draw)
-    streams: 2, peerRefreshMs: 200, random: () => 0.99,
+    // one blob at a time, node-p asked first for each (the last holder at the top of the weighted draw)
+    streams: 1, peerRefreshMs: 200, random: () => 0.99,
   });
   const r = await result;
   t.same(await treeOf(r.target), await treeOf(w.seed), 'the bundle, byte for byte');

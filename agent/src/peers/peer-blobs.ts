@@ -27,6 +27,12 @@ type Hash = ReturnType<typeof newSha256>;
 const HAVE_POLL_MS = 500;
 /** How often, while blobs flow, the peer list and what the peers still fetching hold are looked at again. */
 export const PEER_REFRESH_MS = 2000;
+/**
+ * What the peers still fetching hold is at most this old when a complete peer (the stick node)
+ * is asked for a blob: a blob passes between nodes in less than PEER_REFRESH_MS on a fast link,
+ * and a listing that old would send every node to the stick node for what a neighbour just got.
+ */
+export const FRESH_BEFORE_COMPLETE_MS = 300;
 
 /** One entry being fetched: what of it is in its temp file already, and from whom. */
 interface Job {
@@ -95,6 +101,8 @@ export class BlobFetch {
   private readonly maxAttempts: number;
   /** When a peer's listing last grew: a peer still fetching is waited for while it does. */
   private lastGrowth = Date.now();
+  /** When the partial peers' listings were last read. */
+  private lastLook = 0;
   private readonly random: () => number;
   /** The look at the peers due next while blobs flow (one at a time). */
   private refresher: Promise<void> | undefined;
@@ -142,7 +150,11 @@ export class BlobFetch {
     while (this.queue.length || this.running.size) {
       if (this.failure) break;
       this.opts.signal.throwIfAborted();
-      this.assign();
+      if (this.assign() === 'stale') {
+        // what the nodes still fetching hold, read afresh before the stick node is asked
+        await this.refreshHave().catch(() => undefined);
+        continue;
+      }
       if (this.running.size) {
         // a transfer ended, or the peers were looked at again: assign anew
         await Promise.race([...this.running, this.lookSoon()]);
@@ -176,14 +188,21 @@ export class BlobFetch {
     await this.refreshHave();
   }
 
-  private assign(): void {
+  /** Starts what can start; 'stale' when a complete peer would be asked while the partial peers' listings are old. */
+  private assign(): 'stale' | undefined {
     const now = Date.now();
     const usable = this.usable();
+    const stale = usable.some((p) => p.have) && now - this.lastLook > FRESH_BEFORE_COMPLETE_MS;
+    let deferred: 'stale' | undefined;
     // what few peers hold first: blobs only the stick node holds go to it, the rest to the others
     for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => holds(p, j.entry.digest)).length)) {
-      if (this.running.size >= this.opts.streams) return;
+      if (this.running.size >= this.opts.streams) break;
       const peer = this.pick(job.entry.digest, usable, now);
       if (!peer) continue;
+      if (!peer.have && stale) {
+        deferred = 'stale';
+        continue;
+      }
       this.queue.splice(this.queue.indexOf(job), 1);
       peer.busy = true;
       const p: Promise<void> = this.transfer(job, peer)
@@ -191,6 +210,7 @@ export class BlobFetch {
         .finally(() => { peer.busy = false; this.running.delete(p); });
       this.running.add(p);
     }
+    return deferred;
   }
 
   /** Nothing running and nothing assignable: wait for a busy peer, look again, or give up. */
@@ -222,6 +242,15 @@ export class BlobFetch {
 
   /** What each incomplete peer holds now (a peer still fetching serves more as it goes). */
   private async refreshHave(): Promise<void> {
+    try {
+      await this.readListings();
+    } finally {
+      // from when the answers arrived: a slow listing does not make the next one due at once
+      this.lastLook = Date.now();
+    }
+  }
+
+  private async readListings(): Promise<void> {
     await Promise.all(this.usable().filter((p) => p.have).map(async (p) => {
       try {
         const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.lookSignal);
