@@ -141,8 +141,8 @@ export class BlobFetch {
       await this.refreshHave();
       await this.loop();
     } finally {
+      // a look under way ends at once (its requests aborted); one in the directory's call finds nothing to do after it
       this.ended.abort();
-      await this.refresher;
     }
   }
 
