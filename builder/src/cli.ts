@@ -90,6 +90,8 @@ function summary(m: BundleManifest) {
     format: formatOf(m),
     release: m.release,
     images: m.images.map((i) => ({ reference: i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`, digest: i.digest, platforms: i.platforms.map(formatPlatform), ...(i.component ? { component: i.component } : {}) })),
+    // served by the node's registry, never pulled: apart from images, which are
+    charts: (m.charts ?? []).map((c) => ({ reference: c.tag ? `${c.repository}:${c.tag}` : `${c.repository}@${c.digest}`, digest: c.digest })),
     blobs: m.blobs.length,
     releaseSignatures: (m.release.signatures ?? []).map((s, i) => ({ configMapKey: m.release.digest ? `${m.release.digest.replace(':', '-')}-${i + 1}` : `signature-${i + 1}`, digest: s.digest, keyIds: s.keyIds })),
     totals: m.totals,
@@ -121,6 +123,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
     ...(m.agent ? [`agent:     bundle-agent ${m.agent.version} (${m.agent.repository}@${m.agent.digest}); nodes switch to it once Ready`] : []),
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
+    ...(m.charts?.length ? [`charts (${m.charts.length}; served by the node's registry, not pulled):`, ...m.charts.map((c) => `  ${c.tag ? `${c.repository}:${c.tag}` : `${c.repository}@${c.digest}`}  ${c.digest}`)] : []),
   ];
   // inspect shows bundle.json before anything is verified: its strings must not drive the terminal
   process.stdout.write(lines.map(escapeControls).join('\n') + '\n');
@@ -172,6 +175,7 @@ export function buildProgram(): Command {
     .option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest')
     .option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)', collect)
     .option('--images-file <file>', 'a file with one image source per line (# comments)')
+    .option('--chart <ref>', 'a Helm chart stored in a registry (repeatable): oci://HOST/REPO/NAME:VERSION as helm push names it, or HOST/REPO/NAME:VERSION / @sha256:DIGEST; served by the node\'s registry, never pulled or pinned', collect)
     .option('--agent-image <source>', 'a bundle-agent image (any --image source, e.g. oci-archive:bundle-agent-0.3.0.oci.tar): carried as localhost/offline-bundle/bundle-agent:VERSION; nodes switch to it once the bundle is Ready')
     .option('--agent-version <v>', 'the agent image\'s version, when it has no org.opencontainers.image.version label')
     .option('--arch <arch>', 'platform to keep from multi-arch images (amd64, arm64, linux/arm/v7)', 'amd64')
@@ -229,7 +233,7 @@ Registry access (as podman and skopeo):
 Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM).`)
     .action(async (o, cmd: Command) => {
       const progress = new Progress({ quiet: o.quiet });
-      const { imageWhere } = await applyBundleFile(o, cmd, (m) => progress.log(m));
+      const { imageWhere, chartWhere } = await applyBundleFile(o, cmd, (m) => progress.log(m));
       requireKeyAndOutput(o, cmd);
       const ac = new AbortController();
       const stop = (signal: keyof typeof SIGNAL_EXIT) => ac.abort(Object.assign(new Error('interrupted: nothing written; a rerun resumes from the cache'), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
@@ -246,8 +250,8 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       if (o.splitSize && !o.force) await assertNoParts(o.output);
       // skopeo's --creds USER asks the password, which then stays out of the shell's history
       if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;
-      if (o.dryRun) return reportPlan(await createBundle({ ...o, images: o.image, imageWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, key: '', output: '' } as CreateOptions & { dryRun: true }), !!o.json);
-      const r = await createBundle({ ...o, images: o.image, imageWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
+      if (o.dryRun) return reportPlan(await createBundle({ ...o, images: o.image, imageWhere, charts: o.chart, chartWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, key: '', output: '' } as CreateOptions & { dryRun: true }), !!o.json);
+      const r = await createBundle({ ...o, images: o.image, imageWhere, charts: o.chart, chartWhere, releaseSignatures: o.releaseSignature, progress, signal: ac.signal, ...(passphrase !== undefined ? { passphrase } : {}) });
       // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
       const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true, signal: ac.signal }) : undefined;
       if (sidecar && !o.quiet) reportSidecar(sidecar, !!o.json);

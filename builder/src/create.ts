@@ -23,6 +23,7 @@ import { operatorImages } from './image-set/catalog.js';
 import { resolveSource } from './image-set/bundle-file.js';
 import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
+import { chartSource, checkChartManifest, type ChartLine } from './image-set/chart.js';
 import { blobOrderProblem, digestOrder, pullOrder, type BlobOrder } from './blob-order.js';
 
 export interface CreateOptions {
@@ -79,10 +80,16 @@ export interface CreateOptions {
   progress?: Progress;
   /** Ctrl-C: stops downloads and the write; the cache keeps what arrived, the output is not touched. */
   signal?: AbortSignal;
+  /** Helm charts stored as OCI artifacts (oci://HOST/REPO/NAME:VERSION or HOST/REPO/NAME@DIGEST): served by the node's registry, never pulled. */
+  charts?: string[];
+  /** Where each of `charts` was given ("bundle.yaml:9 (charts[0])"); default "--chart #N". */
+  chartWhere?: string[];
   /** Operators from catalog images: the selected bundles' images and the catalog image come along. */
   operators?: OperatorSelection[];
   /** Resolve every image (manifests only) and return the plan: no key, no output, no layer fetched. */
   dryRun?: boolean;
+  /** A dry run's images, charts and blobs as bundle.json would list them: what `bundle diff -f` compares. */
+  onContents?: (contents: PlannedContents) => void;
   /**
    * A delta: the previous release's bundle, its parts or its bundle.json. The blobs it lists
    * are listed but not carried; the node fills them from what it holds of that release.
@@ -100,18 +107,33 @@ export interface CreateResult extends WrittenBundle {
 }
 
 interface Blob { digest: string; size: number; mediaType: string }
-interface ResolvedImage { source: ImageSource; entry: BundleImage; blobs: Blob[]; layers: Descriptor[]; where: string }
+interface ResolvedImage { source: ImageSource; entry: BundleImage; blobs: Blob[]; layers: Descriptor[]; where: string; chart?: true }
 
 export function defaultCacheDir(env = process.env): string {
   return join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'offline-bundle');
 }
 
-/** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
-async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, where: string, component?: string): Promise<ResolvedImage> {
-  // a missing image names the line or flag that asked for it
-  const top = await source.getManifest().catch((err: unknown) => {
+/** The top manifest of a source; a missing image names the line or flag that asked for it. */
+function topManifest(source: ImageSource, where: string) {
+  return source.getManifest().catch((err: unknown) => {
     throw err instanceof OciError && err.code === 'NOT_FOUND' ? new OciError('NOT_FOUND', `${where}: ${err.message}`, { cause: err }) : err;
   });
+}
+
+/** A Helm chart (an OCI artifact of Helm's shape): its manifest, config and layers, no platform (it runs nowhere). */
+async function resolveChart(source: ImageSource, cache: BlobCache, where: string): Promise<ResolvedImage> {
+  const top = await topManifest(source, where);
+  checkChartManifest(top.bytes, top.mediaType, `${where}: ${formatReference(source.name)}`);
+  await cache.putBytes(top.digest, top.bytes);
+  const { config, layers } = (parseManifest(top.bytes, top.mediaType) as { kind: 'manifest'; manifest: { config: Descriptor; layers: Descriptor[] } }).manifest;
+  const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }, ...[config, ...layers].map((d) => ({ digest: d.digest, size: d.size, mediaType: d.mediaType }))];
+  const entry: BundleImage = { repository: repositoryName(source.name), tag: source.name.tag ?? null, digest: top.digest, mediaType: top.mediaType, platforms: [] };
+  return { source, entry, blobs, layers, where, chart: true };
+}
+
+/** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
+async function resolveImage(source: ImageSource, cache: BlobCache, want: Platform, allPlatforms: boolean, where: string, component?: string): Promise<ResolvedImage> {
+  const top = await topManifest(source, where);
   await cache.putBytes(top.digest, top.bytes);
   const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }];
   const layers: Descriptor[] = [];
@@ -219,7 +241,7 @@ function byName(resolved: ResolvedImage[]): Map<string, ResolvedImage> {
 const isCompressedLayer = (mediaType: string) => /gzip|zstd/.test(mediaType);
 
 /** What the options settle before anything is fetched; a dry run loads no key. */
-interface Preflight { key: KeyObject | undefined; want: Platform; output: string; specs: string[]; whereOf: Map<string, string>; base?: DeltaBase }
+interface Preflight { key: KeyObject | undefined; want: Platform; output: string; specs: string[]; whereOf: Map<string, string>; charts: ChartLine[]; base?: DeltaBase }
 
 /** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
 async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
@@ -242,13 +264,14 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
   // before anything is fetched: hours of downloads must not end in EACCES
   if (!opts.dryRun) await checkOutput(opts.output && output);
   await checkCacheDir(resolve(opts.cache ?? defaultCacheDir()), resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()));
-  if (!opts.release && specs.length === 0 && opts.agentImage === undefined && !opts.operators?.length) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image');
+  const charts = (opts.charts ?? []).map((ref, i) => { const where = opts.chartWhere?.[i] ?? `--chart #${i + 1}`; return { spec: chartSource(ref, where), where }; });
+  if (!opts.release && specs.length === 0 && opts.agentImage === undefined && !opts.operators?.length && !charts.length) throw new OciError('INVALID_CONFIG', 'nothing to bundle: give --release and/or --image / --images-file / --agent-image / --chart');
   if (!opts.release && (opts.releaseSignatures?.length || opts.signatureStore)) {
     throw new OciError('INVALID_CONFIG', 'release signatures sign a release image: give --release with --release-signature / --signature-store');
   }
   if (!opts.release && !opts.version) throw new OciError('INVALID_CONFIG', 'a bundle without --release needs --version (the version the cluster will report)');
   const base = opts.base === undefined ? undefined : await deltaPreflight(opts.base, opts.formatVersion);
-  return { key, want, output, specs, whereOf, ...(base ? { base } : {}) };
+  return { key, want, output, specs, whereOf, charts, ...(base ? { base } : {}) };
 }
 
 /** --base read and held to the format version asked for, before anything is fetched. */
@@ -353,6 +376,7 @@ async function resolveSources(s: Session, pre: Preflight, resolved: ResolvedImag
   }, (m) => progress.log(m));
   const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
   resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));
+  resolved.push(...await allOrFirstError(limit, pre.charts.map((l) => async () => resolveChart(await open(l.spec), cache, l.where)), work.signal));
 }
 
 /** The bundle-agent image, renamed to AGENT_REPOSITORY:VERSION; one platform, the bundle's: the node runs it. */
@@ -394,6 +418,19 @@ async function planContents(s: Session, resolved: ResolvedImage[]): Promise<Cont
   return { byRef, blobs, total, missing };
 }
 
+/** What a dry run would write in bundle.json: its release, images, charts and blobs. */
+export interface PlannedContents {
+  release: { name: string; version: string; digest: string | null };
+  images: BundleImage[];
+  charts: BundleImage[];
+  blobs: { digest: string; size: number }[];
+}
+
+function plannedContents(opts: CreateOptions, all: ResolvedAll, c: Contents): PlannedContents {
+  const { images, charts } = imageIndex(c);
+  return { release: { name: opts.name ?? all.version!, version: all.version!, digest: all.releaseInfo?.digest ?? null }, images, charts, blobs: [...c.blobs.values()].map((b) => ({ digest: b.blob.digest, size: b.blob.size })) };
+}
+
 /** What a dry run answers: every image resolved, the bytes to carry and those still to download. */
 function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
   return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing });
@@ -409,15 +446,16 @@ async function checkRoom(s: Session, output: string, c: Contents, base: DeltaBas
   await checkSpace(output, estimateBundleBytes([...packed.map((b) => b.blob.size), metadataBytes]), s.cache.dir, c.missing);
 }
 
-/** The bundle's images by name, and its OCI index.json naming each. */
-function imageIndex(c: Contents): { images: BundleImage[]; index: Buffer } {
-  const images = [...c.byRef.values()].map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
+/** The bundle's images and charts by name, and its OCI index.json naming each (a chart too: the layout is whole). */
+function imageIndex(c: Contents): { images: BundleImage[]; charts: BundleImage[]; index: Buffer } {
+  const sorted = (chart: boolean) => [...c.byRef.values()].filter((r) => (r.chart === true) === chart).map((r) => r.entry).sort((a, b) => (refName(a) < refName(b) ? -1 : 1));
+  const [images, charts] = [sorted(false), sorted(true)];
   const index = Buffer.from(JSON.stringify({
     schemaVersion: 2,
     mediaType: MediaType.OciIndex,
-    manifests: images.map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: c.blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
+    manifests: [...images, ...charts].map((img) => ({ mediaType: img.mediaType, digest: img.digest, size: c.blobs.get(img.digest)!.blob.size, annotations: { [REF_NAME_ANNOTATION]: refName(img) } })),
   }));
-  return { images, index };
+  return { images, charts, index };
 }
 
 /** Creation time: --created-at, else SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
@@ -498,12 +536,12 @@ function writeOrder(c: Contents, images: BundleImage[], order: BlobOrder | undef
  * One pass: the writer packs each blob (in its order, by digest) as soon as it is in the
  * cache, while later ones are still being fetched.
  */
-async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, index }: { images: BundleImage[]; index: Buffer }): Promise<WrittenBundle> {
+async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer }): Promise<WrittenBundle> {
   const { opts, progress, cache } = s;
   const signatures = all.releaseInfo ? await releaseSignatureBlobs(all.releaseInfo.digest, cache, opts, progress) : undefined;
   const createdAt = creationTime(opts);
   const upgradeFrom = [...new Set([...(all.releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
-  const ordered = writeOrder(c, images, opts.blobOrder);
+  const ordered = writeOrder(c, [...images, ...charts], opts.blobOrder);
   const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
   const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
   const base = deltaOf(pre.base, ordered.map((o) => o.blob), progress);
@@ -519,6 +557,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
       ...(signatures?.refs.length ? { signatures: signatures.refs } : {}),
     },
     images,
+    ...(charts.length ? { charts } : {}),
     index,
     blobs: [...blobList, ...(signatures?.blobs ?? [])],
     // every blob is packed, so fetched and measured, by the time this is asked
@@ -574,13 +613,16 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     // the version is known once the release is read: before anything is fetched
     if (pre.base) checkDeltaBase(pre.base, { name: opts.name ?? all.version!, version: all.version!, arch: pre.want.architecture });
     const c = await planContents(s, all.resolved);
-    if (opts.dryRun) return dryRunPlan(all, c);
+    if (opts.dryRun) {
+      opts.onContents?.(plannedContents(opts, all, c));
+      return dryRunPlan(all, c);
+    }
     await checkRoom(s, pre.output, c, pre.base);
-    const { images, index } = imageIndex(c);
-    const written = await fetchAndWrite(s, pre, all, c, { images, index });
+    const { images, charts, index } = imageIndex(c);
+    const written = await fetchAndWrite(s, pre, all, c, { images, charts, index });
     const delta = deltaFacts(written.manifest);
     const carried = delta ? ` (a delta against ${baseLabel(delta.base)}: ${delta.carriedBlobs} of them carried, ${delta.totalBlobs - delta.carriedBlobs} from the base)` : '';
-    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}, ${plural(c.blobs.size, 'blob')}${carried}, ${written.fileDigest}`);
+    progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}${charts.length ? `, ${plural(charts.length, 'chart')}` : ''}, ${plural(c.blobs.size, 'blob')}${carried}, ${written.fileDigest}`);
     return { ...written, output: pre.output, images: images.length, blobs: c.blobs.size, downloadedBytes: c.total, warnings: all.warnings };
   } catch (err) {
     // stopped: the caller's reason, not whichever stream or task noticed first

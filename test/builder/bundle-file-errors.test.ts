@@ -14,7 +14,8 @@ t.test('the shipped schema is the one the tool checks with, and the man page lis
   t.equal(await readFile(path.join(ROOT, 'builder', 'bundle.schema.json'), 'utf8'), printed.stdout, 'builder/bundle.schema.json is `bundle schema`');
   const validate = new Ajv({ strict: true, strictRequired: false }).compile(JSON.parse(printed.stdout));
   t.ok(validate(own({ release: { channel: 'stable-4.14', versionRange: '>=4.14.0' }, images: ['x'], key: 'k', level: 3 })), 'accepts a good file');
-  t.notOk(validate(own({ charts: [] })), 'refuses what the tool refuses');
+  t.notOk(validate(own({ helm: {} })), 'refuses what the tool refuses');
+  t.notOk(validate(own({ charts: [{ name: 'c' }] })), 'a chart is a reference, not a mapping');
   t.notOk(validate(own({ operators: [{ catalog: 'c' }] })), 'an operator needs its packages');
   const man = (await bundle(['man'])).stdout;
   const fields = [...printed.stdout.matchAll(/^ {4}"([a-zA-Z]+)": \{/gm)].map((m) => m[1]!);
@@ -86,7 +87,7 @@ t.test('many problems: the first 20 named, then how many more (each located once
 t.test('a key whose value is a block mapping or list is located on the key\'s line', async (t) => {
   const text = 'apiVersion: offline-bundle/v1alpha1\nkind: Bundle\nimages:\n  - x\ncharts:\n  - name: c\nimagez:\n  a: 1\n';
   const refused = await createFrom(text, ['--key', keys.key, '-o', 'o.bundle']);
-  t.match(refused.stderr, /bundle\.yaml:5 \(charts\): Helm charts/, 'charts: is line 5');
+  t.match(refused.stderr, /bundle\.yaml:6 \(charts\[0\]\): must be string/, 'charts[0] is line 6');
   const unknown = await createFrom(text.replace('charts:\n  - name: c\n', ''), ['--key', keys.key, '-o', 'o.bundle']);
   t.match(unknown.stderr, /bundle\.yaml:5 \(imagez\): unknown field/, 'imagez: is line 5');
 });

@@ -69,11 +69,14 @@ t.test('an oc-mirror v2 ImageSetConfiguration is read as is', async (t) => {
 t.test('fields a bundle does not carry are refused by name, nothing written', async (t) => {
   const cases: [string, object, RegExp][] = [
     ['an operator\'s targetCatalog', imageSet({ additionalImages: [{ name: app.ref }], operators: [{ catalog: `${H}/redhat/redhat-operator-index:v4.14`, targetCatalog: 'x/y', packages: [{ name: 'p' }] }] }), /bundle\.yaml:\d+ \(mirror\.operators\[0\]\.targetCatalog\): the catalog keeps its name/],
-    ['helm', imageSet({ additionalImages: [{ name: app.ref }], helm: { repositories: [{ name: 'x', url: 'https://charts.example.com' }] } }), /\(mirror\.helm\): Helm charts/],
+    ['an HTTP helm repository', imageSet({ additionalImages: [{ name: app.ref }], helm: { repositories: [{ name: 'x', url: 'https://charts.example.com', charts: [{ name: 'c', version: '1.0.0' }] }] } }), /\(mirror\.helm\.repositories\[0\]\.url\): https:\/\/charts\.example\.com is an HTTP chart repository/],
+    ['a local helm chart', imageSet({ additionalImages: [{ name: app.ref }], helm: { local: [{ name: 'c', path: './c.tgz' }] } }), /\(mirror\.helm\.local\): a chart file on disk is not carried/],
+    ['helm in a bundle file', own({ images: [app.ref], helm: {} }), /bundle\.yaml:\d+ \(helm\): helm: is an ImageSetConfiguration's field/],
     ['blockedImages', imageSet({ additionalImages: [{ name: app.ref }], blockedImages: [{ name: 'x' }] }), /\(mirror\.blockedImages\)/],
     ['two channels', imageSet({ platform: { channels: [{ name: 'stable-4.14' }, { name: 'fast-4.14' }] } }), /\(mirror\.platform\.channels\): 2 channels/],
     ['an unknown ImageSetConfiguration field', imageSet({ additionalImages: [{ name: app.ref }], samples: [] }), /\(mirror\.samples\): not a field/],
-    ['charts of a bundle file', own({ images: [app.ref], charts: [{ name: 'x' }] }), /bundle\.yaml:\d+ \(charts\): Helm charts are not carried/],
+    ['a chart by path', own({ images: [app.ref], charts: ['oci:./chart-layout'] }), /bundle\.yaml:\d+ \(charts\[0\]\): chart "oci:\.\/chart-layout" is not an OCI reference/],
+    ['a chart without a version', own({ images: [app.ref], charts: [`oci://${H}/charts/demo`] }), /bundle\.yaml:\d+ \(charts\[0\]\): chart "oci:\/\/[^"]+" names no version/],
     ['an unknown bundle file field', own({ images: [app.ref], imagez: [] }), /bundle\.yaml:\d+ \(imagez\): unknown field/],
     ['a bad type', own({ images: [app.ref], level: 30 }), /\(level\): must be <= 19/],
   ];

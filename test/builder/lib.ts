@@ -115,6 +115,8 @@ export async function tarEntry(file: string, name: string): Promise<Buffer> {
 export interface BundleJson {
   release: { name: string; version: string; arch: string; image: string | null; digest: string | null; upgradeFrom: string[] };
   images: { repository: string; tag: string | null; digest: string; mediaType: string; platforms: { os: string; architecture: string; variant?: string }[]; component?: string }[];
+  /** Helm charts, apart from images (absent when there are none). */
+  charts?: { repository: string; tag: string | null; digest: string; mediaType: string; platforms: unknown[] }[];
   blobs: { digest: string; size: number; mediaType: string }[];
   index: { digest: string; size: number };
   totals: { layoutBytes: number; imageStoreBytes: number };

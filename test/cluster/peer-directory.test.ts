@@ -40,6 +40,8 @@ function cluster(): void {
   api.nodes = [
     nodeDoc('w1', '10.0.0.1'), nodeDoc('w2', '10.0.0.2'), nodeDoc('w3', '10.0.0.3'), nodeDoc('w4', '10.0.0.4'),
     nodeDoc('w5', '10.0.0.5'), nodeDoc('w6', '10.0.0.6'), nodeDoc('w7', '10.0.0.7'), nodeDoc('w8', 'fd00::8'), nodeDoc('w9', '10.0.0.9'), nodeDoc('w10', '10.0.0.10'),
+    // powered off: its Node went NotReady, its last status still says complete
+    { ...nodeDoc('w11', '10.0.0.11'), status: { conditions: [{ type: 'Ready', status: 'Unknown' }], addresses: [{ type: 'InternalIP', address: '10.0.0.11' }] } },
   ];
   api.statuses = [
     serving('w1', { complete: true, verifiedBlobs: 40, address: '10.0.0.1' }), // this node: never its own peer
@@ -52,6 +54,7 @@ function cluster(): void {
     serving('w8', { verifiedBlobs: 3, address: 'fd00::8' }),
     serving('w9', { complete: true, verifiedBlobs: 40, address: '10.0.0.2' }, 'w2'), // a status naming another node
     nodeStatus('w10', 'Ready', D, '4.15.1'), // serves nothing
+    serving('w11', { complete: true, verifiedBlobs: 40, address: '10.0.0.11' }), // a Node not Ready
   ];
 }
 
@@ -59,7 +62,7 @@ await api.writeNodeKubeconfig(path.join(dir, 'w1'), 'w1', { certPaths: 'root' })
 const w1Kubeconfig = path.join(dir, 'w1/var/lib/kubelet/kubeconfig');
 const directory = new ApiPeerDirectory({ node: 'w1', kubeconfig: w1Kubeconfig });
 
-t.test('directory (stand-in, node identity): the peers of a digest, complete first; never itself; forged addresses and ports ignored', async (t) => {
+t.test('directory (stand-in, node identity): the peers of a digest, complete first; never itself; forged addresses and ports, and Nodes not Ready, ignored', async (t) => {
   cluster();
   const before = api.requests.length;
   const peers = await directory.peersFor(D);

@@ -298,3 +298,41 @@ export function releaseFiles({ version, previous = [], images, manifests = {} })
   for (const [name, content] of Object.entries(manifests)) files[`release-manifests/${name}`] = content;
   return files;
 }
+
+export const MT_HELM_CONFIG = 'application/vnd.cncf.helm.config.v1+json';
+export const MT_HELM_CHART = 'application/vnd.cncf.helm.chart.content.v1.tar+gzip';
+export const MT_HELM_PROVENANCE = 'application/vnd.cncf.helm.chart.provenance.v1.prov';
+
+/**
+ * Push a tiny Helm chart as helm push stores it (helm is not installed here): an OCI manifest
+ * whose config is Chart.yaml's fields as JSON (Helm's config media type), one layer the chart's
+ * NAME-VERSION.tgz (NAME/Chart.yaml, NAME/values.yaml), and with `provenance` a .prov layer.
+ * `configMediaType` / `extraLayer` make artifacts that are not charts, for refusals.
+ *
+ * @param {{ name: string, version: string, provenance?: string, configMediaType?: string, extraLayer?: string }} spec
+ * @param {string} dest 'host:port/repo/NAME:VERSION'
+ * @returns {Promise<{ digest: string, ref: string, digestRef: string, blobs: string[] }>}
+ */
+export async function pushChart(spec, dest) {
+  const ref = dest.replace(/^(docker|oci):\/\//, '');
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-chart-'));
+  try {
+    await mkdir(path.join(dir, 'blobs', 'sha256'), { recursive: true });
+    await writeFile(path.join(dir, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+    const chart = await buildLayer({ [`${spec.name}/Chart.yaml`]: `apiVersion: v2\nname: ${spec.name}\nversion: ${spec.version}\n`, [`${spec.name}/values.yaml`]: 'replicas: 1\n' });
+    const config = json({ apiVersion: 'v2', name: spec.name, version: spec.version });
+    const layers = [{ mediaType: MT_HELM_CHART, buf: chart.gz }];
+    if (spec.provenance) layers.push({ mediaType: MT_HELM_PROVENANCE, buf: Buffer.from(spec.provenance) });
+    if (spec.extraLayer) layers.push({ mediaType: spec.extraLayer, buf: Buffer.from('not a chart') });
+    const configDigest = await writeBlob(dir, config);
+    const descs = [];
+    for (const l of layers) descs.push({ mediaType: l.mediaType, digest: await writeBlob(dir, l.buf), size: l.buf.length });
+    const manifest = json({ schemaVersion: 2, mediaType: MT_MANIFEST, config: { mediaType: spec.configMediaType ?? MT_HELM_CONFIG, digest: configDigest, size: config.length }, layers: descs });
+    const digest = await writeBlob(dir, manifest);
+    await writeFile(path.join(dir, 'index.json'), JSON.stringify({ schemaVersion: 2, mediaType: MT_INDEX, manifests: [{ mediaType: MT_MANIFEST, digest, size: manifest.length, annotations: { [REF_NAME_ANNOTATION]: spec.version } }] }));
+    await skopeoCopy(`oci:${dir}:${spec.version}`, `docker://${ref}`, ['--preserve-digests']);
+    return { digest, ref, digestRef: `${repoOf(ref)}@${digest}`, blobs: [digest, configDigest, ...descs.map((d) => d.digest)] };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

@@ -86,18 +86,26 @@ class DaemonPeerRunner implements DaemonPeers {
     const { log } = this.d;
     try {
       this.running = await this.setUp();
-      this.problem = undefined;
-      await this.refresh();
-      log.info('peers', `serving other nodes on ${this.running.server.url}; fetching approved bundles from them`, { url: this.running.server.url });
-      this.timer = setInterval(() => this.tick(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
     } catch (err) {
-      const retryMs = this.d.retryMs ?? PEER_START_RETRY_MS;
-      const { reason, message } = startProblem(err, this.d.config);
-      this.problem = { reason, message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s` };
-      log.warn('peers', this.problem.message, { reason: this.problem.reason });
-      this.show(undefined);
-      if (!this.stopped && !this.d.signal.aborted) this.retry = setTimeout(() => void this.start(), retryMs);
+      this.startFailed(err);
+      return;
     }
+    this.problem = undefined;
+    // the server listens: a cluster API that fails now is tried again at each look, never by a second start on the port
+    await this.refresh().catch((err: unknown) => log.warn('peers', `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`));
+    log.info('peers', `serving other nodes on ${this.running.server.url}; fetching approved bundles from them`, { url: this.running.server.url });
+    if (this.stopped) return;
+    this.timer = setInterval(() => this.tick(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
+  }
+
+  /** Says why the server is not up and tries again later. */
+  private startFailed(err: unknown): void {
+    const retryMs = this.d.retryMs ?? PEER_START_RETRY_MS;
+    const { reason, message } = startProblem(err, this.d.config);
+    this.problem = { reason, message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s` };
+    this.d.log.warn('peers', this.problem.message, { reason: this.problem.reason });
+    this.show(undefined);
+    if (!this.stopped && !this.d.signal.aborted) this.retry = setTimeout(() => void this.start(), retryMs);
   }
 
   private async setUp(): Promise<Running> {

@@ -50,6 +50,12 @@ function pickClaim(item: Record<string, unknown>): ServingClaim {
   };
 }
 
+/** The Node's Ready condition is True: the kubelet reported within the node-monitor grace period. */
+function nodeReady(item: Record<string, unknown>): boolean {
+  const conditions = Array.isArray(obj(item.status).conditions) ? obj(item.status).conditions as unknown[] : [];
+  return conditions.map(obj).some((c) => c.type === 'Ready' && c.status === 'True');
+}
+
 /** A Node's InternalIP addresses. */
 function pickInternalIps(item: Record<string, unknown>): { node: string; ips: string[] } {
   const addresses = Array.isArray(obj(item.status).addresses) ? obj(item.status).addresses as unknown[] : [];
@@ -92,7 +98,8 @@ export class ApiPeerDirectory implements PeerDirectory {
     return this.call(async (apis) => {
       const claims = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickClaim, { notFound: () => [] });
       if (!claims.some((c) => c.node !== this.opts.node && c.manifestDigest === manifestDigest)) return [];
-      const nodes = await listAll('list nodes', (q) => apis.core.listNode(q), pickInternalIps);
+      // a Node that is not Ready (powered off, its kubelet gone) serves nobody, whatever its last status said
+      const nodes = await listAll('list nodes', (q) => apis.core.listNode(q), (item) => (nodeReady(item) ? pickInternalIps(item) : { node: str(obj(item.metadata).name) ?? '', ips: [] }));
       return selectPeers(this.opts.node, manifestDigest, claims, new Map(nodes.map((n) => [n.node, n.ips])));
     });
   }

@@ -23,6 +23,9 @@ import type { PeerApproval, PeerDirectory } from './types.js';
 /** A refused or failed fetch of one approval is tried again only after this long (a new approval is tried at once). */
 export const PEER_RETRY_MS = 10 * 60_000;
 
+/** The version policy's refusals of a bundle: approved for the cluster, meant for other nodes. */
+const NOT_FOR_THIS_NODE = new Set(['WrongArch', 'Downgrade', 'NotAnUpgradeSource']);
+
 export interface PeerServiceOptions {
   directory: PeerDirectory;
   credentials: PeerCredentials;
@@ -94,7 +97,10 @@ export class PeerService {
    */
   async copies(version: string): Promise<PeerCopies> {
     const offer = [...this.offers.values()].find((o) => o.complete && o.manifest.release.version === version);
-    const digest = offer?.manifestDigest ?? (await this.o.directory.approved()).find((a) => a.version === version)?.manifestDigest;
+    // without an offer of its own the bundle is named by its approval: two of one version (two
+    // arches, a rebuilt bundle) name none, so nothing is counted
+    const approvals = offer ? [] : (await this.o.directory.approved()).filter((a) => a.version === version);
+    const digest = offer?.manifestDigest ?? (approvals.length === 1 ? approvals[0]!.manifestDigest : undefined);
     const nodes = digest ? (await this.o.directory.peersFor(digest)).filter((p) => p.complete).length : 0;
     return { version, nodes, serving: offer !== undefined };
   }
@@ -131,6 +137,13 @@ export class PeerService {
         return undefined;
       }
       this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
+      // approved for the cluster, not for this node (another arch, older than what it runs): no
+      // failure of this node, which keeps what its status says; looked at again after a while
+      if (!loading && NOT_FOR_THIS_NODE.has(reason)) {
+        this.restoreStatus(before);
+        log.info('peers', `bundle ${wanted.version} is approved but not for this node: ${message}; not fetched`, { reason, digest: wanted.manifestDigest });
+        return undefined;
+      }
       // the load reports its own failure; a fetch's goes into the status here, as a stick's read would
       if (!loading) this.reportFetchFailure(err, wanted);
       return undefined;

@@ -19,7 +19,7 @@ export function namesOf(img: BundleManifest['images'][number]): string[] {
   return img.tag ? [`${img.repository}@${img.digest}`, `${img.repository}:${img.tag}`] : [`${img.repository}@${img.digest}`];
 }
 
-/** Every name an image of the bundle is pulled and pinned by. */
+/** Every name an image of the bundle is pulled and pinned by: never a chart's (bundle.json's charts are served only; a runtime cannot pull one). */
 export function imageRefs(m: BundleManifest): string[] {
   return [...new Set(m.images.flatMap(namesOf))].sort();
 }

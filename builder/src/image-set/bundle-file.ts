@@ -175,5 +175,5 @@ export async function readBundleFile(file: string): Promise<LoadedBundleFile> {
   const own = resolvePaths(checkOwnFile(doc, locate, file), base);
   if (own.operators) own.operators = own.operators.map((op, i) => ({ ...op, where: locate(['operators', i]) }));
   for (const op of own.operators ?? []) checkCatalogReference(op);
-  return { file: own, imagesWhere: (own.images ?? []).map((_, i) => locate(['images', i])), releaseWhere: locate(['release']), warnings: [] };
+  return { file: own, imagesWhere: (own.images ?? []).map((_, i) => locate(['images', i])), chartsWhere: (own.charts ?? []).map((_, i) => locate(['charts', i])), releaseWhere: locate(['release']), warnings: [] };
 }

@@ -12,6 +12,7 @@ import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
 import { OciError, parseReference, readLayerFiles } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
+import { formatBytes } from '@offline-bundle/status';
 import { someOf, type OperatorSelection } from './schema.js';
 
 /** The label of a catalog image naming its FBC directory (opm's default /configs). */
@@ -218,7 +219,9 @@ export async function operatorImages(selections: OperatorSelection[], open: (spe
     const labels = config ? (JSON.parse(await readFile(await c.blobPath(config), 'utf8')) as { config?: { Labels?: Record<string, string> } }).config?.Labels : undefined;
     const fbc = await catalogFor(sel, labels, c.layers.map((l) => async () => createReadStream(await c.blobPath(l))));
     const bundles = selectBundles(fbc, sel.packages, sel.where);
-    log(`catalog ${sel.catalog}: ${escapeControls(bundles.map((b) => b.name).join(', '))} (the catalog image is carried whole)`);
+    // the issue allows the original catalog "with a warning about its size": its blobs, manifest to layers
+    const size = formatBytes(c.blobs.reduce((sum, b) => sum + b.size, 0));
+    log(`catalog ${sel.catalog}: ${escapeControls(bundles.map((b) => b.name).join(', '))} (the catalog image is carried whole: ${size})`);
     for (const i of bundleImages(bundles, `${sel.where}: catalog ${sel.catalog}`)) lines.push({ spec: `docker://${i.image}`, where: `${sel.where}: ${i.from}` });
   }
   return lines;

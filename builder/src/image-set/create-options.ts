@@ -9,17 +9,20 @@ import { someOf, type BundleFile, type ReleaseByChannel } from './schema.js';
 export type CreateFlags = Record<string, unknown> & {
   file?: string;
   image?: string[];
+  chart?: string[];
   release?: string;
   updateGraph?: string;
   dryRun?: boolean;
 };
 
 /** The file's lists and the flags they add to. */
-const LISTS = { images: 'image', upgradeFrom: 'upgradeFrom', releaseSignatures: 'releaseSignature' } as const;
+const LISTS = { images: 'image', charts: 'chart', upgradeFrom: 'upgradeFrom', releaseSignatures: 'releaseSignature' } as const;
 
 export interface FromFile {
   /** Where each image of options.image comes from: "bundle.yaml:7 (images[0])" or "--image #1". */
   imageWhere: string[];
+  /** Where each chart of options.chart comes from: "bundle.yaml:9 (charts[0])" or "--chart #1". */
+  chartWhere: string[];
   /** The release a channel named, when it did. */
   channelRelease?: ResolvedRelease & { channel: string };
 }
@@ -48,9 +51,10 @@ function takeScalars(o: CreateFlags, f: BundleFile, cmd: Command): void {
  */
 export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (message: string) => void): Promise<FromFile> {
   const cliImages = (o.image ?? []).map((_, i) => `--image #${i + 1}`);
+  const cliCharts = (o.chart ?? []).map((_, i) => `--chart #${i + 1}`);
   if (!o.file) {
     if (o.updateGraph !== undefined) throw new OciError('INVALID_CONFIG', '--update-graph goes with -f: a file naming its release by channel');
-    return { imageWhere: cliImages };
+    return { imageWhere: cliImages, chartWhere: cliCharts };
   }
   const loaded = await readBundleFile(o.file);
   for (const w of loaded.warnings) log(`warning: ${w}`);
@@ -63,7 +67,7 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
     const fromFile = f[key as keyof typeof LISTS];
     if (fromFile?.length) o[flag] = [...fromFile, ...((o[flag] as string[] | undefined) ?? [])];
   }
-  const out: FromFile = { imageWhere: [...loaded.imagesWhere, ...cliImages] };
+  const out: FromFile = { imageWhere: [...loaded.imagesWhere, ...cliImages], chartWhere: [...(loaded.chartsWhere ?? []), ...cliCharts] };
   const byChannel = cmd.getOptionValueSource('release') !== 'cli' && typeof f.release === 'object';
   if (o.updateGraph !== undefined && !byChannel) throw new OciError('INVALID_CONFIG', '--update-graph goes with a release named by channel in the -f file (release: {channel: ...}, or an ImageSetConfiguration\'s platform.channels)');
   if (cmd.getOptionValueSource('release') === 'cli' || f.release === undefined) return out;

@@ -15,16 +15,28 @@ interface Side { file: string; release: { name: string; version: string; digest:
 interface Count { count: number; bytes: number }
 export interface ImageChange { reference: string; component?: string; digest: string }
 
+/** What is compared of a bundle: bundle.json's, or what a bundle file resolves to (`bundle diff -f`). */
+export interface Contents {
+  release: Side['release'];
+  images: BundleImage[];
+  charts?: BundleImage[];
+  blobs: { digest: string; size: number }[];
+}
+
+export interface ListDiff {
+  added: ImageChange[];
+  removed: ImageChange[];
+  /** The same name (or, for a release's payload, the same component) with another digest. */
+  changed: { reference: string; component?: string; from: string; to: string; fromReference: string }[];
+  unchanged: number;
+}
+
 export interface BundleDiff {
   from: Side;
   to: Side;
-  images: {
-    added: ImageChange[];
-    removed: ImageChange[];
-    /** The same name (or, for a release's payload, the same component) with another digest. */
-    changed: { reference: string; component?: string; from: string; to: string; fromReference: string }[];
-    unchanged: number;
-  };
+  images: ListDiff;
+  /** Helm charts, compared as the images are (by name). */
+  charts: ListDiff;
   blobs: { shared: Count; added: Count; removed: Count };
 }
 
@@ -35,7 +47,7 @@ const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` 
  * release renames it: its component pairs the two. A component that is no one image's (every
  * operator catalog's, or one given twice) pairs nothing: those go by name.
  */
-function keyer(a: BundleManifest, b: BundleManifest): (img: BundleImage) => string {
+function keyer(a: Contents, b: Contents): (img: BundleImage) => string {
   const seen = new Map<string, number>();
   for (const m of [a, b]) {
     const mine = new Map<string, number>();
@@ -50,13 +62,13 @@ function count(blobs: { size: number }[]): Count {
   return { count: blobs.length, bytes: blobs.reduce((s, b) => s + b.size, 0) };
 }
 
-export function diffManifests(a: BundleManifest, b: BundleManifest, files: [string, string]): BundleDiff {
-  const keyOf = keyer(a, b);
+/** One list of A against the same list of B. */
+function diffList(a: BundleImage[], b: BundleImage[], keyOf: (img: BundleImage) => string): ListDiff {
   // a key met again (the same name twice) is numbered: every image is counted
-  const byKey = (m: BundleManifest) => {
+  const byKey = (list: BundleImage[]) => {
     const out = new Map<string, BundleImage>();
     const met = new Map<string, number>();
-    for (const i of m.images) {
+    for (const i of list) {
       const k = keyOf(i);
       const n = (met.get(k) ?? 0) + 1;
       met.set(k, n);
@@ -65,7 +77,7 @@ export function diffManifests(a: BundleManifest, b: BundleManifest, files: [stri
     return out;
   };
   const [before, after] = [byKey(a), byKey(b)];
-  const images: BundleDiff['images'] = { added: [], removed: [], changed: [], unchanged: 0 };
+  const images: ListDiff = { added: [], removed: [], changed: [], unchanged: 0 };
   for (const [k, img] of after) {
     const old = before.get(k);
     if (!old) images.added.push(change(img));
@@ -73,13 +85,22 @@ export function diffManifests(a: BundleManifest, b: BundleManifest, files: [stri
     else images.unchanged++;
   }
   for (const [k, img] of before) if (!after.has(k)) images.removed.push(change(img));
+  return images;
+}
+
+/** A against B: the one comparison of `bundle diff A B` and `bundle diff -f FILE BUNDLE`. */
+export function diffContents(a: Contents, b: Contents, files: [string, string]): BundleDiff {
+  const keyOf = keyer(a, b);
+  const images = diffList(a.images, b.images, keyOf);
+  const charts = diffList(a.charts ?? [], b.charts ?? [], (img) => `name:${refName(img)}`);
   const aBlobs = new Set(a.blobs.map((x) => x.digest));
   const bBlobs = new Set(b.blobs.map((x) => x.digest));
-  const side = (file: string, m: BundleManifest): Side => ({ file, release: { name: m.release.name, version: m.release.version, digest: m.release.digest } });
+  const side = (file: string, m: Contents): Side => ({ file, release: { name: m.release.name, version: m.release.version, digest: m.release.digest } });
   return {
     from: side(files[0], a),
     to: side(files[1], b),
     images,
+    charts,
     blobs: {
       shared: count(b.blobs.filter((x) => aBlobs.has(x.digest))),
       added: count(b.blobs.filter((x) => !aBlobs.has(x.digest))),
@@ -88,15 +109,22 @@ export function diffManifests(a: BundleManifest, b: BundleManifest, files: [stri
   };
 }
 
-export function formatDiff(d: BundleDiff): string {
-  const i = d.images;
-  const label = (c: { reference: string; component?: string }) => (c.component ? `${c.component} (${c.reference})` : c.reference);
-  const lines = [
-    `release: ${d.from.release.name} (${d.from.release.version}) -> ${d.to.release.name} (${d.to.release.version})`,
-    `images: ${i.added.length} added, ${i.removed.length} removed, ${i.changed.length} changed, ${i.unchanged} unchanged`,
+const label = (c: { reference: string; component?: string }) => (c.component ? `${c.component} (${c.reference})` : c.reference);
+function listLines(what: string, i: ListDiff): string[] {
+  return [
+    `${what}: ${i.added.length} added, ${i.removed.length} removed, ${i.changed.length} changed, ${i.unchanged} unchanged`,
     ...i.added.map((c) => `  + ${label(c)}  ${c.digest}`),
     ...i.removed.map((c) => `  - ${label(c)}  ${c.digest}`),
     ...i.changed.map((c) => `  ~ ${label(c)}  ${c.from} -> ${c.to}`),
+  ];
+}
+
+export function formatDiff(d: BundleDiff): string {
+  const c = d.charts;
+  const lines = [
+    `release: ${d.from.release.name} (${d.from.release.version}) -> ${d.to.release.name} (${d.to.release.version})`,
+    ...listLines('images', d.images),
+    ...(c.added.length + c.removed.length + c.changed.length + c.unchanged ? listLines('charts', c) : []),
     `blobs: ${plural(d.blobs.shared.count, 'blob')} shared (${formatBytes(d.blobs.shared.bytes)}), ${d.blobs.added.count} new (${formatBytes(d.blobs.added.bytes)}), ${d.blobs.removed.count} dropped (${formatBytes(d.blobs.removed.bytes)})`,
   ];
   // bundle.json is read before anything is verified: its strings must not drive the terminal

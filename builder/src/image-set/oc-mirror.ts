@@ -27,7 +27,7 @@ const MIRROR: Record<string, Rule> = {
   platform: { read: true },
   additionalImages: { read: true },
   operators: { read: true },
-  helm: { refuse: 'Helm charts are not carried yet: list the chart\'s images under mirror.additionalImages, or remove it', whenEmpty: 'accept' },
+  helm: { read: true },
   blockedImages: { refuse: 'a bundle carries exactly the images listed, so there is nothing to block: remove it', whenEmpty: 'accept' },
 };
 const PLATFORM: Record<string, Rule> = {
@@ -63,6 +63,12 @@ const PACKAGE: Record<string, Rule> = {
   bundles: { refuse: 'bundles are chosen by channel and version: give channels with minVersion/maxVersion' },
 };
 const OPERATOR_CHANNEL: Record<string, Rule> = { name: { read: true }, minVersion: { read: true }, maxVersion: { read: true } };
+const HELM: Record<string, Rule> = {
+  repositories: { read: true },
+  local: { refuse: 'a chart file on disk is not carried: push it to a registry (helm push NAME-VERSION.tgz oci://HOST/REPO) and name it under repositories with url: oci://HOST/REPO', whenEmpty: 'accept' },
+};
+const HELM_REPOSITORY: Record<string, Rule> = { name: { read: true }, url: { read: true }, charts: { read: true } };
+const HELM_CHART: Record<string, Rule> = { name: { read: true }, version: { read: true } };
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isEmpty = (v: unknown) => v === false || v === null || (Array.isArray(v) && v.length === 0) || (isObj(v) && Object.keys(v).length === 0);
@@ -141,6 +147,37 @@ function operators(tr: Translation, raw: unknown): OperatorSelection[] {
   return out;
 }
 
+/**
+ * helm.repositories whose url is oci://HOST/REPO: each chart is oci://HOST/REPO/NAME:VERSION.
+ * An HTTP chart repository (index.yaml and .tgz files) is no registry: refused by its url.
+ */
+function helmCharts(tr: Translation, raw: unknown): { ref: string; where: string }[] {
+  const out: { ref: string; where: string }[] = [];
+  const helm = tr.fields(raw, ['mirror', 'helm'], HELM);
+  for (const [i, rawRepo] of tr.list(helm.repositories, ['mirror', 'helm', 'repositories']).entries()) {
+    const path = ['mirror', 'helm', 'repositories', i];
+    const repo = tr.fields(rawRepo, path, HELM_REPOSITORY);
+    const url = tr.text(repo.url, [...path, 'url']);
+    if (url === undefined) {
+      tr.problems.push(`${tr.locate(path)}: url is required`);
+      continue;
+    }
+    if (!url.startsWith('oci://')) {
+      tr.problems.push(`${tr.locate([...path, 'url'])}: ${url} is an HTTP chart repository, which is not carried: push its charts to a registry (helm push) and give url: oci://HOST/REPO`);
+      continue;
+    }
+    for (const [j, rawChart] of tr.list(repo.charts, [...path, 'charts']).entries()) {
+      const cp = [...path, 'charts', j];
+      const chart = tr.fields(rawChart, cp, HELM_CHART);
+      const name = tr.text(chart.name, [...cp, 'name']);
+      const version = tr.text(chart.version, [...cp, 'version']);
+      if (!name || !version) tr.problems.push(`${tr.locate(cp)}: a chart needs name and version (a bundle carries one version of a chart)`);
+      else out.push({ ref: `${url.replace(/\/+$/, '')}/${name}:${version.replace(/\+/g, '_')}`, where: tr.locate(cp) });
+    }
+  }
+  return out;
+}
+
 function platform(tr: Translation, raw: unknown, out: BundleFile): void {
   const path = ['mirror', 'platform'];
   const p = tr.fields(raw, path, PLATFORM);
@@ -170,12 +207,16 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
   if (doc.kind !== 'ImageSetConfiguration') tr.problems.push(`${locate(['kind'])}: ${IMAGE_SET_API_VERSION} is read for kind ImageSetConfiguration only`);
   const out: BundleFile = {};
   const imagesWhere: string[] = [];
+  const chartsWhere: string[] = [];
   if (doc.mirror === undefined) tr.problems.push(`${locate([])}: mirror is required`);
   else {
     const mirror = tr.fields(doc.mirror, ['mirror'], MIRROR);
     if (mirror.platform !== undefined) platform(tr, mirror.platform, out);
     const ops = operators(tr, mirror.operators);
     if (ops.length) out.operators = ops;
+    const charts = mirror.helm === undefined || mirror.helm === null ? [] : helmCharts(tr, mirror.helm);
+    if (charts.length) out.charts = charts.map((c) => c.ref);
+    chartsWhere.push(...charts.map((c) => c.where));
     for (const [i, raw] of tr.list(mirror.additionalImages, ['mirror', 'additionalImages']).entries()) {
       const path = ['mirror', 'additionalImages', i];
       const image = tr.fields(raw, path, { name: { read: true } });
@@ -186,7 +227,7 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
       imagesWhere.push(locate([...path, 'name']));
     }
   }
-  if (!out.release && !out.images?.length && !out.operators?.length && !tr.problems.length) tr.problems.push(`${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`);
+  if (!out.release && !out.images?.length && !out.operators?.length && !out.charts?.length && !tr.problems.length) tr.problems.push(`${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`);
   if (tr.problems.length) throw new OciError('INVALID_CONFIG', `${plural(tr.problems.length, 'field')} of the ImageSetConfiguration cannot be carried, nothing fetched: ${someProblems(tr.problems)}`);
-  return { file: out, imagesWhere, releaseWhere: locate(['mirror', 'platform', typeof out.release === 'string' ? 'release' : 'channels']), warnings: tr.warnings };
+  return { file: out, imagesWhere, chartsWhere, releaseWhere: locate(['mirror', 'platform', typeof out.release === 'string' ? 'release' : 'channels']), warnings: tr.warnings };
 }

@@ -19,6 +19,8 @@ export interface PlannedImage {
 export interface BundlePlan {
   release: { version: string; image: string | null; digest: string | null };
   images: PlannedImage[];
+  /** Helm charts (OCI artifacts): served by the node, never pulled. */
+  charts: PlannedImage[];
   blobs: number;
   /** Every distinct blob once: the bundle's content before compression. */
   totalBytes: number;
@@ -26,12 +28,12 @@ export interface BundlePlan {
   downloadBytes: number;
 }
 
-interface Resolved { entry: BundleImage; blobs: { digest: string; size: number }[]; where: string }
+interface Resolved { entry: BundleImage; blobs: { digest: string; size: number }[]; where: string; chart?: true }
 
 const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`);
 
 export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'], totals: { blobs: number; totalBytes: number; downloadBytes: number }): BundlePlan {
-  const planned = [...images].map((r) => ({
+  const planned = (list: Resolved[]) => list.map((r) => ({
     reference: refName(r.entry),
     digest: r.entry.digest,
     platforms: r.entry.platforms.map(formatPlatform),
@@ -39,16 +41,18 @@ export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'
     bytes: r.blobs.reduce((s, b) => s + b.size, 0),
     from: r.where,
   })).sort((a, b) => (a.reference < b.reference ? -1 : 1));
-  return { release, images: planned, ...totals };
+  const all = [...images];
+  return { release, images: planned(all.filter((r) => !r.chart)), charts: planned(all.filter((r) => r.chart)), ...totals };
 }
 
 export function formatPlan(plan: BundlePlan): string {
   const r = plan.release;
-  const width = Math.max(0, ...plan.images.map((i) => i.reference.length));
+  const width = Math.max(0, ...[...plan.images, ...plan.charts].map((i) => i.reference.length));
   const lines = [
     `release: ${r.version}${r.image ? ` (${r.image}, ${r.digest})` : ''}`,
     `images (${plan.images.length}):`,
     ...plan.images.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.platforms.join(',')}  ${i.component ? `[${i.component}]` : i.from}`),
+    ...(plan.charts.length ? [`charts (${plan.charts.length}):`, ...plan.charts.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.from}`)] : []),
     `${plural(plan.blobs, 'blob')}, ${formatBytes(plan.totalBytes)} before compression; ${formatBytes(plan.downloadBytes)} to download (the rest is in the cache)`,
     'dry run: no bundle written',
   ];

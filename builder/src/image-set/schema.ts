@@ -86,6 +86,7 @@ export const BUNDLE_FILE_SCHEMA = {
     kind: { const: BUNDLE_FILE_KIND, description: `Always ${BUNDLE_FILE_KIND}.` },
     release,
     operators,
+    charts: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Helm charts stored as OCI artifacts, each oci://HOST/REPO/NAME:VERSION (as helm push names it), HOST/REPO/NAME:VERSION or HOST/REPO/NAME@sha256:DIGEST (as --chart): carried like images and served by the node\'s registry while it loads (and by "bundle-agent serve"), never pulled or pinned; "bundle inspect" lists them apart. A chart\'s images go under images.' },
     images: { type: 'array', items: { type: 'string', minLength: 1 }, description: 'Images to add, each an --image source: docker://REF (the default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR, with =REGISTRY/REPO:TAG to name a local one; relative paths are taken from the file\'s directory.' },
     imagesFile: path('A file with one image source per line, # comments (as --images-file); relative paths in its lines are taken from this file\'s directory too'),
     agentImage: { type: 'string', minLength: 1, description: 'A bundle-agent image (any images source): nodes switch to it once the bundle is Ready (as --agent-image).' },
@@ -115,8 +116,7 @@ export const BUNDLE_FILE_SCHEMA = {
 
 /** Keys other tools' files have that this one refuses by name (not implemented: a clear line, not "unknown field"). */
 export const REFUSED_KEYS: Record<string, string> = {
-  charts: 'Helm charts are not carried yet: list the chart\'s images under images',
-  helm: 'Helm charts are not carried yet: list the chart\'s images under images',
+  helm: 'helm: is an ImageSetConfiguration\'s field; here, list each chart stored in a registry under charts: (oci://HOST/REPO/NAME:VERSION)',
 };
 
 /** A release picked from an update graph. */
@@ -127,6 +127,7 @@ export interface BundleFile {
   release?: string | ReleaseByChannel;
   operators?: OperatorSelection[];
   images?: string[];
+  charts?: string[];
   imagesFile?: string;
   agentImage?: string;
   agentVersion?: string;
@@ -181,6 +182,8 @@ export interface LoadedBundleFile {
   file: BundleFile;
   /** Where each of file.images is written, for messages about it. */
   imagesWhere: string[];
+  /** Where each of file.charts is written. */
+  chartsWhere?: string[];
   /** Where the release is named. */
   releaseWhere?: string;
   /** What was read but is not used (an ImageSetConfiguration's graph: true). */

@@ -1,4 +1,4 @@
-import { isDigest, type Platform } from '@offline-bundle/oci';
+import { isDigest, isManifestMediaType, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, VERSIONED_FEATURES, versionAllows } from './layout.js';
 
@@ -88,6 +88,13 @@ export interface BundleManifest {
   mediaType: string;
   release: BundleRelease;
   images: BundleImage[];
+  /**
+   * Helm charts stored as OCI artifacts: served by the node's registry like the images, but
+   * never pulled or pinned (a container runtime cannot run a chart). A list of its own, not a
+   * mark on images: a reader that predates it ignores the field and so never hands a chart to
+   * its runtime (absent when the bundle carries none).
+   */
+  charts?: BundleImage[];
   /** Every file under blobs/ (manifests, configs, layers), in the archive's order: by digest before version 3, any order from it. */
   blobs: BundleBlob[];
   /** The layout's index.json. */
@@ -162,18 +169,11 @@ export function validateManifest(doc: unknown): BundleManifest {
   checkReleaseFields(r, (field, rule) => bad(`${field} ${rule}`));
   optStr(r.image, 'release.image');
   if (r.digest !== null) digest(r.digest, 'release.digest');
-  arr(doc.images, 'images').forEach((v, i) => {
-    const im = isObj(v) ? v : bad(`images[${i}] must be an object`);
-    str(im.repository, `images[${i}].repository`);
-    if (im.tag !== null) str(im.tag, `images[${i}].tag`, 128);
-    digest(im.digest, `images[${i}].digest`);
-    str(im.mediaType, `images[${i}].mediaType`);
-    arr(im.platforms, `images[${i}].platforms`).forEach((p, j) => {
-      const pl = isObj(p) ? p : bad(`images[${i}].platforms[${j}] must be an object`);
-      str(pl.os, `images[${i}].platforms[${j}].os`); str(pl.architecture, `images[${i}].platforms[${j}].architecture`);
-    });
-    if (im.component !== undefined) str(im.component, `images[${i}].component`);
-  });
+  validateImages(doc.images, 'images');
+  if (doc.charts !== undefined) {
+    validateImages(doc.charts, 'charts');
+    validateCharts(doc.charts as BundleImage[], doc.images as BundleImage[]);
+  }
   const seen = new Set<string>();
   let previous = '';
   // the archive holds the blobs in this order whatever it is; before version 3 it is the one
@@ -189,10 +189,12 @@ export function validateManifest(doc: unknown): BundleManifest {
     int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);
     if (b.fromBase !== undefined && b.fromBase !== true) bad(`blobs[${i}].fromBase must be true or absent`);
   });
-  // every image's top manifest travels in the bundle: one that does not cannot be served
-  (doc.images as { digest: string }[]).forEach((im, i) => {
-    if (!seen.has(im.digest)) bad(`images[${i}].digest ${im.digest} is not among the blobs`);
-  });
+  // every image's (and chart's) top manifest travels in the bundle: one that does not cannot be served
+  for (const list of ['images', 'charts'] as const) {
+    ((doc[list] ?? []) as { digest: string }[]).forEach((im, i) => {
+      if (!seen.has(im.digest)) bad(`${list}[${i}].digest ${im.digest} is not among the blobs`);
+    });
+  }
   const ix = isObj(doc.index) ? doc.index : bad('index missing');
   digest(ix.digest, 'index.digest'); int(ix.size, 'index.size');
   const t = isObj(doc.totals) ? doc.totals : bad('totals missing');
@@ -209,6 +211,38 @@ export function validateManifest(doc: unknown): BundleManifest {
   if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
   validateBase(doc.base, version as number, r.version as string, doc.blobs as BundleBlob[]);
   return doc as unknown as BundleManifest;
+}
+
+/** images and charts: one shape (a chart's platforms are empty: it runs nowhere). */
+function validateImages(v: unknown, list: 'images' | 'charts'): void {
+  arr(v, list).forEach((x, i) => {
+    const im = isObj(x) ? x : bad(`${list}[${i}] must be an object`);
+    str(im.repository, `${list}[${i}].repository`);
+    if (im.tag !== null) str(im.tag, `${list}[${i}].tag`, 128);
+    digest(im.digest, `${list}[${i}].digest`);
+    str(im.mediaType, `${list}[${i}].mediaType`);
+    arr(im.platforms, `${list}[${i}].platforms`).forEach((p, j) => {
+      const pl = isObj(p) ? p : bad(`${list}[${i}].platforms[${j}] must be an object`);
+      str(pl.os, `${list}[${i}].platforms[${j}].os`); str(pl.architecture, `${list}[${i}].platforms[${j}].architecture`);
+    });
+    if (im.component !== undefined) str(im.component, `${list}[${i}].component`);
+  });
+}
+
+/**
+ * A chart is served, never pulled by a runtime: one that took an image's name or manifest would
+ * change what a node's runtime pulls under that name (and a 0.1.0 agent, which ignores charts,
+ * would serve the image instead). So a chart is one manifest of its own, under a name no image has.
+ */
+function validateCharts(charts: BundleImage[], images: BundleImage[]): void {
+  const names = new Set(images.filter((im) => im.tag !== null).map((im) => `${im.repository}:${im.tag!}`));
+  const digests = new Set(images.map((im) => im.digest));
+  charts.forEach((c, i) => {
+    if (!isManifestMediaType(c.mediaType)) bad(`charts[${i}].mediaType must be an image manifest's, not ${c.mediaType}`);
+    if (c.platforms.length) bad(`charts[${i}].platforms must be empty: a chart runs nowhere`);
+    if (digests.has(c.digest)) bad(`charts[${i}].digest ${c.digest} is an image's manifest`);
+    if (c.tag !== null && names.has(`${c.repository}:${c.tag}`)) bad(`charts[${i}] is named ${c.repository}:${c.tag}, an image's name`);
+  });
 }
 
 /**

@@ -21,6 +21,8 @@ import { FileHasher } from './file-hasher.js';
 export interface WriteBundleInput {
   release: BundleRelease;
   images: BundleImage[];
+  /** Helm charts (OCI artifacts) the node serves but never pulls: bundle.json's charts. */
+  charts?: BundleImage[];
   /** The layout's index.json bytes. */
   index: Buffer;
   /**
@@ -390,7 +392,7 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   const blobs = input.blobOrder === 'listed' ? [...input.blobs] : [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
   // Checked before hours of packing, not after: readers refuse an image without its manifest.
   const packed = new Set(blobs.map((b) => b.digest));
-  const unpacked = input.images.find((im) => !packed.has(im.digest));
+  const unpacked = [...input.images, ...(input.charts ?? [])].find((im) => !packed.has(im.digest));
   if (unpacked) throw new FormatError('INVALID_MANIFEST', `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`);
   const fromBase = (b: { digest: string }) => input.base?.digests.has(b.digest) === true;
   const layoutEntries = layoutEntriesOf(input.index, blobs.filter((b) => !fromBase(b)));
@@ -401,6 +403,7 @@ function planBundle(input: WriteBundleInput): BundlePlan {
     mediaType: FORMAT_VERSIONS[version]!.mediaType,
     release: input.release,
     images: input.images,
+    ...(input.charts?.length ? { charts: input.charts } : {}),
     blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType, ...(fromBase({ digest }) ? { fromBase: true as const } : {}) })),
     index: { digest: sha256(input.index), size: input.index.length },
     totals: { layoutBytes, imageStoreBytes },

@@ -69,7 +69,10 @@ function nameIndex(repositories: Iterable<string>): Pick<Catalog, 'sources' | 's
 
 export function catalogOf(manifest: BundleManifest): Catalog {
   const repositories = new Map<string, Map<string, string>>();
-  for (const img of manifest.images) {
+  // charts are served like images (only the runtime's pull and pin lists leave them out); an
+  // image comes last so that, should a name or digest ever be both, the image's wins
+  const served = [...(manifest.charts ?? []), ...manifest.images];
+  for (const img of served) {
     const name = mirrorPath(img.repository);
     const tags = repositories.get(name) ?? new Map<string, string>();
     if (img.tag) tags.set(img.tag, img.digest);
@@ -82,8 +85,8 @@ export function catalogOf(manifest: BundleManifest): Catalog {
     if (MANIFEST_TYPES.has(b.mediaType)) manifests.set(b.digest, b.mediaType);
   }
   // The top manifest's media type as resolved at build time wins over the blob list's.
-  for (const img of manifest.images) manifests.set(img.digest, img.mediaType);
-  return { repositories, ...nameIndex(new Set(manifest.images.map((i) => i.repository))), manifests, blobs };
+  for (const img of served) manifests.set(img.digest, img.mediaType);
+  return { repositories, ...nameIndex(new Set(served.map((i) => i.repository))), manifests, blobs };
 }
 
 /** Each source repository with the names `address` serves it under, the short one first when it has one. */

@@ -64,7 +64,7 @@ function sentence(s: NodeStatus, _now: Date): string {
       }
       // the agent restarts into a newer version the bundle brought: for a moment it is not running
       if (s.conditions.some((c) => c.type === 'AgentUpgraded' && c.status === 'Unknown')) {
-        return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. You may remove the USB stick. The update program is restarting in its new version.`.replace('  ', ' ');
+        return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)} The update program is restarting in its new version.`.replace('  ', ' ');
       }
       return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)}`.replace('  ', ' ');
     case 'Failed': {
