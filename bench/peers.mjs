@@ -6,7 +6,7 @@
 // over the same link (curl from python3's http.server: a bare copy, no verification, no load);
 // and the bytes the stick node's peer port sent, against the bundle's size.
 //
-//   node bench/peers.mjs [--nodes 7] [--size 2G] [--rate 1gbit] [--json]
+//   node bench/peers.mjs [--nodes 7] [--size 2G] [--image SIZE] [--rate 1gbit] [--json]
 //
 // Needs root. Disk: about 3× the size per node (the kept layout, containerd's content and its
 // snapshots), checked first. The rows are printed as the bench's table, or as JSON (--json,
@@ -47,9 +47,9 @@ export function tcRateBytes(rate) {
 }
 
 /** Runs `peers` rows with the given options in a child (under the TS loader); resolves with the rows. */
-export function peersRows({ nodes = 7, size = '2G', rate = '1gbit' } = {}) {
+export function peersRows({ nodes = 7, size = '2G', rate = '1gbit', image = undefined } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [new URL(import.meta.url).pathname, '--json', '--nodes', String(nodes), '--size', size, '--rate', rate], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [new URL(import.meta.url).pathname, '--json', '--nodes', String(nodes), '--size', size, '--rate', rate, ...(image ? ['--image', image] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d) => { out += d; });
     child.on('error', reject);
@@ -66,9 +66,9 @@ async function measure(opts) {
   const t = { teardown: (fn) => teardowns.push(fn) };
   try {
     const names = Array.from({ length: opts.nodes + 1 }, (_, i) => `node-${i}`);
-    say(`${names.length} nodes, a ${(opts.size / 2 ** 20).toFixed(0)} MiB image set, links ${opts.rate}: making the bundle`);
+    say(`${names.length} nodes, a ${(opts.size / 2 ** 20).toFixed(0)} MiB image set in images of ${(opts.image / 2 ** 20).toFixed(1)} MiB, links ${opts.rate}: making the bundle`);
     // the link is the limit measured, not the good-neighbour cap (50MiB/s by default): the cap at the link's rate
-    const c = await peerCluster(t, names, opts.size, { peers: `  uploadRate: ${Math.round(tcRateBytes(opts.rate))}\n` });
+    const c = await peerCluster(t, names, opts.size, { peers: `  uploadRate: ${Math.round(tcRateBytes(opts.rate))}\n`, imageSize: opts.image });
     for (const n of c.nodes) {
       limitLink(n.net, opts.rate);
       // no kubelet runs here and the bench shares this machine's disk: its image GC and eviction
@@ -111,7 +111,7 @@ async function measure(opts) {
     const all = Math.max(...readyAt.values());
     const uploaded = seed.uploaded() - uploadedBefore;
     say(`every node Ready after ${all.toFixed(2)} s (first ${Math.min(...readyAt.values()).toFixed(2)} s); the stick node uploaded ${(uploaded / 2 ** 20).toFixed(0)} MiB of a ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle`);
-    const what = `${opts.nodes} nodes from one stick node, ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle, links ${opts.rate}, peers.uploadRate the link's`;
+    const what = `${opts.nodes} nodes from one stick node, ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle in ${Math.ceil(opts.size / opts.image)} layers, links ${opts.rate}, peers.uploadRate the link's`;
     return [
       { id: 'peers', step: `peers: approval → every node Ready (${what})`, unit: 's', ours: stats([all]), peer: stats([copy]), ratios: stats([all / copy]),
         peerName: 'one node copying the bundle from the seeder alone (curl, same link)', target: { max: 1.5, what: '≤ 1.5' } },
@@ -124,19 +124,23 @@ async function measure(opts) {
 }
 
 async function main() {
-  const { values } = parseArgs({ options: { nodes: { type: 'string', default: '7' }, size: { type: 'string', default: '2G' }, rate: { type: 'string', default: '1gbit' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } });
+  const { values } = parseArgs({ options: { nodes: { type: 'string', default: '7' }, size: { type: 'string', default: '2G' }, image: { type: 'string' }, rate: { type: 'string', default: '1gbit' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } });
   if (values.help) {
-    console.log(`Usage: node bench/peers.mjs [--nodes N] [--size SIZE] [--rate RATE] [--json]
+    console.log(`Usage: node bench/peers.mjs [--nodes N] [--size SIZE] [--image SIZE] [--rate RATE] [--json]
 
 One stick node and N others (default 7), each a network namespace with its own bundle-agent
 daemon and containerd, every link limited to RATE (tc tbf; default 1gbit), a bundle of SIZE
 (default 2G; 256M, 64M for a quick run). Prints the time from \`bundle cluster approve\` until
 every node is Ready against one node copying the bundle from the seeder alone over the same link
 (target ≤ 1.5), and the bytes the stick node uploaded against the bundle's size (target ≤ 2×).
+The bundle holds images of --image bytes, one layer each (default SIZE/8, at most 64M): nodes
+pass blobs to each other only whole, so a bundle of one big layer could not spread between them.
 Needs root and about 3× SIZE of disk per node under /tmp.`);
     return;
   }
-  const opts = { nodes: Number(values.nodes), size: parseSize(values.size), rate: values.rate };
+  const size = parseSize(values.size);
+  // at least 8 layers: a blob passes between nodes only once it is whole
+  const opts = { nodes: Number(values.nodes), size, image: values.image ? parseSize(values.image) : Math.min(64 * 2 ** 20, Math.ceil(size / 8)), rate: values.rate };
   if (!Number.isInteger(opts.nodes) || opts.nodes < 1) throw new Error(`--nodes ${values.nodes}: give the number of nodes besides the stick node (1 or more)`);
   if (process.getuid?.() !== 0) throw new Error('bench/peers.mjs makes network namespaces and starts containerd: run it as root');
   const st = statfsSync('/tmp');

@@ -13,30 +13,30 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createLogger, parseConfig, pausesServing, recordRelease, startPeers, type DaemonPeers } from '@offline-bundle/agent';
-import { StatusTracker, emptyStatus, type NodeStatus } from '@offline-bundle/status';
+import { PEER_MEDIA, StatusTracker, approvalName, emptyStatus, type NodeStatus } from '@offline-bundle/status';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
 import { nodeRoot } from './fixtures.js';
-import { peerWorld } from './peers-setup.js';
+import { MiB, peerWorld } from './peers-setup.js';
 
 const w = await peerWorld(t);
 const api = await startKubeStandIn();
 t.teardown(() => api.close());
-const IP = { 'node-r': '127.0.0.31', 'node-cp': '127.0.0.32', 'node-w': '127.0.0.33', 'node-x': '127.0.0.34', 'node-s': '127.0.0.35' } as const;
+const IP = { 'node-r': '127.0.0.31', 'node-cp': '127.0.0.32', 'node-w': '127.0.0.33', 'node-x': '127.0.0.34', 'node-s': '127.0.0.35', 'node-f': '127.0.0.36', 'node-seed': '127.0.0.37' } as const;
 type Name = keyof typeof IP;
-const PORT = { 'node-r': 9481, 'node-cp': 9482, 'node-w': 9483, 'node-x': 9484, 'node-s': 9485 } as const;
+const PORT = { 'node-r': 9481, 'node-cp': 9482, 'node-w': 9483, 'node-x': 9484, 'node-s': 9485, 'node-f': 9486, 'node-seed': 9487 } as const;
 api.nodes = Object.entries(IP).map(([name, ip]) => ({
   apiVersion: 'v1', kind: 'Node',
   metadata: { name, labels: name === 'node-cp' ? { 'node-role.kubernetes.io/control-plane': '' } : { 'node-role.kubernetes.io/worker': '' } },
   status: { conditions: [{ type: 'Ready', status: 'True' }], addresses: [{ type: 'InternalIP', address: ip }] },
 }));
 
-/** A node that keeps the seed's layout, with its daemon peers started in this process. */
-async function node(name: Name) {
+/** A node that keeps the seed's layout (unless `holds` is false), with its daemon peers started in this process. */
+async function node(name: Name, { holds = true, pollMs = 200 } = {}) {
   const root = join(w.b.dir, `dops-${name}`);
   const pub = join(w.b.dir, 'factory.pub');
   await writeFile(pub, w.b.key.publicPem);
   const configFile = await nodeRoot(root, pub, [
-    'runtime: crio', 'staging:\n  keep: true', 'status:\n  kubeconfig: /var/lib/kubelet/kubeconfig',
+    'runtime: crio', 'staging:\n  keep: true', 'preload:\n  method: none', 'reload:\n  command: ["true"]', 'status:\n  kubeconfig: /var/lib/kubelet/kubeconfig',
     `peers:\n  enabled: true\n  port: ${PORT[name]}\n  uploadRate: 64KiB\n  downloaders: 4\n  controlPlaneDownloaders: 1\n  pauseWhileLoading: true`, '',
   ].join('\n').replace('nodeName: node-a', ''));
   await writeFile(configFile, (await readFile(configFile, 'utf8')).replace('nodeName: node-a', `nodeName: ${name}`));
@@ -45,13 +45,13 @@ async function node(name: Name) {
   await mkdir(peersDir, { recursive: true });
   for (const [from, to] of [[w.ca.ca, 'ca.crt'], [w.ca.cert, 'node.crt'], [w.ca.key, 'node.key']] as const) await copyFile(from, join(peersDir, to));
   const config = parseConfig(await readFile(configFile, 'utf8'), configFile);
-  await recordRelease(config.paths.stateDir, { version: '1.2.3', arch: 'amd64', refs: [], loadedAt: new Date().toISOString(), layout: w.seed });
+  if (holds) await recordRelease(config.paths.stateDir, { version: '1.2.3', arch: 'amd64', refs: [], loadedAt: new Date().toISOString(), layout: w.seed });
   const tracker = new StatusTracker(emptyStatus(name));
   const stop = new AbortController();
   const log = createLogger(new Writable({ write: (_c, _e, cb) => cb() }));
   let peers: DaemonPeers | undefined;
   t.teardown(async () => { stop.abort(); await peers?.stop(); });
-  const start = async () => (peers = await startPeers({ config, log, tracker, signal: stop.signal, agentVersion: '0.0.0', exclusive: (fn) => fn(), retryMs: 300, pollMs: 200 }));
+  const start = async () => (peers = await startPeers({ config, log, tracker, signal: stop.signal, agentVersion: '0.0.0', exclusive: (fn) => fn(), retryMs: 300, pollMs }));
   return { name, config, tracker, start, url: `https://${IP[name]}:${PORT[name]}` };
 }
 
@@ -155,4 +155,31 @@ t.test('the stick node counts the other nodes\' complete copies from their NodeB
   api.statuses = [claim('node-r', true), claim('node-cp', false), { ...claim('node-x', true), status: { ...claim('node-x', true).status, serving: { ...claim('node-x', true).status.serving, address: '10.9.9.9' } } }];
   await until('counted: one', () => (n.tracker.current.peers?.copies?.nodes === 1 ? true : undefined));
   t.equal(n.tracker.current.message, 'Done: update 1.2.3 is loaded on this node. You may remove the USB stick: 1 other node has a complete copy.');
+});
+
+t.test('a node still fetching publishes status.serving (complete false, its count of verified blobs) from the fetch\'s start, so others take blobs from it', async (t) => {
+  const seed = await w.server({ host: IP['node-seed'], port: PORT['node-seed'], uploadBytesPerSecond: 1 * MiB });
+  api.statuses = [{
+    apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'NodeBundleStatus', metadata: { name: 'node-seed' },
+    status: { ...emptyStatus('node-seed'), node: 'node-seed', serving: { manifestDigest: w.approval.manifestDigest, complete: true, verifiedBlobs: w.manifest.blobs.length + 1, address: IP['node-seed'], port: PORT['node-seed'] } },
+  }];
+  api.approvals = [{ apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'BundleApproval', metadata: { name: approvalName(w.approval.manifestDigest) },
+    spec: { manifestDigest: w.approval.manifestDigest, version: '1.2.3', signer: w.approval.signer, checked: 'file' } }];
+  const n = await node('node-f', { holds: false, pollMs: 1000 });
+  const seen: NodeStatus[] = [];
+  n.tracker.onChange((s) => seen.push(structuredClone(s)));
+  await n.start();
+  const total = w.manifest.blobs.length + 1;
+  const partial = await until('published while fetching', () => {
+    const s = n.tracker.current.serving;
+    return s && !s.complete && s.verifiedBlobs > 0 && s.verifiedBlobs < total ? s : undefined;
+  });
+  t.match(partial, { manifestDigest: w.approval.manifestDigest, complete: false, address: IP['node-f'], port: PORT['node-f'] });
+  // the fetch shown (phase Staging from peers) and this node published as a peer in one go: the reporter sends both in one write
+  const first = seen.findIndex((s) => s.phase === 'Staging' && s.bundle?.media === PEER_MEDIA);
+  t.ok(first >= 0, 'the fetch was shown');
+  t.match(seen[first + 1]?.serving, { manifestDigest: w.approval.manifestDigest, complete: false }, 'status.serving published right after the fetch began, not at the next look');
+  await until('fetched whole', () => (seed.counters.bytesServed >= w.layoutBytes - 30 ? true : undefined), 30_000);
+  api.approvals = [];
+  api.statuses = [];
 });

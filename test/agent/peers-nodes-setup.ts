@@ -42,8 +42,8 @@ export interface ClusterNode {
  * `names` nodes on one bridge, the first the one that gets the stick (its drop directory); a
  * signed bundle of `imageBytes` of incompressible layer data; nothing started yet.
  */
-/** `peers`: more keys of the agents' `peers:` block (YAML lines, indented two spaces). */
-export async function peerCluster(t: T, names: string[], imageBytes: number, opts: { peers?: string } = {}) {
+/** `peers`: more keys of the agents' `peers:` block (YAML lines, indented two spaces); `imageSize`: bytes of each image (one layer each; default 64 MiB). */
+export async function peerCluster(t: T, names: string[], imageBytes: number, opts: { peers?: string; imageSize?: number } = {}) {
   const work = await tmpdir(t, 'ob-peers-nodes-');
   const bridge = await makeBridge(t);
   const api = await startKubeStandIn({ host: bridge.hostAddress });
@@ -57,7 +57,7 @@ export async function peerCluster(t: T, names: string[], imageBytes: number, opt
   const factory = await keygen(work);
   // the bundle and the nodes (a containerd each) at once: on a loaded machine each takes seconds
   const [bundle, nodes] = await Promise.all([
-    makeBundle(work, { key: factory.key, version: '1.1.0', upgradeFrom: ['1.0.0'], out: join(work, 'u.bundle'), images: imagesOf(imageBytes) }),
+    makeBundle(work, { key: factory.key, version: '1.1.0', upgradeFrom: ['1.0.0'], out: join(work, 'u.bundle'), images: imagesOf(imageBytes, opts.imageSize) }),
     Promise.all(names.map((name, i) => clusterNode(t, { name, net: netnsNode(t, bridge, bridge.nodeAddress(i)), api, ca, pub: factory.pub, peers: opts.peers ?? '' }))),
   ]);
   // one at a time: the stand-in's CA issues with openssl's serial file, which two at once corrupt
@@ -101,8 +101,7 @@ async function clusterNode(t: T, o: { name: string; net: NetNode; api: Awaited<R
 }
 
 /** Images of two files each, up to 64 MiB an image (made in memory); the first is quay.io/acme/app:1.1. */
-function imagesOf(bytes: number) {
-  const per = 64 * 1024 * 1024;
+function imagesOf(bytes: number, per = 64 * 1024 * 1024) {
   return Array.from({ length: Math.max(1, Math.ceil(bytes / per)) }, (_, i) => {
     const size = Math.min(per, bytes - i * per);
     // random bytes: the transfer moves the size asked for, gzip cannot shrink it

@@ -18,7 +18,7 @@ const seed = await w.server();
 let nodes = 0;
 
 /** A node with its PeerService (staging kept, so it can pass the bundle on) over `directory`. */
-async function peerNode(name: string, directory: FixedDirectory) {
+async function peerNode(name: string, directory: FixedDirectory, onServingChanged?: () => void) {
   const pub = join(w.b.dir, 'factory.pub');
   await writeFile(pub, w.b.key.publicPem);
   const root = join(w.b.dir, `svc-node-${++nodes}`, 'node');
@@ -28,7 +28,7 @@ async function peerNode(name: string, directory: FixedDirectory) {
   const tracker = new StatusTracker(emptyStatus(name));
   const log = createLogger(new Writable({ write: (c, _e, cb) => { if (process.env.PEER_DEBUG) process.stderr.write(c); cb(); } }));
   const address = `127.0.0.${100 + nodes}`;
-  const service = new PeerService({ directory, credentials: w.credentials, address, port: 9470, context: { config, log, tracker }, runtime: acceptingRuntime });
+  const service = new PeerService({ directory, credentials: w.credentials, address, port: 9470, context: { config, log, tracker }, runtime: acceptingRuntime, ...(onServingChanged ? { onServingChanged } : {}) });
   return { name, config, tracker, service, address };
 }
 
@@ -87,4 +87,21 @@ t.test('nothing approved: nothing fetched, nothing offered', async (t) => {
   t.equal(await n.service.syncOnce(), undefined);
   t.equal(n.service.serving(), undefined);
   t.equal(n.tracker.current.phase, emptyStatus('x').phase);
+});
+
+t.test('while it fetches, a node offers what it verified: serving() says complete false and its count, and each change is signalled', async (t) => {
+  const slow = await w.server({ uploadBytesPerSecond: 2 * MiB });
+  const seen: Array<ReturnType<PeerService['serving']>> = [];
+  let service: PeerService | undefined;
+  const n = await peerNode('node-h', new FixedDirectory([w.approval], [endpoint('seed', slow.url)]), () => seen.push(service?.serving()));
+  service = n.service;
+  t.equal((await n.service.syncOnce())?.version, '1.2.3');
+  const total = w.manifest.blobs.length + 1;
+  t.ok(seen.length >= w.manifest.blobs.length, `signalled at the start and at each verified entry (${seen.length} times)`);
+  t.match(seen[0], { manifestDigest: w.approval.manifestDigest, complete: false, address: n.address, port: 9470 }, 'published as soon as the fetch began, incomplete');
+  const partial = seen.filter((s) => s && !s.complete && s.verifiedBlobs > 0 && s.verifiedBlobs < total);
+  t.ok(partial.length > 0, `published while still fetching with a count of verified blobs: ${seen.map((s) => s?.verifiedBlobs).join(' ')}`);
+  const counts = seen.map((s) => s?.verifiedBlobs ?? -1);
+  t.same(counts, [...counts].sort((a, b) => a - b), 'the count only grows');
+  t.match(n.service.serving(), { complete: true, verifiedBlobs: total }, 'complete once loaded');
 });

@@ -18,6 +18,8 @@ import { runtimeTarget } from '../runtime/runtime-target.js';
 const MIN_PEER_POLL_MS = 5000;
 /** How long after a failed start the peer server is tried again. */
 export const PEER_START_RETRY_MS = 60_000;
+/** status.serving follows a fetch under way (each verified blob changes its count) at most this often. */
+export const SERVING_PUBLISH_MS = 2000;
 
 export interface DaemonPeers {
   /** Offers what this node keeps again (after a stick's load) and publishes it. */
@@ -71,6 +73,8 @@ class DaemonPeerRunner implements DaemonPeers {
   private publishing: Promise<void> | undefined;
   private stopped = false;
   private shown = '';
+  private servingTimer: NodeJS.Timeout | undefined;
+  private servingShownAt = 0;
 
   constructor(private readonly d: PeerDaemon) {
     // a sink stays for the tracker's life: once stopped it does nothing
@@ -113,6 +117,7 @@ class DaemonPeerRunner implements DaemonPeers {
     const service = new PeerService({
       directory, credentials, address: own.address, port: config.peers.port,
       context: { config, log, tracker, agentVersion: this.d.agentVersion }, runtime: () => runtimeTarget(config, log),
+      onServingChanged: () => this.servingChanged(),
     });
     const server = await startPeerServer({
       ...peerServerOptions(config, credentials, { host: own.address, port: config.peers.port, controlPlane: own.controlPlane, bundle: (m) => service.offer(m) }),
@@ -142,6 +147,23 @@ class DaemonPeerRunner implements DaemonPeers {
     this.task = this.d.exclusive(async () => { if (!this.d.signal.aborted && !this.stopped) await service.syncOnce(this.d.signal); })
       .then(() => this.publish(), (err: unknown) => this.d.log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
       .finally(() => { this.task = undefined; });
+  }
+
+  /**
+   * A fetch under way began or verified a blob: status.serving says so now (its start: at once, in
+   * the same write as the phase Staging) or within SERVING_PUBLISH_MS, so the nodes fetching the
+   * same bundle find this one as a peer while it still fetches.
+   */
+  private servingChanged(): void {
+    if (this.stopped || this.servingTimer) return;
+    const wait = this.servingShownAt + SERVING_PUBLISH_MS - Date.now();
+    const publish = () => {
+      this.servingTimer = undefined;
+      this.servingShownAt = Date.now();
+      this.show(this.running);
+    };
+    if (wait <= 0) publish();
+    else this.servingTimer = setTimeout(publish, wait);
   }
 
   /** status.serving and status.peers as they are now; the status is written only when they changed. */
@@ -176,6 +198,7 @@ class DaemonPeerRunner implements DaemonPeers {
     this.stopped = true;
     clearInterval(this.timer);
     clearTimeout(this.retry);
+    clearTimeout(this.servingTimer);
     await this.task;
     await this.publishing;
     await this.running?.server.close();

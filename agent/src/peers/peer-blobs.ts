@@ -2,7 +2,9 @@
 // several at once, each from a different peer, each hashed while it streams and renamed into
 // place only once it matched its signed digest. A peer whose bytes do not match is suspect and
 // the blob comes from another; a dead one is dropped; a blob cut short goes on with a Range
-// request to the next peer.
+// request to the next peer. While blobs flow, the peer list and what the peers still fetching
+// hold are looked at again every few seconds, so nodes that fetch together take blobs from
+// each other (peer-choice.ts says who sends which).
 import { createReadStream, createWriteStream } from 'node:fs';
 import { rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -15,6 +17,7 @@ import { newSha256 } from '@offline-bundle/oci';
 import { AgentError } from '../errors.js';
 import type { PeerCounters } from './peer-counters.js';
 import { PeerFault, type PeerClient } from './peer-client.js';
+import { holds, rarestFirst, rotated, weightedPick, type Holder } from './peer-choice.js';
 import { bundleUrl } from './peer-head.js';
 import type { PeerEndpoint } from './types.js';
 
@@ -22,6 +25,14 @@ type Hash = ReturnType<typeof newSha256>;
 
 /** How often a stalled fetch asks peers that are still fetching what they hold now. */
 const HAVE_POLL_MS = 500;
+/** How often, while blobs flow, the peer list and what the peers still fetching hold are looked at again. */
+export const PEER_REFRESH_MS = 2000;
+/**
+ * What the peers still fetching hold is at most this old when a complete peer (the stick node)
+ * is asked for a blob: a blob passes between nodes in less than PEER_REFRESH_MS on a fast link,
+ * and a listing that old would send every node to the stick node for what a neighbour just got.
+ */
+export const FRESH_BEFORE_COMPLETE_MS = 300;
 
 /** One entry being fetched: what of it is in its temp file already, and from whom. */
 interface Job {
@@ -33,10 +44,8 @@ interface Job {
   attempts: number;
 }
 
-interface Peer {
+interface Peer extends Holder {
   ep: PeerEndpoint;
-  /** Digests it holds verified; undefined: everything (complete). */
-  have: Set<string> | undefined;
   busy: boolean;
   dead: boolean;
   notBefore: number;
@@ -54,8 +63,12 @@ export interface BlobFetchOptions {
   /** How long peers still fetching the bundle themselves may hold nothing new before the fetch gives up. */
   stallMs: number;
   fsync: boolean;
-  /** The other peers now, when those known hold nothing more that is needed. */
+  /** The other peers now: asked every refreshMs while blobs flow, and when those known hold nothing more that is needed. */
   refreshPeers: () => Promise<PeerEndpoint[]>;
+  /** How often the peers are looked at again while blobs flow (default PEER_REFRESH_MS). */
+  refreshMs?: number;
+  /** Where this node starts in the blob list and which holder it asks (default Math.random; tests: a fixed sequence). */
+  random?: () => number;
   onPlaced: (entry: LayoutEntry) => void;
   onBytes: (n: number) => void;
 }
@@ -88,17 +101,28 @@ export class BlobFetch {
   private readonly maxAttempts: number;
   /** When a peer's listing last grew: a peer still fetching is waited for while it does. */
   private lastGrowth = Date.now();
+  /** When the partial peers' listings were last read. */
+  private lastLook = 0;
+  private readonly random: () => number;
+  /** The look at the peers due next while blobs flow (one at a time). */
+  private refresher: Promise<void> | undefined;
+  /** Ends the looks at the peers when the fetch ends. */
+  private readonly ended = new AbortController();
+  private readonly lookSignal: AbortSignal;
 
   constructor(private readonly opts: BlobFetchOptions, peers: PeerEndpoint[], entries: LayoutEntry[]) {
+    this.random = opts.random ?? Math.random;
+    this.lookSignal = AbortSignal.any([opts.signal, this.ended.signal]);
     this.addPeers(peers);
-    this.queue = entries.map((entry) => ({ entry, got: 0, hash: newSha256(), bytesBy: new Map(), attempts: 0 }));
+    // nodes fetching together each begin elsewhere: they soon hold different blobs to give each other
+    this.queue = rotated(entries, this.random).map((entry) => ({ entry, got: 0, hash: newSha256(), bytesBy: new Map(), attempts: 0 }));
     this.maxAttempts = 3 + 2 * peers.length;
   }
 
   private addPeers(peers: PeerEndpoint[]): void {
     for (const ep of peers) {
       if (this.peers.has(ep.node) || this.opts.counters.suspect.has(ep.node)) continue;
-      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busy: false, dead: false, notBefore: 0 });
+      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busyAt: 0, busy: false, dead: false, notBefore: 0 });
     }
   }
 
@@ -106,21 +130,34 @@ export class BlobFetch {
     return [...this.peers.values()].filter((p) => !p.dead && !this.opts.counters.suspect.has(p.ep.node));
   }
 
-  /** A free peer that holds `digest`, the one that holds the fewest blobs first (spares the complete ones). */
-  private pick(digest: string, now: number): Peer | undefined {
-    return this.usable().filter((p) => !p.busy && p.notBefore <= now && (!p.have || p.have.has(digest)))
-      .sort((a, b) => (a.have ? a.have.size : Infinity) - (b.have ? b.have.size : Infinity))[0];
+  /** A free peer that holds `digest` (peer-choice.ts: a peer still fetching before a complete one, a busy one avoided). */
+  private pick(digest: string, usable: Peer[], now: number): Peer | undefined {
+    return weightedPick(usable.filter((p) => !p.busy && p.notBefore <= now && holds(p, digest)), now, this.random);
   }
 
   /** Every entry fetched and in place, or the reason none can be. */
   async run(): Promise<void> {
-    await this.refreshHave();
+    try {
+      await this.refreshHave();
+      await this.loop();
+    } finally {
+      // a look under way ends at once (its requests aborted); one in the directory's call finds nothing to do after it
+      this.ended.abort();
+    }
+  }
+
+  private async loop(): Promise<void> {
     while (this.queue.length || this.running.size) {
       if (this.failure) break;
       this.opts.signal.throwIfAborted();
-      this.assign();
+      if (this.assign() === 'stale') {
+        // what the nodes still fetching hold, read afresh before the stick node is asked
+        await this.refreshHave().catch(() => undefined);
+        continue;
+      }
       if (this.running.size) {
-        await Promise.race(this.running);
+        // a transfer ended, or the peers were looked at again: assign anew
+        await Promise.race([...this.running, this.lookSoon()]);
         continue;
       }
       if (!this.queue.length) break;
@@ -131,12 +168,41 @@ export class BlobFetch {
     this.opts.signal.throwIfAborted();
   }
 
-  private assign(): void {
+  /** The next look at the peers (refreshMs from the last), started once and shared by every wait. */
+  private lookSoon(): Promise<void> {
+    this.refresher ??= sleep(this.opts.refreshMs ?? PEER_REFRESH_MS, undefined, { signal: this.lookSignal })
+      .then(() => this.look())
+      // a stop is the loop's to see; a failed look leaves the peers known as they were
+      .catch(() => undefined)
+      .finally(() => { this.refresher = undefined; });
+    return this.refresher;
+  }
+
+  /** New peers from the directory, and what the peers still fetching hold now. */
+  private async look(): Promise<void> {
+    try {
+      this.addPeers(await this.opts.refreshPeers());
+    } catch {
+      // the API away for a moment: the peers known go on
+    }
+    await this.refreshHave();
+  }
+
+  /** Starts what can start; 'stale' when a complete peer would be asked while the partial peers' listings are old. */
+  private assign(): 'stale' | undefined {
     const now = Date.now();
-    for (const job of [...this.queue]) {
-      if (this.running.size >= this.opts.streams) return;
-      const peer = this.pick(job.entry.digest, now);
+    const usable = this.usable();
+    const stale = usable.some((p) => p.have) && now - this.lastLook > FRESH_BEFORE_COMPLETE_MS;
+    let deferred: 'stale' | undefined;
+    // what few peers hold first: blobs only the stick node holds go to it, the rest to the others
+    for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => holds(p, j.entry.digest)).length)) {
+      if (this.running.size >= this.opts.streams) break;
+      const peer = this.pick(job.entry.digest, usable, now);
       if (!peer) continue;
+      if (!peer.have && stale) {
+        deferred = 'stale';
+        continue;
+      }
       this.queue.splice(this.queue.indexOf(job), 1);
       peer.busy = true;
       const p: Promise<void> = this.transfer(job, peer)
@@ -144,6 +210,7 @@ export class BlobFetch {
         .finally(() => { peer.busy = false; this.running.delete(p); });
       this.running.add(p);
     }
+    return deferred;
   }
 
   /** Nothing running and nothing assignable: wait for a busy peer, look again, or give up. */
@@ -175,15 +242,24 @@ export class BlobFetch {
 
   /** What each incomplete peer holds now (a peer still fetching serves more as it goes). */
   private async refreshHave(): Promise<void> {
+    try {
+      await this.readListings();
+    } finally {
+      // from when the answers arrived: a slow listing does not make the next one due at once
+      this.lastLook = Date.now();
+    }
+  }
+
+  private async readListings(): Promise<void> {
     await Promise.all(this.usable().filter((p) => p.have).map(async (p) => {
       try {
-        const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.opts.signal);
+        const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.lookSignal);
         const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown };
         const before = p.have?.size ?? 0;
         p.have = parsed.complete === true ? undefined : new Set(Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : []);
         if (!p.have || p.have.size > before) this.lastGrowth = Date.now();
       } catch (err) {
-        if (this.opts.signal.aborted) throw err;
+        if (this.lookSignal.aborted) throw err;
         // no listing at all: it does not hold this bundle (any more)
         if (err instanceof PeerFault && err.kind === 'missing') p.dead = true;
         else this.fault(p, err);
@@ -196,8 +272,20 @@ export class BlobFetch {
     if (kind === 'unreachable') peer.dead = true;
     else if (kind === 'refused') this.suspect(peer);
     else if (kind === 'missing') peer.have = new Set();
-    // busy, or cut mid-blob (killed? paused?): the next request says which
-    else peer.notBefore = Date.now() + (err instanceof PeerFault && err.retryAfterMs ? err.retryAfterMs : 1000);
+    else {
+      if (kind === 'busy') peer.busyAt = Date.now();
+      // busy, or cut mid-blob (killed? paused?): the next request says which
+      peer.notBefore = Date.now() + (err instanceof PeerFault && err.retryAfterMs ? err.retryAfterMs : 1000);
+    }
+  }
+
+  /**
+   * A 404 for one blob: a peer still fetching does not hold it yet (or dropped its fetch; its
+   * listing will say), one that said it was complete does not hold what it said: neither is suspect.
+   */
+  private lacks(peer: Peer, digest: string): void {
+    if (peer.have) peer.have.delete(digest);
+    else peer.have = new Set();
   }
 
   private suspect(peer: Peer): void {
@@ -223,8 +311,9 @@ export class BlobFetch {
       await pipeline(res, hashing(job, node, this.opts.onBytes), createWriteStream(this.temp(job), { flags: job.got ? 'a' : 'w' }));
     } catch (err) {
       if (this.opts.signal.aborted || localFailure(err)) throw err;
-      this.fault(peer, err);
       const kind = err instanceof PeerFault ? err.kind : 'cut';
+      if (kind === 'missing') this.lacks(peer, job.entry.digest);
+      else this.fault(peer, err);
       // waiting for a slot or asking the wrong peer is no failed try
       if (kind === 'busy' || kind === 'missing') job.attempts--;
       if (kind === 'refused') await this.restart(job);

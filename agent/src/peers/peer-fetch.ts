@@ -33,6 +33,10 @@ export interface PeerFetchOptions {
   fsync?: boolean;
   /** How long peers that are still fetching may hold nothing new before this fetch gives up (default 60 s). */
   stallMs?: number;
+  /** How often the peer list and what peers still fetching hold are looked at again while blobs flow (default 2000 ms). */
+  peerRefreshMs?: number;
+  /** Where the fetch starts in the blob list and which holder it asks (default Math.random; tests: a fixed sequence). */
+  random?: () => number;
   /** How often the approval is looked up again while fetching (default 5000 ms). */
   approvalCheckMs?: number;
   connectTimeoutMs?: number;
@@ -145,6 +149,7 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
     await new BlobFetch({
       partial, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000, fsync: o.fsync !== false,
       refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
+      ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}), ...(o.random ? { random: o.random } : {}),
       onPlaced: (e) => o.onVerified?.(e),
       onBytes: (n) => { done += n; o.onProgress?.(done, total); },
     }, await o.directory.peersFor(o.approval.manifestDigest), missing).run();

@@ -96,6 +96,8 @@ function throttle(bucket: TokenBucket, counters: PeerCounters, signal: AbortSign
         for (let at = 0; at < chunk.length; at += bucket.burst) {
           const piece = chunk.subarray(at, at + bucket.burst);
           await bucket.take(piece.length, signal);
+          // the downloader gone (its response destroyed): the rest of this chunk is not served
+          if (this.destroyed) return;
           counters.bytesServed += piece.length;
           this.push(piece);
         }

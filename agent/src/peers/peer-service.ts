@@ -36,6 +36,12 @@ export interface PeerServiceOptions {
   context: Omit<PipelineContext, 'runtime'>;
   runtime: () => RuntimeTarget;
   now?: () => number;
+  /**
+   * A fetch under way began serving, or verified one more blob: what serving() says changed.
+   * The daemon publishes it (at most every few seconds), so nodes fetching the same bundle find
+   * this one as a peer while it still fetches.
+   */
+  onServingChanged?: () => void;
 }
 
 export class PeerService {
@@ -73,11 +79,12 @@ export class PeerService {
     return this.serving();
   }
 
-  /** What status.serving says: the most complete offer (one per node: the resource has one field). */
+  /** What status.serving says: the newest release offered, held whole or being fetched (one per node: the resource has one field). */
   serving(): ServingStatus | undefined {
-    // the newest release held whole (the one nodes are fetching), else a fetch under way
+    // a fetch under way of a newer release than the one kept is what the other nodes fetch now too:
+    // published (complete: false, its count of verified blobs) so they take blobs from it
     const byVersion = (a: ServedBundle, b: ServedBundle) => compareVersions(b.manifest.release.version, a.manifest.release.version);
-    const best = [...this.offers.values()].sort((a, b) => Number(b.complete) - Number(a.complete) || byVersion(a, b))[0];
+    const best = [...this.offers.values()].sort((a, b) => byVersion(a, b) || Number(b.complete) - Number(a.complete))[0];
     if (!best) return undefined;
     const verifiedBlobs = best.verifiedDigests(Number.MAX_SAFE_INTEGER).length;
     return { manifestDigest: best.manifestDigest, complete: best.complete, verifiedBlobs, address: this.o.address, port: this.o.port };
@@ -153,8 +160,12 @@ export class PeerService {
       onStaging: (head, partial, target) => {
         this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head));
         this.showFetching(target, head.manifest.release);
+        this.o.onServingChanged?.();
       },
-      onVerified: (e) => this.offers.get(wanted.manifestDigest)?.verified(e.digest),
+      onVerified: (e) => {
+        this.offers.get(wanted.manifestDigest)?.verified(e.digest);
+        this.o.onServingChanged?.();
+      },
       onProgress: progress,
       admit: async (m) => {
         const current = await runningVersion(this.o.context);

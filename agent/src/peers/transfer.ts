@@ -18,3 +18,5 @@ export { peerFetchBase, peerServerOptions } from './peer-config.js';
 export type { PeerServerPlace } from './peer-config.js';
 export { PeerService, PEER_RETRY_MS } from './peer-service.js';
 export type { PeerServiceOptions } from './peer-service.js';
+export { rotated, rarestFirst, weightedPick, COMPLETE_WEIGHT, BUSY_WEIGHT, BUSY_MEMORY_MS } from './peer-choice.js';
+export type { Holder } from './peer-choice.js';
