@@ -8,15 +8,13 @@
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { setLink, netnsSupport } from '../helpers/netns.js';
-import { PEER_PORT, peerCluster, readyFromPeers, until } from './peers-nodes-setup.js';
+import { PEER_PORT, peerCluster, readyFromPeers, until, timeMarks } from './peers-nodes-setup.js';
 
 const MiB = 1024 * 1024;
 const skip = netnsSupport();
 
 t.test('four nodes in network namespaces: one stick, the others fetch from each other only after `bundle cluster approve`, all end Ready and pinned', { skip }, async (t) => {
-  const t0 = Date.now();
-  // where the time goes, for a run that comes close to tap's timeout on a loaded machine
-  const mark = (what: string) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const mark = timeMarks(t);
   const c = await peerCluster(t, ['node-a', 'node-b', 'node-c', 'node-d'], 4 * MiB);
   mark('four nodes and the bundle made');
   const [a, b, cc, d] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];

@@ -5,15 +5,13 @@
 // its own containerd. (Packet loss: peers-nodes-loss.test.ts.)
 import t from 'tap';
 import { limitLink, netnsSupport, setLink } from '../helpers/netns.js';
-import { peerCluster, readyFromPeers, until } from './peers-nodes-setup.js';
+import { peerCluster, readyFromPeers, until, timeMarks } from './peers-nodes-setup.js';
 
 const MiB = 1024 * 1024;
 const skip = netnsSupport();
 
 t.test('a link cut mid-transfer between nodes in namespaces: the serving node\'s link goes down, the fetching node still ends Ready from the other', { skip }, async (t) => {
-  const t0 = Date.now();
-  // where the time goes, for a run that comes close to tap's timeout on a loaded machine
-  const mark = (what: string) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const mark = timeMarks(t);
   const c = await peerCluster(t, ['node-a', 'node-b', 'node-c'], 4 * MiB);
   mark('three nodes and the bundle made');
   const [a, b, cc] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];

@@ -5,15 +5,13 @@
 // near tap's 300 s on a loaded machine.)
 import t from 'tap';
 import { dropIncoming, netnsSupport } from '../helpers/netns.js';
-import { peerCluster, readyFromPeers } from './peers-nodes-setup.js';
+import { peerCluster, readyFromPeers, timeMarks } from './peers-nodes-setup.js';
 
 const MiB = 1024 * 1024;
 const skip = netnsSupport();
 
 t.test('5% of what a fetching node receives is dropped (nft numgen): it still ends Ready from the stick node', { skip }, async (t) => {
-  const t0 = Date.now();
-  // where the time goes, for a run that comes close to tap's timeout on a loaded machine
-  const mark = (what: string) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  const mark = timeMarks(t);
   const c = await peerCluster(t, ['node-a', 'node-b'], 4 * MiB);
   const [a, b] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
   mark('two nodes and the bundle made');

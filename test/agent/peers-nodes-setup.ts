@@ -117,6 +117,12 @@ function randomish(size: number, seed: number): Buffer {
 }
 
 /** The node is Ready with the bundle loaded from peers, its image in its containerd and pinned there. */
+/** Comments saying where a run's time went, for one that comes close to tap's timeout on a loaded machine. */
+export function timeMarks(t: { comment(m: string): unknown }): (what: string) => void {
+  const t0 = Date.now();
+  return (what) => t.comment(`${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+}
+
 export async function readyFromPeers(t: Tap, node: ClusterNode) {
   const s = await node.daemon!.until(`${node.name} Ready from peers`, (x) => x?.phase === 'Ready' && !!x?.bundle);
   t.equal(s.bundle?.media, 'peers', `${node.name} loaded it from peers, not from a stick`);
