@@ -55,6 +55,9 @@ const CODE_REASONS: Record<string, AgentReason> = {
   EIO: 'MediaRemoved',
   ENODEV: 'MediaRemoved',
   ENXIO: 'MediaRemoved',
+  // a FUSE stick (exFAT, FAT32 through fusefat) whose daemon died: ENOTCONN, or ECONNABORTED for a request in flight
+  ENOTCONN: 'MediaRemoved',
+  ECONNABORTED: 'MediaRemoved',
 };
 // Everything the format reader refuses that is not listed above is a damaged or altered bundle.
 const FORMAT_DAMAGE = new Set(['BLOB_DIGEST_MISMATCH', 'SIZE_MISMATCH', 'OVERSIZED_ENTRY', 'UNEXPECTED_ENTRY', 'DUPLICATE_ENTRY', 'NOT_A_FILE',

@@ -42,7 +42,7 @@ Files are written under dot names and renamed into place only once all are writt
 so bundle-agent never sees half a part; NAME.bundle.sha256 holds the whole bundle's digest (the
 concatenation of the parts). Then the files' cached pages are dropped, every file is read back and
 checked against what was read from the bundle, and it ends "Done: N file(s) on DIR; safe to remove
-the stick." A failure (stick full, stick pulled: EIO, ENOTCONN, ENODEV), a bundle that changes
+the stick." A failure (stick full, stick pulled: EIO, ENOTCONN, ECONNABORTED, ENODEV), a bundle that changes
 while being read (SOURCE_CHANGED), or Ctrl-C (exit 130; a second one ends it at once) removes what
 was written. Giving the copy already on the stick as the bundle is refused (SAME_FILE).
 

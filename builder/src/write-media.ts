@@ -213,7 +213,7 @@ export function mediaFailure(err: unknown, file: string, plan: MediaPlan, leftov
       return line('NO_SPACE', `the stick at ${plan.dir} filled up while writing ${name} (${e.code})`, `use a bigger stick (the bundle is ${formatBytes(plan.size)}) or free space on it`);
     case 'EFBIG':
       return line('IO_ERROR', `${name} is larger than the filesystem at ${plan.dir} holds in one file (EFBIG)`, 'pass a smaller --part-size (e.g. 4G)');
-    case 'EIO': case 'ENOTCONN': case 'ENODEV': case 'ENXIO': case 'ESHUTDOWN': case 'EROFS': case 'ESTALE':
+    case 'EIO': case 'ENOTCONN': case 'ECONNABORTED': case 'ENODEV': case 'ENXIO': case 'ESHUTDOWN': case 'EROFS': case 'ESTALE':
       return line('MEDIA_GONE', `the stick at ${plan.dir} went away or failed while ${doing} ${name} (${e.code})`, 'plug it in again (check it with fsck if it was pulled) and rerun');
     case 'EPERM':
       return line('IO_ERROR', `the filesystem at ${plan.dir} refused to write more of ${name} (EPERM; FUSE FAT drivers say so when the stick is full)`, 'use a bigger stick or free space on it');

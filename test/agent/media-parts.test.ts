@@ -89,6 +89,11 @@ t.test('a part that went away while the load read it is the media removed, as fo
   const gone = mediaGone(eio, part(0)) as { reason?: string; message: string };
   t.equal(gone.reason, 'MediaRemoved');
   t.match(gone.message, /was the USB stick removed/);
+  // a FUSE stick (exFAT, fusefat) whose daemon died answers a read in flight with ECONNABORTED, later ones with ENOTCONN
+  for (const code of ['ECONNABORTED', 'ENOTCONN']) {
+    const fuse = Object.assign(new Error(`${code}: read`), { code, syscall: 'read', path: part(1) });
+    t.equal((mediaGone(fuse, part(0)) as { reason?: string }).reason, 'MediaRemoved', `${code} from a FUSE stick is the media removed`);
+  }
   const other = Object.assign(new Error('EIO'), { code: 'EIO', syscall: 'read', path: join(s.drop, 'other.bundle.part-001-of-002') });
   t.equal(mediaGone(other, part(0)), other, 'a part of another bundle is not this bundle\'s media');
 });

@@ -25,6 +25,8 @@ export type Attack =
   | 'empty-json'; // 200 OK, application/json, no body
 
 const NODE = JSON.stringify({ metadata: { name: 'node-x'.padEnd(200, 'x') }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+/** The 'long-message' answer, made once (50 MiB). */
+let longMessage: string | undefined;
 const EMPTY_LIST = JSON.stringify({ apiVersion: 'v1', kind: 'List', metadata: {}, items: [] });
 
 export class HostileApi {
@@ -143,7 +145,7 @@ export class HostileApi {
       }
       case 'long-message':
         res.writeHead(500, { 'Content-Type': 'application/json' });
-        res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 500, message: 'the server is on fire\n'.repeat(50 * 1024 * 1024 / 22) }));
+        res.end(longMessage ??= JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 500, message: 'the server is on fire\n'.repeat(50 * 1024 * 1024 / 22) }));
         return;
       case 'gzip':
         res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' });

@@ -100,7 +100,7 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
 }
 
 // The file itself vanishing (its stick pulled, or deleted) while the load reads it
-const GONE = new Set(['ENOENT', 'ESTALE', 'ENODEV', 'ENXIO', 'EIO']);
+const GONE = new Set(['ENOENT', 'ESTALE', 'ENODEV', 'ENXIO', 'EIO', 'ENOTCONN', 'ECONNABORTED']);
 
 /**
  * A system error about the bundle file itself, raised by whatever step read it last, is the

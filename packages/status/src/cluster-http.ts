@@ -21,6 +21,11 @@ import { loadK8s } from './k8s.js';
 export const API_DEADLINE_MS = 30_000;
 /** One answer's body: a page of 500 Nodes with their image lists stays far below it. */
 export const MAX_API_RESPONSE_BYTES = 64 * 1024 * 1024;
+/**
+ * An error answer's body read (4xx, 5xx): a Status is a few hundred bytes and only its message,
+ * cut to one line, is ever shown, so the rest is never read, held or parsed.
+ */
+export const MAX_API_ERROR_BYTES = 64 * 1024;
 /** Same-server redirects followed per call (another server's are refused). */
 const MAX_REDIRECTS = 5;
 
@@ -106,6 +111,45 @@ function readBody(res: IncomingMessage, maxBytes: number, server: string, maxIte
   });
 }
 
+/**
+ * An error answer's first MAX_API_ERROR_BYTES; one cut there becomes a Status carrying the start
+ * of its message, so the error line still quotes what the server said.
+ */
+function readErrorBody(res: IncomingMessage, status: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    res.on('data', (c: Buffer) => {
+      chunks.push(c);
+      n += c.length;
+      if (n < MAX_API_ERROR_BYTES) return;
+      const text = Buffer.concat(chunks).subarray(0, MAX_API_ERROR_BYTES).toString('utf8');
+      // settled before the destroy, whose 'aborted' would otherwise reject
+      resolve(Buffer.from(JSON.stringify({ kind: 'Status', code: status, message: messageStart(text) })));
+      res.destroy();
+    });
+    res.on('end', () => resolve(Buffer.concat(chunks)));
+    res.on('error', reject);
+    res.on('aborted', () => reject(new Error('the answer was cut off')));
+  });
+}
+
+/** The start of a Status's "message" string in JSON text cut anywhere ('' when it has none). */
+export function messageStart(text: string): string {
+  const at = /"message"\s*:\s*"/.exec(text);
+  if (!at) return '';
+  // the longest prefix of the string that parses: the cut may fall inside an escape
+  const rest = text.slice(at.index + at[0].length);
+  const end = rest.search(/(?<!\\)(?:\\\\)*"/);
+  let body = end >= 0 ? rest.slice(0, rest.indexOf('"', end)) : rest;
+  for (let i = 0; i < 6; i++, body = body.slice(0, -1)) {
+    try {
+      return JSON.parse(`"${body}"`) as string;
+    } catch { /* cut inside an escape: one character shorter */ }
+  }
+  return '';
+}
+
 interface Answer { status: number; headers: Record<string, string>; body: Buffer }
 
 /**
@@ -149,7 +193,9 @@ async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes
     const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-      readBody(res, maxBytes, server, maxItems).then((b) => resolve({ status: res.statusCode ?? 0, headers, body: b }), reject);
+      const status = res.statusCode ?? 0;
+      const body = status >= 400 ? readErrorBody(res, status) : readBody(res, maxBytes, server, maxItems);
+      body.then((b) => resolve({ status, headers, body: b }), reject);
     });
     req.on('error', reject);
     if (typeof body === 'string' || body instanceof Buffer) req.end(body);
