@@ -38,6 +38,11 @@ async function cache(t: Test) {
 }
 
 const partialOf = (c: BlobCache, d: string) => `${c.path(d)}.partial`;
+/** Until the .partial holds `bytes` (what a stream sent reached the disk), however slow the machine: a fixed pause was not enough. */
+async function onDisk(c: BlobCache, bytes: number): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (((await stat(partialOf(c, digest)).catch(() => undefined))?.size ?? 0) < bytes && Date.now() < deadline) await sleep(10);
+}
 
 t.test('path is blobs/sha256/<hex>; bad digests are rejected', async (t) => {
   const { dir, cache: c } = await cache(t);
@@ -128,7 +133,8 @@ t.test('a stream that dies midway is retried and resumed', async (t) => {
     if (offsets.length === 1) {
       return Readable.from((async function* () {
         yield blob.subarray(0, cut);
-        await sleep(50); // let the first part reach the disk
+        // the first part on disk before the break, however slow the machine: a fixed pause was not
+        await onDisk(c, cut);
         throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
       })());
     }
@@ -158,7 +164,7 @@ t.test('when every attempt fails, the .partial is kept for the next run', async 
   const { cache: c } = await cache(t);
   const failing = async (offset: number) => Readable.from((async function* () {
     yield blob.subarray(offset, offset + 1000);
-    await sleep(20);
+    await onDisk(c, offset + 1000);
     throw new Error('connection reset');
   })());
   await t.rejects(c.fetch(digest, blob.length, failing, { attempts: 2 }), /connection reset/);
