@@ -15,7 +15,13 @@ import { tmpdir } from '../helpers/tmp.mjs';
 const ROOT = new URL('../../', import.meta.url).pathname;
 const BIN = { bundle: join(ROOT, 'builder/bin/bundle.js'), 'bundle-agent': join(ROOT, 'agent/bin/bundle-agent.js') };
 type Program = keyof typeof BIN;
-const script = (program: Program, shell: string) => execFileSync(process.execPath, [BIN[program], 'completion', shell], { encoding: 'utf8' });
+// each script made once: the CLI's start is most of a completion's time, and the suite's
+const scripts = new Map<string, string>();
+const script = (program: Program, shell: string) => {
+  const key = `${program} ${shell}`;
+  if (!scripts.has(key)) scripts.set(key, execFileSync(process.execPath, [BIN[program], 'completion', shell], { encoding: 'utf8' }));
+  return scripts.get(key)!;
+};
 const fn = (program: Program) => `_${program.replace(/-/g, '_')}`;
 const q = (w: string) => `'${w}'`;
 
@@ -32,7 +38,7 @@ _files() { print -- '<files>'; }`;
 }
 
 function fish(program: Program, line: string): string[] {
-  const out = execFileSync('fish', ['--no-config', '-c', `source (${process.execPath} ${BIN[program]} completion fish | psub); complete -C${q(line)}`], { encoding: 'utf8', cwd: ROOT });
+  const out = execFileSync('fish', ['--no-config', '-c', `${script(program, 'fish')}\ncomplete -C${q(line)}`], { encoding: 'utf8', cwd: ROOT });
   return out.trim().split('\n').map((l) => l.split('\t')[0]!);
 }
 
