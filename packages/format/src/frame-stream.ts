@@ -85,9 +85,8 @@ export class FrameStream extends Readable {
   private pushSlice(): void {
     const c = this.current!;
     const n = this.opts.copy ? Math.min(FRAME_SLICE_BYTES, c.end - c.at) : c.end - c.at;
-    const view = c.data.subarray(c.at, c.at + n);
+    const chunk = this.opts.copy && n < c.data.length ? copyOf(c.data, c.at, n) : c.data.subarray(c.at, c.at + n);
     c.at += n;
-    const chunk = this.opts.copy && view.length < c.data.length ? Buffer.from(view) : view;
     if (c.at >= c.end) {
       this.current = undefined;
       release(this.hold);
@@ -106,4 +105,11 @@ export class FrameStream extends Readable {
     if (this.loading) void this.loading.then(done);
     else done();
   }
+}
+
+// Buffer.from(view) takes the generic array-like path here, ten times slower than a plain copy
+function copyOf(data: Buffer, at: number, n: number): Buffer {
+  const out = Buffer.allocUnsafe(n);
+  data.copy(out, 0, at, at + n);
+  return out;
 }
