@@ -1,7 +1,7 @@
 /**
  * Bytes of frames (read and decoded) that the random readers of one process may hold at once.
  * Memory served from a bundle file then grows with this, not with the streams in flight (issue #24):
- * a frame costs up to 4 MiB read plus 4 MiB decoded, so 64 MiB keeps eight in flight, more
+ * a frame costs up to 4 MiB read plus 4 MiB decoded, so 64 MiB keeps seven in flight, more
  * than two cores can decode at once.
  */
 export const FRAME_BUDGET_BYTES = 64 * 1024 * 1024;
