@@ -14,7 +14,9 @@ export { verifyBundle } from './reader.js';
 export { readHeader, readSeekIndex, endsWithSeekTable, misplacedFrame } from './bundle-ends.js';
 export { FileSource, openBundleFile, withBundleFile } from './sources/file.js';
 export { MAX_PARTS, PartsSource, findParts, isPartName, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, withBundle } from './sources/parts.js';
-export { BundleRandomReader, type VerifiedFrames } from './random-reader.js';
+export { BundleRandomReader, type RandomReaderOptions, type VerifiedFrames } from './random-reader.js';
+export { ByteBudget, FRAME_BUDGET_BYTES, processFrameBudget } from './frame-budget.js';
+export { FRAME_SLICE_BYTES } from './frame-stream.js';
 export { extractBundle, finishLayout, readLayoutDescription } from './extract.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, writeResumeMarker } from './extract-resume.js';
 // what a staging written by other means than extractBundle (from peers) needs to be the same layout

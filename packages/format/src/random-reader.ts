@@ -1,7 +1,9 @@
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { headerMessage, headerMismatch } from './entry-header.js';
+import { processFrameBudget, type ByteBudget } from './frame-budget.js';
+import { FrameStream, type FramePiece } from './frame-stream.js';
 import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-inspector.js';
 import { BUNDLE_JSON, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
 import { ListedEntries } from './listing.js';
@@ -13,6 +15,14 @@ import { parseHeader } from './ustar.js';
 import { decompressFrame } from './zstd-bounded.js';
 
 interface Located { frame: number; offset: number; size: number }
+
+/** Digest checks of the frames a stream reads (see `frame`). */
+interface FrameChecks { require?: boolean; record?: Map<number, Buffer> }
+
+export interface RandomReaderOptions {
+  /** What decoded frames of all this reader's streams may hold at once; the process's own (FRAME_BUDGET_BYTES) by default. */
+  frameBudget?: ByteBudget;
+}
 
 /** What a verifying pass over this very file proved: its true frame list and each frame's sha256. */
 export interface VerifiedFrames {
@@ -42,6 +52,7 @@ export class BundleRandomReader {
     private readonly listed: Map<string, { digest: string; size: number }>,
     private readonly allChecked: boolean,
     digests: readonly Buffer[] | undefined,
+    private readonly budget: ByteBudget,
   ) {
     this.frameDigests = digests ? [...digests] : new Array<Buffer | undefined>(index.frames.length);
   }
@@ -50,13 +61,13 @@ export class BundleRandomReader {
    * `verified`: what `verifyBundle(source, { frameDigests: true })` returned for this source.
    * The reader reads through `source` until its opener closes it; it holds nothing else open.
    */
-  static async open(source: BundleSource, manifest: BundleManifest, verified?: VerifiedFrames): Promise<BundleRandomReader> {
+  static async open(source: BundleSource, manifest: BundleManifest, verified?: VerifiedFrames, opts: RandomReaderOptions = {}): Promise<BundleRandomReader> {
     const index = verified?.seekIndex ?? await readSeekIndex(source);
     if (verified && verified.frameDigests.length !== index.frames.length) throw new FormatError('BAD_SEEK_TABLE', 'the frame digests given do not match the seek index');
     const listed = new Map<string, { digest: string; size: number }>([[INDEX_JSON, manifest.index]]);
     for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
     const entries = new Map<string, Located>();
-    const reader = new BundleRandomReader(source, index, entries, listed, !!verified, verified?.frameDigests);
+    const reader = new BundleRandomReader(source, index, entries, listed, !!verified, verified?.frameDigests, opts.frameBudget ?? processFrameBudget);
     await reader.walk(new ListedEntries(manifest));
     return reader;
   }
@@ -109,7 +120,7 @@ export class BundleRandomReader {
    * recorded for it when there is one (or when `require`d); `record` collects the digests of
    * frames read without one.
    */
-  private async frame(i: number, opts: { require?: boolean; record?: Map<number, Buffer> } = {}): Promise<Buffer> {
+  private async frame(i: number, opts: FrameChecks = {}): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
     const buf = await this.source.read(f.compressedOffset, f.compressedSize);
@@ -139,7 +150,7 @@ export class BundleRandomReader {
 
   /** An entry's bytes [start, end) as a stream; not verified (see readVerified, streamChecked). */
   stream(path: string, start = 0, end?: number): Readable {
-    return this.frames(path, start, end, {});
+    return this.frames(path, start, end, {}, true);
   }
 
   /**
@@ -157,33 +168,35 @@ export class BundleRandomReader {
       }
       await p;
     }
-    return this.frames(path, start, end, { require: true });
+    return this.frames(path, start, end, { require: true }, true);
   }
 
-  private frames(path: string, start: number, end: number | undefined, opts: { require?: boolean; record?: Map<number, Buffer> }): Readable {
+  /**
+   * Frames are read only as the consumer takes bytes, each under the reader's budget (see
+   * FrameStream); `copy` unless the consumer is this reader, which keeps no chunk.
+   */
+  private frames(path: string, start: number, end: number | undefined, checks: FrameChecks, copy: boolean): Readable {
     const loc = this.entries.get(path);
     if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
     const stop = Math.min(end ?? loc.size, loc.size);
-    // an async generator cannot be an arrow function, so it reaches the reader by name
-    // eslint-disable-next-line @typescript-eslint/no-this-alias
-    const self = this;
-    return Readable.from((async function* () {
-      let frame = loc.frame;
-      let pos = loc.offset; // decompressed offset of `frame`
-      const from = loc.offset + start;
-      const to = loc.offset + stop;
-      while (pos < to) {
-        const f = self.index.frames[frame];
-        if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
-        const next = pos + f.decompressedSize;
-        if (next > from) {
-          const data = await self.frame(frame, opts);
-          yield data.subarray(Math.max(0, from - pos), Math.min(data.length, to - pos));
-        }
-        pos = next;
-        frame++;
-      }
-    })(), { objectMode: false });
+    return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i) => this.frame(i, checks), copy });
+  }
+
+  /** The frames holding an entry's bytes [start, stop), each with the part of its decoded bytes wanted. */
+  private *pieces(loc: Located, start: number, stop: number): Generator<FramePiece> {
+    let frame = loc.frame;
+    let pos = loc.offset; // decompressed offset of `frame`
+    const from = loc.offset + start;
+    const to = loc.offset + stop;
+    while (pos < to) {
+      const f = this.index.frames[frame];
+      if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
+      const next = pos + f.decompressedSize;
+      const piece = { frame, from: Math.max(0, from - pos), to: Math.min(f.decompressedSize, to - pos), weight: f.compressedSize + f.decompressedSize };
+      if (piece.from < piece.to) yield piece;
+      pos = next;
+      frame++;
+    }
   }
 
   /** Hashes a whole entry through the index, handing each chunk to `sink`; throws unless size and digest match bundle.json. */
@@ -193,7 +206,7 @@ export class BundleRandomReader {
     const hash = newSha256();
     let size = 0;
     const seen = new Map<number, Buffer>();
-    for await (const c of this.frames(path, 0, undefined, { record: seen })) {
+    for await (const c of this.frames(path, 0, undefined, { record: seen }, false)) {
       hash.update(c as Buffer);
       size += (c as Buffer).length;
       sink?.(c as Buffer);

@@ -1,0 +1,77 @@
+// The registry serving from a bundle file (media mode) under the process's frame budget (issue
+// #24): 16 clients in parallel get the signed bytes while the decoded frames held stay within
+// FRAME_BUDGET_BYTES; clients that stop reading hold at most the budget, and once they go away
+// (connections cut) every share comes back and the next client is served.
+import t from 'tap';
+import { request, type ClientRequest } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { FRAME_BUDGET_BYTES, FRAME_BYTES, openBundleFile, processFrameBudget, verifyBundle } from '@offline-bundle/format';
+import { BundleFileStore, catalogOf, startRegistry } from '@offline-bundle/registry';
+import { mirrorPath } from '@offline-bundle/oci';
+import { makeBundle, sha256, type MadeBundle } from '../format/craft.js';
+
+// more frames than a loopback connection's buffers take in, so a client that stops reading stalls its stream mid-blob
+const BIG = 4 * FRAME_BYTES + 999;
+const CLIENTS = 16;
+
+let b: MadeBundle;
+let big: Buffer;
+let url: string;
+t.before(async () => {
+  b = await makeBundle(t, { layerSizes: [BIG, 700] });
+  big = b.blobs.find((x) => x.size === BIG)!.data;
+  const source = await openBundleFile(b.path);
+  const v = await verifyBundle(source, { trust: b.trust, frameDigests: true });
+  const store = await BundleFileStore.open(source, v.manifest, catalogOf(v.manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
+  const reg = await startRegistry({ store, catalog: catalogOf(v.manifest), host: '127.0.0.1', port: 0 });
+  t.teardown(async () => { await reg.close(); await store.close(); await source.close(); });
+  url = `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${sha256(big)}`;
+});
+
+function get(): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    request(url, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => (res.statusCode === 200 && res.complete ? resolve(Buffer.concat(parts)) : reject(new Error(`status ${res.statusCode}, complete ${res.complete}`))));
+      res.on('error', reject);
+    }).on('error', reject).end();
+  });
+}
+
+/**
+ * A GET whose client stops reading at its answer's first bytes, its connection kept open: the
+ * server's stream runs on only until the connection's buffers are full. (Not awaited: a stream
+ * waiting for the budget sends not even its headers.)
+ */
+function stalled(): ClientRequest {
+  const req = request(url, (res) => res.pause());
+  req.on('error', () => undefined);
+  req.end();
+  return req;
+}
+
+/** Polls `ok` every 10 ms, at most `rounds` times (a bound, not a timing asserted). */
+async function until(ok: () => boolean, rounds = 3000): Promise<boolean> {
+  for (let i = 0; i < rounds && !ok(); i++) await sleep(10);
+  return ok();
+}
+
+t.test(`${CLIENTS} clients in parallel: the signed bytes, never more than the budget held`, async (t) => {
+  const bodies = await Promise.all(Array.from({ length: CLIENTS }, get));
+  t.same(bodies.map((x) => x.equals(big)), bodies.map(() => true), 'every client got the blob');
+  t.ok(processFrameBudget.peak <= FRAME_BUDGET_BYTES, `at most ${processFrameBudget.peak} of ${FRAME_BUDGET_BYTES} bytes held`);
+  t.ok(processFrameBudget.peak > 0, 'the frames went through the budget');
+  t.ok(await until(() => processFrameBudget.inUse === 0), 'all released');
+});
+
+t.test('clients that stop reading hold at most the budget; gone, they give it all back', async (t) => {
+  const clients = Array.from({ length: CLIENTS }, stalled);
+  t.ok(await until(() => processFrameBudget.waiting > 0), `streams wait for the budget (${processFrameBudget.waiting} waiting)`);
+  t.ok(processFrameBudget.inUse <= FRAME_BUDGET_BYTES, `${processFrameBudget.inUse} bytes held by stalled streams`);
+  t.ok(processFrameBudget.inUse > 0);
+  for (const c of clients) c.destroy();
+  t.ok(await until(() => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0), 'every share back, nobody waiting');
+  t.ok((await get()).equals(big), 'the next client is served in full');
+  t.equal(processFrameBudget.inUse, 0);
+});
