@@ -141,10 +141,11 @@ async function main(): Promise<void> {
     t.teardown(() => { if (daemon.exitCode === null) daemon.kill('SIGCONT'); });
     t.equal((await b.write(mnt, ['--part-size', '512K', '--quiet'])).code, 0, 'the old copy');
     const oldNames = [...partNames(Math.ceil(b.bytes.length / PART)), 'r.bundle.sha256'];
-    // a bundle head followed by padding: large enough that fusefat is still writing or reading when the test acts
+    // a whole bundle (write-media checks its ends before writing) large enough that fusefat is still writing or reading when the test acts
     const big = path.join(work, 'big', 'r.bundle');
+    await mkdir(path.join(work, 'big-src'), { recursive: true });
     await mkdir(path.dirname(big));
-    const bigBytes = Buffer.concat([b.bytes, Buffer.alloc(12 * 1024 * 1024)]);
+    const bigBytes = (await testBundle(path.join(work, 'big-src'), 20)).bytes;
     const start = (extra: string[] = []) => {
       const child = spawn(process.execPath, [BUNDLE_BIN, 'write-media', big, mnt, '--force', '--part-size', '1M', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
       const out = { stderr: '' };
