@@ -17,6 +17,7 @@ const CLIENTS = 16;
 let b: MadeBundle;
 let big: Buffer;
 let url: string;
+let cutUrl: string;
 t.before(async () => {
   b = await makeBundle(t, { layerSizes: [BIG, 700] });
   big = b.blobs.find((x) => x.size === BIG)!.data;
@@ -26,6 +27,10 @@ t.before(async () => {
   const reg = await startRegistry({ store, catalog: catalogOf(v.manifest), host: '127.0.0.1', port: 0 });
   t.teardown(async () => { await reg.close(); await store.close(); await source.close(); });
   url = `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${sha256(big)}`;
+  // the same store behind a registry that cuts idle connections after a second (REGISTRY_IDLE_MS in the agent)
+  const cutting = await startRegistry({ store, catalog: catalogOf(v.manifest), host: '127.0.0.1', port: 0, idleTimeoutMs: 1000 });
+  t.teardown(() => cutting.close());
+  cutUrl = `http://${cutting.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${sha256(big)}`;
 });
 
 function get(): Promise<Buffer> {
@@ -44,8 +49,8 @@ function get(): Promise<Buffer> {
  * server's stream runs on only until the connection's buffers are full. (Not awaited: a stream
  * waiting for the budget sends not even its headers.)
  */
-function stalled(): ClientRequest {
-  const req = request(url, (res) => res.pause());
+function stalled(at = url): ClientRequest {
+  const req = request(at, (res) => res.pause());
   req.on('error', () => undefined);
   req.end();
   return req;
@@ -74,4 +79,15 @@ t.test('clients that stop reading hold at most the budget; gone, they give it al
   t.ok(await until(() => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0), 'every share back, nobody waiting');
   t.ok((await get()).equals(big), 'the next client is served in full');
   t.equal(processFrameBudget.inUse, 0);
+});
+
+t.test('clients that stop reading and never go away: the registry cuts their idle connections, every share comes back', async (t) => {
+  let cut = 0;
+  const clients = Array.from({ length: CLIENTS }, () => stalled(cutUrl).on('socket', (s) => s.on('close', () => cut++)));
+  t.ok(await until(() => processFrameBudget.waiting > 0), `streams wait for the budget (${processFrameBudget.waiting} waiting)`);
+  t.ok(await until(() => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0), 'every share back, nobody waiting, with no client gone on its own');
+  // (the ones served later may fit whole in the connection's buffers and end on their own)
+  t.ok(cut > 0, `the server cut the stalled ones (${cut} of ${CLIENTS} connections closed by it)`);
+  t.ok((await get()).equals(big), 'the next client is served in full');
+  for (const c of clients) c.destroy();
 });

@@ -49,7 +49,8 @@ export async function fillFromBase(m: BundleManifest, files: EntryFiles, source:
     const data = await source.open(e);
     const hashed = hashedUpTo(e.size, hash, (n) => { size += n; opts.onBytes?.(n); }, e.path);
     data.on('error', (err) => hashed.destroy(err));
-    await files.write(e, data.pipe(hashed));
+    // pipe() leaves the source open when the write fails: destroyed, it gives back its frame budget
+    await files.write(e, data.pipe(hashed)).finally(() => data.destroy());
     const actual = 'sha256:' + hash.digest('hex');
     if (size !== e.size || actual !== e.digest) {
       throw new FormatError('BASE_CORRUPT', `this update needs ${b.version} on this node, and its copy here is damaged (${e.path} is ${size} bytes hashing to ${actual}; this bundle lists ${e.size} bytes, ${e.digest}): plug in the full bundle`);

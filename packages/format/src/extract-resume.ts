@@ -187,7 +187,8 @@ function fetcher(source: BundleSource, reader: BundleRandomReader, files: EntryF
       const data = reader.stream(e.path);
       const counted = counting(hash, (n) => { size += n; progress(n); }, signal);
       data.on('error', (err) => counted.destroy(err));
-      await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err));
+      // pipe() leaves the source open when the write fails: destroyed, it gives back its frame budget
+      await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err)).finally(() => data.destroy());
       const actual = 'sha256:' + hash.digest('hex');
       if (size !== e.size || actual !== e.digest) {
         throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${e.path}" hashes to ${actual}; bundle.json lists ${e.digest}: the bundle is damaged or was altered`);

@@ -65,7 +65,13 @@ export class FrameStream extends Readable {
     this.loading = this.load(next.value).then(
       () => {
         this.loading = undefined;
-        if (!this.destroyed) this.pushSlice();
+        if (this.destroyed) return;
+        // push() runs a flowing consumer's 'data' handler: what it throws fails this stream, not the process
+        try {
+          this.pushSlice();
+        } catch (err) {
+          this.destroy(err as Error);
+        }
       },
       (err: unknown) => {
         this.loading = undefined;
@@ -102,7 +108,7 @@ export class FrameStream extends Readable {
       collected.unregister(this);
       cb(err);
     };
-    if (this.loading) void this.loading.then(done);
+    if (this.loading) void this.loading.then(done, done);
     else done();
   }
 }

@@ -13,7 +13,16 @@ export interface RegistryServerOptions {
   port?: number;
   /** Called for each request served (for logs and status). */
   onRequest?: (method: string, url: string, status: number) => void;
+  /** A connection that moves no byte this long is cut (default REGISTRY_IDLE_MS). */
+  idleTimeoutMs?: number;
 }
+
+/**
+ * A connection that moves no byte this long is cut: a client that stopped reading (or pipelined
+ * requests behind one) would otherwise hold its frames of the process's budget, and with them every
+ * other reader's, until it went away on its own.
+ */
+export const REGISTRY_IDLE_MS = 120_000;
 
 export interface RunningRegistry {
   /** "127.0.0.1:PORT" */
@@ -150,7 +159,7 @@ function paginate(items: string[], query: Record<string, string | undefined>): {
  */
 export function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
   const { store, catalog } = opts;
-  const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 } });
+  const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 }, connectionTimeout: opts.idleTimeoutMs ?? REGISTRY_IDLE_MS });
   app.addHook('onResponse', async (req, reply) => opts.onRequest?.(req.method, req.url, reply.statusCode));
 
   const handle = async (req: FastifyRequest, reply: FastifyReply) => {
