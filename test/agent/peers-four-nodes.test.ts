@@ -41,6 +41,12 @@ t.test('four nodes in network namespaces: one stick, the others fetch from each 
 
   // the stick node leaves the network; node-d starts only now and must be fed by node-b and node-c
   setLink(a.net, 'down');
+  // teardowns run last-registered first: the link back and the four daemons stopped at once, before
+  // their containerds; cut off, node-a's daemon waited out an API call's deadline at SIGTERM
+  t.teardown(async () => {
+    setLink(a.net, 'up');
+    await Promise.all(c.nodes.map((n) => n.daemon?.stop()));
+  });
   const before = b.uploaded() + cc.uploaded();
   d.start();
   const s = await readyFromPeers(t, d);
