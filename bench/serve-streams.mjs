@@ -10,12 +10,13 @@
 // `bundle-agent serve` verifies it, then that many `curl`s fetch the layers at once (stream i
 // takes layer i mod LAYERS). Reported: the serve process's VmHWM after its verifying pass and
 // after the streams (its peak RSS), and the streams' bytes over their wall time.
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs, promisify } from 'node:util';
+import { serve } from './lib/ours.mjs';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const { values: o } = parseArgs({
@@ -72,23 +73,6 @@ async function bundle(dir, layers, layerBytes) {
   return { file, pub: path.join(dir, 'signer.pub'), digests };
 }
 
-/** `bundle-agent serve FILE` until it prints its address: the verifying pass is over then. */
-async function serve(file, pub) {
-  const child = spawn(process.execPath, [o.agent, 'serve', file, '--key', pub, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  child.stderr.on('data', (d) => { err = (err + d).slice(-2000); });
-  const exited = new Promise((resolve) => child.once('close', resolve));
-  const address = await new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const line = out.split('\n').find((l) => l.includes('"address"'));
-      if (line) resolve(JSON.parse(line).address);
-    });
-    void exited.then((code) => reject(new Error(`serve exited ${code}: ${err.trim()}`)));
-  });
-  return { pid: child.pid, address, stop: async () => { child.kill('SIGTERM'); await exited; } };
-}
 
 async function hwm(pid) {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
@@ -98,7 +82,8 @@ async function hwm(pid) {
 const curl = promisify(execFile);
 
 async function run(file, pub, digests, streams) {
-  const s = await serve(file, pub);
+  // until it prints its address: the verifying pass is over then
+  const s = await serve(file, pub, o.agent);
   try {
     const ready = await hwm(s.pid);
     const url = (d) => `http://${s.address}/v2/example.com/bench/app/blobs/${d}`;

@@ -24,7 +24,8 @@ export const cli = (bin, args, rssFile) => run(process.execPath, [...profile, bi
  * @param {string} pub trusted key
  * @returns {Promise<{ address: string, stop: () => Promise<void> }>}
  */
-export const serve = (target, pub) => listening([AGENT, 'serve', target, '--key', pub, '--json'], 'bundle-agent serve');
+/** `agent`: another build's bundle-agent (an A/B of two builds). */
+export const serve = (target, pub, agent = AGENT) => listening([agent, 'serve', target, '--key', pub, '--json'], 'bundle-agent serve');
 
 /**
  * The agent load's own registry (a StagingStore over its verified staging) on the layout `staged`.
@@ -51,6 +52,7 @@ async function listening(args, what) {
   });
   return {
     address,
+    pid: child.pid,
     stop: async () => {
       child.kill('SIGTERM');
       await exited;
