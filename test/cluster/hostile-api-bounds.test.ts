@@ -1,11 +1,11 @@
 // `bundle cluster` against the hostile stand-in API server, the bounds: nesting, pages, items,
-// slow pages, long messages, and a redirect that is allowed. Each ends with one line naming the
-// server, with memory bounded.
+// and a redirect that is allowed (slow pages and long messages: hostile-api-slow.test.ts). Each
+// ends with one line naming the server, with memory bounded.
 import t from 'tap';
 import { BUNDLE_BIN, errorCode, bundle, run } from '../builder/lib.js';
 import { hostileSetup } from './hostile-api-setup.js';
 
-const { h, kubeconfig, server, commands } = await hostileSetup(t);
+const { h, kubeconfig, server } = await hostileSetup(t);
 
 t.test('an item nested 1,000,000 arrays deep: read without overflowing the stack (only what the roll-up reads is kept)', async (t) => {
   h.attack = 'deep';
@@ -59,28 +59,4 @@ t.test('a page of 21,000,000 items when 500 were asked for (60 MiB, under the by
   t.match(r.lines[0], /sent a list page of over 500 items when asked for 500/);
   t.match(r.lines[0], server);
   t.ok(base.maxRssMiB > 0 && r.maxRssMiB < base.maxRssMiB + 100, `peak RSS ${r.maxRssMiB.toFixed(0)} MiB, at most 100 MiB over the ${base.maxRssMiB.toFixed(0)} MiB of reading an empty list`);
-});
-
-t.test('a server answering each page after 2 s with another continue token: the command ends at --deadline, one line', async (t) => {
-  h.attack = 'slow-pages';
-  h.pages = 0;
-  const r = await bundle(['cluster', 'status', '--kubeconfig', kubeconfig, '--request-timeout', '3', '--deadline', '5']);
-  t.equal(r.code, 1);
-  t.equal(r.stderr.trimEnd().split('\n').length, 1, r.stderr);
-  t.equal(errorCode(r.stderr), 'API_TIMEOUT', r.stderr);
-  t.match(r.stderr, /did not finish answering this command's calls within 5 s in all/);
-  t.match(r.stderr, server);
-  t.ok(h.pages <= 4, `cut after ${h.pages} pages, not 800`);
-});
-
-t.test('an API error whose Status message is 50 MiB over many lines: one line, the message cut', async (t) => {
-  h.attack = 'long-message';
-  for (const [name, args] of commands) {
-    const r = await bundle([...args, '--kubeconfig', kubeconfig, '--request-timeout', '20']);
-    t.equal(r.code, 1, `${name}: exit 1`);
-    t.equal(errorCode(r.stderr), 'API_ERROR', `${name}: ${r.stderr.slice(0, 300)}`);
-    t.equal(r.stderr.trimEnd().split('\n').length, 1, `${name}: one line`);
-    t.ok(r.stderr.length < 1000, `${name}: ${r.stderr.length} characters`);
-    t.match(r.stderr, /answered 500 to .*: the server is on fire the server is on fire/);
-  }
 });
