@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { setMaxListeners } from 'node:events';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
@@ -324,6 +325,9 @@ async function openSession(opts: CreateOptions, progress: Progress, want: Platfo
   // Downloads stop on Ctrl-C, and also when the write they feed has failed (a full disk): the
   // one-pass writer fails while later blobs may still be minutes from arriving.
   const work = new AbortController();
+  // every request, cache write and pipeline in flight listens on it (12 at once at --jobs 4 on a
+  // 41-image release): past Node's default of 10 it printed a leak warning that is not one
+  setMaxListeners(0, work.signal);
   const stopWork = () => work.abort(opts.signal?.reason);
   if (opts.signal?.aborted) stopWork();
   else opts.signal?.addEventListener('abort', stopWork, { once: true });

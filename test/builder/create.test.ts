@@ -230,3 +230,15 @@ t.test('OpenShift-shaped release image', async (t) => {
   const byTag = await create(['--release', tagged.ref]);
   t.equal(errorCode(byTag.stderr), 'INVALID_RELEASE', 'payload images must be pinned by digest');
 });
+
+t.test('many images at once (--jobs 8): no Node warning on stderr (every request in flight listens on the one abort signal; 11 printed a "memory leak" warning)', async (t) => {
+  const refs: string[] = [];
+  for (let i = 0; i < 16; i++) {
+    const img = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, { [`many/${i}/a`]: `a ${i}` }, { [`many/${i}/b`]: `b ${i}` }] }] }, `${H}/test/many-${i}:v1`);
+    refs.push('--image', img.ref);
+  }
+  const r = await create(['--version', '1.0.0', '--jobs', '8', ...refs], { verbose: true });
+  t.equal(r.code, 0, r.stderr);
+  t.notMatch(r.stderr, /Warning|\(node:\d+\)/, 'no Node warning among the progress lines');
+  t.equal((await bundleJson(r.output)).images.length, 16);
+});
