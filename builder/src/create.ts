@@ -202,7 +202,8 @@ async function resolveImage(source: ImageSource, cache: BlobCache, want: Platfor
  */
 async function allOrFirstError<T>(limit: LimitFunction, tasks: (() => Promise<T>)[], signal?: AbortSignal): Promise<T[]> {
   let failure: { err: unknown } | undefined;
-  signal?.addEventListener('abort', () => { failure ??= { err: signal.reason }; }, { once: true });
+  const onAbort = () => { failure ??= { err: signal!.reason }; };
+  signal?.addEventListener('abort', onAbort, { once: true });
   const settled = await Promise.allSettled(tasks.map((task) => limit(async () => {
     if (failure) return undefined as T;
     try {
@@ -211,7 +212,7 @@ async function allOrFirstError<T>(limit: LimitFunction, tasks: (() => Promise<T>
       failure ??= { err };
       throw err;
     }
-  })));
+  }))).finally(() => signal?.removeEventListener('abort', onAbort));
   if (failure) throw failure.err;
   return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
 }
@@ -325,9 +326,10 @@ async function openSession(opts: CreateOptions, progress: Progress, want: Platfo
   // Downloads stop on Ctrl-C, and also when the write they feed has failed (a full disk): the
   // one-pass writer fails while later blobs may still be minutes from arriving.
   const work = new AbortController();
-  // every request, cache write and pipeline in flight listens on it (12 at once at --jobs 4 on a
-  // 41-image release): past Node's default of 10 it printed a leak warning that is not one
-  setMaxListeners(0, work.signal);
+  // each job in flight listens on it with a request and a cache write (12 at once at --jobs 4):
+  // past Node's default of 10 it printed a leak warning that was not one; a real leak still warns
+  const jobs = Math.max(1, opts.jobs ?? 4);
+  setMaxListeners(4 * jobs + 8, work.signal);
   const stopWork = () => work.abort(opts.signal?.reason);
   if (opts.signal?.aborted) stopWork();
   else opts.signal?.addEventListener('abort', stopWork, { once: true });
@@ -342,7 +344,7 @@ async function openSession(opts: CreateOptions, progress: Progress, want: Platfo
     // --registries-conf replaces the system's configuration, as podman's and skopeo's does
     registriesConf: opts.registriesConf ? await RegistriesConf.load(opts.registriesConf) : await RegistriesConf.loadSystem(),
   };
-  const limit = pLimit(Math.max(1, opts.jobs ?? 4));
+  const limit = pLimit(jobs);
   const opened: ImageSource[] = [];
   const open = async (spec: string | SourceSpec) => {
     const s = await openSource(typeof spec === 'string' ? parseSourceSpec(spec) : spec, ctx);
