@@ -132,11 +132,11 @@ async function stageRow(env, file, staged, runs, rss, floor = STAGE_PEERS.stream
   return { ...r, peerName: floor.name };
 }
 
-/** Runs `fn(ours, peer)` with our server (`start()`) and the docker-registry. */
+/** Runs `fn(ours, peer, pids)` with our server (`start()`) and the docker-registry; `pids` for their CPU. */
 async function withServers(env, start, fn) {
   const srv = await start();
   try {
-    return await fn(srv.address, env.reg.host);
+    return await fn(srv.address, env.reg.host, { ours: srv.pid, peer: env.reg.pid });
   } finally {
     await srv.stop();
   }
@@ -175,10 +175,11 @@ async function main() {
     if (ONLY.has('stage-durable')) {
       await addRow({ id: 'stage-durable', step: '`bundle extract`, verified, every file fsynced', unit: 's', ...(await stageRow(env, file, undefined, RUNS, extractRss, STAGE_PEERS.durable)) });
     }
-    const clientRows = async (ours, peer, ids, what) => {
+    const clientRows = async (ours, peer, ids, what, servers) => {
       const pull = path.join(env.dir, 'pull');
       if (ONLY.has(ids.serve)) {
         const r = await alternate(RUNS, {
+          servers,
           cleanup: () => rm(pull, { recursive: true, force: true }),
           ours: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`); },
           peer: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`); },
@@ -188,6 +189,7 @@ async function main() {
       if (ONLY.has(ids.serve16)) {
         const blobs = [...env.rel.blobs].map(([digest, b]) => ({ digest, ...b })).sort((a, b) => b.size - a.size);
         const r = await alternate(RUNS, {
+          servers,
           ours: () => fetchBlobs(`http://${ours}`, blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })), STREAMS),
           peer: () => fetchBlobs(`http://${peer}`, blobs, STREAMS),
         });
@@ -210,13 +212,13 @@ async function main() {
     };
     // the registry a load pulls from: what pre-load measures too
     if (['serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serveStaging(staged), async (ours, peer) => {
-        await clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' }, 'the agent load\'s registry (StagingStore over its verified staging, trusted)');
+      await withServers(env, () => serveStaging(staged), async (ours, peer, servers) => {
+        await clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' }, 'the agent load\'s registry (StagingStore over its verified staging, trusted)', servers);
         if (ONLY.has('preload')) await preloadRow(ours, peer);
       });
     }
     if (['serve', 'serve16'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serve(staged, env.pub), (ours, peer) => clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)'));
+      await withServers(env, () => serve(staged, env.pub), (ours, peer, servers) => clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)', servers));
     }
     if (ONLY.has('random')) await addRow(await randomRow(env, file));
     if (ONLY.has('load') || ONLY.has('load-order')) {

@@ -55,11 +55,17 @@ const CLK_TCK = 100;
  * CPU seconds used so far by this process and the children it has waited for (the CLIs,
  * skopeo, tar, zstd): on a shared machine CPU time is steadier than wall time.
  */
-function cpuSeconds() {
+function cpuSeconds(server) {
   const own = process.cpuUsage();
   // /proc/self/stat: fields 16 and 17 (cutime, cstime), counted after the command name's ")"
   const f = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ');
-  return (own.user + own.system) / 1e6 + (Number(f[13]) + Number(f[14])) / CLK_TCK;
+  return (own.user + own.system) / 1e6 + (Number(f[13]) + Number(f[14])) / CLK_TCK + (server ? serverSeconds(server) : 0);
+}
+
+/** CPU seconds a long-running server (never waited for, so not in cutime) has used so far: utime + stime of its /proc stat. */
+function serverSeconds(pid) {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
 }
 
 /**
@@ -70,8 +76,8 @@ function cpuSeconds() {
  * @param {{ ours: (c: C, i: number) => Promise<unknown>, peer: (c: C, i: number) => Promise<unknown>,
  *   prepare?: (side: 'ours'|'peer', i: number) => Promise<C>, cleanup?: (c: C) => Promise<void> }} sides
  * @returns {Promise<{ ours: Stats, peer: Stats, ratios: Stats, cpu: { ours: Stats, peer: Stats } }>}
- *   cpu: CPU seconds of each sample, this process and its waited-for children (not the
- *   long-running servers: meaningless for the serve and pre-load rows)
+ *   cpu: CPU seconds of each sample, this process and its waited-for children, plus the
+ *   long-running server of that side when `sides.servers` names its pid (the serve rows)
  */
 export async function alternate(runs, sides) {
   const ours = [];
@@ -81,9 +87,10 @@ export async function alternate(runs, sides) {
     for (const side of /** @type {const} */ (['ours', 'peer'])) {
       const c = sides.prepare ? await sides.prepare(side, i) : /** @type {C} */ (undefined);
       try {
-        const cpu0 = cpuSeconds();
+        const server = sides.servers?.[side];
+        const cpu0 = cpuSeconds(server);
         (side === 'ours' ? ours : peer).push(await seconds(() => sides[side](c, i)));
-        cpu[side].push(cpuSeconds() - cpu0);
+        cpu[side].push(cpuSeconds(server) - cpu0);
       } finally {
         await sides.cleanup?.(c);
       }
