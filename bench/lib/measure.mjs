@@ -74,7 +74,8 @@ function serverSeconds(pid) {
  * @template C
  * @param {number} runs
  * @param {{ ours: (c: C, i: number) => Promise<unknown>, peer: (c: C, i: number) => Promise<unknown>,
- *   prepare?: (side: 'ours'|'peer', i: number) => Promise<C>, cleanup?: (c: C) => Promise<void> }} sides
+ *   prepare?: (side: 'ours'|'peer', i: number) => Promise<C>, cleanup?: (c: C) => Promise<void>,
+ *   servers?: { ours?: number, peer?: number } }} sides
  * @returns {Promise<{ ours: Stats, peer: Stats, ratios: Stats, cpu: { ours: Stats, peer: Stats } }>}
  *   cpu: CPU seconds of each sample, this process and its waited-for children, plus the
  *   long-running server of that side when `sides.servers` names its pid (the serve rows)
