@@ -421,6 +421,16 @@ t.test('contract: blob redirects to another origin keep Range and drop Authoriza
   t.notOk(hit?.headers.authorization, 'Authorization not sent to another origin');
 });
 
+t.test('skipBytes destroyed before its first read ends its source too (a response body would keep its socket until the body timeout)', async (t) => {
+  const src = new Readable({ read() { /* never answers */ } });
+  const out = skipBytes(src, 10);
+  out.destroy();
+  await new Promise((r) => out.once('close', r));
+  t.ok(src.destroyed, 'the source is destroyed with it');
+  const done = new Readable({ read() { this.push(Buffer.from('abcdef')); this.push(null); } });
+  t.equal((await readAll(skipBytes(done, 2))).toString(), 'cdef', 'read to its end it still gives every byte after the skip');
+});
+
 t.test('skipBytes drops exactly n bytes across chunk boundaries', async (t) => {
   const chunks = [Buffer.from('abc'), Buffer.from('defg'), Buffer.from(''), Buffer.from('hij')];
   const all = Buffer.concat(chunks).toString();

@@ -251,6 +251,10 @@ async function* skipping(src: AsyncIterable<Buffer>, n: number): AsyncGenerator<
 }
 
 /** Drops the first `n` bytes of a stream (for sources that cannot seek). */
-export function skipBytes(src: AsyncIterable<Buffer>, n: number): Readable {
-  return Readable.from(skipping(src, n), { objectMode: false });
+export function skipBytes(src: AsyncIterable<Buffer> & { destroy?: (err?: Error) => unknown }, n: number): Readable {
+  const out = Readable.from(skipping(src, n), { objectMode: false });
+  // destroyed before its first read, the generator never starts and so never ends the source:
+  // a response body would keep its socket and abort listener until the body timeout
+  out.once('close', () => src.destroy?.());
+  return out;
 }
