@@ -52,20 +52,22 @@ export async function seconds(fn) {
 const CLK_TCK = 100;
 
 /**
+ * A process's CPU times from /proc/PID/stat, in seconds: its own (utime, stime: fields 14, 15)
+ * and its waited-for children's (cutime, cstime: 16, 17), counted after the command name's ")".
+ */
+function procTimes(pid) {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return { own: (Number(f[11]) + Number(f[12])) / CLK_TCK, children: (Number(f[13]) + Number(f[14])) / CLK_TCK };
+}
+
+/**
  * CPU seconds used so far by this process and the children it has waited for (the CLIs,
- * skopeo, tar, zstd): on a shared machine CPU time is steadier than wall time.
+ * skopeo, tar, zstd), plus a long-running `server`'s own (never waited for, so never in
+ * cutime): on a shared machine CPU time is steadier than wall time.
  */
 function cpuSeconds(server) {
   const own = process.cpuUsage();
-  // /proc/self/stat: fields 16 and 17 (cutime, cstime), counted after the command name's ")"
-  const f = readFileSync('/proc/self/stat', 'utf8').split(') ')[1].split(' ');
-  return (own.user + own.system) / 1e6 + (Number(f[13]) + Number(f[14])) / CLK_TCK + (server ? serverSeconds(server) : 0);
-}
-
-/** CPU seconds a long-running server (never waited for, so not in cutime) has used so far: utime + stime of its /proc stat. */
-function serverSeconds(pid) {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(f[11]) + Number(f[12])) / CLK_TCK;
+  return (own.user + own.system) / 1e6 + procTimes('self').children + (server ? procTimes(server).own : 0);
 }
 
 /**
