@@ -1,7 +1,7 @@
 // containerd mode against a real containerd 1.6 (started here, as root, on its own socket
 // and root, native snapshotter): hosts.toml mirror -> CRI PullImage through it from a real
 // docker-registry playing the local mirror -> ImageStatus/ListImages -> pin label via ctr.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
@@ -13,6 +13,8 @@ import {
   pinContainerdImages,
   setContainerdPins,
   containerdPinnedRefs,
+  containerdReportsPins,
+  containerdVersion,
   pullAll,
   removeContainerdHosts,
   renderContainerdHosts,
@@ -54,6 +56,12 @@ t.test('renderContainerdHosts: hosts.toml shape', async (t) => {
   t.equal(containerdHostDir('registry.example.com:5000'), 'registry.example.com:5000');
   t.throws(() => renderContainerdHosts('quay.io/ns', '127.0.0.1:5000'), { code: 'INVALID_SPEC' });
   t.throws(() => renderContainerdHosts('quay.io', '127.0.0.1:5000/x'), { code: 'INVALID_SPEC' });
+});
+
+t.test('containerdReportsPins: from 1.7 (the CRI honours the pinned label), not before, unknown for what it cannot read', async (t) => {
+  for (const v of ['v1.7.0', '1.7.13', 'v2.0.2', '2.1.0~rc1']) t.equal(containerdReportsPins(v), true, v);
+  for (const v of ['v1.6.20', '1.6.20~ds1', '1.5.9-0ubuntu3']) t.equal(containerdReportsPins(v), false, v);
+  for (const v of ['', 'dev', '1', 'v1.x.0']) t.equal(containerdReportsPins(v), undefined, JSON.stringify(v));
 });
 
 t.test('hosts.toml files: atomic, removes only its own', async (t) => {
@@ -156,6 +164,13 @@ t.test('real containerd: pull through hosts.toml, status, list, pin, fs info', a
   const after = (await ctr(['-a', ctd.socket, '-n', 'k8s.io', 'images', 'ls'])).stdout.split('\n').find((l) => l.split(/\s+/)[0] === toolRef) ?? '';
   t.match(after, /site\.example\/keep=yes/, 'a label that is not ours is left alone');
   t.notMatch(after, /io\.cri-containerd\.pinned/, 'ctr no longer shows our label on the released image');
+
+  // the agent skips waiting for pins to show on a containerd whose version says they never will
+  const version = await containerdVersion(ctd.socket);
+  t.match(execFileSync('containerd', ['--version'], { encoding: 'utf8' }), ` ${version.replace(/^v/, '')}`, `the version containerd's API answers (${version}) is the one its binary prints`);
+  const reported = (await client.listImages()).some((i) => i.pinned);
+  t.equal(containerdReportsPins(version), reported, `containerd ${version}: its CRI ${reported ? 'reports' : 'does not report'} the labelled images as pinned, as its version says`);
+  await t.rejects(containerdVersion(path.join(ctd.dir, 'no-such.sock'), 2000), { code: /RUNTIME_UNAVAILABLE|TIMEOUT/ }, 'version of no containerd: a runtime error');
 
   await t.rejects(pinContainerdImages([appRef], { address: path.join(ctd.dir, 'no-such.sock'), timeoutMs: 2000 }), { code: /RUNTIME_UNAVAILABLE|TIMEOUT/ }, 'no containerd on the socket: a runtime error, not a hang');
   await t.rejects(pinContainerdImages([appRef], { address: ctd.socket, namespace: 'other' }), { code: 'IMAGE_NOT_FOUND' }, 'another namespace holds none of the k8s.io images');

@@ -7,7 +7,7 @@ import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import {
-  CriImageClient, RuntimeError, containerdPinnedRefs, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  CriImageClient, RuntimeError, containerdPinnedRefs, containerdReportsPins, containerdVersion, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from '../config.js';
@@ -383,12 +383,17 @@ export class CrioTarget implements RuntimeTarget {
 
 export class ContainerdTarget implements RuntimeTarget {
   private client?: CriImageClient;
+  /** Whether this containerd's CRI reports pins, from its version (asked once, at the first pin). */
+  private reportsPins: boolean | undefined;
+  constructor(private readonly config: AgentConfig, private readonly log?: Logger) {}
+
   /**
    * The labels are in containerd's store when its images API answers; its CRI (1.7+) sees them through an
-   * event a moment later. 1.6 never reports pins, and 5 s of asking again was pure waiting.
+   * event a moment later. 1.6 never reports pins: asking again would be pure waiting.
    */
-  readonly pinSettleMs = 1_000;
-  constructor(private readonly config: AgentConfig) {}
+  get pinSettleMs(): number {
+    return this.reportsPins === false ? 0 : 1_000;
+  }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
     const hosts = [...new Set(m.images.map((i) => parseReference(i.repository).registry))].sort();
@@ -427,6 +432,11 @@ export class ContainerdTarget implements RuntimeTarget {
   async pin(refs: string[], released: string[]): Promise<void> {
     // containerd's CRI honours the pinned label from 1.7 (1.6 stores it).
     await setContainerdPins(refs, released, this.pinOptions);
+    if (this.reportsPins === undefined) {
+      const version = await containerdVersion(this.config.criSocket).catch(() => '');
+      this.reportsPins = containerdReportsPins(version);
+      if (this.reportsPins === false) this.log?.info('pin', `containerd ${version} does not report pins through the CRI (1.7 does): the pin labels are set, the check does not wait for them`, { version });
+    }
   }
 
   /** `keep` is labelled again where present: an image shared with a forgotten release stays pinned. */
@@ -452,5 +462,5 @@ export class ContainerdTarget implements RuntimeTarget {
 }
 
 export function runtimeTarget(config: AgentConfig, log?: Logger): RuntimeTarget {
-  return config.runtime === 'crio' ? new CrioTarget(config, log) : new ContainerdTarget(config);
+  return config.runtime === 'crio' ? new CrioTarget(config, log) : new ContainerdTarget(config, log);
 }

@@ -9,6 +9,7 @@ export { watchStalls } from './stall-watch.js';
 export { ContainerdImagesClient, type ContainerdImageRecord } from './containerd-images.js';
 export { pinContainerdImages, setContainerdPins, containerdPinnedRefs, CONTAINERD_PIN_LABEL, CONTAINERD_PIN_VALUE } from './containerd-pin.js';
 export { reloadRuntime } from './reload.js';
+export { containerdVersion, containerdReportsPins, CONTAINERD_VERSION_PROTO_PATH } from './containerd-version.js';
 
 export type { RuntimeErrorCode } from './errors.js';
 export type { MirroredRepository, RegistriesDropInSpec } from './registries.js';
