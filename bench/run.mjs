@@ -23,7 +23,10 @@
 // Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
 // BENCH_RUNS (samples per side, default 3), BENCH_ONLY (comma list of the rows above),
 // BENCH_RSS_X (the larger scale's factor, default 4; 0 skips it), BENCH_PROFILE (a directory:
-// CPU profiles of our runs), BENCH_OUT (results file, default bench/results/latest.json).
+// CPU profiles of our runs), BENCH_OUT (results file, default bench/results/latest.json), BENCH_APP
+// (default: the apps as `pnpm package` ships them, packaged first, ~1 min; dev: the workspace's dist/).
+// CPU columns count this process, its waited-for children and the servers a row names: for the
+// load rows the node's containerd, and the peer's docker-registry.
 // Needs root (containerd). Everything lives in one directory under /var/tmp, removed at the end.
 import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
@@ -35,7 +38,7 @@ import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats } from './lib/measure.mjs';
 import { peersRows } from './peers.mjs';
 import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
-import { AGENT, BUNDLE, cli, serve, serveStaging } from './lib/ours.mjs';
+import { AGENT, APP, BUNDLE, cli, serve, serveStaging } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
 import { table, writeResults } from './lib/report.mjs';
 import { SHAPES, releaseShape } from './lib/shape.mjs';
@@ -71,7 +74,7 @@ const addRow = (row) => {
 const meta = {
   date: new Date().toISOString(),
   commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim(),
-  scale: SCALE, shape: SHAPE.images, runs: RUNS, cores: os.cpus().length, loadavg: os.loadavg().map((l) => +l.toFixed(2)),
+  scale: SCALE, shape: SHAPE.images, runs: RUNS, app: APP, cores: os.cpus().length, loadavg: os.loadavg().map((l) => +l.toFixed(2)),
   note: 'a shared 2-core machine: other engineers\' builds run alongside, so absolute times are noisy; ratios come from alternating samples',
 };
 
@@ -196,9 +199,10 @@ async function main() {
         await addRow({ id: ids.serve16, step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs, from ${what}`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
       }
     };
-    const preloadRow = async (ours, peer) => {
+    const preloadRow = async (ours, peer, servers) => {
       const refs = env.rel.payload.map((p) => p.ref);
       const r = await alternate(RUNS, {
+        servers: (side, node) => [node.ctd.pid, servers[side]],
         prepare: async (side) => {
           const node = await startNode(env.dir, env.pub);
           await (side === 'ours' ? mirrorToBundle(node.ctd.certsDir, UPSTREAM_HOST, ours) : mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, peer));
@@ -214,7 +218,7 @@ async function main() {
     if (['serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r))) {
       await withServers(env, () => serveStaging(staged), async (ours, peer, servers) => {
         await clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' }, 'the agent load\'s registry (StagingStore over its verified staging, trusted)', servers);
-        if (ONLY.has('preload')) await preloadRow(ours, peer);
+        if (ONLY.has('preload')) await preloadRow(ours, peer, servers);
       });
     }
     if (['serve', 'serve16'].some((r) => ONLY.has(r))) {
@@ -261,6 +265,8 @@ async function loadRow(env, file) {
       return node;
     },
     cleanup: (node) => node.stop(),
+    // the whole machine's work: containerd's on both sides, docker-registry's for the peer
+    servers: (side, node) => (side === 'ours' ? [node.ctd.pid] : [node.ctd.pid, env.reg.pid]),
     ours: (node) => cli(AGENT, ['load', file, '--config', node.config]),
     peer: async (node) => {
       cat.push(await seconds(() => shell(`cat '${file}' > /dev/null`)));
@@ -290,6 +296,7 @@ async function loadOrderRow(env, file, pullFile) {
   const r = await alternate(RUNS, {
     prepare: () => startNode(env.dir, env.pub),
     cleanup: (node) => node.stop(),
+    servers: (_side, node) => [node.ctd.pid],
     ours: (node) => cli(AGENT, ['load', pullFile, '--config', node.config]),
     peer: (node) => cli(AGENT, ['load', file, '--config', node.config]),
   });

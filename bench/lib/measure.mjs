@@ -65,9 +65,9 @@ function procTimes(pid) {
  * skopeo, tar, zstd), plus a long-running `server`'s own (never waited for, so never in
  * cutime): on a shared machine CPU time is steadier than wall time.
  */
-function cpuSeconds(server) {
+function cpuSeconds(servers) {
   const own = process.cpuUsage();
-  return (own.user + own.system) / 1e6 + procTimes('self').children + (server ? procTimes(server).own : 0);
+  return (own.user + own.system) / 1e6 + procTimes('self').children + servers.reduce((sum, pid) => sum + procTimes(pid).own, 0);
 }
 
 /**
@@ -77,10 +77,11 @@ function cpuSeconds(server) {
  * @param {number} runs
  * @param {{ ours: (c: C, i: number) => Promise<unknown>, peer: (c: C, i: number) => Promise<unknown>,
  *   prepare?: (side: 'ours'|'peer', i: number) => Promise<C>, cleanup?: (c: C) => Promise<void>,
- *   servers?: { ours?: number, peer?: number } }} sides
+ *   servers?: { ours?: number, peer?: number } | ((side: 'ours'|'peer', c: C) => number[]) }} sides
  * @returns {Promise<{ ours: Stats, peer: Stats, ratios: Stats, cpu: { ours: Stats, peer: Stats } }>}
  *   cpu: CPU seconds of each sample, this process and its waited-for children, plus the
- *   long-running server of that side when `sides.servers` names its pid (the serve rows)
+ *   long-running servers of that side that `sides.servers` names (the serve rows: the server;
+ *   the load rows: the node's containerd, and the peer's docker-registry)
  */
 export async function alternate(runs, sides) {
   const ours = [];
@@ -90,10 +91,10 @@ export async function alternate(runs, sides) {
     for (const side of /** @type {const} */ (['ours', 'peer'])) {
       const c = sides.prepare ? await sides.prepare(side, i) : /** @type {C} */ (undefined);
       try {
-        const server = sides.servers?.[side];
-        const cpu0 = cpuSeconds(server);
+        const servers = typeof sides.servers === 'function' ? sides.servers(side, c) : [sides.servers?.[side]].filter((p) => p !== undefined);
+        const cpu0 = cpuSeconds(servers);
         (side === 'ours' ? ours : peer).push(await seconds(() => sides[side](c, i)));
-        cpu[side].push(cpuSeconds(server) - cpu0);
+        cpu[side].push(cpuSeconds(servers) - cpu0);
       } finally {
         await sides.cleanup?.(c);
       }

@@ -1,11 +1,43 @@
-// Our side of each comparison: the built CLIs, run as a user runs them (a new process each).
-import { spawn } from 'node:child_process';
+// Our side of each comparison: the CLIs as they ship, run as a user runs them (a new process each).
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { run } from './measure.mjs';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
-export const BUNDLE = path.join(ROOT, 'builder/bin/bundle.js');
-export const AGENT = path.join(ROOT, 'agent/bin/bundle-agent.js');
+
+/**
+ * The app a node or a factory runs: `pnpm package`'s esbuild bundle (one module graph, the
+ * Kubernetes client loaded only when used), not the workspace's dist/ of many small modules,
+ * which costs ~0.5 s more at each start, run by the artifact's own Node runtime. BENCH_APP=dev
+ * measures dist/ on this machine's Node (quick, no packaging).
+ */
+function shippedApps() {
+  const out = mkdtempSync(path.join(os.tmpdir(), 'ob-bench-app-'));
+  process.once('exit', () => rmSync(out, { recursive: true, force: true }));
+  const arch = process.arch === 'arm64' ? 'arm64' : 'amd64';
+  for (const only of ['agent', 'builder']) {
+    execFileSync(process.execPath, [path.join(ROOT, 'scripts/package.mjs'), '--only', only, '--arch', arch, '--no-oci', '--out', out], { stdio: ['ignore', 'ignore', 'inherit'] });
+  }
+  const app = (name, dir) => {
+    const top = `${name}-${JSON.parse(readFileSync(path.join(ROOT, dir, 'package.json'), 'utf8')).version}-linux-${arch}`;
+    execFileSync('tar', ['-xzf', path.join(out, `${top}.tar.gz`), '-C', out]);
+    const script = path.join(out, top, 'lib', name, 'app', 'cli.mjs');
+    runtimes.set(script, path.join(out, top, 'lib', name, 'node'));
+    return script;
+  };
+  return { BUNDLE: app('bundle', 'builder'), AGENT: app('bundle-agent', 'agent') };
+}
+
+/** The Node runtime each app runs on: its artifact's own, else this one. */
+const runtimes = new Map();
+const nodeFor = (script) => runtimes.get(script) ?? process.execPath;
+
+export const APP = process.env.BENCH_APP === 'dev' ? 'dev' : 'shipped';
+const apps = APP === 'dev' ? { BUNDLE: path.join(ROOT, 'builder/bin/bundle.js'), AGENT: path.join(ROOT, 'agent/bin/bundle-agent.js') } : shippedApps();
+export const BUNDLE = apps.BUNDLE;
+export const AGENT = apps.AGENT;
 
 /** BENCH_PROFILE=DIR: every run of ours writes a V8 CPU profile there (`node --cpu-prof`). */
 const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(process.env.BENCH_PROFILE)] : [];
@@ -16,7 +48,7 @@ const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', pat
  * @param {string[]} args
  * @param {string} [rssFile]
  */
-export const cli = (bin, args, rssFile) => run(process.execPath, [...profile, bin, ...args], rssFile ? { rssFile } : {});
+export const cli = (bin, args, rssFile) => run(nodeFor(bin), [...profile, bin, ...args], rssFile ? { rssFile } : {});
 
 /**
  * `bundle-agent serve PATH` on a random loopback port.
@@ -37,7 +69,7 @@ const STAGING_SERVER = path.join(ROOT, 'bench/lib/staging-server.mjs');
 
 /** Starts `node ARGS` and waits for the {"address"} line it prints once listening. */
 async function listening(args, what) {
-  const child = spawn(process.execPath, [...profile, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(nodeFor(args[0]), [...profile, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr.on('data', (d) => { err = (err + d).slice(-2000); });
   const exited = new Promise((resolve) => child.once('close', resolve));

@@ -28,7 +28,7 @@ t.test('the release shape shares base layers the way a payload does and adds up 
 t.test('a tiny run measures build, size, stage and random access against their peers', { timeout: 60_000 }, async (t) => {
   const dir = await tmpdir(t, 'ob-bench-smoke-');
   const out = path.join(dir, 'results.json');
-  const env = { ...process.env, BENCH_SHAPE: '8', BENCH_SCALE: '0.02', BENCH_RUNS: '1', BENCH_RSS_X: '0', BENCH_ONLY: 'build,stage,random', BENCH_OUT: out };
+  const env = { ...process.env, BENCH_SHAPE: '8', BENCH_SCALE: '0.02', BENCH_RUNS: '1', BENCH_RSS_X: '0', BENCH_ONLY: 'build,stage,random', BENCH_OUT: out, BENCH_APP: 'dev' };
   const { stdout } = await promisify(execFile)(process.execPath, [path.join(ROOT, 'bench/run.mjs')], { env, maxBuffer: 1 << 20 });
   t.match(stdout, /\| step \| ours \| peer \| ratio/, 'prints the table');
   const { meta, rows } = JSON.parse(await readFile(out, 'utf8'));
