@@ -23,7 +23,7 @@
 // process left (owner no longer alive).
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { pidExists } from '@offline-bundle/host';
 
@@ -272,12 +272,27 @@ function destroyMachine(machine: string, nspawnPid?: number): void {
   rmSync(dir, { recursive: true, force: true });
 }
 
+/**
+ * The pid that owns a machine directory; undefined while another test file is making or
+ * removing it (no owner file yet or any more) unless it has been so for 10 minutes.
+ */
+function ownerOf(machine: string): number | undefined {
+  const dir = join(NODES, machine);
+  try {
+    return Number(readFileSync(join(dir, 'owner'), 'utf8').trim()) || 0;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    const since = (() => { try { return Date.now() - statSync(dir).mtimeMs; } catch { return 0; } })();
+    return since > 10 * 60_000 ? 0 : undefined;
+  }
+}
+
 /** Cleans up nodes whose test process is gone (killed by a timeout before its teardown ran). */
 function reapStale(): void {
   if (!existsSync(NODES)) return;
   for (const machine of readdirSync(NODES)) {
-    const owner = Number(readFileSync(join(NODES, machine, 'owner'), 'utf8').trim() || 0) || 0;
-    if (owner && pidExists(owner)) continue;
+    const owner = ownerOf(machine);
+    if (owner === undefined || (owner && pidExists(owner))) continue;
     destroyMachine(machine);
   }
 }
@@ -308,7 +323,9 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   const dir = join(NODES, machine);
   const p = (...s: string[]) => join(dir, ...s);
   for (const d of ['upper', 'work', 'merged', 'storage', 'sticks']) mkdirSync(p(d), { recursive: true });
-  writeFileSync(p('owner'), `${process.pid}\n`);
+  // written whole before it is seen: another test file's reapStale reads it
+  writeFileSync(p('owner.tmp'), `${process.pid}\n`);
+  renameSync(p('owner.tmp'), p('owner'));
   let nspawn: ChildProcess | undefined;
   let stopped = false;
   const stop = async () => {
