@@ -10,7 +10,7 @@ const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../.
 /**
  * The app a node or a factory runs: `pnpm package`'s esbuild bundle (one module graph, the
  * Kubernetes client loaded only when used), not the workspace's dist/ of many small modules,
- * which costs ~0.5 s more at each start, run by the artifact's own Node runtime. BENCH_APP=dev
+ * which costs ~0.3 s more at each start (0.73 against 0.40 s for `--version`, idle), run by the artifact's own Node runtime. BENCH_APP=dev
  * measures dist/ on this machine's Node (quick, no packaging).
  */
 function shippedApps() {
