@@ -38,7 +38,7 @@ import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats } from './lib/measure.mjs';
 import { peersRows } from './peers.mjs';
 import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
-import { AGENT, APP, BUNDLE, cli, serve, serveStaging } from './lib/ours.mjs';
+import { AGENT, APP, BUNDLE, cli, serve, serveStaging, useShippedApps } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
 import { table, writeResults } from './lib/report.mjs';
 import { SHAPES, releaseShape } from './lib/shape.mjs';
@@ -74,9 +74,13 @@ const addRow = (row) => {
 const meta = {
   date: new Date().toISOString(),
   commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim(),
-  scale: SCALE, shape: SHAPE.images, runs: RUNS, app: APP, cores: os.cpus().length, loadavg: os.loadavg().map((l) => +l.toFixed(2)),
+  scale: SCALE, shape: SHAPE.images, runs: RUNS, cores: os.cpus().length, loadavg: os.loadavg().map((l) => +l.toFixed(2)),
   note: 'a shared 2-core machine: other engineers\' builds run alongside, so absolute times are noisy; ratios come from alternating samples',
 };
+
+useShippedApps();
+// the staging-server rows (serve-staging, serve16-staging, pre-load) run dist/ whatever this says
+meta.app = APP;
 
 /** Generates the release at `scale` into a new registry and returns what every row needs. */
 async function setUp(scale, dir) {

@@ -18,7 +18,7 @@ export { readBundleRecords, readForgotten, addForgotten } from './releases/bundl
 export { watchCrioPins } from './runtime/crio-pins-watch.js';
 export { StagingStore } from './load/staging-store.js';
 export { loadImages } from './load/load-images.js';
-export { checkMirrorUsed, checkPins, imagesPresent } from './runtime/runtime-checks.js';
+export { checkMirrorUsed, checkPins, checkPinsSettled, imagesPresent } from './runtime/runtime-checks.js';
 export { adoptRunningRelease, rememberClusterRelease, rememberedClusterRelease, CLUSTER_RELEASE_FILE } from './releases/running-release.js';
 export { createLogger } from './log.js';
 export { ApiPeerDirectory, DIRECTORY_REQUEST_MS, selectPeers, type ApiPeerDirectoryOptions, type ServingClaim } from './peers/directory.js';

@@ -67,7 +67,7 @@ function procTimes(pid) {
  */
 function cpuSeconds(servers) {
   const own = process.cpuUsage();
-  return (own.user + own.system) / 1e6 + procTimes('self').children + servers.reduce((sum, pid) => sum + procTimes(pid).own, 0);
+  return (own.user + own.system) / 1e6 + procTimes('self').children + servers.reduce((sum, pid) => { const t = procTimes(pid); return sum + t.own + t.children; }, 0);
 }
 
 /**

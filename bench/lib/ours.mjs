@@ -11,7 +11,8 @@ const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../.
  * The app a node or a factory runs: `pnpm package`'s esbuild bundle (one module graph, the
  * Kubernetes client loaded only when used), not the workspace's dist/ of many small modules,
  * which costs ~0.3 s more at each start (0.73 against 0.40 s for `--version`, idle), run by the artifact's own Node runtime. BENCH_APP=dev
- * measures dist/ on this machine's Node (quick, no packaging).
+ * measures dist/ on this machine's Node (quick, no packaging). Only bench/run.mjs switches to them
+ * (useShippedApps); the other scripts run dist/.
  */
 function shippedApps() {
   const out = mkdtempSync(path.join(os.tmpdir(), 'ob-bench-app-'));
@@ -34,10 +35,17 @@ function shippedApps() {
 const runtimes = new Map();
 const nodeFor = (script) => runtimes.get(script) ?? process.execPath;
 
-export const APP = process.env.BENCH_APP === 'dev' ? 'dev' : 'shipped';
-const apps = APP === 'dev' ? { BUNDLE: path.join(ROOT, 'builder/bin/bundle.js'), AGENT: path.join(ROOT, 'agent/bin/bundle-agent.js') } : shippedApps();
-export const BUNDLE = apps.BUNDLE;
-export const AGENT = apps.AGENT;
+// live bindings: useShippedApps changes what every importer sees
+export let APP = 'dev';
+export let BUNDLE = path.join(ROOT, 'builder/bin/bundle.js');
+export let AGENT = path.join(ROOT, 'agent/bin/bundle-agent.js');
+
+/** Our side becomes the shipped apps (packaged now, ~1 min) unless BENCH_APP=dev. */
+export function useShippedApps() {
+  if (process.env.BENCH_APP === 'dev' || APP === 'shipped') return;
+  ({ BUNDLE, AGENT } = shippedApps());
+  APP = 'shipped';
+}
 
 /** BENCH_PROFILE=DIR: every run of ours writes a V8 CPU profile there (`node --cpu-prof`). */
 const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(process.env.BENCH_PROFILE)] : [];

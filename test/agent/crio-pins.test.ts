@@ -5,7 +5,7 @@ import t from 'tap';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
-import { AgentError, CrioTarget, adoptRunningRelease, checkMirrorUsed, checkPins, createLogger, parseConfig, watchCrioPins, type ImageInspector } from '@offline-bundle/agent';
+import { AgentError, CrioTarget, adoptRunningRelease, checkMirrorUsed, checkPins, checkPinsSettled, createLogger, parseConfig, watchCrioPins, type ImageInspector } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const parseToml = (createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse: (s: string) => Record<string, any> }).parse;
@@ -128,6 +128,25 @@ t.test('checkPins', async (t) => {
   t.test('a released image still pinned is reported (UnpinPending)', async (t) => {
     const r = await checkPins(inspector([{ id: '1', names: [A], pinned: true }, { id: '2', names: [B], pinned: true }]), { mustPin: [A], kept: [], released: [B] });
     t.same(r.stillPinned, [B]);
+  });
+});
+
+t.test('checkPinsSettled: "never reports pins" (a containerd before 1.6.22 by its version) stops asking only while no pin shows at all', async (t) => {
+  t.test('no pin at all: one ListImages, not verifiable (no 1 s of asking again)', async (t) => {
+    const images = [{ id: '1', names: [A], pinned: false }];
+    let lists = 0;
+    const base = inspector(images);
+    const r = await checkPinsSettled({ ...base, listImages: () => { lists++; return base.listImages(); } }, { mustPin: [A], kept: [], released: [] }, quiet, 1000, 0);
+    t.same(r, { verifiable: false, stillPinned: [] });
+    t.equal(lists, 1, 'asked once');
+  });
+  t.test('another image pinned, ours a moment later: waited for, not PinFailed, whatever the version said', async (t) => {
+    const images = [{ id: 'm', names: [M1], pinned: true }, { id: '1', names: [A], pinned: false }];
+    let lists = 0;
+    const base = inspector(images);
+    const r = await checkPinsSettled({ ...base, listImages: () => { if (++lists === 2) images[1]!.pinned = true; return base.listImages(); } }, { mustPin: [A], kept: [], released: [] }, quiet, 1000, 0);
+    t.same(r, { verifiable: true, stillPinned: [] });
+    t.equal(lists, 2);
   });
 });
 

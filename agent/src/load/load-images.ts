@@ -99,11 +99,11 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);
     const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
-    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs) : undefined;
+    const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs, runtime.noPinsSettleMs) : undefined;
     if (report?.verifiable) {
       tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} image names pinned${still}, as the runtime reports`);
     } else {
-      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} image names asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7): they may be garbage-collected`);
+      tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} image names asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22): they may be garbage-collected`);
     }
     if (report?.stillPinned.length) {
       tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);

@@ -23,7 +23,7 @@ export function releasesTable(view: ReleasesView): string {
     r.source === 'node' ? 'found on the node' : r.loadedAt,
   ]);
   const running = view.running ? `Running: ${view.running}.` : 'Running release unknown (no version.current, none seen running yet).';
-  const unknown = view.releases.some((r) => r.pinned === 'unknown') ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.7).' : '';
+  const unknown = view.releases.some((r) => r.pinned === 'unknown') ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22).' : '';
   return textTable(['VERSION', 'ARCH', 'STATE', 'IMAGES', 'PINNED', 'KEPT LAYOUT', 'LOADED'], rows)
     + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}`) + '\n' + forgottenText(view);
 }

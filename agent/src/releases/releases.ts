@@ -31,7 +31,7 @@ export interface ReleaseRow {
   /**
    * The same truth as the load's Pinned condition. yes: the runtime reports every image pinned;
    * no: not all are pinned (or asked to be); unknown: the agent asked for the pins but this
-   * runtime does not report pins (CRI-O before 1.28, containerd before 1.7: PinningUnverifiable).
+   * runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22: PinningUnverifiable).
    */
   pinned: PinState;
   /** The verified layout kept on disk (staging.keep), to restore vanished images with no stick. */

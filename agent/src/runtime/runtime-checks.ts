@@ -42,7 +42,7 @@ export function checkMirrorUsed(m: BundleManifest, present: Set<string>, served:
 }
 
 export interface PinReport {
-  /** False when the runtime reports no pins at all (CRI-O before 1.28, containerd before 1.7). */
+  /** False when the runtime reports no pins at all (CRI-O before 1.28, containerd before 1.6.22). */
   verifiable: boolean;
   /** Released images the runtime still reports pinned. */
   stillPinned: string[];
@@ -90,20 +90,23 @@ export async function checkPins(inspector: ImageInspector, sets: { mustPin: stri
 /**
  * checkPins once the runtime has had time to apply the reload: `systemctl reload crio` (a
  * SIGHUP) returns before CRI-O has re-read its files, so an answer short of "all pinned" is
- * asked again for up to `settleMs` (5 s) before it counts.
+ * asked again for up to `settleMs` (5 s) before it counts; an answer with no pin at all, for
+ * up to `noPinsSettleMs` (a runtime whose version says it never reports pins: 0). A runtime
+ * that shows any pin gets the whole `settleMs`, whatever its version said.
  */
-export async function checkPinsSettled(inspector: ImageInspector, sets: { mustPin: string[]; kept: string[]; released: string[] }, log?: Logger, settleMs = 5_000): Promise<PinReport> {
-  const deadline = Date.now() + settleMs;
+export async function checkPinsSettled(inspector: ImageInspector, sets: { mustPin: string[]; kept: string[]; released: string[] }, log?: Logger, settleMs = 5_000, noPinsSettleMs = settleMs): Promise<PinReport> {
+  const start = Date.now();
+  const last = (ms: number) => Date.now() + 250 >= start + ms;
   for (;;) {
     let report: PinReport | undefined;
     let failure: unknown;
     try {
-      report = await checkPins(inspector, sets, Date.now() + 250 >= deadline ? log : undefined);
+      report = await checkPins(inspector, sets, last(Math.min(settleMs, noPinsSettleMs)) ? log : undefined);
     } catch (err) {
       failure = err;
     }
     if (report?.verifiable && report.stillPinned.length === 0) return report;
-    if (Date.now() + 250 >= deadline) {
+    if (last(report && !report.verifiable ? noPinsSettleMs : settleMs)) {
       if (failure) throw failure;
       return report!;
     }

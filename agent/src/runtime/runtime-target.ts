@@ -70,9 +70,14 @@ export interface RuntimeTarget {
   cleanup(): Promise<void>;
   /**
    * How long pins may take to show through the CRI after `pin` returns (default 5 s, CRI-O's
-   * reload). Also how long a runtime that reports no pins at all is asked again.
+   * reload).
    */
   readonly pinSettleMs?: number;
+  /**
+   * How long a runtime that reports no pins at all is asked again (default pinSettleMs): 0 where
+   * its version says it never will. Read after `pin`.
+   */
+  readonly noPinsSettleMs?: number;
   close(): Promise<void>;
 }
 
@@ -388,11 +393,14 @@ export class ContainerdTarget implements RuntimeTarget {
   constructor(private readonly config: AgentConfig, private readonly log?: Logger) {}
 
   /**
-   * The labels are in containerd's store when its images API answers; its CRI (1.7+) sees them through an
-   * event a moment later. 1.6 never reports pins: asking again would be pure waiting.
+   * The labels are in containerd's store when its images API answers; its CRI (1.6.22+) sees them through
+   * an event a moment later.
    */
-  get pinSettleMs(): number {
-    return this.reportsPins === false ? 0 : 1_000;
+  readonly pinSettleMs = 1_000;
+
+  /** A containerd whose version never reports pins (before 1.6.22): asking again would be pure waiting. */
+  get noPinsSettleMs(): number {
+    return this.reportsPins === false ? 0 : this.pinSettleMs;
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
@@ -430,12 +438,15 @@ export class ContainerdTarget implements RuntimeTarget {
   }
 
   async pin(refs: string[], released: string[]): Promise<void> {
-    // containerd's CRI honours the pinned label from 1.7 (1.6 stores it).
+    // containerd's CRI honours the pinned label from 1.6.22 (before, it stores it).
     await setContainerdPins(refs, released, this.pinOptions);
     if (this.reportsPins === undefined) {
-      const version = await containerdVersion(this.config.criSocket).catch(() => '');
+      const version = await containerdVersion(this.config.criSocket).catch((err: unknown) => {
+        this.log?.warn('pin', `cannot read containerd's version (${oneLine(err)}): the pin check waits as for one that reports pins`);
+        return '';
+      });
       this.reportsPins = containerdReportsPins(version);
-      if (this.reportsPins === false) this.log?.info('pin', `containerd ${version} does not report pins through the CRI (1.7 does): the pin labels are set, the check does not wait for them`, { version });
+      if (this.reportsPins === false) this.log?.info('pin', `containerd ${version} does not report pins through the CRI (1.6.22 and later do): the pin labels are set, the check does not wait for them`, { version });
     }
   }
 

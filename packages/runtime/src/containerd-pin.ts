@@ -1,6 +1,6 @@
-// containerd's CRI pin: the image label io.cri-containerd.pinned=pinned. containerd 1.7+
-// reports such images as pinned (kubelet then never garbage-collects them); 1.6 stores the
-// label but reports pinned: false.
+// containerd's CRI pin: the image label io.cri-containerd.pinned=pinned. containerd 1.6.22+
+// reports such images as pinned (kubelet then never garbage-collects them); earlier versions
+// store the label but report pinned: false.
 import { ContainerdImagesClient } from './containerd-images.js';
 import { RuntimeError } from './errors.js';
 import { assertImageRef } from './validate.js';

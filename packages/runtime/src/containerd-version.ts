@@ -1,5 +1,6 @@
 // Which containerd answers on a socket, for what its CRI can report: the pinned label is
-// honoured (and reported) from 1.7; 1.6 stores it and reports every image unpinned.
+// honoured (and reported) from 1.6.22 (backported from 1.7, fixed further in 1.6.26); before,
+// containerd stores it and reports every image unpinned.
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -23,7 +24,7 @@ function versionCtor(): VersionCtor {
 }
 
 /** containerd's own version string ("v1.7.13", "1.6.20~ds1" as Debian builds it). */
-export async function containerdVersion(address: string, timeoutMs = 10_000): Promise<string> {
+export async function containerdVersion(address: string, timeoutMs = 2_000): Promise<string> {
   const stub = new (versionCtor())(grpcTarget(address), grpc.credentials.createInsecure(), { 'grpc.enable_retries': 0 });
   try {
     return await new Promise<string>((resolve, reject) => {
@@ -38,10 +39,10 @@ export async function containerdVersion(address: string, timeoutMs = 10_000): Pr
   }
 }
 
-/** Whether this containerd's CRI reports pins (1.7 and later); undefined for a version it cannot read. */
+/** Whether this containerd's CRI may report pins (1.6.22 and later); undefined for a version it cannot read. */
 export function containerdReportsPins(version: string): boolean | undefined {
-  const m = /^v?(\d+)\.(\d+)\./.exec(version.trim());
+  const m = /^v?(\d+)\.(\d+)\.(\d+)/.exec(version.trim());
   if (!m) return undefined;
-  const [major, minor] = [Number(m[1]), Number(m[2])];
-  return major > 1 || (major === 1 && minor >= 7);
+  const [major, minor, patch] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  return major > 1 || (major === 1 && (minor > 6 || (minor === 6 && patch >= 22)));
 }
