@@ -74,6 +74,7 @@ t.test('artifacts: sizes and layout', async (t) => {
   const list = execFileSync('tar', ['-tzf', agentTgz], { encoding: 'utf8', maxBuffer: 1 << 24 }).split('\n');
   const top = `bundle-agent-${VERSION}-linux-amd64/`;
   for (const p of ['bin/bundle-agent', 'lib/bundle-agent/node', 'lib/bundle-agent/app/cli.mjs', 'lib/bundle-agent/proto/cri-image.proto',
+    'lib/bundle-agent/proto/containerd-images.proto', 'lib/bundle-agent/proto/containerd-version.proto',
     'lib/bundle-agent/node_modules/zstd-napi/binding.node', 'share/doc/bundle-agent/THIRD-PARTY-LICENSES', 'share/bundle-agent/bundle-agent.service', 'install.sh']) {
     t.ok(list.includes(top + p), `tarball has ${p}`);
   }
