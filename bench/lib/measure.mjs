@@ -62,8 +62,9 @@ function procTimes(pid) {
 
 /**
  * CPU seconds used so far by this process and the children it has waited for (the CLIs,
- * skopeo, tar, zstd), plus a long-running `server`'s own (never waited for, so never in
- * cutime): on a shared machine CPU time is steadier than wall time.
+ * skopeo, tar, zstd), plus each long-running server's in `servers` (never waited for, so never
+ * in our cutime), its own and its waited-for children's: on a shared machine CPU time is
+ * steadier than wall time.
  */
 function cpuSeconds(servers) {
   const own = process.cpuUsage();

@@ -9,10 +9,10 @@ const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../.
 
 /**
  * The app a node or a factory runs: `pnpm package`'s esbuild bundle (one module graph, the
- * Kubernetes client loaded only when used), not the workspace's dist/ of many small modules,
- * which costs ~0.3 s more at each start (0.73 against 0.40 s for `--version`, idle), run by the artifact's own Node runtime. BENCH_APP=dev
- * measures dist/ on this machine's Node (quick, no packaging). Only bench/run.mjs switches to them
- * (useShippedApps); the other scripts run dist/.
+ * Kubernetes client loaded only when used) on the artifact's own Node runtime, not the
+ * workspace's dist/ of many small modules, which costs ~0.3 s more at each start (0.73 against
+ * 0.40 s for `--version`, idle). BENCH_APP=dev measures dist/ on this machine's Node (quick, no
+ * packaging). Only bench/run.mjs switches to them (useShippedApps); the other scripts run dist/.
  */
 function shippedApps() {
   const out = mkdtempSync(path.join(os.tmpdir(), 'ob-bench-app-'));
