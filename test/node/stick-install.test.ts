@@ -30,7 +30,8 @@
 // - Ignition: the generator's files are written into the root before boot, and its units with
 //   `enabled: true` are enabled with `systemctl --root` (Ignition does it with a preset file).
 // - selfUpgrade.confirmMinutes is 1 instead of the shipped 10 (switch-guard.sh's floor is 60 s),
-//   the one edit to a rendered file.
+//   then 4 for the crash loop (the guard's count, not the window, must decide), the one edit to
+//   a rendered file.
 // - udev: does not run in a container (/sys is read-only), so the stick is attached where the
 //   shipped rule's systemd-mount puts it (/run/media/bundle-agent/<device>), read-only, with
 //   open_tree/move_mount into the running node.
@@ -108,7 +109,14 @@ else {
     t.match(journal, /bundle-agent-rollback-[0-9a-f]{12}\.service: Deactivated successfully/, "the agent's rollback timer fired on the node");
 
     // A newer agent that crashes at once: switch-guard.sh, as ExecStartPre, counts its starts
-    // and on the sixth puts the previous image back itself (before the 60 s timer).
+    // and on the sixth puts the previous image back itself, before the window's timer. Six
+    // starts 5 s apart (RestartSec) took over 60 s on a loaded CI machine, and the agent's own
+    // timer rolled back first (a rollback, but not the guard's): the window is 4 minutes for this
+    // phase, so the count decides.
+    await node.must(['sed', '-i', 's/^  confirmMinutes: 1$/  confirmMinutes: 4/', '/etc/bundle-agent/config.yaml']);
+    t.match(await node.must(['cat', '/etc/bundle-agent/config.yaml']), /^ {2}confirmMinutes: 4$/m, 'config.yaml: confirmMinutes 4 for the crash loop');
+    await node.must(['systemctl', 'restart', 'bundle-agent.service']);
+    await waitFor('the first agent runs with the longer window', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 120_000, diag);
     const crashLayout = join(dir, 'crashing-agent');
     const crashTag = unconfirmingAgentImage(agent.ociTar, crashLayout, '0.4.0', 'process.exit(1)');
     const out3 = join(dir, 'third');
@@ -124,7 +132,7 @@ else {
     const guardLine = await waitFor('switch-guard.sh rolls the crash loop back', async () => {
       const m = new RegExp(`switch-guard: the switch to ${crashDigest} was not confirmed \\(start (\\d+)[^\n]*`).exec(await node.journal('bundle-agent.service'));
       return m ? m[0] : undefined;
-    }, 180_000, diag);
+    }, 300_000, diag);
     t.match(guardLine, /\(start 6, /, `switch-guard.sh as ExecStartPre rolled back on the sixth start: "${guardLine}"`);
     await waitFor('the first agent runs again', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 120_000, diag);
     t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${agentDigest}$`, 'm'), 'rolled back by the guard: the first agent runs again');
