@@ -3,9 +3,8 @@
 // (a release has a hundred or more records, and each ctr start costs tens of milliseconds).
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
-import { criError, grpcTarget } from './cri-client.js';
 import { RuntimeError } from './errors.js';
+import { connect, lazyService, unaryCall, type UnaryMethod } from './grpc-service.js';
 
 export const CONTAINERD_IMAGES_PROTO_PATH = fileURLToPath(new URL('../proto/containerd-images.proto', import.meta.url));
 
@@ -17,21 +16,11 @@ export interface ContainerdImageRecord {
 }
 
 interface RawImage { name?: string; labels?: Record<string, string>; target?: { digest?: string } | null }
-type Callback<T> = (err: grpc.ServiceError | null, res?: T) => void;
 interface ImagesStub extends grpc.Client {
-  List(req: object, md: grpc.Metadata, opts: grpc.CallOptions, cb: Callback<{ images?: RawImage[] }>): grpc.ClientUnaryCall;
-  Update(req: object, md: grpc.Metadata, opts: grpc.CallOptions, cb: Callback<{ image?: RawImage }>): grpc.ClientUnaryCall;
+  List: UnaryMethod<{ images?: RawImage[] }>;
+  Update: UnaryMethod<{ image?: RawImage }>;
 }
-type ImagesCtor = new (address: string, creds: grpc.ChannelCredentials, options?: grpc.ClientOptions) => ImagesStub;
-
-let ctor: ImagesCtor | undefined;
-function imagesCtor(): ImagesCtor {
-  if (!ctor) {
-    const def = protoLoader.loadSync(CONTAINERD_IMAGES_PROTO_PATH, { keepCase: false, longs: String, defaults: true });
-    ctor = (grpc.loadPackageDefinition(def) as unknown as { containerd: { services: { images: { v1: { Images: ImagesCtor } } } } }).containerd.services.images.v1.Images;
-  }
-  return ctor;
-}
+const imagesService = lazyService<ImagesStub>(CONTAINERD_IMAGES_PROTO_PATH, ['containerd', 'services', 'images', 'v1', 'Images'], { longs: String });
 
 export interface ContainerdImagesOptions {
   /** containerd's namespace; CRI's is 'k8s.io'. */
@@ -49,21 +38,12 @@ export class ContainerdImagesClient {
     this.#timeoutMs = opts.callTimeoutMs ?? 30_000;
     // containerd scopes every metadata call by this header
     this.#md.set('containerd-namespace', opts.namespace ?? 'k8s.io');
-    this.#stub = new (imagesCtor())(grpcTarget(socketPath), grpc.credentials.createInsecure(), {
-      'grpc.max_receive_message_length': 64 * 1024 * 1024,
-      'grpc.enable_retries': 0,
-    });
+    this.#stub = connect(imagesService(), socketPath);
   }
 
   #call<T>(method: 'List' | 'Update', req: object, what: string): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const fn = this.#stub[method].bind(this.#stub) as (r: object, md: grpc.Metadata, o: grpc.CallOptions, cb: Callback<T>) => grpc.ClientUnaryCall;
-      fn(req, this.#md, { deadline: Date.now() + this.#timeoutMs }, (err, res) => {
-        if (!err) return resolve(res as T);
-        if (err.code === grpc.status.DEADLINE_EXCEEDED) reject(new RuntimeError('TIMEOUT', `${what}: containerd did not answer within ${Math.round(this.#timeoutMs / 1000)} s`, { cause: err }));
-        else reject(criError(err, what, 'PIN_FAILED'));
-      });
-    });
+    const fn = this.#stub[method].bind(this.#stub) as UnaryMethod<T>;
+    return unaryCall(fn, req, { what, timeoutMs: this.#timeoutMs, metadata: this.#md, fallback: 'PIN_FAILED' });
   }
 
   /** Every image record of the namespace. */
