@@ -2,7 +2,7 @@
 // reader can tell a live agent from a dead one whose pid another process may now hold.
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { emptyStatus, processIdentity, StatusFileWriter, writerLiveness, type StatusFile } from '@offline-bundle/status';
@@ -65,4 +65,55 @@ t.test('a writer that exited is stopped, and so is another process under its pid
   t.equal(await writerLiveness({ pid: process.pid, heartbeatAt: old, heartbeatSeconds: 30 }), 'stopped', 'no identity to compare: an old heartbeat means gone');
   t.equal(await writerLiveness({ pid: process.pid, heartbeatAt: fresh, heartbeatSeconds: 30 }), 'running', 'no identity to compare, fresh heartbeat: running');
   t.equal(await writerLiveness(undefined), 'unknown', 'a file from an agent that did not record its writer');
+});
+
+// A daemon adopts what a by-hand load wrote (StatusFileWriter's `adopt`). A load that writes
+// Ready and exits between the daemon's read of the file and its look at the load's pid must
+// not be taken for a load killed in its last in-flight phase (a CI run showed "stopped before
+// it finished" for a load that had ended Ready). The injected liveness check does what the
+// load did in that window: writes its last status, then is gone.
+t.test('a load that writes its last status and exits between the daemon\'s read and its pid check is adopted at its last status', async (t) => {
+  for (const when of ['found newer', 'adopted alive earlier'] as const) {
+    const dir = await tmpdir(t, 'ob-live-');
+    const file = path.join(dir, 'status.json');
+    const load = { pid: 2 ** 22 + 7, bootId: 'b', startTicks: '1', command: 'load' as const, heartbeatAt: new Date().toISOString(), heartbeatSeconds: 30 };
+    const loadWrites = async (phase: 'Pinning' | 'Ready') => {
+      await sleep(5); // a later millisecond than the daemon's last write
+      await writeFile(file, JSON.stringify({ ...emptyStatus('worker-1'), phase, updatedAt: new Date().toISOString(), writer: load }));
+    };
+    let dies = when === 'found newer';
+    let gone = false;
+    const adopted: { phase: string; gone: boolean }[] = [];
+    const w = new StatusFileWriter(file, {
+      command: 'run', heartbeatSeconds: 1,
+      liveness: async () => {
+        if (gone) return 'stopped';
+        if (!dies) return 'running';
+        await loadWrites('Ready');
+        gone = true;
+        return 'stopped';
+      },
+      // as the daemon's tracker does: the adopted status comes back through sink, stamped now
+      adopt: (s, writerGone) => {
+        adopted.push({ phase: s.phase, gone: writerGone });
+        w.sink({ ...s, updatedAt: new Date().toISOString() });
+      },
+    });
+    t.teardown(() => w.stop());
+    w.sink(emptyStatus('worker-1'));
+    await w.stop();
+    await loadWrites('Pinning');
+    w.start();
+    if (when === 'adopted alive earlier') {
+      for (let i = 0; i < 100 && adopted.length === 0; i++) await sleep(100);
+      t.same(adopted, [{ phase: 'Pinning', gone: false }], `${when}: the load's phase adopted while it runs`);
+      dies = true;
+    }
+    for (let i = 0; i < 100 && !gone; i++) await sleep(100);
+    for (let i = 0; i < 100 && adopted.at(-1)?.gone !== true; i++) await sleep(100);
+    await w.stop();
+    t.same(adopted.at(-1), { phase: 'Ready', gone: true }, `${when}: its last word is adopted (Ready), not the Pinning it wrote before`);
+    t.equal((await read(file)).phase, 'Ready', `${when}: the file says Ready, written by the daemon`);
+    t.equal((await read(file)).writer?.pid, process.pid, `${when}: and stamped by it`);
+  }
 });

@@ -1,5 +1,5 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
+  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusAndWriter, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import { dirname } from 'node:path';
 import type { AgentConfig } from '../config.js';
@@ -25,11 +25,11 @@ const UNPIN_RETRY_MS = 60_000;
 
 /** The status this process starts from: what the last one said, or why it stopped. */
 export async function statusTracker(config: AgentConfig): Promise<StatusTracker> {
-  const previous = await readStatusFile(config.paths.statusFile).catch(() => undefined);
+  const { file: previous, liveness } = await readStatusAndWriter(config.paths.statusFile);
   const initial = emptyStatus(config.nodeName);
   if (previous?.history) initial.history = previous.history;
   // a `bundle-agent load` still at work: its state is current, not interrupted
-  const othersLoad = previous?.writer && previous.writer.pid !== process.pid && (await writerLiveness(previous.writer)) === 'running';
+  const othersLoad = liveness === 'running';
   // After a restart the node says what it said before: a technician who saw "Done" must not
   // see "Waiting" (or, worse, "Copying") for a bundle that is loaded.
   if (previous && (previous.phase === 'Ready' || previous.phase === 'Failed' || othersLoad)) {

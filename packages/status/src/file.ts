@@ -4,7 +4,7 @@ import { OciError } from '@offline-bundle/oci';
 import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { dirname } from 'node:path';
 import { CONDITION_STATUSES, HISTORY_STATES, PHASES, type NodeStatus } from './model.js';
-import { processIdentity, writerLiveness, type ProcessIdentity } from './liveness.js';
+import { processIdentity, writerLiveness, type Liveness, type ProcessIdentity } from './liveness.js';
 
 export interface StatusWriter extends ProcessIdentity {
   pid: number;
@@ -95,11 +95,30 @@ export interface StatusFileWriterOptions {
    * alive dies before writing again.
    */
   adopt?: (s: NodeStatus, writerGone: boolean) => void;
+  /** How another writer's liveness is told (default writerLiveness). */
+  liveness?: (w: StatusWriter, now: Date) => Promise<Liveness>;
   /**
    * A `bundle-agent load` next to a running daemon: its last write names the daemon as the
    * writer again, so `status` does not call the node's agent dead once the load has exited.
    */
   handBack?: boolean;
+}
+
+/**
+ * The status file (undefined when unreadable) and the liveness of its writer (undefined: none,
+ * or this process). A writer found dead may have written its last status between the read and
+ * the check (a load that ends Ready and exits at that moment): the file is then read once more,
+ * or the in-flight phase it wrote before would be taken for a load that was killed.
+ */
+export async function readStatusAndWriter(path: string, liveness: (w: StatusWriter, now: Date) => Promise<Liveness> = writerLiveness, clock = () => new Date()): Promise<{ file?: StatusFile; liveness?: Liveness }> {
+  const read = () => readStatusFile(path).catch(() => undefined);
+  const livenessOf = async (w: StatusWriter | undefined) => (w && w.pid !== process.pid ? liveness(w, clock()) : undefined);
+  const file = await read();
+  const first = await livenessOf(file?.writer);
+  if (first !== 'stopped') return { file, liveness: first };
+  const again = await read();
+  if (!again || JSON.stringify(again) === JSON.stringify(file)) return { file, liveness: first };
+  return { file: again, liveness: await livenessOf(again.writer) };
 }
 
 /**
@@ -152,6 +171,24 @@ export class StatusFileWriter {
     return w && w.command === 'run' && w.pid !== process.pid && (await writerLiveness(w, this.clock())) === 'running' ? w : undefined;
   }
 
+  private liveness(w: StatusWriter): Promise<Liveness> {
+    return (this.opts.liveness ?? writerLiveness)(w, this.clock());
+  }
+
+  /**
+   * Hands the status file to `adopt` when another process wrote it after our last status
+   * (a load, which may also have handed it back to us); whether it did.
+   */
+  private async adoptNewer(adopt: NonNullable<StatusFileWriterOptions['adopt']>): Promise<boolean> {
+    const { file, liveness } = await readStatusAndWriter(this.path, this.opts.liveness ?? writerLiveness, this.clock);
+    if (!file || !(Date.parse(file.updatedAt) > Date.parse(this.last!.updatedAt))) return false;
+    const { writer, ...status } = file;
+    this.foreign = liveness === 'running' || liveness === 'unresponsive' ? writer : undefined;
+    // the adopter's tracker hands the status back through sink(): that write stamps us
+    adopt(status, liveness === 'stopped');
+    return true;
+  }
+
   private enqueue(heartbeat = false): void {
     this.chain = this.chain.then(() => this.writeNow(heartbeat)).catch((err) => this.opts.onError?.(err));
   }
@@ -159,20 +196,11 @@ export class StatusFileWriter {
   private async writeNow(heartbeat: boolean): Promise<void> {
     if (!this.last) return;
     if (heartbeat && this.opts.adopt) {
-      const onDisk = await readStatusFile(this.path).catch(() => undefined);
-      // newer than ours: another process wrote it (a load, which may also have handed it back to us)
-      if (onDisk && Date.parse(onDisk.updatedAt) > Date.parse(this.last.updatedAt)) {
-        const { writer, ...status } = onDisk;
-        const other = writer && writer.pid !== process.pid ? writer : undefined;
-        const liveness = other ? await writerLiveness(other, this.clock()) : undefined;
-        this.foreign = liveness === 'running' || liveness === 'unresponsive' ? other : undefined;
-        // the adopter's tracker hands the status back through sink(): that write stamps us
-        this.opts.adopt(status, liveness === 'stopped');
-        return;
-      }
-      if (this.foreign && (await writerLiveness(this.foreign, this.clock())) === 'stopped') {
+      if (await this.adoptNewer(this.opts.adopt)) return;
+      if (this.foreign && (await this.liveness(this.foreign)) === 'stopped') {
         this.foreign = undefined;
-        this.opts.adopt(this.last, true);
+        // its last write may have landed after the read above: that one is its last word
+        if (!(await this.adoptNewer(this.opts.adopt))) this.opts.adopt(this.last, true);
         return;
       }
     }
