@@ -43,7 +43,7 @@ export class ContainerdImagesClient {
 
   #call<T>(method: 'List' | 'Update', req: object, what: string): Promise<T> {
     const fn = this.#stub[method].bind(this.#stub) as UnaryMethod<T>;
-    return unaryCall(fn, req, { what, timeoutMs: this.#timeoutMs, metadata: this.#md, fallback: 'PIN_FAILED' });
+    return unaryCall(fn, req, { what, timeoutMs: this.#timeoutMs, metadata: this.#md, who: 'containerd', fallback: 'PIN_FAILED' });
   }
 
   /** Every image record of the namespace. */

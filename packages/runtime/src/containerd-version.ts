@@ -16,7 +16,7 @@ const versionService = lazyService<VersionStub>(CONTAINERD_VERSION_PROTO_PATH, [
 export async function containerdVersion(address: string, timeoutMs = 2_000): Promise<string> {
   const stub = connect(versionService(), address);
   try {
-    const res = await unaryCall(stub.Version.bind(stub), {}, { what: 'containerd version', timeoutMs, fallback: 'CRI_ERROR' });
+    const res = await unaryCall(stub.Version.bind(stub), {}, { what: 'containerd version', who: 'containerd', timeoutMs, fallback: 'CRI_ERROR' });
     return res.version ?? '';
   } finally {
     stub.close();

@@ -61,6 +61,8 @@ export function connect<S extends grpc.Client>(ctor: ServiceCtor<S>, socketPath:
 export interface UnaryCallOptions {
   /** Names the call in errors ("pull quay.io/x:1", "containerd version"). */
   what: string;
+  /** Names who did not answer in a missed deadline's message ("containerd"). */
+  who?: string;
   timeoutMs: number;
   /** The code of a failure criError does not classify. */
   fallback: RuntimeErrorCode;
@@ -82,7 +84,7 @@ export function unaryCall<T>(method: UnaryMethod<T>, req: object, opts: UnaryCal
       signal?.removeEventListener('abort', onAbort);
       if (!err) resolve(res as T);
       else if (err.code === grpc.status.CANCELLED && signal?.aborted) reject(cancelled(err));
-      else if (err.code === grpc.status.DEADLINE_EXCEEDED) reject(new RuntimeError('TIMEOUT', `${what}: no answer within ${Math.round(timeoutMs / 1000)} s`, { cause: err }));
+      else if (err.code === grpc.status.DEADLINE_EXCEEDED) reject(new RuntimeError('TIMEOUT', `${what}: ${opts.who ? `${opts.who} did not answer` : 'no answer'} within ${Math.round(timeoutMs / 1000)} s`, { cause: err }));
       else reject(criError(err, what, opts.fallback));
     });
     signal?.addEventListener('abort', onAbort, { once: true });
