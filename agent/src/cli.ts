@@ -6,7 +6,7 @@ import { isDigest } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
-import { fitToWidth, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
+import { fitToWidth, lastWordOf, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { daemonRuns, runDaemon, statusOutputs, statusTracker } from './daemon/daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
@@ -262,8 +262,11 @@ reported. Exit codes, as "systemctl status" uses them: 0 running (or a status fi
 agent too old to say), 3 not running or not responding, 1 an error.`)
     .action(async (o: { config: string; json?: boolean }) => {
       const config = await loadConfig(o.config);
-      const s = await readStatusFile(config.paths.statusFile);
-      const agent = s ? await writerLiveness(s.writer) : 'stopped';
+      const read = await readStatusFile(config.paths.statusFile);
+      // a load that hands the file back and exits while this looks: its last write, not "not running"
+      const last = read ? await lastWordOf(config.paths.statusFile, read) : undefined;
+      const s = last?.file;
+      const agent = s ? (last!.liveness ?? await writerLiveness(s.writer)) : 'stopped';
       if (agent === 'stopped' || agent === 'unresponsive') process.exitCode = 3;
       if (o.json) {
         process.stdout.write(JSON.stringify(s ? { ...s, agent } : { phase: 'Idle', agent, message: notRunningLine(undefined) }, null, 2) + '\n');

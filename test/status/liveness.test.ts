@@ -2,6 +2,7 @@
 // reader can tell a live agent from a dead one whose pid another process may now hold.
 import t from 'tap';
 import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -68,18 +69,20 @@ t.test('a writer that exited is stopped, and so is another process under its pid
 });
 
 // A daemon adopts what a by-hand load wrote (StatusFileWriter's `adopt`). A load that writes
-// Ready and exits between the daemon's read of the file and its look at the load's pid must
-// not be taken for a load killed in its last in-flight phase (a CI run showed "stopped before
-// it finished" for a load that had ended Ready). The injected liveness check does what the
-// load did in that window: writes its last status, then is gone.
-t.test('a load that writes its last status and exits between the daemon\'s read and its pid check is adopted at its last status', async (t) => {
-  for (const when of ['found newer', 'adopted alive earlier'] as const) {
+// Ready and exits while the daemon is looking must not be taken for a load killed in its last
+// in-flight phase (a CI run showed "stopped before it finished" for a load that had ended
+// Ready): between the daemon's read and its pid check ('found newer', 'adopted alive earlier':
+// the injected liveness check does what the load did in that window, writes its last status
+// and is gone), or between the daemon's adoption and its write-back ('before the write-back').
+t.test('a load that writes its last status and exits while the daemon looks is adopted at its last status', async (t) => {
+  for (const when of ['found newer', 'adopted alive earlier', 'before the write-back'] as const) {
     const dir = await tmpdir(t, 'ob-live-');
     const file = path.join(dir, 'status.json');
     const load = { pid: 2 ** 22 + 7, bootId: 'b', startTicks: '1', command: 'load' as const, heartbeatAt: new Date().toISOString(), heartbeatSeconds: 30 };
+    const statusOfLoad = (phase: 'Pinning' | 'Ready') => JSON.stringify({ ...emptyStatus('worker-1'), phase, updatedAt: new Date().toISOString(), writer: { ...load, heartbeatAt: new Date().toISOString() } });
     const loadWrites = async (phase: 'Pinning' | 'Ready') => {
       await sleep(5); // a later millisecond than the daemon's last write
-      await writeFile(file, JSON.stringify({ ...emptyStatus('worker-1'), phase, updatedAt: new Date().toISOString(), writer: load }));
+      await writeFile(file, statusOfLoad(phase));
     };
     let dies = when === 'found newer';
     let gone = false;
@@ -96,6 +99,10 @@ t.test('a load that writes its last status and exits between the daemon\'s read 
       // as the daemon's tracker does: the adopted status comes back through sink, stamped now
       adopt: (s, writerGone) => {
         adopted.push({ phase: s.phase, gone: writerGone });
+        if (when === 'before the write-back' && adopted.length === 1) {
+          writeFileSync(file, statusOfLoad('Ready'));
+          gone = true;
+        }
         w.sink({ ...s, updatedAt: new Date().toISOString() });
       },
     });
@@ -104,9 +111,9 @@ t.test('a load that writes its last status and exits between the daemon\'s read 
     await w.stop();
     await loadWrites('Pinning');
     w.start();
-    if (when === 'adopted alive earlier') {
+    if (when !== 'found newer') {
       for (let i = 0; i < 100 && adopted.length === 0; i++) await sleep(100);
-      t.same(adopted, [{ phase: 'Pinning', gone: false }], `${when}: the load's phase adopted while it runs`);
+      t.same(adopted[0], { phase: 'Pinning', gone: false }, `${when}: the load's phase adopted while it runs`);
       dies = true;
     }
     for (let i = 0; i < 100 && !gone; i++) await sleep(100);

@@ -104,22 +104,34 @@ export interface StatusFileWriterOptions {
   handBack?: boolean;
 }
 
+type LivenessCheck = (w: StatusWriter, now: Date) => Promise<Liveness>;
+
 /**
  * The status file (undefined when unreadable) and the liveness of its writer (undefined: none,
- * or this process). A writer found dead may have written its last status between the read and
- * the check (a load that ends Ready and exits at that moment): the file is then read once more,
- * or the in-flight phase it wrote before would be taken for a load that was killed.
+ * or this process).
  */
-export async function readStatusAndWriter(path: string, liveness: (w: StatusWriter, now: Date) => Promise<Liveness> = writerLiveness, clock = () => new Date()): Promise<{ file?: StatusFile; liveness?: Liveness }> {
-  const read = () => readStatusFile(path).catch(() => undefined);
+export async function readStatusAndWriter(path: string, liveness: LivenessCheck = writerLiveness, clock = () => new Date()): Promise<{ file?: StatusFile; liveness?: Liveness }> {
+  const file = await readStatusFile(path).catch(() => undefined);
+  return file ? lastWordOf(path, file, liveness, clock) : {};
+}
+
+/**
+ * `file` as read from `path`, and its writer's liveness. A writer found dead may have written
+ * its last status between the read and the check (a load that ends Ready and exits at that
+ * moment): the file is then read once more, or the in-flight phase it wrote before would be
+ * taken for a load that was killed.
+ */
+export async function lastWordOf(path: string, file: StatusFile, liveness: LivenessCheck = writerLiveness, clock = () => new Date()): Promise<{ file: StatusFile; liveness?: Liveness }> {
   const livenessOf = async (w: StatusWriter | undefined) => (w && w.pid !== process.pid ? liveness(w, clock()) : undefined);
-  const file = await read();
-  const first = await livenessOf(file?.writer);
+  const first = await livenessOf(file.writer);
   if (first !== 'stopped') return { file, liveness: first };
-  const again = await read();
+  const again = await readStatusFile(path).catch(() => undefined);
   if (!again || JSON.stringify(again) === JSON.stringify(file)) return { file, liveness: first };
   return { file: again, liveness: await livenessOf(again.writer) };
 }
+
+/** One write of the status file: when, by whom, at which heartbeat. */
+const writeId = (f: StatusFile) => `${f.updatedAt}|${f.writer?.pid}|${f.writer?.heartbeatAt}`;
 
 /**
  * Writes every status it is given (atomically, in order) stamped with this process's identity
@@ -136,6 +148,8 @@ export class StatusFileWriter {
   private daemon: Promise<StatusWriter | undefined> | undefined;
   /** The other process whose status was adopted while it ran (adopt): watched until it writes again or dies. */
   private foreign: StatusWriter | undefined;
+  /** The status file as this writer last read or wrote it (writeId), to tell another process's write (adopt). */
+  private seen: string | undefined;
 
   constructor(readonly path: string, private readonly opts: StatusFileWriterOptions) {
     this.heartbeatSeconds = opts.heartbeatSeconds ?? 30;
@@ -176,12 +190,19 @@ export class StatusFileWriter {
   }
 
   /**
-   * Hands the status file to `adopt` when another process wrote it after our last status
-   * (a load, which may also have handed it back to us); whether it did.
+   * Hands the status file to `adopt` when another process wrote it (a load, which may also have
+   * handed it back to us): its status is newer than ours, or the file is not the one we last
+   * read or wrote. Whether it did. Checked before every write, not only at heartbeats: a load's
+   * last write landing between our read and our write-back would be overwritten for good.
    */
-  private async adoptNewer(adopt: NonNullable<StatusFileWriterOptions['adopt']>): Promise<boolean> {
-    const { file, liveness } = await readStatusAndWriter(this.path, this.opts.liveness ?? writerLiveness, this.clock);
-    if (!file || !(Date.parse(file.updatedAt) > Date.parse(this.last!.updatedAt))) return false;
+  private async adoptChanged(adopt: NonNullable<StatusFileWriterOptions['adopt']>): Promise<boolean> {
+    const ours = this.last!.updatedAt;
+    const onDisk = await readStatusFile(this.path).catch(() => undefined);
+    if (!onDisk) return false;
+    const changed = Date.parse(onDisk.updatedAt) > Date.parse(ours) || (this.seen !== undefined && writeId(onDisk) !== this.seen);
+    if (!changed) return false;
+    const { file, liveness } = await lastWordOf(this.path, onDisk, this.opts.liveness ?? writerLiveness, this.clock);
+    this.seen = writeId(file);
     const { writer, ...status } = file;
     this.foreign = liveness === 'running' || liveness === 'unresponsive' ? writer : undefined;
     // the adopter's tracker hands the status back through sink(): that write stamps us
@@ -195,17 +216,19 @@ export class StatusFileWriter {
 
   private async writeNow(heartbeat: boolean): Promise<void> {
     if (!this.last) return;
-    if (heartbeat && this.opts.adopt) {
-      if (await this.adoptNewer(this.opts.adopt)) return;
-      if (this.foreign && (await this.liveness(this.foreign)) === 'stopped') {
+    if (this.opts.adopt) {
+      if (await this.adoptChanged(this.opts.adopt)) return;
+      if (heartbeat && this.foreign && (await this.liveness(this.foreign)) === 'stopped') {
         this.foreign = undefined;
         // its last write may have landed after the read above: that one is its last word
-        if (!(await this.adoptNewer(this.opts.adopt))) this.opts.adopt(this.last, true);
+        if (!(await this.adoptChanged(this.opts.adopt))) this.opts.adopt(this.last, true);
         return;
       }
     }
     const id = await (this.identity ??= processIdentity(process.pid));
     const writer: StatusWriter = { pid: process.pid, ...id, command: this.opts.command, heartbeatAt: this.clock().toISOString(), heartbeatSeconds: this.heartbeatSeconds };
-    await writeStatusFile(this.path, { ...this.last, writer });
+    const file = { ...this.last, writer };
+    await writeStatusFile(this.path, file);
+    this.seen = writeId(file);
   }
 }

@@ -1,5 +1,5 @@
 export { PHASES, CONDITION_TYPES, CONDITION_STATUSES, HISTORY_STATES, BUNDLE_MODES, emptyStatus } from './model.js';
-export { writeStatusFile, readStatusFile, readStatusAndWriter, StatusFileWriter } from './file.js';
+export { writeStatusFile, readStatusFile, readStatusAndWriter, lastWordOf, StatusFileWriter } from './file.js';
 export { processIdentity, pidExists, otherProcess, writerLiveness } from './liveness.js';
 export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
