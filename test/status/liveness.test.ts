@@ -124,3 +124,32 @@ t.test('a load that writes its last status and exits while the daemon looks is a
     t.equal((await read(file)).writer?.pid, process.pid, `${when}: and stamped by it`);
   }
 });
+
+// The daemon adopts a file written after its last status; one whose time is ahead of its clock
+// (a clock stepped back, an offline node's RTC reset) must be adopted once and then written
+// over, not adopted again at every write-back (which never wrote, and kept the daemon busy).
+t.test('a status file dated ahead of the daemon\'s clock is adopted once, then the daemon writes again', async (t) => {
+  const dir = await tmpdir(t, 'ob-live-');
+  const file = path.join(dir, 'status.json');
+  const ahead = new Date(Date.now() + 3600_000).toISOString();
+  await writeFile(file, JSON.stringify({ ...emptyStatus('worker-1'), phase: 'Ready', updatedAt: ahead,
+    writer: { pid: 2 ** 22 + 9, bootId: 'b', startTicks: '1', command: 'run', heartbeatAt: ahead, heartbeatSeconds: 30 } }));
+  const adopted: string[] = [];
+  const w = new StatusFileWriter(file, {
+    command: 'run', heartbeatSeconds: 1,
+    liveness: async () => 'stopped',
+    adopt: (s) => {
+      adopted.push(s.phase);
+      if (adopted.length < 1000) w.sink({ ...s, updatedAt: new Date().toISOString() });
+    },
+  });
+  t.teardown(() => w.stop());
+  w.sink(emptyStatus('worker-1'));
+  for (let i = 0; i < 50 && (await read(file)).writer?.pid !== process.pid; i++) await sleep(100);
+  await sleep(1500); // a heartbeat after it
+  await w.stop();
+  t.same(adopted, ['Ready'], 'adopted once (the previous writer\'s Ready)');
+  const s = await read(file);
+  t.equal(s.writer?.pid, process.pid, 'then written by the daemon');
+  t.equal(s.phase, 'Ready', 'with what it adopted');
+});

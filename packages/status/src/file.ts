@@ -199,7 +199,11 @@ export class StatusFileWriter {
     const ours = this.last!.updatedAt;
     const onDisk = await readStatusFile(this.path).catch(() => undefined);
     if (!onDisk) return false;
-    const changed = Date.parse(onDisk.updatedAt) > Date.parse(ours) || (this.seen !== undefined && writeId(onDisk) !== this.seen);
+    // once this writer has read or written the file, only another write counts: a time ahead of
+    // ours (a clock stepped back) would otherwise be adopted again at every write-back, for ever
+    const changed = this.seen !== undefined
+      ? writeId(onDisk) !== this.seen
+      : onDisk.writer?.pid !== process.pid && Date.parse(onDisk.updatedAt) > Date.parse(ours);
     if (!changed) return false;
     const { file, liveness } = await lastWordOf(this.path, onDisk, this.opts.liveness ?? writerLiveness, this.clock);
     this.seen = writeId(file);
