@@ -191,8 +191,8 @@ export class StatusFileWriter {
 
   /**
    * Hands the status file to `adopt` when another process wrote it (a load, which may also have
-   * handed it back to us): its status is newer than ours, or the file is not the one we last
-   * read or wrote. Whether it did. Checked before every write, not only at heartbeats: a load's
+   * handed it back to us): the file is not the one we last read or wrote (before either, its
+   * status is newer than ours). Whether it did. Checked before every write, not only at heartbeats: a load's
    * last write landing between our read and our write-back would be overwritten for good.
    */
   private async adoptChanged(adopt: NonNullable<StatusFileWriterOptions['adopt']>): Promise<boolean> {
