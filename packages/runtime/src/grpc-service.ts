@@ -30,7 +30,7 @@ export function criError(err: unknown, what: string, fallback: RuntimeErrorCode)
   return new RuntimeError(code, `${what}: ${details}`, { cause: err });
 }
 
-export type Callback<T> = (err: grpc.ServiceError | null, res?: T) => void;
+type Callback<T> = (err: grpc.ServiceError | null, res?: T) => void;
 export type UnaryMethod<T> = (req: object, md: grpc.Metadata, opts: grpc.CallOptions, cb: Callback<T>) => grpc.ClientUnaryCall;
 type ServiceCtor<S> = new (address: string, creds: grpc.ChannelCredentials, options?: grpc.ClientOptions) => S;
 

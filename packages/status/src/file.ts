@@ -81,6 +81,9 @@ export async function readStatusFile(path: string): Promise<StatusFile | undefin
 const damaged = (path: string, why: string) =>
   new OciError('STATUS_DAMAGED', `status file ${path} is damaged (${why}): the agent writes it anew when it starts (systemctl restart bundle-agent); remove it if it stays damaged`);
 
+/** How another writer's liveness is told (writerLiveness, or a test's). */
+type LivenessCheck = (w: StatusWriter, now: Date) => Promise<Liveness>;
+
 export interface StatusFileWriterOptions {
   command: StatusWriter['command'];
   /** How often the file is rewritten with a fresh heartbeat when nothing changes. Default 30. */
@@ -96,15 +99,13 @@ export interface StatusFileWriterOptions {
    */
   adopt?: (s: NodeStatus, writerGone: boolean) => void;
   /** How another writer's liveness is told (default writerLiveness). */
-  liveness?: (w: StatusWriter, now: Date) => Promise<Liveness>;
+  liveness?: LivenessCheck;
   /**
    * A `bundle-agent load` next to a running daemon: its last write names the daemon as the
    * writer again, so `status` does not call the node's agent dead once the load has exited.
    */
   handBack?: boolean;
 }
-
-type LivenessCheck = (w: StatusWriter, now: Date) => Promise<Liveness>;
 
 /**
  * The status file (undefined when unreadable) and the liveness of its writer (undefined: none,
@@ -150,10 +151,12 @@ export class StatusFileWriter {
   private foreign: StatusWriter | undefined;
   /** The status file as this writer last read or wrote it (writeId), to tell another process's write (adopt). */
   private seen: string | undefined;
+  private readonly livenessCheck: LivenessCheck;
 
   constructor(readonly path: string, private readonly opts: StatusFileWriterOptions) {
     this.heartbeatSeconds = opts.heartbeatSeconds ?? 30;
     this.clock = opts.clock ?? (() => new Date());
+    this.livenessCheck = opts.liveness ?? writerLiveness;
   }
 
   readonly sink = (s: NodeStatus): void => {
@@ -185,15 +188,12 @@ export class StatusFileWriter {
     return w && w.command === 'run' && w.pid !== process.pid && (await writerLiveness(w, this.clock())) === 'running' ? w : undefined;
   }
 
-  private liveness(w: StatusWriter): Promise<Liveness> {
-    return (this.opts.liveness ?? writerLiveness)(w, this.clock());
-  }
-
   /**
    * Hands the status file to `adopt` when another process wrote it (a load, which may also have
    * handed it back to us): the file is not the one we last read or wrote (before either, its
-   * status is newer than ours). Whether it did. Checked before every write, not only at heartbeats: a load's
-   * last write landing between our read and our write-back would be overwritten for good.
+   * status is newer than ours). Whether it did. Checked before every write, not only at
+   * heartbeats: a load's last write landing between our read and our write-back would be
+   * overwritten for good.
    */
   private async adoptChanged(adopt: NonNullable<StatusFileWriterOptions['adopt']>): Promise<boolean> {
     const ours = this.last!.updatedAt;
@@ -205,7 +205,7 @@ export class StatusFileWriter {
       ? writeId(onDisk) !== this.seen
       : onDisk.writer?.pid !== process.pid && Date.parse(onDisk.updatedAt) > Date.parse(ours);
     if (!changed) return false;
-    const { file, liveness } = await lastWordOf(this.path, onDisk, this.opts.liveness ?? writerLiveness, this.clock);
+    const { file, liveness } = await lastWordOf(this.path, onDisk, this.livenessCheck, this.clock);
     this.seen = writeId(file);
     const { writer, ...status } = file;
     this.foreign = liveness === 'running' || liveness === 'unresponsive' ? writer : undefined;
@@ -222,7 +222,7 @@ export class StatusFileWriter {
     if (!this.last) return;
     if (this.opts.adopt) {
       if (await this.adoptChanged(this.opts.adopt)) return;
-      if (heartbeat && this.foreign && (await this.liveness(this.foreign)) === 'stopped') {
+      if (heartbeat && this.foreign && (await this.livenessCheck(this.foreign, this.clock())) === 'stopped') {
         this.foreign = undefined;
         // its last write may have landed after the read above: that one is its last word
         if (!(await this.adoptChanged(this.opts.adopt))) this.opts.adopt(this.last, true);
