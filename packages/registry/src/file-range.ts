@@ -1,5 +1,6 @@
 import type { FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
+import { readBuffers } from './read-buffers.js';
 
 export interface FileRangeOptions {
   /** Read unit; with `check`, the grid (from byte 0) the check's pieces are cut on. */
@@ -22,6 +23,7 @@ export interface FileRangeOptions {
  */
 export function fileRange(fh: FileHandle, size: number, start: number, end: number, opts: FileRangeOptions): Readable {
   const { unit, ahead, check, shrank } = opts;
+  const buffers = readBuffers(unit);
   // unchecked reads need no grid: they start where the client asked
   const base = check ? Math.floor(start / unit) * unit : start;
   let nextAt = base;
@@ -34,7 +36,9 @@ export function fileRange(fh: FileHandle, size: number, start: number, end: numb
       const at = nextAt;
       const length = check ? Math.min(unit, size - at) : Math.min(unit, end - at);
       nextAt += unit;
-      const piece = readFully(fh, Buffer.allocUnsafeSlow(length), at, length, shrank)
+      // whole units come from the pool (a consumer hands them back: giveBack); a blob's short tail does not hold a whole one
+      const buf = length === unit ? buffers.take() : Buffer.allocUnsafeSlow(length);
+      const piece = readFully(fh, buf, at, length, shrank)
         .then(async (buf) => { if (check) await check(at / unit, buf); return buf; });
       // settled by the pump, or dropped when the stream is destroyed first: never unhandled
       piece.catch(() => undefined);

@@ -1,9 +1,10 @@
+import type { OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import { Transform, type Readable } from 'node:stream';
-import { pipeline } from 'node:stream';
+import type { Readable } from 'node:stream';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
+import { giveBack } from './read-buffers.js';
 
 export interface RegistryServerOptions {
   store: BlobStore;
@@ -30,6 +31,8 @@ export interface RunningRegistry {
   port: number;
   /** What the registry has answered so far: proof that a client's pulls came through it. */
   served: ServedLog;
+  /** Client connections open now. */
+  readonly connections: number;
   close(): Promise<void>;
 }
 
@@ -94,17 +97,45 @@ const BLOB_RE = /^\/v2\/(.+)\/blobs\/([^/]+)$/;
 const TAGS_RE = /^\/v2\/(.+)\/tags\/list$/;
 const RANGE_RE = /^bytes=(\d*)-(\d*)$/;
 
-/** `body` with every chunk counted as it is handed on to the client's connection. */
-function counted(body: Readable, digest: string, served: ServedLog): Readable {
-  const counter = new Transform({
-    transform(chunk: Buffer, _enc, cb) {
+/**
+ * Sends `body` (a blob or manifest the store opened) as the reply, each chunk counted as it goes
+ * to the connection and handed back to the read pool once the socket has taken it (giveBack), so
+ * the store reads the next units into the same buffers. An error before the first byte is the
+ * handler's (a 500 JSON answer); after it the connection is cut, as the client then sees a short
+ * body. A client that goes away closes the store's file.
+ */
+function sendBody(reply: FastifyReply, body: Readable, digest: string, served: ServedLog): Promise<FastifyReply | undefined> {
+  const res = reply.raw;
+  let started = false;
+  return new Promise((resolve, reject) => {
+    res.once('close', () => body.destroy());
+    body.on('error', (err) => {
+      if (started) res.destroy(err);
+      else reject(err);
+    });
+    body.on('end', () => {
+      if (started) res.end();
+      else resolve(reply.send());
+    });
+    // destroyed before its first byte because the client went away: no answer to send
+    body.on('close', () => {
+      if (started || body.readableEnded || body.errored) return;
+      reply.hijack();
+      resolve(undefined);
+    });
+    res.on('drain', () => body.resume());
+    body.on('data', (chunk: Buffer) => {
+      if (!started) {
+        started = true;
+        reply.hijack();
+        res.writeHead(reply.statusCode, reply.getHeaders() as OutgoingHttpHeaders);
+        resolve(undefined);
+      }
       served.moved(digest, chunk.length);
-      cb(null, chunk);
-    },
+      // a write that failed may still be in the socket's hands: that buffer is left to the GC
+      if (!res.write(chunk, (err) => { if (!err) giveBack(chunk); })) body.pause();
+    });
   });
-  // an error of the store ends the answer; a client that goes away closes the store's file
-  pipeline(body, counter, () => undefined);
-  return counter;
 }
 
 function fail(reply: FastifyReply, status: number, code: ErrorCode, message: string, detail?: unknown): FastifyReply {
@@ -200,7 +231,7 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
       served.manifest(name, digest);
       served.moved(digest, 0);
       if (head) return reply.send();
-      return reply.send(counted(await store.open(digest, 0, size), digest, served));
+      return sendBody(reply, await store.open(digest, 0, size), digest, served);
     }
     m = BLOB_RE.exec(path);
     if (m) {
@@ -222,7 +253,7 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
       served.blob(digest);
       served.moved(digest, 0);
       if (head) return reply.send();
-      return reply.send(counted(await store.open(digest, start, end), digest, served));
+      return sendBody(reply, await store.open(digest, start, end), digest, served);
     }
     return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
   };
@@ -247,7 +278,7 @@ export async function startRegistry(opts: RegistryServerOptions): Promise<Runnin
   });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : 0;
-  return { address: `${host}:${port}`, port, served, close: () => closeRegistry(app, sockets) };
+  return { address: `${host}:${port}`, port, served, get connections() { return sockets.size; }, close: () => closeRegistry(app, sockets) };
 }
 
 /** How long a request still being answered at close may take before its connection is cut. */

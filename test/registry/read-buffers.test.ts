@@ -1,0 +1,89 @@
+// The registry's read buffers (read-buffers.ts, issue #24): a layout blob's units are read into
+// buffers taken back once the client's socket has its bytes, so serving allocates a handful of
+// buffers, not one per unit; and a buffer is never read into again while a slow client's socket
+// may still hold it (every client gets the file's bytes).
+import t from 'tap';
+import { createHash, randomBytes } from 'node:crypto';
+import { request } from 'node:http';
+import { open, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ReadBuffers, layoutRange, readBuffers, startRegistry, type BlobStore, type Catalog } from '@offline-bundle/registry';
+import { tmpdir } from '../helpers/tmp.mjs';
+
+const MiB = 1024 * 1024;
+const data = randomBytes(24 * MiB + 4321);
+const digest = 'sha256:' + createHash('sha256').update(data).digest('hex');
+const chunkDigests = Array.from({ length: Math.ceil(data.length / MiB) }, (_, i) => createHash('sha256').update(data.subarray(i * MiB, (i + 1) * MiB)).digest());
+
+t.test('ReadBuffers: a buffer comes back once, through any part of it, and only one it lent', async (t) => {
+  const pool = new ReadBuffers(1024, 2);
+  const a = pool.take();
+  t.equal(a.length, 1024);
+  pool.give(a.subarray(10, 20));
+  pool.give(a);
+  const b = pool.take();
+  t.equal(b.buffer, a.buffer, 'taken again after it was given back');
+  t.not(pool.take().buffer, a.buffer, 'given twice, lent once: the next take is a new buffer');
+  pool.give(Buffer.alloc(1024));
+  t.equal(pool.allocated, 2, 'a buffer it never lent is not taken in');
+  const many = [pool.take(), pool.take(), pool.take(), pool.take()];
+  for (const m of many) pool.give(m);
+  const after = pool.allocated;
+  pool.take(); pool.take(); pool.take();
+  t.equal(pool.allocated, after + 1, 'keeps at most `keep` idle buffers');
+});
+
+/** A registry serving `data` as one blob of example.com/app through layoutRange, as LayoutStore and StagingStore do. */
+async function serving(t: Tap.Test, file: string, checked: boolean) {
+  const store: BlobStore = {
+    size: (d) => (d === digest ? data.length : undefined),
+    open: async (_d, start, end) => layoutRange(await open(file), data.length, start, end, 'blob', checked ? chunkDigests : undefined),
+    close: async () => undefined,
+  };
+  const catalog: Catalog = {
+    repositories: new Map([['example.com/app', new Map()]]), sources: new Map([['example.com/app', 'example.com/app']]),
+    shortNames: new Map(), ambiguous: new Map(), manifests: new Map(), blobs: new Map([[digest, data.length]]),
+  };
+  const reg = await startRegistry({ store, catalog });
+  t.teardown(() => reg.close());
+  return `http://${reg.address}/v2/example.com/app/blobs/${digest}`;
+}
+
+/** The blob as a client gets it; `slow`: it stops reading now and then, so its socket holds bytes while others are read. */
+function get(url: string, slow: boolean): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    request(url, (res) => {
+      const parts: Buffer[] = [];
+      let n = 0;
+      res.on('data', (c: Buffer) => {
+        parts.push(c);
+        if (slow && ++n % 8 === 0) {
+          res.pause();
+          void sleep(5).then(() => res.resume());
+        }
+      });
+      res.on('end', () => (res.statusCode === 200 && res.complete ? resolve(Buffer.concat(parts)) : reject(new Error(`status ${res.statusCode}`))));
+      res.on('error', reject);
+    }).on('error', reject).end();
+  });
+}
+
+let file: string;
+t.before(async () => {
+  file = join(await tmpdir(t), 'blob');
+  await writeFile(file, data);
+});
+
+for (const checked of [false, true]) {
+  t.test(`${checked ? 'checked' : 'unchecked'} layout blob, 8 clients (half of them slow): the file's bytes to each, from a few reused buffers`, async (t) => {
+    const url = await serving(t, file, checked);
+    const pool = readBuffers(checked ? MiB : 256 * 1024);
+    const before = pool.allocated;
+    const units = Math.floor(data.length / pool.size);
+    const bodies = await Promise.all(Array.from({ length: 8 }, (_, i) => get(url, i % 2 === 1)));
+    t.same(bodies.map((b) => b.equals(data)), bodies.map(() => true), 'every client got the file\'s bytes');
+    const fresh = pool.allocated - before;
+    t.ok(fresh < units, `${fresh} buffers allocated for ${8 * units} whole units read`);
+  });
+}
