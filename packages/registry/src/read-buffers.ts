@@ -48,7 +48,11 @@ export function readBuffers(size: number): ReadBuffers {
   return pool;
 }
 
-/** A chunk a pooled read produced is no longer read by anyone: its buffer may be read into again. */
+/**
+ * A chunk a pooled read produced is no longer read by anyone: its buffer may be read into again.
+ * Sound only because each lent buffer becomes one chunk of one stream with one consumer (the
+ * registry's sendBody): a stream split, teed or piped twice must not call it.
+ */
 export function giveBack(chunk: Buffer): void {
   for (const pool of pools.values()) pool.give(chunk);
 }

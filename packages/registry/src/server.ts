@@ -1,6 +1,6 @@
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Readable } from 'node:stream';
+import { finished, type Readable } from 'node:stream';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
@@ -108,7 +108,8 @@ function sendBody(reply: FastifyReply, body: Readable, digest: string, served: S
   const res = reply.raw;
   let started = false;
   return new Promise((resolve, reject) => {
-    res.once('close', () => body.destroy());
+    // finished() also fires for a client already gone while the store opened the blob
+    finished(res, () => body.destroy());
     body.on('error', (err) => {
       if (started) res.destroy(err);
       else reject(err);
@@ -132,7 +133,7 @@ function sendBody(reply: FastifyReply, body: Readable, digest: string, served: S
         resolve(undefined);
       }
       served.moved(digest, chunk.length);
-      // a write that failed may still be in the socket's hands: that buffer is left to the GC
+      // the callback runs once the socket is done with the write; a failed one's buffer is left to the GC all the same
       if (!res.write(chunk, (err) => { if (!err) giveBack(chunk); })) body.pause();
     });
   });
