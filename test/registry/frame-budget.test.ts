@@ -4,11 +4,11 @@
 // (connections cut) every share comes back and the next client is served.
 import t from 'tap';
 import { request, type ClientRequest } from 'node:http';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { FRAME_BUDGET_BYTES, FRAME_BYTES, openBundleFile, processFrameBudget, verifyBundle } from '@offline-bundle/format';
 import { BundleFileStore, catalogOf, startRegistry, type RunningRegistry } from '@offline-bundle/registry';
 import { mirrorPath } from '@offline-bundle/oci';
 import { makeBundle, sha256, type MadeBundle } from '../format/craft.js';
+import { until } from '../helpers/until.js';
 
 // more frames than a loopback connection's buffers take in, so a client that stops reading stalls its stream mid-blob
 const BIG = 4 * FRAME_BYTES + 999;
@@ -55,12 +55,6 @@ function stalled(at = url): ClientRequest {
   req.on('error', () => undefined);
   req.end();
   return req;
-}
-
-/** Polls `ok` every 10 ms, at most `rounds` times (a bound, not a timing asserted). */
-async function until(ok: () => boolean, rounds = 3000): Promise<boolean> {
-  for (let i = 0; i < rounds && !ok(); i++) await sleep(10);
-  return ok();
 }
 
 t.test(`${CLIENTS} clients in parallel: the signed bytes, never more than the budget held`, async (t) => {

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ReadBuffers, layoutRange, readBuffers, startRegistry, type BlobStore, type Catalog } from '@offline-bundle/registry';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { until } from '../helpers/until.js';
 
 const MiB = 1024 * 1024;
 const data = randomBytes(32 * MiB + 4321);
@@ -40,12 +41,6 @@ function catalogOf1(): Catalog {
     repositories: new Map([['example.com/app', new Map()]]), sources: new Map([['example.com/app', 'example.com/app']]),
     shortNames: new Map(), ambiguous: new Map(), manifests: new Map(), blobs: new Map([[digest, data.length]]),
   };
-}
-
-/** Polls `ok` every 10 ms, at most `rounds` times (a bound, not a timing asserted). */
-async function until(ok: () => boolean, rounds = 3000): Promise<boolean> {
-  for (let i = 0; i < rounds && !ok(); i++) await sleep(10);
-  return ok();
 }
 
 /** A registry serving `data` as one blob of example.com/app through layoutRange, as LayoutStore and StagingStore do. */
