@@ -1,14 +1,19 @@
-// The registry's read buffers (read-buffers.ts, issue #24): a layout blob's units are read into
-// buffers taken back once the client's socket has its bytes, so serving allocates a handful of
-// buffers, not one per unit; and a buffer is never read into again while a slow client's socket
-// may still hold it (every client gets the file's bytes).
+// The read buffers (packages/host/src/read-buffers.ts, issue #24): a layout blob's units, and a
+// bundle file's decoded frames and the slices copied out of them, are read into buffers taken
+// back once they are done with (the client's socket has the bytes, the frame is copied out), so
+// serving allocates a handful of buffers, not one per unit; and a buffer is never read into again
+// while a slow client's socket may still hold it (every client gets the signed bytes).
 import t from 'tap';
 import { createHash, randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { open, writeFile, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ReadBuffers, layoutRange, readBuffers, startRegistry, type BlobStore, type Catalog } from '@offline-bundle/registry';
+import { ReadBuffers, readBuffers } from '@offline-bundle/host';
+import { FRAME_BYTES, FRAME_SLICE_BYTES, openBundleFile, processFrameBudget, verifyBundle } from '@offline-bundle/format';
+import { mirrorPath } from '@offline-bundle/oci';
+import { BundleFileStore, catalogOf, layoutRange, startRegistry, type BlobStore, type Catalog } from '@offline-bundle/registry';
+import { makeBundle } from '../format/craft.js';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
 
@@ -119,4 +124,27 @@ t.test('a client gone while the store was opening the blob: the stream is closed
   t.ok(await until(() => reg.connections === 0), 'the client is gone');
   release();
   t.ok(await until(() => fh.fd === -1), 'the blob\'s file is closed');
+});
+
+t.test('from a bundle file (media mode), 8 clients (half of them slow): the signed bytes to each, frames and slices from reused buffers', async (t) => {
+  const BIG = 6 * FRAME_BYTES + 777;
+  const b = await makeBundle(t, { layerSizes: [BIG, 900] });
+  const blob = b.blobs.find((x) => x.size === BIG)!;
+  const source = await openBundleFile(b.path);
+  t.teardown(() => source.close());
+  const v = await verifyBundle(source, { trust: b.trust, frameDigests: true });
+  const store = await BundleFileStore.open(source, v.manifest, catalogOf(v.manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
+  const reg = await startRegistry({ store, catalog: catalogOf(v.manifest) });
+  t.teardown(() => reg.close());
+  const url = `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${blob.digest}`;
+  const frames = readBuffers(FRAME_BYTES + 1);
+  const slices = readBuffers(FRAME_SLICE_BYTES);
+  const before = { frames: frames.allocated, slices: slices.allocated };
+  const got = await Promise.all(Array.from({ length: 8 }, (_, i) => get(url, i % 2 === 1)));
+  t.same(got, got.map(() => blob.digest), 'every client got the blob\'s bytes');
+  const framesRead = 8 * Math.ceil(BIG / FRAME_BYTES);
+  const slicesSent = 8 * Math.floor(BIG / FRAME_SLICE_BYTES);
+  t.ok(frames.allocated - before.frames < framesRead / 4, `${frames.allocated - before.frames} frame buffers for ${framesRead} frames decoded`);
+  t.ok(slices.allocated - before.slices < slicesSent / 4, `${slices.allocated - before.slices} slice buffers for ${slicesSent} slices sent`);
+  t.ok(await until(() => processFrameBudget.inUse === 0), 'every frame\'s budget back');
 });

@@ -1,5 +1,7 @@
 import { Readable } from 'node:stream';
+import { readBuffers } from '@offline-bundle/host';
 import type { ByteBudget } from './frame-budget.js';
+import { FRAME_BYTES } from './layout.js';
 
 /**
  * The most of a frame handed on in one chunk. A view into a frame would keep the whole frame
@@ -8,13 +10,13 @@ import type { ByteBudget } from './frame-budget.js';
  */
 export const FRAME_SLICE_BYTES = 256 * 1024;
 
-/** Decoded bytes [from, to) of frame `frame`, which costs `weight` bytes of budget while held. */
-export interface FramePiece { frame: number; from: number; to: number; weight: number }
+/** Decoded bytes [from, to) of frame `frame` (`size` bytes decoded), which costs `weight` bytes of budget while held. */
+export interface FramePiece { frame: number; from: number; to: number; size: number; weight: number }
 
 export interface FrameStreamOptions {
   budget: ByteBudget;
-  /** Reads, checks and decodes one frame. */
-  load: (frame: number) => Promise<Buffer>;
+  /** Reads, checks and decodes one frame (into `into` when given: a pooled buffer of FRAME_BYTES + 1). */
+  load: (frame: number, into?: Buffer) => Promise<Buffer>;
   /** Copies of at most FRAME_SLICE_BYTES (for any consumer), or the frame's own bytes (for one that keeps none). */
   copy: boolean;
 }
@@ -37,7 +39,8 @@ function release(hold: Hold): void {
  * queue; destroyed while a frame is being read, it closes once that read is over and released.
  */
 export class FrameStream extends Readable {
-  private current: { data: Buffer; at: number; end: number } | undefined;
+  /** `shared`: a chunk handed on is a view of `data`, so its buffer is not read into again. */
+  private current: { data: Buffer; at: number; end: number; shared: boolean } | undefined;
   private loading: Promise<void> | undefined;
   private readonly hold: Hold;
   private readonly stop = new AbortController();
@@ -84,27 +87,36 @@ export class FrameStream extends Readable {
     await this.opts.budget.acquire(p.weight, this.stop.signal);
     this.hold.bytes += p.weight;
     if (this.destroyed) return;
-    const data = await this.opts.load(p.frame);
-    this.current = { data, at: p.from, end: Math.min(p.to, data.length) };
+    // a frame larger than a slice leaves this stream only as copies: its buffer is decoded into
+    // again once it is copied out (a smaller one would go out whole, a view pinning 4 MiB)
+    const into = this.opts.copy && p.size > FRAME_SLICE_BYTES ? frameBuffers.take() : undefined;
+    const data = await this.opts.load(p.frame, into);
+    this.current = { data, at: p.from, end: Math.min(p.to, data.length), shared: false };
   }
 
   private pushSlice(): void {
     const c = this.current!;
     const n = this.opts.copy ? Math.min(FRAME_SLICE_BYTES, c.end - c.at) : c.end - c.at;
-    const chunk = this.opts.copy && n < c.data.length ? copyOf(c.data, c.at, n) : c.data.subarray(c.at, c.at + n);
+    const view = !(this.opts.copy && n < c.data.length);
+    const chunk = view ? c.data.subarray(c.at, c.at + n) : copyOf(c.data, c.at, n);
+    c.shared ||= view;
     c.at += n;
-    if (c.at >= c.end) {
-      this.current = undefined;
-      release(this.hold);
-    }
+    if (c.at >= c.end) this.dropFrame();
     this.push(chunk);
+  }
+
+  /** Done with the current frame: its budget back, and its buffer when no chunk is a view of it. */
+  private dropFrame(): void {
+    const c = this.current;
+    this.current = undefined;
+    if (c && !c.shared) frameBuffers.give(c.data);
+    release(this.hold);
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
     this.stop.abort();
     const done = () => {
-      this.current = undefined;
-      release(this.hold);
+      this.dropFrame();
       collected.unregister(this);
       cb(err);
     };
@@ -113,9 +125,14 @@ export class FrameStream extends Readable {
   }
 }
 
+/** Decoded frames (one spare byte: decompressFrame's check) and whole slices, reused (see ReadBuffers). */
+const frameBuffers = readBuffers(FRAME_BYTES + 1);
+const sliceBuffers = readBuffers(FRAME_SLICE_BYTES);
+
 // Buffer.from(view) takes the generic array-like path here, ten times slower than a plain copy
 function copyOf(data: Buffer, at: number, n: number): Buffer {
-  const out = Buffer.allocUnsafe(n);
+  // a whole slice's buffer comes back from whoever sends it (giveBack); a short one is not worth keeping
+  const out = n === FRAME_SLICE_BYTES ? sliceBuffers.take() : Buffer.allocUnsafe(n);
   data.copy(out, 0, at, at + n);
   return out;
 }

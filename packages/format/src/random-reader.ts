@@ -1,11 +1,12 @@
 import type { Readable } from 'node:stream';
+import { readBuffers } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { headerMessage, headerMismatch } from './entry-header.js';
 import { processFrameBudget, type ByteBudget } from './frame-budget.js';
 import { FrameStream, type FramePiece } from './frame-stream.js';
 import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-inspector.js';
-import { BUNDLE_JSON, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
+import { BUNDLE_JSON, FRAME_BYTES, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
 import { ListedEntries } from './listing.js';
 import type { BundleManifest } from './manifest.js';
 import { readSeekIndex } from './bundle-ends.js';
@@ -120,27 +121,36 @@ export class BundleRandomReader {
    * recorded for it when there is one (or when `require`d); `record` collects the digests of
    * frames read without one.
    */
-  private async frame(i: number, opts: FrameChecks = {}): Promise<Buffer> {
+  /**
+   * Frame `i` decoded, into `into` when it is given and large enough; then its compressed bytes
+   * are read into a pooled buffer too, which is done with once the frame is decoded.
+   */
+  private async frame(i: number, opts: FrameChecks = {}, into?: Buffer): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
-    const buf = await this.source.read(f.compressedOffset, f.compressedSize);
-    if (buf.length !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
-    const want = this.frameDigests[i];
-    if (want || opts.require || opts.record) {
-      const got = newSha256().update(buf).digest();
-      if (want && !got.equals(want)) throw changedOnMedia(i, f.compressedOffset);
-      if (!want && opts.require) throw new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} was never verified; it cannot be served`);
-      if (!want) opts.record?.set(i, got);
-    }
-    // the streaming pass checks every frame's flags too; media may have changed since
-    const header = parseFrameHeaderOf(buf, i);
-    const bad = frameHeaderProblem(header, f.compressedOffset);
-    if (bad) throw bad;
+    const readInto = into && f.compressedSize <= compressedBuffers.size ? compressedBuffers.take() : undefined;
     try {
-      return decompressFrame(buf, f.decompressedSize);
-    } catch (cause) {
-      if (cause instanceof FormatError) throw new FormatError(cause.code, `frame ${i}: ${cause.message}`, { cause });
-      throw new FormatError('CORRUPT', `frame ${i} does not decompress: ${(cause as Error).message}`, { cause });
+      const buf = await this.source.read(f.compressedOffset, f.compressedSize, readInto);
+      if (buf.length !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+      const want = this.frameDigests[i];
+      if (want || opts.require || opts.record) {
+        const got = newSha256().update(buf).digest();
+        if (want && !got.equals(want)) throw changedOnMedia(i, f.compressedOffset);
+        if (!want && opts.require) throw new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} was never verified; it cannot be served`);
+        if (!want) opts.record?.set(i, got);
+      }
+      // the streaming pass checks every frame's flags too; media may have changed since
+      const header = parseFrameHeaderOf(buf, i);
+      const bad = frameHeaderProblem(header, f.compressedOffset);
+      if (bad) throw bad;
+      try {
+        return decompressFrame(buf, f.decompressedSize, into);
+      } catch (cause) {
+        if (cause instanceof FormatError) throw new FormatError(cause.code, `frame ${i}: ${cause.message}`, { cause });
+        throw new FormatError('CORRUPT', `frame ${i} does not decompress: ${(cause as Error).message}`, { cause });
+      }
+    } finally {
+      if (readInto) compressedBuffers.give(readInto);
     }
   }
 
@@ -179,7 +189,7 @@ export class BundleRandomReader {
     const loc = this.entries.get(path);
     if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
     const stop = Math.min(end ?? loc.size, loc.size);
-    return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i) => this.frame(i, checks), copy });
+    return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i, into) => this.frame(i, checks, into), copy });
   }
 
   /** The frames holding an entry's bytes [start, stop), each with the part of its decoded bytes wanted. */
@@ -192,7 +202,7 @@ export class BundleRandomReader {
       const f = this.index.frames[frame];
       if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
       const next = pos + f.decompressedSize;
-      const piece = { frame, from: Math.max(0, from - pos), to: Math.min(f.decompressedSize, to - pos), weight: f.compressedSize + f.decompressedSize };
+      const piece = { frame, from: Math.max(0, from - pos), to: Math.min(f.decompressedSize, to - pos), size: f.decompressedSize, weight: f.compressedSize + f.decompressedSize };
       if (piece.from < piece.to) yield piece;
       pos = next;
       frame++;
@@ -231,6 +241,9 @@ export class BundleRandomReader {
     return Buffer.concat(parts);
   }
 }
+
+/** A frame's compressed bytes as read for a frame stream: at most a full frame stored raw, with its block headers. */
+const compressedBuffers = readBuffers(FRAME_BYTES + 64 * 1024);
 
 const changedOnMedia = (i: number, at: number) =>
   new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} (byte ${at}) is not what was verified: the file changed on the media since; plug the original stick in again or copy the bundle afresh`);

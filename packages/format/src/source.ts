@@ -16,8 +16,12 @@ export interface BundleSource {
   readonly identity: string;
   /** The bundle's length in bytes when the source was opened: what the readers read. */
   readonly size: number;
-  /** Bytes [offset, offset + length); fewer only when the source ends early (cut short). */
-  read(offset: number, length: number): Promise<Buffer>;
+  /**
+   * Bytes [offset, offset + length); fewer only when the source ends early (cut short). `into`:
+   * a buffer the caller owns, read into (and a view of it returned) when it is large enough and
+   * the source reads in one piece; the caller must not use it again while it uses the result.
+   */
+  read(offset: number, length: number, into?: Buffer): Promise<Buffer>;
   /**
    * Bytes [start, end) in big chunks. Ends early when the source does; errors as reading does.
    * `pass`: this is the one verifying pass over the whole bundle (a file source reads it

@@ -144,11 +144,11 @@ export class BoundedDecompress extends Transform {
  * Decompresses one frame that must expand to exactly `size` bytes (at most the frame limit),
  * allocating no more than that whatever its header claims.
  */
-export function decompressFrame(src: Buffer, size: number): Buffer {
+export function decompressFrame(src: Buffer, size: number, into?: Buffer): Buffer {
   if (size > FRAME_BYTES) throw frameTooLarge(FRAME_BYTES);
   const dctx = newDctx();
   // one spare byte tells "more than promised" from "exactly as promised"
-  const out = Buffer.allocUnsafe(size + 1);
+  const out = into && into.length > size ? into.subarray(0, size + 1) : Buffer.allocUnsafe(size + 1);
   let produced = 0;
   let rest = src;
   let ret = 1;

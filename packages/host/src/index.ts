@@ -8,5 +8,6 @@ export { pidExists } from './pid.js';
 export { makeDirs } from './make-dirs.js';
 export { filesystemFree } from './free-space.js';
 export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
+export { ReadBuffers, giveBack, readBuffers } from './read-buffers.js';
 
 export type { HostErrorCode } from './errors.js';

@@ -1,6 +1,6 @@
 import type { FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
-import { readBuffers } from './read-buffers.js';
+import { readBuffers } from '@offline-bundle/host';
 
 export interface FileRangeOptions {
   /** Read unit; with `check`, the grid (from byte 0) the check's pieces are cut on. */

@@ -2,9 +2,9 @@ import type { OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import { finished, type Readable } from 'node:stream';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { giveBack } from '@offline-bundle/host';
 import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
-import { giveBack } from './read-buffers.js';
 
 export interface RegistryServerOptions {
   store: BlobStore;

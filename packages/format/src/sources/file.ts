@@ -42,8 +42,8 @@ export class FileSource implements BundleSource {
     }
   }
 
-  async read(offset: number, length: number): Promise<Buffer> {
-    const buf = Buffer.alloc(length);
+  async read(offset: number, length: number, into?: Buffer): Promise<Buffer> {
+    const buf = into && into.length >= length ? into.subarray(0, length) : Buffer.alloc(length);
     let got = 0;
     while (got < length) {
       const { bytesRead } = await this.fh.read(buf, got, length - got, offset + got);

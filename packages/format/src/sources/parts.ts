@@ -156,10 +156,12 @@ export class PartsSource implements BundleSource {
     }
   }
 
-  async read(offset: number, length: number): Promise<Buffer> {
+  async read(offset: number, length: number, into?: Buffer): Promise<Buffer> {
+    const spans = [...this.spans(offset, offset + length)];
     const bufs: Buffer[] = [];
-    for (const { i, from, to } of this.spans(offset, offset + length)) {
-      const got = await this.files[i]!.read(from, to - from).catch((err: unknown) => { throw namingPart(err, this.parts[i]!, this.parts.length); });
+    for (const { i, from, to } of spans) {
+      // within one part the caller's buffer serves; across parts the pieces are joined anyway
+      const got = await this.files[i]!.read(from, to - from, spans.length === 1 ? into : undefined).catch((err: unknown) => { throw namingPart(err, this.parts[i]!, this.parts.length); });
       bufs.push(got);
       if (got.length < to - from) break; // this part ends early: so does the bundle
     }

@@ -51,7 +51,8 @@ export function readBuffers(size: number): ReadBuffers {
 /**
  * A chunk a pooled read produced is no longer read by anyone: its buffer may be read into again.
  * Sound only because each lent buffer becomes one chunk of one stream with one consumer (the
- * registry's sendBody): a stream split, teed or piped twice must not call it.
+ * registry's sendBody, or the frame stream for a frame it copied out in full): a stream split,
+ * teed or piped twice must not call it.
  */
 export function giveBack(chunk: Buffer): void {
   for (const pool of pools.values()) pool.give(chunk);
