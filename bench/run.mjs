@@ -9,6 +9,8 @@
 //   serve:    skopeo copy of every image from `bundle-agent serve DIR` (an extracted layout found on
 //             disk: every chunk re-checked against its digest, #7) vs from docker-registry 2.8
 //   serve16:  a 16-stream blob client, same two servers
+//   serve-file, serve16-file: the same two clients against `bundle-agent serve FILE` (media mode: the
+//             bundle file read through its seek index, every frame held to the verifying pass's digest)
 //   serve-staging, serve16-staging: the same two clients against the registry `bundle-agent load`
 //             pulls from: a StagingStore over its own verified staging (bench/lib/staging-server.mjs)
 //   preload:  containerd's CRI pulling every image through the load's registry (StagingStore) vs straight from docker-registry
@@ -47,7 +49,7 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-staging,serve16-staging,preload,load,load-order,rss,peers').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-file,serve16-file,serve-staging,serve16-staging,preload,load,load-order,rss,peers').split(','));
 const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
 const STREAMS = 16;
 const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
@@ -227,6 +229,9 @@ async function main() {
     }
     if (['serve', 'serve16'].some((r) => ONLY.has(r))) {
       await withServers(env, () => serve(staged, env.pub), (ours, peer, servers) => clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)', servers));
+    }
+    if (['serve-file', 'serve16-file'].some((r) => ONLY.has(r))) {
+      await withServers(env, () => serve(file, env.pub), (ours, peer, servers) => clientRows(ours, peer, { serve: 'serve-file', serve16: 'serve16-file' }, '`bundle-agent serve FILE` (media mode: every frame re-checked)', servers));
     }
     if (ONLY.has('random')) await addRow(await randomRow(env, file));
     if (ONLY.has('load') || ONLY.has('load-order')) {
