@@ -144,6 +144,7 @@ t.test('from a bundle file (media mode), 8 clients (half of them slow): the sign
   t.same(got, got.map(() => blob.digest), 'every client got the blob\'s bytes');
   const framesRead = 8 * Math.ceil(BIG / FRAME_BYTES);
   const slicesSent = 8 * Math.floor(BIG / FRAME_SLICE_BYTES);
+  t.ok(frames.allocated > 0, 'full frames are decoded into pooled buffers');
   t.ok(frames.allocated - before.frames < framesRead / 4, `${frames.allocated - before.frames} frame buffers for ${framesRead} frames decoded`);
   t.ok(slices.allocated - before.slices < slicesSent / 4, `${slices.allocated - before.slices} slice buffers for ${slicesSent} slices sent`);
   t.ok(await until(() => processFrameBudget.inUse === 0), 'every frame\'s budget back');

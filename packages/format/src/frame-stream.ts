@@ -87,9 +87,10 @@ export class FrameStream extends Readable {
     await this.opts.budget.acquire(p.weight, this.stop.signal);
     this.hold.bytes += p.weight;
     if (this.destroyed) return;
-    // a frame larger than a slice leaves this stream only as copies: its buffer is decoded into
-    // again once it is copied out (a smaller one would go out whole, a view pinning 4 MiB)
-    const into = this.opts.copy && p.size > FRAME_SLICE_BYTES ? frameBuffers.take() : undefined;
+    // a full frame leaves this stream only as copies: its buffer is decoded into again once it is
+    // copied out. Only a full one: the budget charges the frame's size, and a shorter frame in a
+    // 4 MiB buffer would hold more than it is charged (a stalled client's, until it is cut)
+    const into = this.opts.copy && p.size === FRAME_BYTES ? frameBuffers.take() : undefined;
     const data = await this.opts.load(p.frame, into);
     this.current = { data, at: p.from, end: Math.min(p.to, data.length), shared: false };
   }

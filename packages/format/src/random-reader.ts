@@ -119,16 +119,14 @@ export class BundleRandomReader {
   /**
    * Frame `i` decompressed. Its compressed bytes must hash to the digest a verifying pass
    * recorded for it when there is one (or when `require`d); `record` collects the digests of
-   * frames read without one.
-   */
-  /**
-   * Frame `i` decoded, into `into` when it is given and large enough; then its compressed bytes
-   * are read into a pooled buffer too, which is done with once the frame is decoded.
+   * frames read without one. Decoded into `into` when it is given and large enough; then its
+   * compressed bytes, when they fill at least half a pooled buffer (the budget charges their
+   * size), are read into one too, done with once the frame is decoded.
    */
   private async frame(i: number, opts: FrameChecks = {}, into?: Buffer): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
-    const readInto = into && f.compressedSize <= compressedBuffers.size ? compressedBuffers.take() : undefined;
+    const readInto = into && f.compressedSize <= compressedBuffers.size && f.compressedSize >= compressedBuffers.size / 2 ? compressedBuffers.take() : undefined;
     try {
       const buf = await this.source.read(f.compressedOffset, f.compressedSize, readInto);
       if (buf.length !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
