@@ -39,8 +39,7 @@ function release(hold: Hold): void {
  * queue; destroyed while a frame is being read, it closes once that read is over and released.
  */
 export class FrameStream extends Readable {
-  /** `shared`: a chunk handed on is a view of `data`, so its buffer is not read into again. */
-  private current: { data: Buffer; at: number; end: number; shared: boolean } | undefined;
+  private current: { data: Buffer; at: number; end: number } | undefined;
   private loading: Promise<void> | undefined;
   private readonly hold: Hold;
   private readonly stop = new AbortController();
@@ -87,30 +86,29 @@ export class FrameStream extends Readable {
     await this.opts.budget.acquire(p.weight, this.stop.signal);
     this.hold.bytes += p.weight;
     if (this.destroyed) return;
-    // a full frame leaves this stream only as copies: its buffer is decoded into again once it is
-    // copied out. Only a full one: the budget charges the frame's size, and a shorter frame in a
-    // 4 MiB buffer would hold more than it is charged (a stalled client's, until it is cut)
+    // a full frame leaves this stream only as copies (a slice is shorter than a frame): its buffer
+    // is decoded into again once it is copied out. Only a full one: the budget charges the frame's
+    // size, and a shorter frame in a 4 MiB buffer would hold more than it is charged (a stalled
+    // client's, until it is cut), or go out whole as a view of it
     const into = this.opts.copy && p.size === FRAME_BYTES ? frameBuffers.take() : undefined;
     const data = await this.opts.load(p.frame, into);
-    this.current = { data, at: p.from, end: Math.min(p.to, data.length), shared: false };
+    this.current = { data, at: p.from, end: Math.min(p.to, data.length) };
   }
 
   private pushSlice(): void {
     const c = this.current!;
     const n = this.opts.copy ? Math.min(FRAME_SLICE_BYTES, c.end - c.at) : c.end - c.at;
-    const view = !(this.opts.copy && n < c.data.length);
-    const chunk = view ? c.data.subarray(c.at, c.at + n) : copyOf(c.data, c.at, n);
-    c.shared ||= view;
+    const chunk = this.opts.copy && n < c.data.length ? copyOf(c.data, c.at, n) : c.data.subarray(c.at, c.at + n);
     c.at += n;
     if (c.at >= c.end) this.dropFrame();
     this.push(chunk);
   }
 
-  /** Done with the current frame: its budget back, and its buffer when no chunk is a view of it. */
+  /** Done with the current frame: its budget back, and its buffer when it is a pooled one (given out only as copies). */
   private dropFrame(): void {
     const c = this.current;
     this.current = undefined;
-    if (c && !c.shared) frameBuffers.give(c.data);
+    if (c) frameBuffers.give(c.data);
     release(this.hold);
   }
 
