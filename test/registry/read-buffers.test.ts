@@ -6,7 +6,7 @@
 import t from 'tap';
 import { createHash, randomBytes } from 'node:crypto';
 import { request } from 'node:http';
-import { open, writeFile, type FileHandle } from 'node:fs/promises';
+import { open, stat, truncate, writeFile, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ReadBuffers, readBuffers } from '@offline-bundle/host';
@@ -38,6 +38,22 @@ t.test('ReadBuffers: a buffer comes back once, through any part of it, and only 
   const after = pool.allocated;
   pool.take(); pool.take(); pool.take();
   t.equal(pool.allocated, after + 1, 'keeps at most `keep` idle buffers');
+});
+
+t.test('ReadBuffers: idle buffers are dropped once no take came for its idle time', async (t) => {
+  const pool = new ReadBuffers(1024, 4, 50);
+  const lent = [pool.take(), pool.take()];
+  for (const b of lent) pool.give(b);
+  t.equal(pool.idle, 2, 'given back, kept for the next take');
+  t.ok(await until(() => pool.idle === 0, 300), 'dropped after the idle time');
+  pool.take();
+  t.equal(pool.allocated, 3, 'the next take allocates anew');
+  const busy = new ReadBuffers(1024, 4, 200);
+  busy.give(busy.take());
+  await sleep(120);
+  busy.give(busy.take());
+  await sleep(120);
+  t.equal(busy.idle, 1, 'a take within the idle time keeps the pool');
 });
 
 /** The catalog of a registry holding `data` as the one blob of example.com/app. */
@@ -147,5 +163,27 @@ t.test('from a bundle file (media mode), 8 clients (half of them slow): the sign
   t.ok(frames.allocated > 0, 'full frames are decoded into pooled buffers');
   t.ok(frames.allocated - before.frames < framesRead / 4, `${frames.allocated - before.frames} frame buffers for ${framesRead} frames decoded`);
   t.ok(slices.allocated - before.slices < slicesSent / 4, `${slices.allocated - before.slices} slice buffers for ${slicesSent} slices sent`);
+  t.ok(await until(() => processFrameBudget.inUse === 0), 'every frame\'s budget back');
+});
+
+t.test('from a bundle file cut short after it was verified (media pulled): every request fails, and the frame buffers come back', async (t) => {
+  const BIG = 6 * FRAME_BYTES + 777;
+  const b = await makeBundle(t, { layerSizes: [BIG, 900] });
+  const blob = b.blobs.find((x) => x.size === BIG)!;
+  const source = await openBundleFile(b.path);
+  t.teardown(() => source.close());
+  const v = await verifyBundle(source, { trust: b.trust, frameDigests: true });
+  const store = await BundleFileStore.open(source, v.manifest, catalogOf(v.manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
+  const reg = await startRegistry({ store, catalog: catalogOf(v.manifest) });
+  t.teardown(() => reg.close());
+  await truncate(b.path, Math.floor((await stat(b.path)).size / 2));
+  const url = `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${blob.digest}`;
+  const frames = readBuffers(FRAME_BYTES + 1);
+  const before = frames.allocated;
+  const TRIES = 12;
+  let failed = 0;
+  for (let i = 0; i < TRIES; i++) await get(url, false).then(() => undefined, () => failed++);
+  t.equal(failed, TRIES, 'no client gets the blob from the cut file');
+  t.ok(frames.allocated - before <= 1, `${frames.allocated - before} frame buffers allocated for ${TRIES} failed frame loads`);
   t.ok(await until(() => processFrameBudget.inUse === 0), 'every frame\'s budget back');
 });

@@ -91,7 +91,15 @@ export class FrameStream extends Readable {
     // size, and a shorter frame in a 4 MiB buffer would hold more than it is charged (a stalled
     // client's, until it is cut), or go out whole as a view of it
     const into = this.opts.copy && p.size === FRAME_BYTES ? frameBuffers.take() : undefined;
-    const data = await this.opts.load(p.frame, into);
+    let data: Buffer;
+    try {
+      data = await this.opts.load(p.frame, into);
+    } catch (err) {
+      if (into) frameBuffers.give(into);
+      throw err;
+    }
+    // a loader that decoded elsewhere left `into` unread
+    if (into && data.buffer !== into.buffer) frameBuffers.give(into);
     this.current = { data, at: p.from, end: Math.min(p.to, data.length) };
   }
 

@@ -13,12 +13,22 @@ export class ReadBuffers {
   /** Out on loan: only these are taken back, each once. */
   private readonly lent = new WeakSet<ArrayBufferLike>();
 
+  private lastTake = 0;
+  private trim: NodeJS.Timeout | undefined;
+
   /** Buffers allocated so far (the rest of the takes were reuses). */
   allocated = 0;
 
-  constructor(readonly size: number, private readonly keep: number) {}
+  /** `idleMs`: idle buffers are dropped once no take came for that long (a daemon serves rarely). */
+  constructor(readonly size: number, private readonly keep: number, private readonly idleMs = IDLE_MS) {}
+
+  /** Buffers waiting to be taken again. */
+  get idle(): number {
+    return this.free.length;
+  }
 
   take(): Buffer {
+    this.lastTake = Date.now();
     let buf = this.free.pop();
     if (!buf) {
       buf = Buffer.allocUnsafeSlow(this.size);
@@ -34,8 +44,22 @@ export class ReadBuffers {
     if (!this.lent.has(ab)) return;
     this.lent.delete(ab);
     if (this.free.length < this.keep) this.free.push(Buffer.from(ab, 0, this.size));
+    this.trimLater();
+  }
+
+  private trimLater(): void {
+    if (this.trim || this.free.length === 0) return;
+    this.trim = setTimeout(() => {
+      this.trim = undefined;
+      if (Date.now() - this.lastTake >= this.idleMs) this.free.length = 0;
+      else this.trimLater();
+    }, this.idleMs);
+    this.trim.unref();
   }
 }
+
+/** How long idle buffers outlive the last take: past a burst of requests, not through a quiet day. */
+const IDLE_MS = 30_000;
 
 /** Idle buffers kept per size: enough for 16 streams to circulate theirs, a bounded amount after. */
 const KEEP_BYTES = 16 * 1024 * 1024;
