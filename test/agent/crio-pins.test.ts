@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { AgentError, CrioTarget, adoptRunningRelease, checkMirrorUsed, checkPins, checkPinsSettled, createLogger, parseConfig, watchCrioPins, type ImageInspector } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { until } from '../helpers/until.js';
 
 const parseToml = (createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse: (s: string) => Record<string, any> }).parse;
 const quiet = createLogger(process.stderr, true);
@@ -78,8 +79,7 @@ t.test('the daemon\'s watcher re-merges within its poll interval', async (t) => 
   const stop = watchCrioPins(n.config, quiet, (fn) => fn());
   t.teardown(stop);
   await n.writeMco([M1]);
-  const deadline = Date.now() + 20_000;
-  while (Date.now() < deadline && !(await n.pinsIn(n.ours)).includes(M1)) await new Promise((r) => setTimeout(r, 200));
+  await until('the MCO pin in ours', async () => (await n.pinsIn(n.ours)).includes(M1), { timeoutMs: 30_000, stepMs: 50 });
   t.same(await n.pinsIn(n.ours), [M1, A].sort(), 'the MCO pin added without any load');
 });
 

@@ -8,6 +8,7 @@ import { mkdir, open, readFile, rename, symlink, writeFile } from 'node:fs/promi
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AGENT, containerdNode, makeBundle, run, stick } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 const images2 = [{ name: 'quay.io/acme/app:v2', files: { 'app.txt': 'app v2' } }];
@@ -35,12 +36,12 @@ function startDaemon(config: string, statusFile: string) {
   return {
     d,
     /** Waits until `until` holds of the log and the status (a deadline only against a hang). */
-    async until(what: string, until: (log: string, s: any) => boolean, timeoutMs = 120_000) {
-      const deadline = Date.now() + timeoutMs;
-      while (!until(d.log, d.last)) {
-        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`never: ${what}; log: ${d.log.slice(-2000)}`);
-        await sleep(100);
-      }
+    async until(what: string, ok: (log: string, s: any) => boolean) {
+      await until(what, () => {
+        if (ok(d.log, d.last)) return true;
+        if (child.exitCode !== null) throw new Error(`the daemon exited (${child.exitCode}) before: ${what}; log: ${d.log.slice(-2000)}`);
+        return false;
+      }, { timeoutMs: 120_000, stepMs: 100, detail: () => `log: ${d.log.slice(-2000)}` });
     },
     async stop() {
       child.kill('SIGTERM');

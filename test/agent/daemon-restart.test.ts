@@ -5,7 +5,7 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import { copyFile, open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { until } from '../helpers/until.js';
 import { execFileSync } from 'node:child_process';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { AGENT, containerdNode, makeBundle } from './fixtures.js';
@@ -18,19 +18,15 @@ async function node(t: any) {
   t.teardown(() => cri.close());
   const statusFile = join(root, 'var/lib/bundle-agent/status.json');
   const status = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  /** Runs the daemon until `until` holds on its log and status, then stops it with SIGTERM; returns its log. */
-  const daemon = async (until: (log: string, s: any) => boolean, timeoutMs = 90_000): Promise<string> => {
+  /** Runs the daemon until `ok` holds on its log and status, then stops it with SIGTERM; returns its log. */
+  const daemon = async (ok: (log: string, s: any) => boolean): Promise<string> => {
     const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
     let log = '';
     child.stdout.on('data', (d: Buffer) => { log += d; });
     child.stderr.on('data', (d: Buffer) => { log += d; });
     const exited = new Promise((r) => child.once('exit', r));
-    const deadline = Date.now() + timeoutMs;
     try {
-      while (!until(log, await status())) {
-        if (Date.now() > deadline) throw new Error(`daemon never got there; log: ${log.slice(-1500)}`);
-        await sleep(200);
-      }
+      await until('the daemon got there', async () => ok(log, await status()), { timeoutMs: 90_000, stepMs: 50, detail: () => `log: ${log.slice(-1500)}` });
     } finally {
       child.kill('SIGTERM');
       await exited;

@@ -9,6 +9,7 @@ import { pidExists } from '@offline-bundle/host';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { until } from '../helpers/until.js';
 import { AGENT, crioFiles, crioNodeConfig, crioSighup, keygen, makeBundle, smallFs } from './fixtures.js';
 
 // The images' home: a host that never resolves, so only the agent's mirror can serve them.
@@ -132,16 +133,6 @@ export async function load(n: Node, file = n.file) {
   return startLoad(n, file).exit;
 }
 
-export async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 120_000, stepMs = 10): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, stepMs));
-  }
-}
-
 /** Polls status.json until `pred` holds; fails at once if the agent exits first. */
 export async function waitStatus(n: Node, a: Agent | undefined, what: string, pred: (s: Status) => boolean, timeoutMs = 120_000): Promise<Status> {
   return until(what, async () => {
@@ -152,7 +143,7 @@ export async function waitStatus(n: Node, a: Agent | undefined, what: string, pr
       throw new Error(`the agent exited (${r.code ?? r.signal}) before ${what}; last status ${JSON.stringify(s?.phase)}: ${r.stderr.slice(-1500)}`);
     }
     return undefined;
-  }, timeoutMs);
+  }, { timeoutMs });
 }
 
 export const phase = (p: string) => (s: Status) => s.phase === p;
@@ -177,7 +168,7 @@ export async function waitReading(a: Agent, file: string, timeoutMs = 120_000): 
       if (pos >= PASS_CHUNK) return { pos, size };
     }
     return undefined;
-  }, timeoutMs, 2);
+  }, { timeoutMs, stepMs: 2 });
 }
 
 /** Starts a load of n.file and freezes it (SIGSTOP) in the middle of its read pass. */

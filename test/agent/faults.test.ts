@@ -14,7 +14,8 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { rm, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MIRROR_DROP_IN, STAGED, MANIFEST, REFS, node, agent, startLoad, load, until, waitStatus, phase, frozenMidRead, cond, gone, pullsDone, expectReady, expectFailed, type Agent } from './faults-setup.js';
+import { MIRROR_DROP_IN, STAGED, MANIFEST, REFS, node, agent, startLoad, load, waitStatus, phase, frozenMidRead, cond, gone, pullsDone, expectReady, expectFailed, type Agent } from './faults-setup.js';
+import { until } from '../helpers/until.js';
 
 t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover', async (t) => {
   const n = await node(t, { extra: 'media:\n  roots: [/media]\n  watchDirs: [/stick]\n  pollSeconds: 1\n' });
@@ -28,7 +29,7 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
       // once the partial staging names its bundle (bundle.json verified), while the rest is still read
       a = startLoad(n);
       const marker = join(n.upgradeDir, `${STAGED}.partial`, 'resume.json');
-      await until('the partial staging to name its bundle', async () => stat(marker).then(() => true, () => false), 120_000, 2);
+      await until('the partial staging to name its bundle', async () => stat(marker).then(() => true, () => false), { timeoutMs: 120_000, stepMs: 2 });
       a.child.kill('SIGSTOP');
     } else {
       a = await frozenMidRead(t, n);
@@ -54,7 +55,7 @@ t.test('1. SIGKILL during staging: a new load, and the daemon at start, recover'
   t.teardown(() => { d.child.kill('SIGKILL'); });
   // its own journal line, not status.json: the killed load may not have overwritten the last Ready there
   // the journal line comes as the status changes; the file is written just after it
-  await until('the daemon to load the stick to Ready or Failed', async () => (/event=(ready|failed)/.test(d.stderr()) && ['Ready', 'Failed'].includes((await n.status())?.phase ?? '')) || d.child.exitCode !== null);
+  await until('the daemon to load the stick to Ready or Failed', async () => (/event=(ready|failed)/.test(d.stderr()) && ['Ready', 'Failed'].includes((await n.status())?.phase ?? '')) || d.child.exitCode !== null, { timeoutMs: 120_000 });
   const s = (await n.status())!;
   t.equal(s.bundle?.file, file, 'the status is about the stick\'s bundle');
   d.child.kill('SIGTERM');
@@ -102,7 +103,7 @@ t.test('3. the runtime killed during pre-load and restarted: the pulls retry, th
   process.kill(old, 'SIGKILL');
   for (const c of pulls) try { process.kill(c, 'SIGKILL'); } catch { /* done already */ }
   const killedAt = Date.now();
-  await until('the killed stand-in to be gone', async () => gone(old), 30_000);
+  await until('the killed stand-in to be gone', async () => gone(old), { timeoutMs: 30_000 });
   t.ok((await pullsDone(n)) < REFS, 'pulls were still in flight when the runtime died');
   await n.restartCrio();
   const downMs = Date.now() - killedAt;

@@ -2,10 +2,10 @@
 // with a config, loop-mounted "USB sticks", and the CLIs run as child processes.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { until } from '../helpers/until.js';
 import { startContainerd } from '../runtime/lib.js';
 import type { RuntimeTarget } from '@offline-bundle/agent';
 
@@ -192,18 +192,21 @@ export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, 
   const exited = new Promise((res) => child.once('exit', res));
   t.teardown(() => stop());
   const status = async () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  const until = async (what: string, ok: (s: any) => boolean) => {
-    const deadline = Date.now() + 120_000; // only against a hang
-    for (;;) {
-      const s = await status();
-      if (ok(s)) return s;
-      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`never: ${what}; status: ${JSON.stringify(s)?.slice(0, 1500)}; log: ${out.log.slice(-2000)}`);
-      await sleep(200);
-    }
+  /** The status once `ok` holds of it; fails when the agent exits first, or after 120 s (only against a hang). */
+  const statusWhen = async (what: string, ok: (s: any) => boolean) => {
+    let last: any;
+    const seen = () => `status: ${JSON.stringify(last)?.slice(0, 1500)}; log: ${out.log.slice(-2000)}`;
+    const hit = await until(what, async () => {
+      last = await status();
+      if (ok(last)) return { s: last };
+      if (child.exitCode !== null) throw new Error(`the agent exited (${child.exitCode}) before: ${what}; ${seen()}`);
+      return undefined;
+    }, { timeoutMs: 120_000, stepMs: 50, detail: seen });
+    return hit.s;
   };
   const stop = async () => {
     if (child.exitCode === null) child.kill('SIGTERM');
     await exited;
   };
-  return { child, out, until, stop };
+  return { child, out, until: statusWhen, stop };
 }

@@ -6,7 +6,7 @@ import t from 'tap';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { chmod, copyFile, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { until } from '../helpers/until.js';
 import { parse as parseYaml } from 'yaml';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -25,26 +25,21 @@ async function node(t: any, extra: string) {
   return { dir, root, config, ctd, drop, status, file };
 }
 
-/** Starts the daemon; `until` polls its log and status file. */
+/** Starts the daemon; `until` polls its log (and whatever else `cond` reads). */
 function startDaemon(config: string) {
   const child: ChildProcess = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   child.stdout!.on('data', (d: Buffer) => { log += d; });
   child.stderr!.on('data', (d: Buffer) => { log += d; });
   const exited = new Promise((r) => child.once('exit', r));
-  const until = async (cond: (log: string) => Promise<boolean> | boolean, timeoutMs = 90_000) => {
-    const deadline = Date.now() + timeoutMs;
-    while (!(await cond(log))) {
-      if (Date.now() > deadline) throw new Error(`the daemon never got there; log: ${log.slice(-1500)}`);
-      await sleep(200);
-    }
-  };
+  const daemonUntil = (what: string, cond: (log: string) => Promise<boolean | undefined> | boolean | undefined) =>
+    until(what, () => cond(log), { timeoutMs: 90_000, stepMs: 50, detail: () => `log: ${log.slice(-1500)}` });
   const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
     child.kill(signal);
     await exited;
     return log;
   };
-  return { until, stop, log: () => log };
+  return { until: daemonUntil, stop, log: () => log };
 }
 
 t.test('a daemon killed mid-pre-load: status says it is not running (exit 3); the next start replaces the stale line at once, on the console and in the cluster', async (t) => {
@@ -72,7 +67,7 @@ status:
   await copyFile(n.file, join(n.drop, 'update.bundle'));
 
   const first = startDaemon(n.config);
-  await first.until(async () => (await n.status())?.phase === 'Preloading' && (await readFile(pidFile, 'utf8').catch(() => '')) !== '');
+  await first.until('the puller runs, the agent Preloading', async () => (await n.status())?.phase === 'Preloading' && (await readFile(pidFile, 'utf8').catch(() => '')) !== '');
   const live = await run(AGENT, ['status', '--config', n.config]);
   t.equal(live.code, 0, 'while it runs: exit 0');
   t.match(live.stdout, /^Loading images: 0 of 1 done\./, 'and its own line, counting images as bundle inspect does (one image, pulled by tag and digest)');
@@ -92,12 +87,12 @@ status:
   await rm(join(n.drop, 'update.bundle'));
   const sentBefore = api.accepted().length;
   const second = startDaemon(n.config);
-  await second.until(async () => /stopped before it finished/.test(await readFile(join(n.root, ISSUE), 'utf8')));
+  await second.until('the console says the last run stopped', async () => /stopped before it finished/.test(await readFile(join(n.root, ISSUE), 'utf8')));
   t.equal(await readFile(join(n.root, ISSUE), 'utf8'), 'Update: Failed: The update was stopped before it finished. Load the update file again to restart it.\n\n', 'the console says what happened, in plain words');
   const restarted = await run(AGENT, ['status', '--config', n.config]);
   t.equal(restarted.code, 0, 'running again: exit 0');
   t.equal(restarted.stdout, 'Failed: The update was stopped before it finished. Load the update file again to restart it.\n');
-  await second.until(() => api.accepted().slice(sentBefore).some((r) => r.path.endsWith('/node-a/status')));
+  await second.until('a status written to the cluster', () => api.accepted().slice(sentBefore).some((r) => r.path.endsWith('/node-a/status')));
   await second.stop();
   const sent = api.accepted().slice(sentBefore).filter((r) => r.path.endsWith('/node-a/status'));
   const failed = parseYaml(sent[0]!.body).status.conditions.find((c: any) => c.type === 'Failed');
@@ -125,15 +120,10 @@ t.test('staging.keep untilComplete: images deleted from the runtime come back at
   t.teardown(() => cri.close());
   ctr('rm', ...(await cri.listImages()).flatMap((i) => [...i.repoTags, ...i.repoDigests, i.id]));
   // the CRI plugin learns of the removals from containerd's events, a moment after `ctr rm` returns
-  let left = (await cri.listImages()).length;
-  for (let i = 0; i < 300 && left > 0; i++) {
-    await sleep(100);
-    left = (await cri.listImages()).length;
-  }
-  t.equal(left, 0, 'containerd holds no image');
+  await until('containerd holds no image', async () => (await cri.listImages()).length === 0, { timeoutMs: 30_000, stepMs: 100 });
 
   const d = startDaemon(n.config);
-  await d.until(async (log) => /event=restore/.test(log) && (await n.status())?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'Restored'));
+  await d.until('restored', async (log) => /event=restore/.test(log) && (await n.status())?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'Restored'));
   const log = await d.stop();
   t.match(log, /images of 1\.1\.0 are gone from the runtime \(2 of their 2 names\); loading them again from the kept layout/, 'the journal says why');
   t.ok((await cri.listImages()).some((i) => i.repoTags.includes('quay.io/acme/app:v1')), 'the image is back');

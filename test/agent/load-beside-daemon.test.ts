@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { makeBundle } from '../format/craft.js';
 import { AGENT, nodeRoot, run } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 /**
  * A node for these tests (CRI-O, running 1.2.2). `gated`: its CRI-O reload blocks while `gate`
@@ -31,7 +32,7 @@ async function testNode(t: any, opts: { gated?: boolean; extra?: string } = {}) 
 async function startDaemon(t: any, config: string, readStatus: () => Promise<any>) {
   const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
   t.teardown(() => daemon.kill('SIGKILL'));
-  for (let i = 0; i < 200 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  await until('the daemon writes the status', async () => (await readStatus())?.writer?.pid === daemon.pid, { timeoutMs: 30_000, stepMs: 50 });
   return daemon;
 }
 
@@ -60,7 +61,7 @@ t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console lin
   const daemon = await startDaemon(t, config, readStatus);
   // the node is Ready: the load's result, which the daemon adopts and shows
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
-  for (let i = 0; i < 300 && ((await readStatus())?.writer?.pid !== daemon.pid || !/NOT loaded/.test(await readFile(consoleFile, 'utf8').catch(() => ''))); i++) await sleep(100);
+  await until('the daemon writes the status and the console shows the Ready line', async () => (await readStatus())?.writer?.pid === daemon.pid && /NOT loaded/.test(await readFile(consoleFile, 'utf8').catch(() => '')), { timeoutMs: 30_000, stepMs: 50 });
   const ready = await readFile(consoleFile, 'utf8');
   t.match(ready, /NOT loaded/, 'the console shows the Ready line');
 
@@ -90,13 +91,13 @@ t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it I
   t.teardown(() => rm(n.gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
   const exited = new Promise((r) => load.on('close', r));
-  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  await until('the load holds in Serving', async () => (await n.readStatus())?.phase === 'Serving', { timeoutMs: 30_000, stepMs: 50 });
   t.equal((await n.readStatus())?.phase, 'Serving', 'the load holds in Serving (its mirror reload)');
   load.kill('SIGKILL');
   await exited;
   await rm(n.gate, { force: true });
   let s: any;
-  for (let i = 0; i < 100 && (s = await n.readStatus())?.phase !== 'Failed'; i++) await sleep(100);
+  await until('the daemon says Failed', async () => (s = await n.readStatus())?.phase === 'Failed', { timeoutMs: 30_000, stepMs: 50 });
   t.equal(s?.phase, 'Failed', `the daemon does not keep the dead load's phase (${s?.phase})`);
   t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted', message: /bundle-agent load was stopped before it finished/ });
   t.notOk(s.conditions.some((c: any) => c.type === 'Serving' && c.status === 'True'), 'no registry is said to be serving');
@@ -115,7 +116,7 @@ t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Int
   let stderr = '';
   load.stderr.on('data', (d: Buffer) => { stderr += d; });
   const exited = new Promise<[number | null, string | null]>((r) => load.on('close', (code, sig) => r([code, sig])));
-  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  await until('the load holds in Serving', async () => (await n.readStatus())?.phase === 'Serving', { timeoutMs: 30_000, stepMs: 50 });
   t.equal((await n.readStatus())?.phase, 'Serving');
   load.kill('SIGHUP');
   await rm(n.gate, { force: true });
@@ -131,13 +132,13 @@ t.test('releases forget of the release the status shows Ready, beside the daemon
   const { b, config, readStatus, consoleFile } = await testNode(t);
   const daemon = await startDaemon(t, config, readStatus);
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
-  for (let i = 0; i < 100 && (await readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  await until('the daemon writes the status', async () => (await readStatus())?.writer?.pid === daemon.pid, { timeoutMs: 30_000, stepMs: 50 });
   t.equal((await readStatus()).phase, 'Ready');
 
   const forget = await run(AGENT, ['releases', 'forget', '1.2.3', '--config', config]);
   t.equal(forget.code, 0, forget.stderr);
   let s: any;
-  for (let i = 0; i < 50 && !((s = await readStatus())?.phase === 'Idle' && s.writer.pid === daemon.pid && /removed/.test(await readFile(consoleFile, 'utf8'))); i++) await sleep(100);
+  await until('the daemon says Idle, the console says removed', async () => (s = await readStatus())?.phase === 'Idle' && s.writer.pid === daemon.pid && /removed/.test(await readFile(consoleFile, 'utf8')), { timeoutMs: 30_000, stepMs: 50 });
   t.equal(s.phase, 'Idle', 'no longer Ready');
   t.match(s.conditions.find((c: any) => c.type === 'Ready'), { status: 'False', reason: 'ReleaseForgotten', message: /1\.2\.3.*forgotten/ });
   t.equal(s.message, 'Update 1.2.3 was removed from this node by the administrator. Waiting for a USB stick with an update bundle.');
@@ -158,24 +159,26 @@ t.test('a stick (drop directory) found while a by-hand load holds the lock: trie
   let log = '';
   daemon.stderr!.on('data', (d: Buffer) => { log += d; });
   t.teardown(() => daemon.kill('SIGKILL'));
-  for (let i = 0; i < 200 && (await n.readStatus())?.writer?.pid !== daemon.pid; i++) await sleep(100);
+  await until('the daemon writes the status', async () => (await n.readStatus())?.writer?.pid === daemon.pid, { timeoutMs: 30_000, stepMs: 50 });
   await writeFile(n.gate, '');
   t.teardown(() => rm(n.gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
   const exited = new Promise<number | null>((r) => load.on('close', r));
-  for (let i = 0; i < 300 && (await n.readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  await until('the hand load holds in Serving', async () => (await n.readStatus())?.phase === 'Serving', { timeoutMs: 30_000, stepMs: 50 });
   t.equal((await n.readStatus())?.phase, 'Serving', 'the hand load holds the lock');
 
   await copyFile(n.b.path, join(drop, 'update.bundle'));
-  for (let i = 0; i < 200 && !/another bundle-agent \(pid/.test(log); i++) await sleep(100);
+  await until('the daemon finds the lock taken', async () => /another bundle-agent \(pid/.test(log), { timeoutMs: 30_000, stepMs: 50 });
   t.match(log, /another bundle-agent \(pid \d+\) is loading/, 'the daemon found the dropped bundle and the lock taken');
   await rm(n.gate, { force: true });
   t.equal(await exited, 0, 'the hand load finishes');
-  for (let i = 0; i < 300 && !/bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/.test(log); i++) await sleep(100);
+  await until('the dropped bundle loaded', async () => /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/.test(log), { timeoutMs: 30_000, stepMs: 50 });
   t.match(log, /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/, 'the dropped bundle is loaded once the lock is free');
   // the journal line comes before the status file's write of the same change
-  let s = await n.readStatus();
-  for (let i = 0; i < 100 && s?.phase !== 'Ready'; i++) s = await sleep(100).then(() => n.readStatus());
+  const s = await until('the status says Ready', async () => {
+    const now = await n.readStatus();
+    return now?.phase === 'Ready' ? now : undefined;
+  }, { timeoutMs: 30_000, stepMs: 50 });
   t.equal(s.phase, 'Ready');
   t.notOk(s.conditions.some((c: any) => c.type === 'Failed'), 'no Failed condition');
   t.notMatch(await readFile(n.consoleFile, 'utf8'), /already loading/, 'the console has no Busy line');

@@ -10,6 +10,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
 import { AGENT, keygen, makeBundle, nodeRoot, run, smallFs, stick } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 const parseToml = (createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse: (s: string) => Record<string, any> }).parse;
 
@@ -191,12 +192,7 @@ t.test('SIGTERM during a load, and a second load meanwhile', async (t) => {
   child.stdout.on('data', (d: Buffer) => { out += d; });
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   const statusFile = join(s.root, 'var/lib/bundle-agent/status.json');
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    const st = await readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-    if (st?.phase === 'Preloading') break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await until('the load pre-loading', async () => (await readFile(statusFile, 'utf8').then(JSON.parse, () => undefined))?.phase === 'Preloading', { timeoutMs: 30_000, stepMs: 50 });
   t.equal(JSON.parse(await readFile(statusFile, 'utf8')).phase, 'Preloading', 'caught while pre-loading');
   t.equal((await readdir(s.registriesDir)).length, 1, 'the mirror drop-in is in place meanwhile');
 

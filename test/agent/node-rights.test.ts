@@ -13,6 +13,7 @@ import { SHIPPED_RBAC, startKubeStandIn, type KubeApiStandIn } from '../helpers/
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startContainerd } from '../runtime/lib.js';
 import { AGENT, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const NODE = 'node-a';
@@ -82,19 +83,18 @@ t.test('without the ClusterVersion rule: the load waits with ClusterForbidden na
   const exit = new Promise<number | null>((r) => child.on('close', (code) => r(code)));
   t.teardown(() => { child.kill('SIGKILL'); });
 
-  let status: any;
-  // a deadline, not a count of looks: a loaded machine verifies the bundle slowly before the question is asked
-  for (const end = Date.now() + 120_000; Date.now() < end && ready(status)?.reason !== 'ClusterForbidden';) {
-    await sleep(100);
-    status = await readFile(n.statusFile, 'utf8').then(JSON.parse, () => undefined);
-  }
+  // a generous bound: a loaded machine verifies the bundle slowly before the question is asked
+  const status = await until('the status says ClusterForbidden', async () => {
+    const s = await readFile(n.statusFile, 'utf8').then(JSON.parse, () => undefined);
+    return ready(s)?.reason === 'ClusterForbidden' ? s : undefined;
+  }, { timeoutMs: 120_000, stepMs: 50 });
   t.equal(ready(status)?.reason, 'ClusterForbidden', 'the node says why it waits');
   t.equal(status.phase, 'Verifying', 'not a failure: the load waits');
   t.match(ready(status).message, 'the node identity system:node:node-a may not get clusterversions.config.openshift.io "version": apply deploy/rbac.yaml (ClusterRole offline-bundle:running-version-reader, bound to group system:nodes)');
   t.match(status.message, /may not ask the cluster which version it runs.*Leave the USB stick in/, "the technician's line");
   const refused = byNode(api).find((c) => c.resource === 'clusterversions');
   t.equal(refused?.status, 403, 'refused by the stand-in as by the API server');
-  for (const end = Date.now() + 60_000; Date.now() < end && ready(api.get('nodebundlestatuses', NODE)?.status)?.reason !== 'ClusterForbidden';) await sleep(100);
+  await until('the NodeBundleStatus says ClusterForbidden', () => ready(api.get('nodebundlestatuses', NODE)?.status)?.reason === 'ClusterForbidden');
   t.equal(ready(api.get('nodebundlestatuses', NODE)?.status)?.reason, 'ClusterForbidden', 'and the cluster sees it in the NodeBundleStatus');
   await sleep(2500);
   t.equal((stderr.match(/may not get clusterversions/g) ?? []).length, 1, 'logged once, not on every retry');

@@ -11,12 +11,12 @@ import type { IncomingMessage } from 'node:http';
 import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createLogger, parseConfig, pausesServing, recordRelease, startPeers, type DaemonPeers } from '@offline-bundle/agent';
 import { PEER_MEDIA, StatusTracker, approvalName, emptyStatus, type NodeStatus } from '@offline-bundle/status';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
 import { nodeRoot } from './fixtures.js';
 import { MiB, peerWorld } from './peers-setup.js';
+import { until } from '../helpers/until.js';
 
 const w = await peerWorld(t);
 const api = await startKubeStandIn();
@@ -53,20 +53,6 @@ async function node(name: Name, { holds = true, pollMs = 200 } = {}) {
   t.teardown(async () => { stop.abort(); await peers?.stop(); });
   const start = async () => (peers = await startPeers({ config, log, tracker, signal: stop.signal, agentVersion: '0.0.0', exclusive: (fn) => fn(), retryMs: 300, pollMs }));
   return { name, config, tracker, start, url: `https://${IP[name]}:${PORT[name]}` };
-}
-
-async function until<V>(what: string, probe: () => V | undefined, ms = 20_000): Promise<V> {
-  const started = Date.now();
-  const deadline = started + ms;
-  for (;;) {
-    const v = probe();
-    if (v !== undefined) {
-      if (process.env.PEER_DEBUG) process.stderr.write(`${what}: ${Date.now() - started} ms\n`);
-      return v;
-    }
-    if (Date.now() > deadline) throw new Error(`never: ${what}`);
-    await sleep(50);
-  }
 }
 
 const BIG = w.manifest.blobs.reduce((a, b) => (b.size > a.size ? b : a));
@@ -179,7 +165,7 @@ t.test('a node still fetching publishes status.serving (complete false, its coun
   const first = seen.findIndex((s) => s.phase === 'Staging' && s.bundle?.media === PEER_MEDIA);
   t.ok(first >= 0, 'the fetch was shown');
   t.match(seen[first + 1]?.serving, { manifestDigest: w.approval.manifestDigest, complete: false }, 'status.serving published right after the fetch began, not at the next look');
-  await until('fetched whole', () => (seed.counters.bytesServed >= w.layoutBytes - 30 ? true : undefined), 30_000);
+  await until('fetched whole', () => (seed.counters.bytesServed >= w.layoutBytes - 30 ? true : undefined), { timeoutMs: 30_000 });
   api.approvals = [];
   api.statuses = [];
 });

@@ -14,6 +14,7 @@ import { startKubeStandIn } from '../helpers/kube-standin.js';
 import { compileSchema, crdSchema, loadCrd } from '../status/lib.js';
 import { makePeerCa } from '../../deploy/openshift/peer-ca.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { until } from '../helpers/until.js';
 import { containerdNode, daemonChild, makeBundle } from './fixtures.js';
 
 const api = await startKubeStandIn();
@@ -71,13 +72,3 @@ t.test('one stick, two nodes: node-b fetches from node-a only after the approval
   t.ok(b.images().some((i) => i.startsWith('quay.io/acme/app:1.1')), 'the image is in node-b\'s containerd');
   t.match(db.out.log, /fetching it from other nodes/);
 });
-
-async function until<V>(what: string, probe: () => Promise<V | undefined>, ms = 60_000): Promise<V> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`never: ${what}`);
-    await sleep(250);
-  }
-}

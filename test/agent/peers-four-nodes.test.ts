@@ -8,7 +8,8 @@
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { setLink, netnsSupport } from '../helpers/netns.js';
-import { PEER_PORT, peerCluster, readyFromPeers, until, timeMarks } from './peers-nodes-setup.js';
+import { PEER_PORT, peerCluster, readyFromPeers, timeMarks } from './peers-nodes-setup.js';
+import { until } from '../helpers/until.js';
 
 const MiB = 1024 * 1024;
 const skip = netnsSupport();
@@ -22,7 +23,7 @@ t.test('four nodes in network namespaces: one stick, the others fetch from each 
   await c.plugStick();
   await a.daemon!.until('node-a Ready from its stick', (s) => s?.phase === 'Ready' && !!s?.bundle);
   mark('node-a Ready from its stick');
-  const serving = await until('node-a publishes what it serves', () => c.api.get('nodebundlestatuses', 'node-a')?.status?.serving);
+  const serving = await until('node-a publishes what it serves', () => c.api.get('nodebundlestatuses', 'node-a')?.status?.serving, { timeoutMs: 90_000 });
   t.match(serving, { manifestDigest: c.manifestDigest, complete: true, address: a.net.address, port: PEER_PORT }, 'node-a serves the bundle on its bridge address');
 
   // longer than the daemons' approval poll (5 s): without an approval nobody asks node-a for anything

@@ -5,7 +5,8 @@
 // its own containerd. (Packet loss: peers-nodes-loss.test.ts.)
 import t from 'tap';
 import { limitLink, netnsSupport, setLink } from '../helpers/netns.js';
-import { peerCluster, readyFromPeers, until, timeMarks } from './peers-nodes-setup.js';
+import { peerCluster, readyFromPeers, timeMarks } from './peers-nodes-setup.js';
+import { until } from '../helpers/until.js';
 
 const MiB = 1024 * 1024;
 const skip = netnsSupport();
@@ -34,7 +35,7 @@ t.test('a link cut mid-transfer between nodes in namespaces: the serving node\'s
       const da = now.a - start.a;
       const db = now.b - start.b;
       return da + db > MiB ? (da >= db ? a : b) : undefined;
-    });
+    }, { timeoutMs: 90_000 });
     const other = serving === a ? b : a;
     t.ok((await cc.status())?.phase !== 'Ready', 'node-c is not done when the link goes down');
     setLink(serving.net, 'down');

@@ -9,7 +9,6 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmod, copyFile, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { bundleIdentity, openBundle, readHeader } from '@offline-bundle/format';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
 import { makeBridge } from '../helpers/node.js';
@@ -132,12 +131,3 @@ export async function readyFromPeers(t: Tap, node: ClusterNode) {
   return s;
 }
 
-export async function until<V>(what: string, probe: () => Promise<V | undefined> | V | undefined, ms = 90_000): Promise<V> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`never: ${what}`);
-    await sleep(200);
-  }
-}

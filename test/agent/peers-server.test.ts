@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { MAX_PEER_PEM_BYTES, PEER_LIMITS, peerServerOptions, PeerClient, PeerFault, TokenBucket, loadPeerCredentials, parseConfig, peerSlots, type BucketClock, type PeerCredentials } from '@offline-bundle/agent';
 import { FixedDirectory, MiB, altered, endpoint, peerWorld } from './peers-setup.js';
 import { makeTestCa } from '../helpers/test-ca.mjs';
+import { until } from '../helpers/until.js';
 
 interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }
 
@@ -82,22 +83,13 @@ t.test('downloader slots: 503 with Retry-After beyond them; one on a control-pla
   t.ok(busy instanceof PeerFault && busy.kind === 'busy' && busy.retryAfterMs === PEER_LIMITS.retryAfterSeconds * 1000, 'the fetcher reads it as busy, with the wait');
   t.equal((await raw(`${s.url}/v1/bundles/${w.approval.manifestDigest}/have`, w.credentials)).status, 200, 'the small answers are not held by the slots');
   first.destroy();
-  await t.resolveMatch(waitFor(() => s.active === 0), true);
+  await until('the slot is freed', () => s.active === 0);
   const range = await raw(url, w.credentials, { headers: { range: 'bytes=100-199' } });
   t.equal(range.status, 206, 'the slot is free again');
   t.equal(range.body.length, 100);
   t.equal(range.headers['content-range'], `bytes 100-199/${blob.size}`);
   t.equal(s.counters.busyRefusals, 2);
 });
-
-async function waitFor(ok: () => boolean, ms = 5000): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (!ok()) {
-    if (Date.now() > until) return false;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return true;
-}
 
 t.test('paused (this node loading): blob responses under way are cut, new ones get 503; bundle.json is still served', async (t) => {
   const s = await w.server({ uploadBytesPerSecond: 64 * 1024 });

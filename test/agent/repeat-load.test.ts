@@ -6,10 +6,10 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { technicianLine, FAILURE_SENTENCES, DROP_DIRECTORY_MEDIA, emptyStatus } from '@offline-bundle/status';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 const image = (v: string) => [{ name: `quay.io/acme/app:${v}`, files: { 'app.txt': `app ${v}` } }];
 
@@ -34,7 +34,7 @@ t.test('Ctrl-C during a repeat load of a loaded release: it stays loaded and pin
   t.teardown(() => rm(gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', b110, '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
   const exited = new Promise<number | null>((r) => load.on('close', r));
-  for (let i = 0; i < 300 && (await readStatus())?.phase !== 'Serving'; i++) await sleep(100);
+  await until('the repeat load holds in Serving', async () => (await readStatus())?.phase === 'Serving', { timeoutMs: 30_000, stepMs: 50 });
   t.equal((await readStatus())?.phase, 'Serving', 'the repeat load holds in Serving');
   load.kill('SIGINT');
   await rm(gate, { force: true });

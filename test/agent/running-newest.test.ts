@@ -7,12 +7,12 @@ import t from 'tap';
 import { execFileSync, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { clusterVersionDoc, startKubeStandIn } from '../helpers/kube-standin.js';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startContainerd } from '../runtime/lib.js';
 import { AGENT, keygen, makeBundle, nodeRoot, run } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 const images = (v: string) => [{ name: `quay.io/acme/app:${v}`, files: { 'app.txt': `app ${v}` } }];
 
@@ -71,7 +71,7 @@ t.test('SIGTERM while a fresh node waits for the cluster: a clear Interrupted, n
   const exited = new Promise<number | null>((r) => child.on('close', r));
   t.teardown(() => { child.kill('SIGKILL'); });
   const waiting = (s: any) => s?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'WaitingForCluster');
-  for (let i = 0; i < 300 && !waiting(await readStatus()); i++) await sleep(100);
+  await until('the load waits for the cluster', async () => waiting(await readStatus()), { timeoutMs: 30_000, stepMs: 50 });
   t.ok(waiting(await readStatus()), 'the load waits for the cluster');
   child.kill('SIGTERM');
   t.equal(await exited, 1);

@@ -3,12 +3,12 @@
 // "wrong passphrase" or an unencrypted key.
 import t from 'tap';
 import { readdir, readlink, writeFile } from 'node:fs/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { execFileSync, spawn } from 'node:child_process';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { bundle, errorCode, listDir, q, refNames, run, BUNDLE_BIN } from './lib.js';
+import { until } from '../helpers/until.js';
 
 const work = await tmpdir(t, 'ob-pipes-');
 const pass = path.join(work, 'pass.txt');
@@ -118,7 +118,7 @@ t.test('SIGTERM or SIGINT while waiting on a FIFO nobody writes: the run stops t
       let done = false;
       const exited = new Promise<number | null>((res) => child.on('close', (code) => { done = true; res(code); }));
       // waiting: the process holds the FIFO open (it reads it non-blocking, polling)
-      while (!done && !(await holdsOpen(child.pid!, fifo))) await sleep(50);
+      await until('the process holds the FIFO open, or ended', async () => done || await holdsOpen(child.pid!, fifo), { stepMs: 50 });
       const sent = Date.now();
       child.kill(signal);
       const code = await exited;

@@ -10,7 +10,8 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { BUNDLE_BIN, bundle, errorCode } from './lib.js';
-import { fat32, oneLine, sha, skipReason, testBundle, unmount, waitFor } from './write-media-lib.js';
+import { fat32, oneLine, sha, skipReason, testBundle, unmount } from './write-media-lib.js';
+import { until } from '../helpers/until.js';
 
 const PART = 512 * 1024;
 const partNames = (count: number) => Array.from({ length: count }, (_, i) => `r.bundle.part-${String(i + 1).padStart(3, '0')}-of-${String(count).padStart(3, '0')}`);
@@ -117,7 +118,7 @@ async function main(): Promise<void> {
     child.stderr.on('data', (d: Buffer) => { stderr += d; });
     const exited = new Promise<number | null>((r) => child.once('exit', r));
     // generous: on a loaded machine the CLI alone takes seconds to start
-    await waitFor(async () => child.exitCode !== null || (await readdir(mnt).catch(() => [])).some((n) => n.startsWith('.r.bundle.part-')), 'a temp part', 90_000);
+    await until('a temp part', async () => child.exitCode !== null || (await readdir(mnt).catch(() => [])).some((n) => n.startsWith('.r.bundle.part-')), { timeoutMs: 90_000, stepMs: 50 });
     t.equal(child.exitCode, null, 'still writing when the stick goes');
     daemon.kill('SIGKILL');
     t.equal(await exited, 1, stderr);
@@ -161,7 +162,7 @@ async function main(): Promise<void> {
 
     await writeFile(big, bigBytes);
     const cut = start(['--quiet']);
-    await waitFor(async () => cut.child.exitCode !== null || await tempPart(), 'a temp part', 90_000);
+    await until('a temp part', async () => cut.child.exitCode !== null || await tempPart(), { timeoutMs: 90_000, stepMs: 50 });
     daemon.kill('SIGSTOP');
     await truncate(big, 1024 * 1024);
     daemon.kill('SIGCONT');
@@ -173,7 +174,7 @@ async function main(): Promise<void> {
 
     await writeFile(big, bigBytes);
     const hung = start(['--quiet']);
-    await waitFor(async () => hung.child.exitCode !== null || await tempPart(), 'a temp part', 90_000);
+    await until('a temp part', async () => hung.child.exitCode !== null || await tempPart(), { timeoutMs: 90_000, stepMs: 50 });
     daemon.kill('SIGSTOP');
     hung.child.kill('SIGINT');
     await new Promise((r) => setTimeout(r, 500));
@@ -187,7 +188,7 @@ async function main(): Promise<void> {
 
     const rb = start();
     let stopped = false;
-    await waitFor(async () => rb.child.exitCode !== null || (stopped = /reading back from/.test(rb.out.stderr)), 'the read-back', 90_000);
+    await until('the read-back', async () => rb.child.exitCode !== null || (stopped = /reading back from/.test(rb.out.stderr)), { timeoutMs: 90_000, stepMs: 50 });
     if (stopped) daemon.kill('SIGSTOP');
     rb.child.kill('SIGINT');
     await new Promise((r) => setTimeout(r, 200));

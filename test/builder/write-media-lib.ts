@@ -6,6 +6,7 @@ import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { writeImageLayout } from '../helpers/images.mjs';
+import { until } from '../helpers/until.js';
 import { bundle, keygen, type RunResult } from './lib.js';
 
 /** Why these tests cannot run here, or undefined. */
@@ -16,12 +17,6 @@ export const skipReason = !existsSync('/dev/fuse') ? '/dev/fuse is absent: FUSE 
 export const sha = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 export const mounted = async (dir: string) => (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').some((l) => l.split(' ')[4] === dir);
 export const oneLine = (stderr: string) => stderr.trimEnd().split('\n').filter((l) => l.startsWith('bundle: ')).length === 1;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-export async function waitFor(cond: () => Promise<boolean>, what: string, ms = 10_000): Promise<void> {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) if (await cond()) return;
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 interface Teardown { teardown(fn: () => unknown): void }
 
@@ -44,7 +39,7 @@ export async function fat32(t: Teardown, img: string, mnt: string, opts: { sizeM
   // fsname: the mount's source is the image (its FSInfo gives the free space fusefat does not report)
   const daemon = spawn('fusefat', ['-f', '-o', `${opts.mode ?? 'rw+'},fsname=${img},subtype=fusefat`, img, mnt], { stdio: 'ignore' });
   unmountLater(t, mnt, daemon);
-  await waitFor(() => mounted(mnt), `fusefat on ${mnt}`);
+  await until(`fusefat on ${mnt}`, () => mounted(mnt), { timeoutMs: 10_000, stepMs: 50 });
   return daemon;
 }
 

@@ -18,6 +18,7 @@ import { bundle } from '../builder/lib.js';
 import { ADMIN, bindAdmin, clusterVersion, node, nodeStatus } from './lib.js';
 import { SHIPPED_RBAC, startKubeStandIn } from '../helpers/kube-standin.js';
 import { tmpdir } from '../status/lib.js';
+import { until } from '../helpers/until.js';
 
 const HOSTILE = '<img src=x onerror="window.pwned=1">\n\nevent: state\ndata: {"rows":[]}\n\n';
 
@@ -40,11 +41,6 @@ function get(port: number, p: string, headers: Record<string, string> = {}, meth
     req.on('error', reject);
     req.end();
   });
-}
-
-/** Polls `ok` every 20 ms for at most 2 s: the caller asserts what it then finds. */
-async function waitFor(ok: () => boolean): Promise<void> {
-  for (let i = 0; i < 100 && !ok(); i++) await new Promise((r) => setTimeout(r, 20));
 }
 
 /** Opens /events and resolves once the headers came: the response stays open until destroyed. */
@@ -105,8 +101,8 @@ t.test(`server: at most MAX_SSE_CLIENTS (${MAX_SSE_CLIENTS}) event streams, the 
   t.equal(over.status, 503);
   t.match(over.body, new RegExp(`too many dashboard pages open \\(${MAX_SSE_CLIENTS}\\)`));
   open[0]!.close();
-  await waitFor(() => s.clients() < MAX_SSE_CLIENTS);
-  t.equal(s.clients(), MAX_SSE_CLIENTS - 1, 'the closed page\'s slot is freed within 2 s');
+  await until('the closed page\'s slot is freed', () => s.clients() < MAX_SSE_CLIENTS);
+  t.equal(s.clients(), MAX_SSE_CLIENTS - 1, 'one slot freed');
   const again = await openStream(s.port);
   t.equal(again.status, 200, 'a slot freed by a closed page');
   again.close();
@@ -148,7 +144,7 @@ t.test('server: a client that never reads holds at most one snapshot, however ma
   t.teardown(() => sock.destroy());
   sock.pause();
   sock.write(`GET /events HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\n\r\n`);
-  await waitFor(() => s.clients() === 1);
+  await until('the stalled client is counted', () => s.clients() === 1);
   t.equal(s.clients(), 1);
   const MB = 1 << 20;
   const CHANGES = 64;
@@ -174,7 +170,7 @@ t.test('server: a client that never reads holds at most one snapshot, however ma
   sock.resume();
   await last;
   t.pass('the newest snapshot arrived once the client read');
-  await waitFor(() => s.backlog().every((b) => !b.waiting && b.bytes === 0));
+  await until('the backlog drained', () => s.backlog().every((b) => !b.waiting && b.bytes === 0));
   t.same(s.backlog(), [{ bytes: 0, waiting: false }], 'nothing left behind');
 });
 

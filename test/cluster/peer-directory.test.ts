@@ -12,7 +12,8 @@ import { ApiPeerDirectory, selectPeers } from '@offline-bundle/agent';
 import { adminApis, ClusterReporter, emptyStatus, type NodeStatus } from '@offline-bundle/status';
 import { readRollup } from '@offline-bundle/cluster';
 import { startKubeStandIn, SHIPPED_RBAC } from '../helpers/kube-standin.js';
-import { compileSchema, crdSchema, loadCrd, tmpdir, until, type Doc } from '../status/lib.js';
+import { compileSchema, crdSchema, loadCrd, tmpdir, type Doc } from '../status/lib.js';
+import { until } from '../helpers/until.js';
 import { bundle } from '../builder/lib.js';
 import { bindAdmin, nodeStatus } from './lib.js';
 
@@ -132,7 +133,7 @@ t.test('publishing (stand-in): the reporter writes status.serving and bundle.fro
   const reporter = new ClusterReporter({ node: 'w2', kubeconfig: w2Kubeconfig, initialBackoffMs: 50 });
   t.teardown(() => reporter.close());
   reporter.report(status);
-  await until(() => api.get('nodebundlestatuses', 'w2')?.status?.serving !== undefined, 30_000);
+  await until('w2\'s status says what it serves', () => api.get('nodebundlestatuses', 'w2')?.status?.serving !== undefined, { timeoutMs: 30_000 });
   const stored = api.get('nodebundlestatuses', 'w2')!.status;
   t.same(stored.serving, { manifestDigest: D, complete: true, verifiedBlobs: 40, address: '10.0.0.2', port: 9472 }, 'accepted by the CRD schema (unknown fields refused)');
   t.same(stored.bundle.fromPeers, ['w3', 'w8']);

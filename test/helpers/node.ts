@@ -436,17 +436,6 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   return node;
 }
 
-/** Polls `probe` until it returns a value (not undefined), or throws after timeoutMs with `what` and the last probe's detail. */
-export async function waitFor<V>(what: string, probe: () => Promise<V | undefined>, timeoutMs: number, detail?: () => Promise<string>): Promise<V> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error(`${what}: not within ${Math.round(timeoutMs / 1000)} s${detail ? `\n${await detail()}` : ''}`);
-    await sleep(1000);
-  }
-}
-
 const REPO = new URL('../../', import.meta.url).pathname.replace(/\/$/, '');
 
 export interface PackagedAgent {

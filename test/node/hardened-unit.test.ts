@@ -15,7 +15,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { keygen, makeBundle } from '../agent/fixtures.js';
-import { bootNode, buildRoot, makeBridge, nodeSkipReason, packagedAgent, waitFor } from '../helpers/node.js';
+import { bootNode, buildRoot, makeBridge, nodeSkipReason, packagedAgent } from '../helpers/node.js';
+import { until } from '../helpers/until.js';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ORIGIN = 'origin.offline-bundle.invalid';
@@ -101,20 +102,20 @@ else {
     t.ok(score <= 4.0, `systemd-analyze security in the node rates the running unit ${score} (<= 4.0)`);
 
     await node.plugStick(stick);
-    const status = await waitFor('the agent reports Ready or Failed', async () => {
+    const status = await until('the agent reports Ready or Failed', async () => {
       const r = await node.run(['cat', '/var/lib/bundle-agent/status.json']);
       if (r.code !== 0) return undefined;
       const s = JSON.parse(r.stdout);
       return s.phase === 'Ready' || s.phase === 'Failed' ? s : undefined;
-    }, 600_000, diag);
+    }, { timeoutMs: 600_000, stepMs: 250, detail: diag });
     const failed = status.conditions?.find((c: { type: string; status: string }) => c.type === 'Failed' && c.status === 'True');
     t.equal(status.phase, 'Ready', `the load ends Ready${failed ? ` (it failed: ${failed.reason}: ${failed.message})` : ''}`);
     if (status.phase !== 'Ready') t.comment(await diag());
     const images = await node.must(['ctr', '-n', 'k8s.io', 'images', 'ls']);
     t.match(images, new RegExp(`${ORIGIN}/acme/app:v1 .*io\\.cri-containerd\\.pinned=pinned`), "the image is in the node's containerd, pinned");
     t.match(await node.must(['cat', '/run/issue.d/bundle-agent.issue']), /4\.15\.2/, 'the console line names the loaded release');
-    await waitFor('agetty shows the line', async () => (/4\.15\.2[^\n]*\r?\n(?:.*\r?\n)*?node-b login:/.test(node.console()) ? true : undefined), 30_000,
-      async () => JSON.stringify(node.console().slice(-1500)));
+    await until('agetty shows the line', async () => (/4\.15\.2[^\n]*\r?\n(?:.*\r?\n)*?node-b login:/.test(node.console()) ? true : undefined), { timeoutMs: 30_000, stepMs: 250,
+      detail: async () => JSON.stringify(node.console().slice(-1500)) });
     t.pass("a real agetty on the node's console printed the agent's line above the login prompt");
   });
 }

@@ -8,7 +8,8 @@ import t from 'tap';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SHIPPED_RBAC } from '../helpers/kube-standin.js';
-import { nodeSkipReason, waitFor } from '../helpers/node.js';
+import { nodeSkipReason } from '../helpers/node.js';
+import { until } from '../helpers/until.js';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { openshiftNode } from './openshift-node.js';
 
@@ -25,10 +26,10 @@ else {
     writeFileSync(rbac, kept.join('---'));
     const { api, stick, node, diag } = await openshiftNode(t, { rbacFiles: [rbac, ...SHIPPED_RBAC.slice(1)] });
     await node.plugStick(stick);
-    const named = await waitFor('a status naming ClusterVersion', async () => {
+    const named = await until('a status naming ClusterVersion', async () => {
       const conds = (api.get('nodebundlestatuses', 'node-a')?.status?.conditions ?? []) as { type: string; status: string; reason: string; message: string }[];
       return conds.find((c) => /clusterversion/i.test(`${c.reason} ${c.message}`));
-    }, 300_000, diag);
+    }, { timeoutMs: 300_000, stepMs: 250, detail: diag });
     t.comment(`${named.type}=${named.status} ${named.reason}: ${named.message}`);
     const status = api.get('nodebundlestatuses', 'node-a')!.status;
     t.not(status.phase, 'Ready', 'the bundle is not loaded');

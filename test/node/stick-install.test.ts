@@ -39,7 +39,8 @@ import t from 'tap';
 import { mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUNDLE, makeBundle, run } from '../agent/fixtures.js';
-import { nodeSkipReason, waitFor } from '../helpers/node.js';
+import { nodeSkipReason } from '../helpers/node.js';
+import { until } from '../helpers/until.js';
 import { BUNDLE_VERSION, CLUSTER_VERSION, ORIGIN, makeStick, openshiftNode, unconfirmingAgentImage } from './openshift-node.js';
 
 const skip = nodeSkipReason();
@@ -57,10 +58,10 @@ else {
     t.equal((await node.run(['podman', 'image', 'exists', `localhost/offline-bundle/bundle-agent@${agentDigest}`])).code, 1, 'before the stick: no agent image in storage');
 
     await node.plugStick(stick);
-    const status = await waitFor('the status object reports Ready or Failed', async () => {
+    const status = await until('the status object reports Ready or Failed', async () => {
       const s = api.get('nodebundlestatuses', 'node-a');
       return s?.status?.phase === 'Ready' || s?.status?.phase === 'Failed' ? s : undefined;
-    }, 600_000, diag);
+    }, { timeoutMs: 600_000, stepMs: 250, detail: diag });
     const failed = status.status.conditions?.find((c: { type: string; status: string }) => c.type === 'Failed' && c.status === 'True');
     t.equal(status.status.phase, 'Ready', `the load ends Ready${failed ? ` (it failed: ${failed.reason}: ${failed.message})` : ''}`);
     const cond = (type: string) => status.status.conditions.find((c: { type: string }) => c.type === type);
@@ -96,13 +97,13 @@ else {
     const dropIn = () => node.run(['cat', '/etc/containers/systemd/bundle-agent.container.d/image.conf']).then((r) => r.stdout);
     const running = async () => (await node.run(['podman', 'inspect', 'bundle-agent', '--format', '{{.ImageName}} {{.State.Status}}'])).stdout.trim();
     await node.plugStick(makeStick(dir, 'stick-2', readdirSync(out2).map((n) => join(out2, n))));
-    await waitFor('the agent switches to the newer agent', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${silentDigest} running`) ? true : undefined), 180_000, diag);
+    await until('the agent switches to the newer agent', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${silentDigest} running`) ? true : undefined), { timeoutMs: 180_000, stepMs: 250, detail: diag });
     t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${silentDigest}$`, 'm'), 'switched: the drop-in names the new agent by digest, and it runs');
     t.equal((await node.run(['test', '-f', '/var/lib/bundle-agent/agent-switch.pending'])).code, 0, 'the switch is unconfirmed (marker present)');
     const timers = await node.must(['systemctl', 'list-timers', '--all', '--no-legend', 'bundle-agent-rollback-*']);
     t.match(timers, /bundle-agent-rollback-[0-9a-f]{12}\.timer/, 'a rollback timer waits on the node');
 
-    await waitFor('switch-guard rolls back to the first agent', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 240_000, diag);
+    await until('switch-guard rolls back to the first agent', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), { timeoutMs: 240_000, stepMs: 250, detail: diag });
     t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${agentDigest}$`, 'm'), "rolled back: the drop-in names the first agent again (the bootstrap's)");
     t.not((await node.run(['test', '-f', '/var/lib/bundle-agent/agent-switch.pending'])).code, 0, 'the marker is gone');
     const journal = await node.journal();
@@ -116,7 +117,7 @@ else {
     await node.must(['sed', '-i', 's/^  confirmMinutes: 1$/  confirmMinutes: 6/', '/etc/bundle-agent/config.yaml']);
     t.match(await node.must(['cat', '/etc/bundle-agent/config.yaml']), /^ {2}confirmMinutes: 6$/m, 'config.yaml: confirmMinutes 6 for the crash loop');
     await node.must(['systemctl', 'restart', 'bundle-agent.service']);
-    await waitFor('the first agent runs with the longer window', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 120_000, diag);
+    await until('the first agent runs with the longer window', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), { timeoutMs: 120_000, stepMs: 250, detail: diag });
     const crashLayout = join(dir, 'crashing-agent');
     const crashTag = unconfirmingAgentImage(agent.ociTar, crashLayout, '0.4.0', 'process.exit(1)');
     const out3 = join(dir, 'third');
@@ -128,13 +129,13 @@ else {
     });
     const crashDigest = JSON.parse(readFileSync(join(crashLayout, 'index.json'), 'utf8')).manifests.find((m: { annotations?: Record<string, string> }) => m.annotations?.['org.opencontainers.image.ref.name'] === crashTag).digest as string;
     await node.plugStick(makeStick(dir, 'stick-3', readdirSync(out3).map((n) => join(out3, n))));
-    await waitFor('the agent switches to the crashing agent', async () => (new RegExp(`@${crashDigest}$`, 'm').test(await dropIn()) ? true : undefined), 180_000, diag);
-    const guardLine = await waitFor('switch-guard.sh rolls the crash loop back', async () => {
+    await until('the agent switches to the crashing agent', async () => (new RegExp(`@${crashDigest}$`, 'm').test(await dropIn()) ? true : undefined), { timeoutMs: 180_000, stepMs: 250, detail: diag });
+    const guardLine = await until('switch-guard.sh rolls the crash loop back', async () => {
       const m = new RegExp(`switch-guard: the switch to ${crashDigest} was not confirmed \\(start (\\d+)[^\n]*`).exec(await node.journal('bundle-agent.service'));
       return m ? m[0] : undefined;
-    }, 420_000, diag);
+    }, { timeoutMs: 420_000, stepMs: 250, detail: diag });
     t.match(guardLine, /\(start 6, .*window 360s\)/, `switch-guard.sh as ExecStartPre rolled back on the sixth start, in the restarted agent's window: "${guardLine}"`);
-    await waitFor('the first agent runs again', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), 120_000, diag);
+    await until('the first agent runs again', async () => ((await running()).startsWith(`localhost/offline-bundle/bundle-agent@${agentDigest} running`) ? true : undefined), { timeoutMs: 120_000, stepMs: 250, detail: diag });
     t.match(await dropIn(), new RegExp(`^Image=localhost/offline-bundle/bundle-agent@${agentDigest}$`, 'm'), 'rolled back by the guard: the first agent runs again');
     t.comment(`whole test ${((Date.now() - began) / 1000).toFixed(1)} s`);
   });

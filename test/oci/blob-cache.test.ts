@@ -7,6 +7,7 @@ import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BlobCache, OciError } from '@offline-bundle/oci';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { until } from '../helpers/until.js';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });
 const sha = (b: Buffer | string) => 'sha256:' + createHash('sha256').update(b).digest('hex');
@@ -40,8 +41,7 @@ async function cache(t: Test) {
 const partialOf = (c: BlobCache, d: string) => `${c.path(d)}.partial`;
 /** Until the .partial holds `bytes` (what a stream sent reached the disk), however slow the machine: a fixed pause was not enough. */
 async function onDisk(c: BlobCache, bytes: number): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (((await stat(partialOf(c, digest)).catch(() => undefined))?.size ?? 0) < bytes && Date.now() < deadline) await sleep(10);
+  await until(`${bytes} bytes in the .partial`, async () => ((await stat(partialOf(c, digest)).catch(() => undefined))?.size ?? 0) >= bytes, { timeoutMs: 30_000 });
 }
 
 t.test('path is blobs/sha256/<hex>; bad digests are rejected', async (t) => {

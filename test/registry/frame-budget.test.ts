@@ -62,28 +62,28 @@ t.test(`${CLIENTS} clients in parallel: the signed bytes, never more than the bu
   t.same(bodies.map((x) => x.equals(big)), bodies.map(() => true), 'every client got the blob');
   t.ok(processFrameBudget.peak <= FRAME_BUDGET_BYTES, `at most ${processFrameBudget.peak} of ${FRAME_BUDGET_BYTES} bytes held`);
   t.ok(processFrameBudget.peak > 0, 'the frames went through the budget');
-  t.ok(await until(() => processFrameBudget.inUse === 0), 'all released');
+  await until('all released', () => processFrameBudget.inUse === 0);
 });
 
 t.test('clients that stop reading hold at most the budget; gone, they give it all back', async (t) => {
   const clients = Array.from({ length: CLIENTS }, stalled);
-  t.ok(await until(() => processFrameBudget.waiting > 0), `streams wait for the budget (${processFrameBudget.waiting} waiting)`);
+  t.ok(await until('streams wait for the budget', () => processFrameBudget.waiting > 0), `streams wait for the budget (${processFrameBudget.waiting} waiting)`);
   t.ok(processFrameBudget.inUse <= FRAME_BUDGET_BYTES, `${processFrameBudget.inUse} bytes held by stalled streams`);
   t.ok(processFrameBudget.inUse > 0);
   for (const c of clients) c.destroy();
-  t.ok(await until(() => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0), 'every share back, nobody waiting');
+  await until('every share back, nobody waiting', () => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0);
   t.ok((await get()).equals(big), 'the next client is served in full');
   t.equal(processFrameBudget.inUse, 0);
 });
 
 t.test('clients that stop reading and never go away: the registry cuts their idle connections, every share comes back', async (t) => {
   const clients = Array.from({ length: CLIENTS }, () => stalled(cutUrl));
-  t.ok(await until(() => cutting.connections === CLIENTS), `every client connected (${cutting.connections})`);
-  t.ok(await until(() => processFrameBudget.inUse > 0), 'the stalled streams hold frames');
+  t.ok(await until('every client connected', () => cutting.connections === CLIENTS), `every client connected (${cutting.connections})`);
+  await until('the stalled streams hold frames', () => processFrameBudget.inUse > 0);
   // a stalled client never reads the server's close: the server's count says it cut them (one whose
   // answer fit whole in the connection's buffers ends on its own and stays open, keep-alive)
-  t.ok(await until(() => cutting.connections < CLIENTS), `the server cut stalled connections (${CLIENTS - cutting.connections} of ${CLIENTS})`);
-  t.ok(await until(() => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0), 'every share back, nobody waiting, with no client gone on its own');
+  t.ok(await until('the server cut stalled connections', () => cutting.connections < CLIENTS), `the server cut stalled connections (${CLIENTS - cutting.connections} of ${CLIENTS})`);
+  await until('every share back, nobody waiting, with no client gone on its own', () => processFrameBudget.inUse === 0 && processFrameBudget.waiting === 0);
   t.ok((await get()).equals(big), 'the next client is served in full');
   for (const c of clients) c.destroy();
 });

@@ -45,7 +45,7 @@ t.test('ReadBuffers: idle buffers are dropped once no take came for its idle tim
   const lent = [pool.take(), pool.take()];
   for (const b of lent) pool.give(b);
   t.equal(pool.idle, 2, 'given back, kept for the next take');
-  t.ok(await until(() => pool.idle === 0, 300), 'dropped after the idle time');
+  await until('dropped after the idle time', () => pool.idle === 0, { timeoutMs: 3000 });
   pool.take();
   t.equal(pool.allocated, 3, 'the next take allocates anew');
   const busy = new ReadBuffers(1024, 4, 200);
@@ -137,9 +137,9 @@ t.test('a client gone while the store was opening the blob: the stream is closed
   req.end();
   const fh = await fhReady;
   req.destroy();
-  t.ok(await until(() => reg.connections === 0), 'the client is gone');
+  await until('the client is gone', () => reg.connections === 0);
   release();
-  t.ok(await until(() => fh.fd === -1), 'the blob\'s file is closed');
+  await until('the blob\'s file is closed', () => fh.fd === -1);
 });
 
 t.test('from a bundle file (media mode), 8 clients (half of them slow): the signed bytes to each, frames and slices from reused buffers', async (t) => {
@@ -163,7 +163,7 @@ t.test('from a bundle file (media mode), 8 clients (half of them slow): the sign
   t.ok(frames.allocated > 0, 'full frames are decoded into pooled buffers');
   t.ok(frames.allocated - before.frames < framesRead / 4, `${frames.allocated - before.frames} frame buffers for ${framesRead} frames decoded`);
   t.ok(slices.allocated - before.slices < slicesSent / 4, `${slices.allocated - before.slices} slice buffers for ${slicesSent} slices sent`);
-  t.ok(await until(() => processFrameBudget.inUse === 0), 'every frame\'s budget back');
+  await until('every frame\'s budget back', () => processFrameBudget.inUse === 0);
 });
 
 t.test('from a bundle file cut short after it was verified (media pulled): every request fails, and the frame buffers come back', async (t) => {
@@ -185,5 +185,5 @@ t.test('from a bundle file cut short after it was verified (media pulled): every
   for (let i = 0; i < TRIES; i++) await get(url, false).then(() => undefined, () => failed++);
   t.equal(failed, TRIES, 'no client gets the blob from the cut file');
   t.ok(frames.allocated - before <= 1, `${frames.allocated - before} frame buffers allocated for ${TRIES} failed frame loads`);
-  t.ok(await until(() => processFrameBudget.inUse === 0), 'every frame\'s budget back');
+  await until('every frame\'s budget back', () => processFrameBudget.inUse === 0);
 });

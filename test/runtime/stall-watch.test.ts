@@ -5,6 +5,7 @@
 // from the agent's registry, is test/agent/pull-stall.test.ts.
 import t from 'tap';
 import { RuntimeError, pullAll, watchStalls, type ImagePuller } from '@offline-bundle/runtime';
+import { until } from '../helpers/until.js';
 
 const REF = 'quay.io/acme/big@sha256:' + 'b'.repeat(64);
 
@@ -47,7 +48,7 @@ t.test('bytes keep moving: the pull is left alone until the runtime answers', as
   // every look finds a byte moved just now, while the clock runs far past stallMs
   const watched = watchStalls(rt.puller, { stallMs: 1_000, lastMoved: () => { looks++; return clock.peek(); }, checkMs: 5, now: clock.now });
   const pulling = watched.pullImage(REF);
-  while (looks < 50) await new Promise((r) => setTimeout(r, 5));
+  await until('50 looks', () => looks >= 50, { stepMs: 5 });
   t.ok(clock.peek() > 5_000, 'the clock ran well past the stall time');
   rt.answer('sha256:image');
   t.equal(await pulling, 'sha256:image');

@@ -267,14 +267,6 @@ export async function writeKubeconfig(file: string, port: number, token = 'node-
   return file;
 }
 
-export async function until(cond: () => boolean, timeoutMs = 10_000, stepMs = 10): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, stepMs));
-  }
-}
-
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A temporary directory removed when `t` ends (as test/helpers/tmp.mjs, but typed). */

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { emptyStatus, processIdentity, StatusFileWriter, writerLiveness, type StatusFile } from '@offline-bundle/status';
 import { tmpdir } from './lib.js';
+import { until } from '../helpers/until.js';
 
 const read = async (file: string) => JSON.parse(await readFile(file, 'utf8')) as StatusFile;
 
@@ -36,11 +37,10 @@ t.test('the heartbeat rewrites the file while nothing changes', async (t) => {
   await w.stop(); // the first write is done
   w.start();
   const first = (await read(file)).writer!.heartbeatAt;
-  let later = first;
-  for (let i = 0; i < 100 && later === first; i++) {
-    await sleep(100);
-    later = (await read(file).catch(() => undefined))?.writer?.heartbeatAt ?? first;
-  }
+  const later = await until('a heartbeat after the first', async () => {
+    const at = (await read(file).catch(() => undefined))?.writer?.heartbeatAt;
+    return at !== undefined && at !== first ? at : undefined;
+  }, { timeoutMs: 30_000, stepMs: 50 });
   t.ok(Date.parse(later) > Date.parse(first), `heartbeat moved on (${first} → ${later})`);
 });
 
@@ -112,12 +112,12 @@ t.test('a load that writes its last status and exits while the daemon looks is a
     await loadWrites('Pinning');
     w.start();
     if (when !== 'found newer') {
-      for (let i = 0; i < 100 && adopted.length === 0; i++) await sleep(100);
+      await until('the phase of the load adopted', async () => adopted.length > 0, { timeoutMs: 30_000, stepMs: 50 });
       t.same(adopted[0], { phase: 'Pinning', gone: false }, `${when}: the load's phase adopted while it runs`);
       dies = true;
     }
-    for (let i = 0; i < 100 && !gone; i++) await sleep(100);
-    for (let i = 0; i < 100 && adopted.at(-1)?.gone !== true; i++) await sleep(100);
+    await until('the load gone', async () => gone, { timeoutMs: 30_000, stepMs: 50 });
+    await until('its going adopted', async () => adopted.at(-1)?.gone === true, { timeoutMs: 30_000, stepMs: 50 });
     await w.stop();
     t.same(adopted.at(-1), { phase: 'Ready', gone: true }, `${when}: its last word is adopted (Ready), not the Pinning it wrote before`);
     t.equal((await read(file)).phase, 'Ready', `${when}: the file says Ready, written by the daemon`);
@@ -145,7 +145,7 @@ t.test('a status file dated ahead of the daemon\'s clock is adopted once, then t
   });
   t.teardown(() => w.stop());
   w.sink(emptyStatus('worker-1'));
-  for (let i = 0; i < 50 && (await read(file)).writer?.pid !== process.pid; i++) await sleep(100);
+  await until('this process writes the status', async () => (await read(file)).writer?.pid === process.pid, { timeoutMs: 30_000, stepMs: 50 });
   await sleep(1500); // a heartbeat after it
   await w.stop();
   t.same(adopted, ['Ready'], 'adopted once (the previous writer\'s Ready)');

@@ -6,7 +6,8 @@ import path from 'node:path';
 import t from 'tap';
 import { ClusterReporter, emptyStatus, type StatusLogger } from '@offline-bundle/status';
 import { HostileApi, type Attack } from '../cluster/hostile-api.js';
-import { tmpdir, until, writeKubeconfig } from './lib.js';
+import { tmpdir, writeKubeconfig } from './lib.js';
+import { until } from '../helpers/until.js';
 
 const h = await HostileApi.start();
 t.teardown(() => h.close());
@@ -27,7 +28,7 @@ for (const [attack, why] of cases) {
     const reporter = new ClusterReporter({ node: 'worker-1', kubeconfig, minIntervalMs: 50, initialBackoffMs: 10_000, maxBackoffMs: 10_000, requestTimeoutMs: 20_000, log });
     t.teardown(() => reporter.close(100));
     reporter.report(emptyStatus('worker-1'));
-    await until(() => reporter.stats.failures >= 1, 60_000);
+    await until('a failure', () => reporter.stats.failures >= 1, { timeoutMs: 60_000 });
     t.match(reporter.stats.lastError, why);
     t.match(lines.join('\n'), why);
     t.equal(h.elsewhereHits, 0, 'the other server was never asked');

@@ -10,7 +10,8 @@ import {
   BUNDLE_MODES, type NodeStatus, type StatusLogger,
 } from '@offline-bundle/status';
 import { SHIPPED_RBAC } from '../helpers/kube-standin.js';
-import { invalidStatus, type Doc, compileSchema, crdSchema, freePort, tmpdir, loadCrd, loadSequence, sleep, startFakeApi, until, writeKubeconfig, type FakeApi } from './lib.js';
+import { invalidStatus, type Doc, compileSchema, crdSchema, freePort, tmpdir, loadCrd, loadSequence, sleep, startFakeApi, writeKubeconfig, type FakeApi } from './lib.js';
+import { until } from '../helpers/until.js';
 
 const NODE = 'worker-1';
 const STATUS_PATH = `/apis/bundles.offline-bundle.io/v1alpha1/nodebundlestatuses/${NODE}/status`;
@@ -85,7 +86,7 @@ t.test('contract: API server down at first, then up: the newest state arrives', 
   const t0 = Date.now();
   for (const s of seq) reporter.report(s);
   t.ok(Date.now() - t0 < 200, `${seq.length} reports while unreachable took ${Date.now() - t0} ms`);
-  await until(() => reporter.stats.failures >= 3, 5000);
+  await until('three failures', () => reporter.stats.failures >= 3, { timeoutMs: 5000 });
   t.match(reporter.stats, { writes: 0, pending: true });
   t.match(log.lines.join('\n'), /warn cluster-status cannot write the status of worker-1 to the cluster \(API server unreachable: ECONNREFUSED\)/);
   t.equal(await reporter.flush(100), false, 'flush times out while unreachable');
@@ -141,7 +142,7 @@ t.test('contract: rate: progress-only changes at most once per interval, a condi
   const tracker = new StatusTracker(emptyStatus(NODE));
   tracker.onChange(reporter.sink);
   tracker.phase('Staging');
-  await until(() => api.statusRequests().length === 1);
+  await until('one status request', () => api.statusRequests().length === 1);
   const start = Date.now();
   // 60 progress updates over ~2.4 s: two intervals.
   for (let i = 1; i <= 60; i++) {
@@ -158,18 +159,18 @@ t.test('contract: rate: progress-only changes at most once per interval, a condi
 
   // A progress write just went out: a condition change does not wait for the interval.
   tracker.progress({ bytesDone: 61_000 });
-  await until(() => api.statusRequests().length === progressWrites + 2, interval * 3);
+  await until('the progress writes and two more', () => api.statusRequests().length === progressWrites + 2, { timeoutMs: interval * 3 });
   const before = api.statusRequests().length;
   const t0 = Date.now();
   tracker.condition('Staged', 'True', 'Staged', 'layout staged');
-  await until(() => api.statusRequests().length > before, interval * 2);
+  await until('another status request', () => api.statusRequests().length > before, { timeoutMs: interval * 2 });
   const took = api.statusRequests().at(-1)!.at - t0;
   t.ok(took < interval - slack, `condition change sent after ${took} ms (interval ${interval} ms)`);
   t.match(bodyOf(api.statusRequests().at(-1)!).status.conditions, [{ type: 'Staged', status: 'True' }]);
   // And a phase change too.
   const t1 = Date.now();
   tracker.phase('Serving');
-  await until(() => bodyOf(api.statusRequests().at(-1)!).status.phase === 'Serving', interval * 2);
+  await until('the last request says Serving', () => bodyOf(api.statusRequests().at(-1)!).status.phase === 'Serving', { timeoutMs: interval * 2 });
   t.ok(api.statusRequests().at(-1)!.at - t1 < interval - slack, 'phase change sent at once');
   // The last progress state still arrives (flush ignores the interval).
   tracker.progress({ bytesDone: 60_000 });
@@ -348,7 +349,7 @@ t.test('contract: RBAC refuses the writes (rbac.yaml not applied): retried, the 
   const { api, reporter, log } = await setup(t);
   await api.server.loadRbac([]);
   reporter.report(emptyStatus(NODE));
-  await until(() => reporter.stats.failures >= 2);
+  await until('two failures', () => reporter.stats.failures >= 2);
   t.equal(api.requests[0]!.answered, 403, 'refused by the stand-in, as by the API server');
   t.match(log.lines.join('\n'), 'nodebundlestatuses.bundles.offline-bundle.io "worker-1" is forbidden: User "system:node:worker-1" cannot patch resource "nodebundlestatuses" in API group "bundles.offline-bundle.io" at the cluster scope: apply deploy/rbac.yaml (ClusterRole offline-bundle:node-status-writer');
   await api.server.loadRbac(SHIPPED_RBAC);
@@ -363,7 +364,7 @@ t.test('contract: the admission policy keeps a node to its own object', async (t
   const reporter = new ClusterReporter({ node: NODE, kubeconfig: await writeKubeconfig(path.join(dir, 'kubeconfig'), api.port), initialBackoffMs: 40, maxBackoffMs: 250, log });
   t.teardown(() => reporter.close(100));
   reporter.report(emptyStatus(NODE));
-  await until(() => reporter.stats.failures >= 1);
+  await until('a failure', () => reporter.stats.failures >= 1);
   t.match(log.lines.join('\n'), "ValidatingAdmissionPolicy 'offline-bundle-node-writes-own-status' with binding 'offline-bundle-node-writes-own-status' denied request: system:node:worker-2 may only write the NodeBundleStatus named after its own node, not worker-1");
   t.equal(api.server.get('nodebundlestatuses', NODE), undefined, 'nothing written');
 });
@@ -372,7 +373,7 @@ t.test('contract: no kubeconfig yet: retried until it appears', async (t) => {
   const { api, reporter, kubeconfig, log } = await setup(t);
   await rename(kubeconfig, `${kubeconfig}.away`);
   reporter.report(emptyStatus(NODE));
-  await until(() => reporter.stats.failures >= 2);
+  await until('two failures', () => reporter.stats.failures >= 2);
   t.match(log.lines.join('\n'), /cannot load kubeconfig/);
   await rename(`${kubeconfig}.away`, kubeconfig);
   t.equal(await reporter.flush(60_000), true);
@@ -385,7 +386,7 @@ t.test('contract: a hanging API server times out and never blocks; close() gives
   const t0 = Date.now();
   for (const s of loadSequence()) reporter.report(s);
   t.ok(Date.now() - t0 < 200, 'reports return at once while the server hangs');
-  await until(() => api.requests.length >= 2, 5000);
+  await until('two requests', () => api.requests.length >= 2, { timeoutMs: 5000 });
   t.ok(reporter.stats.failures >= 1, 'the hanging request timed out and was retried');
   t.equal(await reporter.flush(60_000), true, 'then delivered');
   api.statusAnswers.push('hang');
