@@ -35,11 +35,11 @@ function startDaemon(config: string, statusFile: string) {
   void sample();
   return {
     d,
-    /** Waits until `until` holds of the log and the status (a deadline only against a hang). */
+    /** Waits until `ok` holds of the log and the status (a deadline only against a hang). */
     async until(what: string, ok: (log: string, s: any) => boolean) {
       await until(what, () => {
         if (ok(d.log, d.last)) return true;
-        if (child.exitCode !== null) throw new Error(`the daemon exited (${child.exitCode}) before: ${what}; log: ${d.log.slice(-2000)}`);
+        if (child.exitCode !== null || child.signalCode !== null) throw new Error(`the daemon exited (${child.exitCode ?? child.signalCode}) before: ${what}; log: ${d.log.slice(-2000)}`);
         return false;
       }, { timeoutMs: 120_000, stepMs: 100, detail: () => `log: ${d.log.slice(-2000)}` });
     },

@@ -199,7 +199,7 @@ export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, 
     const hit = await until(what, async () => {
       last = await status();
       if (ok(last)) return { s: last };
-      if (child.exitCode !== null) throw new Error(`the agent exited (${child.exitCode}) before: ${what}; ${seen()}`);
+      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`the agent exited (${child.exitCode ?? child.signalCode}) before: ${what}; ${seen()}`);
       return undefined;
     }, { timeoutMs: 120_000, stepMs: 50, detail: seen });
     return hit.s;

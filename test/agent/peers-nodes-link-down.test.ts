@@ -35,7 +35,7 @@ t.test('a link cut mid-transfer between nodes in namespaces: the serving node\'s
       const da = now.a - start.a;
       const db = now.b - start.b;
       return da + db > MiB ? (da >= db ? a : b) : undefined;
-    }, { timeoutMs: 90_000 });
+    }, { timeoutMs: 90_000, stepMs: 200 }); // sent() runs nft in two namespaces
     const other = serving === a ? b : a;
     t.ok((await cc.status())?.phase !== 'Ready', 'node-c is not done when the link goes down');
     setLink(serving.net, 'down');

@@ -13,6 +13,7 @@ import {
   type BundleManifest, type BundleSource, type VerifiedFrames,
 } from '@offline-bundle/format';
 import { makeBundle, sha256, type MadeBundle } from './craft.js';
+import { until } from '../helpers/until.js';
 
 const BIG = 3 * FRAME_BYTES + 12_345;
 const MiB = 1024 * 1024;
@@ -64,7 +65,7 @@ function watched(budget: ByteBudget): { mostWaiting: () => number } {
 }
 
 /** Lets the event loop run until `ok()` holds; false if it never did within `rounds` turns. */
-async function until(ok: () => boolean, rounds = 2000): Promise<boolean> {
+async function withinTurns(ok: () => boolean, rounds = 2000): Promise<boolean> {
   for (let i = 0; i < rounds && !ok(); i++) await tick();
   return ok();
 }
@@ -156,7 +157,7 @@ t.test('streams destroyed while waiting or while holding a frame give their shar
   const r = await readerWith(t, budget);
   const streams = await Promise.all(Array.from({ length: 6 }, () => r.streamChecked(bigPath)));
   for (const s of streams) s.read(0); // each asks for its first frame, nobody reads on
-  t.ok(await until(() => budget.inUse > 0 && budget.waiting === 5), 'one stream holds a frame, five wait');
+  t.ok(await withinTurns(() => budget.inUse > 0 && budget.waiting === 5), 'one stream holds a frame, five wait');
 
   const gone = async (s: Readable) => {
     if (s.closed) return;
@@ -169,7 +170,7 @@ t.test('streams destroyed while waiting or while holding a frame give their shar
   t.equal(budget.waiting, 3, 'the destroyed waiters left the queue');
   const holding = budget.inUse;
   await gone(streams[0]!);
-  t.ok(await until(() => budget.waiting === 2 && budget.inUse > 0), 'the holder destroyed: the next waiter got the frame budget');
+  t.ok(await withinTurns(() => budget.waiting === 2 && budget.inUse > 0), 'the holder destroyed: the next waiter got the frame budget');
   t.ok(budget.inUse <= holding);
   await Promise.all(streams.map(gone));
   t.equal(budget.inUse, 0, 'every share back');
@@ -204,7 +205,7 @@ t.test('a stream destroyed while its frame is being read closes once that read i
   const s = await r.streamChecked(bigPath);
   s.read(0);
   const before = reads;
-  t.ok(await until(() => budget.inUse > 0 && reads > before), 'the frame\'s budget taken, its read under way');
+  t.ok(await withinTurns(() => budget.inUse > 0 && reads > before), 'the frame\'s budget taken, its read under way');
   let closed = false;
   s.once('close', () => { closed = true; });
   s.destroy();
@@ -242,8 +243,44 @@ t.test('a stream dropped half-read without being destroyed gives its share back 
   await (async () => {
     const s = await r.streamChecked(bigPath);
     s.read(0);
-    await until(() => s.readableLength > 0);
+    await withinTurns(() => s.readableLength > 0);
   })();
   t.ok(budget.inUse > 0, 'the dropped stream held a frame');
-  t.ok(await until(() => { gc(); return budget.inUse === 0; }, 200), 'returned once the stream was collected');
+  t.ok(await withinTurns(() => { gc(); return budget.inUse === 0; }, 200), 'returned once the stream was collected');
+});
+
+t.test('while a frame is handed on the next one is read, with half the budget to spare; destroyed then, every share back', async (t) => {
+  const budget = new ByteBudget(64 * MiB);
+  const r = await readerWith(t, budget);
+  const s = await r.streamChecked(bigPath);
+  s.read(0); // the first frame, and no more taken by the consumer
+  t.ok(await until('a second frame held', () => budget.inUse > frameWeight), `two frames held: the one handed on and the next (${budget.inUse} bytes)`);
+  for (let i = 0; i < 20; i++) await tick();
+  t.ok(budget.inUse < 3 * frameWeight, 'no further than one frame ahead');
+  const closed = once(s, 'close');
+  s.destroy();
+  await closed;
+  t.equal(budget.inUse, 0, 'destroyed: the frame ahead\'s share back too');
+
+  const tight = new ByteBudget(2 * frameWeight);
+  const alone = await readerWith(t, tight);
+  t.ok((await collect(await alone.streamChecked(bigPath))).equals(big), 'the signed bytes, read with no room to read ahead');
+  t.ok(tight.peak <= frameWeight, `never ahead past half the budget (${tight.peak} of ${tight.capacity} bytes)`);
+
+  const ahead = await collect(await r.streamChecked(bigPath));
+  t.ok(ahead.equals(big), 'the signed bytes, read ahead');
+  t.ok(budget.peak > frameWeight, 'and read ahead');
+  t.equal(budget.inUse, 0);
+});
+
+t.test('ByteBudget.tryAcquire: only at once, never past a waiter or the bound given', async (t) => {
+  const budget = new ByteBudget(100);
+  t.ok(budget.tryAcquire(40, 50), 'room: taken');
+  t.notOk(budget.tryAcquire(20, 50), 'past the bound: not taken');
+  const waiting = budget.acquire(70);
+  t.notOk(budget.tryAcquire(10), 'a request waits: not overtaken');
+  budget.release(40);
+  await waiting;
+  t.equal(budget.inUse, 70);
+  budget.release(70);
 });

@@ -57,6 +57,16 @@ export class ByteBudget {
     });
   }
 
+  /**
+   * Takes `bytes` only if that can be done at once, with no request waiting and at most `upTo`
+   * bytes held after it: for work that is worth doing only with memory to spare (a read ahead).
+   */
+  tryAcquire(bytes: number, upTo = this.capacity): boolean {
+    if (this.queue.length > 0 || this.held + bytes > upTo) return false;
+    this.take(bytes);
+    return true;
+  }
+
   release(bytes: number): void {
     if (bytes <= 0) return;
     if (bytes > this.held) throw new RangeError(`releasing ${bytes} bytes of a budget holding ${this.held}`);

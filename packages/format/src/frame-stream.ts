@@ -33,14 +33,27 @@ function release(hold: Hold): void {
   hold.budget.release(n);
 }
 
+interface Frame { data: Buffer; at: number; end: number; weight: number }
+
+const NOTHING = Buffer.alloc(0);
+
 /**
  * An entry's bytes, one frame at a time, each frame's budget acquired before it is read and
- * released once its last byte is handed on. Destroyed while waiting for budget, it leaves the
- * queue; destroyed while a frame is being read, it closes once that read is over and released.
+ * released once its last byte is handed on. While one frame is handed on, the next is read
+ * and decoded if the budget is at most half used and nobody waits for it, so a disk's latency
+ * overlaps the socket (a stick or a cold cache: a frame read took as long as sending one).
+ * Destroyed while waiting for budget, it leaves the queue; destroyed while a frame is being read,
+ * it closes once that read is over and released.
  */
 export class FrameStream extends Readable {
-  private current: { data: Buffer; at: number; end: number } | undefined;
+  private current: Frame | undefined;
   private loading: Promise<void> | undefined;
+  /** The next frame, read while the current one is handed on. */
+  private ahead: Promise<Frame> | undefined;
+  /** A piece taken from `pieces` to read ahead for which the budget had no room: read next. */
+  private pending: FramePiece | undefined;
+  /** What `pieces` threw while looking ahead. */
+  private failed: Error | undefined;
   private readonly hold: Hold;
   private readonly stop = new AbortController();
 
@@ -53,20 +66,23 @@ export class FrameStream extends Readable {
   override _read(): void {
     if (this.current) return this.pushSlice();
     if (this.loading) return;
-    let next: IteratorResult<FramePiece>;
-    try {
-      next = this.pieces.next();
-    } catch (err) {
-      this.destroy(err as Error);
-      return;
+    let next = this.ahead;
+    this.ahead = undefined;
+    if (!next) {
+      const p = this.nextPiece();
+      if (p === null) return;
+      if (p === undefined) {
+        this.push(null);
+        return;
+      }
+      next = this.fetch(p, false);
     }
-    if (next.done) {
-      this.push(null);
-      return;
-    }
-    this.loading = this.load(next.value).then(
-      () => {
+    this.loading = next.then(
+      (f) => {
         this.loading = undefined;
+        this.current = f;
+        if (this.destroyed) return;
+        this.readAhead();
         if (this.destroyed) return;
         // push() runs a flowing consumer's 'data' handler: what it throws fails this stream, not the process
         try {
@@ -82,10 +98,54 @@ export class FrameStream extends Readable {
     );
   }
 
-  private async load(p: FramePiece): Promise<void> {
-    await this.opts.budget.acquire(p.weight, this.stop.signal);
+  /** The next piece to read; undefined past the last, null when the iterator failed (the stream is destroyed). */
+  private nextPiece(): FramePiece | undefined | null {
+    const p = this.pending;
+    if (p) {
+      this.pending = undefined;
+      return p;
+    }
+    try {
+      if (this.failed) throw this.failed;
+      const next = this.pieces.next();
+      return next.done ? undefined : next.value;
+    } catch (err) {
+      this.destroy(err as Error);
+      return null;
+    }
+  }
+
+  private readAhead(): void {
+    if (this.ahead || this.pending || this.failed) return;
+    let p: FramePiece | undefined;
+    try {
+      const next = this.pieces.next();
+      p = next.done ? undefined : next.value;
+    } catch (err) {
+      // surfaces when the stream comes to it, after the current frame's bytes
+      this.failed = err as Error;
+      return;
+    }
+    if (!p) return;
+    const budget = this.opts.budget;
+    if (!budget.tryAcquire(p.weight, budget.capacity / 2)) {
+      this.pending = p;
+      return;
+    }
     this.hold.bytes += p.weight;
-    if (this.destroyed) return;
+    const ahead = this.fetch(p, true);
+    // a failure surfaces when the stream comes to this frame (or not at all, destroyed before)
+    ahead.catch(() => undefined);
+    this.ahead = ahead;
+  }
+
+  /** Reads and decodes piece `p`, its budget acquired first unless `granted`. */
+  private async fetch(p: FramePiece, granted: boolean): Promise<Frame> {
+    if (!granted) {
+      await this.opts.budget.acquire(p.weight, this.stop.signal);
+      this.hold.bytes += p.weight;
+    }
+    if (this.destroyed) return { data: NOTHING, at: 0, end: 0, weight: p.weight };
     // a full frame leaves this stream only as copies (a slice is shorter than a frame): its buffer
     // is decoded into again once it is copied out. Only a full one: the budget charges the frame's
     // size, and a shorter frame in a 4 MiB buffer would hold more than it is charged (a stalled
@@ -100,7 +160,7 @@ export class FrameStream extends Readable {
     }
     // a loader that decoded elsewhere left `into` unread
     if (into && data.buffer !== into.buffer) frameBuffers.give(into);
-    this.current = { data, at: p.from, end: Math.min(p.to, data.length) };
+    return { data, at: p.from, end: Math.min(p.to, data.length), weight: p.weight };
   }
 
   private pushSlice(): void {
@@ -116,19 +176,23 @@ export class FrameStream extends Readable {
   private dropFrame(): void {
     const c = this.current;
     this.current = undefined;
-    if (c) frameBuffers.give(c.data);
-    release(this.hold);
+    if (!c) return;
+    frameBuffers.give(c.data);
+    this.hold.bytes -= c.weight;
+    this.hold.budget.release(c.weight);
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
     this.stop.abort();
-    const done = () => {
+    const ahead = this.ahead?.then((f) => frameBuffers.give(f.data));
+    this.ahead = undefined;
+    // what a read under way or ahead holds comes back once that read is over
+    void Promise.allSettled([this.loading, ahead]).then(() => {
       this.dropFrame();
+      release(this.hold);
       collected.unregister(this);
       cb(err);
-    };
-    if (this.loading) void this.loading.then(done, done);
-    else done();
+    });
   }
 }
 

@@ -18,6 +18,8 @@ export class ReadBuffers {
 
   /** Buffers allocated so far (the rest of the takes were reuses). */
   allocated = 0;
+  /** Takes so far. */
+  taken = 0;
 
   /** `idleMs`: idle buffers are dropped once no take came for that long (a daemon serves rarely). */
   constructor(readonly size: number, private readonly keep: number, private readonly idleMs = IDLE_MS) {}
@@ -28,7 +30,9 @@ export class ReadBuffers {
   }
 
   take(): Buffer {
-    this.lastTake = Date.now();
+    // a monotonic clock: a node's wall clock set back would hold the trim off
+    this.lastTake = performance.now();
+    this.taken++;
     let buf = this.free.pop();
     if (!buf) {
       buf = Buffer.allocUnsafeSlow(this.size);
@@ -47,13 +51,15 @@ export class ReadBuffers {
     this.trimLater();
   }
 
+  /** Drops the idle buffers `idleMs` after the last take (a take meanwhile moves the drop on). */
   private trimLater(): void {
     if (this.trim || this.free.length === 0) return;
+    const wait = Math.max(0, this.lastTake + this.idleMs - performance.now());
     this.trim = setTimeout(() => {
       this.trim = undefined;
-      if (Date.now() - this.lastTake >= this.idleMs) this.free.length = 0;
+      if (performance.now() - this.lastTake >= this.idleMs) this.free.length = 0;
       else this.trimLater();
-    }, this.idleMs);
+    }, wait);
     this.trim.unref();
   }
 }
