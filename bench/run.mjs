@@ -29,7 +29,8 @@
 // (default: the apps as `pnpm package` ships them, packaged first, ~1 min; dev: the workspace's dist/).
 // CPU columns count this process, its waited-for children and the servers a row names: for the
 // load rows the node's containerd, and the peer's docker-registry.
-// Needs root (containerd). Everything lives in one directory under /var/tmp, removed at the end.
+// Needs root (containerd). Everything lives in one directory under /var/tmp, removed at the end
+// (BENCH_KEEP=1 keeps it, to look into a row with the bench's own data).
 import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
@@ -344,5 +345,6 @@ try {
   await writeResults(OUT, meta, rows);
   say(`results: ${OUT}`);
 } finally {
-  await rm(work, { recursive: true, force: true });
+  if (process.env.BENCH_KEEP) say(`kept: ${work} (BENCH_KEEP)`);
+  else await rm(work, { recursive: true, force: true });
 }
