@@ -143,8 +143,10 @@ t.test('a client gone while the store was opening the blob: the stream is closed
   await until('the blob\'s file is closed', () => fh.fd === -1);
 });
 
-t.test('from a bundle file (media mode), 8 clients (half of them slow): the signed bytes to each, frames and slices from reused buffers', async (t) => {
-  const BIG = 6 * FRAME_BYTES + 777;
+const BIG = 6 * FRAME_BYTES + 777;
+
+/** A registry serving a verified bundle file (media mode) whose big blob spans six full frames; the blob's URL. */
+async function servingBundleFile(t: Tap.Test) {
   const b = await makeBundle(t, { layerSizes: [BIG, 900] });
   const blob = b.blobs.find((x) => x.size === BIG)!;
   const source = await openBundleFile(b.path);
@@ -153,7 +155,11 @@ t.test('from a bundle file (media mode), 8 clients (half of them slow): the sign
   const store = await BundleFileStore.open(source, v.manifest, catalogOf(v.manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
   const reg = await startRegistry({ store, catalog: catalogOf(v.manifest) });
   t.teardown(() => reg.close());
-  const url = `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${blob.digest}`;
+  return { file: b.path, blob, url: `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${blob.digest}` };
+}
+
+t.test('from a bundle file (media mode), 8 clients (half of them slow): the signed bytes to each, frames and slices from reused buffers', async (t) => {
+  const { blob, url } = await servingBundleFile(t);
   const frames = readBuffers(FRAME_BYTES + 1);
   const slices = readBuffers(FRAME_SLICE_BYTES);
   const before = { frames: frames.allocated, slices: slices.allocated };
@@ -168,17 +174,8 @@ t.test('from a bundle file (media mode), 8 clients (half of them slow): the sign
 });
 
 t.test('from a bundle file cut short after it was verified (media pulled): every request fails, and the frame buffers come back', async (t) => {
-  const BIG = 6 * FRAME_BYTES + 777;
-  const b = await makeBundle(t, { layerSizes: [BIG, 900] });
-  const blob = b.blobs.find((x) => x.size === BIG)!;
-  const source = await openBundleFile(b.path);
-  t.teardown(() => source.close());
-  const v = await verifyBundle(source, { trust: b.trust, frameDigests: true });
-  const store = await BundleFileStore.open(source, v.manifest, catalogOf(v.manifest), { seekIndex: v.seekIndex, frameDigests: v.frameDigests! });
-  const reg = await startRegistry({ store, catalog: catalogOf(v.manifest) });
-  t.teardown(() => reg.close());
-  await truncate(b.path, Math.floor((await stat(b.path)).size / 2));
-  const url = `http://${reg.address}/v2/${mirrorPath('example.com/test/app')}/blobs/${blob.digest}`;
+  const { file: cut, url } = await servingBundleFile(t);
+  await truncate(cut, Math.floor((await stat(cut)).size / 2));
   const frames = readBuffers(FRAME_BYTES + 1);
   const before = frames.allocated;
   const takenBefore = frames.taken;
