@@ -5,10 +5,9 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import { copyFile, open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { until } from '../helpers/until.js';
 import { execFileSync } from 'node:child_process';
 import { CriImageClient } from '@offline-bundle/runtime';
-import { AGENT, containerdNode, makeBundle } from './fixtures.js';
+import { AGENT, containerdNode, daemonChild, makeBundle } from './fixtures.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 
@@ -20,18 +19,13 @@ async function node(t: any) {
   const status = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
   /** Runs the daemon until `ok` holds on its log and status, then stops it with SIGTERM; returns its log. */
   const daemon = async (ok: (log: string, s: any) => boolean): Promise<string> => {
-    const child = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let log = '';
-    child.stdout.on('data', (d: Buffer) => { log += d; });
-    child.stderr.on('data', (d: Buffer) => { log += d; });
-    const exited = new Promise((r) => child.once('exit', r));
+    const d = daemonChild(t, config, statusFile);
     try {
-      await until('the daemon got there', async () => ok(log, await status()), { timeoutMs: 90_000, stepMs: 50, detail: () => `log: ${log.slice(-1500)}` });
+      await d.until('the daemon got there', (s, log) => ok(log, s));
     } finally {
-      child.kill('SIGTERM');
-      await exited;
+      await d.stop();
     }
-    return log;
+    return d.out.log;
   };
   const drop = join(root, 'var/lib/bundle-agent/drop');
   execFileSync('mkdir', ['-p', drop]);

@@ -190,23 +190,25 @@ export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, 
   child.stdout.on('data', (b: Buffer) => { out.log += b; });
   child.stderr.on('data', (b: Buffer) => { out.log += b; });
   const exited = new Promise((res) => child.once('exit', res));
-  t.teardown(() => stop());
+  t.teardown(async () => { await stop(); });
   const status = async () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
-  /** The status once `ok` holds of it; fails when the agent exits first, or after 120 s (only against a hang). */
-  const statusWhen = async (what: string, ok: (s: any) => boolean) => {
+  /** The status once `ok` holds of it (and of the log so far); fails when the agent exits first, or after 120 s (only against a hang). */
+  const statusWhen = async (what: string, ok: (s: any, log: string) => unknown) => {
     let last: any;
     const seen = () => `status: ${JSON.stringify(last)?.slice(0, 1500)}; log: ${out.log.slice(-2000)}`;
     const hit = await until(what, async () => {
       last = await status();
-      if (ok(last)) return { s: last };
+      if (await ok(last, out.log)) return { s: last };
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`the agent exited (${child.exitCode ?? child.signalCode}) before: ${what}; ${seen()}`);
       return undefined;
     }, { timeoutMs: 120_000, stepMs: 50, detail: seen });
     return hit.s;
   };
-  const stop = async () => {
-    if (child.exitCode === null) child.kill('SIGTERM');
+  /** Ends the agent (SIGTERM unless told) and returns its log. */
+  const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     await exited;
+    return out.log;
   };
   return { child, out, until: statusWhen, stop };
 }

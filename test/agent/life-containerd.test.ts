@@ -3,7 +3,7 @@
 // cluster), and images that vanish from the runtime come back from a layout kept on disk,
 // with no stick, pinned again.
 import t from 'tap';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { chmod, copyFile, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { until } from '../helpers/until.js';
@@ -11,7 +11,7 @@ import { parse as parseYaml } from 'yaml';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startFakeApi, writeKubeconfig } from '../status/lib.js';
-import { AGENT, containerdNode, makeBundle, run } from './fixtures.js';
+import { AGENT, containerdNode, daemonChild, makeBundle, run } from './fixtures.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 const ISSUE = 'run/issue.d/bundle-agent.issue';
@@ -20,26 +20,10 @@ async function node(t: any, extra: string) {
   const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-agent-life-', extra);
   const drop = join(root, 'var/lib/bundle-agent/drop');
   execFileSync('mkdir', ['-p', drop]);
-  const status = () => readFile(join(root, 'var/lib/bundle-agent/status.json'), 'utf8').then(JSON.parse, () => undefined);
+  const statusFile = join(root, 'var/lib/bundle-agent/status.json');
+  const status = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
   const file = await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(dir, 'update.bundle') });
-  return { dir, root, config, ctd, drop, status, file };
-}
-
-/** Starts the daemon; `until` polls its log (and whatever else `cond` reads). */
-function startDaemon(config: string) {
-  const child: ChildProcess = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  child.stdout!.on('data', (d: Buffer) => { log += d; });
-  child.stderr!.on('data', (d: Buffer) => { log += d; });
-  const exited = new Promise((r) => child.once('exit', r));
-  const daemonUntil = (what: string, cond: (log: string) => Promise<boolean | undefined> | boolean | undefined) =>
-    until(what, () => cond(log), { timeoutMs: 90_000, stepMs: 50, detail: () => `log: ${log.slice(-1500)}` });
-  const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
-    child.kill(signal);
-    await exited;
-    return log;
-  };
-  return { until: daemonUntil, stop, log: () => log };
+  return { dir, root, config, ctd, drop, status, statusFile, file };
 }
 
 t.test('a daemon killed mid-pre-load: status says it is not running (exit 3); the next start replaces the stale line at once, on the console and in the cluster', async (t) => {
@@ -66,7 +50,7 @@ status:
   });
   await copyFile(n.file, join(n.drop, 'update.bundle'));
 
-  const first = startDaemon(n.config);
+  const first = daemonChild(t, n.config, n.statusFile);
   await first.until('the puller runs, the agent Preloading', async () => (await n.status())?.phase === 'Preloading' && (await readFile(pidFile, 'utf8').catch(() => '')) !== '');
   const live = await run(AGENT, ['status', '--config', n.config]);
   t.equal(live.code, 0, 'while it runs: exit 0');
@@ -86,7 +70,7 @@ status:
   // next start, no stick: the stale line goes at once
   await rm(join(n.drop, 'update.bundle'));
   const sentBefore = api.accepted().length;
-  const second = startDaemon(n.config);
+  const second = daemonChild(t, n.config, n.statusFile);
   await second.until('the console says the last run stopped', async () => /stopped before it finished/.test(await readFile(join(n.root, ISSUE), 'utf8')));
   t.equal(await readFile(join(n.root, ISSUE), 'utf8'), 'Update: Failed: The update was stopped before it finished. Load the update file again to restart it.\n\n', 'the console says what happened, in plain words');
   const restarted = await run(AGENT, ['status', '--config', n.config]);
@@ -122,8 +106,8 @@ t.test('staging.keep untilComplete: images deleted from the runtime come back at
   // the CRI plugin learns of the removals from containerd's events, a moment after `ctr rm` returns
   await until('containerd holds no image', async () => (await cri.listImages()).length === 0, { timeoutMs: 30_000, stepMs: 100 });
 
-  const d = startDaemon(n.config);
-  await d.until('restored', async (log) => /event=restore/.test(log) && (await n.status())?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'Restored'));
+  const d = daemonChild(t, n.config, n.statusFile);
+  await d.until('restored', async (_s, log) => /event=restore/.test(log) && (await n.status())?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'Restored'));
   const log = await d.stop();
   t.match(log, /images of 1\.1\.0 are gone from the runtime \(2 of their 2 names\); loading them again from the kept layout/, 'the journal says why');
   t.ok((await cri.listImages()).some((i) => i.repoTags.includes('quay.io/acme/app:v1')), 'the image is back');

@@ -6,7 +6,7 @@ import { chmod, copyFile, mkdir, readFile, rm, writeFile } from 'node:fs/promise
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { makeBundle } from '../format/craft.js';
-import { AGENT, nodeRoot, run } from './fixtures.js';
+import { AGENT, daemonChild, nodeRoot, run } from './fixtures.js';
 import { until } from '../helpers/until.js';
 
 /**
@@ -25,21 +25,20 @@ async function testNode(t: any, opts: { gated?: boolean; extra?: string } = {}) 
   const statusFile = join(root, 'var/lib/bundle-agent/status.json');
   const readStatus = () => readFile(statusFile, 'utf8').then(JSON.parse, () => undefined);
   const consoleFile = join(root, 'run/issue.d/bundle-agent.issue');
-  return { b, root, gate, config, readStatus, consoleFile };
+  return { b, root, gate, config, statusFile, readStatus, consoleFile };
 }
 
 /** The daemon, once it writes the status file (killed at the end of the test). */
-async function startDaemon(t: any, config: string, readStatus: () => Promise<any>) {
-  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  t.teardown(() => daemon.kill('SIGKILL'));
-  await until('the daemon writes the status', async () => (await readStatus())?.writer?.pid === daemon.pid, { timeoutMs: 30_000, stepMs: 50 });
+async function startDaemon(t: any, config: string, statusFile: string) {
+  const daemon = daemonChild(t, config, statusFile);
+  await daemon.until('the daemon writes the status', (s) => s?.writer?.pid === daemon.child.pid);
   return daemon;
 }
 
 t.test('a load beside a running daemon: status names the load\'s result and the daemon as alive, then and after its heartbeats', async (t) => {
-  const { b, config, readStatus } = await testNode(t);
-  const daemon = await startDaemon(t, config, readStatus);
-  t.equal((await readStatus())?.writer?.pid, daemon.pid, 'the daemon writes the status file');
+  const { b, config, statusFile, readStatus } = await testNode(t);
+  const daemon = await startDaemon(t, config, statusFile);
+  t.equal((await readStatus())?.writer?.pid, daemon.child.pid, 'the daemon writes the status file');
 
   const load = await run(AGENT, ['load', b.path, '--config', config]);
   t.equal(load.code, 0, `the load succeeds: ${load.stderr}`);
@@ -52,16 +51,16 @@ t.test('a load beside a running daemon: status names the load\'s result and the 
   t.equal(later.code, 0, 'after the daemon\'s heartbeats: still running');
   t.match(later.stdout, /NOT loaded/, `still the load's result, not the daemon's older line: ${later.stdout}`);
   const s = await readStatus();
-  t.equal(s.writer.pid, daemon.pid, 'the daemon owns the file again');
+  t.equal(s.writer.pid, daemon.child.pid, 'the daemon owns the file again');
   t.equal(s.writer.command, 'run');
 });
 
 t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console line and status alone', async (t) => {
-  const { b, config, readStatus, consoleFile } = await testNode(t);
-  const daemon = await startDaemon(t, config, readStatus);
+  const { b, config, statusFile, readStatus, consoleFile } = await testNode(t);
+  const daemon = await startDaemon(t, config, statusFile);
   // the node is Ready: the load's result, which the daemon adopts and shows
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
-  await until('the daemon writes the status and the console shows the Ready line', async () => (await readStatus())?.writer?.pid === daemon.pid && /NOT loaded/.test(await readFile(consoleFile, 'utf8').catch(() => '')), { timeoutMs: 30_000, stepMs: 50 });
+  await daemon.until('the daemon writes the status and the console shows the Ready line', async (s) => s?.writer?.pid === daemon.child.pid && /NOT loaded/.test(await readFile(consoleFile, 'utf8').catch(() => '')));
   const ready = await readFile(consoleFile, 'utf8');
   t.match(ready, /NOT loaded/, 'the console shows the Ready line');
 
@@ -80,13 +79,13 @@ t.test('a by-hand load that changes nothing leaves a Ready daemon\'s console lin
   t.equal(await readFile(consoleFile, 'utf8'), ready, 'after a refused bundle too, the console shows the technician\'s Ready line');
   const s = await readStatus();
   t.equal(s.phase, 'Ready', 'and the status is still Ready');
-  t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+  t.equal(s.writer.pid, daemon.child.pid, 'written by the daemon');
 });
 
 
 t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it Interrupted, not its last phase for good', async (t) => {
   const n = await testNode(t, { gated: true });
-  const daemon = await startDaemon(t, n.config, n.readStatus);
+  const daemon = await startDaemon(t, n.config, n.statusFile);
   await writeFile(n.gate, '');
   t.teardown(() => rm(n.gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
@@ -96,12 +95,11 @@ t.test('a by-hand load killed (SIGKILL) beside the daemon: the daemon shows it I
   load.kill('SIGKILL');
   await exited;
   await rm(n.gate, { force: true });
-  let s: any;
-  await until('the daemon says Failed', async () => (s = await n.readStatus())?.phase === 'Failed', { timeoutMs: 30_000, stepMs: 50 });
+  const s = await daemon.until('the daemon says Failed', (st) => st?.phase === 'Failed');
   t.equal(s?.phase, 'Failed', `the daemon does not keep the dead load's phase (${s?.phase})`);
   t.match(s.conditions.find((c: any) => c.type === 'Failed'), { reason: 'Interrupted', message: /bundle-agent load was stopped before it finished/ });
   t.notOk(s.conditions.some((c: any) => c.type === 'Serving' && c.status === 'True'), 'no registry is said to be serving');
-  t.equal(s.writer.pid, daemon.pid, 'written by the daemon');
+  t.equal(s.writer.pid, daemon.child.pid, 'written by the daemon');
   const line = await readFile(n.consoleFile, 'utf8');
   t.notMatch(line, /Finishing up|Serving|Loading/i, `the console no longer says the load goes on: ${line}`);
   await sleep(2500); // two more of the daemon's heartbeats: it stays so
@@ -129,20 +127,19 @@ t.test('SIGHUP (terminal closed) stops a by-hand load as Ctrl-C does: Failed Int
 });
 
 t.test('releases forget of the release the status shows Ready, beside the daemon: the status and console stop saying it is loaded', async (t) => {
-  const { b, config, readStatus, consoleFile } = await testNode(t);
-  const daemon = await startDaemon(t, config, readStatus);
+  const { b, config, statusFile, readStatus, consoleFile } = await testNode(t);
+  const daemon = await startDaemon(t, config, statusFile);
   t.equal((await run(AGENT, ['load', b.path, '--config', config])).code, 0);
-  await until('the daemon writes the status', async () => (await readStatus())?.writer?.pid === daemon.pid, { timeoutMs: 30_000, stepMs: 50 });
+  await daemon.until('the daemon writes the status', (st) => st?.writer?.pid === daemon.child.pid);
   t.equal((await readStatus()).phase, 'Ready');
 
   const forget = await run(AGENT, ['releases', 'forget', '1.2.3', '--config', config]);
   t.equal(forget.code, 0, forget.stderr);
-  let s: any;
-  await until('the daemon says Idle, the console says removed', async () => (s = await readStatus())?.phase === 'Idle' && s.writer.pid === daemon.pid && /removed/.test(await readFile(consoleFile, 'utf8')), { timeoutMs: 30_000, stepMs: 50 });
+  const s = await daemon.until('the daemon says Idle, the console says removed', async (st) => st?.phase === 'Idle' && st.writer.pid === daemon.child.pid && /removed/.test(await readFile(consoleFile, 'utf8')));
   t.equal(s.phase, 'Idle', 'no longer Ready');
   t.match(s.conditions.find((c: any) => c.type === 'Ready'), { status: 'False', reason: 'ReleaseForgotten', message: /1\.2\.3.*forgotten/ });
   t.equal(s.message, 'Update 1.2.3 was removed from this node by the administrator. Waiting for a USB stick with an update bundle.');
-  t.equal(s.writer.pid, daemon.pid, 'the daemon took it over');
+  t.equal(s.writer.pid, daemon.child.pid, 'the daemon took it over');
   const line = await readFile(consoleFile, 'utf8');
   t.notMatch(line, /Done|is loaded/, `the console no longer says it is loaded: ${line}`);
   const st = await run(AGENT, ['status', '--config', config]);
@@ -155,11 +152,7 @@ t.test('a stick (drop directory) found while a by-hand load holds the lock: trie
   const n = await testNode(t, { gated: true, extra: 'media:\n  roots: [/media]\n  watchDirs: [/var/lib/bundle-agent/drop]\n  pollSeconds: 1\n' });
   const drop = join(n.root, 'var/lib/bundle-agent/drop');
   await mkdir(drop, { recursive: true });
-  const daemon = spawn(process.execPath, [AGENT, 'run', '--config', n.config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  daemon.stderr!.on('data', (d: Buffer) => { log += d; });
-  t.teardown(() => daemon.kill('SIGKILL'));
-  await until('the daemon writes the status', async () => (await n.readStatus())?.writer?.pid === daemon.pid, { timeoutMs: 30_000, stepMs: 50 });
+  const daemon = await startDaemon(t, n.config, n.statusFile);
   await writeFile(n.gate, '');
   t.teardown(() => rm(n.gate, { force: true }));
   const load = spawn(process.execPath, [AGENT, 'load', n.b.path, '--config', n.config], { stdio: ['ignore', 'ignore', 'ignore'] });
@@ -168,17 +161,14 @@ t.test('a stick (drop directory) found while a by-hand load holds the lock: trie
   t.equal((await n.readStatus())?.phase, 'Serving', 'the hand load holds the lock');
 
   await copyFile(n.b.path, join(drop, 'update.bundle'));
-  await until('the daemon finds the lock taken', async () => /another bundle-agent \(pid/.test(log), { timeoutMs: 30_000, stepMs: 50 });
-  t.match(log, /another bundle-agent \(pid \d+\) is loading/, 'the daemon found the dropped bundle and the lock taken');
+  await daemon.until('the daemon finds the lock taken', (_s, log) => /another bundle-agent \(pid/.test(log));
+  t.match(daemon.out.log, /another bundle-agent \(pid \d+\) is loading/, 'the daemon found the dropped bundle and the lock taken');
   await rm(n.gate, { force: true });
   t.equal(await exited, 0, 'the hand load finishes');
-  await until('the dropped bundle loaded', async () => /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/.test(log), { timeoutMs: 30_000, stepMs: 50 });
-  t.match(log, /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/, 'the dropped bundle is loaded once the lock is free');
+  await daemon.until('the dropped bundle loaded', (_s, log) => /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/.test(log));
+  t.match(daemon.out.log, /bundle found: \S*drop\/update\.bundle[\s\S]*event=ready/, 'the dropped bundle is loaded once the lock is free');
   // the journal line comes before the status file's write of the same change
-  const s = await until('the status says Ready', async () => {
-    const now = await n.readStatus();
-    return now?.phase === 'Ready' ? now : undefined;
-  }, { timeoutMs: 30_000, stepMs: 50 });
+  const s = await daemon.until('the status says Ready', (st) => st?.phase === 'Ready');
   t.equal(s.phase, 'Ready');
   t.notOk(s.conditions.some((c: any) => c.type === 'Failed'), 'no Failed condition');
   t.notMatch(await readFile(n.consoleFile, 'utf8'), /already loading/, 'the console has no Busy line');
