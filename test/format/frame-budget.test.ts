@@ -14,6 +14,9 @@ import {
 } from '@offline-bundle/format';
 import { makeBundle, sha256, type MadeBundle } from './craft.js';
 import { until } from '../helpers/until.js';
+import { readBuffers } from '@offline-bundle/host';
+// the stream class itself, to drive it with pieces and loads a real bundle cannot produce
+import { FrameStream } from '../../packages/format/dist/frame-stream.js';
 
 const BIG = 3 * FRAME_BYTES + 12_345;
 const MiB = 1024 * 1024;
@@ -262,14 +265,62 @@ t.test('while a frame is handed on the next one is read, with half the budget to
   await closed;
   t.equal(budget.inUse, 0, 'destroyed: the frame ahead\'s share back too');
 
-  const tight = new ByteBudget(2 * frameWeight);
+  // room for three frames: a second one ahead would pass half of it
+  const tight = new ByteBudget(3 * frameWeight);
   const alone = await readerWith(t, tight);
-  t.ok((await collect(await alone.streamChecked(bigPath))).equals(big), 'the signed bytes, read with no room to read ahead');
-  t.ok(tight.peak <= frameWeight, `never ahead past half the budget (${tight.peak} of ${tight.capacity} bytes)`);
+  t.ok((await collect(await alone.streamChecked(bigPath))).equals(big), 'the signed bytes, read with no room to read a full frame ahead');
+  t.ok(tight.peak <= tight.capacity / 2, `never ahead past half the budget (${tight.peak} of ${tight.capacity} bytes)`);
 
-  const ahead = await collect(await r.streamChecked(bigPath));
+  const roomy = new ByteBudget(64 * MiB);
+  const ahead = await collect(await (await readerWith(t, roomy)).streamChecked(bigPath));
   t.ok(ahead.equals(big), 'the signed bytes, read ahead');
-  t.ok(budget.peak > frameWeight, 'and read ahead');
+  t.ok(roomy.peak > frameWeight, `and read ahead (${roomy.peak} bytes held at most)`);
+  t.equal(roomy.inUse, 0);
+});
+
+t.test('destroyed while the next frame is read ahead: that load is told, the stream closes once it is over, its pooled buffer and share back', async (t) => {
+  const pool = readBuffers(FRAME_BYTES + 1);
+  for (const honours of [false, true]) {
+    const budget = new ByteBudget(64 * MiB);
+    const pieces = [0, 1, 2].map((frame) => ({ frame, from: 0, to: FRAME_BYTES, size: FRAME_BYTES, weight: 10 }));
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => { open = resolve; });
+    const signals: AbortSignal[] = [];
+    // frame 0 at once; the frame read ahead held until the test lets it go, then decoded or (honours) given up
+    const load = async (frame: number, into: Buffer | undefined, signal: AbortSignal) => {
+      signals[frame] = signal;
+      if (frame > 0) await gate;
+      if (honours) signal.throwIfAborted();
+      return into!.fill(frame, 0, FRAME_BYTES).subarray(0, FRAME_BYTES);
+    };
+    const loaned = pool.onLoan;
+    const s = new FrameStream(pieces[Symbol.iterator](), { budget, load, copy: true });
+    s.read(0);
+    await until('the next frame read ahead', () => signals[1]);
+    t.equal(pool.onLoan, loaned + 2, 'two pooled frame buffers out: the one handed on and the one ahead');
+    let closed = false;
+    s.once('close', () => { closed = true; });
+    s.destroy();
+    t.ok(signals[1]!.aborted, 'the load ahead is told the stream is gone');
+    for (let i = 0; i < 20; i++) await tick();
+    t.notOk(closed, 'not closed while the read ahead still runs');
+    t.equal(budget.inUse, 20, 'both frames still counted');
+    open();
+    await once(s, 'close');
+    t.equal(budget.inUse, 0, `closed: every share back (load ${honours ? 'gave up' : 'finished'})`);
+    t.equal(pool.onLoan, loaned, 'and both frame buffers back in the pool');
+  }
+});
+
+t.test('an iterator that fails while the stream looks ahead fails the stream, not ends it short', async (t) => {
+  const budget = new ByteBudget(64 * MiB);
+  function* pieces() {
+    yield { frame: 0, from: 0, to: 1000, size: 1000, weight: 1 };
+    yield { frame: 1, from: 0, to: 1000, size: 1000, weight: 1 };
+    throw new Error('the seek index ends here');
+  }
+  const s = new FrameStream(pieces(), { budget, load: async () => Buffer.alloc(1000, 7), copy: false });
+  await t.rejects(collect(s), /the seek index ends here/, 'the iterator\'s error, not a clean end after 2000 bytes');
   t.equal(budget.inUse, 0);
 });
 

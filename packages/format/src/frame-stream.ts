@@ -15,8 +15,11 @@ export interface FramePiece { frame: number; from: number; to: number; size: num
 
 export interface FrameStreamOptions {
   budget: ByteBudget;
-  /** Reads, checks and decodes one frame (into `into` when given: a pooled buffer of FRAME_BYTES + 1). */
-  load: (frame: number, into?: Buffer) => Promise<Buffer>;
+  /**
+   * Reads, checks and decodes one frame (into `into` when given: a pooled buffer of FRAME_BYTES + 1).
+   * `signal` aborts once the stream is destroyed: a loader may then skip the hash and the decode.
+   */
+  load: (frame: number, into: Buffer | undefined, signal: AbortSignal) => Promise<Buffer>;
   /** Copies of at most FRAME_SLICE_BYTES (for any consumer), or the frame's own bytes (for one that keeps none). */
   copy: boolean;
 }
@@ -122,7 +125,7 @@ export class FrameStream extends Readable {
       const next = this.pieces.next();
       p = next.done ? undefined : next.value;
     } catch (err) {
-      // surfaces when the stream comes to it, after the current frame's bytes
+      // fails the stream when it asks for the next frame, not while this one is handed on
       this.failed = err as Error;
       return;
     }
@@ -153,7 +156,7 @@ export class FrameStream extends Readable {
     const into = this.opts.copy && p.size === FRAME_BYTES ? frameBuffers.take() : undefined;
     let data: Buffer;
     try {
-      data = await this.opts.load(p.frame, into);
+      data = await this.opts.load(p.frame, into, this.stop.signal);
     } catch (err) {
       if (into) frameBuffers.give(into);
       throw err;

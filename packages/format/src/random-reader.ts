@@ -123,13 +123,15 @@ export class BundleRandomReader {
    * compressed bytes, when they fill at least half a pooled buffer (the budget charges their
    * size), are read into one too, done with once the frame is decoded.
    */
-  private async frame(i: number, opts: FrameChecks = {}, into?: Buffer): Promise<Buffer> {
+  private async frame(i: number, opts: FrameChecks = {}, into?: Buffer, signal?: AbortSignal): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
     const readInto = into && f.compressedSize <= compressedBuffers.size && f.compressedSize >= compressedBuffers.size / 2 ? compressedBuffers.take() : undefined;
     try {
       const buf = await this.source.read(f.compressedOffset, f.compressedSize, readInto);
       if (buf.length !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+      // its stream is gone (a client that left while this frame was read ahead): no hash, no decode
+      signal?.throwIfAborted();
       const want = this.frameDigests[i];
       if (want || opts.require || opts.record) {
         const got = newSha256().update(buf).digest();
@@ -187,7 +189,7 @@ export class BundleRandomReader {
     const loc = this.entries.get(path);
     if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
     const stop = Math.min(end ?? loc.size, loc.size);
-    return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i, into) => this.frame(i, checks, into), copy });
+    return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i, into, signal) => this.frame(i, checks, into, signal), copy });
   }
 
   /** The frames holding an entry's bytes [start, stop), each with the part of its decoded bytes wanted. */

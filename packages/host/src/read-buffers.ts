@@ -20,6 +20,8 @@ export class ReadBuffers {
   allocated = 0;
   /** Takes so far. */
   taken = 0;
+  /** Lent and not given back yet (a consumer that never gives one back keeps it counted). */
+  onLoan = 0;
 
   /** `idleMs`: idle buffers are dropped once no take came for that long (a daemon serves rarely). */
   constructor(readonly size: number, private readonly keep: number, private readonly idleMs = IDLE_MS) {}
@@ -39,6 +41,7 @@ export class ReadBuffers {
       this.allocated++;
     }
     this.lent.add(buf.buffer);
+    this.onLoan++;
     return buf;
   }
 
@@ -47,6 +50,7 @@ export class ReadBuffers {
     const ab = chunk.buffer;
     if (!this.lent.has(ab)) return;
     this.lent.delete(ab);
+    this.onLoan--;
     if (this.free.length < this.keep) this.free.push(Buffer.from(ab, 0, this.size));
     this.trimLater();
   }
