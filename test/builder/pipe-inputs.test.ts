@@ -123,10 +123,9 @@ t.test('SIGTERM or SIGINT while waiting on a FIFO nobody writes: the run stops t
       child.kill(signal);
       const code = await exited;
       const took = Date.now() - sent;
-      t.equal(code, exit, `${flag}, ${signal}: exit ${exit}: ${stderr}`);
-      t.equal(errorCode(stderr), 'INTERRUPTED', `${flag}, ${signal}`);
-      // the bound is 10 s: a run that waited it out (or went on with an empty list) is far past this
-      t.ok(took < 5000, `${flag}, ${signal}: stopped ${took} ms after the signal`);
+      t.equal(code, exit, `${flag}, ${signal}: exit ${exit}, ${took} ms after the signal: ${stderr}`);
+      // a run that waited out the 10 s bound ends INPUT_TIMEOUT (the bound is checked before the signal), one that went on with an empty list does not end INTERRUPTED
+      t.equal(errorCode(stderr), 'INTERRUPTED', `${flag}, ${signal}: stopped by the signal, not the bound`);
     }
   }
   t.same((await listDir(work)).filter((f) => f.startsWith('wait.bundle')), [], 'no bundle written');
