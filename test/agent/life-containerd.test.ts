@@ -51,7 +51,7 @@ status:
   await copyFile(n.file, join(n.drop, 'update.bundle'));
 
   const first = daemonChild(t, n.config, n.statusFile);
-  await first.until('the puller runs, the agent Preloading', async () => (await n.status())?.phase === 'Preloading' && (await readFile(pidFile, 'utf8').catch(() => '')) !== '');
+  await first.until('the puller runs, the agent Preloading', async (s) => s?.phase === 'Preloading' && (await readFile(pidFile, 'utf8').catch(() => '')) !== '');
   const live = await run(AGENT, ['status', '--config', n.config]);
   t.equal(live.code, 0, 'while it runs: exit 0');
   t.match(live.stdout, /^Loading images: 0 of 1 done\./, 'and its own line, counting images as bundle inspect does (one image, pulled by tag and digest)');
@@ -107,7 +107,7 @@ t.test('staging.keep untilComplete: images deleted from the runtime come back at
   await until('containerd holds no image', async () => (await cri.listImages()).length === 0, { timeoutMs: 30_000, stepMs: 100 });
 
   const d = daemonChild(t, n.config, n.statusFile);
-  await d.until('restored', async (_s, log) => /event=restore/.test(log) && (await n.status())?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'Restored'));
+  await d.until('restored', (s, log) => /event=restore/.test(log) && s?.conditions?.some((c: any) => c.type === 'Ready' && c.reason === 'Restored'));
   const log = await d.stop();
   t.match(log, /images of 1\.1\.0 are gone from the runtime \(2 of their 2 names\); loading them again from the kept layout/, 'the journal says why');
   t.ok((await cri.listImages()).some((i) => i.repoTags.includes('quay.io/acme/app:v1')), 'the image is back');

@@ -28,7 +28,7 @@ async function testNode(t: any, opts: { gated?: boolean; extra?: string } = {}) 
   return { b, root, gate, config, statusFile, readStatus, consoleFile };
 }
 
-/** The daemon, once it writes the status file (killed at the end of the test). */
+/** The daemon, once it writes the status file (stopped with SIGTERM at the end of the test). */
 async function startDaemon(t: any, config: string, statusFile: string) {
   const daemon = daemonChild(t, config, statusFile);
   await daemon.until('the daemon writes the status', (s) => s?.writer?.pid === daemon.child.pid);
