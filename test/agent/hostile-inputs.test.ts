@@ -7,6 +7,7 @@ import { chmod, mkdir, readFile, readdir, unlink, writeFile } from 'node:fs/prom
 import { dirname, join } from 'node:path';
 import { Writable } from 'node:stream';
 import { addForgotten, createLogger, parseConfig, readBundleRecords, readForgotten, readReleases, recordRelease, runLoad, type RuntimeTarget } from '@offline-bundle/agent';
+import { generateKeyPair } from '@offline-bundle/format';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { makeBundle } from '../format/craft.js';
 import { AGENT, BUNDLE, nodeRoot, run } from './fixtures.js';
@@ -20,7 +21,7 @@ async function node(t: Parameters<Parameters<typeof t.test>[1]>[0]) {
   const root = join(b.dir, 'node');
   const config = await nodeRoot(root, pub, 'runtime: crio\nversion:\n  current: "1.2.2"\nspace:\n  reserveBytes: 0\npreload:\n  method: none\nreload:\n  command: ["true"]\n');
   await chmod(b.dir, 0o755);
-  return { ...b, pub, root, config, key: join(root, 'etc/bundle-agent/keys/factory.pub') };
+  return { ...b, pub, root, config, key: join(root, 'etc/bundle-agent/keys/factory.pub'), privatePem: b.key.privatePem };
 }
 
 t.test('the agent refuses a config or a trusted key that others could change', async (t) => {
@@ -44,6 +45,52 @@ t.test('the agent refuses a config or a trusted key that others could change', a
       execFileSync('chown', ['0', file]);
     }
   }
+  t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing staged');
+});
+
+// issue #39: the signing key where its public half belongs was trusted ("valid … signed by
+// factory.key") and could be spread to every node; now every command that reads trust keys says no
+t.test('a private key given as a trust key is refused by every command and by the agent config, naming the file', async (t) => {
+  const n = await node(t);
+  const priv = join(n.dir, 'factory.key');
+  await writeFile(priv, n.privatePem, { mode: 0o600 });
+  const line = `${priv} is a private key: give its public half (${join(n.dir, 'factory.pub')}, made by "bundle keygen" beside it, or "openssl pkey -in ${priv} -pubout`;
+  const commands: [string, string, string[]][] = [
+    ['bundle verify', BUNDLE, ['verify', n.path, '--key', priv]],
+    ['bundle extract', BUNDLE, ['extract', n.path, join(n.dir, 'out'), '--key', priv]],
+    ['bundle cluster approve', BUNDLE, ['cluster', 'approve', n.path, '--key', priv, '--kubeconfig', join(n.dir, 'none')]],
+    ['bundle cluster prepare', BUNDLE, ['cluster', 'prepare', n.path, '--key', priv, '--kubeconfig', join(n.dir, 'none'), '--dry-run']],
+    ['bundle-agent serve', AGENT, ['serve', n.path, '--key', priv]],
+  ];
+  for (const [what, bin, args] of commands) {
+    const r = await run(bin, args, process.env, 20_000);
+    t.equal(r.code, 1, `${what}: refused`);
+    t.equal(r.stdout, '', `${what}: nothing served or said valid`);
+    t.ok(r.stderr.startsWith(`${bin === BUNDLE ? 'bundle' : 'bundle-agent'}: ${bin === BUNDLE ? 'KEY_ERROR' : 'InvalidConfig'}: ${line}`), `${what}: one line naming the file and the fix: ${r.stderr}`);
+    t.equal(r.stderr.trimEnd().split('\n').length, 1, `${what}: one line`);
+  }
+  const json = await run(BUNDLE, ['verify', n.path, '--key', priv, '--json']);
+  t.equal(lastJson(json.stdout).error.code, 'KEY_ERROR', '--json: KEY_ERROR');
+  const sealed = join(n.dir, 'sealed.key');
+  await writeFile(sealed, generateKeyPair('ecdsa-p256', 'secret').privatePem, { mode: 0o600 });
+  const enc = await run(BUNDLE, ['verify', n.path, '--key', sealed], { ...process.env, BUNDLE_KEY_PASSPHRASE: 'secret' }, 20_000);
+  t.equal(enc.code, 1, 'an encrypted private key: refused, even with its passphrase at hand');
+  t.match(enc.stderr, `${sealed} is an encrypted private key: give its public half`, 'said to be one');
+
+  // the agent's trust.keys naming the private key (0600, as a careful admin would keep it)
+  const nodeKey = join(n.root, 'etc/bundle-agent/keys/factory.key');
+  await writeFile(nodeKey, n.privatePem, { mode: 0o600 });
+  await writeFile(n.config, (await readFile(n.config, 'utf8')).replace('keys/factory.pub', 'keys/factory.key'));
+  const load = await run(AGENT, ['load', n.path, '--config', n.config, '--json']);
+  t.equal(load.code, 1, 'bundle-agent load: refused');
+  t.equal(lastJson(load.stdout).error.reason, 'InvalidConfig', 'as InvalidConfig');
+  t.ok(load.stderr.includes(`${nodeKey} is a private key: give its public half`), `naming the file: ${load.stderr}`);
+  const status = JSON.parse(await readFile(join(n.root, 'var/lib/bundle-agent/status.json'), 'utf8'));
+  const failed = status.conditions.find((c: { type: string }) => c.type === 'Failed');
+  t.equal(failed?.reason, 'InvalidConfig', 'the status: Failed, InvalidConfig');
+  t.ok(failed?.message.includes(`${nodeKey} is a private key`), 'its message names the file');
+  const serve = await run(AGENT, ['serve', n.path, '--config', n.config], process.env, 20_000);
+  t.ok(serve.stderr.startsWith(`bundle-agent: InvalidConfig: ${nodeKey} is a private key`), `bundle-agent serve with the config's trust: refused (${serve.stderr})`);
   t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), [], 'nothing staged');
 });
 

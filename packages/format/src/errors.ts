@@ -25,7 +25,7 @@ export type FormatErrorCode =
   | 'BAD_SEEK_TABLE'        // the trailing seek index is missing or inconsistent with the file, or another skippable frame exists
   | 'INVALID_MANIFEST'      // bundle.json does not follow the schema (blobs sorted before version 3, every image a listed blob)
   | 'UNSUPPORTED_VERSION'   // bundle.json's schemaVersion is newer than this reader; or a writer asked for a version it cannot write, or cannot carry what it was asked for
-  | 'KEY_ERROR'             // a key file cannot be read or is of an unsupported type
+  | 'KEY_ERROR'             // a key file cannot be read, is of an unsupported type, or is a private key given as a trust key
   | 'UNSAFE_PERMISSIONS'    // a trusted key file others than root or this user could change
   | 'NO_SPACE'              // the filesystem written to is full (writer)
   | 'BAD_PARTS'             // a split bundle's parts are incomplete or do not belong together (missing, twice, another count, cut short, too long)

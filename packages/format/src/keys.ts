@@ -81,6 +81,10 @@ export async function readPassphrase(file: string | undefined, env: NodeJS.Proce
 }
 
 const PEM_LABEL = /-----BEGIN ([A-Z0-9 ]+)-----/;
+/** Any private key block (PKCS#8, encrypted or not, traditional EC/RSA, OpenSSH), wherever it sits in the file. */
+const PRIVATE_PEM_LABEL = /-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY)-----/;
+
+const isEncrypted = (label: string, pem: string) => label === 'ENCRYPTED PRIVATE KEY' || /Proc-Type:\s*4,ENCRYPTED/.test(pem);
 
 /** What kind of key file this is, from its PEM label, for a message that names the problem. */
 function keyFileProblem(path: string, pem: string, passphrase: string | undefined, cause: unknown): FormatError {
@@ -90,7 +94,7 @@ function keyFileProblem(path: string, pem: string, passphrase: string | undefine
   if (label === undefined) return msg(`${path} is not a PEM key file: ${fix}`);
   if (/PUBLIC KEY|CERTIFICATE/.test(label)) return msg(`${path} is a ${label.toLowerCase()}, not a private key: ${fix}, and give the .pub file to the clusters`);
   if (label === 'OPENSSH PRIVATE KEY') return msg(`${path} is an OpenSSH key, which is not read here: sign with a PEM PKCS#8 key ("bundle keygen")`);
-  const encrypted = label === 'ENCRYPTED PRIVATE KEY' || /Proc-Type:\s*4,ENCRYPTED/.test(pem);
+  const encrypted = isEncrypted(label, pem);
   if (encrypted && passphrase === undefined) return msg(`${path} is encrypted: give its passphrase with --passphrase-file FILE or the ${PASSPHRASE_ENV} environment variable`);
   if (encrypted) return msg(`${path}: wrong passphrase (or a damaged key): check --passphrase-file / ${PASSPHRASE_ENV}`);
   return msg(`${path} is not a readable private key (${label}): ${fix}`);
@@ -127,9 +131,21 @@ export async function loadPublicKey(path: string): Promise<TrustedKey> {
   return (await readPublicKey(path)).trusted;
 }
 
+/** A private key given where a public one is trusted: the file, and how to get its public half. */
+function privateKeyAsTrust(path: string, encrypted: boolean): FormatError {
+  const beside = /\.key$/.test(path) ? `${path.slice(0, -'.key'.length)}.pub` : undefined;
+  const make = `"openssl pkey -in ${path} -pubout -out ${beside ?? 'PREFIX.pub'}"`;
+  return new FormatError('KEY_ERROR', `${path} is ${encrypted ? 'an encrypted' : 'a'} private key: give its public half (${beside ? `${beside}, made by "bundle keygen" beside it` : 'the PREFIX.pub "bundle keygen" wrote beside PREFIX.key'}, or ${make}); the private key stays with the signer`);
+}
+
 /** A public key and the stats of the file it was read from (for the permission check of loadTrust). */
 export async function readPublicKey(path: string): Promise<{ trusted: TrustedKey; stats: Stats }> {
   const { pem, stats } = await readKeyFile(path);
+  // createPublicKey takes a private key too and derives its public half: the signing key would
+  // then be trusted, and copied to every node, without a word (#39). Refused before any parsing,
+  // so an encrypted one never reaches a passphrase prompt.
+  const privateLabel = PRIVATE_PEM_LABEL.exec(pem)?.[1];
+  if (privateLabel !== undefined) throw privateKeyAsTrust(path, isEncrypted(privateLabel, pem));
   let key: KeyObject;
   try {
     key = createPublicKey(pem);
