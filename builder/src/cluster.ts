@@ -10,9 +10,9 @@ import { stringify as stringifyYaml } from 'yaml';
 import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures, withBundle } from '@offline-bundle/format';
-import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, type AdminApis } from '@offline-bundle/status';
+import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, timeAgo, type AdminApis } from '@offline-bundle/status';
 import {
-  nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  nextSteps, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
@@ -58,7 +58,7 @@ async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): 
 
 function table(rows: NodeRow[]): string {
   const head = ['NODE', 'NODE READY', 'PHASE', 'VERSION', 'DIGEST', 'PINNED', 'LAST HEARTBEAT', 'READY FOR BUNDLE'];
-  const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', r.heartbeat ?? 'never', r.ready ? 'yes' : 'no']);
+  const cells = rows.map((r) => [r.node, r.nodeReady ? 'True' : 'False', r.phase + (r.reason ? ` (${r.reason})` : ''), r.version ?? '-', r.digest ? r.digest.slice(0, 19) : '-', r.pinned ?? '-', heartbeatCell(r), r.ready ? 'yes' : 'no']);
   // the columns of bundles between nodes (issue #22), once any node has a source or serves
   if (rows.some((r) => r.source || r.serving)) {
     head.push('SOURCE', 'RATE', 'SERVES');
@@ -69,6 +69,9 @@ function table(rows: NodeRow[]): string {
   return [head, ...cells].map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
 
+/** "40 s ago", "6 min ago (stale)": how old the agent's last report is, and whether it still counts. */
+const heartbeatCell = (r: NodeRow) => (r.heartbeat === undefined ? 'never' : `${r.heartbeatAge === undefined ? r.heartbeat : `${timeAgo(r.heartbeatAge)} ago`}${r.stale ? ' (stale)' : ''}`);
+
 /** "12.5 MiB/s, 1.2 GiB of 4.0 GiB" while it copies or fetches; "-" otherwise. */
 const rateCell = (r: NodeRow) => (r.rate !== undefined ? `${formatBytes(r.rate)}/s, ${formatBytes(r.bytesDone ?? 0)} of ${formatBytes(r.bytesTotal ?? 0)}` : '-');
 
@@ -77,7 +80,7 @@ const servesCell = (r: NodeRow) => (r.serving ? `${r.serving.complete ? 'complet
 const warningLines = (ws: Warning[]) => ws.map((w) => `${escapeControls(`warning: ${w.kind}: ${w.object}: ${w.message}`)}\n`).join('');
 
 function notReady(r: Rollup, reported: boolean): ClusterError {
-  return Object.assign(new ClusterError('NODES_NOT_READY', `${r.summary}: plug the stick into every node that is not Ready, then run this again`), { reported });
+  return Object.assign(new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, then run this again`), { reported });
 }
 
 const kubeOptions = (cmd: Command) => cmd

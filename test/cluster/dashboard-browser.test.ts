@@ -42,7 +42,7 @@ async function browserTests(): Promise<void> {
       s('master-0', 'Ready', { updatedAt: ago(4), message: 'Done: 4.15.1 is loaded. You can remove the USB stick.', history: [history[0], { ...history[1], state: 'loaded' }] }),
       s('worker-0', 'Staging', { updatedAt: ago(2), message: 'Copying the bundle from the stick: do not remove it.', history, progress: { bytesDone: 7_400_000_000, bytesTotal: 18_400_000_000, imagesDone: 0, imagesTotal: 212, rate: 48_000_000, etaSeconds: 230 } }),
       s('worker-1', 'Failed', { updatedAt: ago(40), message: HOSTILE, history: [history[0], { ...history[1], state: 'failed' }] }, 'InsufficientSpace'),
-      s('worker-3', 'Preloading', { updatedAt: ago(300), message: 'Loading images into the container runtime.', history, progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 64, imagesTotal: 212, rate: 0 } }),
+      s('worker-3', 'Preloading', { updatedAt: ago(300), message: 'Loading images into the container runtime.', history, progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 64, imagesTotal: 212, rate: 41_900_000, etaSeconds: 1 } }),
     ];
     api.clusterVersion = clusterVersion('4.15.0');
     api.pods = [{ metadata: { namespace: 'openshift-marketplace', name: 'catalog-abc', ownerReferences: [{ kind: 'Deployment', name: 'catalog', controller: true }] }, spec: { containers: [{ name: 'c', image: `${ART_REPO}@${b.payloadDigest}`, imagePullPolicy: 'Always' }] } }];
@@ -104,6 +104,8 @@ async function browserTests(): Promise<void> {
     t.match(await row('worker-2').textContent(), /NotReported.*never/);
     t.match(await row('worker-3').locator('td[data-label="Node Ready"]').textContent(), 'Not Ready');
     t.match(await row('worker-3').textContent(), /64 of 212 images/);
+    t.notMatch(await row('worker-3').textContent(), /41\.9 MB\/s|left/, 'a report 5 min old shows no rate or time left');
+    t.match(await row('worker-3').locator('td[data-label="Heartbeat"]').textContent(), /^5 min ago \(stale\)$/);
     t.match(await row('worker-1').textContent(), /Failed.*InsufficientSpace/);
     t.equal(await row('worker-1').locator('td[data-label="Message"]').textContent(), HOSTILE, 'the API\'s string shown as text');
     t.equal(await page.locator('#rows img, #rows b').count(), 0, 'no element made from it');
@@ -118,7 +120,8 @@ async function browserTests(): Promise<void> {
     t.match(warnings, /PullAlways\s*openshift-marketplace\/Deployment\/catalog/);
     t.match(warnings, /MissingSignatures.*bundle cluster prepare/);
     t.equal(await page.locator('#api-lost').isVisible(), false);
-    t.equal(await page.locator('#rows tr.stale').count(), 0, 'live');
+    t.same(await page.locator('#rows tr.stale th').allTextContents(), ['worker-3'], 'live but for the row whose agent went quiet');
+    t.equal(await row('worker-3').locator('.stale-tag').textContent(), 'stale');
   });
 
   t.test('keyboard: the history opens from the keyboard', async (t) => {
@@ -165,7 +168,7 @@ async function browserTests(): Promise<void> {
     await page.screenshot({ path: path.join(shots, 'dashboard-1280-lost.png'), fullPage: true });
     await api.resume();
     await page.locator('#api-lost').waitFor({ state: 'hidden', timeout: 15_000 });
-    t.equal(await page.locator('#rows tr.stale').count(), 0, 'live again');
+    t.same(await page.locator('#rows tr.stale th').allTextContents(), ['worker-3'], 'live again, but for the quiet agent');
   });
 
   t.test('the dashboard stopped: the page says it lost the server (EventSource error), rows stale', async (t) => {

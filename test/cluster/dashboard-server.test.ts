@@ -63,6 +63,10 @@ t.test('the page files are found beside the code and all served', async (t) => {
   t.match(pageDir(), /builder\/src\/dashboard\/page\/$/);
   const assets = await loadAssets();
   t.same([...assets.keys()].sort(), ['/', '/app.js', '/style.css']);
+  // until the first read there are no warnings to speak of: the page must not say "None." in green
+  const html = assets.get('/')!.body.toString();
+  t.match(html, '<p id="no-warnings" class="unread">Not read yet.</p>');
+  t.notMatch(html, />None\.</);
 });
 
 t.test('server: Host check, read-only, no CORS, CSP', async (t) => {

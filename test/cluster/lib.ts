@@ -69,7 +69,7 @@ export function nodeStatus(name: string, phase: string, digest: string, version:
         ...(phase === 'Failed' ? [{ type: 'Failed', status: 'True', reason: extra.reason ?? 'PullFailed', message: 'pulling failed' }] : []),
         { type: 'Ready', status: ready ? 'True' : 'False', reason: ready ? 'Loaded' : (extra.reason ?? 'InProgress'), message: ready ? 'loaded' : 'not yet' },
       ],
-      progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 }, history: [], message: '', updatedAt: '2026-11-23T10:00:00.000Z',
+      progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 }, history: [], message: '', updatedAt: new Date().toISOString(),
     },
   };
 }

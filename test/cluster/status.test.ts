@@ -19,8 +19,9 @@ t.test('status', async (t) => {
     const j = JSON.parse(r.stdout);
     t.equal(j.ready, true);
     t.equal(j.digest, b.fileDigest);
-    t.same(j.nodes.map((n: { node: string; phase: string; pinned: string; heartbeat: string }) => [n.node, n.phase, n.pinned, n.heartbeat]), [
-      ['master-0', 'Ready', 'True', '2026-11-23T10:00:00.000Z'], ['worker-0', 'Ready', 'True', '2026-11-23T10:00:00.000Z'], ['worker-1', 'Ready', 'True', '2026-11-23T10:00:00.000Z'],
+    const at = (n: string) => api.statuses.find((s) => s.metadata.name === n)!.status.updatedAt;
+    t.same(j.nodes.map((n: { node: string; phase: string; pinned: string; heartbeat: string; stale: boolean }) => [n.node, n.phase, n.pinned, n.heartbeat, n.stale]), [
+      ['master-0', 'Ready', 'True', at('master-0'), false], ['worker-0', 'Ready', 'True', at('worker-0'), false], ['worker-1', 'Ready', 'True', at('worker-1'), false],
     ]);
     const text = await cluster(['status']);
     t.equal(text.code, 0);
@@ -46,7 +47,7 @@ t.test('status', async (t) => {
     const r = await cluster(['status']);
     t.equal(r.code, 1);
     t.match(r.stdout, /worker-0\s+True\s+Failed \(PullFailed\)/);
-    t.match(r.stderr, /bundle: NODES_NOT_READY: 2 of 3 nodes Ready .*worker-0 Failed \(PullFailed\)/);
+    t.match(r.stderr, /bundle: NODES_NOT_READY: 2 of 3 nodes Ready .*worker-0 Failed \(PullFailed\): plug the stick into worker-0, then run this again/);
   });
   t.test('a node Ready for another bundle (wrong digest)', async (t) => {
     allReady();
@@ -55,6 +56,47 @@ t.test('status', async (t) => {
     const r = await cluster(['status', '--json', '--bundle-digest', b.fileDigest]);
     t.equal(r.code, 1);
     t.match(JSON.parse(r.stdout).summary, `worker-1 Ready for ${other} (4.15.0), not this one`);
+  });
+  t.test('a Node the kubelet reports NotReady is not ready, whatever its agent last said: exit 1, and upgrade refuses', async (t) => {
+    allReady();
+    api.put('nodes', { ...node('worker-1'), status: { conditions: [{ type: 'Ready', status: 'Unknown', lastHeartbeatTime: '2020-01-01T00:00:00Z' }] } });
+    const r = await cluster(['status', '--json']);
+    t.equal(r.code, 1, r.stderr);
+    const j = JSON.parse(r.stdout);
+    t.match(j.nodes.find((n: { node: string }) => n.node === 'worker-1'), { phase: 'Ready', nodeReady: false, ready: false });
+    t.match(j.summary, /^2 of 3 nodes Ready .*worker-1's Node is not Ready/);
+    const text = await cluster(['status']);
+    t.match(text.stdout, /worker-1\s+False\s+Ready\s/);
+    t.match(text.stderr, /: bring the kubelet of worker-1 back to Ready, then run this again$/m, 'a stick cannot help it: not told to plug one');
+  });
+  t.test('an agent silent for three heartbeats is stale: not ready, its age shown, no rate; its own heartbeatSeconds is honoured', async (t) => {
+    allReady();
+    const ago = (s: number) => new Date(Date.now() - s * 1000).toISOString();
+    const quiet = nodeStatus('worker-0', 'Ready', b.fileDigest, b.version);
+    quiet.status.updatedAt = ago(240);
+    api.put('nodebundlestatuses', quiet);
+    const copying = nodeStatus('worker-1', 'Staging', b.fileDigest, b.version);
+    Object.assign(copying.status, { updatedAt: ago(200), bundle: { ...copying.status.bundle, media: '/run/media/STICK' }, progress: { bytesDone: 5e8, bytesTotal: 1e9, imagesDone: 0, imagesTotal: 0, rate: 41_900_000 } });
+    api.put('nodebundlestatuses', copying);
+    const r = await cluster(['status', '--json']);
+    t.equal(r.code, 1, r.stderr);
+    const j = JSON.parse(r.stdout);
+    const row = (n: string) => j.nodes.find((x: { node: string }) => x.node === n);
+    t.match(row('worker-0'), { phase: 'Ready', stale: true, ready: false });
+    t.ok(row('worker-0').heartbeatAge >= 240, 'its age in seconds');
+    t.match(j.summary, /^1 of 3 nodes Ready .*worker-0's agent last reported 4 min ago \(stale/);
+    t.notOk('rate' in row('worker-1'), 'a stale copy shows no rate');
+    const text = await cluster(['status']);
+    t.match(text.stdout, /worker-0\s.*4 min ago \(stale\)\s+no/);
+    t.notMatch(text.stdout, /MiB\/s|MB\/s/, 'no rate printed for a stale row');
+    t.match(text.stderr, /: check the agent on worker-0, worker-1 \("systemctl status bundle-agent" there\)/);
+    t.notMatch(text.stderr, /plug the stick/);
+    // the same age from an agent that beats every 10 minutes is fresh
+    quiet.status.heartbeatSeconds = 600;
+    api.put('nodebundlestatuses', quiet);
+    api.put('nodebundlestatuses', nodeStatus('worker-1', 'Ready', b.fileDigest, b.version));
+    const again = await cluster(['status', '--json']);
+    t.equal(again.code, 0, again.stdout);
   });
   t.test('RBAC refuses listing nodes (a user with no binding): FORBIDDEN', async (t) => {
     allReady();
@@ -86,4 +128,23 @@ t.test('rollup: a node created after the running release completed, without it, 
   t.same(r.rows.filter((x) => x.missingRunning).map((x) => x.node).sort(), ['new', 'seen'], 'joined later and never loaded it (seeing it run is not holding it)');
   t.match(r.summary, 'new is missing the running release 4.15.1: load the 4.15.1 bundle on it');
   t.notOk(rollup(nodes, statuses, undefined, { version: '4.15.1' }).rows.some((x) => x.missingRunning), 'no completion time (or not OpenShift): nothing claimed');
+});
+
+t.test("rollup: staleness is three of the agent's heartbeats (default 60 s), a report with no time is stale, a clock ahead is fresh", async (t) => {
+  const { rollup } = await import('@offline-bundle/cluster');
+  const now = new Date('2026-12-01T12:00:00Z');
+  const n = (name: string) => ({ metadata: { name }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+  const d = 'sha256:' + 'ab'.repeat(32);
+  const st = (name: string, updatedAt: string | undefined, heartbeatSeconds?: number) => ({
+    metadata: { name },
+    status: { phase: 'Ready', updatedAt, ...(heartbeatSeconds ? { heartbeatSeconds } : {}), bundle: { digest: d }, conditions: [{ type: 'Ready', status: 'True' }] },
+  });
+  const r = rollup(['at180', 'at181', 'none', 'ahead', 'slow'].map(n), [
+    st('at180', '2026-12-01T11:57:00Z'), st('at181', '2026-12-01T11:56:59Z'), st('none', undefined), st('ahead', '2026-12-01T12:05:00Z'), st('slow', '2026-12-01T11:50:00Z', 300),
+  ], d, undefined, now);
+  t.same(r.rows.map((x) => [x.node, x.stale, x.ready]), [
+    ['ahead', false, true], ['at180', false, true], ['at181', true, false], ['none', true, false], ['slow', false, true],
+  ]);
+  t.equal(r.ready, false);
+  t.match(r.summary, "none's agent reported no time");
 });

@@ -23,6 +23,22 @@ t.test('upgrade', async (t) => {
     t.equal(errorCode(n.stderr), 'NODES_NOT_READY', n.stderr);
     t.notOk(api.requests.some((q) => q.method === 'PATCH' && q.path.includes('clusterversions')), 'ClusterVersion untouched');
   });
+  t.test("refused while a Ready node's agent is stale or its Node is NotReady (the gate counts neither)", async (t) => {
+    allReady();
+    t.equal(await cluster(['prepare', b.file, ...trust]).then((x) => x.code), 0);
+    const quiet = nodeStatus('worker-0', 'Ready', b.fileDigest, b.version);
+    quiet.status.updatedAt = '2020-01-01T00:00:00.000Z';
+    api.put('nodebundlestatuses', quiet);
+    const s = await cluster(['upgrade', b.file, ...trust]);
+    t.equal(errorCode(s.stderr), 'NODES_NOT_READY', s.stderr);
+    t.match(s.stderr, /worker-0's agent last reported \d+ days ago \(stale/);
+    allReady();
+    api.put('nodes', { ...node('worker-1'), status: { conditions: [{ type: 'Ready', status: 'False' }] } });
+    const n = await cluster(['upgrade', b.file, ...trust]);
+    t.equal(errorCode(n.stderr), 'NODES_NOT_READY', n.stderr);
+    t.match(n.stderr, /worker-1's Node is not Ready/);
+    t.notOk(api.requests.some((q) => q.method === 'PATCH' && q.path.includes('clusterversions')), 'ClusterVersion untouched');
+  });
   t.test('--dry-run prints the change and the oc command, changes nothing', async (t) => {
     allReady();
     t.equal(await cluster(['prepare', b.file, ...trust]).then((x) => x.code), 0);

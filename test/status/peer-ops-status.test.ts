@@ -87,7 +87,7 @@ t.test('bundle cluster status: the source of each node\'s bundle, and the rate w
   const st = (name: string, status: Record<string, unknown>) => ({ metadata: { name }, status });
   const r = rollup(['a', 'b', 'c', 'd', 'e'].map(node), [
     st('a', { phase: 'Ready', bundle: { media: 'USB stick X' }, progress: { rate: 50 } }),
-    st('b', { phase: 'Staging', bundle: { media: 'peers' }, progress: { bytesDone: 10, bytesTotal: 100, rate: 1_000_000 } }),
+    st('b', { phase: 'Staging', updatedAt: new Date().toISOString(), bundle: { media: 'peers' }, progress: { bytesDone: 10, bytesTotal: 100, rate: 1_000_000 } }),
     st('c', { phase: 'Ready', bundle: { media: 'peers', fromPeers: ['a', 'b'] } }),
     st('d', { phase: 'Ready', bundle: { media: `${SPOOLED_MEDIA} (2 parts)` } }),
     st('e', { phase: 'Ready', bundle: { media: 'file' } }),

@@ -23,7 +23,7 @@ function quietLog(): StatusLogger & { lines: string[] } {
   return { lines, info: rec('info'), warn: rec('warn'), error: rec('error') };
 }
 
-async function setup(t: Test, opts: { api?: FakeApi; port?: number; minIntervalMs?: number; requestTimeoutMs?: number; maxBackoffMs?: number } = {}) {
+async function setup(t: Test, opts: { api?: FakeApi; port?: number; minIntervalMs?: number; requestTimeoutMs?: number; maxBackoffMs?: number; heartbeatMs?: number } = {}) {
   const dir = await tmpdir(t, 'ob-status-');
   const api = opts.api ?? (await startFakeApi());
   t.teardown(() => api.close());
@@ -36,6 +36,7 @@ async function setup(t: Test, opts: { api?: FakeApi; port?: number; minIntervalM
     initialBackoffMs: 40,
     maxBackoffMs: opts.maxBackoffMs ?? 250,
     requestTimeoutMs: opts.requestTimeoutMs ?? 2000,
+    ...(opts.heartbeatMs !== undefined ? { heartbeatMs: opts.heartbeatMs } : {}),
     log,
   });
   t.teardown(() => reporter.close(100));
@@ -66,7 +67,7 @@ t.test('contract: the reporter creates the object by apply, then server-side app
   t.same(bodyOf(main!), { apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'NodeBundleStatus', metadata: { name: NODE, labels: { 'app.kubernetes.io/managed-by': 'bundle-agent' } } }, 'main apply: metadata only');
   t.equal(st!.path, STATUS_PATH);
   const body = bodyOf(st!);
-  t.same(body, JSON.parse(JSON.stringify(toResource(status, NODE, { generation: 1 }))), 'status apply: toResource of the status, generation from the created object');
+  t.same(body, JSON.parse(JSON.stringify(toResource(status, NODE, { generation: 1, heartbeatSeconds: 60 }))), 'status apply: toResource of the status, generation from the created object');
   const validate = compileSchema(crdSchema(await loadCrd()), { closed: true });
   t.ok(validate(body), `the body validates against the CRD ${JSON.stringify(validate.errors)}`);
   t.match(body.status, { phase: 'Ready', observedGeneration: 1, bundle: { version: '4.15.1' } });
@@ -75,6 +76,26 @@ t.test('contract: the reporter creates the object by apply, then server-side app
   t.equal(await reporter.flush(60_000), true);
   t.same(api.requests.slice(2).map((r) => r.path), [STATUS_PATH], 'later writes: the status only');
   t.match(reporter.stats, { writes: 2, failures: 0, pending: false });
+});
+
+t.test('heartbeat: with nothing new, the last state goes out again newly dated, carrying heartbeatSeconds; 0 turns it off', async (t) => {
+  const { api, reporter } = await setup(t, { heartbeatMs: 1000 });
+  const status = loadSequence().at(-1)!;
+  reporter.report(status);
+  t.equal(await reporter.flush(60_000), true);
+  await until('two heartbeats', () => api.statusRequests().length >= 3, { timeoutMs: 15_000 });
+  const [first, ...beats] = api.statusRequests().map((r) => bodyOf(r).status);
+  t.equal(first.heartbeatSeconds, 1);
+  for (const b of beats) {
+    t.same({ ...b, updatedAt: first.updatedAt }, first, 'the same state');
+    t.ok(Date.parse(b.updatedAt) > Date.parse(first.updatedAt), `dated anew: ${b.updatedAt}`);
+  }
+  const quiet = await setup(t, { heartbeatMs: 0 });
+  quiet.reporter.report(status);
+  t.equal(await quiet.reporter.flush(60_000), true);
+  await sleep(2500);
+  t.equal(quiet.api.statusRequests().length, 1, 'no heartbeat when turned off');
+  t.notOk('heartbeatSeconds' in bodyOf(quiet.api.statusRequests()[0]!).status, 'and none announced');
 });
 
 t.test('contract: API server down at first, then up: the newest state arrives', async (t) => {
@@ -96,7 +117,7 @@ t.test('contract: API server down at first, then up: the newest state arrives', 
   t.equal(await reporter.flush(60_000), true, 'flush: delivered once the server is up');
   const writes = api.statusRequests();
   t.equal(writes.length, 1, 'intermediate states were dropped: one status write');
-  t.same(bodyOf(writes[0]!).status, JSON.parse(JSON.stringify(toResource(seq.at(-1)!, NODE, { generation: 1 }).status)), 'the final state arrived');
+  t.same(bodyOf(writes[0]!).status, JSON.parse(JSON.stringify(toResource(seq.at(-1)!, NODE, { generation: 1, heartbeatSeconds: 60 }).status)), 'the final state arrived');
   t.match(log.lines.join('\n'), /info cluster-status status reaches the cluster again/);
 });
 
@@ -129,7 +150,7 @@ t.test('contract: while retrying, newer states replace older ones; the newest ar
   t.equal(await reporter.flush(10_000), true);
   const ok = api.accepted().filter((r) => r.path === STATUS_PATH);
   t.equal(bodyOf(ok.at(-1)!).status.phase, 'Ready');
-  t.same(bodyOf(ok.at(-1)!).status.conditions.at(-1), JSON.parse(JSON.stringify(toResource(seq.at(-1)!, NODE, { generation: 1 }).status.conditions.at(-1))));
+  t.same(bodyOf(ok.at(-1)!).status.conditions.at(-1), JSON.parse(JSON.stringify(toResource(seq.at(-1)!, NODE, { generation: 1, heartbeatSeconds: 60 }).status.conditions.at(-1))));
   t.ok(api.statusRequests().length < seq.length, `${api.statusRequests().length} writes for ${seq.length} states`);
 });
 

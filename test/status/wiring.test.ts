@@ -34,7 +34,7 @@ t.test('contract: one tracker, four outputs', async (t) => {
   const final = tracker.current;
   t.equal(final.phase, 'Ready');
   const last = parseYaml(api.statusRequests().at(-1)!.body);
-  t.same(last, JSON.parse(JSON.stringify(toResource(final, node, { generation: 1 }))), 'cluster object');
+  t.same(last, JSON.parse(JSON.stringify(toResource(final, node, { generation: 1, heartbeatSeconds: 60 }))), 'cluster object');
   t.same(JSON.parse(await (await fetch(`${server.url}/status`)).text()), final, '/status');
   const text = await (await fetch(`${server.url}/metrics`)).text();
   t.match(text, /^bundle_agent_phase\{phase="Ready"\} 1$/m, '/metrics phase');

@@ -5,7 +5,7 @@
  * technician's message, history). Every string is cut to the CRD's bounds: the page trusts
  * nothing of the API's beyond what the CRD lets through.
  */
-import { rollup, type NodeRow } from '@offline-bundle/cluster';
+import { heartbeatSecondsOf, rollup, type NodeRow } from '@offline-bundle/cluster';
 import {
   apiCall, completedRelease, formatBytes, GROUP, LIMITS, listAll, PLURAL, progressPercent, timeLeft, truncate, VERSION,
   type AdminApis, type Phase,
@@ -25,7 +25,8 @@ export interface DashboardProgress {
 
 export interface TimelineEntry { version: string; state: string; at: string }
 
-export interface DashboardRow extends NodeRow {
+/** heartbeatAge is left out: the page ages `heartbeat` itself, and a snapshot that changed every read would be pushed every read. */
+export interface DashboardRow extends Omit<NodeRow, 'heartbeatAge'> {
   progress: DashboardProgress;
   /** Where the bundle came from: the stick (its label) now; a peer once peers land. */
   source?: string;
@@ -90,7 +91,7 @@ function pickStatus(s: Record<string, unknown>) {
   return {
     metadata: { name: str(obj(s.metadata).name, LIMITS.nodeName) ?? '' },
     status: {
-      phase: str(st.phase, LIMITS.phase), message: str(st.message, LIMITS.message), updatedAt: str(st.updatedAt, 64),
+      phase: str(st.phase, LIMITS.phase), message: str(st.message, LIMITS.message), updatedAt: str(st.updatedAt, 64), heartbeatSeconds: heartbeatSecondsOf(st.heartbeatSeconds),
       bundle: { version: str(b.version, LIMITS.version), digest: str(b.digest, 71), media: str(b.media, LIMITS.media), mode: str(b.mode, LIMITS.mode) },
       conditions: list(st.conditions).slice(0, LIMITS.conditions).map(obj).map((c) => ({
         type: str(c.type, LIMITS.conditionType), status: str(c.status, LIMITS.conditionStatus), reason: str(c.reason, LIMITS.reason), message: str(c.message, LIMITS.conditionMessage),
@@ -104,14 +105,14 @@ type PickedStatus = ReturnType<typeof pickStatus>;
 
 const IMAGE_PHASES = new Set(['Serving', 'Preloading', 'Pinning']);
 
-/** Progress as the page shows it, in the words and units of the CLIs (formatBytes, timeLeft). */
-export function progressOf(s: PickedStatus['status'] | undefined): DashboardProgress {
+/** Progress as the page shows it, in the words and units of the CLIs (formatBytes, timeLeft); a stale report's rate and time left are not shown as live. */
+export function progressOf(s: PickedStatus['status'] | undefined, stale = false): DashboardProgress {
   if (!s?.phase) return {};
   const p = s.progress;
   const percent = progressPercent(s.phase as Phase, p);
   const images = IMAGE_PHASES.has(s.phase) || (s.phase === 'Failed' && p.imagesTotal > 0);
   const done = images ? (p.imagesTotal ? `${p.imagesDone} of ${p.imagesTotal} images` : undefined) : (p.bytesTotal ? `${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}` : undefined);
-  const moving = s.phase !== 'Ready' && s.phase !== 'Failed' && s.phase !== 'Idle';
+  const moving = !stale && s.phase !== 'Ready' && s.phase !== 'Failed' && s.phase !== 'Idle';
   return {
     ...(percent !== undefined ? { percent } : {}),
     ...(done ? { done } : {}),
@@ -127,16 +128,16 @@ function sourceOf(s: PickedStatus['status'] | undefined): string | undefined {
 }
 
 /** Rows and target from lists already read (pure: the part the unit tests drive). */
-export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], want?: string, cv?: unknown): { rows: DashboardRow[]; omitted: number; target: Target } {
+export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], want?: string, cv?: unknown, now = new Date()): { rows: DashboardRow[]; omitted: number; target: Target } {
   const running = completedRelease(cv);
-  const r = rollup(nodes, statuses, want, running);
+  const r = rollup(nodes, statuses, want, running, now);
   const byNode = new Map(statuses.map((s) => [s.metadata.name, s.status]));
-  const rows = r.rows.slice(0, MAX_DASHBOARD_ROWS).map((row): DashboardRow => {
+  const rows = r.rows.slice(0, MAX_DASHBOARD_ROWS).map(({ heartbeatAge: _age, ...row }): DashboardRow => {
     const s = byNode.get(row.node);
     const source = sourceOf(s);
     return {
       ...row,
-      progress: progressOf(s),
+      progress: progressOf(s, row.stale === true),
       ...(source ? { source } : {}),
       ...(s?.message ? { technician: s.message } : {}),
       history: s?.history.filter((e) => e.version) ?? [],

@@ -4,7 +4,7 @@
  * one `bundle cluster prepare` gives, from prepareCluster itself in dry-run (nothing applied):
  * pull policies Always, missing release signatures, autoscalers, the version graph.
  */
-import { prepareCluster, type AdminBundle } from '@offline-bundle/cluster';
+import { nextSteps, prepareCluster, type AdminBundle } from '@offline-bundle/cluster';
 import { ClusterError, type AdminApis } from '@offline-bundle/status';
 import type { DashboardRow, DashboardWarning, Target } from './snapshot.js';
 
@@ -15,7 +15,7 @@ export const isContactError = (err: unknown): boolean => err instanceof ClusterE
 /** What `bundle cluster status` reports as not ready, as warnings. */
 export function statusWarnings(rows: readonly DashboardRow[], target: Target): DashboardWarning[] {
   const out: DashboardWarning[] = [];
-  if (!target.ready) out.push({ kind: 'NodesNotReady', object: 'NodeBundleStatus', message: `${target.summary}: plug the stick into every node that is not Ready` });
+  if (!target.ready) out.push({ kind: 'NodesNotReady', object: 'NodeBundleStatus', message: `${target.summary}: ${nextSteps({ rows })}` });
   for (const r of rows) if (!r.nodeReady) out.push({ kind: 'NodeNotReady', object: `Node/${r.node}`, message: 'the Node is not Ready: the upgrade waits for it' });
   return out;
 }

@@ -2,9 +2,16 @@
  * The admin's roll-up of every node: one row per Node (so a node whose agent never reported
  * shows up), joined with its NodeBundleStatus. "Ready" for the cluster means every node (of
  * the selector) reports phase Ready with a Ready=True condition for one and the same bundle
- * digest (the whole file's sha256, as the agent verified it).
+ * digest (the whole file's sha256, as the agent verified it), its Node is Ready, and its agent
+ * reported within the last STALE_AFTER_BEATS heartbeats: a report is only as true as it is fresh.
  */
-import { apiCall, completedRelease, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, VERSION, type AdminApis } from '@offline-bundle/status';
+import {
+  apiCall, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, timeAgo, VERSION,
+  type AdminApis,
+} from '@offline-bundle/status';
+
+/** Heartbeats an agent may miss before its row counts as stale (a slow API write or a skewed clock is not a dead agent). */
+export const STALE_AFTER_BEATS = 3;
 
 export interface NodeRow {
   node: string;
@@ -18,6 +25,10 @@ export interface NodeRow {
   pinned?: string;
   /** status.updatedAt: the agent's last report. */
   heartbeat?: string;
+  /** Seconds since that report, at the time of the roll-up. */
+  heartbeatAge?: number;
+  /** No report for STALE_AFTER_BEATS of the agent's heartbeats: what the row says may no longer hold. */
+  stale?: boolean;
   /** Why it is not ready (the Failed/Ready condition's reason and message, or the agent's line). */
   reason?: string;
   message?: string;
@@ -52,7 +63,7 @@ interface NodeLike { metadata?: { name?: string; creationTimestamp?: string | Da
 interface StatusLike {
   metadata?: { name?: string };
   status?: {
-    phase?: string; message?: string; updatedAt?: string;
+    phase?: string; message?: string; updatedAt?: string; heartbeatSeconds?: number;
     bundle?: { version?: string; digest?: string; media?: string; fromPeers?: string[] };
     serving?: RowServing;
     progress?: { bytesDone?: number; bytesTotal?: number; rate?: number };
@@ -85,17 +96,27 @@ function sourceOf(media: string | undefined, peers: readonly string[]): string |
   return onRemovableMedia(media) ? 'stick' : 'file';
 }
 
+/** The age of the agent's last report and whether it is stale; a report with no time is stale. */
+export function freshness(st: { updatedAt?: string; heartbeatSeconds?: number }, now: Date): Pick<NodeRow, 'heartbeatAge' | 'stale'> {
+  const at = st.updatedAt ? Date.parse(st.updatedAt) : NaN;
+  if (Number.isNaN(at)) return { stale: true };
+  // a clock ahead of ours is not a report from the future
+  const heartbeatAge = Math.max(0, Math.round((now.getTime() - at) / 1000));
+  const beat = st.heartbeatSeconds ?? DEFAULT_HEARTBEAT_MS / 1000;
+  return { heartbeatAge, stale: heartbeatAge > STALE_AFTER_BEATS * beat };
+}
+
 /** The source, serving and transfer-rate fields of a row, where the status has them. */
-function sourceAndServing(st: NonNullable<StatusLike['status']>): Pick<NodeRow, 'source' | 'serving' | 'rate' | 'bytesDone' | 'bytesTotal'> {
+function sourceAndServing(st: NonNullable<StatusLike['status']>, stale: boolean): Pick<NodeRow, 'source' | 'serving' | 'rate' | 'bytesDone' | 'bytesTotal'> {
   const source = sourceOf(st.bundle?.media, st.bundle?.fromPeers ?? []);
   const p = st.progress;
-  // the rate of the copy or fetch under way; after it, the rate of a step long done says nothing
-  const moving = st.phase === 'Staging' && p?.rate !== undefined ? { rate: p.rate, bytesDone: p.bytesDone ?? 0, bytesTotal: p.bytesTotal ?? 0 } : {};
+  // the rate of the copy or fetch under way; after it, or from a report gone stale, a rate says nothing
+  const moving = st.phase === 'Staging' && !stale && p?.rate !== undefined ? { rate: p.rate, bytesDone: p.bytesDone ?? 0, bytesTotal: p.bytesTotal ?? 0 } : {};
   return { ...(source ? { source } : {}), ...(st.serving ? { serving: st.serving } : {}), ...moving };
 }
 
-/** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects). */
-export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease): Rollup {
+/** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects, and any `now`). */
+export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease, now = new Date()): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
   const base = nodes.map((n) => {
     const node = n.metadata?.name ?? '';
@@ -107,13 +128,15 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     const readyCond = cond(s, 'Ready');
     const why = failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
     const st = s.status ?? {};
+    const fresh = freshness(st, now);
     return {
       node, nodeReady, phase: st.phase ?? 'Unknown',
       ...(st.bundle?.version ? { version: st.bundle.version } : {}),
       ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
       ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
       ...(st.updatedAt ? { heartbeat: st.updatedAt } : {}),
-      ...sourceAndServing(st),
+      ...fresh,
+      ...sourceAndServing(st, fresh.stale === true),
       ...(why?.reason ? { reason: why.reason } : {}),
       ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
@@ -126,19 +149,38 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
     digest = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
   }
-  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest }))
+  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest && r.nodeReady && r.stale !== true }))
     .sort((a, b) => (a.node < b.node ? -1 : 1));
   const readyCount = rows.filter((r) => r.ready).length;
-  const notes = rows.filter((r) => !r.ready).map((r) => {
-    if (r.phase === 'NotReported') return `${r.node} never reported`;
-    if (r.phase === 'Ready') return `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`;
-    return `${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`;
+  const notes = rows.filter((r) => !r.ready).flatMap((r) => {
+    const out: string[] = [];
+    if (r.stale) out.push(`${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`);
+    if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
+    if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
+    else if (r.phase === 'Ready' && r.digest !== digest) out.push(`${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`);
+    else if (r.phase !== 'Ready') out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);
+    return out;
   });
   for (const r of rows) if (r.missingRunning) notes.push(`${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`);
   const summary = rows.length === 0
     ? 'no nodes match'
     : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
   return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
+}
+
+/** What to do about the rows that are not ready, by why they are not: a stick cannot wake a dead agent or kubelet. */
+export function nextSteps(r: { rows: readonly NodeRow[] }): string {
+  const names = (rows: readonly NodeRow[]) => (rows.length > 3 ? `${rows.slice(0, 3).map((x) => x.node).join(', ')} and ${rows.length - 3} more` : rows.map((x) => x.node).join(', '));
+  const waiting = r.rows.filter((x) => !x.ready);
+  const stale = waiting.filter((x) => x.stale && x.phase !== 'NotReported');
+  const down = waiting.filter((x) => !x.nodeReady);
+  const load = waiting.filter((x) => (!x.stale && x.nodeReady) || x.phase === 'NotReported');
+  const steps = [
+    ...(load.length ? [`plug the stick into ${names(load)}`] : []),
+    ...(stale.length ? [`check the agent on ${names(stale)} ("systemctl status bundle-agent" there): its last report is too old to count`] : []),
+    ...(down.length ? [`bring the kubelet of ${names(down)} back to Ready`] : []),
+  ];
+  return steps.length ? steps.join('; ') : 'nothing to do';
 }
 
 const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
@@ -168,6 +210,9 @@ function pickServing(v: unknown): RowServing | undefined {
   return { manifestDigest, complete: s.complete === true, verifiedBlobs, address, port };
 }
 
+/** status.heartbeatSeconds within the CRD's bounds, else nothing (the default applies). */
+export const heartbeatSecondsOf = (v: unknown): number | undefined => (Number.isSafeInteger(v) && (v as number) >= 1 && (v as number) <= 86_400 ? v as number : undefined);
+
 function pickStatus(s: Record<string, unknown>): StatusLike {
   const st = obj(s.status);
   const b = obj(st.bundle);
@@ -180,7 +225,7 @@ function pickStatus(s: Record<string, unknown>): StatusLike {
   return {
     metadata: { name: str(obj(s.metadata).name) ?? '' },
     status: {
-      phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt),
+      phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), heartbeatSeconds: heartbeatSecondsOf(st.heartbeatSeconds),
       bundle: { version: str(b.version), digest: str(b.digest), media: str(b.media), ...(fromPeers.length ? { fromPeers } : {}) },
       conditions: conditions(st), history, progress, ...(serving ? { serving } : {}),
     },

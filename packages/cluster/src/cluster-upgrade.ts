@@ -6,7 +6,7 @@
  * digest, never `force`.
  */
 import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
-import { readRollup, type Rollup } from './cluster-rollup.js';
+import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
 
 /** What the cluster commands need of a (trusted) bundle. */
@@ -176,7 +176,7 @@ export interface UpgradeResult {
 export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean; selector?: string } = {}): Promise<UpgradeResult> {
   const image = releaseImageByDigest(b);
   const r = await readRollup(apis, { digest: b.fileDigest, ...(opts.selector ? { selector: opts.selector } : {}) });
-  if (!r.ready) throw new ClusterError('NODES_NOT_READY', `${r.summary}: plug the stick into every node until "bundle cluster status" exits 0`);
+  if (!r.ready) throw new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`);
   if (b.signatures.length === 0) throw new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL');
   const missing = await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures));
   if (missing.length) throw new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`);

@@ -1,4 +1,4 @@
-export { rollup, readRollup } from './cluster-rollup.js';
+export { rollup, readRollup, freshness, heartbeatSecondsOf, nextSteps, STALE_AFTER_BEATS } from './cluster-rollup.js';
 export {
   SIGNATURE_NAMESPACE, SIGNATURE_CONFIGMAP, SIGNATURE_LABEL, signatureKey, signatureFieldManager, signatureConfigMap,
   applySignatureConfigMap, missingSignatureKeys,

@@ -4,11 +4,11 @@ export { processIdentity, pidExists, otherProcess, writerLiveness } from './live
 export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
 export { DROP_DIRECTORY_MEDIA, PEER_MEDIA, FAILURE_SENTENCES, PART_COLLECTING_REASONS, SPOOLED_MEDIA, WAITING_SENTENCES, failureSentence, fileWords, fromSpool, onRemovableMedia } from './reasons.js';
-export { fitToWidth, formatBytes, plural, timeLeft } from './units.js';
+export { fitToWidth, formatBytes, plural, timeAgo, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, PEER_PORT_MIN, PEER_PORT_MAX, isPeerPort, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
-export { ClusterReporter, fieldManagerFor } from './reporter.js';
+export { DEFAULT_HEARTBEAT_MS, ClusterReporter, fieldManagerFor } from './reporter.js';
 export { APPROVAL_KIND, APPROVAL_LIMITS, APPROVAL_PLURAL, approvalName, pickApproval } from './approval.js';
 export type { Approval, ApprovalSpec } from './approval.js';
 export { withoutRefused, refusedFields, parseFieldPath } from './refused.js';

@@ -20,6 +20,9 @@
  * - Rate: at most one write per minIntervalMs while only progress (and the technician message
  *   that follows it) changes; a change of phase, condition, bundle identity or history is sent
  *   at once (as soon as the write in flight, if any, ends).
+ * - Heartbeat: with nothing new to say for heartbeatMs, the last state goes out again with a
+ *   fresh updatedAt, and every write carries status.heartbeatSeconds, so the admin's side can
+ *   tell a quiet agent from a dead one (as the kubelet's Lease does for the Node).
  */
 import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
@@ -52,6 +55,8 @@ export interface ClusterReporterOptions {
   maxBackoffMs?: number;
   /** Time limit of one HTTP request. Default 15000. */
   requestTimeoutMs?: number;
+  /** The most time between two writes while the state stays the same; 0: never again. Default 60000. */
+  heartbeatMs?: number;
   log?: StatusLogger;
   /** For tests: the jitter source, in [0, 1). */
   random?: () => number;
@@ -85,6 +90,9 @@ interface Failure {
   /** For 422: the fields the answer names as invalid (details.causes[].field). */
   fields?: string[];
 }
+
+/** How often an agent with nothing new says it is alive; the admin's side counts a row stale after a few. */
+export const DEFAULT_HEARTBEAT_MS = 60_000;
 
 /** PatchStrategy.ServerSideApply */
 const APPLY_PATCH = 'application/apply-patch+yaml';
@@ -163,6 +171,9 @@ export class ClusterReporter {
   private generation: number | undefined;
   /** The last status the API server accepted: what the object holds for the fields this agent owns. */
   private accepted: ResourceStatus | undefined;
+  /** The last state written, sent again at each heartbeat. */
+  private lastSent: NodeStatus | undefined;
+  private beat: NodeJS.Timeout | undefined;
   private readonly counters = { writes: 0, failures: 0, retrying: 0, rejected: 0, reduced: 0 } as { writes: number; failures: number; retrying: number; rejected: number; reduced: number; lastError?: string; lastWriteAt?: string };
 
   constructor(options: ClusterReporterOptions) {
@@ -179,6 +190,7 @@ export class ClusterReporter {
       initialBackoffMs: Math.max(1, ms(options.initialBackoffMs, 1000)),
       maxBackoffMs: Math.max(1, ms(options.maxBackoffMs, 60_000)),
       requestTimeoutMs: Math.max(1, ms(options.requestTimeoutMs, 15_000)),
+      heartbeatMs: ms(options.heartbeatMs, DEFAULT_HEARTBEAT_MS),
       random: options.random ?? Math.random,
     };
   }
@@ -233,6 +245,7 @@ export class ClusterReporter {
     const ok = await this.flush(timeoutMs);
     this.closed = true;
     clearTimeout(this.timer);
+    clearTimeout(this.beat);
     this.timer = undefined;
     this.closing.abort();
     await this.inflight?.catch(() => undefined);
@@ -275,6 +288,8 @@ export class ClusterReporter {
         this.counters.lastWriteAt = new Date().toISOString();
         this.backoffUntil = 0;
         this.delivered = true;
+        this.lastSent = snapshot;
+        this.armBeat();
       },
       (err: unknown) => {
         const f = (err as { failure?: Failure }).failure ?? classify(err, false);
@@ -286,6 +301,7 @@ export class ClusterReporter {
           this.counters.retrying = 0;
           this.delivered = false;
           this.opts.log?.error('cluster-status', `the API server refused the status of ${this.node}: ${f.message}; dropped, the next change is sent normally`, { node: this.node, status: f.status });
+          this.armBeat();
           return;
         }
         // Keep the newest state: a newer report (if any) replaces this one.
@@ -306,6 +322,18 @@ export class ClusterReporter {
       if (this.idle()) for (const w of [...this.waiters]) w();
       this.schedule();
     });
+  }
+
+  /** Sends the last state again, newly dated, once heartbeatMs pass with nothing else sent. */
+  private armBeat(): void {
+    clearTimeout(this.beat);
+    if (this.closed || this.opts.heartbeatMs === 0) return;
+    this.beat = setTimeout(() => {
+      if (this.closed || this.latest || this.inflight || !this.lastSent) return;
+      this.latest = { ...structuredClone(this.lastSent), updatedAt: new Date().toISOString() };
+      this.schedule();
+    }, this.opts.heartbeatMs);
+    this.beat.unref();
   }
 
   private async client(): Promise<CustomObjectsApi> {
@@ -351,7 +379,8 @@ export class ClusterReporter {
 
   /** `reduce` shapes the status just before it is sent (after the generation is known). */
   private async applyStatus(api: CustomObjectsApi, status: NodeStatus, reduce?: (s: ResourceStatus) => ResourceStatus): Promise<void> {
-    const body = toResource(status, this.node, this.generation !== undefined ? { generation: this.generation } : {});
+    const beat = this.opts.heartbeatMs ? { heartbeatSeconds: Math.ceil(this.opts.heartbeatMs / 1000) } : {};
+    const body = toResource(status, this.node, { ...(this.generation !== undefined ? { generation: this.generation } : {}), ...beat });
     if (reduce) body.status = reduce(body.status);
     const obj = (await this.attempt(false, () =>
       api.patchClusterCustomObjectStatus(

@@ -79,6 +79,8 @@ export interface ResourceProgress extends Progress {
 
 export interface ResourceStatus extends Omit<NodeStatus, 'progress'> {
   progress: ResourceProgress;
+  /** How often the reporter writes when nothing changes (its heartbeat). */
+  heartbeatSeconds?: number;
 }
 
 export interface NodeBundleStatusResource {
@@ -183,7 +185,7 @@ function historyOf(history: readonly HistoryEntry[]): HistoryEntry[] {
  * returned it, becomes status.observedGeneration and each condition's observedGeneration.
  * Throws a TypeError when `node` is not a valid Kubernetes object name.
  */
-export function toResource(status: NodeStatus, node: string, opts: { generation?: number } = {}): NodeBundleStatusResource {
+export function toResource(status: NodeStatus, node: string, opts: { generation?: number; heartbeatSeconds?: number } = {}): NodeBundleStatusResource {
   if (!isValidNodeName(node)) throw new TypeError(`node name ${JSON.stringify(node)} is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.'; at most 253)`);
   const generation = opts.generation ?? status.observedGeneration;
   const p = status.progress;
@@ -207,6 +209,7 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
     history: historyOf(status.history),
     message: truncate(status.message, LIMITS.message),
     updatedAt: status.updatedAt,
+    ...(opts.heartbeatSeconds ? { heartbeatSeconds: Math.min(86_400, Math.max(1, count(opts.heartbeatSeconds))) } : {}),
     ...(generation !== undefined ? { observedGeneration: count(generation) } : {}),
     ...(serving ? { serving } : {}),
     ...(status.peers ? { peers: peersOf(status.peers) } : {}),

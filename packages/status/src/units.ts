@@ -29,6 +29,15 @@ export function timeLeft(seconds: number): string {
   return `about ${h} h${min % 60 ? ` ${min % 60} min` : ''} left`;
 }
 
+/** "40 s", "4 min", "3 h", "2 days": how long ago, to the unit that reads best. */
+export function timeAgo(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 90) return `${s} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  if (s < 172_800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86_400)} days`;
+}
+
 /** "1 image", "2 images": a count with its noun (regular plurals; pass `many` for others). */
 export function plural(n: number, one: string, many = `${one}s`): string {
   return `${n} ${n === 1 ? one : many}`;

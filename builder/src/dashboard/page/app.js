@@ -30,6 +30,10 @@ function when(iso) {
   return Number.isNaN(d.getTime()) ? iso : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+function heartbeatText(cell) {
+  return `${age(cell.dataset.at)}${cell.dataset.stale ? ' (stale)' : ''}`;
+}
+
 function age(iso) {
   const t = Date.parse(iso);
   if (!iso || Number.isNaN(t)) return 'never';
@@ -82,8 +86,13 @@ function update(r, row) {
   c.Source.textContent = row.source || '-';
   c.Pinned.textContent = row.pinned === 'True' ? 'yes' : row.pinned === 'False' ? 'no' : (row.pinned || '-');
   c.Heartbeat.dataset.at = row.heartbeat || '';
-  c.Heartbeat.textContent = age(row.heartbeat);
-  c.Heartbeat.title = row.heartbeat || 'never reported';
+  c.Heartbeat.dataset.stale = row.stale ? 'yes' : '';
+  c.Heartbeat.textContent = heartbeatText(c.Heartbeat);
+  c.Heartbeat.className = row.stale ? 'cell no' : 'cell';
+  c.Heartbeat.title = row.heartbeat ? `${row.heartbeat}${row.stale ? ': the agent has not reported for three of its heartbeats, so this row may no longer hold' : ''}` : 'never reported';
+  // a row whose agent went quiet is last known, whatever the API says
+  r.agentStale = row.stale === true;
+  c.staleTag.textContent = r.agentStale ? 'stale' : 'last known';
   c['Node Ready'].textContent = row.nodeReady ? 'Ready' : 'Not Ready';
   c['Node Ready'].className = row.nodeReady ? 'cell' : 'cell no';
   c.Message.textContent = row.technician || row.message || '-';
@@ -106,7 +115,11 @@ function renderTarget(s) {
   $('target-summary').textContent = s.rows.length ? `${ready} of ${s.rows.length} Ready for it${t.ready ? ': the upgrade can start' : ''}` : t.summary;
   $('warnings').replaceChildren(...s.warnings.map((w) => el('li', {},
     el('span', { class: 'kind', text: w.kind }), el('span', { class: 'object', text: w.object }), w.message)));
+  // before the first read there are no warnings to speak of, not none
+  const read = !!(s.api && s.api.lastOk);
   $('no-warnings').hidden = s.warnings.length > 0;
+  $('no-warnings').textContent = read ? 'None.' : 'Not read yet.';
+  $('no-warnings').className = read ? '' : 'unread';
 }
 
 function renderRows(s) {
@@ -139,7 +152,7 @@ function renderContact() {
     : `Lost the dashboard server since ${clock(streamLostSince)}; rows show the last known state. Is "bundle cluster dashboard" still running?`;
   const stale = apiLost || streamLostSince !== undefined;
   document.body.classList.toggle('stale', stale);
-  for (const r of rows.values()) r.tr.classList.toggle('stale', stale);
+  for (const r of rows.values()) r.tr.classList.toggle('stale', stale || r.agentStale);
   $('updated').textContent = api && api.lastOk ? `(${stale ? 'last read' : 'live, read'} at ${clock(api.lastOk)})` : '';
 }
 
@@ -169,7 +182,7 @@ function connect() {
 }
 
 window.setInterval(() => {
-  for (const r of rows.values()) r.cells.Heartbeat.textContent = age(r.cells.Heartbeat.dataset.at);
+  for (const r of rows.values()) r.cells.Heartbeat.textContent = heartbeatText(r.cells.Heartbeat);
   // a server that stopped polling (hung) sends nothing: three intervals and a read's timeout of silence is lost too
   const quiet = snapshot ? 3 * snapshot.intervalMs + 35000 : Infinity;
   if (streamLostSince === undefined && Date.now() - lastHeard > quiet) streamLost();
