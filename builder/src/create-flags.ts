@@ -2,6 +2,7 @@ import { Option, type Command } from 'commander';
 import { boolArg, collect, positiveInt } from './args.js';
 import { defaultCacheDir } from './create.js';
 import { askSecret } from './prompt.js';
+import { TOOL_VERSION } from './version.js';
 
 /*
  * The flags that shape what "bundle create" resolves, defined once: create registers them, and
@@ -16,7 +17,8 @@ export function contentOptions(): Option[] {
     new Option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)').argParser(collect),
     new Option('--images-file <file>', 'a file with one image source per line (# comments)'),
     new Option('--chart <ref>', 'a Helm chart stored in a registry (repeatable): oci://HOST/REPO/NAME:VERSION as helm push names it, or HOST/REPO/NAME:VERSION / @sha256:DIGEST; served by the node\'s registry, never pulled or pinned').argParser(collect),
-    new Option('--agent-image <source>', 'a bundle-agent image (any --image source, e.g. oci-archive:bundle-agent-0.3.0.oci.tar): carried as localhost/offline-bundle/bundle-agent:VERSION; nodes switch to it once the bundle is Ready'),
+    // the archive `pnpm package` ships with this release, so the example copies as it is
+    new Option('--agent-image <source>', `a bundle-agent image (any --image source, e.g. oci-archive:bundle-agent-${TOOL_VERSION}.oci.tar): carried as localhost/offline-bundle/bundle-agent:VERSION; nodes switch to it once the bundle is Ready`),
     new Option('--agent-version <v>', 'the agent image\'s version, when it has no org.opencontainers.image.version label'),
     new Option('--arch <arch>', 'platform to keep from multi-arch images (amd64, arm64, linux/arm/v7)').default('amd64'),
     new Option('--all-platforms', 'keep every platform of multi-arch images'),

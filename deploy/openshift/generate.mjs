@@ -19,6 +19,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
+// the version scripts/package.mjs tags the agent image with; esbuild inlines it into the shipped
+// generator, which has no package.json beside it
+import agentPackage from '../../agent/package.json' with { type: 'json' };
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 // the repository's systemd/, or the shipped deploy tarball's (systemd/ beside openshift/)
@@ -33,7 +36,7 @@ export const PLAIN_IGNITION_VERSION = '3.2.0';
 export const PLAIN_BUTANE_VERSION = '4.8.0';
 export const ROLES = ['master', 'worker'];
 export const AGENT_REPOSITORY = 'localhost/offline-bundle/bundle-agent';
-const DEFAULT_IMAGE = `${AGENT_REPOSITORY}:0.1.0`;
+export const DEFAULT_IMAGE = `${AGENT_REPOSITORY}:${agentPackage.version}`;
 const UNIT = 'bundle-agent';
 
 export const HELP = `Usage: node deploy/openshift/generate.mjs [--key FACTORY.pub] [--image REF] [--plain-unit] [--out DIR]

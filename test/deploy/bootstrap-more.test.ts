@@ -15,7 +15,7 @@ import { work, ecdsa, other, good, arm, nodeDir, plug, unplug, nothingLoaded, lo
 const older = await makeSidecar(work, ecdsa, { version: '0.8.0' });
 const release = await makeSidecar(work, ecdsa, { version: '1.0.0' });
 const candidate = await makeSidecar(work, ecdsa, { version: '1.0.0-rc.1' });
-// the version the unit's own default Image= is tagged with (generate.mjs: …:0.1.0)
+// the version the test node's unit's default Image= is tagged with (lib.ts unitFiles: …:0.1.0)
 const first = await makeSidecar(work, ecdsa, { version: '0.1.0' });
 const otherSigned = await makeSidecar(work, other, { version: '0.9.2' });
 

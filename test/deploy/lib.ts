@@ -53,7 +53,11 @@ export interface Node {
   storage: string;
 }
 
-/** The agent's unit as the MachineConfig installs it: the Quadlet file, or the plain unit (--plain-unit). */
+/**
+ * The agent's unit as the MachineConfig installs it: the Quadlet file, or the plain unit (--plain-unit).
+ * Its default tag stays below the agents the tests' sticks upgrade to (0.8.0 on), as a first
+ * install's is; not generate.mjs's (the release's version), which would one day overtake them.
+ */
 export async function unitFiles(form: 'quadlet' | 'plain', image = `${AGENT_REPOSITORY}:0.1.0`): Promise<{ path: string; contents: string }> {
   const gen = await import(path.join(ROOT, 'deploy/openshift/generate.mjs')) as { plainUnit: (text: string) => string };
   const container = (await readFile(path.join(ROOT, 'deploy/openshift/bundle-agent.container'), 'utf8')).replaceAll('@IMAGE@', image);

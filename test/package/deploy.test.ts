@@ -14,6 +14,7 @@ import { tmpdir } from '../helpers/tmp.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const OS = join(ROOT, 'deploy/openshift');
+const VERSION = JSON.parse(await readFile(join(ROOT, 'agent/package.json'), 'utf8')).version as string;
 const schema = async (name: string) => JSON.parse(await readFile(new URL(`./schemas/${name}`, import.meta.url), 'utf8'));
 const ajv = new (Ajv as unknown as typeof Ajv.default)({ allErrors: true, strict: false });
 const validIgnition = ajv.compile(await schema('ignition-3.4-subset.json'));
@@ -318,7 +319,7 @@ t.test('generate.mjs --plain-unit (podman before 4.4): a plain podman unit with 
   t.strictSame(fromPlain, fromQuadlet, 'the same mounts, from the one list in bundle-agent.container');
   t.ok(fromPlain.includes('/var/lib/kubelet/pki:/var/lib/kubelet/pki:ro'));
   t.match(exec, /^\/usr\/bin\/podman run .* --pull=never .*--network=host --privileged --pid=host --security-opt=label=disable .* \$\{BUNDLE_AGENT_IMAGE\} run --config \/etc\/bundle-agent\/config\.yaml$/);
-  t.strictSame(svc.get('Environment')?.[0], 'BUNDLE_AGENT_IMAGE=localhost/offline-bundle/bundle-agent:0.1.0');
+  t.strictSame(svc.get('Environment')?.[0], `BUNDLE_AGENT_IMAGE=localhost/offline-bundle/bundle-agent:${VERSION}`, 'the image pnpm package tags: the agent\'s version');
   t.strictSame(svc.get('ExecCondition'), ['/bin/bash /etc/bundle-agent/bundle-agent-bootstrap.sh --installed']);
   // systemd's own parser over the three units (podman, bash exist on this machine)
   const dir = await tmpdir(t, 'ob-plain-units-');
