@@ -36,5 +36,5 @@ export type { FoundBundle } from './daemon/media.js';
 export * from './peers/transfer.js';
 // the daemon's peers and what they keep (issue #22)
 export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
-export { removeLeftovers } from './load/pipeline.js';
+export { removeLeftovers, showLoadedBefore } from './load/pipeline.js';
 export { readFetched, recordFetched, forgetFetched, type FetchedLayoutRecord } from './releases/fetched-layouts.js';

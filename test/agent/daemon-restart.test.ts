@@ -1,13 +1,15 @@
 // The daemon over restarts, with a real containerd: what was loaded is not loaded again, what
-// a technician last read stays what they read, a paused copy into the drop directory is not
-// taken, and images that vanished from the runtime are loaded again from the stick.
+// a technician last read stays what they read (and a failure shown gives way to a bundle loaded
+// before), a paused copy into the drop directory is not taken, and images that vanished from the
+// runtime are loaded again from the stick.
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { copyFile, open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { CriImageClient } from '@offline-bundle/runtime';
-import { AGENT, containerdNode, daemonChild, makeBundle } from './fixtures.js';
+import { AGENT, containerdNode, daemonChild, keygen, makeBundle, run } from './fixtures.js';
+import { until } from '../helpers/until.js';
 
 const images = [{ name: 'quay.io/acme/app:v1', files: { 'app.txt': 'app v1' } }];
 
@@ -91,4 +93,35 @@ t.test('a copy into the drop directory that pauses mid-way is not taken; finishe
   await fh.close();
   const done = await n.daemon((_l, s) => s?.phase === 'Ready' || s?.phase === 'Failed');
   t.equal((await n.status()).phase, 'Ready', `once complete it is loaded (${done.slice(-300)})`);
+});
+
+// issue #40: after a failed load, a stick of a release loaded before this start was skipped while
+// the status and the console kept the failure ("Failed: … Put it back") for good
+t.test('a failure shown does not hide a bundle loaded before: seen again, the node says it is loaded', async (t) => {
+  const n = await node(t);
+  const file = await makeBundle(n.dir, { key: n.keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(n.dir, 'update.bundle') });
+  await copyFile(file, join(n.drop, 'update.bundle'));
+  await n.daemon((_l, s) => s?.phase === 'Ready');
+  execFileSync('rm', [join(n.drop, 'update.bundle')]);
+
+  const d = daemonChild(t, n.config, join(n.root, 'var/lib/bundle-agent/status.json'));
+  // a bundle signed by a key this node does not trust: the load fails
+  const other = await keygen(n.dir, 'other');
+  await makeBundle(n.dir, { key: other.key, version: '1.2.0', images, upgradeFrom: ['1.0.0'], out: join(n.dir, 'other.bundle') });
+  await copyFile(join(n.dir, 'other.bundle'), join(n.drop, 'other.bundle'));
+  const failed = await d.until('the other bundle failed', (s) => s?.phase === 'Failed');
+  t.match(failed.message, /^Failed: /, `the technician reads the failure: ${failed.message}`);
+
+  // the stick of 1.1.0 again (a new copy: a new inode, the same bytes)
+  await copyFile(file, join(n.drop, 'update.bundle'));
+  await d.until('the daemon decided on 1.1.0', (_s, log) => /update\.bundle was loaded before this start/.test(log));
+  const s = await until('the status follows', async () => ((await n.status())?.phase === 'Ready' ? n.status() : undefined), { timeoutMs: 10_000, stepMs: 50, detail: async () => JSON.stringify(await n.status()).slice(0, 1500) });
+  t.match(s.message, /^Done: update 1\.1\.0 is loaded on this node\./, `the line clears: ${s.message}`);
+  t.notOk(s.conditions.some((c: any) => c.type === 'Failed'), 'no Failed condition left');
+  t.match(s.conditions.find((c: any) => c.type === 'Ready'), { status: 'True', reason: 'LoadedBefore' });
+  t.match(s.bundle, { file: join(n.drop, 'update.bundle'), version: '1.1.0' }, 'the bundle shown is the one seen');
+  t.equal(count(d.out.log, /bundle found: \S*update\.bundle/g), 0, 'not loaded again');
+  const st = await run(AGENT, ['status', '--config', n.config]);
+  t.match(st.stdout, /Done: update 1\.1\.0 is loaded on this node\./, `bundle-agent status says so: ${st.stdout}`);
+  t.match(await readFile(join(n.root, 'run/issue.d/bundle-agent.issue'), 'utf8'), /Done: update 1\.1\.0 is loaded on this node\./, 'and the console');
 });

@@ -46,7 +46,8 @@ t.test('a fetched layout loads: Ready, said without a stick to remove', async (t
   const r = await load(n);
   t.ok(r.ok, JSON.stringify(r.failed));
   t.equal(r.phase, 'Ready');
-  t.match(r.journal, /update 1\.2\.3 is loaded on this node/);
+  // preload.method none here: the journal does not call it loaded
+  t.match(r.journal, /update 1\.2\.3 verified, but NOT loaded on this node \(preload\.method is none\)/);
   t.notMatch(r.journal, /USB stick/, 'no stick to remove');
   t.match(r.staged?.message, n.target);
 });

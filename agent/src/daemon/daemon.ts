@@ -10,7 +10,7 @@ import { loadEndsSpool, PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
 import { startPeers } from './peers.js';
 import { inspectHead } from '../load/bundle-file.js';
-import { releaseImagesPresent, removeLeftovers, runLoad } from '../load/pipeline.js';
+import { releaseImagesPresent, removeLeftovers, runLoad, showLoadedBefore } from '../load/pipeline.js';
 import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
 import { restoreVanishedImages } from '../releases/restore.js';
 import { withLoadLock } from '../load/lock.js';
@@ -288,9 +288,16 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
   if (rec) before.delete(rec.key);
   const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
   if (done) {
+    // with preload.method none nothing was loaded: the journal says what the console says
+    const earlier = config.preload.method === 'none' ? `was verified before this start (${rec!.version}; its images were NOT loaded: preload.method is none)` : `was loaded before this start (${rec!.version}) and its images are in the runtime`;
     log.info('media', done === 'loaded'
-      ? `${next.file} was loaded before this start (${rec!.version}) and its images are in the runtime: not loading it again`
+      ? `${next.file} ${earlier}: not loading it again`
       : `${next.file} failed before this start (${rec!.reason}): not trying the same file again; replace it, plug the stick in again, or run bundle-agent load`, { file: next.file, reason: rec!.reason });
+    // A failure or Idle shown is about another stick (or none): the line answers for this one.
+    // A Ready shown stays: the first scan of a start offers every file decided before.
+    if (done === 'loaded' && rec!.version && rec!.arch && tracker.current.phase !== 'Ready') {
+      showLoadedBefore(d, { file: next.file, media: next.media, version: rec!.version, arch: rec!.arch, ...(rec!.digest ? { digest: rec!.digest } : {}) });
+    }
     await runtime.close();
     return done === 'loaded' ? { loaded: true } : undefined;
   }

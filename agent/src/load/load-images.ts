@@ -78,7 +78,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     // nothing is pinned, and no Ready, before the whole bundle is verified
     await staging?.done;
     if (config.preload.method === 'none') {
-      tracker.condition('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled; the runtime pulls each one from the temporary registry only while it runs');
+      tracker.condition('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled into the runtime');
     } else {
       if (present) checkMirrorUsed(m, present, registry.served);
       else log.warn('preload', 'the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle\'s registry');
@@ -100,7 +100,10 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     await runtime.pin(pins, released);
     const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
     const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs, runtime.noPinsSettleMs) : undefined;
-    if (report?.verifiable) {
+    if (config.preload.method === 'none') {
+      // the names are written, but the runtime holds none of this release's images to keep
+      tracker.condition('Pinned', 'False', 'PreloadDisabled', `${pins.length} image names written to the pin list${still}, but no image of ${rel.version} was pulled (preload.method is none): the runtime holds none of them to keep`);
+    } else if (report?.verifiable) {
       tracker.condition('Pinned', 'True', 'Pinned', `${pins.length} image names pinned${still}, as the runtime reports`);
     } else {
       tracker.condition('Pinned', 'Unknown', 'PinningUnverifiable', `${pins.length} image names asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22): they may be garbage-collected`);

@@ -7,8 +7,9 @@ import {
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
   clusterReadFailure, forbiddenMessage, fromSpool, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
-  type ClusterReadFailure, type ClusterRelease, type HistoryEntry, type StatusTracker,
+  type ClusterReadFailure, type ClusterRelease, type Condition, type HistoryEntry, type StatusTracker,
 } from '@offline-bundle/status';
+import { escapeControls } from '@offline-bundle/host';
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
@@ -478,8 +479,40 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
   // from peers there is no stick to remove
   else tracker.condition('Ready', 'True', 'Loaded', a.source ? `update ${rel.version} loaded: you may remove the USB stick` : `update ${rel.version} loaded from other nodes`);
-  log.info('ready', a.source ? `update ${rel.version} is loaded on this node; the USB stick may be removed` : `update ${rel.version} is loaded on this node`, { version: rel.version });
+  // the journal says what the technician's line says: with preload.method none nothing was loaded
+  const done = config.preload.method === 'none' ? `update ${rel.version} verified, but NOT loaded on this node (preload.method is none): no image was pulled into the runtime` : `update ${rel.version} is loaded on this node`;
+  log.info('ready', a.source ? `${done}; the USB stick may be removed` : done, { version: rel.version });
   return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
+}
+
+/** A release this node loaded before, as a bundle record names it. */
+export interface LoadedBefore {
+  file: string;
+  media: string;
+  version: string;
+  arch: string;
+  digest?: string;
+}
+
+/**
+ * A bundle the daemon does not load again because this node holds its release: the status says
+ * so, as that load ended, in place of what came since (another stick's failure, Idle). One
+ * change, so no line in between says "Failed" or "Done" of the wrong thing.
+ */
+export function showLoadedBefore(ctx: Pick<PipelineContext, 'config' | 'tracker'>, b: LoadedBefore): void {
+  const { config, tracker } = ctx;
+  const now = new Date().toISOString();
+  const cond = (type: Condition['type'], status: Condition['status'], reason: string, message: string): Condition => ({ type, status, reason, message: escapeControls(message), lastTransitionTime: now });
+  const ready = config.preload.method === 'none'
+    ? [cond('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled into the runtime'),
+      cond('Ready', 'True', 'NotPreloaded', `update ${b.version} was verified before, but its images were NOT loaded (preload.method is none): ${b.file} is not read again`)]
+    : [cond('Ready', 'True', 'LoadedBefore', `update ${b.version} was loaded on this node before and its images are in the runtime: ${b.file} is not read again; you may remove the USB stick`)];
+  tracker.update((s) => {
+    s.phase = 'Ready';
+    s.bundle = { file: b.file, media: b.media, version: b.version, arch: b.arch, ...(b.digest ? { digest: b.digest } : {}) };
+    s.conditions = [cond('MediaDetected', 'True', 'BundleFound', `found ${b.file}`), ...ready];
+    s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
+  });
 }
 
 /**
