@@ -12,7 +12,7 @@ import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures, withBundle } from '@offline-bundle/format';
 import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, timeAgo, type AdminApis } from '@offline-bundle/status';
 import {
-  nextSteps, nodeRbacObjects, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  gateLine, nextSteps, nodeRbacObjects, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
@@ -95,6 +95,25 @@ const trustOptions = (cmd: Command) => cmd
   .option('--digest <sha256>', 'expected sha256 of the whole file (from NAME.bundle.sha256)', digestArg)
   .option('--release-keyring <file>', 'OpenPGP keys the bundle\'s release signatures must verify with (the cluster checks them with its own keys in any case)');
 
+/** `bundle cluster status`: the roll-up as a table or JSON, exit 0 only when every node is ready. */
+function addStatusCommand(cluster: Command): void {
+  kubeOptions(cluster.command('status')
+    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat; once any node has them, SOURCE (stick, spool, file, or peer NAME when fetched from other nodes), RATE (while it copies or fetches) and SERVES (what it offers its peers). Exit 0 only when every node (of --selector) is Ready for the same bundle: its Node Ready, its agent heard within three heartbeats. With --update-gate it also writes the upgrade gate (UpgradeGate "cluster", which deploy/upgrade-gate.yaml\'s admission policy reads; prepare and upgrade write it too): the cluster then refuses a desiredUpdate to any release but the one every node holds.')
+    .option('-l, --selector <labels>', 'only nodes with these labels (e.g. node-role.kubernetes.io/worker=)')
+    .option('--bundle-digest <sha256>', 'the bundle file every node must be Ready for (default: the one most Ready nodes report)', digestArg)
+    .addOption(new Option('--update-gate', 'also write what it found to the upgrade gate (UpgradeGate "cluster", read by deploy/upgrade-gate.yaml\'s admission policy), so "oc adm upgrade" by hand is let through once every node is ready').conflicts('selector')))
+    .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string; updateGate?: boolean }) => {
+      const api = await apis(o);
+      const r = await readRollup(api, { ...(o.selector ? { selector: o.selector } : {}), ...(o.bundleDigest ? { digest: o.bundleDigest } : {}) });
+      // a selection of nodes says nothing of the others (--selector conflicts): only a look at every node moves the gate
+      const gate = o.updateGate ? await publishGate(api, r, { by: 'bundle cluster status' }) : undefined;
+      if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows, gate: gate ?? null }, null, 2) + '\n');
+      // node names, reasons and messages come from the cluster: control characters are escaped
+      else process.stdout.write(`${table(r.rows)}\n${escapeControls(r.summary)}\n${gate ? `${escapeControls(gateLine(gate))}\n` : ''}`);
+      if (!r.ready) throw notReady(r, o.json === true);
+    });
+}
+
 export function addClusterCommands(program: Command): void {
   const cluster = program.command('cluster')
     .description('The cluster admin\'s side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade), let nodes fetch a bundle from each other (approve, approvals, revoke).')
@@ -108,17 +127,7 @@ With one stick for many nodes (agents with peers.enabled), before the technician
   bundle cluster approve 4.15.1.bundle --key factory.pub    # nodes may fetch it from each other (signature checked)
 The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`);
 
-  kubeOptions(cluster.command('status')
-    .description('One row per Node (a node whose agent never reported shows as NotReported): bundle phase, version, digest, pinned, last heartbeat; once any node has them, SOURCE (stick, spool, file, or peer NAME when fetched from other nodes), RATE (while it copies or fetches) and SERVES (what it offers its peers). Exit 0 only when every node (of --selector) is Ready for the same bundle.')
-    .option('-l, --selector <labels>', 'only nodes with these labels (e.g. node-role.kubernetes.io/worker=)')
-    .option('--bundle-digest <sha256>', 'the bundle file every node must be Ready for (default: the one most Ready nodes report)', digestArg))
-    .action(async (o: KubeOpts & { selector?: string; bundleDigest?: string }) => {
-      const r = await readRollup(await apis(o), { ...(o.selector ? { selector: o.selector } : {}), ...(o.bundleDigest ? { digest: o.bundleDigest } : {}) });
-      if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows }, null, 2) + '\n');
-      // node names, reasons and messages come from the cluster: control characters are escaped
-      else process.stdout.write(`${table(r.rows)}\n${escapeControls(r.summary)}\n`);
-      if (!r.ready) throw notReady(r, o.json === true);
-    });
+  addStatusCommand(cluster);
 
   trustOptions(kubeOptions(cluster.command('prepare')
     .description(`Make the cluster ready to accept the bundle's release: server-side apply of the release signatures as the ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP} (as oc-mirror writes it), check that the running version is one the release upgrades from, and warn about autoscaling and pods pulling the bundle's images with imagePullPolicy: Always.`)
@@ -128,7 +137,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       const b = await loadBundle(file, o, false);
       const r = await prepareCluster(await apis(o), b, { dryRun: o.dryRun === true });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null }, null, 2) + '\n');
         return;
       }
       const where = `ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP}`;
@@ -137,6 +146,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
         (r.changed.length === 0 ? `${where} already holds ${keys}\n` : `${r.dryRun ? 'would apply' : 'applied'} ${where}: ${keys} (field manager ${signatureFieldManager(b.digest!)})\n`)
         + `version graph: the cluster runs ${r.runningVersion ?? 'an unknown version'}; ${b.version} ${b.upgradeFrom.length ? `accepts ${b.upgradeFrom.join(', ')}` : 'accepts any version'}\n`
         + warningLines(r.warnings)
+        + (r.gate ? `${escapeControls(gateLine(r.gate))}\n` : '')
         + `next: "bundle cluster status" until it exits 0, then "bundle cluster upgrade ${file}"\n`,
       );
     });
@@ -150,11 +160,12 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       const b = await loadBundle(file, o, true);
       const r = await upgradeCluster(await apis(o), b, { dryRun: o.dryRun === true, ...(o.selector ? { selector: o.selector } : {}) });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, changed: r.changed, image: r.image, patch: r.patch, ocCommand: r.ocCommand, summary: r.rollup.summary }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, changed: r.changed, image: r.image, patch: r.patch, ocCommand: r.ocCommand, summary: r.rollup.summary, gate: r.gate ?? null }, null, 2) + '\n');
         return;
       }
       process.stdout.write(
         `${r.rollup.summary}\n`
+        + (r.gate ? `${escapeControls(gateLine(r.gate))}\n` : '')
         + (!r.changed ? `ClusterVersion/version already asks for ${r.image}\n` : `${r.dryRun ? 'would set' : 'set'} ClusterVersion/version spec.desiredUpdate = ${JSON.stringify(r.patch.spec.desiredUpdate)}\n`)
         + `equivalent: ${r.ocCommand}\n`
         + (r.dryRun ? '' : 'follow it with: oc adm upgrade (or oc get clusterversion)\n'),

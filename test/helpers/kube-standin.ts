@@ -16,8 +16,13 @@
 // - Server-side apply of a missing object needs create as well as patch (as patch.go checks).
 // - ValidatingAdmissionPolicies of the loaded files with a Deny binding are evaluated as the
 //   API server does (matchConstraints.resourceRules, matchConditions, variables, validations,
-//   messageExpression, in CEL): deploy/rbac.yaml's lets a node write only its own
-//   NodeBundleStatus. (Binding paramRef/matchResources are not read: ours have none.)
+//   messageExpression, in CEL, with request, object, oldObject and params): deploy/rbac.yaml's
+//   lets a node write only its own NodeBundleStatus; deploy/upgrade-gate.yaml's refuses a
+//   ClusterVersion desiredUpdate its UpgradeGate does not name. A binding's paramRef (by name)
+//   finds the policy's paramKind object; none there with parameterNotFoundAction Deny refuses, as
+//   the API server does; an expression that fails to evaluate refuses (failurePolicy Fail).
+//   object is what a merge patch or an apply would make of the stored object. (Binding
+//   matchResources and paramRef selectors are not read: ours have none.)
 // - Refusals are the API server's Status objects, with its messages.
 // - Objects of the shipped CRDs (deploy/crd.yaml) are created (POST) only when they pass the
 //   CRD's schema and CEL rules (kube-standin-crd.ts), else 422 Invalid; an existing name is a
@@ -43,7 +48,7 @@ import { issueClientCert, makeTestCa } from './test-ca.mjs';
 import { crdCreateChecks, type CreateCheck } from './kube-standin-crd.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const SHIPPED_RBAC = [path.join(ROOT, 'deploy', 'rbac.yaml'), path.join(ROOT, 'deploy', 'admin-rbac.yaml')];
+export const SHIPPED_RBAC = [path.join(ROOT, 'deploy', 'rbac.yaml'), path.join(ROOT, 'deploy', 'admin-rbac.yaml'), path.join(ROOT, 'deploy', 'upgrade-gate.yaml')];
 
 export interface StandInRequest {
   method: string;
@@ -104,6 +109,7 @@ const NAMESPACED: Record<string, boolean> = {
   '/nodes': false, '/pods': true, '/configmaps': true, '/events': true, '/namespaces': false,
   'bundles.offline-bundle.io/nodebundlestatuses': false,
   'bundles.offline-bundle.io/bundleapprovals': false,
+  'bundles.offline-bundle.io/upgradegates': false,
   'config.openshift.io/clusterversions': false,
   'autoscaling.openshift.io/machineautoscalers': true, 'autoscaling.openshift.io/clusterautoscalers': false,
 };
@@ -151,7 +157,7 @@ export class KubeApiStandIn implements KubeStandIn {
   private readonly owners = new Map<string, Map<string, Set<string>>>();
   private roles = new Map<string, Rule[]>();
   private bindings: Binding[] = [];
-  private policies: { name: string; binding: string; spec: Doc }[] = [];
+  private policies: { name: string; binding: string; spec: Doc; paramRef?: Doc }[] = [];
   private resourceVersion = 1;
   private server?: Server;
   private dir = '';
@@ -209,7 +215,7 @@ export class KubeApiStandIn implements KubeStandIn {
     }
     this.policies = vapBindings.flatMap((b) => {
       const vap = vaps.get(b.spec.policyName);
-      return vap ? [{ name: vap.metadata.name, binding: b.metadata.name, spec: vap.spec }] : [];
+      return vap ? [{ name: vap.metadata.name, binding: b.metadata.name, spec: vap.spec, ...(b.spec.paramRef ? { paramRef: b.spec.paramRef } : {}) }] : [];
     });
   }
 
@@ -440,7 +446,7 @@ export class KubeApiStandIn implements KubeStandIn {
     };
     if (!id) return send(401, statusDoc(401, 'Unauthorized', 'Unauthorized'));
     if (!this.allows(id, a)) return send(403, forbidden(id.user, a));
-    const denied = this.admit(id, a);
+    const denied = this.admit(id, a, r);
     if (denied) return send(403, denied);
     const scripted = await this.intercept?.(r);
     if (scripted === 'hang') {
@@ -453,18 +459,28 @@ export class KubeApiStandIn implements KubeStandIn {
   }
 
   /** The loaded ValidatingAdmissionPolicies, evaluated as the API server does. */
-  private admit(id: Identity, a: Attrs): Doc | undefined {
+  private admit(id: Identity, a: Attrs, r: StandInRequest): Doc | undefined {
     if (!['create', 'update', 'patch', 'delete'].includes(a.verb) || a.nonResource !== undefined) return undefined;
     const [base, sub = ''] = a.resource.split('/') as [string, string?];
-    const exists = this.get(base, a.name, a.namespace || undefined) !== undefined;
-    const operation = a.verb === 'create' || (a.verb === 'patch' && !exists && !sub) ? 'CREATE' : a.verb === 'delete' ? 'DELETE' : 'UPDATE';
+    const cur = this.get(base, a.name, a.namespace || undefined);
+    const operation = a.verb === 'create' || (a.verb === 'patch' && !cur && !sub) ? 'CREATE' : a.verb === 'delete' ? 'DELETE' : 'UPDATE';
     const request = {
       name: a.name, namespace: a.namespace, operation, subResource: sub,
       resource: { group: a.group, version: '', resource: base },
       userInfo: { username: id.user, groups: id.groups },
     };
+    const objects = { object: operation === 'DELETE' ? null : wouldBe(cur, r, sub), oldObject: operation === 'UPDATE' || operation === 'DELETE' ? cur ?? null : null };
     for (const p of this.policies) {
-      const denied = admitPolicy(p.spec, request);
+      let params: Doc | null = null;
+      if (p.spec.paramKind && p.paramRef) {
+        const plural = `${String(p.spec.paramKind.kind).toLowerCase()}s`;
+        params = this.get(plural, p.paramRef.name, p.paramRef.namespace) ?? null;
+        if (!params && p.paramRef.parameterNotFoundAction === 'Deny' && admitPolicy(p.spec, request, objects, {}) !== undefined) {
+          return statusDoc(403, 'Forbidden', `${a.group ? `${base}.${a.group}` : base} "${a.name}" is forbidden: ValidatingAdmissionPolicy '${p.name}' with binding '${p.binding}' denied request: failed to configure binding: no params found for policy binding with \`Deny\` parameterNotFoundAction`, { name: a.name, group: a.group, kind: base });
+        }
+        if (!params) continue;
+      }
+      const denied = admitPolicy(p.spec, request, objects, params);
       if (!denied) continue;
       const qualified = a.group ? `${base}.${a.group}` : base;
       return statusDoc(REASON_CODES[denied.reason] ?? 422, denied.reason, `${qualified} "${a.name}" is forbidden: ValidatingAdmissionPolicy '${p.name}' with binding '${p.binding}' denied request: ${denied.message}`,
@@ -547,6 +563,9 @@ export class KubeApiStandIn implements KubeStandIn {
     const { status: _ignored, ...rest } = obj;
     const next: Doc = { ...(cur ?? {}), ...rest, metadata: { ...(cur?.metadata ?? {}), ...obj.metadata, labels: { ...(cur?.metadata?.labels ?? {}), ...(obj.metadata?.labels ?? {}) } } };
     next.metadata.generation = cur ? cur.metadata.generation + (JSON.stringify(cur.spec) !== JSON.stringify(next.spec) ? 1 : 0) : 1;
+    // a custom resource with a spec is held to its CRD's schema, as a create is
+    const refused = next.spec !== undefined ? this.createChecks.get(base)?.(next) : undefined;
+    if (refused) return [422, refused];
     if (a.namespace) next.metadata.namespace = a.namespace;
     return [cur ? 200 : 201, this.put(base, next)];
   }
@@ -615,21 +634,52 @@ export function clusterVersionDoc(version: string, image = `quay.io/openshift-re
  * One ValidatingAdmissionPolicy against one admission request (the CEL `request` variable):
  * undefined when it does not match or allows, else the refusal's reason and message.
  */
-export function admitPolicy(spec: Doc, request: Doc): { reason: string; message: string } | undefined {
+export function admitPolicy(spec: Doc, request: Doc, objects: { object?: Doc | null; oldObject?: Doc | null } = {}, params: Doc | null = null): { reason: string; message: string } | undefined {
   const matches = (spec.matchConstraints?.resourceRules ?? []).some((r: Doc) =>
     anyOf(r.apiGroups, request.resource.group) && anyOf(r.operations, request.operation) &&
     anyOf(r.resources, request.subResource ? `${request.resource.resource}/${request.subResource}` : request.resource.resource));
   if (!matches) return undefined;
-  const ctx: Doc = { request };
-  if (!((spec.matchConditions ?? []) as Doc[]).every((m) => evaluate(m.expression, ctx) === true)) return undefined;
+  const ctx: Doc = { request, object: objects.object ?? null, oldObject: objects.oldObject ?? null, params };
+  // failurePolicy Fail: an expression that cannot be evaluated refuses the request
+  const run = (expression: string, vars: Doc = {}) => {
+    try {
+      return { value: evaluate(expression, { ...ctx, variables: vars }) as unknown };
+    } catch (err) {
+      return { error: `expression '${expression}' resulted in error: ${(err as Error).message}` };
+    }
+  };
+  for (const m of (spec.matchConditions ?? []) as Doc[]) {
+    const got = run(m.expression);
+    if (got.error) return { reason: 'Forbidden', message: got.error };
+    if (got.value !== true) return undefined;
+  }
   const variables: Doc = {};
-  for (const v of (spec.variables ?? []) as Doc[]) variables[v.name] = evaluate(v.expression, { ...ctx, variables });
+  for (const v of (spec.variables ?? []) as Doc[]) {
+    const got = run(v.expression, variables);
+    if (got.error) return { reason: 'Forbidden', message: got.error };
+    variables[v.name] = got.value;
+  }
   for (const v of (spec.validations ?? []) as Doc[]) {
-    if (evaluate(v.expression, { ...ctx, variables }) === true) continue;
-    const message = v.messageExpression ? String(evaluate(v.messageExpression, { ...ctx, variables })) : v.message ?? `failed expression: ${v.expression}`;
+    const got = run(v.expression, variables);
+    if (got.error) return { reason: 'Forbidden', message: got.error };
+    if (got.value === true) continue;
+    const said = v.messageExpression ? run(v.messageExpression, variables) : undefined;
+    const message = said?.value !== undefined ? String(said.value) : v.message ?? `failed expression: ${v.expression}`;
     return { reason: v.reason ?? 'Invalid', message };
   }
   return undefined;
+}
+
+/** The object a write would store: a merge patch or an apply on the stored one, a created one as sent. */
+function wouldBe(cur: Doc | undefined, r: StandInRequest, sub: string): Doc | null {
+  try {
+    if (r.contentType === 'application/merge-patch+json') return cur ? mergePatch(cur, JSON.parse(r.body)) as Doc : null;
+    const sent = (r.contentType === 'application/apply-patch+yaml' ? parseYaml(r.body) : JSON.parse(r.body)) as Doc;
+    if (sub === 'status') return cur ? { ...cur, status: sent?.status } : null;
+    return cur ? { ...cur, ...sent, metadata: { ...cur.metadata, ...sent?.metadata } } : sent;
+  } catch {
+    return null;
+  }
 }
 
 /** The HTTP code the API server gives a policy's refusal reason. */

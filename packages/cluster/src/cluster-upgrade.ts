@@ -8,6 +8,7 @@
 import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
+import { publishGate, type GateResult } from './upgrade-gate.js';
 
 /** What the cluster commands need of a (trusted) bundle. */
 export interface AdminBundle {
@@ -137,6 +138,8 @@ export interface PrepareResult {
   runningVersion?: string;
   warnings: Warning[];
   dryRun: boolean;
+  /** The upgrade gate as written (not on a dry run). */
+  gate?: GateResult;
 }
 
 /** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
@@ -154,7 +157,9 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   warnings.push(...await autoscalingWarnings(apis));
   const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
   warnings.push(...pullAlwaysWarnings(pods, b));
-  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: opts.dryRun === true };
+  // the gate learns the release image here, so oc adm upgrade --to-image passes once the nodes are ready
+  const gate = opts.dryRun ? undefined : await publishGate(apis, await readRollup(apis, { digest: b.fileDigest }), { by: 'bundle cluster prepare', release: { version: b.version, image: releaseImageByDigest(b) } });
+  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: opts.dryRun === true, ...(gate ? { gate } : {}) };
 }
 
 export interface UpgradeResult {
@@ -165,6 +170,7 @@ export interface UpgradeResult {
   changed: boolean;
   dryRun: boolean;
   rollup: Rollup;
+  gate?: GateResult;
 }
 
 /**
@@ -184,8 +190,10 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   checkGraph(b, cv, []);
   const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
   const changed = cv.spec?.desiredUpdate?.image !== image;
+  // written just before the change, from the roll-up just read: the cluster's check then agrees with ours
+  const gate = opts.dryRun || opts.selector ? undefined : await publishGate(apis, r, { by: 'bundle cluster upgrade', release: { version: b.version, image } });
   if (changed && !opts.dryRun) {
     await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
   }
-  return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r };
+  return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r, ...(gate ? { gate } : {}) };
 }

@@ -7,7 +7,10 @@ export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
 export { approvalObject, approveBundle, listApprovals, revokeApproval } from './bundle-approval.js';
 export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
 
+export { GATE_KIND, GATE_NAME, GATE_PLURAL, GATE_WAIVER, gateLine, gateSpec, publishGate } from './upgrade-gate.js';
+
 export type { NodeRow, Rollup, RowServing } from './cluster-rollup.js';
+export type { GateResult, GateSpec } from './upgrade-gate.js';
 export type { SignatureConfigMap } from './release-configmap.js';
 export type { NodeIdentity } from './node-rbac.js';
 export type { ApproveResult } from './bundle-approval.js';

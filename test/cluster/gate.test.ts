@@ -1,0 +1,111 @@
+// The upgrade gate, enforced by the cluster: deploy/upgrade-gate.yaml's ValidatingAdmissionPolicy
+// evaluated by the API stand-in as the API server does (its CEL by a CEL library, its UpgradeGate
+// parameter found through the binding's paramRef), against a client that is not ours: a
+// cluster-admin's merge patch of ClusterVersion, as `oc adm upgrade` sends it.
+import t from 'tap';
+import { readFile } from 'node:fs/promises';
+import { request } from 'node:https';
+import { clusterFixture, nodeStatus, node, RELEASE_REPO } from './lib.js';
+
+const { api, b, trust, cluster, allReady } = await clusterFixture(t);
+const ca = await readFile(api.caFile);
+const kubeadmin = api.addToken('kubeadmin', ['system:cluster-admins']);
+
+/** What `oc adm upgrade` (or `oc annotate`) sends: a merge patch of ClusterVersion "version" by a cluster-admin. */
+function oc(patch: unknown): Promise<{ status: number; message: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(new URL('/apis/config.openshift.io/v1/clusterversions/version', api.url), {
+      method: 'PATCH', ca, headers: { Authorization: `Bearer ${kubeadmin}`, 'Content-Type': 'application/merge-patch+json' },
+    }, (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, message: String(JSON.parse(body || '{}').message ?? '') }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(patch));
+  });
+}
+
+// oc adm upgrade --to replaces desiredUpdate whole: in a merge patch, the other field goes (null)
+const byVersion = { spec: { desiredUpdate: { version: '4.15.1', image: null } } };
+
+function reset(): void {
+  allReady();
+  api.delete('upgradegates', 'cluster');
+}
+
+t.test('no gate written yet: every new desiredUpdate is refused (parameterNotFoundAction Deny); other changes pass', async (t) => {
+  reset();
+  const r = await oc(byVersion);
+  t.equal(r.status, 403);
+  t.match(r.message, /ValidatingAdmissionPolicy 'offline-bundle-upgrade-gate' .*no params found/);
+  t.equal((await oc({ spec: { channel: 'stable-4.16' } })).status, 200, 'a change that leaves desiredUpdate alone');
+});
+
+t.test('a node not ready: status --update-gate closes the gate, oc adm upgrade is refused with the reason, the waiver opens it for its target only', async (t) => {
+  reset();
+  api.put('nodebundlestatuses', nodeStatus('worker-0', 'Preloading', b.fileDigest, b.version));
+  const s = await cluster(['status', '--update-gate']);
+  t.equal(s.code, 1);
+  t.match(s.stdout, /upgrade gate: closed/);
+  t.match(api.get('upgradegates', 'cluster')!.spec, { ready: false, version: '4.15.1', checkedBy: 'bundle cluster status' });
+  const r = await oc(byVersion);
+  t.equal(r.status, 403);
+  t.match(r.message, /the nodes are not ready to upgrade to 4\.15\.1 without a registry: 2 of 3 nodes Ready .*worker-0 Preloading.*skip-upgrade-gate=4\.15\.1/);
+  t.equal(api.clusterVersion!.spec.desiredUpdate.version, '4.15.0', 'ClusterVersion unchanged');
+  t.equal((await oc({ metadata: { annotations: { 'offline-bundle.io/skip-upgrade-gate': '4.15.2' } } })).status, 200, 'annotating is no update of desiredUpdate');
+  t.equal((await oc(byVersion)).status, 403, 'a waiver for another target does not open it');
+  t.equal((await oc({ metadata: { annotations: { 'offline-bundle.io/skip-upgrade-gate': '4.15.1' } } })).status, 200);
+  t.equal((await oc(byVersion)).status, 200, 'waived for 4.15.1');
+});
+
+t.test('a stale agent or a NotReady Node closes it as well', async (t) => {
+  reset();
+  const quiet = nodeStatus('worker-1', 'Ready', b.fileDigest, b.version);
+  quiet.status.updatedAt = '2020-01-01T00:00:00.000Z';
+  api.put('nodebundlestatuses', quiet);
+  t.equal((await cluster(['status', '--update-gate'])).code, 1);
+  t.match((await oc(byVersion)).message, /worker-1's agent last reported .* \(stale/);
+  reset();
+  api.put('nodes', { ...node('master-0', { 'node-role.kubernetes.io/master': '' }), status: { conditions: [{ type: 'Ready', status: 'False' }] } });
+  t.equal((await cluster(['status', '--update-gate'])).code, 1);
+  t.match((await oc(byVersion)).message, /master-0's Node is not Ready/);
+});
+
+t.test('every node ready: open by version from status; by image only once prepare (which read the bundle) wrote it', async (t) => {
+  reset();
+  const s = await cluster(['status', '--update-gate', '--json']);
+  t.equal(s.code, 0, s.stderr);
+  t.match(JSON.parse(s.stdout).gate, { written: true, spec: { ready: true, version: '4.15.1', bundleDigest: b.fileDigest } });
+  const img = `${RELEASE_REPO}@${b.releaseDigest}`;
+  const byImage = { spec: { desiredUpdate: { image: img, version: null } } };
+  const refused = await oc(byImage);
+  t.equal(refused.status, 403, 'oc adm upgrade --to-image: the gate does not know the image yet');
+  t.match(refused.message, /knows 4\.15\.1 but not its release image: run "bundle cluster prepare BUNDLE" first/);
+  const p = await cluster(['prepare', b.file, ...trust]);
+  t.equal(p.code, 0, p.stderr);
+  t.match(p.stdout, `upgrade gate: open for 4.15.1 (${img})`);
+  t.equal((await cluster(['status', '--update-gate'])).code, 0, 'status again keeps the image prepare wrote');
+  t.equal(api.get('upgradegates', 'cluster')!.spec.image, img);
+  t.equal((await oc(byImage)).status, 200, 'oc adm upgrade --to-image passes');
+  t.equal((await oc({ spec: { desiredUpdate: { image: img.replace(/@sha256:.*/, `@sha256:${'1'.repeat(64)}`), version: null } } })).status, 403, 'another image does not');
+});
+
+t.test('--update-gate speaks for every node: not with --selector; without it, status writes nothing', async (t) => {
+  reset();
+  const r = await cluster(['status', '--update-gate', '-l', 'node-role.kubernetes.io/master']);
+  t.equal(r.code, 2, r.stderr);
+  t.match(r.stderr, /--update-gate.*cannot be used with option '-l, --selector/);
+  t.equal((await cluster(['status'])).code, 0);
+  t.equal(api.get('upgradegates', 'cluster'), undefined, 'a plain status is read-only');
+});
+
+t.test('bundle cluster upgrade writes the gate from the roll-up it just read, then passes its own policy', async (t) => {
+  reset();
+  t.equal((await cluster(['prepare', b.file, ...trust])).code, 0);
+  api.delete('upgradegates', 'cluster');
+  const r = await cluster(['upgrade', b.file, ...trust]);
+  t.equal(r.code, 0, r.stderr);
+  t.match(r.stdout, /upgrade gate: open for 4\.15\.1/);
+  t.equal(api.clusterVersion!.spec.desiredUpdate.version, '4.15.1');
+});
