@@ -283,7 +283,7 @@ exec "$node" "$here/generate.mjs" "$@"
 /**
  * bundle-deploy-VERSION.tar.gz: what a cluster admin applies, without a clone or npm. One top
  * directory bundle-deploy-VERSION/:
- *   crd.yaml rbac.yaml admin-rbac.yaml README.md        deploy/
+ *   crd.yaml rbac.yaml admin-rbac.yaml upgrade-gate.yaml README.md   deploy/
  *   openshift/generate (launcher) generate.mjs          the generator, bundled by esbuild with its YAML library
  *                                                       (its license: generate.mjs.LICENSE-yaml)
  *   openshift/*                                         its sources (Quadlet unit, config, bootstrap and units,
@@ -297,7 +297,7 @@ export async function buildDeploy({ version, epoch, out, stage }) {
   const top = path.join(stage, name);
   rmSync(top, { recursive: true, force: true });
   for (const d of ['openshift', 'systemd', 'kubernetes']) mkdirSync(path.join(top, d), { recursive: true });
-  for (const f of ['crd.yaml', 'rbac.yaml', 'admin-rbac.yaml', 'README.md']) copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
+  for (const f of ['crd.yaml', 'rbac.yaml', 'admin-rbac.yaml', 'upgrade-gate.yaml', 'README.md']) copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
   for (const f of readdirSync(path.join(ROOT, 'deploy', 'openshift'))) {
     if (f !== 'generate.mjs') copyFileSync(path.join(ROOT, 'deploy', 'openshift', f), path.join(top, 'openshift', f));
   }
