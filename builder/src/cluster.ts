@@ -18,6 +18,7 @@ import {
 import { collect, digestArg, secondsArg } from './args.js';
 import { addDashboardCommand } from './dashboard/command.js';
 import { addApprovalCommands } from './cluster-approve.js';
+import { addCheckCommand } from './cluster-check.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
@@ -188,6 +189,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
 
   addDashboardCommand(cluster, { defaultKubeconfig, loadBundle, trustOptions });
   addApprovalCommands(cluster, { apis, kubeOptions });
+  addCheckCommand(cluster, { apis, loadBundle, kubeOptions, trustOptions, escape: escapeControls });
 
   // runCli overrides exits of the program and its direct commands only: usage errors here exit 2 too
   for (const c of cluster.commands) c.exitOverride();

@@ -30,7 +30,9 @@
 // Served: Nodes, Pods, NodeBundleStatuses (+ /status, server-side apply), BundleApprovals
 // (create, get, list, delete), ClusterVersion
 // "version" (get, merge patch), Machine/ClusterAutoscalers (list), ConfigMaps (get, server-side
-// apply with field ownership per manager). A resource marked absent answers 404 as a missing CRD.
+// apply with field ownership per manager), UpgradeGates (get, apply, held to the CRD's schema),
+// workloads (Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs, CronJobs) and OLM's
+// ClusterServiceVersions (list). A resource marked absent answers 404 as a missing CRD.
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
@@ -112,6 +114,8 @@ const NAMESPACED: Record<string, boolean> = {
   'bundles.offline-bundle.io/upgradegates': false,
   'config.openshift.io/clusterversions': false,
   'autoscaling.openshift.io/machineautoscalers': true, 'autoscaling.openshift.io/clusterautoscalers': false,
+  'apps/deployments': true, 'apps/daemonsets': true, 'apps/statefulsets': true, 'apps/replicasets': true,
+  'batch/jobs': true, 'batch/cronjobs': true, 'operators.coreos.com/clusterserviceversions': true,
 };
 
 /** What the Node authorizer with NodeRestriction lets a node do (the parts that matter here). */
@@ -353,7 +357,7 @@ export class KubeApiStandIn implements KubeStandIn {
     return [...this.store].filter(([k]) => k.startsWith(prefix) && (namespace === undefined || k.startsWith(`${prefix}${namespace}|`))).map(([, v]) => v);
   }
 
-  private replaceAll(resource: string, items: Doc[]): void {
+  replaceAll(resource: string, items: Doc[]): void {
     for (const o of this.list(resource)) this.delete(resource, o.metadata.name, o.metadata.namespace);
     for (const o of items) this.put(resource, o);
   }

@@ -15,6 +15,7 @@ export type ClusterErrorCode =
   | 'NO_RELEASE_SIGNATURES'   // the bundle carries no release signature
   | 'NOT_AN_UPGRADE_SOURCE'   // the running version is not among the bundle's accepted sources
   | 'NODES_NOT_READY'         // not every node reports Ready for this bundle
+  | 'CLOSURE_INCOMPLETE'      // check: an image the cluster asks for is in no bundle or pulled Always, or a node is not ready
   | 'NOT_PREPARED'            // the signature ConfigMap is missing or differs: run prepare
   | 'INVALID_NODE_NAME'       // a node name given is not a Kubernetes object name
   | 'INVALID_DIGEST'          // a digest given is not sha256:<64 hex>

@@ -1,0 +1,156 @@
+/**
+ * `bundle cluster check BUNDLE…`: the registry-free closure as the API shows it. Every image the
+ * cluster will ask a node for (every Pod's, every workload template's, every installed
+ * operator's relatedImages) must be in one of the bundles, under the name the pod uses, and
+ * not pulled with imagePullPolicy Always; and every node must be ready for the first bundle
+ * (the roll-up of `status`). What is missing is named with why and who uses it.
+ * Not yet here: what each node's runtime holds beyond its bundle (agents do not publish it), so
+ * an image in no bundle is a gap even where a node holds it today: the image GC or a crio-wipe
+ * takes it, and no registry brings it back.
+ */
+import type { Command } from 'commander';
+import { nextSteps, readRollup, type AdminBundle, type Rollup } from '@offline-bundle/cluster';
+import { parseReference, repositoryName } from '@offline-bundle/oci';
+import { ClusterError, listAll, type AdminApis } from '@offline-bundle/status';
+
+export interface ImageUse {
+  image: string;
+  /** namespace/Kind/name of each object that asks for it. */
+  users: string[];
+  /** Some user pulls it with imagePullPolicy Always (set or defaulted). */
+  pullAlways: boolean;
+}
+
+export interface ImageGap { image: string; why: 'InNoBundle' | 'PullAlways' | 'BadReference'; users: string[]; message: string }
+
+export interface Closure {
+  /** Images the cluster asks for. */
+  needed: number;
+  gaps: ImageGap[];
+  rollup: Rollup;
+  complete: boolean;
+  summary: string;
+}
+
+type Spec = { containers?: unknown; initContainers?: unknown; ephemeralContainers?: unknown };
+const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
+const list = (v: unknown) => (Array.isArray(v) ? v : []);
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+
+/** The kubelet's default when a template sets none: Always for :latest or no tag. */
+function pullsAlways(image: string, policy: string | undefined): boolean {
+  if (policy) return policy === 'Always';
+  const last = image.split('/').pop() ?? '';
+  return !image.includes('@') && (!last.includes(':') || last.endsWith(':latest'));
+}
+
+/** Adds the images of one pod spec to `uses`, in the name of `user`. */
+function addSpec(uses: Map<string, ImageUse>, spec: Spec, user: string): void {
+  for (const c of [...list(spec.initContainers), ...list(spec.containers), ...list(spec.ephemeralContainers)].map(obj)) {
+    const image = str(c.image);
+    if (!image) continue;
+    const u = uses.get(image) ?? { image, users: [], pullAlways: false };
+    if (!u.users.includes(user) && u.users.length < 20) u.users.push(user);
+    u.pullAlways ||= pullsAlways(image, str(c.imagePullPolicy));
+    uses.set(image, u);
+  }
+}
+
+const WORKLOADS = [
+  { group: 'apps', plural: 'deployments', kind: 'Deployment' },
+  { group: 'apps', plural: 'daemonsets', kind: 'DaemonSet' },
+  { group: 'apps', plural: 'statefulsets', kind: 'StatefulSet' },
+  { group: 'apps', plural: 'replicasets', kind: 'ReplicaSet' },
+  { group: 'batch', plural: 'jobs', kind: 'Job' },
+] as const;
+
+const who = (o: Record<string, unknown>, kind: string) => `${str(obj(o.metadata).namespace) ?? ''}/${kind}/${str(obj(o.metadata).name) ?? ''}`;
+
+/** Every image the API says the cluster runs or will run, with who asks for it. */
+export async function readImageUses(apis: AdminApis): Promise<ImageUse[]> {
+  const uses = new Map<string, ImageUse>();
+  const none = () => [];
+  // only what is read of each page is kept: a spec's containers, the name
+  const pick = (kind: string, at: (o: Record<string, unknown>) => unknown) => (o: Record<string, unknown>) => ({ user: who(o, kind), spec: obj(at(o)) as Spec });
+  for (const p of await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pick('Pod', (o) => o.spec))) addSpec(uses, p.spec, p.user);
+  for (const w of WORKLOADS) {
+    const items = await listAll(`list ${w.plural}.${w.group}`, (q) => apis.custom.listCustomObjectForAllNamespaces({ group: w.group, version: 'v1', plural: w.plural, ...q }), pick(w.kind, (o) => obj(obj(o.spec).template).spec), { notFound: none });
+    for (const x of items) addSpec(uses, x.spec, x.user);
+  }
+  const crons = await listAll('list cronjobs.batch', (q) => apis.custom.listCustomObjectForAllNamespaces({ group: 'batch', version: 'v1', plural: 'cronjobs', ...q }), pick('CronJob', (o) => obj(obj(obj(obj(o.spec).jobTemplate).spec).template).spec), { notFound: none });
+  for (const x of crons) addSpec(uses, x.spec, x.user);
+  // OLM copies a CSV into every namespace it watches: one user per operator is enough
+  const csvs = await listAll('list clusterserviceversions.operators.coreos.com', (q) => apis.custom.listCustomObjectForAllNamespaces({ group: 'operators.coreos.com', version: 'v1alpha1', plural: 'clusterserviceversions', ...q }),
+    (o) => ({ user: `/ClusterServiceVersion/${str(obj(o.metadata).name) ?? ''}`, images: list(obj(o.spec).relatedImages).map((r) => str(obj(r).image)).filter((x): x is string => !!x) }), { notFound: none });
+  for (const c of csvs) addSpec(uses, { containers: c.images.map((image) => ({ image, imagePullPolicy: 'IfNotPresent' })) }, c.user);
+  return [...uses.values()].sort((a, b) => a.image.localeCompare(b.image));
+}
+
+/** The names a bundle answers for: registry/repository@digest, and registry/repository:tag. */
+function bundleNames(bundles: readonly Pick<AdminBundle, 'images'>[]): Set<string> {
+  const out = new Set<string>();
+  for (const b of bundles) {
+    for (const i of b.images) {
+      out.add(`${i.repository}@${i.digest}`);
+      if (i.tag) out.add(`${i.repository}:${i.tag}`);
+    }
+  }
+  return out;
+}
+
+/** The closure's gaps among `uses`, against what the bundles hold (pure). */
+export function imageGaps(uses: readonly ImageUse[], bundles: readonly Pick<AdminBundle, 'images'>[]): ImageGap[] {
+  const names = bundleNames(bundles);
+  const gaps: ImageGap[] = [];
+  for (const u of uses) {
+    let key: string;
+    try {
+      const ref = parseReference(u.image);
+      key = ref.digest ? `${repositoryName(ref)}@${ref.digest}` : `${repositoryName(ref)}:${ref.tag ?? 'latest'}`;
+    } catch {
+      gaps.push({ image: u.image, why: 'BadReference', users: u.users, message: 'not an image reference the runtime can pull' });
+      continue;
+    }
+    if (!names.has(key)) gaps.push({ image: u.image, why: 'InNoBundle', users: u.users, message: 'in no bundle given: no node can pull it without a registry (where a node holds it today, the image GC or a crio-wipe takes it for good); add it to a bundle (images:) and load that' });
+    else if (u.pullAlways) gaps.push({ image: u.image, why: 'PullAlways', users: u.users, message: 'in the bundle, but pulled with imagePullPolicy: Always, which asks the registry every start: set IfNotPresent' });
+  }
+  return gaps;
+}
+
+export async function checkClosure(apis: AdminApis, bundles: readonly AdminBundle[]): Promise<Closure> {
+  const uses = await readImageUses(apis);
+  const gaps = imageGaps(uses, bundles);
+  const rollup = await readRollup(apis, { digest: bundles[0]!.fileDigest });
+  const complete = gaps.length === 0 && rollup.ready;
+  const parts = [
+    `${uses.length} images the cluster asks for, ${uses.length - gaps.filter((g) => g.why !== 'PullAlways').length} of them in the bundle${bundles.length > 1 ? 's' : ''}`,
+    ...(gaps.length ? [`${gaps.length} gap${gaps.length > 1 ? 's' : ''}`] : []),
+    rollup.summary,
+  ];
+  return { needed: uses.length, gaps, rollup, complete, summary: parts.join('; ') };
+}
+
+export interface CheckDeps {
+  apis(o: object): Promise<AdminApis>;
+  loadBundle(file: string, o: object, withFileDigest: boolean): Promise<AdminBundle>;
+  kubeOptions(cmd: Command): Command;
+  trustOptions(cmd: Command): Command;
+  escape(s: string): string;
+}
+
+export function addCheckCommand(cluster: Command, d: CheckDeps): void {
+  d.trustOptions(d.kubeOptions(cluster.command('check')
+    .description('The registry-free closure: every image the cluster asks for (every Pod, every Deployment, DaemonSet, StatefulSet, ReplicaSet, Job and CronJob template, every operator\'s relatedImages) must be in one of the bundles under the name it is asked by, and not pulled with imagePullPolicy Always; and every node must be ready for the first bundle (as "status"). Names each gap, why and who asks for it. Exit 0 only when there is none.')
+    .argument('<bundle...>', 'the bundle the cluster upgrades with first, then any others the nodes loaded (a workload bundle, say)')))
+    .action(async (files: string[], o: { json?: boolean }) => {
+      const bundles = await Promise.all(files.map((f, i) => d.loadBundle(f, o, i === 0)));
+      const c = await checkClosure(await d.apis(o), bundles);
+      if (o.json) process.stdout.write(JSON.stringify({ complete: c.complete, summary: c.summary, needed: c.needed, gaps: c.gaps, nodes: c.rollup.rows.filter((r) => !r.ready) }, null, 2) + '\n');
+      else {
+        const lines = c.gaps.map((g) => `${g.why}: ${g.image}: ${g.message}; asked for by ${g.users.join(', ')}`);
+        const nodes = c.rollup.ready ? [] : [`nodes: ${c.rollup.summary}: ${nextSteps(c.rollup)}`];
+        process.stdout.write([...lines, ...nodes, c.summary].map((l) => `${d.escape(l)}\n`).join(''));
+      }
+      if (!c.complete) throw Object.assign(new ClusterError('CLOSURE_INCOMPLETE', `${c.gaps.length} image gap${c.gaps.length === 1 ? '' : 's'}${c.rollup.ready ? '' : ' and nodes not ready'}: the upgrade would pull from a registry that is not there`), { reported: o.json === true });
+    });
+}
