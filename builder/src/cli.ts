@@ -309,7 +309,13 @@ export function main(argv: string[]): Promise<number> {
     const message = escapeControls(String((err as Error)?.message ?? err).replace(/\s*\n\s*/g, ' ').trim());
     // a command that already printed its JSON result (cluster status not ready) adds no second document
     if (argv.includes('--json') && !(err as { reported?: boolean })?.reported) process.stdout.write(JSON.stringify({ error: { code, message } }) + '\n');
-    process.stderr.write(`bundle: ${code}: ${message}\n`);
+    // a file's problems one a line (FILE:LINE (key): ...), then the error line sums them up
+    const { lines, summary } = (err ?? {}) as { lines?: unknown; summary?: unknown };
+    if (Array.isArray(lines) && typeof summary === 'string') {
+      process.stderr.write(lines.map((l) => `  ${escapeControls(String(l).replace(/\s*\n\s*/g, ' '))}\n`).join('') + `bundle: ${code}: ${escapeControls(summary)}\n`);
+    } else {
+      process.stderr.write(`bundle: ${code}: ${message}\n`);
+    }
     const exit = (err as { exitCode?: unknown })?.exitCode;
     return code === 'INTERRUPTED' && typeof exit === 'number' ? exit : 1;
   });

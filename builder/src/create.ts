@@ -6,12 +6,12 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
-  MediaType, parseReference, type Descriptor, type ImageSource, type Platform, type ImageReference, type SourceSpec,
+  MediaType, parseReference, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
 } from '@offline-bundle/oci';
 import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
-import { checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
+import { archProblem, checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { checkDeltaBase, readDeltaBase, sharedWithBase, type DeltaBase } from './delta-base.js';
 import { formatBytes, plural } from '@offline-bundle/status';
@@ -255,6 +255,8 @@ interface Preflight { key: KeyObject | undefined; want: Platform; output: string
 /** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
 async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
   const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
+  const badArch = archProblem(opts.arch ?? 'amd64');
+  if (badArch) throw new OciError('INVALID_CONFIG', `${opts.fileKeys?.keys?.includes('arch') ? `${opts.fileKeys.file}: arch` : '--arch'} ${badArch}`);
   const want = parsePlatform(opts.arch ?? 'amd64');
   checkReleaseOptions({ version: opts.version, name: opts.name, arch: want.architecture, upgradeFrom: opts.upgradeFrom }, opts.fileKeys);
   const unwritable = (opts.formatVersion === undefined ? undefined : unwritableVersion(opts.formatVersion)) ?? blobOrderProblem(opts.blobOrder, opts.formatVersion);
@@ -377,10 +379,7 @@ async function resolveRelease(s: Session, release: string, into: ResolvedAll): P
   progress.log(`resolving release ${release}`);
   const rel = await resolveImage(await open(release), cache, want, false, '--release', 'release');
   into.resolved.push(rel);
-  const payload = await readReleasePayload(rel.layers.map((l) => async () => {
-    const path = await cache.fetch(l.digest, l.size, (offset) => rel.source.getBlob(l.digest, l.size, offset));
-    return createReadStream(path);
-  }));
+  const payload = await readReleasePayload(rel.layers.map((l) => cachedLayer(cache, rel.source, l)), `the release image ${formatReference(rel.source.name)}`);
   if (opts.version && opts.version !== payload.version) {
     throw new OciError('INVALID_RELEASE', `--version ${opts.version} contradicts the release image, which is ${payload.version}`);
   }
@@ -395,6 +394,15 @@ async function resolveRelease(s: Session, release: string, into: ResolvedAll): P
   into.resolved.push(...payloadImages);
 }
 
+/** A layer read from the cache (fetched first when missing); a copy that does not unpack is dropped from it. */
+function cachedLayer(cache: BlobCache, source: ImageSource, l: { digest: string; size: number }): LayerReader {
+  return {
+    digest: l.digest,
+    open: async () => createReadStream(await cache.fetch(l.digest, l.size, (offset) => source.getBlob(l.digest, l.size, offset))),
+    drop: () => cache.drop(l.digest),
+  };
+}
+
 /** Operators' catalog and bundle images, then every --image / --images-file source, each named by where it was given. */
 async function resolveSources(s: Session, pre: Preflight, { resolved, warnings }: ResolvedAll): Promise<void> {
   const { opts, cache, want, limit, work, open } = s;
@@ -402,7 +410,7 @@ async function resolveSources(s: Session, pre: Preflight, { resolved, warnings }
   const operatorLines = await operatorImages(opts.operators ?? [], async (spec, where) => {
     const r = await resolveImage(await open(spec), cache, want, false, where, CATALOG_COMPONENT);
     resolved.push(r);
-    return { blobs: r.blobs, layers: r.layers, blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
+    return { blobs: r.blobs, layers: r.layers.map((l) => cachedLayer(cache, r.source, l)), blobPath: (b) => cache.fetch(b.digest, b.size, (offset) => r.source.getBlob(b.digest, b.size, offset)) };
   }, (catalog, message) => warnings.push({ kind: 'WholeCatalog', object: catalog, image: catalog, message }));
   const sources = [...specs.map((spec) => ({ spec, where: whereOf.get(spec) ?? spec })), ...operatorLines];
   resolved.push(...await allOrFirstError(limit, sources.map((l) => async () => resolveImage(await open(l.spec), cache, want, opts.allPlatforms === true, l.where)), work.signal));

@@ -1,10 +1,11 @@
 import { open, readdir, rm, stat } from 'node:fs/promises';
 import type { Stats } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { OciError } from '@offline-bundle/oci';
+import { KNOWN_ARCHES, OciError, isKnownArch, parsePlatform } from '@offline-bundle/oci';
 import { errnoReason, filesystemFree, HostError, makeDirs, pidExists } from '@offline-bundle/host';
 import { checkReleaseFields } from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/status';
+import { didYouMean } from './args.js';
 
 /** What a non-regular, non-directory file is, in words. */
 export function notAFile(st: Stats): string {
@@ -125,4 +126,19 @@ export async function checkCacheDir(dir: string, isDefault: boolean): Promise<vo
     if (code === 'ENOSPC' || code === 'EDQUOT') throw new OciError('NO_SPACE', `the blob cache ${dir} is on a full disk: free space there or ${how}`, { cause: err });
     throw new OciError('NOT_WRITABLE', `cannot use ${dir} as the blob cache (${errnoReason(code)}): ${how}`, { cause: err });
   }
+}
+
+/**
+ * Why an --arch (or arch:) value matches no image, judged before a registry is asked: amd65
+ * would otherwise fail only once the first manifest came back. Undefined when it is one.
+ */
+export function archProblem(value: string): string | undefined {
+  let arch: string;
+  try {
+    arch = parsePlatform(value).architecture;
+  } catch (err) {
+    return (err as Error).message;
+  }
+  if (isKnownArch(arch)) return undefined;
+  return `${JSON.stringify(value)} is not an architecture images are built for (known: ${KNOWN_ARCHES.join(', ')})${didYouMean(arch, KNOWN_ARCHES)}`;
 }

@@ -3,7 +3,7 @@
 import { stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import type { Command } from 'commander';
-import { isPartName, partNamesIn } from '@offline-bundle/format';
+import { FormatError, isPartName, partNamesIn } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { OciError } from '@offline-bundle/oci';
 import { formatBytes, plural } from '@offline-bundle/status';
@@ -15,8 +15,10 @@ import { SPLIT_SIZE_HELP, parseSize, splitBundle } from './split.js';
  */
 export async function assertBundlePath(file: string): Promise<void> {
   if (isPartName(file)) return;
-  const exists = await stat(file).then(() => true, () => false);
+  const exists = await stat(file).then(() => true, (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' || err.code === 'ENOTDIR' ? false : undefined));
   if (!exists && (await partNamesIn(dirname(file) || '.', basename(file)).catch(() => [])).length > 0) return;
+  // the agent's line for a path that names nothing, not the system's "ENOENT ... stat"
+  if (exists === false) throw new FormatError('IO_ERROR', `${file} does not exist: give the path of a NAME.bundle file`);
   await assertRegularFile(file);
 }
 

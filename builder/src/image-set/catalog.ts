@@ -5,12 +5,10 @@
  * packages and channels (and a version range); the images a bundle needs are each selected
  * operator bundle's image and its relatedImages.
  */
-import { createReadStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import type { Readable } from 'node:stream';
 import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
-import { OciError, parseReference, readLayerFiles } from '@offline-bundle/oci';
+import { OciError, parseReference, readLayerFiles, type LayerReader } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import { someOf, type OperatorSelection } from './schema.js';
@@ -137,7 +135,7 @@ export function selectBundles(fbc: Fbc, packages: PackageSelection[], where: str
 }
 
 /** The FBC files of a catalog image under the directory its label names, those `keep` takes (by path below it). */
-export async function readCatalogFiles(labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[], image: string, keep: (path: string) => boolean = () => true): Promise<Map<string, Buffer>> {
+export async function readCatalogFiles(labels: Record<string, string> | undefined, layers: LayerReader[], image: string, keep: (path: string) => boolean = () => true): Promise<Map<string, Buffer>> {
   const dir = (labels?.[CONFIGS_LABEL] ?? '/configs').replace(/^\/+|\/+$/g, '');
   return readLayerFiles(layers, (name) => name.startsWith(`${dir}/`) && /\.(json|ya?ml)$/.test(name) && keep(name.slice(dir.length + 1)), image);
 }
@@ -147,7 +145,7 @@ export async function readCatalogFiles(labels: Record<string, string> | undefine
  * top-level files and the selected packages' ones are read first (a big catalog need not be held whole), the whole
  * catalog only when a package is not in its own directory.
  */
-async function catalogFor(sel: OperatorSelection, labels: Record<string, string> | undefined, layers: (() => Promise<Readable>)[]): Promise<Fbc> {
+async function catalogFor(sel: OperatorSelection, labels: Record<string, string> | undefined, layers: LayerReader[]): Promise<Fbc> {
   const selected = new Set(sel.packages.map((p) => p.name));
   const parseFbc = (files: ReadonlyMap<string, Buffer>) => {
     try {
@@ -198,7 +196,8 @@ export function checkCatalogReference(sel: OperatorSelection): void {
 /** A catalog image as create resolved it (it goes into the bundle too): its blobs and a way to their bytes. */
 export interface OpenedCatalog {
   blobs: { digest: string; size: number; mediaType: string }[];
-  layers: { digest: string; size: number }[];
+  /** Its layers, read from the cache (a damaged copy is dropped from it). */
+  layers: LayerReader[];
   /** The cache file holding a blob, fetched when missing. */
   blobPath(blob: { digest: string; size: number }): Promise<string>;
 }
@@ -217,7 +216,7 @@ export async function operatorImages(selections: OperatorSelection[], open: (spe
     const c = await open(`docker://${sel.catalog}`, sel.where);
     const config = c.blobs.find((b) => isConfig(b.mediaType));
     const labels = config ? (JSON.parse(await readFile(await c.blobPath(config), 'utf8')) as { config?: { Labels?: Record<string, string> } }).config?.Labels : undefined;
-    const fbc = await catalogFor(sel, labels, c.layers.map((l) => async () => createReadStream(await c.blobPath(l))));
+    const fbc = await catalogFor(sel, labels, c.layers);
     const bundles = selectBundles(fbc, sel.packages, sel.where);
     // the issue allows the original catalog "with a warning about its size": its blobs, manifest to layers
     const size = formatBytes(c.blobs.reduce((sum, b) => sum + b.size, 0));

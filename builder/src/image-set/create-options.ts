@@ -56,7 +56,9 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
     if (o.updateGraph !== undefined) throw new OciError('INVALID_CONFIG', '--update-graph goes with -f: a file naming its release by channel');
     return { imageWhere: cliImages, chartWhere: cliCharts };
   }
-  const loaded = await readBundleFile(o.file);
+  // a value a flag replaces is not the run's, nor a key's where nothing is signed (a dry run, diff): its mistakes are not reported
+  const signs = !o.dryRun && cmd.options.some((opt) => opt.attributeName() === 'key');
+  const loaded = await readBundleFile(o.file, (key) => cmd.getOptionValueSource(key) === 'cli' || (!signs && (key === 'key' || key === 'passphraseFile')));
   for (const w of loaded.warnings) log(`warning: ${w}`);
   const f = loaded.file;
   takeScalars(o, f, cmd);

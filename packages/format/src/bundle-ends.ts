@@ -80,6 +80,28 @@ export async function misplacedFrame(source: BundleSource): Promise<number | und
   return undefined;
 }
 
+/** What to do about a damaged copy: NAME.bundle.sha256 sits beside every bundle create writes (sha256sum's format). */
+function recopy(identity: string): string {
+  const name = identity.replace(/ \(\d+ parts\)$/, '');
+  // sha256sum -c looks for NAME.bundle itself, which a part set lacks
+  const check = name === identity ? 'sha256sum -c, in its directory' : `cat ${name}.part-* | sha256sum gives the digest it holds`;
+  return `copy it again from the original and check the copy against ${name}.sha256 (${check})`;
+}
+
+/**
+ * Why bytes that zstd would not decode fail a read, in our words: zstd's own ("Unknown frame
+ * descriptor", "Restored data doesn't match checksum") name no file and no way out, and stay the
+ * cause. A file that does not start with a zstd frame is no bundle at all, as the agent says it.
+ */
+export async function undecodable(source: BundleSource, cause: unknown): Promise<FormatError> {
+  if (/middle of compressed data frame/.test((cause as Error)?.message ?? '')) {
+    return new FormatError('CORRUPT', `${source.identity} ends inside a zstd frame: the copy is incomplete (was the media removed early?); ${recopy(source.identity)}`, { cause });
+  }
+  const head = await source.read(0, FRAME_MAGIC.length).catch(() => undefined);
+  if (head && !head.equals(FRAME_MAGIC)) return new FormatError('CORRUPT', `${source.identity} is not a bundle (it does not start with a zstd frame): give the path of a NAME.bundle file`, { cause });
+  return new FormatError('CORRUPT', `${source.identity} is damaged: its compressed data does not decode (changed in copying, or on the media): ${recopy(source.identity)}`, { cause });
+}
+
 /** bundle.json and its signature only, from the first frames: for `inspect`, no trust implied. */
 export async function readHeader(source: BundleSource): Promise<{ manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer }> {
   const path = source.identity;
@@ -111,6 +133,7 @@ export async function readHeader(source: BundleSource): Promise<{ manifest: Bund
     // a file that cannot be read (missing, media removed) says nothing about its contents
     if (isSystemError(err)) throw new FormatError('IO_ERROR', `cannot read ${path}: ${err.message}`, { cause: err });
     // tar's complaint about a stream cut short by undecodable bytes: the bytes are the cause
+    if (decompress.failed && !(decompress.failed instanceof FormatError)) throw await undecodable(source, decompress.failed);
     const cause = decompress.failed ?? err;
     throw new FormatError('CORRUPT', `${path} is not a bundle: ${(cause as Error).message}`, { cause });
   } finally {
@@ -120,7 +143,8 @@ export async function readHeader(source: BundleSource): Promise<{ manifest: Bund
   }
   if (!manifestBytes || !signature) {
     if (failed instanceof FormatError) throw failed;
-    if (decompress.failed) throw new FormatError('CORRUPT', `${path} is not a bundle: ${decompress.failed.message}`, { cause: decompress.failed });
+    if (decompress.failed instanceof FormatError) throw decompress.failed;
+    if (decompress.failed) throw await undecodable(source, decompress.failed);
     if (decompress.overLimit) throw headerOverrun();
     throw new FormatError('TRUNCATED', `${path} ends before bundle.json and its signature`);
   }

@@ -1,5 +1,5 @@
 import { FormatError } from './errors.js';
-import { endsWithSeekTable, isSystemError, readSeekIndex } from './bundle-ends.js';
+import { endsWithSeekTable, isSystemError, readSeekIndex, undecodable } from './bundle-ends.js';
 import type { WalkedFrame } from './frame-inspector.js';
 import type { SeekIndex } from './seekable.js';
 import type { BundleSource } from './source.js';
@@ -83,6 +83,8 @@ async function classify(err: unknown, upstream: Error | undefined, complete: boo
   if (err instanceof FormatError) return err;
   // tar's complaint about an archive cut short by undecodable bytes: the bytes are the cause
   if (upstream && !isSystemError(err)) err = upstream;
+  // zstd's own words, which name neither the file nor what to do
+  const decoder = upstream !== undefined && err === upstream && !(upstream instanceof FormatError);
   const msg = (err as Error)?.message ?? String(err);
   // reading the bundle failed (media removed, I/O error): not a verdict on its contents
   if (isSystemError(err)) return new FormatError('IO_ERROR', `cannot read ${source.identity}: ${msg}`, { cause: err });
@@ -97,8 +99,9 @@ async function classify(err: unknown, upstream: Error | undefined, complete: boo
     } else if (cutShort) {
       return truncated(err);
     }
-    return new FormatError('TRAILING_DATA', `data follows the end of the archive (${msg}): the file was altered`, { cause: err });
+    return new FormatError('TRAILING_DATA', `data follows the end of the archive${decoder ? '' : ` (${msg})`}: the file was altered`, { cause: err });
   }
   if (cutShort) return truncated(err);
+  if (decoder) return undecodable(source, err);
   return new FormatError('CORRUPT', `the file is damaged or not a bundle: ${msg}`, { cause: err });
 }

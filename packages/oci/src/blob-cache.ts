@@ -97,6 +97,13 @@ export class BlobCache {
     });
   }
 
+  /** Removes a blob and its unpacked size: a copy found damaged is fetched again by the next run. */
+  async drop(digest: string): Promise<void> {
+    this.checked.delete(digest);
+    await rm(this.path(digest), { force: true });
+    await rm(this.sizePath(digest), { force: true });
+  }
+
   async has(digest: string, size: number): Promise<boolean> {
     try {
       return (await stat(this.path(digest))).size === size;

@@ -2,7 +2,7 @@ export { OciError } from './errors.js';
 export { assertDigest, digestHex, isDigest, newSha256, sha256, sha256File } from './digest.js';
 export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } from './media-types.js';
 export { parseReference, parseOciUrlReference, formatReference, repositoryName, digestReference } from './reference.js';
-export { parsePlatform, formatPlatform, platformMatches, normalizeArch } from './platform.js';
+export { parsePlatform, formatPlatform, platformMatches, normalizeArch, isKnownArch, KNOWN_ARCHES } from './platform.js';
 export { parseManifest } from './manifest.js';
 export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles, parseCreds } from './auth.js';
 export { CREDENTIAL_HELPER_TIMEOUT_MS, MAX_CREDENTIAL_HELPER_OUTPUT, helperCredentials } from './credential-helper.js';
@@ -37,7 +37,7 @@ export type { RegistryRule, PullSource, PullFromMirror } from './registries-conf
 export type { RegistryLocation, RegistryClientOptions } from './registry-client.js';
 export type { ImageSource, FetchedManifest } from './source.js';
 export type { SourceSpec, TransportName, TransportContext } from './transport.js';
-export type { ReleasePayload } from './release.js';
+export type { LayerReader, ReleasePayload } from './release.js';
 export type { CacheInfo } from './blob-cache.js';
 export type { PullAlwaysWorkload } from './release-manifests.js';
 export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';

@@ -20,6 +20,12 @@ export function normalizeArch(arch: string): string {
   return ARCH_ALIASES[arch] ?? arch;
 }
 
+/** The architectures images are published for (Go's GOARCH names, as the OCI image spec uses them): any other matches no image. */
+export const KNOWN_ARCHES = ['386', 'amd64', 'arm', 'arm64', 'loong64', 'mips', 'mips64', 'mips64le', 'mipsle', 'ppc64', 'ppc64le', 'riscv64', 's390x', 'wasm'] as const;
+
+/** Whether `arch` (or an alias of one, x86_64) is one images are published for. */
+export const isKnownArch = (arch: string): boolean => (KNOWN_ARCHES as readonly string[]).includes(normalizeArch(arch));
+
 /** "linux/arm64/v8" or "arm64" (os defaults to linux). */
 export function parsePlatform(value: string): Platform {
   const parts = value.split('/');

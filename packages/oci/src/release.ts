@@ -106,16 +106,35 @@ function applyWhiteouts(found: Map<string, Buffer>, scan: LayerScan): void {
   }
 }
 
+/** A layer to read, by its digest (named when it does not unpack); `drop` removes a damaged copy kept of it. */
+export interface LayerReader { digest: string; open: () => Promise<Readable>; drop?: () => Promise<void> }
+
+/**
+ * A layer whose bytes do not unpack (a gzip or zstd stream or a tar cut short or garbled) named
+ * by image and digest: its digest was checked as it arrived, so the image is broken at its
+ * source, or the cache's copy was damaged since. The error of the decoder, which names neither,
+ * is kept as the cause.
+ */
+async function damagedLayer(err: unknown, image: string, layer: LayerReader): Promise<unknown> {
+  // a refusal of ours, a stop, or the disk failing says nothing of the layer's bytes
+  if (err instanceof OciError || typeof (err as NodeJS.ErrnoException)?.syscall === 'string' || (err as Error)?.name === 'AbortError') return err;
+  const dropped = await layer.drop?.().then(() => true, () => false);
+  const why = ((err as Error)?.message ?? String(err)).toLowerCase();
+  const cached = dropped ? ', or its copy in the blob cache was damaged (removed now: a rerun fetches it again)' : '';
+  return new OciError('INVALID_ARCHIVE', `${image}: layer ${layer.digest} does not unpack (${why}): the source registry served a truncated or corrupt blob${cached}; check the image at its source (podman pull unpacks every layer) and run again`, { cause: err });
+}
+
 /**
  * The files `want` names (paths without a leading /) in an image's layers, each at most 16 MiB
  * and 64 MiB together: later layers override earlier ones and their whiteouts hide them, as in
  * the image's filesystem.
  */
-export async function readLayerFiles(layers: (() => Promise<Readable>)[], want: (name: string) => boolean, image = 'the image'): Promise<Map<string, Buffer>> {
+export async function readLayerFiles(layers: (LayerReader | (() => Promise<Readable>))[], want: (name: string) => boolean, image = 'the image'): Promise<Map<string, Buffer>> {
   const found = new Map<string, Buffer>();
   let read = 0;
-  for (const open of layers) {
-    const scan = await scanLayer(await open(), want, image, read);
+  for (const [i, l] of layers.entries()) {
+    const layer = typeof l === 'function' ? { digest: `#${i + 1}`, open: l } : l;
+    const scan = await scanLayer(await layer.open(), want, image, read).catch(async (err: unknown) => { throw await damagedLayer(err, image, layer); });
     read = scan.read;
     applyWhiteouts(found, scan);
     for (const [name, bytes] of scan.files) found.set(name, bytes);
@@ -128,8 +147,8 @@ export async function readLayerFiles(layers: (() => Promise<Readable>)[], want: 
  * ImageStream) and its version and upgrade edges in release-manifests/release-metadata.
  * Later layers override earlier ones, as in the image's filesystem.
  */
-export async function readReleasePayload(layers: (() => Promise<Readable>)[]): Promise<ReleasePayload> {
-  const found = await readLayerFiles(layers, (name) => name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name), 'the release image');
+export async function readReleasePayload(layers: (LayerReader | (() => Promise<Readable>))[], image = 'the release image'): Promise<ReleasePayload> {
+  const found = await readLayerFiles(layers, (name) => name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name), image);
   const refs = found.get(IMAGE_REFERENCES_PATH);
   if (!refs) throw new OciError('INVALID_RELEASE', `the release image has no ${IMAGE_REFERENCES_PATH}: is it an OpenShift release image? For other clusters use --image with --version`);
   let stream: ImageStream;
