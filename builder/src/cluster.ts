@@ -12,7 +12,7 @@ import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures, withBundle } from '@offline-bundle/format';
 import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, timeAgo, type AdminApis } from '@offline-bundle/status';
 import {
-  gateLine, nextSteps, nodeRbacObjects, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  gateLine, nextSteps, nodeRbacObjects, pinnedSetsLine, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
@@ -138,7 +138,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       const b = await loadBundle(file, o, false);
       const r = await prepareCluster(await apis(o), b, { dryRun: o.dryRun === true });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null }, null, 2) + '\n');
         return;
       }
       const where = `ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP}`;
@@ -148,6 +148,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
         + `version graph: the cluster runs ${r.runningVersion ?? 'an unknown version'}; ${b.version} ${b.upgradeFrom.length ? `accepts ${b.upgradeFrom.join(', ')}` : 'accepts any version'}\n`
         + warningLines(r.warnings)
         + (r.gate ? `${escapeControls(gateLine(r.gate))}\n` : '')
+        + (r.pinned ? `${escapeControls(pinnedSetsLine(r.pinned))}\n` : '')
         + `next: "bundle cluster status" until it exits 0, then "bundle cluster upgrade ${file}"\n`,
       );
     });
@@ -161,12 +162,13 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       const b = await loadBundle(file, o, true);
       const r = await upgradeCluster(await apis(o), b, { dryRun: o.dryRun === true, ...(o.selector ? { selector: o.selector } : {}) });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, changed: r.changed, image: r.image, patch: r.patch, ocCommand: r.ocCommand, summary: r.rollup.summary, gate: r.gate ?? null }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, changed: r.changed, image: r.image, patch: r.patch, ocCommand: r.ocCommand, summary: r.rollup.summary, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null }, null, 2) + '\n');
         return;
       }
       process.stdout.write(
         `${r.rollup.summary}\n`
         + (r.gate ? `${escapeControls(gateLine(r.gate))}\n` : '')
+        + (r.pinned ? `${escapeControls(pinnedSetsLine(r.pinned))}\n` : '')
         + (!r.changed ? `ClusterVersion/version already asks for ${r.image}\n` : `${r.dryRun ? 'would set' : 'set'} ClusterVersion/version spec.desiredUpdate = ${JSON.stringify(r.patch.spec.desiredUpdate)}\n`)
         + `equivalent: ${r.ocCommand}\n`
         + (r.dryRun ? '' : 'follow it with: oc adm upgrade (or oc get clusterversion)\n'),

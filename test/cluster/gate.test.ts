@@ -34,12 +34,16 @@ function reset(): void {
   api.delete('upgradegates', 'cluster');
 }
 
-t.test('no gate written yet: every new desiredUpdate is refused (parameterNotFoundAction Deny); other changes pass', async (t) => {
+t.test('no gate written yet: a move to a new release is refused; every other change passes (--clear, channel, the waiver)', async (t) => {
   reset();
   const r = await oc(byVersion);
   t.equal(r.status, 403);
-  t.match(r.message, /ValidatingAdmissionPolicy 'offline-bundle-upgrade-gate' .*no params found/);
+  t.match(r.message, /ValidatingAdmissionPolicy 'offline-bundle-upgrade-gate' .*no upgrade gate has been written yet .*bundle cluster status --update-gate/);
   t.equal((await oc({ spec: { channel: 'stable-4.16' } })).status, 200, 'a change that leaves desiredUpdate alone');
+  t.equal((await oc({ spec: { desiredUpdate: null } })).status, 200, 'oc adm upgrade --clear');
+  t.equal((await oc({ spec: { desiredUpdate: { acceptRisks: [] } } })).status, 200, 'a desiredUpdate with no target');
+  t.equal((await oc({ metadata: { annotations: { 'offline-bundle.io/skip-upgrade-gate': '4.15.1' } } })).status, 200, 'the waiver itself');
+  t.equal((await oc(byVersion)).status, 200, 'and what it waives');
 });
 
 t.test('a node not ready: status --update-gate closes the gate, oc adm upgrade is refused with the reason, the waiver opens it for its target only', async (t) => {
@@ -57,6 +61,7 @@ t.test('a node not ready: status --update-gate closes the gate, oc adm upgrade i
   t.equal((await oc(byVersion)).status, 403, 'a waiver for another target does not open it');
   t.equal((await oc({ metadata: { annotations: { 'offline-bundle.io/skip-upgrade-gate': '4.15.1' } } })).status, 200);
   t.equal((await oc(byVersion)).status, 200, 'waived for 4.15.1');
+  t.equal((await oc({ spec: { desiredUpdate: { version: '4.15.0', image: null } } })).status, 200, 'back to the release it ran (status.history): never gated');
 });
 
 t.test('a stale agent or a NotReady Node closes it as well', async (t) => {
@@ -88,7 +93,21 @@ t.test('every node ready: open by version from status; by image only once prepar
   t.equal((await cluster(['status', '--update-gate'])).code, 0, 'status again keeps the image prepare wrote');
   t.equal(api.get('upgradegates', 'cluster')!.spec.image, img);
   t.equal((await oc(byImage)).status, 200, 'oc adm upgrade --to-image passes');
-  t.equal((await oc({ spec: { desiredUpdate: { image: img.replace(/@sha256:.*/, `@sha256:${'1'.repeat(64)}`), version: null } } })).status, 403, 'another image does not');
+  const other = await oc({ spec: { desiredUpdate: { image: img.replace(/@sha256:.*/, `@sha256:${'1'.repeat(64)}`), version: null } } });
+  t.equal(other.status, 403, 'another image does not');
+  t.match(other.message, `the nodes are ready for ${img}, not for sha256:${'1'.repeat(64)}`);
+  t.equal((await oc({ spec: { desiredUpdate: { image: img.replace(/^[^@]*/, 'mirror.example.com/ocp/release'), version: null } } })).status, 200, 'the same digest under a mirror\'s name (oc adm upgrade --to copies the graph\'s pullspec)');
+  const multi = await oc({ spec: { desiredUpdate: { version: '4.15.1', image: null, architecture: 'Multi' } } });
+  t.equal(multi.status, 403, 'a move to another architecture');
+  t.match(multi.message, /not a move to architecture Multi/);
+});
+
+t.test('a ClusterVersion with no desiredUpdate yet (a fresh install): the first move is gated as any', async (t) => {
+  reset();
+  api.clusterVersion = { ...api.clusterVersion!, spec: { clusterID: 'c0ffee', channel: 'stable-4.15' } };
+  t.equal((await oc(byVersion)).status, 403, 'no gate: refused');
+  t.equal((await cluster(['status', '--update-gate'])).code, 0);
+  t.equal((await oc(byVersion)).status, 200, 'gate open: through');
 });
 
 t.test('--update-gate speaks for every node: not with --selector; without it, status writes nothing', async (t) => {

@@ -130,7 +130,7 @@ t.test('rollup: a node created after the running release completed, without it, 
   t.notOk(rollup(nodes, statuses, undefined, { version: '4.15.1' }).rows.some((x) => x.missingRunning), 'no completion time (or not OpenShift): nothing claimed');
 });
 
-t.test("rollup: staleness is three of the agent's heartbeats (default 60 s), a report with no time is stale, a clock ahead is fresh", async (t) => {
+t.test("rollup: staleness is three of the agent's heartbeats (default 60 s, at most 300), a report with no time is stale, one dated over a heartbeat ahead is stale and says so", async (t) => {
   const { rollup } = await import('@offline-bundle/cluster');
   const now = new Date('2026-12-01T12:00:00Z');
   const n = (name: string) => ({ metadata: { name }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
@@ -139,12 +139,14 @@ t.test("rollup: staleness is three of the agent's heartbeats (default 60 s), a r
     metadata: { name },
     status: { phase: 'Ready', updatedAt, ...(heartbeatSeconds ? { heartbeatSeconds } : {}), bundle: { digest: d }, conditions: [{ type: 'Ready', status: 'True' }] },
   });
-  const r = rollup(['at180', 'at181', 'none', 'ahead', 'slow'].map(n), [
-    st('at180', '2026-12-01T11:57:00Z'), st('at181', '2026-12-01T11:56:59Z'), st('none', undefined), st('ahead', '2026-12-01T12:05:00Z'), st('slow', '2026-12-01T11:50:00Z', 300),
+  const r = rollup(['at180', 'at181', 'none', 'ahead', 'abit', 'slow', 'claims'].map(n), [
+    st('at180', '2026-12-01T11:57:00Z'), st('at181', '2026-12-01T11:56:59Z'), st('none', undefined), st('ahead', '2026-12-01T12:05:00Z'),
+    st('abit', '2026-12-01T12:00:30Z'), st('slow', '2026-12-01T11:50:00Z', 300), st('claims', '2026-11-30T12:00:00Z', 86_400),
   ], d, undefined, now);
   t.same(r.rows.map((x) => [x.node, x.stale, x.ready]), [
-    ['ahead', false, true], ['at180', false, true], ['at181', true, false], ['none', true, false], ['slow', false, true],
+    ['abit', false, true], ['ahead', true, false], ['at180', false, true], ['at181', true, false], ['claims', true, false], ['none', true, false], ['slow', false, true],
   ]);
   t.equal(r.ready, false);
   t.match(r.summary, "none's agent reported no time");
+  t.match(r.summary, "ahead's agent reported from 5 min ahead of this clock (stale: set the clocks right");
 });

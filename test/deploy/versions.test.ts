@@ -22,7 +22,7 @@ const VERSION = JSON.parse(await readFile(path.join(ROOT, 'package.json'), 'utf8
 const V = String.raw`(\d+\.\d+\.\d+(?:-(?!linux\b|amd64\b|arm64\b)[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?)`;
 const FORMS: [string, RegExp][] = [
   // bundle-agent-V-linux-ARCH.tar.gz, bundle-V-linux-ARCH.tar.gz, bundle-agent-V.oci.tar, bundle-agent-V-ARCH.oci.tar, bundle-deploy-V.tar.gz
-  ['artifact name', new RegExp(String.raw`\bbundle(?:-agent|-deploy)?-${V}`, 'g')],
+  ['artifact name', new RegExp(String.raw`(?<![\w.-])bundle(?:-agent|-deploy)?-${V}`, 'g')],
   ['image tag bundle-agent:V', new RegExp(String.raw`\bbundle-agent:${V}`, 'g')],
   ['oci-archive:FILE:V', new RegExp(String.raw`\boci-archive:[^\s\`:]*:${V}`, 'g')],
   ['--want-version V', new RegExp(String.raw`--want-version[ =]${V}`, 'g')],

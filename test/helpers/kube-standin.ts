@@ -18,11 +18,13 @@
 //   API server does (matchConstraints.resourceRules, matchConditions, variables, validations,
 //   messageExpression, in CEL, with request, object, oldObject and params): deploy/rbac.yaml's
 //   lets a node write only its own NodeBundleStatus; deploy/upgrade-gate.yaml's refuses a
-//   ClusterVersion desiredUpdate its UpgradeGate does not name. A binding's paramRef (by name)
-//   finds the policy's paramKind object; none there with parameterNotFoundAction Deny refuses, as
-//   the API server does; an expression that fails to evaluate refuses (failurePolicy Fail).
-//   object is what a merge patch or an apply would make of the stored object. (Binding
-//   matchResources and paramRef selectors are not read: ours have none.)
+//   ClusterVersion desiredUpdate its UpgradeGate does not name. As the API server's dispatcher
+//   does, a binding's paramRef (by name) is looked up before any matchCondition: none there is
+//   params null with parameterNotFoundAction Allow and a refusal of every matched request with
+//   Deny, and so is a paramKind no served resource has; a false matchCondition skips the policy,
+//   else an expression that fails to evaluate refuses (failurePolicy Fail). object is what a
+//   merge patch or an apply would make of the stored object. (Binding matchResources, paramRef
+//   selectors and paramKind's version are not read: ours have none, or one.)
 // - Refusals are the API server's Status objects, with its messages.
 // - Objects of the shipped CRDs (deploy/crd.yaml) are created (POST) only when they pass the
 //   CRD's schema and CEL rules (kube-standin-crd.ts), else 422 Invalid; an existing name is a
@@ -32,7 +34,8 @@
 // "version" (get, merge patch), Machine/ClusterAutoscalers (list), ConfigMaps (get, server-side
 // apply with field ownership per manager), UpgradeGates (get, apply, held to the CRD's schema),
 // workloads (Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs, CronJobs) and OLM's
-// ClusterServiceVersions (list). A resource marked absent answers 404 as a missing CRD.
+// ClusterServiceVersions (list), MachineConfigPools (list, merge patch) and PinnedImageSets
+// (list, apply, delete). A resource marked absent answers 404 as a missing CRD.
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
@@ -116,6 +119,7 @@ const NAMESPACED: Record<string, boolean> = {
   'autoscaling.openshift.io/machineautoscalers': true, 'autoscaling.openshift.io/clusterautoscalers': false,
   'apps/deployments': true, 'apps/daemonsets': true, 'apps/statefulsets': true, 'apps/replicasets': true,
   'batch/jobs': true, 'batch/cronjobs': true, 'operators.coreos.com/clusterserviceversions': true,
+  'machineconfiguration.openshift.io/machineconfigpools': false, 'machineconfiguration.openshift.io/pinnedimagesets': false,
 };
 
 /** What the Node authorizer with NodeRestriction lets a node do (the parts that matter here). */
@@ -475,14 +479,18 @@ export class KubeApiStandIn implements KubeStandIn {
     };
     const objects = { object: operation === 'DELETE' ? null : wouldBe(cur, r, sub), oldObject: operation === 'UPDATE' || operation === 'DELETE' ? cur ?? null : null };
     for (const p of this.policies) {
+      if (!policyMatches(p.spec, request)) continue;
+      // params are found before any matchCondition runs, as the API server's dispatcher does
       let params: Doc | null = null;
       if (p.spec.paramKind && p.paramRef) {
+        const group = String(p.spec.paramKind.apiVersion ?? '').split('/')[0]!;
         const plural = `${String(p.spec.paramKind.kind).toLowerCase()}s`;
-        params = this.get(plural, p.paramRef.name, p.paramRef.namespace) ?? null;
-        if (!params && p.paramRef.parameterNotFoundAction === 'Deny' && admitPolicy(p.spec, request, objects, {}) !== undefined) {
-          return statusDoc(403, 'Forbidden', `${a.group ? `${base}.${a.group}` : base} "${a.name}" is forbidden: ValidatingAdmissionPolicy '${p.name}' with binding '${p.binding}' denied request: failed to configure binding: no params found for policy binding with \`Deny\` parameterNotFoundAction`, { name: a.name, group: a.group, kind: base });
+        const known = `${group}/${plural}` in NAMESPACED && !this.absent.has(`${group}/${plural}`);
+        params = known ? this.get(plural, p.paramRef.name, p.paramRef.namespace) ?? null : null;
+        if (!params && (!known || p.paramRef.parameterNotFoundAction !== 'Allow')) {
+          const why = known ? 'no params found for policy binding with `Deny` parameterNotFoundAction' : `failed to find resource referenced by paramKind: '${p.spec.paramKind.apiVersion}, Kind=${p.spec.paramKind.kind}'`;
+          return statusDoc(403, 'Forbidden', `${a.group ? `${base}.${a.group}` : base} "${a.name}" is forbidden: ValidatingAdmissionPolicy '${p.name}' with binding '${p.binding}' denied request: failed to configure binding: ${why}`, { name: a.name, group: a.group, kind: base });
         }
-        if (!params) continue;
       }
       const denied = admitPolicy(p.spec, request, objects, params);
       if (!denied) continue;
@@ -639,10 +647,7 @@ export function clusterVersionDoc(version: string, image = `quay.io/openshift-re
  * undefined when it does not match or allows, else the refusal's reason and message.
  */
 export function admitPolicy(spec: Doc, request: Doc, objects: { object?: Doc | null; oldObject?: Doc | null } = {}, params: Doc | null = null): { reason: string; message: string } | undefined {
-  const matches = (spec.matchConstraints?.resourceRules ?? []).some((r: Doc) =>
-    anyOf(r.apiGroups, request.resource.group) && anyOf(r.operations, request.operation) &&
-    anyOf(r.resources, request.subResource ? `${request.resource.resource}/${request.subResource}` : request.resource.resource));
-  if (!matches) return undefined;
+  if (!policyMatches(spec, request)) return undefined;
   const ctx: Doc = { request, object: objects.object ?? null, oldObject: objects.oldObject ?? null, params };
   // failurePolicy Fail: an expression that cannot be evaluated refuses the request
   const run = (expression: string, vars: Doc = {}) => {
@@ -652,11 +657,11 @@ export function admitPolicy(spec: Doc, request: Doc, objects: { object?: Doc | n
       return { error: `expression '${expression}' resulted in error: ${(err as Error).message}` };
     }
   };
-  for (const m of (spec.matchConditions ?? []) as Doc[]) {
-    const got = run(m.expression);
-    if (got.error) return { reason: 'Forbidden', message: got.error };
-    if (got.value !== true) return undefined;
-  }
+  // any condition false skips the policy; only then does an error in another one refuse
+  const conditions = ((spec.matchConditions ?? []) as Doc[]).map((m) => run(m.expression));
+  if (conditions.some((c) => !c.error && c.value !== true)) return undefined;
+  const broken = conditions.find((c) => c.error);
+  if (broken) return { reason: 'Forbidden', message: broken.error! };
   const variables: Doc = {};
   for (const v of (spec.variables ?? []) as Doc[]) {
     const got = run(v.expression, variables);
@@ -672,6 +677,13 @@ export function admitPolicy(spec: Doc, request: Doc, objects: { object?: Doc | n
     return { reason: v.reason ?? 'Invalid', message };
   }
   return undefined;
+}
+
+/** Whether the request is one the policy's matchConstraints.resourceRules name. */
+function policyMatches(spec: Doc, request: Doc): boolean {
+  return (spec.matchConstraints?.resourceRules ?? []).some((r: Doc) =>
+    anyOf(r.apiGroups, request.resource.group) && anyOf(r.operations, request.operation) &&
+    anyOf(r.resources, request.subResource ? `${request.resource.resource}/${request.subResource}` : request.resource.resource));
 }
 
 /** The object a write would store: a merge patch or an apply on the stored one, a created one as sent. */

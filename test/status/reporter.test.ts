@@ -96,6 +96,16 @@ t.test('heartbeat: with nothing new, the last state goes out again newly dated, 
   await sleep(2500);
   t.equal(quiet.api.statusRequests().length, 1, 'no heartbeat when turned off');
   t.notOk('heartbeatSeconds' in bodyOf(quiet.api.statusRequests()[0]!).status, 'and none announced');
+  // a refused state: the state before it is not re-sent as fresh (the row goes stale instead)
+  const refused = await setup(t, { heartbeatMs: 1000 });
+  refused.reporter.report(status);
+  t.equal(await refused.reporter.flush(60_000), true);
+  refused.api.statusAnswers.push({ status: 400 });
+  refused.reporter.report({ ...status, phase: 'Verifying' });
+  await until('the refusal', () => refused.reporter.stats.rejected === 1, { timeoutMs: 10_000 });
+  const after = refused.api.statusRequests().length;
+  await sleep(2500);
+  t.equal(refused.api.statusRequests().length, after, 'no heartbeat after a refusal');
 });
 
 t.test('contract: API server down at first, then up: the newest state arrives', async (t) => {

@@ -27,6 +27,14 @@ export interface FeedOptions {
   now?: () => Date;
 }
 
+/** How often a snapshot whose only news is heartbeats is pushed: the page ages them itself between. */
+export const HEARTBEAT_PUSH_MS = 30_000;
+
+/** What the page shows, for telling a change: without the time of the read, and without heartbeats unless `beats`. */
+function shown(s: Snapshot, beats: boolean): unknown {
+  return { ...s, api: { ...s.api, lastOk: undefined }, rows: beats ? s.rows : s.rows.map(({ heartbeat: _beat, ...r }) => r) };
+}
+
 /** Emits 'change' (snapshot) when what the page shows changed, 'poll' (iso time) after every read. */
 export class DashboardFeed extends EventEmitter {
   snapshot: Snapshot;
@@ -34,6 +42,7 @@ export class DashboardFeed extends EventEmitter {
   private stopped = false;
   private prepared: { at: number; warnings: DashboardWarning[] } | undefined;
   private readonly now: () => Date;
+  private pushedAt = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly o: FeedOptions) {
     super();
@@ -80,9 +89,15 @@ export class DashboardFeed extends EventEmitter {
       next = { ...this.snapshot, api: { ok: false, ...(prev.lastOk ? { lastOk: prev.lastOk } : {}), lostSince: prev.ok || !prev.lostSince ? at : prev.lostSince, error: firstLine(err) } };
     }
     if (this.stopped) return;
-    const changed = JSON.stringify({ ...next, api: { ...next.api, lastOk: undefined } }) !== JSON.stringify({ ...this.snapshot, api: { ...this.snapshot.api, lastOk: undefined } });
+    const same = (a: Snapshot, b: Snapshot, beats: boolean) => JSON.stringify(shown(a, beats)) === JSON.stringify(shown(b, beats));
+    // every agent's heartbeat moves its row each minute: alone, that is pushed at most every HEARTBEAT_PUSH_MS
+    const now = this.now().getTime();
+    const changed = !same(next, this.snapshot, false) || (!same(next, this.snapshot, true) && now - this.pushedAt >= HEARTBEAT_PUSH_MS);
     this.snapshot = next;
-    if (changed) this.emit('change', next);
+    if (changed) {
+      this.pushedAt = now;
+      this.emit('change', next);
+    }
     this.emit('poll', at);
   }
 

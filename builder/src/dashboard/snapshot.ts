@@ -25,8 +25,8 @@ export interface DashboardProgress {
 
 export interface TimelineEntry { version: string; state: string; at: string }
 
-/** heartbeatAge is left out: the page ages `heartbeat` itself, and a snapshot that changed every read would be pushed every read. */
-export interface DashboardRow extends Omit<NodeRow, 'heartbeatAge'> {
+/** heartbeatAge and aheadBy are left out: the page ages `heartbeat` itself, and a snapshot that changed every read would be pushed every read. */
+export interface DashboardRow extends Omit<NodeRow, 'heartbeatAge' | 'aheadBy'> {
   progress: DashboardProgress;
   /** Where the bundle came from: the stick (its label) now; a peer once peers land. */
   source?: string;
@@ -132,7 +132,7 @@ export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], wan
   const running = completedRelease(cv);
   const r = rollup(nodes, statuses, want, running, now);
   const byNode = new Map(statuses.map((s) => [s.metadata.name, s.status]));
-  const rows = r.rows.slice(0, MAX_DASHBOARD_ROWS).map(({ heartbeatAge: _age, ...row }): DashboardRow => {
+  const rows = r.rows.slice(0, MAX_DASHBOARD_ROWS).map(({ heartbeatAge: _age, aheadBy: _ahead, ...row }): DashboardRow => {
     const s = byNode.get(row.node);
     const source = sourceOf(s);
     return {

@@ -29,6 +29,8 @@ export interface NodeRow {
   heartbeatAge?: number;
   /** No report for STALE_AFTER_BEATS of the agent's heartbeats: what the row says may no longer hold. */
   stale?: boolean;
+  /** Seconds the report is dated ahead of the admin's clock, when over a heartbeat (then stale). */
+  aheadBy?: number;
   /** Why it is not ready (the Failed/Ready condition's reason and message, or the agent's line). */
   reason?: string;
   message?: string;
@@ -96,13 +98,21 @@ function sourceOf(media: string | undefined, peers: readonly string[]): string |
   return onRemovableMedia(media) ? 'stick' : 'file';
 }
 
-/** The age of the agent's last report and whether it is stale; a report with no time is stale. */
-export function freshness(st: { updatedAt?: string; heartbeatSeconds?: number }, now: Date): Pick<NodeRow, 'heartbeatAge' | 'stale'> {
+/** The longest heartbeat an agent may claim: a claim of a day would keep a dead agent fresh for three. */
+export const MAX_HEARTBEAT_SECONDS = 300;
+
+/**
+ * The age of the agent's last report and whether it is stale; a report with no time is stale,
+ * and so is one dated more than a heartbeat ahead of our clock (aheadBy says so: a skewed clock
+ * on one side or the other, which hides a dead agent as well as a live one).
+ */
+export function freshness(st: { updatedAt?: string; heartbeatSeconds?: number }, now: Date): Pick<NodeRow, 'heartbeatAge' | 'stale' | 'aheadBy'> {
   const at = st.updatedAt ? Date.parse(st.updatedAt) : NaN;
   if (Number.isNaN(at)) return { stale: true };
-  // a clock ahead of ours is not a report from the future
-  const heartbeatAge = Math.max(0, Math.round((now.getTime() - at) / 1000));
-  const beat = st.heartbeatSeconds ?? DEFAULT_HEARTBEAT_MS / 1000;
+  const beat = Math.min(st.heartbeatSeconds ?? DEFAULT_HEARTBEAT_MS / 1000, MAX_HEARTBEAT_SECONDS);
+  const age = Math.round((now.getTime() - at) / 1000);
+  if (age < -beat) return { heartbeatAge: 0, stale: true, aheadBy: -age };
+  const heartbeatAge = Math.max(0, age);
   return { heartbeatAge, stale: heartbeatAge > STALE_AFTER_BEATS * beat };
 }
 
@@ -154,7 +164,8 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
   const readyCount = rows.filter((r) => r.ready).length;
   const notes = rows.filter((r) => !r.ready).flatMap((r) => {
     const out: string[] = [];
-    if (r.stale) out.push(`${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`);
+    if (r.aheadBy !== undefined) out.push(`${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`);
+    else if (r.stale) out.push(`${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`);
     if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
     if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
     else if (r.phase === 'Ready' && r.digest !== digest) out.push(`${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`);

@@ -9,6 +9,7 @@ import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
 import { publishGate, type GateResult } from './upgrade-gate.js';
+import { applyPinnedImageSets, type PinnedSetsResult } from './pinned-image-sets.js';
 
 /** What the cluster commands need of a (trusted) bundle. */
 export interface AdminBundle {
@@ -140,6 +141,8 @@ export interface PrepareResult {
   dryRun: boolean;
   /** The upgrade gate as written (not on a dry run). */
   gate?: GateResult;
+  /** The PinnedImageSets, once every node holds the images (not on a dry run). */
+  pinned?: PinnedSetsResult;
 }
 
 /** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
@@ -157,9 +160,12 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   warnings.push(...await autoscalingWarnings(apis));
   const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
   warnings.push(...pullAlwaysWarnings(pods, b));
+  if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true };
   // the gate learns the release image here, so oc adm upgrade --to-image passes once the nodes are ready
-  const gate = opts.dryRun ? undefined : await publishGate(apis, await readRollup(apis, { digest: b.fileDigest }), { by: 'bundle cluster prepare', release: { version: b.version, image: releaseImageByDigest(b) } });
-  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: opts.dryRun === true, ...(gate ? { gate } : {}) };
+  const r = await readRollup(apis, { digest: b.fileDigest });
+  const gate = await publishGate(apis, r, { by: 'bundle cluster prepare', release: { version: b.version, image: releaseImageByDigest(b) } });
+  const pinned = r.ready ? await applyPinnedImageSets(apis, b, runningVersion) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
+  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: false, gate, pinned };
 }
 
 export interface UpgradeResult {
@@ -171,6 +177,7 @@ export interface UpgradeResult {
   dryRun: boolean;
   rollup: Rollup;
   gate?: GateResult;
+  pinned?: PinnedSetsResult;
 }
 
 /**
@@ -187,13 +194,15 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   const missing = await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures));
   if (missing.length) throw new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`);
   const cv = await readClusterVersion(apis);
-  checkGraph(b, cv, []);
+  const now = checkGraph(b, cv, []);
   const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
   const changed = cv.spec?.desiredUpdate?.image !== image;
   // written just before the change, from the roll-up just read: the cluster's check then agrees with ours
   const gate = opts.dryRun || opts.selector ? undefined : await publishGate(apis, r, { by: 'bundle cluster upgrade', release: { version: b.version, image } });
+  // before the MCO starts on the new OS image: it must find it pinned in containers-storage
+  const pinned = opts.dryRun || opts.selector ? undefined : await applyPinnedImageSets(apis, b, now);
   if (changed && !opts.dryRun) {
     await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
   }
-  return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r, ...(gate ? { gate } : {}) };
+  return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r, ...(gate ? { gate } : {}), ...(pinned ? { pinned } : {}) };
 }

@@ -11,6 +11,8 @@ export { GATE_KIND, GATE_NAME, GATE_PLURAL, GATE_WAIVER, gateLine, gateSpec, pub
 
 export type { NodeRow, Rollup, RowServing } from './cluster-rollup.js';
 export type { GateResult, GateSpec } from './upgrade-gate.js';
+export { applyPinnedImageSets, MAX_PINNED_PER_SET, pinnedSetName, pinnedSets, pinnedSetsLine } from './pinned-image-sets.js';
+export type { PinnedSetsResult } from './pinned-image-sets.js';
 export type { SignatureConfigMap } from './release-configmap.js';
 export type { NodeIdentity } from './node-rbac.js';
 export type { ApproveResult } from './bundle-approval.js';

@@ -301,7 +301,9 @@ export class ClusterReporter {
           this.counters.retrying = 0;
           this.delivered = false;
           this.opts.log?.error('cluster-status', `the API server refused the status of ${this.node}: ${f.message}; dropped, the next change is sent normally`, { node: this.node, status: f.status });
-          this.armBeat();
+          // an older state re-sent as fresh would say what no longer holds: the row goes stale instead
+          this.lastSent = undefined;
+          clearTimeout(this.beat);
           return;
         }
         // Keep the newest state: a newer report (if any) replaces this one.
