@@ -45,6 +45,14 @@ Example:
     .action(async (bundle: string, o: { size: number; out?: string; json?: boolean }) => {
       const r = await splitBundle(bundle, o.size, o.out);
       if (o.json) process.stdout.write(JSON.stringify({ parts: r.parts, digest: r.digest, size: r.size }) + '\n');
-      else process.stdout.write(escapeControls(`wrote ${plural(r.parts.length, 'part')} of ${formatBytes(o.size)} at most (${r.parts.map((p) => basename(p)).join(', ')}), ${r.digest}`) + '\n');
+      else process.stdout.write(escapeControls(`wrote ${partsLine(r.parts.length, o.size, r.size)} (${r.parts.map((p) => basename(p)).join(', ')}), ${r.digest}`) + '\n');
     });
+}
+
+/** --size is read in binary units (20M = 20 MiB, 4G = FAT32's 4 GiB - 1): the line says it in the same, and the one part as what it is. */
+export function partsLine(parts: number, size: number, total: number): string {
+  if (parts === 1) return `1 part, the whole bundle (${formatBytes(total)}: under --size, nothing to split)`;
+  const mib = size / 2 ** 20;
+  const binary = mib >= 1024 ? `${(mib / 1024).toFixed(mib % 1024 === 0 ? 0 : 1)} GiB` : mib >= 1 ? `${mib.toFixed(Number.isInteger(mib) ? 0 : 1)} MiB` : `${size} bytes`;
+  return `${plural(parts, 'part')} of ${binary} (${size} bytes; the last ${formatBytes(total - size * (parts - 1))})`;
 }

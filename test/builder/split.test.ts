@@ -59,6 +59,18 @@ t.test('create --split-size writes parts whose concatenation is the one-file bun
   t.equal((await partsIn(forceDir, 'r.bundle')).length, Math.ceil(wholeBytes.length / (PART * 2)), 'only the new split is there');
 });
 
+t.test('bundle split says the part size in the binary units --size reads, and one part as the whole bundle', async (t) => {
+  const { partsLine } = await import('../../builder/dist/split-command.js');
+  t.equal(partsLine(3, 20 * 2 ** 20, 50_000_000), '3 parts of 20 MiB (20971520 bytes; the last 8.1 MB)');
+  t.equal(partsLine(5, 4 * 2 ** 30 - 1, 18_400_000_000), '5 parts of 4.0 GiB (4294967295 bytes; the last 1.2 GB)');
+  t.equal(partsLine(1, 4 * 2 ** 30 - 1, 54_000_000), '1 part, the whole bundle (54.0 MB: under --size, nothing to split)');
+  const out = path.join(work, 'split-one');
+  await mkdir(out);
+  const r = await bundle(['split', whole, '--size', '4G', '--out', out]);
+  t.equal(r.code, 0, r.stderr);
+  t.match(r.stdout, /^wrote 1 part, the whole bundle \(/);
+});
+
 t.test('bundle split gives the same parts; the bundle stays', async (t) => {
   const out = path.join(work, 'split-out');
   await mkdir(out);
