@@ -39,6 +39,16 @@ t.test('upgrade', async (t) => {
     t.match(n.stderr, /worker-1's Node is not Ready/);
     t.notOk(api.requests.some((q) => q.method === 'PATCH' && q.path.includes('clusterversions')), 'ClusterVersion untouched');
   });
+  t.test('--dry-run names every blocker at once (a real run stops at the first)', async (t) => {
+    allReady();
+    api.put('nodebundlestatuses', nodeStatus('worker-0', 'Preloading', b.fileDigest, b.version));
+    api.clusterVersion = clusterVersion('4.14.9');
+    const r = await cluster(['upgrade', b.file, ...trust, '--dry-run']);
+    t.equal(errorCode(r.stderr), 'NODES_NOT_READY', r.stderr);
+    t.match(r.stderr, /3 things stand in the way: NODES_NOT_READY: .*worker-0 Preloading.*; NOT_PREPARED: .*; NOT_AN_UPGRADE_SOURCE: the cluster runs 4\.14\.9/);
+    const real = await cluster(['upgrade', b.file, ...trust]);
+    t.notMatch(real.stderr, /things stand in the way/, 'the real run: the first alone');
+  });
   t.test('--dry-run prints the change and the oc command, changes nothing', async (t) => {
     allReady();
     t.equal(await cluster(['prepare', b.file, ...trust]).then((x) => x.code), 0);

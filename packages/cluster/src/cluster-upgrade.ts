@@ -188,13 +188,27 @@ export interface UpgradeResult {
  */
 export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean; selector?: string } = {}): Promise<UpgradeResult> {
   const image = releaseImageByDigest(b);
+  // a dry run names every blocker at once; a real run stops at the first
+  const blockers: ClusterError[] = [];
+  const block = (e: ClusterError) => {
+    if (!opts.dryRun) throw e;
+    blockers.push(e);
+  };
   const r = await readRollup(apis, { digest: b.fileDigest, ...(opts.selector ? { selector: opts.selector } : {}) });
-  if (!r.ready) throw new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`);
-  if (b.signatures.length === 0) throw new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL');
-  const missing = await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures));
-  if (missing.length) throw new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`);
+  if (!r.ready) block(new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`));
+  if (b.signatures.length === 0) block(new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL'));
+  const missing = b.signatures.length ? await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures)) : [];
+  if (missing.length) block(new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`));
   const cv = await readClusterVersion(apis);
-  const now = checkGraph(b, cv, []);
+  let now: string | undefined;
+  try {
+    now = checkGraph(b, cv, []);
+  } catch (err) {
+    if (!(err instanceof ClusterError)) throw err;
+    block(err);
+  }
+  if (blockers.length === 1) throw blockers[0]!;
+  if (blockers.length > 1) throw new ClusterError(blockers[0]!.code, `${blockers.length} things stand in the way: ${blockers.map((e) => `${e.code}: ${e.message}`).join('; ')}`);
   const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
   const changed = cv.spec?.desiredUpdate?.image !== image;
   // written just before the change, from the roll-up just read: the cluster's check then agrees with ours
