@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { BUNDLE_BIN, ROOT, hermeticEnv } from '../builder/lib.js';
 import { ART_REPO, clusterFixture, clusterVersion, node, nodeStatus } from './lib.js';
+import { until } from '../helpers/until.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const skip = existsSync(CHROMIUM) ? undefined : `${CHROMIUM} is missing: install Debian's chromium (scripts/setup.sh does) to run the dashboard's browser test`;
@@ -52,7 +53,7 @@ async function browserTests(): Promise<void> {
   }
 
   /** The real CLI, serving on any free port; resolves with its URL once it prints it. */
-  function startDashboard(): Promise<{ child: ChildProcess; url: string }> {
+  function startDashboard(): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
     return new Promise((resolve, reject) => {
       const child = spawn(process.execPath, [BUNDLE_BIN, 'cluster', 'dashboard', path.basename(b.file), '--key', b.pub, '--kubeconfig', kubeconfig, '--port', '0', '--interval', '1', '--request-timeout', '3', '--json'], { cwd: path.dirname(b.file), env: hermeticEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
@@ -60,7 +61,7 @@ async function browserTests(): Promise<void> {
       child.stdout!.on('data', (c) => {
         out += c;
         const line = out.split('\n')[0]!;
-        if (out.includes('\n')) resolve({ child, url: JSON.parse(line).url });
+        if (out.includes('\n')) resolve({ child, url: JSON.parse(line).url, stderr: () => err });
       });
       child.stderr!.on('data', (c) => { err += c; });
       child.on('exit', (code) => reject(new Error(`dashboard exited ${code}: ${err}`)));
@@ -166,8 +167,10 @@ async function browserTests(): Promise<void> {
     t.equal(await row('worker-1').locator('.stale-tag').isVisible(), true, 'each says "last known"');
     t.match(await page.locator('#api-lost .detail').textContent(), /ECONNREFUSED|cannot list nodes/, 'and why');
     await page.screenshot({ path: path.join(shots, 'dashboard-1280-lost.png'), fullPage: true });
+    t.match(await until('the terminal line', () => /dashboard: lost contact with the API since \S+: the page shows the last known state/.exec(dash.stderr())?.[0], { timeoutMs: 10_000 }), 'lost contact', 'the terminal says so too');
     await api.resume();
     await page.locator('#api-lost').waitFor({ state: 'hidden', timeout: 15_000 });
+    t.ok(await until('the terminal line', () => dash.stderr().includes('dashboard: the API answers again at'), { timeoutMs: 10_000 }), 'and when it answers again');
     t.same(await page.locator('#rows tr.stale th').allTextContents(), ['worker-3'], 'live again, but for the quiet agent');
   });
 

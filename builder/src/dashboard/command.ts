@@ -61,6 +61,14 @@ async function serve(file: string | undefined, o: DashboardOpts, deps: Dashboard
   await feed.start();
   if (o.json) process.stdout.write(JSON.stringify({ url: server.url, port: server.port, intervalMs: o.interval }) + '\n');
   else process.stdout.write(`dashboard: ${server.url} (read-only; reads the API every ${o.interval / 1000} s; Ctrl-C stops it)\n${escapeControls(feed.snapshot.api.ok ? feed.snapshot.target.summary : `cannot read the API yet: ${feed.snapshot.api.error}`)}\n`);
+  // the terminal that started it says when the page stops being live, and when it is again
+  let answering = feed.snapshot.api.ok;
+  feed.on('change', (s: typeof feed.snapshot) => {
+    if (s.api.ok === answering) return;
+    answering = s.api.ok;
+    const line = s.api.ok ? `the API answers again at ${s.api.lastOk}: the page is live` : `lost contact with the API since ${s.api.lostSince}: the page shows the last known state (${s.api.error ?? 'no answer'})`;
+    process.stderr.write(`${escapeControls(`dashboard: ${line}`)}\n`);
+  });
   await new Promise<void>((resolve) => {
     for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.once(s, () => resolve());
   });
