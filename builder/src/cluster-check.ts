@@ -33,6 +33,8 @@ export interface Closure {
 }
 
 type Spec = { containers?: unknown; initContainers?: unknown; ephemeralContainers?: unknown };
+/** Who asks for one image, named at most this many times (a DaemonSet's pods on 5,000 nodes are one line's worth). */
+export const MAX_USERS_NAMED = 20;
 const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
 const list = (v: unknown) => (Array.isArray(v) ? v : []);
 const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
@@ -50,7 +52,7 @@ function addSpec(uses: Map<string, ImageUse>, spec: Spec, user: string): void {
     const image = str(c.image);
     if (!image) continue;
     const u = uses.get(image) ?? { image, users: [], pullAlways: false };
-    if (!u.users.includes(user) && u.users.length < 20) u.users.push(user);
+    if (!u.users.includes(user) && u.users.length < MAX_USERS_NAMED) u.users.push(user);
     u.pullAlways ||= pullsAlways(image, str(c.imagePullPolicy));
     uses.set(image, u);
   }

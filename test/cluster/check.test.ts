@@ -70,3 +70,12 @@ t.test('the bundle\'s digest under another name, or a tag it does not carry, is 
   const r = await cluster(['check', b.file, ...trust, '--json']);
   t.same(JSON.parse(r.stdout).gaps.map((g: { image: string }) => g.image), [`${ART_REPO}:latest`, `registry.example.com/mirror/cli@${b.payloadDigest}`], 'the runtime looks an image up by the name it is asked by');
 });
+
+t.test('who asks for one image is named 20 times at most (a DaemonSet on every node is not 5,000 names)', async (t) => {
+  closed();
+  for (let i = 0; i < 30; i++) api.put('pods', pod('shop', `agent-${i}`, 'registry.example.com/team/agent:v1', 'IfNotPresent', { kind: 'DaemonSet', name: 'agent' }));
+  const r = await cluster(['check', b.file, ...trust, '--json']);
+  const gap = JSON.parse(r.stdout).gaps.find((g: { image: string }) => g.image === 'registry.example.com/team/agent:v1');
+  t.equal(gap.users.length, 20);
+  t.equal(gap.users[0], 'shop/Pod/agent-0');
+});

@@ -128,3 +128,12 @@ t.test('bundle cluster upgrade writes the gate from the roll-up it just read, th
   t.match(r.stdout, /upgrade gate: open for 4\.15\.1/);
   t.equal(api.clusterVersion!.spec.desiredUpdate.version, '4.15.1');
 });
+
+t.test('the gate\'s summary is cut to the CRD\'s 1,024 characters; the image only for the version every node holds', async (t) => {
+  const { gateSpec } = await import('@offline-bundle/cluster');
+  const rows = [{ node: 'n', nodeReady: true, phase: 'Ready', ready: true, digest: b.fileDigest, version: '4.15.1' }];
+  const s = gateSpec({ rows, ready: true, digest: b.fileDigest, summary: 'x'.repeat(5000) }, { by: 'test', release: { version: '4.15.0', image: 'r@sha256:1' } });
+  t.equal(Array.from(s.summary).length, 1024);
+  t.equal(s.image, undefined, 'a release other than the one the nodes hold gives no image');
+  t.equal(gateSpec({ rows, ready: true, digest: b.fileDigest, summary: '' }, { by: 'test', release: { version: '4.15.1', image: 'r@sha256:1' } }).image, 'r@sha256:1');
+});
