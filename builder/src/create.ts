@@ -441,8 +441,10 @@ interface Contents {
   blobs: Map<string, { blob: Blob; source: ImageSource }>;
   /** Every blob's bytes: what the fetch phase counts to. */
   total: number;
-  /** The bytes of the blobs not yet in the cache. */
+  /** The bytes of the blobs not yet in the cache (what the cache must have room for). */
   missing: number;
+  /** Of those, the bytes read from local files (oci:, oci-archive:, docker-archive:, dir:), not downloaded. */
+  local: number;
 }
 
 /** One index entry per reference; one download per blob however many images share it. */
@@ -452,8 +454,13 @@ async function planContents(s: Session, resolved: ResolvedImage[]): Promise<Cont
   for (const r of byRef.values()) for (const b of r.blobs) if (!blobs.has(b.digest)) blobs.set(b.digest, { blob: b, source: r.source });
   const total = [...blobs.values()].reduce((sum, b) => sum + b.blob.size, 0);
   let missing = 0;
-  for (const { blob } of blobs.values()) if (!(await s.cache.has(blob.digest, blob.size))) missing += blob.size;
-  return { byRef, blobs, total, missing };
+  let local = 0;
+  for (const { blob, source } of blobs.values()) {
+    if (await s.cache.has(blob.digest, blob.size)) continue;
+    missing += blob.size;
+    if (source.local) local += blob.size;
+  }
+  return { byRef, blobs, total, missing, local };
 }
 
 /** What a dry run would write in bundle.json: its release, images, charts and blobs. */
@@ -471,7 +478,7 @@ function plannedContents(opts: CreateOptions, all: ResolvedAll, c: Contents): Pl
 
 /** What a dry run answers: every image resolved, the bytes to carry and those still to download. */
 function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
-  return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing });
+  return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing - c.local, localBytes: c.local });
 }
 
 /** Room for the bundle and the downloads, checked before either starts. */

@@ -80,3 +80,16 @@ t.test('dir: errors name the fix', async (t) => {
   t.match(storage.stderr, 'podman save --format oci-archive -o IMAGE.tar quay.io/acme/app:v1');
   t.match(storage.stderr, 'skopeo copy containers-storage:quay.io/acme/app:v1 oci-archive:IMAGE.tar');
 });
+
+t.test('--dry-run counts what a local source holds as read from local files, not as a download', async (t) => {
+  const src = path.join(work, 'dir-dry');
+  await skopeoCopy(`oci:${layout}:single`, `dir:${src}`);
+  const args = ['create', '--dry-run', '--version', '1.0', '--cache', path.join(work, 'cache-dry'), '--image', `dir:${src}=registry.example.com/acme/app:v1`, '--image', `oci:${layout}:single=registry.example.com/acme/app2:v1`];
+  const j = await bundle([...args, '--json']);
+  t.equal(j.code, 0, j.stderr);
+  const plan = JSON.parse(j.stdout);
+  t.equal(plan.downloadBytes, 0, 'nothing to download');
+  t.ok(plan.localBytes > 0 && plan.localBytes <= plan.totalBytes, `the layers from the local files (${plan.localBytes} of ${plan.totalBytes} bytes; the manifests are in the cache already)`);
+  const text = await bundle(args);
+  t.match(text.stdout, /; 0 B to download, \S+ \S+ to read from local files \(the rest is in the cache\)/);
+});

@@ -24,8 +24,10 @@ export interface BundlePlan {
   blobs: number;
   /** Every distinct blob once: the bundle's content before compression. */
   totalBytes: number;
-  /** What is not in the blob cache yet. */
+  /** What is not in the blob cache yet and comes from a registry. */
   downloadBytes: number;
+  /** What is not in the blob cache yet and is read from local files (archives, layouts, directories). */
+  localBytes: number;
   /** As create's --json lists them (an operator catalog carried whole). */
   warnings?: { kind: string; object: string; message: string }[];
 }
@@ -34,7 +36,7 @@ interface Resolved { entry: BundleImage; blobs: { digest: string; size: number }
 
 const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`);
 
-export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'], totals: { blobs: number; totalBytes: number; downloadBytes: number }): BundlePlan {
+export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'], totals: { blobs: number; totalBytes: number; downloadBytes: number; localBytes: number }): BundlePlan {
   const planned = (list: Resolved[]) => list.map((r) => ({
     reference: refName(r.entry),
     digest: r.entry.digest,
@@ -55,7 +57,7 @@ export function formatPlan(plan: BundlePlan): string {
     `images (${plan.images.length}):`,
     ...plan.images.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.platforms.join(',')}  ${i.component ? `[${i.component}]` : i.from}`),
     ...(plan.charts.length ? [`charts (${plan.charts.length}):`, ...plan.charts.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.from}`)] : []),
-    `${plural(plan.blobs, 'blob')}, ${formatBytes(plan.totalBytes)} before compression; ${formatBytes(plan.downloadBytes)} to download (the rest is in the cache)`,
+    `${plural(plan.blobs, 'blob')}, ${formatBytes(plan.totalBytes)} before compression; ${formatBytes(plan.downloadBytes)} to download${plan.localBytes ? `, ${formatBytes(plan.localBytes)} to read from local files` : ''} (the rest is in the cache)`,
     'dry run: no bundle written',
   ];
   // names come from registries and files: they must not drive the terminal

@@ -19,6 +19,7 @@ import type { FetchedManifest, ImageSource } from './source.js';
  * the source needs `=REGISTRY/REPO:TAG`.
  */
 export class DirSource implements ImageSource {
+  readonly local = true;
   private constructor(
     readonly description: string,
     readonly name: ImageReference,

@@ -28,6 +28,7 @@ async function isGzip(path: string): Promise<boolean> {
  * Docker schema 2 manifest over the archive's own config and layer files, as skopeo does.
  */
 export class DockerArchiveSource implements ImageSource {
+  readonly local = true;
   private constructor(
     readonly description: string,
     readonly name: ImageReference,

@@ -24,6 +24,7 @@ export function nameFromRefAnnotation(refName: string | undefined, description: 
  * archive transports, which unpack into a layout first.
  */
 export class LayoutSource implements ImageSource {
+  readonly local = true;
   private constructor(
     readonly description: string,
     readonly name: ImageReference,

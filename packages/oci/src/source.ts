@@ -17,6 +17,8 @@ export interface ImageSource {
   readonly description: string;
   /** The name the image will carry in the bundle and on the cluster. */
   readonly name: ImageReference;
+  /** Its bytes are files on this machine (a directory or an archive): nothing is downloaded. */
+  readonly local?: boolean;
   /** The top manifest (no argument) or a child manifest by digest. */
   getManifest(digest?: string): Promise<FetchedManifest>;
   /** A blob's bytes from `offset` on (sources that cannot seek skip the first bytes themselves). */
