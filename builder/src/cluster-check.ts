@@ -9,7 +9,7 @@
  * takes it, and no registry brings it back.
  */
 import type { Command } from 'commander';
-import { nextSteps, readRollup, type AdminBundle, type Rollup } from '@offline-bundle/cluster';
+import { bundleImageNames, nextSteps, readRollup, type AdminBundle, type Rollup } from '@offline-bundle/cluster';
 import { parseReference, repositoryName } from '@offline-bundle/oci';
 import { ClusterError, listAll, type AdminApis } from '@offline-bundle/status';
 
@@ -88,21 +88,9 @@ export async function readImageUses(apis: AdminApis): Promise<ImageUse[]> {
   return [...uses.values()].sort((a, b) => a.image.localeCompare(b.image));
 }
 
-/** The names a bundle answers for: registry/repository@digest, and registry/repository:tag. */
-function bundleNames(bundles: readonly Pick<AdminBundle, 'images'>[]): Set<string> {
-  const out = new Set<string>();
-  for (const b of bundles) {
-    for (const i of b.images) {
-      out.add(`${i.repository}@${i.digest}`);
-      if (i.tag) out.add(`${i.repository}:${i.tag}`);
-    }
-  }
-  return out;
-}
-
 /** The closure's gaps among `uses`, against what the bundles hold (pure). */
 export function imageGaps(uses: readonly ImageUse[], bundles: readonly Pick<AdminBundle, 'images'>[]): ImageGap[] {
-  const names = bundleNames(bundles);
+  const names = bundleImageNames(bundles.flatMap((b) => b.images));
   const gaps: ImageGap[] = [];
   for (const u of uses) {
     let key: string;

@@ -94,14 +94,19 @@ function pickPod(p: Record<string, unknown>): PodLike {
 }
 
 /** Pods that pull an image of the bundle with imagePullPolicy Always: they fail without a registry. */
-export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle, 'images'>): Warning[] {
+/** The names a bundle's images answer to on a node: registry/repository@digest, and registry/repository:tag. */
+export function bundleImageNames(images: AdminBundle['images']): Set<string> {
   const names = new Set<string>();
-  const digests = new Set<string>();
-  for (const i of b.images) {
+  for (const i of images) {
     names.add(`${i.repository}@${i.digest}`);
     if (i.tag) names.add(`${i.repository}:${i.tag}`);
-    digests.add(i.digest);
   }
+  return names;
+}
+
+export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle, 'images'>): Warning[] {
+  const names = bundleImageNames(b.images);
+  const digests = new Set(b.images.map((i) => i.digest));
   const out: Warning[] = [];
   const seen = new Set<string>();
   for (const p of pods) {
@@ -212,9 +217,11 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
   const changed = cv.spec?.desiredUpdate?.image !== image;
   // written just before the change, from the roll-up just read: the cluster's check then agrees with ours
-  const gate = opts.dryRun || opts.selector ? undefined : await publishGate(apis, r, { by: 'bundle cluster upgrade', release: { version: b.version, image } });
+  // (a dry run writes nothing; a selection of nodes speaks for no other)
+  const writes = !opts.dryRun && !opts.selector;
+  const gate = writes ? await publishGate(apis, r, { by: 'bundle cluster upgrade', release: { version: b.version, image } }) : undefined;
   // before the MCO starts on the new OS image: it must find it pinned in containers-storage
-  const pinned = opts.dryRun || opts.selector ? undefined : await applyPinnedImageSets(apis, b, now);
+  const pinned = writes ? await applyPinnedImageSets(apis, b, now) : undefined;
   if (changed && !opts.dryRun) {
     await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
   }

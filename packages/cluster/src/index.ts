@@ -5,7 +5,7 @@ export {
 } from './release-configmap.js';
 export { nodeRbacObjects, AGENT_NAMESPACE } from './node-rbac.js';
 export { approvalObject, approveBundle, listApprovals, revokeApproval } from './bundle-approval.js';
-export { releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
+export { bundleImageNames, releaseImageByDigest, ocCommand, pullAlwaysWarnings, prepareCluster, upgradeCluster } from './cluster-upgrade.js';
 
 export { GATE_KIND, GATE_NAME, GATE_PLURAL, GATE_WAIVER, gateLine, gateSpec, publishGate } from './upgrade-gate.js';
 

@@ -7,7 +7,8 @@
  * Written only once every node holds the images: the MCD pulls what a node lacks, and with no
  * registry that degrades the pool.
  */
-import { apiCall, isApiException, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, isApiException, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { ADMIN_FIELD_MANAGER } from './upgrade-gate.js';
 
 /** What the sets are made of: a release's version and its images by digest. */
 export interface ReleaseImages { version: string; images: readonly { repository: string; digest: string }[] }
@@ -16,7 +17,6 @@ const MCO = { group: 'machineconfiguration.openshift.io', version: 'v1' };
 /** The MCO refuses a set of more images. */
 export const MAX_PINNED_PER_SET = 500;
 export const PINNED_SET_LABEL = 'offline-bundle.io/release';
-const FIELD_MANAGER = 'offline-bundle-admin';
 
 export interface PinnedSetsResult {
   /** Sets applied, by pool. */
@@ -65,7 +65,7 @@ export async function applyPinnedImageSets(apis: AdminApis, b: ReleaseImages, ke
         metadata: { name: s.name, labels: { [PINNED_SET_LABEL]: b.version, 'machineconfiguration.openshift.io/role': pool.name, 'app.kubernetes.io/part-of': 'offline-bundle' } },
         spec: { pinnedImages: s.images.map((name) => ({ name })) },
       };
-      await apiCall(`apply pinnedimagesets "${s.name}"`, () => apis.custom.patchClusterCustomObject({ ...MCO, plural: 'pinnedimagesets', name: s.name, body, fieldManager: FIELD_MANAGER, force: true }, requestOptions(undefined, 'application/apply-patch+yaml')));
+      await apiCall(`apply pinnedimagesets "${s.name}"`, () => apis.custom.patchClusterCustomObject({ ...MCO, plural: 'pinnedimagesets', name: s.name, body, fieldManager: ADMIN_FIELD_MANAGER, force: true }, requestOptions(undefined, APPLY_PATCH)));
     }
     const names = sets.map((s) => s.name);
     const want = [...pool.sets.filter((n) => !stale.has(n) && !names.includes(n)), ...names];

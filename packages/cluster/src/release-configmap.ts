@@ -9,12 +9,11 @@
  * Applied by server-side apply with one field manager per release, so the keys of different
  * releases (and oc-mirror's own) live side by side and a later apply drops none of them.
  */
-import { apiCall, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, requestOptions, type AdminApis } from '@offline-bundle/status';
 
 export const SIGNATURE_NAMESPACE = 'openshift-config-managed';
 export const SIGNATURE_CONFIGMAP = 'mirrored-release-signatures';
 export const SIGNATURE_LABEL = 'release.openshift.io/verification-signatures';
-const APPLY_PATCH = 'application/apply-patch+yaml';
 
 export interface SignatureConfigMap {
   apiVersion: 'v1';

@@ -5,7 +5,7 @@
  * (`oc adm upgrade` included). Kubernetes CEL has no clock, so the gate is only as fresh as the
  * last command that wrote it; `upgrade` writes it again just before it changes desiredUpdate.
  */
-import { apiCall, GROUP, isApiException, requestOptions, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, GROUP, isApiException, requestOptions, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
 import type { Rollup } from './cluster-rollup.js';
 
 export const GATE_NAME = 'cluster';
@@ -13,8 +13,8 @@ export const GATE_PLURAL = 'upgradegates';
 export const GATE_KIND = 'UpgradeGate';
 /** The ClusterVersion annotation that waives the gate for the one target it names. */
 export const GATE_WAIVER = 'offline-bundle.io/skip-upgrade-gate';
-const FIELD_MANAGER = 'offline-bundle-admin';
-const APPLY_PATCH = 'application/apply-patch+yaml';
+/** The field manager of what the admin's commands apply (the gate, PinnedImageSets). */
+export const ADMIN_FIELD_MANAGER = 'offline-bundle-admin';
 
 export interface GateSpec {
   ready: boolean;
@@ -69,7 +69,7 @@ export async function publishGate(apis: AdminApis, r: Rollup, opts: GateOptions)
     const kept = { bundleDigest: str(cur?.spec?.bundleDigest), version: str(cur?.spec?.version), image: str(cur?.spec?.image) };
     const spec = gateSpec(r, opts, kept);
     const body = { apiVersion: `${GROUP}/${VERSION}`, kind: GATE_KIND, metadata: { name: GATE_NAME, labels: { 'app.kubernetes.io/part-of': 'offline-bundle' } }, spec };
-    await apis.custom.patchClusterCustomObject({ ...at, body, fieldManager: FIELD_MANAGER, force: true }, requestOptions(undefined, APPLY_PATCH));
+    await apis.custom.patchClusterCustomObject({ ...at, body, fieldManager: ADMIN_FIELD_MANAGER, force: true }, requestOptions(undefined, APPLY_PATCH));
     return { written: true, spec };
   } catch (err) {
     if (isApiException(err) && err.code === 404) return { written: false, why: `the cluster has no ${GATE_KIND} resource: apply deploy/crd.yaml and deploy/upgrade-gate.yaml to have the cluster refuse an upgrade the nodes are not ready for` };

@@ -18,7 +18,7 @@ export { startStatusServer } from './http.js';
 export { isLoopback } from './loopback.js';
 export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
 export type { Health, HealthCheck } from './health.js';
-export { adminApis, isApiException, requestOptions } from './kube.js';
+export { adminApis, APPLY_PATCH, isApiException, requestOptions } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
 export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_ERROR_BYTES, MAX_API_RESPONSE_BYTES, commandDeadline, messageStart } from './cluster-http.js';
 export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, apiCall, listAll } from './cluster-api.js';

@@ -85,6 +85,9 @@ export async function customObjectsApi(kubeconfig: string, context?: string, htt
   return boundedClient(await loadKubeconfig(kubeconfig, context), Api, http);
 }
 
+/** Server-side apply's content type (PatchStrategy.ServerSideApply): every apply of ours sends it. */
+export const APPLY_PATCH = 'application/apply-patch+yaml';
+
 /**
  * Per-request options that cut the request off when `signal` aborts (none: the client's own
  * deadline, cluster-http.ts, is the only one); optionally with a Content-Type.

@@ -26,7 +26,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
-import { customObjectsApi, isApiException, requestOptions } from './kube.js';
+import { APPLY_PATCH, customObjectsApi, isApiException, requestOptions } from './kube.js';
 import { ClusterError } from './cluster-errors.js';
 import { apiDetail, apiMessage } from './cluster-api.js';
 import type { NodeStatus } from './model.js';
@@ -94,8 +94,6 @@ interface Failure {
 /** How often an agent with nothing new says it is alive; the admin's side counts a row stale after a few. */
 export const DEFAULT_HEARTBEAT_MS = 60_000;
 
-/** PatchStrategy.ServerSideApply */
-const APPLY_PATCH = 'application/apply-patch+yaml';
 
 /** `bundle-agent-<node>`, kept within the API server's 128-character limit for field managers. */
 export function fieldManagerFor(node: string): string {
