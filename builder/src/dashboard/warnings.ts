@@ -12,6 +12,13 @@ import type { DashboardRow, DashboardWarning, Target } from './snapshot.js';
 const CONTACT_CODES = new Set(['UNREACHABLE', 'API_TIMEOUT', 'API_ERROR', 'API_TOO_LARGE', 'API_REDIRECT', 'API_NOT_JSON', 'FORBIDDEN']);
 export const isContactError = (err: unknown): boolean => err instanceof ClusterError && CONTACT_CODES.has(err.code);
 
+/**
+ * A refusal's code named as the page names every finding (PullAlways, NodesNotReady):
+ * NO_RELEASE_SIGNATURES is shown as NoReleaseSignatures. Only the page's word: the CLIs'
+ * "error: CODE" and --json keep the code.
+ */
+export const findingKind = (code: string): string => code.toLowerCase().replace(/(?:^|_)([a-z0-9])/g, (_m, c: string) => c.toUpperCase());
+
 /** What `bundle cluster status` reports as not ready, as warnings. */
 export function statusWarnings(rows: readonly DashboardRow[], target: Target): DashboardWarning[] {
   const out: DashboardWarning[] = [];
@@ -34,7 +41,7 @@ export async function prepareWarnings(apis: AdminApis, b: AdminBundle): Promise<
     }
     return out;
   } catch (err) {
-    if (err instanceof ClusterError && !isContactError(err)) return [{ kind: err.code, object: err.code.startsWith('NO_') ? 'bundle' : 'ClusterVersion/version', message: err.message }];
+    if (err instanceof ClusterError && !isContactError(err)) return [{ kind: findingKind(err.code), object: err.code.startsWith('NO_') ? 'bundle' : 'ClusterVersion/version', message: err.message }];
     throw err;
   }
 }
