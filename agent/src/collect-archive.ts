@@ -9,7 +9,7 @@ import { createGzip } from 'node:zlib';
 import { randomBytes } from 'node:crypto';
 import tar from 'tar-stream';
 import { syncDirBestEffort } from '@offline-bundle/host';
-import { redactText } from './collect-redact.js';
+import { redactText, tallyLine, type RedactionTally } from './collect-redact.js';
 
 /** Most bytes one entry keeps (its tail is cut, saying so). */
 export const MAX_COLLECT_ENTRY_BYTES = 4 * 1024 * 1024;
@@ -21,12 +21,16 @@ export class CollectArchive {
   private total = 0;
   /** What was left out or cut, and why: written as NOTES.txt. */
   readonly notes: string[] = [];
+  /** What was redacted, per entry and rule (counts, never values): written in NOTES.txt too. */
+  readonly redactions: string[] = [];
 
   constructor(readonly prefix: string) {}
 
-  /** Adds a text entry, redacted and bounded. */
-  add(name: string, text: string): void {
-    let body = Buffer.from(redactText(text), 'utf8');
+  /** Adds a text entry, redacted and bounded; `tally` holds what was redacted of it before (a parsed document's keys). */
+  add(name: string, text: string, tally: RedactionTally = new Map()): void {
+    let body = Buffer.from(redactText(text, tally), 'utf8');
+    const redacted = tallyLine(name, tally);
+    if (redacted) this.redactions.push(redacted);
     if (body.length > MAX_COLLECT_ENTRY_BYTES) {
       body = Buffer.concat([body.subarray(0, MAX_COLLECT_ENTRY_BYTES), Buffer.from(`\n[cut at ${MAX_COLLECT_ENTRY_BYTES} bytes]\n`)]);
       this.notes.push(`${name}: cut at ${MAX_COLLECT_ENTRY_BYTES} bytes`);
@@ -51,7 +55,10 @@ export class CollectArchive {
   async write(output: string, mtime: Date): Promise<void> {
     const tmp = join(dirname(output), `.${basename(output)}.${randomBytes(4).toString('hex')}.tmp`);
     const pack = tar.pack();
-    const all = [...this.entries, { name: 'NOTES.txt', body: Buffer.from(this.notes.length ? `${this.notes.join('\n')}\n` : 'nothing left out\n') }];
+    const redacted = this.redactions.length
+      ? `\nredacted (each value replaced by <redacted>; by entry, how many by which rule):\n${this.redactions.join('\n')}\n`
+      : '\nnothing redacted\n';
+    const all = [...this.entries, { name: 'NOTES.txt', body: Buffer.from(`${this.notes.length ? `${this.notes.join('\n')}\n` : 'nothing left out\n'}${redacted}`) }];
     try {
       const writing = pipeline(pack, createGzip(), createWriteStream(tmp, { flags: 'wx', mode: 0o600 }));
       for (const e of all) pack.entry({ name: `${this.prefix}/${e.name}`, size: e.body.length, mode: 0o600, mtime }, e.body);

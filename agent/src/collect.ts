@@ -10,7 +10,7 @@ import { CriImageClient, MANAGED_MARKER } from '@offline-bundle/runtime';
 import type { AgentConfig } from './config.js';
 import { MAX_CONFIG_FILE_BYTES } from './config.js';
 import { CollectArchive, MAX_COLLECT_ENTRY_BYTES } from './collect-archive.js';
-import { redactDocument } from './collect-redact.js';
+import { redactDocument, type RedactionTally } from './collect-redact.js';
 import { parseMountinfo } from './daemon/media.js';
 import { SPOOL_DIR_NAME } from './daemon/part-spool.js';
 import { readKubeletThresholds } from './load/kubelet-thresholds.js';
@@ -35,15 +35,19 @@ export interface CollectOptions {
 
 const errLine = (err: unknown) => (err as Error).message?.split('\n')[0] ?? String(err);
 
-/** A YAML or JSON document's text with its credentials redacted; text that does not parse is redacted by shape alone. */
-function redactedDocument(text: string, as: 'yaml' | 'json'): string {
+/**
+ * A YAML or JSON document's text with its credentials redacted by key; text that does not parse
+ * as one document is returned as it is, for the archive's line rules (key names in every format,
+ * and shapes) to redact.
+ */
+function redactedDocument(text: string, as: 'yaml' | 'json', tally: RedactionTally): string {
   let doc: unknown;
   try {
     doc = parseYaml(text, { maxAliasCount: 100 });
   } catch {
     return text;
   }
-  const clean = redactDocument(doc);
+  const clean = redactDocument(doc, tally);
   return as === 'json' ? `${JSON.stringify(clean, null, 2)}\n` : stringifyYaml(clean);
 }
 
@@ -72,7 +76,8 @@ async function addFile(a: CollectArchive, name: string, path: string, as: 'yaml'
   try {
     const got = await readNoFollow(path, max);
     if ('link' in got) return addLink(a, name, path, got.link);
-    a.add(name, as === 'text' ? got.text : redactedDocument(got.text, as));
+    const tally: RedactionTally = new Map();
+    a.add(name, as === 'text' ? got.text : redactedDocument(got.text, as, tally), tally);
   } catch (err) {
     a.note(`${name}: ${path}: ${errLine(err)}`);
   }
@@ -233,7 +238,8 @@ export async function collect(c: AgentConfig, o: CollectOptions): Promise<{ outp
   const a = new CollectArchive(name);
   a.add('version.txt', header(c, now));
   await addFile(a, 'config.yaml', o.configPath, 'yaml', MAX_CONFIG_FILE_BYTES);
-  a.add('config-effective.json', `${JSON.stringify(redactDocument(c), null, 2)}\n`);
+  const tally: RedactionTally = new Map();
+  a.add('config-effective.json', `${JSON.stringify(redactDocument(c, tally), null, 2)}\n`, tally);
   if (c.status.kubeconfig) await addFile(a, 'kubeconfig.yaml', c.status.kubeconfig, 'yaml');
   await addFile(a, 'status.json', c.paths.statusFile, 'json');
   await addStateAndDropIns(a, c);

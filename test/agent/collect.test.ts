@@ -27,7 +27,7 @@ t.test('redaction by key name and by value shape', async (t) => {
   t.equal(redactText(`Authorization: Bearer ${SECRETS.bearer}`), `Authorization: ${REDACTED}`);
   t.equal(redactText(`login ${SECRETS.token} ok`), `login ${REDACTED} ok`, 'an OpenShift token');
   t.equal(redactText(SECRETS.jwt), REDACTED, 'a JWT');
-  t.equal(redactText(`podman login --password=${SECRETS.password}`), `podman login --${REDACTED}`);
+  t.equal(redactText(`podman login --password=${SECRETS.password}`), `podman login --password=${REDACTED}`, 'the flag kept, its value not');
   t.equal(redactText(`podman pull --creds ${SECRETS.password} img`), `podman pull --creds ${REDACTED} img`, 'a credential as the next argument');
   t.equal(redactText('https://user:pw@registry.example/v2/'), `https:${REDACTED}registry.example/v2/`, 'URL user info');
   t.equal(redactText(`data: ${B64}`), `data: ${REDACTED}`, 'a long base64 run');

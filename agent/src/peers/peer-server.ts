@@ -2,6 +2,9 @@
 // holds verified to the other nodes, and only to them (a client without a certificate from the
 // peer CA fails the handshake and is never read from). Bounded in every dimension a hostile
 // client controls: connections, header bytes, path length, time, listing length, upload rate.
+// A connection counts against the main cap only once its handshake passed with a peer
+// certificate; before that it holds one of a few unauthenticated places (per address and in
+// all), so sockets that never speak cannot starve the peers (issue #44 item 1).
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -15,14 +18,24 @@ import { REAL_CLOCK, TokenBucket, type BucketClock } from './token-bucket.js';
 
 /** Every bound of the peer server (SECURITY.md "Peer transfer" names each, with its test). */
 export const PEER_LIMITS = {
-  /** Open TLS connections at once; the kernel's backlog holds the rest. */
+  /** Open connections at once that passed the handshake with a peer certificate; any beyond are closed once authenticated. */
   maxConnections: 64,
+  /** Connections not yet through the TLS handshake, all addresses together (never counted against maxConnections). */
+  maxUnauthenticated: 128,
+  /** Connections not yet through the TLS handshake from one address (an IPv6 /64 counts as one address). */
+  maxUnauthenticatedPerAddress: 16,
+  /**
+   * How long a new connection waits for its first bytes (a peer sends its ClientHello at once)
+   * before it competes for an unauthenticated place; as many again as maxUnauthenticated (and
+   * per address) may wait so, beside the places.
+   */
+  firstBytesWaitMs: 25,
   /** Bytes of one request's headers (node's maxHeaderSize): 431 beyond. */
   maxHeaderBytes: 8 * 1024,
   /** Length of a request's path: 414 beyond (the longest valid one is about 160). */
   maxPathBytes: 256,
-  /** A TLS handshake not finished in this time is dropped. */
-  handshakeTimeoutMs: 5_000,
+  /** A TLS handshake not finished in this time is dropped (a fetcher gives up after 1.5 s). */
+  handshakeTimeoutMs: 3_000,
   /** A request's headers must arrive within this. */
   headersTimeoutMs: 10_000,
   /** A connection with no byte either way for this long is closed (a stalled reader, an idle keep-alive). */
@@ -55,6 +68,17 @@ export interface PeerServerOptions {
   limits?: Partial<typeof PEER_LIMITS>;
 }
 
+/** Connections now open, by stage, and the unauthenticated ones dropped or refused for room so far. */
+export interface PeerConnectionCounts {
+  /** Through the handshake with a peer certificate (at most maxConnections). */
+  authenticated: number;
+  /** Holding an unauthenticated place (at most maxUnauthenticated). */
+  unauthenticated: number;
+  /** In their first firstBytesWaitMs, not yet holding a place (at most maxUnauthenticated). */
+  arriving: number;
+  dropped: number;
+}
+
 export interface RunningPeerServer {
   /** https://HOST:PORT */
   url: string;
@@ -65,6 +89,7 @@ export interface RunningPeerServer {
   setPaused(paused: boolean): void;
   /** Blob responses being sent now. */
   readonly active: number;
+  readonly connections: PeerConnectionCounts;
   close(): Promise<void>;
 }
 
@@ -187,6 +212,172 @@ class PeerHandler {
   }
 }
 
+/**
+ * The address a connection budget is kept for: an IPv4 address as it is, an IPv6 one by its
+ * /64 (one machine is commonly handed a whole /64, so counting its addresses one by one would
+ * give it as many budgets as it likes).
+ */
+export function peerAddressKey(address: string | undefined): string {
+  if (!address) return '?';
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  if (!address.includes(':')) return address;
+  const [head = '', tail] = address.replace(/%.*$/, '').toLowerCase().split('::', 2);
+  const groups = head ? head.split(':') : [];
+  if (tail !== undefined) {
+    const after = tail ? tail.split(':') : [];
+    groups.push(...Array<string>(Math.max(0, 8 - groups.length - after.length)).fill('0'), ...after);
+  }
+  return `${groups.slice(0, 4).map((g) => Number.parseInt(g, 16).toString(16)).join(':')}::/64`;
+}
+
+/** Unauthenticated sockets of one stage: in arrival order, and by address. */
+class Places {
+  readonly all = new Map<Socket, string>();
+  readonly byAddress = new Map<string, Set<Socket>>();
+
+  held(key: string): number {
+    return this.byAddress.get(key)?.size ?? 0;
+  }
+
+  add(raw: Socket, key: string): void {
+    this.all.set(raw, key);
+    this.byAddress.set(key, (this.byAddress.get(key) ?? new Set()).add(raw));
+  }
+
+  delete(raw: Socket): boolean {
+    const key = this.all.get(raw);
+    if (key === undefined) return false;
+    this.all.delete(raw);
+    const mine = this.byAddress.get(key);
+    mine?.delete(raw);
+    if (mine?.size === 0) this.byAddress.delete(key);
+    return true;
+  }
+
+  /** The oldest of `key`'s sockets (any address's when undefined). */
+  oldest(key?: string): Socket | undefined {
+    return (key === undefined ? this.all.keys() : this.byAddress.get(key)?.values())?.next().value;
+  }
+
+  /** The oldest of `key`'s sockets (any address's when undefined) that has not sent a byte. */
+  oldestSilent(key?: string): Socket | undefined {
+    for (const s of key === undefined ? this.all.keys() : (this.byAddress.get(key) ?? [])) if (s.bytesRead === 0) return s;
+    return undefined;
+  }
+
+  /**
+   * The oldest socket of the addresses holding the most (of them, the one waiting longest: a
+   * peer's handshake takes milliseconds), if they hold more than one beyond `than`.
+   */
+  richerThan(than: number): Socket | undefined {
+    let most = 0;
+    for (const held of this.byAddress.values()) most = Math.max(most, held.size);
+    if (most <= than + 1) return undefined;
+    for (const [s, key] of this.all) if (this.held(key) === most) return s;
+    return undefined;
+  }
+}
+
+/**
+ * Who holds the server's connections. A TCP connection counts against maxConnections only once
+ * its handshake passed with a peer certificate; before that it holds an unauthenticated place
+ * (its address's share, and the total), so no number of sockets without a certificate can take
+ * a peer's place.
+ *
+ * A new connection first waits firstBytesWaitMs beside the places (a bounded number may, per
+ * address and in all: beyond, the one waiting longest is sorted at once), long enough for a
+ * peer's ClientHello, which it sends the moment it is connected, to have been read. Then it
+ * takes a place: when its address's share is full, a socket of that address that never sent a
+ * byte is dropped for it if it has spoken itself, else it is refused; when the total is full,
+ * the oldest socket that never sent a byte is dropped for a newcomer that has spoken, else the
+ * address holding the most gives up its oldest if it holds more than one beyond the newcomer's
+ * address, else the newcomer is refused.
+ *
+ * Why: refusing every newcomer would let a few addresses that hold sockets open lock every peer
+ * out; dropping the oldest whatever it did would let a flood that reconnects at once cycle
+ * through the places and drop a peer in the middle of its handshake; deciding at arrival would
+ * see a peer's socket as silent before its first bytes were read. So a silent socket never
+ * pushes out one that spoke, and sockets that stall after a first byte hold no more than a fair
+ * share per address (SECURITY.md names what many addresses can still do).
+ */
+class ConnectionGate {
+  /** Connections not yet sorted (their first firstBytesWaitMs). */
+  private readonly arriving = new Places();
+  /** Connections holding an unauthenticated place. */
+  private readonly waiting = new Places();
+  private readonly authenticated = new Set<Socket>();
+  /** remote "address port" → its TCP socket, to find it again once the TLS socket over it is secure. */
+  private readonly byRemote = new Map<string, Socket>();
+  dropped = 0;
+
+  constructor(private readonly limits: typeof PEER_LIMITS) {}
+
+  get counts(): PeerConnectionCounts {
+    return { authenticated: this.authenticated.size, unauthenticated: this.waiting.all.size, arriving: this.arriving.all.size, dropped: this.dropped };
+  }
+
+  /** A new TCP connection (before TLS): waits beside the places for its first bytes; when too many wait, the one waiting longest is placed now. */
+  admit(raw: Socket): void {
+    const key = peerAddressKey(raw.remoteAddress);
+    const early = this.arriving.held(key) >= this.limits.maxUnauthenticatedPerAddress ? this.arriving.oldest(key) : undefined;
+    if (early) this.place(early, key);
+    const first = this.arriving.all.size >= this.limits.maxUnauthenticated ? this.arriving.oldest() : undefined;
+    if (first) this.place(first, this.arriving.all.get(first)!);
+    this.arriving.add(raw, key);
+    this.byRemote.set(`${raw.remoteAddress} ${raw.remotePort}`, raw);
+    // then after one more poll of the sockets (setImmediate runs after it): bytes that arrived in the wait are counted even on a busy loop
+    const timer = setTimeout(() => setImmediate(() => this.place(raw, key)), this.limits.firstBytesWaitMs);
+    raw.once('close', () => {
+      clearTimeout(timer);
+      this.forget(raw);
+    });
+  }
+
+  /** After its first firstBytesWaitMs: the connection takes a place, making room as the class says, or is refused. */
+  private place(raw: Socket, key: string): void {
+    if (!this.arriving.delete(raw)) return;
+    const spoke = raw.bytesRead > 0;
+    if (this.waiting.held(key) >= this.limits.maxUnauthenticatedPerAddress) {
+      const silent = spoke ? this.waiting.oldestSilent(key) : undefined;
+      if (!silent) return this.refuse(raw);
+      this.refuse(silent);
+    }
+    if (this.waiting.all.size >= this.limits.maxUnauthenticated) {
+      const victim = (spoke ? this.waiting.oldestSilent() : undefined) ?? this.waiting.richerThan(this.waiting.held(key));
+      if (!victim) return this.refuse(raw);
+      this.refuse(victim);
+    }
+    this.waiting.add(raw, key);
+  }
+
+  /** A handshake passed with a peer certificate: the connection counts against maxConnections now, or is closed when they are taken. */
+  secure(tls: TLSSocket): void {
+    const raw = this.byRemote.get(`${tls.remoteAddress} ${tls.remotePort}`);
+    if (!raw || this.authenticated.has(raw) || this.authenticated.size >= this.limits.maxConnections) {
+      tls.destroy();
+      return;
+    }
+    this.arriving.delete(raw);
+    this.waiting.delete(raw);
+    this.authenticated.add(raw);
+  }
+
+  private refuse(raw: Socket): void {
+    this.dropped++;
+    this.forget(raw);
+    raw.destroy();
+  }
+
+  private forget(raw: Socket): void {
+    this.arriving.delete(raw);
+    this.waiting.delete(raw);
+    this.authenticated.delete(raw);
+    const remote = `${raw.remoteAddress} ${raw.remotePort}`;
+    if (this.byRemote.get(remote) === raw) this.byRemote.delete(remote);
+  }
+}
+
 function listen(server: Server, host: string, port: number): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
@@ -215,7 +406,7 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
     connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
     keepAliveTimeout: limits.keepAliveTimeoutMs,
   }, (req, res) => handler.handle(req, res));
-  server.maxConnections = limits.maxConnections;
+  const gate = new ConnectionGate(limits);
   server.timeout = limits.idleTimeoutMs;
   // a refused handshake or a reset connection is the client's problem, never the server's
   server.on('tlsClientError', (_err, socket: TLSSocket) => socket.destroy());
@@ -227,7 +418,9 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
   server.on('connection', (s: Socket) => {
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
+    gate.admit(s);
   });
+  server.on('secureConnection', (tls: TLSSocket) => gate.secure(tls));
   const address = await listen(server, opts.host, opts.port);
   return {
     url: `https://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`,
@@ -236,6 +429,7 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
     bucket,
     setPaused: (p) => handler.setPaused(p),
     get active() { return handler.active; },
+    get connections() { return gate.counts; },
     close: () => new Promise<void>((resolve) => {
       for (const s of sockets) s.destroy();
       server.close(() => resolve());

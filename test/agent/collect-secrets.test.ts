@@ -1,0 +1,189 @@
+// `bundle-agent collect` against the secrets a node really holds (issue #44 item 3): every kind
+// of secret the hostile review planted (and more), in the places collect reads (state files that
+// do not parse, a kubeconfig that does not parse, the config, the journal), none left in the
+// archive; the key names around them kept; NOTES.txt says what was redacted.
+import { execFileSync } from 'node:child_process';
+import { chmod, mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import t from 'tap';
+import { REDACTED, collect, parseConfig, redactText } from '@offline-bundle/agent';
+import { tmpdir } from '../helpers/tmp.mjs';
+
+const hex = (n: number) => randomBytes(n).toString('hex');
+const alnum = (n: number) => randomBytes(n * 2).toString('base64').replace(/[^A-Za-z0-9]/g, '').slice(0, n);
+const SSH_KEY = generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' }).toString().replace(/PRIVATE KEY/g, 'OPENSSH PRIVATE KEY');
+
+/** Each planted secret value by kind; none may appear in the archive. */
+const S = {
+  multiDocToken: `mdtok-${alnum(20)}`,
+  multiDocPassword: `mdpw-${alnum(20)}`,
+  brokenYamlPassword: `bypw-${alnum(20)}`,
+  brokenYamlBlock: `byblock-${alnum(20)}`,
+  jsonPassword: `jpw-${alnum(20)}`,
+  escapedJsonToken: `ejtok-${alnum(20)}`,
+  xAuthToken: `xat-${alnum(20)}`,
+  registryPassword: `regpw-${alnum(20)}`,
+  srcCreds: `srccreds-${alnum(20)}`,
+  passwordFlag: `pwflag-${alnum(20)}`,
+  textPassword: `txtpw-${alnum(20)}`,
+  hex64: hex(32),
+  github: `ghp_${alnum(36)}`,
+  awsKeyId: `AKIA${alnum(16).toUpperCase().replace(/[^A-Z0-9]/g, 'Q')}`,
+  awsSecret: `${alnum(30)}/${alnum(9)}`,
+  awsSecretIni: `${alnum(40)}`,
+  k3s: `K10${hex(32)}::server:${hex(16)}`,
+  basicAuth: Buffer.from(`bob:${alnum(12)}`).toString('base64'),
+  tomlPassword: `tomlpw-${alnum(20)}`,
+  shellPassword: `shpw-${alnum(20)}`,
+  dockerLogin: `dockpw-${alnum(20)}`,
+  curlUser: `curlpw-${alnum(20)}`,
+  urlUserInfo: `urlpw-${alnum(20)}`,
+  cookie: `cookie-${alnum(20)}`,
+  gitlab: `glpat-${alnum(20)}`,
+  slack: `xoxb-${hex(6)}-${alnum(24)}`,
+  google: `AIza${alnum(35)}`,
+  npm: `npm_${alnum(36)}`,
+  sshKeyBody: SSH_KEY.split('\n')[1]!,
+  kubeToken: `kubetok-${alnum(20)}`,
+  kubeKeyData: randomBytes(48).toString('base64'),
+  brokenJsonSecret: `bjsec-${alnum(20)}`,
+  pythonRepr: `pyrepr-${alnum(20)}`,
+  configCreds: `cfgcreds-${alnum(20)}`,
+};
+
+/** What a node's journal of the agent (and of a helper it ran) could say. */
+const JOURNAL = [
+  'Dec 06 10:00:00 node1 bundle-agent[100]: agent started event=start',
+  `Dec 06 10:00:01 node1 bundle-agent[100]: {"level":"error","msg":"login failed","user":"bob","password":"${S.jsonPassword}"}`,
+  `Dec 06 10:00:02 node1 bundle-agent[100]: {"msg":"{\\"token\\":\\"${S.escapedJsonToken}\\",\\"registry\\":\\"quay.io\\"}"}`,
+  `Dec 06 10:00:03 node1 bundle-agent[100]: request headers: X-Auth-Token: ${S.xAuthToken}`,
+  `Dec 06 10:00:04 node1 bundle-agent[100]: env REGISTRY_PASSWORD=${S.registryPassword} REGISTRY=quay.io`,
+  `Dec 06 10:00:05 node1 bundle-agent[100]: running skopeo copy --src-creds admin:${S.srcCreds} docker://quay.io/a oci:/tmp/a`,
+  `Dec 06 10:00:06 node1 bundle-agent[100]: running podman login --password ${S.passwordFlag} quay.io`,
+  `Dec 06 10:00:07 node1 bundle-agent[100]: joined with token ${S.hex64}`,
+  `Dec 06 10:00:08 node1 bundle-agent[100]: git clone with ${S.github}`,
+  `Dec 06 10:00:09 node1 bundle-agent[100]: aws creds ${S.awsKeyId} ${S.awsSecret}`,
+  `Dec 06 10:00:10 node1 k3s[7]: K3S_TOKEN value ${S.k3s}`,
+  `Dec 06 10:00:11 node1 bundle-agent[100]: Authorization: Basic ${S.basicAuth}`,
+  `Dec 06 10:00:12 node1 bundle-agent[100]: docker login -u bob -p ${S.dockerLogin} registry.example`,
+  `Dec 06 10:00:13 node1 bundle-agent[100]: curl -u bob:${S.curlUser} https://registry.example/v2/`,
+  `Dec 06 10:00:14 node1 bundle-agent[100]: pulling from https://bob:${S.urlUserInfo}@registry.example/v2/`,
+  `Dec 06 10:00:15 node1 bundle-agent[100]: Cookie: session=${S.cookie}; theme=dark`,
+  `Dec 06 10:00:16 node1 bundle-agent[100]: tokens ${S.gitlab} ${S.slack} ${S.google} ${S.npm}`,
+  `Dec 06 10:00:17 node1 bundle-agent[100]: {'user': 'bob', 'password': '${S.pythonRepr}'}`,
+  `Dec 06 10:00:18 node1 bundle-agent[100]: pulled quay.io/a@sha256:${'0f'.repeat(32)} into /var/lib/containers/storage/overlay/${'ab'.repeat(32)}`,
+  'Dec 06 10:00:19 node1 bundle-agent[100]: pull failed: unauthorized: authentication required',
+].join('\n');
+
+async function plantNode(t: any) {
+  const dir = await tmpdir(t, 'ob-collect-secrets-');
+  const root = join(dir, 'root');
+  const p = (s: string) => join(root, s);
+  for (const d of ['etc/bundle-agent', 'var/lib/bundle-agent', 'etc/kubernetes']) await mkdir(p(d), { recursive: true });
+  const config = p('etc/bundle-agent/config.yaml');
+  await writeFile(config, `root: ${root}\ntrust:\n  keys: [/etc/bundle-agent/keys/factory.pub]\nversion:\n  current: "1.0.0"\nstatus:\n  kubeconfig: /etc/kubernetes/kubeconfig\npreload:\n  method: command\n  command: [skopeo, copy, --src-creds, "admin:${S.configCreds}", docker://a, oci:/b]\n`);
+  await chmod(config, 0o600);
+  // a kubeconfig that does not parse (a tab in its indentation): only the line rules see it
+  await writeFile(p('etc/kubernetes/kubeconfig'), [
+    'apiVersion: v1', 'kind: Config', 'clusters:', '- name: c', '  cluster:', '    server: https://api.cluster.example:6443',
+    'users:', '- name: node', '  user:', `\ttoken: ${S.kubeToken}`, `    client-key-data: ${S.kubeKeyData}`, '  bad: [unclosed', '',
+  ].join('\n'));
+  const state = p('var/lib/bundle-agent');
+  await writeFile(join(state, 'multi.yaml'), `---\nnode: node1\ntoken: ${S.multiDocToken}\n---\nregistry: quay.io\npassword: ${S.multiDocPassword}\n`);
+  await writeFile(join(state, 'broken.yaml'), `registry: quay.io\npassword: ${S.brokenYamlPassword}\nsecret: |\n  ${S.brokenYamlBlock}\n  second line\nafter: kept\n  : : [bad\n`);
+  await writeFile(join(state, 'site.conf'), `# the site's notes\nuser: bob\npassword: ${S.textPassword}\n[aws]\naws_access_key_id = ${S.awsKeyId}\naws_secret_access_key = ${S.awsSecretIni}\n`);
+  await writeFile(join(state, 'mirror.toml'), `[[registry]]\nlocation = "quay.io"\npassword = "${S.tomlPassword}"\n`);
+  await writeFile(join(state, 'env.sh'), `export REGISTRY=quay.io\nexport DB_PASSWORD='${S.shellPassword}'\n`);
+  await writeFile(join(state, 'id_ed25519'), SSH_KEY);
+  await writeFile(join(state, 'cut.json'), `{"registry": "quay.io", "secret": "${S.brokenJsonSecret}", "more": [1, 2`);
+  const journal = join(dir, 'journal.txt');
+  await writeFile(journal, `${JOURNAL}\n`);
+  return { dir, root, config, journal };
+}
+
+async function unpack(file: string, into: string): Promise<Map<string, string>> {
+  await mkdir(into);
+  execFileSync('tar', ['-xzf', file, '-C', into]);
+  const [top] = await readdir(into);
+  const out = new Map<string, string>();
+  const walk = async (d: string, rel: string): Promise<void> => {
+    for (const e of await readdir(d, { withFileTypes: true })) {
+      if (e.isDirectory()) await walk(join(d, e.name), `${rel}${e.name}/`);
+      else out.set(`${rel}${e.name}`, await readFile(join(d, e.name), 'utf8'));
+    }
+  };
+  await walk(join(into, top!), '');
+  return out;
+}
+
+t.test(`collect: ${Object.keys(S).length} planted secrets in every shape, none in the archive; key names kept`, async (t) => {
+  const n = await plantNode(t);
+  const out = join(n.dir, 'support.tar.gz');
+  await collect(parseConfig(await readFile(n.config, 'utf8')), { configPath: n.config, output: out, journal: ['cat', n.journal] });
+  const files = await unpack(out, join(n.dir, 'x'));
+  t.ok(['state/multi.yaml', 'state/broken.yaml', 'state/site.conf', 'state/mirror.toml', 'state/env.sh', 'state/cut.json', 'kubeconfig.yaml', 'journal.txt'].every((f) => files.has(f)), 'every planted file was collected');
+  const all = gunzipSync(await readFile(out)).toString('latin1');
+  const leaked = Object.entries(S).filter(([, v]) => all.includes(v)).map(([k]) => k);
+  t.same(leaked, [], `none of ${Object.keys(S).length} planted secrets in the archive`);
+  for (const [kind, v] of Object.entries(S)) t.notOk(all.includes(v), `${kind}: not in the archive`);
+
+  const j = files.get('journal.txt')!;
+  for (const kept of ['"password":"<redacted>"', 'X-Auth-Token: <redacted>', 'REGISTRY_PASSWORD=<redacted>', '--src-creds <redacted>', '--password <redacted>', 'REGISTRY=quay.io', '\\"registry\\":\\"quay.io\\"', 'Cookie: <redacted>', "'password': '<redacted>'"]) {
+    t.ok(j.includes(kept), `journal: ${kept}`);
+  }
+  t.ok(j.includes(`quay.io/a@sha256:${'0f'.repeat(32)}`) && j.includes(`overlay/${'ab'.repeat(32)}`), 'digests and layer paths kept');
+  t.ok(j.includes('pull failed: unauthorized: authentication required'), 'an error message that names auth is kept');
+  t.match(files.get('state/multi.yaml'), /node: node1\ntoken: <redacted>\n---\nregistry: quay.io\npassword: <redacted>/, 'a multi-document YAML: key names and the rest kept');
+  t.match(files.get('state/broken.yaml'), /registry: quay.io\npassword: <redacted>\nsecret: \|\n {2}<redacted>\nafter: kept/, 'a YAML that does not parse: by line, a block under a secret key too');
+  t.match(files.get('state/site.conf'), /user: bob\npassword: <redacted>\n\[aws\]\naws_access_key_id = <redacted>\naws_secret_access_key = <redacted>/);
+  t.match(files.get('state/mirror.toml'), /location = "quay.io"\npassword = "<redacted>"/);
+  t.match(files.get('state/env.sh'), /export REGISTRY=quay.io\nexport DB_PASSWORD='<redacted>'/);
+  t.match(files.get('state/cut.json'), /"registry": "quay.io", "secret": "<redacted>"/);
+  t.match(files.get('kubeconfig.yaml'), /server: https:\/\/api\.cluster\.example:6443[\s\S]*token: <redacted>[\s\S]*client-key-data: <redacted>/);
+  t.match(files.get('config.yaml'), /- --src-creds\n\s+- <redacted>\n\s+- docker:\/\/a/, 'the config: the flag kept, its value not');
+  t.match(files.get('config-effective.json'), /"--src-creds",\s+"<redacted>",\s+"docker:\/\/a"/);
+  const notes = files.get('NOTES.txt')!;
+  t.match(notes, /redacted \(each value replaced by <redacted>; by entry, how many by which rule\):/, 'NOTES.txt says what was redacted');
+  t.match(notes, /journal\.txt: .*\d+ × JSON key/);
+  t.match(notes, /state\/multi\.yaml: 2 × key: value/);
+  t.notOk(Object.values(S).some((v) => notes.includes(v)), 'the notes name rules and counts, never a value');
+});
+
+t.test('line rules: formats the review named, and what must stay', async (t) => {
+  const cases: [string, string][] = [
+    ['{"password":"a1","user":"b"}', '{"password":"<redacted>","user":"b"}'],
+    ['X-Auth-Token: a1', 'X-Auth-Token: <redacted>'],
+    ['REGISTRY_PASSWORD=a1 REGISTRY=q', 'REGISTRY_PASSWORD=<redacted> REGISTRY=q'],
+    ['skopeo copy --src-creds user:a1 --dest-creds=u:a2 x', 'skopeo copy --src-creds <redacted> --dest-creds=<redacted> x'],
+    ['podman login --password-stdin quay.io', 'podman login --password-stdin quay.io'],
+    ['  password: a1 # note', '  password: <redacted>'],
+    ['clientSecret: a1', 'clientSecret: <redacted>'],
+    ['private_key = "a1"', 'private_key = "<redacted>"'],
+    ['certificate-authority: /etc/ca.crt', 'certificate-authority: /etc/ca.crt'],
+    ['unauthorized: authentication required', 'unauthorized: authentication required'],
+    ['token_count: 3 tokens', 'token_count: <redacted>'],
+    [`sha256:${'ab'.repeat(32)}`, `sha256:${'ab'.repeat(32)}`],
+    [`{"id": "${'cd'.repeat(32)}"}`, `{"id": "${'cd'.repeat(32)}"}`],
+    [`tok ${'cd'.repeat(32)}`, `tok ${REDACTED}`],
+  ];
+  for (const [input, want] of cases) t.equal(redactText(input), want, input);
+});
+
+t.test('redaction stays linear: 4 MiB of whitespace, of one token, of quotes', async (t) => {
+  for (const [what, text] of [
+    ['whitespace after a secret key', `token:${' '.repeat(4 << 20)}x`],
+    ['dotted token', 'a.'.repeat(2 << 20)],
+    ['JWT-like run', 'eyJ-'.repeat(1 << 20)],
+    ['flags', '--p '.repeat(1 << 20)],
+    ['hex', 'a'.repeat(4 << 20)],
+    ['assignments', 'a='.repeat(2 << 20)],
+    ['quoted keys', '"a":'.repeat(1 << 20)],
+  ] as const) {
+    const started = Date.now();
+    redactText(text);
+    const ms = Date.now() - started;
+    t.ok(ms < 15_000, `${what}: ${text.length} bytes redacted in ${ms} ms`);
+  }
+});
