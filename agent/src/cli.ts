@@ -18,7 +18,7 @@ import { clearForgotten } from './releases/bundle-records.js';
 import { assertBundleFile, notLoadable } from './load/bundle-file.js';
 import { forgottenLine, releasesTable } from './releases/releases-text.js';
 import { TOOL_VERSION } from './version.js';
-import { addManCommand } from './man.js';
+import { EXAMPLE_CONFIG_PATH, addManCommand } from './man.js';
 import { addCollectCommand } from './collect-command.js';
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
@@ -47,9 +47,10 @@ export function buildProgram(): Command {
     .enablePositionalOptions()
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText('after', `
-Configuration: /etc/bundle-agent/config.yaml (see systemd/config.example.yaml). Every path
-in it is taken under its "root"; trust (factory public keys and/or the bundle's sha256) is
-required. Failures print "bundle-agent: <Reason>: <what to do>" and set the Failed condition.
+Configuration: ${DEFAULT_CONFIG_PATH}, which install.sh writes (when absent) from
+${EXAMPLE_CONFIG_PATH}, every setting commented (PREFIX/share/bundle-agent/
+with install.sh --prefix). Every path in it is taken under its "root"; trust (factory public
+keys and/or the bundle's sha256) is required. Failures print "bundle-agent: <Reason>: <what to do>" and set the Failed condition.
 
 Examples:
   bundle-agent run                                  # as the systemd service does

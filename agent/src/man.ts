@@ -5,6 +5,14 @@ import { DEFAULT_CONFIG_PATH } from './config.js';
 import { TOOL_VERSION } from './version.js';
 
 /**
+ * Where the documented example configuration is once installed: the tarball's
+ * share/bundle-agent/ (scripts/package.mjs copies systemd/ there) under install.sh's default
+ * prefix, which is also where the OCI image keeps the tarball. install.sh copies it to
+ * /etc/bundle-agent/config.yaml when that is absent.
+ */
+export const EXAMPLE_CONFIG_PATH = '/usr/local/share/bundle-agent/config.example.yaml';
+
+/**
  * `bundle-agent man`: prints bundle-agent(8), written from this program's own command tree
  * (see manPage), so the page shipped in share/man/man8 says what `--help` says. Hidden: it is
  * for packaging (`pnpm package` runs it); users read the page with `man bundle-agent`.
@@ -29,6 +37,7 @@ export function addManCommand(program: Command): void {
         ],
         files: [
           [DEFAULT_CONFIG_PATH, 'the configuration: trust (keys and/or digest), runtime, paths, version policy, media, status'],
+          [EXAMPLE_CONFIG_PATH, `every setting, commented (PREFIX/share/bundle-agent/ with install.sh --prefix); install.sh copies it to ${DEFAULT_CONFIG_PATH} when that is absent`],
           ['/etc/bundle-agent/keys/', 'the factory\'s public keys (trust.keys)'],
           ['/var/lib/bundle-agent/status.json', 'the node\'s status, read by "bundle-agent status" (paths.statusFile)'],
           ['/var/lib/bundle-agent/drop/', 'a watched directory: a bundle copied here is loaded (media.watchDirs)'],

@@ -7,7 +7,7 @@ import { exportAgentSidecar, type AgentSidecar } from './agent-sidecar.js';
 /** What `create --agent-image` and `agent-image export` print about the two files. */
 export function reportSidecar(s: AgentSidecar, json: boolean): void {
   if (json) return;
-  process.stdout.write(escapeControls(`wrote ${s.archive} (bundle-agent ${s.version}, ${s.arch}, ${s.manifest}) and its signed statement ${s.statement}: copy both onto the stick beside the bundle, for nodes that have no agent yet`) + '\n');
+  process.stdout.write(escapeControls(`wrote ${s.archive} (bundle-agent ${s.version}, ${s.arch}, ${s.manifest}) and its signed statement ${s.statement}: copy both onto the stick beside the bundle, for nodes that have no agent yet ("bundle write-media BUNDLE /mount/point" takes them along, checked)`) + '\n');
 }
 
 /** Loads the signing key (its passphrase from --passphrase-file or the environment) and writes the sidecar. */

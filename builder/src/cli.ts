@@ -234,8 +234,10 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
       // the agent image beside the bundle too, for nodes with no agent yet (replaced with the bundle)
       const sidecar = r.manifest.agent ? await writeSidecar(r.output, { key: o.key, passphraseFile: o.passphraseFile, force: true, signal: ac.signal }) : undefined;
       if (sidecar && !o.quiet) reportSidecar(sidecar, !!o.json);
-      const parts = o.splitSize ? (await splitInPlace(r.output, o.splitSize, r.fileDigest, ac.signal)).parts : undefined;
+      // a bundle that fits one part stays NAME.bundle: a lone part-001-of-001 is only another name
+      const parts = o.splitSize && r.fileSize > o.splitSize ? (await splitInPlace(r.output, o.splitSize, r.fileDigest, ac.signal)).parts : undefined;
       if (parts && !o.quiet) process.stderr.write(`split into ${plural(parts.length, 'part')}: ${parts.map((p) => basename(p)).join(', ')}\n`);
+      else if (o.splitSize && !o.quiet) process.stderr.write(`not split: ${basename(r.output)} (${r.fileSize} bytes) is no larger than ${cmd.getOptionValueSource('splitSize') === 'cli' ? '--split-size' : 'the file\'s archiveSize'} (${o.splitSize} bytes): one file\n`);
       if (o.json) {
         process.stdout.write(JSON.stringify({ output: r.output, ...(parts ? { parts } : {}), digest: r.fileDigest, size: r.fileSize, images: r.images, blobs: r.blobs, frames: r.frames, release: r.manifest.release, totals: r.manifest.totals, ...(r.manifest.base ? { delta: deltaFacts(r.manifest) } : {}), ...(r.manifest.agent ? { agent: r.manifest.agent } : {}), ...(sidecar ? { agentSidecar: sidecar } : {}), signer: r.manifest.signer, warnings: r.warnings }) + '\n');
       } else {

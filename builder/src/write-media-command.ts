@@ -13,6 +13,7 @@ interface WriteMediaFlags {
   partSize?: number;
   force?: boolean;
   anyDirectory?: boolean;
+  agentImage?: string | boolean;
   quiet?: boolean;
   json?: boolean;
 }
@@ -25,6 +26,8 @@ export function addWriteMediaCommand(program: Command): void {
     .option('--part-size <size>', 'split into parts of at most this size even where the filesystem would take more (binary units: 2G, 500M, bytes)', parseSize)
     .option('--force', 'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256): kept until the new copy is in place when there is room for both, else removed first (said before writing)')
     .option('--any-directory', 'write into a directory that is not a stick\'s mount point (a subdirectory, a local disk); the checks of the filesystem still apply')
+    .option('--agent-image <file>', 'the agent image to take along for nodes with no agent yet: bundle-agent-VERSION-ARCH.oci.tar or its .sig (both are written); default: the pair the bundle\'s agent names, when it is beside the bundle')
+    .option('--no-agent-image', 'write the bundle alone, even when its agent image is beside it')
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print the result as JSON')
     .addHelpText('after', `
@@ -37,6 +40,12 @@ by the first sectors of their device); one it cannot tell is split as FAT32.
 A split bundle is read from its parts in turn (all of them must be there; a missing or cut part
 is refused before anything is written): no joined copy is made, and the stick gets it as its
 filesystem needs (one file on exFAT or ext4).
+
+A bundle made with --agent-image brings its agent image along when bundle-agent-VERSION-ARCH.oci.tar
+and its .sig ("bundle create --agent-image" and "bundle agent-image export" write them) are beside
+it: both are written, counted in the room needed, checked (the archive's sha256 against its .sig,
+as read and as read back) and renamed into place before the bundle. The same pair already on the
+stick (a second bundle of that agent) is only read back; another pair of that name needs --force.
 
 Files are written under dot names and renamed into place only once all are written and synced,
 so bundle-agent never sees half a part; NAME.bundle.sha256 holds the whole bundle's digest (the
@@ -59,14 +68,17 @@ Examples:
         ac.abort(Object.assign(new Error(`interrupted: what was written to ${mountpoint} is removed; rerun to write the bundle`), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
       };
       for (const s of signals) process.on(s, stop);
-      const r = await writeMedia({ bundle, target: mountpoint, partSize: o.partSize, force: o.force, anyDirectory: o.anyDirectory, progress, signal: ac.signal });
+      const r = await writeMedia({ bundle, target: mountpoint, partSize: o.partSize, force: o.force, anyDirectory: o.anyDirectory, agentImage: o.agentImage, progress, signal: ac.signal });
       const done = `Done: ${plural(r.files.length, 'file')} on ${r.target}; safe to remove the stick.`;
       if (o.json) {
         process.stdout.write(JSON.stringify(r) + '\n');
         if (!o.quiet) process.stderr.write(escapeControls(done) + '\n');
         return;
       }
-      if (!o.quiet) process.stderr.write(escapeControls(`${r.filesystem} at ${r.mountPoint}: wrote ${r.files.map((f) => f.slice(r.target.length + 1)).join(', ')} (${formatBytes(r.size)}, ${r.digest}); read back${r.cacheDropped ? ' from the stick' : ''}: matches`) + '\n');
+      const a = r.agentImage;
+      const wrote = r.files.filter((f) => !a?.alreadyThere || (f !== a.archive && f !== a.statement)).map((f) => f.slice(r.target.length + 1));
+      const agent = a ? `; agent image ${a.version} (${a.arch}, ${formatBytes(a.size)})${a.alreadyThere ? ' was there already' : ''}` : '';
+      if (!o.quiet) process.stderr.write(escapeControls(`${r.filesystem} at ${r.mountPoint}: wrote ${wrote.join(', ')} (${formatBytes(r.size)}, ${r.digest})${agent}; read back${r.cacheDropped ? ' from the stick' : ''}: matches`) + '\n');
       process.stdout.write(escapeControls(done) + '\n');
     });
 }

@@ -16,6 +16,7 @@ import { formatBytes } from '@offline-bundle/status';
 import type { Progress } from './progress.js';
 import { copyRange, partCount } from './split.js';
 import { MediaError, assertWritable, describeTarget, looksLikeMedia, mountOf, readMounts, type Mount, type Target } from './write-media-target.js';
+import { agentNeeds, agentResult, findAgentImage, planAgent, readBackAgent, removeStaleAgentTemps, writeAgentTemps, type AgentCopy } from './write-media-agent.js';
 
 /**
  * Room kept free beyond the bundle and its .sha256: directory entries, and the last cluster of
@@ -32,6 +33,12 @@ export interface WriteMediaOptions {
   force?: boolean;
   /** Write into a directory that is not a stick's mount point. */
   anyDirectory?: boolean;
+  /**
+   * The agent image pair (bundle-agent-VERSION-ARCH.oci.tar and its .sig) to take along: a path
+   * to either; undefined: the one the bundle's agent field names, when it is beside the bundle;
+   * false: none.
+   */
+  agentImage?: string | boolean;
   progress: Progress;
   signal?: AbortSignal;
   mountinfo?: string;
@@ -54,6 +61,8 @@ interface MediaPlan {
   size: number;
   files: MediaFile[];
   sidecar: { final: string; temp: string; started?: boolean };
+  /** The agent image pair written beside the bundle, for nodes with no agent yet. */
+  agent?: AgentCopy;
   /** The copy of this bundle that was on the stick: none, still there, or removed (up front for room, or replaced by the commit). */
   old?: 'kept' | 'removed';
 }
@@ -74,6 +83,8 @@ export interface WriteMediaResult {
   free?: number;
   /** The page cache of the written files was dropped before the read-back (dd iflag=nocache). */
   cacheDropped: boolean;
+  /** The agent image pair taken along (written, or found there already), read back and checked. */
+  agentImage?: ReturnType<typeof agentResult>;
 }
 
 function bootId(): string {
@@ -165,7 +176,8 @@ async function oldCopies(dir: string, base: string, source: SourceFiles, force: 
  */
 function checkRoom(plan: MediaPlan, t: Target, replaced: Array<{ size: number }>, progress: Progress): boolean {
   const sidecarBytes = Buffer.byteLength(digestLine(`sha256:${'0'.repeat(64)}`, plan.base));
-  const need = plan.size + sidecarBytes + ROOM_MARGIN_BYTES + (plan.files.length + 1) * t.blockBytes;
+  const agent = agentNeeds(plan.agent);
+  const need = plan.size + sidecarBytes + agent.bytes + ROOM_MARGIN_BYTES + (plan.files.length + 1 + agent.files) * t.blockBytes;
   if (t.free === undefined) {
     progress.log(`warning: ${t.mount.mountPoint} (${t.mount.fsType}) does not say how much room it has: writing anyway (${formatBytes(need)} needed); a full stick is reported and what was written removed`);
     return true;
@@ -175,7 +187,8 @@ function checkRoom(plan: MediaPlan, t: Target, replaced: Array<{ size: number }>
   const free = t.free + replaced.reduce((n, f) => n + Math.floor(f.size / t.blockBytes) * t.blockBytes, 0);
   if (free < need) {
     const mine = replaced.length ? ` (with the ${formatBytes(free - t.free)} of the copy --force replaces)` : '';
-    throw new MediaError('NO_SPACE', `the stick at ${t.mount.mountPoint} has ${formatBytes(free)} free${mine}, the bundle needs ${formatBytes(need)} (${formatBytes(plan.size)}, its .sha256 and ${formatBytes(need - plan.size - sidecarBytes)} to spare): use a bigger stick or free ${formatBytes(need - free)} on it; nothing was written`);
+    const withAgent = agent.files ? `, the agent image and its .sig (${formatBytes(agent.bytes)})` : '';
+    throw new MediaError('NO_SPACE', `the stick at ${t.mount.mountPoint} has ${formatBytes(free)} free${mine}, the bundle${agent.files ? ' and its agent image need' : ' needs'} ${formatBytes(need)} (${formatBytes(plan.size)}, its .sha256${withAgent} and ${formatBytes(need - plan.size - sidecarBytes - agent.bytes)} to spare): use a bigger stick or free ${formatBytes(need - free)} on it; nothing was written`);
   }
   return false;
 }
@@ -290,7 +303,9 @@ async function assertMatchesSidecar(bundle: string, base: string, digest: string
  * old files that could not be removed.
  */
 async function commit(plan: MediaPlan, old: OldFile[]): Promise<string[]> {
-  const moves = [...plan.files, plan.sidecar];
+  // the agent image first, its .sig after it: a bootstrap that sees the statement sees the whole archive
+  const agent = plan.agent && !plan.agent.present ? [plan.agent.archive, plan.agent.statement] : [];
+  const moves = [...agent, ...plan.files, plan.sidecar];
   let moved = 0;
   try {
     for (; moved < moves.length; moved++) await rename(moves[moved]!.temp, moves[moved]!.final);
@@ -329,6 +344,13 @@ async function hashFile(file: string, hashes: Hash[], onBytes: (n: number) => vo
     for (const h of hashes) h.update(c);
     onBytes(c.length);
   }
+}
+
+/** A file's sha256 (hex), read from where it is. */
+async function sha256Of(file: string, onBytes: (n: number) => void, signal?: AbortSignal): Promise<string> {
+  const h = createHash('sha256');
+  await hashFile(file, [h], onBytes, signal);
+  return h.digest('hex');
 }
 
 /** Every written file read back from the stick and checked against what was read from the bundle, and the whole across parts. */
@@ -419,11 +441,25 @@ export async function writeMedia(o: WriteMediaOptions): Promise<WriteMediaResult
   }
 }
 
+/** The agent image pair to take along, checked before anything is written; stale temps of it removed. */
+async function agentCopy(src: BundleSource, dir: string, o: WriteMediaOptions): Promise<AgentCopy | undefined> {
+  const { manifest } = await readHeader(src);
+  const found = await findAgentImage(o.bundle, manifest, o.agentImage, o.progress);
+  if (!found) return undefined;
+  const copy = await planAgent(dir, found, manifest, { ...(o.force !== undefined ? { force: o.force } : {}), temp: tempOf });
+  await removeStaleAgentTemps(dir, copy, BOOT_TAG);
+  return copy;
+}
+
+/** The temp files this run created (bundle, .sha256, agent image pair): removed after a failure. */
+const startedTemps = (plan: MediaPlan) => [...plan.files, plan.sidecar, ...(plan.agent ? [plan.agent.archive, plan.agent.statement] : [])].filter((x) => x.started).map((x) => x.temp);
+
 async function writeFrom(src: BundleSource, source: SourceFiles, o: WriteMediaOptions): Promise<WriteMediaResult> {
   const { dir, mount } = await resolveTarget(o);
   const old = await oldCopies(dir, source.base, source, o.force);
+  const agent = await agentCopy(src, dir, o);
   const target = await describeTarget(dir, mount);
-  const plan = planFiles(dir, source.base, src.size, partLimit(target, o.partSize));
+  const plan: MediaPlan = { ...planFiles(dir, source.base, src.size, partLimit(target, o.partSize)), ...(agent ? { agent } : {}) };
   const both = checkRoom(plan, target, old, o.progress);
   if (old.length) plan.old = both ? 'kept' : 'removed';
   if (plan.old === 'removed') await removeOldFirst(plan, old, o.progress);
@@ -432,19 +468,22 @@ async function writeFrom(src: BundleSource, source: SourceFiles, o: WriteMediaOp
   let stale: string[];
   try {
     digest = await writeTemps(o.bundle, src, source, plan, at, o.progress, o.signal);
+    if (agent) await writeAgentTemps(agent, at, o.progress, o.signal);
     o.signal?.throwIfAborted();
     stale = await commit(plan, old);
   } catch (err) {
     o.progress.finish();
-    const left = [...(err as { left?: string[] }).left ?? [], ...(await removeAll([...plan.files, plan.sidecar].filter((x) => x.started).map((x) => x.temp)))];
+    const left = [...(err as { left?: string[] }).left ?? [], ...(await removeAll(startedTemps(plan)))];
     if (o.signal?.aborted) throw interrupted(o.signal, plan, left);
     throw mediaFailure(err, at.file, plan, left);
   }
-  const written = [...plan.files.map((f) => f.final), plan.sidecar.final];
+  const agentFiles = agent ? [agent.archive.final, agent.statement.final] : [];
+  const written = [...plan.files.map((f) => f.final), plan.sidecar.final, ...(agent?.present ? [] : agentFiles)];
   let cacheDropped: boolean;
   try {
-    cacheDropped = await dropCache(written, mount, o.signal);
+    cacheDropped = await dropCache([...written, ...(agent?.present ? agentFiles : [])], mount, o.signal);
     await readBack(plan, digest, at, o.progress, o.signal);
+    if (agent) await readBackAgent(agent, at, (f, onBytes) => sha256Of(f, onBytes, o.signal), o.progress);
   } catch (err) {
     // what does not read back as written is no copy of the bundle, nor is one whose check was cut short
     const left = await removeAll(written);
@@ -455,7 +494,7 @@ async function writeFrom(src: BundleSource, source: SourceFiles, o: WriteMediaOp
   }
   if (stale.length) throw new MediaError('IO_ERROR', `wrote and checked the bundle on ${dir}, but could not remove ${stale.map((f) => basename(f)).join(', ')} of the copy it replaced: remove them by hand`);
   return {
-    target: dir, mountPoint: mount.mountPoint, filesystem: target.kind.name, files: written, parts: plan.files.length > 1 ? plan.files.length : 0,
-    digest, size: src.size, ...(target.free !== undefined ? { free: target.free } : {}), cacheDropped,
+    target: dir, mountPoint: mount.mountPoint, filesystem: target.kind.name, files: [...written, ...(agent?.present ? agentFiles : [])], parts: plan.files.length > 1 ? plan.files.length : 0,
+    digest, size: src.size, ...(target.free !== undefined ? { free: target.free } : {}), cacheDropped, ...(agent ? { agentImage: agentResult(agent) } : {}),
   };
 }

@@ -11,8 +11,18 @@ function forgottenText(view: ReleasesView): string {
   return escapeControls(`Forgotten, not loaded again from a stick until "releases unforget VERSION": ${list}.`) + '\n';
 }
 
+/** sha256:0123456789ab, enough to tell two bundles of one release apart. */
+const shortDigest = (d: string | undefined) => (d ? d.slice(0, 'sha256:'.length + 12) : '-');
+
+/** A release recorded from more than one bundle: then each row names its bundle. */
+function severalBundles(view: ReleasesView): boolean {
+  const seen = new Set<string>();
+  return view.releases.some((r) => seen.size === seen.add(`${r.version}\0${r.arch}`).size);
+}
+
 export function releasesTable(view: ReleasesView): string {
   if (view.releases.length === 0) return escapeControls(`No release recorded on this node${view.running ? ` (it runs ${view.running})` : ''}.`) + '\n' + forgottenText(view);
+  const bundles = severalBundles(view);
   const rows = view.releases.map((r) => [
     r.version,
     r.arch,
@@ -21,13 +31,15 @@ export function releasesTable(view: ReleasesView): string {
     PINNED[r.pinned],
     r.layout ?? '-',
     r.source === 'node' ? 'found on the node' : r.loadedAt,
+    ...(bundles ? [shortDigest(r.digest)] : []),
   ]);
   const running = view.running ? `Running: ${view.running}.` : 'Running release unknown (no version.current, none seen running yet).';
   const unknown = view.releases.some((r) => r.pinned === 'unknown') ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22).' : '';
-  return textTable(['VERSION', 'ARCH', 'STATE', 'IMAGES', 'PINNED', 'KEPT LAYOUT', 'LOADED'], rows)
-    + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}`) + '\n' + forgottenText(view);
+  const several = bundles ? ' A release brought by more than one bundle has a row per bundle (BUNDLE: its sha256).' : '';
+  return textTable(['VERSION', 'ARCH', 'STATE', 'IMAGES', 'PINNED', 'KEPT LAYOUT', 'LOADED', ...(bundles ? ['BUNDLE'] : [])], rows)
+    + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}${several}`) + '\n' + forgottenText(view);
 }
 
 export function forgottenLine(f: Forgotten): string {
-  return `forgot ${f.version} (${f.arch}): ${plural(f.unpinned, 'image')} unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped; not loaded again from a stick until releases unforget ${f.version}`;
+  return `forgot ${f.version} (${f.arch}): ${plural(f.unpinned, 'image')} unpinned${f.layout ? `, layout ${f.layout} removed` : ''}, records dropped${f.digest ? ` (bundle ${shortDigest(f.digest)})` : ''}; not loaded again from a stick until releases unforget ${f.version}`;
 }

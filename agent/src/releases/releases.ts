@@ -18,6 +18,8 @@ import { forgetReleaseRecord, readReleases, type ReleaseRecord } from './state.j
 export interface ReleaseRow {
   version: string;
   arch: string;
+  /** The bundle file's sha256 this row's images came from: a release may be brought by more than one bundle, each its own row. */
+  digest?: string;
   /** What the node's history says of it (running, complete, loaded, ...); absent when it says nothing. */
   state?: HistoryState;
   /** The cluster runs it (or ran it last): never unpinned, never pruned. */
@@ -92,7 +94,7 @@ async function historyOf(config: AgentConfig): Promise<HistoryEntry[]> {
 export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, log?: Logger): Promise<ReleasesView> {
   const history = await historyOf(config);
   const running = runningVersions(config, history);
-  const records = (await readReleases(config.paths.stateDir)).sort((a, b) => compareVersions(a.version, b.version) || a.arch.localeCompare(b.arch));
+  const records = (await readReleases(config.paths.stateDir)).sort((a, b) => compareVersions(a.version, b.version) || a.arch.localeCompare(b.arch) || a.loadedAt.localeCompare(b.loadedAt));
   const inspector = await runtime.inspector().catch((err) => {
     log?.warn('releases', `cannot ask the runtime which images it holds: ${oneLine(err)}`);
     return undefined;
@@ -108,7 +110,7 @@ export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, 
     const images = digestNames(r.refs);
     const missing = inspector ? (await missingImages(inspector, images)).length : undefined;
     rows.push({
-      version: r.version, arch: r.arch, ...(state ? { state } : {}), running: running.includes(r.version), source: r.source ?? 'bundle',
+      version: r.version, arch: r.arch, ...(r.digest ? { digest: r.digest } : {}), ...(state ? { state } : {}), running: running.includes(r.version), source: r.source ?? 'bundle',
       images: images.length, ...(missing !== undefined ? { imagesPresent: images.length - missing } : {}),
       pinned: await pinState(r.refs, pinned, reported, inspector), ...(r.layout ? { layout: r.layout } : {}), loadedAt: r.loadedAt,
     });
@@ -119,6 +121,8 @@ export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, 
 export interface Forgotten {
   version: string;
   arch: string;
+  /** The bundle whose record this was (a release brought by two bundles is forgotten one record at a time). */
+  digest?: string;
   /** Images no longer pinned, counted one per image as the list counts them (those shared with a release that stays are kept). */
   unpinned: number;
   /** The kept layout removed, if there was one. */
@@ -142,11 +146,11 @@ async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: Relea
     await rm(rec.layout, { recursive: true, force: true });
     layout = rec.layout;
   }
-  await forgetReleaseRecord(config.paths.stateDir, rec.version, rec.arch);
+  await forgetReleaseRecord(config.paths.stateDir, rec);
   await forgetBundles(config.paths.stateDir, rec.version, rec.arch);
   // a stick still in, or plugged in again, must not bring it back behind the admin's back
   await addForgotten(config.paths.stateDir, rec.version, rec.arch);
-  return { version: rec.version, arch: rec.arch, unpinned: digestNames(released).length, ...(layout ? { layout } : {}) };
+  return { version: rec.version, arch: rec.arch, ...(rec.digest ? { digest: rec.digest } : {}), unpinned: digestNames(released).length, ...(layout ? { layout } : {}) };
 }
 
 /**
@@ -178,7 +182,8 @@ async function unshowForgotten(config: AgentConfig, gone: readonly Forgotten[]):
 export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget, version: string, arch?: string): Promise<Forgotten[]> {
   return withLoadLock(config.paths.stateDir, async () => {
     const records = await readReleases(config.paths.stateDir);
-    const targets = records.filter((r) => compareVersions(r.version, version) === 0 && (!arch || r.arch === arch));
+    // a release brought by more than one bundle has a record each: oldest first, as listed
+    const targets = records.filter((r) => compareVersions(r.version, version) === 0 && (!arch || r.arch === arch)).sort((a, b) => a.arch.localeCompare(b.arch) || a.loadedAt.localeCompare(b.loadedAt));
     if (targets.length === 0) {
       const known = records.map((r) => r.version).sort(compareVersions).join(', ') || 'none';
       throw new AgentError('NotRecorded', `no release ${version}${arch ? ` (${arch})` : ''} is recorded on this node (recorded: ${known}); see bundle-agent releases list`);

@@ -1,4 +1,4 @@
-import { readdir, rm } from 'node:fs/promises';
+import { readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import { isReleaseArch, isReleaseVersion } from '@offline-bundle/format';
@@ -15,6 +15,11 @@ export interface ReleaseRecord {
   layout?: string;
   /** 'node': the release running before the first bundle, its images found on the node. */
   source?: 'bundle' | 'node';
+  /**
+   * Set by readReleases, never written: 'legacy' when the record of a bundle with a digest was
+   * read from VERSION-ARCH.json, the one name per release older agents wrote.
+   */
+  file?: 'legacy';
 }
 
 const isString = (v: unknown): v is string => typeof v === 'string';
@@ -33,21 +38,50 @@ function releasesDir(stateDir: string): string {
   return join(stateDir, 'releases');
 }
 
-const recordName = (version: string, arch: string) => `${version}-${arch}.json`;
+const BUNDLE_DIGEST = /^sha256:([0-9a-f]{64})$/;
+
+/**
+ * A record is one bundle of a release: two bundles of one version (a release and an add-on
+ * bundle, or the same release made twice) each keep theirs, so the second never hides the
+ * first's images (nor lets its pins go). VERSION-ARCH@sha256-HEX.json by the bundle file's
+ * digest; VERSION-ARCH.json for a record with none (found on the node, loaded from peers), as
+ * every record was named before.
+ */
+function recordName(r: { version: string; arch: string; digest?: string }): string {
+  const hex = r.digest !== undefined ? BUNDLE_DIGEST.exec(r.digest)?.[1] : undefined;
+  return hex ? `${r.version}-${r.arch}@sha256-${hex}.json` : `${r.version}-${r.arch}.json`;
+}
 
 /** The record's file: only ever built from a version and arch that pass bundle.json's rule. */
-function recordFile(stateDir: string, version: string, arch: string): string {
-  if (!isReleaseVersion(version) || !isReleaseArch(arch)) throw new Error(`not a release version and arch: ${JSON.stringify(`${version}-${arch}`).slice(0, 200)}`);
-  return join(releasesDir(stateDir), recordName(version, arch));
+function recordFile(stateDir: string, r: { version: string; arch: string; digest?: string }): string {
+  if (!isReleaseVersion(r.version) || !isReleaseArch(r.arch)) throw new Error(`not a release version and arch: ${JSON.stringify(`${r.version}-${r.arch}`).slice(0, 200)}`);
+  return join(releasesDir(stateDir), recordName(r));
 }
 
+/** The file of a record as read: a digest's record written before records were kept per bundle is still under VERSION-ARCH.json. */
+const fileOf = (stateDir: string, r: ReleaseRecord) => recordFile(stateDir, r.file === 'legacy' ? { version: r.version, arch: r.arch } : r);
+
+/**
+ * Writes the record of one bundle of a release. A VERSION-ARCH.json an older agent wrote for a
+ * bundle with a digest is moved to that bundle's own name first (so a record without a digest
+ * cannot overwrite it), or dropped when it is this same bundle's; one with no digest (found on
+ * the node, loaded from peers) is replaced by a bundle's record, as it always was.
+ */
 export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promise<void> {
   await makeDirs(releasesDir(stateDir));
-  await writeFileAtomic(recordFile(stateDir, rec.version, rec.arch), JSON.stringify(rec, null, 2) + '\n');
+  const { file: _, ...plain } = rec;
+  const target = recordFile(stateDir, plain);
+  const legacy = recordFile(stateDir, { version: rec.version, arch: rec.arch });
+  const old = await readStateJson(legacy);
+  const oldName = isReleaseRecord(old) && old.version === rec.version && old.arch === rec.arch ? recordFile(stateDir, old) : undefined;
+  if (oldName && oldName !== legacy && oldName !== target) await rename(legacy, oldName).catch(() => undefined);
+  await writeFileAtomic(target, JSON.stringify(plain, null, 2) + '\n');
+  if (target !== legacy && (oldName === target || oldName === legacy)) await rm(legacy, { force: true });
 }
 
-export async function forgetReleaseRecord(stateDir: string, version: string, arch: string): Promise<void> {
-  await rm(recordFile(stateDir, version, arch), { force: true });
+/** Removes the one record `rec` was read from. */
+export async function forgetReleaseRecord(stateDir: string, rec: ReleaseRecord): Promise<void> {
+  await rm(fileOf(stateDir, rec), { force: true });
 }
 
 /**
@@ -67,9 +101,12 @@ export async function readReleases(stateDir: string, onIgnored?: (why: string) =
     // a damaged record only loses the pins of an old release; the new one is still pinned
     const file = join(releasesDir(stateDir), n);
     const rec = await readStateJson(file);
+    if (isReleaseRecord(rec)) delete rec.file;
     if (!isReleaseRecord(rec)) onIgnored?.(`${file} is not a release record (damaged, or a version or arch that is not letters, digits and . _ + -): ignored, left on disk`);
-    else if (recordName(rec.version, rec.arch) !== n) onIgnored?.(`${file} records ${rec.version} (${rec.arch}), not what its name says: ignored, left on disk`);
-    else out.push(rec);
+    else if (recordName(rec) === n) out.push(rec);
+    // written by an agent that kept one record per release: read as it is, renamed at its next write
+    else if (recordName({ version: rec.version, arch: rec.arch }) === n) out.push({ ...rec, file: 'legacy' });
+    else onIgnored?.(`${file} records ${rec.version} (${rec.arch}), not what its name says: ignored, left on disk`);
   }
   return out;
 }

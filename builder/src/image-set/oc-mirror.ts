@@ -1,5 +1,6 @@
 import { OciError } from '@offline-bundle/oci';
 import { plural } from '@offline-bundle/status';
+import { FAT32_MAX_FILE } from '../split.js';
 import { someProblems, type BundleFile, type LoadedBundleFile, type Locate, type OperatorSelection, type ReleaseByChannel } from './schema.js';
 
 /** oc-mirror v2's ImageSetConfiguration, read as is. */
@@ -20,7 +21,7 @@ const TOP: Record<string, Rule> = {
   kind: { read: true },
   apiVersion: { read: true },
   mirror: { read: true },
-  archiveSize: { note: 'archiveSize is not used: a bundle is one file' },
+  archiveSize: { read: true },
   delete: { refuse: 'deleting images is a DeleteImageSetConfiguration\'s job, not a bundle\'s: remove it' },
 };
 const MIRROR: Record<string, Rule> = {
@@ -202,6 +203,20 @@ function platform(tr: Translation, raw: unknown, out: BundleFile): void {
  * additionalImages. Everything a bundle does not carry is a problem naming its field; all of
  * them are reported at once.
  */
+/**
+ * archiveSize: oc-mirror's largest archive, in GiB: create's --split-size (a bundle larger than
+ * that is cut into parts; one that fits stays one file). 4 is FAT32's 4 GiB - 1 byte, as 4G is.
+ */
+function archiveSize(tr: Translation, value: unknown, out: BundleFile): void {
+  if (value === undefined || value === null) return;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    tr.problems.push(`${tr.locate(['archiveSize'])}: must be a whole number of GiB, 1 or more (oc-mirror's unit), as --split-size ${String(value)}G would be`);
+    return;
+  }
+  const bytes = value * 1024 ** 3;
+  out.splitSize = bytes === 4 * 1024 ** 3 ? FAT32_MAX_FILE : bytes;
+}
+
 export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
   const tr = new Translation(locate);
   tr.fields(doc, [], TOP);
@@ -209,6 +224,7 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
   const out: BundleFile = {};
   const imagesWhere: string[] = [];
   const chartsWhere: string[] = [];
+  archiveSize(tr, doc.archiveSize, out);
   if (doc.mirror === undefined) tr.problems.push(`${locate([])}: mirror is required`);
   else {
     const mirror = tr.fields(doc.mirror, ['mirror'], MIRROR);

@@ -151,6 +151,8 @@ export interface BundleFile {
   level?: number;
   formatVersion?: number;
   blobOrder?: BlobOrder;
+  /** Parts of at most this many bytes (as --split-size): an ImageSetConfiguration's archiveSize. */
+  splitSize?: number;
 }
 
 /** Operators of a catalog, and where in the file they are named. */
