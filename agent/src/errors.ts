@@ -9,7 +9,7 @@ export const AGENT_REASONS = [
   'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
   'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
   'PartsMixed', 'PartCutShort', 'PartsOtherBundle', 'BaseMissing', 'BaseCorrupt',
-  'NoPeerHasBundle', 'PeersSuspect', 'ApprovalRevoked',
+  'NoPeerHasBundle', 'PeersSuspect', 'ApprovalRevoked', 'RuntimeIgnoresMirror',
 ] as const;
 export type AgentReason = (typeof AGENT_REASONS)[number];
 

@@ -16,8 +16,10 @@ import { startService } from './service.mjs';
  */
 /**
  * @param {number} [timeoutMs]
- * @param {{ certsDir?: string, socket?: string, snapshotter?: 'native' | 'overlayfs', netns?: string }} [opts]
+ * @param {{ certsDir?: string, socket?: string, snapshotter?: 'native' | 'overlayfs', netns?: string, configPath?: string, beforeStart?: (config: string) => Promise<void> }} [opts]
  * netns: run it in that network namespace (ip netns exec), beside an agent whose loopback registry it pulls from
+ * configPath: the CRI registry config_path (default certsDir; "" as containerd 1.x and Debian ship it)
+ * beforeStart: called with the config file once written, before containerd starts (a test may edit it)
  * @returns {Promise<{ dir: string, socket: string, certsDir: string, pid: number, logs: () => string, stop: () => Promise<void> }>}
  */
 export async function startContainerd(timeoutMs = 20_000, opts = {}) {
@@ -56,10 +58,11 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
       `    bin_dir = ${q(path.join(dir, 'cni', 'bin'))}`,
       `    conf_dir = ${q(path.join(dir, 'cni', 'conf'))}`,
       '  [plugins."io.containerd.grpc.v1.cri".registry]',
-      `    config_path = ${q(certsDir)}`,
+      `    config_path = ${q(opts.configPath ?? certsDir)}`,
       '',
     ].join('\n'),
   );
+  if (opts.beforeStart) await opts.beforeStart(config);
 
   const svc = await startService({
     name: 'containerd',

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
-import { readdir, rm } from 'node:fs/promises';
+import { readFile, readdir, rm } from 'node:fs/promises';
 import { readStateJson } from '../releases/state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
@@ -8,10 +8,11 @@ import { parseReference } from '@offline-bundle/oci';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import {
   CriImageClient, RuntimeError, containerdPinnedRefs, containerdReportsPins, containerdVersion, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
-  writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn,
+  writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn, containerdHostDir, renderContainerdHosts, renderRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
+import { checkContainerdConfig } from './config-check.js';
 import type { Logger } from '../log.js';
 
 /** The names one image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
@@ -43,6 +44,8 @@ export interface RuntimeTarget {
    * (CRI-O: a reload); returns the undo, whose effect waits for `pin` or `apply`.
    */
   mirror(registryAddress: string, m: BundleManifest): Promise<() => Promise<void>>;
+  /** Whether the mirror drop-ins `mirror` would write for `m` are on disk as it would write them (another process's load may have replaced or removed them). */
+  mirrored?(registryAddress: string, m: BundleManifest): Promise<boolean>;
   /**
    * `gate(ref)`: what a pull waits for before it starts (its image staged); pulls then start as
    * their images are ready. `watch`: each pull is cancelled and retried once its image moves
@@ -68,6 +71,12 @@ export interface RuntimeTarget {
   inspector(): Promise<ImageInspector | undefined>;
   /** Removes mirror drop-ins a killed agent left behind (they point at a registry that is gone). */
   cleanup(): Promise<void>;
+  /**
+   * Refuses (RuntimeIgnoresMirror) a runtime whose configuration would not read the drop-ins
+   * `mirror` writes; run before anything is staged. Absent: nothing to check (CRI-O: the agent
+   * cannot read which registries.conf.d and crio.conf.d CRI-O was started with).
+   */
+  checkConfig?(): Promise<void>;
   /**
    * How long pins may take to show through the CRI after `pin` returns (default 5 s, CRI-O's
    * reload).
@@ -278,6 +287,11 @@ export class CrioTarget implements RuntimeTarget {
     return undo;
   }
 
+  async mirrored(address: string, m: BundleManifest): Promise<boolean> {
+    const want = renderRegistriesDropIn({ mirror: address, repositories: repositories(m) });
+    return (await readFile(join(this.config.paths.registriesDropInDir, this.mirrorName), 'utf8').catch(() => undefined)) === want;
+  }
+
   preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
     return preloadWith(this.config, () => this.cri(), refs, onProgress, signal, gate, watch);
   }
@@ -421,6 +435,19 @@ export class ContainerdTarget implements RuntimeTarget {
     return async () => {
       for (const host of written) await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
     };
+  }
+
+  async mirrored(address: string, m: BundleManifest): Promise<boolean> {
+    for (const host of new Set(m.images.map((i) => parseReference(i.repository).registry))) {
+      const file = join(this.config.paths.containerdCertsDir, containerdHostDir(host), 'hosts.toml');
+      if ((await readFile(file, 'utf8').catch(() => undefined)) !== renderContainerdHosts(host, address)) return false;
+    }
+    return true;
+  }
+
+  /** containerd's CRI must read paths.containerdCertsDir (its registry config_path), or every pull goes to the real registry. */
+  checkConfig(): Promise<void> {
+    return checkContainerdConfig(this.config, this.log);
   }
 
   preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {

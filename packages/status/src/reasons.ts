@@ -35,6 +35,7 @@ export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
   Busy: 'The node is already loading another update. Wait until it says it is done, then plug the USB stick in again.',
   Internal: 'The update program hit an unexpected error. Plug the USB stick in again; if it fails again, ask the administrator to read the node\'s log.',
   MirrorNotUsed: 'The node did not take the update\'s images from the USB stick. Ask the administrator to check the node, then plug the USB stick in again.',
+  RuntimeIgnoresMirror: 'The container runtime of this node is not set up to load updates, so nothing was copied. Ask the administrator to set it up, then plug the USB stick in again.',
   RestoreFailed: 'Parts of the update went missing on this node and could not be put back. Plug the USB stick in again.',
   NotRecorded: 'That update is not known on this node. Check the version number and try again.',
   InUse: 'That update is the one the node runs now, so it stays on the node.',

@@ -1,0 +1,57 @@
+// What containerd's CRI says of its own configuration, read before anything is written: the
+// CRI plugin's registry `config_path` decides whether the hosts.toml files under certs.d are
+// read at all. containerd 1.x ships it empty (Debian's package too), and then every pull goes
+// to the real registry whatever certs.d holds.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type * as grpc from '@grpc/grpc-js';
+import { connect, lazyService, unaryCall, type UnaryMethod } from './grpc-service.js';
+
+export const CRI_RUNTIME_PROTO_PATH = fileURLToPath(new URL('../proto/cri-runtime.proto', import.meta.url));
+
+interface RuntimeServiceStub extends grpc.Client {
+  Status: UnaryMethod<{ info?: Record<string, string> }>;
+}
+const runtimeService = lazyService<RuntimeServiceStub>(CRI_RUNTIME_PROTO_PATH, ['runtime', 'v1', 'RuntimeService'], {});
+
+/** CRI Status with verbose set (`crictl info`): the runtime's info map, each value a JSON text. */
+export async function criStatusInfo(socketPath: string, timeoutMs = 5_000): Promise<Record<string, string>> {
+  const stub = connect(runtimeService(), socketPath);
+  try {
+    const res = await unaryCall(stub.Status.bind(stub), { verbose: true }, { what: 'runtime status', who: 'the runtime', timeoutMs, fallback: 'CRI_ERROR' });
+    return { ...(res.info ?? {}) };
+  } finally {
+    stub.close();
+  }
+}
+
+/**
+ * The CRI registry config_path from a Status info map: a string ('' when unset), or undefined
+ * when the answer does not carry it (no `config`, or a layout without `registry.configPath`,
+ * as a containerd whose registry settings live in another plugin).
+ */
+export function registryConfigPath(info: Record<string, string>): string | undefined {
+  if (typeof info.config !== 'string') return undefined;
+  let config: unknown;
+  try {
+    config = JSON.parse(info.config);
+  } catch {
+    return undefined;
+  }
+  const registry = (config as { registry?: unknown } | null)?.registry;
+  const value = (registry as { configPath?: unknown } | null | undefined)?.configPath;
+  return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * Whether containerd, with this config_path (a list joined by ':', as Go's filepath.SplitList
+ * reads it), looks for hosts.toml files in `certsDir`. `root`: where the host's / is seen from
+ * the caller (a DaemonSet's /host); containerd names its paths from its own /, so both
+ * `certsDir` and `certsDir` without `root` count.
+ */
+export function configPathReads(configPath: string, certsDir: string, root = '/'): boolean {
+  const wanted = new Set([path.resolve(certsDir)]);
+  const rel = path.relative(path.resolve(root), path.resolve(certsDir));
+  if (!rel.startsWith('..') && !path.isAbsolute(rel)) wanted.add(path.resolve('/', rel));
+  return configPath.split(':').filter((p) => p.trim() !== '').some((p) => wanted.has(path.resolve('/', p.trim())));
+}
