@@ -22,7 +22,7 @@ export const PEER_PORT_FIX = `must be a port from ${PEER_PORT_MIN} to ${PEER_POR
 /** A key whose every refusal reads one way: its rule is more than one keyword. */
 const WHOLE_KEY: Record<string, string> = {
   'space.reserveBytes': 'must be a byte count such as 1073741824 or "1GiB"',
-  'staging.keep': 'must be true or false',
+  'staging.keep': 'must be true, false or untilComplete',
   'peers.uploadRate': 'must be a byte count per second such as 52428800 or "50MiB" (at least 64KiB)',
 };
 

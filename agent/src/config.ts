@@ -46,7 +46,7 @@ export interface AgentConfig {
    */
   space: { reserveBytes: number; kubeletConfig: string[]; kubeletRootDir: string };
   /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
-  staging: { keep: boolean | 'untilComplete' };
+  staging: { keep: boolean | 'untilComplete'; serveUntilComplete: boolean; serveCheckSeconds: number; retrySeconds: number };
   preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number; stallSeconds: number };
   reload: { command: string[] };
   containerd: { namespace: string };
@@ -261,6 +261,15 @@ function peersOf(s: Settings, under: (p: string) => string): AgentConfig['peers'
 }
 
 /** The peer server's downloader slots on this node: the caller knows its role. */
+/**
+ * Whether a staged layout outlives its load: as staging.keep says, or (staging.serveUntilComplete,
+ * on OpenShift: the node read a ClusterVersion once) until the cluster runs its release, to be served until then.
+ */
+export function layoutKept(config: Pick<AgentConfig, 'staging' | 'status'>, openshift: boolean): boolean | 'untilComplete' {
+  if (config.staging.keep !== false) return config.staging.keep;
+  return config.staging.serveUntilComplete && config.status.kubeconfig !== undefined && openshift ? 'untilComplete' : false;
+}
+
 export function peerSlots(config: AgentConfig, controlPlane: boolean): number {
   return controlPlane ? config.peers.controlPlaneDownloaders : config.peers.downloaders;
 }
@@ -288,7 +297,7 @@ function configOf(s: Settings): AgentConfig {
       kubeletConfig: s.value<string[]>('space.kubeletConfig').map(under),
       kubeletRootDir: under(s.value('space.kubeletRootDir')),
     },
-    staging: { keep: s.value('staging.keep') },
+    staging: { keep: s.value('staging.keep'), serveUntilComplete: s.value('staging.serveUntilComplete'), serveCheckSeconds: s.value('staging.serveCheckSeconds'), retrySeconds: s.value('staging.retrySeconds') },
     preload: {
       method: s.value('preload.method'), command: s.value('preload.command'),
       concurrency: s.value('preload.concurrency'), retries: s.value('preload.retries'), timeoutSeconds: s.value('preload.timeoutSeconds'),

@@ -110,7 +110,8 @@ function addStatusCommand(cluster: Command): void {
       const gate = o.updateGate ? await publishGate(api, r, { by: 'bundle cluster status' }) : undefined;
       if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows, gate: gate ?? null }, null, 2) + '\n');
       // node names, reasons and messages come from the cluster: control characters are escaped
-      else process.stdout.write(`${table(r.rows)}\n${escapeControls(r.summary)}\n${gate ? `${escapeControls(gateLine(gate))}\n` : ''}`);
+      // not ready: the summary is said once, in the error line beside what to do
+      else process.stdout.write(`${table(r.rows)}\n${r.ready ? `${escapeControls(r.summary)}\n` : ''}${gate ? `${escapeControls(gateLine(gate))}\n` : ''}`);
       if (!r.ready) throw notReady(r, o.json === true);
     });
 }

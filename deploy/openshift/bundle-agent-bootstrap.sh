@@ -34,6 +34,9 @@
 #                  or RKE2's ctr); no unit, drop-in or systemctl
 #   --installed    only tell: exit 0 when the image the agent's unit would run is in storage, else
 #                  1 (the unit's ExecCondition=: no start, no restart loop, until a stick brings it)
+#   --wait-started SECONDS  wait until the agent's start-up is done (ROOT/var/lib/bundle-agent/started:
+#                  images restored, a loaded release served again), at most SECONDS; always exit 0
+#                  (the unit's ExecStartPost=: the kubelet, ordered after the unit, waits for it)
 #
 # The agent's unit is the Quadlet one (/etc/containers/systemd/UNIT.container: the drop-in is
 # UNIT.container.d/image.conf, Image=) or, with podman before 4.4, the plain one generate.mjs
@@ -103,6 +106,7 @@ while [ $# -gt 0 ]; do
     --unit) [ $# -ge 2 ] || usage; UNIT=$2; shift 2 ;;
     --no-start) START=0; shift ;;
     --installed) CHECK_ONLY=1; shift ;;
+    --wait-started) [ $# -ge 2 ] || usage; WAIT_STARTED=$2; shift 2 ;;
     --containerd) [ $# -ge 2 ] || usage; CONTAINERD=$2; START=0; shift 2 ;;
     --ctr) [ $# -ge 2 ] || usage; CTR=$2; shift 2 ;;
     -h | --help) usage ;;
@@ -114,6 +118,16 @@ case $UNIT in '' | *[!A-Za-z0-9_.-]*) log "--unit $UNIT: not a unit name"; exit 
 case $STORAGE in '' | *@/*+/*) ;; *) log "--storage $STORAGE: give DRIVER@GRAPHROOT+RUNROOT"; exit 2 ;; esac
 [ -n "$STORAGE" ] && STORE="[$STORAGE]" || STORE=
 ROOT=${ROOT%/}
+if [ -n "${WAIT_STARTED:-}" ]; then
+  case $WAIT_STARTED in *[!0-9]* | '') log "--wait-started $WAIT_STARTED: give seconds"; exit 2 ;; esac
+  # ExecStartPre removed the marker of the last start: the agent writes it once its start-up is done
+  for ((i = 0; i < WAIT_STARTED * 5; i++)); do
+    [ -e "$ROOT/var/lib/bundle-agent/started" ] && exit 0
+    sleep 0.2
+  done
+  log "the agent did not finish its start-up within $WAIT_STARTED s: the kubelet starts anyway (images of a loaded release may be pulled before the node serves them)"
+  exit 0
+fi
 [ -n "$CONFIG" ] || CONFIG=$ROOT/etc/bundle-agent/config.yaml
 QUADLET=$ROOT/etc/containers/systemd/$UNIT.container
 PLAIN=$ROOT/etc/systemd/system/$UNIT.service

@@ -92,7 +92,7 @@ const bad: [string, string, string, RegExp][] = [
   ['a fraction of a second', `${minimal}media:\n  pollSeconds: 1.5\n`, 'media.pollSeconds', /^must be a whole number of at least 1$/],
   ['a size that is not one', `${minimal}space:\n  reserveBytes: lots\n`, 'space.reserveBytes', /^must be a byte count such as 1073741824 or "1GiB"$/],
   ['a negative size', `${minimal}space:\n  reserveBytes: -1\n`, 'space.reserveBytes', /^must be a byte count/],
-  ['a keep that is neither', `${minimal}staging:\n  keep: sometimes\n`, 'staging.keep', /^must be true or false$/],
+  ['a keep that is neither', `${minimal}staging:\n  keep: sometimes\n`, 'staging.keep', /^must be true, false or untilComplete$/],
   ['an unknown preload method', `${minimal}preload:\n  method: pull\n`, 'preload.method', /^must be cri, command or none$/],
   ['an empty argument', `${minimal}preload:\n  method: command\n  command: [crictl, ""]\n`, 'preload.command[1]', /^must be a non-empty string$/],
   ['no concurrency', `${minimal}preload:\n  concurrency: 0\n`, 'preload.concurrency', /^must be a whole number of at least 1$/],

@@ -68,6 +68,17 @@ t.test('staging cut at 60%, the same bundle again: resumed, fewer bytes read tha
   t.same(await partials(n), [], 'no partial left');
 });
 
+t.test('resumed while the pulls run beside the staging (a signed bundle, preload on): the verify line names no empty digest (#40 item 8)', async (t) => {
+  const n = await node(t, 'staging:\n  keep: false\n');
+  n.config.preload.method = 'cri';
+  t.equal((await load(n, { errorAt: Math.floor(n.bytes.length * 0.6) })).reason, 'MediaRemoved');
+  const second = await load(n);
+  t.equal(second.phase, 'Ready', `Ready: ${second.message ?? ''}`);
+  const verified = second.log.split('\n').find((l) => l.includes('event=verified')) ?? '';
+  t.match(verified, /verified \(staging resumed: each entry checked against the signed bundle\.json, the file not hashed whole\) event=verified signer=/);
+  t.notMatch(verified, /digest=(\s|$)/, `no "digest=" with nothing after it: ${verified}`);
+});
+
 t.test('a kept blob corrupted on disk between the two loads: found by the re-hash, read again, Ready', async (t) => {
   const n = await node(t);
   await load(n, { errorAt: Math.floor(n.bytes.length * 0.6) });

@@ -49,6 +49,16 @@ t.test('status', async (t) => {
     t.match(r.stdout, /worker-0\s+True\s+Failed \(PullFailed\)/);
     t.match(r.stderr, /bundle: NODES_NOT_READY: 2 of 3 nodes Ready .*worker-0 Failed \(PullFailed\): plug the stick into worker-0, then run this again/);
   });
+  t.test('a node whose own setup refused the bundle: no stick is asked for (#40 item 8)', async (t) => {
+    allReady();
+    api.put('nodebundlestatuses', nodeStatus('worker-0', 'Failed', b.fileDigest, b.version, { reason: 'UntrustedKey' }));
+    api.put('nodebundlestatuses', nodeStatus('worker-1', 'Failed', b.fileDigest, b.version, { reason: 'PullFailed' }));
+    const r = await cluster(['status']);
+    t.equal(r.code, 1);
+    t.match(r.stderr, /plug the stick into worker-1; fix the agent's setup on worker-0 \(UntrustedKey: "bundle-agent status" there says what; a stick does not help until then\)/);
+    t.notMatch(r.stderr, /plug the stick into [^;]*worker-0/);
+    t.equal(`${r.stdout}${r.stderr}`.split('nodes Ready for bundle').length - 1, 1, `the summary is said once: ${r.stdout}${r.stderr}`);
+  });
   t.test('a node Ready for another bundle (wrong digest)', async (t) => {
     allReady();
     const other = 'sha256:' + 'ee'.repeat(32);

@@ -1,7 +1,9 @@
 import {
   ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusAndWriter, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
-import { dirname } from 'node:path';
+import { rm } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { writeFileAtomic } from '@offline-bundle/host';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -9,6 +11,8 @@ import { MediaWatcher, type FoundBundle } from './media.js';
 import { loadEndsSpool, PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
 import { startPeers } from './peers.js';
+import { KeptServing, servesUntilComplete } from './kept-serving.js';
+import { RetryKept } from './retry-kept.js';
 import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad, showLoadedBefore } from '../load/pipeline.js';
 import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
@@ -19,6 +23,9 @@ import { watchCrioPins } from '../runtime/crio-pins-watch.js';
 import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from '../self-upgrade/self-upgrade.js';
 import { readAgentSwitch, type AgentSwitchRecord } from '../self-upgrade/agent-switch-state.js';
 import { TOOL_VERSION } from '../version.js';
+
+/** Written in the state directory once the start-up is done (deploy/openshift/bundle-agent.container waits for it). */
+export const STARTED_MARKER = 'started';
 
 /** How often a start whose load lock was busy tries again to unpin the previous agent image. */
 const UNPIN_RETRY_MS = 60_000;
@@ -132,6 +139,8 @@ interface Daemon {
   exclusive: Exclusive;
   /** The parts of a split bundle collected from sticks plugged one after another. */
   spool: PartSpool;
+  /** A loaded release is served until the cluster completed it (KeptServing.enabled). */
+  serves: boolean;
 }
 
 /**
@@ -302,7 +311,7 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
     return done === 'loaded' ? { loaded: true } : undefined;
   }
   try {
-    await d.exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion }));
+    await d.exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion, servesAfter: d.serves }));
     return { loaded: true };
   } catch (err) {
     // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
@@ -363,7 +372,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
   const spool = new PartSpool(config.paths.upgradeDir, config.space.reserveBytes, log, config.paths.imageStoreDir);
-  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, spool };
+  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, spool, serves: servesUntilComplete(config) };
   const unpinPending = await cleanUpAtStart(d, await settleSwitchAtStart(d));
   const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
   // What was decided before this start: offered again by the first scan, left alone once (a
@@ -376,6 +385,15 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const spooled = await spool.startUp(tracker).catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
   if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
+  // after the start-up restore: a release loaded but not yet run is served again before the kubelet asks for it
+  const kept = new KeptServing(d);
+  await kept.start();
+  // copies kept after a failed load (before this start too) are loaded again with no stick
+  const retries = new RetryKept(d, () => kept.afterLoad());
+  await retries.schedule();
+  // what the unit's ExecStartPost waits for, so the kubelet (ordered after the unit) starts once this is done
+  await writeFileAtomic(join(config.paths.stateDir, STARTED_MARKER), `${JSON.stringify({ pid: process.pid, at: new Date().toISOString() })}\n`)
+    .catch((err) => log.warn('start', `cannot write the start-up marker: ${oneLine(err)}`));
   const peers = await startPeers(d);
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
@@ -383,11 +401,16 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
     for (let next = await queue.next(signal); next; next = await queue.next(signal)) {
       if (next.partial) await collectParts(d, { ...next, partial: next.partial }, before, queue);
       else await loadFound(d, next, before, queue);
+      await kept.afterLoad();
+      await retries.schedule();
       // a layout the stick's load kept is offered to the other nodes
       await peers?.refresh().catch((err) => log.warn('peers', `cannot offer what this node keeps: ${oneLine(err)}`));
     }
   } finally {
     await peers?.stop();
+    retries.stop();
+    await kept.stop();
+    await rm(join(config.paths.stateDir, STARTED_MARKER), { force: true }).catch(() => undefined);
     if (unpinRetry) clearInterval(unpinRetry);
     queue.stop();
     watcher.stop();

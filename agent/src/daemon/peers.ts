@@ -34,6 +34,8 @@ export interface PeerDaemon {
   signal: AbortSignal;
   agentVersion: string;
   exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** A loaded release is served until the cluster completed it: a fetched layout is kept for that. */
+  serves?: boolean;
   /** Tests: a shorter retry of a failed start, a shorter look at the approvals. */
   retryMs?: number;
   pollMs?: number;
@@ -116,7 +118,7 @@ class DaemonPeerRunner implements DaemonPeers {
     if (!own.address) throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
     const service = new PeerService({
       directory, credentials, address: own.address, port: config.peers.port,
-      context: { config, log, tracker, agentVersion: this.d.agentVersion }, runtime: () => runtimeTarget(config, log),
+      context: { config, log, tracker, agentVersion: this.d.agentVersion, servesAfter: this.d.serves }, runtime: () => runtimeTarget(config, log),
       onServingChanged: () => this.servingChanged(),
     });
     const server = await startPeerServer({

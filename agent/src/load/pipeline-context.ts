@@ -18,6 +18,8 @@ export interface PipelineContext {
   signal?: AbortSignal;
   /** The running agent's version, which a bundle's agent image must be newer than to switch (default TOOL_VERSION). */
   agentVersion?: string;
+  /** The daemon serves the release after Ready until the cluster completed it (kept-serving.ts): its layout is kept for that. */
+  servesAfter?: boolean;
   /** Where the bundle's bytes come from (default: the file, or the parts it names, openBundle); the load closes what it opens. */
   openBundle?: (file: string) => Promise<BundleSource>;
 }

@@ -15,11 +15,11 @@ import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
 import { alreadyStaged, clearPartialsFor, partialCredit, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
 import { missingImages } from '../runtime/runtime-checks.js';
-import type { AgentConfig } from '../config.js';
+import { layoutKept, type AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
-import { readFetched } from '../releases/fetched-layouts.js';
+import { forgetFetched, readFetched, recordFetched } from '../releases/fetched-layouts.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
@@ -138,6 +138,14 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
 }
 
 /**
+ * layoutKept on this node: OpenShift once it read a ClusterVersion (remembered in the state
+ * directory); a load's own layout only if the daemon will serve it (`serves`), not one by hand.
+ */
+async function layoutKeptHere(config: AgentConfig, serves = true): Promise<boolean | 'untilComplete'> {
+  return layoutKept(config, serves && (await rememberedClusterRelease(config.paths.stateDir)) !== undefined);
+}
+
+/**
  * What a killed load (SIGKILL, power cut) leaves: partial staging, staged layouts no release
  * keeps, mirror drop-ins pointing at a registry that is gone. Run under the load lock before
  * every load and at daemon start, so neither waits for the other to clean up. A layout kept
@@ -149,10 +157,12 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   const releases = await readReleases(config.paths.stateDir);
   const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
   // the layout a load from peers is about to open, and those fetched whose load has not ended yet
-  const keep = new Set<string>([...(spare ? [spare] : []), ...(await readFetched(config.paths.stateDir)).map((f) => f.layout)]);
+  const unloaded = [...(await readFetched(config.paths.stateDir)), ...(await readFetched(config.paths.stateDir, 'retry'))];
+  const keep = new Set<string>([...(spare ? [spare] : []), ...unloaded.map((f) => f.layout)]);
   for (const r of releases) {
     if (!r.layout) continue;
-    if (config.staging.keep === true || (config.staging.keep === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
+    const keeps = await layoutKeptHere(config);
+    if (keeps === true || (keeps === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
     else await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
   }
   const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
@@ -253,6 +263,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   const current = running?.version;
   checkPolicy(head.manifest, config, current);
   if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
+  await ctx.runtime.checkConfig?.();
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
@@ -269,6 +280,8 @@ interface Staged {
   reused?: boolean;
   /** Still being staged (overlapped with the pulls): see loadImages' `staging`. */
   staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
+  /** Every blob is on disk, verified: from here the stick is not needed (the technician was told so). */
+  whole?: boolean;
 }
 
 type FileAdmitted = Admitted & { source: BundleSource };
@@ -296,7 +309,7 @@ async function openFetched(ctx: PipelineContext, a: Admitted): Promise<Staged> {
   ctx.tracker.condition('Verified', 'True', 'SignatureValid', `signed by ${a.signer.source}`);
   ctx.tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
   ctx.tracker.update((s) => { s.bundle = { ...s.bundle!, mode: 'staged' }; });
-  return { store, mode: 'staged', target, fileDigest: '' };
+  return { store, mode: 'staged', target, fileDigest: '', whole: true };
 }
 
 /** Steps 4 and 5: the space check, then the verified copy to disk, or one full pass over the media. */
@@ -358,7 +371,7 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
       throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
     });
     tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
-    staged = { store, mode: 'staged', target, fileDigest, ...(reuse ? { reused: true } : {}) };
+    staged = { store, mode: 'staged', target, fileDigest, whole: true, ...(reuse ? { reused: true } : {}) };
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
     // each frame's digest from this pass: what the registry serves later is held to it
@@ -400,13 +413,15 @@ function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string
     sameBytes(v.manifestBytes);
     staged.fileDigest = v.fileDigest;
     store.staged();
+    staged.whole = true;
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
     tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
     tracker.update((s) => {
       s.phase = 'Preloading';
       s.bundle = { ...s.bundle!, digest: staged.fileDigest };
     });
-    log.info('verified', `bundle ${m.release.version} ${m.release.arch} verified`, { digest: staged.fileDigest, signer: a.signer?.fingerprint });
+    // a resumed staging never read the file whole: no file digest to name, each entry was held to the signed bundle.json
+    log.info('verified', `bundle ${m.release.version} ${m.release.arch} verified${staged.fileDigest ? '' : ' (staging resumed: each entry checked against the signed bundle.json, the file not hashed whole)'}`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });
   }).catch((err: unknown) => {
     stop.abort(err);
     store.fail(err);
@@ -446,6 +461,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   const refs = imageRefs(m);
   let staged: Staged | undefined;
   let ok = false;
+  let retry = false;
   try {
     staged = await stage(ctx, a);
     const staging = staged.staging;
@@ -458,16 +474,18 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
       // the pulls failed: stop the staging too, and let it remove its partial layout
       staging?.stop(err);
       await staging?.done.catch(() => undefined);
+      retry = await keepForRetry(ctx, a, staged, err);
       throw err;
     }
     ok = true;
   } finally {
     staged?.staging?.release();
     await staged?.store.close().catch(() => undefined);
-    // A layout the config does not keep goes, Ready or not; a failed one is never trusted later.
-    if (staged?.target && ((!ok && !staged.reused) || config.staging.keep === false)) await rm(staged.target, { recursive: true, force: true });
+    // A layout the config does not keep goes, Ready or not; a failed one is never trusted later (unless kept to be tried again, hashed anew).
+    if (staged?.target && ((!ok && !staged.reused && !retry) || (ok && (await layoutKeptHere(config, ctx.servesAfter === true)) === false))) await rm(staged.target, { recursive: true, force: true });
   }
-  const kept = staged.target && config.staging.keep !== false ? { layout: staged.target } : {};
+  if (staged.target) await forgetFetched(config.paths.stateDir, staged.target, 'retry');
+  const kept = staged.target && (await layoutKeptHere(config, ctx.servesAfter === true)) !== false ? { layout: staged.target } : {};
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
   const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
@@ -483,6 +501,26 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   const done = config.preload.method === 'none' ? `update ${rel.version} verified, but NOT loaded on this node (preload.method is none): no image was pulled into the runtime` : `update ${rel.version} is loaded on this node`;
   log.info('ready', a.source ? `${done}; the USB stick may be removed` : done, { version: rel.version });
   return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
+}
+
+/** Failures after the copy was whole that a later try from the same copy may get past (the runtime's, not the bundle's). */
+const RETRYABLE: ReadonlySet<string> = new Set(['PullFailed', 'PullStalled', 'PinFailed', 'ReloadFailed', 'RuntimeUnavailable', 'Interrupted']);
+
+/**
+ * The technician was told the stick may go once the copy was whole: a failure after that keeps
+ * the copy and the daemon loads it again from there (daemon/retry-kept.ts), so the promise holds.
+ * Only a load of the daemon (it sets `servesAfter`), not from peers; returns whether it was kept.
+ */
+async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head'>, staged: Staged, err: unknown): Promise<boolean> {
+  const { config, tracker, log } = ctx;
+  // peers keep their own fetched layouts (peer-service.ts)
+  if (!staged.target || !staged.whole || ctx.servesAfter === undefined || ctx.fromPeers?.length) return false;
+  const { reason } = failureOf(err, config.paths.upgradeDir);
+  if (!RETRYABLE.has(reason)) return false;
+  await recordFetched(config.paths.stateDir, { layout: staged.target, manifestDigest: bundleIdentity(a.head.manifestBytes), at: new Date().toISOString() }, 'retry');
+  tracker.condition('Staged', 'True', 'KeptForRetry', `the verified copy in ${staged.target} is kept: the load is tried again from it, no USB stick needed`);
+  log.warn('staging', `the load of ${a.head.manifest.release.version} failed (${reason}) after its copy was whole: ${staged.target} is kept and loaded again from there`, { reason });
+  return true;
 }
 
 /** A release this node loaded before, as a bundle record names it. */

@@ -15,29 +15,36 @@ export interface FetchedLayoutRecord {
   at: string;
 }
 
-const dirOf = (stateDir: string) => join(stateDir, 'fetched');
-const fileOf = (stateDir: string, layout: string) => join(dirOf(stateDir), `${basename(layout)}.json`);
+/**
+ * 'fetched': whole from peers, under an approval that may be withdrawn (peer-service.ts).
+ * 'retry': a stick's verified copy whose load failed after it was whole: loaded again from it
+ * with no stick (daemon/retry-kept.ts).
+ */
+export type PendingLayoutKind = 'fetched' | 'retry';
+
+const dirOf = (stateDir: string, kind: PendingLayoutKind) => join(stateDir, kind);
+const fileOf = (stateDir: string, layout: string, kind: PendingLayoutKind) => join(dirOf(stateDir, kind), `${basename(layout)}.json`);
 
 function isRecord(v: unknown): v is FetchedLayoutRecord {
   const r = v as Record<string, unknown> | null;
   return typeof r === 'object' && r !== null && typeof r.layout === 'string' && typeof r.manifestDigest === 'string' && typeof r.at === 'string';
 }
 
-export async function recordFetched(stateDir: string, rec: FetchedLayoutRecord): Promise<void> {
-  await makeDirs(dirOf(stateDir));
-  await writeFileAtomic(fileOf(stateDir, rec.layout), JSON.stringify(rec, null, 2) + '\n');
+export async function recordFetched(stateDir: string, rec: FetchedLayoutRecord, kind: PendingLayoutKind = 'fetched'): Promise<void> {
+  await makeDirs(dirOf(stateDir, kind));
+  await writeFileAtomic(fileOf(stateDir, rec.layout, kind), JSON.stringify(rec, null, 2) + '\n');
 }
 
-export async function forgetFetched(stateDir: string, layout: string): Promise<void> {
-  await rm(fileOf(stateDir, layout), { force: true });
+export async function forgetFetched(stateDir: string, layout: string, kind: PendingLayoutKind = 'fetched'): Promise<void> {
+  await rm(fileOf(stateDir, layout, kind), { force: true });
 }
 
 /** Every record; a damaged one is skipped (its layout is then cleaned up as any unclaimed one). */
-export async function readFetched(stateDir: string): Promise<FetchedLayoutRecord[]> {
-  const names = await readdir(dirOf(stateDir)).catch(() => [] as string[]);
+export async function readFetched(stateDir: string, kind: PendingLayoutKind = 'fetched'): Promise<FetchedLayoutRecord[]> {
+  const names = await readdir(dirOf(stateDir, kind)).catch(() => [] as string[]);
   const out: FetchedLayoutRecord[] = [];
   for (const n of names.filter((x) => x.endsWith('.json'))) {
-    const rec = await readStateJson(join(dirOf(stateDir), n)).catch(() => undefined);
+    const rec = await readStateJson(join(dirOf(stateDir, kind), n)).catch(() => undefined);
     // a record names its own file: one naming another layout is not trusted to keep it
     if (isRecord(rec) && `${basename(rec.layout)}.json` === n) out.push(rec);
   }

@@ -21,7 +21,8 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
   const inspector = await runtime.inspector().catch(() => undefined);
   if (!inspector) return [];
   const releases = await readReleases(config.paths.stateDir);
-  const inUse = new Set(versionsInUse(tracker.current.history));
+  // and a release loaded but not yet run: the upgrade to it needs its images as much
+  const inUse = new Set([...versionsInUse(tracker.current.history), ...tracker.current.history.filter((e) => e.state === 'loaded').map((e) => e.version)]);
   const restored: string[] = [];
   for (const rec of releases) {
     if (!rec.layout || !inUse.has(rec.version)) continue;

@@ -179,15 +179,22 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
   return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
 }
 
-/** What to do about the rows that are not ready, by why they are not: a stick cannot wake a dead agent or kubelet. */
+/** Failures of a node's own setup (trust keys, config, runtime): plugging the stick again cannot help. */
+const SETUP_REASONS: ReadonlySet<string> = new Set(['UntrustedKey', 'NoTrust', 'InvalidConfig', 'RuntimeIgnoresMirror', 'ForeignFile', 'UnsupportedVersion']);
+
+/** What to do about the rows that are not ready, by why they are not: a stick cannot wake a dead agent or kubelet, nor fix a node's setup. */
+
 export function nextSteps(r: { rows: readonly NodeRow[] }): string {
   const names = (rows: readonly NodeRow[]) => (rows.length > 3 ? `${rows.slice(0, 3).map((x) => x.node).join(', ')} and ${rows.length - 3} more` : rows.map((x) => x.node).join(', '));
   const waiting = r.rows.filter((x) => !x.ready);
   const stale = waiting.filter((x) => x.stale && x.phase !== 'NotReported');
   const down = waiting.filter((x) => !x.nodeReady);
-  const load = waiting.filter((x) => (!x.stale && x.nodeReady) || x.phase === 'NotReported');
+  // a failure no stick can fix: the node's own setup refused the bundle
+  const setup = waiting.filter((x) => !x.stale && x.nodeReady && x.phase === 'Failed' && SETUP_REASONS.has(x.reason ?? ''));
+  const load = waiting.filter((x) => ((!x.stale && x.nodeReady) || x.phase === 'NotReported') && !setup.includes(x));
   const steps = [
     ...(load.length ? [`plug the stick into ${names(load)}`] : []),
+    ...(setup.length ? [`fix the agent's setup on ${names(setup)} (${[...new Set(setup.map((x) => x.reason))].join(', ')}: "bundle-agent status" there says what; a stick does not help until then)`] : []),
     ...(stale.length ? [`check the agent on ${names(stale)} ("systemctl status bundle-agent" there): its last report is too old to count`] : []),
     ...(down.length ? [`bring the kubelet of ${names(down)} back to Ready`] : []),
   ];

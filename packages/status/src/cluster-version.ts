@@ -23,19 +23,22 @@ export async function readClusterVersion(kubeconfig: string, opts: { context?: s
 
 /** As readClusterVersion, with the completed entry's release image. */
 export async function readClusterRelease(kubeconfig: string, opts: { context?: string; timeoutMs?: number } = {}): Promise<ClusterRelease | undefined> {
+  const done = completedRelease(await readClusterVersionObject(kubeconfig, opts));
+  return done ? { version: done.version, ...(done.image ? { image: done.image } : {}) } : undefined;
+}
+
+/** ClusterVersion "version" as the API returned it; undefined when the cluster has none (not OpenShift). Errors are thrown. */
+export async function readClusterVersionObject(kubeconfig: string, opts: { context?: string; timeoutMs?: number } = {}): Promise<unknown> {
   const api = await customObjectsApi(kubeconfig, opts.context);
-  let cv: ClusterVersion;
   try {
-    cv = (await api.getClusterCustomObject(
+    return await api.getClusterCustomObject(
       { group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' },
       requestOptions(AbortSignal.timeout(opts.timeoutMs ?? 10_000)),
-    )) as ClusterVersion;
+    );
   } catch (err) {
     if (isApiException(err) && err.code === 404) return undefined;
     throw err;
   }
-  const done = completedRelease(cv);
-  return done ? { version: done.version, ...(done.image ? { image: done.image } : {}) } : undefined;
 }
 
 /** The newest completed entry of a ClusterVersion's history (newest first), with when it completed. */

@@ -71,6 +71,10 @@ function sentence(s: NodeStatus, _now: Date): string {
       const failed = s.conditions.find((c) => c.type === 'Failed');
       // a fetch from peers goes on by itself at the agent's next look: no stick to plug in
       if (fromPeers && failed?.reason === 'Interrupted') return 'Stopped: the update was being fetched from other nodes when the update program stopped; it goes on by itself once the program runs again.';
+      // the copy on the node's disk was whole before it failed, and is tried again (the stick could go once it was whole)
+      if (s.conditions.some((c) => c.type === 'Staged' && c.reason === 'KeptForRetry')) {
+        return `Not done yet: loading the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} into this node failed; it is tried again by itself from the copy on this node's disk. You may remove the USB stick. If it keeps failing, ask the administrator.`;
+      }
       const why = failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error';
       return `Failed: ${onRemovableMedia(s.bundle?.media) ? why : fileWords(why)}`;
     }
