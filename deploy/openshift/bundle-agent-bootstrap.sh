@@ -608,6 +608,9 @@ unmounted() {
     for d in "$m"/*/*/; do
       d=${d%/}
       [ -d "$d" ] && [ ! -L "$d" ] || continue
+      # inside a stick already mounted one level up (--media /mnt, the stick at /mnt/usb): its empty lost+found is no mount point to wait for
+      [ "${d##*/}" = lost+found ] && continue
+      mountpoint -q -- "${d%/*}" 2>/dev/null && continue
       [ -z "$(ls -A -- "$d" 2>/dev/null)" ] && ! mountpoint -q -- "$d" 2>/dev/null && { WAITING=$d; return 0; }
     done
   done

@@ -95,7 +95,7 @@ t.test('two bundles of one version loaded through the agent: both kept, listed, 
   t.equal(rows[1].pinned, 'yes', 'the second bundle\'s images pinned');
   // the load's pin set (agent/src/load/load-images.ts) keeps other versions' records pinned, not
   // another bundle's of the same version: the list now shows that truthfully instead of hiding the record
-  t.equal(rows[0].pinned, 'yes', 'the first bundle\'s images stay pinned', { todo: 'load-images.ts: keep records of the same version from other bundles in the pin set' });
+  t.equal(rows[0].pinned, 'yes', 'the first bundle\'s images stay pinned');
   t.not(rows[0].digest, rows[1].digest, 'each row names its bundle');
   const human = await run(AGENT, ['releases', 'list', '--config', config]);
   t.match(human.stdout, /LOADED +BUNDLE\n1\.1\.0 .*sha256:[0-9a-f]{12}\n1\.1\.0 .*sha256:[0-9a-f]{12}\n/);

@@ -22,6 +22,7 @@ const images = [{ name: IMAGE, files: { 'app.txt': 'app 1.1.0' } }, { name: 'qua
 async function openshiftNode(t: any, serve: boolean) {
   const api = await startKubeStandIn({ clusterVersion: '1.0.0' });
   t.teardown(() => api.close());
+  api.nodes = [mcdNode('rendered-worker-old', 'rendered-worker-old')];
   const dir = await tmpdir(t, 'ob-serve-until-');
   const keys = await keygen(dir);
   const root = join(dir, 'node');
@@ -48,13 +49,20 @@ ${stringify({ staging: { serveUntilComplete: serve, serveCheckSeconds: 1 }, vers
   return { api, root, ctd, cri, config, lose, pull, hostsToml, statusFile: join(root, 'var/lib/bundle-agent/status.json'), upgradeDir: join(root, 'var/lib/upgrade') };
 }
 
+/** Node node-a as the Machine Config Daemon annotates it. */
+const mcdNode = (current: string, desired: string, state = 'Done') => ({
+  apiVersion: 'v1', kind: 'Node',
+  metadata: { name: 'node-a', labels: { 'node-role.kubernetes.io/worker': '' }, annotations: { 'machineconfiguration.openshift.io/state': state, 'machineconfiguration.openshift.io/currentConfig': current, 'machineconfiguration.openshift.io/desiredConfig': desired } },
+  status: { conditions: [{ type: 'Ready', status: 'True' }] },
+});
+
 const serving = (s: any) => s?.phase === 'Ready' && s.conditions?.some((c: any) => c.type === 'Serving' && c.status === 'True' && c.reason === 'KeptUntilComplete');
 
 t.test('a loaded release is served until the cluster completed its upgrade: lost images come back with no registry, after a restart too', async (t) => {
   const n = await openshiftNode(t, true);
   let agent = daemonChild(t, n.config, n.statusFile);
   const s = await agent.until('Ready and serving 1.1.0', serving);
-  t.match(s.conditions.find((c: any) => c.type === 'Serving').message, /1\.1\.0 is served to this node's runtime on 127\.0\.0\.1:\d+ from the copy kept in .*1\.1\.0-amd64 \(.+ of disk\) until the cluster's upgrade to it completes/);
+  t.match(s.conditions.find((c: any) => c.type === 'Serving').message, /1\.1\.0 is served to this node's runtime on 127\.0\.0\.1:\d+ from the copy kept in .*1\.1\.0-amd64 \(.+ of disk\) until the upgrade to it is over on this node/);
   t.match(await n.hostsToml(), /http:\/\/127\.0\.0\.1:\d+\/v2\//, 'the mirror drop-in stays after Ready');
   t.ok(await readFile(join(n.root, 'var/lib/bundle-agent/started'), 'utf8'), 'the start-up marker the unit waits for is written');
 
@@ -76,10 +84,16 @@ t.test('a loaded release is served until the cluster completed its upgrade: lost
   n.lose(IMAGE);
   t.equal(await n.pull(IMAGE), 'pulled', 'and is served again after the restart');
 
-  // the cluster completed its upgrade to 1.1.0: serving ends, the mirror and the kept copy go
+  // the cluster completed its upgrade to 1.1.0, but this worker's pool is paused: its MCD still runs the old config
   n.api.clusterVersion = clusterVersionDoc('1.1.0');
+  await agent.until('the history says complete', (x: any) => x?.history?.some((e: any) => e.version === '1.1.0' && e.state === 'complete'));
+  await new Promise((r) => setTimeout(r, 2_500));
+  t.ok(serving(await agent.until('status', (x: any) => x)), 'still served while this node has not applied the release (a paused pool)');
+  t.match(await n.hostsToml(), /127\.0\.0\.1/);
+  // the MCD applied it: Done on a config other than the one it had when serving began
+  n.api.nodes = [mcdNode('rendered-worker-new', 'rendered-worker-new')];
   const ended = await agent.until('serving ends', (x: any) => x?.conditions?.some((c: any) => c.type === 'Serving' && c.reason === 'ServingEnded'));
-  t.match(ended.conditions.find((c: any) => c.type === 'Serving').message, /the cluster's upgrade to 1\.1\.0 completed/);
+  t.match(ended.conditions.find((c: any) => c.type === 'Serving').message, /the cluster's upgrade to 1\.1\.0 completed and this node applied it/);
   t.match(ended.history, [{ version: '1.1.0', state: 'complete' }]);
   t.equal(await n.hostsToml(), undefined, 'the mirror drop-in is removed');
   t.same((await readdir(n.upgradeDir)).filter((e) => e.startsWith('1.1.0')), [], 'the layout kept only to be served is removed');

@@ -144,6 +144,24 @@ t.test('a mount point made before its stick is mounted (systemd-mount makes the 
   t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:0.9.0`), good.manifest, 'loaded from the stick mounted meanwhile');
 });
 
+t.test('a stick mounted one level down (--media /mnt, the stick at /mnt/usb) with an empty lost+found: not waited on (#40 item 8)', { skip: process.getuid?.() !== 0 && 'needs root (mount)' }, async (t) => {
+  const d = await nodeDir();
+  const node = await makeNode(d, ecdsa);
+  const stick = path.join(d, 'stick-ext4');
+  await mkdir(path.join(stick, 'lost+found'), { recursive: true });
+  for (const f of [good.statement, good.archive, good.bundle]) await copyFile(f, path.join(stick, path.basename(f)));
+  const mnt = path.join(node.media, 'usb');
+  await mkdir(mnt, { recursive: true });
+  execFileSync('mount', ['--bind', '-o', 'ro', stick, mnt]);
+  t.teardown(() => { spawnSync('umount', [mnt]); });
+  const began = Date.now();
+  const r = await runBootstrap(node);
+  t.equal(r.code, 0, r.stderr);
+  t.notMatch(r.stderr, /waiting for .* to be mounted/, 'the stick\'s own lost+found is not a mount point to wait for');
+  t.ok(Date.now() - began < 9_000, `no 10 s wait (${Date.now() - began} ms)`);
+  t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:0.9.0`), good.manifest, 'loaded');
+});
+
 t.test('stopped (SIGTERM to every process of the run, as systemctl stop and TimeoutStartSec= send it) while skopeo unpacks: exit 143, no image, no copy, none of skopeo\'s temporary files, the console no longer says "Loading"; the next run loads', async (t) => {
   const node = await makeNode(await nodeDir(), ecdsa);
   await plug(node, good);

@@ -295,7 +295,7 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
   // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
   const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
   if (rec) before.delete(rec.key);
-  const done = await alreadyDone(rec, (version, arch) => releaseImagesPresent(config, runtime, version, arch)).catch(() => undefined);
+  const done = await alreadyDone(rec, (version, arch, digest) => releaseImagesPresent(config, runtime, version, arch, digest)).catch(() => undefined);
   if (done) {
     // with preload.method none nothing was loaded: the journal says what the console says
     const earlier = config.preload.method === 'none' ? `was verified before this start (${rec!.version}; its images were NOT loaded: preload.method is none)` : `was loaded before this start (${rec!.version}) and its images are in the runtime`;

@@ -1,17 +1,23 @@
-// Between Ready and the end of the cluster's upgrade, components pull by themselves: rpm-ostree
-// the OS image by digest through registries.conf, the kubelet a pod with imagePullPolicy Always,
-// CRI-O after crio-wipe emptied its storage. With no registry on the site, only this node can
-// answer them: it keeps serving the release's kept layout on loopback, with the mirror drop-in a
-// load uses, until ClusterVersion's history says the release completed.
+// Between Ready and the end of the upgrade on this node, components pull by themselves:
+// rpm-ostree the OS image by digest through registries.conf, the kubelet a pod with
+// imagePullPolicy Always, CRI-O after crio-wipe emptied its storage. With no registry on the
+// site, only this node can answer them: it keeps serving the release's kept layout on loopback,
+// with the mirror drop-in a load uses, until ClusterVersion's history says the release
+// Completed and this node's Machine Config Daemon applied it (a paused worker pool updates
+// long after the cluster says Completed).
 import { rm } from 'node:fs/promises';
-import { checkSignature, compareVersions, loadTrust, parseManifestBytes, readLayoutDescription, type BundleManifest } from '@offline-bundle/format';
-import { LayoutStore, catalogOf, startRegistry, type RunningRegistry } from '@offline-bundle/registry';
-import { completedRelease, formatBytes, observeRunning, readClusterVersionObject, type StatusTracker } from '@offline-bundle/status';
+import type { BundleManifest } from '@offline-bundle/format';
+import { catalogOf, startRegistry, type RunningRegistry } from '@offline-bundle/registry';
+import { completedRelease, formatBytes, observeRunning, readClusterVersionObject, readNodeMachineConfig, type NodeMachineConfig, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { withLoadLock } from '../load/lock.js';
+import { compareVersions } from '../load/policy.js';
+import { openKeptLayout } from '../releases/kept-layout.js';
+import { loadedAhead, newestRun } from '../releases/loaded-ahead.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
+import { forgetServing, readServing, writeServing } from '../releases/serving-state.js';
 import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
 import { runtimeTarget, type RuntimeTarget } from '../runtime/runtime-target.js';
 
@@ -46,14 +52,14 @@ export class KeptServing {
   private served: Served | undefined;
   private timer: NodeJS.Timeout | undefined;
   private cluster: ClusterKind;
+  /** The release ClusterVersion is moving to (status.desired), when it said. */
+  private desired: string | undefined;
+  /** This Node's MCD annotations at the last check; undefined when unread. */
+  private node: NodeMachineConfig | undefined;
   private unread = false;
+  private stopped = false;
 
   constructor(private readonly d: KeptServingDeps) {}
-
-  /** How often the cluster is asked whether the release served has completed (staging.serveCheckSeconds). */
-  private get checkMs(): number {
-    return this.d.config.staging.serveCheckSeconds * 1000;
-  }
 
   get enabled(): boolean {
     return servesUntilComplete(this.d.config);
@@ -65,30 +71,53 @@ export class KeptServing {
     return s ? { version: s.version, address: s.registry.address, layout: s.layout, bytes: s.bytes } : undefined;
   }
 
+  /** How often the cluster is asked whether the release served has completed (staging.serveCheckSeconds). */
+  private get checkMs(): number {
+    return this.d.config.staging.serveCheckSeconds * 1000;
+  }
+
+  private get ending(): boolean {
+    return this.stopped || this.d.signal.aborted;
+  }
+
   /** Serves what is due at once (after a reboot: before the kubelet needs it), then checks the cluster every checkMs. */
   async start(): Promise<void> {
     if (!this.enabled) return;
     await this.d.exclusive(() => this.check());
-    this.timer = setInterval(() => void this.d.exclusive(() => this.check()), this.checkMs);
+    this.timer = setInterval(() => {
+      // one check at a time: a slow one (a layout hashed before it is served) is not queued behind again
+      if (!this.checking) void this.d.exclusive(() => this.check());
+    }, this.checkMs);
     this.timer.unref();
   }
 
+  private checking = false;
+
   /** After a load of this process: the release due may have changed, and the load replaced the mirror drop-in. */
   async afterLoad(): Promise<void> {
-    if (this.enabled) await this.d.exclusive(() => this.underLock());
+    if (this.enabled && !this.ending) await this.d.exclusive(() => this.underLock());
   }
 
-  /** Reads ClusterVersion, then serves the release due, or stops. Never throws. */
+  /** Reads ClusterVersion and this Node, then serves the release due, or stops. Never throws. */
   async check(): Promise<void> {
-    if (this.d.signal.aborted) return;
-    await this.readCluster();
-    await this.underLock();
+    if (this.ending) return;
+    this.checking = true;
+    try {
+      await this.readCluster();
+      await this.underLock();
+    } finally {
+      this.checking = false;
+    }
   }
 
-  /** At shutdown: the registry and the drop-in go (a drop-in naming a dead port only slows pulls); the layout stays for the next start. */
+  /**
+   * At shutdown, after any check under way: the registry goes, and the drop-in if it is still
+   * ours (a `bundle-agent load` by hand may have replaced it); the layout stays for the next start.
+   */
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
-    await this.withdraw('the agent stops; it serves again when it starts', { drop: false });
+    await this.d.exclusive(() => this.withdraw('the agent stops; it serves again when it starts', { drop: false, onlyOurs: true }));
   }
 
   private async underLock(): Promise<void> {
@@ -104,12 +133,17 @@ export class KeptServing {
     const { config, log, tracker } = this.d;
     try {
       const cv = await readClusterVersionObject(config.status.kubeconfig!, { timeoutMs: 10_000 });
-      this.cluster = cv === undefined ? 'other' : 'openshift';
+      // a ClusterVersion seen before and missing now is an API server still starting, not another kind of cluster
+      if (cv === undefined) this.cluster = (await rememberedClusterRelease(config.paths.stateDir)) ? this.cluster : 'other';
+      else this.cluster = 'openshift';
+      const desired = (cv as { status?: { desired?: { version?: unknown } } } | undefined)?.status?.desired?.version;
+      this.desired = typeof desired === 'string' ? desired : undefined;
       const done = completedRelease(cv);
       if (done) {
         tracker.update((s) => { s.history = observeRunning(s.history, done.version); });
         await rememberClusterRelease(config.paths.stateDir, done).catch(() => undefined);
       }
+      if (this.cluster === 'openshift') this.node = await readNodeMachineConfig(config.status.kubeconfig!, config.nodeName, { timeoutMs: 10_000 }).catch(() => this.node);
     } catch (err) {
       // unreachable or refused: what is served stays served (the upgrade may be under way); said once per outage
       if (this.served && !this.unread) log.warn('serving', `cannot read ClusterVersion (${oneLine(err)}): ${this.served.version} is still served; asked again every ${Math.round(this.checkMs / 1000)} s`);
@@ -119,32 +153,59 @@ export class KeptServing {
     this.unread = false;
   }
 
-  /** The release due: the newest this node loaded and the cluster does not run yet, whose layout is kept. */
+  /**
+   * Whether this node applied the release the cluster completed: its MCD is Done on the config
+   * it wants, and that config is not the one it had when serving began. A Node the MCO does not
+   * manage (no annotations) follows the cluster; one never read keeps being served.
+   */
+  private nodeUpdated(configAtLoad: string | undefined): boolean {
+    const n = this.node;
+    if (!n) return false;
+    if (n.state === undefined) return true;
+    return n.state === 'Done' && n.currentConfig !== undefined && n.currentConfig === n.desiredConfig && n.currentConfig !== configAtLoad;
+  }
+
+  /**
+   * The release due: the one ClusterVersion moves to if this node loaded it; else the release
+   * the cluster completed whose OS update this node has not applied yet; else the newest loaded
+   * and not run yet. Only with its layout kept.
+   */
   private async due(): Promise<ReleaseRecord | undefined> {
     const { config, tracker } = this.d;
     if (this.cluster === 'other') return undefined;
     // not read yet (a single-node cluster's API starts after the kubelet, which waits for us): what it said before
     if (this.cluster === undefined && !(await rememberedClusterRelease(config.paths.stateDir))) return undefined;
     const h = tracker.current.history;
-    const runs = h.filter((e) => e.state === 'running' || e.state === 'complete').map((e) => e.version).sort(compareVersions);
-    const newest = runs.at(-1);
-    const loaded = new Set(h.filter((e) => e.state === 'loaded' && (!newest || compareVersions(e.version, newest) > 0)).map((e) => e.version));
-    const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.layout && r.arch === config.arch && loaded.has(r.version));
-    return recs.sort((a, b) => compareVersions(a.version, b.version)).at(-1);
+    const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.layout && r.arch === config.arch);
+    const of = (v: string | undefined) => (v === undefined ? undefined : recs.filter((r) => r.version === v).sort((a, b) => a.loadedAt.localeCompare(b.loadedAt)).at(-1));
+    const ahead = loadedAhead(h);
+    if (this.desired && ahead.includes(this.desired) && of(this.desired)) return of(this.desired);
+    const serving = await readServing(config.paths.stateDir);
+    const finished = newestRun(h);
+    if (serving && serving.version === finished && !this.nodeUpdated(serving.configAtLoad) && of(finished)) return of(finished);
+    return of(ahead.sort(compareVersions).at(-1));
   }
 
   private async refresh(): Promise<void> {
+    if (this.ending) return;
     const due = await this.due();
     const s = this.served;
     if (s && due && s.version === due.version && s.layout === due.layout) return this.keepUp(s);
-    if (s) await this.withdraw(due ? `${due.version} was loaded since` : this.endedWhy(s.version), { drop: !due || due.version !== s.version });
-    if (due) await this.serve(due);
+    if (s) await this.withdraw(due ? `${due.version} is due instead` : this.endedWhy(s.version), { drop: true, onlyOurs: false });
+    else if (!due) await this.dropStale();
+    if (due && !this.ending) await this.serve(due);
+  }
+
+  /** Serving state left by an earlier start for a release no longer due (completed meanwhile): its layout goes. */
+  private async dropStale(): Promise<void> {
+    const rec = await readServing(this.d.config.paths.stateDir);
+    if (rec) await this.dropLayout(rec.version, rec.layout, undefined);
   }
 
   private endedWhy(version: string): string {
     if (this.cluster === 'other') return 'the cluster has no ClusterVersion (not OpenShift): nothing upgrades from it by itself';
     const e = this.d.tracker.current.history.find((x) => x.version === version);
-    return e?.state === 'complete' || e?.state === 'running' ? `the cluster's upgrade to ${version} completed` : `${version} is no longer due (the cluster runs a newer release, or it was forgotten)`;
+    return e?.state === 'complete' || e?.state === 'running' ? `the cluster's upgrade to ${version} completed and this node applied it` : `${version} is no longer due (the cluster runs a newer release, or it was forgotten)`;
   }
 
   /** A load (of this process or by hand) replaced or removed the drop-in: it is put back; the condition too. */
@@ -158,12 +219,11 @@ export class KeptServing {
 
   private async serve(rec: ReleaseRecord): Promise<void> {
     const { config, log } = this.d;
-    const { manifestBytes, signature } = await readLayoutDescription(rec.layout!);
-    const manifest = parseManifestBytes(manifestBytes);
-    checkSignature(manifestBytes, signature, manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
+    const layout = rec.layout!;
+    // checked against what was loaded, every blob hashed again: the disk is not trusted since the load, least of all after a crash
+    const { manifest, store } = await openKeptLayout(config, { ...rec, layout });
+    if (this.ending) return;
     const catalog = catalogOf(manifest);
-    // every blob hashed again: the disk is not trusted since the load, least of all after a crash
-    const store = await LayoutStore.open(rec.layout!, catalog);
     const registry = await startRegistry({ store, catalog });
     const runtime = runtimeTarget(config, log);
     let unmirror: () => Promise<void>;
@@ -175,33 +235,46 @@ export class KeptServing {
       throw err;
     }
     const bytes = [...catalog.blobs.values()].reduce((a, b) => a + b, 0);
-    this.served = { version: rec.version, layout: rec.layout!, manifest, registry, runtime, unmirror, bytes };
+    this.served = { version: rec.version, layout, manifest, registry, runtime, unmirror, bytes };
+    const before = await readServing(config.paths.stateDir);
+    const configAtLoad = before?.version === rec.version ? before.configAtLoad : this.node?.currentConfig;
+    await writeServing(config.paths.stateDir, { version: rec.version, layout, ...(configAtLoad ? { configAtLoad } : {}) });
     this.say(this.served);
-    log.info('serving', `serving ${rec.version} on ${registry.address} from ${rec.layout} until the cluster's upgrade to it completes`, { version: rec.version, address: registry.address });
+    log.info('serving', `serving ${rec.version} on ${registry.address} from ${layout} until the upgrade to it is over on this node`, { version: rec.version, address: registry.address });
   }
 
   private say(s: Served): void {
     this.d.tracker.condition('Serving', 'True', 'KeptUntilComplete',
-      `${s.version} is served to this node's runtime on ${s.registry.address} from the copy kept in ${s.layout} (${formatBytes(s.bytes)} of disk) until the cluster's upgrade to it completes`);
+      `${s.version} is served to this node's runtime on ${s.registry.address} from the copy kept in ${s.layout} (${formatBytes(s.bytes)} of disk) until the upgrade to it is over on this node`);
   }
 
-  private async withdraw(why: string, opts: { drop: boolean }): Promise<void> {
+  private async withdraw(why: string, opts: { drop: boolean; onlyOurs: boolean }): Promise<void> {
     const s = this.served;
     if (!s) return;
     this.served = undefined;
-    const { config, log, tracker } = this.d;
-    await s.unmirror().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
-    await s.runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
+    const { log, tracker } = this.d;
+    // at shutdown the drop-in may be a load's by hand (same file name): only ours is removed
+    const ours = !opts.onlyOurs || (await s.runtime.mirrored?.(s.registry.address, s.manifest)) !== false;
+    if (ours) {
+      await s.unmirror().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
+      await s.runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
+    }
     await s.registry.close().catch(() => undefined);
     await s.runtime.close();
     tracker.condition('Serving', 'False', 'ServingEnded', `stopped serving ${s.version} on ${s.registry.address}: ${why}`);
     log.info('serving', `stopped serving ${s.version}: ${why}`, { version: s.version });
-    if (!opts.drop || config.staging.keep === true) return;
-    // its layout was kept only to be served (staging.keep is not true): the disk goes back
-    const rec = (await readReleases(config.paths.stateDir)).find((r) => r.version === s.version && r.layout === s.layout);
-    if (!rec || this.d.tracker.current.history.some((e) => e.version === s.version && e.state === 'loaded')) return;
-    await rm(s.layout, { recursive: true, force: true });
-    await recordRelease(config.paths.stateDir, { ...rec, layout: undefined });
-    log.info('staging', `removed ${s.layout} (${formatBytes(s.bytes)}): ${s.version} is not served any more`, { version: s.version });
+    if (opts.drop) await this.dropLayout(s.version, s.layout, s.bytes);
+  }
+
+  /** The layout was kept only to be served (staging.keep is not true) and is no longer due: the disk goes back. */
+  private async dropLayout(version: string, layout: string, bytes: number | undefined): Promise<void> {
+    const { config, log, tracker } = this.d;
+    await forgetServing(config.paths.stateDir);
+    if (config.staging.keep === true || loadedAhead(tracker.current.history).includes(version)) return;
+    const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.layout === layout);
+    if (recs.length === 0) return;
+    await rm(layout, { recursive: true, force: true });
+    for (const r of recs) await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
+    log.info('staging', `removed ${layout}${bytes === undefined ? '' : ` (${formatBytes(bytes)})`}: ${version} is not served any more`, { version });
   }
 }

@@ -92,13 +92,14 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     unmirror = undefined;
     // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
     const inUse = new Set(versionsInUse(tracker.current.history));
-    const kept = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && inUse.has(r.version));
+    // another bundle of this same release (its own record) stays pinned too: it is the same release
+    const kept = releases.filter((r) => r.arch === rel.arch && (r.version === rel.version || inUse.has(r.version)));
     // and the previous agent image while a switch to a new agent is unconfirmed
     const keptRefs = (await refsToKeepPinned(config.paths.stateDir, kept)).filter((r) => !refs.includes(r));
     const pins = [...new Set([...refs, ...keptRefs])].sort();
     const released = releases.filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version)).flatMap((r) => r.refs).filter((r) => !pins.includes(r));
     await runtime.pin(pins, released);
-    const still = kept.length ? ` (with ${kept.map((r) => r.version).join(', ')} still in use)` : '';
+    const still = stillInUse(kept, rel.version);
     const report = inspector && config.preload.method !== 'none' ? await checkPinsSettled(inspector, { mustPin: refs, kept: keptRefs, released }, log, runtime.pinSettleMs, runtime.noPinsSettleMs) : undefined;
     if (config.preload.method === 'none') {
       // the names are written, but the runtime holds none of this release's images to keep
@@ -120,4 +121,10 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     await registry?.close().catch(() => undefined);
     if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
   }
+}
+
+/** " (with 4.14.9 still in use)": the other releases kept pinned beside `version`. */
+function stillInUse(kept: readonly ReleaseRecord[], version: string): string {
+  const others = [...new Set(kept.filter((r) => r.version !== version).map((r) => r.version))];
+  return others.length ? ` (with ${others.join(', ')} still in use)` : '';
 }

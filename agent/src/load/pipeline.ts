@@ -6,7 +6,7 @@ import {
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
-  clusterReadFailure, forbiddenMessage, fromSpool, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
+  clusterReadFailure, forbiddenMessage, fromSpool, KEPT_COPY_MEDIA, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
   type ClusterReadFailure, type ClusterRelease, type Condition, type HistoryEntry, type StatusTracker,
 } from '@offline-bundle/status';
 import { escapeControls } from '@offline-bundle/host';
@@ -20,6 +20,8 @@ import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
 import { forgetFetched, readFetched, recordFetched } from '../releases/fetched-layouts.js';
+import { loadedAhead } from '../releases/loaded-ahead.js';
+import { readServing } from '../releases/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
@@ -155,14 +157,16 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
-  const pending = new Set(history.filter((e) => e.state === 'loaded' || e.state === 'installing').map((e) => e.version));
+  const pending = new Set([...loadedAhead(history), ...history.filter((e) => e.state === 'installing').map((e) => e.version)]);
   // the layout a load from peers is about to open, and those fetched whose load has not ended yet
   const unloaded = [...(await readFetched(config.paths.stateDir)), ...(await readFetched(config.paths.stateDir, 'retry'))];
-  const keep = new Set<string>([...(spare ? [spare] : []), ...unloaded.map((f) => f.layout)]);
+  // and the layout the daemon still serves (a release the cluster completed whose OS update this node has not applied yet)
+  const served = (await readServing(config.paths.stateDir))?.layout;
+  const keep = new Set<string>([...(spare ? [spare] : []), ...(served ? [served] : []), ...unloaded.map((f) => f.layout)]);
   for (const r of releases) {
     if (!r.layout) continue;
     const keeps = await layoutKeptHere(config);
-    if (keeps === true || (keeps === 'untilComplete' && pending.has(r.version))) keep.add(r.layout);
+    if (keeps === true || (keeps === 'untilComplete' && pending.has(r.version)) || r.layout === served) keep.add(r.layout);
     else await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
   }
   const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
@@ -178,9 +182,11 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
 }
 
-/** Whether every image the agent recorded for a release is still in the runtime (true where it cannot ask). */
-export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string): Promise<boolean> {
-  const rec = (await readReleases(config.paths.stateDir)).find((r) => r.version === version && r.arch === arch);
+/** Whether every image the agent recorded for a release (that bundle's, by digest) is still in the runtime (true where it cannot ask). */
+export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string, digest?: string): Promise<boolean> {
+  // the record of that very bundle when there are several of one release (else any of them)
+  const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.version === version && r.arch === arch);
+  const rec = recs.find((r) => digest !== undefined && r.digest === digest) ?? recs[0];
   if (!rec) return false;
   const inspector = await runtime.inspector().catch(() => undefined);
   if (!inspector) return true;
@@ -486,7 +492,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   }
   if (staged.target) await forgetFetched(config.paths.stateDir, staged.target, 'retry');
   const kept = staged.target && (await layoutKeptHere(config, ctx.servesAfter === true)) !== false ? { layout: staged.target } : {};
-  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), ...kept });
+  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), identity: bundleIdentity(a.head.manifestBytes), ...kept });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
   const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
   tracker.update((s) => {
@@ -496,7 +502,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   });
   if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
   // from peers there is no stick to remove
-  else tracker.condition('Ready', 'True', 'Loaded', a.source ? `update ${rel.version} loaded: you may remove the USB stick` : `update ${rel.version} loaded from other nodes`);
+  else tracker.condition('Ready', 'True', 'Loaded', a.source ? `update ${rel.version} loaded: you may remove the USB stick` : ctx.media === KEPT_COPY_MEDIA ? `update ${rel.version} loaded from the copy kept on this node` : `update ${rel.version} loaded from other nodes`);
   // the journal says what the technician's line says: with preload.method none nothing was loaded
   const done = config.preload.method === 'none' ? `update ${rel.version} verified, but NOT loaded on this node (preload.method is none): no image was pulled into the runtime` : `update ${rel.version} is loaded on this node`;
   log.info('ready', a.source ? `${done}; the USB stick may be removed` : done, { version: rel.version });
@@ -504,20 +510,23 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
 }
 
 /** Failures after the copy was whole that a later try from the same copy may get past (the runtime's, not the bundle's). */
-const RETRYABLE: ReadonlySet<string> = new Set(['PullFailed', 'PullStalled', 'PinFailed', 'ReloadFailed', 'RuntimeUnavailable', 'Interrupted']);
+export const RETRYABLE: ReadonlySet<string> = new Set(['PullFailed', 'PullStalled', 'PinFailed', 'ReloadFailed', 'RuntimeUnavailable', 'Interrupted']);
 
 /**
  * The technician was told the stick may go once the copy was whole: a failure after that keeps
  * the copy and the daemon loads it again from there (daemon/retry-kept.ts), so the promise holds.
  * Only a load of the daemon (it sets `servesAfter`), not from peers; returns whether it was kept.
  */
-async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head'>, staged: Staged, err: unknown): Promise<boolean> {
+async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head' | 'source' | 'signer'>, staged: Staged, err: unknown): Promise<boolean> {
   const { config, tracker, log } = ctx;
-  // peers keep their own fetched layouts (peer-service.ts)
-  if (!staged.target || !staged.whole || ctx.servesAfter === undefined || ctx.fromPeers?.length) return false;
+  // a stick's (or file's) copy, or one kept before and tried again; peers keep their own fetched layouts (peer-service.ts).
+  // Signed only: a copy is loaded again as a layout, which only a signature can vouch for.
+  const stickCopy = a.source !== undefined || ctx.media === KEPT_COPY_MEDIA;
+  if (!stickCopy || !a.signer || !staged.target || !staged.whole || ctx.servesAfter === undefined) return false;
   const { reason } = failureOf(err, config.paths.upgradeDir);
   if (!RETRYABLE.has(reason)) return false;
-  await recordFetched(config.paths.stateDir, { layout: staged.target, manifestDigest: bundleIdentity(a.head.manifestBytes), at: new Date().toISOString() }, 'retry');
+  const before = (await readFetched(config.paths.stateDir, 'retry')).find((r) => r.layout === staged.target);
+  await recordFetched(config.paths.stateDir, { layout: staged.target, manifestDigest: bundleIdentity(a.head.manifestBytes), at: new Date().toISOString(), ...(before?.tries ? { tries: before.tries } : {}) }, 'retry');
   tracker.condition('Staged', 'True', 'KeptForRetry', `the verified copy in ${staged.target} is kept: the load is tried again from it, no USB stick needed`);
   log.warn('staging', `the load of ${a.head.manifest.release.version} failed (${reason}) after its copy was whole: ${staged.target} is kept and loaded again from there`, { reason });
   return true;

@@ -115,10 +115,10 @@ const FILE_VERDICTS = new Set(['BadSignature', 'UntrustedKey', 'DigestMismatch',
  * the same bytes will fail for again. A failure for any other reason (stopped, runtime down,
  * disk full) is tried again.
  */
-export async function alreadyDone(rec: BundleRecord | undefined, imagesPresent: (version: string, arch: string) => Promise<boolean>): Promise<'loaded' | 'failed' | undefined> {
+export async function alreadyDone(rec: BundleRecord | undefined, imagesPresent: (version: string, arch: string, digest?: string) => Promise<boolean>): Promise<'loaded' | 'failed' | undefined> {
   if (!rec || rec.outcome === 'loading') return undefined;
   if (rec.outcome === 'failed') return rec.reason && FILE_VERDICTS.has(rec.reason) ? 'failed' : undefined;
-  if (rec.version && rec.arch && !(await imagesPresent(rec.version, rec.arch))) return undefined;
+  if (rec.version && rec.arch && !(await imagesPresent(rec.version, rec.arch, rec.digest))) return undefined;
   return 'loaded';
 }
 

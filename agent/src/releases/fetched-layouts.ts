@@ -13,6 +13,8 @@ export interface FetchedLayoutRecord {
   /** sha256 of its signed bundle.json: the approval it was fetched under. */
   manifestDigest: string;
   at: string;
+  /** 'retry': the tries made so far (kept across restarts, so a copy that fails at every start ends). */
+  tries?: number;
 }
 
 /**
@@ -27,7 +29,8 @@ const fileOf = (stateDir: string, layout: string, kind: PendingLayoutKind) => jo
 
 function isRecord(v: unknown): v is FetchedLayoutRecord {
   const r = v as Record<string, unknown> | null;
-  return typeof r === 'object' && r !== null && typeof r.layout === 'string' && typeof r.manifestDigest === 'string' && typeof r.at === 'string';
+  return typeof r === 'object' && r !== null && typeof r.layout === 'string' && typeof r.manifestDigest === 'string' && typeof r.at === 'string'
+    && (r.tries === undefined || (Number.isSafeInteger(r.tries) && (r.tries as number) >= 0));
 }
 
 export async function recordFetched(stateDir: string, rec: FetchedLayoutRecord, kind: PendingLayoutKind = 'fetched'): Promise<void> {

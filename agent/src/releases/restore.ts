@@ -1,12 +1,12 @@
 // Images can vanish from the runtime after they were loaded: CRI-O wipes its storage after an
 // unclean shutdown (crio-wipe.service on OpenShift), and a pruned store loses unpinned ones. A
 // layout kept on disk (staging.keep) brings them back with no stick.
-import { checkSignature, loadTrust, parseManifestBytes, readLayoutDescription } from '@offline-bundle/format';
-import { LayoutStore, catalogOf } from '@offline-bundle/registry';
 import { plural, versionsInUse } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import { loadImages } from '../load/load-images.js';
 import type { PipelineContext } from '../load/pipeline.js';
+import { openKeptLayout } from './kept-layout.js';
+import { loadedAhead } from './loaded-ahead.js';
 import { readReleases } from './state.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import { namesOf } from '../runtime/runtime-target.js';
@@ -22,20 +22,25 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
   if (!inspector) return [];
   const releases = await readReleases(config.paths.stateDir);
   // and a release loaded but not yet run: the upgrade to it needs its images as much
-  const inUse = new Set([...versionsInUse(tracker.current.history), ...tracker.current.history.filter((e) => e.state === 'loaded').map((e) => e.version)]);
+  const inUse = new Set([...versionsInUse(tracker.current.history), ...loadedAhead(tracker.current.history)]);
   const restored: string[] = [];
+  const unrestorable = new Set<string>();
   for (const rec of releases) {
-    if (!rec.layout || !inUse.has(rec.version)) continue;
+    if (!inUse.has(rec.version) || unrestorable.has(rec.version)) continue;
+    // another bundle of the same release keeps a copy: that one restores it
+    if (!rec.layout && releases.some((r) => r.version === rec.version && r.arch === rec.arch && r.layout)) continue;
     const missing = await missingImages(inspector, rec.refs);
     if (missing.length === 0) continue;
+    if (!rec.layout) {
+      unrestorable.add(rec.version);
+      sayUnrestorable(ctx, rec.version, missing.length, rec.refs.length);
+      continue;
+    }
     log.warn('restore', `images of ${rec.version} are gone from the runtime (${missing.length} of their ${rec.refs.length} names); loading them again from the kept layout ${rec.layout}`, { version: rec.version });
     try {
-      const { manifestBytes: bytes, signature } = await readLayoutDescription(rec.layout);
-      const manifest = parseManifestBytes(bytes);
+      const { manifest, store } = await openKeptLayout(config, { ...rec, layout: rec.layout });
       const gone = new Set(missing);
       const lost = manifest.images.filter((img) => namesOf(img).some((n) => gone.has(n))).length;
-      checkSignature(bytes, signature, manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
-      const store = await LayoutStore.open(rec.layout, catalogOf(manifest));
       try {
         tracker.update((s) => {
           s.bundle = { file: rec.layout!, media: 'kept layout', name: manifest.release.name, version: rec.version, arch: rec.arch, mode: 'staged', ...(rec.digest ? { digest: rec.digest } : {}) };
@@ -55,4 +60,11 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
     }
   }
   return restored;
+}
+
+/** Images of a release in use are gone (crio-wipe, a pruned store) and no copy is kept: said, not hidden behind an old Ready. */
+function sayUnrestorable(ctx: Pick<PipelineContext, 'log' | 'tracker'>, version: string, missing: number, total: number): void {
+  const message = `${missing} of the ${plural(total, 'image name')} of ${version} are gone from the runtime (CRI-O empties its store after an unclean shutdown) and this node kept no copy of it: plug the USB stick with ${version} in again (staging.keep: true keeps a copy to restore from)`;
+  ctx.tracker.failed('RestoreFailed', message);
+  ctx.log.error('restore', message, { version });
 }

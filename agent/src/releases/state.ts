@@ -15,6 +15,8 @@ export interface ReleaseRecord {
   layout?: string;
   /** 'node': the release running before the first bundle, its images found on the node. */
   source?: 'bundle' | 'node';
+  /** sha256 of the signed bundle.json loaded (bundleIdentity): what the kept layout must still hold to be served or restored. */
+  identity?: string;
   /**
    * Set by readReleases, never written: 'legacy' when the record of a bundle with a digest was
    * read from VERSION-ARCH.json, the one name per release older agents wrote.
@@ -31,7 +33,7 @@ function isReleaseRecord(v: unknown): v is ReleaseRecord {
   // version and arch name the record's own file and the layout directory: the bundle.json rule
   return isReleaseVersion(r.version) && isReleaseArch(r.arch) && isString(r.loadedAt) && Array.isArray(r.refs) && r.refs.every(isString)
     && (r.digest === undefined || isString(r.digest)) && (r.layout === undefined || isString(r.layout))
-    && (r.source === undefined || r.source === 'bundle' || r.source === 'node');
+    && (r.source === undefined || r.source === 'bundle' || r.source === 'node') && (r.identity === undefined || isString(r.identity));
 }
 
 function releasesDir(stateDir: string): string {

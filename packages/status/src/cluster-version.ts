@@ -1,5 +1,5 @@
 import { apiMessage } from './cluster-api.js';
-import { customObjectsApi, isApiException, requestOptions } from './kube.js';
+import { adminApis, customObjectsApi, isApiException, requestOptions } from './kube.js';
 
 interface ClusterVersion {
   status?: { history?: { state?: string; version?: string; image?: string; completionTime?: string }[]; desired?: { version?: string } };
@@ -83,4 +83,29 @@ export function forbiddenMessage(f: ClusterReadFailure): string {
   const who = f.user ? `the node identity ${f.user}` : 'the identity in status.kubeconfig';
   if (f.status === 401) return `the API server does not accept the credentials of status.kubeconfig (401): check that the file is the kubelet's current kubeconfig and readable by the agent`;
   return `${who} may not get clusterversions.config.openshift.io "version": apply deploy/rbac.yaml (ClusterRole ${RUNNING_VERSION_ROLE}, bound to group system:nodes)`;
+}
+
+/** What the Machine Config Daemon says of one Node (its annotations); undefined fields where the MCO does not manage it. */
+export interface NodeMachineConfig {
+  state?: string;
+  currentConfig?: string;
+  desiredConfig?: string;
+}
+
+const MCD = 'machineconfiguration.openshift.io';
+
+/** The MCD's annotations on Node `node` (a node may read its own Node: the Node authorizer); none for a Node that does not exist. Other errors are thrown. */
+export async function readNodeMachineConfig(kubeconfig: string, node: string, opts: { timeoutMs?: number } = {}): Promise<NodeMachineConfig> {
+  const { core } = await adminApis(kubeconfig, undefined, { deadlineMs: opts.timeoutMs ?? 10_000 });
+  let n: Awaited<ReturnType<typeof core.readNode>>;
+  try {
+    n = await core.readNode({ name: node });
+  } catch (err) {
+    // no such Node: nothing the MCO manages
+    if (isApiException(err) && err.code === 404) return {};
+    throw err;
+  }
+  const a = (n.metadata?.annotations ?? {}) as Record<string, unknown>;
+  const str = (k: string) => (typeof a[`${MCD}/${k}`] === 'string' ? { [k]: a[`${MCD}/${k}`] as string } : {});
+  return { ...str('state'), ...str('currentConfig'), ...str('desiredConfig') };
 }

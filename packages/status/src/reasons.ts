@@ -83,6 +83,9 @@ export const SPOOLED_MEDIA = 'parts copied from USB sticks';
 /** How the agent names other nodes as a bundle's media: fetched from them (issue #22), no stick on this node. */
 export const PEER_MEDIA = 'peers';
 
+/** `bundle.media` of a load tried again from the verified copy a failed load kept on the node's disk (no stick). */
+export const KEPT_COPY_MEDIA = 'copy kept on this node';
+
 /** Whether a bundle is read from the agent's part spool on the node's disk, not from a stick. */
 export const fromSpool = (media: string | undefined): boolean => media?.startsWith(SPOOLED_MEDIA) === true;
 

@@ -1,6 +1,6 @@
 import { escapeControls } from '@offline-bundle/host';
 import type { NodeStatus, PeerCopies } from './model.js';
-import { failureSentence, fileWords, fromSpool, onRemovableMedia, PART_COLLECTING_REASONS, PEER_MEDIA, WAITING_SENTENCES } from './reasons.js';
+import { failureSentence, fileWords, fromSpool, KEPT_COPY_MEDIA, onRemovableMedia, PART_COLLECTING_REASONS, PEER_MEDIA, WAITING_SENTENCES } from './reasons.js';
 import { formatBytes, plural, timeLeft } from './units.js';
 
 function minutes(seconds: number | undefined): string {
@@ -28,9 +28,10 @@ function ignoredNote(s: NodeStatus): string {
 function sentence(s: NodeStatus, _now: Date): string {
   // read from the part spool on the node's disk: no stick is read, whatever the mode
   const spooled = fromSpool(s.bundle?.media);
-  // fetched from other nodes: this node never had a stick
+  // fetched from other nodes, or tried again from the copy a failed load kept: no stick is read
   const fromPeers = s.bundle?.media === PEER_MEDIA;
-  const stickIn = !spooled && !fromPeers && (s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging');
+  const keptCopy = s.bundle?.media === KEPT_COPY_MEDIA;
+  const stickIn = !spooled && !fromPeers && !keptCopy && (s.bundle?.mode === 'media' || s.phase === 'Verifying' || s.phase === 'Staging');
   const keep = stickIn ? ' Do not remove the USB stick.' : '';
   const stick = fromPeers ? '' : s.bundle?.mode === 'media' && !spooled ? ' Do not remove the USB stick.' : ' You may remove the USB stick.';
   const p = s.progress;

@@ -1,0 +1,23 @@
+// A layout kept on disk after its load is trusted again only as far as it can be checked: the
+// signed bundle.json must be the one loaded (its recorded identity), for the release recorded,
+// under a trusted key (or that identity), and every blob is hashed again on open.
+import { bundleIdentity, checkSignature, loadTrust, parseManifestBytes, readLayoutDescription, type BundleManifest } from '@offline-bundle/format';
+import { LayoutStore, catalogOf } from '@offline-bundle/registry';
+import type { AgentConfig } from '../config.js';
+import { AgentError } from '../errors.js';
+import type { ReleaseRecord } from './state.js';
+
+export async function openKeptLayout(config: Pick<AgentConfig, 'trust'>, rec: ReleaseRecord & { layout: string }): Promise<{ manifest: BundleManifest; store: LayoutStore }> {
+  const { manifestBytes, signature } = await readLayoutDescription(rec.layout);
+  if (rec.identity !== undefined && bundleIdentity(manifestBytes) !== rec.identity) {
+    throw new AgentError('Corrupt', `${rec.layout} holds another bundle.json than the one loaded for ${rec.version}: it is not used`);
+  }
+  const manifest = parseManifestBytes(manifestBytes);
+  if (manifest.release.version !== rec.version || manifest.release.arch !== rec.arch) {
+    throw new AgentError('Corrupt', `${rec.layout} holds release ${manifest.release.version} (${manifest.release.arch}), not ${rec.version} (${rec.arch}): it is not used`);
+  }
+  const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
+  // digest-only trust vouched for the file at load time; on disk only the recorded identity can
+  if (!signer && rec.identity === undefined) throw new AgentError('NoTrust', `${rec.layout}: no trusted key signed it and no identity was recorded at its load: it is not used`);
+  return { manifest, store: await LayoutStore.open(rec.layout, catalogOf(manifest)) };
+}
