@@ -5,7 +5,7 @@
 // Real containerd; the API server is the RBAC-enforcing stand-in (none can run here).
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
@@ -51,7 +51,9 @@ t.test('the running release loaded onto a node that has none of its images', asy
   for (const img of images) t.match(listed, new RegExp(`${img.name.replace(/[.]/g, '\\.')}\\s.*io\\.cri-containerd\\.pinned=pinned`), `${img.name} loaded and pinned`);
   const status = JSON.parse(await readFile(join(root, 'var/lib/bundle-agent/status.json'), 'utf8'));
   t.match(status.history, [{ version: '4.15.1', state: 'complete', digest: /^sha256:/ }], 'recorded as the running release this node holds');
-  const rec = JSON.parse(await readFile(join(root, 'var/lib/bundle-agent/releases/4.15.1-amd64.json'), 'utf8'));
+  // one record per bundle: VERSION-ARCH@sha256-HEX.json
+  const recordFile = (await readdir(join(root, 'var/lib/bundle-agent/releases'))).find((f) => f.startsWith('4.15.1-amd64'))!;
+  const rec = JSON.parse(await readFile(join(root, 'var/lib/bundle-agent/releases', recordFile), 'utf8'));
   t.equal(rec.refs.length, images.length * 2, 'its images recorded (by digest and tag), so they stay pinned while 4.15.1 runs');
 
   const after = await clusterStatus();
