@@ -118,12 +118,16 @@ function redactColonKeys(text: string, tally?: RedactionTally): string {
   return parts.join('');
 }
 
+/** A value that is the marker already, with at most the quotes, brackets or commas that close it. */
+const ALREADY_REDACTED = new RegExp(`^"?${REDACTED}["',\\])}]*$`);
+
 /** Replaces the value of every `key` a rule finds when the key names a credential. */
 function redactKeys(text: string, tally?: RedactionTally): string {
   let out = redactColonKeys(text, tally);
   for (const [rule, re] of KEY_RULES) {
     out = out.replace(re, (whole: string, before: string, key: string, value: string | undefined) => {
-      if (value === undefined || value === '' || value === REDACTED || value === `"${REDACTED}"` || !isSecretWord(key)) return whole;
+      // a value redacted before (a document's string, then its JSON): its closing quote or bracket is not part of it
+      if (value === undefined || value === '' || ALREADY_REDACTED.test(value) || !isSecretWord(key)) return whole;
       if (rule === 'flag value' && WHERE_WORDS.has(words(key).at(-1) ?? '')) return whole;
       count(tally, rule);
       return `${before}${/^["']/.test(value) ? `${value[0]}${REDACTED}${value[0]}` : REDACTED}`;

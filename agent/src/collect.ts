@@ -1,7 +1,6 @@
 // `bundle-agent collect`: one archive with what a support engineer asks for first, so a
 // technician sends one file instead of running ten commands. Every part is optional: what
 // cannot be read is named in NOTES.txt, never a reason to write nothing.
-import { spawn } from 'node:child_process';
 import { lstat, readdir, readFile, readlink, statfs } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
@@ -16,11 +15,12 @@ import { SPOOL_DIR_NAME } from './daemon/part-spool.js';
 import { readKubeletThresholds } from './load/kubelet-thresholds.js';
 import { partialBytes } from './load/space-credit.js';
 import { TOOL_VERSION } from './version.js';
+import { COLLECT_COMMAND_MS, commandOutput, errLine } from './collect-exec.js';
+import { COLLECT_JOURNAL_LINES, addOs, addRuntimeFacts, addRuntimeJournal, noJournalctl } from './collect-node.js';
+import type { BrokenConfig } from './collect-config.js';
 
-/** Lines of the agent's journal kept. */
-export const COLLECT_JOURNAL_LINES = 2000;
-/** How long journalctl and the runtime's image list may take, each. */
-export const COLLECT_COMMAND_MS = 10_000;
+export { COLLECT_COMMAND_MS } from './collect-exec.js';
+export { COLLECT_JOURNAL_LINES } from './collect-node.js';
 /** Most files taken from one directory (state, drop-ins). */
 export const MAX_COLLECT_DIR_FILES = 200;
 
@@ -31,9 +31,13 @@ export interface CollectOptions {
   now?: Date;
   /** The journal's command (default journalctl -u UNIT); tests point it elsewhere. */
   journal?: string[];
+  /** The runtime journal's command (default journalctl -u crio -u containerd -u kubelet --since -24h). */
+  runtimeJournal?: string[];
+  /** The config did not load: `c` is what was assumed in its place (collect-config.ts). */
+  broken?: BrokenConfig;
+  /** Where the mounts are read (default /proc/self/mountinfo). */
+  mountinfo?: string;
 }
-
-const errLine = (err: unknown) => (err as Error).message?.split('\n')[0] ?? String(err);
 
 /**
  * A YAML or JSON document's text with its credentials redacted by key; text that does not parse
@@ -145,33 +149,6 @@ async function addImages(a: CollectArchive, c: AgentConfig): Promise<void> {
   }
 }
 
-/** A command's output, at most MAX_COLLECT_ENTRY_BYTES and COLLECT_COMMAND_MS; undefined (noted) when it cannot run. */
-function commandOutput(a: CollectArchive, name: string, argv: string[]): Promise<string | undefined> {
-  return new Promise((done) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
-    const timer = setTimeout(() => {
-      a.note(`${name}: ${argv[0]} gave no end within ${COLLECT_COMMAND_MS} ms; what it wrote is kept`);
-      child.kill('SIGKILL');
-    }, COLLECT_COMMAND_MS);
-    child.stdout.on('data', (b: Buffer) => {
-      if (size < MAX_COLLECT_ENTRY_BYTES) chunks.push(b);
-      size += b.length;
-      if (size >= MAX_COLLECT_ENTRY_BYTES) child.kill('SIGKILL');
-    });
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      a.note(`${name}: cannot run ${argv[0]}: ${errLine(err)}`);
-      done(undefined);
-    });
-    child.on('close', () => {
-      clearTimeout(timer);
-      done(Buffer.concat(chunks).toString('utf8'));
-    });
-  });
-}
-
 /** statfs of the agent's paths, and the kubelet thresholds the space check would use. */
 async function addDisk(a: CollectArchive, c: AgentConfig): Promise<void> {
   const paths = { upgradeDir: c.paths.upgradeDir, stateDir: c.paths.stateDir, imageStoreDir: c.paths.imageStoreDir, kubeletRootDir: c.space.kubeletRootDir };
@@ -189,18 +166,28 @@ async function addDisk(a: CollectArchive, c: AgentConfig): Promise<void> {
   a.add('disk.json', `${JSON.stringify(out, null, 2)}\n`);
 }
 
-/** The lines of /proc/self/mountinfo whose mount point is under a media root or watched directory. */
-async function addMounts(a: CollectArchive, c: AgentConfig): Promise<void> {
+/**
+ * The lines of /proc/self/mountinfo whose mount point is under a media root or watched
+ * directory; when there are none, or the file cannot be read, media-mounts.txt says so and
+ * names the directories looked under.
+ */
+async function addMounts(a: CollectArchive, c: AgentConfig, mountinfo = '/proc/self/mountinfo'): Promise<void> {
   const roots = [...c.media.roots, ...c.media.watchDirs];
   const under = (p: string) => roots.some((r) => p === r || p.startsWith(r.endsWith(sep) ? r : r + sep));
+  const looked = `under media.roots and media.watchDirs: ${roots.length ? roots.join(', ') : '(none configured)'}`;
+  let text: string;
   try {
-    const text = await readFile('/proc/self/mountinfo', 'utf8');
-    const lines = text.split('\n').filter(Boolean);
-    const points = parseMountinfo(text);
-    a.add('media-mounts.txt', `${lines.filter((_, i) => under(points[i]!)).join('\n')}\n`);
+    text = await readFile(mountinfo, 'utf8');
   } catch (err) {
-    a.note(`media-mounts.txt: ${errLine(err)}`);
+    a.add('media-mounts.txt', `# no mounts: ${mountinfo} could not be read (${errLine(err)}); looked ${looked}\n`);
+    a.note(`media-mounts.txt: ${mountinfo}: ${errLine(err)}`);
+    return;
   }
+  const lines = text.split('\n').filter(Boolean);
+  const points = parseMountinfo(text);
+  const kept = lines.filter((_, i) => under(points[i]!));
+  if (kept.length) return a.add('media-mounts.txt', `${kept.join('\n')}\n`);
+  a.add('media-mounts.txt', `# no removable media mounted: none of the ${lines.length} mounts in ${mountinfo} is ${looked}\n`);
 }
 
 /**
@@ -225,30 +212,51 @@ async function addUpgradeDir(a: CollectArchive, c: AgentConfig): Promise<void> {
   a.add('upgrade-dir.json', `${JSON.stringify({ path: dir, entries: listing }, null, 1)}\n`);
 }
 
-function header(c: AgentConfig, now: Date): string {
-  return `bundle-agent ${TOOL_VERSION}\nnode ${c.nodeName}\nruntime ${c.runtime} (${c.criSocket})\narch ${c.arch}\nroot ${c.root}\ncollected ${now.toISOString()}\n`;
+function header(c: AgentConfig, now: Date, broken: boolean): string {
+  const config = broken ? 'config BROKEN: the agent does not start with it; see CONFIG-ERROR.txt\n' : '';
+  return `bundle-agent ${TOOL_VERSION}\n${config}node ${c.nodeName}\nruntime ${c.runtime} (${c.criSocket})\narch ${c.arch}\nroot ${c.root}\ncollected ${now.toISOString()}\n`;
+}
+
+/** The config as written, and as the agent reads it (or, broken, what it says is wrong and what was assumed). */
+async function addConfig(a: CollectArchive, c: AgentConfig, o: CollectOptions): Promise<void> {
+  await addFile(a, 'config.yaml', o.configPath, 'yaml', MAX_CONFIG_FILE_BYTES);
+  if (o.broken) {
+    a.add('CONFIG-ERROR.txt', o.broken.text);
+    a.note(`the config ${o.configPath} did not load: CONFIG-ERROR.txt says why; the rest was collected with config-assumed.json`);
+  }
+  const tally: RedactionTally = new Map();
+  a.add(o.broken ? 'config-assumed.json' : 'config-effective.json', `${JSON.stringify(redactDocument(c, tally), null, 2)}\n`, tally);
+}
+
+/** The agent's own journal; journalctl absent (the OpenShift image) named with where the journal's files are. */
+async function addJournal(a: CollectArchive, c: AgentConfig, argv?: string[]): Promise<void> {
+  const cmd = argv ?? ['journalctl', '--no-pager', '-o', 'short-iso', '-n', String(COLLECT_JOURNAL_LINES), '-u', c.selfUpgrade.unit];
+  const r = await commandOutput(a, 'journal.txt', cmd, { quiet: true });
+  if (r.started) a.add('journal.txt', r.text);
+  else if (r.missing) await noJournalctl(a, 'journal.txt', c, cmd[0]!, r.problem!);
+  else a.note(`journal.txt: cannot run ${cmd[0]}: ${r.problem}`);
 }
 
 /** Collects and writes the archive; returns where, and how many files it holds. */
-export async function collect(c: AgentConfig, o: CollectOptions): Promise<{ output: string; files: number; notes: string[] }> {
+export async function collect(c: AgentConfig, o: CollectOptions): Promise<{ output: string; files: number; notes: string[]; configError?: string[] }> {
   const now = o.now ?? new Date();
   const stamp = now.toISOString().replace(/[:.]/g, '').slice(0, 15);
   const name = `bundle-agent-collect-${c.nodeName}-${stamp}`;
   const output = resolve(o.output ?? `${name}.tar.gz`);
   const a = new CollectArchive(name);
-  a.add('version.txt', header(c, now));
-  await addFile(a, 'config.yaml', o.configPath, 'yaml', MAX_CONFIG_FILE_BYTES);
-  const tally: RedactionTally = new Map();
-  a.add('config-effective.json', `${JSON.stringify(redactDocument(c, tally), null, 2)}\n`, tally);
+  a.add('version.txt', header(c, now, o.broken !== undefined));
+  await addConfig(a, c, o);
   if (c.status.kubeconfig) await addFile(a, 'kubeconfig.yaml', c.status.kubeconfig, 'yaml');
   await addFile(a, 'status.json', c.paths.statusFile, 'json');
   await addStateAndDropIns(a, c);
   await addImages(a, c);
-  const journal = await commandOutput(a, 'journal.txt', o.journal ?? ['journalctl', '--no-pager', '-o', 'short-iso', '-n', String(COLLECT_JOURNAL_LINES), '-u', c.selfUpgrade.unit]);
-  if (journal !== undefined) a.add('journal.txt', journal);
+  await addJournal(a, c, o.journal);
+  await addOs(a, c, now);
+  await addRuntimeFacts(a, c, o.broken?.runtimeKnown ?? true);
+  await addRuntimeJournal(a, c, o.runtimeJournal);
   await addDisk(a, c);
-  await addMounts(a, c);
+  await addMounts(a, c, o.mountinfo);
   await addUpgradeDir(a, c);
   await a.write(output, now);
-  return { output, files: a.files, notes: a.notes };
+  return { output, files: a.files, notes: a.notes, ...(o.broken ? { configError: o.broken.lines } : {}) };
 }
