@@ -4,14 +4,16 @@
  * operator's relatedImages) must be in one of the bundles, under the name the pod uses, and
  * not pulled with imagePullPolicy Always; and every node must be ready for the first bundle
  * (the roll-up of `status`). What is missing is named with why and who uses it.
- * Not yet here: what each node's runtime holds beyond its bundle (agents do not publish it), so
- * an image in no bundle is a gap even where a node holds it today: the image GC or a crio-wipe
- * takes it, and no registry brings it back.
+ * Per gap, which nodes hold the image anyway, from what each agent publishes of its runtime
+ * (cluster-holdings.ts): an image in no bundle held pinned by every node is a lesser gap (low),
+ * held unpinned somewhere the image GC may take it (medium), missing anywhere it is high; and
+ * per node what it holds of the closure, and any image of its bundle it lacks while it says Ready.
  */
 import type { Command } from 'commander';
 import { bundleImageNames, nextSteps, readRollup, type AdminBundle, type Rollup } from '@offline-bundle/cluster';
 import { parseReference, repositoryName } from '@offline-bundle/oci';
 import { ClusterError, listAll, type AdminApis } from '@offline-bundle/status';
+import { checkNodes, inNoBundleSeverity, nodeLine, whoHolds, worst, type NodeGap, type NodeReport, type Severity, type WhoHolds } from './cluster-holdings.js';
 
 export interface ImageUse {
   image: string;
@@ -21,13 +23,26 @@ export interface ImageUse {
   pullAlways: boolean;
 }
 
-export interface ImageGap { image: string; why: 'InNoBundle' | 'PullAlways' | 'BadReference'; users: string[]; message: string }
+export interface ImageGap {
+  image: string; why: 'InNoBundle' | 'PullAlways' | 'BadReference'; users: string[]; message: string;
+  /** How bad it is, once who holds it is known (checkClosure). */
+  severity?: Severity;
+  /** Which nodes hold it anyway (pinned or not), lack it, or do not say; and that in a sentence. */
+  nodes?: WhoHolds;
+  held?: string;
+}
 
 export interface Closure {
   /** Images the cluster asks for. */
   needed: number;
   gaps: ImageGap[];
   rollup: Rollup;
+  /** Per node: what it holds of the images asked for, and what it lacks and why. */
+  perNode: NodeReport[];
+  /** Images of a bundle a node loaded that it lacks or does not pin while it says Ready. */
+  nodeGaps: NodeGap[];
+  /** The worst severity of any gap, or undefined when there is none. */
+  severity?: Severity;
   complete: boolean;
   summary: string;
 }
@@ -107,17 +122,53 @@ export function imageGaps(uses: readonly ImageUse[], bundles: readonly Pick<Admi
   return gaps;
 }
 
+/** Each gap with who holds its image and how bad it is (a registry asked every start, or a bad name, is always high). */
+function rateGaps(gaps: ImageGap[], rollup: Rollup): void {
+  const nodes = rollup.rows.map((r) => r.node);
+  for (const g of gaps) {
+    if (g.why !== 'InNoBundle') {
+      g.severity = 'high';
+      continue;
+    }
+    g.nodes = whoHolds(g.image, nodes, rollup.holdings ?? {});
+    const s = inNoBundleSeverity(g.nodes);
+    g.severity = s.severity;
+    g.held = s.held;
+  }
+}
+
 export async function checkClosure(apis: AdminApis, bundles: readonly AdminBundle[]): Promise<Closure> {
   const uses = await readImageUses(apis);
   const gaps = imageGaps(uses, bundles);
   const rollup = await readRollup(apis, { digest: bundles[0]!.fileDigest });
-  const complete = gaps.length === 0 && rollup.ready;
+  rateGaps(gaps, rollup);
+  const nodes = checkNodes(rollup, uses.map((u) => u.image), { inBundles: bundleImageNames(bundles.flatMap((b) => b.images)), inFirst: bundleImageNames(bundles[0]!.images) });
+  const severity = worst([...gaps, ...nodes.gaps].map((g) => g.severity ?? 'high'));
+  const complete = gaps.length === 0 && nodes.gaps.length === 0 && rollup.ready;
+  const published = nodes.reports.filter((r) => r.published).length;
   const parts = [
     `${uses.length} images the cluster asks for, ${uses.length - gaps.filter((g) => g.why !== 'PullAlways').length} of them in the bundle${bundles.length > 1 ? 's' : ''}`,
     ...(gaps.length ? [`${gaps.length} gap${gaps.length > 1 ? 's' : ''}`] : []),
+    ...(nodes.gaps.length ? [`${nodes.gaps.length} image${nodes.gaps.length > 1 ? 's' : ''} of a loaded bundle missing or unpinned on a node that says Ready`] : []),
     rollup.summary,
+    `${published} of ${nodes.reports.length} nodes publish what their runtime holds`,
+    ...(severity ? [`worst gap: ${severity}`] : []),
   ];
-  return { needed: uses.length, gaps, rollup, complete, summary: parts.join('; ') };
+  return { needed: uses.length, gaps, rollup, perNode: nodes.reports, nodeGaps: nodes.gaps, ...(severity ? { severity } : {}), complete, summary: parts.join('; ') };
+}
+
+/** The text report: each gap (and who holds its image), each node's line and its gaps, the nodes not ready, the summary. */
+function textReport(c: Closure): string[] {
+  const lines: string[] = [];
+  for (const g of c.gaps) {
+    lines.push(`${g.why}: ${g.image}: ${g.message}; asked for by ${g.users.join(', ')}`);
+    lines.push(`  severity ${g.severity ?? 'high'}${g.held ? `: ${g.held}` : ''}`);
+  }
+  for (const r of c.perNode) lines.push(nodeLine(r));
+  for (const g of c.nodeGaps) lines.push(`node ${g.node}: ${g.state === 'missing' ? 'MissingOnReady' : 'UnpinnedOnReady'} (severity ${g.severity}): ${g.message}`);
+  if (!c.rollup.ready) lines.push(`nodes: ${c.rollup.summary}: ${nextSteps(c.rollup)}`);
+  lines.push(c.summary);
+  return lines;
 }
 
 export interface CheckDeps {
@@ -130,17 +181,21 @@ export interface CheckDeps {
 
 export function addCheckCommand(cluster: Command, d: CheckDeps): void {
   d.trustOptions(d.kubeOptions(cluster.command('check')
-    .description('The registry-free closure: every image the cluster asks for (every Pod, every Deployment, DaemonSet, StatefulSet, ReplicaSet, Job and CronJob template, every operator\'s relatedImages) must be in one of the bundles under the name it is asked by, and not pulled with imagePullPolicy Always; and every node must be ready for the first bundle (as "status"). Names each gap, why and who asks for it. Exit 0 only when there is none.')
+    .description('The registry-free closure: every image the cluster asks for (every Pod, every Deployment, DaemonSet, StatefulSet, ReplicaSet, Job and CronJob template, every operator\'s relatedImages) must be in one of the bundles under the name it is asked by, and not pulled with imagePullPolicy Always; and every node must be ready for the first bundle (as "status"). Names each gap, why and who asks for it, which nodes hold its image anyway (from what each agent publishes of its runtime) and its severity (high, medium: unpinned somewhere, the image GC may take it; low: held pinned by every node); per node, what it holds of those images and what it lacks and why, and any image of its bundle it lacks or does not pin while it says Ready. Exit 0 only when there is no gap.')
     .argument('<bundle...>', 'the bundle the cluster upgrades with first, then any others the nodes loaded (a workload bundle, say)')))
     .action(async (files: string[], o: { json?: boolean }) => {
       const bundles = await Promise.all(files.map((f, i) => d.loadBundle(f, o, i === 0)));
       const c = await checkClosure(await d.apis(o), bundles);
-      if (o.json) process.stdout.write(JSON.stringify({ complete: c.complete, summary: c.summary, needed: c.needed, gaps: c.gaps, nodes: c.rollup.rows.filter((r) => !r.ready) }, null, 2) + '\n');
-      else {
-        const lines = c.gaps.map((g) => `${g.why}: ${g.image}: ${g.message}; asked for by ${g.users.join(', ')}`);
-        const nodes = c.rollup.ready ? [] : [`nodes: ${c.rollup.summary}: ${nextSteps(c.rollup)}`];
-        process.stdout.write([...lines, ...nodes, c.summary].map((l) => `${d.escape(l)}\n`).join(''));
+      if (o.json) {
+        const out = { complete: c.complete, severity: c.severity ?? null, summary: c.summary, needed: c.needed, gaps: c.gaps, nodeGaps: c.nodeGaps, perNode: c.perNode, nodes: c.rollup.rows.filter((r) => !r.ready) };
+        process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+      } else process.stdout.write(textReport(c).map((l) => `${d.escape(l)}\n`).join(''));
+      if (!c.complete) {
+        const what = [
+          ...(c.gaps.length || !c.nodeGaps.length ? [`${c.gaps.length} image gap${c.gaps.length === 1 ? '' : 's'}`] : []),
+          ...(c.nodeGaps.length ? [`${c.nodeGaps.length} image${c.nodeGaps.length === 1 ? '' : 's'} missing or unpinned on nodes that say Ready`] : []),
+        ].join(' and ');
+        throw Object.assign(new ClusterError('CLOSURE_INCOMPLETE', `${what}${c.rollup.ready ? '' : ' and nodes not ready'}${c.severity ? ` (worst: ${c.severity})` : ''}: the upgrade would pull from a registry that is not there`), { reported: o.json === true });
       }
-      if (!c.complete) throw Object.assign(new ClusterError('CLOSURE_INCOMPLETE', `${c.gaps.length} image gap${c.gaps.length === 1 ? '' : 's'}${c.rollup.ready ? '' : ' and nodes not ready'}: the upgrade would pull from a registry that is not there`), { reported: o.json === true });
     });
 }

@@ -6,7 +6,7 @@ import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { adoptRunningRelease } from '../releases/running-release.js';
-import { checkMirrorUsed, checkPinsSettled, imagesPresent } from '../runtime/runtime-checks.js';
+import { checkMirrorUsed, checkPinsSettled, imagesPresent, publishHoldings } from '../runtime/runtime-checks.js';
 import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
 import type { ReleaseRecord } from '../releases/state.js';
 import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
@@ -113,8 +113,9 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
       tracker.condition('UnpinPending', 'True', 'RuntimeKeptPins', `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`);
       log.warn('pin', `the runtime still reports images of older releases pinned: ${report.stillPinned.join(', ')}`);
     }
-    // A SIGTERM that came while the pins were applied: stop here, not Ready (the pins stay, as after PinFailed).
-    signal?.throwIfAborted();
+    // A SIGTERM that came while the pins were applied: stop here, not Ready (the pins stay, as after PinFailed);
+    // else publish what the runtime holds now, with the Ready that follows (#38)
+    await publishHoldings(inspector, tracker, pins, log, signal);
   } finally {
     await unmirror?.().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
     await runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));

@@ -3,7 +3,8 @@
 import type { BundleManifest } from '@offline-bundle/format';
 import { mirrorPath } from '@offline-bundle/oci';
 import type { ServedLog } from '@offline-bundle/registry';
-import { AgentError } from '../errors.js';
+import { runtimeHoldings, type StatusTracker } from '@offline-bundle/status';
+import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ImageInspector } from './runtime-target.js';
 
@@ -111,5 +112,24 @@ export async function checkPinsSettled(inspector: ImageInspector, sets: { mustPi
       return report!;
     }
     await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/**
+ * Reads what the runtime holds (ListImages) and publishes it, bounded, as status.runtime: what
+ * `bundle cluster check` reads to tell, per node, which images are present and pinned there.
+ * `refs` are the names this node loaded and pins. A runtime that does not answer leaves the
+ * last reading in place (said in the journal): it never fails a load. An aborted `signal` throws
+ * first (a SIGTERM during the pins: not Ready, nothing published).
+ */
+export async function publishHoldings(inspector: ImageInspector | undefined, tracker: Pick<StatusTracker, 'runtime'>, refs: readonly string[], log?: Logger, signal?: AbortSignal): Promise<void> {
+  signal?.throwIfAborted();
+  if (!inspector) return;
+  try {
+    const h = runtimeHoldings(await inspector.listImages(), refs);
+    tracker.runtime(h);
+    if (h.bundle.missing.length || h.bundle.unpinned.length) log?.warn('holdings', `the runtime lacks ${h.bundle.missing.length} and does not pin ${h.bundle.unpinned.length} of the ${h.bundle.refs} names this node loaded`, { missing: h.bundle.missing.length, unpinned: h.bundle.unpinned.length });
+  } catch (err) {
+    log?.warn('holdings', `cannot read the runtime's image list to publish what it holds: ${oneLine(err)}`);
   }
 }

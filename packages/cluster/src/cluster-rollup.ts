@@ -6,8 +6,8 @@
  * reported within the last STALE_AFTER_BEATS heartbeats: a report is only as true as it is fresh.
  */
 import {
-  apiCall, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, timeAgo, VERSION,
-  type AdminApis,
+  apiCall, boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, timeAgo, VERSION,
+  type AdminApis, type RuntimeHoldings,
 } from '@offline-bundle/status';
 
 /** Heartbeats an agent may miss before its row counts as stale (a slow API write or a skewed clock is not a dead agent). */
@@ -59,6 +59,8 @@ export interface Rollup {
   ready: boolean;
   /** "3 of 5 nodes Ready for bundle sha256:…; node-4 never reported; node-5 Failed (PullFailed)". */
   summary: string;
+  /** What each node's runtime holds (status.runtime, well-formed), by node, for the nodes that publish it. */
+  holdings?: Record<string, RuntimeHoldings>;
 }
 
 interface NodeLike { metadata?: { name?: string; creationTimestamp?: string | Date }; status?: { conditions?: { type?: string; status?: string }[] } }
@@ -71,6 +73,7 @@ interface StatusLike {
     progress?: { bytesDone?: number; bytesTotal?: number; rate?: number };
     conditions?: { type?: string; status?: string; reason?: string; message?: string }[];
     history?: { version?: string; state?: string }[];
+    runtime?: RuntimeHoldings;
   };
 }
 
@@ -176,7 +179,11 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
   const summary = rows.length === 0
     ? 'no nodes match'
     : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
-  return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary };
+  const holdings = Object.fromEntries(rows.flatMap((r) => {
+    const h = byNode.get(r.node)?.status?.runtime;
+    return h ? [[r.node, h] as const] : [];
+  }));
+  return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary, ...(Object.keys(holdings).length ? { holdings } : {}) };
 }
 
 /** Failures of a node's own setup (trust keys, config, runtime): plugging the stick again cannot help. */
@@ -240,12 +247,14 @@ function pickStatus(s: Record<string, unknown>): StatusLike {
   const p = obj(st.progress);
   const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined);
   const progress = { bytesDone: n(p.bytesDone), bytesTotal: n(p.bytesTotal), rate: n(p.rate) };
+  // what a node publishes of its runtime, bounded and checked here again: a malformed one is none
+  const runtime = boundHoldings(st.runtime);
   return {
     metadata: { name: str(obj(s.metadata).name) ?? '' },
     status: {
       phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), heartbeatSeconds: heartbeatSecondsOf(st.heartbeatSeconds),
       bundle: { version: str(b.version), digest: str(b.digest), media: str(b.media), ...(fromPeers.length ? { fromPeers } : {}) },
-      conditions: conditions(st), history, progress, ...(serving ? { serving } : {}),
+      conditions: conditions(st), history, progress, ...(serving ? { serving } : {}), ...(runtime ? { runtime } : {}),
     },
   } as StatusLike;
 }

@@ -8,6 +8,8 @@ export { fitToWidth, formatBytes, plural, timeAgo, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease, readClusterVersionObject, readNodeMachineConfig, type NodeMachineConfig, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, PEER_PORT_MIN, PEER_PORT_MAX, isPeerPort, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
+export { HOLDINGS_LIMITS, boundHoldings, heldKey, heldState, imageKey, runtimeHoldings } from './holdings.js';
+export type { HeldState, ListedImage } from './holdings.js';
 export { DEFAULT_HEARTBEAT_MS, ClusterReporter, fieldManagerFor } from './reporter.js';
 export { APPROVAL_KIND, APPROVAL_LIMITS, APPROVAL_PLURAL, approvalName, pickApproval } from './approval.js';
 export type { Approval, ApprovalSpec } from './approval.js';
@@ -38,6 +40,7 @@ export type {
   PeersStatus,
   PeerTransferStatus,
   PeerCopies,
+  RuntimeHoldings,
 } from './model.js';
 export type { ReleaseRef } from './history.js';
 export type { ClusterRelease, ClusterReadFailure } from './cluster-version.js';

@@ -123,6 +123,32 @@ export interface HistoryEntry {
   at: string;
 }
 
+/**
+ * What this node's container runtime holds, read through the CRI (ListImages) when a load ends
+ * and published in a bounded form (issue #38): counts, one digest of the whole list of names (two
+ * nodes with the same digest hold the same names), the names of the loaded bundles that are
+ * missing or unpinned, and a short fingerprint of every name held (holdings.ts), so the admin can
+ * ask "does this node hold image X, pinned?" of 1,000 images in a few tens of KiB.
+ */
+export interface RuntimeHoldings {
+  /** When the runtime was read. */
+  observedAt: string;
+  /** Images the runtime lists. */
+  images: number;
+  /** Of them, pinned (exempt from the image GC). */
+  pinned: number;
+  /** Distinct names (repo tags and repo digests) of those images. */
+  references: number;
+  /** sha256:… over those names, sorted, one a line. */
+  digest: string;
+  /** The runtime reports pins at all (false: CRI-O before 1.28, containerd before 1.6.22): unpinned then means "not known". */
+  pinsReported: boolean;
+  /** The names the agent loaded and pins (its bundles, releases still in use): which are not in the store, which are not pinned. */
+  bundle: { refs: number; missing: string[]; unpinned: string[]; truncated: boolean };
+  /** Fingerprints (holdings.ts heldKey) of every name the runtime holds, pinned or not; truncated: some left out. */
+  held: { pinned: string[]; unpinned: string[]; truncated: boolean };
+}
+
 export interface NodeStatus {
   node: string;
   phase: Phase;
@@ -139,6 +165,8 @@ export interface NodeStatus {
   serving?: ServingStatus;
   /** Its part in bundles between nodes, while peers are enabled. */
   peers?: PeersStatus;
+  /** What its container runtime held when the last load ended. */
+  runtime?: RuntimeHoldings;
 }
 
 export function emptyStatus(node: string, now = new Date()): NodeStatus {

@@ -110,6 +110,8 @@ function significantKey(s: NodeStatus): string {
     s.bundle ?? null,
     s.conditions.map((c) => [c.type, c.status, c.reason, c.message]),
     s.history,
+    // a new reading of the runtime (its names, or what of the bundle it lacks) is news too
+    s.runtime ? [s.runtime.digest, s.runtime.pinned, s.runtime.bundle?.missing?.length, s.runtime.bundle?.unpinned?.length] : null,
   ]);
 }
 

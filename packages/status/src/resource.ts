@@ -5,6 +5,7 @@
  * made non-negative integers).
  */
 import { isIP } from 'node:net';
+import { boundHoldings } from './holdings.js';
 import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type PeersStatus, type Phase, type Progress, type ServingStatus } from './model.js';
 
 export const GROUP = 'bundles.offline-bundle.io';
@@ -200,6 +201,8 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
   const percent = progressPercent(status.phase, p);
   if (percent !== undefined) progress.percent = `${percent}%`;
   const serving = servingOf(status.serving);
+  // what the runtime holds, bounded (held.* capped, names cut out, not cut short)
+  const runtime = status.runtime ? boundHoldings(status.runtime) : undefined;
   const out: ResourceStatus = {
     node,
     phase: status.phase,
@@ -213,6 +216,7 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
     ...(generation !== undefined ? { observedGeneration: count(generation) } : {}),
     ...(serving ? { serving } : {}),
     ...(status.peers ? { peers: peersOf(status.peers) } : {}),
+    ...(runtime ? { runtime } : {}),
   };
   return { apiVersion: API_VERSION, kind: KIND, metadata: { name: node }, status: out };
 }

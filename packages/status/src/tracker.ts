@@ -1,5 +1,5 @@
 import { escapeControls } from '@offline-bundle/host';
-import type { Condition, ConditionType, NodeStatus, Phase, Progress } from './model.js';
+import type { Condition, ConditionType, NodeStatus, Phase, Progress, RuntimeHoldings } from './model.js';
 import { technicianLine } from './summary.js';
 
 /**
@@ -58,6 +58,14 @@ export class StatusTracker {
     this.condition('Failed', 'True', reason, message);
     this.condition('Ready', 'False', reason, message);
     this.phase('Failed');
+  }
+
+  /** What the runtime holds, as last read (status.runtime); undefined takes it away. */
+  runtime(h: RuntimeHoldings | undefined): void {
+    this.update((s) => {
+      if (h) s.runtime = structuredClone(h);
+      else delete s.runtime;
+    });
   }
 
   progress(p: Partial<Progress>): void {
