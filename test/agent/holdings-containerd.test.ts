@@ -63,4 +63,15 @@ ${stringify({ version: { current: '1.0.0' }, status: { kubeconfig: '/var/lib/kub
   // ctr lists the image IDs as names too; the CRI does not
   const names = execFileSync('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'ls', '-q'], { encoding: 'utf8' }).trim().split('\n').filter((n) => n && !n.startsWith('sha256:'));
   t.equal(h!.references, new Set(names).size, 'every name containerd lists is counted');
+
+  // an image lost while the agent was down (a crio-wipe, a prune): the next start publishes what the runtime holds then
+  await agent.stop();
+  execFileSync('ctr', ['-a', ctd.socket, '-n', 'k8s.io', 'images', 'rm', APP]);
+  const again = daemonChild(t, config, join(root, 'var/lib/bundle-agent/status.json'));
+  const after = await until('a new reading after the restart', () => {
+    const s = api.statuses.find((o) => o.metadata?.name === 'node-a')?.status;
+    return s?.runtime && s.runtime.digest !== st.runtime.digest ? s : undefined;
+  });
+  t.equal(heldState(boundHoldings(after.runtime), APP), 'absent', 'the image removed meanwhile is no longer said held');
+  await again.stop();
 });

@@ -19,6 +19,7 @@ import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundle
 import { restoreVanishedImages } from '../releases/restore.js';
 import { withLoadLock } from '../load/lock.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
+import { publishHoldings } from '../runtime/runtime-checks.js';
 import { watchCrioPins } from '../runtime/crio-pins-watch.js';
 import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from '../self-upgrade/self-upgrade.js';
 import { readAgentSwitch, type AgentSwitchRecord } from '../self-upgrade/agent-switch-state.js';
@@ -183,6 +184,9 @@ async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): 
       if (pending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, pending);
       pending = undefined;
       await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
+      // what the runtime holds now (a crio-wipe may have taken it since the last load), for bundle cluster check
+      const pins = [...(await cleaner.pinnedRefs().catch(() => new Set<string>()))];
+      await publishHoldings(await cleaner.inspector().catch(() => undefined), tracker, pins, log);
     } finally {
       await cleaner.close();
     }
