@@ -4,14 +4,14 @@
 // page and reads the rows; changes a node's status in the stand-in and sees the row change
 // without a reload; cuts the stand-in and sees the banner and every row marked stale (never
 // live); stops the dashboard and sees the page say it lost the server. Screenshots at 1280 and
-// 390 px go to a temp dir, or to docs/img with UPDATE_SCREENSHOTS=1 (the README's images).
+// 390 px go to a temp dir (the README's images come from scripts/screenshots.mjs, a real run).
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { BUNDLE_BIN, ROOT, hermeticEnv } from '../builder/lib.js';
+import { BUNDLE_BIN, hermeticEnv } from '../builder/lib.js';
 import { ART_REPO, clusterFixture, clusterVersion, node, nodeStatus } from './lib.js';
 import { until } from '../helpers/until.js';
 
@@ -90,7 +90,7 @@ async function browserTests(): Promise<void> {
   const [context, browserMs] = c.value;
   t.comment(`set-up: stand-in and bundle ${fixtureMs} ms, dashboard serving ${dashMs} ms, Chromium ${browserMs} ms (side by side)`);
   const page = context.pages()[0] ?? await context.newPage();
-  const shots = process.env.UPDATE_SCREENSHOTS === '1' ? path.join(ROOT, 'docs', 'img') : work;
+  const shots = work;
   const row = (n: string) => page.locator('#rows tr', { has: page.locator('th', { hasText: new RegExp(`^${n}$`) }) });
 
   t.test('the page shows one row per Node, the target and prepare\'s warnings', async (t) => {
