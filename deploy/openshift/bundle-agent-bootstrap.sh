@@ -35,7 +35,8 @@
 #   --installed    only tell: exit 0 when the image the agent's unit would run is in storage, else
 #                  1 (the unit's ExecCondition=: no start, no restart loop, until a stick brings it)
 #   --wait-started SECONDS  wait until the agent's start-up is done (ROOT/var/lib/bundle-agent/started:
-#                  images restored, a loaded release served again), at most SECONDS; always exit 0
+#                  images restored, a loaded release served again), at most SECONDS, while the
+#                  kubelet has not started yet and the agent ($MAINPID) lives; always exit 0
 #                  (the unit's ExecStartPost=: the kubelet, ordered after the unit, waits for it)
 #
 # The agent's unit is the Quadlet one (/etc/containers/systemd/UNIT.container: the drop-in is
@@ -118,11 +119,22 @@ case $UNIT in '' | *[!A-Za-z0-9_.-]*) log "--unit $UNIT: not a unit name"; exit 
 case $STORAGE in '' | *@/*+/*) ;; *) log "--storage $STORAGE: give DRIVER@GRAPHROOT+RUNROOT"; exit 2 ;; esac
 [ -n "$STORAGE" ] && STORE="[$STORAGE]" || STORE=
 ROOT=${ROOT%/}
+# Whether a kubelet waits for this start: only at boot (its unit loaded, not yet active). With no
+# systemd to ask (a test root) it is assumed to wait, bounded as always.
+kubelet_waits() {
+  local st
+  st=$(systemctl show -P LoadState,ActiveState kubelet.service 2>/dev/null | tr '\n' ' ') || return 0
+  case $st in '') return 0 ;; not-found* | *' active'*) return 1 ;; *) return 0 ;; esac
+}
 if [ -n "${WAIT_STARTED:-}" ]; then
   case $WAIT_STARTED in *[!0-9]* | '') log "--wait-started $WAIT_STARTED: give seconds"; exit 2 ;; esac
-  # ExecStartPre removed the marker of the last start: the agent writes it once its start-up is done
+  # a restart after boot (a self-upgrade), or a node with no kubelet unit: nothing waits on us
+  kubelet_waits || exit 0
+  # ExecStartPre removed the marker of the last start: the agent writes it once its start-up is done.
+  # systemd gives ExecStartPost the main process ($MAINPID): an agent that died is not waited for.
   for ((i = 0; i < WAIT_STARTED * 5; i++)); do
     [ -e "$ROOT/var/lib/bundle-agent/started" ] && exit 0
+    if [ -n "${MAINPID:-}" ] && ! kill -0 "$MAINPID" 2>/dev/null; then exit 0; fi
     sleep 0.2
   done
   log "the agent did not finish its start-up within $WAIT_STARTED s: the kubelet starts anyway (images of a loaded release may be pulled before the node serves them)"

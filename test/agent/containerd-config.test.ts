@@ -33,6 +33,9 @@ t.test('config_path as a list, and a root the runtime does not see', async (t) =
   t.notOk(configPathReads('/etc/containerd/certs', '/etc/containerd/certs.d'), 'another dir');
   t.ok(configPathReads('/etc/containerd/certs.d', '/host/etc/containerd/certs.d', '/host'), 'a DaemonSet: containerd names the path without /host');
   t.notOk(configPathReads('/etc/containerd/certs.d', '/host/etc/containerd/certs.d'), 'without that root, /host/etc is not /etc');
+  t.ok(configPathReads('/srv/rootfs/node/etc/containerd/certs.d', '/node/etc/containerd/certs.d', '/node'), 'the agent in a chroot (root /node): containerd names the same dir from outside');
+  t.notOk(configPathReads('/srv/rootfs/xnode/etc/containerd/certs.d', '/node/etc/containerd/certs.d', '/node'), 'only at a path component');
+  t.notOk(configPathReads('/var/lib/rancher/k3s/agent/etc/containerd/certs.d', '/etc/containerd/certs.d'), 'k3s\'s own certs.d is not the agent\'s /etc one');
   t.equal(registryConfigPath({ config: JSON.stringify({ registry: { configPath: '' } }) }), '', 'empty is a value');
   t.equal(registryConfigPath({ config: JSON.stringify({ containerd: {} }) }), undefined, 'no registry in the answer: unknown');
   t.equal(registryConfigPath({ config: 'not json' }), undefined, 'unreadable: unknown');

@@ -11,10 +11,10 @@ import { BOOTSTRAP as SCRIPT } from './lib.js';
 
 const UNIT = join(SCRIPT, '../bundle-agent.container');
 
-function waitStarted(root: string, seconds: string): Promise<{ code: number | null; stderr: string; ms: number }> {
+function waitStarted(root: string, seconds: string, env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stderr: string; ms: number }> {
   const began = Date.now();
   return new Promise((resolve) => {
-    const c = spawn('bash', [SCRIPT, '--wait-started', seconds, '--root', root], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const c = spawn('bash', [SCRIPT, '--wait-started', seconds, '--root', root], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
     let stderr = '';
     c.stderr.on('data', (b: Buffer) => { stderr += b; });
     c.on('close', (code) => resolve({ code, stderr, ms: Date.now() - began }));
@@ -44,6 +44,13 @@ t.test('--wait-started returns once the marker appears, and at the bound without
   t.equal(none.code, 0, 'never fails the unit: the kubelet starts anyway');
   t.ok(none.ms >= 900, `waited the bound (${none.ms} ms)`);
   t.match(none.stderr, /did not finish its start-up within 1 s: the kubelet starts anyway/);
+
+  // the agent's main process died (a crash loop): not waited for, so systemd restarts it at once
+  const dead = spawn('true');
+  await new Promise((r) => dead.once('exit', r));
+  const gone = await waitStarted(root2, '30', { MAINPID: String(dead.pid) });
+  t.equal(gone.code, 0);
+  t.ok(gone.ms < 5_000, `a dead main process is not waited for (${gone.ms} ms)`);
 
   const bad = await waitStarted(root2, 'soon');
   t.equal(bad.code, 2);

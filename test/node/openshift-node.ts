@@ -108,6 +108,8 @@ export async function openshiftNode(t: T, opts: { rbacFiles?: string[]; signedBy
   const bridge = await makeBridge(t);
   const api = await startKubeStandIn({ host: bridge.hostAddress, clusterVersion: CLUSTER_VERSION, rbacFiles: opts.rbacFiles });
   t.teardown(() => api.close());
+  // the node's own Node, as a cluster has it (the agent reads its MCD state while it serves a release)
+  api.nodes = [{ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a', labels: { 'node-role.kubernetes.io/worker': '' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }];
 
   const keys = await keygen(dir);
   const signer = opts.signedByAnotherKey ? await keygen(dir, 'other') : keys;

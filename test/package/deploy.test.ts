@@ -113,8 +113,9 @@ t.test('openshift self-upgrade (contract: file formats only, no Quadlet generato
   t.equal(mc.spec.config.storage.files.find((f: any) => f.path === '/etc/bundle-agent/switch-guard.sh').mode, 0o755);
   t.match(guard ?? '', /^#!\/bin\/sh\n/, 'plain /bin/sh');
   const service = ini(files.get('/etc/containers/systemd/bundle-agent.container')!).get('Service')!;
-  t.strictSame(service.get('ExecStartPre'), [`/bin/sh /etc/bundle-agent/switch-guard.sh ${config.paths.stateDir} ${config.selfUpgrade.dropInDir} ${config.selfUpgrade.unit}`],
-    'ExecStartPre runs the guard on the state and drop-in directories the agent writes');
+  t.strictSame(service.get('ExecStartPre'), [`/bin/sh /etc/bundle-agent/switch-guard.sh ${config.paths.stateDir} ${config.selfUpgrade.dropInDir} ${config.selfUpgrade.unit}`, `-/bin/rm -f ${config.paths.stateDir}/started`],
+    'ExecStartPre runs the guard on the state and drop-in directories the agent writes, then removes the last start\'s marker where the agent writes it');
+  t.strictSame(service.get('ExecStartPost'), ['/bin/bash /etc/bundle-agent/bundle-agent-bootstrap.sh --wait-started 300'], 'the kubelet waits (bounded) for the start-up marker');
   t.strictSame(service.get('Restart'), ['on-failure'], 'a start the guard fails is started again, on the previous image');
   const unitPath = config.selfUpgrade.dropInDir.slice(0, -2);
   t.ok((c.get('Volume') ?? []).includes(`${unitPath}:${unitPath}:ro`), 'the unit file is mounted read-only where the agent looks for its Image= (a newer agent by MachineConfig)');

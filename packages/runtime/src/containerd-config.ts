@@ -53,5 +53,9 @@ export function configPathReads(configPath: string, certsDir: string, root = '/'
   const wanted = new Set([path.resolve(certsDir)]);
   const rel = path.relative(path.resolve(root), path.resolve(certsDir));
   if (!rel.startsWith('..') && !path.isAbsolute(rel)) wanted.add(path.resolve('/', rel));
-  return configPath.split(':').filter((p) => p.trim() !== '').some((p) => wanted.has(path.resolve('/', p.trim())));
+  // the agent in a chroot or container that sees the node's files under its root (root /node):
+  // containerd names the same directory from outside, ending in the agent's whole path
+  const inside = path.resolve(root) !== '/' ? path.resolve(certsDir) : undefined;
+  return configPath.split(':').map((p) => p.trim()).filter((p) => p !== '')
+    .some((p) => wanted.has(path.resolve('/', p)) || (inside !== undefined && path.resolve('/', p).endsWith(inside) && path.resolve('/', p) !== inside));
 }
