@@ -3,14 +3,13 @@
 // `bundle-agent run` uses, with the broken file in it redacted; the runtime as it runs (version,
 // config) and the OS, or their absence named; no journalctl (the OpenShift image) named with the
 // journal files mounted; media-mounts.txt says why it is empty.
-import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import t from 'tap';
 import { collect, parseConfig } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, run } from './fixtures.js';
+import { AGENT, run, unpackArchive as unpack } from './fixtures.js';
 
 const PASSWORD = 'PLANTED-broken-config-pw-7Qx2';
 const RUNTIME_SECRET = 'PLANTED-containerd-registry-pw-9Zk4';
@@ -49,20 +48,6 @@ esac
   return { dir, root, config, env: { ...process.env, PATH: bin } };
 }
 
-async function unpack(file: string, into: string): Promise<Map<string, string>> {
-  await mkdir(into);
-  execFileSync('tar', ['-xzf', file, '-C', into]);
-  const [top] = await readdir(into);
-  const out = new Map<string, string>();
-  const walk = async (d: string, rel: string): Promise<void> => {
-    for (const e of await readdir(d, { withFileTypes: true })) {
-      if (e.isDirectory()) await walk(join(d, e.name), `${rel}${e.name}/`);
-      else out.set(`${rel}${e.name}`, await readFile(join(d, e.name), 'utf8'));
-    }
-  };
-  await walk(join(into, top!), '');
-  return out;
-}
 
 /** The lines `bundle-agent run` stops with on this config (it exits before it touches anything). */
 async function runRefusal(t: any, n: Node): Promise<string[]> {

@@ -2,14 +2,14 @@
 // of secret the hostile review planted (and more), in the places collect reads (state files that
 // do not parse, a kubeconfig that does not parse, the config, the journal), none left in the
 // archive; the key names around them kept; NOTES.txt says what was redacted.
-import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import t from 'tap';
 import { REDACTED, collect, parseConfig, redactText } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { unpackArchive as unpack } from './fixtures.js';
 
 const hex = (n: number) => randomBytes(n).toString('hex');
 const alnum = (n: number) => randomBytes(n * 2).toString('base64').replace(/[^A-Za-z0-9]/g, '').slice(0, n);
@@ -103,20 +103,6 @@ async function plantNode(t: any) {
   return { dir, root, config, journal };
 }
 
-async function unpack(file: string, into: string): Promise<Map<string, string>> {
-  await mkdir(into);
-  execFileSync('tar', ['-xzf', file, '-C', into]);
-  const [top] = await readdir(into);
-  const out = new Map<string, string>();
-  const walk = async (d: string, rel: string): Promise<void> => {
-    for (const e of await readdir(d, { withFileTypes: true })) {
-      if (e.isDirectory()) await walk(join(d, e.name), `${rel}${e.name}/`);
-      else out.set(`${rel}${e.name}`, await readFile(join(d, e.name), 'utf8'));
-    }
-  };
-  await walk(join(into, top!), '');
-  return out;
-}
 
 t.test(`collect: ${Object.keys(S).length} planted secrets in every shape, none in the archive; key names kept`, async (t) => {
   const n = await plantNode(t);

@@ -1,14 +1,13 @@
 // `bundle-agent collect`: what the archive holds, its bounds, and that no credential planted in
 // the config, the kubeconfig, the state or the journal leaves the node.
-import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import t from 'tap';
 import { COLLECT_COMMAND_MS, MAX_COLLECT_ENTRY_BYTES, REDACTED, collect, parseConfig, redactDocument, redactText } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT, run } from './fixtures.js';
+import { AGENT, run, unpackArchive as unpack } from './fixtures.js';
 
 const PEM = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
 const B64 = randomBytes(96).toString('base64');
@@ -77,20 +76,6 @@ async function journal(n: Node, script: string): Promise<NodeJS.ProcessEnv> {
   return { ...process.env, PATH: `${n.bin}:${process.env.PATH}` };
 }
 
-async function unpack(file: string, into: string): Promise<Map<string, string>> {
-  await mkdir(into);
-  execFileSync('tar', ['-xzf', file, '-C', into]);
-  const [top] = await readdir(into);
-  const out = new Map<string, string>();
-  const walk = async (d: string, rel: string): Promise<void> => {
-    for (const e of await readdir(d, { withFileTypes: true })) {
-      if (e.isDirectory()) await walk(join(d, e.name), `${rel}${e.name}/`);
-      else out.set(`${rel}${e.name}`, await readFile(join(d, e.name), 'utf8'));
-    }
-  };
-  await walk(join(into, top!), '');
-  return out;
-}
 
 t.test('bundle-agent collect: the archive\'s contents, and no secret in it', async (t) => {
   const n = await node(t);

@@ -1,8 +1,9 @@
 // Shared pieces of the agent tests: real bundles made by the `bundle` CLI, a temp node root
 // with a config, loop-mounted "USB sticks", and the CLIs run as child processes.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { stringify as stringifyYaml } from 'yaml';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
@@ -64,23 +65,33 @@ export async function nodeRoot(root: string, pub: string | undefined, extra: str
  * A node root with its own real containerd (socket and certs.d under the root) and a daemon
  * config for it: version 1.0.0 running, no space reserve, the drop directory polled every second.
  */
-export async function containerdNode(t: { teardown(fn: () => unknown): void }, prefix: string, extra = '', opts: { netns?: string } = {}) {
+export async function containerdNode(t: { teardown(fn: () => unknown): void }, prefix: string, extra = '', opts: ContainerdNodeOptions = {}) {
   const dir = await tmpdir(t, prefix);
   const keys = await keygen(dir);
   const root = join(dir, 'node');
-  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock'), ...opts });
+  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock'), ...(opts.netns ? { netns: opts.netns } : {}) });
   t.teardown(() => ctd.stop());
+  // reporting to the API stand-in as node-a, with the node's own identity
+  if (opts.api) await opts.api.writeNodeKubeconfig(root, 'node-a', { certPaths: 'root' });
+  const settings = { version: { current: '1.0.0' }, ...(opts.api ? { status: { kubeconfig: '/var/lib/kubelet/kubeconfig', console: false } } : {}), ...opts.settings };
   const config = await nodeRoot(root, keys.pub, `runtime: containerd
-version:
-  current: "1.0.0"
-space:
+${stringifyYaml(settings)}space:
   reserveBytes: 0
 media:
   roots: [/media]
   watchDirs: [/var/lib/bundle-agent/drop]
   pollSeconds: 1
 ${extra}`);
+  await mkdir(join(root, 'var/lib/bundle-agent/drop'), { recursive: true });
   return { dir, keys, root, ctd, config };
+}
+
+export interface ContainerdNodeOptions {
+  netns?: string;
+  /** Top-level config keys (version, staging, ...) over the defaults (version.current 1.0.0). */
+  settings?: Record<string, unknown>;
+  /** The API stand-in to report to (status.kubeconfig: node-a's own identity). */
+  api?: { writeNodeKubeconfig(root: string, node: string, o: { certPaths: 'root' }): Promise<unknown> };
 }
 
 /**
@@ -211,4 +222,20 @@ export function daemonChild(t: { teardown: (fn: () => Promise<void>) => void }, 
     return out.log;
   };
   return { child, out, until: statusWhen, stop };
+}
+
+/** A collect archive's files (under its one top directory), unpacked into `into`, by relative path. */
+export async function unpackArchive(file: string, into: string): Promise<Map<string, string>> {
+  await mkdir(into);
+  execFileSync('tar', ['-xzf', file, '-C', into]);
+  const [top] = await readdir(into);
+  const out = new Map<string, string>();
+  const walk = async (d: string, rel: string): Promise<void> => {
+    for (const e of await readdir(d, { withFileTypes: true })) {
+      if (e.isDirectory()) await walk(join(d, e.name), `${rel}${e.name}/`);
+      else out.set(`${rel}${e.name}`, await readFile(join(d, e.name), 'utf8'));
+    }
+  };
+  await walk(join(into, top!), '');
+  return out;
 }

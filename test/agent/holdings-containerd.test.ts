@@ -4,41 +4,23 @@
 // deploy/crd.yaml's schema (unknown fields refused), so what the agent writes is what the CRD takes.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { boundHoldings, heldState } from '@offline-bundle/status';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
-import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
-import { startContainerd } from '../runtime/lib.js';
 import { compileSchema, crdSchema, loadCrd } from '../status/lib.js';
-import { daemonChild, keygen, makeBundle, nodeRoot } from './fixtures.js';
+import { containerdNode, daemonChild, makeBundle, type AppImage } from './fixtures.js';
 
 const APP = 'quay.io/acme/app:1.1.0';
 const OS = 'quay.io/acme/os:1.1.0';
-const images = [{ name: APP, files: { 'app.txt': 'app 1.1.0' } }, { name: OS, files: { 'os.txt': 'os 1.1.0' } }];
+const images: AppImage[] = [{ name: APP, files: { 'app.txt': 'app 1.1.0' } }, { name: OS, files: { 'os.txt': 'os 1.1.0' } }];
 
 t.test('after a load is Ready the agent publishes what containerd holds: its bundle present and pinned (where containerd reports pins), every name counted', async (t) => {
   const api = await startKubeStandIn();
   t.teardown(() => api.close());
   api.statusSchema = compileSchema(crdSchema(await loadCrd()), { closed: true });
   api.nodes = [{ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a', labels: {} }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }];
-  const dir = await tmpdir(t, 'ob-holdings-');
-  const keys = await keygen(dir);
-  const root = join(dir, 'node');
-  const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock') });
-  t.teardown(() => ctd.stop());
-  await api.writeNodeKubeconfig(root, 'node-a', { certPaths: 'root' });
-  const config = await nodeRoot(root, keys.pub, `runtime: containerd
-space:
-  reserveBytes: 0
-media:
-  roots: [/media]
-  watchDirs: [/var/lib/bundle-agent/drop]
-  pollSeconds: 1
-${stringify({ version: { current: '1.0.0' }, status: { kubeconfig: '/var/lib/kubelet/kubeconfig', console: false } })}`);
-  await mkdir(join(root, 'var/lib/bundle-agent/drop'), { recursive: true });
+  const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-holdings-', '', { api });
   await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(root, 'var/lib/bundle-agent/drop/1.1.0.bundle') });
   const agent = daemonChild(t, config, join(root, 'var/lib/bundle-agent/status.json'));
   await agent.until('Ready', (x: any) => { if (x?.phase === 'Failed') throw new Error(JSON.stringify(x.conditions)); return x?.phase === 'Ready'; });

@@ -7,38 +7,23 @@
 // as the kubelet does; the API server is the RBAC-enforcing stand-in (none can run here).
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { mkdir, readFile, readdir } from 'node:fs/promises';
+import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { clusterVersionDoc, startKubeStandIn } from '../helpers/kube-standin.js';
-import { tmpdir } from '../helpers/tmp.mjs';
-import { startContainerd } from '../runtime/lib.js';
-import { daemonChild, keygen, makeBundle, nodeRoot } from './fixtures.js';
+import { containerdNode, daemonChild, makeBundle, type AppImage } from './fixtures.js';
 
 const IMAGE = 'quay.io/acme/app:1.1.0';
-const images = [{ name: IMAGE, files: { 'app.txt': 'app 1.1.0' } }, { name: 'quay.io/acme/os:1.1.0', files: { 'os.txt': 'os 1.1.0' } }];
+const images: AppImage[] = [{ name: IMAGE, files: { 'app.txt': 'app 1.1.0' } }, { name: 'quay.io/acme/os:1.1.0', files: { 'os.txt': 'os 1.1.0' } }];
 
 async function openshiftNode(t: any, serve: boolean) {
   const api = await startKubeStandIn({ clusterVersion: '1.0.0' });
   t.teardown(() => api.close());
   api.nodes = [mcdNode('rendered-worker-old', 'rendered-worker-old')];
-  const dir = await tmpdir(t, 'ob-serve-until-');
-  const keys = await keygen(dir);
-  const root = join(dir, 'node');
+  const { dir, keys, root, ctd, config } = await containerdNode(t, 'ob-serve-until-', '', {
+    api, settings: { staging: { serveUntilComplete: serve, serveCheckSeconds: 1 }, version: { fromCluster: true } },
+  });
   const certsDir = join(root, 'etc/containerd/certs.d');
-  const ctd = await startContainerd(30_000, { certsDir, socket: join(root, 'run/containerd/containerd.sock') });
-  t.teardown(() => ctd.stop());
-  await api.writeNodeKubeconfig(root, 'node-a', { certPaths: 'root' });
-  const config = await nodeRoot(root, keys.pub, `runtime: containerd
-space:
-  reserveBytes: 0
-media:
-  roots: [/media]
-  watchDirs: [/var/lib/bundle-agent/drop]
-  pollSeconds: 1
-${stringify({ staging: { serveUntilComplete: serve, serveCheckSeconds: 1 }, version: { fromCluster: true }, status: { kubeconfig: '/var/lib/kubelet/kubeconfig', console: false } })}`);
-  await mkdir(join(root, 'var/lib/bundle-agent/drop'), { recursive: true });
   await makeBundle(dir, { key: keys.key, version: '1.1.0', images, upgradeFrom: ['1.0.0'], out: join(root, 'var/lib/bundle-agent/drop/1.1.0.bundle') });
   const cri = new CriImageClient(ctd.socket);
   t.teardown(() => cri.close());
