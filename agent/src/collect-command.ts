@@ -36,9 +36,11 @@ under --root for the rest). collect then prints those lines on stderr and exits 
 saying the archive was written and the config is broken; --json adds "configError".
 
 Credentials never leave the node: values under key names such as token, password, secret,
-client-key-data or auth, and anything shaped like a PEM block, a bearer or basic token, a JWT,
-an OpenShift sha256~ token, a password=/token= pair, URL user info or a long base64 run, are
-replaced by <redacted> in every file. Bounds: ${MAX_COLLECT_ENTRY_BYTES / MiB} MiB per file, ${MAX_COLLECT_TOTAL_BYTES / MiB} MiB in all,
+client-key-data or auth (in parsed documents, and line by line in any text, whether it parses
+or not: YAML, JSON, KEY=value, headers such as X-Auth-Token:, flags such as --src-creds user:pw
+or --password x), and anything shaped like a PEM block, a bearer or basic token, a JWT, an
+OpenShift sha256~ token, a GitHub, GitLab, Slack, npm, Stripe, Google or AWS key, URL user
+info or a long base64 run, are replaced by <redacted> in every file; NOTES.txt counts them. Bounds: ${MAX_COLLECT_ENTRY_BYTES / MiB} MiB per file, ${MAX_COLLECT_TOTAL_BYTES / MiB} MiB in all,
 ${COLLECT_COMMAND_MS / 1000} s for each command (journalctl, the runtime's CLI) and for each answer of the runtime. The archive is mode 0600.
 
 Example:
