@@ -71,11 +71,11 @@ export async function containerdNode(t: { teardown(fn: () => unknown): void }, p
   const root = join(dir, 'node');
   const ctd = await startContainerd(30_000, { certsDir: join(root, 'etc/containerd/certs.d'), socket: join(root, 'run/containerd/containerd.sock'), ...(opts.netns ? { netns: opts.netns } : {}) });
   t.teardown(() => ctd.stop());
-  // reporting to the API stand-in as node-a, with the node's own identity
+  // reporting to the API stand-in as node-a, with the node's own identity; strings quoted as the tests that edit the file expect ('current: "1.0.0"')
   if (opts.api) await opts.api.writeNodeKubeconfig(root, 'node-a', { certPaths: 'root' });
   const settings = { version: { current: '1.0.0' }, ...(opts.api ? { status: { kubeconfig: '/var/lib/kubelet/kubeconfig', console: false } } : {}), ...opts.settings };
   const config = await nodeRoot(root, keys.pub, `runtime: containerd
-${stringifyYaml(settings)}space:
+${stringifyYaml(settings, { defaultStringType: 'QUOTE_DOUBLE', defaultKeyType: 'PLAIN' })}space:
   reserveBytes: 0
 media:
   roots: [/media]
