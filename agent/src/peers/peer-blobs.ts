@@ -5,7 +5,8 @@
 // request to the next peer. While blobs flow, the peer list and what the peers still fetching
 // hold are looked at again every few seconds, so nodes that fetch together take blobs from
 // each other (peer-choice.ts says who sends which).
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
+import { once } from 'node:events';
 import { rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
@@ -300,6 +301,7 @@ export class BlobFetch {
     job.attempts++;
     const node = peer.ep.node;
     const url = `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${job.entry.digest}`;
+    let out: WriteStream | undefined;
     try {
       const res = await this.opts.client.get(url, this.opts.signal, job.got ? { range: `bytes=${job.got}-` } : {});
       // a peer that ignores the range sends the whole blob: start it over
@@ -308,8 +310,12 @@ export class BlobFetch {
         res.destroy();
         throw new PeerFault('refused', `${node} answered a range from ${job.got} with ${String(res.headers['content-range'])}`);
       }
-      await pipeline(res, hashing(job, node, this.opts.onBytes), createWriteStream(this.temp(job), { flags: job.got ? 'a' : 'w' }));
+      out = createWriteStream(this.temp(job), { flags: job.got ? 'a' : 'w' });
+      await pipeline(res, hashing(job, node, this.opts.onBytes), out);
     } catch (err) {
+      // a write still in flight lands after the pipeline gave up: counted (or appended to) before it
+      // lands, it would sit in the file unhashed, under bytes the next sender's Range overwrites
+      if (out && !out.closed) await once(out, 'close').catch(() => undefined);
       if (this.opts.signal.aborted || localFailure(err)) throw err;
       const kind = err instanceof PeerFault ? err.kind : 'cut';
       if (kind === 'missing') this.lacks(peer, job.entry.digest);
