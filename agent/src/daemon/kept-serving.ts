@@ -58,17 +58,13 @@ export class KeptServing {
   private node: NodeMachineConfig | undefined;
   private unread = false;
   private stopped = false;
+  /** A check under way: the interval does not queue another behind it. */
+  private checking = false;
 
   constructor(private readonly d: KeptServingDeps) {}
 
   get enabled(): boolean {
     return servesUntilComplete(this.d.config);
-  }
-
-  /** What is served now, for status and tests. */
-  get current(): { version: string; address: string; layout: string; bytes: number } | undefined {
-    const s = this.served;
-    return s ? { version: s.version, address: s.registry.address, layout: s.layout, bytes: s.bytes } : undefined;
   }
 
   /** How often the cluster is asked whether the release served has completed (staging.serveCheckSeconds). */
@@ -90,8 +86,6 @@ export class KeptServing {
     }, this.checkMs);
     this.timer.unref();
   }
-
-  private checking = false;
 
   /** After a load of this process: the release due may have changed, and the load replaced the mirror drop-in. */
   async afterLoad(): Promise<void> {

@@ -163,9 +163,9 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   // and the layout the daemon still serves (a release the cluster completed whose OS update this node has not applied yet)
   const served = (await readServing(config.paths.stateDir))?.layout;
   const keep = new Set<string>([...(spare ? [spare] : []), ...(served ? [served] : []), ...unloaded.map((f) => f.layout)]);
+  const keeps = await layoutKeptHere(config);
   for (const r of releases) {
     if (!r.layout) continue;
-    const keeps = await layoutKeptHere(config);
     if (keeps === true || (keeps === 'untilComplete' && pending.has(r.version)) || r.layout === served) keep.add(r.layout);
     else await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
   }
@@ -465,6 +465,8 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   const m = a.head.manifest;
   const rel = m.release;
   const refs = imageRefs(m);
+  // after admit, which remembered the ClusterVersion it read: whether this load's layout outlives it
+  const keepLayout = (await layoutKeptHere(config, ctx.servesAfter === true)) !== false;
   let staged: Staged | undefined;
   let ok = false;
   let retry = false;
@@ -488,10 +490,10 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
     staged?.staging?.release();
     await staged?.store.close().catch(() => undefined);
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later (unless kept to be tried again, hashed anew).
-    if (staged?.target && ((!ok && !staged.reused && !retry) || (ok && (await layoutKeptHere(config, ctx.servesAfter === true)) === false))) await rm(staged.target, { recursive: true, force: true });
+    if (staged?.target && ((!ok && !staged.reused && !retry) || (ok && !keepLayout))) await rm(staged.target, { recursive: true, force: true });
   }
   if (staged.target) await forgetFetched(config.paths.stateDir, staged.target, 'retry');
-  const kept = staged.target && (await layoutKeptHere(config, ctx.servesAfter === true)) !== false ? { layout: staged.target } : {};
+  const kept = staged.target && keepLayout ? { layout: staged.target } : {};
   await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), identity: bundleIdentity(a.head.manifestBytes), ...kept });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
   const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;

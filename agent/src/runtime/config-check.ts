@@ -3,17 +3,10 @@
 // names that directory, and containerd 1.x ships it empty (Debian's package as well): the
 // pulls would then go to the real registries, fail on a node without a network, and the
 // technician would have waited for the whole copy for nothing.
-import path from 'node:path';
-import { configPathReads, criStatusInfo, registryConfigPath } from '@offline-bundle/runtime';
+import { configPathReads, criStatusInfo, hostPath, registryConfigPath } from '@offline-bundle/runtime';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
-
-/** `dir` as the runtime names it: without the config's root (a DaemonSet's /host), which the runtime does not see. */
-export function hostPath(dir: string, root: string): string {
-  const rel = path.relative(path.resolve(root), path.resolve(dir));
-  return rel.startsWith('..') || path.isAbsolute(rel) ? dir : path.resolve('/', rel);
-}
 
 /** The one line that names the setting and the fix. */
 export function ignoredCertsDirMessage(configPath: string, certsDir: string): string {

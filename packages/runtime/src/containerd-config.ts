@@ -43,6 +43,12 @@ export function registryConfigPath(info: Record<string, string>): string | undef
   return typeof value === 'string' ? value : undefined;
 }
 
+/** `dir` as the runtime names it: without `root` (a DaemonSet's /host), which the runtime does not see; `dir` itself when outside `root`. */
+export function hostPath(dir: string, root: string): string {
+  const rel = path.relative(path.resolve(root), path.resolve(dir));
+  return rel.startsWith('..') || path.isAbsolute(rel) ? dir : path.resolve('/', rel);
+}
+
 /**
  * Whether containerd, with this config_path (a list joined by ':', as Go's filepath.SplitList
  * reads it), looks for hosts.toml files in `certsDir`. `root`: where the host's / is seen from
@@ -50,9 +56,7 @@ export function registryConfigPath(info: Record<string, string>): string | undef
  * `certsDir` and `certsDir` without `root` count.
  */
 export function configPathReads(configPath: string, certsDir: string, root = '/'): boolean {
-  const wanted = new Set([path.resolve(certsDir)]);
-  const rel = path.relative(path.resolve(root), path.resolve(certsDir));
-  if (!rel.startsWith('..') && !path.isAbsolute(rel)) wanted.add(path.resolve('/', rel));
+  const wanted = new Set([path.resolve(certsDir), path.resolve(hostPath(certsDir, root))]);
   // the agent in a chroot or container that sees the node's files under its root (root /node):
   // containerd names the same directory from outside, ending in the agent's whole path
   const inside = path.resolve(root) !== '/' ? path.resolve(certsDir) : undefined;

@@ -10,7 +10,7 @@ export { ContainerdImagesClient, type ContainerdImageRecord } from './containerd
 export { pinContainerdImages, setContainerdPins, containerdPinnedRefs, CONTAINERD_PIN_LABEL, CONTAINERD_PIN_VALUE } from './containerd-pin.js';
 export { reloadRuntime } from './reload.js';
 export { containerdVersion, containerdReportsPins, CONTAINERD_VERSION_PROTO_PATH } from './containerd-version.js';
-export { criStatusInfo, registryConfigPath, configPathReads, CRI_RUNTIME_PROTO_PATH } from './containerd-config.js';
+export { criStatusInfo, registryConfigPath, configPathReads, hostPath, CRI_RUNTIME_PROTO_PATH } from './containerd-config.js';
 
 export type { RuntimeErrorCode } from './errors.js';
 export type { MirroredRepository, RegistriesDropInSpec } from './registries.js';
