@@ -4,7 +4,7 @@
 // release stays forgotten over a restart with its stick still in.
 import t from 'tap';
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { mkdir, open, readFile, rename, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, symlink, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AGENT, containerdNode, makeBundle, run, stick } from './fixtures.js';
@@ -112,6 +112,18 @@ t.test('the daemon with copies in progress, renames, junk and a forgotten releas
     await writeFile(join(drop, 'marker.bundle'), 'not a bundle');
     await daemon.until('the daemon judged the marker', (l) => /marker\.bundle is ignored/.test(l));
     t.equal(count(daemon.d.log, /bundle found: \S*(moved|link)\.bundle/g), 0, 'no load of the renamed file or the symlink');
+  });
+
+  await t.test('a copy cut short and left there: not loaded, the status line says so while it is there, the Ready state kept', async (t) => {
+    const file = join(drop, 'cut.bundle');
+    await writeFile(file, v120.subarray(0, Math.floor(v120.length * 0.7)));
+    const noted = (s: any) => s?.conditions?.some((c: any) => c.type === 'MediaDetected' && c.reason === 'IncompleteFile' && c.message.includes(file));
+    await daemon.until('the cut copy is noted in the status', (_l, s) => noted(s));
+    t.equal(daemon.d.last.phase, 'Ready', 'the node stays Ready for what it loaded');
+    t.match(daemon.d.last.message, /The update file found on the USB stick is incomplete: copy it to the stick again/, 'the technician\'s line says it');
+    t.equal(count(daemon.d.log, /bundle found: \S*cut\.bundle/g), 0, 'not loaded');
+    await unlink(file);
+    await daemon.until('the note goes with the file', (_l, s) => s && !noted(s) && !/incomplete/.test(s.message));
   });
 
   await t.test('5,000 junk *.bundle files: the daemon reads none of them on every poll', async (t) => {

@@ -51,3 +51,15 @@ t.test('Ready while the agent restarts into a newer version: still Done, and say
   t.equal(line, 'Done: update 4.15.1 is loaded on this node. You may remove the USB stick. The update program is restarting in its new version.');
   t.notMatch(line, JARGON, 'no jargon');
 });
+
+t.test('a cut copy found on the stick is said beside any resting state, once (not again beside a Truncated failure)', async (t) => {
+  const cut = { type: 'MediaDetected' as const, status: 'False' as const, reason: 'IncompleteFile', message: '/run/media/usb/4.16.1.bundle is cut short', lastTransitionTime: '' };
+  const note = ' The update file found on the USB stick is incomplete: copy it to the stick again, wait until the copy has finished, and plug it in again.';
+  t.equal(technicianLine({ ...emptyStatus('n'), conditions: [cut] }), `Waiting for a USB stick with an update bundle.${note}`);
+  const ready: NodeStatus = { ...emptyStatus('n'), phase: 'Ready', bundle: { file: 'f', media: 'file', version: '4.15.1' }, conditions: [cut] };
+  t.equal(technicianLine(ready), `Done: update 4.15.1 is loaded on this node. You may remove the USB stick.${note}`);
+  const failed = (reason: string): NodeStatus => ({ ...emptyStatus('n'), phase: 'Failed', conditions: [{ type: 'Failed', status: 'True', reason, message: 'x', lastTransitionTime: '' }, cut] });
+  t.ok(technicianLine(failed('PullFailed')).endsWith(note), 'beside another failure');
+  t.notOk(technicianLine(failed('Truncated')).endsWith(note), 'a Truncated failure already says it');
+  t.notMatch(technicianLine(ready), JARGON, 'no jargon');
+});

@@ -91,10 +91,25 @@ t.test('a short read: Truncated, as the file cut while it is staged', async (t) 
   t.equal(fromFile.reason, 'Truncated', `the file: ${fromFile.message}`);
   await writeFile(n.path, bytes);
   await freshStart(n);
-  const mem = fromMemory(bytes, { shortAt: cut });
-  const fromMem = await load(n, mem.openBundle);
+  // cut once admitted, as the file was: one cut before the load is refused before any copy (below)
+  const mem = fromMemory(bytes, {});
+  const fromMem = await load(n, mem.openBundle, atPhase('Staging', () => { mem.opened[0]!.faults.shortAt = cut; }));
   t.same(fromMem, fromFile, 'the same reason and message');
   t.ok(mem.opened[0]!.closed, 'closed after the failure');
+});
+
+t.test('a file cut before the load: Truncated before any byte is copied, its progress never shown as the bundle\'s', async (t) => {
+  const n = await node(t);
+  const bytes = await readFile(n.path);
+  await writeFile(n.path, bytes.subarray(0, Math.floor(bytes.length * 0.6)));
+  const seen: Status[] = [];
+  const r = await load(n, undefined, (s) => seen.push(structuredClone(s)));
+  t.equal(r.reason, 'Truncated', r.message ?? '');
+  t.match(r.message, /is cut short: .* no seek table at its end .*copy the bundle again/, 'names the cause and the fix');
+  t.notOk(seen.some((s) => s.phase === 'Staging' || s.progress.bytesTotal > 0), 'no copy started, no "N of N" of the cut file shown');
+  t.same((await readdir(n.config.paths.upgradeDir).catch(() => [])).filter((x) => !x.startsWith('.')), [], 'nothing staged');
+  await writeFile(n.path, bytes);
+  t.same(await load(n), { ok: true, phase: 'Ready', mode: 'staged' }, 'the whole file then loads');
 });
 
 t.test('an error mid-range (EIO): MediaRemoved, as the file deleted while it is staged', async (t) => {

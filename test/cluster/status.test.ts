@@ -160,3 +160,26 @@ t.test("rollup: staleness is three of the agent's heartbeats (default 60 s, at m
   t.match(r.summary, "none's agent reported no time");
   t.match(r.summary, "ahead's agent reported from 5 min ahead of this clock (stale: set the clocks right");
 });
+
+t.test('rollup: a node whose runtime lost images it loaded (status.runtime) is not ready, however Ready its agent says it is (#38)', async (t) => {
+  const { rollup, nextSteps } = await import('@offline-bundle/cluster');
+  const now = new Date('2026-12-01T12:00:00Z');
+  const digest = 'sha256:' + 'ab'.repeat(32);
+  const n = (name: string) => ({ metadata: { name }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+  const runtime = (missing: string[]) => ({
+    observedAt: now.toISOString(), images: 5, pinned: 5, references: 10, digest: 'sha256:' + 'cd'.repeat(32), pinsReported: true,
+    bundle: { refs: 10, missing, unpinned: [], truncated: false }, held: { pinned: [], unpinned: [], truncated: false },
+  });
+  const st = (name: string, missing: string[]) => ({
+    metadata: { name },
+    status: { phase: 'Ready', updatedAt: now.toISOString(), bundle: { version: '4.16.1', digest }, conditions: [{ type: 'Ready', status: 'True', reason: 'Pinned' }], runtime: runtime(missing) },
+  });
+  const r = rollup(['a', 'b', 'c'].map(n), [st('a', []), st('b', ['quay.io/acme/app@sha256:' + '12'.repeat(32), 'quay.io/acme/db:1']), st('c', [])], undefined, undefined, now);
+  t.equal(r.digest, digest, 'the bundle is still the one the nodes loaded');
+  t.same(r.rows.map((x) => [x.node, x.ready]), [['a', true], ['b', false], ['c', true]]);
+  t.match(r.rows[1], { lacking: { count: 2, example: /^quay\.io\/acme\/app@sha256:/ } });
+  t.match(r.summary, /^2 of 3 nodes Ready .*b's runtime no longer holds 2 image names it loaded \(quay\.io\/acme\/app@sha256:1212\S+, …\), though its agent said Ready/);
+  t.equal(r.ready, false);
+  t.match(nextSteps(r), /plug the stick into b/, 'a stick brings them back');
+  t.ok(rollup(['a'].map(n), [st('a', [])], undefined, undefined, now).ready, 'nothing missing: ready');
+});

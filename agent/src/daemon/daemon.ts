@@ -173,9 +173,10 @@ async function settleSwitchAtStart(d: Daemon): Promise<AgentSwitchRecord | undef
  * pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
  * Returns the unpin still pending (the lock was busy).
  */
-async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): Promise<AgentSwitchRecord | undefined> {
+async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): Promise<{ pending?: AgentSwitchRecord; hashed: Set<string> }> {
   const { config, log, tracker, agentVersion, signal } = d;
   let pending = unpin;
+  let hashed = new Set<string>();
   await withLoadLock(config.paths.stateDir, async () => {
     const cleaner = runtimeTarget(config, log);
     try {
@@ -183,7 +184,7 @@ async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): 
       // the previous agent image loses the switch's pin (the pins change: under the lock)
       if (pending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, pending);
       pending = undefined;
-      await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
+      hashed = await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
       // what the runtime holds now (a crio-wipe may have taken it since the last load), for bundle cluster check
       const pins = [...(await cleaner.pinnedRefs().catch(() => new Set<string>()))];
       await publishHoldings(await cleaner.inspector().catch(() => undefined), tracker, pins, log);
@@ -191,7 +192,7 @@ async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): 
       await cleaner.close();
     }
   }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
-  return pending;
+  return { ...(pending ? { pending } : {}), hashed };
 }
 
 /** The lock was busy at start (a `bundle-agent load` beside us): the unpin is tried again until it is done. */
@@ -278,6 +279,22 @@ export class BundleQueue {
   stop(): void {
     for (const r of this.retries) clearTimeout(r);
   }
+}
+
+/** Phases in which no load is under way: a note about the media may stand beside them. */
+const RESTING: ReadonlySet<string> = new Set(['Idle', 'Ready', 'Failed']);
+
+/** A bundle file on the media that is cut short (the watcher waits for it to change): a condition the technician's line reads, gone with the file. */
+function sayCutShort(d: Daemon, files: string[]): void {
+  const cur = d.tracker.current;
+  const noted = cur.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'IncompleteFile');
+  if (files.length === 0) {
+    if (noted) d.tracker.update((s) => { s.conditions = s.conditions.filter((c) => !(c.type === 'MediaDetected' && c.reason === 'IncompleteFile')); });
+    return;
+  }
+  if (!RESTING.has(cur.phase)) return;
+  const named = files.length > 1 ? `${files[0]} (and ${files.length - 1} more)` : files[0];
+  d.tracker.condition('MediaDetected', 'False', 'IncompleteFile', `${named} is cut short (no seek table at its end): it is not loaded; copy it again and wait until the copy has finished`);
 }
 
 /** A bundle of a release forgotten on this node is not loaded from media: says so, and how to load it. */
@@ -377,7 +394,7 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
   const spool = new PartSpool(config.paths.upgradeDir, config.space.reserveBytes, log, config.paths.imageStoreDir);
   const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, spool, serves: servesUntilComplete(config) };
-  const unpinPending = await cleanUpAtStart(d, await settleSwitchAtStart(d));
+  const { pending: unpinPending, hashed: hashedAtStart } = await cleanUpAtStart(d, await settleSwitchAtStart(d));
   const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
   // What was decided before this start: offered again by the first scan, left alone once (a
   // stick plugged in again is a new request, and is loaded).
@@ -385,12 +402,13 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
   const queue = new BundleQueue(config.media.pollSeconds);
   watcher.on('bundle', (b) => queue.offer(b));
+  watcher.on('incomplete', (files) => sayCutShort(d, files));
   // a spool left whole by a stop before its load: loaded now
   const spooled = await spool.startUp(tracker).catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
   if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
   // after the start-up restore: a release loaded but not yet run is served again before the kubelet asks for it
-  const kept = new KeptServing(d);
+  const kept = new KeptServing({ ...d, hashedAtStart });
   await kept.start();
   // copies kept after a failed load (before this start too) are loaded again with no stick
   const retries = new RetryKept(d, () => kept.afterLoad());

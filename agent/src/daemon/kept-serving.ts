@@ -28,6 +28,8 @@ export interface KeptServingDeps {
   signal: AbortSignal;
   /** The daemon's one-task-at-a-time queue: a check never runs beside a load of this process. */
   exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** Layouts the start-up restore hashed whole: the first serve of one does not read it all again (before the kubelet may start). */
+  hashedAtStart?: Set<string>;
 }
 
 interface Served {
@@ -80,6 +82,8 @@ export class KeptServing {
   async start(): Promise<void> {
     if (!this.enabled) return;
     await this.d.exclusive(() => this.check());
+    // what start-up hashed vouches for the first serve only, not for one an hour later
+    this.d.hashedAtStart?.clear();
     this.timer = setInterval(() => {
       // one check at a time: a slow one (a layout hashed before it is served) is not queued behind again
       if (!this.checking) void this.d.exclusive(() => this.check());
@@ -214,8 +218,9 @@ export class KeptServing {
   private async serve(rec: ReleaseRecord): Promise<void> {
     const { config, log } = this.d;
     const layout = rec.layout!;
-    // checked against what was loaded, every blob hashed again: the disk is not trusted since the load, least of all after a crash
-    const { manifest, store } = await openKeptLayout(config, { ...rec, layout });
+    // checked against what was loaded, every blob hashed again (unless the start-up restore just did): the disk is not trusted since the load, least of all after a crash
+    const hashedBefore = this.d.hashedAtStart?.delete(layout) ?? false;
+    const { manifest, store } = await openKeptLayout(config, { ...rec, layout }, hashedBefore);
     if (this.ending) return;
     const catalog = catalogOf(manifest);
     const registry = await startRegistry({ store, catalog });
@@ -234,7 +239,8 @@ export class KeptServing {
     const configAtLoad = before?.version === rec.version ? before.configAtLoad : this.node?.currentConfig;
     await writeServing(config.paths.stateDir, { version: rec.version, layout, ...(configAtLoad ? { configAtLoad } : {}) });
     this.say(this.served);
-    log.info('serving', `serving ${rec.version} on ${registry.address} from ${layout} until the upgrade to it is over on this node`, { version: rec.version, address: registry.address });
+    const hashNote = hashedBefore ? ' (its blobs were hashed by the start-up restore, not read again)' : '';
+    log.info('serving', `serving ${rec.version} on ${registry.address} from ${layout} until the upgrade to it is over on this node${hashNote}`, { version: rec.version, address: registry.address });
   }
 
   private say(s: Served): void {

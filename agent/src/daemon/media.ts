@@ -85,7 +85,7 @@ export interface MediaWatcherOptions {
  * one stat per poll and nothing else. Each identity is offered once: renamed, or reached through
  * a symlink, it is the same bundle; written again, it is a new one.
  */
-export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
+export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomplete: [string[]] }> {
   private timer?: NodeJS.Timeout;
   /** Identities offered, with the directory they were found in (a removed mount forgets its own). */
   private readonly offered = new Map<string, string>();
@@ -97,6 +97,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
   /** Refusals logged, by directory (and set): said once while they stay. */
   private readonly warned = new Map<string, string>();
   private scanning = false;
+  /** The files found cut short at the last scan (stable, quiet, no seek table at their end), as last emitted. */
+  private cutShort = '';
   private readonly quietMs: number;
   private readonly now: () => number;
   /** Filesystem work done so far, for tests and for the bound in SECURITY.md. */
@@ -153,9 +155,18 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle] }> {
       }
       this.knownMounts = mounts;
       for (const dir of this.opts.watchDirs) await this.scanDir(dir, async () => `${DROP_DIRECTORY_MEDIA}${dir}`);
+      this.sayCutShort();
     } finally {
       this.scanning = false;
     }
+  }
+
+  /** A cut copy left on a stick would otherwise be a journal line only: the status says so while it is there (`incomplete`, [] once gone or changed). */
+  private sayCutShort(): void {
+    const files = [...this.looks].filter(([, l]) => l.verdict === 'incomplete').map(([f]) => f).sort();
+    if (files.join('\n') === this.cutShort) return;
+    this.cutShort = files.join('\n');
+    this.emit('incomplete', files);
   }
 
   private async scanDir(dir: string, media: () => Promise<string>, stick = false): Promise<void> {

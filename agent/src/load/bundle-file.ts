@@ -1,7 +1,8 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { bundleIdentity, endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile } from '@offline-bundle/format';
+import { bundleIdentity, endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile, type BundleSource } from '@offline-bundle/format';
+import { formatBytes } from '@offline-bundle/status';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 
@@ -97,6 +98,16 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
       return { kind: 'damaged', why: (err as Error).message };
     }
   }).catch(bad);
+}
+
+/**
+ * A bundle ends with its seek table: a file without one was cut short (a copy that did not
+ * finish, a stick pulled early). Said before any byte is copied, rather than after a pass that
+ * showed the cut file's size as the bundle's.
+ */
+export async function assertWhole(source: BundleSource, file: string): Promise<void> {
+  if (await endsWithSeekTable(source)) return;
+  throw new AgentError('Truncated', `${basename(file)} is cut short: ${formatBytes(source.size)} with no seek table at its end (the copy did not finish, or the stick was pulled early); copy the bundle again and wait until the copy has finished`);
 }
 
 // The file itself vanishing (its stick pulled, or deleted) while the load reads it

@@ -27,7 +27,7 @@ import { planSpace, type StageMode } from './space.js';
 import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
 import { withLoadLock } from './lock.js';
 import { contentOf, keyOf, recordBundle } from '../releases/bundle-records.js';
-import { assertBundleFile, mediaGone } from './bundle-file.js';
+import { assertBundleFile, assertWhole, mediaGone } from './bundle-file.js';
 import { switchAgentIfNewer } from '../self-upgrade/self-upgrade.js';
 import { TOOL_VERSION } from '../version.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
@@ -232,7 +232,9 @@ export interface FetchedLayout { manifestDigest: string; foundStaged: boolean }
 const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOrigin => async () => {
   await assertBundleFile(file);
   const source = await openSource();
-  return { head: await readHeader(source), source };
+  const head = await readHeader(source);
+  await assertWhole(source, file);
+  return { head, source };
 };
 
 // What the fetch verified and wrote is read back, not trusted from memory: the signature is checked again below.

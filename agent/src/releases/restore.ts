@@ -14,16 +14,17 @@ import { namesOf } from '../runtime/runtime-target.js';
 /**
  * For every release still in use whose layout is kept: when any of its images is missing from
  * the runtime, serve the layout again (its signature checked and every blob hashed anew, as
- * the disk is not trusted since) and pull and pin them. Returns the versions restored.
+ * the disk is not trusted since) and pull and pin them. Returns the layouts it hashed whole
+ * and found good: serving one of them next (kept-serving.ts) need not hash it a second time.
  */
-export async function restoreVanishedImages(ctx: PipelineContext): Promise<string[]> {
+export async function restoreVanishedImages(ctx: PipelineContext): Promise<Set<string>> {
   const { config, log, tracker, runtime } = ctx;
   const inspector = await runtime.inspector().catch(() => undefined);
-  if (!inspector) return [];
+  if (!inspector) return new Set();
   const releases = await readReleases(config.paths.stateDir);
   // and a release loaded but not yet run: the upgrade to it needs its images as much
   const inUse = new Set([...versionsInUse(tracker.current.history), ...loadedAhead(tracker.current.history)]);
-  const restored: string[] = [];
+  const hashed = new Set<string>();
   const unrestorable = new Set<string>();
   for (const rec of releases) {
     if (!inUse.has(rec.version) || unrestorable.has(rec.version)) continue;
@@ -39,6 +40,7 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
     log.warn('restore', `images of ${rec.version} are gone from the runtime (${missing.length} of their ${rec.refs.length} names); loading them again from the kept layout ${rec.layout}`, { version: rec.version });
     try {
       const { manifest, store } = await openKeptLayout(config, { ...rec, layout: rec.layout });
+      hashed.add(rec.layout);
       const gone = new Set(missing);
       const lost = manifest.images.filter((img) => namesOf(img).some((n) => gone.has(n))).length;
       try {
@@ -52,14 +54,13 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<strin
       }
       tracker.phase('Ready');
       tracker.condition('Ready', 'True', 'Restored', `${lost} of the ${plural(manifest.images.length, 'image')} of ${rec.version} had vanished from the runtime and were loaded again from the layout kept on this node`);
-      restored.push(rec.version);
     } catch (err) {
       tracker.condition('Failed', 'True', 'RestoreFailed', `images of ${rec.version} vanished from the runtime and could not be restored from ${rec.layout} (${oneLine(err)}): plug the USB stick in again`);
       tracker.phase('Failed');
       log.error('restore', `restoring ${rec.version} failed: ${oneLine(err)}`, { version: rec.version });
     }
   }
-  return restored;
+  return hashed;
 }
 
 /** Images of a release in use are gone (crio-wipe, a pruned store) and no copy is kept: said, not hidden behind an old Ready. */

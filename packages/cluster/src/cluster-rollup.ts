@@ -6,7 +6,7 @@
  * reported within the last STALE_AFTER_BEATS heartbeats: a report is only as true as it is fresh.
  */
 import {
-  apiCall, boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, timeAgo, VERSION,
+  apiCall, boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, plural, PLURAL, timeAgo, VERSION,
   type AdminApis, type RuntimeHoldings,
 } from '@offline-bundle/status';
 
@@ -38,6 +38,8 @@ export interface NodeRow {
   ready: boolean;
   /** The release the cluster runs, when this node joined after it completed and has not loaded it. */
   missingRunning?: string;
+  /** Names of images it loaded that its runtime no longer holds (status.runtime: a crio-wipe, a pruned store), however Ready its agent says it is. */
+  lacking?: { count: number; example: string };
   /** Where its bundle came from: "stick", "spool" (parts copied from sticks), "file", "peers" (being fetched) or "peer NAME[,NAME…]" (issue #22). */
   source?: string;
   /** Bytes per second while it copies or fetches its bundle (phase Staging). */
@@ -128,6 +130,12 @@ function sourceAndServing(st: NonNullable<StatusLike['status']>, stale: boolean)
   return { ...(source ? { source } : {}), ...(st.serving ? { serving: st.serving } : {}), ...moving };
 }
 
+/** What a node published it lacks of its own loads: with no registry, nothing brings those back but a stick or its kept copy. */
+function lackingOf(h: RuntimeHoldings | undefined): Pick<NodeRow, 'lacking'> {
+  const missing = h?.bundle.missing ?? [];
+  return missing.length ? { lacking: { count: missing.length, example: missing[0]! } } : {};
+}
+
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects, and any `now`). */
 export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease, now = new Date()): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
@@ -154,6 +162,7 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
       ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
       ...missing,
+      ...lackingOf(st.runtime),
     } as NodeRow & { ok: boolean };
   });
   let digest = want;
@@ -162,7 +171,7 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
     digest = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
   }
-  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest && r.nodeReady && r.stale !== true }))
+  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest && r.nodeReady && r.stale !== true && !r.lacking }))
     .sort((a, b) => (a.node < b.node ? -1 : 1));
   const readyCount = rows.filter((r) => r.ready).length;
   const notes = rows.filter((r) => !r.ready).flatMap((r) => {
@@ -170,6 +179,7 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     if (r.aheadBy !== undefined) out.push(`${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`);
     else if (r.stale) out.push(`${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`);
     if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
+    if (r.lacking) out.push(`${r.node}'s runtime no longer holds ${plural(r.lacking.count, 'image name')} it loaded (${r.lacking.example}${r.lacking.count > 1 ? ', …' : ''}), though its agent said Ready`);
     if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
     else if (r.phase === 'Ready' && r.digest !== digest) out.push(`${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`);
     else if (r.phase !== 'Ready') out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);

@@ -17,9 +17,14 @@ export function technicianLine(s: NodeStatus, now = new Date()): string {
   return escapeControls(sentence(s, now) + ignoredNote(s));
 }
 
-/** A stick holding a release the admin forgot on this node: said beside the state, which it does not change. */
+/** A stick holding a release the admin forgot on this node, or a cut copy: said beside the state, which it does not change. */
 function ignoredNote(s: NodeStatus): string {
-  if (s.phase !== 'Idle' && s.phase !== 'Ready') return '';
+  if (s.phase !== 'Idle' && s.phase !== 'Ready' && s.phase !== 'Failed') return '';
+  const saidAlready = s.phase === 'Failed' && s.conditions.some((c) => c.type === 'Failed' && c.reason === 'Truncated');
+  if (!saidAlready && s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'IncompleteFile')) {
+    return ' The update file found on the USB stick is incomplete: copy it to the stick again, wait until the copy has finished, and plug it in again.';
+  }
+  if (s.phase === 'Failed') return '';
   if (!s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'ReleaseForgotten')) return '';
   // the bundle shown is not the one ignored (a stick or a drop directory): the words fit both
   return ' The update found was not loaded: the administrator removed it from this node.';
