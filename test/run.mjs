@@ -4,6 +4,7 @@
 //
 //   node test/run.mjs                         # whole suite
 //   node test/run.mjs test/helpers.test.mjs   # any tap args/files pass through
+//   node test/run.mjs --unit                  # the unit tier: files marked `// tier: unit` (test/tiers.mjs)
 //
 // Settings (include globs, timeout 300 s, jobs 2, tsconfig, coverage reported
 // but not gated via allow-incomplete-coverage/allow-empty-coverage) live in
@@ -31,7 +32,8 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { unitFiles } from './tiers.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const tapBin = path.join(root, 'node_modules', '.bin', 'tap');
@@ -195,7 +197,9 @@ function optValue(argv, long, short) {
 }
 
 async function main() {
-  const userArgs = process.argv.slice(2);
+  const unit = process.argv.includes('--unit');
+  const userArgs = process.argv.slice(2).filter((a) => a !== '--unit');
+  if (unit) userArgs.push(...unitFiles(path.join(root, 'test')).map((f) => path.relative(root, f)));
   const reporter =
     process.env.TAP === '1'
       ? 'tap'
@@ -220,7 +224,11 @@ async function main() {
     cwd: root,
     // Same as `test-env` in .taprc, in case --test-env is given on the command
     // line (which replaces the .taprc list): run *.test.ts as ESM.
-    env: { TS_NODE_PROJECT: path.join(root, 'test', 'tsconfig.json'), ...process.env },
+    // the unit guard holds every file marked as a unit test to the tier's rule, in every run
+    env: {
+      TS_NODE_PROJECT: path.join(root, 'test', 'tsconfig.json'), ...process.env,
+      NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${pathToFileURL(path.join(root, 'test', 'helpers', 'unit-guard.mjs')).href}`.trim(),
+    },
     stdio: ['inherit', rawOnStdout ? 'pipe' : 'inherit', 'inherit'],
   });
   if (rawOnStdout && child.stdout) {

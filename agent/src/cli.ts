@@ -20,6 +20,7 @@ import { forgottenLine, releasesTable } from './releases/releases-text.js';
 import { TOOL_VERSION } from './version.js';
 import { EXAMPLE_CONFIG_PATH, addManCommand } from './man.js';
 import { addCollectCommand } from './collect-command.js';
+import { checkKubeconfig } from './kubeconfig-check.js';
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
@@ -64,6 +65,7 @@ Examples:
     .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
     .action(async (o: { config: string }) => {
       const config = await loadConfig(o.config);
+      await checkKubeconfig(config, o.config);
       const { signal } = untilSignal();
       await runDaemon(config, createLogger(), signal);
     });

@@ -24,10 +24,15 @@ export class CollectArchive {
   /** What was redacted, per entry and rule (counts, never values): written in NOTES.txt too. */
   readonly redactions: string[] = [];
 
-  constructor(readonly prefix: string) {}
+  /** Written: a part left behind at the deadline (collect-steps.ts) adds nothing after. */
+  private sealed = false;
+
+  /** `deadline`: aborts when collect's time is up; the commands it runs are killed then. */
+  constructor(readonly prefix: string, readonly deadline: AbortSignal = new AbortController().signal) {}
 
   /** Adds a text entry, redacted and bounded; `tally` holds what was redacted of it before (a parsed document's keys). */
   add(name: string, text: string, tally: RedactionTally = new Map()): void {
+    if (this.sealed) return;
     let body = Buffer.from(redactText(text, tally), 'utf8');
     const redacted = tallyLine(name, tally);
     if (redacted) this.redactions.push(redacted);
@@ -44,7 +49,7 @@ export class CollectArchive {
   }
 
   note(line: string): void {
-    this.notes.push(line);
+    if (!this.sealed) this.notes.push(line);
   }
 
   get files(): number {
@@ -53,6 +58,7 @@ export class CollectArchive {
 
   /** Writes the .tar.gz at `output` (mode 0600: it describes the node) through a temporary name. */
   async write(output: string, mtime: Date): Promise<void> {
+    this.sealed = true;
     const tmp = join(dirname(output), `.${basename(output)}.${randomBytes(4).toString('hex')}.tmp`);
     const pack = tar.pack();
     const redacted = this.redactions.length

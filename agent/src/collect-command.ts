@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { DEFAULT_CONFIG_PATH } from './config.js';
-import { collect, COLLECT_COMMAND_MS, COLLECT_JOURNAL_LINES } from './collect.js';
+import { collect, COLLECT_COMMAND_MS, COLLECT_DEADLINE_MS, COLLECT_JOURNAL_LINES } from './collect.js';
 import { configForCollect } from './collect-config.js';
 import { RUNTIME_JOURNAL_SINCE, RUNTIME_JOURNAL_UNITS } from './collect-node.js';
 import { MAX_COLLECT_ENTRY_BYTES, MAX_COLLECT_TOTAL_BYTES } from './collect-archive.js';
@@ -41,7 +41,8 @@ or not: YAML, JSON, KEY=value, headers such as X-Auth-Token:, flags such as --sr
 or --password x), and anything shaped like a PEM block, a bearer or basic token, a JWT, an
 OpenShift sha256~ token, a GitHub, GitLab, Slack, npm, Stripe, Google or AWS key, URL user
 info or a long base64 run, are replaced by <redacted> in every file; NOTES.txt counts them. Bounds: ${MAX_COLLECT_ENTRY_BYTES / MiB} MiB per file, ${MAX_COLLECT_TOTAL_BYTES / MiB} MiB in all,
-${COLLECT_COMMAND_MS / 1000} s for each command (journalctl, the runtime's CLI) and for each answer of the runtime. The archive is mode 0600.
+${COLLECT_COMMAND_MS / 1000} s for each command (journalctl, the runtime's CLI) and for each answer of the runtime, ${COLLECT_DEADLINE_MS / 1000} s in all
+(what is not collected by then is named in NOTES.txt). The archive is mode 0600.
 
 Example:
   bundle-agent collect --output /tmp/node1.tar.gz   # then copy it off the node`)

@@ -2,10 +2,11 @@
 // The settings it is collected with are the config's own where they are valid, the defaults
 // (under --root, else the config's root, else /) where the config cannot say; CONFIG-ERROR.txt
 // holds the exact lines `bundle-agent run` stops with.
-import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { stringify as stringifyYaml } from 'yaml';
 import { escapeControls, readSmallFile } from '@offline-bundle/host';
 import { ConfigError, MAX_CONFIG_FILE_BYTES, loadConfig, parseConfig, type AgentConfig } from './config.js';
 import { oneLine, reasonOf } from './errors.js';
+import { parseYamlBounded } from './collect-document.js';
 
 /** Stands in for the trust the config does not give: collect verifies nothing. */
 const NO_TRUST = `sha256:${'0'.repeat(64)}`;
@@ -36,14 +37,11 @@ async function rawDocument(path: string): Promise<RawDocument> {
   } catch {
     return { raw: {}, read: false, parsed: false };
   }
-  try {
-    const doc: unknown = parseYaml(text, { maxAliasCount: 100 });
-    const mapping = doc !== null && typeof doc === 'object' && !Array.isArray(doc);
-    return { raw: mapping ? (doc as Raw) : {}, read: true, parsed: mapping };
-  } catch {
-    const root = /^root:[ \t]*["']?(\/[^"'\s#]*)["']?[ \t]*(#.*)?$/m.exec(text)?.[1];
-    return { raw: root ? { root } : {}, read: true, parsed: false };
-  }
+  const doc = parseYamlBounded(text)?.value;
+  const mapping = doc !== null && typeof doc === 'object' && !Array.isArray(doc);
+  if (mapping) return { raw: doc as Raw, read: true, parsed: true };
+  const root = /^root:[ \t]*["']?(\/[^"'\s#]*)["']?[ \t]*(#.*)?$/m.exec(text)?.[1];
+  return { raw: root ? { root } : {}, read: true, parsed: false };
 }
 
 /** The dotted key a problem line ("FILE: KEY: what") names, without a list index. */

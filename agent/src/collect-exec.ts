@@ -23,7 +23,8 @@ export interface Ran {
 
 /**
  * Runs `argv` and returns what it wrote. A command that outlasts COLLECT_COMMAND_MS is killed
- * (noted as `name`'s, its output kept); one that writes more than the bound is cut.
+ * (noted as `name`'s, its output kept); one that writes more than the bound is cut; all are
+ * killed at collect's deadline.
  */
 export function runBounded(a: CollectArchive, name: string, argv: string[]): Promise<Ran> {
   return new Promise((done) => {
@@ -35,6 +36,9 @@ export function runBounded(a: CollectArchive, name: string, argv: string[]): Pro
       a.note(`${name}: ${argv[0]} gave no end within ${COLLECT_COMMAND_MS} ms; what it wrote is kept`);
       child.kill('SIGKILL');
     }, COLLECT_COMMAND_MS);
+    const late = () => child.kill('SIGKILL');
+    a.deadline.addEventListener('abort', late, { once: true });
+    if (a.deadline.aborted) late();
     child.stdout.on('data', (b: Buffer) => {
       if (size < MAX_COLLECT_ENTRY_BYTES) chunks.push(b);
       size += b.length;
@@ -45,11 +49,13 @@ export function runBounded(a: CollectArchive, name: string, argv: string[]): Pro
     });
     child.on('error', (err) => {
       clearTimeout(timer);
+      a.deadline.removeEventListener('abort', late);
       const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
       done({ text: '', code: null, started: false, missing, problem: missing ? `not found on PATH (${errLine(err)})` : errLine(err) });
     });
     child.on('close', (code) => {
       clearTimeout(timer);
+      a.deadline.removeEventListener('abort', late);
       const why = stderr.split('\n').find((l) => l.trim() !== '') ?? 'nothing on stderr';
       done({ text: Buffer.concat(chunks).toString('utf8'), code, started: true, missing: false, ...(code ? { problem: `exited ${code}: ${why}` } : {}) });
     });

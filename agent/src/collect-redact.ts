@@ -2,8 +2,9 @@
 // credentials never leave. Three nets, so that a secret in a file that does not parse, or under
 // an unexpected key, is still caught:
 // - by key name in parsed documents (YAML, JSON): the whole value under the key;
-// - by key name line by line in any text, whatever its format and whether it parses: YAML
-//   `key: value` and block scalars, JSON `"key": "value"` (escaped too), `KEY=value` and
+// - by key name line by line in any text, whatever its format and whether it parses (YAML too
+//   large to parse: the same key names as the first net): YAML `key: value` or `"key": value`
+//   and every line of a value over several (block scalars, continuation lines), JSON `"key": "value"` (escaped too), `KEY=value` and
 //   `key = "value"` (env, shell, INI, TOML, logfmt), headers (`X-Auth-Token: ...`), command-line
 //   flags (`--src-creds user:pw`, `--password x`, `login -p x`, `-u user:pw`);
 // - by the shape of the value everywhere: PEM blocks, bearer/basic tokens, JWTs, OpenShift,
@@ -16,16 +17,20 @@
 
 export const REDACTED = '<redacted>';
 
-/** Key names whose values are credentials in a parsed document (kubeconfig users, auth files, anything alike). */
-const SECRET_KEY = /(token|passw|pwd|secret|credential|creds|private|client-key|client-certificate|auth|apikey|api-key|api_key|cookie|session|bearer|passphrase)/i;
-
-/** Words that make a key a credential's in free text (a key is split into words at -, _, ., spaces and camelCase). */
-const SECRET_WORDS = new Set([
-  'password', 'passwords', 'passwd', 'pwd', 'pass', 'passphrase', 'secret', 'secrets', 'token', 'tokens', 'bearer',
-  'authorization', 'auth', 'auths', 'credential', 'credentials', 'creds', 'cred', 'apikey', 'cookie', 'privatekey',
-]);
-/** Two words that together make a credential's key (private key, client-key-data, api_key, ...). */
-const SECRET_PAIRS = new Set(['private key', 'client key', 'secret key', 'access key', 'api key', 'session key', 'signing key', 'encryption key']);
+/**
+ * Key names that hold a credential, one list for every rule (parsed documents and text line by
+ * line, so that a file too large to parse loses nothing): a part anywhere in the key, case and
+ * separators aside (htpasswd, sessionId, kubetoken, client-key-data); a word of it, for words
+ * too short to match inside others (`auth` but not `authority` or `unauthorized`); or two words
+ * together. A key is split into words at -, _, ., spaces and camelCase.
+ */
+const SECRET_PARTS = [
+  'token', 'passw', 'pwd', 'passphrase', 'secret', 'credential', 'creds', 'private', 'clientkey', 'clientcertificate',
+  'apikey', 'authorization', 'cookie', 'session', 'bearer',
+];
+const SECRET_WORDS = new Set(['pass', 'auth', 'auths', 'oauth', 'cred']);
+/** Two words that together make a credential's key (aws_access_key_id, signing-key, ...). */
+const SECRET_PAIRS = new Set(['access key', 'signing key', 'encryption key']);
 /** A flag whose last word is one of these names where the credential is, not the credential (--password-stdin, --token-file). */
 const WHERE_WORDS = new Set(['stdin', 'file', 'path', 'dir', 'env']);
 
@@ -33,8 +38,10 @@ function words(key: string): string[] {
   return key.replace(/([a-z0-9])([A-Z])/g, '$1 $2').toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
 }
 
-/** Whether a key in free text (a YAML or JSON key, a variable, a header, a flag) names a credential. */
-export function isSecretWord(key: string): boolean {
+/** Whether a key (a YAML or JSON key, a variable, a header, a flag) names a credential. */
+export function isSecretKey(key: string): boolean {
+  const joined = key.toLowerCase().replace(/[^a-z0-9]+/g, '');
+  if (SECRET_PARTS.some((part) => joined.includes(part))) return true;
   const w = words(key);
   return w.some((x, i) => SECRET_WORDS.has(x) || (i > 0 && SECRET_PAIRS.has(`${w[i - 1]} ${x}`)));
 }
@@ -91,8 +98,10 @@ const KEY_RULES: readonly [string, RegExp][] = [
   ['flag value', /((?<![\w-])(--?[A-Za-z][\w-]{0,63})[ \t]+)([^\s-]\S*)/g],
 ];
 
-/** YAML, headers, log fields: a key and its colon; its value, to the end of the line, is what follows. */
-const COLON_KEY = /(?<![\w.-])([A-Za-z][\w.-]{0,127})[ \t]*:[ \t]+/g;
+/** YAML, headers, log fields: a key (quoted or not) and its colon; its value, to the end of the line, is what follows. */
+const COLON_KEY = /(?<![\w.-])(["']?)([A-Za-z][\w.-]{0,127})\1[ \t]*:[ \t]+/g;
+/** A quoted string closed on its line, at lastIndex: after a quoted key the JSON key rule redacts it alone. */
+const CLOSED_STRING = /"(?:[^"\\\n]|\\.)*"|'[^'\n]*'/y;
 
 /**
  * `key: value` with the value (to the end of the line) replaced when the key names a credential;
@@ -105,7 +114,9 @@ function redactColonKeys(text: string, tally?: RedactionTally): string {
   COLON_KEY.lastIndex = 0;
   for (let m = COLON_KEY.exec(text); m; m = COLON_KEY.exec(text)) {
     const start = m.index + m[0].length;
-    if (!isSecretWord(m[1]!) || /^([#\s]|[|>][-+0-9]*[ \t]*(\n|$))/.test(text.slice(start, start + 8))) continue;
+    if (!isSecretKey(m[2]!) || /^([#\s]|[|>][-+0-9]*[ \t]*(\n|$))/.test(text.slice(start, start + 8))) continue;
+    CLOSED_STRING.lastIndex = start;
+    if (m[1] !== '' && CLOSED_STRING.test(text)) continue;
     let end = text.indexOf('\n', start);
     if (end < 0) end = text.length;
     if (text.slice(start, end) === REDACTED) continue;
@@ -127,7 +138,7 @@ function redactKeys(text: string, tally?: RedactionTally): string {
   for (const [rule, re] of KEY_RULES) {
     out = out.replace(re, (whole: string, before: string, key: string, value: string | undefined) => {
       // a value redacted before (a document's string, then its JSON): its closing quote or bracket is not part of it
-      if (value === undefined || value === '' || ALREADY_REDACTED.test(value) || !isSecretWord(key)) return whole;
+      if (value === undefined || value === '' || ALREADY_REDACTED.test(value) || !isSecretKey(key)) return whole;
       if (rule === 'flag value' && WHERE_WORDS.has(words(key).at(-1) ?? '')) return whole;
       count(tally, rule);
       return `${before}${/^["']/.test(value) ? `${value[0]}${REDACTED}${value[0]}` : REDACTED}`;
@@ -138,9 +149,41 @@ function redactKeys(text: string, tally?: RedactionTally): string {
   return out.replace(/((?<![\w-])-u[ \t]+[^\s:]{1,128}:)(\S+)/g, (_w, before: string) => (count(tally, 'flag value'), `${before}${REDACTED}`));
 }
 
+/** A YAML line that starts with a key (quoted or not, in a sequence's entry or not) and its colon; after it, the key's value on that line. */
+const LINE_KEY = /^([ \t]*(?:-[ \t]+)?)(["']?)([A-Za-z_][\w.-]{0,127})\2[ \t]*:(?=[ \t]|$)/;
+/** Tab stops, for the column of a line indented with tabs (YAML refuses them; a file that does not parse may have them). */
+const TAB_WIDTH = 8;
+
+/** The column where `prefix` (spaces, tabs, a sequence's `- `) ends, tabs to the next stop. */
+function columnOf(prefix: string): number {
+  let column = 0;
+  for (const c of prefix) column = c === '\t' ? column - (column % TAB_WIDTH) + TAB_WIDTH : column + 1;
+  return column;
+}
+
 /**
- * YAML block values under a credential's key, whether or not the file parses: `password: |`
- * (or `>`, or nothing, a nested mapping following) and every line indented deeper after it.
+ * The lines after a secret key's line that belong to its value (j, the first that does not): every
+ * line indented deeper than the key (a block scalar, a nested mapping, a plain or quoted scalar's
+ * continuation), and, when nothing follows the key on its line, a sequence's entries at the key's own column.
+ */
+function valueEnd(lines: string[], i: number, column: number, valueOnLine: boolean): number {
+  let j = i + 1;
+  for (; j < lines.length; j++) {
+    const line = lines[j]!;
+    const lead = /^[ \t]*/.exec(line)![0];
+    if (lead.length === line.length || columnOf(lead) > column) continue;
+    if (!valueOnLine && columnOf(lead) === column && /^-([ \t]|$)/.test(line.slice(lead.length, lead.length + 2))) continue;
+    break;
+  }
+  while (j > i + 1 && lines[j - 1]!.trim() === '') j--;
+  return j;
+}
+
+/**
+ * YAML values over several lines under a credential's key, whether or not the file parses:
+ * `password: |` (or `>`, or a tag, or nothing: a nested mapping or a sequence following), a
+ * multi-line plain or quoted value; its lines after the key's replaced by one (the key's own
+ * line is redactColonKeys's).
  */
 function redactBlocks(text: string, tally?: RedactionTally): string {
   const lines = text.split('\n');
@@ -148,14 +191,13 @@ function redactBlocks(text: string, tally?: RedactionTally): string {
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     out.push(line);
-    const m = /^([ \t]*(?:-[ \t]+)?)["']?([A-Za-z_][\w.-]{0,127})["']?[ \t]*:[ \t]*(?:[|>][-+0-9]*)?[ \t]*(?:#[^\n]*)?$/.exec(line.length > 512 ? '' : line);
-    if (!m || !isSecretWord(m[2]!)) continue;
-    let j = i + 1;
-    while (j < lines.length && (lines[j]!.trim() === '' || /^[ \t]*/.exec(lines[j]!)![0].length > m[1]!.length)) j++;
-    while (j > i + 1 && lines[j - 1]!.trim() === '') j--;
+    const m = LINE_KEY.exec(line);
+    if (!m || !isSecretKey(m[3]!)) continue;
+    const column = columnOf(m[1]!);
+    const j = valueEnd(lines, i, column, !/^[ \t]*(#.*)?$/.test(line.slice(m[0].length)));
     if (j === i + 1) continue;
     count(tally, 'key: block');
-    out.push(`${' '.repeat(m[1]!.length + 2)}${REDACTED}`);
+    out.push(`${' '.repeat(column + 2)}${REDACTED}`);
     i = j - 1;
   }
   return out.join('\n');
@@ -170,16 +212,11 @@ export function redactText(text: string, tally?: RedactionTally): string {
   return out.replace(LONG_BASE64, (run) => (/[A-Z]/.test(run) && /[a-z]/.test(run) && /\d/.test(run) ? (count(tally, 'long base64'), REDACTED) : run));
 }
 
-/** Whether a key names a credential. Public key paths (trust.keys) are paths, not keys: kept. */
-export function isSecretKey(key: string): boolean {
-  return (SECRET_KEY.test(key) || isSecretWord(key)) && key !== 'keys';
-}
-
 /** A command line as a list (`[skopeo, copy, --src-creds, user:pw]`): the element after a credential's flag replaced. */
 function redactArgv(list: unknown[]): unknown[] {
   return list.map((v, i) => {
     const flag = list[i - 1];
-    if (typeof flag !== 'string' || !/^--?[A-Za-z][\w-]*$/.test(flag) || !isSecretWord(flag) || WHERE_WORDS.has(words(flag).at(-1) ?? '')) return v;
+    if (typeof flag !== 'string' || !/^--?[A-Za-z][\w-]*$/.test(flag) || !isSecretKey(flag) || WHERE_WORDS.has(words(flag).at(-1) ?? '')) return v;
     return typeof v === 'string' && !v.startsWith('-') ? REDACTED : v;
   });
 }

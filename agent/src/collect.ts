@@ -3,13 +3,14 @@
 // cannot be read is named in NOTES.txt, never a reason to write nothing.
 import { lstat, readdir, readFile, readlink, statfs } from 'node:fs/promises';
 import { join, resolve, sep } from 'node:path';
-import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { readSmallFile } from '@offline-bundle/host';
 import { CriImageClient, MANAGED_MARKER } from '@offline-bundle/runtime';
 import type { AgentConfig } from './config.js';
 import { MAX_CONFIG_FILE_BYTES } from './config.js';
 import { CollectArchive, MAX_COLLECT_ENTRY_BYTES } from './collect-archive.js';
+import { COLLECT_DEADLINE_MS, runSteps } from './collect-steps.js';
 import { redactDocument, type RedactionTally } from './collect-redact.js';
+import { redactedDocument } from './collect-document.js';
 import { parseMountinfo } from './daemon/media.js';
 import { SPOOL_DIR_NAME } from './daemon/part-spool.js';
 import { readKubeletThresholds } from './load/kubelet-thresholds.js';
@@ -21,6 +22,8 @@ import type { BrokenConfig } from './collect-config.js';
 
 export { COLLECT_COMMAND_MS } from './collect-exec.js';
 export { COLLECT_JOURNAL_LINES } from './collect-node.js';
+export { COLLECT_DEADLINE_MS } from './collect-steps.js';
+export { MAX_COLLECT_YAML_PARSE_BYTES } from './collect-document.js';
 /** Most files taken from one directory (state, drop-ins). */
 export const MAX_COLLECT_DIR_FILES = 200;
 
@@ -37,22 +40,8 @@ export interface CollectOptions {
   broken?: BrokenConfig;
   /** Where the mounts are read (default /proc/self/mountinfo). */
   mountinfo?: string;
-}
-
-/**
- * A YAML or JSON document's text with its credentials redacted by key; text that does not parse
- * as one document is returned as it is, for the archive's line rules (key names in every format,
- * and shapes) to redact.
- */
-function redactedDocument(text: string, as: 'yaml' | 'json', tally: RedactionTally): string {
-  let doc: unknown;
-  try {
-    doc = parseYaml(text, { maxAliasCount: 100 });
-  } catch {
-    return text;
-  }
-  const clean = redactDocument(doc, tally);
-  return as === 'json' ? `${JSON.stringify(clean, null, 2)}\n` : stringifyYaml(clean);
+  /** The deadline for the whole collect (default COLLECT_DEADLINE_MS); tests shorten it. */
+  deadlineMs?: number;
 }
 
 /**
@@ -237,26 +226,29 @@ async function addJournal(a: CollectArchive, c: AgentConfig, argv?: string[]): P
   else a.note(`journal.txt: cannot run ${cmd[0]}: ${r.problem}`);
 }
 
-/** Collects and writes the archive; returns where, and how many files it holds. */
+/** Collects and writes the archive, within COLLECT_DEADLINE_MS (or `o.deadlineMs`); returns where, and how many files it holds. */
 export async function collect(c: AgentConfig, o: CollectOptions): Promise<{ output: string; files: number; notes: string[]; configError?: string[] }> {
   const now = o.now ?? new Date();
   const stamp = now.toISOString().replace(/[:.]/g, '').slice(0, 15);
   const name = `bundle-agent-collect-${c.nodeName}-${stamp}`;
   const output = resolve(o.output ?? `${name}.tar.gz`);
-  const a = new CollectArchive(name);
+  const deadlineMs = o.deadlineMs ?? COLLECT_DEADLINE_MS;
+  const a = new CollectArchive(name, AbortSignal.timeout(deadlineMs));
   a.add('version.txt', header(c, now, o.broken !== undefined));
-  await addConfig(a, c, o);
-  if (c.status.kubeconfig) await addFile(a, 'kubeconfig.yaml', c.status.kubeconfig, 'yaml');
-  await addFile(a, 'status.json', c.paths.statusFile, 'json');
-  await addStateAndDropIns(a, c);
-  await addImages(a, c);
-  await addJournal(a, c, o.journal);
-  await addOs(a, c, now);
-  await addRuntimeFacts(a, c, o.broken?.runtimeKnown ?? true);
-  await addRuntimeJournal(a, c, o.runtimeJournal);
-  await addDisk(a, c);
-  await addMounts(a, c, o.mountinfo);
-  await addUpgradeDir(a, c);
+  await runSteps(a, [
+    ['config.yaml, config-effective.json', () => addConfig(a, c, o)],
+    ['kubeconfig.yaml', async () => { if (c.status.kubeconfig) await addFile(a, 'kubeconfig.yaml', c.status.kubeconfig, 'yaml'); }],
+    ['status.json', () => addFile(a, 'status.json', c.paths.statusFile, 'json')],
+    ['state/, drop-ins/', () => addStateAndDropIns(a, c)],
+    ['runtime-images.json', () => addImages(a, c)],
+    ['journal.txt', () => addJournal(a, c, o.journal)],
+    ['os.txt', () => addOs(a, c, now)],
+    ['runtime/', () => addRuntimeFacts(a, c, o.broken?.runtimeKnown ?? true)],
+    ['runtime/journal.txt', () => addRuntimeJournal(a, c, o.runtimeJournal)],
+    ['disk.json', () => addDisk(a, c)],
+    ['media-mounts.txt', () => addMounts(a, c, o.mountinfo)],
+    ['upgrade-dir.json', () => addUpgradeDir(a, c)],
+  ], deadlineMs);
   await a.write(output, now);
   return { output, files: a.files, notes: a.notes, ...(o.broken ? { configError: o.broken.lines } : {}) };
 }

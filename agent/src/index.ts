@@ -8,7 +8,7 @@ export { partialBytes, MAX_PARTIAL_ENTRIES } from './load/space-credit.js';
 export { partialCredit } from './load/resume.js';
 export { readKubeletThresholds, parseQuantity, parseThreshold, thresholdsOf, KUBELET_DEFAULTS, MAX_KUBELET_CONFIG_BYTES } from './load/kubelet-thresholds.js';
 export { heldLayers, MAX_LAYERS_RECORD_BYTES } from './load/space-held.js';
-export { collect, COLLECT_COMMAND_MS, COLLECT_JOURNAL_LINES, MAX_COLLECT_DIR_FILES } from './collect.js';
+export { collect, COLLECT_COMMAND_MS, COLLECT_DEADLINE_MS, COLLECT_JOURNAL_LINES, MAX_COLLECT_DIR_FILES, MAX_COLLECT_YAML_PARSE_BYTES } from './collect.js';
 export { MAX_COLLECT_ENTRY_BYTES, MAX_COLLECT_TOTAL_BYTES } from './collect-archive.js';
 export { REDACTED, redactDocument, redactText } from './collect-redact.js';
 export { imageRefs, runtimeTarget, CrioTarget, ContainerdTarget } from './runtime/runtime-target.js';

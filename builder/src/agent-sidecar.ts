@@ -21,7 +21,7 @@
 // Checked with `openssl dgst -sha256 -verify KEY.pub -signature SIG STATEMENT` (ECDSA) or
 // `openssl pkeyutl -verify -pubin -inkey KEY.pub -rawin -in STATEMENT -sigfile SIG` (Ed25519).
 import { createPublicKey, type KeyObject } from 'node:crypto';
-import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import {
@@ -29,7 +29,7 @@ import {
   verifyBytes, type BundleManifest,
 } from '@offline-bundle/format';
 import { OciError, isIndexMediaType, isManifestMediaType, newSha256 } from '@offline-bundle/oci';
-import { writeFileAtomic } from '@offline-bundle/host';
+import { createExclusive, writeFileAtomic } from '@offline-bundle/host';
 
 export const STATEMENT_FORMAT = 'offline-bundle-agent-image 1';
 export const SIDECAR_SUFFIX = '.oci.tar.sig';
@@ -165,7 +165,7 @@ async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnTyp
   }));
   const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.tmp`);
   const hash = newSha256();
-  const fh = await open(tmp, 'w', 0o644).catch((err: unknown) => { throw ioError(`cannot write ${tmp}`, err); });
+  const fh = await createExclusive(tmp).catch((err: unknown) => { throw ioError(`cannot write ${tmp}`, err); });
   let ok = false;
   try {
     const put = async (chunk: Buffer) => {

@@ -1,4 +1,4 @@
-import { chmod, open, stat } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { OciError, formatPlatform } from '@offline-bundle/oci';
@@ -125,6 +125,25 @@ function printWarnings(warnings: { kind: string; object: string; message: string
   for (const w of warnings) process.stderr.write(`warning: ${w.kind}: ${w.object}: ${w.message}\n`);
 }
 
+/**
+ * The private key, 0600 from its creation on. Never through what is at its name: a link planted
+ * there (the directory shared, or someone else's) would carry the key, and a chmod after it, to
+ * a file of its maker's choosing. --force writes a temp file beside it and renames it over.
+ */
+async function writePrivateKey(keyPath: string, pem: string, force: boolean): Promise<void> {
+  const fail = (err: NodeJS.ErrnoException) => {
+    throw new FormatError('KEY_ERROR', err.code === 'EEXIST' ? `${keyPath} exists: pass --force to overwrite it` : `cannot write ${keyPath}: ${err.message}`);
+  };
+  if (force) return writeFileAtomic(keyPath, pem, 0o600).catch(fail);
+  // O_EXCL: a link at the name is refused like any other entry
+  const fh = await open(keyPath, 'wx', 0o600).catch(fail);
+  try {
+    await fh.writeFile(pem);
+  } finally {
+    await fh.close();
+  }
+}
+
 export function buildProgram(): Command {
   const program = new Command('bundle')
     .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry. "bundle create -f bundle.yaml" declares a bundle in a file (or an oc-mirror ImageSetConfiguration); --dry-run lists what it would carry.')
@@ -144,12 +163,7 @@ export function buildProgram(): Command {
       const { privatePem, publicPem } = generateKeyPair(o.type, await readPassphrase(o.passphraseFile));
       const keyPath = `${o.out}.key`;
       const pubPath = `${o.out}.pub`;
-      const fh = await open(keyPath, o.force ? 'w' : 'wx', 0o600).catch((err: NodeJS.ErrnoException) => {
-        throw new FormatError('KEY_ERROR', err.code === 'EEXIST' ? `${keyPath} exists: pass --force to overwrite it` : `cannot write ${keyPath}: ${err.message}`);
-      });
-      await fh.writeFile(privatePem);
-      await fh.close();
-      await chmod(keyPath, 0o600);
+      await writePrivateKey(keyPath, privatePem, o.force === true);
       await writeFileAtomic(pubPath, publicPem);
       const fp = (await loadPublicKey(pubPath)).fingerprint;
       if (o.json) process.stdout.write(JSON.stringify({ privateKey: keyPath, publicKey: pubPath, type: o.type, fingerprint: fp }) + '\n');

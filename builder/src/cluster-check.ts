@@ -88,7 +88,9 @@ export async function readImageUses(apis: AdminApis): Promise<ImageUse[]> {
   const uses = new Map<string, ImageUse>();
   const none = () => [];
   // only what is read of each page is kept: a spec's containers, the name
-  const pick = (kind: string, at: (o: Record<string, unknown>) => unknown) => (o: Record<string, unknown>) => ({ user: who(o, kind), spec: obj(at(o)) as Spec });
+  const cut = (v: unknown) => list(v).map(obj).map((c) => ({ image: c.image, imagePullPolicy: c.imagePullPolicy }));
+  const containersOf = (spec: Record<string, unknown>): Spec => ({ containers: cut(spec.containers), initContainers: cut(spec.initContainers), ephemeralContainers: cut(spec.ephemeralContainers) });
+  const pick = (kind: string, at: (o: Record<string, unknown>) => unknown) => (o: Record<string, unknown>) => ({ user: who(o, kind), spec: containersOf(obj(at(o))) });
   for (const p of await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pick('Pod', (o) => o.spec))) addSpec(uses, p.spec, p.user);
   for (const w of WORKLOADS) {
     const items = await listAll(`list ${w.plural}.${w.group}`, (q) => apis.custom.listCustomObjectForAllNamespaces({ group: w.group, version: 'v1', plural: w.plural, ...q }), pick(w.kind, (o) => obj(obj(o.spec).template).spec), { notFound: none });

@@ -3,13 +3,13 @@
 // is held in memory. Atomic: parts are written under temp names and renamed into place only once
 // all are on disk; on failure the temp names go and nothing else changed.
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat, truncate, type FileHandle } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { mkdir, rename, rm, stat, truncate, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { InvalidArgumentError } from 'commander';
 import { MAX_PARTS, FormatError, digestLine, partName, partNamesIn, writeFailure, type BundleSource } from '@offline-bundle/format';
-import { assertRegularFile, syncPath, writeSynced } from '@offline-bundle/host';
+import { assertRegularFile, createExclusive, syncPath, writeSynced } from '@offline-bundle/host';
 
 /** FAT32's largest file: 4 GiB - 1 byte. A size of exactly 4 GiB is taken as this, so `4G` fits a FAT32 stick. */
 export const FAT32_MAX_FILE = 4 * 1024 ** 3 - 1;
@@ -76,20 +76,27 @@ const isSource = (src: FileHandle | BundleSource): src is BundleSource => 'ident
  * while being read) is an error, never a short part.
  */
 export async function copyRange(src: string | FileHandle | BundleSource, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
-  const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : isSource(src) ? src.stream(start, end) : rangeOf(src, start, end);
-  let got = 0;
-  await pipeline(read, async function* (chunks: AsyncIterable<Buffer>) {
-    for await (const c of chunks) {
-      got += c.length;
-      seen?.(c);
-      yield c;
+  // a temp name: created anew, never written through a link planted at it
+  const out = await createExclusive(dest);
+  try {
+    const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : isSource(src) ? src.stream(start, end) : rangeOf(src, start, end);
+    let got = 0;
+    // written through the handle, not a stream of it: a stream would close it, and it is synced after
+    await pipeline(read, async (chunks: AsyncIterable<Buffer>) => {
+      for await (const c of chunks) {
+        seen?.(c);
+        for (let off = 0; off < c.length;) off += (await out.write(c, off, c.length - off, got + off)).bytesWritten;
+        got += c.length;
+      }
+    }, ...(signal ? [{ signal }] : []));
+    if (got !== end - start) {
+      const name = typeof src === 'string' ? src : isSource(src) ? src.identity : 'the bundle';
+      throw new FormatError('TRUNCATED', `${name} ended ${got} bytes into bytes ${start}-${end} while being read: it was cut or changed meanwhile; nothing was written: rerun once it is whole`);
     }
-  }, createWriteStream(dest, { mode: 0o644 }), ...(signal ? [{ signal }] : []));
-  if (got !== end - start) {
-    const name = typeof src === 'string' ? src : isSource(src) ? src.identity : 'the bundle';
-    throw new FormatError('TRUNCATED', `${name} ended ${got} bytes into bytes ${start}-${end} while being read: it was cut or changed meanwhile; nothing was written: rerun once it is whole`);
+    await out.sync();
+  } finally {
+    await out.close();
   }
-  await syncPath(dest);
 }
 
 /** The temp parts renamed into place, the sidecar beside them; parts of another split of the same name removed (they would not fit this set). */
@@ -110,8 +117,9 @@ async function commit(p: Plan, digest: string): Promise<void> {
   for (const s of stale) await rm(join(p.dir, s.name), { force: true });
 }
 
+/** The temp names unlinked, best effort: the error that stopped the split is the one to report (a directory at one is left). */
 async function discard(p: Plan): Promise<void> {
-  for (const t of [...p.temps, join(p.dir, `${p.base}.sha256.${process.pid}.tmp`)]) await rm(t, { force: true });
+  for (const t of [...p.temps, join(p.dir, `${p.base}.sha256.${process.pid}.tmp`)]) await unlink(t).catch(() => undefined);
 }
 
 export interface SplitResult {

@@ -11,6 +11,8 @@ import { REDACTED, collect, parseConfig, redactText } from '@offline-bundle/agen
 import { tmpdir } from '../helpers/tmp.mjs';
 import { unpackArchive as unpack } from './fixtures.js';
 
+/** MAX_COLLECT_YAML_PARSE_BYTES (agent/src/collect-document.ts): YAML larger gets the line rules only. */
+const MAX_COLLECT_YAML_PARSE_BYTES = 64 * 1024;
 const hex = (n: number) => randomBytes(n).toString('hex');
 const alnum = (n: number) => randomBytes(n * 2).toString('base64').replace(/[^A-Za-z0-9]/g, '').slice(0, n);
 const SSH_KEY = generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' }).toString().replace(/PRIVATE KEY/g, 'OPENSSH PRIVATE KEY');
@@ -153,6 +155,14 @@ t.test('line rules: formats the review named, and what must stay', async (t) => 
     [`sha256:${'ab'.repeat(32)}`, `sha256:${'ab'.repeat(32)}`],
     [`{"id": "${'cd'.repeat(32)}"}`, `{"id": "${'cd'.repeat(32)}"}`],
     [`tok ${'cd'.repeat(32)}`, `tok ${REDACTED}`],
+    // what the document rule catches, for YAML too large to parse
+    ['"password": a1\n\'token\': a2', '"password": <redacted>\n\'token\': <redacted>'],
+    ['{"password": "a1", "user": "b"}', '{"password": "<redacted>", "user": "b"}'],
+    ['"password": "a1\n  a2"\nuser: b', '"password": <redacted>\n  <redacted>\nuser: b'],
+    ['- password: a1\n   a2\n\n   a3\n  user: b\n', '- password: <redacted>\n    <redacted>\n  user: b\n'],
+    ['tokens:\n- a1\n- a2\nuser: b', 'tokens:\n  <redacted>\nuser: b'],
+    ['token: !!binary |\n  a1\nuser: b', 'token: <redacted>\n  <redacted>\nuser: b'],
+    ['htpasswd: bob:a1\nsessionId: a2\nKUBETOKEN=a3', 'htpasswd: <redacted>\nsessionId: <redacted>\nKUBETOKEN=<redacted>'],
   ];
   for (const [input, want] of cases) t.equal(redactText(input), want, input);
 });
@@ -166,10 +176,67 @@ t.test('redaction stays linear: 4 MiB of whitespace, of one token, of quotes', a
     ['hex', 'a'.repeat(4 << 20)],
     ['assignments', 'a='.repeat(2 << 20)],
     ['quoted keys', '"a":'.repeat(1 << 20)],
+    ['quoted secret keys, strings unclosed', '"token": "'.repeat(400_000)],
+    ['quoted secret keys, quotes mixed', `"token": 'a "token": "b '`.repeat(160_000)],
+    ['secret keys, each indented deeper', Array.from({ length: 200_000 }, (_, i) => `${' '.repeat(i % 20)}token: a`).join('\n')],
+    ['a secret key, then blank lines', `token: a\n${' \n'.repeat(2 << 20)}b`],
   ] as const) {
     const started = Date.now();
     redactText(text);
     const ms = Date.now() - started;
     t.ok(ms < 15_000, `${what}: ${text.length} bytes redacted in ${ms} ms`);
   }
+});
+
+t.test('collect stays linear on hostile state files and kubeconfigs (the yaml library is not): 4 MiB in seconds, secrets still redacted', async (t) => {
+  const n = await plantNode(t);
+  const state = join(n.root, 'var/lib/bundle-agent');
+  const big = 4 * 1024 * 1024 - 4096;
+  const fill = (unit: string) => unit.repeat(Math.floor(big / unit.length));
+  // each took the yaml library minutes to hours (128 KiB of `"`: 28 s; 128 KiB of `? ? …` chains: 18 s)
+  await writeFile(join(state, 'quotes.json'), `{"password": "${S.jsonPassword}"}\n${fill('"')}`);
+  await writeFile(join(state, 'quote-space.json'), fill('" '));
+  await writeFile(join(state, 'brackets.json'), fill('[]'));
+  await writeFile(join(state, 'spaces.json'), `{"token": "${S.kubeToken}",${fill(' \n')}}`);
+  await writeFile(join(n.root, 'etc/kubernetes/kubeconfig'), `users:\n- name: u\n  user:\n    token: ${S.kubeToken}\n${(`${'? '.repeat(90)}a\n`).repeat(300)}`);
+  const out = join(n.dir, 'hostile.tar.gz');
+  const started = Date.now();
+  const r = await collect(parseConfig(await readFile(n.config, 'utf8')), { configPath: n.config, output: out, journal: ['true'], runtimeJournal: ['true'] });
+  const ms = Date.now() - started;
+  t.ok(ms < 30_000, `collected in ${ms} ms`);
+  t.notMatch(r.notes.join('\n'), /not collected/, 'everything in time');
+  const files = await unpack(out, join(n.dir, 'h'));
+  t.ok(['state/quotes.json', 'state/quote-space.json', 'state/spaces.json', 'kubeconfig.yaml'].every((f) => files.has(f)), 'every hostile file collected');
+  const all = gunzipSync(await readFile(out)).toString('latin1');
+  t.notOk(all.includes(S.jsonPassword) || all.includes(S.kubeToken), 'their secrets redacted by the line rules');
+});
+
+t.test('YAML past the parse bound (line rules only): quoted keys, continuation lines and every key the document rule knows', async (t) => {
+  const n = await plantNode(t);
+  const L = Object.fromEntries(['dq', 'sq', 'plain1', 'plain2', 'plain3', 'flow1', 'flow2', 'tagged', 'seq', 'htpasswd', 'session', 'kDq', 'kSq', 'kCont', 'kSession'].map((k) => [k, `${k}-${alnum(20)}`]));
+  const pad = (what: string, count: number) => Array.from({ length: count }, (_, i) => what.replace(/#/g, String(i))).join('\n');
+  const stateYaml = [
+    'registry: quay.io', `"password": ${L.dq}`, `'token': ${L.sq}`, `password: ${L.plain1}`, `  ${L.plain2}`, '', `  ${L.plain3}`,
+    `clientSecret: "${L.flow1}`, `  ${L.flow2}"`, 'secret: !!binary |', `  ${L.tagged}`, 'tokens:', `- ${L.seq}`,
+    `htpasswd: admin:${L.htpasswd}`, `sessionId: ${L.session}`, 'mirrors:', pad('- name: mirror-#\n  location: registry-#.example:5000', 2000), 'after: kept', '',
+  ].join('\n');
+  const kubeconfig = [
+    'apiVersion: v1', 'kind: Config', 'clusters:', pad('- name: cluster-#\n  cluster:\n    server: https://api-#.cluster.example:6443', 1500),
+    'users:', '- name: a', '  user:', `    "token": ${L.kDq}`, '- name: b', '  user:', `    'password': ${L.kSq}`, '    username: bob',
+    '- name: c', '  user:', `    token: first-part`, `      ${L.kCont}`, '    extensions:', `    - sessionId: ${L.kSession}`, '      name: ext', '',
+  ].join('\n');
+  t.ok(stateYaml.length > MAX_COLLECT_YAML_PARSE_BYTES && kubeconfig.length > MAX_COLLECT_YAML_PARSE_BYTES, 'both past the parse bound');
+  await writeFile(join(n.root, 'var/lib/bundle-agent/big.yaml'), stateYaml);
+  await writeFile(join(n.root, 'etc/kubernetes/kubeconfig'), kubeconfig);
+  const out = join(n.dir, 'big.tar.gz');
+  await collect(parseConfig(await readFile(n.config, 'utf8')), { configPath: n.config, output: out, journal: ['true'], runtimeJournal: ['true'] });
+  const files = await unpack(out, join(n.dir, 'b'));
+  const all = gunzipSync(await readFile(out)).toString('latin1');
+  t.same(Object.entries(L).filter(([, v]) => all.includes(v)).map(([k]) => k), [], 'none of the planted values in the archive');
+  const state = files.get('state/big.yaml')!;
+  for (const kept of ['registry: quay.io\n"password": <redacted>\n\'token\': <redacted>\n', 'htpasswd: <redacted>\nsessionId: <redacted>\nmirrors:\n- name: mirror-0\n', 'location: registry-1999.example:5000\nafter: kept']) {
+    t.ok(state.includes(kept), `state: ${JSON.stringify(kept)}`);
+  }
+  const kc = files.get('kubeconfig.yaml')!;
+  t.ok(kc.includes('server: https://api-1499.cluster.example:6443') && kc.includes('    username: bob\n- name: c') && kc.includes('      name: ext'), 'the kubeconfig: all else kept');
 });

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import t from 'tap';
-import { COLLECT_COMMAND_MS, MAX_COLLECT_ENTRY_BYTES, REDACTED, collect, parseConfig, redactDocument, redactText } from '@offline-bundle/agent';
+import { COLLECT_COMMAND_MS, COLLECT_DEADLINE_MS, MAX_COLLECT_ENTRY_BYTES, REDACTED, collect, parseConfig, redactDocument, redactText } from '@offline-bundle/agent';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, run, unpackArchive as unpack } from './fixtures.js';
 
@@ -199,4 +199,20 @@ t.test('bundle-agent collect: the upgrade directory by name and size (part spool
   t.match(files.get('upgrade-dir/parts-spool/spool.json'), /"base": "u\.bundle"/, 'the spool\'s index');
   t.match(files.get('upgrade-dir/1.1.0-amd64.partial/resume.json'), /"bundleJson": "sha256:abab/, 'the marker naming the partial\'s bundle');
   t.ok(gunzipSync(await readFile(out)).length < 1_000_000, 'no part or blob bytes in the archive');
+});
+
+t.test('bundle-agent collect: one deadline for the whole; what is not collected by then is named, the archive written', async (t) => {
+  const n = await node(t);
+  const out = join(n.dir, 'late.tar.gz');
+  const cfg = parseConfig(await readFile(n.config, 'utf8'));
+  const started = Date.now();
+  // each command alone is within its own bound (COLLECT_COMMAND_MS): together they were not
+  await collect(cfg, { configPath: n.config, output: out, journal: ['sleep', '60'], runtimeJournal: ['true'], deadlineMs: 2000 });
+  const ms = Date.now() - started;
+  t.ok(ms < COLLECT_COMMAND_MS - 2000, `written in ${ms} ms, at the deadline (not after the journal's own ${COLLECT_COMMAND_MS} ms)`);
+  t.ok(COLLECT_DEADLINE_MS >= 60_000, 'the real deadline leaves room for every command');
+  const files = await unpack(out, join(n.dir, 'z'));
+  t.ok(files.has('version.txt') && files.has('config.yaml') && files.has('status.json'), 'what was collected before is in the archive');
+  t.notOk(files.has('journal.txt') || files.has('disk.json'), 'nothing after the deadline');
+  t.match(files.get('NOTES.txt'), /not collected: journal\.txt, os\.txt, runtime\/, runtime\/journal\.txt, disk\.json, media-mounts\.txt, upgrade-dir\.json: collect's deadline of 2 s passed/);
 });

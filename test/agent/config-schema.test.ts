@@ -1,3 +1,4 @@
+// tier: unit
 // The editor-facing schema (systemd/config.schema.json, shipped for yaml-language-server) and
 // the agent's own check are one: the agent validates with that very file (#26). Here, as an
 // editor would see them (a plain strict ajv, nothing of the agent's), against the agent:

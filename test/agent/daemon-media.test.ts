@@ -117,13 +117,21 @@ t.test('the daemon with copies in progress, renames, junk and a forgotten releas
   await t.test('a copy cut short and left there: not loaded, the status line says so while it is there, the Ready state kept', async (t) => {
     const file = join(drop, 'cut.bundle');
     await writeFile(file, v120.subarray(0, Math.floor(v120.length * 0.7)));
-    const noted = (s: any) => s?.conditions?.some((c: any) => c.type === 'MediaDetected' && c.reason === 'IncompleteFile' && c.message.includes(file));
+    const noted = (s: any) => s?.conditions?.some((c: any) => c.type === 'MediaIncomplete' && c.reason === 'IncompleteFile' && c.message.includes(file));
     await daemon.until('the cut copy is noted in the status', (_l, s) => noted(s));
     t.equal(daemon.d.last.phase, 'Ready', 'the node stays Ready for what it loaded');
-    t.match(daemon.d.last.message, /The update file found on the USB stick is incomplete: copy it to the stick again/, 'the technician\'s line says it');
+    t.match(daemon.d.last.message, /An update file found is incomplete and was not loaded: copy it again/, 'the technician\'s line says it');
     t.equal(count(daemon.d.log, /bundle found: \S*cut\.bundle/g), 0, 'not loaded');
     await unlink(file);
     await daemon.until('the note goes with the file', (_l, s) => s && !noted(s) && !/incomplete/.test(s.message));
+    // kept in the status over a restart, and the file removed meanwhile: the first scan clears it
+    await writeFile(file, v120.subarray(0, 1000));
+    await daemon.until('noted again', (_l, s) => noted(s));
+    await daemon.stop();
+    await unlink(file);
+    daemon = startDaemon(config, statusFile);
+    await daemon.until('the daemon watches again', (l) => /watching/.test(l));
+    await daemon.until('no note of a file gone while the agent was down', (_l, s) => s && !noted(s) && s.phase === 'Ready');
   });
 
   await t.test('5,000 junk *.bundle files: the daemon reads none of them on every poll', async (t) => {

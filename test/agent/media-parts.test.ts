@@ -1,3 +1,4 @@
+// tier: unit
 // The media watcher and a bundle split into parts: the set is one bundle (offered once, by its
 // first part, with one identity over all parts); it is stable only when every part is (a part
 // still growing holds the whole set back); a set with a part missing is offered, so that the

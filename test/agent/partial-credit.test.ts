@@ -1,3 +1,4 @@
+// tier: unit
 // The space check's credit for the agent's own partial staging (resume.ts partialCredit): this
 // bundle's kept pieces are layout it will not write again; another bundle's partial, and one
 // whose marker names no bundle, are room it frees before staging. Real directories.

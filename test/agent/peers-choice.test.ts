@@ -1,3 +1,4 @@
+// tier: unit
 // Which peer sends which blob (agent/src/peers/peer-choice.ts), driven with a fixed sequence in
 // place of Math.random: nodes fetching together begin at different places in the blob list,
 // blobs few peers hold are asked for first, and a complete peer (the stick node) or one that

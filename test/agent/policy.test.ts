@@ -1,3 +1,4 @@
+// tier: unit
 import t from 'tap';
 import { checkPolicy, compareVersions, parseConfig, AgentError, type AgentConfig } from '@offline-bundle/agent';
 import type { BundleManifest } from '@offline-bundle/format';

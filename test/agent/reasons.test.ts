@@ -1,3 +1,4 @@
+// tier: unit
 // Words a technician reads: every reason the agent can fail with has a plain sentence that
 // says what to do, with none of the words only an administrator knows.
 import t from 'tap';
@@ -53,8 +54,8 @@ t.test('Ready while the agent restarts into a newer version: still Done, and say
 });
 
 t.test('a cut copy found on the stick is said beside any resting state, once (not again beside a Truncated failure)', async (t) => {
-  const cut = { type: 'MediaDetected' as const, status: 'False' as const, reason: 'IncompleteFile', message: '/run/media/usb/4.16.1.bundle is cut short', lastTransitionTime: '' };
-  const note = ' The update file found on the USB stick is incomplete: copy it to the stick again, wait until the copy has finished, and plug it in again.';
+  const cut = { type: 'MediaIncomplete' as const, status: 'True' as const, reason: 'IncompleteFile', message: '/run/media/usb/4.16.1.bundle has no seek table at its end', lastTransitionTime: '' };
+  const note = ' An update file found is incomplete and was not loaded: copy it again and wait until the copy has finished.';
   t.equal(technicianLine({ ...emptyStatus('n'), conditions: [cut] }), `Waiting for a USB stick with an update bundle.${note}`);
   const ready: NodeStatus = { ...emptyStatus('n'), phase: 'Ready', bundle: { file: 'f', media: 'file', version: '4.15.1' }, conditions: [cut] };
   t.equal(technicianLine(ready), `Done: update 4.15.1 is loaded on this node. You may remove the USB stick.${note}`);

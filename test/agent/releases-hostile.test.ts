@@ -1,3 +1,4 @@
+// tier: unit
 // `releases prune` and hostile release records (issue 28 item 5): a record's version or arch is
 // never made into a path unless it passes bundle.json's rule, and a record whose file name is
 // not VERSION-ARCH.json is reported as ignored (and stays), never as dropped.

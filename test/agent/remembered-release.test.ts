@@ -1,3 +1,4 @@
+// tier: unit
 // The running release remembered from the cluster (<stateDir>/cluster-release.json): what a
 // node uses when its API server is away. Written atomically and only when it changes; read
 // back only when it has our shape (a damaged, foreign or oversized file counts as none).

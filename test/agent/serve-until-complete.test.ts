@@ -66,7 +66,7 @@ t.test('a loaded release is served until the cluster completed its upgrade: lost
   await agent.until('serving again after the restart, the API down', (x: any, log: string) => serving(x) && /serving 1\.1\.0 on 127/.test(log));
   await n.api.resume();
   t.ok(await n.cri.imageStatus(IMAGE), 'the lost image was loaded again from the kept layout at start');
-  t.match(agent.out.log, /serving 1\.1\.0 on 127\S+ from \S+ until the upgrade to it is over on this node \(its blobs were hashed by the start-up restore, not read again\)/, 'the layout is hashed once at start, not twice before the kubelet may start');
+  t.match(agent.out.log, /serving 1\.1\.0 on 127\S+ from \S+ until the upgrade to it is over on this node \(checked and hashed by the start-up restore, not read again\)/, 'the layout is hashed once at start, not twice before the kubelet may start');
   n.lose(IMAGE);
   t.equal(await n.pull(IMAGE), 'pulled', 'and is served again after the restart');
 

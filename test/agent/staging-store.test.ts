@@ -1,3 +1,4 @@
+// tier: unit
 // Pulls overlapped with staging: a blob is served only once the extraction verified it, and an
 // image's gate opens only when its manifest, config and every layer are.
 import t from 'tap';

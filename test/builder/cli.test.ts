@@ -4,7 +4,7 @@
 // 0600 private key and refuses to overwrite it without --force; inspect shows the images and
 // the signer fingerprint keygen printed. Images come from an OCI layout: no registry here.
 import t from 'tap';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { lstat, readFile, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -97,6 +97,22 @@ t.test('keygen: 0600 key, .pub beside it, no overwrite without --force', async (
   const overwrite = await bundle(['keygen', '--out', loose, '--force']);
   t.equal(overwrite.code, 0, overwrite.stderr);
   t.equal((await stat(`${loose}.key`)).mode & 0o777, 0o600, '--force over a 0644 file leaves 0600');
+});
+
+t.test('keygen --force over a symlink at the key path: the link is replaced, never written through', async (t) => {
+  const dir = await tmpdir(t);
+  const outside = path.join(dir, 'someone-elses-file');
+  await writeFile(outside, 'theirs\n', { mode: 0o644 });
+  const prefix = path.join(dir, 'planted');
+  await symlink(outside, `${prefix}.key`);
+  const r = await bundle(['keygen', '--out', prefix, '--force']);
+  t.equal(r.code, 0, r.stderr);
+  t.equal(await readFile(outside, 'utf8'), 'theirs\n', 'the outside file is unchanged');
+  t.equal((await stat(outside)).mode & 0o777, 0o644, 'and keeps its mode');
+  const key = await lstat(`${prefix}.key`);
+  t.ok(key.isFile(), 'the key is a regular file, not the link');
+  t.equal(key.mode & 0o777, 0o600, 'mode 0600');
+  t.match(await readFile(`${prefix}.key`, 'utf8'), /^-----BEGIN PRIVATE KEY-----/);
 });
 
 t.test('--json outputs, inspect, and one-line errors', async (t) => {

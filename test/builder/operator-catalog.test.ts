@@ -139,7 +139,7 @@ t.test('a catalog file over 16 MiB is refused, nothing written', async (t) => {
   }, `${H}/redhat/operator-index:huge`);
   const r = await createFrom(own([{ catalog: huge.ref, packages: [{ name: 'alpha-operator' }] }]));
   t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE');
-  t.match(r.stderr, /configs\/alpha-operator\/catalog\.json is larger than 16 MiB/);
+  t.match(r.stderr, /"configs\/alpha-operator\/catalog\.json" is larger than 16 MiB/);
   t.same(await listDir(r.dir), ['bundle.yaml']);
 });
 
@@ -186,7 +186,7 @@ t.test('a broken catalog is named with where it came from: a related image that 
   t.match(related.stderr, /broken\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: package bad-operator, bundle evil.*: a related image of evil.* "not a ref!!" is not an image reference/);
   t.notOk(related.stderr.includes('\u001b'), 'no terminal escape from the catalog reaches stderr (log and error)');
   const yaml = await createFrom(own([{ catalog: bad.ref, packages: [{ name: 'yaml-operator' }] }]));
-  t.match(yaml.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: configs\/yaml-operator\/catalog\.yaml is not valid YAML/);
+  t.match(yaml.stderr, /bundle\.yaml:\d+ \(operators\[0\]\): catalog [^ ]+operator-index:broken: "configs\/yaml-operator\/catalog\.yaml" is not valid YAML/);
   const loop = await createFrom(own([{ catalog: bad.ref, packages: [{ name: 'bad-operator', channels: [{ name: 'loop' }] }] }]));
   t.match(loop.stderr, /channel loop of bad-operator has no head: each of its entries is replaced or skipped by another/);
   t.notMatch(loop.stderr, /undefined/);

@@ -1,6 +1,7 @@
 // The files a kubeconfig names (certificate-authority, client-certificate, client-key,
 // token-file) against the RBAC stand-in (test/helpers/kube-standin.ts): read bounded, regular
-// files only, relative to the kubeconfig's directory; an exec plugin refused with one line.
+// files only, relative to the kubeconfig's directory; an exec plugin or an auth-provider's
+// cmd-path refused with one line.
 import t from 'tap';
 import path from 'node:path';
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
@@ -45,6 +46,20 @@ t.test('a FIFO as client-certificate, an exec plugin: one line KUBECONFIG, at on
   t.equal(errorCode(exec.stderr), 'KUBECONFIG', exec.stderr);
   t.match(exec.stderr, /exec plugin, which bundle cluster does not run/);
   t.equal(exec.stderr.trimEnd().split('\n').length, 1);
+});
+
+t.test('an auth-provider that runs a command (gcp cmd-path) is one line KUBECONFIG at once; one with a static token is used', async (t) => {
+  allReady();
+  const started = Date.now();
+  const gcp = await status(await kubeconfig('gcp-cmd', ['auth-provider: { name: gcp, config: { cmd-path: sleep, cmd-args: "100", token-key: "{.token}", expiry-key: "{.expiry}" } }']));
+  t.equal(gcp.code, 1, gcp.stderr);
+  t.equal(errorCode(gcp.stderr), 'KUBECONFIG', gcp.stderr);
+  t.match(gcp.stderr, /user u's auth-provider gcp runs a command \(cmd-path\).*oc create token/);
+  t.equal(gcp.stderr.trimEnd().split('\n').length, 1);
+  t.ok(Date.now() - started < 20_000, 'refused before running the command');
+  // client-node sends a gcp access-token as it is while it has no expiry: nothing runs
+  const token = await status(await kubeconfig('gcp-token', ['auth-provider: { name: gcp, config: { access-token: admin-token } }']));
+  t.equal(token.code, 0, token.stderr);
 });
 
 t.test('a kubectl proxy style server (plain http on 127.0.0.1, no insecure-skip-tls-verify) is used; plain http elsewhere is one line', async (t) => {

@@ -182,4 +182,9 @@ t.test('rollup: a node whose runtime lost images it loaded (status.runtime) is n
   t.equal(r.ready, false);
   t.match(nextSteps(r), /plug the stick into b/, 'a stick brings them back');
   t.ok(rollup(['a'].map(n), [st('a', [])], undefined, undefined, now).ready, 'nothing missing: ready');
+  const notPreloaded = st('a', ['quay.io/acme/db:1']);
+  notPreloaded.status.conditions = [{ type: 'Ready', status: 'True', reason: 'NotPreloaded' }];
+  t.notOk(rollup(['a'].map(n), [notPreloaded], undefined, undefined, now).rows[0]!.lacking, 'preload.method none: nothing was loaded to lack');
+  const loading = { ...st('a', ['quay.io/acme/db:1']), status: { ...st('a', ['quay.io/acme/db:1']).status, phase: 'Preloading' } };
+  t.notOk(rollup(['a'].map(n), [loading], undefined, undefined, now).rows[0]!.lacking, 'mid-load: not said to lack what it is loading');
 });

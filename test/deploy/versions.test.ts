@@ -1,3 +1,4 @@
+// tier: unit
 // The release's own version comes from one place (issue #39): every package.json of the
 // workspace says the same (scripts/package.mjs names the agent's tarballs and image tags after
 // agent/package.json, the bundle and bundle-deploy tarballs after builder/package.json; each

@@ -1,3 +1,4 @@
+// tier: unit
 // bundle.json's charts (Helm charts served by the node, never pulled): held to images[]'s shape,
 // each manifest among the blobs; absent when empty. A reader that predates the field ignores it
 // (the frozen 0.1.0 reader: test/builder/charts.test.ts), so it needs no format version.

@@ -1,3 +1,4 @@
+// tier: unit
 // The fixtures themselves: crafting a valid bundle's entries gives back its exact bytes,
 // so every bad archive the rejection tests build differs from a good one only where intended.
 import t from 'tap';

@@ -1,3 +1,4 @@
+// tier: unit
 // Deltas (#27): a bundle whose signed bundle.json lists every blob, names its base by the digest
 // of the base's bundle.json, and marks the blobs it does not carry. It verifies on its own (every
 // carried blob checked); extracting it fills the rest from a base source, each blob held to the

@@ -1,3 +1,4 @@
+// tier: unit
 // The readers hold every tar header to canonicalHeader's bytes: it must be exactly what the
 // writer's packer (tar-stream, fed writer.ts's fixed metadata) writes, at every size,
 // including the GNU base-256 sizes from 8 GiB on, which no test bundle is big enough to reach.

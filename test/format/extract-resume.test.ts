@@ -1,3 +1,4 @@
+// tier: unit
 // Resuming an extraction cut short (a stick pulled, EIO, a stop): the entries verified before the
 // cut stay in the partial directory under a marker naming the bundle (the digest of its signed
 // bundle.json); the same bundle extracted again re-hashes them, reads only the frames of what is

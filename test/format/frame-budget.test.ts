@@ -1,3 +1,4 @@
+// tier: unit
 // The budget of decoded frames shared by a random reader's streams (issue #24): it holds with
 // many streams in parallel, waiters are served in order, a stream destroyed while waiting or
 // while holding a frame gives its share back, one frame larger than the budget still proceeds,

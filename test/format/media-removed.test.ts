@@ -1,3 +1,4 @@
+// tier: unit
 // The stick pulled out mid-copy, as the reader sees it: the file stops delivering bytes after
 // bundle.json was trusted and staging began. Extraction must fail with TRUNCATED (or IO_ERROR
 // when the device errors) and leave nothing of the bundle behind.

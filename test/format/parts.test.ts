@@ -1,3 +1,4 @@
+// tier: unit
 // A bundle split into NAME.bundle.part-001-of-NNN files reads, through PartsSource, exactly as
 // the one file: the same verdict and whole-file digest, the same head, the same extracted
 // layout, random reads of frames that straddle two parts. A part set that is not the bundle

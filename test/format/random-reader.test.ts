@@ -1,3 +1,4 @@
+// tier: unit
 // BundleRandomReader: reads entries through the (untrusted) seek index, checking each against
 // the trusted bundle.json; byte ranges across frame boundaries; media changed after verification.
 import t, { type Test } from 'tap';

@@ -1,3 +1,4 @@
+// tier: unit
 // bundle.json release.signatures (docs/FORMAT.md, "Release signatures"): each names a listed blob
 // of the release signature media type; readReleaseSignatures returns their bytes only once the
 // bundle is trusted and each blob matches its signed digest.

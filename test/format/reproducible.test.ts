@@ -1,3 +1,4 @@
+// tier: unit
 // Same inputs, same bytes: with Ed25519 (deterministic signatures) the whole file; with ECDSA
 // everything but the signature.
 import t, { type Test } from 'tap';

@@ -1,3 +1,4 @@
+// tier: unit
 // NAME.bundle.sha256 is written before the bundle is renamed into place: when the sidecar cannot
 // be written, no new bundle appears (a failed run must not leave a bundle that looks finished).
 import t from 'tap';

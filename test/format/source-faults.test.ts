@@ -1,3 +1,4 @@
+// tier: unit
 // The BundleSource seam: the readers above it report a failing source exactly as they report the
 // same fault in a file. Each fault is injected by the in-memory double (test/helpers/memory-source.ts),
 // whose identity is the file's path, and compared with the file itself given the same fault: cut

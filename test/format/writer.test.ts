@@ -1,3 +1,4 @@
+// tier: unit
 // writeBundle's own refusals: a blob file that is not what its digest says, missing files;
 // and that a failed write leaves neither the output nor its temp files behind.
 import t, { type Test } from 'tap';

@@ -1,3 +1,4 @@
+// tier: unit
 import t from 'tap';
 import { escapeControls, firstLine } from '@offline-bundle/host';
 

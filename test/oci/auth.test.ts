@@ -1,3 +1,4 @@
+// tier: unit
 // AuthStore and defaultAuthFiles: containers-auth.json(5) lookup rules.
 import t, { type Test } from 'tap';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';

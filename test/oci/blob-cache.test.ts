@@ -1,3 +1,4 @@
+// tier: unit
 // BlobCache: content-addressed blobs with verified, resumable downloads.
 import t, { type Test } from 'tap';
 import { createHash } from 'node:crypto';

@@ -1,3 +1,4 @@
+// tier: unit
 // readLayerFiles: the files an image's layers hold, as its filesystem shows them (later layers
 // override, whiteouts hide) and bounded (each file, and all files read from one image together).
 import t from 'tap';
@@ -37,7 +38,7 @@ t.test('all files read from one image together are bounded, the error names the 
   const big = Buffer.alloc(MAX_LAYER_FILE_BYTES - 1024, 0x20);
   // each file is under the per-file bound; five together are over the total
   const layers = [await layer({ 'configs/1.json': big, 'configs/2.json': big }), await layer({ 'configs/3.json': big, 'configs/4.json': big, 'configs/5.json': big })];
-  await t.rejects(readLayerFiles(open(layers), (n) => n.startsWith('configs/'), 'quay.io/x/cat:1'), { code: 'FILE_TOO_LARGE', message: /quay\.io\/x\/cat:1: the files read from its layers exceed 64 MiB together \(at configs\/5\.json\)/ });
+  await t.rejects(readLayerFiles(open(layers), (n) => n.startsWith('configs/'), 'quay.io/x/cat:1'), { code: 'FILE_TOO_LARGE', message: /quay\.io\/x\/cat:1: the files read from its layers exceed 64 MiB together \(at "configs\/5\.json"\)/ });
   const four = await readLayerFiles(open(layers.slice(0, 1)), (n) => n.startsWith('configs/'), 'quay.io/x/cat:1');
   t.equal(four.size, 2, 'under the bound all are read');
 });

@@ -1,3 +1,4 @@
+// tier: unit
 // parseManifest (media type detection and validation) and platform helpers.
 import t from 'tap';
 import { formatPlatform, MediaType, normalizeArch, parseManifest, parsePlatform, platformMatches } from '@offline-bundle/oci';

@@ -1,3 +1,4 @@
+// tier: unit
 // parseReference / formatReference: normalization the way docker and
 // containers/image do it, and INVALID_REFERENCE for everything else.
 import t from 'tap';

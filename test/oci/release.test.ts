@@ -1,3 +1,4 @@
+// tier: unit
 // readReleasePayload: release-manifests/image-references and release-metadata
 // read from an OpenShift release image's layers.
 import t from 'tap';

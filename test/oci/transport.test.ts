@@ -1,3 +1,4 @@
+// tier: unit
 // parseSourceSpec: "transport:rest[=NAME]" source specifications.
 import t from 'tap';
 import { parseSourceSpec } from '@offline-bundle/oci';

@@ -1,3 +1,4 @@
+// tier: unit
 // layoutRange, the read-ahead stream every layout store serves from (serve DIR, the agent's
 // staging): exact bytes for any range across its read units, the re-check holding back the
 // whole chunk that no longer matches (and nothing before it), and the file closed however the

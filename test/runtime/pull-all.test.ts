@@ -1,3 +1,4 @@
+// tier: unit
 // Unit test of pullAll's loop only (concurrency bound, retries with backoff, NO_SPACE stop,
 // progress). The client here is a fake, CriImageClient-shaped object: the real PullImage
 // path is covered against a real containerd in containerd.test.ts.

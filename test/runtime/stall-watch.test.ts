@@ -1,3 +1,4 @@
+// tier: unit
 // Unit test of the pull watchdog (preload.stallSeconds): a pull whose image moves no bytes is
 // cancelled with STALLED, which pullAll retries and then reports with the attempts made; a pull
 // whose bytes keep moving is left alone however long it takes. The clock is the test's own (each

@@ -1,3 +1,4 @@
+// tier: unit
 // An API error answer is read only to MAX_API_ERROR_BYTES (cluster-http.ts): what is kept of a
 // Status cut there is the start of its message, decoded, whatever byte the cut fell on.
 import t from 'tap';

@@ -1,3 +1,4 @@
+// tier: unit
 // The technician's line on the node's console: /run/issue.d/bundle-agent.issue under a
 // temporary root, replaced atomically (new inode by rename, no temp file left) and only when
 // the text changes.

@@ -1,3 +1,4 @@
+// tier: unit
 // Contract tests for deploy/: no API server can run here, so the manifests are checked the way
 // the API server would check them: every document parses; the CRD's openAPIV3Schema follows
 // the structural-schema rules and compiles as JSON Schema (ajv); the objects toResource builds

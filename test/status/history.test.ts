@@ -1,3 +1,4 @@
+// tier: unit
 // The version history across two successive bundles: the incoming release is appended and the
 // outgoing one (what the cluster still runs) is kept until the incoming one is complete.
 import t from 'tap';

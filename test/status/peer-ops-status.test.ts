@@ -1,3 +1,4 @@
+// tier: unit
 // What people see of bundles between nodes (issue #22, item 5): the technician's line at the
 // stick node (may the stick go? how many other nodes hold a whole copy), the line of a node
 // fetching from peers, status.peers in the cluster resource (bounded, valid for the CRD), the

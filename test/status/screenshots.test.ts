@@ -1,3 +1,4 @@
+// tier: unit
 // The README's pictures come from scripts/screenshots.mjs (#40 item 4): agents loading a real
 // bundle and reporting to the API stand-in, the real dashboard in Chromium. The script writes
 // docs/img/screenshots.json beside the PNGs: each picture's sha256 and what its rows say. This

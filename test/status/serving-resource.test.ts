@@ -1,3 +1,4 @@
+// tier: unit
 // status.serving and bundle.fromPeers (issue #22): toResource keeps them only when the CRD
 // (deploy/crd.yaml) accepts them, so a bad value never costs the node its whole status, and
 // the CRD refuses what a fetching node would ignore anyway.

@@ -13,10 +13,12 @@ import { showRefusal } from './part-spool-status.js';
 import { startPeers } from './peers.js';
 import { KeptServing, servesUntilComplete } from './kept-serving.js';
 import { RetryKept } from './retry-kept.js';
+import { StickTurn } from './stick-turn.js';
 import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad, showLoadedBefore } from '../load/pipeline.js';
 import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
 import { restoreVanishedImages } from '../releases/restore.js';
+import type { KeptLayout } from '../releases/kept-layout.js';
 import { withLoadLock } from '../load/lock.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 import { publishHoldings } from '../runtime/runtime-checks.js';
@@ -138,6 +140,8 @@ interface Daemon {
   agentVersion: string;
   /** One thing at a time in this process: a load, a re-merge of the CRI-O pins, a retried unpin. */
   exclusive: Exclusive;
+  /** A load of a found bundle goes first: a fetch from peers under way stops for it. */
+  sticks: StickTurn;
   /** The parts of a split bundle collected from sticks plugged one after another. */
   spool: PartSpool;
   /** A loaded release is served until the cluster completed it (KeptServing.enabled). */
@@ -173,10 +177,10 @@ async function settleSwitchAtStart(d: Daemon): Promise<AgentSwitchRecord | undef
  * pointing at a registry that is gone. Skipped while a `bundle-agent load` holds the lock.
  * Returns the unpin still pending (the lock was busy).
  */
-async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): Promise<{ pending?: AgentSwitchRecord; hashed: Set<string> }> {
+async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): Promise<{ pending?: AgentSwitchRecord; checked: Map<string, KeptLayout> }> {
   const { config, log, tracker, agentVersion, signal } = d;
   let pending = unpin;
-  let hashed = new Set<string>();
+  let checked = new Map<string, KeptLayout>();
   await withLoadLock(config.paths.stateDir, async () => {
     const cleaner = runtimeTarget(config, log);
     try {
@@ -184,7 +188,7 @@ async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): 
       // the previous agent image loses the switch's pin (the pins change: under the lock)
       if (pending) await unpinPreviousAgent({ config, log, tracker, runtime: cleaner, agentVersion }, pending);
       pending = undefined;
-      hashed = await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
+      checked = await restoreVanishedImages({ config, log, tracker, runtime: cleaner, signal });
       // what the runtime holds now (a crio-wipe may have taken it since the last load), for bundle cluster check
       const pins = [...(await cleaner.pinnedRefs().catch(() => new Set<string>()))];
       await publishHoldings(await cleaner.inspector().catch(() => undefined), tracker, pins, log);
@@ -192,7 +196,7 @@ async function cleanUpAtStart(d: Daemon, unpin: AgentSwitchRecord | undefined): 
       await cleaner.close();
     }
   }).catch((err) => log.warn('start', `start-up cleanup skipped: ${oneLine(err)}`));
-  return { ...(pending ? { pending } : {}), hashed };
+  return { ...(pending ? { pending } : {}), checked };
 }
 
 /** The lock was busy at start (a `bundle-agent load` beside us): the unpin is tried again until it is done. */
@@ -284,17 +288,33 @@ export class BundleQueue {
 /** Phases in which no load is under way: a note about the media may stand beside them. */
 const RESTING: ReadonlySet<string> = new Set(['Idle', 'Ready', 'Failed']);
 
-/** A bundle file on the media that is cut short (the watcher waits for it to change): a condition the technician's line reads, gone with the file. */
-function sayCutShort(d: Daemon, files: string[]): void {
-  const cur = d.tracker.current;
-  const noted = cur.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'IncompleteFile');
-  if (files.length === 0) {
-    if (noted) d.tracker.update((s) => { s.conditions = s.conditions.filter((c) => !(c.type === 'MediaDetected' && c.reason === 'IncompleteFile')); });
-    return;
+/**
+ * Bundle files on the media found cut short (the watcher waits for them to change), as a note
+ * the technician's line reads: a condition of its own type, so it displaces no other (a part
+ * set being collected, a forgotten release), shown while no load runs and again after one.
+ */
+class CutShortNote {
+  private files: string[] = [];
+
+  constructor(private readonly tracker: StatusTracker) {}
+
+  set(files: string[]): void {
+    this.files = files;
+    this.show();
   }
-  if (!RESTING.has(cur.phase)) return;
-  const named = files.length > 1 ? `${files[0]} (and ${files.length - 1} more)` : files[0];
-  d.tracker.condition('MediaDetected', 'False', 'IncompleteFile', `${named} is cut short (no seek table at its end): it is not loaded; copy it again and wait until the copy has finished`);
+
+  /** Puts the note in the status, or takes it out, as the files last said; a load under way is left alone. */
+  show(): void {
+    const cur = this.tracker.current;
+    const noted = cur.conditions.some((c) => c.type === 'MediaIncomplete');
+    if (this.files.length === 0) {
+      if (noted) this.tracker.update((s) => { s.conditions = s.conditions.filter((c) => c.type !== 'MediaIncomplete'); });
+      return;
+    }
+    if (!RESTING.has(cur.phase)) return;
+    const named = this.files.length > 1 ? `${this.files[0]} (and ${this.files.length - 1} more)` : this.files[0];
+    this.tracker.condition('MediaIncomplete', 'True', 'IncompleteFile', `${named} has no seek table at its end (cut short, or altered): it is not loaded; copy it again and wait until the copy has finished`);
+  }
 }
 
 /** A bundle of a release forgotten on this node is not loaded from media: says so, and how to load it. */
@@ -332,7 +352,7 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
     return done === 'loaded' ? { loaded: true } : undefined;
   }
   try {
-    await d.exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion, servesAfter: d.serves }));
+    await d.sticks.take(() => d.exclusive(() => runLoad(next.file, { config, log, tracker, runtime, media: next.media, signal, agentVersion, servesAfter: d.serves })));
     return { loaded: true };
   } catch (err) {
     // a `bundle-agent load` by hand holds the lock: this bundle is tried again once it is free
@@ -369,7 +389,7 @@ async function loadFound(d: Daemon, next: FoundBundle, before: Map<string, Bundl
 /** Some parts of a split bundle on a stick: copied into the spool; loaded from there once it holds every part. */
 async function collectParts(d: Daemon, next: FoundBundle & { partial: { dir: string; names: string[] } }, before: Map<string, BundleRecord>, queue: BundleQueue): Promise<void> {
   const stick = { dir: next.partial.dir, names: next.partial.names, media: next.media };
-  const outcome = await d.exclusive(() => d.spool.collect(stick, d.tracker, d.signal)).catch((err: unknown) => {
+  const outcome = await d.sticks.take(() => d.exclusive(() => d.spool.collect(stick, d.tracker, d.signal))).catch((err: unknown) => {
     showRefusal(d.tracker, d.log, { file: next.file, media: next.media }, err);
     return undefined;
   });
@@ -393,8 +413,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
   const spool = new PartSpool(config.paths.upgradeDir, config.space.reserveBytes, log, config.paths.imageStoreDir);
-  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, spool, serves: servesUntilComplete(config) };
-  const { pending: unpinPending, hashed: hashedAtStart } = await cleanUpAtStart(d, await settleSwitchAtStart(d));
+  const d: Daemon = { config, log, tracker, signal, agentVersion: opts.agentVersion ?? TOOL_VERSION, exclusive, sticks: new StickTurn(), spool, serves: servesUntilComplete(config) };
+  const { pending: unpinPending, checked: checkedAtStart } = await cleanUpAtStart(d, await settleSwitchAtStart(d));
   const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
   // What was decided before this start: offered again by the first scan, left alone once (a
   // stick plugged in again is a new request, and is loaded).
@@ -402,13 +422,15 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   const watcher = new MediaWatcher({ roots: config.media.roots, watchDirs: config.media.watchDirs, pollSeconds: config.media.pollSeconds, log });
   const queue = new BundleQueue(config.media.pollSeconds);
   watcher.on('bundle', (b) => queue.offer(b));
-  watcher.on('incomplete', (files) => sayCutShort(d, files));
+  const cutShort = new CutShortNote(tracker);
+  watcher.on('incomplete', (files) => cutShort.set(files));
+  tracker.onChange((s) => { if (RESTING.has(s.phase) && !s.conditions.some((c) => c.type === 'MediaIncomplete')) cutShort.show(); });
   // a spool left whole by a stop before its load: loaded now
   const spooled = await spool.startUp(tracker).catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
   if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
   // after the start-up restore: a release loaded but not yet run is served again before the kubelet asks for it
-  const kept = new KeptServing({ ...d, hashedAtStart });
+  const kept = new KeptServing({ ...d, checkedAtStart });
   await kept.start();
   // copies kept after a failed load (before this start too) are loaded again with no stick
   const retries = new RetryKept(d, () => kept.afterLoad());

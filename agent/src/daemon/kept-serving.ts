@@ -14,7 +14,7 @@ import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { withLoadLock } from '../load/lock.js';
 import { compareVersions } from '../load/policy.js';
-import { openKeptLayout } from '../releases/kept-layout.js';
+import { openKeptLayout, type KeptLayout } from '../releases/kept-layout.js';
 import { loadedAhead, newestRun } from '../releases/loaded-ahead.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
 import { forgetServing, readServing, writeServing } from '../releases/serving-state.js';
@@ -28,8 +28,8 @@ export interface KeptServingDeps {
   signal: AbortSignal;
   /** The daemon's one-task-at-a-time queue: a check never runs beside a load of this process. */
   exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
-  /** Layouts the start-up restore hashed whole: the first serve of one does not read it all again (before the kubelet may start). */
-  hashedAtStart?: Set<string>;
+  /** Layouts the start-up restore checked and hashed, by path: the first check serves one without reading it all again (before the kubelet may start); its chunk digests still hold every byte served. */
+  checkedAtStart?: Map<string, KeptLayout>;
 }
 
 interface Served {
@@ -82,8 +82,9 @@ export class KeptServing {
   async start(): Promise<void> {
     if (!this.enabled) return;
     await this.d.exclusive(() => this.check());
-    // what start-up hashed vouches for the first serve only, not for one an hour later
-    this.d.hashedAtStart?.clear();
+    // what start-up opened is for the first check only; a later serve checks the layout anew
+    for (const k of this.d.checkedAtStart?.values() ?? []) await k.store.close();
+    this.d.checkedAtStart?.clear();
     this.timer = setInterval(() => {
       // one check at a time: a slow one (a layout hashed before it is served) is not queued behind again
       if (!this.checking) void this.d.exclusive(() => this.check());
@@ -218,9 +219,11 @@ export class KeptServing {
   private async serve(rec: ReleaseRecord): Promise<void> {
     const { config, log } = this.d;
     const layout = rec.layout!;
-    // checked against what was loaded, every blob hashed again (unless the start-up restore just did): the disk is not trusted since the load, least of all after a crash
-    const hashedBefore = this.d.hashedAtStart?.delete(layout) ?? false;
-    const { manifest, store } = await openKeptLayout(config, { ...rec, layout }, hashedBefore);
+    // checked against what was loaded, every blob hashed again (or by the start-up restore a moment ago, its chunk digests kept): the disk is not trusted since the load, least of all after a crash
+    const pre = this.d.checkedAtStart?.get(layout);
+    this.d.checkedAtStart?.delete(layout);
+    const hashedBefore = !!pre && pre.identity === rec.identity;
+    const { manifest, store } = hashedBefore ? pre : await openKeptLayout(config, { ...rec, layout });
     if (this.ending) return;
     const catalog = catalogOf(manifest);
     const registry = await startRegistry({ store, catalog });
@@ -239,7 +242,7 @@ export class KeptServing {
     const configAtLoad = before?.version === rec.version ? before.configAtLoad : this.node?.currentConfig;
     await writeServing(config.paths.stateDir, { version: rec.version, layout, ...(configAtLoad ? { configAtLoad } : {}) });
     this.say(this.served);
-    const hashNote = hashedBefore ? ' (its blobs were hashed by the start-up restore, not read again)' : '';
+    const hashNote = hashedBefore ? ' (checked and hashed by the start-up restore, not read again)' : '';
     log.info('serving', `serving ${rec.version} on ${registry.address} from ${layout} until the upgrade to it is over on this node${hashNote}`, { version: rec.version, address: registry.address });
   }
 

@@ -97,8 +97,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
   /** Refusals logged, by directory (and set): said once while they stay. */
   private readonly warned = new Map<string, string>();
   private scanning = false;
-  /** The files found cut short at the last scan (stable, quiet, no seek table at their end), as last emitted. */
-  private cutShort = '';
+  /** The files found cut short at the last scan (stable, quiet, no seek table at their end), as last emitted; undefined before the first scan, which always says (a note restored from before a restart is then cleared). */
+  private cutShort: string | undefined;
   private readonly quietMs: number;
   private readonly now: () => number;
   /** Filesystem work done so far, for tests and for the bound in SECURITY.md. */
@@ -174,6 +174,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
     try {
       all = await readdir(dir);
     } catch {
+      // gone (a watched directory removed): what was seen in it goes too
+      for (const file of this.looks.keys()) if (dirname(file) === resolve(dir)) this.looks.delete(file);
       return;
     }
     let names = all.filter(isBundleName).sort();

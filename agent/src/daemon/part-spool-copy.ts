@@ -2,10 +2,10 @@
 // hashed on the way, written under a hidden temporary name, fsynced and renamed into place, so
 // the spool holds whole parts or none of a part.
 import { createHash } from 'node:crypto';
-import { open, rename, rm } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { FileHandle } from 'node:fs/promises';
-import { openRegularFile, syncDirBestEffort } from '@offline-bundle/host';
+import { createExclusive, openRegularFile, syncDirBestEffort } from '@offline-bundle/host';
 import { AgentError, oneLine } from '../errors.js';
 
 /** One read from a stick: large reads matter on USB media; all the memory a copy holds. */
@@ -62,7 +62,7 @@ export function hashPart(p: PartRead): Promise<string> {
 /** Copies the part to `dest` (temp, fsync, rename, directory fsync); returns its sha256. Leaves no temp file on any failure. */
 export async function copyPart(p: PartRead, dest: string): Promise<string> {
   const tmp = tempNameOf(dest);
-  const out = await open(tmp, 'w', 0o600).catch((err: NodeJS.ErrnoException) => {
+  const out = await createExclusive(tmp, 0o600).catch((err: NodeJS.ErrnoException) => {
     const why = err.code === 'ENAMETOOLONG' ? 'the name is too long for this node\'s filesystem: rename the bundle to a shorter name, split it again' : `${oneLine(err)}: free space on this node or ask the administrator to check its disk`;
     throw new AgentError(err.code === 'ENOSPC' || err.code === 'EDQUOT' ? 'InsufficientSpace' : 'StagingFailed', `cannot create ${tmp} to copy ${p.label} into: ${why}, then plug the stick in again`, { cause: err });
   });

@@ -13,6 +13,7 @@ import { startPeerServer, type RunningPeerServer } from '../peers/peer-server.js
 import { PeerService } from '../peers/peer-service.js';
 import { loadPeerCredentials } from '../peers/peer-tls.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
+import type { StickTurn } from './stick-turn.js';
 
 /** How often the approvals are looked at, at least. */
 const MIN_PEER_POLL_MS = 5000;
@@ -34,6 +35,8 @@ export interface PeerDaemon {
   signal: AbortSignal;
   agentVersion: string;
   exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** Loads of found bundles (sticks, the drop directory): a fetch from peers gives way to them. */
+  sticks?: StickTurn;
   /** A loaded release is served until the cluster completed it: a fetched layout is kept for that. */
   serves?: boolean;
   /** Tests: a shorter retry of a failed start, a shorter look at the approvals. */
@@ -81,6 +84,7 @@ class DaemonPeerRunner implements DaemonPeers {
   constructor(private readonly d: PeerDaemon) {
     // a sink stays for the tracker's life: once stopped it does nothing
     d.tracker.onChange((s) => { if (!this.stopped) this.running?.server.setPaused(pausesServing(d.config, s)); });
+    d.sticks?.onTake(() => this.running?.service.yieldToStick());
   }
 
   /** Starts the server, or says why not and tries again later. */
@@ -145,8 +149,8 @@ class DaemonPeerRunner implements DaemonPeers {
     this.publishing ??= this.publish().catch((err: unknown) => this.d.log.warn('peers', `cannot count the other nodes' copies: ${oneLine(err)}`)).finally(() => { this.publishing = undefined; });
     if (this.task) return;
     const { service } = this.running;
-    // queued behind a stick's load, it may start after a stop: it then does nothing
-    this.task = this.d.exclusive(async () => { if (!this.d.signal.aborted && !this.stopped) await service.syncOnce(this.d.signal); })
+    // queued behind a stick's load, it may start after a stop, or before a stick's load that waits: it then does nothing
+    this.task = this.d.exclusive(async () => { if (!this.d.signal.aborted && !this.stopped && !this.d.sticks?.pending) await service.syncOnce(this.d.signal); })
       .then(() => this.publish(), (err: unknown) => this.d.log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
       .finally(() => { this.task = undefined; });
   }

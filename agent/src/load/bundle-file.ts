@@ -105,9 +105,10 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
  * finish, a stick pulled early). Said before any byte is copied, rather than after a pass that
  * showed the cut file's size as the bundle's.
  */
-export async function assertWhole(source: BundleSource, file: string): Promise<void> {
+export async function assertWhole(source: BundleSource): Promise<void> {
   if (await endsWithSeekTable(source)) return;
-  throw new AgentError('Truncated', `${basename(file)} is cut short: ${formatBytes(source.size)} with no seek table at its end (the copy did not finish, or the stick was pulled early); copy the bundle again and wait until the copy has finished`);
+  // a part set's identity names the set ("DIR/NAME.bundle (3 parts)"), not the part given
+  throw new AgentError('Truncated', `${basename(source.identity)} is cut short: ${formatBytes(source.size)} with no seek table at its end (the copy did not finish, the stick was pulled early, or the file was altered); copy the bundle again and wait until the copy has finished`);
 }
 
 // The file itself vanishing (its stick pulled, or deleted) while the load reads it

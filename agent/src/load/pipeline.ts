@@ -233,7 +233,7 @@ const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOr
   await assertBundleFile(file);
   const source = await openSource();
   const head = await readHeader(source);
-  await assertWhole(source, file);
+  await assertWhole(source);
   return { head, source };
 };
 

@@ -17,6 +17,7 @@ import { syncPath } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import { AgentError } from '../errors.js';
 import type { PeerCounters } from './peer-counters.js';
+import { FREE_BUSY_ANSWERS, MAX_REQUESTS_PER_ENTRY, MIN_BLOB_RATE, guardRate, type MinRate } from './peer-bounds.js';
 import { PeerFault, type PeerClient } from './peer-client.js';
 import { holds, rarestFirst, rotated, weightedPick, type Holder } from './peer-choice.js';
 import { bundleUrl } from './peer-head.js';
@@ -50,6 +51,12 @@ interface Peer extends Holder {
   busy: boolean;
   dead: boolean;
   notBefore: number;
+  /** Digests it failed in this fetch (404, too slow): it is not asked for them again. */
+  failed: Set<string>;
+  /** It said it was complete and lacked a blob: from then on only its listing's word counts. */
+  demoted: boolean;
+  /** 503s in a row: free up to freeBusyAnswers; the next counts as a failed try and drops the peer from this fetch. */
+  busyStreak: number;
 }
 
 export interface BlobFetchOptions {
@@ -70,6 +77,10 @@ export interface BlobFetchOptions {
   refreshMs?: number;
   /** Where this node starts in the blob list and which holder it asks (default Math.random; tests: a fixed sequence). */
   random?: () => number;
+  /** The least a blob transfer must bring in (default MIN_BLOB_RATE): a slower peer is cut and the blob asked of another. */
+  minRate?: MinRate;
+  /** 503s in a row a peer may answer before it is dropped from this fetch (default FREE_BUSY_ANSWERS). */
+  freeBusyAnswers?: number;
   onPlaced: (entry: LayoutEntry) => void;
   onBytes: (n: number) => void;
 }
@@ -100,6 +111,9 @@ export class BlobFetch {
   private readonly running = new Set<Promise<void>>();
   private failure: unknown;
   private readonly maxAttempts: number;
+  /** Blob requests made, and how many the fetch may make in all. */
+  private requests = 0;
+  private readonly maxRequests: number;
   /** When a peer's listing last grew: a peer still fetching is waited for while it does. */
   private lastGrowth = Date.now();
   /** When the partial peers' listings were last read. */
@@ -118,12 +132,13 @@ export class BlobFetch {
     // nodes fetching together each begin elsewhere: they soon hold different blobs to give each other
     this.queue = rotated(entries, this.random).map((entry) => ({ entry, got: 0, hash: newSha256(), bytesBy: new Map(), attempts: 0 }));
     this.maxAttempts = 3 + 2 * peers.length;
+    this.maxRequests = MAX_REQUESTS_PER_ENTRY * entries.length;
   }
 
   private addPeers(peers: PeerEndpoint[]): void {
     for (const ep of peers) {
       if (this.peers.has(ep.node) || this.opts.counters.suspect.has(ep.node)) continue;
-      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busyAt: 0, busy: false, dead: false, notBefore: 0 });
+      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busyAt: 0, busy: false, dead: false, notBefore: 0, failed: new Set(), demoted: false, busyStreak: 0 });
     }
   }
 
@@ -131,9 +146,14 @@ export class BlobFetch {
     return [...this.peers.values()].filter((p) => !p.dead && !this.opts.counters.suspect.has(p.ep.node));
   }
 
+  /** Whether `p` may be asked for `digest`: it holds it, and did not fail it in this fetch. */
+  private offers(p: Peer, digest: string): boolean {
+    return holds(p, digest) && !p.failed.has(digest);
+  }
+
   /** A free peer that holds `digest` (peer-choice.ts: a peer still fetching before a complete one, a busy one avoided). */
   private pick(digest: string, usable: Peer[], now: number): Peer | undefined {
-    return weightedPick(usable.filter((p) => !p.busy && p.notBefore <= now && holds(p, digest)), now, this.random);
+    return weightedPick(usable.filter((p) => !p.busy && p.notBefore <= now && this.offers(p, digest)), now, this.random);
   }
 
   /** Every entry fetched and in place, or the reason none can be. */
@@ -196,7 +216,7 @@ export class BlobFetch {
     const stale = usable.some((p) => p.have) && now - this.lastLook > FRESH_BEFORE_COMPLETE_MS;
     let deferred: 'stale' | undefined;
     // what few peers hold first: blobs only the stick node holds go to it, the rest to the others
-    for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => holds(p, j.entry.digest)).length)) {
+    for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => this.offers(p, j.entry.digest)).length)) {
       if (this.running.size >= this.opts.streams) break;
       const peer = this.pick(job.entry.digest, usable, now);
       if (!peer) continue;
@@ -223,12 +243,13 @@ export class BlobFetch {
       return;
     }
     const before = this.usable().length;
-    const held = (d: string) => this.usable().some((p) => !p.have || p.have.has(d));
+    const held = (d: string) => this.usable().some((p) => this.offers(p, d));
     this.addPeers(await this.opts.refreshPeers());
     await this.refreshHave();
     if (this.queue.some((j) => held(j.entry.digest))) return;
     // fan-out: a peer that is itself fetching serves each blob once it verified it
-    if (this.usable().some((p) => p.have) && Date.now() - this.lastGrowth < this.opts.stallMs) {
+    // one that lied about being complete is not waited for
+    if (this.usable().some((p) => p.have && !p.demoted) && Date.now() - this.lastGrowth < this.opts.stallMs) {
       await sleep(HAVE_POLL_MS, undefined, { signal: this.opts.signal });
       return;
     }
@@ -237,7 +258,9 @@ export class BlobFetch {
     if (all.length && all.every((n) => this.opts.counters.suspect.has(n))) {
       throw new AgentError('PeersSuspect', `every peer (${all.join(', ')}) served bytes that do not match the signed bundle.json: check those nodes, or bring the bundle on a stick`);
     }
-    const why = before === 0 ? 'no peer is reachable' : `no reachable peer holds ${missing.path}`;
+    const busy = [...this.peers.values()].filter((p) => p.busyStreak > this.freeBusy()).map((p) => p.ep.node);
+    const unreachable = busy.length ? `every peer is dropped (${busy.join(', ')} answered busy ${this.freeBusy() + 1} times in a row)` : 'no peer is reachable';
+    const why = before === 0 ? unreachable : `no reachable peer holds ${missing.path}`;
     throw new AgentError('NoPeerHasBundle', `${why} (${this.queue.length} of the bundle's files still missing; peers: ${all.join(', ') || 'none'}): wait for a node that holds the bundle, or bring it on a stick`);
   }
 
@@ -252,20 +275,24 @@ export class BlobFetch {
   }
 
   private async readListings(): Promise<void> {
-    await Promise.all(this.usable().filter((p) => p.have).map(async (p) => {
+    // each under PeerClient.small's deadline: a listing that drips holds this look that long, once
+    const reads = await Promise.allSettled(this.usable().filter((p) => p.have).map(async (p) => {
       try {
         const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.lookSignal);
         const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown };
         const before = p.have?.size ?? 0;
-        p.have = parsed.complete === true ? undefined : new Set(Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : []);
+        const listed = Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : [];
+        p.have = parsed.complete === true && !p.demoted ? undefined : new Set(listed);
         if (!p.have || p.have.size > before) this.lastGrowth = Date.now();
       } catch (err) {
         if (this.lookSignal.aborted) throw err;
-        // no listing at all: it does not hold this bundle (any more)
-        if (err instanceof PeerFault && err.kind === 'missing') p.dead = true;
+        // no listing at all: it does not hold this bundle (any more); one too slow to list would hold every look
+        if (err instanceof PeerFault && (err.kind === 'missing' || err.kind === 'slow')) p.dead = true;
         else this.fault(p, err);
       }
     }));
+    const stopped = reads.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (stopped) throw stopped.reason;
   }
 
   private fault(peer: Peer, err: unknown): void {
@@ -281,12 +308,17 @@ export class BlobFetch {
   }
 
   /**
-   * A 404 for one blob: a peer still fetching does not hold it yet (or dropped its fetch; its
-   * listing will say), one that said it was complete does not hold what it said: neither is suspect.
+   * A 404 for one blob: a peer still fetching listed what it does not hold (or dropped its
+   * fetch; its listing will say), one that said it was complete does not hold what it said. It
+   * is not asked for that blob again in this fetch; a complete one is demoted to what it lists.
    */
   private lacks(peer: Peer, digest: string): void {
+    peer.failed.add(digest);
     if (peer.have) peer.have.delete(digest);
-    else peer.have = new Set();
+    else {
+      peer.have = new Set();
+      peer.demoted = true;
+    }
   }
 
   private suspect(peer: Peer): void {
@@ -299,17 +331,22 @@ export class BlobFetch {
 
   private async transfer(job: Job, peer: Peer): Promise<void> {
     job.attempts++;
+    this.spend();
     const node = peer.ep.node;
     const url = `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${job.entry.digest}`;
     let out: WriteStream | undefined;
+    let unguard: () => void = () => undefined;
     try {
       const res = await this.opts.client.get(url, this.opts.signal, job.got ? { range: `bytes=${job.got}-` } : {});
+      peer.busyStreak = 0;
       // a peer that ignores the range sends the whole blob: start it over
       if (job.got && res.statusCode !== 206) this.reset(job);
       else if (job.got && !String(res.headers['content-range'] ?? '').startsWith(`bytes ${job.got}-`)) {
         res.destroy();
         throw new PeerFault('refused', `${node} answered a range from ${job.got} with ${String(res.headers['content-range'])}`);
       }
+      // from where the answer starts (a peer that ignored the range starts the blob over)
+      unguard = guardRate(res, () => job.got, job.entry.size, this.opts.minRate ?? MIN_BLOB_RATE, `${node} sending ${job.entry.path}`);
       out = createWriteStream(this.temp(job), { flags: job.got ? 'a' : 'w' });
       await pipeline(res, hashing(job, node, this.opts.onBytes), out);
     } catch (err) {
@@ -317,14 +354,9 @@ export class BlobFetch {
       // lands, it would sit in the file unhashed, under bytes the next sender's Range overwrites
       if (out && !out.closed) await once(out, 'close').catch(() => undefined);
       if (this.opts.signal.aborted || localFailure(err)) throw err;
-      const kind = err instanceof PeerFault ? err.kind : 'cut';
-      if (kind === 'missing') this.lacks(peer, job.entry.digest);
-      else this.fault(peer, err);
-      // waiting for a slot or asking the wrong peer is no failed try
-      if (kind === 'busy' || kind === 'missing') job.attempts--;
-      if (kind === 'refused') await this.restart(job);
-      else await this.recount(job, node);
-      return this.requeue(job);
+      return this.failed(job, peer, err);
+    } finally {
+      unguard();
     }
     // the response ended early without an error: a cut like any other, its bytes kept
     if (job.got < job.entry.size) {
@@ -333,6 +365,31 @@ export class BlobFetch {
       return this.requeue(job);
     }
     await this.finish(job, peer);
+  }
+
+  /** One more blob request, or the end of a fetch whose peers keep failing past every bound per blob. */
+  private spend(): void {
+    if (++this.requests <= this.maxRequests) return;
+    throw new AgentError('NoPeerHasBundle', `${this.requests - 1} blob requests to peers ${[...this.peers.keys()].join(', ')} did not fetch the bundle's ${this.queue.length + this.running.size} files still missing: the peers keep failing; bring the bundle on a stick`);
+  }
+
+  private freeBusy(): number {
+    return this.opts.freeBusyAnswers ?? FREE_BUSY_ANSWERS;
+  }
+
+  /** A request that failed: the peer answers for it, the blob goes back in the queue (its verified bytes kept where they can be). */
+  private async failed(job: Job, peer: Peer, err: unknown): Promise<void> {
+    const kind = err instanceof PeerFault ? err.kind : 'cut';
+    if (kind === 'missing') this.lacks(peer, job.entry.digest);
+    else this.fault(peer, err);
+    // a dripping peer holds no blob: another is asked for the rest of it
+    if (kind === 'slow') peer.failed.add(job.entry.digest);
+    // asking the wrong peer is no failed try, nor is waiting for a slot, until a peer keeps every request waiting
+    if (kind === 'missing' || (kind === 'busy' && ++peer.busyStreak <= this.freeBusy())) job.attempts--;
+    else if (kind === 'busy') peer.dead = true;
+    if (kind === 'refused') await this.restart(job);
+    else await this.recount(job, peer.ep.node);
+    this.requeue(job);
   }
 
   /** After a cut: the temp file's bytes are what counts (writes in flight may have been lost). */

@@ -8,6 +8,7 @@ import { AgentError, oneLine } from '../errors.js';
 import { alreadyStaged, dropOtherPartials, partialCredit } from '../load/resume.js';
 import type { SpaceCredit, StageMode } from '../load/space.js';
 import { BlobFetch } from './peer-blobs.js';
+import { FETCH_DEADLINE_MS, type MinRate } from './peer-bounds.js';
 import { PeerClient } from './peer-client.js';
 import { PeerCounters } from './peer-counters.js';
 import { fetchHead, type PeerHead } from './peer-head.js';
@@ -41,6 +42,14 @@ export interface PeerFetchOptions {
   approvalCheckMs?: number;
   connectTimeoutMs?: number;
   idleTimeoutMs?: number;
+  /** Every small answer (bundle.json, signature, a listing) whole within this (default: by its size, PeerClient.small); tests: shorter. */
+  smallDeadlineMs?: number;
+  /** The fetch ends (Interrupted, its verified blobs kept) this long after it began (default FETCH_DEADLINE_MS). */
+  deadlineMs?: number;
+  /** The least a blob transfer must bring in (default MIN_BLOB_RATE); tests: a shorter window. */
+  minRate?: MinRate;
+  /** 503s in a row a peer may answer before the next counts as a failed try and drops it (default FREE_BUSY_ANSWERS). */
+  freeBusyAnswers?: number;
   counters?: PeerCounters;
   /** The head verified and the partial directory ready: serve it to others from here (ServedBundle.staging). */
   onStaging?: (head: PeerHead, partial: string, target: string) => void;
@@ -73,6 +82,10 @@ async function stillApproved(directory: PeerDirectory, digest: string): Promise<
 
 const revoked = (a: PeerApproval) => new AgentError('ApprovalRevoked', `the approval of bundle ${a.version} (${a.manifestDigest}) was withdrawn: nothing of it is kept; approve it again to fetch it`);
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+const overdue = (o: PeerFetchOptions, ms: number) => new AgentError('Interrupted', `the fetch of bundle ${o.approval.version} from peers ran past its ${Math.round(ms / 1000)} s deadline (the peers are too slow or keep failing): what was verified is kept; it goes on at the next look, or bring the bundle on a stick`);
+
 /** Aborts `stop` once the approval is gone (looked up every `everyMs`); returns the stopper. */
 function watchApproval(o: PeerFetchOptions, stop: AbortController): () => void {
   let busy = false;
@@ -98,8 +111,11 @@ export async function fetchFromPeers(o: PeerFetchOptions): Promise<PeerFetchResu
   const onAbort = () => stop.abort(o.signal!.reason);
   if (o.signal?.aborted) onAbort();
   o.signal?.addEventListener('abort', onAbort, { once: true });
-  const client = new PeerClient({ credentials: o.credentials, ...(o.connectTimeoutMs ? { connectTimeoutMs: o.connectTimeoutMs } : {}), ...(o.idleTimeoutMs ? { idleTimeoutMs: o.idleTimeoutMs } : {}) });
+  const client = new PeerClient({ credentials: o.credentials, ...(o.connectTimeoutMs ? { connectTimeoutMs: o.connectTimeoutMs } : {}), ...(o.idleTimeoutMs ? { idleTimeoutMs: o.idleTimeoutMs } : {}), ...(o.smallDeadlineMs ? { smallDeadlineMs: o.smallDeadlineMs } : {}) });
   const unwatch = watchApproval(o, stop);
+  const deadlineMs = o.deadlineMs ?? FETCH_DEADLINE_MS;
+  // a timer past 2^31 ms would fire at once
+  const deadline = setTimeout(() => stop.abort(overdue(o, deadlineMs)), Math.min(deadlineMs, MAX_TIMER_MS));
   try {
     if (!(await stillApproved(o.directory, o.approval.manifestDigest))) throw revoked(o.approval);
     const peers = await o.directory.peersFor(o.approval.manifestDigest);
@@ -110,6 +126,7 @@ export async function fetchFromPeers(o: PeerFetchOptions): Promise<PeerFetchResu
   } catch (err) {
     throw stopReason(err, stop.signal, o);
   } finally {
+    clearTimeout(deadline);
     unwatch();
     client.close();
     o.signal?.removeEventListener('abort', onAbort);
@@ -150,6 +167,7 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
       partial, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000, fsync: o.fsync !== false,
       refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
       ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}), ...(o.random ? { random: o.random } : {}),
+      ...(o.minRate ? { minRate: o.minRate } : {}), ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),
       onPlaced: (e) => o.onVerified?.(e),
       onBytes: (n) => { done += n; o.onProgress?.(done, total); },
     }, await o.directory.peersFor(o.approval.manifestDigest), missing).run();

@@ -5,7 +5,7 @@
 import { rm } from 'node:fs/promises';
 import { compareVersions, loadTrust } from '@offline-bundle/format';
 import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
-import { failureOf, oneLine } from '../errors.js';
+import { AgentError, failureOf, oneLine } from '../errors.js';
 import { withLoadLock } from '../load/lock.js';
 import { checkPolicy } from '../load/policy.js';
 import { rateTracker, runLayoutLoad, runningVersion, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
@@ -49,6 +49,8 @@ export class PeerService {
   private readonly failedAt = new Map<string, number>();
   /** Approvals waited for (no peer yet, the lock busy): said once in the log. */
   private readonly waitingFor = new Set<string>();
+  /** Stops the fetch under way (not the load after it): a stick's load comes first (yieldToStick). */
+  private fetching: AbortController | undefined;
   readonly counters = new PeerCounters();
 
   constructor(private readonly o: PeerServiceOptions) {}
@@ -106,6 +108,14 @@ export class PeerService {
   }
 
   /**
+   * A load of a bundle found on a stick (or in the drop directory) wants the node: the fetch
+   * under way stops as a stop does (what it verified is kept) and is looked at again after it.
+   */
+  yieldToStick(): void {
+    this.fetching?.abort(new AgentError('Interrupted', 'a bundle found on a stick or in the drop directory is loaded first: the fetch from peers stopped, what it verified is kept'));
+  }
+
+  /**
    * One look at the approvals: the first one this node neither holds nor tried lately is fetched
    * and loaded. Returns the load's result, or undefined when there was nothing to do or it failed
    * (the failure is in the status, as a stick's is).
@@ -114,15 +124,22 @@ export class PeerService {
     const { config, log } = this.o.context;
     // only a signature vouches for what peers send: a node that trusts a file digest takes sticks only
     if (!config.trust.keys.length) return undefined;
+    // from the first await on: a stick's load that wants the node meanwhile stops the fetch before it begins
+    const stop = new AbortController();
+    this.fetching = stop;
     const wanted = await this.nextWanted();
-    if (!wanted) return undefined;
+    if (!wanted || stop.signal.aborted) {
+      this.fetching = undefined;
+      return undefined;
+    }
     log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
     let loading = false;
     // what the status said before the fetch showed its progress: said again when the fetch only has to wait
     const before = structuredClone(this.o.context.tracker.current);
     try {
       // under the load lock: a load by hand beside the daemon would otherwise lose its partial staging to this fetch
-      const { target, fetched, from } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, signal));
+      const fetchSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
+      const { target, fetched, from } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, fetchSignal)).finally(() => { this.fetching = undefined; });
       loading = true;
       return await this.load(wanted, target, fetched, from, signal);
     } catch (err) {

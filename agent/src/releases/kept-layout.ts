@@ -7,8 +7,10 @@ import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
 import type { ReleaseRecord } from './state.js';
 
-/** `hashedBefore`: this process hashed every blob of the layout a moment ago (at start-up): the signature and identity are still checked, the blobs not read again. */
-export async function openKeptLayout(config: Pick<AgentConfig, 'trust'>, rec: ReleaseRecord & { layout: string }, hashedBefore = false): Promise<{ manifest: BundleManifest; store: LayoutStore }> {
+/** A kept layout checked and hashed: its store holds every chunk's digest, so whoever serves it later still refuses a changed byte. */
+export interface KeptLayout { identity: string | undefined; manifest: BundleManifest; store: LayoutStore }
+
+export async function openKeptLayout(config: Pick<AgentConfig, 'trust'>, rec: ReleaseRecord & { layout: string }): Promise<KeptLayout> {
   const { manifestBytes, signature } = await readLayoutDescription(rec.layout);
   if (rec.identity !== undefined && bundleIdentity(manifestBytes) !== rec.identity) {
     throw new AgentError('Corrupt', `${rec.layout} holds another bundle.json than the one loaded for ${rec.version}: it is not used`);
@@ -20,5 +22,5 @@ export async function openKeptLayout(config: Pick<AgentConfig, 'trust'>, rec: Re
   const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));
   // digest-only trust vouched for the file at load time; on disk only the recorded identity can
   if (!signer && rec.identity === undefined) throw new AgentError('NoTrust', `${rec.layout}: no trusted key signed it and no identity was recorded at its load: it is not used`);
-  return { manifest, store: await LayoutStore.open(rec.layout, catalogOf(manifest), hashedBefore ? { verified: true } : {}) };
+  return { identity: rec.identity, manifest, store: await LayoutStore.open(rec.layout, catalogOf(manifest)) };
 }

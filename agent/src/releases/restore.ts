@@ -5,7 +5,7 @@ import { plural, versionsInUse } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import { loadImages } from '../load/load-images.js';
 import type { PipelineContext } from '../load/pipeline.js';
-import { openKeptLayout } from './kept-layout.js';
+import { openKeptLayout, type KeptLayout } from './kept-layout.js';
 import { loadedAhead } from './loaded-ahead.js';
 import { readReleases } from './state.js';
 import { missingImages } from '../runtime/runtime-checks.js';
@@ -14,17 +14,17 @@ import { namesOf } from '../runtime/runtime-target.js';
 /**
  * For every release still in use whose layout is kept: when any of its images is missing from
  * the runtime, serve the layout again (its signature checked and every blob hashed anew, as
- * the disk is not trusted since) and pull and pin them. Returns the layouts it hashed whole
- * and found good: serving one of them next (kept-serving.ts) need not hash it a second time.
+ * the disk is not trusted since) and pull and pin them. Returns the layouts it restored from,
+ * by path, checked and hashed: serving one next (kept-serving.ts) need not read it all again.
  */
-export async function restoreVanishedImages(ctx: PipelineContext): Promise<Set<string>> {
+export async function restoreVanishedImages(ctx: PipelineContext): Promise<Map<string, KeptLayout>> {
   const { config, log, tracker, runtime } = ctx;
   const inspector = await runtime.inspector().catch(() => undefined);
-  if (!inspector) return new Set();
+  if (!inspector) return new Map();
   const releases = await readReleases(config.paths.stateDir);
   // and a release loaded but not yet run: the upgrade to it needs its images as much
   const inUse = new Set([...versionsInUse(tracker.current.history), ...loadedAhead(tracker.current.history)]);
-  const hashed = new Set<string>();
+  const checked = new Map<string, KeptLayout>();
   const unrestorable = new Set<string>();
   for (const rec of releases) {
     if (!inUse.has(rec.version) || unrestorable.has(rec.version)) continue;
@@ -39,8 +39,8 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<Set<s
     }
     log.warn('restore', `images of ${rec.version} are gone from the runtime (${missing.length} of their ${rec.refs.length} names); loading them again from the kept layout ${rec.layout}`, { version: rec.version });
     try {
-      const { manifest, store } = await openKeptLayout(config, { ...rec, layout: rec.layout });
-      hashed.add(rec.layout);
+      const kept = await openKeptLayout(config, { ...rec, layout: rec.layout });
+      const { manifest, store } = kept;
       const gone = new Set(missing);
       const lost = manifest.images.filter((img) => namesOf(img).some((n) => gone.has(n))).length;
       try {
@@ -49,8 +49,10 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<Set<s
           s.conditions = [];
         });
         await loadImages(ctx, { manifest, store, releases });
-      } finally {
+        checked.set(rec.layout, kept);
+      } catch (err) {
         await store.close();
+        throw err;
       }
       tracker.phase('Ready');
       tracker.condition('Ready', 'True', 'Restored', `${lost} of the ${plural(manifest.images.length, 'image')} of ${rec.version} had vanished from the runtime and were loaded again from the layout kept on this node`);
@@ -60,7 +62,7 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<Set<s
       log.error('restore', `restoring ${rec.version} failed: ${oneLine(err)}`, { version: rec.version });
     }
   }
-  return hashed;
+  return checked;
 }
 
 /** Images of a release in use are gone (crio-wipe, a pruned store) and no copy is kept: said, not hidden behind an old Ready. */

@@ -10,6 +10,7 @@ import { firstLine } from '@offline-bundle/host';
 import type { AdminBundle } from '@offline-bundle/cluster';
 import type { AdminApis } from '@offline-bundle/status';
 import { readDashboard, type DashboardWarning, type Snapshot } from './snapshot.js';
+import { cutSnapshot } from './snapshot-size.js';
 import { prepareWarnings, statusWarnings } from './warnings.js';
 
 /** Poll interval bounds: often enough to see a copy move, never a busy loop on the API server. */
@@ -89,6 +90,8 @@ export class DashboardFeed extends EventEmitter {
       next = { ...this.snapshot, api: { ok: false, ...(prev.lastOk ? { lastOk: prev.lastOk } : {}), lostSince: prev.ok || !prev.lostSince ? at : prev.lostSince, error: firstLine(err) } };
     }
     if (this.stopped) return;
+    // cut here, not only on the wire: what is compared and kept is what the page gets
+    next = cutSnapshot(next);
     const same = (beats: boolean) => JSON.stringify(shown(next, beats)) === JSON.stringify(shown(this.snapshot, beats));
     // every agent's heartbeat moves its row each minute: alone, that is pushed at most every HEARTBEAT_PUSH_MS
     // (the whole comparison first: a quiet read, the common one, costs one pair of serializations)

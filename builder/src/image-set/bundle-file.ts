@@ -4,7 +4,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { OciError, parseSourceSpec, type OciErrorCode, type SourceSpec } from '@offline-bundle/oci';
 import { FormatError, checkReleaseFields } from '@offline-bundle/format';
-import { HostError, readSmallFile } from '@offline-bundle/host';
+import { HostError, assertNesting, assertValueNesting, readSmallFile } from '@offline-bundle/host';
 import { plural } from '@offline-bundle/status';
 import { BUNDLE_FILE_SCHEMA, MAX_PROBLEMS_SHOWN, REFUSED_KEYS, someProblems, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
 import { checkCatalogReference } from './catalog.js';
@@ -85,6 +85,8 @@ async function parseYamlFile(file: string): Promise<{ value: unknown; locate: Lo
     const missing = (cause as NodeJS.ErrnoException).code === 'ENOENT';
     throw new OciError('INVALID_CONFIG', missing ? `the bundle file ${file} does not exist` : `cannot read the bundle file ${file}: ${(cause as Error).message}`, { cause });
   }
+  // the library recurses per level: a 3 MB `[[[[…` took it past a 1.7 GB heap
+  assertNesting(text, 'yaml', file);
   const lines = new LineCounter();
   // the library's own duplicate-key check compares each key with every other (150 000 keys: minutes)
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: false });
@@ -100,6 +102,7 @@ async function parseYamlFile(file: string): Promise<{ value: unknown; locate: Lo
   } catch (cause) {
     throw new OciError('INVALID_CONFIG', `${file} is not a bundle file: ${(cause as Error).message}`, { cause });
   }
+  assertValueNesting(value, file);
   return { value, locate: locator(file, doc, lines) };
 }
 

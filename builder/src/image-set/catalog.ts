@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
 import { OciError, parseReference, readLayerFiles, type LayerReader } from '@offline-bundle/oci';
-import { escapeControls } from '@offline-bundle/host';
+import { HostError, assertNesting, assertValueNesting, escapeControls, quoteName } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/status';
 import { someOf, type OperatorSelection } from './schema.js';
 
@@ -43,19 +43,24 @@ export function jsonObjects(text: string, file: string): unknown[] {
       if (depth++ === 0) start = i;
     } else if (c === '}' || c === ']') {
       if (--depth === 0) out.push(JSON.parse(text.slice(start, i + 1)));
-      if (depth < 0) throw new OciError('INVALID_CONFIG', `${file}: unbalanced JSON`);
-    } else if (depth === 0 && c !== ' ' && c !== '\n' && c !== '\r' && c !== '\t') throw new OciError('INVALID_CONFIG', `${file}: "${c}" between JSON objects`);
+      if (depth < 0) throw new OciError('INVALID_CONFIG', `${quoteName(file)}: unbalanced JSON`);
+    } else if (depth === 0 && c !== ' ' && c !== '\n' && c !== '\r' && c !== '\t') throw new OciError('INVALID_CONFIG', `${quoteName(file)}: ${quoteName(c!)} between JSON objects`);
   }
-  if (depth !== 0) throw new OciError('INVALID_CONFIG', `${file}: a JSON object is not closed`);
+  if (depth !== 0) throw new OciError('INVALID_CONFIG', `${quoteName(file)}: a JSON object is not closed`);
   return out;
 }
 
 function documents(name: string, bytes: Buffer): unknown[] {
   const text = bytes.toString('utf8');
+  // third-party content: the yaml library recurses per level (a 64 KB `[[[[…` aborts it)
+  assertNesting(text, name.endsWith('.json') ? 'json' : 'yaml', quoteName(name));
   if (name.endsWith('.json')) return jsonObjects(text, name);
   return parseAllDocuments(text).map((d) => {
-    if (d.errors.length) throw new OciError('INVALID_CONFIG', `${name} is not valid YAML: ${d.errors[0]!.message.split('\n')[0]}`);
-    return d.toJS({ maxAliasCount: 100 }) as unknown;
+    if (d.errors.length) throw new OciError('INVALID_CONFIG', `${quoteName(name)} is not valid YAML: ${d.errors[0]!.message.split('\n')[0]}`);
+    const value: unknown = d.toJS({ maxAliasCount: 100 });
+    // an alias stands for its anchor's whole depth, which the text scan above does not see
+    assertValueNesting(value, quoteName(name));
+    return value;
   });
 }
 
@@ -68,7 +73,7 @@ function bundleOf(o: Obj, file: string): FbcBundle {
   const image = str(o.image);
   const props = Array.isArray(o.properties) ? (o.properties as Obj[]) : [];
   const version = str((props.find((p) => p?.type === 'olm.package')?.value as Obj | undefined)?.version);
-  if (!name || !pkg || !image || !version || !valid(version)) throw new OciError('INVALID_CONFIG', `${file}: olm.bundle ${name ?? '?'} needs name, package, image and an olm.package property with a semver version`);
+  if (!name || !pkg || !image || !version || !valid(version)) throw new OciError('INVALID_CONFIG', `${quoteName(file)}: olm.bundle ${quoteName(name ?? '?')} needs name, package, image and an olm.package property with a semver version`);
   const related = Array.isArray(o.relatedImages) ? (o.relatedImages as Obj[]).map((r) => str(r?.image)).filter((x): x is string => !!x) : [];
   return { name, package: pkg, image, version, relatedImages: related };
 }
@@ -152,6 +157,7 @@ async function catalogFor(sel: OperatorSelection, labels: Record<string, string>
       return parseCatalog(files);
     } catch (cause) {
       if (cause instanceof OciError) throw new OciError(cause.code, `${sel.where}: catalog ${sel.catalog}: ${cause.message}`, { cause });
+      if (cause instanceof HostError) throw new HostError(cause.code, `${sel.where}: catalog ${sel.catalog}: ${cause.message}`, { cause });
       throw cause;
     }
   };
@@ -170,7 +176,10 @@ export function bundleImages(bundles: FbcBundle[], where = 'the catalog'): { ima
     try {
       parseReference(image);
     } catch (cause) {
-      throw new OciError('INVALID_CONFIG', `${where}: package ${b.package}, bundle ${b.name}: ${from} "${image}" is not an image reference (${(cause as Error).message.replace(/^invalid image reference "[^]*?": /, '')}): the catalog is broken, fix or leave out the package`, { cause });
+      // parseReference's message quotes the reference as this one does: not twice
+      const prefix = `invalid image reference ${quoteName(image)}: `;
+      const why = (cause as Error).message;
+      throw new OciError('INVALID_CONFIG', `${where}: package ${b.package}, bundle ${b.name}: ${from} ${quoteName(image)} is not an image reference (${why.startsWith(prefix) ? why.slice(prefix.length) : why}): the catalog is broken, fix or leave out the package`, { cause });
     }
     out.set(image, from);
   };

@@ -1,6 +1,6 @@
 import { maxSatisfying, rcompare, satisfies, valid, validRange } from 'semver';
 import { OciError } from '@offline-bundle/oci';
-import { HostError, readSmallFile } from '@offline-bundle/host';
+import { HostError, assertNesting, readSmallFile } from '@offline-bundle/host';
 
 /**
  * Largest update graph read: the graph service's answer for one channel is some hundred KiB,
@@ -51,9 +51,11 @@ function parseNode(raw: unknown, i: number, file: string): GraphNode {
 export async function readUpdateGraph(file: string): Promise<UpdateGraph> {
   let doc: { nodes?: unknown; edges?: unknown };
   try {
-    doc = JSON.parse((await readSmallFile(file, MAX_UPDATE_GRAPH_BYTES)).bytes.toString('utf8')) as typeof doc;
+    const text = (await readSmallFile(file, MAX_UPDATE_GRAPH_BYTES)).bytes.toString('utf8');
+    assertNesting(text, 'json', file);
+    doc = JSON.parse(text) as typeof doc;
   } catch (cause) {
-    if (cause instanceof HostError && cause.code === 'FILE_TOO_LARGE') throw cause;
+    if (cause instanceof HostError && (cause.code === 'FILE_TOO_LARGE' || cause.code === 'TOO_DEEPLY_NESTED')) throw cause;
     throw new OciError('INVALID_CONFIG', `cannot read the update graph ${file}: ${(cause as Error).message}`, { cause });
   }
   if (!Array.isArray(doc?.nodes)) throw bad(file, 'it has no "nodes" list');

@@ -162,7 +162,8 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
       ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
       ...missing,
-      ...lackingOf(st.runtime),
+      // only a node that says its images are loaded can be held to it (preload.method none loads none)
+      ...(st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded' ? lackingOf(st.runtime) : {}),
     } as NodeRow & { ok: boolean };
   });
   let digest = want;

@@ -1,3 +1,4 @@
+import { quoteName } from '@offline-bundle/host';
 import { TAR_BLOCK } from './layout.js';
 import { octal } from './ustar.js';
 
@@ -68,4 +69,4 @@ export function headerMismatch(block: Buffer): string | undefined {
 
 /** The one-line reason a reader gives for a non-canonical header. */
 export const headerMessage = (name: string, mismatch: string): string =>
-  `entry "${name}" has ${mismatch} (docs/FORMAT.md §2 fixes every header field): the bundle was not written by bundle create or was altered; rebuild it`;
+  `entry ${quoteName(name)} has ${mismatch} (docs/FORMAT.md §2 fixes every header field): the bundle was not written by bundle create or was altered; rebuild it`;

@@ -1,7 +1,7 @@
 import { lstat, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
-import { openRegularFile, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
+import { openRegularFile, quoteName, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { newSha256, sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { isSystemError, readHeader } from './bundle-ends.js';
@@ -191,7 +191,7 @@ function fetcher(source: BundleSource, reader: BundleRandomReader, files: EntryF
       await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err)).finally(() => data.destroy());
       const actual = 'sha256:' + hash.digest('hex');
       if (size !== e.size || actual !== e.digest) {
-        throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${e.path}" hashes to ${actual}; bundle.json lists ${e.digest}: the bundle is damaged or was altered`);
+        throw new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(e.path)} hashes to ${actual}; bundle.json lists ${e.digest}: the bundle is damaged or was altered`);
       }
       files.place(e);
     }

@@ -1,3 +1,4 @@
+import { quoteName } from '@offline-bundle/host';
 import { sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { BLOB_DIR, BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath } from './layout.js';
@@ -81,16 +82,16 @@ export class ListedEntries {
     if (!want) {
       const again = name === BUNDLE_JSON || name === SIGNATURE;
       const where = name.startsWith(BLOB_DIR) ? 'a blob bundle.json does not list' : 'outside the layout';
-      throw new FormatError(again ? 'DUPLICATE_ENTRY' : 'UNEXPECTED_ENTRY', `entry "${name}" is ${again ? 'a second copy' : where}`);
+      throw new FormatError(again ? 'DUPLICATE_ENTRY' : 'UNEXPECTED_ENTRY', `entry ${quoteName(name)} is ${again ? 'a second copy' : where}`);
     }
-    if (this.seen.has(name)) throw new FormatError('DUPLICATE_ENTRY', `entry "${name}" appears twice`);
+    if (this.seen.has(name)) throw new FormatError('DUPLICATE_ENTRY', `entry ${quoteName(name)} appears twice`);
     if (want.position < this.next) {
-      throw new FormatError('BAD_ORDER', `entry "${name}" comes after an entry listed later; a bundle holds ${OCI_LAYOUT}, ${INDEX_JSON}, then the blobs in bundle.json's order: the file was altered or not written by bundle create`);
+      throw new FormatError('BAD_ORDER', `entry ${quoteName(name)} comes after an entry listed later; a bundle holds ${OCI_LAYOUT}, ${INDEX_JSON}, then the blobs in bundle.json's order: the file was altered or not written by bundle create`);
     }
     this.seen.add(name);
     this.next = want.position + 1;
-    if (size > want.size) throw new FormatError('OVERSIZED_ENTRY', `entry "${name}" is ${size} bytes; bundle.json lists ${want.size}`);
-    if (size < want.size) throw new FormatError('SIZE_MISMATCH', `entry "${name}" is ${size} bytes; bundle.json lists ${want.size}`);
+    if (size > want.size) throw new FormatError('OVERSIZED_ENTRY', `entry ${quoteName(name)} is ${size} bytes; bundle.json lists ${want.size}`);
+    if (size < want.size) throw new FormatError('SIZE_MISMATCH', `entry ${quoteName(name)} is ${size} bytes; bundle.json lists ${want.size}`);
     return { digest: want.digest, size: want.size };
   }
 

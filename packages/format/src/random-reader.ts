@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import { readBuffers } from '@offline-bundle/host';
+import { quoteName, readBuffers } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { headerMessage, headerMismatch } from './entry-header.js';
@@ -92,11 +92,11 @@ export class BundleRandomReader {
       if (zero) break;
       if (block.length !== TAR_BLOCK) throw new FormatError('BAD_SEEK_TABLE', `frame ${frame} should hold one tar header`);
       const h = parseHeader(block)!;
-      if (h.type !== '0' && h.type !== '\0') throw new FormatError('NOT_A_FILE', `entry "${h.name}" is not a regular file`);
+      if (h.type !== '0' && h.type !== '\0') throw new FormatError('NOT_A_FILE', `entry ${quoteName(h.name)} is not a regular file`);
       const mismatch = headerMismatch(block);
       if (mismatch) throw new FormatError('UNEXPECTED_ENTRY', headerMessage(h.name, mismatch));
       if (count < head.length) {
-        if (h.name !== head[count]) throw new FormatError('BAD_ORDER', `the archive's entry ${count + 1} is "${h.name}"; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
+        if (h.name !== head[count]) throw new FormatError('BAD_ORDER', `the archive's entry ${count + 1} is ${quoteName(h.name)}; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
       } else {
         layout.accept(h.name, h.size);
       }
@@ -105,7 +105,7 @@ export class BundleRandomReader {
       offset += TAR_BLOCK + paddedSize(h.size);
     }
     const missing = layout.missing();
-    if (missing) throw new FormatError('MISSING_ENTRY', `entry "${missing}" is not in the archive`);
+    if (missing) throw new FormatError('MISSING_ENTRY', `entry ${quoteName(missing)} is not in the archive`);
     throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
   }
 
@@ -187,7 +187,7 @@ export class BundleRandomReader {
    */
   private frames(path: string, start: number, end: number | undefined, checks: FrameChecks, copy: boolean): Readable {
     const loc = this.entries.get(path);
-    if (!loc) throw new FormatError('MISSING_ENTRY', `no entry "${path}"`);
+    if (!loc) throw new FormatError('MISSING_ENTRY', `no entry ${quoteName(path)}`);
     const stop = Math.min(end ?? loc.size, loc.size);
     return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i, into, signal) => this.frame(i, checks, into, signal), copy });
   }
@@ -212,7 +212,7 @@ export class BundleRandomReader {
   /** Hashes a whole entry through the index, handing each chunk to `sink`; throws unless size and digest match bundle.json. */
   private async check(path: string, sink?: (chunk: Buffer) => void): Promise<void> {
     const want = this.listed.get(path);
-    if (!want) throw new FormatError('UNEXPECTED_ENTRY', `"${path}" is not listed in bundle.json`);
+    if (!want) throw new FormatError('UNEXPECTED_ENTRY', `${quoteName(path)} is not listed in bundle.json`);
     const hash = newSha256();
     let size = 0;
     const seen = new Map<number, Buffer>();
@@ -223,7 +223,7 @@ export class BundleRandomReader {
     }
     const actual = 'sha256:' + hash.digest('hex');
     if (size !== want.size || actual !== want.digest) {
-      throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${path}" read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`);
+      throw new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(path)} read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`);
     }
     // these bytes decompress to the signed entry: later reads of these frames must find them again
     for (const [i, d] of seen) this.frameDigests[i] ??= d;

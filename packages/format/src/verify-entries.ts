@@ -1,5 +1,6 @@
 import { Transform, type Readable } from 'node:stream';
 import type tar from 'tar-stream';
+import { quoteName } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes } from './layout.js';
@@ -14,12 +15,12 @@ import type { PassState, TrustedHead } from './verify-options.js';
 
 function badEntry(header: tar.Header, raw: RawHeaderFacts): FormatError | undefined {
   const name = header.name;
-  if (header.type !== 'file') return new FormatError('NOT_A_FILE', `entry "${name}" is a ${header.type ?? 'special entry'}; a bundle holds regular files only`);
+  if (header.type !== 'file') return new FormatError('NOT_A_FILE', `entry ${quoteName(name)} is a ${header.type ?? 'special entry'}; a bundle holds regular files only`);
   if ((header.pax && Object.keys(header.pax).length > 0) || raw.extended) {
-    return new FormatError('UNEXPECTED_ENTRY', `entry "${name}" carries pax or GNU extension headers, which bundles never use`);
+    return new FormatError('UNEXPECTED_ENTRY', `entry ${quoteName(name)} carries pax or GNU extension headers, which bundles never use`);
   }
   if (name.startsWith('/') || name.split('/').some((p: string) => p === '..' || p === '.' || p === '')) {
-    return new FormatError('UNEXPECTED_ENTRY', `entry "${name}" points outside the layout`);
+    return new FormatError('UNEXPECTED_ENTRY', `entry ${quoteName(name)} points outside the layout`);
   }
   if (raw.mismatch) return new FormatError('UNEXPECTED_ENTRY', headerMessage(name, raw.mismatch));
   return undefined;
@@ -49,7 +50,7 @@ export class EntryChecks {
       if (raw.followsEnd) {
         throw n < 2
           ? new FormatError('BAD_ORDER', `the archive starts with end-of-archive blocks; a bundle starts with ${BUNDLE_JSON}`)
-          : new FormatError('TRAILING_DATA', `entry "${h.name}" follows the end of the archive: the file was altered`);
+          : new FormatError('TRAILING_DATA', `entry ${quoteName(h.name)} follows the end of the archive: the file was altered`);
       }
       const problem = badEntry(h, raw);
       if (problem) throw problem;
@@ -63,7 +64,7 @@ export class EntryChecks {
   /** bundle.json (n = 0), then its signature (n = 1), which decides whether anything is trusted. */
   private async headEntry(n: number, h: tar.Header, data: Readable): Promise<void> {
     const want = n === 0 ? BUNDLE_JSON : SIGNATURE;
-    if (h.name !== want) throw new FormatError('BAD_ORDER', `the archive starts with "${h.name}"; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
+    if (h.name !== want) throw new FormatError('BAD_ORDER', `the archive starts with ${quoteName(h.name)}; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
     const buf = await readAll(data, n === 0 ? MAX_BUNDLE_JSON_BYTES : MAX_SIGNATURE_BYTES, want);
     if (n === 0) this.manifestBytes = buf;
     else await this.trustHead(this.manifestBytes!, buf);
@@ -103,7 +104,7 @@ export class EntryChecks {
     if (opts.onEntry) await opts.onEntry({ path: h.name, ...want }, hashed).catch((err: unknown) => { throw new ConsumerFailure(err); });
     else for await (const _ of hashed) { /* hashing only */ }
     const actual = 'sha256:' + hash.digest('hex');
-    if (actual !== want.digest) throw new FormatError('BLOB_DIGEST_MISMATCH', `entry "${h.name}" hashes to ${actual}; bundle.json lists ${want.digest}: the bundle is damaged or was altered`);
+    if (actual !== want.digest) throw new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(h.name)} hashes to ${actual}; bundle.json lists ${want.digest}: the bundle is damaged or was altered`);
     opts.onVerified?.({ path: h.name, ...want });
   }
 
@@ -118,7 +119,7 @@ export class EntryChecks {
     // its seek table too, while one that merely lacks an entry still ends with it
     if (!this.pass.complete() && !(await endsWithSeekTable(this.pass.source))) throw truncated();
     const missing = this.listed!.missing();
-    if (missing) throw new FormatError('MISSING_ENTRY', `entry "${missing}" listed in bundle.json is missing from the archive`);
+    if (missing) throw new FormatError('MISSING_ENTRY', `entry ${quoteName(missing)} listed in bundle.json is missing from the archive`);
     if (!this.pass.complete()) throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
     if (this.pass.tarBytes > this.pass.expectedTar) throw new FormatError('TRAILING_DATA', 'data follows the end of the archive: the file was altered');
     const trailer = walker.trailerProblem(this.pass.expectedTar);

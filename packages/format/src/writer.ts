@@ -1,6 +1,6 @@
 import { createReadStream } from 'node:fs';
-import { open, rename, rm, type FileHandle } from 'node:fs/promises';
-import { writeSynced } from '@offline-bundle/host';
+import { rename, rm, type FileHandle } from 'node:fs/promises';
+import { createExclusive, writeSynced } from '@offline-bundle/host';
 import { basename } from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -524,8 +524,8 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
   const plan = planBundle(input);
   const state: WriteState = { failed: false };
   try {
-    // read too: the file's digest is taken by reading it back
-    state.out = await open(plan.tmpOut, 'w+');
+    // read too: the file's digest is taken by reading it back; created anew, never through a link at the temp name
+    state.out = await createExclusive(plan.tmpOut, 0o666, { read: true });
     const file = new Appender(state.out, plan.headBytes);
     state.file = file;
     state.headWrite = writeHead(input, plan, file, state);

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { open, rename, rm } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { createExclusive } from './exclusive-file.js';
 import { syncDirBestEffort } from './sync-file.js';
 
 /**
@@ -12,7 +13,7 @@ export async function writeFileAtomic(file: string, content: string | Uint8Array
   const dir = path.dirname(file);
   const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
   try {
-    const fh = await open(tmp, 'wx', mode);
+    const fh = await createExclusive(tmp, mode);
     try {
       await fh.writeFile(content);
       await fh.sync();

@@ -31,3 +31,18 @@ export function textTable(head: readonly string[], rows: readonly (readonly stri
   const w = head.map((_, i) => Math.max(...cells.map((c) => (c[i] ?? '').length)));
   return cells.map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
+
+/** The most characters of an untrusted name an error quotes: a tar entry's name may run to megabytes (a GNU long name). */
+export const MAX_QUOTED_CHARS = 200;
+
+/**
+ * An untrusted name (a tar entry's, an image reference, a path from bundle.json) as an error
+ * line quotes it: in double quotes, controls escaped, and past MAX_QUOTED_CHARS cut with a note
+ * of its full length, so that no name can make a line megabytes long.
+ */
+export function quoteName(name: string): string {
+  if (name.length <= MAX_QUOTED_CHARS) return `"${escapeControls(name)}"`;
+  // not half of a surrogate pair at the cut
+  const cut = /[\ud800-\udbff]$/.test(name.slice(0, MAX_QUOTED_CHARS)) ? MAX_QUOTED_CHARS - 1 : MAX_QUOTED_CHARS;
+  return `"${escapeControls(name.slice(0, cut))}…" (${name.length} characters)`;
+}

@@ -1,4 +1,5 @@
 import { open } from 'node:fs/promises';
+import { createExclusive } from './exclusive-file.js';
 
 /** fsync of a file or a directory (a directory: so a rename in it survives a power cut). */
 export async function syncPath(path: string): Promise<void> {
@@ -15,9 +16,9 @@ export function syncDirBestEffort(dir: string): Promise<void> {
   return syncPath(dir).catch(() => undefined);
 }
 
-/** Writes `text` to `file` (created or emptied) and fsyncs it, for a rename into place after. */
+/** Writes `text` to the temp file `file` (created anew: see createExclusive) and fsyncs it, for a rename into place after. */
 export async function writeSynced(file: string, text: string, mode = 0o644): Promise<void> {
-  const fh = await open(file, 'w', mode);
+  const fh = await createExclusive(file, mode);
   try {
     await fh.writeFile(text);
     await fh.sync();

@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
 import { OciError } from './errors.js';
-import { assertRegularFile } from '@offline-bundle/host';
+import { assertRegularFile, quoteName } from '@offline-bundle/host';
 
 /**
  * Unpacks an image archive (tar, optionally gzip) into a fresh temp dir. Only regular files
@@ -22,7 +22,7 @@ export async function unpackArchive(file: string, description: string, parent = 
     const done = (async () => {
       for await (const entry of extract) {
         const name = normalize(entry.header.name).replace(/^(\.\/)+/, '');
-        if (name.startsWith('..') || name.startsWith(sep)) throw new OciError('INVALID_ARCHIVE', `${description}: entry "${entry.header.name}" leaves the archive`);
+        if (name.startsWith('..') || name.startsWith(sep)) throw new OciError('INVALID_ARCHIVE', `${description}: entry ${quoteName(entry.header.name)} leaves the archive`);
         const target = join(dir, name);
         if (entry.header.type === 'directory') {
           await mkdir(target, { recursive: true });

@@ -1,5 +1,6 @@
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
+import { quoteName } from '@offline-bundle/host';
 import { OciError } from './errors.js';
 
 const DIGEST_RE = /^sha256:[a-f0-9]{64}$/;
@@ -11,7 +12,7 @@ export function isDigest(value: string): boolean {
 /** Only sha256 is accepted: it is what every registry and CRI-O use, and it keeps paths predictable. */
 export function assertDigest(value: string, what = 'digest'): string {
   if (!DIGEST_RE.test(value)) {
-    throw new OciError('INVALID_DIGEST', `${what} "${value}" is not a sha256 digest (sha256:<64 hex>)`);
+    throw new OciError('INVALID_DIGEST', `${what} ${quoteName(value)} is not a sha256 digest (sha256:<64 hex>)`);
   }
   return value;
 }

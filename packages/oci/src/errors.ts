@@ -22,6 +22,7 @@ export type OciErrorCode =
   | 'INVALID_ARCHIVE'
   | 'NOT_A_REGULAR_FILE'   // a FIFO, device, directory or socket where a file was expected
   | 'FILE_TOO_LARGE'       // a key, config or list over its size limit
+  | 'TOO_DEEPLY_NESTED'    // YAML or JSON from outside nested past MAX_NESTING_DEPTH (host)
   | 'STATUS_DAMAGED'       // the agent's own status file is not a status (damaged, replaced, too large)
   | 'BUSY'                 // the blob cache is in use by another run (cache prune while a create runs)
   | 'INPUT_TIMEOUT'        // a pipe given as a file (--passphrase-file <(cmd)) gave no end in time

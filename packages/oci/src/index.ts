@@ -19,7 +19,7 @@ export { parseSourceSpec, openSource } from './transport.js';
 export { BlobCache, cacheInfo, lockCache, pruneCache } from './blob-cache.js';
 export { UnpackedCounter, MAX_UNPACK_RATIO } from './unpacked-size.js';
 export { mirrorPath } from './mirror-path.js';
-export { MAX_LAYER_FILE_BYTES, MAX_LAYER_TOTAL_BYTES, readLayerFiles, readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
+export { MAX_LAYER_FILE_BYTES, MAX_LAYER_TOTAL_BYTES, MAX_LAYER_UNPACKED_BYTES, readLayerFiles, readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';
 export { RELEASE_MANIFESTS_DIR, isReleaseManifest, pullAlwaysWorkloads } from './release-manifests.js';
 export {
   ATOMIC_SIGNATURE_TYPE, MAX_RELEASE_KEYRING_BYTES, MAX_RELEASE_SIGNATURE_BYTES, MAX_SIGNED_PAYLOAD_BYTES, MAX_STORE_SIGNATURES, readReleaseFile, signatureStoreUrl, fetchStoreSignatures, loadReleaseKeyring, readReleaseSignature,
@@ -42,3 +42,4 @@ export type { CacheInfo } from './blob-cache.js';
 export type { PullAlwaysWorkload } from './release-manifests.js';
 export type { ReleaseSignatureInfo, ReleaseKeyring } from './release-signature.js';
 export type { CacheFetchOptions } from './blob-cache.js';
+export { ZstdDecompressStream, zstdBinding } from './zstd-stream.js';

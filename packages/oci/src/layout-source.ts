@@ -5,7 +5,7 @@ import type { Readable } from 'node:stream';
 import { assertDigest, digestHex, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { MAX_MANIFEST_BYTES, parseManifest, type Descriptor, type ImageIndex } from './manifest.js';
-import { assertRegularFile, HostError, readSmallFile } from '@offline-bundle/host';
+import { assertRegularFile, HostError, quoteName, readSmallFile } from '@offline-bundle/host';
 import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 
@@ -43,7 +43,7 @@ export class LayoutSource implements ImageSource {
     }
     const manifests = index.manifests ?? [];
     const matches = ref === undefined ? manifests : manifests.filter((d) => d.annotations?.[REF_NAME_ANNOTATION] === ref);
-    if (matches.length === 0) throw new OciError('NOT_FOUND', `${description}: no image ${ref ? `named "${ref}"` : ''} in ${dir}/index.json`);
+    if (matches.length === 0) throw new OciError('NOT_FOUND', `${description}: no image ${ref ? `named ${quoteName(ref)}` : ''} in ${dir}/index.json`);
     if (matches.length > 1) throw new OciError('INVALID_REFERENCE', `${description}: ${matches.length} images match; name one as oci:${dir}:REF`);
     const top = matches[0]!;
     const name = nameFromRefAnnotation(top.annotations?.[REF_NAME_ANNOTATION], description, nameOverride);

@@ -1,3 +1,4 @@
+import { quoteName } from '@offline-bundle/host';
 import { OciError } from './errors.js';
 import { isDigest } from './digest.js';
 
@@ -13,7 +14,13 @@ export interface ImageReference {
 
 const DOMAIN_RE = /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$|^\[[0-9a-fA-F:]+\](?::[0-9]+)?$/;
 const PATH_COMPONENT_RE = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
-const TAG_RE = /^[\w][\w.-]{0,127}$/;
+/** The distribution spec's bound on a tag. */
+export const MAX_TAG_CHARS = 128;
+const TAG_RE = new RegExp(`^[\\w][\\w.-]{0,${MAX_TAG_CHARS - 1}}$`);
+/** The distribution spec's bound on host[:port]/repository, the name a registry takes. */
+export const MAX_NAME_CHARS = 255;
+/** A whole reference: scheme, name, :tag and @sha256:digest at their longest, with room to spare. */
+export const MAX_REFERENCE_CHARS = 512;
 
 export function parseReference(input: string): ImageReference {
   let rest = input.trim();
@@ -28,16 +35,18 @@ export function parseReference(input: string): ImageReference {
 export function parseOciUrlReference(input: string): ImageReference {
   const rest = input.trim().replace(/^oci:\/\//, '');
   if (!rest.split('@')[0]!.includes('/')) {
-    throw new OciError('INVALID_REFERENCE', `invalid reference "${input}": oci://HOST names no repository: give oci://HOST/REPO/NAME:VERSION`);
+    throw new OciError('INVALID_REFERENCE', `invalid reference ${quoteName(input)}: oci://HOST names no repository: give oci://HOST/REPO/NAME:VERSION`);
   }
   return parseName(input, rest, true);
 }
 
 function parseName(input: string, rest: string, hostFirst: boolean): ImageReference {
   const fail = (why: string): never => {
-    throw new OciError('INVALID_REFERENCE', `invalid image reference "${input}": ${why}`);
+    throw new OciError('INVALID_REFERENCE', `invalid image reference ${quoteName(input)}: ${why}`);
   };
   if (!rest) fail('empty');
+  // before any splitting or resolving: a name no registry takes is refused as it is
+  if (input.length > MAX_REFERENCE_CHARS) fail(`longer than the ${MAX_REFERENCE_CHARS} characters any reference a registry takes can be (a name of at most ${MAX_NAME_CHARS}, a tag of at most ${MAX_TAG_CHARS}): give the image's real name`);
   let digest: string | undefined;
   const at = rest.indexOf('@');
   if (at >= 0) {
@@ -51,7 +60,7 @@ function parseName(input: string, rest: string, hostFirst: boolean): ImageRefere
   if (colon > lastSlash) {
     tag = rest.slice(colon + 1);
     rest = rest.slice(0, colon);
-    if (!TAG_RE.test(tag)) fail(`bad tag "${tag}"`);
+    if (!TAG_RE.test(tag)) fail(`bad tag ${quoteName(tag)} (at most ${MAX_TAG_CHARS} letters, digits, '_', '.' and '-', not starting with '.' or '-')`);
   }
   let registry = 'docker.io';
   let repository = rest;
@@ -63,11 +72,13 @@ function parseName(input: string, rest: string, hostFirst: boolean): ImageRefere
       repository = rest.slice(slash + 1);
     }
   }
-  if (!DOMAIN_RE.test(registry)) fail(`bad registry host "${registry}"`);
+  if (!DOMAIN_RE.test(registry)) fail(`bad registry host ${quoteName(registry)}`);
   if (registry === 'index.docker.io') registry = 'docker.io';
   if (!hostFirst && registry === 'docker.io' && !repository.includes('/')) repository = `library/${repository}`;
+  const name = `${registry}/${repository}`;
+  if (name.length > MAX_NAME_CHARS) fail(`the name ${quoteName(name)} is more than the ${MAX_NAME_CHARS} characters a registry takes for host/repository: give the image's real name`);
   for (const component of repository.split('/')) {
-    if (!PATH_COMPONENT_RE.test(component)) fail(`bad repository path component "${component}" (lowercase letters, digits, separators)`);
+    if (!PATH_COMPONENT_RE.test(component)) fail(`bad repository path component ${quoteName(component)} (lowercase letters, digits, separators)`);
   }
   if (!tag && !digest) tag = 'latest';
   return { registry, repository, ...(tag !== undefined ? { tag } : {}), ...(digest !== undefined ? { digest } : {}) };

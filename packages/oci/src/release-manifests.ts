@@ -4,6 +4,7 @@
  * registry such a pull fails even though the image is loaded and pinned.
  */
 import { parseAllDocuments } from 'yaml';
+import { nestingTooDeep, valueTooDeep } from '@offline-bundle/host';
 import { digestReference, formatReference, type ImageReference } from './reference.js';
 
 export const RELEASE_MANIFESTS_DIR = 'release-manifests/';
@@ -49,9 +50,13 @@ export function pullAlwaysWorkloads(files: ReadonlyMap<string, Buffer>, images: 
   const out: PullAlwaysWorkload[] = [];
   for (const [file, bytes] of [...files].sort(([a], [b]) => (a < b ? -1 : 1))) {
     if (!isReleaseManifest(file)) continue;
-    for (const d of parseAllDocuments(bytes.toString('utf8'))) {
+    const text = bytes.toString('utf8');
+    // skipped like a file that does not parse: the yaml library aborts the process on a few MB of `[[[[…`
+    if (nestingTooDeep(text, 'yaml') !== undefined) continue;
+    for (const d of parseAllDocuments(text)) {
       if (d.errors.length) continue; // the CVO's business; a warning scan must not fail a build
       const doc = d.toJS() as Manifest | null;
+      if (valueTooDeep(doc)) continue;
       const spec = doc && typeof doc === 'object' ? podSpec(doc) : undefined;
       if (!spec) continue;
       for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {

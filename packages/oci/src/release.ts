@@ -1,11 +1,12 @@
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
-import { DecompressStream } from 'zstd-napi';
+import { quoteName } from '@offline-bundle/host';
 import { OciError } from './errors.js';
 import { parseReference, type ImageReference } from './reference.js';
 import { isReleaseManifest, pullAlwaysWorkloads, type PullAlwaysWorkload } from './release-manifests.js';
+import { ZstdDecompressStream } from './zstd-stream.js';
 
 export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
 export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
@@ -48,34 +49,87 @@ async function decompressed(layer: Readable): Promise<Readable> {
     if (!ended) for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as Buffer;
   })(), { objectMode: false });
   if (head[0] === 0x1f && head[1] === 0x8b) return rest.pipe(createGunzip());
-  if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) return rest.pipe(new DecompressStream());
+  if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) return rest.pipe(new ZstdDecompressStream());
   return rest;
 }
 
 /** Everything read from one image's layers together (a catalog of many 16 MiB files is not held whole). */
 export const MAX_LAYER_TOTAL_BYTES = 64 * 1024 * 1024;
+/**
+ * Most bytes one layer may unpack to, kept or not: a release's or catalog's layer is some
+ * hundreds of MiB; a 1.45 MB zstd layer can hold 40 GiB of zeros beside the files read.
+ */
+export const MAX_LAYER_UNPACKED_BYTES = 4 * 1024 * 1024 * 1024;
 
-interface LayerScan { files: Map<string, Buffer>; whiteouts: string[]; opaque: string[]; read: number }
+/** Passes a layer's unpacked bytes on, refusing it past MAX_LAYER_UNPACKED_BYTES. */
+function unpackedBound(image: string, digest: string): Transform {
+  let seen = 0;
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      seen += chunk.length;
+      if (seen <= MAX_LAYER_UNPACKED_BYTES) return cb(null, chunk);
+      cb(new OciError('FILE_TOO_LARGE', `${image}: layer ${digest} unpacks to more than ${MAX_LAYER_UNPACKED_BYTES / 2 ** 30} GiB, the most read from one layer (MAX_LAYER_UNPACKED_BYTES): an image built to exhaust memory or time, or not a release or catalog image`));
+    },
+  });
+}
+
+interface LayerScan { files: Map<string, Buffer>; read: number }
 
 /**
- * The files of one layer that `want` names, whatever its compression, and its whiteouts: each
- * file at most MAX_LAYER_FILE_BYTES, and `before` + what this layer adds at most MAX_LAYER_TOTAL_BYTES.
+ * The longest entry name read (PATH_MAX): no filesystem holds a longer path, and tar-stream
+ * takes PAX and GNU long names of up to 4 MiB; a longer one is streamed past like any unwanted entry.
  */
-async function scanLayer(layer: Readable, want: (name: string) => boolean, image: string, before: number): Promise<LayerScan> {
-  const scan: LayerScan = { files: new Map(), whiteouts: [], opaque: [], read: before };
+export const MAX_ENTRY_NAME_CHARS = 4096;
+
+/** The earlier layers' files by each ancestor directory (with its '/') and by their own name: what a whiteout hides, looked up once. */
+function hiddenIndex(found: Map<string, Buffer>): Map<string, string[]> {
+  const index = new Map<string, string[]>();
+  const add = (key: string, name: string) => {
+    const names = index.get(key);
+    if (names) names.push(name);
+    else index.set(key, [name]);
+  };
+  for (const name of found.keys()) {
+    add(name, name);
+    for (let i = name.indexOf('/'); i >= 0; i = name.indexOf('/', i + 1)) add(name.slice(0, i + 1), name);
+  }
+  return index;
+}
+
+/**
+ * Applies a whiteout entry to the earlier layers' files as it is met (.wh.NAME hides the path and
+ * below it, .wh..wh..opq a directory's content), so no whiteout is kept: a layer of thousands of
+ * long whiteout names (40 of 4 MiB grew the heap 153 MiB) costs nothing past its entry.
+ */
+function whiteout(name: string, found: Map<string, Buffer>, index: Map<string, string[]>): void {
+  const base = name.slice(name.lastIndexOf('/') + 1);
+  const dir = name.slice(0, name.length - base.length);
+  if (base === '.wh..wh..opq') for (const n of index.get(dir) ?? []) found.delete(n);
+  else if (base.startsWith('.wh.')) {
+    const path = dir + base.slice(4);
+    for (const n of [...(index.get(path) ?? []), ...(index.get(`${path}/`) ?? [])]) found.delete(n);
+  }
+}
+
+/**
+ * The files of one layer that `want` names, whatever its compression, each at most
+ * MAX_LAYER_FILE_BYTES, and `before` + what this layer adds at most MAX_LAYER_TOTAL_BYTES; its
+ * whiteouts hide what `found` (the earlier layers' files) holds, its own files not. The rest
+ * is streamed past with backpressure (never held), at most MAX_LAYER_UNPACKED_BYTES in all.
+ */
+async function scanLayer(layer: Readable, want: (name: string) => boolean, image: string, digest: string, found: Map<string, Buffer>, before: number): Promise<LayerScan> {
+  const scan: LayerScan = { files: new Map(), read: before };
+  const index = hiddenIndex(found);
   const extract = tar.extract();
   const consume = (async () => {
     for await (const entry of extract) {
-      const name = entry.header.name.replace(/^(\.\/)+|^\/+/, '');
-      const base = name.slice(name.lastIndexOf('/') + 1);
-      const dir = name.slice(0, name.length - base.length);
-      if (base === '.wh..wh..opq') scan.opaque.push(dir);
-      else if (base.startsWith('.wh.')) scan.whiteouts.push(dir + base.slice(4));
-      if (want(name) && entry.header.type === 'file') {
+      const name = entry.header.name.length > MAX_ENTRY_NAME_CHARS ? '' : entry.header.name.replace(/^(\.\/)+|^\/+/, '');
+      if (name.includes('/.wh.') || name.startsWith('.wh.')) whiteout(name, found, index);
+      if (name && want(name) && entry.header.type === 'file') {
         const size = entry.header.size ?? 0;
-        if (size > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${name} is larger than 16 MiB, the most a file read from an image may have`);
+        if (size > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${quoteName(name)} is larger than 16 MiB, the most a file read from an image may have`);
         scan.read += size;
-        if (scan.read > MAX_LAYER_TOTAL_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: the files read from its layers exceed 64 MiB together (at ${name}), the most read from one image`);
+        if (scan.read > MAX_LAYER_TOTAL_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: the files read from its layers exceed 64 MiB together (at ${quoteName(name)}), the most read from one image`);
         const parts: Buffer[] = [];
         for await (const c of entry) parts.push(c as Buffer);
         scan.files.set(name, Buffer.concat(parts));
@@ -84,26 +138,8 @@ async function scanLayer(layer: Readable, want: (name: string) => boolean, image
       }
     }
   })();
-  await Promise.all([pipeline(await decompressed(layer), extract), consume]);
+  await Promise.all([pipeline(await decompressed(layer), unpackedBound(image, digest), extract), consume]);
   return scan;
-}
-
-/** A layer's whiteouts hide what earlier layers hold (a .wh.NAME the path and below it, .wh..wh..opq a directory's content). */
-function applyWhiteouts(found: Map<string, Buffer>, scan: LayerScan): void {
-  if (!scan.whiteouts.length && !scan.opaque.length) return;
-  const gone = new Set(scan.whiteouts);
-  const opaque = new Set(scan.opaque);
-  for (const name of [...found.keys()]) {
-    // each ancestor of the path (and the path itself) looked up once: no scan of every whiteout per file
-    const parts = name.split('/');
-    for (let i = 0; i < parts.length; i++) {
-      const prefix = parts.slice(0, i).map((p) => `${p}/`).join('');
-      if (opaque.has(prefix) || gone.has(prefix + parts[i])) {
-        found.delete(name);
-        break;
-      }
-    }
-  }
 }
 
 /** A layer to read, by its digest (named when it does not unpack); `drop` removes a damaged copy kept of it. */
@@ -134,9 +170,8 @@ export async function readLayerFiles(layers: (LayerReader | (() => Promise<Reada
   let read = 0;
   for (const [i, l] of layers.entries()) {
     const layer = typeof l === 'function' ? { digest: `#${i + 1}`, open: l } : l;
-    const scan = await scanLayer(await layer.open(), want, image, read).catch(async (err: unknown) => { throw await damagedLayer(err, image, layer); });
+    const scan = await scanLayer(await layer.open(), want, image, layer.digest, found, read).catch(async (err: unknown) => { throw await damagedLayer(err, image, layer); });
     read = scan.read;
-    applyWhiteouts(found, scan);
     for (const [name, bytes] of scan.files) found.set(name, bytes);
   }
   return found;

@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { quoteName } from '@offline-bundle/host';
 import { DockerArchiveSource } from './docker-archive-source.js';
 import { DirSource } from './dir-source.js';
 import { DockerSource } from './docker-source.js';
@@ -51,7 +52,7 @@ export function parseSourceSpec(raw: string): SourceSpec {
     transport = m[1] as TransportName;
     rest = rest.slice(m[0].length);
     if (transport === 'docker') {
-      if (!rest.startsWith('//')) throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": write docker://REGISTRY/REPO[:TAG|@DIGEST]`);
+      if (!rest.startsWith('//')) throw new OciError('UNSUPPORTED_TRANSPORT', `${quoteName(raw)}: write docker://REGISTRY/REPO[:TAG|@DIGEST]`);
       rest = rest.slice(2);
     }
   } else if (m) {
@@ -59,18 +60,18 @@ export function parseSourceSpec(raw: string): SourceSpec {
     const after = rest.slice(m[0].length);
     if (m[1] === 'containers-storage') {
       // podman's store is only safe to read through its own locking code
-      throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": containers-storage: is not read directly: export the image first with "podman save --format oci-archive -o IMAGE.tar ${after || 'IMAGE'}" (or "skopeo copy containers-storage:${after || 'IMAGE'} oci-archive:IMAGE.tar") and pass oci-archive:IMAGE.tar`);
+      throw new OciError('UNSUPPORTED_TRANSPORT', `${quoteName(raw)}: containers-storage: is not read directly: export the image first with "podman save --format oci-archive -o IMAGE.tar ${after || 'IMAGE'}" (or "skopeo copy containers-storage:${after || 'IMAGE'} oci-archive:IMAGE.tar") and pass oci-archive:IMAGE.tar`);
     }
     if (FOREIGN_TRANSPORTS.includes(m[1]!) || (!/^\d/.test(after) && after.includes('/'))) {
-      throw new OciError('UNSUPPORTED_TRANSPORT', `"${raw}": unknown transport "${m[1]}:" (use docker://, oci:, oci-archive:, docker-archive: or dir:)`);
+      throw new OciError('UNSUPPORTED_TRANSPORT', `${quoteName(raw)}: unknown transport "${m[1]}:" (use docker://, oci:, oci-archive:, docker-archive: or dir:)`);
     }
   }
   if (transport === 'docker') {
-    if (name) throw new OciError('INVALID_REFERENCE', `"${raw}": a registry image keeps its own name; "=NAME" is for oci:, oci-archive: and docker-archive:`);
+    if (name) throw new OciError('INVALID_REFERENCE', `${quoteName(raw)}: a registry image keeps its own name; "=NAME" is for oci:, oci-archive: and docker-archive:`);
     parseReference(rest);
     return { transport, target: rest, raw };
   }
-  if (!rest) throw new OciError('INVALID_REFERENCE', `"${raw}": a path is required after ${transport}:`);
+  if (!rest) throw new OciError('INVALID_REFERENCE', `${quoteName(raw)}: a path is required after ${transport}:`);
   // dir: holds one image and no name: all of it is the path (as skopeo's dir:PATH)
   if (transport === 'dir') return { transport, target: rest, ...(name ? { name } : {}), raw };
   const colon = rest.indexOf(':');

@@ -5,6 +5,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { giveBack } from '@offline-bundle/host';
 import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
+import { REGISTRY_STALL_MS, watchClientPace, type ClientPace } from './client-pace.js';
 
 export interface RegistryServerOptions {
   store: BlobStore;
@@ -16,6 +17,8 @@ export interface RegistryServerOptions {
   onRequest?: (method: string, url: string, status: number) => void;
   /** A connection that moves no byte this long is cut (default REGISTRY_IDLE_MS). */
   idleTimeoutMs?: number;
+  /** A client that takes under a frame this long while others wait for the store's budget is cut (default REGISTRY_STALL_MS). */
+  stallTimeoutMs?: number;
 }
 
 /**
@@ -102,11 +105,15 @@ const RANGE_RE = /^bytes=(\d*)-(\d*)$/;
  * to the connection and handed back to the read pool once the socket has taken it (giveBack), so
  * the store reads the next units into the same buffers. An error before the first byte is the
  * handler's (a 500 JSON answer); after it the connection is cut, as the client then sees a short
- * body. A client that goes away closes the store's file.
+ * body. A client that goes away closes the store's file. One that stops taking bytes while others
+ * wait for the store's shared frame budget is cut too (client-pace.ts).
  */
-function sendBody(reply: FastifyReply, body: Readable, digest: string, served: ServedLog): Promise<FastifyReply | undefined> {
+function sendBody(reply: FastifyReply, body: Readable, digest: string, served: ServedLog, paced: Paced): Promise<FastifyReply | undefined> {
   const res = reply.raw;
   let started = false;
+  // a store without a shared budget has nothing a slow client keeps from others
+  const contended = paced.store.contended?.bind(paced.store);
+  let pace: ClientPace | undefined;
   return new Promise((resolve, reject) => {
     // finished() also fires for a client already gone while the store opened the blob
     finished(res, () => body.destroy());
@@ -130,14 +137,21 @@ function sendBody(reply: FastifyReply, body: Readable, digest: string, served: S
         started = true;
         reply.hijack();
         res.writeHead(reply.statusCode, reply.getHeaders() as OutgoingHttpHeaders);
+        // from the first byte: time spent waiting for the budget is not the client's
+        if (contended) pace = watchClientPace(res, contended, paced.stallMs);
         resolve(undefined);
       }
       served.moved(digest, chunk.length);
       // the callback runs once the socket is done with the write; a failed one's buffer is left to the GC all the same
-      if (!res.write(chunk, (err) => { if (!err) giveBack(chunk); })) body.pause();
+      if (res.write(chunk, (err) => { if (!err) { giveBack(chunk); pace?.took(chunk.length); } })) return;
+      body.pause();
+      pace?.backedUp();
     });
   });
 }
+
+/** What sendBody needs to bound a client's share of the store's budget. */
+interface Paced { store: BlobStore; stallMs: number }
 
 function fail(reply: FastifyReply, status: number, code: ErrorCode, message: string, detail?: unknown): FastifyReply {
   return reply.code(status).headers(API_HEADER).type('application/json').send({ errors: [{ code, message, ...(detail !== undefined ? { detail } : {}) }] });
@@ -191,6 +205,7 @@ function paginate(items: string[], query: Record<string, string | undefined>): {
  */
 export function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
   const { store, catalog } = opts;
+  const paced: Paced = { store, stallMs: opts.stallTimeoutMs ?? REGISTRY_STALL_MS };
   const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 }, connectionTimeout: opts.idleTimeoutMs ?? REGISTRY_IDLE_MS });
   app.addHook('onResponse', async (req, reply) => opts.onRequest?.(req.method, req.url, reply.statusCode));
 
@@ -232,7 +247,7 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
       served.manifest(name, digest);
       served.moved(digest, 0);
       if (head) return reply.send();
-      return sendBody(reply, await store.open(digest, 0, size), digest, served);
+      return sendBody(reply, await store.open(digest, 0, size), digest, served, paced);
     }
     m = BLOB_RE.exec(path);
     if (m) {
@@ -254,7 +269,7 @@ export function buildRegistry(opts: RegistryServerOptions, served = new ServedLo
       served.blob(digest);
       served.moved(digest, 0);
       if (head) return reply.send();
-      return sendBody(reply, await store.open(digest, start, end), digest, served);
+      return sendBody(reply, await store.open(digest, start, end), digest, served, paced);
     }
     return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
   };

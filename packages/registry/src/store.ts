@@ -1,7 +1,7 @@
 import { lstat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { BundleRandomReader, blobPath, type BundleManifest, type BundleSource, type VerifiedFrames } from '@offline-bundle/format';
+import { BundleRandomReader, blobPath, processFrameBudget, type BundleManifest, type BundleSource, type ByteBudget, type VerifiedFrames } from '@offline-bundle/format';
 import { mirrorPath, newSha256 } from '@offline-bundle/oci';
 import { BaseError, openRegularFile } from '@offline-bundle/host';
 import { fileRange, readFully } from './file-range.js';
@@ -15,6 +15,8 @@ export interface BlobStore {
   size(digest: string): number | undefined;
   /** Bytes [start, end) of a listed blob. */
   open(digest: string, start: number, end: number): Promise<Readable>;
+  /** Whether streams wait for memory the open streams share (a frame budget): then a client that stops reading keeps it from them. */
+  contended?(): boolean;
   close(): Promise<void>;
 }
 
@@ -206,7 +208,7 @@ async function hashInChunks(path: string, size: number): Promise<{ digest: strin
  * Range alike pass on only bytes that were verified.
  */
 export class BundleFileStore implements BlobStore {
-  private constructor(private readonly reader: BundleRandomReader, private readonly catalog: Catalog) {}
+  private constructor(private readonly reader: BundleRandomReader, private readonly catalog: Catalog, private readonly budget: ByteBudget) {}
 
   /**
    * `verified`: the pass `verifyBundle(source, { frameDigests: true })` just made, saving a second
@@ -215,7 +217,9 @@ export class BundleFileStore implements BlobStore {
   static async open(source: BundleSource, manifest: BundleManifest, catalog: Catalog, verified?: VerifiedFrames): Promise<BundleFileStore> {
     // a delta's base blobs are listed but not in the file: serving it would promise what it cannot send
     if (manifest.base) throw new LayoutError('LAYOUT_INVALID', `${source.identity} is a delta against ${manifest.base.version}: the blobs it takes from there are not in it, so it cannot be served from its file; load it on a node that keeps ${manifest.base.version}, or serve the full bundle`);
-    return new BundleFileStore(await BundleRandomReader.open(source, manifest, verified), catalog);
+    // the reader's budget, named here so the registry can tell when others wait for it
+    const budget = processFrameBudget;
+    return new BundleFileStore(await BundleRandomReader.open(source, manifest, verified, { frameBudget: budget }), catalog, budget);
   }
 
   size(digest: string): number | undefined {
@@ -224,6 +228,10 @@ export class BundleFileStore implements BlobStore {
 
   open(digest: string, start: number, end: number): Promise<Readable> {
     return this.reader.streamChecked(blobPath(digest), start, end);
+  }
+
+  contended(): boolean {
+    return this.budget.waiting > 0;
   }
 
   /** Nothing of its own to release: the source is its opener's. */

@@ -12,6 +12,7 @@ import type { HttpLibrary, RequestContext, ResponseContext as ResponseContextTyp
 import { isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { JsonNestingGauge, MAX_NESTING_DEPTH } from '@offline-bundle/host';
 import { bypassesProxy, proxyFromEnv } from '@offline-bundle/oci';
 import { apiDetail } from './cluster-api.js';
 import { ClusterError } from './cluster-errors.js';
@@ -82,11 +83,16 @@ export class ListItemCounter {
   }
 }
 
-/** The answer's body, at most `maxBytes` (and, with `maxItems`, a list of at most that many items), as a Buffer. */
+/**
+ * The answer's body, at most `maxBytes`, nested at most MAX_NESTING_DEPTH deep (client-node's
+ * deserializer recurses per level: a 63 MiB answer of nested arrays cost it 3.5 GB and two
+ * minutes), and with `maxItems` a list of at most that many items, as a Buffer.
+ */
 function readBody(res: IncomingMessage, maxBytes: number, server: string, maxItems?: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     const counter = maxItems === undefined ? undefined : new ListItemCounter();
+    const nesting = new JsonNestingGauge();
     let n = 0;
     // settled before the destroy, whose 'aborted' would otherwise name the cut as the cause
     const refuse = (err: ClusterError) => { reject(err); res.destroy(); };
@@ -94,6 +100,10 @@ function readBody(res: IncomingMessage, maxBytes: number, server: string, maxIte
       n += c.length;
       if (n > maxBytes) {
         refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer over ${maxBytes / 1024 / 1024} MiB: not an API server's answer, or a list too large to read at once; check --kubeconfig's server`));
+        return;
+      }
+      if (!nesting.feed(c)) {
+        refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer nested deeper than ${MAX_NESTING_DEPTH} levels (line ${nesting.overAtLine}), past any Kubernetes object's: not an API server's answer; check --kubeconfig's server`));
         return;
       }
       if (counter) {

@@ -1,7 +1,7 @@
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { readSmallFile } from '@offline-bundle/host';
+import { assertNesting, assertValueNesting, readSmallFile } from '@offline-bundle/host';
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
 import { isLoopback } from './loopback.js';
@@ -13,13 +13,17 @@ export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 /** A certificate, key or token file a kubeconfig names: a few KiB. */
 export const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
 
+const USE_A_TOKEN = 'use a kubeconfig with a token or client certificate (e.g. "oc login --token", "oc create token" or a ServiceAccount token)';
+
 type Entry = { name?: unknown; cluster?: Record<string, unknown>; user?: Record<string, unknown> };
 
 /**
  * The files a kubeconfig names, read here (bounded, regular files only, relative to the
  * kubeconfig's directory as kubectl resolves them) and put in as their *-data / token fields:
  * client-node would read them synchronously and whole, token-file even relative to the cwd.
- * An exec credential plugin is refused: client-node runs it with no deadline.
+ * An exec credential plugin is refused: client-node runs it with no deadline. So is an
+ * auth-provider with a cmd-path (gcp, azure): client-node runs it with execSync, no deadline,
+ * whenever the token is missing or expired; without one it only sends the access-token.
  */
 async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown }, file: string): Promise<void> {
   const read = async (where: string, ref: unknown) => {
@@ -47,7 +51,11 @@ async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown 
   }
   for (const { name, user: u } of entries(doc.users)) {
     if (!u) continue;
-    if (u.exec !== undefined) throw new Error(`user ${String(name)} gets its credentials from an exec plugin, which bundle cluster does not run (it could not bound it in time): use a kubeconfig with a token or client certificate (e.g. "oc login --token" or a ServiceAccount token)`);
+    if (u.exec !== undefined) throw new Error(`user ${String(name)} gets its credentials from an exec plugin, which bundle cluster does not run (it could not bound it in time): ${USE_A_TOKEN}`);
+    const provider = u['auth-provider'] as { name?: unknown; config?: Record<string, unknown> } | undefined;
+    if (provider?.config?.['cmd-path'] !== undefined) {
+      throw new Error(`user ${String(name)}'s auth-provider ${String(provider.name)} runs a command (cmd-path) for its token, which bundle cluster does not run (it could not bound it in time): ${USE_A_TOKEN}`);
+    }
     for (const [fileKey, dataKey] of [['client-certificate', 'client-certificate-data'], ['client-key', 'client-key-data']] as const) {
       if (u[fileKey] === undefined) continue;
       u[dataKey] ??= (await read(`user ${String(name)}'s ${fileKey}`, u[fileKey])).toString('base64');
@@ -63,7 +71,10 @@ async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown 
 async function loadKubeconfig(file: string, context?: string): Promise<KubeConfig> {
   const { KubeConfig: Kc } = await loadK8s();
   const kc = new Kc();
-  const doc: unknown = parseYaml((await readSmallFile(file, MAX_KUBECONFIG_BYTES)).bytes.toString('utf8'));
+  const text = (await readSmallFile(file, MAX_KUBECONFIG_BYTES)).bytes.toString('utf8');
+  assertNesting(text, 'yaml', file);
+  const doc: unknown = parseYaml(text);
+  assertValueNesting(doc, file);
   if (typeof doc !== 'object' || doc === null) throw new Error('not a kubeconfig (no clusters, users and contexts)');
   await inlineReferencedFiles(doc as { clusters?: unknown; users?: unknown }, file);
   kc.loadFromString(JSON.stringify(doc));

@@ -21,8 +21,8 @@ export function technicianLine(s: NodeStatus, now = new Date()): string {
 function ignoredNote(s: NodeStatus): string {
   if (s.phase !== 'Idle' && s.phase !== 'Ready' && s.phase !== 'Failed') return '';
   const saidAlready = s.phase === 'Failed' && s.conditions.some((c) => c.type === 'Failed' && c.reason === 'Truncated');
-  if (!saidAlready && s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'IncompleteFile')) {
-    return ' The update file found on the USB stick is incomplete: copy it to the stick again, wait until the copy has finished, and plug it in again.';
+  if (!saidAlready && s.conditions.some((c) => c.type === 'MediaIncomplete' && c.status === 'True')) {
+    return ' An update file found is incomplete and was not loaded: copy it again and wait until the copy has finished.';
   }
   if (s.phase === 'Failed') return '';
   if (!s.conditions.some((c) => c.type === 'MediaDetected' && c.reason === 'ReleaseForgotten')) return '';

@@ -161,6 +161,10 @@ function streamLost() {
   renderContact();
 }
 
+/** Drops in a row (each within a minute of the last), and when the last came: the reconnect's backoff. */
+let reloads = 0;
+let lastReload = 0;
+
 function connect() {
   const es = new EventSource('/events');
   es.addEventListener('open', () => { streamLostSince = undefined; lastHeard = Date.now(); renderContact(); });
@@ -176,6 +180,15 @@ function connect() {
     lastHeard = Date.now();
     if (streamLostSince !== undefined) { streamLostSince = undefined; renderContact(); }
     if (snapshot && snapshot.api.ok) { snapshot.api.lastOk = JSON.parse(e.data).at; renderContact(); }
+  });
+  // the server dropped this stream (the page fell behind): a new one starts with the whole
+  // snapshot, after a pause that grows while drops repeat (a slow link must not loop on 16 MiB)
+  es.addEventListener('reload', () => {
+    es.close();
+    reloads = Date.now() - lastReload < 60000 ? reloads + 1 : 0;
+    lastReload = Date.now();
+    const pause = Math.min(30000, 1000 * 2 ** reloads) * (0.5 + Math.random() / 2);
+    window.setTimeout(connect, pause);
   });
   // the browser retries on its own (the server's retry: 2000); until then, the rows are not live
   es.onerror = streamLost;
