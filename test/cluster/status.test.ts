@@ -177,7 +177,7 @@ t.test('rollup: a node whose runtime lost images it loaded (status.runtime) is n
   const r = rollup(['a', 'b', 'c'].map(n), [st('a', []), st('b', ['quay.io/acme/app@sha256:' + '12'.repeat(32), 'quay.io/acme/db:1']), st('c', [])], undefined, undefined, now);
   t.equal(r.digest, digest, 'the bundle is still the one the nodes loaded');
   t.same(r.rows.map((x) => [x.node, x.ready]), [['a', true], ['b', false], ['c', true]]);
-  t.match(r.rows[1], { lacking: { count: 2, example: /^quay\.io\/acme\/app@sha256:/ } });
+  t.match(r.rows[1], { lacking: { count: 2, example: /^quay\.io\/acme\/app@sha256:/ }, reason: 'ImagesLost', message: /^its runtime no longer holds 2 image names it loaded/ });
   t.match(r.summary, /^2 of 3 nodes Ready .*b's runtime no longer holds 2 image names it loaded \(quay\.io\/acme\/app@sha256:1212\S+, …\), though its agent said Ready/);
   t.equal(r.ready, false);
   t.match(nextSteps(r), /plug the stick into b/, 'a stick brings them back');

@@ -136,6 +136,8 @@ function lackingOf(h: RuntimeHoldings | undefined): Pick<NodeRow, 'lacking'> {
   return missing.length ? { lacking: { count: missing.length, example: missing[0]! } } : {};
 }
 
+const lostWords = (l: NonNullable<NodeRow['lacking']>) => `no longer holds ${plural(l.count, 'image name')} it loaded (${l.example}${l.count > 1 ? ', …' : ''})`;
+
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects, and any `now`). */
 export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease, now = new Date()): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
@@ -150,6 +152,8 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     const why = failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
     const st = s.status ?? {};
     const fresh = freshness(st, now);
+    // only a node that says its images are loaded can be held to it (preload.method none loads none)
+    const lacking = st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded' ? lackingOf(st.runtime) : {};
     return {
       node, nodeReady, phase: st.phase ?? 'Unknown',
       ...(st.bundle?.version ? { version: st.bundle.version } : {}),
@@ -160,10 +164,11 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
       ...sourceAndServing(st, fresh.stale === true),
       ...(why?.reason ? { reason: why.reason } : {}),
       ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
+      // what the table's PHASE column and the page's row say of it
+      ...(lacking.lacking ? { reason: 'ImagesLost', message: `its runtime ${lostWords(lacking.lacking)}` } : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
       ...missing,
-      // only a node that says its images are loaded can be held to it (preload.method none loads none)
-      ...(st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded' ? lackingOf(st.runtime) : {}),
+      ...lacking,
     } as NodeRow & { ok: boolean };
   });
   let digest = want;
@@ -180,7 +185,7 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     if (r.aheadBy !== undefined) out.push(`${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`);
     else if (r.stale) out.push(`${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`);
     if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
-    if (r.lacking) out.push(`${r.node}'s runtime no longer holds ${plural(r.lacking.count, 'image name')} it loaded (${r.lacking.example}${r.lacking.count > 1 ? ', …' : ''}), though its agent said Ready`);
+    if (r.lacking) out.push(`${r.node}'s runtime ${lostWords(r.lacking)}, though its agent said Ready`);
     if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
     else if (r.phase === 'Ready' && r.digest !== digest) out.push(`${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`);
     else if (r.phase !== 'Ready') out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);
