@@ -80,11 +80,11 @@ export class KeptServing {
 
   /** Serves what is due at once (after a reboot: before the kubelet needs it), then checks the cluster every checkMs. */
   async start(): Promise<void> {
-    if (!this.enabled) return;
-    await this.d.exclusive(() => this.check());
-    // what start-up opened is for the first check only; a later serve checks the layout anew
+    if (this.enabled) await this.d.exclusive(() => this.check());
+    // what start-up opened is for the first check only (none when serving is off); a later serve checks the layout anew
     for (const k of this.d.checkedAtStart?.values() ?? []) await k.store.close();
     this.d.checkedAtStart?.clear();
+    if (!this.enabled) return;
     this.timer = setInterval(() => {
       // one check at a time: a slow one (a layout hashed before it is served) is not queued behind again
       if (!this.checking) void this.d.exclusive(() => this.check());

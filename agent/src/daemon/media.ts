@@ -169,13 +169,18 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
     this.emit('incomplete', files);
   }
 
+  /** Forgets the files of `dir` not `present`: only files of this directory, as a stick is often mounted below a media root that is a mount too. */
+  private forgetLooks(dir: string, present: ReadonlySet<string>): void {
+    for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
+  }
+
   private async scanDir(dir: string, media: () => Promise<string>, stick = false): Promise<void> {
     let all: string[];
     try {
       all = await readdir(dir);
     } catch {
       // gone (a watched directory removed): what was seen in it goes too
-      for (const file of this.looks.keys()) if (dirname(file) === resolve(dir)) this.looks.delete(file);
+      this.forgetLooks(dir, new Set());
       return;
     }
     let names = all.filter(isBundleName).sort();
@@ -209,8 +214,7 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
     }
     await this.scanPartSets(dir, all, present, media, stick, found);
     this.offerAll(dir, found);
-    // only files of this directory: a stick is often mounted below a media root that is a mount too
-    for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
+    this.forgetLooks(dir, present);
   }
 
   /**
