@@ -1,17 +1,17 @@
+import type { FormatErrorCode } from '@offline-bundle/format';
+import { firstLine as oneLine, type HostErrorCode } from '@offline-bundle/host';
+import type { OciErrorCode } from '@offline-bundle/oci';
+import type { RegistryErrorCode } from '@offline-bundle/registry';
+import type { RuntimeErrorCode } from '@offline-bundle/runtime';
+import { FAILURE_REASONS, type FailureReason } from '@offline-bundle/status';
+
 /**
  * Why the agent refused or stopped, as a condition reason (CamelCase) with a message that
- * names the cause and the fix, in one line.
+ * names the cause and the fix, in one line. The list lives with the technician's sentences
+ * (status), so a reason without a sentence does not compile.
  */
-export const AGENT_REASONS = [
-  'NoTrust', 'BadSignature', 'UntrustedKey', 'DigestMismatch', 'Corrupt', 'Truncated',
-  'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'ClusterForbidden', 'ClusterUnreachable', 'InsufficientSpace', 'StagingFailed',
-  'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'PullStalled', 'NoSpaceInImageStore', 'PinFailed',
-  'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
-  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
-  'PartsMixed', 'PartCutShort', 'PartsOtherBundle', 'BaseMissing', 'BaseCorrupt',
-  'NoPeerHasBundle', 'PeersSuspect', 'ApprovalRevoked', 'RuntimeIgnoresMirror',
-] as const;
-export type AgentReason = (typeof AGENT_REASONS)[number];
+export const AGENT_REASONS = FAILURE_REASONS;
+export type AgentReason = FailureReason;
 
 export class AgentError extends Error {
   constructor(readonly reason: AgentReason, message: string, options?: { cause?: unknown }) {
@@ -20,8 +20,12 @@ export class AgentError extends Error {
   }
 }
 
-/** Library error codes (format, runtime, oci) → condition reasons. */
-const CODE_REASONS: Record<string, AgentReason> = {
+/** The system calls' codes a load can meet that name their own cause (a full disk, a stick gone). */
+type ErrnoCode = 'ENOSPC' | 'EDQUOT' | 'EIO' | 'ENODEV' | 'ENXIO' | 'ENOTCONN' | 'ECONNABORTED';
+type LibraryCode = FormatErrorCode | HostErrorCode | OciErrorCode | RegistryErrorCode | RuntimeErrorCode | ErrnoCode;
+
+/** Library error codes (format, host, oci, registry, runtime, the system) → condition reasons; a code no library has does not compile. */
+const CODE_REASONS: Readonly<Partial<Record<LibraryCode, AgentReason>>> = {
   NO_TRUST: 'NoTrust',
   BAD_SIGNATURE: 'BadSignature',
   UNTRUSTED_KEY: 'UntrustedKey',
@@ -60,16 +64,19 @@ const CODE_REASONS: Record<string, AgentReason> = {
   ECONNABORTED: 'MediaRemoved',
 };
 // Everything the format reader refuses that is not listed above is a damaged or altered bundle.
-const FORMAT_DAMAGE = new Set(['BLOB_DIGEST_MISMATCH', 'SIZE_MISMATCH', 'OVERSIZED_ENTRY', 'UNEXPECTED_ENTRY', 'DUPLICATE_ENTRY', 'NOT_A_FILE',
+const FORMAT_DAMAGE: ReadonlySet<string> = new Set<FormatErrorCode | OciErrorCode>(['BLOB_DIGEST_MISMATCH', 'SIZE_MISMATCH', 'OVERSIZED_ENTRY', 'UNEXPECTED_ENTRY', 'DUPLICATE_ENTRY', 'NOT_A_FILE',
   'MISSING_ENTRY', 'BAD_ORDER', 'TRAILING_DATA', 'CORRUPT', 'BAD_SEEK_TABLE', 'INVALID_MANIFEST']);
 
 /** Maps errors from the libraries to the reason a status condition carries. */
 export function reasonOf(err: unknown): AgentReason {
   if (err instanceof AgentError) return err.reason;
   if ((err as Error)?.name === 'AbortError') return 'Interrupted';
-  const code = (err as { code?: string })?.code;
-  if (code && CODE_REASONS[code]) return CODE_REASONS[code]!;
-  if (code && FORMAT_DAMAGE.has(code)) return 'Corrupt';
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code !== 'string') return 'Internal';
+  // own keys only: a code such as "constructor" is not a reason
+  const known = Object.hasOwn(CODE_REASONS, code) ? CODE_REASONS[code as LibraryCode] : undefined;
+  if (known) return known;
+  if (FORMAT_DAMAGE.has(code)) return 'Corrupt';
   return 'Internal';
 }
 
@@ -87,5 +94,4 @@ export function failureOf(err: unknown, upgradeDir: string): { reason: AgentReas
   return { reason, message: oneLine(err) };
 }
 
-import { firstLine as oneLine } from '@offline-bundle/host';
 export { oneLine };

@@ -2,7 +2,7 @@
 // Words a technician reads: every reason the agent can fail with has a plain sentence that
 // says what to do, with none of the words only an administrator knows.
 import t from 'tap';
-import { AGENT_REASONS } from '@offline-bundle/agent';
+import { AGENT_REASONS, reasonOf } from '@offline-bundle/agent';
 import { emptyStatus, FAILURE_SENTENCES, WAITING_SENTENCES, failureSentence, technicianLine, type NodeStatus } from '@offline-bundle/status';
 
 // Kubernetes and runtime vocabulary, config keys, code-ish tokens and template leftovers.
@@ -63,4 +63,14 @@ t.test('a cut copy found on the stick is said beside any resting state, once (no
   t.ok(technicianLine(failed('PullFailed')).endsWith(note), 'beside another failure');
   t.notOk(technicianLine(failed('Truncated')).endsWith(note), 'a Truncated failure already says it');
   t.notMatch(technicianLine(ready), JARGON, 'no jargon');
+});
+
+t.test('a library error code maps to its reason by own keys only: an inherited name is no reason', async (t) => {
+  const coded = (code: unknown) => Object.assign(new Error('x'), { code });
+  t.equal(reasonOf(coded('ENOSPC')), 'InsufficientSpace');
+  t.equal(reasonOf(coded('LAYOUT_INVALID')), 'StagingFailed', 'the registry\'s code, typed over its union');
+  t.equal(reasonOf(coded('BLOB_DIGEST_MISMATCH')), 'Corrupt', 'format damage');
+  for (const code of ['constructor', 'toString', '__proto__', 'hasOwnProperty', 42, undefined]) {
+    t.equal(reasonOf(coded(code)), 'Internal', `code ${String(code)}`);
+  }
 });

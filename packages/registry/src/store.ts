@@ -101,7 +101,8 @@ export function servedNames(catalog: Catalog, address: string): { source: string
 }
 
 /** Why a layout cannot be served: missing, resized, not a regular file, or not the signed bytes. */
-export class LayoutError extends BaseError<'LAYOUT_INVALID'> {}
+export type RegistryErrorCode = 'LAYOUT_INVALID';
+export class LayoutError extends BaseError<RegistryErrorCode> {}
 
 /** Unit of re-checking a layout blob as it is served: small enough to hold per request. */
 const CHECK_CHUNK = 1024 * 1024;

@@ -2,8 +2,20 @@
 // what to do, with no word only an administrator knows. The condition's message keeps the
 // precise cause for the administrator (status --json, the cluster resource, the journal).
 
-/** Failure reason (the Failed condition's reason) → the technician's sentence. */
-export const FAILURE_SENTENCES: Readonly<Record<string, string>> = {
+/** Why the agent refused or stopped a load: the Failed condition's reason (CamelCase). */
+export const FAILURE_REASONS = [
+  'NoTrust', 'BadSignature', 'UntrustedKey', 'DigestMismatch', 'Corrupt', 'Truncated',
+  'WrongArch', 'Downgrade', 'NotAnUpgradeSource', 'UnknownRunningVersion', 'ClusterForbidden', 'ClusterUnreachable', 'InsufficientSpace', 'StagingFailed',
+  'RegistryFailed', 'RuntimeUnavailable', 'PullFailed', 'PullStalled', 'NoSpaceInImageStore', 'PinFailed',
+  'ReloadFailed', 'MediaRemoved', 'InvalidConfig', 'UnsupportedVersion', 'ForeignFile', 'WriteFailed',
+  'Interrupted', 'Busy', 'Internal', 'MirrorNotUsed', 'RestoreFailed', 'NotRecorded', 'InUse', 'StatusDamaged', 'PartsIncomplete',
+  'PartsMixed', 'PartCutShort', 'PartsOtherBundle', 'BaseMissing', 'BaseCorrupt',
+  'NoPeerHasBundle', 'PeersSuspect', 'ApprovalRevoked', 'RuntimeIgnoresMirror',
+] as const;
+export type FailureReason = (typeof FAILURE_REASONS)[number];
+
+/** Failure reason → the technician's sentence (typed: a reason without a sentence does not compile). */
+export const FAILURE_SENTENCES: Readonly<Record<FailureReason, string>> = {
   NoTrust: 'This node has no key to check updates with. Ask the administrator to set up the node, then plug the USB stick in again.',
   BadSignature: 'The update on the USB stick is not signed correctly and was refused. Ask for a new copy of the update.',
   UntrustedKey: 'The update on the USB stick was signed by someone this node does not trust and was refused. Ask for the right update.',
@@ -68,7 +80,7 @@ export const WAITING_SENTENCES: Readonly<Record<string, string>> = {
 
 /** The sentence for a reason, or undefined for a reason this list does not know (a newer agent's). */
 export function failureSentence(reason: string | undefined): string | undefined {
-  return reason && Object.hasOwn(FAILURE_SENTENCES, reason) ? FAILURE_SENTENCES[reason] : undefined;
+  return reason && Object.hasOwn(FAILURE_SENTENCES, reason) ? FAILURE_SENTENCES[reason as FailureReason] : undefined;
 }
 
 /** How the media watcher names a drop directory in the status's bundle.media (a stick is named by its label or mount point). */
