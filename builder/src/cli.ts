@@ -16,6 +16,7 @@ import { addImageSetCommands } from './image-set/commands.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
+import { pathLines, pathOf, upgradesFromLine } from './release-path.js';
 import { collect, digestArg } from './args.js';
 import { addOptions, askCredsPassword, contentOptions, registryOptions, updateGraphOption } from './create-flags.js';
 import { addClusterCommands } from './cluster.js';
@@ -73,6 +74,7 @@ function summary(m: BundleManifest) {
   return {
     format: formatOf(m),
     release: m.release,
+    ...(m.release.via ? { path: pathOf(m.release) } : {}),
     images: m.images.map((i) => ({ reference: i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`, digest: i.digest, platforms: i.platforms.map(formatPlatform), ...(i.component ? { component: i.component } : {}) })),
     // served by the node's registry, never pulled: apart from images, which are
     charts: (m.charts ?? []).map((c) => ({ reference: c.tag ? `${c.repository}:${c.tag}` : `${c.repository}@${c.digest}`, digest: c.digest })),
@@ -97,7 +99,8 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
   const lines = [
     `release:   ${r.name} (version ${r.version}, ${r.arch})`,
     ...(r.image ? [`image:     ${r.image}`, `digest:    ${r.digest}`] : []),
-    `upgrades from: ${r.upgradeFrom.length ? r.upgradeFrom.join(', ') : 'any version'}`,
+    upgradesFromLine(r),
+    ...(r.via ? pathLines(pathOf(r)!) : []),
     ...(r.image ? [`release signatures: ${r.signatures?.length ? r.signatures.map((s, i) => `signature-${i + 1} by key ${s.keyIds.join(',')} (${s.digest})`).join('; ') : 'none (the cluster will refuse the update without --force: rebuild with --release-signature or --signature-store)'}`] : []),
     `format:    version ${m.schemaVersion}: needs bundle-agent ≥ ${formatOf(m).minAgentVersion}`,
     `signer:    ${m.signer.fingerprint} (${m.signer.algorithm})`,

@@ -14,6 +14,7 @@ import { TOOL_VERSION } from './version.js';
 export function contentOptions(): Option[] {
   return [
     new Option('--release <ref>', 'OpenShift release image: its payload images (release-manifests/image-references) are added by digest'),
+    new Option('--release-from <version>', 'the version the cluster runs: carry every release of the update graph\'s shortest path from it to the release named by channel in -f (4.14.30 → 4.15.40 → 4.16.2), each payload once (as release.from)'),
     new Option('--image <source>', 'an image to add (repeatable): docker://REF (default), oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF], dir:DIR (skopeo\'s dir layout); append =REGISTRY/REPO:TAG to name a local image (dir: always needs it)').argParser(collect),
     new Option('--images-file <file>', 'a file with one image source per line (# comments)'),
     new Option('--chart <ref>', 'a Helm chart stored in a registry (repeatable): oci://HOST/REPO/NAME:VERSION as helm push names it, or HOST/REPO/NAME:VERSION / @sha256:DIGEST; served by the node\'s registry, never pulled or pinned').argParser(collect),

@@ -8,11 +8,12 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, parseReference, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
+import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type BundleRelease, type HopAdds, type ReleaseSignatureRef, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { archProblem, checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
+import { hopAdds, pathLines, type PathSummary } from './release-path.js';
 import { checkDeltaBase, readDeltaBase, sharedWithBase, type DeltaBase } from './delta-base.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
@@ -30,6 +31,10 @@ import { blobOrderProblem, digestOrder, pullOrder, type BlobOrder } from './blob
 export interface CreateOptions {
   /** An OpenShift release image; its payload images come along. */
   release?: string;
+  /** An update path's releases before `release`, oldest first (the graph's version and payload of each): carried too. */
+  releaseVia?: { version: string; payload: string }[];
+  /** The version the cluster runs: an upgrade source of the path's first release (the graph has the edge). */
+  releaseFrom?: string;
   /** Image sources: docker://REF (default transport), oci:DIR[:REF][=NAME], oci-archive:FILE[:REF][=NAME], docker-archive:FILE[:REF][=NAME]. */
   images?: string[];
   /** Where each of `images` was given ("bundle.yaml:7 (images[0])"), for messages; default "--image #N". */
@@ -362,36 +367,61 @@ async function closeSession(s: Session): Promise<void> {
   await s.client.close();
 }
 
-interface ReleaseInfo { image: string; digest: string; upgradeFrom: string[] }
+interface ReleaseInfo { image: string; digest: string; upgradeFrom: string[]; version: string }
+
+/** One release of an update path: its facts and its images (the release image first). */
+interface PathRelease { info: ReleaseInfo; images: ResolvedImage[] }
 
 /** Every image to carry, with the release's version and facts and the agent image's entry. */
 interface ResolvedAll {
   version: string | undefined;
   releaseInfo: ReleaseInfo | undefined;
+  /** Every release of an update path, the final one (releaseInfo) last; empty without a path. */
+  path: PathRelease[];
   warnings: CreateResult['warnings'];
   resolved: ResolvedImage[];
   agent: BundleAgent | undefined;
 }
 
-/** The release image, then its payload's images (the payload names them and gives the version). */
-async function resolveRelease(s: Session, release: string, into: ResolvedAll): Promise<void> {
+/** A release image, then its payload's images (the payload names them and gives the version). */
+async function readRelease(s: Session, release: string, where: string, into: ResolvedAll): Promise<PathRelease> {
   const { opts, progress, cache, want, limit, work, open } = s;
   progress.log(`resolving release ${release}`);
-  const rel = await resolveImage(await open(release), cache, want, false, '--release', 'release');
-  into.resolved.push(rel);
+  const rel = await resolveImage(await open(release), cache, want, false, where, 'release');
   const payload = await readReleasePayload(rel.layers.map((l) => cachedLayer(cache, rel.source, l)), `the release image ${formatReference(rel.source.name)}`);
-  if (opts.version && opts.version !== payload.version) {
-    throw new OciError('INVALID_RELEASE', `--version ${opts.version} contradicts the release image, which is ${payload.version}`);
-  }
-  into.version = payload.version;
-  into.releaseInfo = { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous };
   progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
   for (const w of payload.pullAlways) {
     into.warnings.push({ kind: 'PullAlways', object: w.object, image: w.image, message: `${w.file}: pulls ${w.image} with imagePullPolicy: Always, which fails on a node without a registry even though the bundle loads it` });
   }
   const payloadImages = await allOrFirstError(limit, payload.images.map((p) => async () =>
     resolveImage(await open(`docker://${formatReference(p.reference)}`), cache, want, opts.allPlatforms === true, `the release payload's ${p.name}`, p.name)), work.signal);
-  into.resolved.push(...payloadImages);
+  const images = [rel, ...payloadImages];
+  into.resolved.push(...images);
+  return { info: { image: formatReference(rel.source.name), digest: rel.entry.digest, upgradeFrom: payload.previous, version: payload.version }, images };
+}
+
+/**
+ * The release, and before it each release of its update path (#43), each payload read as the
+ * graph named it: a payload of another version than the graph says is refused. Images the
+ * releases share are one entry and their blobs one each (byName, planContents).
+ */
+async function resolveRelease(s: Session, release: string, into: ResolvedAll): Promise<void> {
+  const via = s.opts.releaseVia ?? [];
+  for (const hop of via) {
+    const r = await readRelease(s, hop.payload, `the update path's ${hop.version}`, into);
+    if (r.info.version !== hop.version) throw new OciError('INVALID_RELEASE', `the update graph gives ${hop.payload} as ${hop.version}, but its release-metadata says ${r.info.version}: save the graph again`);
+    into.path.push(r);
+  }
+  const final = await readRelease(s, release, '--release', into);
+  if (s.opts.version && s.opts.version !== final.info.version) {
+    throw new OciError('INVALID_RELEASE', `--version ${s.opts.version} contradicts the release image, which is ${final.info.version}`);
+  }
+  into.version = final.info.version;
+  into.releaseInfo = final.info;
+  if (via.length) {
+    into.path.push(final);
+    s.progress.log(`update path: ${pathLines(planPath(s.opts, into)!, '').join('; ')}`);
+  }
 }
 
 /** A layer read from the cache (fetched first when missing); a copy that does not unpack is dropped from it. */
@@ -400,6 +430,49 @@ function cachedLayer(cache: BlobCache, source: ImageSource, l: { digest: string;
     digest: l.digest,
     open: async () => createReadStream(await cache.fetch(l.digest, l.size, (offset) => source.getBlob(l.digest, l.size, offset))),
     drop: () => cache.drop(l.digest),
+  };
+}
+
+/** Each release of the update path with its upgrade sources and what it adds over the one before; empty without a path. */
+function pathHops(opts: CreateOptions, all: ResolvedAll): (ReleaseInfo & { adds: HopAdds })[] {
+  return all.path.map((r, i) => {
+    const prev = all.path[i - 1];
+    // the graph's edges: from the version the cluster runs into the first, each into the next
+    const extra = prev ? [prev.info.version] : [...(opts.releaseFrom ? [opts.releaseFrom] : []), ...(opts.upgradeFrom ?? [])];
+    // release-metadata may name an edge the graph pulled: past the first hop, the start is none
+    // of their sources (else an agent that reads the final release alone would take it in one)
+    const own = prev ? r.info.upgradeFrom.filter((v) => v !== opts.releaseFrom) : r.info.upgradeFrom;
+    return { ...r.info, upgradeFrom: [...new Set([...own, ...extra])].sort(), adds: hopAdds(prev?.images, r.images) };
+  });
+}
+
+/** The path as a dry run and the log show it; undefined for one release. */
+function planPath(opts: CreateOptions, all: ResolvedAll): PathSummary | undefined {
+  const hops = pathHops(opts, all);
+  if (hops.length < 2) return undefined;
+  return { from: opts.releaseFrom ? [opts.releaseFrom] : hops[0]!.upgradeFrom, releases: hops.map((h) => ({ version: h.version, image: h.image, digest: h.digest, adds: h.adds })) };
+}
+
+/**
+ * bundle.json's release: the final one as a bundle of one release has it (what readers that
+ * predate paths read), and with a path each release before it under `via`, with its signatures.
+ */
+function releaseOf(opts: CreateOptions, all: ResolvedAll, arch: string, signatures: ReleaseSignatureRef[][]): BundleRelease {
+  const hops = pathHops(opts, all);
+  const sigs = (i: number) => (signatures[i]?.length ? { signatures: signatures[i] } : {});
+  const last = hops.length - 1;
+  return {
+    name: opts.name ?? all.version!,
+    version: all.version!,
+    arch,
+    image: all.releaseInfo?.image ?? null,
+    digest: all.releaseInfo?.digest ?? null,
+    upgradeFrom: hops.length ? hops[last]!.upgradeFrom : [...new Set([...(all.releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? []), ...(opts.releaseFrom ? [opts.releaseFrom] : [])])].sort(),
+    ...sigs(Math.max(last, 0)),
+    ...(hops.length ? {
+      via: hops.slice(0, last).map((h, i) => ({ name: h.version, version: h.version, arch, image: h.image, digest: h.digest, upgradeFrom: h.upgradeFrom, ...sigs(i), adds: h.adds })),
+      adds: hops[last]!.adds,
+    } : {}),
   };
 }
 
@@ -428,7 +501,7 @@ async function resolveAgentImage(s: Session, agentImage: string, into: ResolvedA
 }
 
 async function resolveAll(s: Session, pre: Preflight): Promise<ResolvedAll> {
-  const all: ResolvedAll = { version: s.opts.version, releaseInfo: undefined, warnings: [], resolved: [], agent: undefined };
+  const all: ResolvedAll = { version: s.opts.version, releaseInfo: undefined, path: [], warnings: [], resolved: [], agent: undefined };
   if (s.opts.release) await resolveRelease(s, s.opts.release, all);
   await resolveSources(s, pre, all);
   if (s.opts.agentImage !== undefined) await resolveAgentImage(s, s.opts.agentImage, all);
@@ -465,7 +538,7 @@ async function planContents(s: Session, resolved: ResolvedImage[]): Promise<Cont
 
 /** What a dry run would write in bundle.json: its release, images, charts and blobs. */
 export interface PlannedContents {
-  release: { name: string; version: string; digest: string | null };
+  release: { name: string; version: string; digest: string | null; path?: PathSummary };
   images: BundleImage[];
   charts: BundleImage[];
   blobs: { digest: string; size: number }[];
@@ -473,12 +546,14 @@ export interface PlannedContents {
 
 function plannedContents(opts: CreateOptions, all: ResolvedAll, c: Contents): PlannedContents {
   const { images, charts } = imageIndex(c);
-  return { release: { name: opts.name ?? all.version!, version: all.version!, digest: all.releaseInfo?.digest ?? null }, images, charts, blobs: [...c.blobs.values()].map((b) => ({ digest: b.blob.digest, size: b.blob.size })) };
+  const path = planPath(opts, all);
+  return { release: { name: opts.name ?? all.version!, version: all.version!, digest: all.releaseInfo?.digest ?? null, ...(path ? { path } : {}) }, images, charts, blobs: [...c.blobs.values()].map((b) => ({ digest: b.blob.digest, size: b.blob.size })) };
 }
 
 /** What a dry run answers: every image resolved, the bytes to carry and those still to download. */
-function dryRunPlan(all: ResolvedAll, c: Contents): BundlePlan {
-  return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing - c.local, localBytes: c.local });
+function dryRunPlan(opts: CreateOptions, all: ResolvedAll, c: Contents): BundlePlan {
+  const path = planPath(opts, all);
+  return planOf(c.byRef.values(), { version: all.version!, image: all.releaseInfo?.image ?? null, digest: all.releaseInfo?.digest ?? null, ...(path ? { path } : {}) }, { blobs: c.blobs.size, totalBytes: c.total, downloadBytes: c.missing - c.local, localBytes: c.local });
 }
 
 /** Room for the bundle and the downloads, checked before either starts. */
@@ -583,9 +658,9 @@ function writeOrder(c: Contents, images: BundleImage[], order: BlobOrder | undef
  */
 async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer }): Promise<WrittenBundle> {
   const { opts, progress, cache } = s;
-  const signatures = all.releaseInfo ? await releaseSignatureBlobs(all.releaseInfo.digest, cache, opts, progress) : undefined;
+  const digests = all.path.length ? all.path.map((r) => r.info.digest) : all.releaseInfo ? [all.releaseInfo.digest] : [];
+  const signatures = digests.length ? await releaseSignatureBlobs(digests, cache, opts, progress) : undefined;
   const createdAt = creationTime(opts);
-  const upgradeFrom = [...new Set([...(all.releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? [])])].sort();
   const ordered = writeOrder(c, [...images, ...charts], opts.blobOrder);
   const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
   const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
@@ -594,15 +669,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
   const inImageStore = new Set([...c.byRef.values()].filter((r) => !r.chart).flatMap((r) => r.blobs.map((b) => b.digest)));
   const fetching = fetchBlobs(s, c, pass, () => blobList.reduce((sum, b) => sum + b.size, 0));
   const writing = writeBundle({
-    release: {
-      name: opts.name ?? all.version!,
-      version: all.version!,
-      arch: pre.want.architecture,
-      image: all.releaseInfo?.image ?? null,
-      digest: all.releaseInfo?.digest ?? null,
-      upgradeFrom,
-      ...(signatures?.refs.length ? { signatures: signatures.refs } : {}),
-    },
+    release: releaseOf(opts, all, pre.want.architecture, signatures?.refs ?? []),
     images,
     ...(charts.length ? { charts } : {}),
     index,
@@ -662,7 +729,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     const c = await planContents(s, all.resolved);
     if (opts.dryRun) {
       opts.onContents?.(plannedContents(opts, all, c));
-      return { ...dryRunPlan(all, c), warnings: all.warnings };
+      return { ...dryRunPlan(opts, all, c), warnings: all.warnings };
     }
     await checkRoom(s, pre.output, c, pre.base);
     const { images, charts, index } = imageIndex(c);

@@ -2,7 +2,9 @@ import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { OciError } from '@offline-bundle/oci';
 import { readBundleFile } from './bundle-file.js';
-import { readUpdateGraph, resolveRelease, type ResolvedRelease } from './update-graph.js';
+import { MAX_RELEASE_PATH_HOPS } from '@offline-bundle/format';
+import { plural } from '@offline-bundle/status';
+import { readUpdateGraph, resolvePath, resolveRelease, type PathHop, type ResolvedRelease } from './update-graph.js';
 import { someOf, type BundleFile, type ReleaseByChannel } from './schema.js';
 
 /** create's options as commander gives them: its flags' camelCase names. */
@@ -12,6 +14,10 @@ export type CreateFlags = Record<string, unknown> & {
   chart?: string[];
   release?: string;
   updateGraph?: string;
+  /** --release-from: the version the cluster runs, where the release's update path starts. */
+  releaseFrom?: string;
+  /** The releases of the path before the release (oldest first), as the graph resolved them. */
+  releaseVia?: PathHop[];
   dryRun?: boolean;
 };
 
@@ -24,16 +30,22 @@ export interface FromFile {
   /** Where each chart of options.chart comes from: "bundle.yaml:9 (charts[0])" or "--chart #1". */
   chartWhere: string[];
   /** The release a channel named, when it did. */
-  channelRelease?: ResolvedRelease & { channel: string };
+  channelRelease?: ResolvedRelease & { channel: string; path?: PathHop[] };
 }
 
 const GRAPH_HINT = "the graph service's JSON answer: curl -H 'Accept: application/json' 'https://api.openshift.com/api/upgrades_info/v1/graph?channel=CHANNEL&arch=amd64' > graph.json";
 
-async function releaseFromChannel(r: ReleaseByChannel, graphFlag: string | undefined, where: string): Promise<ResolvedRelease & { channel: string }> {
+async function releaseFromChannel(r: ReleaseByChannel, graphFlag: string | undefined, where: string): Promise<ResolvedRelease & { channel: string; path?: PathHop[] }> {
   const file = graphFlag ?? r.updateGraph;
   if (!file) throw new OciError('INVALID_CONFIG', `${where}: channel ${r.channel} is resolved against an update graph the engineer provides: give --update-graph FILE (or release.updateGraph), ${GRAPH_HINT}`);
-  return { channel: r.channel, ...resolveRelease(await readUpdateGraph(file), r, where) };
+  const graph = await readUpdateGraph(file);
+  const chosen = resolveRelease(graph, r, where);
+  // a path of one hop is a bundle of one release, as without from
+  const path = r.from === undefined ? undefined : resolvePath(graph, r.from, chosen.version, MAX_RELEASE_PATH_HOPS, where);
+  return { channel: r.channel, ...chosen, ...(path && path.length > 1 ? { path } : {}) };
 }
+
+const FROM_HINT = 'a release named by channel in the -f file (release: {channel, version, from, updateGraph}, or an ImageSetConfiguration channel with shortestPath): the path is the update graph\'s';
 
 /** A scalar key of the file, unless its flag was given on the command line. */
 function takeScalars(o: CreateFlags, f: BundleFile, cmd: Command): void {
@@ -54,6 +66,7 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   const cliCharts = (o.chart ?? []).map((_, i) => `--chart #${i + 1}`);
   if (!o.file) {
     if (o.updateGraph !== undefined) throw new OciError('INVALID_CONFIG', '--update-graph goes with -f: a file naming its release by channel');
+    if (o.releaseFrom !== undefined) throw new OciError('INVALID_CONFIG', `--release-from goes with -f: ${FROM_HINT}`);
     return { imageWhere: cliImages, chartWhere: cliCharts };
   }
   // a value a flag replaces is not the run's, nor a key's where nothing is signed (a dry run, diff): its mistakes are not reported
@@ -72,14 +85,22 @@ export async function applyBundleFile(o: CreateFlags, cmd: Command, log: (messag
   const out: FromFile = { imageWhere: [...loaded.imagesWhere, ...cliImages], chartWhere: [...(loaded.chartsWhere ?? []), ...cliCharts] };
   const byChannel = cmd.getOptionValueSource('release') !== 'cli' && typeof f.release === 'object';
   if (o.updateGraph !== undefined && !byChannel) throw new OciError('INVALID_CONFIG', '--update-graph goes with a release named by channel in the -f file (release: {channel: ...}, or an ImageSetConfiguration\'s platform.channels)');
+  if (o.releaseFrom !== undefined && !byChannel) throw new OciError('INVALID_CONFIG', `--release-from goes with ${FROM_HINT}`);
   if (cmd.getOptionValueSource('release') === 'cli' || f.release === undefined) return out;
   if (typeof f.release === 'string') {
     o.release = f.release;
     return out;
   }
-  const chosen = await releaseFromChannel(f.release, o.updateGraph, loaded.releaseWhere ?? o.file);
+  const from = o.releaseFrom ?? f.release.from;
+  const chosen = await releaseFromChannel({ ...f.release, ...(from !== undefined ? { from } : {}) }, o.updateGraph, loaded.releaseWhere ?? o.file);
   o.release = chosen.payload;
   log(`release ${chosen.version} of channel ${chosen.channel}: ${chosen.payload}`);
+  // the graph's edge from it makes it an upgrade source of the first hop
+  if (from !== undefined) o.releaseFrom = from;
+  if (chosen.path) {
+    o.releaseVia = chosen.path.slice(0, -1);
+    log(`update path ${[from, ...chosen.path.map((h) => h.version)].join(' → ')}: ${plural(chosen.path.length, 'release')} carried, each payload once`);
+  }
   if (chosen.skipped.length) log(`warning: a bundle carries one release, the newest in range: ${someOf(chosen.skipped)} left out (a bundle each, with version:)`);
   out.channelRelease = chosen;
   return out;

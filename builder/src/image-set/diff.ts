@@ -1,6 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
-import { FormatError, namesSplitBundle, readHeader, withBundle, type BundleImage, type BundleManifest } from '@offline-bundle/format';
+import { FormatError, namesSplitBundle, readHeader, withBundle, type BundleImage, type BundleManifest, type BundleRelease } from '@offline-bundle/format';
+import { pathLines, pathOf, type PathSummary } from '../release-path.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { CATALOG_COMPONENT } from './catalog-source.js';
 
@@ -12,13 +13,14 @@ export async function readBundleManifest(file: string): Promise<BundleManifest> 
   return (await withBundle(file, readHeader)).manifest;
 }
 
-interface Side { file: string; release: { name: string; version: string; digest: string | null } }
+/** A bundle's release; with an update path (#43), its releases too. */
+interface Side { file: string; release: { name: string; version: string; digest: string | null; path?: PathSummary } }
 interface Count { count: number; bytes: number }
 export interface ImageChange { reference: string; component?: string; digest: string }
 
 /** What is compared of a bundle: bundle.json's, or what a bundle file resolves to (`bundle diff -f`). */
 export interface Contents {
-  release: Side['release'];
+  release: Omit<Side['release'], 'path'> & { via?: BundleRelease['via']; path?: PathSummary };
   images: BundleImage[];
   charts?: BundleImage[];
   blobs: { digest: string; size: number }[];
@@ -96,7 +98,11 @@ export function diffContents(a: Contents, b: Contents, files: [string, string]):
   const charts = diffList(a.charts ?? [], b.charts ?? [], (img) => `name:${refName(img)}`);
   const aBlobs = new Set(a.blobs.map((x) => x.digest));
   const bBlobs = new Set(b.blobs.map((x) => x.digest));
-  const side = (file: string, m: Contents): Side => ({ file, release: { name: m.release.name, version: m.release.version, digest: m.release.digest } });
+  const side = (file: string, m: Contents): Side => {
+    // a bundle's path is in its release (via), a resolved file's is given
+    const path = m.release.path ?? (m.release.via ? pathOf(m.release as BundleRelease) : undefined);
+    return { file, release: { name: m.release.name, version: m.release.version, digest: m.release.digest, ...(path ? { path } : {}) } };
+  };
   return {
     from: side(files[0], a),
     to: side(files[1], b),
@@ -124,6 +130,8 @@ export function formatDiff(d: BundleDiff): string {
   const c = d.charts;
   const lines = [
     `release: ${d.from.release.name} (${d.from.release.version}) -> ${d.to.release.name} (${d.to.release.version})`,
+    ...(d.from.release.path ? pathLines(d.from.release.path, 'path (A): ') : []),
+    ...(d.to.release.path ? pathLines(d.to.release.path, 'path (B): ') : []),
     ...listLines('images', d.images),
     ...(c.added.length + c.removed.length + c.changed.length + c.unchanged ? listLines('charts', c) : []),
     `blobs: ${plural(d.blobs.shared.count, 'blob')} shared (${formatBytes(d.blobs.shared.bytes)}), ${d.blobs.added.count} new (${formatBytes(d.blobs.added.bytes)}), ${d.blobs.removed.count} dropped (${formatBytes(d.blobs.removed.bytes)})`,

@@ -43,7 +43,7 @@ const CHANNEL: Record<string, Rule> = {
   type: { read: true },
   minVersion: { read: true },
   maxVersion: { read: true },
-  // one release per bundle: the newest in range, which is also the shortest path's end
+  // with minVersion: every release of the graph's shortest path from it to maxVersion (an EUS-to-EUS upgrade)
   shortestPath: { read: true },
   full: { refuse: 'a bundle carries one release, not a whole channel: give minVersion/maxVersion, or remove it', whenEmpty: 'accept' },
 };
@@ -120,6 +120,9 @@ function channelRelease(tr: Translation, raw: unknown, path: Path): ReleaseByCha
   const max = tr.text(c.maxVersion, [...path, 'maxVersion']);
   if (!channel) return undefined;
   if (min !== undefined && min === max) return { channel, version: min };
+  if (c.shortestPath !== undefined && typeof c.shortestPath !== 'boolean') tr.problems.push(`${tr.locate([...path, 'shortestPath'])}: must be true or false`);
+  // as oc-mirror: minVersion is where the cluster is, the path's releases after it are carried
+  if (c.shortestPath === true && min !== undefined) return { channel, from: min, ...(max !== undefined ? { version: max } : {}) };
   const range = [min !== undefined ? `>=${min}` : '', max !== undefined ? `<=${max}` : ''].filter(Boolean).join(' ');
   return { channel, ...(range ? { versionRange: range } : {}) };
 }

@@ -2,6 +2,7 @@ import { formatPlatform } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import type { BundleImage } from '@offline-bundle/format';
 import { formatBytes, plural } from '@offline-bundle/status';
+import { pathLines, type PathSummary } from '../release-path.js';
 
 /** One image `bundle create --dry-run` would carry, with the bytes its manifests name. */
 export interface PlannedImage {
@@ -17,7 +18,8 @@ export interface PlannedImage {
 
 /** What `bundle create --dry-run` prints: the resolved set, nothing fetched beyond manifests. */
 export interface BundlePlan {
-  release: { version: string; image: string | null; digest: string | null };
+  /** With an update path (#43): each release of it, and what each adds over the one before. */
+  release: { version: string; image: string | null; digest: string | null; path?: PathSummary };
   images: PlannedImage[];
   /** Helm charts (OCI artifacts): served by the node, never pulled. */
   charts: PlannedImage[];
@@ -54,6 +56,7 @@ export function formatPlan(plan: BundlePlan): string {
   const width = Math.max(0, ...[...plan.images, ...plan.charts].map((i) => i.reference.length));
   const lines = [
     `release: ${r.version}${r.image ? ` (${r.image}, ${r.digest})` : ''}`,
+    ...(r.path ? pathLines(r.path, 'path: ') : []),
     `images (${plan.images.length}):`,
     ...plan.images.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.platforms.join(',')}  ${i.component ? `[${i.component}]` : i.from}`),
     ...(plan.charts.length ? [`charts (${plan.charts.length}):`, ...plan.charts.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.from}`)] : []),

@@ -5,7 +5,7 @@
  * man page lists its fields from it. Keys are create's flags in camelCase.
  */
 
-import { FORMAT_VERSIONS, VERSIONED_FEATURES, WRITABLE_VERSIONS } from '@offline-bundle/format';
+import { FORMAT_VERSIONS, MAX_RELEASE_PATH_HOPS, VERSIONED_FEATURES, WRITABLE_VERSIONS } from '@offline-bundle/format';
 import { BLOB_ORDERS, type BlobOrder } from '../blob-order.js';
 
 export const BUNDLE_FILE_API_VERSION = 'offline-bundle/v1alpha1';
@@ -26,6 +26,7 @@ const release = {
         channel: { type: 'string', minLength: 1, description: 'The update channel (stable-4.14): its releases in the update graph are the candidates.' },
         version: { type: 'string', minLength: 1, description: 'This exact version of the channel.' },
         versionRange: { type: 'string', minLength: 1, description: 'A semver range (">=4.14.30 <4.15.0"): the newest version of the channel in it. Without version and versionRange: the channel\'s newest.' },
+        from: { type: 'string', minLength: 1, description: `The version the cluster runs (as --release-from): the bundle carries every release of the update graph's shortest path from it to the release (4.14.30 → 4.15.40 → 4.16.2, an EUS-to-EUS upgrade from one stick), each payload once, at most ${MAX_RELEASE_PATH_HOPS} releases.` },
         updateGraph: { type: 'string', minLength: 1, description: 'A Cincinnati update graph JSON file (nodes with version and payload, edges), as https://api.openshift.com/api/upgrades_info/v1/graph?channel=CHANNEL&arch=ARCH answers with Accept: application/json (relative to the file\'s directory); --update-graph overrides it.' },
       },
       not: { required: ['version', 'versionRange'] },
@@ -120,7 +121,7 @@ export const REFUSED_KEYS: Record<string, string> = {
 };
 
 /** A release picked from an update graph. */
-export interface ReleaseByChannel { channel: string; version?: string; versionRange?: string; updateGraph?: string }
+export interface ReleaseByChannel { channel: string; version?: string; versionRange?: string; from?: string; updateGraph?: string }
 
 /** The bundle file as read: paths already taken from the file's directory. */
 export interface BundleFile {

@@ -1,6 +1,7 @@
 import { maxSatisfying, rcompare, satisfies, valid, validRange } from 'semver';
 import { OciError } from '@offline-bundle/oci';
 import { HostError, assertNesting, readSmallFile } from '@offline-bundle/host';
+import { someOf } from './schema.js';
 
 /**
  * Largest update graph read: the graph service's answer for one channel is some hundred KiB,
@@ -24,6 +25,8 @@ export interface ReleaseChoice {
   channel: string;
   version?: string;
   versionRange?: string;
+  /** The version the cluster runs: the bundle carries the graph's path from it (resolvePath). */
+  from?: string;
 }
 
 export interface ResolvedRelease {
@@ -106,4 +109,57 @@ export function resolveRelease(graph: UpdateGraph, choice: ReleaseChoice, where:
     skipped: choice.version !== undefined || choice.versionRange === undefined ? [] : versions.filter((v) => v !== node.version && satisfies(v, range)),
     upgradeFrom: graph.edges.filter(([, to]) => to === index).map(([from]) => graph.nodes[from]!.version).sort(rcompare),
   };
+}
+
+/** One release of an update path, as the graph names it. */
+export interface PathHop { version: string; payload: string }
+
+/** Versions linked by the graph's edges, each way, newest first. */
+function linked(graph: UpdateGraph, reverse: boolean): Map<string, string[]> {
+  const out = new Map<string, Set<string>>();
+  for (const [a, b] of graph.edges) {
+    const [from, to] = reverse ? [graph.nodes[b]!.version, graph.nodes[a]!.version] : [graph.nodes[a]!.version, graph.nodes[b]!.version];
+    if (!out.has(from)) out.set(from, new Set());
+    out.get(from)!.add(to);
+  }
+  return new Map([...out].map(([v, s]) => [v, [...s].sort(rcompare)]));
+}
+
+/** Breadth first from `start`, at most `depth` edges: each version reached, with the one it was reached from. */
+function reach(next: Map<string, string[]>, start: string, depth: number): Map<string, string | null> {
+  const parent = new Map<string, string | null>([[start, null]]);
+  let level = [start];
+  for (let d = 0; d < depth && level.length; d++) {
+    const following: string[] = [];
+    for (const v of level) {
+      for (const w of next.get(v) ?? []) {
+        if (parent.has(w)) continue;
+        parent.set(w, v);
+        following.push(w);
+      }
+    }
+    level = following;
+  }
+  return parent;
+}
+
+/**
+ * The update path from `from` (the version the cluster runs) to `to`, as the graph's edges say:
+ * the fewest hops, at most `maxHops` of them; among paths as short, the one
+ * through the newest releases. The releases after `from`, `to` last. A path the graph does not
+ * have is refused naming the edge it lacks: from what `from` reaches to what reaches `to`.
+ */
+export function resolvePath(graph: UpdateGraph, from: string, to: string, maxHops: number, where: string): PathHop[] {
+  const payload = new Map(graph.nodes.map((n) => [n.version, n.payload]));
+  if (!payload.has(from)) throw new OciError('NOT_FOUND', `${where}: ${from} (the version the cluster runs) is not in the update graph ${graph.file}: save the graph of a channel that holds it and the release (eus-4.16 for 4.14 → 4.16)`);
+  if (from === to) throw new OciError('INVALID_CONFIG', `${where}: the path starts at ${from}, the release itself: give the version the cluster runs, an earlier one`);
+  const parent = reach(linked(graph, false), from, maxHops);
+  if (!parent.has(to)) {
+    const reached = [...parent.keys()].filter((v) => v !== to).sort(rcompare);
+    const reaching = [...reach(linked(graph, true), to, maxHops - 1).keys()].filter((v) => v !== to).sort(rcompare);
+    throw new OciError('NOT_FOUND', `${where}: the update graph ${graph.file} has no path from ${from} to ${to} in at most ${maxHops} hops: it lacks an edge from ${someOf(reached, 5)} (what ${from} reaches) to ${someOf([to, ...reaching], 5)} (what reaches ${to}); save the graph of the channel that holds the intermediate release (eus-4.16 for 4.14 → 4.16), or pick a release ${from} reaches`);
+  }
+  const path: PathHop[] = [];
+  for (let v: string | null = to; v !== null && v !== from; v = parent.get(v) ?? null) path.unshift({ version: v, payload: payload.get(v)! });
+  return path;
 }

@@ -4,7 +4,7 @@ export {
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
   FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, defaultVersionFor, unwritableVersion, versionAllows,
 } from './layout.js';
-export { validateManifest, checkReleaseFields, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
+export { validateManifest, checkReleaseFields, releasePath, MAX_RELEASE_PATH_HOPS, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
 export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPassphrase, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
@@ -19,8 +19,9 @@ export { ByteBudget, FRAME_BUDGET_BYTES, processFrameBudget } from './frame-budg
 export { FRAME_SLICE_BYTES } from './frame-stream.js';
 export { extractBundle, finishLayout, readLayoutDescription } from './extract.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, writeResumeMarker } from './extract-resume.js';
-// what a staging written by other means than extractBundle (from peers) needs to be the same layout
-export { WRITING_SUFFIX, removeUnfinishedWrites } from './entry-files.js';
+// the staged-layout writer extractBundle writes through, for every origin of a layout's entries (peers too)
+export { EntryFiles, EntryAppend, WRITING_SUFFIX, removeUnfinishedWrites } from './entry-files.js';
+export type { AppendOptions } from './entry-files.js';
 export { layoutEntries, baseEntries, baseLabel, deltaFacts, type DeltaFacts } from './listing.js';
 export { checkSigner } from './trust.js';
 export { needsBase, type BaseSource } from './base-fill.js';
@@ -32,7 +33,7 @@ export { canonicalHeader } from './entry-header.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { FormatVersion, VersionedFeature } from './layout.js';
-export type { BundleManifest, BundleAgent, BundleBase, BundleImage, BundleBlob, BundleRelease, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
+export type { BundleManifest, BundleAgent, BundleBase, BundleImage, BundleBlob, BundleRelease, ReleaseHop, HopAdds, ReleaseSignatureRef, SignatureAlgorithm } from './manifest.js';
 export type { KeyType, TrustedKey } from './keys.js';
 export type { LoadTrustOptions, Trust } from './trust.js';
 export type { FrameEntry, SeekIndex } from './seekable.js';

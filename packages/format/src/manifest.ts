@@ -1,5 +1,6 @@
 import { isDigest, isManifestMediaType, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
+import { compareVersions } from './release-version.js';
 import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, VERSIONED_FEATURES, versionAllows } from './layout.js';
 
 export interface BundleRelease {
@@ -17,6 +18,42 @@ export interface BundleRelease {
    * layout with media type RELEASE_SIGNATURE_MEDIA_TYPE. Absent in bundles without any.
    */
   signatures?: ReleaseSignatureRef[];
+  /**
+   * An update path (#43): the releases a cluster takes before this one, oldest first, each
+   * carried whole (its release image and payload among `images`). Absent in a bundle of one
+   * release. A reader that predates the field reads the bundle as this release alone, which
+   * it is: a node that runs the last hop's source upgrades from it; one further back is refused
+   * as today, this release's upgradeFrom does not name it. releasePath() gives the whole list.
+   */
+  via?: ReleaseHop[];
+  /** With `via`: what this release's payload adds over the hop before it. */
+  adds?: HopAdds;
+}
+
+/** One release of an update path: a release's own fields (bundle.json requires `adds` on each of `via`). */
+export type ReleaseHop = Omit<BundleRelease, 'via'>;
+
+/**
+ * What a hop's payload adds over the hop before it (the first hop: its whole payload): its
+ * images the one before does not have, and the bytes of its blobs the one before does not
+ * have. For display (inspect, diff): how much of a second payload the stick holds.
+ */
+export interface HopAdds {
+  images: number;
+  bytes: number;
+}
+
+/** Most releases an update path holds: an EUS-to-EUS upgrade is two; more is a mistake or a bomb. */
+export const MAX_RELEASE_PATH_HOPS = 4;
+
+/**
+ * The releases of a bundle in the order a cluster takes them, the final one (bundle.json's
+ * `release`, without its path fields) last: one entry in a bundle of one release. The one
+ * reading of the path for the agent and the cluster side.
+ */
+export function releasePath(m: Pick<BundleManifest, 'release'>): ReleaseHop[] {
+  const { via, ...final } = m.release;
+  return [...(via ?? []), final];
 }
 
 export interface ReleaseSignatureRef {
@@ -208,6 +245,7 @@ export function validateManifest(doc: unknown): BundleManifest {
   if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519') bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
   digest(s.fingerprint, 'signer.fingerprint');
   if (r.signatures !== undefined) validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
+  if (r.via !== undefined || r.adds !== undefined) validateReleasePath(r, doc.images as BundleImage[], doc.blobs as BundleBlob[], t.layoutBytes as number);
   if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
   validateBase(doc.base, version as number, r.version as string, doc.blobs as BundleBlob[]);
   return doc as unknown as BundleManifest;
@@ -280,20 +318,64 @@ function validateBase(v: unknown, version: number, releaseVersion: string, blobs
 
 const KEY_ID = /^[0-9a-f]{16}$/;
 
-/** release.signatures: each names a listed blob of the signature media type, once. */
-function validateReleaseSignatures(v: unknown, blobs: { digest: string; mediaType: string }[]): void {
+/** release.signatures (or a hop's, `field`): each names a listed blob of the signature media type, once. */
+function validateReleaseSignatures(v: unknown, blobs: { digest: string; mediaType: string }[], field = 'release.signatures'): void {
   const seen = new Set<string>();
-  arr(v, 'release.signatures', 64).forEach((x, i) => {
-    const sig = isObj(x) ? x : bad(`release.signatures[${i}] must be an object`);
-    const d = digest(sig.digest, `release.signatures[${i}].digest`);
-    if (seen.has(d)) bad(`release.signatures lists ${d} twice`);
+  arr(v, field, 64).forEach((x, i) => {
+    const sig = isObj(x) ? x : bad(`${field}[${i}] must be an object`);
+    const d = digest(sig.digest, `${field}[${i}].digest`);
+    if (seen.has(d)) bad(`${field} lists ${d} twice`);
     seen.add(d);
     const blob = blobs.find((b) => b.digest === d);
-    if (!blob || blob.mediaType !== RELEASE_SIGNATURE_MEDIA_TYPE) bad(`release.signatures[${i}] must name a blob of media type ${RELEASE_SIGNATURE_MEDIA_TYPE}`);
-    arr(sig.keyIds, `release.signatures[${i}].keyIds`, 16).forEach((k, j) => {
-      if (typeof k !== 'string' || !KEY_ID.test(k)) bad(`release.signatures[${i}].keyIds[${j}] must be 16 lowercase hex digits`);
+    if (!blob || blob.mediaType !== RELEASE_SIGNATURE_MEDIA_TYPE) bad(`${field}[${i}] must name a blob of media type ${RELEASE_SIGNATURE_MEDIA_TYPE}`);
+    arr(sig.keyIds, `${field}[${i}].keyIds`, 16).forEach((k, j) => {
+      if (typeof k !== 'string' || !KEY_ID.test(k)) bad(`${field}[${i}].keyIds[${j}] must be 16 lowercase hex digits`);
     });
   });
+}
+
+/** A hop's adds: counts no larger than the bundle's images and layout. */
+function validateAdds(v: unknown, field: string, images: number, layoutBytes: number): void {
+  const a = isObj(v) ? v : bad(`${field} must be an object`);
+  if (int(a.images, `${field}.images`) > images) bad(`${field}.images is more than the bundle's ${images} images`);
+  if (int(a.bytes, `${field}.bytes`) > layoutBytes) bad(`${field}.bytes is more than the bundle's layout (${layoutBytes} bytes)`);
+}
+
+/**
+ * release.via: at most MAX_RELEASE_PATH_HOPS releases in all, each an OpenShift release image
+ * the bundle carries, of the bundle's arch, each an upgrade of the one before (its upgradeFrom
+ * names it, its version is later): a path a cluster can take hop by hop.
+ */
+function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], blobs: BundleBlob[], layoutBytes: number): void {
+  if (r.via === undefined) return bad('release.adds is a field of a release with via (an update path)');
+  const via = arr(r.via, 'release.via');
+  if (via.length === 0) bad('release.via must name at least one release (a bundle of one release has no via)');
+  if (via.length >= MAX_RELEASE_PATH_HOPS) bad(`release.via makes a path of ${via.length + 1} releases; a bundle carries at most ${MAX_RELEASE_PATH_HOPS}`);
+  if (r.image === null || r.digest === null) bad('release.via needs release.image: an update path is one of release images');
+  validateAdds(r.adds, 'release.adds', images.length, layoutBytes);
+  const carried = new Set(images.map((im) => im.digest));
+  const hops = via.map((x, i) => {
+    const field = `release.via[${i}]`;
+    const h = isObj(x) ? x : bad(`${field} must be an object`);
+    checkReleaseFields(h, (f, rule) => bad(`${field}.${f.slice('release.'.length)} ${rule}`));
+    str(h.name, `${field}.name`);
+    if (h.arch !== r.arch) bad(`${field}.arch must be the bundle's (${String(r.arch)})`);
+    const d = digest(h.digest, `${field}.digest`);
+    if (!carried.has(d)) bad(`${field}.digest ${d} is not among the images: every release of the path is carried`);
+    str(h.image, `${field}.image`);
+    arr(h.upgradeFrom, `${field}.upgradeFrom`);
+    if (h.signatures !== undefined) validateReleaseSignatures(h.signatures, blobs, `${field}.signatures`);
+    if (h.via !== undefined) bad(`${field}.via: a hop has no path of its own`);
+    validateAdds(h.adds, `${field}.adds`, images.length, layoutBytes);
+    return { field, version: h.version as string, upgradeFrom: h.upgradeFrom as string[], digest: d };
+  });
+  const all = [...hops, { field: 'release', version: r.version as string, upgradeFrom: r.upgradeFrom as string[], digest: r.digest as string }];
+  for (let i = 1; i < all.length; i++) {
+    const [prev, next] = [all[i - 1]!, all[i]!];
+    if (compareVersions(next.version, prev.version) <= 0) bad(`${next.field}.version ${next.version} is not later than ${prev.field}.version ${prev.version}: a path goes forward`);
+    if (!next.upgradeFrom.includes(prev.version)) bad(`${next.field}.upgradeFrom does not name ${prev.version}: ${next.version} is not an upgrade of the hop before it`);
+    if (all.slice(0, i).some((h) => h.digest === next.digest)) bad(`${next.field}.digest ${next.digest} is another hop's`);
+  }
 }
 
 export function parseManifestBytes(bytes: Uint8Array): BundleManifest {

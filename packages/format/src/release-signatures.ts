@@ -1,7 +1,7 @@
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { blobPath } from './layout.js';
-import type { BundleManifest, ReleaseSignatureRef } from './manifest.js';
+import { releasePath, type BundleManifest, type ReleaseSignatureRef } from './manifest.js';
 import { BundleRandomReader } from './random-reader.js';
 import { readHeader } from './bundle-ends.js';
 import type { BundleSource } from './source.js';
@@ -12,6 +12,8 @@ export interface BundleReleaseSignatures {
   manifest: BundleManifest;
   /** In bundle.json's order (signature-1, -2, …), each checked against its signed digest. */
   signatures: (ReleaseSignatureRef & { bytes: Buffer })[];
+  /** Every release of the bundle's update path (releasePath), the final one last, with its signatures read as those are. */
+  path: { version: string; digest: string | null; signatures: (ReleaseSignatureRef & { bytes: Buffer })[] }[];
   signer?: TrustedKey;
 }
 
@@ -31,13 +33,15 @@ export async function readReleaseSignatures(source: BundleSource, trust: Trust):
       throw new FormatError('FILE_DIGEST_MISMATCH', `the file's sha256 is ${digest}, not the expected ${trust.digest}: wrong file, or damaged in copying; copy it again`);
     }
   }
-  const refs = manifest.release.signatures ?? [];
-  const signatures: BundleReleaseSignatures['signatures'] = [];
-  if (refs.length) {
-    const reader = await BundleRandomReader.open(source, manifest);
-    for (const ref of refs) signatures.push({ ...ref, bytes: await reader.readVerified(blobPath(ref.digest)) });
+  const hops = releasePath(manifest);
+  const reader = hops.some((h) => h.signatures?.length) ? await BundleRandomReader.open(source, manifest) : undefined;
+  const path: BundleReleaseSignatures['path'] = [];
+  for (const hop of hops) {
+    const signatures: BundleReleaseSignatures['signatures'] = [];
+    for (const ref of hop.signatures ?? []) signatures.push({ ...ref, bytes: await reader!.readVerified(blobPath(ref.digest)) });
+    path.push({ version: hop.version, digest: hop.digest, signatures });
   }
-  return { manifest, signatures, ...(signer ? { signer } : {}) };
+  return { manifest, signatures: path[path.length - 1]!.signatures, path, ...(signer ? { signer } : {}) };
 }
 
 async function sourceDigest(source: BundleSource): Promise<string> {

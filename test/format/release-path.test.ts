@@ -1,0 +1,66 @@
+// tier: unit
+// bundle.json release.via (#43): an update path's releases before the final one, each carried
+// whole. validateManifest bounds it (at most MAX_RELEASE_PATH_HOPS releases, each an upgrade of
+// the one before, of the bundle's arch, its release image among the images); releasePath()
+// reads it in the order a cluster takes the hops, the final release (what older readers read) last.
+import t from 'tap';
+import { MAX_RELEASE_PATH_HOPS, RELEASE_SIGNATURE_MEDIA_TYPE, releasePath, validateManifest } from '@offline-bundle/format';
+
+const d = (c: string) => 'sha256:' + c.repeat(64);
+const MT = 'application/vnd.oci.image.manifest.v1+json';
+const hop = (version: string, digest: string, upgradeFrom: string[], extra: Record<string, unknown> = {}) => ({
+  name: version, version, arch: 'amd64', image: `quay.io/ocp/release:${version}`, digest, upgradeFrom, adds: { images: 2, bytes: 100 }, ...extra,
+});
+const image = (digest: string) => ({ repository: 'quay.io/ocp/release', tag: null, digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }] });
+
+/** A bundle.json of the path 4.14.30 → 4.15.40 → 4.16.2, `via` and release changed by `change`. */
+function manifest(change: (r: Record<string, any>) => void = () => undefined) {
+  const release: Record<string, any> = { ...hop('4.16.2', d('2'), ['4.15.40']), via: [hop('4.15.40', d('1'), ['4.14.30'], { signatures: [{ digest: d('5'), keyIds: ['0123456789abcdef'] }] })] };
+  change(release);
+  return {
+    schemaVersion: 2, mediaType: 'application/vnd.offline-bundle.v2+json',
+    release,
+    images: [image(d('1')), image(d('2')), image(d('3')), image(d('4'))],
+    blobs: [d('1'), d('2'), d('3'), d('4')].map((digest) => ({ digest, size: 100, mediaType: MT })).concat([{ digest: d('5'), size: 3, mediaType: RELEASE_SIGNATURE_MEDIA_TYPE }]),
+    index: { digest: d('c'), size: 10 }, totals: { layoutBytes: 1000, imageStoreBytes: 0 },
+    creator: { tool: 't', version: '1', createdAt: 'now' }, signer: { algorithm: 'ed25519', fingerprint: d('d') },
+  };
+}
+
+t.test('a path of two releases is read in the order a cluster takes them', async (t) => {
+  const m = validateManifest(manifest());
+  const path = releasePath(m);
+  t.same(path.map((h) => h.version), ['4.15.40', '4.16.2'], 'the intermediate first, the final last');
+  t.equal(path[1]!.digest, m.release.digest, 'the final one is bundle.json\'s release, as older readers read it');
+  t.notOk('via' in path[1]!, 'a hop carries no path of its own');
+  t.same(path[0]!.signatures, [{ digest: d('5'), keyIds: ['0123456789abcdef'] }], 'each hop with its own signatures');
+  const one = validateManifest(manifest((r) => { delete r.via; delete r.adds; }));
+  t.same(releasePath(one).map((h) => h.version), ['4.16.2'], 'a bundle of one release: one entry');
+});
+
+t.test('the validator bounds the path', async (t) => {
+  const longest = validateManifest(manifest((r) => {
+    r.via = [hop('4.13.1', d('1'), ['4.12.9']), hop('4.14.1', d('2'), ['4.13.1']), hop('4.15.1', d('3'), ['4.14.1'])];
+    Object.assign(r, { version: '4.16.0', name: '4.16.0', digest: d('4'), upgradeFrom: ['4.15.1'] });
+  }));
+  t.equal(releasePath(longest).length, MAX_RELEASE_PATH_HOPS, `${MAX_RELEASE_PATH_HOPS} releases are accepted`);
+  const bad: [string, (r: Record<string, any>) => void, RegExp][] = [
+    ['too many hops', (r) => { r.via = [1, 2, 3, 4].map((n) => hop(`4.1${n}.0`, d('1'), [])); }, /path of 5 releases; a bundle carries at most 4/],
+    ['an empty via', (r) => { r.via = []; }, /at least one release/],
+    ['a hop the next does not upgrade from', (r) => { r.upgradeFrom = ['4.15.39']; }, /release\.upgradeFrom does not name 4\.15\.40: 4\.16\.2 is not an upgrade of the hop before it/],
+    ['a hop going backwards', (r) => { r.via[0].version = '4.17.0'; r.via[0].name = '4.17.0'; r.upgradeFrom = ['4.17.0']; }, /4\.16\.2 is not later than release\.via\[0\]\.version 4\.17\.0/],
+    ['a hop\'s release image not carried', (r) => { r.via[0].digest = d('9'); }, /release\.via\[0\]\.digest sha256:9+ is not among the images/],
+    ['the same release twice', (r) => { r.via[0].digest = d('2'); }, /is another hop's/],
+    ['another arch', (r) => { r.via[0].arch = 'arm64'; }, /release\.via\[0\]\.arch must be the bundle's \(amd64\)/],
+    ['a hop without adds', (r) => { delete r.via[0].adds; }, /release\.via\[0\]\.adds must be an object/],
+    ['adds beyond the layout', (r) => { r.adds.bytes = 10_000; }, /release\.adds\.bytes is more than the bundle's layout/],
+    ['adds without via', (r) => { delete r.via; }, /release\.adds is a field of a release with via/],
+    ['a path without a release image', (r) => { r.image = null; r.digest = null; }, /needs release\.image/],
+    ['a version that names a path', (r) => { r.via[0].version = '../x'; }, /release\.via\[0\]\.version must be letters/],
+    ['a hop\'s unlisted signature', (r) => { r.via[0].signatures = [{ digest: d('8'), keyIds: [] }]; }, /release\.via\[0\]\.signatures\[0\] must name a blob/],
+    ['a nested path', (r) => { r.via[0].via = []; }, /a hop has no path of its own/],
+  ];
+  for (const [what, change, message] of bad) {
+    t.throws(() => validateManifest(manifest(change)), { code: 'INVALID_MANIFEST', message }, what);
+  }
+});
