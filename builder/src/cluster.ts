@@ -12,7 +12,7 @@ import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures, withBundle } from '@offline-bundle/format';
 import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, timeAgo, type AdminApis } from '@offline-bundle/status';
 import {
-  gateLine, nextSteps, nodeRbacObjects, pinnedSetsLine, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  gateLine, holdingsLine, nextSteps, nodeRbacObjects, pinnedSetsLine, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
@@ -139,7 +139,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       const b = await loadBundle(file, o, false);
       const r = await prepareCluster(await apis(o), b, { dryRun: o.dryRun === true });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null, holdings: r.holdings }, null, 2) + '\n');
         return;
       }
       const where = `ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP}`;
@@ -150,6 +150,7 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
         + warningLines(r.warnings)
         + (r.gate ? `${escapeControls(gateLine(r.gate))}\n` : '')
         + (r.pinned ? `${escapeControls(pinnedSetsLine(r.pinned))}\n` : '')
+        + r.holdings.map((h) => `holdings: ${escapeControls(holdingsLine(h, b.version))}\n`).join('')
         + `next: "bundle cluster status" until it exits 0, then "bundle cluster upgrade ${file}"\n`,
       );
     });

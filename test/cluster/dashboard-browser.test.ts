@@ -97,13 +97,14 @@ async function browserTests(): Promise<void> {
     await page.goto(dash.url);
     await page.locator('#rows tr').nth(4).waitFor();
     t.same(await page.locator('#rows th').allTextContents(), ['master-0', 'worker-0', 'worker-1', 'worker-2', 'worker-3'], 'worker-2 never reported and shows all the same');
-    t.same(await page.locator('thead th').allTextContents(), ['Node', 'Phase', 'Progress', 'Source', 'Pinned', 'Heartbeat', 'Node Ready', 'Message', 'History']);
+    t.same(await page.locator('thead th').allTextContents(), ['Node', 'Phase', 'Progress', 'Source', 'Pinned', 'Holds', 'Heartbeat', 'Node Ready', 'Message', 'History']);
     t.match(await row('worker-0').textContent(), /Staging.*40%.*7\.4 GB of 18\.4 GB.*48\.0 MB\/s.*about 4 min left.*copied from stick OB-4151/);
     const bar = row('worker-0').locator('progress');
     t.equal(await bar.getAttribute('aria-label'), 'Progress of worker-0');
     t.equal(await bar.evaluate((e: any) => e.value), 40);
     t.match(await row('worker-2').textContent(), /NotReported.*never/);
     t.match(await row('worker-3').locator('td[data-label="Node Ready"]').textContent(), 'Not Ready');
+    t.equal(await row('worker-3').locator('td[data-label="Holds"]').textContent(), 'not known', 'an agent publishing nothing of its runtime: not known, never "holds it"');
     t.match(await row('worker-3').textContent(), /64 of 212 images/);
     t.notMatch(await row('worker-3').textContent(), /41\.9 MB\/s|left/, 'a report 5 min old shows no rate or time left');
     t.match(await row('worker-3').locator('td[data-label="Heartbeat"]').textContent(), /^5 min ago \(stale\)$/);

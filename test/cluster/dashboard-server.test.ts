@@ -13,7 +13,7 @@ import { adminApis } from '@offline-bundle/status';
 import { loadAssets, pageDir } from '../../builder/dist/dashboard/assets.js';
 import { startDashboardServer, MAX_SSE_CLIENTS } from '../../builder/dist/dashboard/server.js';
 import { DashboardFeed } from '../../builder/dist/dashboard/feed.js';
-import { dashboardRows, MAX_DASHBOARD_ROWS, progressOf, type Snapshot } from '../../builder/dist/dashboard/snapshot.js';
+import { dashboardRows, MAX_DASHBOARD_ROWS, pickStatus, progressOf, type Snapshot } from '../../builder/dist/dashboard/snapshot.js';
 import { bundle } from '../builder/lib.js';
 import { ADMIN, bindAdmin, clusterVersion, node, nodeStatus } from './lib.js';
 import { SHIPPED_RBAC, startKubeStandIn } from '../helpers/kube-standin.js';
@@ -218,6 +218,39 @@ t.test('snapshot: rows from the Node list, progress in the CLIs\' words, source,
   t.equal(rows[0]!.source, 'stick STICK');
   t.same(rows[0]!.history.map((h) => h.state), ['running', 'installing']);
   t.same(progressOf(undefined), {}, 'no status, no progress');
+});
+
+t.test('snapshot: per node, what its runtime holds of the bundle (held, pinned, which it lacks); a Ready node that lost images is not ready on the page (#38)', async (t) => {
+  const { runtimeHoldings } = await import('@offline-bundle/status');
+  const { bundleImageNames } = await import('@offline-bundle/cluster');
+  const digest = 'sha256:' + 'a'.repeat(64);
+  const img = (n: number) => ({ repository: `quay.io/acme/app${n}`, tag: n === 1 ? 'v1' : null, digest: `sha256:${String(n).repeat(64)}` });
+  const images = [1, 2, 3, 4, 5].map(img);
+  const names = [...bundleImageNames(images)];
+  const listed = (held: string[], pinned: boolean) => held.map((n) => (n.includes('@') ? { repoTags: [], repoDigests: [n], pinned } : { repoTags: [n], repoDigests: [], pinned }));
+  const st = (name: string, runtime?: unknown) => {
+    const s = nodeStatus(name, 'Ready', digest, '4.15.1') as any;
+    return { metadata: { name }, status: { ...s.status, ...(runtime ? { runtime } : {}) } };
+  };
+  const nodes = ['a', 'b', 'c'].map((n) => ({ metadata: { name: n }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }));
+  // a: every name, pinned; b: lost two of what it loaded (a crio-wipe, say); c: an agent publishing nothing
+  const lost = names.filter((n) => n.startsWith('quay.io/acme/app4') || n.startsWith('quay.io/acme/app5'));
+  // as the feed reads them from the API: through the page's own pick of each status
+  const statuses = [st('a', runtimeHoldings(listed(names, true), names)), st('b', runtimeHoldings(listed(names.filter((n) => !lost.includes(n)), true), names)), st('c')].map((x) => pickStatus(x as any));
+  const { rows, target } = dashboardRows(nodes as any, statuses as any, digest, undefined, new Date(), names);
+  t.same(rows.map((r) => [r.node, r.ready]), [['a', true], ['b', false], ['c', true]], 'b is not ready on the page, as in status');
+  t.equal(rows[1]!.reason, 'ImagesLost');
+  t.equal(target.ready, false);
+  t.same(rows.map((r) => [r.node, r.holdings.published, r.holdings.names, r.holdings.held, r.holdings.pinned, r.holdings.missing]),
+    [['a', true, 6, 6, 6, 0], ['b', true, 6, 4, 4, 2], ['c', false, 0, 0, 0, 0]], 'per node: the bundle\'s 6 names (5 digests, 1 tag) held, pinned, missing');
+  t.same(rows[1]!.holdings.lacks, [...lost].sort(), 'b: which it lacks, by name');
+  const { MAX_LACKS_NAMED } = await import('@offline-bundle/cluster');
+  const empty = dashboardRows([{ metadata: { name: 'd' }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }] as any, [pickStatus(st('d', runtimeHoldings([], names)) as any)], digest, undefined, new Date(), names).rows[0]!;
+  t.match(empty.holdings, { missing: 6, lacks: { length: MAX_LACKS_NAMED } }, `a node lacking all 6: counted, ${MAX_LACKS_NAMED} of them named`);
+  const own = dashboardRows(nodes as any, statuses as any, digest, undefined, new Date()).rows;
+  t.same(own.map((r) => [r.node, r.holdings.names, r.holdings.held, r.holdings.missing]), [['a', 6, 6, 0], ['b', 6, 4, 2], ['c', 0, 0, 0]], 'no bundle file: counted over the agent\'s own loaded names');
+  const app = await readFile(path.join(pageDir(), 'app.js'), 'utf8');
+  t.match(app, /'Holds'/, 'the page has the column');
 });
 
 t.test('feed against the API stand-in: rows, then contact lost (gone, 500, silent: rows kept, marked), then found again', async (t) => {

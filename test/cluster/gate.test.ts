@@ -3,28 +3,11 @@
 // parameter found through the binding's paramRef), against a client that is not ours: a
 // cluster-admin's merge patch of ClusterVersion, as `oc adm upgrade` sends it.
 import t from 'tap';
-import { readFile } from 'node:fs/promises';
-import { request } from 'node:https';
-import { clusterFixture, nodeStatus, node, RELEASE_REPO } from './lib.js';
+import { clusterFixture, nodeStatus, node, ocPatchClusterVersion, RELEASE_REPO } from './lib.js';
 
 const { api, b, trust, cluster, allReady } = await clusterFixture(t);
-const ca = await readFile(api.caFile);
-const kubeadmin = api.addToken('kubeadmin', ['system:cluster-admins']);
-
 /** What `oc adm upgrade` (or `oc annotate`) sends: a merge patch of ClusterVersion "version" by a cluster-admin. */
-function oc(patch: unknown): Promise<{ status: number; message: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(new URL('/apis/config.openshift.io/v1/clusterversions/version', api.url), {
-      method: 'PATCH', ca, headers: { Authorization: `Bearer ${kubeadmin}`, 'Content-Type': 'application/merge-patch+json' },
-    }, (res) => {
-      let body = '';
-      res.on('data', (d) => { body += d; });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, message: String(JSON.parse(body || '{}').message ?? '') }));
-    });
-    req.on('error', reject);
-    req.end(JSON.stringify(patch));
-  });
-}
+const oc = (patch: unknown) => ocPatchClusterVersion(api, patch);
 
 // oc adm upgrade --to replaces desiredUpdate whole: in a merge patch, the other field goes (null)
 const byVersion = { spec: { desiredUpdate: { version: '4.15.1', image: null } } };

@@ -2,7 +2,8 @@
 // the cluster commands read only bundle.json and the release signature blobs), and the
 // objects the stand-in API server serves.
 import { createPrivateKey } from 'node:crypto';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { request } from 'node:https';
 import path from 'node:path';
 import { generateKeyPair, writeBundle, RELEASE_SIGNATURE_MEDIA_TYPE } from '@offline-bundle/format';
 import { sha256 } from '@offline-bundle/oci';
@@ -128,4 +129,21 @@ export async function clusterFixture(t: { teardown(fn: () => unknown): void }): 
     api.clearConfigMaps();
   };
   return { work, api, kubeconfig, key, keyring, b, trust: ['--key', b.pub], cluster: (args) => bundle(['cluster', ...args, '--kubeconfig', kubeconfig]), allReady };
+}
+
+/** What `oc adm upgrade` (or `oc annotate`) sends: a merge patch of ClusterVersion "version", here by a cluster-admin of `api`. */
+export async function ocPatchClusterVersion(api: KubeApiStandIn, patch: unknown): Promise<{ status: number; message: string }> {
+  const token = api.addToken('kubeadmin', ['system:cluster-admins']);
+  const ca = await readFile(api.caFile);
+  return new Promise((resolve, reject) => {
+    const req = request(new URL('/apis/config.openshift.io/v1/clusterversions/version', api.url), {
+      method: 'PATCH', ca, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/merge-patch+json' },
+    }, (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, message: String(JSON.parse(body || '{}').message ?? '') }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(patch));
+  });
 }

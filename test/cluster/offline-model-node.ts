@@ -1,8 +1,8 @@
-// The node of the offline cluster model (offline-model*.test.ts): a node root on this host whose
+// A node of the offline cluster model (offline-model*.test.ts): a node root on this host whose
 // CRI-O is the CRI-O contract stand-in (test/helpers/crio-standin.mjs, --containers-storage: it
 // also keeps what it pulls in the node's containers-storage, which CRI-O shares with podman,
 // skopeo and rpm-ostree), the real bundle-agent daemon (runtime crio, reporting to the API
-// stand-in as system:node:node-a), and a watch directory standing for the USB stick.
+// stand-in as system:node:NAME), and a watch directory standing for the USB stick.
 // A cold start: agent and runtime stop, the store is emptied (crio-wipe after an unclean
 // shutdown), then both start again.
 import { copyFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -13,6 +13,7 @@ import { CriImageClient } from '@offline-bundle/runtime';
 import type { KubeApiStandIn } from '../helpers/kube-standin.js';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startService } from '../helpers/service.mjs';
+import { until } from '../helpers/until.js';
 import { crioFiles, crioSighup, daemonChild, nodeRoot } from '../agent/fixtures.js';
 
 const CRIO_STANDIN = fileURLToPath(new URL('../helpers/crio-standin.mjs', import.meta.url));
@@ -22,6 +23,7 @@ type Teardown = { teardown(fn: () => unknown): void };
 export type Agent = ReturnType<typeof daemonChild>;
 
 export interface ModelNode {
+  name: string;
   root: string;
   /** containers-storage as skopeo names it: [vfs@GRAPHROOT+RUNROOT] */
   storageSpec: string;
@@ -36,6 +38,8 @@ export interface ModelNode {
   /** The node's agent status file. */
   status(): Promise<any>;
   cri(): CriImageClient;
+  /** `systemctl reload crio` (SIGHUP), resolved with the stand-in's reload event once it re-read its files. */
+  reloadCrio(): Promise<{ outcome: string; files: string[]; pinnedImages: string[]; error?: string }>;
   /** Every agent's output so far (the agents a cold start replaced first). */
   logs(): string;
 }
@@ -92,25 +96,40 @@ media:
 ${stringify({ staging: { serveUntilComplete: serve, serveCheckSeconds: 1 }, version: { fromCluster: true }, status: { kubeconfig: '/var/lib/kubelet/kubeconfig', console: false } })}`;
 }
 
-/** Node node-a of the model, its agent started; `serve`: staging.serveUntilComplete. */
-export async function modelNode(t: Teardown, work: string, opts: { api: KubeApiStandIn; pub: string; serve: boolean }): Promise<ModelNode> {
-  const root = path.join(work, NODE);
+/** The stand-in's events (one JSON a line) so far. */
+async function crioEvents(state: string): Promise<any[]> {
+  return (await readFile(path.join(state, 'events.jsonl'), 'utf8').catch(() => '')).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
+
+async function sighupCrio(root: string, state: string): Promise<any> {
+  const before = (await crioEvents(state)).length;
+  process.kill(Number(await readFile(path.join(root, 'run/crio/pid'), 'utf8')), 'SIGHUP');
+  return until('the CRI-O stand-in reloads', async () => (await crioEvents(state)).slice(before).find((e) => e.event === 'reload'), { timeoutMs: 10_000, stepMs: 50 });
+}
+
+/** Node `name` (node-a unless said) of the model, its agent started; `serve`: staging.serveUntilComplete. */
+export async function modelNode(t: Teardown, work: string, opts: { api: KubeApiStandIn; pub: string; serve: boolean; name?: string }): Promise<ModelNode> {
+  const name = opts.name ?? NODE;
+  const root = path.join(work, name);
   const state = path.join(root, 'var/lib/crio-standin');
   const storage = await storageConf(root);
   let crio = await startCrio(t, root, state, storage.conf);
-  await opts.api.writeNodeKubeconfig(root, NODE, { certPaths: 'root' });
+  await opts.api.writeNodeKubeconfig(root, name, { certPaths: 'root' });
   const config = await nodeRoot(root, opts.pub, `reload:\n  command: [${crioSighup(path.join(root, 'run/crio/pid')).map((a) => JSON.stringify(a)).join(', ')}]\n${agentConfig(opts.serve)}`);
+  // nodeRoot names every node node-a
+  await writeFile(config, (await readFile(config, 'utf8')).replace(/^nodeName: .*$/m, `nodeName: ${name}`));
   const drop = path.join(root, 'var/lib/bundle-agent/drop');
   await mkdir(drop, { recursive: true });
   const statusFile = path.join(root, 'var/lib/bundle-agent/status.json');
   const earlier: string[] = [];
   const n: ModelNode = {
-    root, socket: crio.socket, storageSpec: `[vfs@${storage.graph}+${storage.run}]`,
+    name, root, socket: crio.socket, storageSpec: `[vfs@${storage.graph}+${storage.run}]`,
     agent: daemonChild(t, config, statusFile),
     plug: async (file) => copyFile(file, path.join(drop, path.basename(file))),
     unplug: async (file) => rm(path.join(drop, path.basename(file)), { force: true }),
     status: async () => JSON.parse(await readFile(statusFile, 'utf8')),
     cri: () => new CriImageClient(crio.socket),
+    reloadCrio: () => sighupCrio(root, state),
     logs: () => [...earlier, n.agent.out.log].join('\n--- cold start ---\n'),
     coldStart: async () => {
       earlier.push(await n.agent.stop('SIGKILL'));

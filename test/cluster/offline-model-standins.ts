@@ -1,6 +1,9 @@
 // Stand-ins for the cluster components that pull images by themselves during an upgrade, each
 // refusing what the real one refuses (offline cluster model, offline-model*.test.ts):
-// - "MCD": applies the release's OS image by digest. When a PinnedImageSet of the node's pool
+// - "MCD": first writes the CRI-O drop-in the MCO writes for the PinnedImageSets of the node's
+//   pool (/etc/crio/crio.conf.d/50-pinned-images, [crio.image] pinned_images = every image the
+//   sets list; removed when they list none) and reloads CRI-O as `systemctl reload crio` does.
+//   Then applies the release's OS image by digest. When a PinnedImageSet of the node's pool
 //   lists it, from containers-storage only (the MCO's PinnedImageSet behaviour); otherwise
 //   rpm-ostree pulls it (ostree-unverified-registry:) through the node's registries.conf and
 //   registries.conf.d, as containers/image reads them: here no registry exists, so only a
@@ -14,7 +17,7 @@
 // - "kubelet": starts every pod of a recorded pod list through the CRI, with each container's
 //   imagePullPolicy: IfNotPresent pulls only when ImageStatus finds nothing; Always always pulls.
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -82,9 +85,40 @@ function pinningSets(api: KubeApiStandIn, pool: string, image: string): string[]
   return names.filter((n) => (api.get('pinnedimagesets', n)?.spec?.pinnedImages ?? []).some((p: Doc) => p.name === image));
 }
 
-/** "MCD": the OS image of the release, from containers-storage when pinned, else pulled through registries.conf. */
+/** The MCO's pins drop-in, as the MCD writes it on every node of a pool with PinnedImageSets. */
+export const MCO_PINS_DROP_IN = '50-pinned-images';
+
+/** Every image the PinnedImageSets bound to `pool` list, sorted. */
+function poolPinnedImages(api: KubeApiStandIn, pool: string): string[] {
+  if (api.absent.has('machineconfiguration.openshift.io/pinnedimagesets')) return [];
+  const names: string[] = (api.get('machineconfigpools', pool)?.spec?.pinnedImageSets ?? []).map((s: Doc) => s.name);
+  return [...new Set(names.flatMap((n) => (api.get('pinnedimagesets', n)?.spec?.pinnedImages ?? []).map((p: Doc) => String(p.name))))].sort();
+}
+
+/**
+ * "MCD", its PinnedImageSet part: the node's 50-pinned-images drop-in made to list what the
+ * pool's sets list (removed when none), and CRI-O reloaded when that changed it. Returns the list.
+ */
+export async function mcdSyncPinnedImages(api: KubeApiStandIn, node: ModelNode, pool: string): Promise<string[]> {
+  const images = poolPinnedImages(api, pool);
+  const file = path.join(node.root, 'etc/crio/crio.conf.d', MCO_PINS_DROP_IN);
+  const before = await readFile(file, 'utf8').catch(() => undefined);
+  const next = images.length ? toml.stringify({ crio: { image: { pinned_images: images } } }) : undefined;
+  if (next === before) return images;
+  if (next === undefined) await rm(file, { force: true });
+  else {
+    await writeFile(`${file}.tmp`, next);
+    await rename(`${file}.tmp`, file);
+  }
+  const reload = await node.reloadCrio();
+  if (reload.outcome !== 'ok') throw new Error(`MCD: CRI-O refused its reload after ${MCO_PINS_DROP_IN} changed: ${reload.error}`);
+  return images;
+}
+
+/** "MCD": its pins drop-in kept in step, then the OS image of the release, from containers-storage when pinned, else pulled through registries.conf. */
 export async function mcdApplyOsImage(api: KubeApiStandIn, node: ModelNode, pool: string, osImage: string): Promise<Outcome> {
   const step = 'MCD: apply the OS image';
+  await mcdSyncPinnedImages(api, node, pool);
   const sets = pinningSets(api, pool, osImage);
   if (sets.length) {
     const r = await tool('skopeo', ['inspect', '--raw', `containers-storage:${node.storageSpec}${osImage}`]);

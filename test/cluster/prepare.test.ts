@@ -62,6 +62,33 @@ t.test('prepare', async (t) => {
     const text = await cluster(['prepare', b.file, ...trust]);
     t.match(text.stdout, /warning: PullAlways: openshift-marketplace\/Deployment\/catalog: pulls .* imagePullPolicy: Always/);
   });
+  t.test('per node, what its runtime holds of the bundle: held, pinned, which names it lacks; a node publishing nothing is not known (#38)', async (t) => {
+    allReady();
+    const { runtimeHoldings } = await import('@offline-bundle/status');
+    const release = `${RELEASE_REPO}@${b.releaseDigest}`;
+    const tag = `${RELEASE_REPO}:4.15.1-x86_64`;
+    const payload = `${ART_REPO}@${b.payloadDigest}`;
+    const holds = (name: string, listed: { repoTags: string[]; repoDigests: string[]; pinned: boolean }[]) => {
+      const s = api.get('nodebundlestatuses', name)!;
+      api.put('nodebundlestatuses', { ...s, status: { ...s.status, runtime: runtimeHoldings(listed, [release, tag, payload]) } });
+    };
+    // worker-0 holds the release pinned and the payload unpinned; worker-1 lost the payload; master-0 publishes nothing
+    holds('worker-0', [{ repoTags: [tag], repoDigests: [release], pinned: true }, { repoTags: [], repoDigests: [payload], pinned: false }]);
+    holds('worker-1', [{ repoTags: [tag], repoDigests: [release], pinned: true }]);
+    for (const dry of [[], ['--dry-run']]) {
+      const r = await cluster(['prepare', b.file, ...trust, '--json', ...dry]);
+      t.equal(r.code, 0, r.stderr);
+      t.same(JSON.parse(r.stdout).holdings, [
+        { node: 'master-0', published: false, names: 0, held: 0, pinned: 0, missing: 0, unknown: 0, pinsReported: false, lacks: [] },
+        { node: 'worker-0', published: true, names: 3, held: 3, pinned: 2, missing: 0, unknown: 0, pinsReported: true, lacks: [] },
+        { node: 'worker-1', published: true, names: 3, held: 2, pinned: 2, missing: 1, unknown: 0, pinsReported: true, lacks: [payload] },
+      ], `--json${dry.length ? ' --dry-run' : ''}: per node, of the bundle's 3 image names`);
+    }
+    const text = (await cluster(['prepare', b.file, ...trust])).stdout;
+    t.match(text, 'holdings: master-0: publishes nothing of its runtime (an older agent, or no load since it started): what it holds of 4.15.1 is not known\n');
+    t.match(text, 'holdings: worker-0: holds 3 of 3 image names of 4.15.1, 2 pinned\n');
+    t.match(text, `holdings: worker-1: holds 2 of 3 image names of 4.15.1, 2 pinned; lacks 1: ${payload}\n`);
+  });
   t.test('a bad signature is refused before anything is applied', async (t) => {
     allReady();
     const other = await releaseKey('Not The Release Key');

@@ -7,7 +7,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { firstLine } from '@offline-bundle/host';
-import type { AdminBundle } from '@offline-bundle/cluster';
+import { bundleImageNames, type AdminBundle } from '@offline-bundle/cluster';
 import type { AdminApis } from '@offline-bundle/status';
 import { readDashboard, type DashboardWarning, type Snapshot } from './snapshot.js';
 import { cutSnapshot } from './snapshot-size.js';
@@ -77,7 +77,7 @@ export class DashboardFeed extends EventEmitter {
     const at = this.now().toISOString();
     let next: Snapshot;
     try {
-      const r = await readDashboard(this.o.apis, { ...(this.o.selector ? { selector: this.o.selector } : {}), ...(this.o.bundle ? { digest: this.o.bundle.b.fileDigest } : {}) });
+      const r = await readDashboard(this.o.apis, { ...(this.o.selector ? { selector: this.o.selector } : {}), ...(this.o.bundle ? { digest: this.o.bundle.b.fileDigest, names: bundleImageNames(this.o.bundle.b.images) } : {}) });
       const prepare = await this.prepareWarnings(); // never throws: its failure is a warning
       next = {
         ...r, intervalMs: this.o.intervalMs,

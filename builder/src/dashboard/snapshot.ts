@@ -5,9 +5,9 @@
  * technician's message, history). Every string is cut to the CRD's bounds: the page trusts
  * nothing of the API's beyond what the CRD lets through.
  */
-import { heartbeatSecondsOf, rollup, type NodeRow } from '@offline-bundle/cluster';
+import { heartbeatSecondsOf, nodeHoldings, rollup, type NodeHoldings, type NodeRow } from '@offline-bundle/cluster';
 import {
-  apiCall, completedRelease, formatBytes, GROUP, LIMITS, listAll, PLURAL, progressPercent, timeLeft, truncate, VERSION,
+  apiCall, boundHoldings, completedRelease, formatBytes, GROUP, LIMITS, listAll, PLURAL, progressPercent, timeLeft, truncate, VERSION,
   type AdminApis, type Phase,
 } from '@offline-bundle/status';
 
@@ -33,6 +33,8 @@ export interface DashboardRow extends Omit<NodeRow, 'heartbeatAge' | 'aheadBy'> 
   /** The agent's one sentence for the technician. */
   technician?: string;
   history: TimelineEntry[];
+  /** What its runtime holds of the target bundle's image names (of its own loaded bundles when no file was given), as its agent publishes it. */
+  holdings: NodeHoldings;
 }
 
 export interface DashboardWarning { kind: string; object: string; message: string }
@@ -84,7 +86,7 @@ function pickNode(n: Record<string, unknown>): PickedNode {
 }
 
 /** The status fields rollup() reads, and the page's own (progress, bundle source, history). */
-function pickStatus(s: Record<string, unknown>) {
+export function pickStatus(s: Record<string, unknown>) {
   const st = obj(s.status);
   const b = obj(st.bundle);
   const p = obj(st.progress);
@@ -98,6 +100,8 @@ function pickStatus(s: Record<string, unknown>) {
       })),
       history: list(st.history).slice(-LIMITS.history).map(obj).map((e) => ({ version: str(e.version, LIMITS.version) ?? '', state: str(e.state, LIMITS.historyState) ?? '', at: str(e.at, 64) ?? '' })),
       progress: { bytesDone: num(p.bytesDone) ?? 0, bytesTotal: num(p.bytesTotal) ?? 0, imagesDone: num(p.imagesDone) ?? 0, imagesTotal: num(p.imagesTotal) ?? 0, rate: num(p.rate), etaSeconds: num(p.etaSeconds) },
+      // what its runtime holds, within the CRD's bounds (a malformed one is none): rollup() holds a Ready node to it, the row counts it
+      runtime: boundHoldings(st.runtime),
     },
   };
 }
@@ -127,15 +131,18 @@ function sourceOf(s: PickedStatus['status'] | undefined): string | undefined {
   return s.bundle.media ? `${how} ${s.bundle.media}` : how;
 }
 
-/** Rows and target from lists already read (pure: the part the unit tests drive). */
-export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], want?: string, cv?: unknown, now = new Date()): { rows: DashboardRow[]; omitted: number; target: Target } {
+/** Rows and target from lists already read (pure: the part the unit tests drive); `names`: the target bundle's image names. */
+export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], want?: string, cv?: unknown, now = new Date(), names?: Iterable<string>): { rows: DashboardRow[]; omitted: number; target: Target } {
   const running = completedRelease(cv);
   const r = rollup(nodes, statuses, want, running, now);
   const byNode = new Map(statuses.map((s) => [s.metadata.name, s.status]));
-  const rows = r.rows.slice(0, MAX_DASHBOARD_ROWS).map(({ heartbeatAge: _age, aheadBy: _ahead, ...row }): DashboardRow => {
+  const shown = r.rows.slice(0, MAX_DASHBOARD_ROWS);
+  const held = nodeHoldings(shown.map((x) => x.node), r.holdings ?? {}, names);
+  const rows = shown.map(({ heartbeatAge: _age, aheadBy: _ahead, ...row }, i): DashboardRow => {
     const s = byNode.get(row.node);
     const source = sourceOf(s);
     return {
+      holdings: held[i]!,
       ...row,
       progress: progressOf(s, row.stale === true),
       ...(source ? { source } : {}),
@@ -148,9 +155,9 @@ export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], wan
 }
 
 /** One read of Nodes, NodeBundleStatuses and (on OpenShift) ClusterVersion. */
-export async function readDashboard(apis: AdminApis, opts: { selector?: string; digest?: string } = {}) {
+export async function readDashboard(apis: AdminApis, opts: { selector?: string; digest?: string; names?: Iterable<string> } = {}) {
   const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
   const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
   const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
-  return dashboardRows(nodes, statuses, opts.digest, cv);
+  return dashboardRows(nodes, statuses, opts.digest, cv, new Date(), opts.names);
 }

@@ -10,6 +10,7 @@ import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
 import { publishGate, type GateResult } from './upgrade-gate.js';
 import { applyPinnedImageSets, type PinnedSetsResult } from './pinned-image-sets.js';
+import { nodeHoldings, type NodeHoldings } from './node-holdings.js';
 
 /** What the cluster commands need of a (trusted) bundle. */
 export interface AdminBundle {
@@ -148,6 +149,8 @@ export interface PrepareResult {
   gate?: GateResult;
   /** The PinnedImageSets, once every node holds the images (not on a dry run). */
   pinned?: PinnedSetsResult;
+  /** Per node, what its runtime holds of the bundle's images, as its agent publishes it. */
+  holdings: NodeHoldings[];
 }
 
 /** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
@@ -165,12 +168,13 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   warnings.push(...await autoscalingWarnings(apis));
   const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
   warnings.push(...pullAlwaysWarnings(pods, b));
-  if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true };
-  // the gate learns the release image here, so oc adm upgrade --to-image passes once the nodes are ready
   const r = await readRollup(apis, { digest: b.fileDigest });
+  const holdings = nodeHoldings(r.rows.map((x) => x.node), r.holdings ?? {}, bundleImageNames(b.images));
+  if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true, holdings };
+  // the gate learns the release image here, so oc adm upgrade --to-image passes once the nodes are ready
   const gate = await publishGate(apis, r, { by: 'bundle cluster prepare', release: { version: b.version, image: releaseImageByDigest(b) } });
   const pinned = r.ready ? await applyPinnedImageSets(apis, b, runningVersion) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
-  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: false, gate, pinned };
+  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: false, gate, pinned, holdings };
 }
 
 export interface UpgradeResult {

@@ -9,6 +9,8 @@ export { bundleImageNames, releaseImageByDigest, ocCommand, pullAlwaysWarnings, 
 
 export { GATE_KIND, GATE_NAME, GATE_PLURAL, GATE_WAIVER, gateLine, gateSpec, publishGate } from './upgrade-gate.js';
 
+export { holdingsLine, MAX_LACKS_NAMED, nodeHoldings } from './node-holdings.js';
+export type { NodeHoldings } from './node-holdings.js';
 export type { NodeRow, Rollup, RowServing } from './cluster-rollup.js';
 export type { GateResult, GateSpec } from './upgrade-gate.js';
 export { applyPinnedImageSets, MAX_PINNED_PER_SET, pinnedSetName, pinnedSets, pinnedSetsLine } from './pinned-image-sets.js';

@@ -4,7 +4,7 @@
 /* global document, window, EventSource */
 'use strict';
 
-const COLUMNS = ['Node', 'Phase', 'Progress', 'Source', 'Pinned', 'Heartbeat', 'Node Ready', 'Message', 'History'];
+const COLUMNS = ['Node', 'Phase', 'Progress', 'Source', 'Pinned', 'Holds', 'Heartbeat', 'Node Ready', 'Message', 'History'];
 const $ = (id) => document.getElementById(id);
 const pad = (n) => String(n).padStart(2, '0');
 const clock = (t) => { const d = new Date(t); return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`; };
@@ -72,6 +72,14 @@ function makeRow(node) {
   return { tr, cells };
 }
 
+/** "12 of 12, 12 pinned" or "9 of 12, 9 pinned; lacks 3: a, b and 1 more": what the node's runtime holds of the bundle. */
+function holdsText(h) {
+  if (!h || !h.published) return 'not known';
+  const pins = h.pinsReported ? `, ${h.pinned} pinned` : ', pins not reported';
+  const lacks = h.missing ? `; lacks ${h.missing}: ${h.lacks.join(', ')}${h.missing > h.lacks.length ? ` and ${h.missing - h.lacks.length} more` : ''}` : '';
+  return `${h.held} of ${h.names}${pins}${lacks}`;
+}
+
 function update(r, row) {
   const c = r.cells;
   c.node.textContent = row.node;
@@ -85,6 +93,9 @@ function update(r, row) {
   c.progressText.textContent = [p.percent !== undefined ? `${p.percent}%` : '', p.done, p.rate, p.eta].filter(Boolean).join(' · ') || '-';
   c.Source.textContent = row.source || '-';
   c.Pinned.textContent = row.pinned === 'True' ? 'yes' : row.pinned === 'False' ? 'no' : (row.pinned || '-');
+  c.Holds.textContent = holdsText(row.holdings);
+  c.Holds.className = row.holdings && row.holdings.missing ? 'cell no' : 'cell';
+  c.Holds.title = row.holdings && row.holdings.published ? 'image names of the bundle its container runtime holds, as its agent last published' : 'its agent publishes nothing of its runtime (an older agent, or no load since it started)';
   c.Heartbeat.dataset.at = row.heartbeat || '';
   c.Heartbeat.dataset.stale = row.stale ? 'yes' : '';
   c.Heartbeat.textContent = heartbeatText(c.Heartbeat);
