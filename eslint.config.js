@@ -1,6 +1,6 @@
 // `pnpm lint` (also in .ci/run): the rules that keep the code readable as it grows (#26).
-// - no import cycles: .dependency-cruiser.cjs (it sees type-only imports, which ESLint's
-//   import-x/no-cycle skips);
+// - no import cycles, and the agent's folders only import down their floors:
+//   .dependency-cruiser.cjs (it sees type-only imports, which ESLint's import-x/no-cycle skips);
 // - a ceiling on function length in shipped code, with the few functions still over it named
 //   below (each a phase-split waiting to happen, not a licence);
 // - typescript-eslint's recommended set.

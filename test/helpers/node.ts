@@ -440,6 +440,8 @@ const REPO = new URL('../../', import.meta.url).pathname.replace(/\/$/, '');
 
 export interface PackagedAgent {
   version: string;
+  /** bundle-agent-VERSION-linux-amd64.tar.gz: the agent tarball as `pnpm package` writes it */
+  tarball: string;
   /** bundle-agent-VERSION.oci.tar: the agent image as `pnpm package` writes it (amd64 only here) */
   ociTar: string;
   /** the unpacked agent tarball's prefix (bin/bundle-agent, lib/bundle-agent/node, ...) */
@@ -467,7 +469,7 @@ export async function packagedAgent(): Promise<PackagedAgent> {
   }
   const dir = join(CACHE, `agent-package-${h.digest('hex').slice(0, 16)}`);
   const top = join(dir, `bundle-agent-${version}-linux-amd64`);
-  const result = (buildMs: number): PackagedAgent => ({ version, ociTar: join(dir, `bundle-agent-${version}.oci.tar`), prefix: top, node: join(top, 'lib/bundle-agent/node'), buildMs });
+  const result = (buildMs: number): PackagedAgent => ({ version, tarball: join(dir, `bundle-agent-${version}-linux-amd64.tar.gz`), ociTar: join(dir, `bundle-agent-${version}.oci.tar`), prefix: top, node: join(top, 'lib/bundle-agent/node'), buildMs });
   if (existsSync(join(top, 'lib/bundle-agent/node'))) return result(0);
   mkdirSync(CACHE, { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}`;

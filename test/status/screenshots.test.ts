@@ -1,8 +1,8 @@
 // tier: unit
-// The README's pictures come from scripts/screenshots.mjs (#40 item 4): agents loading a real
+// The docs' pictures (docs/admin.md) come from scripts/screenshots.mjs (#40 item 4): agents loading a real
 // bundle and reporting to the API stand-in, the real dashboard in Chromium. The script writes
 // docs/img/screenshots.json beside the PNGs: each picture's sha256 and what its rows say. This
-// test fails when a picture the README shows is not one the script made (a hand-made or
+// test fails when a picture the docs show is not one the script made (a hand-made or
 // test-fixture image, or one changed after), and when a message in a picture is not one the
 // agent can write: every part of it must be a fixed piece of a string in agent/src or
 // packages/status/src, or a value (a number, a size, a version, a reason code).
@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import ts from 'typescript';
+import { docFiles, readDoc } from '../helpers/docs.js';
 import { ROOT } from './lib.js';
 
 const IMG = path.join(ROOT, 'docs', 'img');
@@ -64,13 +65,14 @@ export function unexplained(message: string, parts: Set<string>): string[] {
 
 const parts = fixedParts([...tsFiles(path.join(ROOT, 'agent', 'src')), ...tsFiles(path.join(ROOT, 'packages', 'status', 'src'))]);
 
-t.test('every picture the README shows is listed, with the hash of the file', async (t) => {
+t.test('every picture the README or docs/*.md show is listed, with the hash of the file', async (t) => {
   t.ok(existsSync(MANIFEST), 'docs/img/screenshots.json: written by scripts/screenshots.mjs with the pictures');
   t.equal(manifest.script, 'scripts/screenshots.mjs');
   t.ok(existsSync(path.join(ROOT, manifest.script)), 'the script is in the repo');
-  const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-  const shown = [...new Set([...readme.matchAll(/docs\/img\/([\w.-]+\.png)/g)].map((m) => m[1]!))];
-  t.ok(shown.length >= 3, `the README shows ${shown.join(', ')}`);
+  // the pictures moved with their section (docs/admin.md shows them as img/…): read every page
+  const pages = docFiles().map(readDoc).join('\n');
+  const shown = [...new Set([...pages.matchAll(/\bimg\/([\w.-]+\.png)/g)].map((m) => m[1]!))];
+  t.ok(shown.length >= 3, `the docs show ${shown.join(', ')}`);
   for (const file of shown) {
     const entry = manifest.images.find((i) => i.file === file);
     t.ok(entry, `${file} is one scripts/screenshots.mjs made`);
