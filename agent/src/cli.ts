@@ -14,7 +14,7 @@ import { createLogger } from './log.js';
 import { runLoad } from './load/pipeline.js';
 import { runtimeTarget } from './runtime/runtime-target.js';
 import { forgetRelease, listReleases, pruneReleases, unforgetRelease } from './releases/releases.js';
-import { clearForgotten } from './releases/bundle-records.js';
+import { clearForgotten } from './state/bundle-records.js';
 import { assertBundleFile, notLoadable } from './load/bundle-file.js';
 import { forgottenLine, releasesTable } from './releases/releases-text.js';
 import { TOOL_VERSION } from './version.js';

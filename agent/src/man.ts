@@ -47,7 +47,7 @@ export function addManCommand(program: Command): void {
           ['/run/issue.d/bundle-agent.issue', 'the technician\'s line on the node\'s console'],
           ['/etc/systemd/system/bundle-agent.service', 'the unit install.sh writes (ExecStart at the install prefix)'],
           ['/etc/udev/rules.d/99-bundle-agent-media.rules', 'mounts USB sticks read-only under /run/media/bundle-agent/'],
-          ['PREFIX/share/doc/bundle-agent/README.md', 'the full documentation'],
+          ['PREFIX/share/doc/bundle-agent/README.md, docs/', 'the documentation: the README leads to the pages under docs/'],
         ],
         examples: `systemctl enable --now bundle-agent          # the daemon, as installed by install.sh
 bundle-agent load /media/usb/4.15.1.bundle    # one bundle, in the foreground

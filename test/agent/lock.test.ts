@@ -9,7 +9,7 @@ import { pathToFileURL } from 'node:url';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { processIdentity } from '@offline-bundle/status';
 
-const LOCK_JS = pathToFileURL(new URL('../../agent/dist/load/lock.js', import.meta.url).pathname).href;
+const LOCK_JS = pathToFileURL(new URL('../../agent/dist/state/lock.js', import.meta.url).pathname).href;
 const { withLoadLock } = (await import(LOCK_JS)) as { withLoadLock: <T>(dir: string, fn: () => Promise<T>) => Promise<T> };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -10,7 +10,7 @@ import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT, crioFiles, crioNodeConfig, keygen, makeBundle, run } from './fixtures.js';
 
-const { readReleases, recordRelease, forgetReleaseRecord } = await import('../../agent/dist/releases/state.js');
+const { readReleases, recordRelease, forgetReleaseRecord } = await import('../../agent/dist/state/release-records.js');
 const { releasesTable } = await import('../../agent/dist/releases/releases-text.js');
 
 const A = `sha256:${'a'.repeat(64)}`;

@@ -16,15 +16,15 @@ import { RetryKept } from './retry-kept.js';
 import { StickTurn } from './stick-turn.js';
 import { inspectHead } from '../load/bundle-file.js';
 import { releaseImagesPresent, removeLeftovers, runLoad, showLoadedBefore } from '../load/pipeline.js';
-import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../releases/bundle-records.js';
-import { restoreVanishedImages } from '../releases/restore.js';
-import type { KeptLayout } from '../releases/kept-layout.js';
-import { withLoadLock } from '../load/lock.js';
+import { alreadyDone, contentOf, isForgotten, keyOf, loadedByContent, readBundleRecords, readForgotten, type BundleRecord } from '../state/bundle-records.js';
+import { restoreVanishedImages } from '../load/restore.js';
+import type { KeptLayout } from '../load/kept-layout.js';
+import { withLoadLock } from '../state/lock.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 import { publishHoldings } from '../runtime/runtime-checks.js';
 import { watchCrioPins } from '../runtime/crio-pins-watch.js';
 import { dropOutdatedDropIn, settleAgentSwitch, unpinPreviousAgent } from '../self-upgrade/self-upgrade.js';
-import { readAgentSwitch, type AgentSwitchRecord } from '../self-upgrade/agent-switch-state.js';
+import { readAgentSwitch, type AgentSwitchRecord } from '../state/agent-switch-state.js';
 import { TOOL_VERSION } from '../version.js';
 
 /** Written in the state directory once the start-up is done (deploy/openshift/bundle-agent.container waits for it). */

@@ -12,13 +12,13 @@ import { completedRelease, formatBytes, observeRunning, readClusterVersionObject
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
-import { withLoadLock } from '../load/lock.js';
+import { withLoadLock } from '../state/lock.js';
 import { compareVersions } from '../load/policy.js';
-import { openKeptLayout, type KeptLayout } from '../releases/kept-layout.js';
-import { loadedAhead, newestRun } from '../releases/loaded-ahead.js';
-import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
-import { forgetServing, readServing, writeServing } from '../releases/serving-state.js';
-import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
+import { openKeptLayout, type KeptLayout } from '../load/kept-layout.js';
+import { loadedAhead, newestRun } from '../load/loaded-ahead.js';
+import { rememberClusterRelease, rememberedClusterRelease } from '../load/running-release.js';
+import { forgetServing, readServing, writeServing } from '../state/serving-state.js';
+import { readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { runtimeTarget, type RuntimeTarget } from '../runtime/runtime-target.js';
 
 export interface KeptServingDeps {

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
-import { bundleKey } from '../releases/bundle-records.js';
+import { bundleKey } from '../state/bundle-records.js';
 import { inspectHead, type HeadVerdict } from '../load/bundle-file.js';
 import type { Logger } from '../log.js';
 import { isWholeSet, lookAtPartSet, partNameProblem, partSets } from './part-sets.js';

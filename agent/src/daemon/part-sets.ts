@@ -3,7 +3,7 @@
 import { lstat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_PARTS, parsePartName } from '@offline-bundle/format';
-import { bundleKey, partsKeyOf } from '../releases/bundle-records.js';
+import { bundleKey, partsKeyOf } from '../state/bundle-records.js';
 
 /** Longest part name taken: its temporary copy `.NAME.copying` and spool.json's lines stay bounded (names are 255 bytes at most). */
 export const MAX_PART_NAME_BYTES = 200;

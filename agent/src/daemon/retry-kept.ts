@@ -7,11 +7,11 @@ import { KEPT_COPY_MEDIA, timeLeft, type StatusTracker } from '@offline-bundle/s
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
-import { withLoadLock } from '../load/lock.js';
+import { withLoadLock } from '../state/lock.js';
 import { RETRYABLE, runLayoutLoad } from '../load/pipeline.js';
-import { forgetFetched, readFetched, recordFetched, type FetchedLayoutRecord } from '../releases/fetched-layouts.js';
-import { readServing } from '../releases/serving-state.js';
-import { readReleases } from '../releases/state.js';
+import { forgetFetched, readFetched, recordFetched, type FetchedLayoutRecord } from '../state/fetched-layouts.js';
+import { readServing } from '../state/serving-state.js';
+import { readReleases } from '../state/release-records.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 
 /** Tries of one kept copy before it is dropped and the stick is asked for again. */

@@ -13,7 +13,7 @@ import { formatBytes } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { readReleases } from '../releases/state.js';
+import { readReleases } from '../state/release-records.js';
 
 /** The one line a node without the base says: which release it needs, and the fix. */
 export function baseMissing(m: BundleManifest, detail: string): AgentError {

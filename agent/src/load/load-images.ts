@@ -5,11 +5,11 @@ import { catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '
 import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import type { PipelineContext } from './pipeline-context.js';
-import { adoptRunningRelease } from '../releases/running-release.js';
+import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent, publishHoldings } from '../runtime/runtime-checks.js';
 import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
-import type { ReleaseRecord } from '../releases/state.js';
-import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
+import type { ReleaseRecord } from '../state/release-records.js';
+import { refsToKeepPinned } from '../state/agent-switch-state.js';
 import { pullActivity } from './pull-activity.js';
 
 export interface ImagesInput {

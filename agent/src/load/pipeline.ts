@@ -19,18 +19,18 @@ import { layoutKept, type AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
-import { forgetFetched, readFetched, recordFetched } from '../releases/fetched-layouts.js';
-import { loadedAhead } from '../releases/loaded-ahead.js';
-import { readServing } from '../releases/serving-state.js';
+import { forgetFetched, readFetched, recordFetched } from '../state/fetched-layouts.js';
+import { loadedAhead } from './loaded-ahead.js';
+import { readServing } from '../state/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
-import { readReleases, recordRelease, type ReleaseRecord } from '../releases/state.js';
-import { withLoadLock } from './lock.js';
-import { contentOf, keyOf, recordBundle } from '../releases/bundle-records.js';
+import { readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import { withLoadLock } from '../state/lock.js';
+import { contentOf, keyOf, recordBundle } from '../state/bundle-records.js';
 import { assertBundleFile, assertWhole, mediaGone } from './bundle-file.js';
 import { switchAgentIfNewer } from '../self-upgrade/self-upgrade.js';
 import { TOOL_VERSION } from '../version.js';
-import { rememberClusterRelease, rememberedClusterRelease } from '../releases/running-release.js';
+import { rememberClusterRelease, rememberedClusterRelease } from './running-release.js';
 import { locateBase } from './delta-fill.js';
 
 export type { PipelineContext } from './pipeline-context.js';
@@ -581,12 +581,16 @@ export function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult>
   return runAttempt(file, ctx, () => loadBundle(file, ctx), 'file');
 }
 
-/** Runs loadLayout (a layout peers staged in `dir`) as runLoad runs a file; no bundle-file record is kept for it. */
-export function runLayoutLoad(dir: string, ctx: PipelineContext, fetched: FetchedLayout): Promise<LoadResult> {
-  return runAttempt(dir, ctx, () => loadLayout(dir, ctx, fetched), 'layout');
+/**
+ * Runs loadLayout (a layout peers staged in `dir`) as runLoad runs a file; no bundle-file record
+ * is kept for it. `lockHeld`: the caller holds the load lock since it began staging `dir` (a fetch
+ * from peers), so the staging and this load are one turn of the lock, with no gap between.
+ */
+export function runLayoutLoad(dir: string, ctx: PipelineContext, fetched: FetchedLayout, opts: { lockHeld?: boolean } = {}): Promise<LoadResult> {
+  return runAttempt(dir, ctx, () => loadLayout(dir, ctx, fetched), 'layout', opts.lockHeld === true);
 }
 
-async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout'): Promise<LoadResult> {
+async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout', lockHeld = false): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = from === 'file' ? await keyOf(file) : undefined;
   const content = from === 'file' ? await contentOf(file) : undefined;
@@ -594,7 +598,8 @@ async function runAttempt(file: string, ctx: PipelineContext, load: () => Promis
   // what the history said before this attempt: a release loaded before stays so when a repeat load fails
   const before = ctx.tracker.current.history;
   try {
-    const r = await withLoadLock(stateDir, async () => {
+    const locked = <T>(fn: () => Promise<T>) => (lockHeld ? fn() : withLoadLock(stateDir, fn));
+    const r = await locked(async () => {
       await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history, from === 'layout' ? file : undefined);
       // a load killed mid-way leaves this, so the next daemon start tries the file again
       if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });

@@ -4,17 +4,12 @@
 // the blob comes from another; a dead one is dropped; a blob cut short goes on with a Range
 // request to the next peer. While blobs flow, the peer list and what the peers still fetching
 // hold are looked at again every few seconds, so nodes that fetch together take blobs from
-// each other (peer-choice.ts says who sends which).
-import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
-import { once } from 'node:events';
-import { rename, rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
-import { Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+// each other (peer-choice.ts says who sends which). The bytes go to disk through format's
+// staged-layout writer (EntryFiles, as a stick's extraction): its temp names, hashing, refusal
+// of a wrong digest and rename are the same for every origin; what is the peers' own here is
+// whom to ask, what to remember of each, and the Range that continues a cut blob.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { WRITING_SUFFIX, type LayoutEntry } from '@offline-bundle/format';
-import { syncPath } from '@offline-bundle/host';
-import { newSha256 } from '@offline-bundle/oci';
+import { FormatError, type EntryAppend, type EntryFiles, type LayoutEntry } from '@offline-bundle/format';
 import { AgentError } from '../errors.js';
 import type { PeerCounters } from './peer-counters.js';
 import { FREE_BUSY_ANSWERS, MAX_REQUESTS_PER_ENTRY, MIN_BLOB_RATE, guardRate, type MinRate } from './peer-bounds.js';
@@ -22,8 +17,6 @@ import { PeerFault, type PeerClient } from './peer-client.js';
 import { holds, rarestFirst, rotated, weightedPick, type Holder } from './peer-choice.js';
 import { bundleUrl } from './peer-head.js';
 import type { PeerEndpoint } from './types.js';
-
-type Hash = ReturnType<typeof newSha256>;
 
 /** How often a stalled fetch asks peers that are still fetching what they hold now. */
 const HAVE_POLL_MS = 500;
@@ -36,11 +29,10 @@ export const PEER_REFRESH_MS = 2000;
  */
 export const FRESH_BEFORE_COMPLETE_MS = 300;
 
-/** One entry being fetched: what of it is in its temp file already, and from whom. */
+/** One entry being fetched: what of it is in its temp file already (the writer's `got`), and from whom. */
 interface Job {
   entry: LayoutEntry;
-  got: number;
-  hash: Hash;
+  write: EntryAppend;
   /** Verified-to-be bytes by peer node: counted as fetched from it once the entry matched. */
   bytesBy: Map<string, number>;
   attempts: number;
@@ -60,7 +52,8 @@ interface Peer extends Holder {
 }
 
 export interface BlobFetchOptions {
-  partial: string;
+  /** The staging's writer (format's EntryFiles over the partial directory): every blob goes to disk through it. */
+  files: EntryFiles;
   manifestDigest: string;
   client: PeerClient;
   counters: PeerCounters;
@@ -70,7 +63,6 @@ export interface BlobFetchOptions {
   streams: number;
   /** How long peers still fetching the bundle themselves may hold nothing new before the fetch gives up. */
   stallMs: number;
-  fsync: boolean;
   /** The other peers now: asked every refreshMs while blobs flow, and when those known hold nothing more that is needed. */
   refreshPeers: () => Promise<PeerEndpoint[]>;
   /** How often the peers are looked at again while blobs flow (default PEER_REFRESH_MS). */
@@ -89,20 +81,6 @@ export interface BlobFetchOptions {
 function localFailure(err: unknown): boolean {
   const e = err as NodeJS.ErrnoException;
   return ['ENOSPC', 'EDQUOT', 'EROFS', 'EACCES', 'EPERM', 'EIO'].includes(e?.code ?? '') || e?.syscall === 'write' || e?.syscall === 'open';
-}
-
-/** Hashes and counts what passes, refusing a byte past the signed size. */
-function hashing(job: Job, node: string, onBytes: (n: number) => void): Transform {
-  return new Transform({
-    transform(chunk: Buffer, _e, cb) {
-      if (job.got + chunk.length > job.entry.size) return cb(new PeerFault('refused', `${node} sent more than the ${job.entry.size} bytes bundle.json lists for ${job.entry.path}`));
-      job.hash.update(chunk);
-      job.got += chunk.length;
-      job.bytesBy.set(node, (job.bytesBy.get(node) ?? 0) + chunk.length);
-      onBytes(chunk.length);
-      cb(null, chunk);
-    },
-  });
 }
 
 export class BlobFetch {
@@ -124,13 +102,15 @@ export class BlobFetch {
   /** Ends the looks at the peers when the fetch ends. */
   private readonly ended = new AbortController();
   private readonly lookSignal: AbortSignal;
+  /** The writer's last refusal of a peer's bytes: what a fetch every peer lied to ends with as its cause. */
+  private refusal: FormatError | undefined;
 
   constructor(private readonly opts: BlobFetchOptions, peers: PeerEndpoint[], entries: LayoutEntry[]) {
     this.random = opts.random ?? Math.random;
     this.lookSignal = AbortSignal.any([opts.signal, this.ended.signal]);
     this.addPeers(peers);
     // nodes fetching together each begin elsewhere: they soon hold different blobs to give each other
-    this.queue = rotated(entries, this.random).map((entry) => ({ entry, got: 0, hash: newSha256(), bytesBy: new Map(), attempts: 0 }));
+    this.queue = rotated(entries, this.random).map((entry) => ({ entry, write: opts.files.appender(entry), bytesBy: new Map(), attempts: 0 }));
     this.maxAttempts = 3 + 2 * peers.length;
     this.maxRequests = MAX_REQUESTS_PER_ENTRY * entries.length;
   }
@@ -161,6 +141,8 @@ export class BlobFetch {
     try {
       await this.refreshHave();
       await this.loop();
+      // the renames on disk, as a stick's staging ends
+      await this.opts.files.settle();
     } finally {
       // a look under way ends at once (its requests aborted); one in the directory's call finds nothing to do after it
       this.ended.abort();
@@ -256,7 +238,7 @@ export class BlobFetch {
     const missing = this.queue[0]!.entry;
     const all = [...this.peers.keys()];
     if (all.length && all.every((n) => this.opts.counters.suspect.has(n))) {
-      throw new AgentError('PeersSuspect', `every peer (${all.join(', ')}) served bytes that do not match the signed bundle.json: check those nodes, or bring the bundle on a stick`);
+      throw new AgentError('PeersSuspect', `every peer (${all.join(', ')}) served bytes that do not match the signed bundle.json: check those nodes, or bring the bundle on a stick`, { cause: this.refusal });
     }
     const busy = [...this.peers.values()].filter((p) => p.busyStreak > this.freeBusy()).map((p) => p.ep.node);
     const unreachable = busy.length ? `every peer is dropped (${busy.join(', ')} answered busy ${this.freeBusy() + 1} times in a row)` : 'no peer is reachable';
@@ -325,42 +307,40 @@ export class BlobFetch {
     this.opts.counters.suspect.add(peer.ep.node);
   }
 
-  private temp(job: Job): string {
-    return join(this.opts.partial, job.entry.path + WRITING_SUFFIX);
-  }
-
   private async transfer(job: Job, peer: Peer): Promise<void> {
     job.attempts++;
     this.spend();
     const node = peer.ep.node;
-    const url = `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${job.entry.digest}`;
-    let out: WriteStream | undefined;
+    const { entry, write } = job;
+    const url = `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${entry.digest}`;
     let unguard: () => void = () => undefined;
     try {
-      const res = await this.opts.client.get(url, this.opts.signal, job.got ? { range: `bytes=${job.got}-` } : {});
+      const res = await this.opts.client.get(url, this.opts.signal, write.got ? { range: `bytes=${write.got}-` } : {});
       peer.busyStreak = 0;
       // a peer that ignores the range sends the whole blob: start it over
-      if (job.got && res.statusCode !== 206) this.reset(job);
-      else if (job.got && !String(res.headers['content-range'] ?? '').startsWith(`bytes ${job.got}-`)) {
+      if (write.got && res.statusCode !== 206) await this.restart(job);
+      else if (write.got && !String(res.headers['content-range'] ?? '').startsWith(`bytes ${write.got}-`)) {
         res.destroy();
-        throw new PeerFault('refused', `${node} answered a range from ${job.got} with ${String(res.headers['content-range'])}`);
+        throw new PeerFault('refused', `${node} answered a range from ${write.got} with ${String(res.headers['content-range'])}`);
       }
       // from where the answer starts (a peer that ignored the range starts the blob over)
-      unguard = guardRate(res, () => job.got, job.entry.size, this.opts.minRate ?? MIN_BLOB_RATE, `${node} sending ${job.entry.path}`);
-      out = createWriteStream(this.temp(job), { flags: job.got ? 'a' : 'w' });
-      await pipeline(res, hashing(job, node, this.opts.onBytes), out);
+      unguard = guardRate(res, () => write.got, entry.size, this.opts.minRate ?? MIN_BLOB_RATE, `${node} sending ${entry.path}`);
+      await write.append(res, {
+        onBytes: (n) => {
+          job.bytesBy.set(node, (job.bytesBy.get(node) ?? 0) + n);
+          this.opts.onBytes(n);
+        },
+        overflow: () => new PeerFault('refused', `${node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`),
+      });
     } catch (err) {
-      // a write still in flight lands after the pipeline gave up: counted (or appended to) before it
-      // lands, it would sit in the file unhashed, under bytes the next sender's Range overwrites
-      if (out && !out.closed) await once(out, 'close').catch(() => undefined);
       if (this.opts.signal.aborted || localFailure(err)) throw err;
       return this.failed(job, peer, err);
     } finally {
       unguard();
     }
     // the response ended early without an error: a cut like any other, its bytes kept
-    if (job.got < job.entry.size) {
-      this.fault(peer, new PeerFault('cut', `${peer.ep.node} ended ${job.entry.path} at ${job.got} of ${job.entry.size} bytes`));
+    if (write.got < entry.size) {
+      this.fault(peer, new PeerFault('cut', `${peer.ep.node} ended ${entry.path} at ${write.got} of ${entry.size} bytes`));
       await this.recount(job, node);
       return this.requeue(job);
     }
@@ -394,25 +374,14 @@ export class BlobFetch {
 
   /** After a cut: the temp file's bytes are what counts (writes in flight may have been lost). */
   private async recount(job: Job, node: string): Promise<void> {
-    const size = await stat(this.temp(job)).then((s) => s.size, () => 0);
-    const lost = job.got - size;
+    const lost = await job.write.recount();
     if (lost > 0) job.bytesBy.set(node, Math.max(0, (job.bytesBy.get(node) ?? 0) - lost));
-    const hash = newSha256();
-    if (size > 0) for await (const c of createReadStream(this.temp(job), { end: size - 1 })) hash.update(c as Buffer);
-    job.hash = hash;
-    job.got = size;
-  }
-
-  private reset(job: Job): void {
-    job.got = 0;
-    job.hash = newSha256();
-    job.bytesBy.clear();
   }
 
   /** Its bytes so far are not trusted to be a prefix of the right ones: from the start. */
   private async restart(job: Job): Promise<void> {
-    this.reset(job);
-    await rm(this.temp(job), { force: true });
+    job.bytesBy.clear();
+    await job.write.discard();
   }
 
   private requeue(job: Job): void {
@@ -423,15 +392,18 @@ export class BlobFetch {
   }
 
   private async finish(job: Job, peer: Peer): Promise<void> {
-    const actual = 'sha256:' + job.hash.digest('hex');
-    if (job.got !== job.entry.size || actual !== job.entry.digest) {
-      // one sender: it is to blame; several (a resumed blob): fetch it whole from one to learn which
+    try {
+      await job.write.commit();
+    } catch (err) {
+      // the disk's own failure (sync, rename) is no peer's
+      if (!(err instanceof FormatError)) throw err;
+      // refused as a stick's damaged entry is, its temp file gone; one sender: it is to blame;
+      // several (a resumed blob): fetch it whole from one to learn which
+      this.refusal = err;
       if (job.bytesBy.size === 1) this.suspect(peer);
-      await this.restart(job);
+      job.bytesBy.clear();
       return this.requeue(job);
     }
-    if (this.opts.fsync) await syncPath(this.temp(job));
-    await rename(this.temp(job), join(this.opts.partial, job.entry.path));
     for (const [n, bytes] of job.bytesBy) this.opts.counters.fetched(n, bytes);
     this.opts.onPlaced(job.entry);
   }

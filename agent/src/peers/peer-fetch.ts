@@ -3,7 +3,7 @@
 // that layout unchanged. What the daemon calls (README "Bundles between nodes: the transfer").
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { bundleIdentity, finishLayout, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
+import { EntryFiles, bundleIdentity, finishLayout, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
 import { AgentError, oneLine } from '../errors.js';
 import { alreadyStaged, dropOtherPartials, partialCredit } from '../load/resume.js';
 import type { SpaceCredit, StageMode } from '../load/space.js';
@@ -158,13 +158,15 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
     const total = head.manifest.totals.layoutBytes;
     let done = 0;
     o.onStaging?.(head, partial, target);
-    const { missing, keptBytes } = await preparePartial(partial, head, stop.signal, (e) => o.onVerified?.(e));
+    // the writer a stick's extraction writes through: its temp names, hashing and renames
+    const files = new EntryFiles(partial, o.fsync !== false);
+    const { missing, keptBytes } = await preparePartial(files, partial, head, stop.signal, (e) => o.onVerified?.(e));
     keep = true;
     // in place already: what was kept, and oci-layout (written here, not fetched)
     done = total - missing.reduce((n, e) => n + e.size, 0);
     o.onProgress?.(done, total);
     await new BlobFetch({
-      partial, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000, fsync: o.fsync !== false,
+      files, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000,
       refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
       ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}), ...(o.random ? { random: o.random } : {}),
       ...(o.minRate ? { minRate: o.minRate } : {}), ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),

@@ -6,12 +6,12 @@ import { rm } from 'node:fs/promises';
 import { compareVersions, loadTrust } from '@offline-bundle/format';
 import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
 import { AgentError, failureOf, oneLine } from '../errors.js';
-import { withLoadLock } from '../load/lock.js';
+import { withLoadLock } from '../state/lock.js';
 import { checkPolicy } from '../load/policy.js';
 import { rateTracker, runLayoutLoad, runningVersion, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
-import { isForgotten, readForgotten } from '../releases/bundle-records.js';
-import { forgetFetched, readFetched, recordFetched } from '../releases/fetched-layouts.js';
-import { readReleases } from '../releases/state.js';
+import { isForgotten, readForgotten } from '../state/bundle-records.js';
+import { forgetFetched, readFetched, recordFetched } from '../state/fetched-layouts.js';
+import { readReleases } from '../state/release-records.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
 import { peerFetchBase } from './peer-config.js';
@@ -137,11 +137,14 @@ export class PeerService {
     // what the status said before the fetch showed its progress: said again when the fetch only has to wait
     const before = structuredClone(this.o.context.tracker.current);
     try {
-      // under the load lock: a load by hand beside the daemon would otherwise lose its partial staging to this fetch
+      // the fetch stages the layout its load then loads: one turn of the load lock for both, so a
+      // load by hand beside the daemon neither loses this fetch's partial staging nor slips in between
       const fetchSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
-      const { target, fetched, from } = await withLoadLock(config.paths.stateDir, () => this.fetch(wanted, fetchSignal)).finally(() => { this.fetching = undefined; });
-      loading = true;
-      return await this.load(wanted, target, fetched, from, signal);
+      return await withLoadLock(config.paths.stateDir, async () => {
+        const { target, fetched, from } = await this.fetch(wanted, fetchSignal).finally(() => { this.fetching = undefined; });
+        loading = true;
+        return this.load(wanted, target, fetched, from, signal);
+      }).finally(() => { this.fetching = undefined; });
     } catch (err) {
       this.offers.delete(wanted.manifestDigest);
       const { reason, message } = failureOf(err, config.paths.upgradeDir);
@@ -219,7 +222,7 @@ export class PeerService {
     let runtime: RuntimeTarget | undefined;
     try {
       runtime = this.o.runtime();
-      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, fetched);
+      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, fetched, { lockHeld: true });
       await forgetFetched(this.o.context.config.paths.stateDir, target);
       await this.afterLoad(wanted, target);
       return loaded;

@@ -7,13 +7,13 @@ import { readStatusFile, runningReleases, technicianLine, writeStatusFile, type 
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
-import { withLoadLock } from '../load/lock.js';
+import { withLoadLock } from '../state/lock.js';
 import { compareVersions } from '../load/policy.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { ImageInspector, RuntimeTarget } from '../runtime/runtime-target.js';
-import { addForgotten, clearForgotten, forgetBundles, readForgotten, type ForgottenRelease } from './bundle-records.js';
-import { refsToKeepPinned } from '../self-upgrade/agent-switch-state.js';
-import { forgetReleaseRecord, readReleases, type ReleaseRecord } from './state.js';
+import { addForgotten, clearForgotten, forgetBundles, readForgotten, type ForgottenRelease } from '../state/bundle-records.js';
+import { refsToKeepPinned } from '../state/agent-switch-state.js';
+import { forgetReleaseRecord, readReleases, type ReleaseRecord } from '../state/release-records.js';
 
 export interface ReleaseRow {
   version: string;

@@ -5,7 +5,7 @@ import { readdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
-import { withLoadLock } from '../load/lock.js';
+import { withLoadLock } from '../state/lock.js';
 import type { Logger } from '../log.js';
 import { CrioTarget } from './runtime-target.js';
 

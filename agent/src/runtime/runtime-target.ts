@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
 import { readFile, readdir, rm } from 'node:fs/promises';
-import { readStateJson } from '../releases/state-json.js';
+import { readStateJson } from '../state/state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';

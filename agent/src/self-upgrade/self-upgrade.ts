@@ -14,8 +14,8 @@ import type { AgentConfig } from '../config.js';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
-import { readReleases } from '../releases/state.js';
-import { clearAgentSwitch, isAgentImageByDigest, isCanonicalReference, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from './agent-switch-state.js';
+import { readReleases } from '../state/release-records.js';
+import { clearAgentSwitch, isAgentImageByDigest, isCanonicalReference, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from '../state/agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';
 

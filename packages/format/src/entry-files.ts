@@ -1,9 +1,12 @@
-import { createWriteStream } from 'node:fs';
-import { readdir, rename, rm } from 'node:fs/promises';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { once } from 'node:events';
+import { readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { syncDirBestEffort, syncPath } from '@offline-bundle/host';
+import { makeDirs, quoteName, syncDirBestEffort, syncPath } from '@offline-bundle/host';
+import { newSha256 } from '@offline-bundle/oci';
+import { FormatError } from './errors.js';
 import { BLOB_DIR, FRAME_BYTES } from './layout.js';
 import type { LayoutEntry } from './verify-options.js';
 
@@ -37,8 +40,17 @@ export class EntryFiles {
 
   constructor(private readonly dir: string, private readonly fsync: boolean, private readonly onPlaced?: (entry: LayoutEntry) => void) {}
 
-  private tempOf(path: string): string {
+  /** @internal the temp name of an entry being written (EntryAppend writes there too). */
+  tempOf(path: string): string {
     return join(this.dir, path + WRITING_SUFFIX);
+  }
+
+  /**
+   * An entry written in pieces by its caller (a peer's transfer cut and continued with a Range
+   * request to another): hashed as it is appended, placed only once whole and matching.
+   */
+  appender(entry: LayoutEntry): EntryAppend {
+    return new EntryAppend(this, entry);
   }
 
   /** Writes an entry's bytes under its temp name (not yet trusted: see place). */
@@ -56,7 +68,8 @@ export class EntryFiles {
     this.inFlight.add(p);
   }
 
-  private async placeNow(entry: LayoutEntry): Promise<void> {
+  /** @internal synced (with `fsync`), renamed into place, announced: the one way an entry gets its name. */
+  async placeNow(entry: LayoutEntry): Promise<void> {
     const temp = this.tempOf(entry.path);
     if (this.fsync) await syncPath(temp);
     await rename(temp, join(this.dir, entry.path));
@@ -77,6 +90,96 @@ export class EntryFiles {
   async quiet(): Promise<void> {
     await Promise.allSettled([...this.inFlight]);
   }
+}
+
+/** The refusal of an entry whose bytes are not the ones bundle.json lists: the same words from every origin. */
+export function entryMismatch(path: string, actual: string, listed: string): FormatError {
+  return new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(path)} hashes to ${actual}; bundle.json lists ${listed}: the bundle is damaged or was altered`);
+}
+
+export interface AppendOptions {
+  /** Told of each piece as it passes (before it is on disk). */
+  onBytes?: (n: number) => void;
+  /** The error for a byte past the entry's signed size (default OVERSIZED_ENTRY naming the entry). */
+  overflow?: () => Error;
+}
+
+/**
+ * One entry of an EntryFiles staging written in pieces: each `append` continues after the bytes
+ * already in its temp file, hashing them; `commit` places it only when it is whole and hashes to
+ * its signed digest, and otherwise removes the temp file and refuses it as a bundle's damaged
+ * entry is refused. After a failed append, `recount` takes the temp file's own bytes as what
+ * counts (writes in flight when it failed may not have landed).
+ */
+export class EntryAppend {
+  /** Bytes of the entry in its temp file, hashed. */
+  got = 0;
+  private hash = newSha256();
+
+  constructor(private readonly files: EntryFiles, readonly entry: LayoutEntry) {}
+
+  private get temp(): string {
+    return this.files.tempOf(this.entry.path);
+  }
+
+  async append(data: Readable, opts: AppendOptions = {}): Promise<void> {
+    const { entry } = this;
+    const overflow = opts.overflow ?? (() => new FormatError('OVERSIZED_ENTRY', `entry ${quoteName(entry.path)} is longer than the ${entry.size} bytes bundle.json lists`));
+    const hashing = new Transform({
+      transform: (chunk: Buffer, _e, cb) => {
+        if (this.got + chunk.length > entry.size) return cb(overflow());
+        this.hash.update(chunk);
+        this.got += chunk.length;
+        opts.onBytes?.(chunk.length);
+        cb(null, chunk);
+      },
+    });
+    const out = createWriteStream(this.temp, { flags: this.got ? 'a' : 'w', highWaterMark: WRITE_BUFFER });
+    try {
+      await pipeline(data, hashing, out);
+    } catch (err) {
+      // a write still in flight lands after the pipeline gave up: the file is what it is only once closed
+      if (!out.closed) await once(out, 'close').catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** After a failed append: the temp file's bytes, hashed again, are the entry so far. Returns how many counted bytes did not land. */
+  async recount(): Promise<number> {
+    const size = await stat(this.temp).then((s) => Math.min(s.size, this.entry.size), () => 0);
+    const hash = newSha256();
+    if (size > 0) for await (const c of createReadStream(this.temp, { end: size - 1 })) hash.update(c as Buffer);
+    const lost = this.got - size;
+    this.hash = hash;
+    this.got = size;
+    return lost;
+  }
+
+  /** What was written is not trusted to be a prefix of the entry: the next append starts it over. */
+  async discard(): Promise<void> {
+    this.got = 0;
+    this.hash = newSha256();
+    await rm(this.temp, { force: true });
+  }
+
+  /** Whole and matching: synced and renamed into place. Otherwise refused (SIZE_MISMATCH, BLOB_DIGEST_MISMATCH) with its temp file gone. */
+  async commit(): Promise<void> {
+    const { entry } = this;
+    const got = this.got;
+    const actual = 'sha256:' + this.hash.digest('hex');
+    if (got !== entry.size || actual !== entry.digest) {
+      await this.discard();
+      if (got !== entry.size) throw new FormatError('SIZE_MISMATCH', `entry ${quoteName(entry.path)} is ${got} bytes; bundle.json lists ${entry.size}`);
+      throw entryMismatch(entry.path, actual, entry.digest);
+    }
+    await this.files.placeNow(entry);
+  }
+}
+
+/** A staging directory begun afresh: whatever was in `dir` goes, and its blob directory is made. */
+export async function emptyStaging(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true });
+  await makeDirs(join(dir, BLOB_DIR));
 }
 
 /** Removes the temp files a staging cut short left in `dir`: their bytes were never verified. */

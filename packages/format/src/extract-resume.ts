@@ -1,11 +1,11 @@
 import { lstat, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
-import { openRegularFile, quoteName, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
+import { openRegularFile, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { newSha256, sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { isSystemError, readHeader } from './bundle-ends.js';
-import { EntryFiles, removeUnfinishedWrites } from './entry-files.js';
+import { EntryFiles, entryMismatch, removeUnfinishedWrites } from './entry-files.js';
 import { layoutEntries } from './listing.js';
 import { BundleRandomReader } from './random-reader.js';
 import type { BundleSource } from './source.js';
@@ -108,6 +108,15 @@ async function hashesRight(dir: string, entry: LayoutEntry, stopped: () => boole
   return good;
 }
 
+/**
+ * Whether `entry` is in `dir` whole: a regular file at its listed size that hashes again to its
+ * signed digest; anything else under its name is removed. undefined when `stopped` said stop
+ * mid-way. What every resume of a staging (from a stick or from peers) keeps an entry by.
+ */
+export async function verifiedInPlace(dir: string, entry: LayoutEntry, stopped: () => boolean): Promise<boolean | undefined> {
+  return (await sized(dir, entry)) ? hashesRight(dir, entry, stopped) : false;
+}
+
 export interface ResumeOptions extends Pick<VerifyOptions, 'onProgress' | 'signal'> {
   /** What was found in place at its size, before the re-check (`dropped` 0): the kept bytes count as done from here. */
   onResume?: (info: ResumeInfo) => void;
@@ -191,7 +200,7 @@ function fetcher(source: BundleSource, reader: BundleRandomReader, files: EntryF
       await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err)).finally(() => data.destroy());
       const actual = 'sha256:' + hash.digest('hex');
       if (size !== e.size || actual !== e.digest) {
-        throw new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(e.path)} hashes to ${actual}; bundle.json lists ${e.digest}: the bundle is damaged or was altered`);
+        throw entryMismatch(e.path, actual, e.digest);
       }
       files.place(e);
     }

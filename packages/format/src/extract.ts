@@ -3,7 +3,7 @@ import { makeDirs, readSmallFile, syncDirBestEffort, writeFileAtomic } from '@of
 import { dirname, join, resolve } from 'node:path';
 import { isSystemError } from './bundle-ends.js';
 import { FormatError } from './errors.js';
-import { EntryFiles, removeUnfinishedWrites } from './entry-files.js';
+import { EntryFiles, emptyStaging, removeUnfinishedWrites } from './entry-files.js';
 import { RESUME_MARKER, resumableHead, resumeInto, writeResumeMarker, type ResumeInfo } from './extract-resume.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
 import { verifyBundle } from './reader.js';
@@ -71,10 +71,7 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
   if (opts.head?.manifest.base && !opts.base) throw needsBase(opts.head.manifest, BASE_FIX);
   const partial = opts.partialDir ?? `${target}.partial`;
   const head = opts.resume ? await resumableHead(source, partial, opts.trust, opts.head) : undefined;
-  if (!head) {
-    await rm(partial, { recursive: true, force: true });
-    await makeDirs(join(partial, 'blobs', 'sha256'));
-  }
+  if (!head) await emptyStaging(partial);
   const files = new EntryFiles(partial, opts.fsync !== false, opts.onVerified);
   let keep = !!head;
   try {
@@ -141,7 +138,7 @@ function worthResuming(err: unknown, signal: AbortSignal | undefined): boolean {
 
 /**
  * The signed description beside the entries, then the whole directory renamed into place: how
- * every staging ends, from a bundle or from peers (agent/src/peers/peer-staging.ts).
+ * every staging ends, from a bundle or from peers (agent/src/peers/peer-fetch.ts).
  */
 export async function finishLayout(partial: string, target: string, verified: { manifestBytes: Buffer; signature: Buffer }): Promise<void> {
   await writeFileAtomic(join(partial, BUNDLE_JSON), verified.manifestBytes);

@@ -18,9 +18,9 @@ export { BundleRandomReader, type RandomReaderOptions, type VerifiedFrames } fro
 export { ByteBudget, FRAME_BUDGET_BYTES, processFrameBudget } from './frame-budget.js';
 export { FRAME_SLICE_BYTES } from './frame-stream.js';
 export { extractBundle, finishLayout, readLayoutDescription } from './extract.js';
-export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, writeResumeMarker } from './extract-resume.js';
+export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, verifiedInPlace, writeResumeMarker } from './extract-resume.js';
 // the staged-layout writer extractBundle writes through, for every origin of a layout's entries (peers too)
-export { EntryFiles, EntryAppend, WRITING_SUFFIX, removeUnfinishedWrites } from './entry-files.js';
+export { EntryFiles, EntryAppend, WRITING_SUFFIX, emptyStaging, removeUnfinishedWrites } from './entry-files.js';
 export type { AppendOptions } from './entry-files.js';
 export { layoutEntries, baseEntries, baseLabel, deltaFacts, type DeltaFacts } from './listing.js';
 export { checkSigner } from './trust.js';

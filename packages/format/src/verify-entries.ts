@@ -4,6 +4,7 @@ import { quoteName } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes } from './layout.js';
+import { entryMismatch } from './entry-files.js';
 import { headerMessage } from './entry-header.js';
 import { endsWithSeekTable, headerOverrun, readAll } from './bundle-ends.js';
 import { ListedEntries } from './listing.js';
@@ -104,7 +105,7 @@ export class EntryChecks {
     if (opts.onEntry) await opts.onEntry({ path: h.name, ...want }, hashed).catch((err: unknown) => { throw new ConsumerFailure(err); });
     else for await (const _ of hashed) { /* hashing only */ }
     const actual = 'sha256:' + hash.digest('hex');
-    if (actual !== want.digest) throw new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(h.name)} hashes to ${actual}; bundle.json lists ${want.digest}: the bundle is damaged or was altered`);
+    if (actual !== want.digest) throw entryMismatch(h.name, actual, want.digest);
     opts.onVerified?.({ path: h.name, ...want });
   }
 

@@ -1,7 +1,7 @@
 // What the agent remembers of a switch to a newer agent image: kept in the state directory so
 // the agent that starts next (the new one, or the old one after a rollback) knows how it went.
 import { rm } from 'node:fs/promises';
-import { readStateJson } from '../releases/state-json.js';
+import { readStateJson } from './state-json.js';
 import { join } from 'node:path';
 import { formatReference, parseReference } from '@offline-bundle/oci';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';

@@ -3,11 +3,11 @@
 // layout kept on disk (staging.keep) brings them back with no stick.
 import { plural, versionsInUse } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
-import { loadImages } from '../load/load-images.js';
-import type { PipelineContext } from '../load/pipeline.js';
+import { loadImages } from './load-images.js';
+import type { PipelineContext } from './pipeline.js';
 import { openKeptLayout, type KeptLayout } from './kept-layout.js';
 import { loadedAhead } from './loaded-ahead.js';
-import { readReleases } from './state.js';
+import { readReleases } from '../state/release-records.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import { namesOf } from '../runtime/runtime-target.js';
 

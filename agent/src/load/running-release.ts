@@ -5,8 +5,8 @@ import { AGENT_REPOSITORY, type BundleManifest } from '@offline-bundle/format';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import type { ClusterRelease } from '@offline-bundle/status';
 import type { ImageInspector } from '../runtime/runtime-target.js';
-import { readStateJson } from './state-json.js';
-import { recordRelease, type ReleaseRecord } from './state.js';
+import { readStateJson } from '../state/state-json.js';
+import { recordRelease, type ReleaseRecord } from '../state/release-records.js';
 
 /**
  * The last running release read from the cluster's ClusterVersion, kept in the state directory

@@ -5,7 +5,7 @@ import { bundleIdentity, checkSignature, loadTrust, parseManifestBytes, readLayo
 import { LayoutStore, catalogOf } from '@offline-bundle/registry';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
-import type { ReleaseRecord } from './state.js';
+import type { ReleaseRecord } from '../state/release-records.js';
 
 /** A kept layout checked and hashed: its store holds every chunk's digest, so whoever serves it later still refuses a changed byte. */
 export interface KeptLayout { identity: string | undefined; manifest: BundleManifest; store: LayoutStore }
