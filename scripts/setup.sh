@@ -24,13 +24,16 @@ export DEBIAN_FRONTEND=noninteractive
 # FUSE (this kernel has no vfat/exfat) for `bundle write-media`'s tests.
 # iproute2 (ip netns, tc tbf) and nftables (numgen drops, byte counters): the peer tests' and
 # bench's nodes in network namespaces and their link faults (test/helpers/netns.ts).
+# prometheus: the real scraper of the agent's authenticated metrics (test/status/metrics-prometheus.test.ts).
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   docker-registry skopeo podman umoci containerd zstd openssl jq ca-certificates \
   python3 make g++ binutils tar gzip util-linux e2fsprogs systemd \
   g++-aarch64-linux-gnu qemu-user groff-base zsh fish systemd-container mmdebstrap \
-  fuse3 fusefat exfat-fuse exfatprogs dosfstools chromium iproute2 nftables >/dev/null
+  fuse3 fusefat exfat-fuse exfatprogs dosfstools chromium iproute2 nftables prometheus >/dev/null
+# the tests run their own Prometheus on a free port: none left listening on 9090
+if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi
 
 # Node 20 is the target runtime; pnpm 10 is the last major that runs on it.
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
@@ -42,3 +45,13 @@ fi
 export npm_config_nodedir=/usr   # build addons against the system's Node headers (also in .npmrc)
 pnpm install --frozen-lockfile
 pnpm build
+
+# What `pnpm package` builds from and cannot make itself (the Node runtimes, the agent image's
+# Debian packages), fetched once into ~/.cache/offline-bundle: every build after this is offline.
+# Debian's archive keeps only the current version of a package: when a point release replaced a
+# pinned .deb, this machine is re-pinned to what its apt offers (said loudly; a factory commits
+# the new scripts/base-debs.lock.json, a test machine just goes on).
+if ! pnpm -s package:fetch; then
+  echo "setup: the pinned .debs are gone from Debian's archive; re-pinning to this machine's apt (commit scripts/base-debs.lock.json if this is the factory)" >&2
+  pnpm -s package:fetch --update-pins
+fi

@@ -112,7 +112,7 @@ t.test('agent tarball: runs from a prefix with no node on PATH, installs, and lo
   t.match(unit, /^ExecStart=\/usr\/local\/bin\/bundle-agent run/m);
   t.match(await readFile(join(sysroot, 'etc/systemd/system/bundle-agent.service.d/runtime.conf'), 'utf8'), /Wants=containerd\.service/);
   t.notMatch(unit + await readFile(join(sysroot, 'etc/systemd/system/bundle-agent.service.d/runtime.conf'), 'utf8'), /^Wants=crio/m, 'no Wants=crio.service on a containerd node');
-  for (const f of ['etc/tmpfiles.d/bundle-agent.conf', 'etc/udev/rules.d/99-bundle-agent-media.rules', 'etc/bundle-agent/config.yaml', 'usr/local/lib/bundle-agent/node', 'usr/local/share/doc/bundle-agent/README.md', 'usr/local/share/man/man8/bundle-agent.8',
+  for (const f of ['etc/tmpfiles.d/bundle-agent.conf', 'etc/udev/rules.d/99-bundle-agent-media.rules', 'etc/bundle-agent/config.yaml', 'usr/local/lib/bundle-agent/node', 'usr/local/share/doc/bundle-agent/README.md', 'usr/local/share/doc/bundle-agent/docs/install.md', 'usr/local/share/man/man8/bundle-agent.8',
     'usr/local/share/bash-completion/completions/bundle-agent', 'usr/local/share/zsh/site-functions/_bundle-agent', 'usr/local/share/fish/vendor_completions.d/bundle-agent.fish']) {
     t.ok(existsSync(join(sysroot, f)), `installed ${f}`);
   }
@@ -124,7 +124,7 @@ t.test('agent tarball: runs from a prefix with no node on PATH, installs, and lo
   execFileSync('tar', ['-xzf', builderTgz, '-C', bdir, '--strip-components=1']);
   const binst = await sh(join(bdir, 'install.sh'), ['--prefix', '/opt/factory', '--root', sysroot], { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' });
   t.equal(binst.code, 0, `builder install.sh (${binst.stderr})`);
-  for (const f of ['bin/bundle', 'lib/bundle/node', 'share/man/man1/bundle.1', 'share/bash-completion/completions/bundle', 'share/zsh/site-functions/_bundle', 'share/fish/vendor_completions.d/bundle.fish', 'share/doc/bundle/README.md']) {
+  for (const f of ['bin/bundle', 'lib/bundle/node', 'share/man/man1/bundle.1', 'share/bash-completion/completions/bundle', 'share/zsh/site-functions/_bundle', 'share/fish/vendor_completions.d/bundle.fish', 'share/doc/bundle/README.md', 'share/doc/bundle/docs/factory.md']) {
     t.ok(existsSync(join(sysroot, 'opt/factory', f)), `builder installed ${f}`);
   }
   t.equal((await sh(join(sysroot, 'opt/factory/bin/bundle'), ['--version'], env)).stdout.trim(), VERSION, 'the installed builder runs');
