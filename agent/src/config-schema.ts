@@ -35,6 +35,7 @@ const FIXES: Record<string, (e: ErrorObject) => string | undefined> = {
   'version.current': (e) => (e.keyword === 'type' && typeof e.data === 'number' ? `must be quoted ("${e.data}"): YAML reads an unquoted 4.10 as the number 4.1` : undefined),
   prefix: (e) => (e.keyword === 'pattern' ? 'must be lowercase letters, digits and dashes' : undefined),
   'status.listen': (e) => (e.keyword === 'pattern' ? LOOPBACK_FIX : undefined),
+  'metrics.address': (e) => (e.keyword === 'pattern' ? 'must be an IP address (or left out: the Node\'s InternalIP)' : undefined),
   'peers.port': (e) => (e.keyword === 'minimum' || e.keyword === 'maximum' || e.keyword === 'type' ? PEER_PORT_FIX : undefined),
   'selfUpgrade.mode': (e) => (e.keyword === 'enum' && e.data === 'tarball' ? 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off' : undefined),
   'selfUpgrade.unit': (e) => (e.keyword === 'pattern' ? 'must be a systemd unit name (letters, digits, @ . _ -)' : undefined),

@@ -1,9 +1,10 @@
+import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { normalizeArch } from '@offline-bundle/oci';
 import { readSmallFile, unsafePermissions } from '@offline-bundle/host';
-import { isValidNodeName } from '@offline-bundle/status';
+import { certificateIp, isValidNodeName } from '@offline-bundle/status';
 import { atOrUnder, LOOPBACK_FIX, NODE_NAME_RULE, schemaDefault, schemaProblems } from './config-schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
@@ -86,6 +87,12 @@ export interface AgentConfig {
    * upload cap and downloader slots of the peer server (controlPlaneDownloaders on a
    * control-plane node), and whether it pauses while this node's own load runs.
    */
+  /**
+   * The authenticated metrics listener for the cluster's Prometheus (packages/status
+   * metrics-listener.ts): address undefined is the Node's InternalIP; cert and key (both or
+   * neither) undefined is a self-signed certificate in <stateDir>/metrics-tls.
+   */
+  metrics: { enabled: boolean; address?: string; port: number; cert?: string; key?: string; clientCA?: string };
   peers: {
     /** Publish what this node serves and fetch approved bundles from peers (needs status.kubeconfig). */
     enabled: boolean;
@@ -250,6 +257,24 @@ function statusOf(s: Settings, under: (p: string) => string): AgentConfig['statu
   };
 }
 
+function metricsOf(s: Settings, under: (p: string) => string): AgentConfig['metrics'] {
+  let address = s.given<string>('metrics.address');
+  if (address !== undefined && !isIP(address)) s.problems.fail('metrics.address', `${JSON.stringify(address)} is not an IP address: give the node's address (or leave it out for the Node's InternalIP)`);
+  else if (address !== undefined) {
+    // an IPv4-mapped address as IPv4 (what clients dial and the certificate names); 0.0.0.0 and :: are no node's address
+    try {
+      address = certificateIp(address);
+    } catch (err) {
+      s.problems.fail('metrics.address', `${(err as Error).message} (or leave it out for the Node's InternalIP)`);
+    }
+  }
+  const file = (key: string) => {
+    const v = s.given<string>(`metrics.${key}`);
+    return v === undefined ? {} : { [key]: under(v) };
+  };
+  return { enabled: s.value('metrics.enabled'), ...(address !== undefined ? { address } : {}), port: s.value('metrics.port'), ...file('cert'), ...file('key'), ...file('clientCA') };
+}
+
 function peersOf(s: Settings, under: (p: string) => string): AgentConfig['peers'] {
   return {
     enabled: s.value('peers.enabled'), port: s.value('peers.port'),
@@ -308,6 +333,7 @@ function configOf(s: Settings): AgentConfig {
     prefix: s.value('prefix'),
     selfUpgrade: selfUpgradeOf(s, under),
     status: statusOf(s, under),
+    metrics: metricsOf(s, under),
     peers: peersOf(s, under),
   };
 }
@@ -326,6 +352,8 @@ function checkCombinations(s: Settings, c: AgentConfig): void {
   // a rate below a TLS record's worth per second would stall every response past the idle timeout
   if (!p.failed('peers.uploadRate') && c.peers.uploadRate < 65536) p.fail('peers.uploadRate', 'must be at least 64KiB (per second)');
   if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
+  if (c.metrics.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('metrics.enabled', 'needs status.kubeconfig (each request\'s token and access are reviewed by the API server)');
+  if ((c.metrics.cert === undefined) !== (c.metrics.key === undefined) && !p.failed('metrics.cert') && !p.failed('metrics.key')) p.fail(c.metrics.cert === undefined ? 'metrics.cert' : 'metrics.key', 'metrics.cert and metrics.key go together: give both, or neither for a self-signed certificate');
   if (c.peers.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('peers.enabled', 'needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes\' NodeBundleStatus)');
 }
 

@@ -36,6 +36,9 @@
 // workloads (Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs, CronJobs) and OLM's
 // ClusterServiceVersions (list), MachineConfigPools (list, merge patch) and PinnedImageSets
 // (list, apply, delete). A resource marked absent answers 404 as a missing CRD.
+// TokenReviews (create) answer from the token map and SubjectAccessReviews (create) from the
+// RBAC in force, as the API server's delegated authentication and authorization do for
+// kube-rbac-proxy and the kubelet; the Node authorizer lets nodes create both (its NodeRules).
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
@@ -120,6 +123,7 @@ const NAMESPACED: Record<string, boolean> = {
   'apps/deployments': true, 'apps/daemonsets': true, 'apps/statefulsets': true, 'apps/replicasets': true,
   'batch/jobs': true, 'batch/cronjobs': true, 'operators.coreos.com/clusterserviceversions': true,
   'machineconfiguration.openshift.io/machineconfigpools': false, 'machineconfiguration.openshift.io/pinnedimagesets': false,
+  'authentication.k8s.io/tokenreviews': false, 'authorization.k8s.io/subjectaccessreviews': false,
 };
 
 /** What the Node authorizer with NodeRestriction lets a node do (the parts that matter here). */
@@ -131,6 +135,8 @@ function nodeAuthorizer(node: string, a: Attrs): boolean {
   if (core && a.resource === 'events' && ['create', 'update', 'patch'].includes(a.verb)) return true;
   if (a.group === 'coordination.k8s.io' && a.resource === 'leases' && a.namespace === 'kube-node-lease') return ['get', 'create', 'update', 'patch'].includes(a.verb) && (a.verb === 'create' || a.name === node);
   if (a.group === 'certificates.k8s.io' && a.resource === 'certificatesigningrequests') return ['create', 'get', 'list', 'watch'].includes(a.verb);
+  // "needed to check API access. These creates are non-mutating" (the kubelet's own /metrics)
+  if (a.verb === 'create' && ((a.group === 'authentication.k8s.io' && a.resource === 'tokenreviews') || (a.group === 'authorization.k8s.io' && a.resource === 'subjectaccessreviews'))) return true;
   return false;
 }
 
@@ -505,6 +511,7 @@ export class KubeApiStandIn implements KubeStandIn {
     if (a.nonResource !== undefined) return a.nonResource === '/version' ? [200, { major: '1', minor: '29', gitVersion: 'v1.29.0-stand-in' }] : [404, statusDoc(404, 'NotFound', 'the server could not find the requested resource')];
     const [base, sub] = a.resource.split('/') as [string, string | undefined];
     const gr = `${a.group}/${base}`;
+    if (a.verb === 'create' && (gr === 'authentication.k8s.io/tokenreviews' || gr === 'authorization.k8s.io/subjectaccessreviews')) return this.review(gr, r.body);
     if (!(gr in NAMESPACED) || this.absent.has(gr)) return [404, statusDoc(404, 'NotFound', 'the server could not find the requested resource')];
     const qualified = a.group ? `${base}.${a.group}` : base;
     const notFound = (): [number, unknown] => [404, statusDoc(404, 'NotFound', `${qualified} "${a.name}" not found`, { name: a.name, group: a.group, kind: base })];
@@ -550,6 +557,30 @@ export class KubeApiStandIn implements KubeStandIn {
       return base === 'configmaps' ? this.applyFields(base, a, obj, cur, manager, r.query.get('force') === 'true') : this.applyMain(base, a, obj, cur);
     }
     return [405, statusDoc(405, 'MethodNotAllowed', `the stand-in does not serve ${a.verb} on ${a.resource}`)];
+  }
+
+  /** A TokenReview (from the token map) or a SubjectAccessReview (from the RBAC in force), answered with its status filled in. */
+  private review(gr: string, body: string): [number, unknown] {
+    let doc: Doc;
+    try {
+      doc = JSON.parse(body) as Doc;
+    } catch (err) {
+      return [400, statusDoc(400, 'BadRequest', `error decoding JSON: ${(err as Error).message}`)];
+    }
+    const spec = doc?.spec ?? {};
+    if (gr === 'authentication.k8s.io/tokenreviews') {
+      const id = typeof spec.token === 'string' ? this.tokens.get(spec.token) : undefined;
+      const status = id ? { authenticated: true, user: { username: id.user, uid: `uid-${id.user}`, groups: [...new Set([...id.groups, 'system:authenticated'])] } } : { authenticated: false, error: 'invalid bearer token' };
+      return [201, { ...doc, status }];
+    }
+    if (typeof spec.user !== 'string' && !Array.isArray(spec.groups)) return [422, statusDoc(422, 'Invalid', 'SubjectAccessReview.authorization.k8s.io "" is invalid: spec.user: Invalid value: "": at least one of user or group must be specified')];
+    const who = { user: String(spec.user ?? ''), groups: Array.isArray(spec.groups) ? spec.groups.map(String) : [] };
+    const n = spec.nonResourceAttributes;
+    const ra = spec.resourceAttributes ?? {};
+    const attrs: Attrs = n ? { verb: String(n.verb ?? ''), group: '', resource: '', name: '', namespace: '', nonResource: String(n.path ?? '') }
+      : { verb: String(ra.verb ?? ''), group: String(ra.group ?? ''), resource: ra.subresource ? `${ra.resource}/${ra.subresource}` : String(ra.resource ?? ''), name: String(ra.name ?? ''), namespace: String(ra.namespace ?? '') };
+    const allowed = this.allows(who, attrs);
+    return [201, { ...doc, status: allowed ? { allowed: true, reason: 'RBAC: allowed by the stand-in\'s bindings' } : { allowed: false } }];
   }
 
   /** POST of a new object: the CRD's checks where it is one of ours, 409 when the name is taken. */

@@ -32,11 +32,11 @@ async function bundleCli(): Promise<string> {
 
 t.test('the tarball holds every install file; built twice, the same bytes', async (t) => {
   t.match(built, /bundle-deploy-[\d.]+\.tar\.gz {2}[\d.]+ MiB/);
-  t.strictSame((await readdir(top)).sort(), ['README.md', 'admin-rbac.yaml', 'crd.yaml', 'kubernetes', 'openshift', 'rbac.yaml', 'systemd', 'upgrade-gate.yaml']);
+  t.strictSame((await readdir(top)).sort(), ['README.md', 'admin-rbac.yaml', 'crd.yaml', 'kubernetes', 'metrics.yaml', 'openshift', 'rbac.yaml', 'systemd', 'upgrade-gate.yaml']);
   const os = (await readdir(join(top, 'openshift'))).sort();
   for (const f of ['generate', 'generate.mjs', 'bundle-agent-bootstrap.sh', 'bundle-agent-bootstrap.service', 'bundle-agent-bootstrap.path', 'bundle-agent.container', 'config.yaml.in', '99-worker-bundle-agent.yaml', '99-worker-bundle-agent.bu']) t.ok(os.includes(f), `openshift/${f}`);
-  t.strictSame((await readdir(join(top, 'kubernetes'))).sort(), ['daemonset.yaml', 'node-config.sh']);
-  for (const f of ['crd.yaml', 'rbac.yaml', 'upgrade-gate.yaml', 'kubernetes/daemonset.yaml', 'openshift/bundle-agent-bootstrap.sh']) {
+  t.strictSame((await readdir(join(top, 'kubernetes'))).sort(), ['daemonset.yaml', 'metrics-podmonitor.yaml', 'node-config.sh']);
+  for (const f of ['crd.yaml', 'rbac.yaml', 'upgrade-gate.yaml', 'metrics.yaml', 'kubernetes/daemonset.yaml', 'kubernetes/metrics-podmonitor.yaml', 'openshift/metrics-servicemonitor.yaml', 'openshift/bundle-agent-bootstrap.sh']) {
     t.equal(await readFile(join(top, f), 'utf8'), await readFile(join(ROOT, 'deploy', f), 'utf8'), `${f} as in the repository`);
   }
   build(join(work, 'dist2'));

@@ -11,6 +11,7 @@ import { MediaWatcher, type FoundBundle } from './media.js';
 import { loadEndsSpool, PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
 import { startPeers } from './peers.js';
+import { startMetricsEndpoint } from './metrics-endpoint.js';
 import { KeptServing, servesUntilComplete } from './kept-serving.js';
 import { RetryKept } from './retry-kept.js';
 import { StickTurn } from './stick-turn.js';
@@ -114,6 +115,7 @@ export async function statusOutputs(config: AgentConfig, log: Logger, tracker: S
     log.info('status', `status endpoint on ${server.url}`, { url: server.url });
     closers.push(() => server.close());
   }
+  if (withHttp && config.metrics.enabled) closers.push(startMetricsEndpoint(config, log, metrics));
   return async () => {
     for (const c of closers) await c().catch(() => undefined);
   };

@@ -129,3 +129,15 @@ export async function adminApis(kubeconfig: string, context?: string, http: Boun
   const kc = await loadKubeconfig(kubeconfig, context);
   return { core: await boundedClient(kc, CoreV1Api, http), custom: await boundedClient(kc, Custom, http) };
 }
+
+/** The clients of TokenReview and SubjectAccessReview (the metrics listener's checks), from one kubeconfig file. */
+export interface ReviewApis {
+  authn: import('@kubernetes/client-node').AuthenticationV1Api;
+  authz: import('@kubernetes/client-node').AuthorizationV1Api;
+}
+
+export async function reviewApis(kubeconfig: string, http: BoundedHttpOptions = {}): Promise<ReviewApis> {
+  const { AuthenticationV1Api, AuthorizationV1Api } = await loadK8s();
+  const kc = await loadKubeconfig(kubeconfig);
+  return { authn: await boundedClient(kc, AuthenticationV1Api, http), authz: await boundedClient(kc, AuthorizationV1Api, http) };
+}

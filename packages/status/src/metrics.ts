@@ -100,6 +100,7 @@ export class Metrics {
   private lastBytes = 0;
   private lastImages = 0;
   private reporter: { stats: ReporterStats } | undefined;
+  private listener: { stats: { answers: Record<string, number> } } | undefined;
 
   private readonly build: Registry | undefined;
 
@@ -118,6 +119,11 @@ export class Metrics {
   /** Also export the cluster reporter's write counters. */
   trackReporter(reporter: { stats: ReporterStats }): void {
     this.reporter = reporter;
+  }
+
+  /** Also export the metrics listener's answers by status (its 401s and 403s: who is refused). */
+  trackListener(listener: { stats: { answers: Record<string, number> } }): void {
+    this.listener = listener;
   }
 
   observe(s: NodeStatus): void {
@@ -195,6 +201,12 @@ export class Metrics {
       fams.push(new Family('bundle_agent_cluster_writes_total', 'counter', 'Status writes the API server accepted.').add(r.writes));
       fams.push(new Family('bundle_agent_cluster_write_failures_total', 'counter', 'Failed status write attempts (retried or refused).').add(r.failures));
       fams.push(new Family('bundle_agent_cluster_write_pending', 'gauge', '1 while a newer status than the last one written waits for the API server.').add(r.pending ? 1 : 0));
+    }
+    const l = this.listener?.stats.answers;
+    if (l) {
+      const f = new Family('bundle_agent_metrics_requests_total', 'counter', 'Requests to the authenticated metrics listener, by the HTTP status answered (401: no or unknown credentials, 403: no RBAC for /metrics).');
+      for (const code of Object.keys(l).sort()) f.add(l[code]!, { code });
+      fams.push(f);
     }
     return fams.map((x) => x.render()).join('');
   }
