@@ -3,7 +3,7 @@
 // generated into a docker-registry on 127.0.0.1 (bench/lib/shape.mjs, release.mjs). Each
 // ratio (ours / peer: < 1 is faster) comes from samples taken alternately in the same run.
 //   build:    bundle create from the registry     vs skopeo copy into one OCI layout + tar | zstd -3 -T0
-//   stage:    bundle extract (verified, durable)   vs zstd -dc | tee >(sha256sum) | tar -x
+//   stage:    bundle extract (verified, durable)   vs zstd -dc | tee >(openssl dgst -sha256) | tar -x
 //   stage-durable: the same against a peer that also hashes the file and every blob and fsyncs each
 //   random:   the largest blob through the seek index vs zstd -dc | tar -xO BLOB
 //   serve:    skopeo copy of every image from `bundle-agent serve DIR` (an extracted layout found on
@@ -38,7 +38,8 @@ import path from 'node:path';
 import { BundleRandomReader, blobPath, readHeader, withBundleFile } from '@offline-bundle/format';
 import { skopeoCopy, startRegistry } from '../test/helpers/registry.mjs';
 import { fetchBlobs } from './lib/blob-client.mjs';
-import { alternate, seconds, shell, stats } from './lib/measure.mjs';
+import { alternate, seconds, shell, stats, timedCpu } from './lib/measure.mjs';
+import { breakdownTable, medianPhases, phaseEnv, readPhases } from './lib/phases.mjs';
 import { peersRows } from './peers.mjs';
 import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
 import { AGENT, APP, BUNDLE, cli, serve, serveStaging, useShippedApps } from './lib/ours.mjs';
@@ -97,43 +98,66 @@ async function setUp(scale, dir) {
   return { reg, rel: reg.release, key: path.join(dir, 'k.key'), pub: path.join(dir, 'k.pub'), dir };
 }
 
-/** build: our bundle (cold cache) vs skopeo into one layout + tar | zstd. Leaves ours at `file`. */
+/**
+ * build: our bundle (cold cache) vs skopeo into one layout + tar | zstd. Leaves ours at `file`.
+ * Each of our runs records its phases (BUNDLE_PHASE_TIMES) and the peer's two steps are timed
+ * apart: the row's `breakdown` (bench/lib/phases.mjs).
+ */
 async function buildRow(env, file, runs, rss) {
   const { rel, dir } = env;
+  const ourPhases = [];
+  const peerSteps = [];
+  const phaseFile = path.join(dir, 'phases.json');
   const r = await alternate(runs, {
     prepare: async (side, i) => ({ scratch: path.join(dir, `${side}-build-${i}`) }),
     cleanup: (c) => rm(c.scratch, { recursive: true, force: true }),
     ours: async (c) => {
       await rm(file, { force: true });
-      rss.push(await cli(BUNDLE, ['create', '--quiet', '--release', rel.release, '--registries-conf', rel.conf, '--key', env.key, '--cache', c.scratch, '-o', file], path.join(dir, 'rss')));
+      const m = await timedCpu(async () => rss.push(await cli(BUNDLE, ['create', '--quiet', '--release', rel.release, '--registries-conf', rel.conf, '--key', env.key, '--cache', c.scratch, '-o', file], path.join(dir, 'rss'), phaseEnv(phaseFile))));
+      ourPhases.push(await readPhases(phaseFile, m));
     },
     peer: async (c) => {
-      for (const p of rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${c.scratch}:${p.name}`);
-      await shell(`tar -C '${c.scratch}' -cf - . | zstd -q -3 -T0 -f -o '${dir}/peer.tar.zst'`);
+      const copy = await timedCpu(async () => { for (const p of rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${c.scratch}:${p.name}`); });
+      const pack = await timedCpu(() => shell(`tar -C '${c.scratch}' -cf - . | zstd -q -3 -T0 -f -o '${dir}/peer.tar.zst'`));
+      peerSteps.push({ [`skopeo copy of ${rel.payload.length} images into one OCI layout`]: copy, 'tar | zstd -3 -T0 (no sidecar, no signature)': pack });
     },
   });
   const sizes = { ours: (await stat(file)).size, peer: (await stat(`${dir}/peer.tar.zst`)).size };
   await rm(`${dir}/peer.tar.zst`, { force: true });
-  return { ...r, sizes, peerName: 'skopeo copy + tar | zstd -3 -T0' };
+  return { ...r, sizes, peerName: 'skopeo copy + tar | zstd -3 -T0', breakdown: { ours: medianPhases(ourPhases), peer: medianPhases(peerSteps), loadavg: os.loadavg().map((l) => +l.toFixed(2)), process: ourPhases.map((p) => p.process) } };
 }
 
 /**
  * The floors a verified, durable extraction is compared with: the bare stream, and the same
- * work ours does (hash the file, unpack, hash every blob, make every file durable).
+ * work ours does (hash the file, unpack, hash every blob, make every file durable). The hash is
+ * OpenSSL's (`openssl dgst -sha256`, SHA extensions: ~1.3 GB/s here): coreutils 9.1's sha256sum
+ * runs at ~230 MB/s on this machine and was the stream peer's bottleneck (#45: 125 MB/s in the
+ * bench). It reads a FIFO as a background job the script waits for, so its time and CPU are the
+ * peer's (a `>(...)` process substitution is never waited for: its CPU went uncounted).
  */
 const STAGE_PEERS = {
-  stream: { name: 'zstd -dc | tee >(sha256sum) | tar -x', script: (file, out) => `mkdir -p '${out}' && zstd -dc '${file}' | tee >(sha256sum > /dev/null) | tar -x -C '${out}'` },
+  stream: {
+    name: 'zstd -dc | tee >(openssl dgst -sha256) | tar -x',
+    script: (file, out) => `mkdir -p '${out}' && mkfifo '${out}.hash' && { openssl dgst -sha256 < '${out}.hash' > /dev/null & } && zstd -dc '${file}' | tee '${out}.hash' | tar -x -C '${out}' && wait && rm -f '${out}.hash'`,
+  },
   durable: {
-    name: 'sha256sum FILE; zstd -dc | tar -x; sha256sum and sync every blob',
-    script: (file, out) => `sha256sum '${file}' > /dev/null && mkdir -p '${out}' && zstd -dc '${file}' | tar -x -C '${out}' && cd '${out}' && sha256sum blobs/sha256/* > /dev/null && sync blobs/sha256/*`,
+    name: 'openssl dgst -sha256 FILE; zstd -dc | tar -x; hash and sync every blob',
+    script: (file, out) => `openssl dgst -sha256 '${file}' > /dev/null && mkdir -p '${out}' && zstd -dc '${file}' | tar -x -C '${out}' && cd '${out}' && openssl dgst -sha256 blobs/sha256/* > /dev/null && sync blobs/sha256/*`,
   },
 };
 
-/** stage: verified extraction vs a floor (STAGE_PEERS). Leaves one staged layout at `staged`. */
+/**
+ * stage: verified extraction vs a floor (STAGE_PEERS). Leaves one staged layout at `staged`.
+ * Each sample starts with the disk settled (`sync`, untimed): the side before leaves no
+ * writeback behind for this one to pay (the peer's files are not synced, ours are).
+ */
 async function stageRow(env, file, staged, runs, rss, floor = STAGE_PEERS.stream) {
   const { dir, pub } = env;
   const r = await alternate(runs, {
-    prepare: async (side, i) => ({ out: path.join(dir, `${side}-stage-${i}`) }),
+    prepare: async (side, i) => {
+      await shell('sync');
+      return { out: path.join(dir, `${side}-stage-${i}`) };
+    },
     cleanup: (c) => rm(c.out, { recursive: true, force: true }),
     ours: (c) => cli(BUNDLE, ['extract', '--quiet', file, c.out, '--key', pub], path.join(dir, 'rss')).then((b) => rss.push(b)),
     peer: (c) => shell(floor.script(file, c.out)),
@@ -342,6 +366,7 @@ try {
   if (meta.images) console.log(`\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 2 ** 20).toFixed(0)} MiB; median (min–max) of ${RUNS} alternating runs; ${meta.cores} cores, load ${meta.loadavg.join(' ')}\n`);
   console.log(table(rows));
   console.log('\nratio = ours / peer, per pair of alternating runs');
+  for (const row of rows.filter((r) => r.breakdown)) console.log(`\n${row.step}: where the time goes (medians; load ${row.breakdown.loadavg.join(' ')})\n\n${breakdownTable(row.breakdown)}`);
   await writeResults(OUT, meta, rows);
   say(`results: ${OUT}`);
 } finally {

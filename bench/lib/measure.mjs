@@ -71,6 +71,13 @@ function cpuSeconds(servers) {
   return (own.user + own.system) / 1e6 + procTimes('self').children + servers.reduce((sum, pid) => { const t = procTimes(pid); return sum + t.own + t.children; }, 0);
 }
 
+/** One call's wall and CPU seconds (this process and the children it waits for): a step of a side timed apart. */
+export async function timedCpu(fn) {
+  const cpu0 = cpuSeconds([]);
+  const wall = await seconds(fn);
+  return { wall, cpu: cpuSeconds([]) - cpu0 };
+}
+
 /**
  * Times `ours` and `peer` alternately, `runs` times each. `prepare`/`cleanup` run untimed
  * around every sample (fresh directories, a fresh containerd).

@@ -55,8 +55,9 @@ const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', pat
  * @param {string} bin BUNDLE or AGENT
  * @param {string[]} args
  * @param {string} [rssFile]
+ * @param {NodeJS.ProcessEnv} [env] the environment, when not this process's (BUNDLE_PHASE_TIMES)
  */
-export const cli = (bin, args, rssFile) => run(nodeFor(bin), [...profile, bin, ...args], rssFile ? { rssFile } : {});
+export const cli = (bin, args, rssFile, env) => run(nodeFor(bin), [...profile, bin, ...args], { ...(rssFile ? { rssFile } : {}), ...(env ? { env } : {}) });
 
 /**
  * `bundle-agent serve PATH` on a random loopback port.

@@ -6,7 +6,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import {
   AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
-  MediaType, parseReference, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
+  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
 } from '@offline-bundle/oci';
 import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type BundleRelease, type HopAdds, type ReleaseSignatureRef, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
@@ -259,7 +259,7 @@ interface Preflight { key: KeyObject | undefined; want: Platform; output: string
 
 /** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
 async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
-  const key = opts.dryRun ? undefined : await loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {});
+  const key = opts.dryRun ? undefined : await timedAsync('start: key loading', () => loadPrivateKey(opts.key, opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {}));
   const badArch = archProblem(opts.arch ?? 'amd64');
   if (badArch) throw new OciError('INVALID_CONFIG', `${opts.fileKeys?.keys?.includes('arch') ? `${opts.fileKeys.file}: arch` : '--arch'} ${badArch}`);
   const want = parsePlatform(opts.arch ?? 'amd64');
@@ -606,6 +606,7 @@ function fetchBlobs(s: Session, c: Contents, pass: Pass, writeTotal: () => numbe
   let imagesDone = [...waiting.values()].filter((w) => w.size === 0).length;
   const items = () => `${imagesDone}/${c.byRef.size} images`;
   progress.start(`fetching ${plural(c.blobs.size, 'blob')} of ${plural(c.byRef.size, 'image')}`, c.total);
+  const fetchStart = process.hrtime.bigint();
   return allOrFirstError(s.limit, pass.ordered.map(({ blob, source }) => async () => {
     // the write failed (a full disk): no more downloads for it
     if (pass.writeFailure) throw pass.writeFailure.err;
@@ -617,6 +618,7 @@ function fetchBlobs(s: Session, c: Contents, pass: Pass, writeTotal: () => numbe
     for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
     progress.update(done, items());
   }), s.work.signal).then(() => {
+    addPhase('registry reads: every blob fetched (wall)', Number(process.hrtime.bigint() - fetchStart) / 1e9);
     // the write failed meanwhile: no writing phase to show
     if (pass.writeFailure) return;
     progress.finish();
@@ -718,12 +720,15 @@ export async function createBundle(opts: CreateOptions & { dryRun?: false }): Pr
 export async function createBundle(opts: CreateOptions & { dryRun: true }): Promise<BundlePlan>;
 export async function createBundle(opts: CreateOptions): Promise<CreateResult | BundlePlan> {
   const progress = opts.progress ?? new Progress({ quiet: true });
-  const pre = await preflight(opts, progress);
+  // node's start and module loading: what a small build pays before any of its work
+  addPhase('start: process start and module loading', performance.now() / 1000);
+  startPhaseTimes();
+  const pre = await timedAsync('start: preflight', () => preflight(opts, progress));
   const s = await openSession(opts, progress, pre.want);
   // shared with other creates; "bundle cache prune" waits for none of them, it refuses (BUSY)
   const unlockCache = await lockCache(s.cache.dir, 'shared');
   try {
-    const all = await resolveAll(s, pre);
+    const all = await timedAsync('registry: resolve manifests', () => resolveAll(s, pre));
     // the version is known once the release is read: before anything is fetched
     if (pre.base) checkDeltaBase(pre.base, { name: opts.name ?? all.version!, version: all.version!, arch: pre.want.architecture });
     const c = await planContents(s, all.resolved);
@@ -733,7 +738,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     }
     await checkRoom(s, pre.output, c, pre.base);
     const { images, charts, index } = imageIndex(c);
-    const written = await fetchAndWrite(s, pre, all, c, { images, charts, index });
+    const written = await timedAsync('fetch and write (wall)', () => fetchAndWrite(s, pre, all, c, { images, charts, index }));
     const delta = deltaFacts(written.manifest);
     const carried = delta ? ` (a delta against ${baseLabel(delta.base)}: ${delta.carriedBlobs} of them carried, ${delta.totalBlobs - delta.carriedBlobs} from the base)` : '';
     progress.finish(`wrote ${opts.output}: ${formatBytes(written.fileSize)}, ${plural(images.length, 'image')}${charts.length ? `, ${plural(charts.length, 'chart')}` : ''}, ${plural(c.blobs.size, 'blob')}${carried}, ${written.fileDigest}`);
@@ -744,6 +749,7 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
   } finally {
     await closeSession(s);
     await unlockCache();
+    writePhaseTimes();
   }
 }
 

@@ -38,4 +38,13 @@ t.test('a tiny run measures build, size, stage and random access against their p
   for (const r of rows) {
     t.ok(r.ours.median > 0 && r.peer.median > 0 && r.ratios.median > 0, `${r.id}: both sides measured`);
   }
+  // #45: the build's breakdown, our phases beside the peer's two steps timed apart
+  const { breakdown } = rows[0];
+  for (const phase of ['registry reads: digest check', 'compression: frames stored (incompressible)', 'whole-file hash: its thread', 'signing', 'start: process start and module loading', 'total (as the bench measured it)']) {
+    t.ok(breakdown.ours[phase]?.wall >= 0 || breakdown.ours[phase]?.cpu >= 0 || breakdown.ours[phase]?.bytes >= 0, `build breakdown: ${phase}`);
+  }
+  t.same(Object.keys(breakdown.peer).length, 2, 'the peer\'s skopeo copy and tar | zstd, each timed');
+  t.ok(Object.values(breakdown.peer).every((p) => p.wall > 0 && p.cpu >= 0), 'each with its wall and CPU time');
+  t.match(stdout, /where the time goes/, 'the breakdown is printed');
+  t.match(rows[2].peerName, /openssl dgst -sha256/, 'the stage peer hashes with the fastest sha256 here');
 });

@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import { addPhase } from '@offline-bundle/oci';
 
 /**
  * The worker's code, as a string: the CLIs are bundled into one file (scripts/package.mjs), so
@@ -24,7 +25,9 @@ const catchUp = () => {
   }
   if (end !== undefined && pos >= end) {
     closeSync(fd);
-    parentPort.postMessage('sha256:' + hash.digest('hex'));
+    let cpu;
+    try { cpu = Number(require('node:fs').readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')[0]) / 1e9; } catch {}
+    parentPort.postMessage({ digest: 'sha256:' + hash.digest('hex'), cpu, bytes: pos });
     parentPort.close();
   }
 };
@@ -49,7 +52,11 @@ export class FileHasher {
   constructor(path: string) {
     this.worker = new Worker(WORKER, { eval: true, workerData: { path } });
     this.result = new Promise<string>((resolve, reject) => {
-      this.worker.once('message', resolve);
+      this.worker.once('message', (m: { digest: string; cpu?: number; bytes: number }) => {
+        // its thread's whole life: reading the file back and hashing it
+        addPhase('whole-file hash: its thread', undefined, { ...(m.cpu === undefined ? {} : { cpu: m.cpu }), bytes: m.bytes });
+        resolve(m.digest);
+      });
       this.worker.once('error', reject);
       this.worker.once('exit', (code) => reject(new Error(`the hashing thread ended (exit ${code}) before the digest`)));
     });

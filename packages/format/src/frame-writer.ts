@@ -1,5 +1,6 @@
 import { Writable } from 'node:stream';
 import { Compressor } from 'zstd-napi';
+import { timedSync } from '@offline-bundle/oci';
 import { FRAME_BYTES } from './layout.js';
 import { rawFrame } from './raw-frame.js';
 import type { FrameEntry } from './seekable.js';
@@ -59,7 +60,7 @@ export class FrameWriter extends Writable {
    */
   private probe(data: Buffer): boolean {
     if (data.length < 2 * PROBE_BYTES) return false;
-    return this.compressor.compress(data.subarray(data.length - PROBE_BYTES)).length > PROBE_BYTES * INCOMPRESSIBLE;
+    return timedSync('compression: probe', () => this.compressor.compress(data.subarray(data.length - PROBE_BYTES)), PROBE_BYTES).length > PROBE_BYTES * INCOMPRESSIBLE;
   }
 
   private async flushFrame(): Promise<void> {
@@ -70,7 +71,8 @@ export class FrameWriter extends Writable {
     const start = this.position - data.length;
     // nextBoundary left cutIndex past every cut up to this frame's start
     if (!this.raw && this.cuts[this.cutIndex - 1] === start) this.incompressible = this.probe(data);
-    const frame = this.raw ? rawFrame(data) : (this.incompressible ? this.fast : this.compressor).compress(data);
+    const kind = this.raw ? 'compression: raw head frames' : this.incompressible ? 'compression: frames stored (incompressible)' : 'compression: frames at the level';
+    const frame = timedSync(kind, () => (this.raw ? rawFrame(data) : (this.incompressible ? this.fast : this.compressor).compress(data)), data.length);
     if (data.length >= PROBE_BYTES) this.incompressible = frame.length > data.length * INCOMPRESSIBLE;
     this.frames.push({ compressedSize: frame.length, decompressedSize: data.length });
     this.parts = [];

@@ -6,7 +6,7 @@ import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { KeyObject } from 'node:crypto';
 import tar from 'tar-stream';
-import { newSha256, sha256 } from '@offline-bundle/oci';
+import { addPhase, newSha256, sha256, timedAsync, timedSync } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
@@ -91,7 +91,7 @@ function verifying(e: PackEntry): Transform {
   const hash = newSha256();
   return new Transform({
     transform(chunk: Buffer, _enc, cb) {
-      hash.update(chunk);
+      timedSync('writing: re-check of cached blobs', () => hash.update(chunk), chunk.length);
       cb(null, chunk);
     },
     flush(cb) {
@@ -241,8 +241,12 @@ class Appender {
       if (!this.failure) this.onWritten?.(this.inflightStarts.size ? Math.min(...this.inflightStarts) : this.written);
     });
     this.inflight.add(p);
-    while (this.inflightBytes > WRITE_AHEAD && !this.failure) await Promise.race(this.inflight);
+    if (this.inflightBytes > WRITE_AHEAD) await timedAsync('writing: waits on the disk', () => this.drainTo(WRITE_AHEAD));
     this.rethrow();
+  }
+
+  private async drainTo(bytes: number): Promise<void> {
+    while (this.inflightBytes > bytes && !this.failure) await Promise.race(this.inflight);
   }
 
   private rethrow(): void {
@@ -419,7 +423,7 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   const manifestLength = serializeManifest(widest).length;
   // every supported algorithm's signature fits one tar block whatever it signs (Ed25519: 64
   // bytes, ECDSA DER: at most 139), so this one's padded length is the final one's
-  const signatureLength = signBytes(serializeManifest(widest), input.key).length;
+  const signatureLength = timedSync('signing', () => signBytes(serializeManifest(widest), input.key)).length;
   const headFrames = headFrameSizes(manifestLength, signatureLength);
   return {
     level: input.level ?? 3,
@@ -441,7 +445,7 @@ async function writeHead(input: WriteBundleInput, plan: BundlePlan, appender: Ap
   const manifest = plan.manifestWith(imageStoreBytes);
   validateManifest(manifest);
   const manifestBytes = paddedManifest(manifest, plan.manifestLength);
-  const signature = signBytes(manifestBytes, input.key);
+  const signature = timedSync('signing', () => signBytes(manifestBytes, input.key));
   if (paddedSize(signature.length) !== paddedSize(plan.signatureLength)) {
     throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(plan.signatureLength)} reserved for it: a writer bug; report it`);
   }
@@ -476,8 +480,9 @@ async function finishFile(input: WriteBundleInput, plan: BundlePlan, state: Writ
   // untouched: checked before each step, and the wait for the hash gives way to it
   const stopped = () => input.signal?.throwIfAborted();
   stopped();
-  const fileDigest = await untilAborted(state.hasher!.digest(fileSize), input.signal);
+  const fileDigest = await timedAsync('whole-file hash: wait after packing', () => untilAborted(state.hasher!.digest(fileSize), input.signal));
   stopped();
+  const synced = process.hrtime.bigint();
   await state.out!.sync();
   await state.out!.close();
   state.out = undefined;
@@ -488,6 +493,7 @@ async function finishFile(input: WriteBundleInput, plan: BundlePlan, state: Writ
   stopped();
   await rename(plan.tmpOut, input.output);
   await rename(plan.sidecarTmp, `${input.output}.sha256`);
+  addPhase('finishing: fsync, sidecar, rename', Number(process.hrtime.bigint() - synced) / 1e9);
   return fileDigest;
 }
 

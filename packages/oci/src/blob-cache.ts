@@ -9,6 +9,7 @@ import { digestHex, newSha256, sha256 } from './digest.js';
 import { OciError } from './errors.js';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
+import { timedSync } from './phase-times.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */
@@ -153,9 +154,8 @@ export class BlobCache {
   /** A blob fetched before sizes were kept: measured once from the cached file. */
   private async measureCached(digest: string, size: number): Promise<void> {
     if ((await this.unpackedSize(digest)) !== undefined) return;
-    const counter = new UnpackedCounter(size);
-    for await (const chunk of createReadStream(this.path(digest))) await counter.push(chunk as Buffer);
-    await this.keepUnpackedSize(digest, await counter.finish());
+    const path = this.path(digest);
+    await this.keepUnpackedSize(digest, await UnpackedCounter.ofFile(path, size, () => createReadStream(path)));
   }
 
   private async fetchNow(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions): Promise<string> {
@@ -183,7 +183,8 @@ export class BlobCache {
       // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
       const hash = newSha256();
       counter?.abandon();
-      counter = opts.measure ? new UnpackedCounter(size) : undefined;
+      // a gzip layer's trailer gives its size: the file is read again only when it cannot be trusted
+      counter = opts.measure ? new UnpackedCounter(size, { reread: () => createReadStream(final) }) : undefined;
       let have = 0;
       try {
         for await (const chunk of createReadStream(partial)) {
@@ -208,7 +209,7 @@ export class BlobCache {
           transform(chunk: Buffer, _enc, cb) {
             written += chunk.length;
             if (written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
-            hash.update(chunk);
+            timedSync('registry reads: digest check', () => hash.update(chunk), chunk.length);
             reach(written);
             if (!measure) return cb(null, chunk);
             measure.push(chunk).then(() => cb(null, chunk), cb);
