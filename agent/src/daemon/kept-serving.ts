@@ -8,7 +8,7 @@
 import { rm } from 'node:fs/promises';
 import type { BundleManifest } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type RunningRegistry } from '@offline-bundle/registry';
-import { completedRelease, formatBytes, observeRunning, readClusterVersionObject, readNodeMachineConfig, type NodeMachineConfig, type StatusTracker } from '@offline-bundle/status';
+import { completedRelease, formatBytes, observeRunning, readClusterVersionObject, readNodeMachineConfig, runningReleases, type NodeMachineConfig, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -18,7 +18,7 @@ import { openKeptLayout, type KeptLayout } from '../load/kept-layout.js';
 import { loadedAhead, newestRun } from '../load/loaded-ahead.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../load/running-release.js';
 import { forgetServing, readServing, writeServing } from '../state/serving-state.js';
-import { readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import { heldForPath, pathFinal, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { runtimeTarget, type RuntimeTarget } from '../runtime/runtime-target.js';
 
 export interface KeptServingDeps {
@@ -176,9 +176,15 @@ export class KeptServing {
     if (this.cluster === undefined && !(await rememberedClusterRelease(config.paths.stateDir))) return undefined;
     const h = tracker.current.history;
     const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.layout && r.arch === config.arch);
-    const of = (v: string | undefined) => (v === undefined ? undefined : recs.filter((r) => r.version === v).sort((a, b) => a.loadedAt.localeCompare(b.loadedAt)).at(-1));
+    const newest = (v: string | undefined) => (v === undefined ? undefined : recs.filter((r) => r.version === v).sort((a, b) => a.loadedAt.localeCompare(b.loadedAt)).at(-1));
+    // an update path's earlier release (#43) is served as its bundle, the final one, until that one is over
+    const of = (v: string | undefined) => {
+      const rec = newest(v);
+      return rec && pathFinal(rec) !== rec.version ? recs.find((r) => r.identity === rec.identity && r.version === pathFinal(rec)) ?? rec : rec;
+    };
     const ahead = loadedAhead(h);
-    if (this.desired && ahead.includes(this.desired) && of(this.desired)) return of(this.desired);
+    const held = recs.filter((r) => heldForPath(r, recs, runningReleases(h).map((e) => e.version))).map((r) => r.version);
+    if (this.desired && [...ahead, ...held].includes(this.desired) && of(this.desired)) return of(this.desired);
     const serving = await readServing(config.paths.stateDir);
     const finished = newestRun(h);
     if (serving && serving.version === finished && !this.nodeUpdated(serving.configAtLoad) && of(finished)) return of(finished);
@@ -189,10 +195,30 @@ export class KeptServing {
     if (this.ending) return;
     const due = await this.due();
     const s = this.served;
-    if (s && due && s.version === due.version && s.layout === due.layout) return this.keepUp(s);
+    if (s && due && s.version === due.version && s.layout === due.layout) {
+      await this.rebaseOnHop(due);
+      return this.keepUp(s);
+    }
     if (s) await this.withdraw(due ? `${due.version} is due instead` : this.endedWhy(s.version), { drop: true, onlyOurs: false });
     else if (!due) await this.dropStale();
     if (due && !this.ending) await this.serve(due);
+  }
+
+  /**
+   * An update path's earlier release (#43) completed and this node applied its OS update: the
+   * MachineConfig it is Done on now is the one the final release moves it from, so "updated"
+   * (nodeUpdated) means the final release's, not the first hop's.
+   */
+  private async rebaseOnHop(rec: ReleaseRecord): Promise<void> {
+    const { config, tracker } = this.d;
+    const finished = newestRun(tracker.current.history);
+    const n = this.node;
+    if (!rec.path || finished === undefined || finished === rec.version || !rec.path.includes(finished)) return;
+    if (n?.state !== 'Done' || n.currentConfig === undefined || n.currentConfig !== n.desiredConfig) return;
+    const serving = await readServing(config.paths.stateDir);
+    if (!serving || serving.version !== rec.version || serving.configAtLoad === n.currentConfig) return;
+    await writeServing(config.paths.stateDir, { ...serving, configAtLoad: n.currentConfig });
+    this.d.log.info('serving', `this node applied ${finished}, a release of the path to ${rec.version}: ${rec.version} is served until this node applies it too`, { version: rec.version });
   }
 
   /** Serving state left by an earlier start for a release no longer due (completed meanwhile): its layout goes. */
@@ -274,8 +300,12 @@ export class KeptServing {
     const { config, log, tracker } = this.d;
     await forgetServing(config.paths.stateDir);
     if (config.staging.keep === true || loadedAhead(tracker.current.history).includes(version)) return;
-    const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.layout === layout);
+    const all = await readReleases(config.paths.stateDir);
+    const recs = all.filter((r) => r.layout === layout);
     if (recs.length === 0) return;
+    // one layout holds every release of a path (#43): not removed while one of them is still ahead
+    const runs = runningReleases(tracker.current.history).map((e) => e.version);
+    if (recs.some((r) => loadedAhead(tracker.current.history).includes(r.version) || heldForPath(r, all, runs))) return;
     await rm(layout, { recursive: true, force: true });
     for (const r of recs) await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
     log.info('staging', `removed ${layout}${bytes === undefined ? '' : ` (${formatBytes(bytes)})`}: ${version} is not served any more`, { version });

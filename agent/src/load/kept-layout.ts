@@ -1,7 +1,7 @@
 // A layout kept on disk after its load is trusted again only as far as it can be checked: the
 // signed bundle.json must be the one loaded (its recorded identity), for the release recorded,
 // under a trusted key (or that identity), and every blob is hashed again on open.
-import { bundleIdentity, checkSignature, loadTrust, parseManifestBytes, readLayoutDescription, type BundleManifest } from '@offline-bundle/format';
+import { bundleIdentity, checkSignature, loadTrust, parseManifestBytes, readLayoutDescription, releasePath, type BundleManifest } from '@offline-bundle/format';
 import { LayoutStore, catalogOf } from '@offline-bundle/registry';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
@@ -16,7 +16,9 @@ export async function openKeptLayout(config: Pick<AgentConfig, 'trust'>, rec: Re
     throw new AgentError('Corrupt', `${rec.layout} holds another bundle.json than the one loaded for ${rec.version}: it is not used`);
   }
   const manifest = parseManifestBytes(manifestBytes);
-  if (manifest.release.version !== rec.version || manifest.release.arch !== rec.arch) {
+  // a record of a path's earlier release (#43) names the layout of the bundle that carries it
+  const carried = releasePath(manifest).some((h) => h.version === rec.version);
+  if (!carried || manifest.release.arch !== rec.arch) {
     throw new AgentError('Corrupt', `${rec.layout} holds release ${manifest.release.version} (${manifest.release.arch}), not ${rec.version} (${rec.arch}): it is not used`);
   }
   const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, await loadTrust(config.trust.keys, config.trust.digest));

@@ -2,13 +2,13 @@
 // load from a bundle file and by a restore from a layout kept on disk.
 import type { BundleManifest } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
-import { versionsInUse, type ClusterRelease } from '@offline-bundle/status';
+import { runningReleases, versionsInUse, type ClusterRelease, type HistoryEntry } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent, publishHoldings } from '../runtime/runtime-checks.js';
 import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
-import type { ReleaseRecord } from '../state/release-records.js';
+import { heldForPath, type ReleaseRecord } from '../state/release-records.js';
 import { refsToKeepPinned } from '../state/agent-switch-state.js';
 import { pullActivity } from './pull-activity.js';
 
@@ -91,7 +91,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     await unmirror();
     unmirror = undefined;
     // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
-    const inUse = new Set(versionsInUse(tracker.current.history));
+    const inUse = versionsKept(tracker.current.history, releases);
     // another bundle of this same release (its own record) stays pinned too: it is the same release
     const kept = releases.filter((r) => r.arch === rel.arch && (r.version === rel.version || inUse.has(r.version)));
     // and the previous agent image while a switch to a new agent is unconfirmed
@@ -122,6 +122,12 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     await registry?.close().catch(() => undefined);
     if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
   }
+}
+
+/** Versions still in use by the history, and a path's earlier release (#43) until the node runs the path's final one. */
+function versionsKept(history: readonly HistoryEntry[], releases: readonly ReleaseRecord[]): Set<string> {
+  const runs = runningReleases(history).map((e) => e.version);
+  return new Set([...versionsInUse(history), ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version)]);
 }
 
 /** " (with 4.14.9 still in use)": the other releases kept pinned beside `version`. */

@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, parseManifestBytes, readHeader, readLayoutDescription, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, parseManifestBytes, readHeader, readLayoutDescription, releasePath, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -24,7 +24,7 @@ import { loadedAhead } from './loaded-ahead.js';
 import { readServing } from '../state/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
-import { readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import { heldForPath, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { withLoadLock } from '../state/lock.js';
 import { contentOf, keyOf, recordBundle } from '../state/bundle-records.js';
 import { assertBundleFile, assertWhole, mediaGone } from './bundle-file.js';
@@ -32,6 +32,7 @@ import { switchAgentIfNewer } from '../self-upgrade/self-upgrade.js';
 import { TOOL_VERSION } from '../version.js';
 import { rememberClusterRelease, rememberedClusterRelease } from './running-release.js';
 import { locateBase } from './delta-fill.js';
+import { pathReleases, type PathRelease } from './path-releases.js';
 
 export type { PipelineContext } from './pipeline-context.js';
 export { removeStalePartials } from './resume.js';
@@ -157,7 +158,9 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   const stale = await removeStalePartials(config.paths.upgradeDir);
   if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
-  const pending = new Set([...loadedAhead(history), ...history.filter((e) => e.state === 'installing').map((e) => e.version)]);
+  const runs = runningReleases(history).map((e) => e.version);
+  // a path's earlier release (#43) is pending as long as its final one
+  const pending = new Set([...loadedAhead(history), ...history.filter((e) => e.state === 'installing').map((e) => e.version), ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version)]);
   // the layout a load from peers is about to open, and those fetched whose load has not ended yet
   const unloaded = [...(await readFetched(config.paths.stateDir)), ...(await readFetched(config.paths.stateDir, 'retry'))];
   // and the layout the daemon still serves (a release the cluster completed whose OS update this node has not applied yet)
@@ -261,15 +264,18 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   const { head, source, rehash } = await origin();
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
+  // an update path (#43) is named in the status, so `bundle cluster` sees both releases come from one bundle
+  const path = rel.via?.length ? releasePath(head.manifest).map((h) => h.version) : undefined;
   tracker.update((s) => {
-    s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}) };
+    s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}), ...(path ? { path } : {}) };
   });
   const releases = await readReleases(config.paths.stateDir);
   let found = await runningRelease(ctx);
   if (!found.release && found.failure && !config.version.allowUnknown) found = await waitForCluster(ctx, found);
   const running = found.release;
   const current = running?.version;
-  checkPolicy(head.manifest, config, current);
+  const entry = checkPolicy(head.manifest, config, current);
+  if (path && current) log.info('version', `the update path ${path.join(' → ')} is taken from the running ${current}, from ${path[entry]}`, { version: rel.version });
   if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
   await ctx.runtime.checkConfig?.();
   tracker.update((s) => {
@@ -472,6 +478,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   let staged: Staged | undefined;
   let ok = false;
   let retry = false;
+  let hops: PathRelease[] | undefined;
   try {
     staged = await stage(ctx, a);
     const staging = staged.staging;
@@ -487,6 +494,8 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
       retry = await keepForRetry(ctx, a, staged, err);
       throw err;
     }
+    // read from the store while it is open: which images are each release's of the path
+    hops = await pathReleases(m, staged.store, log);
     ok = true;
   } finally {
     staged?.staging?.release();
@@ -496,7 +505,11 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   }
   if (staged.target) await forgetFetched(config.paths.stateDir, staged.target, 'retry');
   const kept = staged.target && keepLayout ? { layout: staged.target } : {};
-  await recordRelease(config.paths.stateDir, { version: rel.version, arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), refs, loadedAt: new Date().toISOString(), identity: bundleIdentity(a.head.manifestBytes), ...kept });
+  const loadedAt = new Date().toISOString();
+  const common = { arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), loadedAt, identity: bundleIdentity(a.head.manifestBytes), ...kept };
+  // a path's earlier releases first: a load killed between two writes leaves the final unrecorded, so loaded again
+  const path = hops?.map((h) => h.version);
+  for (const h of hops ?? [{ version: rel.version, refs }]) await recordRelease(config.paths.stateDir, { version: h.version, ...common, refs: h.refs, ...(path ? { path } : {}) });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
   const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
   tracker.update((s) => {

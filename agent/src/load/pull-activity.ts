@@ -37,7 +37,8 @@ async function blobsOf(digest: string, store: BlobStore, catalog: Catalog): Prom
   }
 }
 
-async function readBlob(store: BlobStore, digest: string): Promise<Buffer> {
+/** A manifest blob of the store, at most MANIFEST_READ_BYTES. */
+export async function readBlob(store: BlobStore, digest: string): Promise<Buffer> {
   const size = store.size(digest) ?? 0;
   if (size > MANIFEST_READ_BYTES) throw new Error(`${digest} is ${size} bytes`);
   const parts: Buffer[] = [];

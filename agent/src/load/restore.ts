@@ -1,13 +1,13 @@
 // Images can vanish from the runtime after they were loaded: CRI-O wipes its storage after an
 // unclean shutdown (crio-wipe.service on OpenShift), and a pruned store loses unpinned ones. A
 // layout kept on disk (staging.keep) brings them back with no stick.
-import { plural, versionsInUse } from '@offline-bundle/status';
+import { plural, runningReleases, versionsInUse } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline.js';
 import { openKeptLayout, type KeptLayout } from './kept-layout.js';
 import { loadedAhead } from './loaded-ahead.js';
-import { readReleases } from '../state/release-records.js';
+import { heldForPath, readReleases } from '../state/release-records.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import { namesOf } from '../runtime/runtime-target.js';
 
@@ -23,7 +23,10 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<Map<s
   if (!inspector) return new Map();
   const releases = await readReleases(config.paths.stateDir);
   // and a release loaded but not yet run: the upgrade to it needs its images as much
-  const inUse = new Set([...versionsInUse(tracker.current.history), ...loadedAhead(tracker.current.history)]);
+  const h = tracker.current.history;
+  const runs = runningReleases(h).map((e) => e.version);
+  // and a path's earlier release (#43), which the cluster takes before the final one
+  const inUse = new Set([...versionsInUse(h), ...loadedAhead(h), ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version)]);
   const checked = new Map<string, KeptLayout>();
   const unrestorable = new Set<string>();
   for (const rec of releases) {

@@ -20,13 +20,29 @@ function severalBundles(view: ReleasesView): boolean {
   return view.releases.some((r) => seen.size === seen.add(`${r.version}\0${r.arch}`).size);
 }
 
+/** One line per update path (#43) recorded: "Update path 4.15.40 → 4.16.2 (amd64), from one bundle: …". */
+function pathsText(view: ReleasesView): string {
+  const paths = new Map<string, { path: string[]; held: Set<string> }>();
+  for (const r of view.releases) {
+    if (!r.path) continue;
+    const key = `${r.path.join(' → ')} (${r.arch})`;
+    const p = paths.get(key) ?? { path: r.path, held: new Set<string>() };
+    if (r.heldFor) p.held.add(r.version);
+    paths.set(key, p);
+  }
+  return [...paths].map(([key, p]) => {
+    const keep = p.held.size ? `: ${[...p.held].join(', ')} stays pinned until ${p.path.at(-1)} runs` : '';
+    return escapeControls(`Update path ${key}, from one bundle${keep}.`) + '\n';
+  }).join('');
+}
+
 export function releasesTable(view: ReleasesView): string {
   if (view.releases.length === 0) return escapeControls(`No release recorded on this node${view.running ? ` (it runs ${view.running})` : ''}.`) + '\n' + forgottenText(view);
   const bundles = severalBundles(view);
   const rows = view.releases.map((r) => [
     r.version,
     r.arch,
-    r.running ? 'running' : (r.state ?? '-'),
+    r.running ? 'running' : r.heldFor ? `kept for ${r.heldFor}` : (r.state ?? '-'),
     r.imagesPresent === undefined ? `${r.images}` : `${r.imagesPresent}/${r.images}`,
     PINNED[r.pinned],
     r.layout ?? '-',
@@ -37,7 +53,7 @@ export function releasesTable(view: ReleasesView): string {
   const unknown = view.releases.some((r) => r.pinned === 'unknown') ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22).' : '';
   const several = bundles ? ' A release brought by more than one bundle has a row per bundle (BUNDLE: its sha256).' : '';
   return textTable(['VERSION', 'ARCH', 'STATE', 'IMAGES', 'PINNED', 'KEPT LAYOUT', 'LOADED', ...(bundles ? ['BUNDLE'] : [])], rows)
-    + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}${several}`) + '\n' + forgottenText(view);
+    + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}${several}`) + '\n' + pathsText(view) + forgottenText(view);
 }
 
 export function forgottenLine(f: Forgotten): string {

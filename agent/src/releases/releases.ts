@@ -13,7 +13,7 @@ import { missingImages } from '../runtime/runtime-checks.js';
 import type { ImageInspector, RuntimeTarget } from '../runtime/runtime-target.js';
 import { addForgotten, clearForgotten, forgetBundles, readForgotten, type ForgottenRelease } from '../state/bundle-records.js';
 import { refsToKeepPinned } from '../state/agent-switch-state.js';
-import { forgetReleaseRecord, readReleases, type ReleaseRecord } from '../state/release-records.js';
+import { forgetReleaseRecord, heldForPath, pathFinal, readReleases, type ReleaseRecord } from '../state/release-records.js';
 
 export interface ReleaseRow {
   version: string;
@@ -39,6 +39,10 @@ export interface ReleaseRow {
   /** The verified layout kept on disk (staging.keep), to restore vanished images with no stick. */
   layout?: string;
   loadedAt: string;
+  /** The update path (#43) its bundle carries, in order, the final release last: every release of it has a row. */
+  path?: string[];
+  /** An earlier release of that path, kept (pins, prune, forget) until the node runs the final one. */
+  heldFor?: string;
 }
 
 export type PinState = 'yes' | 'no' | 'unknown';
@@ -113,6 +117,7 @@ export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, 
       version: r.version, arch: r.arch, ...(r.digest ? { digest: r.digest } : {}), ...(state ? { state } : {}), running: running.includes(r.version), source: r.source ?? 'bundle',
       images: images.length, ...(missing !== undefined ? { imagesPresent: images.length - missing } : {}),
       pinned: await pinState(r.refs, pinned, reported, inspector), ...(r.layout ? { layout: r.layout } : {}), loadedAt: r.loadedAt,
+      ...(r.path ? { path: r.path } : {}), ...(heldForPath(r, records, running) ? { heldFor: pathFinal(r) } : {}),
     });
   }
   return { ...(running.length ? { running: running[0] } : {}), releases: rows, forgotten: await readForgotten(config.paths.stateDir) };
@@ -142,7 +147,8 @@ async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: Relea
   const released = rec.refs.filter((r) => !keep.includes(r));
   await runtime.unpin(released, keep);
   let layout: string | undefined;
-  if (rec.layout && insideUpgradeDir(config, rec.layout)) {
+  // the releases of one path share their bundle's layout: it goes with the last record naming it
+  if (rec.layout && insideUpgradeDir(config, rec.layout) && !others.some((o) => o.layout === rec.layout)) {
     await rm(rec.layout, { recursive: true, force: true });
     layout = rec.layout;
   }
@@ -188,14 +194,24 @@ export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget,
       const known = records.map((r) => r.version).sort(compareVersions).join(', ') || 'none';
       throw new AgentError('NotRecorded', `no release ${version}${arch ? ` (${arch})` : ''} is recorded on this node (recorded: ${known}); see bundle-agent releases list`);
     }
-    if (runningVersions(config, await historyOf(config)).some((v) => compareVersions(v, version) === 0)) {
+    const running = runningVersions(config, await historyOf(config));
+    if (running.some((v) => compareVersions(v, version) === 0)) {
       throw new AgentError('InUse', `${version} is the release this node runs: its images must stay pinned; forget it once a newer release runs`);
     }
+    const held = targets.find((r) => heldForPath(r, records, running));
+    if (held) throw heldError(held, running);
     const out: Forgotten[] = [];
     for (const rec of targets) out.push(await forgetOne(config, runtime, rec, records.filter((r) => !targets.includes(r))));
     await unshowForgotten(config, out);
     return out;
   });
+}
+
+/** The refusal to forget a path's earlier release while the node has not reached the path's final one. */
+function heldError(r: ReleaseRecord, running: readonly string[]): AgentError {
+  const final = pathFinal(r);
+  const runs = running.length ? `it runs ${running.join(', ')}` : 'the release it runs is not known';
+  return new AgentError('InUse', `${r.version} is a release of the update path ${r.path!.join(' → ')} this node has not finished (${runs}): the cluster takes it before ${final}, so its images stay pinned; forget it once ${final} runs`);
 }
 
 /**
@@ -211,7 +227,8 @@ export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget)
     }
     const ignored: string[] = [];
     const records = await readReleases(config.paths.stateDir, (why) => ignored.push(why));
-    const old = records.filter((r) => compareVersions(r.version, running) < 0);
+    const runs = runningVersions(config, await historyOf(config));
+    const old = records.filter((r) => compareVersions(r.version, running) < 0 && !heldForPath(r, records, runs));
     const forgotten: Forgotten[] = [];
     for (const rec of old) forgotten.push(await forgetOne(config, runtime, rec, records.filter((r) => !old.includes(r))));
     await unshowForgotten(config, forgotten);

@@ -1,7 +1,7 @@
 import { readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
-import { isReleaseArch, isReleaseVersion } from '@offline-bundle/format';
+import { compareVersions, isReleaseArch, isReleaseVersion, MAX_RELEASE_PATH_HOPS } from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
 
 /** What the agent remembers of each release it loaded: enough to keep the running one pinned. */
@@ -18,6 +18,12 @@ export interface ReleaseRecord {
   /** sha256 of the signed bundle.json loaded (bundleIdentity): what the kept layout must still hold to be served or restored. */
   identity?: string;
   /**
+   * The versions of the update path (#43) this record's bundle carries, in order, the final one
+   * last: each release of the path has a record of the same bundle (identity), and an earlier
+   * one stays pinned until the node runs the final one (heldForPath). Absent for one release.
+   */
+  path?: string[];
+  /**
    * Set by readReleases, never written: 'legacy' when the record of a bundle with a digest was
    * read from VERSION-ARCH.json, the one name per release older agents wrote.
    */
@@ -33,7 +39,28 @@ function isReleaseRecord(v: unknown): v is ReleaseRecord {
   // version and arch name the record's own file and the layout directory: the bundle.json rule
   return isReleaseVersion(r.version) && isReleaseArch(r.arch) && isString(r.loadedAt) && Array.isArray(r.refs) && r.refs.every(isString)
     && (r.digest === undefined || isString(r.digest)) && (r.layout === undefined || isString(r.layout))
-    && (r.source === undefined || r.source === 'bundle' || r.source === 'node') && (r.identity === undefined || isString(r.identity));
+    && (r.source === undefined || r.source === 'bundle' || r.source === 'node') && (r.identity === undefined || isString(r.identity))
+    && (r.path === undefined || isPath(r.path, r.version));
+}
+
+/** A recorded path: 2 to MAX_RELEASE_PATH_HOPS release versions that name the record's own. */
+function isPath(v: unknown, version: string): boolean {
+  return Array.isArray(v) && v.length >= 2 && v.length <= MAX_RELEASE_PATH_HOPS && v.every(isReleaseVersion) && v.includes(version);
+}
+
+/** The release a record's path ends with: its own version for a record of one release. */
+export const pathFinal = (r: Pick<ReleaseRecord, 'version' | 'path'>): string => r.path?.at(-1) ?? r.version;
+
+/**
+ * Whether `r` is an earlier release of an update path kept for the final one: the final's record
+ * of the same bundle is there and the node does not run it (nor anything newer) yet. Until then
+ * neither pins nor prune nor forget take it; after, it is an ordinary old release.
+ */
+export function heldForPath(r: ReleaseRecord, records: readonly ReleaseRecord[], running: readonly string[]): boolean {
+  const final = pathFinal(r);
+  if (final === r.version) return false;
+  const finalKept = records.some((o) => o.version === final && o.arch === r.arch && o.identity === r.identity);
+  return finalKept && !running.some((v) => compareVersions(v, final) >= 0);
 }
 
 function releasesDir(stateDir: string): string {

@@ -49,6 +49,11 @@ export interface BundleIdentity {
   mode?: BundleMode;
   /** The other nodes it was fetched from (names), when it came from peers rather than a stick. */
   fromPeers?: string[];
+  /**
+   * The versions of the update path the bundle carries (#43), in the order the cluster takes
+   * them, `version` (the final one) last; absent for a bundle of one release.
+   */
+  path?: string[];
 }
 
 /**

@@ -36,6 +36,8 @@ export const LIMITS = {
   historyState: 32,
   /** bundle.fromPeers: the nodes a fetched bundle came from. */
   fromPeers: 16,
+  /** bundle.path: the releases of an update path (format's MAX_RELEASE_PATH_HOPS), each a version. */
+  path: 4,
   /** serving.address: the longest textual IPv6 address. */
   address: 45,
   /** peers.transfer.fetchedFrom and peers.transfer.suspect: nodes listed. */
@@ -132,6 +134,9 @@ function bundleOf(b: BundleIdentity): BundleIdentity {
   if (b.mode && (BUNDLE_MODES as readonly string[]).includes(b.mode)) out.mode = b.mode;
   const peers = [...new Set(b.fromPeers ?? [])].filter(isValidNodeName).slice(0, LIMITS.fromPeers);
   if (peers.length) out.fromPeers = peers;
+  // a path is whole or left out: a cut one would name another path
+  const path = b.path ?? [];
+  if (path.length >= 2 && path.length <= LIMITS.path && path.every((v) => typeof v === 'string' && v.length > 0 && v.length <= LIMITS.version)) out.path = [...path];
   return out;
 }
 
