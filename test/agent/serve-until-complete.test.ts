@@ -6,6 +6,7 @@
 // staging.serveUntilComplete off, the same pull fails. Real containerd pulling through the CRI
 // as the kubelet does; the API server is the RBAC-enforcing stand-in (none can run here).
 import t from 'tap';
+import { until } from '../helpers/until.js';
 import { execFileSync } from 'node:child_process';
 import { readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -81,8 +82,9 @@ t.test('a loaded release is served until the cluster completed its upgrade: lost
   const ended = await agent.until('serving ends', (x: any) => x?.conditions?.some((c: any) => c.type === 'Serving' && c.reason === 'ServingEnded'));
   t.match(ended.conditions.find((c: any) => c.type === 'Serving').message, /the cluster's upgrade to 1\.1\.0 completed and this node applied it/);
   t.match(ended.history, [{ version: '1.1.0', state: 'complete' }]);
-  t.equal(await n.hostsToml(), undefined, 'the mirror drop-in is removed');
-  t.same((await readdir(n.upgradeDir)).filter((e) => e.startsWith('1.1.0')), [], 'the layout kept only to be served is removed');
+  // the condition is written before the drop-in and the layout go: wait for them, do not race
+  t.ok(await until('the mirror drop-in removed', async () => (await n.hostsToml()) === undefined), 'the mirror drop-in is removed');
+  t.ok(await until('the kept layout removed', async () => (await readdir(n.upgradeDir)).every((e) => !e.startsWith('1.1.0'))), 'the layout kept only to be served is removed');
   t.ok(await n.cri.imageStatus(IMAGE), 'the images stay in the runtime (pinned)');
 });
 
