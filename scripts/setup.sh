@@ -49,9 +49,16 @@ pnpm build
 # What `pnpm package` builds from and cannot make itself (the Node runtimes, the agent image's
 # Debian packages), fetched once into ~/.cache/offline-bundle: every build after this is offline.
 # Debian's archive keeps only the current version of a package: when a point release replaced a
-# pinned .deb, this machine is re-pinned to what its apt offers (said loudly; a factory commits
-# the new scripts/base-debs.lock.json, a test machine just goes on).
-if ! pnpm -s package:fetch; then
-  echo "setup: the pinned .debs are gone from Debian's archive; re-pinning to this machine's apt (commit scripts/base-debs.lock.json if this is the factory)" >&2
-  pnpm -s package:fetch --update-pins
+# pinned .deb (apt says "Version … was not found"), a test machine re-pins to what its apt offers,
+# said loudly (a factory commits the new scripts/base-debs.lock.json). Any other failure stops here.
+if ! fetch_log=$(pnpm -s package:fetch 2>&1); then
+  printf '%s\n' "$fetch_log" >&2
+  if grep -q "was not found" <<<"$fetch_log"; then
+    echo "setup: a pinned .deb is gone from Debian's archive; re-pinning to this machine's apt (commit scripts/base-debs.lock.json if this is the factory)" >&2
+    pnpm -s package:fetch --update-pins
+  else
+    exit 1
+  fi
+else
+  printf '%s\n' "$fetch_log"
 fi
