@@ -7,6 +7,7 @@ import { stringify as stringifyYaml } from 'yaml';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
+import { runCaptured, type Run } from '../helpers/run-captured.js';
 import { startContainerd } from '../runtime/lib.js';
 import type { RuntimeTarget } from '@offline-bundle/agent';
 
@@ -14,18 +15,10 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 export const BUNDLE = join(ROOT, 'builder/bin/bundle.js');
 export const AGENT = join(ROOT, 'agent/bin/bundle-agent.js');
 
-export interface Run { code: number | null; stdout: string; stderr: string }
+export type { Run };
 
 export function run(bin: string, args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 120_000): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runCaptured(process.execPath, [bin, ...args], { env, timeout: timeoutMs });
 }
 
 export interface AppImage { name: string; arch?: string; files: Record<string, string | Buffer> }

@@ -11,6 +11,7 @@ import { cp, mkdir, readFile, readdir, rename, writeFile } from 'node:fs/promise
 import os from 'node:os';
 import { join } from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { runCaptured, type Run } from '../helpers/run-captured.js';
 import { BASE_DEBS, updateDebPins } from '../../scripts/package-inputs.mjs';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -23,20 +24,11 @@ const debFile = (name: string) => {
   return `${d.name}_${d.version.replace(/:/g, '%3a')}_${d.arch}.deb`;
 };
 
-interface Run { code: number | null; stdout: string; stderr: string }
 /** package.mjs with exactly these variables (not tap's NODE_OPTIONS); `offline`: in a namespace with only loopback. */
 function pkg(cache: string, args: string[], offline = true): Promise<Run> {
   const env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', XDG_CACHE_HOME: cache, SOURCE_DATE_EPOCH: '1700000000' };
   const cmd = offline ? ['unshare', '-n', process.execPath, PACKAGE, ...args] : [process.execPath, PACKAGE, ...args];
-  return new Promise((resolve, reject) => {
-    const child = spawn('/usr/bin/env', ['-i', ...Object.entries(env).map(([k, v]) => `${k}=${v}`), ...cmd], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], timeout: 240_000 });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runCaptured('/usr/bin/env', ['-i', ...Object.entries(env).map(([k, v]) => `${k}=${v}`), ...cmd], { cwd: ROOT, timeout: 240_000 });
 }
 
 const work = await tmpdir(t, 'ob-offline-');

@@ -10,6 +10,7 @@ import { mkdir, readFile, readdir, rm, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { runCaptured, type Run } from '../helpers/run-captured.js';
 import { startContainerd } from '../runtime/lib.js';
 import { keygen, makeBundle, nodeRoot } from '../agent/fixtures.js';
 import { startFakeApi, writeKubeconfig } from '../status/lib.js';
@@ -21,19 +22,10 @@ const images = [
   { name: 'registry.example.com:5000/team/tool:v2', files: { 'tool.txt': 'tool v2', 'shared.txt': 'shared' } },
 ];
 
-interface Run { code: number | null; stdout: string; stderr: string }
 function sh(cmd: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = 180_000): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    // env -i: exactly `env`, not the NODE_OPTIONS tap's process tracking adds to children.
-    const vars = Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${v}`);
-    const child = spawn('/usr/bin/env', ['-i', ...vars, cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr.on('data', (d: Buffer) => { stderr += d; });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  // env -i: exactly `env`, not the NODE_OPTIONS tap's process tracking adds to children.
+  const vars = Object.entries(env).filter(([, v]) => v !== undefined).map(([k, v]) => `${k}=${v}`);
+  return runCaptured('/usr/bin/env', ['-i', ...vars, cmd, ...args], { timeout: timeoutMs });
 }
 
 // Building the artifacts (both architectures; the arm64 addon's cross build is cached in

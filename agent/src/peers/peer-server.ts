@@ -11,6 +11,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { TLSSocket } from 'node:tls';
+import { ConnectionGate, addressKey } from '@offline-bundle/host';
 import { PeerCounters } from './peer-counters.js';
 import { peerTlsOptions, type PeerCredentials } from './peer-tls.js';
 import type { PeerOffer } from './served-bundle.js';
@@ -212,143 +213,42 @@ class PeerHandler {
   }
 }
 
-/**
- * The address a connection budget is kept for: an IPv4 address as it is, an IPv6 one by its
- * /64 (one machine is commonly handed a whole /64, so counting its addresses one by one would
- * give it as many budgets as it likes).
- */
-export function peerAddressKey(address: string | undefined): string {
-  if (!address) return '?';
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return mapped[1]!;
-  if (!address.includes(':')) return address;
-  const [head = '', tail] = address.replace(/%.*$/, '').toLowerCase().split('::', 2);
-  const groups = head ? head.split(':') : [];
-  if (tail !== undefined) {
-    const after = tail ? tail.split(':') : [];
-    groups.push(...Array<string>(Math.max(0, 8 - groups.length - after.length)).fill('0'), ...after);
-  }
-  return `${groups.slice(0, 4).map((g) => Number.parseInt(g, 16).toString(16)).join(':')}::/64`;
-}
-
-/** Unauthenticated sockets of one stage: in arrival order, and by address. */
-class Places {
-  readonly all = new Map<Socket, string>();
-  readonly byAddress = new Map<string, Set<Socket>>();
-
-  held(key: string): number {
-    return this.byAddress.get(key)?.size ?? 0;
-  }
-
-  add(raw: Socket, key: string): void {
-    this.all.set(raw, key);
-    this.byAddress.set(key, (this.byAddress.get(key) ?? new Set()).add(raw));
-  }
-
-  delete(raw: Socket): boolean {
-    const key = this.all.get(raw);
-    if (key === undefined) return false;
-    this.all.delete(raw);
-    const mine = this.byAddress.get(key);
-    mine?.delete(raw);
-    if (mine?.size === 0) this.byAddress.delete(key);
-    return true;
-  }
-
-  /** The oldest of `key`'s sockets (any address's when undefined). */
-  oldest(key?: string): Socket | undefined {
-    return (key === undefined ? this.all.keys() : this.byAddress.get(key)?.values())?.next().value;
-  }
-
-  /** The oldest of `key`'s sockets (any address's when undefined) that has not sent a byte. */
-  oldestSilent(key?: string): Socket | undefined {
-    for (const s of key === undefined ? this.all.keys() : (this.byAddress.get(key) ?? [])) if (s.bytesRead === 0) return s;
-    return undefined;
-  }
-
-  /**
-   * The oldest socket of the addresses holding the most (of them, the one waiting longest: a
-   * peer's handshake takes milliseconds), if they hold more than one beyond `than`.
-   */
-  richerThan(than: number): Socket | undefined {
-    let most = 0;
-    for (const held of this.byAddress.values()) most = Math.max(most, held.size);
-    if (most <= than + 1) return undefined;
-    for (const [s, key] of this.all) if (this.held(key) === most) return s;
-    return undefined;
-  }
-}
+/** The address a connection budget is kept for (an IPv6 address by its /64). */
+export const peerAddressKey = addressKey;
 
 /**
  * Who holds the server's connections. A TCP connection counts against maxConnections only once
- * its handshake passed with a peer certificate; before that it holds an unauthenticated place
- * (its address's share, and the total), so no number of sockets without a certificate can take
- * a peer's place.
- *
- * A new connection first waits firstBytesWaitMs beside the places (a bounded number may, per
- * address and in all: beyond, the one waiting longest is sorted at once), long enough for a
- * peer's ClientHello, which it sends the moment it is connected, to have been read. Then it
- * takes a place: when its address's share is full, a socket of that address that never sent a
- * byte is dropped for it if it has spoken itself, else it is refused; when the total is full,
- * the oldest socket that never sent a byte is dropped for a newcomer that has spoken, else the
- * address holding the most gives up its oldest if it holds more than one beyond the newcomer's
- * address, else the newcomer is refused.
- *
- * Why: refusing every newcomer would let a few addresses that hold sockets open lock every peer
- * out; dropping the oldest whatever it did would let a flood that reconnects at once cycle
- * through the places and drop a peer in the middle of its handshake; deciding at arrival would
- * see a peer's socket as silent before its first bytes were read. So a silent socket never
- * pushes out one that spoke, and sockets that stall after a first byte hold no more than a fair
- * share per address (SECURITY.md names what many addresses can still do).
+ * its handshake passed with a peer certificate; before that it holds one of the gate's
+ * unauthenticated places (its address's share, and the total; a silent socket never pushes out
+ * one that spoke: ConnectionGate says how), so no number of sockets without a certificate can
+ * take a peer's place. The gate waits firstBytesWaitMs for a peer's ClientHello, which it sends
+ * the moment it is connected; as many again as the places (and per address) may wait so.
  */
-class ConnectionGate {
-  /** Connections not yet sorted (their first firstBytesWaitMs). */
-  private readonly arriving = new Places();
-  /** Connections holding an unauthenticated place. */
-  private readonly waiting = new Places();
+class PeerConnections {
+  private readonly unauthenticated: ConnectionGate;
   private readonly authenticated = new Set<Socket>();
   /** remote "address port" → its TCP socket, to find it again once the TLS socket over it is secure. */
   private readonly byRemote = new Map<string, Socket>();
-  dropped = 0;
 
-  constructor(private readonly limits: typeof PEER_LIMITS) {}
+  constructor(private readonly limits: typeof PEER_LIMITS) {
+    const perAddress = limits.maxUnauthenticatedPerAddress;
+    this.unauthenticated = new ConnectionGate({ max: limits.maxUnauthenticated, perAddress, arrivingPerAddress: perAddress, firstBytesWaitMs: limits.firstBytesWaitMs });
+  }
 
   get counts(): PeerConnectionCounts {
-    return { authenticated: this.authenticated.size, unauthenticated: this.waiting.all.size, arriving: this.arriving.all.size, dropped: this.dropped };
+    const gate = this.unauthenticated.counts;
+    return { authenticated: this.authenticated.size, unauthenticated: gate.placed, arriving: gate.arriving, dropped: gate.dropped };
   }
 
-  /** A new TCP connection (before TLS): waits beside the places for its first bytes; when too many wait, the one waiting longest is placed now. */
+  /** A new TCP connection (before TLS). */
   admit(raw: Socket): void {
-    const key = peerAddressKey(raw.remoteAddress);
-    const early = this.arriving.held(key) >= this.limits.maxUnauthenticatedPerAddress ? this.arriving.oldest(key) : undefined;
-    if (early) this.place(early, key);
-    const first = this.arriving.all.size >= this.limits.maxUnauthenticated ? this.arriving.oldest() : undefined;
-    if (first) this.place(first, this.arriving.all.get(first)!);
-    this.arriving.add(raw, key);
-    this.byRemote.set(`${raw.remoteAddress} ${raw.remotePort}`, raw);
-    // then after one more poll of the sockets (setImmediate runs after it): bytes that arrived in the wait are counted even on a busy loop
-    const timer = setTimeout(() => setImmediate(() => this.place(raw, key)), this.limits.firstBytesWaitMs);
+    this.unauthenticated.admit(raw);
+    const remote = `${raw.remoteAddress} ${raw.remotePort}`;
+    this.byRemote.set(remote, raw);
     raw.once('close', () => {
-      clearTimeout(timer);
-      this.forget(raw);
+      this.authenticated.delete(raw);
+      if (this.byRemote.get(remote) === raw) this.byRemote.delete(remote);
     });
-  }
-
-  /** After its first firstBytesWaitMs: the connection takes a place, making room as the class says, or is refused. */
-  private place(raw: Socket, key: string): void {
-    if (!this.arriving.delete(raw)) return;
-    const spoke = raw.bytesRead > 0;
-    if (this.waiting.held(key) >= this.limits.maxUnauthenticatedPerAddress) {
-      const silent = spoke ? this.waiting.oldestSilent(key) : undefined;
-      if (!silent) return this.refuse(raw);
-      this.refuse(silent);
-    }
-    if (this.waiting.all.size >= this.limits.maxUnauthenticated) {
-      const victim = (spoke ? this.waiting.oldestSilent() : undefined) ?? this.waiting.richerThan(this.waiting.held(key));
-      if (!victim) return this.refuse(raw);
-      this.refuse(victim);
-    }
-    this.waiting.add(raw, key);
   }
 
   /** A handshake passed with a peer certificate: the connection counts against maxConnections now, or is closed when they are taken. */
@@ -358,23 +258,8 @@ class ConnectionGate {
       tls.destroy();
       return;
     }
-    this.arriving.delete(raw);
-    this.waiting.delete(raw);
+    this.unauthenticated.release(raw);
     this.authenticated.add(raw);
-  }
-
-  private refuse(raw: Socket): void {
-    this.dropped++;
-    this.forget(raw);
-    raw.destroy();
-  }
-
-  private forget(raw: Socket): void {
-    this.arriving.delete(raw);
-    this.waiting.delete(raw);
-    this.authenticated.delete(raw);
-    const remote = `${raw.remoteAddress} ${raw.remotePort}`;
-    if (this.byRemote.get(remote) === raw) this.byRemote.delete(remote);
   }
 }
 
@@ -406,7 +291,7 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
     connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
     keepAliveTimeout: limits.keepAliveTimeoutMs,
   }, (req, res) => handler.handle(req, res));
-  const gate = new ConnectionGate(limits);
+  const gate = new PeerConnections(limits);
   server.timeout = limits.idleTimeoutMs;
   // a refused handshake or a reset connection is the client's problem, never the server's
   server.on('tlsClientError', (_err, socket: TLSSocket) => socket.destroy());

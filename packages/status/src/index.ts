@@ -19,7 +19,7 @@ export { Metrics, METRICS_CONTENT_TYPE, escapeLabel } from './metrics.js';
 export type { BuildInfo } from './metrics.js';
 export { startStatusServer } from './http.js';
 export { MetricsAuth, TtlCache, kubeReviews, MAX_REVIEW_CACHE_ENTRIES, MAX_TOKEN_BYTES, METRICS_ACCESS, REVIEW_CACHE_TTL_MS, REVIEW_DEADLINE_MS, REVIEW_DENIED_TTL_MS, UNKNOWN_CREDENTIAL_RATE } from './metrics-auth.js';
-export { addressKey, ConnectionGate, METRICS_CONNECTION_LIMITS } from './metrics-connections.js';
+export { addressKey, METRICS_CONNECTION_LIMITS } from './metrics-connections.js';
 export type { Identity, Reviews, Verdict } from './metrics-auth.js';
 export { listenLogged, startMetricsListener, METRICS_PATH, MAX_METRICS_CONNECTIONS, MAX_METRICS_HEADER_BYTES, MAX_METRICS_IN_FLIGHT, METRICS_HANDSHAKE_TIMEOUT_MS, METRICS_REQUEST_TIMEOUT_MS, TLS_RELOAD_MS } from './metrics-listener.js';
 export type { MetricsListener, MetricsListenerOptions, ServingTls } from './metrics-listener.js';

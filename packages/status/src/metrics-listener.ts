@@ -3,8 +3,9 @@
  * authorised as kube-rbac-proxy does (metrics-auth.ts): no credentials or an unknown token 401,
  * a caller without get on the node's nodebundlestatuses/metrics 403, an API server that cannot
  * answer 503, unseen credentials faster than the review rate 429. Nothing else is served (no
- * /status: that stays on loopback), no request body is read, and connections (per address too,
- * metrics-connections.ts), requests under way, header bytes and time are bounded (SECURITY.md).
+ * /status: that stays on loopback), no request body is read, and connections (per address too:
+ * METRICS_CONNECTION_LIMITS, kept by the ConnectionGate), requests under way, header bytes and
+ * time are bounded (SECURITY.md).
  * A request whose answer is cached never waits for a slot, so a flood of made-up tokens cannot
  * turn Prometheus away.
  */
@@ -12,14 +13,15 @@ import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Server as NetServer, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
+import { ConnectionGate } from '@offline-bundle/host';
 import { METRICS_CONTENT_TYPE } from './metrics.js';
 import { RATE_RETRY_AFTER_S, type Identity, type MetricsAuth, type Verdict } from './metrics-auth.js';
-import { addressKey, ConnectionGate, METRICS_CONNECTION_LIMITS } from './metrics-connections.js';
+import { addressKey, METRICS_CONNECTION_LIMITS } from './metrics-connections.js';
 
 export const METRICS_PATH = '/metrics';
 /** Request line and headers together (a bearer token fits several times). */
 export const MAX_METRICS_HEADER_BYTES = 16 * 1024;
-/** Open connections (metrics-connections.ts decides who gives way when they are taken). */
+/** Open connections (the ConnectionGate decides who gives way when they are taken). */
 export const MAX_METRICS_CONNECTIONS = METRICS_CONNECTION_LIMITS.max;
 /** Requests being authorised with the API server at once; more get 503 at once (cached answers take none). */
 export const MAX_METRICS_IN_FLIGHT = 4;
@@ -172,7 +174,7 @@ export function listenLogged(server: NetServer, port: number, host: string, log:
 
 export async function startMetricsListener(o: MetricsListenerOptions): Promise<MetricsListener> {
   const answerer = new Answerer(o);
-  const gate = new ConnectionGate();
+  const gate = new ConnectionGate(METRICS_CONNECTION_LIMITS);
   const load = async () => ({ ...(await o.tls()), ...(o.clientCa ? { ca: await o.clientCa() } : {}) });
   const context = (t: ServingTls & { ca?: string | Buffer }) => ({ cert: t.cert, key: t.key, ...(t.ca ? { ca: t.ca } : {}), minVersion: 'TLSv1.2' as const });
   const first = await load();
@@ -214,7 +216,10 @@ export async function startMetricsListener(o: MetricsListenerOptions): Promise<M
     url,
     host: o.host,
     stats: { answers: answerer.tally.answers },
-    get connections() { return { open: gate.open, dropped: gate.dropped }; },
+    get connections() {
+      const c = gate.counts;
+      return { open: c.placed + c.arriving, dropped: c.dropped };
+    },
     close: () => new Promise<void>((resolve) => {
       clearInterval(reload);
       server.close(() => resolve());
