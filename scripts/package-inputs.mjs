@@ -11,7 +11,7 @@
 // or changed item in one line naming it and that command, so a factory's build never reaches out.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -51,6 +51,10 @@ export function fileDigest(file, algorithm, encoding = 'hex') {
   return createHash(algorithm).update(readFileSync(file)).digest(encoding);
 }
 
+function bytesDigest(bytes, algorithm, encoding = 'hex') {
+  return createHash(algorithm).update(bytes).digest(encoding);
+}
+
 /** Writes `file` whole or not at all. */
 function writeAtomic(file, data) {
   writeFileSync(`${file}.${process.pid}.tmp`, data);
@@ -67,8 +71,16 @@ export function readDebsLock(file = DEBS_LOCK) {
   } catch (e) {
     throw new InputError(`${file}: ${e.message}: write it again with: ${FETCH_COMMAND} --update-pins`);
   }
+  // the names make file names in the cache (removed when stale): none may leave it
+  const bad = debs.find((d) => !(DEB_NAME.test(d?.name) && DEB_VERSION.test(d?.version) && DEB_ARCH.test(d?.arch)));
+  if (bad) throw new InputError(`${file}: ${JSON.stringify(bad)} is no Debian package name, version and arch (a path in one?): write it again with: ${FETCH_COMMAND} --update-pins`);
   return new Map(debs.map((d) => [`${d.name}:${d.arch}`, d]));
 }
+
+/** Debian policy's shapes (5.6.1 Package, 5.6.12 Version): no "/" and no leading dot, so never a path. */
+const DEB_NAME = /^[a-z0-9][a-z0-9+.-]+$/;
+const DEB_VERSION = /^[0-9A-Za-z][0-9A-Za-z.+~:-]*$/;
+const DEB_ARCH = /^[a-z0-9][a-z0-9-]*$/;
 
 function debArch(spec, arch) {
   return spec.all ? 'all' : arch;
@@ -110,8 +122,8 @@ function runtimeItem(arch) {
     why: `Node.js runtime of the ${arch} tarballs and image${arch === 'arm64' ? ' (its headers build the arm64 zstd addon)' : ''}`,
     file: path.join(cacheRoot(), 'runtimes', `${rt.pkg}-${rt.version}.tgz`),
     pin: rt.integrity,
-    digest: (file) => `sha512-${fileDigest(file, 'sha512', 'base64')}`,
-    fetch: (dest) => fetchRuntime(rt, dest),
+    digest: (bytes) => `sha512-${bytesDigest(bytes, 'sha512', 'base64')}`,
+    fetch: (dl) => fetchRuntime(rt, dl.npm),
   };
 }
 
@@ -123,15 +135,15 @@ function debItem(spec, pin, arch) {
     why: `${spec.why} (${spec.all ? 'every' : `the ${arch}`} image's base layer)`,
     file: path.join(cacheRoot(), 'debs', debFileName(pin)),
     pin: pin.sha256,
-    digest: (file) => fileDigest(file, 'sha256'),
-    fetch: (dest) => fetchDeb(pin, dest),
+    digest: (bytes) => bytesDigest(bytes, 'sha256'),
+    fetch: (dl) => fetchDeb(pin, dl.apt),
   };
 }
 
 /** Why `item`'s cached file cannot be used, or null when it matches its pin. */
 function cacheProblem(item) {
   if (!existsSync(item.file)) return `not in the cache: ${item.file} (${item.label}: ${item.why})`;
-  const got = item.digest(item.file);
+  const got = item.digest(readFileSync(item.file));
   if (got !== item.pin) return `${item.file}: digest ${got} is not the pinned ${item.pin} (${item.label})`;
   return null;
 }
@@ -144,14 +156,16 @@ export function requireCached(items) {
   throw new InputError(`${problems[0]}${more}; nothing is fetched at build time: run ${FETCH_COMMAND} (node scripts/package.mjs --fetch-only) once with the network, then package again`);
 }
 
-/** Moves a verified download into the cache (same directory, then rename: never half a file). */
+/**
+ * Puts a verified download into the cache (same directory, then rename: never half a file). The
+ * bytes hashed are the bytes written: read once, so a file swapped after the check is not cached.
+ */
 function install(item, downloaded) {
-  const got = item.digest(downloaded);
+  const bytes = readFileSync(downloaded);
+  const got = item.digest(bytes);
   if (got !== item.pin) throw new InputError(`fetched ${item.label} has digest ${got}, not the pinned ${item.pin}: not cached`);
   mkdirSync(path.dirname(item.file), { recursive: true });
-  const tmp = `${item.file}.${process.pid}.tmp`;
-  copyFileSync(downloaded, tmp);
-  renameSync(tmp, item.file);
+  writeAtomic(item.file, bytes);
 }
 
 function fetchRuntime(rt, dest) {
@@ -181,19 +195,24 @@ function run(cmd, args, cwd, what) {
 }
 
 /**
- * A download directory apt can write as its sandbox user: apt drops to _apt for downloads, and a
- * directory _apt cannot enter (one under root's 0700 home) makes it fall back to root with a
- * warning per file. Outside root's home, owned by _apt, the sandbox works as meant.
+ * Download directories: `apt`, one apt can write as its sandbox user (apt drops to _apt for
+ * downloads, and a directory _apt cannot enter, one under root's 0700 home, makes it fall back to
+ * root with a warning per file), and `npm`, root's own: npm runs as root and must not write where
+ * _apt could plant a symlink. The parent lets _apt pass, not list or write.
  */
-function downloadDir() {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'ob-fetch-'));
+export function downloadDirs() {
+  const root = mkdtempSync(path.join(os.tmpdir(), 'ob-fetch-'));
+  const dirs = { root, apt: path.join(root, 'apt'), npm: path.join(root, 'npm') };
+  mkdirSync(dirs.apt, { mode: 0o700 });
+  mkdirSync(dirs.npm, { mode: 0o700 });
   if (process.getuid?.() === 0) {
     try {
       const uid = Number(execFileSync('id', ['-u', '_apt'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
-      chownSync(dir, uid, 0);
+      chmodSync(root, 0o711);
+      chownSync(dirs.apt, uid, 0);
     } catch { /* no _apt user: apt runs unsandboxed anyway */ }
   }
-  return dir;
+  return dirs;
 }
 
 function size(bytes) {
@@ -202,7 +221,7 @@ function size(bytes) {
 
 /** Fills the cache with `items` (those missing or not as pinned), saying per item what and why. */
 export function fetchInputs(items, log = console.log) {
-  const dl = downloadDir();
+  const dl = downloadDirs();
   let fetched = 0;
   let total = 0;
   try {
@@ -218,7 +237,7 @@ export function fetchInputs(items, log = console.log) {
       log(`  ${problem ? 'fetched' : 'cached '}  ${item.label.padEnd(37)} ${size(bytes).padStart(9)}  ${item.why}`);
     }
   } finally {
-    rmSync(dl, { recursive: true, force: true });
+    rmSync(dl.root, { recursive: true, force: true });
   }
   log(`package: ${items.length} inputs in ${cacheRoot()} (${size(total)}, ${size(fetched)} fetched now): pnpm package runs offline from here`);
 }

@@ -661,7 +661,7 @@ function writeOrder(c: Contents, images: BundleImage[], order: BlobOrder | undef
 async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer }): Promise<WrittenBundle> {
   const { opts, progress, cache } = s;
   const digests = all.path.length ? all.path.map((r) => r.info.digest) : all.releaseInfo ? [all.releaseInfo.digest] : [];
-  const signatures = digests.length ? await releaseSignatureBlobs(digests, cache, opts, progress) : undefined;
+  const signatures = digests.length ? await releaseSignatureBlobs(digests, cache, opts, progress, all.path.map((r) => r.info.version)) : undefined;
   const createdAt = creationTime(opts);
   const ordered = writeOrder(c, [...images, ...charts], opts.blobOrder);
   const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };

@@ -37,9 +37,9 @@ async function fileSignatures(files: string[], digests: string[]): Promise<Found
  * The release signatures to carry for each release of `digests` (one, or an update path's):
  * from files and/or a signature store, each checked to sign its release (and, with a keyring,
  * to verify with one of its keys), then put in the cache as blobs of the layout. Duplicates
- * (same bytes) are carried once. None asked for: none.
+ * (same bytes) are carried once. None asked for: none; some but not every release's: refused.
  */
-export async function releaseSignatureBlobs(digests: string[], cache: BlobCache, opts: ReleaseSignatureOptions, progress: Progress): Promise<{ refs: ReleaseSignatureRef[][]; blobs: SignatureBlob[] }> {
+export async function releaseSignatureBlobs(digests: string[], cache: BlobCache, opts: ReleaseSignatureOptions, progress: Progress, versions: string[] = []): Promise<{ refs: ReleaseSignatureRef[][]; blobs: SignatureBlob[] }> {
   const found = await fileSignatures(opts.releaseSignatures ?? [], digests);
   if (opts.signatureStore) {
     for (const digest of digests) {
@@ -63,6 +63,12 @@ export async function releaseSignatureBlobs(digests: string[], cache: BlobCache,
     if (!blobs.some((b) => b.digest === d)) blobs.push({ digest: d, size: bytes.length, mediaType: RELEASE_SIGNATURE_MEDIA_TYPE, path: await cache.putBytes(d, bytes) });
     const of = digests.length > 1 ? ` of ${digest}` : '';
     progress.log(`release signature ${mine.length}${of}: key ${info.keyIds.join(', ')}${keyring ? ` (verified with ${keyring.source})` : ' (not verified: no --release-keyring)'}`);
+  }
+  // signatures for some releases of a path but not all: the offline upgrade would stop at the unsigned one
+  const unsigned = refs.findIndex((r) => r.length === 0);
+  if (unsigned >= 0) {
+    const release = `${versions[unsigned] ? `${versions[unsigned]} (${digests[unsigned]})` : digests[unsigned]}`;
+    throw new OciError('INVALID_CONFIG', `release ${release} of the path has no release signature, though others do: the cluster's upgrade would stop at it; add --release-signature FILE for it (or a --signature-store that has it)`);
   }
   return { refs, blobs };
 }

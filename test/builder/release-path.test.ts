@@ -161,6 +161,16 @@ t.test('a path the graph does not have is refused in one line, naming the missin
   t.equal(errorCode(unknown.stderr), 'NOT_FOUND');
 });
 
+t.test('each hop of the path is a release of the channel, not a newer one only another channel has', async (t) => {
+  const file = path.join(work, 'graph-candidate.json');
+  const nodes = [[r14, '4.14.30', 'eus-4.16'], [r15, '4.15.40', 'eus-4.16'], [r16, '4.16.2', 'eus-4.16'], [r15, '4.15.41', 'candidate-4.15']]
+    .map(([r, version, channel]) => ({ version, payload: (r as Pushed).digestRef, metadata: { [channels]: channel } }));
+  await writeFile(file, JSON.stringify({ nodes, edges: [[0, 1], [0, 3], [1, 2], [3, 2]] }));
+  const r = await createFrom(eus(file), ['--dry-run', '--json']);
+  t.equal(r.code, 0, r.stderr);
+  t.same(JSON.parse(r.stdout).release.path.releases.map((x: { version: string }) => x.version), ['4.15.40', '4.16.2'], 'through 4.15.40 (eus-4.16), not the newer 4.15.41 (candidate-4.15 only)');
+});
+
 t.test('--release-from overrides the file; a one-hop path is a bundle of one release', async (t) => {
   const r = await createFrom(eus(fullGraph), ['--release-from', '4.15.40', '--dry-run', '--json']);
   t.equal(r.code, 0, r.stderr);
@@ -169,6 +179,15 @@ t.test('--release-from overrides the file; a one-hop path is a bundle of one rel
   t.equal(plan.images.length, 4, '4.16.2 alone');
   const flagOnly = await bundle(['create', '--release', r16.ref, '--release-from', '4.14.30', '--dry-run']);
   t.match(flagOnly.stderr, /--release-from goes with -f/);
+});
+
+t.test('signatures for some releases of the path but not all are refused, naming the unsigned one', async (t) => {
+  const r = await createFrom(eus(fullGraph), ['--release-signature', sig16, '--key', keys.key, '-o', 'path.bundle']);
+  t.equal(r.code, 1, r.stderr);
+  t.equal(errorCode(r.stderr), 'INVALID_CONFIG', r.stderr);
+  t.equal(r.stderr.trimEnd().split('\n').length, 1, r.stderr);
+  t.match(r.stderr, `release 4.15.40 (${r15.digest}) of the path has no release signature, though others do`);
+  t.match(r.stderr, 'add --release-signature FILE for it');
 });
 
 t.test('a release signature of no release on the path is refused by name', async (t) => {

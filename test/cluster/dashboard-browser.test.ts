@@ -38,11 +38,13 @@ async function browserTests(): Promise<void> {
       Object.assign(doc.status, { bundle: { ...doc.status.bundle, media: 'OB-4151', mode: 'staged' } }, extra);
       return doc;
     };
+    // a runtime whose published lists were cut at their bound: what it holds is not known
+    const cutHoldings = { observedAt: ago(40), images: 900, pinned: 0, references: 900, digest: 'sha256:' + '0'.repeat(64), pinsReported: true, bundle: { refs: 2, missing: [], unpinned: [], truncated: true }, held: { pinned: [], unpinned: [], truncated: true } };
     const history = [{ version: '4.15.0', state: 'running', at: ago(86400 * 30) }, { version: '4.15.1', state: 'installing', at: ago(600) }];
     api.statuses = [
       s('master-0', 'Ready', { updatedAt: ago(4), message: 'Done: 4.15.1 is loaded. You can remove the USB stick.', history: [history[0], { ...history[1], state: 'loaded' }] }),
       s('worker-0', 'Staging', { updatedAt: ago(2), message: 'Copying the bundle from the stick: do not remove it.', history, progress: { bytesDone: 7_400_000_000, bytesTotal: 18_400_000_000, imagesDone: 0, imagesTotal: 212, rate: 48_000_000, etaSeconds: 230 } }),
-      s('worker-1', 'Failed', { updatedAt: ago(40), message: HOSTILE, history: [history[0], { ...history[1], state: 'failed' }] }, 'InsufficientSpace'),
+      s('worker-1', 'Failed', { updatedAt: ago(40), message: HOSTILE, history: [history[0], { ...history[1], state: 'failed' }], runtime: cutHoldings }, 'InsufficientSpace'),
       s('worker-3', 'Preloading', { updatedAt: ago(300), message: 'Loading images into the container runtime.', history, progress: { bytesDone: 0, bytesTotal: 0, imagesDone: 64, imagesTotal: 212, rate: 41_900_000, etaSeconds: 1 } }),
     ];
     api.clusterVersion = clusterVersion('4.15.0');
@@ -109,6 +111,9 @@ async function browserTests(): Promise<void> {
     t.notMatch(await row('worker-3').textContent(), /41\.9 MB\/s|left/, 'a report 5 min old shows no rate or time left');
     t.match(await row('worker-3').locator('td[data-label="Heartbeat"]').textContent(), /^5 min ago \(stale\)$/);
     t.match(await row('worker-1').textContent(), /Failed.*InsufficientSpace/);
+    const cutCell = row('worker-1').locator('td[data-label="Holds"]');
+    t.match(await cutCell.textContent(), /^0 of \d+, 0 pinned, \d+ not known \(its list was cut\)$/, 'a cut list: not known, as the terminal says');
+    t.match(await cutCell.locator('.cell').getAttribute('class'), /\bno\b/, 'in the warning colour');
     t.equal(await row('worker-1').locator('td[data-label="Message"]').textContent(), HOSTILE, 'the API\'s string shown as text');
     t.equal(await page.locator('#rows img, #rows b').count(), 0, 'no element made from it');
     t.equal(await page.evaluate(() => (globalThis as any).pwned), undefined, 'and no script run');

@@ -249,6 +249,10 @@ t.test('snapshot: per node, what its runtime holds of the bundle (held, pinned, 
   t.match(empty.holdings, { missing: 6, lacks: { length: MAX_LACKS_NAMED } }, `a node lacking all 6: counted, ${MAX_LACKS_NAMED} of them named`);
   const own = dashboardRows(nodes as any, statuses as any, digest, undefined, new Date()).rows;
   t.same(own.map((r) => [r.node, r.holdings.names, r.holdings.held, r.holdings.missing]), [['a', 6, 6, 0], ['b', 6, 4, 2], ['c', 0, 0, 0]], 'no bundle file: counted over the agent\'s own loaded names');
+  // an honest node lacking 300 of 300: its published list keeps 100 names and says it was cut
+  const cut = { ...runtimeHoldings([], names), bundle: { refs: 300, missing: Array.from({ length: 100 }, (_, i) => `quay.io/acme/x${i}:v1`), unpinned: [], truncated: true } };
+  const lacking = dashboardRows([nodes[0]] as any, [pickStatus(st('a', cut) as any)], digest, undefined, new Date()).rows[0]!.holdings;
+  t.match(lacking, { names: 300, held: 0, pinned: 0, missing: 100, unknown: 200 }, 'no bundle file, a cut list: the names past it not known, never held');
   const app = await readFile(path.join(pageDir(), 'app.js'), 'utf8');
   t.match(app, /'Holds'/, 'the page has the column');
 });

@@ -28,6 +28,7 @@ function manifest(change: (r: Record<string, any>) => void = () => undefined) {
 }
 
 t.test('a path of two releases is read in the order a cluster takes them', async (t) => {
+  t.doesNotThrow(() => validateManifest(manifest((r) => { r.via[0].image = `quay.io/ocp/release@${d('1')}`; r.upgradeFrom = ['4.15.39', '4.15.40']; r.via[0].upgradeFrom = ['4.14.30', '4.15.39']; })), 'image by digest; the final from another 4.15 the hop also upgrades from');
   const m = validateManifest(manifest());
   const path = releasePath(m);
   t.same(path.map((h) => h.version), ['4.15.40', '4.16.2'], 'the intermediate first, the final last');
@@ -42,6 +43,8 @@ t.test('the validator bounds the path', async (t) => {
   const longest = validateManifest(manifest((r) => {
     r.via = [hop('4.13.1', d('1'), ['4.12.9']), hop('4.14.1', d('2'), ['4.13.1']), hop('4.15.1', d('3'), ['4.14.1'])];
     Object.assign(r, { version: '4.16.0', name: '4.16.0', digest: d('4'), upgradeFrom: ['4.15.1'] });
+    // each release adds one image: the path's adds sum to the bundle's four
+    for (const h of [...r.via, r]) h.adds = { images: 1, bytes: 100 };
   }));
   t.equal(releasePath(longest).length, MAX_RELEASE_PATH_HOPS, `${MAX_RELEASE_PATH_HOPS} releases are accepted`);
   const bad: [string, (r: Record<string, any>) => void, RegExp][] = [
@@ -59,6 +62,17 @@ t.test('the validator bounds the path', async (t) => {
     ['a version that names a path', (r) => { r.via[0].version = '../x'; }, /release\.via\[0\]\.version must be letters/],
     ['a hop\'s unlisted signature', (r) => { r.via[0].signatures = [{ digest: d('8'), keyIds: [] }]; }, /release\.via\[0\]\.signatures\[0\] must name a blob/],
     ['a nested path', (r) => { r.via[0].via = []; }, /a hop has no path of its own/],
+    ['a hop without a version', (r) => { delete r.via[0].version; }, /release\.via\[0\]\.version must be a non-empty string/],
+    ['a hop without a name', (r) => { delete r.via[0].name; }, /release\.via\[0\]\.name must be a non-empty string/],
+    ['the final release upgrading from the path\'s start', (r) => { r.upgradeFrom = ['4.14.30', '4.15.40']; }, /release\.upgradeFrom names 4\.14\.30, a release before 4\.15\.40 on the path/],
+    ['a later hop upgrading from a hop before the one it follows', (r) => {
+      r.via.push(hop('4.15.50', d('3'), ['4.15.40']));
+      for (const h of [...r.via, r]) h.adds = { images: 1, bytes: 100 };
+      r.upgradeFrom = ['4.15.40', '4.15.50'];
+    }, /release\.upgradeFrom names 4\.15\.40, a release before 4\.15\.50 on the path/],
+    ['a hop\'s image another repository than its digest\'s', (r) => { r.via[0].image = 'quay.io/evil/release:4.15.40'; }, /release\.via\[0\]\.image quay\.io\/evil\/release:4\.15\.40 is not the carried image/],
+    ['a hop\'s image naming another digest', (r) => { r.via[0].image = `quay.io/ocp/release@${d('3')}`; }, /is not the carried image of release\.via\[0\]\.digest/],
+    ['adds summing to more than the bundle', (r) => { r.adds.bytes = 600; r.via[0].adds.bytes = 600; }, /the path's adds count more bytes than the bundle's layout \(1000 bytes\)/],
   ];
   for (const [what, change, message] of bad) {
     t.throws(() => validateManifest(manifest(change)), { code: 'INVALID_MANIFEST', message }, what);

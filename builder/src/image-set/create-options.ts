@@ -41,7 +41,7 @@ async function releaseFromChannel(r: ReleaseByChannel, graphFlag: string | undef
   const graph = await readUpdateGraph(file);
   const chosen = resolveRelease(graph, r, where);
   // a path of one hop is a bundle of one release, as without from
-  const path = r.from === undefined ? undefined : resolvePath(graph, r.from, chosen.version, MAX_RELEASE_PATH_HOPS, where);
+  const path = r.from === undefined ? undefined : resolvePath(graph, r.channel, r.from, chosen.version, MAX_RELEASE_PATH_HOPS, where);
   return { channel: r.channel, ...chosen, ...(path && path.length > 1 ? { path } : {}) };
 }
 

@@ -78,14 +78,18 @@ export async function readUpdateGraph(file: string): Promise<UpdateGraph> {
   return { file, nodes, edges: edges as [number, number][] };
 }
 
+/** The graph's nodes in `channel`; all of them when no node lists its channels (one channel's graph). */
+function channelNodes(graph: UpdateGraph, channel: string): UpdateGraph['nodes'] {
+  return graph.nodes.some((n) => n.channels) ? graph.nodes.filter((n) => n.channels?.includes(channel)) : graph.nodes;
+}
+
 /**
  * The release a channel and version (or version range, or neither: the channel's newest) name in
  * the graph. Nodes list their channels in metadata; a graph whose nodes list none is taken as
  * the one channel's graph (the service answers ?channel= with that channel's releases).
  */
 export function resolveRelease(graph: UpdateGraph, choice: ReleaseChoice, where: string): ResolvedRelease {
-  const listed = graph.nodes.some((n) => n.channels);
-  const inChannel = listed ? graph.nodes.filter((n) => n.channels?.includes(choice.channel)) : graph.nodes;
+  const inChannel = channelNodes(graph, choice.channel);
   if (inChannel.length === 0) {
     const known = [...new Set(graph.nodes.flatMap((n) => n.channels ?? []))].sort();
     throw new OciError('NOT_FOUND', `${where}: channel ${choice.channel} is not in the update graph ${graph.file} (it has: ${known.join(', ') || 'none'})`);
@@ -114,10 +118,11 @@ export function resolveRelease(graph: UpdateGraph, choice: ReleaseChoice, where:
 /** One release of an update path, as the graph names it. */
 export interface PathHop { version: string; payload: string }
 
-/** Versions linked by the graph's edges, each way, newest first. */
-function linked(graph: UpdateGraph, reverse: boolean): Map<string, string[]> {
+/** Versions linked by the graph's edges into `hops` (the versions a path may go to), each way, newest first. */
+function linked(graph: UpdateGraph, reverse: boolean, hops: Set<string>): Map<string, string[]> {
   const out = new Map<string, Set<string>>();
   for (const [a, b] of graph.edges) {
+    if (!hops.has(graph.nodes[b]!.version)) continue;
     const [from, to] = reverse ? [graph.nodes[b]!.version, graph.nodes[a]!.version] : [graph.nodes[a]!.version, graph.nodes[b]!.version];
     if (!out.has(from)) out.set(from, new Set());
     out.get(from)!.add(to);
@@ -144,19 +149,21 @@ function reach(next: Map<string, string[]>, start: string, depth: number): Map<s
 }
 
 /**
- * The update path from `from` (the version the cluster runs) to `to`, as the graph's edges say:
- * the fewest hops, at most `maxHops` of them; among paths as short, the one
+ * The update path from `from` (the version the cluster runs) to `to`, as the graph's edges say,
+ * through releases of `channel` only: the fewest hops, at most `maxHops` of them; among paths as short, the one
  * through the newest releases. The releases after `from`, `to` last. A path the graph does not
  * have is refused naming the edge it lacks: from what `from` reaches to what reaches `to`.
  */
-export function resolvePath(graph: UpdateGraph, from: string, to: string, maxHops: number, where: string): PathHop[] {
+export function resolvePath(graph: UpdateGraph, channel: string, from: string, to: string, maxHops: number, where: string): PathHop[] {
   const payload = new Map(graph.nodes.map((n) => [n.version, n.payload]));
   if (!payload.has(from)) throw new OciError('NOT_FOUND', `${where}: ${from} (the version the cluster runs) is not in the update graph ${graph.file}: save the graph of a channel that holds it and the release (eus-4.16 for 4.14 → 4.16)`);
   if (from === to) throw new OciError('INVALID_CONFIG', `${where}: the path starts at ${from}, the release itself: give the version the cluster runs, an earlier one`);
-  const parent = reach(linked(graph, false), from, maxHops);
+  // each hop a release of the channel, as the release itself is: not a candidate the graph also lists
+  const hops = new Set(channelNodes(graph, channel).map((n) => n.version));
+  const parent = reach(linked(graph, false, hops), from, maxHops);
   if (!parent.has(to)) {
     const reached = [...parent.keys()].filter((v) => v !== to).sort(rcompare);
-    const reaching = [...reach(linked(graph, true), to, maxHops - 1).keys()].filter((v) => v !== to).sort(rcompare);
+    const reaching = [...reach(linked(graph, true, hops), to, maxHops - 1).keys()].filter((v) => v !== to).sort(rcompare);
     throw new OciError('NOT_FOUND', `${where}: the update graph ${graph.file} has no path from ${from} to ${to} in at most ${maxHops} hops: it lacks an edge from ${someOf(reached, 5)} (what ${from} reaches) to ${someOf([to, ...reaching], 5)} (what reaches ${to}); save the graph of the channel that holds the intermediate release (eus-4.16 for 4.14 → 4.16), or pick a release ${from} reaches`);
   }
   const path: PathHop[] = [];

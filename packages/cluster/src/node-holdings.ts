@@ -35,6 +35,8 @@ const none = (node: string): NodeHoldings => ({ node, published: false, names: 0
 function ofLoaded(node: string, h: RuntimeHoldings): NodeHoldings {
   const names = h.bundle.refs;
   const missing = Math.min(names, h.bundle.missing.length);
+  // a cut list names only some of what it lacks or leaves unpinned: the rest is not known, never held
+  if (h.bundle.truncated) return { node, published: true, names, held: 0, pinned: 0, missing, unknown: names - missing, pinsReported: h.pinsReported, lacks: h.bundle.missing.slice(0, MAX_LACKS_NAMED) };
   const held = names - missing;
   const pinned = h.pinsReported ? Math.max(0, held - h.bundle.unpinned.length) : 0;
   return { node, published: true, names, held, pinned, missing, unknown: 0, pinsReported: h.pinsReported, lacks: h.bundle.missing.slice(0, MAX_LACKS_NAMED) };

@@ -358,11 +358,13 @@ function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], 
     const field = `release.via[${i}]`;
     const h = isObj(x) ? x : bad(`${field} must be an object`);
     checkReleaseFields(h, (f, rule) => bad(`${field}.${f.slice('release.'.length)} ${rule}`));
-    str(h.name, `${field}.name`);
+    // checkReleaseFields skips absent fields: a hop names all three
+    str(h.version, `${field}.version`, 128); str(h.name, `${field}.name`); str(h.arch, `${field}.arch`);
     if (h.arch !== r.arch) bad(`${field}.arch must be the bundle's (${String(r.arch)})`);
     const d = digest(h.digest, `${field}.digest`);
     if (!carried.has(d)) bad(`${field}.digest ${d} is not among the images: every release of the path is carried`);
-    str(h.image, `${field}.image`);
+    const image = str(h.image, `${field}.image`);
+    if (!images.some((im) => im.digest === d && namesImage(image, im.repository, d))) bad(`${field}.image ${image} is not the carried image of ${field}.digest ${d} (its repository, and that digest if it names one)`);
     arr(h.upgradeFrom, `${field}.upgradeFrom`);
     if (h.signatures !== undefined) validateReleaseSignatures(h.signatures, blobs, `${field}.signatures`);
     if (h.via !== undefined) bad(`${field}.via: a hop has no path of its own`);
@@ -370,12 +372,35 @@ function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], 
     return { field, version: h.version as string, upgradeFrom: h.upgradeFrom as string[], digest: d };
   });
   const all = [...hops, { field: 'release', version: r.version as string, upgradeFrom: r.upgradeFrom as string[], digest: r.digest as string }];
+  const adds = [...via, r].map((h) => (h as { adds: { images: number; bytes: number } }).adds);
+  if (adds.reduce((n, a) => n + a.images, 0) > images.length) bad(`the path's adds count more images than the bundle's ${images.length}`);
+  if (adds.reduce((n, a) => n + a.bytes, 0) > layoutBytes) bad(`the path's adds count more bytes than the bundle's layout (${layoutBytes} bytes)`);
   for (let i = 1; i < all.length; i++) {
     const [prev, next] = [all[i - 1]!, all[i]!];
+    // an older agent reads release.upgradeFrom alone: a hop naming the path's start, or a hop
+    // before the one it follows, would have it skip a release of the path
+    const skipped = [...all[0]!.upgradeFrom.filter((v) => typeof v === 'string' && minorOf(v) < minorOf(all[0]!.version)), ...all.slice(0, i - 1).map((h) => h.version)];
+    const skips = next.upgradeFrom.find((v) => skipped.includes(v));
+    if (skips !== undefined) bad(`${next.field}.upgradeFrom names ${skips}, a release before ${prev.version} on the path: ${next.version} is reached through ${prev.version}`);
     if (compareVersions(next.version, prev.version) <= 0) bad(`${next.field}.version ${next.version} is not later than ${prev.field}.version ${prev.version}: a path goes forward`);
     if (!next.upgradeFrom.includes(prev.version)) bad(`${next.field}.upgradeFrom does not name ${prev.version}: ${next.version} is not an upgrade of the hop before it`);
     if (all.slice(0, i).some((h) => h.digest === next.digest)) bad(`${next.field}.digest ${next.digest} is another hop's`);
   }
+}
+
+/** Whether `image` (repository[:tag][@digest]) names `repository`, and `digest` if it names one. */
+function namesImage(image: string, repository: string, digest: string): boolean {
+  const at = image.indexOf('@');
+  if (at >= 0 && image.slice(at + 1) !== digest) return false;
+  const name = at >= 0 ? image.slice(0, at) : image;
+  const colon = name.lastIndexOf(':');
+  return (colon > name.lastIndexOf('/') ? name.slice(0, colon) : name) === repository;
+}
+
+/** major.minor as one comparable number ("4.14.30" → 4_000_014): the path's start is of an earlier minor. */
+function minorOf(version: string): number {
+  const m = /^(\d+)\.(\d+)/.exec(version);
+  return m ? Number(m[1]) * 1_000_000 + Number(m[2]) : -1;
 }
 
 export function parseManifestBytes(bytes: Uint8Array): BundleManifest {

@@ -28,6 +28,14 @@ export interface CacheInfo {
   partialBytes: number;
 }
 
+/**
+ * Unpacked sizes, under a directory named for how they were measured: figures from an older,
+ * looser measure (for a day, v1 trusted gzip trailers, which a 4 GiB wrap or a member before the
+ * last can cut) are not read again.
+ */
+const SIZES = ['sizes', 'v2', 'sha256'];
+const LEGACY_SIZES = ['sizes', 'sha256'];
+
 const isFull = (err: unknown) => ['ENOSPC', 'EDQUOT'].includes((err as NodeJS.ErrnoException)?.code ?? '');
 
 /**
@@ -71,7 +79,7 @@ export class BlobCache {
 
   /** Where the unpacked size of a layer is kept (a decimal number): cached runs know it too. */
   private sizePath(digest: string): string {
-    return join(this.dir, 'sizes', 'sha256', digestHex(digest));
+    return join(this.dir, ...SIZES, digestHex(digest));
   }
 
   /** What a cached layer unpacks to, when it was measured. */
@@ -87,7 +95,7 @@ export class BlobCache {
 
   private async keepUnpackedSize(digest: string, n: number | undefined): Promise<void> {
     if (n === undefined) return;
-    await makeDirs(join(this.dir, 'sizes', 'sha256'));
+    await makeDirs(join(this.dir, ...SIZES));
     await writeFileAtomic(this.sizePath(digest), `${n}\n`);
   }
 
@@ -154,8 +162,9 @@ export class BlobCache {
   /** A blob fetched before sizes were kept: measured once from the cached file. */
   private async measureCached(digest: string, size: number): Promise<void> {
     if ((await this.unpackedSize(digest)) !== undefined) return;
-    const path = this.path(digest);
-    await this.keepUnpackedSize(digest, await UnpackedCounter.ofFile(path, size, () => createReadStream(path)));
+    const counter = new UnpackedCounter(size);
+    for await (const chunk of createReadStream(this.path(digest))) await counter.push(chunk as Buffer);
+    await this.keepUnpackedSize(digest, await counter.finish());
   }
 
   private async fetchNow(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions): Promise<string> {
@@ -183,8 +192,7 @@ export class BlobCache {
       // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
       const hash = newSha256();
       counter?.abandon();
-      // a gzip layer's trailer gives its size: the file is read again only when it cannot be trusted
-      counter = opts.measure ? new UnpackedCounter(size, { reread: () => createReadStream(final) }) : undefined;
+      counter = opts.measure ? new UnpackedCounter(size) : undefined;
       let have = 0;
       try {
         for await (const chunk of createReadStream(partial)) {
@@ -285,7 +293,7 @@ export async function pruneCache(dir: string, opts: { olderThanDays?: number; no
   for (const f of await cacheFiles(dir)) {
     if (!f.unfinished && opts.olderThanDays !== undefined && f.mtimeMs > cutoff) continue;
     await rm(f.path, { force: true });
-    if (f.hex) await rm(join(dir, 'sizes', 'sha256', f.hex), { force: true });
+    if (f.hex) for (const sizes of [SIZES, LEGACY_SIZES]) await rm(join(dir, ...sizes, f.hex), { force: true });
     files++;
     bytes += f.size;
   }

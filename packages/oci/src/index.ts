@@ -17,7 +17,7 @@ export { DockerSource } from './docker-source.js';
 export { DirSource } from './dir-source.js';
 export { parseSourceSpec, openSource } from './transport.js';
 export { BlobCache, cacheInfo, lockCache, pruneCache } from './blob-cache.js';
-export { UnpackedCounter, MAX_UNPACK_RATIO, gzipTrailerSize } from './unpacked-size.js';
+export { UnpackedCounter, MAX_UNPACK_RATIO } from './unpacked-size.js';
 export { PHASE_TIMES_ENV, addPhase, phaseTimesOn, startPhaseTimes, threadCpuSeconds, timedAsync, timedSync, writePhaseTimes } from './phase-times.js';
 export { mirrorPath } from './mirror-path.js';
 export { MAX_LAYER_FILE_BYTES, MAX_LAYER_TOTAL_BYTES, MAX_LAYER_UNPACKED_BYTES, readLayerFiles, readReleasePayload, IMAGE_REFERENCES_PATH, RELEASE_METADATA_PATH } from './release.js';

@@ -72,12 +72,13 @@ function makeRow(node) {
   return { tr, cells };
 }
 
-/** "12 of 12, 12 pinned" or "9 of 12, 9 pinned; lacks 3: a, b and 1 more": what the node's runtime holds of the bundle. */
+/** "12 of 12, 12 pinned" or "9 of 12, 9 pinned; lacks 3: a, b and 1 more" ("…, 2 not known (its list was cut)"): what the node's runtime holds of the bundle. */
 function holdsText(h) {
   if (!h || !h.published) return 'not known';
   const pins = h.pinsReported ? `, ${h.pinned} pinned` : ', pins not reported';
+  const unknown = h.unknown ? `, ${h.unknown} not known (its list was cut)` : '';
   const lacks = h.missing ? `; lacks ${h.missing}: ${h.lacks.join(', ')}${h.missing > h.lacks.length ? ` and ${h.missing - h.lacks.length} more` : ''}` : '';
-  return `${h.held} of ${h.names}${pins}${lacks}`;
+  return `${h.held} of ${h.names}${pins}${unknown}${lacks}`;
 }
 
 function update(r, row) {
@@ -94,7 +95,7 @@ function update(r, row) {
   c.Source.textContent = row.source || '-';
   c.Pinned.textContent = row.pinned === 'True' ? 'yes' : row.pinned === 'False' ? 'no' : (row.pinned || '-');
   c.Holds.textContent = holdsText(row.holdings);
-  c.Holds.className = row.holdings && row.holdings.missing ? 'cell no' : 'cell';
+  c.Holds.className = row.holdings && (row.holdings.missing || row.holdings.unknown) ? 'cell no' : 'cell';
   c.Holds.title = row.holdings && row.holdings.published ? 'image names of the bundle its container runtime holds, as its agent last published' : 'its agent publishes nothing of its runtime (an older agent, or no load since it started)';
   c.Heartbeat.dataset.at = row.heartbeat || '';
   c.Heartbeat.dataset.stale = row.stale ? 'yes' : '';
