@@ -141,6 +141,11 @@ t.test('garbage published by a node: the CRD refuses it; toResource and the admi
   t.equal(mixed.held.truncated, true, 'a list that was not one: what is held beyond is not known');
   t.same(mixed.bundle, { refs: 0, missing: ['ok'], unpinned: [], truncated: true });
   t.equal(heldState(mixed, 'registry.example.com/none:v1'), 'unknown');
+  // lists left out are not empty lists: a node publishing only counts holds nothing known
+  const countsOnly = boundHoldings({ ...good, images: 5000, bundle: { refs: 5000 }, held: {} })!;
+  t.equal(countsOnly.bundle.truncated, true, 'refs without missing/unpinned lists: what it lacks is not known');
+  t.equal(countsOnly.held.truncated, true, 'images without held lists: what it holds is not known');
+  t.equal(heldState(countsOnly, `${REL}@${dg('a')}`), 'unknown');
   // an agent-side status carrying garbage (a bug, a hand-edited status file) is bounded before it is sent
   const bad = { ...emptyStatus('worker-0'), runtime: { ...good, held: { pinned: Array.from({ length: 5000 }, (_, i) => hex(`k${i}`).slice(0, 16)), unpinned: ['nope'], truncated: false } } } as NodeStatus;
   const sent = toResource(bad, 'worker-0');

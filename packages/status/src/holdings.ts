@@ -134,8 +134,9 @@ export function boundHoldings(v: unknown): RuntimeHoldings | undefined {
     references: count(h.references),
     digest: h.digest,
     pinsReported: h.pinsReported === true,
-    bundle: { refs: count(b.refs), missing: missing.out, unpinned: unpinned.out, truncated: b.truncated === true || missing.cut || unpinned.cut },
-    held: { pinned: k.pinned, unpinned: k.unpinned, truncated: held.truncated === true || k.cut },
+    // a list left out says nothing, not "none": what it would name is unknown, never held
+    bundle: { refs: count(b.refs), missing: missing.out, unpinned: unpinned.out, truncated: b.truncated === true || missing.cut || unpinned.cut || (count(b.refs) > 0 && !(Array.isArray(b.missing) && Array.isArray(b.unpinned))) },
+    held: { pinned: k.pinned, unpinned: k.unpinned, truncated: held.truncated === true || k.cut || (count(h.images) > 0 && !(Array.isArray(held.pinned) && Array.isArray(held.unpinned))) },
   };
 }
 
