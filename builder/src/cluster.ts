@@ -9,16 +9,17 @@ import { Option, type Command } from 'commander';
 import { stringify as stringifyYaml } from 'yaml';
 import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
-import { loadTrust, readReleaseSignatures, withBundle } from '@offline-bundle/format';
+import { loadTrust, readReleaseSignatures, releasePath, withBundle } from '@offline-bundle/format';
 import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, timeAgo, type AdminApis } from '@offline-bundle/status';
 import {
-  gateLine, holdingsLine, nextSteps, nodeRbacObjects, pinnedSetsLine, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
+  gateLine, holdingsLine, nextSteps, pathWords, readPathStatus, nodeRbacObjects, pinnedSetsLine, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,
 } from '@offline-bundle/cluster';
 import { collect, digestArg, secondsArg } from './args.js';
 import { addDashboardCommand } from './dashboard/command.js';
 import { addApprovalCommands } from './cluster-approve.js';
 import { addCheckCommand } from './cluster-check.js';
+import { runPathUpgrade } from './cluster-upgrade-path.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface TrustOpts { key?: string[]; digest?: string; releaseKeyring?: string }
@@ -39,13 +40,16 @@ async function apis(o: KubeOpts): Promise<AdminApis> {
 /** The bundle as the cluster commands need it: trusted first, release signatures checked. */
 async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): Promise<AdminBundle> {
   const trust = await loadTrust(o.key ?? [], o.digest);
-  const { manifest: m, signatures } = await withBundle(file, (source) => readReleaseSignatures(source, trust));
-  if (m.release.digest) {
-    const keyring = o.releaseKeyring ? await loadReleaseKeyring(o.releaseKeyring) : undefined;
-    for (const [i, s] of signatures.entries()) {
-      await verifyReleaseSignature(s.bytes, m.release.digest, { where: `release signature ${i + 1} of ${file}`, ...(keyring ? { keyring } : {}) });
+  const { manifest: m, signatures, path } = await withBundle(file, (source) => readReleaseSignatures(source, trust));
+  const keyring = o.releaseKeyring ? await loadReleaseKeyring(o.releaseKeyring) : undefined;
+  // every release of an update path with its own signatures, each checked against its own digest
+  for (const r of path) {
+    if (!r.digest) continue;
+    for (const [i, s] of r.signatures.entries()) {
+      await verifyReleaseSignature(s.bytes, r.digest, { where: `release signature ${i + 1}${path.length > 1 ? ` of ${r.version}` : ''} of ${file}`, ...(keyring ? { keyring } : {}) });
     }
   }
+  const hops = releasePath(m);
   return {
     fileDigest: withFileDigest ? (o.digest ?? (await sha256File(file)).digest) : '',
     version: m.release.version,
@@ -54,6 +58,7 @@ async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): 
     upgradeFrom: m.release.upgradeFrom,
     images: m.images.map((i) => ({ repository: i.repository, tag: i.tag, digest: i.digest })),
     signatures: signatures.map((s) => s.bytes),
+    ...(hops.length > 1 ? { path: hops.map((h, i) => ({ version: h.version, image: h.image, digest: h.digest, upgradeFrom: h.upgradeFrom, signatures: path[i]!.signatures.map((s) => s.bytes) })) } : {}),
   };
 }
 
@@ -108,10 +113,12 @@ function addStatusCommand(cluster: Command): void {
       const r = await readRollup(api, { ...(o.selector ? { selector: o.selector } : {}), ...(o.bundleDigest ? { digest: o.bundleDigest } : {}) });
       // a selection of nodes says nothing of the others (--selector conflicts): only a look at every node moves the gate
       const gate = o.updateGate ? await publishGate(api, r, { by: 'bundle cluster status' }) : undefined;
-      if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows, gate: gate ?? null }, null, 2) + '\n');
+      // an update path (EUS to EUS) as prepare or upgrade wrote it into the gate: which hop the cluster is on
+      const path = await readPathStatus(api);
+      if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows, gate: gate ?? null, path: path ?? null }, null, 2) + '\n');
       // node names, reasons and messages come from the cluster: control characters are escaped
       // not ready: the summary is said once, in the error line beside what to do
-      else process.stdout.write(`${table(r.rows)}\n${r.ready ? `${escapeControls(r.summary)}\n` : ''}${gate ? `${escapeControls(gateLine(gate))}\n` : ''}`);
+      else process.stdout.write(`${table(r.rows)}\n${r.ready ? `${escapeControls(r.summary)}\n` : ''}${gate ? `${escapeControls(gateLine(gate))}\n` : ''}${path ? `${escapeControls(path.line)}\n` : ''}`);
       if (!r.ready) throw notReady(r, o.json === true);
     });
 }
@@ -139,14 +146,16 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       const b = await loadBundle(file, o, false);
       const r = await prepareCluster(await apis(o), b, { dryRun: o.dryRun === true });
       if (o.json) {
-        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null, holdings: r.holdings }, null, 2) + '\n');
+        process.stdout.write(JSON.stringify({ dryRun: r.dryRun, configMap: r.configMap, changed: r.changed, fieldManager: signatureFieldManager(b.digest!), path: b.path?.map((x) => x.version) ?? null, runningVersion: r.runningVersion ?? null, warnings: r.warnings, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null, holdings: r.holdings }, null, 2) + '\n');
         return;
       }
       const where = `ConfigMap ${SIGNATURE_NAMESPACE}/${SIGNATURE_CONFIGMAP}`;
       const keys = Object.keys(r.configMap.binaryData).join(', ');
       process.stdout.write(
         (r.changed.length === 0 ? `${where} already holds ${keys}\n` : `${r.dryRun ? 'would apply' : 'applied'} ${where}: ${keys} (field manager ${signatureFieldManager(b.digest!)})\n`)
-        + `version graph: the cluster runs ${r.runningVersion ?? 'an unknown version'}; ${b.version} ${b.upgradeFrom.length ? `accepts ${b.upgradeFrom.join(', ')}` : 'accepts any version'}\n`
+        + (b.path && b.path.length > 1
+          ? `update path: ${pathWords(b.path, b.path.some((x) => x.version === r.runningVersion) ? undefined : r.runningVersion)} (${b.path.length} releases, each with its own signatures in the ConfigMap); the cluster runs ${r.runningVersion ?? 'an unknown version'}\n`
+          : `version graph: the cluster runs ${r.runningVersion ?? 'an unknown version'}; ${b.version} ${b.upgradeFrom.length ? `accepts ${b.upgradeFrom.join(', ')}` : 'accepts any version'}\n`)
         + warningLines(r.warnings)
         + (r.gate ? `${escapeControls(gateLine(r.gate))}\n` : '')
         + (r.pinned ? `${escapeControls(pinnedSetsLine(r.pinned))}\n` : '')
@@ -156,12 +165,14 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
     });
 
   trustOptions(kubeOptions(cluster.command('upgrade')
-    .description('Start the upgrade: refuses unless every node is Ready for this bundle (as "status" exits 0) and "prepare" is done; then sets ClusterVersion spec.desiredUpdate to the release image by digest (never force) and prints the equivalent oc command.')
+    .description('Start the upgrade: refuses unless every node is Ready for this bundle (as "status" exits 0) and "prepare" is done; then sets ClusterVersion spec.desiredUpdate to the release image by digest (never force) and prints the equivalent oc command. A bundle of an update path (EUS to EUS) takes one step per run, each shown in the whole plan before anything changes: pause every pool but master, hop one, (run again once ClusterVersion\'s history says Completed) the admin acknowledgements the running release asks for, hop two, (again) unpause the pools. Safe to run again at any time: it reads where the cluster is.')
     .argument('<bundle>')
     .option('-l, --selector <labels>', 'only these nodes must be Ready (default: every node)')
-    .option('--dry-run', 'change nothing; print the change and the oc command')))
-    .action(async (file: string, o: KubeOpts & TrustOpts & { dryRun?: boolean; selector?: string }) => {
+    .option('--ack <gate>', 'an update path: acknowledge this admin gate (a key of openshift-config-managed/admin-gates) in openshift-config/admin-acks before the hop that waits on it (repeatable)', collect)
+    .option('--dry-run', 'change nothing; print the change (an update path: the whole plan) and the oc commands')))
+    .action(async (file: string, o: KubeOpts & TrustOpts & { dryRun?: boolean; selector?: string; ack?: string[] }) => {
       const b = await loadBundle(file, o, true);
+      if (b.path && b.path.length > 1) return runPathUpgrade(await apis(o), b, file, o);
       const r = await upgradeCluster(await apis(o), b, { dryRun: o.dryRun === true, ...(o.selector ? { selector: o.selector } : {}) });
       if (o.json) {
         process.stdout.write(JSON.stringify({ dryRun: r.dryRun, changed: r.changed, image: r.image, patch: r.patch, ocCommand: r.ocCommand, summary: r.rollup.summary, gate: r.gate ?? null, pinnedImageSets: r.pinned ?? null }, null, 2) + '\n');

@@ -16,42 +16,56 @@ export const RELEASE_REPO = 'quay.io/openshift-release-dev/ocp-release';
 export const ART_REPO = 'quay.io/openshift-release-dev/ocp-v4.0-art-dev';
 const MT = 'application/vnd.oci.image.manifest.v1+json';
 
-export interface TestBundle { file: string; fileDigest: string; releaseDigest: string; payloadDigest: string; pub: string; version: string }
+export interface TestBundle { file: string; fileDigest: string; releaseDigest: string; payloadDigest: string; pub: string; version: string; via: TestHop[] }
+/** A release of a path bundle before its final one. */
+export interface TestHop { version: string; releaseDigest: string; payloadDigest: string }
 
 /**
  * A bundle of release `version` (accepting `upgradeFrom`) whose release signatures are made by
- * `sign(releaseDigest)`. Its "images" are small JSON blobs standing in for manifests.
+ * `sign(releaseDigest)`. Its "images" are small JSON blobs standing in for manifests. With
+ * `via`, an update path (#43): those releases first, oldest first, each with its own release
+ * image, payload image and signatures; `upgradeFrom` then names the last of them.
  */
-export async function makeBundle(dir: string, opts: { version: string; upgradeFrom: string[]; sign?: (digest: string, reference: string) => Promise<Buffer[]> }): Promise<TestBundle> {
+export async function makeBundle(dir: string, opts: { version: string; upgradeFrom: string[]; sign?: (digest: string, reference: string) => Promise<Buffer[]>; via?: { version: string; upgradeFrom: string[] }[] }): Promise<TestBundle> {
   await mkdir(dir, { recursive: true });
   const blob = async (name: string, bytes: Buffer, mediaType: string) => {
     const file = path.join(dir, name);
     await writeFile(file, bytes);
     return { digest: sha256(bytes), size: bytes.length, mediaType, path: file };
   };
-  const release = await blob('release.json', Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, release: opts.version })), MT);
-  const payload = await blob('payload.json', Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, component: `cli-${opts.version}` })), MT);
-  const reference = `${RELEASE_REPO}:${opts.version}-x86_64`;
-  const sigs = opts.sign ? await opts.sign(release.digest, reference) : [];
-  const sigBlobs = await Promise.all(sigs.map((s, i) => blob(`sig-${i}`, s, RELEASE_SIGNATURE_MEDIA_TYPE)));
+  const releaseOf = async (version: string, upgradeFrom: string[]) => {
+    const release = await blob(`release-${version}.json`, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, release: version })), MT);
+    const payload = await blob(`payload-${version}.json`, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, component: `cli-${version}` })), MT);
+    const reference = `${RELEASE_REPO}:${version}-x86_64`;
+    const sigs = opts.sign ? await opts.sign(release.digest, reference) : [];
+    const sigBlobs = await Promise.all(sigs.map((s, i) => blob(`sig-${version}-${i}`, s, RELEASE_SIGNATURE_MEDIA_TYPE)));
+    const head = {
+      name: version, version, arch: 'amd64', image: reference, digest: release.digest, upgradeFrom,
+      ...(sigBlobs.length ? { signatures: sigBlobs.map((b) => ({ digest: b.digest, keyIds: [] })) } : {}),
+      ...(opts.via?.length ? { adds: { images: 2, bytes: release.size + payload.size } } : {}),
+    };
+    const images = [
+      { repository: RELEASE_REPO, tag: `${version}-x86_64`, digest: release.digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }], component: 'release' },
+      { repository: ART_REPO, tag: null, digest: payload.digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }], component: 'cli' },
+    ];
+    return { head, images, blobs: [release, payload, ...sigBlobs], releaseDigest: release.digest, payloadDigest: payload.digest };
+  };
+  const hops = [];
+  for (const h of opts.via ?? []) hops.push(await releaseOf(h.version, h.upgradeFrom));
+  const final = await releaseOf(opts.version, opts.upgradeFrom);
   const { privatePem, publicPem } = generateKeyPair('ed25519');
   const pub = path.join(dir, 'factory.pub');
   await writeFile(pub, publicPem);
-  const images = [
-    { repository: RELEASE_REPO, tag: `${opts.version}-x86_64`, digest: release.digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }], component: 'release' },
-    { repository: ART_REPO, tag: null, digest: payload.digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }], component: 'cli' },
-  ];
   const index = Buffer.from(JSON.stringify({ schemaVersion: 2, manifests: [] }));
   const file = path.join(dir, `${opts.version}.bundle`);
+  const all = [...hops, final];
   const w = await writeBundle({
-    release: {
-      name: opts.version, version: opts.version, arch: 'amd64', image: reference, digest: release.digest, upgradeFrom: opts.upgradeFrom,
-      ...(sigBlobs.length ? { signatures: sigBlobs.map((b) => ({ digest: b.digest, keyIds: [] })) } : {}),
-    },
-    images, index, blobs: [release, payload, ...sigBlobs], imageStoreBytes: 0, key: createPrivateKey(privatePem), output: file,
+    release: { ...final.head, ...(hops.length ? { via: hops.map((h) => h.head) } : {}) },
+    images: all.flatMap((r) => r.images), index, blobs: all.flatMap((r) => r.blobs), imageStoreBytes: 0, key: createPrivateKey(privatePem), output: file,
     createdAt: '2026-11-23T00:00:00.000Z', tool: { name: 'offline-bundle', version: 'test' },
   });
-  return { file, fileDigest: w.fileDigest, releaseDigest: release.digest, payloadDigest: payload.digest, pub, version: opts.version };
+  const via = hops.map((h) => ({ version: h.head.version, releaseDigest: h.releaseDigest, payloadDigest: h.payloadDigest }));
+  return { file, fileDigest: w.fileDigest, releaseDigest: final.releaseDigest, payloadDigest: final.payloadDigest, pub, version: opts.version, via };
 }
 
 export function node(name: string, labels: Record<string, string> = { 'node-role.kubernetes.io/worker': '' }): Doc {
@@ -89,6 +103,7 @@ export const ADMIN = 'alice';
 export function bindAdmin(api: KubeApiStandIn, user: string, opts: { signatureRole?: boolean } = {}): string {
   api.bind({ kind: 'ClusterRole', name: 'offline-bundle-admin' }, { kind: 'User', name: user });
   if (opts.signatureRole ?? true) api.bind({ kind: 'Role', name: 'offline-bundle-release-signatures' }, { kind: 'User', name: user }, 'openshift-config-managed');
+  if (opts.signatureRole ?? true) api.bind({ kind: 'Role', name: 'offline-bundle-admin-acks' }, { kind: 'User', name: user }, 'openshift-config');
   return api.addToken(user);
 }
 

@@ -530,7 +530,10 @@ export class KubeApiStandIn implements KubeStandIn {
     if (a.verb === 'patch') {
       if (r.contentType === 'application/merge-patch+json') {
         if (!cur) return notFound();
-        return [200, this.put(base, mergePatch(cur, JSON.parse(r.body)) as Doc)];
+        const merged = mergePatch(cur, JSON.parse(r.body)) as Doc;
+        const refused = typedFieldRefusal(base, merged);
+        if (refused) return refused;
+        return [200, this.put(base, merged)];
       }
       if (r.contentType !== 'application/apply-patch+yaml') {
         return [415, statusDoc(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got ${r.contentType})`)];
@@ -800,6 +803,22 @@ function setField(obj: Doc, f: string, v: unknown): void {
 }
 
 /** RFC 7386 JSON merge patch. */
+/**
+ * What the API server's decoding refuses of a patched object, for the kinds the EUS steps patch:
+ * a ConfigMap's data values are strings (a number or a boolean fails to decode: 400), and a
+ * MachineConfigPool's spec.paused is a boolean (its CRD's schema: 422).
+ */
+function typedFieldRefusal(base: string, obj: Doc): [number, unknown] | undefined {
+  if (base === 'configmaps') {
+    const bad = Object.entries((obj.data ?? {}) as Record<string, unknown>).find(([, v]) => typeof v !== 'string');
+    if (bad) return [400, statusDoc(400, 'BadRequest', `json: cannot unmarshal ${typeof bad[1]} into Go struct field ConfigMap.data of type string`)];
+  }
+  if (base === 'machineconfigpools' && obj.spec?.paused !== undefined && typeof obj.spec.paused !== 'boolean') {
+    return [422, statusDoc(422, 'Invalid', `MachineConfigPool.machineconfiguration.openshift.io "${obj.metadata?.name}" is invalid: spec.paused: Invalid value: "${typeof obj.spec.paused}": spec.paused in body must be of type boolean: "${typeof obj.spec.paused}"`)];
+  }
+  return undefined;
+}
+
 function mergePatch(target: unknown, patch: unknown): unknown {
   if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return patch;
   const out: Doc = typeof target === 'object' && target !== null && !Array.isArray(target) ? { ...(target as Doc) } : {};

@@ -11,6 +11,7 @@ import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type
 import { publishGate, type GateResult } from './upgrade-gate.js';
 import { applyPinnedImageSets, type PinnedSetsResult } from './pinned-image-sets.js';
 import { nodeHoldings, type NodeHoldings } from './node-holdings.js';
+import { pathPosition, releasesOf, type PathRelease } from './release-path.js';
 
 /** What the cluster commands need of a (trusted) bundle. */
 export interface AdminBundle {
@@ -23,6 +24,8 @@ export interface AdminBundle {
   upgradeFrom: string[];
   images: { repository: string; tag: string | null; digest: string }[];
   signatures: Uint8Array[];
+  /** An update path (#43): every release of it, oldest first, the final one last; absent for a bundle of one release. */
+  path?: PathRelease[];
 }
 
 export interface Warning {
@@ -32,15 +35,15 @@ export interface Warning {
   message: string;
 }
 
-interface ClusterVersionDoc {
+export interface ClusterVersionDoc {
   spec?: { desiredUpdate?: { image?: string; version?: string; force?: boolean } };
-  status?: { history?: { state?: string; version?: string; image?: string }[] };
+  status?: { history?: { state?: string; version?: string; image?: string }[]; conditions?: { type?: string; status?: string; message?: string }[] };
 }
 
-const CV = { group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' };
+export const CV = { group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' };
 
 /** The release image by digest: REPOSITORY@sha256:… (tag dropped). */
-export function releaseImageByDigest(b: AdminBundle): string {
+export function releaseImageByDigest(b: Pick<AdminBundle, 'image' | 'digest'>): string {
   if (!b.image || !b.digest) throw new ClusterError('NO_RELEASE_IMAGE', 'the bundle carries no OpenShift release image (built without --release): start the upgrade with your distribution\'s own tooling');
   const noDigest = b.image.split('@')[0]!;
   const slash = noDigest.lastIndexOf('/');
@@ -50,7 +53,7 @@ export function releaseImageByDigest(b: AdminBundle): string {
 
 export const ocCommand = (image: string): string => `oc adm upgrade --allow-explicit-upgrade --to-image=${image}`;
 
-async function readClusterVersion(apis: AdminApis): Promise<ClusterVersionDoc> {
+export async function readClusterVersion(apis: AdminApis): Promise<ClusterVersionDoc> {
   const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV), { notFound: () => undefined });
   if (!cv) throw new ClusterError('NOT_OPENSHIFT', 'the cluster has no ClusterVersion "version": prepare and upgrade are for OpenShift; on other clusters use their own upgrade tooling once "bundle cluster status" exits 0');
   const history = (cv as ClusterVersionDoc).status?.history;
@@ -60,19 +63,14 @@ async function readClusterVersion(apis: AdminApis): Promise<ClusterVersionDoc> {
   return cv as ClusterVersionDoc;
 }
 
-const running = (cv: ClusterVersionDoc) => cv.status?.history?.find((h) => h.state === 'Completed' && h.version)?.version;
+export const running = (cv: ClusterVersionDoc) => cv.status?.history?.find((h) => h.state === 'Completed' && h.version)?.version;
 
-/** The running version must be one the bundle accepts (an empty list accepts any). */
+/** The running version must be on the bundle's path or one it starts from (an empty list accepts any). */
 function checkGraph(b: AdminBundle, cv: ClusterVersionDoc, warnings: Warning[]): string | undefined {
-  const now = running(cv);
-  if (now === b.version) {
-    warnings.push({ kind: 'AlreadyRunning', object: 'ClusterVersion/version', message: `the cluster already runs ${now}` });
-    return now;
-  }
-  if (b.upgradeFrom.length && (!now || !b.upgradeFrom.includes(now))) {
-    throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${now ?? 'no completed version'}, which ${b.version} does not accept as a source (it accepts ${b.upgradeFrom.join(', ')}): build a bundle for an intermediate version first`);
-  }
-  return now;
+  const path = releasesOf(b);
+  const at = pathPosition(path, running(cv));
+  if (at.done === path.length - 1) warnings.push({ kind: 'AlreadyRunning', object: 'ClusterVersion/version', message: `the cluster already runs ${at.running}` });
+  return at.running;
 }
 
 interface PodLike {
@@ -153,27 +151,66 @@ export interface PrepareResult {
   holdings: NodeHoldings[];
 }
 
+/** The signatures of every release of the path, applied per release (each its own field manager) unless dryRun; all of them as one ConfigMap. */
+async function prepareSignatures(apis: AdminApis, path: readonly PathRelease[], dryRun: boolean): Promise<{ configMap: SignatureConfigMap; changed: string[] }> {
+  const changed: string[] = [];
+  let all: SignatureConfigMap | undefined;
+  for (const r of path) {
+    const cm = signatureConfigMap(r.digest!, r.signatures);
+    const missing = await missingSignatureKeys(apis, cm);
+    if (missing.length && !dryRun) await applySignatureConfigMap(apis, r.digest!, cm);
+    changed.push(...missing);
+    all = all ? { ...all, binaryData: { ...all.binaryData, ...cm.binaryData } } : cm;
+  }
+  return { configMap: all!, changed };
+}
+
+/** The release signature ConfigMap keys of the path the cluster lacks (empty: prepared). */
+export async function unpreparedKeys(apis: AdminApis, path: readonly PathRelease[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const r of path) if (r.signatures.length) out.push(...await missingSignatureKeys(apis, signatureConfigMap(r.digest!, r.signatures)));
+  return out;
+}
+
+/** Each release of the path with no signature, refused: the cluster would refuse that hop. */
+export function requireSignatures(path: readonly PathRelease[]): ClusterError | undefined {
+  const bare = path.filter((r) => r.signatures.length === 0).map((r) => r.version);
+  if (!bare.length) return undefined;
+  return new ClusterError('NO_RELEASE_SIGNATURES', `the bundle carries no release signature${path.length > 1 ? ` for ${bare.join(', ')}` : ''}, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL`);
+}
+
+/** The gate's release: the final one, with the whole path when there is one. */
+export function gateRelease(b: AdminBundle): NonNullable<Parameters<typeof publishGate>[2]['release']> {
+  const path = releasesOf(b);
+  return { version: b.version, image: releaseImageByDigest(b), ...(path.length > 1 ? { path: path.map((r) => ({ version: r.version, image: releaseImageByDigest(r) })) } : {}) };
+}
+
+/** The versions whose PinnedImageSets stay: the running one, and while a path is under way the one it started from. */
+export function keptReleases(cv: ClusterVersionDoc, path: readonly PathRelease[]): string[] {
+  const now = running(cv);
+  const from = path.length > 1 ? (cv.status?.history ?? []).filter((h) => h.state === 'Completed' && h.version && path[0]!.upgradeFrom.includes(h.version)).map((h) => h.version!) : [];
+  return [...new Set([...(now ? [now] : []), ...from])];
+}
+
 /** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
 export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean } = {}): Promise<PrepareResult> {
-  releaseImageByDigest(b);
-  if (b.signatures.length === 0) {
-    throw new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL');
-  }
+  const path = releasesOf(b);
+  for (const r of path) releaseImageByDigest(r);
+  const bare = requireSignatures(path);
+  if (bare) throw bare;
   const warnings: Warning[] = [];
   const cv = await readClusterVersion(apis);
   const runningVersion = checkGraph(b, cv, warnings);
-  const cm = signatureConfigMap(b.digest!, b.signatures);
-  const changed = await missingSignatureKeys(apis, cm);
-  if (changed.length && !opts.dryRun) await applySignatureConfigMap(apis, b.digest!, cm);
+  const { configMap: cm, changed } = await prepareSignatures(apis, path, opts.dryRun === true);
   warnings.push(...await autoscalingWarnings(apis));
   const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
   warnings.push(...pullAlwaysWarnings(pods, b));
   const r = await readRollup(apis, { digest: b.fileDigest });
   const holdings = nodeHoldings(r.rows.map((x) => x.node), r.holdings ?? {}, bundleImageNames(b.images));
   if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true, holdings };
-  // the gate learns the release image here, so oc adm upgrade --to-image passes once the nodes are ready
-  const gate = await publishGate(apis, r, { by: 'bundle cluster prepare', release: { version: b.version, image: releaseImageByDigest(b) } });
-  const pinned = r.ready ? await applyPinnedImageSets(apis, b, runningVersion) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
+  // the gate learns the release image here (every release's, on a path), so oc adm upgrade --to-image passes once the nodes are ready
+  const gate = await publishGate(apis, r, { by: 'bundle cluster prepare', release: gateRelease(b) });
+  const pinned = r.ready ? await applyPinnedImageSets(apis, b, keptReleases(cv, path)) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
   return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: false, gate, pinned, holdings };
 }
 
@@ -205,7 +242,8 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   };
   const r = await readRollup(apis, { digest: b.fileDigest, ...(opts.selector ? { selector: opts.selector } : {}) });
   if (!r.ready) block(new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`));
-  if (b.signatures.length === 0) block(new ClusterError('NO_RELEASE_SIGNATURES', 'the bundle carries no release signature, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL'));
+  const bare = requireSignatures(releasesOf(b));
+  if (bare) block(bare);
   const missing = b.signatures.length ? await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures)) : [];
   if (missing.length) block(new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`));
   const cv = await readClusterVersion(apis);
@@ -225,7 +263,7 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   const writes = !opts.dryRun && !opts.selector;
   const gate = writes ? await publishGate(apis, r, { by: 'bundle cluster upgrade', release: { version: b.version, image } }) : undefined;
   // before the MCO starts on the new OS image: it must find it pinned in containers-storage
-  const pinned = writes ? await applyPinnedImageSets(apis, b, now) : undefined;
+  const pinned = writes ? await applyPinnedImageSets(apis, b, now ? [now] : []) : undefined;
   if (changed && !opts.dryRun) {
     await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
   }

@@ -11,12 +11,19 @@ import { apiCall, APPLY_PATCH, isApiException, listAll, requestOptions, type Adm
 import { ADMIN_FIELD_MANAGER } from './upgrade-gate.js';
 
 /** What the sets are made of: a release's version and its images by digest. */
-export interface ReleaseImages { version: string; images: readonly { repository: string; digest: string }[] }
+export interface ReleaseImages {
+  version: string;
+  images: readonly { repository: string; digest: string }[];
+  /** An update path's releases, the final one (`version`) last: its sets pin every release's images at once. */
+  path?: readonly { version: string }[];
+}
 
 const MCO = { group: 'machineconfiguration.openshift.io', version: 'v1' };
 /** The MCO refuses a set of more images. */
 export const MAX_PINNED_PER_SET = 500;
 export const PINNED_SET_LABEL = 'offline-bundle.io/release';
+/** On the sets of an update path: its releases, as "4.15.40,4.16.2". */
+export const PINNED_PATH_ANNOTATION = 'offline-bundle.io/path';
 
 export interface PinnedSetsResult {
   /** Sets applied, by pool. */
@@ -44,10 +51,14 @@ const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
 
 /**
  * Applies the release's sets to every pool and lists them in the pool; drops from the pools and
- * deletes our sets of releases other than `version` and `keep` (the running one). A cluster
- * without PinnedImageSet or MachineConfigPools is told so, and nothing fails.
+ * deletes our sets of releases other than `version` and `keep` (the running one, and while a
+ * path is under way the one it started from). A bundle of an update path is one series named
+ * for its final release holding every release's images (the head does not say which payload
+ * holds which image; an image both share is pinned once), so the next bundle's sets replace
+ * it as they replace any release's. A cluster without PinnedImageSet or MachineConfigPools is
+ * told so, and nothing fails.
  */
-export async function applyPinnedImageSets(apis: AdminApis, b: ReleaseImages, keep?: string): Promise<PinnedSetsResult> {
+export async function applyPinnedImageSets(apis: AdminApis, b: ReleaseImages, keep: readonly string[] = []): Promise<PinnedSetsResult> {
   let absent = false;
   const existing = await listAll('list pinnedimagesets', (q) => apis.custom.listClusterCustomObject({ ...MCO, plural: 'pinnedimagesets', ...q }),
     (o) => ({ name: str(obj(o.metadata).name) ?? '', release: str(obj(obj(o.metadata).labels)[PINNED_SET_LABEL]) }), { notFound: () => { absent = true; return []; } });
@@ -55,14 +66,14 @@ export async function applyPinnedImageSets(apis: AdminApis, b: ReleaseImages, ke
   const pools = await listAll('list machineconfigpools', (q) => apis.custom.listClusterCustomObject({ ...MCO, plural: 'machineconfigpools', ...q }),
     (o) => ({ name: str(obj(o.metadata).name) ?? '', sets: (Array.isArray(obj(o.spec).pinnedImageSets) ? obj(o.spec).pinnedImageSets as unknown[] : []).map((s) => str(obj(s).name)).filter((x): x is string => !!x) }), { notFound: () => [] });
   if (!pools.length) return { applied: [], removed: [], skipped: 'the cluster has no MachineConfigPool to bind PinnedImageSets to' };
-  const stale = new Set(existing.filter((s) => s.release && s.release !== b.version && s.release !== keep).map((s) => s.name));
+  const stale = new Set(existing.filter((s) => s.release && s.release !== b.version && !keep.includes(s.release)).map((s) => s.name));
   const applied: PinnedSetsResult['applied'] = [];
   for (const pool of pools) {
     const sets = pinnedSets(b, pool.name);
     for (const s of sets) {
       const body = {
         apiVersion: `${MCO.group}/${MCO.version}`, kind: 'PinnedImageSet',
-        metadata: { name: s.name, labels: { [PINNED_SET_LABEL]: b.version, 'machineconfiguration.openshift.io/role': pool.name, 'app.kubernetes.io/part-of': 'offline-bundle' } },
+        metadata: { name: s.name, ...(b.path && b.path.length > 1 ? { annotations: { [PINNED_PATH_ANNOTATION]: b.path.map((r) => r.version).join(',') } } : {}), labels: { [PINNED_SET_LABEL]: b.version, 'machineconfiguration.openshift.io/role': pool.name, 'app.kubernetes.io/part-of': 'offline-bundle' } },
         spec: { pinnedImages: s.images.map((name) => ({ name })) },
       };
       await apiCall(`apply pinnedimagesets "${s.name}"`, () => apis.custom.patchClusterCustomObject({ ...MCO, plural: 'pinnedimagesets', name: s.name, body, fieldManager: ADMIN_FIELD_MANAGER, force: true }, requestOptions(undefined, APPLY_PATCH)));

@@ -17,6 +17,7 @@ export type ClusterErrorCode =
   | 'NODES_NOT_READY'         // not every node reports Ready for this bundle
   | 'CLOSURE_INCOMPLETE'      // check: an image the cluster asks for is in no bundle or pulled Always, or a node is not ready
   | 'NOT_PREPARED'            // the signature ConfigMap is missing or differs: run prepare
+  | 'ADMIN_ACK_REQUIRED'      // a hop of an update path waits on an admin-gates acknowledgement
   | 'INVALID_NODE_NAME'       // a node name given is not a Kubernetes object name
   | 'INVALID_DIGEST'          // a digest given is not sha256:<64 hex>
   | 'NO_CRD'                  // a resource of deploy/crd.yaml is not installed
