@@ -17,14 +17,14 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { BASE_DEBS, fileDigest, inputsFor, requireCached } from './package-inputs.mjs';
+import { BASE_DEBS, fileDigest, inputsFor, verifiedCopies } from './package-inputs.mjs';
 import { reproducibleTar, shq } from './reproducible-tar.mjs';
 
-/** The base .debs of `arch` from the cache, checked against their pins: name → { file, version }. */
-function cachedDebs(arch) {
+/** The base .debs of `arch`: copies in `work` of the cached bytes checked against their pins, name → { file, version }. */
+function cachedDebs(arch, work) {
   const items = inputsFor({ arches: [arch], runtimes: false });
-  requireCached(items);
-  return new Map(items.map((i) => [i.name, { file: i.file, version: i.version }]));
+  const copies = verifiedCopies(items, path.join(work, `debs-${arch}`));
+  return new Map(items.map((i) => [i.name, { file: copies.get(i.file), version: i.version }]));
 }
 
 /** Writes a blob into the layout; returns its descriptor. */
@@ -90,7 +90,7 @@ function baseRootfs(dir, debs) {
 
 /** One architecture's image (layers, config, manifest) into `layout`; returns the manifest's descriptor. */
 function buildImage(layout, work, prefixDir, arch, version, epoch) {
-  const debs = cachedDebs(arch);
+  const debs = cachedDebs(arch, work);
   const base = path.join(work, `base-${arch}`);
   baseRootfs(base, debs);
   const l1 = layer(layout, base, readdirSync(base).sort(), epoch, work);

@@ -148,6 +148,26 @@ function cacheProblem(item) {
   return null;
 }
 
+/**
+ * Each item's bytes, read once and checked against its pin, written to `dir`: a build uses these
+ * copies, so what it unpacks is what was checked, whatever happens to the cache meanwhile.
+ * Returns the cached file's path → the copy's path.
+ */
+export function verifiedCopies(items, dir) {
+  requireCached(items);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const out = new Map();
+  for (const item of items) {
+    const bytes = readFileSync(item.file);
+    const got = item.digest(bytes);
+    if (got !== item.pin) throw new InputError(`${item.file}: digest ${got} is not the pinned ${item.pin} (${item.label}): it changed after the check`);
+    const copy = path.join(dir, path.basename(item.file));
+    writeFileSync(copy, bytes, { mode: 0o600 });
+    out.set(item.file, copy);
+  }
+  return out;
+}
+
 /** A build's check: every input cached and as pinned, else one line naming the first bad one and the fix. */
 export function requireCached(items) {
   const problems = items.map(cacheProblem).filter(Boolean);

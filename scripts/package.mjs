@@ -35,7 +35,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { installedPackage, stripTool, zstdAddon } from './addon.mjs';
-import { ARCHES, DEBS_LOCK, InputError, RUNTIMES, cacheRoot, fetchInputs, inputsFor, requireCached, updateDebPins } from './package-inputs.mjs';
+import { ARCHES, DEBS_LOCK, InputError, RUNTIMES, cacheRoot, fetchInputs, inputsFor, requireCached, updateDebPins, verifiedCopies } from './package-inputs.mjs';
 import { reproducibleTar } from './reproducible-tar.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -51,11 +51,10 @@ export function sourceDateEpoch() {
   }
 }
 
-/** The runtime's package tarball from the cache, checked against its pin (nothing is fetched here). */
-function runtimeTarball(arch) {
+/** The runtime's package tarball: a copy in `dir` of the cached bytes checked against its pin (nothing is fetched here). */
+function runtimeTarball(arch, dir) {
   const items = inputsFor({ arches: [arch], debs: false });
-  requireCached(items);
-  return items[0].file;
+  return verifiedCopies(items, dir).get(items[0].file);
 }
 
 function addonPath(name, rel) {
@@ -164,11 +163,12 @@ export async function stageApp(o) {
   for (const d of [path.join(top, 'bin'), lib, doc]) mkdirSync(d, { recursive: true });
 
   // Runtime: bin/node and its license out of the npm package (its headers for a cross build).
-  const tgz = runtimeTarball(o.arch);
   const tmp = path.join(o.stage, `.runtime-${o.arch}`);
   if (!existsSync(path.join(tmp, 'package/bin/node')) || !existsSync(path.join(tmp, 'package/include/node/common.gypi'))) {
     mkdirSync(tmp, { recursive: true });
+    const tgz = runtimeTarball(o.arch, path.join(o.stage, `.runtime-tgz-${o.arch}`));
     execFileSync('tar', ['-xzf', tgz, '-C', tmp, 'package/bin/node', 'package/LICENSE', 'package/include']);
+    rmSync(path.dirname(tgz), { recursive: true, force: true });
   }
   copyFileSync(path.join(tmp, 'package/bin/node'), path.join(lib, 'node'));
   copyFileSync(path.join(tmp, 'package/LICENSE'), path.join(doc, 'LICENSE.nodejs'));
