@@ -5,7 +5,6 @@
 import t from 'tap';
 import { X509Certificate } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { createLogger, parseConfig } from '@offline-bundle/agent';
@@ -13,17 +12,10 @@ import { Metrics } from '@offline-bundle/status';
 import { startMetricsEndpoint } from '../../agent/dist/daemon/metrics-endpoint.js';
 import { startKubeStandIn, SHIPPED_RBAC } from '../helpers/kube-standin.js';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { freePort } from '../helpers/registry.mjs';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const node = (ip: string) => ({ metadata: { name: 'worker-1', labels: {} }, status: { addresses: [{ type: 'InternalIP', address: ip }], conditions: [{ type: 'Ready', status: 'True' }] } });
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const { port } = s.address() as { port: number };
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 t.test('the Node\'s InternalIP changes while running: the listener moves, its self-signed certificate names the new address (stand-in API server)', async (t) => {
   const dir = await tmpdir(t, 'ob-metrics-ep-');

@@ -48,7 +48,7 @@ export function sha256(buf) {
 }
 
 /** @returns {Promise<number>} a currently free TCP port on 127.0.0.1 */
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.unref();

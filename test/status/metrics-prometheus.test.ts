@@ -11,7 +11,6 @@
 import t from 'tap';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { parse as parseYaml } from 'yaml';
@@ -19,18 +18,11 @@ import { createLogger, parseConfig, statusTracker } from '@offline-bundle/agent'
 import { statusOutputs } from '../../agent/dist/daemon/daemon.js';
 import { startKubeStandIn, SHIPPED_RBAC } from '../helpers/kube-standin.js';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { freePort } from '../helpers/registry.mjs';
 import { DEPLOY } from './lib.js';
 
 const PROMETHEUS = '/usr/bin/prometheus';
 const haveProm = spawnSync(PROMETHEUS, ['--version']).status === 0;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const { port } = s.address() as { port: number };
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** The shipped ServiceMonitor's relabelings as Prometheus relabel_configs: every field, camelCase to snake_case, as the operator writes them. */
 async function shippedRelabelings(agentPort: number): Promise<Record<string, unknown>[]> {
