@@ -71,7 +71,7 @@ export function recordCluster(m: Model, r: ModelRelease): void {
 }
 
 /** ClusterVersion as the CVO writes it: `state` for `r` at the head of the history (Partial while under way, Completed once done). */
-export function clusterVersionSays(m: Model, r: ModelRelease, state: 'Partial' | 'Completed'): void {
+export function clusterVersionSays(m: Pick<Model, 'api'>, r: ModelRelease, state: 'Partial' | 'Completed'): void {
   const cv = m.api.clusterVersion ?? clusterVersionDoc(r.previous);
   const history = (cv.status.history as any[]).filter((h) => h.version !== r.version);
   m.api.clusterVersion = {

@@ -61,7 +61,7 @@ async function siteImages(work: string): Promise<{ args: string[]; olm: string }
 }
 
 /** One release pushed to the stand-in for quay.io, signed, and bundled. */
-async function oneRelease(work: string, host: string, r: { version: string; previous: string }, ctx: { factory: KeyPair; key: TestReleaseKey; keyring: string; site: { args: string[]; olm: string }; conf: string }): Promise<ModelRelease> {
+async function oneRelease(work: string, host: string, r: { version: string; previous: string }, ctx: { factory: KeyPair; key: TestReleaseKey; keyring: string; site: { args: string[]; olm: string }; conf: string; createArgs: string[] }): Promise<ModelRelease> {
   const art = `${host}/openshift-release-dev/ocp-v4.0-art-dev`;
   const images: Record<string, string> = {};
   for (const name of ['rhel-coreos', ...OPERATORS]) {
@@ -75,15 +75,19 @@ async function oneRelease(work: string, host: string, r: { version: string; prev
   await writeFile(sig, await signRelease(ctx.key, `${REL}:${tag}`, rel.digest));
   const file = path.join(work, `${r.version}.bundle`);
   const c = await bundle(['create', '--quiet', '--release', `${REL}:${tag}`, '--registries-conf', ctx.conf, '--release-signature', sig, '--release-keyring', ctx.keyring,
-    ...ctx.site.args, '--key', ctx.factory.key, '--cache', path.join(work, 'cache'), '-o', file]);
+    ...ctx.site.args, ...ctx.createArgs, '--key', ctx.factory.key, '--cache', path.join(work, 'cache'), '-o', file]);
   if (c.code !== 0) throw new Error(`bundle create ${r.version}: ${c.stderr}`);
   const fileDigest = `sha256:${createHash('sha256').update(await readFile(file)).digest('hex')}`;
   const operators = Object.fromEntries(OPERATORS.map((o) => [o, images[o]!])) as ModelRelease['operators'];
   return { ...r, file, fileDigest, release: `${REL}@${rel.digest}`, os: images['rhel-coreos']!, operators, olm: ctx.site.olm };
 }
 
-/** Builds the bundles of `versions` (each upgrading from the one before); the registry is stopped once they are written. */
-export async function buildReleases(work: string, versions: { version: string; previous: string }[]): Promise<ModelReleases> {
+/**
+ * Builds the bundles of `versions` (each upgrading from the one before); the registry is stopped
+ * once they are written. `createArgs`: more `bundle create` arguments (a booted node's stick
+ * carries the agent image: --agent-image).
+ */
+export async function buildReleases(work: string, versions: { version: string; previous: string }[], createArgs: string[] = []): Promise<ModelReleases> {
   const reg = await startRegistry({ timeoutMs: 30_000 });
   try {
     const factory = await keygen(work);
@@ -95,7 +99,7 @@ export async function buildReleases(work: string, versions: { version: string; p
     await writeFile(conf, `unqualified-search-registries = []\n[[registry]]\nprefix = "quay.io/openshift-release-dev"\nlocation = "quay.io/openshift-release-dev"\n[[registry.mirror]]\nlocation = "${reg.host}/openshift-release-dev"\ninsecure = true\n`);
     const site = await siteImages(work);
     const releases: ModelRelease[] = [];
-    for (const r of versions) releases.push(await oneRelease(work, reg.host, r, { factory, key, keyring, site, conf }));
+    for (const r of versions) releases.push(await oneRelease(work, reg.host, r, { factory, key, keyring, site, conf, createArgs }));
     return { factory, key, keyring, releases };
   } finally {
     await reg.stop();

@@ -25,6 +25,8 @@ import * as openpgp from 'openpgp';
 import type { Doc } from '../status/lib.js';
 import type { KubeApiStandIn } from '../helpers/kube-standin.js';
 import type { ModelNode } from './offline-model-node.js';
+// @ts-expect-error: JavaScript helper without type declarations
+import { startPods as startPodsJs } from '../helpers/kubelet-standin.mjs';
 
 const toml = createRequire(new URL('../../packages/runtime/package.json', import.meta.url))('smol-toml') as { parse(s: string): any; stringify(o: unknown): string };
 
@@ -78,8 +80,8 @@ async function pullThroughNode(node: ModelNode, ref: string): Promise<{ ok: bool
   }
 }
 
-/** The PinnedImageSets bound to `pool` (listed in its spec.pinnedImageSets) that name `image`. */
-function pinningSets(api: KubeApiStandIn, pool: string, image: string): string[] {
+/** The PinnedImageSets bound to `pool` (listed in its spec.pinnedImageSets) that name `image`: the MCD takes the OS image from containers-storage only when one does. */
+export function pinningSets(api: KubeApiStandIn, pool: string, image: string): string[] {
   if (api.absent.has('machineconfiguration.openshift.io/pinnedimagesets')) return [];
   const names: string[] = (api.get('machineconfigpools', pool)?.spec?.pinnedImageSets ?? []).map((s: Doc) => s.name);
   return names.filter((n) => (api.get('pinnedimagesets', n)?.spec?.pinnedImages ?? []).some((p: Doc) => p.name === image));
@@ -153,33 +155,18 @@ export async function cvoVerifyRelease(api: KubeApiStandIn, node: ModelNode, rel
   return { step, ok: false, error: `no verified signature for ${digest} in the ConfigMap` };
 }
 
+const startPods = startPodsJs as (cri: { imageStatus(ref: string): Promise<unknown>; pullImage(ref: string): Promise<string> }, pods: Doc[]) => Promise<PodStart[]>;
+
 export interface PodStart { pod: string; image: string; policy: string; ok: boolean; action: 'present' | 'pulled' | 'failed'; error?: string }
 
-/** "kubelet": every container of every pod, started with its pull policy through the CRI. */
-export async function kubeletStartPods(node: ModelNode, pods: Doc[]): Promise<PodStart[]> {
+/** "kubelet": every container of every pod, started with its pull policy through the CRI (test/helpers/kubelet-standin.mjs, which a booted node runs as its kubelet.service). */
+export async function kubeletStartPods(node: Pick<ModelNode, 'cri'>, pods: Doc[]): Promise<PodStart[]> {
   const cri = node.cri();
-  const out: PodStart[] = [];
   try {
-    for (const p of pods) {
-      for (const c of p.spec.containers as Doc[]) {
-        const policy = c.imagePullPolicy ?? 'IfNotPresent';
-        const pod = `${p.metadata.namespace}/${p.metadata.name}`;
-        if (policy !== 'Always' && (await cri.imageStatus(c.image))) {
-          out.push({ pod, image: c.image, policy, ok: true, action: 'present' });
-          continue;
-        }
-        try {
-          await cri.pullImage(c.image);
-          out.push({ pod, image: c.image, policy, ok: true, action: 'pulled' });
-        } catch (err) {
-          out.push({ pod, image: c.image, policy, ok: false, action: 'failed', error: (err as Error).message.slice(0, 300) });
-        }
-      }
-    }
+    return await startPods(cri, pods);
   } finally {
     cri.close();
   }
-  return out;
 }
 
 /** The kubelet's result as one line per pod that did not start, for assertions. */

@@ -203,6 +203,19 @@ export interface Node {
   plugStick(image: string, at?: string): Promise<string>;
   /** Detaches a stick from the node (and the host) as pulling it out would. */
   unplugStick(at: string): Promise<void>;
+  /**
+   * A reboot of the node's services: node-down.target is started with job mode
+   * replace-irreversibly and pulls in shutdown.target, so every unit that conflicts with it (every
+   * service with default dependencies: the agent, the runtime, their containers) stops as in a
+   * reboot's first phase, and a unit asking for a job meanwhile (the agent's `systemctl reload
+   * crio` at its stop) is refused as then. `systemctl reset-failed` forgets failures and start-rate
+   * counters as a boot does; `systemctl isolate default.target` starts everything again through
+   * the boot transaction's dependencies and ordering. Mounts (the node's disks and binds), /run and
+   * the kernel stay. Resolves with the milliseconds until the node's systemd reports running (or
+   * degraded) again. (A soft-reboot would stop the container-storage bind: systemd loads its
+   * mount unit before the drop-in that could keep it, as a unit's RequiresMountsFor= names it.)
+   */
+  restartServices(): Promise<number>;
   /** The console output so far (systemd's boot messages, agetty's /etc/issue with /run/issue.d). */
   console(): string;
   stop(): Promise<void>;
@@ -352,9 +365,11 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   const files: NonNullable<NodeOptions['files']> = {
     '/etc/hostname': `${opts.hostname}\n`,
     // the node's address on the bridge, and no default route: nothing beyond the bridge is reachable
-    '/etc/systemd/system/node-address.service': `[Unit]\nDescription=test node address on the bridge\nDefaultDependencies=no\nBefore=network.target\nWants=network.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/sbin/ip link set host0 up\nExecStart=/usr/sbin/ip addr add ${address}/24 dev host0\n\n[Install]\nWantedBy=sysinit.target\n`,
+    '/etc/systemd/system/node-address.service': `[Unit]\nDescription=test node address on the bridge\nDefaultDependencies=no\nBefore=network.target\nWants=network.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/sbin/ip link set host0 up\nExecStart=/usr/sbin/ip addr replace ${address}/24 dev host0\n\n[Install]\nWantedBy=sysinit.target\n`,
     ...opts.files,
   };
+  // what a reboot stops first: every unit that conflicts with shutdown.target (restartServices)
+  files['/etc/systemd/system/node-down.target'] ??= '[Unit]\nDescription=test node: every service stopped, as on the way to a reboot\nDefaultDependencies=no\nRequires=shutdown.target\nAfter=shutdown.target\nAllowIsolate=yes\n';
   const links = { '/etc/systemd/system/sysinit.target.wants/node-address.service': '../node-address.service', ...opts.links };
   for (const [path, spec] of Object.entries(files)) {
     const [contents, mode] = Array.isArray(spec) ? spec : [spec, 0o644];
@@ -429,6 +444,16 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
     },
     unplugStick: async (at) => {
       must(await inNode(['umount', '-l', at]), `umount ${at} in the node`);
+    },
+    restartServices: async () => {
+      const began = Date.now();
+      must(await inNode(['systemctl', 'start', '--job-mode=replace-irreversibly', 'node-down.target'], 120_000), `systemctl start node-down.target in ${opts.hostname}`);
+      // a boot starts with no failed units and fresh start-rate counters (StartLimitBurst=)
+      must(await inNode(['systemctl', 'reset-failed'], 30_000), `systemctl reset-failed in ${opts.hostname}`);
+      must(await inNode(['systemctl', 'isolate', 'default.target'], opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS), `systemctl isolate default.target in ${opts.hostname}`);
+      const state = (await inNode(['systemctl', 'is-system-running', '--wait'], opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS)).stdout.trim();
+      if (state !== 'running' && state !== 'degraded') throw new Error(`node ${machine} is "${state}" after its services restarted:\n${consoleText.slice(-3000)}`);
+      return Date.now() - began;
     },
     console: () => consoleText,
     stop,

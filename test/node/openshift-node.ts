@@ -11,8 +11,20 @@ import { dirname, join } from 'node:path';
 import { nodeFiles } from '../../deploy/openshift/generate.mjs';
 import { BUNDLE, keygen, makeBundle, run } from '../agent/fixtures.js';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
-import { bootNode, buildRoot, makeBridge, packagedAgent } from '../helpers/node.js';
+import { bootNode, buildRoot, makeBridge, packagedAgent, type PackagedAgent } from '../helpers/node.js';
 import { tmpdir } from '../helpers/tmp.mjs';
+
+export interface NodeSetup {
+  rbacFiles?: string[];
+  signedByAnotherKey?: boolean;
+  console?: 'pipe' | 'read-only';
+  clusterVersion?: string;
+  stick?: (dir: string, agentImageArg: string) => Promise<{ pub: string; files: string[] }>;
+  /** more node files; a function gets the packaged agent (its Node runtime runs a stand-in in the node) */
+  files?: Record<string, string | [string, number]> | ((agent: PackagedAgent) => Record<string, string | [string, number]>);
+  enable?: string[];
+  config?: (yaml: string) => string;
+}
 
 type T = Parameters<typeof tmpdir>[0] & { comment(...m: unknown[]): void; match(...a: unknown[]): void; equal(...a: unknown[]): void };
 
@@ -94,41 +106,57 @@ export function unconfirmingAgentImage(ociTar: string, layout: string, version: 
   return tag;
 }
 
-/**
- * Boots node-a with the rendered MachineConfig files (config.yaml with confirmMinutes 1), its
- * kubeconfig for system:node:node-a, and makes stick-1 (bundle BUNDLE_VERSION with the agent
- * image beside it). `rbacFiles`: the API stand-in's RBAC (default: the shipped files);
- * `signedByAnotherKey`: the stick's bundle and agent image signed by a key the node does not trust.
- */
-export async function openshiftNode(t: T, opts: { rbacFiles?: string[]; signedByAnotherKey?: boolean; console?: 'pipe' | 'read-only' } = {}) {
-  const began = Date.now();
-  const [root, agent] = [await buildRoot(), await packagedAgent()];
-  t.comment(`node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
-  const dir = await tmpdir(t, 'ob-node-stick-');
-  const bridge = await makeBridge(t);
-  const api = await startKubeStandIn({ host: bridge.hostAddress, clusterVersion: CLUSTER_VERSION, rbacFiles: opts.rbacFiles });
-  t.teardown(() => api.close());
-  // the node's own Node, as a cluster has it (the agent reads its MCD state while it serves a release)
-  api.nodes = [{ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a', labels: { 'node-role.kubernetes.io/worker': '' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }];
-
-  const keys = await keygen(dir);
-  const signer = opts.signedByAnotherKey ? await keygen(dir, 'other') : keys;
+/** stick-1's files: bundle BUNDLE_VERSION (two small images) with the agent image beside it. */
+async function defaultStick(dir: string, keys: { key: string; pub: string }, agentImageArg: string, signedByAnotherKey?: boolean): Promise<{ pub: string; files: string[] }> {
+  const signer = signedByAnotherKey ? await keygen(dir, 'other') : keys;
   const bundleFile = join(dir, `ocp-${BUNDLE_VERSION}.bundle`);
   await makeBundle(dir, {
     key: signer.key, version: BUNDLE_VERSION, upgradeFrom: [CLUSTER_VERSION], out: bundleFile,
     images: [{ name: `${ORIGIN}/acme/app:v1`, files: { 'app.txt': 'app v1' } }, { name: `${ORIGIN}/acme/tool:v2`, files: { 'tool.txt': 'tool v2' } }],
     // the per-architecture tag: at the index tag VERSION (as README shows) create refuses the
     // sidecar ("not a single-platform image manifest"), reported on branch node-harness
-    create: (args) => run(BUNDLE, [...args, '--agent-image', `oci-archive:${agent.ociTar}:${agent.version}-amd64`]),
+    create: (args) => run(BUNDLE, [...args, '--agent-image', agentImageArg]),
   });
-  const beside = readdirSync(dir).filter((n) => /^bundle-agent-.*\.oci\.tar(\.sig)?$/.test(n));
+  return { pub: keys.pub, files: [bundleFile, `${bundleFile}.sha256`, ...agentImageBeside(dir)] };
+}
+
+/** The agent image and its statement `bundle create --agent-image` wrote into `dir`. */
+export function agentImageBeside(dir: string): string[] {
+  return readdirSync(dir).filter((n) => /^bundle-agent-.*\.oci\.tar(\.sig)?$/.test(n)).map((n) => join(dir, n));
+}
+
+/**
+ * Boots node-a with the rendered MachineConfig files (config.yaml with confirmMinutes 1), its
+ * kubeconfig for system:node:node-a, and makes stick-1 (bundle BUNDLE_VERSION with the agent
+ * image beside it). `rbacFiles`: the API stand-in's RBAC (default: the shipped files);
+ * `signedByAnotherKey`: the stick's bundle and agent image signed by a key the node does not trust.
+ * `stick`: makes the stick's files instead (given the `--agent-image` argument of `bundle
+ * create`), and names the factory key the node trusts; `files`, `enable`: more node files and
+ * units to enable; `config`: edits config.yaml; `clusterVersion`: ClusterVersion's (default
+ * CLUSTER_VERSION).
+ */
+export async function openshiftNode(t: T, opts: NodeSetup = {}) {
+  const began = Date.now();
+  const [root, agent] = [await buildRoot(), await packagedAgent()];
+  t.comment(`node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
+  const dir = await tmpdir(t, 'ob-node-stick-');
+  const bridge = await makeBridge(t);
+  const api = await startKubeStandIn({ host: bridge.hostAddress, clusterVersion: opts.clusterVersion ?? CLUSTER_VERSION, rbacFiles: opts.rbacFiles });
+  t.teardown(() => api.close());
+  // the node's own Node, as a cluster has it (the agent reads its MCD state while it serves a release)
+  api.nodes = [{ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a', labels: { 'node-role.kubernetes.io/worker': '' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }];
+
+  const keys = await keygen(dir);
+  const agentImageArg = `oci-archive:${agent.ociTar}:${agent.version}-amd64`;
+  const { pub, files: stickFiles } = opts.stick ? await opts.stick(dir, agentImageArg) : await defaultStick(dir, keys, agentImageArg, opts.signedByAnotherKey);
+  const beside = stickFiles.filter((f) => /\/bundle-agent-[^/]*\.oci\.tar(\.sig)?$/.test(f));
   t.equal(beside.length, 2, `bundle create --agent-image wrote the agent image and its statement beside the bundle (${beside.join(', ')})`);
-  const stick = makeStick(dir, 'stick-1', [bundleFile, `${bundleFile}.sha256`, ...beside.map((n) => join(dir, n))]);
+  const stick = makeStick(dir, 'stick-1', stickFiles);
 
   // The agent image's digest: the amd64 manifest of what `pnpm package` built.
   const index = JSON.parse(execFileSync('tar', ['-xOf', agent.ociTar, 'index.json'], { encoding: 'utf8' }));
   const agentDigest: string = index.manifests.find((m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64').digest;
-  const rendered = nodeFiles({ key: keys.pub }) as { files: { path: string; contents: string; mode: number }[]; units: { name: string; enabled: boolean; contents: string }[] };
+  const rendered = nodeFiles({ key: pub }) as { files: { path: string; contents: string; mode: number }[]; units: { name: string; enabled: boolean; contents: string }[] };
   const files: Record<string, [string, number]> = {};
   for (const f of rendered.files) files[f.path] = [f.contents, f.mode];
   // the one edit to a shipped file: a 1-minute confirmation window instead of 10, so the
@@ -136,8 +164,9 @@ export async function openshiftNode(t: T, opts: { rbacFiles?: string[]; signedBy
   const config = files['/etc/bundle-agent/config.yaml']!;
   config[0] = config[0].replace(/^ {2}confirmMinutes: 10$/m, '  confirmMinutes: 1');
   t.match(config[0], /^ {2}confirmMinutes: 1$/m, 'config.yaml: confirmMinutes 1 for this test');
+  if (opts.config) config[0] = opts.config(config[0]);
   for (const u of rendered.units) files[`/etc/systemd/system/${u.name}`] = [u.contents, 0o644];
-  const enable = [...rendered.units.filter((u) => u.enabled).map((u) => u.name), 'crio.service'];
+  const enable = [...rendered.units.filter((u) => u.enabled).map((u) => u.name), 'crio.service', ...(opts.enable ?? [])];
   const node = await bootNode(t, {
     root: root.dir, bridge, hostname: 'node-a', console: opts.console, readOnlyBinds: [REPO, agent.prefix, dirname(agent.ociTar)],
     files: {
@@ -145,6 +174,7 @@ export async function openshiftNode(t: T, opts: { rbacFiles?: string[]; signedBy
       '/etc/systemd/system/crio.service': crioUnit(agent.node),
       '/etc/crio/crio.conf': '[crio]\n[crio.image]\n',
       '/etc/tmpfiles.d/rhcos-like.conf': RHCOS_DIRS,
+      ...(typeof opts.files === 'function' ? opts.files(agent) : opts.files),
     },
     prepare: async (merged) => {
       await api.writeNodeKubeconfig(merged, 'node-a');
