@@ -106,8 +106,8 @@ export class HostileApi {
         return;
       case 'paged':
       case 'endless-pages': {
-        if (url.includes('/clusterversions/')) {
-          // not OpenShift: only the lists are paged
+        if (url.includes('/clusterversions/') || url.includes('/upgradegates/')) {
+          // not OpenShift, no gate: only the lists are paged
           res.writeHead(404, { 'Content-Type': 'application/json' });
           res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 }));
           return;
