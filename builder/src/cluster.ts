@@ -114,7 +114,7 @@ function addStatusCommand(cluster: Command): void {
       // a selection of nodes says nothing of the others (--selector conflicts): only a look at every node moves the gate
       const gate = o.updateGate ? await publishGate(api, r, { by: 'bundle cluster status' }) : undefined;
       // an update path (EUS to EUS) as prepare or upgrade wrote it into the gate: which hop the cluster is on
-      const path = await readPathStatus(api);
+      const path = await readPathStatus(api, { clusterVersion: r.clusterVersion });
       if (o.json) process.stdout.write(JSON.stringify({ ready: r.ready, digest: r.digest ?? null, summary: r.summary, nodes: r.rows, gate: gate ?? null, path: path ?? null }, null, 2) + '\n');
       // node names, reasons and messages come from the cluster: control characters are escaped
       // not ready: the summary is said once, in the error line beside what to do

@@ -63,6 +63,8 @@ export interface Rollup {
   summary: string;
   /** What each node's runtime holds (status.runtime, well-formed), by node, for the nodes that publish it. */
   holdings?: Record<string, RuntimeHoldings>;
+  /** The ClusterVersion readRollup read (undefined: not OpenShift), for callers that need more of it than the running release. */
+  clusterVersion?: unknown;
 }
 
 interface NodeLike { metadata?: { name?: string; creationTimestamp?: string | Date }; status?: { conditions?: { type?: string; status?: string }[] } }
@@ -275,10 +277,15 @@ function pickStatus(s: Record<string, unknown>): StatusLike {
   } as StatusLike;
 }
 
-/** Reads Nodes (of `selector`), every NodeBundleStatus and (on OpenShift) the running release, and rolls them up. */
-export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string } = {}): Promise<Rollup> {
+/**
+ * Reads Nodes (of `selector`), every NodeBundleStatus and (on OpenShift) the running release, and
+ * rolls them up. `clusterVersion`: the ClusterVersion the caller read already (not read again).
+ */
+export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string; clusterVersion?: unknown } = {}): Promise<Rollup> {
   const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
   const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
-  const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
-  return rollup(nodes, statuses, opts.digest, completedRelease(cv));
+  const cv = 'clusterVersion' in opts
+    ? opts.clusterVersion
+    : await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
+  return { ...rollup(nodes, statuses, opts.digest, completedRelease(cv)), ...(cv === undefined ? {} : { clusterVersion: cv }) };
 }

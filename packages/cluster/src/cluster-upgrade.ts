@@ -205,7 +205,7 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   warnings.push(...await autoscalingWarnings(apis));
   const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
   warnings.push(...pullAlwaysWarnings(pods, b));
-  const r = await readRollup(apis, { digest: b.fileDigest });
+  const r = await readRollup(apis, { digest: b.fileDigest, clusterVersion: cv });
   const holdings = nodeHoldings(r.rows.map((x) => x.node), r.holdings ?? {}, bundleImageNames(b.images));
   if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true, holdings };
   // the gate learns the release image here (every release's, on a path), so oc adm upgrade --to-image passes once the nodes are ready

@@ -17,8 +17,11 @@ export interface PathStatus {
   line: string;
 }
 
-/** The path and the cluster's hop on it, or undefined: no gate, no path in it, not OpenShift, or not allowed to read them. */
-export async function readPathStatus(apis: AdminApis): Promise<PathStatus | undefined> {
+/**
+ * The path and the cluster's hop on it, or undefined: no gate, no path in it, not OpenShift, or
+ * not allowed to read them. `clusterVersion`: the one a roll-up read already (not read again).
+ */
+export async function readPathStatus(apis: AdminApis, read: { clusterVersion?: unknown } = {}): Promise<PathStatus | undefined> {
   const quiet = async <T>(what: string, fn: () => Promise<T>) => {
     try {
       return await apiCall(what, fn, { notFound: () => undefined });
@@ -31,7 +34,7 @@ export async function readPathStatus(apis: AdminApis): Promise<PathStatus | unde
   const gate = await quiet(`read ${GATE_PLURAL}.${GROUP} "${GATE_NAME}"`, () => apis.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: GATE_PLURAL, name: GATE_NAME })) as { spec?: { path?: unknown } } | undefined;
   const path = gatePath(gate?.spec?.path);
   if (!path) return undefined;
-  const cv = await quiet('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV)) as ClusterVersionDoc | undefined;
+  const cv = ('clusterVersion' in read ? read.clusterVersion : await quiet('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV))) as ClusterVersionDoc | undefined;
   if (!cv || typeof cv !== 'object') return undefined;
   const now = Array.isArray(cv.status?.history) ? running(cv) : undefined;
   const next = path.findIndex((r) => r.version === now) + 1;

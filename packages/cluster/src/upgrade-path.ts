@@ -160,7 +160,7 @@ export async function upgradePath(apis: AdminApis, b: AdminBundle, opts: { dryRu
   const pools = await workerPools(apis);
   const acks = starting ? await acksNeeded(apis, at.running, path[next]!.version) : [];
   const w: Where = { path, cv, next, underWay, pools, acks, given: new Set(opts.ack ?? []) };
-  const r = await readRollup(apis, { digest: b.fileDigest, ...(opts.selector ? { selector: opts.selector } : {}) });
+  const r = await readRollup(apis, { digest: b.fileDigest, clusterVersion: cv, ...(opts.selector ? { selector: opts.selector } : {}) });
   const blockers = starting ? await blockersOf(apis, b, w, r) : [];
   const steps = plan(w, b.version);
   const finishing = next === path.length && steps.some((s) => s.kind === 'unpause' && s.state === 'now');
