@@ -1,17 +1,20 @@
 #!/usr/bin/env node
-// The peers row of the bench (issue #22): one stick node and N others, each a network namespace
-// with its own bundle-agent daemon and containerd (test/agent/peers-nodes-setup.ts), every link
-// limited with tc tbf. Measured: the time from `bundle cluster approve` until every other node
-// is Ready (loaded and pinned), against one node copying the bundle file from the seeder alone
-// over the same link (curl from python3's http.server: a bare copy, no verification, no load);
-// and the bytes the stick node's peer port sent, against the bundle's size.
+// The peers rows of the bench (issues #22, #42): one stick node and N others, each a network
+// namespace with its own bundle-agent daemon and containerd (test/agent/peers-nodes-setup.ts),
+// every link limited with tc tbf. In the same run and the same simulation, first the baseline a
+// site would otherwise build (bench/lib/peers-baseline.mjs: docker-registry on the stick node,
+// every other node's containerd pulling every image through CRI and pinning it), then ours (the
+// stick plugged into the stick node, `bundle cluster approve`, every other node Ready from
+// peers). Rows, each ours / the baseline: until all Ready vs all pulled and pinned; the transfer
+// alone; the bytes the stick node sent on its cable; CPU-seconds per GiB on the first receiving
+// node (every process in its namespace).
 //
 //   node bench/peers.mjs [--nodes 7] [--size 2G] [--image SIZE] [--rate 1gbit] [--json]
 //
 // Needs root. Disk: about 3× the size per node (the kept layout, containerd's content and its
-// snapshots), checked first. The rows are printed as the bench's table, or as JSON (--json,
+// snapshots) and the size once more for the registry, checked first. The rows are printed as the bench's table, or as JSON (--json,
 // how bench/run.mjs takes them).
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { statfsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
@@ -20,7 +23,6 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const HERE = dirname(new URL(import.meta.url).pathname);
-const COPY_PORT = 9480;
 
 /** This file again under the TypeScript loader tap uses (the node helpers are TypeScript). */
 function underTsLoader() {
@@ -57,67 +59,67 @@ export function peersRows({ nodes = 7, size = '2G', rate = '1gbit', image = unde
   });
 }
 
-async function measure(opts) {
-  const { peerCluster, until } = await import('../test/agent/peers-nodes-setup.js');
+/** The cluster of namespace nodes, each link shaped, no node started yet. */
+async function cluster(t, opts, say) {
+  const { peerCluster } = await import('../test/agent/peers-nodes-setup.js');
   const { limitLink } = await import('../test/helpers/netns.js');
-  const { stats } = await import('./lib/measure.mjs');
+  const names = Array.from({ length: opts.nodes + 1 }, (_, i) => `node-${i}`);
+  say(`${names.length} nodes, a ${(opts.size / 2 ** 20).toFixed(0)} MiB image set in images of ${(opts.image / 2 ** 20).toFixed(1)} MiB, links ${opts.rate}: making the bundle`);
+  // the link is the limit measured, not the good-neighbour cap (50MiB/s by default): the cap at the link's rate
+  const c = await peerCluster(t, names, opts.size, { peers: `  uploadRate: ${Math.round(tcRateBytes(opts.rate))}\n`, imageSize: opts.image });
+  for (const n of c.nodes) {
+    limitLink(n.net, opts.rate);
+    // no kubelet runs here and the bench shares this machine's disk: its image GC and eviction
+    // thresholds (85% / 15% by default) would refuse loads for what other work fills
+    await mkdir(join(n.root, 'var/lib/kubelet'), { recursive: true });
+    await writeFile(join(n.root, 'var/lib/kubelet/config.yaml'), 'imageGCHighThresholdPercent: 100\nevictionHard:\n  imagefs.available: "0%"\n  nodefs.available: "0%"\n');
+  }
+  return c;
+}
+
+/** The registry baseline first, on the fresh containerds, which it leaves empty again for ours. */
+async function baseline(c, say) {
+  const { openBundle, readHeader } = await import('@offline-bundle/format');
+  const { baselinePull, clearBaseline, layoutImages, stickRegistry } = await import('./lib/peers-baseline.mjs');
+  const source = await openBundle(c.bundle);
+  const { manifest } = await readHeader(source).finally(() => source.close());
+  const [seed, ...others] = c.nodes;
+  // the layout bundle create read (test/agent/fixtures.ts makeBundle): the bundle's images, the same digests
+  const images = await layoutImages(join(c.work, `layout-${manifest.release.version}-${manifest.release.arch}`), manifest.images);
+  const reg = await stickRegistry(seed.net, join(c.work, `layout-${manifest.release.version}-${manifest.release.arch}`), images);
+  const upstream = manifest.images[0].repository.split('/')[0];
+  let b;
+  try {
+    say(`baseline: ${images.length} images in docker-registry on the stick node; every node pulls them at once`);
+    b = await baselinePull({ seed, nodes: others, registry: reg.host, upstream, refs: images.map((i) => i.ref), blobs: manifest.blobs });
+  } finally {
+    await reg.stop();
+  }
+  await clearBaseline(others, upstream);
+  const payloadBytes = manifest.blobs.reduce((sum, x) => sum + x.size, 0);
+  say(`baseline: every node pulled and pinned after ${b.all.toFixed(2)} s (transfer ${b.transfer.toFixed(2)} s); the stick node sent ${(b.sent / 2 ** 20).toFixed(0)} MiB; ${b.cpu.toFixed(1)} CPU s on node-1`);
+  return { ...b, payloadBytes, layers: manifest.images.length };
+}
+
+async function measure(opts) {
+  const { until } = await import('../test/helpers/until.js');
+  const { oursFromApproval } = await import('./lib/peers-ours.mjs');
+  const { peersRows } = await import('./lib/peers-rows.mjs');
   const say = (s) => process.stderr.write(`peers: ${s}\n`);
   const teardowns = [];
   const t = { teardown: (fn) => teardowns.push(fn) };
   try {
-    const names = Array.from({ length: opts.nodes + 1 }, (_, i) => `node-${i}`);
-    say(`${names.length} nodes, a ${(opts.size / 2 ** 20).toFixed(0)} MiB image set in images of ${(opts.image / 2 ** 20).toFixed(1)} MiB, links ${opts.rate}: making the bundle`);
-    // the link is the limit measured, not the good-neighbour cap (50MiB/s by default): the cap at the link's rate
-    const c = await peerCluster(t, names, opts.size, { peers: `  uploadRate: ${Math.round(tcRateBytes(opts.rate))}\n`, imageSize: opts.image });
-    for (const n of c.nodes) {
-      limitLink(n.net, opts.rate);
-      // no kubelet runs here and the bench shares this machine's disk: its image GC and eviction
-      // thresholds (85% / 15% by default) would refuse loads for what other work fills
-      await mkdir(join(n.root, 'var/lib/kubelet'), { recursive: true });
-      await writeFile(join(n.root, 'var/lib/kubelet/config.yaml'), 'imageGCHighThresholdPercent: 100\nevictionHard:\n  imagefs.available: "0%"\n  nodefs.available: "0%"\n');
-    }
-    const [seed, first] = c.nodes;
-
-    // the floor: one node copies the bundle file from the seeder, alone, over the same link
-    const http = spawn('ip', ['netns', 'exec', seed.net.ns, 'python3', '-m', 'http.server', String(COPY_PORT), '--bind', seed.net.address, '--directory', dirname(c.bundle)], { stdio: 'ignore' });
-    t.teardown(() => http.kill());
-    const url = `http://${seed.net.address}:${COPY_PORT}/${c.bundle.split('/').pop()}`;
-    await until('the copy server answers', () => { try { first.net.exec(['curl', '-sfI', url]); return true; } catch { return undefined; } }, 30_000);
-    const copyTo = join(first.root, 'copy.bundle');
-    const started = process.hrtime.bigint();
-    first.net.exec(['curl', '-sf', '-o', copyTo, url]);
-    const copy = Number(process.hrtime.bigint() - started) / 1e9;
-    execFileSync('rm', ['-f', copyTo]);
-    http.kill();
-    say(`one node copying the bundle from the seeder alone: ${copy.toFixed(2)} s`);
-
+    const c = await cluster(t, opts, say);
+    const base = await baseline(c, say);
+    const [seed, ...others] = c.nodes;
     for (const n of c.nodes) n.start();
     await c.plugStick();
-    await until('the stick node is Ready', async () => ((await seed.status())?.phase === 'Ready' && (await seed.status())?.bundle ? true : undefined), 1_800_000);
+    await until('the stick node is Ready', async () => { const s = await seed.status(); return s?.phase === 'Ready' && !!s?.bundle; }, { timeoutMs: 1_800_000, stepMs: 500 });
     say('the stick node is Ready; approving');
-    const uploadedBefore = seed.uploaded();
-    const t0 = process.hrtime.bigint();
-    await c.approve();
-    const readyAt = new Map();
-    await until('every node is Ready', async () => {
-      for (const n of c.nodes.slice(1)) {
-        if (readyAt.has(n.name)) continue;
-        const s = await n.status();
-        if (s?.phase === 'Ready' && s?.bundle) readyAt.set(n.name, Number(process.hrtime.bigint() - t0) / 1e9);
-        if (s?.phase === 'Failed') throw new Error(`${n.name} failed: ${JSON.stringify(s.conditions ?? s).slice(0, 500)}`);
-      }
-      return readyAt.size === opts.nodes ? true : undefined;
-    }, 1_800_000);
-    const all = Math.max(...readyAt.values());
-    const uploaded = seed.uploaded() - uploadedBefore;
-    say(`every node Ready after ${all.toFixed(2)} s (first ${Math.min(...readyAt.values()).toFixed(2)} s); the stick node uploaded ${(uploaded / 2 ** 20).toFixed(0)} MiB of a ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle`);
-    const what = `${opts.nodes} nodes from one stick node, ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle in ${Math.ceil(opts.size / opts.image)} layers, links ${opts.rate}, peers.uploadRate the link's`;
-    return [
-      { id: 'peers', step: `peers: approval → every node Ready (${what})`, unit: 's', ours: stats([all]), peer: stats([copy]), ratios: stats([all / copy]),
-        peerName: 'one node copying the bundle from the seeder alone (curl, same link)', target: { max: 1.5, what: '≤ 1.5' } },
-      { id: 'peers-upload', step: `peers: bytes the stick node uploaded (${what})`, unit: 'MiB', ours: stats([uploaded]), peer: stats([c.bundleBytes]),
-        ratios: stats([uploaded / c.bundleBytes]), peerName: 'the bundle', target: { max: 2 * c.bundleBytes, what: '≤ 2× the bundle' } },
-    ];
+    const ours = await oursFromApproval({ approve: c.approve, seed, nodes: others });
+    say(`ours: every node Ready after ${ours.all.toFixed(2)} s (first ${ours.first.toFixed(2)} s, transfer ${ours.transfer.toFixed(2)} s); the stick node sent ${(ours.sent / 2 ** 20).toFixed(0)} MiB of a ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle; ${ours.cpu.toFixed(1)} CPU s on node-1`);
+    const what = `${opts.nodes} nodes from one stick node, ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle in ${base.layers} layers, links ${opts.rate}, peers.uploadRate the link's`;
+    return peersRows({ ours, baseline: base, bundleBytes: c.bundleBytes, payloadBytes: base.payloadBytes, what });
   } finally {
     for (const fn of teardowns.reverse()) await Promise.resolve().then(fn).catch(() => undefined);
   }
@@ -128,14 +130,17 @@ async function main() {
   if (values.help) {
     console.log(`Usage: node bench/peers.mjs [--nodes N] [--size SIZE] [--image SIZE] [--rate RATE] [--json]
 
-One stick node and N others (default 7), each a network namespace with its own bundle-agent
-daemon and containerd, every link limited to RATE (tc tbf; default 1gbit), a bundle of SIZE
-(default 2G; 256M, 64M for a quick run). Prints the time from \`bundle cluster approve\` until
-every node is Ready against one node copying the bundle from the seeder alone over the same link
-(target ≤ 1.5), and the bytes the stick node uploaded against the bundle's size (target ≤ 2×).
+One stick node and N others (default 7; the issue's runs: 3, 7, 12), each a network namespace
+with its own bundle-agent daemon and containerd, every link limited to RATE (tc tbf; default
+1gbit), a bundle of SIZE (default 2G; 256M for a quick run). First the baseline: docker-registry
+on the stick node holding the bundle's images, every other node's containerd pulling them all
+at once through CRI and pinning them; then ours: approval → every node Ready from peers.
+Prints each against the baseline (ratio ours / baseline): until all Ready (target ≤ 1.0), the
+transfer alone, the bytes the stick node sent (target ≤ 1.5× the bundle), CPU-seconds per GiB on
+the first receiving node (target ≤ 1.2).
 The bundle holds images of --image bytes, one layer each (default SIZE/8, at most 64M): nodes
 pass blobs to each other only whole, so a bundle of one big layer could not spread between them.
-Needs root and about 3× SIZE of disk per node under /tmp.`);
+Needs root and about 3× SIZE of disk per node under /tmp, and SIZE more for the registry.`);
     return;
   }
   const size = parseSize(values.size);
@@ -144,7 +149,7 @@ Needs root and about 3× SIZE of disk per node under /tmp.`);
   if (!Number.isInteger(opts.nodes) || opts.nodes < 1) throw new Error(`--nodes ${values.nodes}: give the number of nodes besides the stick node (1 or more)`);
   if (process.getuid?.() !== 0) throw new Error('bench/peers.mjs makes network namespaces and starts containerd: run it as root');
   const st = statfsSync('/tmp');
-  const need = (opts.nodes + 1) * 3 * opts.size + 2 * opts.size;
+  const need = (opts.nodes + 1) * 3 * opts.size + 3 * opts.size;
   if (st.bavail * st.bsize < need) throw new Error(`bench/peers.mjs needs about ${(need / 2 ** 30).toFixed(1)} GiB free under /tmp (3× the size per node); give a smaller --size or fewer --nodes`);
   const rows = await measure(opts);
   if (values.json) process.stdout.write(`${JSON.stringify(rows)}\n`);

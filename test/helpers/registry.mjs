@@ -166,7 +166,10 @@ async function htpasswdLine(user, password) {
  * With opts.tls the registry speaks only TLS (distribution's `http.tls`): certificate and key
  * are PEM file paths; clientcas (PEM file paths) makes it require a client certificate.
  *
- * @param {{ htpasswd?: { user: string, password: string }, token?: TokenAuth, tls?: RegistryTls, timeoutMs?: number }} [opts]
+ * With opts.netns it runs in that network namespace (ip netns exec), listening on opts.address
+ * there (a node's address on a test bridge) instead of 127.0.0.1.
+ *
+ * @param {{ htpasswd?: { user: string, password: string }, token?: TokenAuth, tls?: RegistryTls, timeoutMs?: number, netns?: string, address?: string }} [opts]
  * @returns {Promise<Registry>}
  */
 export async function startRegistry(opts = {}) {
@@ -177,7 +180,7 @@ export async function startRegistry(opts = {}) {
   let lastErr;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const reg = await launch(await freePort(), htpasswd, opts.token, opts.timeoutMs ?? 15000, opts.tls);
+      const reg = await launch(await freePort(), htpasswd, opts.token, opts.timeoutMs ?? 15000, opts.tls, { netns: opts.netns, address: opts.address });
       if (opts.htpasswd) reg.creds = `${opts.htpasswd.user}:${opts.htpasswd.password}`;
       return reg;
     } catch (e) {
@@ -195,12 +198,13 @@ export async function startRegistry(opts = {}) {
  * @param {TokenAuth|undefined} token  settings for `auth.token`
  * @param {number} timeoutMs
  * @param {RegistryTls} [tls]
+ * @param {{ netns?: string, address?: string }} [where]
  * @returns {Promise<Registry>}
  */
-async function launch(port, htpasswd, token, timeoutMs, tls) {
+async function launch(port, htpasswd, token, timeoutMs, tls, where = {}) {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-registry-'));
   const cleanup = () => rm(dir, { recursive: true, force: true });
-  const host = `127.0.0.1:${port}`;
+  const host = `${where.address ?? '127.0.0.1'}:${port}`;
   const url = `${tls ? 'https' : 'http'}://${host}`;
   const q = JSON.stringify;
   /** @type {string[]} */
@@ -262,12 +266,13 @@ async function launch(port, htpasswd, token, timeoutMs, tls) {
 
   const svc = await startService({
     name: 'docker-registry',
-    command: REGISTRY_BIN,
-    args: ['serve', config],
+    // ip netns exec execs the registry: the pid stopped is the registry's
+    command: where.netns ? 'ip' : REGISTRY_BIN,
+    args: [...(where.netns ? ['netns', 'exec', where.netns, REGISTRY_BIN] : []), 'serve', config],
     env,
     // 401: htpasswd or token auth is on, and the registry is serving.
     // with TLS (and perhaps a required client certificate), a listening port is the signal
-    ready: tls ? () => listening(port) : async () => {
+    ready: tls ? () => listening(port, where.address) : async () => {
       const res = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(1000) });
       await res.arrayBuffer();
       return res.status === 200 || res.status === 401;
@@ -282,10 +287,10 @@ async function launch(port, htpasswd, token, timeoutMs, tls) {
   return { host, url, dir, pid: svc.pid, logs: svc.logs, stop: svc.stop };
 }
 
-/** @param {number} port @returns {Promise<boolean>} whether 127.0.0.1:port accepts a connection */
-function listening(port) {
+/** @param {number} port @param {string} [address] @returns {Promise<boolean>} whether address (127.0.0.1):port accepts a connection */
+function listening(port, address = '127.0.0.1') {
   return new Promise((resolve) => {
-    const sock = net.connect(port, '127.0.0.1');
+    const sock = net.connect(port, address);
     sock.once('connect', () => { sock.destroy(); resolve(true); });
     sock.once('error', () => resolve(false));
   });
