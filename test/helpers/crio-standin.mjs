@@ -28,6 +28,13 @@
 //   stay until restart; ImageStatus reports pinned false (it does before 1.29.7). Not
 //   modelled: 1.28 checked only an image's first tag (else first digest), not every name.
 //
+// - The info API on the same socket, as CRI-O's (cmux in cmd/crio/main.go, server/inspect.go):
+//   HTTP/1 `GET /config` answers the running config as TOML (what `crio status config`
+//   prints), `GET /info` a JSON summary. Its pinned_images is absent until a file sets it or a
+//   reload runs, then the reloaded list (even with --pins-at-start-only: 1.28's reload stored
+//   the list without applying it); never with --no-pin-support. Like CRI-O's, the TOML names
+//   no config file or directory: which crio.conf.d or registries.conf.d is read is not in it.
+//
 // Pulls are done by skopeo, one source at a time, with a registries.conf that has no mirrors
 // (CONTAINERS_REGISTRIES_CONF + an empty HOME), so only this process's cached view picks the
 // sources. skopeo 1.9 cannot be told to skip /etc/containers/registries.conf.d; since it is
@@ -49,7 +56,9 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -206,6 +215,7 @@ function loadConfig(paths) {
   // file replaces the earlier list (BurntSushi toml decoding over the current config).
   /** @type {string[]} */
   let pinnedImages = [];
+  let pinnedImagesSet = false;
   let pauseImage = paths.pauseImage ?? DEFAULT_PAUSE_IMAGE;
   const crioFiles = [];
   if (paths.crioConf && existsSync(paths.crioConf)) crioFiles.push(paths.crioConf);
@@ -216,6 +226,7 @@ function loadConfig(paths) {
     if (pins !== undefined) {
       if (!Array.isArray(pins) || !pins.every((p) => typeof p === 'string')) throw new Error(`${file}: crio.image.pinned_images must be a list of strings`);
       pinnedImages = pins;
+      pinnedImagesSet = true;
     }
     if (image.pause_image !== undefined) {
       if (typeof image.pause_image !== 'string') throw new Error(`${file}: crio.image.pause_image must be a string`);
@@ -223,7 +234,7 @@ function loadConfig(paths) {
     }
     files.push(file);
   }
-  return { registries: [...registries.values()], pinnedImages, pauseImage, files };
+  return { registries: [...registries.values()], pinnedImages, pinnedImagesSet, pauseImage, files };
 }
 
 /**
@@ -238,6 +249,75 @@ function loadConfig(paths) {
 /** CRI-O reloads only the config paths it found at start (singleConfigPath, dropInConfigDir). */
 function startPaths(/** @type {Paths} */ p) {
   return { ...p, crioConf: p.crioConf && existsSync(p.crioConf) ? p.crioConf : undefined, crioConfDir: p.crioConfDir && existsSync(p.crioConfDir) ? p.crioConfDir : undefined };
+}
+
+/**
+ * GET /config: the running config as CRI-O's Config.ToBytes encodes it, from DefaultConfig's
+ * stock values (a node without crio.conf changes), tables as CRI-O names them; only the keys
+ * that matter here are modelled. As in CRI-O, no key names the config file, the drop-in
+ * directory or registries.conf(.d): those are command-line settings kept outside the TOML.
+ * @param {{ pinnedImages?: string[], pauseImage: string }} running
+ */
+export function runningConfigToml(running) {
+  return toml.stringify({
+    crio: {
+      root: '/var/lib/containers/storage', runroot: '/run/containers/storage', imagestore: '', storage_driver: 'overlay', storage_option: [],
+      log_dir: '/var/log/crio/pods', version_file: '/var/run/crio/version', version_file_persist: '', clean_shutdown_file: '/var/lib/crio/clean.shutdown',
+      internal_wipe: true, internal_repair: true,
+      api: { listen: '/var/run/crio/crio.sock', stream_address: '127.0.0.1', stream_port: '0', stream_enable_tls: false, grpc_max_send_msg_size: 83886080, grpc_max_recv_msg_size: 83886080 },
+      runtime: { default_runtime: 'crun', cgroup_manager: 'systemd', log_level: 'info', log_filter: '', pids_limit: -1, log_size_max: -1 },
+      image: {
+        default_transport: 'docker://', global_auth_file: '', namespaced_auth_dir: '/etc/crio/auth', pause_image: running.pauseImage, pause_image_auth_file: '',
+        pause_command: '/pause', ...(running.pinnedImages ? { pinned_images: running.pinnedImages } : {}), signature_policy: '', signature_policy_dir: '/etc/crio/policies',
+        image_volumes: 'mkdir', big_files_temporary_dir: '', auto_reload_registries: false, pull_progress_timeout: '0s', oci_artifact_mount_support: true, short_name_mode: 'enforcing',
+      },
+      network: { cni_default_network: '', network_dir: '/etc/cni/net.d/', plugin_dirs: ['/opt/cni/bin/'] },
+      metrics: { enable_metrics: false, metrics_host: '127.0.0.1', metrics_port: 9090 },
+    },
+  });
+}
+
+/** GET /info: what `crio status info` prints (server/inspect.go getInfo), stock values. */
+const INFO = { storage_driver: 'overlay', storage_root: '/var/lib/containers/storage', storage_image: '', cgroup_driver: 'systemd', default_id_mappings: { uids: [{ container_id: 0, host_id: 0, size: 4294967295 }], gids: [{ container_id: 0, host_id: 0, size: 4294967295 }] } };
+
+/**
+ * CRI-O serves gRPC and its HTTP/1 info API on the one socket (cmux: HTTP/2 with content-type
+ * application/grpc to gRPC, HTTP/1 to the chi router). Here: a front listener on `socket` that
+ * hands HTTP/2 connections to the gRPC server on `grpcSocket` and the rest to `http`.
+ * @param {string} socket
+ * @param {string} grpcSocket
+ * @param {import('node:http').Server} http
+ */
+function serveMultiplexed(socket, grpcSocket, http) {
+  const PREFACE = 'PRI * HTTP/2.0';
+  const front = net.createServer((conn) => {
+    /** @type {Buffer[]} */
+    const got = [];
+    const sniff = () => {
+      for (let c; (c = conn.read()) !== null;) got.push(c);
+      const head = Buffer.concat(got);
+      // cmux reads as much as it needs to tell: the preface may come in pieces
+      if (head.length < PREFACE.length && PREFACE.startsWith(head.toString('latin1'))) return;
+      conn.off('readable', sniff);
+      route(head);
+    };
+    conn.on('readable', sniff);
+    conn.on('error', () => conn.destroy());
+    const route = (/** @type {Buffer} */ head) => {
+      if (head.subarray(0, PREFACE.length).toString('latin1') === PREFACE) {
+        const back = net.connect(grpcSocket);
+        back.write(head);
+        conn.pipe(back).pipe(conn);
+        const end = () => { conn.destroy(); back.destroy(); };
+        conn.on('error', end).on('close', end);
+        back.on('error', end).on('close', end);
+      } else {
+        conn.unshift(head);
+        http.emit('connection', conn);
+      }
+    };
+  });
+  return new Promise((resolve, reject) => front.once('error', reject).listen(socket, () => resolve(front)));
 }
 
 /** CompileRegexpsForPinnedImages. */
@@ -343,6 +423,11 @@ async function main(argv) {
   // A bad config at start: CRI-O does not start.
   let config = loadConfig(paths);
   let pins = noPins ? [] : compilePins([...config.pinnedImages, config.pauseImage]);
+  // What GET /config shows: CRI-O's running config. pinned_images is a nil list (left out of the
+  // TOML) until a file sets it or a reload runs (ReloadPinnedImages always stores a list, from
+  // 1.28.0, even where the patterns are compiled only at start); a CRI-O before 1.28 never has it.
+  /** @type {{ pinnedImages?: string[], pauseImage: string }} */
+  const running = { pinnedImages: !noPins && config.pinnedImagesSet ? config.pinnedImages : undefined, pauseImage: config.pauseImage };
   event({ event: 'start', files: config.files, pinnedImages: noPins ? [] : config.pinnedImages, registries: config.registries.map((r) => r.prefix) });
   log(`started; read ${config.files.join(', ') || 'no config files'}`);
 
@@ -351,6 +436,8 @@ async function main(argv) {
       const next = loadConfig(paths);
       config = next;
       if (!noPins && !pinsAtStartOnly) pins = compilePins([...next.pinnedImages, next.pauseImage]);
+      if (!noPins) running.pinnedImages = next.pinnedImages.filter((p) => p !== '');
+      running.pauseImage = next.pauseImage;
       event({ event: 'reload', outcome: 'ok', files: next.files, pinnedImages: noPins ? [] : next.pinnedImages, registries: next.registries.map((r) => r.prefix) });
       log('Configuration reload completed');
     } catch (e) {
@@ -529,14 +616,25 @@ async function main(argv) {
     }),
   });
 
+  // the info API (server/inspect.go): chi answers an unknown path or method with 404/405 as text
+  const info = createHttpServer((req, res) => {
+    const [status, type, body] = req.method !== 'GET' ? [405, 'text/plain', ''] : req.url === '/config' ? [200, 'application/toml', runningConfigToml(running)]
+      : req.url === '/info' ? [200, 'application/json', JSON.stringify(INFO)] : [404, 'text/plain; charset=utf-8', '404 page not found\n'];
+    res.writeHead(status, { 'Content-Type': type }).end(body);
+  });
+  const grpcSocket = `${socket}.grpc`;
   rmSync(socket, { force: true }); // a stale socket from a killed run
+  rmSync(grpcSocket, { force: true });
   await new Promise((resolve, reject) =>
-    server.bindAsync(`unix://${socket}`, grpc.ServerCredentials.createInsecure(), (/** @type {Error|null} */ e) => (e ? reject(e) : resolve(undefined))));
+    server.bindAsync(`unix://${grpcSocket}`, grpc.ServerCredentials.createInsecure(), (/** @type {Error|null} */ e) => (e ? reject(e) : resolve(undefined))));
+  const front = await serveMultiplexed(socket, grpcSocket, info);
 
   const shutdown = (/** @type {string} */ why) => {
     for (const c of children) if (c.pid) try { process.kill(c.pid, 'SIGKILL'); } catch { /* gone */ }
     server.forceShutdown();
+    front.close();
     rmSync(socket, { force: true });
+    rmSync(grpcSocket, { force: true });
     event({ event: 'stop', why });
     process.exit(0);
   };

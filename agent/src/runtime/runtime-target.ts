@@ -13,6 +13,8 @@ import {
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import { checkContainerdConfig } from './config-check.js';
+import { checkCrioConfig } from './crio-config-check.js';
+import { MIRROR_PROBE_TIMEOUT_MS } from './crio-mirror-probe.js';
 import type { Logger } from '../log.js';
 
 /** The names one image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
@@ -73,8 +75,8 @@ export interface RuntimeTarget {
   cleanup(): Promise<void>;
   /**
    * Refuses (RuntimeIgnoresMirror) a runtime whose configuration would not read the drop-ins
-   * `mirror` writes; run before anything is staged. Absent: nothing to check (CRI-O: the agent
-   * cannot read which registries.conf.d and crio.conf.d CRI-O was started with).
+   * `mirror` writes; run before anything is staged. Absent: nothing to check. CRI-O: whether it
+   * applies crio.conf.d (a probe; which registries.conf.d it reads is not checked).
    */
   checkConfig?(): Promise<void>;
   /**
@@ -239,19 +241,23 @@ export class CrioTarget implements RuntimeTarget {
   private client?: CriImageClient;
   private readonly mirrorName: string;
   private readonly pinsName: string;
+  /** The config check's mirror drop-in (crio-config-check.ts). */
+  private readonly probeName: string;
   /** A drop-in changed since the last reload. */
   private unapplied = false;
 
   constructor(private readonly config: AgentConfig, private readonly log?: Logger) {
     this.mirrorName = `${config.prefix}-mirror.conf`;
     this.pinsName = `${config.prefix}-pins.conf`;
+    this.probeName = `${config.prefix}-probe.conf`;
   }
 
   private cri(): CriImageClient {
     return (this.client ??= new CriImageClient(this.config.criSocket));
   }
 
-  private async reload(why: string): Promise<void> {
+  /** `event`: the journal's name for it (the config check's reload is not one of the load's). */
+  private async reload(why: string, event = 'reload'): Promise<void> {
     const cmd = this.config.reload.command;
     if (cmd.length === 0) {
       this.log?.warn('reload', `reload.command is empty: CRI-O must notice the ${why} by itself (auto_reload_registries), or the pulls will not use the mirror`);
@@ -264,7 +270,34 @@ export class CrioTarget implements RuntimeTarget {
       throw new AgentError('ReloadFailed', `CRI-O was not reloaded after the ${why} (${oneLine(err)}): check reload.command and that crio runs (systemctl status crio)`, { cause: err });
     }
     this.unapplied = false;
-    this.log?.info('reload', `CRI-O reloaded (${why})`, { command: cmd.join(' ') });
+    this.log?.info(event, `CRI-O reloaded (${why})`, { command: cmd.join(' ') });
+  }
+
+  /** CRI-O must apply the crio.conf.d the agent writes to: see crio-config-check.ts. */
+  checkConfig(): Promise<void> {
+    const file = join(this.config.paths.crioDropInDir, this.pinsName);
+    let before: string | undefined;
+    return checkCrioConfig(this.config, {
+      writeProbe: async (entry) => {
+        before = await readFile(file, 'utf8').catch(() => undefined);
+        await makeDirs(this.config.paths.crioDropInDir);
+        await writePinsDropIn(this.config.paths.crioDropInDir, this.pinsName, await this.mergedPins([...((await this.ownPins()) ?? []), entry]));
+        this.unapplied = true;
+        return file;
+      },
+      writeMirrorProbe: async (address, repository) => {
+        await makeDirs(this.config.paths.registriesDropInDir);
+        return writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.probeName, { mirror: address, repositories: [{ repository, digestOnly: false }] });
+      },
+      restore: async () => {
+        await removeDropIn(join(this.config.paths.registriesDropInDir, this.probeName));
+        if (before === undefined) await removeDropIn(file);
+        else await writeFileAtomic(file, before);
+      },
+      pull: (ref, signal) => this.cri().pullImage(ref, { signal, timeoutMs: MIRROR_PROBE_TIMEOUT_MS }),
+      reload: (why) => this.reload(why, 'runtime-config'),
+      laterFiles: async () => (await readdir(this.config.paths.crioDropInDir).catch(() => [] as string[])).filter((n) => n > this.pinsName && !n.startsWith('.')).sort(),
+    }, this.log);
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
@@ -310,7 +343,9 @@ export class CrioTarget implements RuntimeTarget {
     for (const n of await readdir(dir).catch(() => [] as string[])) {
       if (n.startsWith(`.${this.mirrorName}.`) && n.endsWith('.tmp')) await rm(join(dir, n), { force: true });
     }
-    if (await removeDropIn(join(dir, this.mirrorName))) {
+    // the config check's probe too, should the agent have been killed during it
+    const removed = [await removeDropIn(join(dir, this.mirrorName)), await removeDropIn(join(dir, this.probeName))];
+    if (removed.includes(true)) {
       this.unapplied = true;
       await this.apply();
     }
@@ -375,9 +410,8 @@ export class CrioTarget implements RuntimeTarget {
     return [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];
   }
 
-  private async writeMerged(own: string[]): Promise<boolean> {
-    const dir = this.config.paths.crioDropInDir;
-    await makeDirs(dir);
+  /** `own` with every other file's pins. */
+  private async mergedPins(own: string[]): Promise<string[]> {
     const foreign = new Set<string>();
     // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
     for (const file of await this.foreignPinFiles()) {
@@ -386,8 +420,14 @@ export class CrioTarget implements RuntimeTarget {
       });
       for (const p of pins) foreign.add(p);
     }
+    return [...new Set([...own, ...foreign])].sort();
+  }
+
+  private async writeMerged(own: string[]): Promise<boolean> {
+    const dir = this.config.paths.crioDropInDir;
+    await makeDirs(dir);
     const before = await readPinsDropIn(join(dir, this.pinsName));
-    const all = [...new Set([...own, ...foreign])].sort();
+    const all = await this.mergedPins(own);
     if (before.join('\n') === all.join('\n')) return false;
     const file = await writePinsDropIn(dir, this.pinsName, all);
     this.unapplied = true;
