@@ -188,7 +188,7 @@ export class BlobCache {
       reported = offset;
     };
     let counter: UnpackedCounter | undefined;
-    await withRetry(async () => {
+    await abandonOnFailure(() => withRetry(async () => {
       // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
       const hash = newSha256();
       counter?.abandon();
@@ -243,8 +243,18 @@ export class BlobCache {
         if (!(err instanceof OciError)) return !isFull(err);
         return err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR' || (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message));
       },
-    });
+    }), () => counter?.abandon());
     return final;
+  }
+}
+
+/** A download given up on stops its measuring too: the counting thread holds nothing for it. */
+async function abandonOnFailure<T>(work: () => Promise<T>, abandon: () => void): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    abandon();
+    throw err;
   }
 }
 

@@ -1,8 +1,8 @@
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
-import { createGunzip } from 'node:zlib';
 import { DecompressStream } from 'zstd-napi';
 import { addPhase, timedAsync } from './phase-times.js';
+import { countGzip, type GzipCount } from './gzip-count-thread.js';
 
 /**
  * A layer is measured up to this many times its compressed size: a gzip bomb from a registry
@@ -16,12 +16,13 @@ const ZSTD_MAGIC = 0xfd2fb528;
 
 /**
  * Counts the bytes a compressed layer unpacks to while it streams past (fed the same chunks
- * the cache writes: no second read). gzip runs in zlib's thread pool; the output is counted
- * and dropped. The compression is recognised by its magic, as the runtimes do, not by the
+ * the cache writes: no second read). gzip is counted on a thread of its own (gzip-count-thread.ts),
+ * zstd (rare in layers) here. The compression is recognised by its magic, as the runtimes do, not by the
  * media type. An undecodable stream gives no figure (the caller falls back to an estimate).
  */
 export class UnpackedCounter {
   private decoder: Writable | undefined;
+  private gzip: GzipCount | undefined;
   private head: Buffer[] = [];
   private headBytes = 0;
   private compressed = 0;
@@ -37,7 +38,7 @@ export class UnpackedCounter {
   async push(chunk: Buffer): Promise<void> {
     this.compressed += chunk.length;
     if (this.failed || this.capped) return;
-    if (!this.decoder && !this.plain) {
+    if (!this.decoder && !this.gzip && !this.plain) {
       // the magic may straddle chunks
       this.head.push(chunk);
       this.headBytes += chunk.length;
@@ -51,6 +52,7 @@ export class UnpackedCounter {
       this.unpacked += chunk.length;
       return;
     }
+    if (this.gzip) return this.gzip.push(chunk);
     if (!this.decoder!.write(chunk)) await timedAsync('estimate: waits on decompression', () => Promise.race([once(this.decoder!, 'drain'), this.ended]));
   }
 
@@ -61,8 +63,11 @@ export class UnpackedCounter {
       this.plain = true;
       return;
     }
-    // large output chunks: fewer thread-pool round trips and 'data' events for output that is only counted
-    const decoder = gzip ? createGunzip({ chunkSize: 1024 * 1024 }) : (new DecompressStream() as unknown as Writable & NodeJS.ReadableStream);
+    if (gzip) {
+      this.gzip = countGzip(this.size * MAX_UNPACK_RATIO);
+      return;
+    }
+    const decoder = new DecompressStream() as unknown as Writable & NodeJS.ReadableStream;
     decoder.on('data', (out: Buffer) => {
       this.unpacked += out.length;
       if (this.unpacked > this.size * MAX_UNPACK_RATIO) {
@@ -84,11 +89,15 @@ export class UnpackedCounter {
 
   /** The unpacked size, once every chunk was pushed; undefined when the stream did not decode. */
   async finish(): Promise<number | undefined> {
-    if (!this.decoder && !this.plain && this.headBytes > 0) {
+    if (!this.decoder && !this.gzip && !this.plain && this.headBytes > 0) {
       const head = Buffer.concat(this.head);
       this.head = [];
       if (head.length >= 2 && head[0] === GZIP[0] && head[1] === GZIP[1]) this.failed = true;
       else this.unpacked += head.length;
+    }
+    if (this.gzip) {
+      addPhase('estimate: layers decompressed', undefined, { bytes: this.compressed });
+      return this.gzip.finish();
     }
     if (this.decoder && !this.capped && !this.failed) {
       this.decoder.end();
@@ -101,6 +110,7 @@ export class UnpackedCounter {
 
   /** Stops decoding (the download failed). */
   abandon(): void {
+    this.gzip?.abandon();
     this.decoder?.destroy();
   }
 }
