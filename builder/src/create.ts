@@ -13,7 +13,7 @@ import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { archProblem, checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
 import { releaseSignatureBlobs } from './release-signatures.js';
-import { hopAdds, pathLines, type PathSummary } from './release-path.js';
+import { hopAdds, pathLines, payloadOf, type PathSummary } from './release-path.js';
 import { checkDeltaBase, readDeltaBase, sharedWithBase, type DeltaBase } from './delta-base.js';
 import { formatBytes, plural } from '@offline-bundle/status';
 import { Progress } from './progress.js';
@@ -434,7 +434,7 @@ function cachedLayer(cache: BlobCache, source: ImageSource, l: { digest: string;
 }
 
 /** Each release of the update path with its upgrade sources and what it adds over the one before; empty without a path. */
-function pathHops(opts: CreateOptions, all: ResolvedAll): (ReleaseInfo & { adds: HopAdds })[] {
+function pathHops(opts: CreateOptions, all: ResolvedAll): (ReleaseInfo & { adds: HopAdds; payload: string[] })[] {
   return all.path.map((r, i) => {
     const prev = all.path[i - 1];
     // the graph's edges: from the version the cluster runs into the first, each into the next
@@ -442,7 +442,7 @@ function pathHops(opts: CreateOptions, all: ResolvedAll): (ReleaseInfo & { adds:
     // release-metadata may name an edge the graph pulled: past the first hop, the start is none
     // of their sources (else an agent that reads the final release alone would take it in one)
     const own = prev ? r.info.upgradeFrom.filter((v) => v !== opts.releaseFrom) : r.info.upgradeFrom;
-    return { ...r.info, upgradeFrom: [...new Set([...own, ...extra])].sort(), adds: hopAdds(prev?.images, r.images) };
+    return { ...r.info, upgradeFrom: [...new Set([...own, ...extra])].sort(), adds: hopAdds(prev?.images, r.images), payload: payloadOf(r.images) };
   });
 }
 
@@ -470,8 +470,9 @@ function releaseOf(opts: CreateOptions, all: ResolvedAll, arch: string, signatur
     upgradeFrom: hops.length ? hops[last]!.upgradeFrom : [...new Set([...(all.releaseInfo?.upgradeFrom ?? []), ...(opts.upgradeFrom ?? []), ...(opts.releaseFrom ? [opts.releaseFrom] : [])])].sort(),
     ...sigs(Math.max(last, 0)),
     ...(hops.length ? {
-      via: hops.slice(0, last).map((h, i) => ({ name: h.version, version: h.version, arch, image: h.image, digest: h.digest, upgradeFrom: h.upgradeFrom, ...sigs(i), adds: h.adds })),
+      via: hops.slice(0, last).map((h, i) => ({ name: h.version, version: h.version, arch, image: h.image, digest: h.digest, upgradeFrom: h.upgradeFrom, ...sigs(i), adds: h.adds, payload: h.payload })),
       adds: hops[last]!.adds,
+      payload: hops[last]!.payload,
     } : {}),
   };
 }

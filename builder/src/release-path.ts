@@ -31,6 +31,14 @@ export function hopAdds(prev: HopImages[] | undefined, next: HopImages[]): HopAd
   };
 }
 
+/**
+ * A release's `payload` for bundle.json: the digests of its release image and its payload's
+ * images, each once, sorted (the same split the agent reads from the release image itself).
+ */
+export function payloadOf(images: readonly HopImages[]): string[] {
+  return [...new Set(images.map((r) => r.entry.digest))].sort();
+}
+
 /** The path a bundle's release carries, or undefined for a bundle of one release. */
 export function pathOf(release: BundleRelease): PathSummary | undefined {
   if (!release.via?.length) return undefined;

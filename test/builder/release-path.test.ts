@@ -79,7 +79,7 @@ const eus = (graphFile: string, extra: object = {}) => ({ apiVersion: 'offline-b
 const blobsOf = (...images: Pushed[]) => new Set(images.flatMap((i) => [i.digest, i.manifests[0]!.config, ...i.manifests[0]!.layers]));
 
 const built = await createFrom(eus(fullGraph), ['--release-signature', sig15, '--release-signature', sig16, '--release-keyring', keyring, '--key', keys.key, '-o', 'path.bundle']);
-let m: BundleJson & { release: BundleJson['release'] & { via?: any[]; adds?: { images: number; bytes: number }; signatures?: { digest: string }[] } };
+let m: BundleJson & { release: BundleJson['release'] & { via?: any[]; adds?: { images: number; bytes: number }; signatures?: { digest: string }[]; payload?: string[] } };
 
 t.test('the bundle for the path holds both payloads, what they share once', async (t) => {
   t.equal(built.code, 0, built.stderr);
@@ -103,6 +103,10 @@ t.test('the bundle for the path holds both payloads, what they share once', asyn
   const adds = [...blobsOf(r16, cvo16, etcd, mco16)].filter((d) => !first.has(d)).reduce((s, d) => s + size.get(d)!, 0);
   t.same(m.release.via![0].adds, { images: 4, bytes: [...first].reduce((s, d) => s + size.get(d)!, 0) }, 'the first hop: its whole payload');
   t.same(m.release.adds, { images: 3, bytes: adds }, '4.16.2 adds its release image, cvo and mco, not etcd or the base layer');
+  // which images each release's payload holds, so the cluster can pin each release apart
+  const digests = (...images: Pushed[]) => images.map((i) => i.digest).sort();
+  t.same(m.release.via![0].payload, digests(r15, cvo15, etcd, mco15), '4.15.40: its release image and the images its image-references names');
+  t.same(m.release.payload, digests(r16, cvo16, etcd, mco16), '4.16.2: its own, etcd in both');
   // what the cluster side hands over per hop: each release's signatures, read and checked
   const read = await withBundle(built.output, async (s) => readReleaseSignatures(s, await loadTrust([keys.pub])));
   t.same(read.path.map((h) => [h.version, h.digest]), [['4.15.40', r15.digest], ['4.16.2', r16.digest]], 'readReleaseSignatures: the path in order');

@@ -6,25 +6,16 @@
 // live); stops the dashboard and sees the page say it lost the server. Screenshots at 1280 and
 // 390 px go to a temp dir (the README's images come from scripts/screenshots.mjs, a real run).
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
-import { BUNDLE_BIN, hermeticEnv } from '../builder/lib.js';
 import { ART_REPO, clusterFixture, clusterVersion, node, nodeStatus } from './lib.js';
+import { haveChromium, openDashboard } from './dashboard-page.js';
 import { until } from '../helpers/until.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const skip = existsSync(CHROMIUM) ? undefined : `${CHROMIUM} is missing: install Debian's chromium (scripts/setup.sh does) to run the dashboard's browser test`;
-// CI installs chromium (scripts/setup.sh): there a missing browser is a broken set-up, not a skip
-if (skip && process.env.CI === 'true') t.fail(`${skip} (CI=true: not skipped)`);
-else if (skip) t.plan(0, skip);
-else await browserTests();
+if (haveChromium(t)) await browserTests();
 
 async function browserTests(): Promise<void> {
   const started = Date.now();
-  const { chromium } = await import('playwright-core');
   const { work, api, kubeconfig, b } = await clusterFixture(t);
   const fixtureMs = Date.now() - started;
   const ago = (s: number) => new Date(Date.now() - s * 1000).toISOString();
@@ -54,44 +45,10 @@ async function browserTests(): Promise<void> {
     api.clearConfigMaps();
   }
 
-  /** The real CLI, serving on any free port; resolves with its URL once it prints it. */
-  function startDashboard(): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [BUNDLE_BIN, 'cluster', 'dashboard', path.basename(b.file), '--key', b.pub, '--kubeconfig', kubeconfig, '--port', '0', '--interval', '1', '--request-timeout', '3', '--json'], { cwd: path.dirname(b.file), env: hermeticEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      let err = '';
-      child.stdout!.on('data', (c) => {
-        out += c;
-        const line = out.split('\n')[0]!;
-        if (out.includes('\n')) resolve({ child, url: JSON.parse(line).url, stderr: () => err });
-      });
-      child.stderr!.on('data', (c) => { err += c; });
-      child.on('exit', (code) => reject(new Error(`dashboard exited ${code}: ${err}`)));
-    });
-  }
-
   seed();
-  const profile = await mkdtemp(path.join(os.tmpdir(), 'ob-dash-chromium-'));
-  t.teardown(() => rm(profile, { recursive: true, force: true }));
   // the dashboard and the browser start side by side; each one's time is reported
-  const timed = async <T>(p: Promise<T>): Promise<[T, number]> => { const at = Date.now(); return [await p, Date.now() - at]; };
-  const [d, c] = await Promise.allSettled([
-    timed(startDashboard()),
-    // a fresh --user-data-dir (launchPersistentContext's) and nothing that reaches the internet
-    timed(chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM, headless: true, viewport: { width: 1280, height: 900 },
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    })),
-  ]);
-  // whichever started is stopped at the end, even when the other did not
-  if (d.status === 'fulfilled') t.teardown(() => { if (d.value[0].child.exitCode === null) d.value[0].child.kill('SIGTERM'); });
-  if (c.status === 'fulfilled') t.teardown(() => c.value[0].close());
-  if (d.status === 'rejected') throw d.reason;
-  if (c.status === 'rejected') throw c.reason;
-  const [dash, dashMs] = d.value;
-  const [context, browserMs] = c.value;
+  const { dash, page, dashMs, browserMs } = await openDashboard(t, b.file, b.pub, kubeconfig);
   t.comment(`set-up: stand-in and bundle ${fixtureMs} ms, dashboard serving ${dashMs} ms, Chromium ${browserMs} ms (side by side)`);
-  const page = context.pages()[0] ?? await context.newPage();
   const shots = work;
   const row = (n: string) => page.locator('#rows tr', { has: page.locator('th', { hasText: new RegExp(`^${n}$`) }) });
 
@@ -117,6 +74,7 @@ async function browserTests(): Promise<void> {
     t.equal(await row('worker-1').locator('td[data-label="Message"]').textContent(), HOSTILE, 'the API\'s string shown as text');
     t.equal(await page.locator('#rows img, #rows b').count(), 0, 'no element made from it');
     t.equal(await page.evaluate(() => (globalThis as any).pwned), undefined, 'and no script run');
+    t.equal(await page.locator('#path-box').isVisible(), false, 'a bundle of one release: no update path shown');
     t.equal(await page.locator('#target-version').textContent(), '4.15.1');
     t.equal(await page.locator('#target-running').textContent(), '4.15.0');
     t.equal(await page.locator('#target-summary').textContent(), '1 of 5 Ready for it');

@@ -16,7 +16,7 @@ export const RELEASE_REPO = 'quay.io/openshift-release-dev/ocp-release';
 export const ART_REPO = 'quay.io/openshift-release-dev/ocp-v4.0-art-dev';
 const MT = 'application/vnd.oci.image.manifest.v1+json';
 
-export interface TestBundle { file: string; fileDigest: string; releaseDigest: string; payloadDigest: string; pub: string; version: string; via: TestHop[] }
+export interface TestBundle { file: string; fileDigest: string; releaseDigest: string; payloadDigest: string; pub: string; version: string; via: TestHop[]; sharedDigest?: string }
 /** A release of a path bundle before its final one. */
 export interface TestHop { version: string; releaseDigest: string; payloadDigest: string }
 
@@ -24,15 +24,18 @@ export interface TestHop { version: string; releaseDigest: string; payloadDigest
  * A bundle of release `version` (accepting `upgradeFrom`) whose release signatures are made by
  * `sign(releaseDigest)`. Its "images" are small JSON blobs standing in for manifests. With
  * `via`, an update path (#43): those releases first, oldest first, each with its own release
- * image, payload image and signatures; `upgradeFrom` then names the last of them.
+ * image, payload image and signatures; `upgradeFrom` then names the last of them. Each release
+ * of a path lists its payload in the head as the builder does, unless `payloads: false` (a
+ * bundle built before the head said); `shared`: one more payload image every release lists.
  */
-export async function makeBundle(dir: string, opts: { version: string; upgradeFrom: string[]; sign?: (digest: string, reference: string) => Promise<Buffer[]>; via?: { version: string; upgradeFrom: string[] }[] }): Promise<TestBundle> {
+export async function makeBundle(dir: string, opts: { version: string; upgradeFrom: string[]; sign?: (digest: string, reference: string) => Promise<Buffer[]>; via?: { version: string; upgradeFrom: string[] }[]; payloads?: false; shared?: boolean }): Promise<TestBundle> {
   await mkdir(dir, { recursive: true });
   const blob = async (name: string, bytes: Buffer, mediaType: string) => {
     const file = path.join(dir, name);
     await writeFile(file, bytes);
     return { digest: sha256(bytes), size: bytes.length, mediaType, path: file };
   };
+  const shared = opts.shared ? await blob('payload-shared.json', Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, component: 'etcd' })), MT) : undefined;
   const releaseOf = async (version: string, upgradeFrom: string[]) => {
     const release = await blob(`release-${version}.json`, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, release: version })), MT);
     const payload = await blob(`payload-${version}.json`, Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT, component: `cli-${version}` })), MT);
@@ -43,6 +46,7 @@ export async function makeBundle(dir: string, opts: { version: string; upgradeFr
       name: version, version, arch: 'amd64', image: reference, digest: release.digest, upgradeFrom,
       ...(sigBlobs.length ? { signatures: sigBlobs.map((b) => ({ digest: b.digest, keyIds: [] })) } : {}),
       ...(opts.via?.length ? { adds: { images: 2, bytes: release.size + payload.size } } : {}),
+      ...(opts.via?.length && opts.payloads !== false ? { payload: [release.digest, payload.digest, ...(shared ? [shared.digest] : [])].sort() } : {}),
     };
     const images = [
       { repository: RELEASE_REPO, tag: `${version}-x86_64`, digest: release.digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }], component: 'release' },
@@ -61,11 +65,12 @@ export async function makeBundle(dir: string, opts: { version: string; upgradeFr
   const all = [...hops, final];
   const w = await writeBundle({
     release: { ...final.head, ...(hops.length ? { via: hops.map((h) => h.head) } : {}) },
-    images: all.flatMap((r) => r.images), index, blobs: all.flatMap((r) => r.blobs), imageStoreBytes: 0, key: createPrivateKey(privatePem), output: file,
+    images: [...all.flatMap((r) => r.images), ...(shared ? [{ repository: ART_REPO, tag: null, digest: shared.digest, mediaType: MT, platforms: [{ os: 'linux', architecture: 'amd64' }], component: 'etcd' }] : [])],
+    index, blobs: [...all.flatMap((r) => r.blobs), ...(shared ? [shared] : [])], imageStoreBytes: 0, key: createPrivateKey(privatePem), output: file,
     createdAt: '2026-11-23T00:00:00.000Z', tool: { name: 'offline-bundle', version: 'test' },
   });
   const via = hops.map((h) => ({ version: h.head.version, releaseDigest: h.releaseDigest, payloadDigest: h.payloadDigest }));
-  return { file, fileDigest: w.fileDigest, releaseDigest: final.releaseDigest, payloadDigest: final.payloadDigest, pub, version: opts.version, via };
+  return { file, fileDigest: w.fileDigest, releaseDigest: final.releaseDigest, payloadDigest: final.payloadDigest, pub, version: opts.version, via, ...(shared ? { sharedDigest: shared.digest } : {}) };
 }
 
 export function node(name: string, labels: Record<string, string> = { 'node-role.kubernetes.io/worker': '' }): Doc {

@@ -57,9 +57,10 @@ t.test('prepare hands over every release\'s signatures, and the gate names both 
   t.same(keys, [signatureKey(hop1.releaseDigest, 1), signatureKey(p.releaseDigest, 1)].sort(), 'each release\'s signature, as oc-mirror lays them out');
   t.match(api.get('upgradegates', 'cluster')!.spec, { ready: true, version: '4.16.2', image: image2, path: [{ version: '4.15.40', image: image1 }, { version: '4.16.2', image: image2 }] });
   t.match(r.stdout, /upgrade gate: open for the path 4\.15\.40 → 4\.16\.2/);
-  const set = api.list('pinnedimagesets')[0]!;
-  t.same(set.spec.pinnedImages.map((i: { name: string }) => i.name).sort(), [`${ART_REPO}@${hop1.payloadDigest}`, `${ART_REPO}@${p.payloadDigest}`, image1, image2].sort(), 'both releases pinned, named for the last');
-  t.match(set.metadata, { name: /^offline-bundle-4\.16\.2-/, annotations: { 'offline-bundle.io/path': '4.15.40,4.16.2' } });
+  const pinned = (name: string) => api.get('pinnedimagesets', name)!.spec.pinnedImages.map((i: { name: string }) => i.name).sort();
+  t.same(pinned('offline-bundle-4.15.40-worker-1'), [`${ART_REPO}@${hop1.payloadDigest}`, image1].sort(), 'each release a series of its own, as the head lists its payload');
+  t.same(pinned('offline-bundle-4.16.2-worker-1'), [`${ART_REPO}@${p.payloadDigest}`, image2].sort());
+  t.match(api.get('pinnedimagesets', 'offline-bundle-4.15.40-worker-1')!.metadata, { labels: { 'offline-bundle.io/release': '4.15.40' }, annotations: { 'offline-bundle.io/path': '4.15.40,4.16.2' } });
 });
 
 t.test('a cluster on no release the path starts from is refused by name', async (t) => {

@@ -78,3 +78,39 @@ t.test('the validator bounds the path', async (t) => {
     t.throws(() => validateManifest(manifest(change)), { code: 'INVALID_MANIFEST', message }, what);
   }
 });
+
+/**
+ * The same path with each release's payload listed: images 1 (4.15.40's release image) and 3 its
+ * payload, 2 (4.16.2's) and 4 its own, image 5 a payload image both share; image 6 an add-on
+ * (no component) and 7 an operator catalog, in no payload.
+ */
+function withPayloads(change: (r: Record<string, any>, images: Record<string, any>[]) => void = () => undefined) {
+  const m = manifest((r) => { r.via[0].payload = [d('1'), d('3'), d('5')]; r.payload = [d('2'), d('4'), d('5')]; });
+  const comp = (digest: string, component?: string) => ({ ...image(digest), ...(component ? { component } : {}) });
+  const images: Record<string, any>[] = [comp(d('1'), 'release'), comp(d('2'), 'release'), comp(d('3'), 'etcd'), comp(d('4'), 'etcd'), comp(d('5'), 'cli'), comp(d('6')), comp(d('7'), 'operator-catalog')];
+  const blobs = images.map((i) => ({ digest: i.digest, size: 100, mediaType: MT })).concat([{ digest: d('8'), size: 3, mediaType: RELEASE_SIGNATURE_MEDIA_TYPE }]);
+  // the hop's signature blob: d('5') is an image here
+  m.release.via[0].signatures = [{ digest: d('8'), keyIds: ['0123456789abcdef'] }];
+  change(m.release, images);
+  return { ...m, images, blobs };
+}
+
+t.test('each release\'s payload: listed images, held to what the bundle carries', async (t) => {
+  const m = validateManifest(withPayloads());
+  t.same(releasePath(m).map((h) => [h.version, h.payload]), [['4.15.40', [d('1'), d('3'), d('5')]], ['4.16.2', [d('2'), d('4'), d('5')]]], 'each release with its own images; a shared one in both');
+  t.doesNotThrow(() => validateManifest(manifest()), 'a path without payloads (built before them) is read as before');
+  const lying: [string, (r: Record<string, any>, images: Record<string, any>[]) => void, RegExp][] = [
+    ['a digest the bundle does not carry', (r) => { r.payload.push(d('9')); }, /release\.payload\[3\] sha256:9+ is not among the images: a release's payload is carried/],
+    ['a payload image in no list', (r) => { r.payload = [d('2'), d('5')]; }, /images' quay\.io\/ocp\/release@sha256:4+ \(component etcd\) is in no release's payload/],
+    ['a list without its own release image', (r) => { r.via[0].payload = [d('3'), d('5')]; }, /release\.via\[0\]\.payload does not list the release image sha256:1+/],
+    ['the other release\'s image for its own', (r) => { r.via[0].payload = [d('2'), d('3'), d('5')]; }, /release\.via\[0\]\.payload does not list the release image sha256:1+/],
+    ['a digest twice', (r) => { r.payload.push(d('4')); }, /release\.payload lists sha256:4+ twice/],
+    ['one release listed, another not', (r) => { delete r.via[0].payload; }, /release\.via\[0\]\.payload is missing: a path lists every release's payload or none/],
+    ['not a digest', (r) => { r.payload[0] = 'latest'; }, /release\.payload\[0\] must be a sha256 digest/],
+    ['a list longer than the images', (r, images) => { r.payload = [...images.map((i) => i.digest), d('2')]; }, /release\.payload must be a list/],
+    ['a payload without a path', (r) => { delete r.via; delete r.adds; }, /release\.payload is a field of a release with via/],
+  ];
+  for (const [what, change, message] of lying) {
+    t.throws(() => validateManifest(withPayloads(change)), { code: 'INVALID_MANIFEST', message }, what);
+  }
+});

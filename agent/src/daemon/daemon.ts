@@ -1,5 +1,5 @@
 import {
-  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusAndWriter, readStatusFile, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
+  ClusterReporter, ConsoleWriter, Metrics, agentHealth, emptyStatus, observeRunning, onRemovableMedia, readStatusAndWriter, readStatusFile, runningReleases, startStatusServer, StatusFileWriter, StatusTracker, writerLiveness, type NodeStatus,
 } from '@offline-bundle/status';
 import { rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -338,7 +338,8 @@ async function handleBundle(d: Daemon, next: FoundBundle, before: Map<string, Bu
   // by stat identity, else (a remount renumbers devices and FAT inodes) a loaded copy of the same content
   const rec = before.get(next.key) ?? loadedByContent(before.values(), await contentOf(next.file));
   if (rec) before.delete(rec.key);
-  const done = await alreadyDone(rec, (version, arch, digest) => releaseImagesPresent(config, runtime, version, arch, digest)).catch(() => undefined);
+  const running = runningReleases(tracker.current.history).map((e) => e.version);
+  const done = await alreadyDone(rec, (version, arch, digest) => releaseImagesPresent(config, runtime, version, arch, digest, running)).catch(() => undefined);
   if (done) {
     // with preload.method none nothing was loaded: the journal says what the console says
     const earlier = config.preload.method === 'none' ? `was verified before this start (${rec!.version}; its images were NOT loaded: preload.method is none)` : `was loaded before this start (${rec!.version}) and its images are in the runtime`;

@@ -24,7 +24,7 @@ import { loadedAhead } from './loaded-ahead.js';
 import { readServing } from '../state/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
-import { heldForPath, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import { heldForPath, neededOfBundle, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { withLoadLock } from '../state/lock.js';
 import { contentOf, keyOf, recordBundle } from '../state/bundle-records.js';
 import { assertBundleFile, assertWhole, mediaGone } from './bundle-file.js';
@@ -186,14 +186,16 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
 }
 
 /** Whether every image the agent recorded for a release (that bundle's, by digest) is still in the runtime (true where it cannot ask). */
-export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string, digest?: string): Promise<boolean> {
+export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string, digest?: string, running: readonly string[] = []): Promise<boolean> {
   // the record of that very bundle when there are several of one release (else any of them)
-  const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.version === version && r.arch === arch);
+  const all = await readReleases(config.paths.stateDir);
+  const recs = all.filter((r) => r.version === version && r.arch === arch);
   const rec = recs.find((r) => digest !== undefined && r.digest === digest) ?? recs[0];
   if (!rec) return false;
   const inspector = await runtime.inspector().catch(() => undefined);
   if (!inspector) return true;
-  return (await missingImages(inspector, rec.refs)).length === 0;
+  // an update path's releases the node has not gone past (#43) too: a stick brings back theirs as well
+  return (await missingImages(inspector, [...new Set(neededOfBundle(rec, all, running).flatMap((r) => r.refs))])).length === 0;
 }
 
 /** Progress with its rate and time left, at most once a second (what a stick's staging and a fetch from peers show). */

@@ -1,4 +1,4 @@
-import { compareVersions, releasePath, type BundleManifest, type ReleaseHop } from '@offline-bundle/format';
+import { compareVersions, positionOnPath, releasePath, type BundleManifest, type ReleaseHop } from '@offline-bundle/format';
 import { normalizeArch } from '@offline-bundle/oci';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
@@ -23,8 +23,6 @@ function unknownRunningVersion(config: AgentConfig): AgentError {
   return new AgentError('UnknownRunningVersion', `${cause}, so downgrades and upgrade sources cannot be checked: ${fix}`);
 }
 
-const sameVersion = (a: string, b: string) => compareVersions(a, b) === 0;
-
 /** "4.14.30, 4.14.31 and 2 more": the sources a refusal names. */
 function sourcesText(list: readonly string[]): string {
   const shown = list.slice(0, MAX_SOURCES_NAMED).join(', ');
@@ -33,24 +31,12 @@ function sourcesText(list: readonly string[]): string {
 
 /**
  * Where a node running `current` joins an update path: the index of the first release it takes
- * (the one after `current` when it runs a release of the path, else the latest one whose
- * upgradeFrom names it; an empty upgradeFrom, as today, takes any source), or undefined when it
- * joins nowhere. The hops after it chain (bundle.json's rule, checked again here: the
- * running version is what the chain must hold from).
+ * (the one after `current` when it runs a release of the path, the final one when it runs that),
+ * or undefined when it joins nowhere. Read as `bundle cluster` reads it (positionOnPath).
  */
 export function pathEntry(path: readonly ReleaseHop[], current: string): number | undefined {
-  for (let i = path.length - 1; i >= 0; i--) {
-    const hop = path[i]!;
-    let from: number | undefined;
-    if (sameVersion(hop.version, current)) from = i + 1;
-    else if (hop.upgradeFrom.length === 0 ? compareVersions(hop.version, current) > 0 : hop.upgradeFrom.some((v) => sameVersion(v, current))) from = i;
-    if (from === undefined) continue;
-    const start = from;
-    // each later hop upgrades from the one before it (the entry hop was checked against `current`)
-    const chained = path.slice(start + 1).every((h, j) => h.upgradeFrom.some((v) => sameVersion(v, path[start + j]!.version)));
-    return chained ? Math.min(start, path.length - 1) : undefined;
-  }
-  return undefined;
+  const done = positionOnPath(path, current);
+  return done === undefined ? undefined : Math.min(done + 1, path.length - 1);
 }
 
 /** The one-line NotAnUpgradeSource of a bundle with an update path: the path, the running version, what to run first. */

@@ -63,6 +63,27 @@ export function heldForPath(r: ReleaseRecord, records: readonly ReleaseRecord[],
   return finalKept && !running.some((v) => compareVersions(v, final) >= 0);
 }
 
+/**
+ * Whether the node went past `r`, an earlier release of an update path: it runs a later one
+ * (a path goes forward: bundle.json holds each release later than the one before). Its images
+ * are then not brought back when they vanish, from a kept layout or a stick (they may be pruned).
+ */
+export function passedOnPath(r: Pick<ReleaseRecord, 'version' | 'path'>, running: readonly string[]): boolean {
+  return pathFinal(r) !== r.version && running.some((v) => compareVersions(v, r.version) > 0);
+}
+
+/**
+ * The records whose images a node needs of the bundle `rec` records: `rec`, and for an update
+ * path every release of it the node has not gone past (the running one and those after it),
+ * each as the same bundle (identity) recorded it. A stick of that bundle is loaded again
+ * when any of them lost an image.
+ */
+export function neededOfBundle(rec: ReleaseRecord, records: readonly ReleaseRecord[], running: readonly string[]): ReleaseRecord[] {
+  if (!rec.path || rec.identity === undefined) return [rec];
+  const others = records.filter((o) => o !== rec && o.arch === rec.arch && o.identity === rec.identity && rec.path!.includes(o.version) && !passedOnPath(o, running));
+  return [rec, ...others];
+}
+
 function releasesDir(stateDir: string): string {
   return join(stateDir, 'releases');
 }

@@ -5,7 +5,7 @@
  * technician's message, history). Every string is cut to the CRD's bounds: the page trusts
  * nothing of the API's beyond what the CRD lets through.
  */
-import { heartbeatSecondsOf, nodeHoldings, rollup, type NodeHoldings, type NodeRow } from '@offline-bundle/cluster';
+import { heartbeatSecondsOf, nodeHoldings, readPathStatus, rollup, type NodeHoldings, type NodeRow, type PathReleaseStatus } from '@offline-bundle/cluster';
 import {
   apiCall, boundHoldings, completedRelease, formatBytes, GROUP, LIMITS, listAll, PLURAL, progressPercent, timeLeft, truncate, VERSION,
   type AdminApis, type Phase,
@@ -69,7 +69,11 @@ export interface Snapshot {
   api: ApiContact;
   /** The poll interval, so the page can tell a silent server from a quiet cluster. */
   intervalMs: number;
+  /** An update path (#43) as `bundle cluster status` reads it (readPathStatus): its hop line and each release's state. */
+  path?: DashboardPath;
 }
+
+export interface DashboardPath { line: string; releases: PathReleaseStatus[] }
 
 const str = (v: unknown, max: number) => (typeof v === 'string' ? truncate(v, max) : undefined);
 const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
@@ -154,10 +158,12 @@ export function dashboardRows(nodes: PickedNode[], statuses: PickedStatus[], wan
   return { rows, omitted: r.rows.length - rows.length, target: { ...(r.digest ? { digest: r.digest } : {}), ...(version ? { version } : {}), ...(running ? { running: running.version } : {}), ready: r.ready, summary: r.summary } };
 }
 
-/** One read of Nodes, NodeBundleStatuses and (on OpenShift) ClusterVersion. */
+/** One read of Nodes, NodeBundleStatuses, (on OpenShift) ClusterVersion and the upgrade gate's path. */
 export async function readDashboard(apis: AdminApis, opts: { selector?: string; digest?: string; names?: Iterable<string> } = {}) {
   const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
   const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
   const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
-  return dashboardRows(nodes, statuses, opts.digest, cv, new Date(), opts.names);
+  // the path from the gate prepare or upgrade wrote, read as status reads it, with the ClusterVersion just read
+  const path = await readPathStatus(apis, { clusterVersion: cv });
+  return { ...dashboardRows(nodes, statuses, opts.digest, cv, new Date(), opts.names), ...(path ? { path: { line: path.line, releases: path.releases } } : {}) };
 }

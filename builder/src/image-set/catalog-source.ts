@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
-import type { BundleImage } from '@offline-bundle/format';
+import { OPERATOR_CATALOG_COMPONENT, type BundleImage } from '@offline-bundle/format';
 
-/** The component create gives a catalog image in bundle.json, so the cluster side can find it. */
-export const CATALOG_COMPONENT = 'operator-catalog';
+/** The component create gives a catalog image in bundle.json, so the cluster side can find it (the format knows it: no release's payload lists it). */
+export const CATALOG_COMPONENT = OPERATOR_CATALOG_COMPONENT;
 
 /**
  * A DNS-1123 label from a catalog's name, with a short hash of its full reference: two catalogs

@@ -9,7 +9,7 @@ import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
 import { publishGate, type GateResult } from './upgrade-gate.js';
-import { applyPinnedImageSets, type PinnedSetsResult } from './pinned-image-sets.js';
+import { applyPinnedImageSets, type PassedRelease, type PinnedSetsResult } from './pinned-image-sets.js';
 import { nodeHoldings, type NodeHoldings } from './node-holdings.js';
 import { pathPosition, releasesOf, type PathRelease } from './release-path.js';
 
@@ -24,8 +24,12 @@ export interface AdminBundle {
   upgradeFrom: string[];
   images: { repository: string; tag: string | null; digest: string }[];
   signatures: Uint8Array[];
-  /** An update path (#43): every release of it, oldest first, the final one last; absent for a bundle of one release. */
-  path?: PathRelease[];
+  /**
+   * An update path (#43): every release of it, oldest first, the final one last; absent for a
+   * bundle of one release. `payload`: the signed head's digests of that release's images
+   * (absent in bundles built before the head said).
+   */
+  path?: (PathRelease & { payload?: string[] })[];
 }
 
 export interface Warning {
@@ -185,11 +189,34 @@ export function gateRelease(b: AdminBundle): NonNullable<Parameters<typeof publi
   return { version: b.version, image: releaseImageByDigest(b), ...(path.length > 1 ? { path: path.map((r) => ({ version: r.version, image: releaseImageByDigest(r) })) } : {}) };
 }
 
-/** The versions whose PinnedImageSets stay: the running one, and while a path is under way the one it started from. */
+const completedVersions = (cv: ClusterVersionDoc) => new Set((cv.status?.history ?? []).filter((h) => h.state === 'Completed' && h.version).map((h) => h.version!));
+
+/** The versions a path started from that the cluster ran (ClusterVersion's history). */
+const pathStarts = (cv: ClusterVersionDoc, path: readonly PathRelease[]) => (path.length > 1 ? path[0]!.upgradeFrom.filter((v) => completedVersions(cv).has(v)) : []);
+
+/**
+ * The releases of the path (and the one it started from) the cluster has moved past: each before
+ * the latest release of the path ClusterVersion's history says Completed (the CVO's Completed:
+ * every cluster operator, the control plane's pool among them, at that release), never the
+ * running one. Their PinnedImageSets go; the later releases' are written first and hold every
+ * image they share.
+ */
+export function passedReleases(cv: ClusterVersionDoc, path: readonly PathRelease[]): PassedRelease[] {
+  if (path.length < 2) return [];
+  const done = completedVersions(cv);
+  let last = -1;
+  path.forEach((r, i) => { if (done.has(r.version)) last = i; });
+  if (last < 0) return [];
+  const now = running(cv);
+  const before = [...pathStarts(cv, path), ...path.slice(0, last).map((r) => r.version)];
+  return [...new Set(before)].filter((v) => v !== now).map((version) => ({ version, after: path[last]!.version }));
+}
+
+/** The versions whose PinnedImageSets stay: the running one, and the one a path started from until a release of the path Completed. */
 export function keptReleases(cv: ClusterVersionDoc, path: readonly PathRelease[]): string[] {
   const now = running(cv);
-  const from = path.length > 1 ? (cv.status?.history ?? []).filter((h) => h.state === 'Completed' && h.version && path[0]!.upgradeFrom.includes(h.version)).map((h) => h.version!) : [];
-  return [...new Set([...(now ? [now] : []), ...from])];
+  const passed = new Set(passedReleases(cv, path).map((p) => p.version));
+  return [...new Set([...(now ? [now] : []), ...pathStarts(cv, path)])].filter((v) => !passed.has(v));
 }
 
 /** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
@@ -210,7 +237,7 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true, holdings };
   // the gate learns the release image here (every release's, on a path), so oc adm upgrade --to-image passes once the nodes are ready
   const gate = await publishGate(apis, r, { by: 'bundle cluster prepare', release: gateRelease(b) });
-  const pinned = r.ready ? await applyPinnedImageSets(apis, b, keptReleases(cv, path)) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
+  const pinned = r.ready ? await applyPinnedImageSets(apis, b, keptReleases(cv, path), passedReleases(cv, path)) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
   return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: false, gate, pinned, holdings };
 }
 

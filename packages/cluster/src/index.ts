@@ -13,8 +13,8 @@ export { holdingsLine, MAX_LACKS_NAMED, nodeHoldings } from './node-holdings.js'
 export type { NodeHoldings } from './node-holdings.js';
 export type { NodeRow, Rollup, RowServing } from './cluster-rollup.js';
 export type { GateResult, GateSpec } from './upgrade-gate.js';
-export { applyPinnedImageSets, MAX_PINNED_PER_SET, pinnedSetName, pinnedSets, pinnedSetsLine } from './pinned-image-sets.js';
-export type { PinnedSetsResult } from './pinned-image-sets.js';
+export { applyPinnedImageSets, MAX_PINNED_PER_SET, pinnedSetName, pinnedSets, pinnedSetsLine, releaseSeries } from './pinned-image-sets.js';
+export type { PassedRelease, PinnedSetsResult, ReleaseSeries } from './pinned-image-sets.js';
 export type { SignatureConfigMap } from './release-configmap.js';
 export type { NodeIdentity } from './node-rbac.js';
 export type { ApproveResult } from './bundle-approval.js';
@@ -26,4 +26,4 @@ export type { PathUpgradeResult, PlanStep, StepState } from './upgrade-path.js';
 export { ADMIN_ACKS, ADMIN_GATES, acksNeeded, ocAck } from './admin-acks.js';
 export { PAUSED_BY, ocPausePool, workerPools } from './machine-pools.js';
 export { readPathStatus } from './path-status.js';
-export type { PathStatus } from './path-status.js';
+export type { PathReleaseState, PathReleaseStatus, PathStatus } from './path-status.js';

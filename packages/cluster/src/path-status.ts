@@ -4,12 +4,31 @@
  * (spec.path), against ClusterVersion's history and desiredUpdate.
  */
 import { apiCall, ClusterError, GROUP, VERSION, type AdminApis } from '@offline-bundle/status';
+import { acksNeeded } from './admin-acks.js';
 import { CV, running, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { GATE_NAME, GATE_PLURAL, gatePath } from './upgrade-gate.js';
 import { hopLine } from './upgrade-path.js';
 
+/**
+ * A release of the path as the cluster stands: done (its history says Completed, or a later one
+ * of the path is under way or done), in progress (desiredUpdate names it), next (the hop to
+ * start, or the one after the hop in progress), waiting for ack (the hop to start, held by an
+ * admin gate admin-acks does not set), later.
+ */
+export type PathReleaseState = 'done' | 'in progress' | 'next' | 'waiting for ack' | 'later';
+
+export interface PathReleaseStatus {
+  version: string;
+  image: string;
+  state: PathReleaseState;
+  /** waiting for ack: the admin gates it waits on. */
+  acks?: string[];
+}
+
 export interface PathStatus {
   path: { version: string; image: string }[];
+  /** Each release of the path with its state: what status --json and the dashboard page show. */
+  releases: PathReleaseStatus[];
   running?: string;
   /** The hop (from 1) under way or next; path.length + 1 once every hop completed. */
   hop: number;
@@ -41,6 +60,18 @@ export async function readPathStatus(apis: AdminApis, read: { clusterVersion?: u
   const target = path[next];
   const digest = cv.spec?.desiredUpdate?.image?.split('@')[1];
   const underWay = !!target && digest !== undefined && digest === target.image.split('@')[1];
+  // the hop to start waits on the running release's admin gates: read only then, and not being allowed to is not knowing
+  const acks = target && !underWay ? (await quiet('read the admin gates', () => acksNeeded(apis, now, target.version)) ?? []) : [];
   const s = { path, ...(now ? { running: now } : {}), hop: next + 1, underWay };
-  return { ...s, line: hopLine({ ...s, state: underWay ? 'waiting' : 'started' }) };
+  return { ...s, releases: releaseStates(path, next, underWay, acks.map((a) => a.gate)), line: hopLine({ ...s, state: underWay ? 'waiting' : 'started' }) };
+}
+
+/** Each release's state from the index of the hop under way or next, and the gates that hop waits on. */
+export function releaseStates(path: readonly { version: string; image: string }[], next: number, underWay: boolean, acks: readonly string[]): PathReleaseStatus[] {
+  return path.map((r, i): PathReleaseStatus => {
+    if (i < next) return { ...r, state: 'done' };
+    if (i === next && underWay) return { ...r, state: 'in progress' };
+    if (i === next && acks.length) return { ...r, state: 'waiting for ack', acks: [...acks] };
+    return { ...r, state: i === next || (i === next + 1 && underWay) ? 'next' : 'later' };
+  });
 }

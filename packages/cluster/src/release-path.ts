@@ -3,6 +3,7 @@
  * the cluster side reads them: each with its image by digest and its own signatures, the final
  * one last; and where a cluster stands on that path, from ClusterVersion's history.
  */
+import { positionOnPath } from '@offline-bundle/format';
 import { ClusterError } from '@offline-bundle/status';
 
 /** One release of a bundle's update path. */
@@ -42,20 +43,19 @@ export interface PathPosition {
   running?: string;
 }
 
-const accepts = (r: PathRelease, version: string | undefined) => r.upgradeFrom.length === 0 || (version !== undefined && r.upgradeFrom.includes(version));
+/** What the path's first release upgrades from, for a refusal. */
+const sourcesOf = (first: PathRelease) => (first.upgradeFrom.length ? first.upgradeFrom.join(', ') : `any release older than ${first.version}`);
 
 /**
  * Where a cluster that runs `running` stands on `path`: on a release of it, or on a version
- * one of its releases upgrades from (the latest such release: the fewest hops). Anything else
- * is refused (NOT_AN_UPGRADE_SOURCE), naming what the path starts from.
+ * one of its releases upgrades from (the latest such release: the fewest hops), as the node's
+ * policy reads it (positionOnPath). Anything else is refused (NOT_AN_UPGRADE_SOURCE), naming
+ * what the path starts from.
  */
 export function pathPosition(path: readonly PathRelease[], running: string | undefined): PathPosition {
-  const on = running === undefined ? -1 : path.findIndex((r) => r.version === running);
-  if (on >= 0) return { done: on, running };
-  for (let i = path.length - 1; i >= 0; i--) {
-    if (accepts(path[i]!, running) && (i === 0 || path[i]!.upgradeFrom.length > 0)) return { done: i - 1, ...(running ? { running } : {}) };
-  }
+  const done = positionOnPath(path, running);
+  if (done !== undefined) return { done, ...(running ? { running } : {}) };
   const first = path[0]!;
-  if (path.length === 1) throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${running ?? 'no completed version'}, which ${first.version} does not accept as a source (it accepts ${first.upgradeFrom.join(', ')}): build a bundle for an intermediate version first`);
-  throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${running ?? 'no completed version'}, which no release of the bundle's path ${pathWords(path)} accepts as a source (it starts from ${first.upgradeFrom.join(', ')}): build a bundle for an intermediate version first`);
+  if (path.length === 1) throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${running ?? 'no completed version'}, which ${first.version} does not accept as a source (it accepts ${sourcesOf(first)}): build a bundle for an intermediate version first`);
+  throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${running ?? 'no completed version'}, which no release of the bundle's path ${pathWords(path)} accepts as a source (it starts from ${sourcesOf(first)}): build a bundle for an intermediate version first`);
 }

@@ -10,7 +10,7 @@
  */
 import { apiCall, ClusterError, requestOptions, truncate, type AdminApis } from '@offline-bundle/status';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
-import { CV, gateRelease, keptReleases, ocCommand, readClusterVersion, releaseImageByDigest, requireSignatures, running, unpreparedKeys, type AdminBundle, type ClusterVersionDoc } from './cluster-upgrade.js';
+import { CV, gateRelease, keptReleases, ocCommand, passedReleases, readClusterVersion, releaseImageByDigest, requireSignatures, running, unpreparedKeys, type AdminBundle, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { acknowledge, acksNeeded, ocAck, ADMIN_GATES, type AdminGate } from './admin-acks.js';
 import { ocPausePool, setPaused, workerPools, type PoolState } from './machine-pools.js';
 import { applyPinnedImageSets, type PinnedSetsResult } from './pinned-image-sets.js';
@@ -127,14 +127,18 @@ async function blockersOf(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup):
 
 /** Does this run's step: unpause after the last hop, or pause, ack, gate, pins and hop `w.next`. */
 async function act(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup, opts: { selector?: string }): Promise<Pick<PathUpgradeResult, 'gate' | 'pinned'>> {
-  if (w.next === w.path.length) {
-    for (const p of w.pools) if (p.paused && p.pausedFor === b.version) await setPaused(apis, p.name, undefined);
-    return {};
-  }
   const writes = !opts.selector;
+  // each run's pins from where the cluster is: a release it has moved past loses its sets
+  const pins = () => (writes && r.ready ? applyPinnedImageSets(apis, b, keptReleases(w.cv, w.path), passedReleases(w.cv, w.path)) : Promise.resolve(undefined));
+  if (w.next === w.path.length) {
+    // the last hop Completed: the final release's sets stay for the workers' OS update the unpause starts
+    const pinned = await pins();
+    for (const p of w.pools) if (p.paused && p.pausedFor === b.version) await setPaused(apis, p.name, undefined);
+    return pinned ? { pinned } : {};
+  }
   // the gate and the pins before desiredUpdate, as for one release: the cluster's check then agrees with ours
   const gate = writes ? await publishGate(apis, r, { by: 'bundle cluster upgrade', release: gateRelease(b) }) : undefined;
-  const pinned = writes ? await applyPinnedImageSets(apis, { ...b, path: w.path }, keptReleases(w.cv, w.path)) : undefined;
+  const pinned = await pins();
   for (const p of w.pools) if (!p.paused) await setPaused(apis, p.name, b.version);
   await acknowledge(apis, w.acks.map((a) => a.gate));
   const target = w.path[w.next]!;

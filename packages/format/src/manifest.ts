@@ -28,6 +28,14 @@ export interface BundleRelease {
   via?: ReleaseHop[];
   /** With `via`: what this release's payload adds over the hop before it. */
   adds?: HopAdds;
+  /**
+   * With `via`: the digests of this release's own images, each among `images`: its release
+   * image and every image its payload's image-references names (what the agent reads from the
+   * release image itself), sorted. The cluster side pins each release apart with it, so an
+   * earlier release's pins can go once the cluster is past it. Absent in bundles built before
+   * it (the path is then pinned as one); readers that predate it ignore it.
+   */
+  payload?: string[];
 }
 
 /** One release of an update path: a release's own fields (bundle.json requires `adds` on each of `via`). */
@@ -42,6 +50,12 @@ export interface HopAdds {
   images: number;
   bytes: number;
 }
+
+/**
+ * The component the builder gives an operator catalog's image: the one component name that is
+ * not a release payload's, so no release's `payload` lists it.
+ */
+export const OPERATOR_CATALOG_COMPONENT = 'operator-catalog';
 
 /** Most releases an update path holds: an EUS-to-EUS upgrade is two; more is a mistake or a bomb. */
 export const MAX_RELEASE_PATH_HOPS = 4;
@@ -245,7 +259,7 @@ export function validateManifest(doc: unknown): BundleManifest {
   if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519') bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
   digest(s.fingerprint, 'signer.fingerprint');
   if (r.signatures !== undefined) validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
-  if (r.via !== undefined || r.adds !== undefined) validateReleasePath(r, doc.images as BundleImage[], doc.blobs as BundleBlob[], t.layoutBytes as number);
+  if (r.via !== undefined || r.adds !== undefined || r.payload !== undefined) validateReleasePath(r, doc.images as BundleImage[], doc.blobs as BundleBlob[], t.layoutBytes as number);
   if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
   validateBase(doc.base, version as number, r.version as string, doc.blobs as BundleBlob[]);
   return doc as unknown as BundleManifest;
@@ -347,7 +361,7 @@ function validateAdds(v: unknown, field: string, images: number, layoutBytes: nu
  * names it, its version is later): a path a cluster can take hop by hop.
  */
 function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], blobs: BundleBlob[], layoutBytes: number): void {
-  if (r.via === undefined) return bad('release.adds is a field of a release with via (an update path)');
+  if (r.via === undefined) return bad(`release.${r.adds !== undefined ? 'adds' : 'payload'} is a field of a release with via (an update path)`);
   const via = arr(r.via, 'release.via');
   if (via.length === 0) bad('release.via must name at least one release (a bundle of one release has no via)');
   if (via.length >= MAX_RELEASE_PATH_HOPS) bad(`release.via makes a path of ${via.length + 1} releases; a bundle carries at most ${MAX_RELEASE_PATH_HOPS}`);
@@ -386,6 +400,35 @@ function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], 
     if (!next.upgradeFrom.includes(prev.version)) bad(`${next.field}.upgradeFrom does not name ${prev.version}: ${next.version} is not an upgrade of the hop before it`);
     if (all.slice(0, i).some((h) => h.digest === next.digest)) bad(`${next.field}.digest ${next.digest} is another hop's`);
   }
+  validatePayloads([...via, r] as Record<string, unknown>[], all.map((h) => h.field), images);
+}
+
+/**
+ * Each release's payload (all of them or none): digests of carried images, each once, its own
+ * release image among them; and together every image the bundle names as a payload's component,
+ * so a cluster that pins release by release leaves none of the path's images unpinned.
+ */
+function validatePayloads(releases: Record<string, unknown>[], fields: string[], images: BundleImage[]): void {
+  const given = releases.filter((h) => h.payload !== undefined).length;
+  if (given === 0) return;
+  const lacking = releases.findIndex((h) => h.payload === undefined);
+  if (lacking >= 0) bad(`${fields[lacking]!}.payload is missing: a path lists every release's payload or none`);
+  const carried = new Set(images.map((im) => im.digest));
+  const listed = new Set<string>();
+  releases.forEach((h, i) => {
+    const field = `${fields[i]!}.payload`;
+    const own = new Set<string>();
+    arr(h.payload, field, images.length).forEach((v, j) => {
+      const d = digest(v, `${field}[${j}]`);
+      if (own.has(d)) bad(`${field} lists ${d} twice`);
+      if (!carried.has(d)) bad(`${field}[${j}] ${d} is not among the images: a release's payload is carried`);
+      own.add(d);
+      listed.add(d);
+    });
+    if (!own.has(h.digest as string)) bad(`${field} does not list the release image ${String(h.digest)}`);
+  });
+  const missed = images.find((im) => im.component !== undefined && im.component !== OPERATOR_CATALOG_COMPONENT && !listed.has(im.digest));
+  if (missed) bad(`images' ${missed.repository}@${missed.digest} (component ${missed.component!}) is in no release's payload: the payloads together list every payload image`);
 }
 
 /** Whether `image` (repository[:tag][@digest]) names `repository`, and `digest` if it names one. */

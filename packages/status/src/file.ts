@@ -46,7 +46,9 @@ function statusDefect(v: unknown): string | undefined {
   if (!Array.isArray(v.conditions) || !v.conditions.every(conditionOk)) return 'conditions are not a list of conditions';
   const entryOk = (h: unknown) => isObject(h) && isString(h.version) && (HISTORY_STATES as readonly unknown[]).includes(h.state) && isString(h.at);
   if (!Array.isArray(v.history) || !v.history.every(entryOk)) return 'history is not a list of releases';
-  if (v.bundle !== undefined && !(isObject(v.bundle) && Object.values(v.bundle).every(isString))) return 'bundle is not a list of names';
+  // an update path's bundle (#43) names its releases in bundle.path
+  const nameOk = ([k, x]: [string, unknown]) => isString(x) || (k === 'path' && Array.isArray(x) && x.every(isString));
+  if (v.bundle !== undefined && !(isObject(v.bundle) && Object.entries(v.bundle).every(nameOk))) return 'bundle is not a list of names';
   const w = v.writer;
   if (w !== undefined && !(isObject(w) && Number.isInteger(w.pid) && isString(w.heartbeatAt) && !Number.isNaN(Date.parse(w.heartbeatAt)) && isCount(w.heartbeatSeconds))) return 'writer is not a process record';
   return undefined;

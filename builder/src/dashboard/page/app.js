@@ -134,6 +134,17 @@ function renderTarget(s) {
   $('no-warnings').className = read ? '' : 'unread';
 }
 
+/** The update path, release by release, as `bundle cluster status` reads it; hidden for a bundle of one release. */
+function renderPath(s) {
+  const p = s.path;
+  $('path-box').hidden = !p;
+  $('path-line').textContent = p ? p.line : '';
+  $('path-releases').replaceChildren(...(p ? p.releases : []).map((r) => el('li', { class: `path-${r.state.replace(/[^a-z]/g, '')}` },
+    el('span', { class: 'path-version', text: r.version }), ' ',
+    el('span', { class: 'path-state', text: r.state }),
+    r.acks && r.acks.length ? el('span', { class: 'path-acks', text: `: ${r.acks.join(', ')}` }) : '')));
+}
+
 function renderRows(s) {
   const seen = new Set();
   const body = $('rows');
@@ -185,6 +196,7 @@ function connect() {
     streamLostSince = undefined;
     snapshot = JSON.parse(e.data);
     renderTarget(snapshot);
+    renderPath(snapshot);
     renderRows(snapshot);
     renderContact();
   });
