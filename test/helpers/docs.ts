@@ -93,15 +93,17 @@ export function relativeLinks(text: string): string[] {
 /**
  * A shell block of a page meant to be run as written (issue #39): its fence's info string is
  * the language (`sh`, `bash` or `shell`, which GitHub still highlights: it reads only the first
- * word) then `run=GROUP` and optionally `after=stick` (run once the stick is plugged in):
+ * word) then `run=GROUP` and optionally `after=stick` (run once the stick is plugged in) or
+ * `on=workstation` (an admin's commands, run off the node, e.g. `oc apply`):
  *
  *     ```sh run=plain-linux
  *     ```sh run=plain-linux after=stick
+ *     ```sh run=quadlet on=workstation
  */
-export interface RunBlock { file: string; line: number; group: string; after?: 'stick'; code: string }
+export interface RunBlock { file: string; line: number; group: string; after?: 'stick'; on?: 'workstation'; code: string }
 
 const RUN_LANGUAGES = new Set(['sh', 'bash', 'shell']);
-const RUN_KEYS: Record<string, (v: string) => boolean> = { run: (v) => /^[a-z][a-z0-9-]*$/.test(v), after: (v) => v === 'stick' };
+const RUN_KEYS: Record<string, (v: string) => boolean> = { run: (v) => /^[a-z][a-z0-9-]*$/.test(v), after: (v) => v === 'stick', on: (v) => v === 'workstation' };
 /** What the docs tell the reader to replace: `<running-version>` (lower case, digits, hyphens). */
 const PLACEHOLDER = /<([a-z][a-z0-9-]*)>/g;
 
@@ -126,9 +128,9 @@ export function markedBlocks(file: string, text = readDoc(file)): RunBlock[] {
     const where = `${file}:${i + 1}`;
     if (!RUN_LANGUAGES.has(lang)) throw new Error(`${where}: a block marked run= must be \`\`\`sh (or bash, shell), not "${lang}"`);
     for (const [k, v] of Object.entries(attrs)) {
-      if (!RUN_KEYS[k]?.(v ?? '')) throw new Error(`${where}: "${k}=${v}" in the fence: write run=GROUP (lower case) and at most after=stick`);
+      if (!RUN_KEYS[k]?.(v ?? '')) throw new Error(`${where}: "${k}=${v}" in the fence: write run=GROUP (lower case) and at most after=stick or on=workstation`);
     }
-    open.block = { file, line: i + 1, group: attrs.run!, ...(attrs.after ? { after: 'stick' as const } : {}), code: '' };
+    open.block = { file, line: i + 1, group: attrs.run!, ...(attrs.after ? { after: 'stick' as const } : {}), ...(attrs.on ? { on: 'workstation' as const } : {}), code: '' };
   });
   if (open) throw new Error(`${file}: the code block opened at the end of the page is never closed`);
   return out;

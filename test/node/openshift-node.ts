@@ -38,7 +38,7 @@ export const BUNDLE_VERSION = '4.15.2';
  * (podman refuses a missing Volume= source): CRI-O's (its package and its start make them) and
  * /etc/issue.d (RHCOS ships it).
  */
-const RHCOS_DIRS = `d /etc/crio/crio.conf.d 0755 root root -
+export const RHCOS_DIRS = `d /etc/crio/crio.conf.d 0755 root root -
 d /run/crio 0755 root root -
 d /etc/issue.d 0755 root root -
 `;
@@ -107,7 +107,7 @@ export function unconfirmingAgentImage(ociTar: string, layout: string, version: 
 }
 
 /** stick-1's files: bundle BUNDLE_VERSION (two small images) with the agent image beside it. */
-async function defaultStick(dir: string, keys: { key: string; pub: string }, agentImageArg: string, signedByAnotherKey?: boolean): Promise<{ pub: string; files: string[] }> {
+export async function defaultStick(dir: string, keys: { key: string; pub: string }, agentImageArg: string, signedByAnotherKey?: boolean): Promise<{ pub: string; files: string[] }> {
   const signer = signedByAnotherKey ? await keygen(dir, 'other') : keys;
   const bundleFile = join(dir, `ocp-${BUNDLE_VERSION}.bundle`);
   await makeBundle(dir, {
