@@ -94,7 +94,11 @@ export interface AgentConfig {
    */
   metrics: { enabled: boolean; address?: string; port: number; cert?: string; key?: string; clientCA?: string };
   peers: {
-    /** Publish what this node serves and fetch approved bundles from peers (needs status.kubeconfig). */
+    /**
+     * On by default and inert until approved: the peer port is open, and approved bundles are
+     * fetched, only while a BundleApproval exists and the peer keys are installed; nothing at all
+     * without status.kubeconfig. false: never.
+     */
     enabled: boolean;
     /** The host port (9000–9999) on the Node's InternalIP, published in status.serving. */
     port: number;
@@ -354,7 +358,8 @@ function checkCombinations(s: Settings, c: AgentConfig): void {
   if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
   if (c.metrics.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('metrics.enabled', 'needs status.kubeconfig (each request\'s token and access are reviewed by the API server)');
   if ((c.metrics.cert === undefined) !== (c.metrics.key === undefined) && !p.failed('metrics.cert') && !p.failed('metrics.key')) p.fail(c.metrics.cert === undefined ? 'metrics.cert' : 'metrics.key', 'metrics.cert and metrics.key go together: give both, or neither for a self-signed certificate');
-  if (c.peers.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('peers.enabled', 'needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes\' NodeBundleStatus)');
+  // on by default, where a node without a kubeconfig just stays inert: only asking for it by name is a mistake
+  if (s.given('peers.enabled') === true && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('peers.enabled', 'needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes\' NodeBundleStatus)');
 }
 
 /**

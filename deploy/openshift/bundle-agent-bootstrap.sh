@@ -32,8 +32,12 @@
 #   --containerd S k3s, RKE2, containerd (the DaemonSet, imagePullPolicy: Never): import into
 #                  containerd's k8s.io namespace through socket S with ctr (--ctr PATH: k3s's
 #                  or RKE2's ctr); no unit, drop-in or systemctl
-#   --installed    only tell: exit 0 when the image the agent's unit would run is in storage, else
-#                  1 (the unit's ExecCondition=: no start, no restart loop, until a stick brings it)
+#   --installed    exit 0 when the image the agent's unit would run is in storage, else 1 (the
+#                  unit's ExecCondition=: no start, no restart loop, until a stick brings it). When
+#                  it is missing (CRI-O's wipe after an unclean shutdown empties the store podman
+#                  shares on RHCOS) but the node kept its archive (below), that archive is checked
+#                  again as one from a stick (signature, size, sha256, the digest the unit names)
+#                  and loaded first: 0 once it is in storage, 1 with the refusal in one line.
 #   --wait-started SECONDS  wait until the agent's start-up is done (ROOT/var/lib/bundle-agent/started:
 #                  images restored, a loaded release served again), at most SECONDS, while the
 #                  kubelet has not started yet and the agent ($MAINPID) lives; always exit 0
@@ -62,6 +66,13 @@
 # the agent's own file, which the agent replaces once it runs). A run that finds the drop-in's image
 # in storage (the agent is installed) does nothing (unless --upgrade); two runs at once are
 # serialised by flock and the second finds the first's work done.
+# Kept archive: an agent loaded from a stick (or --upgrade) leaves its verified archive and
+# statement in ROOT/var/lib/bundle-agent/agent-image/, for --installed to load again after a wipe.
+# A run that finds the agent installed and a stick with a newer signed agent (one a bundle's
+# self-upgrade switches to: the image reaches storage through CRI-O, not through this script)
+# keeps that one too, checked the same way, so the kept archive follows the image the unit runs.
+# Kept: the archive the unit runs and the newest one seen, nothing else (each at most
+# MAX_KEPT_ARCHIVE_BYTES; pruned at every run).
 set -u
 shopt -s lastpipe
 umask 022
@@ -71,6 +82,9 @@ PROG=bundle-agent-bootstrap
 REPOSITORY=localhost/offline-bundle/bundle-agent
 MAX_STATEMENT_BYTES=4096
 MAX_ARCHIVE_BYTES=4294967296
+# a kept archive (two at most: the one the unit runs and the newest seen) costs /var this much each;
+# an agent image is ~100 MB, and a larger one is loaded but not kept
+MAX_KEPT_ARCHIVE_BYTES=1073741824
 # statements read per run (each is an openssl call): junk on a stick costs bounded time
 MAX_STATEMENTS=32
 MEDIA=()
@@ -152,6 +166,7 @@ else
 fi
 DROPIN_DIR=$UNIT_FILE.d
 DROPIN=$DROPIN_DIR/image.conf
+KEPT=$ROOT/var/lib/bundle-agent/agent-image
 ISSUE_DIR=$ROOT/run/issue.d
 ISSUE=$ISSUE_DIR/bundle-agent.issue
 
@@ -177,6 +192,7 @@ write_file() {
 # /run/agetty.reload makes running agettys show it again), as the agent writes it.
 console() {
   local line
+  [ "${QUIET_CONSOLE:-0}" = 1 ] && return 0
   line=$(printf '%s' "$*" | tr -d '\000-\037\177' | tr -s ' ')
   line=${line//\\/\\\\}
   mkdir -p "$ISSUE_DIR" 2>/dev/null
@@ -460,15 +476,18 @@ read_statement() {
       "The USB stick has no bundle-agent $WANT (it has $version): bring that version"
     return 1
   fi
+  # the verified bytes, which a kept archive's statement is written from
+  cp -- "$TMP/statement" "$TMP/statement.${#C_PATH[@]}" || return 1
   C_PATH+=("$statement") C_VERSION+=("$version") C_SIZE+=("$size") C_HEX+=("$hex") C_MANIFEST+=("$manifest") C_FILE+=("$file") C_KEY+=("$verified")
   return 0
 }
 
-# Loads candidate I. Returns 0 with LOADED_DIGEST and LOADED_VERSION set, 1 after a fault was reported.
-load_candidate() {
-  local i=$1 statement dir size hex manifest image version file archive actual avail copy out need
-  statement=${C_PATH[i]} version=${C_VERSION[i]} size=${C_SIZE[i]} hex=${C_HEX[i]} manifest=${C_MANIFEST[i]} file=${C_FILE[i]}
-  image=$REPOSITORY:$version dir=${statement%/*}
+# Copies candidate I's archive into TMP and checks the copy (size, sha256). Returns 0 with COPY
+# set, 1 after a fault was reported.
+copy_candidate() {
+  local i=$1 statement dir size hex file archive actual avail copy out need
+  statement=${C_PATH[i]} size=${C_SIZE[i]} hex=${C_HEX[i]} file=${C_FILE[i]}
+  dir=${statement%/*}
   archive=$dir/$file
   if [ ! -f "$archive" ] || [ -L "$archive" ]; then
     fault "$archive: missing (or not a regular file) beside its statement" "The USB stick has the agent image's statement but not the image ($file): copy both files"
@@ -503,6 +522,17 @@ load_candidate() {
     fault "$archive: does not hash to the statement's sha256 $hex: damaged or changed while read" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
+  COPY=$copy
+}
+
+# Loads candidate I. Returns 0 with LOADED_DIGEST, LOADED_VERSION and (podman) COPY, the checked
+# copy of the archive, set; 1 after a fault was reported.
+load_candidate() {
+  local i=$1 statement manifest image version archive actual copy out
+  statement=${C_PATH[i]} version=${C_VERSION[i]} manifest=${C_MANIFEST[i]}
+  image=$REPOSITORY:$version archive=${statement%/*}/${C_FILE[i]}
+  copy_candidate "$i" || return 1
+  copy=$COPY COPY=
   log "loading $image ($manifest) from $archive, signed by ${C_KEY[i]}"
   # already there with the signed digest (containerd: the DaemonSet's image): nothing to load
   if [ -n "$CONTAINERD" ] && [ "$(stored_digest "$image")" = "$manifest" ]; then
@@ -511,7 +541,7 @@ load_candidate() {
     LOADED_DIGEST=$manifest LOADED_VERSION=$version ALREADY=1
     return 0
   fi
-  console "Loading the agent (bundle-agent $version) from the USB stick; leave it in"
+  console "Loading the agent (bundle-agent $version) ${LOADING_FROM:-from the USB stick; leave it in}"
   CONSOLE_STALE=1 LOADING=$image
   if ! out=$(load_image "$copy" "$image"); then
     remove_image "$image"
@@ -524,16 +554,87 @@ load_candidate() {
     esac
     return 1
   fi
-  rm -f "$copy"
   actual=$(stored_digest "$image")
   if [ "$actual" != "$manifest" ]; then
+    rm -f "$copy"
     remove_image "$image"
     LOADING=
     fault "loaded $image as ${actual:-nothing}, the statement says $manifest: removed" "The agent image on the USB stick is damaged: copy it from the factory again"
     return 1
   fi
-  LOADED_DIGEST=$manifest LOADED_VERSION=$version LOADING=
+  LOADED_DIGEST=$manifest LOADED_VERSION=$version LOADING= COPY=$copy
   return 0
+}
+
+# A kept statement's field (its first such line), read unchecked: only to choose what to keep
+# and what to try; whatever is loaded is checked in full first.
+kept_field() { sed -n "s/^$1 \([0-9A-Za-z.:-]\{1,80\}\)\$/\1/p" "$2" | head -n 1; }
+
+# The kept statements (regular files, not symlinks), one a line.
+kept_statements() {
+  real_dir "$KEPT" || return 0
+  find -P "$KEPT" -mindepth 1 -maxdepth 1 -type f -name 'bundle-agent-*.oci.tar.sig' 2>/dev/null | sort | head -n "$MAX_STATEMENTS"
+}
+
+# Keeps candidate I: its checked copy COPY (moved: no second copy on the same file system) and
+# its verified statement, each written by temp file + rename, the statement last (a pair is whole
+# once its statement is there). A failure is logged, not fatal: the agent runs anyway, and only a
+# later wipe of the store needs the stick again.
+keep_archive() {
+  local i=$1 copy=$2 file=${C_FILE[$1]} size=${C_SIZE[$1]} tmp= avail
+  if [ "$size" -gt "$MAX_KEPT_ARCHIVE_BYTES" ]; then
+    log "not keeping $file: $size bytes, over the $MAX_KEPT_ARCHIVE_BYTES a kept agent archive may have (after CRI-O wipes its store the agent needs the stick again)"
+    return 1
+  fi
+  mkdir -p -m 0700 -- "$KEPT" 2>/dev/null
+  real_dir "$KEPT" || { log "cannot keep $file: $KEPT is not a directory (or is a symlink)"; return 1; }
+  avail=$(df -Pk -- "$KEPT" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  case $avail in '' | *[!0-9]*) avail=0 ;; esac
+  if [ $((avail * 1024)) -lt "$size" ]; then
+    log "cannot keep $file: $KEPT has $((avail * 1024)) bytes free, $size needed (after CRI-O wipes its store the agent needs the stick again)"
+    return 1
+  fi
+  if tmp=$(mktemp "$KEPT/.$file.XXXXXX") && mv -f -- "$copy" "$tmp" && chmod 0600 "$tmp" && sync "$tmp" && mv -fT -- "$tmp" "$KEPT/$file" &&
+     tmp=$(mktemp "$KEPT/.$file.sig.XXXXXX") && cp -- "$TMP/statement.$i" "$tmp" && chmod 0600 "$tmp" && sync "$tmp" && mv -fT -- "$tmp" "$KEPT/$file.sig"; then
+    sync "$KEPT" 2>/dev/null
+    log "kept $file (bundle-agent ${C_VERSION[i]}, ${C_MANIFEST[i]}) in $KEPT: loaded again from there if the image store is wiped"
+    return 0
+  fi
+  [ -n "$tmp" ] && rm -f -- "$tmp"
+  log "cannot keep $file in $KEPT (disk full?): after CRI-O wipes its store the agent needs the stick again"
+  return 1
+}
+
+# Leaves in KEPT only the pairs whose statement names one of the manifest digests given (and
+# whose archive is there); removes everything else, temporary files of a stopped run too.
+prune_kept() {
+  local f m d
+  local -A keep=()
+  real_dir "$KEPT" || return 0
+  while IFS= read -r f; do
+    [ -n "$f" ] || continue
+    m=$(kept_field manifest "$f")
+    for d in "$@"; do
+      if [ -n "$d" ] && [ "$m" = "$d" ] && [ -f "${f%.sig}" ] && [ ! -L "${f%.sig}" ]; then keep[$f]=1 keep[${f%.sig}]=1; break; fi
+    done
+  done <<< "$(kept_statements)"
+  for f in "$KEPT"/* "$KEPT"/.[!.]*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    [ -n "${keep[$f]:-}" ] && continue
+    rm -rf -- "$f" && log "removed $f: not the agent the unit runs, nor the newest kept"
+  done
+}
+
+# The manifest digest of the newest (highest version) kept statement, if any.
+newest_kept() {
+  local f v best= bestv=
+  while IFS= read -r f; do
+    [ -n "$f" ] || continue
+    v=$(kept_field version "$f")
+    semver_valid "$v" || continue
+    if [ -z "$bestv" ] || [ "$(semver_cmp "$v" "$bestv")" = 1 ]; then bestv=$v best=$(kept_field manifest "$f"); fi
+  done <<< "$(kept_statements)"
+  printf '%s\n' "$best"
 }
 
 # The image the agent's unit runs: its drop-in's, else the unit's own (the last KEY= line).
@@ -562,9 +663,93 @@ dropin_version() {
   semver_valid "$v" && printf '%s\n' "$v"
 }
 
+TMP= LOADING= CONSOLE_STALE=0
+# stopped mid-load (systemctl stop, TimeoutStartSec=, shutdown): no half-loaded image and none of
+# our or skopeo's temporary files stay, and the console no longer says "Loading".
+cleanup() {
+  [ -n "$LOADING" ] && remove_image "$LOADING"
+  [ -n "$TMP" ] && rm -rf -- "$TMP"
+  if [ "$CONSOLE_STALE" = 1 ]; then
+    log "stopped while loading the agent image: nothing was loaded"
+    console "Loading the agent was stopped before it finished: nothing was loaded; plug the USB stick in again"
+  fi
+}
+
+# Serialises runs: a second one waits (at most SECONDS) for the first, then finds its work done.
+take_lock() {
+  real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; return 1; }
+  LOCK=$ROOT/run/$PROG.lock
+  [ -L "$LOCK" ] && { log "$LOCK is a symlink: refusing it"; return 1; }
+  exec 9>>"$LOCK" || { log "cannot open $LOCK"; return 1; }
+  flock -w "$1" 9 || { log "another bootstrap holds $LOCK for $1 s: giving up"; return 1; }
+}
+
+# The trusted keys, the cleanup on exit and TMP (where archives are copied and checked, and
+# skopeo --tmpdir puts its unpacked archive and staged blobs). Returns 1 after a fault was reported.
+begin_work() {
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM HUP
+  trusted_keys || return 1
+  real_dir "$WORK" || { fault "$WORK is not a directory" "The agent image could not be loaded: see journalctl -u $PROG"; return 1; }
+  TMP=$(mktemp -d "$WORK/$PROG.XXXXXX") || { fault "cannot make a directory in $WORK" "The node's disk is full: the agent image was not loaded"; return 1; }
+  C_PATH=() C_VERSION=() C_SIZE=() C_HEX=() C_MANIFEST=() C_FILE=() C_KEY=()
+  BEST_RANK=0 BEST_LOG= BEST_CONSOLE=
+}
+
+# --installed with CURRENT (the image the unit runs) missing from storage: loads it again from
+# the kept archive whose statement names it (by digest; by version for the unit's own tagged
+# Image=), checked in full as one from a stick, and its digest the one the unit names.
+# 0 once it is in storage; 1 when nothing kept names it, or after a refusal (one journal line).
+restore_kept() {
+  local current=$1 want_digest= want_version= f i chosen=
+  case $current in
+    "$REPOSITORY@sha256:"*) want_digest=${current#"$REPOSITORY@"} ;;
+    "$REPOSITORY:"*) want_version=${current#"$REPOSITORY:"} ;;
+    *) return 1 ;;
+  esac
+  STATEMENTS=()
+  while IFS= read -r f; do
+    [ -n "$f" ] || continue
+    if [ -n "$want_digest" ]; then
+      [ "$(kept_field manifest "$f")" = "$want_digest" ] && STATEMENTS+=("$f")
+    elif [ "$(kept_field version "$f")" = "$want_version" ]; then
+      STATEMENTS+=("$f")
+    fi
+  done <<< "$(kept_statements)"
+  if [ ${#STATEMENTS[@]} -eq 0 ]; then
+    [ -n "$(kept_statements)" ] && log "the agent archives kept in $KEPT are not $current (the image the unit runs): none loaded"
+    return 1
+  fi
+  take_lock 300 || return 1
+  # a bootstrap from a stick that held the lock may have loaded it meanwhile
+  [ -n "$(stored_digest "$current")" ] && return 0
+  begin_work || return 1
+  NODE_ARCH=$(node_arch) FLOOR= WANT= LOADING_FROM="from the copy this node kept (the image store was wiped)"
+  log "the agent image $current is not in storage (after an unclean shutdown CRI-O wipes the store podman shares): loading it again from the archive kept in $KEPT"
+  for f in "${STATEMENTS[@]}"; do read_statement "$f"; done
+  for ((i = 0; i < ${#C_PATH[@]}; i++)); do
+    if { [ -n "$want_digest" ] && [ "${C_MANIFEST[i]}" = "$want_digest" ]; } || { [ -n "$want_version" ] && [ "${C_VERSION[i]}" = "$want_version" ]; }; then chosen=$i; break; fi
+  done
+  if [ -z "$chosen" ]; then
+    [ ${#C_PATH[@]} -gt 0 ] && log "the kept statement ${C_PATH[0]} is signed, but not for $current: not loaded"
+    console "The copy of the agent kept on this node was refused (journalctl -u $UNIT): plug in the USB stick with the agent image"
+    return 1
+  fi
+  if ! load_candidate "$chosen"; then
+    console "The copy of the agent kept on this node was refused (journalctl -u $UNIT): plug in the USB stick with the agent image"
+    return 1
+  fi
+  rm -f -- "$COPY"
+  log "loaded $current (bundle-agent ${C_VERSION[chosen]}) again from ${C_PATH[chosen]%.sig}, signed by ${C_KEY[chosen]}: $UNIT starts"
+  console "The agent (bundle-agent ${C_VERSION[chosen]}) was loaded again from the copy this node kept: the image store had been wiped"
+  return 0
+}
+
 if [ "$CHECK_ONLY" = 1 ]; then
   current=$(unit_image) || { log "no $UNIT unit (neither $QUADLET nor $PLAIN)"; exit 1; }
   [ -n "$(stored_digest "$current")" ] && exit 0
+  restore_kept "$current" && exit 0
   log "the agent image $current is not in storage yet: $UNIT waits for a stick with the agent image ($PROG loads it)"
   exit 1
 fi
@@ -577,12 +762,7 @@ if [ "$UPGRADE" = 1 ] && { [ -n "$CONTAINERD" ] || [ "$UNIT_FILE" != "$PLAIN" ];
 fi
 
 NODE_ARCH=$(node_arch)
-real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; exit 1; }
-LOCK=$ROOT/run/$PROG.lock
-[ -L "$LOCK" ] && { log "$LOCK is a symlink: refusing it"; exit 1; }
-exec 9>>"$LOCK" || { log "cannot open $LOCK"; exit 1; }
-# a second run waits for the first, then finds its work done
-flock -w 900 9 || { log "another bootstrap holds $LOCK for 15 minutes: giving up"; exit 1; }
+take_lock 900 || exit 1
 
 # Not lower than the unit's own Image= tag: the agent (Quadlet) would remove a drop-in naming an
 # older agent and switch back to that image, which this node does not have.
@@ -590,27 +770,6 @@ FLOOR= FLOOR_WHY= INSTALLED=
 if [ -z "$CONTAINERD" ] && FLOOR=$(unit_own_version); then
   FLOOR_WHY="the unit's own image ($REPOSITORY:$FLOOR in ${UNIT_FILE#"$ROOT"})"
 fi
-# Installed: the image the unit runs (a bootstrap's or a self-upgrade's drop-in, else the unit's
-# own) is in storage. (containerd: per statement, below.)
-if [ -z "$CONTAINERD" ] && current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
-  if [ "$UPGRADE" = 0 ]; then
-    log "the agent image $current is installed: nothing to do (a newer agent from a stick: --upgrade)"
-    exit 0
-  fi
-  INSTALLED=$current
-  if v=$(dropin_version) && { [ -z "$FLOOR" ] || [ "$(semver_cmp "$v" "$FLOOR")" = 1 ]; }; then
-    FLOOR=$v FLOOR_WHY="the installed agent ($v, $current)"
-  fi
-fi
-if [ "$START" = 1 ] && [ "$UPGRADE" = 0 ] && systemctl is-active --quiet "$UNIT.service"; then
-  log "$UNIT.service is running: nothing to do"
-  exit 0
-fi
-
-# Statements on the media (regular files only: -P never follows a symlink), the first
-# MAX_STATEMENTS by path; which one is loaded is decided by their signed versions, not names.
-STATEMENTS=()
-BUNDLES=0
 # A mount point made but not mounted yet (systemd-mount makes the directory, then mounts): an
 # empty directory that is no mount point, where sticks are mounted (MEDIA/bundle-agent/sdb1 by the
 # udev rule, MEDIA/USER/LABEL by udisks), is waited for, 10 s at most in all.
@@ -628,19 +787,83 @@ unmounted() {
   done
   return 1
 }
-for i in 1 2 3 4 5 6 7 8 9 10; do
-  unmounted || break
-  [ "$i" = 1 ] && log "waiting for $WAITING to be mounted (10 s at most)"
-  sleep 1
-done
-for m in "${MEDIA[@]}"; do
-  real_dir "$m" || continue
-  # (lastpipe: the loop runs in this shell; no process substitution, which needs /dev/fd)
-  find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -z |
-    while IFS= read -r -d '' f; do STATEMENTS+=("$f"); done
-  n=$(find -P "$m" -mindepth 1 -maxdepth 3 -type f -name '*.bundle' 2>/dev/null | head -n 100 | wc -l)
-  BUNDLES=$((BUNDLES + n))
-done
+# Statements on the media (regular files only: -P never follows a symlink), the first
+# MAX_STATEMENTS by path (cut below); which one is loaded is decided by their signed versions, not
+# names. Sets STATEMENTS and BUNDLES (bundles seen).
+scan_media() {
+  local i m n f
+  STATEMENTS=() BUNDLES=0
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    unmounted || break
+    [ "$i" = 1 ] && log "waiting for $WAITING to be mounted (10 s at most)"
+    sleep 1
+  done
+  for m in "${MEDIA[@]}"; do
+    real_dir "$m" || continue
+    # (lastpipe: the loop runs in this shell; no process substitution, which needs /dev/fd)
+    find -P "$m" -mindepth 1 -maxdepth 3 -type f -name 'bundle-agent-*.oci.tar.sig' -print0 2>/dev/null | sort -z |
+      while IFS= read -r -d '' f; do STATEMENTS+=("$f"); done
+    n=$(find -P "$m" -mindepth 1 -maxdepth 3 -type f -name '*.bundle' 2>/dev/null | head -n 100 | wc -l)
+    BUNDLES=$((BUNDLES + n))
+  done
+}
+
+# Candidate I kept (copied off the stick, checked as for a load), unless a pair naming its
+# digest is kept already.
+keep_checked() {
+  local f
+  while IFS= read -r f; do
+    [ -n "$f" ] && [ "$(kept_field manifest "$f")" = "${C_MANIFEST[$1]}" ] && [ -f "${f%.sig}" ] && return 0
+  done <<< "$(kept_statements)"
+  copy_candidate "$1" && keep_archive "$1" "$COPY"
+}
+
+# The agent installed as CURRENT: the kept archive follows the image the unit runs. From the
+# sticks mounted now: that image's statement, when no pair naming it is kept, and the newest
+# signed agent newer than it (a bundle's self-upgrade may switch to that one; its image reaches
+# storage through CRI-O's pull, so no archive of it reaches this node otherwise); each checked as
+# for a load. Then all else kept is pruned. No console line (the agent's own file), no fault:
+# the agent runs anyway.
+keep_from_media() {
+  local current=$1 digest version i f best=
+  digest=$(stored_digest "$current")
+  QUIET_CONSOLE=1
+  scan_media
+  if [ ${#STATEMENTS[@]} -gt 0 ] && begin_work; then
+    for f in "${STATEMENTS[@]:0:$MAX_STATEMENTS}"; do read_statement "$f"; done
+    version=$(skopeo inspect --format '{{index .Labels "org.opencontainers.image.version"}}' "containers-storage:$STORE$current" 2>/dev/null)
+    for ((i = 0; i < ${#C_PATH[@]}; i++)); do
+      if [ "${C_MANIFEST[i]}" = "$digest" ]; then
+        keep_checked "$i"
+      elif semver_valid "$version" && [ "$(semver_cmp "${C_VERSION[i]}" "$version")" = 1 ] &&
+           { [ -z "$best" ] || [ "$(semver_cmp "${C_VERSION[i]}" "${C_VERSION[best]}")" = 1 ]; }; then
+        best=$i
+      fi
+    done
+    [ -n "$best" ] && keep_checked "$best"
+  fi
+  prune_kept "$digest" "$(newest_kept)"
+}
+
+# Installed: the image the unit runs (a bootstrap's or a self-upgrade's drop-in, else the unit's
+# own) is in storage. (containerd: per statement, below.)
+if [ -z "$CONTAINERD" ] && current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
+  if [ "$UPGRADE" = 0 ]; then
+    log "the agent image $current is installed: nothing to do (a newer agent from a stick: --upgrade)"
+    keep_from_media "$current"
+    exit 0
+  fi
+  INSTALLED=$current
+  if v=$(dropin_version) && { [ -z "$FLOOR" ] || [ "$(semver_cmp "$v" "$FLOOR")" = 1 ]; }; then
+    FLOOR=$v FLOOR_WHY="the installed agent ($v, $current)"
+  fi
+fi
+if [ "$START" = 1 ] && [ "$UPGRADE" = 0 ] && systemctl is-active --quiet "$UNIT.service"; then
+  log "$UNIT.service is running: nothing to do"
+  exit 0
+fi
+
+scan_media
 if [ ${#STATEMENTS[@]} -eq 0 ]; then
   if [ "$BUNDLES" -gt 0 ] && [ "$UPGRADE" = 0 ]; then
     fault "a stick with a bundle but no agent image (bundle-agent-VERSION-ARCH.oci.tar and .sig, written by bundle create --agent-image): nothing to load the agent from" \
@@ -655,27 +878,7 @@ if [ ${#STATEMENTS[@]} -gt "$MAX_STATEMENTS" ]; then
   STATEMENTS=("${STATEMENTS[@]:0:$MAX_STATEMENTS}")
 fi
 
-TMP= LOADING= CONSOLE_STALE=0
-# stopped mid-load (systemctl stop, TimeoutStartSec=, shutdown): no half-loaded image and none of
-# our or skopeo's temporary files stay, and the console no longer says "Loading".
-cleanup() {
-  [ -n "$LOADING" ] && remove_image "$LOADING"
-  [ -n "$TMP" ] && rm -rf -- "$TMP"
-  if [ "$CONSOLE_STALE" = 1 ]; then
-    log "stopped while loading the agent image: nothing was loaded"
-    console "Loading the agent was stopped before it finished: nothing was loaded; plug the USB stick in again"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
-if ! trusted_keys; then exit 1; fi
-real_dir "$WORK" || { fault "$WORK is not a directory" "The agent image could not be loaded: see journalctl -u $PROG"; exit 1; }
-TMP=$(mktemp -d "$WORK/$PROG.XXXXXX") || { fault "cannot make a directory in $WORK" "The node's disk is full: the agent image was not loaded"; exit 1; }
-# (skopeo --tmpdir "$TMP" below: its unpacked archive and staged blobs go inside what cleanup removes)
-
-C_PATH=() C_VERSION=() C_SIZE=() C_HEX=() C_MANIFEST=() C_FILE=() C_KEY=()
-BEST_RANK=0 BEST_LOG= BEST_CONSOLE=
+begin_work || exit 1
 for f in "${STATEMENTS[@]}"; do read_statement "$f"; done
 if [ ${#C_PATH[@]} -eq 0 ]; then
   [ ${#STATEMENTS[@]} -gt 1 ] && log "none of the ${#STATEMENTS[@]} agent image statements can be loaded; the closest: $BEST_LOG"
@@ -720,6 +923,9 @@ $KEY=$REPOSITORY@$LOADED_DIGEST
   exit 1
 fi
 log "wrote $DROPIN: $KEY=$REPOSITORY@$LOADED_DIGEST"
+# the checked archive stays on the node: --installed loads it again after a wipe of the store
+keep_archive "$best" "$COPY"
+prune_kept "$LOADED_DIGEST"
 if [ "$START" = 1 ]; then
   systemctl daemon-reload || { fault "systemctl daemon-reload failed" "The agent could not be started: see journalctl -u $PROG"; exit 1; }
   systemctl reset-failed "$UNIT.service" 2>/dev/null

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
-/** Where the agent reads them (config peers.tls.*: these are its defaults, under its root). */
+/** Where the agent reads them (config peers.ca, peers.cert, peers.key: these are its defaults, under its root). */
 export const PEER_DIR = '/etc/bundle-agent/peers';
 export const PEER_FILES = { ca: `${PEER_DIR}/ca.crt`, cert: `${PEER_DIR}/node.crt`, key: `${PEER_DIR}/node.key` };
 const ROLES = ['master', 'worker'];

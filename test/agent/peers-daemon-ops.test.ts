@@ -30,6 +30,11 @@ api.nodes = Object.entries(IP).map(([name, ip]) => ({
   status: { conditions: [{ type: 'Ready', status: 'True' }], addresses: [{ type: 'InternalIP', address: ip }] },
 }));
 
+// a peer port opens only while a bundle is approved (issue #42): the one these nodes serve is
+const APPROVAL = { apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'BundleApproval', metadata: { name: approvalName(w.approval.manifestDigest) },
+  spec: { manifestDigest: w.approval.manifestDigest, version: '1.2.3', signer: w.approval.signer, checked: 'file' } };
+api.approvals = [APPROVAL];
+
 /** A node that keeps the seed's layout (unless `holds` is false), with its daemon peers started in this process. */
 async function node(name: Name, { holds = true, pollMs = 200 } = {}) {
   const root = join(w.b.dir, `dops-${name}`);
@@ -149,8 +154,6 @@ t.test('a node still fetching publishes status.serving (complete false, its coun
     apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'NodeBundleStatus', metadata: { name: 'node-seed' },
     status: { ...emptyStatus('node-seed'), node: 'node-seed', serving: { manifestDigest: w.approval.manifestDigest, complete: true, verifiedBlobs: w.manifest.blobs.length + 1, address: IP['node-seed'], port: PORT['node-seed'] } },
   }];
-  api.approvals = [{ apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'BundleApproval', metadata: { name: approvalName(w.approval.manifestDigest) },
-    spec: { manifestDigest: w.approval.manifestDigest, version: '1.2.3', signer: w.approval.signer, checked: 'file' } }];
   const n = await node('node-f', { holds: false, pollMs: 1000 });
   const seen: NodeStatus[] = [];
   n.tracker.onChange((s) => seen.push(structuredClone(s)));

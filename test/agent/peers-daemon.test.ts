@@ -56,17 +56,18 @@ t.test('one stick, two nodes: node-b fetches from node-a only after the approval
   await mkdir(join(a.root, 'var/lib/bundle-agent/drop'), { recursive: true });
   await copyFile(bundle, join(a.root, 'var/lib/bundle-agent/drop/u.bundle'));
   await da.until('node-a Ready', (s) => s?.phase === 'Ready');
-  const published = await until('node-a publishes what it serves', async () => api.get('nodebundlestatuses', 'node-a')?.status?.serving);
-  t.same(published, { manifestDigest, complete: true, verifiedBlobs: head.manifest.blobs.length + 1, address: ADDRESS['node-a'], port: 9471 }, 'node-a serves the bundle, complete, on its InternalIP');
 
-  // no approval yet: node-b fetches nothing
+  // no approval yet: node-a serves nothing (issue #42: inert until approved), node-b fetches nothing
   await sleep(7000);
   t.notOk((await db.until('node-b runs', (s) => !!s)).bundle, 'node-b has no bundle before the approval');
   t.same(b.images().filter((i) => i.includes('acme')), []);
+  t.notOk(api.get('nodebundlestatuses', 'node-a')?.status?.serving, 'node-a publishes nothing as served before the approval');
 
   // the admin approves (written as `bundle cluster approve` writes it)
   api.approvals = [{ apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'BundleApproval', metadata: { name: approvalName(manifestDigest) },
     spec: { manifestDigest, version: '1.1.0', signer: head.manifest.signer.fingerprint, checked: 'file' } }];
+  const published = await until('node-a publishes what it serves', async () => api.get('nodebundlestatuses', 'node-a')?.status?.serving);
+  t.same(published, { manifestDigest, complete: true, verifiedBlobs: head.manifest.blobs.length + 1, address: ADDRESS['node-a'], port: 9471 }, 'node-a serves the bundle, complete, on its InternalIP');
   const s = await db.until('node-b Ready from node-a', (x) => x?.phase === 'Ready');
   t.equal(s.bundle?.media, 'peers', 'loaded from peers, not from a stick');
   t.ok(b.images().some((i) => i.startsWith('quay.io/acme/app:1.1')), 'the image is in node-b\'s containerd');

@@ -23,8 +23,6 @@ t.test('four nodes in network namespaces: one stick, the others fetch from each 
   await c.plugStick();
   await a.daemon!.until('node-a Ready from its stick', (s) => s?.phase === 'Ready' && !!s?.bundle);
   mark('node-a Ready from its stick');
-  const serving = await until('node-a publishes what it serves', () => c.api.get('nodebundlestatuses', 'node-a')?.status?.serving, { timeoutMs: 90_000 });
-  t.match(serving, { manifestDigest: c.manifestDigest, complete: true, address: a.net.address, port: PEER_PORT }, 'node-a serves the bundle on its bridge address');
 
   // longer than the daemons' approval poll (5 s): without an approval nobody asks node-a for anything
   await sleep(7000);
@@ -33,9 +31,12 @@ t.test('four nodes in network namespaces: one stick, the others fetch from each 
     t.same(n.images().filter((l) => l.includes('acme')), [], `${n.name}'s containerd has no image of it`);
   }
   t.equal(a.uploaded(), 0, 'node-a\'s peer port sent no byte before the approval');
+  t.notOk(c.api.get('nodebundlestatuses', 'node-a')?.status?.serving, 'node-a publishes nothing as served before the approval (issue #42: inert until approved)');
 
   const approved = JSON.parse(await c.approve());
   t.match(JSON.stringify(approved), c.manifestDigest, 'the approval names the bundle\'s digest');
+  const serving = await until('node-a publishes what it serves', () => c.api.get('nodebundlestatuses', 'node-a')?.status?.serving, { timeoutMs: 90_000 });
+  t.match(serving, { manifestDigest: c.manifestDigest, complete: true, address: a.net.address, port: PEER_PORT }, 'node-a serves the bundle on its bridge address');
   for (const n of [b, cc]) await readyFromPeers(t, n);
   mark('node-b and node-c Ready from peers');
   t.ok(a.uploaded() > 4 * MiB, `node-a uploaded the image's bytes (${a.uploaded()} bytes sent from its peer port)`);

@@ -6,9 +6,14 @@
 // release 4.15.1 of the model (test/cluster/offline-model-release.ts) with
 // staging.serveUntilComplete on (the shipped default). With ClusterVersion saying the upgrade is
 // under way (Partial) and the Node's MCD Working, the node reboots (see below), and:
-// - crio-wipe.service empties the CRI-O stand-in's image store before crio.service starts, as
-//   CRI-O's crio-wipe does after an unclean shutdown (CRI-O writes clean.shutdown at a clean
-//   stop; the stand-in never does, so every boot counts as after an unclean one);
+// - crio-wipe.service empties the CRI-O stand-in's image store and the whole containers-storage
+//   image store (/var/lib/containers/storage, which podman shares with CRI-O on RHCOS) before
+//   crio.service starts, as CRI-O's crio-wipe does after an unclean shutdown (CRI-O writes
+//   clean.shutdown at a clean stop; the stand-in never does, so every boot counts as after an
+//   unclean one). The agent's own image goes with it: the Quadlet unit's ExecCondition
+//   (bundle-agent-bootstrap.sh --installed) loads it again from the archive the bootstrap kept
+//   in /var/lib/bundle-agent/agent-image when it installed the agent from the stick, checked as
+//   from a stick, before the agent starts; a tampered kept archive is refused, named in the journal;
 // - the shipped unit ordering (bundle-agent.container: After=crio.service, Before=kubelet.service,
 //   ExecStartPost waiting for the agent's `started` marker) puts the images back and serves the
 //   release again, with its mirror drop-in, before kubelet.service starts: a "kubelet" stand-in
@@ -32,11 +37,10 @@
 // could keep it (Quadlet's RequiresMountsFor= names it), so no agent image was left to start.
 //
 // Substitutions beyond stick-install's (see stick-install.test.ts): kubelet.service and
-// crio-wipe.service are stand-ins; crio-wipe empties the CRI-O stand-in's own store only. The
-// real one removes the whole image store after an unclean shutdown (cri-o/cri-o#7177), which on
-// RHCOS is /var/lib/containers/storage, shared with podman: the agent's own image would go too
-// and the Quadlet unit could not start (ExecCondition finds no image). Not covered here: a gap
-// reported with issue 38.
+// crio-wipe.service are stand-ins. The real crio-wipe removes the whole image store after an
+// unclean shutdown (cri-o/cri-o#7177), which on RHCOS is /var/lib/containers/storage, shared with
+// podman; the stand-in removes that and the CRI-O stand-in's own store, and podman's run state
+// (/run/containers/storage, /run/libpod), which a real reboot's empty /run would not have.
 // serveCheckSeconds is 2 (default 60) so the end of serving shows within the test.
 import t from 'tap';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -72,16 +76,21 @@ WantedBy=multi-user.target
 `;
 }
 
-/** crio-wipe.service's stand-in: the CRI-O stand-in's image store emptied before crio.service starts, after an unclean shutdown. */
+/**
+ * crio-wipe.service's stand-in: before crio.service starts, after an unclean shutdown, the image
+ * stores emptied: the CRI-O stand-in's and the containers-storage one podman shares on RHCOS
+ * (with podman's run state, which a real reboot's empty /run would not hold).
+ */
 const CRIO_WIPE_UNIT = `[Unit]
-Description=crio-wipe stand-in: empties the CRI-O stand-in's image store after an unclean shutdown
-Before=crio.service
+Description=crio-wipe stand-in: empties the image stores (CRI-O stand-in's, containers-storage) after an unclean shutdown
+Before=crio.service bundle-agent.service
 ConditionPathExists=!/var/lib/crio-standin/clean.shutdown
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/bin/rm -rf /var/lib/crio-standin/storage /var/lib/crio-standin/images.json
+ExecStart=/bin/rm -rf /var/lib/containers/storage /run/containers/storage /run/libpod
 
 [Install]
 WantedBy=crio.service
@@ -114,7 +123,8 @@ else {
         const file = built.releases[0]!.file;
         return { pub: built.factory.pub, files: [file, ...[`${file}.sha256`].filter((f) => existsSync(f)), ...agentImageBeside(work)] };
       },
-      config: (yaml) => `${yaml}staging:\n  serveCheckSeconds: 2\n`,
+      // under the shipped staging: section, or one of its own
+      config: (yaml) => (/^staging:$/m.test(yaml) ? yaml.replace(/^staging:$/m, 'staging:\n  serveCheckSeconds: 2') : `${yaml}staging:\n  serveCheckSeconds: 2\n`),
       files: (agent) => ({ '/etc/systemd/system/kubelet.service': kubeletUnit(agent.node), '/etc/systemd/system/crio-wipe.service': CRIO_WIPE_UNIT }),
       enable: ['crio-wipe.service'],
     });
@@ -135,6 +145,7 @@ else {
     await t.test('reboot with crio-wipe, serving on: served again before the kubelet, every pull answered on the node', (t) => rebootServed(t, s, r, port));
     await t.test('the same reboot with serving off: the Always pod and the MCD pull fail', (t) => rebootNotServed(t, s, r));
     await t.test('serving on again: ClusterVersion Completed is not enough while the MCD works; Done ends serving', (t) => endOfServing(t, s, r));
+    await t.test('a tampered kept agent archive: refused at the next wipe, named in the journal, storage left without it', (t) => keptTampered(t, s));
   });
 }
 
@@ -169,8 +180,20 @@ async function mcdApply(node: Node, r: ModelRelease): Promise<{ ok: boolean; out
   return { ok: res.code === 0, out: (res.stderr || res.stdout).trim() };
 }
 
+/** The bootstrap's lines in bundle-agent.service's journal (its ExecCondition) matching `re`, with their monotonic time (µs). */
+async function agentUnitLines(node: Node, re: RegExp): Promise<{ at: number; text: string }[]> {
+  const out = await node.must(['journalctl', '--no-pager', '-o', 'json', '-u', 'bundle-agent.service']);
+  return out.split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((e) => typeof e.MESSAGE === 'string' && re.test(e.MESSAGE))
+    .map((e) => ({ at: Number(e.__MONOTONIC_TIMESTAMP), text: e.MESSAGE as string }));
+}
+
+const KEPT = '/var/lib/bundle-agent/agent-image';
+const keptFiles = async (node: Node) => (await node.must(['ls', '-A', KEPT])).split('\n').filter(Boolean);
+
 async function rebootServed(t: any, s: Setup, r: ModelRelease, port: number) {
   const { node, diag } = s;
+  const kept = await keptFiles(node);
+  t.same(kept, [`bundle-agent-${s.agent.version}-amd64.oci.tar`, `bundle-agent-${s.agent.version}-amd64.oci.tar.sig`], `the bootstrap kept the agent archive it installed from the stick, and its statement (${KEPT})`);
   const ms = await node.restartServices();
   t.comment(`services stopped and started again in boot order: ${(ms / 1000).toFixed(1)} s`);
   const at = async (unit: string, prop: string) => Number((await node.systemctl('show', '-P', prop, unit)).stdout.trim());
@@ -180,6 +203,14 @@ async function rebootServed(t: any, s: Setup, r: ModelRelease, port: number) {
   const kubeletStart = await at('kubelet.service', 'ExecMainStartTimestampMonotonic');
   t.ok(wiped > 0 && wiped <= crioUp, `crio-wipe emptied the CRI-O stand-in's store before crio.service started (${wiped} ≤ ${crioUp} µs)`);
   t.ok(crioUp < agentUp && agentUp <= kubeletStart, `the agent finished starting (images restored, release served) after crio.service and before kubelet.service started (${agentUp} ≤ ${kubeletStart} µs)`);
+  // the wipe took the agent's own image (podman's store): loaded again from the kept archive before the agent's process started
+  const agentMain = await at('bundle-agent.service', 'ExecMainStartTimestampMonotonic');
+  const missing = (await agentUnitLines(node, /is not in storage \(after an unclean shutdown/)).filter((l) => l.at > wiped);
+  const loaded = (await agentUnitLines(node, /again from \/var\/lib\/bundle-agent\/agent-image\/bundle-agent-.*\.oci\.tar, signed by/)).filter((l) => l.at > wiped);
+  t.equal(missing.length, 1, `after the wipe the agent image was gone: ${missing[0]?.text ?? 'no such line'}`);
+  if (!loaded.length) t.comment(await diag());
+  t.ok(loaded.length === 1 && wiped < loaded[0]!.at && loaded[0]!.at < agentMain, `loaded again from the kept archive after the wipe and before the agent's process started (${wiped} < ${loaded[0]?.at} < ${agentMain} µs): ${loaded[0]?.text}`);
+  t.match(await node.must(['skopeo', 'inspect', '--format', '{{.Digest}}', `containers-storage:localhost/offline-bundle/bundle-agent@${s.agentDigest}`]), s.agentDigest, 'the image the unit names by digest is in storage again');
   const rec = await kubeletRecord(node);
   if (!rec.starts.every((x) => x.ok)) t.comment(await diag());
   t.ok(rec.registriesDropIns.some((f) => /^offline-bundle.*\.conf$/.test(f)), `the mirror drop-in was in place when the kubelet started (${rec.registriesDropIns.join(', ')})`);
@@ -195,7 +226,8 @@ async function rebootServed(t: any, s: Setup, r: ModelRelease, port: number) {
 
 async function rebootNotServed(t: any, s: Setup, r: ModelRelease) {
   const { node, diag } = s;
-  await node.must(['sed', '-i', 's/^staging:$/staging:\\n  serveUntilComplete: false/', CONFIG]);
+  // the one edit: whatever the shipped config says (or not) about it, false
+  await node.must(['sed', '-i', '-e', '/^  serveUntilComplete:/d', '-e', 's/^staging:$/staging:\\n  serveUntilComplete: false/', CONFIG]);
   t.match(await node.must(['cat', CONFIG]), /^ {2}serveUntilComplete: false$/m, 'config.yaml: serving off');
   await node.restartServices();
   const rec = await kubeletRecord(node);
@@ -229,4 +261,20 @@ async function endOfServing(t: any, s: Setup, r: ModelRelease) {
   t.not((await node.run(['bash', '-c', `exec 3<>/dev/tcp/127.0.0.1/${port}`])).code, 0, `the registry's port ${port} is closed`);
   const mcd = await mcdApply(node, r);
   t.notOk(mcd.ok, 'after serving ended the same MCD pull fails: the kept loopback mirror was what answered it');
+}
+
+async function keptTampered(t: any, s: Setup) {
+  const { node } = s;
+  const archive = `${KEPT}/bundle-agent-${s.agent.version}-amd64.oci.tar`;
+  // one byte changed in the middle: same size, another sha256
+  await node.must(['sh', '-c', `size=$(stat -c %s ${archive}); printf X | dd of=${archive} bs=1 seek=$((size / 2)) conv=notrunc status=none`]);
+  await node.restartServices();
+  const wiped = Number((await node.systemctl('show', '-P', 'ActiveEnterTimestampMonotonic', 'crio-wipe.service')).stdout.trim());
+  const refused = (await agentUnitLines(node, /agent-image\/bundle-agent-.*\.oci\.tar: does not hash to the statement's sha256/)).filter((l) => l.at > wiped);
+  t.equal(refused.length, 1, `the tampered kept archive is refused in one journal line: ${refused[0]?.text ?? 'none'}`);
+  t.equal((await agentUnitLines(node, /again from \/var\/lib\/bundle-agent\/agent-image/)).filter((l) => l.at > wiped).length, 0, 'nothing was loaded from it');
+  t.equal((await node.systemctl('show', '-P', 'ActiveState', 'bundle-agent.service')).stdout.trim(), 'inactive', 'the agent did not start (ExecCondition: no image, skipped)');
+  t.equal((await node.run(['skopeo', 'inspect', `containers-storage:localhost/offline-bundle/bundle-agent@${s.agentDigest}`])).code === 0, false, 'storage holds no agent image: as the wipe left it');
+  t.equal((await node.must(['sh', '-c', 'podman images --format "{{.Repository}}" | grep -c bundle-agent || true'])).trim(), '0', 'no half-loaded agent image left in storage either');
+  t.match(await node.must(['cat', '/run/issue.d/bundle-agent.issue']), /copy of the agent kept on this node was refused/, 'the console says the kept copy was refused');
 }

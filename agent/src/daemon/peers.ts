@@ -1,9 +1,12 @@
-// The daemon's peers (issue #22), when peers.enabled: the peer server on the Node's InternalIP
-// serving what this node keeps, status.serving published, and every few seconds a look at the
-// approvals for a bundle to fetch from the other nodes, one thing at a time with the stick's loads.
-// A server that cannot start (port taken, certificate unreadable) is said in status.peers and
-// tried again; while this node's own load runs it may pause serving (peers.pauseWhileLoading).
-import { onRemovableMedia, PEER_MEDIA, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+// The daemon's peers (issue #22), on by default and inert until approved (issue #42): every few
+// seconds a look at the peer keys and the approvals. Only while a BundleApproval exists (and the
+// keys are installed) does the peer server listen on the Node's InternalIP, serving the approved
+// bundles this node keeps, with status.serving published, and are approved bundles fetched from
+// the other nodes, one thing at a time with the stick's loads; the last approval withdrawn closes
+// the port. Why it is closed is the Peers condition (and status.peers), said once in the log. A
+// server that cannot start (port taken) is said so and tried again; while this node's own load
+// runs it may pause serving (peers.pauseWhileLoading).
+import { onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import { failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -11,7 +14,7 @@ import { ApiPeerDirectory } from '../peers/directory.js';
 import { peerServerOptions } from '../peers/peer-config.js';
 import { startPeerServer, type RunningPeerServer } from '../peers/peer-server.js';
 import { PeerService } from '../peers/peer-service.js';
-import { loadPeerCredentials } from '../peers/peer-tls.js';
+import { readPeerKeys, type PeerCredentials } from '../peers/peer-tls.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 import type { StickTurn } from './stick-turn.js';
 
@@ -67,13 +70,30 @@ function startProblem(err: unknown, config: AgentConfig): { reason: string; mess
   return { reason: reason === 'Internal' ? 'PeerServerFailed' : reason, message };
 }
 
-interface Running { server: RunningPeerServer; service: PeerService }
+/** The Peers condition while no approval exists: the ordinary state of a node between releases. */
+export const NOT_APPROVED = { reason: 'NotApproved', message: 'no bundle is approved (bundle cluster approve): this node opens no peer port and fetches nothing from other nodes' } as const;
+
+/** What `shown` holds while neither status.serving nor status.peers is published. */
+const UNSHOWN = 'none';
+
+/** What an open port needs beyond the server: made at the first opening and kept, so offers and counters outlive a closed port. */
+interface Base { service: PeerService; credentials: PeerCredentials; address: string; controlPlane: boolean }
+
+type Said = { status: Condition['status']; reason: string; message: string };
 
 class DaemonPeerRunner implements DaemonPeers {
-  private running: Running | undefined;
+  private readonly directory: ApiPeerDirectory;
+  private base: Base | undefined;
+  private server: RunningPeerServer | undefined;
+  /** The approved digests at the last look: only they are served and published. */
+  private approved: ReadonlySet<string> = new Set();
   private problem: PeersStatus['problem'];
+  /** A failed opening is tried again only after this time (ms since the epoch). */
+  private openAfter = 0;
+  private said = '';
+  private lookFailing = false;
+  private looking: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
-  private retry: NodeJS.Timeout | undefined;
   private task: Promise<void> | undefined;
   private publishing: Promise<void> | undefined;
   private stopped = false;
@@ -82,75 +102,152 @@ class DaemonPeerRunner implements DaemonPeers {
   private servingShownAt = 0;
 
   constructor(private readonly d: PeerDaemon) {
+    this.directory = new ApiPeerDirectory({ node: d.config.nodeName, kubeconfig: d.config.status.kubeconfig! });
     // a sink stays for the tracker's life: once stopped it does nothing
-    d.tracker.onChange((s) => { if (!this.stopped) this.running?.server.setPaused(pausesServing(d.config, s)); });
-    d.sticks?.onTake(() => this.running?.service.yieldToStick());
+    d.tracker.onChange((s) => { if (!this.stopped) this.server?.setPaused(pausesServing(d.config, s)); });
+    d.sticks?.onTake(() => this.base?.service.yieldToStick());
   }
 
-  /** Starts the server, or says why not and tries again later. */
+  private get ending(): boolean {
+    return this.stopped || this.d.signal.aborted;
+  }
+
+  /** The first look (the port opens now if an approval exists), then one every few seconds. */
   async start(): Promise<void> {
-    const { log } = this.d;
+    await this.look();
+    if (this.ending) return;
+    this.timer = setInterval(() => void this.look(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
+  }
+
+  /** One look at a time: a slow API answer is not queued behind again. A failing look is said once until one succeeds. */
+  private look(): Promise<void> {
+    this.looking ??= this.lookOnce()
+      .then(() => { this.lookFailing = false; }, (err: unknown) => {
+        if (!this.lookFailing) this.d.log.warn('peers', `cannot look at the approvals: ${oneLine(err)}; the peer port stays as it is, looking again every few seconds`);
+        this.lookFailing = true;
+      })
+      .finally(() => { this.looking = undefined; });
+    return this.looking;
+  }
+
+  /** The keys (while the port is closed), then the approvals: the port opens or closes; an open one does its work. */
+  private async lookOnce(): Promise<void> {
+    if (this.ending) return;
+    const keys = this.server || this.base ? undefined : await readPeerKeys(this.d.config.peers);
+    if (keys && 'reason' in keys) return this.inert(keys);
+    // an API server that does not answer (restarting during an upgrade) withdraws nothing: the port stays as it is
+    const approvals = await this.directory.approved();
+    if (this.ending) return;
+    this.approved = new Set(approvals.map((a) => a.manifestDigest));
+    if (!approvals.length) {
+      await this.close();
+      return this.inert(NOT_APPROVED);
+    }
+    if (!this.server) await this.open(keys?.credentials ?? this.base!.credentials);
+    if (!this.server) return;
+    this.say({ status: 'True', reason: 'Listening', message: `a bundle is approved: serving the approved bundles this node keeps to other nodes on ${this.server.url} (mutual TLS) and fetching approved bundles from them` });
+    this.work();
+  }
+
+  /** Starts the server, or says why not and tries again after retryMs. */
+  private async open(credentials: PeerCredentials): Promise<void> {
+    if (Date.now() < this.openAfter) return;
     try {
-      this.running = await this.setUp();
+      this.base ??= await this.makeBase(credentials);
+      this.server = await this.listen(this.base);
     } catch (err) {
-      this.startFailed(err);
+      this.openFailed(err);
       return;
     }
     this.problem = undefined;
     // the server listens: a cluster API that fails now is tried again at each look, never by a second start on the port
-    await this.refresh().catch((err: unknown) => log.warn('peers', `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`));
-    log.info('peers', `serving other nodes on ${this.running.server.url}; fetching approved bundles from them`, { url: this.running.server.url });
-    if (this.stopped) return;
-    this.timer = setInterval(() => this.tick(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
+    await this.refresh().catch((err: unknown) => this.d.log.warn('peers', `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`));
   }
 
-  /** Says why the server is not up and tries again later. */
-  private startFailed(err: unknown): void {
-    const retryMs = this.d.retryMs ?? PEER_START_RETRY_MS;
-    const { reason, message } = startProblem(err, this.d.config);
-    this.problem = { reason, message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s` };
-    this.d.log.warn('peers', this.problem.message, { reason: this.problem.reason });
-    this.show(undefined);
-    if (!this.stopped && !this.d.signal.aborted) this.retry = setTimeout(() => void this.start(), retryMs);
-  }
-
-  private async setUp(): Promise<Running> {
+  private async makeBase(credentials: PeerCredentials): Promise<Base> {
     const { config, log, tracker } = this.d;
-    const credentials = await loadPeerCredentials(config.peers);
-    const directory = new ApiPeerDirectory({ node: config.nodeName, kubeconfig: config.status.kubeconfig! });
-    const own = await directory.ownNode();
+    const own = await this.directory.ownNode();
     if (!own.address) throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
     const service = new PeerService({
-      directory, credentials, address: own.address, port: config.peers.port,
+      directory: this.directory, credentials, address: own.address, port: config.peers.port,
       context: { config, log, tracker, agentVersion: this.d.agentVersion, servesAfter: this.d.serves }, runtime: () => runtimeTarget(config, log),
       onServingChanged: () => this.servingChanged(),
     });
+    return { service, credentials, address: own.address, controlPlane: own.controlPlane };
+  }
+
+  private async listen(b: Base): Promise<RunningPeerServer> {
+    const { config, tracker } = this.d;
+    // an approval withdrawn since the last look: its bundle is not served even before the port closes
+    const bundle = (m: string) => (this.approved.has(m) ? b.service.offer(m) : undefined);
     const server = await startPeerServer({
-      ...peerServerOptions(config, credentials, { host: own.address, port: config.peers.port, controlPlane: own.controlPlane, bundle: (m) => service.offer(m) }),
-      counters: service.counters,
+      ...peerServerOptions(config, b.credentials, { host: b.address, port: config.peers.port, controlPlane: b.controlPlane, bundle }),
+      counters: b.service.counters,
     });
-    if (this.stopped) {
+    if (this.ending) {
       await server.close();
       throw new Error('stopped');
     }
     server.setPaused(pausesServing(config, tracker.current));
-    return { server, service };
+    return server;
+  }
+
+  /** Says why the server is not up and tries again later. */
+  private openFailed(err: unknown): void {
+    const retryMs = this.d.retryMs ?? PEER_START_RETRY_MS;
+    this.openAfter = Date.now() + retryMs;
+    const { reason, message } = startProblem(err, this.d.config);
+    // said in status.peers too: the node meant to serve, and the count of copies waits for it
+    this.problem = { reason, message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s` };
+    this.show();
+    this.say({ status: 'False', ...this.problem });
+  }
+
+  /** The last approval was withdrawn: the port closes and this node is no peer any more. */
+  private async close(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    await server.close();
+    this.show();
+  }
+
+  /** Nothing to do, for `why` (no approval, no keys): the Peers condition says it. */
+  private inert(why: { reason: string; message: string }): void {
+    this.problem = undefined;
+    this.show();
+    this.say({ status: 'False', ...why });
+  }
+
+  /** The Peers condition, put back when a load cleared the conditions; the log says each change once. */
+  private say(c: Said): void {
+    const { log, tracker } = this.d;
+    const key = JSON.stringify(c);
+    if (key !== this.said) {
+      this.said = key;
+      const quiet = c.status === 'True' || c.reason === NOT_APPROVED.reason;
+      if (quiet) log.info('peers', c.message, { reason: c.reason });
+      else log.warn('peers', c.message, { reason: c.reason });
+    }
+    const now = tracker.current.conditions.find((x) => x.type === 'Peers');
+    if (now?.status !== c.status || now.reason !== c.reason || now.message !== c.message) tracker.condition('Peers', c.status, c.reason, c.message);
   }
 
   async refresh(): Promise<void> {
-    if (!this.running) return;
-    await this.running.service.offerKept();
+    if (!this.server || !this.base) return;
+    await this.base.service.offerKept();
     await this.publish();
   }
 
-  private tick(): void {
-    if (this.stopped || this.d.signal.aborted || !this.running) return;
-    // counters and copies go on while a fetch runs
-    this.publishing ??= this.publish().catch((err: unknown) => this.d.log.warn('peers', `cannot count the other nodes' copies: ${oneLine(err)}`)).finally(() => { this.publishing = undefined; });
+  /** While the port is open: what it serves and counts published, and the approvals looked at for a bundle to fetch. */
+  private work(): void {
+    const service = this.base?.service;
+    if (this.ending || !service) return;
+    // counters and copies go on while a fetch runs; a kept layout removed since (the release completed) is no longer offered
+    this.publishing ??= service.offerKeptIfChanged().then(() => this.publish()).catch((err: unknown) => this.d.log.warn('peers', `cannot count the other nodes' copies: ${oneLine(err)}`)).finally(() => { this.publishing = undefined; });
     if (this.task) return;
-    const { service } = this.running;
     // queued behind a stick's load, it may start after a stop, or before a stick's load that waits: it then does nothing
-    this.task = this.d.exclusive(async () => { if (!this.d.signal.aborted && !this.stopped && !this.d.sticks?.pending) await service.syncOnce(this.d.signal); })
+    this.task = this.d.exclusive(async () => { if (!this.ending && this.server && !this.d.sticks?.pending) await service.syncOnce(this.d.signal); })
       .then(() => this.publish(), (err: unknown) => this.d.log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
       .finally(() => { this.task = undefined; });
   }
@@ -166,7 +263,7 @@ class DaemonPeerRunner implements DaemonPeers {
     const publish = () => {
       this.servingTimer = undefined;
       this.servingShownAt = Date.now();
-      this.show(this.running);
+      this.show();
     };
     if (wait <= 0) publish();
     else this.servingTimer = setTimeout(publish, wait);
@@ -174,19 +271,22 @@ class DaemonPeerRunner implements DaemonPeers {
 
   /** status.serving and status.peers as they are now; the status is written only when they changed. */
   private async publish(): Promise<void> {
-    const r = this.running;
-    if (!r) return;
+    if (!this.server || !this.base) return;
     const version = stickVersion(this.d.tracker.current);
-    const copies = version ? await r.service.copies(version) : undefined;
-    this.show(r, copies);
+    const copies = version ? await this.base.service.copies(version) : undefined;
+    this.show(copies);
   }
 
-  private show(r: Running | undefined, copies?: PeersStatus['copies']): void {
+  private show(copies?: PeersStatus['copies']): void {
     if (this.stopped) return;
-    const serving = r?.service.serving();
+    // a node that never opened its port, and is not failing to, has no status.peers, as with peers
+    // off: the technician's line then lets the stick go, as nothing is passed on from this node
+    if (!this.base && !this.problem) return this.unshown();
+    // a closed port publishes nothing as served: others would try it
+    const serving = this.server ? this.base?.service.serving(this.approved) : undefined;
     const peers: PeersStatus = {
-      up: r !== undefined, ...(this.problem ? { problem: this.problem } : {}),
-      transfer: r?.service.counters.snapshot() ?? { bytesServed: 0, bytesFetched: 0, fetchedFrom: [], suspect: [] },
+      up: this.server !== undefined, ...(this.problem ? { problem: this.problem } : {}),
+      transfer: this.base?.service.counters.snapshot() ?? { bytesServed: 0, bytesFetched: 0, fetchedFrom: [], suspect: [] },
       // a count from before (another bundle) is not shown as this one's
       ...(copies ? { copies } : this.d.tracker.current.peers?.copies ? { copies: this.d.tracker.current.peers.copies } : {}),
     };
@@ -200,22 +300,39 @@ class DaemonPeerRunner implements DaemonPeers {
     });
   }
 
+  /** status.serving and status.peers taken away (once; also what an earlier start left in the status file). */
+  private unshown(): void {
+    if (this.shown === UNSHOWN) return;
+    this.shown = UNSHOWN;
+    this.d.tracker.update((s) => {
+      delete s.serving;
+      delete s.peers;
+    });
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
-    clearTimeout(this.retry);
     clearTimeout(this.servingTimer);
+    await this.looking;
     await this.task;
     await this.publishing;
-    await this.running?.server.close();
+    await this.server?.close();
     // a stopped node is no peer: others would try it first
     this.d.tracker.update((s) => { delete s.serving; });
   }
 }
 
-/** Starts serving and watching the approvals; undefined when peers are off. A failed start is said in status.peers and tried again. */
+/**
+ * Looks at the keys and the approvals every few seconds, the port open only while an approval
+ * exists; undefined when peers are off, or without status.kubeconfig (no approval can be read).
+ */
 export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined> {
-  if (!d.config.peers.enabled || !d.config.status.kubeconfig) return undefined;
+  if (!d.config.peers.enabled) return undefined;
+  if (!d.config.status.kubeconfig) {
+    d.log.info('peers', 'bundles between nodes are on, but status.kubeconfig is not set: no approval can be read, so this node opens no peer port and fetches nothing from other nodes');
+    return undefined;
+  }
   const runner = new DaemonPeerRunner(d);
   await runner.start();
   return runner;

@@ -142,6 +142,12 @@ function stopReason(err: unknown, signal: AbortSignal, o: PeerFetchOptions): unk
   return err;
 }
 
+/** The load's space refusal (the kubelet's thresholds, the reserve) said for a fetch: no stick is plugged in again, the fetch is. */
+function forPeers(err: unknown, version: string): unknown {
+  if (!(err instanceof AgentError) || err.reason !== 'InsufficientSpace') return err;
+  return new AgentError('InsufficientSpace', `bundle ${version} is not fetched from peers: ${err.message.replace(' and plug the stick in again', '')}; the fetch is tried again later`, { cause: err });
+}
+
 async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerClient, counters: PeerCounters, stop: AbortController): Promise<PeerFetchResult> {
   const rel = head.manifest.release;
   const target = join(o.upgradeDir, `${rel.version}-${rel.arch}`);
@@ -149,7 +155,7 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
   const result = { target, manifest: head.manifest, manifestBytes: head.manifestBytes, signature: head.signature, signer: head.signer };
   if (await alreadyStaged(target, head.manifestBytes)) return { ...result, keptBytes: 0, already: true };
   const identity = bundleIdentity(head.manifestBytes);
-  const plan = await o.planSpace(head.manifest, await partialCredit(o.upgradeDir, partial, identity));
+  const plan = await o.planSpace(head.manifest, await partialCredit(o.upgradeDir, partial, identity)).catch((err: unknown) => { throw forPeers(err, rel.version); });
   if (plan.mode !== 'staged') throw new AgentError('InsufficientSpace', `not enough disk space to stage bundle ${rel.version} fetched from peers (${plan.message.replace(/; serving from the media.*$/, '')}): free space on ${o.upgradeDir}`);
   await dropOtherPartials(o.upgradeDir, partial, identity);
   await rm(target, { recursive: true, force: true });

@@ -23,6 +23,9 @@ import type { PeerApproval, PeerDirectory } from './types.js';
 /** A refused or failed fetch of one approval is tried again only after this long (a new approval is tried at once). */
 export const PEER_RETRY_MS = 10 * 60_000;
 
+/** The kept layouts of the release records, as one string to compare. */
+const keptKey = (releases: readonly { layout?: string | undefined }[]) => releases.map((r) => r.layout ?? '').join('\n');
+
 /** The version policy's refusals of a bundle: approved for the cluster, meant for other nodes. */
 const NOT_FOR_THIS_NODE = new Set(['WrongArch', 'Downgrade', 'NotAnUpgradeSource']);
 
@@ -47,6 +50,8 @@ export interface PeerServiceOptions {
 export class PeerService {
   private readonly offers = new Map<string, ServedBundle>();
   private readonly failedAt = new Map<string, number>();
+  /** The kept layouts offerKept last read: offered again only when they changed. */
+  private keptSeen: string | undefined;
   /** Approvals waited for (no peer yet, the lock busy): said once in the log. */
   private readonly waitingFor = new Set<string>();
   /** Stops the fetch under way (not the load after it): a stick's load comes first (yieldToStick). */
@@ -61,13 +66,16 @@ export class PeerService {
   }
 
   /**
-   * The layouts this node keeps (staging.keep), offered afresh: a layout forgotten or removed
-   * since is no longer offered; a fetch under way stays. Returns what status.serving publishes.
+   * The layouts this node keeps (staging.keep, or serve-until-complete's until the cluster runs
+   * the release), offered afresh: a layout forgotten or removed since is no longer offered; a
+   * fetch under way stays. Returns what status.serving publishes.
    */
   async offerKept(): Promise<ServingStatus | undefined> {
     const { config, log } = this.o.context;
     const kept = new Map<string, ServedBundle>();
-    for (const r of await readReleases(config.paths.stateDir)) {
+    const releases = await readReleases(config.paths.stateDir);
+    this.keptSeen = keptKey(releases);
+    for (const r of releases) {
       if (!r.layout) continue;
       const served = await ServedBundle.fromLayout(r.layout).catch((err: unknown) => {
         log.warn('peers', `the layout kept in ${r.layout!} cannot be offered to other nodes: ${oneLine(err)}`);
@@ -81,12 +89,23 @@ export class PeerService {
     return this.serving();
   }
 
-  /** What status.serving says: the newest release offered, held whole or being fetched (one per node: the resource has one field). */
-  serving(): ServingStatus | undefined {
+  /**
+   * offerKept when the kept layouts changed since it last ran: a load kept one, or the cleanup or
+   * serve-until-complete removed one (its blobs must not be offered once they are gone).
+   */
+  async offerKeptIfChanged(): Promise<void> {
+    if (keptKey(await readReleases(this.o.context.config.paths.stateDir)) !== this.keptSeen) await this.offerKept();
+  }
+
+  /**
+   * What status.serving says: the newest release offered, held whole or being fetched (one per
+   * node: the resource has one field); with `approved`, only among those digests.
+   */
+  serving(approved?: ReadonlySet<string>): ServingStatus | undefined {
     // a fetch under way of a newer release than the one kept is what the other nodes fetch now too:
     // published (complete: false, its count of verified blobs) so they take blobs from it
     const byVersion = (a: ServedBundle, b: ServedBundle) => compareVersions(b.manifest.release.version, a.manifest.release.version);
-    const best = [...this.offers.values()].sort((a, b) => byVersion(a, b) || Number(b.complete) - Number(a.complete))[0];
+    const best = [...this.offers.values()].filter((o) => !approved || approved.has(o.manifestDigest)).sort((a, b) => byVersion(a, b) || Number(b.complete) - Number(a.complete))[0];
     if (!best) return undefined;
     const verifiedBlobs = best.verifiedDigests(Number.MAX_SAFE_INTEGER).length;
     return { manifestDigest: best.manifestDigest, complete: best.complete, verifiedBlobs, address: this.o.address, port: this.o.port };
@@ -243,10 +262,13 @@ export class PeerService {
     tracker.failed(reason, message);
   }
 
-  /** A layout the config does not keep is gone after Ready: nothing of it to offer. */
+  /**
+   * A layout the load did not keep is gone after Ready: nothing of it to offer. One it kept (by
+   * staging.keep, or for serve-until-complete: its release record names it) is offered on.
+   */
   private async afterLoad(a: PeerApproval, target: string): Promise<void> {
     this.offers.delete(a.manifestDigest);
-    if (this.o.context.config.staging.keep === false) return;
+    if (!(await readReleases(this.o.context.config.paths.stateDir)).some((r) => r.layout === target)) return;
     const served = await ServedBundle.fromLayout(target).catch(() => undefined);
     if (served) this.offers.set(a.manifestDigest, served);
   }

@@ -2,9 +2,10 @@
 // this node's certificate and key. Access, not integrity: every byte a peer sends is held to
 // the signed bundle.json anyway; the certificate keeps pods and other machines on the network
 // from reading bundles (or loading a node's uplink) at all.
+import { lstat } from 'node:fs/promises';
 import type { SecureContextOptions } from 'node:tls';
 import { readSmallFile, unsafePermissions } from '@offline-bundle/host';
-import { AgentError } from '../errors.js';
+import { AgentError, oneLine } from '../errors.js';
 
 /** Largest PEM file read for the peer credentials: a chain of a few certificates. */
 export const MAX_PEER_PEM_BYTES = 64 * 1024;
@@ -29,7 +30,7 @@ async function readPem(path: string, what: string, secret: boolean): Promise<Buf
   try {
     file = await readSmallFile(path, MAX_PEER_PEM_BYTES);
   } catch (err) {
-    throw new AgentError('InvalidConfig', `cannot read the peer ${what} ${path}: ${(err as Error).message}; set peers.tls.${what} (deploy/openshift/peer-ca.mjs writes it)`);
+    throw new AgentError('InvalidConfig', `cannot read the peer ${what} ${path}: ${(err as Error).message}; set peers.${what} (deploy/openshift/peer-ca.mjs writes it)`);
   }
   const unsafe = await unsafePermissions(path, file.stats);
   if (unsafe) throw new AgentError('InvalidConfig', `peer ${what} ${unsafe}`);
@@ -45,6 +46,29 @@ async function readPem(path: string, what: string, secret: boolean): Promise<Buf
 export async function loadPeerCredentials(paths: PeerTlsPaths): Promise<PeerCredentials> {
   const [ca, cert, key] = await Promise.all([readPem(paths.ca, 'ca', false), readPem(paths.cert, 'cert', false), readPem(paths.key, 'key', true)]);
   return { ca, cert, key };
+}
+
+/** Why the peers stay inert for their credentials: none installed (a default install), or files that cannot be used. */
+export interface PeerKeysProblem { reason: 'NoPeerCredentials' | 'PeerCredentialsInvalid'; message: string }
+
+const INERT = 'this node opens no peer port (never one without mutual TLS) and fetches nothing from other nodes';
+
+/**
+ * The peer credentials, or why there are none to use. Peers are on by default, so a node whose
+ * admin never made the keys is the ordinary case, told apart from keys that are there but wrong.
+ */
+export async function readPeerKeys(paths: PeerTlsPaths): Promise<{ credentials: PeerCredentials } | PeerKeysProblem> {
+  try {
+    return { credentials: await loadPeerCredentials(paths) };
+  } catch (err) {
+    const files = [paths.ca, paths.cert, paths.key];
+    const gone = await Promise.all(files.map((f) => lstat(f).then(() => false, (e: NodeJS.ErrnoException) => e.code === 'ENOENT')));
+    const missing = files.filter((_, i) => gone[i]);
+    if (missing.length) {
+      return { reason: 'NoPeerCredentials', message: `the peer keys are not installed (${missing.join(', ')} missing): ${INERT}; make them with deploy/openshift/peer-ca.mjs and install them on every node (docs/peers.md), or set peers.enabled: false` };
+    }
+    return { reason: 'PeerCredentialsInvalid', message: `${oneLine(err)}; until then ${INERT}` };
+  }
 }
 
 /**
