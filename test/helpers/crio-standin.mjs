@@ -49,7 +49,7 @@
 //
 // Run: node test/helpers/crio-standin.mjs --state-dir DIR [--listen SOCK]
 //   [--registries-conf F] [--registries-conf-dir D] [--config F] [--config-dir D]
-//   [--pause-image REF] [--no-pin-support] [--pins-at-start-only] [--exit-with-parent]
+//   [--pause-image REF] [--no-pin-support] [--pins-at-start-only] [--reload-delay-ms N] [--exit-with-parent]
 //   [--containers-storage]   (also store pulls in containers-storage, shared with podman as CRI-O's is)
 // Tests use startCrioStandin() below.
 import { spawn } from 'node:child_process';
@@ -389,6 +389,7 @@ async function main(argv) {
       'pause-image': { type: 'string' },
       'no-pin-support': { type: 'boolean', default: false },
       'pins-at-start-only': { type: 'boolean', default: false },
+      'reload-delay-ms': { type: 'string' },
       'exit-with-parent': { type: 'boolean', default: false },
       'containers-storage': { type: 'boolean', default: false },
     },
@@ -431,7 +432,7 @@ async function main(argv) {
   event({ event: 'start', files: config.files, pinnedImages: noPins ? [] : config.pinnedImages, registries: config.registries.map((r) => r.prefix) });
   log(`started; read ${config.files.join(', ') || 'no config files'}`);
 
-  process.on('SIGHUP', () => {
+  const reloadNow = () => {
     try {
       const next = loadConfig(paths);
       config = next;
@@ -444,7 +445,23 @@ async function main(argv) {
       event({ event: 'reload', outcome: 'error', error: String(/** @type {Error} */ (e).message) });
       log(`Unable to reload configuration: ${/** @type {Error} */ (e).message}`);
     }
-  });
+  };
+  // CRI-O's startReloadWatcher: signal.Notify into a channel of one slot, one reload at a time.
+  // A SIGHUP during a reload waits in the slot; more of them are dropped (the slot is full).
+  // --reload-delay-ms: a reload that takes that long before it reads the files (a busy CRI-O).
+  const reloadDelayMs = Number(o['reload-delay-ms'] ?? 0);
+  let reloading = false;
+  let slot = false;
+  const onSighup = () => {
+    if (reloading) { slot = true; return; }
+    reloading = true;
+    setTimeout(() => {
+      reloadNow();
+      reloading = false;
+      if (slot) { slot = false; onSighup(); }
+    }, reloadDelayMs);
+  };
+  process.on('SIGHUP', onSighup);
 
   // --- the store: images.json (id, names, digests, size), blobs in storage/<id>/ ---------
   /** @typedef {{ id: string, names: string[], digests: string[], size: number }} StoredImage */
@@ -661,6 +678,7 @@ async function main(argv) {
  * @property {string} [pauseImage]
  * @property {boolean} [noPinSupport]     a CRI-O older than 1.28
  * @property {boolean} [pinsAtStartOnly]  CRI-O 1.28.x: pins change only on restart
+ * @property {number} [reloadDelayMs]  each reload waits this long before it reads the files (a busy CRI-O)
  * @property {number} [timeoutMs]  how long startup may take (default 30 s)
  */
 
@@ -687,6 +705,7 @@ export async function startCrioStandin(t, opts = {}) {
   add('--pause-image', opts.pauseImage);
   if (opts.noPinSupport) args.push('--no-pin-support');
   if (opts.pinsAtStartOnly) args.push('--pins-at-start-only');
+  if (opts.reloadDelayMs) args.push('--reload-delay-ms', String(opts.reloadDelayMs));
   const eventsFile = path.join(dir, 'events.jsonl');
   const startedBefore = existsSync(eventsFile) ? readFileSync(eventsFile, 'utf8').split('\n').filter(Boolean).length : 0;
 

@@ -279,7 +279,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   const entry = checkPolicy(head.manifest, config, current);
   if (path && current) log.info('version', `the update path ${path.join(' → ')} is taken from the running ${current}, from ${path[entry]}`, { version: rel.version });
   if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
-  await ctx.runtime.checkConfig?.();
+  await ctx.runtime.checkConfig?.(ctx.signal);
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });

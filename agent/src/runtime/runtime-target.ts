@@ -1,19 +1,21 @@
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
-import { readFile, readdir, rm } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { readFile, readdir, rename, rm } from 'node:fs/promises';
 import { readStateJson } from '../state/state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
-import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
+import { makeDirs, syncDirBestEffort, writeFileAtomic } from '@offline-bundle/host';
 import {
-  CriImageClient, RuntimeError, containerdPinnedRefs, containerdReportsPins, containerdVersion, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
+  CriImageClient, MANAGED_MARKER, RuntimeError, containerdPinnedRefs, renderPinsDropIn, containerdReportsPins, containerdVersion, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn, containerdHostDir, renderContainerdHosts, renderRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import { checkContainerdConfig } from './config-check.js';
-import { checkCrioConfig } from './crio-config-check.js';
+import { CRIO_PROBE_HOST, checkCrioConfig, isProbePin } from './crio-config-check.js';
+import { crioRunningConfig } from './crio-info-api.js';
 import { MIRROR_PROBE_TIMEOUT_MS } from './crio-mirror-probe.js';
 import type { Logger } from '../log.js';
 
@@ -75,10 +77,10 @@ export interface RuntimeTarget {
   cleanup(): Promise<void>;
   /**
    * Refuses (RuntimeIgnoresMirror) a runtime whose configuration would not read the drop-ins
-   * `mirror` writes; run before anything is staged. Absent: nothing to check. CRI-O: whether it
-   * applies crio.conf.d (a probe; which registries.conf.d it reads is not checked).
+   * `mirror` writes; run before anything is staged. Absent: nothing to check. CRI-O: a probe
+   * through one reload (crio-config-check.ts). `signal`: the load's stop, which ends the check.
    */
-  checkConfig?(): Promise<void>;
+  checkConfig?(signal?: AbortSignal): Promise<void>;
   /**
    * How long pins may take to show through the CRI after `pin` returns (default 5 s, CRI-O's
    * reload).
@@ -231,6 +233,14 @@ function repositories(m: BundleManifest): { repository: string; digestOnly: bool
   return m.images.map((img) => ({ repository: img.repository, digestOnly: !img.tag }));
 }
 
+/** Removes the temp files a killed atomic write of `names` left in `dir` (hidden: never the file itself). */
+async function removeTemps(dir: string, names: readonly string[]): Promise<void> {
+  for (const n of await readdir(dir).catch(() => [] as string[])) {
+    // ".NAME.…tmp", and "..NAME.…tmp" for the temp of a staged copy (putPinsFile)
+    if (n.endsWith('.tmp') && names.some((name) => n.replace(/^\.+/, '').startsWith(`${name}.`) && n !== name)) await rm(join(dir, n), { force: true });
+  }
+}
+
 /**
  * CRI-O reads registries.conf(.d) and crio.conf.d only at start and on reload (SIGHUP, what
  * `systemctl reload crio` sends): every file written here is followed by a reload before the
@@ -274,14 +284,17 @@ export class CrioTarget implements RuntimeTarget {
   }
 
   /** CRI-O must apply the crio.conf.d the agent writes to: see crio-config-check.ts. */
-  checkConfig(): Promise<void> {
-    const file = join(this.config.paths.crioDropInDir, this.pinsName);
+  checkConfig(signal?: AbortSignal, settleMs?: number): Promise<void> {
+    const dir = this.config.paths.crioDropInDir;
+    const file = join(dir, this.pinsName);
     let before: string | undefined;
     return checkCrioConfig(this.config, {
       writeProbe: async (entry) => {
         before = await readFile(file, 'utf8').catch(() => undefined);
-        await makeDirs(this.config.paths.crioDropInDir);
-        await writePinsDropIn(this.config.paths.crioDropInDir, this.pinsName, await this.mergedPins([...((await this.ownPins()) ?? []), entry]));
+        // what CRI-O would run with during the probe is never less than the file it replaces
+        const current = (await readPinsDropIn(file).catch(() => [] as string[])).filter((p) => !isProbePin(p));
+        await makeDirs(dir);
+        await this.writePins([...new Set([...current, ...(await this.mergedPins((await this.ownPins()) ?? [])), entry])]);
         this.unapplied = true;
         return file;
       },
@@ -292,12 +305,22 @@ export class CrioTarget implements RuntimeTarget {
       restore: async () => {
         await removeDropIn(join(this.config.paths.registriesDropInDir, this.probeName));
         if (before === undefined) await removeDropIn(file);
-        else await writeFileAtomic(file, before);
+        else await this.putPinsFile(before);
+        this.unapplied = true;
+        await this.reloadAfterProbe('config check\'s probe files put back');
       },
       pull: (ref, signal) => this.cri().pullImage(ref, { signal, timeoutMs: MIRROR_PROBE_TIMEOUT_MS }),
       reload: (why) => this.reload(why, 'runtime-config'),
-      laterFiles: async () => (await readdir(this.config.paths.crioDropInDir).catch(() => [] as string[])).filter((n) => n > this.pinsName && !n.startsWith('.')).sort(),
-    }, this.log);
+      laterFiles: async () => (await readdir(dir).catch(() => [] as string[])).filter((n) => n > this.pinsName && !n.startsWith('.')).sort(),
+    }, this.log, { ...(signal ? { signal } : {}), ...(settleMs !== undefined ? { settleMs } : {}) });
+  }
+
+  /** A reload after the probe: its failure is logged, not thrown (the check's outcome stands; unapplied stays for the load's next reload). */
+  private async reloadAfterProbe(why: string): Promise<void> {
+    await this.reload(why, 'runtime-config').catch((err: unknown) => {
+      this.unapplied = true;
+      this.log?.warn('runtime-config', `${oneLine(err)}; CRI-O may keep the probe's pins until its next reload`);
+    });
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
@@ -338,17 +361,44 @@ export class CrioTarget implements RuntimeTarget {
   }
 
   async cleanup(): Promise<void> {
-    // a kill while the drop-in was being written leaves its temp file (".NAME.PID.RAND.tmp")
-    const dir = this.config.paths.registriesDropInDir;
-    for (const n of await readdir(dir).catch(() => [] as string[])) {
-      if (n.startsWith(`.${this.mirrorName}.`) && n.endsWith('.tmp')) await rm(join(dir, n), { force: true });
-    }
+    const regDir = this.config.paths.registriesDropInDir;
+    const crioDir = this.config.paths.crioDropInDir;
+    // a kill while a drop-in was being written leaves its temp file (".NAME.PID.RAND.tmp"): CRI-O's
+    // crio.conf.d walk reads every file, dot files too, so a stale pins copy there would count
+    await removeTemps(regDir, [this.mirrorName, this.probeName]);
+    await removeTemps(crioDir, [this.pinsName]);
+    await removeTemps(dirname(crioDir), [this.pinsName]);
     // the config check's probe too, should the agent have been killed during it
-    const removed = [await removeDropIn(join(dir, this.mirrorName)), await removeDropIn(join(dir, this.probeName))];
-    if (removed.includes(true)) {
+    const removed = [await removeDropIn(join(regDir, this.mirrorName)), await removeDropIn(join(regDir, this.probeName)), await this.stripProbePins()];
+    if (removed.includes(true) || (await this.runningProbePins())) {
       this.unapplied = true;
-      await this.apply();
+      await this.apply('removal of a killed load\'s drop-ins');
     }
+  }
+
+  /**
+   * A check killed between its probe and its restore leaves the probe's pin in our pins file,
+   * and a list from then: made again from our pins and every other file's (removed when we have
+   * none). Returns whether the file changed.
+   */
+  private async stripProbePins(): Promise<boolean> {
+    const dir = this.config.paths.crioDropInDir;
+    const file = join(dir, this.pinsName);
+    const pins = await readPinsDropIn(file).catch(() => [] as string[]);
+    if (!pins.some(isProbePin)) return false;
+    const own = await this.ownPins();
+    if (!own) return removeDropIn(file);
+    await this.writeMerged(own).catch(async (err: unknown) => {
+      this.log?.warn('pin', `${oneLine(err)}; the probe's pin is only taken out of ${file}`);
+      await this.writePins(pins.filter((p) => !isProbePin(p)));
+    });
+    return true;
+  }
+
+  /** Whether CRI-O still runs with a probe's pin (its files were put back, the reload never came). */
+  private async runningProbePins(): Promise<boolean> {
+    const text = await crioRunningConfig(this.config.criSocket).catch(() => '');
+    return text.includes(`"${CRIO_PROBE_HOST}/`);
   }
 
   /**
@@ -410,6 +460,35 @@ export class CrioTarget implements RuntimeTarget {
     return [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];
   }
 
+  /** Writes our pins drop-in (refused, FOREIGN_FILE, where the file is not ours). */
+  private async writePins(pins: string[]): Promise<string> {
+    const dir = this.config.paths.crioDropInDir;
+    const file = join(dir, this.pinsName);
+    const existing = await readFile(file, 'utf8').catch(() => undefined);
+    if (existing !== undefined && existing.split('\n', 1)[0] !== MANAGED_MARKER) return writePinsDropIn(dir, this.pinsName, pins);
+    await this.putPinsFile(renderPinsDropIn(pins));
+    return file;
+  }
+
+  /**
+   * CRI-O's crio.conf.d walk reads every file, a dot or .tmp one too, so the new copy is written
+   * in the directory above (crio.conf's, which it does not walk) and renamed in; where that fails
+   * (another filesystem, read-only), beside it.
+   */
+  private async putPinsFile(text: string): Promise<void> {
+    const dir = this.config.paths.crioDropInDir;
+    const file = join(dir, this.pinsName);
+    const staged = join(dirname(dir), `.${this.pinsName}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+    try {
+      await writeFileAtomic(staged, text);
+      await rename(staged, file);
+      await syncDirBestEffort(dir);
+    } catch {
+      await rm(staged, { force: true });
+      await writeFileAtomic(file, text);
+    }
+  }
+
   /** `own` with every other file's pins. */
   private async mergedPins(own: string[]): Promise<string[]> {
     const foreign = new Set<string>();
@@ -429,7 +508,7 @@ export class CrioTarget implements RuntimeTarget {
     const before = await readPinsDropIn(join(dir, this.pinsName));
     const all = await this.mergedPins(own);
     if (before.join('\n') === all.join('\n')) return false;
-    const file = await writePinsDropIn(dir, this.pinsName, all);
+    const file = await this.writePins(all);
     this.unapplied = true;
     this.log?.info('pin', `pins drop-in written: ${file} (${all.length} images, ${own.length} ours)`, { file });
     return true;
