@@ -56,7 +56,7 @@ async function loadBundle(file: string, o: TrustOpts, withFileDigest: boolean): 
     image: m.release.image,
     digest: m.release.digest,
     upgradeFrom: m.release.upgradeFrom,
-    images: m.images.map((i) => ({ repository: i.repository, tag: i.tag, digest: i.digest })),
+    images: m.images.map((i) => ({ repository: i.repository, tag: i.tag, digest: i.digest, ...(i.component ? { component: i.component } : {}) })),
     signatures: signatures.map((s) => s.bytes),
     ...(hops.length > 1 ? { path: hops.map((h, i) => ({ version: h.version, image: h.image, digest: h.digest, upgradeFrom: h.upgradeFrom, signatures: path[i]!.signatures.map((s) => s.bytes), ...(h.payload ? { payload: h.payload } : {}) })) } : {}),
   };

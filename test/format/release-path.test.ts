@@ -99,11 +99,15 @@ t.test('each release\'s payload: listed images, held to what the bundle carries'
   const m = validateManifest(withPayloads());
   t.same(releasePath(m).map((h) => [h.version, h.payload]), [['4.15.40', [d('1'), d('3'), d('5')]], ['4.16.2', [d('2'), d('4'), d('5')]]], 'each release with its own images; a shared one in both');
   t.doesNotThrow(() => validateManifest(manifest()), 'a path without payloads (built before them) is read as before');
+  t.doesNotThrow(() => validateManifest(withPayloads((_r, images) => { images.push({ ...images[2]!, repository: 'quay.io/site/addon' }); delete images.at(-1)!.component; })), 'an add-on of the same digest as a payload image: the digest is still a payload\'s');
   const lying: [string, (r: Record<string, any>, images: Record<string, any>[]) => void, RegExp][] = [
     ['a digest the bundle does not carry', (r) => { r.payload.push(d('9')); }, /release\.payload\[3\] sha256:9+ is not among the images: a release's payload is carried/],
     ['a payload image in no list', (r) => { r.payload = [d('2'), d('5')]; }, /images' quay\.io\/ocp\/release@sha256:4+ \(component etcd\) is in no release's payload/],
     ['a list without its own release image', (r) => { r.via[0].payload = [d('3'), d('5')]; }, /release\.via\[0\]\.payload does not list the release image sha256:1+/],
-    ['the other release\'s image for its own', (r) => { r.via[0].payload = [d('2'), d('3'), d('5')]; }, /release\.via\[0\]\.payload does not list the release image sha256:1+/],
+    ['the other release\'s image for its own', (r) => { r.via[0].payload = [d('2'), d('3'), d('5')]; }, /release\.via\[0\]\.payload\[0\] sha256:2+ is 4\.16\.2's release image: a release's payload names its own release image only/],
+    ['an add-on (no component) in a payload', (r) => { r.payload.push(d('6')); }, /release\.payload\[3\] sha256:6+ \(quay\.io\/ocp\/release\) has no payload component in images: an add-on is no release's payload/],
+    ['the operator catalog in a payload', (r) => { r.via[0].payload.push(d('7')); }, /release\.via\[0\]\.payload\[3\] sha256:7+ is the operator catalog's image/],
+    ['one list holding the other\'s payload, its own only its release image', (r) => { r.via[0].payload = [d('1'), d('3'), d('4'), d('5')]; r.payload = [d('2')]; }, /release\.payload lists only the release image: a release's payload lists its image-references too/],
     ['a digest twice', (r) => { r.payload.push(d('4')); }, /release\.payload lists sha256:4+ twice/],
     ['one release listed, another not', (r) => { delete r.via[0].payload; }, /release\.via\[0\]\.payload is missing: a path lists every release's payload or none/],
     ['not a digest', (r) => { r.payload[0] = 'latest'; }, /release\.payload\[0\] must be a sha256 digest/],

@@ -22,7 +22,8 @@ export interface AdminBundle {
   image: string | null;
   digest: string | null;
   upgradeFrom: string[];
-  images: { repository: string; tag: string | null; digest: string }[];
+  /** `component`: the head's (a release payload's part, or none for an add-on): what a release's pins may leave to another. */
+  images: { repository: string; tag: string | null; digest: string; component?: string }[];
   signatures: Uint8Array[];
   /**
    * An update path (#43): every release of it, oldest first, the final one last; absent for a
@@ -198,11 +199,13 @@ const pathStarts = (cv: ClusterVersionDoc, path: readonly PathRelease[]) => (pat
  * The releases of the path (and the one it started from) the cluster has moved past: each before
  * the latest release of the path ClusterVersion's history says Completed (the CVO's Completed:
  * every cluster operator, the control plane's pool among them, at that release), never the
- * running one. Their PinnedImageSets go; the later releases' are written first and hold every
- * image they share.
+ * running one. Their PinnedImageSets go from each pool whose nodes run a later release too
+ * (applyPinnedImageSets asks each pool); the later releases' are written first and hold every
+ * image they share. None for a path whose head lists no payloads (built before it did): its one
+ * series keeps the start's sets, as before.
  */
-export function passedReleases(cv: ClusterVersionDoc, path: readonly PathRelease[]): PassedRelease[] {
-  if (path.length < 2) return [];
+export function passedReleases(cv: ClusterVersionDoc, path: readonly (PathRelease & { payload?: readonly string[] })[]): PassedRelease[] {
+  if (path.length < 2 || path.some((r) => !r.payload)) return [];
   const done = completedVersions(cv);
   let last = -1;
   path.forEach((r, i) => { if (done.has(r.version)) last = i; });

@@ -13,7 +13,7 @@ export { holdingsLine, MAX_LACKS_NAMED, nodeHoldings } from './node-holdings.js'
 export type { NodeHoldings } from './node-holdings.js';
 export type { NodeRow, Rollup, RowServing } from './cluster-rollup.js';
 export type { GateResult, GateSpec } from './upgrade-gate.js';
-export { applyPinnedImageSets, MAX_PINNED_PER_SET, pinnedSetName, pinnedSets, pinnedSetsLine, releaseSeries } from './pinned-image-sets.js';
+export { applyPinnedImageSets, MAX_PINNED_PER_SET, pinnedSetName, pinnedSets, pinnedSetsLine, releaseLabel, releaseSeries } from './pinned-image-sets.js';
 export type { PassedRelease, PinnedSetsResult, ReleaseSeries } from './pinned-image-sets.js';
 export type { SignatureConfigMap } from './release-configmap.js';
 export type { NodeIdentity } from './node-rbac.js';

@@ -39,3 +39,28 @@ export async function setPaused(apis: AdminApis, pool: string, pausedFor: string
   const body = { metadata: { annotations: { [PAUSED_BY]: pausedFor ?? null } }, spec: { paused: pausedFor !== undefined } };
   await apiCall(`${pausedFor ? 'pause' : 'unpause'} machineconfigpools "${pool}"`, () => apis.custom.patchClusterCustomObject({ ...MCO, name: pool, body }, requestOptions(undefined, 'application/merge-patch+json')));
 }
+
+/** The MCO's pool condition types this reads (MachineConfigPool status.conditions). */
+const UPDATED = 'Updated';
+const UPDATING = 'Updating';
+
+/**
+ * Why a pool's nodes may not all run its rendered config yet, or undefined when its status says
+ * they do: not paused, every machine updated and ready (status.machineCount ==
+ * updatedMachineCount == readyMachineCount), Updated True and Updating not True, and the config
+ * it reached (status.configuration) the one rendered for it (spec.configuration). A pool whose
+ * status says none of this is taken as not updated: pins are kept, never dropped, on a guess.
+ */
+export function poolNotUpdated(o: Record<string, unknown>): string | undefined {
+  const spec = obj(o.spec);
+  const st = obj(o.status);
+  if (spec.paused === true) return 'it is paused, so its nodes have not all updated yet';
+  const count = (k: string) => (typeof st[k] === 'number' ? st[k] as number : undefined);
+  const machines = count('machineCount');
+  const cond = (type: string) => (Array.isArray(st.conditions) ? st.conditions as unknown[] : []).map(obj).find((c) => c.type === type)?.status;
+  const rendered = str(obj(spec.configuration).name);
+  const reached = str(obj(st.configuration).name);
+  const updated = machines !== undefined && count('updatedMachineCount') === machines && count('readyMachineCount') === machines
+    && cond(UPDATED) === 'True' && cond(UPDATING) !== 'True' && (!rendered || rendered === reached);
+  return updated ? undefined : 'its nodes have not all updated yet';
+}

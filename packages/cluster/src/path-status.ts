@@ -3,7 +3,7 @@
  * which have no bundle file: the path as prepare or upgrade wrote it into the upgrade gate
  * (spec.path), against ClusterVersion's history and desiredUpdate.
  */
-import { apiCall, ClusterError, GROUP, VERSION, type AdminApis } from '@offline-bundle/status';
+import { apiCall, ClusterError, GROUP, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
 import { acksNeeded } from './admin-acks.js';
 import { CV, running, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { GATE_NAME, GATE_PLURAL, gatePath } from './upgrade-gate.js';
@@ -34,22 +34,41 @@ export interface PathStatus {
   hop: number;
   underWay: boolean;
   line: string;
+  /** Why the path could not be read (the gate, ClusterVersion or the admin gates refused or failed): status and the page go on without it. */
+  unread?: string;
 }
+
+/** Characters of the reason a path was not read, in the status line and on the page. */
+export const MAX_PATH_UNREAD_CHARS = 300;
+
+const reasonOf = (err: unknown) => truncate(err instanceof Error ? err.message : String(err), MAX_PATH_UNREAD_CHARS);
 
 /**
  * The path and the cluster's hop on it, or undefined: no gate, no path in it, not OpenShift, or
- * not allowed to read them. `clusterVersion`: the one a roll-up read already (not read again).
+ * not allowed to read them. A read that fails otherwise (a 500, a timeout) is said in the line
+ * ("path: not read (…)"), never thrown: the table and the page stand without the path.
+ * `clusterVersion`: the one a roll-up read already (not read again).
  */
 export async function readPathStatus(apis: AdminApis, read: { clusterVersion?: unknown } = {}): Promise<PathStatus | undefined> {
-  const quiet = async <T>(what: string, fn: () => Promise<T>) => {
-    try {
-      return await apiCall(what, fn, { notFound: () => undefined });
-    } catch (err) {
-      // what status is for stands without it: an admin without the gate's get is not refused the table
-      if (err instanceof ClusterError && err.code === 'FORBIDDEN') return undefined;
-      throw err;
-    }
-  };
+  try {
+    return await readPath(apis, read);
+  } catch (err) {
+    const unread = reasonOf(err);
+    return { path: [], releases: [], hop: 0, underWay: false, unread, line: `path: not read (${unread})` };
+  }
+}
+
+// an admin without the gate's get is not refused the table: not being allowed is not knowing
+const quiet = async <T>(what: string, fn: () => Promise<T>) => {
+  try {
+    return await apiCall(what, fn, { notFound: () => undefined });
+  } catch (err) {
+    if (err instanceof ClusterError && err.code === 'FORBIDDEN') return undefined;
+    throw err;
+  }
+};
+
+async function readPath(apis: AdminApis, read: { clusterVersion?: unknown }): Promise<PathStatus | undefined> {
   const gate = await quiet(`read ${GATE_PLURAL}.${GROUP} "${GATE_NAME}"`, () => apis.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: GATE_PLURAL, name: GATE_NAME })) as { spec?: { path?: unknown } } | undefined;
   const path = gatePath(gate?.spec?.path);
   if (!path) return undefined;
@@ -60,10 +79,12 @@ export async function readPathStatus(apis: AdminApis, read: { clusterVersion?: u
   const target = path[next];
   const digest = cv.spec?.desiredUpdate?.image?.split('@')[1];
   const underWay = !!target && digest !== undefined && digest === target.image.split('@')[1];
-  // the hop to start waits on the running release's admin gates: read only then, and not being allowed to is not knowing
-  const acks = target && !underWay ? (await quiet('read the admin gates', () => acksNeeded(apis, now, target.version)) ?? []) : [];
+  // the hop to start waits on the running release's admin gates: read only then; a failed read leaves the rest standing
+  let acksUnread: string | undefined;
+  const acks = target && !underWay ? (await quiet('read the admin gates', () => acksNeeded(apis, now, target.version)).catch((err: unknown) => { acksUnread = reasonOf(err); return undefined; }) ?? []) : [];
   const s = { path, ...(now ? { running: now } : {}), hop: next + 1, underWay };
-  return { ...s, releases: releaseStates(path, next, underWay, acks.map((a) => a.gate)), line: hopLine({ ...s, state: underWay ? 'waiting' : 'started' }) };
+  const line = hopLine({ ...s, state: underWay ? 'waiting' : 'started' }) + (acksUnread ? `; admin gates not read (${acksUnread})` : '');
+  return { ...s, releases: releaseStates(path, next, underWay, acks.map((a) => a.gate)), line };
 }
 
 /** Each release's state from the index of the hop under way or next, and the gates that hop waits on. */

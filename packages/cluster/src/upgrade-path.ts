@@ -125,15 +125,26 @@ async function blockersOf(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup):
   return out;
 }
 
-/** Does this run's step: unpause after the last hop, or pause, ack, gate, pins and hop `w.next`. */
+/** Pins that are not this run's step (after the last hop): a failure is said, with what to do, and the run goes on. */
+async function pinsAfterward(pins: () => Promise<PinnedSetsResult | undefined>): Promise<PinnedSetsResult | undefined> {
+  try {
+    return await pins();
+  } catch (err) {
+    return { applied: [], removed: [], skipped: `could not update them (${err instanceof Error ? err.message : String(err)}): run the command again` };
+  }
+}
+
+/** Does this run's step: unpause after the last hop (then the pins), or gate, pins, pause, ack and hop `w.next`; once done, the pins alone. */
 async function act(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup, opts: { selector?: string }): Promise<Pick<PathUpgradeResult, 'gate' | 'pinned'>> {
   const writes = !opts.selector;
-  // each run's pins from where the cluster is: a release it has moved past loses its sets
-  const pins = () => (writes && r.ready ? applyPinnedImageSets(apis, b, keptReleases(w.cv, w.path), passedReleases(w.cv, w.path)) : Promise.resolve(undefined));
+  // each run's pins from where the cluster is: a release it has moved past loses its sets from each pool whose nodes moved past it too
+  const pins = (dropOnly = false) => (writes && r.ready ? applyPinnedImageSets(apis, b, keptReleases(w.cv, w.path), passedReleases(w.cv, w.path), { dropOnly }) : Promise.resolve(undefined));
   if (w.next === w.path.length) {
-    // the last hop Completed: the final release's sets stay for the workers' OS update the unpause starts
-    const pinned = await pins();
-    for (const p of w.pools) if (p.paused && p.pausedFor === b.version) await setPaused(apis, p.name, undefined);
+    // the unpause first: it needs no pin write (every release's sets are in place from the hops), and a paused pool keeps its pins
+    const unpausing = w.pools.filter((p) => p.paused && p.pausedFor === b.version);
+    for (const p of unpausing) await setPaused(apis, p.name, undefined);
+    // once done, a run only drops what a pool no longer needs (it writes nothing else)
+    const pinned = await pinsAfterward(() => pins(unpausing.length === 0));
     return pinned ? { pinned } : {};
   }
   // the gate and the pins before desiredUpdate, as for one release: the cluster's check then agrees with ours
@@ -172,7 +183,7 @@ export async function upgradePath(apis: AdminApis, b: AdminBundle, opts: { dryRu
   const base = { dryRun: opts.dryRun === true, path: images, ...(at.running ? { running: at.running } : {}), hop: next + 1, state, steps, blockers, rollup: r } as const;
   // the whole plan is shown before anything changes
   opts.onPlan?.(base);
-  if (opts.dryRun || state === 'waiting' || state === 'done') return base;
+  if (opts.dryRun || state === 'waiting') return base;
   if (blockers.length) throw blockers[0]!;
   return { ...base, ...await act(apis, b, w, r, opts) };
 }

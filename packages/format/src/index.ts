@@ -4,7 +4,7 @@ export {
   SCHEMA_VERSION, RELEASE_SIGNATURE_MEDIA_TYPE, blobPath, tarStreamBytes,
   FORMAT_VERSIONS, WRITABLE_VERSIONS, VERSIONED_FEATURES, featureNeedsVersion, defaultVersionFor, unwritableVersion, versionAllows,
 } from './layout.js';
-export { validateManifest, checkReleaseFields, releasePath, MAX_RELEASE_PATH_HOPS, OPERATOR_CATALOG_COMPONENT, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
+export { validateManifest, checkReleaseFields, releasePath, MAX_RELEASE_PATH_HOPS, OPERATOR_CATALOG_COMPONENT, isPayloadComponent, parseManifestBytes, serializeManifest, AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, isReleaseVersion, isReleaseArch } from './manifest.js';
 export { MAX_KEY_FILE_BYTES, MAX_PASSPHRASE_FILE_BYTES, PASSPHRASE_ENV, readPassphrase, generateKeyPair, loadPrivateKey, loadPublicKey, fingerprint, algorithmOf, signBytes, verifyBytes } from './keys.js';
 export { assertTrust, checkSignature, loadTrust } from './trust.js';
 export { encodeSeekTable, decodeSeekTable, SEEKABLE_MAGIC, SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';

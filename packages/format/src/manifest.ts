@@ -57,6 +57,9 @@ export interface HopAdds {
  */
 export const OPERATOR_CATALOG_COMPONENT = 'operator-catalog';
 
+/** Whether an image's component names a release payload's part (the release image's "release" among them): one the builder took from a payload. */
+export const isPayloadComponent = (component: string | undefined): boolean => component !== undefined && component !== OPERATOR_CATALOG_COMPONENT;
+
 /** Most releases an update path holds: an EUS-to-EUS upgrade is two; more is a mistake or a bomb. */
 export const MAX_RELEASE_PATH_HOPS = 4;
 
@@ -405,15 +408,21 @@ function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], 
 
 /**
  * Each release's payload (all of them or none): digests of carried images, each once, its own
- * release image among them; and together every image the bundle names as a payload's component,
- * so a cluster that pins release by release leaves none of the path's images unpinned.
+ * release image among them and no other release's, every one of them a payload's component (no
+ * add-on, no operator catalog), and more than the release image alone (a release's
+ * image-references is never empty); together every image the bundle names as a payload's
+ * component, so a cluster that pins release by release leaves none of the path's images unpinned.
+ * Which release a component belongs to the head does not say: the agent checks each list
+ * against the release image's own image-references.
  */
 function validatePayloads(releases: Record<string, unknown>[], fields: string[], images: BundleImage[]): void {
   const given = releases.filter((h) => h.payload !== undefined).length;
   if (given === 0) return;
   const lacking = releases.findIndex((h) => h.payload === undefined);
   if (lacking >= 0) bad(`${fields[lacking]!}.payload is missing: a path lists every release's payload or none`);
-  const carried = new Set(images.map((im) => im.digest));
+  const entries = new Map<string, BundleImage[]>();
+  for (const im of images) entries.set(im.digest, [...(entries.get(im.digest) ?? []), im]);
+  const releaseOf = new Map(releases.map((h) => [h.digest as string, String(h.version)]));
   const listed = new Set<string>();
   releases.forEach((h, i) => {
     const field = `${fields[i]!}.payload`;
@@ -421,13 +430,18 @@ function validatePayloads(releases: Record<string, unknown>[], fields: string[],
     arr(h.payload, field, images.length).forEach((v, j) => {
       const d = digest(v, `${field}[${j}]`);
       if (own.has(d)) bad(`${field} lists ${d} twice`);
-      if (!carried.has(d)) bad(`${field}[${j}] ${d} is not among the images: a release's payload is carried`);
+      const of = entries.get(d);
+      if (!of) bad(`${field}[${j}] ${d} is not among the images: a release's payload is carried`);
+      if (of!.some((im) => im.component === OPERATOR_CATALOG_COMPONENT)) bad(`${field}[${j}] ${d} is the operator catalog's image: a release's payload lists only its release image and its image-references`);
+      if (!of!.some((im) => isPayloadComponent(im.component))) bad(`${field}[${j}] ${d} (${of![0]!.repository}) has no payload component in images: an add-on is no release's payload`);
+      if (d !== h.digest && releaseOf.has(d)) bad(`${field}[${j}] ${d} is ${releaseOf.get(d)!}'s release image: a release's payload names its own release image only`);
       own.add(d);
       listed.add(d);
     });
     if (!own.has(h.digest as string)) bad(`${field} does not list the release image ${String(h.digest)}`);
+    if (own.size < 2) bad(`${field} lists only the release image: a release's payload lists its image-references too`);
   });
-  const missed = images.find((im) => im.component !== undefined && im.component !== OPERATOR_CATALOG_COMPONENT && !listed.has(im.digest));
+  const missed = images.find((im) => isPayloadComponent(im.component) && !listed.has(im.digest));
   if (missed) bad(`images' ${missed.repository}@${missed.digest} (component ${missed.component!}) is in no release's payload: the payloads together list every payload image`);
 }
 
