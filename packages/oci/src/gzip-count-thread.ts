@@ -2,16 +2,38 @@ import { Worker } from 'node:worker_threads';
 import { addPhase, timedAsync } from './phase-times.js';
 
 /**
+ * Decoded bytes between the thread's young-generation collections. zlib hands every output
+ * chunk over in a buffer of its own, dropped at once; V8 collects such buffers only once 32 MiB
+ * of them are young (twice its default semi-space: `resourceLimits` does not lower that), and
+ * glibc keeps the thread's arena at that peak. Those 32 MiB and the arena were most of the
+ * thread's cost (#45 follow-up); a scavenge of its tiny heap takes well under a millisecond.
+ */
+const GC_EVERY_BYTES = 4 * 1024 * 1024;
+
+/**
  * The worker's code, as a string: the CLIs are bundled into one file (scripts/package.mjs), so
- * there is no separate worker file to point at. One gunzip per layer id; it counts what each
- * unpacks to (up to the layer's limit), acknowledges every chunk once decoded, and answers
- * `end` with the figure (null: the stream did not decode).
+ * there is no separate worker file to point at. One gunzip per layer id, fed views of the
+ * layer's ring; it counts what each unpacks to (up to the layer's limit), acknowledges every
+ * piece once decoded, and answers `end` with the figure (null: the stream did not decode).
  */
 const WORKER = `
 const { parentPort } = require('node:worker_threads');
 const { createGunzip } = require('node:zlib');
 const { readFileSync } = require('node:fs');
+const v8 = require('node:v8');
 const layers = new Map();
+// a worker may not be given --expose-gc: the flag is set just for this one context, then unset
+let collect;
+try {
+  v8.setFlagsFromString('--expose-gc');
+  collect = require('node:vm').runInNewContext('gc');
+} catch {} finally { v8.setFlagsFromString('--no-expose-gc'); }
+let decodedSinceGc = 0;
+const collectNow = () => {
+  if (decodedSinceGc < ${GC_EVERY_BYTES} || typeof collect !== 'function') return;
+  decodedSinceGc = 0;
+  collect({ type: 'minor' });
+};
 const cpu = () => { try { return Number(readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')[0]) / 1e9; } catch { return undefined; } };
 const report = (id, l) => {
   if (!l.endAsked || l.reported || l.state === 'running') return;
@@ -19,11 +41,12 @@ const report = (id, l) => {
   layers.delete(id);
   parentPort.postMessage({ id, result: l.state === 'failed' ? null : l.state === 'capped' ? l.limit : l.unpacked, cpu: cpu() });
 };
-const start = (id, limit) => {
+const start = (id, limit, ring) => {
   const decoder = createGunzip({ chunkSize: ${64 * 1024} });
-  const l = { decoder, limit, unpacked: 0, state: 'running', endAsked: false, reported: false };
+  const l = { decoder, ring, limit, unpacked: 0, state: 'running', endAsked: false, reported: false };
   decoder.on('data', (out) => {
     l.unpacked += out.length;
+    decodedSinceGc += out.length;
     if (l.unpacked > limit && l.state === 'running') { l.state = 'capped'; decoder.destroy(); report(id, l); }
   });
   decoder.once('end', () => { if (l.state === 'running') l.state = 'ended'; report(id, l); });
@@ -31,11 +54,17 @@ const start = (id, limit) => {
   layers.set(id, l);
 };
 parentPort.on('message', (m) => {
-  if (m.op === 'start') return start(m.id, m.limit);
+  if (m.op === 'start') return start(m.id, m.limit, m.ring);
   const l = layers.get(m.id);
   if (m.op === 'data') {
-    if (!l || l.state !== 'running') return parentPort.postMessage({ id: m.id, acked: m.chunk.length });
-    return l.decoder.write(m.chunk, () => parentPort.postMessage({ id: m.id, acked: m.chunk.length }));
+    const ack = () => {
+      parentPort.postMessage({ id: m.id, acked: m.length });
+      // between writes: what was decoded is dropped, and the one output buffer still filling is replaced long before a second collection
+      collectNow();
+    };
+    if (!l || l.state !== 'running') return ack();
+    // a view of the ring, not a copy: the bytes stay put until the ack frees them
+    return l.decoder.write(Buffer.from(l.ring, m.at, m.length), ack);
   }
   if (!l) return;
   if (m.op === 'abandon') { layers.delete(m.id); l.reported = true; l.decoder.destroy(); return; }
@@ -44,13 +73,16 @@ parentPort.on('message', (m) => {
 });
 `;
 
-/** Bytes posted to the thread and not yet decoded, per layer, before a push waits: bounds the copies queued. */
-const MAX_QUEUED_BYTES = 1024 * 1024;
-
-/** A chunk whose buffer is this much larger is copied first: posting it clones the whole buffer. */
-const SLICE_COPY_FACTOR = 2;
+/**
+ * Each layer's ring, shared with the thread: the bytes handed over and not yet decoded; a push
+ * waits while it is full. Posting the chunks instead cloned each into a message and again into
+ * a buffer on the thread, young garbage there that a collection (see GC_EVERY_BYTES) would
+ * promote while it was still queued.
+ */
+const RING_BYTES = 1024 * 1024;
 
 interface Layer {
+  ring: SharedArrayBuffer;
   sent: number;
   acked: number;
   wake: (() => void) | undefined;
@@ -62,7 +94,7 @@ interface Layer {
  * main thread made a fresh output buffer per 1 MiB unpacked, and that churn of external memory
  * set off most of the build's full garbage collections (#45: a 355 MB build ran 46-72 of them,
  * 2-7 without measuring, each marking a heap of 17 MB on the V8 helper threads); the thread's own
- * heap is tiny, so its collections cost little. Only the chunks cross (copied, as messages are).
+ * heap is tiny, so its collections cost little. The compressed bytes cross through a ring per layer.
  */
 class GzipCountThread {
   private worker: Worker | undefined;
@@ -70,6 +102,8 @@ class GzipCountThread {
   private nextId = 1;
   private cpuSeen = 0;
   private waiting = 0;
+  /** Rings of layers settled, for the next ones: a build's layers reuse the few a download's concurrency needs. */
+  private readonly rings: SharedArrayBuffer[] = [];
 
   private started(): Worker {
     if (this.worker) return this.worker;
@@ -98,7 +132,7 @@ class GzipCountThread {
     if (!l) return;
     if (m.acked !== undefined) {
       l.acked += m.acked;
-      if (l.sent - l.acked <= MAX_QUEUED_BYTES / 2) l.wake?.();
+      if (l.sent - l.acked <= RING_BYTES / 2) l.wake?.();
       return;
     }
     if (m.cpu !== undefined) {
@@ -110,9 +144,33 @@ class GzipCountThread {
   }
 
   private forget(id: number): void {
+    const l = this.layers.get(id);
+    if (!l) return;
     // a push waiting on it goes on: the figure is settled
-    this.layers.get(id)?.wake?.();
+    l.wake?.();
     this.layers.delete(id);
+    // the next layer's: a decoder given up on may still read it, but its figure is no longer wanted
+    this.rings.push(l.ring);
+  }
+
+  /** Copies `chunk` into the layer's ring piece by piece, as the thread frees room, and hands each piece over. */
+  private async send(worker: Worker, id: number, layer: Layer, chunk: Buffer): Promise<void> {
+    const ring = new Uint8Array(layer.ring);
+    for (let at = 0; at < chunk.length;) {
+      if (!this.layers.has(id)) return;
+      const left = chunk.length - at;
+      if (RING_BYTES - (layer.sent - layer.acked) < Math.min(left, RING_BYTES / 2)) {
+        await timedAsync('estimate: waits on decompression', () => this.awaited(new Promise<void>((resolve) => { layer.wake = resolve; })));
+        layer.wake = undefined;
+        continue;
+      }
+      const offset = layer.sent % RING_BYTES;
+      const length = Math.min(left, RING_BYTES - offset, RING_BYTES - (layer.sent - layer.acked));
+      ring.set(chunk.subarray(at, at + length), offset);
+      worker.postMessage({ op: 'data', id, at: offset, length });
+      layer.sent += length;
+      at += length;
+    }
   }
 
   /**
@@ -134,19 +192,11 @@ class GzipCountThread {
     const id = this.nextId++;
     let done!: (n: number | undefined) => void;
     const result = new Promise<number | undefined>((resolve) => { done = resolve; });
-    const layer: Layer = { sent: 0, acked: 0, wake: undefined, done };
+    const layer: Layer = { ring: this.rings.pop() ?? new SharedArrayBuffer(RING_BYTES), sent: 0, acked: 0, wake: undefined, done };
     this.layers.set(id, layer);
-    worker.postMessage({ op: 'start', id, limit });
+    worker.postMessage({ op: 'start', id, limit, ring: layer.ring });
     return {
-      push: async (chunk) => {
-        if (!this.layers.has(id)) return;
-        const copy = chunk.buffer.byteLength > SLICE_COPY_FACTOR * chunk.length ? Uint8Array.prototype.slice.call(chunk) : chunk;
-        worker.postMessage({ op: 'data', id, chunk: copy });
-        layer.sent += chunk.length;
-        if (layer.sent - layer.acked <= MAX_QUEUED_BYTES) return;
-        await timedAsync('estimate: waits on decompression', () => this.awaited(new Promise<void>((resolve) => { layer.wake = resolve; })));
-        layer.wake = undefined;
-      },
+      push: (chunk) => this.send(worker, id, layer, chunk),
       finish: () => {
         if (!this.layers.has(id)) return result;
         worker.postMessage({ op: 'end', id });
