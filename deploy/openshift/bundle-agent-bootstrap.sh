@@ -37,7 +37,9 @@
 #                  it is missing (CRI-O's wipe after an unclean shutdown empties the store podman
 #                  shares on RHCOS) but the node kept its archive (below), that archive is checked
 #                  again as one from a stick (signature, size, sha256, the digest the unit names)
-#                  and loaded first: 0 once it is in storage, 1 with the refusal in one line.
+#                  and loaded first: 0 once it is in storage; 1 (skip) when nothing kept names it
+#                  or it is refused; 255 (the start fails, Restart= retries) when another run held
+#                  the lock for INSTALLED_LOCK_SECONDS or the disk is full. One line says why.
 #   --wait-started SECONDS  wait until the agent's start-up is done (ROOT/var/lib/bundle-agent/started:
 #                  images restored, a loaded release served again), at most SECONDS, while the
 #                  kubelet has not started yet and the agent ($MAINPID) lives; always exit 0
@@ -71,8 +73,11 @@
 # A run that finds the agent installed and a stick with a newer signed agent (one a bundle's
 # self-upgrade switches to: the image reaches storage through CRI-O, not through this script)
 # keeps that one too, checked the same way, so the kept archive follows the image the unit runs.
-# Kept: the archive the unit runs and the newest one seen, nothing else (each at most
-# MAX_KEPT_ARCHIVE_BYTES; pruned at every run).
+# Kept: the archive the unit runs, the newest one seen and an unconfirmed self-upgrade's rollback
+# target, nothing else (each at most MAX_KEPT_ARCHIVE_BYTES, weighed before any copy; pruned at
+# every run); a kept pair that no longer matches a stick's statement and sha256 is kept again.
+# A run that finds the image the unit runs wiped loads it again from its kept pair first; failing
+# that, no agent older than that one is loaded, and its kept pair stays.
 set -u
 shopt -s lastpipe
 umask 022
@@ -87,6 +92,17 @@ MAX_ARCHIVE_BYTES=4294967296
 MAX_KEPT_ARCHIVE_BYTES=1073741824
 # statements read per run (each is an openssl call): junk on a stick costs bounded time
 MAX_STATEMENTS=32
+# --installed is bundle-agent.service's ExecCondition=. systemd(5): 1-254 skips the start and the
+# unit is not failed, so Restart= never retries it (right while nothing can load the image: a
+# stick starts the unit); 255 fails the start and Restart=on-failure tries again RestartSec=
+# later (a wait for the lock, a full disk: it may work in a moment).
+EXIT_SKIP=1
+EXIT_RETRY=255
+# how long --installed waits for another run's lock: the unit's TimeoutStartSec=360 must still
+# hold the copy, hash and load of a kept archive after it (and --wait-started's wait)
+INSTALLED_LOCK_SECONDS=60
+# a run for a stick waits longer for another (its unit allows 20 min: a slow stick's load)
+BOOTSTRAP_LOCK_SECONDS=900
 MEDIA=()
 KEYS=
 KEY_FILES=()
@@ -103,7 +119,13 @@ CONTAINERD=
 CTR=ctr
 
 # One journal line: names from a stick may hold newlines or escape sequences.
-log() { printf '%s: %s\n' "$PROG" "$(printf '%s' "$*" | tr '\000-\037\177' '?')" >&2; }
+# While HOLD_LOG=1 the line is held in HELD_LOG (the last one), for one line to say it with its consequence.
+log() {
+  local line
+  line=$(printf '%s' "$*" | tr '\000-\037\177' '?')
+  if [ "${HOLD_LOG:-0}" = 1 ]; then HELD_LOG=$line; return 0; fi
+  printf '%s: %s\n' "$PROG" "$line" >&2
+}
 # the comment block at the top of this file
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 
@@ -206,6 +228,11 @@ console() {
 fault() {
   log "$1"
   console "$2"
+}
+# A fault that may pass (a full disk): --installed fails the start for Restart= to try again.
+transient_fault() {
+  TRANSIENT=1
+  fault "$@"
 }
 
 ctr_() { "$CTR" --address "$CONTAINERD" --namespace k8s.io "$@"; }
@@ -505,14 +532,14 @@ copy_candidate() {
   avail=$(df -Pk -- "$WORK" 2>/dev/null | awk 'NR == 2 { print $4 }')
   case $avail in '' | *[!0-9]*) avail=0 ;; esac
   if [ $((avail * 1024)) -lt "$need" ]; then
-    fault "$WORK: $((avail * 1024)) bytes free, $need needed for the agent image (its copy, skopeo's unpacked archive and staged blobs)" "The node's disk is full: the agent image was not loaded"
+    transient_fault "$WORK: $((avail * 1024)) bytes free, $need needed for the agent image (its copy, skopeo's unpacked archive and staged blobs)" "The node's disk is full: the agent image was not loaded"
     return 1
   fi
   copy=$TMP/$file
   if ! out=$(cp -- "$archive" "$copy" 2>&1); then
     rm -f "$copy"
     case $out in
-      *'No space left'*) fault "$WORK: full while copying $archive: $out" "The node's disk is full: the agent image was not loaded" ;;
+      *'No space left'*) transient_fault "$WORK: full while copying $archive: $out" "The node's disk is full: the agent image was not loaded" ;;
       *) fault "$archive: cannot be read whole (stick removed while it was read?): $out" "The USB stick was removed while the agent image was read: plug it in again" ;;
     esac
     return 1
@@ -549,7 +576,7 @@ load_candidate() {
     rm -f "$copy"
     out=$(printf '%s' "$out" | tr '\n' ' ' | head -c 400)
     case $out in
-      *'no space left'* | *'No space left'*) fault "loading $image: the image store is full: $out" "The node's disk is full: the agent image was not loaded" ;;
+      *'no space left'* | *'No space left'*) transient_fault "loading $image: the image store is full: $out" "The node's disk is full: the agent image was not loaded" ;;
       *) fault "loading $image from $archive failed: $out" "The agent image on the USB stick could not be loaded: see journalctl -u $PROG" ;;
     esac
     return 1
@@ -582,10 +609,7 @@ kept_statements() {
 # later wipe of the store needs the stick again.
 keep_archive() {
   local i=$1 copy=$2 file=${C_FILE[$1]} size=${C_SIZE[$1]} tmp= avail
-  if [ "$size" -gt "$MAX_KEPT_ARCHIVE_BYTES" ]; then
-    log "not keeping $file: $size bytes, over the $MAX_KEPT_ARCHIVE_BYTES a kept agent archive may have (after CRI-O wipes its store the agent needs the stick again)"
-    return 1
-  fi
+  too_big_to_keep "$i" && return 1
   mkdir -p -m 0700 -- "$KEPT" 2>/dev/null
   real_dir "$KEPT" || { log "cannot keep $file: $KEPT is not a directory (or is a symlink)"; return 1; }
   avail=$(df -Pk -- "$KEPT" 2>/dev/null | awk 'NR == 2 { print $4 }')
@@ -621,7 +645,7 @@ prune_kept() {
   for f in "$KEPT"/* "$KEPT"/.[!.]*; do
     [ -e "$f" ] || [ -L "$f" ] || continue
     [ -n "${keep[$f]:-}" ] && continue
-    rm -rf -- "$f" && log "removed $f: not the agent the unit runs, nor the newest kept"
+    rm -rf -- "$f" && log "removed $f: not the agent the unit runs, the newest kept, nor the one a pending switch goes back to"
   done
 }
 
@@ -635,6 +659,20 @@ newest_kept() {
     if [ -z "$bestv" ] || [ "$(semver_cmp "$v" "$bestv")" = 1 ]; then bestv=$v best=$(kept_field manifest "$f"); fi
   done <<< "$(kept_statements)"
   printf '%s\n' "$best"
+}
+
+# The manifest digest of the kept pair an unconfirmed self-upgrade goes back to (switch-guard.sh's
+# agent-switch.pending, line 3: the previous drop-in's image, or - for the unit's own), if any:
+# until the new agent confirms, a rollback then a wipe needs that one.
+rollback_kept() {
+  local marker=$ROOT/var/lib/bundle-agent/agent-switch.pending previous own
+  [ -f "$marker" ] && [ ! -L "$marker" ] || return 0
+  previous=$(head -c 512 -- "$marker" | sed -n 3p)
+  case $previous in
+    "$REPOSITORY@sha256:"*) printf '%s\n' "${previous#"$REPOSITORY@"}" ;;
+    -) own=$(unit_own_version) && select_kept "$REPOSITORY:$own" && kept_field manifest "${STATEMENTS[0]}" ;;
+  esac
+  return 0
 }
 
 # The image the agent's unit runs: its drop-in's, else the unit's own (the last KEY= line).
@@ -676,12 +714,17 @@ cleanup() {
 }
 
 # Serialises runs: a second one waits (at most SECONDS) for the first, then finds its work done.
+# Returns 1 when the lock cannot be taken, 2 after SECONDS. Taken once: opening fd 9 again would
+# close the first and drop the lock.
+LOCKED=0
 take_lock() {
+  [ "$LOCKED" = 1 ] && return 0
   real_dir "$ROOT/run" || { log "$ROOT/run is not a directory"; return 1; }
   LOCK=$ROOT/run/$PROG.lock
   [ -L "$LOCK" ] && { log "$LOCK is a symlink: refusing it"; return 1; }
   exec 9>>"$LOCK" || { log "cannot open $LOCK"; return 1; }
-  flock -w "$1" 9 || { log "another bootstrap holds $LOCK for $1 s: giving up"; return 1; }
+  flock -w "$1" 9 || { log "another bootstrap holds $LOCK for $1 s: giving up"; return 2; }
+  LOCKED=1
 }
 
 # The trusted keys, the cleanup on exit and TMP (where archives are copied and checked, and
@@ -692,20 +735,20 @@ begin_work() {
   trap 'exit 143' TERM HUP
   trusted_keys || return 1
   real_dir "$WORK" || { fault "$WORK is not a directory" "The agent image could not be loaded: see journalctl -u $PROG"; return 1; }
-  TMP=$(mktemp -d "$WORK/$PROG.XXXXXX") || { fault "cannot make a directory in $WORK" "The node's disk is full: the agent image was not loaded"; return 1; }
+  # (a second call: the first one's files go)
+  [ -n "$TMP" ] && rm -rf -- "$TMP"
+  TMP=$(mktemp -d "$WORK/$PROG.XXXXXX") || { transient_fault "cannot make a directory in $WORK" "The node's disk is full: the agent image was not loaded"; return 1; }
   C_PATH=() C_VERSION=() C_SIZE=() C_HEX=() C_MANIFEST=() C_FILE=() C_KEY=()
   BEST_RANK=0 BEST_LOG= BEST_CONSOLE=
 }
 
-# --installed with CURRENT (the image the unit runs) missing from storage: loads it again from
-# the kept archive whose statement names it (by digest; by version for the unit's own tagged
-# Image=), checked in full as one from a stick, and its digest the one the unit names.
-# 0 once it is in storage; 1 when nothing kept names it, or after a refusal (one journal line).
-restore_kept() {
-  local current=$1 want_digest= want_version= f i chosen=
-  case $current in
-    "$REPOSITORY@sha256:"*) want_digest=${current#"$REPOSITORY@"} ;;
-    "$REPOSITORY:"*) want_version=${current#"$REPOSITORY:"} ;;
+# The kept statements whose (unchecked) fields name IMAGE: by digest, or by version for the unit's
+# own tagged Image=. Sets STATEMENTS; returns 1 when none does.
+select_kept() {
+  local f want_digest= want_version=
+  case $1 in
+    "$REPOSITORY@sha256:"*) want_digest=${1#"$REPOSITORY@"} ;;
+    "$REPOSITORY:"*) want_version=${1#"$REPOSITORY:"} ;;
     *) return 1 ;;
   esac
   STATEMENTS=()
@@ -717,41 +760,80 @@ restore_kept() {
       STATEMENTS+=("$f")
     fi
   done <<< "$(kept_statements)"
-  if [ ${#STATEMENTS[@]} -eq 0 ]; then
-    [ -n "$(kept_statements)" ] && log "the agent archives kept in $KEPT are not $current (the image the unit runs): none loaded"
+  [ ${#STATEMENTS[@]} -gt 0 ]
+}
+
+# Whether checked candidate I is IMAGE (its signed digest, or version for a tagged Image=).
+names_image() {
+  case $2 in
+    "$REPOSITORY@sha256:"*) [ "${C_MANIFEST[$1]}" = "${2#"$REPOSITORY@"}" ] ;;
+    *) [ "$2" = "$REPOSITORY:${C_VERSION[$1]}" ] ;;
+  esac
+}
+
+# The image the unit runs ($current) missing from storage: loads it again from the kept archive
+# whose statement names it, checked in full as one from a stick. Returns 0 once it is in storage;
+# 1 when nothing kept names it or the kept pair is refused, 2 when it may work in a moment (the
+# lock, a full disk); WHY then ends "the agent image $current is not in storage" with the cause.
+# Every line it would log is held: the caller says it in one.
+restore_kept() {
+  local rc
+  HOLD_LOG=1 HELD_LOG= TRANSIENT=0
+  restore_kept_held
+  rc=$?
+  HOLD_LOG=0
+  return $rc
+}
+restore_kept_held() {
+  local f i chosen= FLOOR= WANT= rc LOADING_FROM
+  WHY=" yet"
+  if ! select_kept "$current"; then
+    [ -n "$(kept_statements)" ] && WHY=" and the agent archives kept in $KEPT are not $current (the image the unit runs): none loaded"
     return 1
   fi
-  take_lock 300 || return 1
-  # a bootstrap from a stick that held the lock may have loaded it meanwhile
+  take_lock "$INSTALLED_LOCK_SECONDS"
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    WHY=", and loading it again from the copy kept in $KEPT has to wait: $HELD_LOG"
+    return "$rc"
+  fi
+  # the run that held the lock may have loaded this image, or pointed the unit at another one
+  current=$(unit_image) || { WHY=": no $UNIT unit any more"; return 1; }
   [ -n "$(stored_digest "$current")" ] && return 0
-  begin_work || return 1
-  NODE_ARCH=$(node_arch) FLOOR= WANT= LOADING_FROM="from the copy this node kept (the image store was wiped)"
-  log "the agent image $current is not in storage (after an unclean shutdown CRI-O wipes the store podman shares): loading it again from the archive kept in $KEPT"
-  for f in "${STATEMENTS[@]}"; do read_statement "$f"; done
-  for ((i = 0; i < ${#C_PATH[@]}; i++)); do
-    if { [ -n "$want_digest" ] && [ "${C_MANIFEST[i]}" = "$want_digest" ]; } || { [ -n "$want_version" ] && [ "${C_VERSION[i]}" = "$want_version" ]; }; then chosen=$i; break; fi
-  done
-  if [ -z "$chosen" ]; then
-    [ ${#C_PATH[@]} -gt 0 ] && log "the kept statement ${C_PATH[0]} is signed, but not for $current: not loaded"
-    console "The copy of the agent kept on this node was refused (journalctl -u $UNIT): plug in the USB stick with the agent image"
-    return 1
+  select_kept "$current" || { WHY=" and no agent archive kept in $KEPT names it"; return 1; }
+  NODE_ARCH=$(node_arch) LOADING_FROM="from the copy this node kept (the image store was wiped)"
+  if begin_work; then
+    for f in "${STATEMENTS[@]}"; do read_statement "$f"; done
+    for ((i = 0; i < ${#C_PATH[@]}; i++)); do names_image "$i" "$current" && { chosen=$i; break; }; done
+    [ -z "$chosen" ] && [ ${#C_PATH[@]} -gt 0 ] && log "the kept statement ${C_PATH[0]} is signed, but not for $current: not loaded"
   fi
-  if ! load_candidate "$chosen"; then
+  if [ -z "$chosen" ] || ! load_candidate "$chosen"; then
+    if [ "$TRANSIENT" = 1 ]; then
+      WHY=", and loading it again from the copy kept in $KEPT failed: $HELD_LOG"
+      return 2
+    fi
+    WHY=" (after an unclean shutdown CRI-O wipes the store podman shares) and the copy kept in $KEPT was refused: $HELD_LOG"
     console "The copy of the agent kept on this node was refused (journalctl -u $UNIT): plug in the USB stick with the agent image"
     return 1
   fi
   rm -f -- "$COPY"
-  log "loaded $current (bundle-agent ${C_VERSION[chosen]}) again from ${C_PATH[chosen]%.sig}, signed by ${C_KEY[chosen]}: $UNIT starts"
+  HOLD_LOG=0
+  log "the agent image $current is not in storage (after an unclean shutdown CRI-O wipes the store podman shares): loaded bundle-agent ${C_VERSION[chosen]} again from ${C_PATH[chosen]%.sig}, signed by ${C_KEY[chosen]}"
   console "The agent (bundle-agent ${C_VERSION[chosen]}) was loaded again from the copy this node kept: the image store had been wiped"
   return 0
 }
 
 if [ "$CHECK_ONLY" = 1 ]; then
-  current=$(unit_image) || { log "no $UNIT unit (neither $QUADLET nor $PLAIN)"; exit 1; }
+  current=$(unit_image) || { log "no $UNIT unit (neither $QUADLET nor $PLAIN)"; exit "$EXIT_SKIP"; }
   [ -n "$(stored_digest "$current")" ] && exit 0
-  restore_kept "$current" && exit 0
-  log "the agent image $current is not in storage yet: $UNIT waits for a stick with the agent image ($PROG loads it)"
-  exit 1
+  restore_kept
+  case $? in
+    0) exit 0 ;;
+    2) log "the agent image $current is not in storage$WHY: $UNIT's start fails, and Restart= tries again"
+       exit "$EXIT_RETRY" ;;
+  esac
+  log "the agent image $current is not in storage$WHY: $UNIT waits for a stick with the agent image ($PROG loads it)"
+  exit "$EXIT_SKIP"
 fi
 [ -z "$WANT" ] || semver_valid "$WANT" || { log "--want-version $WANT: not a version (MAJOR.MINOR.PATCH[-PRERELEASE])"; exit 2; }
 [ -n "$UNIT_FILE" ] || [ -n "$CONTAINERD" ] || { log "no $UNIT unit is installed (neither $QUADLET nor $PLAIN): install the MachineConfig first"; exit 1; }
@@ -762,7 +844,7 @@ if [ "$UPGRADE" = 1 ] && { [ -n "$CONTAINERD" ] || [ "$UNIT_FILE" != "$PLAIN" ];
 fi
 
 NODE_ARCH=$(node_arch)
-take_lock 900 || exit 1
+take_lock "$BOOTSTRAP_LOCK_SECONDS" || exit 1
 
 # Not lower than the unit's own Image= tag: the agent (Quadlet) would remove a drop-in naming an
 # older agent and switch back to that image, which this node does not have.
@@ -808,12 +890,32 @@ scan_media() {
   done
 }
 
-# Candidate I kept (copied off the stick, checked as for a load), unless a pair naming its
-# digest is kept already.
+# Whether the kept pair of statement F is candidate I whole: the statement's very bytes, the
+# archive a regular file of the signed size and sha256 (a pair damaged since is kept again).
+kept_whole() {
+  local i=$1 f=$2 archive=${2%.sig} size
+  if [ "$(head -c "$((MAX_STATEMENT_BYTES + 1))" -- "$f" | sha256sum)" != "$(sha256sum < "$TMP/statement.$i")" ]; then WHY="its statement differs from ${C_PATH[i]}"; return 1; fi
+  if [ ! -f "$archive" ] || [ -L "$archive" ]; then WHY="its archive is missing"; return 1; fi
+  size=$(stat -c %s -- "$archive" 2>/dev/null)
+  if [ "$size" != "${C_SIZE[i]}" ]; then WHY="its archive has ${size:-no} bytes, the statement says ${C_SIZE[i]}"; return 1; fi
+  if [ "$(sha256sum -- "$archive" | cut -d ' ' -f 1)" != "${C_HEX[i]}" ]; then WHY="its archive does not hash to the statement's sha256"; return 1; fi
+}
+
+# Whether candidate I is too large to keep (says so): tested before any copy off the stick.
+too_big_to_keep() {
+  [ "${C_SIZE[$1]}" -gt "$MAX_KEPT_ARCHIVE_BYTES" ] || return 1
+  log "not keeping ${C_FILE[$1]}: ${C_SIZE[$1]} bytes, over the $MAX_KEPT_ARCHIVE_BYTES a kept agent archive may have (after CRI-O wipes its store the agent needs the stick again)"
+}
+
+# Candidate I kept (copied off the stick, checked as for a load), unless a whole pair of it is
+# kept already.
 keep_checked() {
   local f
+  too_big_to_keep "$1" && return 1
   while IFS= read -r f; do
-    [ -n "$f" ] && [ "$(kept_field manifest "$f")" = "${C_MANIFEST[$1]}" ] && [ -f "${f%.sig}" ] && return 0
+    [ -n "$f" ] && [ "$(kept_field manifest "$f")" = "${C_MANIFEST[$1]}" ] || continue
+    kept_whole "$1" "$f" && return 0
+    log "the kept pair ${f%.sig} is damaged ($WHY): keeping it again from ${C_PATH[$1]}"
   done <<< "$(kept_statements)"
   copy_candidate "$1" && keep_archive "$1" "$COPY"
 }
@@ -842,9 +944,30 @@ keep_from_media() {
     done
     [ -n "$best" ] && keep_checked "$best"
   fi
-  prune_kept "$digest" "$(newest_kept)"
+  prune_kept "$digest" "$(newest_kept)" "$(rollback_kept)"
 }
 
+# The image the unit runs wiped from storage (CRI-O's wipe at boot) with a stick left in: the
+# copy this node kept of it comes first. Failing that, a stick's agent is no older than that one
+# (the one the unit ran, maybe a self-upgrade's), and the pair naming it stays kept (PRE_WIPE).
+# (No stick: nothing here would load an agent; the agent's ExecCondition loads the kept one.)
+PRE_WIPE= PRE_WIPE_VERSION=
+if [ -z "$CONTAINERD" ] && current=$(unit_image) && [ -z "$(stored_digest "$current")" ] &&
+   { scan_media; [ ${#STATEMENTS[@]} -gt 0 ]; }; then
+  restore_kept
+  if [ $? != 0 ]; then
+    [ "$WHY" = " yet" ] || log "the agent image $current is not in storage$WHY: a stick's agent is loaded instead"
+    v=
+    if select_kept "$current"; then
+      v=$(kept_field version "${STATEMENTS[0]}")
+      semver_valid "$v" && PRE_WIPE=$(kept_field manifest "${STATEMENTS[0]}") PRE_WIPE_VERSION=$v
+    fi
+    semver_valid "$v" || v=$(dropin_version) || v=
+    if [ -n "$v" ] && { [ -z "$FLOOR" ] || [ "$(semver_cmp "$v" "$FLOOR")" = 1 ]; }; then
+      FLOOR=$v FLOOR_WHY="the agent this node ran ($v, $current, not in storage since a wipe)"
+    fi
+  fi
+fi
 # Installed: the image the unit runs (a bootstrap's or a self-upgrade's drop-in, else the unit's
 # own) is in storage. (containerd: per statement, below.)
 if [ -z "$CONTAINERD" ] && current=$(unit_image) && [ -n "$(stored_digest "$current")" ]; then
@@ -925,7 +1048,9 @@ fi
 log "wrote $DROPIN: $KEY=$REPOSITORY@$LOADED_DIGEST"
 # the checked archive stays on the node: --installed loads it again after a wipe of the store
 keep_archive "$best" "$COPY"
-prune_kept "$LOADED_DIGEST"
+# the pair of the agent the unit ran before a wipe stays while what was loaded is older
+[ -n "$PRE_WIPE" ] && [ "$(semver_cmp "$LOADED_VERSION" "$PRE_WIPE_VERSION")" = -1 ] || PRE_WIPE=
+prune_kept "$LOADED_DIGEST" "$(newest_kept)" "$(rollback_kept)" "$PRE_WIPE"
 if [ "$START" = 1 ]; then
   systemctl daemon-reload || { fault "systemctl daemon-reload failed" "The agent could not be started: see journalctl -u $PROG"; exit 1; }
   systemctl reset-failed "$UNIT.service" 2>/dev/null
