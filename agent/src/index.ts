@@ -1,5 +1,5 @@
 export { parseConfig, loadConfig, ConfigError, DEFAULT_CONFIG_PATH, MAX_CONFIG_FILE_BYTES } from './config.js';
-export { loadBundle, loadLayout, runLoad, runLayoutLoad, removeStalePartials, runningVersion } from './load/pipeline.js';
+export { loadBundle, runLoad, removeStalePartials, runningVersion, type StagedLayout } from './load/pipeline.js';
 export { BundleQueue, runDaemon, statusTracker } from './daemon/daemon.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
@@ -35,6 +35,5 @@ export type { FoundBundle } from './daemon/media.js';
 // bundles between nodes (issue #22): the transfer
 export * from './peers/transfer.js';
 // the daemon's peers and what they keep (issue #22)
-export { startPeers, pausesServing, PEER_START_RETRY_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
+export { startPeers, pausesServing, PEER_START_RETRY_MS, APPROVALS_GRACE_MS, FIRST_LOOK_WAIT_MS, type DaemonPeers, type PeerDaemon } from './daemon/peers.js';
 export { removeLeftovers, showLoadedBefore } from './load/pipeline.js';
-export { readFetched, recordFetched, forgetFetched, type FetchedLayoutRecord } from './state/fetched-layouts.js';

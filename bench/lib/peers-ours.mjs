@@ -1,6 +1,6 @@
 // Our side of the peers bench: from `bundle cluster approve` until every receiving node is
 // Ready, counted as the baseline is (bench/lib/peers-baseline.mjs): the transfer alone (a node
-// holds the verified bundle once its fetched layout is recorded, before its load), the bytes
+// holds the verified bundle once its load put the fetched layout in place), the bytes
 // the stick node sent on its cable and the CPU time of the first receiving node.
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,10 +12,10 @@ const POLL_MS = 250;
 /** Bound against a hang, not a figure: a full-size run on this machine took ~5 min. */
 const RUN_TIMEOUT_MS = 3_600_000;
 
-/** The node recorded a layout fetched whole and verified from peers (agent/src/state/fetched-layouts.ts), not yet loaded. */
+/** The node holds the bundle whole and verified from peers: its load put the fetched staging in place (UPGRADE/<version>-<arch>/bundle.json, written last). */
 function holdsFetched(root) {
-  const dir = join(root, 'var/lib/bundle-agent/fetched');
-  return existsSync(dir) && readdirSync(dir).some((f) => f.endsWith('.json'));
+  const dir = join(root, 'var/lib/upgrade');
+  return existsSync(dir) && readdirSync(dir).some((f) => !f.endsWith('.partial') && existsSync(join(dir, f, 'bundle.json')));
 }
 
 /**

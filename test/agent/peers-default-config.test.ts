@@ -1,10 +1,11 @@
 // tier: unit
 // Peers on by default (issue #42 item 3), as the shipped files say it: the schema's default; every
 // shipped config as a node reads it (OpenShift's config.yaml.in and the MachineConfigs generated
-// from it, the DaemonSet's ConfigMap, the example) has peers on and keeps, for the closure anyway,
-// the copy a peer serves from; the DaemonSet mounts the peer keys' Secret, optional, where the
-// config reads them; peers off or no kubeconfig start nothing; and what the keys' check says of a
-// default install (none made) and of keys that are there but unusable.
+// from it, the DaemonSet's ConfigMap, the example) has peers on; OpenShift keeps, for the closure
+// anyway, the copy a peer serves from, the DaemonSet (which cannot see a k3s release complete)
+// none; the DaemonSet mounts the peer keys' Secret, optional, where the config reads them; peers
+// off or no kubeconfig start nothing; and what the keys' check says of a default install (none
+// made) and of keys that are there but unusable.
 import t from 'tap';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -38,7 +39,7 @@ t.test('the default is on; an admin turns it off with peers.enabled: false', asy
   t.throws(() => parseConfig(`${minimal}peers:\n  enabled: true\n`), /peers\.enabled: needs status\.kubeconfig/, 'asking for it by name without a kubeconfig still is');
 });
 
-t.test('every shipped config has peers on, with the copy a peer serves from kept for the closure anyway', async (t) => {
+t.test('every shipped config has peers on; OpenShift keeps the copy a peer serves from, the DaemonSet does not', async (t) => {
   const openshift = await read('deploy/openshift/config.yaml.in');
   for (const [name, text] of [['config.yaml.in', openshift], ...await Promise.all(['master', 'worker'].map(async (r) => [`99-${r}-bundle-agent.yaml`, await machineConfigYaml(`deploy/openshift/99-${r}-bundle-agent.yaml`)]))] as [string, string][]) {
     const c = parseConfig(text, name);
@@ -51,7 +52,10 @@ t.test('every shipped config has peers on, with the copy a peer serves from kept
   const { cm } = await daemonSet();
   const k3s = parseConfig(cm.data['config.yaml'], 'daemonset.yaml');
   t.equal(k3s.peers.enabled, true, 'DaemonSet: peers on');
-  t.equal(k3s.staging.keep, 'untilComplete', 'DaemonSet: the layout kept until the node runs the release (no ClusterVersion there to serve until)');
+  // the agent there reads the running version (k3s --version) at pod start only, and an in-place
+  // k3s upgrade does not restart the pod: untilComplete would keep every loaded layout
+  t.equal(k3s.staging.keep, false, 'DaemonSet: no layout kept after Ready (nothing tells the agent there the release completed)');
+  t.match(await read('deploy/kubernetes/daemonset.yaml'), /in-place k3s upgrade does not restart the pod/, 'and the ConfigMap says why, with the ways to let bundles travel');
   const example = parseConfig(await read('systemd/config.example.yaml'), 'config.example.yaml');
   t.equal(example.peers.enabled, true, 'the example: on by default (inert there: no kubeconfig)');
 });

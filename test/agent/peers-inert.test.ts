@@ -1,7 +1,8 @@
 // Peers on by default and inert until approved (issue #42 item 3), as daemons against the
 // RBAC-enforcing API stand-in, each node as its kubelet, approvals written and withdrawn with the
 // real `bundle cluster approve` / `revoke`. No node config here says `peers.enabled`: the default
-// is what is tested, with the DaemonSet's `staging.keep: untilComplete`. Whether a port is open is
+// is what is tested, with `staging.keep: untilComplete` (what docs/peers.md has k3s nodes set for
+// bundles to travel; the DaemonSet ships false). Whether a port is open is
 // read from the kernel (the agent process's sockets in LISTEN), never from what the agent says.
 // node-a has the stick, node-b none, node-c sets peers.enabled false, node-d has no peer keys
 // (a default install whose admin never made them).

@@ -7,10 +7,11 @@
 // mutual-TLS servers on 127.0.0.x; the runtime is a stand-in that accepts every call
 // (preload.method none): what is under test is what the node reports.
 import t from 'tap';
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { AgentError, PeerService, createLogger, forgetFetched, parseConfig, readFetched, removeLeftovers } from '@offline-bundle/agent';
+import { AgentError, PeerService, createLogger, parseConfig, readReleases, removeLeftovers } from '@offline-bundle/agent';
+import { RESUME_MARKER, partialBundle } from '@offline-bundle/format';
 import { Metrics, StatusTracker, emptyStatus, technicianLine, type NodeStatus } from '@offline-bundle/status';
 import { acceptingRuntime, nodeRoot } from './fixtures.js';
 import { FixedDirectory, endpoint, peerWorld } from './peers-setup.js';
@@ -96,48 +97,63 @@ for (const [what, reason] of [
     t.equal(seed.counters.bytesServed, served, 'not one blob byte was sent');
     t.same(await readdir(n.config.paths.upgradeDir).catch(() => []), [], 'nothing staged, no partial directory');
     t.notOk(n.seen.some((s) => s.phase === 'Staging'), 'the fetch never showed as under way');
+    t.same(n.seen, [], 'not one write to the status: it is as it was by construction, not put back');
   });
 }
+
+t.test('a look that only waits (no node holds the approved bundle yet) leaves the status untouched: not one write', async (t) => {
+  const n = await peerNode(`node-p${nodes}`, new FixedDirectory([w.approval], []));
+  const before = n.tracker.current;
+  t.equal(await n.service.syncOnce(), undefined);
+  t.equal(await n.service.syncOnce(), undefined, 'and again at the next look');
+  t.same(n.seen, [], 'no change was written, not even the same status again');
+  t.same(n.tracker.current, before, 'the status as it was, to its updatedAt');
+});
 
 const busy = () => { throw new AgentError('Busy', 'another load holds the load lock (a test stands in for it)'); };
 const exists = (p: string) => stat(p).then(() => true, () => false);
 
-t.test('a layout fetched whole whose load has not run yet survives the restart cleanup, and is loaded without a second fetch', async (t) => {
+t.test('a layout fetched whole whose load has not run yet survives the restart cleanup by its own resume marker, and is loaded without a second fetch', async (t) => {
   const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
   const first = await peerNode('node-k', directory, busy);
   t.equal(await first.service.syncOnce(), undefined, 'fetched; the load could not run');
   t.equal(first.tracker.current.phase, 'Idle', 'the status says what it said before the fetch, not a fetch still under way');
   const layout = join(first.config.paths.upgradeDir, '1.2.3-amd64');
-  t.ok(await exists(join(layout, 'bundle.json')), 'the fetched layout is in place');
-  t.same((await readFetched(first.config.paths.stateDir)).map((f) => f.layout), [layout], 'recorded as awaiting its load');
+  t.same(await readdir(first.config.paths.upgradeDir), ['1.2.3-amd64.partial'], 'whole in the staging place, not put in place: that is the load\'s');
+  t.equal(await partialBundle(`${layout}.partial`), w.approval.manifestDigest, 'its resume marker names the bundle, as a stick\'s staging cut short does');
+  t.notOk(await exists(join(first.config.paths.stateDir, 'fetched')), 'no record of its own');
   // the daemon's start-up cleanup, as after a restart
   await removeLeftovers(first.config, acceptingRuntime(), first.log, []);
-  t.ok(await exists(join(layout, 'bundle.json')), 'kept by the cleanup');
+  t.ok(await exists(join(`${layout}.partial`, RESUME_MARKER)), 'kept by the cleanup');
   const served = seed.counters.bytesServed;
   const again = await peerNode('node-k2', directory);
   again.config.paths = first.config.paths;
   t.equal((await again.service.syncOnce())?.version, '1.2.3', 'loaded');
   t.equal(seed.counters.bytesServed, served, 'not one byte fetched again');
-  t.same(await readFetched(first.config.paths.stateDir), [], 'the record went with its load');
+  t.same(await readdir(first.config.paths.upgradeDir), ['1.2.3-amd64'], 'put in place by its load, no partial left');
 });
 
-t.test('without its record the same cleanup removes an unclaimed layout (what the record prevents)', async (t) => {
+t.test('what keeps it is the staging\'s resume marker: without it the same cleanup removes the staging', async (t) => {
   const n = await peerNode('node-l', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]), busy);
   await n.service.syncOnce();
-  const layout = join(n.config.paths.upgradeDir, '1.2.3-amd64');
-  await forgetFetched(n.config.paths.stateDir, layout);
+  const partial = join(n.config.paths.upgradeDir, '1.2.3-amd64.partial');
+  await rm(join(partial, RESUME_MARKER));
   await removeLeftovers(n.config, acceptingRuntime(), n.log, []);
-  t.notOk(await exists(layout), 'removed');
+  t.notOk(await exists(partial), 'removed');
 });
 
-t.test('a fetched layout whose approval was withdrawn before its load is removed at the next look', async (t) => {
+t.test('a fetched layout whose approval was withdrawn before its load is not loaded; approved again, it loads with no byte fetched again', async (t) => {
   const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
   const n = await peerNode('node-m', directory, busy);
   await n.service.syncOnce();
-  const layout = join(n.config.paths.upgradeDir, '1.2.3-amd64');
-  t.ok(await exists(layout));
   directory.approvals = [];
-  t.equal(await n.service.syncOnce(), undefined);
-  t.notOk(await exists(layout), 'removed');
-  t.same(await readFetched(n.config.paths.stateDir), [], 'and its record');
+  const ok = await peerNode('node-m2', directory);
+  ok.config.paths = n.config.paths;
+  t.equal(await ok.service.syncOnce(), undefined, 'nothing to load without an approval');
+  t.same(await readReleases(n.config.paths.stateDir), [], 'nothing loaded');
+  t.notOk(await exists(join(n.config.paths.upgradeDir, '1.2.3-amd64')), 'nothing put in place');
+  const served = seed.counters.bytesServed;
+  directory.approvals = [w.approval];
+  t.equal((await ok.service.syncOnce())?.version, '1.2.3', 'loaded once approved again');
+  t.equal(seed.counters.bytesServed, served, 'from the staging kept: not one byte fetched again');
 });

@@ -1,5 +1,5 @@
 // The node's side of bundles between nodes (PeerService): an approved bundle this node lacks is
-// fetched from a peer and loaded (runLayoutLoad), then offered onwards, so a third node fetches it
+// fetched from a peer and loaded (runLoad of the staged layout), then offered onwards, so a third node fetches it
 // from the second alone (fan-out: the seed sends it once). Real mutual-TLS servers on 127.0.0.x
 // with certificates from deploy/openshift/peer-ca.mjs; the runtime is a stand-in that accepts
 // every call (preload.method none): what is under test is the fetch-load-offer cycle.

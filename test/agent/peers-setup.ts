@@ -9,7 +9,7 @@ import {
   PeerCounters, ServedBundle, fetchFromPeers, loadPeerCredentials, startPeerServer,
   type PeerApproval, type PeerDirectory, type PeerEndpoint, type PeerFetchOptions, type PeerOffer, type PeerServerOptions, type RunningPeerServer,
 } from '@offline-bundle/agent';
-import { extractBundle, openBundle } from '@offline-bundle/format';
+import { extractBundle, finishLayout, openBundle } from '@offline-bundle/format';
 import { makeBundle } from '../format/craft.js';
 import { makePeerCa } from '../../deploy/openshift/peer-ca.mjs';
 
@@ -74,11 +74,18 @@ export async function peerWorld(t: T, layerSizes = [3 * MiB, 2 * MiB, 1 * MiB, 5
     t.teardown(() => s.close());
     return s;
   };
-  const fetch = (upgradeDir: string, directory: PeerDirectory, extra: Partial<PeerFetchOptions> = {}) => {
+  /**
+   * A fetch from peers; its whole staging then put in place as the load does first (pipeline
+   * openStaged), so the layout compares with a stick's. `leaveStaged`: left as the fetch leaves it.
+   */
+  const fetch = (upgradeDir: string, directory: PeerDirectory, extra: Partial<PeerFetchOptions> = {}, opts: { leaveStaged?: boolean } = {}) => {
     const counters = extra.counters ?? new PeerCounters();
     const result = fetchFromPeers({
       approval, directory, credentials, trust: b.trust, upgradeDir, fsync: false, connectTimeoutMs: 1000, counters,
       planSpace: async () => ({ mode: 'staged', message: 'fits (the test does not check space here)' }), ...extra,
+    }).then(async (r) => {
+      if (!r.already && !opts.leaveStaged) await finishLayout(`${r.target}.partial`, r.target, r);
+      return r;
     });
     return { result, counters };
   };

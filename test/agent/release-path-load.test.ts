@@ -9,6 +9,7 @@
 import t from 'tap';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { readStatusFile } from '@offline-bundle/status';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { startCrioStandin } from '../helpers/crio-standin.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -31,7 +32,8 @@ async function node(current: string) {
   const agent = (...args: string[]) => run(AGENT, [...args, '--config', config], process.env, 300_000);
   const setCurrent = async (v: string) => writeFile(config, (await readFile(config, 'utf8')).replace(/current: "[^"]*"/, `current: "${v}"`));
   const list = async () => JSON.parse((await agent('releases', 'list', '--json')).stdout) as { releases: any[] };
-  const status = async () => JSON.parse(await readFile(join(root, 'var/lib/bundle-agent/status.json'), 'utf8'));
+  // through the agent's reader: the file holds bundle.path in the form older agents accept
+  const status = async () => (await readStatusFile(join(root, 'var/lib/bundle-agent/status.json'))) as any;
   return { root, agent, setCurrent, list, status };
 }
 
@@ -110,7 +112,7 @@ t.test('the daemon serves the path bundle until the final release completed and 
   const statusFile = join(n.root, 'var/lib/bundle-agent/status.json');
   const agent = daemonChild(t, n.config, statusFile);
   const s = await agent.until('Ready and serving the path bundle', serving);
-  t.same(s.bundle.path, ['4.15.40', '4.16.2']);
+  t.same((await readStatusFile(statusFile))?.bundle?.path, ['4.15.40', '4.16.2']);
   t.match(s.conditions.find((c: any) => c.type === 'Serving').message, /^4\.16\.2 is served/, 'served as its final release');
 
   // the first hop: the cluster completed 4.15.40 and this node applied its OS update

@@ -5,7 +5,7 @@
 // back again (prune may take them), not even after a wipe of the whole store.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { copyFile, readdir, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CriImageClient } from '@offline-bundle/runtime';
 import { readStatusFile } from '@offline-bundle/status';
@@ -36,14 +36,21 @@ async function pathNode(t: { teardown(fn: () => unknown): void }, prefix: string
     statusFile: join(n.root, 'var/lib/bundle-agent/status.json'),
     agent: (...args: string[]) => run(AGENT, [...args, '--config', n.config], process.env, 300_000),
     setCurrent: async (v: string) => writeFile(n.config, (await readFile(n.config, 'utf8')).replace(/current: "[^"]*"/, `current: "${v}"`)),
-    /** Each release's image names, as its record keeps them. */
+    /** Each release's image names, as the latest load's record keeps them. */
     refsOf: async () => {
       const dir = join(n.root, 'var/lib/bundle-agent/releases');
       const recs = await Promise.all((await readdir(dir)).map(async (f) => JSON.parse(await readFile(join(dir, f), 'utf8'))));
-      const of = (v: string) => recs.find((r) => r.version === v).refs as string[];
+      // the latest load's record of each (an earlier bundle's may be there too)
+      const of = (v: string) => recs.filter((r) => r.version === v).sort((a, b) => a.loadedAt.localeCompare(b.loadedAt)).at(-1).refs as string[];
       return { r15: of('4.15.40'), r16: of('4.16.2') };
     },
     held,
+    recordsDir: join(n.root, 'var/lib/bundle-agent/releases'),
+    /** The versions of the release records, as the agent reads them (one per bundle of a release). */
+    recordVersions: async () => {
+      const dir = join(n.root, 'var/lib/bundle-agent/releases');
+      return Promise.all((await readdir(dir)).map(async (f) => JSON.parse(await readFile(join(dir, f), 'utf8')).version as string));
+    },
     pinned: () => ctr('ls').split('\n').filter((l) => l.includes('io.cri-containerd.pinned=pinned')).map((l) => l.split(/\s+/)[0]),
     /** Removes every image named by one of `refs` (all its names and its ID), as a prune of the store by hand would. */
     remove: async (refs: string[]) => {
@@ -95,6 +102,18 @@ t.test('the stick plugged in again brings back the lost images of the release th
   t.same(await n.held(only15), [], '4.15.40\'s images stay gone');
   const prune = await n.agent('releases', 'prune', '--json');
   t.same(JSON.parse(prune.stdout).forgotten.map((f: { version: string }) => f.version), ['4.15.40'], 'prune takes 4.15.40');
+
+  // then the runtime loses its whole store (crio-wipe) and no layout is kept: the stick plugged in again
+  // brings back what 4.16.2 needs, not the release the node went past, nor its record
+  await n.remove([...r15, ...r16]);
+  const d3 = daemonChild(t, n.config, n.statusFile);
+  await d3.until('the stick is decided', (_s, l) => LOADED_AGAIN.test(l) || NOT_AGAIN.test(l));
+  const log3 = await d3.stop();
+  t.match(log3, LOADED_AGAIN, 'the stick is loaded again: 4.16.2\'s images were gone');
+  t.same(await n.held(r16), r16, '4.16.2\'s images are back');
+  t.same(await n.held(only15), [], 'not those only 4.15.40 has, which the node went past');
+  t.same(only15.filter((r) => n.pinned().includes(r)), [], 'nor pinned');
+  t.notOk((await n.recordVersions()).includes('4.15.40'), 'and 4.15.40 gets no record again (prune took it)');
 });
 
 t.test('the layout kept on the node brings back what the node still needs of the path, not a release it went past', async (t) => {
@@ -127,4 +146,38 @@ t.test('the layout kept on the node brings back what the node still needs of the
   t.same(await n.held(r16), r16, '4.16.2\'s images are back');
   t.same(r16.filter((r) => !n.pinned().includes(r)), [], 'and pinned');
   t.same(await n.held(only15), [], 'the release the node went past is not brought back');
+});
+
+t.test('a record of an earlier bundle of the path whose kept layout a later load overwrote loses it, and never blocks the restore from the bundle that is there', async (t) => {
+  const n = await pathNode(t, 'ob-path-stale-', { staging: { keep: true } });
+  const layout = join(n.root, 'var/lib/upgrade/4.16.2-amd64');
+  // another build of the same path (its own bundle.json, so its own identity) was loaded first and kept in the same directory
+  const staleRecord = (hex: string, refs: string[]) => ({
+    version: '4.15.40', arch: 'amd64', digest: `sha256:${hex}`, refs, loadedAt: '2026-12-01T00:00:00.000Z', layout,
+    source: 'bundle', identity: `sha256:${'e'.repeat(64)}`, path: ['4.15.40', '4.16.2'],
+  });
+  const STALE_HEX = '0'.repeat(64);
+  const writeStale = (hex: string, refs: string[]) => writeFile(join(n.recordsDir, `4.15.40-amd64@sha256-${hex}.json`), JSON.stringify(staleRecord(hex, refs)));
+  await mkdir(n.recordsDir, { recursive: true });
+  await writeStale(STALE_HEX, []);
+  const load = await n.agent('load', file);
+  t.equal(load.code, 0, load.stderr.slice(-800));
+  const first = JSON.parse(await readFile(join(n.recordsDir, `4.15.40-amd64@sha256-${STALE_HEX}.json`), 'utf8'));
+  t.equal(first.layout, undefined, 'the load that overwrote the directory took its layout from the earlier bundle\'s record');
+
+  // the record as an agent before this fix left it, naming the directory still: read first (the agent reads
+  // names in order, as Node's readdir gives them sorted; 0…0 comes before the path bundle's digest)
+  const { r15, r16 } = await n.refsOf();
+  const only15 = r15.filter((r) => !r16.includes(r));
+  await writeStale(STALE_HEX, r15);
+  t.equal((await readdir(n.recordsDir)).find((f) => f.startsWith('4.15.40-')), `4.15.40-amd64@sha256-${STALE_HEX}.json`, 'the stale record of 4.15.40 is read before the one of the bundle kept');
+
+  await n.setCurrent('4.15.40');
+  await n.remove(only15);
+  const d = daemonChild(t, n.config, n.statusFile);
+  await d.until('restored', (s) => s?.phase === 'Ready' && s.conditions?.some((c: { reason: string }) => c.reason === 'Restored'));
+  const log = await d.stop();
+  t.notMatch(log, /holds another bundle\.json/, 'no attempt with a record whose bundle is not in the directory');
+  t.same(await n.held(only15), only15, '4.15.40\'s images are back from the bundle the directory holds');
+  t.same(only15.filter((r) => !n.pinned().includes(r)), [], 'and pinned');
 });

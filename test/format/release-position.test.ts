@@ -37,6 +37,9 @@ const same: Row[] = [
   ['a first release taking any source, the cluster older', [step('4.15.40'), step('4.16.2', '4.15.40')], '4.13.9', -1, '-1', '-1', ''],
   ['unknown running version, a path from any source (the agent decides unknown before: version.allowUnknown)', [step('4.15.40'), step('4.16.2', '4.15.40')], undefined, -1, 'n/a', '-1', ''],
   ['unknown running version, a path from named sources', EUS, undefined, undefined, 'n/a', '-', ''],
+  // the fewest hops: the latest release that takes the running version wins, not the first
+  ['the final release also names the first release\'s source of the same minor (4.16.2 takes 4.15.30 directly)', [step('4.15.40', '4.15.30'), step('4.16.2', '4.15.40', '4.15.30')], '4.15.30', 0, '0', '0', ''],
+  ['a release newer than the final (the agent refuses it as a Downgrade first)', EUS, '4.16.5', undefined, '-', '-', ''],
 ];
 
 t.test('one rule where the two readings differed', async (t) => {
@@ -55,7 +58,7 @@ t.test('the agent and the cluster side answer from it', async (t) => {
   const bundle = (p: PathStep[]) => ({ release: { ...hop(p.at(-1)!), via: p.slice(0, -1).map(hop) } }) as unknown as BundleManifest;
   const releases = (p: PathStep[]) => p.map((s) => ({ version: s.version, image: null, digest: null, upgradeFrom: [...s.upgradeFrom], signatures: [] }));
   for (const [what, path, running, now] of [...differed, ...same]) {
-    // the agent decides an unknown running version, and a downgrade, before the path (release-path-policy.test.ts)
+    // the agent decides an unknown running version before the path (release-path-policy.test.ts), and a downgrade (below)
     if (running !== undefined && compareVersions(path.at(-1)!.version, running) >= 0) {
       let entry: number | undefined;
       try {
@@ -64,6 +67,16 @@ t.test('the agent and the cluster side answer from it', async (t) => {
         t.match((err as AgentError).reason, 'NotAnUpgradeSource', `agent refuses: ${what}`);
       }
       t.equal(show(entry), show(now === undefined ? undefined : Math.min(now + 1, path.length - 1)), `agent: ${what}`);
+    } else if (running !== undefined) {
+      // a running version newer than the path's final release: no position, and a Downgrade on the node
+      t.equal(now, undefined, `no position past the final: ${what}`);
+      let reason: string | undefined;
+      try {
+        checkPolicy(bundle(path), config, running);
+      } catch (err) {
+        reason = (err as AgentError).reason;
+      }
+      t.equal(reason, 'Downgrade', `agent refuses as a Downgrade: ${what}`);
     }
     let done: number | undefined;
     try {

@@ -10,7 +10,7 @@ import type { Logger } from '../log.js';
 import { MediaWatcher, type FoundBundle } from './media.js';
 import { loadEndsSpool, PartSpool } from './part-spool.js';
 import { showRefusal } from './part-spool-status.js';
-import { startPeers } from './peers.js';
+import { FIRST_LOOK_WAIT_MS, startPeers } from './peers.js';
 import { startMetricsEndpoint } from './metrics-endpoint.js';
 import { KeptServing, servesUntilComplete } from './kept-serving.js';
 import { RetryKept } from './retry-kept.js';
@@ -441,7 +441,8 @@ export async function runDaemon(config: AgentConfig, log: Logger, signal: AbortS
   // what the unit's ExecStartPost waits for, so the kubelet (ordered after the unit) starts once this is done
   await writeFileAtomic(join(config.paths.stateDir, STARTED_MARKER), `${JSON.stringify({ pid: process.pid, at: new Date().toISOString() })}\n`)
     .catch((err) => log.warn('start', `cannot write the start-up marker: ${oneLine(err)}`));
-  const peers = await startPeers(d);
+  // the first look waited for briefly: an API server that does not answer holds back no stick
+  const peers = await startPeers({ ...d, firstLookWaitMs: FIRST_LOOK_WAIT_MS });
   const stopPinsWatch = config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
   log.info('start', `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`, { node: config.nodeName, runtime: config.runtime });
   try {

@@ -3,10 +3,13 @@
 // keys are installed) does the peer server listen on the Node's InternalIP, serving the approved
 // bundles this node keeps, with status.serving published, and are approved bundles fetched from
 // the other nodes, one thing at a time with the stick's loads; the last approval withdrawn closes
-// the port. Why it is closed is the Peers condition (and status.peers), said once in the log. A
-// server that cannot start (port taken) is said so and tried again; while this node's own load
-// runs it may pause serving (peers.pauseWhileLoading).
-import { onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+// the port. It fails closed: approvals that cannot be read close it after APPROVALS_GRACE_MS (a
+// refusal at once), and keys changed or gone since the last look close it (changed ones open it
+// again with them). Why it is closed is the Peers condition, said once in the log. A server that
+// cannot start (port taken) is said so in status.peers and tried again; while this node's own
+// load runs it may pause serving (peers.pauseWhileLoading).
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ClusterError, onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import { failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -22,6 +25,14 @@ import type { StickTurn } from './stick-turn.js';
 const MIN_PEER_POLL_MS = 5000;
 /** How long after a failed start the peer server is tried again. */
 export const PEER_START_RETRY_MS = 60_000;
+/**
+ * How long an open port outlives looks at the approvals that fail (an API server restarting
+ * during an upgrade): after it the port closes, as no approval is known to exist any more. A
+ * refusal (401/403: the rule or the node's credentials taken away) closes it at once.
+ */
+export const APPROVALS_GRACE_MS = 2 * 60_000;
+/** The daemon waits at most this long for the first look: a slow API server does not hold back the sticks. */
+export const FIRST_LOOK_WAIT_MS = 5000;
 /** status.serving follows a fetch under way (each verified blob changes its count) at most this often. */
 export const SERVING_PUBLISH_MS = 2000;
 
@@ -42,9 +53,12 @@ export interface PeerDaemon {
   sticks?: StickTurn;
   /** A loaded release is served until the cluster completed it: a fetched layout is kept for that. */
   serves?: boolean;
-  /** Tests: a shorter retry of a failed start, a shorter look at the approvals. */
+  /** Tests: a shorter retry of a failed start, a shorter look at the approvals, a shorter grace of failing looks. */
   retryMs?: number;
   pollMs?: number;
+  approvalsGraceMs?: number;
+  /** start() waits at most this long for the first look (the daemon: FIRST_LOOK_WAIT_MS); unset, for all of it. */
+  firstLookWaitMs?: number;
 }
 
 /**
@@ -76,8 +90,14 @@ export const NOT_APPROVED = { reason: 'NotApproved', message: 'no bundle is appr
 /** What `shown` holds while neither status.serving nor status.peers is published. */
 const UNSHOWN = 'none';
 
-/** What an open port needs beyond the server: made at the first opening and kept, so offers and counters outlive a closed port. */
-interface Base { service: PeerService; credentials: PeerCredentials; address: string; controlPlane: boolean }
+/** What an open port needs beyond the server and the keys: made at the first opening and kept, so offers and counters outlive a closed port. */
+interface Base { service: PeerService; address: string; controlPlane: boolean }
+
+/** The Peers condition's reason while the approvals cannot be read. */
+export const APPROVALS_UNREADABLE = 'ApprovalsUnreadable';
+
+const sameKeys = (a: PeerCredentials, b: PeerCredentials) => a.ca.equals(b.ca) && a.cert.equals(b.cert) && a.key.equals(b.key);
+const refused = (err: unknown) => err instanceof ClusterError && err.code === 'FORBIDDEN';
 
 type Said = { status: Condition['status']; reason: string; message: string };
 
@@ -85,13 +105,18 @@ class DaemonPeerRunner implements DaemonPeers {
   private readonly directory: ApiPeerDirectory;
   private base: Base | undefined;
   private server: RunningPeerServer | undefined;
+  /** The keys of the last look: the open port's, and what a fetch starts with. */
+  private keys: PeerCredentials | undefined;
+  /** When a look at the approvals last succeeded (ms since the epoch). */
+  private lastLook = 0;
+  /** Why looks fail, from the first failing one (so the condition does not change with each error's words). */
+  private lookError: string | undefined;
   /** The approved digests at the last look: only they are served and published. */
   private approved: ReadonlySet<string> = new Set();
   private problem: PeersStatus['problem'];
   /** A failed opening is tried again only after this time (ms since the epoch). */
   private openAfter = 0;
   private said = '';
-  private lookFailing = false;
   private looking: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private task: Promise<void> | undefined;
@@ -112,48 +137,90 @@ class DaemonPeerRunner implements DaemonPeers {
     return this.stopped || this.d.signal.aborted;
   }
 
-  /** The first look (the port opens now if an approval exists), then one every few seconds. */
+  /** The first look (the port opens now if an approval exists; waited for firstLookWaitMs at most), then one every few seconds. */
   async start(): Promise<void> {
-    await this.look();
+    const first = this.look();
+    if (this.d.firstLookWaitMs === undefined) await first;
+    else {
+      const waited = new AbortController();
+      await Promise.race([first, sleep(this.d.firstLookWaitMs, undefined, { signal: waited.signal }).catch(() => undefined)]);
+      waited.abort();
+    }
     if (this.ending) return;
     this.timer = setInterval(() => void this.look(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
   }
 
-  /** One look at a time: a slow API answer is not queued behind again. A failing look is said once until one succeeds. */
+  /** One look at a time: a slow API answer is not queued behind again. */
   private look(): Promise<void> {
     this.looking ??= this.lookOnce()
-      .then(() => { this.lookFailing = false; }, (err: unknown) => {
-        if (!this.lookFailing) this.d.log.warn('peers', `cannot look at the approvals: ${oneLine(err)}; the peer port stays as it is, looking again every few seconds`);
-        this.lookFailing = true;
-      })
+      .catch((err: unknown) => this.lookFailed(err))
+      .catch((err: unknown) => this.d.log.warn('peers', `cannot close the peer port: ${oneLine(err)}`))
       .finally(() => { this.looking = undefined; });
     return this.looking;
   }
 
-  /** The keys (while the port is closed), then the approvals: the port opens or closes; an open one does its work. */
+  /** The keys, then the approvals: the port opens or closes; an open one does its work. */
   private async lookOnce(): Promise<void> {
     if (this.ending) return;
-    const keys = this.server || this.base ? undefined : await readPeerKeys(this.d.config.peers);
-    if (keys && 'reason' in keys) return this.inert(keys);
-    // an API server that does not answer (restarting during an upgrade) withdraws nothing: the port stays as it is
+    if (!(await this.keysStill())) return;
     const approvals = await this.directory.approved();
     if (this.ending) return;
+    this.lastLook = Date.now();
+    this.lookError = undefined;
     this.approved = new Set(approvals.map((a) => a.manifestDigest));
     if (!approvals.length) {
       await this.close();
       return this.inert(NOT_APPROVED);
     }
-    if (!this.server) await this.open(keys?.credentials ?? this.base!.credentials);
+    if (!this.server) await this.open();
     if (!this.server) return;
     this.say({ status: 'True', reason: 'Listening', message: `a bundle is approved: serving the approved bundles this node keeps to other nodes on ${this.server.url} (mutual TLS) and fetching approved bundles from them` });
     this.work();
   }
 
+  /**
+   * The keys read again at every look (a few KiB), so a renewed certificate or a rotated Secret
+   * is used without a restart: changed ones close the port, which the look opens again with them;
+   * gone or unusable ones close it and say why. False when there are none to use.
+   */
+  private async keysStill(): Promise<boolean> {
+    const read = await readPeerKeys(this.d.config.peers);
+    if ('reason' in read) {
+      this.keys = undefined;
+      await this.close();
+      this.inert(read);
+      return false;
+    }
+    if (this.keys && !sameKeys(this.keys, read.credentials)) {
+      this.d.log.info('peers', 'the peer keys changed: the peer port opens again with the new ones');
+      await this.close();
+      this.openAfter = 0;
+    }
+    this.keys = read.credentials;
+    return true;
+  }
+
+  /**
+   * A look that could not read the approvals. The port stays open through a short outage (an
+   * API server restarting) but not beyond APPROVALS_GRACE_MS since the last look that read them,
+   * and not at all once the API server refuses (the rule or the node's identity withdrawn).
+   */
+  private async lookFailed(err: unknown): Promise<void> {
+    if (this.ending) return;
+    const graceMs = this.d.approvalsGraceMs ?? APPROVALS_GRACE_MS;
+    if (this.lookError === undefined || refused(err)) this.lookError = oneLine(err);
+    if (this.server && (refused(err) || Date.now() - this.lastLook >= graceMs)) await this.close();
+    const port = this.server
+      ? `the peer port stays open for ${Math.round(graceMs / 1000)} s after the last look that read them, then closes`
+      : 'this node opens no peer port and fetches nothing from other nodes until they can be read';
+    this.say({ status: 'Unknown', reason: APPROVALS_UNREADABLE, message: `cannot read the BundleApprovals (${this.lookError}); ${port}` });
+  }
+
   /** Starts the server, or says why not and tries again after retryMs. */
-  private async open(credentials: PeerCredentials): Promise<void> {
-    if (Date.now() < this.openAfter) return;
+  private async open(): Promise<void> {
+    if (Date.now() < this.openAfter || !this.keys) return;
     try {
-      this.base ??= await this.makeBase(credentials);
+      this.base ??= await this.makeBase();
       this.server = await this.listen(this.base);
     } catch (err) {
       this.openFailed(err);
@@ -164,24 +231,27 @@ class DaemonPeerRunner implements DaemonPeers {
     await this.refresh().catch((err: unknown) => this.d.log.warn('peers', `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`));
   }
 
-  private async makeBase(credentials: PeerCredentials): Promise<Base> {
+  private async makeBase(): Promise<Base> {
     const { config, log, tracker } = this.d;
     const own = await this.directory.ownNode();
     if (!own.address) throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the service's fetches take the keys of the latest look
+    const runner = this;
     const service = new PeerService({
-      directory: this.directory, credentials, address: own.address, port: config.peers.port,
+      directory: this.directory, get credentials() { return runner.keys!; }, address: own.address, port: config.peers.port,
       context: { config, log, tracker, agentVersion: this.d.agentVersion, servesAfter: this.d.serves }, runtime: () => runtimeTarget(config, log),
       onServingChanged: () => this.servingChanged(),
     });
-    return { service, credentials, address: own.address, controlPlane: own.controlPlane };
+    return { service, address: own.address, controlPlane: own.controlPlane };
   }
 
   private async listen(b: Base): Promise<RunningPeerServer> {
     const { config, tracker } = this.d;
+    const credentials = this.keys!;
     // an approval withdrawn since the last look: its bundle is not served even before the port closes
     const bundle = (m: string) => (this.approved.has(m) ? b.service.offer(m) : undefined);
     const server = await startPeerServer({
-      ...peerServerOptions(config, b.credentials, { host: b.address, port: config.peers.port, controlPlane: b.controlPlane, bundle }),
+      ...peerServerOptions(config, credentials, { host: b.address, port: config.peers.port, controlPlane: b.controlPlane, bundle }),
       counters: b.service.counters,
     });
     if (this.ending) {
@@ -273,15 +343,16 @@ class DaemonPeerRunner implements DaemonPeers {
   private async publish(): Promise<void> {
     if (!this.server || !this.base) return;
     const version = stickVersion(this.d.tracker.current);
-    const copies = version ? await this.base.service.copies(version) : undefined;
+    const copies = version ? await this.base.service.copies(version, this.approved) : undefined;
     this.show(copies);
   }
 
   private show(copies?: PeersStatus['copies']): void {
     if (this.stopped) return;
-    // a node that never opened its port, and is not failing to, has no status.peers, as with peers
-    // off: the technician's line then lets the stick go, as nothing is passed on from this node
-    if (!this.base && !this.problem) return this.unshown();
+    // a node whose port is closed (never opened, or closed since: revoked, keys gone), and is not
+    // failing to open it, has no status.peers, as with peers off: the technician's line then lets
+    // the stick go, as nothing is passed on from this node
+    if (!this.server && !this.problem) return this.unshown();
     // a closed port publishes nothing as served: others would try it
     const serving = this.server ? this.base?.service.serving(this.approved) : undefined;
     const peers: PeersStatus = {

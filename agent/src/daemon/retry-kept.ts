@@ -8,8 +8,8 @@ import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { withLoadLock } from '../state/lock.js';
-import { RETRYABLE, runLayoutLoad } from '../load/pipeline.js';
-import { forgetFetched, readFetched, recordFetched, type FetchedLayoutRecord } from '../state/fetched-layouts.js';
+import { RETRYABLE, runLoad } from '../load/pipeline.js';
+import { forgetKeptCopy, readKeptCopies, recordKeptCopy, type KeptCopyRecord } from '../state/kept-copies.js';
 import { readServing } from '../state/serving-state.js';
 import { readReleases } from '../state/release-records.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
@@ -61,14 +61,14 @@ export class RetryKept {
   }
 
   /** The retry records that name a staged layout of this agent's upgrade directory; others are dropped, their directories left alone. */
-  private async kept(): Promise<FetchedLayoutRecord[]> {
+  private async kept(): Promise<KeptCopyRecord[]> {
     const { config, log } = this.d;
-    const out: FetchedLayoutRecord[] = [];
-    for (const r of await readFetched(config.paths.stateDir, 'retry')) {
+    const out: KeptCopyRecord[] = [];
+    for (const r of await readKeptCopies(config.paths.stateDir)) {
       if (resolve(dirname(r.layout)) === resolve(config.paths.upgradeDir) && LAYOUT_NAME.test(basename(r.layout))) out.push(r);
       else {
         log.warn('retry', `a retry record names ${r.layout}, which is not a staged layout of ${config.paths.upgradeDir}: the record is dropped, the directory left alone`);
-        await forgetFetched(config.paths.stateDir, r.layout, 'retry');
+        await forgetKeptCopy(config.paths.stateDir, r.layout);
       }
     }
     return out;
@@ -84,19 +84,19 @@ export class RetryKept {
     await this.schedule();
   }
 
-  private async tryOne(rec: FetchedLayoutRecord): Promise<void> {
+  private async tryOne(rec: KeptCopyRecord): Promise<void> {
     const { config, log, tracker, signal, agentVersion, serves } = this.d;
     const tries = (rec.tries ?? 0) + 1;
     log.info('retry', `loading ${rec.layout} again (try ${tries} of ${RETRY_LIMIT}): its copy was kept after the load failed`, { layout: rec.layout });
     const runtime = runtimeTarget(config, log);
     try {
-      await this.d.exclusive(() => runLayoutLoad(rec.layout, { config, log, tracker, runtime, media: KEPT_COPY_MEDIA, signal, agentVersion, servesAfter: serves }, { manifestDigest: rec.manifestDigest, foundStaged: true }));
+      await this.d.exclusive(() => runLoad({ target: rec.layout, manifestDigest: rec.manifestDigest }, { config, log, tracker, runtime, media: KEPT_COPY_MEDIA, signal, agentVersion, servesAfter: serves }));
     } catch (err) {
       // another load holds the lock, or the agent stops: not a try
       const { reason } = failureOf(err, config.paths.upgradeDir);
       if (reason === 'Busy' || signal.aborted) return;
-      const still = (await readFetched(config.paths.stateDir, 'retry')).some((r) => r.layout === rec.layout);
-      if (still && RETRYABLE.has(reason) && tries < RETRY_LIMIT) return void (await recordFetched(config.paths.stateDir, { ...rec, tries }, 'retry'));
+      const still = (await readKeptCopies(config.paths.stateDir)).some((r) => r.layout === rec.layout);
+      if (still && RETRYABLE.has(reason) && tries < RETRY_LIMIT) return void (await recordKeptCopy(config.paths.stateDir, { ...rec, tries }));
       // the copy itself cannot be used, or out of tries: the stick is needed again
       const why = RETRYABLE.has(reason) ? `it failed ${tries} times` : `the copy cannot be used (${reason})`;
       await this.d.exclusive(() => withLoadLock(config.paths.stateDir, () => this.drop(rec.layout))).catch((e) => log.warn('retry', `cannot remove ${rec.layout}: ${oneLine(e)}`));
@@ -110,7 +110,7 @@ export class RetryKept {
   /** The record goes; the directory too unless a release or the serving keeps it (it is theirs then). */
   private async drop(layout: string): Promise<void> {
     const { config } = this.d;
-    await forgetFetched(config.paths.stateDir, layout, 'retry');
+    await forgetKeptCopy(config.paths.stateDir, layout);
     const named = (await readReleases(config.paths.stateDir)).some((r) => r.layout === layout) || (await readServing(config.paths.stateDir))?.layout === layout;
     if (!named) await rm(layout, { recursive: true, force: true });
   }

@@ -10,12 +10,22 @@ import type { ReleaseRecord } from '../state/release-records.js';
 /** A kept layout checked and hashed: its store holds every chunk's digest, so whoever serves it later still refuses a changed byte. */
 export interface KeptLayout { identity: string | undefined; manifest: BundleManifest; store: LayoutStore }
 
+/** A staged layout's signed head, as the load admits it. */
+export interface StagedHead { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer }
+
+/**
+ * The signed head of the layout in `dir`, read back from disk (not trusted from memory) and held
+ * to the bundle.json it was staged or loaded under (`identity`): whatever signed bundle.json lies
+ * there now is not enough. `which` names that bundle.json in the refusal.
+ */
+export async function readStagedHead(dir: string, identity: string | undefined, which: string): Promise<StagedHead> {
+  const { manifestBytes, signature } = await readLayoutDescription(dir);
+  if (identity !== undefined && bundleIdentity(manifestBytes) !== identity) throw new AgentError('Corrupt', `${dir} holds another bundle.json than ${which}: it is not used`);
+  return { manifest: parseManifestBytes(manifestBytes), manifestBytes, signature };
+}
+
 export async function openKeptLayout(config: Pick<AgentConfig, 'trust'>, rec: ReleaseRecord & { layout: string }): Promise<KeptLayout> {
-  const { manifestBytes, signature } = await readLayoutDescription(rec.layout);
-  if (rec.identity !== undefined && bundleIdentity(manifestBytes) !== rec.identity) {
-    throw new AgentError('Corrupt', `${rec.layout} holds another bundle.json than the one loaded for ${rec.version}: it is not used`);
-  }
-  const manifest = parseManifestBytes(manifestBytes);
+  const { manifest, manifestBytes, signature } = await readStagedHead(rec.layout, rec.identity, `the one loaded for ${rec.version}`);
   // a record of a path's earlier release (#43) names the layout of the bundle that carries it
   const carried = releasePath(manifest).some((h) => h.version === rec.version);
   if (!carried || manifest.release.arch !== rec.arch) {

@@ -1,6 +1,6 @@
 // Steps 6 to 9 of the data flow, from a verified blob store to pinned images: shared by a
 // load from a bundle file and by a restore from a layout kept on disk.
-import type { BundleManifest } from '@offline-bundle/format';
+import { releasePath, type BundleManifest, type ReleaseHop } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type BlobStore, type RunningRegistry } from '@offline-bundle/registry';
 import { runningReleases, versionsInUse, type ClusterRelease, type HistoryEntry } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
@@ -8,7 +8,7 @@ import type { PipelineContext } from './pipeline-context.js';
 import { adoptRunningRelease } from './running-release.js';
 import { checkMirrorUsed, checkPinsSettled, imagesPresent, publishHoldings } from '../runtime/runtime-checks.js';
 import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
-import { heldForPath, type ReleaseRecord } from '../state/release-records.js';
+import { heldForPath, passedOnPath, type ReleaseRecord } from '../state/release-records.js';
 import { refsToKeepPinned } from '../state/agent-switch-state.js';
 import { pullActivity } from './pull-activity.js';
 
@@ -27,17 +27,18 @@ export interface ImagesInput {
 }
 
 /**
- * Serves the store on loopback, points the runtime at it, pulls every image, proves the pulls
- * came through us, removes the mirror, pins this release and the ones still in use, and reads
+ * Serves the store on loopback, points the runtime at it, pulls every image (none that only a
+ * release of its update path the node went past carries, #43: a stick seen again brings those
+ * back no more), proves the pulls came through us, removes the mirror, pins this release and the ones still in use, and reads
  * the pins back. The registry is stopped and the mirror removed whatever happens.
  */
 export async function loadImages(ctx: PipelineContext, input: ImagesInput): Promise<void> {
   const { config, log, tracker, runtime, signal } = ctx;
-  const { manifest: m, store, releases, running, staging } = input;
+  const { store, releases, running, staging } = input;
+  const m = withoutPassedReleases(input.manifest, runningNow(tracker.current.history, running));
   const rel = m.release;
   const refs = imageRefs(m);
-  let registry: RunningRegistry | undefined;
-  let unmirror: (() => Promise<void>) | undefined;
+  let [registry, unmirror]: [RunningRegistry | undefined, (() => Promise<void>) | undefined] = [undefined, undefined];
   try {
     signal?.throwIfAborted();
     const catalog = catalogOf(m);
@@ -122,6 +123,28 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     await registry?.close().catch(() => undefined);
     if (registry) tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
   }
+}
+
+/** The versions the node runs, as a load reads them: the history's, and the cluster's release the policy was checked against. */
+export function runningNow(history: readonly HistoryEntry[], running?: ClusterRelease): string[] {
+  return [...new Set([...runningReleases(history).map((e) => e.version), ...(running ? [running.version] : [])])];
+}
+
+/**
+ * `m` without the images that only releases of its update path the node went past carry
+ * (passedOnPath), by each release's payload in bundle.json (a bundle built before it names only
+ * each release image). An image another release of the path also lists stays.
+ */
+export function withoutPassedReleases(m: BundleManifest, running: readonly string[]): BundleManifest {
+  const hops = releasePath(m);
+  if (hops.length < 2) return m;
+  const path = hops.map((h) => h.version);
+  const own = (h: ReleaseHop) => h.payload ?? (h.digest ? [h.digest] : []);
+  const passed = hops.filter((h) => passedOnPath({ version: h.version, path }, running));
+  if (passed.length === 0) return m;
+  const needed = new Set(hops.filter((h) => !passed.includes(h)).flatMap(own));
+  const drop = new Set(passed.flatMap(own).filter((d) => !needed.has(d)));
+  return { ...m, images: m.images.filter((img) => !drop.has(img.digest)) };
 }
 
 /** Versions still in use by the history, and a path's earlier release (#43) until the node runs the path's final one. */

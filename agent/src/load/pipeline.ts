@@ -2,7 +2,7 @@ import { readdir, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, loadTrust, openBundle, parseManifestBytes, readHeader, readLayoutDescription, releasePath, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, finishLayout, loadTrust, openBundle, readHeader, releasePath, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -10,7 +10,7 @@ import {
   type ClusterReadFailure, type ClusterRelease, type Condition, type HistoryEntry, type StatusTracker,
 } from '@offline-bundle/status';
 import { escapeControls } from '@offline-bundle/host';
-import { loadImages } from './load-images.js';
+import { loadImages, runningNow } from './load-images.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { StagingStore } from './staging-store.js';
 import { alreadyStaged, clearPartialsFor, partialCredit, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
@@ -19,12 +19,13 @@ import { layoutKept, type AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkPolicy, compareVersions } from './policy.js';
-import { forgetFetched, readFetched, recordFetched } from '../state/fetched-layouts.js';
+import { forgetKeptCopy, readKeptCopies, recordKeptCopy } from '../state/kept-copies.js';
+import { readStagedHead, type StagedHead } from './kept-layout.js';
 import { loadedAhead } from './loaded-ahead.js';
 import { readServing } from '../state/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
 import { planSpace, type StageMode } from './space.js';
-import { heldForPath, neededOfBundle, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import { heldForPath, neededOfBundle, passedOnPath, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { withLoadLock } from '../state/lock.js';
 import { contentOf, keyOf, recordBundle } from '../state/bundle-records.js';
 import { assertBundleFile, assertWhole, mediaGone } from './bundle-file.js';
@@ -161,8 +162,9 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   const runs = runningReleases(history).map((e) => e.version);
   // a path's earlier release (#43) is pending as long as its final one
   const pending = new Set([...loadedAhead(history), ...history.filter((e) => e.state === 'installing').map((e) => e.version), ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version)]);
-  // the layout a load from peers is about to open, and those fetched whose load has not ended yet
-  const unloaded = [...(await readFetched(config.paths.stateDir)), ...(await readFetched(config.paths.stateDir, 'retry'))];
+  // the layout a load is about to open, and the copies kept to be loaded again (a fetch's whole
+  // staging is a partial directory under its resume marker: removeStalePartials keeps it)
+  const unloaded = await readKeptCopies(config.paths.stateDir);
   // and the layout the daemon still serves (a release the cluster completed whose OS update this node has not applied yet)
   const served = (await readServing(config.paths.stateDir))?.layout;
   const keep = new Set<string>([...(spare ? [spare] : []), ...(served ? [served] : []), ...unloaded.map((f) => f.layout)]);
@@ -217,22 +219,33 @@ export function rateTracker(tracker: StatusTracker) {
 
 /** What the checks before any write establish about a bundle file. */
 interface Admitted {
-  /** The bundle's bytes, open for the whole load (closed by loadBundle); none for a layout staged by peers. */
+  /** The bundle's bytes, open for the whole load (closed by loadBundle); none for a layout staged before the load. */
   source?: BundleSource;
-  head: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer };
-  /** A layout staged by peers that was found already there, not written by this fetch: hashed again before use. */
-  rehash?: boolean;
+  head: StagedHead;
+  /** The layout staged before the load, when there is no source. */
+  layout?: StagedLayout;
   signer?: TrustedKey;
   trust: Trust;
   releases: ReleaseRecord[];
   running?: ClusterRelease;
 }
 
-/** Where a load's signed head comes from: a bundle file's source (kept open for the staging), or a layout's description. */
-type HeadOrigin = () => Promise<{ head: Admitted['head']; source?: BundleSource; rehash?: boolean }>;
+/** Where a load's signed head comes from: a bundle file's source (kept open for the staging), or a layout staged before the load. */
+type HeadOrigin = () => Promise<{ head: StagedHead; source?: BundleSource; layout?: StagedLayout }>;
 
-/** What a fetch from peers says of the layout it leaves: the approved bundle's digest, and whether it wrote the layout or found it there. */
-export interface FetchedLayout { manifestDigest: string; foundStaged: boolean }
+/**
+ * A bundle staged on this node before its load, in the place a stick's extraction stages it
+ * (UPGRADE/<version>-<arch>): a fetch from peers in this turn of the load lock, whole in
+ * `<target>.partial` under the same resume marker a stick's staging leaves (`head`: the signed
+ * head the fetch verified), renamed into place by the load as a stick's extraction ends; or a
+ * copy kept in `target` (no `head`: read back from disk, every blob hashed again).
+ */
+export interface StagedLayout {
+  target: string;
+  /** sha256 of the signed bundle.json it was staged under (the approval, the retry record): the load is bound to it. */
+  manifestDigest: string;
+  head?: StagedHead;
+}
 
 const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOrigin => async () => {
   await assertBundleFile(file);
@@ -242,12 +255,11 @@ const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOr
   return { head, source };
 };
 
-// What the fetch verified and wrote is read back, not trusted from memory: the signature is checked again below.
-const fromLayout = (dir: string, fetched: FetchedLayout): HeadOrigin => async () => {
-  const d = await readLayoutDescription(dir);
-  // the load is bound to what was approved and fetched, not to whatever signed bundle.json lies in the directory now
-  if (bundleIdentity(d.manifestBytes) !== fetched.manifestDigest) throw new AgentError('Corrupt', `${dir} holds another bundle.json than the one fetched (${fetched.manifestDigest}): fetch it again`);
-  return { head: { manifest: parseManifestBytes(d.manifestBytes), manifestBytes: d.manifestBytes, signature: d.signature }, rehash: fetched.foundStaged };
+// Bound to what it was staged under, not to whatever signed bundle.json lies there now; the signature is checked again in admit.
+const fromStaged = (s: StagedLayout): HeadOrigin => async () => {
+  const which = `the one it was staged under (${s.manifestDigest})`;
+  if (s.head && bundleIdentity(s.head.manifestBytes) !== s.manifestDigest) throw new AgentError('Corrupt', `the bundle.json staged for ${s.target} is not ${which}: it is not used`);
+  return { head: s.head ?? await readStagedHead(s.target, s.manifestDigest, which), layout: s };
 };
 
 /** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
@@ -263,7 +275,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
-  const { head, source, rehash } = await origin();
+  const { head, source, layout } = await origin();
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
   // an update path (#43) is named in the status, so `bundle cluster` sees both releases come from one bundle
@@ -283,7 +295,7 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
-  return { ...(source ? { source } : {}), head, ...(rehash ? { rehash } : {}), ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+  return { ...(source ? { source } : {}), head, ...(layout ? { layout } : {}), ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
 }
 
 interface Staged {
@@ -302,29 +314,49 @@ interface Staged {
 
 type FileAdmitted = Admitted & { source: BundleSource };
 
-/** Steps 4 and 5 for a bundle file; for a layout fetched from peers, its store. */
+/** Steps 4 and 5: a bundle file staged (or served from the media); a layout staged before the load, opened. */
 function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
-  return a.source ? stageFile(ctx, { ...a, source: a.source }) : openFetched(ctx, a);
+  return a.source ? stageFile(ctx, { ...a, source: a.source }) : openStaged(ctx, a, a.layout!);
 }
 
 /**
- * A layout peers staged on this node (peers/peer-fetch.ts): every blob was hashed against this
- * signed bundle.json as it arrived and renamed into place only then, so it is opened as verified
- * (a second full read would double the load's IO); one the fetch found already there is hashed
- * again, as a kept layout is.
+ * A staged layout in `target` as the load's store, said in Verified and Staged: the one step
+ * after the bytes are staged, whoever staged them. `verified`: this turn of the lock wrote and
+ * hashed every blob against the signed bundle.json (a second full read would double the load's
+ * IO), and a layout that does not open is removed; else every blob is hashed again here.
  */
-async function openFetched(ctx: PipelineContext, a: Admitted): Promise<Staged> {
-  const rel = a.head.manifest.release;
-  const target = join(ctx.config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
-  if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} came from peers, which only a signature can vouch for: add the factory's public key to trust.keys`);
-  if (!(await alreadyStaged(target, a.head.manifestBytes))) throw new AgentError('StagingFailed', `no layout of bundle ${rel.version} is staged in ${target}: fetch it again`);
-  const store = await LayoutStore.open(target, catalogOf(a.head.manifest), { verified: !a.rehash }).catch((err: unknown) => {
+async function openStagedStore(ctx: PipelineContext, target: string, m: BundleManifest, verified: boolean, verifiedBy: { reason: string; message: string }): Promise<LayoutStore> {
+  const store = await LayoutStore.open(target, catalogOf(m), { verified }).catch(async (err: unknown) => {
+    if (verified) await rm(target, { recursive: true, force: true });
     throw new AgentError('StagingFailed', oneLine(err), { cause: err });
   });
-  ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged from peers in ${target}`);
-  ctx.tracker.condition('Verified', 'True', 'SignatureValid', `signed by ${a.signer.source}`);
+  showStaged(ctx, target, verifiedBy);
+  return store;
+}
+
+function showStaged(ctx: PipelineContext, target: string, verifiedBy: { reason: string; message: string }): void {
+  ctx.tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
   ctx.tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
-  ctx.tracker.update((s) => { s.bundle = { ...s.bundle!, mode: 'staged' }; });
+}
+
+/**
+ * Step 5 for a layout staged before the load (StagedLayout): a fetch's whole staging renamed into
+ * place as a stick's extraction ends, or a kept copy; then what a stick's staged layout goes
+ * through. Only a signature vouches for a layout no file of this load backs.
+ */
+async function openStaged(ctx: PipelineContext, a: Admitted, s: StagedLayout): Promise<Staged> {
+  const rel = a.head.manifest.release;
+  const target = join(ctx.config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
+  if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} was staged on this node with no file to check it against (${ctx.media ?? 'a layout'}), which only a signature can vouch for: add the factory's public key to trust.keys`);
+  if (s.target !== target) throw new AgentError('Corrupt', `${s.target} holds release ${rel.version} (${rel.arch}), whose place is ${target}: it is not used`);
+  if (s.head) {
+    await finishLayout(`${target}.partial`, target, s.head).catch((err: unknown) => {
+      throw new AgentError('StagingFailed', `the staging of ${rel.version} in ${target}.partial cannot be put in place: ${oneLine(err)}`, { cause: err });
+    });
+  }
+  ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged on this node before the load, in ${target}`);
+  ctx.tracker.update((st) => { st.bundle = { ...st.bundle!, mode: 'staged' }; });
+  const store = await openStagedStore(ctx, target, a.head.manifest, s.head !== undefined, { reason: 'SignatureValid', message: `signed by ${a.signer.source}` });
   return { store, mode: 'staged', target, fileDigest: '', whole: true };
 }
 
@@ -380,13 +412,9 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
       await rm(target, { recursive: true, force: true });
       fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
     }
-    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
     // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
-    const store = kept ?? await LayoutStore.open(target, catalog, { verified: true }).catch(async (err: unknown) => {
-      await rm(target, { recursive: true, force: true });
-      throw new AgentError('StagingFailed', `${oneLine(err)}`, { cause: err });
-    });
-    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    if (kept) showStaged(ctx, target, verifiedBy);
+    const store = kept ?? await openStagedStore(ctx, target, m, true, verifiedBy);
     staged = { store, mode: 'staged', target, fileDigest, whole: true, ...(reuse ? { reused: true } : {}) };
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
@@ -430,8 +458,7 @@ function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string
     staged.fileDigest = v.fileDigest;
     store.staged();
     staged.whole = true;
-    tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
-    tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
+    showStaged(ctx, target, verifiedBy);
     tracker.update((s) => {
       s.phase = 'Preloading';
       s.bundle = { ...s.bundle!, digest: staged.fileDigest };
@@ -462,11 +489,6 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   } finally {
     await source?.close();
   }
-}
-
-/** Steps 3 and 6 to 10 for a layout peers staged in `dir` (peer-fetch.ts): checked against the trusted keys and the policy again, then served, pulled and pinned as from a stick. */
-export function loadLayout(dir: string, ctx: PipelineContext, fetched: FetchedLayout): Promise<LoadResult> {
-  return loadFrom(dir, ctx, fromLayout(dir, fetched));
 }
 
 async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin): Promise<LoadResult> {
@@ -505,13 +527,16 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later (unless kept to be tried again, hashed anew).
     if (staged?.target && ((!ok && !staged.reused && !retry) || (ok && !keepLayout))) await rm(staged.target, { recursive: true, force: true });
   }
-  if (staged.target) await forgetFetched(config.paths.stateDir, staged.target, 'retry');
+  if (staged.target) await forgetKeptCopy(config.paths.stateDir, staged.target);
   const kept = staged.target && keepLayout ? { layout: staged.target } : {};
   const loadedAt = new Date().toISOString();
   const common = { arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), loadedAt, identity: bundleIdentity(a.head.manifestBytes), ...kept };
   // a path's earlier releases first: a load killed between two writes leaves the final unrecorded, so loaded again
   const path = hops?.map((h) => h.version);
-  for (const h of hops ?? [{ version: rel.version, refs }]) await recordRelease(config.paths.stateDir, { version: h.version, ...common, refs: h.refs, ...(path ? { path } : {}) });
+  // none for a release the node went past (#43): loadImages left its images out, and prune may take it
+  const runs = runningNow(tracker.current.history, a.running);
+  const recorded = (hops ?? [{ version: rel.version, refs }]).filter((h) => !path || !passedOnPath({ version: h.version, path }, runs));
+  for (const h of recorded) await recordRelease(config.paths.stateDir, { version: h.version, ...common, refs: h.refs, ...(path ? { path } : {}) });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
   const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
   tracker.update((s) => {
@@ -544,8 +569,8 @@ async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head' | 'so
   if (!stickCopy || !a.signer || !staged.target || !staged.whole || ctx.servesAfter === undefined) return false;
   const { reason } = failureOf(err, config.paths.upgradeDir);
   if (!RETRYABLE.has(reason)) return false;
-  const before = (await readFetched(config.paths.stateDir, 'retry')).find((r) => r.layout === staged.target);
-  await recordFetched(config.paths.stateDir, { layout: staged.target, manifestDigest: bundleIdentity(a.head.manifestBytes), at: new Date().toISOString(), ...(before?.tries ? { tries: before.tries } : {}) }, 'retry');
+  const before = (await readKeptCopies(config.paths.stateDir)).find((r) => r.layout === staged.target);
+  await recordKeptCopy(config.paths.stateDir, { layout: staged.target, manifestDigest: bundleIdentity(a.head.manifestBytes), at: new Date().toISOString(), ...(before?.tries ? { tries: before.tries } : {}) });
   tracker.condition('Staged', 'True', 'KeptForRetry', `the verified copy in ${staged.target} is kept: the load is tried again from it, no USB stick needed`);
   log.warn('staging', `the load of ${a.head.manifest.release.version} failed (${reason}) after its copy was whole: ${staged.target} is kept and loaded again from there`, { reason });
   return true;
@@ -591,21 +616,20 @@ function failedAttempt(history: readonly HistoryEntry[], before: readonly Histor
   return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...held } : e)) : [...history, { ...held }];
 }
 
-/** Runs loadBundle and turns any failure into the Failed condition, leaving nothing half-done. */
-export function runLoad(file: string, ctx: PipelineContext): Promise<LoadResult> {
-  return runAttempt(file, ctx, () => loadBundle(file, ctx), 'file');
-}
-
 /**
- * Runs loadLayout (a layout peers staged in `dir`) as runLoad runs a file; no bundle-file record
- * is kept for it. `lockHeld`: the caller holds the load lock since it began staging `dir` (a fetch
- * from peers), so the staging and this load are one turn of the lock, with no gap between.
+ * Loads a bundle file (loadBundle), or a layout staged before the load (checked against the
+ * trusted keys and the policy again, then served, pulled and pinned as from a stick; no
+ * bundle-file record is kept for it), and turns any failure into the Failed condition, leaving
+ * nothing half-done. `lockHeld`: the caller holds the load lock since it began staging the layout
+ * (a fetch from peers), so the staging and this load are one turn of the lock, with no gap between.
  */
-export function runLayoutLoad(dir: string, ctx: PipelineContext, fetched: FetchedLayout, opts: { lockHeld?: boolean } = {}): Promise<LoadResult> {
-  return runAttempt(dir, ctx, () => loadLayout(dir, ctx, fetched), 'layout', opts.lockHeld === true);
+export async function runLoad(origin: string | StagedLayout, ctx: PipelineContext, opts: { lockHeld?: boolean } = {}): Promise<LoadResult> {
+  const file = typeof origin === 'string' ? origin : origin.target;
+  const load = typeof origin === 'string' ? () => loadBundle(origin, ctx) : () => loadFrom(file, ctx, fromStaged(origin));
+  return runAttempt(file, ctx, load, typeof origin === 'string' ? 'file' : 'layout', opts.lockHeld === true);
 }
 
-async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout', lockHeld = false): Promise<LoadResult> {
+async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout', lockHeld: boolean): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = from === 'file' ? await keyOf(file) : undefined;
   const content = from === 'file' ? await contentOf(file) : undefined;

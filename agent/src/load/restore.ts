@@ -1,6 +1,7 @@
 // Images can vanish from the runtime after they were loaded: CRI-O wipes its storage after an
 // unclean shutdown (crio-wipe.service on OpenShift), and a pruned store loses unpinned ones. A
 // layout kept on disk (staging.keep) brings them back with no stick.
+import { bundleIdentity, readLayoutDescription } from '@offline-bundle/format';
 import { plural, runningReleases, versionsInUse, type HistoryEntry } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import { loadImages } from './load-images.js';
@@ -32,7 +33,7 @@ function releasesToRestore(releases: readonly ReleaseRecord[], history: readonly
 export async function restoreVanishedImages(ctx: PipelineContext): Promise<Map<string, KeptLayout>> {
   const inspector = await ctx.runtime.inspector().catch(() => undefined);
   if (!inspector) return new Map();
-  const releases = await readReleases(ctx.config.paths.stateDir);
+  const releases = await withoutOverwrittenLayouts(await readReleases(ctx.config.paths.stateDir));
   const wanted = releasesToRestore(releases, ctx.tracker.current.history);
   const checked = new Map<string, KeptLayout>();
   const unrestorable = new Set<string>();
@@ -49,13 +50,33 @@ export async function restoreVanishedImages(ctx: PipelineContext): Promise<Map<s
       continue;
     }
     tried.add(rec.layout);
-    const together = wanted.filter((r) => r.layout === rec.layout);
+    const together = wanted.filter((r) => r.layout === rec.layout && r.identity === rec.identity);
     const names = [...new Set(together.flatMap((r) => r.refs))];
     const lost = await missingImages(inspector, names);
     const kept = await restoreFrom(ctx, { ...rec, layout: rec.layout }, { together, names, missing: lost, releases });
     if (kept) checked.set(rec.layout, kept);
   }
   return checked;
+}
+
+/**
+ * The records as they stand on disk: one whose layout directory holds another bundle now (two
+ * bundles of one release stage in the same <version>-<arch>; records written before a load
+ * dropped the overwritten one's layout) has no copy, so the record the directory does hold is
+ * the one restored from, whichever comes first. An unreadable directory stays named: its restore
+ * says why it failed.
+ */
+async function withoutOverwrittenLayouts(records: ReleaseRecord[]): Promise<ReleaseRecord[]> {
+  const holder = new Map<string, string | undefined>();
+  for (const dir of new Set(records.flatMap((r) => (r.layout ? [r.layout] : [])))) {
+    holder.set(dir, await readLayoutDescription(dir).then((d) => bundleIdentity(d.manifestBytes), () => undefined));
+  }
+  return records.map((r) => {
+    const held = r.layout ? holder.get(r.layout) : undefined;
+    if (held === undefined || r.identity === undefined || held === r.identity) return r;
+    const { layout: _, ...rest } = r;
+    return rest;
+  });
 }
 
 /** What one restore from a kept layout brings back: every release in use kept in it, their names, those gone. */

@@ -1,9 +1,10 @@
 // A node without a stick fetches an approved bundle from its peers into its own staging, as
-// the stick would have staged it: then the load (loopback registry, pre-pull, pins) runs on
-// that layout unchanged. What the daemon calls (README "Bundles between nodes: the transfer").
+// the stick would have staged it: the load (load/pipeline.ts runLoad of a StagedLayout) puts
+// it in place as a stick's extraction ends and runs on it unchanged (loopback registry,
+// pre-pull, pins). What the daemon calls (README "Bundles between nodes: the transfer").
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { EntryFiles, bundleIdentity, finishLayout, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
+import { EntryFiles, bundleIdentity, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
 import { AgentError, oneLine } from '../errors.js';
 import { alreadyStaged, dropOtherPartials, partialCredit } from '../load/resume.js';
 import type { SpaceCredit, StageMode } from '../load/space.js';
@@ -64,7 +65,12 @@ export interface PeerFetchOptions {
 }
 
 export interface PeerFetchResult {
-  /** The staged layout: UPGRADE/<version>-<arch>, holding bundle.json and its signature. */
+  /**
+   * Where the layout goes: UPGRADE/<version>-<arch>. A fetch leaves it whole in
+   * `<target>.partial` under its resume marker, as a stick's staging stands before its last
+   * rename: the load puts it in place (finishLayout), and until then a restart keeps it and the
+   * next fetch (or a stick of the same bundle) resumes it. `already`: found in `target`.
+   */
   target: string;
   manifest: BundleManifest;
   manifestBytes: Buffer;
@@ -179,7 +185,6 @@ async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerC
       onPlaced: (e) => o.onVerified?.(e),
       onBytes: (n) => { done += n; o.onProgress?.(done, total); },
     }, await o.directory.peersFor(o.approval.manifestDigest), missing).run();
-    await finishLayout(partial, target, head);
     return { ...result, keptBytes, already: false };
   } catch (err) {
     // a verdict (withdrawn, disk full) leaves nothing; a fetch cut short keeps its verified entries

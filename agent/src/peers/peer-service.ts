@@ -1,16 +1,15 @@
 // The node's side of bundles between nodes (issue #22), between the daemon and the transfer:
 // what it holds verified is offered to its peers (kept layouts, and a fetch under way, blob by
 // blob, so nodes pass a bundle on as they get it), and a bundle an admin approved that this
-// node lacks is fetched from them and loaded as a stick's would be (runLayoutLoad).
-import { rm } from 'node:fs/promises';
+// node lacks is fetched from them into the staging place and loaded from there as a stick's
+// staged layout is (runLoad of a StagedLayout).
 import { compareVersions, loadTrust } from '@offline-bundle/format';
 import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import { withLoadLock } from '../state/lock.js';
 import { checkPolicy } from '../load/policy.js';
-import { rateTracker, runLayoutLoad, runningVersion, type FetchedLayout, type LoadResult, type PipelineContext } from '../load/pipeline.js';
+import { rateTracker, runLoad, runningVersion, type LoadResult, type PipelineContext, type StagedLayout } from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../state/bundle-records.js';
-import { forgetFetched, readFetched, recordFetched } from '../state/fetched-layouts.js';
 import { readReleases } from '../state/release-records.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
@@ -56,6 +55,12 @@ export class PeerService {
   private readonly waitingFor = new Set<string>();
   /** Stops the fetch under way (not the load after it): a stick's load comes first (yieldToStick). */
   private fetching: AbortController | undefined;
+  /**
+   * What the fetch's own display (showFetching) replaced in the status, given back when the fetch
+   * ends without a load: undefined while it showed nothing, so a look that only waits (no peer
+   * yet, the lock busy, a bundle meant for other nodes) never writes the status at all.
+   */
+  private shownOver: Pick<NodeStatus, 'phase' | 'bundle' | 'conditions' | 'progress'> | undefined;
   readonly counters = new PeerCounters();
 
   constructor(private readonly o: PeerServiceOptions) {}
@@ -114,16 +119,20 @@ export class PeerService {
   /**
    * How many other nodes hold the bundle of `version` (the one this node loaded) whole, found as
    * a fetch finds its peers: through the directory (status.serving checked against each Node).
-   * The bundle is named by what this node offers, else by an approval of that version.
+   * The bundle is named by what this node offers, else by an approval of that version. With
+   * `approved` (the daemon's last look), this node passes it on only if its digest is approved:
+   * an offer the port never serves keeps no stick in.
    */
-  async copies(version: string): Promise<PeerCopies> {
-    const offer = [...this.offers.values()].find((o) => o.complete && o.manifest.release.version === version);
+  async copies(version: string, approved?: ReadonlySet<string>): Promise<PeerCopies> {
+    const ofVersion = [...this.offers.values()].filter((o) => o.complete && o.manifest.release.version === version);
+    const offer = ofVersion.find((o) => !approved || approved.has(o.manifestDigest)) ?? ofVersion[0];
+    const passedOn = offer !== undefined && (!approved || approved.has(offer.manifestDigest));
     // without an offer of its own the bundle is named by its approval: two of one version (two
     // arches, a rebuilt bundle) name none, so nothing is counted
     const approvals = offer ? [] : (await this.o.directory.approved()).filter((a) => a.version === version);
     const digest = offer?.manifestDigest ?? (approvals.length === 1 ? approvals[0]!.manifestDigest : undefined);
     const nodes = digest ? (await this.o.directory.peersFor(digest)).filter((p) => p.complete).length : 0;
-    return { version, nodes, serving: offer !== undefined };
+    return { version, nodes, serving: passedOn };
   }
 
   /**
@@ -153,16 +162,15 @@ export class PeerService {
     }
     log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
     let loading = false;
-    // what the status said before the fetch showed its progress: said again when the fetch only has to wait
-    const before = structuredClone(this.o.context.tracker.current);
+    this.shownOver = undefined;
     try {
       // the fetch stages the layout its load then loads: one turn of the load lock for both, so a
       // load by hand beside the daemon neither loses this fetch's partial staging nor slips in between
       const fetchSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
       return await withLoadLock(config.paths.stateDir, async () => {
-        const { target, fetched, from } = await this.fetch(wanted, fetchSignal).finally(() => { this.fetching = undefined; });
+        const { layout, from } = await this.fetch(wanted, fetchSignal).finally(() => { this.fetching = undefined; });
         loading = true;
-        return this.load(wanted, target, fetched, from, signal);
+        return this.load(wanted, layout, from, signal);
       }).finally(() => { this.fetching = undefined; });
     } catch (err) {
       this.offers.delete(wanted.manifestDigest);
@@ -170,16 +178,15 @@ export class PeerService {
       // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried
       // again at the next look; not this node failing, so the status keeps what it says
       if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
-        if (!loading || reason === 'Busy') this.restoreStatus(before);
+        if (!loading || reason === 'Busy') this.withdrawFetching();
         if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
         this.waitingFor.add(wanted.manifestDigest);
         return undefined;
       }
       this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
       // approved for the cluster, not for this node (another arch, older than what it runs): no
-      // failure of this node, which keeps what its status says; looked at again after a while
+      // failure of this node; refused before the fetch showed itself, so the status is as it was
       if (!loading && NOT_FOR_THIS_NODE.has(reason)) {
-        this.restoreStatus(before);
         log.info('peers', `bundle ${wanted.version} is approved but not for this node: ${message}; not fetched`, { reason, digest: wanted.manifestDigest });
         return undefined;
       }
@@ -189,7 +196,7 @@ export class PeerService {
     }
   }
 
-  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ target: string; fetched: FetchedLayout; from: string[] }> {
+  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ layout: StagedLayout; from: string[] }> {
     const { config, tracker } = this.o.context;
     const sentBefore = new Map(this.counters.fetchedFrom);
     const progress = rateTracker(tracker);
@@ -212,17 +219,18 @@ export class PeerService {
         checkPolicy(m, current ? config : { ...config, version: { ...config.version, allowUnknown: true } }, current);
       },
     });
-    this.offers.get(wanted.manifestDigest)?.staged();
-    // kept by the cleanup at a restart or before another load until its own load ends: 20 GB are not fetched twice
-    await recordFetched(config.paths.stateDir, { layout: r.target, manifestDigest: wanted.manifestDigest, at: new Date().toISOString() });
     // the nodes that sent bytes of this bundle (the counters hold every fetch since the start)
     const from = [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (sentBefore.get(n) ?? 0)).map(([n]) => n);
-    return { target: r.target, fetched: { manifestDigest: wanted.manifestDigest, foundStaged: r.already }, from };
+    // whole under its resume marker until the load puts it in place: a restart before then keeps it and the next fetch resumes it
+    const head = { manifest: r.manifest, manifestBytes: r.manifestBytes, signature: r.signature };
+    return { layout: { target: r.target, manifestDigest: wanted.manifestDigest, ...(r.already ? {} : { head }) }, from };
   }
 
   /** The fetch in the status as a stick's staging is shown: phase Staging, its bytes, rate and time left. */
   private showFetching(target: string, rel: { name: string; version: string; arch: string }): void {
     this.o.context.tracker.update((s) => {
+      // the fields are replaced below, not changed in place: what they held stays as it was
+      this.shownOver ??= { phase: s.phase, bundle: s.bundle, conditions: s.conditions, progress: s.progress };
       s.phase = 'Staging';
       s.bundle = { file: target, media: PEER_MEDIA, name: rel.name, version: rel.version, arch: rel.arch };
       s.conditions = [];
@@ -230,26 +238,25 @@ export class PeerService {
     });
   }
 
-  private restoreStatus(before: NodeStatus): void {
+  /** A fetch that ended without a load takes its display back: the status says again what it said before. */
+  private withdrawFetching(): void {
+    const over = this.shownOver;
+    this.shownOver = undefined;
+    if (!over) return;
     this.o.context.tracker.update((s) => {
-      for (const k of ['phase', 'bundle', 'conditions', 'progress'] as const) Object.assign(s, { [k]: before[k] });
-      if (!before.bundle) delete s.bundle;
+      Object.assign(s, { phase: over.phase, conditions: over.conditions, progress: over.progress });
+      if (over.bundle) s.bundle = over.bundle;
+      else delete s.bundle;
     });
   }
 
-  private async load(wanted: PeerApproval, target: string, fetched: FetchedLayout, from: string[], signal: AbortSignal | undefined): Promise<LoadResult> {
+  private async load(wanted: PeerApproval, layout: StagedLayout, from: string[], signal: AbortSignal | undefined): Promise<LoadResult> {
     let runtime: RuntimeTarget | undefined;
     try {
       runtime = this.o.runtime();
-      const loaded = await runLayoutLoad(target, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, fetched, { lockHeld: true });
-      await forgetFetched(this.o.context.config.paths.stateDir, target);
-      await this.afterLoad(wanted, target);
+      const loaded = await runLoad(layout, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, { lockHeld: true });
+      await this.afterLoad(wanted, layout.target);
       return loaded;
-    } catch (err) {
-      // a load that did not run (another holds the lock, a stop) leaves the layout for the next look
-      const { reason } = failureOf(err, this.o.context.config.paths.upgradeDir);
-      if (reason !== 'Busy' && reason !== 'Interrupted') await forgetFetched(this.o.context.config.paths.stateDir, target);
-      throw err;
     } finally {
       await runtime?.close();
     }
@@ -273,28 +280,10 @@ export class PeerService {
     if (served) this.offers.set(a.manifestDigest, served);
   }
 
-  /** Fetched layouts whose approval was withdrawn before their load: removed, as a revoked fetch leaves nothing. */
-  private async dropUnapproved(approvals: readonly PeerApproval[]): Promise<void> {
-    const { config, log } = this.o.context;
-    const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.layout));
-    for (const f of await readFetched(config.paths.stateDir)) {
-      if (approvals.some((a) => a.manifestDigest === f.manifestDigest)) continue;
-      // loaded since (a record left by a crash after the load): the release's layout, not ours to remove
-      if (loaded.has(f.layout)) {
-        await forgetFetched(config.paths.stateDir, f.layout);
-        continue;
-      }
-      log.info('peers', `the approval of the bundle fetched into ${f.layout} was withdrawn before its load: removed`, { digest: f.manifestDigest });
-      await rm(f.layout, { recursive: true, force: true });
-      await forgetFetched(config.paths.stateDir, f.layout);
-    }
-  }
-
   /** The first approval this node does not hold (an offer, a release of that version loaded), did not forget, and has not failed lately. */
   private async nextWanted(): Promise<PeerApproval | undefined> {
     const { config } = this.o.context;
     const approvals = await this.o.directory.approved();
-    await this.dropUnapproved(approvals);
     const loaded = new Set((await readReleases(config.paths.stateDir)).map((r) => r.version));
     const forgotten = await readForgotten(config.paths.stateDir);
     const now = (this.o.now ?? Date.now)();

@@ -52,24 +52,25 @@ function isPath(v: unknown, version: string): boolean {
 export const pathFinal = (r: Pick<ReleaseRecord, 'version' | 'path'>): string => r.path?.at(-1) ?? r.version;
 
 /**
- * Whether `r` is an earlier release of an update path kept for the final one: the final's record
- * of the same bundle is there and the node does not run it (nor anything newer) yet. Until then
- * neither pins nor prune nor forget take it; after, it is an ordinary old release.
- */
-export function heldForPath(r: ReleaseRecord, records: readonly ReleaseRecord[], running: readonly string[]): boolean {
-  const final = pathFinal(r);
-  if (final === r.version) return false;
-  const finalKept = records.some((o) => o.version === final && o.arch === r.arch && o.identity === r.identity);
-  return finalKept && !running.some((v) => compareVersions(v, final) >= 0);
-}
-
-/**
  * Whether the node went past `r`, an earlier release of an update path: it runs a later one
  * (a path goes forward: bundle.json holds each release later than the one before). Its images
  * are then not brought back when they vanish, from a kept layout or a stick (they may be pruned).
  */
 export function passedOnPath(r: Pick<ReleaseRecord, 'version' | 'path'>, running: readonly string[]): boolean {
   return pathFinal(r) !== r.version && running.some((v) => compareVersions(v, r.version) > 0);
+}
+
+/**
+ * Whether `r` is an earlier release of an update path kept for the final one: the final's record
+ * of the same bundle is there and the node has not gone past `r` (passedOnPath: one rule, so a
+ * release is never held pinned yet not restored, as for a node on 4.15.45 of 4.15.40 → 4.16.2).
+ * Until then neither pins nor prune nor forget take it; after, it is an ordinary old release.
+ */
+export function heldForPath(r: ReleaseRecord, records: readonly ReleaseRecord[], running: readonly string[]): boolean {
+  const final = pathFinal(r);
+  if (final === r.version) return false;
+  const finalKept = records.some((o) => o.version === final && o.arch === r.arch && o.identity === r.identity);
+  return finalKept && !passedOnPath(r, running);
 }
 
 /**
@@ -127,6 +128,20 @@ export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promi
   if (oldName && oldName !== legacy && oldName !== target) await rename(legacy, oldName).catch(() => undefined);
   await writeFileAtomic(target, JSON.stringify(plain, null, 2) + '\n');
   if (target !== legacy && (oldName === target || oldName === legacy)) await rm(legacy, { force: true });
+  if (plain.layout !== undefined) await dropOverwrittenLayout(stateDir, plain.layout, plain.identity);
+}
+
+/**
+ * Another bundle's records that name `layout` lose it: a load of one release stages in the same
+ * <version>-<arch> directory, so the copy they recorded is gone (a restore would find another
+ * bundle.json there and try no further).
+ */
+async function dropOverwrittenLayout(stateDir: string, layout: string, identity: string | undefined): Promise<void> {
+  for (const r of await readReleases(stateDir)) {
+    if (r.layout !== layout || r.identity === identity) continue;
+    const { layout: _, file: __, ...rest } = r;
+    await writeFileAtomic(fileOf(stateDir, r), JSON.stringify(rest, null, 2) + '\n');
+  }
 }
 
 /** Removes the one record `rec` was read from. */

@@ -22,7 +22,47 @@ export interface StatusFile extends NodeStatus {
 
 export async function writeStatusFile(path: string, status: NodeStatus | StatusFile): Promise<void> {
   await makeDirs(dirname(path));
-  await writeFileAtomic(path, JSON.stringify(status, null, 2) + '\n');
+  await writeFileAtomic(path, JSON.stringify(inFileForm(status), null, 2) + '\n');
+}
+
+/**
+ * The bundle fields that are lists (path #43, fromPeers #22). An agent before 70d0cb9 takes a
+ * file whose bundle holds anything but strings for damaged and starts from an empty status, its
+ * history lost (the agent-switch guard may roll back to one): the file holds each as one
+ * comma-joined string under <field>List (versions and node names hold no comma), which goes
+ * with the bundle it describes when an older agent replaces it.
+ */
+const BUNDLE_LISTS = ['path', 'fromPeers'] as const;
+const LIST_SUFFIX = 'List';
+
+function inFileForm<T extends NodeStatus>(status: T): T {
+  const b = status.bundle;
+  if (!b || !BUNDLE_LISTS.some((k) => b[k] !== undefined)) return status;
+  const bundle: Record<string, unknown> = { ...b };
+  for (const k of BUNDLE_LISTS) {
+    const list = bundle[k];
+    delete bundle[k];
+    if (Array.isArray(list)) bundle[k + LIST_SUFFIX] = list.join(',');
+  }
+  return { ...status, bundle };
+}
+
+const isStringList = (v: unknown): v is string[] => Array.isArray(v) && v.every(isString);
+
+/**
+ * The bundle as read: each list from its <field>List string, or as an array (files of 70d0cb9,
+ * or fromPeers of earlier agents); any other value that is not a string (a newer agent's field)
+ * is dropped, not the whole status with it.
+ */
+function bundleFromFile(b: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(b)) if (isString(v) && !BUNDLE_LISTS.some((l) => k === l + LIST_SUFFIX)) out[k] = v;
+  for (const k of BUNDLE_LISTS) {
+    const joined = b[k + LIST_SUFFIX];
+    const list = isStringList(b[k]) ? b[k] : isString(joined) && joined !== '' ? joined.split(',') : undefined;
+    if (list) out[k] = list;
+  }
+  return out;
 }
 
 /**
@@ -46,9 +86,8 @@ function statusDefect(v: unknown): string | undefined {
   if (!Array.isArray(v.conditions) || !v.conditions.every(conditionOk)) return 'conditions are not a list of conditions';
   const entryOk = (h: unknown) => isObject(h) && isString(h.version) && (HISTORY_STATES as readonly unknown[]).includes(h.state) && isString(h.at);
   if (!Array.isArray(v.history) || !v.history.every(entryOk)) return 'history is not a list of releases';
-  // an update path's bundle (#43) names its releases in bundle.path
-  const nameOk = ([k, x]: [string, unknown]) => isString(x) || (k === 'path' && Array.isArray(x) && x.every(isString));
-  if (v.bundle !== undefined && !(isObject(v.bundle) && Object.entries(v.bundle).every(nameOk))) return 'bundle is not a list of names';
+  // its fields that are not strings are dropped as it is read (bundleFromFile)
+  if (v.bundle !== undefined && !isObject(v.bundle)) return 'bundle is not a list of names';
   const w = v.writer;
   if (w !== undefined && !(isObject(w) && Number.isInteger(w.pid) && isString(w.heartbeatAt) && !Number.isNaN(Date.parse(w.heartbeatAt)) && isCount(w.heartbeatSeconds))) return 'writer is not a process record';
   return undefined;
@@ -77,7 +116,8 @@ export async function readStatusFile(path: string): Promise<StatusFile | undefin
   }
   const defect = statusDefect(v);
   if (defect) throw damaged(path, defect);
-  return v as StatusFile;
+  const file = v as StatusFile;
+  return file.bundle ? { ...file, bundle: bundleFromFile(file.bundle as unknown as Record<string, unknown>) as unknown as StatusFile['bundle'] } : file;
 }
 
 const damaged = (path: string, why: string) =>
