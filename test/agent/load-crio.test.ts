@@ -205,7 +205,7 @@ t.test('SIGTERM during a load, and a second load meanwhile', async (t) => {
   t.equal(await exited, 1, 'the interrupted load exits 1');
   t.equal(JSON.parse(out.trim().split('\n').pop()!).error.reason, 'Interrupted');
   t.same(await readdir(s.registriesDir), [], 'mirror drop-in removed');
-  t.same(await readdir(join(s.root, 'var/lib/upgrade')), [], 'staged layout removed');
+  t.same(await readdir(join(s.root, 'var/lib/upgrade')), ['1.1.0-amd64.partial'], 'the staged layout put back as a marked partial staging, which the next load resumes');
   const status = JSON.parse(await readFile(statusFile, 'utf8'));
   t.equal(status.phase, 'Failed');
   t.equal(status.conditions.find((c: any) => c.type === 'Failed')?.reason, 'Interrupted');

@@ -157,3 +157,27 @@ t.test('a fetched layout whose approval was withdrawn before its load is not loa
   t.equal((await ok.service.syncOnce())?.version, '1.2.3', 'loaded once approved again');
   t.equal(seed.counters.bytesServed, served, 'from the staging kept: not one byte fetched again');
 });
+
+t.test('a peer fetch whose approval is withdrawn after it showed progress leaves the stick\'s Ready as it was (the stick\'s load is a stand-in: its status written directly)', async (t) => {
+  // slow enough that the fetch's approval watch (every 5 s) finds the withdrawal mid-transfer
+  const slow = await w.server({ uploadBytesPerSecond: 512 * 1024 });
+  // the nodes still offer it after the withdrawal (their offers are not the approval): only the approval watch stops the fetch
+  const directory = new FixedDirectory([w.approval], [endpoint('slow-seed', slow.url)]);
+  directory.peersFor = async () => directory.peers;
+  const n = await peerNode('node-r', directory);
+  n.tracker.update((s) => {
+    s.phase = 'Ready';
+    s.bundle = { file: '/media/stick/update.bundle', media: 'USB stick UPDATE', version: '1.2.2', arch: 'amd64' };
+  });
+  n.tracker.condition('Ready', 'True', 'Loaded', 'update 1.2.2 loaded: you may remove the USB stick');
+  // the admin deletes the BundleApproval once the fetch shows bytes
+  n.tracker.onChange((s) => { if (s.phase === 'Staging' && s.progress.bytesDone > 0) directory.approvals = []; });
+  t.equal(await n.service.syncOnce(), undefined, 'not loaded');
+  t.ok(n.seen.some((s) => s.phase === 'Staging' && s.progress.bytesDone > 0), 'the fetch showed progress first');
+  const now = n.tracker.current;
+  t.equal(now.phase, 'Ready', 'still Ready');
+  t.equal(now.bundle?.version, '1.2.2', 'from the stick\'s 1.2.2');
+  t.equal(now.bundle?.media, 'USB stick UPDATE', 'the stick named');
+  t.notOk(now.conditions.some((c) => c.type === 'Failed'), 'no Failed condition: the withdrawal is not this node failing');
+  t.ok(now.conditions.some((c) => c.type === 'Ready' && c.status === 'True'), 'the Ready condition as it was');
+});

@@ -1,8 +1,8 @@
-import { readdir, rm, stat } from 'node:fs/promises';
+import { readdir, rename, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, finishLayout, loadTrust, openBundle, readHeader, releasePath, verifyBundle, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity, checkSignature, extractBundle, finishLayout, loadTrust, openBundle, partialBundle, readHeader, readLayoutDescription, releasePath, verifyBundle, writeResumeMarker, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
@@ -169,6 +169,7 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   const served = (await readServing(config.paths.stateDir))?.layout;
   const keep = new Set<string>([...(spare ? [spare] : []), ...(served ? [served] : []), ...unloaded.map((f) => f.layout)]);
   const keeps = await layoutKeptHere(config);
+  const recorded = new Set(releases.flatMap((r) => (r.layout ? [r.layout] : [])));
   for (const r of releases) {
     if (!r.layout) continue;
     if (keeps === true || (keeps === 'untilComplete' && pending.has(r.version)) || r.layout === served) keep.add(r.layout);
@@ -179,12 +180,38 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   const gone: string[] = [];
   for (const n of names) {
     const dir = join(config.paths.upgradeDir, n);
-    if (keep.has(dir) || !(await stat(join(dir, 'bundle.json')).then(() => true, () => false))) continue;
+    // a partial staging is removeStalePartials' (one put back below keeps its bundle.json)
+    if (n.endsWith('.partial') || keep.has(dir) || !(await stat(join(dir, 'bundle.json')).then(() => true, () => false))) continue;
+    // no record: a load killed after the staging was whole (a fetch's, renamed before the pulls); its next staging re-hashes it, reads nothing again
+    if (!recorded.has(dir) && await backToPartial(dir, log)) continue;
     await rm(dir, { recursive: true, force: true });
     gone.push(n);
   }
   if (gone.length) log.warn('staging', `removed staged layouts no release needs any more: ${gone.join(', ')}`);
   await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+}
+
+/**
+ * A whole staged layout no load finished, put back as `<dir>.partial` under the resume marker
+ * naming its bundle.json, as a staging cut short leaves it: the same bundle's next staging (a
+ * stick's or a fetch's) hashes every entry again and reads only what no longer matches. Marked
+ * before the rename, so a kill in between leaves a layout this runs on again, not an unmarked
+ * partial removeStalePartials drops. False (the caller removes it) when its bundle.json is unreadable.
+ */
+async function backToPartial(dir: string, log: Logger): Promise<boolean> {
+  // a staging under way there (its marker) is not this layout's to replace
+  if (await partialBundle(`${dir}.partial`)) return false;
+  try {
+    const { manifestBytes } = await readLayoutDescription(dir);
+    await writeResumeMarker(dir, manifestBytes);
+    await rm(`${dir}.partial`, { recursive: true, force: true });
+    await rename(dir, `${dir}.partial`);
+  } catch (err) {
+    log.warn('staging', `cannot keep the unfinished layout ${dir} for the next staging (${oneLine(err)}): it is removed`);
+    return false;
+  }
+  log.info('staging', `kept the layout ${dir} that no load finished as ${dir}.partial: the same bundle's next staging checks it again and reads only what is missing`);
+  return true;
 }
 
 /** Whether every image the agent recorded for a release (that bundle's, by digest) is still in the runtime (true where it cannot ask). */
@@ -502,6 +529,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   let staged: Staged | undefined;
   let ok = false;
   let retry = false;
+  let stopped = false;
   let hops: PathRelease[] | undefined;
   try {
     staged = await stage(ctx, a);
@@ -516,6 +544,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
       staging?.stop(err);
       await staging?.done.catch(() => undefined);
       retry = await keepForRetry(ctx, a, staged, err);
+      stopped = failureOf(err, config.paths.upgradeDir).reason === 'Interrupted';
       throw err;
     }
     // read from the store while it is open: which images are each release's of the path
@@ -525,7 +554,9 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
     staged?.staging?.release();
     await staged?.store.close().catch(() => undefined);
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later (unless kept to be tried again, hashed anew).
-    if (staged?.target && ((!ok && !staged.reused && !retry) || (ok && !keepLayout))) await rm(staged.target, { recursive: true, force: true });
+    // A stop (SIGTERM) says nothing against a whole signed layout: the next staging of its bundle re-hashes it instead of reading it again.
+    const drop = staged?.target !== undefined && ((!ok && !staged.reused && !retry) || (ok && !keepLayout));
+    if (drop && !(stopped && staged!.whole && a.signer && await backToPartial(staged!.target!, log))) await rm(staged!.target!, { recursive: true, force: true });
   }
   if (staged.target) await forgetKeptCopy(config.paths.stateDir, staged.target);
   const kept = staged.target && keepLayout ? { layout: staged.target } : {};

@@ -183,6 +183,12 @@ export class PeerService {
         this.waitingFor.add(wanted.manifestDigest);
         return undefined;
       }
+      // the admin withdrew it mid-fetch: nothing of this node failed, so the status says again what it said before (a stick's Ready stays)
+      if (reason === 'ApprovalRevoked') {
+        if (!loading) this.withdrawFetching();
+        log.info('peers', `bundle ${wanted.version}: ${message}`, { reason, digest: wanted.manifestDigest });
+        return undefined;
+      }
       this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
       // approved for the cluster, not for this node (another arch, older than what it runs): no
       // failure of this node; refused before the fetch showed itself, so the status is as it was
