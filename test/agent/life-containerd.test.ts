@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { until } from '../helpers/until.js';
 import { parse as parseYaml } from 'yaml';
 import { CriImageClient } from '@offline-bundle/runtime';
+import { partialBundle } from '@offline-bundle/format';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { startFakeApi, writeKubeconfig } from '../status/lib.js';
 import { AGENT, containerdNode, daemonChild, makeBundle, run } from './fixtures.js';
@@ -82,7 +83,10 @@ status:
   const failed = parseYaml(sent[0]!.body).status.conditions.find((c: any) => c.type === 'Failed');
   t.equal(failed?.reason, 'Interrupted', 'the cluster hears the same with the first report of the new start');
   t.match(failed?.message, /stopped before the load finished/);
-  t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), [], 'no staged layout left');
+  // the staging was whole when the kill came: it stays only as a marked partial, which the next
+  // load of this bundle re-hashes instead of reading the stick again (issue #41's one door)
+  t.same(await readdir(join(n.root, 'var/lib/upgrade')).catch(() => []), ['1.1.0-amd64.partial'], 'no staged layout left, only the marked partial');
+  t.ok(await partialBundle(join(n.root, 'var/lib/upgrade/1.1.0-amd64.partial')), 'under a resume marker naming its bundle');
   t.same(await readdir(join(n.root, 'etc/containerd/certs.d')), [], 'no hosts.toml left');
   const stopped = await run(AGENT, ['status', '--config', n.config]);
   t.equal(stopped.code, 3, 'stopped with SIGTERM: not running either');
