@@ -1,12 +1,11 @@
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
-import { randomBytes } from 'node:crypto';
-import { readFile, readdir, rename, rm } from 'node:fs/promises';
+import { readFile, readdir, rm } from 'node:fs/promises';
 import { readStateJson } from '../state/state-json.js';
 import { dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
-import { makeDirs, syncDirBestEffort, writeFileAtomic } from '@offline-bundle/host';
+import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import {
   CriImageClient, MANAGED_MARKER, RuntimeError, containerdPinnedRefs, renderPinsDropIn, containerdReportsPins, containerdVersion, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
   writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn, containerdHostDir, renderContainerdHosts, renderRegistriesDropIn,
@@ -236,7 +235,7 @@ function repositories(m: BundleManifest): { repository: string; digestOnly: bool
 /** Removes the temp files a killed atomic write of `names` left in `dir` (hidden: never the file itself). */
 async function removeTemps(dir: string, names: readonly string[]): Promise<void> {
   for (const n of await readdir(dir).catch(() => [] as string[])) {
-    // ".NAME.…tmp", and "..NAME.…tmp" for the temp of a staged copy (putPinsFile)
+    // ".NAME.PID.RAND.tmp" (writeFileAtomic's temp, also where putPinsFile stages the pins)
     if (n.endsWith('.tmp') && names.some((name) => n.replace(/^\.+/, '').startsWith(`${name}.`) && n !== name)) await rm(join(dir, n), { force: true });
   }
 }
@@ -478,15 +477,7 @@ export class CrioTarget implements RuntimeTarget {
   private async putPinsFile(text: string): Promise<void> {
     const dir = this.config.paths.crioDropInDir;
     const file = join(dir, this.pinsName);
-    const staged = join(dirname(dir), `.${this.pinsName}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
-    try {
-      await writeFileAtomic(staged, text);
-      await rename(staged, file);
-      await syncDirBestEffort(dir);
-    } catch {
-      await rm(staged, { force: true });
-      await writeFileAtomic(file, text);
-    }
+    await writeFileAtomic(file, text, 0o644, dirname(dir)).catch(() => writeFileAtomic(file, text));
   }
 
   /** `own` with every other file's pins. */

@@ -8,10 +8,12 @@ import { syncDirBestEffort } from './sync-file.js';
  * Writes a file so that readers see the old content or the new, never a mix: a hidden temp
  * file in the same directory, fsync, rename, then fsync of the directory so the rename
  * survives a power cut. The directory must exist. Errors are the system's (callers map them).
+ * `tmpDir` puts the temp file elsewhere on the same filesystem, for a directory whose reader
+ * takes every file in it, a temp one too (CRI-O's crio.conf.d).
  */
-export async function writeFileAtomic(file: string, content: string | Uint8Array, mode = 0o644): Promise<void> {
+export async function writeFileAtomic(file: string, content: string | Uint8Array, mode = 0o644, tmpDir?: string): Promise<void> {
   const dir = path.dirname(file);
-  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  const tmp = path.join(tmpDir ?? dir, `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
   try {
     const fh = await createExclusive(tmp, mode);
     try {
