@@ -31,6 +31,7 @@ export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
 export { canonicalHeader } from './entry-header.js';
+export { MAX_PIECE_BYTES, MIN_PIECE_BYTES, PIECE_BYTES, PieceDigests, PieceHasher, hasPieces, pieceCount, pieceRange, validatePieces, type BundlePieces } from './pieces.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { FormatVersion, VersionedFeature } from './layout.js';

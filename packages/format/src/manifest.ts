@@ -2,6 +2,7 @@ import { isDigest, isManifestMediaType, type Platform } from '@offline-bundle/oc
 import { FormatError } from './errors.js';
 import { compareVersions } from './release-version.js';
 import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, VERSIONED_FEATURES, versionAllows } from './layout.js';
+import { validatePieces, type BundlePieces } from './pieces.js';
 
 export interface BundleRelease {
   /** Human name: the OpenShift version, or what --name said. */
@@ -166,6 +167,8 @@ export interface BundleManifest {
   agent?: BundleAgent;
   /** A delta's base: the blobs marked `fromBase` are listed but not carried (version 3 on). */
   base?: BundleBase;
+  /** Per-piece digests of the large blobs (pieces.ts); absent in bundles built before them. */
+  pieces?: BundlePieces;
   signer: { algorithm: SignatureAlgorithm; fingerprint: string };
 }
 
@@ -265,6 +268,7 @@ export function validateManifest(doc: unknown): BundleManifest {
   if (r.via !== undefined || r.adds !== undefined || r.payload !== undefined) validateReleasePath(r, doc.images as BundleImage[], doc.blobs as BundleBlob[], t.layoutBytes as number);
   if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
   validateBase(doc.base, version as number, r.version as string, doc.blobs as BundleBlob[]);
+  if (doc.pieces !== undefined) validatePieces(doc.pieces, doc.blobs as BundleBlob[]);
   return doc as unknown as BundleManifest;
 }
 
