@@ -5,6 +5,13 @@
 //   node test/run.mjs                         # whole suite
 //   node test/run.mjs test/helpers.test.mjs   # any tap args/files pass through
 //   node test/run.mjs --unit                  # the unit tier: files marked `// tier: unit` (test/tiers.mjs)
+//   node test/run.mjs --coverage              # whole suite with V8 coverage collected and reported
+//
+// Coverage: a run that names test files (or --unit) collects and reports it as .taprc says; the
+// whole suite does not unless --coverage asks. There it cost 8 to 18 % of a file's CPU time
+// (each process writes its V8 coverage, 10 MiB for a `bundle cluster` start) for a report that
+// came out empty: test/tiers.test.mjs runs tap again in this project, and every tap run
+// starts by deleting .tap/coverage, the whole suite's included (docs/testing.md).
 //
 // Settings (include globs, timeout 300 s, jobs 2, tsconfig, coverage reported
 // but not gated via allow-incomplete-coverage/allow-empty-coverage) live in
@@ -29,7 +36,7 @@
 // TAP test points instead. Skipped/todo points are reported separately.
 // Exit status is non-zero if anything failed or tap itself exited non-zero.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -196,10 +203,25 @@ function optValue(argv, long, short) {
   return v;
 }
 
+/**
+ * tap's arguments for coverage: off (`--disable-coverage`) for a whole-suite run, that is one
+ * naming no test file or directory, unless `--coverage` is given; nothing when a coverage
+ * option is given explicitly. `--coverage` is this script's own and is not passed on.
+ * @param {string[]} userArgs arguments for tap (--unit's files already added)
+ * @param {(arg: string) => boolean} namesPath whether an argument names a file or directory
+ * @returns {string[]}
+ */
+export function coverageArgs(userArgs, namesPath) {
+  if (userArgs.includes('--coverage')) return [];
+  if (userArgs.some((a) => /^--(no-)?disable-coverage(=|$)/.test(a))) return [];
+  return userArgs.some((a) => !a.startsWith('-') && namesPath(a)) ? [] : ['--disable-coverage'];
+}
+
 async function main() {
   const unit = process.argv.includes('--unit');
-  const userArgs = process.argv.slice(2).filter((a) => a !== '--unit');
-  if (unit) userArgs.push(...unitFiles(path.join(root, 'test')).map((f) => path.relative(root, f)));
+  const given = process.argv.slice(2).filter((a) => a !== '--unit');
+  if (unit) given.push(...unitFiles(path.join(root, 'test')).map((f) => path.relative(root, f)));
+  const userArgs = [...coverageArgs(given, (a) => existsSync(path.resolve(root, a))), ...given.filter((a) => a !== '--coverage')];
   const reporter =
     process.env.TAP === '1'
       ? 'tap'

@@ -1,28 +1,28 @@
 // The files bundle-agent's help and man page name are where an installed agent has them (#40
 // item 8: they pointed at systemd/config.example.yaml, a path of the repository). The agent
-// tarball is built by scripts/package.mjs (one architecture, no OCI image) and installed by its
-// install.sh under a scratch root; every absolute path the help's "Configuration" paragraph and
-// the man page's FILES entry for the example name must exist there. The OCI image carries the
-// same tarball under /usr/local, the default prefix.
+// tarball is built by scripts/package.mjs (amd64) and installed by its install.sh under a
+// scratch root; every absolute path the help's "Configuration" paragraph and the man page's
+// FILES entry for the example name must exist there. The OCI image carries the same tarball
+// under /usr/local, the default prefix. The tarball is the booted-node tests' (test/helpers/
+// node.ts packagedAgent, built once per source tree), not built a second time here.
 import t from 'tap';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
+import { packagedAgent } from '../helpers/node.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const AGENT = join(ROOT, 'agent/bin/bundle-agent.js');
 const VERSION = JSON.parse(await readFile(join(ROOT, 'agent/package.json'), 'utf8')).version as string;
 
 const work = await tmpdir(t, 'ob-installed-');
-const out = join(work, 'dist');
-// the Node runtime and addons come from ~/.cache/offline-bundle once fetched: about 20 s
-const built = spawnSync(process.execPath, [join(ROOT, 'scripts/package.mjs'), '--only', 'bundle-agent', '--no-oci', '--arch', 'amd64', '--out', out], { encoding: 'utf8', timeout: 240_000, env: { PATH: process.env.PATH, HOME: process.env.HOME } });
-if (built.status !== 0) throw new Error(`package.mjs failed: ${built.stderr}`);
+const agent = await packagedAgent();
+t.comment(`agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
 const unpacked = join(work, 'unpacked');
 await mkdir(unpacked);
-execFileSync('tar', ['-xzf', join(out, `bundle-agent-${VERSION}-linux-amd64.tar.gz`), '-C', unpacked]);
+execFileSync('tar', ['-xzf', agent.tarball, '-C', unpacked]);
 const top = join(unpacked, `bundle-agent-${VERSION}-linux-amd64`);
 const root = join(work, 'root');
 execFileSync('sh', [join(top, 'install.sh'), '--root', root, '--no-enable'], { stdio: 'ignore' });
