@@ -5,10 +5,11 @@ import { OciError, formatPlatform } from '@offline-bundle/oci';
 import { BaseError, escapeControls, writeFileAtomic } from '@offline-bundle/host';
 import { addCompletionCommand, runCli } from '@offline-bundle/cli';
 import {
-  FORMAT_VERSIONS, FormatError, PASSPHRASE_ENV, VERSIONED_FEATURES, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
+  FORMAT_VERSIONS, FormatError, PIECE_BYTES, PASSPHRASE_ENV, VERSIONED_FEATURES, WRITABLE_VERSIONS, assertTrust, extractBundle, generateKeyPair, loadPublicKey, loadTrust, readHeader, readPassphrase,
   baseEntries, baseLabel, deltaFacts, unwritableVersion, verifyBundle, withBundle, type BundleManifest,
 } from '@offline-bundle/format';
 import { createBundle, type CreateOptions } from './create.js';
+import { PIECE_MODES } from './piece-mode.js';
 import { BLOB_ORDERS } from './blob-order.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
 import { reportPlan } from './image-set/plan.js';
@@ -49,6 +50,11 @@ const blobOrderArg = (value: string) => {
   if (!(BLOB_ORDERS as readonly string[]).includes(value)) throw new InvalidArgumentError(`must be ${BLOB_ORDERS.join(' or ')}`);
   return value;
 };
+const piecesArg = (value: string) => {
+  if (!(PIECE_MODES as readonly string[]).includes(value)) throw new InvalidArgumentError(`must be ${PIECE_MODES.join(' or ')}`);
+  return value;
+};
+const PIECES_HELP = `digests per ${PIECE_BYTES >> 20} MiB piece of every blob longer than that, signed in bundle.json, so agents fetching from peers check and pass on each piece as it arrives: on (default) or none (for sites whose agents never use peers; saves some CPU-seconds per GiB while packing); older agents ignore them`;
 const BLOB_ORDER_HELP = `the order blobs are written in: digest (default; every bundle-agent reads it) or pull (image by image as a runtime pulls them, so a node pulls each image while the rest is still read from the stick; needs format version 3, bundle-agent ${FORMAT_VERSIONS[VERSIONED_FEATURES['blobs in pull order']]!.minReader} or later)`;
 const FORMAT_VERSION_HELP = `bundle.json's format version: ${[...WRITABLE_VERSIONS].reverse().map((v) => `${v} for bundle-agent ${FORMAT_VERSIONS[v]!.minReader} or later`).join(', ')}; by default the oldest that carries what the bundle holds, so it reaches every agent that can use it ("bundle inspect" shows what a bundle needs)`;
 
@@ -82,6 +88,7 @@ function summary(m: BundleManifest) {
     releaseSignatures: (m.release.signatures ?? []).map((s, i) => ({ configMapKey: m.release.digest ? `${m.release.digest.replace(':', '-')}-${i + 1}` : `signature-${i + 1}`, digest: s.digest, keyIds: s.keyIds })),
     totals: m.totals,
     ...(m.base ? { delta: deltaFacts(m) } : {}),
+    pieces: piecesFacts(m),
     creator: m.creator,
     signer: m.signer,
   };
@@ -92,6 +99,17 @@ function deltaLine(m: BundleManifest): string[] {
   const d = deltaFacts(m);
   if (!d) return [];
   return [`delta:     against ${baseLabel(d.base)} (${d.base.bundleJson}), ${d.carriedBlobs} of ${d.totalBlobs} blobs carried, ${formatBytes(d.carriedBytes)} (${formatBytes(d.baseBytes)} from the base: a node needs ${d.base.version} kept on its disk)`];
+}
+
+/** Whether bundle.json carries per-piece digests (a peer can check a blob piece by piece), their size and how many blobs are listed. */
+function piecesFacts(m: BundleManifest): { pieceBytes: number; blobs: number } | null {
+  return m.pieces ? { pieceBytes: m.pieces.size, blobs: Object.keys(m.pieces.blobs).length } : null;
+}
+
+function piecesLine(m: BundleManifest): string {
+  const p = piecesFacts(m);
+  // pieces are whole MiB (a power of two from 1 MiB): said as the flag's help says them
+  return `pieces:    ${p ? `${p.pieceBytes / (1 << 20)} MiB each, digests of ${plural(p.blobs, 'blob')} (every one longer than a piece)` : 'none (peers check each blob only whole)'}`;
 }
 
 function printSummary(m: BundleManifest, fileBytes: number): void {
@@ -107,6 +125,7 @@ function printSummary(m: BundleManifest, fileBytes: number): void {
     `created:   ${m.creator.createdAt} by ${m.creator.tool} ${m.creator.version}`,
     `sizes:     layout ${formatBytes(m.totals.layoutBytes)}, file ${formatBytes(fileBytes)}, image store ~${formatBytes(m.totals.imageStoreBytes)}`,
     ...deltaLine(m),
+    piecesLine(m),
     ...(m.agent ? [`agent:     bundle-agent ${m.agent.version} (${m.agent.repository}@${m.agent.digest}); nodes switch to it once Ready`] : []),
     `images (${m.images.length}), blobs: ${m.blobs.length}`,
     ...m.images.map((i) => `  ${i.tag ? `${i.repository}:${i.tag}` : `${i.repository}@${i.digest}`}  ${i.platforms.map(formatPlatform).join(',')}${i.component ? `  [${i.component}]` : ''}`),
@@ -194,6 +213,7 @@ export function buildProgram(): Command {
     .option('--format-version <n>', FORMAT_VERSION_HELP, formatVersionArg)
     .option('--base <bundle>', BASE_HELP)
     .option('--blob-order <order>', BLOB_ORDER_HELP, blobOrderArg)
+    .option('--pieces <mode>', PIECES_HELP, piecesArg, 'on')
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print a JSON summary on stdout at the end')
     .addHelpText('after', `

@@ -8,7 +8,7 @@ import {
   connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
   MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
 } from '@offline-bundle/oci';
-import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type BundleRelease, type HopAdds, type ReleaseSignatureRef, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
+import { PIECE_BYTES, estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type BundleRelease, type HopAdds, type ReleaseSignatureRef, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
 import { archProblem, checkCacheDir, checkOutput, checkReleaseOptions, checkSpace, type FileKeys } from './preflight.js';
@@ -27,6 +27,8 @@ import { CATALOG_COMPONENT } from './image-set/catalog-source.js';
 import type { OperatorSelection } from './image-set/schema.js';
 import { HELM_CONFIG_MEDIA_TYPE, chartSource, checkChartManifest, type ChartLine } from './image-set/chart.js';
 import { blobOrderProblem, digestOrder, pullOrder, type BlobOrder } from './blob-order.js';
+import type { PieceMode } from './piece-mode.js';
+import { PieceFacts } from './piece-facts.js';
 
 export interface CreateOptions {
   /** An OpenShift release image; its payload images come along. */
@@ -81,6 +83,8 @@ export interface CreateOptions {
    * needs format version 3 (bundle-agent 0.2.0 or later), chosen unless --format-version says otherwise.
    */
   blobOrder?: BlobOrder;
+  /** `on` (default): bundle.json carries per-piece digests of the large blobs (peers check each piece as it arrives). `none`: it does not. */
+  pieces?: PieceMode;
   /** Creation time; defaults to SOURCE_DATE_EPOCH when set (reproducible builds), else now. */
   createdAt?: string;
   progress?: Progress;
@@ -596,6 +600,8 @@ interface Pass {
   fetched: boolean;
   /** What the writer packed while downloads went on, shown once they end. */
   packedSoFar: [number, number] | undefined;
+  /** Each blob's piece list, worked out as it arrives (none with --pieces none). */
+  pieces: PieceFacts | undefined;
 }
 
 /** Fetches every missing blob into the cache (in parallel, resuming), telling the writer of each arrival. */
@@ -614,8 +620,10 @@ function fetchBlobs(s: Session, c: Contents, pass: Pass, writeTotal: () => numbe
     const path = await cache.fetch(blob.digest, blob.size, (offset) => source.getBlob(blob.digest, blob.size, offset), {
       onBytes: (n) => progress.update((done += n), items()),
       measure: isCompressedLayer(blob.mediaType),
+      ...(pass.pieces ? { tap: pass.pieces.tap(blob) } : {}),
     });
-    pass.arrivals.get(blob.digest)!.resolve({ path, verified: cache.verified(blob.digest) });
+    const pieces = pass.pieces;
+    pass.arrivals.get(blob.digest)!.resolve({ path, verified: cache.verified(blob.digest), ...(pieces ? { pieces: () => pieces.listOf(blob, path) } : {}) });
     for (const w of waiting.values()) if (w.delete(blob.digest) && w.size === 0) imagesDone++;
     progress.update(done, items());
   }), s.work.signal).then(() => {
@@ -660,12 +668,23 @@ function writeOrder(c: Contents, images: BundleImage[], order: BlobOrder | undef
  * cache, while later ones are still being fetched.
  */
 async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer }): Promise<WrittenBundle> {
+  const { opts, cache } = s;
+  // its thread lives as long as the fetch and the write
+  const pieces = opts.pieces === 'none' ? undefined : new PieceFacts(cache, PIECE_BYTES);
+  try {
+    return await fetchAndWriteWith(s, pre, all, c, { images, charts, index }, pieces);
+  } finally {
+    await pieces?.stop();
+  }
+}
+
+async function fetchAndWriteWith(s: Session, pre: Preflight, all: ResolvedAll, c: Contents, { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer }, pieces: PieceFacts | undefined): Promise<WrittenBundle> {
   const { opts, progress, cache } = s;
   const digests = all.path.length ? all.path.map((r) => r.info.digest) : all.releaseInfo ? [all.releaseInfo.digest] : [];
   const signatures = digests.length ? await releaseSignatureBlobs(digests, cache, opts, progress, all.path.map((r) => r.info.version)) : undefined;
   const createdAt = creationTime(opts);
   const ordered = writeOrder(c, [...images, ...charts], opts.blobOrder);
-  const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined };
+  const pass: Pass = { arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])), ordered, writeFailure: undefined, fetchFailedFirst: false, fetched: false, packedSoFar: undefined, pieces };
   const blobList = ordered.map(({ blob }) => ({ ...blob, ready: () => pass.arrivals.get(blob.digest)!.promise }));
   const base = deltaOf(pre.base, ordered.map((o) => o.blob), progress);
   // a chart is served from the bundle's layout, never unpacked into the node's image store
@@ -691,6 +710,7 @@ async function fetchAndWrite(s: Session, pre: Preflight, all: ResolvedAll, c: Co
     ...(opts.formatVersion !== undefined ? { schemaVersion: opts.formatVersion } : {}),
     ...(base ? { base } : {}),
     ...(opts.blobOrder === 'pull' ? { blobOrder: 'listed' as const } : {}),
+    ...(opts.pieces === 'none' ? {} : { pieceSize: PIECE_BYTES }),
     // the writer's total also counts index.json and oci-layout
     onProgress: (d, t) => {
       // while downloads go on, the line shows them; the packing so far shows once they end

@@ -7,6 +7,7 @@
 
 import { FORMAT_VERSIONS, MAX_RELEASE_PATH_HOPS, VERSIONED_FEATURES, WRITABLE_VERSIONS } from '@offline-bundle/format';
 import { BLOB_ORDERS, type BlobOrder } from '../blob-order.js';
+import { PIECE_MODES, type PieceMode } from '../piece-mode.js';
 
 export const BUNDLE_FILE_API_VERSION = 'offline-bundle/v1alpha1';
 export const BUNDLE_FILE_KIND = 'Bundle';
@@ -112,6 +113,7 @@ export const BUNDLE_FILE_SCHEMA = {
     level: { type: 'integer', minimum: 1, maximum: 19, description: 'The zstd compression level, 1-19 (default 3).' },
     formatVersion: { type: 'integer', enum: [...WRITABLE_VERSIONS], description: `bundle.json's format version (as --format-version): ${WRITABLE_VERSIONS.join(' or ')} by default the oldest that carries what the bundle holds (so it reaches agents not yet upgraded).` },
     blobOrder: { type: 'string', enum: [...BLOB_ORDERS], description: `The order blobs are written in (as --blob-order): digest (default; every bundle-agent reads it) or pull (image by image as a runtime pulls them; needs format version 3, bundle-agent ${FORMAT_VERSIONS[VERSIONED_FEATURES['blobs in pull order']]!.minReader} or later).` },
+    pieces: { type: 'string', enum: [...PIECE_MODES], description: 'Per-piece digests in bundle.json (as --pieces): on (default; agents fetching from peers check each 4 MiB piece as it arrives) or none.' },
   },
 } as const;
 
@@ -152,6 +154,7 @@ export interface BundleFile {
   level?: number;
   formatVersion?: number;
   blobOrder?: BlobOrder;
+  pieces?: PieceMode;
   /** Parts of at most this many bytes (as --split-size): an ImageSetConfiguration's archiveSize. */
   splitSize?: number;
 }

@@ -28,6 +28,13 @@ const WRITE_BUFFER = FRAME_BYTES;
 const PLACE_BATCH = 16;
 
 /**
+ * Tests only: told by the staging writer itself of each entry it puts in place and each layout it
+ * finishes, with the function that did it, so a test proves every origin writes through these
+ * (an origin with its own temp, hash and rename would never show here).
+ */
+export const stagingProbe: { use?: (writer: (...args: never[]) => unknown, path: string) => void } = {};
+
+/**
  * The files of a layout being staged in `dir`: each entry is written under a temp name and
  * renamed to its own only after its bytes hashed to the signed digest (and, with `fsync`, were
  * on disk). So a layout name only ever holds a whole entry that verified when it was written,
@@ -73,6 +80,7 @@ export class EntryFiles {
     const temp = this.tempOf(entry.path);
     if (this.fsync) await syncPath(temp);
     await rename(temp, join(this.dir, entry.path));
+    stagingProbe.use?.(EntryFiles.prototype.placeNow, join(this.dir, entry.path));
     this.onPlaced?.(entry);
   }
 

@@ -3,7 +3,7 @@ import { makeDirs, readSmallFile, syncDirBestEffort, writeFileAtomic } from '@of
 import { dirname, join, resolve } from 'node:path';
 import { isSystemError } from './bundle-ends.js';
 import { FormatError } from './errors.js';
-import { EntryFiles, emptyStaging, removeUnfinishedWrites } from './entry-files.js';
+import { EntryFiles, emptyStaging, removeUnfinishedWrites, stagingProbe } from './entry-files.js';
 import { RESUME_MARKER, resumableHead, resumeInto, writeResumeMarker, type ResumeInfo } from './extract-resume.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
 import { verifyBundle } from './reader.js';
@@ -150,6 +150,7 @@ export async function finishLayout(partial: string, target: string, verified: { 
   await makeDirs(dirname(target));
   await rename(partial, target);
   await syncDirBestEffort(dirname(target));
+  stagingProbe.use?.(finishLayout, target);
 }
 
 /**

@@ -20,7 +20,7 @@ export { FRAME_SLICE_BYTES } from './frame-stream.js';
 export { extractBundle, finishLayout, readLayoutDescription } from './extract.js';
 export { MAX_RESUME_MARKER_BYTES, RESUME_MARKER, bundleIdentity, partialBundle, verifiedInPlace, writeResumeMarker } from './extract-resume.js';
 // the staged-layout writer extractBundle writes through, for every origin of a layout's entries (peers too)
-export { EntryFiles, EntryAppend, WRITING_SUFFIX, emptyStaging, removeUnfinishedWrites } from './entry-files.js';
+export { EntryFiles, EntryAppend, WRITING_SUFFIX, emptyStaging, removeUnfinishedWrites, stagingProbe } from './entry-files.js';
 export type { AppendOptions } from './entry-files.js';
 export { layoutEntries, baseEntries, baseLabel, deltaFacts, type DeltaFacts } from './listing.js';
 export { checkSigner } from './trust.js';
@@ -31,7 +31,8 @@ export { readReleaseSignatures } from './release-signatures.js';
 export { BoundedDecompress, decompressFrame } from './zstd-bounded.js';
 export { FrameInspector, parseFrameHeader } from './frame-inspector.js';
 export { canonicalHeader } from './entry-header.js';
-export { MAX_PIECE_BYTES, MIN_PIECE_BYTES, PIECE_BYTES, PieceDigests, PieceHasher, hasPieces, pieceCount, pieceRange, validatePieces, type BundlePieces } from './pieces.js';
+export { MAX_PIECE_BYTES, MIN_PIECE_BYTES, PIECE_BYTES, PieceDigests, PieceHasher, decodePieceList, hasPieces, listChars, pieceCount, pieceRange, validatePieces, type BundlePieces } from './pieces.js';
+export { PieceHashThread, pieceThreadsRunning, type PieceStream } from './piece-hash-thread.js';
 
 export type { FormatErrorCode } from './errors.js';
 export type { FormatVersion, VersionedFeature } from './layout.js';

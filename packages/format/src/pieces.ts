@@ -37,6 +37,20 @@ export function pieceRange(size: number, pieceSize: number, index: number): { st
 /** Whether a blob of this size is listed in `pieces.blobs` (longer than one piece, carried). */
 export const hasPieces = (blob: { size: number; fromBase?: true }, pieceSize: number): boolean => blob.fromBase !== true && blob.size > pieceSize;
 
+/** Characters of the base64 list of `count` digests. */
+export const listChars = (count: number): number => Math.ceil((count * DIGEST_BYTES) / 3) * 4;
+
+/**
+ * The digests a list holds when it is exactly `count` of them in canonical base64, else
+ * undefined. Node's decoder skips what it cannot read and takes any padding, so a list of the
+ * right length may decode short: only a list that encodes back to itself is taken.
+ */
+export function decodePieceList(text: unknown, count: number): Buffer | undefined {
+  if (typeof text !== 'string' || text.length !== listChars(count)) return undefined;
+  const buf = Buffer.from(text, 'base64');
+  return buf.length === count * DIGEST_BYTES && buf.toString('base64') === text ? buf : undefined;
+}
+
 const bad = (msg: string): never => {
   throw new FormatError('INVALID_MANIFEST', `bundle.json: ${msg}`);
 };
@@ -61,10 +75,8 @@ export function validatePieces(v: unknown, blobs: readonly { digest: string; siz
   for (const key of Object.keys(listed)) {
     const count = want.get(key);
     if (count === undefined) bad(`pieces.blobs names ${key.slice(0, 80)}, which is not a carried blob longer than one piece`);
-    const text = listed[key];
-    const expectLength = Math.ceil((count! * DIGEST_BYTES) / 3) * 4;
-    if (typeof text !== 'string' || text.length !== expectLength || !/^[A-Za-z0-9+/]*={0,2}$/.test(text)) {
-      bad(`pieces.blobs[${key}] must be ${count} sha256 digests in base64 (${expectLength} characters)`);
+    if (decodePieceList(listed[key], count!) === undefined) {
+      bad(`pieces.blobs[${key}] must be ${count} sha256 digests in base64 (${listChars(count!)} characters), canonical: padded as base64 pads`);
     }
   }
   for (const key of want.keys()) if (!Object.hasOwn(listed, key)) bad(`pieces.blobs lacks ${key} (every carried blob longer than one piece is listed)`);
@@ -83,6 +95,11 @@ export class PieceDigests {
   }
   /** The signed sha256 of piece `index` of `blob` (32 bytes). */
   digest(blob: string, index: number): Buffer {
+    const all = this.decodedList(blob);
+    if (!Number.isSafeInteger(index) || index < 0 || (index + 1) * DIGEST_BYTES > all.length) throw new RangeError(`piece ${index} is outside ${blob}`);
+    return all.subarray(index * DIGEST_BYTES, (index + 1) * DIGEST_BYTES);
+  }
+  private decodedList(blob: string): Buffer {
     let all = this.decoded.get(blob);
     if (all === undefined) {
       const text = Object.hasOwn(this.pieces.blobs, blob) ? this.pieces.blobs[blob] : undefined;
@@ -90,11 +107,11 @@ export class PieceDigests {
       all = Buffer.from(text, 'base64');
       this.decoded.set(blob, all);
     }
-    if (!Number.isSafeInteger(index) || index < 0 || (index + 1) * DIGEST_BYTES > all.length) throw new RangeError(`piece ${index} is outside ${blob}`);
-    return all.subarray(index * DIGEST_BYTES, (index + 1) * DIGEST_BYTES);
+    return all;
   }
-  /** Whether `bytes` are piece `index` of `blob` as signed. */
+  /** Whether `bytes` are piece `index` of `blob` as signed: never, for a piece the head does not list. */
   matches(blob: string, index: number, bytes: Uint8Array | readonly Uint8Array[]): boolean {
+    if (!this.covers(blob) || !Number.isSafeInteger(index) || index < 0 || (index + 1) * DIGEST_BYTES > this.decodedList(blob).length) return false;
     const h = createHash('sha256');
     for (const b of Array.isArray(bytes) ? (bytes as readonly Uint8Array[]) : [bytes as Uint8Array]) h.update(b);
     return timingSafeEqual(h.digest(), this.digest(blob, index));

@@ -12,11 +12,13 @@ import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON, ENTRY_MTIME, FORMAT_VERSIONS, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE,
-  TAR_BLOCK, FRAME_BYTES, blobPath, defaultVersionFor, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion, type VersionedFeature } from './layout.js';
+  TAR_BLOCK, FRAME_BYTES, MAX_BUNDLE_JSON_BYTES, blobPath, defaultVersionFor, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion, type VersionedFeature } from './layout.js';
 import { serializeManifest, validateManifest, type BundleAgent, type BundleBase, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 import { rawFrameSize } from './raw-frame.js';
 import { FileHasher } from './file-hasher.js';
+import { hasPieces, listChars, pieceCount, type BundlePieces } from './pieces.js';
+import { PieceHashThread } from './piece-hash-thread.js';
 
 export interface WriteBundleInput {
   release: BundleRelease;
@@ -49,6 +51,12 @@ export interface WriteBundleInput {
    */
   blobOrder?: 'digest' | 'listed';
   /**
+   * Bytes per piece of the per-piece digests bundle.json carries (`pieces`, docs/FORMAT.md
+   * "Pieces"; bundle create passes PIECE_BYTES): each blob's list as its ReadyBlob gives it, else
+   * hashed from its file on a thread once it is there. None without it.
+   */
+  pieceSize?: number;
+  /**
    * A delta: bundle.json still lists every blob of `blobs`, names `ref` as its base, and marks
    * the blobs in `digests` fromBase; those are not packed (the node fills them from its base).
    */
@@ -62,8 +70,12 @@ export interface WriteBundleInput {
   signal?: AbortSignal;
 }
 
-/** A blob's file once it is there, and whether this run hashed it already (no second hash when packed). */
-export interface ReadyBlob { path: string; verified: boolean }
+/**
+ * A blob's file once it is there, and whether this run hashed it already (no second hash when
+ * packed); `pieces`: its list for the input's pieceSize when the caller can give it (worked out
+ * as it fetched the blob; asked only of blobs the head lists), else the writer hashes the file.
+ */
+export interface ReadyBlob { path: string; verified: boolean; pieces?: (() => Promise<string | undefined>) | undefined }
 
 export interface WrittenBundle {
   manifest: BundleManifest;
@@ -85,6 +97,12 @@ function cutPoints(entries: PackEntry[]): number[] {
   }
   cuts.push(pos);
   return cuts;
+}
+
+/** The lists bundle.json's `pieces` carries, each known once its blob is there; the thread hashes the files of those the caller gave none for. */
+interface PieceWork {
+  lists: Map<string, Promise<string>>;
+  thread?: PieceHashThread;
 }
 
 function verifying(e: PackEntry): Transform {
@@ -344,7 +362,9 @@ interface BundlePlan {
   layoutBytes: number;
   /** What is packed: layoutBytes less a delta's base blobs. */
   packedBytes: number;
-  manifestWith: (imageStoreBytes: number) => BundleManifest;
+  manifestWith: (imageStoreBytes: number, pieces: BundlePieces | undefined) => BundleManifest;
+  /** The blobs bundle.json lists in `pieces`, by digest, in their order: none when no pieces are asked. */
+  pieceBlobs: { size: number; digests: string[] } | undefined;
   manifestLength: number;
   signatureLength: number;
   headFrames: FrameEntry[];
@@ -357,6 +377,7 @@ interface WriteState {
   file?: Appender;
   hasher?: FileHasher;
   headWrite?: Promise<BundleManifest>;
+  pieces?: PieceWork;
   failed: boolean;
 }
 
@@ -391,6 +412,23 @@ function versionToWrite(input: WriteBundleInput): number {
   return version;
 }
 
+/** bundle.json's `pieces`, each listed blob's list from `listOf`. */
+function piecesOf(p: { size: number; digests: string[] }, listOf: (digest: string) => string): BundlePieces {
+  return { size: p.size, blobs: Object.fromEntries(p.digests.map((d) => [d, listOf(d)])) };
+}
+
+/**
+ * Every reader refuses a bundle.json past MAX_BUNDLE_JSON_BYTES: refused before hours of packing.
+ * Checked first with the lists' characters counted (so a huge build never allocates them), then
+ * on the head as serialized. `pieceChars`: what the lists take; undefined without pieces.
+ */
+function refuseLargeHead(total: number, pieceChars: number | undefined): void {
+  if (total <= MAX_BUNDLE_JSON_BYTES) return;
+  const mib = (n: number) => `${(n / (1 << 20)).toFixed(1)} MiB`;
+  const fix = pieceChars === undefined ? 'split the images over several bundles' : `build with --pieces none (its per-piece digests take ${mib(pieceChars)}; agents then check each blob only whole) or split the images over several bundles`;
+  throw new FormatError('OVERSIZED_ENTRY', `bundle.json would be ${mib(total)}, past the ${mib(MAX_BUNDLE_JSON_BYTES)} every reader accepts: ${fix}`);
+}
+
 function planBundle(input: WriteBundleInput): BundlePlan {
   const version = versionToWrite(input);
   const blobs = input.blobOrder === 'listed' ? [...input.blobs] : [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
@@ -402,7 +440,7 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   const layoutEntries = layoutEntriesOf(input.index, blobs.filter((b) => !fromBase(b)));
   const packedBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
   const layoutBytes = packedBytes + blobs.filter(fromBase).reduce((s, b) => s + b.size, 0);
-  const manifestWith = (imageStoreBytes: number): BundleManifest => ({
+  const manifestWith = (imageStoreBytes: number, pieces: BundlePieces | undefined): BundleManifest => ({
     schemaVersion: version,
     mediaType: FORMAT_VERSIONS[version]!.mediaType,
     release: input.release,
@@ -414,13 +452,20 @@ function planBundle(input: WriteBundleInput): BundlePlan {
     creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
     ...(input.agent ? { agent: input.agent } : {}),
     ...(input.base ? { base: input.base.ref } : {}),
+    ...(pieces ? { pieces } : {}),
     signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
   });
   // Never sign what a reader refuses: the reader's own schema check, on what goes out (again
   // with the real figure at the end). The widest figure sizes the head.
-  const widest = manifestWith(WIDEST_TOTAL);
+  const pieceBlobs = input.pieceSize === undefined ? undefined : { size: input.pieceSize, digests: blobs.filter((b) => !fromBase(b) && hasPieces(b, input.pieceSize!)).map((b) => b.digest) };
+  // each list's length follows from its blob's size alone: zeros stand in for the digests
+  const sizes = new Map(blobs.map((b) => [b.digest, b.size]));
+  const pieceChars = pieceBlobs && pieceBlobs.digests.reduce((n, d) => n + listChars(pieceCount(sizes.get(d)!, pieceBlobs.size)), 0);
+  refuseLargeHead(serializeManifest(manifestWith(WIDEST_TOTAL, undefined)).length + (pieceChars ?? 0), pieceChars);
+  const widest = manifestWith(WIDEST_TOTAL, pieceBlobs && piecesOf(pieceBlobs, (d) => Buffer.alloc(pieceCount(sizes.get(d)!, pieceBlobs.size) * 32).toString('base64')));
   validateManifest(widest);
   const manifestLength = serializeManifest(widest).length;
+  refuseLargeHead(manifestLength, pieceChars);
   // every supported algorithm's signature fits one tar block whatever it signs (Ed25519: 64
   // bytes, ECDSA DER: at most 139), so this one's padded length is the final one's
   const signatureLength = timedSync('signing', () => signBytes(serializeManifest(widest), input.key)).length;
@@ -429,7 +474,7 @@ function planBundle(input: WriteBundleInput): BundlePlan {
     level: input.level ?? 3,
     tmpOut: `${input.output}.${process.pid}.tmp`,
     sidecarTmp: `${input.output}.sha256.${process.pid}.tmp`,
-    blobs, layoutEntries, layoutBytes, packedBytes, manifestWith, manifestLength, signatureLength, headFrames,
+    blobs, layoutEntries, layoutBytes, packedBytes, manifestWith, pieceBlobs, manifestLength, signatureLength, headFrames,
     headBytes: headFrames.reduce((s, f) => s + f.compressedSize, 0),
   };
 }
@@ -441,8 +486,9 @@ function planBundle(input: WriteBundleInput): BundlePlan {
 async function writeHead(input: WriteBundleInput, plan: BundlePlan, appender: Appender, state: WriteState): Promise<BundleManifest> {
   await Promise.all(plan.blobs.map(readyBlob));
   const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
+  const pieces = await listedPieces(plan, state);
   input.signal?.throwIfAborted();
-  const manifest = plan.manifestWith(imageStoreBytes);
+  const manifest = plan.manifestWith(imageStoreBytes, pieces);
   validateManifest(manifest);
   const manifestBytes = paddedManifest(manifest, plan.manifestLength);
   const signature = timedSync('signing', () => signBytes(manifestBytes, input.key));
@@ -462,6 +508,32 @@ async function writeHead(input: WriteBundleInput, plan: BundlePlan, appender: Ap
   state.hasher = hasher;
   appender.onWritten = (n) => hasher.upTo(n);
   return manifest;
+}
+
+/**
+ * Each listed blob's list as soon as the blob is there: the caller's, or its file hashed on a
+ * thread started for those alone. Known when every blob is, so the head goes out as early as
+ * without pieces (the whole-file hash runs beside the packing from then on).
+ */
+function pieceLists(plan: BundlePlan, p: { size: number; digests: string[] }): PieceWork {
+  const work: PieceWork = { lists: new Map() };
+  const blobs = new Map(plan.blobs.map((b) => [b.digest, b]));
+  for (const d of p.digests) {
+    const list = readyBlob(blobs.get(d)!).then(async (r) => (await r.pieces?.()) ?? (work.thread ??= new PieceHashThread()).hashFile(r.path, p.size));
+    // a list lost with its blob fails the head write, which a failed write ignores
+    list.catch(() => undefined);
+    work.lists.set(d, list);
+  }
+  return work;
+}
+
+/** bundle.json's `pieces`, once every listed blob's list is known; the thread (if any) is done then. */
+async function listedPieces(plan: BundlePlan, state: WriteState): Promise<BundlePieces | undefined> {
+  if (!plan.pieceBlobs) return undefined;
+  const lists = new Map<string, string>();
+  for (const [digest, list] of state.pieces?.lists ?? []) lists.set(digest, await list);
+  await state.pieces?.thread?.stop();
+  return piecesOf(plan.pieceBlobs, (d) => lists.get(d)!);
 }
 
 /** Progress in layout bytes; the packed stream counts tar headers and padding too. */
@@ -509,6 +581,7 @@ async function abandon(input: WriteBundleInput, plan: BundlePlan, state: WriteSt
   // not awaited: it may be waiting for blobs that will never come
   state.headWrite?.catch(() => undefined);
   await state.hasher?.stop();
+  await state.pieces?.thread?.stop();
   await state.out?.close().catch(() => undefined);
   await rm(plan.tmpOut, { force: true });
   await rm(plan.sidecarTmp, { force: true });
@@ -534,6 +607,7 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     state.out = await createExclusive(plan.tmpOut, 0o666, { read: true });
     const file = new Appender(state.out, plan.headBytes);
     state.file = file;
+    if (plan.pieceBlobs) state.pieces = pieceLists(plan, plan.pieceBlobs);
     state.headWrite = writeHead(input, plan, file, state);
     state.headWrite.catch(() => undefined);
     const layout = await packFrames(plan.layoutEntries, (f) => file.append(f), true, plan.level, progressOf(input, plan.packedBytes), input.signal);

@@ -17,6 +17,20 @@ export interface CacheFetchOptions {
   attempts?: number;
   /** Count what the blob (a compressed layer) unpacks to as it arrives, and keep the figure beside it. */
   measure?: boolean;
+  /**
+   * Something else worked out from the bytes as they arrive (the chunks the digest check sees, a
+   * resumed download's .partial first): a fresh one each attempt, finished only once the digest
+   * matched. Not called for a blob the cache holds already.
+   */
+  tap?: () => BlobTap;
+}
+
+/** What a fetch feeds its bytes to besides the digest check (CacheFetchOptions.tap). */
+export interface BlobTap {
+  push(chunk: Buffer): Promise<void>;
+  /** Every byte was pushed and the blob is stored under its digest. */
+  finish(): Promise<void>;
+  abandon(): void;
 }
 
 export interface CacheInfo {
@@ -35,6 +49,14 @@ export interface CacheInfo {
  */
 const SIZES = ['sizes', 'v2', 'sha256'];
 const LEGACY_SIZES = ['sizes', 'sha256'];
+/** Other facts about a blob, kept by those who work them out (BlobCache.keepFact): `facts/<kind>/sha256/<hex>`. */
+const FACTS = 'facts';
+
+/** Every file that holds a fact about blob `hex`: its unpacked sizes and each kind under FACTS. */
+async function factFiles(dir: string, hex: string): Promise<string[]> {
+  const kinds = await readdir(join(dir, FACTS)).catch(() => [] as string[]);
+  return [...[SIZES, LEGACY_SIZES].map((sizes) => join(dir, ...sizes, hex)), ...kinds.map((k) => join(dir, FACTS, k, 'sha256', hex))];
+}
 
 const isFull = (err: unknown) => ['ENOSPC', 'EDQUOT'].includes((err as NodeJS.ErrnoException)?.code ?? '');
 
@@ -99,6 +121,24 @@ export class BlobCache {
     await writeFileAtomic(this.sizePath(digest), `${n}\n`);
   }
 
+  /**
+   * A fact about a blob kept under `kind` (a directory name that says what it is and how it was
+   * made), at most `maxBytes`; undefined when there is none. The caller validates it.
+   */
+  async readFact(kind: string, digest: string, maxBytes: number): Promise<Buffer | undefined> {
+    try {
+      return (await readSmallFile(join(this.dir, FACTS, kind, 'sha256', digestHex(digest)), maxBytes)).bytes;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Keeps a fact about a blob (written whole or not at all); dropped and pruned with the blob. */
+  async keepFact(kind: string, digest: string, bytes: Uint8Array | string): Promise<void> {
+    await makeDirs(join(this.dir, FACTS, kind, 'sha256'));
+    await writeFileAtomic(join(this.dir, FACTS, kind, 'sha256', digestHex(digest)), bytes);
+  }
+
   /** A full disk is one line naming the cache and the ways out, and leaves nothing half-written. */
   private full(err: unknown, partial?: string): Promise<never> {
     return (partial ? rm(partial, { force: true }) : Promise.resolve()).catch(() => undefined).then(() => {
@@ -110,7 +150,7 @@ export class BlobCache {
   async drop(digest: string): Promise<void> {
     this.checked.delete(digest);
     await rm(this.path(digest), { force: true });
-    await rm(this.sizePath(digest), { force: true });
+    for (const f of await factFiles(this.dir, digestHex(digest))) await rm(f, { force: true });
   }
 
   async has(digest: string, size: number): Promise<boolean> {
@@ -188,16 +228,20 @@ export class BlobCache {
       reported = offset;
     };
     let counter: UnpackedCounter | undefined;
+    let tap: BlobTap | undefined;
     await abandonOnFailure(() => withRetry(async () => {
       // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
       const hash = newSha256();
       counter?.abandon();
       counter = opts.measure ? new UnpackedCounter(size) : undefined;
+      tap?.abandon();
+      tap = opts.tap?.();
       let have = 0;
       try {
         for await (const chunk of createReadStream(partial)) {
           hash.update(chunk as Buffer);
           await counter?.push(chunk as Buffer);
+          await tap?.push(chunk as Buffer);
           have += (chunk as Buffer).length;
         }
       } catch (err) {
@@ -206,25 +250,16 @@ export class BlobCache {
       if (have > size) {
         await rm(partial, { force: true });
         hash.destroy();
+        tap?.abandon();
         return this.fetchNow(digest, size, open, opts);
       }
       reach(have);
-      let written = have;
+      const at = { written: have };
       if (have < size) {
-        const src = await open(have);
-        const measure = counter;
-        const check = new Transform({
-          transform(chunk: Buffer, _enc, cb) {
-            written += chunk.length;
-            if (written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
-            timedSync('registry reads: digest check', () => hash.update(chunk), chunk.length);
-            reach(written);
-            if (!measure) return cb(null, chunk);
-            measure.push(chunk).then(() => cb(null, chunk), cb);
-          },
-        });
-        await pipeline(src, check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
+        const check = checking(digest, size, hash, at, reach, [counter, tap]);
+        await pipeline(await open(have), check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
       }
+      const written = at.written;
       if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
       const actual = 'sha256:' + hash.digest('hex');
       if (actual !== digest) {
@@ -234,6 +269,7 @@ export class BlobCache {
       await rename(partial, final);
       this.checked.add(digest);
       await this.keepUnpackedSize(digest, await counter?.finish());
+      await tap?.finish();
       return final;
     }, {
       attempts: opts.attempts ?? 5,
@@ -243,9 +279,27 @@ export class BlobCache {
         if (!(err instanceof OciError)) return !isFull(err);
         return err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR' || (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message));
       },
-    }), () => counter?.abandon());
+    }), () => {
+      counter?.abandon();
+      tap?.abandon();
+    });
     return final;
   }
+}
+
+/** Holds a download to its size and hashes it as it streams in, handing each chunk to what else is worked out from it. */
+function checking(digest: string, size: number, hash: ReturnType<typeof newSha256>, at: { written: number }, reach: (n: number) => void, feeds: ({ push(chunk: Buffer): Promise<void> } | undefined)[]): Transform {
+  const to = feeds.filter((f) => f !== undefined);
+  return new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      at.written += chunk.length;
+      if (at.written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
+      timedSync('registry reads: digest check', () => hash.update(chunk), chunk.length);
+      reach(at.written);
+      if (to.length === 0) return cb(null, chunk);
+      Promise.all(to.map((f) => f.push(chunk))).then(() => cb(null, chunk), cb);
+    },
+  });
 }
 
 /** A download given up on stops its measuring too: the counting thread holds nothing for it. */
@@ -303,7 +357,7 @@ export async function pruneCache(dir: string, opts: { olderThanDays?: number; no
   for (const f of await cacheFiles(dir)) {
     if (!f.unfinished && opts.olderThanDays !== undefined && f.mtimeMs > cutoff) continue;
     await rm(f.path, { force: true });
-    if (f.hex) for (const sizes of [SIZES, LEGACY_SIZES]) await rm(join(dir, ...sizes, f.hex), { force: true });
+    if (f.hex) for (const fact of await factFiles(dir, f.hex)) await rm(fact, { force: true });
     files++;
     bytes += f.size;
   }
