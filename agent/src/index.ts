@@ -3,7 +3,8 @@ export { loadBundle, runLoad, removeStalePartials, runningVersion, type StagedLa
 export { BundleQueue, runDaemon, statusTracker } from './daemon/daemon.js';
 export { MediaWatcher, parseMountinfo } from './daemon/media.js';
 export { checkPolicy, compareVersions } from './load/policy.js';
-export { planSpace, choosePlan, demands, imageGrowth, shortfall, type SpaceCredit } from './load/space.js';
+export { planSpace, planText, choosePlan, demands, imageGrowth, shortfall, SpaceRefused, STICK_WORDS, type SpaceCredit, type SpacePlan, type SpaceWords } from './load/space.js';
+export type { EntrySource, SpaceCheck } from './load/entry-staging.js';
 export { partialBytes, MAX_PARTIAL_ENTRIES } from './load/space-credit.js';
 export { partialCredit } from './load/resume.js';
 export { readKubeletThresholds, parseQuantity, parseThreshold, thresholdsOf, KUBELET_DEFAULTS, MAX_KUBELET_CONFIG_BYTES } from './load/kubelet-thresholds.js';
@@ -27,7 +28,7 @@ export { readAgentSwitch, pendingMarker, agentSwitchPins, refsToKeepPinned, isAg
 export { forgetRelease, pruneReleases, unforgetRelease } from './releases/releases.js';
 export type { AgentSwitchRecord } from './state/agent-switch-state.js';
 export type { AgentConfig, RuntimeKind } from './config.js';
-export type { PipelineContext, LoadResult } from './load/pipeline.js';
+export type { PipelineContext, LoadResult, LoadStep } from './load/pipeline.js';
 export type { RuntimeTarget, ImageInspector } from './runtime/runtime-target.js';
 export type { PinReport } from './runtime/runtime-checks.js';
 export type { AgentReason } from './errors.js';

@@ -10,7 +10,7 @@ import t from 'tap';
 import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { AgentError, PeerService, createLogger, parseConfig, readReleases, removeLeftovers } from '@offline-bundle/agent';
+import { PeerService, createLogger, parseConfig, readReleases, removeLeftovers } from '@offline-bundle/agent';
 import { RESUME_MARKER, partialBundle } from '@offline-bundle/format';
 import { Metrics, StatusTracker, emptyStatus, technicianLine, type NodeStatus } from '@offline-bundle/status';
 import { acceptingRuntime, nodeRoot } from './fixtures.js';
@@ -110,14 +110,18 @@ t.test('a look that only waits (no node holds the approved bundle yet) leaves th
   t.same(n.tracker.current, before, 'the status as it was, to its updatedAt');
 });
 
-const busy = () => { throw new AgentError('Busy', 'another load holds the load lock (a test stands in for it)'); };
+/**
+ * What a fetch whose load never ran leaves (the agent killed between its last blob and the load
+ * putting it in place): the fetch alone (fetchFromPeers, the same staging steps), its layout left
+ * whole under its resume marker.
+ */
+const fetchedNotLoaded = (n: Awaited<ReturnType<typeof peerNode>>, directory: FixedDirectory) => w.fetch(n.config.paths.upgradeDir, directory, {}, { leaveStaged: true }).result;
 const exists = (p: string) => stat(p).then(() => true, () => false);
 
 t.test('a layout fetched whole whose load has not run yet survives the restart cleanup by its own resume marker, and is loaded without a second fetch', async (t) => {
   const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
-  const first = await peerNode('node-k', directory, busy);
-  t.equal(await first.service.syncOnce(), undefined, 'fetched; the load could not run');
-  t.equal(first.tracker.current.phase, 'Idle', 'the status says what it said before the fetch, not a fetch still under way');
+  const first = await peerNode('node-k', directory);
+  await fetchedNotLoaded(first, directory);
   const layout = join(first.config.paths.upgradeDir, '1.2.3-amd64');
   t.same(await readdir(first.config.paths.upgradeDir), ['1.2.3-amd64.partial'], 'whole in the staging place, not put in place: that is the load\'s');
   t.equal(await partialBundle(`${layout}.partial`), w.approval.manifestDigest, 'its resume marker names the bundle, as a stick\'s staging cut short does');
@@ -134,8 +138,9 @@ t.test('a layout fetched whole whose load has not run yet survives the restart c
 });
 
 t.test('what keeps it is the staging\'s resume marker: without it the same cleanup removes the staging', async (t) => {
-  const n = await peerNode('node-l', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]), busy);
-  await n.service.syncOnce();
+  const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
+  const n = await peerNode('node-l', directory);
+  await fetchedNotLoaded(n, directory);
   const partial = join(n.config.paths.upgradeDir, '1.2.3-amd64.partial');
   await rm(join(partial, RESUME_MARKER));
   await removeLeftovers(n.config, acceptingRuntime(), n.log, []);
@@ -144,8 +149,8 @@ t.test('what keeps it is the staging\'s resume marker: without it the same clean
 
 t.test('a fetched layout whose approval was withdrawn before its load is not loaded; approved again, it loads with no byte fetched again', async (t) => {
   const directory = new FixedDirectory([w.approval], [endpoint('seed', seed.url)]);
-  const n = await peerNode('node-m', directory, busy);
-  await n.service.syncOnce();
+  const n = await peerNode('node-m', directory);
+  await fetchedNotLoaded(n, directory);
   directory.approvals = [];
   const ok = await peerNode('node-m2', directory);
   ok.config.paths = n.config.paths;

@@ -5,11 +5,11 @@
 // every call (preload.method none): what is under test is the fetch-load-offer cycle.
 import t from 'tap';
 import { generateKeyPairSync } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { PeerService, addForgotten, createLogger, parseConfig, startPeerServer } from '@offline-bundle/agent';
+import { PeerService, addForgotten, createLogger, parseConfig, startPeerServer, type LoadStep } from '@offline-bundle/agent';
 import { StatusTracker, emptyStatus } from '@offline-bundle/status';
 import { acceptingRuntime, nodeRoot } from './fixtures.js';
 import { FixedDirectory, MiB, endpoint, peerWorld } from './peers-setup.js';
@@ -19,7 +19,7 @@ const seed = await w.server();
 let nodes = 0;
 
 /** A node with its PeerService (staging kept, so it can pass the bundle on) over `directory`. */
-async function peerNode(name: string, directory: FixedDirectory, onServingChanged?: () => void, runtime = acceptingRuntime) {
+async function peerNode(name: string, directory: FixedDirectory, onServingChanged?: () => void, runtime = acceptingRuntime, onStep?: (s: LoadStep) => void) {
   const pub = join(w.b.dir, 'factory.pub');
   await writeFile(pub, w.b.key.publicPem);
   const root = join(w.b.dir, `svc-node-${++nodes}`, 'node');
@@ -29,7 +29,7 @@ async function peerNode(name: string, directory: FixedDirectory, onServingChange
   const tracker = new StatusTracker(emptyStatus(name));
   const log = createLogger(new Writable({ write: (c, _e, cb) => { if (process.env.PEER_DEBUG) process.stderr.write(c); cb(); } }));
   const address = `127.0.0.${100 + nodes}`;
-  const service = new PeerService({ directory, credentials: w.credentials, address, port: 9470, context: { config, log, tracker }, runtime, ...(onServingChanged ? { onServingChanged } : {}) });
+  const service = new PeerService({ directory, credentials: w.credentials, address, port: 9470, context: { config, log, tracker, ...(onStep ? { onStep } : {}) }, runtime, ...(onServingChanged ? { onServingChanged } : {}) });
   return { name, config, tracker, service, address };
 }
 
@@ -52,14 +52,15 @@ t.test('fetched from the seed, loaded, offered onwards: a third node gets it fro
 });
 
 t.test('the fetch and the load of what it fetched are one turn of the load lock: nothing slips in between', async (t) => {
-  let lockAtLoad: string | undefined;
-  const n = await peerNode('node-lock', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]), undefined, () => {
-    // the load begins (its runtime is made) right after the fetch: the lock is still this process's
-    lockAtLoad = readFileSync(join(n.config.paths.stateDir, 'load.lock'), { encoding: 'utf8', flag: 'r' });
-    return acceptingRuntime();
+  // the lock file at the fetch's first write and at the pulls: one turn, the same holder and file
+  const lockAt = new Map<LoadStep, { text: string; ino: number }>();
+  const n = await peerNode('node-lock', new FixedDirectory([w.approval], [endpoint('seed', seed.url)]), undefined, acceptingRuntime, (s) => {
+    const file = join(n.config.paths.stateDir, 'load.lock');
+    if (s === 'write-entries' || s === 'load-images') lockAt.set(s, { text: readFileSync(file, 'utf8'), ino: statSync(file).ino });
   });
   t.equal((await n.service.syncOnce())?.version, '1.2.3');
-  t.match(lockAtLoad, new RegExp(`^${process.pid} `), 'held by this process when the load began, not released after the fetch');
+  t.match(lockAt.get('write-entries')?.text, new RegExp(`^${process.pid} `), 'held by this process while it fetched');
+  t.same(lockAt.get('load-images'), lockAt.get('write-entries'), 'and still the same lock when the load pulled: not released after the fetch');
   t.notOk(existsSync(join(n.config.paths.stateDir, 'load.lock')), 'released once the load ended');
 });
 

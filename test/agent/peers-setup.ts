@@ -7,7 +7,7 @@ import { join, relative } from 'node:path';
 import { Readable } from 'node:stream';
 import {
   PeerCounters, ServedBundle, fetchFromPeers, loadPeerCredentials, startPeerServer,
-  type PeerApproval, type PeerDirectory, type PeerEndpoint, type PeerFetchOptions, type PeerOffer, type PeerServerOptions, type RunningPeerServer,
+  type PeerApproval, type PeerDirectory, type SpaceCheck, type PeerEndpoint, type PeerFetchOptions, type PeerOffer, type PeerServerOptions, type RunningPeerServer,
 } from '@offline-bundle/agent';
 import { extractBundle, finishLayout, openBundle } from '@offline-bundle/format';
 import { makeBundle } from '../format/craft.js';
@@ -15,6 +15,12 @@ import { makePeerCa } from '../../deploy/openshift/peer-ca.mjs';
 
 type T = Parameters<typeof makeBundle>[0];
 export const MiB = 1024 * 1024;
+
+/** A stand-in for the load's space check that lets every fetch through: these tests do not check space. */
+export const fits: SpaceCheck = async (m) => ({
+  mode: 'staged', message: 'fits (the test does not check space here)',
+  figures: { layoutBytes: m.totals.layoutBytes, alreadyStagedBytes: 0, reclaimableBytes: 0, growth: { bytes: 0, heldBytes: 0, heldLayers: 0 }, thresholdsFrom: 'none (a stand-in)' },
+});
 
 /** Every regular file under `dir` (relative path → sha256), the resume marker and temp files included. */
 export async function treeOf(dir: string): Promise<Record<string, string>> {
@@ -82,7 +88,7 @@ export async function peerWorld(t: T, layerSizes = [3 * MiB, 2 * MiB, 1 * MiB, 5
     const counters = extra.counters ?? new PeerCounters();
     const result = fetchFromPeers({
       approval, directory, credentials, trust: b.trust, upgradeDir, fsync: false, connectTimeoutMs: 1000, counters,
-      planSpace: async () => ({ mode: 'staged', message: 'fits (the test does not check space here)' }), ...extra,
+      planSpace: fits, ...extra,
     }).then(async (r) => {
       if (!r.already && !opts.leaveStaged) await finishLayout(`${r.target}.partial`, r.target, r);
       return r;

@@ -24,6 +24,15 @@ export interface ImagesInput {
    * (the stick must stay in) until then.
    */
   staging?: { gate: PullGate; done: Promise<void> };
+  /** The last stop before the pins passed: from here the attempt is committed (runLoad ignores a withdrawal). */
+  onPinning?: () => void;
+}
+
+/** The last stop before the pins: past it the attempt is committed (onPinning), and the phase says Pinning. */
+function beginPinning(ctx: PipelineContext, input: ImagesInput): void {
+  ctx.signal?.throwIfAborted();
+  input.onPinning?.();
+  ctx.tracker.phase('Pinning');
 }
 
 /**
@@ -86,8 +95,7 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
       tracker.condition('Preloaded', 'True', 'AllImagesPulled', `${images} images (${refs.length} names) in the runtime's store (${registry.served.blobs} blobs served)`);
     }
 
-    signal?.throwIfAborted();
-    tracker.phase('Pinning');
+    beginPinning(ctx, input);
     // The mirror goes before the pins are applied: one reload (CRI-O) covers both.
     await unmirror();
     unmirror = undefined;

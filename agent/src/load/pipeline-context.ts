@@ -22,4 +22,9 @@ export interface PipelineContext {
   servesAfter?: boolean;
   /** Where the bundle's bytes come from (default: the file, or the parts it names, openBundle); the load closes what it opens. */
   openBundle?: (file: string) => Promise<BundleSource>;
+  /** Each step a load passes through, by name (tests: that every origin takes the same steps). */
+  onStep?: (step: LoadStep) => void;
 }
+
+/** The steps of a load every origin passes through once its bytes are being staged (onStep). */
+export type LoadStep = 'admit' | 'plan-space' | 'clear-partials' | 'write-entries' | 'finish-layout' | 'open-store' | 'load-images' | 'record-release';

@@ -7,24 +7,26 @@ import {
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
   clusterReadFailure, forbiddenMessage, fromSpool, KEPT_COPY_MEDIA, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
-  type ClusterReadFailure, type ClusterRelease, type Condition, type HistoryEntry, type StatusTracker,
+  type ClusterReadFailure, type ClusterRelease, type Condition, type HistoryEntry, type NodeStatus, type StatusTracker,
 } from '@offline-bundle/status';
 import { escapeControls } from '@offline-bundle/host';
 import { loadImages, runningNow } from './load-images.js';
-import type { PipelineContext } from './pipeline-context.js';
+import type { LoadStep, PipelineContext } from './pipeline-context.js';
+import { planStaging, stageEntries, stagingPlace, type EntrySource } from './entry-staging.js';
 import { StagingStore } from './staging-store.js';
-import { alreadyStaged, clearPartialsFor, partialCredit, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
+import { clearPartialsFor, dropPartialsOf, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
+import { forgetPeerPartial, notePeerPartial } from './peer-partials.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import { layoutKept, type AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
-import { checkPolicy, compareVersions } from './policy.js';
+import { POLICY_REFUSALS, checkPolicy, compareVersions } from './policy.js';
 import { forgetKeptCopy, readKeptCopies, recordKeptCopy } from '../state/kept-copies.js';
 import { readStagedHead, type StagedHead } from './kept-layout.js';
 import { loadedAhead } from './loaded-ahead.js';
 import { readServing } from '../state/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
-import { planSpace, type StageMode } from './space.js';
+import { STICK_WORDS, planSpace, type SpacePlan, type SpaceWords, type StageMode } from './space.js';
 import { heldForPath, neededOfBundle, passedOnPath, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { withLoadLock } from '../state/lock.js';
 import { contentOf, keyOf, recordBundle } from '../state/bundle-records.js';
@@ -35,7 +37,8 @@ import { rememberClusterRelease, rememberedClusterRelease } from './running-rele
 import { locateBase } from './delta-fill.js';
 import { pathReleases, type PathRelease } from './path-releases.js';
 
-export type { PipelineContext } from './pipeline-context.js';
+export type { LoadStep, PipelineContext } from './pipeline-context.js';
+export type { EntrySource } from './entry-staging.js';
 export { removeStalePartials } from './resume.js';
 
 export interface LoadResult {
@@ -251,21 +254,67 @@ interface Admitted {
   head: StagedHead;
   /** The layout staged before the load, when there is no source. */
   layout?: StagedLayout;
+  /** An origin with no bundle file (peers), staged by this load (stageEntries). */
+  entries?: EntryAttempt;
   signer?: TrustedKey;
   trust: Trust;
   releases: ReleaseRecord[];
   running?: ClusterRelease;
 }
 
-/** Where a load's signed head comes from: a bundle file's source (kept open for the staging), or a layout staged before the load. */
-type HeadOrigin = () => Promise<{ head: StagedHead; source?: BundleSource; layout?: StagedLayout }>;
+/**
+ * Where a load's signed head comes from: a bundle file's source (kept open for the staging), a
+ * layout staged before the load, or an origin with no file (`attempt`: the status shows the load
+ * only once the head came, so a look that finds nothing to fetch writes nothing).
+ */
+interface HeadOrigin {
+  read: (signal: AbortSignal | undefined) => Promise<{ head: StagedHead; source?: BundleSource; layout?: StagedLayout }>;
+  attempt?: EntryAttempt;
+}
+
+/** One load from an EntrySource, as the pipeline follows it. */
+interface EntryAttempt {
+  source: EntrySource;
+  /** The attempt's own stop (the origin's watch): its reason is the attempt's. */
+  stop: AbortSignal;
+  /** The status shows this attempt (admit read the head). */
+  shown: boolean;
+  /** Every entry is staged: from here a stop is the load's, not the fetch's. */
+  filled: boolean;
+  /** Where it is staged and the bundle's identity, once the head is known. */
+  target?: string;
+  identity?: string;
+  /** The status just before the attempt showed itself: what a withdrawal gives back. */
+  before?: NodeStatus;
+  /** The pins began: a withdrawal from here no longer stops it (the load completes and records). */
+  committed: boolean;
+}
+
+const step = (ctx: Pick<PipelineContext, 'onStep'>, name: LoadStep) => ctx.onStep?.(name);
+
+/** A failure of an attempt its origin stopped (a withdrawn approval) is that stop, not the error it caused. */
+function stoppedBy(attempt: EntryAttempt | undefined, err: unknown): unknown {
+  return attempt?.stop.aborted && attempt.stop.reason instanceof AgentError ? attempt.stop.reason : err;
+}
+
+/** The space check's words for a file: from the part spool, "the media" is the node's own disk. */
+const fileWords = (ctx: PipelineContext): SpaceWords => (fromSpool(ctx.media) ? { ...STICK_WORDS, media: 'serving from the part spool on this node\'s disk: no USB stick is needed' } : STICK_WORDS);
+
+/** The plan in the status and the log (SpaceAvailable). */
+function showPlan(ctx: PipelineContext, plan: SpacePlan): void {
+  ctx.tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
+  ctx.tracker.update((s) => {
+    s.bundle = { ...s.bundle!, mode: plan.mode };
+  });
+  ctx.log.info('space', plan.message, { mode: plan.mode });
+}
 
 /**
  * A bundle staged on this node before its load, in the place a stick's extraction stages it
- * (UPGRADE/<version>-<arch>): a fetch from peers in this turn of the load lock, whole in
- * `<target>.partial` under the same resume marker a stick's staging leaves (`head`: the signed
- * head the fetch verified), renamed into place by the load as a stick's extraction ends; or a
- * copy kept in `target` (no `head`: read back from disk, every blob hashed again).
+ * (UPGRADE/<version>-<arch>): an origin's staging (stageFromEntries) whole in `<target>.partial`
+ * under the same resume marker a stick's staging leaves (`head`: the signed head admit checked),
+ * renamed into place as a stick's extraction ends; or a copy kept in `target` (no `head`: read
+ * back from disk, every blob hashed again).
  */
 export interface StagedLayout {
   target: string;
@@ -274,35 +323,58 @@ export interface StagedLayout {
   head?: StagedHead;
 }
 
-const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOrigin => async () => {
-  await assertBundleFile(file);
-  const source = await openSource();
-  const head = await readHeader(source);
-  await assertWhole(source);
-  return { head, source };
-};
+const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOrigin => ({
+  read: async () => {
+    await assertBundleFile(file);
+    const source = await openSource();
+    const head = await readHeader(source);
+    await assertWhole(source);
+    return { head, source };
+  },
+});
 
 // Bound to what it was staged under, not to whatever signed bundle.json lies there now; the signature is checked again in admit.
-const fromStaged = (s: StagedLayout): HeadOrigin => async () => {
-  const which = `the one it was staged under (${s.manifestDigest})`;
-  if (s.head && bundleIdentity(s.head.manifestBytes) !== s.manifestDigest) throw new AgentError('Corrupt', `the bundle.json staged for ${s.target} is not ${which}: it is not used`);
-  return { head: s.head ?? await readStagedHead(s.target, s.manifestDigest, which), layout: s };
-};
+const fromStaged = (s: StagedLayout): HeadOrigin => ({
+  read: async () => {
+    const which = `the one it was staged under (${s.manifestDigest})`;
+    if (s.head && bundleIdentity(s.head.manifestBytes) !== s.manifestDigest) throw new AgentError('Corrupt', `the bundle.json staged for ${s.target} is not ${which}: it is not used`);
+    return { head: s.head ?? await readStagedHead(s.target, s.manifestDigest, which), layout: s };
+  },
+});
+
+const fromEntries = (attempt: EntryAttempt): HeadOrigin => ({
+  read: async (signal) => ({ head: await attempt.source.head(signal ?? attempt.stop) }),
+  attempt,
+});
 
 /** Step 3: signature (or digest) of bundle.json, then the arch and version policy. */
 async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Promise<Admitted> {
   const { config, log, tracker } = ctx;
-  tracker.update((s) => {
-    s.phase = 'Verifying';
-    s.bundle = { file, media: ctx.media ?? 'file', ...(ctx.fromPeers?.length ? { fromPeers: ctx.fromPeers } : {}) };
-    s.conditions = [];
-    s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
-  });
-  tracker.condition('MediaDetected', 'True', 'BundleFound', `found ${file}`);
-  log.info('media', `bundle found: ${file}`, { file, media: ctx.media });
+  const show = (found: string) => {
+    tracker.update((s) => {
+      s.phase = 'Verifying';
+      s.bundle = { file: found, media: ctx.media ?? 'file', ...(ctx.fromPeers?.length ? { fromPeers: ctx.fromPeers } : {}) };
+      s.conditions = [];
+      s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
+    });
+    tracker.condition('MediaDetected', 'True', 'BundleFound', `found ${found}`);
+    log.info('media', `bundle found: ${found}`, { file: found, media: ctx.media });
+  };
+  const attempt = origin.attempt;
+  if (!attempt) show(file);
 
   const trust = await loadTrust(config.trust.keys, config.trust.digest);
-  const { head, source, layout } = await origin();
+  const { head, source, layout } = await origin.read(ctx.signal);
+  if (attempt) {
+    // once there is something to load: a look that finds no peer leaves the node as it was
+    await removeLeftovers(config, ctx.runtime, log, tracker.current.history);
+    ({ target: attempt.target, identity: attempt.identity } = await stagingPlace(config.paths.upgradeDir, head));
+    // taken here, not before the lock and the head: what other writers said meanwhile is what the status goes back to
+    attempt.before = tracker.current;
+    show(attempt.target);
+    attempt.shown = true;
+  }
+  step(ctx, 'admit');
   const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
   const rel = head.manifest.release;
   // an update path (#43) is named in the status, so `bundle cluster` sees both releases come from one bundle
@@ -310,19 +382,33 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   tracker.update((s) => {
     s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}), ...(path ? { path } : {}) };
   });
-  const releases = await readReleases(config.paths.stateDir);
+  const a: Admitted = { ...(source ? { source } : {}), head, ...(layout ? { layout } : {}), ...(attempt ? { entries: attempt } : {}), ...(signer ? { signer } : {}), trust, releases: [] };
+  // an origin's bytes are staged first (its own refusals came with its head): a node that waits for the cluster meanwhile fetches, and serves what it fetched
+  if (!attempt) await admitRelease(ctx, a);
+  return a;
+}
+
+/**
+ * Step 3, against what the node runs: the running release (waited for when the cluster does not
+ * say it), the arch and version policy, the runtime's config; then the attempt in the history.
+ */
+async function admitRelease(ctx: PipelineContext, a: Admitted): Promise<void> {
+  const { config, log, tracker } = ctx;
+  const rel = a.head.manifest.release;
+  const path = rel.via?.length ? releasePath(a.head.manifest).map((h) => h.version) : undefined;
+  a.releases = await readReleases(config.paths.stateDir);
   let found = await runningRelease(ctx);
   if (!found.release && found.failure && !config.version.allowUnknown) found = await waitForCluster(ctx, found);
   const running = found.release;
   const current = running?.version;
-  const entry = checkPolicy(head.manifest, config, current);
+  const entry = checkPolicy(a.head.manifest, config, current);
   if (path && current) log.info('version', `the update path ${path.join(' → ')} is taken from the running ${current}, from ${path[entry]}`, { version: rel.version });
   if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
   await ctx.runtime.checkConfig?.(ctx.signal);
   tracker.update((s) => {
     s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
   });
-  return { ...(source ? { source } : {}), head, ...(layout ? { layout } : {}), ...(signer ? { signer } : {}), trust, releases, ...(running ? { running } : {}) };
+  if (running) a.running = running;
 }
 
 interface Staged {
@@ -343,7 +429,56 @@ type FileAdmitted = Admitted & { source: BundleSource };
 
 /** Steps 4 and 5: a bundle file staged (or served from the media); a layout staged before the load, opened. */
 function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
-  return a.source ? stageFile(ctx, { ...a, source: a.source }) : openStaged(ctx, a, a.layout!);
+  if (a.source) return stageFile(ctx, { ...a, source: a.source });
+  return a.entries ? stageFromEntries(ctx, a, a.entries) : openStaged(ctx, a, a.layout!);
+}
+
+/** A signed head only vouches for a layout no file of this load backs. */
+function needsSigner(ctx: PipelineContext, a: Admitted): asserts a is Admitted & { signer: TrustedKey } {
+  const rel = a.head.manifest.release;
+  if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} was staged on this node with no file to check it against (${ctx.media ?? 'a layout'}), which only a signature can vouch for: add the factory's public key to trust.keys`);
+}
+
+/**
+ * Steps 4 and 5 for an origin with no bundle file (peers): the staging a stick's takes (the
+ * space plan, the other partials dropped), its entries filled by the origin through the writer,
+ * then the layout put in place and opened as a stick's staged layout is (openStaged).
+ */
+async function stageFromEntries(ctx: PipelineContext, a: Admitted, attempt: EntryAttempt): Promise<Staged> {
+  const { config, log, tracker } = ctx;
+  needsSigner(ctx, a);
+  const identity = bundleIdentity(a.head.manifestBytes);
+  // before any entry is written: its partial goes with its approval (the daemon's look), a stick's stays
+  await notePeerPartial(config.paths.stateDir, identity);
+  const r = await stageEntries(attempt.source, a.head, {
+    upgradeDir: config.paths.upgradeDir, signal: ctx.signal ?? attempt.stop, log, onProgress: rateTracker(tracker), onStep: (n) => step(ctx, n),
+    plan: (m, credit, words) => planSpace(m, config, credit, words),
+    onPlan: (plan) => {
+      showPlan(ctx, plan);
+      // as a stick's staging shows itself once its plan is made; the origin's first entries follow at once
+      tracker.update((s) => {
+        s.phase = 'Staging';
+        Object.assign(s.progress, { bytesDone: 0, bytesTotal: a.head.manifest.totals.layoutBytes });
+      });
+    },
+  });
+  attempt.filled = true;
+  const from = attempt.source.senders?.() ?? [];
+  if (from.length) tracker.update((s) => { s.bundle = { ...s.bundle!, fromPeers: from }; });
+  // before it is put in place: a stop here leaves the staging whole under its resume marker; the
+  // version policy's refusal (the running version known only now) leaves nothing of it
+  await admitRelease(ctx, a).catch(async (err: unknown) => {
+    if (!r.already && err instanceof AgentError && POLICY_REFUSALS.has(err.reason)) {
+      await rm(`${r.target}.partial`, { recursive: true, force: true });
+      await forgetPeerPartial(config.paths.stateDir, identity);
+      log.info('staging', `bundle ${a.head.manifest.release.version} was fetched whole but refused by the version policy (${err.reason}): its staging ${r.target}.partial is removed`, { reason: err.reason });
+    }
+    throw err;
+  });
+  const staged = await openStaged(ctx, a, { target: r.target, manifestDigest: identity, ...(r.already ? {} : { head: a.head }) }, !r.already);
+  // in place: no partial of it left for the daemon's look
+  await forgetPeerPartial(config.paths.stateDir, identity);
+  return staged;
 }
 
 /**
@@ -353,6 +488,7 @@ function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
  * IO), and a layout that does not open is removed; else every blob is hashed again here.
  */
 async function openStagedStore(ctx: PipelineContext, target: string, m: BundleManifest, verified: boolean, verifiedBy: { reason: string; message: string }): Promise<LayoutStore> {
+  step(ctx, 'open-store');
   const store = await LayoutStore.open(target, catalogOf(m), { verified }).catch(async (err: unknown) => {
     if (verified) await rm(target, { recursive: true, force: true });
     throw new AgentError('StagingFailed', oneLine(err), { cause: err });
@@ -371,17 +507,19 @@ function showStaged(ctx: PipelineContext, target: string, verifiedBy: { reason: 
  * place as a stick's extraction ends, or a kept copy; then what a stick's staged layout goes
  * through. Only a signature vouches for a layout no file of this load backs.
  */
-async function openStaged(ctx: PipelineContext, a: Admitted, s: StagedLayout): Promise<Staged> {
+async function openStaged(ctx: PipelineContext, a: Admitted, s: StagedLayout, planned = false): Promise<Staged> {
   const rel = a.head.manifest.release;
   const target = join(ctx.config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
-  if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} was staged on this node with no file to check it against (${ctx.media ?? 'a layout'}), which only a signature can vouch for: add the factory's public key to trust.keys`);
+  needsSigner(ctx, a);
   if (s.target !== target) throw new AgentError('Corrupt', `${s.target} holds release ${rel.version} (${rel.arch}), whose place is ${target}: it is not used`);
   if (s.head) {
     await finishLayout(`${target}.partial`, target, s.head).catch((err: unknown) => {
       throw new AgentError('StagingFailed', `the staging of ${rel.version} in ${target}.partial cannot be put in place: ${oneLine(err)}`, { cause: err });
     });
+    step(ctx, 'finish-layout');
   }
-  ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged on this node before the load, in ${target}`);
+  // staged by this load: the plan said it (showPlan)
+  if (!planned) ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged on this node before the load, in ${target}`);
   ctx.tracker.update((st) => { st.bundle = { ...st.bundle!, mode: 'staged' }; });
   const store = await openStagedStore(ctx, target, a.head.manifest, s.head !== undefined, { reason: 'SignatureValid', message: `signed by ${a.signer.source}` });
   return { store, mode: 'staged', target, fileDigest: '', whole: true };
@@ -392,19 +530,13 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
   const { config, log, tracker, signal } = ctx;
   const m = a.head.manifest;
   const rel = m.release;
-  const target = join(config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
-  const identity = bundleIdentity(a.head.manifestBytes);
-  const stagedBefore = await alreadyStaged(target, a.head.manifestBytes);
+  const place = await stagingPlace(config.paths.upgradeDir, a.head);
+  const { target, identity, stagedBefore } = place;
   // a delta's base is found before anything is written: a node without it refuses at once
   const base = m.base && !stagedBefore ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) } : {};
-  const plan = await planSpace(m, config, await partialCredit(config.paths.upgradeDir, `${target}.partial`, identity));
-  // from the part spool, "the media" is the node's own disk: no stick is read
-  if (fromSpool(ctx.media)) plan.message = plan.message.replace(/serving from the media: keep the USB stick in until Ready/, 'serving from the part spool on this node\'s disk: no USB stick is needed');
-  tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
-  tracker.update((s) => {
-    s.bundle = { ...s.bundle!, mode: plan.mode };
-  });
-  log.info('space', plan.message, { mode: plan.mode });
+  const plan = await planStaging(config.paths.upgradeDir, place, a.head, fileWords(ctx), (mm, credit, words) => planSpace(mm, config, credit, words));
+  step(ctx, 'plan-space');
+  showPlan(ctx, plan);
 
   const fileSize = a.source.size;
   const onProgress = rateTracker(tracker);
@@ -421,6 +553,9 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
   signal?.throwIfAborted();
   let staged: Staged;
   await clearPartialsFor(config.paths.upgradeDir, plan.mode === 'staged' ? `${target}.partial` : undefined, identity, log);
+  // a fetch's partial of this bundle is the stick's from here: it stays when the approval goes
+  await forgetPeerPartial(config.paths.stateDir, identity);
+  step(ctx, 'clear-partials');
   if (plan.mode === 'staged') {
     tracker.update((s) => {
       s.phase = 'Staging';
@@ -437,8 +572,11 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
     }
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
+      step(ctx, 'write-entries');
       fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
     }
+    // extractBundle ends with finishLayout, as a fetch's staging does in openStaged
+    if (!reuse) step(ctx, 'finish-layout');
     // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
     if (kept) showStaged(ctx, target, verifiedBy);
     const store = kept ?? await openStagedStore(ctx, target, m, true, verifiedBy);
@@ -474,6 +612,7 @@ function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string
   if (signal?.aborted) onStop();
   else signal?.addEventListener('abort', onStop, { once: true });
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
+  step(ctx, 'write-entries');
   const extraction = extractBundle(a.source, target, {
     trust: a.trust, partialDir, onProgress, signal: stop.signal, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
@@ -482,6 +621,7 @@ function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string
   });
   const done = extraction.then((v) => {
     sameBytes(v.manifestBytes);
+    step(ctx, 'finish-layout');
     staged.fileDigest = v.fileDigest;
     store.staged();
     staged.whole = true;
@@ -524,8 +664,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   const m = a.head.manifest;
   const rel = m.release;
   const refs = imageRefs(m);
-  // after admit, which remembered the ClusterVersion it read: whether this load's layout outlives it
-  const keepLayout = (await layoutKeptHere(config, ctx.servesAfter === true)) !== false;
+  let keepLayout = false;
   let staged: Staged | undefined;
   let ok = false;
   let retry = false;
@@ -533,13 +672,18 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   let hops: PathRelease[] | undefined;
   try {
     staged = await stage(ctx, a);
+    // after admitRelease (an origin's comes with its staging), which remembered the ClusterVersion it read: whether this load's layout outlives it
+    keepLayout = (await layoutKeptHere(config, ctx.servesAfter === true)) !== false;
     const staging = staged.staging;
     try {
+      step(ctx, 'load-images');
       await loadImages(staging ? { ...ctx, signal: staging.signal } : ctx, {
         manifest: m, store: staged.store, releases: a.releases, ...(a.running ? { running: a.running } : {}),
         ...(staging ? { staging: { gate: staging.gate, done: staging.done } } : {}),
+        ...(a.entries ? { onPinning: () => { a.entries!.committed = true; } } : {}),
       });
-    } catch (err) {
+    } catch (caught) {
+      const err = stoppedBy(origin.attempt, caught);
       // the pulls failed: stop the staging too, and let it remove its partial layout
       staging?.stop(err);
       await staging?.done.catch(() => undefined);
@@ -567,6 +711,7 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
   // none for a release the node went past (#43): loadImages left its images out, and prune may take it
   const runs = runningNow(tracker.current.history, a.running);
   const recorded = (hops ?? [{ version: rel.version, refs }]).filter((h) => !path || !passedOnPath({ version: h.version, path }, runs));
+  step(ctx, 'record-release');
   for (const h of recorded) await recordRelease(config.paths.stateDir, { version: h.version, ...common, refs: h.refs, ...(path ? { path } : {}) });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
   const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
@@ -594,7 +739,7 @@ export const RETRYABLE: ReadonlySet<string> = new Set(['PullFailed', 'PullStalle
  */
 async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head' | 'source' | 'signer'>, staged: Staged, err: unknown): Promise<boolean> {
   const { config, tracker, log } = ctx;
-  // a stick's (or file's) copy, or one kept before and tried again; peers keep their own fetched layouts (peer-service.ts).
+  // a stick's (or file's) copy, or one kept before and tried again; a fetch from peers is fetched again (its partial resumes).
   // Signed only: a copy is loaded again as a layout, which only a signature can vouch for.
   const stickCopy = a.source !== undefined || ctx.media === KEPT_COPY_MEDIA;
   if (!stickCopy || !a.signer || !staged.target || !staged.whole || ctx.servesAfter === undefined) return false;
@@ -648,19 +793,73 @@ function failedAttempt(history: readonly HistoryEntry[], before: readonly Histor
 }
 
 /**
- * Loads a bundle file (loadBundle), or a layout staged before the load (checked against the
+ * Loads a bundle file (loadBundle), a layout staged before the load (checked against the
  * trusted keys and the policy again, then served, pulled and pinned as from a stick; no
- * bundle-file record is kept for it), and turns any failure into the Failed condition, leaving
- * nothing half-done. `lockHeld`: the caller holds the load lock since it began staging the layout
- * (a fetch from peers), so the staging and this load are one turn of the lock, with no gap between.
+ * bundle-file record is kept for it), or a bundle from an origin with no file (an EntrySource:
+ * peers), staged by this load as a stick's is, in one turn of the load lock; and turns any failure
+ * into the Failed condition, leaving nothing half-done (an origin's withdrawals leave the status
+ * as it was before the attempt).
  */
-export async function runLoad(origin: string | StagedLayout, ctx: PipelineContext, opts: { lockHeld?: boolean } = {}): Promise<LoadResult> {
-  const file = typeof origin === 'string' ? origin : origin.target;
-  const load = typeof origin === 'string' ? () => loadBundle(origin, ctx) : () => loadFrom(file, ctx, fromStaged(origin));
-  return runAttempt(file, ctx, load, typeof origin === 'string' ? 'file' : 'layout', opts.lockHeld === true);
+export async function runLoad(origin: string | StagedLayout | EntrySource, ctx: PipelineContext): Promise<LoadResult> {
+  if (typeof origin === 'string') return runAttempt(origin, ctx, (c) => loadBundle(origin, c), 'file');
+  if ('target' in origin) return runAttempt(origin.target, ctx, (c) => loadFrom(origin.target, c, fromStaged(origin)), 'layout');
+  const stop = new AbortController();
+  const attempt: EntryAttempt = { source: origin, stop: stop.signal, shown: false, filled: false, committed: false };
+  // the origin's watch (a withdrawn approval) stops the whole attempt, its load too, until the pins
+  // begin: a stop there would leave pins no release record names, so the load completes
+  const unwatch = origin.watch?.((reason) => {
+    if (!attempt.committed) stop.abort(reason);
+    else ctx.log.warn('peers', `approval withdrawn after pinning began: the load completes; revoke takes effect for the next bundle (${reason.message})`, { reason: reason.reason });
+  });
+  const signal = ctx.signal ? AbortSignal.any([ctx.signal, stop.signal]) : stop.signal;
+  try {
+    return await runAttempt(origin.media, { ...ctx, media: origin.media, signal }, (c) => loadFrom(origin.media, c, fromEntries(attempt)), 'entries', attempt);
+  } finally {
+    unwatch?.();
+    origin.close?.();
+  }
 }
 
-async function runAttempt(file: string, ctx: PipelineContext, load: () => Promise<LoadResult>, from: 'file' | 'layout', lockHeld: boolean): Promise<LoadResult> {
+/**
+ * The history and display after an attempt its origin withdrew (nothing of this node failed):
+ * what they said just before it showed itself, the attempted version's entry as it was; left as
+ * they are when another writer (a stick's note, a bundle loaded before) has shown something since.
+ */
+function withdrawAttempt(ctx: PipelineContext, attempt: EntryAttempt): void {
+  const was = attempt.before;
+  const now = ctx.tracker.current.bundle;
+  if (!attempt.shown || !was || now?.file !== attempt.target || now?.media !== attempt.source.media) return;
+  ctx.tracker.update((s) => {
+    Object.assign(s, { phase: was.phase, conditions: was.conditions, progress: was.progress });
+    if (was.bundle) s.bundle = was.bundle;
+    else delete s.bundle;
+    if (now?.version) s.history = historyAsBefore(s.history, was.history, now.version);
+  });
+}
+
+/**
+ * A withdrawn approval leaves nothing of its bundle staged, under the load lock: every partial
+ * its marker names (one found withdrawn at the head too, before this attempt knew its place);
+ * a stick's staging of another build of the release stays.
+ */
+async function dropWithdrawn(ctx: PipelineContext, attempt: EntryAttempt, err: unknown): Promise<void> {
+  const { stateDir, upgradeDir } = ctx.config.paths;
+  if (failureOf(stoppedBy(attempt, err), upgradeDir).reason !== 'ApprovalRevoked') return;
+  const identity = attempt.identity ?? attempt.source.identity;
+  if (!identity) return;
+  const gone = await dropPartialsOf(upgradeDir, identity);
+  await forgetPeerPartial(stateDir, identity);
+  if (gone.length) ctx.log.info('staging', `removed the staging ${gone.join(', ')} of the withdrawn bundle ${identity}`);
+}
+
+/** `version`'s entry in `history` as it was in `before` (none if there was none). */
+function historyAsBefore(history: readonly HistoryEntry[], before: readonly HistoryEntry[], version: string): HistoryEntry[] {
+  const was = before.find((e) => e.version === version);
+  if (!was) return history.filter((e) => e.version !== version);
+  return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...was } : e)) : [...history, { ...was }];
+}
+
+async function runAttempt(file: string, ctx: PipelineContext, load: (ctx: PipelineContext) => Promise<LoadResult>, from: 'file' | 'layout' | 'entries', attempt?: EntryAttempt): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = from === 'file' ? await keyOf(file) : undefined;
   const content = from === 'file' ? await contentOf(file) : undefined;
@@ -668,12 +867,15 @@ async function runAttempt(file: string, ctx: PipelineContext, load: () => Promis
   // what the history said before this attempt: a release loaded before stays so when a repeat load fails
   const before = ctx.tracker.current.history;
   try {
-    const locked = <T>(fn: () => Promise<T>) => (lockHeld ? fn() : withLoadLock(stateDir, fn));
-    const r = await locked(async () => {
-      await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history, from === 'layout' ? file : undefined);
+    const r = await withLoadLock(stateDir, async () => {
+      // an origin's after its head (admit)
+      if (!attempt) await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history, from === 'layout' ? file : undefined);
       // a load killed mid-way leaves this, so the next daemon start tries the file again
       if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
-      return load();
+      return attempt ? load(ctx).catch(async (err: unknown) => {
+        await dropWithdrawn(ctx, attempt, err);
+        throw err;
+      }) : load(ctx);
     });
     if (key) await recordBundle(stateDir, { key, ...(content ? { content } : {}), file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
     // only once Ready and recorded: the restart it may ask for stops this process
@@ -681,14 +883,20 @@ async function runAttempt(file: string, ctx: PipelineContext, load: () => Promis
     await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
     return r;
   } catch (caught) {
-    const err = from === 'file' ? mediaGone(caught, file) : caught;
+    const err = from === 'file' ? mediaGone(caught, file) : stoppedBy(attempt, caught);
     const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
-    // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again)
+    const thrown = err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+    // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again; an origin that looks again says so itself)
     if (reason === 'Busy') {
-      ctx.log.warn('busy', message, { reason, file });
-      throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+      if (!attempt) ctx.log.warn('busy', message, { reason, file });
+      throw thrown;
     }
-    const version = ctx.tracker.current.bundle?.version;
+    if (attempt?.source.withdraws(reason, attempt)) {
+      withdrawAttempt(ctx, attempt);
+      throw thrown;
+    }
+    // an origin's attempt is in the history once its entries are staged (admitRelease): before, its failure is the status's only
+    const version = attempt && !attempt.filled ? undefined : ctx.tracker.current.bundle?.version;
     // a stop says nothing about the file
     if (key && reason !== 'Interrupted') {
       await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
@@ -699,6 +907,6 @@ async function runAttempt(file: string, ctx: PipelineContext, load: () => Promis
     if (version && attempted) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
     ctx.tracker.failed(reason, message);
     ctx.log.error('failed', message, { reason, file });
-    throw err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+    throw thrown;
   }
 }

@@ -6,6 +6,9 @@ import { AgentError } from '../errors.js';
 // one ordering of release versions for the agent's downgrade check and the builder's delta base
 export { compareVersions } from '@offline-bundle/format';
 
+/** The policy's verdicts on a bundle against this node (arch, version): the bundle is not for it, whatever is fixed here. */
+export const POLICY_REFUSALS: ReadonlySet<string> = new Set(['WrongArch', 'Downgrade', 'NotAnUpgradeSource']);
+
 /** Most upgrade sources a refusal lists: the message stays one readable line. */
 const MAX_SOURCES_NAMED = 4;
 

@@ -54,6 +54,18 @@ export async function dropOtherPartials(upgradeDir: string, partialDir: string, 
   return gone;
 }
 
+/** Every partial staging whose marker names the bundle `bundle` (its approval withdrawn: nothing of it stays). */
+export async function dropPartialsOf(upgradeDir: string, bundle: string): Promise<string[]> {
+  const gone: string[] = [];
+  for (const n of await partials(upgradeDir)) {
+    const dir = join(upgradeDir, n);
+    if ((await partialBundle(dir)) !== bundle) continue;
+    await rm(dir, { recursive: true, force: true });
+    gone.push(n);
+  }
+  return gone;
+}
+
 /**
  * What the agent's own partial staging is worth to the space check: this bundle's pieces in
  * `partialDir` are layout not written again; every other partial is removed before staging.

@@ -135,12 +135,79 @@ export interface SpaceInputs {
   credit?: SpaceCredit;
 }
 
+/** What a space check found, as figures: the room a staged layout needs, the images' growth, what the figures rest on. */
+export interface SpaceFigures {
+  layoutBytes: number;
+  /** Of layoutBytes, this bundle's own partial staging: not written again. */
+  alreadyStagedBytes: number;
+  reclaimableBytes: number;
+  growth: ImageGrowth;
+  /** Where the kubelet's thresholds were read. */
+  thresholdsFrom: string;
+}
+
+/** The plan: staged on disk or served from the media, with the sentence for the status and log (in the origin's words). */
+export interface SpacePlan { mode: StageMode; message: string; figures: SpaceFigures }
+
+/** The filesystem that refuses the load: its demand, the sentence saying why, the bytes to free. */
+export interface SpaceShortfall { dir: string; needText: string; why: string; freeBytes: number; figures: SpaceFigures; delta?: string }
+
+/**
+ * How an origin of the bundle's bytes says a space verdict: a stick is plugged in again, a fetch
+ * from peers is tried again; a stick may be served from, peers may not (`media` undefined).
+ */
+export interface SpaceWords {
+  /** Before the refusal's sentence, naming what was refused ("bundle 1.2 is not fetched from peers: "). */
+  lead?: string;
+  /** After "free N on DIR": what the admin does next (" and plug the stick in again"). */
+  again: string;
+  /** After the thresholds' basis: what happens next on its own ("; the fetch is tried again later"). */
+  after?: string;
+  /** How serving from the media is said; undefined: this origin is staged or not loaded. */
+  media?: string;
+}
+
+export const STICK_WORDS: SpaceWords = { again: ' and plug the stick in again', media: 'serving from the media: keep the USB stick in until Ready' };
+
+/** A load refused for space: the AgentError every caller reports, with the figures behind it. */
+export class SpaceRefused extends AgentError {
+  constructor(readonly shortfall: SpaceShortfall, words: SpaceWords) {
+    super('InsufficientSpace', refusalText(shortfall, words));
+  }
+}
+
+function basisText(f: SpaceFigures): string {
+  const reclaimed = f.reclaimableBytes ? `; counting ${formatBytes(f.reclaimableBytes)} of partial staging the agent removes first as free` : '';
+  return `thresholds from ${f.thresholdsFrom}${f.growth.unknown ? `; every layer counted as new (${f.growth.unknown})` : ''}${reclaimed}`;
+}
+
+function imagesText(g: ImageGrowth): string {
+  return `${formatBytes(g.bytes)} of images${g.heldLayers ? ` (${formatBytes(g.heldBytes)} of layers already in the store not counted)` : ''}`;
+}
+
+function refusalText(s: SpaceShortfall, w: SpaceWords): string {
+  const what = s.delta ? `this delta is staged whole, the blobs filled from ${s.delta} too, and needs` : 'loading needs';
+  const hint = s.delta ? '' : ' (e.g. remove unused images)';
+  return `${w.lead ?? ''}not enough disk space: ${what} ${s.needText}; ${s.why}; free ${formatBytes(s.freeBytes)} on ${s.dir}${hint}${w.again} (${basisText(s.figures)})${w.after ?? ''}`;
+}
+
+/** The sentence of a plan, in the origin's words; a media plan for an origin that cannot be served from (`words.media` undefined) says why it is not staged. */
+export function planText(p: Pick<SpacePlan, 'mode' | 'figures'>, words: SpaceWords = STICK_WORDS): string {
+  const f = p.figures;
+  if (p.mode === 'staged') {
+    const already = f.alreadyStagedBytes ? ` (${formatBytes(f.alreadyStagedBytes)} of it already staged)` : '';
+    return `room for ${formatBytes(f.layoutBytes)} of layout${already} and ${imagesText(f.growth)}; ${basisText(f)}`;
+  }
+  const noRoom = `not enough room to copy the bundle (${formatBytes(f.layoutBytes)})`;
+  return words.media ? `${noRoom}; ${words.media} (${imagesText(f.growth)}; ${basisText(f)})` : noRoom;
+}
+
 /**
  * Chooses where the layout goes: staged on disk when it and the image store's growth fit, each
  * filesystem keeping the reserve and staying inside the kubelet's thresholds; else served from
- * the media when the images alone fit; else refuse, naming the numbers and what to free.
+ * the media when the images alone fit; else refuse (SpaceRefused), naming the numbers and what to free.
  */
-export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: SpaceInputs): { mode: StageMode; message: string } {
+export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: SpaceInputs, words: SpaceWords = STICK_WORDS): SpacePlan {
   const reserve = config.space.reserveBytes;
   const { growth, kubelet } = inputs;
   const reclaimable = Math.max(0, inputs.credit?.reclaimableBytes ?? 0);
@@ -148,26 +215,17 @@ export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: Space
   const fss = afterReclaim(inputs.fs, reclaimable);
   const dirs = { upgrade: config.paths.upgradeDir, store: config.paths.imageStoreDir };
   const failing = (layout: number, on = fss) => demands(on, dirs, layout, growth.bytes, staged).map((d) => ({ d, s: shortfall(d, reserve, kubelet) })).find((x) => x.s);
-  const reclaimed = reclaimable ? `; counting ${formatBytes(reclaimable)} of partial staging the agent removes first as free` : '';
-  const basis = `thresholds from ${kubelet.source}${growth.unknown ? `; every layer counted as new (${growth.unknown})` : ''}${reclaimed}`;
-  const images = `${formatBytes(growth.bytes)} of images${growth.heldLayers ? ` (${formatBytes(growth.heldBytes)} of layers already in the store not counted)` : ''}`;
-  if (!failing(m.totals.layoutBytes)) {
-    const already = staged ? ` (${formatBytes(staged)} of it already staged)` : '';
-    return { mode: 'staged', message: `room for ${formatBytes(m.totals.layoutBytes)} of layout${already} and ${images}; ${basis}` };
-  }
+  const figures: SpaceFigures = { layoutBytes: m.totals.layoutBytes, alreadyStagedBytes: staged, reclaimableBytes: reclaimable, growth, thresholdsFrom: kubelet.source };
+  const refuse = (x: { d: Demand; s?: Shortfall }, delta?: string) => new SpaceRefused({ dir: x.d.dir, needText: needText(x.d, reserve, growth), why: x.s!.why, freeBytes: x.s!.free, figures, ...(delta ? { delta } : {}) }, words);
+  const plan = (mode: StageMode): SpacePlan => ({ mode, figures, message: planText({ mode, figures }, words) });
+  const staging = failing(m.totals.layoutBytes);
+  if (!staging) return plan('staged');
   // a delta's base blobs are on this node, not on the media: it is staged whole, filled bytes too, or not at all
-  if (m.base) {
-    const staging = failing(m.totals.layoutBytes)!;
-    throw new AgentError('InsufficientSpace',
-      `not enough disk space: this delta is staged whole, the blobs filled from ${m.base.version} too, and needs ${needText(staging.d, reserve, growth)}; ${staging.s!.why}; free ${formatBytes(staging.s!.free)} on ${staging.d.dir} and plug the stick in again (${basis})`);
-  }
+  if (m.base) throw refuse(staging, m.base.version);
   // served from the media, this bundle's own partial staging goes too: its room is free then
   const media = failing(0, afterReclaim(inputs.fs, reclaimable + staged));
-  if (!media) {
-    return { mode: 'media', message: `not enough room to copy the bundle (${formatBytes(m.totals.layoutBytes)}); serving from the media: keep the USB stick in until Ready (${images}; ${basis})` };
-  }
-  throw new AgentError('InsufficientSpace',
-    `not enough disk space: loading needs ${needText(media.d, reserve, growth)}; ${media.s!.why}; free ${formatBytes(media.s!.free)} on ${media.d.dir} (e.g. remove unused images) and plug the stick in again (${basis})`);
+  if (!media) return plan('media');
+  throw refuse(media);
 }
 
 /**
@@ -175,7 +233,7 @@ export function choosePlan(m: BundleManifest, config: AgentConfig, inputs: Space
  * kubelet's thresholds from its config on the node, and the layers the store holds already.
  * `credit`: the agent's own leftovers it will delete or reuse (see SpaceCredit; partialBytes sums them).
  */
-export async function planSpace(m: BundleManifest, config: AgentConfig, credit?: SpaceCredit): Promise<{ mode: StageMode; message: string }> {
+export async function planSpace(m: BundleManifest, config: AgentConfig, credit?: SpaceCredit, words: SpaceWords = STICK_WORDS): Promise<SpacePlan> {
   const [upgrade, store, kubeletFs, kubelet, held] = await Promise.all([
     filesystemFree(config.paths.upgradeDir),
     filesystemFree(config.paths.imageStoreDir),
@@ -184,5 +242,5 @@ export async function planSpace(m: BundleManifest, config: AgentConfig, credit?:
     heldLayers(config.runtime, config.paths.imageStoreDir, m.blobs.filter(isLayer)),
   ]);
   const inputs: SpaceInputs = { fs: { upgrade, store, kubelet: kubeletFs }, growth: imageGrowth(m, held, config.runtime), kubelet, ...(credit ? { credit } : {}) };
-  return choosePlan(m, config, inputs);
+  return choosePlan(m, config, inputs, words);
 }

@@ -8,14 +8,21 @@
 // staged-layout writer (EntryFiles, as a stick's extraction): its temp names, hashing, refusal
 // of a wrong digest and rename are the same for every origin; what is the peers' own here is
 // whom to ask, what to remember of each, and the Range that continues a cut blob.
+// A head with `pieces` (format pieces.ts) has each large blob checked piece by piece as it
+// arrives (piece-transfer.ts): a wrong piece is refused alone, the peer suspect, the verified
+// pieces kept, and the blob goes on from another holder; a peer still fetching lists the
+// verified pieces of the blobs it is writing, and is asked for the run of them it holds from
+// where this node's copy ends (pieces of one blob in order, blobs rarest first).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { FormatError, type EntryAppend, type EntryFiles, type LayoutEntry } from '@offline-bundle/format';
+import { FormatError, PieceDigests, type BundlePieces, type EntryAppend, type EntryFiles, type LayoutEntry } from '@offline-bundle/format';
 import { AgentError } from '../errors.js';
 import type { PeerCounters } from './peer-counters.js';
-import { FREE_BUSY_ANSWERS, MAX_REQUESTS_PER_ENTRY, MIN_BLOB_RATE, guardRate, type MinRate } from './peer-bounds.js';
+import { FREE_BUSY_ANSWERS, MAX_PIECE_MISSES, MAX_REQUESTS_PER_ENTRY, MIN_BLOB_RATE, guardRate, type MinRate } from './peer-bounds.js';
 import { PeerFault, type PeerClient } from './peer-client.js';
 import { holds, rarestFirst, rotated, weightedPick, type Holder } from './peer-choice.js';
 import { bundleUrl } from './peer-head.js';
+import { parsePieceListing, piecesSet, runEnd } from './piece-listing.js';
+import { fetchPieces } from './piece-transfer.js';
 import type { PeerEndpoint } from './types.js';
 
 /** How often a stalled fetch asks peers that are still fetching what they hold now. */
@@ -49,6 +56,12 @@ interface Peer extends Holder {
   demoted: boolean;
   /** 503s in a row: free up to freeBusyAnswers; the next counts as a failed try and drops the peer from this fetch. */
   busyStreak: number;
+  /** Bitmaps of the verified pieces of blobs it holds in part (its listing's `pieces`; none from an older agent). */
+  pieces: Map<string, Buffer>;
+  /** 404s for pieces its listing named, by blob: at MAX_PIECE_MISSES it is not asked for that blob again. */
+  pieceMisses: Map<string, number>;
+  /** Blobs whose piece misses were forgiven once it listed them whole (forgive). */
+  forgiven: Set<string>;
 }
 
 export interface BlobFetchOptions {
@@ -75,6 +88,10 @@ export interface BlobFetchOptions {
   freeBusyAnswers?: number;
   onPlaced: (entry: LayoutEntry) => void;
   onBytes: (n: number) => void;
+  /** The verified head's `pieces`: its blobs are checked piece by piece and served in part. */
+  pieces?: BundlePieces;
+  /** The first `bytes` of a blob being fetched are verified pieces (0: it starts over): serve them. */
+  onPieces?: (entry: LayoutEntry, bytes: number) => void;
 }
 
 /** Errors of this node's own disk: no peer can help, the fetch stops. */
@@ -104,9 +121,14 @@ export class BlobFetch {
   private readonly lookSignal: AbortSignal;
   /** The writer's last refusal of a peer's bytes: what a fetch every peer lied to ends with as its cause. */
   private refusal: FormatError | undefined;
+  private readonly digests: PieceDigests | undefined;
+  /** The blobs this fetch needs (a resumed one: fewer than the head lists). */
+  private readonly needed = new Set<string>();
 
   constructor(private readonly opts: BlobFetchOptions, peers: PeerEndpoint[], entries: LayoutEntry[]) {
     this.random = opts.random ?? Math.random;
+    this.digests = opts.pieces ? new PieceDigests(opts.pieces) : undefined;
+    for (const e of entries) this.needed.add(e.digest);
     this.lookSignal = AbortSignal.any([opts.signal, this.ended.signal]);
     this.addPeers(peers);
     // nodes fetching together each begin elsewhere: they soon hold different blobs to give each other
@@ -118,7 +140,7 @@ export class BlobFetch {
   private addPeers(peers: PeerEndpoint[]): void {
     for (const ep of peers) {
       if (this.peers.has(ep.node) || this.opts.counters.suspect.has(ep.node)) continue;
-      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busyAt: 0, busy: false, dead: false, notBefore: 0, failed: new Set(), demoted: false, busyStreak: 0 });
+      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busyAt: 0, busy: false, dead: false, notBefore: 0, failed: new Set(), demoted: false, busyStreak: 0, pieces: new Map(), pieceMisses: new Map(), forgiven: new Set() });
     }
   }
 
@@ -126,14 +148,29 @@ export class BlobFetch {
     return [...this.peers.values()].filter((p) => !p.dead && !this.opts.counters.suspect.has(p.ep.node));
   }
 
-  /** Whether `p` may be asked for `digest`: it holds it, and did not fail it in this fetch. */
-  private offers(p: Peer, digest: string): boolean {
-    return holds(p, digest) && !p.failed.has(digest);
+  /** Whether `p` may be asked for `job`: it holds the blob, or the piece its copy here ends in, and did not fail it in this fetch. */
+  private offers(p: Peer, job: Job): boolean {
+    const { digest } = job.entry;
+    if (p.failed.has(digest)) return false;
+    return holds(p, digest) || (this.covered(job) && this.span(job, p).to > job.write.got);
   }
 
-  /** A free peer that holds `digest` (peer-choice.ts: a peer still fetching before a complete one, a busy one avoided). */
-  private pick(digest: string, usable: Peer[], now: number): Peer | undefined {
-    return weightedPick(usable.filter((p) => !p.busy && p.notBefore <= now && this.offers(p, digest)), now, this.random);
+  /** The head splits this blob into pieces: each is checked as it arrives. */
+  private covered(job: Job): boolean {
+    return this.digests?.covers(job.entry.digest) === true;
+  }
+
+  /** A request to `p` for a covered blob: from the piece this node's copy ends in, to the blob's end or the end of the run `p` holds. */
+  private span(job: Job, p: Peer): { from: number; to: number } {
+    const { size, digest } = job.entry;
+    const ps = this.digests!.size;
+    const from = Math.floor(job.write.got / ps) * ps;
+    return { from, to: holds(p, digest) ? size : runEnd(p.pieces.get(digest), from, size, ps) };
+  }
+
+  /** A free peer that holds what `job` needs next (peer-choice.ts: a peer still fetching before a complete one, a busy one avoided). */
+  private pick(job: Job, usable: Peer[], now: number): Peer | undefined {
+    return weightedPick(usable.filter((p) => !p.busy && p.notBefore <= now && this.offers(p, job)), now, this.random);
   }
 
   /** Every entry fetched and in place, or the reason none can be. */
@@ -198,9 +235,9 @@ export class BlobFetch {
     const stale = usable.some((p) => p.have) && now - this.lastLook > FRESH_BEFORE_COMPLETE_MS;
     let deferred: 'stale' | undefined;
     // what few peers hold first: blobs only the stick node holds go to it, the rest to the others
-    for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => this.offers(p, j.entry.digest)).length)) {
+    for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => this.offers(p, j)).length)) {
       if (this.running.size >= this.opts.streams) break;
-      const peer = this.pick(job.entry.digest, usable, now);
+      const peer = this.pick(job, usable, now);
       if (!peer) continue;
       if (!peer.have && stale) {
         deferred = 'stale';
@@ -225,10 +262,10 @@ export class BlobFetch {
       return;
     }
     const before = this.usable().length;
-    const held = (d: string) => this.usable().some((p) => this.offers(p, d));
+    const held = (j: Job) => this.usable().some((p) => this.offers(p, j));
     this.addPeers(await this.opts.refreshPeers());
     await this.refreshHave();
-    if (this.queue.some((j) => held(j.entry.digest))) return;
+    if (this.queue.some(held)) return;
     // fan-out: a peer that is itself fetching serves each blob once it verified it
     // one that lied about being complete is not waited for
     if (this.usable().some((p) => p.have && !p.demoted) && Date.now() - this.lastGrowth < this.opts.stallMs) {
@@ -261,11 +298,13 @@ export class BlobFetch {
     const reads = await Promise.allSettled(this.usable().filter((p) => p.have).map(async (p) => {
       try {
         const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.lookSignal);
-        const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown };
-        const before = p.have?.size ?? 0;
+        const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown; pieces?: unknown };
+        const before = (p.have?.size ?? 0) + piecesSet(p.pieces);
         const listed = Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : [];
         p.have = parsed.complete === true && !p.demoted ? undefined : new Set(listed);
-        if (!p.have || p.have.size > before) this.lastGrowth = Date.now();
+        p.pieces = p.have ? parsePieceListing(parsed.pieces, this.digests, (d) => this.needed.has(d)) : new Map();
+        if (p.have) this.forgive(p);
+        if (!p.have || p.have.size + piecesSet(p.pieces) > before) this.lastGrowth = Date.now();
       } catch (err) {
         if (this.lookSignal.aborted) throw err;
         // no listing at all: it does not hold this bundle (any more); one too slow to list would hold every look
@@ -303,11 +342,33 @@ export class BlobFetch {
     }
   }
 
+  /** A 404 for pieces a partial peer listed: its next listing says again, up to MAX_PIECE_MISSES times for one blob. */
+  private missedPieces(peer: Peer, digest: string): void {
+    peer.pieces.delete(digest);
+    const misses = (peer.pieceMisses.get(digest) ?? 0) + 1;
+    peer.pieceMisses.set(digest, misses);
+    if (misses >= MAX_PIECE_MISSES) peer.failed.add(digest);
+  }
+
+  /**
+   * A partial peer that missed pieces of a blob (its rename fell between its listing and the
+   * ask) and now lists that blob whole is asked for it again, once: it is not to be shut out of
+   * a blob it holds for a race.
+   */
+  private forgive(peer: Peer): void {
+    for (const digest of peer.have!) {
+      if (!peer.pieceMisses.has(digest) || peer.forgiven.has(digest)) continue;
+      peer.forgiven.add(digest);
+      peer.failed.delete(digest);
+    }
+  }
+
   private suspect(peer: Peer): void {
     this.opts.counters.suspect.add(peer.ep.node);
   }
 
   private async transfer(job: Job, peer: Peer): Promise<void> {
+    if (this.covered(job)) return this.transferPieces(job, peer);
     job.attempts++;
     this.spend();
     const node = peer.ep.node;
@@ -347,6 +408,44 @@ export class BlobFetch {
     await this.finish(job, peer);
   }
 
+  /** A covered blob: its pieces from where this node's copy ends, each checked as it arrives (piece-transfer.ts). */
+  private async transferPieces(job: Job, peer: Peer): Promise<void> {
+    job.attempts++;
+    this.spend();
+    const node = peer.ep.node;
+    const { entry, write } = job;
+    const { from, to } = this.span(job, peer);
+    const whole = holds(peer, entry.digest);
+    const before = write.got;
+    try {
+      await fetchPieces({
+        client: this.opts.client, url: `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${entry.digest}`, signal: this.opts.signal, node, write,
+        digests: this.digests!, from, to, minRate: this.opts.minRate ?? MIN_BLOB_RATE, whole, temp: this.opts.files.tempOf(entry.path),
+        // an answer, as in transfer(): the 503s before it are forgiven
+        onAnswer: () => { peer.busyStreak = 0; },
+        onBytes: (n) => {
+          job.bytesBy.set(node, (job.bytesBy.get(node) ?? 0) + n);
+          this.opts.onBytes(n);
+        },
+        onLanded: (end) => this.opts.onPieces?.(entry, end),
+      });
+    } catch (err) {
+      if (this.opts.signal.aborted || localFailure(err)) throw err;
+      return this.failed(job, peer, err, !whole);
+    }
+    if (write.got >= entry.size) return this.finish(job, peer);
+    if (write.got < to) {
+      // the response ended early without an error: a cut like any other, its verified pieces kept
+      this.fault(peer, new PeerFault('cut', `${node} ended ${entry.path} at ${write.got} of ${entry.size} bytes`));
+      await this.recount(job, node);
+    } else if (write.got > before) {
+      // a partial peer's run, sent whole: progress, no failed try; the rest from whoever holds it
+      job.attempts--;
+      this.requests--;
+    }
+    this.requeue(job);
+  }
+
   /** One more blob request, or the end of a fetch whose peers keep failing past every bound per blob. */
   private spend(): void {
     if (++this.requests <= this.maxRequests) return;
@@ -358,16 +457,19 @@ export class BlobFetch {
   }
 
   /** A request that failed: the peer answers for it, the blob goes back in the queue (its verified bytes kept where they can be). */
-  private async failed(job: Job, peer: Peer, err: unknown): Promise<void> {
+  private async failed(job: Job, peer: Peer, err: unknown, pieceAsk = false): Promise<void> {
     const kind = err instanceof PeerFault ? err.kind : 'cut';
-    if (kind === 'missing') this.lacks(peer, job.entry.digest);
+    // a partial peer's pieces moved on (its blob placed, or its fetch gone): its next listing says
+    if (kind === 'missing' && pieceAsk) this.missedPieces(peer, job.entry.digest);
+    else if (kind === 'missing') this.lacks(peer, job.entry.digest);
     else this.fault(peer, err);
     // a dripping peer holds no blob: another is asked for the rest of it
     if (kind === 'slow') peer.failed.add(job.entry.digest);
     // asking the wrong peer is no failed try, nor is waiting for a slot, until a peer keeps every request waiting
     if (kind === 'missing' || (kind === 'busy' && ++peer.busyStreak <= this.freeBusy())) job.attempts--;
     else if (kind === 'busy') peer.dead = true;
-    if (kind === 'refused') await this.restart(job);
+    // a wrong piece never reached the file: the verified ones before it stay
+    if (kind === 'refused' && !this.covered(job)) await this.restart(job);
     else await this.recount(job, peer.ep.node);
     this.requeue(job);
   }
@@ -376,11 +478,14 @@ export class BlobFetch {
   private async recount(job: Job, node: string): Promise<void> {
     const lost = await job.write.recount();
     if (lost > 0) job.bytesBy.set(node, Math.max(0, (job.bytesBy.get(node) ?? 0) - lost));
+    // what is served of it in part is what is in its file, whatever was told before
+    if (this.covered(job)) this.opts.onPieces?.(job.entry, job.write.got);
   }
 
   /** Its bytes so far are not trusted to be a prefix of the right ones: from the start. */
   private async restart(job: Job): Promise<void> {
     job.bytesBy.clear();
+    this.opts.onPieces?.(job.entry, 0);
     await job.write.discard();
   }
 
@@ -400,6 +505,7 @@ export class BlobFetch {
       // refused as a stick's damaged entry is, its temp file gone; one sender: it is to blame;
       // several (a resumed blob): fetch it whole from one to learn which
       this.refusal = err;
+      this.opts.onPieces?.(job.entry, 0);
       if (job.bytesBy.size === 1) this.suspect(peer);
       job.bytesBy.clear();
       return this.requeue(job);

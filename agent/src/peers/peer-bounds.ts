@@ -2,7 +2,7 @@
 // complete and hold nothing, answer 503 forever, or drip a byte every few seconds. None of that
 // may keep a fetch (and the load lock it holds) running for ever: each blob transfer must move
 // at a minimum rate, each blob is asked for a bounded number of times, and the fetch as a whole
-// ends by a deadline (what it verified is kept; the next look goes on from there).
+// ends by a deadline (the blobs it verified whole are kept; the next look goes on from there).
 import type { IncomingMessage } from 'node:http';
 import { PeerFault } from './peer-client.js';
 
@@ -29,6 +29,13 @@ export const MIN_BLOB_RATE: MinRate = { bytes: 32 * 1024, windowMs: 30_000 };
  * forever holds no fetch.
  */
 export const FREE_BUSY_ANSWERS = 30;
+
+/**
+ * 404s a peer still fetching may answer for pieces of one blob its listing named before it is
+ * asked for that blob no more in this fetch: one is a listing a step behind, several a peer
+ * that names pieces it does not hold (each costs a request of the fetch's bounded number).
+ */
+export const MAX_PIECE_MISSES = 3;
 
 /** Blob requests per listed file one fetch may make in all: a backstop behind the per-blob bounds. */
 export const MAX_REQUESTS_PER_ENTRY = 100;

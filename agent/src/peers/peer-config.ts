@@ -35,7 +35,7 @@ export function peerServerOptions(config: AgentConfig, credentials: PeerCredenti
 export function peerFetchBase(config: AgentConfig, credentials: PeerCredentials, trust: Trust): Pick<PeerFetchOptions, 'credentials' | 'trust' | 'upgradeDir' | 'planSpace' | 'fsync'> {
   return {
     credentials, trust, upgradeDir: config.paths.upgradeDir,
-    planSpace: (m, credit) => planSpace(m, config, credit),
+    planSpace: (m, credit, words) => planSpace(m, config, credit, words),
     fsync: config.staging.keep !== false,
   };
 }

@@ -1,23 +1,24 @@
 // A node without a stick fetches an approved bundle from its peers into its own staging, as
-// the stick would have staged it: the load (load/pipeline.ts runLoad of a StagedLayout) puts
-// it in place as a stick's extraction ends and runs on it unchanged (loopback registry,
-// pre-pull, pins). What the daemon calls (README "Bundles between nodes: the transfer").
-import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
-import { EntryFiles, bundleIdentity, removeUnfinishedWrites, type BundleManifest, type LayoutEntry, type TrustedKey, type Trust } from '@offline-bundle/format';
+// the stick would have staged it: the peers are an origin of the bundle's bytes (PeerSource, an
+// EntrySource) that the load (load/pipeline.ts runLoad) stages through its own steps and writer
+// and then runs on unchanged (loopback registry, pre-pull, pins). What the daemon calls (README
+// "Bundles between nodes: the transfer").
+import type { LayoutEntry, TrustedKey, BundleManifest, Trust } from '@offline-bundle/format';
+import { PEER_MEDIA } from '@offline-bundle/status';
 import { AgentError, oneLine } from '../errors.js';
-import { alreadyStaged, dropOtherPartials, partialCredit } from '../load/resume.js';
-import type { SpaceCredit, StageMode } from '../load/space.js';
+import { POLICY_REFUSALS } from '../load/policy.js';
+import { stageEntries, type EntryFill, type EntrySource, type SpaceCheck } from '../load/entry-staging.js';
+import type { StagedHead } from '../load/kept-layout.js';
+import type { SpaceWords } from '../load/space.js';
 import { BlobFetch } from './peer-blobs.js';
 import { FETCH_DEADLINE_MS, type MinRate } from './peer-bounds.js';
 import { PeerClient } from './peer-client.js';
 import { PeerCounters } from './peer-counters.js';
 import { fetchHead, type PeerHead } from './peer-head.js';
-import { preparePartial } from './peer-staging.js';
 import type { PeerCredentials } from './peer-tls.js';
 import type { PeerApproval, PeerDirectory } from './types.js';
 
-export interface PeerFetchOptions {
+export interface PeerSourceOptions {
   approval: PeerApproval;
   directory: PeerDirectory;
   credentials: PeerCredentials;
@@ -25,9 +26,7 @@ export interface PeerFetchOptions {
   trust: Trust;
   /** config.paths.upgradeDir: the layout lands in UPGRADE/<version>-<arch>, as from a stick. */
   upgradeDir: string;
-  /** The load's space check (planSpace(m, config, credit)): only a staged layout can be fetched. */
-  planSpace: (manifest: BundleManifest, credit: SpaceCredit) => Promise<{ mode: StageMode; message: string }>;
-  /** SIGTERM, or the daemon's own reason to stop: what was verified stays for the next try. */
+  /** Stops the fetch (not the load after it): SIGTERM, or the daemon's own reason; what was verified stays for the next try. */
   signal?: AbortSignal;
   /** Blobs fetched at once, each from another peer (default 4). */
   streams?: number;
@@ -39,7 +38,7 @@ export interface PeerFetchOptions {
   peerRefreshMs?: number;
   /** Where the fetch starts in the blob list and which holder it asks (default Math.random; tests: a fixed sequence). */
   random?: () => number;
-  /** How often the approval is looked up again while fetching (default 5000 ms). */
+  /** How often the approval is looked up again while fetching and loading (default 5000 ms). */
   approvalCheckMs?: number;
   connectTimeoutMs?: number;
   idleTimeoutMs?: number;
@@ -56,12 +55,20 @@ export interface PeerFetchOptions {
   onStaging?: (head: PeerHead, partial: string, target: string) => void;
   /** An entry is in place and verified (a kept one on a resume, too): serve it, announce it. */
   onVerified?: (entry: LayoutEntry) => void;
-  onProgress?: (done: number, total: number) => void;
+  /** The first `bytes` of an entry being fetched are verified pieces (the head's `pieces`; 0: it starts over): serve them (ServedBundle.verifiedPrefix). */
+  onPieces?: (entry: LayoutEntry, bytes: number) => void;
   /**
    * The node's own refusals of the verified bundle.json (arch, version policy): asked right
    * after the head, so a bundle this node would refuse at its load costs no blob.
    */
   admit?: (manifest: BundleManifest) => Promise<void>;
+}
+
+/** A fetch alone, without its load (the transfer's tests, a tool): the space check and the progress are the caller's. */
+export interface PeerFetchOptions extends PeerSourceOptions {
+  /** The load's space check (planSpace(m, config, credit, words)): only a staged layout can be fetched. */
+  planSpace: SpaceCheck;
+  onProgress?: (done: number, total: number) => void;
 }
 
 export interface PeerFetchResult {
@@ -90,108 +97,181 @@ const revoked = (a: PeerApproval) => new AgentError('ApprovalRevoked', `the appr
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-const overdue = (o: PeerFetchOptions, ms: number) => new AgentError('Interrupted', `the fetch of bundle ${o.approval.version} from peers ran past its ${Math.round(ms / 1000)} s deadline (the peers are too slow or keep failing): what was verified is kept; it goes on at the next look, or bring the bundle on a stick`);
+/** Reasons a fetch was cut short, not judged: its verified entries are kept for the next try. */
+const CUT_SHORT: ReadonlySet<string> = new Set(['Interrupted', 'NoPeerHasBundle', 'PeersSuspect']);
 
-/** Aborts `stop` once the approval is gone (looked up every `everyMs`); returns the stopper. */
-function watchApproval(o: PeerFetchOptions, stop: AbortController): () => void {
-  let busy = false;
-  const timer = setInterval(() => {
-    if (busy || stop.signal.aborted) return;
-    busy = true;
-    stillApproved(o.directory, o.approval.manifestDigest)
-      .then((ok) => { if (!ok) stop.abort(revoked(o.approval)); }, () => undefined)
-      .finally(() => { busy = false; });
-  }, o.approvalCheckMs ?? 5000);
-  return () => clearInterval(timer);
+/** The version policy's refusals of a bundle: approved for the cluster, meant for other nodes (no failure of this node when refused before the fetch). */
+export const NOT_FOR_THIS_NODE: ReadonlySet<string> = POLICY_REFUSALS;
+
+/** Reasons a fetch that ended before its last entry leaves the status as it was: nothing of this node failed; tried again at the next look. */
+const WAITS: ReadonlySet<string> = new Set(['Interrupted', 'NoPeerHasBundle']);
+
+const overdue = (o: PeerSourceOptions, ms: number) => new AgentError('Interrupted', `the fetch of bundle ${o.approval.version} from peers ran past its ${Math.round(ms / 1000)} s deadline (the peers are too slow or keep failing): the blobs verified whole are kept (one cut short is fetched again); it goes on at the next look, or bring the bundle on a stick`);
+
+/** The space check's words for a fetch: no stick to plug in again, the fetch is tried again; never served from the media. */
+const peerWords = (version: string): SpaceWords => ({ lead: `bundle ${version} is not fetched from peers: `, again: '', after: '; the fetch is tried again later' });
+
+/**
+ * The peers as an origin of a bundle's bytes (EntrySource): the signed head from one of them,
+ * then the missing entries from all of them through the load's writer. The load holds it for
+ * the whole attempt: the approval is watched until the load ends; the fetch's deadline and
+ * `signal` stop the fetch only.
+ */
+export class PeerSource implements EntrySource {
+  readonly media = PEER_MEDIA;
+  readonly words: SpaceWords;
+  readonly fsync: boolean;
+  private readonly counters: PeerCounters;
+  private readonly stop = new AbortController();
+  private readonly client: PeerClient;
+  private readonly sentBefore: Map<string, number>;
+  private deadline: NodeJS.Timeout | undefined;
+  private readonly onAbort = () => this.stop.abort(this.o.signal!.reason);
+  /** The verified head, once asked (its signer: PeerFetchResult). */
+  peerHead: PeerHead | undefined;
+  /** Every missing entry was fetched (what a refusal after the fetch is said with). */
+  filled = false;
+
+  /** The approval names the bundle before any peer is asked. */
+  get identity(): string {
+    return this.o.approval.manifestDigest;
+  }
+
+  constructor(private readonly o: PeerSourceOptions) {
+    this.words = peerWords(o.approval.version);
+    this.fsync = o.fsync !== false;
+    this.counters = o.counters ?? new PeerCounters();
+    this.sentBefore = new Map(this.counters.fetchedFrom);
+    this.client = new PeerClient({ credentials: o.credentials, ...(o.connectTimeoutMs ? { connectTimeoutMs: o.connectTimeoutMs } : {}), ...(o.idleTimeoutMs ? { idleTimeoutMs: o.idleTimeoutMs } : {}), ...(o.smallDeadlineMs ? { smallDeadlineMs: o.smallDeadlineMs } : {}) });
+  }
+
+  /** The fetch's own stop: the attempt's, `o.signal`, the deadline, a withdrawn approval. */
+  signal(): AbortSignal {
+    return this.stop.signal;
+  }
+
+  async head(attempt: AbortSignal): Promise<PeerHead> {
+    const o = this.o;
+    const link = () => this.stop.abort(attempt.reason);
+    if (attempt.aborted) link();
+    attempt.addEventListener('abort', link, { once: true });
+    if (o.signal?.aborted) this.onAbort();
+    o.signal?.addEventListener('abort', this.onAbort, { once: true });
+    const deadlineMs = o.deadlineMs ?? FETCH_DEADLINE_MS;
+    // a timer past 2^31 ms would fire at once
+    this.deadline = setTimeout(() => this.stop.abort(overdue(o, deadlineMs)), Math.min(deadlineMs, MAX_TIMER_MS));
+    try {
+      if (!(await stillApproved(o.directory, o.approval.manifestDigest))) throw revoked(o.approval);
+      const peers = await o.directory.peersFor(o.approval.manifestDigest);
+      if (!peers.length) throw new AgentError('NoPeerHasBundle', `no other node holds bundle ${o.approval.version} (${o.approval.manifestDigest}): wait for one that does, or bring it on a stick`);
+      const { head } = await fetchHead(o.approval, peers, o.trust, this.client, this.counters, this.stop.signal);
+      await o.admit?.(head.manifest);
+      this.peerHead = head;
+      return head;
+    } catch (err) {
+      throw this.failure(err);
+    }
+  }
+
+  onStaging(head: StagedHead, partial: string, target: string): void {
+    // the head stageEntries was given is the one head() verified
+    this.o.onStaging?.({ ...this.peerHead!, ...head }, partial, target);
+  }
+
+  onEntry(e: LayoutEntry): void {
+    this.o.onVerified?.(e);
+  }
+
+  async fill(job: EntryFill): Promise<void> {
+    const o = this.o;
+    try {
+      await new BlobFetch({
+        files: job.files, manifestDigest: o.approval.manifestDigest, client: this.client, counters: this.counters, signal: this.stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000,
+        refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
+        ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}), ...(o.random ? { random: o.random } : {}),
+        ...(o.minRate ? { minRate: o.minRate } : {}), ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),
+        onPlaced: job.onPlaced, onBytes: job.onBytes,
+        ...(this.peerHead?.manifest.pieces ? { pieces: this.peerHead.manifest.pieces } : {}), ...(o.onPieces ? { onPieces: o.onPieces } : {}),
+      }, await o.directory.peersFor(o.approval.manifestDigest), job.missing).run();
+      this.filled = true;
+    } finally {
+      // the deadline is the fetch's: the load after it has its own bounds
+      clearTimeout(this.deadline);
+    }
+  }
+
+  /** The reason the fetch ended with: the abort's own reason (a withdrawn approval) over the error it caused. */
+  failure(err: unknown): unknown {
+    const { signal } = this.stop;
+    const o = this.o;
+    if (signal.aborted && signal.reason instanceof AgentError) return signal.reason;
+    if (signal.aborted) return new AgentError('Interrupted', `stopped while fetching bundle ${o.approval.version} from peers: the blobs verified whole are kept for the next try (one cut short is fetched again)`, { cause: err });
+    const code = (err as NodeJS.ErrnoException)?.code;
+    if (code === 'ENOSPC' || code === 'EDQUOT') return new AgentError('InsufficientSpace', `the disk filled up while fetching bundle ${o.approval.version} from peers (${oneLine(err)}): nothing of it is kept; free space on the filesystem of ${o.upgradeDir}`, { cause: err });
+    return err;
+  }
+
+  // a verdict (withdrawn, disk full) leaves nothing; a fetch cut short keeps its verified entries
+  keeps(err: unknown): boolean {
+    return err instanceof AgentError && CUT_SHORT.has(err.reason);
+  }
+
+  withdraws(reason: string, at: { shown: boolean; filled: boolean }): boolean {
+    return reason === 'ApprovalRevoked' || (!at.filled && WAITS.has(reason)) || (!at.shown && NOT_FOR_THIS_NODE.has(reason));
+  }
+
+  /** Stops the attempt once the approval is gone (looked up every approvalCheckMs): through the load too, not only the fetch. */
+  watch(stopAttempt: (reason: AgentError) => void): () => void {
+    const o = this.o;
+    let busy = false;
+    let gone = false;
+    const timer = setInterval(() => {
+      if (busy || gone) return;
+      busy = true;
+      stillApproved(o.directory, o.approval.manifestDigest)
+        .then((ok) => {
+          if (ok) return;
+          gone = true;
+          const reason = revoked(o.approval);
+          this.stop.abort(reason);
+          stopAttempt(reason);
+        }, () => undefined)
+        .finally(() => { busy = false; });
+    }, o.approvalCheckMs ?? 5000);
+    return () => clearInterval(timer);
+  }
+
+  /** The nodes that sent bytes of this bundle (the counters hold every fetch since the start). */
+  senders(): string[] {
+    return [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (this.sentBefore.get(n) ?? 0)).map(([n]) => n);
+  }
+
+  close(): void {
+    clearTimeout(this.deadline);
+    this.client.close();
+    this.o.signal?.removeEventListener('abort', this.onAbort);
+  }
 }
 
 /**
- * Fetches the approved bundle from the peers the directory names into the node's staging.
+ * Fetches the approved bundle from the peers the directory names into the node's staging,
+ * without loading it (the load's own steps, stageEntries, with the caller's space check).
  * Throws an AgentError naming the reason (NoPeerHasBundle, PeersSuspect, ApprovalRevoked,
  * InsufficientSpace, UntrustedKey, Interrupted...); no temp file is left, and only a fetch cut
  * short (a stop, peers gone) keeps its verified entries for the next try.
  */
 export async function fetchFromPeers(o: PeerFetchOptions): Promise<PeerFetchResult> {
-  const counters = o.counters ?? new PeerCounters();
+  const source = new PeerSource(o);
   const stop = new AbortController();
-  const onAbort = () => stop.abort(o.signal!.reason);
-  if (o.signal?.aborted) onAbort();
-  o.signal?.addEventListener('abort', onAbort, { once: true });
-  const client = new PeerClient({ credentials: o.credentials, ...(o.connectTimeoutMs ? { connectTimeoutMs: o.connectTimeoutMs } : {}), ...(o.idleTimeoutMs ? { idleTimeoutMs: o.idleTimeoutMs } : {}), ...(o.smallDeadlineMs ? { smallDeadlineMs: o.smallDeadlineMs } : {}) });
-  const unwatch = watchApproval(o, stop);
-  const deadlineMs = o.deadlineMs ?? FETCH_DEADLINE_MS;
-  // a timer past 2^31 ms would fire at once
-  const deadline = setTimeout(() => stop.abort(overdue(o, deadlineMs)), Math.min(deadlineMs, MAX_TIMER_MS));
+  const unwatch = source.watch((reason) => stop.abort(reason));
   try {
-    if (!(await stillApproved(o.directory, o.approval.manifestDigest))) throw revoked(o.approval);
-    const peers = await o.directory.peersFor(o.approval.manifestDigest);
-    if (!peers.length) throw new AgentError('NoPeerHasBundle', `no other node holds bundle ${o.approval.version} (${o.approval.manifestDigest}): wait for one that does, or bring it on a stick`);
-    const { head } = await fetchHead(o.approval, peers, o.trust, client, counters, stop.signal);
-    await o.admit?.(head.manifest);
-    return await stageFromPeers(o, head, client, counters, stop);
+    const head = await source.head(stop.signal);
+    const r = await stageEntries(source, head, { upgradeDir: o.upgradeDir, plan: o.planSpace, signal: stop.signal, ...(o.onProgress ? { onProgress: o.onProgress } : {}) });
+    return { ...r, manifest: head.manifest, manifestBytes: head.manifestBytes, signature: head.signature, signer: head.signer };
   } catch (err) {
-    throw stopReason(err, stop.signal, o);
+    throw source.failure(err);
   } finally {
-    clearTimeout(deadline);
     unwatch();
-    client.close();
-    o.signal?.removeEventListener('abort', onAbort);
-  }
-}
-
-/** The reason the fetch ended with: the abort's own reason (a withdrawn approval) over the error it caused. */
-function stopReason(err: unknown, signal: AbortSignal, o: PeerFetchOptions): unknown {
-  if (signal.aborted && signal.reason instanceof AgentError) return signal.reason;
-  if (signal.aborted) return new AgentError('Interrupted', `stopped while fetching bundle ${o.approval.version} from peers: what was verified is kept for the next try`, { cause: err });
-  const code = (err as NodeJS.ErrnoException)?.code;
-  if (code === 'ENOSPC' || code === 'EDQUOT') return new AgentError('InsufficientSpace', `the disk filled up while fetching bundle ${o.approval.version} from peers (${oneLine(err)}): nothing of it is kept; free space on the filesystem of ${o.upgradeDir}`, { cause: err });
-  return err;
-}
-
-/** The load's space refusal (the kubelet's thresholds, the reserve) said for a fetch: no stick is plugged in again, the fetch is. */
-function forPeers(err: unknown, version: string): unknown {
-  if (!(err instanceof AgentError) || err.reason !== 'InsufficientSpace') return err;
-  return new AgentError('InsufficientSpace', `bundle ${version} is not fetched from peers: ${err.message.replace(' and plug the stick in again', '')}; the fetch is tried again later`, { cause: err });
-}
-
-async function stageFromPeers(o: PeerFetchOptions, head: PeerHead, client: PeerClient, counters: PeerCounters, stop: AbortController): Promise<PeerFetchResult> {
-  const rel = head.manifest.release;
-  const target = join(o.upgradeDir, `${rel.version}-${rel.arch}`);
-  const partial = `${target}.partial`;
-  const result = { target, manifest: head.manifest, manifestBytes: head.manifestBytes, signature: head.signature, signer: head.signer };
-  if (await alreadyStaged(target, head.manifestBytes)) return { ...result, keptBytes: 0, already: true };
-  const identity = bundleIdentity(head.manifestBytes);
-  const plan = await o.planSpace(head.manifest, await partialCredit(o.upgradeDir, partial, identity)).catch((err: unknown) => { throw forPeers(err, rel.version); });
-  if (plan.mode !== 'staged') throw new AgentError('InsufficientSpace', `not enough disk space to stage bundle ${rel.version} fetched from peers (${plan.message.replace(/; serving from the media.*$/, '')}): free space on ${o.upgradeDir}`);
-  await dropOtherPartials(o.upgradeDir, partial, identity);
-  await rm(target, { recursive: true, force: true });
-  let keep = false;
-  try {
-    const total = head.manifest.totals.layoutBytes;
-    let done = 0;
-    o.onStaging?.(head, partial, target);
-    // the writer a stick's extraction writes through: its temp names, hashing and renames
-    const files = new EntryFiles(partial, o.fsync !== false);
-    const { missing, keptBytes } = await preparePartial(files, partial, head, stop.signal, (e) => o.onVerified?.(e));
-    keep = true;
-    // in place already: what was kept, and oci-layout (written here, not fetched)
-    done = total - missing.reduce((n, e) => n + e.size, 0);
-    o.onProgress?.(done, total);
-    await new BlobFetch({
-      files, manifestDigest: o.approval.manifestDigest, client, counters, signal: stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000,
-      refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
-      ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}), ...(o.random ? { random: o.random } : {}),
-      ...(o.minRate ? { minRate: o.minRate } : {}), ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),
-      onPlaced: (e) => o.onVerified?.(e),
-      onBytes: (n) => { done += n; o.onProgress?.(done, total); },
-    }, await o.directory.peersFor(o.approval.manifestDigest), missing).run();
-    return { ...result, keptBytes, already: false };
-  } catch (err) {
-    // a verdict (withdrawn, disk full) leaves nothing; a fetch cut short keeps its verified entries
-    const reason = stopReason(err, stop.signal, o);
-    const cutShort = reason instanceof AgentError && ['Interrupted', 'NoPeerHasBundle', 'PeersSuspect'].includes(reason.reason);
-    if (keep && cutShort) await removeUnfinishedWrites(partial);
-    else await rm(partial, { recursive: true, force: true });
-    throw reason;
+    source.close();
   }
 }

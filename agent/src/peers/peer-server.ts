@@ -13,8 +13,9 @@ import { pipeline } from 'node:stream/promises';
 import type { TLSSocket } from 'node:tls';
 import { ConnectionGate, addressKey } from '@offline-bundle/host';
 import { PeerCounters } from './peer-counters.js';
+import { MAX_HAVE_PARTIAL_BLOBS } from './piece-listing.js';
 import { peerTlsOptions, type PeerCredentials } from './peer-tls.js';
-import type { PeerOffer } from './served-bundle.js';
+import { NotHeldHere, NotOnDiskYet, type PeerOffer } from './served-bundle.js';
 import { REAL_CLOCK, TokenBucket, type BucketClock } from './token-bucket.js';
 
 /** Every bound of the peer server (SECURITY.md "Peer transfer" names each, with its test). */
@@ -108,6 +109,16 @@ export function parsePeerRange(header: string | undefined, size: number): { star
   return start < size && start < end ? { start, end } : null;
 }
 
+/** What /have says: the blobs held whole, and (a newer agent) the verified pieces of those held in part. */
+function haveListing(bundle: PeerOffer, maxDigests: number): { complete: boolean; digests: string[]; pieces?: Record<string, string> } {
+  const listing = { complete: bundle.complete, digests: bundle.verifiedDigests(maxDigests) };
+  const pieces = bundle.complete ? undefined : bundle.partialPieces?.(MAX_HAVE_PARTIAL_BLOBS);
+  return pieces && Object.keys(pieces).length ? { ...listing, pieces } : listing;
+}
+
+/** A range (undefined: the whole blob, [0, size)) that lies within the first `verified` bytes. */
+const insideVerified = (range: { start: number; end: number } | null | undefined, size: number, verified: number): boolean => range !== null && (range?.end ?? size) <= verified;
+
 function send(res: ServerResponse, status: number, body: string | Buffer, headers: Record<string, string | number> = {}): void {
   const bytes = typeof body === 'string' ? Buffer.from(body) : body;
   res.writeHead(status, { 'content-length': bytes.length, 'content-type': typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/octet-stream', ...headers });
@@ -155,7 +166,7 @@ class PeerHandler {
     if (!bundle) return send(res, 404, `this node does not hold bundle ${m[1]}`);
     if (m[2] === 'bundle.json') return void this.small(res, bundle.manifestBytes, 'application/json');
     if (m[2] === 'signature') return void this.small(res, bundle.signature, 'application/octet-stream');
-    if (m[2] === 'have') return void this.small(res, Buffer.from(JSON.stringify({ complete: bundle.complete, digests: bundle.verifiedDigests(this.limits.maxHaveDigests) })), 'application/json');
+    if (m[2] === 'have') return void this.small(res, Buffer.from(JSON.stringify(haveListing(bundle, this.limits.maxHaveDigests))), 'application/json');
     this.blob(req, res, bundle, m[3]!);
   }
 
@@ -169,23 +180,30 @@ class PeerHandler {
     }
   }
 
+  private busy(res: ServerResponse, message: string): void {
+    this.counters.busyRefusals++;
+    send(res, 503, message, { 'retry-after': this.limits.retryAfterSeconds });
+  }
+
   private bad(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
     this.counters.badRequests++;
     send(res, status, message, { ...headers, connection: 'close' });
   }
 
   private blob(req: IncomingMessage, res: ServerResponse, bundle: PeerOffer, digest: string): void {
-    const size = bundle.size(digest);
-    if (size === undefined) return send(res, 404, `blob ${digest} is not held verified here`);
-    if (this.paused || this.active >= this.opts.downloaders) {
-      this.counters.busyRefusals++;
-      return send(res, 503, this.paused ? 'this node is loading: try another peer' : 'every downloader slot is taken: try another peer', { 'retry-after': this.limits.retryAfterSeconds });
-    }
+    const whole = bundle.size(digest);
+    const part = whole === undefined ? bundle.partial?.(digest) : undefined;
+    if (whole === undefined && !part) return send(res, 404, `blob ${digest} is not held verified here`);
+    const size = whole ?? part!.size;
+    // of a blob held in part, only a range inside its verified pieces; the rest as for a blob not held
+    if (part && !insideVerified(parsePeerRange(req.headers.range, size), size, part.verified)) return send(res, 404, `only bytes 0-${part.verified - 1} of blob ${digest} are held verified here`);
+    if (this.paused || this.active >= this.opts.downloaders) return this.busy(res, this.paused ? 'this node is loading: try another peer' : 'every downloader slot is taken: try another peer');
     const range = parsePeerRange(req.headers.range, size);
     if (range === null) return this.bad(res, 416, `range not satisfiable for ${size} bytes`, { 'content-range': `bytes */${size}` });
     const { start, end } = range ?? { start: 0, end: size };
     const headers = { 'content-length': end - start, 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', ...(range ? { 'content-range': `bytes ${start}-${end - 1}/${size}` } : {}) };
-    if (req.method === 'HEAD') {
+    // a blob held in part: HEAD, as GET, finds its bytes on disk first
+    if (req.method === 'HEAD' && !part) {
       res.writeHead(range ? 206 : 200, headers);
       return void res.end();
     }
@@ -200,11 +218,17 @@ class PeerHandler {
     try {
       data = await bundle.open(digest, start, end);
       res.writeHead(status, headers);
+      if (res.req.method === 'HEAD') {
+        data.destroy();
+        return void res.end();
+      }
       await pipeline(data, throttle(this.bucket, this.counters, stop.signal), res, { signal: stop.signal });
-    } catch {
+    } catch (err) {
       // a client gone, a pause, a file that vanished: the client sees the response cut short
       data?.destroy();
-      if (!res.headersSent) send(res, 500, 'cannot read the blob here: try another peer');
+      if (!res.headersSent && err instanceof NotHeldHere) send(res, 404, err.message);
+      else if (!res.headersSent && err instanceof NotOnDiskYet) this.busy(res, err.message);
+      else if (!res.headersSent) send(res, 500, 'cannot read the blob here: try another peer');
       else res.destroy();
     } finally {
       this.active--;

@@ -1,20 +1,20 @@
 // The node's side of bundles between nodes (issue #22), between the daemon and the transfer:
 // what it holds verified is offered to its peers (kept layouts, and a fetch under way, blob by
 // blob, so nodes pass a bundle on as they get it), and a bundle an admin approved that this
-// node lacks is fetched from them into the staging place and loaded from there as a stick's
-// staged layout is (runLoad of a StagedLayout).
+// node lacks is fetched from them and loaded by the load pipeline, the peers its origin of the
+// bytes (runLoad of a PeerSource), as a stick's load runs.
+import { join } from 'node:path';
 import { compareVersions, loadTrust } from '@offline-bundle/format';
-import { PEER_MEDIA, type NodeStatus, type PeerCopies, type ServingStatus } from '@offline-bundle/status';
+import type { PeerCopies, ServingStatus } from '@offline-bundle/status';
 import { AgentError, failureOf, oneLine } from '../errors.js';
-import { withLoadLock } from '../state/lock.js';
 import { checkPolicy } from '../load/policy.js';
-import { rateTracker, runLoad, runningVersion, type LoadResult, type PipelineContext, type StagedLayout } from '../load/pipeline.js';
+import { runLoad, runningVersion, type LoadResult, type PipelineContext } from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../state/bundle-records.js';
 import { readReleases } from '../state/release-records.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { PeerCounters } from './peer-counters.js';
 import { peerFetchBase } from './peer-config.js';
-import { fetchFromPeers } from './peer-fetch.js';
+import { NOT_FOR_THIS_NODE, PeerSource } from './peer-fetch.js';
 import type { PeerCredentials } from './peer-tls.js';
 import { ServedBundle, type PeerOffer } from './served-bundle.js';
 import type { PeerApproval, PeerDirectory } from './types.js';
@@ -24,9 +24,6 @@ export const PEER_RETRY_MS = 10 * 60_000;
 
 /** The kept layouts of the release records, as one string to compare. */
 const keptKey = (releases: readonly { layout?: string | undefined }[]) => releases.map((r) => r.layout ?? '').join('\n');
-
-/** The version policy's refusals of a bundle: approved for the cluster, meant for other nodes. */
-const NOT_FOR_THIS_NODE = new Set(['WrongArch', 'Downgrade', 'NotAnUpgradeSource']);
 
 export interface PeerServiceOptions {
   directory: PeerDirectory;
@@ -55,12 +52,6 @@ export class PeerService {
   private readonly waitingFor = new Set<string>();
   /** Stops the fetch under way (not the load after it): a stick's load comes first (yieldToStick). */
   private fetching: AbortController | undefined;
-  /**
-   * What the fetch's own display (showFetching) replaced in the status, given back when the fetch
-   * ends without a load: undefined while it showed nothing, so a look that only waits (no peer
-   * yet, the lock busy, a bundle meant for other nodes) never writes the status at all.
-   */
-  private shownOver: Pick<NodeStatus, 'phase' | 'bundle' | 'conditions' | 'progress'> | undefined;
   readonly counters = new PeerCounters();
 
   constructor(private readonly o: PeerServiceOptions) {}
@@ -137,16 +128,18 @@ export class PeerService {
 
   /**
    * A load of a bundle found on a stick (or in the drop directory) wants the node: the fetch
-   * under way stops as a stop does (what it verified is kept) and is looked at again after it.
+   * under way stops as a stop does (the blobs it verified whole are kept) and is looked at again after it.
    */
   yieldToStick(): void {
-    this.fetching?.abort(new AgentError('Interrupted', 'a bundle found on a stick or in the drop directory is loaded first: the fetch from peers stopped, what it verified is kept'));
+    this.fetching?.abort(new AgentError('Interrupted', 'a bundle found on a stick or in the drop directory is loaded first: the fetch from peers stopped; the blobs it verified whole are kept (one cut short is fetched again)'));
   }
 
   /**
    * One look at the approvals: the first one this node neither holds nor tried lately is fetched
-   * and loaded. Returns the load's result, or undefined when there was nothing to do or it failed
-   * (the failure is in the status, as a stick's is).
+   * and loaded, by the load itself (runLoad of a PeerSource: one turn of the load lock for the
+   * fetch and the load, the approval watched until the load ends). Returns the load's result, or
+   * undefined when there was nothing to do or it failed (the failure is in the status, as a
+   * stick's is; a wait or a withdrawn approval leaves the status as it was).
    */
   async syncOnce(signal?: AbortSignal): Promise<LoadResult | undefined> {
     const { config, log } = this.o.context;
@@ -155,124 +148,72 @@ export class PeerService {
     // from the first await on: a stick's load that wants the node meanwhile stops the fetch before it begins
     const stop = new AbortController();
     this.fetching = stop;
-    const wanted = await this.nextWanted();
-    if (!wanted || stop.signal.aborted) {
-      this.fetching = undefined;
-      return undefined;
-    }
-    log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
-    let loading = false;
-    this.shownOver = undefined;
+    let runtime: RuntimeTarget | undefined;
+    let wanted: PeerApproval | undefined;
+    let source: PeerSource | undefined;
     try {
-      // the fetch stages the layout its load then loads: one turn of the load lock for both, so a
-      // load by hand beside the daemon neither loses this fetch's partial staging nor slips in between
-      const fetchSignal = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal;
-      return await withLoadLock(config.paths.stateDir, async () => {
-        const { layout, from } = await this.fetch(wanted, fetchSignal).finally(() => { this.fetching = undefined; });
-        loading = true;
-        return this.load(wanted, layout, from, signal);
-      }).finally(() => { this.fetching = undefined; });
+      wanted = await this.nextWanted();
+      if (!wanted || stop.signal.aborted) return undefined;
+      log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
+      runtime = this.o.runtime();
+      source = await this.source(wanted, stop.signal);
+      const loaded = await runLoad(source, { ...this.o.context, runtime, ...(signal ? { signal } : {}) });
+      await this.afterLoad(wanted, join(config.paths.upgradeDir, `${loaded.version}-${loaded.arch}`));
+      return loaded;
     } catch (err) {
-      this.offers.delete(wanted.manifestDigest);
-      const { reason, message } = failureOf(err, config.paths.upgradeDir);
-      // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried
-      // again at the next look; not this node failing, so the status keeps what it says
-      if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
-        if (!loading || reason === 'Busy') this.withdrawFetching();
-        if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
-        this.waitingFor.add(wanted.manifestDigest);
-        return undefined;
-      }
-      // the admin withdrew it mid-fetch: nothing of this node failed, so the status says again what it said before (a stick's Ready stays)
-      if (reason === 'ApprovalRevoked') {
-        if (!loading) this.withdrawFetching();
-        log.info('peers', `bundle ${wanted.version}: ${message}`, { reason, digest: wanted.manifestDigest });
-        return undefined;
-      }
-      this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
-      // approved for the cluster, not for this node (another arch, older than what it runs): no
-      // failure of this node; refused before the fetch showed itself, so the status is as it was
-      if (!loading && NOT_FOR_THIS_NODE.has(reason)) {
-        log.info('peers', `bundle ${wanted.version} is approved but not for this node: ${message}; not fetched`, { reason, digest: wanted.manifestDigest });
-        return undefined;
-      }
-      // the load reports its own failure; a fetch's goes into the status here, as a stick's read would
-      if (!loading) this.reportFetchFailure(err, wanted);
+      if (wanted) this.afterFailure(wanted, err, source?.filled === true);
       return undefined;
+    } finally {
+      this.fetching = undefined;
+      await runtime?.close();
     }
   }
 
-  private async fetch(wanted: PeerApproval, signal: AbortSignal | undefined): Promise<{ layout: StagedLayout; from: string[] }> {
-    const { config, tracker } = this.o.context;
-    const sentBefore = new Map(this.counters.fetchedFrom);
-    const progress = rateTracker(tracker);
-    const r = await fetchFromPeers({
+  /** The fetch that failed or waits: said in the log (the load put what failed in the status), tried again at the next look or after PEER_RETRY_MS. */
+  private afterFailure(wanted: PeerApproval, err: unknown, filled: boolean): void {
+    const { config, log } = this.o.context;
+    this.offers.delete(wanted.manifestDigest);
+    const { reason, message } = failureOf(err, config.paths.upgradeDir);
+    // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried again at the next look
+    if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
+      if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
+      this.waitingFor.add(wanted.manifestDigest);
+      return;
+    }
+    // the admin withdrew it: nothing of this node failed (the load gave the status back)
+    if (reason === 'ApprovalRevoked') {
+      log.info('peers', `bundle ${wanted.version}: ${message}`, { reason, digest: wanted.manifestDigest });
+      return;
+    }
+    this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
+    // approved for the cluster, not for this node (another arch, older than what it runs): refused before the fetch showed itself
+    // or after it (the running version known only then): the load removed what was fetched
+    const fate = filled ? 'fetched, then refused: its staging is removed' : 'not fetched';
+    if (NOT_FOR_THIS_NODE.has(reason)) log.info('peers', `bundle ${wanted.version} is approved but not for this node: ${message}; ${fate}`, { reason, digest: wanted.manifestDigest });
+  }
+
+  /** The peers as the load's origin of `wanted`: what it verifies is offered on as it comes. */
+  private async source(wanted: PeerApproval, signal: AbortSignal): Promise<PeerSource> {
+    const { config } = this.o.context;
+    return new PeerSource({
       ...peerFetchBase(config, this.o.credentials, await loadTrust(config.trust.keys)),
-      approval: wanted, directory: this.o.directory, counters: this.counters, ...(signal ? { signal } : {}),
+      approval: wanted, directory: this.o.directory, counters: this.counters, signal,
       onStaging: (head, partial, target) => {
         this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head));
-        this.showFetching(target, head.manifest.release);
         this.o.onServingChanged?.();
       },
       onVerified: (e) => {
         this.offers.get(wanted.manifestDigest)?.verified(e.digest);
         this.o.onServingChanged?.();
       },
-      onProgress: progress,
+      // verified pieces of a blob still arriving: served at once, found through /have (the status counts whole blobs)
+      onPieces: (e, bytes) => this.offers.get(wanted.manifestDigest)?.verifiedPrefix(e.digest, bytes),
       admit: async (m) => {
         const current = await runningVersion(this.o.context);
         // an unknown running version is the load's to wait for (it asks the cluster again); arch and a known version are refused now
         checkPolicy(m, current ? config : { ...config, version: { ...config.version, allowUnknown: true } }, current);
       },
     });
-    // the nodes that sent bytes of this bundle (the counters hold every fetch since the start)
-    const from = [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (sentBefore.get(n) ?? 0)).map(([n]) => n);
-    // whole under its resume marker until the load puts it in place: a restart before then keeps it and the next fetch resumes it
-    const head = { manifest: r.manifest, manifestBytes: r.manifestBytes, signature: r.signature };
-    return { layout: { target: r.target, manifestDigest: wanted.manifestDigest, ...(r.already ? {} : { head }) }, from };
-  }
-
-  /** The fetch in the status as a stick's staging is shown: phase Staging, its bytes, rate and time left. */
-  private showFetching(target: string, rel: { name: string; version: string; arch: string }): void {
-    this.o.context.tracker.update((s) => {
-      // the fields are replaced below, not changed in place: what they held stays as it was
-      this.shownOver ??= { phase: s.phase, bundle: s.bundle, conditions: s.conditions, progress: s.progress };
-      s.phase = 'Staging';
-      s.bundle = { file: target, media: PEER_MEDIA, name: rel.name, version: rel.version, arch: rel.arch };
-      s.conditions = [];
-      s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
-    });
-  }
-
-  /** A fetch that ended without a load takes its display back: the status says again what it said before. */
-  private withdrawFetching(): void {
-    const over = this.shownOver;
-    this.shownOver = undefined;
-    if (!over) return;
-    this.o.context.tracker.update((s) => {
-      Object.assign(s, { phase: over.phase, conditions: over.conditions, progress: over.progress });
-      if (over.bundle) s.bundle = over.bundle;
-      else delete s.bundle;
-    });
-  }
-
-  private async load(wanted: PeerApproval, layout: StagedLayout, from: string[], signal: AbortSignal | undefined): Promise<LoadResult> {
-    let runtime: RuntimeTarget | undefined;
-    try {
-      runtime = this.o.runtime();
-      const loaded = await runLoad(layout, { ...this.o.context, runtime, media: PEER_MEDIA, fromPeers: from, ...(signal ? { signal } : {}) }, { lockHeld: true });
-      await this.afterLoad(wanted, layout.target);
-      return loaded;
-    } finally {
-      await runtime?.close();
-    }
-  }
-
-  private reportFetchFailure(err: unknown, a: PeerApproval): void {
-    const { config, log, tracker } = this.o.context;
-    const { reason, message } = failureOf(err, config.paths.upgradeDir);
-    log.error('peers', `bundle ${a.version} from other nodes: ${message}`, { reason, digest: a.manifestDigest });
-    tracker.failed(reason, message);
   }
 
   /**
