@@ -1,10 +1,11 @@
 // Peers inert until approved, failing closed (issue #42, review of 8a84146): the daemon's peers
-// against the RBAC-enforcing API stand-in, the port's state read from the kernel (this process's
-// sockets in LISTEN), its keys checked by a TLS client. Approvals that cannot be read keep the
-// port open only for the grace, a refusal (403) closes it at once; keys renewed or rotated in
-// place are taken without a restart, deleted ones close the port; a closed port leaves no
-// status.peers, so the stick line lets the stick go; an offer that is not approved keeps no stick
-// in; the daemon's start does not wait long for an API server that does not answer.
+// against the RBAC-enforcing API stand-in (the approvals watched, the watch's length to the grace
+// as shipped), the port's state read from the kernel (this process's sockets in LISTEN), its
+// keys checked by a TLS client. Approvals that cannot be read keep the port open only for the
+// grace, a refusal (403) closes it at once; keys renewed or rotated in place are taken without a
+// restart, deleted ones close the port; a closed port leaves no status.peers, so the stick line
+// lets the stick go; an offer that is not approved keeps no stick in; the daemon's start does
+// not wait long for an API server that does not answer.
 import t from 'tap';
 import { request } from 'node:https';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
@@ -27,6 +28,12 @@ const NAME = 'node-q';
 /** The test's grace of failing looks (the shipped one is APPROVALS_GRACE_MS, 2 min). */
 const GRACE_MS = 4000;
 const POLL_MS = 200;
+/**
+ * The watch's length to the grace as shipped (APPROVALS_RELIST_MS 60 s to APPROVALS_GRACE_MS
+ * 2 min): the approvals are read by a list every 2 to 3 s and by the watch's events in between,
+ * never polled, so what closes the port here is what closes it in a cluster.
+ */
+const RELIST_MS = GRACE_MS / 2;
 const SHIPPED_RBAC = ['deploy/rbac.yaml', 'deploy/admin-rbac.yaml', 'deploy/upgrade-gate.yaml'];
 
 const w = await peerWorld(t);
@@ -71,13 +78,15 @@ let peers: DaemonPeers | undefined;
 t.teardown(async () => { stop.abort(); await peers?.stop(); });
 /** This node's peers, started once (each test may run alone) and listening. */
 async function running(): Promise<void> {
-  peers ??= await startPeers({ config, log, tracker, signal: stop.signal, agentVersion: '0.0.0', exclusive: (fn) => fn(), retryMs: 300, pollMs: POLL_MS, approvalsGraceMs: GRACE_MS });
+  peers ??= await startPeers({ config, log, tracker, signal: stop.signal, agentVersion: '0.0.0', exclusive: (fn) => fn(), retryMs: 300, pollMs: POLL_MS, relistMs: RELIST_MS, approvalsGraceMs: GRACE_MS });
   await until('listening', listening, { timeoutMs: 10_000, detail });
 }
 
 const listening = () => listensOn(process.pid, PORT);
 const closed = async () => !(await listening());
 const condition = () => tracker.current.conditions.find((c) => c.type === 'Peers');
+/** When this node last read the approvals: its watch's last list (the stand-in sends no bookmark within a watch this short), the watch right after it. */
+const lastRead = () => api.requests.filter((r) => r.user === `system:node:${NAME}` && r.resource === 'bundleapprovals' && r.verb === 'watch' && r.status === 200).at(-1)!.at;
 const detail = () => `phase ${tracker.current.phase}: ${tracker.current.message ?? ''}; peers ${JSON.stringify(tracker.current.peers)}; Peers condition: ${JSON.stringify(condition())}\n${lines.slice(-5).join('')}`;
 
 /** A HEAD of the served bundle.json with `cred` as the client's keys: its status, or the TLS error. */
@@ -126,14 +135,15 @@ t.test('approvals unreadable: the port stays open for the grace only, the condit
   await running();
   t.equal(await head(w.credentials), 200, 'serves the approved bundle');
   await api.pause();
-  const pausedAt = Date.now();
+  const readAt = lastRead();
   const unknown = await until('Peers Unknown', () => (condition()?.status === 'Unknown' ? condition() : undefined), { timeoutMs: 5000, detail });
   t.match(unknown, { reason: 'ApprovalsUnreadable', message: /cannot read the BundleApprovals .*stays open for 4 s after the last look that read them, then closes/ });
   t.ok(await listening(), 'still open within the grace (an API server restarting)');
   await until('closed after the grace', closed, { timeoutMs: GRACE_MS + 10_000, stepMs: 50, detail });
-  const closedAfter = Date.now() - pausedAt;
-  t.comment(`API server gone → port closed after ${closedAfter} ms (grace ${GRACE_MS} ms)`);
-  t.ok(closedAfter >= GRACE_MS - 2 * POLL_MS, 'not before the grace');
+  const closedAfter = Date.now() - readAt;
+  t.comment(`API server gone → port closed ${closedAfter} ms after the last read (grace ${GRACE_MS} ms, watches of ${RELIST_MS} to ${1.5 * RELIST_MS} ms)`);
+  t.ok(closedAfter >= GRACE_MS - 2 * POLL_MS, 'not before the grace, counted from the last read');
+  t.ok(closedAfter < GRACE_MS + 3 * POLL_MS, 'soon after it');
   t.match(condition(), { status: 'Unknown', reason: 'ApprovalsUnreadable', message: /opens no peer port and fetches nothing from other nodes until they can be read/ });
   t.notOk(tracker.current.serving, 'nothing published as served');
   t.notOk(tracker.current.peers, 'no status.peers: nothing is passed on from this node');
@@ -148,11 +158,19 @@ t.test('approvals refused (403): the port closes at once, not after the grace', 
   t.not(rbac, await readFile('deploy/rbac.yaml', 'utf8'), 'the rule that lets nodes read approvals is taken out');
   const file = join(w.b.dir, 'rbac-no-approvals.yaml');
   await writeFile(file, rbac);
+  // a watch ended at its length and begun again: no backoff left from the outage before
+  const earlier = lastRead();
+  await until('a watch begun again', () => lastRead() > earlier, { timeoutMs: 3 * RELIST_MS, detail });
   await api.loadRbac([file, ...SHIPPED_RBAC.slice(1)]);
   t.teardown(() => api.loadRbac(SHIPPED_RBAC));
-  const refusedAt = Date.now();
+  // the open watch outlives the change (the API server authorizes a request once): it ends, as at its timeoutSeconds
+  t.ok(await listening(), 'open while the watch authorized before runs');
+  const readAt = lastRead();
+  api.cutWatches();
   await until('closed on the refusal', closed, { timeoutMs: GRACE_MS - 1000, stepMs: 50, detail });
-  t.comment(`403 → port closed after ${Date.now() - refusedAt} ms`);
+  const afterRead = Date.now() - readAt;
+  t.comment(`watch ended, list 403 → port closed ${afterRead} ms after the last read (grace ${GRACE_MS} ms)`);
+  t.ok(afterRead < GRACE_MS / 2, 'closed on the refusal, long before the grace');
   t.match(condition(), { status: 'Unknown', reason: 'ApprovalsUnreadable', message: /refused.*deploy\/rbac\.yaml/ });
   await api.loadRbac(SHIPPED_RBAC);
   await until('open again', listening, { timeoutMs: 10_000, detail });

@@ -10,6 +10,7 @@ import { parse as parseYaml } from 'yaml';
 import { readClusterRelease } from '@offline-bundle/status';
 import { SHIPPED_RBAC, startKubeStandIn, type KubeApiStandIn } from './kube-standin.js';
 import { makeTestCa } from './test-ca.mjs';
+import { until } from './until.js';
 
 const dir = await mkdtemp(path.join(os.tmpdir(), 'ob-standin-test-'));
 t.teardown(() => rm(dir, { recursive: true, force: true }));
@@ -120,4 +121,40 @@ t.test('rules: resourceNames, Roles in their namespace, apply-create needs creat
   });
   t.equal((await call(api, cm('default'))).status, 403, 'the Role holds in its namespace only');
   t.equal((await call(api, cm('openshift-config-managed'))).status, 201, 'in its namespace, bound by the RoleBinding');
+});
+
+t.test('a watch of the approvals: set again unchanged emits nothing (as the API server), changed MODIFIED, gone DELETED', async (t) => {
+  const AP = '/apis/bundles.offline-bundle.io/v1alpha1/bundleapprovals';
+  const approval = (version: string) => ({ apiVersion: 'bundles.offline-bundle.io/v1alpha1', kind: 'BundleApproval', metadata: { name: 'sha256-ab' }, spec: { manifestDigest: `sha256:${'ab'.repeat(32)}`, version } });
+  api.approvals = [approval('1')];
+  const from = (await asNode({ path: AP })).body.metadata.resourceVersion as string;
+  const events: { type: string; rv: string; version?: string }[] = [];
+  const u = new URL(`${AP}?watch=true&resourceVersion=${from}`, api.url);
+  const req = request(u, { ca: Buffer.from(nodeKc.clusters[0].cluster['certificate-authority-data'], 'base64'), cert: pem, key: pem }, (res) => {
+    let buf = '';
+    res.on('data', (d) => {
+      buf += d;
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        const e = JSON.parse(buf.slice(0, nl));
+        buf = buf.slice(nl + 1);
+        events.push({ type: e.type, rv: e.object.metadata.resourceVersion, version: e.object.spec?.version });
+      }
+    });
+  });
+  req.on('error', () => undefined);
+  req.end();
+  t.teardown(() => req.destroy());
+  await until('the watch open', () => api.openWatches > 0);
+  const rvBefore = api.approvals[0]!.metadata.resourceVersion;
+  const stored = api.approvals;
+  api.approvals = stored;
+  api.approvals = [approval('1')];
+  await new Promise((r) => setTimeout(r, 200));
+  t.same(events, [], 'the same object, or an equal one, set again: no event');
+  t.equal(api.approvals[0]!.metadata.resourceVersion, rvBefore, 'and no new resourceVersion');
+  api.approvals = [approval('2')];
+  api.approvals = [];
+  await until('two events', () => events.length >= 2);
+  t.match(events, [{ type: 'MODIFIED', version: '2' }, { type: 'DELETED' }]);
+  t.ok(Number(events[1]!.rv) > Number(events[0]!.rv), 'each a new resourceVersion');
 });

@@ -36,6 +36,14 @@
 // workloads (Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs, CronJobs) and OLM's
 // ClusterServiceVersions (list), MachineConfigPools (list, merge patch) and PinnedImageSets
 // (list, apply, delete). A resource marked absent answers 404 as a missing CRD.
+// Watches (GET ?watch=true) of any served resource, as the API server's watch cache serves them:
+// every change of an object (create, apply, patch, delete, and the test's own put and delete) is
+// an event with a new resourceVersion; a watch from resourceVersion N sends the events after N,
+// then each as it happens, one JSON object per line; from a version older than the history kept
+// (WATCH_HISTORY_EVENTS, or compactWatchHistory()) an ERROR event with a 410 Expired Status ends
+// it; without one (or "0") it begins with an ADDED event per object; allowWatchBookmarks=true
+// adds a BOOKMARK every watchBookmarkMs (the API server: about a minute); the stream ends after
+// timeoutSeconds (default 1,800 s). cutWatches() breaks every open one (a restart, a proxy's cut).
 // TokenReviews (create) answer from the token map and SubjectAccessReviews (create) from the
 // RBAC in force, as the API server's delegated authentication and authorization do for
 // kube-rbac-proxy and the kubelet; the Node authorizer lets nodes create both (its NodeRules).
@@ -48,6 +56,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import { fileURLToPath } from 'node:url';
+import { isDeepStrictEqual } from 'node:util';
 import { evaluate } from '@marcbachmann/cel-js';
 import type { ValidateFunction } from 'ajv';
 import { parse as parseYaml } from 'yaml';
@@ -140,6 +149,12 @@ function nodeAuthorizer(node: string, a: Attrs): boolean {
   return false;
 }
 
+/** Events a watch can be resumed from (the API server's watch cache keeps a window of them too). */
+export const WATCH_HISTORY_EVENTS = 1000;
+
+interface Change { rv: number; resource: string; namespace?: string; labels: Record<string, string>; line: string }
+interface Watcher { resource: string; namespace?: string; selector: string | null; res: ServerResponse }
+
 interface Attrs { verb: string; group: string; resource: string; name: string; namespace: string; nonResource?: string }
 
 /** ClusterRoles every cluster has, and their bindings (OpenShift's names where they differ). */
@@ -177,6 +192,12 @@ export class KubeApiStandIn implements KubeStandIn {
   private dir = '';
   private ca?: { caCert: string; caKey: string };
   private readonly hanging: ServerResponse[] = [];
+  /** The changes a watch may be resumed from, oldest first; a watch from before historyFrom is 410 Gone. */
+  private history: Change[] = [];
+  private historyFrom = 1;
+  private readonly watchers = new Set<Watcher>();
+  /** How often an open watch that asked for them gets a BOOKMARK (the API server: about a minute). */
+  watchBookmarkMs = 60_000;
   /** What creating an object of a shipped CRD must pass, by plural. */
   private createChecks = new Map<string, CreateCheck>();
 
@@ -317,9 +338,32 @@ export class KubeApiStandIn implements KubeStandIn {
     return (await readFile(cert, 'utf8')) + (await readFile(key, 'utf8'));
   }
 
+  /** How many watches are open now. */
+  get openWatches(): number {
+    return this.watchers.size;
+  }
+
+  /** Every open watch's stream broken off (its connection reset), as an API server's restart or a proxy's cut does. */
+  cutWatches(): void {
+    for (const w of this.watchers) {
+      this.watchers.delete(w);
+      w.res.destroy();
+    }
+  }
+
+  /**
+   * The watch history dropped, its window moved past the current version (changes elsewhere in
+   * the cluster): a watch from any version given so far is 410 Gone; a list gives a new one.
+   */
+  compactWatchHistory(): void {
+    this.history = [];
+    this.historyFrom = ++this.resourceVersion;
+  }
+
   /** The API server goes away (a reboot, a partition): nothing listens on its port until resume(). */
   pause(): Promise<void> {
     return new Promise<void>((resolve) => {
+      this.cutWatches();
       for (const r of this.hanging.splice(0)) r.destroy();
       this.server!.close(() => resolve());
       this.server!.closeAllConnections();
@@ -337,6 +381,7 @@ export class KubeApiStandIn implements KubeStandIn {
 
   close(): Promise<void> {
     return new Promise<void>((resolve) => {
+      this.cutWatches();
       for (const r of this.hanging) r.destroy();
       if (!this.server?.listening) return resolve();
       this.server.close(() => resolve());
@@ -353,13 +398,61 @@ export class KubeApiStandIn implements KubeStandIn {
   put(resource: string, obj: Doc): Doc {
     const ns = obj.metadata?.namespace;
     obj.metadata = { ...obj.metadata, resourceVersion: String(++this.resourceVersion) };
-    this.store.set(key(resource, obj.metadata.name, ns), obj);
+    const k = key(resource, obj.metadata.name, ns);
+    const type = this.store.has(k) ? 'MODIFIED' : 'ADDED';
+    this.store.set(k, obj);
+    this.changed(resource, type, obj);
     return obj;
   }
 
   delete(resource: string, name: string, namespace?: string): void {
+    const gone = this.store.get(key(resource, name, namespace));
     this.store.delete(key(resource, name, namespace));
     this.owners.delete(key(resource, name, namespace));
+    // the DELETED event carries the object at the deletion's resourceVersion
+    if (gone) this.changed(resource, 'DELETED', { ...gone, metadata: { ...gone.metadata, resourceVersion: String(++this.resourceVersion) } });
+  }
+
+  /** A change recorded for watches to resume from and sent to the open ones it concerns. */
+  private changed(resource: string, type: string, obj: Doc): void {
+    const c: Change = { rv: Number(obj.metadata.resourceVersion), resource, labels: obj.metadata?.labels ?? {}, line: `${JSON.stringify({ type, object: obj })}\n`, ...(obj.metadata?.namespace ? { namespace: obj.metadata.namespace } : {}) };
+    this.history.push(c);
+    if (this.history.length > WATCH_HISTORY_EVENTS) this.historyFrom = this.history.shift()!.rv;
+    for (const w of this.watchers) if (watches(w, c)) w.res.write(c.line);
+  }
+
+  /** A watch, as the API server's watch cache serves one (see the file's head). */
+  private serveWatch(a: Attrs, r: StandInRequest, res: ServerResponse): void {
+    const [base] = a.resource.split('/') as [string];
+    const gr = `${a.group}/${base}`;
+    const write = (type: string, object: unknown) => res.write(`${JSON.stringify({ type, object })}\n`);
+    r.status = !(gr in NAMESPACED) || this.absent.has(gr) ? 404 : 200;
+    if (r.status === 404) {
+      res.writeHead(404, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify(statusDoc(404, 'NotFound', 'the server could not find the requested resource')));
+      return;
+    }
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    const w: Watcher = { resource: base, ...(a.namespace ? { namespace: a.namespace } : {}), selector: r.query.get('labelSelector'), res };
+    const from = r.query.get('resourceVersion');
+    if (!from || from === '0') {
+      for (const o of this.list(base, w.namespace)) if (selects(w.selector, o.metadata?.labels ?? {})) write('ADDED', o);
+    } else if (!/^\d+$/.test(from) || Number(from) < this.historyFrom) {
+      write('ERROR', statusDoc(410, 'Expired', `too old resource version: ${from} (${this.historyFrom})`));
+      res.end();
+      return;
+    } else {
+      for (const c of this.history) if (c.rv > Number(from) && watches(w, c)) res.write(c.line);
+    }
+    this.watchers.add(w);
+    const bookmarks = r.query.get('allowWatchBookmarks') === 'true'
+      ? setInterval(() => write('BOOKMARK', { kind: 'Bookmark', apiVersion: 'v1', metadata: { resourceVersion: String(this.resourceVersion) } }), this.watchBookmarkMs) : undefined;
+    const ends = setTimeout(() => res.end(), 1000 * (Number(r.query.get('timeoutSeconds')) || 1800));
+    res.on('close', () => {
+      clearInterval(bookmarks);
+      clearTimeout(ends);
+      this.watchers.delete(w);
+    });
   }
 
   list(resource: string, namespace?: string): Doc[] {
@@ -367,9 +460,23 @@ export class KubeApiStandIn implements KubeStandIn {
     return [...this.store].filter(([k]) => k.startsWith(prefix) && (namespace === undefined || k.startsWith(`${prefix}${namespace}|`))).map(([, v]) => v);
   }
 
+  /**
+   * The objects of `resource` made `items`, as updates to the API server make them: one set again
+   * unchanged is no change (no new resourceVersion, no event), one changed is MODIFIED, one
+   * gone DELETED, one new ADDED.
+   */
   replaceAll(resource: string, items: Doc[]): void {
-    for (const o of this.list(resource)) this.delete(resource, o.metadata.name, o.metadata.namespace);
-    for (const o of items) this.put(resource, o);
+    const wanted = new Set(items.map((o) => key(resource, o.metadata.name, o.metadata?.namespace)));
+    for (const o of this.list(resource)) if (!wanted.has(key(resource, o.metadata.name, o.metadata.namespace))) this.delete(resource, o.metadata.name, o.metadata.namespace);
+    for (const o of items) {
+      const k = key(resource, o.metadata.name, o.metadata?.namespace);
+      const cur = this.store.get(k);
+      if (!cur || !isDeepStrictEqual(written(cur), written(o))) this.put(resource, o);
+      else o.metadata = { ...cur.metadata, ...o.metadata, resourceVersion: cur.metadata.resourceVersion };
+      // listed in the order given, as before; an unchanged object is unseen by watches
+      this.store.delete(k);
+      this.store.set(k, o);
+    }
   }
 
   // The shapes `bundle cluster` tests set up directly.
@@ -468,6 +575,7 @@ export class KubeApiStandIn implements KubeStandIn {
       return;
     }
     if (scripted) return send(scripted.status, scripted.body ?? (scripted.status >= 400 ? statusDoc(scripted.status, 'Scripted', `answer ${scripted.status}`) : undefined), scripted.headers);
+    if (a.verb === 'watch') return this.serveWatch(a, r, res);
     const [status, doc] = this.handle(id, a, r);
     send(status, doc);
   }
@@ -738,6 +846,15 @@ const REASON_CODES: Record<string, number> = { Forbidden: 403, Unauthorized: 401
 const anyOf = (list: string[] | undefined, v: string) => (list ?? []).some((x) => x === '*' || x === v);
 
 const key = (resource: string, name: string, namespace?: string) => `${resource}|${namespace ?? ''}|${name}`;
+
+/** What a client writes of an object: without the metadata the API server sets. */
+function written(o: Doc): Doc {
+  const { resourceVersion: _rv, uid: _uid, creationTimestamp: _ct, generation: _g, managedFields: _mf, ...metadata } = o.metadata ?? {};
+  return { ...o, metadata };
+}
+
+/** Whether watch `w` sees change `c`: its resource, its namespace (all when none), its label selector. */
+const watches = (w: Watcher, c: Change) => c.resource === w.resource && (w.namespace === undefined || c.namespace === w.namespace) && selects(w.selector, c.labels);
 
 /** Request attributes as kube-apiserver's RequestInfoFactory derives them. */
 function attributes(method: string, url: URL): Attrs {

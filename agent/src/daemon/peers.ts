@@ -1,5 +1,6 @@
 // The daemon's peers (issue #22), on by default and inert until approved (issue #42): every few
-// seconds a look at the peer keys and the approvals. Only while a BundleApproval exists (and the
+// seconds a look at the peer keys, and the approvals as a watch keeps them (approval-watch.ts),
+// looked at again the moment they change. Only while a BundleApproval exists (and the
 // keys are installed) does the peer server listen on the Node's InternalIP, serving the approved
 // bundles this node keeps, with status.serving published, and are approved bundles fetched from
 // the other nodes, one thing at a time with the stick's loads; the last approval withdrawn closes
@@ -13,15 +14,17 @@ import { ClusterError, onRemovableMedia, PEER_MEDIA, type Condition, type NodeSt
 import type { AgentConfig } from '../config.js';
 import { failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
+import { removeWithdrawnPeerPartials } from '../load/peer-partials.js';
 import { ApiPeerDirectory } from '../peers/directory.js';
 import { peerServerOptions } from '../peers/peer-config.js';
 import { startPeerServer, type RunningPeerServer } from '../peers/peer-server.js';
 import { PeerService } from '../peers/peer-service.js';
 import { readPeerKeys, type PeerCredentials } from '../peers/peer-tls.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
+import { ApprovalWatch } from './approval-watch.js';
 import type { StickTurn } from './stick-turn.js';
 
-/** How often the approvals are looked at, at least. */
+/** How often the keys (and the approvals as the watch keeps them) are looked at, at least. */
 const MIN_PEER_POLL_MS = 5000;
 /** How long after a failed start the peer server is tried again. */
 export const PEER_START_RETRY_MS = 60_000;
@@ -53,10 +56,12 @@ export interface PeerDaemon {
   sticks?: StickTurn;
   /** A loaded release is served until the cluster completed it: a fetched layout is kept for that. */
   serves?: boolean;
-  /** Tests: a shorter retry of a failed start, a shorter look at the approvals, a shorter grace of failing looks. */
+  /** Tests: a shorter retry of a failed start, a shorter look, a shorter grace of failing looks. */
   retryMs?: number;
   pollMs?: number;
   approvalsGraceMs?: number;
+  /** Tests: a shorter watch of the approvals (each followed by a list); unset, pollMs when that is set (the looks older tests time), else APPROVALS_RELIST_MS. */
+  relistMs?: number;
   /** start() waits at most this long for the first look (the daemon: FIRST_LOOK_WAIT_MS); unset, for all of it. */
   firstLookWaitMs?: number;
 }
@@ -107,7 +112,7 @@ class DaemonPeerRunner implements DaemonPeers {
   private server: RunningPeerServer | undefined;
   /** The keys of the last look: the open port's, and what a fetch starts with. */
   private keys: PeerCredentials | undefined;
-  /** When a look at the approvals last succeeded (ms since the epoch). */
+  /** When the approvals were last read: a list, or an event or bookmark of the watch (ms since the epoch). */
   private lastLook = 0;
   /** Why looks fail, from the first failing one (so the condition does not change with each error's words). */
   private lookError: string | undefined;
@@ -118,6 +123,10 @@ class DaemonPeerRunner implements DaemonPeers {
   private openAfter = 0;
   private said = '';
   private looking: Promise<void> | undefined;
+  /** A change came while a look ran: one more look follows it. */
+  private lookAgain = false;
+  /** The approvals' watch, running while the keys are installed (without them nothing is asked of the API server). */
+  private watch: ApprovalWatch | undefined;
   private timer: NodeJS.Timeout | undefined;
   private task: Promise<void> | undefined;
   private publishing: Promise<void> | undefined;
@@ -150,24 +159,57 @@ class DaemonPeerRunner implements DaemonPeers {
     this.timer = setInterval(() => void this.look(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
   }
 
-  /** One look at a time: a slow API answer is not queued behind again. */
+  /** One look at a time; a change during one is looked at once it is done. */
   private look(): Promise<void> {
-    this.looking ??= this.lookOnce()
+    if (this.looking) {
+      this.lookAgain = true;
+      return this.looking;
+    }
+    this.looking = this.lookOnce()
       .catch((err: unknown) => this.lookFailed(err))
       .catch((err: unknown) => this.d.log.warn('peers', `cannot close the peer port: ${oneLine(err)}`))
-      .finally(() => { this.looking = undefined; });
+      .finally(() => {
+        this.looking = undefined;
+        if (this.lookAgain && !this.ending) {
+          this.lookAgain = false;
+          void this.look();
+        }
+      });
     return this.looking;
   }
 
-  /** The keys, then the approvals: the port opens or closes; an open one does its work. */
+  private get graceMs(): number {
+    return this.d.approvalsGraceMs ?? APPROVALS_GRACE_MS;
+  }
+
+  /** The watch of the approvals, started at the first look that found keys. */
+  private watching(): ApprovalWatch {
+    if (!this.watch) {
+      const { config, log, pollMs, relistMs } = this.d;
+      this.watch = new ApprovalWatch({ kubeconfig: config.status.kubeconfig!, log, onChange: () => void this.look(), ...(relistMs ?? pollMs ? { relistMs: relistMs ?? pollMs } : {}) });
+      this.watch.start();
+    }
+    return this.watch;
+  }
+
+  /**
+   * The keys, then the approvals as last read: the port opens or closes; an open one does its
+   * work. Approvals not read for the grace (no list, event or bookmark) count as unreadable.
+   */
   private async lookOnce(): Promise<void> {
     if (this.ending) return;
-    if (!(await this.keysStill())) return;
-    const approvals = await this.directory.approved();
+    if (!(await this.keysStill()) || this.ending) return;
+    const watch = this.watching();
+    await watch.first;
     if (this.ending) return;
-    this.lastLook = Date.now();
+    this.lastLook = watch.readAt;
+    const approvals = watch.approvals;
+    if (watch.error !== undefined || !approvals) throw watch.error ?? new Error('not read yet');
+    const silentMs = Date.now() - watch.readAt;
+    if (silentMs >= this.graceMs) throw new Error(`the API server sent no list, event or bookmark of them for ${Math.round(silentMs / 1000)} s`);
     this.lookError = undefined;
     this.approved = new Set(approvals.map((a) => a.manifestDigest));
+    await removeWithdrawnPeerPartials(this.d.config, this.approved, this.d.log);
     if (!approvals.length) {
       await this.close();
       return this.inert(NOT_APPROVED);
@@ -187,6 +229,9 @@ class DaemonPeerRunner implements DaemonPeers {
     const read = await readPeerKeys(this.d.config.peers);
     if ('reason' in read) {
       this.keys = undefined;
+      const watch = this.watch;
+      this.watch = undefined;
+      await watch?.stop();
       await this.close();
       this.inert(read);
       return false;
@@ -207,7 +252,7 @@ class DaemonPeerRunner implements DaemonPeers {
    */
   private async lookFailed(err: unknown): Promise<void> {
     if (this.ending) return;
-    const graceMs = this.d.approvalsGraceMs ?? APPROVALS_GRACE_MS;
+    const graceMs = this.graceMs;
     if (this.lookError === undefined || refused(err)) this.lookError = oneLine(err);
     if (this.server && (refused(err) || Date.now() - this.lastLook >= graceMs)) await this.close();
     const port = this.server
@@ -385,7 +430,10 @@ class DaemonPeerRunner implements DaemonPeers {
     this.stopped = true;
     clearInterval(this.timer);
     clearTimeout(this.servingTimer);
+    await this.watch?.stop();
     await this.looking;
+    // a look under way may have started it again
+    await this.watch?.stop();
     await this.task;
     await this.publishing;
     await this.server?.close();
@@ -395,7 +443,7 @@ class DaemonPeerRunner implements DaemonPeers {
 }
 
 /**
- * Looks at the keys and the approvals every few seconds, the port open only while an approval
+ * Looks at the keys every few seconds and watches the approvals, the port open only while an approval
  * exists; undefined when peers are off, or without status.kubeconfig (no approval can be read).
  */
 export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined> {

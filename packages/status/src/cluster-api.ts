@@ -57,7 +57,7 @@ const MAX_LIST_PAGES = 2 * Math.ceil(MAX_LIST_ITEMS / LIST_PAGE_ITEMS);
  */
 export const MAX_LIST_KEPT_BYTES = 256 * 1024 * 1024;
 
-type Page = { items?: unknown; metadata?: { _continue?: unknown; continue?: unknown } };
+type Page = { items?: unknown; metadata?: { _continue?: unknown; continue?: unknown; resourceVersion?: unknown } };
 
 /**
  * Every item of a list, a page of LIST_PAGE_ITEMS at a time, each reduced by `pick` to what the
@@ -71,7 +71,21 @@ export async function listAll<T>(
   pick: (item: Record<string, unknown>) => T,
   opts: { notFound?: () => T[] } = {},
 ): Promise<T[]> {
+  return (await listAllAt(what, page, pick, opts)).items;
+}
+
+/**
+ * listAll, with the list's resourceVersion (its first page's: the pages that follow are of the
+ * same snapshot), from which a watch of the same kind goes on; '' when the server gave none.
+ */
+export async function listAllAt<T>(
+  what: string,
+  page: (q: { limit: number; _continue?: string }) => Promise<unknown>,
+  pick: (item: Record<string, unknown>) => T,
+  opts: { notFound?: () => T[] } = {},
+): Promise<{ items: T[]; resourceVersion: string }> {
   const out: T[] = [];
+  let resourceVersion: string | undefined;
   let kept = 0;
   let cont: string | undefined;
   let pages = 0;
@@ -79,7 +93,7 @@ export async function listAll<T>(
     if (++pages > MAX_LIST_PAGES) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} goes on past ${MAX_LIST_PAGES} pages: check --kubeconfig's server`);
     const q = { limit: LIST_PAGE_ITEMS, ...(cont ? { _continue: cont } : {}) };
     const p = await apiCall<Page | undefined>(what, () => page(q) as Promise<Page>, opts.notFound ? { notFound: () => undefined } : {});
-    if (p === undefined) return opts.notFound!();
+    if (p === undefined) return { items: opts.notFound!(), resourceVersion: resourceVersion ?? '' };
     if (typeof p !== 'object' || p === null || !Array.isArray(p.items)) {
       throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} is not a list (no "items"): is --kubeconfig's server an API server?`);
     }
@@ -91,8 +105,10 @@ export async function listAll<T>(
       out.push(picked);
     }
     if (out.length > MAX_LIST_ITEMS) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} lists over ${MAX_LIST_ITEMS} items: narrow it (--selector) or check --kubeconfig's server`);
+    const rv = p.metadata?.resourceVersion;
+    resourceVersion ??= typeof rv === 'string' ? rv : '';
     const next = p.metadata?._continue ?? p.metadata?.continue;
     cont = typeof next === 'string' && next !== '' ? next : undefined;
   } while (cont);
-  return out;
+  return { items: out, resourceVersion: resourceVersion ?? '' };
 }

@@ -10,6 +10,8 @@ export type ClusterErrorCode =
   | 'API_TOO_LARGE'           // an answer over MAX_API_RESPONSE_BYTES
   | 'API_REDIRECT'            // a redirect to another server (or too many, or of a change)
   | 'API_NOT_JSON'            // a 2xx answer that is not JSON, or not the shape asked for
+  | 'API_GONE'                // 410: a watch's resourceVersion is too old (list again)
+  | 'API_TOO_FAST'            // a watch sent past MAX_WATCH_EVENTS_PER_SECOND or MAX_WATCH_BYTES_PER_SECOND
   | 'NOT_OPENSHIFT'           // no ClusterVersion: prepare/upgrade are for OpenShift clusters
   | 'NO_RELEASE_IMAGE'        // the bundle carries no OpenShift release image
   | 'NO_RELEASE_SIGNATURES'   // the bundle carries no release signature

@@ -193,6 +193,12 @@ function proxyFor(url: URL): string | undefined {
   return p?.httpsProxy && !bypassesProxy(url.host, p.noProxy) ? p.httpsProxy : undefined;
 }
 
+function headerMap(res: IncomingMessage): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  return headers;
+}
+
 async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string, maxItems?: number): Promise<Answer> {
   const proxy = proxyFor(url);
   const socket = proxy ? await tunnel(proxy, url, ctx.getAgent(), signal, server) : undefined;
@@ -201,8 +207,7 @@ async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes
     const body = ctx.getBody();
     const via = socket ? { createConnection: () => socket as Socket } : { agent: ctx.getAgent() };
     const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+      const headers = headerMap(res);
       const status = res.statusCode ?? 0;
       const body = status >= 400 ? readErrorBody(res, status) : readBody(res, maxBytes, server, maxItems);
       body.then((b) => resolve({ status, headers, body: b }), reject);
@@ -273,4 +278,89 @@ export async function boundedHttpLibrary(opts: BoundedHttpOptions = {}): Promise
       })));
     },
   };
+}
+
+/** A long answer (a watch) as it comes: `onData` throwing ends it with that error. */
+export interface StreamingHttpOptions {
+  /** Until the answer's headers (the body then runs until the server ends it or the call's signal aborts). */
+  deadlineMs?: number;
+  /** A 2xx JSON answer's headers came: the server accepted the call (a watch: authorized, its resource served). */
+  onOpen?: () => void;
+  onData: (chunk: Buffer) => void;
+}
+
+/**
+ * client-node's HttpLibrary for one long answer (a watch): its headers within deadlineMs, then
+ * its body handed to onData a chunk at a time, never held whole; the call ends with the answer
+ * (whose body then reads as `{}`). No redirect is followed; an error answer reads as
+ * sendBounded's (its first MAX_API_ERROR_BYTES), so apiCall names it the same way.
+ */
+export async function streamingHttpLibrary(opts: StreamingHttpOptions): Promise<HttpLibrary> {
+  const { Observable, ResponseContext } = await loadK8s();
+  return {
+    send(ctx: RequestContext) {
+      return new Observable(sendStreaming(ctx, opts).then((a): ResponseContextType => new ResponseContext(a.status, a.headers, {
+        text: async () => a.body.toString('utf8'),
+        binary: async () => a.body,
+      })));
+    },
+  };
+}
+
+async function sendStreaming(ctx: RequestContext, opts: StreamingHttpOptions): Promise<Answer> {
+  const url = new URL(ctx.getUrl());
+  const server = origin(url);
+  const deadlineMs = opts.deadlineMs ?? API_DEADLINE_MS;
+  const headersDue = new AbortController();
+  const timer = setTimeout(() => headersDue.abort(), deadlineMs);
+  const signal = AbortSignal.any([headersDue.signal, ...[ctx.getSignal()].filter((x): x is AbortSignal => x !== undefined)]);
+  try {
+    const proxy = proxyFor(url);
+    const socket = proxy ? await tunnel(proxy, url, ctx.getAgent(), signal, server) : undefined;
+    return await new Promise<Answer>((resolve, reject) => {
+      const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+      const via = socket ? { createConnection: () => socket as Socket } : { agent: ctx.getAgent() };
+      const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
+        clearTimeout(timer);
+        streamBody(res, server, url, opts).then(resolve, reject);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  } catch (err) {
+    if (headersDue.signal.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} did not begin its answer to ${url.pathname} within ${deadlineMs / 1000} s: check that it is reachable and not overloaded`, { cause: err });
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The body of a long answer passed to onData; an error answer's start read as an Answer. */
+function streamBody(res: IncomingMessage, server: string, url: URL, { onOpen, onData }: StreamingHttpOptions): Promise<Answer> {
+  const headers = headerMap(res);
+  const status = res.statusCode ?? 0;
+  if (status >= 400) return readErrorBody(res, status).then((body) => ({ status, headers, body }));
+  if (status < 200 || status >= 300) {
+    res.destroy();
+    return Promise.reject(new ClusterError('API_REDIRECT', `the API server ${server} answered ${status} to GET ${url.pathname}: refused (a watch follows no redirect); check --kubeconfig's server`));
+  }
+  if (!JSON_TYPE.test(headers['content-type'] ?? '')) {
+    res.destroy();
+    return Promise.reject(new ClusterError('API_NOT_JSON', `the API server ${server} answered GET ${url.pathname} with ${headers['content-type'] ? `"${headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server?`));
+  }
+  onOpen?.();
+  return new Promise((resolve, reject) => {
+    res.on('data', (c: Buffer) => {
+      try {
+        onData(c);
+      } catch (err) {
+        // settled before the destroy, whose close would otherwise name the cut as the cause
+        reject(err);
+        res.destroy();
+      }
+    });
+    res.on('end', () => resolve({ status, headers: { ...headers, 'content-type': 'application/json' }, body: Buffer.from('{}') }));
+    res.on('error', reject);
+    res.on('close', () => { if (!res.complete) reject(new Error(`the API server ${server} cut its answer off`)); });
+  });
 }

@@ -31,7 +31,9 @@ export type { Health, HealthCheck } from './health.js';
 export { adminApis, APPLY_PATCH, isApiException, requestOptions } from './kube.js';
 export { ClusterError } from './cluster-errors.js';
 export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_ERROR_BYTES, MAX_API_RESPONSE_BYTES, commandDeadline, messageStart } from './cluster-http.js';
-export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, MAX_LIST_KEPT_BYTES, apiCall, listAll } from './cluster-api.js';
+export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, MAX_LIST_KEPT_BYTES, apiCall, listAll, listAllAt } from './cluster-api.js';
+export { MAX_WATCH_BYTES_PER_SECOND, MAX_WATCH_EVENT_BYTES, MAX_WATCH_EVENTS_PER_SECOND, WatchEventReader, watchCustomObjects } from './cluster-watch.js';
+export type { CustomObjectsWatch, WatchEvent, WatchEventType, WatchLimits } from './cluster-watch.js';
 export { ConsoleWriter, CONSOLE_FILE, AGETTY_RELOAD_FILE, OLD_CONSOLE_FILE, consoleFilePath, consoleText, reloadAgetty, removeOldConsoleFile } from './console.js';
 export type {
   Phase,

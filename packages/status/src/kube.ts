@@ -1,8 +1,8 @@
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import type { ConfigurationOptions, CustomObjectsApi, HttpLibrary, KubeConfig } from '@kubernetes/client-node';
 import { assertNesting, assertValueNesting, readSmallFile } from '@offline-bundle/host';
-import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
+import { boundedHttpLibrary, streamingHttpLibrary, type BoundedHttpOptions, type StreamingHttpOptions } from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
 import { isLoopback } from './loopback.js';
 
@@ -82,12 +82,24 @@ async function loadKubeconfig(file: string, context?: string): Promise<KubeConfi
   return kc;
 }
 
+type ApiClass<T> = new (config: import('@kubernetes/client-node').Configuration) => T;
+
 /** An API client of `Api` whose every call is bounded in time and size (cluster-http.ts). */
-async function boundedClient<T>(kc: KubeConfig, Api: new (config: import('@kubernetes/client-node').Configuration) => T, http: BoundedHttpOptions): Promise<T> {
+async function boundedClient<T>(kc: KubeConfig, Api: ApiClass<T>, http: BoundedHttpOptions): Promise<T> {
+  return clientOver(kc, Api, await boundedHttpLibrary(http));
+}
+
+async function clientOver<T>(kc: KubeConfig, Api: ApiClass<T>, httpApi: HttpLibrary): Promise<T> {
   const { createConfiguration, ServerConfiguration } = await loadK8s();
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error('the kubeconfig names no cluster (no current context)');
-  return new Api(createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: kc }, httpApi: await boundedHttpLibrary(http) }));
+  return new Api(createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: kc }, httpApi }));
+}
+
+/** A CustomObjectsApi for one watch: its answer streamed to `http.onData` (cluster-http.ts streamingHttpLibrary). */
+export async function streamingCustomObjectsApi(kubeconfig: string, context: string | undefined, http: StreamingHttpOptions): Promise<CustomObjectsApi> {
+  const { CustomObjectsApi: Api } = await loadK8s();
+  return clientOver(await loadKubeconfig(kubeconfig, context), Api, await streamingHttpLibrary(http));
 }
 
 /** A CustomObjectsApi from a kubeconfig file (and optional context). */
