@@ -13,7 +13,7 @@ import { BLOB_ORDERS } from './blob-order.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
 import { reportPlan } from './image-set/plan.js';
 import { addImageSetCommands } from './image-set/commands.js';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
 import { pathLines, pathOf, upgradesFromLine } from './release-path.js';

@@ -7,7 +7,8 @@
  * nothing (an older agent, or none yet) is "unknown", never "holds it".
  */
 import type { NodeRow, Rollup } from '@offline-bundle/cluster';
-import { heldState, imageKey, timeAgo, type HeldState, type RuntimeHoldings } from '@offline-bundle/status';
+import { heldState, imageKey, type HeldState, type RuntimeHoldings } from '@offline-bundle/status';
+import { timeAgo } from '@offline-bundle/cli';
 
 /** high: a pod needing it fails on some node; medium: held everywhere, but the image GC may take it; low: held pinned everywhere. */
 export type Severity = 'high' | 'medium' | 'low';

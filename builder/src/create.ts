@@ -15,7 +15,7 @@ import { archProblem, checkCacheDir, checkOutput, checkReleaseOptions, checkSpac
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { hopAdds, pathLines, payloadOf, type PathSummary } from './release-path.js';
 import { checkDeltaBase, readDeltaBase, sharedWithBase, type DeltaBase } from './delta-base.js';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';

@@ -4,7 +4,7 @@ import { basename, dirname, join } from 'node:path';
 import { KNOWN_ARCHES, OciError, isKnownArch, parsePlatform } from '@offline-bundle/oci';
 import { errnoReason, filesystemFree, HostError, makeDirs, pidExists } from '@offline-bundle/host';
 import { checkReleaseFields } from '@offline-bundle/format';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { didYouMean } from './args.js';
 
 /** What a non-regular, non-directory file is, in words. */

@@ -1,5 +1,5 @@
 import { releasePath, type BundleRelease, type HopAdds } from '@offline-bundle/format';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { someOf } from './image-set/schema.js';
 
 /**

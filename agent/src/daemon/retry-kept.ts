@@ -3,7 +3,8 @@
 // the stick may go, and this keeps that promise. Each copy is hashed again before its load.
 import { rm } from 'node:fs/promises';
 import { basename, dirname, resolve } from 'node:path';
-import { KEPT_COPY_MEDIA, timeLeft, type StatusTracker } from '@offline-bundle/status';
+import { KEPT_COPY_MEDIA, type StatusTracker } from '@offline-bundle/status';
+import { timeLeft } from '@offline-bundle/cli';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';

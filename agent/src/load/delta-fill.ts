@@ -9,7 +9,7 @@ import {
   type BaseSource, type BundleManifest, type BundleSource, type LayoutEntry,
 } from '@offline-bundle/format';
 import { openRegularFile } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
 import type { Logger } from '../log.js';

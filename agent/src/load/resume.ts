@@ -5,7 +5,7 @@ import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { partialBundle, readLayoutDescription, type BundleManifest, type ExtractOptions, type ResumeInfo } from '@offline-bundle/format';
 import { LayoutStore, type Catalog } from '@offline-bundle/registry';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { PipelineContext } from './pipeline-context.js';

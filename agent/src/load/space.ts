@@ -1,6 +1,7 @@
 import { filesystemFree } from '@offline-bundle/host';
 import type { BundleBlob, BundleManifest } from '@offline-bundle/format';
-import { formatBytes, type BundleMode } from '@offline-bundle/status';
+import { type BundleMode } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import type { AgentConfig, RuntimeKind } from '../config.js';
 import { AgentError } from '../errors.js';
 import { imageGcKeepBytes, kubeletUsagePercent, readKubeletThresholds, thresholdBytes, thresholdText, type KubeletThresholds, type Threshold } from './kubelet-thresholds.js';

@@ -5,7 +5,7 @@ import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } fro
 import { OciError, parseSourceSpec, type OciErrorCode, type SourceSpec } from '@offline-bundle/oci';
 import { FormatError, checkReleaseFields } from '@offline-bundle/format';
 import { HostError, assertNesting, assertValueNesting, readSmallFile } from '@offline-bundle/host';
-import { plural } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import { BUNDLE_FILE_SCHEMA, MAX_PROBLEMS_SHOWN, REFUSED_KEYS, someProblems, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
 import { checkCatalogReference } from './catalog.js';
 import { didYouMean } from '../args.js';

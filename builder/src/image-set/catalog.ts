@@ -10,7 +10,7 @@ import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
 import { OciError, parseReference, readLayerFiles, type LayerReader } from '@offline-bundle/oci';
 import { HostError, assertNesting, assertValueNesting, escapeControls, quoteName } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { someOf, type OperatorSelection } from './schema.js';
 
 /** The label of a catalog image naming its FBC directory (opm's default /configs). */

@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { OciError } from '@offline-bundle/oci';
 import { readBundleFile } from './bundle-file.js';
 import { MAX_RELEASE_PATH_HOPS } from '@offline-bundle/format';
-import { plural } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import { readUpdateGraph, resolvePath, resolveRelease, type PathHop, type ResolvedRelease } from './update-graph.js';
 import { someOf, type BundleFile, type ReleaseByChannel } from './schema.js';
 

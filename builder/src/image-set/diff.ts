@@ -2,7 +2,7 @@ import { stat } from 'node:fs/promises';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { FormatError, namesSplitBundle, readHeader, withBundle, type BundleImage, type BundleManifest, type BundleRelease } from '@offline-bundle/format';
 import { pathLines, pathOf, type PathSummary } from '../release-path.js';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { CATALOG_COMPONENT } from './catalog-source.js';
 
 /** bundle.json as `inspect` reads it (its first frames, nothing verified): the one call into the format's readers. */

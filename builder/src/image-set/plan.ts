@@ -1,7 +1,7 @@
 import { formatPlatform } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import type { BundleImage } from '@offline-bundle/format';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { pathLines, type PathSummary } from '../release-path.js';
 
 /** One image `bundle create --dry-run` would carry, with the bytes its manifests name. */

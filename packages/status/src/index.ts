@@ -5,7 +5,6 @@ export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
 export { DROP_DIRECTORY_MEDIA, KEPT_COPY_MEDIA, PEER_MEDIA, FAILURE_REASONS, FAILURE_SENTENCES, PART_COLLECTING_REASONS, SPOOLED_MEDIA, WAITING_SENTENCES, failureSentence, fileWords, fromSpool, onRemovableMedia } from './reasons.js';
 export type { FailureReason } from './reasons.js';
-export { fitToWidth, formatBytes, plural, timeAgo, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease, readClusterVersionObject, readNodeMachineConfig, type NodeMachineConfig, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, PEER_PORT_MIN, PEER_PORT_MAX, isPeerPort, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
