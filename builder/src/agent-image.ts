@@ -1,7 +1,8 @@
 // --agent-image: a bundle-agent image carried for the node agent's self-upgrade, under the
 // fixed name the agent looks for (AGENT_REPOSITORY:VERSION) and named in bundle.json.
 import { readFile } from 'node:fs/promises';
-import { OciError, parseSourceSpec, type BlobCache, type ImageSource } from '@offline-bundle/oci';
+import { OciError } from '@offline-bundle/oci';
+import { parseSourceSpec, type BlobCache, type ImageSource } from '@offline-bundle/image-fetch';
 import { AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, type BundleAgent, type BundleImage } from '@offline-bundle/format';
 
 /** The label scripts/oci-image.mjs sets (the OCI standard one). */

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
-import { cacheInfo, lockCache, pruneCache } from '@offline-bundle/oci';
+import { cacheInfo, lockCache, pruneCache } from '@offline-bundle/image-fetch';
 import { formatBytes } from '@offline-bundle/cli';
 import { resolve } from 'node:path';
 import { stat } from 'node:fs/promises';

@@ -4,10 +4,12 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
-  AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
-  connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
-  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
+  OciError, formatPlatform, formatReference,
+  parseManifest, parsePlatform, platformMatches, repositoryName,
+  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type Platform, type ImageReference,
 } from '@offline-bundle/oci';
+import { readReleasePayload, type LayerReader } from '@offline-bundle/openshift-release';
+import { AuthStore, BlobCache, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, connectionOptions, openSource, parseSourceSpec, type ImageSource, type SourceSpec } from '@offline-bundle/image-fetch';
 import { estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type BundleRelease, type HopAdds, type ReleaseSignatureRef, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';

@@ -1,4 +1,5 @@
-import { OciError, type OciErrorCode, formatReference, parseReference, parseSourceSpec, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, type OciErrorCode, formatReference, parseReference } from '@offline-bundle/oci';
+import { parseSourceSpec, type SourceSpec } from '@offline-bundle/image-fetch';
 import { HostError, PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/host';
 
 /** Largest --images-file read: 1 MiB is some ten thousand references. */

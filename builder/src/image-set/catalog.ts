@@ -8,7 +8,8 @@
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
-import { OciError, parseReference, readLayerFiles, type LayerReader } from '@offline-bundle/oci';
+import { OciError, parseReference } from '@offline-bundle/oci';
+import { readLayerFiles, type LayerReader } from '@offline-bundle/openshift-release';
 import { HostError, assertNesting, assertValueNesting, escapeControls, quoteName } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/cli';
 import { someOf, type OperatorSelection } from './schema.js';

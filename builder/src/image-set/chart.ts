@@ -1,4 +1,5 @@
-import { OciError, formatReference, parseManifest, parseOciUrlReference, parseReference, type ImageReference, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, formatReference, parseManifest, parseOciUrlReference, parseReference, type ImageReference } from '@offline-bundle/oci';
+import { type SourceSpec } from '@offline-bundle/image-fetch';
 
 /** Helm's OCI media types (helm.sh/docs/topics/registries): what makes an artifact a chart. */
 export const HELM_CONFIG_MEDIA_TYPE = 'application/vnd.cncf.helm.config.v1+json';

@@ -5,7 +5,7 @@
  */
 import { parseAllDocuments } from 'yaml';
 import { nestingTooDeep, valueTooDeep } from '@offline-bundle/host';
-import { digestReference, formatReference, type ImageReference } from './reference.js';
+import { digestReference, formatReference, type ImageReference } from '@offline-bundle/oci';
 
 export const RELEASE_MANIFESTS_DIR = 'release-manifests/';
 

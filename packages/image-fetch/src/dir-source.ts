@@ -2,12 +2,10 @@ import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { assertDigest, digestHex, sha256 } from './digest.js';
-import { OciError } from './errors.js';
+import { assertDigest, digestHex, sha256, OciError, MAX_MANIFEST_BYTES, parseManifest } from '@offline-bundle/oci';
 import { nameFromRefAnnotation } from './layout-source.js';
-import { MAX_MANIFEST_BYTES, parseManifest } from './manifest.js';
 import { assertRegularFile, HostError, readSmallFile } from '@offline-bundle/host';
-import type { ImageReference } from './reference.js';
+import type { ImageReference } from '@offline-bundle/oci';
 import type { FetchedManifest, ImageSource } from './source.js';
 
 /** A manifest larger than this is no manifest (the registry client's limit too). */

@@ -2,7 +2,7 @@ import { closeSync, constants, fstatSync, openSync, readFileSync, statSync } fro
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { helperCredentials, type HelperOptions } from './credential-helper.js';
-import { OciError } from './errors.js';
+import { OciError } from '@offline-bundle/oci';
 import { systemRoot } from '@offline-bundle/host';
 import type { Credentials } from './credentials.js';
 

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { ImageReference } from './reference.js';
+import type { ImageReference } from '@offline-bundle/oci';
 
 export interface FetchedManifest {
   bytes: Buffer;

@@ -2,10 +2,9 @@ import { readdir, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
-import { OciError } from './errors.js';
+import { OciError, repositoryName } from '@offline-bundle/oci';
 import { readSmallFile } from '@offline-bundle/host';
-import type { ImageReference } from './reference.js';
-import { repositoryName } from './reference.js';
+import type { ImageReference } from '@offline-bundle/oci';
 import { systemRoot } from '@offline-bundle/host';
 
 /** Names the registries.conf to read instead of the system's, as for podman and skopeo. */

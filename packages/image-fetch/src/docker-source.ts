@@ -1,6 +1,5 @@
 import type { Readable } from 'node:stream';
-import { OciError } from './errors.js';
-import { formatReference, type ImageReference } from './reference.js';
+import { OciError, formatReference, type ImageReference } from '@offline-bundle/oci';
 import type { RegistryClient, RegistryLocation } from './registry-client.js';
 import type { PullSource } from './registries-conf.js';
 import type { FetchedManifest, ImageSource } from './source.js';

@@ -3,7 +3,7 @@ import { homedir } from 'node:os';
 import { rootCertificates } from 'node:tls';
 import { Agent, EnvHttpProxyAgent, interceptors, type Dispatcher } from 'undici';
 import { certDirFor, readCertDir, type CertDirOptions, type HostTls } from './cert-dirs.js';
-import { OciError } from './errors.js';
+import { OciError } from '@offline-bundle/oci';
 import { systemRoot } from '@offline-bundle/host';
 
 export interface ConnectionOptions extends CertDirOptions {

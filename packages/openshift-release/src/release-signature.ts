@@ -10,9 +10,8 @@
  */
 import { fileURLToPath } from 'node:url';
 import { fetch } from 'undici';
-import { Connections, connectionError, type ConnectionOptions } from './connections.js';
-import { OciError } from './errors.js';
-import { isDigest } from './digest.js';
+import { Connections, connectionError, type ConnectionOptions } from '@offline-bundle/image-fetch';
+import { OciError, isDigest } from '@offline-bundle/oci';
 import { HostError, readSmallFile } from '@offline-bundle/host';
 
 type OpenPgp = typeof import('openpgp');

@@ -1,5 +1,5 @@
 import { Worker } from 'node:worker_threads';
-import { addPhase, timedAsync } from './phase-times.js';
+import { addPhase, timedAsync } from '@offline-bundle/oci';
 
 /**
  * Decoded bytes between the thread's young-generation collections. zlib hands every output

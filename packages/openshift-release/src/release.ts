@@ -3,10 +3,8 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
 import { quoteName } from '@offline-bundle/host';
-import { OciError } from './errors.js';
-import { parseReference, type ImageReference } from './reference.js';
+import { OciError, parseReference, type ImageReference, ZstdDecompressStream } from '@offline-bundle/oci';
 import { isReleaseManifest, pullAlwaysWorkloads, type PullAlwaysWorkload } from './release-manifests.js';
-import { ZstdDecompressStream } from './zstd-stream.js';
 
 export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
 export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';

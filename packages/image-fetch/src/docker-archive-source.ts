@@ -2,12 +2,8 @@ import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join, normalize } from 'node:path';
 import type { Readable } from 'node:stream';
-import { sha256File, sha256 } from './digest.js';
-import { OciError } from './errors.js';
-import { MediaType } from './media-types.js';
-import { MAX_MANIFEST_BYTES, type ImageManifest } from './manifest.js';
+import { sha256File, sha256, OciError, MediaType, MAX_MANIFEST_BYTES, type ImageManifest, parseReference, type ImageReference } from '@offline-bundle/oci';
 import { readSmallFile } from '@offline-bundle/host';
-import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 import { unpackArchive } from './archive-unpack.js';
 

@@ -2,10 +2,7 @@ import { Readable } from 'node:stream';
 import { request, type Dispatcher } from 'undici';
 import type { AuthStore, Credentials } from './auth.js';
 import { Connections, connectionError, isPlainHttpAnswer, type ConnectionOptions } from './connections.js';
-import { sha256 } from './digest.js';
-import { OciError } from './errors.js';
-import { MANIFEST_ACCEPT } from './media-types.js';
-import { MAX_MANIFEST_BYTES, parseManifest } from './manifest.js';
+import { sha256, OciError, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, parseManifest } from '@offline-bundle/oci';
 import { withRetry } from './retry.js';
 import type { FetchedManifest } from './source.js';
 

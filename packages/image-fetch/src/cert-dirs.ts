@@ -1,6 +1,6 @@
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { OciError } from './errors.js';
+import { OciError } from '@offline-bundle/oci';
 import { readSmallFile } from '@offline-bundle/host';
 
 /** A PEM file in a certs.d directory: a CA bundle or a client certificate or key is far below this. */

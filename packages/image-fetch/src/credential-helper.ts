@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import type { Credentials } from './credentials.js';
 import { firstLine } from '@offline-bundle/host';
-import { OciError } from './errors.js';
+import { OciError } from '@offline-bundle/oci';
 
 /** A helper may ask a keychain or a hardware token; longer than this, and it is stuck. */
 export const CREDENTIAL_HELPER_TIMEOUT_MS = 30_000;

@@ -2,11 +2,8 @@ import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { assertDigest, digestHex, sha256 } from './digest.js';
-import { OciError } from './errors.js';
-import { MAX_MANIFEST_BYTES, parseManifest, type Descriptor, type ImageIndex } from './manifest.js';
+import { assertDigest, digestHex, sha256, OciError, MAX_MANIFEST_BYTES, parseManifest, type Descriptor, type ImageIndex, parseReference, type ImageReference } from '@offline-bundle/oci';
 import { assertRegularFile, HostError, quoteName, readSmallFile } from '@offline-bundle/host';
-import { parseReference, type ImageReference } from './reference.js';
 import type { FetchedManifest, ImageSource } from './source.js';
 
 export const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name';

@@ -5,11 +5,9 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
 import { makeDirs, pidExists, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
-import { digestHex, newSha256, sha256 } from './digest.js';
-import { OciError } from './errors.js';
+import { digestHex, newSha256, sha256, OciError, timedSync } from '@offline-bundle/oci';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
-import { timedSync } from './phase-times.js';
 
 export interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */

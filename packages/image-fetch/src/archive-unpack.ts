@@ -5,7 +5,7 @@ import { dirname, join, normalize, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
-import { OciError } from './errors.js';
+import { OciError } from '@offline-bundle/oci';
 import { assertRegularFile, quoteName } from '@offline-bundle/host';
 
 /**

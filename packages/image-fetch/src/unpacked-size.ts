@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
 import { DecompressStream } from 'zstd-napi';
-import { addPhase, timedAsync } from './phase-times.js';
+import { addPhase, timedAsync } from '@offline-bundle/oci';
 import { countGzip, type GzipCount } from './gzip-count-thread.js';
 
 /**
