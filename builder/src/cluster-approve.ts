@@ -9,7 +9,8 @@ import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import { escapeControls } from '@offline-bundle/host';
 import { bundleIdentity, checkSignature, FormatError, loadTrust, readHeader, withBundle } from '@offline-bundle/format';
-import { ClusterError, type AdminApis, type Approval, type ApprovalSpec } from '@offline-bundle/status';
+import { type Approval, type ApprovalSpec } from '@offline-bundle/status';
+import { ClusterError, type AdminApis } from '@offline-bundle/kube';
 import { approveBundle, listApprovals, revokeApproval } from '@offline-bundle/cluster';
 import { collect, digestArg } from './args.js';
 

@@ -12,7 +12,7 @@
 import type { Command } from 'commander';
 import { bundleImageNames, nextSteps, readRollup, type AdminBundle, type Rollup } from '@offline-bundle/cluster';
 import { parseReference, repositoryName } from '@offline-bundle/oci';
-import { ClusterError, listAll, type AdminApis } from '@offline-bundle/status';
+import { ClusterError, listAll, type AdminApis } from '@offline-bundle/kube';
 import { checkNodes, inNoBundleSeverity, nodeLine, whoHolds, worst, type NodeGap, type NodeReport, type Severity, type WhoHolds } from './cluster-holdings.js';
 
 export interface ImageUse {

@@ -3,10 +3,10 @@
  * (every step in order, its state and the oc command that does the same) is printed before
  * anything changes, then what this run did. Run again per step: see packages/cluster upgrade-path.
  */
-import { ClusterError } from '@offline-bundle/status';
+import { ClusterError } from '@offline-bundle/kube';
 import { escapeControls } from '@offline-bundle/host';
 import { gateLine, hopLine, pinnedSetsLine, upgradePath, type AdminBundle, type PathUpgradeResult } from '@offline-bundle/cluster';
-import type { AdminApis } from '@offline-bundle/status';
+import type { AdminApis } from '@offline-bundle/kube';
 
 const STATE_WIDTH = 9;
 

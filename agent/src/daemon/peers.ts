@@ -9,7 +9,8 @@
 // cannot start (port taken) is said so in status.peers and tried again; while this node's own
 // load runs it may pause serving (peers.pauseWhileLoading).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ClusterError, onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+import { onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+import { ClusterError } from '@offline-bundle/kube';
 import type { AgentConfig } from '../config.js';
 import { failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';

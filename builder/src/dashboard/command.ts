@@ -6,7 +6,7 @@
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { AdminBundle } from '@offline-bundle/cluster';
-import { adminApis, ClusterError, type AdminApis } from '@offline-bundle/status';
+import { adminApis, ClusterError, type AdminApis } from '@offline-bundle/kube';
 import { escapeControls } from '@offline-bundle/host';
 import { secondsArg } from '../args.js';
 import { loadAssets } from './assets.js';

@@ -8,7 +8,7 @@
 import { EventEmitter } from 'node:events';
 import { firstLine } from '@offline-bundle/host';
 import { bundleImageNames, type AdminBundle } from '@offline-bundle/cluster';
-import type { AdminApis } from '@offline-bundle/status';
+import type { AdminApis } from '@offline-bundle/kube';
 import { readDashboard, type DashboardWarning, type Snapshot } from './snapshot.js';
 import { cutSnapshot } from './snapshot-size.js';
 import { prepareWarnings, statusWarnings } from './warnings.js';

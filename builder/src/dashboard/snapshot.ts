@@ -7,9 +7,10 @@
  */
 import { heartbeatSecondsOf, nodeHoldings, readPathStatus, rollup, type NodeHoldings, type NodeRow, type PathReleaseStatus } from '@offline-bundle/cluster';
 import {
-  apiCall, boundHoldings, completedRelease, GROUP, LIMITS, listAll, PLURAL, progressPercent, truncate, VERSION,
-  type AdminApis, type Phase,
+  boundHoldings, completedRelease, GROUP, LIMITS, PLURAL, progressPercent, truncate, VERSION,
+  type Phase,
 } from '@offline-bundle/status';
+import { apiCall, listAll, type AdminApis } from '@offline-bundle/kube';
 import { formatBytes, timeLeft } from '@offline-bundle/cli';
 
 /** Rows sent to the page at most: Kubernetes' own ceiling is 5,000 nodes. */

@@ -5,7 +5,7 @@
  * pull policies Always, missing release signatures, autoscalers, the version graph.
  */
 import { nextSteps, prepareCluster, type AdminBundle } from '@offline-bundle/cluster';
-import { ClusterError, type AdminApis } from '@offline-bundle/status';
+import { ClusterError, type AdminApis } from '@offline-bundle/kube';
 import type { DashboardRow, DashboardWarning, Target } from './snapshot.js';
 
 /** Codes that mean the API could not be read or refused a read (prepare's could not run), not a finding. */

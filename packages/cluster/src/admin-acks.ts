@@ -5,7 +5,8 @@
  * one by setting it to "true" in openshift-config/admin-acks. The CVO holds a minor update
  * (Upgradeable=False, AdminAckRequired) until then; we say so before we ask for the hop.
  */
-import { apiCall, requestOptions, truncate, type AdminApis } from '@offline-bundle/status';
+import { truncate } from '@offline-bundle/status';
+import { apiCall, requestOptions, type AdminApis } from '@offline-bundle/kube';
 
 export const ADMIN_GATES = { namespace: 'openshift-config-managed', name: 'admin-gates' } as const;
 export const ADMIN_ACKS = { namespace: 'openshift-config', name: 'admin-acks' } as const;

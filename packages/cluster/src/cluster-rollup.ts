@@ -6,9 +6,10 @@
  * reported within the last STALE_AFTER_BEATS heartbeats: a report is only as true as it is fresh.
  */
 import {
-  apiCall, boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, PLURAL, VERSION,
-  type AdminApis, type RuntimeHoldings,
+  boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, onRemovableMedia, PEER_MEDIA, PLURAL, VERSION,
+  type RuntimeHoldings,
 } from '@offline-bundle/status';
+import { apiCall, listAll, type AdminApis } from '@offline-bundle/kube';
 import { plural, timeAgo } from '@offline-bundle/cli';
 
 /** Heartbeats an agent may miss before its row counts as stale (a slow API write or a skewed clock is not a dead agent). */

@@ -3,7 +3,8 @@
  * which have no bundle file: the path as prepare or upgrade wrote it into the upgrade gate
  * (spec.path), against ClusterVersion's history and desiredUpdate.
  */
-import { apiCall, ClusterError, GROUP, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
+import { GROUP, truncate, VERSION } from '@offline-bundle/status';
+import { apiCall, ClusterError, type AdminApis } from '@offline-bundle/kube';
 import { acksNeeded } from './admin-acks.js';
 import { CV, running, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { GATE_NAME, GATE_PLURAL, gatePath } from './upgrade-gate.js';

@@ -9,7 +9,7 @@
  */
 import { createHash } from 'node:crypto';
 import { isPayloadComponent } from '@offline-bundle/format';
-import { apiCall, APPLY_PATCH, ClusterError, isApiException, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, ClusterError, isApiException, listAll, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import { poolNotUpdated } from './machine-pools.js';
 import { ADMIN_FIELD_MANAGER } from './upgrade-gate.js';
 

@@ -5,7 +5,8 @@
  * (`oc adm upgrade` included). Kubernetes CEL has no clock, so the gate is only as fresh as the
  * last command that wrote it; `upgrade` writes it again just before it changes desiredUpdate.
  */
-import { apiCall, APPLY_PATCH, GROUP, isApiException, requestOptions, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
+import { GROUP, truncate, VERSION } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, isApiException, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import type { Rollup } from './cluster-rollup.js';
 
 export const GATE_NAME = 'cluster';

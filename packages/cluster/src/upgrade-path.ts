@@ -8,7 +8,8 @@
  * can run again at any time (over a dropped session, after a reboot of the admin's laptop) than
  * by one that must stay up for hours. Nothing is changed before the whole plan is known.
  */
-import { apiCall, ClusterError, requestOptions, truncate, type AdminApis } from '@offline-bundle/status';
+import { truncate } from '@offline-bundle/status';
+import { apiCall, ClusterError, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { CV, gateRelease, keptReleases, ocCommand, passedReleases, readClusterVersion, releaseImageByDigest, requireSignatures, running, unpreparedKeys, type AdminBundle, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { acknowledge, acksNeeded, ocAck, ADMIN_GATES, type AdminGate } from './admin-acks.js';

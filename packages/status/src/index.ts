@@ -24,13 +24,8 @@ export { listenLogged, startMetricsListener, METRICS_PATH, MAX_METRICS_CONNECTIO
 export type { MetricsListener, MetricsListenerOptions, ServingTls } from './metrics-listener.js';
 export { fileServingTls, keyMatches, readClientCa, selfSignedServingTls, siteOrSelfSigned, MAX_SERVING_PEM_BYTES, SELF_SIGNED_DIR } from './metrics-tls.js';
 export { certificateIp, makeSelfSigned, RENEW_BEFORE_MS, SELF_SIGNED_DAYS } from './self-signed.js';
-export { isLoopback } from './loopback.js';
 export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
 export type { Health, HealthCheck } from './health.js';
-export { adminApis, APPLY_PATCH, isApiException, requestOptions } from './kube.js';
-export { ClusterError } from './cluster-errors.js';
-export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_ERROR_BYTES, MAX_API_RESPONSE_BYTES, commandDeadline, messageStart } from './cluster-http.js';
-export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, MAX_LIST_KEPT_BYTES, apiCall, listAll } from './cluster-api.js';
 export { ConsoleWriter, CONSOLE_FILE, AGETTY_RELOAD_FILE, OLD_CONSOLE_FILE, consoleFilePath, consoleText, reloadAgetty, removeOldConsoleFile } from './console.js';
 export type {
   Phase,
@@ -58,5 +53,3 @@ export type { StatusServer, StatusServerOptions } from './http.js';
 export type { ConsoleWriterOptions } from './console.js';
 export type { StatusFile, StatusWriter, StatusFileWriterOptions } from './file.js';
 export type { Liveness, ProcessIdentity, WriterRecord } from './liveness.js';
-export type { AdminApis } from './kube.js';
-export type { ClusterErrorCode } from './cluster-errors.js';

@@ -7,9 +7,7 @@
 // reviews a minute at most; credentials not seen before are reviewed at a bounded rate, and
 // concurrent requests with the same unseen credentials share one review.
 import { createHash } from 'node:crypto';
-import { ClusterError } from './cluster-errors.js';
-import { apiCall } from './cluster-api.js';
-import { reviewApis, type ReviewApis } from './kube.js';
+import { ClusterError, apiCall, reviewApis, type ReviewApis } from '@offline-bundle/kube';
 import { ReviewRate, type RateLimits } from './review-rate.js';
 
 /** How long an allowed token or access decision is reused. */

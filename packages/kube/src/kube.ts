@@ -1,10 +1,9 @@
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ConfigurationOptions, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { assertNesting, assertValueNesting, readSmallFile } from '@offline-bundle/host';
+import { assertNesting, assertValueNesting, readSmallFile, isLoopback } from '@offline-bundle/host';
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
-import { isLoopback } from './loopback.js';
 
 export { loadK8s, isApiException, type K8s } from './k8s.js';
 
