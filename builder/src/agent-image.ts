@@ -6,7 +6,7 @@ import { parseSourceSpec, type BlobCache, type ImageSource } from '@offline-bund
 import { AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, type BundleAgent, type BundleImage } from '@offline-bundle/format';
 
 /** The label scripts/oci-image.mjs sets (the OCI standard one). */
-export const VERSION_LABEL = 'org.opencontainers.image.version';
+const VERSION_LABEL = 'org.opencontainers.image.version';
 /** An image config larger than this is not an image config. */
 const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
 const CONFIG_MEDIA_TYPES = ['application/vnd.oci.image.config.v1+json', 'application/vnd.docker.container.image.v1+json'];

@@ -16,9 +16,9 @@ const RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2 };
 export const worst = (s: readonly Severity[]): Severity | undefined => s.reduce<Severity | undefined>((a, b) => (a === undefined || RANK[b] > RANK[a] ? b : a), undefined);
 
 /** Nodes named per state at most this many times (each list's length is in `counts`). */
-export const MAX_NODES_NAMED = 20;
+const MAX_NODES_NAMED = 20;
 /** Images named per node and state at most this many times. */
-export const MAX_IMAGES_NAMED = 20;
+const MAX_IMAGES_NAMED = 20;
 
 export interface WhoHolds {
   pinned: string[]; unpinned: string[]; missing: string[]; unknown: string[];
@@ -56,8 +56,8 @@ export function inNoBundleSeverity(w: WhoHolds): { severity: Severity; held: str
   return { severity: 'low', held: `held pinned by every node: a lesser gap (a crio-wipe, or a node added later, still loses it)` };
 }
 
-export type MissingWhy = 'InNoBundle' | 'NotLoaded' | 'MissingOnReady';
-export type UnpinnedWhy = 'InNoBundle' | 'NotLoaded' | 'UnpinnedOnReady' | 'PinsNotReported';
+type MissingWhy = 'InNoBundle' | 'NotLoaded' | 'MissingOnReady';
+type UnpinnedWhy = 'InNoBundle' | 'NotLoaded' | 'UnpinnedOnReady' | 'PinsNotReported';
 
 export interface NodeReport {
   node: string;
@@ -83,7 +83,7 @@ export interface NodeReport {
 
 export interface NodeGap { node: string; image: string; state: 'missing' | 'unpinned'; severity: Severity; message: string }
 
-export interface NodeCheck { reports: NodeReport[]; gaps: NodeGap[] }
+interface NodeCheck { reports: NodeReport[]; gaps: NodeGap[] }
 
 interface Context {
   /** Normalized names the bundles given hold, and those of the first (the one every node must be Ready for). */

@@ -6,7 +6,7 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import {
   OciError, formatPlatform, formatReference,
   parseManifest, parsePlatform, platformMatches, repositoryName,
-  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type Platform, type ImageReference,
+  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type Platform,
 } from '@offline-bundle/oci';
 import { readReleasePayload, type LayerReader } from '@offline-bundle/openshift-release';
 import { AuthStore, BlobCache, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, connectionOptions, openSource, parseSourceSpec, type ImageSource, type SourceSpec } from '@offline-bundle/image-fetch';
@@ -105,9 +105,9 @@ export interface CreateOptions {
   base?: string;
 }
 
-export interface CreateWarning { kind: 'PullAlways' | 'WholeCatalog'; object: string; image: string; message: string }
+interface CreateWarning { kind: 'PullAlways' | 'WholeCatalog'; object: string; image: string; message: string }
 
-export interface CreateResult extends WrittenBundle {
+interface CreateResult extends WrittenBundle {
   output: string;
   images: number;
   blobs: number;
@@ -755,5 +755,3 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     writePhaseTimes();
   }
 }
-
-export type { ImageReference };

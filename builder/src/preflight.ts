@@ -8,7 +8,7 @@ import { formatBytes } from '@offline-bundle/cli';
 import { didYouMean } from './args.js';
 
 /** What a non-regular, non-directory file is, in words. */
-export function notAFile(st: Stats): string {
+function notAFile(st: Stats): string {
   if (st.isBlockDevice()) return 'a block device';
   if (st.isCharacterDevice()) return 'a character device';
   if (st.isFIFO()) return 'a FIFO (named pipe)';

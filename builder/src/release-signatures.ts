@@ -6,7 +6,7 @@ import { BlobCache, connectionOptions } from '@offline-bundle/image-fetch';
 import { RELEASE_SIGNATURE_MEDIA_TYPE, type BundleBlob, type ReleaseSignatureRef } from '@offline-bundle/format';
 import type { Progress } from './progress.js';
 
-export interface ReleaseSignatureOptions {
+interface ReleaseSignatureOptions {
   releaseSignatures?: string[];
   signatureStore?: string;
   releaseKeyring?: string;

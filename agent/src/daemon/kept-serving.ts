@@ -22,7 +22,7 @@ import { forgetServing, readServing, writeServing } from '../state/serving-state
 import { heldForPath, pathFinal, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { runtimeTarget, type RuntimeTarget } from '../runtime/runtime-target.js';
 
-export interface KeptServingDeps {
+interface KeptServingDeps {
   config: AgentConfig;
   log: Logger;
   tracker: StatusTracker;

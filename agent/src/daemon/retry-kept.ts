@@ -16,14 +16,14 @@ import { readReleases } from '../state/release-records.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 
 /** Tries of one kept copy before it is dropped and the stick is asked for again. */
-export const RETRY_LIMIT = 10;
+const RETRY_LIMIT = 10;
 /** The longest wait between two tries. */
-export const MAX_RETRY_DELAY_S = 3600;
+const MAX_RETRY_DELAY_S = 3600;
 
 /** Staged layouts are UPGRADE/<version>-<arch>: a record naming anything else is not ours to load or remove. */
 const LAYOUT_NAME = /^[0-9A-Za-z][0-9A-Za-z.+_-]{0,127}-[0-9a-z]{1,32}$/;
 
-export interface RetryDeps {
+interface RetryDeps {
   config: AgentConfig;
   log: Logger;
   tracker: StatusTracker;

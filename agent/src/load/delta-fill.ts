@@ -16,7 +16,7 @@ import type { Logger } from '../log.js';
 import { readReleases } from '../state/release-records.js';
 
 /** The one line a node without the base says: which release it needs, and the fix. */
-export function baseMissing(m: BundleManifest, detail: string): AgentError {
+function baseMissing(m: BundleManifest, detail: string): AgentError {
   return new AgentError('BaseMissing', `This update needs ${m.base!.version} on this node; plug in the full bundle (it is a delta against ${baseLabel(m.base!)}: ${detail})`);
 }
 

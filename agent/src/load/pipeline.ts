@@ -608,7 +608,7 @@ async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head' | 'so
 }
 
 /** A release this node loaded before, as a bundle record names it. */
-export interface LoadedBefore {
+interface LoadedBefore {
   file: string;
   media: string;
   version: string;

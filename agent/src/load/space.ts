@@ -11,10 +11,10 @@ import { heldLayers, type HeldLayers } from './space-held.js';
 export type StageMode = BundleMode;
 
 /** A filesystem as statfs sees it: `free` is what the kubelet calls available. */
-export interface Filesystem { free: number; size: number; dev: number }
+interface Filesystem { free: number; size: number; dev: number }
 
 /** What the load adds to the image store, with the part its layers already there save. */
-export interface ImageGrowth { bytes: number; heldBytes: number; heldLayers: number; unknown?: string }
+interface ImageGrowth { bytes: number; heldBytes: number; heldLayers: number; unknown?: string }
 
 const isLayer = (b: BundleBlob) => /layer|rootfs/.test(b.mediaType);
 const isCompressed = (b: BundleBlob) => /gzip|zstd/.test(b.mediaType);
@@ -50,7 +50,7 @@ export function imageGrowth(m: BundleManifest, held: HeldLayers, runtime: Runtim
 }
 
 /** One filesystem's share of a load: what is written to it and which kubelet limits watch it. */
-export interface Demand {
+interface Demand {
   dir: string;
   fs: Filesystem;
   staging: number;
@@ -129,7 +129,7 @@ function afterReclaim(fss: SpaceInputs['fs'], reclaimable: number): SpaceInputs[
   return { upgrade: credit(fss.upgrade), store: credit(fss.store), kubelet: credit(fss.kubelet) };
 }
 
-export interface SpaceInputs {
+interface SpaceInputs {
   fs: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem };
   growth: ImageGrowth;
   kubelet: KubeletThresholds;

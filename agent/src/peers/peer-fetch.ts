@@ -64,7 +64,7 @@ export interface PeerFetchOptions {
   admit?: (manifest: BundleManifest) => Promise<void>;
 }
 
-export interface PeerFetchResult {
+interface PeerFetchResult {
   /**
    * Where the layout goes: UPGRADE/<version>-<arch>. A fetch leaves it whole in
    * `<target>.partial` under its resume marker, as a stick's staging stands before its last

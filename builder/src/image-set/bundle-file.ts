@@ -14,10 +14,10 @@ import { archProblem } from '../preflight.js';
 import { IMAGE_SET_API_VERSION, IMAGE_SET_V1_API_VERSION, translateImageSet } from './oc-mirror.js';
 
 /** Most alias expansions in a bundle file (YAML's "billion laughs"). */
-export const MAX_YAML_ALIASES = 100;
+const MAX_YAML_ALIASES = 100;
 
 /** Largest bundle file read: far above any hand-written one (10 000 images is some 1 MiB). */
-export const MAX_BUNDLE_FILE_BYTES = 4 * 1024 * 1024;
+const MAX_BUNDLE_FILE_BYTES = 4 * 1024 * 1024;
 
 const fieldName = (path: (string | number)[]) => path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${p}` : p)).join('');
 
@@ -138,7 +138,7 @@ function schemaProblems(errors: ErrorObject[], value: Record<string, unknown>, l
 interface Problem { text: string; code: OciErrorCode | 'KEY_ERROR' }
 
 /** Which keys' values this run does not use (a flag on the command line replaces them): not checked. */
-export type Unused = (key: string) => boolean;
+type Unused = (key: string) => boolean;
 
 const missingPath = async (path: string) => stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
 

@@ -24,7 +24,7 @@ export type CreateFlags = Record<string, unknown> & {
 /** The file's lists and the flags they add to. */
 const LISTS = { images: 'image', charts: 'chart', upgradeFrom: 'upgradeFrom', releaseSignatures: 'releaseSignature' } as const;
 
-export interface FromFile {
+interface FromFile {
   /** Where each image of options.image comes from: "bundle.yaml:7 (images[0])" or "--image #1". */
   imageWhere: string[];
   /** Where each chart of options.chart comes from: "bundle.yaml:9 (charts[0])" or "--chart #1". */

@@ -16,7 +16,7 @@ export async function readBundleManifest(file: string): Promise<BundleManifest> 
 /** A bundle's release; with an update path (#43), its releases too. */
 interface Side { file: string; release: { name: string; version: string; digest: string | null; path?: PathSummary } }
 interface Count { count: number; bytes: number }
-export interface ImageChange { reference: string; component?: string; digest: string }
+interface ImageChange { reference: string; component?: string; digest: string }
 
 /** What is compared of a bundle: bundle.json's, or what a bundle file resolves to (`bundle diff -f`). */
 export interface Contents {
@@ -26,7 +26,7 @@ export interface Contents {
   blobs: { digest: string; size: number }[];
 }
 
-export interface ListDiff {
+interface ListDiff {
   added: ImageChange[];
   removed: ImageChange[];
   /** The same name (or, for a release's payload, the same component) with another digest. */
@@ -34,7 +34,7 @@ export interface ListDiff {
   unchanged: number;
 }
 
-export interface BundleDiff {
+interface BundleDiff {
   from: Side;
   to: Side;
   images: ListDiff;

@@ -13,9 +13,9 @@ export const ADMIN_ACKS = { namespace: 'openshift-config', name: 'admin-acks' } 
 /** The CVO's shape of a gate's name: the major.minor it holds the cluster at. */
 const GATE_NAME = /^ack-(\d+\.\d+)-[^-]/;
 /** Gates read from the cluster's ConfigMap, at most (a release lists one or two). */
-export const MAX_ADMIN_GATES = 32;
+const MAX_ADMIN_GATES = 32;
 /** Characters of a gate's reason quoted. */
-export const MAX_GATE_REASON_CHARS = 300;
+const MAX_GATE_REASON_CHARS = 300;
 
 export interface AdminGate { gate: string; reason: string }
 

@@ -84,7 +84,7 @@ interface StatusLike {
 }
 
 /** The release the cluster runs (ClusterVersion's newest completed entry) and when it completed. */
-export interface RunningRelease { version: string; completionTime?: string }
+interface RunningRelease { version: string; completionTime?: string }
 
 const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => c.type === type);
 
@@ -108,7 +108,7 @@ function sourceOf(media: string | undefined, peers: readonly string[]): string |
 }
 
 /** The longest heartbeat an agent may claim: a claim of a day would keep a dead agent fresh for three. */
-export const MAX_HEARTBEAT_SECONDS = 300;
+const MAX_HEARTBEAT_SECONDS = 300;
 
 /**
  * The age of the agent's last report and whether it is stale; a report with no time is stale,

@@ -10,7 +10,7 @@ const MCO = { group: 'machineconfiguration.openshift.io', version: 'v1', plural:
 /** Annotation on a pool paused for a path: the release the path ends at. */
 export const PAUSED_BY = 'offline-bundle.io/paused-for';
 /** The pool that must never be paused: the control plane takes every hop. */
-export const CONTROL_PLANE_POOL = 'master';
+const CONTROL_PLANE_POOL = 'master';
 
 export interface PoolState {
   name: string;

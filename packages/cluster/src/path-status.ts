@@ -40,7 +40,7 @@ export interface PathStatus {
 }
 
 /** Characters of the reason a path was not read, in the status line and on the page. */
-export const MAX_PATH_UNREAD_CHARS = 300;
+const MAX_PATH_UNREAD_CHARS = 300;
 
 const reasonOf = (err: unknown) => truncate(err instanceof Error ? err.message : String(err), MAX_PATH_UNREAD_CHARS);
 
@@ -89,7 +89,7 @@ async function readPath(apis: AdminApis, read: { clusterVersion?: unknown }): Pr
 }
 
 /** Each release's state from the index of the hop under way or next, and the gates that hop waits on. */
-export function releaseStates(path: readonly { version: string; image: string }[], next: number, underWay: boolean, acks: readonly string[]): PathReleaseStatus[] {
+function releaseStates(path: readonly { version: string; image: string }[], next: number, underWay: boolean, acks: readonly string[]): PathReleaseStatus[] {
   return path.map((r, i): PathReleaseStatus => {
     if (i < next) return { ...r, state: 'done' };
     if (i === next && underWay) return { ...r, state: 'in progress' };

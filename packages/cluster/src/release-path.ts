@@ -16,7 +16,7 @@ export interface PathRelease {
 }
 
 /** What releasesOf reads of a bundle: its final release, and its path when it carries one. */
-export interface PathSource {
+interface PathSource {
   version: string;
   image: string | null;
   digest: string | null;

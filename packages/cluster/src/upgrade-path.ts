@@ -58,7 +58,7 @@ function asks(cv: ClusterVersionDoc, r: PathRelease): boolean {
 const historyState = (cv: ClusterVersionDoc, version: string) => cv.status?.history?.find((h) => h.version === version)?.state;
 
 /** Characters of the CVO's own message quoted while a hop waits. */
-export const MAX_CVO_MESSAGE_CHARS = 300;
+const MAX_CVO_MESSAGE_CHARS = 300;
 
 /** What the CVO says stands in the way of the hop under way (a refused signature, a failing operator), if anything. */
 function cvoSays(cv: ClusterVersionDoc): string | undefined {

@@ -12,7 +12,7 @@ interface AuthEntry { auth?: string; identitytoken?: string; username?: string; 
 type AuthFileDoc = { auths?: Record<string, AuthEntry>; credHelpers?: Record<string, string>; credsStore?: string };
 
 /** One credentials file: containers' auth.json, Docker's config.json, or the legacy ~/.dockercfg. */
-export interface AuthFile {
+interface AuthFile {
   path: string;
   /** ~/.dockercfg: the registries are the top-level keys. */
   legacy?: boolean;
@@ -20,7 +20,7 @@ export interface AuthFile {
   ownerOnly?: boolean;
 }
 
-export interface AuthFileOptions {
+interface AuthFileOptions {
   /** Stands for "/" in /run/containers and /etc/containers (see system-root.ts). */
   systemRoot?: string;
   uid?: number;
@@ -82,7 +82,7 @@ function readAuthFile(path: string, ownerOnly: boolean): string {
   }
 }
 
-export interface AuthStoreOptions {
+interface AuthStoreOptions {
   /** --creds USER:PASSWORD: used for every registry, before any file (as skopeo's --creds). */
   creds?: string;
   /** How docker-credential-* helpers are run (environment with PATH, time limit). */
@@ -90,7 +90,7 @@ export interface AuthStoreOptions {
 }
 
 /** "USER:PASSWORD" as given to --creds. */
-export function parseCreds(value: string): Credentials {
+function parseCreds(value: string): Credentials {
   const colon = value.indexOf(':');
   if (colon <= 0) throw new OciError('INVALID_CONFIG', '--creds needs USER:PASSWORD (or log in with "podman login" and leave --creds out)');
   return { username: value.slice(0, colon), password: value.slice(colon + 1) };

@@ -9,7 +9,7 @@ import { digestHex, newSha256, sha256, OciError, timedSync } from '@offline-bund
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
 
-export interface CacheFetchOptions {
+interface CacheFetchOptions {
   /** Called with each chunk's length as it lands (for progress). */
   onBytes?: (n: number) => void;
   attempts?: number;
@@ -17,7 +17,7 @@ export interface CacheFetchOptions {
   measure?: boolean;
 }
 
-export interface CacheInfo {
+interface CacheInfo {
   dir: string;
   blobs: number;
   bytes: number;

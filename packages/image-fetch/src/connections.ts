@@ -16,7 +16,7 @@ export function connectionOptions(env: NodeJS.ProcessEnv = process.env, certDir?
   return { env, systemRoot: systemRoot(env), home: env.HOME ?? homedir(), ...(certDir ? { certDir } : {}) };
 }
 
-export interface ProxySettings {
+interface ProxySettings {
   httpProxy: string;
   httpsProxy: string;
   noProxy: string;

@@ -4,9 +4,9 @@ import { firstLine } from '@offline-bundle/host';
 import { OciError } from '@offline-bundle/oci';
 
 /** A helper may ask a keychain or a hardware token; longer than this, and it is stuck. */
-export const CREDENTIAL_HELPER_TIMEOUT_MS = 30_000;
+const CREDENTIAL_HELPER_TIMEOUT_MS = 30_000;
 /** A helper's answer is one small JSON object; more output than this is not one. */
-export const MAX_CREDENTIAL_HELPER_OUTPUT = 64 * 1024;
+const MAX_CREDENTIAL_HELPER_OUTPUT = 64 * 1024;
 
 export interface HelperOptions {
   /** Environment of the helper (its PATH finds it). */

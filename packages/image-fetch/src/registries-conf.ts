@@ -8,16 +8,16 @@ import type { ImageReference } from '@offline-bundle/oci';
 import { systemRoot } from '@offline-bundle/host';
 
 /** Names the registries.conf to read instead of the system's, as for podman and skopeo. */
-export const REGISTRIES_CONF_ENV = 'CONTAINERS_REGISTRIES_CONF';
+const REGISTRIES_CONF_ENV = 'CONTAINERS_REGISTRIES_CONF';
 
-export type PullFromMirror = 'all' | 'digest-only' | 'tag-only';
+type PullFromMirror = 'all' | 'digest-only' | 'tag-only';
 
-export interface MirrorRule {
+interface MirrorRule {
   location: string;
   insecure: boolean;
 }
 
-export interface RegistryRule {
+interface RegistryRule {
   /** The namespace this rule covers ("prefix" in registries.conf, default: location); "*.example.com" covers its subdomains' hosts. */
   prefix: string;
   /** Empty for a wildcard prefix: the matched host is the location. */

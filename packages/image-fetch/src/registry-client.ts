@@ -13,7 +13,7 @@ export interface RegistryLocation {
   insecure: boolean;
 }
 
-export interface RegistryClientOptions {
+interface RegistryClientOptions {
   auth: AuthStore;
   userAgent?: string;
   /** Retries for network errors, 429 and 5xx (default 5 attempts). */

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
-export interface RetryOptions {
+interface RetryOptions {
   attempts?: number;
   baseDelayMs?: number;
   maxDelayMs?: number;

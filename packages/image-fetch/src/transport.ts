@@ -10,7 +10,7 @@ import type { RegistryClient } from './registry-client.js';
 import { RegistriesConf } from './registries-conf.js';
 import type { ImageSource } from './source.js';
 
-export type TransportName = 'docker' | 'oci' | 'oci-archive' | 'docker-archive' | 'dir';
+type TransportName = 'docker' | 'oci' | 'oci-archive' | 'docker-archive' | 'dir';
 
 export interface SourceSpec {
   transport: TransportName;
@@ -25,7 +25,7 @@ export interface SourceSpec {
   reference?: ImageReference;
 }
 
-export interface TransportContext {
+interface TransportContext {
   client: RegistryClient;
   registriesConf?: RegistriesConf;
   /** --tls-verify=false: every registry may be reached without TLS checks. */

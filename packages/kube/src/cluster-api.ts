@@ -26,7 +26,7 @@ export async function apiCall<T>(what: string, fn: () => Promise<T>, opts: { not
 }
 
 /** Characters of a server's text quoted in one error line. */
-export const MAX_API_DETAIL_CHARS = 500;
+const MAX_API_DETAIL_CHARS = 500;
 
 /** Text from the API server (or about its answer) as part of one error line: one line, at most MAX_API_DETAIL_CHARS. */
 export function apiDetail(text: string): string {
@@ -45,9 +45,9 @@ export function apiMessage(body: unknown): string {
 }
 
 /** Items asked for per page: each answer stays small whatever the cluster's size. */
-export const LIST_PAGE_ITEMS = 500;
+const LIST_PAGE_ITEMS = 500;
 /** Items kept from one list, over all its pages (Kubernetes' own limits: 5,000 nodes, 150,000 pods). */
-export const MAX_LIST_ITEMS = 200_000;
+const MAX_LIST_ITEMS = 200_000;
 /** Pages of one list: a server may answer fewer items than asked, never endlessly few. */
 const MAX_LIST_PAGES = 2 * Math.ceil(MAX_LIST_ITEMS / LIST_PAGE_ITEMS);
 /**

@@ -1,7 +1,7 @@
 import { BaseError } from '@offline-bundle/host';
 
 /** Stable codes of the admin's cluster commands (`bundle cluster …`). */
-export type ClusterErrorCode =
+type ClusterErrorCode =
   | 'KUBECONFIG'              // the kubeconfig cannot be read or names no cluster
   | 'UNREACHABLE'             // the API server did not answer
   | 'FORBIDDEN'               // RBAC refused a request (401/403)

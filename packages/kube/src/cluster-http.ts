@@ -21,7 +21,7 @@ import { loadK8s } from './k8s.js';
 /** Whole call (connect, redirects, headers, body): an API server answers in well under this. */
 export const API_DEADLINE_MS = 30_000;
 /** One answer's body: a page of 500 Nodes with their image lists stays far below it. */
-export const MAX_API_RESPONSE_BYTES = 64 * 1024 * 1024;
+const MAX_API_RESPONSE_BYTES = 64 * 1024 * 1024;
 /**
  * An error answer's body read (4xx, 5xx): a Status is a few hundred bytes and only its message,
  * cut to one line, is ever shown, so the rest is never read, held or parsed.
@@ -51,7 +51,7 @@ const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
  * as its bytes arrive, without parsing: a page holding more items than were asked for is
  * refused before client-node parses and converts it (each `{}` costs it some 200 bytes).
  */
-export class ListItemCounter {
+class ListItemCounter {
   items = 0;
   private depth = 0;
   private inString = false;
@@ -218,7 +218,7 @@ async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes
  * only to the same scheme, host and port (the credentials go nowhere else), a 2xx answer must
  * be JSON. Throws ClusterError API_TIMEOUT, API_TOO_LARGE, API_REDIRECT or API_NOT_JSON.
  */
-export async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions = {}): Promise<Answer> {
+async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions = {}): Promise<Answer> {
   const deadlineMs = opts.deadlineMs ?? API_DEADLINE_MS;
   const maxBytes = opts.maxBytes ?? MAX_API_RESPONSE_BYTES;
   let url = new URL(ctx.getUrl());

@@ -1,5 +1,5 @@
 // client-node is large: loaded on first use, so the CLIs that import this package start fast.
-export type K8s = typeof import('@kubernetes/client-node');
+type K8s = typeof import('@kubernetes/client-node');
 let k8s: K8s | undefined;
 
 export async function loadK8s(): Promise<K8s> {

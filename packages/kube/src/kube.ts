@@ -5,12 +5,12 @@ import { assertNesting, assertValueNesting, readSmallFile, isLoopback } from '@o
 import { boundedHttpLibrary, type BoundedHttpOptions } from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
 
-export { loadK8s, isApiException, type K8s } from './k8s.js';
+export { isApiException } from './k8s.js';
 
 /** A kubeconfig is a few KiB; client-node's loadFromFile would read a FIFO or /dev/zero whole, synchronously. */
-export const MAX_KUBECONFIG_BYTES = 1024 * 1024;
+const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 /** A certificate, key or token file a kubeconfig names: a few KiB. */
-export const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
+const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
 
 const USE_A_TOKEN = 'use a kubeconfig with a token or client certificate (e.g. "oc login --token", "oc create token" or a ServiceAccount token)';
 

@@ -4,10 +4,10 @@ export { MediaType, MANIFEST_ACCEPT, isIndexMediaType, isManifestMediaType } fro
 export { parseReference, parseOciUrlReference, formatReference, repositoryName, digestReference } from './reference.js';
 export { parsePlatform, formatPlatform, platformMatches, normalizeArch, isKnownArch, KNOWN_ARCHES } from './platform.js';
 export { MAX_MANIFEST_BYTES, parseManifest } from './manifest.js';
-export { PHASE_TIMES_ENV, addPhase, phaseTimesOn, startPhaseTimes, threadCpuSeconds, timedAsync, timedSync, writePhaseTimes } from './phase-times.js';
+export { addPhase, startPhaseTimes, timedAsync, timedSync, writePhaseTimes } from './phase-times.js';
 export { mirrorPath } from './mirror-path.js';
 export type { OciErrorCode } from './errors.js';
 export type { ImageReference } from './reference.js';
 export type { Platform } from './platform.js';
-export type { Descriptor, ImageIndex, ImageManifest, ParsedManifest } from './manifest.js';
+export type { Descriptor, ImageIndex, ImageManifest } from './manifest.js';
 export { ZstdDecompressStream, zstdBinding } from './zstd-stream.js';

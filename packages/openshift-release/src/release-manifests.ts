@@ -7,7 +7,7 @@ import { parseAllDocuments } from 'yaml';
 import { nestingTooDeep, valueTooDeep } from '@offline-bundle/host';
 import { digestReference, formatReference, type ImageReference } from '@offline-bundle/oci';
 
-export const RELEASE_MANIFESTS_DIR = 'release-manifests/';
+const RELEASE_MANIFESTS_DIR = 'release-manifests/';
 
 /** Top-level YAML files of release-manifests/ (the CVO reads only those). */
 export const isReleaseManifest = (name: string): boolean =>

@@ -20,18 +20,18 @@ let pgp: OpenPgp | undefined;
 const loadPgp = async (): Promise<OpenPgp> => (pgp ??= await import('openpgp'));
 
 /** The signed payload's type, as containers/image writes it. */
-export const ATOMIC_SIGNATURE_TYPE = 'atomic container signature';
+const ATOMIC_SIGNATURE_TYPE = 'atomic container signature';
 /** Most signatures read from a store for one digest (the CVO reads at most 10 per store as well). */
-export const MAX_STORE_SIGNATURES = 16;
+const MAX_STORE_SIGNATURES = 16;
 /** A release signature file: Red Hat's are under 1 KiB. */
 export const MAX_RELEASE_SIGNATURE_BYTES = 64 * 1024;
 /** A keyring file: a few public keys. */
-export const MAX_RELEASE_KEYRING_BYTES = 1024 * 1024;
+const MAX_RELEASE_KEYRING_BYTES = 1024 * 1024;
 /**
  * What a signed message may decompress to: its payload is a JSON document of a few hundred
  * bytes. Without it a 200 KB compression bomb inflates to half a GiB in openpgp.js.
  */
-export const MAX_SIGNED_PAYLOAD_BYTES = 64 * 1024;
+const MAX_SIGNED_PAYLOAD_BYTES = 64 * 1024;
 
 /** Reads a user-named signature or keyring file: regular files only, at most `max` bytes. */
 export async function readReleaseFile(path: string, max: number, flag: string, code: 'SIGNATURE_NOT_FOUND' | 'INVALID_KEYRING' = 'SIGNATURE_NOT_FOUND'): Promise<Buffer> {
@@ -44,7 +44,7 @@ export async function readReleaseFile(path: string, max: number, flag: string, c
 }
 
 /** What a release signature says, read from its signed payload. */
-export interface ReleaseSignatureInfo {
+interface ReleaseSignatureInfo {
   /** `critical.image.docker-manifest-digest`: the release image's manifest digest. */
   digest: string;
   /** `critical.identity.docker-reference`: the pull spec the signer named. */
@@ -63,7 +63,7 @@ export interface ReleaseKeyring {
 }
 
 /** The URL of signature N (from 1) of `digest` in the store at `store` (file:// or http(s)://). */
-export function signatureStoreUrl(store: string, digest: string, n: number): string {
+function signatureStoreUrl(store: string, digest: string, n: number): string {
   if (!isDigest(digest)) throw new OciError('INVALID_DIGEST', `${digest} is not a sha256 digest`);
   return `${store.replace(/\/+$/, '')}/sha256=${digest.slice('sha256:'.length)}/signature-${n}`;
 }

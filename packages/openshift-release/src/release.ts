@@ -11,7 +11,7 @@ export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
 /** Largest file read from an image's layers (a release's manifests, a catalog's FBC files). */
 export const MAX_LAYER_FILE_BYTES = 16 * 1024 * 1024;
 
-export interface ReleasePayload {
+interface ReleasePayload {
   version: string;
   /** Versions this release accepts upgrades from (Cincinnati "previous"). */
   previous: string[];
@@ -77,7 +77,7 @@ interface LayerScan { files: Map<string, Buffer>; read: number }
  * The longest entry name read (PATH_MAX): no filesystem holds a longer path, and tar-stream
  * takes PAX and GNU long names of up to 4 MiB; a longer one is streamed past like any unwanted entry.
  */
-export const MAX_ENTRY_NAME_CHARS = 4096;
+const MAX_ENTRY_NAME_CHARS = 4096;
 
 /** The earlier layers' files by each ancestor directory (with its '/') and by their own name: what a whiteout hides, looked up once. */
 function hiddenIndex(found: Map<string, Buffer>): Map<string, string[]> {

@@ -23,7 +23,7 @@ const AUTH_SCHEME_SLACK_BYTES = 16;
 /** One review's API request. */
 export const REVIEW_DEADLINE_MS = 5_000;
 /** One review's API response. */
-export const REVIEW_RESPONSE_MAX_BYTES = 256 * 1024;
+const REVIEW_RESPONSE_MAX_BYTES = 256 * 1024;
 /**
  * Requests whose credentials are not in the cache, and so cost a review: all sources together,
  * and per source address (an IPv6 /64 as one). Beyond, 429 at once and no review is asked for.
