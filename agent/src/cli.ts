@@ -4,9 +4,9 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { checkSignature, loadTrust, openBundle, parseManifestBytes, readLayoutDescription, verifyBundle, type BundleSource } from '@offline-bundle/format';
 import { isDigest } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
-import { addCompletionCommand, runCli } from '@offline-bundle/cli';
+import { addCompletionCommand, runCli, fitToWidth, plural } from '@offline-bundle/cli';
 import { BundleFileStore, LayoutStore, catalogOf, servedNames, startRegistry } from '@offline-bundle/registry';
-import { fitToWidth, lastWordOf, notRunningLine, plural, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
+import { lastWordOf, notRunningLine, readStatusFile, technicianLine, writerLiveness } from '@offline-bundle/status';
 import { ConfigError, DEFAULT_CONFIG_PATH, loadConfig, parseLoopbackAddress, type AgentConfig } from './config.js';
 import { daemonRuns, runDaemon, statusOutputs, statusTracker } from './daemon/daemon.js';
 import { AgentError, oneLine, reasonOf } from './errors.js';
@@ -41,7 +41,7 @@ function untilSignal(signals: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM'])
   return { signal: ac.signal, done };
 }
 
-export function buildProgram(): Command {
+function buildProgram(): Command {
   const program = new Command('bundle-agent')
     .description('Loads update bundles from USB media into this node\'s container runtime: verify, stage, serve, pre-pull, pin.')
     .version(TOOL_VERSION)
@@ -286,7 +286,7 @@ agent too old to say), 3 not running or not responding, 1 an error.`)
   return program;
 }
 
-export async function main(argv: string[]): Promise<number> {
+async function main(argv: string[]): Promise<number> {
   // `status` answers 3 (not running) as systemctl does: a result, not an error
   const code = await runCli(buildProgram(), argv, (err) => {
     const reason = reasonOf(err);

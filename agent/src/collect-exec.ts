@@ -26,7 +26,7 @@ export interface Ran {
  * (noted as `name`'s, its output kept); one that writes more than the bound is cut; all are
  * killed at collect's deadline.
  */
-export function runBounded(a: CollectArchive, name: string, argv: string[]): Promise<Ran> {
+function runBounded(a: CollectArchive, name: string, argv: string[]): Promise<Ran> {
   return new Promise((done) => {
     const chunks: Buffer[] = [];
     let size = 0;

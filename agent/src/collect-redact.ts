@@ -39,7 +39,7 @@ function words(key: string): string[] {
 }
 
 /** Whether a key (a YAML or JSON key, a variable, a header, a flag) names a credential. */
-export function isSecretKey(key: string): boolean {
+function isSecretKey(key: string): boolean {
   const joined = key.toLowerCase().replace(/[^a-z0-9]+/g, '');
   if (SECRET_PARTS.some((part) => joined.includes(part))) return true;
   const w = words(key);

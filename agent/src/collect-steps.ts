@@ -8,7 +8,7 @@ import type { CollectArchive } from './collect-archive.js';
 export const COLLECT_DEADLINE_MS = 120_000;
 
 /** A part of the archive: the entries it adds (named in the note when it is not collected), and how. */
-export type CollectStep = readonly [what: string, run: () => Promise<void>];
+type CollectStep = readonly [what: string, run: () => Promise<void>];
 
 /**
  * Runs `steps` in order until `a.deadline` aborts: the step running then is left behind (its

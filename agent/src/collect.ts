@@ -27,7 +27,7 @@ export { MAX_COLLECT_YAML_PARSE_BYTES } from './collect-document.js';
 /** Most files taken from one directory (state, drop-ins). */
 export const MAX_COLLECT_DIR_FILES = 200;
 
-export interface CollectOptions {
+interface CollectOptions {
   output?: string;
   /** The config file, included redacted. */
   configPath: string;

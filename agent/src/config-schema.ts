@@ -8,7 +8,7 @@ import { LIMITS, PEER_PORT_MAX, PEER_PORT_MIN } from '@offline-bundle/status';
 import schema from '../../systemd/config.schema.json' with { type: 'json' };
 
 /** One problem of a config: the key it is at (dotted, list items as [i]) and what to write. */
-export interface KeyProblem { key: string; what: string }
+interface KeyProblem { key: string; what: string }
 
 interface SchemaNode { type?: string | string[]; minimum?: number; default?: unknown; properties?: Record<string, SchemaNode> }
 
@@ -17,7 +17,7 @@ const NON_EMPTY = 'must be a non-empty string';
 const ABSOLUTE = 'must be an absolute path (it is taken under root)';
 export const LOOPBACK_FIX = 'must be a loopback address such as 127.0.0.1:9469';
 /** Every fetching node ignores a published port outside this range (agent/src/peers/directory.ts). */
-export const PEER_PORT_FIX = `must be a port from ${PEER_PORT_MIN} to ${PEER_PORT_MAX} (OpenShift's range for host services; peers ignore any other)`;
+const PEER_PORT_FIX = `must be a port from ${PEER_PORT_MIN} to ${PEER_PORT_MAX} (OpenShift's range for host services; peers ignore any other)`;
 
 /** A key whose every refusal reads one way: its rule is more than one keyword. */
 const WHOLE_KEY: Record<string, string> = {

@@ -1,5 +1,5 @@
 import { stat } from 'node:fs/promises';
-import { adminApis } from '@offline-bundle/status';
+import { adminApis } from '@offline-bundle/kube';
 import { ConfigError, type AgentConfig } from './config.js';
 import { oneLine } from './errors.js';
 

@@ -1,7 +1,7 @@
 import { escapeControls } from '@offline-bundle/host';
 
 /** Journald-friendly logs: one event per line, key=value pairs after a readable message. */
-export type LogFields = Record<string, string | number | boolean | undefined>;
+type LogFields = Record<string, string | number | boolean | undefined>;
 
 export interface Logger {
   info(event: string, msg: string, fields?: LogFields): void;

@@ -1,11 +1,12 @@
 // --agent-image: a bundle-agent image carried for the node agent's self-upgrade, under the
 // fixed name the agent looks for (AGENT_REPOSITORY:VERSION) and named in bundle.json.
 import { readFile } from 'node:fs/promises';
-import { OciError, parseSourceSpec, type BlobCache, type ImageSource } from '@offline-bundle/oci';
+import { OciError } from '@offline-bundle/oci';
+import { parseSourceSpec, type BlobCache, type ImageSource } from '@offline-bundle/image-fetch';
 import { AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, type BundleAgent, type BundleImage } from '@offline-bundle/format';
 
 /** The label scripts/oci-image.mjs sets (the OCI standard one). */
-export const VERSION_LABEL = 'org.opencontainers.image.version';
+const VERSION_LABEL = 'org.opencontainers.image.version';
 /** An image config larger than this is not an image config. */
 const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
 const CONFIG_MEDIA_TYPES = ['application/vnd.oci.image.config.v1+json', 'application/vnd.docker.container.image.v1+json'];

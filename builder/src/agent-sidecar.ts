@@ -56,7 +56,7 @@ export interface AgentSidecar {
 export const archiveName = (version: string, arch: string) => `bundle-agent-${version}-${arch}.oci.tar`;
 
 /** The statement's signed lines (each ending in a newline). */
-export function statementText(s: Omit<AgentSidecar, 'archive' | 'statement'> & { file: string }): string {
+function statementText(s: Omit<AgentSidecar, 'archive' | 'statement'> & { file: string }): string {
   return [
     STATEMENT_FORMAT, `file ${s.file}`, `size ${s.size}`, `sha256 ${s.sha256}`, `manifest ${s.manifest}`,
     `image ${s.image}`, `version ${s.version}`, `arch ${s.arch}`, `signer ${s.signer}`,

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
-import { cacheInfo, lockCache, pruneCache } from '@offline-bundle/oci';
-import { formatBytes } from '@offline-bundle/status';
+import { cacheInfo, lockCache, pruneCache } from '@offline-bundle/image-fetch';
+import { formatBytes } from '@offline-bundle/cli';
 import { resolve } from 'node:path';
 import { stat } from 'node:fs/promises';
 import { defaultCacheDir } from './create.js';

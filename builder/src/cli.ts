@@ -14,7 +14,7 @@ import { BLOB_ORDERS } from './blob-order.js';
 import { applyBundleFile, requireKeyAndOutput } from './image-set/create-options.js';
 import { reportPlan } from './image-set/plan.js';
 import { addImageSetCommands } from './image-set/commands.js';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { Progress } from './progress.js';
 import { TOOL_VERSION } from './version.js';
 import { pathLines, pathOf, upgradesFromLine } from './release-path.js';
@@ -166,7 +166,7 @@ async function writePrivateKey(keyPath: string, pem: string, force: boolean): Pr
   }
 }
 
-export function buildProgram(): Command {
+function buildProgram(): Command {
   const program = new Command('bundle')
     .description('Build, inspect and verify signed offline bundles: one file that carries a release and its images to clusters without a registry. "bundle create -f bundle.yaml" declares a bundle in a file (or an oc-mirror ImageSetConfiguration); --dry-run lists what it would carry.')
     .version(TOOL_VERSION)
@@ -339,7 +339,7 @@ Exit codes: 0 written, 1 error (one line: "bundle: CODE: message"), 2 usage, 129
   return program;
 }
 
-export function main(argv: string[]): Promise<number> {
+function main(argv: string[]): Promise<number> {
   return runCli(buildProgram(), argv, (err) => {
     const own = (err as { code?: unknown })?.code;
     const code = err instanceof BaseError ? (err.code as string) : typeof own === 'string' && /^[A-Z_]+$/.test(own) ? own : 'ERROR';

@@ -9,14 +9,15 @@ import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import { escapeControls } from '@offline-bundle/host';
 import { bundleIdentity, checkSignature, FormatError, loadTrust, readHeader, withBundle } from '@offline-bundle/format';
-import { ClusterError, type AdminApis, type Approval, type ApprovalSpec } from '@offline-bundle/status';
+import { type Approval, type ApprovalSpec } from '@offline-bundle/status';
+import { ClusterError, type AdminApis } from '@offline-bundle/kube';
 import { approveBundle, listApprovals, revokeApproval } from '@offline-bundle/cluster';
 import { collect, digestArg } from './args.js';
 
 interface KubeOpts { kubeconfig?: string; context?: string; json?: boolean; requestTimeout?: number; deadline?: number }
 interface ApproveOpts extends KubeOpts { key?: string[]; version?: string; releaseName?: string }
 
-export interface ApprovalDeps {
+interface ApprovalDeps {
   apis: (o: KubeOpts) => Promise<AdminApis>;
   kubeOptions: (cmd: Command) => Command;
 }
@@ -24,7 +25,7 @@ export interface ApprovalDeps {
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
 /** bundle.json of FILE, its signature checked against `keys`: the approval's spec. */
-export async function approvalFromFile(file: string, keys: string[]): Promise<ApprovalSpec> {
+async function approvalFromFile(file: string, keys: string[]): Promise<ApprovalSpec> {
   if (keys.length === 0) throw new FormatError('NO_TRUST', `approving ${file} needs the factory's public key: pass --key factory.pub (its signature is checked before anything is approved)`);
   const trust = await loadTrust(keys, undefined, { onUnsafeKey: (m) => process.stderr.write(`bundle: warning: ${m}\n`) });
   const { manifest, manifestBytes, signature } = await withBundle(file, readHeader);

@@ -12,10 +12,10 @@
 import type { Command } from 'commander';
 import { bundleImageNames, nextSteps, readRollup, type AdminBundle, type Rollup } from '@offline-bundle/cluster';
 import { parseReference, repositoryName } from '@offline-bundle/oci';
-import { ClusterError, listAll, type AdminApis } from '@offline-bundle/status';
+import { ClusterError, listAll, type AdminApis } from '@offline-bundle/kube';
 import { checkNodes, inNoBundleSeverity, nodeLine, whoHolds, worst, type NodeGap, type NodeReport, type Severity, type WhoHolds } from './cluster-holdings.js';
 
-export interface ImageUse {
+interface ImageUse {
   image: string;
   /** namespace/Kind/name of each object that asks for it. */
   users: string[];
@@ -23,7 +23,7 @@ export interface ImageUse {
   pullAlways: boolean;
 }
 
-export interface ImageGap {
+interface ImageGap {
   image: string; why: 'InNoBundle' | 'PullAlways' | 'BadReference'; users: string[]; message: string;
   /** How bad it is, once who holds it is known (checkClosure). */
   severity?: Severity;
@@ -32,7 +32,7 @@ export interface ImageGap {
   held?: string;
 }
 
-export interface Closure {
+interface Closure {
   /** Images the cluster asks for. */
   needed: number;
   gaps: ImageGap[];
@@ -49,7 +49,7 @@ export interface Closure {
 
 type Spec = { containers?: unknown; initContainers?: unknown; ephemeralContainers?: unknown };
 /** Who asks for one image, named at most this many times (a DaemonSet's pods on 5,000 nodes are one line's worth). */
-export const MAX_USERS_NAMED = 20;
+const MAX_USERS_NAMED = 20;
 const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
 const list = (v: unknown) => (Array.isArray(v) ? v : []);
 const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
@@ -84,7 +84,7 @@ const WORKLOADS = [
 const who = (o: Record<string, unknown>, kind: string) => `${str(obj(o.metadata).namespace) ?? ''}/${kind}/${str(obj(o.metadata).name) ?? ''}`;
 
 /** Every image the API says the cluster runs or will run, with who asks for it. */
-export async function readImageUses(apis: AdminApis): Promise<ImageUse[]> {
+async function readImageUses(apis: AdminApis): Promise<ImageUse[]> {
   const uses = new Map<string, ImageUse>();
   const none = () => [];
   // only what is read of each page is kept: a spec's containers, the name
@@ -106,7 +106,7 @@ export async function readImageUses(apis: AdminApis): Promise<ImageUse[]> {
 }
 
 /** The closure's gaps among `uses`, against what the bundles hold (pure). */
-export function imageGaps(uses: readonly ImageUse[], bundles: readonly Pick<AdminBundle, 'images'>[]): ImageGap[] {
+function imageGaps(uses: readonly ImageUse[], bundles: readonly Pick<AdminBundle, 'images'>[]): ImageGap[] {
   const names = bundleImageNames(bundles.flatMap((b) => b.images));
   const gaps: ImageGap[] = [];
   for (const u of uses) {
@@ -139,7 +139,7 @@ function rateGaps(gaps: ImageGap[], rollup: Rollup): void {
   }
 }
 
-export async function checkClosure(apis: AdminApis, bundles: readonly AdminBundle[]): Promise<Closure> {
+async function checkClosure(apis: AdminApis, bundles: readonly AdminBundle[]): Promise<Closure> {
   const uses = await readImageUses(apis);
   const gaps = imageGaps(uses, bundles);
   const rollup = await readRollup(apis, { digest: bundles[0]!.fileDigest });
@@ -173,7 +173,7 @@ function textReport(c: Closure): string[] {
   return lines;
 }
 
-export interface CheckDeps {
+interface CheckDeps {
   apis(o: object): Promise<AdminApis>;
   loadBundle(file: string, o: object, withFileDigest: boolean): Promise<AdminBundle>;
   kubeOptions(cmd: Command): Command;

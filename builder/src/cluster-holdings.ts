@@ -7,7 +7,8 @@
  * nothing (an older agent, or none yet) is "unknown", never "holds it".
  */
 import type { NodeRow, Rollup } from '@offline-bundle/cluster';
-import { heldState, imageKey, timeAgo, type HeldState, type RuntimeHoldings } from '@offline-bundle/status';
+import { heldState, imageKey, type HeldState, type RuntimeHoldings } from '@offline-bundle/status';
+import { timeAgo } from '@offline-bundle/cli';
 
 /** high: a pod needing it fails on some node; medium: held everywhere, but the image GC may take it; low: held pinned everywhere. */
 export type Severity = 'high' | 'medium' | 'low';
@@ -15,9 +16,9 @@ const RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2 };
 export const worst = (s: readonly Severity[]): Severity | undefined => s.reduce<Severity | undefined>((a, b) => (a === undefined || RANK[b] > RANK[a] ? b : a), undefined);
 
 /** Nodes named per state at most this many times (each list's length is in `counts`). */
-export const MAX_NODES_NAMED = 20;
+const MAX_NODES_NAMED = 20;
 /** Images named per node and state at most this many times. */
-export const MAX_IMAGES_NAMED = 20;
+const MAX_IMAGES_NAMED = 20;
 
 export interface WhoHolds {
   pinned: string[]; unpinned: string[]; missing: string[]; unknown: string[];
@@ -55,8 +56,8 @@ export function inNoBundleSeverity(w: WhoHolds): { severity: Severity; held: str
   return { severity: 'low', held: `held pinned by every node: a lesser gap (a crio-wipe, or a node added later, still loses it)` };
 }
 
-export type MissingWhy = 'InNoBundle' | 'NotLoaded' | 'MissingOnReady';
-export type UnpinnedWhy = 'InNoBundle' | 'NotLoaded' | 'UnpinnedOnReady' | 'PinsNotReported';
+type MissingWhy = 'InNoBundle' | 'NotLoaded' | 'MissingOnReady';
+type UnpinnedWhy = 'InNoBundle' | 'NotLoaded' | 'UnpinnedOnReady' | 'PinsNotReported';
 
 export interface NodeReport {
   node: string;
@@ -82,7 +83,7 @@ export interface NodeReport {
 
 export interface NodeGap { node: string; image: string; state: 'missing' | 'unpinned'; severity: Severity; message: string }
 
-export interface NodeCheck { reports: NodeReport[]; gaps: NodeGap[] }
+interface NodeCheck { reports: NodeReport[]; gaps: NodeGap[] }
 
 interface Context {
   /** Normalized names the bundles given hold, and those of the first (the one every node must be Ready for). */

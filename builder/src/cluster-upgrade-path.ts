@@ -3,15 +3,15 @@
  * (every step in order, its state and the oc command that does the same) is printed before
  * anything changes, then what this run did. Run again per step: see packages/cluster upgrade-path.
  */
-import { ClusterError } from '@offline-bundle/status';
+import { ClusterError } from '@offline-bundle/kube';
 import { escapeControls } from '@offline-bundle/host';
 import { gateLine, hopLine, pinnedSetsLine, upgradePath, type AdminBundle, type PathUpgradeResult } from '@offline-bundle/cluster';
-import type { AdminApis } from '@offline-bundle/status';
+import type { AdminApis } from '@offline-bundle/kube';
 
 const STATE_WIDTH = 9;
 
 /** The plan as numbered lines, each step's oc command beneath it. */
-export function planText(r: PathUpgradeResult): string {
+function planText(r: PathUpgradeResult): string {
   // what the cluster wrote (summary, gate reasons) is escaped line by line
   const head = [hopLine(r), r.rollup.summary, `plan${r.dryRun ? ' (dry run: nothing is changed)' : ''}, every step in order (state: done, now = this run, waiting = on the cluster, blocked = on you, later):`];
   const steps = r.steps.flatMap((s, i) => [`${`  ${String(i + 1).padStart(2)}. [${s.state}]`.padEnd(STATE_WIDTH + 8)} ${s.text}`, `        ${s.oc}`]);

@@ -7,10 +7,12 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import { stringify as stringifyYaml } from 'yaml';
-import { loadReleaseKeyring, sha256File, verifyReleaseSignature } from '@offline-bundle/oci';
+import { sha256File } from '@offline-bundle/oci';
+import { loadReleaseKeyring, verifyReleaseSignature } from '@offline-bundle/openshift-release';
 import { escapeControls } from '@offline-bundle/host';
 import { loadTrust, readReleaseSignatures, releasePath, withBundle } from '@offline-bundle/format';
-import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, formatBytes, timeAgo, type AdminApis } from '@offline-bundle/status';
+import { API_DEADLINE_MS, COMMAND_DEADLINE_MS, ClusterError, commandDeadline, adminApis, type AdminApis } from '@offline-bundle/kube';
+import { formatBytes, timeAgo } from '@offline-bundle/cli';
 import {
   gateLine, holdingsLine, nextSteps, pathWords, readPathStatus, nodeRbacObjects, pinnedSetsLine, publishGate, SIGNATURE_CONFIGMAP, SIGNATURE_NAMESPACE, prepareCluster, readRollup, signatureFieldManager, upgradeCluster,
   type AdminBundle, type NodeIdentity, type NodeRow, type Rollup, type Warning,

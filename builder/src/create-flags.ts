@@ -49,9 +49,6 @@ export function addOptions(cmd: Command, options: Option[]): Command {
   return cmd;
 }
 
-/** The long names (camelCase, as commander keys them) of options. */
-export const optionKeys = (options: Option[]): string[] => options.map((o) => o.attributeName());
-
 /** skopeo's --creds USER asks the password, which then stays out of the shell's history. */
 export async function askCredsPassword(o: Record<string, unknown>): Promise<void> {
   if (typeof o.creds === 'string' && !o.creds.includes(':')) o.creds = `${o.creds}:${await askSecret(`Password for ${o.creds}: `, '--creds')}`;

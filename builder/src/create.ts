@@ -4,10 +4,12 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import pLimit, { type LimitFunction } from 'p-limit';
 import {
-  AuthStore, BlobCache, OciError, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, formatPlatform, formatReference,
-  connectionOptions, openSource, parseManifest, parsePlatform, parseSourceSpec, platformMatches, readReleasePayload, repositoryName,
-  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type LayerReader, type ImageSource, type Platform, type ImageReference, type SourceSpec,
+  OciError, formatPlatform, formatReference,
+  parseManifest, parsePlatform, platformMatches, repositoryName,
+  MediaType, addPhase, parseReference, startPhaseTimes, timedAsync, writePhaseTimes, type Descriptor, type Platform,
 } from '@offline-bundle/oci';
+import { readReleasePayload, type LayerReader } from '@offline-bundle/openshift-release';
+import { AuthStore, BlobCache, lockCache, RegistriesConf, RegistryClient, REF_NAME_ANNOTATION, connectionOptions, openSource, parseSourceSpec, type ImageSource, type SourceSpec } from '@offline-bundle/image-fetch';
 import { PIECE_BYTES, estimateBundleBytes, estimateImageStoreBytes, baseLabel, deltaFacts, featureNeedsVersion, loadPrivateKey, unwritableVersion, writeBundle, type BundleAgent, type BundleImage, type BundleRelease, type HopAdds, type ReleaseSignatureRef, type ReadyBlob, type WrittenBundle } from '@offline-bundle/format';
 import { checkSources, readImagesFile, type SourceLine } from './inputs.js';
 import { agentImageVersion, agentSourceSpec, asAgentImage, checkAgentImageSpec, checkAgentVersion } from './agent-image.js';
@@ -15,7 +17,7 @@ import { archProblem, checkCacheDir, checkOutput, checkReleaseOptions, checkSpac
 import { releaseSignatureBlobs } from './release-signatures.js';
 import { hopAdds, pathLines, payloadOf, type PathSummary } from './release-path.js';
 import { checkDeltaBase, readDeltaBase, sharedWithBase, type DeltaBase } from './delta-base.js';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { Progress } from './progress.js';
 import { TOOL_NAME, TOOL_VERSION } from './version.js';
 import { createReadStream } from 'node:fs';
@@ -107,9 +109,9 @@ export interface CreateOptions {
   base?: string;
 }
 
-export interface CreateWarning { kind: 'PullAlways' | 'WholeCatalog'; object: string; image: string; message: string }
+interface CreateWarning { kind: 'PullAlways' | 'WholeCatalog'; object: string; image: string; message: string }
 
-export interface CreateResult extends WrittenBundle {
+interface CreateResult extends WrittenBundle {
   output: string;
   images: number;
   blobs: number;
@@ -773,5 +775,3 @@ export async function createBundle(opts: CreateOptions): Promise<CreateResult | 
     writePhaseTimes();
   }
 }
-
-export type { ImageReference };

@@ -1,8 +1,9 @@
-import { OciError, type OciErrorCode, formatReference, parseReference, parseSourceSpec, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, type OciErrorCode, formatReference, parseReference } from '@offline-bundle/oci';
+import { parseSourceSpec, type SourceSpec } from '@offline-bundle/image-fetch';
 import { HostError, PIPE_READ_TIMEOUT_MS, readSmallFile } from '@offline-bundle/host';
 
 /** Largest --images-file read: 1 MiB is some ten thousand references. */
-export const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
+const MAX_IMAGES_FILE_BYTES = 1024 * 1024;
 
 /** An image source as given, and where: "--image #2" or "list.txt:14", for messages. */
 export interface SourceLine {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { BlobCache, CacheFetchOptions } from '@offline-bundle/oci';
+import type { BlobCache, CacheFetchOptions } from '@offline-bundle/image-fetch';
 import { PieceHashThread, decodePieceList, hasPieces, listChars, pieceCount } from '@offline-bundle/format';
 
 type Blob = { digest: string; size: number };

@@ -4,11 +4,11 @@ import { basename, dirname, join } from 'node:path';
 import { KNOWN_ARCHES, OciError, isKnownArch, parsePlatform } from '@offline-bundle/oci';
 import { errnoReason, filesystemFree, HostError, makeDirs, pidExists } from '@offline-bundle/host';
 import { checkReleaseFields } from '@offline-bundle/format';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { didYouMean } from './args.js';
 
 /** What a non-regular, non-directory file is, in words. */
-export function notAFile(st: Stats): string {
+function notAFile(st: Stats): string {
   if (st.isBlockDevice()) return 'a block device';
   if (st.isCharacterDevice()) return 'a character device';
   if (st.isFIFO()) return 'a FIFO (named pipe)';

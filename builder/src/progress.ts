@@ -1,4 +1,4 @@
-import { formatBytes, timeLeft } from '@offline-bundle/status';
+import { formatBytes, timeLeft } from '@offline-bundle/cli';
 
 /** Human progress on a terminal (one redrawn line), sparse log lines otherwise; nothing with --quiet. */
 export interface ProgressOptions {

@@ -1,5 +1,5 @@
 import { releasePath, type BundleRelease, type HopAdds } from '@offline-bundle/format';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { someOf } from './image-set/schema.js';
 
 /**
@@ -47,7 +47,7 @@ export function pathOf(release: BundleRelease): PathSummary | undefined {
 }
 
 /** "4.14.30 → 4.15.40 → 4.16.2"; several starts in braces: "{4.14.29, 4.14.30} → …". */
-export function pathText(p: PathSummary): string {
+function pathText(p: PathSummary): string {
   const start = p.from.length === 1 ? p.from[0]! : `{${someOf(p.from, 4)}}`;
   return [start, ...p.releases.map((r) => r.version)].join(' → ');
 }

@@ -1,10 +1,12 @@
 import {
-  BlobCache, MAX_RELEASE_SIGNATURE_BYTES, OciError, connectionOptions, readReleaseFile, readReleaseSignature, fetchStoreSignatures, loadReleaseKeyring, sha256, verifyReleaseSignature, type ReleaseKeyring,
+  OciError, sha256,
 } from '@offline-bundle/oci';
+import { MAX_RELEASE_SIGNATURE_BYTES, readReleaseFile, readReleaseSignature, fetchStoreSignatures, loadReleaseKeyring, verifyReleaseSignature, type ReleaseKeyring } from '@offline-bundle/openshift-release';
+import { BlobCache, connectionOptions } from '@offline-bundle/image-fetch';
 import { RELEASE_SIGNATURE_MEDIA_TYPE, type BundleBlob, type ReleaseSignatureRef } from '@offline-bundle/format';
 import type { Progress } from './progress.js';
 
-export interface ReleaseSignatureOptions {
+interface ReleaseSignatureOptions {
   releaseSignatures?: string[];
   signatureStore?: string;
   releaseKeyring?: string;

@@ -6,7 +6,7 @@ import type { Command } from 'commander';
 import { FormatError, isPartName, partNamesIn } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { OciError } from '@offline-bundle/oci';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { SPLIT_SIZE_HELP, parseSize, splitBundle } from './split.js';
 
 /**

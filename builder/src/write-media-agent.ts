@@ -8,7 +8,7 @@ import { readFile, readdir, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { BundleManifest } from '@offline-bundle/format';
 import { pidExists } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { SIDECAR_SUFFIX, STATEMENT_FORMAT, archiveName } from './agent-sidecar.js';
 import type { Progress } from './progress.js';
 import { copyRange } from './split.js';

@@ -1,7 +1,7 @@
 // `bundle write-media BUNDLE /mount/point`: the definition, its help and its one last line.
 import type { Command } from 'commander';
 import { escapeControls } from '@offline-bundle/host';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { Progress } from './progress.js';
 import { parseSize } from './split.js';
 import { ROOM_MARGIN_BYTES, writeMedia } from './write-media.js';

@@ -12,7 +12,7 @@ import {
   FormatError, digestLine, endsWithSeekTable, findParts, isPartName, misplacedFrame, namesSplitBundle, openBundle, parsePartName, partName, partNamesIn, readHeader, withBundle, type BundleSource,
 } from '@offline-bundle/format';
 import { assertRegularFile, pidExists, syncDirBestEffort, writeSynced } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import type { Progress } from './progress.js';
 import { copyRange, partCount } from './split.js';
 import { MediaError, assertWritable, describeTarget, looksLikeMedia, mountOf, readMounts, type Mount, type Target } from './write-media-target.js';

@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 // @ts-expect-error: JavaScript helpers without type declarations
 import { pushChart, pushImage, releaseFiles } from '../helpers/images.mjs';
 // @ts-expect-error: JavaScript helpers without type declarations

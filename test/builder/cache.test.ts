@@ -1,4 +1,4 @@
-// The content-addressed blob cache behind `bundle create --cache` (packages/oci/src/blob-cache.ts):
+// The content-addressed blob cache behind `bundle create --cache` (packages/image-fetch/src/blob-cache.ts):
 // a rerun takes blobs from the cache instead of the registry, an interrupted download
 // (`blobs/sha256/<hex>.partial`) resumes from its length, a partial whose bytes are wrong
 // fails with DIGEST_MISMATCH and is dropped so the next run recovers, and a corrupt

@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { stringify } from 'yaml';
-import { MAX_LAYER_UNPACKED_BYTES } from '@offline-bundle/oci';
+import { MAX_LAYER_UNPACKED_BYTES } from '@offline-bundle/openshift-release';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';

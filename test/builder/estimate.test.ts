@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { gzipSync } from 'node:zlib';
-import { MAX_UNPACK_RATIO, UnpackedCounter } from '@offline-bundle/oci';
+import { MAX_UNPACK_RATIO, UnpackedCounter } from '@offline-bundle/image-fetch';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';

@@ -125,7 +125,7 @@ for (const [name, text, line] of [
 
 t.test("a release payload's release-manifests/ file of a 3 MB `[[[[…`: skipped as one that does not parse, in a 256 MB heap", async (t) => {
   // the warning scan of `bundle create` (pullAlwaysWorkloads), run alone: a release image is a registry's content
-  const script = `import { pullAlwaysWorkloads } from '@offline-bundle/oci';
+  const script = `import { pullAlwaysWorkloads } from '@offline-bundle/openshift-release';
     const deep = Buffer.from('kind: Pod\\nspec: ' + '['.repeat(1_500_000) + ']'.repeat(1_500_000) + '\\n');
     const pod = Buffer.from('kind: Pod\\nmetadata: {name: p}\\nspec:\\n  containers:\\n  - {image: "r.example/a:1", imagePullPolicy: Always}\\n');
     const found = pullAlwaysWorkloads(new Map([['release-manifests/0-deep.yaml', deep], ['release-manifests/1-pod.yaml', pod]]), [{ registry: 'r.example', repository: 'a', tag: '1' }]);

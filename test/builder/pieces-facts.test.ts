@@ -9,7 +9,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readdir, readFile, writeFile, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { BlobCache, pruneCache } from '@offline-bundle/oci';
+import { BlobCache, pruneCache } from '@offline-bundle/image-fetch';
 import { MIN_PIECE_BYTES, pieceThreadsRunning } from '@offline-bundle/format';
 // @ts-expect-error: a JavaScript helper without type declarations
 import { tmpdir } from '../helpers/tmp.mjs';

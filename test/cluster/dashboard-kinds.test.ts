@@ -2,7 +2,7 @@
 // ClusterError codes (NO_RELEASE_SIGNATURES) but are shown beside PullAlways and NodesNotReady,
 // so the page names them NoReleaseSignatures. The CLIs keep the code (error: CODE, --json).
 import t from 'tap';
-import { adminApis } from '@offline-bundle/status';
+import { adminApis } from '@offline-bundle/kube';
 import { findingKind, prepareWarnings } from '../../builder/dist/dashboard/warnings.js';
 import { bindAdmin, ADMIN, clusterVersion } from './lib.js';
 import { startKubeStandIn } from '../helpers/kube-standin.js';

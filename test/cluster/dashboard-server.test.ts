@@ -9,7 +9,7 @@ import { request } from 'node:http';
 import { connect } from 'node:net';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { adminApis } from '@offline-bundle/status';
+import { adminApis } from '@offline-bundle/kube';
 import { loadAssets, pageDir } from '../../builder/dist/dashboard/assets.js';
 import { startDashboardServer, MAX_SSE_CLIENTS } from '../../builder/dist/dashboard/server.js';
 import { DashboardFeed } from '../../builder/dist/dashboard/feed.js';

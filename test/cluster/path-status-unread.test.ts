@@ -4,7 +4,7 @@
 // the page go on; before, it failed the whole command and the page showed "Lost contact".
 import t from 'tap';
 import path from 'node:path';
-import { adminApis } from '@offline-bundle/status';
+import { adminApis } from '@offline-bundle/kube';
 import { readDashboard } from '../../builder/dist/dashboard/snapshot.js';
 import { signRelease } from '../builder/release-signing.js';
 import { clusterFixture, clusterVersion, makeBundle, nodeStatus } from './lib.js';

@@ -3,7 +3,7 @@
 import t, { type Test } from 'tap';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles } from '@offline-bundle/oci';
+import { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles } from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });

@@ -6,7 +6,8 @@ import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { BlobCache, OciError } from '@offline-bundle/oci';
+import { OciError } from '@offline-bundle/oci';
+import { BlobCache } from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
 

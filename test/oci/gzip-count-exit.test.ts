@@ -8,13 +8,16 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { tmpdir } from '../helpers/tmp.mjs';
 
-const oci = pathToFileURL(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../packages/oci/dist/index.js')).href;
+const dist = (pkg: string) => pathToFileURL(path.resolve(path.dirname(fileURLToPath(import.meta.url)), `../../packages/${pkg}/dist/index.js`)).href;
+const oci = dist('oci');
+const imageFetch = dist('image-fetch');
 
 const SCRIPT = `
 import { randomBytes, createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
-import { BlobCache, OciError, UnpackedCounter } from '${oci}';
+import { OciError } from '${oci}';
+import { BlobCache, UnpackedCounter } from '${imageFetch}';
 const gz = gzipSync(randomBytes(2_000_000), { level: 0 });
 const left = new UnpackedCounter(gz.length);
 await left.push(gz.subarray(0, 500_000));

@@ -10,7 +10,7 @@ import { gzipSync } from 'node:zlib';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { BlobCache, UnpackedCounter } from '@offline-bundle/oci';
+import { BlobCache, UnpackedCounter } from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const MiB = 1024 * 1024;

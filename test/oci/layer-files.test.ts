@@ -5,7 +5,7 @@ import t from 'tap';
 import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
 import tar from 'tar-stream';
-import { MAX_LAYER_FILE_BYTES, MAX_LAYER_TOTAL_BYTES, readLayerFiles } from '@offline-bundle/oci';
+import { MAX_LAYER_FILE_BYTES, MAX_LAYER_TOTAL_BYTES, readLayerFiles } from '@offline-bundle/openshift-release';
 
 async function layer(entries: Record<string, string | Buffer>): Promise<Buffer> {
   const pack = tar.pack();

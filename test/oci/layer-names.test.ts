@@ -6,7 +6,8 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
 import tar from 'tar-stream';
-import { assertDigest, readLayerFiles } from '@offline-bundle/oci';
+import { assertDigest } from '@offline-bundle/oci';
+import { readLayerFiles } from '@offline-bundle/openshift-release';
 import { bundleImages } from '../../builder/dist/image-set/catalog.js';
 import { ROOT, run } from '../builder/lib.js';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -41,7 +42,7 @@ t.test('40 whiteouts of 4 MiB names in a 164 KiB layer: read in a 128 MB heap, n
   const file = path.join(work, 'layer.tar.gz');
   await writeFile(file, await layer(Array.from({ length: 40 }, (_, i): [string, string] => [`configs/.wh.${String(i).padStart(2, '0')}${'x'.repeat(4 * 1024 * 1024 - 64)}`, ''])));
   const script = `import { createReadStream } from 'node:fs';
-    import { readLayerFiles } from '@offline-bundle/oci';
+    import { readLayerFiles } from '@offline-bundle/openshift-release';
     const found = await readLayerFiles([async () => createReadStream(${JSON.stringify(file)})], (n) => n.startsWith('configs/'), 'cat:1');
     console.log(found.size, Math.round(process.memoryUsage().heapUsed / 2 ** 20));`;
   // each name is parsed (4 MiB) and dropped; kept, 40 of them need 160 MiB

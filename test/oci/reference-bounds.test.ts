@@ -4,7 +4,8 @@
 // quotes at most MAX_QUOTED_CHARS of what was given.
 import t, { type Test } from 'tap';
 import { MAX_QUOTED_CHARS } from '@offline-bundle/host';
-import { parseOciUrlReference, parseReference, parseSourceSpec } from '@offline-bundle/oci';
+import { parseOciUrlReference, parseReference } from '@offline-bundle/oci';
+import { parseSourceSpec } from '@offline-bundle/image-fetch';
 
 const refused = (t: Test, f: () => unknown, why: RegExp) => {
   let message = '';

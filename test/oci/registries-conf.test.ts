@@ -4,7 +4,8 @@ import t, { type Test } from 'tap';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { MAX_REGISTRIES_CONF_BYTES, parseReference, RegistriesConf } from '@offline-bundle/oci';
+import { parseReference } from '@offline-bundle/oci';
+import { MAX_REGISTRIES_CONF_BYTES, RegistriesConf } from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });

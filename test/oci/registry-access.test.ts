@@ -6,8 +6,9 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import {
-  AuthStore, DirSource, MAX_CERT_FILE_BYTES, bypassesProxy, certDirFor, fetchStoreSignatures, helperCredentials, proxyFromEnv, readCertDir,
-} from '@offline-bundle/oci';
+  fetchStoreSignatures,
+} from '@offline-bundle/openshift-release';
+import { AuthStore, DirSource, MAX_CERT_FILE_BYTES, bypassesProxy, certDirFor, helperCredentials, proxyFromEnv, readCertDir } from '@offline-bundle/image-fetch';
 import { startConnectProxy } from '../helpers/connect-proxy.mjs';
 import { makeTestCa } from '../helpers/test-ca.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';

@@ -10,7 +10,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { AuthStore, MediaType, RegistryClient, skipBytes, type RegistryLocation } from '@offline-bundle/oci';
+import { MediaType } from '@offline-bundle/oci';
+import { AuthStore, RegistryClient, skipBytes, type RegistryLocation } from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });

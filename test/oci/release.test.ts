@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import tar from 'tar-stream';
 import { compress as zstdCompress } from 'zstd-napi';
-import { IMAGE_REFERENCES_PATH, readReleasePayload, RELEASE_METADATA_PATH } from '@offline-bundle/oci';
+import { IMAGE_REFERENCES_PATH, readReleasePayload, RELEASE_METADATA_PATH } from '@offline-bundle/openshift-release';
 import { buildLayer, releaseFiles } from '../helpers/images.mjs';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });

@@ -1,7 +1,7 @@
 // tier: unit
 // parseSourceSpec: "transport:rest[=NAME]" source specifications.
 import t from 'tap';
-import { parseSourceSpec } from '@offline-bundle/oci';
+import { parseSourceSpec } from '@offline-bundle/image-fetch';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });
 const D = 'sha256:' + '12'.repeat(32);

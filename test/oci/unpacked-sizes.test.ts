@@ -10,7 +10,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
-import { BlobCache, MAX_UNPACK_RATIO, UnpackedCounter, pruneCache } from '@offline-bundle/oci';
+import { BlobCache, MAX_UNPACK_RATIO, UnpackedCounter, pruneCache } from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const sha = (b: Buffer) => 'sha256:' + createHash('sha256').update(b).digest('hex');

@@ -8,7 +8,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { MAX_NESTING_DEPTH } from '@offline-bundle/host';
-import { ClusterError, MAX_LIST_KEPT_BYTES, adminApis, listAll } from '@offline-bundle/status';
+import { ClusterError, MAX_LIST_KEPT_BYTES, adminApis, listAll } from '@offline-bundle/kube';
 import { tmpdir, writeKubeconfig } from './lib.js';
 
 const MiB = 1024 * 1024;

@@ -2,7 +2,7 @@
 // An API error answer is read only to MAX_API_ERROR_BYTES (cluster-http.ts): what is kept of a
 // Status cut there is the start of its message, decoded, whatever byte the cut fell on.
 import t from 'tap';
-import { MAX_API_ERROR_BYTES, messageStart } from '@offline-bundle/status';
+import { MAX_API_ERROR_BYTES, messageStart } from '@offline-bundle/kube';
 
 const status = (message: string) => JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 500, message });
 

@@ -5,7 +5,8 @@ import t, { type Test } from 'tap';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { agentHealth, emptyStatus, isLoopback, Metrics, PHASES, startStatusServer, StatusFileWriter, StatusTracker, writeStatusFile, type NodeStatus } from '@offline-bundle/status';
+import { agentHealth, emptyStatus, Metrics, PHASES, startStatusServer, StatusFileWriter, StatusTracker, writeStatusFile, type NodeStatus } from '@offline-bundle/status';
+import { isLoopback } from '@offline-bundle/host';
 import { fixedClock, loadSequence } from './lib.js';
 
 function get(url: string, opts: { method?: string; host?: string; headers?: Record<string, string> } = {}): Promise<{ status: number; type: string; body: string; headers: Record<string, unknown> }> {

@@ -5,7 +5,7 @@
 // test fails when a picture the docs show is not one the script made (a hand-made or
 // test-fixture image, or one changed after), and when a message in a picture is not one the
 // agent can write: every part of it must be a fixed piece of a string in agent/src or
-// packages/status/src, or a value (a number, a size, a version, a reason code).
+// packages/{status,cli,kube}/src, or a value (a number, a size, a version, a reason code).
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -63,7 +63,7 @@ export function unexplained(message: string, parts: Set<string>): string[] {
   return rest.split(/[\u0000\s]+/).map((w) => w.replace(/^[(,;:]+|[),;:.]+$/g, '')).filter((w) => w && !VALUE.test(w));
 }
 
-const parts = fixedParts([...tsFiles(path.join(ROOT, 'agent', 'src')), ...tsFiles(path.join(ROOT, 'packages', 'status', 'src'))]);
+const parts = fixedParts([...tsFiles(path.join(ROOT, 'agent', 'src')), ...['status', 'cli', 'kube'].flatMap((p) => tsFiles(path.join(ROOT, 'packages', p, 'src')))]);
 
 t.test('every picture the README or docs/*.md show is listed, with the hash of the file', async (t) => {
   t.ok(existsSync(MANIFEST), 'docs/img/screenshots.json: written by scripts/screenshots.mjs with the pictures');

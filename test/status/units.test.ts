@@ -2,7 +2,8 @@
 import t from 'tap';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { emptyStatus, fitToWidth, formatBytes, technicianLine, timeLeft, writeStatusFile } from '@offline-bundle/status';
+import { emptyStatus, technicianLine, writeStatusFile } from '@offline-bundle/status';
+import { fitToWidth, formatBytes, timeLeft } from '@offline-bundle/cli';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { AGENT } from '../agent/fixtures.js';
 import { spawnSync } from 'node:child_process';

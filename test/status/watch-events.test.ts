@@ -3,7 +3,7 @@
 // line whatever the chunks' cuts, each line bounded before it is parsed, at most so many events
 // and so many bytes a second, an ERROR event turned into the error the caller acts on (410: list again).
 import t from 'tap';
-import { ClusterError, MAX_WATCH_BYTES_PER_SECOND, MAX_WATCH_EVENT_BYTES, MAX_WATCH_EVENTS_PER_SECOND, WatchEventReader, type WatchEvent } from '@offline-bundle/status';
+import { ClusterError, MAX_WATCH_BYTES_PER_SECOND, MAX_WATCH_EVENT_BYTES, MAX_WATCH_EVENTS_PER_SECOND, WatchEventReader, type WatchEvent } from '@offline-bundle/kube';
 
 /** What `fn` threw (undefined when it did not). */
 function thrown(fn: () => void): unknown {

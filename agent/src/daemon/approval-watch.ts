@@ -8,7 +8,8 @@
 // and why reading fails now is what the peers' looks decide the port by (fail closed:
 // daemon/peers.ts).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { adminApis, APPROVAL_PLURAL, ClusterError, GROUP, listAllAt, pickApproval, requestOptions, VERSION, watchCustomObjects, type WatchEvent } from '@offline-bundle/status';
+import { APPROVAL_PLURAL, GROUP, pickApproval, VERSION } from '@offline-bundle/status';
+import { adminApis, ClusterError, listAllAt, requestOptions, watchCustomObjects, type WatchEvent } from '@offline-bundle/kube';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { DIRECTORY_REQUEST_MS } from '../peers/directory.js';
@@ -26,7 +27,7 @@ export const WATCH_LENGTH_SPREAD = 0.5;
 /** The first wait before a failed list, or a watch that gave nothing, is tried again; and the least time between two lists. */
 export const WATCH_RETRY_MIN_MS = 500;
 /** The backoff's bound: an API server back after an outage is read within this. */
-export const WATCH_RETRY_MAX_MS = 10_000;
+const WATCH_RETRY_MAX_MS = 10_000;
 /** A watch that gave nothing and ended before this share of its length ended as no healthy watch does (a proxy that ends streams): it backs off. */
 const EARLY_END_SHARE = 0.5;
 
@@ -35,7 +36,7 @@ export function watchLengthMs(relistMs: number, random = Math.random()): number 
   return Math.round(relistMs * (1 + WATCH_LENGTH_SPREAD * Math.min(1, Math.max(0, random))));
 }
 
-export interface ApprovalWatchOptions {
+interface ApprovalWatchOptions {
   kubeconfig: string;
   context?: string;
   log: Logger;

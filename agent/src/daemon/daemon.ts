@@ -29,7 +29,7 @@ import { readAgentSwitch, type AgentSwitchRecord } from '../state/agent-switch-s
 import { TOOL_VERSION } from '../version.js';
 
 /** Written in the state directory once the start-up is done (deploy/openshift/bundle-agent.container waits for it). */
-export const STARTED_MARKER = 'started';
+const STARTED_MARKER = 'started';
 
 /** How often a start whose load lock was busy tries again to unpin the previous agent image. */
 const UNPIN_RETRY_MS = 60_000;

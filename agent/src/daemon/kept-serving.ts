@@ -8,7 +8,8 @@
 import { rm } from 'node:fs/promises';
 import type { BundleManifest } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type RunningRegistry } from '@offline-bundle/registry';
-import { completedRelease, formatBytes, observeRunning, readClusterVersionObject, readNodeMachineConfig, runningReleases, type NodeMachineConfig, type StatusTracker } from '@offline-bundle/status';
+import { completedRelease, observeRunning, readClusterVersionObject, readNodeMachineConfig, runningReleases, type NodeMachineConfig, type StatusTracker } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -21,7 +22,7 @@ import { forgetServing, readServing, writeServing } from '../state/serving-state
 import { heldForPath, pathFinal, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
 import { runtimeTarget, type RuntimeTarget } from '../runtime/runtime-target.js';
 
-export interface KeptServingDeps {
+interface KeptServingDeps {
   config: AgentConfig;
   log: Logger;
   tracker: StatusTracker;

@@ -37,7 +37,7 @@ function under(path: string, roots: string[]): boolean {
  * Most `*.bundle` names looked at in one directory per poll (by name order): a stick or drop
  * directory holds a handful; thousands of junk files must not cost a stat each every poll.
  */
-export const MAX_BUNDLES_PER_DIR = 64;
+const MAX_BUNDLES_PER_DIR = 64;
 /** Looks at an unchanged identity before a file counts as stable: first sight plus two polls. */
 const STABLE_LOOKS = 3;
 /** A file must also have been quiet this long (by its mtime, or as we watched it) before its head is read. */
@@ -48,7 +48,7 @@ const DEFAULT_QUIET_SECONDS = 5;
  * rsync `.NAME.bundle.XXXXXX`, curl/wget/browsers `NAME.bundle.part`, `*.tmp`, editors `*~`;
  * none of those ends in `.bundle`.
  */
-export const isBundleName = (n: string): boolean => n.endsWith('.bundle') && !n.startsWith('.');
+const isBundleName = (n: string): boolean => n.endsWith('.bundle') && !n.startsWith('.');
 
 /** One file as the watcher last saw it. */
 interface Look {
@@ -60,7 +60,7 @@ interface Look {
   verdict?: 'incomplete' | 'notABundle';
 }
 
-export interface MediaWatcherOptions {
+interface MediaWatcherOptions {
   roots: string[];
   watchDirs: string[];
   pollSeconds: number;

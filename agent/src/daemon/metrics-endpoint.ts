@@ -13,9 +13,9 @@ import type { Logger } from '../log.js';
 import { ApiPeerDirectory } from '../peers/directory.js';
 
 /** How long after a failed start the listener is tried again. */
-export const METRICS_START_RETRY_MS = 60_000;
+const METRICS_START_RETRY_MS = 60_000;
 /** How often the Node's InternalIP is looked up again (when metrics.address is not set). */
-export const METRICS_ADDRESS_CHECK_MS = TLS_RELOAD_MS;
+const METRICS_ADDRESS_CHECK_MS = TLS_RELOAD_MS;
 
 /** The address to serve on: metrics.address, else the Node's InternalIP (an IPv4-mapped one as IPv4). */
 async function nodeAddress(config: AgentConfig): Promise<string> {

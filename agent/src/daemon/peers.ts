@@ -10,7 +10,8 @@
 // cannot start (port taken) is said so in status.peers and tried again; while this node's own
 // load runs it may pause serving (peers.pauseWhileLoading).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ClusterError, onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+import { onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+import { ClusterError } from '@offline-bundle/kube';
 import type { AgentConfig } from '../config.js';
 import { failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -37,7 +38,7 @@ export const APPROVALS_GRACE_MS = 2 * 60_000;
 /** The daemon waits at most this long for the first look: a slow API server does not hold back the sticks. */
 export const FIRST_LOOK_WAIT_MS = 5000;
 /** status.serving follows a fetch under way (each verified blob changes its count) at most this often. */
-export const SERVING_PUBLISH_MS = 2000;
+const SERVING_PUBLISH_MS = 2000;
 
 export interface DaemonPeers {
   /** Offers what this node keeps again (after a stick's load) and publishes it. */
@@ -90,7 +91,7 @@ function startProblem(err: unknown, config: AgentConfig): { reason: string; mess
 }
 
 /** The Peers condition while no approval exists: the ordinary state of a node between releases. */
-export const NOT_APPROVED = { reason: 'NotApproved', message: 'no bundle is approved (bundle cluster approve): this node opens no peer port and fetches nothing from other nodes' } as const;
+const NOT_APPROVED = { reason: 'NotApproved', message: 'no bundle is approved (bundle cluster approve): this node opens no peer port and fetches nothing from other nodes' } as const;
 
 /** What `shown` holds while neither status.serving nor status.peers is published. */
 const UNSHOWN = 'none';
@@ -99,7 +100,7 @@ const UNSHOWN = 'none';
 interface Base { service: PeerService; address: string; controlPlane: boolean }
 
 /** The Peers condition's reason while the approvals cannot be read. */
-export const APPROVALS_UNREADABLE = 'ApprovalsUnreadable';
+const APPROVALS_UNREADABLE = 'ApprovalsUnreadable';
 
 const sameKeys = (a: PeerCredentials, b: PeerCredentials) => a.ca.equals(b.ca) && a.cert.equals(b.cert) && a.key.equals(b.key);
 const refused = (err: unknown) => err instanceof ClusterError && err.code === 'FORBIDDEN';

@@ -3,7 +3,8 @@
 // the stick may go, and this keeps that promise. Each copy is hashed again before its load.
 import { rm } from 'node:fs/promises';
 import { basename, dirname, resolve } from 'node:path';
-import { KEPT_COPY_MEDIA, timeLeft, type StatusTracker } from '@offline-bundle/status';
+import { KEPT_COPY_MEDIA, type StatusTracker } from '@offline-bundle/status';
+import { timeLeft } from '@offline-bundle/cli';
 import type { AgentConfig } from '../config.js';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -15,14 +16,14 @@ import { readReleases } from '../state/release-records.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 
 /** Tries of one kept copy before it is dropped and the stick is asked for again. */
-export const RETRY_LIMIT = 10;
+const RETRY_LIMIT = 10;
 /** The longest wait between two tries. */
-export const MAX_RETRY_DELAY_S = 3600;
+const MAX_RETRY_DELAY_S = 3600;
 
 /** Staged layouts are UPGRADE/<version>-<arch>: a record naming anything else is not ours to load or remove. */
 const LAYOUT_NAME = /^[0-9A-Za-z][0-9A-Za-z.+_-]{0,127}-[0-9a-z]{1,32}$/;
 
-export interface RetryDeps {
+interface RetryDeps {
   config: AgentConfig;
   log: Logger;
   tracker: StatusTracker;

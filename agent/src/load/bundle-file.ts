@@ -2,7 +2,7 @@ import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { bundleIdentity, endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile, type BundleSource } from '@offline-bundle/format';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
 

@@ -9,14 +9,14 @@ import {
   type BaseSource, type BundleManifest, type BundleSource, type LayoutEntry,
 } from '@offline-bundle/format';
 import { openRegularFile } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { readReleases } from '../state/release-records.js';
 
 /** The one line a node without the base says: which release it needs, and the fix. */
-export function baseMissing(m: BundleManifest, detail: string): AgentError {
+function baseMissing(m: BundleManifest, detail: string): AgentError {
   return new AgentError('BaseMissing', `This update needs ${m.base!.version} on this node; plug in the full bundle (it is a delta against ${baseLabel(m.base!)}: ${detail})`);
 }
 

@@ -15,7 +15,7 @@ import { alreadyStaged, clearPartialsFor, dropOtherPartials, partialCredit } fro
 import { planText, type SpaceCredit, type SpacePlan, type SpaceWords } from './space.js';
 
 /** Where a bundle is staged, and whether that very bundle is staged there already. */
-export interface StagingPlace {
+interface StagingPlace {
   /** UPGRADE/<version>-<arch>. */
   target: string;
   partial: string;
@@ -91,7 +91,7 @@ export interface EntrySource {
   close?(): void;
 }
 
-export interface EntryStaging {
+interface EntryStaging {
   target: string;
   /** Bytes of the layout kept from an interrupted staging (0 when none). */
   keptBytes: number;
@@ -99,7 +99,7 @@ export interface EntryStaging {
   already: boolean;
 }
 
-export interface EntryStagingOptions {
+interface EntryStagingOptions {
   upgradeDir: string;
   plan: SpaceCheck;
   signal: AbortSignal;

@@ -4,7 +4,7 @@
 // crosses either undoes itself or harms the node's workloads. So the space check reads the
 // node's own kubelet configuration and stays below all of them, rounding as the kubelet does.
 import { readSmallFile } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { parse as parseYaml } from 'yaml';
 
 /** Largest kubelet config read: OpenShift's /etc/kubernetes/kubelet.conf is some 2 KiB, a heavily tuned one a few tens. */

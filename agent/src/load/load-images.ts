@@ -12,7 +12,7 @@ import { heldForPath, passedOnPath, type ReleaseRecord } from '../state/release-
 import { refsToKeepPinned } from '../state/agent-switch-state.js';
 import { pullActivity } from './pull-activity.js';
 
-export interface ImagesInput {
+interface ImagesInput {
   manifest: BundleManifest;
   store: BlobStore;
   /** What the agent recorded of earlier releases (the running one may be added). */

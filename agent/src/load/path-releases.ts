@@ -2,7 +2,8 @@
 // record of its own, with the names of its own images, so the pins of an earlier release can go
 // once the node runs the final one while the images the final one shares stay.
 import { releasePath, type BundleManifest, type ReleaseHop } from '@offline-bundle/format';
-import { parseManifest, platformMatches, readReleasePayload } from '@offline-bundle/oci';
+import { parseManifest, platformMatches } from '@offline-bundle/oci';
+import { readReleasePayload } from '@offline-bundle/openshift-release';
 import type { BlobStore } from '@offline-bundle/registry';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';

@@ -38,7 +38,6 @@ import { locateBase } from './delta-fill.js';
 import { pathReleases, type PathRelease } from './path-releases.js';
 
 export type { LoadStep, PipelineContext } from './pipeline-context.js';
-export type { EntrySource } from './entry-staging.js';
 export { removeStalePartials } from './resume.js';
 
 export interface LoadResult {
@@ -231,7 +230,7 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
 }
 
 /** Progress with its rate and time left, at most once a second (what a stick's staging and a fetch from peers show). */
-export function rateTracker(tracker: StatusTracker) {
+function rateTracker(tracker: StatusTracker) {
   const started = Date.now();
   let last = 0;
   // what a resume kept counts as done, not as read at this load's rate
@@ -753,7 +752,7 @@ async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head' | 'so
 }
 
 /** A release this node loaded before, as a bundle record names it. */
-export interface LoadedBefore {
+interface LoadedBefore {
   file: string;
   media: string;
   version: string;

@@ -37,7 +37,7 @@ function sourcesText(list: readonly string[]): string {
  * (the one after `current` when it runs a release of the path, the final one when it runs that),
  * or undefined when it joins nowhere. Read as `bundle cluster` reads it (positionOnPath).
  */
-export function pathEntry(path: readonly ReleaseHop[], current: string): number | undefined {
+function pathEntry(path: readonly ReleaseHop[], current: string): number | undefined {
   const done = positionOnPath(path, current);
   return done === undefined ? undefined : Math.min(done + 1, path.length - 1);
 }

@@ -2,7 +2,8 @@
 // unclean shutdown (crio-wipe.service on OpenShift), and a pruned store loses unpinned ones. A
 // layout kept on disk (staging.keep) brings them back with no stick.
 import { bundleIdentity, readLayoutDescription } from '@offline-bundle/format';
-import { plural, runningReleases, versionsInUse, type HistoryEntry } from '@offline-bundle/status';
+import { runningReleases, versionsInUse, type HistoryEntry } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import { oneLine } from '../errors.js';
 import { loadImages } from './load-images.js';
 import type { PipelineContext } from './pipeline.js';

@@ -5,7 +5,7 @@ import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { partialBundle, readLayoutDescription, type BundleManifest, type ExtractOptions, type ResumeInfo } from '@offline-bundle/format';
 import { LayoutStore, type Catalog } from '@offline-bundle/registry';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { PipelineContext } from './pipeline-context.js';
@@ -82,12 +82,12 @@ export async function partialCredit(upgradeDir: string, partialDir: string, bund
 }
 
 /** "resuming: 15.0 GB of 20.0 GB already staged": said before the rest is read. */
-export function resumeMessage(info: ResumeInfo): string {
+function resumeMessage(info: ResumeInfo): string {
   return `resuming: ${formatBytes(info.keptBytes)} of ${formatBytes(info.totalBytes)} already staged (${info.keptEntries} of ${info.totalEntries} files, each hashed again while the rest is read)`;
 }
 
 /** What the re-check of a resume dropped, if anything: those files are read again from the bundle. */
-export function recheckMessage(info: ResumeInfo): string | undefined {
+function recheckMessage(info: ResumeInfo): string | undefined {
   if (!info.dropped) return undefined;
   const one = info.dropped === 1;
   return `${info.dropped} kept file${one ? '' : 's'} no longer matched ${one ? 'its' : 'their'} signed digest (damaged on this node's disk) and ${one ? 'is' : 'are'} read again from the bundle`;

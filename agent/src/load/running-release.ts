@@ -15,7 +15,7 @@ import { recordRelease, type ReleaseRecord } from '../state/release-records.js';
  */
 export const CLUSTER_RELEASE_FILE = 'cluster-release.json';
 
-export interface RememberedRelease extends ClusterRelease {
+interface RememberedRelease extends ClusterRelease {
   /** When the cluster last said so (ISO 8601). */
   seenAt: string;
 }

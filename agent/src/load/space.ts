@@ -1,6 +1,7 @@
 import { filesystemFree } from '@offline-bundle/host';
 import type { BundleBlob, BundleManifest } from '@offline-bundle/format';
-import { formatBytes, type BundleMode } from '@offline-bundle/status';
+import { type BundleMode } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import type { AgentConfig, RuntimeKind } from '../config.js';
 import { AgentError } from '../errors.js';
 import { imageGcKeepBytes, kubeletUsagePercent, readKubeletThresholds, thresholdBytes, thresholdText, type KubeletThresholds, type Threshold } from './kubelet-thresholds.js';
@@ -10,10 +11,10 @@ import { heldLayers, type HeldLayers } from './space-held.js';
 export type StageMode = BundleMode;
 
 /** A filesystem as statfs sees it: `free` is what the kubelet calls available. */
-export interface Filesystem { free: number; size: number; dev: number }
+interface Filesystem { free: number; size: number; dev: number }
 
 /** What the load adds to the image store, with the part its layers already there save. */
-export interface ImageGrowth { bytes: number; heldBytes: number; heldLayers: number; unknown?: string }
+interface ImageGrowth { bytes: number; heldBytes: number; heldLayers: number; unknown?: string }
 
 const isLayer = (b: BundleBlob) => /layer|rootfs/.test(b.mediaType);
 const isCompressed = (b: BundleBlob) => /gzip|zstd/.test(b.mediaType);
@@ -49,7 +50,7 @@ export function imageGrowth(m: BundleManifest, held: HeldLayers, runtime: Runtim
 }
 
 /** One filesystem's share of a load: what is written to it and which kubelet limits watch it. */
-export interface Demand {
+interface Demand {
   dir: string;
   fs: Filesystem;
   staging: number;
@@ -128,7 +129,7 @@ function afterReclaim(fss: SpaceInputs['fs'], reclaimable: number): SpaceInputs[
   return { upgrade: credit(fss.upgrade), store: credit(fss.store), kubelet: credit(fss.kubelet) };
 }
 
-export interface SpaceInputs {
+interface SpaceInputs {
   fs: { upgrade: Filesystem; store: Filesystem; kubelet: Filesystem };
   growth: ImageGrowth;
   kubelet: KubeletThresholds;
@@ -136,7 +137,7 @@ export interface SpaceInputs {
 }
 
 /** What a space check found, as figures: the room a staged layout needs, the images' growth, what the figures rest on. */
-export interface SpaceFigures {
+interface SpaceFigures {
   layoutBytes: number;
   /** Of layoutBytes, this bundle's own partial staging: not written again. */
   alreadyStagedBytes: number;
@@ -150,7 +151,7 @@ export interface SpaceFigures {
 export interface SpacePlan { mode: StageMode; message: string; figures: SpaceFigures }
 
 /** The filesystem that refuses the load: its demand, the sentence saying why, the bytes to free. */
-export interface SpaceShortfall { dir: string; needText: string; why: string; freeBytes: number; figures: SpaceFigures; delta?: string }
+interface SpaceShortfall { dir: string; needText: string; why: string; freeBytes: number; figures: SpaceFigures; delta?: string }
 
 /**
  * How an origin of the bundle's bytes says a space verdict: a stick is plugged in again, a fetch

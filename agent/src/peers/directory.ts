@@ -8,13 +8,13 @@
  * (packages/status cluster-http.ts: deadline, answer size, list items).
  */
 import {
-  adminApis, apiCall, APPROVAL_PLURAL, ClusterError, GROUP, isPeerPort, isValidNodeName, listAll, pickApproval, PLURAL, VERSION,
-  type AdminApis,
+  APPROVAL_PLURAL, GROUP, isPeerPort, isValidNodeName, pickApproval, PLURAL, VERSION,
 } from '@offline-bundle/status';
+import { adminApis, apiCall, ClusterError, listAll, type AdminApis } from '@offline-bundle/kube';
 import type { PeerApproval, PeerDirectory, PeerEndpoint } from './types.js';
 
 /** The Node labels that make a node control-plane (the second: clusters before Kubernetes 1.24, OpenShift's masters). */
-export const CONTROL_PLANE_LABELS = ['node-role.kubernetes.io/control-plane', 'node-role.kubernetes.io/master'] as const;
+const CONTROL_PLANE_LABELS = ['node-role.kubernetes.io/control-plane', 'node-role.kubernetes.io/master'] as const;
 
 /** One directory call's API request: short, so a lost API server never holds a fetch long. */
 export const DIRECTORY_REQUEST_MS = 10_000;

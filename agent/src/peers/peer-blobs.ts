@@ -28,13 +28,13 @@ import type { PeerEndpoint } from './types.js';
 /** How often a stalled fetch asks peers that are still fetching what they hold now. */
 const HAVE_POLL_MS = 500;
 /** How often, while blobs flow, the peer list and what the peers still fetching hold are looked at again. */
-export const PEER_REFRESH_MS = 2000;
+const PEER_REFRESH_MS = 2000;
 /**
  * What the peers still fetching hold is at most this old when a complete peer (the stick node)
  * is asked for a blob: a blob passes between nodes in less than PEER_REFRESH_MS on a fast link,
  * and a listing that old would send every node to the stick node for what a neighbour just got.
  */
-export const FRESH_BEFORE_COMPLETE_MS = 300;
+const FRESH_BEFORE_COMPLETE_MS = 300;
 
 /** One entry being fetched: what of it is in its temp file already (the writer's `got`), and from whom. */
 interface Job {
@@ -64,7 +64,7 @@ interface Peer extends Holder {
   forgiven: Set<string>;
 }
 
-export interface BlobFetchOptions {
+interface BlobFetchOptions {
   /** The staging's writer (format's EntryFiles over the partial directory): every blob goes to disk through it. */
   files: EntryFiles;
   manifestDigest: string;

@@ -32,7 +32,7 @@ export function rarestFirst<J>(jobs: readonly J[], holders: (job: J) => number):
   return jobs.map((job, i) => ({ job, i, n: holders(job) })).sort((a, b) => a.n - b.n || a.i - b.i).map((x) => x.job);
 }
 
-export function weightOf(p: Holder, partialsToo: boolean, now: number): number {
+function weightOf(p: Holder, partialsToo: boolean, now: number): number {
   const complete = p.have === undefined && partialsToo ? COMPLETE_WEIGHT : 1;
   return complete * (p.busyAt && now - p.busyAt < BUSY_MEMORY_MS ? BUSY_WEIGHT : 1);
 }

@@ -7,7 +7,7 @@ import type { TLSSocket } from 'node:tls';
 import { anyPeerIdentity, peerTlsOptions, type PeerCredentials } from './peer-tls.js';
 
 /** How a peer failed a request: decides whether it is dropped, waited for or tried again ('slow': under the minimum rate). */
-export type PeerFaultKind = 'unreachable' | 'busy' | 'missing' | 'refused' | 'cut' | 'slow';
+type PeerFaultKind = 'unreachable' | 'busy' | 'missing' | 'refused' | 'cut' | 'slow';
 
 export class PeerFault extends Error {
   constructor(readonly kind: PeerFaultKind, message: string, readonly retryAfterMs = 0, options?: { cause?: unknown }) {
@@ -16,7 +16,7 @@ export class PeerFault extends Error {
   }
 }
 
-export interface PeerClientOptions {
+interface PeerClientOptions {
   credentials: PeerCredentials;
   /** A peer that has not finished the TLS handshake in this time is dropped. */
   connectTimeoutMs?: number;
@@ -26,27 +26,27 @@ export interface PeerClientOptions {
   smallDeadlineMs?: number;
 }
 
-export const DEFAULT_CONNECT_TIMEOUT_MS = 1500;
-export const DEFAULT_CLIENT_IDLE_MS = 15_000;
+const DEFAULT_CONNECT_TIMEOUT_MS = 1500;
+const DEFAULT_CLIENT_IDLE_MS = 15_000;
 /** Longest Retry-After honoured: a peer cannot park a fetcher for long. */
-export const MAX_RETRY_AFTER_MS = 30_000;
+const MAX_RETRY_AFTER_MS = 30_000;
 /** Shortest wait after a 503: a Retry-After of 0 or below would bring the next request back at once. */
-export const MIN_RETRY_AFTER_MS = 1000;
+const MIN_RETRY_AFTER_MS = 1000;
 /** A small answer's time besides its bytes: the connection, the headers, a peer busy for a moment. */
-export const SMALL_ANSWER_BASE_MS = 30_000;
+const SMALL_ANSWER_BASE_MS = 30_000;
 /**
  * The least a small answer must come at: the lowest upload cap a peer may have (peers.uploadRate
  * >= 64 KiB/s), which meters its small answers too, before their headers.
  */
-export const SMALL_ANSWER_MIN_RATE = 64 * 1024;
+const SMALL_ANSWER_MIN_RATE = 64 * 1024;
 
 /** How long a small answer of at most `maxBytes` may take in all: 30 s for a signature, 94 s for a 4 MiB listing. */
-export function smallDeadline(maxBytes: number): number {
+function smallDeadline(maxBytes: number): number {
   return SMALL_ANSWER_BASE_MS + Math.ceil((1000 * maxBytes) / SMALL_ANSWER_MIN_RATE);
 }
 
 /** Retry-After in ms, held between MIN_RETRY_AFTER_MS and MAX_RETRY_AFTER_MS (a date or junk: the least). */
-export function retryAfterMs(header: string | undefined): number {
+function retryAfterMs(header: string | undefined): number {
   const seconds = Number(header);
   return Math.min(MAX_RETRY_AFTER_MS, Math.max(MIN_RETRY_AFTER_MS, Number.isFinite(seconds) ? 1000 * seconds : 0));
 }

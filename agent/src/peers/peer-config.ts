@@ -9,7 +9,7 @@ import type { PeerServerOptions } from './peer-server.js';
 import type { PeerOffer } from './served-bundle.js';
 import type { PeerCredentials } from './peer-tls.js';
 
-export interface PeerServerPlace {
+interface PeerServerPlace {
   /** The Node's InternalIP (the address the directory publishes). */
   host: string;
   /** peers.port. */

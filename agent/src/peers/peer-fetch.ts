@@ -18,7 +18,7 @@ import { fetchHead, type PeerHead } from './peer-head.js';
 import type { PeerCredentials } from './peer-tls.js';
 import type { PeerApproval, PeerDirectory } from './types.js';
 
-export interface PeerSourceOptions {
+interface PeerSourceOptions {
   approval: PeerApproval;
   directory: PeerDirectory;
   credentials: PeerCredentials;
@@ -71,7 +71,7 @@ export interface PeerFetchOptions extends PeerSourceOptions {
   onProgress?: (done: number, total: number) => void;
 }
 
-export interface PeerFetchResult {
+interface PeerFetchResult {
   /**
    * Where the layout goes: UPGRADE/<version>-<arch>. A fetch leaves it whole in
    * `<target>.partial` under its resume marker, as a stick's staging stands before its last

@@ -71,7 +71,7 @@ export interface PeerServerOptions {
 }
 
 /** Connections now open, by stage, and the unauthenticated ones dropped or refused for room so far. */
-export interface PeerConnectionCounts {
+interface PeerConnectionCounts {
   /** Through the handshake with a peer certificate (at most maxConnections). */
   authenticated: number;
   /** Holding an unauthenticated place (at most maxUnauthenticated). */
@@ -100,7 +100,7 @@ const ROUTE = new RegExp(`^/v1/bundles/(${DIGEST})/(bundle\\.json|signature|have
 const RANGE = /^bytes=(\d{1,15})-(\d{0,15})$/;
 
 /** The one range a fetcher asks ("bytes=A-" or "bytes=A-B"); null when unsatisfiable or another form. */
-export function parsePeerRange(header: string | undefined, size: number): { start: number; end: number } | null | undefined {
+function parsePeerRange(header: string | undefined, size: number): { start: number; end: number } | null | undefined {
   if (header === undefined) return undefined;
   const m = RANGE.exec(header.trim());
   if (!m) return null;

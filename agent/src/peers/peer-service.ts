@@ -20,12 +20,12 @@ import { ServedBundle, type PeerOffer } from './served-bundle.js';
 import type { PeerApproval, PeerDirectory } from './types.js';
 
 /** A refused or failed fetch of one approval is tried again only after this long (a new approval is tried at once). */
-export const PEER_RETRY_MS = 10 * 60_000;
+const PEER_RETRY_MS = 10 * 60_000;
 
 /** The kept layouts of the release records, as one string to compare. */
 const keptKey = (releases: readonly { layout?: string | undefined }[]) => releases.map((r) => r.layout ?? '').join('\n');
 
-export interface PeerServiceOptions {
+interface PeerServiceOptions {
   directory: PeerDirectory;
   credentials: PeerCredentials;
   /** Where peers reach this node's server (the Node's InternalIP, peers.port): what status.serving publishes. */

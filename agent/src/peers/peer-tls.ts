@@ -10,7 +10,7 @@ import { AgentError, oneLine } from '../errors.js';
 /** Largest PEM file read for the peer credentials: a chain of a few certificates. */
 export const MAX_PEER_PEM_BYTES = 64 * 1024;
 
-export interface PeerTlsPaths {
+interface PeerTlsPaths {
   /** PEM: the peer CA, the only issuer a peer's certificate may chain to. */
   ca: string;
   /** PEM: this node's certificate (serverAuth and clientAuth), issued by the peer CA. */
@@ -49,7 +49,7 @@ export async function loadPeerCredentials(paths: PeerTlsPaths): Promise<PeerCred
 }
 
 /** Why the peers stay inert for their credentials: none installed (a default install), or files that cannot be used. */
-export interface PeerKeysProblem { reason: 'NoPeerCredentials' | 'PeerCredentialsInvalid'; message: string }
+interface PeerKeysProblem { reason: 'NoPeerCredentials' | 'PeerCredentialsInvalid'; message: string }
 
 const INERT = 'this node opens no peer port (never one without mutual TLS) and fetches nothing from other nodes';
 

@@ -6,7 +6,7 @@
 import { Transform, type TransformCallback } from 'node:stream';
 import { pieceRange, type PieceDigests } from '@offline-bundle/format';
 
-export interface PieceCheckOptions {
+interface PieceCheckOptions {
   digests: PieceDigests;
   blob: string;
   size: number;

@@ -10,7 +10,7 @@ import { guardRate, type MinRate } from './peer-bounds.js';
 import { PeerFault, type PeerClient } from './peer-client.js';
 import { PieceCheck } from './piece-check.js';
 
-export interface PieceRequest {
+interface PieceRequest {
   client: PeerClient;
   url: string;
   signal: AbortSignal;

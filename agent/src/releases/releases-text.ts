@@ -1,6 +1,6 @@
 // How `bundle-agent releases` reads to a person (the --json output is the ReleasesView itself).
 import { escapeControls, textTable } from '@offline-bundle/host';
-import { plural } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import type { Forgotten, PinState, ReleasesView } from './releases.js';
 
 const PINNED: Record<PinState, string> = { yes: 'yes', no: 'no', unknown: 'unknown*' };

@@ -15,7 +15,7 @@ import { addForgotten, clearForgotten, forgetBundles, readForgotten, type Forgot
 import { refsToKeepPinned } from '../state/agent-switch-state.js';
 import { forgetReleaseRecord, heldForPath, pathFinal, readReleases, type ReleaseRecord } from '../state/release-records.js';
 
-export interface ReleaseRow {
+interface ReleaseRow {
   version: string;
   arch: string;
   /** The bundle file's sha256 this row's images came from: a release may be brought by more than one bundle, each its own row. */

@@ -9,7 +9,7 @@ import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 
 /** The one line that names the setting and the fix. */
-export function ignoredCertsDirMessage(configPath: string, certsDir: string): string {
+function ignoredCertsDirMessage(configPath: string, certsDir: string): string {
   const why = configPath === '' ? `its CRI registry config_path is "" (containerd 1.x's default, Debian's too)` : `its CRI registry config_path is ${JSON.stringify(configPath)}, which does not name it`;
   return `containerd ignores ${certsDir}: ${why}; run install.sh --runtime containerd --configure-containerd, `
     + `or add [plugins."io.containerd.grpc.v1.cri".registry] config_path = ${JSON.stringify(certsDir)} to a file containerd imports, then restart containerd`;

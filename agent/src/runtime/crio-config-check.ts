@@ -23,25 +23,25 @@ import { MIRROR_PROBE_TIMEOUT_MS, pullReachesMirror, startMirrorProbeListener, t
 
 /** The probe's pins: names on a host that can never resolve, so they pin nothing. */
 export const CRIO_PROBE_HOST = 'offline-bundle-probe.invalid';
-export const CRIO_PROBE_REPOSITORY = `${CRIO_PROBE_HOST}/config-check`;
+const CRIO_PROBE_REPOSITORY = `${CRIO_PROBE_HOST}/config-check`;
 /**
  * `systemctl reload crio` returns before CRI-O has re-read its files, and CRI-O takes SIGHUPs
  * through a one-slot channel, so a reload already under way (another tool's) delays ours: how
  * long the entry may take to show.
  */
-export const CRIO_PROBE_SETTLE_MS = 30_000;
+const CRIO_PROBE_SETTLE_MS = 30_000;
 /**
  * While the running config has no pinned_images key at all (a CRI-O before 1.28, where it never
  * comes, or one that has not reloaded yet): how long to wait before the check is given up as not
  * made (a warning, never a refusal), so an old CRI-O does not hold every load for the whole window.
  */
-export const CRIO_NO_PINS_SETTLE_MS = 5_000;
+const CRIO_NO_PINS_SETTLE_MS = 5_000;
 const POLL_MS = 250;
 /** How many untrusted values (pins seen, file names) an error line names, each cut by quoteName. */
 const MAX_NAMED = 3;
 
 /** What the check needs of the CRI-O target (CrioTarget). */
-export interface CrioProbeTarget {
+interface CrioProbeTarget {
   /** Writes our pins drop-in as its current entries ∪ what it would be ∪ `entry`; returns its path. */
   writeProbe(entry: string): Promise<string>;
   /** Writes a mirror drop-in sending `repository` to `address`; returns its path. */
@@ -56,7 +56,7 @@ export interface CrioProbeTarget {
   laterFiles(): Promise<string[]>;
 }
 
-export interface CrioCheckOptions {
+interface CrioCheckOptions {
   settleMs?: number;
   /** The load's stop (SIGTERM): the check ends at once, its files put back. */
   signal?: AbortSignal;
@@ -87,7 +87,7 @@ async function pinsAfterReload(socket: string, entry: string, copy: string, sett
 }
 
 /** Untrusted values as an error line names them: quoted, controls escaped, each cut, at most MAX_NAMED. */
-export function namedList(values: readonly string[]): string {
+function namedList(values: readonly string[]): string {
   const shown = values.slice(0, MAX_NAMED).map(quoteName);
   if (values.length > MAX_NAMED) shown.push(`… ${values.length - MAX_NAMED} more`);
   return `[${shown.join(', ')}]`;
@@ -105,7 +105,7 @@ export function ignoredCrioDirMessage(o: { dir: string; file: string; entry: str
 }
 
 /** The one line for a CRI-O that took the reload's pins but not the registries drop-in. */
-export function ignoredRegistriesDirMessage(o: { dir: string; file: string; ref: string; address: string }): string {
+function ignoredRegistriesDirMessage(o: { dir: string; file: string; ref: string; address: string }): string {
   return `CRI-O does not read ${o.dir}: after a reload that reached it, a pull of ${o.ref} never reached the mirror ${o.address} that ${o.file} names; `
     + `possible causes: crio was started with another --registries-conf-dir (CONTAINER_REGISTRIES_CONF_DIR); its user has a ~/.config/containers/registries.conf (then the system registries.conf.d is skipped); `
     + `${RELOAD_FAILED.replace('stops it', 'stops it after the pins')}; `

@@ -6,7 +6,7 @@ import { request } from 'node:http';
 /** A stock running config is ~10 KiB; a CRI-O with many runtimes and workloads stays far below. */
 export const CRIO_CONFIG_MAX_BYTES = 1024 * 1024;
 /** A whole request, connect to last byte: CRI-O answers from memory. */
-export const CRIO_INFO_TIMEOUT_MS = 5_000;
+const CRIO_INFO_TIMEOUT_MS = 5_000;
 
 /** GET `path` on CRI-O's socket; the body of a 200 answer, else an error naming what came back. */
 export function crioInfoGet(socket: string, path: string, timeoutMs = CRIO_INFO_TIMEOUT_MS, maxBytes = CRIO_CONFIG_MAX_BYTES): Promise<string> {

@@ -29,7 +29,7 @@ export interface MirrorProbeListener {
 }
 
 /** Whether `head` (what a connection sent so far) is, or may still become, a registry client's opening. */
-export function registryClientOpening(head: Buffer): 'yes' | 'no' | 'more' {
+function registryClientOpening(head: Buffer): 'yes' | 'no' | 'more' {
   for (const want of [TLS_HANDSHAKE, HTTP_PING]) {
     const n = Math.min(head.length, want.length);
     if (head.subarray(0, n).equals(want.subarray(0, n))) return n === want.length ? 'yes' : 'more';

@@ -162,7 +162,7 @@ class CommandPuller implements ImagePuller {
 export type PullGate = (ref: string) => Promise<void>;
 
 /** What a pull's watchdog reads (bytes of its image going out of the load's registry), and who hears of a retry. */
-export interface PullWatch {
+interface PullWatch {
   lastMoved: PullActivity;
   onRetry?: (ref: string, attempt: number, err: RuntimeError) => void;
 }

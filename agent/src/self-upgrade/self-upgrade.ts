@@ -19,7 +19,7 @@ import { clearAgentSwitch, isAgentImageByDigest, isCanonicalReference, pendingMa
 
 export const DROP_IN_NAME = 'image.conf';
 
-export interface SwitchContext {
+interface SwitchContext {
   config: AgentConfig;
   log: Logger;
   tracker: StatusTracker;
@@ -207,7 +207,7 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
  * The running agent is the version a switch went to: the same semver semantics as the decision
  * to switch (gt), so a version that compares equal confirms; one semver cannot read never does.
  */
-export function sameAgentVersion(running: string, target: string): boolean {
+function sameAgentVersion(running: string, target: string): boolean {
   return !!semverValid(running) && !!semverValid(target) && semverEq(running, target);
 }
 

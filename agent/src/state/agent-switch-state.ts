@@ -51,10 +51,10 @@ const recordFile = (stateDir: string) => join(stateDir, 'agent-switch.json');
  */
 export const pendingMarker = (stateDir: string) => join(stateDir, 'agent-switch.pending');
 /** The guard's count of starts of the new image while the switch is unconfirmed. */
-export const startsFile = (stateDir: string) => join(stateDir, 'agent-switch.starts');
+const startsFile = (stateDir: string) => join(stateDir, 'agent-switch.starts');
 
 /** The marker's text for a pending switch. */
-export function renderPendingMarker(rec: AgentSwitchRecord): string {
+function renderPendingMarker(rec: AgentSwitchRecord): string {
   const previous = rec.from.dropIn && rec.from.image ? rec.from.image : '-';
   return `${rec.to.digest}\n${rec.confirmSeconds ?? 600}\n${previous}\n`;
 }

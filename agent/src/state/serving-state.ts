@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import { readStateJson } from './state-json.js';
 
-export interface ServingRecord {
+interface ServingRecord {
   version: string;
   layout: string;
   /** The MCD's currentConfig on this Node when serving began (before the upgrade): the node is updated once it moved on. */

@@ -5,7 +5,7 @@ import { readSmallFile } from '@offline-bundle/host';
  * switch) are each far below this; one larger is not ours, and reading it whole would cost
  * its size in memory.
  */
-export const MAX_STATE_FILE_BYTES = 4 * 1024 * 1024;
+const MAX_STATE_FILE_BYTES = 4 * 1024 * 1024;
 
 /**
  * One of the agent's own JSON state files, or undefined when it is missing or unreadable (not a

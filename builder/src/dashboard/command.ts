@@ -6,7 +6,7 @@
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { AdminBundle } from '@offline-bundle/cluster';
-import { adminApis, ClusterError, type AdminApis } from '@offline-bundle/status';
+import { adminApis, ClusterError, type AdminApis } from '@offline-bundle/kube';
 import { escapeControls } from '@offline-bundle/host';
 import { secondsArg } from '../args.js';
 import { loadAssets } from './assets.js';
@@ -14,11 +14,11 @@ import { DashboardFeed, MAX_INTERVAL_MS, MIN_INTERVAL_MS } from './feed.js';
 import { MAX_SSE_CLIENTS, startDashboardServer } from './server.js';
 
 /** The dashboard's default port (any free one with --port 0). */
-export const DEFAULT_PORT = 8477;
+const DEFAULT_PORT = 8477;
 /** One API read of the dashboard: shorter than the CLI's, so a lost API shows within seconds. */
 const DASHBOARD_REQUEST_TIMEOUT_S = 10;
 
-export interface DashboardDeps {
+interface DashboardDeps {
   defaultKubeconfig: () => string;
   loadBundle: (file: string, o: TrustOpts, withFileDigest: boolean) => Promise<AdminBundle>;
   trustOptions: (cmd: Command) => Command;

@@ -8,7 +8,7 @@
 import { EventEmitter } from 'node:events';
 import { firstLine } from '@offline-bundle/host';
 import { bundleImageNames, type AdminBundle } from '@offline-bundle/cluster';
-import type { AdminApis } from '@offline-bundle/status';
+import type { AdminApis } from '@offline-bundle/kube';
 import { readDashboard, type DashboardWarning, type Snapshot } from './snapshot.js';
 import { cutSnapshot } from './snapshot-size.js';
 import { prepareWarnings, statusWarnings } from './warnings.js';
@@ -17,9 +17,9 @@ import { prepareWarnings, statusWarnings } from './warnings.js';
 export const MIN_INTERVAL_MS = 1000;
 export const MAX_INTERVAL_MS = 60_000;
 /** prepare's checks list every Pod: at most this often. */
-export const PREPARE_INTERVAL_MS = 30_000;
+const PREPARE_INTERVAL_MS = 30_000;
 
-export interface FeedOptions {
+interface FeedOptions {
   apis: AdminApis;
   intervalMs: number;
   selector?: string;
@@ -29,7 +29,7 @@ export interface FeedOptions {
 }
 
 /** How often a snapshot whose only news is heartbeats is pushed: the page ages them itself between. */
-export const HEARTBEAT_PUSH_MS = 30_000;
+const HEARTBEAT_PUSH_MS = 30_000;
 
 /** What the page shows, for telling a change: without the time of the read, and without heartbeats unless `beats`. */
 function shown(s: Snapshot, beats: boolean): unknown {

@@ -16,9 +16,9 @@ import { SnapshotStream } from './sse.js';
 export const MAX_SSE_CLIENTS = 16;
 
 /** The feed: its current snapshot, 'change' (snapshot) and 'poll' (iso time) events. */
-export type SnapshotSource = { snapshot: Snapshot } & Pick<EventEmitter, 'on' | 'off'>;
+type SnapshotSource = { snapshot: Snapshot } & Pick<EventEmitter, 'on' | 'off'>;
 
-export interface DashboardServer {
+interface DashboardServer {
   url: string;
   port: number;
   /** Open event streams. */
@@ -41,7 +41,7 @@ function refuse(res: ServerResponse, status: number, text: string, headers: Reco
 }
 
 /** The Host a browser sends for this server: its own address, never a name that resolves elsewhere later. */
-export const allowedHosts = (port: number): Set<string> => new Set([`127.0.0.1:${port}`, `localhost:${port}`]);
+const allowedHosts = (port: number): Set<string> => new Set([`127.0.0.1:${port}`, `localhost:${port}`]);
 
 /** Starts the server on 127.0.0.1:`port` (0: any free port). */
 export async function startDashboardServer(o: { port: number; assets: Map<string, Asset>; feed: SnapshotSource; maxClients?: number }): Promise<DashboardServer> {

@@ -7,14 +7,16 @@
  */
 import { heartbeatSecondsOf, nodeHoldings, readPathStatus, rollup, type NodeHoldings, type NodeRow, type PathReleaseStatus } from '@offline-bundle/cluster';
 import {
-  apiCall, boundHoldings, completedRelease, formatBytes, GROUP, LIMITS, listAll, PLURAL, progressPercent, timeLeft, truncate, VERSION,
-  type AdminApis, type Phase,
+  boundHoldings, completedRelease, GROUP, LIMITS, PLURAL, progressPercent, truncate, VERSION,
+  type Phase,
 } from '@offline-bundle/status';
+import { apiCall, listAll, type AdminApis } from '@offline-bundle/kube';
+import { formatBytes, timeLeft } from '@offline-bundle/cli';
 
 /** Rows sent to the page at most: Kubernetes' own ceiling is 5,000 nodes. */
 export const MAX_DASHBOARD_ROWS = 5000;
 
-export interface DashboardProgress {
+interface DashboardProgress {
   /** 0–100 of the current step, absent while nothing is measured. */
   percent?: number;
   /** "4.2 GB of 18.4 GB" or "12 of 140 images". */
@@ -23,7 +25,7 @@ export interface DashboardProgress {
   eta?: string;
 }
 
-export interface TimelineEntry { version: string; state: string; at: string }
+interface TimelineEntry { version: string; state: string; at: string }
 
 /** heartbeatAge and aheadBy are left out: the page ages `heartbeat` itself, and a snapshot that changed every read would be pushed every read. */
 export interface DashboardRow extends Omit<NodeRow, 'heartbeatAge' | 'aheadBy'> {
@@ -51,7 +53,7 @@ export interface Target {
   summary: string;
 }
 
-export interface ApiContact {
+interface ApiContact {
   ok: boolean;
   /** Last successful read. */
   lastOk?: string;
@@ -73,7 +75,7 @@ export interface Snapshot {
   path?: DashboardPath;
 }
 
-export interface DashboardPath { line: string; releases: PathReleaseStatus[] }
+interface DashboardPath { line: string; releases: PathReleaseStatus[] }
 
 const str = (v: unknown, max: number) => (typeof v === 'string' ? truncate(v, max) : undefined);
 const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);

@@ -15,7 +15,7 @@ import { cutSnapshot, MAX_SNAPSHOT_BYTES } from './snapshot-size.js';
 /** A quiet stream still sends a comment this often, so proxies and the browser keep it open. */
 const KEEPALIVE_MS = 15_000;
 /** Bytes a stream may hold unsent: one snapshot and the socket's own high-water mark. */
-export const MAX_STREAM_UNSENT_BYTES = MAX_SNAPSHOT_BYTES + 256 * 1024;
+const MAX_STREAM_UNSENT_BYTES = MAX_SNAPSHOT_BYTES + 256 * 1024;
 /** A stream backed up this long (no 'drain') is dropped, even with no change to send: it holds a slot. */
 export const STREAM_STALL_MS = 30_000;
 /** A dropped stream's 'reload' has this long to go out before its connection is cut. */

@@ -5,12 +5,12 @@
  * pull policies Always, missing release signatures, autoscalers, the version graph.
  */
 import { nextSteps, prepareCluster, type AdminBundle } from '@offline-bundle/cluster';
-import { ClusterError, type AdminApis } from '@offline-bundle/status';
+import { ClusterError, type AdminApis } from '@offline-bundle/kube';
 import type { DashboardRow, DashboardWarning, Target } from './snapshot.js';
 
 /** Codes that mean the API could not be read or refused a read (prepare's could not run), not a finding. */
 const CONTACT_CODES = new Set(['UNREACHABLE', 'API_TIMEOUT', 'API_ERROR', 'API_TOO_LARGE', 'API_REDIRECT', 'API_NOT_JSON', 'FORBIDDEN']);
-export const isContactError = (err: unknown): boolean => err instanceof ClusterError && CONTACT_CODES.has(err.code);
+const isContactError = (err: unknown): boolean => err instanceof ClusterError && CONTACT_CODES.has(err.code);
 
 /**
  * A refusal's code named as the page names every finding (PullAlways, NodesNotReady):

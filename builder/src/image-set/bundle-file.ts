@@ -2,10 +2,11 @@ import { stat } from 'node:fs/promises';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
-import { OciError, parseSourceSpec, type OciErrorCode, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, type OciErrorCode } from '@offline-bundle/oci';
+import { parseSourceSpec, type SourceSpec } from '@offline-bundle/image-fetch';
 import { FormatError, checkReleaseFields } from '@offline-bundle/format';
 import { HostError, assertNesting, assertValueNesting, readSmallFile } from '@offline-bundle/host';
-import { plural } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import { BUNDLE_FILE_SCHEMA, MAX_PROBLEMS_SHOWN, REFUSED_KEYS, someProblems, type BundleFile, type LoadedBundleFile, type Locate } from './schema.js';
 import { checkCatalogReference } from './catalog.js';
 import { didYouMean } from '../args.js';
@@ -13,10 +14,10 @@ import { archProblem } from '../preflight.js';
 import { IMAGE_SET_API_VERSION, IMAGE_SET_V1_API_VERSION, translateImageSet } from './oc-mirror.js';
 
 /** Most alias expansions in a bundle file (YAML's "billion laughs"). */
-export const MAX_YAML_ALIASES = 100;
+const MAX_YAML_ALIASES = 100;
 
 /** Largest bundle file read: far above any hand-written one (10 000 images is some 1 MiB). */
-export const MAX_BUNDLE_FILE_BYTES = 4 * 1024 * 1024;
+const MAX_BUNDLE_FILE_BYTES = 4 * 1024 * 1024;
 
 const fieldName = (path: (string | number)[]) => path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${p}` : p)).join('');
 
@@ -137,7 +138,7 @@ function schemaProblems(errors: ErrorObject[], value: Record<string, unknown>, l
 interface Problem { text: string; code: OciErrorCode | 'KEY_ERROR' }
 
 /** Which keys' values this run does not use (a flag on the command line replaces them): not checked. */
-export type Unused = (key: string) => boolean;
+type Unused = (key: string) => boolean;
 
 const missingPath = async (path: string) => stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
 

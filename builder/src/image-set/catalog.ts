@@ -8,27 +8,28 @@
 import { readFile } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { maxSatisfying, satisfies, valid } from 'semver';
-import { OciError, parseReference, readLayerFiles, type LayerReader } from '@offline-bundle/oci';
+import { OciError, parseReference } from '@offline-bundle/oci';
+import { readLayerFiles, type LayerReader } from '@offline-bundle/openshift-release';
 import { HostError, assertNesting, assertValueNesting, escapeControls, quoteName } from '@offline-bundle/host';
-import { formatBytes } from '@offline-bundle/status';
+import { formatBytes } from '@offline-bundle/cli';
 import { someOf, type OperatorSelection } from './schema.js';
 
 /** The label of a catalog image naming its FBC directory (opm's default /configs). */
-export const CONFIGS_LABEL = 'operators.operatorframework.io.index.configs.v1';
+const CONFIGS_LABEL = 'operators.operatorframework.io.index.configs.v1';
 
-export interface ChannelSelection { name: string; minVersion?: string; maxVersion?: string }
-export interface PackageSelection { name: string; channels?: ChannelSelection[] }
+interface ChannelSelection { name: string; minVersion?: string; maxVersion?: string }
+interface PackageSelection { name: string; channels?: ChannelSelection[] }
 
-export interface FbcBundle { name: string; package: string; image: string; version: string; relatedImages: string[] }
+interface FbcBundle { name: string; package: string; image: string; version: string; relatedImages: string[] }
 interface FbcChannel { package: string; name: string; entries: { name: string; replaces?: string; skips?: string[] }[] }
-export interface Fbc {
+interface Fbc {
   packages: Map<string, { defaultChannel?: string }>;
   channels: FbcChannel[];
   bundles: Map<string, FbcBundle>;
 }
 
 /** The JSON objects of an FBC .json file: opm writes them one after another, not as an array. */
-export function jsonObjects(text: string, file: string): unknown[] {
+function jsonObjects(text: string, file: string): unknown[] {
   const out: unknown[] = [];
   let depth = 0;
   let start = -1;
@@ -79,7 +80,7 @@ function bundleOf(o: Obj, file: string): FbcBundle {
 }
 
 /** The catalog's packages, channels and bundles from its FBC files (path → bytes). */
-export function parseCatalog(files: ReadonlyMap<string, Buffer>): Fbc {
+function parseCatalog(files: ReadonlyMap<string, Buffer>): Fbc {
   const fbc: Fbc = { packages: new Map(), channels: [], bundles: new Map() };
   for (const [file, bytes] of [...files].sort(([a], [b]) => (a < b ? -1 : 1))) {
     for (const raw of documents(file, bytes)) {
@@ -127,7 +128,7 @@ function inChannel(fbc: Fbc, pkg: string, sel: ChannelSelection, where: string):
 }
 
 /** The bundles a selection names: per package its channels (default: the default channel), per channel its head or the versions in range. */
-export function selectBundles(fbc: Fbc, packages: PackageSelection[], where: string): FbcBundle[] {
+function selectBundles(fbc: Fbc, packages: PackageSelection[], where: string): FbcBundle[] {
   const out = new Map<string, FbcBundle>();
   for (const p of packages) {
     const pkg = fbc.packages.get(p.name);
@@ -140,7 +141,7 @@ export function selectBundles(fbc: Fbc, packages: PackageSelection[], where: str
 }
 
 /** The FBC files of a catalog image under the directory its label names, those `keep` takes (by path below it). */
-export async function readCatalogFiles(labels: Record<string, string> | undefined, layers: LayerReader[], image: string, keep: (path: string) => boolean = () => true): Promise<Map<string, Buffer>> {
+async function readCatalogFiles(labels: Record<string, string> | undefined, layers: LayerReader[], image: string, keep: (path: string) => boolean = () => true): Promise<Map<string, Buffer>> {
   const dir = (labels?.[CONFIGS_LABEL] ?? '/configs').replace(/^\/+|\/+$/g, '');
   return readLayerFiles(layers, (name) => name.startsWith(`${dir}/`) && /\.(json|ya?ml)$/.test(name) && keep(name.slice(dir.length + 1)), image);
 }
@@ -203,7 +204,7 @@ export function checkCatalogReference(sel: OperatorSelection): void {
 }
 
 /** A catalog image as create resolved it (it goes into the bundle too): its blobs and a way to their bytes. */
-export interface OpenedCatalog {
+interface OpenedCatalog {
   blobs: { digest: string; size: number; mediaType: string }[];
   /** Its layers, read from the cache (a damaged copy is dropped from it). */
   layers: LayerReader[];

@@ -1,9 +1,10 @@
-import { OciError, formatReference, parseManifest, parseOciUrlReference, parseReference, type ImageReference, type SourceSpec } from '@offline-bundle/oci';
+import { OciError, formatReference, parseManifest, parseOciUrlReference, parseReference, type ImageReference } from '@offline-bundle/oci';
+import { type SourceSpec } from '@offline-bundle/image-fetch';
 
 /** Helm's OCI media types (helm.sh/docs/topics/registries): what makes an artifact a chart. */
 export const HELM_CONFIG_MEDIA_TYPE = 'application/vnd.cncf.helm.config.v1+json';
-export const HELM_CHART_MEDIA_TYPE = 'application/vnd.cncf.helm.chart.content.v1.tar+gzip';
-export const HELM_PROVENANCE_MEDIA_TYPE = 'application/vnd.cncf.helm.chart.provenance.v1.prov';
+const HELM_CHART_MEDIA_TYPE = 'application/vnd.cncf.helm.chart.content.v1.tar+gzip';
+const HELM_PROVENANCE_MEDIA_TYPE = 'application/vnd.cncf.helm.chart.provenance.v1.prov';
 
 /** A chart as the file or --chart names it, and where; `source` is what fetches it. */
 export interface ChartLine { source: SourceSpec; where: string }

@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { OciError } from '@offline-bundle/oci';
 import { readBundleFile } from './bundle-file.js';
 import { MAX_RELEASE_PATH_HOPS } from '@offline-bundle/format';
-import { plural } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import { readUpdateGraph, resolvePath, resolveRelease, type PathHop, type ResolvedRelease } from './update-graph.js';
 import { someOf, type BundleFile, type ReleaseByChannel } from './schema.js';
 
@@ -24,7 +24,7 @@ export type CreateFlags = Record<string, unknown> & {
 /** The file's lists and the flags they add to. */
 const LISTS = { images: 'image', charts: 'chart', upgradeFrom: 'upgradeFrom', releaseSignatures: 'releaseSignature' } as const;
 
-export interface FromFile {
+interface FromFile {
   /** Where each image of options.image comes from: "bundle.yaml:7 (images[0])" or "--image #1". */
   imageWhere: string[];
   /** Where each chart of options.chart comes from: "bundle.yaml:9 (charts[0])" or "--chart #1". */

@@ -2,7 +2,7 @@ import { stat } from 'node:fs/promises';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { FormatError, namesSplitBundle, readHeader, withBundle, type BundleImage, type BundleManifest, type BundleRelease } from '@offline-bundle/format';
 import { pathLines, pathOf, type PathSummary } from '../release-path.js';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { CATALOG_COMPONENT } from './catalog-source.js';
 
 /** bundle.json as `inspect` reads it (its first frames, nothing verified): the one call into the format's readers. */
@@ -16,7 +16,7 @@ export async function readBundleManifest(file: string): Promise<BundleManifest> 
 /** A bundle's release; with an update path (#43), its releases too. */
 interface Side { file: string; release: { name: string; version: string; digest: string | null; path?: PathSummary } }
 interface Count { count: number; bytes: number }
-export interface ImageChange { reference: string; component?: string; digest: string }
+interface ImageChange { reference: string; component?: string; digest: string }
 
 /** What is compared of a bundle: bundle.json's, or what a bundle file resolves to (`bundle diff -f`). */
 export interface Contents {
@@ -26,7 +26,7 @@ export interface Contents {
   blobs: { digest: string; size: number }[];
 }
 
-export interface ListDiff {
+interface ListDiff {
   added: ImageChange[];
   removed: ImageChange[];
   /** The same name (or, for a release's payload, the same component) with another digest. */
@@ -34,7 +34,7 @@ export interface ListDiff {
   unchanged: number;
 }
 
-export interface BundleDiff {
+interface BundleDiff {
   from: Side;
   to: Side;
   images: ListDiff;

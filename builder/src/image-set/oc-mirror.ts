@@ -1,5 +1,5 @@
 import { OciError } from '@offline-bundle/oci';
-import { plural } from '@offline-bundle/status';
+import { plural } from '@offline-bundle/cli';
 import { FAT32_MAX_FILE } from '../split.js';
 import { someProblems, type BundleFile, type LoadedBundleFile, type Locate, type OperatorSelection, type ReleaseByChannel } from './schema.js';
 

@@ -1,11 +1,11 @@
 import { formatPlatform } from '@offline-bundle/oci';
 import { escapeControls } from '@offline-bundle/host';
 import type { BundleImage } from '@offline-bundle/format';
-import { formatBytes, plural } from '@offline-bundle/status';
+import { formatBytes, plural } from '@offline-bundle/cli';
 import { pathLines, type PathSummary } from '../release-path.js';
 
 /** One image `bundle create --dry-run` would carry, with the bytes its manifests name. */
-export interface PlannedImage {
+interface PlannedImage {
   reference: string;
   digest: string;
   platforms: string[];
@@ -51,7 +51,7 @@ export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'
   return { release, images: planned(all.filter((r) => !r.chart)), charts: planned(all.filter((r) => r.chart)), ...totals };
 }
 
-export function formatPlan(plan: BundlePlan): string {
+function formatPlan(plan: BundlePlan): string {
   const r = plan.release;
   const width = Math.max(0, ...[...plan.images, ...plan.charts].map((i) => i.reference.length));
   const lines = [

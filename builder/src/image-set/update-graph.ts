@@ -7,7 +7,7 @@ import { someOf } from './schema.js';
  * Largest update graph read: the graph service's answer for one channel is some hundred KiB,
  * every channel of every version a few MiB.
  */
-export const MAX_UPDATE_GRAPH_BYTES = 32 * 1024 * 1024;
+const MAX_UPDATE_GRAPH_BYTES = 32 * 1024 * 1024;
 
 /** Where a release's channels are listed in a graph node's metadata (the graph service's key). */
 const CHANNELS_KEY = 'io.openshift.upgrades.graph.release.channels';
@@ -15,13 +15,13 @@ const CHANNELS_KEY = 'io.openshift.upgrades.graph.release.channels';
 interface GraphNode { version: string; payload: string; channels?: string[] }
 
 /** A Cincinnati update graph: releases (version, payload pull spec) and the upgrade edges between them. */
-export interface UpdateGraph {
+interface UpdateGraph {
   file: string;
   nodes: GraphNode[];
   edges: [number, number][];
 }
 
-export interface ReleaseChoice {
+interface ReleaseChoice {
   channel: string;
   version?: string;
   versionRange?: string;

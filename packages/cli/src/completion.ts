@@ -3,7 +3,7 @@
  * manPage: this package does not depend on commander, its two CLIs do.
  */
 interface OptionLike { long?: string; short?: string; description: string; hidden: boolean; required: boolean; optional: boolean }
-export interface CompletingCommand {
+interface CompletingCommand {
   name(): string;
   description(): string;
   version(): string | undefined;
@@ -12,8 +12,8 @@ export interface CompletingCommand {
 }
 type Command = CompletingCommand;
 
-export const COMPLETION_SHELLS = ['bash', 'zsh', 'fish'] as const;
-export type CompletionShell = (typeof COMPLETION_SHELLS)[number];
+const COMPLETION_SHELLS = ['bash', 'zsh', 'fish'] as const;
+type CompletionShell = (typeof COMPLETION_SHELLS)[number];
 
 /** One command of the tree: its words after the program's name, its subcommands, its options. */
 interface Node {
@@ -158,7 +158,7 @@ ${lines.join('\n')}
  * command's options; file names where a command takes no subcommand), so it never lags the
  * CLI. Where each shell looks for it is in the `completion` command's help.
  */
-export function completionScript(program: Command, shell: CompletionShell): string {
+function completionScript(program: Command, shell: CompletionShell): string {
   const nodes = tree(program);
   return shell === 'bash' ? bash(program, nodes) : shell === 'zsh' ? zsh(program, nodes) : fish(program, nodes);
 }

@@ -25,7 +25,7 @@ interface HelpLike {
 interface OptionLike {}
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type
 interface ArgumentLike {}
-export interface CommandLike {
+interface CommandLike {
   name(): string;
   createHelp(): unknown;
   helpInformation(): string;
@@ -34,7 +34,7 @@ export interface CommandLike {
   configureOutput(c: { writeOut?: (s: string) => void; writeErr?: (s: string) => void }): unknown;
 }
 
-export interface ManPageInfo {
+interface ManPageInfo {
   /** 1 for user commands, 8 for daemons and administration. */
   section: 1 | 8;
   version: string;
@@ -55,7 +55,7 @@ export interface ManPageInfo {
  * Escapes text for roff: backslashes, minus signs (so they copy as ASCII), leading dots, and
  * non-ASCII characters as \[uXXXX] (troff reads Latin-1 unless preconv runs first).
  */
-export function roffText(s: string): string {
+function roffText(s: string): string {
   return s.replace(/\\/g, '\\e').replace(/-/g, '\\-')
     .replace(/[^\n\x20-\x7e]/gu, (c) => `\\[u${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}]`).split('\n').map((l) => (/^[.']/.test(l) ? `\\&${l}` : l)).join('\n');
 }

@@ -5,7 +5,7 @@ import { describeSystemError } from '@offline-bundle/host';
  * usage errors 2), or undefined for an error of the command itself. Duck-typed, so the
  * libraries do not depend on commander.
  */
-export function usageExitCode(err: unknown): 0 | 2 | undefined {
+function usageExitCode(err: unknown): 0 | 2 | undefined {
   const e = err as { code?: unknown; exitCode?: number };
   if (typeof e?.code !== 'string' || !e.code.startsWith('commander.')) return undefined;
   if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
@@ -24,7 +24,7 @@ interface CommanderLike {
  * listener, the EPIPE is an unhandled 'error' event and a stack trace. Later writes are dropped
  * quietly and the command itself goes on (a load must still clean up), ending with its own code.
  */
-export function ignoreBrokenPipe(stream: NodeJS.WriteStream): void {
+function ignoreBrokenPipe(stream: NodeJS.WriteStream): void {
   stream.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code !== 'EPIPE' && err.code !== 'ERR_STREAM_DESTROYED') throw err;
   });

@@ -5,16 +5,17 @@
  * one by setting it to "true" in openshift-config/admin-acks. The CVO holds a minor update
  * (Upgradeable=False, AdminAckRequired) until then; we say so before we ask for the hop.
  */
-import { apiCall, requestOptions, truncate, type AdminApis } from '@offline-bundle/status';
+import { truncate } from '@offline-bundle/status';
+import { apiCall, requestOptions, type AdminApis } from '@offline-bundle/kube';
 
 export const ADMIN_GATES = { namespace: 'openshift-config-managed', name: 'admin-gates' } as const;
 export const ADMIN_ACKS = { namespace: 'openshift-config', name: 'admin-acks' } as const;
 /** The CVO's shape of a gate's name: the major.minor it holds the cluster at. */
 const GATE_NAME = /^ack-(\d+\.\d+)-[^-]/;
 /** Gates read from the cluster's ConfigMap, at most (a release lists one or two). */
-export const MAX_ADMIN_GATES = 32;
+const MAX_ADMIN_GATES = 32;
 /** Characters of a gate's reason quoted. */
-export const MAX_GATE_REASON_CHARS = 300;
+const MAX_GATE_REASON_CHARS = 300;
 
 export interface AdminGate { gate: string; reason: string }
 

@@ -4,9 +4,10 @@
  * (deploy/admin-rbac.yaml); nodes read them (deploy/rbac.yaml).
  */
 import {
-  API_VERSION, APPROVAL_KIND, APPROVAL_LIMITS, APPROVAL_PLURAL, apiCall, approvalName, ClusterError, GROUP, isApiException, listAll, pickApproval, VERSION,
-  type AdminApis, type Approval, type ApprovalSpec,
+  API_VERSION, APPROVAL_KIND, APPROVAL_LIMITS, APPROVAL_PLURAL, approvalName, GROUP, pickApproval, VERSION,
+  type Approval, type ApprovalSpec,
 } from '@offline-bundle/status';
+import { apiCall, ClusterError, isApiException, listAll, type AdminApis } from '@offline-bundle/kube';
 
 export function approvalObject(spec: ApprovalSpec): Record<string, unknown> {
   return {

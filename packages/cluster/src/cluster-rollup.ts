@@ -6,9 +6,11 @@
  * reported within the last STALE_AFTER_BEATS heartbeats: a report is only as true as it is fresh.
  */
 import {
-  apiCall, boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, listAll, onRemovableMedia, PEER_MEDIA, plural, PLURAL, timeAgo, VERSION,
-  type AdminApis, type RuntimeHoldings,
+  boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, onRemovableMedia, PEER_MEDIA, PLURAL, VERSION,
+  type RuntimeHoldings,
 } from '@offline-bundle/status';
+import { apiCall, listAll, type AdminApis } from '@offline-bundle/kube';
+import { plural, timeAgo } from '@offline-bundle/cli';
 
 /** Heartbeats an agent may miss before its row counts as stale (a slow API write or a skewed clock is not a dead agent). */
 export const STALE_AFTER_BEATS = 3;
@@ -82,7 +84,7 @@ interface StatusLike {
 }
 
 /** The release the cluster runs (ClusterVersion's newest completed entry) and when it completed. */
-export interface RunningRelease { version: string; completionTime?: string }
+interface RunningRelease { version: string; completionTime?: string }
 
 const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => c.type === type);
 
@@ -106,7 +108,7 @@ function sourceOf(media: string | undefined, peers: readonly string[]): string |
 }
 
 /** The longest heartbeat an agent may claim: a claim of a day would keep a dead agent fresh for three. */
-export const MAX_HEARTBEAT_SECONDS = 300;
+const MAX_HEARTBEAT_SECONDS = 300;
 
 /**
  * The age of the agent's last report and whether it is stale; a report with no time is stale,

@@ -5,7 +5,7 @@
  * is not there), and the start itself: ClusterVersion spec.desiredUpdate = the release image by
  * digest, never `force`.
  */
-import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
 import { publishGate, type GateResult } from './upgrade-gate.js';

@@ -4,13 +4,13 @@
  * once, into the last release, when they are unpaused after the last hop. A pool we pause bears
  * PAUSED_BY, so we unpause only what we paused (a pool paused by the admin for a canary stays so).
  */
-import { apiCall, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, listAll, requestOptions, type AdminApis } from '@offline-bundle/kube';
 
 const MCO = { group: 'machineconfiguration.openshift.io', version: 'v1', plural: 'machineconfigpools' };
 /** Annotation on a pool paused for a path: the release the path ends at. */
 export const PAUSED_BY = 'offline-bundle.io/paused-for';
 /** The pool that must never be paused: the control plane takes every hop. */
-export const CONTROL_PLANE_POOL = 'master';
+const CONTROL_PLANE_POOL = 'master';
 
 export interface PoolState {
   name: string;

@@ -9,7 +9,8 @@
  * Apply it instead of deploy/rbac.yaml's writer ClusterRoleBinding; a node added later needs
  * its own objects (run the generator again).
  */
-import { API_VERSION, APPROVAL_PLURAL, ClusterError, GROUP, isValidNodeName, KIND, PLURAL } from '@offline-bundle/status';
+import { API_VERSION, APPROVAL_PLURAL, GROUP, isValidNodeName, KIND, PLURAL } from '@offline-bundle/status';
+import { ClusterError } from '@offline-bundle/kube';
 
 export type NodeIdentity = 'node' | 'serviceaccount';
 export const AGENT_NAMESPACE = 'offline-bundle';

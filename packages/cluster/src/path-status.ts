@@ -3,7 +3,8 @@
  * which have no bundle file: the path as prepare or upgrade wrote it into the upgrade gate
  * (spec.path), against ClusterVersion's history and desiredUpdate.
  */
-import { apiCall, ClusterError, GROUP, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
+import { GROUP, truncate, VERSION } from '@offline-bundle/status';
+import { apiCall, ClusterError, type AdminApis } from '@offline-bundle/kube';
 import { acksNeeded } from './admin-acks.js';
 import { CV, running, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { GATE_NAME, GATE_PLURAL, gatePath } from './upgrade-gate.js';
@@ -39,7 +40,7 @@ export interface PathStatus {
 }
 
 /** Characters of the reason a path was not read, in the status line and on the page. */
-export const MAX_PATH_UNREAD_CHARS = 300;
+const MAX_PATH_UNREAD_CHARS = 300;
 
 const reasonOf = (err: unknown) => truncate(err instanceof Error ? err.message : String(err), MAX_PATH_UNREAD_CHARS);
 
@@ -88,7 +89,7 @@ async function readPath(apis: AdminApis, read: { clusterVersion?: unknown }): Pr
 }
 
 /** Each release's state from the index of the hop under way or next, and the gates that hop waits on. */
-export function releaseStates(path: readonly { version: string; image: string }[], next: number, underWay: boolean, acks: readonly string[]): PathReleaseStatus[] {
+function releaseStates(path: readonly { version: string; image: string }[], next: number, underWay: boolean, acks: readonly string[]): PathReleaseStatus[] {
   return path.map((r, i): PathReleaseStatus => {
     if (i < next) return { ...r, state: 'done' };
     if (i === next && underWay) return { ...r, state: 'in progress' };

@@ -9,12 +9,12 @@
  */
 import { createHash } from 'node:crypto';
 import { isPayloadComponent } from '@offline-bundle/format';
-import { apiCall, APPLY_PATCH, ClusterError, isApiException, listAll, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, ClusterError, isApiException, listAll, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import { poolNotUpdated } from './machine-pools.js';
 import { ADMIN_FIELD_MANAGER } from './upgrade-gate.js';
 
 /** What the sets are made of: a release's version and its images by digest. */
-export interface ReleaseImages {
+interface ReleaseImages {
   version: string;
   /** `component`: the head's (a release payload's name, or none for an add-on). */
   images: readonly { repository: string; digest: string; component?: string }[];
@@ -39,16 +39,16 @@ export interface ReleaseSeries { version: string; images: readonly { repository:
 const MCO = { group: 'machineconfiguration.openshift.io', version: 'v1' };
 /** The MCO refuses a set of more images. */
 export const MAX_PINNED_PER_SET = 500;
-export const PINNED_SET_LABEL = 'offline-bundle.io/release';
+const PINNED_SET_LABEL = 'offline-bundle.io/release';
 /** On the sets of an update path: its releases, as "4.15.40,4.16.2". */
-export const PINNED_PATH_ANNOTATION = 'offline-bundle.io/path';
+const PINNED_PATH_ANNOTATION = 'offline-bundle.io/path';
 const ROLE_LABEL = 'machineconfiguration.openshift.io/role';
 /** Kubernetes' bound on a label value. */
-export const MAX_LABEL_VALUE_CHARS = 63;
+const MAX_LABEL_VALUE_CHARS = 63;
 /** Hex characters of the version's sha256 added to a label value or set name that had to be changed. */
 const NAME_HASH_CHARS = 8;
 /** Tries of a pool's list update that another writer changed between our read and our write (409). */
-export const POOL_UPDATE_TRIES = 3;
+const POOL_UPDATE_TRIES = 3;
 
 export interface PinnedSetsResult {
   /** Sets applied, by pool. */

@@ -9,7 +9,7 @@
  * Applied by server-side apply with one field manager per release, so the keys of different
  * releases (and oc-mirror's own) live side by side and a later apply drops none of them.
  */
-import { apiCall, APPLY_PATCH, requestOptions, type AdminApis } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, requestOptions, type AdminApis } from '@offline-bundle/kube';
 
 export const SIGNATURE_NAMESPACE = 'openshift-config-managed';
 export const SIGNATURE_CONFIGMAP = 'mirrored-release-signatures';

@@ -4,7 +4,7 @@
  * one last; and where a cluster stands on that path, from ClusterVersion's history.
  */
 import { positionOnPath } from '@offline-bundle/format';
-import { ClusterError } from '@offline-bundle/status';
+import { ClusterError } from '@offline-bundle/kube';
 
 /** One release of a bundle's update path. */
 export interface PathRelease {
@@ -16,7 +16,7 @@ export interface PathRelease {
 }
 
 /** What releasesOf reads of a bundle: its final release, and its path when it carries one. */
-export interface PathSource {
+interface PathSource {
   version: string;
   image: string | null;
   digest: string | null;

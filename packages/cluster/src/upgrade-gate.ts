@@ -5,7 +5,8 @@
  * (`oc adm upgrade` included). Kubernetes CEL has no clock, so the gate is only as fresh as the
  * last command that wrote it; `upgrade` writes it again just before it changes desiredUpdate.
  */
-import { apiCall, APPLY_PATCH, GROUP, isApiException, requestOptions, truncate, VERSION, type AdminApis } from '@offline-bundle/status';
+import { GROUP, truncate, VERSION } from '@offline-bundle/status';
+import { apiCall, APPLY_PATCH, isApiException, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import type { Rollup } from './cluster-rollup.js';
 
 export const GATE_NAME = 'cluster';
@@ -16,7 +17,7 @@ export const GATE_WAIVER = 'offline-bundle.io/skip-upgrade-gate';
 /** The field manager of what the admin's commands apply (the gate, PinnedImageSets). */
 export const ADMIN_FIELD_MANAGER = 'offline-bundle-admin';
 /** Releases a gate's path names at most: format's MAX_RELEASE_PATH_HOPS (deploy/crd.yaml's maxItems). */
-export const MAX_GATE_PATH = 4;
+const MAX_GATE_PATH = 4;
 
 export interface GateSpec {
   ready: boolean;
@@ -30,11 +31,11 @@ export interface GateSpec {
   checkedBy: string;
 }
 
-export interface GateRelease { version: string; image: string }
+interface GateRelease { version: string; image: string }
 
 export type GateResult = { written: true; spec: GateSpec } | { written: false; why: string };
 
-export interface GateOptions {
+interface GateOptions {
   /** The command writing it, e.g. "bundle cluster status". */
   by: string;
   /** The bundle's release, when the command read the bundle file: its version and its image by digest. */

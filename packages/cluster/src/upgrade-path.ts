@@ -8,7 +8,8 @@
  * can run again at any time (over a dropped session, after a reboot of the admin's laptop) than
  * by one that must stay up for hours. Nothing is changed before the whole plan is known.
  */
-import { apiCall, ClusterError, requestOptions, truncate, type AdminApis } from '@offline-bundle/status';
+import { truncate } from '@offline-bundle/status';
+import { apiCall, ClusterError, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
 import { CV, gateRelease, keptReleases, ocCommand, passedReleases, readClusterVersion, releaseImageByDigest, requireSignatures, running, unpreparedKeys, type AdminBundle, type ClusterVersionDoc } from './cluster-upgrade.js';
 import { acknowledge, acksNeeded, ocAck, ADMIN_GATES, type AdminGate } from './admin-acks.js';
@@ -57,7 +58,7 @@ function asks(cv: ClusterVersionDoc, r: PathRelease): boolean {
 const historyState = (cv: ClusterVersionDoc, version: string) => cv.status?.history?.find((h) => h.version === version)?.state;
 
 /** Characters of the CVO's own message quoted while a hop waits. */
-export const MAX_CVO_MESSAGE_CHARS = 300;
+const MAX_CVO_MESSAGE_CHARS = 300;
 
 /** What the CVO says stands in the way of the hop under way (a refused signature, a failing operator), if anything. */
 function cvoSays(cv: ClusterVersionDoc): string | undefined {

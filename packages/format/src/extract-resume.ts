@@ -117,7 +117,7 @@ export async function verifiedInPlace(dir: string, entry: LayoutEntry, stopped: 
   return (await sized(dir, entry)) ? hashesRight(dir, entry, stopped) : false;
 }
 
-export interface ResumeOptions extends Pick<VerifyOptions, 'onProgress' | 'signal'> {
+interface ResumeOptions extends Pick<VerifyOptions, 'onProgress' | 'signal'> {
   /** What was found in place at its size, before the re-check (`dropped` 0): the kept bytes count as done from here. */
   onResume?: (info: ResumeInfo) => void;
   /** The re-check is over: what was kept, and how many entries were dropped and read again. */

@@ -4,7 +4,7 @@ import { FormatError } from './errors.js';
 import { SKIPPABLE_MAGIC_SEEK_TABLE } from './seekable.js';
 
 /** zstd frame format (RFC 8878): the magic of a data frame, and the range of skippable ones. */
-export const ZSTD_MAGIC = 0xfd2fb528;
+const ZSTD_MAGIC = 0xfd2fb528;
 const SKIPPABLE_MASK = 0xfffffff0;
 const SKIPPABLE_BASE = 0x184d2a50;
 const BLOCK_HEADER = 3;
@@ -39,7 +39,7 @@ export function parseFrameHeader(head: Buffer): FrameHeader | undefined {
 }
 
 /** The Frame_Content_Size a whole header (`h.length` bytes of `head`) records, if any. */
-export function frameContentSize(head: Buffer, h: FrameHeader): number | undefined {
+function frameContentSize(head: Buffer, h: FrameHeader): number | undefined {
   const fhd = head[4]!;
   const fcsFlag = fhd >> 6;
   const fcsBytes = fcsFlag === 0 ? ((fhd & 0x20) !== 0 ? 1 : 0) : 1 << fcsFlag;

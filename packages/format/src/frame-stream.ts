@@ -13,7 +13,7 @@ export const FRAME_SLICE_BYTES = 256 * 1024;
 /** Decoded bytes [from, to) of frame `frame` (`size` bytes decoded), which costs `weight` bytes of budget while held. */
 export interface FramePiece { frame: number; from: number; to: number; size: number; weight: number }
 
-export interface FrameStreamOptions {
+interface FrameStreamOptions {
   budget: ByteBudget;
   /**
    * Reads, checks and decodes one frame (into `into` when given: a pooled buffer of FRAME_BYTES + 1).

@@ -123,7 +123,7 @@ export async function loadPrivateKey(path: string, opts: { passphrase?: string }
 }
 
 /** A private key as PEM PKCS#8, encrypted (AES-256-CBC, as `openssl pkcs8 -topk8 -v2 aes-256-cbc`) when a passphrase is given. */
-export function privateKeyPem(key: KeyObject, passphrase?: string): string {
+function privateKeyPem(key: KeyObject, passphrase?: string): string {
   return key.export(passphrase !== undefined ? { type: 'pkcs8', format: 'pem', cipher: 'aes-256-cbc', passphrase } : { type: 'pkcs8', format: 'pem' }).toString();
 }
 

@@ -4,7 +4,7 @@ import { FormatError } from './errors.js';
 import { BLOB_DIR, BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath } from './layout.js';
 import type { BundleManifest } from './manifest.js';
 
-export interface Listed {
+interface Listed {
   digest: string;
   size: number;
 }

@@ -64,7 +64,7 @@ parentPort.on('message', (m) => {
  * full. Eight of the writer's 1 MiB reads: on a busy machine the thread is off its core for a
  * while, and a ring of two made the packing wait on it (0.4-0.8 s per GiB at a load of 14 on 2 cores).
  */
-export const RING_BYTES = 8 * 1024 * 1024;
+const RING_BYTES = 8 * 1024 * 1024;
 
 /** One blob's bytes being hashed piece by piece on the thread. */
 export interface PieceStream {

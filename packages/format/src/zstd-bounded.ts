@@ -8,7 +8,7 @@ import { FRAME_BYTES } from './layout.js';
 // input chunk into as many bytes as it expands to, and decompress() allocates what a frame
 // header claims. The binding's streaming call takes an output buffer we size ourselves.
 /** A bundle frame holds at most FRAME_BYTES, so no frame needs a larger window; this caps the decoder's own allocation too. */
-export const WINDOW_LOG_MAX = 23;
+const WINDOW_LOG_MAX = 23;
 
 function newDctx(): ZstdBinding.DCtx {
   const dctx = new binding.DCtx();
@@ -16,7 +16,7 @@ function newDctx(): ZstdBinding.DCtx {
   return dctx;
 }
 
-export const frameTooLarge = (limit: number) =>
+const frameTooLarge = (limit: number) =>
   new FormatError('CORRUPT', `a zstd frame expands past the ${limit}-byte frame limit: not a bundle, or built to exhaust memory`);
 
 export interface BoundedDecompressOptions {

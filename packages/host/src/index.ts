@@ -11,6 +11,7 @@ export { filesystemFree } from './free-space.js';
 export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
 export { ReadBuffers, giveBack, readBuffers } from './read-buffers.js';
 export { ConnectionGate, addressKey } from './connection-gate.js';
+export { isLoopback } from './loopback.js';
 export { JsonNestingGauge, MAX_NESTING_DEPTH, assertNesting, assertValueNesting, nestingTooDeep, tooDeepError, valueTooDeep } from './nesting-depth.js';
 
 export type { HostErrorCode } from './errors.js';

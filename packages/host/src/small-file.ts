@@ -56,7 +56,7 @@ export async function openRegularFile(path: string): Promise<FileHandle> {
   }
 }
 
-export interface SmallFileOptions {
+interface SmallFileOptions {
   /** Refuse a symlink as the last component (O_NOFOLLOW: ELOOP) instead of reading what it points to. */
   noFollow?: boolean;
   /**

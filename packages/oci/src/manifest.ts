@@ -31,7 +31,7 @@ export interface ImageIndex {
   annotations?: Record<string, string>;
 }
 
-export type ParsedManifest =
+type ParsedManifest =
   | { kind: 'index'; mediaType: string; index: ImageIndex }
   | { kind: 'manifest'; mediaType: string; manifest: ImageManifest };
 

@@ -12,8 +12,8 @@ export const MediaType = {
   DockerLayerTar: 'application/vnd.docker.image.rootfs.diff.tar',
 } as const;
 
-export const INDEX_MEDIA_TYPES: readonly string[] = [MediaType.OciIndex, MediaType.DockerManifestList];
-export const MANIFEST_MEDIA_TYPES: readonly string[] = [MediaType.OciManifest, MediaType.DockerManifest];
+const INDEX_MEDIA_TYPES: readonly string[] = [MediaType.OciIndex, MediaType.DockerManifestList];
+const MANIFEST_MEDIA_TYPES: readonly string[] = [MediaType.OciManifest, MediaType.DockerManifest];
 /** What we send as Accept when fetching a manifest: every type we can store and serve. */
 export const MANIFEST_ACCEPT = [...INDEX_MEDIA_TYPES, ...MANIFEST_MEDIA_TYPES].join(', ');
 

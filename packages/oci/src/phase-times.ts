@@ -6,13 +6,13 @@ import { PerformanceObserver, performance } from 'node:perf_hooks';
  * file, written there as JSON when the build ends. Off, every hook is one boolean test. The
  * bench sets it for its build rows; nothing else does.
  */
-export const PHASE_TIMES_ENV = 'BUNDLE_PHASE_TIMES';
+const PHASE_TIMES_ENV = 'BUNDLE_PHASE_TIMES';
 
 interface Phase { wall?: number; cpu?: number; count: number; bytes?: number }
 
 const file = process.env[PHASE_TIMES_ENV];
 /** Whether phases are being recorded: callers test it before taking a clock. */
-export const phaseTimesOn = file !== undefined && file !== '';
+const phaseTimesOn = file !== undefined && file !== '';
 const phases = new Map<string, Phase>();
 let gcSeconds = 0;
 let gcObserver: PerformanceObserver | undefined;
@@ -49,15 +49,6 @@ export async function timedAsync<T>(name: string, p: () => Promise<T>): Promise<
     return await p();
   } finally {
     addPhase(name, now() - t0);
-  }
-}
-
-/** CPU seconds this thread has run (the kernel's exact count, /proc/thread-self/schedstat). */
-export function threadCpuSeconds(): number | undefined {
-  try {
-    return Number(readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')[0]) / 1e9;
-  } catch {
-    return undefined;
   }
 }
 

@@ -15,12 +15,12 @@ export interface ImageReference {
 const DOMAIN_RE = /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$|^\[[0-9a-fA-F:]+\](?::[0-9]+)?$/;
 const PATH_COMPONENT_RE = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
 /** The distribution spec's bound on a tag. */
-export const MAX_TAG_CHARS = 128;
+const MAX_TAG_CHARS = 128;
 const TAG_RE = new RegExp(`^[\\w][\\w.-]{0,${MAX_TAG_CHARS - 1}}$`);
 /** The distribution spec's bound on host[:port]/repository, the name a registry takes. */
-export const MAX_NAME_CHARS = 255;
+const MAX_NAME_CHARS = 255;
 /** A whole reference: scheme, name, :tag and @sha256:digest at their longest, with room to spare. */
-export const MAX_REFERENCE_CHARS = 512;
+const MAX_REFERENCE_CHARS = 512;
 
 export function parseReference(input: string): ImageReference {
   let rest = input.trim();

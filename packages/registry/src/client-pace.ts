@@ -16,7 +16,7 @@ import type { ServerResponse } from 'node:http';
 /** How long a response may hold frames others wait for while its client takes under STALL_FLOOR_BYTES. */
 export const REGISTRY_STALL_MS = 30_000;
 /** What a client must take per REGISTRY_STALL_MS while others wait (about 2 KB/s): a reader, however slow, passes; one that stopped does not. */
-export const STALL_FLOOR_BYTES = 64 * 1024;
+const STALL_FLOOR_BYTES = 64 * 1024;
 /** How often a backed-up response looks at the budget. */
 const CHECK_MS = 1000;
 

@@ -2,7 +2,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { readBuffers } from '@offline-bundle/host';
 
-export interface FileRangeOptions {
+interface FileRangeOptions {
   /** Read unit; with `check`, the grid (from byte 0) the check's pieces are cut on. */
   unit: number;
   /** Units being read (and checked) ahead of the one being sent. */

@@ -7,7 +7,7 @@ import { isDigest } from '@offline-bundle/oci';
 import type { BlobStore, Catalog } from './store.js';
 import { REGISTRY_STALL_MS, watchClientPace, type ClientPace } from './client-pace.js';
 
-export interface RegistryServerOptions {
+interface RegistryServerOptions {
   store: BlobStore;
   catalog: Catalog;
   /** Loopback only by default: the registry exists for this node's runtime. */
@@ -26,7 +26,7 @@ export interface RegistryServerOptions {
  * requests behind one) would otherwise hold its frames of the process's budget, and with them every
  * other reader's, until it went away on its own.
  */
-export const REGISTRY_IDLE_MS = 120_000;
+const REGISTRY_IDLE_MS = 120_000;
 
 export interface RunningRegistry {
   /** "127.0.0.1:PORT" */
@@ -203,7 +203,7 @@ function paginate(items: string[], query: Record<string, string | undefined>): {
  * digest (and manifests by tag) with HEAD and Range, tag lists and the catalog. Every
  * answer is computed from the trusted catalog; a request path never names a file.
  */
-export function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
+function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
   const { store, catalog } = opts;
   const paced: Paced = { store, stallMs: opts.stallTimeoutMs ?? REGISTRY_STALL_MS };
   const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 }, connectionTimeout: opts.idleTimeoutMs ?? REGISTRY_IDLE_MS });
@@ -298,7 +298,7 @@ export async function startRegistry(opts: RegistryServerOptions): Promise<Runnin
 }
 
 /** How long a request still being answered at close may take before its connection is cut. */
-export const CLOSE_GRACE_MS = 2_000;
+const CLOSE_GRACE_MS = 2_000;
 
 /**
  * Closes the listener and every connection. Node's close ends the keep-alive connections idle

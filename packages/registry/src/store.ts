@@ -102,7 +102,7 @@ export function servedNames(catalog: Catalog, address: string): { source: string
 
 /** Why a layout cannot be served: missing, resized, not a regular file, or not the signed bytes. */
 export type RegistryErrorCode = 'LAYOUT_INVALID';
-export class LayoutError extends BaseError<RegistryErrorCode> {}
+class LayoutError extends BaseError<RegistryErrorCode> {}
 
 /** Unit of re-checking a layout blob as it is served: small enough to hold per request. */
 const CHECK_CHUNK = 1024 * 1024;

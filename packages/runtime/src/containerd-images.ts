@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { RuntimeError } from './errors.js';
 import { connect, lazyService, unaryCall, type UnaryMethod } from './grpc-service.js';
 
-export const CONTAINERD_IMAGES_PROTO_PATH = fileURLToPath(new URL('../proto/containerd-images.proto', import.meta.url));
+const CONTAINERD_IMAGES_PROTO_PATH = fileURLToPath(new URL('../proto/containerd-images.proto', import.meta.url));
 
 export interface ContainerdImageRecord {
   name: string;
@@ -22,7 +22,7 @@ interface ImagesStub extends grpc.Client {
 }
 const imagesService = lazyService<ImagesStub>(CONTAINERD_IMAGES_PROTO_PATH, ['containerd', 'services', 'images', 'v1', 'Images'], { longs: String });
 
-export interface ContainerdImagesOptions {
+interface ContainerdImagesOptions {
   /** containerd's namespace; CRI's is 'k8s.io'. */
   namespace?: string;
   /** Deadline of each call. Default 30 s. */

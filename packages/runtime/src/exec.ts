@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 
-export interface ExecResult {
+interface ExecResult {
   /** Exit code, or null when killed by a signal or not started. */
   code: number | null;
   signal: NodeJS.Signals | null;

@@ -33,7 +33,7 @@ export async function readIfExists(file: string): Promise<string | undefined> {
   }
 }
 
-export function isManaged(text: string): boolean {
+function isManaged(text: string): boolean {
   return text.split('\n', 1)[0] === MANAGED_MARKER;
 }
 

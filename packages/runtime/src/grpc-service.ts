@@ -6,7 +6,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { RuntimeError, firstLine, type RuntimeErrorCode } from './errors.js';
 
 /** The gRPC target for a socket path ("/run/crio/crio.sock" or "unix:///run/...") */
-export function grpcTarget(socketPath: string): string {
+function grpcTarget(socketPath: string): string {
   if (socketPath.startsWith('unix:')) return socketPath;
   if (!socketPath.startsWith('/')) {
     throw new RuntimeError('INVALID_SPEC', `CRI socket path must be absolute: ${JSON.stringify(socketPath)}`);
@@ -17,7 +17,7 @@ export function grpcTarget(socketPath: string): string {
 const NO_SPACE_RE = /no space left on device|\bENOSPC\b|disk quota exceeded/i;
 
 /** Map a gRPC failure to a RuntimeError with a one-line message. */
-export function criError(err: unknown, what: string, fallback: RuntimeErrorCode): RuntimeError {
+function criError(err: unknown, what: string, fallback: RuntimeErrorCode): RuntimeError {
   const e = err as Partial<grpc.ServiceError> | undefined;
   // grpc-js appends an empty "Resolution note:" to connection errors.
   const details = firstLine(String(e?.details || e?.message || err)).replace(/\s*Resolution note:\s*$/, '') || 'unknown error';
@@ -58,7 +58,7 @@ export function connect<S extends grpc.Client>(ctor: ServiceCtor<S>, socketPath:
   });
 }
 
-export interface UnaryCallOptions {
+interface UnaryCallOptions {
   /** Names the call in errors ("pull quay.io/x:1", "containerd version"). */
   what: string;
   /** Names who did not answer in a missed deadline's message ("containerd"). */

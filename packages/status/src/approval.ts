@@ -4,7 +4,7 @@
  * per bundle, named after the sha256 of its signed bundle.json, so approving twice is one
  * object and revoking needs only the digest.
  */
-import { ClusterError } from './cluster-errors.js';
+import { ClusterError } from '@offline-bundle/kube';
 
 export const APPROVAL_KIND = 'BundleApproval';
 export const APPROVAL_PLURAL = 'bundleapprovals';

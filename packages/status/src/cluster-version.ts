@@ -1,5 +1,4 @@
-import { apiMessage } from './cluster-api.js';
-import { adminApis, customObjectsApi, isApiException, requestOptions } from './kube.js';
+import { apiMessage, adminApis, customObjectsApi, isApiException, requestOptions } from '@offline-bundle/kube';
 
 interface ClusterVersion {
   status?: { history?: { state?: string; version?: string; image?: string; completionTime?: string }[]; desired?: { version?: string } };

@@ -69,7 +69,7 @@ function bundleFromFile(b: Record<string, unknown>): Record<string, unknown> {
  * The most a status file may hold: a status is a few KB (conditions, a bounded history); a
  * larger file is not ours, and reading it whole would cost its size in memory.
  */
-export const MAX_STATUS_FILE_BYTES = 1024 * 1024;
+const MAX_STATUS_FILE_BYTES = 1024 * 1024;
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isString = (v: unknown): v is string => typeof v === 'string';

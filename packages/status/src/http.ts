@@ -8,7 +8,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { NodeStatus } from './model.js';
-import { isLoopback } from './loopback.js';
+import { isLoopback } from '@offline-bundle/host';
 import { METRICS_CONTENT_TYPE, type Metrics } from './metrics.js';
 import type { Health, HealthCheck } from './health.js';
 

@@ -5,7 +5,6 @@ export { StatusTracker } from './tracker.js';
 export { technicianLine, notRunningLine } from './summary.js';
 export { DROP_DIRECTORY_MEDIA, KEPT_COPY_MEDIA, PEER_MEDIA, FAILURE_REASONS, FAILURE_SENTENCES, PART_COLLECTING_REASONS, SPOOLED_MEDIA, WAITING_SENTENCES, failureSentence, fileWords, fromSpool, onRemovableMedia } from './reasons.js';
 export type { FailureReason } from './reasons.js';
-export { fitToWidth, formatBytes, plural, timeAgo, timeLeft } from './units.js';
 export { readClusterVersion, readClusterRelease, readClusterVersionObject, readNodeMachineConfig, type NodeMachineConfig, clusterReadFailure, forbiddenMessage, completedRelease, RUNNING_VERSION_ROLE } from './cluster-version.js';
 export { HISTORY_LIMIT, observeRunning, recordIncoming, markLoaded, markFailed, markComplete, markRunningLoaded, holdsRelease, runningReleases, versionsInUse } from './history.js';
 export { GROUP, VERSION, API_VERSION, KIND, PLURAL, LIMITS, REQUIRED, PEER_PORT_MIN, PEER_PORT_MAX, isPeerPort, isValidNodeName, toResource, progressPercent, conditionReason, truncate } from './resource.js';
@@ -25,15 +24,8 @@ export { listenLogged, startMetricsListener, METRICS_PATH, MAX_METRICS_CONNECTIO
 export type { MetricsListener, MetricsListenerOptions, ServingTls } from './metrics-listener.js';
 export { fileServingTls, keyMatches, readClientCa, selfSignedServingTls, siteOrSelfSigned, MAX_SERVING_PEM_BYTES, SELF_SIGNED_DIR } from './metrics-tls.js';
 export { certificateIp, makeSelfSigned, RENEW_BEFORE_MS, SELF_SIGNED_DAYS } from './self-signed.js';
-export { isLoopback } from './loopback.js';
 export { agentHealth, WRITE_PROBE_INTERVAL_MS } from './health.js';
 export type { Health, HealthCheck } from './health.js';
-export { adminApis, APPLY_PATCH, isApiException, requestOptions } from './kube.js';
-export { ClusterError } from './cluster-errors.js';
-export { API_DEADLINE_MS, COMMAND_DEADLINE_MS, MAX_API_ERROR_BYTES, MAX_API_RESPONSE_BYTES, commandDeadline, messageStart } from './cluster-http.js';
-export { LIST_PAGE_ITEMS, MAX_LIST_ITEMS, MAX_LIST_KEPT_BYTES, apiCall, listAll, listAllAt } from './cluster-api.js';
-export { MAX_WATCH_BYTES_PER_SECOND, MAX_WATCH_EVENT_BYTES, MAX_WATCH_EVENTS_PER_SECOND, WatchEventReader, watchCustomObjects } from './cluster-watch.js';
-export type { CustomObjectsWatch, WatchEvent, WatchEventType, WatchLimits } from './cluster-watch.js';
 export { ConsoleWriter, CONSOLE_FILE, AGETTY_RELOAD_FILE, OLD_CONSOLE_FILE, consoleFilePath, consoleText, reloadAgetty, removeOldConsoleFile } from './console.js';
 export type {
   Phase,
@@ -61,5 +53,3 @@ export type { StatusServer, StatusServerOptions } from './http.js';
 export type { ConsoleWriterOptions } from './console.js';
 export type { StatusFile, StatusWriter, StatusFileWriterOptions } from './file.js';
 export type { Liveness, ProcessIdentity, WriterRecord } from './liveness.js';
-export type { AdminApis } from './kube.js';
-export type { ClusterErrorCode } from './cluster-errors.js';

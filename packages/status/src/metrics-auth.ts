@@ -7,9 +7,7 @@
 // reviews a minute at most; credentials not seen before are reviewed at a bounded rate, and
 // concurrent requests with the same unseen credentials share one review.
 import { createHash } from 'node:crypto';
-import { ClusterError } from './cluster-errors.js';
-import { apiCall } from './cluster-api.js';
-import { reviewApis, type ReviewApis } from './kube.js';
+import { ClusterError, apiCall, reviewApis, type ReviewApis } from '@offline-bundle/kube';
 import { ReviewRate, type RateLimits } from './review-rate.js';
 
 /** How long an allowed token or access decision is reused. */
@@ -25,7 +23,7 @@ const AUTH_SCHEME_SLACK_BYTES = 16;
 /** One review's API request. */
 export const REVIEW_DEADLINE_MS = 5_000;
 /** One review's API response. */
-export const REVIEW_RESPONSE_MAX_BYTES = 256 * 1024;
+const REVIEW_RESPONSE_MAX_BYTES = 256 * 1024;
 /**
  * Requests whose credentials are not in the cache, and so cost a review: all sources together,
  * and per source address (an IPv6 /64 as one). Beyond, 429 at once and no review is asked for.

@@ -30,15 +30,15 @@ export const METRICS_REQUEST_TIMEOUT_MS = 10_000;
 /** A TLS handshake not done by then is dropped (Prometheus' takes milliseconds). */
 export const METRICS_HANDSHAKE_TIMEOUT_MS = 3_000;
 /** How often the two request timeouts are enforced (Node's default, 30 s, would stretch them threefold). */
-export const METRICS_TIMEOUT_CHECK_MS = 1_000;
-export const METRICS_KEEPALIVE_MS = 5_000;
+const METRICS_TIMEOUT_CHECK_MS = 1_000;
+const METRICS_KEEPALIVE_MS = 5_000;
 /** The serving certificate (and client CA) are read again this often (the kubelet's rotates; a self-signed one is renewed). */
 export const TLS_RELOAD_MS = 5 * 60_000;
 /** A kind of refusal is logged at most once in this time, with how many there were. */
-export const REFUSAL_LOG_MS = 60_000;
+const REFUSAL_LOG_MS = 60_000;
 /** Seconds a 503 asks the caller to wait: when the API server did not answer, and when the review slots are taken. */
-export const UNAVAILABLE_RETRY_AFTER_S = 10;
-export const BUSY_RETRY_AFTER_S = 1;
+const UNAVAILABLE_RETRY_AFTER_S = 10;
+const BUSY_RETRY_AFTER_S = 1;
 
 const TEXT = 'text/plain; charset=utf-8';
 

@@ -26,9 +26,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
-import { APPLY_PATCH, customObjectsApi, isApiException, requestOptions } from './kube.js';
-import { ClusterError } from './cluster-errors.js';
-import { apiDetail, apiMessage } from './cluster-api.js';
+import { APPLY_PATCH, customObjectsApi, isApiException, requestOptions, ClusterError, apiDetail, apiMessage } from '@offline-bundle/kube';
 import type { NodeStatus } from './model.js';
 import { withoutRefused, refusedFields } from './refused.js';
 import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION, type ResourceStatus } from './resource.js';

@@ -8,7 +8,7 @@ import { isIP } from 'node:net';
 export const SELF_SIGNED_DAYS = 365;
 export const RENEW_BEFORE_MS = 30 * 24 * 3600_000;
 /** notBefore is set this far back, so a client whose clock is a little behind accepts a fresh certificate. */
-export const BACKDATE_MS = 3600_000;
+const BACKDATE_MS = 3600_000;
 /** The longest DER content the two-byte length form holds; the certificate stays far below it. */
 const MAX_DER_CONTENT = 0xffff;
 

@@ -1,7 +1,7 @@
 import { escapeControls } from '@offline-bundle/host';
 import type { NodeStatus, PeerCopies } from './model.js';
 import { failureSentence, fileWords, fromSpool, KEPT_COPY_MEDIA, onRemovableMedia, PART_COLLECTING_REASONS, PEER_MEDIA, WAITING_SENTENCES } from './reasons.js';
-import { formatBytes, plural, timeLeft } from './units.js';
+import { formatBytes, plural, timeLeft } from '@offline-bundle/cli';
 
 function minutes(seconds: number | undefined): string {
   // all copied: nothing is left to promise
