@@ -1,5 +1,5 @@
 // `pnpm lint`, second half: import cycles including type-only imports, which ESLint's
-// import-x/no-cycle skips (the agent's load-images <-> pipeline and oci's auth <->
+// import-x/no-cycle skips (the agent's load-images <-> pipeline and image-fetch's auth <->
 // credential-helper cycles were both type-only); and the agent's floors.
 
 // The agent's floors, lowest first (docs/ARCHITECTURE.md, "The agent's floors"). A floor imports

@@ -20,7 +20,7 @@
 // It exits 0 when the bundle verified, 1 when that reader refused it with its own FormatError,
 // and otherwise (a crash) with node's own status and a stack on stderr.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -110,7 +110,8 @@ async function freeze(commit, out) {
       minifyWhitespace: true,
       legalComments: 'eof',
       logLevel: 'warning',
-      nodePaths: [path.join(ROOT, 'node_modules'), ...FORMAT_DEPS.map((p) => path.join(ROOT, 'packages', p, 'node_modules'))],
+      // every package's dependencies: the frozen commit's packages are not today's (oci held undici and smol-toml before #41's split)
+      nodePaths: [path.join(ROOT, 'node_modules'), ...readdirSync(path.join(ROOT, 'packages')).map((p) => path.join(ROOT, 'packages', p, 'node_modules'))],
       // CommonJS dependencies call require(): give the module one
       banner: { js: `// The bundle reader of offline-bundle ${version} at commit ${short}, frozen by scripts/freeze-reader.mjs: do not edit, rebuild.\nimport { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);` },
       plugins: [frozenWorkspace(dir)],

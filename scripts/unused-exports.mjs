@@ -53,6 +53,8 @@ function resolver(entries) {
 
 // a test reaching a module through a computed path (`await import(LOCK_JS)`, a script it writes)
 const DIST_PATH = /\b(agent|builder|packages\/[\w-]+)\/dist\/([\w/.-]+)\.js\b/g;
+// a script a test writes for a child process (`node -e`): its imports are text, not statements
+const TEXT_IMPORT = /import\s*\{([^}]*)\}\s*from\s*['"`](@[\w-]+\/[\w-]+)['"`]/g;
 
 const hasExportModifier = (node) => ts.canHaveModifiers(node) && (ts.getModifiers(node) ?? []).some((m) => m.kind === ts.SyntaxKind.ExportKeyword);
 
@@ -99,6 +101,14 @@ function readModule(root, file, resolve) {
   };
   visit(sf);
   for (const m of sf.text.matchAll(DIST_PATH)) mod.byText.push(path.join(root, m[1], 'src', `${m[2]}.ts`));
+  for (const m of sf.text.matchAll(TEXT_IMPORT)) {
+    const target = resolve(file, m[2]);
+    if (!target) continue;
+    for (const part of m[1].split(',')) {
+      const name = part.trim().replace(/^type\s+/, '').split(/\s+as\s+/)[0].trim();
+      if (name) mod.imports.push({ target, name });
+    }
+  }
   return mod;
 }
 

@@ -3,5 +3,6 @@ export {
   MAX_RELEASE_SIGNATURE_BYTES, readReleaseFile, fetchStoreSignatures, loadReleaseKeyring, readReleaseSignature,
   verifyReleaseSignature,
 } from './release-signature.js';
+export { pullAlwaysWorkloads } from './release-manifests.js';
 export type { LayerReader } from './release.js';
 export type { ReleaseKeyring } from './release-signature.js';
