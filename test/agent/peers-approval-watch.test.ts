@@ -126,6 +126,19 @@ t.test('the watch (stand-in API server with watch): approve opens the port withi
   t.equal(asked('watch').length, watches, 'one watch carried them all (no watch begun again, so no list of the watch\'s)');
 });
 
+t.test('an open port (stand-in API server with watch): the peer service reads the watch\'s approvals, not a list of its own at every look', async (t) => {
+  await running();
+  api.approvals = [APPROVAL];
+  await settle(true);
+  await watchRead();
+  const [lists, watches] = [asked('list').length, asked('watch').length];
+  // the daemon looks every 200 ms here (pollMs): each look of the service used to list them
+  await sleep(3000);
+  t.equal(asked('watch').length, watches, 'the same watch all along');
+  t.equal(asked('list').length - lists, 0, 'no list while the watch is fresh');
+  t.ok(await listening(), 'still open');
+});
+
 t.test('the stream cut (stand-in API server with watch): the list is read again at once, and a change made meanwhile is not missed', async (t) => {
   await running();
   api.approvals = [APPROVAL];

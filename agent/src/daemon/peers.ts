@@ -21,6 +21,7 @@ import { peerServerOptions } from '../peers/peer-config.js';
 import { startPeerServer, type RunningPeerServer } from '../peers/peer-server.js';
 import { PeerService } from '../peers/peer-service.js';
 import { readPeerKeys, type PeerCredentials } from '../peers/peer-tls.js';
+import type { PeerApproval } from '../peers/types.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
 import { ApprovalWatch } from './approval-watch.js';
 import type { StickTurn } from './stick-turn.js';
@@ -277,6 +278,18 @@ class DaemonPeerRunner implements DaemonPeers {
     await this.refresh().catch((err: unknown) => this.d.log.warn('peers', `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`));
   }
 
+  /**
+   * The approvals for the service's looks and its fetch's checks (every few seconds through the
+   * load): the watch's last read while it is fresh, so an open port costs the API server no list
+   * of its own; a list when the watch has not read them within the grace.
+   */
+  private approvedNow(): Promise<PeerApproval[]> {
+    const watch = this.watch;
+    const approvals = watch?.approvals;
+    if (watch && approvals && watch.error === undefined && Date.now() - watch.readAt < this.graceMs) return Promise.resolve(approvals);
+    return this.directory.approved();
+  }
+
   private async makeBase(): Promise<Base> {
     const { config, log, tracker } = this.d;
     const own = await this.directory.ownNode();
@@ -284,7 +297,7 @@ class DaemonPeerRunner implements DaemonPeers {
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- the service's fetches take the keys of the latest look
     const runner = this;
     const service = new PeerService({
-      directory: this.directory, get credentials() { return runner.keys!; }, address: own.address, port: config.peers.port,
+      directory: { approved: () => this.approvedNow(), peersFor: (digest) => this.directory.peersFor(digest) }, get credentials() { return runner.keys!; }, address: own.address, port: config.peers.port,
       context: { config, log, tracker, agentVersion: this.d.agentVersion, servesAfter: this.d.serves }, runtime: () => runtimeTarget(config, log),
       onServingChanged: () => this.servingChanged(),
     });
