@@ -104,7 +104,12 @@ t.test('peers by default: no port and no fetch without an approval; approve open
   const approvedAt = Date.now();
 
   await t.test('approved: node-a and node-b listen, node-b fetches from node-a and serves on from its kept layout', async (t) => {
-    await until('node-a listens on the peer port', () => listensOn(pid(a), PORT), { timeoutMs: 30_000, stepMs: 100 });
+    // on a miss: what node-a asked of the approvals since the approval, and its last words
+    const aDetail = () => {
+      const calls = api.requests.filter((r) => r.user === 'system:node:node-a' && r.resource === 'bundleapprovals' && r.at >= approvedAt - 60_000);
+      return `node-a's approval calls: ${calls.map((r) => `${r.verb} ${r.status} at ${r.at - approvedAt} ms`).join(', ')}\nnode-a's log: ${a.daemon!.out.log.slice(-3000)}`;
+    };
+    await until('node-a listens on the peer port', () => listensOn(pid(a), PORT), { timeoutMs: 30_000, stepMs: 100, detail: aDetail });
     t.comment(`approval → node-a's port open: ${Date.now() - approvedAt} ms`);
     const s = await b.daemon!.until('node-b Ready from peers', (x) => x?.phase === 'Ready' && !!x.bundle);
     t.equal(s.bundle?.media, 'peers', 'loaded from peers, not from a stick');
