@@ -92,9 +92,11 @@ export async function baselinePull(o) {
     await Promise.all(o.nodes.map(async (n) => {
       await criPullAll(criSocketOf(n.root), o.refs);
       await pinContainerdImages(o.refs, { address: criSocketOf(n.root) });
-      doneAt.set(n.name, since());
+      // one reading for both: a second one, microseconds later, put the transfer's end after the pins
+      const at = since();
+      doneAt.set(n.name, at);
       // a pull that ends between two looks: its content is whole by now
-      if (!transferAt.has(n.name)) transferAt.set(n.name, since());
+      if (!transferAt.has(n.name)) transferAt.set(n.name, at);
     }));
   } finally {
     clearInterval(watch);
