@@ -267,17 +267,22 @@ async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions = {}): 
   }
 }
 
-/** client-node's HttpLibrary over sendBounded. */
-export async function boundedHttpLibrary(opts: BoundedHttpOptions = {}): Promise<HttpLibrary> {
+/** client-node's HttpLibrary over one of our senders: its answer as client-node's response. */
+async function libraryOver(send: (ctx: RequestContext) => Promise<Answer>): Promise<HttpLibrary> {
   const { Observable, ResponseContext } = await loadK8s();
   return {
     send(ctx: RequestContext) {
-      return new Observable(sendBounded(ctx, opts).then((a): ResponseContextType => new ResponseContext(a.status, a.headers, {
+      return new Observable(send(ctx).then((a): ResponseContextType => new ResponseContext(a.status, a.headers, {
         text: async () => a.body.toString('utf8'),
         binary: async () => a.body,
       })));
     },
   };
+}
+
+/** client-node's HttpLibrary over sendBounded. */
+export function boundedHttpLibrary(opts: BoundedHttpOptions = {}): Promise<HttpLibrary> {
+  return libraryOver((ctx) => sendBounded(ctx, opts));
 }
 
 /** A long answer (a watch) as it comes: `onData` throwing ends it with that error. */
@@ -295,16 +300,8 @@ export interface StreamingHttpOptions {
  * (whose body then reads as `{}`). No redirect is followed; an error answer reads as
  * sendBounded's (its first MAX_API_ERROR_BYTES), so apiCall names it the same way.
  */
-export async function streamingHttpLibrary(opts: StreamingHttpOptions): Promise<HttpLibrary> {
-  const { Observable, ResponseContext } = await loadK8s();
-  return {
-    send(ctx: RequestContext) {
-      return new Observable(sendStreaming(ctx, opts).then((a): ResponseContextType => new ResponseContext(a.status, a.headers, {
-        text: async () => a.body.toString('utf8'),
-        binary: async () => a.body,
-      })));
-    },
-  };
+export function streamingHttpLibrary(opts: StreamingHttpOptions): Promise<HttpLibrary> {
+  return libraryOver((ctx) => sendStreaming(ctx, opts));
 }
 
 async function sendStreaming(ctx: RequestContext, opts: StreamingHttpOptions): Promise<Answer> {
