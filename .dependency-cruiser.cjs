@@ -17,7 +17,13 @@ const AGENT_FLOORS = [
   { floor: 'runtime', parts: [{ name: 'runtime', path: dir('runtime') }] },
   { floor: 'self-upgrade', parts: [{ name: 'self-upgrade', path: dir('self-upgrade') }] },
   { floor: 'load', parts: [{ name: 'load', path: dir('load') }] },
-  { floor: 'releases | peers', parts: [{ name: 'releases', path: dir('releases') }, { name: 'peers', path: dir('peers') }] },
+  {
+    floor: 'releases | peers',
+    parts: [
+      { name: 'releases', path: dir('releases') },
+      { name: 'peers', path: dir('peers') },
+    ],
+  },
   { floor: 'daemon', parts: [{ name: 'daemon', path: dir('daemon') }] },
   { floor: 'entry', parts: [{ name: 'entry', path: ENTRY_FILES }] },
 ];
@@ -48,7 +54,8 @@ module.exports = {
     {
       name: 'no-cycle',
       severity: 'error',
-      comment: 'A module cycle hides which layer depends on which: move the shared type or function to a module both can import.',
+      comment:
+        'A module cycle hides which layer depends on which: move the shared type or function to a module both can import.',
       from: {},
       to: { circular: true },
     },

@@ -26,11 +26,26 @@ const HERE = dirname(new URL(import.meta.url).pathname);
 
 /** This file again under the TypeScript loader tap uses (the node helpers are TypeScript). */
 function underTsLoader() {
-  const tap = createRequire(createRequire(join(HERE, '..', 'package.json')).resolve('tap/package.json'));
-  const loader = join(dirname(tap.resolve('@tapjs/typescript/package.json')), 'dist/esm/import.mjs');
-  const child = spawn(process.execPath, ['--import', pathToFileURL(loader).href, ...process.argv.slice(1)], {
-    stdio: 'inherit', env: { ...process.env, OB_PEERS_BENCH_LOADED: '1', TS_NODE_PROJECT: join(HERE, '../test/tsconfig.json'), TS_NODE_TRANSPILE_ONLY: '1' },
-  });
+  const tap = createRequire(
+    createRequire(join(HERE, '..', 'package.json')).resolve('tap/package.json'),
+  );
+  const loader = join(
+    dirname(tap.resolve('@tapjs/typescript/package.json')),
+    'dist/esm/import.mjs',
+  );
+  const child = spawn(
+    process.execPath,
+    ['--import', pathToFileURL(loader).href, ...process.argv.slice(1)],
+    {
+      stdio: 'inherit',
+      env: {
+        ...process.env,
+        OB_PEERS_BENCH_LOADED: '1',
+        TS_NODE_PROJECT: join(HERE, '../test/tsconfig.json'),
+        TS_NODE_TRANSPILE_ONLY: '1',
+      },
+    },
+  );
   child.on('exit', (code, sig) => process.exit(code ?? (sig ? 1 : 0)));
 }
 
@@ -51,11 +66,29 @@ export function tcRateBytes(rate) {
 /** Runs `peers` rows with the given options in a child (under the TS loader); resolves with the rows. */
 export function peersRows({ nodes = 7, size = '2G', rate = '1gbit', image = undefined } = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [new URL(import.meta.url).pathname, '--json', '--nodes', String(nodes), '--size', size, '--rate', rate, ...(image ? ['--image', image] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(
+      process.execPath,
+      [
+        new URL(import.meta.url).pathname,
+        '--json',
+        '--nodes',
+        String(nodes),
+        '--size',
+        size,
+        '--rate',
+        rate,
+        ...(image ? ['--image', image] : []),
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let out = '';
-    child.stdout.on('data', (d) => { out += d; });
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
     child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`bench/peers.mjs exited ${code}`))));
+    child.on('exit', (code) =>
+      code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`bench/peers.mjs exited ${code}`)),
+    );
   });
 }
 
@@ -64,15 +97,23 @@ async function cluster(t, opts, say) {
   const { peerCluster } = await import('../test/agent/peers-nodes-setup.js');
   const { limitLink } = await import('../test/helpers/netns.js');
   const names = Array.from({ length: opts.nodes + 1 }, (_, i) => `node-${i}`);
-  say(`${names.length} nodes, a ${(opts.size / 2 ** 20).toFixed(0)} MiB image set in images of ${(opts.image / 2 ** 20).toFixed(1)} MiB, links ${opts.rate}: making the bundle`);
+  say(
+    `${names.length} nodes, a ${(opts.size / 2 ** 20).toFixed(0)} MiB image set in images of ${(opts.image / 2 ** 20).toFixed(1)} MiB, links ${opts.rate}: making the bundle`,
+  );
   // the link is the limit measured, not the good-neighbour cap (50MiB/s by default): the cap at the link's rate
-  const c = await peerCluster(t, names, opts.size, { peers: `  uploadRate: ${Math.round(tcRateBytes(opts.rate))}\n`, imageSize: opts.image });
+  const c = await peerCluster(t, names, opts.size, {
+    peers: `  uploadRate: ${Math.round(tcRateBytes(opts.rate))}\n`,
+    imageSize: opts.image,
+  });
   for (const n of c.nodes) {
     limitLink(n.net, opts.rate);
     // no kubelet runs here and the bench shares this machine's disk: its image GC and eviction
     // thresholds (85% / 15% by default) would refuse loads for what other work fills
     await mkdir(join(n.root, 'var/lib/kubelet'), { recursive: true });
-    await writeFile(join(n.root, 'var/lib/kubelet/config.yaml'), 'imageGCHighThresholdPercent: 100\nevictionHard:\n  imagefs.available: "0%"\n  nodefs.available: "0%"\n');
+    await writeFile(
+      join(n.root, 'var/lib/kubelet/config.yaml'),
+      'imageGCHighThresholdPercent: 100\nevictionHard:\n  imagefs.available: "0%"\n  nodefs.available: "0%"\n',
+    );
   }
   return c;
 }
@@ -80,24 +121,43 @@ async function cluster(t, opts, say) {
 /** The registry baseline first, on the fresh containerds, which it leaves empty again for ours. */
 async function baseline(c, say) {
   const { openBundle, readHeader } = await import('@offline-bundle/format');
-  const { baselinePull, clearBaseline, layoutImages, stickRegistry } = await import('./lib/peers-baseline.mjs');
+  const { baselinePull, clearBaseline, layoutImages, stickRegistry } =
+    await import('./lib/peers-baseline.mjs');
   const source = await openBundle(c.bundle);
   const { manifest } = await readHeader(source).finally(() => source.close());
   const [seed, ...others] = c.nodes;
   // the layout bundle create read (test/agent/fixtures.ts makeBundle): the bundle's images, the same digests
-  const images = await layoutImages(join(c.work, `layout-${manifest.release.version}-${manifest.release.arch}`), manifest.images);
-  const reg = await stickRegistry(seed.net, join(c.work, `layout-${manifest.release.version}-${manifest.release.arch}`), images);
+  const images = await layoutImages(
+    join(c.work, `layout-${manifest.release.version}-${manifest.release.arch}`),
+    manifest.images,
+  );
+  const reg = await stickRegistry(
+    seed.net,
+    join(c.work, `layout-${manifest.release.version}-${manifest.release.arch}`),
+    images,
+  );
   const upstream = manifest.images[0].repository.split('/')[0];
   let b;
   try {
-    say(`baseline: ${images.length} images in docker-registry on the stick node; every node pulls them at once`);
-    b = await baselinePull({ seed, nodes: others, registry: reg.host, upstream, refs: images.map((i) => i.ref), blobs: manifest.blobs });
+    say(
+      `baseline: ${images.length} images in docker-registry on the stick node; every node pulls them at once`,
+    );
+    b = await baselinePull({
+      seed,
+      nodes: others,
+      registry: reg.host,
+      upstream,
+      refs: images.map((i) => i.ref),
+      blobs: manifest.blobs,
+    });
   } finally {
     await reg.stop();
   }
   await clearBaseline(others, upstream);
   const payloadBytes = manifest.blobs.reduce((sum, x) => sum + x.size, 0);
-  say(`baseline: every node pulled and pinned after ${b.all.toFixed(2)} s (transfer ${b.transfer.toFixed(2)} s); the stick node sent ${(b.sent / 2 ** 20).toFixed(0)} MiB; ${b.cpu.toFixed(1)} CPU s on node-1`);
+  say(
+    `baseline: every node pulled and pinned after ${b.all.toFixed(2)} s (transfer ${b.transfer.toFixed(2)} s); the stick node sent ${(b.sent / 2 ** 20).toFixed(0)} MiB; ${b.cpu.toFixed(1)} CPU s on node-1`,
+  );
   return { ...b, payloadBytes, layers: manifest.images.length };
 }
 
@@ -114,19 +174,46 @@ async function measure(opts) {
     const [seed, ...others] = c.nodes;
     for (const n of c.nodes) n.start();
     await c.plugStick();
-    await until('the stick node is Ready', async () => { const s = await seed.status(); return s?.phase === 'Ready' && !!s?.bundle; }, { timeoutMs: 1_800_000, stepMs: 500 });
+    await until(
+      'the stick node is Ready',
+      async () => {
+        const s = await seed.status();
+        return s?.phase === 'Ready' && !!s?.bundle;
+      },
+      { timeoutMs: 1_800_000, stepMs: 500 },
+    );
     say('the stick node is Ready; approving');
     const ours = await oursFromApproval({ approve: c.approve, seed, nodes: others });
-    say(`ours: every node Ready after ${ours.all.toFixed(2)} s (first ${ours.first.toFixed(2)} s, transfer ${ours.transfer.toFixed(2)} s); the stick node sent ${(ours.sent / 2 ** 20).toFixed(0)} MiB of a ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle; ${ours.cpu.toFixed(1)} CPU s on node-1`);
+    say(
+      `ours: every node Ready after ${ours.all.toFixed(2)} s (first ${ours.first.toFixed(2)} s, transfer ${ours.transfer.toFixed(2)} s); the stick node sent ${(ours.sent / 2 ** 20).toFixed(0)} MiB of a ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle; ${ours.cpu.toFixed(1)} CPU s on node-1`,
+    );
     const what = `${opts.nodes} nodes from one stick node, ${(c.bundleBytes / 2 ** 20).toFixed(0)} MiB bundle in ${base.layers} layers, links ${opts.rate}, peers.uploadRate the link's`;
-    return peersRows({ ours, baseline: base, bundleBytes: c.bundleBytes, payloadBytes: base.payloadBytes, what });
+    return peersRows({
+      ours,
+      baseline: base,
+      bundleBytes: c.bundleBytes,
+      payloadBytes: base.payloadBytes,
+      what,
+    });
   } finally {
-    for (const fn of teardowns.reverse()) await Promise.resolve().then(fn).catch(() => undefined);
+    for (const fn of teardowns.reverse())
+      await Promise.resolve()
+        .then(fn)
+        .catch(() => undefined);
   }
 }
 
 async function main() {
-  const { values } = parseArgs({ options: { nodes: { type: 'string', default: '7' }, size: { type: 'string', default: '2G' }, image: { type: 'string' }, rate: { type: 'string', default: '1gbit' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } });
+  const { values } = parseArgs({
+    options: {
+      nodes: { type: 'string', default: '7' },
+      size: { type: 'string', default: '2G' },
+      image: { type: 'string' },
+      rate: { type: 'string', default: '1gbit' },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
   if (values.help) {
     console.log(`Usage: node bench/peers.mjs [--nodes N] [--size SIZE] [--image SIZE] [--rate RATE] [--json]
 
@@ -145,12 +232,26 @@ Needs root and about 3× SIZE of disk per node under /tmp, and SIZE more for the
   }
   const size = parseSize(values.size);
   // at least 8 layers: a blob passes between nodes only once it is whole
-  const opts = { nodes: Number(values.nodes), size, image: values.image ? parseSize(values.image) : Math.min(64 * 2 ** 20, Math.ceil(size / 8)), rate: values.rate };
-  if (!Number.isInteger(opts.nodes) || opts.nodes < 1) throw new Error(`--nodes ${values.nodes}: give the number of nodes besides the stick node (1 or more)`);
-  if (process.getuid?.() !== 0) throw new Error('bench/peers.mjs makes network namespaces and starts containerd: run it as root');
+  const opts = {
+    nodes: Number(values.nodes),
+    size,
+    image: values.image ? parseSize(values.image) : Math.min(64 * 2 ** 20, Math.ceil(size / 8)),
+    rate: values.rate,
+  };
+  if (!Number.isInteger(opts.nodes) || opts.nodes < 1)
+    throw new Error(
+      `--nodes ${values.nodes}: give the number of nodes besides the stick node (1 or more)`,
+    );
+  if (process.getuid?.() !== 0)
+    throw new Error(
+      'bench/peers.mjs makes network namespaces and starts containerd: run it as root',
+    );
   const st = statfsSync('/tmp');
   const need = (opts.nodes + 1) * 3 * opts.size + 3 * opts.size;
-  if (st.bavail * st.bsize < need) throw new Error(`bench/peers.mjs needs about ${(need / 2 ** 30).toFixed(1)} GiB free under /tmp (3× the size per node); give a smaller --size or fewer --nodes`);
+  if (st.bavail * st.bsize < need)
+    throw new Error(
+      `bench/peers.mjs needs about ${(need / 2 ** 30).toFixed(1)} GiB free under /tmp (3× the size per node); give a smaller --size or fewer --nodes`,
+    );
   const rows = await measure(opts);
   if (values.json) process.stdout.write(`${JSON.stringify(rows)}\n`);
   else console.log((await import('./lib/report.mjs')).table(rows));

@@ -16,12 +16,16 @@ const self = new Map();
 prof.samples.forEach((id, i) => {
   const n = byId.get(id);
   const f = n.callFrame;
-  const where = f.url ? `${f.url.replace(/^file:\/\/.*?\/(node_modules|packages|agent|builder)\//, '$1/')}:${f.lineNumber + 1}` : '';
+  const where = f.url
+    ? `${f.url.replace(/^file:\/\/.*?\/(node_modules|packages|agent|builder)\//, '$1/')}:${f.lineNumber + 1}`
+    : '';
   const key = `${f.functionName || '(anonymous)'} ${where}`.trim();
   self.set(key, (self.get(key) ?? 0) + (prof.timeDeltas[i] ?? 0));
 });
 const total = [...self.values()].reduce((a, b) => a + b, 0);
 console.log(`${(total / 1e6).toFixed(2)} s sampled`);
 for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, Number(topArg ?? 25))) {
-  console.log(`${(us / 1e6).toFixed(2).padStart(7)} s ${((100 * us) / total).toFixed(1).padStart(5)}%  ${k}`);
+  console.log(
+    `${(us / 1e6).toFixed(2).padStart(7)} s ${((100 * us) / total).toFixed(1).padStart(5)}%  ${k}`,
+  );
 }

@@ -42,7 +42,13 @@ import { fetchBlobs } from './lib/blob-client.mjs';
 import { alternate, seconds, shell, stats, timedCpu } from './lib/measure.mjs';
 import { breakdownTable, medianPhases, phaseEnv, readPhases } from './lib/phases.mjs';
 import { peersRows } from './peers.mjs';
-import { criPullAll, mirrorToBundle, mirrorToRegistry, nodeSnapshotter, startNode } from './lib/node.mjs';
+import {
+  criPullAll,
+  mirrorToBundle,
+  mirrorToRegistry,
+  nodeSnapshotter,
+  startNode,
+} from './lib/node.mjs';
 import { AGENT, APP, BUNDLE, cli, serve, serveStaging, useShippedApps } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
 import { table, writeResults } from './lib/report.mjs';
@@ -52,17 +58,32 @@ const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const SHAPE = SHAPES[process.env.BENCH_SHAPE ?? '40'];
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const RSS_X = Number(process.env.BENCH_RSS_X ?? 4);
-const ONLY = new Set((process.env.BENCH_ONLY ?? 'build,stage,stage-durable,random,serve,serve16,serve-file,serve16-file,serve-staging,serve16-staging,preload,load,load-order,rss,peers').split(','));
-const OUT = path.resolve(process.env.BENCH_OUT ?? path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'));
+const ONLY = new Set(
+  (
+    process.env.BENCH_ONLY ??
+    'build,stage,stage-durable,random,serve,serve16,serve-file,serve16-file,serve-staging,serve16-staging,preload,load,load-order,rss,peers'
+  ).split(','),
+);
+const OUT = path.resolve(
+  process.env.BENCH_OUT ??
+    path.join(path.dirname(new URL(import.meta.url).pathname), 'results/latest.json'),
+);
 const STREAMS = 16;
 const RSS_TARGET = { max: 256 * 2 ** 20, what: '< 256 MiB, flat 1×→4×' };
 const UPSTREAM_HOST = 'quay.io';
 if (!SHAPE || !(SCALE > 0) || !(RUNS >= 1)) {
-  console.error('bench: BENCH_SHAPE is 40, 190 or 8, BENCH_SCALE a positive number, BENCH_RUNS at least 1');
+  console.error(
+    'bench: BENCH_SHAPE is 40, 190 or 8, BENCH_SCALE a positive number, BENCH_RUNS at least 1',
+  );
   process.exit(2);
 }
-if (process.getuid?.() !== 0 && (ONLY.has('preload') || ONLY.has('load') || ONLY.has('load-order'))) {
-  console.error('bench: the preload and load rows start a private containerd: run as root, or set BENCH_ONLY=build,stage,serve,serve16,rss');
+if (
+  process.getuid?.() !== 0 &&
+  (ONLY.has('preload') || ONLY.has('load') || ONLY.has('load-order'))
+) {
+  console.error(
+    'bench: the preload and load rows start a private containerd: run as root, or set BENCH_ONLY=build,stage,serve,serve16,rss',
+  );
   process.exit(2);
 }
 
@@ -79,8 +100,12 @@ const addRow = (row) => {
 const meta = {
   date: new Date().toISOString(),
   commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim(),
-  scale: SCALE, shape: SHAPE.images, runs: RUNS, cores: os.cpus().length, loadavg: os.loadavg().map((l) => +l.toFixed(2)),
-  note: 'a shared 2-core machine: other engineers\' builds run alongside, so absolute times are noisy; ratios come from alternating samples',
+  scale: SCALE,
+  shape: SHAPE.images,
+  runs: RUNS,
+  cores: os.cpus().length,
+  loadavg: os.loadavg().map((l) => +l.toFixed(2)),
+  note: "a shared 2-core machine: other engineers' builds run alongside, so absolute times are noisy; ratios come from alternating samples",
 };
 
 useShippedApps();
@@ -91,11 +116,17 @@ meta.app = APP;
 async function setUp(scale, dir) {
   await mkdir(dir, { recursive: true });
   const shape = releaseShape(SHAPE, scale);
-  say(`generating ${shape.images.length} images, ${(shape.bytes / 2 ** 20).toFixed(0)} MiB of layers (scale ${scale})`);
+  say(
+    `generating ${shape.images.length} images, ${(shape.bytes / 2 ** 20).toFixed(0)} MiB of layers (scale ${scale})`,
+  );
   const reg = await startRegistry();
-  const t = await seconds(async () => Object.assign(reg, { release: await generateRelease(reg, shape, dir, say) }));
+  const t = await seconds(async () =>
+    Object.assign(reg, { release: await generateRelease(reg, shape, dir, say) }),
+  );
   say(`generated and pushed in ${t.toFixed(0)} s`);
-  execFileSync(process.execPath, [BUNDLE, 'keygen', '--out', path.join(dir, 'k')], { stdio: 'ignore' });
+  execFileSync(process.execPath, [BUNDLE, 'keygen', '--out', path.join(dir, 'k')], {
+    stdio: 'ignore',
+  });
   return { reg, rel: reg.release, key: path.join(dir, 'k.key'), pub: path.join(dir, 'k.pub'), dir };
 }
 
@@ -114,18 +145,58 @@ async function buildRow(env, file, runs, rss) {
     cleanup: (c) => rm(c.scratch, { recursive: true, force: true }),
     ours: async (c) => {
       await rm(file, { force: true });
-      const m = await timedCpu(async () => rss.push(await cli(BUNDLE, ['create', '--quiet', '--release', rel.release, '--registries-conf', rel.conf, '--key', env.key, '--cache', c.scratch, '-o', file], path.join(dir, 'rss'), phaseEnv(phaseFile))));
+      const m = await timedCpu(async () =>
+        rss.push(
+          await cli(
+            BUNDLE,
+            [
+              'create',
+              '--quiet',
+              '--release',
+              rel.release,
+              '--registries-conf',
+              rel.conf,
+              '--key',
+              env.key,
+              '--cache',
+              c.scratch,
+              '-o',
+              file,
+            ],
+            path.join(dir, 'rss'),
+            phaseEnv(phaseFile),
+          ),
+        ),
+      );
       ourPhases.push(await readPhases(phaseFile, m));
     },
     peer: async (c) => {
-      const copy = await timedCpu(async () => { for (const p of rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${c.scratch}:${p.name}`); });
-      const pack = await timedCpu(() => shell(`tar -C '${c.scratch}' -cf - . | zstd -q -3 -T0 -f -o '${dir}/peer.tar.zst'`));
-      peerSteps.push({ [`skopeo copy of ${rel.payload.length} images into one OCI layout`]: copy, 'tar | zstd -3 -T0 (no sidecar, no signature)': pack });
+      const copy = await timedCpu(async () => {
+        for (const p of rel.payload)
+          await skopeoCopy(`docker://${p.source}`, `oci:${c.scratch}:${p.name}`);
+      });
+      const pack = await timedCpu(() =>
+        shell(`tar -C '${c.scratch}' -cf - . | zstd -q -3 -T0 -f -o '${dir}/peer.tar.zst'`),
+      );
+      peerSteps.push({
+        [`skopeo copy of ${rel.payload.length} images into one OCI layout`]: copy,
+        'tar | zstd -3 -T0 (no sidecar, no signature)': pack,
+      });
     },
   });
   const sizes = { ours: (await stat(file)).size, peer: (await stat(`${dir}/peer.tar.zst`)).size };
   await rm(`${dir}/peer.tar.zst`, { force: true });
-  return { ...r, sizes, peerName: 'skopeo copy + tar | zstd -3 -T0', breakdown: { ours: medianPhases(ourPhases), peer: medianPhases(peerSteps), loadavg: os.loadavg().map((l) => +l.toFixed(2)), process: ourPhases.map((p) => p.process) } };
+  return {
+    ...r,
+    sizes,
+    peerName: 'skopeo copy + tar | zstd -3 -T0',
+    breakdown: {
+      ours: medianPhases(ourPhases),
+      peer: medianPhases(peerSteps),
+      loadavg: os.loadavg().map((l) => +l.toFixed(2)),
+      process: ourPhases.map((p) => p.process),
+    },
+  };
 }
 
 /**
@@ -139,11 +210,13 @@ async function buildRow(env, file, runs, rss) {
 const STAGE_PEERS = {
   stream: {
     name: 'zstd -dc | tee >(openssl dgst -sha256) | tar -x',
-    script: (file, out) => `mkdir -p '${out}' && mkfifo '${out}.hash' && { openssl dgst -sha256 < '${out}.hash' > /dev/null & } && zstd -dc '${file}' | tee '${out}.hash' | tar -x -C '${out}' && wait && rm -f '${out}.hash'`,
+    script: (file, out) =>
+      `mkdir -p '${out}' && mkfifo '${out}.hash' && { openssl dgst -sha256 < '${out}.hash' > /dev/null & } && zstd -dc '${file}' | tee '${out}.hash' | tar -x -C '${out}' && wait && rm -f '${out}.hash'`,
   },
   durable: {
     name: 'openssl dgst -sha256 FILE; zstd -dc | tar -x; hash and sync every blob',
-    script: (file, out) => `openssl dgst -sha256 '${file}' > /dev/null && mkdir -p '${out}' && zstd -dc '${file}' | tar -x -C '${out}' && cd '${out}' && openssl dgst -sha256 blobs/sha256/* > /dev/null && sync blobs/sha256/*`,
+    script: (file, out) =>
+      `openssl dgst -sha256 '${file}' > /dev/null && mkdir -p '${out}' && zstd -dc '${file}' | tar -x -C '${out}' && cd '${out}' && openssl dgst -sha256 blobs/sha256/* > /dev/null && sync blobs/sha256/*`,
   },
 };
 
@@ -160,7 +233,10 @@ async function stageRow(env, file, staged, runs, rss, floor = STAGE_PEERS.stream
       return { out: path.join(dir, `${side}-stage-${i}`) };
     },
     cleanup: (c) => rm(c.out, { recursive: true, force: true }),
-    ours: (c) => cli(BUNDLE, ['extract', '--quiet', file, c.out, '--key', pub], path.join(dir, 'rss')).then((b) => rss.push(b)),
+    ours: (c) =>
+      cli(BUNDLE, ['extract', '--quiet', file, c.out, '--key', pub], path.join(dir, 'rss')).then(
+        (b) => rss.push(b),
+      ),
     peer: (c) => shell(floor.script(file, c.out)),
   });
   if (staged) await cli(BUNDLE, ['extract', '--quiet', file, staged, '--key', pub]);
@@ -179,7 +255,12 @@ async function withServers(env, start, fn) {
 
 async function main() {
   // its own nodes and bundle: no release to generate for it
-  if (ONLY.has('peers')) for (const row of await peersRows({ nodes: Number(process.env.BENCH_PEERS_NODES ?? 7), size: process.env.BENCH_PEERS_SIZE ?? '2G' })) await addRow(row);
+  if (ONLY.has('peers'))
+    for (const row of await peersRows({
+      nodes: Number(process.env.BENCH_PEERS_NODES ?? 7),
+      size: process.env.BENCH_PEERS_SIZE ?? '2G',
+    }))
+      await addRow(row);
   if ([...ONLY].every((r) => r === 'peers')) return;
   const env = await setUp(SCALE, path.join(work, 's1'));
   const file = path.join(env.dir, 'ours.bundle');
@@ -189,26 +270,54 @@ async function main() {
   const fileBytes = async () => (await stat(file)).size;
   try {
     if (ONLY.has('build')) {
-      await addRow({ id: 'build', step: `build (\`bundle create\` from docker-registry, ${env.rel.payload.length} images)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(env, file, RUNS, createRss)) });
+      await addRow({
+        id: 'build',
+        step: `build (\`bundle create\` from docker-registry, ${env.rel.payload.length} images)`,
+        unit: 's',
+        target: { max: 0.8, what: '≤ 0.8' },
+        ...(await buildRow(env, file, RUNS, createRss)),
+      });
     } else {
       await buildRow(env, file, 1, createRss);
     }
     meta.bundleBytes = await fileBytes();
     const build = rows.find((r) => r.id === 'build');
     if (build) {
-      await addRow({ id: 'size', step: 'size: bundle vs the `.tar.zst` of the same layout', unit: 'MiB', ours: stats([build.sizes.ours]), peer: stats([build.sizes.peer]), ratios: stats([build.sizes.ours / build.sizes.peer]), peerName: '.tar.zst' });
+      await addRow({
+        id: 'size',
+        step: 'size: bundle vs the `.tar.zst` of the same layout',
+        unit: 'MiB',
+        ours: stats([build.sizes.ours]),
+        peer: stats([build.sizes.peer]),
+        ratios: stats([build.sizes.ours / build.sizes.peer]),
+        peerName: '.tar.zst',
+      });
     }
     meta.images = env.rel.payload.length;
-    if (ONLY.has('preload') || ONLY.has('load') || ONLY.has('load-order')) meta.snapshotter = await nodeSnapshotter(env.dir);
+    if (ONLY.has('preload') || ONLY.has('load') || ONLY.has('load-order'))
+      meta.snapshotter = await nodeSnapshotter(env.dir);
     meta.blobs = env.rel.blobs.size;
-    const needStaged = ['serve', 'serve16', 'serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r));
+    const needStaged = ['serve', 'serve16', 'serve-staging', 'serve16-staging', 'preload'].some(
+      (r) => ONLY.has(r),
+    );
     if (ONLY.has('stage')) {
-      await addRow({ id: 'stage', step: '`bundle extract`, verified', unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)) });
+      await addRow({
+        id: 'stage',
+        step: '`bundle extract`, verified',
+        unit: 's',
+        target: { max: 1.2, what: '≤ 1.2' },
+        ...(await stageRow(env, file, needStaged ? staged : undefined, RUNS, extractRss)),
+      });
     } else if (needStaged || ONLY.has('rss')) {
       await stageRow(env, file, needStaged ? staged : undefined, 1, extractRss);
     }
     if (ONLY.has('stage-durable')) {
-      await addRow({ id: 'stage-durable', step: '`bundle extract`, verified, every file fsynced', unit: 's', ...(await stageRow(env, file, undefined, RUNS, extractRss, STAGE_PEERS.durable)) });
+      await addRow({
+        id: 'stage-durable',
+        step: '`bundle extract`, verified, every file fsynced',
+        unit: 's',
+        ...(await stageRow(env, file, undefined, RUNS, extractRss, STAGE_PEERS.durable)),
+      });
     }
     const clientRows = async (ours, peer, ids, what, servers) => {
       const pull = path.join(env.dir, 'pull');
@@ -216,19 +325,46 @@ async function main() {
         const r = await alternate(RUNS, {
           servers,
           cleanup: () => rm(pull, { recursive: true, force: true }),
-          ours: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`); },
-          peer: async () => { for (const p of env.rel.payload) await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`); },
+          ours: async () => {
+            for (const p of env.rel.payload)
+              await skopeoCopy(`docker://${ours}/${p.ref}`, `oci:${pull}:${p.name}`);
+          },
+          peer: async () => {
+            for (const p of env.rel.payload)
+              await skopeoCopy(`docker://${p.source}`, `oci:${pull}:${p.name}`);
+          },
         });
-        await addRow({ id: ids.serve, step: `serve: skopeo copy of ${env.rel.payload.length} images from ${what}`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+        await addRow({
+          id: ids.serve,
+          step: `serve: skopeo copy of ${env.rel.payload.length} images from ${what}`,
+          unit: 's',
+          target: { max: 1.0, what: '≤ 1.0' },
+          peerName: 'docker-registry 2.8',
+          ...r,
+        });
       }
       if (ONLY.has(ids.serve16)) {
-        const blobs = [...env.rel.blobs].map(([digest, b]) => ({ digest, ...b })).sort((a, b) => b.size - a.size);
+        const blobs = [...env.rel.blobs]
+          .map(([digest, b]) => ({ digest, ...b }))
+          .sort((a, b) => b.size - a.size);
         const r = await alternate(RUNS, {
           servers,
-          ours: () => fetchBlobs(`http://${ours}`, blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })), STREAMS),
+          ours: () =>
+            fetchBlobs(
+              `http://${ours}`,
+              blobs.map((b) => ({ ...b, repo: `${UPSTREAM_HOST}/${b.repo}` })),
+              STREAMS,
+            ),
           peer: () => fetchBlobs(`http://${peer}`, blobs, STREAMS),
         });
-        await addRow({ id: ids.serve16, step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs, from ${what}`, unit: 's', target: { max: 1.0, what: '≤ 1.0' }, peerName: 'docker-registry 2.8', ...r });
+        await addRow({
+          id: ids.serve16,
+          step: `serve: ${STREAMS}-stream blob client, ${blobs.length} blobs, from ${what}`,
+          unit: 's',
+          target: { max: 1.0, what: '≤ 1.0' },
+          peerName: 'docker-registry 2.8',
+          ...r,
+        });
       }
     };
     const preloadRow = async (ours, peer, servers) => {
@@ -237,27 +373,67 @@ async function main() {
         servers: (side, node) => [node.ctd.pid, servers[side]],
         prepare: async (side) => {
           const node = await startNode(env.dir, env.pub);
-          await (side === 'ours' ? mirrorToBundle(node.ctd.certsDir, UPSTREAM_HOST, ours) : mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, peer));
+          await (side === 'ours'
+            ? mirrorToBundle(node.ctd.certsDir, UPSTREAM_HOST, ours)
+            : mirrorToRegistry(node.ctd.certsDir, UPSTREAM_HOST, peer));
           return node;
         },
         cleanup: (node) => node.stop(),
         ours: (node) => criPullAll(node.ctd.socket, refs),
         peer: (node) => criPullAll(node.ctd.socket, refs),
       });
-      await addRow({ id: 'preload', step: 'pre-load: containerd (CRI) pulls every image through the agent load\'s registry', unit: 's', peerName: 'straight from docker-registry', ...r });
+      await addRow({
+        id: 'preload',
+        step: "pre-load: containerd (CRI) pulls every image through the agent load's registry",
+        unit: 's',
+        peerName: 'straight from docker-registry',
+        ...r,
+      });
     };
     // the registry a load pulls from: what pre-load measures too
     if (['serve-staging', 'serve16-staging', 'preload'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serveStaging(staged), async (ours, peer, servers) => {
-        await clientRows(ours, peer, { serve: 'serve-staging', serve16: 'serve16-staging' }, 'the agent load\'s registry (StagingStore over its verified staging, trusted)', servers);
-        if (ONLY.has('preload')) await preloadRow(ours, peer, servers);
-      });
+      await withServers(
+        env,
+        () => serveStaging(staged),
+        async (ours, peer, servers) => {
+          await clientRows(
+            ours,
+            peer,
+            { serve: 'serve-staging', serve16: 'serve16-staging' },
+            "the agent load's registry (StagingStore over its verified staging, trusted)",
+            servers,
+          );
+          if (ONLY.has('preload')) await preloadRow(ours, peer, servers);
+        },
+      );
     }
     if (['serve', 'serve16'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serve(staged, env.pub), (ours, peer, servers) => clientRows(ours, peer, { serve: 'serve', serve16: 'serve16' }, '`bundle-agent serve DIR` (every chunk re-checked)', servers));
+      await withServers(
+        env,
+        () => serve(staged, env.pub),
+        (ours, peer, servers) =>
+          clientRows(
+            ours,
+            peer,
+            { serve: 'serve', serve16: 'serve16' },
+            '`bundle-agent serve DIR` (every chunk re-checked)',
+            servers,
+          ),
+      );
     }
     if (['serve-file', 'serve16-file'].some((r) => ONLY.has(r))) {
-      await withServers(env, () => serve(file, env.pub), (ours, peer, servers) => clientRows(ours, peer, { serve: 'serve-file', serve16: 'serve16-file' }, '`bundle-agent serve FILE` (media mode: every frame re-checked)', servers));
+      await withServers(
+        env,
+        () => serve(file, env.pub),
+        (ours, peer, servers) =>
+          clientRows(
+            ours,
+            peer,
+            { serve: 'serve-file', serve16: 'serve16-file' },
+            '`bundle-agent serve FILE` (media mode: every frame re-checked)',
+            servers,
+          ),
+      );
     }
     if (ONLY.has('random')) await addRow(await randomRow(env, file));
     if (ONLY.has('load') || ONLY.has('load-order')) {
@@ -277,13 +453,20 @@ async function randomRow(env, file) {
   const { manifest } = await withBundleFile(file, readHeader);
   const largest = [...manifest.blobs].sort((a, b) => b.size - a.size)[0];
   const r = await alternate(RUNS, {
-    ours: () => withBundleFile(file, async (source) => {
-      const reader = await BundleRandomReader.open(source, manifest);
-      await reader.readVerified(blobPath(largest.digest));
-    }),
+    ours: () =>
+      withBundleFile(file, async (source) => {
+        const reader = await BundleRandomReader.open(source, manifest);
+        await reader.readVerified(blobPath(largest.digest));
+      }),
     peer: () => shell(`zstd -dc '${file}' | tar -xO '${blobPath(largest.digest)}' > /dev/null`),
   });
-  return { id: 'random', step: 'random access: the largest blob through the seek index, verified', unit: 's', peerName: 'zstd -dc | tar -xO BLOB', ...r };
+  return {
+    id: 'random',
+    step: 'random access: the largest blob through the seek index, verified',
+    unit: 's',
+    peerName: 'zstd -dc | tar -xO BLOB',
+    ...r,
+  };
 }
 
 /**
@@ -309,7 +492,14 @@ async function loadRow(env, file) {
     },
   });
   meta.catSeconds = stats(cat);
-  return { id: 'load', step: '`bundle-agent load` (stage + pre-load into containerd + pin), blobs in pull order', unit: 's', target: { max: 1.25, what: '≤ 1.25 (moonshot)' }, peerName: '`cat FILE >/dev/null` + containerd pull from docker-registry', ...r };
+  return {
+    id: 'load',
+    step: '`bundle-agent load` (stage + pre-load into containerd + pin), blobs in pull order',
+    unit: 's',
+    target: { max: 1.25, what: '≤ 1.25 (moonshot)' },
+    peerName: '`cat FILE >/dev/null` + containerd pull from docker-registry',
+    ...r,
+  };
 }
 
 /** The same release as `file`, its blobs in pull order (format version 3): what `load` reads. */
@@ -317,7 +507,22 @@ async function buildPullOrder(env, pullFile) {
   const { rel, dir } = env;
   const cache = path.join(dir, 'pull-order-cache');
   try {
-    await cli(BUNDLE, ['create', '--quiet', '--blob-order', 'pull', '--release', rel.release, '--registries-conf', rel.conf, '--key', env.key, '--cache', cache, '-o', pullFile]);
+    await cli(BUNDLE, [
+      'create',
+      '--quiet',
+      '--blob-order',
+      'pull',
+      '--release',
+      rel.release,
+      '--registries-conf',
+      rel.conf,
+      '--key',
+      env.key,
+      '--cache',
+      cache,
+      '-o',
+      pullFile,
+    ]);
   } finally {
     await rm(cache, { recursive: true, force: true });
   }
@@ -335,14 +540,32 @@ async function loadOrderRow(env, file, pullFile) {
     ours: (node) => cli(AGENT, ['load', pullFile, '--config', node.config]),
     peer: (node) => cli(AGENT, ['load', file, '--config', node.config]),
   });
-  return { id: 'load-order', step: '`bundle-agent load` of the bundle in pull order (format 3) vs in digest order (format 2, the default)', unit: 's', peerName: 'the same load, blobs in digest order', ...r };
+  return {
+    id: 'load-order',
+    step: '`bundle-agent load` of the bundle in pull order (format 3) vs in digest order (format 2, the default)',
+    unit: 's',
+    peerName: 'the same load, blobs in digest order',
+    ...r,
+  };
 }
 
 /** Peak RSS at this scale (from the timed runs) and, once each, at RSS_X times it. */
 async function rssRows(env, createRss, extractRss) {
   const add = async (scale, c, x) => {
-    await addRow({ id: `rss-create-${scale}`, step: `peak RSS \`bundle create\`, scale ${scale}`, unit: 'MiB', ours: stats(c), target: RSS_TARGET });
-    await addRow({ id: `rss-extract-${scale}`, step: `peak RSS \`bundle extract\`, scale ${scale}`, unit: 'MiB', ours: stats(x), target: RSS_TARGET });
+    await addRow({
+      id: `rss-create-${scale}`,
+      step: `peak RSS \`bundle create\`, scale ${scale}`,
+      unit: 'MiB',
+      ours: stats(c),
+      target: RSS_TARGET,
+    });
+    await addRow({
+      id: `rss-extract-${scale}`,
+      step: `peak RSS \`bundle extract\`, scale ${scale}`,
+      unit: 'MiB',
+      ours: stats(x),
+      target: RSS_TARGET,
+    });
   };
   await add(SCALE, createRss, extractRss);
   if (RSS_X <= 0) return;
@@ -353,8 +576,20 @@ async function rssRows(env, createRss, extractRss) {
     const bigFile = path.join(big.dir, 'ours.bundle');
     const c = [];
     const x = [];
-    await addRow({ id: `build-x${RSS_X}`, step: `build at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 0.8, what: '≤ 0.8' }, ...(await buildRow(big, bigFile, 1, c)) });
-    await addRow({ id: `stage-x${RSS_X}`, step: `stage at scale ${SCALE * RSS_X} (1 run)`, unit: 's', target: { max: 1.2, what: '≤ 1.2' }, ...(await stageRow(big, bigFile, undefined, 1, x)) });
+    await addRow({
+      id: `build-x${RSS_X}`,
+      step: `build at scale ${SCALE * RSS_X} (1 run)`,
+      unit: 's',
+      target: { max: 0.8, what: '≤ 0.8' },
+      ...(await buildRow(big, bigFile, 1, c)),
+    });
+    await addRow({
+      id: `stage-x${RSS_X}`,
+      step: `stage at scale ${SCALE * RSS_X} (1 run)`,
+      unit: 's',
+      target: { max: 1.2, what: '≤ 1.2' },
+      ...(await stageRow(big, bigFile, undefined, 1, x)),
+    });
     meta[`bundleBytesX${RSS_X}`] = (await stat(bigFile)).size;
     await add(SCALE * RSS_X, c, x);
   } finally {
@@ -364,10 +599,16 @@ async function rssRows(env, createRss, extractRss) {
 
 try {
   await main();
-  if (meta.images) console.log(`\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 2 ** 20).toFixed(0)} MiB; median (min–max) of ${RUNS} alternating runs; ${meta.cores} cores, load ${meta.loadavg.join(' ')}\n`);
+  if (meta.images)
+    console.log(
+      `\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 2 ** 20).toFixed(0)} MiB; median (min–max) of ${RUNS} alternating runs; ${meta.cores} cores, load ${meta.loadavg.join(' ')}\n`,
+    );
   console.log(table(rows));
   console.log('\nratio = ours / peer, per pair of alternating runs');
-  for (const row of rows.filter((r) => r.breakdown)) console.log(`\n${row.step}: where the time goes (medians; load ${row.breakdown.loadavg.join(' ')})\n\n${breakdownTable(row.breakdown)}`);
+  for (const row of rows.filter((r) => r.breakdown))
+    console.log(
+      `\n${row.step}: where the time goes (medians; load ${row.breakdown.loadavg.join(' ')})\n\n${breakdownTable(row.breakdown)}`,
+    );
   await writeResults(OUT, meta, rows);
   say(`results: ${OUT}`);
 } finally {

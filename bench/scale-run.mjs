@@ -48,9 +48,13 @@ const SPLIT = flags['split-size'];
 const SPLIT_BYTES = parseSplit(SPLIT);
 const STICK = STICKS[flags.stick];
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
-const OUT = path.resolve(flags.out ?? path.join(ROOT, `bench/results/scale-${GIB}gib-${flags.stick}.json`));
+const OUT = path.resolve(
+  flags.out ?? path.join(ROOT, `bench/results/scale-${GIB}gib-${flags.stick}.json`),
+);
 if (!(GIB > 0) || !STICK || !(MIN_FREE >= 0)) {
-  console.error(`scale-run: --gib is a positive number of GiB, --stick one of ${Object.keys(STICKS).join(', ')}, --min-free-gib a number`);
+  console.error(
+    `scale-run: --gib is a positive number of GiB, --stick one of ${Object.keys(STICKS).join(', ')}, --min-free-gib a number`,
+  );
   process.exit(2);
 }
 if (process.getuid?.() !== 0) {
@@ -67,18 +71,29 @@ function parseSplit(s) {
 }
 
 const t0 = Date.now();
-const say = (s) => process.stderr.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(5)} s] ${s}\n`);
-const free = async (dir) => { const s = await statfs(dir); return s.bavail * s.bsize; };
+const say = (s) =>
+  process.stderr.write(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(5)} s] ${s}\n`);
+const free = async (dir) => {
+  const s = await statfs(dir);
+  return s.bavail * s.bsize;
+};
 const du = (dir) => Number(execFileSync('du', ['-sb', dir], { encoding: 'utf8' }).split('\t')[0]);
-const sizeOf = async (files) => (await Promise.all(files.map((f) => stat(f)))).reduce((a, s) => a + s.size, 0);
-const partsIn = async (dir, base) => (await readdir(dir)).filter((n) => n.startsWith(`${base}.part-`)).sort().map((n) => path.join(dir, n));
+const sizeOf = async (files) =>
+  (await Promise.all(files.map((f) => stat(f)))).reduce((a, s) => a + s.size, 0);
+const partsIn = async (dir, base) =>
+  (await readdir(dir))
+    .filter((n) => n.startsWith(`${base}.part-`))
+    .sort()
+    .map((n) => path.join(dir, n));
 
 const estimate = releaseShape(SHAPES[190], GIB / 19).bytes;
 const before = await free('/var/tmp');
 // the peak: registry + create's cache + the bundle + one part while it is cut in place
 const peak = 3 * estimate + Math.min(SPLIT_BYTES, estimate);
 if (before - peak < MIN_FREE) {
-  console.error(`scale-run: /var/tmp has ${(before / GiB).toFixed(1)} GiB free; a ${GIB} GiB run needs ${(peak / GiB).toFixed(1)} GiB at its peak and keeps ${MIN_FREE / GiB} GiB free: give a smaller --gib`);
+  console.error(
+    `scale-run: /var/tmp has ${(before / GiB).toFixed(1)} GiB free; a ${GIB} GiB run needs ${(peak / GiB).toFixed(1)} GiB at its peak and keeps ${MIN_FREE / GiB} GiB free: give a smaller --gib`,
+  );
   process.exit(2);
 }
 
@@ -92,37 +107,64 @@ const watchdog = setInterval(async () => {
   const f = await free(work).catch(() => Infinity);
   lowest = Math.min(lowest, f);
   if (f < MIN_FREE && !ac.signal.aborted) {
-    ac.abort(new Error(`disk: ${(f / GiB).toFixed(1)} GiB free on /var/tmp, under the ${MIN_FREE / GiB} GiB kept: stopped`));
+    ac.abort(
+      new Error(
+        `disk: ${(f / GiB).toFixed(1)} GiB free on /var/tmp, under the ${MIN_FREE / GiB} GiB kept: stopped`,
+      ),
+    );
     onAbort();
   }
 }, 2000);
 // Ctrl-C or kill: the step running stops and the cleanup below still runs
-for (const sig of ['SIGINT', 'SIGTERM']) process.once(sig, () => { ac.abort(new Error(`${sig}: stopped`)); onAbort(); });
-const checkAbort = () => { if (ac.signal.aborted) throw ac.signal.reason; };
+for (const sig of ['SIGINT', 'SIGTERM'])
+  process.once(sig, () => {
+    ac.abort(new Error(`${sig}: stopped`));
+    onAbort();
+  });
+const checkAbort = () => {
+  if (ac.signal.aborted) throw ac.signal.reason;
+};
 
 const meta = {
   date: new Date().toISOString(),
-  commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim(),
-  gib: GIB, splitSize: SPLIT_BYTES, stick: flags.stick, cores: os.cpus().length,
-  memTotal: os.totalmem(), disk: execFileSync('findmnt', ['-no', 'SOURCE,FSTYPE', '-T', '/var/tmp'], { encoding: 'utf8' }).trim(),
-  freeAtStart: before, node: process.version,
-  note: 'a shared 2-core machine: other engineers\' tests ran alongside, under nice 19 / ionice idle, so times are upper bounds',
+  commit: execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  }).trim(),
+  gib: GIB,
+  splitSize: SPLIT_BYTES,
+  stick: flags.stick,
+  cores: os.cpus().length,
+  memTotal: os.totalmem(),
+  disk: execFileSync('findmnt', ['-no', 'SOURCE,FSTYPE', '-T', '/var/tmp'], {
+    encoding: 'utf8',
+  }).trim(),
+  freeAtStart: before,
+  node: process.version,
+  note: "a shared 2-core machine: other engineers' tests ran alongside, under nice 19 / ionice idle, so times are upper bounds",
 };
 const steps = [];
 const record = async ({ stdout: _, ...step }) => {
   step.loadavg = os.loadavg().map((l) => +l.toFixed(1));
   steps.push(step);
-  say(`${step.id}: ${step.seconds.toFixed(0)} s, ${(step.bytes / 1e9).toFixed(2)} GB, peak RSS ${(step.maxRss / MiB).toFixed(0)} MiB (tree ${(step.treePeak / MiB).toFixed(0)} MiB)`);
+  say(
+    `${step.id}: ${step.seconds.toFixed(0)} s, ${(step.bytes / 1e9).toFixed(2)} GB, peak RSS ${(step.maxRss / MiB).toFixed(0)} MiB (tree ${(step.treePeak / MiB).toFixed(0)} MiB)`,
+  );
   await writeResults(true);
 };
 async function writeResults(partial) {
-  await writeFile(OUT, JSON.stringify({ meta: { ...meta, lowestFree: lowest, partial }, steps }, null, 2) + '\n');
+  await writeFile(
+    OUT,
+    JSON.stringify({ meta: { ...meta, lowestFree: lowest, partial }, steps }, null, 2) + '\n',
+  );
 }
 
 /** generate: the release into a docker-registry on 127.0.0.1 (in this process: not a step of ours). */
 async function generate() {
   const shape = releaseShape(SHAPES[190], GIB / 19);
-  say(`generating ${shape.images.length} images, ${(shape.bytes / GiB).toFixed(2)} GiB of unique layers`);
+  say(
+    `generating ${shape.images.length} images, ${(shape.bytes / GiB).toFixed(2)} GiB of unique layers`,
+  );
   const reg = await startRegistry();
   onAbort = () => reg.stop();
   const s0 = process.hrtime.bigint();
@@ -130,7 +172,18 @@ async function generate() {
   const seconds = Number(process.hrtime.bigint() - s0) / 1e9;
   checkAbort();
   const layers = [...rel.blobs.values()].reduce((a, b) => a + Math.max(0, b.size), 0);
-  await record({ id: 'generate', what: `generate ${rel.payload.length} images into docker-registry (the bench's generator, not ours)`, seconds, bytes: du(reg.dir), maxRss: process.resourceUsage().maxRSS * 1024, treePeak: 0, byName: {}, images: rel.payload.length, blobs: rel.blobs.size, layerBytes: layers });
+  await record({
+    id: 'generate',
+    what: `generate ${rel.payload.length} images into docker-registry (the bench's generator, not ours)`,
+    seconds,
+    bytes: du(reg.dir),
+    maxRss: process.resourceUsage().maxRSS * 1024,
+    treePeak: 0,
+    byName: {},
+    images: rel.payload.length,
+    blobs: rel.blobs.size,
+    layerBytes: layers,
+  });
   meta.images = rel.payload.length;
   meta.blobs = rel.blobs.size;
   return { reg, rel };
@@ -143,10 +196,36 @@ async function create({ reg, rel }, key) {
   await mkdir(out, { recursive: true });
   const file = path.join(out, 'release.bundle');
   say(`bundle create --split-size ${SPLIT}`);
-  const r = await measure(process.execPath, [path.join(ROOT, BUNDLE_REL), 'create', '--quiet', '--release', rel.release, '--registries-conf', rel.conf, '--key', key, '--cache', cache, '--split-size', SPLIT, '-o', file], { abort: ac.signal });
+  const r = await measure(
+    process.execPath,
+    [
+      path.join(ROOT, BUNDLE_REL),
+      'create',
+      '--quiet',
+      '--release',
+      rel.release,
+      '--registries-conf',
+      rel.conf,
+      '--key',
+      key,
+      '--cache',
+      cache,
+      '--split-size',
+      SPLIT,
+      '-o',
+      file,
+    ],
+    { abort: ac.signal },
+  );
   const parts = await partsIn(out, 'release.bundle');
   const bytes = await sizeOf(parts);
-  await record({ id: 'create', what: `\`bundle create --split-size ${SPLIT}\` from docker-registry (${parts.length} parts)`, ...r, bytes, parts: parts.length });
+  await record({
+    id: 'create',
+    what: `\`bundle create --split-size ${SPLIT}\` from docker-registry (${parts.length} parts)`,
+    ...r,
+    bytes,
+    parts: parts.length,
+  });
   meta.bundleBytes = bytes;
   meta.parts = parts.length;
   onAbort = () => {};
@@ -169,9 +248,20 @@ async function media({ parts }) {
 
 async function writeMedia(file, dir, where, extra) {
   say(`bundle write-media onto the ${where}`);
-  const r = await measure(process.execPath, [path.join(ROOT, BUNDLE_REL), 'write-media', file, dir, '--quiet', '--json', ...extra], { abort: ac.signal });
+  const r = await measure(
+    process.execPath,
+    [path.join(ROOT, BUNDLE_REL), 'write-media', file, dir, '--quiet', '--json', ...extra],
+    { abort: ac.signal },
+  );
   const res = JSON.parse(r.stdout.trim().split('\n').pop());
-  await record({ id: 'write-media', what: `\`bundle write-media\` onto the ${where} (${res.filesystem}, ${res.parts || 1} files; write, sync, read back)`, ...r, bytes: res.size, filesystem: res.filesystem, files: res.files.length });
+  await record({
+    id: 'write-media',
+    what: `\`bundle write-media\` onto the ${where} (${res.filesystem}, ${res.parts || 1} files; write, sync, read back)`,
+    ...r,
+    bytes: res.size,
+    filesystem: res.filesystem,
+    files: res.files.length,
+  });
 }
 
 /** A node: containerd (overlayfs where it mounts) and the agent's config, keeping MIN_FREE on the disk. */
@@ -180,8 +270,20 @@ async function node(pub) {
   // the kubelet's own limits are the load's to respect: these say "keep MIN_FREE" and no image GC
   const kubelet = path.join(n.root, 'etc/kubernetes/kubelet.conf');
   await mkdir(path.dirname(kubelet), { recursive: true });
-  await writeFile(kubelet, JSON.stringify({ imageGCHighThresholdPercent: 100, evictionHard: { 'imagefs.available': `${Math.ceil(MIN_FREE / MiB)}Mi`, 'nodefs.available': `${Math.ceil(MIN_FREE / MiB)}Mi` } }) + '\n');
-  const conf = (await readFile(n.config, 'utf8')).replace('space:\n  reserveBytes: 0\n', `space:\n  reserveBytes: ${MIN_FREE}\n  kubeletConfig: [/etc/kubernetes/kubelet.conf]\n`);
+  await writeFile(
+    kubelet,
+    JSON.stringify({
+      imageGCHighThresholdPercent: 100,
+      evictionHard: {
+        'imagefs.available': `${Math.ceil(MIN_FREE / MiB)}Mi`,
+        'nodefs.available': `${Math.ceil(MIN_FREE / MiB)}Mi`,
+      },
+    }) + '\n',
+  );
+  const conf = (await readFile(n.config, 'utf8')).replace(
+    'space:\n  reserveBytes: 0\n',
+    `space:\n  reserveBytes: ${MIN_FREE}\n  kubeletConfig: [/etc/kubernetes/kubelet.conf]\n`,
+  );
   await writeFile(n.config, conf);
   return n;
 }
@@ -190,30 +292,62 @@ async function node(pub) {
 async function load(dir, base, n) {
   say(`bundle-agent load ${path.join(dir, base)}`);
   const before = memOf(n.ctd.pid);
-  const r = await measure(process.execPath, [path.join(ROOT, path.relative(ROOT, AGENT)), 'load', path.join(dir, base), '--config', n.config, '--json'], { abort: ac.signal });
+  const r = await measure(
+    process.execPath,
+    [
+      path.join(ROOT, path.relative(ROOT, AGENT)),
+      'load',
+      path.join(dir, base),
+      '--config',
+      n.config,
+      '--json',
+    ],
+    { abort: ac.signal },
+  );
   const res = JSON.parse(r.stdout.trim().split('\n').pop());
   const ctd = memOf(n.ctd.pid);
   const root = path.join(n.ctd.dir, 'root');
   const content = du(path.join(root, 'io.containerd.content.v1.content'));
-  const snaps = (await readdir(root)).filter((d) => d.startsWith('io.containerd.snapshotter')).reduce((a, d) => a + du(path.join(root, d)), 0);
+  const snaps = (await readdir(root))
+    .filter((d) => d.startsWith('io.containerd.snapshotter'))
+    .reduce((a, d) => a + du(path.join(root, d)), 0);
   await record({
-    id: 'load', what: `\`bundle-agent load\` from the stick (verify, serve, pre-load ${meta.images} images into containerd, pin)`, ...r, bytes: meta.bundleBytes,
-    result: { ready: res.ready, mode: res.mode ?? res.staged?.mode, images: res.images?.length ?? res.images },
-    containerd: { hwmBefore: before?.hwm, hwm: ctd?.hwm, contentBytes: content, snapshotBytes: snaps },
+    id: 'load',
+    what: `\`bundle-agent load\` from the stick (verify, serve, pre-load ${meta.images} images into containerd, pin)`,
+    ...r,
+    bytes: meta.bundleBytes,
+    result: {
+      ready: res.ready,
+      mode: res.mode ?? res.staged?.mode,
+      images: res.images?.length ?? res.images,
+    },
+    containerd: {
+      hwmBefore: before?.hwm,
+      hwm: ctd?.hwm,
+      contentBytes: content,
+      snapshotBytes: snaps,
+    },
   });
 }
 
 function table() {
-  const lines = ['| step | time | bytes | MB/s | peak RSS (largest process) | peak RSS (process tree) |', '|---|---|---|---|---|---|'];
+  const lines = [
+    '| step | time | bytes | MB/s | peak RSS (largest process) | peak RSS (process tree) |',
+    '|---|---|---|---|---|---|',
+  ];
   for (const s of steps) {
-    lines.push(`| ${s.what.replace(/\|/g, '\\|')} | ${s.seconds.toFixed(0)} s | ${(s.bytes / 1e9).toFixed(2)} GB | ${(s.bytes / 1e6 / s.seconds).toFixed(1)} | ${(s.maxRss / MiB).toFixed(0)} MiB | ${s.treePeak ? `${(s.treePeak / MiB).toFixed(0)} MiB` : '—'} |`);
+    lines.push(
+      `| ${s.what.replace(/\|/g, '\\|')} | ${s.seconds.toFixed(0)} s | ${(s.bytes / 1e9).toFixed(2)} GB | ${(s.bytes / 1e6 / s.seconds).toFixed(1)} | ${(s.maxRss / MiB).toFixed(0)} MiB | ${s.treePeak ? `${(s.treePeak / MiB).toFixed(0)} MiB` : '—'} |`,
+    );
   }
   return lines.join('\n');
 }
 
 let n;
 try {
-  execFileSync(process.execPath, [BUNDLE, 'keygen', '--out', path.join(work, 'k')], { stdio: 'ignore' });
+  execFileSync(process.execPath, [BUNDLE, 'keygen', '--out', path.join(work, 'k')], {
+    stdio: 'ignore',
+  });
   const gen = await generate();
   const built = await create(gen, path.join(work, 'k.key'));
   checkAbort();
@@ -224,7 +358,9 @@ try {
   await load(dir, path.basename(built.file), n);
   meta.seconds = (Date.now() - t0) / 1000;
   await writeResults(false);
-  console.log(`\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 1e9).toFixed(2)} GB in ${meta.parts} parts; ${meta.cores} cores; lowest free ${(lowest / GiB).toFixed(1)} GiB\n`);
+  console.log(
+    `\n${meta.images} images, ${meta.blobs} blobs, bundle ${(meta.bundleBytes / 1e9).toFixed(2)} GB in ${meta.parts} parts; ${meta.cores} cores; lowest free ${(lowest / GiB).toFixed(1)} GiB\n`,
+  );
   console.log(table());
   say(`results: ${OUT}`);
 } finally {

@@ -39,8 +39,15 @@ const MT_LAYER = 'application/vnd.oci.image.layer.v1.tar+gzip';
 async function bundle(dir, layers, layerBytes) {
   const file = path.join(dir, 'serve.bundle');
   const meta = path.join(dir, 'layers.json');
-  if (existsSync(file) && existsSync(meta)) return { file, pub: path.join(dir, 'signer.pub'), digests: JSON.parse(await readFile(meta, 'utf8')) };
-  const { writeBundle, generateKeyPair } = await import(path.join(ROOT, 'packages/format/dist/index.js'));
+  if (existsSync(file) && existsSync(meta))
+    return {
+      file,
+      pub: path.join(dir, 'signer.pub'),
+      digests: JSON.parse(await readFile(meta, 'utf8')),
+    };
+  const { writeBundle, generateKeyPair } = await import(
+    path.join(ROOT, 'packages/format/dist/index.js')
+  );
   const { createPrivateKey } = await import('node:crypto');
   await mkdir(path.join(dir, 'src'), { recursive: true });
   const blobs = [];
@@ -53,26 +60,69 @@ async function bundle(dir, layers, layerBytes) {
   };
   const layerDescs = [];
   for (let i = 0; i < layers; i++) layerDescs.push(await put(randomBytes(layerBytes), MT_LAYER));
-  const config = await put(Buffer.from(JSON.stringify({ architecture: 'amd64', os: 'linux', config: {}, rootfs: { type: 'layers', diff_ids: layerDescs.map((l) => l.digest) } })), MT_CONFIG);
-  const manifest = await put(Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MT_MANIFEST, config, layers: layerDescs })), MT_MANIFEST);
-  const index = Buffer.from(JSON.stringify({
-    schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json',
-    manifests: [{ ...manifest, platform: { os: 'linux', architecture: 'amd64' }, annotations: { 'org.opencontainers.image.ref.name': 'example.com/bench/app:v1' } }],
-  }));
+  const config = await put(
+    Buffer.from(
+      JSON.stringify({
+        architecture: 'amd64',
+        os: 'linux',
+        config: {},
+        rootfs: { type: 'layers', diff_ids: layerDescs.map((l) => l.digest) },
+      }),
+    ),
+    MT_CONFIG,
+  );
+  const manifest = await put(
+    Buffer.from(
+      JSON.stringify({ schemaVersion: 2, mediaType: MT_MANIFEST, config, layers: layerDescs }),
+    ),
+    MT_MANIFEST,
+  );
+  const index = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: 'application/vnd.oci.image.index.v1+json',
+      manifests: [
+        {
+          ...manifest,
+          platform: { os: 'linux', architecture: 'amd64' },
+          annotations: { 'org.opencontainers.image.ref.name': 'example.com/bench/app:v1' },
+        },
+      ],
+    }),
+  );
   const key = generateKeyPair('ecdsa-p256');
   await writeFile(path.join(dir, 'signer.pub'), key.publicPem);
   await writeBundle({
-    release: { name: 'bench', version: '1.0.0', arch: 'amd64', image: null, digest: null, upgradeFrom: [] },
-    images: [{ repository: 'example.com/bench/app', tag: 'v1', digest: manifest.digest, mediaType: MT_MANIFEST, platforms: [{ os: 'linux', architecture: 'amd64' }] }],
-    index, blobs, imageStoreBytes: layers * layerBytes, key: createPrivateKey(key.privatePem), output: file,
-    createdAt: '2026-01-01T00:00:00Z', tool: { name: 'serve-streams-bench', version: '0' },
+    release: {
+      name: 'bench',
+      version: '1.0.0',
+      arch: 'amd64',
+      image: null,
+      digest: null,
+      upgradeFrom: [],
+    },
+    images: [
+      {
+        repository: 'example.com/bench/app',
+        tag: 'v1',
+        digest: manifest.digest,
+        mediaType: MT_MANIFEST,
+        platforms: [{ os: 'linux', architecture: 'amd64' }],
+      },
+    ],
+    index,
+    blobs,
+    imageStoreBytes: layers * layerBytes,
+    key: createPrivateKey(key.privatePem),
+    output: file,
+    createdAt: '2026-01-01T00:00:00Z',
+    tool: { name: 'serve-streams-bench', version: '0' },
   });
   await rm(path.join(dir, 'src'), { recursive: true });
   const digests = layerDescs.map((l) => l.digest);
   await writeFile(meta, JSON.stringify(digests));
   return { file, pub: path.join(dir, 'signer.pub'), digests };
 }
-
 
 async function hwm(pid) {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
@@ -88,11 +138,28 @@ async function run(file, pub, digests, streams) {
     const ready = await hwm(s.pid);
     const url = (d) => `http://${s.address}/v2/example.com/bench/app/blobs/${d}`;
     const t0 = process.hrtime.bigint();
-    const got = await Promise.all(Array.from({ length: streams }, (_, i) =>
-      curl('curl', ['-sf', '-o', '/dev/null', '-w', '%{size_download}', url(digests[i % digests.length])]).then((r) => Number(r.stdout))));
+    const got = await Promise.all(
+      Array.from({ length: streams }, (_, i) =>
+        curl('curl', [
+          '-sf',
+          '-o',
+          '/dev/null',
+          '-w',
+          '%{size_download}',
+          url(digests[i % digests.length]),
+        ]).then((r) => Number(r.stdout)),
+      ),
+    );
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     const bytes = got.reduce((a, b) => a + b, 0);
-    return { streams, readyHwmMiB: +(ready / MiB).toFixed(1), peakHwmMiB: +((await hwm(s.pid)) / MiB).toFixed(1), bytes, seconds: +seconds.toFixed(2), MBps: +(bytes / seconds / 1e6).toFixed(1) };
+    return {
+      streams,
+      readyHwmMiB: +(ready / MiB).toFixed(1),
+      peakHwmMiB: +((await hwm(s.pid)) / MiB).toFixed(1),
+      bytes,
+      seconds: +seconds.toFixed(2),
+      MBps: +(bytes / seconds / 1e6).toFixed(1),
+    };
   } finally {
     await s.stop();
   }
@@ -103,6 +170,16 @@ const results = [];
 for (const n of o.streams.split(',').map(Number)) {
   const r = await run(file, pub, digests, n);
   results.push(r);
-  console.log(`${n} stream(s): ready ${r.readyHwmMiB} MiB, peak ${r.peakHwmMiB} MiB, ${r.bytes} bytes in ${r.seconds} s (${r.MBps} MB/s)`);
+  console.log(
+    `${n} stream(s): ready ${r.readyHwmMiB} MiB, peak ${r.peakHwmMiB} MiB, ${r.bytes} bytes in ${r.seconds} s (${r.MBps} MB/s)`,
+  );
 }
-if (o.json) await writeFile(o.json, JSON.stringify({ agent: o.agent, layers: Number(o.layers), layerMiB: Number(o['layer-mib']), results }, null, 2) + '\n');
+if (o.json)
+  await writeFile(
+    o.json,
+    JSON.stringify(
+      { agent: o.agent, layers: Number(o.layers), layerMiB: Number(o['layer-mib']), results },
+      null,
+      2,
+    ) + '\n',
+  );

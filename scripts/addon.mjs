@@ -7,7 +7,15 @@
 // a build takes 1-2 minutes on 2 cores.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,8 +37,24 @@ export function installedPackage(name) {
 
 /** node-gyp as npm ships it (npm comes with Node), else the copy in the workspace. */
 function nodeGyp() {
-  const candidates = [path.join(path.dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js')];
-  try { candidates.push(path.join(installedPackage('node-gyp'), 'bin', 'node-gyp.js')); } catch { /* not in the workspace */ }
+  const candidates = [
+    path.join(
+      path.dirname(process.execPath),
+      '..',
+      'lib',
+      'node_modules',
+      'npm',
+      'node_modules',
+      'node-gyp',
+      'bin',
+      'node-gyp.js',
+    ),
+  ];
+  try {
+    candidates.push(path.join(installedPackage('node-gyp'), 'bin', 'node-gyp.js'));
+  } catch {
+    /* not in the workspace */
+  }
   const found = candidates.find((c) => existsSync(c));
   if (!found) throw new Error(`node-gyp not found (looked at ${candidates.join(', ')})`);
   return found;
@@ -38,9 +62,14 @@ function nodeGyp() {
 
 function toolVersion(tool) {
   try {
-    return execFileSync(tool, ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split('\n')[0];
+    return execFileSync(tool, ['--version'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).split('\n')[0];
   } catch {
-    throw new Error(`${tool} is missing: the cross toolchain comes from scripts/setup.sh (apt-get install g++-${TRIPLETS.arm64})`);
+    throw new Error(
+      `${tool} is missing: the cross toolchain comes from scripts/setup.sh (apt-get install g++-${TRIPLETS.arm64})`,
+    );
   }
 }
 
@@ -62,24 +91,65 @@ export function zstdAddon(arch, nodeDir, nodeVersion) {
   if (!triplet) throw new Error(`no cross toolchain known for ${arch}`);
   const cxx = `${triplet}-g++`;
   const version = JSON.parse(readFileSync(path.join(pkg, 'package.json'), 'utf8')).version;
-  const key = createHash('sha256').update(JSON.stringify([version, arch, nodeVersion, toolVersion(cxx)])).digest('hex').slice(0, 16);
-  const cache = path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'offline-bundle', 'addons');
+  const key = createHash('sha256')
+    .update(JSON.stringify([version, arch, nodeVersion, toolVersion(cxx)]))
+    .digest('hex')
+    .slice(0, 16);
+  const cache = path.join(
+    process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'),
+    'offline-bundle',
+    'addons',
+  );
   const file = path.join(cache, `zstd-napi-${version}-${arch}-${key}.node`);
   if (existsSync(file)) return file;
-  if (!existsSync(path.join(nodeDir, 'include/node/common.gypi'))) throw new Error(`${nodeDir}/include/node has no Node headers`);
+  if (!existsSync(path.join(nodeDir, 'include/node/common.gypi')))
+    throw new Error(`${nodeDir}/include/node has no Node headers`);
 
   // A private copy of the package source (node-gyp builds in ./build, which holds the host's build).
   const work = path.join(cache, `.build-${arch}-${process.pid}`);
   rmSync(work, { recursive: true, force: true });
   mkdirSync(path.join(work, 'node_modules'), { recursive: true });
-  execFileSync('cp', ['-rL', ...['binding.gyp', 'build_flags.gypi', 'deps', 'src', 'package.json'].map((f) => path.join(pkg, f)), work]);
-  execFileSync('cp', ['-rL', path.join(pkg, '..', 'node-addon-api'), path.join(work, 'node_modules')]);
+  execFileSync('cp', [
+    '-rL',
+    ...['binding.gyp', 'build_flags.gypi', 'deps', 'src', 'package.json'].map((f) =>
+      path.join(pkg, f),
+    ),
+    work,
+  ]);
+  execFileSync('cp', [
+    '-rL',
+    path.join(pkg, '..', 'node-addon-api'),
+    path.join(work, 'node_modules'),
+  ]);
   // npm_config_* from pnpm's environment (nodedir=/usr of .npmrc, arch) would override the flags.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_config_/i.test(k)));
-  Object.assign(env, { CC: `${triplet}-gcc`, CXX: cxx, AR: `${triplet}-ar`, LINK: cxx, CFLAGS: `-ffile-prefix-map=${work}=.`, CXXFLAGS: `-ffile-prefix-map=${work}=.` });
-  console.error(`package: cross-compiling zstd-napi ${version} for ${arch} (${cxx}; cached afterwards in ${cache})`);
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^npm_config_/i.test(k)),
+  );
+  Object.assign(env, {
+    CC: `${triplet}-gcc`,
+    CXX: cxx,
+    AR: `${triplet}-ar`,
+    LINK: cxx,
+    CFLAGS: `-ffile-prefix-map=${work}=.`,
+    CXXFLAGS: `-ffile-prefix-map=${work}=.`,
+  });
+  console.error(
+    `package: cross-compiling zstd-napi ${version} for ${arch} (${cxx}; cached afterwards in ${cache})`,
+  );
   try {
-    execFileSync(process.execPath, [nodeGyp(), 'rebuild', '--loglevel=warn', `--arch=${GYP_ARCH[arch]}`, `--nodedir=${nodeDir}`, '-j', String(Math.max(1, os.availableParallelism()))], { cwd: work, env, stdio: ['ignore', 'ignore', 'inherit'] });
+    execFileSync(
+      process.execPath,
+      [
+        nodeGyp(),
+        'rebuild',
+        '--loglevel=warn',
+        `--arch=${GYP_ARCH[arch]}`,
+        `--nodedir=${nodeDir}`,
+        '-j',
+        String(Math.max(1, os.availableParallelism())),
+      ],
+      { cwd: work, env, stdio: ['ignore', 'ignore', 'inherit'] },
+    );
     copyFileSync(path.join(work, 'build/Release/binding.node'), `${file}.tmp`);
     renameSync(`${file}.tmp`, file);
   } finally {

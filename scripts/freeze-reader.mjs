@@ -64,7 +64,8 @@ else {
 }
 `;
 
-const git = (args, opts = {}) => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8', ...opts });
+const git = (args, opts = {}) =>
+  execFileSync('git', args, { cwd: ROOT, encoding: 'utf8', ...opts });
 
 /** Sends @offline-bundle/NAME to the frozen commit's packages/NAME/src, never to this checkout's. */
 function frozenWorkspace(dir) {
@@ -73,11 +74,17 @@ function frozenWorkspace(dir) {
     setup(build) {
       build.onResolve({ filter: /^@offline-bundle\// }, (a) => {
         const name = a.path.slice('@offline-bundle/'.length);
-        if (!FORMAT_DEPS.includes(name)) return { errors: [{ text: `${a.path}: not a package the reader uses (add it to FORMAT_DEPS)` }] };
+        if (!FORMAT_DEPS.includes(name))
+          return {
+            errors: [{ text: `${a.path}: not a package the reader uses (add it to FORMAT_DEPS)` }],
+          };
         return { path: path.join(dir, 'packages', name, 'src', 'index.ts') };
       });
       // the addon loads its binding through a computed require: both stay outside the file
-      build.onResolve({ filter: /^zstd-napi(\/binding\.js)?$/ }, (a) => ({ path: a.path, external: true }));
+      build.onResolve({ filter: /^zstd-napi(\/binding\.js)?$/ }, (a) => ({
+        path: a.path,
+        external: true,
+      }));
     },
   };
 }
@@ -92,11 +99,18 @@ async function freeze(commit, out) {
   mkdirSync(cache, { recursive: true });
   const dir = mkdtempSync(path.join(cache, 'freeze-reader-'));
   try {
-    const archive = git(['archive', '--format=tar', full, ...FORMAT_DEPS.map((p) => `packages/${p}/src`)], { encoding: 'buffer', maxBuffer: 256 * 1024 * 1024 });
+    const archive = git(
+      ['archive', '--format=tar', full, ...FORMAT_DEPS.map((p) => `packages/${p}/src`)],
+      { encoding: 'buffer', maxBuffer: 256 * 1024 * 1024 },
+    );
     execFileSync('tar', ['-x', '-C', dir], { input: archive });
     // what the reader does not call is left out (the registry client, YAML, TOML): these
     // packages do nothing on import but define
-    for (const p of FORMAT_DEPS) writeFileSync(path.join(dir, 'packages', p, 'package.json'), '{ "type": "module", "sideEffects": false }\n');
+    for (const p of FORMAT_DEPS)
+      writeFileSync(
+        path.join(dir, 'packages', p, 'package.json'),
+        '{ "type": "module", "sideEffects": false }\n',
+      );
     writeFileSync(path.join(dir, 'entry.mjs'), ENTRY(short, version));
     const esbuild = await import('esbuild');
     const r = await esbuild.build({
@@ -111,9 +125,16 @@ async function freeze(commit, out) {
       legalComments: 'eof',
       logLevel: 'warning',
       // every package's dependencies: the frozen commit's packages are not today's (oci held undici and smol-toml before #41's split)
-      nodePaths: [path.join(ROOT, 'node_modules'), ...readdirSync(path.join(ROOT, 'packages')).map((p) => path.join(ROOT, 'packages', p, 'node_modules'))],
+      nodePaths: [
+        path.join(ROOT, 'node_modules'),
+        ...readdirSync(path.join(ROOT, 'packages')).map((p) =>
+          path.join(ROOT, 'packages', p, 'node_modules'),
+        ),
+      ],
       // CommonJS dependencies call require(): give the module one
-      banner: { js: `// The bundle reader of offline-bundle ${version} at commit ${short}, frozen by scripts/freeze-reader.mjs: do not edit, rebuild.\nimport { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);` },
+      banner: {
+        js: `// The bundle reader of offline-bundle ${version} at commit ${short}, frozen by scripts/freeze-reader.mjs: do not edit, rebuild.\nimport { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);`,
+      },
       plugins: [frozenWorkspace(dir)],
     });
     mkdirSync(path.dirname(out), { recursive: true });
@@ -124,7 +145,14 @@ async function freeze(commit, out) {
   }
 }
 
-const { values } = parseArgs({ options: { commit: { type: 'string', default: '0b1c790' }, out: { type: 'string' } } });
-const outFile = path.resolve(values.out ?? path.join(ROOT, 'test', 'fixtures', 'frozen-reader', `reader-${values.commit.slice(0, 7)}.mjs`));
+const { values } = parseArgs({
+  options: { commit: { type: 'string', default: '0b1c790' }, out: { type: 'string' } },
+});
+const outFile = path.resolve(
+  values.out ??
+    path.join(ROOT, 'test', 'fixtures', 'frozen-reader', `reader-${values.commit.slice(0, 7)}.mjs`),
+);
 const done = await freeze(values.commit, outFile);
-process.stdout.write(`froze the reader of ${done.version} at ${done.commit} into ${path.relative(ROOT, done.out)} (${done.bytes} bytes)\n`);
+process.stdout.write(
+  `froze the reader of ${done.version} at ${done.commit} into ${path.relative(ROOT, done.out)} (${done.bytes} bytes)\n`,
+);

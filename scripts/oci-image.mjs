@@ -15,7 +15,16 @@
 // versions, recorded in the image's annotations) give the same bytes and digests.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
 import { BASE_DEBS, fileDigest, inputsFor, verifiedCopies } from './package-inputs.mjs';
 import { reproducibleTar, shq } from './reproducible-tar.mjs';
@@ -31,7 +40,12 @@ function cachedDebs(arch, work) {
 function blob(layout, mediaType, data, annotations) {
   const digest = createHash('sha256').update(data).digest('hex');
   writeFileSync(path.join(layout, 'blobs', 'sha256', digest), data);
-  return { mediaType, digest: `sha256:${digest}`, size: data.length, ...(annotations ? { annotations } : {}) };
+  return {
+    mediaType,
+    digest: `sha256:${digest}`,
+    size: data.length,
+    ...(annotations ? { annotations } : {}),
+  };
 }
 
 function layer(layout, dir, names, epoch, work) {
@@ -56,19 +70,34 @@ function baseRootfs(dir, debs) {
     execFileSync('dpkg-deb', ['-x', file, x]);
     const keep = spec.keep ?? [''];
     // Copyright files stay with what they cover; manuals, docs and locales go.
-    const parts = [...keep, `usr/share/doc/${spec.name}/copyright`].filter((k) => k === '' || existsSync(path.join(x, k)));
+    const parts = [...keep, `usr/share/doc/${spec.name}/copyright`].filter(
+      (k) => k === '' || existsSync(path.join(x, k)),
+    );
     for (const k of parts) {
-      execFileSync('sh', ['-c', `cd ${shq(x)} && tar -cf - ${k === '' ? '.' : shq(k)} | tar -xf - -C ${shq(dir)}`]);
+      execFileSync('sh', [
+        '-c',
+        `cd ${shq(x)} && tar -cf - ${k === '' ? '.' : shq(k)} | tar -xf - -C ${shq(dir)}`,
+      ]);
     }
   }
   rmSync(x, { recursive: true, force: true });
-  for (const d of ['usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian', 'usr/lib/x86_64-linux-gnu/gconv', 'usr/lib/aarch64-linux-gnu/gconv', 'usr/share/gcc', 'usr/share/gdb']) {
+  for (const d of [
+    'usr/share/man',
+    'usr/share/info',
+    'usr/share/locale',
+    'usr/share/lintian',
+    'usr/lib/x86_64-linux-gnu/gconv',
+    'usr/lib/aarch64-linux-gnu/gconv',
+    'usr/share/gcc',
+    'usr/share/gdb',
+  ]) {
     rmSync(path.join(dir, d), { recursive: true, force: true });
   }
   for (const doc of readdirSync(path.join(dir, 'usr/share/doc'), { withFileTypes: true })) {
     const d = path.join(dir, 'usr/share/doc', doc.name);
     if (!doc.isDirectory()) continue; // a link to another package's docs
-    for (const f of readdirSync(d)) if (f !== 'copyright') rmSync(path.join(d, f), { recursive: true, force: true });
+    for (const f of readdirSync(d))
+      if (f !== 'copyright') rmSync(path.join(d, f), { recursive: true, force: true });
   }
   // /bin/sh, the CA bundle as update-ca-certificates would write it, users, /tmp.
   mkdirSync(path.join(dir, 'bin'), { recursive: true });
@@ -76,14 +105,31 @@ function baseRootfs(dir, debs) {
   const certs = [];
   const caDir = path.join(dir, 'usr/share/ca-certificates');
   for (const sub of readdirSync(caDir).sort()) {
-    for (const f of readdirSync(path.join(caDir, sub)).sort()) if (f.endsWith('.crt')) certs.push(readFileSync(path.join(caDir, sub, f), 'utf8').trim());
+    for (const f of readdirSync(path.join(caDir, sub)).sort())
+      if (f.endsWith('.crt')) certs.push(readFileSync(path.join(caDir, sub, f), 'utf8').trim());
   }
   mkdirSync(path.join(dir, 'etc/ssl/certs'), { recursive: true });
   writeFileSync(path.join(dir, 'etc/ssl/certs/ca-certificates.crt'), `${certs.join('\n')}\n`);
-  writeFileSync(path.join(dir, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n');
+  writeFileSync(
+    path.join(dir, 'etc/passwd'),
+    'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  );
   writeFileSync(path.join(dir, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
-  writeFileSync(path.join(dir, 'etc/nsswitch.conf'), 'passwd: files\ngroup: files\nhosts: files dns\n');
-  for (const d of ['tmp', 'root', 'proc', 'sys', 'dev', 'run', 'var/lib/bundle-agent', 'etc/bundle-agent']) mkdirSync(path.join(dir, d), { recursive: true });
+  writeFileSync(
+    path.join(dir, 'etc/nsswitch.conf'),
+    'passwd: files\ngroup: files\nhosts: files dns\n',
+  );
+  for (const d of [
+    'tmp',
+    'root',
+    'proc',
+    'sys',
+    'dev',
+    'run',
+    'var/lib/bundle-agent',
+    'etc/bundle-agent',
+  ])
+    mkdirSync(path.join(dir, d), { recursive: true });
   chmodSync(dir, 0o755);
   chmodSync(path.join(dir, 'tmp'), 0o1777);
 }
@@ -112,29 +158,48 @@ function buildImage(layout, work, prefixDir, arch, version, epoch) {
     config: {
       Entrypoint: ['/usr/local/bin/bundle-agent'],
       Cmd: ['run', '--config', '/etc/bundle-agent/config.yaml'],
-      Env: ['PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin', 'SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt'],
+      Env: [
+        'PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
+        'SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt',
+      ],
       WorkingDir: '/',
       Labels: {
         'org.opencontainers.image.title': 'bundle-agent',
         'org.opencontainers.image.version': version,
-        'org.opencontainers.image.description': 'offline-bundle agent: loads signed update bundles from USB media into the node\'s container runtime',
+        'org.opencontainers.image.description':
+          "offline-bundle agent: loads signed update bundles from USB media into the node's container runtime",
       },
     },
     rootfs: { type: 'layers', diff_ids: [l1.diffId, l2.diffId] },
     history: [
       { created, created_by: `offline-bundle scripts/oci-image.mjs: Debian packages ${debList}` },
-      { created, created_by: `offline-bundle scripts/package.mjs: bundle-agent ${version} under /usr/local` },
+      {
+        created,
+        created_by: `offline-bundle scripts/package.mjs: bundle-agent ${version} under /usr/local`,
+      },
     ],
   };
-  const cfg = blob(layout, 'application/vnd.oci.image.config.v1+json', Buffer.from(JSON.stringify(config)));
+  const cfg = blob(
+    layout,
+    'application/vnd.oci.image.config.v1+json',
+    Buffer.from(JSON.stringify(config)),
+  );
   const manifest = {
     schemaVersion: 2,
     mediaType: 'application/vnd.oci.image.manifest.v1+json',
     config: cfg,
     layers: [l1.desc, l2.desc],
-    annotations: { 'org.opencontainers.image.created': created, 'org.opencontainers.image.version': version, 'io.offline-bundle.base.debs': debList },
+    annotations: {
+      'org.opencontainers.image.created': created,
+      'org.opencontainers.image.version': version,
+      'io.offline-bundle.base.debs': debList,
+    },
   };
-  const desc = blob(layout, 'application/vnd.oci.image.manifest.v1+json', Buffer.from(JSON.stringify(manifest)));
+  const desc = blob(
+    layout,
+    'application/vnd.oci.image.manifest.v1+json',
+    Buffer.from(JSON.stringify(manifest)),
+  );
   return { ...desc, platform: { architecture: arch, os: 'linux' } };
 }
 
@@ -150,21 +215,42 @@ export async function buildAgentImage(o) {
   rmSync(work, { recursive: true, force: true });
   const layout = path.join(work, 'layout');
   mkdirSync(path.join(layout, 'blobs', 'sha256'), { recursive: true });
-  const manifests = Object.keys(o.prefixDirs).sort().map((arch) => buildImage(layout, work, o.prefixDirs[arch], arch, o.version, o.epoch));
+  const manifests = Object.keys(o.prefixDirs)
+    .sort()
+    .map((arch) => buildImage(layout, work, o.prefixDirs[arch], arch, o.version, o.epoch));
   const created = new Date(o.epoch * 1000).toISOString().replace(/\.000Z$/, 'Z');
   const index = {
     schemaVersion: 2,
     mediaType: 'application/vnd.oci.image.index.v1+json',
     manifests,
-    annotations: { 'org.opencontainers.image.created': created, 'org.opencontainers.image.version': o.version },
+    annotations: {
+      'org.opencontainers.image.created': created,
+      'org.opencontainers.image.version': o.version,
+    },
   };
-  const idesc = blob(layout, 'application/vnd.oci.image.index.v1+json', Buffer.from(JSON.stringify(index)), { 'org.opencontainers.image.ref.name': o.version });
+  const idesc = blob(
+    layout,
+    'application/vnd.oci.image.index.v1+json',
+    Buffer.from(JSON.stringify(index)),
+    { 'org.opencontainers.image.ref.name': o.version },
+  );
   // VERSION-ARCH name each image alone: umoci 0.4 finds two manifests under VERSION ("tag is
   // ambiguous") and has no platform choice.
-  const single = manifests.map((m) => ({ ...m, annotations: { 'org.opencontainers.image.ref.name': `${o.version}-${m.platform.architecture}` } }));
-  writeFileSync(path.join(layout, 'index.json'), JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: [idesc, ...single] }));
+  const single = manifests.map((m) => ({
+    ...m,
+    annotations: { 'org.opencontainers.image.ref.name': `${o.version}-${m.platform.architecture}` },
+  }));
+  writeFileSync(
+    path.join(layout, 'index.json'),
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: 'application/vnd.oci.image.index.v1+json',
+      manifests: [idesc, ...single],
+    }),
+  );
   writeFileSync(path.join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-  for (const f of readdirSync(path.join(layout, 'blobs', 'sha256'))) chmodSync(path.join(layout, 'blobs', 'sha256', f), 0o644);
+  for (const f of readdirSync(path.join(layout, 'blobs', 'sha256')))
+    chmodSync(path.join(layout, 'blobs', 'sha256', f), 0o644);
   const file = path.join(o.out, `bundle-agent-${o.version}.oci.tar`);
   reproducibleTar(layout, ['blobs', 'index.json', 'oci-layout'], file, o.epoch, { gzip: false });
   rmSync(work, { recursive: true, force: true });

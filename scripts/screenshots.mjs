@@ -52,27 +52,50 @@ async function testHelpers() {
   await import(pathToFileURL(path.join(tsNode, 'import.mjs')).href);
   const load = (rel) => import(pathToFileURL(path.join(ROOT, rel)).href);
   const [standin, cluster, signing, until] = await Promise.all([
-    load('test/helpers/kube-standin.ts'), load('test/cluster/lib.ts'), load('test/builder/release-signing.ts'), load('test/helpers/until.ts'),
+    load('test/helpers/kube-standin.ts'),
+    load('test/cluster/lib.ts'),
+    load('test/builder/release-signing.ts'),
+    load('test/helpers/until.ts'),
   ]);
   return { startKubeStandIn: standin.startKubeStandIn, ...cluster, ...signing, until: until.until };
 }
 
 /** The cluster's own objects: Nodes, the running release, one Pod that pulls with Always. */
 function seedCluster(h, api, rel) {
-  api.nodes = ['master-0', 'worker-0', 'worker-1', 'worker-2', 'worker-3']
-    .map((n) => h.node(n, n.startsWith('master') ? { 'node-role.kubernetes.io/master': '' } : { 'node-role.kubernetes.io/worker': '' }));
+  api.nodes = ['master-0', 'worker-0', 'worker-1', 'worker-2', 'worker-3'].map((n) =>
+    h.node(
+      n,
+      n.startsWith('master')
+        ? { 'node-role.kubernetes.io/master': '' }
+        : { 'node-role.kubernetes.io/worker': '' },
+    ),
+  );
   api.clusterVersion = h.clusterVersion('4.15.0');
-  api.pods = [{
-    metadata: { namespace: 'openshift-marketplace', name: 'catalog-7d9f', ownerReferences: [{ kind: 'Deployment', name: 'catalog', controller: true }] },
-    spec: { containers: [{ name: 'registry-server', image: rel.payload.console, imagePullPolicy: 'Always' }] },
-  }];
+  api.pods = [
+    {
+      metadata: {
+        namespace: 'openshift-marketplace',
+        name: 'catalog-7d9f',
+        ownerReferences: [{ kind: 'Deployment', name: 'catalog', controller: true }],
+      },
+      spec: {
+        containers: [
+          { name: 'registry-server', image: rel.payload.console, imagePullPolicy: 'Always' },
+        ],
+      },
+    },
+  ];
   api.machineAutoscalers = undefined;
   api.clusterAutoscalers = undefined;
 }
 
 /** The Node of `name` not Ready, as the node controller marks a node that stopped answering. */
 function nodeDown(api, name) {
-  api.nodes = api.nodes.map((n) => (n.metadata.name === name ? { ...n, status: { conditions: [{ type: 'Ready', status: 'Unknown' }] } } : n));
+  api.nodes = api.nodes.map((n) =>
+    n.metadata.name === name
+      ? { ...n, status: { conditions: [{ type: 'Ready', status: 'Unknown' }] } }
+      : n,
+  );
 }
 
 const sha256 = (b) => createHash('sha256').update(b).digest('hex');
@@ -92,19 +115,28 @@ async function shoot(page, file, viewport, what) {
 /** Stale, Ready and Failed first (stale needs three minutes), Preloading last, just before the pictures. */
 async function runNodes(h, ctx) {
   const stale = await startNode(ctx, 'worker-2');
-  await freezeWhen(ctx, stale, (s) => s.phase === 'Staging' || (s.phase === 'Verifying' && s.progress?.bytesDone > 0));
+  await freezeWhen(
+    ctx,
+    stale,
+    (s) => s.phase === 'Staging' || (s.phase === 'Verifying' && s.progress?.bytesDone > 0),
+  );
   const frozenAt = Date.now();
   nodeDown(ctx.api, 'worker-2');
   say('worker-2: agent stopped mid-copy; its row goes stale in 3 min');
   const ready = await startNode(ctx, 'master-0');
   const failed = await startNode(ctx, 'worker-1', { tamper: true });
-  await h.until('master-0 Ready and worker-1 Failed in the cluster', () => ctx.phase('master-0') === 'Ready' && ctx.phase('worker-1') === 'Failed', { timeoutMs: 240_000, stepMs: 200 });
+  await h.until(
+    'master-0 Ready and worker-1 Failed in the cluster',
+    () => ctx.phase('master-0') === 'Ready' && ctx.phase('worker-1') === 'Failed',
+    { timeoutMs: 240_000, stepMs: 200 },
+  );
   say(`master-0 ${ctx.phase('master-0')}, worker-1 ${ctx.phase('worker-1')}`);
   return { stale, ready, failed, frozenAt };
 }
 
 async function main() {
-  if (process.getuid?.() !== 0) throw new Error('run as root: it loop-mounts the "USB sticks" and starts containerd');
+  if (process.getuid?.() !== 0)
+    throw new Error('run as root: it loop-mounts the "USB sticks" and starts containerd');
   const h = await testHelpers();
   const tmp = await mkdtemp(path.join(os.tmpdir(), 'ob-screenshots-'));
   const cleanups = [() => rm(tmp, { recursive: true, force: true })];
@@ -114,30 +146,73 @@ async function main() {
     const api = await h.startKubeStandIn();
     cleanups.push(() => api.close());
     seedCluster(h, api, rel);
-    const ctx = { h, api, tmp, rel, cleanups, phase: (n) => api.get('nodebundlestatuses', n)?.status?.phase };
+    const ctx = {
+      h,
+      api,
+      tmp,
+      rel,
+      cleanups,
+      phase: (n) => api.get('nodebundlestatuses', n)?.status?.phase,
+    };
     const nodes = await runNodes(h, ctx);
     const dash = await openDashboard(h, ctx);
-    await h.until('worker-2 stale on the page', async () => Date.now() - nodes.frozenAt > STALE_AFTER_MS && await dash.page.locator('#rows tr.stale th', { hasText: 'worker-2' }).count() > 0, { timeoutMs: STALE_AFTER_MS + 120_000, stepMs: 1000 });
+    await h.until(
+      'worker-2 stale on the page',
+      async () =>
+        Date.now() - nodes.frozenAt > STALE_AFTER_MS &&
+        (await dash.page.locator('#rows tr.stale th', { hasText: 'worker-2' }).count()) > 0,
+      { timeoutMs: STALE_AFTER_MS + 120_000, stepMs: 1000 },
+    );
     const preloading = await startNode(ctx, 'worker-0');
     await freezeMidPreload(ctx, preloading);
-    await h.until('worker-0 Preloading on the page', async () => /Preloading/.test(await dash.row('worker-0').textContent()), { timeoutMs: 30_000 });
+    await h.until(
+      'worker-0 Preloading on the page',
+      async () => /Preloading/.test(await dash.row('worker-0').textContent()),
+      { timeoutMs: 30_000 },
+    );
     const shots = [
-      await shoot(dash.page, 'dashboard-1280.png', { width: 1280, height: 900 }, 'the dashboard at 1280 px'),
-      await shoot(dash.page, 'dashboard-390.png', { width: 390, height: 844 }, 'the dashboard at 390 px'),
+      await shoot(
+        dash.page,
+        'dashboard-1280.png',
+        { width: 1280, height: 900 },
+        'the dashboard at 1280 px',
+      ),
+      await shoot(
+        dash.page,
+        'dashboard-390.png',
+        { width: 390, height: 844 },
+        'the dashboard at 390 px',
+      ),
     ];
     await dash.page.setViewportSize({ width: 1280, height: 900 });
     await api.pause();
     await dash.page.locator('#api-lost').waitFor({ state: 'visible', timeout: 30_000 });
-    shots.push(await shoot(dash.page, 'dashboard-1280-lost.png', { width: 1280, height: 900 }, 'the API stand-in cut'));
+    shots.push(
+      await shoot(
+        dash.page,
+        'dashboard-1280-lost.png',
+        { width: 1280, height: 900 },
+        'the API stand-in cut',
+      ),
+    );
     await api.resume();
-    await writeFile(path.join(OUT, 'screenshots.json'), `${JSON.stringify({ script: 'scripts/screenshots.mjs', images: shots }, null, 2)}\n`);
+    await writeFile(
+      path.join(OUT, 'screenshots.json'),
+      `${JSON.stringify({ script: 'scripts/screenshots.mjs', images: shots }, null, 2)}\n`,
+    );
     say(`wrote ${shots.map((s) => s.file).join(', ')} and screenshots.json to ${OUT}`);
   } finally {
-    for (const c of cleanups.reverse()) await Promise.resolve().then(c).catch((e) => say(`clean-up: ${e.message}`));
+    for (const c of cleanups.reverse())
+      await Promise.resolve()
+        .then(c)
+        .catch((e) => say(`clean-up: ${e.message}`));
   }
 }
 
-await main().then(() => process.exit(0), (err) => {
-  console.error(`screenshots: ${err.stack ?? err}`);
-  process.exit(1);
-});
+await main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(`screenshots: ${err.stack ?? err}`);
+    process.exit(1);
+  },
+);

@@ -4,7 +4,14 @@ import t from 'tap';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { startRegistry, skopeoInspectRaw, sha256 } from './helpers/registry.mjs';
-import { buildLayer, pushImage, releaseFiles, writeImageLayout, MT_INDEX, MT_MANIFEST } from './helpers/images.mjs';
+import {
+  buildLayer,
+  pushImage,
+  releaseFiles,
+  writeImageLayout,
+  MT_INDEX,
+  MT_MANIFEST,
+} from './helpers/images.mjs';
 import { tmpdir } from './helpers/tmp.mjs';
 
 /** @param {number} pid */
@@ -34,17 +41,26 @@ t.test('writeImageLayout replaces entries with the same tag', async (t) => {
   const p = { os: 'linux', architecture: 'amd64', layers: [{ 'a.txt': 'one' }] };
   const first = await writeImageLayout(dir, { tag: 'v1', platforms: [p] });
   await writeImageLayout(dir, { tag: 'v2', platforms: [p], index: true });
-  const again = await writeImageLayout(dir, { tag: 'v1', platforms: [{ ...p, layers: [{ 'a.txt': 'two' }] }] });
+  const again = await writeImageLayout(dir, {
+    tag: 'v1',
+    platforms: [{ ...p, layers: [{ 'a.txt': 'two' }] }],
+  });
   t.not(again.digest, first.digest);
   const idx = JSON.parse(await readFile(path.join(dir, 'index.json'), 'utf8'));
-  const tags = idx.manifests.map((/** @type {any} */ m) => m.annotations['org.opencontainers.image.ref.name']);
+  const tags = idx.manifests.map(
+    (/** @type {any} */ m) => m.annotations['org.opencontainers.image.ref.name'],
+  );
   t.same(tags.sort(), ['v1', 'v2']);
-  const v1 = idx.manifests.find((/** @type {any} */ m) => m.annotations['org.opencontainers.image.ref.name'] === 'v1');
+  const v1 = idx.manifests.find(
+    (/** @type {any} */ m) => m.annotations['org.opencontainers.image.ref.name'] === 'v1',
+  );
   t.equal(v1.digest, again.digest);
   t.equal(v1.mediaType, MT_MANIFEST);
   const blob = await readFile(path.join(dir, 'blobs', 'sha256', again.digest.slice(7)));
   t.equal(sha256(blob), again.digest, 'manifest blob is stored under its digest');
-  const cfg = JSON.parse(await readFile(path.join(dir, 'blobs', 'sha256', again.manifests[0].config.slice(7)), 'utf8'));
+  const cfg = JSON.parse(
+    await readFile(path.join(dir, 'blobs', 'sha256', again.manifests[0].config.slice(7)), 'utf8'),
+  );
   t.equal(cfg.created, '1970-01-01T00:00:00Z');
   t.equal(cfg.rootfs.diff_ids.length, 1);
   t.ok((await stat(path.join(dir, 'oci-layout'))).isFile());
@@ -62,7 +78,14 @@ t.test('registry + skopeo round trip', async (t) => {
   const single = await pushImage(
     {
       tag: 'v1',
-      platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app/hello.txt': 'hello' }], config: { Cmd: ['/bin/true'] } }],
+      platforms: [
+        {
+          os: 'linux',
+          architecture: 'amd64',
+          layers: [{ 'app/hello.txt': 'hello' }],
+          config: { Cmd: ['/bin/true'] },
+        },
+      ],
     },
     `${reg.host}/test/single:v1`,
   );
@@ -120,7 +143,11 @@ t.test('registry with htpasswd auth over plain http', async (t) => {
   t.teardown(() => reg.stop());
   t.equal((await fetch(`${reg.url}/v2/`)).status, 401, 'anonymous is rejected');
   const basic = 'Basic ' + Buffer.from('alice:wonderland').toString('base64');
-  t.equal((await fetch(`${reg.url}/v2/`, { headers: { authorization: basic } })).status, 200, 'basic auth accepted');
+  t.equal(
+    (await fetch(`${reg.url}/v2/`, { headers: { authorization: basic } })).status,
+    200,
+    'basic auth accepted',
+  );
   t.equal(reg.creds, 'alice:wonderland');
   const img = await pushImage(
     { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'x.txt': 'x' }] }] },
@@ -128,16 +155,25 @@ t.test('registry with htpasswd auth over plain http', async (t) => {
     { creds: reg.creds },
   );
   t.equal(sha256(await skopeoInspectRaw(img.ref, ['--creds', reg.creds])), img.digest);
-  await t.rejects(skopeoInspectRaw(img.ref), /unauthorized|authentication required/i, 'anonymous skopeo is rejected');
+  await t.rejects(
+    skopeoInspectRaw(img.ref),
+    /unauthorized|authentication required/i,
+    'anonymous skopeo is rejected',
+  );
 });
 
 t.test('releaseFiles', async (t) => {
   const images = {
-    'machine-config-operator': 'quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:' + 'a'.repeat(64),
-    'cluster-version-operator': 'quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:' + 'b'.repeat(64),
+    'machine-config-operator':
+      'quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:' + 'a'.repeat(64),
+    'cluster-version-operator':
+      'quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:' + 'b'.repeat(64),
   };
   const files = releaseFiles({ version: '4.14.1', previous: ['4.14.0'], images });
-  t.same(Object.keys(files).sort(), ['release-manifests/image-references', 'release-manifests/release-metadata']);
+  t.same(Object.keys(files).sort(), [
+    'release-manifests/image-references',
+    'release-manifests/release-metadata',
+  ]);
   const is = JSON.parse(String(files['release-manifests/image-references']));
   t.equal(is.kind, 'ImageStream');
   t.equal(is.apiVersion, 'image.openshift.io/v1');
@@ -146,10 +182,17 @@ t.test('releaseFiles', async (t) => {
   t.same(is.spec.lookupPolicy, { local: false });
   t.same(
     Object.fromEntries(is.spec.tags.map((/** @type {any} */ x) => [x.name, x.from])),
-    Object.fromEntries(Object.entries(images).map(([k, v]) => [k, { kind: 'DockerImage', name: v }])),
+    Object.fromEntries(
+      Object.entries(images).map(([k, v]) => [k, { kind: 'DockerImage', name: v }]),
+    ),
   );
   const md = JSON.parse(String(files['release-manifests/release-metadata']));
-  t.same(md, { kind: 'cincinnati-metadata-v0', version: '4.14.1', previous: ['4.14.0'], metadata: {} });
+  t.same(md, {
+    kind: 'cincinnati-metadata-v0',
+    version: '4.14.1',
+    previous: ['4.14.0'],
+    metadata: {},
+  });
   const layer = await buildLayer(files);
   t.match(layer.digest, /^sha256:[0-9a-f]{64}$/, 'usable as layer files');
 });

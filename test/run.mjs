@@ -113,7 +113,13 @@ export class TapCounter {
     if (indent === 0 && /^# \{ ?total: \d+/.test(text)) {
       /** @param {string} k */
       const n = (k) => Number((text.match(new RegExp(`\\b${k}: (\\d+)`)) ?? [])[1] ?? 0);
-      this.tapCounts = { total: n('total'), pass: n('pass'), fail: n('fail'), skip: n('skip'), todo: n('todo') };
+      this.tapCounts = {
+        total: n('total'),
+        pass: n('pass'),
+        fail: n('fail'),
+        skip: n('skip'),
+        todo: n('todo'),
+      };
       return;
     }
     if (/^# Subtest\b/.test(text)) {
@@ -198,7 +204,8 @@ function optValue(argv, long, short) {
     if (a === '--') break;
     if (a === `--${long}` || a === `-${short}`) v = argv[++i];
     else if (a.startsWith(`--${long}=`)) v = a.slice(long.length + 3);
-    else if (a.startsWith(`-${short}`) && !a.startsWith('--') && a.length > 2) v = a.slice(2).replace(/^=/, '');
+    else if (a.startsWith(`-${short}`) && !a.startsWith('--') && a.length > 2)
+      v = a.slice(2).replace(/^=/, '');
   }
   return v;
 }
@@ -221,13 +228,17 @@ async function main() {
   const unit = process.argv.includes('--unit');
   const given = process.argv.slice(2).filter((a) => a !== '--unit');
   if (unit) given.push(...unitFiles(path.join(root, 'test')).map((f) => path.relative(root, f)));
-  const userArgs = [...coverageArgs(given, (a) => existsSync(path.resolve(root, a))), ...given.filter((a) => a !== '--coverage')];
+  const userArgs = [
+    ...coverageArgs(given, (a) => existsSync(path.resolve(root, a))),
+    ...given.filter((a) => a !== '--coverage'),
+  ];
   const reporter =
     process.env.TAP === '1'
       ? 'tap'
       : (optValue(userArgs, 'reporter', 'R') ?? (process.stdout.isTTY ? 'base' : 'tap'));
   const reporterFile = optValue(userArgs, 'reporter-file', 'f');
-  const rawOnStdout = reporter === 'tap' && (!reporterFile || reporterFile === '-' || reporterFile === '/dev/stdout');
+  const rawOnStdout =
+    reporter === 'tap' && (!reporterFile || reporterFile === '-' || reporterFile === '/dev/stdout');
 
   const args = [];
   let tmp;
@@ -248,8 +259,10 @@ async function main() {
     // line (which replaces the .taprc list): run *.test.ts as ESM.
     // the unit guard holds every file marked as a unit test to the tier's rule, in every run
     env: {
-      TS_NODE_PROJECT: path.join(root, 'test', 'tsconfig.json'), ...process.env,
-      NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${pathToFileURL(path.join(root, 'test', 'helpers', 'unit-guard.mjs')).href}`.trim(),
+      TS_NODE_PROJECT: path.join(root, 'test', 'tsconfig.json'),
+      ...process.env,
+      NODE_OPTIONS:
+        `${process.env.NODE_OPTIONS ?? ''} --import=${pathToFileURL(path.join(root, 'test', 'helpers', 'unit-guard.mjs')).href}`.trim(),
     },
     stdio: ['inherit', rawOnStdout ? 'pipe' : 'inherit', 'inherit'],
   });
@@ -265,7 +278,11 @@ async function main() {
   for (const sig of signals) {
     process.on(sig, () => {
       if (child.pid !== undefined && child.exitCode === null) {
-        try { process.kill(child.pid, sig); } catch { /* already gone */ }
+        try {
+          process.kill(child.pid, sig);
+        } catch {
+          /* already gone */
+        }
       }
     });
   }
@@ -287,7 +304,9 @@ async function main() {
   const r = counter.result();
   const tapFailed = code !== 0;
   if (tapFailed && r.fail === 0) {
-    console.log(`# tap exited with ${signal ? `signal ${signal}` : `code ${code}`}${counter.bailedOut ? ' (bailed out)' : ''}`);
+    console.log(
+      `# tap exited with ${signal ? `signal ${signal}` : `code ${code}`}${counter.bailedOut ? ' (bailed out)' : ''}`,
+    );
   }
   const skipped = r.skip + r.todo;
   console.log(`\n${r.pass} passed, ${r.fail} failed${skipped ? `, ${skipped} skipped` : ''}`);

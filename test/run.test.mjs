@@ -11,7 +11,11 @@ const namesPath = (/** @type {string} */ a) => paths.has(a);
 
 t.test('the whole suite: coverage off, whatever the reporter options', async (t) => {
   t.same(coverageArgs([], namesPath), ['--disable-coverage'], 'pnpm test');
-  t.same(coverageArgs(['-R', 'tap'], namesPath), ['--disable-coverage'], "an option's value is not a test file");
+  t.same(
+    coverageArgs(['-R', 'tap'], namesPath),
+    ['--disable-coverage'],
+    "an option's value is not a test file",
+  );
   t.same(coverageArgs(['--reporter=base', '--bail'], namesPath), ['--disable-coverage']);
 });
 

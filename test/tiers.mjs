@@ -14,7 +14,12 @@ export function unitFiles(dir) {
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = path.join(dir, e.name);
     if (e.isDirectory()) out.push(...unitFiles(p));
-    else if (e.isFile() && isTestFile(e.name) && readFileSync(p, 'utf8').slice(0, 400).split('\n').slice(0, 3).includes(UNIT_MARK)) out.push(p);
+    else if (
+      e.isFile() &&
+      isTestFile(e.name) &&
+      readFileSync(p, 'utf8').slice(0, 400).split('\n').slice(0, 3).includes(UNIT_MARK)
+    )
+      out.push(p);
   }
   return out.sort();
 }

@@ -28,7 +28,10 @@ export class CollectArchive {
   private sealed = false;
 
   /** `deadline`: aborts when collect's time is up; the commands it runs are killed then. */
-  constructor(readonly prefix: string, readonly deadline: AbortSignal = new AbortController().signal) {}
+  constructor(
+    readonly prefix: string,
+    readonly deadline: AbortSignal = new AbortController().signal,
+  ) {}
 
   /** Adds a text entry, redacted and bounded; `tally` holds what was redacted of it before (a parsed document's keys). */
   add(name: string, text: string, tally: RedactionTally = new Map()): void {
@@ -37,11 +40,16 @@ export class CollectArchive {
     const redacted = tallyLine(name, tally);
     if (redacted) this.redactions.push(redacted);
     if (body.length > MAX_COLLECT_ENTRY_BYTES) {
-      body = Buffer.concat([body.subarray(0, MAX_COLLECT_ENTRY_BYTES), Buffer.from(`\n[cut at ${MAX_COLLECT_ENTRY_BYTES} bytes]\n`)]);
+      body = Buffer.concat([
+        body.subarray(0, MAX_COLLECT_ENTRY_BYTES),
+        Buffer.from(`\n[cut at ${MAX_COLLECT_ENTRY_BYTES} bytes]\n`),
+      ]);
       this.notes.push(`${name}: cut at ${MAX_COLLECT_ENTRY_BYTES} bytes`);
     }
     if (this.total + body.length > MAX_COLLECT_TOTAL_BYTES) {
-      this.notes.push(`${name}: left out (the archive holds at most ${MAX_COLLECT_TOTAL_BYTES} bytes)`);
+      this.notes.push(
+        `${name}: left out (the archive holds at most ${MAX_COLLECT_TOTAL_BYTES} bytes)`,
+      );
       return;
     }
     this.total += body.length;
@@ -64,10 +72,26 @@ export class CollectArchive {
     const redacted = this.redactions.length
       ? `\nredacted (each value replaced by <redacted>; by entry, how many by which rule):\n${this.redactions.join('\n')}\n`
       : '\nnothing redacted\n';
-    const all = [...this.entries, { name: 'NOTES.txt', body: Buffer.from(`${this.notes.length ? `${this.notes.join('\n')}\n` : 'nothing left out\n'}${redacted}`) }];
+    const all = [
+      ...this.entries,
+      {
+        name: 'NOTES.txt',
+        body: Buffer.from(
+          `${this.notes.length ? `${this.notes.join('\n')}\n` : 'nothing left out\n'}${redacted}`,
+        ),
+      },
+    ];
     try {
-      const writing = pipeline(pack, createGzip(), createWriteStream(tmp, { flags: 'wx', mode: 0o600 }));
-      for (const e of all) pack.entry({ name: `${this.prefix}/${e.name}`, size: e.body.length, mode: 0o600, mtime }, e.body);
+      const writing = pipeline(
+        pack,
+        createGzip(),
+        createWriteStream(tmp, { flags: 'wx', mode: 0o600 }),
+      );
+      for (const e of all)
+        pack.entry(
+          { name: `${this.prefix}/${e.name}`, size: e.body.length, mode: 0o600, mtime },
+          e.body,
+        );
       pack.finalize();
       await writing;
       await rename(tmp, output);

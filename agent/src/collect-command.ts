@@ -1,7 +1,12 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { DEFAULT_CONFIG_PATH } from './config.js';
-import { collect, COLLECT_COMMAND_MS, COLLECT_DEADLINE_MS, COLLECT_JOURNAL_LINES } from './collect.js';
+import {
+  collect,
+  COLLECT_COMMAND_MS,
+  COLLECT_DEADLINE_MS,
+  COLLECT_JOURNAL_LINES,
+} from './collect.js';
 import { configForCollect } from './collect-config.js';
 import { RUNTIME_JOURNAL_SINCE, RUNTIME_JOURNAL_UNITS } from './collect-node.js';
 import { MAX_COLLECT_ENTRY_BYTES, MAX_COLLECT_TOTAL_BYTES } from './collect-archive.js';
@@ -10,13 +15,24 @@ const MiB = 1024 * 1024;
 
 /** `bundle-agent collect`: the support archive (see collect.ts). */
 export function addCollectCommand(program: Command): void {
-  program.command('collect')
-    .description('Write one .tar.gz for support: version, config, status and history, state, drop-ins, images, journal, OS and kernel, the runtime\'s version, config and journal, disk and media mounts, with credentials redacted; written also when the config does not load.')
+  program
+    .command('collect')
+    .description(
+      "Write one .tar.gz for support: version, config, status and history, state, drop-ins, images, journal, OS and kernel, the runtime's version, config and journal, disk and media mounts, with credentials redacted; written also when the config does not load.",
+    )
     .option('--config <file>', 'configuration file', DEFAULT_CONFIG_PATH)
-    .option('--output <file>', 'the archive to write (default: ./bundle-agent-collect-NODE-TIME.tar.gz)')
-    .option('--root <dir>', 'when the config does not load: the root its default paths are taken under (default: the config\'s root if it says one, else /)')
+    .option(
+      '--output <file>',
+      'the archive to write (default: ./bundle-agent-collect-NODE-TIME.tar.gz)',
+    )
+    .option(
+      '--root <dir>',
+      "when the config does not load: the root its default paths are taken under (default: the config's root if it says one, else /)",
+    )
     .option('--json', 'print {"output", "files", "notes", "configError"?} as JSON')
-    .addHelpText('after', `
+    .addHelpText(
+      'after',
+      `
 The archive holds: version.txt; config.yaml as written and config-effective.json with the
 defaults applied; the status.kubeconfig file; status.json (with the history); the agent's state
 files; the drop-ins it wrote (registries.conf.d, crio.conf.d, containerd's certs.d, the
@@ -45,13 +61,27 @@ ${COLLECT_COMMAND_MS / 1000} s for each command (journalctl, the runtime's CLI) 
 (what is not collected by then is named in NOTES.txt). The archive is mode 0600.
 
 Example:
-  bundle-agent collect --output /tmp/node1.tar.gz   # then copy it off the node`)
+  bundle-agent collect --output /tmp/node1.tar.gz   # then copy it off the node`,
+    )
     .action(async (o: { config: string; output?: string; root?: string; json?: boolean }) => {
-      const { config, broken } = await configForCollect(o.config, o.root === undefined ? undefined : resolve(o.root));
-      const r = await collect(config, { configPath: o.config, ...(o.output ? { output: o.output } : {}), ...(broken ? { broken } : {}) });
-      if (o.root !== undefined && !broken) process.stderr.write('bundle-agent: --root is not used: the config loads and names its own root\n');
+      const { config, broken } = await configForCollect(
+        o.config,
+        o.root === undefined ? undefined : resolve(o.root),
+      );
+      const r = await collect(config, {
+        configPath: o.config,
+        ...(o.output ? { output: o.output } : {}),
+        ...(broken ? { broken } : {}),
+      });
+      if (o.root !== undefined && !broken)
+        process.stderr.write(
+          'bundle-agent: --root is not used: the config loads and names its own root\n',
+        );
       for (const line of broken?.lines ?? []) process.stderr.write(`${line}\n`);
       if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
-      else process.stdout.write(`wrote ${r.output} (${r.files} files${r.notes.length ? `; ${r.notes.length} notes in NOTES.txt` : ''})${broken ? '; the config is BROKEN, the agent does not start with it: CONFIG-ERROR.txt in the archive says why' : ''}\n`);
+      else
+        process.stdout.write(
+          `wrote ${r.output} (${r.files} files${r.notes.length ? `; ${r.notes.length} notes in NOTES.txt` : ''})${broken ? '; the config is BROKEN, the agent does not start with it: CONFIG-ERROR.txt in the archive says why' : ''}\n`,
+        );
     });
 }

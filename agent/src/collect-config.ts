@@ -4,7 +4,13 @@
 // holds the exact lines `bundle-agent run` stops with.
 import { stringify as stringifyYaml } from 'yaml';
 import { escapeControls, readSmallFile } from '@offline-bundle/host';
-import { ConfigError, MAX_CONFIG_FILE_BYTES, loadConfig, parseConfig, type AgentConfig } from './config.js';
+import {
+  ConfigError,
+  MAX_CONFIG_FILE_BYTES,
+  loadConfig,
+  parseConfig,
+  type AgentConfig,
+} from './config.js';
 import { oneLine, reasonOf } from './errors.js';
 import { parseYamlBounded } from './collect-document.js';
 
@@ -24,7 +30,11 @@ export interface BrokenConfig {
   runtimeKnown: boolean;
 }
 
-interface RawDocument { raw: Raw; read: boolean; parsed: boolean }
+interface RawDocument {
+  raw: Raw;
+  read: boolean;
+  parsed: boolean;
+}
 
 /**
  * The config's document as a mapping ({} when it gives none), and whether the file was read. A
@@ -53,12 +63,17 @@ function keyOfProblem(line: string, file: string): string {
 function dropKey(doc: Raw, key: string): void {
   const parts = key.split('.');
   let at: unknown = doc;
-  for (const part of parts.slice(0, -1)) at = at !== null && typeof at === 'object' ? (at as Raw)[part] : undefined;
+  for (const part of parts.slice(0, -1))
+    at = at !== null && typeof at === 'object' ? (at as Raw)[part] : undefined;
   if (at !== null && typeof at === 'object') delete (at as Raw)[parts.at(-1)!];
 }
 
 /** The settings collect runs with: the document less every key a parse refuses, trust stood in for. */
-function assumedConfig(raw: Raw, file: string, root: string | undefined): { config: AgentConfig; dropped: string[] } {
+function assumedConfig(
+  raw: Raw,
+  file: string,
+  root: string | undefined,
+): { config: AgentConfig; dropped: string[] } {
   const doc: Raw = structuredClone(raw);
   if (root !== undefined) doc.root = root;
   const dropped: string[] = [];
@@ -81,21 +96,42 @@ function assumedConfig(raw: Raw, file: string, root: string | undefined): { conf
   try {
     return { config: parseConfig(stringifyYaml(base), file), dropped: ['(all)'] };
   } catch {
-    return { config: parseConfig(stringifyYaml({ ...base, nodeName: 'unknown-node' }), file), dropped: ['(all)', 'nodeName'] };
+    return {
+      config: parseConfig(stringifyYaml({ ...base, nodeName: 'unknown-node' }), file),
+      dropped: ['(all)', 'nodeName'],
+    };
   }
 }
 
-function explain(path: string, lines: string[], config: AgentConfig, dropped: string[], root: string | undefined, doc: RawDocument): string {
-  const rootFrom = root !== undefined ? 'given with --root' : dropped.includes('root') || doc.raw.root === undefined ? 'the default' : 'the config\'s';
+function explain(
+  path: string,
+  lines: string[],
+  config: AgentConfig,
+  dropped: string[],
+  root: string | undefined,
+  doc: RawDocument,
+): string {
+  const rootFrom =
+    root !== undefined
+      ? 'given with --root'
+      : dropped.includes('root') || doc.raw.root === undefined
+        ? 'the default'
+        : "the config's";
   return [
     `The configuration ${path} did not load. "bundle-agent run" (and every command that reads it) stops with:`,
     '',
     ...lines,
     '',
-    doc.read ? 'config.yaml in this archive is that file as it is (redacted as every file is).' : 'The file could not be read: the archive has no config.yaml.',
-    `This archive was collected with root ${config.root} (${rootFrom}), ${doc.parsed
-      ? dropped.length ? `the config's valid settings and the defaults for ${dropped.join(', ')}` : 'the config\'s settings'
-      : 'the defaults for every setting (the file gave no settings to read)'}: config-assumed.json.`,
+    doc.read
+      ? 'config.yaml in this archive is that file as it is (redacted as every file is).'
+      : 'The file could not be read: the archive has no config.yaml.',
+    `This archive was collected with root ${config.root} (${rootFrom}), ${
+      doc.parsed
+        ? dropped.length
+          ? `the config's valid settings and the defaults for ${dropped.join(', ')}`
+          : "the config's settings"
+        : 'the defaults for every setting (the file gave no settings to read)'
+    }: config-assumed.json.`,
     '',
   ].join('\n');
 }
@@ -104,7 +140,10 @@ function explain(path: string, lines: string[], config: AgentConfig, dropped: st
  * The config for collect: the one `run` would use, or, when it does not load, the settings
  * assumed in its place with what is broken (the error lines `run` prints).
  */
-export async function configForCollect(path: string, root?: string): Promise<{ config: AgentConfig; broken?: BrokenConfig }> {
+export async function configForCollect(
+  path: string,
+  root?: string,
+): Promise<{ config: AgentConfig; broken?: BrokenConfig }> {
   let err: unknown;
   try {
     return { config: await loadConfig(path) };
@@ -112,10 +151,15 @@ export async function configForCollect(path: string, root?: string): Promise<{ c
     err = e;
   }
   const reason = reasonOf(err);
-  const lines = (err instanceof ConfigError ? err.problems.map(escapeControls) : [oneLine(err)]).map((l) => `bundle-agent: ${reason}: ${l}`);
+  const lines = (
+    err instanceof ConfigError ? err.problems.map(escapeControls) : [oneLine(err)]
+  ).map((l) => `bundle-agent: ${reason}: ${l}`);
   const doc = await rawDocument(path);
   const { config, dropped } = assumedConfig(doc.raw, path, root);
   // a document that parses says which runtime (crio when it names none); one that does not, or a runtime refused, cannot
   const runtimeKnown = doc.parsed && !dropped.includes('runtime') && !dropped.includes('(all)');
-  return { config, broken: { lines, text: explain(path, lines, config, dropped, root, doc), runtimeKnown } };
+  return {
+    config,
+    broken: { lines, text: explain(path, lines, config, dropped, root, doc), runtimeKnown },
+  };
 }

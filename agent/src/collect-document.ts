@@ -26,7 +26,11 @@ function hasCollectionKey(doc: Document): boolean {
 
 /** `text` as one YAML document's value, or undefined when it is too large, too deep or not one document. */
 export function parseYamlBounded(text: string): { value: unknown } | undefined {
-  if (Buffer.byteLength(text) > MAX_COLLECT_YAML_PARSE_BYTES || nestingTooDeep(text, 'yaml') !== undefined) return undefined;
+  if (
+    Buffer.byteLength(text) > MAX_COLLECT_YAML_PARSE_BYTES ||
+    nestingTooDeep(text, 'yaml') !== undefined
+  )
+    return undefined;
   const doc = parseDocument(text, { prettyErrors: false });
   if (doc.errors.length > 0 || hasCollectionKey(doc)) return undefined;
   const value: unknown = doc.toJS({ maxAliasCount: 100 });

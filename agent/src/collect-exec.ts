@@ -33,7 +33,9 @@ function runBounded(a: CollectArchive, name: string, argv: string[]): Promise<Ra
     let stderr = '';
     const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     const timer = setTimeout(() => {
-      a.note(`${name}: ${argv[0]} gave no end within ${COLLECT_COMMAND_MS} ms; what it wrote is kept`);
+      a.note(
+        `${name}: ${argv[0]} gave no end within ${COLLECT_COMMAND_MS} ms; what it wrote is kept`,
+      );
       child.kill('SIGKILL');
     }, COLLECT_COMMAND_MS);
     const late = () => child.kill('SIGKILL');
@@ -51,19 +53,36 @@ function runBounded(a: CollectArchive, name: string, argv: string[]): Promise<Ra
       clearTimeout(timer);
       a.deadline.removeEventListener('abort', late);
       const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
-      done({ text: '', code: null, started: false, missing, problem: missing ? `not found on PATH (${errLine(err)})` : errLine(err) });
+      done({
+        text: '',
+        code: null,
+        started: false,
+        missing,
+        problem: missing ? `not found on PATH (${errLine(err)})` : errLine(err),
+      });
     });
     child.on('close', (code) => {
       clearTimeout(timer);
       a.deadline.removeEventListener('abort', late);
       const why = stderr.split('\n').find((l) => l.trim() !== '') ?? 'nothing on stderr';
-      done({ text: Buffer.concat(chunks).toString('utf8'), code, started: true, missing: false, ...(code ? { problem: `exited ${code}: ${why}` } : {}) });
+      done({
+        text: Buffer.concat(chunks).toString('utf8'),
+        code,
+        started: true,
+        missing: false,
+        ...(code ? { problem: `exited ${code}: ${why}` } : {}),
+      });
     });
   });
 }
 
 /** A command's output; one that cannot start is noted as `name`'s unless `quiet` (the caller says it better). */
-export async function commandOutput(a: CollectArchive, name: string, argv: string[], o: { quiet?: boolean } = {}): Promise<Ran> {
+export async function commandOutput(
+  a: CollectArchive,
+  name: string,
+  argv: string[],
+  o: { quiet?: boolean } = {},
+): Promise<Ran> {
   const r = await runBounded(a, name, argv);
   if (!r.started && !o.quiet) a.note(`${name}: cannot run ${argv[0]}: ${r.problem}`);
   return r;

@@ -25,8 +25,21 @@ export const REDACTED = '<redacted>';
  * together. A key is split into words at -, _, ., spaces and camelCase.
  */
 const SECRET_PARTS = [
-  'token', 'passw', 'pwd', 'passphrase', 'secret', 'credential', 'creds', 'private', 'clientkey', 'clientcertificate',
-  'apikey', 'authorization', 'cookie', 'session', 'bearer',
+  'token',
+  'passw',
+  'pwd',
+  'passphrase',
+  'secret',
+  'credential',
+  'creds',
+  'private',
+  'clientkey',
+  'clientcertificate',
+  'apikey',
+  'authorization',
+  'cookie',
+  'session',
+  'bearer',
 ];
 const SECRET_WORDS = new Set(['pass', 'auth', 'auths', 'oauth', 'cred']);
 /** Two words that together make a credential's key (aws_access_key_id, signing-key, ...). */
@@ -35,7 +48,11 @@ const SECRET_PAIRS = new Set(['access key', 'signing key', 'encryption key']);
 const WHERE_WORDS = new Set(['stdin', 'file', 'path', 'dir', 'env']);
 
 function words(key: string): string[] {
-  return key.replace(/([a-z0-9])([A-Z])/g, '$1 $2').toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
+  return key
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .toLowerCase()
+    .split(/[^a-z0-9]+/)
+    .filter(Boolean);
 }
 
 /** Whether a key (a YAML or JSON key, a variable, a header, a flag) names a credential. */
@@ -49,7 +66,8 @@ function isSecretKey(key: string): boolean {
 /** Counts of what was redacted, by rule name (said in the archive's NOTES.txt). */
 export type RedactionTally = Map<string, number>;
 
-const count = (tally: RedactionTally | undefined, rule: string) => tally?.set(rule, (tally.get(rule) ?? 0) + 1);
+const count = (tally: RedactionTally | undefined, rule: string) =>
+  tally?.set(rule, (tally.get(rule) ?? 0) + 1);
 
 /** Values that are credentials whatever key holds them; each replaced whole. */
 const SECRET_SHAPES: readonly [string, RegExp][] = [
@@ -66,7 +84,10 @@ const SECRET_SHAPES: readonly [string, RegExp][] = [
   ['Stripe key', /(?<![\w-])[rs]k_(live|test)_[A-Za-z0-9]{16,}/g],
   ['Google API key', /(?<![\w-])AIza[0-9A-Za-z_-]{35}/g],
   // an AWS access key id, and a 40-character secret written beside it (the pair of a credentials line)
-  ['AWS access key', /(?<![A-Z0-9])(AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[A-Z0-9]{16}(?![A-Z0-9])([ \t,;:|="']{1,8}[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+]))?/g],
+  [
+    'AWS access key',
+    /(?<![A-Z0-9])(AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[A-Z0-9]{16}(?![A-Z0-9])([ \t,;:|="']{1,8}[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+]))?/g,
+  ],
   // k3s / rke2 join token: K10<ca hash>::<user>:<password>
   ['k3s token', /(?<![\w-])K10[0-9a-f]{32,}::[^\s:]{1,64}:[^\s]+/g],
   // key=value credentials in a command line, and a URL's user info
@@ -77,7 +98,8 @@ const SECRET_SHAPES: readonly [string, RegExp][] = [
  * A bare 64-hex token (a k3s/kubeadm or API token). A digest is kept: after `sha256:`, `sha256-`,
  * `@` or `/` (paths of layers), or as the JSON value of an id, digest, imageRef, fingerprint or signer.
  */
-const HEX64 = /(?<![\w:~@/.+-])(?<!"(id|imageId|imageRef|image_id|containerId|digest|layer|fingerprint|signer|sha256|checksum)"[ \t]*:[ \t]*")[0-9a-fA-F]{64}(?![\w])/g;
+const HEX64 =
+  /(?<![\w:~@/.+-])(?<!"(id|imageId|imageRef|image_id|containerId|digest|layer|fingerprint|signer|sha256|checksum)"[ \t]*:[ \t]*")[0-9a-fA-F]{64}(?![\w])/g;
 
 /**
  * Long base64 runs (kubeconfig *-data under an unexpected key). Random base64 this long mixes
@@ -93,7 +115,10 @@ const KEY_RULES: readonly [string, RegExp][] = [
   ['JSON key', /("((?:[^"\\\n]|\\.){1,128})"[ \t]*:[ \t]*")((?:[^"\\\n]|\\.)*)(?=")/g],
   ['JSON key', /('([^'\n]{1,128})'[ \t]*:[ \t]*')([^'\n]*)(?=')/g],
   // env, shell, INI, TOML, logfmt, flags: KEY=value, key = "value", --password=x
-  ['key=value', /((?<![\w.-])(-{0,2}[A-Za-z_][\w.-]{0,127})[ \t]*=[ \t]*)("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;&"'][^\s,;&]*)/g],
+  [
+    'key=value',
+    /((?<![\w.-])(-{0,2}[A-Za-z_][\w.-]{0,127})[ \t]*=[ \t]*)("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;&"'][^\s,;&]*)/g,
+  ],
   // a flag and its value as the next argument: --src-creds user:pw, --password x
   ['flag value', /((?<![\w-])(--?[A-Za-z][\w-]{0,63})[ \t]+)([^\s-]\S*)/g],
 ];
@@ -114,7 +139,11 @@ function redactColonKeys(text: string, tally?: RedactionTally): string {
   COLON_KEY.lastIndex = 0;
   for (let m = COLON_KEY.exec(text); m; m = COLON_KEY.exec(text)) {
     const start = m.index + m[0].length;
-    if (!isSecretKey(m[2]!) || /^([#\s]|[|>][-+0-9]*[ \t]*(\n|$))/.test(text.slice(start, start + 8))) continue;
+    if (
+      !isSecretKey(m[2]!) ||
+      /^([#\s]|[|>][-+0-9]*[ \t]*(\n|$))/.test(text.slice(start, start + 8))
+    )
+      continue;
     CLOSED_STRING.lastIndex = start;
     if (m[1] !== '' && CLOSED_STRING.test(text)) continue;
     let end = text.indexOf('\n', start);
@@ -136,17 +165,32 @@ const ALREADY_REDACTED = new RegExp(`^"?${REDACTED}["',\\])}]*$`);
 function redactKeys(text: string, tally?: RedactionTally): string {
   let out = redactColonKeys(text, tally);
   for (const [rule, re] of KEY_RULES) {
-    out = out.replace(re, (whole: string, before: string, key: string, value: string | undefined) => {
-      // a value redacted before (a document's string, then its JSON): its closing quote or bracket is not part of it
-      if (value === undefined || value === '' || ALREADY_REDACTED.test(value) || !isSecretKey(key)) return whole;
-      if (rule === 'flag value' && WHERE_WORDS.has(words(key).at(-1) ?? '')) return whole;
-      count(tally, rule);
-      return `${before}${/^["']/.test(value) ? `${value[0]}${REDACTED}${value[0]}` : REDACTED}`;
-    });
+    out = out.replace(
+      re,
+      (whole: string, before: string, key: string, value: string | undefined) => {
+        // a value redacted before (a document's string, then its JSON): its closing quote or bracket is not part of it
+        if (
+          value === undefined ||
+          value === '' ||
+          ALREADY_REDACTED.test(value) ||
+          !isSecretKey(key)
+        )
+          return whole;
+        if (rule === 'flag value' && WHERE_WORDS.has(words(key).at(-1) ?? '')) return whole;
+        count(tally, rule);
+        return `${before}${/^["']/.test(value) ? `${value[0]}${REDACTED}${value[0]}` : REDACTED}`;
+      },
+    );
   }
   // `login ... -p secret` (docker, podman, helm registry) and `-u user:password` (curl)
-  out = out.replace(/(\blogin\b[^\n]{0,200}?[ \t]-p[ \t]+)(\S+)/g, (_w, before: string) => (count(tally, 'flag value'), `${before}${REDACTED}`));
-  return out.replace(/((?<![\w-])-u[ \t]+[^\s:]{1,128}:)(\S+)/g, (_w, before: string) => (count(tally, 'flag value'), `${before}${REDACTED}`));
+  out = out.replace(
+    /(\blogin\b[^\n]{0,200}?[ \t]-p[ \t]+)(\S+)/g,
+    (_w, before: string) => (count(tally, 'flag value'), `${before}${REDACTED}`),
+  );
+  return out.replace(
+    /((?<![\w-])-u[ \t]+[^\s:]{1,128}:)(\S+)/g,
+    (_w, before: string) => (count(tally, 'flag value'), `${before}${REDACTED}`),
+  );
 }
 
 /** A YAML line that starts with a key (quoted or not, in a sequence's entry or not) and its colon; after it, the key's value on that line. */
@@ -157,7 +201,8 @@ const TAB_WIDTH = 8;
 /** The column where `prefix` (spaces, tabs, a sequence's `- `) ends, tabs to the next stop. */
 function columnOf(prefix: string): number {
   let column = 0;
-  for (const c of prefix) column = c === '\t' ? column - (column % TAB_WIDTH) + TAB_WIDTH : column + 1;
+  for (const c of prefix)
+    column = c === '\t' ? column - (column % TAB_WIDTH) + TAB_WIDTH : column + 1;
   return column;
 }
 
@@ -172,7 +217,12 @@ function valueEnd(lines: string[], i: number, column: number, valueOnLine: boole
     const line = lines[j]!;
     const lead = /^[ \t]*/.exec(line)![0];
     if (lead.length === line.length || columnOf(lead) > column) continue;
-    if (!valueOnLine && columnOf(lead) === column && /^-([ \t]|$)/.test(line.slice(lead.length, lead.length + 2))) continue;
+    if (
+      !valueOnLine &&
+      columnOf(lead) === column &&
+      /^-([ \t]|$)/.test(line.slice(lead.length, lead.length + 2))
+    )
+      continue;
     break;
   }
   while (j > i + 1 && lines[j - 1]!.trim() === '') j--;
@@ -206,17 +256,28 @@ function redactBlocks(text: string, tally?: RedactionTally): string {
 /** `text` with every credential found by shape or by key name replaced by REDACTED; `tally` counts what, by rule. */
 export function redactText(text: string, tally?: RedactionTally): string {
   let out = text;
-  for (const [rule, re] of SECRET_SHAPES) out = out.replace(re, () => (count(tally, rule), REDACTED));
+  for (const [rule, re] of SECRET_SHAPES)
+    out = out.replace(re, () => (count(tally, rule), REDACTED));
   out = redactKeys(redactBlocks(out, tally), tally);
   out = out.replace(HEX64, () => (count(tally, '64-hex token'), REDACTED));
-  return out.replace(LONG_BASE64, (run) => (/[A-Z]/.test(run) && /[a-z]/.test(run) && /\d/.test(run) ? (count(tally, 'long base64'), REDACTED) : run));
+  return out.replace(LONG_BASE64, (run) =>
+    /[A-Z]/.test(run) && /[a-z]/.test(run) && /\d/.test(run)
+      ? (count(tally, 'long base64'), REDACTED)
+      : run,
+  );
 }
 
 /** A command line as a list (`[skopeo, copy, --src-creds, user:pw]`): the element after a credential's flag replaced. */
 function redactArgv(list: unknown[]): unknown[] {
   return list.map((v, i) => {
     const flag = list[i - 1];
-    if (typeof flag !== 'string' || !/^--?[A-Za-z][\w-]*$/.test(flag) || !isSecretKey(flag) || WHERE_WORDS.has(words(flag).at(-1) ?? '')) return v;
+    if (
+      typeof flag !== 'string' ||
+      !/^--?[A-Za-z][\w-]*$/.test(flag) ||
+      !isSecretKey(flag) ||
+      WHERE_WORDS.has(words(flag).at(-1) ?? '')
+    )
+      return v;
     return typeof v === 'string' && !v.startsWith('-') ? REDACTED : v;
   });
 }
@@ -228,7 +289,8 @@ function redactArgv(list: unknown[]): unknown[] {
 export function redactDocument(value: unknown, tally?: RedactionTally, depth = 0): unknown {
   if (depth > 64) return REDACTED;
   if (typeof value === 'string') return redactText(value, tally);
-  if (Array.isArray(value)) return redactArgv(value).map((v) => redactDocument(v, tally, depth + 1));
+  if (Array.isArray(value))
+    return redactArgv(value).map((v) => redactDocument(v, tally, depth + 1));
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value)) {
@@ -244,5 +306,8 @@ export function redactDocument(value: unknown, tally?: RedactionTally, depth = 0
 /** One line for the archive's notes: what was redacted in `name`, by rule (never a value). */
 export function tallyLine(name: string, tally: RedactionTally): string | undefined {
   if (tally.size === 0) return undefined;
-  return `${name}: ${[...tally].sort((a, b) => b[1] - a[1]).map(([rule, n]) => `${n} × ${rule}`).join(', ')}`;
+  return `${name}: ${[...tally]
+    .sort((a, b) => b[1] - a[1])
+    .map(([rule, n]) => `${n} × ${rule}`)
+    .join(', ')}`;
 }

@@ -15,15 +15,26 @@ type CollectStep = readonly [what: string, run: () => Promise<void>];
  * commands killed, its late entries dropped: the archive is sealed when written) and it and the
  * steps after it are named in one note.
  */
-export async function runSteps(a: CollectArchive, steps: readonly CollectStep[], deadlineMs: number): Promise<void> {
+export async function runSteps(
+  a: CollectArchive,
+  steps: readonly CollectStep[],
+  deadlineMs: number,
+): Promise<void> {
   const late = new Promise<'late'>((resolve) => {
     if (a.deadline.aborted) resolve('late');
     a.deadline.addEventListener('abort', () => resolve('late'), { once: true });
   });
   for (let i = 0; i < steps.length; i++) {
-    const done = a.deadline.aborted ? 'late' : await Promise.race([steps[i]![1]().then(() => 'done' as const), late]);
+    const done = a.deadline.aborted
+      ? 'late'
+      : await Promise.race([steps[i]![1]().then(() => 'done' as const), late]);
     if (done === 'late') {
-      a.note(`not collected: ${steps.slice(i).map(([what]) => what).join(', ')}: collect's deadline of ${deadlineMs / 1000} s passed (COLLECT_DEADLINE_MS)`);
+      a.note(
+        `not collected: ${steps
+          .slice(i)
+          .map(([what]) => what)
+          .join(', ')}: collect's deadline of ${deadlineMs / 1000} s passed (COLLECT_DEADLINE_MS)`,
+      );
       return;
     }
   }

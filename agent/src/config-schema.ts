@@ -8,9 +8,17 @@ import { LIMITS, PEER_PORT_MAX, PEER_PORT_MIN } from '@offline-bundle/status';
 import schema from '../../systemd/config.schema.json' with { type: 'json' };
 
 /** One problem of a config: the key it is at (dotted, list items as [i]) and what to write. */
-interface KeyProblem { key: string; what: string }
+interface KeyProblem {
+  key: string;
+  what: string;
+}
 
-interface SchemaNode { type?: string | string[]; minimum?: number; default?: unknown; properties?: Record<string, SchemaNode> }
+interface SchemaNode {
+  type?: string | string[];
+  minimum?: number;
+  default?: unknown;
+  properties?: Record<string, SchemaNode>;
+}
 
 export const NODE_NAME_RULE = `is not a Kubernetes node name (lowercase letters, digits, '-' and '.'; at most ${LIMITS.nodeName})`;
 const NON_EMPTY = 'must be a non-empty string';
@@ -23,22 +31,43 @@ const PEER_PORT_FIX = `must be a port from ${PEER_PORT_MIN} to ${PEER_PORT_MAX} 
 const WHOLE_KEY: Record<string, string> = {
   'space.reserveBytes': 'must be a byte count such as 1073741824 or "1GiB"',
   'staging.keep': 'must be true, false or untilComplete',
-  'peers.uploadRate': 'must be a byte count per second such as 52428800 or "50MiB" (at least 64KiB)',
+  'peers.uploadRate':
+    'must be a byte count per second such as 52428800 or "50MiB" (at least 64KiB)',
 };
 
 /** Where a key's rule says more than the keyword that refused it. */
 const FIXES: Record<string, (e: ErrorObject) => string | undefined> = {
   root: (e) => (e.keyword === 'pattern' ? 'must be an absolute path' : undefined),
-  nodeName: (e) => (e.keyword === 'pattern' || e.keyword === 'maxLength' ? `${JSON.stringify(e.data)} ${NODE_NAME_RULE}` : undefined),
-  trust: (e) => (e.keyword === 'anyOf' || e.keyword === 'required' ? 'give keys (the factory\'s public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify' : undefined),
+  nodeName: (e) =>
+    e.keyword === 'pattern' || e.keyword === 'maxLength'
+      ? `${JSON.stringify(e.data)} ${NODE_NAME_RULE}`
+      : undefined,
+  trust: (e) =>
+    e.keyword === 'anyOf' || e.keyword === 'required'
+      ? "give keys (the factory's public keys) and/or digest (the expected bundle sha256): the agent loads nothing it cannot verify"
+      : undefined,
   'trust.digest': (e) => (e.keyword === 'pattern' ? 'must be sha256:<64 hex digits>' : undefined),
-  'version.current': (e) => (e.keyword === 'type' && typeof e.data === 'number' ? `must be quoted ("${e.data}"): YAML reads an unquoted 4.10 as the number 4.1` : undefined),
-  prefix: (e) => (e.keyword === 'pattern' ? 'must be lowercase letters, digits and dashes' : undefined),
+  'version.current': (e) =>
+    e.keyword === 'type' && typeof e.data === 'number'
+      ? `must be quoted ("${e.data}"): YAML reads an unquoted 4.10 as the number 4.1`
+      : undefined,
+  prefix: (e) =>
+    e.keyword === 'pattern' ? 'must be lowercase letters, digits and dashes' : undefined,
   'status.listen': (e) => (e.keyword === 'pattern' ? LOOPBACK_FIX : undefined),
-  'metrics.address': (e) => (e.keyword === 'pattern' ? 'must be an IP address (or left out: the Node\'s InternalIP)' : undefined),
-  'peers.port': (e) => (e.keyword === 'minimum' || e.keyword === 'maximum' || e.keyword === 'type' ? PEER_PORT_FIX : undefined),
-  'selfUpgrade.mode': (e) => (e.keyword === 'enum' && e.data === 'tarball' ? 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off' : undefined),
-  'selfUpgrade.unit': (e) => (e.keyword === 'pattern' ? 'must be a systemd unit name (letters, digits, @ . _ -)' : undefined),
+  'metrics.address': (e) =>
+    e.keyword === 'pattern'
+      ? "must be an IP address (or left out: the Node's InternalIP)"
+      : undefined,
+  'peers.port': (e) =>
+    e.keyword === 'minimum' || e.keyword === 'maximum' || e.keyword === 'type'
+      ? PEER_PORT_FIX
+      : undefined,
+  'selfUpgrade.mode': (e) =>
+    e.keyword === 'enum' && e.data === 'tarball'
+      ? 'tarball is not built yet: on a tarball install, install a new agent with install.sh from its tarball, and set off'
+      : undefined,
+  'selfUpgrade.unit': (e) =>
+    e.keyword === 'pattern' ? 'must be a systemd unit name (letters, digits, @ . _ -)' : undefined,
 };
 
 /** "a, b or c" */
@@ -67,23 +96,37 @@ function fixOf(e: ErrorObject, key: string): string {
   const fixed = FIXES[key]?.(e);
   if (fixed) return fixed;
   switch (e.keyword) {
-    case 'type': return typeFix(e.parentSchema as SchemaNode);
-    case 'minLength': return NON_EMPTY;
-    case 'minimum': return `must be a whole number of at least ${(e.params as { limit: number }).limit}`;
-    case 'enum': return `must be ${orList((e.params as { allowedValues: unknown[] }).allowedValues)}`;
-    case 'pattern': return e.schema === '^/' ? ABSOLUTE : `must match ${String(e.schema)}`;
-    case 'additionalProperties': return `unknown key (known: ${Object.keys((e.parentSchema as SchemaNode).properties ?? {}).join(', ')})`;
-    default: return e.message ?? 'is not valid';
+    case 'type':
+      return typeFix(e.parentSchema as SchemaNode);
+    case 'minLength':
+      return NON_EMPTY;
+    case 'minimum':
+      return `must be a whole number of at least ${(e.params as { limit: number }).limit}`;
+    case 'enum':
+      return `must be ${orList((e.params as { allowedValues: unknown[] }).allowedValues)}`;
+    case 'pattern':
+      return e.schema === '^/' ? ABSOLUTE : `must match ${String(e.schema)}`;
+    case 'additionalProperties':
+      return `unknown key (known: ${Object.keys((e.parentSchema as SchemaNode).properties ?? {}).join(', ')})`;
+    default:
+      return e.message ?? 'is not valid';
   }
 }
 
 /** "/trust/keys/0" as "trust.keys[0]"; the document itself is "(top)". */
 function keyOf(e: ErrorObject): string {
   let key = '';
-  for (const part of e.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))) {
+  for (const part of e.instancePath
+    .split('/')
+    .slice(1)
+    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))) {
     key += /^\d+$/.test(part) ? `[${part}]` : key ? `.${part}` : part;
   }
-  const child = (e.params as { additionalProperty?: string; missingProperty?: string }).additionalProperty ?? (e.keyword === 'required' ? (e.params as { missingProperty: string }).missingProperty : undefined);
+  const child =
+    (e.params as { additionalProperty?: string; missingProperty?: string }).additionalProperty ??
+    (e.keyword === 'required'
+      ? (e.params as { missingProperty: string }).missingProperty
+      : undefined);
   if (child !== undefined) return key ? `${key}.${child}` : child;
   return key || '(top)';
 }
@@ -104,7 +147,12 @@ let validator: ValidateFunction | undefined;
  * under its key was refused already: fixing that may be all it needs.
  */
 export function schemaProblems(doc: unknown): KeyProblem[] {
-  validator ??= new Ajv({ allErrors: true, strict: true, allowUnionTypes: true, verbose: true }).compile(schema);
+  validator ??= new Ajv({
+    allErrors: true,
+    strict: true,
+    allowUnionTypes: true,
+    verbose: true,
+  }).compile(schema);
   if (validator(doc)) return [];
   // the branches of an anyOf say what each alternative lacks: the anyOf itself says it once
   const errors = (validator.errors ?? []).filter((e) => !e.schemaPath.includes('/anyOf/'));
@@ -114,8 +162,13 @@ export function schemaProblems(doc: unknown): KeyProblem[] {
     const seen = byKey.get(key);
     if (e.keyword !== 'anyOf' && (!seen || rank(e) < rank(seen))) byKey.set(key, e);
   }
-  for (const e of errors) if (e.keyword === 'anyOf' && ![...byKey.keys()].some((k) => atOrUnder(k, keyOf(e)))) byKey.set(keyOf(e), e);
-  const unknownFirst = [...byKey].sort(([, a], [, b]) => Number(b.keyword === 'additionalProperties') - Number(a.keyword === 'additionalProperties'));
+  for (const e of errors)
+    if (e.keyword === 'anyOf' && ![...byKey.keys()].some((k) => atOrUnder(k, keyOf(e))))
+      byKey.set(keyOf(e), e);
+  const unknownFirst = [...byKey].sort(
+    ([, a], [, b]) =>
+      Number(b.keyword === 'additionalProperties') - Number(a.keyword === 'additionalProperties'),
+  );
   return unknownFirst.map(([key, e]) => ({ key, what: fixOf(e, key) }));
 }
 

@@ -5,7 +5,13 @@ import { parse as parseYaml } from 'yaml';
 import { normalizeArch } from '@offline-bundle/oci';
 import { readSmallFile, unsafePermissions } from '@offline-bundle/host';
 import { certificateIp, isValidNodeName } from '@offline-bundle/status';
-import { atOrUnder, LOOPBACK_FIX, NODE_NAME_RULE, schemaDefault, schemaProblems } from './config-schema.js';
+import {
+  atOrUnder,
+  LOOPBACK_FIX,
+  NODE_NAME_RULE,
+  schemaDefault,
+  schemaProblems,
+} from './config-schema.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/bundle-agent/config.yaml';
 /** Largest config file read: the documented example is about 3 KiB. */
@@ -29,7 +35,14 @@ export interface AgentConfig {
    * clusterWaitMinutes: how long a load waits for the cluster when the running version was
    * never seen there (0: refuse at once).
    */
-  version: { current?: string; fromCluster: boolean; allowDowngrade: boolean; allowAnySource: boolean; allowUnknown: boolean; clusterWaitMinutes: number };
+  version: {
+    current?: string;
+    fromCluster: boolean;
+    allowDowngrade: boolean;
+    allowAnySource: boolean;
+    allowUnknown: boolean;
+    clusterWaitMinutes: number;
+  };
   paths: {
     upgradeDir: string;
     stateDir: string;
@@ -47,8 +60,20 @@ export interface AgentConfig {
    */
   space: { reserveBytes: number; kubeletConfig: string[]; kubeletRootDir: string };
   /** keep: the staged layout after Ready; untilComplete: until the cluster runs the release (it can restore vanished images without the stick). */
-  staging: { keep: boolean | 'untilComplete'; serveUntilComplete: boolean; serveCheckSeconds: number; retrySeconds: number };
-  preload: { method: 'cri' | 'command' | 'none'; command: string[]; concurrency: number; retries: number; timeoutSeconds: number; stallSeconds: number };
+  staging: {
+    keep: boolean | 'untilComplete';
+    serveUntilComplete: boolean;
+    serveCheckSeconds: number;
+    retrySeconds: number;
+  };
+  preload: {
+    method: 'cri' | 'command' | 'none';
+    command: string[];
+    concurrency: number;
+    retries: number;
+    timeoutSeconds: number;
+    stallSeconds: number;
+  };
   reload: { command: string[] };
   containerd: { namespace: string };
   /** File-name prefix of every drop-in the agent writes (and the only ones it removes). */
@@ -92,7 +117,14 @@ export interface AgentConfig {
    * metrics-listener.ts): address undefined is the Node's InternalIP; cert and key (both or
    * neither) undefined is a self-signed certificate in <stateDir>/metrics-tls.
    */
-  metrics: { enabled: boolean; address?: string; port: number; cert?: string; key?: string; clientCA?: string };
+  metrics: {
+    enabled: boolean;
+    address?: string;
+    port: number;
+    cert?: string;
+    key?: string;
+    clientCA?: string;
+  };
   peers: {
     /**
      * On by default and inert until approved: the peer port is open, and approved bundles are
@@ -102,7 +134,13 @@ export interface AgentConfig {
     enabled: boolean;
     /** The host port (9000–9999) on the Node's InternalIP, published in status.serving. */
     port: number;
-    ca: string; cert: string; key: string; uploadRate: number; downloaders: number; controlPlaneDownloaders: number; pauseWhileLoading: boolean;
+    ca: string;
+    cert: string;
+    key: string;
+    uploadRate: number;
+    downloaders: number;
+    controlPlaneDownloaders: number;
+    pauseWhileLoading: boolean;
   };
 }
 
@@ -118,7 +156,17 @@ export class ConfigError extends Error {
   }
 }
 
-const UNITS: Record<string, number> = { B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12, KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3, TiB: 1024 ** 4 };
+const UNITS: Record<string, number> = {
+  B: 1,
+  KB: 1e3,
+  MB: 1e6,
+  GB: 1e9,
+  TB: 1e12,
+  KiB: 1024,
+  MiB: 1024 ** 2,
+  GiB: 1024 ** 3,
+  TiB: 1024 ** 4,
+};
 
 type Raw = Record<string, unknown>;
 
@@ -129,7 +177,10 @@ const ON_HOST = ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net
 export function parseLoopbackAddress(value: string): { host: string; port: number } | undefined {
   const m = /^(127\.\d+\.\d+\.\d+|localhost|\[::1\]):(\d{1,5})$/.exec(value);
   if (!m || Number(m[2]) > 65535) return undefined;
-  return { host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+  return {
+    host: m[1] === 'localhost' ? '127.0.0.1' : m[1]!.replace(/^\[|\]$/g, ''),
+    port: Number(m[2]),
+  };
 }
 
 /** A byte count the schema accepted (1073741824, "1GiB", "1.5 GB") in bytes. */
@@ -171,17 +222,23 @@ class Problems {
  * reads as its default, so the rest can still be checked.
  */
 class Settings {
-  constructor(private readonly raw: Raw, readonly problems: Problems) {}
+  constructor(
+    private readonly raw: Raw,
+    readonly problems: Problems,
+  ) {}
 
   /** The value written at a dotted key; undefined when absent, empty or refused. */
   given<T>(key: string): T | undefined {
-    return this.problems.failed(key) ? undefined : (this.written(key) ?? undefined) as T | undefined;
+    return this.problems.failed(key)
+      ? undefined
+      : ((this.written(key) ?? undefined) as T | undefined);
   }
 
   /** The value written at a dotted key, refused or not. */
   written(key: string): unknown {
     let v: unknown = this.raw;
-    for (const part of key.split('.')) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Raw)[part] : undefined;
+    for (const part of key.split('.'))
+      v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Raw)[part] : undefined;
     return v;
   }
 
@@ -189,7 +246,8 @@ class Settings {
   value<T>(key: string): T {
     const v = this.given<T>(key) ?? schemaDefault(key);
     // a default dropped from the schema must not read as a silent undefined
-    if (v === undefined) throw new Error(`config.schema.json gives ${key} no default: a bug; report it`);
+    if (v === undefined)
+      throw new Error(`config.schema.json gives ${key} no default: a bug; report it`);
     return v as T;
   }
 }
@@ -200,7 +258,9 @@ function parseDocument(text: string, problems: Problems): Raw {
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new ConfigError(`${problems.file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`);
+    throw new ConfigError(
+      `${problems.file}: not valid YAML: ${(err as Error).message.split('\n')[0]}`,
+    );
   }
   if (doc === undefined || doc === null) return {};
   if (typeof doc === 'object' && !Array.isArray(doc)) return doc as Raw;
@@ -220,7 +280,11 @@ function versionOf(s: Settings): AgentConfig['version'] {
   };
 }
 
-function pathsOf(s: Settings, under: (p: string) => string, runtime: RuntimeKind): AgentConfig['paths'] {
+function pathsOf(
+  s: Settings,
+  under: (p: string) => string,
+  runtime: RuntimeKind,
+): AgentConfig['paths'] {
   const path = (key: string) => under(s.value(`paths.${key}`));
   const stateDir = path('stateDir');
   const statusFile = s.given<string>('paths.statusFile');
@@ -231,7 +295,10 @@ function pathsOf(s: Settings, under: (p: string) => string, runtime: RuntimeKind
     crioDropInDir: path('crioDropInDir'),
     registriesDropInDir: path('registriesDropInDir'),
     containerdCertsDir: path('containerdCertsDir'),
-    imageStoreDir: under(s.given('paths.imageStoreDir') ?? (runtime === 'crio' ? '/var/lib/containers/storage' : '/var/lib/containerd')),
+    imageStoreDir: under(
+      s.given('paths.imageStoreDir') ??
+        (runtime === 'crio' ? '/var/lib/containers/storage' : '/var/lib/containerd'),
+    ),
   };
 }
 
@@ -239,9 +306,17 @@ function selfUpgradeOf(s: Settings, under: (p: string) => string): AgentConfig['
   const unit = s.value<string>('selfUpgrade.unit');
   return {
     mode: s.value('selfUpgrade.mode'),
-    dropInDir: under(s.given('selfUpgrade.dropInDir') ?? `/etc/containers/systemd/${unit}.container.d`),
+    dropInDir: under(
+      s.given('selfUpgrade.dropInDir') ?? `/etc/containers/systemd/${unit}.container.d`,
+    ),
     daemonReload: s.value('selfUpgrade.daemonReload'),
-    restart: s.given('selfUpgrade.restart') ?? [...ON_HOST, 'systemctl', '--no-block', 'restart', unit],
+    restart: s.given('selfUpgrade.restart') ?? [
+      ...ON_HOST,
+      'systemctl',
+      '--no-block',
+      'restart',
+      unit,
+    ],
     scheduleRollback: s.value('selfUpgrade.scheduleRollback'),
     confirmMinutes: s.value('selfUpgrade.confirmMinutes'),
     unit,
@@ -263,28 +338,46 @@ function statusOf(s: Settings, under: (p: string) => string): AgentConfig['statu
 
 function metricsOf(s: Settings, under: (p: string) => string): AgentConfig['metrics'] {
   let address = s.given<string>('metrics.address');
-  if (address !== undefined && !isIP(address)) s.problems.fail('metrics.address', `${JSON.stringify(address)} is not an IP address: give the node's address (or leave it out for the Node's InternalIP)`);
+  if (address !== undefined && !isIP(address))
+    s.problems.fail(
+      'metrics.address',
+      `${JSON.stringify(address)} is not an IP address: give the node's address (or leave it out for the Node's InternalIP)`,
+    );
   else if (address !== undefined) {
     // an IPv4-mapped address as IPv4 (what clients dial and the certificate names); 0.0.0.0 and :: are no node's address
     try {
       address = certificateIp(address);
     } catch (err) {
-      s.problems.fail('metrics.address', `${(err as Error).message} (or leave it out for the Node's InternalIP)`);
+      s.problems.fail(
+        'metrics.address',
+        `${(err as Error).message} (or leave it out for the Node's InternalIP)`,
+      );
     }
   }
   const file = (key: string) => {
     const v = s.given<string>(`metrics.${key}`);
     return v === undefined ? {} : { [key]: under(v) };
   };
-  return { enabled: s.value('metrics.enabled'), ...(address !== undefined ? { address } : {}), port: s.value('metrics.port'), ...file('cert'), ...file('key'), ...file('clientCA') };
+  return {
+    enabled: s.value('metrics.enabled'),
+    ...(address !== undefined ? { address } : {}),
+    port: s.value('metrics.port'),
+    ...file('cert'),
+    ...file('key'),
+    ...file('clientCA'),
+  };
 }
 
 function peersOf(s: Settings, under: (p: string) => string): AgentConfig['peers'] {
   return {
-    enabled: s.value('peers.enabled'), port: s.value('peers.port'),
-    ca: under(s.value('peers.ca')), cert: under(s.value('peers.cert')), key: under(s.value('peers.key')),
+    enabled: s.value('peers.enabled'),
+    port: s.value('peers.port'),
+    ca: under(s.value('peers.ca')),
+    cert: under(s.value('peers.cert')),
+    key: under(s.value('peers.key')),
     uploadRate: byteCount(s.value('peers.uploadRate')),
-    downloaders: s.value('peers.downloaders'), controlPlaneDownloaders: s.value('peers.controlPlaneDownloaders'),
+    downloaders: s.value('peers.downloaders'),
+    controlPlaneDownloaders: s.value('peers.controlPlaneDownloaders'),
     pauseWhileLoading: s.value('peers.pauseWhileLoading'),
   };
 }
@@ -294,9 +387,14 @@ function peersOf(s: Settings, under: (p: string) => string): AgentConfig['peers'
  * Whether a staged layout outlives its load: as staging.keep says, or (staging.serveUntilComplete,
  * on OpenShift: the node read a ClusterVersion once) until the cluster runs its release, to be served until then.
  */
-export function layoutKept(config: Pick<AgentConfig, 'staging' | 'status'>, openshift: boolean): boolean | 'untilComplete' {
+export function layoutKept(
+  config: Pick<AgentConfig, 'staging' | 'status'>,
+  openshift: boolean,
+): boolean | 'untilComplete' {
   if (config.staging.keep !== false) return config.staging.keep;
-  return config.staging.serveUntilComplete && config.status.kubeconfig !== undefined && openshift ? 'untilComplete' : false;
+  return config.staging.serveUntilComplete && config.status.kubeconfig !== undefined && openshift
+    ? 'untilComplete'
+    : false;
 }
 
 export function peerSlots(config: AgentConfig, controlPlane: boolean): number {
@@ -315,21 +413,38 @@ function configOf(s: Settings): AgentConfig {
     // the kubelet registers the Node under the lowercased host name; the status object carries its name
     nodeName: s.given('nodeName') ?? hostname().toLowerCase(),
     runtime,
-    arch: normalizeArch(s.given('arch') ?? normalizeArch(process.arch === 'x64' ? 'amd64' : process.arch)),
-    criSocket: under(s.given('criSocket') ?? (crio ? '/var/run/crio/crio.sock' : '/run/containerd/containerd.sock')),
+    arch: normalizeArch(
+      s.given('arch') ?? normalizeArch(process.arch === 'x64' ? 'amd64' : process.arch),
+    ),
+    criSocket: under(
+      s.given('criSocket') ??
+        (crio ? '/var/run/crio/crio.sock' : '/run/containerd/containerd.sock'),
+    ),
     trust: { keys: s.value<string[]>('trust.keys').map(under), ...(digest ? { digest } : {}) },
     version: versionOf(s),
     paths: pathsOf(s, under, runtime),
-    media: { roots: s.value<string[]>('media.roots').map(under), watchDirs: s.value<string[]>('media.watchDirs').map(under), pollSeconds: s.value('media.pollSeconds') },
+    media: {
+      roots: s.value<string[]>('media.roots').map(under),
+      watchDirs: s.value<string[]>('media.watchDirs').map(under),
+      pollSeconds: s.value('media.pollSeconds'),
+    },
     space: {
       reserveBytes: byteCount(s.value('space.reserveBytes')),
       kubeletConfig: s.value<string[]>('space.kubeletConfig').map(under),
       kubeletRootDir: under(s.value('space.kubeletRootDir')),
     },
-    staging: { keep: s.value('staging.keep'), serveUntilComplete: s.value('staging.serveUntilComplete'), serveCheckSeconds: s.value('staging.serveCheckSeconds'), retrySeconds: s.value('staging.retrySeconds') },
+    staging: {
+      keep: s.value('staging.keep'),
+      serveUntilComplete: s.value('staging.serveUntilComplete'),
+      serveCheckSeconds: s.value('staging.serveCheckSeconds'),
+      retrySeconds: s.value('staging.retrySeconds'),
+    },
     preload: {
-      method: s.value('preload.method'), command: s.value('preload.command'),
-      concurrency: s.value('preload.concurrency'), retries: s.value('preload.retries'), timeoutSeconds: s.value('preload.timeoutSeconds'),
+      method: s.value('preload.method'),
+      command: s.value('preload.command'),
+      concurrency: s.value('preload.concurrency'),
+      retries: s.value('preload.retries'),
+      timeoutSeconds: s.value('preload.timeoutSeconds'),
       stallSeconds: s.value('preload.stallSeconds'),
     },
     reload: { command: s.given('reload.command') ?? (crio ? ['systemctl', 'reload', 'crio'] : []) },
@@ -346,20 +461,59 @@ function configOf(s: Settings): AgentConfig {
 function checkCombinations(s: Settings, c: AgentConfig): void {
   const p = s.problems;
   if (!p.failed('nodeName') && !isValidNodeName(c.nodeName)) {
-    p.fail('nodeName', s.given('nodeName') === undefined ? `the host name ${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}: set nodeName` : `${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}`);
+    p.fail(
+      'nodeName',
+      s.given('nodeName') === undefined
+        ? `the host name ${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}: set nodeName`
+        : `${JSON.stringify(c.nodeName)} ${NODE_NAME_RULE}`,
+    );
   }
   // (a list refused for one of its items reads as empty: that item is the problem)
-  if (c.preload.method === 'command' && c.preload.command.length === 0 && !p.failed('preload.command')) p.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
+  if (
+    c.preload.method === 'command' &&
+    c.preload.command.length === 0 &&
+    !p.failed('preload.command')
+  )
+    p.fail('preload.command', 'is required when preload.method is command (e.g. [crictl, pull])');
   // podman, which runs the Quadlet unit, finds images in CRI-O's store, never in containerd's
   // (a runtime refused as it stands is named here too: crio is what quadlet needs)
-  if (c.selfUpgrade.mode === 'quadlet' && (s.written('runtime') ?? 'crio') !== 'crio') p.fail('selfUpgrade.mode', 'quadlet needs runtime crio (podman reads CRI-O\'s image store, not containerd\'s)');
+  if (c.selfUpgrade.mode === 'quadlet' && (s.written('runtime') ?? 'crio') !== 'crio')
+    p.fail(
+      'selfUpgrade.mode',
+      "quadlet needs runtime crio (podman reads CRI-O's image store, not containerd's)",
+    );
   // a rate below a TLS record's worth per second would stall every response past the idle timeout
-  if (!p.failed('peers.uploadRate') && c.peers.uploadRate < 65536) p.fail('peers.uploadRate', 'must be at least 64KiB (per second)');
-  if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('version.fromCluster', 'needs status.kubeconfig (the credentials to read ClusterVersion)');
-  if (c.metrics.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('metrics.enabled', 'needs status.kubeconfig (each request\'s token and access are reviewed by the API server)');
-  if ((c.metrics.cert === undefined) !== (c.metrics.key === undefined) && !p.failed('metrics.cert') && !p.failed('metrics.key')) p.fail(c.metrics.cert === undefined ? 'metrics.cert' : 'metrics.key', 'metrics.cert and metrics.key go together: give both, or neither for a self-signed certificate');
+  if (!p.failed('peers.uploadRate') && c.peers.uploadRate < 65536)
+    p.fail('peers.uploadRate', 'must be at least 64KiB (per second)');
+  if (c.version.fromCluster && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig'))
+    p.fail(
+      'version.fromCluster',
+      'needs status.kubeconfig (the credentials to read ClusterVersion)',
+    );
+  if (c.metrics.enabled && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig'))
+    p.fail(
+      'metrics.enabled',
+      "needs status.kubeconfig (each request's token and access are reviewed by the API server)",
+    );
+  if (
+    (c.metrics.cert === undefined) !== (c.metrics.key === undefined) &&
+    !p.failed('metrics.cert') &&
+    !p.failed('metrics.key')
+  )
+    p.fail(
+      c.metrics.cert === undefined ? 'metrics.cert' : 'metrics.key',
+      'metrics.cert and metrics.key go together: give both, or neither for a self-signed certificate',
+    );
   // on by default, where a node without a kubeconfig just stays inert: only asking for it by name is a mistake
-  if (s.given('peers.enabled') === true && c.status.kubeconfig === undefined && !p.failed('status.kubeconfig')) p.fail('peers.enabled', 'needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes\' NodeBundleStatus)');
+  if (
+    s.given('peers.enabled') === true &&
+    c.status.kubeconfig === undefined &&
+    !p.failed('status.kubeconfig')
+  )
+    p.fail(
+      'peers.enabled',
+      "needs status.kubeconfig (peers are found through the cluster: approvals and the other nodes' NodeBundleStatus)",
+    );
 }
 
 /**
@@ -387,7 +541,9 @@ export async function loadConfig(path = DEFAULT_CONFIG_PATH): Promise<AgentConfi
   try {
     file = await readSmallFile(path, MAX_CONFIG_FILE_BYTES);
   } catch (err) {
-    throw new ConfigError(`cannot read config ${path}: ${(err as Error).message}; pass --config FILE`);
+    throw new ConfigError(
+      `cannot read config ${path}: ${(err as Error).message}; pass --config FILE`,
+    );
   }
   const unsafe = await unsafePermissions(path, file.stats);
   if (unsafe) throw new ConfigError(`config ${unsafe}`);

@@ -14,7 +14,11 @@ export const AGENT_REASONS = FAILURE_REASONS;
 export type AgentReason = FailureReason;
 
 export class AgentError extends Error {
-  constructor(readonly reason: AgentReason, message: string, options?: { cause?: unknown }) {
+  constructor(
+    readonly reason: AgentReason,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
     super(message, options);
     this.name = 'AgentError';
   }
@@ -22,7 +26,8 @@ export class AgentError extends Error {
 
 /** The system calls' codes a load can meet that name their own cause (a full disk, a stick gone). */
 type ErrnoCode = 'ENOSPC' | 'EDQUOT' | 'EIO' | 'ENODEV' | 'ENXIO' | 'ENOTCONN' | 'ECONNABORTED';
-type LibraryCode = FormatErrorCode | HostErrorCode | OciErrorCode | RegistryErrorCode | RuntimeErrorCode | ErrnoCode;
+type LibraryCode =
+  FormatErrorCode | HostErrorCode | OciErrorCode | RegistryErrorCode | RuntimeErrorCode | ErrnoCode;
 
 /** Library error codes (format, host, oci, registry, runtime, the system) → condition reasons; a code no library has does not compile. */
 const CODE_REASONS: Readonly<Partial<Record<LibraryCode, AgentReason>>> = {
@@ -64,8 +69,20 @@ const CODE_REASONS: Readonly<Partial<Record<LibraryCode, AgentReason>>> = {
   ECONNABORTED: 'MediaRemoved',
 };
 // Everything the format reader refuses that is not listed above is a damaged or altered bundle.
-const FORMAT_DAMAGE: ReadonlySet<string> = new Set<FormatErrorCode | OciErrorCode>(['BLOB_DIGEST_MISMATCH', 'SIZE_MISMATCH', 'OVERSIZED_ENTRY', 'UNEXPECTED_ENTRY', 'DUPLICATE_ENTRY', 'NOT_A_FILE',
-  'MISSING_ENTRY', 'BAD_ORDER', 'TRAILING_DATA', 'CORRUPT', 'BAD_SEEK_TABLE', 'INVALID_MANIFEST']);
+const FORMAT_DAMAGE: ReadonlySet<string> = new Set<FormatErrorCode | OciErrorCode>([
+  'BLOB_DIGEST_MISMATCH',
+  'SIZE_MISMATCH',
+  'OVERSIZED_ENTRY',
+  'UNEXPECTED_ENTRY',
+  'DUPLICATE_ENTRY',
+  'NOT_A_FILE',
+  'MISSING_ENTRY',
+  'BAD_ORDER',
+  'TRAILING_DATA',
+  'CORRUPT',
+  'BAD_SEEK_TABLE',
+  'INVALID_MANIFEST',
+]);
 
 /** Maps errors from the libraries to the reason a status condition carries. */
 export function reasonOf(err: unknown): AgentReason {
@@ -85,11 +102,17 @@ export function reasonOf(err: unknown): AgentReason {
  * call said, name the cause and the fix: a disk filling up mid-load says which directory
  * needs the room. (The bundle file vanishing is turned into MediaRemoved by mediaGone first.)
  */
-export function failureOf(err: unknown, upgradeDir: string): { reason: AgentReason; message: string } {
+export function failureOf(
+  err: unknown,
+  upgradeDir: string,
+): { reason: AgentReason; message: string } {
   const e = err as NodeJS.ErrnoException | undefined;
   const reason = reasonOf(err);
   if (reason === 'InsufficientSpace' && (e?.code === 'ENOSPC' || e?.code === 'EDQUOT')) {
-    return { reason, message: `the disk filled up while the bundle was loaded (${oneLine(err)}): free space on the filesystem of ${upgradeDir} (the staging copy) and plug the stick in again` };
+    return {
+      reason,
+      message: `the disk filled up while the bundle was loaded (${oneLine(err)}): free space on the filesystem of ${upgradeDir} (the staging copy) and plug the stick in again`,
+    };
   }
   return { reason, message: oneLine(err) };
 }

@@ -11,8 +11,17 @@ import { oneLine } from './errors.js';
  */
 export async function checkKubeconfig(config: AgentConfig, configFile: string): Promise<void> {
   const file = config.status.kubeconfig;
-  if (!file || !(await stat(file).then(() => true, () => false))) return;
+  if (
+    !file ||
+    !(await stat(file).then(
+      () => true,
+      () => false,
+    ))
+  )
+    return;
   await adminApis(file).catch((err: unknown) => {
-    throw new ConfigError(`${configFile}: status.kubeconfig: ${file} cannot be used (${oneLine(err)}): fix it ("kubectl --kubeconfig ${file} config view" reads it as the agent does), or remove status.kubeconfig to run without cluster reporting`);
+    throw new ConfigError(
+      `${configFile}: status.kubeconfig: ${file} cannot be used (${oneLine(err)}): fix it ("kubectl --kubeconfig ${file} config view" reads it as the agent does), or remove status.kubeconfig to run without cluster reporting`,
+    );
   });
 }

@@ -21,7 +21,10 @@ function render(level: string, event: string, msg: string, fields: LogFields = {
   return `${process.env.JOURNAL_STREAM ? prio : ''}${escapeControls(msg)} event=${event}${kv.length ? ' ' + kv.join(' ') : ''}`;
 }
 
-export function createLogger(stream: NodeJS.WritableStream = process.stderr, quiet = false): Logger {
+export function createLogger(
+  stream: NodeJS.WritableStream = process.stderr,
+  quiet = false,
+): Logger {
   const write = (level: string) => (event: string, msg: string, fields?: LogFields) => {
     if (quiet && level === 'info') return;
     stream.write(render(level, event, msg, fields) + '\n');

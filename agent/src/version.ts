@@ -1,3 +1,5 @@
 import { createRequire } from 'node:module';
 
-export const TOOL_VERSION = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+export const TOOL_VERSION = (
+  createRequire(import.meta.url)('../package.json') as { version: string }
+).version;

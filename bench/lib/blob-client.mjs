@@ -13,18 +13,27 @@ export async function fetchBlobs(base, blobs, streams) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: streams });
   let next = 0;
   let bytes = 0;
-  const one = (b) => new Promise((resolve, reject) => {
-    http.get(`${base}/v2/${b.repo}/blobs/${b.digest}`, { agent }, (res) => {
-      if (res.statusCode !== 200) {
-        res.resume();
-        return reject(new Error(`GET ${b.repo}/blobs/${b.digest}: HTTP ${res.statusCode}`));
-      }
-      let n = 0;
-      res.on('data', (c) => { n += c.length; });
-      res.on('end', () => (n === b.size ? resolve(n) : reject(new Error(`GET ${b.digest}: ${n} bytes, expected ${b.size}`))));
-      res.on('error', reject);
-    }).on('error', reject);
-  });
+  const one = (b) =>
+    new Promise((resolve, reject) => {
+      http
+        .get(`${base}/v2/${b.repo}/blobs/${b.digest}`, { agent }, (res) => {
+          if (res.statusCode !== 200) {
+            res.resume();
+            return reject(new Error(`GET ${b.repo}/blobs/${b.digest}: HTTP ${res.statusCode}`));
+          }
+          let n = 0;
+          res.on('data', (c) => {
+            n += c.length;
+          });
+          res.on('end', () =>
+            n === b.size
+              ? resolve(n)
+              : reject(new Error(`GET ${b.digest}: ${n} bytes, expected ${b.size}`)),
+          );
+          res.on('error', reject);
+        })
+        .on('error', reject);
+    });
   const worker = async () => {
     while (next < blobs.length) bytes += await one(blobs[next++]);
   };

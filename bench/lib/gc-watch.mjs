@@ -9,7 +9,12 @@ import { PerformanceObserver, constants } from 'node:perf_hooks';
 const WRITE_MS = 1000;
 const mark = process.env.OB_GC_WATCH_MARK;
 const dir = process.env.OB_GC_WATCH_DIR;
-const KINDS = { [constants.NODE_PERFORMANCE_GC_MAJOR]: 'major', [constants.NODE_PERFORMANCE_GC_MINOR]: 'minor', [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental', [constants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb' };
+const KINDS = {
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [constants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb',
+};
 
 if (mark && dir && process.argv.some((a) => a.includes(mark))) {
   const gc = {};
@@ -24,7 +29,19 @@ if (mark && dir && process.argv.some((a) => a.includes(mark))) {
   const file = join(dir, `gc-${process.pid}.json`);
   setInterval(() => {
     const m = process.memoryUsage();
-    writeFileSync(`${file}.tmp`, JSON.stringify({ at: Date.now(), cpu: process.cpuUsage(), heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers, rss: m.rss, gc }));
+    writeFileSync(
+      `${file}.tmp`,
+      JSON.stringify({
+        at: Date.now(),
+        cpu: process.cpuUsage(),
+        heapUsed: m.heapUsed,
+        heapTotal: m.heapTotal,
+        external: m.external,
+        arrayBuffers: m.arrayBuffers,
+        rss: m.rss,
+        gc,
+      }),
+    );
     renameSync(`${file}.tmp`, file);
   }, WRITE_MS).unref();
 }

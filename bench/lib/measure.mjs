@@ -24,13 +24,26 @@ export function stats(samples) {
  * @returns {Promise<number|undefined>}
  */
 export async function run(cmd, args, opts = {}) {
-  const argv = opts.rssFile ? ['/usr/bin/time', '-f', '%M', '-o', opts.rssFile, cmd, ...args] : [cmd, ...args];
+  const argv = opts.rssFile
+    ? ['/usr/bin/time', '-f', '%M', '-o', opts.rssFile, cmd, ...args]
+    : [cmd, ...args];
   await new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], env: opts.env ?? process.env });
+    const child = spawn(argv[0], argv.slice(1), {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: opts.env ?? process.env,
+    });
     let err = '';
-    child.stderr.on('data', (d) => { err = (err + d).slice(-4000); });
+    child.stderr.on('data', (d) => {
+      err = (err + d).slice(-4000);
+    });
     child.on('error', reject);
-    child.on('close', (code, signal) => (code === 0 ? resolve(undefined) : reject(new Error(`${argv.join(' ').slice(0, 300)} failed (${code ?? signal}): ${err.trim()}`))));
+    child.on('close', (code, signal) =>
+      code === 0
+        ? resolve(undefined)
+        : reject(
+            new Error(`${argv.join(' ').slice(0, 300)} failed (${code ?? signal}): ${err.trim()}`),
+          ),
+    );
   });
   if (!opts.rssFile) return undefined;
   const kb = Number((await readFile(opts.rssFile, 'utf8')).trim().split('\n').pop());
@@ -57,7 +70,10 @@ const CLK_TCK = 100;
  */
 function procTimes(pid) {
   const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return { own: (Number(f[11]) + Number(f[12])) / CLK_TCK, children: (Number(f[13]) + Number(f[14])) / CLK_TCK };
+  return {
+    own: (Number(f[11]) + Number(f[12])) / CLK_TCK,
+    children: (Number(f[13]) + Number(f[14])) / CLK_TCK,
+  };
 }
 
 /**
@@ -68,7 +84,14 @@ function procTimes(pid) {
  */
 function cpuSeconds(servers) {
   const own = process.cpuUsage();
-  return (own.user + own.system) / 1e6 + procTimes('self').children + servers.reduce((sum, pid) => { const t = procTimes(pid); return sum + t.own + t.children; }, 0);
+  return (
+    (own.user + own.system) / 1e6 +
+    procTimes('self').children +
+    servers.reduce((sum, pid) => {
+      const t = procTimes(pid);
+      return sum + t.own + t.children;
+    }, 0)
+  );
 }
 
 /** One call's wall and CPU seconds (this process and the children it waits for): a step of a side timed apart. */
@@ -99,7 +122,10 @@ export async function alternate(runs, sides) {
     for (const side of /** @type {const} */ (['ours', 'peer'])) {
       const c = sides.prepare ? await sides.prepare(side, i) : /** @type {C} */ (undefined);
       try {
-        const servers = typeof sides.servers === 'function' ? sides.servers(side, c) : [sides.servers?.[side]].filter((p) => p !== undefined);
+        const servers =
+          typeof sides.servers === 'function'
+            ? sides.servers(side, c)
+            : [sides.servers?.[side]].filter((p) => p !== undefined);
         const cpu0 = cpuSeconds(servers);
         (side === 'ours' ? ours : peer).push(await seconds(() => sides[side](c, i)));
         cpu[side].push(cpuSeconds(servers) - cpu0);
@@ -108,5 +134,10 @@ export async function alternate(runs, sides) {
       }
     }
   }
-  return { ours: stats(ours), peer: stats(peer), ratios: stats(ours.map((o, i) => o / peer[i])), cpu: { ours: stats(cpu.ours), peer: stats(cpu.peer) } };
+  return {
+    ours: stats(ours),
+    peer: stats(peer),
+    ratios: stats(ours.map((o, i) => o / peer[i])),
+    cpu: { ours: stats(cpu.ours), peer: stats(cpu.peer) },
+  };
 }

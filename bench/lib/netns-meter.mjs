@@ -12,7 +12,8 @@ const CLK_TCK = 100;
  * protocol, headers included, so both sides of a comparison are counted alike).
  * @param {string} hostVeth
  */
-export const sentOnCable = (hostVeth) => Number(readFileSync(`/sys/class/net/${hostVeth}/statistics/rx_bytes`, 'utf8'));
+export const sentOnCable = (hostVeth) =>
+  Number(readFileSync(`/sys/class/net/${hostVeth}/statistics/rx_bytes`, 'utf8'));
 
 /**
  * CPU seconds of one process from a /proc/PID/stat line: its own (utime, stime) and those of

@@ -29,7 +29,11 @@ export async function nodeSnapshotter(parent) {
  */
 export async function startNode(parent, pub) {
   const root = await mkdtemp(path.join(parent, 'node-'));
-  const ctd = await startContainerd(60_000, { certsDir: path.join(root, 'etc/containerd/certs.d'), socket: path.join(root, 'run/containerd/containerd.sock'), snapshotter: await nodeSnapshotter(parent) });
+  const ctd = await startContainerd(60_000, {
+    certsDir: path.join(root, 'etc/containerd/certs.d'),
+    socket: path.join(root, 'run/containerd/containerd.sock'),
+    snapshotter: await nodeSnapshotter(parent),
+  });
   await mkdir(path.join(root, 'etc/bundle-agent/keys'), { recursive: true });
   await copyFile(pub, path.join(root, 'etc/bundle-agent/keys/bench.pub'));
   const config = path.join(root, 'etc/bundle-agent/config.yaml');
@@ -37,8 +41,14 @@ export async function startNode(parent, pub) {
   // run, so the kubelet's default thresholds (image GC at 85 %) refuse a scale 4 load (17 GB of
   // images); the bench measures the load, not the space check (its own tests cover that)
   await mkdir(path.join(root, 'var/lib/kubelet'), { recursive: true });
-  await writeFile(path.join(root, 'var/lib/kubelet/config.yaml'), 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageGCHighThresholdPercent: 100\nevictionHard:\n  imagefs.available: "1%"\n  nodefs.available: "1%"\n');
-  await writeFile(config, `root: ${root}\nnodeName: bench\nruntime: containerd\narch: amd64\ntrust:\n  keys: [/etc/bundle-agent/keys/bench.pub]\nversion:\n  current: "${PREVIOUS}"\nspace:\n  reserveBytes: 0\npreload:\n  timeoutSeconds: ${PULL_TIMEOUT_S}\n`);
+  await writeFile(
+    path.join(root, 'var/lib/kubelet/config.yaml'),
+    'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageGCHighThresholdPercent: 100\nevictionHard:\n  imagefs.available: "1%"\n  nodefs.available: "1%"\n',
+  );
+  await writeFile(
+    config,
+    `root: ${root}\nnodeName: bench\nruntime: containerd\narch: amd64\ntrust:\n  keys: [/etc/bundle-agent/keys/bench.pub]\nversion:\n  current: "${PREVIOUS}"\nspace:\n  reserveBytes: 0\npreload:\n  timeoutSeconds: ${PULL_TIMEOUT_S}\n`,
+  );
   return {
     root,
     ctd,
@@ -53,17 +63,25 @@ export async function startNode(parent, pub) {
 /** Sends `upstreamHost`'s images to `registry` as its plain /v2/ (a docker-registry mirror). */
 export async function mirrorToRegistry(certsDir, upstreamHost, registry) {
   await mkdir(path.join(certsDir, upstreamHost), { recursive: true });
-  await writeFile(path.join(certsDir, upstreamHost, 'hosts.toml'), `server = "https://${upstreamHost}"\n\n[host."http://${registry}"]\n  capabilities = ["pull", "resolve"]\n`);
+  await writeFile(
+    path.join(certsDir, upstreamHost, 'hosts.toml'),
+    `server = "https://${upstreamHost}"\n\n[host."http://${registry}"]\n  capabilities = ["pull", "resolve"]\n`,
+  );
 }
 
 /** Sends `upstreamHost`'s images to a bundle registry (the agent's own hosts.toml). */
-export const mirrorToBundle = (certsDir, upstreamHost, address) => writeContainerdHosts(certsDir, upstreamHost, address);
+export const mirrorToBundle = (certsDir, upstreamHost, address) =>
+  writeContainerdHosts(certsDir, upstreamHost, address);
 
 /** Pulls every reference through containerd's CRI, as the agent's pre-load does. */
 export async function criPullAll(socket, refs) {
   const client = new CriImageClient(socket);
   try {
-    await pullAll(client, refs, { concurrency: PULL_CONCURRENCY, retries: 3, timeoutMs: PULL_TIMEOUT_S * 1000 });
+    await pullAll(client, refs, {
+      concurrency: PULL_CONCURRENCY,
+      retries: 3,
+      timeoutMs: PULL_TIMEOUT_S * 1000,
+    });
   } finally {
     client.close();
   }

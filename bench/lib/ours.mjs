@@ -19,7 +19,20 @@ function shippedApps() {
   process.once('exit', () => rmSync(out, { recursive: true, force: true }));
   const arch = process.arch === 'arm64' ? 'arm64' : 'amd64';
   for (const only of ['agent', 'builder']) {
-    execFileSync(process.execPath, [path.join(ROOT, 'scripts/package.mjs'), '--only', only, '--arch', arch, '--no-oci', '--out', out], { stdio: ['ignore', 'ignore', 'inherit'] });
+    execFileSync(
+      process.execPath,
+      [
+        path.join(ROOT, 'scripts/package.mjs'),
+        '--only',
+        only,
+        '--arch',
+        arch,
+        '--no-oci',
+        '--out',
+        out,
+      ],
+      { stdio: ['ignore', 'ignore', 'inherit'] },
+    );
   }
   const app = (name, dir) => {
     const top = `${name}-${JSON.parse(readFileSync(path.join(ROOT, dir, 'package.json'), 'utf8')).version}-linux-${arch}`;
@@ -48,7 +61,9 @@ export function useShippedApps() {
 }
 
 /** BENCH_PROFILE=DIR: every run of ours writes a V8 CPU profile there (`node --cpu-prof`). */
-const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(process.env.BENCH_PROFILE)] : [];
+const profile = process.env.BENCH_PROFILE
+  ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(process.env.BENCH_PROFILE)]
+  : [];
 
 /**
  * `bundle ARGS` or `bundle-agent ARGS`; resolves with the peak RSS in bytes when `rssFile` is given.
@@ -57,7 +72,11 @@ const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', pat
  * @param {string} [rssFile]
  * @param {NodeJS.ProcessEnv} [env] the environment, when not this process's (BUNDLE_PHASE_TIMES)
  */
-export const cli = (bin, args, rssFile, env) => run(nodeFor(bin), [...profile, bin, ...args], { ...(rssFile ? { rssFile } : {}), ...(env ? { env } : {}) });
+export const cli = (bin, args, rssFile, env) =>
+  run(nodeFor(bin), [...profile, bin, ...args], {
+    ...(rssFile ? { rssFile } : {}),
+    ...(env ? { env } : {}),
+  });
 
 /**
  * `bundle-agent serve PATH` on a random loopback port.
@@ -66,7 +85,8 @@ export const cli = (bin, args, rssFile, env) => run(nodeFor(bin), [...profile, b
  * @returns {Promise<{ address: string, stop: () => Promise<void> }>}
  */
 /** `agent`: another build's bundle-agent (an A/B of two builds). */
-export const serve = (target, pub, agent = AGENT) => listening([agent, 'serve', target, '--key', pub, '--json'], 'bundle-agent serve');
+export const serve = (target, pub, agent = AGENT) =>
+  listening([agent, 'serve', target, '--key', pub, '--json'], 'bundle-agent serve');
 
 /**
  * The agent load's own registry (a StagingStore over its verified staging) on the layout `staged`.
@@ -78,9 +98,13 @@ const STAGING_SERVER = path.join(ROOT, 'bench/lib/staging-server.mjs');
 
 /** Starts `node ARGS` and waits for the {"address"} line it prints once listening. */
 async function listening(args, what) {
-  const child = spawn(nodeFor(args[0]), [...profile, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(nodeFor(args[0]), [...profile, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let err = '';
-  child.stderr.on('data', (d) => { err = (err + d).slice(-2000); });
+  child.stderr.on('data', (d) => {
+    err = (err + d).slice(-2000);
+  });
   const exited = new Promise((resolve) => child.once('close', resolve));
   const address = await new Promise((resolve, reject) => {
     let out = '';
@@ -89,7 +113,9 @@ async function listening(args, what) {
       const line = out.split('\n').find((l) => l.includes('"address"'));
       if (line) resolve(JSON.parse(line).address);
     });
-    exited.then((code) => reject(new Error(`${what} exited ${code} before listening: ${err.trim()}`)));
+    exited.then((code) =>
+      reject(new Error(`${what} exited ${code} before listening: ${err.trim()}`)),
+    );
   });
   return {
     address,

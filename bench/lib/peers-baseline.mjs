@@ -37,17 +37,26 @@ export async function layoutImages(layout, images) {
   return images.map((im) => {
     const entry = index.manifests.find((m) => m.digest === im.digest);
     const tag = entry?.annotations?.['org.opencontainers.image.ref.name'];
-    if (!tag || !im.tag) throw new Error(`the bundle's image ${im.repository} (${im.digest}) is not tagged in ${layout}: the bench needs the layout bundle create read`);
-    return { tag, ref: `${im.repository}:${im.tag}`, repo: `${im.repository.split('/').slice(1).join('/')}:${im.tag}` };
+    if (!tag || !im.tag)
+      throw new Error(
+        `the bundle's image ${im.repository} (${im.digest}) is not tagged in ${layout}: the bench needs the layout bundle create read`,
+      );
+    return {
+      tag,
+      ref: `${im.repository}:${im.tag}`,
+      repo: `${im.repository.split('/').slice(1).join('/')}:${im.tag}`,
+    };
   });
 }
 
 /** Runs `fn` over `items`, `limit` at a time. */
 async function eachLimited(items, limit, fn) {
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) await fn(items[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) await fn(items[next++]);
+    }),
+  );
 }
 
 /**
@@ -58,8 +67,25 @@ async function eachLimited(items, limit, fn) {
 export async function stickRegistry(net, layout, images) {
   const reg = await startRegistry({ netns: net.ns, address: net.address, timeoutMs: 30_000 });
   try {
-    await eachLimited(images, PUSH_CONCURRENCY, (im) => exec('ip', ['netns', 'exec', net.ns, 'skopeo', '--insecure-policy', 'copy', '--quiet', '--preserve-digests',
-      '--dest-tls-verify=false', `oci:${layout}:${im.tag}`, `docker://${reg.host}/${im.repo}`], { maxBuffer: 1 << 20 }));
+    await eachLimited(images, PUSH_CONCURRENCY, (im) =>
+      exec(
+        'ip',
+        [
+          'netns',
+          'exec',
+          net.ns,
+          'skopeo',
+          '--insecure-policy',
+          'copy',
+          '--quiet',
+          '--preserve-digests',
+          '--dest-tls-verify=false',
+          `oci:${layout}:${im.tag}`,
+          `docker://${reg.host}/${im.repo}`,
+        ],
+        { maxBuffer: 1 << 20 },
+      ),
+    );
   } catch (err) {
     await reg.stop();
     throw err;
@@ -68,7 +94,10 @@ export async function stickRegistry(net, layout, images) {
 }
 
 /** Every blob of `blobs` is in the content store under `ctdRoot`. */
-const holdsAll = (ctdRoot, blobs) => blobs.every((b) => existsSync(join(ctdRoot, 'io.containerd.content.v1.content/blobs', b.digest.replace(':', '/'))));
+const holdsAll = (ctdRoot, blobs) =>
+  blobs.every((b) =>
+    existsSync(join(ctdRoot, 'io.containerd.content.v1.content/blobs', b.digest.replace(':', '/'))),
+  );
 
 /**
  * Every receiving node pulls every image at once and pins it; resolves with the figures.
@@ -85,23 +114,32 @@ export async function baselinePull(o) {
   const since = () => Number(process.hrtime.bigint() - t0) / 1e9;
   const transferAt = new Map();
   const watch = setInterval(() => {
-    o.nodes.forEach((n, i) => { if (!transferAt.has(n.name) && holdsAll(roots[i], o.blobs)) transferAt.set(n.name, since()); });
+    o.nodes.forEach((n, i) => {
+      if (!transferAt.has(n.name) && holdsAll(roots[i], o.blobs)) transferAt.set(n.name, since());
+    });
   }, POLL_MS);
   const doneAt = new Map();
   try {
-    await Promise.all(o.nodes.map(async (n) => {
-      await criPullAll(criSocketOf(n.root), o.refs);
-      await pinContainerdImages(o.refs, { address: criSocketOf(n.root) });
-      // one reading for both: a second one, microseconds later, put the transfer's end after the pins
-      const at = since();
-      doneAt.set(n.name, at);
-      // a pull that ends between two looks: its content is whole by now
-      if (!transferAt.has(n.name)) transferAt.set(n.name, at);
-    }));
+    await Promise.all(
+      o.nodes.map(async (n) => {
+        await criPullAll(criSocketOf(n.root), o.refs);
+        await pinContainerdImages(o.refs, { address: criSocketOf(n.root) });
+        // one reading for both: a second one, microseconds later, put the transfer's end after the pins
+        const at = since();
+        doneAt.set(n.name, at);
+        // a pull that ends between two looks: its content is whole by now
+        if (!transferAt.has(n.name)) transferAt.set(n.name, at);
+      }),
+    );
   } finally {
     clearInterval(watch);
   }
-  return { all: Math.max(...doneAt.values()), transfer: Math.max(...transferAt.values()), sent: sentOnCable(o.seed.net.hostVeth) - sent0, cpu: cpu() };
+  return {
+    all: Math.max(...doneAt.values()),
+    transfer: Math.max(...transferAt.values()),
+    sent: sentOnCable(o.seed.net.hostVeth) - sent0,
+    cpu: cpu(),
+  };
 }
 
 /**
@@ -110,11 +148,15 @@ export async function baselinePull(o) {
  */
 export async function clearBaseline(nodes, upstream) {
   for (const n of nodes) {
-    const ctr = (...args) => exec('ctr', ['-a', criSocketOf(n.root), '-n', 'k8s.io', ...args], { maxBuffer: 16 << 20 });
+    const ctr = (...args) =>
+      exec('ctr', ['-a', criSocketOf(n.root), '-n', 'k8s.io', ...args], { maxBuffer: 16 << 20 });
     const names = (await ctr('images', 'ls', '-q')).stdout.split('\n').filter(Boolean);
     if (names.length) await ctr('images', 'rm', '--sync', ...names);
     const left = (await ctr('content', 'ls', '-q')).stdout.split('\n').filter(Boolean);
-    if (left.length) throw new Error(`${n.name}: ${left.length} blobs stay in containerd after the baseline's images were removed; our run would find them there`);
+    if (left.length)
+      throw new Error(
+        `${n.name}: ${left.length} blobs stay in containerd after the baseline's images were removed; our run would find them there`,
+      );
     await rm(join(certsDirOf(n.root), upstream), { recursive: true, force: true });
   }
 }

@@ -15,7 +15,10 @@ const RUN_TIMEOUT_MS = 3_600_000;
 /** The node holds the bundle whole and verified from peers: its load put the fetched staging in place (UPGRADE/<version>-<arch>/bundle.json, written last). */
 function holdsFetched(root) {
   const dir = join(root, 'var/lib/upgrade');
-  return existsSync(dir) && readdirSync(dir).some((f) => !f.endsWith('.partial') && existsSync(join(dir, f, 'bundle.json')));
+  return (
+    existsSync(dir) &&
+    readdirSync(dir).some((f) => !f.endsWith('.partial') && existsSync(join(dir, f, 'bundle.json')))
+  );
 }
 
 /**
@@ -31,20 +34,29 @@ export async function oursFromApproval(o) {
   await o.approve();
   const readyAt = new Map();
   const transferAt = new Map();
-  await until('every node is Ready', async () => {
-    for (const n of o.nodes) {
-      if (readyAt.has(n.name)) continue;
-      const s = await n.status();
-      if (s?.phase === 'Failed') throw new Error(`${n.name} failed: ${JSON.stringify(s.conditions ?? s).slice(0, 500)}`);
-      const ready = s?.phase === 'Ready' && !!s?.bundle;
-      if (!transferAt.has(n.name) && (ready || holdsFetched(n.root))) transferAt.set(n.name, since());
-      if (ready) readyAt.set(n.name, since());
-    }
-    return readyAt.size === o.nodes.length;
-  }, { timeoutMs: RUN_TIMEOUT_MS, stepMs: POLL_MS });
+  await until(
+    'every node is Ready',
+    async () => {
+      for (const n of o.nodes) {
+        if (readyAt.has(n.name)) continue;
+        const s = await n.status();
+        if (s?.phase === 'Failed')
+          throw new Error(`${n.name} failed: ${JSON.stringify(s.conditions ?? s).slice(0, 500)}`);
+        const ready = s?.phase === 'Ready' && !!s?.bundle;
+        if (!transferAt.has(n.name) && (ready || holdsFetched(n.root)))
+          transferAt.set(n.name, since());
+        if (ready) readyAt.set(n.name, since());
+      }
+      return readyAt.size === o.nodes.length;
+    },
+    { timeoutMs: RUN_TIMEOUT_MS, stepMs: POLL_MS },
+  );
   const all = Math.max(...readyAt.values());
   return {
-    all, first: Math.min(...readyAt.values()), transfer: Math.max(...transferAt.values()),
-    sent: sentOnCable(o.seed.net.hostVeth) - sent0, cpu: cpu(),
+    all,
+    first: Math.min(...readyAt.values()),
+    transfer: Math.max(...transferAt.values()),
+    sent: sentOnCable(o.seed.net.hostVeth) - sent0,
+    cpu: cpu(),
   };
 }

@@ -10,12 +10,27 @@ export const PHASES = [
   ['TLS cipher (AES-GCM)', /aesni|_gcm|ghash|chacha|poly1305|\baes_/i],
   ['gzip decode', /compress\/flate|compress\/gzip|inflate/i],
   ['zstd', /zstd/i],
-  ['tar unpack (containerd)', /archive\/tar|applyNaive|archive\.apply|archive\.Apply|\/diff\/apply/],
-  ['startup: module load and compile', /Module\._load|CompileToplevel|ModuleWrap::(Link|Instantiate|Evaluate)|importModuleDynamically/],
-  ['kernel: file writes, syncs', /\b(ext4_|vfs_write|vfs_fsync|generic_perform_write|do_fsync|iomap_)/],
+  [
+    'tar unpack (containerd)',
+    /archive\/tar|applyNaive|archive\.apply|archive\.Apply|\/diff\/apply/,
+  ],
+  [
+    'startup: module load and compile',
+    /Module\._load|CompileToplevel|ModuleWrap::(Link|Instantiate|Evaluate)|importModuleDynamically/,
+  ],
+  [
+    'kernel: file writes, syncs',
+    /\b(ext4_|vfs_write|vfs_fsync|generic_perform_write|do_fsync|iomap_)/,
+  ],
   ['kernel: file reads', /\b(vfs_read|filemap_read|splice_|do_sendfile)/],
-  ['kernel: TCP', /\b(tcp_|sock_|__sys_(recv|send)|inet_|__netif|net_rx|veth_|ip_(rcv|output|finish))/],
-  ['kernel: sleeps and wakeups', /\b(finish_task_switch|schedule|futex_|ep_poll|do_epoll|try_to_wake_up|__wake_up)/],
+  [
+    'kernel: TCP',
+    /\b(tcp_|sock_|__sys_(recv|send)|inet_|__netif|net_rx|veth_|ip_(rcv|output|finish))/,
+  ],
+  [
+    'kernel: sleeps and wakeups',
+    /\b(finish_task_switch|schedule|futex_|ep_poll|do_epoll|try_to_wake_up|__wake_up)/,
+  ],
   ['TLS records (OpenSSL, TLSWrap)', /\b(SSL_|ssl3_|tls1?_|TLSWrap)/],
   ['HTTP parse (llhttp)', /llhttp|Parser::Execute/],
   ['V8 GC', /Heap::|Scaveng|MarkCompact|Marking|Sweeper|GCTracer|MinorMC/],
@@ -29,13 +44,20 @@ export function phaseOf(frames) {
   const leaf = frames[0];
   if (!leaf) return 'unknown';
   if (leaf.dso.includes('kernel')) return 'kernel: other';
-  if (/JIT|perf-\d+\.map|Builtins_|v8::|^JS:/.test(`${leaf.dso} ${leaf.sym}`)) return 'JavaScript and V8 runtime';
+  if (/JIT|perf-\d+\.map|Builtins_|v8::|^JS:/.test(`${leaf.dso} ${leaf.sym}`))
+    return 'JavaScript and V8 runtime';
   return `other (${leaf.dso.split('/').pop()})`;
 }
 
 /** Samples of `perf.data` as { comm, frames: [{ sym, dso }] }, leaf first. */
 export function perfSamples(data) {
-  return parsePerfScript(execFileSync('perf', ['script', '-i', data, '-F', 'comm,tid,time,ip,sym,dso'], { encoding: 'utf8', maxBuffer: 2 ** 30, stdio: ['ignore', 'pipe', 'ignore'] }));
+  return parsePerfScript(
+    execFileSync('perf', ['script', '-i', data, '-F', 'comm,tid,time,ip,sym,dso'], {
+      encoding: 'utf8',
+      maxBuffer: 2 ** 30,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }),
+  );
 }
 
 /** `perf script -F comm,tid[,time],ip,sym,dso` text: one block a sample, its first line "comm tid [seconds:]", then a frame a line. */
@@ -61,14 +83,22 @@ export function phaseTable(samples, hz) {
     const key = `${s.comm}\t${phaseOf(s.frames)}`;
     sums.set(key, (sums.get(key) ?? 0) + 1 / hz);
   }
-  return [...sums].map(([k, s]) => ({ proc: k.split('\t')[0], phase: k.split('\t')[1], s })).sort((a, b) => b.s - a.s);
+  return [...sums]
+    .map(([k, s]) => ({ proc: k.split('\t')[0], phase: k.split('\t')[1], s }))
+    .sort((a, b) => b.s - a.s);
 }
 
 /** Inclusive CPU-seconds of the project's own JavaScript functions (their frames name a dist/ file). */
 export function ownFunctions(samples, hz) {
   const sums = new Map();
   for (const s of samples) {
-    const seen = new Set(s.frames.filter((f) => /JS:.*\/(agent|packages)\/.*dist\//.test(f.sym)).map((f) => f.sym.replace(/^JS:[*~^]?/, '').replace(/file:\/\/\S*\/(agent|packages)\//, '$1/')));
+    const seen = new Set(
+      s.frames
+        .filter((f) => /JS:.*\/(agent|packages)\/.*dist\//.test(f.sym))
+        .map((f) =>
+          f.sym.replace(/^JS:[*~^]?/, '').replace(/file:\/\/\S*\/(agent|packages)\//, '$1/'),
+        ),
+    );
     for (const k of seen) sums.set(k, (sums.get(k) ?? 0) + 1 / hz);
   }
   return [...sums].sort((a, b) => b[1] - a[1]);

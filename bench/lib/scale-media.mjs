@@ -7,7 +7,8 @@ import { mkdir, rm } from 'node:fs/promises';
 /** Undo steps, last first. */
 const undo = [];
 
-const sh = (cmd, args) => execFileSync(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
+const sh = (cmd, args) =>
+  execFileSync(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
 
 /** A sparse `bytes`-sized FAT32 image mounted read-write through fusefat at `dir`. */
 export async function mountFat32(image, dir, bytes) {
@@ -25,7 +26,15 @@ export async function mountExt4(image, dir, bytes) {
   await mkdir(dir, { recursive: true });
   sh('truncate', ['-s', String(bytes), image]);
   undo.push(() => rm(image, { force: true }));
-  sh('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard', image]);
+  sh('mkfs.ext4', [
+    '-q',
+    '-F',
+    '-m',
+    '0',
+    '-E',
+    'lazy_itable_init=1,lazy_journal_init=1,nodiscard',
+    image,
+  ]);
   sh('mount', ['-o', 'loop,discard', image, dir]);
   undo.push(() => unmount(dir, false));
 }
@@ -53,7 +62,11 @@ function unmount(dir, fuse) {
   try {
     sh(fuse ? 'fusermount' : 'umount', fuse ? ['-u', dir] : [dir]);
   } catch {
-    try { sh('umount', ['-l', dir]); } catch { /* not mounted any more */ }
+    try {
+      sh('umount', ['-l', dir]);
+    } catch {
+      /* not mounted any more */
+    }
   }
 }
 

@@ -18,13 +18,45 @@ export const SHAPES = {
 };
 
 const NAMES = [
-  'cli', 'etcd', 'console', 'installer', 'machine-os-content', 'hyperkube', 'oauth-server', 'haproxy-router',
-  'cluster-version-operator', 'cluster-network-operator', 'ovn-kubernetes', 'multus-cni', 'coredns', 'prometheus',
-  'alertmanager', 'thanos', 'grafana', 'kube-state-metrics', 'node-exporter', 'cluster-monitoring-operator',
-  'machine-config-operator', 'cluster-authentication-operator', 'cluster-ingress-operator', 'cluster-dns-operator',
-  'cluster-image-registry-operator', 'docker-registry', 'cluster-storage-operator', 'csi-snapshot-controller',
-  'cluster-kube-apiserver-operator', 'cluster-etcd-operator', 'operator-lifecycle-manager', 'operator-registry',
-  'must-gather', 'tools', 'pod', 'deployer', 'cluster-samples-operator', 'insights-operator', 'console-operator',
+  'cli',
+  'etcd',
+  'console',
+  'installer',
+  'machine-os-content',
+  'hyperkube',
+  'oauth-server',
+  'haproxy-router',
+  'cluster-version-operator',
+  'cluster-network-operator',
+  'ovn-kubernetes',
+  'multus-cni',
+  'coredns',
+  'prometheus',
+  'alertmanager',
+  'thanos',
+  'grafana',
+  'kube-state-metrics',
+  'node-exporter',
+  'cluster-monitoring-operator',
+  'machine-config-operator',
+  'cluster-authentication-operator',
+  'cluster-ingress-operator',
+  'cluster-dns-operator',
+  'cluster-image-registry-operator',
+  'docker-registry',
+  'cluster-storage-operator',
+  'csi-snapshot-controller',
+  'cluster-kube-apiserver-operator',
+  'cluster-etcd-operator',
+  'operator-lifecycle-manager',
+  'operator-registry',
+  'must-gather',
+  'tools',
+  'pod',
+  'deployer',
+  'cluster-samples-operator',
+  'insights-operator',
+  'console-operator',
   'cluster-autoscaler',
 ];
 
@@ -54,7 +86,12 @@ function pieces(bytes) {
  */
 export function releaseShape(shape, scale) {
   const rand = seeded(shape.images);
-  const shared = { 'base-rhel9': 80 * MiB * scale, runtime: 30 * MiB * scale, 'base-rhel8': 70 * MiB * scale, 'oc-client': 40 * MiB * scale };
+  const shared = {
+    'base-rhel9': 80 * MiB * scale,
+    runtime: 30 * MiB * scale,
+    'base-rhel8': 70 * MiB * scale,
+    'oc-client': 40 * MiB * scale,
+  };
   const images = [];
   for (let i = 0; i < shape.images; i++) {
     const name = NAMES[i] ?? `component-${i}`;
@@ -72,11 +109,16 @@ export function releaseShape(shape, scale) {
   // Own layers share what the shared ones leave of the target size.
   const sharedBytes = Object.values(shared).reduce((a, b) => a + b, 0);
   const weights = images.flatMap((im) => im.layers.filter((l) => 'own' in l).map((l) => l.own));
-  const perWeight = Math.max(0, shape.bytes * scale - sharedBytes) / weights.reduce((a, b) => a + b, 0);
+  const perWeight =
+    Math.max(0, shape.bytes * scale - sharedBytes) / weights.reduce((a, b) => a + b, 0);
   for (const im of images) {
-    im.layers = im.layers.flatMap((l) => ('own' in l ? pieces(l.own * perWeight).map((own) => ({ own })) : [l]));
+    im.layers = im.layers.flatMap((l) =>
+      'own' in l ? pieces(l.own * perWeight).map((own) => ({ own })) : [l],
+    );
   }
   for (const k of Object.keys(shared)) shared[k] = Math.max(1024, Math.floor(shared[k]));
-  const bytes = sharedBytes + images.reduce((s, im) => s + im.layers.reduce((t, l) => t + ('own' in l ? l.own : 0), 0), 0);
+  const bytes =
+    sharedBytes +
+    images.reduce((s, im) => s + im.layers.reduce((t, l) => t + ('own' in l ? l.own : 0), 0), 0);
   return { shared, images, bytes };
 }

@@ -17,5 +17,7 @@ const store = new StagingStore(`${dir}.partial`, dir, catalog, manifest);
 for (const digest of catalog.blobs.keys()) store.verified(digest);
 store.staged();
 const reg = await startRegistry({ store, catalog });
-process.stdout.write(JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n');
+process.stdout.write(
+  JSON.stringify({ address: reg.address, images: manifest.images.length }) + '\n',
+);
 process.once('SIGTERM', () => reg.close().then(() => process.exit(0)));

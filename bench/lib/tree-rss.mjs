@@ -31,7 +31,11 @@ function tree(root) {
   let grew = true;
   while (grew) {
     grew = false;
-    for (const [pid, ppid] of pp) if (all.has(ppid) && !all.has(pid)) { all.add(pid); grew = true; }
+    for (const [pid, ppid] of pp)
+      if (all.has(ppid) && !all.has(pid)) {
+        all.add(pid);
+        grew = true;
+      }
   }
   return [...all];
 }
@@ -66,7 +70,13 @@ export function watchTree(pid) {
   };
   const timer = setInterval(tick, POLL_MS);
   tick();
-  return { stop: () => { clearInterval(timer); tick(); return { treePeak, byName }; } };
+  return {
+    stop: () => {
+      clearInterval(timer);
+      tick();
+      return { treePeak, byName };
+    },
+  };
 }
 
 /**
@@ -78,20 +88,41 @@ export async function measure(cmd, args, { abort, env } = {}) {
   const rssFile = `/tmp/ob-scale-time.${process.pid}.${Date.now()}`;
   const argv = ['/usr/bin/time', '-f', '%M', '-o', rssFile, cmd, ...args];
   const t0 = process.hrtime.bigint();
-  const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], detached: true, env: env ?? process.env });
+  const child = spawn(argv[0], argv.slice(1), {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+    env: env ?? process.env,
+  });
   const watch = watchTree(child.pid);
-  const kill = () => { try { process.kill(-child.pid, 'SIGTERM'); } catch { /* gone */ } };
+  const kill = () => {
+    try {
+      process.kill(-child.pid, 'SIGTERM');
+    } catch {
+      /* gone */
+    }
+  };
   abort?.addEventListener('abort', kill, { once: true });
   let err = '';
   let out = '';
-  child.stderr.on('data', (d) => { err = (err + d).slice(-4000); });
-  child.stdout.on('data', (d) => { out = (out + d).slice(-64_000); });
-  const code = await new Promise((resolve, reject) => { child.on('error', reject); child.on('close', (c, s) => resolve(c ?? s)); });
+  child.stderr.on('data', (d) => {
+    err = (err + d).slice(-4000);
+  });
+  child.stdout.on('data', (d) => {
+    out = (out + d).slice(-64_000);
+  });
+  const code = await new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (c, s) => resolve(c ?? s));
+  });
   abort?.removeEventListener('abort', kill);
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
   const { treePeak, byName } = watch.stop();
-  const maxRss = Number((await readFile(rssFile, 'utf8').catch(() => '0')).trim().split('\n').pop()) * 1024;
+  const maxRss =
+    Number((await readFile(rssFile, 'utf8').catch(() => '0')).trim().split('\n').pop()) * 1024;
   await rm(rssFile, { force: true });
-  if (code !== 0) throw new Error(`${[cmd, ...args].join(' ').slice(0, 300)} failed (${code}): ${abort?.aborted ? `${abort.reason?.message ?? abort.reason}; ` : ''}${err.trim().slice(-1500)}`);
+  if (code !== 0)
+    throw new Error(
+      `${[cmd, ...args].join(' ').slice(0, 300)} failed (${code}): ${abort?.aborted ? `${abort.reason?.message ?? abort.reason}; ` : ''}${err.trim().slice(-1500)}`,
+    );
   return { seconds, maxRss, treePeak, byName, stdout: out };
 }

@@ -25,8 +25,21 @@ import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import {
-  AGENT_REPOSITORY, BundleRandomReader, FormatError, OCI_LAYOUT, OCI_LAYOUT_CONTENT, INDEX_JSON, blobPath, canonicalHeader, fingerprint, readHeader, signBytes, withBundle, type BundleSource,
-  verifyBytes, type BundleManifest,
+  AGENT_REPOSITORY,
+  BundleRandomReader,
+  FormatError,
+  OCI_LAYOUT,
+  OCI_LAYOUT_CONTENT,
+  INDEX_JSON,
+  blobPath,
+  canonicalHeader,
+  fingerprint,
+  readHeader,
+  signBytes,
+  withBundle,
+  type BundleSource,
+  verifyBytes,
+  type BundleManifest,
 } from '@offline-bundle/format';
 import { OciError, isIndexMediaType, isManifestMediaType, newSha256 } from '@offline-bundle/oci';
 import { createExclusive, writeFileAtomic } from '@offline-bundle/host';
@@ -35,7 +48,10 @@ export const STATEMENT_FORMAT = 'offline-bundle-agent-image 1';
 export const SIDECAR_SUFFIX = '.oci.tar.sig';
 /** A manifest or config larger than this is not an image's (read whole into memory). */
 const MAX_JSON_BYTES = 4 * 1024 * 1024;
-const MANIFEST_TYPES = ['application/vnd.oci.image.manifest.v1+json', 'application/vnd.docker.distribution.manifest.v2+json'];
+const MANIFEST_TYPES = [
+  'application/vnd.oci.image.manifest.v1+json',
+  'application/vnd.docker.distribution.manifest.v2+json',
+];
 const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name';
 /** The full name containerd's import (ctr, k3s's agent/images directory) gives the image; skopeo and podman read the tag above. */
 const CONTAINERD_NAME_ANNOTATION = 'io.containerd.image.name';
@@ -53,22 +69,42 @@ export interface AgentSidecar {
 }
 
 /** `bundle-agent-VERSION-ARCH.oci.tar` */
-export const archiveName = (version: string, arch: string) => `bundle-agent-${version}-${arch}.oci.tar`;
+export const archiveName = (version: string, arch: string) =>
+  `bundle-agent-${version}-${arch}.oci.tar`;
 
 /** The statement's signed lines (each ending in a newline). */
 function statementText(s: Omit<AgentSidecar, 'archive' | 'statement'> & { file: string }): string {
   return [
-    STATEMENT_FORMAT, `file ${s.file}`, `size ${s.size}`, `sha256 ${s.sha256}`, `manifest ${s.manifest}`,
-    `image ${s.image}`, `version ${s.version}`, `arch ${s.arch}`, `signer ${s.signer}`,
-  ].map((l) => `${l}\n`).join('');
+    STATEMENT_FORMAT,
+    `file ${s.file}`,
+    `size ${s.size}`,
+    `sha256 ${s.sha256}`,
+    `manifest ${s.manifest}`,
+    `image ${s.image}`,
+    `version ${s.version}`,
+    `arch ${s.arch}`,
+    `signer ${s.signer}`,
+  ]
+    .map((l) => `${l}\n`)
+    .join('');
 }
 
-interface Descriptor { mediaType: string; digest: string; size: number }
+interface Descriptor {
+  mediaType: string;
+  digest: string;
+  size: number;
+}
 
 const ioError = (what: string, err: unknown) => {
   const e = err as NodeJS.ErrnoException;
-  if (e.code === 'ENOSPC' || e.code === 'EDQUOT') return new OciError('NO_SPACE', `${what}: the filesystem is full: free some space or write elsewhere (-o DIR)`, { cause: err });
-  if (e.code === 'EACCES' || e.code === 'EPERM' || e.code === 'EROFS') return new OciError('NOT_WRITABLE', `${what}: ${e.message}`, { cause: err });
+  if (e.code === 'ENOSPC' || e.code === 'EDQUOT')
+    return new OciError(
+      'NO_SPACE',
+      `${what}: the filesystem is full: free some space or write elsewhere (-o DIR)`,
+      { cause: err },
+    );
+  if (e.code === 'EACCES' || e.code === 'EPERM' || e.code === 'EROFS')
+    return new OciError('NOT_WRITABLE', `${what}: ${e.message}`, { cause: err });
   return err;
 };
 
@@ -80,39 +116,72 @@ const ioError = (what: string, err: unknown) => {
  * Both files are written under temporary names and renamed, the archive first: a reader that
  * sees the statement sees the whole archive.
  */
-export async function exportAgentSidecar(bundle: string, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal } = {}): Promise<AgentSidecar> {
+export async function exportAgentSidecar(
+  bundle: string,
+  key: KeyObject,
+  dir: string,
+  opts: { force?: boolean; signal?: AbortSignal } = {},
+): Promise<AgentSidecar> {
   return withBundle(bundle, (source) => exportFrom(source, key, dir, opts));
 }
 
-async function exportFrom(source: BundleSource, key: KeyObject, dir: string, opts: { force?: boolean; signal?: AbortSignal }): Promise<AgentSidecar> {
+async function exportFrom(
+  source: BundleSource,
+  key: KeyObject,
+  dir: string,
+  opts: { force?: boolean; signal?: AbortSignal },
+): Promise<AgentSidecar> {
   const bundle = source.identity;
   const { manifest, manifestBytes, signature } = await readHeader(source);
   const pub = createPublicKey(key);
   if (!verifyBytes(manifestBytes, signature, pub)) {
-    throw new FormatError('UNTRUSTED_KEY', `${bundle} is not signed by this key (${fingerprint(pub)}): export its agent image with the key that signed it`);
+    throw new FormatError(
+      'UNTRUSTED_KEY',
+      `${bundle} is not signed by this key (${fingerprint(pub)}): export its agent image with the key that signed it`,
+    );
   }
   const agent = manifest.agent;
-  if (!agent) throw new OciError('NOT_FOUND', `${bundle} carries no agent image: build it with bundle create --agent-image SOURCE`);
+  if (!agent)
+    throw new OciError(
+      'NOT_FOUND',
+      `${bundle} carries no agent image: build it with bundle create --agent-image SOURCE`,
+    );
   const arch = manifest.release.arch;
   const archive = path.join(dir, archiveName(agent.version, arch));
   const statementFile = `${archive}.sig`;
   if (!opts.force) {
     for (const f of [archive, statementFile]) {
-      if (await stat(f).then(() => true, () => false)) throw new OciError('OUTPUT_EXISTS', `${f} exists: pass --force to replace it`);
+      if (
+        await stat(f).then(
+          () => true,
+          () => false,
+        )
+      )
+        throw new OciError('OUTPUT_EXISTS', `${f} exists: pass --force to replace it`);
     }
   }
-  await mkdir(dir, { recursive: true }).catch((err: unknown) => { throw ioError(`cannot make ${dir}`, err); });
+  await mkdir(dir, { recursive: true }).catch((err: unknown) => {
+    throw ioError(`cannot make ${dir}`, err);
+  });
   const reader = await BundleRandomReader.open(source, manifest);
   const image = await agentImageBlobs(reader, manifest, agent.digest);
   const sha256 = await writeArchive(reader, image, agent.version, archive, opts.signal);
   const size = (await stat(archive)).size;
   const fields = {
-    file: path.basename(archive), size, sha256, manifest: image.manifest.digest, image: `${AGENT_REPOSITORY}:${agent.version}`,
-    version: agent.version, arch, signer: fingerprint(pub),
+    file: path.basename(archive),
+    size,
+    sha256,
+    manifest: image.manifest.digest,
+    image: `${AGENT_REPOSITORY}:${agent.version}`,
+    version: agent.version,
+    arch,
+    signer: fingerprint(pub),
   };
   const signed = statementText(fields);
   const text = `${signed}signature ${signBytes(Buffer.from(signed), key).toString('base64')}\n`;
-  await writeFileAtomic(statementFile, text).catch((err: unknown) => { throw ioError(`cannot write ${statementFile}`, err); });
+  await writeFileAtomic(statementFile, text).catch((err: unknown) => {
+    throw ioError(`cannot write ${statementFile}`, err);
+  });
   return { ...fields, archive, statement: statementFile };
 }
 
@@ -121,11 +190,25 @@ async function exportFrom(source: BundleSource, key: KeyObject, dir: string, opt
  * A multi-arch agent image (what `pnpm package` writes) is an index: the bundle holds its
  * manifest for the bundle's platform, and that one goes beside the bundle.
  */
-async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManifest, digest: string, depth = 0): Promise<{ manifest: Descriptor & { bytes: Buffer }; blobs: Descriptor[] }> {
+async function agentImageBlobs(
+  reader: BundleRandomReader,
+  manifest: BundleManifest,
+  digest: string,
+  depth = 0,
+): Promise<{ manifest: Descriptor & { bytes: Buffer }; blobs: Descriptor[] }> {
   const listed = manifest.blobs.find((b) => b.digest === digest);
-  if (!listed || listed.size > MAX_JSON_BYTES) throw new FormatError('INVALID_MANIFEST', `the agent image ${digest} is not a listed blob of a manifest's size`);
+  if (!listed || listed.size > MAX_JSON_BYTES)
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `the agent image ${digest} is not a listed blob of a manifest's size`,
+    );
   const bytes = await reader.readVerified(blobPath(digest));
-  let doc: { mediaType?: string; config?: Descriptor; layers?: Descriptor[]; manifests?: (Descriptor & { platform?: { os?: string; architecture?: string } })[] };
+  let doc: {
+    mediaType?: string;
+    config?: Descriptor;
+    layers?: Descriptor[];
+    manifests?: (Descriptor & { platform?: { os?: string; architecture?: string } })[];
+  };
   try {
     doc = JSON.parse(bytes.toString('utf8'));
   } catch {
@@ -135,21 +218,45 @@ async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManif
   const mediaType = doc.mediaType ?? entry?.mediaType ?? '';
   if (isIndexMediaType(mediaType) && Array.isArray(doc.manifests) && depth === 0) {
     const arch = manifest.release.arch;
-    const mine = doc.manifests.find((m) => m?.platform?.os === 'linux' && m.platform.architecture === arch && isManifestMediaType(m.mediaType) && manifest.blobs.some((b) => b.digest === m.digest));
-    if (!mine) throw new FormatError('INVALID_MANIFEST', `the agent image ${digest} (a multi-arch index) has no linux/${arch} image in the bundle: rebuild with an agent image of the bundle's architecture`);
+    const mine = doc.manifests.find(
+      (m) =>
+        m?.platform?.os === 'linux' &&
+        m.platform.architecture === arch &&
+        isManifestMediaType(m.mediaType) &&
+        manifest.blobs.some((b) => b.digest === m.digest),
+    );
+    if (!mine)
+      throw new FormatError(
+        'INVALID_MANIFEST',
+        `the agent image ${digest} (a multi-arch index) has no linux/${arch} image in the bundle: rebuild with an agent image of the bundle's architecture`,
+      );
     return agentImageBlobs(reader, manifest, mine.digest, depth + 1);
   }
   if (!MANIFEST_TYPES.includes(mediaType) || !doc.config || !Array.isArray(doc.layers)) {
-    throw new FormatError('INVALID_MANIFEST', `the agent image ${digest} is not a single-platform image manifest (${mediaType || 'no media type'})`);
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `the agent image ${digest} is not a single-platform image manifest (${mediaType || 'no media type'})`,
+    );
   }
   // the bundle's architecture: a node checks the statement's arch, so it must be the image's
-  if (doc.config.size > MAX_JSON_BYTES) throw new FormatError('INVALID_MANIFEST', `the agent image's config is larger than ${MAX_JSON_BYTES} bytes`);
-  const config = JSON.parse((await reader.readVerified(blobPath(doc.config.digest))).toString('utf8')) as { architecture?: unknown; os?: unknown };
+  if (doc.config.size > MAX_JSON_BYTES)
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `the agent image's config is larger than ${MAX_JSON_BYTES} bytes`,
+    );
+  const config = JSON.parse(
+    (await reader.readVerified(blobPath(doc.config.digest))).toString('utf8'),
+  ) as { architecture?: unknown; os?: unknown };
   if (config.architecture !== manifest.release.arch || config.os !== 'linux') {
-    throw new FormatError('INVALID_MANIFEST', `the agent image is for ${String(config.os)}/${String(config.architecture)}, the bundle for linux/${manifest.release.arch}: rebuild with an agent image of the bundle's architecture`);
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `the agent image is for ${String(config.os)}/${String(config.architecture)}, the bundle for linux/${manifest.release.arch}: rebuild with an agent image of the bundle's architecture`,
+    );
   }
   const seen = new Set<string>();
-  const blobs = [doc.config, ...doc.layers].filter((b) => !seen.has(b.digest) && seen.add(b.digest));
+  const blobs = [doc.config, ...doc.layers].filter(
+    (b) => !seen.has(b.digest) && seen.add(b.digest),
+  );
   return { manifest: { mediaType, digest, size: bytes.length, bytes }, blobs };
 }
 
@@ -157,15 +264,35 @@ async function agentImageBlobs(reader: BundleRandomReader, manifest: BundleManif
  * The OCI archive (an uncompressed tar of an OCI image layout: oci-layout, index.json naming the
  * image VERSION and, for containerd, localhost/offline-bundle/bundle-agent:VERSION, its blobs), written to a temp file, synced, renamed. Returns its sha256 (hex).
  */
-async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnType<typeof agentImageBlobs>>, version: string, file: string, signal?: AbortSignal): Promise<string> {
-  const index = Buffer.from(JSON.stringify({
-    schemaVersion: 2,
-    mediaType: 'application/vnd.oci.image.index.v1+json',
-    manifests: [{ mediaType: image.manifest.mediaType, digest: image.manifest.digest, size: image.manifest.size, annotations: { [REF_NAME_ANNOTATION]: version, [CONTAINERD_NAME_ANNOTATION]: `${AGENT_REPOSITORY}:${version}` } }],
-  }));
+async function writeArchive(
+  reader: BundleRandomReader,
+  image: Awaited<ReturnType<typeof agentImageBlobs>>,
+  version: string,
+  file: string,
+  signal?: AbortSignal,
+): Promise<string> {
+  const index = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: 'application/vnd.oci.image.index.v1+json',
+      manifests: [
+        {
+          mediaType: image.manifest.mediaType,
+          digest: image.manifest.digest,
+          size: image.manifest.size,
+          annotations: {
+            [REF_NAME_ANNOTATION]: version,
+            [CONTAINERD_NAME_ANNOTATION]: `${AGENT_REPOSITORY}:${version}`,
+          },
+        },
+      ],
+    }),
+  );
   const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.tmp`);
   const hash = newSha256();
-  const fh = await createExclusive(tmp).catch((err: unknown) => { throw ioError(`cannot write ${tmp}`, err); });
+  const fh = await createExclusive(tmp).catch((err: unknown) => {
+    throw ioError(`cannot write ${tmp}`, err);
+  });
   let ok = false;
   try {
     const put = async (chunk: Buffer) => {
@@ -183,13 +310,15 @@ async function writeArchive(reader: BundleRandomReader, image: Awaited<ReturnTyp
         n += (c as Buffer).length;
         await put(c as Buffer);
       }
-      if (n !== size) throw new FormatError('SIZE_MISMATCH', `${name} gave ${n} bytes, ${size} expected`);
+      if (n !== size)
+        throw new FormatError('SIZE_MISMATCH', `${name} gave ${n} bytes, ${size} expected`);
       if (size % 512) await put(Buffer.alloc(512 - (size % 512)));
     };
     await entry(OCI_LAYOUT, OCI_LAYOUT_CONTENT.length, Buffer.from(OCI_LAYOUT_CONTENT));
     await entry(INDEX_JSON, index.length, index);
     await entry(blobPath(image.manifest.digest), image.manifest.size, image.manifest.bytes);
-    for (const b of image.blobs) await entry(blobPath(b.digest), b.size, await reader.streamChecked(blobPath(b.digest)));
+    for (const b of image.blobs)
+      await entry(blobPath(b.digest), b.size, await reader.streamChecked(blobPath(b.digest)));
     await put(Buffer.alloc(1024));
     await fh.sync();
     ok = true;

@@ -8,7 +8,10 @@ export const BLOB_ORDERS = ['digest', 'pull'] as const;
 export type BlobOrder = (typeof BLOB_ORDERS)[number];
 
 /** The one-line reason `order` cannot go with `formatVersion`, or undefined when it can. */
-export function blobOrderProblem(order: BlobOrder | undefined, formatVersion: number | undefined): string | undefined {
+export function blobOrderProblem(
+  order: BlobOrder | undefined,
+  formatVersion: number | undefined,
+): string | undefined {
   if (order !== 'pull' || formatVersion === undefined) return undefined;
   return featureNeedsVersion('blobs in pull order', formatVersion);
 }
@@ -33,5 +36,7 @@ export function pullOrder<B extends { digest: string }>(images: Iterable<readonl
 
 /** Every blob by digest: the order each version reads. */
 export function digestOrder<B>(blobs: Iterable<B>, digestOf: (b: B) => string): B[] {
-  return [...blobs].sort((a, b) => (digestOf(a) < digestOf(b) ? -1 : digestOf(a) > digestOf(b) ? 1 : 0));
+  return [...blobs].sort((a, b) =>
+    digestOf(a) < digestOf(b) ? -1 : digestOf(a) > digestOf(b) ? 1 : 0,
+  );
 }

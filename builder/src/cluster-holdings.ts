@@ -13,7 +13,11 @@ import { timeAgo } from '@offline-bundle/cli';
 /** high: a pod needing it fails on some node; medium: held everywhere, but the image GC may take it; low: held pinned everywhere. */
 export type Severity = 'high' | 'medium' | 'low';
 const RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2 };
-export const worst = (s: readonly Severity[]): Severity | undefined => s.reduce<Severity | undefined>((a, b) => (a === undefined || RANK[b] > RANK[a] ? b : a), undefined);
+export const worst = (s: readonly Severity[]): Severity | undefined =>
+  s.reduce<Severity | undefined>(
+    (a, b) => (a === undefined || RANK[b] > RANK[a] ? b : a),
+    undefined,
+  );
 
 /** Nodes named per state at most this many times (each list's length is in `counts`). */
 const MAX_NODES_NAMED = 20;
@@ -21,15 +25,33 @@ const MAX_NODES_NAMED = 20;
 const MAX_IMAGES_NAMED = 20;
 
 export interface WhoHolds {
-  pinned: string[]; unpinned: string[]; missing: string[]; unknown: string[];
+  pinned: string[];
+  unpinned: string[];
+  missing: string[];
+  unknown: string[];
   counts: { pinned: number; unpinned: number; missing: number; unknown: number };
 }
 
-const STATE_NAME: Record<HeldState, keyof WhoHolds['counts']> = { pinned: 'pinned', unpinned: 'unpinned', absent: 'missing', unknown: 'unknown' };
+const STATE_NAME: Record<HeldState, keyof WhoHolds['counts']> = {
+  pinned: 'pinned',
+  unpinned: 'unpinned',
+  absent: 'missing',
+  unknown: 'unknown',
+};
 
 /** Which nodes hold `image` under that name, pinned or not, which lack it, and which do not say. */
-export function whoHolds(image: string, nodes: readonly string[], holdings: Readonly<Record<string, RuntimeHoldings>>): WhoHolds {
-  const w: WhoHolds = { pinned: [], unpinned: [], missing: [], unknown: [], counts: { pinned: 0, unpinned: 0, missing: 0, unknown: 0 } };
+export function whoHolds(
+  image: string,
+  nodes: readonly string[],
+  holdings: Readonly<Record<string, RuntimeHoldings>>,
+): WhoHolds {
+  const w: WhoHolds = {
+    pinned: [],
+    unpinned: [],
+    missing: [],
+    unknown: [],
+    counts: { pinned: 0, unpinned: 0, missing: 0, unknown: 0 },
+  };
   for (const n of nodes) {
     const s = STATE_NAME[heldState(holdings[n], image)];
     w.counts[s]++;
@@ -38,7 +60,8 @@ export function whoHolds(image: string, nodes: readonly string[], holdings: Read
   return w;
 }
 
-const some = (names: readonly string[], n: number) => (n > names.length ? `${names.join(', ')} and ${n - names.length} more` : names.join(', '));
+const some = (names: readonly string[], n: number) =>
+  n > names.length ? `${names.join(', ')} and ${n - names.length} more` : names.join(', ');
 
 /** How bad an image in no bundle is, given who holds it, and the sentence that says so. */
 export function inNoBundleSeverity(w: WhoHolds): { severity: Severity; held: string } {
@@ -47,13 +70,24 @@ export function inNoBundleSeverity(w: WhoHolds): { severity: Severity; held: str
   if (c.missing || c.unknown || total === 0) {
     const parts = [
       ...(c.missing ? [`missing on ${some(w.missing, c.missing)}`] : []),
-      ...(c.unknown ? [`not known on ${some(w.unknown, c.unknown)} (no runtime holdings published)`] : []),
-      ...(c.pinned + c.unpinned ? [`held by ${c.pinned + c.unpinned} node${c.pinned + c.unpinned === 1 ? '' : 's'}`] : []),
+      ...(c.unknown
+        ? [`not known on ${some(w.unknown, c.unknown)} (no runtime holdings published)`]
+        : []),
+      ...(c.pinned + c.unpinned
+        ? [`held by ${c.pinned + c.unpinned} node${c.pinned + c.unpinned === 1 ? '' : 's'}`]
+        : []),
     ];
     return { severity: 'high', held: parts.length ? parts.join('; ') : 'no node to hold it' };
   }
-  if (c.unpinned) return { severity: 'medium', held: `held by every node, but not pinned on ${some(w.unpinned, c.unpinned)}: the image GC may take it` };
-  return { severity: 'low', held: `held pinned by every node: a lesser gap (a crio-wipe, or a node added later, still loses it)` };
+  if (c.unpinned)
+    return {
+      severity: 'medium',
+      held: `held by every node, but not pinned on ${some(w.unpinned, c.unpinned)}: the image GC may take it`,
+    };
+  return {
+    severity: 'low',
+    held: `held pinned by every node: a lesser gap (a crio-wipe, or a node added later, still loses it)`,
+  };
 }
 
 type MissingWhy = 'InNoBundle' | 'NotLoaded' | 'MissingOnReady';
@@ -81,9 +115,18 @@ export interface NodeReport {
   bundleUnpinned: string[];
 }
 
-export interface NodeGap { node: string; image: string; state: 'missing' | 'unpinned'; severity: Severity; message: string }
+export interface NodeGap {
+  node: string;
+  image: string;
+  state: 'missing' | 'unpinned';
+  severity: Severity;
+  message: string;
+}
 
-interface NodeCheck { reports: NodeReport[]; gaps: NodeGap[] }
+interface NodeCheck {
+  reports: NodeReport[];
+  gaps: NodeGap[];
+}
 
 interface Context {
   /** Normalized names the bundles given hold, and those of the first (the one every node must be Ready for). */
@@ -95,17 +138,37 @@ interface Context {
 const says = (r: NodeRow) => r.phase === 'Ready';
 const readyForFirst = (r: NodeRow, c: Context) => says(r) && !!c.digest && r.digest === c.digest;
 
-function classify(r: NodeRow, h: RuntimeHoldings | undefined, images: readonly string[], c: Context): Pick<NodeReport, 'needed' | 'missing' | 'unpinned'> {
-  const out: Pick<NodeReport, 'needed' | 'missing' | 'unpinned'> = { needed: { pinned: 0, unpinned: 0, missing: 0, unknown: 0 }, missing: [], unpinned: [] };
+function classify(
+  r: NodeRow,
+  h: RuntimeHoldings | undefined,
+  images: readonly string[],
+  c: Context,
+): Pick<NodeReport, 'needed' | 'missing' | 'unpinned'> {
+  const out: Pick<NodeReport, 'needed' | 'missing' | 'unpinned'> = {
+    needed: { pinned: 0, unpinned: 0, missing: 0, unknown: 0 },
+    missing: [],
+    unpinned: [],
+  };
   for (const image of images) {
     const key = imageKey(image);
     if (key === undefined) continue;
     const s = STATE_NAME[heldState(h, image)];
     out.needed[s]++;
     const loaded = c.inFirst.has(key) && readyForFirst(r, c);
-    if (s === 'missing' && out.missing.length < MAX_IMAGES_NAMED) out.missing.push({ image, why: loaded ? 'MissingOnReady' : c.inBundles.has(key) ? 'NotLoaded' : 'InNoBundle' });
-    const unpinnedWhy = !h?.pinsReported ? 'PinsNotReported' : loaded ? 'UnpinnedOnReady' : c.inBundles.has(key) ? 'NotLoaded' : 'InNoBundle';
-    if (s === 'unpinned' && out.unpinned.length < MAX_IMAGES_NAMED) out.unpinned.push({ image, why: unpinnedWhy });
+    if (s === 'missing' && out.missing.length < MAX_IMAGES_NAMED)
+      out.missing.push({
+        image,
+        why: loaded ? 'MissingOnReady' : c.inBundles.has(key) ? 'NotLoaded' : 'InNoBundle',
+      });
+    const unpinnedWhy = !h?.pinsReported
+      ? 'PinsNotReported'
+      : loaded
+        ? 'UnpinnedOnReady'
+        : c.inBundles.has(key)
+          ? 'NotLoaded'
+          : 'InNoBundle';
+    if (s === 'unpinned' && out.unpinned.length < MAX_IMAGES_NAMED)
+      out.unpinned.push({ image, why: unpinnedWhy });
   }
   return out;
 }
@@ -113,17 +176,43 @@ function classify(r: NodeRow, h: RuntimeHoldings | undefined, images: readonly s
 /** The lines for a node that says Ready and lacks (or does not pin) an image of what it loaded: that should not happen. */
 function readyGaps(r: NodeRow, h: RuntimeHoldings | undefined, rep: NodeReport): NodeGap[] {
   if (!says(r) || !h) return [];
-  const missing = new Set([...h.bundle.missing, ...rep.missing.filter((m) => m.why === 'MissingOnReady').map((m) => m.image)]);
+  const missing = new Set([
+    ...h.bundle.missing,
+    ...rep.missing.filter((m) => m.why === 'MissingOnReady').map((m) => m.image),
+  ]);
   // a runtime that reports no pins at all (the agent's Pinned condition says Unknown) cannot show one missing
-  const unpinned = new Set(h.pinsReported ? [...h.bundle.unpinned, ...rep.unpinned.filter((m) => m.why === 'UnpinnedOnReady').map((m) => m.image)] : []);
+  const unpinned = new Set(
+    h.pinsReported
+      ? [
+          ...h.bundle.unpinned,
+          ...rep.unpinned.filter((m) => m.why === 'UnpinnedOnReady').map((m) => m.image),
+        ]
+      : [],
+  );
   return [
-    ...[...missing].map((image): NodeGap => ({ node: r.node, image, state: 'missing', severity: 'high', message: `says Ready, but its runtime does not hold ${image} of the bundle it loaded (should not happen: the image GC, a crio-wipe or someone's rmi took it): plug the stick into ${r.node} again, or restart its agent if it kept a copy` })),
-    ...[...unpinned].map((image): NodeGap => ({ node: r.node, image, state: 'unpinned', severity: 'medium', message: `says Ready, but its runtime does not pin ${image} of the bundle it loaded (should not happen; the image GC may take it): a crio.conf.d file sorting after the agent's may replace its pins` })),
+    ...[...missing].map((image): NodeGap => ({
+      node: r.node,
+      image,
+      state: 'missing',
+      severity: 'high',
+      message: `says Ready, but its runtime does not hold ${image} of the bundle it loaded (should not happen: the image GC, a crio-wipe or someone's rmi took it): plug the stick into ${r.node} again, or restart its agent if it kept a copy`,
+    })),
+    ...[...unpinned].map((image): NodeGap => ({
+      node: r.node,
+      image,
+      state: 'unpinned',
+      severity: 'medium',
+      message: `says Ready, but its runtime does not pin ${image} of the bundle it loaded (should not happen; the image GC may take it): a crio.conf.d file sorting after the agent's may replace its pins`,
+    })),
   ];
 }
 
 /** Per node: its report and its gaps, for the images the cluster asks for (`images`). */
-export function checkNodes(rollup: Rollup, images: readonly string[], c: Omit<Context, 'digest'>): NodeCheck {
+export function checkNodes(
+  rollup: Rollup,
+  images: readonly string[],
+  c: Omit<Context, 'digest'>,
+): NodeCheck {
   const holdings = rollup.holdings ?? {};
   const ctx: Context = { ...c, ...(rollup.digest ? { digest: rollup.digest } : {}) };
   const firstByDigest = new Map<string, string>();
@@ -134,11 +223,21 @@ export function checkNodes(rollup: Rollup, images: readonly string[], c: Omit<Co
     const same = h ? firstByDigest.get(h.digest) : undefined;
     if (h && !same) firstByDigest.set(h.digest, r.node);
     const rep: NodeReport = {
-      node: r.node, published: !!h,
-      ...(h ? { observedAt: h.observedAt, images: h.images, pinnedImages: h.pinned, digest: h.digest, pinsReported: h.pinsReported } : {}),
+      node: r.node,
+      published: !!h,
+      ...(h
+        ? {
+            observedAt: h.observedAt,
+            images: h.images,
+            pinnedImages: h.pinned,
+            digest: h.digest,
+            pinsReported: h.pinsReported,
+          }
+        : {}),
       ...(same ? { sameAs: same } : {}),
       ...classify(r, h, images, ctx),
-      bundleMissing: h?.bundle.missing ?? [], bundleUnpinned: h?.bundle.unpinned ?? [],
+      bundleMissing: h?.bundle.missing ?? [],
+      bundleUnpinned: h?.bundle.unpinned ?? [],
     };
     reports.push(rep);
     gaps.push(...readyGaps(r, h, rep));
@@ -148,14 +247,21 @@ export function checkNodes(rollup: Rollup, images: readonly string[], c: Omit<Co
 
 /** One line per node: what it holds of the closure, what it lacks and why. */
 export function nodeLine(rep: NodeReport, now = new Date()): string {
-  if (!rep.published) return `node ${rep.node}: publishes nothing of its runtime (an agent before this version, or no load since it started): what it holds is not known`;
+  if (!rep.published)
+    return `node ${rep.node}: publishes nothing of its runtime (an agent before this version, or no load since it started): what it holds is not known`;
   const n = rep.needed;
   const held = `${n.pinned + n.unpinned} of ${n.pinned + n.unpinned + n.missing + n.unknown} images the cluster asks for held (${n.pinned} pinned${n.unpinned ? `, ${n.unpinned} not pinned: the image GC may take them` : ''})`;
-  const list = (xs: { image: string; why: string }[], count: number) => `${xs.map((x) => `${x.image} (${x.why})`).join(', ')}${count > xs.length ? ` and ${count - xs.length} more` : ''}`;
+  const list = (xs: { image: string; why: string }[], count: number) =>
+    `${xs.map((x) => `${x.image} (${x.why})`).join(', ')}${count > xs.length ? ` and ${count - xs.length} more` : ''}`;
   const missing = n.missing ? `; missing ${n.missing}: ${list(rep.missing, n.missing)}` : '';
   const unpinned = n.unpinned ? `; not pinned: ${list(rep.unpinned, n.unpinned)}` : '';
-  const age = rep.observedAt ? Math.max(0, Math.round((now.getTime() - Date.parse(rep.observedAt)) / 1000)) : undefined;
-  const pins = rep.pinsReported === false ? ' (it reports no pins: CRI-O before 1.28, containerd before 1.6.22)' : '';
+  const age = rep.observedAt
+    ? Math.max(0, Math.round((now.getTime() - Date.parse(rep.observedAt)) / 1000))
+    : undefined;
+  const pins =
+    rep.pinsReported === false
+      ? ' (it reports no pins: CRI-O before 1.28, containerd before 1.6.22)'
+      : '';
   const runtime = `; its runtime: ${rep.images} images, ${rep.pinnedImages} pinned${pins}${age !== undefined ? `, read ${timeAgo(age)} ago` : ''}${rep.sameAs ? `, the same names as ${rep.sameAs}` : ''}`;
   return `node ${rep.node}: ${held}${missing}${unpinned}${runtime}`;
 }

@@ -5,7 +5,19 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, baseLabel, bundleIdentity, compareVersions, namesSplitBundle, parseManifestBytes, readHeader, withBundle, type BundleBase, type BundleManifest } from '@offline-bundle/format';
+import {
+  BUNDLE_JSON,
+  MAX_BUNDLE_JSON_BYTES,
+  baseLabel,
+  bundleIdentity,
+  compareVersions,
+  namesSplitBundle,
+  parseManifestBytes,
+  readHeader,
+  withBundle,
+  type BundleBase,
+  type BundleManifest,
+} from '@offline-bundle/format';
 import { readSmallFile } from '@offline-bundle/host';
 import { OciError } from '@offline-bundle/oci';
 
@@ -17,10 +29,14 @@ export interface DeltaBase {
 }
 
 const ZSTD_FRAME = Buffer.from([0x28, 0xb5, 0x2f, 0xfd]);
-const FIX = 'give the previous release\'s NAME.bundle (or its parts, or its bundle.json)';
+const FIX = "give the previous release's NAME.bundle (or its parts, or its bundle.json)";
 
 const notABase = (path: string, why: string, cause?: unknown) =>
-  new OciError('INVALID_CONFIG', `--base ${path} is not a bundle, a bundle's parts or a bundle.json (${why}): ${FIX}`, cause ? { cause } : undefined);
+  new OciError(
+    'INVALID_CONFIG',
+    `--base ${path} is not a bundle, a bundle's parts or a bundle.json (${why}): ${FIX}`,
+    cause ? { cause } : undefined,
+  );
 
 /** Whether `file` starts as a bundle does (a zstd frame), read from its first four bytes. */
 async function startsAsBundle(file: string): Promise<boolean> {
@@ -37,11 +53,15 @@ async function startsAsBundle(file: string): Promise<boolean> {
 
 /** bundle.json's bytes from a bundle, its parts, an extracted layout directory or the file itself. */
 async function baseDescription(path: string): Promise<Buffer> {
-  if (await namesSplitBundle(path)) return withBundle(path, async (source) => (await readHeader(source)).manifestBytes);
-  const st = await stat(path).catch((err: NodeJS.ErrnoException) => { throw notABase(path, err.code === 'ENOENT' ? 'no such file' : err.message, err); });
+  if (await namesSplitBundle(path))
+    return withBundle(path, async (source) => (await readHeader(source)).manifestBytes);
+  const st = await stat(path).catch((err: NodeJS.ErrnoException) => {
+    throw notABase(path, err.code === 'ENOENT' ? 'no such file' : err.message, err);
+  });
   const file = st.isDirectory() ? join(path, BUNDLE_JSON) : path;
   // a bundle's head is read (bounded) through the format reader; anything else must be a bundle.json
-  if (await startsAsBundle(file)) return withBundle(file, async (source) => (await readHeader(source)).manifestBytes);
+  if (await startsAsBundle(file))
+    return withBundle(file, async (source) => (await readHeader(source)).manifestBytes);
   return (await readSmallFile(file, MAX_BUNDLE_JSON_BYTES)).bytes;
 }
 
@@ -64,7 +84,11 @@ export async function readDeltaBase(path: string): Promise<DeltaBase> {
     throw notABase(path, (err as Error).message, err);
   }
   const r = manifest.release;
-  return { path, manifest, ref: { bundleJson: bundleIdentity(bytes), name: r.name, version: r.version } };
+  return {
+    path,
+    manifest,
+    ref: { bundleJson: bundleIdentity(bytes), name: r.name, version: r.version },
+  };
 }
 
 /**
@@ -72,13 +96,22 @@ export async function readDeltaBase(path: string): Promise<DeltaBase> {
  * both names are only their versions, the default, where the version order alone counts),
  * a lower version (the order the agent's downgrade check uses).
  */
-export function checkDeltaBase(base: DeltaBase, release: { name: string; version: string; arch: string }): void {
+export function checkDeltaBase(
+  base: DeltaBase,
+  release: { name: string; version: string; arch: string },
+): void {
   const b = base.manifest.release;
-  const refuse = (why: string) => new OciError('INVALID_CONFIG', `--base ${base.path} is ${baseLabel(b)} (${b.arch}), ${why}: a delta is made against an earlier release of the same stream; give that release's bundle, or build without --base`);
+  const refuse = (why: string) =>
+    new OciError(
+      'INVALID_CONFIG',
+      `--base ${base.path} is ${baseLabel(b)} (${b.arch}), ${why}: a delta is made against an earlier release of the same stream; give that release's bundle, or build without --base`,
+    );
   const unnamed = b.name === b.version && release.name === release.version;
-  if (!unnamed && b.name !== release.name) throw refuse(`another release stream than ${release.name}`);
+  if (!unnamed && b.name !== release.name)
+    throw refuse(`another release stream than ${release.name}`);
   if (b.arch !== release.arch) throw refuse(`for another arch than ${release.arch}`);
-  if (compareVersions(b.version, release.version) >= 0) throw refuse(`not earlier than ${release.version}`);
+  if (compareVersions(b.version, release.version) >= 0)
+    throw refuse(`not earlier than ${release.version}`);
 }
 
 /** The blobs of `blobs` the base lists: what the delta leaves out. */

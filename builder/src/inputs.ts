@@ -19,14 +19,27 @@ export async function readImagesFile(path: string, signal?: AbortSignal): Promis
   let text: string;
   try {
     // "-" is stdin; a pipe (<(cmd), stdin fed by one) is read as it comes, bounded in size and time
-    text = (await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, { pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS, ...(signal ? { signal } : {}) } })).bytes.toString('utf8');
+    text = (
+      await readSmallFile(path === '-' ? '/dev/stdin' : path, MAX_IMAGES_FILE_BYTES, {
+        pipe: { timeoutMs: PIPE_READ_TIMEOUT_MS, ...(signal ? { signal } : {}) },
+      })
+    ).bytes.toString('utf8');
   } catch (cause) {
     if (signal?.aborted) throw cause;
-    const code = cause instanceof HostError && cause.code === 'INPUT_TIMEOUT' ? 'INPUT_TIMEOUT' : 'INVALID_CONFIG';
-    throw new OciError(code, `cannot read --images-file ${path}: ${(cause as Error).message}`, { cause });
+    const code =
+      cause instanceof HostError && cause.code === 'INPUT_TIMEOUT'
+        ? 'INPUT_TIMEOUT'
+        : 'INVALID_CONFIG';
+    throw new OciError(code, `cannot read --images-file ${path}: ${(cause as Error).message}`, {
+      cause,
+    });
   }
-  return text.split('\n')
-    .map((l, i) => ({ spec: l.replace(/#.*$/, '').trim(), where: `${path === '-' ? 'stdin' : path}:${i + 1}` }))
+  return text
+    .split('\n')
+    .map((l, i) => ({
+      spec: l.replace(/#.*$/, '').trim(),
+      where: `${path === '-' ? 'stdin' : path}:${i + 1}`,
+    }))
     .filter((l) => l.spec);
 }
 
@@ -38,7 +51,9 @@ function targetName(s: SourceSpec): string | undefined {
 
 /** Two specs for the same image (docker://x and x, a repeated line) are one source, not a clash. */
 function sourceKey(s: SourceSpec): string {
-  return s.transport === 'docker' ? `docker:${formatReference(parseReference(s.target))}` : `${s.transport}:${s.target}:${s.ref ?? ''}`;
+  return s.transport === 'docker'
+    ? `docker:${formatReference(parseReference(s.target))}`
+    : `${s.transport}:${s.target}:${s.ref ?? ''}`;
 }
 
 /**
@@ -68,7 +83,9 @@ export function checkSources(lines: SourceLine[], onRepeat?: (message: string) =
     if (name) {
       const first = byName.get(name);
       if (first && first.key !== key) {
-        problems.push(`${l.where}: ${name} is already the name of the image from ${first.where}; give one of them another name (=REGISTRY/REPO:TAG)`);
+        problems.push(
+          `${l.where}: ${name} is already the name of the image from ${first.where}; give one of them another name (=REGISTRY/REPO:TAG)`,
+        );
         codes.add('DUPLICATE_NAME');
         continue;
       }
@@ -86,7 +103,10 @@ export function checkSources(lines: SourceLine[], onRepeat?: (message: string) =
   if (problems.length) {
     // one kind of problem keeps its own code (scripts branch on it); a mix is a bad input list
     const code = codes.size === 1 ? ([...codes][0] as OciErrorCode) : 'INVALID_CONFIG';
-    throw new OciError(code, `${problems.length} bad image source${problems.length === 1 ? '' : 's'}, nothing fetched: ${problems.join('; ')}`);
+    throw new OciError(
+      code,
+      `${problems.length} bad image source${problems.length === 1 ? '' : 's'}, nothing fetched: ${problems.join('; ')}`,
+    );
   }
   return specs;
 }

@@ -12,41 +12,91 @@ const BUNDLE_FILE_TEXT = `"bundle create -f FILE" reads what goes into a bundle 
  * packaging (`pnpm package` runs it), not for users, who read the page with `man bundle`.
  */
 export function addManCommand(program: Command): void {
-  program.command('man', { hidden: true })
+  program
+    .command('man', { hidden: true })
     .description('print the bundle(1) man page (roff)')
     .action(() => {
-      process.stdout.write(manPage(program, {
-        section: 1,
-        version: TOOL_VERSION,
-        summary: 'build, inspect and verify signed offline bundles of container images',
-        exitStatus: [
-          ['0', 'success (create: the bundle is written; verify: the bundle is valid; cluster status: every node is Ready for one bundle)'],
-          ['1', 'an error, on one line: "bundle: CODE: message" (with --json also {"error":{"code","message"}} on stdout)'],
-          ['2', 'a usage error (unknown option, missing argument)'],
-          ['130, 143', 'create was interrupted by SIGINT or SIGTERM: nothing written, a rerun resumes from the cache'],
-        ],
-        environment: [
-          [PASSPHRASE_ENV, 'the passphrase of an encrypted signing key, when no --passphrase-file is given'],
-          ['CONTAINERS_REGISTRIES_CONF', 'the registries.conf create reads instead of /etc/containers/registries.conf, when no --registries-conf is given'],
-          ['REGISTRY_AUTH_FILE', 'registry credentials file used instead of the default auth files'],
-          ['HTTPS_PROXY, HTTP_PROXY, NO_PROXY', 'proxy for registry access (also lower case); never used for loopback'],
-          ['XDG_CACHE_HOME', 'the blob cache is $XDG_CACHE_HOME/offline-bundle (default ~/.cache/offline-bundle)'],
-          ['XDG_RUNTIME_DIR, XDG_CONFIG_HOME, DOCKER_CONFIG', 'where the default auth files are looked for'],
-          ['KUBECONFIG', 'the cluster commands\' kubeconfig (its first file), when no --kubeconfig is given'],
-          ['SOURCE_DATE_EPOCH', 'the creation time written into a bundle (reproducible builds)'],
-          ['COLUMNS', 'width of the progress display'],
-        ],
-        files: [
-          ['NAME.bundle', 'the bundle: a zstd-compressed tar holding bundle.json, its signature and an OCI image layout'],
-          ['NAME.bundle.sha256', 'the whole file\'s sha256, written beside the bundle (for --digest and trust.digest)'],
-          ['NAME.bundle.part-001-of-NNN', 'the bundle split into parts (create --split-size, split, write-media onto FAT32), their concatenation the bundle; read from the path of any part'],
-          ['PREFIX.key, PREFIX.pub', 'a signing key pair made by "bundle keygen"'],
-          ['~/.cache/offline-bundle', 'the content-addressed blob cache (see "bundle cache")'],
-          ['$XDG_RUNTIME_DIR/containers/auth.json, ~/.config/containers/auth.json, ~/.docker/config.json', 'registry credentials, as podman and skopeo read them'],
-          ['/etc/containers/registries.conf, /etc/containers/registries.conf.d/*.conf, ~/.config/containers/registries.conf', 'mirrors create pulls through when no --registries-conf is given (containers-registries.conf(5))'],
-          ['/etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT', 'registry CAs (*.crt) and client certificates (*.cert, *.key)'],
-        ],
-        examples: `bundle keygen --out factory
+      process.stdout.write(
+        manPage(program, {
+          section: 1,
+          version: TOOL_VERSION,
+          summary: 'build, inspect and verify signed offline bundles of container images',
+          exitStatus: [
+            [
+              '0',
+              'success (create: the bundle is written; verify: the bundle is valid; cluster status: every node is Ready for one bundle)',
+            ],
+            [
+              '1',
+              'an error, on one line: "bundle: CODE: message" (with --json also {"error":{"code","message"}} on stdout)',
+            ],
+            ['2', 'a usage error (unknown option, missing argument)'],
+            [
+              '130, 143',
+              'create was interrupted by SIGINT or SIGTERM: nothing written, a rerun resumes from the cache',
+            ],
+          ],
+          environment: [
+            [
+              PASSPHRASE_ENV,
+              'the passphrase of an encrypted signing key, when no --passphrase-file is given',
+            ],
+            [
+              'CONTAINERS_REGISTRIES_CONF',
+              'the registries.conf create reads instead of /etc/containers/registries.conf, when no --registries-conf is given',
+            ],
+            [
+              'REGISTRY_AUTH_FILE',
+              'registry credentials file used instead of the default auth files',
+            ],
+            [
+              'HTTPS_PROXY, HTTP_PROXY, NO_PROXY',
+              'proxy for registry access (also lower case); never used for loopback',
+            ],
+            [
+              'XDG_CACHE_HOME',
+              'the blob cache is $XDG_CACHE_HOME/offline-bundle (default ~/.cache/offline-bundle)',
+            ],
+            [
+              'XDG_RUNTIME_DIR, XDG_CONFIG_HOME, DOCKER_CONFIG',
+              'where the default auth files are looked for',
+            ],
+            [
+              'KUBECONFIG',
+              "the cluster commands' kubeconfig (its first file), when no --kubeconfig is given",
+            ],
+            ['SOURCE_DATE_EPOCH', 'the creation time written into a bundle (reproducible builds)'],
+            ['COLUMNS', 'width of the progress display'],
+          ],
+          files: [
+            [
+              'NAME.bundle',
+              'the bundle: a zstd-compressed tar holding bundle.json, its signature and an OCI image layout',
+            ],
+            [
+              'NAME.bundle.sha256',
+              "the whole file's sha256, written beside the bundle (for --digest and trust.digest)",
+            ],
+            [
+              'NAME.bundle.part-001-of-NNN',
+              'the bundle split into parts (create --split-size, split, write-media onto FAT32), their concatenation the bundle; read from the path of any part',
+            ],
+            ['PREFIX.key, PREFIX.pub', 'a signing key pair made by "bundle keygen"'],
+            ['~/.cache/offline-bundle', 'the content-addressed blob cache (see "bundle cache")'],
+            [
+              '$XDG_RUNTIME_DIR/containers/auth.json, ~/.config/containers/auth.json, ~/.docker/config.json',
+              'registry credentials, as podman and skopeo read them',
+            ],
+            [
+              '/etc/containers/registries.conf, /etc/containers/registries.conf.d/*.conf, ~/.config/containers/registries.conf',
+              'mirrors create pulls through when no --registries-conf is given (containers-registries.conf(5))',
+            ],
+            [
+              '/etc/containers/certs.d/HOST:PORT, /etc/docker/certs.d/HOST:PORT',
+              'registry CAs (*.crt) and client certificates (*.cert, *.key)',
+            ],
+          ],
+          examples: `bundle keygen --out factory
 bundle create -f bundle.yaml --dry-run
 bundle create -f bundle.yaml
 bundle create --release quay.io/openshift-release-dev/ocp-release:4.15.1-x86_64 \\
@@ -59,8 +109,15 @@ bundle extract 4.15.1.bundle ./layout --key factory.pub
 bundle cluster status
 bundle cluster upgrade 4.15.1.bundle --key factory.pub --dry-run
 bundle completion bash > /etc/bash_completion.d/bundle`,
-        sections: [{ title: 'BUNDLE FILE', text: BUNDLE_FILE_TEXT, items: schemaFields() }],
-        seeAlso: ['bundle-agent(8)', 'skopeo(1)', 'podman(1)', 'containers-registries.conf(5)', 'zstd(1)'],
-      }));
+          sections: [{ title: 'BUNDLE FILE', text: BUNDLE_FILE_TEXT, items: schemaFields() }],
+          seeAlso: [
+            'bundle-agent(8)',
+            'skopeo(1)',
+            'podman(1)',
+            'containers-registries.conf(5)',
+            'zstd(1)',
+          ],
+        }),
+      );
     });
 }

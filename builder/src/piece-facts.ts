@@ -1,6 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { BlobCache, CacheFetchOptions } from '@offline-bundle/image-fetch';
-import { PieceHashThread, decodePieceList, hasPieces, listChars, pieceCount } from '@offline-bundle/format';
+import {
+  PieceHashThread,
+  decodePieceList,
+  hasPieces,
+  listChars,
+  pieceCount,
+} from '@offline-bundle/format';
 
 type Blob = { digest: string; size: number };
 
@@ -17,7 +23,10 @@ export class PieceFacts {
   private readonly known = new Map<string, string>();
   private readonly kind: string;
 
-  constructor(private readonly cache: BlobCache, private readonly pieceSize: number) {
+  constructor(
+    private readonly cache: BlobCache,
+    private readonly pieceSize: number,
+  ) {
     this.kind = `pieces-${pieceSize}`;
   }
 
@@ -45,7 +54,8 @@ export class PieceFacts {
     if (known !== undefined) return known;
     const list = await this.thread.hashFile(path, this.pieceSize);
     // a file of another length: the packing's digest check refuses it; nothing is kept
-    if (decodePieceList(list, pieceCount(blob.size, this.pieceSize)) !== undefined) await this.keep(blob, list);
+    if (decodePieceList(list, pieceCount(blob.size, this.pieceSize)) !== undefined)
+      await this.keep(blob, list);
     return list;
   }
 
@@ -55,7 +65,9 @@ export class PieceFacts {
 
   /** The fact's second line: a damaged or cut-short file is no list. */
   private check(blob: Blob, list: string): string {
-    return createHash('sha256').update(`${blob.digest} ${blob.size} ${this.pieceSize} ${list}`).digest('hex');
+    return createHash('sha256')
+      .update(`${blob.digest} ${blob.size} ${this.pieceSize} ${list}`)
+      .digest('hex');
   }
 
   private async keep(blob: Blob, list: string): Promise<void> {
@@ -66,8 +78,16 @@ export class PieceFacts {
   private async read(blob: Blob): Promise<string | undefined> {
     const count = pieceCount(blob.size, this.pieceSize);
     // the list, a newline, 64 hex digits, a newline: nothing longer is read
-    const parts = (await this.cache.readFact(this.kind, blob.digest, listChars(count) + 66))?.toString('latin1').split('\n');
-    if (parts?.length !== 3 || parts[2] !== '' || parts[1] !== this.check(blob, parts[0]!) || decodePieceList(parts[0], count) === undefined) return undefined;
+    const parts = (await this.cache.readFact(this.kind, blob.digest, listChars(count) + 66))
+      ?.toString('latin1')
+      .split('\n');
+    if (
+      parts?.length !== 3 ||
+      parts[2] !== '' ||
+      parts[1] !== this.check(blob, parts[0]!) ||
+      decodePieceList(parts[0], count) === undefined
+    )
+      return undefined;
     return parts[0];
   }
 }

@@ -29,7 +29,9 @@ const ELLIPSIS = '…';
 
 function clip(text: string, width: number): string {
   if (width <= 0) return '';
-  return [...text].length <= width ? text : [...text].slice(0, Math.max(0, width - 1)).join('') + ELLIPSIS;
+  return [...text].length <= width
+    ? text
+    : [...text].slice(0, Math.max(0, width - 1)).join('') + ELLIPSIS;
 }
 
 /** Which extras give way first when the line is too wide: the rate, then the item count; the time left last. */
@@ -45,17 +47,18 @@ export function formatProgressLine(s: ProgressState, width: number): string {
   const all = s.finishing
     ? [{ key: 'eta', text: s.finishing }]
     : [
-      { key: 'items', text: s.items },
-      { key: 'rate', text: s.rate !== undefined ? `${formatBytes(s.rate)}/s` : undefined },
-      { key: 'eta', text: s.eta !== undefined ? timeLeft(s.eta) : undefined },
-    ].filter((x): x is { key: string; text: string } => Boolean(x.text));
+        { key: 'items', text: s.items },
+        { key: 'rate', text: s.rate !== undefined ? `${formatBytes(s.rate)}/s` : undefined },
+        { key: 'eta', text: s.eta !== undefined ? timeLeft(s.eta) : undefined },
+      ].filter((x): x is { key: string; text: string } => Boolean(x.text));
   for (let dropped = 0; dropped <= GIVE_WAY.length; dropped++) {
     const gone = GIVE_WAY.slice(0, dropped) as readonly string[];
     const extras = all.filter((x) => !gone.includes(x.key)).map((x) => x.text);
     const rest = [bytes, ...extras].join(', ');
     const room = width - [...rest].length - 2;
     // the phase may be shortened down to a few characters; below that, drop an extra instead
-    if (room >= Math.min(12, [...s.phase].length) || dropped === GIVE_WAY.length) return clip(`${clip(s.phase, Math.max(room, 1))}: ${rest}`, width);
+    if (room >= Math.min(12, [...s.phase].length) || dropped === GIVE_WAY.length)
+      return clip(`${clip(s.phase, Math.max(room, 1))}: ${rest}`, width);
   }
   return clip(bytes, width);
 }
@@ -85,7 +88,9 @@ export class Progress {
 
   private width(): number {
     const env = Number(process.env.COLUMNS);
-    return this.opts.columns ?? (this.stream.columns || (Number.isInteger(env) && env > 0 ? env : 80));
+    return (
+      this.opts.columns ?? (this.stream.columns || (Number.isInteger(env) && env > 0 ? env : 80))
+    );
   }
 
   private clearLine(): void {
@@ -136,7 +141,9 @@ export class Progress {
     const rate = (last.done - first.done) / ((last.t - first.t) / 1000);
     if (rate <= 0) return { rate: 0 };
     const stable = last.t - this.started >= STABLE_MS && last.t - first.t >= STABLE_MS;
-    return stable && this.state.done < this.state.total ? { rate, eta: (this.state.total - this.state.done) / rate } : { rate };
+    return stable && this.state.done < this.state.total
+      ? { rate, eta: (this.state.total - this.state.done) / rate }
+      : { rate };
   }
 
   private draw(force: boolean): void {
@@ -150,10 +157,15 @@ export class Progress {
       this.lastDraw = t;
       this.lastLine = line;
       this.stream.write(`\r\x1b[K${line}`);
-    } else if (t - this.lastLog >= (this.opts.logEverySeconds ?? 5) * 1000 || (force && t - this.started >= (this.opts.logEverySeconds ?? 5) * 1000)) {
+    } else if (
+      t - this.lastLog >= (this.opts.logEverySeconds ?? 5) * 1000 ||
+      (force && t - this.started >= (this.opts.logEverySeconds ?? 5) * 1000)
+    ) {
       // a log says "finishing" only after a phase long enough to have logged: short ones stay quiet
       this.lastLog = t;
-      this.stream.write(formatProgressLine({ ...this.state, ...this.measured() }, Number.MAX_SAFE_INTEGER) + '\n');
+      this.stream.write(
+        formatProgressLine({ ...this.state, ...this.measured() }, Number.MAX_SAFE_INTEGER) + '\n',
+      );
     }
   }
 

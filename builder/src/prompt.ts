@@ -7,7 +7,11 @@ import { OciError } from '@offline-bundle/oci';
  */
 export async function askSecret(question: string, flag: string): Promise<string> {
   const input = process.stdin;
-  if (!input.isTTY) throw new OciError('INVALID_CONFIG', `${flag} without a password needs a terminal to ask it on: give ${flag} USER:PASSWORD, or log in with "podman login"`);
+  if (!input.isTTY)
+    throw new OciError(
+      'INVALID_CONFIG',
+      `${flag} without a password needs a terminal to ask it on: give ${flag} USER:PASSWORD, or log in with "podman login"`,
+    );
   // echo goes off before the question shows: a fast typist (or a script) answering the
   // moment the prompt appears must not see the password echoed
   input.setRawMode(true);
@@ -19,7 +23,13 @@ export async function askSecret(question: string, flag: string): Promise<string>
       input.on('data', (chunk: Buffer) => {
         for (const ch of chunk.toString('utf8')) {
           if (ch === '\r' || ch === '\n' || ch === '\u0004') return resolve(secret);
-          if (ch === '\u0003') return reject(Object.assign(new Error('interrupted at the password prompt'), { code: 'INTERRUPTED', exitCode: 130 }));
+          if (ch === '\u0003')
+            return reject(
+              Object.assign(new Error('interrupted at the password prompt'), {
+                code: 'INTERRUPTED',
+                exitCode: 130,
+              }),
+            );
           if (ch === '\u007f' || ch === '\b') secret = secret.slice(0, -1);
           else secret += ch;
         }

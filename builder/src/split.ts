@@ -8,7 +8,15 @@ import { mkdir, rename, rm, stat, truncate, unlink, type FileHandle } from 'node
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { InvalidArgumentError } from 'commander';
-import { MAX_PARTS, FormatError, digestLine, partName, partNamesIn, writeFailure, type BundleSource } from '@offline-bundle/format';
+import {
+  MAX_PARTS,
+  FormatError,
+  digestLine,
+  partName,
+  partNamesIn,
+  writeFailure,
+  type BundleSource,
+} from '@offline-bundle/format';
 import { assertRegularFile, createExclusive, syncPath, writeSynced } from '@offline-bundle/host';
 
 /** FAT32's largest file: 4 GiB - 1 byte. A size of exactly 4 GiB is taken as this, so `4G` fits a FAT32 stick. */
@@ -19,18 +27,25 @@ const UNITS: Record<string, number> = { '': 1, K: 1024, M: 1024 ** 2, G: 1024 **
 export function parseSize(value: string): number {
   const m = /^(\d+)\s*([KMGT]?)(i?B)?$/i.exec(value.trim());
   const unit = m ? UNITS[m[2]!.toUpperCase()] : undefined;
-  if (!m || unit === undefined || (m[3] && !m[2] && m[3].toLowerCase() !== 'b')) throw new InvalidArgumentError('must be a size such as 4GiB, 4G, 3999M or a number of bytes');
+  if (!m || unit === undefined || (m[3] && !m[2] && m[3].toLowerCase() !== 'b'))
+    throw new InvalidArgumentError('must be a size such as 4GiB, 4G, 3999M or a number of bytes');
   const n = Number(m[1]) * unit;
-  if (!Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError('must be a size of at least 1 byte');
+  if (!Number.isSafeInteger(n) || n < 1)
+    throw new InvalidArgumentError('must be a size of at least 1 byte');
   return n === 4 * 1024 ** 3 ? FAT32_MAX_FILE : n;
 }
 
-export const SPLIT_SIZE_HELP = 'size of each part (4GiB, 4G, 3999M or bytes; binary units). FAT32 holds at most 4 GiB - 1 byte per file: 4G/4GiB is taken as that';
+export const SPLIT_SIZE_HELP =
+  'size of each part (4GiB, 4G, 3999M or bytes; binary units). FAT32 holds at most 4 GiB - 1 byte per file: 4G/4GiB is taken as that';
 
 /** How many parts `fileSize` bytes make at `size` each, refused past MAX_PARTS. */
 export function partCount(fileSize: number, size: number, what: string): number {
   const count = Math.max(1, Math.ceil(fileSize / size));
-  if (count > MAX_PARTS) throw new FormatError('BAD_PARTS', `${what} is ${fileSize} bytes: at ${size} bytes a part that makes ${count} parts, more than the ${MAX_PARTS} a bundle may be split into; give a larger size`);
+  if (count > MAX_PARTS)
+    throw new FormatError(
+      'BAD_PARTS',
+      `${what} is ${fileSize} bytes: at ${size} bytes a part that makes ${count} parts, more than the ${MAX_PARTS} a bundle may be split into; give a larger size`,
+    );
   return count;
 }
 
@@ -48,7 +63,15 @@ interface Plan {
 function plan(dir: string, base: string, fileSize: number, size: number): Plan {
   const count = partCount(fileSize, size, base);
   const finals = Array.from({ length: count }, (_, i) => join(dir, partName(base, i + 1, count)));
-  return { dir, base, count, size, fileSize, finals, temps: finals.map((f) => join(dir, `.${basename(f)}.${process.pid}.tmp`)) };
+  return {
+    dir,
+    base,
+    count,
+    size,
+    fileSize,
+    finals,
+    temps: finals.map((f) => join(dir, `.${basename(f)}.${process.pid}.tmp`)),
+  };
 }
 
 const CHUNK = 1024 * 1024;
@@ -75,23 +98,43 @@ const isSource = (src: FileHandle | BundleSource): src is BundleSource => 'ident
  * and synced; each chunk also to `seen`. A source that ends before `end` (cut or replaced
  * while being read) is an error, never a short part.
  */
-export async function copyRange(src: string | FileHandle | BundleSource, dest: string, start: number, end: number, seen?: (chunk: Buffer) => void, signal?: AbortSignal): Promise<void> {
+export async function copyRange(
+  src: string | FileHandle | BundleSource,
+  dest: string,
+  start: number,
+  end: number,
+  seen?: (chunk: Buffer) => void,
+  signal?: AbortSignal,
+): Promise<void> {
   // a temp name: created anew, never written through a link planted at it
   const out = await createExclusive(dest);
   try {
-    const read = typeof src === 'string' ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK }) : isSource(src) ? src.stream(start, end) : rangeOf(src, start, end);
+    const read =
+      typeof src === 'string'
+        ? createReadStream(src, { start, end: end - 1, highWaterMark: CHUNK })
+        : isSource(src)
+          ? src.stream(start, end)
+          : rangeOf(src, start, end);
     let got = 0;
     // written through the handle, not a stream of it: a stream would close it, and it is synced after
-    await pipeline(read, async (chunks: AsyncIterable<Buffer>) => {
-      for await (const c of chunks) {
-        seen?.(c);
-        for (let off = 0; off < c.length;) off += (await out.write(c, off, c.length - off, got + off)).bytesWritten;
-        got += c.length;
-      }
-    }, ...(signal ? [{ signal }] : []));
+    await pipeline(
+      read,
+      async (chunks: AsyncIterable<Buffer>) => {
+        for await (const c of chunks) {
+          seen?.(c);
+          for (let off = 0; off < c.length;)
+            off += (await out.write(c, off, c.length - off, got + off)).bytesWritten;
+          got += c.length;
+        }
+      },
+      ...(signal ? [{ signal }] : []),
+    );
     if (got !== end - start) {
       const name = typeof src === 'string' ? src : isSource(src) ? src.identity : 'the bundle';
-      throw new FormatError('TRUNCATED', `${name} ended ${got} bytes into bytes ${start}-${end} while being read: it was cut or changed meanwhile; nothing was written: rerun once it is whole`);
+      throw new FormatError(
+        'TRUNCATED',
+        `${name} ended ${got} bytes into bytes ${start}-${end} while being read: it was cut or changed meanwhile; nothing was written: rerun once it is whole`,
+      );
     }
     await out.sync();
   } finally {
@@ -119,7 +162,8 @@ async function commit(p: Plan, digest: string): Promise<void> {
 
 /** The temp names unlinked, best effort: the error that stopped the split is the one to report (a directory at one is left). */
 async function discard(p: Plan): Promise<void> {
-  for (const t of [...p.temps, join(p.dir, `${p.base}.sha256.${process.pid}.tmp`)]) await unlink(t).catch(() => undefined);
+  for (const t of [...p.temps, join(p.dir, `${p.base}.sha256.${process.pid}.tmp`)])
+    await unlink(t).catch(() => undefined);
 }
 
 export interface SplitResult {
@@ -132,14 +176,25 @@ export interface SplitResult {
  * Copies `bundle` into parts of `size` bytes in `outDir` (default: its directory), with
  * NAME.bundle.sha256 of the whole beside them; the bundle itself stays.
  */
-export async function splitBundle(bundle: string, size: number, outDir = dirname(bundle)): Promise<SplitResult> {
+export async function splitBundle(
+  bundle: string,
+  size: number,
+  outDir = dirname(bundle),
+): Promise<SplitResult> {
   await assertRegularFile(bundle);
-  const st = await stat(bundle).catch((cause: unknown) => { throw new FormatError('IO_ERROR', `cannot read ${bundle}: ${(cause as Error).message}`, { cause }); });
+  const st = await stat(bundle).catch((cause: unknown) => {
+    throw new FormatError('IO_ERROR', `cannot read ${bundle}: ${(cause as Error).message}`, {
+      cause,
+    });
+  });
   const p = plan(outDir, basename(bundle), st.size, size);
   const hash = createHash('sha256');
   try {
     await mkdir(outDir, { recursive: true });
-    for (let i = 0; i < p.count; i++) await copyRange(bundle, p.temps[i]!, i * size, Math.min(st.size, (i + 1) * size), (c) => hash.update(c));
+    for (let i = 0; i < p.count; i++)
+      await copyRange(bundle, p.temps[i]!, i * size, Math.min(st.size, (i + 1) * size), (c) =>
+        hash.update(c),
+      );
     const digest = `sha256:${hash.digest('hex')}`;
     await commit(p, digest);
     return { parts: p.finals, digest, size: st.size };
@@ -155,19 +210,34 @@ export async function splitBundle(bundle: string, size: number, outDir = dirname
  * So the disk needs room for one part more than the bundle, not twice the bundle. The bundle
  * moves to a temp name first: a failure leaves neither it nor any part, only what was there before.
  */
-export async function splitInPlace(bundle: string, size: number, digest: string, signal?: AbortSignal): Promise<SplitResult> {
+export async function splitInPlace(
+  bundle: string,
+  size: number,
+  digest: string,
+  signal?: AbortSignal,
+): Promise<SplitResult> {
   const fileSize = (await stat(bundle)).size;
   let p: Plan;
   try {
     p = plan(dirname(bundle), basename(bundle), fileSize, size);
   } catch (err) {
-    throw new FormatError('BAD_PARTS', `${(err as Error).message}; ${bundle} is left whole (split it with "bundle split")`);
+    throw new FormatError(
+      'BAD_PARTS',
+      `${(err as Error).message}; ${bundle} is left whole (split it with "bundle split")`,
+    );
   }
   const work = join(p.dir, `.${p.base}.${process.pid}.splitting`);
   await rename(bundle, work);
   try {
     for (let i = p.count - 1; i >= 1; i--) {
-      await copyRange(work, p.temps[i]!, i * size, Math.min(fileSize, (i + 1) * size), undefined, signal);
+      await copyRange(
+        work,
+        p.temps[i]!,
+        i * size,
+        Math.min(fileSize, (i + 1) * size),
+        undefined,
+        signal,
+      );
       await truncate(work, i * size);
     }
     await syncPath(work);

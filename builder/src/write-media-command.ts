@@ -19,18 +19,39 @@ interface WriteMediaFlags {
 }
 
 export function addWriteMediaCommand(program: Command): void {
-  program.command('write-media')
-    .description('Write a bundle onto a mounted USB stick: split as its filesystem needs (FAT32: parts of 4 GiB - 1 byte; exFAT, ext4 and others: one file), synced, read back and checked, ending "safe to remove the stick".')
-    .argument('<bundle>', 'the bundle file (NAME.bundle), or a split one: any of its parts (NAME.bundle.part-001-of-005), or NAME.bundle when only its parts are there')
+  program
+    .command('write-media')
+    .description(
+      'Write a bundle onto a mounted USB stick: split as its filesystem needs (FAT32: parts of 4 GiB - 1 byte; exFAT, ext4 and others: one file), synced, read back and checked, ending "safe to remove the stick".',
+    )
+    .argument(
+      '<bundle>',
+      'the bundle file (NAME.bundle), or a split one: any of its parts (NAME.bundle.part-001-of-005), or NAME.bundle when only its parts are there',
+    )
     .argument('<mountpoint>', 'where the stick is mounted (findmnt -l, lsblk -f)')
-    .option('--part-size <size>', 'split into parts of at most this size even where the filesystem would take more (binary units: 2G, 500M, bytes)', parseSize)
-    .option('--force', 'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256): kept until the new copy is in place when there is room for both, else removed first (said before writing)')
-    .option('--any-directory', 'write into a directory that is not a stick\'s mount point (a subdirectory, a local disk); the checks of the filesystem still apply')
-    .option('--agent-image <file>', 'the agent image to take along for nodes with no agent yet: bundle-agent-VERSION-ARCH.oci.tar or its .sig (both are written); default: the pair the bundle\'s agent names, when it is beside the bundle')
+    .option(
+      '--part-size <size>',
+      'split into parts of at most this size even where the filesystem would take more (binary units: 2G, 500M, bytes)',
+      parseSize,
+    )
+    .option(
+      '--force',
+      'replace files of the same bundle already on the stick (NAME.bundle, its parts, NAME.bundle.sha256): kept until the new copy is in place when there is room for both, else removed first (said before writing)',
+    )
+    .option(
+      '--any-directory',
+      "write into a directory that is not a stick's mount point (a subdirectory, a local disk); the checks of the filesystem still apply",
+    )
+    .option(
+      '--agent-image <file>',
+      "the agent image to take along for nodes with no agent yet: bundle-agent-VERSION-ARCH.oci.tar or its .sig (both are written); default: the pair the bundle's agent names, when it is beside the bundle",
+    )
     .option('--no-agent-image', 'write the bundle alone, even when its agent image is beside it')
     .option('--quiet', 'no progress output (progress goes to stderr, also with --json)')
     .option('--json', 'print the result as JSON')
-    .addHelpText('after', `
+    .addHelpText(
+      'after',
+      `
 Before writing anything it refuses, in one line: a directory that is not a mount point (or is a
 system filesystem), a read-only mount, files of the same bundle already there (without --force),
 and a stick without room for the bundle, its .sha256 and ${formatBytes(ROOM_MARGIN_BYTES)} plus a cluster per file.
@@ -57,7 +78,8 @@ was written. Giving the copy already on the stick as the bundle is refused (SAME
 
 Examples:
   bundle write-media 4.14.38.bundle /run/media/$USER/STICK
-  bundle write-media 4.14.38.bundle /mnt/usb --force --json`)
+  bundle write-media 4.14.38.bundle /mnt/usb --force --json`,
+    )
     .action(async (bundle: string, mountpoint: string, o: WriteMediaFlags) => {
       const progress = new Progress({ quiet: o.quiet });
       const ac = new AbortController();
@@ -65,10 +87,26 @@ Examples:
       const stop = (signal: keyof typeof SIGNAL_EXIT) => {
         // a second signal ends the process at once: a write hung on a dead FUSE daemon cannot clean up
         for (const s of signals) process.removeListener(s, stop);
-        ac.abort(Object.assign(new Error(`interrupted: what was written to ${mountpoint} is removed; rerun to write the bundle`), { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] }));
+        ac.abort(
+          Object.assign(
+            new Error(
+              `interrupted: what was written to ${mountpoint} is removed; rerun to write the bundle`,
+            ),
+            { name: 'AbortError', code: 'INTERRUPTED', exitCode: SIGNAL_EXIT[signal] },
+          ),
+        );
       };
       for (const s of signals) process.on(s, stop);
-      const r = await writeMedia({ bundle, target: mountpoint, partSize: o.partSize, force: o.force, anyDirectory: o.anyDirectory, agentImage: o.agentImage, progress, signal: ac.signal });
+      const r = await writeMedia({
+        bundle,
+        target: mountpoint,
+        partSize: o.partSize,
+        force: o.force,
+        anyDirectory: o.anyDirectory,
+        agentImage: o.agentImage,
+        progress,
+        signal: ac.signal,
+      });
       const done = `Done: ${plural(r.files.length, 'file')} on ${r.target}; safe to remove the stick.`;
       if (o.json) {
         process.stdout.write(JSON.stringify(r) + '\n');
@@ -76,9 +114,18 @@ Examples:
         return;
       }
       const a = r.agentImage;
-      const wrote = r.files.filter((f) => !a?.alreadyThere || (f !== a.archive && f !== a.statement)).map((f) => f.slice(r.target.length + 1));
-      const agent = a ? `; agent image ${a.version} (${a.arch}, ${formatBytes(a.size)})${a.alreadyThere ? ' was there already' : ''}` : '';
-      if (!o.quiet) process.stderr.write(escapeControls(`${r.filesystem} at ${r.mountPoint}: wrote ${wrote.join(', ')} (${formatBytes(r.size)}, ${r.digest})${agent}; read back${r.cacheDropped ? ' from the stick' : ''}: matches`) + '\n');
+      const wrote = r.files
+        .filter((f) => !a?.alreadyThere || (f !== a.archive && f !== a.statement))
+        .map((f) => f.slice(r.target.length + 1));
+      const agent = a
+        ? `; agent image ${a.version} (${a.arch}, ${formatBytes(a.size)})${a.alreadyThere ? ' was there already' : ''}`
+        : '';
+      if (!o.quiet)
+        process.stderr.write(
+          escapeControls(
+            `${r.filesystem} at ${r.mountPoint}: wrote ${wrote.join(', ')} (${formatBytes(r.size)}, ${r.digest})${agent}; read back${r.cacheDropped ? ' from the stick' : ''}: matches`,
+          ) + '\n',
+        );
       process.stdout.write(escapeControls(done) + '\n');
     });
 }

@@ -8,15 +8,15 @@ import { BaseError } from '@offline-bundle/host';
 import { FAT32_MAX_FILE } from './split.js';
 
 export type MediaErrorCode =
-  | 'NOT_A_MOUNT'      // the directory is not a mount point of removable media
-  | 'READ_ONLY'        // the mount does not take writes
-  | 'NO_SPACE'         // the bundle does not fit, or the stick filled up while writing
-  | 'OUTPUT_EXISTS'    // files of the same bundle are on the stick already
-  | 'NOT_A_BUNDLE'     // a part, or a file the agent would not take for a bundle by its name
-  | 'MEDIA_GONE'       // the stick went away or failed while being written
+  | 'NOT_A_MOUNT' // the directory is not a mount point of removable media
+  | 'READ_ONLY' // the mount does not take writes
+  | 'NO_SPACE' // the bundle does not fit, or the stick filled up while writing
+  | 'OUTPUT_EXISTS' // files of the same bundle are on the stick already
+  | 'NOT_A_BUNDLE' // a part, or a file the agent would not take for a bundle by its name
+  | 'MEDIA_GONE' // the stick went away or failed while being written
   | 'READ_BACK_FAILED' // what was read back is not what was written
-  | 'SAME_FILE'        // the bundle given is the copy on the stick itself
-  | 'SOURCE_CHANGED'   // the bundle was cut or changed while it was being written
+  | 'SAME_FILE' // the bundle given is the copy on the stick itself
+  | 'SOURCE_CHANGED' // the bundle was cut or changed while it was being written
   | 'IO_ERROR';
 
 export class MediaError extends BaseError<MediaErrorCode> {}
@@ -29,7 +29,8 @@ export interface Mount {
   readOnly: boolean;
 }
 
-const unescape = (s: string) => s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+const unescape = (s: string) =>
+  s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
 
 /** mountinfo(5): field 5 the mount point, 6 its options; after the lone "-": type, source, superblock options. */
 export function parseMountinfo(text: string): Mount[] {
@@ -39,7 +40,12 @@ export function parseMountinfo(text: string): Mount[] {
     const dash = f.indexOf('-', 6);
     if (dash < 0 || f.length < dash + 3) continue;
     const ro = (opts = '') => opts.split(',').includes('ro');
-    out.push({ mountPoint: unescape(f[4]!), fsType: f[dash + 1]!, source: unescape(f[dash + 2]!), readOnly: ro(f[5]) || ro(f[dash + 3]) });
+    out.push({
+      mountPoint: unescape(f[4]!),
+      fsType: f[dash + 1]!,
+      source: unescape(f[dash + 2]!),
+      readOnly: ro(f[5]) || ro(f[dash + 3]),
+    });
   }
   return out;
 }
@@ -48,7 +54,9 @@ export function parseMountinfo(text: string): Mount[] {
 export function mountOf(dir: string, mounts: Mount[]): Mount | undefined {
   let best: Mount | undefined;
   for (const m of mounts) {
-    const inside = dir === m.mountPoint || dir.startsWith(m.mountPoint.endsWith(sep) ? m.mountPoint : m.mountPoint + sep);
+    const inside =
+      dir === m.mountPoint ||
+      dir.startsWith(m.mountPoint.endsWith(sep) ? m.mountPoint : m.mountPoint + sep);
     if (inside && (!best || m.mountPoint.length >= best.mountPoint.length)) best = m;
   }
   return best;
@@ -70,17 +78,68 @@ export interface FsKind {
 
 const FAT: FsKind = { name: 'FAT32', maxFile: FAT32_MAX_FILE };
 const BY_TYPE: Record<string, FsKind> = {
-  vfat: FAT, msdos: FAT, fat: FAT, 'fuse.fusefat': FAT, 'fuse.fatfs': FAT, 'fuse.vfat': FAT,
-  exfat: { name: 'exFAT' }, 'fuse.exfat': { name: 'exFAT' }, 'fuse.exfat-fuse': { name: 'exFAT' },
-  ntfs: { name: 'NTFS' }, ntfs3: { name: 'NTFS' }, 'fuse.ntfs-3g': { name: 'NTFS' }, 'fuse.ntfs': { name: 'NTFS' },
-  ext2: { name: 'ext2' }, ext3: { name: 'ext3' }, ext4: { name: 'ext4' }, xfs: { name: 'xfs' }, btrfs: { name: 'btrfs' },
-  f2fs: { name: 'f2fs' }, hfsplus: { name: 'HFS+' }, udf: { name: 'UDF' }, zfs: { name: 'ZFS' },
+  vfat: FAT,
+  msdos: FAT,
+  fat: FAT,
+  'fuse.fusefat': FAT,
+  'fuse.fatfs': FAT,
+  'fuse.vfat': FAT,
+  exfat: { name: 'exFAT' },
+  'fuse.exfat': { name: 'exFAT' },
+  'fuse.exfat-fuse': { name: 'exFAT' },
+  ntfs: { name: 'NTFS' },
+  ntfs3: { name: 'NTFS' },
+  'fuse.ntfs-3g': { name: 'NTFS' },
+  'fuse.ntfs': { name: 'NTFS' },
+  ext2: { name: 'ext2' },
+  ext3: { name: 'ext3' },
+  ext4: { name: 'ext4' },
+  xfs: { name: 'xfs' },
+  btrfs: { name: 'btrfs' },
+  f2fs: { name: 'f2fs' },
+  hfsplus: { name: 'HFS+' },
+  udf: { name: 'UDF' },
+  zfs: { name: 'ZFS' },
 };
 
 /** Filesystems that are never a stick: writing a bundle there is a mistake unless asked for. */
-const NOT_MEDIA = new Set(['tmpfs', 'ramfs', 'proc', 'sysfs', 'devtmpfs', 'devpts', 'overlay', 'squashfs', 'nfs', 'nfs4', 'cifs', 'smb3', '9p', 'virtiofs', 'autofs', 'cgroup', 'cgroup2', 'iso9660']);
+const NOT_MEDIA = new Set([
+  'tmpfs',
+  'ramfs',
+  'proc',
+  'sysfs',
+  'devtmpfs',
+  'devpts',
+  'overlay',
+  'squashfs',
+  'nfs',
+  'nfs4',
+  'cifs',
+  'smb3',
+  '9p',
+  'virtiofs',
+  'autofs',
+  'cgroup',
+  'cgroup2',
+  'iso9660',
+]);
 /** Mount points of the system itself. */
-const SYSTEM_MOUNTS = new Set(['/', '/boot', '/boot/efi', '/efi', '/usr', '/var', '/home', '/etc', '/opt', '/srv', '/tmp', '/root', '/run', '/var/tmp']);
+const SYSTEM_MOUNTS = new Set([
+  '/',
+  '/boot',
+  '/boot/efi',
+  '/efi',
+  '/usr',
+  '/var',
+  '/home',
+  '/etc',
+  '/opt',
+  '/srv',
+  '/tmp',
+  '/root',
+  '/run',
+  '/var/tmp',
+]);
 
 export function looksLikeMedia(m: Mount): boolean {
   return !NOT_MEDIA.has(m.fsType) && !SYSTEM_MOUNTS.has(m.mountPoint);
@@ -111,7 +170,12 @@ export function parseFat32(head: Buffer): FatBoot | undefined {
   const boot: FatBoot = { clusterBytes: bps * spc, totalClusters };
   // FSInfo is sector 1 in every FAT32 mkfs writes; elsewhere it is not read (it is only a hint)
   const at = head.readUInt16LE(48) * bps;
-  if (at + 512 > head.length || head.readUInt32LE(at) !== 0x41615252 || head.readUInt32LE(at + 484) !== 0x61417272) return boot;
+  if (
+    at + 512 > head.length ||
+    head.readUInt32LE(at) !== 0x41615252 ||
+    head.readUInt32LE(at + 484) !== 0x61417272
+  )
+    return boot;
   const free = head.readUInt32LE(at + 488);
   return free <= totalClusters ? { ...boot, freeClusters: free } : boot;
 }
@@ -129,7 +193,8 @@ async function probeSource(source: string): Promise<{ kind?: FsKind; fat?: FatBo
     if (h.toString('latin1', 3, 11) === 'EXFAT   ') return { kind: { name: 'exFAT' } };
     if (h.toString('latin1', 3, 11) === 'NTFS    ') return { kind: { name: 'NTFS' } };
     const fat = parseFat32(h);
-    if (fat || /^FAT1[26] {3}$/.test(h.toString('latin1', 54, 62))) return { kind: FAT, ...(fat ? { fat } : {}) };
+    if (fat || /^FAT1[26] {3}$/.test(h.toString('latin1', 54, 62)))
+      return { kind: FAT, ...(fat ? { fat } : {}) };
     return {};
   } finally {
     await fh.close();
@@ -152,17 +217,35 @@ export interface Target {
  */
 export async function describeTarget(dir: string, mount: Mount): Promise<Target> {
   const known = BY_TYPE[mount.fsType];
-  const probed = known && !(known === FAT && mount.fsType.startsWith('fuse')) ? {} : await probeSource(mount.source);
-  const kind = known ?? probed.kind ?? { ...FAT, name: `${mount.fsType} (type unknown: split as FAT32)`, guessed: true };
+  const probed =
+    known && !(known === FAT && mount.fsType.startsWith('fuse'))
+      ? {}
+      : await probeSource(mount.source);
+  const kind = known ??
+    probed.kind ?? {
+      ...FAT,
+      name: `${mount.fsType} (type unknown: split as FAT32)`,
+      guessed: true,
+    };
   const s = await statfs(dir);
   if (s.blocks > 0) return { mount, kind, free: s.bavail * s.bsize, blockBytes: s.bsize };
   const fat = probed.fat;
-  if (fat?.freeClusters !== undefined) return { mount, kind, free: fat.freeClusters * fat.clusterBytes, blockBytes: fat.clusterBytes };
+  if (fat?.freeClusters !== undefined)
+    return { mount, kind, free: fat.freeClusters * fat.clusterBytes, blockBytes: fat.clusterBytes };
   return { mount, kind, blockBytes: fat?.clusterBytes ?? 32 * 1024 };
 }
 
 /** A write test the mount table cannot give: permissions, or a filesystem that went read-only on an error. */
 export async function assertWritable(dir: string, mount: Mount): Promise<void> {
-  const why = mount.readOnly ? 'it is mounted read-only' : await access(dir, constants.W_OK).then(() => undefined, (e: NodeJS.ErrnoException) => `it is not writable (${e.code})`);
-  if (why) throw new MediaError('READ_ONLY', `cannot write to ${dir}: ${why} (${mount.fsType} on ${mount.source}); mount it read-write (e.g. "mount -o remount,rw ${mount.mountPoint}") or use another stick`);
+  const why = mount.readOnly
+    ? 'it is mounted read-only'
+    : await access(dir, constants.W_OK).then(
+        () => undefined,
+        (e: NodeJS.ErrnoException) => `it is not writable (${e.code})`,
+      );
+  if (why)
+    throw new MediaError(
+      'READ_ONLY',
+      `cannot write to ${dir}: ${why} (${mount.fsType} on ${mount.source}); mount it read-write (e.g. "mount -o remount,rw ${mount.mountPoint}") or use another stick`,
+    );
 }

@@ -25,7 +25,10 @@ import agentPackage from '../../agent/package.json' with { type: 'json' };
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 // the repository's systemd/, or the shipped deploy tarball's (systemd/ beside openshift/)
-const SYSTEMD_DIR = [path.resolve(HERE, '..', '..', 'systemd'), path.resolve(HERE, '..', 'systemd')].find((d) => existsSync(path.join(d, '99-bundle-agent-media.rules')));
+const SYSTEMD_DIR = [
+  path.resolve(HERE, '..', '..', 'systemd'),
+  path.resolve(HERE, '..', 'systemd'),
+].find((d) => existsSync(path.join(d, '99-bundle-agent-media.rules')));
 export const IGNITION_VERSION = '3.4.0';
 export const BUTANE_VERSION = '4.15.0';
 // --plain-unit is for OpenShift before 4.14, whose MCO takes Ignition up to 3.2 (3.4 only from
@@ -66,16 +69,31 @@ class UsageError extends Error {}
 
 /** REF as the unit may name it: the agent's repository, with a version tag or a sha256 digest. */
 export function checkImage(ref) {
-  const m = /^([a-z0-9][a-z0-9._/:-]*?)(?::([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(.*))?$/.exec(ref);
-  if (!m) throw new UsageError(`--image ${JSON.stringify(ref)}: not an image reference (REPOSITORY:TAG or REPOSITORY@sha256:<64 hex>)`);
+  const m = /^([a-z0-9][a-z0-9._/:-]*?)(?::([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(.*))?$/.exec(
+    ref,
+  );
+  if (!m)
+    throw new UsageError(
+      `--image ${JSON.stringify(ref)}: not an image reference (REPOSITORY:TAG or REPOSITORY@sha256:<64 hex>)`,
+    );
   const [, repo, tag, digest] = m;
-  if (digest !== undefined && !/^sha256:[0-9a-f]{64}$/.test(digest)) throw new UsageError(`--image ${ref}: ${JSON.stringify(digest)} is not a digest (sha256: and 64 lowercase hex digits)`);
-  if (tag === undefined && digest === undefined) throw new UsageError(`--image ${ref}: give a tag (:VERSION) or a digest (@sha256:...): podman never pulls here, so "latest" is not implied`);
-  if (repo !== AGENT_REPOSITORY) throw new UsageError(`--image ${ref}: the agent image is loaded as ${AGENT_REPOSITORY} (from the stick or a bundle); name that repository`);
+  if (digest !== undefined && !/^sha256:[0-9a-f]{64}$/.test(digest))
+    throw new UsageError(
+      `--image ${ref}: ${JSON.stringify(digest)} is not a digest (sha256: and 64 lowercase hex digits)`,
+    );
+  if (tag === undefined && digest === undefined)
+    throw new UsageError(
+      `--image ${ref}: give a tag (:VERSION) or a digest (@sha256:...): podman never pulls here, so "latest" is not implied`,
+    );
+  if (repo !== AGENT_REPOSITORY)
+    throw new UsageError(
+      `--image ${ref}: the agent image is loaded as ${AGENT_REPOSITORY} (from the stick or a bundle); name that repository`,
+    );
   return ref;
 }
 
-const PEM_PUBLIC_KEY = /^-----BEGIN PUBLIC KEY-----\r?\n[A-Za-z0-9+/=\r\n]+-----END PUBLIC KEY-----\s*$/;
+const PEM_PUBLIC_KEY =
+  /^-----BEGIN PUBLIC KEY-----\r?\n[A-Za-z0-9+/=\r\n]+-----END PUBLIC KEY-----\s*$/;
 
 /** The key file's text, once it is a public key openssl and the agent read. */
 export function checkKey(file) {
@@ -89,16 +107,28 @@ export function checkKey(file) {
   }
   try {
     const key = createPublicKey(text);
-    const type = key.asymmetricKeyType === 'ec' ? key.asymmetricKeyDetails?.namedCurve : key.asymmetricKeyType;
-    if (type !== 'prime256v1' && type !== 'ed25519') throw new UsageError(`--key ${file}: a ${type} key; bundles are signed with ECDSA P-256 or Ed25519 ("bundle keygen")`);
+    const type =
+      key.asymmetricKeyType === 'ec' ? key.asymmetricKeyDetails?.namedCurve : key.asymmetricKeyType;
+    if (type !== 'prime256v1' && type !== 'ed25519')
+      throw new UsageError(
+        `--key ${file}: a ${type} key; bundles are signed with ECDSA P-256 or Ed25519 ("bundle keygen")`,
+      );
   } catch (err) {
     if (err instanceof UsageError) throw err;
-    throw new UsageError(`--key ${file}: not a PEM public key (give FACTORY.pub from "bundle keygen", not the private .key)`);
+    throw new UsageError(
+      `--key ${file}: not a PEM public key (give FACTORY.pub from "bundle keygen", not the private .key)`,
+    );
   }
-  if (/PRIVATE KEY/.test(text)) throw new UsageError(`--key ${file}: holds a private key: give the public one (.pub); the private key stays at the factory`);
+  if (/PRIVATE KEY/.test(text))
+    throw new UsageError(
+      `--key ${file}: holds a private key: give the public one (.pub); the private key stays at the factory`,
+    );
   // the node's openssl (pkey -pubin, dgst -verify) reads only a PEM SubjectPublicKeyInfo: a
   // certificate, which Node would take, would make every stick's signature fail there
-  if (!PEM_PUBLIC_KEY.test(text)) throw new UsageError(`--key ${file}: not one PEM public key ("-----BEGIN PUBLIC KEY-----" alone, as "bundle keygen" writes FACTORY.pub; for a certificate: openssl x509 -pubkey -noout -in CERT > factory.pub)`);
+  if (!PEM_PUBLIC_KEY.test(text))
+    throw new UsageError(
+      `--key ${file}: not one PEM public key ("-----BEGIN PUBLIC KEY-----" alone, as "bundle keygen" writes FACTORY.pub; for a certificate: openssl x509 -pubkey -noout -in CERT > factory.pub)`,
+    );
   return text;
 }
 
@@ -145,12 +175,17 @@ export function plainUnit(containerText) {
   const args = [];
   for (const [k, v] of c) {
     const f = CONTAINER_KEYS[k];
-    if (!f) throw new Error(`bundle-agent.container: [Container] ${k}= has no plain-unit form in generate.mjs: add it to CONTAINER_KEYS`);
+    if (!f)
+      throw new Error(
+        `bundle-agent.container: [Container] ${k}= has no plain-unit form in generate.mjs: add it to CONTAINER_KEYS`,
+      );
     args.push(...f(v));
   }
   const image = c.find(([k]) => k === 'Image')?.[1];
   const exec = c.find(([k]) => k === 'Exec')?.[1] ?? '';
-  const service = (q.get('Service') ?? []).filter(([k, v]) => !(k === 'ExecStartPre' && v.includes('switch-guard.sh')));
+  const service = (q.get('Service') ?? []).filter(
+    ([k, v]) => !(k === 'ExecStartPre' && v.includes('switch-guard.sh')),
+  );
   const lines = [
     '# Generated by deploy/openshift/generate.mjs --plain-unit from bundle-agent.container (podman before 4.4,',
     '# no Quadlet): the same container, started as `podman generate systemd --new` starts one. The image is',
@@ -158,7 +193,10 @@ export function plainUnit(containerText) {
     '# (at the first stick; a newer agent: bundle-agent-bootstrap.sh --upgrade with its stick plugged in).',
     '[Unit]',
     // no podman-systemd.unit(5) before podman 4.4
-    ...(q.get('Unit') ?? []).map(([k, v]) => `${k}=${k === 'Documentation' ? v.replace('man:podman-systemd.unit(5)', 'man:podman-generate-systemd(1) man:podman-run(1)') : v}`),
+    ...(q.get('Unit') ?? []).map(
+      ([k, v]) =>
+        `${k}=${k === 'Documentation' ? v.replace('man:podman-systemd.unit(5)', 'man:podman-generate-systemd(1) man:podman-run(1)') : v}`,
+    ),
     '',
     '[Service]',
     `Environment=BUNDLE_AGENT_IMAGE=${image}`,
@@ -179,34 +217,69 @@ export function plainUnit(containerText) {
 
 /** A word systemd's ExecStart splits as one (our values have no quotes or spaces but are checked). */
 function quoteArg(a) {
-  if (!/^[A-Za-z0-9_./:=,@%+-]+$/.test(a)) throw new Error(`bundle-agent.container: ${JSON.stringify(a)} would need quoting in ExecStart`);
+  if (!/^[A-Za-z0-9_./:=,@%+-]+$/.test(a))
+    throw new Error(`bundle-agent.container: ${JSON.stringify(a)} would need quoting in ExecStart`);
   return a;
 }
 
 /** The node's files: path, mode, contents; and systemd units: name, contents (one list for both forms). */
-export function nodeFiles({ image = DEFAULT_IMAGE, key = path.join(HERE, 'example-factory.pub'), plain = false } = {}) {
+export function nodeFiles({
+  image = DEFAULT_IMAGE,
+  key = path.join(HERE, 'example-factory.pub'),
+  plain = false,
+} = {}) {
   const read = (p) => readFileSync(p, 'utf8');
   const container = read(path.join(HERE, 'bundle-agent.container')).replaceAll('@IMAGE@', image);
   let config = read(path.join(HERE, 'config.yaml.in'));
   if (plain) {
     // no Quadlet drop-in to switch the image with: the agent does not upgrade itself
-    if (!/^ {2}mode: quadlet$/m.test(config)) throw new Error('config.yaml.in: no "  mode: quadlet" line under selfUpgrade');
-    config = config.replace(/^ {2}mode: quadlet$/m, '  mode: "off"                     # plain unit (podman before 4.4): a new agent comes by MachineConfig or stick');
+    if (!/^ {2}mode: quadlet$/m.test(config))
+      throw new Error('config.yaml.in: no "  mode: quadlet" line under selfUpgrade');
+    config = config.replace(
+      /^ {2}mode: quadlet$/m,
+      '  mode: "off"                     # plain unit (podman before 4.4): a new agent comes by MachineConfig or stick',
+    );
   }
   const files = [
-    { path: '/etc/udev/rules.d/99-bundle-agent-media.rules', mode: 0o644, contents: read(path.join(SYSTEMD_DIR, '99-bundle-agent-media.rules')) },
+    {
+      path: '/etc/udev/rules.d/99-bundle-agent-media.rules',
+      mode: 0o644,
+      contents: read(path.join(SYSTEMD_DIR, '99-bundle-agent-media.rules')),
+    },
     { path: '/etc/bundle-agent/config.yaml', mode: 0o644, contents: config },
     { path: '/etc/bundle-agent/keys/factory.pub', mode: 0o644, contents: checkKey(key) },
-    { path: '/etc/tmpfiles.d/bundle-agent.conf', mode: 0o644, contents: read(path.join(HERE, 'tmpfiles.conf')) },
-    { path: '/etc/bundle-agent/bundle-agent-bootstrap.sh', mode: 0o755, contents: read(path.join(HERE, 'bundle-agent-bootstrap.sh')) },
-    ...(plain ? [] : [
-      { path: '/etc/bundle-agent/switch-guard.sh', mode: 0o755, contents: read(path.join(HERE, 'switch-guard.sh')) },
-      { path: `/etc/containers/systemd/${UNIT}.container`, mode: 0o644, contents: container },
-    ]),
+    {
+      path: '/etc/tmpfiles.d/bundle-agent.conf',
+      mode: 0o644,
+      contents: read(path.join(HERE, 'tmpfiles.conf')),
+    },
+    {
+      path: '/etc/bundle-agent/bundle-agent-bootstrap.sh',
+      mode: 0o755,
+      contents: read(path.join(HERE, 'bundle-agent-bootstrap.sh')),
+    },
+    ...(plain
+      ? []
+      : [
+          {
+            path: '/etc/bundle-agent/switch-guard.sh',
+            mode: 0o755,
+            contents: read(path.join(HERE, 'switch-guard.sh')),
+          },
+          { path: `/etc/containers/systemd/${UNIT}.container`, mode: 0o644, contents: container },
+        ]),
   ];
   const units = [
-    { name: 'bundle-agent-bootstrap.service', enabled: true, contents: read(path.join(HERE, 'bundle-agent-bootstrap.service')) },
-    { name: 'bundle-agent-bootstrap.path', enabled: true, contents: read(path.join(HERE, 'bundle-agent-bootstrap.path')) },
+    {
+      name: 'bundle-agent-bootstrap.service',
+      enabled: true,
+      contents: read(path.join(HERE, 'bundle-agent-bootstrap.service')),
+    },
+    {
+      name: 'bundle-agent-bootstrap.path',
+      enabled: true,
+      contents: read(path.join(HERE, 'bundle-agent-bootstrap.path')),
+    },
     // a Quadlet unit is enabled by its [Install] section through the generator; a plain one here
     ...(plain ? [{ name: `${UNIT}.service`, enabled: true, contents: plainUnit(container) }] : []),
   ];
@@ -246,7 +319,9 @@ export function machineConfig(role, { files, units, plain = false }) {
             contents: ignitionContents(f.contents),
           })),
         },
-        systemd: { units: units.map((u) => ({ name: u.name, enabled: u.enabled, contents: u.contents })) },
+        systemd: {
+          units: units.map((u) => ({ name: u.name, enabled: u.enabled, contents: u.contents })),
+        },
       },
     },
   };
@@ -258,8 +333,17 @@ export function butane(role, { files, units, plain = false }) {
     variant: 'openshift',
     version: plain ? PLAIN_BUTANE_VERSION : BUTANE_VERSION,
     metadata: { name: name(role), labels: labels(role) },
-    storage: { files: files.map((f) => ({ path: f.path, mode: f.mode, overwrite: true, contents: { inline: f.contents } })) },
-    systemd: { units: units.map((u) => ({ name: u.name, enabled: u.enabled, contents: u.contents })) },
+    storage: {
+      files: files.map((f) => ({
+        path: f.path,
+        mode: f.mode,
+        overwrite: true,
+        contents: { inline: f.contents },
+      })),
+    },
+    systemd: {
+      units: units.map((u) => ({ name: u.name, enabled: u.enabled, contents: u.contents })),
+    },
   };
 }
 
@@ -272,7 +356,16 @@ function writeAtomic(file, text) {
 export async function main(argv = process.argv.slice(2), out = process.stdout) {
   let values;
   try {
-    ({ values } = parseArgs({ args: argv, options: { image: { type: 'string' }, key: { type: 'string' }, out: { type: 'string', default: HERE }, 'plain-unit': { type: 'boolean' }, help: { type: 'boolean', short: 'h' } } }));
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        image: { type: 'string' },
+        key: { type: 'string' },
+        out: { type: 'string', default: HERE },
+        'plain-unit': { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
   } catch (err) {
     throw new UsageError(`${err.message} (see --help)`);
   }
@@ -281,9 +374,14 @@ export async function main(argv = process.argv.slice(2), out = process.stdout) {
     return;
   }
   if (values.image !== undefined) checkImage(values.image);
-  if (!existsSync(values.out) || !statSync(values.out).isDirectory()) throw new UsageError(`--out ${values.out}: not a directory`);
+  if (!existsSync(values.out) || !statSync(values.out).isDirectory())
+    throw new UsageError(`--out ${values.out}: not a directory`);
   const { stringify } = await import('yaml');
-  const node = nodeFiles({ ...(values.image ? { image: values.image } : {}), ...(values.key ? { key: values.key } : {}), plain: !!values['plain-unit'] });
+  const node = nodeFiles({
+    ...(values.image ? { image: values.image } : {}),
+    ...(values.key ? { key: values.key } : {}),
+    plain: !!values['plain-unit'],
+  });
   const head = `# Generated by deploy/openshift/generate.mjs: edit the sources and run it again.\n`;
   const written = [];
   for (const role of ROLES) {
@@ -291,16 +389,23 @@ export async function main(argv = process.argv.slice(2), out = process.stdout) {
     const yamlFile = path.join(values.out, `${name(role)}.yaml`);
     const buFile = path.join(values.out, `${name(role)}.bu`);
     writeAtomic(yamlFile, head + stringify(machineConfig(role, node), { lineWidth: 0 }));
-    writeAtomic(buFile, head + stringify(butane(role, node), { lineWidth: 0, blockQuote: 'literal' }));
+    writeAtomic(
+      buFile,
+      head + stringify(butane(role, node), { lineWidth: 0, blockQuote: 'literal' }),
+    );
     written.push(yamlFile, buFile);
   }
   const form = values['plain-unit'] ? 'plain podman unit' : 'Quadlet unit';
-  out.write(`wrote ${written.join(', ')} (${form}, key ${values.key ?? 'example-factory.pub (an example: use --key)'}, image ${values.image ?? DEFAULT_IMAGE} until a stick brings one)\n`);
+  out.write(
+    `wrote ${written.join(', ')} (${form}, key ${values.key ?? 'example-factory.pub (an example: use --key)'}, image ${values.image ?? DEFAULT_IMAGE} until a stick brings one)\n`,
+  );
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   main().catch((e) => {
-    process.stderr.write(`generate.mjs: ${e instanceof UsageError ? e.message : e.message ?? e}\n`);
+    process.stderr.write(
+      `generate.mjs: ${e instanceof UsageError ? e.message : (e.message ?? e)}\n`,
+    );
     process.exitCode = e instanceof UsageError ? 2 : 1;
   });
 }

@@ -12,7 +12,11 @@ import { parseArgs } from 'node:util';
 
 /** Where the agent reads them (config peers.ca, peers.cert, peers.key: these are its defaults, under its root). */
 export const PEER_DIR = '/etc/bundle-agent/peers';
-export const PEER_FILES = { ca: `${PEER_DIR}/ca.crt`, cert: `${PEER_DIR}/node.crt`, key: `${PEER_DIR}/node.key` };
+export const PEER_FILES = {
+  ca: `${PEER_DIR}/ca.crt`,
+  cert: `${PEER_DIR}/node.crt`,
+  key: `${PEER_DIR}/node.key`,
+};
 const ROLES = ['master', 'worker'];
 const EC = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
 
@@ -35,9 +39,14 @@ Then: oc apply -f DIR/99-master-bundle-agent-peers.yaml -f DIR/99-worker-bundle-
 The MachineConfigs hold a private key: keep DIR as secret as the cluster's pull secret.`;
 
 function openssl(args, cwd) {
-  const r = spawnSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  const r = spawnSync('openssl', args, {
+    cwd,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    encoding: 'utf8',
+  });
   if (r.error) throw new Error(`cannot run openssl (${r.error.message}): install it`);
-  if (r.status !== 0) throw new Error(`openssl ${args[0]} failed: ${r.stderr.trim().split('\n')[0]}`);
+  if (r.status !== 0)
+    throw new Error(`openssl ${args[0]} failed: ${r.stderr.trim().split('\n')[0]}`);
 }
 
 /** The CA and the shared node certificate in `dir` (PEM files). */
@@ -47,12 +56,56 @@ export function makePeerCa(dir, { days = 825 } = {}) {
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { mode: 0o700 });
   try {
-    openssl(['req', '-x509', ...EC, '-keyout', 'peer-ca.key', '-out', 'peer-ca.crt', '-days', String(days), '-subj', '/CN=bundle-agent peer CA',
-      '-addext', 'basicConstraints=critical,CA:TRUE,pathlen:0', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], tmp);
-    writeFileSync(path.join(tmp, 'node.ext'), 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n');
-    openssl(['req', ...EC, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=bundle-agent peer'], tmp);
-    openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'peer-ca.crt', '-CAkey', 'peer-ca.key', '-CAcreateserial', '-out', 'node.crt', '-days', String(days), '-extfile', 'node.ext'], tmp);
-    for (const f of ['peer-ca.crt', 'peer-ca.key', 'node.crt', 'node.key']) renameSync(path.join(tmp, f), path.join(dir, f));
+    openssl(
+      [
+        'req',
+        '-x509',
+        ...EC,
+        '-keyout',
+        'peer-ca.key',
+        '-out',
+        'peer-ca.crt',
+        '-days',
+        String(days),
+        '-subj',
+        '/CN=bundle-agent peer CA',
+        '-addext',
+        'basicConstraints=critical,CA:TRUE,pathlen:0',
+        '-addext',
+        'keyUsage=critical,keyCertSign,cRLSign',
+      ],
+      tmp,
+    );
+    writeFileSync(
+      path.join(tmp, 'node.ext'),
+      'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n',
+    );
+    openssl(
+      ['req', ...EC, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=bundle-agent peer'],
+      tmp,
+    );
+    openssl(
+      [
+        'x509',
+        '-req',
+        '-in',
+        'node.csr',
+        '-CA',
+        'peer-ca.crt',
+        '-CAkey',
+        'peer-ca.key',
+        '-CAcreateserial',
+        '-out',
+        'node.crt',
+        '-days',
+        String(days),
+        '-extfile',
+        'node.ext',
+      ],
+      tmp,
+    );
+    for (const f of ['peer-ca.crt', 'peer-ca.key', 'node.crt', 'node.key'])
+      renameSync(path.join(tmp, f), path.join(dir, f));
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
@@ -64,11 +117,19 @@ const dataUrl = (text) => `data:;base64,${Buffer.from(text).toString('base64')}`
 
 /** A MachineConfig (JSON, which oc reads as YAML) placing the three files on `role`'s nodes. */
 export function peerMachineConfig(role, files) {
-  const file = (target, text, mode) => ({ path: target, mode, overwrite: true, contents: { source: dataUrl(text) } });
+  const file = (target, text, mode) => ({
+    path: target,
+    mode,
+    overwrite: true,
+    contents: { source: dataUrl(text) },
+  });
   return {
     apiVersion: 'machineconfiguration.openshift.io/v1',
     kind: 'MachineConfig',
-    metadata: { name: `99-${role}-bundle-agent-peers`, labels: { 'machineconfiguration.openshift.io/role': role } },
+    metadata: {
+      name: `99-${role}-bundle-agent-peers`,
+      labels: { 'machineconfiguration.openshift.io/role': role },
+    },
     spec: {
       config: {
         ignition: { version: '3.4.0' },
@@ -86,7 +147,13 @@ export function peerMachineConfig(role, files) {
 }
 
 function main() {
-  const { values } = parseArgs({ options: { out: { type: 'string' }, days: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({
+    options: {
+      out: { type: 'string' },
+      days: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
   if (values.help) return void console.log(HELP);
   if (!values.out) {
     console.error(`peer-ca.mjs: --out DIR is required\n\n${HELP}`);
@@ -99,9 +166,15 @@ function main() {
   }
   const files = makePeerCa(values.out, { days });
   for (const role of ROLES) {
-    writeFileSync(path.join(values.out, `99-${role}-bundle-agent-peers.yaml`), JSON.stringify(peerMachineConfig(role, files), null, 2) + '\n', { mode: 0o600 });
+    writeFileSync(
+      path.join(values.out, `99-${role}-bundle-agent-peers.yaml`),
+      JSON.stringify(peerMachineConfig(role, files), null, 2) + '\n',
+      { mode: 0o600 },
+    );
   }
-  console.log(`wrote the peer CA and node certificate in ${values.out}; apply: oc apply -f ${path.join(values.out, '99-master-bundle-agent-peers.yaml')} -f ${path.join(values.out, '99-worker-bundle-agent-peers.yaml')}`);
+  console.log(
+    `wrote the peer CA and node certificate in ${values.out}; apply: oc apply -f ${path.join(values.out, '99-master-bundle-agent-peers.yaml')} -f ${path.join(values.out, '99-worker-bundle-agent-peers.yaml')}`,
+  );
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -54,9 +54,16 @@ status:
 /** A node and its agent, started; `tamper`: its stick's copy has one byte changed. */
 export async function startNode(ctx, name, opts = {}) {
   const root = path.join(ctx.tmp, 'nodes', name);
-  const ctd = await startContainerd(30_000, { certsDir: path.join(root, 'etc/containerd/certs.d'), socket: path.join(root, 'run/containerd/containerd.sock') });
+  const ctd = await startContainerd(30_000, {
+    certsDir: path.join(root, 'etc/containerd/certs.d'),
+    socket: path.join(root, 'run/containerd/containerd.sock'),
+  });
   ctx.cleanups.push(async () => {
-    try { process.kill(ctd.pid, 'SIGCONT'); } catch { /* gone */ }
+    try {
+      process.kill(ctd.pid, 'SIGCONT');
+    } catch {
+      /* gone */
+    }
     await ctd.stop();
   });
   await mkdir(path.join(root, 'etc/bundle-agent/keys'), { recursive: true });
@@ -65,10 +72,23 @@ export async function startNode(ctx, name, opts = {}) {
   await writeFile(cfg, config(root, name));
   await ctx.api.writeNodeKubeconfig(root, name, { certPaths: 'root' });
   await stick(ctx, name, path.join(root, 'media/usb'), opts.tamper);
-  const child = spawn(process.execPath, [AGENT_BIN, 'run', '--config', cfg], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const n = { name, root, ctd, child, log: '', statusFile: path.join(root, 'var/lib/bundle-agent/status.json') };
-  child.stdout.on('data', (c) => { n.log += c; });
-  child.stderr.on('data', (c) => { n.log += c; });
+  const child = spawn(process.execPath, [AGENT_BIN, 'run', '--config', cfg], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const n = {
+    name,
+    root,
+    ctd,
+    child,
+    log: '',
+    statusFile: path.join(root, 'var/lib/bundle-agent/status.json'),
+  };
+  child.stdout.on('data', (c) => {
+    n.log += c;
+  });
+  child.stderr.on('data', (c) => {
+    n.log += c;
+  });
   ctx.cleanups.push(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   });
@@ -79,11 +99,15 @@ const exited = (n) => n.child.exitCode !== null || n.child.signalCode !== null;
 
 /** Stops (SIGSTOP) the node's agent as soon as the cluster holds a status of it for which `pred` holds. */
 export async function freezeWhen(ctx, n, pred, timeoutMs = 120_000) {
-  await ctx.h.until(`${n.name}'s report in the cluster`, () => {
-    if (exited(n)) throw new Error(`${n.name}'s agent exited: ${n.log.slice(-2000)}`);
-    const s = ctx.api.get('nodebundlestatuses', n.name)?.status;
-    return s && pred(s) ? s : undefined;
-  }, { timeoutMs, stepMs: 2 });
+  await ctx.h.until(
+    `${n.name}'s report in the cluster`,
+    () => {
+      if (exited(n)) throw new Error(`${n.name}'s agent exited: ${n.log.slice(-2000)}`);
+      const s = ctx.api.get('nodebundlestatuses', n.name)?.status;
+      return s && pred(s) ? s : undefined;
+    },
+    { timeoutMs, stepMs: 2 },
+  );
   n.child.kill('SIGSTOP');
 }
 
@@ -94,11 +118,18 @@ export async function freezeWhen(ctx, n, pred, timeoutMs = 120_000) {
  */
 export async function freezeMidPreload(ctx, n) {
   const local = async () => JSON.parse(await readFile(n.statusFile, 'utf8').catch(() => '{}'));
-  const mid = (s) => s?.phase === 'Preloading' && s.progress?.imagesDone > 0 && s.progress.imagesDone < s.progress.imagesTotal;
-  await ctx.h.until(`${n.name} mid-preload`, async () => {
-    if (exited(n)) throw new Error(`${n.name}'s agent exited: ${n.log.slice(-2000)}`);
-    return mid(await local());
-  }, { timeoutMs: 240_000, stepMs: 5 });
+  const mid = (s) =>
+    s?.phase === 'Preloading' &&
+    s.progress?.imagesDone > 0 &&
+    s.progress.imagesDone < s.progress.imagesTotal;
+  await ctx.h.until(
+    `${n.name} mid-preload`,
+    async () => {
+      if (exited(n)) throw new Error(`${n.name}'s agent exited: ${n.log.slice(-2000)}`);
+      return mid(await local());
+    },
+    { timeoutMs: 240_000, stepMs: 5 },
+  );
   process.kill(n.ctd.pid, 'SIGSTOP');
   await freezeWhen(ctx, n, mid, 30_000);
 }

@@ -2,9 +2,24 @@
 // faults-cluster.test.ts 7; faults-setup.ts the set-up).
 import t from 'tap';
 import { truncate, unlink } from 'node:fs/promises';
-import { STAGED, MANIFEST, node, mediaNode, load, frozenMidRead, cond, expectReady, expectFailed, type Node } from './faults-setup.js';
+import {
+  STAGED,
+  MANIFEST,
+  node,
+  mediaNode,
+  load,
+  frozenMidRead,
+  cond,
+  expectReady,
+  expectFailed,
+  type Node,
+} from './faults-setup.js';
 
-async function bundleFault(t: any, n: Node, fault: () => Promise<void>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+async function bundleFault(
+  t: any,
+  n: Node,
+  fault: () => Promise<void>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const a = await frozenMidRead(t, n);
   try {
     await fault();
@@ -29,7 +44,11 @@ t.test('5. the bundle truncated or deleted while it is read', async (t) => {
 
     r = await bundleFault(t, n, remove(n));
     const gone = await expectFailed(t, n, r, 'MediaRemoved', 'deleted while staged', kept);
-    t.match(cond(gone, 'Failed')?.message, /disappeared .*Plug it in again/, 'the message says the media went away');
+    t.match(
+      cond(gone, 'Failed')?.message,
+      /disappeared .*Plug it in again/,
+      'the message says the media went away',
+    );
     await n.restore();
     await expectReady(t, n, await load(n), 'the restored file');
   });

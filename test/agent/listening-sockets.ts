@@ -4,7 +4,10 @@
 import { readFile, readdir, readlink } from 'node:fs/promises';
 
 /** A listening socket: its local address (IPv4 dotted, IPv6 as the kernel's hex) and port. */
-export interface Listening { address: string; port: number }
+export interface Listening {
+  address: string;
+  port: number;
+}
 
 /** /proc/net/tcp's state column for LISTEN. */
 const TCP_LISTEN = '0A';
@@ -29,7 +32,9 @@ export async function listeningSockets(pid: number): Promise<Listening[]> {
   const inodes = await socketInodes(pid);
   const out: Listening[] = [];
   for (const table of ['tcp', 'tcp6']) {
-    const rows = (await readFile(`/proc/${pid}/net/${table}`, 'utf8').catch(() => '')).split('\n').slice(1);
+    const rows = (await readFile(`/proc/${pid}/net/${table}`, 'utf8').catch(() => ''))
+      .split('\n')
+      .slice(1);
     for (const row of rows) {
       // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
       const f = row.trim().split(/\s+/);

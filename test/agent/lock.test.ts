@@ -9,11 +9,20 @@ import { pathToFileURL } from 'node:url';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { processIdentity } from '@offline-bundle/status';
 
-const LOCK_JS = pathToFileURL(new URL('../../agent/dist/state/lock.js', import.meta.url).pathname).href;
-const { withLoadLock } = (await import(LOCK_JS)) as { withLoadLock: <T>(dir: string, fn: () => Promise<T>) => Promise<T> };
+const LOCK_JS = pathToFileURL(
+  new URL('../../agent/dist/state/lock.js', import.meta.url).pathname,
+).href;
+const { withLoadLock } = (await import(LOCK_JS)) as {
+  withLoadLock: <T>(dir: string, fn: () => Promise<T>) => Promise<T>;
+};
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-interface Tally { acquired: number; busy: number; overlaps: number; errors: string[] }
+interface Tally {
+  acquired: number;
+  busy: number;
+  overlaps: number;
+  errors: string[];
+}
 
 /** Tries to take the lock once; the hold checks nobody else is inside. */
 async function attempt(stateDir: string, tally: Tally, holdMs = 2): Promise<boolean> {
@@ -71,11 +80,17 @@ process.stdout.write(JSON.stringify(tally));
 
 function child(script: string, base: string, trials: number, start: number): Promise<Tally> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [script, LOCK_JS, base, String(trials), String(start)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const p = spawn(process.execPath, [script, LOCK_JS, base, String(trials), String(start)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
-    p.stdout.on('data', (d: Buffer) => { out += d; });
+    p.stdout.on('data', (d: Buffer) => {
+      out += d;
+    });
     p.on('error', reject);
-    p.on('close', (code) => (code === 0 ? resolve(JSON.parse(out) as Tally) : reject(new Error(`child exited ${code}`))));
+    p.on('close', (code) =>
+      code === 0 ? resolve(JSON.parse(out) as Tally) : reject(new Error(`child exited ${code}`)),
+    );
   });
 }
 
@@ -85,11 +100,17 @@ t.test('processes: 40 trials x 6 processes, one holder at a time', async (t) => 
   await writeFile(script, CHILD);
   const [procs, trials] = [6, 40];
   const start = Date.now() + 2000;
-  const tallies = await Promise.all(Array.from({ length: procs }, () => child(script, join(dir, 'state'), trials, start)));
+  const tallies = await Promise.all(
+    Array.from({ length: procs }, () => child(script, join(dir, 'state'), trials, start)),
+  );
   const sum = (k: 'acquired' | 'busy' | 'overlaps') => tallies.reduce((n, x) => n + x[k], 0);
   t.equal(sum('overlaps'), 0, 'never two holders at once');
-  t.same(tallies.flatMap((x) => x.errors), [], 'every refusal is Busy');
-  t.equal(sum('acquired'), procs * trials, 'each process took each trial\'s lock once');
+  t.same(
+    tallies.flatMap((x) => x.errors),
+    [],
+    'every refusal is Busy',
+  );
+  t.equal(sum('acquired'), procs * trials, "each process took each trial's lock once");
   t.comment(`${sum('busy')} Busy refusals on the way`);
 });
 
@@ -112,7 +133,7 @@ async function deadPid(): Promise<number> {
   return p.pid!;
 }
 
-t.test('a dead holder\'s lock is taken over once, however many contend for it', async (t) => {
+t.test("a dead holder's lock is taken over once, however many contend for it", async (t) => {
   const dir = await tmpdir(t, 'ob-lock-');
   const dead = await deadPid();
   const tally: Tally = { acquired: 0, busy: 0, overlaps: 0, errors: [] };
@@ -129,14 +150,22 @@ t.test('a dead holder\'s lock is taken over once, however many contend for it', 
   const own = join(dir, 'own');
   await mkdir(own);
   await writeFile(join(own, 'load.lock'), `${process.pid}\n`);
-  t.equal(await withLoadLock(own, async () => 'ran'), 'ran', 'our own pid left by a former process (a restarted container) is stale too');
+  t.equal(
+    await withLoadLock(own, async () => 'ran'),
+    'ran',
+    'our own pid left by a former process (a restarted container) is stale too',
+  );
 });
 
 t.test('a lock file without a complete pid is never taken for stale', async (t) => {
   const dir = await tmpdir(t, 'ob-lock-');
   for (const content of ['', '12', 'garbage\n']) {
     await writeFile(join(dir, 'load.lock'), content);
-    await t.rejects(withLoadLock(dir, async () => 'ran'), { reason: 'Busy' }, `content ${JSON.stringify(content)}: Busy`);
+    await t.rejects(
+      withLoadLock(dir, async () => 'ran'),
+      { reason: 'Busy' },
+      `content ${JSON.stringify(content)}: Busy`,
+    );
     t.equal(await readFile(join(dir, 'load.lock'), 'utf8'), content, 'and left alone');
   }
   await rm(join(dir, 'load.lock'));
@@ -144,28 +173,48 @@ t.test('a lock file without a complete pid is never taken for stale', async (t) 
   await t.rejects(readFile(join(dir, 'load.lock')), 'released after the hold');
 });
 
-t.test('a lock left before a power cut is stale even when its pid now belongs to another live process', async (t) => {
-  const dir = await tmpdir(t, 'ob-lock-');
-  const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)']);
-  t.teardown(() => other.kill());
-  await new Promise((r) => other.once('spawn', r));
-  const real = await processIdentity(other.pid!);
-  t.ok(real.startTicks && real.bootId, 'this machine tells start times and boots apart');
-  const cases: [string, string, boolean][] = [
-    ['its own start time and boot', `${other.pid} ${real.startTicks} ${real.bootId}\n`, true],
-    ['another start time (pid reused in this boot)', `${other.pid} ${Number(real.startTicks) + 1} ${real.bootId}\n`, false],
-    ['another boot', `${other.pid} ${real.startTicks} 00000000-0000-0000-0000-000000000000\n`, false],
-    ['a bare pid (an older agent\'s lock): cannot tell, so Busy', `${other.pid}\n`, true],
-  ];
-  for (const [what, content, busy] of cases) {
-    await writeFile(join(dir, 'load.lock'), content);
-    if (busy) await t.rejects(withLoadLock(dir, async () => 'ran'), { reason: 'Busy' }, `${what}: Busy`);
-    else t.equal(await withLoadLock(dir, async () => 'ran'), 'ran', `${what}: taken over`);
-    await rm(join(dir, 'load.lock'), { force: true });
-  }
-  await withLoadLock(dir, async () => {
-    const [pid, ticks, boot] = (await readFile(join(dir, 'load.lock'), 'utf8')).trim().split(' ');
-    const own = await processIdentity(process.pid);
-    t.same([Number(pid), ticks, boot], [process.pid, own.startTicks, own.bootId], 'a holder records its pid, start time and boot');
-  });
-});
+t.test(
+  'a lock left before a power cut is stale even when its pid now belongs to another live process',
+  async (t) => {
+    const dir = await tmpdir(t, 'ob-lock-');
+    const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)']);
+    t.teardown(() => other.kill());
+    await new Promise((r) => other.once('spawn', r));
+    const real = await processIdentity(other.pid!);
+    t.ok(real.startTicks && real.bootId, 'this machine tells start times and boots apart');
+    const cases: [string, string, boolean][] = [
+      ['its own start time and boot', `${other.pid} ${real.startTicks} ${real.bootId}\n`, true],
+      [
+        'another start time (pid reused in this boot)',
+        `${other.pid} ${Number(real.startTicks) + 1} ${real.bootId}\n`,
+        false,
+      ],
+      [
+        'another boot',
+        `${other.pid} ${real.startTicks} 00000000-0000-0000-0000-000000000000\n`,
+        false,
+      ],
+      ["a bare pid (an older agent's lock): cannot tell, so Busy", `${other.pid}\n`, true],
+    ];
+    for (const [what, content, busy] of cases) {
+      await writeFile(join(dir, 'load.lock'), content);
+      if (busy)
+        await t.rejects(
+          withLoadLock(dir, async () => 'ran'),
+          { reason: 'Busy' },
+          `${what}: Busy`,
+        );
+      else t.equal(await withLoadLock(dir, async () => 'ran'), 'ran', `${what}: taken over`);
+      await rm(join(dir, 'load.lock'), { force: true });
+    }
+    await withLoadLock(dir, async () => {
+      const [pid, ticks, boot] = (await readFile(join(dir, 'load.lock'), 'utf8')).trim().split(' ');
+      const own = await processIdentity(process.pid);
+      t.same(
+        [Number(pid), ticks, boot],
+        [process.pid, own.startTicks, own.bootId],
+        'a holder records its pid, start time and boot',
+      );
+    });
+  },
+);

@@ -8,9 +8,13 @@ import { join } from 'node:path';
 import { RESUME_MARKER, bundleIdentity } from '@offline-bundle/format';
 import { partialCredit } from '@offline-bundle/agent';
 
-const writeResumeMarker = (dir: string, manifestBytes: Buffer) => writeFile(join(dir, RESUME_MARKER), JSON.stringify({ bundleJson: bundleIdentity(manifestBytes) }) + '\n');
+const writeResumeMarker = (dir: string, manifestBytes: Buffer) =>
+  writeFile(
+    join(dir, RESUME_MARKER),
+    JSON.stringify({ bundleJson: bundleIdentity(manifestBytes) }) + '\n',
+  );
 
-t.test('this bundle\'s partial counts as staged, every other partial as reclaimable', async (t) => {
+t.test("this bundle's partial counts as staged, every other partial as reclaimable", async (t) => {
   const up = t.testdir();
   const mine = Buffer.from('{"bundle":"mine"}');
   const other = Buffer.from('{"bundle":"other"}');
@@ -29,12 +33,26 @@ t.test('this bundle\'s partial counts as staged, every other partial as reclaima
   await writeFile(join(up, '4.14.0-amd64', 'd'), Buffer.alloc(50_000, 4));
 
   const c = await partialCredit(up, target, bundleIdentity(mine));
-  t.ok(c.alreadyStagedBytes! >= 300_000 && c.alreadyStagedBytes! < 310_000, `kept pieces of this bundle: ${c.alreadyStagedBytes}`);
-  t.ok(c.reclaimableBytes! >= 300_000 && c.reclaimableBytes! < 310_000, `another bundle's and an unmarked partial: ${c.reclaimableBytes}`);
+  t.ok(
+    c.alreadyStagedBytes! >= 300_000 && c.alreadyStagedBytes! < 310_000,
+    `kept pieces of this bundle: ${c.alreadyStagedBytes}`,
+  );
+  t.ok(
+    c.reclaimableBytes! >= 300_000 && c.reclaimableBytes! < 310_000,
+    `another bundle's and an unmarked partial: ${c.reclaimableBytes}`,
+  );
 
   const asOther = await partialCredit(up, target, bundleIdentity(other));
-  t.equal(asOther.alreadyStagedBytes, 0, 'pieces of another bundle in the target are not this bundle\'s staging');
+  t.equal(
+    asOther.alreadyStagedBytes,
+    0,
+    "pieces of another bundle in the target are not this bundle's staging",
+  );
   t.ok(asOther.reclaimableBytes! >= 600_000, 'they are removed first, so they count as room');
 
-  t.same(await partialCredit(join(up, 'absent'), target, bundleIdentity(mine)), { reclaimableBytes: 0, alreadyStagedBytes: 0 }, 'no upgrade directory: no credit');
+  t.same(
+    await partialCredit(join(up, 'absent'), target, bundleIdentity(mine)),
+    { reclaimableBytes: 0, alreadyStagedBytes: 0 },
+    'no upgrade directory: no credit',
+  );
 });

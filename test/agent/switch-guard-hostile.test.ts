@@ -31,10 +31,19 @@ async function host(t: Tap.Test, shell: string) {
   const starts = join(state, 'agent-switch.starts');
   await writeFile(file, renderImageDropIn(ref('b')));
   return {
-    dir, state, dropInDir, file, marker, starts,
+    dir,
+    state,
+    dropInDir,
+    file,
+    marker,
+    starts,
     // a bound only so that a guard that hangs fails this test instead of stalling the suite
     guard: () => {
-      const r = spawnSync(shell, [GUARD, state, dropInDir, 'bundle-agent'], { env: { PATH: `${bin}:/usr/bin:/bin` }, encoding: 'utf8', timeout: 30_000 });
+      const r = spawnSync(shell, [GUARD, state, dropInDir, 'bundle-agent'], {
+        env: { PATH: `${bin}:/usr/bin:/bin` },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       return { code: r.status, stderr: r.stderr, hung: r.signal !== null };
     },
     pending: async (window: string, previous: string, ageSeconds: number) => {
@@ -59,59 +68,89 @@ for (const shell of ['/bin/sh', '/bin/bash']) {
     t.equal(await readFile(h.file, 'utf8'), renderImageDropIn(ref('a')));
   });
 
-  t.test(`${shell}: windows of 20 digits, of letters, of 0000: bounded, never an sh error`, async (t) => {
-    for (const [window, age, code] of [['9'.repeat(20), 100, 0], ['soon', 100, 0], ['0000', 100, 1], ['-5', 100, 0]] as const) {
-      const h = await host(t, shell);
-      await h.pending(window, ref('a'), age);
-      const r = h.guard();
-      t.equal(r.code, code, `window ${window}: ${r.stderr}`);
-      t.notMatch(r.stderr, /Illegal|bad number|out of range/i);
-    }
-  });
+  t.test(
+    `${shell}: windows of 20 digits, of letters, of 0000: bounded, never an sh error`,
+    async (t) => {
+      for (const [window, age, code] of [
+        ['9'.repeat(20), 100, 0],
+        ['soon', 100, 0],
+        ['0000', 100, 1],
+        ['-5', 100, 0],
+      ] as const) {
+        const h = await host(t, shell);
+        await h.pending(window, ref('a'), age);
+        const r = h.guard();
+        t.equal(r.code, code, `window ${window}: ${r.stderr}`);
+        t.notMatch(r.stderr, /Illegal|bad number|out of range/i);
+      }
+    },
+  );
 
-  t.test(`${shell}: a start count of 20 digits, of garbage, or a symlink to /dev/zero: this start rolls back`, async (t) => {
-    for (const count of ['9'.repeat(20), 'x', '0099999999999', '/dev/zero']) {
+  t.test(
+    `${shell}: a start count of 20 digits, of garbage, or a symlink to /dev/zero: this start rolls back`,
+    async (t) => {
+      for (const count of ['9'.repeat(20), 'x', '0099999999999', '/dev/zero']) {
+        const h = await host(t, shell);
+        await h.pending('600', ref('a'), 10);
+        if (count === '/dev/zero') await symlink('/dev/zero', h.starts);
+        else await writeFile(h.starts, `${count}\n`);
+        const r = h.guard();
+        t.notOk(r.hung, `${count}: ended`);
+        t.equal(r.code, 1, `${count}: rolled back (${r.stderr.trim()})`);
+        t.notMatch(r.stderr, /Illegal|bad number/i);
+        t.equal(await readFile(h.file, 'utf8'), renderImageDropIn(ref('a')));
+      }
       const h = await host(t, shell);
       await h.pending('600', ref('a'), 10);
-      if (count === '/dev/zero') await symlink('/dev/zero', h.starts);
-      else await writeFile(h.starts, `${count}\n`);
-      const r = h.guard();
-      t.notOk(r.hung, `${count}: ended`);
-      t.equal(r.code, 1, `${count}: rolled back (${r.stderr.trim()})`);
-      t.notMatch(r.stderr, /Illegal|bad number/i);
-      t.equal(await readFile(h.file, 'utf8'), renderImageDropIn(ref('a')));
-    }
-    const h = await host(t, shell);
-    await h.pending('600', ref('a'), 10);
-    await writeFile(h.starts, '0003\n');
-    t.equal(h.guard().code, 0, 'a count with leading zeros is read as 3');
-    t.equal((await readFile(h.starts, 'utf8')).trim(), '4');
-  });
+      await writeFile(h.starts, '0003\n');
+      t.equal(h.guard().code, 0, 'a count with leading zeros is read as 3');
+      t.equal((await readFile(h.starts, 'utf8')).trim(), '4');
+    },
+  );
 
-  t.test(`${shell}: only our repository by digest is put back; anything else puts the unit's own image back`, async (t) => {
-    for (const previous of ['evil.example.com/backdoor:latest', `${REPO}:0.5.0`, `${REPO}@sha256:${'a'.repeat(63)}`, `${REPO}@sha256:${'A'.repeat(64)}`]) {
+  t.test(
+    `${shell}: only our repository by digest is put back; anything else puts the unit's own image back`,
+    async (t) => {
+      for (const previous of [
+        'evil.example.com/backdoor:latest',
+        `${REPO}:0.5.0`,
+        `${REPO}@sha256:${'a'.repeat(63)}`,
+        `${REPO}@sha256:${'A'.repeat(64)}`,
+      ]) {
+        const h = await host(t, shell);
+        await h.pending('600', previous, 3600);
+        t.equal(h.guard().code, 1);
+        await t.rejects(
+          readFile(h.file),
+          { code: 'ENOENT' },
+          `${previous}: the drop-in removed, never Image=${previous}`,
+        );
+      }
+    },
+  );
+
+  t.test(
+    `${shell}: never writes through a symlink (the old fixed temporary names, or anywhere else)`,
+    async (t) => {
       const h = await host(t, shell);
-      await h.pending('600', previous, 3600);
+      const victims = ['v1', 'v2'].map((v) => join(h.dir, v));
+      for (const v of victims) await writeFile(v, 'precious');
+      await symlink(victims[0]!, `${h.starts}.tmp`);
+      await symlink(victims[1]!, `${h.file}.rollback`);
+      await h.pending('600', ref('a'), 10);
+      t.equal(h.guard().code, 0);
+      t.equal((await readFile(h.starts, 'utf8')).trim(), '1');
+      await h.pending('600', ref('a'), 3600);
       t.equal(h.guard().code, 1);
-      await t.rejects(readFile(h.file), { code: 'ENOENT' }, `${previous}: the drop-in removed, never Image=${previous}`);
-    }
-  });
-
-  t.test(`${shell}: never writes through a symlink (the old fixed temporary names, or anywhere else)`, async (t) => {
-    const h = await host(t, shell);
-    const victims = ['v1', 'v2'].map((v) => join(h.dir, v));
-    for (const v of victims) await writeFile(v, 'precious');
-    await symlink(victims[0]!, `${h.starts}.tmp`);
-    await symlink(victims[1]!, `${h.file}.rollback`);
-    await h.pending('600', ref('a'), 10);
-    t.equal(h.guard().code, 0);
-    t.equal((await readFile(h.starts, 'utf8')).trim(), '1');
-    await h.pending('600', ref('a'), 3600);
-    t.equal(h.guard().code, 1);
-    t.equal(await readFile(h.file, 'utf8'), renderImageDropIn(ref('a')));
-    for (const v of victims) t.equal(await readFile(v, 'utf8'), 'precious', `${v} untouched`);
-    t.strictSame((await readdir(h.dropInDir)).filter((n) => n.startsWith('.image.conf.')), [], 'no temporary file left');
-  });
+      t.equal(await readFile(h.file, 'utf8'), renderImageDropIn(ref('a')));
+      for (const v of victims) t.equal(await readFile(v, 'utf8'), 'precious', `${v} untouched`);
+      t.strictSame(
+        (await readdir(h.dropInDir)).filter((n) => n.startsWith('.image.conf.')),
+        [],
+        'no temporary file left',
+      );
+    },
+  );
 
   t.test(`${shell}: a marker that is a FIFO or a symlink: ignored at once`, async (t) => {
     const h = await host(t, shell);

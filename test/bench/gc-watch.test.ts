@@ -9,10 +9,18 @@ import { tmpdir } from '../helpers/tmp.mjs';
 
 const WATCH = join(import.meta.dirname, '../../bench/lib/gc-watch.mjs');
 // garbage and a forced full collection, then long enough for a write
-const SCRIPT = 'let k=[];for(let i=0;i<2e5;i++)k.push({i});k=null;globalThis.gc();setTimeout(()=>{},1500)';
+const SCRIPT =
+  'let k=[];for(let i=0;i<2e5;i++)k.push({i});k=null;globalThis.gc();setTimeout(()=>{},1500)';
 
 function run(dir: string, arg: string) {
-  const r = spawnSync(process.execPath, ['--expose-gc', `--import=${WATCH}`, '-e', SCRIPT, '--', arg], { env: { ...process.env, OB_GC_WATCH_MARK: 'ob-peers-node-1-', OB_GC_WATCH_DIR: dir }, encoding: 'utf8' });
+  const r = spawnSync(
+    process.execPath,
+    ['--expose-gc', `--import=${WATCH}`, '-e', SCRIPT, '--', arg],
+    {
+      env: { ...process.env, OB_GC_WATCH_MARK: 'ob-peers-node-1-', OB_GC_WATCH_DIR: dir },
+      encoding: 'utf8',
+    },
+  );
   if (r.status !== 0) throw new Error(r.stderr);
   return r.pid;
 }

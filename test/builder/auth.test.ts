@@ -25,14 +25,39 @@ async function create(args: string[], env: Record<string, string> = {}) {
   await mkdir(dir, { recursive: true });
   const output = path.join(dir, 'out', 'a.bundle');
   await mkdir(path.dirname(output));
-  const r = await bundle(['create', '--quiet', '--tls-verify=false', '--key', keys.key, '--version', '1.0', '--cache', path.join(dir, 'cache'), '-o', output, ...args], { env });
+  const r = await bundle(
+    [
+      'create',
+      '--quiet',
+      '--tls-verify=false',
+      '--key',
+      keys.key,
+      '--version',
+      '1.0',
+      '--cache',
+      path.join(dir, 'cache'),
+      '-o',
+      output,
+      ...args,
+    ],
+    { env },
+  );
   return { ...r, output, outDir: path.dirname(output) };
 }
 
 t.test('htpasswd (Basic) auth', async (t) => {
   const reg = await startRegistry({ htpasswd: { user: USER, password: PASSWORD } });
   t.teardown(() => reg.stop());
-  const img = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ secret: 'behind basic auth' }] }] }, `${reg.host}/private/app:v1`, { creds: reg.creds });
+  const img = await pushImage(
+    {
+      tag: 'v1',
+      platforms: [
+        { os: 'linux', architecture: 'amd64', layers: [{ secret: 'behind basic auth' }] },
+      ],
+    },
+    `${reg.host}/private/app:v1`,
+    { creds: reg.creds },
+  );
 
   const anon = await create(['--image', img.ref]);
   t.equal(anon.code, 1);
@@ -46,7 +71,11 @@ t.test('htpasswd (Basic) auth', async (t) => {
   const v = await bundle(['verify', ok.output, '--key', keys.pub]);
   t.equal(v.code, 0, v.stderr);
 
-  const wrong = await writeAuthFile(path.join(work, 'wrong', 'auth.json'), reg.host, `${USER}:not-the-password`);
+  const wrong = await writeAuthFile(
+    path.join(work, 'wrong', 'auth.json'),
+    reg.host,
+    `${USER}:not-the-password`,
+  );
   const refused = await create(['--image', img.ref, '--authfile', wrong]);
   t.equal(errorCode(refused.stderr), 'UNAUTHORIZED', 'wrong password');
 
@@ -56,12 +85,15 @@ t.test('htpasswd (Basic) auth', async (t) => {
   // containers-auth.json(5): the most specific key wins over the registry-wide one
   const scoped = path.join(work, 'scoped', 'auth.json');
   await mkdir(path.dirname(scoped));
-  await writeFile(scoped, JSON.stringify({
-    auths: {
-      [reg.host]: { auth: Buffer.from(`${USER}:wrong`).toString('base64') },
-      [`${reg.host}/private/app`]: { auth: Buffer.from(reg.creds!).toString('base64') },
-    },
-  }));
+  await writeFile(
+    scoped,
+    JSON.stringify({
+      auths: {
+        [reg.host]: { auth: Buffer.from(`${USER}:wrong`).toString('base64') },
+        [`${reg.host}/private/app`]: { auth: Buffer.from(reg.creds!).toString('base64') },
+      },
+    }),
+  );
   const byRepo = await create(['--image', img.ref, '--authfile', scoped]);
   t.equal(byRepo.code, 0, `repository-scoped credentials: ${byRepo.stderr}`);
 
@@ -75,10 +107,19 @@ t.test('htpasswd (Basic) auth', async (t) => {
 
 const b64url = (b: Buffer | string) => Buffer.from(b).toString('base64url');
 
-interface TokenServer { realm: string; requests: { user: string | null; scope: string[] }[]; close: () => Promise<void> }
+interface TokenServer {
+  realm: string;
+  requests: { user: string | null; scope: string[] }[];
+  close: () => Promise<void>;
+}
 
 /** A token service as docker distribution expects one (docs: "Token Authentication Specification"). */
-async function startTokenServer(keyPem: string, certPem: string, issuer: string, service: string): Promise<TokenServer> {
+async function startTokenServer(
+  keyPem: string,
+  certPem: string,
+  issuer: string,
+  service: string,
+): Promise<TokenServer> {
   const key = createPrivateKey(keyPem);
   const x5c = [new X509Certificate(certPem).raw.toString('base64')];
   const requests: TokenServer['requests'] = [];
@@ -86,7 +127,9 @@ async function startTokenServer(keyPem: string, certPem: string, issuer: string,
     const url = new URL(req.url ?? '/', 'http://x');
     const scope = url.searchParams.getAll('scope');
     const authz = req.headers.authorization ?? '';
-    const basic = authz.startsWith('Basic ') ? Buffer.from(authz.slice(6), 'base64').toString('utf8') : null;
+    const basic = authz.startsWith('Basic ')
+      ? Buffer.from(authz.slice(6), 'base64').toString('utf8')
+      : null;
     const user = basic?.slice(0, basic.indexOf(':')) ?? null;
     requests.push({ user, scope });
     if (url.pathname !== '/token' || url.searchParams.get('service') !== service) {
@@ -94,27 +137,56 @@ async function startTokenServer(keyPem: string, certPem: string, issuer: string,
       return;
     }
     if (basic !== `${USER}:${PASSWORD}`) {
-      res.writeHead(401, { 'content-type': 'application/json' }).end('{"details":"bad credentials"}');
+      res
+        .writeHead(401, { 'content-type': 'application/json' })
+        .end('{"details":"bad credentials"}');
       return;
     }
     const now = Math.floor(Date.now() / 1000);
     const access = scope.flatMap((s) => {
       const [type, ...rest] = s.split(':');
       const actions = rest.pop() ?? '';
-      return type === 'repository' ? [{ type, name: rest.join(':'), actions: actions.split(',').filter(Boolean) }] : [];
+      return type === 'repository'
+        ? [{ type, name: rest.join(':'), actions: actions.split(',').filter(Boolean) }]
+        : [];
     });
     const header = b64url(JSON.stringify({ typ: 'JWT', alg: 'ES256', x5c }));
-    const claims = b64url(JSON.stringify({ iss: issuer, sub: user, aud: service, exp: now + 300, nbf: now - 30, iat: now - 30, jti: randomBytes(8).toString('hex'), access }));
-    const signature = sign('sha256', Buffer.from(`${header}.${claims}`), { key, dsaEncoding: 'ieee-p1363' });
+    const claims = b64url(
+      JSON.stringify({
+        iss: issuer,
+        sub: user,
+        aud: service,
+        exp: now + 300,
+        nbf: now - 30,
+        iat: now - 30,
+        jti: randomBytes(8).toString('hex'),
+        access,
+      }),
+    );
+    const signature = sign('sha256', Buffer.from(`${header}.${claims}`), {
+      key,
+      dsaEncoding: 'ieee-p1363',
+    });
     const token = `${header}.${claims}.${b64url(signature)}`;
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token, access_token: token, expires_in: 300, issued_at: new Date().toISOString() }));
+    res.writeHead(200, { 'content-type': 'application/json' }).end(
+      JSON.stringify({
+        token,
+        access_token: token,
+        expires_in: 300,
+        issued_at: new Date().toISOString(),
+      }),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as net.AddressInfo).port;
   return {
     realm: `http://127.0.0.1:${port}/token`,
     requests,
-    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -122,19 +194,41 @@ t.test('token (Bearer) auth', async (t) => {
   const dir = await tmpdir(t);
   const keyFile = path.join(dir, 'token.key');
   const certFile = path.join(dir, 'token.crt');
-  const gen = await sh(`openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ${q(keyFile)} -out ${q(certFile)} -days 2 -subj /CN=offline-bundle-test-token-issuer`);
+  const gen = await sh(
+    `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ${q(keyFile)} -out ${q(certFile)} -days 2 -subj /CN=offline-bundle-test-token-issuer`,
+  );
   t.equal(gen.code, 0, gen.stderr);
   const issuer = 'offline-bundle-test-issuer';
   const service = 'offline-bundle-test-registry';
-  const tokens = await startTokenServer(await readFile(keyFile, 'utf8'), await readFile(certFile, 'utf8'), issuer, service);
+  const tokens = await startTokenServer(
+    await readFile(keyFile, 'utf8'),
+    await readFile(certFile, 'utf8'),
+    issuer,
+    service,
+  );
   t.teardown(() => tokens.close());
-  const reg = await startRegistry({ token: { realm: tokens.realm, service, issuer, rootcertbundle: certFile } });
+  const reg = await startRegistry({
+    token: { realm: tokens.realm, service, issuer, rootcertbundle: certFile },
+  });
   t.teardown(() => reg.stop());
 
   const challenge = await fetch(`http://${reg.host}/v2/`);
-  t.match(challenge.headers.get('www-authenticate'), /^Bearer realm=/, 'the registry asks for a bearer token');
+  t.match(
+    challenge.headers.get('www-authenticate'),
+    /^Bearer realm=/,
+    'the registry asks for a bearer token',
+  );
   const creds = `${USER}:${PASSWORD}`;
-  const img = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ secret: 'behind token auth' }] }] }, `${reg.host}/tokened/app:v1`, { creds });
+  const img = await pushImage(
+    {
+      tag: 'v1',
+      platforms: [
+        { os: 'linux', architecture: 'amd64', layers: [{ secret: 'behind token auth' }] },
+      ],
+    },
+    `${reg.host}/tokened/app:v1`,
+    { creds },
+  );
 
   const before = tokens.requests.length;
   const anon = await create(['--image', img.ref]);
@@ -152,8 +246,14 @@ t.test('token (Bearer) auth', async (t) => {
   t.equal(m.blobs.length, 3);
   const asked = tokens.requests.slice(mark);
   t.ok(asked.length >= 1, 'a token was fetched');
-  t.ok(asked.every((r) => r.user === USER && r.scope.includes('repository:tokened/app:pull')), 'with the credentials and a pull scope for the repository');
-  t.ok(asked.length <= 2, `the token is reused for every request of the repository (${asked.length} token requests)`);
+  t.ok(
+    asked.every((r) => r.user === USER && r.scope.includes('repository:tokened/app:pull')),
+    'with the credentials and a pull scope for the repository',
+  );
+  t.ok(
+    asked.length <= 2,
+    `the token is reused for every request of the repository (${asked.length} token requests)`,
+  );
   const v = await bundle(['verify', ok.output, '--key', keys.pub]);
   t.equal(v.code, 0, v.stderr);
 

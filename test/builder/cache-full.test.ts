@@ -18,18 +18,29 @@ t.test('ENOSPC while a blob downloads: NO_SPACE, one line, no .partial, one atte
   const bytes = randomBytes(1024 * 1024);
   let opened = 0;
   const cache = new BlobCache(dir);
-  const err = await cache.fetch(sha256(bytes), bytes.length, async () => {
-    opened++;
-    return Readable.from([bytes.subarray(0, 512 * 1024), bytes.subarray(512 * 1024)]);
-  }).catch((e: unknown) => e);
+  const err = await cache
+    .fetch(sha256(bytes), bytes.length, async () => {
+      opened++;
+      return Readable.from([bytes.subarray(0, 512 * 1024), bytes.subarray(512 * 1024)]);
+    })
+    .catch((e: unknown) => e);
   t.ok(err instanceof OciError, String(err));
   t.equal((err as OciError).code, 'NO_SPACE');
   const message = (err as Error).message;
   t.notMatch(message, /\n/, 'one line');
-  t.match(message, new RegExp(`no space left for the blob cache ${dir}: free space there \\("bundle cache prune --cache ${dir}" empties it\\) or pass --cache DIR`));
+  t.match(
+    message,
+    new RegExp(
+      `no space left for the blob cache ${dir}: free space there \\("bundle cache prune --cache ${dir}" empties it\\) or pass --cache DIR`,
+    ),
+  );
   t.notMatch(message, /ENOSPC: ENOSPC/, 'no doubled errno text');
   t.equal(opened, 1, 'a full disk is not retried');
-  t.same((await listDir(path.join(dir, 'blobs', 'sha256'))).filter((f) => f.endsWith('.partial')), [], 'no .partial left');
+  t.same(
+    (await listDir(path.join(dir, 'blobs', 'sha256'))).filter((f) => f.endsWith('.partial')),
+    [],
+    'no .partial left',
+  );
 });
 
 t.test('ENOSPC while a manifest is stored: NO_SPACE too', async (t) => {
@@ -38,5 +49,5 @@ t.test('ENOSPC while a manifest is stored: NO_SPACE too', async (t) => {
   const bytes = randomBytes(256 * 1024);
   const err = await new BlobCache(dir).putBytes(sha256(bytes), bytes).catch((e: unknown) => e);
   t.equal((err as OciError).code, 'NO_SPACE', String(err));
-  t.same((await listDir(path.join(dir, 'blobs', 'sha256'))), [], 'no temp file left');
+  t.same(await listDir(path.join(dir, 'blobs', 'sha256')), [], 'no temp file left');
 });

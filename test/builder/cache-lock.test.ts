@@ -20,14 +20,20 @@ const work = await tmpdir(t, 'ob-cache-lock-');
 t.test('prune while a create holds the cache: BUSY; after it: pruned', async (t) => {
   const keys = await keygen(work);
   const layout = path.join(work, 'layout');
-  const img = await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ big: randomBytes(1 << 20) }] }] });
+  const img = await writeImageLayout(layout, {
+    tag: 'v1',
+    platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ big: randomBytes(1 << 20) }] }],
+  });
   const layer = img.manifests[0]!.layers[0]!;
   let seen!: () => void;
-  const downloading = new Promise<void>((r) => { seen = r; });
+  const downloading = new Promise<void>((r) => {
+    seen = r;
+  });
   const server = createServer((req, res) => {
     const url = req.url ?? '';
     if (url === '/v2/') return void res.writeHead(200).end('{}');
-    if (url.endsWith('/manifests/v1')) return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
+    if (url.endsWith('/manifests/v1'))
+      return void res.writeHead(200, { 'content-type': img.mediaType }).end(img.raw);
     const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(url);
     if (!m) return void res.writeHead(404).end();
     void readFile(path.join(layout, 'blobs', 'sha256', m[1]!.slice(7))).then((b) => {
@@ -40,24 +46,57 @@ t.test('prune while a create holds the cache: BUSY; after it: pruned', async (t)
   });
   server.on('clientError', (_e, socket) => socket.destroy());
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.teardown(() => { server.closeAllConnections(); server.close(); });
+  t.teardown(() => {
+    server.closeAllConnections();
+    server.close();
+  });
   const cache = path.join(work, 'cache');
-  const child = spawn(process.execPath, [BUNDLE_BIN, 'create', '--version', '1.0', '--image', `docker://127.0.0.1:${(server.address() as AddressInfo).port}/acme/app:v1`,
-    '--tls-verify=false', '--key', keys.key, '--cache', cache, '-o', path.join(work, 'x.bundle')], { env: hermeticEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      BUNDLE_BIN,
+      'create',
+      '--version',
+      '1.0',
+      '--image',
+      `docker://127.0.0.1:${(server.address() as AddressInfo).port}/acme/app:v1`,
+      '--tls-verify=false',
+      '--key',
+      keys.key,
+      '--cache',
+      cache,
+      '-o',
+      path.join(work, 'x.bundle'),
+    ],
+    { env: hermeticEnv(), stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   const exited = new Promise<number | null>((r) => child.once('close', (c) => r(c)));
-  t.teardown(() => { child.kill('SIGKILL'); });
+  t.teardown(() => {
+    child.kill('SIGKILL');
+  });
   await downloading;
   const busy = await bundle(['cache', 'prune', '--cache', cache]);
   t.equal(busy.code, 1);
   t.equal(errorCode(busy.stderr), 'BUSY', busy.stderr);
-  t.match(busy.stderr, new RegExp(`^bundle: BUSY: the blob cache ${cache} is in use by bundle create \\(pid ${child.pid}\\): prune it once that run ends`));
+  t.match(
+    busy.stderr,
+    new RegExp(
+      `^bundle: BUSY: the blob cache ${cache} is in use by bundle create \\(pid ${child.pid}\\): prune it once that run ends`,
+    ),
+  );
   t.equal(busy.stderr.trimEnd().split('\n').length, 1, 'one line');
-  t.ok((await listDir(path.join(cache, 'blobs', 'sha256'))).some((f) => f.endsWith('.partial')), 'the download in progress is untouched');
+  t.ok(
+    (await listDir(path.join(cache, 'blobs', 'sha256'))).some((f) => f.endsWith('.partial')),
+    'the download in progress is untouched',
+  );
   child.kill('SIGINT');
   t.equal(await exited, 130);
   const after = await bundle(['cache', 'prune', '--cache', cache, '--json']);
   t.equal(after.code, 0, after.stderr);
-  t.ok((JSON.parse(after.stdout) as { removed: number }).removed > 0, 'pruned once the create ended');
+  t.ok(
+    (JSON.parse(after.stdout) as { removed: number }).removed > 0,
+    'pruned once the create ended',
+  );
 });
 
 t.test('a lock left by a killed create does not block prune', async (t) => {
@@ -78,19 +117,30 @@ t.test('a download that restarts from zero counts each byte once', async (t) => 
   let counted = 0;
   let attempts = 0;
   const partial = path.join(dir, 'blobs', 'sha256', `${digest.slice(7)}.partial`);
-  await cache.fetch(digest, bytes.length, async (offset) => {
-    attempts++;
-    if (attempts === 1) {
-      // half arrives, the link drops, and the .partial goes (as a prune took it) before the retry
-      return Readable.from((async function* () {
-        yield bytes.subarray(0, 128 * 1024);
-        await new Promise((r) => setTimeout(r, 50));
-        await rm(partial, { force: true });
-        throw new OciError('NETWORK_ERROR', 'connection reset');
-      })());
-    }
-    return Readable.from([bytes.subarray(offset)]);
-  }, { onBytes: (n) => { counted += n; } });
+  await cache.fetch(
+    digest,
+    bytes.length,
+    async (offset) => {
+      attempts++;
+      if (attempts === 1) {
+        // half arrives, the link drops, and the .partial goes (as a prune took it) before the retry
+        return Readable.from(
+          (async function* () {
+            yield bytes.subarray(0, 128 * 1024);
+            await new Promise((r) => setTimeout(r, 50));
+            await rm(partial, { force: true });
+            throw new OciError('NETWORK_ERROR', 'connection reset');
+          })(),
+        );
+      }
+      return Readable.from([bytes.subarray(offset)]);
+    },
+    {
+      onBytes: (n) => {
+        counted += n;
+      },
+    },
+  );
   t.equal(attempts, 2);
-  t.equal(counted, bytes.length, 'progress ends at the blob\'s size, not past it');
+  t.equal(counted, bytes.length, "progress ends at the blob's size, not past it");
 });

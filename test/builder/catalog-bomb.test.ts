@@ -44,14 +44,19 @@ function zstdStored(bytes: Buffer): Buffer {
 function zstdZeros(size: number): Buffer {
   const blocks = Math.ceil(size / BLOCK);
   const parts: Buffer[] = [frameHeader()];
-  for (let i = 0; i < blocks; i++) parts.push(blockHeader(Math.min(BLOCK, size - i * BLOCK), 1, i === blocks - 1), Buffer.from([0]));
+  for (let i = 0; i < blocks; i++)
+    parts.push(
+      blockHeader(Math.min(BLOCK, size - i * BLOCK), 1, i === blocks - 1),
+      Buffer.from([0]),
+    );
   return Buffer.concat(parts);
 }
 /** One ustar header of a regular file. */
 function tarHeader(name: string, size: number): Buffer {
   const h = Buffer.alloc(512);
   const field = (at: number, len: number, v: string) => h.write(v, at, len, 'latin1');
-  const octal = (at: number, len: number, v: number) => field(at, len, `${v.toString(8).padStart(len - 1, '0')}\0`);
+  const octal = (at: number, len: number, v: number) =>
+    field(at, len, `${v.toString(8).padStart(len - 1, '0')}\0`);
   field(0, 100, name);
   octal(100, 8, 0o644);
   octal(108, 8, 0);
@@ -68,23 +73,73 @@ function tarHeader(name: string, size: number): Buffer {
 }
 const padded = (b: Buffer) => Buffer.concat([b, Buffer.alloc((512 - (b.length % 512)) % 512)]);
 
-const bundleImage = await pushImage({ tag: 'v1.0.0', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'manifests/csv.yaml': 'bomb-operator v1.0.0' }] }] }, `${reg.host}/operators/bomb-bundle:v1.0.0`);
+const bundleImage = await pushImage(
+  {
+    tag: 'v1.0.0',
+    platforms: [
+      {
+        os: 'linux',
+        architecture: 'amd64',
+        layers: [{ 'manifests/csv.yaml': 'bomb-operator v1.0.0' }],
+      },
+    ],
+  },
+  `${reg.host}/operators/bomb-bundle:v1.0.0`,
+);
 const CATALOG = [
   { schema: 'olm.package', name: 'bomb-operator', defaultChannel: 'stable' },
-  { schema: 'olm.channel', package: 'bomb-operator', name: 'stable', entries: [{ name: 'bomb.v1.0.0' }] },
-  { schema: 'olm.bundle', name: 'bomb.v1.0.0', package: 'bomb-operator', image: bundleImage.digestRef, properties: [{ type: 'olm.package', value: { packageName: 'bomb-operator', version: '1.0.0' } }] },
-].map((o) => JSON.stringify(o)).join('\n');
+  {
+    schema: 'olm.channel',
+    package: 'bomb-operator',
+    name: 'stable',
+    entries: [{ name: 'bomb.v1.0.0' }],
+  },
+  {
+    schema: 'olm.bundle',
+    name: 'bomb.v1.0.0',
+    package: 'bomb-operator',
+    image: bundleImage.digestRef,
+    properties: [
+      { type: 'olm.package', value: { packageName: 'bomb-operator', version: '1.0.0' } },
+    ],
+  },
+]
+  .map((o) => JSON.stringify(o))
+  .join('\n');
 
 /** A catalog image of one zstd layer: the catalog's file, then `zeros` bytes of zeros in a file beside it. */
 async function bombCatalog(tag: string, zeros: number) {
   const file = Buffer.from(CATALOG);
-  const prefix = Buffer.concat([tarHeader('configs/bomb-operator/catalog.json', file.length), padded(file), tarHeader('configs/bomb-operator/zeros.bin', zeros)]);
+  const prefix = Buffer.concat([
+    tarHeader('configs/bomb-operator/catalog.json', file.length),
+    padded(file),
+    tarHeader('configs/bomb-operator/zeros.bin', zeros),
+  ]);
   // the zeros and the archive's two zero end blocks
   const layer = Buffer.concat([zstdStored(prefix), zstdZeros(zeros + 1024)]);
   const digest = `sha256:${createHash('sha256').update(layer).digest('hex')}`;
   // diff_ids are not read when a catalog is: the tar is never hashed (it is gigabytes)
-  const built = { gz: layer, digest, size: layer.length, diffID: digest, mediaType: 'application/vnd.oci.image.layer.v1.tar+zstd' };
-  const img = await pushImage({ tag, platforms: [{ os: 'linux', architecture: 'amd64', config: { Labels: { 'operators.operatorframework.io.index.configs.v1': '/configs' } }, layers: [built] }] }, `${reg.host}/redhat/bomb-index:${tag}`);
+  const built = {
+    gz: layer,
+    digest,
+    size: layer.length,
+    diffID: digest,
+    mediaType: 'application/vnd.oci.image.layer.v1.tar+zstd',
+  };
+  const img = await pushImage(
+    {
+      tag,
+      platforms: [
+        {
+          os: 'linux',
+          architecture: 'amd64',
+          config: { Labels: { 'operators.operatorframework.io.index.configs.v1': '/configs' } },
+          layers: [built],
+        },
+      ],
+    },
+    `${reg.host}/redhat/bomb-index:${tag}`,
+  );
   return { ...img, layerBytes: layer.length };
 }
 
@@ -93,31 +148,71 @@ async function dryRun(name: string, catalog: string) {
   const dir = path.join(work, name);
   await mkdir(dir, { recursive: true });
   const file = path.join(dir, 'bundle.yaml');
-  await writeFile(file, stringify({ apiVersion: 'offline-bundle/v1alpha1', kind: 'Bundle', version: '1.0', operators: [{ catalog, packages: [{ name: 'bomb-operator' }] }] }));
+  await writeFile(
+    file,
+    stringify({
+      apiVersion: 'offline-bundle/v1alpha1',
+      kind: 'Bundle',
+      version: '1.0',
+      operators: [{ catalog, packages: [{ name: 'bomb-operator' }] }],
+    }),
+  );
   const rss = path.join(dir, 'rss.mjs');
-  await writeFile(rss, "process.on('exit', () => process.stderr.write(`peak-rss ${process.resourceUsage().maxRSS * 1024}\\n`));\n");
+  await writeFile(
+    rss,
+    "process.on('exit', () => process.stderr.write(`peak-rss ${process.resourceUsage().maxRSS * 1024}\\n`));\n",
+  );
   const started = Date.now();
-  const r = await bundle(['create', '--dry-run', '--quiet', '--tls-verify=false', '--cache', path.join(dir, 'cache'), '-f', file], { env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${rss}`.trim() } });
+  const r = await bundle(
+    [
+      'create',
+      '--dry-run',
+      '--quiet',
+      '--tls-verify=false',
+      '--cache',
+      path.join(dir, 'cache'),
+      '-f',
+      file,
+    ],
+    { env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${rss}`.trim() } },
+  );
   const peak = Number(/peak-rss (\d+)/.exec(r.stderr)?.[1]);
   return { ...r, peak, ms: Date.now() - started, stderr: r.stderr.replace(/^peak-rss \d+\n/m, '') };
 }
 
-t.test('a catalog layer with 1 GiB of zeros beside its files: read correctly, in bounded memory', async (t) => {
-  const c = await bombCatalog('one-gib', GiB);
-  t.ok(c.layerBytes < 64 * 1024, `the layer is ${c.layerBytes} bytes`);
-  const r = await dryRun('one-gib', c.ref);
-  t.equal(r.code, 0, r.stderr);
-  t.match(r.stdout, bundleImage.digestRef.split('@')[1]!, 'the selected bundle image is listed');
-  t.ok(r.peak > 0 && r.peak < RSS_LIMIT, `peak RSS ${(r.peak / 2 ** 20).toFixed(0)} MiB (under ${RSS_LIMIT / 2 ** 20} MiB), ${r.ms} ms`);
-});
+t.test(
+  'a catalog layer with 1 GiB of zeros beside its files: read correctly, in bounded memory',
+  async (t) => {
+    const c = await bombCatalog('one-gib', GiB);
+    t.ok(c.layerBytes < 64 * 1024, `the layer is ${c.layerBytes} bytes`);
+    const r = await dryRun('one-gib', c.ref);
+    t.equal(r.code, 0, r.stderr);
+    t.match(r.stdout, bundleImage.digestRef.split('@')[1]!, 'the selected bundle image is listed');
+    t.ok(
+      r.peak > 0 && r.peak < RSS_LIMIT,
+      `peak RSS ${(r.peak / 2 ** 20).toFixed(0)} MiB (under ${RSS_LIMIT / 2 ** 20} MiB), ${r.ms} ms`,
+    );
+  },
+);
 
-t.test(`a catalog layer that unpacks past MAX_LAYER_UNPACKED_BYTES (${MAX_LAYER_UNPACKED_BYTES / GiB} GiB): one line naming the image and the limit, in bounded memory`, async (t) => {
-  const c = await bombCatalog('over', MAX_LAYER_UNPACKED_BYTES + GiB / 2);
-  t.ok(c.layerBytes < 256 * 1024, `the layer is ${c.layerBytes} bytes`);
-  const r = await dryRun('over', c.ref);
-  t.equal(r.code, 1, r.stderr);
-  t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE', r.stderr);
-  t.match(r.stderr, new RegExp(`bomb-index:over: layer sha256:[0-9a-f]{64} unpacks to more than ${MAX_LAYER_UNPACKED_BYTES / GiB} GiB, the most read from one layer \\(MAX_LAYER_UNPACKED_BYTES\\)`));
-  t.equal(r.stderr.trimEnd().split('\n').length, 1, 'one line');
-  t.ok(r.peak > 0 && r.peak < RSS_LIMIT, `peak RSS ${(r.peak / 2 ** 20).toFixed(0)} MiB (under ${RSS_LIMIT / 2 ** 20} MiB), ${r.ms} ms`);
-});
+t.test(
+  `a catalog layer that unpacks past MAX_LAYER_UNPACKED_BYTES (${MAX_LAYER_UNPACKED_BYTES / GiB} GiB): one line naming the image and the limit, in bounded memory`,
+  async (t) => {
+    const c = await bombCatalog('over', MAX_LAYER_UNPACKED_BYTES + GiB / 2);
+    t.ok(c.layerBytes < 256 * 1024, `the layer is ${c.layerBytes} bytes`);
+    const r = await dryRun('over', c.ref);
+    t.equal(r.code, 1, r.stderr);
+    t.equal(errorCode(r.stderr), 'FILE_TOO_LARGE', r.stderr);
+    t.match(
+      r.stderr,
+      new RegExp(
+        `bomb-index:over: layer sha256:[0-9a-f]{64} unpacks to more than ${MAX_LAYER_UNPACKED_BYTES / GiB} GiB, the most read from one layer \\(MAX_LAYER_UNPACKED_BYTES\\)`,
+      ),
+    );
+    t.equal(r.stderr.trimEnd().split('\n').length, 1, 'one line');
+    t.ok(
+      r.peak > 0 && r.peak < RSS_LIMIT,
+      `peak RSS ${(r.peak / 2 ** 20).toFixed(0)} MiB (under ${RSS_LIMIT / 2 ** 20} MiB), ${r.ms} ms`,
+    );
+  },
+);

@@ -17,10 +17,16 @@ export const keys = await keygen(work);
 export const H = reg.host;
 export const cache = path.join(work, 'cache');
 
-export const app = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app/v': '1' }] }] }, `${H}/team/app:v1`);
+export const app = await pushImage(
+  { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app/v': '1' }] }] },
+  `${H}/team/app:v1`,
+);
 export const demo = await pushChart({ name: 'demo', version: '0.1.0' }, `${H}/charts/demo:0.1.0`);
 // helm push stores version 0.1.0+build under the tag 0.1.0_build (a tag has no "+")
-export const build = await pushChart({ name: 'demo', version: '0.2.0' }, `${H}/charts/demo:0.2.0_build`);
+export const build = await pushChart(
+  { name: 'demo', version: '0.2.0' },
+  `${H}/charts/demo:0.2.0_build`,
+);
 
 let n = 0;
 /** A fresh directory with FILE (YAML of doc) in it, and `bundle ARGS` run there ("FILE" in args is its path). */
@@ -29,17 +35,46 @@ export async function inDir(doc: object | undefined, args: string[]) {
   await mkdir(dir, { recursive: true });
   const file = path.join(dir, 'bundle.yaml');
   if (doc) await writeFile(file, stringify(doc));
-  const r = await bundle(args.map((a) => (a === 'FILE' ? file : a)), { cwd: dir });
+  const r = await bundle(
+    args.map((a) => (a === 'FILE' ? file : a)),
+    { cwd: dir },
+  );
   return { ...r, dir, file, output: path.join(dir, 'o.bundle') };
 }
-export const create = (doc: object | undefined, args: string[]) => inDir(doc, ['create', '--quiet', '--tls-verify=false', '--cache', cache, ...(doc ? ['-f', 'FILE'] : []), ...args]);
+export const create = (doc: object | undefined, args: string[]) =>
+  inDir(doc, [
+    'create',
+    '--quiet',
+    '--tls-verify=false',
+    '--cache',
+    cache,
+    ...(doc ? ['-f', 'FILE'] : []),
+    ...args,
+  ]);
 export const dryRun = async (args: string[]) => {
   const r = await create(undefined, ['--dry-run', '--json', '--version', '1.0', ...args]);
-  return { ...r, plan: r.code === 0 ? JSON.parse(r.stdout) as { charts: { reference: string; digest: string }[]; warnings?: { kind: string; object: string; message: string }[] } : undefined };
+  return {
+    ...r,
+    plan:
+      r.code === 0
+        ? (JSON.parse(r.stdout) as {
+            charts: { reference: string; digest: string }[];
+            warnings?: { kind: string; object: string; message: string }[];
+          })
+        : undefined,
+  };
 };
-export const own = (fields: object) => ({ apiVersion: 'offline-bundle/v1alpha1', kind: 'Bundle', ...fields });
+export const own = (fields: object) => ({
+  apiVersion: 'offline-bundle/v1alpha1',
+  kind: 'Bundle',
+  ...fields,
+});
 export const isc = (url: string) => ({
-  apiVersion: 'mirror.openshift.io/v2alpha1', kind: 'ImageSetConfiguration',
-  mirror: { additionalImages: [{ name: app.ref }], helm: { repositories: [{ name: 'local', url, charts: [{ name: 'demo', version: '0.1.0' }] }] } },
+  apiVersion: 'mirror.openshift.io/v2alpha1',
+  kind: 'ImageSetConfiguration',
+  mirror: {
+    additionalImages: [{ name: app.ref }],
+    helm: { repositories: [{ name: 'local', url, charts: [{ name: 'demo', version: '0.1.0' }] }] },
+  },
 });
 export const lineCount = (stderr: string) => stderr.trimEnd().split('\n').length;

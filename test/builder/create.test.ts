@@ -8,7 +8,18 @@ import path from 'node:path';
 import { startRegistry } from '../helpers/registry.mjs';
 import { pushImage, releaseFiles } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { blobEntry, bundle, bundleJson, errorCode, keygen, listDir, refNames, tarEntry, tarList, type BundleJson } from './lib.js';
+import {
+  blobEntry,
+  bundle,
+  bundleJson,
+  errorCode,
+  keygen,
+  listDir,
+  refNames,
+  tarEntry,
+  tarList,
+  type BundleJson,
+} from './lib.js';
 
 const reg = await startRegistry();
 t.teardown(() => reg.stop());
@@ -17,16 +28,40 @@ const keys = await keygen(work);
 const H = reg.host;
 
 const shared = { 'usr/share/base/os-release': 'ID=test\nVERSION_ID=1\n' };
-const app = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, { 'app/bin/app': 'app v1' }], config: { Cmd: ['/app/bin/app'] } }] }, `${H}/test/app:v1`);
-const tool = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, { 'tool/bin/tool': 'tool v1' }] }] }, `${H}/test/tool:v1`);
+const app = await pushImage(
+  {
+    tag: 'v1',
+    platforms: [
+      {
+        os: 'linux',
+        architecture: 'amd64',
+        layers: [shared, { 'app/bin/app': 'app v1' }],
+        config: { Cmd: ['/app/bin/app'] },
+      },
+    ],
+  },
+  `${H}/test/app:v1`,
+);
+const tool = await pushImage(
+  {
+    tag: 'v1',
+    platforms: [
+      { os: 'linux', architecture: 'amd64', layers: [shared, { 'tool/bin/tool': 'tool v1' }] },
+    ],
+  },
+  `${H}/test/tool:v1`,
+);
 const multiBase = { 'etc/multi': 'common to both platforms' };
-const multi = await pushImage({
-  tag: 'v2',
-  platforms: [
-    { os: 'linux', architecture: 'amd64', layers: [multiBase, { arch: 'amd64' }] },
-    { os: 'linux', architecture: 'arm64', variant: 'v8', layers: [multiBase, { arch: 'arm64' }] },
-  ],
-}, `${H}/test/multi:v2`);
+const multi = await pushImage(
+  {
+    tag: 'v2',
+    platforms: [
+      { os: 'linux', architecture: 'amd64', layers: [multiBase, { arch: 'amd64' }] },
+      { os: 'linux', architecture: 'arm64', variant: 'v8', layers: [multiBase, { arch: 'arm64' }] },
+    ],
+  },
+  `${H}/test/multi:v2`,
+);
 const multiAmd = multi.manifests[0]!;
 const multiArm = multi.manifests[1]!;
 
@@ -38,12 +73,27 @@ async function create(args: string[], opts: { cache?: string; verbose?: boolean 
   const output = path.join(dir, 'out', 'test.bundle');
   await mkdir(path.dirname(output));
   const cache = opts.cache ?? path.join(dir, 'cache');
-  const r = await bundle(['create', ...(opts.verbose ? [] : ['--quiet']), '--tls-verify=false', '--key', keys.key, '--cache', cache, '-o', output, ...args]);
+  const r = await bundle([
+    'create',
+    ...(opts.verbose ? [] : ['--quiet']),
+    '--tls-verify=false',
+    '--key',
+    keys.key,
+    '--cache',
+    cache,
+    '-o',
+    output,
+    ...args,
+  ]);
   return { ...r, output, outDir: path.dirname(output), cache };
 }
 
 const digests = (m: BundleJson) => m.blobs.map((b) => b.digest);
-const plain = (p: { os: string; architecture: string; variant?: string }) => ({ os: p.os, architecture: p.architecture, ...(p.variant ? { variant: p.variant } : {}) });
+const plain = (p: { os: string; architecture: string; variant?: string }) => ({
+  os: p.os,
+  architecture: p.architecture,
+  ...(p.variant ? { variant: p.variant } : {}),
+});
 
 t.test('single-arch image by tag', async (t) => {
   const r = await create(['--version', '1.0.0', '--image', `docker://${app.ref}`]);
@@ -51,12 +101,24 @@ t.test('single-arch image by tag', async (t) => {
   t.equal(r.stderr, '', '--quiet prints nothing');
   const m = await bundleJson(r.output);
   t.equal(m.images.length, 1);
-  t.match(m.images[0], { repository: `${H}/test/app`, tag: 'v1', digest: app.digest, mediaType: 'application/vnd.oci.image.manifest.v1+json' });
+  t.match(m.images[0], {
+    repository: `${H}/test/app`,
+    tag: 'v1',
+    digest: app.digest,
+    mediaType: 'application/vnd.oci.image.manifest.v1+json',
+  });
   t.same(m.images[0]!.platforms.map(plain), [{ os: 'linux', architecture: 'amd64' }]);
   const want = [app.digest, app.manifests[0]!.config, ...app.manifests[0]!.layers].sort();
   t.same(digests(m), want, 'exactly the manifest, config and layers, sorted');
   t.equal(m.blobs.find((b) => b.digest === app.digest)!.size, app.size);
-  t.same(m.release, { name: '1.0.0', version: '1.0.0', arch: 'amd64', image: null, digest: null, upgradeFrom: [] });
+  t.same(m.release, {
+    name: '1.0.0',
+    version: '1.0.0',
+    arch: 'amd64',
+    image: null,
+    digest: null,
+    upgradeFrom: [],
+  });
   t.same(await refNames(r.output), [`${H}/test/app:v1`]);
   const v = await bundle(['verify', r.output, '--key', keys.pub]);
   t.equal(v.code, 0, v.stderr);
@@ -71,37 +133,71 @@ t.test('the same image by digest reference', async (t) => {
   t.same(await refNames(r.output), [`${H}/test/app@${app.digest}`]);
 });
 
-t.test('a tag and a digest reference of one image in one run (blobs once, two names)', async (t) => {
-  // Both references resolve in parallel and need the same manifest and config at once.
-  for (let i = 0; i < 2; i++) {
-    const r = await create(['--version', '1.0.0', '--jobs', '4', '--image', app.ref, '--image', app.digestRef]);
+t.test(
+  'a tag and a digest reference of one image in one run (blobs once, two names)',
+  async (t) => {
+    // Both references resolve in parallel and need the same manifest and config at once.
+    for (let i = 0; i < 2; i++) {
+      const r = await create([
+        '--version',
+        '1.0.0',
+        '--jobs',
+        '4',
+        '--image',
+        app.ref,
+        '--image',
+        app.digestRef,
+      ]);
+      t.equal(r.code, 0, r.stderr);
+      const m = await bundleJson(r.output);
+      t.same(
+        m.images.map((im) => [im.tag, im.digest]).sort(),
+        [
+          ['v1', app.digest],
+          [null, app.digest],
+        ].sort(),
+      );
+      t.equal(m.blobs.length, 4);
+      t.same(await refNames(r.output), [`${H}/test/app:v1`, `${H}/test/app@${app.digest}`].sort());
+    }
+  },
+);
+
+t.test(
+  '2-platform index with --arch amd64 keeps the index bytes and only the amd64 child',
+  async (t) => {
+    const r = await create(['--version', '2.0.0', '--image', multi.ref, '--arch', 'amd64']);
     t.equal(r.code, 0, r.stderr);
     const m = await bundleJson(r.output);
-    t.same(m.images.map((im) => [im.tag, im.digest]).sort(), [['v1', app.digest], [null, app.digest]].sort());
-    t.equal(m.blobs.length, 4);
-    t.same(await refNames(r.output), [`${H}/test/app:v1`, `${H}/test/app@${app.digest}`].sort());
-  }
-});
-
-t.test('2-platform index with --arch amd64 keeps the index bytes and only the amd64 child', async (t) => {
-  const r = await create(['--version', '2.0.0', '--image', multi.ref, '--arch', 'amd64']);
-  t.equal(r.code, 0, r.stderr);
-  const m = await bundleJson(r.output);
-  t.match(m.images, [{ repository: `${H}/test/multi`, tag: 'v2', digest: multi.digest, mediaType: 'application/vnd.oci.image.index.v1+json' }]);
-  t.same(m.images[0]!.platforms.map(plain), [{ os: 'linux', architecture: 'amd64' }]);
-  t.same(digests(m), [multi.digest, multiAmd.digest, multiAmd.config, ...multiAmd.layers].sort());
-  for (const d of [multiArm.digest, multiArm.config, multiArm.layers[1]!]) t.notOk(digests(m).includes(d), `arm64 blob ${d} left out`);
-  const names = await tarList(r.output);
-  t.notOk(names.includes(blobEntry(multiArm.digest)), 'arm64 manifest is not in the archive');
-  t.ok((await tarEntry(r.output, blobEntry(multi.digest))).equals(multi.raw), 'the index is carried byte for byte');
-  t.equal(m.release.arch, 'amd64');
-});
+    t.match(m.images, [
+      {
+        repository: `${H}/test/multi`,
+        tag: 'v2',
+        digest: multi.digest,
+        mediaType: 'application/vnd.oci.image.index.v1+json',
+      },
+    ]);
+    t.same(m.images[0]!.platforms.map(plain), [{ os: 'linux', architecture: 'amd64' }]);
+    t.same(digests(m), [multi.digest, multiAmd.digest, multiAmd.config, ...multiAmd.layers].sort());
+    for (const d of [multiArm.digest, multiArm.config, multiArm.layers[1]!])
+      t.notOk(digests(m).includes(d), `arm64 blob ${d} left out`);
+    const names = await tarList(r.output);
+    t.notOk(names.includes(blobEntry(multiArm.digest)), 'arm64 manifest is not in the archive');
+    t.ok(
+      (await tarEntry(r.output, blobEntry(multi.digest))).equals(multi.raw),
+      'the index is carried byte for byte',
+    );
+    t.equal(m.release.arch, 'amd64');
+  },
+);
 
 t.test('2-platform index with --arch arm64 picks the arm64/v8 child', async (t) => {
   const r = await create(['--version', '2.0.0', '--image', multi.ref, '--arch', 'arm64']);
   t.equal(r.code, 0, r.stderr);
   const m = await bundleJson(r.output);
-  t.same(m.images[0]!.platforms.map(plain), [{ os: 'linux', architecture: 'arm64', variant: 'v8' }]);
+  t.same(m.images[0]!.platforms.map(plain), [
+    { os: 'linux', architecture: 'arm64', variant: 'v8' },
+  ]);
   t.same(digests(m), [multi.digest, multiArm.digest, multiArm.config, ...multiArm.layers].sort());
   t.equal(m.release.arch, 'arm64');
 });
@@ -110,16 +206,35 @@ t.test('2-platform index with --all-platforms keeps both children', async (t) =>
   const r = await create(['--version', '2.0.0', '--image', multi.ref, '--all-platforms']);
   t.equal(r.code, 0, r.stderr);
   const m = await bundleJson(r.output);
-  t.same(m.images[0]!.platforms.map(plain), [{ os: 'linux', architecture: 'amd64' }, { os: 'linux', architecture: 'arm64', variant: 'v8' }]);
-  const want = [...new Set([multi.digest, multiAmd.digest, multiAmd.config, ...multiAmd.layers, multiArm.digest, multiArm.config, ...multiArm.layers])].sort();
+  t.same(m.images[0]!.platforms.map(plain), [
+    { os: 'linux', architecture: 'amd64' },
+    { os: 'linux', architecture: 'arm64', variant: 'v8' },
+  ]);
+  const want = [
+    ...new Set([
+      multi.digest,
+      multiAmd.digest,
+      multiAmd.config,
+      ...multiAmd.layers,
+      multiArm.digest,
+      multiArm.config,
+      ...multiArm.layers,
+    ]),
+  ].sort();
   t.same(digests(m), want);
   const v = await bundle(['verify', r.output, '--key', keys.pub]);
   t.equal(v.code, 0, v.stderr);
 });
 
 t.test('two images sharing a layer: the blob is listed and archived once', async (t) => {
-  t.equal(app.manifests[0]!.layers[0], tool.manifests[0]!.layers[0], 'fixture: the base layer is shared');
-  const r = await create(['--version', '1.0.0', '--image', app.ref, '--image', tool.ref], { verbose: true });
+  t.equal(
+    app.manifests[0]!.layers[0],
+    tool.manifests[0]!.layers[0],
+    'fixture: the base layer is shared',
+  );
+  const r = await create(['--version', '1.0.0', '--image', app.ref, '--image', tool.ref], {
+    verbose: true,
+  });
   t.equal(r.code, 0, r.stderr);
   // without --quiet and without a terminal: plain log lines, no redraws
   t.match(r.stderr, /^fetching 7 blobs of 2 images: /m, 'progress names blobs and images');
@@ -131,7 +246,11 @@ t.test('two images sharing a layer: the blob is listed and archived once', async
   t.equal(m.blobs.length, 7, '4 + 4 blobs minus the shared one');
   t.equal(new Set(digests(m)).size, m.blobs.length, 'no duplicates at all');
   const names = await tarList(r.output);
-  t.equal(names.filter((x) => x === blobEntry(sharedDigest)).length, 1, 'once in zstd -dc | tar -t');
+  t.equal(
+    names.filter((x) => x === blobEntry(sharedDigest)).length,
+    1,
+    'once in zstd -dc | tar -t',
+  );
   t.equal(new Set(names).size, names.length);
   t.equal(m.images.length, 2);
 });
@@ -139,22 +258,52 @@ t.test('two images sharing a layer: the blob is listed and archived once', async
 t.test('--images-file adds images, one per line with comments', async (t) => {
   const dir = await tmpdir(t);
   const file = path.join(dir, 'images.txt');
-  await writeFile(file, `# extra images\n${app.ref}\n\n  docker://${tool.digestRef}   # by digest\n`);
+  await writeFile(
+    file,
+    `# extra images\n${app.ref}\n\n  docker://${tool.digestRef}   # by digest\n`,
+  );
   const r = await create(['--version', '1.0.0', '--images-file', file]);
   t.equal(r.code, 0, r.stderr);
   const m = await bundleJson(r.output);
-  t.same(m.images.map((i) => `${i.repository}:${i.tag ?? i.digest}`).sort(), [`${H}/test/app:v1`, `${H}/test/tool:${tool.digest}`].sort());
+  t.same(
+    m.images.map((i) => `${i.repository}:${i.tag ?? i.digest}`).sort(),
+    [`${H}/test/app:v1`, `${H}/test/tool:${tool.digest}`].sort(),
+  );
 });
 
 t.test('failures: code on one stderr line, nothing left in the output directory', async (t) => {
   const cases: [string, string[], string][] = [
-    ['wrong --arch for a single-arch image', ['--version', '1', '--image', app.ref, '--arch', 'arm64'], 'PLATFORM_NOT_FOUND'],
-    ['an index without the platform', ['--version', '1', '--image', multi.ref, '--arch', 's390x'], 'PLATFORM_NOT_FOUND'],
+    [
+      'wrong --arch for a single-arch image',
+      ['--version', '1', '--image', app.ref, '--arch', 'arm64'],
+      'PLATFORM_NOT_FOUND',
+    ],
+    [
+      'an index without the platform',
+      ['--version', '1', '--image', multi.ref, '--arch', 's390x'],
+      'PLATFORM_NOT_FOUND',
+    ],
     ['a missing tag', ['--version', '1', '--image', `${H}/test/app:nope`], 'NOT_FOUND'],
-    ['a missing repository next to a good image', ['--version', '1', '--image', app.ref, '--image', `${H}/test/missing:v1`], 'NOT_FOUND'],
-    ['a missing digest', ['--version', '1', '--image', `${H}/test/app@sha256:${'0'.repeat(64)}`], 'NOT_FOUND'],
-    ['a malformed reference', ['--version', '1', '--image', `${H}/Test/UPPER:v1`], 'INVALID_REFERENCE'],
-    ['an unknown transport', ['--version', '1', '--image', 'containers-storage:foo/bar'], 'UNSUPPORTED_TRANSPORT'],
+    [
+      'a missing repository next to a good image',
+      ['--version', '1', '--image', app.ref, '--image', `${H}/test/missing:v1`],
+      'NOT_FOUND',
+    ],
+    [
+      'a missing digest',
+      ['--version', '1', '--image', `${H}/test/app@sha256:${'0'.repeat(64)}`],
+      'NOT_FOUND',
+    ],
+    [
+      'a malformed reference',
+      ['--version', '1', '--image', `${H}/Test/UPPER:v1`],
+      'INVALID_REFERENCE',
+    ],
+    [
+      'an unknown transport',
+      ['--version', '1', '--image', 'containers-storage:foo/bar'],
+      'UNSUPPORTED_TRANSPORT',
+    ],
     ['no --version without --release', ['--image', app.ref], 'INVALID_CONFIG'],
   ];
   const runs = await Promise.all(cases.map(([, args]) => create(args)));
@@ -167,7 +316,23 @@ t.test('failures: code on one stderr line, nothing left in the output directory'
   }
   // One image failing while the others are still being fetched: the run stops at once and
   // the error is the last thing printed (no retries against a closed client afterwards).
-  const r = await create(['--version', '1', '--jobs', '2', '--image', tool.ref, '--image', multi.ref, '--image', `${H}/test/missing:v1`, '--image', app.ref], { verbose: true });
+  const r = await create(
+    [
+      '--version',
+      '1',
+      '--jobs',
+      '2',
+      '--image',
+      tool.ref,
+      '--image',
+      multi.ref,
+      '--image',
+      `${H}/test/missing:v1`,
+      '--image',
+      app.ref,
+    ],
+    { verbose: true },
+  );
   t.equal(errorCode(r.stderr), 'NOT_FOUND');
   t.equal(r.stderr.split('\n').filter((l) => l.startsWith('bundle:')).length, 1, 'one error line');
   t.notMatch(r.stderr, /retrying/, 'nothing retried after the failure');
@@ -176,15 +341,42 @@ t.test('failures: code on one stderr line, nothing left in the output directory'
 
 t.test('OpenShift-shaped release image', async (t) => {
   const art = `${H}/ocp/art-dev`;
-  const compA = await pushImage({ tag: 'comp-a', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, { 'usr/bin/cvo': 'cluster-version-operator' }] }] }, `${art}:comp-a`);
-  const compB = await pushImage({ tag: 'comp-b', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'usr/bin/mco': 'machine-config-operator' }] }] }, `${art}:comp-b`);
-  const compC = await pushImage({
-    tag: 'comp-c',
-    platforms: [
-      { os: 'linux', architecture: 'amd64', layers: [{ 'usr/bin/etcd': 'etcd amd64' }] },
-      { os: 'linux', architecture: 'arm64', layers: [{ 'usr/bin/etcd': 'etcd arm64' }] },
-    ],
-  }, `${art}:comp-c`);
+  const compA = await pushImage(
+    {
+      tag: 'comp-a',
+      platforms: [
+        {
+          os: 'linux',
+          architecture: 'amd64',
+          layers: [shared, { 'usr/bin/cvo': 'cluster-version-operator' }],
+        },
+      ],
+    },
+    `${art}:comp-a`,
+  );
+  const compB = await pushImage(
+    {
+      tag: 'comp-b',
+      platforms: [
+        {
+          os: 'linux',
+          architecture: 'amd64',
+          layers: [{ 'usr/bin/mco': 'machine-config-operator' }],
+        },
+      ],
+    },
+    `${art}:comp-b`,
+  );
+  const compC = await pushImage(
+    {
+      tag: 'comp-c',
+      platforms: [
+        { os: 'linux', architecture: 'amd64', layers: [{ 'usr/bin/etcd': 'etcd amd64' }] },
+        { os: 'linux', architecture: 'arm64', layers: [{ 'usr/bin/etcd': 'etcd arm64' }] },
+      ],
+    },
+    `${art}:comp-c`,
+  );
   const payload = {
     'cluster-version-operator': compA.digestRef,
     'machine-config-operator': compB.digestRef,
@@ -192,26 +384,69 @@ t.test('OpenShift-shaped release image', async (t) => {
     // Real payloads name one image under several components.
     'machine-config-operator-alias': compB.digestRef,
   };
-  const files = releaseFiles({ version: '4.14.1', previous: ['4.14.0', '4.13.9'], images: payload });
-  const rel = await pushImage({ tag: '4.14.1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, files] }] }, `${H}/ocp/release:4.14.1`);
+  const files = releaseFiles({
+    version: '4.14.1',
+    previous: ['4.14.0', '4.13.9'],
+    images: payload,
+  });
+  const rel = await pushImage(
+    { tag: '4.14.1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, files] }] },
+    `${H}/ocp/release:4.14.1`,
+  );
 
   const r = await create(['--release', rel.ref, '--upgrade-from', '4.13.0', '--image', tool.ref]);
   t.equal(r.code, 0, r.stderr);
   const m = await bundleJson(r.output);
-  t.same(m.release, {
-    name: '4.14.1', version: '4.14.1', arch: 'amd64', image: `${H}/ocp/release:4.14.1`, digest: rel.digest,
-    upgradeFrom: ['4.13.0', '4.13.9', '4.14.0'],
-  }, 'version and upgrade edges from release-metadata, plus --upgrade-from');
-  const byRef = new Map(m.images.map((i) => [`${i.repository}${i.tag ? `:${i.tag}` : `@${i.digest}`}`, i]));
-  t.match(byRef.get(rel.ref), { digest: rel.digest, component: 'release' }, 'the release image itself');
-  t.match(byRef.get(compA.digestRef), { tag: null, digest: compA.digest, component: 'cluster-version-operator' });
+  t.same(
+    m.release,
+    {
+      name: '4.14.1',
+      version: '4.14.1',
+      arch: 'amd64',
+      image: `${H}/ocp/release:4.14.1`,
+      digest: rel.digest,
+      upgradeFrom: ['4.13.0', '4.13.9', '4.14.0'],
+    },
+    'version and upgrade edges from release-metadata, plus --upgrade-from',
+  );
+  const byRef = new Map(
+    m.images.map((i) => [`${i.repository}${i.tag ? `:${i.tag}` : `@${i.digest}`}`, i]),
+  );
+  t.match(
+    byRef.get(rel.ref),
+    { digest: rel.digest, component: 'release' },
+    'the release image itself',
+  );
+  t.match(byRef.get(compA.digestRef), {
+    tag: null,
+    digest: compA.digest,
+    component: 'cluster-version-operator',
+  });
   t.match(byRef.get(compC.digestRef), { tag: null, digest: compC.digest, component: 'etcd' });
-  t.same(byRef.get(compC.digestRef)!.platforms.map(plain), [{ os: 'linux', architecture: 'amd64' }], 'payload index narrowed to --arch');
-  t.match(byRef.get(compB.digestRef)?.component, /^machine-config-operator(-alias)?$/, 'an image named by two components is carried once');
+  t.same(
+    byRef.get(compC.digestRef)!.platforms.map(plain),
+    [{ os: 'linux', architecture: 'amd64' }],
+    'payload index narrowed to --arch',
+  );
+  t.match(
+    byRef.get(compB.digestRef)?.component,
+    /^machine-config-operator(-alias)?$/,
+    'an image named by two components is carried once',
+  );
   t.notOk(byRef.get(tool.ref)?.component, 'an --image has no component');
   t.equal(m.images.length, 5, 'release + 3 distinct payload images + 1 extra image');
-  for (const d of [compA.digest, compB.digest, compC.digest, compC.manifests[0]!.digest, rel.digest]) t.ok(digests(m).includes(d), `blob ${d}`);
-  t.notOk(digests(m).includes(compC.manifests[1]!.digest), 'arm64 child of the payload index left out');
+  for (const d of [
+    compA.digest,
+    compB.digest,
+    compC.digest,
+    compC.manifests[0]!.digest,
+    rel.digest,
+  ])
+    t.ok(digests(m).includes(d), `blob ${d}`);
+  t.notOk(
+    digests(m).includes(compC.manifests[1]!.digest),
+    'arm64 child of the payload index left out',
+  );
   t.same(await refNames(r.output), [...byRef.keys()].sort(), 'index.json names every image');
 
   const ok = await create(['--release', rel.digestRef, '--version', '4.14.1']);
@@ -224,21 +459,52 @@ t.test('OpenShift-shaped release image', async (t) => {
   t.same(await listDir(bad.outDir), []);
 
   const notRelease = await create(['--release', app.ref]);
-  t.equal(errorCode(notRelease.stderr), 'INVALID_RELEASE', 'an image without release-manifests is not a release');
+  t.equal(
+    errorCode(notRelease.stderr),
+    'INVALID_RELEASE',
+    'an image without release-manifests is not a release',
+  );
 
-  const tagged = await pushImage({ tag: '4.14.2', platforms: [{ os: 'linux', architecture: 'amd64', layers: [releaseFiles({ version: '4.14.2', images: { x: `${art}:comp-a` } })] }] }, `${H}/ocp/release:4.14.2`);
+  const tagged = await pushImage(
+    {
+      tag: '4.14.2',
+      platforms: [
+        {
+          os: 'linux',
+          architecture: 'amd64',
+          layers: [releaseFiles({ version: '4.14.2', images: { x: `${art}:comp-a` } })],
+        },
+      ],
+    },
+    `${H}/ocp/release:4.14.2`,
+  );
   const byTag = await create(['--release', tagged.ref]);
   t.equal(errorCode(byTag.stderr), 'INVALID_RELEASE', 'payload images must be pinned by digest');
 });
 
-t.test('many images at once (--jobs 8): no Node warning on stderr (every request in flight listens on the one abort signal; 11 printed a "memory leak" warning)', async (t) => {
-  const refs: string[] = [];
-  for (let i = 0; i < 16; i++) {
-    const img = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [shared, { [`many/${i}/a`]: `a ${i}` }, { [`many/${i}/b`]: `b ${i}` }] }] }, `${H}/test/many-${i}:v1`);
-    refs.push('--image', img.ref);
-  }
-  const r = await create(['--version', '1.0.0', '--jobs', '8', ...refs], { verbose: true });
-  t.equal(r.code, 0, r.stderr);
-  t.notMatch(r.stderr, /Warning|\(node:\d+\)/, 'no Node warning among the progress lines');
-  t.equal((await bundleJson(r.output)).images.length, 16);
-});
+t.test(
+  'many images at once (--jobs 8): no Node warning on stderr (every request in flight listens on the one abort signal; 11 printed a "memory leak" warning)',
+  async (t) => {
+    const refs: string[] = [];
+    for (let i = 0; i < 16; i++) {
+      const img = await pushImage(
+        {
+          tag: 'v1',
+          platforms: [
+            {
+              os: 'linux',
+              architecture: 'amd64',
+              layers: [shared, { [`many/${i}/a`]: `a ${i}` }, { [`many/${i}/b`]: `b ${i}` }],
+            },
+          ],
+        },
+        `${H}/test/many-${i}:v1`,
+      );
+      refs.push('--image', img.ref);
+    }
+    const r = await create(['--version', '1.0.0', '--jobs', '8', ...refs], { verbose: true });
+    t.equal(r.code, 0, r.stderr);
+    t.notMatch(r.stderr, /Warning|\(node:\d+\)/, 'no Node warning among the progress lines');
+    t.equal((await bundleJson(r.output)).images.length, 16);
+  },
+);

@@ -18,7 +18,11 @@ export function deltaReleases(dir: string, keys: KeyPair) {
   /** A layout of release `v`: images a and b the same in every release, c rebuilt in each. */
   const layout = async (v: string): Promise<string> => {
     const l = path.join(dir, `layout-${v}`);
-    const image = async (tag: string, files: Record<string, string>) => writeImageLayout(l, { tag, platforms: [{ os: 'linux', architecture: 'amd64', layers: [files] }] });
+    const image = async (tag: string, files: Record<string, string>) =>
+      writeImageLayout(l, {
+        tag,
+        platforms: [{ os: 'linux', architecture: 'amd64', layers: [files] }],
+      });
     await image('a', { 'a.txt': SHARED.a });
     await image('b', { 'b.txt': SHARED.b, 'lib.txt': SHARED.lib });
     await image('c', { 'c.txt': `app ${v} `.repeat(3000) });
@@ -26,8 +30,25 @@ export function deltaReleases(dir: string, keys: KeyPair) {
   };
   const create = (v: string, out: string, extra: string[] = []) => {
     const l = path.join(dir, `layout-${v}`);
-    return bundle(['create', '--quiet', '--version', v, '--key', keys.key, '--cache', path.join(dir, 'cache'), '-o', path.join(dir, out),
-      '--image', `oci:${l}:a=quay.io/acme/a:v1`, '--image', `oci:${l}:b=quay.io/acme/b:v1`, '--image', `oci:${l}:c=quay.io/acme/c:${v}`, ...extra]);
+    return bundle([
+      'create',
+      '--quiet',
+      '--version',
+      v,
+      '--key',
+      keys.key,
+      '--cache',
+      path.join(dir, 'cache'),
+      '-o',
+      path.join(dir, out),
+      '--image',
+      `oci:${l}:a=quay.io/acme/a:v1`,
+      '--image',
+      `oci:${l}:b=quay.io/acme/b:v1`,
+      '--image',
+      `oci:${l}:c=quay.io/acme/c:${v}`,
+      ...extra,
+    ]);
   };
   return { layout, create };
 }

@@ -24,7 +24,18 @@ const keys = await keygen(work);
 
 /** Log-like text: compresses some 4-6x with gzip, as binaries and text in real layers do. */
 function text(bytes: number): Buffer {
-  const words = ['error', 'info', 'request', 'served', 'bytes', 'node', 'pod', 'image', 'pulled', 'layer'];
+  const words = [
+    'error',
+    'info',
+    'request',
+    'served',
+    'bytes',
+    'node',
+    'pod',
+    'image',
+    'pulled',
+    'layer',
+  ];
   const lines: string[] = [];
   let size = 0;
   for (let i = 0; size < bytes; i++) {
@@ -41,14 +52,47 @@ async function storeBytes(ref: string, root: string): Promise<number> {
   // podman refuses a runroot path longer than 50 characters
   const run = await mkdtemp('/tmp/obr-');
   t.teardown(() => rm(run, { recursive: true, force: true }));
-  execFileSync('podman', ['--root', path.join(root, 'root'), '--runroot', run, '--storage-driver', 'vfs', 'pull', '-q', '--tls-verify=false', `docker://${ref}`], { stdio: ['ignore', 'ignore', 'pipe'] });
-  return Number(execFileSync('du', ['-sb', path.join(root, 'root', 'vfs', 'dir')]).toString().split('\t')[0]);
+  execFileSync(
+    'podman',
+    [
+      '--root',
+      path.join(root, 'root'),
+      '--runroot',
+      run,
+      '--storage-driver',
+      'vfs',
+      'pull',
+      '-q',
+      '--tls-verify=false',
+      `docker://${ref}`,
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  return Number(
+    execFileSync('du', ['-sb', path.join(root, 'root', 'vfs', 'dir')])
+      .toString()
+      .split('\t')[0],
+  );
 }
 
 let n = 0;
 async function estimate(ref: string, cache: string): Promise<number> {
   const out = path.join(work, `e-${++n}.bundle`);
-  const r = await bundle(['create', '--quiet', '--tls-verify=false', '--key', keys.key, '--version', '1', '--image', ref, '-o', out, '--cache', cache]);
+  const r = await bundle([
+    'create',
+    '--quiet',
+    '--tls-verify=false',
+    '--key',
+    keys.key,
+    '--version',
+    '1',
+    '--image',
+    ref,
+    '-o',
+    out,
+    '--cache',
+    cache,
+  ]);
   if (r.code !== 0) throw new Error(r.stderr);
   return (await bundleJson(out)).totals.imageStoreBytes;
 }
@@ -60,7 +104,13 @@ const cases: [string, Buffer][] = [
 for (const [what, data] of cases) {
   t.test(`${what}: the estimate is within 5 % of what the image store takes`, async (t) => {
     const name = what.replace(/\W+/g, '-');
-    const img = await pushImage({ tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'data/file': data }] }] }, `${reg.host}/est/${name}:v1`);
+    const img = await pushImage(
+      {
+        tag: 'v1',
+        platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'data/file': data }] }],
+      },
+      `${reg.host}/est/${name}:v1`,
+    );
     const root = path.join(work, `store-${name}`);
     await mkdir(root);
     t.teardown(() => rm(root, { recursive: true, force: true }));
@@ -70,21 +120,35 @@ for (const [what, data] of cases) {
     t.ok(Math.abs(first - actual) / actual < 0.05, `estimate ${first} vs ${actual} on disk`);
     t.equal(await estimate(img.ref, cache), first, 'a cached run (no download) knows it too');
     await rm(path.join(cache, 'sizes'), { recursive: true });
-    t.equal(await estimate(img.ref, cache), first, 'a cache from before sizes were kept: measured from the cached file');
+    t.equal(
+      await estimate(img.ref, cache),
+      first,
+      'a cache from before sizes were kept: measured from the cached file',
+    );
   });
 }
 
-t.test('a gzip bomb layer is decoded only up to 100x its size (MAX_UNPACK_RATIO), and says so', async (t) => {
-  const zeros = gzipSync(Buffer.alloc(200 * 1000 * 1000));
-  t.ok(zeros.length * MAX_UNPACK_RATIO < 200e6, `fixture: ${zeros.length} bytes that unpack past the bound`);
-  const counter = new UnpackedCounter(zeros.length);
-  for (let i = 0; i < zeros.length; i += 65536) await counter.push(zeros.subarray(i, i + 65536));
-  t.equal(await counter.finish(), zeros.length * MAX_UNPACK_RATIO);
-  const honest = gzipSync(text(1_000_000));
-  const c2 = new UnpackedCounter(honest.length);
-  await c2.push(honest);
-  t.equal(await c2.finish(), 1_000_000, 'an ordinary layer: its exact size');
-  const broken = new UnpackedCounter(10);
-  await broken.push(Buffer.from([0x1f, 0x8b, 0x08, 0x00, 1, 2, 3, 4, 5, 6]));
-  t.equal(await broken.finish(), undefined, 'an undecodable layer: no figure (the 3x fallback applies)');
-});
+t.test(
+  'a gzip bomb layer is decoded only up to 100x its size (MAX_UNPACK_RATIO), and says so',
+  async (t) => {
+    const zeros = gzipSync(Buffer.alloc(200 * 1000 * 1000));
+    t.ok(
+      zeros.length * MAX_UNPACK_RATIO < 200e6,
+      `fixture: ${zeros.length} bytes that unpack past the bound`,
+    );
+    const counter = new UnpackedCounter(zeros.length);
+    for (let i = 0; i < zeros.length; i += 65536) await counter.push(zeros.subarray(i, i + 65536));
+    t.equal(await counter.finish(), zeros.length * MAX_UNPACK_RATIO);
+    const honest = gzipSync(text(1_000_000));
+    const c2 = new UnpackedCounter(honest.length);
+    await c2.push(honest);
+    t.equal(await c2.finish(), 1_000_000, 'an ordinary layer: its exact size');
+    const broken = new UnpackedCounter(10);
+    await broken.push(Buffer.from([0x1f, 0x8b, 0x08, 0x00, 1, 2, 3, 4, 5, 6]));
+    t.equal(
+      await broken.finish(),
+      undefined,
+      'an undecodable layer: no figure (the 3x fallback applies)',
+    );
+  },
+);

@@ -13,9 +13,30 @@ t.test('SIGINT, SIGTERM and SIGHUP while writing the bundle', async (t) => {
   const dir = await tmpdir(t, 'ob-interrupt-');
   const keys = await keygen(dir);
   const layout = join(dir, 'src');
-  await writeImageLayout(layout, { tag: 'big', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ a: randomBytes(96 << 20) }, { b: randomBytes(96 << 20) }] }] });
+  await writeImageLayout(layout, {
+    tag: 'big',
+    platforms: [
+      {
+        os: 'linux',
+        architecture: 'amd64',
+        layers: [{ a: randomBytes(96 << 20) }, { b: randomBytes(96 << 20) }],
+      },
+    ],
+  });
   const outDir = join(dir, 'out');
-  const args = ['create', '--version', '1.0', '--image', `oci:${layout}:big=quay.io/acme/big:v1`, '--key', keys.key, '--cache', join(dir, 'cache'), '-o', join(outDir, 'x.bundle')];
+  const args = [
+    'create',
+    '--version',
+    '1.0',
+    '--image',
+    `oci:${layout}:big=quay.io/acme/big:v1`,
+    '--key',
+    keys.key,
+    '--cache',
+    join(dir, 'cache'),
+    '-o',
+    join(outDir, 'x.bundle'),
+  ];
   /** Runs `bundle create` and sends `signal` once the write has begun. */
   const interrupt = async (signal: NodeJS.Signals) => {
     const child = spawn(process.execPath, [BUNDLE, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });

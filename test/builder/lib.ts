@@ -30,7 +30,15 @@ export interface RunOptions {
 export function hermeticEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.SOURCE_DATE_EPOCH;
-  for (const v of ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'NO_PROXY', 'no_proxy']) delete env[v];
+  for (const v of [
+    'HTTPS_PROXY',
+    'https_proxy',
+    'HTTP_PROXY',
+    'http_proxy',
+    'NO_PROXY',
+    'no_proxy',
+  ])
+    delete env[v];
   env.BUNDLE_SYSTEM_ROOT = '/nonexistent/offline-bundle-test/root';
   env.REGISTRY_AUTH_FILE = '/nonexistent/offline-bundle-test/auth.json';
   env.XDG_CACHE_HOME = '/nonexistent/offline-bundle-test/cache';
@@ -46,7 +54,11 @@ export function hermeticEnv(extra: Record<string, string | undefined> = {}): Nod
 
 export function run(cmd: string, args: string[], opts: RunOptions = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: hermeticEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, {
+      cwd: opts.cwd,
+      env: hermeticEnv(opts.env),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on('data', (d: Buffer) => out.push(d));
@@ -54,7 +66,12 @@ export function run(cmd: string, args: string[], opts: RunOptions = {}): Promise
     child.on('error', reject);
     child.on('close', (code) => {
       const buf = Buffer.concat(out);
-      resolve({ code, stdout: buf.toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), out: buf });
+      resolve({
+        code,
+        stdout: buf.toString('utf8'),
+        stderr: Buffer.concat(err).toString('utf8'),
+        out: buf,
+      });
     });
     // a command that never reads stdin may exit before we close it
     child.stdin.on('error', () => undefined);
@@ -90,7 +107,11 @@ export interface KeyPair {
   fingerprint: string;
 }
 
-export async function keygen(dir: string, name = 'factory', type: 'ecdsa-p256' | 'ed25519' = 'ecdsa-p256'): Promise<KeyPair> {
+export async function keygen(
+  dir: string,
+  name = 'factory',
+  type: 'ecdsa-p256' | 'ed25519' = 'ecdsa-p256',
+): Promise<KeyPair> {
   const prefix = path.join(dir, name);
   const r = await bundle(['keygen', '--out', prefix, '--type', type, '--json']);
   if (r.code !== 0) throw new Error(`bundle keygen failed (${r.code}): ${r.stderr}`);
@@ -113,10 +134,30 @@ export async function tarEntry(file: string, name: string): Promise<Buffer> {
 }
 
 export interface BundleJson {
-  release: { name: string; version: string; arch: string; image: string | null; digest: string | null; upgradeFrom: string[] };
-  images: { repository: string; tag: string | null; digest: string; mediaType: string; platforms: { os: string; architecture: string; variant?: string }[]; component?: string }[];
+  release: {
+    name: string;
+    version: string;
+    arch: string;
+    image: string | null;
+    digest: string | null;
+    upgradeFrom: string[];
+  };
+  images: {
+    repository: string;
+    tag: string | null;
+    digest: string;
+    mediaType: string;
+    platforms: { os: string; architecture: string; variant?: string }[];
+    component?: string;
+  }[];
   /** Helm charts, apart from images (absent when there are none). */
-  charts?: { repository: string; tag: string | null; digest: string; mediaType: string; platforms: unknown[] }[];
+  charts?: {
+    repository: string;
+    tag: string | null;
+    digest: string;
+    mediaType: string;
+    platforms: unknown[];
+  }[];
   blobs: { digest: string; size: number; mediaType: string }[];
   index: { digest: string; size: number };
   totals: { layoutBytes: number; imageStoreBytes: number };
@@ -129,7 +170,12 @@ export async function bundleJson(file: string): Promise<BundleJson> {
 }
 
 export interface LayoutIndex {
-  manifests: { mediaType: string; digest: string; size: number; annotations?: Record<string, string> }[];
+  manifests: {
+    mediaType: string;
+    digest: string;
+    size: number;
+    annotations?: Record<string, string>;
+  }[];
 }
 
 export async function layoutIndex(file: string): Promise<LayoutIndex> {
@@ -138,7 +184,9 @@ export async function layoutIndex(file: string): Promise<LayoutIndex> {
 
 /** The ref names of the bundle's index.json. */
 export async function refNames(file: string): Promise<string[]> {
-  return (await layoutIndex(file)).manifests.map((m) => m.annotations?.['org.opencontainers.image.ref.name'] ?? '').sort();
+  return (await layoutIndex(file)).manifests
+    .map((m) => m.annotations?.['org.opencontainers.image.ref.name'] ?? '')
+    .sort();
 }
 
 export const hex = (digest: string) => digest.slice('sha256:'.length);
@@ -147,7 +195,10 @@ export const blobEntry = (digest: string) => `blobs/sha256/${hex(digest)}`;
 /** An auth.json as podman/skopeo write it. */
 export async function writeAuthFile(file: string, host: string, creds: string): Promise<string> {
   await mkdir(path.dirname(file), { recursive: true });
-  await writeFile(file, JSON.stringify({ auths: { [host]: { auth: Buffer.from(creds).toString('base64') } } }));
+  await writeFile(
+    file,
+    JSON.stringify({ auths: { [host]: { auth: Buffer.from(creds).toString('base64') } } }),
+  );
   return file;
 }
 

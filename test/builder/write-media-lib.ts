@@ -10,34 +10,61 @@ import { until } from '../helpers/until.js';
 import { bundle, keygen, type RunResult } from './lib.js';
 
 /** Why these tests cannot run here, or undefined. */
-export const skipReason = !existsSync('/dev/fuse') ? '/dev/fuse is absent: FUSE mounts cannot be made here'
-  : process.getuid?.() !== 0 ? 'not root: loop devices and FUSE mounts of images need root'
+export const skipReason = !existsSync('/dev/fuse')
+  ? '/dev/fuse is absent: FUSE mounts cannot be made here'
+  : process.getuid?.() !== 0
+    ? 'not root: loop devices and FUSE mounts of images need root'
     : undefined;
 
 export const sha = (b: Buffer) => `sha256:${createHash('sha256').update(b).digest('hex')}`;
-export const mounted = async (dir: string) => (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').some((l) => l.split(' ')[4] === dir);
-export const oneLine = (stderr: string) => stderr.trimEnd().split('\n').filter((l) => l.startsWith('bundle: ')).length === 1;
+export const mounted = async (dir: string) =>
+  (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').some((l) => l.split(' ')[4] === dir);
+export const oneLine = (stderr: string) =>
+  stderr
+    .trimEnd()
+    .split('\n')
+    .filter((l) => l.startsWith('bundle: ')).length === 1;
 
-interface Teardown { teardown(fn: () => unknown): void }
+interface Teardown {
+  teardown(fn: () => unknown): void;
+}
 
 /** Teardown: unmount (lazily: a killed FUSE daemon leaves a dead mount), end the daemon, free the loop device. */
 export function unmountLater(t: Teardown, mnt: string, daemon?: ChildProcess, loop?: string): void {
   t.teardown(() => {
-    try { execFileSync('umount', ['-l', mnt], { stdio: 'ignore' }); } catch { /* not mounted */ }
+    try {
+      execFileSync('umount', ['-l', mnt], { stdio: 'ignore' });
+    } catch {
+      /* not mounted */
+    }
     if (daemon && daemon.exitCode === null) daemon.kill();
-    if (loop) try { execFileSync('losetup', ['-d', loop], { stdio: 'ignore' }); } catch { /* gone */ }
+    if (loop)
+      try {
+        execFileSync('losetup', ['-d', loop], { stdio: 'ignore' });
+      } catch {
+        /* gone */
+      }
   });
 }
 
 /** A FAT32 image mounted through fusefat (rw+: its writes are "experimental"; ro to look at what reached the image). */
-export async function fat32(t: Teardown, img: string, mnt: string, opts: { sizeMiB?: number; mode?: 'rw+' | 'ro'; mkfs?: boolean } = {}): Promise<ChildProcess> {
+export async function fat32(
+  t: Teardown,
+  img: string,
+  mnt: string,
+  opts: { sizeMiB?: number; mode?: 'rw+' | 'ro'; mkfs?: boolean } = {},
+): Promise<ChildProcess> {
   if (opts.mkfs !== false) {
     execFileSync('truncate', ['-s', `${opts.sizeMiB ?? 32}M`, img]);
     execFileSync('mkfs.vfat', ['-F', '32', img], { stdio: 'ignore' });
   }
   await mkdir(mnt, { recursive: true });
   // fsname: the mount's source is the image (its FSInfo gives the free space fusefat does not report)
-  const daemon = spawn('fusefat', ['-f', '-o', `${opts.mode ?? 'rw+'},fsname=${img},subtype=fusefat`, img, mnt], { stdio: 'ignore' });
+  const daemon = spawn(
+    'fusefat',
+    ['-f', '-o', `${opts.mode ?? 'rw+'},fsname=${img},subtype=fusefat`, img, mnt],
+    { stdio: 'ignore' },
+  );
   unmountLater(t, mnt, daemon);
   await until(`fusefat on ${mnt}`, () => mounted(mnt), { timeoutMs: 10_000, stepMs: 50 });
   return daemon;
@@ -62,14 +89,36 @@ export interface TestBundle {
  */
 export async function testBundle(work: string, layers = 0): Promise<TestBundle> {
   const layout = path.join(work, 'layout');
-  const noise = layers ? Array.from({ length: layers }, (_, i) => ({ [`srv/noise${i}`]: randomBytes(600 * 1024) })) : [{ 'srv/noise': randomBytes(2 * 1024 * 1024 + 300 * 1024) }];
-  await writeImageLayout(layout, { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: noise }] });
+  const noise = layers
+    ? Array.from({ length: layers }, (_, i) => ({ [`srv/noise${i}`]: randomBytes(600 * 1024) }))
+    : [{ 'srv/noise': randomBytes(2 * 1024 * 1024 + 300 * 1024) }];
+  await writeImageLayout(layout, {
+    tag: 'v1',
+    platforms: [{ os: 'linux', architecture: 'amd64', layers: noise }],
+  });
   const keys = await keygen(work, 'factory', 'ed25519');
   const src = path.join(work, 'r.bundle');
-  const c = await bundle(['create', '--json', '--quiet', '--version', '3.1', '--image', `oci:${layout}:v1=registry.example.com/media/app:v1`, '--key', keys.key, '-o', src, '--cache', path.join(work, 'cache')]);
+  const c = await bundle([
+    'create',
+    '--json',
+    '--quiet',
+    '--version',
+    '3.1',
+    '--image',
+    `oci:${layout}:v1=registry.example.com/media/app:v1`,
+    '--key',
+    keys.key,
+    '-o',
+    src,
+    '--cache',
+    path.join(work, 'cache'),
+  ]);
   if (c.code !== 0) throw new Error(c.stderr);
   return {
-    src, bytes: await readFile(src), digest: JSON.parse(c.stdout).digest as string, pub: keys.pub,
+    src,
+    bytes: await readFile(src),
+    digest: JSON.parse(c.stdout).digest as string,
+    pub: keys.pub,
     write: (mnt, extra = []) => bundle(['write-media', src, mnt, '--json', ...extra]),
   };
 }

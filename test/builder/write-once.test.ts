@@ -21,19 +21,51 @@ const work = await tmpdir(t, 'ob-write-once-');
 const keys = await keygen(work, 'factory', 'ed25519');
 
 // one incompressible layer of 24 MB: the bundle is about as large
-const img = await pushImage({
-  tag: 'v1',
-  platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'data/random.bin': randomBytes(24 * 1000 * 1000) }, { 'etc/name': 'write-once' }] }],
-}, `${reg.host}/wo/app:v1`);
+const img = await pushImage(
+  {
+    tag: 'v1',
+    platforms: [
+      {
+        os: 'linux',
+        architecture: 'amd64',
+        layers: [
+          { 'data/random.bin': randomBytes(24 * 1000 * 1000) },
+          { 'etc/name': 'write-once' },
+        ],
+      },
+    ],
+  },
+  `${reg.host}/wo/app:v1`,
+);
 const bigLayer = img.manifests[0]!.layers[0]!;
 
 const create = (output: string, cache: string, extra: string[] = []) =>
-  bundle(['create', '--quiet', '--tls-verify=false', '--key', keys.key, '--version', '1.0', '--image', img.ref, '-o', output, '--cache', cache, ...extra], { env: { SOURCE_DATE_EPOCH: '1700000000' } });
+  bundle(
+    [
+      'create',
+      '--quiet',
+      '--tls-verify=false',
+      '--key',
+      keys.key,
+      '--version',
+      '1.0',
+      '--image',
+      img.ref,
+      '-o',
+      output,
+      '--cache',
+      cache,
+      ...extra,
+    ],
+    { env: { SOURCE_DATE_EPOCH: '1700000000' } },
+  );
 
 /** Every file under dir (recursively), for "nothing was fetched" checks. */
 async function filesUnder(dir: string): Promise<string[]> {
   try {
-    return (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile()).map((e) => path.join(e.parentPath ?? e.path, e.name));
+    return (await readdir(dir, { recursive: true, withFileTypes: true }))
+      .filter((e) => e.isFile())
+      .map((e) => path.join(e.parentPath ?? e.path, e.name));
   } catch {
     return [];
   }
@@ -48,29 +80,44 @@ const size = (await stat(reference)).size;
 
 t.test('a tmpfs 10 % larger than the bundle is enough (one write, no temp body)', async (t) => {
   const stick = path.join(work, 'stick');
-  if (!smallFs(stick, Math.ceil((size * 1.1) / 1024), t)) return t.skip('cannot mount a tmpfs here');
+  if (!smallFs(stick, Math.ceil((size * 1.1) / 1024), t))
+    return t.skip('cannot mount a tmpfs here');
   const out = path.join(stick, 'app.bundle');
   const r = await create(out, cache);
   t.equal(r.code, 0, r.stderr);
   t.equal((await stat(out)).size, size);
-  t.equal((await readFile(`${out}.sha256`, 'utf8')).split(' ')[0], (await readFile(`${reference}.sha256`, 'utf8')).split(' ')[0], 'the same bytes as on a large disk');
+  t.equal(
+    (await readFile(`${out}.sha256`, 'utf8')).split(' ')[0],
+    (await readFile(`${reference}.sha256`, 'utf8')).split(' ')[0],
+    'the same bytes as on a large disk',
+  );
   t.same(await listDir(stick), ['app.bundle', 'app.bundle.sha256'], 'no temp file left beside it');
   const v = await bundle(['verify', out, '--key', keys.pub]);
   t.equal(v.code, 0, v.stderr);
 });
 
-t.test('a destination too small: NO_SPACE before any blob is fetched, naming the bytes missing', async (t) => {
-  const stick = path.join(work, 'small');
-  if (!smallFs(stick, Math.ceil(size / 2 / 1024), t)) return t.skip('cannot mount a tmpfs here');
-  const fresh = path.join(work, 'cache-small');
-  const r = await create(path.join(stick, 'app.bundle'), fresh);
-  t.equal(r.code, 1);
-  t.equal(errorCode(r.stderr), 'NO_SPACE', r.stderr);
-  t.match(r.stderr, /it has [\d.]+ (KB|MB) free, [\d.]+ (KB|MB) missing/, 'how much is missing, in the units the CLI uses');
-  t.equal(r.stderr.trimEnd().split('\n').length, 1, 'one line');
-  t.notOk((await filesUnder(fresh)).some((f) => f.includes(hex(bigLayer))), 'the layer was never fetched');
-  t.same(await listDir(stick), [], 'nothing written');
-});
+t.test(
+  'a destination too small: NO_SPACE before any blob is fetched, naming the bytes missing',
+  async (t) => {
+    const stick = path.join(work, 'small');
+    if (!smallFs(stick, Math.ceil(size / 2 / 1024), t)) return t.skip('cannot mount a tmpfs here');
+    const fresh = path.join(work, 'cache-small');
+    const r = await create(path.join(stick, 'app.bundle'), fresh);
+    t.equal(r.code, 1);
+    t.equal(errorCode(r.stderr), 'NO_SPACE', r.stderr);
+    t.match(
+      r.stderr,
+      /it has [\d.]+ (KB|MB) free, [\d.]+ (KB|MB) missing/,
+      'how much is missing, in the units the CLI uses',
+    );
+    t.equal(r.stderr.trimEnd().split('\n').length, 1, 'one line');
+    t.notOk(
+      (await filesUnder(fresh)).some((f) => f.includes(hex(bigLayer))),
+      'the layer was never fetched',
+    );
+    t.same(await listDir(stick), [], 'nothing written');
+  },
+);
 
 t.test('a read-only destination: NOT_WRITABLE before anything is fetched', async (t) => {
   const ro = path.join(work, 'ro');
@@ -100,14 +147,23 @@ t.test('-o naming a directory: INVALID_CONFIG before anything is fetched', async
   t.same(await listDir(dir), [], 'nothing written into it');
 });
 
-t.test('a cache disk too small for the downloads: NO_SPACE naming the cache and the fix', async (t) => {
-  const small = path.join(work, 'small-cache');
-  if (!smallFs(small, 2048, t)) return t.skip('cannot mount a tmpfs here');
-  const r = await create(path.join(work, 'x.bundle'), small);
-  t.equal(errorCode(r.stderr), 'NO_SPACE', r.stderr);
-  t.match(r.stderr, new RegExp(`blob cache ${small}.*missing; run "bundle cache prune" or pass --cache DIR`));
-  t.notOk((await filesUnder(small)).some((f) => f.endsWith('.partial')), 'no .partial');
-});
+t.test(
+  'a cache disk too small for the downloads: NO_SPACE naming the cache and the fix',
+  async (t) => {
+    const small = path.join(work, 'small-cache');
+    if (!smallFs(small, 2048, t)) return t.skip('cannot mount a tmpfs here');
+    const r = await create(path.join(work, 'x.bundle'), small);
+    t.equal(errorCode(r.stderr), 'NO_SPACE', r.stderr);
+    t.match(
+      r.stderr,
+      new RegExp(`blob cache ${small}.*missing; run "bundle cache prune" or pass --cache DIR`),
+    );
+    t.notOk(
+      (await filesUnder(small)).some((f) => f.endsWith('.partial')),
+      'no .partial',
+    );
+  },
+);
 
 t.test('bundle cache info and prune', async (t) => {
   const c = path.join(work, 'cache-prune');
@@ -117,8 +173,13 @@ t.test('bundle cache info and prune', async (t) => {
   t.equal(before.blobs, 4, 'manifest, config and two layers');
   t.ok(before.bytes > 24_000_000);
   const human = await bundle(['cache', 'info', '--cache', c]);
-  t.match(human.stdout, new RegExp(`^${c}: 4 blobs, [\\d.]+ MB; 0 unfinished downloads, 0 B$`, 'm'));
-  const kept = JSON.parse((await bundle(['cache', 'prune', '--cache', c, '--older-than', '1', '--json'])).stdout);
+  t.match(
+    human.stdout,
+    new RegExp(`^${c}: 4 blobs, [\\d.]+ MB; 0 unfinished downloads, 0 B$`, 'm'),
+  );
+  const kept = JSON.parse(
+    (await bundle(['cache', 'prune', '--cache', c, '--older-than', '1', '--json'])).stdout,
+  );
   t.equal(kept.removed, 0, 'blobs used today are kept with --older-than 1');
   const pruned = JSON.parse((await bundle(['cache', 'prune', '--cache', c, '--json'])).stdout);
   t.equal(pruned.removed, 4);

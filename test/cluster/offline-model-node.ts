@@ -39,7 +39,12 @@ export interface ModelNode {
   status(): Promise<any>;
   cri(): CriImageClient;
   /** `systemctl reload crio` (SIGHUP), resolved with the stand-in's reload event once it re-read its files. */
-  reloadCrio(): Promise<{ outcome: string; files: string[]; pinnedImages: string[]; error?: string }>;
+  reloadCrio(): Promise<{
+    outcome: string;
+    files: string[];
+    pinnedImages: string[];
+    error?: string;
+  }>;
   /** Every agent's output so far (the agents a cold start replaced first). */
   logs(): string;
 }
@@ -61,9 +66,25 @@ async function startCrio(t: Teardown, root: string, state: string, storage: stri
   await mkdir(path.dirname(socket), { recursive: true });
   const { CriImageClient: Client } = await import('@offline-bundle/runtime');
   const svc = await startService({
-    name: 'crio-standin', command: process.execPath,
-    args: [CRIO_STANDIN, '--state-dir', state, '--listen', socket, '--registries-conf', files.registriesConf, '--registries-conf-dir', files.registriesDropInDir,
-      '--config', files.crioConf, '--config-dir', files.crioDropInDir, '--containers-storage', '--exit-with-parent'],
+    name: 'crio-standin',
+    command: process.execPath,
+    args: [
+      CRIO_STANDIN,
+      '--state-dir',
+      state,
+      '--listen',
+      socket,
+      '--registries-conf',
+      files.registriesConf,
+      '--registries-conf-dir',
+      files.registriesDropInDir,
+      '--config',
+      files.crioConf,
+      '--config-dir',
+      files.crioDropInDir,
+      '--containers-storage',
+      '--exit-with-parent',
+    ],
     env: { ...process.env, CONTAINERS_STORAGE_CONF: storage },
     ready: async () => {
       const c = new Client(socket, { callTimeoutMs: 5000 });
@@ -74,7 +95,10 @@ async function startCrio(t: Teardown, root: string, state: string, storage: stri
         c.close();
       }
     },
-    readyWhat: `answer on ${socket}`, timeoutMs: 30_000, pollMs: 100, killAfterMs: 5000,
+    readyWhat: `answer on ${socket}`,
+    timeoutMs: 30_000,
+    pollMs: 100,
+    killAfterMs: 5000,
   });
   t.teardown(() => svc.stop());
   await writeFile(path.join(root, 'run/crio/pid'), String(svc.pid));
@@ -98,32 +122,55 @@ ${stringify({ staging: { serveUntilComplete: serve, serveCheckSeconds: 1 }, vers
 
 /** The stand-in's events (one JSON a line) so far. */
 async function crioEvents(state: string): Promise<any[]> {
-  return (await readFile(path.join(state, 'events.jsonl'), 'utf8').catch(() => '')).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  return (await readFile(path.join(state, 'events.jsonl'), 'utf8').catch(() => ''))
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
 }
 
 async function sighupCrio(root: string, state: string): Promise<any> {
   const before = (await crioEvents(state)).length;
   process.kill(Number(await readFile(path.join(root, 'run/crio/pid'), 'utf8')), 'SIGHUP');
-  return until('the CRI-O stand-in reloads', async () => (await crioEvents(state)).slice(before).find((e) => e.event === 'reload'), { timeoutMs: 10_000, stepMs: 50 });
+  return until(
+    'the CRI-O stand-in reloads',
+    async () => (await crioEvents(state)).slice(before).find((e) => e.event === 'reload'),
+    { timeoutMs: 10_000, stepMs: 50 },
+  );
 }
 
 /** Node `name` (node-a unless said) of the model, its agent started; `serve`: staging.serveUntilComplete. */
-export async function modelNode(t: Teardown, work: string, opts: { api: KubeApiStandIn; pub: string; serve: boolean; name?: string }): Promise<ModelNode> {
+export async function modelNode(
+  t: Teardown,
+  work: string,
+  opts: { api: KubeApiStandIn; pub: string; serve: boolean; name?: string },
+): Promise<ModelNode> {
   const name = opts.name ?? NODE;
   const root = path.join(work, name);
   const state = path.join(root, 'var/lib/crio-standin');
   const storage = await storageConf(root);
   let crio = await startCrio(t, root, state, storage.conf);
   await opts.api.writeNodeKubeconfig(root, name, { certPaths: 'root' });
-  const config = await nodeRoot(root, opts.pub, `reload:\n  command: [${crioSighup(path.join(root, 'run/crio/pid')).map((a) => JSON.stringify(a)).join(', ')}]\n${agentConfig(opts.serve)}`);
+  const config = await nodeRoot(
+    root,
+    opts.pub,
+    `reload:\n  command: [${crioSighup(path.join(root, 'run/crio/pid'))
+      .map((a) => JSON.stringify(a))
+      .join(', ')}]\n${agentConfig(opts.serve)}`,
+  );
   // nodeRoot names every node node-a
-  await writeFile(config, (await readFile(config, 'utf8')).replace(/^nodeName: .*$/m, `nodeName: ${name}`));
+  await writeFile(
+    config,
+    (await readFile(config, 'utf8')).replace(/^nodeName: .*$/m, `nodeName: ${name}`),
+  );
   const drop = path.join(root, 'var/lib/bundle-agent/drop');
   await mkdir(drop, { recursive: true });
   const statusFile = path.join(root, 'var/lib/bundle-agent/status.json');
   const earlier: string[] = [];
   const n: ModelNode = {
-    name, root, socket: crio.socket, storageSpec: `[vfs@${storage.graph}+${storage.run}]`,
+    name,
+    root,
+    socket: crio.socket,
+    storageSpec: `[vfs@${storage.graph}+${storage.run}]`,
     agent: daemonChild(t, config, statusFile),
     plug: async (file) => copyFile(file, path.join(drop, path.basename(file))),
     unplug: async (file) => rm(path.join(drop, path.basename(file)), { force: true }),
@@ -135,7 +182,13 @@ export async function modelNode(t: Teardown, work: string, opts: { api: KubeApiS
       earlier.push(await n.agent.stop('SIGKILL'));
       await crio.svc.stop();
       // crio-wipe: CRI-O's storage (ours: the stand-in's store and the containers-storage it shares) is gone
-      for (const d of [path.join(state, 'storage'), path.join(state, 'images.json'), storage.graph, storage.run]) await rm(d, { recursive: true, force: true });
+      for (const d of [
+        path.join(state, 'storage'),
+        path.join(state, 'images.json'),
+        storage.graph,
+        storage.run,
+      ])
+        await rm(d, { recursive: true, force: true });
       crio = await startCrio(t, root, state, storage.conf);
       n.agent = daemonChild(t, config, statusFile);
     },

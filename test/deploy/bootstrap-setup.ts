@@ -5,7 +5,17 @@ import t, { type Test } from 'tap';
 import { copyFile, mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { tmpdir } from '../helpers/tmp.mjs';
-import { AGENT_REPOSITORY, keygen, makeSidecar, runBootstrap, storeContents, storedDigest, workLeftovers, type Node, type Sidecar } from './lib.js';
+import {
+  AGENT_REPOSITORY,
+  keygen,
+  makeSidecar,
+  runBootstrap,
+  storeContents,
+  storedDigest,
+  workLeftovers,
+  type Node,
+  type Sidecar,
+} from './lib.js';
 
 export const work = await tmpdir(t, 'ob-bootstrap-');
 export const ecdsa = await keygen(work, 'factory');
@@ -22,7 +32,11 @@ export const nodeDir = async () => {
 };
 
 /** A stick at MEDIA/bundle-agent/NAME with the bundle and (unless told) the sidecar's two files. */
-export async function plug(node: Node, s: Sidecar, opts: { name?: string; sidecar?: boolean } = {}): Promise<string> {
+export async function plug(
+  node: Node,
+  s: Sidecar,
+  opts: { name?: string; sidecar?: boolean } = {},
+): Promise<string> {
   const dir = path.join(node.media, 'bundle-agent', opts.name ?? 'sdb1');
   await mkdir(dir, { recursive: true });
   await copyFile(s.bundle, path.join(dir, path.basename(s.bundle)));
@@ -32,11 +46,16 @@ export async function plug(node: Node, s: Sidecar, opts: { name?: string; sideca
   }
   return dir;
 }
-export const unplug = (node: Node) => rm(path.join(node.media, 'bundle-agent'), { recursive: true, force: true });
+export const unplug = (node: Node) =>
+  rm(path.join(node.media, 'bundle-agent'), { recursive: true, force: true });
 
 export async function nothingLoaded(t: Test, node: Node, r: { dropIn: string | undefined }) {
   t.equal(r.dropIn, undefined, 'no drop-in');
-  t.strictSame(await storeContents(node), { images: [], layers: [] }, 'no image and no layer in the store');
+  t.strictSame(
+    await storeContents(node),
+    { images: [], layers: [] },
+    'no image and no layer in the store',
+  );
   t.strictSame(await workLeftovers(node), [], 'no copy left in the work directory');
 }
 
@@ -45,7 +64,11 @@ export async function loadsGood(t: Test, node: Node, s: Sidecar = good) {
   await plug(node, s);
   const r = await runBootstrap(node);
   t.equal(r.code, 0, `the next good stick loads: ${r.stderr}`);
-  t.equal(await storedDigest(node, `${AGENT_REPOSITORY}:${s.version}`), s.manifest, 'the agent image is in the store');
+  t.equal(
+    await storedDigest(node, `${AGENT_REPOSITORY}:${s.version}`),
+    s.manifest,
+    'the agent image is in the store',
+  );
   t.match(r.dropIn ?? '', new RegExp(`^Image=${AGENT_REPOSITORY}@${s.manifest}$`, 'm'));
 }
 

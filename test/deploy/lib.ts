@@ -26,21 +26,55 @@ export interface Sidecar {
  * An agent image (one layer of `layerBytes` random bytes: incompressible, so it takes that much
  * room in a store) for `arch`, bundled with `--agent-image` and signed with `key`.
  */
-export async function makeSidecar(work: string, key: KeyPair, opts: { version: string; arch?: string; layerBytes?: number; name?: string }): Promise<Sidecar> {
+export async function makeSidecar(
+  work: string,
+  key: KeyPair,
+  opts: { version: string; arch?: string; layerBytes?: number; name?: string },
+): Promise<Sidecar> {
   const arch = opts.arch ?? 'amd64';
   const name = opts.name ?? `${opts.version}-${arch}`;
   const layout = path.join(work, `layout-${name}`);
   const img = await writeImageLayout(layout, {
     tag: 'agent',
-    platforms: [{ os: 'linux', architecture: arch, layers: [{ 'usr/local/bin/bundle-agent': randomBytes(opts.layerBytes ?? 4096) }], config: { Labels: { 'org.opencontainers.image.version': opts.version } } }],
+    platforms: [
+      {
+        os: 'linux',
+        architecture: arch,
+        layers: [{ 'usr/local/bin/bundle-agent': randomBytes(opts.layerBytes ?? 4096) }],
+        config: { Labels: { 'org.opencontainers.image.version': opts.version } },
+      },
+    ],
   });
   const dir = path.join(work, `out-${name}`);
   await mkdir(dir, { recursive: true });
   const out = path.join(dir, `release-${name}.bundle`);
-  const r = await bundle(['create', '--quiet', '--key', key.key, '--version', '1.0.0', '--arch', arch, '--cache', path.join(work, 'cache'), '--agent-image', `oci:${layout}:agent`, '-o', out]);
+  const r = await bundle([
+    'create',
+    '--quiet',
+    '--key',
+    key.key,
+    '--version',
+    '1.0.0',
+    '--arch',
+    arch,
+    '--cache',
+    path.join(work, 'cache'),
+    '--agent-image',
+    `oci:${layout}:agent`,
+    '-o',
+    out,
+  ]);
   if (r.code !== 0) throw new Error(`bundle create: ${r.stderr}`);
   const archive = path.join(dir, `bundle-agent-${opts.version}-${arch}.oci.tar`);
-  return { dir, bundle: out, archive, statement: `${archive}.sig`, manifest: img.digest, version: opts.version, arch };
+  return {
+    dir,
+    bundle: out,
+    archive,
+    statement: `${archive}.sig`,
+    manifest: img.digest,
+    version: opts.version,
+    arch,
+  };
 }
 
 export interface Node {
@@ -58,15 +92,26 @@ export interface Node {
  * Its default tag stays below the agents the tests' sticks upgrade to (0.8.0 on), as a first
  * install's is; not generate.mjs's (the release's version), which would one day overtake them.
  */
-export async function unitFiles(form: 'quadlet' | 'plain', image = `${AGENT_REPOSITORY}:0.1.0`): Promise<{ path: string; contents: string }> {
-  const gen = await import(path.join(ROOT, 'deploy/openshift/generate.mjs')) as { plainUnit: (text: string) => string };
-  const container = (await readFile(path.join(ROOT, 'deploy/openshift/bundle-agent.container'), 'utf8')).replaceAll('@IMAGE@', image);
+export async function unitFiles(
+  form: 'quadlet' | 'plain',
+  image = `${AGENT_REPOSITORY}:0.1.0`,
+): Promise<{ path: string; contents: string }> {
+  const gen = (await import(path.join(ROOT, 'deploy/openshift/generate.mjs'))) as {
+    plainUnit: (text: string) => string;
+  };
+  const container = (
+    await readFile(path.join(ROOT, 'deploy/openshift/bundle-agent.container'), 'utf8')
+  ).replaceAll('@IMAGE@', image);
   return form === 'quadlet'
     ? { path: 'etc/containers/systemd/bundle-agent.container', contents: container }
     : { path: 'etc/systemd/system/bundle-agent.service', contents: gen.plainUnit(container) };
 }
 
-export async function makeNode(dir: string, key: KeyPair, opts: { storeRoot?: string; work?: string; unit?: 'quadlet' | 'plain' | 'none' } = {}): Promise<Node> {
+export async function makeNode(
+  dir: string,
+  key: KeyPair,
+  opts: { storeRoot?: string; work?: string; unit?: 'quadlet' | 'plain' | 'none' } = {},
+): Promise<Node> {
   const node: Node = {
     root: path.join(dir, 'root'),
     media: path.join(dir, 'root/run/media'),
@@ -74,7 +119,8 @@ export async function makeNode(dir: string, key: KeyPair, opts: { storeRoot?: st
     work: opts.work ?? path.join(dir, 'root/var/tmp'),
     storage: `vfs@${opts.storeRoot ?? path.join(dir, 'storage')}/root+${opts.storeRoot ?? path.join(dir, 'storage')}/run`,
   };
-  for (const d of [node.media, node.keys, node.work, path.join(node.root, 'run/issue.d')]) await mkdir(d, { recursive: true });
+  for (const d of [node.media, node.keys, node.work, path.join(node.root, 'run/issue.d')])
+    await mkdir(d, { recursive: true });
   await writeKey(node, key);
   if (opts.unit !== 'none') {
     const u = await unitFiles(opts.unit ?? 'quadlet');
@@ -89,20 +135,65 @@ export async function writeKey(node: Node, key: KeyPair, name = 'factory.pub'): 
   await copyFile(key.pub, path.join(node.keys, name));
 }
 
-export interface BootstrapRun { code: number | null; stderr: string; console: string | undefined; dropIn: string | undefined }
+export interface BootstrapRun {
+  code: number | null;
+  stderr: string;
+  console: string | undefined;
+  dropIn: string | undefined;
+}
 
 /** Runs the bootstrap with --keys node.keys, or as the unit does (trust from the config) with `keys: 'config'`. */
-export function runBootstrap(node: Node, extra: string[] = [], opts: { keys?: 'dir' | 'config' } = {}): Promise<BootstrapRun> {
+export function runBootstrap(
+  node: Node,
+  extra: string[] = [],
+  opts: { keys?: 'dir' | 'config' } = {},
+): Promise<BootstrapRun> {
   return new Promise((resolve, reject) => {
     const keys = opts.keys === 'config' ? [] : ['--keys', node.keys];
-    const child = spawn('/bin/bash', [BOOTSTRAP, '--media', node.media, ...keys, '--root', node.root, '--work', node.work, '--storage', node.storage, '--no-start', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(
+      '/bin/bash',
+      [
+        BOOTSTRAP,
+        '--media',
+        node.media,
+        ...keys,
+        '--root',
+        node.root,
+        '--work',
+        node.work,
+        '--storage',
+        node.storage,
+        '--no-start',
+        ...extra,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     let stderr = '';
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
     child.on('error', reject);
     child.on('close', async (code) => {
-      const dropIn = await readFile(path.join(node.root, 'etc/containers/systemd/bundle-agent.container.d/image.conf'), 'utf8')
-        .catch(() => readFile(path.join(node.root, 'etc/systemd/system/bundle-agent.service.d/image.conf'), 'utf8')).catch(() => undefined);
-      resolve({ code, stderr, console: await readFile(path.join(node.root, 'run/issue.d/bundle-agent.issue'), 'utf8').catch(() => undefined), dropIn });
+      const dropIn = await readFile(
+        path.join(node.root, 'etc/containers/systemd/bundle-agent.container.d/image.conf'),
+        'utf8',
+      )
+        .catch(() =>
+          readFile(
+            path.join(node.root, 'etc/systemd/system/bundle-agent.service.d/image.conf'),
+            'utf8',
+          ),
+        )
+        .catch(() => undefined);
+      resolve({
+        code,
+        stderr,
+        console: await readFile(
+          path.join(node.root, 'run/issue.d/bundle-agent.issue'),
+          'utf8',
+        ).catch(() => undefined),
+        dropIn,
+      });
     });
   });
 }
@@ -110,9 +201,15 @@ export function runBootstrap(node: Node, extra: string[] = [], opts: { keys?: 'd
 /** `skopeo inspect` of the store: the manifest digest of REF, or undefined when the store has no such image. */
 export function storedDigest(node: Node, ref: string): Promise<string | undefined> {
   return new Promise((resolve) => {
-    const child = spawn('skopeo', ['inspect', '--format', '{{.Digest}}', `containers-storage:[${node.storage}]${ref}`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const child = spawn(
+      'skopeo',
+      ['inspect', '--format', '{{.Digest}}', `containers-storage:[${node.storage}]${ref}`],
+      { stdio: ['ignore', 'pipe', 'ignore'] },
+    );
     let out = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
     child.on('close', (code) => resolve(code === 0 ? out.trim() : undefined));
   });
 }
@@ -120,8 +217,12 @@ export function storedDigest(node: Node, ref: string): Promise<string | undefine
 /** Images and layers the store holds (its JSON records): nothing half-loaded means both empty. */
 export async function storeContents(node: Node): Promise<{ images: unknown[]; layers: unknown[] }> {
   const graph = node.storage.slice(node.storage.indexOf('@') + 1, node.storage.indexOf('+'));
-  const read = async (f: string) => JSON.parse(await readFile(path.join(graph, f), 'utf8').catch(() => '[]')) as unknown[];
-  return { images: await read('vfs-images/images.json'), layers: await read('vfs-layers/layers.json') };
+  const read = async (f: string) =>
+    JSON.parse(await readFile(path.join(graph, f), 'utf8').catch(() => '[]')) as unknown[];
+  return {
+    images: await read('vfs-images/images.json'),
+    layers: await read('vfs-layers/layers.json'),
+  };
 }
 
 export async function workLeftovers(node: Node): Promise<string[]> {

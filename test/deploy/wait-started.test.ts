@@ -11,24 +11,43 @@ import { BOOTSTRAP as SCRIPT } from './lib.js';
 
 const UNIT = join(SCRIPT, '../bundle-agent.container');
 
-function waitStarted(root: string, seconds: string, env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stderr: string; ms: number }> {
+function waitStarted(
+  root: string,
+  seconds: string,
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ code: number | null; stderr: string; ms: number }> {
   const began = Date.now();
   return new Promise((resolve) => {
-    const c = spawn('bash', [SCRIPT, '--wait-started', seconds, '--root', root], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
+    const c = spawn('bash', [SCRIPT, '--wait-started', seconds, '--root', root], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, ...env },
+    });
     let stderr = '';
-    c.stderr.on('data', (b: Buffer) => { stderr += b; });
+    c.stderr.on('data', (b: Buffer) => {
+      stderr += b;
+    });
     c.on('close', (code) => resolve({ code, stderr, ms: Date.now() - began }));
   });
 }
 
-t.test('the unit orders the kubelet after it and waits, bounded, for the start-up marker', async (t) => {
-  const unit = await readFile(UNIT, 'utf8');
-  t.match(unit, /^Before=kubelet\.service$/m);
-  t.match(unit, /^ExecStartPre=-\/bin\/rm -f \/var\/lib\/bundle-agent\/started$/m, 'the last start\'s marker goes before the agent starts');
-  const wait = Number(/--wait-started (\d+)$/m.exec(unit)?.[1]);
-  const timeout = Number(/^TimeoutStartSec=(\d+)$/m.exec(unit)?.[1]);
-  t.ok(wait > 0 && timeout > wait, `the wait (${wait} s) ends before systemd's start timeout (${timeout} s) would kill the agent`);
-});
+t.test(
+  'the unit orders the kubelet after it and waits, bounded, for the start-up marker',
+  async (t) => {
+    const unit = await readFile(UNIT, 'utf8');
+    t.match(unit, /^Before=kubelet\.service$/m);
+    t.match(
+      unit,
+      /^ExecStartPre=-\/bin\/rm -f \/var\/lib\/bundle-agent\/started$/m,
+      "the last start's marker goes before the agent starts",
+    );
+    const wait = Number(/--wait-started (\d+)$/m.exec(unit)?.[1]);
+    const timeout = Number(/^TimeoutStartSec=(\d+)$/m.exec(unit)?.[1]);
+    t.ok(
+      wait > 0 && timeout > wait,
+      `the wait (${wait} s) ends before systemd's start timeout (${timeout} s) would kill the agent`,
+    );
+  },
+);
 
 t.test('--wait-started returns once the marker appears, and at the bound without it', async (t) => {
   const root = await tmpdir(t, 'ob-wait-started-');

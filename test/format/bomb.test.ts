@@ -51,7 +51,12 @@ function rleBlocks(bytes: number, block: number, blocks: number): Buffer[] {
   return out;
 }
 
-interface ChildResult { code?: string; message?: string; ok?: boolean; maxRssBytes: number }
+interface ChildResult {
+  code?: string;
+  message?: string;
+  ok?: boolean;
+  maxRssBytes: number;
+}
 
 /** Runs one reader call in a fresh node process and reports its error code and peak RSS. */
 function inChild(call: string, file: string, pub?: string): Promise<ChildResult> {
@@ -65,11 +70,15 @@ function inChild(call: string, file: string, pub?: string): Promise<ChildResult>
     out.maxRssBytes = process.resourceUsage().maxRSS * 1024;
     console.log(JSON.stringify(out));`;
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--input-type=module', '-e', script, file, ...(pub ? [pub] : [])],
-      { cwd: root, timeout: 60_000, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+    execFile(
+      process.execPath,
+      ['--input-type=module', '-e', script, file, ...(pub ? [pub] : [])],
+      { cwd: root, timeout: 60_000, maxBuffer: 1 << 20 },
+      (err, stdout, stderr) => {
         if (err) return reject(new Error(`child failed: ${err.message}\n${stderr}`));
         resolve(JSON.parse(stdout.trim().split('\n').pop()!) as ChildResult);
-      });
+      },
+    );
   });
 }
 
@@ -78,12 +87,24 @@ t.test('one frame of 2 GiB of zeros at the start of the file', async (t) => {
   const file = path.join(dir, 'bomb.bundle');
   const frame = zeroBomb(2 * GiB);
   t.ok(frame.length < 100 * 1024, `the bomb is ${frame.length} bytes`);
-  await writeFile(file, Buffer.concat([frame, encodeSeekTable([{ compressedSize: frame.length, decompressedSize: 0 }])]));
-  for (const call of ['f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', 'f.withBundleFile(file, f.readHeader)']) {
+  await writeFile(
+    file,
+    Buffer.concat([
+      frame,
+      encodeSeekTable([{ compressedSize: frame.length, decompressedSize: 0 }]),
+    ]),
+  );
+  for (const call of [
+    'f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))',
+    'f.withBundleFile(file, f.readHeader)',
+  ]) {
     const r = await inChild(call, file);
     t.equal(r.code, 'CORRUPT', `${call}: refused as CORRUPT`, r);
     t.match(r.message, /frame limit/, `${call}: the message names the frame limit`);
-    t.ok(r.maxRssBytes < RSS_LIMIT, `${call}: peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB is under ${RSS_LIMIT / 1048576} MiB`);
+    t.ok(
+      r.maxRssBytes < RSS_LIMIT,
+      `${call}: peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB is under ${RSS_LIMIT / 1048576} MiB`,
+    );
   }
 });
 
@@ -91,7 +112,13 @@ t.test('a frame header claiming 2 GiB of content', async (t) => {
   const dir = t.testdir();
   const file = path.join(dir, 'claims.bundle');
   const frame = zeroBomb(2 * GiB, 2 * GiB);
-  await writeFile(file, Buffer.concat([frame, encodeSeekTable([{ compressedSize: frame.length, decompressedSize: 0 }])]));
+  await writeFile(
+    file,
+    Buffer.concat([
+      frame,
+      encodeSeekTable([{ compressedSize: frame.length, decompressedSize: 0 }]),
+    ]),
+  );
   const r = await inChild('f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', file);
   t.ok(r.code === 'CORRUPT', 'refused as CORRUPT', r);
   t.ok(r.maxRssBytes < RSS_LIMIT, `peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);
@@ -102,14 +129,27 @@ t.test('hundreds of legal 4 MiB frames of zeros before any entry', async (t) => 
   const file = path.join(dir, 'zeros.bundle');
   const frame = zeroBomb(FRAME_BYTES);
   const count = 700; // 2.8 GB of zero blocks, which tar skips as end-of-archive markers
-  await writeFile(file, Buffer.concat([...Array<Buffer>(count).fill(frame),
-    encodeSeekTable(Array(count).fill({ compressedSize: frame.length, decompressedSize: FRAME_BYTES }))]));
+  await writeFile(
+    file,
+    Buffer.concat([
+      ...Array<Buffer>(count).fill(frame),
+      encodeSeekTable(
+        Array(count).fill({ compressedSize: frame.length, decompressedSize: FRAME_BYTES }),
+      ),
+    ]),
+  );
   t.ok(count * frame.length < 200 * 1024, `the file is ${count * frame.length} bytes`);
-  for (const call of ['f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', 'f.withBundleFile(file, f.readHeader)']) {
+  for (const call of [
+    'f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))',
+    'f.withBundleFile(file, f.readHeader)',
+  ]) {
     const started = Date.now();
     const r = await inChild(call, file);
     t.ok(r.code === 'CORRUPT' || r.code === 'BAD_ORDER', `${call}: refused (${r.code})`, r);
-    t.ok(r.maxRssBytes < RSS_LIMIT, `${call}: peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);
+    t.ok(
+      r.maxRssBytes < RSS_LIMIT,
+      `${call}: peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`,
+    );
     t.comment(`${call}: ${Date.now() - started} ms`);
   }
 });
@@ -121,12 +161,25 @@ t.test('a signed bundle followed by 2.8 GB of frames past the archive end', asyn
   const frame = zeroBomb(FRAME_BYTES);
   const file = path.join(b.dir, 'tail.bundle');
   const tail = Array<Buffer>(700).fill(frame);
-  await writeFile(file, Buffer.concat([
-    ...frames.map((f) => f.bytes), ...tail,
-    encodeSeekTable([...frames.map((f) => ({ compressedSize: f.bytes.length, decompressedSize: f.decompressedSize })),
-      ...tail.map(() => ({ compressedSize: frame.length, decompressedSize: FRAME_BYTES }))]),
-  ]));
-  const r = await inChild('f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))', file, pubPath);
+  await writeFile(
+    file,
+    Buffer.concat([
+      ...frames.map((f) => f.bytes),
+      ...tail,
+      encodeSeekTable([
+        ...frames.map((f) => ({
+          compressedSize: f.bytes.length,
+          decompressedSize: f.decompressedSize,
+        })),
+        ...tail.map(() => ({ compressedSize: frame.length, decompressedSize: FRAME_BYTES })),
+      ]),
+    ]),
+  );
+  const r = await inChild(
+    'f.withBundleFile(file, (s) => f.verifyBundle(s, { trust }))',
+    file,
+    pubPath,
+  );
   t.equal(r.code, 'TRAILING_DATA', 'refused as TRAILING_DATA', r);
   t.ok(r.maxRssBytes < RSS_LIMIT, `peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);
 });
@@ -137,21 +190,35 @@ t.test('media mode: a frame whose seek-index entry understates it', async (t) =>
   // The random reader trusts no size from the index or a frame header: swap the last layer
   // data frame for a 2 GiB one and keep the index entry's claimed size.
   const frames = await readFrames(b.path);
-  const tableFrames = frames.map((f) => ({ compressedSize: f.bytes.length, decompressedSize: f.decompressedSize }));
+  const tableFrames = frames.map((f) => ({
+    compressedSize: f.bytes.length,
+    decompressedSize: f.decompressedSize,
+  }));
   const padded = Math.ceil(70_000 / 512) * 512; // the frame holds the data and its tar padding
   const victim = frames.findIndex((f) => f.decompressedSize === padded);
   t.ok(victim > 0, 'found the 70 kB layer frame');
   const bomb = zeroBomb(2 * GiB, padded);
   const file = path.join(b.dir, 'media.bundle');
-  await writeFile(file, Buffer.concat([...frames.map((f, i) => (i === victim ? bomb : f.bytes)),
-    encodeSeekTable(tableFrames.map((f, i) => (i === victim ? { ...f, compressedSize: bomb.length } : f)))]));
-  const r = await inChild(`(async () => {
+  await writeFile(
+    file,
+    Buffer.concat([
+      ...frames.map((f, i) => (i === victim ? bomb : f.bytes)),
+      encodeSeekTable(
+        tableFrames.map((f, i) => (i === victim ? { ...f, compressedSize: bomb.length } : f)),
+      ),
+    ]),
+  );
+  const r = await inChild(
+    `(async () => {
       await f.withBundleFile(file, async (s) => {
         const { manifest } = await f.readHeader(s);
         const reader = await f.BundleRandomReader.open(s, manifest);
         for (const b of manifest.blobs) await reader.verify('blobs/sha256/' + b.digest.slice(7));
       });
-    })()`, file, pubPath);
+    })()`,
+    file,
+    pubPath,
+  );
   t.ok(r.code === 'BAD_SEEK_TABLE' || r.code === 'CORRUPT', `refused (${r.code})`, r);
   t.ok(r.maxRssBytes < RSS_LIMIT, `peak RSS ${(r.maxRssBytes / 1048576).toFixed(0)} MiB`);
 });
@@ -173,7 +240,13 @@ t.test('BoundedDecompress', async (t) => {
     d.stopAfter(1000);
     const src = new PassThrough();
     src.pipe(d);
-    src.end(Buffer.concat([zstdFrame(Buffer.alloc(600)), zstdFrame(Buffer.alloc(600)), zstdFrame(Buffer.alloc(600))]));
+    src.end(
+      Buffer.concat([
+        zstdFrame(Buffer.alloc(600)),
+        zstdFrame(Buffer.alloc(600)),
+        zstdFrame(Buffer.alloc(600)),
+      ]),
+    );
     let n = 0;
     for await (const c of d) n += (c as Buffer).length;
     t.equal(n, 1200, 'stops after the frame that crossed the limit');
@@ -183,7 +256,14 @@ t.test('BoundedDecompress', async (t) => {
   t.test('fails a frame over the limit; tolerant mode keeps the error and ends', async (t) => {
     const strict = new BoundedDecompress({ frameLimit: 1000 });
     strict.end(zstdFrame(Buffer.alloc(1001)));
-    await t.rejects((async () => { for await (const _ of strict) { /* drain */ } })(), { code: 'CORRUPT' });
+    await t.rejects(
+      (async () => {
+        for await (const _ of strict) {
+          /* drain */
+        }
+      })(),
+      { code: 'CORRUPT' },
+    );
     const tolerant = new BoundedDecompress({ frameLimit: 1000, tolerant: true });
     tolerant.end(Buffer.concat([zstdFrame(Buffer.alloc(900)), zstdFrame(Buffer.alloc(1001))]));
     let n = 0;
@@ -193,20 +273,30 @@ t.test('BoundedDecompress', async (t) => {
   });
 });
 
-t.test('BoundedDecompress: a frame cut at the end of a chunk that decodes to a lot does not hang (fuzz seed 2 case 2100)', async (t) => {
-  const frame = zstdFrame(Buffer.alloc(FRAME_BYTES, 'abcd'));
-  for (const cut of [frame.length - 1, frame.length - 5, Math.floor(frame.length / 2)]) {
-    const d = new BoundedDecompress({ tolerant: true });
-    d.end(frame.subarray(0, cut));
-    let n = 0;
-    const drained = (async () => {
-      for await (const c of d) {
-        n += (c as Buffer).length;
-        await new Promise((r) => setImmediate(r)); // a slow consumer: backpressure
-      }
-    })();
-    const settled = await Promise.race([drained.then(() => true), new Promise((r) => setTimeout(() => r(false), 10_000))]);
-    t.ok(settled, `cut at ${cut} of ${frame.length}: the stream ends (${n} bytes out)`);
-    t.match(String(d.failed?.message), /middle of compressed data frame/, 'and says the frame was cut');
-  }
-});
+t.test(
+  'BoundedDecompress: a frame cut at the end of a chunk that decodes to a lot does not hang (fuzz seed 2 case 2100)',
+  async (t) => {
+    const frame = zstdFrame(Buffer.alloc(FRAME_BYTES, 'abcd'));
+    for (const cut of [frame.length - 1, frame.length - 5, Math.floor(frame.length / 2)]) {
+      const d = new BoundedDecompress({ tolerant: true });
+      d.end(frame.subarray(0, cut));
+      let n = 0;
+      const drained = (async () => {
+        for await (const c of d) {
+          n += (c as Buffer).length;
+          await new Promise((r) => setImmediate(r)); // a slow consumer: backpressure
+        }
+      })();
+      const settled = await Promise.race([
+        drained.then(() => true),
+        new Promise((r) => setTimeout(() => r(false), 10_000)),
+      ]);
+      t.ok(settled, `cut at ${cut} of ${frame.length}: the stream ends (${n} bytes out)`);
+      t.match(
+        String(d.failed?.message),
+        /middle of compressed data frame/,
+        'and says the frame was cut',
+      );
+    }
+  },
+);

@@ -4,13 +4,16 @@
 import t from 'tap';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { BUNDLE_JSON, SIGNATURE, verifyBundle, withBundleFile} from '@offline-bundle/format';
+import { BUNDLE_JSON, SIGNATURE, verifyBundle, withBundleFile } from '@offline-bundle/format';
 import { craft, makeBundle, readEntries, readFrames, resign } from './craft.js';
 
 t.test('craft(readEntries(bundle)) reproduces writeBundle byte for byte', async (t) => {
   const b = await makeBundle(t);
   const entries = await readEntries(b.path);
-  t.same(entries.slice(0, 2).map((e) => e.header.name), [BUNDLE_JSON, SIGNATURE]);
+  t.same(
+    entries.slice(0, 2).map((e) => e.header.name),
+    [BUNDLE_JSON, SIGNATURE],
+  );
   const out = path.join(b.dir, 'copy.bundle');
   const crafted = await craft(out, entries);
   t.equal(crafted.frames.length, (await readFrames(b.path)).length, 'same frame count');
@@ -20,7 +23,9 @@ t.test('craft(readEntries(bundle)) reproduces writeBundle byte for byte', async 
 
 t.test('resign keeps the signature valid for an edited bundle.json', async (t) => {
   const b = await makeBundle(t);
-  const entries = resign(await readEntries(b.path), b.key.privateKey, { json: (m) => ({ ...m, release: { ...m.release, name: 'edited' } }) });
+  const entries = resign(await readEntries(b.path), b.key.privateKey, {
+    json: (m) => ({ ...m, release: { ...m.release, name: 'edited' } }),
+  });
   const out = path.join(b.dir, 'edited.bundle');
   await craft(out, entries);
   const v = await withBundleFile(out, (s) => verifyBundle(s, { trust: b.trust }));

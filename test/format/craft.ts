@@ -6,7 +6,13 @@
 //   const entries = await readEntries(b.path);           // its tar entries, in order
 //   await craft(out, [...entries, fileEntry('x', buf)]); // the same frames + one more entry
 //   await assertRejected(t, out, b.trust, 'UNEXPECTED_ENTRY');
-import { createHash, createPublicKey, createPrivateKey, randomBytes, type KeyObject } from 'node:crypto';
+import {
+  createHash,
+  createPublicKey,
+  createPrivateKey,
+  randomBytes,
+  type KeyObject,
+} from 'node:crypto';
 import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
@@ -14,10 +20,28 @@ import type { Test } from 'tap';
 import tar from 'tar-stream';
 import { Compressor, decompress } from 'zstd-napi';
 import {
-  BUNDLE_JSON, FRAME_BYTES, FormatError, SIGNATURE, encodeSeekTable, extractBundle, fingerprint, generateKeyPair,
-  rawFrame, readSeekIndex, signBytes, verifyBundle, writeBundle,
-  type BundleBlob, type BundleImage, type FormatErrorCode, type FrameEntry, type KeyType, type Trust, type TrustedKey,
-  type WrittenBundle, withBundleFile,
+  BUNDLE_JSON,
+  FRAME_BYTES,
+  FormatError,
+  SIGNATURE,
+  encodeSeekTable,
+  extractBundle,
+  fingerprint,
+  generateKeyPair,
+  rawFrame,
+  readSeekIndex,
+  signBytes,
+  verifyBundle,
+  writeBundle,
+  type BundleBlob,
+  type BundleImage,
+  type FormatErrorCode,
+  type FrameEntry,
+  type KeyType,
+  type Trust,
+  type TrustedKey,
+  type WrittenBundle,
+  withBundleFile,
 } from '@offline-bundle/format';
 // @ts-expect-error: a JavaScript helper without type declarations
 import { tmpdir as tmpdirJs } from '../helpers/tmp.mjs';
@@ -30,7 +54,8 @@ const MT_CONFIG = 'application/vnd.oci.image.config.v1+json';
 const MT_LAYER = 'application/vnd.oci.image.layer.v1.tar';
 const MT_INDEX = 'application/vnd.oci.image.index.v1+json';
 
-export const sha256 = (b: Uint8Array | string): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
+export const sha256 = (b: Uint8Array | string): string =>
+  'sha256:' + createHash('sha256').update(b).digest('hex');
 
 // ---------------------------------------------------------------------------------------------
 // Keys
@@ -49,14 +74,21 @@ export function makeKey(type: KeyType = 'ecdsa-p256', source = `test-${type}.pub
   const { privatePem, publicPem } = generateKeyPair(type);
   const publicKey = createPublicKey(publicPem);
   return {
-    type, privatePem, publicPem, publicKey,
+    type,
+    privatePem,
+    publicPem,
+    publicKey,
     privateKey: createPrivateKey(privatePem),
     trusted: { key: publicKey, fingerprint: fingerprint(publicKey), source },
   };
 }
 
 /** Writes NAME.key (0600) and NAME.pub into dir. */
-export async function writeKeyFiles(dir: string, key: TestKey, name = 'signer'): Promise<{ keyPath: string; pubPath: string }> {
+export async function writeKeyFiles(
+  dir: string,
+  key: TestKey,
+  name = 'signer',
+): Promise<{ keyPath: string; pubPath: string }> {
   const keyPath = path.join(dir, `${name}.key`);
   const pubPath = path.join(dir, `${name}.pub`);
   await writeFile(keyPath, key.privatePem, { mode: 0o600 });
@@ -107,26 +139,55 @@ export async function makeBundle(t: Test, opts: MakeBundleOptions = {}): Promise
   const dir = opts.dir ?? (await tmpdir(t, 'ob-format-'));
   const key = opts.key ?? makeKey();
   const layerData = opts.layers ?? (opts.layerSizes ?? [3000, 70_000]).map((n) => randomBytes(n));
-  const layers = layerData.map((data) => ({ digest: sha256(data), size: data.length, mediaType: MT_LAYER, data }));
-  const config = Buffer.from(JSON.stringify({
-    architecture: 'amd64', os: 'linux', config: {},
-    rootfs: { type: 'layers', diff_ids: layers.map((l) => l.digest) },
+  const layers = layerData.map((data) => ({
+    digest: sha256(data),
+    size: data.length,
+    mediaType: MT_LAYER,
+    data,
   }));
-  const configBlob = { digest: sha256(config), size: config.length, mediaType: MT_CONFIG, data: config };
-  const manifest = Buffer.from(JSON.stringify({
-    schemaVersion: 2, mediaType: MT_MANIFEST,
-    config: { mediaType: MT_CONFIG, digest: configBlob.digest, size: configBlob.size },
-    layers: layers.map(({ mediaType, digest, size }) => ({ mediaType, digest, size })),
-  }));
-  const manifestBlob = { digest: sha256(manifest), size: manifest.length, mediaType: MT_MANIFEST, data: manifest };
-  const index = Buffer.from(JSON.stringify({
-    schemaVersion: 2, mediaType: MT_INDEX,
-    manifests: [{
-      mediaType: MT_MANIFEST, digest: manifestBlob.digest, size: manifestBlob.size,
-      platform: { os: 'linux', architecture: 'amd64' },
-      annotations: { 'org.opencontainers.image.ref.name': 'example.com/test/app:v1' },
-    }],
-  }));
+  const config = Buffer.from(
+    JSON.stringify({
+      architecture: 'amd64',
+      os: 'linux',
+      config: {},
+      rootfs: { type: 'layers', diff_ids: layers.map((l) => l.digest) },
+    }),
+  );
+  const configBlob = {
+    digest: sha256(config),
+    size: config.length,
+    mediaType: MT_CONFIG,
+    data: config,
+  };
+  const manifest = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: MT_MANIFEST,
+      config: { mediaType: MT_CONFIG, digest: configBlob.digest, size: configBlob.size },
+      layers: layers.map(({ mediaType, digest, size }) => ({ mediaType, digest, size })),
+    }),
+  );
+  const manifestBlob = {
+    digest: sha256(manifest),
+    size: manifest.length,
+    mediaType: MT_MANIFEST,
+    data: manifest,
+  };
+  const index = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: MT_INDEX,
+      manifests: [
+        {
+          mediaType: MT_MANIFEST,
+          digest: manifestBlob.digest,
+          size: manifestBlob.size,
+          platform: { os: 'linux', architecture: 'amd64' },
+          annotations: { 'org.opencontainers.image.ref.name': 'example.com/test/app:v1' },
+        },
+      ],
+    }),
+  );
   const blobDir = path.join(dir, 'src-blobs');
   await mkdir(blobDir, { recursive: true });
   const blobs: SourceBlob[] = [];
@@ -136,15 +197,33 @@ export async function makeBundle(t: Test, opts: MakeBundleOptions = {}): Promise
     await writeFile(p, b.data);
     blobs.push({ ...b, path: p });
   }
-  const images: BundleImage[] = [{
-    repository: 'example.com/test/app', tag: 'v1', digest: manifestBlob.digest, mediaType: MT_MANIFEST,
-    platforms: [{ os: 'linux', architecture: 'amd64' }],
-  }];
+  const images: BundleImage[] = [
+    {
+      repository: 'example.com/test/app',
+      tag: 'v1',
+      digest: manifestBlob.digest,
+      mediaType: MT_MANIFEST,
+      platforms: [{ os: 'linux', architecture: 'amd64' }],
+    },
+  ];
   const out = path.join(dir, opts.name ?? 'test.bundle');
   const written = await writeBundle({
-    release: { name: 'test', version: '1.2.3', arch: 'amd64', image: null, digest: null, upgradeFrom: ['1.2.2'] },
-    images, index, blobs, imageStoreBytes: 1000, key: key.privateKey, output: out,
-    createdAt: opts.createdAt ?? '2026-01-02T03:04:05Z', tool: { name: 'offline-bundle-test', version: '0.0.0' },
+    release: {
+      name: 'test',
+      version: '1.2.3',
+      arch: 'amd64',
+      image: null,
+      digest: null,
+      upgradeFrom: ['1.2.2'],
+    },
+    images,
+    index,
+    blobs,
+    imageStoreBytes: 1000,
+    key: key.privateKey,
+    output: out,
+    createdAt: opts.createdAt ?? '2026-01-02T03:04:05Z',
+    tool: { name: 'offline-bundle-test', version: '0.0.0' },
   });
   return { path: out, dir, key, trust: { keys: [key.trusted] }, written, blobs, index, images };
 }
@@ -206,18 +285,48 @@ export async function parseTar(tarBytes: Buffer): Promise<Entry[]> {
 }
 
 /** A regular-file entry with the header fields writeBundle uses. */
-export function fileEntry(name: string, data: Buffer | string, header: Partial<tar.Header> = {}): Entry {
+export function fileEntry(
+  name: string,
+  data: Buffer | string,
+  header: Partial<tar.Header> = {},
+): Entry {
   const buf = Buffer.from(data);
   return {
-    header: { name, size: buf.length, mode: 0o644, mtime: new Date(0), uid: 0, gid: 0, uname: '', gname: '', type: 'file', ...header },
+    header: {
+      name,
+      size: buf.length,
+      mode: 0o644,
+      mtime: new Date(0),
+      uid: 0,
+      gid: 0,
+      uname: '',
+      gname: '',
+      type: 'file',
+      ...header,
+    },
     data: buf,
   };
 }
 
 /** A non-file entry (symlink, link, directory, character-device, fifo...). */
-export function specialEntry(name: string, type: tar.Header['type'], header: Partial<tar.Header> = {}): Entry {
+export function specialEntry(
+  name: string,
+  type: tar.Header['type'],
+  header: Partial<tar.Header> = {},
+): Entry {
   return {
-    header: { name, size: 0, mode: 0o644, mtime: new Date(0), uid: 0, gid: 0, uname: '', gname: '', type, ...header },
+    header: {
+      name,
+      size: 0,
+      mode: 0o644,
+      mtime: new Date(0),
+      uid: 0,
+      gid: 0,
+      uname: '',
+      gname: '',
+      type,
+      ...header,
+    },
     data: Buffer.alloc(0),
   };
 }
@@ -288,7 +397,8 @@ export function frameSegments(tarBytes: Buffer): [number, number][] {
   for (let d = last + FRAME_BYTES; d < tarBytes.length; d += FRAME_BYTES) cuts.push(d);
   cuts.push(tarBytes.length);
   const segs: [number, number][] = [];
-  for (let i = 0; i + 1 < cuts.length; i++) if (cuts[i]! < cuts[i + 1]!) segs.push([cuts[i]!, cuts[i + 1]!]);
+  for (let i = 0; i + 1 < cuts.length; i++)
+    if (cuts[i]! < cuts[i + 1]!) segs.push([cuts[i]!, cuts[i + 1]!]);
   return segs;
 }
 
@@ -301,9 +411,16 @@ export function zstdFrame(data: Buffer): Buffer {
 }
 
 /** A zstd frame with other frame-header flags than writeBundle's (a valid frame all the same). */
-export function zstdFrameWith(data: Buffer, flags: { checksum: boolean; contentSize: boolean }): Buffer {
+export function zstdFrameWith(
+  data: Buffer,
+  flags: { checksum: boolean; contentSize: boolean },
+): Buffer {
   const c = new Compressor();
-  c.setParameters({ compressionLevel: 3, checksumFlag: flags.checksum, contentSizeFlag: flags.contentSize });
+  c.setParameters({
+    compressionLevel: 3,
+    checksumFlag: flags.checksum,
+    contentSizeFlag: flags.contentSize,
+  });
   return c.compress(data);
 }
 
@@ -327,7 +444,11 @@ export function setChecksum(block: Buffer): void {
  * A copy of a tar stream with the header of entry `name` edited in place by `patch` (its
  * checksum recomputed afterwards), for header fields tar-stream's packer cannot express.
  */
-export function patchHeader(tarBytes: Buffer, name: string, patch: (block: Buffer) => void): Buffer {
+export function patchHeader(
+  tarBytes: Buffer,
+  name: string,
+  patch: (block: Buffer) => void,
+): Buffer {
   const out = Buffer.from(tarBytes);
   let p = 0;
   while (p + TAR_BLOCK <= out.length) {
@@ -393,13 +514,21 @@ export interface Crafted {
  * data frames of at most FRAME_BYTES, a seek table in a trailing skippable frame), with the
  * changes the options ask for. Entries from readEntries of a valid bundle give back its bytes.
  */
-export async function craft(file: string, entries: Entry[], opts: CraftOptions = {}): Promise<Crafted> {
+export async function craft(
+  file: string,
+  entries: Entry[],
+  opts: CraftOptions = {},
+): Promise<Crafted> {
   const tarBytes = await packTar(entries, opts.trailer ?? true);
   return craftTar(file, tarBytes, opts);
 }
 
 /** As craft, from an uncompressed tar stream the test assembled itself. */
-export async function craftTar(file: string, tarBytes: Buffer, opts: CraftOptions = {}): Promise<Crafted> {
+export async function craftTar(
+  file: string,
+  tarBytes: Buffer,
+  opts: CraftOptions = {},
+): Promise<Crafted> {
   const parts: Buffer[] = [];
   const frames: FrameEntry[] = [];
   // writeBundle stores the head (bundle.json and its signature) as raw blocks
@@ -419,7 +548,10 @@ export async function craftTar(file: string, tarBytes: Buffer, opts: CraftOption
   };
   addFrames(tarBytes, segs);
   if (opts.extraTar) addFrames(opts.extraTar, frameSegments(opts.extraTar));
-  if (opts.seekTable !== null) parts.push(encodeSeekTable(opts.seekTable ? opts.seekTable(frames.map((f) => ({ ...f }))) : frames));
+  if (opts.seekTable !== null)
+    parts.push(
+      encodeSeekTable(opts.seekTable ? opts.seekTable(frames.map((f) => ({ ...f }))) : frames),
+    );
   if (opts.append) parts.push(opts.append);
   const out = Buffer.concat(parts);
   await writeFile(file, out);
@@ -437,7 +569,10 @@ export function resign(
 ): Entry[] {
   const mj = entryNamed(entries, BUNDLE_JSON);
   let bytes = mj.data;
-  if (edit.json) bytes = Buffer.from(JSON.stringify(edit.json(JSON.parse(bytes.toString('utf8'))), null, 2) + '\n');
+  if (edit.json)
+    bytes = Buffer.from(
+      JSON.stringify(edit.json(JSON.parse(bytes.toString('utf8'))), null, 2) + '\n',
+    );
   if (edit.raw) bytes = edit.raw(bytes);
   const sig = signBytes(bytes, key);
   return entries.map((e) => {
@@ -458,18 +593,28 @@ export function flipByte(buf: Buffer, at: number): Buffer {
 // Assertions
 
 async function exists(p: string): Promise<boolean> {
-  return stat(p).then(() => true, () => false);
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** Expects `p` to reject with a FormatError of one of `codes` whose message is one line. */
-export async function rejectsWith(t: Test, p: Promise<unknown>, codes: FormatErrorCode | FormatErrorCode[], what: string): Promise<FormatError | undefined> {
+export async function rejectsWith(
+  t: Test,
+  p: Promise<unknown>,
+  codes: FormatErrorCode | FormatErrorCode[],
+  what: string,
+): Promise<FormatError | undefined> {
   const want = Array.isArray(codes) ? codes : [codes];
   try {
     await p;
   } catch (err) {
     t.ok(err instanceof FormatError, `${what}: a FormatError`, { found: err });
     const code = (err as FormatError).code;
-    t.ok(want.includes(code), `${what}: code ${code} is ${want.join(' or ')}`, { message: (err as Error).message });
+    t.ok(want.includes(code), `${what}: code ${code} is ${want.join(' or ')}`, {
+      message: (err as Error).message,
+    });
     t.notMatch((err as Error).message, /\n/, `${what}: message is one line`);
     t.ok((err as Error).message.length > 0, `${what}: message is not empty`);
     return err as FormatError;
@@ -484,10 +629,25 @@ let extractCount = 0;
  * The bundle at `file` is refused with `codes` by verifyBundle, and by extractBundle, which
  * leaves neither the target directory (absent or empty) nor its `.partial` behind.
  */
-export async function assertRejected(t: Test, file: string, trust: Trust, codes: FormatErrorCode | FormatErrorCode[]): Promise<void> {
-  await rejectsWith(t, withBundleFile(file, (s) => verifyBundle(s, { trust })), codes, 'verifyBundle');
+export async function assertRejected(
+  t: Test,
+  file: string,
+  trust: Trust,
+  codes: FormatErrorCode | FormatErrorCode[],
+): Promise<void> {
+  await rejectsWith(
+    t,
+    withBundleFile(file, (s) => verifyBundle(s, { trust })),
+    codes,
+    'verifyBundle',
+  );
   const target = path.join(path.dirname(file), `extracted-${++extractCount}`);
-  await rejectsWith(t, withBundleFile(file, (s) => extractBundle(s, target, { trust, fsync: false })), codes, 'extractBundle');
+  await rejectsWith(
+    t,
+    withBundleFile(file, (s) => extractBundle(s, target, { trust, fsync: false })),
+    codes,
+    'extractBundle',
+  );
   const left = (await exists(target)) ? await readdir(target) : [];
   t.same(left, [], 'extractBundle leaves no target directory content');
   t.notOk(await exists(`${target}.partial`), 'extractBundle leaves no .partial directory');

@@ -11,13 +11,39 @@ function packedHeader(name: string, size: number): Promise<Buffer> {
   const pack = tar.pack();
   return new Promise<Buffer>((resolve) => {
     pack.once('data', (c) => resolve(Buffer.from(c as Buffer).subarray(0, 512)));
-    pack.entry({ name, size, mode: 0o644, mtime: new Date(0), uid: 0, gid: 0, uname: '', gname: '', type: 'file' });
+    pack.entry({
+      name,
+      size,
+      mode: 0o644,
+      mtime: new Date(0),
+      uid: 0,
+      gid: 0,
+      uname: '',
+      gname: '',
+      type: 'file',
+    });
   }).finally(() => pack.destroy());
 }
 
-t.test('canonicalHeader is the packer\'s header, byte for byte', async (t) => {
-  const names = ['bundle.json', 'bundle.json.sig', 'oci-layout', 'index.json', `blobs/sha256/${'0123456789abcdef'.repeat(4)}`];
-  const sizes = [0, 1, 511, 512, 4 * 1024 * 1024, 8 * 1024 ** 3 - 1, 8 * 1024 ** 3, 9 * 1024 ** 3 + 5, 2 ** 40 + 3];
+t.test("canonicalHeader is the packer's header, byte for byte", async (t) => {
+  const names = [
+    'bundle.json',
+    'bundle.json.sig',
+    'oci-layout',
+    'index.json',
+    `blobs/sha256/${'0123456789abcdef'.repeat(4)}`,
+  ];
+  const sizes = [
+    0,
+    1,
+    511,
+    512,
+    4 * 1024 * 1024,
+    8 * 1024 ** 3 - 1,
+    8 * 1024 ** 3,
+    9 * 1024 ** 3 + 5,
+    2 ** 40 + 3,
+  ];
   for (const name of names) {
     for (const size of sizes) {
       const want = await packedHeader(name, size);

@@ -15,7 +15,8 @@ export function zstdTarExtract(file: string, dir: string): Promise<void> {
       codes.push(code);
       if (codes.length < 2) return;
       if (codes.every((c) => c === 0)) resolve();
-      else reject(new Error(`zstd -dc ${file} | tar -x failed (${codes.join(', ')}): ${err.trim()}`));
+      else
+        reject(new Error(`zstd -dc ${file} | tar -x failed (${codes.join(', ')}): ${err.trim()}`));
     };
     z.on('error', reject).on('close', done);
     x.on('error', reject).on('close', done);

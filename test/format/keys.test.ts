@@ -7,14 +7,33 @@ import { readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import {
-  BUNDLE_JSON, SIGNATURE, algorithmOf, fingerprint, generateKeyPair, loadPrivateKey, loadPublicKey, signBytes, verifyBytes,
+  BUNDLE_JSON,
+  SIGNATURE,
+  algorithmOf,
+  fingerprint,
+  generateKeyPair,
+  loadPrivateKey,
+  loadPublicKey,
+  signBytes,
+  verifyBytes,
   writeBundle,
 } from '@offline-bundle/format';
-import { entryNamed, makeBundle, makeKey, readEntries, rejectsWith, tmpdir, writeKeyFiles } from './craft.js';
+import {
+  entryNamed,
+  makeBundle,
+  makeKey,
+  readEntries,
+  rejectsWith,
+  tmpdir,
+  writeKeyFiles,
+} from './craft.js';
 
 const exec = promisify(execFile);
 
-async function openssl(args: string[], encoding: 'buffer' | 'utf8' = 'utf8'): Promise<Buffer | string> {
+async function openssl(
+  args: string[],
+  encoding: 'buffer' | 'utf8' = 'utf8',
+): Promise<Buffer | string> {
   const { stdout } = await exec('openssl', args, { encoding, maxBuffer: 1 << 20 });
   return stdout;
 }
@@ -26,20 +45,30 @@ for (const type of ['ecdsa-p256', 'ed25519'] as const) {
     const priv = await loadPrivateKey(keyPath);
     const pub = await loadPublicKey(pubPath);
     t.equal(algorithmOf(priv), type === 'ed25519' ? 'ed25519' : 'ecdsa-p256-sha256');
-    t.equal(pub.fingerprint, fingerprint(priv), 'fingerprint of the private key = of its public key');
+    t.equal(
+      pub.fingerprint,
+      fingerprint(priv),
+      'fingerprint of the private key = of its public key',
+    );
     t.equal(pub.source, pubPath);
     const data = Buffer.from('hello');
     const sig = signBytes(data, priv);
     t.ok(verifyBytes(data, sig, pub.key));
     t.notOk(verifyBytes(Buffer.from('hellp'), sig, pub.key), 'other data');
     t.notOk(verifyBytes(data, sig, makeKey(type).publicKey), 'other key');
-    t.notOk(verifyBytes(data, Buffer.from('not a signature'), pub.key), 'garbage signature: false, no throw');
+    t.notOk(
+      verifyBytes(data, Buffer.from('not a signature'), pub.key),
+      'garbage signature: false, no throw',
+    );
   });
 
   t.test(`${type}: fingerprint = sha256 of openssl pkey -pubin -outform DER`, async (t) => {
     const dir = await tmpdir(t);
     const { pubPath } = await writeKeyFiles(dir, makeKey(type));
-    const der = (await openssl(['pkey', '-pubin', '-in', pubPath, '-outform', 'DER'], 'buffer')) as Buffer;
+    const der = (await openssl(
+      ['pkey', '-pubin', '-in', pubPath, '-outform', 'DER'],
+      'buffer',
+    )) as Buffer;
     const pub = await loadPublicKey(pubPath);
     t.equal(pub.fingerprint, 'sha256:' + createHash('sha256').update(der).digest('hex'));
   });
@@ -53,9 +82,10 @@ for (const type of ['ecdsa-p256', 'ed25519'] as const) {
     const sig = path.join(b.dir, SIGNATURE);
     await writeFile(mj, entryNamed(entries, BUNDLE_JSON).data);
     await writeFile(sig, entryNamed(entries, SIGNATURE).data);
-    const args = type === 'ed25519'
-      ? ['pkeyutl', '-verify', '-pubin', '-inkey', pubPath, '-rawin', '-in', mj, '-sigfile', sig]
-      : ['dgst', '-sha256', '-verify', pubPath, '-signature', sig, mj];
+    const args =
+      type === 'ed25519'
+        ? ['pkeyutl', '-verify', '-pubin', '-inkey', pubPath, '-rawin', '-in', mj, '-sigfile', sig]
+        : ['dgst', '-sha256', '-verify', pubPath, '-signature', sig, mj];
     t.match(await openssl(args), /Verified OK|Signature Verified Successfully/);
     // and refuses a changed bundle.json
     await writeFile(mj, Buffer.concat([entryNamed(entries, BUNDLE_JSON).data, Buffer.from(' ')]));
@@ -103,11 +133,26 @@ t.test('RSA keys are refused: KEY_ERROR', async (t) => {
   // writeBundle refuses it too, and leaves nothing behind
   const b = await makeBundle(t);
   const output = path.join(b.dir, 'rsa.bundle');
-  await rejectsWith(t, writeBundle({
-    release: b.written.manifest.release, images: b.images, index: b.index, blobs: b.blobs, imageStoreBytes: 0,
-    key: privateKey, output, createdAt: '2026-01-01T00:00:00Z', tool: { name: 't', version: '0' },
-  }), 'KEY_ERROR', 'writeBundle(rsa)');
-  t.notOk((await readdir(b.dir)).some((f) => f.startsWith('rsa.bundle')), 'no output or temp files');
+  await rejectsWith(
+    t,
+    writeBundle({
+      release: b.written.manifest.release,
+      images: b.images,
+      index: b.index,
+      blobs: b.blobs,
+      imageStoreBytes: 0,
+      key: privateKey,
+      output,
+      createdAt: '2026-01-01T00:00:00Z',
+      tool: { name: 't', version: '0' },
+    }),
+    'KEY_ERROR',
+    'writeBundle(rsa)',
+  );
+  t.notOk(
+    (await readdir(b.dir)).some((f) => f.startsWith('rsa.bundle')),
+    'no output or temp files',
+  );
 });
 
 t.test('other curves are refused: KEY_ERROR', async (t) => {
@@ -127,17 +172,39 @@ t.test('other curves are refused: KEY_ERROR', async (t) => {
 
 t.test('unreadable or malformed key files: KEY_ERROR', async (t) => {
   const dir = await tmpdir(t);
-  await rejectsWith(t, loadPrivateKey(path.join(dir, 'missing.key')), 'KEY_ERROR', 'missing private key');
-  await rejectsWith(t, loadPublicKey(path.join(dir, 'missing.pub')), 'KEY_ERROR', 'missing public key');
+  await rejectsWith(
+    t,
+    loadPrivateKey(path.join(dir, 'missing.key')),
+    'KEY_ERROR',
+    'missing private key',
+  );
+  await rejectsWith(
+    t,
+    loadPublicKey(path.join(dir, 'missing.pub')),
+    'KEY_ERROR',
+    'missing public key',
+  );
   const junk = path.join(dir, 'junk.pem');
-  await writeFile(junk, '-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n');
+  await writeFile(
+    junk,
+    '-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n',
+  );
   await rejectsWith(t, loadPrivateKey(junk), 'KEY_ERROR', 'junk private key');
   await rejectsWith(t, loadPublicKey(junk), 'KEY_ERROR', 'junk public key');
   const empty = path.join(dir, 'empty.pem');
   await writeFile(empty, '');
   await rejectsWith(t, loadPrivateKey(empty), 'KEY_ERROR', 'empty file');
   const encrypted = path.join(dir, 'encrypted.key');
-  await openssl(['genpkey', '-algorithm', 'ed25519', '-aes-256-cbc', '-pass', 'pass:secret', '-out', encrypted]);
+  await openssl([
+    'genpkey',
+    '-algorithm',
+    'ed25519',
+    '-aes-256-cbc',
+    '-pass',
+    'pass:secret',
+    '-out',
+    encrypted,
+  ]);
   await rejectsWith(t, loadPrivateKey(encrypted), 'KEY_ERROR', 'encrypted private key');
 });
 

@@ -9,7 +9,11 @@ import { readLayoutDescription } from '@offline-bundle/format';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const work = await tmpdir(t, 'ob-layout-desc-');
-const layout = async (name: string, json: (p: string) => Promise<void>, sig: (p: string) => Promise<void>) => {
+const layout = async (
+  name: string,
+  json: (p: string) => Promise<void>,
+  sig: (p: string) => Promise<void>,
+) => {
   const d = join(work, name);
   await mkdir(d);
   await json(join(d, 'bundle.json'));
@@ -26,7 +30,13 @@ t.test('the files as written: read', async (t) => {
 });
 
 t.test('a FIFO, /dev/zero, or a file over the limit: refused', async (t) => {
-  const fifo = await layout('fifo', async (p) => { execFileSync('mkfifo', [p]); }, text('sig'));
+  const fifo = await layout(
+    'fifo',
+    async (p) => {
+      execFileSync('mkfifo', [p]);
+    },
+    text('sig'),
+  );
   await t.rejects(readLayoutDescription(fifo), { code: 'NOT_A_REGULAR_FILE' });
   const zero = await layout('zero', text('{}'), (p) => symlink('/dev/zero', p));
   await t.rejects(readLayoutDescription(zero), { code: 'NOT_A_REGULAR_FILE' });

@@ -13,8 +13,15 @@ t.before(async () => {
 });
 
 const input = (output: string): WriteBundleInput => ({
-  release: b.written.manifest.release, images: b.images, index: b.index, blobs: b.blobs, imageStoreBytes: 0,
-  key: b.key.privateKey, output, createdAt: '2026-01-01T00:00:00Z', tool: { name: 't', version: '0' },
+  release: b.written.manifest.release,
+  images: b.images,
+  index: b.index,
+  blobs: b.blobs,
+  imageStoreBytes: 0,
+  key: b.key.privateKey,
+  output,
+  createdAt: '2026-01-01T00:00:00Z',
+  tool: { name: 't', version: '0' },
 });
 
 t.test('a sidecar that cannot be written: no new bundle, the old pair untouched', async (t) => {
@@ -26,10 +33,17 @@ t.test('a sidecar that cannot be written: no new bundle, the old pair untouched'
   await mkdir(`${out}.sha256`);
   await writeFile(path.join(`${out}.sha256`, 'keep'), '');
   await mkdir(`${out}.sha256.${process.pid}.tmp`);
-  const err = await writeBundle(input(out)).then(() => undefined, (e: unknown) => e);
+  const err = await writeBundle(input(out)).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   t.ok(err, 'the write fails');
   t.equal(await readFile(out, 'utf8'), 'old bundle', 'the old bundle is still there, not replaced');
-  t.same((await readdir(dir)).sort(), ['x.bundle', 'x.bundle.sha256', `x.bundle.sha256.${process.pid}.tmp`], 'no temp bundle left');
+  t.same(
+    (await readdir(dir)).sort(),
+    ['x.bundle', 'x.bundle.sha256', `x.bundle.sha256.${process.pid}.tmp`],
+    'no temp bundle left',
+  );
 });
 
 t.test('the sidecar is replaced together with the bundle', async (t) => {

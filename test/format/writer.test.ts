@@ -14,9 +14,16 @@ t.before(async () => {
 
 function input(over: Partial<WriteBundleInput>): WriteBundleInput {
   return {
-    release: b.written.manifest.release, images: b.images, index: b.index, blobs: b.blobs, imageStoreBytes: 0,
-    key: b.key.privateKey, output: path.join(b.dir, 'out.bundle'), createdAt: '2026-01-01T00:00:00Z',
-    tool: { name: 't', version: '0' }, ...over,
+    release: b.written.manifest.release,
+    images: b.images,
+    index: b.index,
+    blobs: b.blobs,
+    imageStoreBytes: 0,
+    key: b.key.privateKey,
+    output: path.join(b.dir, 'out.bundle'),
+    createdAt: '2026-01-01T00:00:00Z',
+    tool: { name: 't', version: '0' },
+    ...over,
   };
 }
 
@@ -37,30 +44,66 @@ for (const [what, bytes] of [
     const p = path.join(b.dir, `bad-${what.replace(/\W+/g, '-')}`);
     await writeFile(p, bytes());
     const name = `bad-${what.length}.bundle`;
-    await rejectsWith(t, writeBundle(input({ blobs: withPath(p), output: path.join(b.dir, name) })), 'BLOB_DIGEST_MISMATCH', 'writeBundle');
+    await rejectsWith(
+      t,
+      writeBundle(input({ blobs: withPath(p), output: path.join(b.dir, name) })),
+      'BLOB_DIGEST_MISMATCH',
+      'writeBundle',
+    );
     await nothingLeft(t, b.dir, name);
   });
 }
 
-t.test('an image whose manifest is not among the blobs: INVALID_MANIFEST, before packing anything', async (t) => {
-  const images = [{ ...b.images[0]!, digest: 'sha256:' + 'a'.repeat(64) }];
-  await rejectsWith(t, writeBundle(input({ images, output: path.join(b.dir, 'orphan.bundle') })), 'INVALID_MANIFEST', 'writeBundle');
-  await nothingLeft(t, b.dir, 'orphan.bundle');
-});
+t.test(
+  'an image whose manifest is not among the blobs: INVALID_MANIFEST, before packing anything',
+  async (t) => {
+    const images = [{ ...b.images[0]!, digest: 'sha256:' + 'a'.repeat(64) }];
+    await rejectsWith(
+      t,
+      writeBundle(input({ images, output: path.join(b.dir, 'orphan.bundle') })),
+      'INVALID_MANIFEST',
+      'writeBundle',
+    );
+    await nothingLeft(t, b.dir, 'orphan.bundle');
+  },
+);
 
-t.test('a release bundle.json readers would refuse is never signed: INVALID_MANIFEST', async (t) => {
-  const release = { ...b.written.manifest.release, version: '../escape' };
-  await rejectsWith(t, writeBundle(input({ release, output: path.join(b.dir, 'unsafe.bundle') })), 'INVALID_MANIFEST', 'writeBundle');
-  await nothingLeft(t, b.dir, 'unsafe.bundle');
-});
+t.test(
+  'a release bundle.json readers would refuse is never signed: INVALID_MANIFEST',
+  async (t) => {
+    const release = { ...b.written.manifest.release, version: '../escape' };
+    await rejectsWith(
+      t,
+      writeBundle(input({ release, output: path.join(b.dir, 'unsafe.bundle') })),
+      'INVALID_MANIFEST',
+      'writeBundle',
+    );
+    await nothingLeft(t, b.dir, 'unsafe.bundle');
+  },
+);
 
 t.test('a missing blob file: IO_ERROR', async (t) => {
-  await rejectsWith(t, writeBundle(input({ blobs: withPath(path.join(b.dir, 'nope')), output: path.join(b.dir, 'missing.bundle') })), 'IO_ERROR', 'writeBundle');
+  await rejectsWith(
+    t,
+    writeBundle(
+      input({
+        blobs: withPath(path.join(b.dir, 'nope')),
+        output: path.join(b.dir, 'missing.bundle'),
+      }),
+    ),
+    'IO_ERROR',
+    'writeBundle',
+  );
   await nothingLeft(t, b.dir, 'missing.bundle');
 });
 
 t.test('an output directory that does not exist: IO_ERROR', async (t) => {
-  await rejectsWith(t, writeBundle(input({ output: path.join(b.dir, 'no', 'such', 'dir.bundle') })), 'IO_ERROR', 'writeBundle');
+  await rejectsWith(
+    t,
+    writeBundle(input({ output: path.join(b.dir, 'no', 'such', 'dir.bundle') })),
+    'IO_ERROR',
+    'writeBundle',
+  );
 });
 
 t.test('a failed write keeps an existing bundle of the same name intact', async (t) => {
@@ -69,19 +112,36 @@ t.test('a failed write keeps an existing bundle of the same name intact', async 
   const output = path.join(dir, 'x.bundle');
   const good = await writeBundle(input({ output }));
   const before = await stat(output);
-  await rejectsWith(t, writeBundle(input({ output, blobs: withPath(path.join(b.dir, 'nope')) })), 'IO_ERROR', 'writeBundle');
+  await rejectsWith(
+    t,
+    writeBundle(input({ output, blobs: withPath(path.join(b.dir, 'nope')) })),
+    'IO_ERROR',
+    'writeBundle',
+  );
   const after = await stat(output);
   t.equal(after.size, before.size);
   t.equal(after.ino, before.ino, 'the old file was not replaced');
-  t.same((await readdir(dir)).sort(), ['x.bundle', 'x.bundle.sha256'], 'only the earlier bundle and its digest');
+  t.same(
+    (await readdir(dir)).sort(),
+    ['x.bundle', 'x.bundle.sha256'],
+    'only the earlier bundle and its digest',
+  );
   t.equal(good.fileSize, before.size);
 });
 
 t.test('onProgress grows to the layout bytes and never past them', async (t) => {
   const seen: [number, number][] = [];
-  const w = await writeBundle(input({ output: path.join(b.dir, 'progress.bundle'), onProgress: (d, n) => seen.push([d, n]) }));
+  const w = await writeBundle(
+    input({ output: path.join(b.dir, 'progress.bundle'), onProgress: (d, n) => seen.push([d, n]) }),
+  );
   t.ok(seen.length > 0);
-  t.ok(seen.every(([, n]) => n === w.manifest.totals.layoutBytes), 'total is totals.layoutBytes');
-  t.ok(seen.every(([d, n], i) => d <= n && (i === 0 || d >= seen[i - 1]![0])), 'grows, within the total');
+  t.ok(
+    seen.every(([, n]) => n === w.manifest.totals.layoutBytes),
+    'total is totals.layoutBytes',
+  );
+  t.ok(
+    seen.every(([d, n], i) => d <= n && (i === 0 || d >= seen[i - 1]![0])),
+    'grows, within the total',
+  );
   t.equal(seen[seen.length - 1]![0], w.manifest.totals.layoutBytes, 'ends at 100 %');
 });

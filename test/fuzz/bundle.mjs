@@ -6,7 +6,15 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Compressor, decompress } from 'zstd-napi';
 import {
-  BUNDLE_JSON, FRAME_BYTES, SIGNATURE, encodeSeekTable, fingerprint, readSeekIndex, signBytes, writeBundle, withBundleFile,
+  BUNDLE_JSON,
+  FRAME_BYTES,
+  SIGNATURE,
+  encodeSeekTable,
+  fingerprint,
+  readSeekIndex,
+  signBytes,
+  writeBundle,
+  withBundleFile,
 } from '@offline-bundle/format';
 import { readFile } from 'node:fs/promises';
 
@@ -20,7 +28,10 @@ export const sha256 = (b) => 'sha256:' + sha256hex(b);
 export class Rng {
   constructor(...parts) {
     const h = createHash('sha256').update(parts.map(String).join(':')).digest();
-    this.a = h.readUInt32LE(0); this.b = h.readUInt32LE(4); this.c = h.readUInt32LE(8); this.d = h.readUInt32LE(12);
+    this.a = h.readUInt32LE(0);
+    this.b = h.readUInt32LE(4);
+    this.c = h.readUInt32LE(8);
+    this.d = h.readUInt32LE(12);
     for (let i = 0; i < 12; i++) this.u32();
   }
   u32() {
@@ -33,13 +44,23 @@ export class Rng {
     return t >>> 0;
   }
   /** Float in [0, 1). */
-  next() { return this.u32() / 4294967296; }
+  next() {
+    return this.u32() / 4294967296;
+  }
   /** Integer in [0, n). */
-  int(n) { return n <= 0 ? 0 : Math.floor(this.next() * n); }
+  int(n) {
+    return n <= 0 ? 0 : Math.floor(this.next() * n);
+  }
   /** Integer in [a, b]. */
-  range(a, b) { return a + this.int(b - a + 1); }
-  pick(arr) { return arr[this.int(arr.length)]; }
-  chance(p) { return this.next() < p; }
+  range(a, b) {
+    return a + this.int(b - a + 1);
+  }
+  pick(arr) {
+    return arr[this.int(arr.length)];
+  }
+  chance(p) {
+    return this.next() < p;
+  }
   bytes(n) {
     const b = Buffer.alloc(n);
     for (let i = 0; i < n; i += 4) {
@@ -67,7 +88,11 @@ export function zstdFrame(data, { checksum = true, contentSize = true, level = 3
   let c = compressors.get(k);
   if (!c) {
     c = new Compressor();
-    c.setParameters({ compressionLevel: level, checksumFlag: checksum, contentSizeFlag: contentSize });
+    c.setParameters({
+      compressionLevel: level,
+      checksumFlag: checksum,
+      contentSizeFlag: contentSize,
+    });
     compressors.set(k, c);
   }
   return c.compress(data);
@@ -179,18 +204,22 @@ export function dataSegments(data) {
   const padded = Buffer.alloc(Math.ceil(data.length / TAR_BLOCK) * TAR_BLOCK);
   data.copy(padded);
   const segs = [];
-  for (let o = 0; o < padded.length; o += FRAME_BYTES) segs.push({ raw: padded.subarray(o, Math.min(padded.length, o + FRAME_BYTES)) });
+  for (let o = 0; o < padded.length; o += FRAME_BYTES)
+    segs.push({ raw: padded.subarray(o, Math.min(padded.length, o + FRAME_BYTES)) });
   return segs;
 }
 
 /** A pax extended header ('x' or 'g') entry with the given records, as segments. */
 export function paxSegments(template, records, type = 'x', name = 'PaxHeader/entry') {
-  const body = Buffer.concat(Object.entries(records).map(([k, v]) => {
-    const rec = ` ${k}=${v}\n`;
-    let len = Buffer.byteLength(rec) + 1;
-    while (String(len).length + Buffer.byteLength(rec) !== len) len = String(len).length + Buffer.byteLength(rec);
-    return Buffer.from(`${len}${rec}`);
-  }));
+  const body = Buffer.concat(
+    Object.entries(records).map(([k, v]) => {
+      const rec = ` ${k}=${v}\n`;
+      let len = Buffer.byteLength(rec) + 1;
+      while (String(len).length + Buffer.byteLength(rec) !== len)
+        len = String(len).length + Buffer.byteLength(rec);
+      return Buffer.from(`${len}${rec}`);
+    }),
+  );
   return [{ raw: fileHeader(template, name, body.length, type) }, ...dataSegments(body)];
 }
 
@@ -204,11 +233,15 @@ const MT_INDEX = 'application/vnd.oci.image.index.v1+json';
 
 /** An Ed25519 key from a 32-byte seed: signatures are deterministic, so the bundle is too. */
 export function seededKey(seed) {
-  const der = Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), createHash('sha256').update(`fuzz-key:${seed}`).digest()]);
+  const der = Buffer.concat([
+    Buffer.from('302e020100300506032b657004220420', 'hex'),
+    createHash('sha256').update(`fuzz-key:${seed}`).digest(),
+  ]);
   const privateKey = createPrivateKey({ key: der, format: 'der', type: 'pkcs8' });
   const publicKey = createPublicKey(privateKey);
   return {
-    privateKey, publicKey,
+    privateKey,
+    publicKey,
     privatePem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
     publicPem: publicKey.export({ type: 'spki', format: 'pem' }).toString(),
     trusted: { key: publicKey, fingerprint: fingerprint(publicKey), source: 'fuzz-factory.pub' },
@@ -229,23 +262,55 @@ export async function makeBaseBundle(dir, { bigLayer = true } = {}) {
   const text = (n) => Buffer.from(words.repeat(Math.ceil(n / words.length)).slice(0, n));
   const layerData = [rng.bytes(3000), text(20_000), rng.bytes(70_000)];
   if (bigLayer) layerData.push(Buffer.concat([text(FRAME_BYTES - 10_000), rng.bytes(15_000)]));
-  const layers = layerData.map((data) => ({ digest: sha256(data), size: data.length, mediaType: MT_LAYER, data }));
-  const config = Buffer.from(JSON.stringify({ architecture: 'amd64', os: 'linux', config: {}, rootfs: { type: 'layers', diff_ids: layers.map((l) => l.digest) } }));
-  const configBlob = { digest: sha256(config), size: config.length, mediaType: MT_CONFIG, data: config };
-  const manifest = Buffer.from(JSON.stringify({
-    schemaVersion: 2, mediaType: MT_MANIFEST,
-    config: { mediaType: MT_CONFIG, digest: configBlob.digest, size: configBlob.size },
-    layers: layers.map(({ mediaType, digest, size }) => ({ mediaType, digest, size })),
+  const layers = layerData.map((data) => ({
+    digest: sha256(data),
+    size: data.length,
+    mediaType: MT_LAYER,
+    data,
   }));
-  const manifestBlob = { digest: sha256(manifest), size: manifest.length, mediaType: MT_MANIFEST, data: manifest };
-  const index = Buffer.from(JSON.stringify({
-    schemaVersion: 2, mediaType: MT_INDEX,
-    manifests: [{
-      mediaType: MT_MANIFEST, digest: manifestBlob.digest, size: manifestBlob.size,
-      platform: { os: 'linux', architecture: 'amd64' },
-      annotations: { 'org.opencontainers.image.ref.name': 'example.com/fuzz/app:v1' },
-    }],
-  }));
+  const config = Buffer.from(
+    JSON.stringify({
+      architecture: 'amd64',
+      os: 'linux',
+      config: {},
+      rootfs: { type: 'layers', diff_ids: layers.map((l) => l.digest) },
+    }),
+  );
+  const configBlob = {
+    digest: sha256(config),
+    size: config.length,
+    mediaType: MT_CONFIG,
+    data: config,
+  };
+  const manifest = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: MT_MANIFEST,
+      config: { mediaType: MT_CONFIG, digest: configBlob.digest, size: configBlob.size },
+      layers: layers.map(({ mediaType, digest, size }) => ({ mediaType, digest, size })),
+    }),
+  );
+  const manifestBlob = {
+    digest: sha256(manifest),
+    size: manifest.length,
+    mediaType: MT_MANIFEST,
+    data: manifest,
+  };
+  const index = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: MT_INDEX,
+      manifests: [
+        {
+          mediaType: MT_MANIFEST,
+          digest: manifestBlob.digest,
+          size: manifestBlob.size,
+          platform: { os: 'linux', architecture: 'amd64' },
+          annotations: { 'org.opencontainers.image.ref.name': 'example.com/fuzz/app:v1' },
+        },
+      ],
+    }),
+  );
   const blobDir = path.join(dir, 'src-blobs');
   await mkdir(blobDir, { recursive: true });
   const blobs = [];
@@ -257,10 +322,30 @@ export async function makeBaseBundle(dir, { bigLayer = true } = {}) {
   const key = seededKey('factory');
   const out = path.join(dir, 'base.bundle');
   const written = await writeBundle({
-    release: { name: 'fuzz', version: BASE_VERSION, arch: 'amd64', image: null, digest: null, upgradeFrom: [BASE_FROM] },
-    images: [{ repository: 'example.com/fuzz/app', tag: 'v1', digest: manifestBlob.digest, mediaType: MT_MANIFEST, platforms: [{ os: 'linux', architecture: 'amd64' }] }],
-    index, blobs, imageStoreBytes: 1000, key: key.privateKey, output: out,
-    createdAt: '2026-01-02T03:04:05Z', tool: { name: 'offline-bundle-fuzz', version: '0.0.0' },
+    release: {
+      name: 'fuzz',
+      version: BASE_VERSION,
+      arch: 'amd64',
+      image: null,
+      digest: null,
+      upgradeFrom: [BASE_FROM],
+    },
+    images: [
+      {
+        repository: 'example.com/fuzz/app',
+        tag: 'v1',
+        digest: manifestBlob.digest,
+        mediaType: MT_MANIFEST,
+        platforms: [{ os: 'linux', architecture: 'amd64' }],
+      },
+    ],
+    index,
+    blobs,
+    imageStoreBytes: 1000,
+    key: key.privateKey,
+    output: out,
+    createdAt: '2026-01-02T03:04:05Z',
+    tool: { name: 'offline-bundle-fuzz', version: '0.0.0' },
   });
   return { path: out, key, written, bytes: await readFile(out) };
 }
@@ -336,7 +421,10 @@ export function assemble(segs, { table = 'true', append } = {}) {
 }
 
 /** encodeSeekTable, but also for values it would refuse to write (out-of-range numbers wrap). */
-export function encodeTable(frames, { count, descriptor = 0, magic = 0x8f92eab1, skipMagic = 0x184d2a5e, frameSize } = {}) {
+export function encodeTable(
+  frames,
+  { count, descriptor = 0, magic = 0x8f92eab1, skipMagic = 0x184d2a5e, frameSize } = {},
+) {
   const entryBytes = descriptor & 0x80 ? 12 : 8;
   const size = frames.length * entryBytes + 9;
   const buf = Buffer.alloc(8 + size);
@@ -360,8 +448,10 @@ export function replaceHead(base, manifestBytes, signature) {
   const template = base.segs[0].raw;
   const rest = base.segs.slice(base.entries[2].header);
   return [
-    { raw: fileHeader(template, BUNDLE_JSON, manifestBytes.length) }, ...dataSegments(manifestBytes),
-    { raw: fileHeader(template, SIGNATURE, signature.length) }, ...dataSegments(signature),
+    { raw: fileHeader(template, BUNDLE_JSON, manifestBytes.length) },
+    ...dataSegments(manifestBytes),
+    { raw: fileHeader(template, SIGNATURE, signature.length) },
+    ...dataSegments(signature),
     ...rest,
   ];
 }

@@ -9,7 +9,10 @@ import { fileURLToPath } from 'node:url';
 const RUN = path.join(path.dirname(fileURLToPath(import.meta.url)), 'state.mjs');
 const COUNT = Number(process.env.FUZZ_STATE_COUNT ?? 300);
 const fuzz = (args) => {
-  const r = spawnSync(process.execPath, [RUN, '--json', '--seed', '1', ...args], { encoding: 'utf8', timeout: 280_000 });
+  const r = spawnSync(process.execPath, [RUN, '--json', '--seed', '1', ...args], {
+    encoding: 'utf8',
+    timeout: 280_000,
+  });
   return { code: r.status, summary: JSON.parse(r.stdout || '{}'), stderr: r.stderr };
 };
 
@@ -18,7 +21,10 @@ t.test(`${COUNT} seeded state-file mutations: no findings`, async (t) => {
   t.equal(r.code, 0, r.stderr);
   t.strictSame(r.summary.findings, [], 'no findings');
   t.equal(r.summary.cases, COUNT);
-  t.ok(Object.values(r.summary.perKind).every((n) => n >= Math.floor(COUNT / 3)), 'every kind ran');
+  t.ok(
+    Object.values(r.summary.perKind).every((n) => n >= Math.floor(COUNT / 3)),
+    'every kind ran',
+  );
 });
 
 t.test('a case reruns alone with --only', async (t) => {

@@ -13,8 +13,16 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
-  BUNDLE_JSON, BundleRandomReader, FormatError, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath, extractBundle, parseManifestBytes,
-  verifyBundle, withBundleFile,
+  BUNDLE_JSON,
+  BundleRandomReader,
+  FormatError,
+  OCI_LAYOUT_CONTENT,
+  SIGNATURE,
+  blobPath,
+  extractBundle,
+  parseManifestBytes,
+  verifyBundle,
+  withBundleFile,
 } from '@offline-bundle/format';
 import { BASE_FROM, Rng, makeBaseBundle, splitBundle } from './bundle.mjs';
 import { MUTATORS, prepareBase } from './mutate.mjs';
@@ -23,7 +31,13 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const AGENT = path.join(ROOT, 'agent/bin/bundle-agent.js');
 
 // The codes a rejection may carry: exactly the union in packages/format/src/errors.ts.
-const CODES = new Set([...readFileSync(path.join(ROOT, 'packages/format/src/errors.ts'), 'utf8').matchAll(/\|\s*'([A-Z_]+)'/g)].map((m) => m[1]));
+const CODES = new Set(
+  [
+    ...readFileSync(path.join(ROOT, 'packages/format/src/errors.ts'), 'utf8').matchAll(
+      /\|\s*'([A-Z_]+)'/g,
+    ),
+  ].map((m) => m[1]),
+);
 
 const { values: opt } = parseArgs({
   options: {
@@ -39,7 +53,10 @@ const { values: opt } = parseArgs({
   },
 });
 const seed = opt.seed;
-const levels = opt.levels.split(',').map((s) => s.trim()).filter(Boolean);
+const levels = opt.levels
+  .split(',')
+  .map((s) => s.trim())
+  .filter(Boolean);
 const caseTimeout = Number(opt['case-timeout']);
 const agentTimeout = Number(opt['agent-timeout']);
 const agentCases = new Set(opt['agent-cases'].split(',').filter(Boolean).map(Number));
@@ -52,16 +69,28 @@ const maxRssKiB = () => process.resourceUsage().maxRSS;
 
 let current; // the case being run, for errors that escape every await
 process.on('uncaughtException', (err) => {
-  (current?.findings ?? orphanFindings).push({ kind: 'crash', where: 'uncaughtException', detail: describe(err) });
+  (current?.findings ?? orphanFindings).push({
+    kind: 'crash',
+    where: 'uncaughtException',
+    detail: describe(err),
+  });
 });
 process.on('unhandledRejection', (err) => {
-  (current?.findings ?? orphanFindings).push({ kind: 'crash', where: 'unhandledRejection', detail: describe(err) });
+  (current?.findings ?? orphanFindings).push({
+    kind: 'crash',
+    where: 'unhandledRejection',
+    detail: describe(err),
+  });
 });
 const orphanFindings = [];
 
 function describe(err) {
   if (!(err instanceof Error)) return `non-Error thrown: ${String(err).slice(0, 200)}`;
-  const at = (err.stack ?? '').split('\n').slice(1, 4).map((l) => l.trim()).join(' | ');
+  const at = (err.stack ?? '')
+    .split('\n')
+    .slice(1, 4)
+    .map((l) => l.trim())
+    .join(' | ');
   return `${err.name}${err.code ? ` [${err.code}]` : ''}: ${err.message.slice(0, 300)} ${at ? `(${at})` : ''}`;
 }
 
@@ -113,7 +142,8 @@ async function walk(dir, rel = '') {
     if (st.isDirectory()) {
       out.push({ path: r, kind: 'dir' });
       out.push(...(await walk(dir, r)));
-    } else out.push({ path: r, kind: st.isFile() ? 'file' : st.isSymbolicLink() ? 'symlink' : 'other' });
+    } else
+      out.push({ path: r, kind: st.isFile() ? 'file' : st.isSymbolicLink() ? 'symlink' : 'other' });
   }
   return out;
 }
@@ -124,14 +154,22 @@ async function diffLayout(dir, original) {
   const seen = new Set();
   for (const e of await walk(dir)) {
     if (e.kind === 'dir') {
-      if (e.path !== 'blobs' && e.path !== 'blobs/sha256') diffs.push(`unexpected directory ${e.path}`);
+      if (e.path !== 'blobs' && e.path !== 'blobs/sha256')
+        diffs.push(`unexpected directory ${e.path}`);
       continue;
     }
-    if (e.kind !== 'file') { diffs.push(`${e.path} is a ${e.kind}`); continue; }
+    if (e.kind !== 'file') {
+      diffs.push(`${e.path} is a ${e.kind}`);
+      continue;
+    }
     seen.add(e.path);
     const want = original.get(e.path);
-    if (!want) { diffs.push(`unexpected file ${e.path}`); continue; }
-    if (!(await readFile(path.join(dir, e.path))).equals(want)) diffs.push(`${e.path} differs from the original`);
+    if (!want) {
+      diffs.push(`unexpected file ${e.path}`);
+      continue;
+    }
+    if (!(await readFile(path.join(dir, e.path))).equals(want))
+      diffs.push(`${e.path} differs from the original`);
   }
   for (const p of original.keys()) if (!seen.has(p)) diffs.push(`${p} missing`);
   return diffs;
@@ -145,25 +183,43 @@ async function diffLayout(dir, original) {
 async function checkResignedLayout(dir, manifestBytes) {
   const diffs = [];
   const m = parseManifestBytes(manifestBytes);
-  const listed = new Map([['oci-layout', null], ['index.json', m.index], [BUNDLE_JSON, null], [SIGNATURE, null]]);
+  const listed = new Map([
+    ['oci-layout', null],
+    ['index.json', m.index],
+    [BUNDLE_JSON, null],
+    [SIGNATURE, null],
+  ]);
   for (const b of m.blobs) listed.set(blobPath(b.digest), b);
   const seen = new Set();
   for (const e of await walk(dir)) {
     if (e.kind === 'dir') {
-      if (e.path !== 'blobs' && e.path !== 'blobs/sha256') diffs.push(`unexpected directory ${e.path}`);
+      if (e.path !== 'blobs' && e.path !== 'blobs/sha256')
+        diffs.push(`unexpected directory ${e.path}`);
       continue;
     }
-    if (e.kind !== 'file') { diffs.push(`${e.path} is a ${e.kind}`); continue; }
+    if (e.kind !== 'file') {
+      diffs.push(`${e.path} is a ${e.kind}`);
+      continue;
+    }
     seen.add(e.path);
-    if (!listed.has(e.path)) { diffs.push(`unlisted file ${e.path}`); continue; }
+    if (!listed.has(e.path)) {
+      diffs.push(`unlisted file ${e.path}`);
+      continue;
+    }
     const bytes = await readFile(path.join(dir, e.path));
     const want = listed.get(e.path);
-    if (e.path === 'oci-layout' && bytes.toString() !== OCI_LAYOUT_CONTENT) diffs.push('oci-layout content altered');
-    if (e.path === BUNDLE_JSON && !bytes.equals(manifestBytes)) diffs.push('bundle.json is not the signed one');
+    if (e.path === 'oci-layout' && bytes.toString() !== OCI_LAYOUT_CONTENT)
+      diffs.push('oci-layout content altered');
+    if (e.path === BUNDLE_JSON && !bytes.equals(manifestBytes))
+      diffs.push('bundle.json is not the signed one');
     if (want) {
       const d = 'sha256:' + createHash('sha256').update(bytes).digest('hex');
-      if (d !== want.digest || bytes.length !== want.size) diffs.push(`${e.path} hashes to ${d} (${bytes.length} bytes), listed ${want.digest} (${want.size})`);
-      if (e.path.startsWith('blobs/sha256/') && d !== `sha256:${e.path.slice(13)}`) diffs.push(`${e.path} does not hash to its name`);
+      if (d !== want.digest || bytes.length !== want.size)
+        diffs.push(
+          `${e.path} hashes to ${d} (${bytes.length} bytes), listed ${want.digest} (${want.size})`,
+        );
+      if (e.path.startsWith('blobs/sha256/') && d !== `sha256:${e.path.slice(13)}`)
+        diffs.push(`${e.path} does not hash to its name`);
     }
   }
   for (const p of listed.keys()) if (!seen.has(p)) diffs.push(`listed ${p} missing`);
@@ -178,7 +234,9 @@ async function runAgent(file, dir, pubPem) {
   await mkdir(path.join(root, 'etc/bundle-agent/keys'), { recursive: true });
   await writeFile(path.join(root, 'etc/bundle-agent/keys/factory.pub'), pubPem);
   const config = path.join(root, 'etc/bundle-agent/config.yaml');
-  await writeFile(config, `root: ${root}
+  await writeFile(
+    config,
+    `root: ${root}
 nodeName: fuzz-node
 arch: amd64
 runtime: crio
@@ -194,19 +252,32 @@ preload:
   method: none
 reload:
   command: ["true"]
-`);
+`,
+  );
   const t0 = performance.now();
   const r = await new Promise((resolve) => {
-    const child = spawn(process.execPath, [AGENT, 'load', file, '--config', config, '--json'], { stdio: ['ignore', 'pipe', 'pipe'], timeout: agentTimeout, killSignal: 'SIGKILL' });
+    const child = spawn(process.execPath, [AGENT, 'load', file, '--config', config, '--json'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: agentTimeout,
+      killSignal: 'SIGKILL',
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d) => { stdout += d; });
-    child.stderr.on('data', (d) => { stderr += d; });
+    child.stdout.on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
     child.on('error', (err) => resolve({ code: null, signal: null, stdout, stderr: String(err) }));
     child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
   });
   let result;
-  try { result = JSON.parse(r.stdout.trim().split('\n').pop() ?? ''); } catch { /* judged below */ }
+  try {
+    result = JSON.parse(r.stdout.trim().split('\n').pop() ?? '');
+  } catch {
+    /* judged below */
+  }
   return { ...r, result, root, ms: performance.now() - t0 };
 }
 
@@ -215,25 +286,52 @@ reload:
 // tmpfs when there is one: thousands of small extractions, each ending in fsyncs (writeFileAtomic)
 const tmpRoot = process.env.FUZZ_TMPDIR ?? (existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir());
 const work = await mkdtemp(path.join(tmpRoot, 'ob-fuzz-'));
-const cleanup = () => { try { rmSync(work, { recursive: true, force: true }); } catch { /* best effort */ } };
+const cleanup = () => {
+  try {
+    rmSync(work, { recursive: true, force: true });
+  } catch {
+    /* best effort */
+  }
+};
 process.on('exit', cleanup);
-for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => { cleanup(); process.exit(130); });
+for (const sig of ['SIGINT', 'SIGTERM'])
+  process.on(sig, () => {
+    cleanup();
+    process.exit(130);
+  });
 
 const made = await makeBaseBundle(path.join(work, 'base'), { bigLayer: !opt['no-big-layer'] });
 const split = await splitBundle(made.path);
 const trust = { keys: [made.key.trusted] };
 const baseVerified = await withBundleFile(made.path, (s) => verifyBundle(s, { trust }));
 const base = prepareBase({
-  bytes: made.bytes, ...split, key: made.key, manifestBytes: baseVerified.manifestBytes, signature: baseVerified.signature,
-  manifest: baseVerified.manifest, digest: baseVerified.fileDigest,
+  bytes: made.bytes,
+  ...split,
+  key: made.key,
+  manifestBytes: baseVerified.manifestBytes,
+  signature: baseVerified.signature,
+  manifest: baseVerified.manifest,
+  digest: baseVerified.fileDigest,
 });
 // The original layout, byte for byte: what an accepted, unre-signed mutation must extract to.
 const baseTarget = path.join(work, 'base-layout');
 await withBundleFile(made.path, (s) => extractBundle(s, baseTarget, { trust, fsync: false }));
 const original = new Map();
-for (const e of await walk(baseTarget)) if (e.kind === 'file') original.set(e.path, await readFile(path.join(baseTarget, e.path)));
+for (const e of await walk(baseTarget))
+  if (e.kind === 'file') original.set(e.path, await readFile(path.join(baseTarget, e.path)));
 
-emit({ type: 'init', pid: process.pid, bundle: { digest: base.digest, size: base.bytes.length, frames: base.segs.length, entries: base.entries.length }, codes: [...CODES], maxRssKiB: maxRssKiB() });
+emit({
+  type: 'init',
+  pid: process.pid,
+  bundle: {
+    digest: base.digest,
+    size: base.bytes.length,
+    frames: base.segs.length,
+    entries: base.entries.length,
+  },
+  codes: [...CODES],
+  maxRssKiB: maxRssKiB(),
+});
 
 // Sanity: the base bundle itself passes every check (else the harness, not the product, is broken).
 if (agentCases.size > 0 && opt.from === '0') {
@@ -241,7 +339,10 @@ if (agentCases.size > 0 && opt.from === '0') {
   await mkdir(dir);
   const a = await runAgent(made.path, dir, made.key.publicPem);
   if (a.code !== 0 || !a.result?.ready) {
-    emit({ type: 'fatal', error: `the unmutated bundle does not load with bundle-agent: ${a.stderr.slice(-800)} ${a.stdout.slice(-400)}` });
+    emit({
+      type: 'fatal',
+      error: `the unmutated bundle does not load with bundle-agent: ${a.stderr.slice(-800)} ${a.stdout.slice(-400)}`,
+    });
     process.exit(2);
   }
   emit({ type: 'baseline', agentMs: Math.round(a.ms) });
@@ -274,14 +375,30 @@ async function runCase(i) {
   await writeFile(file, m.bytes);
   const resigned = m.resigned?.manifestBytes;
   const identicalFile = m.bytes.equals(base.bytes);
-  const out = { i, level, desc: m.desc, resigned: !!resigned, size: m.bytes.length, identicalFile, findings, ms: {} };
+  const out = {
+    i,
+    level,
+    desc: m.desc,
+    resigned: !!resigned,
+    size: m.bytes.length,
+    identicalFile,
+    findings,
+    ms: {},
+  };
 
   // 1. verifyBundle
-  const v = await bounded((signal) => withBundleFile(file, (s) => verifyBundle(s, { trust, signal })));
+  const v = await bounded((signal) =>
+    withBundleFile(file, (s) => verifyBundle(s, { trust, signal })),
+  );
   out.ms.verify = Math.round(v.ms);
   if (v.ok) {
     const want = resigned ?? base.manifestBytes;
-    if (!v.value.manifestBytes.equals(want)) findings.push({ kind: 'accepted-altered', where: 'verifyBundle', detail: 'accepted with a bundle.json other than the signed one' });
+    if (!v.value.manifestBytes.equals(want))
+      findings.push({
+        kind: 'accepted-altered',
+        where: 'verifyBundle',
+        detail: 'accepted with a bundle.json other than the signed one',
+      });
     out.verify = 'accepted';
   } else out.verify = judgeRejection(v, 'verifyBundle', findings);
 
@@ -289,48 +406,91 @@ async function runCase(i) {
   const outDir = path.join(dir, 'out');
   await mkdir(outDir);
   const target = path.join(outDir, 'target');
-  const x = await bounded((signal) => withBundleFile(file, (s) => extractBundle(s, target, { trust, fsync: false, signal })));
+  const x = await bounded((signal) =>
+    withBundleFile(file, (s) => extractBundle(s, target, { trust, fsync: false, signal })),
+  );
   out.ms.extract = Math.round(x.ms);
   if (x.ok) {
     out.extract = 'accepted';
-    const diffs = resigned ? await checkResignedLayout(target, resigned) : await diffLayout(target, original);
-    if (diffs.length) findings.push({ kind: 'accepted-altered', where: 'extractBundle', detail: diffs.slice(0, 5).join('; ') });
+    const diffs = resigned
+      ? await checkResignedLayout(target, resigned)
+      : await diffLayout(target, original);
+    if (diffs.length)
+      findings.push({
+        kind: 'accepted-altered',
+        where: 'extractBundle',
+        detail: diffs.slice(0, 5).join('; '),
+      });
   } else out.extract = judgeRejection(x, 'extractBundle', findings);
   const left = await readdir(outDir);
   const allowed = x.ok ? ['target'] : [];
   const stray = left.filter((n) => !allowed.includes(n));
-  if (!x.ok && left.includes('target') && (await readdir(target)).length === 0) stray.splice(stray.indexOf('target'), 1);
-  if (stray.length) findings.push({ kind: 'written-outside', where: 'extractBundle', detail: `left beside the target: ${stray.join(', ')}` });
+  if (!x.ok && left.includes('target') && (await readdir(target)).length === 0)
+    stray.splice(stray.indexOf('target'), 1);
+  if (stray.length)
+    findings.push({
+      kind: 'written-outside',
+      where: 'extractBundle',
+      detail: `left beside the target: ${stray.join(', ')}`,
+    });
   for (const p of escapeProbes(outDir)) {
     if (existsSync(p)) {
-      findings.push({ kind: 'written-outside', where: 'extractBundle', detail: `${p} exists after the case` });
+      findings.push({
+        kind: 'written-outside',
+        where: 'extractBundle',
+        detail: `${p} exists after the case`,
+      });
       await rm(p, { recursive: true, force: true });
     }
   }
-  if ((v.ok) !== (x.ok)) findings.push({ kind: 'inconsistent', where: 'verify/extract', detail: `verifyBundle ${out.verify}, extractBundle ${out.extract}` });
+  if (v.ok !== x.ok)
+    findings.push({
+      kind: 'inconsistent',
+      where: 'verify/extract',
+      detail: `verifyBundle ${out.verify}, extractBundle ${out.extract}`,
+    });
   else if (!v.ok && out.verify !== out.extract) out.codeMismatch = `${out.verify}/${out.extract}`;
 
   // 3. an accepted file that differs from the original must fail digest trust
   if (v.ok && !identicalFile) {
-    const d = await bounded((signal) => withBundleFile(file, (s) => verifyBundle(s, { trust: { digest: base.digest }, signal })));
-    if (d.ok) findings.push({ kind: 'accepted-altered', where: 'verifyBundle(digest trust)', detail: 'a file differing from the original passed the expected-digest check' });
+    const d = await bounded((signal) =>
+      withBundleFile(file, (s) => verifyBundle(s, { trust: { digest: base.digest }, signal })),
+    );
+    if (d.ok)
+      findings.push({
+        kind: 'accepted-altered',
+        where: 'verifyBundle(digest trust)',
+        detail: 'a file differing from the original passed the expected-digest check',
+      });
     else out.digestTrust = judgeRejection(d, 'verifyBundle(digest trust)', findings);
   }
 
   // 4. random access through the (untrusted) seek index, against the trusted bundle.json: the one
   // just verified, else the original's (the media changed after an earlier verification)
   const manifest = v.ok ? v.value.manifest : base.manifest;
-  const r = await bounded(() => withBundleFile(file, async (source) => {
-    const reader = await BundleRandomReader.open(source, manifest);
-    const paths = ['index.json', ...manifest.blobs.map((b) => blobPath(b.digest))];
-    for (const p of paths) {
-      const bytes = await reader.readVerified(p);
-      const want = resigned && v.ok ? null : original.get(p);
-      if (want ? !bytes.equals(want) : (p !== 'index.json' && 'sha256:' + createHash('sha256').update(bytes).digest('hex') !== `sha256:${p.slice(13)}`)) {
-        findings.push({ kind: 'accepted-altered', where: 'BundleRandomReader.readVerified', detail: `${p} served with altered bytes` });
+  const r = await bounded(() =>
+    withBundleFile(file, async (source) => {
+      const reader = await BundleRandomReader.open(source, manifest);
+      const paths = ['index.json', ...manifest.blobs.map((b) => blobPath(b.digest))];
+      for (const p of paths) {
+        const bytes = await reader.readVerified(p);
+        const want = resigned && v.ok ? null : original.get(p);
+        if (
+          want
+            ? !bytes.equals(want)
+            : p !== 'index.json' &&
+              'sha256:' + createHash('sha256').update(bytes).digest('hex') !==
+                `sha256:${p.slice(13)}`
+        ) {
+          findings.push({
+            kind: 'accepted-altered',
+            where: 'BundleRandomReader.readVerified',
+            detail: `${p} served with altered bytes`,
+          });
+        }
       }
-    }
-  }));
+    }),
+  );
   out.ms.random = Math.round(r.ms);
   out.random = r.ok ? 'accepted' : judgeRejection(r, 'BundleRandomReader', findings);
 
@@ -340,30 +500,76 @@ async function runCase(i) {
     out.ms.agent = Math.round(a.ms);
     const upgradeDir = path.join(a.root, 'var/lib/upgrade');
     if (a.signal || a.code === null) {
-      findings.push({ kind: a.signal === 'SIGKILL' ? 'hang' : 'crash', where: 'bundle-agent load', detail: `ended by ${a.signal ?? 'error'} after ${Math.round(a.ms)} ms: ${a.stderr.slice(-300)}` });
+      findings.push({
+        kind: a.signal === 'SIGKILL' ? 'hang' : 'crash',
+        where: 'bundle-agent load',
+        detail: `ended by ${a.signal ?? 'error'} after ${Math.round(a.ms)} ms: ${a.stderr.slice(-300)}`,
+      });
       out.agent = 'KILLED';
     } else if (a.code === 0 && a.result?.ready) {
       out.agent = 'accepted';
-      if (!v.ok) findings.push({ kind: 'inconsistent', where: 'bundle-agent load', detail: `the agent loaded a bundle verifyBundle rejects (${out.verify})` });
+      if (!v.ok)
+        findings.push({
+          kind: 'inconsistent',
+          where: 'bundle-agent load',
+          detail: `the agent loaded a bundle verifyBundle rejects (${out.verify})`,
+        });
       const staged = path.join(upgradeDir, `${a.result.version}-${a.result.arch}`);
-      const diffs = existsSync(staged) ? (resigned ? await checkResignedLayout(staged, resigned) : await diffLayout(staged, original)) : [`no staged layout at ${staged}`];
-      if (diffs.length) findings.push({ kind: 'accepted-altered', where: 'bundle-agent load', detail: diffs.slice(0, 5).join('; ') });
+      const diffs = existsSync(staged)
+        ? resigned
+          ? await checkResignedLayout(staged, resigned)
+          : await diffLayout(staged, original)
+        : [`no staged layout at ${staged}`];
+      if (diffs.length)
+        findings.push({
+          kind: 'accepted-altered',
+          where: 'bundle-agent load',
+          detail: diffs.slice(0, 5).join('; '),
+        });
       const others = (await readdir(upgradeDir)).filter((n) => n !== path.basename(staged));
-      if (others.length) findings.push({ kind: 'written-outside', where: 'bundle-agent load', detail: `upgrade dir also holds ${others.join(', ')}` });
+      if (others.length)
+        findings.push({
+          kind: 'written-outside',
+          where: 'bundle-agent load',
+          detail: `upgrade dir also holds ${others.join(', ')}`,
+        });
     } else {
       const reason = a.result?.error?.reason;
       out.agent = reason ?? `exit ${a.code}`;
-      if (!reason) findings.push({ kind: 'crash', where: 'bundle-agent load', detail: `exit ${a.code} without a JSON result: ${a.stderr.slice(-300)}` });
-      else if (reason === 'Internal') findings.push({ kind: 'crash', where: 'bundle-agent load', detail: `untyped failure (reason Internal): ${a.result.error.message?.slice(0, 300)}` });
+      if (!reason)
+        findings.push({
+          kind: 'crash',
+          where: 'bundle-agent load',
+          detail: `exit ${a.code} without a JSON result: ${a.stderr.slice(-300)}`,
+        });
+      else if (reason === 'Internal')
+        findings.push({
+          kind: 'crash',
+          where: 'bundle-agent load',
+          detail: `untyped failure (reason Internal): ${a.result.error.message?.slice(0, 300)}`,
+        });
       // a load cut short by its source keeps its verified pieces for a resume (docs/ARCHITECTURE.md)
-      const resumable = async (n) => ['Truncated', 'MediaRemoved'].includes(reason) && n.endsWith('.partial') && existsSync(path.join(upgradeDir, n, 'resume.json'));
+      const resumable = async (n) =>
+        ['Truncated', 'MediaRemoved'].includes(reason) &&
+        n.endsWith('.partial') &&
+        existsSync(path.join(upgradeDir, n, 'resume.json'));
       const left2 = [];
-      for (const n of existsSync(upgradeDir) ? await readdir(upgradeDir) : []) if (!(await resumable(n))) left2.push(n);
-      if (left2.length) findings.push({ kind: 'written-outside', where: 'bundle-agent load', detail: `a refused load left ${left2.join(', ')} in the upgrade dir` });
+      for (const n of existsSync(upgradeDir) ? await readdir(upgradeDir) : [])
+        if (!(await resumable(n))) left2.push(n);
+      if (left2.length)
+        findings.push({
+          kind: 'written-outside',
+          where: 'bundle-agent load',
+          detail: `a refused load left ${left2.join(', ')} in the upgrade dir`,
+        });
     }
     for (const p of escapeProbes(a.root)) {
       if (existsSync(p)) {
-        findings.push({ kind: 'written-outside', where: 'bundle-agent load', detail: `${p} exists after the load` });
+        findings.push({
+          kind: 'written-outside',
+          where: 'bundle-agent load',
+          detail: `${p} exists after the load`,
+        });
         await rm(p, { recursive: true, force: true });
       }
     }

@@ -44,10 +44,13 @@ export async function startConnectProxy(t, upstreams) {
     client.on('data', onData);
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(undefined)));
-  t.teardown(() => new Promise((resolve) => {
-    for (const s of sockets) s.destroy();
-    server.close(() => resolve(undefined));
-  }));
+  t.teardown(
+    () =>
+      new Promise((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve(undefined));
+      }),
+  );
   const addr = /** @type {net.AddressInfo} */ (server.address());
   return { url: `http://127.0.0.1:${addr.port}`, seen };
 }

@@ -28,7 +28,8 @@ export async function startContainerd(timeoutMs = 20_000, opts = {}) {
   const certsDir = opts.certsDir ?? path.join(dir, 'certs.d');
   const socket = opts.socket ?? path.join(dir, 'containerd.sock');
   await mkdir(path.dirname(socket), { recursive: true });
-  for (const d of [certsDir, path.join(dir, 'cni', 'bin'), path.join(dir, 'cni', 'conf')]) await mkdir(d, { recursive: true });
+  for (const d of [certsDir, path.join(dir, 'cni', 'bin'), path.join(dir, 'cni', 'conf')])
+    await mkdir(d, { recursive: true });
   const q = JSON.stringify;
   const config = path.join(dir, 'config.toml');
   await writeFile(
@@ -102,7 +103,18 @@ export async function overlayWorks(parent) {
   const dir = await mkdtemp(path.join(parent, 'ob-ovl-'));
   try {
     for (const d of ['l', 'u', 'w', 'm']) await mkdir(path.join(dir, d));
-    execFileSync('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${dir}/l,upperdir=${dir}/u,workdir=${dir}/w`, `${dir}/m`], { stdio: 'ignore' });
+    execFileSync(
+      'mount',
+      [
+        '-t',
+        'overlay',
+        'overlay',
+        '-o',
+        `lowerdir=${dir}/l,upperdir=${dir}/u,workdir=${dir}/w`,
+        `${dir}/m`,
+      ],
+      { stdio: 'ignore' },
+    );
     execFileSync('umount', [`${dir}/m`], { stdio: 'ignore' });
     return true;
   } catch {
@@ -119,7 +131,9 @@ export async function overlayWorks(parent) {
  */
 async function unmountUnder(dir) {
   const mounts = (await readFile('/proc/self/mounts', 'utf8').catch(() => ''))
-    .split('\n').map((l) => l.split(' ')[1]?.replace(/\\040/g, ' ')).filter((m) => m && (m === dir || m.startsWith(`${dir}/`)));
+    .split('\n')
+    .map((l) => l.split(' ')[1]?.replace(/\\040/g, ' '))
+    .filter((m) => m && (m === dir || m.startsWith(`${dir}/`)));
   for (const m of mounts.sort((a, b) => b.length - a.length)) {
     try {
       execFileSync('umount', ['-l', m], { stdio: 'ignore' });

@@ -54,7 +54,17 @@
 // Tests use startCrioStandin() below.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statfsSync,
+  writeFileSync,
+} from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
@@ -65,16 +75,27 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 
 // @grpc/* and smol-toml are dependencies of @offline-bundle/runtime, not of the root package.
-const requireRuntime = createRequire(new URL('../../packages/runtime/package.json', import.meta.url));
+const requireRuntime = createRequire(
+  new URL('../../packages/runtime/package.json', import.meta.url),
+);
 const grpc = requireRuntime('@grpc/grpc-js');
 const protoLoader = requireRuntime('@grpc/proto-loader');
 const toml = requireRuntime('smol-toml');
-const PROTO = fileURLToPath(new URL('../../packages/runtime/proto/cri-image.proto', import.meta.url));
+const PROTO = fileURLToPath(
+  new URL('../../packages/runtime/proto/cri-image.proto', import.meta.url),
+);
 const SELF = fileURLToPath(import.meta.url);
 
 /** CRI-O's default pause_image (always pinned). */
 const DEFAULT_PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
-const GOARCH = /** @type {Record<string, string>} */ ({ x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x' })[process.arch] ?? process.arch;
+const GOARCH =
+  /** @type {Record<string, string>} */ ({
+    x64: 'amd64',
+    arm64: 'arm64',
+    arm: 'arm',
+    ppc64: 'ppc64le',
+    s390x: 's390x',
+  })[process.arch] ?? process.arch;
 
 // ---------------------------------------------------------------------------------------
 // References (docker/distribution's normalised names)
@@ -97,7 +118,8 @@ export function parseRef(input) {
   if (at >= 0) {
     digest = rest.slice(at + 1);
     rest = rest.slice(0, at);
-    if (!DIGEST.test(digest)) throw new Error(`invalid reference ${JSON.stringify(input)}: bad digest`);
+    if (!DIGEST.test(digest))
+      throw new Error(`invalid reference ${JSON.stringify(input)}: bad digest`);
   }
   let tag;
   const colon = rest.lastIndexOf(':');
@@ -115,7 +137,8 @@ export function parseRef(input) {
     repo = rest.slice(slash + 1);
   }
   if (domain === 'docker.io' && !repo.includes('/')) repo = `library/${repo}`;
-  if (!repo.split('/').every((c) => COMPONENT.test(c))) throw new Error(`invalid reference ${JSON.stringify(input)}: bad repository name`);
+  if (!repo.split('/').every((c) => COMPONENT.test(c)))
+    throw new Error(`invalid reference ${JSON.stringify(input)}: bad repository name`);
   const name = `${domain}/${repo}`;
   if (digest) tag = undefined;
   else tag ??= 'latest';
@@ -130,7 +153,9 @@ function readToml(file) {
   try {
     return toml.parse(readFileSync(file, 'utf8'));
   } catch (e) {
-    throw new Error(`${file}: ${String(/** @type {Error} */ (e).message).split('\n', 1)[0]}`, { cause: e });
+    throw new Error(`${file}: ${String(/** @type {Error} */ (e).message).split('\n', 1)[0]}`, {
+      cause: e,
+    });
   }
 }
 
@@ -138,7 +163,8 @@ function readToml(file) {
 function location(/** @type {unknown} */ v, /** @type {string} */ file) {
   if (v === undefined) return '';
   if (typeof v !== 'string') throw new Error(`${file}: location/prefix must be a string`);
-  if (/^https?:\/\//.test(v)) throw new Error(`${file}: invalid location '${v}': URI schemes are not supported`);
+  if (/^https?:\/\//.test(v))
+    throw new Error(`${file}: invalid location '${v}': URI schemes are not supported`);
   return v.replace(/\/+$/, '');
 }
 
@@ -149,25 +175,47 @@ function location(/** @type {unknown} */ v, /** @type {string} */ file) {
  */
 function registriesOf(file, dropIn) {
   const doc = readToml(file);
-  if (doc.registries !== undefined) throw new Error(`${file}: sysregistries v1 format is not supported${dropIn ? ' in a drop-in' : ' by the stand-in'}`);
+  if (doc.registries !== undefined)
+    throw new Error(
+      `${file}: sysregistries v1 format is not supported${dropIn ? ' in a drop-in' : ' by the stand-in'}`,
+    );
   const list = doc.registry ?? [];
   if (!Array.isArray(list)) throw new Error(`${file}: registry must be an array of tables`);
   return list.map((r) => {
     const loc = location(r.location, file);
     const prefix = location(r.prefix, file) || loc;
     if (!prefix) throw new Error(`${file}: invalid condition: both location and prefix are unset`);
-    if (!loc && !prefix.startsWith('*.')) throw new Error(`${file}: invalid condition: location is unset and prefix is not in the format: *.example.com`);
-    if (r['pull-from-mirror'] !== undefined) throw new Error(`${file}: pull-from-mirror must not be set for a non-mirror registry "${prefix}"`);
+    if (!loc && !prefix.startsWith('*.'))
+      throw new Error(
+        `${file}: invalid condition: location is unset and prefix is not in the format: *.example.com`,
+      );
+    if (r['pull-from-mirror'] !== undefined)
+      throw new Error(
+        `${file}: pull-from-mirror must not be set for a non-mirror registry "${prefix}"`,
+      );
     const digestOnly = r['mirror-by-digest-only'] === true;
     const mirrors = (r.mirror ?? []).map((/** @type {any} */ m) => {
       const mloc = location(m.location, file);
       if (!mloc) throw new Error(`${file}: invalid condition: mirror location is unset`);
       const pfm = m['pull-from-mirror'] ?? '';
-      if (digestOnly && pfm) throw new Error(`${file}: cannot set mirror-by-digest-only for "${prefix}" and pull-from-mirror for "${mloc}" at the same time`);
-      if (!['', 'all', 'digest-only', 'tag-only'].includes(pfm)) throw new Error(`${file}: unsupported pull-from-mirror value "${pfm}" for mirror "${mloc}"`);
+      if (digestOnly && pfm)
+        throw new Error(
+          `${file}: cannot set mirror-by-digest-only for "${prefix}" and pull-from-mirror for "${mloc}" at the same time`,
+        );
+      if (!['', 'all', 'digest-only', 'tag-only'].includes(pfm))
+        throw new Error(
+          `${file}: unsupported pull-from-mirror value "${pfm}" for mirror "${mloc}"`,
+        );
       return { location: mloc, insecure: m.insecure === true, pullFromMirror: pfm };
     });
-    return { prefix, location: loc, insecure: r.insecure === true, blocked: r.blocked === true, mirrorByDigestOnly: digestOnly, mirrors };
+    return {
+      prefix,
+      location: loc,
+      insecure: r.insecure === true,
+      blocked: r.blocked === true,
+      mirrorByDigestOnly: digestOnly,
+      mirrors,
+    };
   });
 }
 
@@ -175,7 +223,9 @@ function registriesOf(file, dropIn) {
 function walk(/** @type {string} */ dir) {
   /** @type {string[]} */
   const out = [];
-  for (const e of readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+  for (const e of readdirSync(dir, { withFileTypes: true }).sort((a, b) =>
+    a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+  )) {
     const p = path.join(dir, e.name);
     if (e.isDirectory()) out.push(...walk(p));
     else out.push(p);
@@ -219,17 +269,20 @@ function loadConfig(paths) {
   let pauseImage = paths.pauseImage ?? DEFAULT_PAUSE_IMAGE;
   const crioFiles = [];
   if (paths.crioConf && existsSync(paths.crioConf)) crioFiles.push(paths.crioConf);
-  if (paths.crioConfDir && existsSync(paths.crioConfDir)) crioFiles.push(...walk(paths.crioConfDir));
+  if (paths.crioConfDir && existsSync(paths.crioConfDir))
+    crioFiles.push(...walk(paths.crioConfDir));
   for (const file of crioFiles) {
     const image = readToml(file).crio?.image ?? {};
     const pins = image.pinned_images;
     if (pins !== undefined) {
-      if (!Array.isArray(pins) || !pins.every((p) => typeof p === 'string')) throw new Error(`${file}: crio.image.pinned_images must be a list of strings`);
+      if (!Array.isArray(pins) || !pins.every((p) => typeof p === 'string'))
+        throw new Error(`${file}: crio.image.pinned_images must be a list of strings`);
       pinnedImages = pins;
       pinnedImagesSet = true;
     }
     if (image.pause_image !== undefined) {
-      if (typeof image.pause_image !== 'string') throw new Error(`${file}: crio.image.pause_image must be a string`);
+      if (typeof image.pause_image !== 'string')
+        throw new Error(`${file}: crio.image.pause_image must be a string`);
       pauseImage = image.pause_image;
     }
     files.push(file);
@@ -248,7 +301,11 @@ function loadConfig(paths) {
 
 /** CRI-O reloads only the config paths it found at start (singleConfigPath, dropInConfigDir). */
 function startPaths(/** @type {Paths} */ p) {
-  return { ...p, crioConf: p.crioConf && existsSync(p.crioConf) ? p.crioConf : undefined, crioConfDir: p.crioConfDir && existsSync(p.crioConfDir) ? p.crioConfDir : undefined };
+  return {
+    ...p,
+    crioConf: p.crioConf && existsSync(p.crioConf) ? p.crioConf : undefined,
+    crioConfDir: p.crioConfDir && existsSync(p.crioConfDir) ? p.crioConfDir : undefined,
+  };
 }
 
 /**
@@ -261,24 +318,71 @@ function startPaths(/** @type {Paths} */ p) {
 export function runningConfigToml(running) {
   return toml.stringify({
     crio: {
-      root: '/var/lib/containers/storage', runroot: '/run/containers/storage', imagestore: '', storage_driver: 'overlay', storage_option: [],
-      log_dir: '/var/log/crio/pods', version_file: '/var/run/crio/version', version_file_persist: '', clean_shutdown_file: '/var/lib/crio/clean.shutdown',
-      internal_wipe: true, internal_repair: true,
-      api: { listen: '/var/run/crio/crio.sock', stream_address: '127.0.0.1', stream_port: '0', stream_enable_tls: false, grpc_max_send_msg_size: 83886080, grpc_max_recv_msg_size: 83886080 },
-      runtime: { default_runtime: 'crun', cgroup_manager: 'systemd', log_level: 'info', log_filter: '', pids_limit: -1, log_size_max: -1 },
-      image: {
-        default_transport: 'docker://', global_auth_file: '', namespaced_auth_dir: '/etc/crio/auth', pause_image: running.pauseImage, pause_image_auth_file: '',
-        pause_command: '/pause', ...(running.pinnedImages ? { pinned_images: running.pinnedImages } : {}), signature_policy: '', signature_policy_dir: '/etc/crio/policies',
-        image_volumes: 'mkdir', big_files_temporary_dir: '', auto_reload_registries: false, pull_progress_timeout: '0s', oci_artifact_mount_support: true, short_name_mode: 'enforcing',
+      root: '/var/lib/containers/storage',
+      runroot: '/run/containers/storage',
+      imagestore: '',
+      storage_driver: 'overlay',
+      storage_option: [],
+      log_dir: '/var/log/crio/pods',
+      version_file: '/var/run/crio/version',
+      version_file_persist: '',
+      clean_shutdown_file: '/var/lib/crio/clean.shutdown',
+      internal_wipe: true,
+      internal_repair: true,
+      api: {
+        listen: '/var/run/crio/crio.sock',
+        stream_address: '127.0.0.1',
+        stream_port: '0',
+        stream_enable_tls: false,
+        grpc_max_send_msg_size: 83886080,
+        grpc_max_recv_msg_size: 83886080,
       },
-      network: { cni_default_network: '', network_dir: '/etc/cni/net.d/', plugin_dirs: ['/opt/cni/bin/'] },
+      runtime: {
+        default_runtime: 'crun',
+        cgroup_manager: 'systemd',
+        log_level: 'info',
+        log_filter: '',
+        pids_limit: -1,
+        log_size_max: -1,
+      },
+      image: {
+        default_transport: 'docker://',
+        global_auth_file: '',
+        namespaced_auth_dir: '/etc/crio/auth',
+        pause_image: running.pauseImage,
+        pause_image_auth_file: '',
+        pause_command: '/pause',
+        ...(running.pinnedImages ? { pinned_images: running.pinnedImages } : {}),
+        signature_policy: '',
+        signature_policy_dir: '/etc/crio/policies',
+        image_volumes: 'mkdir',
+        big_files_temporary_dir: '',
+        auto_reload_registries: false,
+        pull_progress_timeout: '0s',
+        oci_artifact_mount_support: true,
+        short_name_mode: 'enforcing',
+      },
+      network: {
+        cni_default_network: '',
+        network_dir: '/etc/cni/net.d/',
+        plugin_dirs: ['/opt/cni/bin/'],
+      },
       metrics: { enable_metrics: false, metrics_host: '127.0.0.1', metrics_port: 9090 },
     },
   });
 }
 
 /** GET /info: what `crio status info` prints (server/inspect.go getInfo), stock values. */
-const INFO = { storage_driver: 'overlay', storage_root: '/var/lib/containers/storage', storage_image: '', cgroup_driver: 'systemd', default_id_mappings: { uids: [{ container_id: 0, host_id: 0, size: 4294967295 }], gids: [{ container_id: 0, host_id: 0, size: 4294967295 }] } };
+const INFO = {
+  storage_driver: 'overlay',
+  storage_root: '/var/lib/containers/storage',
+  storage_image: '',
+  cgroup_driver: 'systemd',
+  default_id_mappings: {
+    uids: [{ container_id: 0, host_id: 0, size: 4294967295 }],
+    gids: [{ container_id: 0, host_id: 0, size: 4294967295 }],
+  },
+};
 
 /**
  * CRI-O serves gRPC and its HTTP/1 info API on the one socket (cmux: HTTP/2 with content-type
@@ -308,7 +412,10 @@ function serveMultiplexed(socket, grpcSocket, http) {
         const back = net.connect(grpcSocket);
         back.write(head);
         conn.pipe(back).pipe(conn);
-        const end = () => { conn.destroy(); back.destroy(); };
+        const end = () => {
+          conn.destroy();
+          back.destroy();
+        };
         conn.on('error', end).on('close', end);
         back.on('error', end).on('close', end);
       } else {
@@ -317,14 +424,17 @@ function serveMultiplexed(socket, grpcSocket, http) {
       }
     };
   });
-  return new Promise((resolve, reject) => front.once('error', reject).listen(socket, () => resolve(front)));
+  return new Promise((resolve, reject) =>
+    front.once('error', reject).listen(socket, () => resolve(front)),
+  );
 }
 
 /** CompileRegexpsForPinnedImages. */
 export function compilePins(/** @type {string[]} */ patterns) {
   const quote = (/** @type {string} */ s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
   return patterns.map((p) => {
-    if (p.length >= 1 && p.startsWith('*') && p.endsWith('*')) return new RegExp(quote(p.slice(1, -1)), 'i');
+    if (p.length >= 1 && p.startsWith('*') && p.endsWith('*'))
+      return new RegExp(quote(p.slice(1, -1)), 'i');
     if (p.endsWith('*')) return new RegExp(quote(p.slice(0, -1)) + '.*', 'i');
     return new RegExp(`^${quote(p)}$`, 'i');
   });
@@ -354,18 +464,31 @@ function matchPrefix(/** @type {string} */ ref, /** @type {string} */ prefix) {
  */
 export function pullSources(ref, registries) {
   let reg;
-  for (const r of registries) if (matchPrefix(ref.name, r.prefix) >= 0 && r.prefix.length > (reg?.prefix.length ?? 0)) reg = r;
+  for (const r of registries)
+    if (matchPrefix(ref.name, r.prefix) >= 0 && r.prefix.length > (reg?.prefix.length ?? 0))
+      reg = r;
   if (!reg) return [{ ref: ref.full, insecure: false, mirror: false }];
-  if (reg.blocked) throw new Error(`registry ${reg.location || reg.prefix} is blocked in registries.conf`);
+  if (reg.blocked)
+    throw new Error(`registry ${reg.location || reg.prefix} is blocked in registries.conf`);
   const digested = Boolean(ref.digest);
   const mirrors = reg.mirrors.filter((/** @type {any} */ m) =>
-    reg.mirrorByDigestOnly ? digested : !((m.pullFromMirror === 'digest-only' && !digested) || (m.pullFromMirror === 'tag-only' && digested)));
+    reg.mirrorByDigestOnly
+      ? digested
+      : !(
+          (m.pullFromMirror === 'digest-only' && !digested) ||
+          (m.pullFromMirror === 'tag-only' && digested)
+        ),
+  );
   const rewrite = (/** @type {string} */ loc) => {
     if (!loc) return ref.full; // wildcard prefix without location
     return loc + ref.full.slice(matchPrefix(ref.full, reg.prefix));
   };
   return [
-    ...mirrors.map((/** @type {any} */ m) => ({ ref: rewrite(m.location), insecure: m.insecure, mirror: true })),
+    ...mirrors.map((/** @type {any} */ m) => ({
+      ref: rewrite(m.location),
+      insecure: m.insecure,
+      mirror: true,
+    })),
     { ref: rewrite(reg.location), insecure: reg.insecure, mirror: false },
   ];
 }
@@ -373,7 +496,8 @@ export function pullSources(ref, registries) {
 // ---------------------------------------------------------------------------------------
 // The process
 
-const sha256 = (/** @type {Buffer|string} */ b) => 'sha256:' + createHash('sha256').update(b).digest('hex');
+const sha256 = (/** @type {Buffer|string} */ b) =>
+  'sha256:' + createHash('sha256').update(b).digest('hex');
 
 /** @param {string[]} argv */
 async function main(argv) {
@@ -408,8 +532,13 @@ async function main(argv) {
   const eventsFile = path.join(state, 'events.jsonl');
   const imagesFile = path.join(state, 'images.json');
 
-  const log = (/** @type {string} */ msg) => process.stderr.write(`${new Date().toISOString()} crio-standin[${process.pid}]: ${msg}\n`);
-  const event = (/** @type {object} */ e) => appendFileSync(eventsFile, JSON.stringify({ time: new Date().toISOString(), pid: process.pid, ...e }) + '\n');
+  const log = (/** @type {string} */ msg) =>
+    process.stderr.write(`${new Date().toISOString()} crio-standin[${process.pid}]: ${msg}\n`);
+  const event = (/** @type {object} */ e) =>
+    appendFileSync(
+      eventsFile,
+      JSON.stringify({ time: new Date().toISOString(), pid: process.pid, ...e }) + '\n',
+    );
 
   const paths = startPaths({
     registriesConf: o['registries-conf'],
@@ -428,8 +557,16 @@ async function main(argv) {
   // TOML) until a file sets it or a reload runs (ReloadPinnedImages always stores a list, from
   // 1.28.0, even where the patterns are compiled only at start); a CRI-O before 1.28 never has it.
   /** @type {{ pinnedImages?: string[], pauseImage: string }} */
-  const running = { pinnedImages: !noPins && config.pinnedImagesSet ? config.pinnedImages : undefined, pauseImage: config.pauseImage };
-  event({ event: 'start', files: config.files, pinnedImages: noPins ? [] : config.pinnedImages, registries: config.registries.map((r) => r.prefix) });
+  const running = {
+    pinnedImages: !noPins && config.pinnedImagesSet ? config.pinnedImages : undefined,
+    pauseImage: config.pauseImage,
+  };
+  event({
+    event: 'start',
+    files: config.files,
+    pinnedImages: noPins ? [] : config.pinnedImages,
+    registries: config.registries.map((r) => r.prefix),
+  });
   log(`started; read ${config.files.join(', ') || 'no config files'}`);
 
   const reloadNow = () => {
@@ -439,7 +576,13 @@ async function main(argv) {
       if (!noPins && !pinsAtStartOnly) pins = compilePins([...next.pinnedImages, next.pauseImage]);
       if (!noPins) running.pinnedImages = next.pinnedImages.filter((p) => p !== '');
       running.pauseImage = next.pauseImage;
-      event({ event: 'reload', outcome: 'ok', files: next.files, pinnedImages: noPins ? [] : next.pinnedImages, registries: next.registries.map((r) => r.prefix) });
+      event({
+        event: 'reload',
+        outcome: 'ok',
+        files: next.files,
+        pinnedImages: noPins ? [] : next.pinnedImages,
+        registries: next.registries.map((r) => r.prefix),
+      });
       log('Configuration reload completed');
     } catch (e) {
       event({ event: 'reload', outcome: 'error', error: String(/** @type {Error} */ (e).message) });
@@ -453,12 +596,18 @@ async function main(argv) {
   let reloading = false;
   let slot = false;
   const onSighup = () => {
-    if (reloading) { slot = true; return; }
+    if (reloading) {
+      slot = true;
+      return;
+    }
     reloading = true;
     setTimeout(() => {
       reloadNow();
       reloading = false;
-      if (slot) { slot = false; onSighup(); }
+      if (slot) {
+        slot = false;
+        onSighup();
+      }
     }, reloadDelayMs);
   };
   process.on('SIGHUP', onSighup);
@@ -496,55 +645,99 @@ async function main(argv) {
       return undefined;
     }
     const { full, name, digest } = ref;
-    return images.find((i) => i.names.includes(full))
-      ?? (digest ? images.find((i) => i.digests.includes(digest) && i.names.some((n) => parseRef(n).name === name)) : undefined);
+    return (
+      images.find((i) => i.names.includes(full)) ??
+      (digest
+        ? images.find(
+            (i) => i.digests.includes(digest) && i.names.some((n) => parseRef(n).name === name),
+          )
+        : undefined)
+    );
   };
 
   const criImage = (/** @type {StoredImage} */ img, /** @type {'list'|'status'} */ call) => {
     const refs = img.names.map(parseRef);
-    const repoTags = refs.filter((r) => r.tag).map((r) => r.full).sort();
+    const repoTags = refs
+      .filter((r) => r.tag)
+      .map((r) => r.full)
+      .sort();
     const repoDigests = new Set(refs.filter((r) => r.digest).map((r) => r.full));
     for (const r of refs) for (const d of img.digests) repoDigests.add(`${r.name}@${d}`);
     // every stored name counts (1.29+); ImageStatus sets pinned only from 1.29.7
-    const pinned = !(pinsAtStartOnly && call === 'status') && img.names.some((n) => pins.some((re) => re.test(n)));
-    return { id: img.id, repoTags, repoDigests: [...repoDigests].sort(), size: String(img.size), pinned };
+    const pinned =
+      !(pinsAtStartOnly && call === 'status') &&
+      img.names.some((n) => pins.some((re) => re.test(n)));
+    return {
+      id: img.id,
+      repoTags,
+      repoDigests: [...repoDigests].sort(),
+      size: String(img.size),
+      pinned,
+    };
   };
 
   // --- pulls --------------------------------------------------------------------------
   /** @type {Set<import('node:child_process').ChildProcess>} */
   const children = new Set();
-  const skopeo = (/** @type {string[]} */ args) => new Promise((resolve, reject) => {
-    const child = spawn('skopeo', ['--insecure-policy', '--command-timeout', '20s', '--tmpdir', tmp, ...args], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, CONTAINERS_REGISTRIES_CONF: noMirrorsConf, HOME: home },
+  const skopeo = (/** @type {string[]} */ args) =>
+    new Promise((resolve, reject) => {
+      const child = spawn(
+        'skopeo',
+        ['--insecure-policy', '--command-timeout', '20s', '--tmpdir', tmp, ...args],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+          env: { ...process.env, CONTAINERS_REGISTRIES_CONF: noMirrorsConf, HOME: home },
+        },
+      );
+      children.add(child);
+      /** @type {Buffer[]} */
+      const out = [];
+      let err = '';
+      child.stdout.on('data', (d) => out.push(d));
+      child.stderr.on('data', (d) => {
+        err += d;
+      });
+      child.on('error', (e) => {
+        children.delete(child);
+        reject(e);
+      });
+      child.on('close', (code, signal) => {
+        children.delete(child);
+        if (code === 0) return resolve(Buffer.concat(out));
+        // skopeo logs `level=fatal msg="..."`: keep the message, like CRI-O's error text
+        const m = err.match(/msg="((?:[^"\\]|\\.)*)"/);
+        reject(
+          new Error(
+            m ? JSON.parse(`"${m[1]}"`) : err.trim() || `skopeo exited with ${code ?? signal}`,
+          ),
+        );
+      });
     });
-    children.add(child);
-    /** @type {Buffer[]} */
-    const out = [];
-    let err = '';
-    child.stdout.on('data', (d) => out.push(d));
-    child.stderr.on('data', (d) => { err += d; });
-    child.on('error', (e) => { children.delete(child); reject(e); });
-    child.on('close', (code, signal) => {
-      children.delete(child);
-      if (code === 0) return resolve(Buffer.concat(out));
-      // skopeo logs `level=fatal msg="..."`: keep the message, like CRI-O's error text
-      const m = err.match(/msg="((?:[^"\\]|\\.)*)"/);
-      reject(new Error(m ? JSON.parse(`"${m[1]}"`) : err.trim() || `skopeo exited with ${code ?? signal}`));
-    });
-  });
 
   /** Copy one source into storage/<id>/ (dir: transport: manifests stay byte for byte). */
-  const copyFrom = async (/** @type {{ ref: string, insecure: boolean }} */ src, /** @type {ReturnType<typeof parseRef>} */ ref) => {
+  const copyFrom = async (
+    /** @type {{ ref: string, insecure: boolean }} */ src,
+    /** @type {ReturnType<typeof parseRef>} */ ref,
+  ) => {
     const tls = `--tls-verify=${!src.insecure}`;
-    const raw = await skopeo(['inspect', '--raw', '--retry-times', '0', tls, `docker://${src.ref}`]);
+    const raw = await skopeo([
+      'inspect',
+      '--raw',
+      '--retry-times',
+      '0',
+      tls,
+      `docker://${src.ref}`,
+    ]);
     const top = sha256(raw);
-    if (ref.digest && top !== ref.digest) throw new Error(`${src.ref}: manifest digest ${top} does not match the reference`);
+    if (ref.digest && top !== ref.digest)
+      throw new Error(`${src.ref}: manifest digest ${top} does not match the reference`);
     const doc = JSON.parse(raw.toString('utf8'));
     let instance = top;
     if (Array.isArray(doc.manifests)) {
       // a multi-arch index: the host platform's image, as CRI-O copies it
-      const m = doc.manifests.find((/** @type {any} */ d) => d.platform?.os === 'linux' && d.platform?.architecture === GOARCH);
+      const m = doc.manifests.find(
+        (/** @type {any} */ d) => d.platform?.os === 'linux' && d.platform?.architecture === GOARCH,
+      );
       if (!m) throw new Error(`${src.ref}: no image for linux/${GOARCH} in the manifest list`);
       instance = m.digest;
     }
@@ -552,12 +745,23 @@ async function main(argv) {
     const repo = parseRef(src.ref).name;
     const dir = await mkdtemp(path.join(tmp, 'pull-'));
     try {
-      await skopeo(['copy', '--quiet', '--retry-times', '0', `--src-tls-verify=${!src.insecure}`, `docker://${repo}@${instance}`, `dir:${dir}`]);
+      await skopeo([
+        'copy',
+        '--quiet',
+        '--retry-times',
+        '0',
+        `--src-tls-verify=${!src.insecure}`,
+        `docker://${repo}@${instance}`,
+        `dir:${dir}`,
+      ]);
       const manifestBytes = await readFile(path.join(dir, 'manifest.json'));
-      if (sha256(manifestBytes) !== instance) throw new Error(`${src.ref}: copied manifest is not ${instance}`);
+      if (sha256(manifestBytes) !== instance)
+        throw new Error(`${src.ref}: copied manifest is not ${instance}`);
       const manifest = JSON.parse(manifestBytes.toString('utf8'));
       const id = String(manifest.config.digest).replace(/^sha256:/, '');
-      const size = manifest.config.size + manifest.layers.reduce((/** @type {number} */ s, /** @type {any} */ l) => s + l.size, 0);
+      const size =
+        manifest.config.size +
+        manifest.layers.reduce((/** @type {number} */ s, /** @type {any} */ l) => s + l.size, 0);
       const target = path.join(storage, id);
       try {
         renameSync(dir, target);
@@ -581,23 +785,51 @@ async function main(argv) {
         addImage({ ...img, names: [] }, ref.full);
         // --containers-storage: also into the node's containers-storage under the requested name,
         // which CRI-O shares with podman (a booted node's podman then runs what CRI pulled)
-        if (o['containers-storage']) await skopeo(['copy', '--quiet', `dir:${path.join(storage, img.id)}`, `containers-storage:${ref.full}`]);
-        event({ event: 'pull', ref: ref.full, source: src.ref, mirror: src.mirror, outcome: 'ok', id: img.id });
+        if (o['containers-storage'])
+          await skopeo([
+            'copy',
+            '--quiet',
+            `dir:${path.join(storage, img.id)}`,
+            `containers-storage:${ref.full}`,
+          ]);
+        event({
+          event: 'pull',
+          ref: ref.full,
+          source: src.ref,
+          mirror: src.mirror,
+          outcome: 'ok',
+          id: img.id,
+        });
         log(`Pulled image ${ref.full} from ${src.ref}`);
         return img.id;
       } catch (e) {
         const msg = String(/** @type {Error} */ (e).message);
         failures.push(`${src.ref}: ${msg}`);
-        event({ event: 'pull', ref: ref.full, source: src.ref, mirror: src.mirror, outcome: 'failed', error: msg });
+        event({
+          event: 'pull',
+          ref: ref.full,
+          source: src.ref,
+          mirror: src.mirror,
+          outcome: 'failed',
+          error: msg,
+        });
       }
     }
     // c/image's message shape: the original location's error, mirrors' errors in front
     const last = /** @type {string} */ (failures.pop());
-    throw new Error(failures.length ? `(Mirrors also failed: [${failures.join(']\n[')}]): ${last}` : last);
+    throw new Error(
+      failures.length ? `(Mirrors also failed: [${failures.join(']\n[')}]): ${last}` : last,
+    );
   };
 
   // --- gRPC ---------------------------------------------------------------------------
-  const def = protoLoader.loadSync(PROTO, { keepCase: false, longs: String, enums: String, defaults: true, oneofs: true });
+  const def = protoLoader.loadSync(PROTO, {
+    keepCase: false,
+    longs: String,
+    enums: String,
+    defaults: true,
+    oneofs: true,
+  });
   const svc = grpc.loadPackageDefinition(def).runtime.v1.ImageService.service;
   /** @param {(req: any) => Promise<object> | object} fn */
   const unary = (fn) => async (/** @type {any} */ call, /** @type {any} */ cb) => {
@@ -622,12 +854,14 @@ async function main(argv) {
     ImageFsInfo: unary(() => {
       const s = statfsSync(storage);
       return {
-        imageFilesystems: [{
-          timestamp: String(BigInt(Date.now()) * 1_000_000n),
-          fsId: { mountpoint: storage },
-          usedBytes: { value: String((BigInt(s.blocks) - BigInt(s.bfree)) * BigInt(s.bsize)) },
-          inodesUsed: { value: String(BigInt(s.files) - BigInt(s.ffree)) },
-        }],
+        imageFilesystems: [
+          {
+            timestamp: String(BigInt(Date.now()) * 1_000_000n),
+            fsId: { mountpoint: storage },
+            usedBytes: { value: String((BigInt(s.blocks) - BigInt(s.bfree)) * BigInt(s.bsize)) },
+            inodesUsed: { value: String(BigInt(s.files) - BigInt(s.ffree)) },
+          },
+        ],
         containerFilesystems: [],
       };
     }),
@@ -635,19 +869,36 @@ async function main(argv) {
 
   // the info API (server/inspect.go): chi answers an unknown path or method with 404/405 as text
   const info = createHttpServer((req, res) => {
-    const [status, type, body] = req.method !== 'GET' ? [405, 'text/plain', ''] : req.url === '/config' ? [200, 'application/toml', runningConfigToml(running)]
-      : req.url === '/info' ? [200, 'application/json', JSON.stringify(INFO)] : [404, 'text/plain; charset=utf-8', '404 page not found\n'];
+    const [status, type, body] =
+      req.method !== 'GET'
+        ? [405, 'text/plain', '']
+        : req.url === '/config'
+          ? [200, 'application/toml', runningConfigToml(running)]
+          : req.url === '/info'
+            ? [200, 'application/json', JSON.stringify(INFO)]
+            : [404, 'text/plain; charset=utf-8', '404 page not found\n'];
     res.writeHead(status, { 'Content-Type': type }).end(body);
   });
   const grpcSocket = `${socket}.grpc`;
   rmSync(socket, { force: true }); // a stale socket from a killed run
   rmSync(grpcSocket, { force: true });
   await new Promise((resolve, reject) =>
-    server.bindAsync(`unix://${grpcSocket}`, grpc.ServerCredentials.createInsecure(), (/** @type {Error|null} */ e) => (e ? reject(e) : resolve(undefined))));
+    server.bindAsync(
+      `unix://${grpcSocket}`,
+      grpc.ServerCredentials.createInsecure(),
+      (/** @type {Error|null} */ e) => (e ? reject(e) : resolve(undefined)),
+    ),
+  );
   const front = await serveMultiplexed(socket, grpcSocket, info);
 
   const shutdown = (/** @type {string} */ why) => {
-    for (const c of children) if (c.pid) try { process.kill(c.pid, 'SIGKILL'); } catch { /* gone */ }
+    for (const c of children)
+      if (c.pid)
+        try {
+          process.kill(c.pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
     server.forceShutdown();
     front.close();
     rmSync(socket, { force: true });
@@ -660,7 +911,9 @@ async function main(argv) {
   // outlive it. We are then re-parented, so our parent PID changes.
   if (o['exit-with-parent']) {
     const parent = process.ppid;
-    setInterval(() => { if (process.ppid !== parent) shutdown('parent exited'); }, 500).unref();
+    setInterval(() => {
+      if (process.ppid !== parent) shutdown('parent exited');
+    }, 500).unref();
   }
 }
 
@@ -697,7 +950,9 @@ export async function startCrioStandin(t, opts = {}) {
   mkdirSync(dir, { recursive: true });
   const socket = path.join(dir, 'crio.sock');
   const args = [SELF, '--state-dir', dir, '--listen', socket, '--exit-with-parent'];
-  const add = (/** @type {string} */ flag, /** @type {string|undefined} */ v) => { if (v) args.push(flag, v); };
+  const add = (/** @type {string} */ flag, /** @type {string|undefined} */ v) => {
+    if (v) args.push(flag, v);
+  };
   add('--registries-conf', opts.registriesConf);
   add('--registries-conf-dir', opts.registriesDropInDir);
   add('--config', opts.crioConf);
@@ -707,7 +962,9 @@ export async function startCrioStandin(t, opts = {}) {
   if (opts.pinsAtStartOnly) args.push('--pins-at-start-only');
   if (opts.reloadDelayMs) args.push('--reload-delay-ms', String(opts.reloadDelayMs));
   const eventsFile = path.join(dir, 'events.jsonl');
-  const startedBefore = existsSync(eventsFile) ? readFileSync(eventsFile, 'utf8').split('\n').filter(Boolean).length : 0;
+  const startedBefore = existsSync(eventsFile)
+    ? readFileSync(eventsFile, 'utf8').split('\n').filter(Boolean).length
+    : 0;
 
   const svc = await startService({
     name: 'crio-standin',
@@ -727,17 +984,23 @@ export async function startCrioStandin(t, opts = {}) {
     timeoutMs: opts.timeoutMs ?? 30_000,
     pollMs: 100,
     killAfterMs: 5000,
-    cleanup: async () => { if (ownDir) await rm(dir, { recursive: true, force: true }); },
+    cleanup: async () => {
+      if (ownDir) await rm(dir, { recursive: true, force: true });
+    },
   });
   t.teardown(() => svc.stop());
 
   /** Every event of this state dir (all runs), oldest first. @returns {Promise<any[]>} */
   const events = async () => {
     const text = await readFile(eventsFile, 'utf8').catch(() => '');
-    return text.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    return text
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
   };
   /** Events of this process only. */
-  const ownEvents = async () => (await events()).slice(startedBefore).filter((e) => e.pid === svc.pid);
+  const ownEvents = async () =>
+    (await events()).slice(startedBefore).filter((e) => e.pid === svc.pid);
 
   /**
    * SIGHUP and wait until the reload is done (it is asynchronous, like CRI-O's: the signal
@@ -758,7 +1021,10 @@ export async function startCrioStandin(t, opts = {}) {
     for (;;) {
       const found = (await ownEvents()).filter(pred);
       if (found.length > skip) return found[skip];
-      if (Date.now() > deadline) throw new Error(`crio-standin: no matching event within ${timeoutMs} ms; output: ${svc.logs().slice(-2000)}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `crio-standin: no matching event within ${timeoutMs} ms; output: ${svc.logs().slice(-2000)}`,
+        );
       await new Promise((r) => setTimeout(r, 50));
     }
   };

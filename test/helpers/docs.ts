@@ -8,7 +8,9 @@ export const ROOT = new URL('../../', import.meta.url).pathname;
 
 /** README.md and every docs/*.md, as paths relative to the repository root. */
 export function docFiles(): string[] {
-  const docs = readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).sort();
+  const docs = readdirSync(path.join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .sort();
   return ['README.md', ...docs.map((f) => `docs/${f}`)];
 }
 
@@ -17,7 +19,11 @@ export function readDoc(file: string): string {
   return readFileSync(path.join(ROOT, file), 'utf8');
 }
 
-export interface Heading { level: number; text: string; line: number }
+export interface Heading {
+  level: number;
+  text: string;
+  line: number;
+}
 
 /** The Markdown headings of a page, skipping fenced code (where `#` starts a shell comment). */
 export function headings(text: string): Heading[] {
@@ -48,7 +54,9 @@ export function docsSection(heading: string): { file: string; text: string } {
     });
   }
   if (found.length !== 1) {
-    throw new Error(`docs: the heading "${heading}" is in ${found.length === 0 ? 'no page' : found.map((f) => f.file).join(' and ')} of README.md and docs/*.md: a test that reads it needs exactly one`);
+    throw new Error(
+      `docs: the heading "${heading}" is in ${found.length === 0 ? 'no page' : found.map((f) => f.file).join(' and ')} of README.md and docs/*.md: a test that reads it needs exactly one`,
+    );
   }
   return found[0]!;
 }
@@ -56,7 +64,10 @@ export function docsSection(heading: string): { file: string; text: string } {
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
 export function slug(heading: string): string {
   const plain = heading.replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1').replace(/<[^>]+>/g, '');
-  return plain.toLowerCase().replace(/[^\p{L}\p{M}\p{N}\p{Pc}\- ]/gu, '').replace(/ /g, '-');
+  return plain
+    .toLowerCase()
+    .replace(/[^\p{L}\p{M}\p{N}\p{Pc}\- ]/gu, '')
+    .replace(/ /g, '-');
 }
 
 /** Every anchor a page offers, with GitHub's `-1`, `-2` … for a heading met again. */
@@ -79,10 +90,17 @@ export function anchors(text: string): Set<string> {
 export function relativeLinks(text: string): string[] {
   let fence = false;
   // inline code may wrap onto the next line, so it is taken out of the whole text, not per line
-  const prose = text.split('\n').map((l) => {
-    if (/^\s*```/.test(l)) { fence = !fence; return ''; }
-    return fence ? '' : l;
-  }).join('\n').replace(/`[^`]*`/g, '');
+  const prose = text
+    .split('\n')
+    .map((l) => {
+      if (/^\s*```/.test(l)) {
+        fence = !fence;
+        return '';
+      }
+      return fence ? '' : l;
+    })
+    .join('\n')
+    .replace(/`[^`]*`/g, '');
   const targets = [
     ...[...prose.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)].map((m) => m[1]!),
     ...[...prose.matchAll(/\b(?:src|href)="([^"]+)"/g)].map((m) => m[1]!),
@@ -100,10 +118,21 @@ export function relativeLinks(text: string): string[] {
  *     ```sh run=plain-linux after=stick
  *     ```sh run=quadlet on=workstation
  */
-export interface RunBlock { file: string; line: number; group: string; after?: 'stick'; on?: 'workstation'; code: string }
+export interface RunBlock {
+  file: string;
+  line: number;
+  group: string;
+  after?: 'stick';
+  on?: 'workstation';
+  code: string;
+}
 
 const RUN_LANGUAGES = new Set(['sh', 'bash', 'shell']);
-const RUN_KEYS: Record<string, (v: string) => boolean> = { run: (v) => /^[a-z][a-z0-9-]*$/.test(v), after: (v) => v === 'stick', on: (v) => v === 'workstation' };
+const RUN_KEYS: Record<string, (v: string) => boolean> = {
+  run: (v) => /^[a-z][a-z0-9-]*$/.test(v),
+  after: (v) => v === 'stick',
+  on: (v) => v === 'workstation',
+};
 /** What the docs tell the reader to replace: `<running-version>` (lower case, digits, hyphens). */
 const PLACEHOLDER = /<([a-z][a-z0-9-]*)>/g;
 
@@ -117,7 +146,8 @@ export function markedBlocks(file: string, text = readDoc(file)): RunBlock[] {
       if (fence && fence[2]!.trim() === '') {
         if (open.block) out.push({ ...open.block, code: `${open.lines.join('\n')}\n` });
         open = undefined;
-      } else open.lines.push(l.startsWith(open.indent) ? l.slice(open.indent.length) : l.trimStart());
+      } else
+        open.lines.push(l.startsWith(open.indent) ? l.slice(open.indent.length) : l.trimStart());
       return;
     }
     if (!fence) return;
@@ -126,13 +156,27 @@ export function markedBlocks(file: string, text = readDoc(file)): RunBlock[] {
     const attrs = Object.fromEntries(words.map((w) => w.split('=', 2) as [string, string]));
     if (!('run' in attrs)) return;
     const where = `${file}:${i + 1}`;
-    if (!RUN_LANGUAGES.has(lang)) throw new Error(`${where}: a block marked run= must be \`\`\`sh (or bash, shell), not "${lang}"`);
+    if (!RUN_LANGUAGES.has(lang))
+      throw new Error(
+        `${where}: a block marked run= must be \`\`\`sh (or bash, shell), not "${lang}"`,
+      );
     for (const [k, v] of Object.entries(attrs)) {
-      if (!RUN_KEYS[k]?.(v ?? '')) throw new Error(`${where}: "${k}=${v}" in the fence: write run=GROUP (lower case) and at most after=stick or on=workstation`);
+      if (!RUN_KEYS[k]?.(v ?? ''))
+        throw new Error(
+          `${where}: "${k}=${v}" in the fence: write run=GROUP (lower case) and at most after=stick or on=workstation`,
+        );
     }
-    open.block = { file, line: i + 1, group: attrs.run!, ...(attrs.after ? { after: 'stick' as const } : {}), ...(attrs.on ? { on: 'workstation' as const } : {}), code: '' };
+    open.block = {
+      file,
+      line: i + 1,
+      group: attrs.run!,
+      ...(attrs.after ? { after: 'stick' as const } : {}),
+      ...(attrs.on ? { on: 'workstation' as const } : {}),
+      code: '',
+    };
   });
-  if (open) throw new Error(`${file}: the code block opened at the end of the page is never closed`);
+  if (open)
+    throw new Error(`${file}: the code block opened at the end of the page is never closed`);
   return out;
 }
 
@@ -141,19 +185,30 @@ export function markedBlocks(file: string, text = readDoc(file)): RunBlock[] {
  * `values[name]` (the only change made to a block). Throws when the page has no such block, a
  * placeholder has no value, or a value no placeholder uses: the test and the page must agree.
  */
-export function runBlocks(file: string, group: string, values: Record<string, string> = {}, text?: string): RunBlock[] {
+export function runBlocks(
+  file: string,
+  group: string,
+  values: Record<string, string> = {},
+  text?: string,
+): RunBlock[] {
   const blocks = markedBlocks(file, text).filter((b) => b.group === group);
   if (!blocks.length) throw new Error(`${file}: no block marked run=${group}`);
   const used = new Set<string>();
   const filled = blocks.map((b) => ({
     ...b,
     code: b.code.replace(PLACEHOLDER, (_, name: string) => {
-      if (!(name in values)) throw new Error(`${b.file}:${b.line}: the block has the placeholder <${name}>, which the test does not fill`);
+      if (!(name in values))
+        throw new Error(
+          `${b.file}:${b.line}: the block has the placeholder <${name}>, which the test does not fill`,
+        );
       used.add(name);
       return values[name]!;
     }),
   }));
   const unused = Object.keys(values).filter((k) => !used.has(k));
-  if (unused.length) throw new Error(`${file}: no block marked run=${group} has the placeholder ${unused.map((k) => `<${k}>`).join(', ')} the test fills`);
+  if (unused.length)
+    throw new Error(
+      `${file}: no block marked run=${group} has the placeholder ${unused.map((k) => `<${k}>`).join(', ')} the test fills`,
+    );
   return filled;
 }

@@ -39,14 +39,20 @@ function tarStream() {
       return await import('tar-stream');
     } catch {
       const root = new URL('../../', import.meta.url);
-      for (const pkg of ['packages/oci/package.json', 'packages/format/package.json', 'builder/package.json']) {
+      for (const pkg of [
+        'packages/oci/package.json',
+        'packages/format/package.json',
+        'builder/package.json',
+      ]) {
         try {
           return createRequire(new URL(pkg, root))('tar-stream');
         } catch {
           // try the next one
         }
       }
-      throw new Error('tar-stream is not resolvable from test/helpers (add it to the root devDependencies)');
+      throw new Error(
+        'tar-stream is not resolvable from test/helpers (add it to the root devDependencies)',
+      );
     }
   })().then((m) => m.default ?? m);
   return tarStreamP;
@@ -55,7 +61,8 @@ function tarStream() {
 /** @param {string} p */
 function normalizeEntry(p) {
   const n = path.posix.normalize(p.replace(/^(\.\/|\/)+/, ''));
-  if (!n || n === '.' || n.startsWith('../')) throw new Error(`invalid layer path ${JSON.stringify(p)}`);
+  if (!n || n === '.' || n.startsWith('../'))
+    throw new Error(`invalid layer path ${JSON.stringify(p)}`);
   return n.replace(/\/+$/, '');
 }
 
@@ -94,7 +101,8 @@ export async function buildLayer(files, opts = {}) {
     const content = entries.get(name);
     const common = { name, mtime, uid: 0, gid: 0, uname: '', gname: '' };
     await new Promise((resolve, reject) => {
-      const cb = (/** @type {Error|null|undefined} */ err) => (err ? reject(err) : resolve(undefined));
+      const cb = (/** @type {Error|null|undefined} */ err) =>
+        err ? reject(err) : resolve(undefined);
       if (content == null) pack.entry({ ...common, type: 'directory', mode: 0o755 }, cb);
       else pack.entry({ ...common, type: 'file', mode: 0o644, size: content.length }, content, cb);
     });
@@ -103,7 +111,13 @@ export async function buildLayer(files, opts = {}) {
   await done;
   const tarBuf = Buffer.concat(chunks);
   const gz = gzipSync(tarBuf, { level: opts.level ?? 6 });
-  return { gz, digest: sha256(gz), size: gz.length, diffID: sha256(tarBuf), mediaType: MT_LAYER_GZIP };
+  return {
+    gz,
+    digest: sha256(gz),
+    size: gz.length,
+    diffID: sha256(tarBuf),
+    mediaType: MT_LAYER_GZIP,
+  };
 }
 
 /**
@@ -144,7 +158,8 @@ const json = (v) => Buffer.from(JSON.stringify(v), 'utf8');
  */
 export async function writeImageLayout(dir, spec) {
   if (!spec.tag) throw new Error('writeImageLayout: spec.tag is required');
-  if (!spec.platforms?.length) throw new Error('writeImageLayout: spec.platforms must not be empty');
+  if (!spec.platforms?.length)
+    throw new Error('writeImageLayout: spec.platforms must not be empty');
   await mkdir(path.join(dir, 'blobs', 'sha256'), { recursive: true });
   await writeFile(path.join(dir, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
 
@@ -178,12 +193,19 @@ export async function writeImageLayout(dir, spec) {
     const digest = await writeBlob(dir, manifest);
     images.push({
       raw: manifest,
-      info: { digest, size: manifest.length, platform, layers: layers.map((l) => l.digest), config: configDigest },
+      info: {
+        digest,
+        size: manifest.length,
+        platform,
+        layers: layers.map((l) => l.digest),
+        config: configDigest,
+      },
     });
   }
 
   const useIndex = spec.index ?? images.length > 1;
-  if (!useIndex && images.length > 1) throw new Error('writeImageLayout: index: false needs exactly one platform');
+  if (!useIndex && images.length > 1)
+    throw new Error('writeImageLayout: index: false needs exactly one platform');
   let top;
   let mediaType;
   if (useIndex) {
@@ -214,8 +236,15 @@ export async function writeImageLayout(dir, spec) {
   } catch (e) {
     if (/** @type {NodeJS.ErrnoException} */ (e).code !== 'ENOENT') throw e;
   }
-  layoutIndex.manifests = layoutIndex.manifests.filter((m) => m?.annotations?.[REF_NAME_ANNOTATION] !== spec.tag);
-  layoutIndex.manifests.push({ mediaType, digest, size: top.length, annotations: { [REF_NAME_ANNOTATION]: spec.tag } });
+  layoutIndex.manifests = layoutIndex.manifests.filter(
+    (m) => m?.annotations?.[REF_NAME_ANNOTATION] !== spec.tag,
+  );
+  layoutIndex.manifests.push({
+    mediaType,
+    digest,
+    size: top.length,
+    annotations: { [REF_NAME_ANNOTATION]: spec.tag },
+  });
   await writeFile(indexPath, JSON.stringify(layoutIndex));
 
   return { digest, mediaType, size: top.length, raw: top, manifests: images.map((i) => i.info) };
@@ -257,9 +286,14 @@ export async function pushImage(spec, dest, opts = {}) {
     if (opts.creds) args.push('--dest-creds', opts.creds);
     if (opts.certDir) args.push('--dest-cert-dir', opts.certDir);
     await skopeoCopy(`oci:${dir}:${spec.tag}`, `docker://${ref}`, args);
-    const remote = await skopeoInspectRaw(`docker://${ref}`, [...(opts.creds ? ['--creds', opts.creds] : []), ...(opts.certDir ? ['--cert-dir', opts.certDir] : [])]);
+    const remote = await skopeoInspectRaw(`docker://${ref}`, [
+      ...(opts.creds ? ['--creds', opts.creds] : []),
+      ...(opts.certDir ? ['--cert-dir', opts.certDir] : []),
+    ]);
     if (sha256(remote) !== info.digest) {
-      throw new Error(`pushImage: registry serves ${sha256(remote)} for ${ref}, expected ${info.digest}`);
+      throw new Error(
+        `pushImage: registry serves ${sha256(remote)} for ${ref}, expected ${info.digest}`,
+      );
     }
     return { ...info, ref, digestRef: `${repoOf(ref)}@${info.digest}` };
   } finally {
@@ -295,7 +329,8 @@ export function releaseFiles({ version, previous = [], images, manifests = {} })
     'release-manifests/image-references': JSON.stringify(imageStream, null, 2) + '\n',
     'release-manifests/release-metadata': JSON.stringify(metadata, null, 2) + '\n',
   };
-  for (const [name, content] of Object.entries(manifests)) files[`release-manifests/${name}`] = content;
+  for (const [name, content] of Object.entries(manifests))
+    files[`release-manifests/${name}`] = content;
   return files;
 }
 
@@ -319,19 +354,57 @@ export async function pushChart(spec, dest) {
   try {
     await mkdir(path.join(dir, 'blobs', 'sha256'), { recursive: true });
     await writeFile(path.join(dir, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-    const chart = await buildLayer({ [`${spec.name}/Chart.yaml`]: `apiVersion: v2\nname: ${spec.name}\nversion: ${spec.version}\n`, [`${spec.name}/values.yaml`]: 'replicas: 1\n' });
+    const chart = await buildLayer({
+      [`${spec.name}/Chart.yaml`]: `apiVersion: v2\nname: ${spec.name}\nversion: ${spec.version}\n`,
+      [`${spec.name}/values.yaml`]: 'replicas: 1\n',
+    });
     const config = json({ apiVersion: 'v2', name: spec.name, version: spec.version });
     const layers = [{ mediaType: MT_HELM_CHART, buf: chart.gz }];
-    if (spec.provenance) layers.push({ mediaType: MT_HELM_PROVENANCE, buf: Buffer.from(spec.provenance) });
-    if (spec.extraLayer) layers.push({ mediaType: spec.extraLayer, buf: Buffer.from('not a chart') });
+    if (spec.provenance)
+      layers.push({ mediaType: MT_HELM_PROVENANCE, buf: Buffer.from(spec.provenance) });
+    if (spec.extraLayer)
+      layers.push({ mediaType: spec.extraLayer, buf: Buffer.from('not a chart') });
     const configDigest = await writeBlob(dir, config);
     const descs = [];
-    for (const l of layers) descs.push({ mediaType: l.mediaType, digest: await writeBlob(dir, l.buf), size: l.buf.length });
-    const manifest = json({ schemaVersion: 2, mediaType: MT_MANIFEST, config: { mediaType: spec.configMediaType ?? MT_HELM_CONFIG, digest: configDigest, size: config.length }, layers: descs });
+    for (const l of layers)
+      descs.push({
+        mediaType: l.mediaType,
+        digest: await writeBlob(dir, l.buf),
+        size: l.buf.length,
+      });
+    const manifest = json({
+      schemaVersion: 2,
+      mediaType: MT_MANIFEST,
+      config: {
+        mediaType: spec.configMediaType ?? MT_HELM_CONFIG,
+        digest: configDigest,
+        size: config.length,
+      },
+      layers: descs,
+    });
     const digest = await writeBlob(dir, manifest);
-    await writeFile(path.join(dir, 'index.json'), JSON.stringify({ schemaVersion: 2, mediaType: MT_INDEX, manifests: [{ mediaType: MT_MANIFEST, digest, size: manifest.length, annotations: { [REF_NAME_ANNOTATION]: spec.version } }] }));
+    await writeFile(
+      path.join(dir, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: MT_INDEX,
+        manifests: [
+          {
+            mediaType: MT_MANIFEST,
+            digest,
+            size: manifest.length,
+            annotations: { [REF_NAME_ANNOTATION]: spec.version },
+          },
+        ],
+      }),
+    );
     await skopeoCopy(`oci:${dir}:${spec.version}`, `docker://${ref}`, ['--preserve-digests']);
-    return { digest, ref, digestRef: `${repoOf(ref)}@${digest}`, blobs: [digest, configDigest, ...descs.map((d) => d.digest)] };
+    return {
+      digest,
+      ref,
+      digestRef: `${repoOf(ref)}@${digest}`,
+      blobs: [digest, configDigest, ...descs.map((d) => d.digest)],
+    };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -8,19 +8,42 @@ import { compileSchema, loadYamlDocs, type Doc } from '../status/lib.js';
 export type CreateCheck = (obj: Doc) => Doc | undefined;
 
 /** Every CEL rule of `schema` and below, with the path of the value it is about ('' = root). */
-function celRules(schema: Doc, at: string[] = []): { at: string[]; rule: string; message: string }[] {
+function celRules(
+  schema: Doc,
+  at: string[] = [],
+): { at: string[]; rule: string; message: string }[] {
   const out = ((schema['x-kubernetes-validations'] ?? []) as Doc[])
     .filter((v) => !/\boldSelf\b/.test(v.rule))
-    .map((v) => ({ at, rule: v.rule as string, message: (v.message as string | undefined) ?? `failed rule: ${v.rule}` }));
-  for (const [k, v] of Object.entries((schema.properties ?? {}) as Record<string, Doc>)) out.push(...celRules(v, [...at, k]));
+    .map((v) => ({
+      at,
+      rule: v.rule as string,
+      message: (v.message as string | undefined) ?? `failed rule: ${v.rule}`,
+    }));
+  for (const [k, v] of Object.entries((schema.properties ?? {}) as Record<string, Doc>))
+    out.push(...celRules(v, [...at, k]));
   return out;
 }
 
-function invalid(kind: string, group: string, name: string, causes: { field: string; message: string }[]): Doc {
+function invalid(
+  kind: string,
+  group: string,
+  name: string,
+  causes: { field: string; message: string }[],
+): Doc {
   return {
-    kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', reason: 'Invalid', code: 422,
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    reason: 'Invalid',
+    code: 422,
     message: `${kind}.${group} "${name}" is invalid: ${causes.map((c) => `${c.field}: ${c.message}`).join(', ')}`,
-    details: { name, group, kind, causes: causes.map((c) => ({ reason: 'FieldValueInvalid', ...c })) },
+    details: {
+      name,
+      group,
+      kind,
+      causes: causes.map((c) => ({ reason: 'FieldValueInvalid', ...c })),
+    },
   };
 }
 
@@ -37,7 +60,15 @@ export async function crdCreateChecks(file: string): Promise<Map<string, CreateC
     out.set(crd.spec.names.plural, (obj) => {
       const name = String(obj?.metadata?.name ?? '');
       if (!validate(obj)) {
-        return invalid(kind, group, name, (validate.errors ?? []).map((e) => ({ field: e.instancePath.split('/').slice(1).join('.') || '<root>', message: String(e.message) })));
+        return invalid(
+          kind,
+          group,
+          name,
+          (validate.errors ?? []).map((e) => ({
+            field: e.instancePath.split('/').slice(1).join('.') || '<root>',
+            message: String(e.message),
+          })),
+        );
       }
       for (const r of rules) {
         let self: unknown = obj;
@@ -49,7 +80,10 @@ export async function crdCreateChecks(file: string): Promise<Map<string, CreateC
         } catch {
           ok = false;
         }
-        if (ok !== true) return invalid(kind, group, name, [{ field: r.at.join('.') || '<root>', message: `Invalid value: "object": ${r.message}` }]);
+        if (ok !== true)
+          return invalid(kind, group, name, [
+            { field: r.at.join('.') || '<root>', message: `Invalid value: "object": ${r.message}` },
+          ]);
       }
       return undefined;
     });

@@ -36,7 +36,14 @@ export async function startPods(cri, pods) {
         await cri.pullImage(c.image);
         out.push({ pod, image: c.image, policy, ok: true, action: 'pulled' });
       } catch (err) {
-        out.push({ pod, image: c.image, policy, ok: false, action: 'failed', error: String(err?.message ?? err).slice(0, ERROR_CHARS) });
+        out.push({
+          pod,
+          image: c.image,
+          policy,
+          ok: false,
+          action: 'failed',
+          error: String(err?.message ?? err).slice(0, ERROR_CHARS),
+        });
       }
     }
   }
@@ -44,11 +51,25 @@ export async function startPods(cri, pods) {
 }
 
 async function main() {
-  const { values: o } = parseArgs({ options: { socket: { type: 'string' }, pods: { type: 'string' }, out: { type: 'string' }, 'registries-conf-dir': { type: 'string', default: '/etc/containers/registries.conf.d' } } });
-  if (!o.socket || !o.pods || !o.out) throw new Error('give --socket CRI_SOCKET --pods PODS.json --out STARTS.json');
+  const { values: o } = parseArgs({
+    options: {
+      socket: { type: 'string' },
+      pods: { type: 'string' },
+      out: { type: 'string' },
+      'registries-conf-dir': { type: 'string', default: '/etc/containers/registries.conf.d' },
+    },
+  });
+  if (!o.socket || !o.pods || !o.out)
+    throw new Error('give --socket CRI_SOCKET --pods PODS.json --out STARTS.json');
   const startedAt = new Date().toISOString();
   // what the runtime's mirrors could be when the kubelet started: the unit ordering's evidence
-  const registriesDropIns = (() => { try { return readdirSync(o['registries-conf-dir']).sort(); } catch { return []; } })();
+  const registriesDropIns = (() => {
+    try {
+      return readdirSync(o['registries-conf-dir']).sort();
+    } catch {
+      return [];
+    }
+  })();
   const { CriImageClient } = await import('../../packages/runtime/dist/index.js');
   const cri = new CriImageClient(o.socket, { callTimeoutMs: 10_000 });
   let starts;
@@ -60,7 +81,10 @@ async function main() {
   writeFileSync(`${o.out}.tmp`, `${JSON.stringify({ startedAt, registriesDropIns, starts })}\n`);
   renameSync(`${o.out}.tmp`, o.out);
   const failed = starts.filter((s) => !s.ok);
-  for (const s of starts) console.log(`${s.ok ? 'started' : 'FAILED '} ${s.pod} (${s.policy}): ${s.action} ${s.image}${s.error ? `: ${s.error}` : ''}`);
+  for (const s of starts)
+    console.log(
+      `${s.ok ? 'started' : 'FAILED '} ${s.pod} (${s.policy}): ${s.action} ${s.image}${s.error ? `: ${s.error}` : ''}`,
+    );
   process.exitCode = failed.length ? 1 : 0;
 }
 

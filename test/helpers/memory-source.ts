@@ -23,7 +23,11 @@ export interface MemoryFaults {
 
 /** What a failing disk gives read(2): a system error, as node's fs raises it. */
 export function eio(): NodeJS.ErrnoException {
-  return Object.assign(new Error('EIO: i/o error, read'), { errno: -5, code: 'EIO', syscall: 'read' });
+  return Object.assign(new Error('EIO: i/o error, read'), {
+    errno: -5,
+    code: 'EIO',
+    syscall: 'read',
+  });
 }
 
 export class MemorySource implements BundleSource {
@@ -36,7 +40,11 @@ export class MemorySource implements BundleSource {
   closed = false;
 
   /** `faults` may be changed between reads: a fault that comes after the source was opened. */
-  constructor(private readonly bytes: Buffer, readonly identity: string, public faults: MemoryFaults = {}) {
+  constructor(
+    private readonly bytes: Buffer,
+    readonly identity: string,
+    public faults: MemoryFaults = {},
+  ) {
     this.size = bytes.length;
   }
 
@@ -57,7 +65,14 @@ export class MemorySource implements BundleSource {
       error = eio();
     }
     const data = Buffer.from(this.bytes.subarray(start, Math.max(start, stop)));
-    if (flip && flip.at >= start && flip.at < end && ++this.flipReads >= flip.fromRead && flip.at < stop) data[flip.at - start]! ^= 0x01;
+    if (
+      flip &&
+      flip.at >= start &&
+      flip.at < end &&
+      ++this.flipReads >= flip.fromRead &&
+      flip.at < stop
+    )
+      data[flip.at - start]! ^= 0x01;
     return error ? { data, error } : { data };
   }
 
@@ -74,20 +89,28 @@ export class MemorySource implements BundleSource {
     const CHUNK = this.faults.chunk ?? 1024 * 1024;
     // eslint-disable-next-line @typescript-eslint/no-this-alias
     const self = this;
-    return Readable.from((async function* () {
-      for (let at = 0; at < data.length; at += CHUNK) {
-        const piece = data.subarray(at, at + CHUNK);
-        self.bytesRead += piece.length;
-        yield piece;
-      }
-      if (error) throw error;
-    })(), { objectMode: false });
+    return Readable.from(
+      (async function* () {
+        for (let at = 0; at < data.length; at += CHUNK) {
+          const piece = data.subarray(at, at + CHUNK);
+          self.bytesRead += piece.length;
+          yield piece;
+        }
+        if (error) throw error;
+      })(),
+      { objectMode: false },
+    );
   }
 
   async currentSize(): Promise<number> {
     if (this.faults.gone) {
-      const cause = Object.assign(new Error(`ENOENT: no such file or directory, stat '${this.identity}'`), { errno: -2, code: 'ENOENT', syscall: 'stat', path: this.identity });
-      throw new FormatError('IO_ERROR', `cannot read ${this.identity}: ${cause.message}`, { cause });
+      const cause = Object.assign(
+        new Error(`ENOENT: no such file or directory, stat '${this.identity}'`),
+        { errno: -2, code: 'ENOENT', syscall: 'stat', path: this.identity },
+      );
+      throw new FormatError('IO_ERROR', `cannot read ${this.identity}: ${cause.message}`, {
+        cause,
+      });
     }
     return Math.min(this.size, this.faults.shrinkTo ?? Infinity);
   }

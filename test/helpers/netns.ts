@@ -12,7 +12,11 @@ type T = { teardown(fn: () => unknown): void };
 
 const ip = (...args: string[]) => execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
 const quiet = (cmd: string, args: string[]) => {
-  try { execFileSync(cmd, args, { stdio: 'ignore' }); } catch { /* already gone */ }
+  try {
+    execFileSync(cmd, args, { stdio: 'ignore' });
+  } catch {
+    /* already gone */
+  }
 };
 
 export interface NetNode {
@@ -36,7 +40,11 @@ export function netnsNode(t: T, bridge: Bridge, address: string): NetNode {
   t.teardown(() => quiet('ip', ['link', 'del', hostVeth]));
   ip('link', 'set', `obp${id}`, 'netns', ns);
   ip('link', 'set', hostVeth, 'master', bridge.name, 'up');
-  const exec = (argv: string[]) => execFileSync('ip', ['netns', 'exec', ns, ...argv], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const exec = (argv: string[]) =>
+    execFileSync('ip', ['netns', 'exec', ns, ...argv], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
   exec(['ip', 'link', 'set', `obp${id}`, 'name', 'eth0']);
   exec(['ip', 'addr', 'add', `${address}/24`, 'dev', 'eth0']);
   exec(['ip', 'link', 'set', 'eth0', 'up']);
@@ -58,9 +66,39 @@ export function limitLink(node: NetNode, rate: string): void {
 /** Drops `percent`% of the packets the node receives, at random (nft numgen: this kernel has no netem); returns a reader of how many were dropped. */
 export function dropIncoming(node: NetNode, percent: number): () => number {
   node.exec(['nft', 'add', 'table', 'inet', 'obloss']);
-  node.exec(['nft', 'add', 'chain', 'inet', 'obloss', 'in', '{ type filter hook input priority 0; }']);
-  node.exec(['nft', 'add', 'rule', 'inet', 'obloss', 'in', 'iifname', 'eth0', 'numgen', 'random', 'mod', '100', '<', String(percent), 'counter', 'drop']);
-  return () => Number(/counter packets (\d+)/.exec(node.exec(['nft', 'list', 'chain', 'inet', 'obloss', 'in']))?.[1] ?? Number.NaN);
+  node.exec([
+    'nft',
+    'add',
+    'chain',
+    'inet',
+    'obloss',
+    'in',
+    '{ type filter hook input priority 0; }',
+  ]);
+  node.exec([
+    'nft',
+    'add',
+    'rule',
+    'inet',
+    'obloss',
+    'in',
+    'iifname',
+    'eth0',
+    'numgen',
+    'random',
+    'mod',
+    '100',
+    '<',
+    String(percent),
+    'counter',
+    'drop',
+  ]);
+  return () =>
+    Number(
+      /counter packets (\d+)/.exec(
+        node.exec(['nft', 'list', 'chain', 'inet', 'obloss', 'in']),
+      )?.[1] ?? Number.NaN,
+    );
 }
 
 export function clearDrops(node: NetNode): void {
@@ -75,8 +113,29 @@ export function setLink(node: NetNode, state: 'up' | 'down'): void {
 /** Starts counting the bytes the node sends from TCP `port` on eth0 (an nft counter); returns a reader of the count. */
 export function countSentFrom(node: NetNode, port: number): () => number {
   node.exec(['nft', 'add', 'table', 'inet', 'obcount']);
-  node.exec(['nft', 'add', 'chain', 'inet', 'obcount', 'out', '{ type filter hook output priority 0; }']);
-  node.exec(['nft', 'add', 'rule', 'inet', 'obcount', 'out', 'oifname', 'eth0', 'tcp', 'sport', String(port), 'counter']);
+  node.exec([
+    'nft',
+    'add',
+    'chain',
+    'inet',
+    'obcount',
+    'out',
+    '{ type filter hook output priority 0; }',
+  ]);
+  node.exec([
+    'nft',
+    'add',
+    'rule',
+    'inet',
+    'obcount',
+    'out',
+    'oifname',
+    'eth0',
+    'tcp',
+    'sport',
+    String(port),
+    'counter',
+  ]);
   return () => {
     const listed = node.exec(['nft', 'list', 'chain', 'inet', 'obcount', 'out']);
     return Number(/counter packets \d+ bytes (\d+)/.exec(listed)?.[1] ?? Number.NaN);

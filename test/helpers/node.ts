@@ -23,7 +23,18 @@
 // process left (owner no longer alive).
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+  chmodSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import { pidExists } from '@offline-bundle/host';
 
@@ -37,8 +48,24 @@ const CGROUP_TREES = ['/sys/fs/cgroup/systemd', '/sys/fs/cgroup/unified'];
 
 /** What an RHCOS node has that Debian packages: systemd, podman 5 (Quadlet), skopeo, containerd, openssl. */
 export const NODE_PACKAGES = [
-  'systemd', 'systemd-sysv', 'dbus', 'podman', 'skopeo', 'crun', 'conmon', 'netavark', 'aardvark-dns', 'passt',
-  'nftables', 'containerd', 'iproute2', 'ca-certificates', 'openssl', 'util-linux', 'mount', 'procps',
+  'systemd',
+  'systemd-sysv',
+  'dbus',
+  'podman',
+  'skopeo',
+  'crun',
+  'conmon',
+  'netavark',
+  'aardvark-dns',
+  'passt',
+  'nftables',
+  'containerd',
+  'iproute2',
+  'ca-certificates',
+  'openssl',
+  'util-linux',
+  'mount',
+  'procps',
 ];
 const SUITE = 'trixie';
 // Edits made to the root once, part of the cache key.
@@ -61,7 +88,8 @@ export function nodeSupport(): string | undefined {
       return `${tool} is not installed (scripts/setup.sh installs systemd-container and mmdebstrap)`;
     }
   }
-  if (!CGROUP_TREES.some((c) => existsSync(join(c, 'cgroup.procs')))) return 'no writable cgroup tree at /sys/fs/cgroup/{systemd,unified}';
+  if (!CGROUP_TREES.some((c) => existsSync(join(c, 'cgroup.procs'))))
+    return 'no writable cgroup tree at /sys/fs/cgroup/{systemd,unified}';
   return undefined;
 }
 
@@ -72,14 +100,27 @@ export function nodeSkipReason(): string | undefined {
   return why;
 }
 
-function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+function sh(
+  cmd: string,
+  args: string[],
+  opts: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'], env: opts.env ?? process.env });
+    const child = spawn(cmd, args, {
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      env: opts.env ?? process.env,
+    });
     let stdout = '';
     let stderr = '';
-    const timer = opts.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs) : undefined;
-    child.stdout!.on('data', (d: Buffer) => { stdout += d; });
-    child.stderr!.on('data', (d: Buffer) => { stderr += d; });
+    const timer = opts.timeoutMs
+      ? setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs)
+      : undefined;
+    child.stdout!.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d;
+    });
     child.on('error', reject);
     child.on('close', (code) => {
       if (timer) clearTimeout(timer);
@@ -92,10 +133,17 @@ function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: num
   });
 }
 
-export interface Run { code: number | null; stdout: string; stderr: string }
+export interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 function must(r: Run, what: string): Run {
-  if (r.code !== 0) throw new Error(`${what} failed (exit ${r.code}): ${(r.stderr || r.stdout).trim().slice(-2000)}`);
+  if (r.code !== 0)
+    throw new Error(
+      `${what} failed (exit ${r.code}): ${(r.stderr || r.stdout).trim().slice(-2000)}`,
+    );
   return r;
 }
 
@@ -115,15 +163,26 @@ const quiet = (cmd: string, args: string[]) => {
  * (0 when reused).
  */
 export async function buildRoot(): Promise<{ dir: string; buildMs: number }> {
-  const key = createHash('sha256').update(JSON.stringify({ SUITE, NODE_PACKAGES, ROOT_EDITS })).digest('hex').slice(0, 16);
+  const key = createHash('sha256')
+    .update(JSON.stringify({ SUITE, NODE_PACKAGES, ROOT_EDITS }))
+    .digest('hex')
+    .slice(0, 16);
   const dir = join(CACHE, `node-root-${key}`);
   if (existsSync(join(dir, 'usr/lib/systemd/systemd'))) return { dir, buildMs: 0 };
   mkdirSync(CACHE, { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   const started = Date.now();
-  must(await sh('mmdebstrap', ['--quiet', '--variant=minbase', `--include=${NODE_PACKAGES.join(',')}`, SUITE, tmp], { timeoutMs: 900_000 }), 'mmdebstrap (building the node root)');
-  for (const [path, contents] of Object.entries(ROOT_EDITS)) writeFileSync(join(tmp, path), contents);
+  must(
+    await sh(
+      'mmdebstrap',
+      ['--quiet', '--variant=minbase', `--include=${NODE_PACKAGES.join(',')}`, SUITE, tmp],
+      { timeoutMs: 900_000 },
+    ),
+    'mmdebstrap (building the node root)',
+  );
+  for (const [path, contents] of Object.entries(ROOT_EDITS))
+    writeFileSync(join(tmp, path), contents);
   try {
     renameSync(tmp, dir);
   } catch (e) {
@@ -134,7 +193,12 @@ export async function buildRoot(): Promise<{ dir: string; buildMs: number }> {
   return { dir, buildMs: Date.now() - started };
 }
 
-export interface Bridge { name: string; hostAddress: string; prefix: string; nodeAddress(i: number): string }
+export interface Bridge {
+  name: string;
+  hostAddress: string;
+  prefix: string;
+  nodeAddress(i: number): string;
+}
 
 /**
  * A bridge with the host at .1 of a private /24 and no route or forwarding out of it: nodes on
@@ -144,13 +208,20 @@ export async function makeBridge(t: T): Promise<Bridge> {
   const name = `obbr${randomBytes(3).toString('hex')}`;
   // a /24 no interface of the host uses yet (another test file's bridge)
   const used = execFileSync('ip', ['-o', '-4', 'addr'], { encoding: 'utf8' });
-  const free = Array.from({ length: 250 }, (_, i) => `10.231.${i + 1}`).filter((p) => !used.includes(` ${p}.`));
+  const free = Array.from({ length: 250 }, (_, i) => `10.231.${i + 1}`).filter(
+    (p) => !used.includes(` ${p}.`),
+  );
   const prefix = free[randomBytes(1)[0]! % free.length]!;
   must(await sh('ip', ['link', 'add', name, 'type', 'bridge']), `ip link add ${name}`);
   t.teardown(() => quiet('ip', ['link', 'del', name]));
   must(await sh('ip', ['addr', 'add', `${prefix}.1/24`, 'dev', name]), 'ip addr add');
   must(await sh('ip', ['link', 'set', name, 'up']), 'ip link set up');
-  return { name, hostAddress: `${prefix}.1`, prefix, nodeAddress: (i: number) => `${prefix}.${10 + i}` };
+  return {
+    name,
+    hostAddress: `${prefix}.1`,
+    prefix,
+    nodeAddress: (i: number) => `${prefix}.${10 + i}`,
+  };
 }
 
 export interface NodeOptions {
@@ -244,10 +315,14 @@ function cgroupPids(machine: string): number[] {
     const top = join(tree, 'nodes', machine);
     if (!existsSync(top)) continue;
     const walk = (d: string) => {
-      for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory()) walk(join(d, e.name));
+      for (const e of readdirSync(d, { withFileTypes: true }))
+        if (e.isDirectory()) walk(join(d, e.name));
       try {
-        for (const l of readFileSync(join(d, 'cgroup.procs'), 'utf8').split('\n')) if (l) pids.push(Number(l));
-      } catch { /* gone */ }
+        for (const l of readFileSync(join(d, 'cgroup.procs'), 'utf8').split('\n'))
+          if (l) pids.push(Number(l));
+      } catch {
+        /* gone */
+      }
     };
     walk(top);
   }
@@ -263,7 +338,9 @@ function removeCgroups(machine: string): void {
 
 /** Unmounts everything under dir, deepest first (lazily when busy); loop devices of `mount -o loop` detach with it. */
 function unmountUnder(dir: string): void {
-  const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1]?.replace(/\\040/g, ' '))
+  const mounts = readFileSync('/proc/self/mounts', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[1]?.replace(/\\040/g, ' '))
     .filter((m): m is string => !!m && (m === dir || m.startsWith(`${dir}/`)));
   for (const m of mounts.sort((a, b) => b.length - a.length)) {
     if (!quiet('umount', [m])) quiet('umount', ['-l', m]);
@@ -272,11 +349,21 @@ function unmountUnder(dir: string): void {
 
 /** Kills by PID what the machine's cgroups hold, unmounts its directory, removes its cgroups and the directory. */
 function destroyMachine(machine: string, nspawnPid?: number): void {
-  if (nspawnPid && pidExists(nspawnPid)) try { process.kill(nspawnPid, 'SIGKILL'); } catch { /* gone */ }
+  if (nspawnPid && pidExists(nspawnPid))
+    try {
+      process.kill(nspawnPid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   for (let i = 0; i < 20; i++) {
     const pids = cgroupPids(machine).filter((pid) => pidExists(pid));
     if (!pids.length) break;
-    for (const p of pids) try { process.kill(p, 'SIGKILL'); } catch { /* gone */ }
+    for (const p of pids)
+      try {
+        process.kill(p, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
     execFileSync('sleep', ['0.1']);
   }
   const dir = join(NODES, machine);
@@ -295,7 +382,13 @@ function ownerOf(machine: string): number | undefined {
     return Number(readFileSync(join(dir, 'owner'), 'utf8').trim()) || 0;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    const since = (() => { try { return Date.now() - statSync(dir).mtimeMs; } catch { return 0; } })();
+    const since = (() => {
+      try {
+        return Date.now() - statSync(dir).mtimeMs;
+      } catch {
+        return 0;
+      }
+    })();
     return since > 10 * 60_000 ? 0 : undefined;
   }
 }
@@ -317,7 +410,9 @@ function findLeader(nspawnPid: number): number | undefined {
       const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
       if (ppid === nspawnPid) return Number(e);
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
   return undefined;
 }
@@ -335,7 +430,8 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   const machine = `ob-${opts.hostname.slice(0, 16)}-${randomBytes(2).toString('hex')}`;
   const dir = join(NODES, machine);
   const p = (...s: string[]) => join(dir, ...s);
-  for (const d of ['upper', 'work', 'merged', 'storage', 'sticks']) mkdirSync(p(d), { recursive: true });
+  for (const d of ['upper', 'work', 'merged', 'storage', 'sticks'])
+    mkdirSync(p(d), { recursive: true });
   // written whole before it is seen: another test file's reapStale reads it
   writeFileSync(p('owner.tmp'), `${process.pid}\n`);
   renameSync(p('owner.tmp'), p('owner'));
@@ -346,7 +442,12 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
     stopped = true;
     if (nspawn?.pid && nspawn.exitCode === null) {
       const leader = findLeader(nspawn.pid);
-      if (leader) await sh('nsenter', ['-t', String(leader), '-m', '-p', '--', 'systemctl', 'poweroff', '--no-block'], { timeoutMs: 10_000 }).catch(() => undefined);
+      if (leader)
+        await sh(
+          'nsenter',
+          ['-t', String(leader), '-m', '-p', '--', 'systemctl', 'poweroff', '--no-block'],
+          { timeoutMs: 10_000 },
+        ).catch(() => undefined);
       const until = Date.now() + 30_000;
       while (nspawn.exitCode === null && Date.now() < until) await sleep(100);
     }
@@ -354,7 +455,17 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   };
   t.teardown(stop);
 
-  must(await sh('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${opts.root},upperdir=${p('upper')},workdir=${p('work')}`, p('merged')]), 'overlay mount of the node root');
+  must(
+    await sh('mount', [
+      '-t',
+      'overlay',
+      'overlay',
+      '-o',
+      `lowerdir=${opts.root},upperdir=${p('upper')},workdir=${p('work')}`,
+      p('merged'),
+    ]),
+    'overlay mount of the node root',
+  );
   const img = p('storage.img');
   must(await sh('truncate', ['-s', `${opts.storageMiB ?? 4096}M`, img]), 'truncate');
   must(await sh('mkfs.ext4', ['-q', '-F', '-L', 'node-storage', img]), 'mkfs.ext4');
@@ -369,8 +480,12 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
     ...opts.files,
   };
   // what a reboot stops first: every unit that conflicts with shutdown.target (restartServices)
-  files['/etc/systemd/system/node-down.target'] ??= '[Unit]\nDescription=test node: every service stopped, as on the way to a reboot\nDefaultDependencies=no\nRequires=shutdown.target\nAfter=shutdown.target\nAllowIsolate=yes\n';
-  const links = { '/etc/systemd/system/sysinit.target.wants/node-address.service': '../node-address.service', ...opts.links };
+  files['/etc/systemd/system/node-down.target'] ??=
+    '[Unit]\nDescription=test node: every service stopped, as on the way to a reboot\nDefaultDependencies=no\nRequires=shutdown.target\nAfter=shutdown.target\nAllowIsolate=yes\n';
+  const links = {
+    '/etc/systemd/system/sysinit.target.wants/node-address.service': '../node-address.service',
+    ...opts.links,
+  };
   for (const [path, spec] of Object.entries(files)) {
     const [contents, mode] = Array.isArray(spec) ? spec : [spec, 0o644];
     const target = p('merged', path);
@@ -386,41 +501,97 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
   await opts.prepare?.(p('merged'));
 
   for (const tree of CGROUP_TREES) mkdirSync(join(tree, 'nodes', machine), { recursive: true });
-  const binds = [`--bind=${p('storage/containers')}:/var/lib/containers`, `--bind=${p('storage/containerd')}:/var/lib/containerd`,
-    ...(opts.readOnlyBinds ?? []).map((b) => `--bind-ro=${b}`)];
+  const binds = [
+    `--bind=${p('storage/containers')}:/var/lib/containers`,
+    `--bind=${p('storage/containerd')}:/var/lib/containerd`,
+    ...(opts.readOnlyBinds ?? []).map((b) => `--bind-ro=${b}`),
+  ];
   // The launching shell moves itself into the node's cgroup (v1 name=systemd and the unified
   // tree) before exec'ing nspawn, so the node's processes are found and killed by cgroup.
-  const enter = CGROUP_TREES.map((c) => `echo $$ > ${join(c, 'nodes', machine, 'cgroup.procs')}`).join('; ');
+  const enter = CGROUP_TREES.map(
+    (c) => `echo $$ > ${join(c, 'nodes', machine, 'cgroup.procs')}`,
+  ).join('; ');
   const started = Date.now();
   let consoleText = '';
-  nspawn = spawn('sh', ['-c', `${enter}; exec systemd-nspawn "$@"`, 'sh',
-    '-D', p('merged'), '-M', machine, `--hostname=${opts.hostname}`, '--boot', '--register=no', '--keep-unit', `--console=${opts.console ?? 'pipe'}`,
-    `--network-bridge=${opts.bridge.name}`, '--system-call-filter=@keyring bpf', ...binds],
-  { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' } });
+  nspawn = spawn(
+    'sh',
+    [
+      '-c',
+      `${enter}; exec systemd-nspawn "$@"`,
+      'sh',
+      '-D',
+      p('merged'),
+      '-M',
+      machine,
+      `--hostname=${opts.hostname}`,
+      '--boot',
+      '--register=no',
+      '--keep-unit',
+      `--console=${opts.console ?? 'pipe'}`,
+      `--network-bridge=${opts.bridge.name}`,
+      '--system-call-filter=@keyring bpf',
+      ...binds,
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY: '1' },
+    },
+  );
   writeFileSync(p('nspawn.pid'), `${nspawn.pid}\n`);
-  nspawn.stdout!.on('data', (d: Buffer) => { consoleText += d; });
-  nspawn.stderr!.on('data', (d: Buffer) => { consoleText += d; });
+  nspawn.stdout!.on('data', (d: Buffer) => {
+    consoleText += d;
+  });
+  nspawn.stderr!.on('data', (d: Buffer) => {
+    consoleText += d;
+  });
 
   let leader: number | undefined;
   const deadline = started + (opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS);
   for (;;) {
-    if (nspawn.exitCode !== null) throw new Error(`systemd-nspawn exited (${nspawn.exitCode}) before the node booted:\n${consoleText.slice(-3000)}`);
+    if (nspawn.exitCode !== null)
+      throw new Error(
+        `systemd-nspawn exited (${nspawn.exitCode}) before the node booted:\n${consoleText.slice(-3000)}`,
+      );
     leader ??= findLeader(nspawn.pid!);
     if (leader) {
-      const r = await sh('nsenter', ['-t', String(leader), '-m', '-p', '--', 'systemctl', 'is-system-running', '--wait'], { timeoutMs: Math.max(1000, deadline - Date.now()) });
+      const r = await sh(
+        'nsenter',
+        ['-t', String(leader), '-m', '-p', '--', 'systemctl', 'is-system-running', '--wait'],
+        { timeoutMs: Math.max(1000, deadline - Date.now()) },
+      );
       const state = r.stdout.trim();
       if (state === 'running' || state === 'degraded') break;
-      if (state && !['starting', 'initializing', 'offline'].includes(state)) throw new Error(`node ${machine} booted into state "${state}":\n${consoleText.slice(-3000)}`);
+      if (state && !['starting', 'initializing', 'offline'].includes(state))
+        throw new Error(
+          `node ${machine} booted into state "${state}":\n${consoleText.slice(-3000)}`,
+        );
     }
-    if (Date.now() > deadline) throw new Error(`node ${machine} did not boot within ${opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS} ms:\n${consoleText.slice(-3000)}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `node ${machine} did not boot within ${opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS} ms:\n${consoleText.slice(-3000)}`,
+      );
     await sleep(100);
   }
   const bootMs = Date.now() - started;
   const L = String(leader);
-  const inNode = (argv: string[], timeoutMs = 300_000) => sh('nsenter', ['-t', L, '-m', '-p', '--', ...argv], { timeoutMs });
+  const inNode = (argv: string[], timeoutMs = 300_000) =>
+    sh('nsenter', ['-t', L, '-m', '-p', '--', ...argv], { timeoutMs });
 
-  const run: Node['run'] = (argv, o = {}) => inNode(['/usr/bin/systemd-run', '--wait', '--pipe', '--quiet', '--collect',
-    '--service-type=exec', ...(o.properties ?? []).map((x) => `--property=${x}`), '--', ...argv], o.timeoutMs);
+  const run: Node['run'] = (argv, o = {}) =>
+    inNode(
+      [
+        '/usr/bin/systemd-run',
+        '--wait',
+        '--pipe',
+        '--quiet',
+        '--collect',
+        '--service-type=exec',
+        ...(o.properties ?? []).map((x) => `--property=${x}`),
+        '--',
+        ...argv,
+      ],
+      o.timeoutMs,
+    );
   const sticks: string[] = [];
   const node: Node = {
     machine,
@@ -429,16 +600,33 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
     leader: leader!,
     bootMs,
     run,
-    must: async (argv, o) => must(await run(argv, o), `in ${opts.hostname}: ${argv.join(' ')}`).stdout,
+    must: async (argv, o) =>
+      must(await run(argv, o), `in ${opts.hostname}: ${argv.join(' ')}`).stdout,
     systemctl: (...args) => inNode(['systemctl', '--no-pager', ...args], 120_000),
-    journal: async (unit) => (await inNode(['journalctl', '--no-pager', '-o', 'cat', ...(unit ? ['-u', unit] : [])], 60_000)).stdout,
+    journal: async (unit) =>
+      (
+        await inNode(
+          ['journalctl', '--no-pager', '-o', 'cat', ...(unit ? ['-u', unit] : [])],
+          60_000,
+        )
+      ).stdout,
     plugStick: async (image, at) => {
       const hostMnt = p('sticks', String(sticks.length));
       mkdirSync(hostMnt, { recursive: true });
-      must(await sh('mount', ['-o', 'loop,ro,nosuid,nodev,noexec', image, hostMnt]), `loop mount of ${image}`);
-      const dev = readFileSync('/proc/self/mounts', 'utf8').split('\n').find((l) => l.split(' ')[1] === hostMnt)?.split(' ')[0] ?? '/dev/loop';
+      must(
+        await sh('mount', ['-o', 'loop,ro,nosuid,nodev,noexec', image, hostMnt]),
+        `loop mount of ${image}`,
+      );
+      const dev =
+        readFileSync('/proc/self/mounts', 'utf8')
+          .split('\n')
+          .find((l) => l.split(' ')[1] === hostMnt)
+          ?.split(' ')[0] ?? '/dev/loop';
       const target = at ?? `/run/media/bundle-agent/${dev.split('/').pop()}`;
-      must(await sh('python3', ['-c', PLUG_PY, L, hostMnt, target]), `attaching the stick at ${target} in ${opts.hostname}`);
+      must(
+        await sh('python3', ['-c', PLUG_PY, L, hostMnt, target]),
+        `attaching the stick at ${target} in ${opts.hostname}`,
+      );
       sticks.push(target);
       return target;
     },
@@ -447,12 +635,35 @@ export async function bootNode(t: T, opts: NodeOptions): Promise<Node> {
     },
     restartServices: async () => {
       const began = Date.now();
-      must(await inNode(['systemctl', 'start', '--job-mode=replace-irreversibly', 'node-down.target'], 120_000), `systemctl start node-down.target in ${opts.hostname}`);
+      must(
+        await inNode(
+          ['systemctl', 'start', '--job-mode=replace-irreversibly', 'node-down.target'],
+          120_000,
+        ),
+        `systemctl start node-down.target in ${opts.hostname}`,
+      );
       // a boot starts with no failed units and fresh start-rate counters (StartLimitBurst=)
-      must(await inNode(['systemctl', 'reset-failed'], 30_000), `systemctl reset-failed in ${opts.hostname}`);
-      must(await inNode(['systemctl', 'isolate', 'default.target'], opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS), `systemctl isolate default.target in ${opts.hostname}`);
-      const state = (await inNode(['systemctl', 'is-system-running', '--wait'], opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS)).stdout.trim();
-      if (state !== 'running' && state !== 'degraded') throw new Error(`node ${machine} is "${state}" after its services restarted:\n${consoleText.slice(-3000)}`);
+      must(
+        await inNode(['systemctl', 'reset-failed'], 30_000),
+        `systemctl reset-failed in ${opts.hostname}`,
+      );
+      must(
+        await inNode(
+          ['systemctl', 'isolate', 'default.target'],
+          opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS,
+        ),
+        `systemctl isolate default.target in ${opts.hostname}`,
+      );
+      const state = (
+        await inNode(
+          ['systemctl', 'is-system-running', '--wait'],
+          opts.bootTimeoutMs ?? BOOT_TIMEOUT_MS,
+        )
+      ).stdout.trim();
+      if (state !== 'running' && state !== 'degraded')
+        throw new Error(
+          `node ${machine} is "${state}" after its services restarted:\n${consoleText.slice(-3000)}`,
+        );
       return Date.now() - began;
     },
     console: () => consoleText,
@@ -484,24 +695,63 @@ export interface PackagedAgent {
  * renamed into place).
  */
 export async function packagedAgent(): Promise<PackagedAgent> {
-  const version = JSON.parse(readFileSync(join(REPO, 'agent/package.json'), 'utf8')).version as string;
-  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard', 'agent', 'packages', 'scripts', 'pnpm-lock.yaml', 'package.json'], { cwd: REPO, encoding: 'utf8', maxBuffer: 1 << 26 })
-    .split('\0').filter(Boolean).sort();
+  const version = JSON.parse(readFileSync(join(REPO, 'agent/package.json'), 'utf8'))
+    .version as string;
+  const files = execFileSync(
+    'git',
+    [
+      'ls-files',
+      '-z',
+      '--cached',
+      '--others',
+      '--exclude-standard',
+      'agent',
+      'packages',
+      'scripts',
+      'pnpm-lock.yaml',
+      'package.json',
+    ],
+    { cwd: REPO, encoding: 'utf8', maxBuffer: 1 << 26 },
+  )
+    .split('\0')
+    .filter(Boolean)
+    .sort();
   const h = createHash('sha256');
   for (const f of files) {
     h.update(`${f}\0`);
-    try { h.update(readFileSync(join(REPO, f))); } catch { h.update('(missing)'); }
+    try {
+      h.update(readFileSync(join(REPO, f)));
+    } catch {
+      h.update('(missing)');
+    }
   }
   const dir = join(CACHE, `agent-package-${h.digest('hex').slice(0, 16)}`);
   const top = join(dir, `bundle-agent-${version}-linux-amd64`);
-  const result = (buildMs: number): PackagedAgent => ({ version, tarball: join(dir, `bundle-agent-${version}-linux-amd64.tar.gz`), ociTar: join(dir, `bundle-agent-${version}.oci.tar`), prefix: top, node: join(top, 'lib/bundle-agent/node'), buildMs });
+  const result = (buildMs: number): PackagedAgent => ({
+    version,
+    tarball: join(dir, `bundle-agent-${version}-linux-amd64.tar.gz`),
+    ociTar: join(dir, `bundle-agent-${version}.oci.tar`),
+    prefix: top,
+    node: join(top, 'lib/bundle-agent/node'),
+    buildMs,
+  });
   if (existsSync(join(top, 'lib/bundle-agent/node'))) return result(0);
   mkdirSync(CACHE, { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   const started = Date.now();
-  must(await sh(process.execPath, [join(REPO, 'scripts/package.mjs'), '--only', 'agent', '--arch', 'amd64', '--out', tmp], { timeoutMs: 900_000, env: { PATH: process.env.PATH, HOME: process.env.HOME } }), 'scripts/package.mjs (the agent artifacts)');
-  must(await sh('tar', ['-xzf', join(tmp, `bundle-agent-${version}-linux-amd64.tar.gz`), '-C', tmp]), 'unpacking the agent tarball');
+  must(
+    await sh(
+      process.execPath,
+      [join(REPO, 'scripts/package.mjs'), '--only', 'agent', '--arch', 'amd64', '--out', tmp],
+      { timeoutMs: 900_000, env: { PATH: process.env.PATH, HOME: process.env.HOME } },
+    ),
+    'scripts/package.mjs (the agent artifacts)',
+  );
+  must(
+    await sh('tar', ['-xzf', join(tmp, `bundle-agent-${version}-linux-amd64.tar.gz`), '-C', tmp]),
+    'unpacking the agent tarball',
+  );
   try {
     renameSync(tmp, dir);
   } catch (e) {

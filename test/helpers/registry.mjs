@@ -70,7 +70,9 @@ export function freePort() {
  */
 function run(cmd, args, opts = {}) {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, {
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    });
     /** @type {Buffer[]} */
     const out = [];
     /** @type {Buffer[]} */
@@ -79,7 +81,12 @@ function run(cmd, args, opts = {}) {
     child.stderr.on('data', (d) => err.push(d));
     child.on('error', reject);
     child.on('close', (code, signal) =>
-      resolve({ code, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString('utf8') }),
+      resolve({
+        code,
+        signal,
+        stdout: Buffer.concat(out),
+        stderr: Buffer.concat(err).toString('utf8'),
+      }),
     );
     if (child.stdin) {
       // a child that exits without reading its input must not crash the test with EPIPE
@@ -99,12 +106,18 @@ function bcryptBase64(/** @type {Buffer} */ buf) {
     let c1 = buf[i++];
     s += BCRYPT_ALPHABET[(c1 >> 2) & 0x3f];
     c1 = (c1 & 0x03) << 4;
-    if (i >= buf.length) { s += BCRYPT_ALPHABET[c1 & 0x3f]; break; }
+    if (i >= buf.length) {
+      s += BCRYPT_ALPHABET[c1 & 0x3f];
+      break;
+    }
     let c2 = buf[i++];
     c1 |= (c2 >> 4) & 0x0f;
     s += BCRYPT_ALPHABET[c1 & 0x3f];
     c1 = (c2 & 0x0f) << 2;
-    if (i >= buf.length) { s += BCRYPT_ALPHABET[c1 & 0x3f]; break; }
+    if (i >= buf.length) {
+      s += BCRYPT_ALPHABET[c1 & 0x3f];
+      break;
+    }
     c2 = buf[i++];
     c1 |= (c2 >> 6) & 0x03;
     s += BCRYPT_ALPHABET[c1 & 0x3f];
@@ -120,7 +133,8 @@ function bcryptBase64(/** @type {Buffer} */ buf) {
  * @returns {Promise<string>}
  */
 async function htpasswdLine(user, password) {
-  if (!user || user.includes(':')) throw new Error(`startRegistry: invalid htpasswd user ${JSON.stringify(user)}`);
+  if (!user || user.includes(':'))
+    throw new Error(`startRegistry: invalid htpasswd user ${JSON.stringify(user)}`);
   const bcryptRe = /^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$/;
   try {
     const r = await run('htpasswd', ['-Bbn', '-C', '5', user, password]);
@@ -134,11 +148,16 @@ async function htpasswdLine(user, password) {
   try {
     r = await run('perl', ['-e', 'print crypt($ARGV[0], $ARGV[1])', password, salt]);
   } catch (e) {
-    throw new Error(`startRegistry: cannot create a bcrypt htpasswd entry: neither htpasswd (apache2-utils) nor perl is available (${e})`, { cause: e });
+    throw new Error(
+      `startRegistry: cannot create a bcrypt htpasswd entry: neither htpasswd (apache2-utils) nor perl is available (${e})`,
+      { cause: e },
+    );
   }
   const hash = r.stdout.toString('utf8').trim();
   if (r.code !== 0 || !bcryptRe.test(hash)) {
-    throw new Error(`startRegistry: perl crypt() did not produce a bcrypt hash (got ${JSON.stringify(hash)}; ${r.stderr}); install apache2-utils`);
+    throw new Error(
+      `startRegistry: perl crypt() did not produce a bcrypt hash (got ${JSON.stringify(hash)}; ${r.stderr}); install apache2-utils`,
+    );
   }
   return `${user}:${hash}`;
 }
@@ -173,14 +192,23 @@ async function htpasswdLine(user, password) {
  * @returns {Promise<Registry>}
  */
 export async function startRegistry(opts = {}) {
-  if (opts.htpasswd && opts.token) throw new Error('startRegistry: htpasswd and token auth are exclusive');
-  const htpasswd = opts.htpasswd && (await htpasswdLine(opts.htpasswd.user, opts.htpasswd.password));
+  if (opts.htpasswd && opts.token)
+    throw new Error('startRegistry: htpasswd and token auth are exclusive');
+  const htpasswd =
+    opts.htpasswd && (await htpasswdLine(opts.htpasswd.user, opts.htpasswd.password));
   // The free-port probe is racy (another process may grab it before the
   // registry binds), so retry a few times on "address already in use".
   let lastErr;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      const reg = await launch(await freePort(), htpasswd, opts.token, opts.timeoutMs ?? 15000, opts.tls, { netns: opts.netns, address: opts.address });
+      const reg = await launch(
+        await freePort(),
+        htpasswd,
+        opts.token,
+        opts.timeoutMs ?? 15000,
+        opts.tls,
+        { netns: opts.netns, address: opts.address },
+      );
       if (opts.htpasswd) reg.creds = `${opts.htpasswd.user}:${opts.htpasswd.password}`;
       return reg;
     } catch (e) {
@@ -210,7 +238,12 @@ async function launch(port, htpasswd, token, timeoutMs, tls, where = {}) {
   /** @type {string[]} */
   let auth = [];
   if (htpasswd) {
-    auth = ['auth:', '  htpasswd:', '    realm: offline-bundle-test', `    path: ${q(path.join(dir, 'htpasswd'))}`];
+    auth = [
+      'auth:',
+      '  htpasswd:',
+      '    realm: offline-bundle-test',
+      `    path: ${q(path.join(dir, 'htpasswd'))}`,
+    ];
   } else if (token) {
     auth = [
       'auth:',
@@ -240,12 +273,16 @@ async function launch(port, htpasswd, token, timeoutMs, tls, where = {}) {
         '    enabled: true',
         'http:',
         `  addr: ${host}`,
-        ...(tls ? [
-          '  tls:',
-          `    certificate: ${q(tls.certificate)}`,
-          `    key: ${q(tls.key)}`,
-          ...(tls.clientcas?.length ? ['    clientcas:', ...tls.clientcas.map((c) => `      - ${q(c)}`)] : []),
-        ] : []),
+        ...(tls
+          ? [
+              '  tls:',
+              `    certificate: ${q(tls.certificate)}`,
+              `    key: ${q(tls.key)}`,
+              ...(tls.clientcas?.length
+                ? ['    clientcas:', ...tls.clientcas.map((c) => `      - ${q(c)}`)]
+                : []),
+            ]
+          : []),
         `  secret: ${randomBytes(16).toString('hex')}`,
         'health:',
         '  storagedriver:',
@@ -272,11 +309,13 @@ async function launch(port, htpasswd, token, timeoutMs, tls, where = {}) {
     env,
     // 401: htpasswd or token auth is on, and the registry is serving.
     // with TLS (and perhaps a required client certificate), a listening port is the signal
-    ready: tls ? () => listening(port, where.address) : async () => {
-      const res = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(1000) });
-      await res.arrayBuffer();
-      return res.status === 200 || res.status === 401;
-    },
+    ready: tls
+      ? () => listening(port, where.address)
+      : async () => {
+          const res = await fetch(`${url}/v2/`, { signal: AbortSignal.timeout(1000) });
+          await res.arrayBuffer();
+          return res.status === 200 || res.status === 401;
+        },
     readyWhat: tls ? `listen on ${host}` : `answer GET ${url}/v2/`,
     timeoutMs,
     pollMs: 50,
@@ -291,12 +330,16 @@ async function launch(port, htpasswd, token, timeoutMs, tls, where = {}) {
 function listening(port, address = '127.0.0.1') {
   return new Promise((resolve) => {
     const sock = net.connect(port, address);
-    sock.once('connect', () => { sock.destroy(); resolve(true); });
+    sock.once('connect', () => {
+      sock.destroy();
+      resolve(true);
+    });
     sock.once('error', () => resolve(false));
   });
 }
 
-const TRANSPORT_RE = /^(docker:\/\/|oci:|oci-archive:|dir:|docker-archive:|docker-daemon:|containers-storage:)/;
+const TRANSPORT_RE =
+  /^(docker:\/\/|oci:|oci-archive:|dir:|docker-archive:|docker-daemon:|containers-storage:)/;
 
 /** @param {string} ref */
 const isDocker = (ref) => ref.startsWith('docker://');
@@ -317,7 +360,9 @@ export async function skopeoCopy(src, dest, extraArgs = []) {
   args.push(...extraArgs, src, dest);
   const r = await run(SKOPEO_BIN, args);
   if (r.code !== 0) {
-    throw new Error(`skopeo ${args.join(' ')} failed (exit ${r.code ?? r.signal}): ${r.stderr.trim()}`);
+    throw new Error(
+      `skopeo ${args.join(' ')} failed (exit ${r.code ?? r.signal}): ${r.stderr.trim()}`,
+    );
   }
 }
 
@@ -335,7 +380,9 @@ export async function skopeoInspectRaw(ref, extraArgs = []) {
   args.push(...extraArgs, full);
   const r = await run(SKOPEO_BIN, args);
   if (r.code !== 0) {
-    throw new Error(`skopeo ${args.join(' ')} failed (exit ${r.code ?? r.signal}): ${r.stderr.trim()}`);
+    throw new Error(
+      `skopeo ${args.join(' ')} failed (exit ${r.code ?? r.signal}): ${r.stderr.trim()}`,
+    );
   }
   return r.stdout;
 }

@@ -44,7 +44,10 @@ export async function startService(opts) {
   const killAfterMs = opts.killAfterMs ?? 3000;
   const maxLogChars = opts.maxLogChars ?? 65536;
 
-  const child = spawn(command, opts.args, { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ?? process.env });
+  const child = spawn(command, opts.args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: opts.env ?? process.env,
+  });
   let logs = '';
   const onData = (/** @type {Buffer} */ d) => {
     if (logs.length < maxLogChars) logs += d.toString('utf8');
@@ -56,27 +59,44 @@ export async function startService(opts) {
   const exited = new Promise((resolve) => child.once('exit', () => resolve()));
   /** @type {Error | undefined} */
   let spawnError;
-  child.once('error', (e) => { spawnError = e; });
+  child.once('error', (e) => {
+    spawnError = e;
+  });
 
   // Safety net: never leave the process behind if the test process exits.
-  const killOnExit = () => { try { child.kill('SIGKILL'); } catch { /* already gone */ } };
+  const killOnExit = () => {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  };
   process.once('exit', killOnExit);
 
   /** @type {Promise<void> | undefined} */
   let stopping;
-  const stop = () => (stopping ??= (async () => {
-    process.removeListener('exit', killOnExit);
-    const pid = child.pid;
-    if (!gone() && pid !== undefined) {
-      try { process.kill(pid, 'SIGTERM'); } catch { /* gone */ }
-      const timer = setTimeout(() => {
-        try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
-      }, killAfterMs);
-      await exited;
-      clearTimeout(timer);
-    }
-    await opts.cleanup?.();
-  })());
+  const stop = () =>
+    (stopping ??= (async () => {
+      process.removeListener('exit', killOnExit);
+      const pid = child.pid;
+      if (!gone() && pid !== undefined) {
+        try {
+          process.kill(pid, 'SIGTERM');
+        } catch {
+          /* gone */
+        }
+        const timer = setTimeout(() => {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            /* gone */
+          }
+        }, killAfterMs);
+        await exited;
+        clearTimeout(timer);
+      }
+      await opts.cleanup?.();
+    })());
 
   /** @param {string} message */
   const fail = async (message) => {
@@ -88,7 +108,10 @@ export async function startService(opts) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (spawnError) throw await fail(`${name} failed to start (${command}): ${spawnError.message}`);
-    if (gone()) throw await fail(`${name} exited during startup (code ${child.exitCode}, signal ${child.signalCode})`);
+    if (gone())
+      throw await fail(
+        `${name} exited during startup (code ${child.exitCode}, signal ${child.signalCode})`,
+      );
     let ok = false;
     try {
       ok = await opts.ready();
@@ -96,7 +119,8 @@ export async function startService(opts) {
       // not ready yet
     }
     if (ok) break;
-    if (Date.now() > deadline) throw await fail(`${name} did not ${opts.readyWhat} within ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw await fail(`${name} did not ${opts.readyWhat} within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, pollMs));
   }
 

@@ -10,9 +10,15 @@ function openssl(args, cwd) {
   return new Promise((resolve, reject) => {
     const child = spawn('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
-    child.stderr.on('data', (d) => { err += d; });
+    child.stderr.on('data', (d) => {
+      err += d;
+    });
     child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(undefined) : reject(new Error(`openssl ${args.join(' ')} failed (${code}): ${err}`))));
+    child.on('close', (code) =>
+      code === 0
+        ? resolve(undefined)
+        : reject(new Error(`openssl ${args.join(' ')} failed (${code}): ${err}`)),
+    );
   });
 }
 
@@ -36,16 +42,65 @@ const EC = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes
 export async function makeTestCa(dir, opts = {}) {
   const names = opts.names ?? ['127.0.0.1'];
   const san = names.map((n) => (/^[\d.]+$|:/.test(n) ? `IP:${n}` : `DNS:${n}`)).join(',');
-  await openssl(['req', '-x509', ...EC, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=offline-bundle test CA',
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], dir);
-  for (const [who, ext] of [['server', `subjectAltName=${san}\nextendedKeyUsage=serverAuth\n`], ['client', 'extendedKeyUsage=clientAuth\n']]) {
+  await openssl(
+    [
+      'req',
+      '-x509',
+      ...EC,
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=offline-bundle test CA',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ],
+    dir,
+  );
+  for (const [who, ext] of [
+    ['server', `subjectAltName=${san}\nextendedKeyUsage=serverAuth\n`],
+    ['client', 'extendedKeyUsage=clientAuth\n'],
+  ]) {
     await writeFile(path.join(dir, `${who}.ext`), ext);
-    await openssl(['req', ...EC, '-keyout', `${who}.key`, '-out', `${who}.csr`, '-subj', `/CN=${who}`], dir);
-    await openssl(['x509', '-req', '-in', `${who}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${who}.crt`,
-      '-days', '2', '-extfile', `${who}.ext`], dir);
+    await openssl(
+      ['req', ...EC, '-keyout', `${who}.key`, '-out', `${who}.csr`, '-subj', `/CN=${who}`],
+      dir,
+    );
+    await openssl(
+      [
+        'x509',
+        '-req',
+        '-in',
+        `${who}.csr`,
+        '-CA',
+        'ca.crt',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-out',
+        `${who}.crt`,
+        '-days',
+        '2',
+        '-extfile',
+        `${who}.ext`,
+      ],
+      dir,
+    );
   }
   const p = (/** @type {string} */ f) => path.join(dir, f);
-  return { caCert: p('ca.crt'), caKey: p('ca.key'), serverCert: p('server.crt'), serverKey: p('server.key'), clientCert: p('client.crt'), clientKey: p('client.key') };
+  return {
+    caCert: p('ca.crt'),
+    caKey: p('ca.key'),
+    serverCert: p('server.crt'),
+    serverKey: p('server.key'),
+    clientCert: p('client.crt'),
+    clientKey: p('client.key'),
+  };
 }
 
 /**
@@ -61,8 +116,29 @@ export async function issueClientCert(ca, dir, file, subject) {
   const esc = (/** @type {string} */ s) => s.replace(/[/\\]/g, (c) => `\\${c}`);
   const subj = [...(subject.o ?? []).map((o) => `/O=${esc(o)}`), `/CN=${esc(subject.cn)}`].join('');
   await writeFile(path.join(dir, `${file}.ext`), 'extendedKeyUsage=clientAuth\n');
-  await openssl(['req', ...EC, '-keyout', `${file}.key`, '-out', `${file}.csr`, '-subj', subj], dir);
-  await openssl(['x509', '-req', '-in', `${file}.csr`, '-CA', ca.caCert, '-CAkey', ca.caKey, '-CAcreateserial', '-out', `${file}.crt`,
-    '-days', '2', '-extfile', `${file}.ext`], dir);
+  await openssl(
+    ['req', ...EC, '-keyout', `${file}.key`, '-out', `${file}.csr`, '-subj', subj],
+    dir,
+  );
+  await openssl(
+    [
+      'x509',
+      '-req',
+      '-in',
+      `${file}.csr`,
+      '-CA',
+      ca.caCert,
+      '-CAkey',
+      ca.caKey,
+      '-CAcreateserial',
+      '-out',
+      `${file}.crt`,
+      '-days',
+      '2',
+      '-extfile',
+      `${file}.ext`,
+    ],
+    dir,
+  );
   return { cert: path.join(dir, `${file}.crt`), key: path.join(dir, `${file}.key`) };
 }

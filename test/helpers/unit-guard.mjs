@@ -11,7 +11,9 @@ import { UNIT_MARK } from '../tiers.mjs';
 const file = process.env.TAP_CHILD_ID ? process.argv[1] : undefined;
 const marked = (() => {
   try {
-    return !!file && readFileSync(file, 'utf8').slice(0, 400).split('\n').slice(0, 3).includes(UNIT_MARK);
+    return (
+      !!file && readFileSync(file, 'utf8').slice(0, 400).split('\n').slice(0, 3).includes(UNIT_MARK)
+    );
   } catch {
     return false;
   }
@@ -30,7 +32,8 @@ if (marked) {
     process.stderr.write(`${seen[0]}${seen.length > 1 ? ` (and ${seen.length - 1} more)` : ''}\n`);
     process.exitCode = 1;
   });
-  for (const fn of ['spawn', 'spawnSync', 'exec', 'execSync', 'execFile', 'execFileSync', 'fork']) childProcess[fn] = refuse(`${fn}s a process`);
+  for (const fn of ['spawn', 'spawnSync', 'exec', 'execSync', 'execFile', 'execFileSync', 'fork'])
+    childProcess[fn] = refuse(`${fn}s a process`);
   net.Server.prototype.listen = refuse('listens on a port');
   net.Socket.prototype.connect = refuse('connects a socket');
   syncBuiltinESMExports();

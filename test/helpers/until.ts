@@ -17,13 +17,20 @@ export interface UntilOptions {
  * false) and returns it, or throws after `timeoutMs` naming `what`. A probe may throw to end the
  * wait at once (the process it waits on exited).
  */
-export async function until<V>(what: string, probe: () => V | Promise<V>, opts: UntilOptions = {}): Promise<Exclude<V, NotYet>> {
+export async function until<V>(
+  what: string,
+  probe: () => V | Promise<V>,
+  opts: UntilOptions = {},
+): Promise<Exclude<V, NotYet>> {
   const { timeoutMs = 60_000, stepMs = 10 } = opts;
   const end = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe();
     if (v !== undefined && v !== null && v !== false) return v as Exclude<V, NotYet>;
-    if (Date.now() > end) throw new Error(`not within ${timeoutMs / 1000} s: ${what}${opts.detail ? `\n${await opts.detail()}` : ''}`);
+    if (Date.now() > end)
+      throw new Error(
+        `not within ${timeoutMs / 1000} s: ${what}${opts.detail ? `\n${await opts.detail()}` : ''}`,
+      );
     await sleep(stepMs);
   }
 }

@@ -14,20 +14,56 @@ else {
   t.setTimeout(900_000);
   t.test('a node boots under its own systemd and runs what it is given', async (t) => {
     const root = await buildRoot();
-    t.comment(`node root ${root.dir} (${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'})`);
+    t.comment(
+      `node root ${root.dir} (${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'})`,
+    );
     const bridge = await makeBridge(t);
-    const node = await bootNode(t, { root: root.dir, bridge, hostname: 'node-a', files: { '/etc/motd-test': 'hello\n' } });
+    const node = await bootNode(t, {
+      root: root.dir,
+      bridge,
+      hostname: 'node-a',
+      files: { '/etc/motd-test': 'hello\n' },
+    });
     t.comment(`booted in ${(node.bootMs / 1000).toFixed(1)} s`);
     const pid1 = await node.must(['cat', '/proc/1/comm']);
     t.equal(pid1.trim(), 'systemd', 'PID 1 in the node is systemd');
     t.equal((await node.must(['hostname'])).trim(), 'node-a', 'hostname');
-    t.equal(await node.must(['cat', '/etc/motd-test']), 'hello\n', 'files written before boot are there');
-    t.match(await node.must(['grep', 'Seccomp_filters', '/proc/self/status']), /Seccomp_filters:\s+[1-9]/, 'commands run under the seccomp filter of the node');
+    t.equal(
+      await node.must(['cat', '/etc/motd-test']),
+      'hello\n',
+      'files written before boot are there',
+    );
+    t.match(
+      await node.must(['grep', 'Seccomp_filters', '/proc/self/status']),
+      /Seccomp_filters:\s+[1-9]/,
+      'commands run under the seccomp filter of the node',
+    );
     const status = await node.run(['sh', '-c', 'echo out; echo err >&2; exit 3']);
-    t.same([status.code, status.stdout, status.stderr], [3, 'out\n', 'err\n'], 'exit code, stdout and stderr come back apart');
-    t.match(await node.must(['ip', '-4', '-o', 'addr', 'show', 'host0']), new RegExp(`inet ${node.address.replace(/\./g, '\\.')}/24`), 'address on the bridge');
-    t.notMatch(await node.must(['ip', 'route']), /default/, 'no default route: nothing but the bridge is reachable');
-    t.match(await node.must(['podman', 'info', '--format', '{{.Store.GraphDriverName}} {{.Store.GraphRoot}}']), /overlay \/var\/lib\/containers\/storage/, 'podman: overlay storage on the node ext4');
+    t.same(
+      [status.code, status.stdout, status.stderr],
+      [3, 'out\n', 'err\n'],
+      'exit code, stdout and stderr come back apart',
+    );
+    t.match(
+      await node.must(['ip', '-4', '-o', 'addr', 'show', 'host0']),
+      new RegExp(`inet ${node.address.replace(/\./g, '\\.')}/24`),
+      'address on the bridge',
+    );
+    t.notMatch(
+      await node.must(['ip', 'route']),
+      /default/,
+      'no default route: nothing but the bridge is reachable',
+    );
+    t.match(
+      await node.must([
+        'podman',
+        'info',
+        '--format',
+        '{{.Store.GraphDriverName}} {{.Store.GraphRoot}}',
+      ]),
+      /overlay \/var\/lib\/containers\/storage/,
+      'podman: overlay storage on the node ext4',
+    );
     t.match(await node.journal(), /Reached target/, 'journal readable');
 
     const dir = await tmpdir(t, 'ob-node-boot-');
@@ -40,8 +76,16 @@ else {
     execFileSync('sh', ['-c', `echo payload > ${mnt}/file.txt`]);
     execFileSync('umount', [mnt]);
     const at = await node.plugStick(img);
-    t.match(at, /^\/run\/media\/bundle-agent\/loop\d+$/, 'appears where the udev rule mounts sticks');
-    t.equal(await node.must(['cat', `${at}/file.txt`]), 'payload\n', 'the stick is readable in the node');
+    t.match(
+      at,
+      /^\/run\/media\/bundle-agent\/loop\d+$/,
+      'appears where the udev rule mounts sticks',
+    );
+    t.equal(
+      await node.must(['cat', `${at}/file.txt`]),
+      'payload\n',
+      'the stick is readable in the node',
+    );
     t.match(await node.must(['findmnt', '-no', 'OPTIONS', at]), /\bro\b/, 'mounted read-only');
     await node.unplugStick(at);
     t.not((await node.run(['test', '-e', `${at}/file.txt`])).code, 0, 'unplugged');

@@ -11,7 +11,13 @@ import { dirname, join } from 'node:path';
 import { nodeFiles } from '../../deploy/openshift/generate.mjs';
 import { BUNDLE, keygen, makeBundle, run } from '../agent/fixtures.js';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
-import { bootNode, buildRoot, makeBridge, packagedAgent, type PackagedAgent } from '../helpers/node.js';
+import {
+  bootNode,
+  buildRoot,
+  makeBridge,
+  packagedAgent,
+  type PackagedAgent,
+} from '../helpers/node.js';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 export interface NodeSetup {
@@ -21,12 +27,18 @@ export interface NodeSetup {
   clusterVersion?: string;
   stick?: (dir: string, agentImageArg: string) => Promise<{ pub: string; files: string[] }>;
   /** more node files; a function gets the packaged agent (its Node runtime runs a stand-in in the node) */
-  files?: Record<string, string | [string, number]> | ((agent: PackagedAgent) => Record<string, string | [string, number]>);
+  files?:
+    | Record<string, string | [string, number]>
+    | ((agent: PackagedAgent) => Record<string, string | [string, number]>);
   enable?: string[];
   config?: (yaml: string) => string;
 }
 
-type T = Parameters<typeof tmpdir>[0] & { comment(...m: unknown[]): void; match(...a: unknown[]): void; equal(...a: unknown[]): void };
+type T = Parameters<typeof tmpdir>[0] & {
+  comment(...m: unknown[]): void;
+  match(...a: unknown[]): void;
+  equal(...a: unknown[]): void;
+};
 
 const REPO = new URL('../../', import.meta.url).pathname.replace(/\/$/, '');
 export const ORIGIN = 'origin.offline-bundle.invalid';
@@ -69,9 +81,9 @@ export function makeStick(dir: string, name: string, files: string[]): string {
   execFileSync('mkfs.ext4', ['-q', '-F', '-L', 'UPDATE', img]);
   execFileSync('mount', ['-o', 'loop', img, fill]);
   try {
-  execFileSync('cp', [...files, fill]);
+    execFileSync('cp', [...files, fill]);
   } finally {
-  execFileSync('umount', [fill]);
+    execFileSync('umount', [fill]);
   }
   return img;
 }
@@ -82,17 +94,24 @@ export function makeStick(dir: string, name: string, files: string[]): string {
  * `run --config ...` become unused arguments), written into an OCI layout at `layout` under the
  * tag VERSION-amd64.
  */
-export function unconfirmingAgentImage(ociTar: string, layout: string, version: string, script: string): string {
+export function unconfirmingAgentImage(
+  ociTar: string,
+  layout: string,
+  version: string,
+  script: string,
+): string {
   mkdirSync(layout, { recursive: true });
   execFileSync('tar', ['-xf', ociTar, '-C', layout]);
   const blob = (d: string) => join(layout, 'blobs', 'sha256', d.slice('sha256:'.length));
   const put = (bytes: Buffer) => {
-  const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
-  writeFileSync(blob(digest), bytes);
-  return { digest, size: bytes.length };
+    const digest = `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+    writeFileSync(blob(digest), bytes);
+    return { digest, size: bytes.length };
   };
   const index = JSON.parse(readFileSync(join(layout, 'index.json'), 'utf8'));
-  const entry = index.manifests.find((m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64');
+  const entry = index.manifests.find(
+    (m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64',
+  );
   const manifest = JSON.parse(readFileSync(blob(entry.digest), 'utf8'));
   const config = JSON.parse(readFileSync(blob(manifest.config.digest), 'utf8'));
   config.config.Entrypoint = ['/usr/local/lib/bundle-agent/node', '-e', script];
@@ -101,18 +120,34 @@ export function unconfirmingAgentImage(ociTar: string, layout: string, version: 
   if (manifest.annotations) manifest.annotations['org.opencontainers.image.version'] = version;
   const m = put(Buffer.from(JSON.stringify(manifest)));
   const tag = `${version}-amd64`;
-  index.manifests.push({ mediaType: entry.mediaType, ...m, platform: entry.platform, annotations: { 'org.opencontainers.image.ref.name': tag } });
+  index.manifests.push({
+    mediaType: entry.mediaType,
+    ...m,
+    platform: entry.platform,
+    annotations: { 'org.opencontainers.image.ref.name': tag },
+  });
   writeFileSync(join(layout, 'index.json'), JSON.stringify(index));
   return tag;
 }
 
 /** stick-1's files: bundle BUNDLE_VERSION (two small images) with the agent image beside it. */
-export async function defaultStick(dir: string, keys: { key: string; pub: string }, agentImageArg: string, signedByAnotherKey?: boolean): Promise<{ pub: string; files: string[] }> {
+export async function defaultStick(
+  dir: string,
+  keys: { key: string; pub: string },
+  agentImageArg: string,
+  signedByAnotherKey?: boolean,
+): Promise<{ pub: string; files: string[] }> {
   const signer = signedByAnotherKey ? await keygen(dir, 'other') : keys;
   const bundleFile = join(dir, `ocp-${BUNDLE_VERSION}.bundle`);
   await makeBundle(dir, {
-    key: signer.key, version: BUNDLE_VERSION, upgradeFrom: [CLUSTER_VERSION], out: bundleFile,
-    images: [{ name: `${ORIGIN}/acme/app:v1`, files: { 'app.txt': 'app v1' } }, { name: `${ORIGIN}/acme/tool:v2`, files: { 'tool.txt': 'tool v2' } }],
+    key: signer.key,
+    version: BUNDLE_VERSION,
+    upgradeFrom: [CLUSTER_VERSION],
+    out: bundleFile,
+    images: [
+      { name: `${ORIGIN}/acme/app:v1`, files: { 'app.txt': 'app v1' } },
+      { name: `${ORIGIN}/acme/tool:v2`, files: { 'tool.txt': 'tool v2' } },
+    ],
     // the per-architecture tag: at the index tag VERSION (as README shows) create refuses the
     // sidecar ("not a single-platform image manifest"), reported on branch node-harness
     create: (args) => run(BUNDLE, [...args, '--agent-image', agentImageArg]),
@@ -122,7 +157,9 @@ export async function defaultStick(dir: string, keys: { key: string; pub: string
 
 /** The agent image and its statement `bundle create --agent-image` wrote into `dir`. */
 export function agentImageBeside(dir: string): string[] {
-  return readdirSync(dir).filter((n) => /^bundle-agent-.*\.oci\.tar(\.sig)?$/.test(n)).map((n) => join(dir, n));
+  return readdirSync(dir)
+    .filter((n) => /^bundle-agent-.*\.oci\.tar(\.sig)?$/.test(n))
+    .map((n) => join(dir, n));
 }
 
 /**
@@ -138,25 +175,51 @@ export function agentImageBeside(dir: string): string[] {
 export async function openshiftNode(t: T, opts: NodeSetup = {}) {
   const began = Date.now();
   const [root, agent] = [await buildRoot(), await packagedAgent()];
-  t.comment(`node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
+  t.comment(
+    `node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`,
+  );
   const dir = await tmpdir(t, 'ob-node-stick-');
   const bridge = await makeBridge(t);
-  const api = await startKubeStandIn({ host: bridge.hostAddress, clusterVersion: opts.clusterVersion ?? CLUSTER_VERSION, rbacFiles: opts.rbacFiles });
+  const api = await startKubeStandIn({
+    host: bridge.hostAddress,
+    clusterVersion: opts.clusterVersion ?? CLUSTER_VERSION,
+    rbacFiles: opts.rbacFiles,
+  });
   t.teardown(() => api.close());
   // the node's own Node, as a cluster has it (the agent reads its MCD state while it serves a release)
-  api.nodes = [{ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a', labels: { 'node-role.kubernetes.io/worker': '' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } }];
+  api.nodes = [
+    {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'node-a', labels: { 'node-role.kubernetes.io/worker': '' } },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    },
+  ];
 
   const keys = await keygen(dir);
   const agentImageArg = `oci-archive:${agent.ociTar}:${agent.version}-amd64`;
-  const { pub, files: stickFiles } = opts.stick ? await opts.stick(dir, agentImageArg) : await defaultStick(dir, keys, agentImageArg, opts.signedByAnotherKey);
+  const { pub, files: stickFiles } = opts.stick
+    ? await opts.stick(dir, agentImageArg)
+    : await defaultStick(dir, keys, agentImageArg, opts.signedByAnotherKey);
   const beside = stickFiles.filter((f) => /\/bundle-agent-[^/]*\.oci\.tar(\.sig)?$/.test(f));
-  t.equal(beside.length, 2, `bundle create --agent-image wrote the agent image and its statement beside the bundle (${beside.join(', ')})`);
+  t.equal(
+    beside.length,
+    2,
+    `bundle create --agent-image wrote the agent image and its statement beside the bundle (${beside.join(', ')})`,
+  );
   const stick = makeStick(dir, 'stick-1', stickFiles);
 
   // The agent image's digest: the amd64 manifest of what `pnpm package` built.
-  const index = JSON.parse(execFileSync('tar', ['-xOf', agent.ociTar, 'index.json'], { encoding: 'utf8' }));
-  const agentDigest: string = index.manifests.find((m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64').digest;
-  const rendered = nodeFiles({ key: pub }) as { files: { path: string; contents: string; mode: number }[]; units: { name: string; enabled: boolean; contents: string }[] };
+  const index = JSON.parse(
+    execFileSync('tar', ['-xOf', agent.ociTar, 'index.json'], { encoding: 'utf8' }),
+  );
+  const agentDigest: string = index.manifests.find(
+    (m: { platform?: { architecture: string } }) => m.platform?.architecture === 'amd64',
+  ).digest;
+  const rendered = nodeFiles({ key: pub }) as {
+    files: { path: string; contents: string; mode: number }[];
+    units: { name: string; enabled: boolean; contents: string }[];
+  };
   const files: Record<string, [string, number]> = {};
   for (const f of rendered.files) files[f.path] = [f.contents, f.mode];
   // the one edit to a shipped file: a 1-minute confirmation window instead of 10, so the
@@ -166,9 +229,17 @@ export async function openshiftNode(t: T, opts: NodeSetup = {}) {
   t.match(config[0], /^ {2}confirmMinutes: 1$/m, 'config.yaml: confirmMinutes 1 for this test');
   if (opts.config) config[0] = opts.config(config[0]);
   for (const u of rendered.units) files[`/etc/systemd/system/${u.name}`] = [u.contents, 0o644];
-  const enable = [...rendered.units.filter((u) => u.enabled).map((u) => u.name), 'crio.service', ...(opts.enable ?? [])];
+  const enable = [
+    ...rendered.units.filter((u) => u.enabled).map((u) => u.name),
+    'crio.service',
+    ...(opts.enable ?? []),
+  ];
   const node = await bootNode(t, {
-    root: root.dir, bridge, hostname: 'node-a', console: opts.console, readOnlyBinds: [REPO, agent.prefix, dirname(agent.ociTar)],
+    root: root.dir,
+    bridge,
+    hostname: 'node-a',
+    console: opts.console,
+    readOnlyBinds: [REPO, agent.prefix, dirname(agent.ociTar)],
     files: {
       ...files,
       '/etc/systemd/system/crio.service': crioUnit(agent.node),
@@ -182,6 +253,7 @@ export async function openshiftNode(t: T, opts: NodeSetup = {}) {
     },
   });
   t.comment(`node booted in ${(node.bootMs / 1000).toFixed(1)} s`);
-  const diag = async () => `--- bootstrap ---\n${(await node.journal('bundle-agent-bootstrap.service')).slice(-2000)}\n--- bundle-agent journal ---\n${(await node.journal('bundle-agent.service')).slice(-4000)}\n--- crio ---\n${(await node.journal('crio.service')).slice(-1500)}\n--- api requests ---\n${api.requests.map((r) => `${r.method} ${r.path} ${r.user} -> ${r.status}`).join('\n')}`;
+  const diag = async () =>
+    `--- bootstrap ---\n${(await node.journal('bundle-agent-bootstrap.service')).slice(-2000)}\n--- bundle-agent journal ---\n${(await node.journal('bundle-agent.service')).slice(-4000)}\n--- crio ---\n${(await node.journal('crio.service')).slice(-1500)}\n--- api requests ---\n${api.requests.map((r) => `${r.method} ${r.path} ${r.user} -> ${r.status}`).join('\n')}`;
   return { began, agent, dir, bridge, api, keys, stick, agentDigest, node, diag };
 }

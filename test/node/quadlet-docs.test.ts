@@ -35,11 +35,26 @@ import { CriImageClient } from '@offline-bundle/runtime';
 import { keygen } from '../agent/fixtures.js';
 import { markedBlocks, runBlocks, type RunBlock } from '../helpers/docs.js';
 import { startKubeStandIn } from '../helpers/kube-standin.js';
-import { bootNode, buildRoot, makeBridge, nodeSkipReason, packagedAgent, type Node } from '../helpers/node.js';
+import {
+  bootNode,
+  buildRoot,
+  makeBridge,
+  nodeSkipReason,
+  packagedAgent,
+  type Node,
+} from '../helpers/node.js';
 import { runCaptured } from '../helpers/run-captured.js';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
-import { BUNDLE_VERSION, CLUSTER_VERSION, ORIGIN, RHCOS_DIRS, crioUnit, defaultStick, makeStick } from './openshift-node.js';
+import {
+  BUNDLE_VERSION,
+  CLUSTER_VERSION,
+  ORIGIN,
+  RHCOS_DIRS,
+  crioUnit,
+  defaultStick,
+  makeStick,
+} from './openshift-node.js';
 
 const DOC = 'docs/install.md';
 const GROUP = 'quadlet';
@@ -90,147 +105,317 @@ async function runOnWorkstation(dir: string, site: string, blocks: RunBlock[]) {
 /** An Ignition contents.source (RFC 2397 data URL) as bytes, gunzipped when `compression` says gzip. */
 function ignitionContents(c: { source?: string; compression?: string }, path: string): Buffer {
   const m = /^data:([^,]*),(.*)$/s.exec(c.source ?? '');
-  if (!m) throw new Error(`${path}: contents.source is not a data URL (the MCO stand-in reads data URLs only)`);
-  const raw = m[1]!.endsWith(';base64') ? Buffer.from(m[2]!, 'base64') : Buffer.from(decodeURIComponent(m[2]!), 'utf8');
-  if (c.compression && c.compression !== 'gzip') throw new Error(`${path}: compression "${c.compression}" is not modelled`);
+  if (!m)
+    throw new Error(
+      `${path}: contents.source is not a data URL (the MCO stand-in reads data URLs only)`,
+    );
+  const raw = m[1]!.endsWith(';base64')
+    ? Buffer.from(m[2]!, 'base64')
+    : Buffer.from(decodeURIComponent(m[2]!), 'utf8');
+  if (c.compression && c.compression !== 'gzip')
+    throw new Error(`${path}: compression "${c.compression}" is not modelled`);
   return c.compression === 'gzip' ? gunzipSync(raw) : raw;
 }
 
 /** What the MCO writes on a node of `role` from the MachineConfigs in `files`: node files and the units to enable. */
 function machineConfigForRole(files: string[], role: string) {
-  const configs = files.flatMap((f) => parseAllDocuments(readFileSync(f, 'utf8')).map((d) => d.toJS()))
-    .filter((d) => d?.kind === 'MachineConfig' && d.metadata?.labels?.['machineconfiguration.openshift.io/role'] === role);
-  if (configs.length !== 1) throw new Error(`${configs.length} MachineConfigs for role ${role} were applied; the test models one`);
+  const configs = files
+    .flatMap((f) => parseAllDocuments(readFileSync(f, 'utf8')).map((d) => d.toJS()))
+    .filter(
+      (d) =>
+        d?.kind === 'MachineConfig' &&
+        d.metadata?.labels?.['machineconfiguration.openshift.io/role'] === role,
+    );
+  if (configs.length !== 1)
+    throw new Error(
+      `${configs.length} MachineConfigs for role ${role} were applied; the test models one`,
+    );
   const ign = configs[0].spec.config;
-  for (const k of ['directories', 'links']) if (ign.storage?.[k]?.length) throw new Error(`storage.${k} is not modelled by the MCO stand-in`);
+  for (const k of ['directories', 'links'])
+    if (ign.storage?.[k]?.length)
+      throw new Error(`storage.${k} is not modelled by the MCO stand-in`);
   const out: Record<string, [Buffer, number]> = {};
-  for (const f of ign.storage?.files ?? []) out[f.path] = [ignitionContents(f.contents ?? {}, f.path), f.mode ?? 0o644];
+  for (const f of ign.storage?.files ?? [])
+    out[f.path] = [ignitionContents(f.contents ?? {}, f.path), f.mode ?? 0o644];
   const enable: string[] = [];
   for (const u of ign.systemd?.units ?? []) {
-    if (u.dropins?.length || u.mask) throw new Error(`${u.name}: dropins and mask are not modelled by the MCO stand-in`);
-    if (u.contents !== undefined) out[`/etc/systemd/system/${u.name}`] = [Buffer.from(u.contents), 0o644];
+    if (u.dropins?.length || u.mask)
+      throw new Error(`${u.name}: dropins and mask are not modelled by the MCO stand-in`);
+    if (u.contents !== undefined)
+      out[`/etc/systemd/system/${u.name}`] = [Buffer.from(u.contents), 0o644];
     if (u.enabled) enable.push(u.name);
   }
   return { name: configs[0].metadata.name as string, files: out, enable };
 }
 
-t.test(`${DOC}: the Quadlet blocks are marked: the admin's on a workstation, then the node's once the stick is in`, async (t) => {
-  const blocks = runBlocks(DOC, GROUP);
-  const admin = blocks.filter((b) => b.on === 'workstation');
-  t.ok(admin.length >= 1 && blocks.indexOf(admin.at(-1)!) < blocks.findIndex((b) => !b.on), "the admin's blocks come before the node's");
-  t.match(admin[0]!.code, /^tar -xzf bundle-deploy-\S+\.tar\.gz && cd bundle-deploy-\S+$/m, 'the first unpacks the deploy tarball');
-  t.match(admin.map((b) => b.code).join(''), /^openshift\/generate --key \S+ --out \.(?:\s|$)/m, 'and generates the MachineConfigs with the factory key');
-  t.ok(admin.some((b) => b.code.includes(TYPO[0])), `one applies the worker MachineConfig (${TYPO[0]})`);
-  t.equal(blocks.at(-1)!.after, 'stick', 'the last runs once the stick is in');
-  t.match(blocks.at(-1)!.code, /bundle-agent status\b/, 'and reads the status');
-  t.throws(() => markedBlocks('p.md', '# p\n\n```sh run=g on=laptop\necho\n```\n'), /p\.md:3: "on=laptop" in the fence/, 'on= takes workstation only');
-});
+t.test(
+  `${DOC}: the Quadlet blocks are marked: the admin's on a workstation, then the node's once the stick is in`,
+  async (t) => {
+    const blocks = runBlocks(DOC, GROUP);
+    const admin = blocks.filter((b) => b.on === 'workstation');
+    t.ok(
+      admin.length >= 1 && blocks.indexOf(admin.at(-1)!) < blocks.findIndex((b) => !b.on),
+      "the admin's blocks come before the node's",
+    );
+    t.match(
+      admin[0]!.code,
+      /^tar -xzf bundle-deploy-\S+\.tar\.gz && cd bundle-deploy-\S+$/m,
+      'the first unpacks the deploy tarball',
+    );
+    t.match(
+      admin.map((b) => b.code).join(''),
+      /^openshift\/generate --key \S+ --out \.(?:\s|$)/m,
+      'and generates the MachineConfigs with the factory key',
+    );
+    t.ok(
+      admin.some((b) => b.code.includes(TYPO[0])),
+      `one applies the worker MachineConfig (${TYPO[0]})`,
+    );
+    t.equal(blocks.at(-1)!.after, 'stick', 'the last runs once the stick is in');
+    t.match(blocks.at(-1)!.code, /bundle-agent status\b/, 'and reads the status');
+    t.throws(
+      () => markedBlocks('p.md', '# p\n\n```sh run=g on=laptop\necho\n```\n'),
+      /p\.md:3: "on=laptop" in the fence/,
+      'on= takes workstation only',
+    );
+  },
+);
 
 const skip = nodeSkipReason();
-if (skip) t.test('booted node', async (t) => { t.plan(0, skip); });
+if (skip)
+  t.test('booted node', async (t) => {
+    t.plan(0, skip);
+  });
 else {
   // the agent packaging (shared with test/node/*: 70-100 s when the sources changed), then one boot and load
   t.setTimeout(1_500_000);
-  t.test('docs/install.md OpenShift (Quadlet) as written: generate and oc apply (oc a stand-in), the MachineConfig onto a booted RHCOS-like node, CRI-O stand-in as shipped', async (t) => {
-    const began = Date.now();
-    const [root, agent] = [await buildRoot(), await packagedAgent()];
-    t.comment(`node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
-    const packaged = Date.now();
-    const dir = await tmpdir(t, 'ob-node-quadlet-docs-');
-    const deployOut = join(dir, 'dist');
-    const built = await runCaptured(process.execPath, [join(REPO, 'scripts/package.mjs'), '--only', 'deploy', '--out', deployOut]);
-    t.equal(built.code, 0, `pnpm package's deploy tarball built${built.code ? `: ${built.stderr.trim()}` : ''}`);
-    const deployTgz = join(deployOut, `bundle-deploy-${agent.version}.tar.gz`);
-    const keys = await keygen(dir);
-    const blocks = runBlocks(DOC, GROUP);
-    const admin = blocks.filter((b) => b.on === 'workstation');
-    const onNode = blocks.filter((b) => !b.on);
+  t.test(
+    'docs/install.md OpenShift (Quadlet) as written: generate and oc apply (oc a stand-in), the MachineConfig onto a booted RHCOS-like node, CRI-O stand-in as shipped',
+    async (t) => {
+      const began = Date.now();
+      const [root, agent] = [await buildRoot(), await packagedAgent()];
+      t.comment(
+        `node root: ${root.buildMs ? `built in ${(root.buildMs / 1000).toFixed(1)} s` : 'cached'}; agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`,
+      );
+      const packaged = Date.now();
+      const dir = await tmpdir(t, 'ob-node-quadlet-docs-');
+      const deployOut = join(dir, 'dist');
+      const built = await runCaptured(process.execPath, [
+        join(REPO, 'scripts/package.mjs'),
+        '--only',
+        'deploy',
+        '--out',
+        deployOut,
+      ]);
+      t.equal(
+        built.code,
+        0,
+        `pnpm package's deploy tarball built${built.code ? `: ${built.stderr.trim()}` : ''}`,
+      );
+      const deployTgz = join(deployOut, `bundle-deploy-${agent.version}.tar.gz`);
+      const keys = await keygen(dir);
+      const blocks = runBlocks(DOC, GROUP);
+      const admin = blocks.filter((b) => b.on === 'workstation');
+      const onNode = blocks.filter((b) => !b.on);
 
-    /** A fresh workstation directory: the deploy tarball under its shipped name, and factory.pub. */
-    const site = (name: string) => {
-      const s = join(dir, name);
-      mkdirSync(s);
-      copyFileSync(deployTgz, join(s, basename(deployTgz)));
-      copyFileSync(keys.pub, join(s, 'factory.pub'));
-      return s;
-    };
-    const typo = admin.map((b) => ({ ...b, code: b.code.replace(TYPO[0], TYPO[1]) }));
-    const broken = await runOnWorkstation(dir, site('typo'), typo);
-    t.not(broken.code, 0, `with a path typo (${TYPO[1]}) the admin's block fails`);
-    t.match(broken.stderr, /error: the path "99-worker-bundle-agnet\.yaml" does not exist/, `on that path: ${broken.stderr.trim().split('\n').at(-1)}`);
+      /** A fresh workstation directory: the deploy tarball under its shipped name, and factory.pub. */
+      const site = (name: string) => {
+        const s = join(dir, name);
+        mkdirSync(s);
+        copyFileSync(deployTgz, join(s, basename(deployTgz)));
+        copyFileSync(keys.pub, join(s, 'factory.pub'));
+        return s;
+      };
+      const typo = admin.map((b) => ({ ...b, code: b.code.replace(TYPO[0], TYPO[1]) }));
+      const broken = await runOnWorkstation(dir, site('typo'), typo);
+      t.not(broken.code, 0, `with a path typo (${TYPO[1]}) the admin's block fails`);
+      t.match(
+        broken.stderr,
+        /error: the path "99-worker-bundle-agnet\.yaml" does not exist/,
+        `on that path: ${broken.stderr.trim().split('\n').at(-1)}`,
+      );
 
-    const ws = await runOnWorkstation(dir, site('workstation'), admin);
-    t.equal(ws.code, 0, `the admin's block ran as written${ws.code ? `: exit ${ws.code}: ${(ws.stderr || ws.stdout).trim().slice(-1500)}` : ''}`);
-    if (ws.code) return;
-    t.same(ws.applied.map((f) => basename(f)), ['crd.yaml', 'rbac.yaml', 'upgrade-gate.yaml', '99-master-bundle-agent.yaml', '99-worker-bundle-agent.yaml'], 'oc apply was given the CRDs, RBAC, upgrade gate and both MachineConfigs');
-    const mc = machineConfigForRole(ws.applied, 'worker');
-    t.match(mc.files['/etc/bundle-agent/keys/factory.pub']?.[0].toString(), readFileSync(keys.pub, 'utf8').trim(), `${mc.name} carries the factory key given to generate`);
+      const ws = await runOnWorkstation(dir, site('workstation'), admin);
+      t.equal(
+        ws.code,
+        0,
+        `the admin's block ran as written${ws.code ? `: exit ${ws.code}: ${(ws.stderr || ws.stdout).trim().slice(-1500)}` : ''}`,
+      );
+      if (ws.code) return;
+      t.same(
+        ws.applied.map((f) => basename(f)),
+        [
+          'crd.yaml',
+          'rbac.yaml',
+          'upgrade-gate.yaml',
+          '99-master-bundle-agent.yaml',
+          '99-worker-bundle-agent.yaml',
+        ],
+        'oc apply was given the CRDs, RBAC, upgrade gate and both MachineConfigs',
+      );
+      const mc = machineConfigForRole(ws.applied, 'worker');
+      t.match(
+        mc.files['/etc/bundle-agent/keys/factory.pub']?.[0].toString(),
+        readFileSync(keys.pub, 'utf8').trim(),
+        `${mc.name} carries the factory key given to generate`,
+      );
 
-    const bridge = await makeBridge(t);
-    const api = await startKubeStandIn({ host: bridge.hostAddress, clusterVersion: CLUSTER_VERSION, rbacFiles: ws.applied.filter((f) => !/99-.*-bundle-agent\.yaml$/.test(f)) });
-    t.teardown(() => api.close());
-    // the node's Node as a cluster has it: Ready, with the InternalIP the agent serves metrics (and peers) on
-    api.nodes = [{ apiVersion: 'v1', kind: 'Node', metadata: { name: NODE_NAME, labels: { 'node-role.kubernetes.io/worker': '' } }, status: { conditions: [{ type: 'Ready', status: 'True' }], addresses: [{ type: 'InternalIP', address: bridge.nodeAddress(0) }] } }];
-    const { files: stickFiles } = await defaultStick(dir, keys, `oci-archive:${agent.ociTar}:${agent.version}-amd64`);
-    const stick = makeStick(dir, 'stick-1', stickFiles);
-    const hostBlocks = join(dir, 'node-blocks');
-    mkdirSync(hostBlocks);
+      const bridge = await makeBridge(t);
+      const api = await startKubeStandIn({
+        host: bridge.hostAddress,
+        clusterVersion: CLUSTER_VERSION,
+        rbacFiles: ws.applied.filter((f) => !/99-.*-bundle-agent\.yaml$/.test(f)),
+      });
+      t.teardown(() => api.close());
+      // the node's Node as a cluster has it: Ready, with the InternalIP the agent serves metrics (and peers) on
+      api.nodes = [
+        {
+          apiVersion: 'v1',
+          kind: 'Node',
+          metadata: { name: NODE_NAME, labels: { 'node-role.kubernetes.io/worker': '' } },
+          status: {
+            conditions: [{ type: 'Ready', status: 'True' }],
+            addresses: [{ type: 'InternalIP', address: bridge.nodeAddress(0) }],
+          },
+        },
+      ];
+      const { files: stickFiles } = await defaultStick(
+        dir,
+        keys,
+        `oci-archive:${agent.ociTar}:${agent.version}-amd64`,
+      );
+      const stick = makeStick(dir, 'stick-1', stickFiles);
+      const hostBlocks = join(dir, 'node-blocks');
+      mkdirSync(hostBlocks);
 
-    const node = await bootNode(t, {
-      root: root.dir, bridge, hostname: NODE_NAME, readOnlyBinds: [REPO, agent.prefix, `${hostBlocks}:${BLOCKS_DIR}`],
-      files: { ...mc.files, '/etc/systemd/system/crio.service': crioUnit(agent.node), '/etc/tmpfiles.d/rhcos-like.conf': RHCOS_DIRS },
-      prepare: async (merged) => {
-        await api.writeNodeKubeconfig(merged, NODE_NAME);
-        const r = await runCaptured('systemctl', [`--root=${merged}`, 'enable', '--quiet', ...mc.enable, 'crio.service']);
-        if (r.code) throw new Error(`systemctl --root enable: ${r.stderr}`);
-      },
-    });
-    t.comment(`node booted in ${(node.bootMs / 1000).toFixed(1)} s`);
-    const diag = async () => `--- bootstrap ---\n${(await node.journal('bundle-agent-bootstrap.service')).slice(-2000)}\n--- bundle-agent ---\n${(await node.journal('bundle-agent.service')).slice(-4000)}\n--- crio ---\n${(await node.journal('crio.service')).slice(-1500)}`;
-    t.equal((await node.run(['test', '-e', '/etc/crio/crio.conf'])).code, 1, 'CRI-O as shipped: no crio.conf written for it');
-    t.match(await node.journal('crio.service'), /started; read (?!.*crio\.conf)/, "the CRI-O stand-in started on CRI-O's defaults");
+      const node = await bootNode(t, {
+        root: root.dir,
+        bridge,
+        hostname: NODE_NAME,
+        readOnlyBinds: [REPO, agent.prefix, `${hostBlocks}:${BLOCKS_DIR}`],
+        files: {
+          ...mc.files,
+          '/etc/systemd/system/crio.service': crioUnit(agent.node),
+          '/etc/tmpfiles.d/rhcos-like.conf': RHCOS_DIRS,
+        },
+        prepare: async (merged) => {
+          await api.writeNodeKubeconfig(merged, NODE_NAME);
+          const r = await runCaptured('systemctl', [
+            `--root=${merged}`,
+            'enable',
+            '--quiet',
+            ...mc.enable,
+            'crio.service',
+          ]);
+          if (r.code) throw new Error(`systemctl --root enable: ${r.stderr}`);
+        },
+      });
+      t.comment(`node booted in ${(node.bootMs / 1000).toFixed(1)} s`);
+      const diag = async () =>
+        `--- bootstrap ---\n${(await node.journal('bundle-agent-bootstrap.service')).slice(-2000)}\n--- bundle-agent ---\n${(await node.journal('bundle-agent.service')).slice(-4000)}\n--- crio ---\n${(await node.journal('crio.service')).slice(-1500)}`;
+      t.equal(
+        (await node.run(['test', '-e', '/etc/crio/crio.conf'])).code,
+        1,
+        'CRI-O as shipped: no crio.conf written for it',
+      );
+      t.match(
+        await node.journal('crio.service'),
+        /started; read (?!.*crio\.conf)/,
+        "the CRI-O stand-in started on CRI-O's defaults",
+      );
 
-    const status = await runOnNode(t, node, hostBlocks, onNode, () => node.plugStick(stick), diag);
-    t.equal(status.code, 0, 'the status block exits 0');
-    t.match(status.stdout, DONE, `the status block ends "Done … You may remove the USB stick": ${status.stdout.trim()}`);
-    if (status.failed) t.comment(await diag());
+      const status = await runOnNode(
+        t,
+        node,
+        hostBlocks,
+        onNode,
+        () => node.plugStick(stick),
+        diag,
+      );
+      t.equal(status.code, 0, 'the status block exits 0');
+      t.match(
+        status.stdout,
+        DONE,
+        `the status block ends "Done … You may remove the USB stick": ${status.stdout.trim()}`,
+      );
+      if (status.failed) t.comment(await diag());
 
-    // CRI-O's socket from the host, through the node's root (its /var/run is a link to /run: absolute, so named here by /run)
-    const cri = new CriImageClient(`/proc/${node.leader}/root/run/crio/crio.sock`);
-    t.teardown(() => cri.close());
-    const images = await cri.listImages();
-    for (const ref of IMAGES) t.ok(images.some((i) => i.pinned && i.repoTags.includes(ref)), `${ref} is in CRI-O's store, pinned (ListImages)`);
-    const nbs = api.get('nodebundlestatuses', NODE_NAME);
-    t.equal(nbs?.status?.phase, 'Ready', `oc get nodebundlestatuses would show ${NODE_NAME} Ready`);
-    t.equal(nbs?.status?.bundle?.version, BUNDLE_VERSION, 'with the bundle from the stick');
-    t.same(api.requests.filter((r) => r.status >= 400).map((r) => `${r.method} ${r.path} ${r.user} ${r.status}`), [], 'under the RBAC the docs applied, no API call of the agent was refused');
-    t.comment(`whole test ${((Date.now() - began) / 1000).toFixed(1)} s, ${((Date.now() - packaged) / 1000).toFixed(1)} s of it after the shared root and agent package`);
-  });
+      // CRI-O's socket from the host, through the node's root (its /var/run is a link to /run: absolute, so named here by /run)
+      const cri = new CriImageClient(`/proc/${node.leader}/root/run/crio/crio.sock`);
+      t.teardown(() => cri.close());
+      const images = await cri.listImages();
+      for (const ref of IMAGES)
+        t.ok(
+          images.some((i) => i.pinned && i.repoTags.includes(ref)),
+          `${ref} is in CRI-O's store, pinned (ListImages)`,
+        );
+      const nbs = api.get('nodebundlestatuses', NODE_NAME);
+      t.equal(
+        nbs?.status?.phase,
+        'Ready',
+        `oc get nodebundlestatuses would show ${NODE_NAME} Ready`,
+      );
+      t.equal(nbs?.status?.bundle?.version, BUNDLE_VERSION, 'with the bundle from the stick');
+      t.same(
+        api.requests
+          .filter((r) => r.status >= 400)
+          .map((r) => `${r.method} ${r.path} ${r.user} ${r.status}`),
+        [],
+        'under the RBAC the docs applied, no API call of the agent was refused',
+      );
+      t.comment(
+        `whole test ${((Date.now() - began) / 1000).toFixed(1)} s, ${((Date.now() - packaged) / 1000).toFixed(1)} s of it after the shared root and agent package`,
+      );
+    },
+  );
 }
 
 /**
  * Runs the node's blocks as written from NODE_HOME, each where the one before ended; plugs the stick
  * before the first `after=stick` block, and reads that (last) block until it says Done or the load failed.
  */
-async function runOnNode(t: { equal(...a: unknown[]): void }, node: Node, hostBlocks: string, blocks: RunBlock[], plug: () => Promise<unknown>, diag: () => Promise<string>) {
+async function runOnNode(
+  t: { equal(...a: unknown[]): void },
+  node: Node,
+  hostBlocks: string,
+  blocks: RunBlock[],
+  plug: () => Promise<unknown>,
+  diag: () => Promise<string>,
+) {
   let cwd = NODE_HOME;
   for (const [i, b] of blocks.entries()) {
     if (b.after === 'stick' && blocks.findIndex((x) => x.after === 'stick') === i) await plug();
     // a file, not an argument: systemd-run would expand $VAR in a command line
     writeFileSync(join(hostBlocks, `${i}.sh`), `cd '${cwd}'\n${b.code}pwd > /run/docs-cwd\n`);
-    const runIt = () => node.run(['bash', '-euo', 'pipefail', `${BLOCKS_DIR}/${i}.sh`], { timeoutMs: 240_000 });
+    const runIt = () =>
+      node.run(['bash', '-euo', 'pipefail', `${BLOCKS_DIR}/${i}.sh`], { timeoutMs: 240_000 });
     if (i === blocks.length - 1) {
       let last = '';
-      return until('the status block says Done, or the load failed', async () => {
-        const r = await runIt();
-        last = `exit ${r.code}: ${r.stdout}${r.stderr}`;
-        if (DONE.test(r.stdout)) return { ...r, failed: false };
-        const s = await node.run(['cat', '/var/lib/bundle-agent/status.json']);
-        return s.code === 0 && JSON.parse(s.stdout).phase === 'Failed' ? { ...r, failed: true } : undefined;
-      }, { timeoutMs: 240_000, stepMs: 1000, detail: async () => `--- the status block last printed (${last.trim()}) ---\n${await diag()}` });
+      return until(
+        'the status block says Done, or the load failed',
+        async () => {
+          const r = await runIt();
+          last = `exit ${r.code}: ${r.stdout}${r.stderr}`;
+          if (DONE.test(r.stdout)) return { ...r, failed: false };
+          const s = await node.run(['cat', '/var/lib/bundle-agent/status.json']);
+          return s.code === 0 && JSON.parse(s.stdout).phase === 'Failed'
+            ? { ...r, failed: true }
+            : undefined;
+        },
+        {
+          timeoutMs: 240_000,
+          stepMs: 1000,
+          detail: async () =>
+            `--- the status block last printed (${last.trim()}) ---\n${await diag()}`,
+        },
+      );
     }
     const r = await runIt();
-    t.equal(r.code, 0, `${b.file}:${b.line} ran as written${r.code ? `: exit ${r.code}: ${(r.stderr || r.stdout).trim().slice(-1500)}` : ''}`);
+    t.equal(
+      r.code,
+      0,
+      `${b.file}:${b.line} ran as written${r.code ? `: exit ${r.code}: ${(r.stderr || r.stdout).trim().slice(-1500)}` : ''}`,
+    );
     if (r.code) throw new Error(`${b.file}:${b.line} failed`);
     cwd = (await node.must(['cat', '/run/docs-cwd'])).trim();
   }

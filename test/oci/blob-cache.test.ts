@@ -13,7 +13,11 @@ import { until } from '../helpers/until.js';
 
 const ociErr = (code: string) => ({ name: 'OciError', code });
 const sha = (b: Buffer | string) => 'sha256:' + createHash('sha256').update(b).digest('hex');
-const exists = (p: string) => stat(p).then(() => true, () => false);
+const exists = (p: string) =>
+  stat(p).then(
+    () => true,
+    () => false,
+  );
 
 const blob = Buffer.from(Array.from({ length: 200_000 }, (_, i) => (i * 31 + (i >> 9)) & 0xff));
 const digest = sha(blob);
@@ -43,7 +47,11 @@ async function cache(t: Test) {
 const partialOf = (c: BlobCache, d: string) => `${c.path(d)}.partial`;
 /** Until the .partial holds `bytes` (what a stream sent reached the disk), however slow the machine: a fixed pause was not enough. */
 async function onDisk(c: BlobCache, bytes: number): Promise<void> {
-  await until(`${bytes} bytes in the .partial`, async () => ((await stat(partialOf(c, digest)).catch(() => undefined))?.size ?? 0) >= bytes, { timeoutMs: 30_000 });
+  await until(
+    `${bytes} bytes in the .partial`,
+    async () => ((await stat(partialOf(c, digest)).catch(() => undefined))?.size ?? 0) >= bytes,
+    { timeoutMs: 30_000 },
+  );
 }
 
 t.test('path is blobs/sha256/<hex>; bad digests are rejected', async (t) => {
@@ -133,12 +141,14 @@ t.test('a stream that dies midway is retried and resumed', async (t) => {
   const open = async (offset: number) => {
     offsets.push(offset);
     if (offsets.length === 1) {
-      return Readable.from((async function* () {
-        yield blob.subarray(0, cut);
-        // the first part on disk before the break, however slow the machine: a fixed pause was not
-        await onDisk(c, cut);
-        throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-      })());
+      return Readable.from(
+        (async function* () {
+          yield blob.subarray(0, cut);
+          // the first part on disk before the break, however slow the machine: a fixed pause was not
+          await onDisk(c, cut);
+          throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+        })(),
+      );
     }
     return chunked(blob.subarray(offset));
   };
@@ -164,11 +174,14 @@ t.test('a stream that ends early is retried and resumed', async (t) => {
 
 t.test('when every attempt fails, the .partial is kept for the next run', async (t) => {
   const { cache: c } = await cache(t);
-  const failing = async (offset: number) => Readable.from((async function* () {
-    yield blob.subarray(offset, offset + 1000);
-    await onDisk(c, offset + 1000);
-    throw new Error('connection reset');
-  })());
+  const failing = async (offset: number) =>
+    Readable.from(
+      (async function* () {
+        yield blob.subarray(offset, offset + 1000);
+        await onDisk(c, offset + 1000);
+        throw new Error('connection reset');
+      })(),
+    );
   await t.rejects(c.fetch(digest, blob.length, failing, { attempts: 2 }), /connection reset/);
   t.notOk(await exists(c.path(digest)), 'nothing under the final name');
   t.equal((await stat(partialOf(c, digest))).size, 2000, '.partial holds what arrived');
@@ -191,17 +204,20 @@ t.test('wrong content is DIGEST_MISMATCH and nothing is stored', async (t) => {
   t.strictSame(await readdir(path.join(dir, 'blobs', 'sha256')), [], 'nothing else left behind');
 });
 
-t.test('a corrupt .partial from an earlier run fails once, then the blob downloads cleanly', async (t) => {
-  const { cache: c } = await cache(t);
-  await mkdir(path.dirname(c.path(digest)), { recursive: true });
-  await writeFile(partialOf(c, digest), Buffer.alloc(1000, 0x55));
-  const src = source(blob);
-  await t.rejects(c.fetch(digest, blob.length, src.open), ociErr('DIGEST_MISMATCH'));
-  t.notOk(await exists(c.path(digest)));
-  await c.fetch(digest, blob.length, src.open);
-  t.strictSame(src.offsets, [1000, 0]);
-  t.ok((await readFile(c.path(digest))).equals(blob));
-});
+t.test(
+  'a corrupt .partial from an earlier run fails once, then the blob downloads cleanly',
+  async (t) => {
+    const { cache: c } = await cache(t);
+    await mkdir(path.dirname(c.path(digest)), { recursive: true });
+    await writeFile(partialOf(c, digest), Buffer.alloc(1000, 0x55));
+    const src = source(blob);
+    await t.rejects(c.fetch(digest, blob.length, src.open), ociErr('DIGEST_MISMATCH'));
+    t.notOk(await exists(c.path(digest)));
+    await c.fetch(digest, blob.length, src.open);
+    t.strictSame(src.offsets, [1000, 0]);
+    t.ok((await readFile(c.path(digest))).equals(blob));
+  },
+);
 
 t.test('more bytes than the size is SIZE_MISMATCH and nothing is stored', async (t) => {
   const { cache: c } = await cache(t);
@@ -241,7 +257,11 @@ t.test('concurrent fetches of one digest share one download', async (t) => {
     c.fetch(digest, blob.length, slowOpen),
     c.fetch(digest, blob.length, slowOpen),
   ]);
-  t.strictSame(paths.map((p) => p.status), ['fulfilled', 'fulfilled', 'fulfilled'], 'all callers succeed');
+  t.strictSame(
+    paths.map((p) => p.status),
+    ['fulfilled', 'fulfilled', 'fulfilled'],
+    'all callers succeed',
+  );
   t.ok((await readFile(c.path(digest))).equals(blob), 'content intact');
   t.equal(src.offsets.length, 1, 'downloaded once');
 });

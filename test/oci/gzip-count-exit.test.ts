@@ -9,7 +9,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 // literal paths: scripts/unused-exports.mjs counts the names this test's script uses through them
-const dist = (file: string) => pathToFileURL(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..', file)).href;
+const dist = (file: string) =>
+  pathToFileURL(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..', file)).href;
 const oci = dist('packages/oci/dist/index.js');
 const imageFetch = dist('packages/image-fetch/dist/index.js');
 
@@ -30,20 +31,31 @@ const err = await cache.fetch(digest, gz.length, async () => src(), { measure: t
 console.log(err.code);
 `;
 
-t.test('a failed measured download and an unfinished counter leave the process free to exit', async (t) => {
-  const dir = await tmpdir(t, 'ob-gzip-exit-');
-  const script = path.join(dir, 'measure.mjs');
-  await writeFile(script, SCRIPT);
-  const child = spawn(process.execPath, [script, path.join(dir, 'cache')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-  child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
-  const started = Date.now();
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-  const [code, signal] = await new Promise<[number | null, string | null]>((resolve) => child.once('exit', (c, s) => resolve([c, s])));
-  clearTimeout(timer);
-  t.equal(out.trim(), 'UNAUTHORIZED', `the fetch failed as its source did ${err}`);
-  t.equal(signal, null, `exited by itself, not killed after 20 s (${Date.now() - started} ms)`);
-  t.equal(code, 0);
-});
+t.test(
+  'a failed measured download and an unfinished counter leave the process free to exit',
+  async (t) => {
+    const dir = await tmpdir(t, 'ob-gzip-exit-');
+    const script = path.join(dir, 'measure.mjs');
+    await writeFile(script, SCRIPT);
+    const child = spawn(process.execPath, [script, path.join(dir, 'cache')], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    const started = Date.now();
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const [code, signal] = await new Promise<[number | null, string | null]>((resolve) =>
+      child.once('exit', (c, s) => resolve([c, s])),
+    );
+    clearTimeout(timer);
+    t.equal(out.trim(), 'UNAUTHORIZED', `the fetch failed as its source did ${err}`);
+    t.equal(signal, null, `exited by itself, not killed after 20 s (${Date.now() - started} ms)`);
+    t.equal(code, 0);
+  },
+);

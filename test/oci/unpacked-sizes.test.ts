@@ -10,11 +10,19 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
-import { BlobCache, MAX_UNPACK_RATIO, UnpackedCounter, pruneCache } from '@offline-bundle/image-fetch';
+import {
+  BlobCache,
+  MAX_UNPACK_RATIO,
+  UnpackedCounter,
+  pruneCache,
+} from '@offline-bundle/image-fetch';
 import { tmpdir } from '../helpers/tmp.mjs';
 
 const sha = (b: Buffer) => 'sha256:' + createHash('sha256').update(b).digest('hex');
-const chunks = (buf: Buffer, size = 16_384) => Array.from({ length: Math.ceil(buf.length / size) }, (_, i) => buf.subarray(i * size, (i + 1) * size));
+const chunks = (buf: Buffer, size = 16_384) =>
+  Array.from({ length: Math.ceil(buf.length / size) }, (_, i) =>
+    buf.subarray(i * size, (i + 1) * size),
+  );
 
 const random = randomBytes(300_000);
 const single = gzipSync(random);
@@ -27,37 +35,74 @@ async function count(data: Buffer): Promise<number | undefined> {
   return c.finish();
 }
 
-t.test('every gzip stream is measured by decoding it: members before the last count, a bomb stops at its bound', async (t) => {
-  t.equal(await count(single), random.length, 'one member');
-  t.equal(await count(multi), 402_000, 'two members: the whole stream, not the last member\'s ISIZE');
-  const bomb = gzipSync(Buffer.alloc(20_000_000));
-  t.equal(await count(bomb), bomb.length * MAX_UNPACK_RATIO, 'a bomb: decoded up to its bound');
-  const tiny = gzipSync(Buffer.from('x'));
-  t.equal(await count(Buffer.concat(chunks(tiny, 3))), 1, 'chunks shorter than a gzip trailer');
-});
+t.test(
+  'every gzip stream is measured by decoding it: members before the last count, a bomb stops at its bound',
+  async (t) => {
+    t.equal(await count(single), random.length, 'one member');
+    t.equal(
+      await count(multi),
+      402_000,
+      "two members: the whole stream, not the last member's ISIZE",
+    );
+    const bomb = gzipSync(Buffer.alloc(20_000_000));
+    t.equal(await count(bomb), bomb.length * MAX_UNPACK_RATIO, 'a bomb: decoded up to its bound');
+    const tiny = gzipSync(Buffer.from('x'));
+    t.equal(await count(Buffer.concat(chunks(tiny, 3))), 1, 'chunks shorter than a gzip trailer');
+  },
+);
 
-t.test('the cache keeps the same figure measured as fetched and measured from its file', async (t) => {
-  const dir = await tmpdir(t, 'ob-sizes-');
-  const cache = new BlobCache(dir);
-  for (const [what, data, unpacked] of [['one member', single, random.length], ['two members', multi, 402_000]] as const) {
-    const digest = sha(data);
-    await cache.fetch(digest, data.length, async () => Readable.from(chunks(data)), { measure: true });
-    t.equal(await cache.unpackedSize(digest), unpacked, `${what}: measured as it was fetched`);
-    await rm(path.join(dir, 'sizes'), { recursive: true });
-    await cache.fetch(digest, data.length, async () => { throw new Error('no download: it is cached'); }, { measure: true });
-    t.equal(await cache.unpackedSize(digest), unpacked, `${what}: a cache from before sizes were kept, measured from its file`);
-    t.equal((await readFile(path.join(dir, 'blobs/sha256', digest.slice(7)))).length, data.length);
-  }
-});
+t.test(
+  'the cache keeps the same figure measured as fetched and measured from its file',
+  async (t) => {
+    const dir = await tmpdir(t, 'ob-sizes-');
+    const cache = new BlobCache(dir);
+    for (const [what, data, unpacked] of [
+      ['one member', single, random.length],
+      ['two members', multi, 402_000],
+    ] as const) {
+      const digest = sha(data);
+      await cache.fetch(digest, data.length, async () => Readable.from(chunks(data)), {
+        measure: true,
+      });
+      t.equal(await cache.unpackedSize(digest), unpacked, `${what}: measured as it was fetched`);
+      await rm(path.join(dir, 'sizes'), { recursive: true });
+      await cache.fetch(
+        digest,
+        data.length,
+        async () => {
+          throw new Error('no download: it is cached');
+        },
+        { measure: true },
+      );
+      t.equal(
+        await cache.unpackedSize(digest),
+        unpacked,
+        `${what}: a cache from before sizes were kept, measured from its file`,
+      );
+      t.equal(
+        (await readFile(path.join(dir, 'blobs/sha256', digest.slice(7)))).length,
+        data.length,
+      );
+    }
+  },
+);
 
-t.test('sizes measured by the trailer rule (sizes/sha256) are not read again, and prune removes them', async (t) => {
-  const dir = await tmpdir(t, 'ob-sizes-');
-  const cache = new BlobCache(dir);
-  const digest = sha(single);
-  await mkdir(path.join(dir, 'sizes/sha256'), { recursive: true });
-  await writeFile(path.join(dir, 'sizes/sha256', digest.slice(7)), '7\n');
-  await cache.fetch(digest, single.length, async () => Readable.from(chunks(single)), { measure: true });
-  t.equal(await cache.unpackedSize(digest), random.length, 'measured again, not the old figure');
-  await pruneCache(dir);
-  await t.rejects(readFile(path.join(dir, 'sizes/sha256', digest.slice(7))), 'prune removes the old figure too');
-});
+t.test(
+  'sizes measured by the trailer rule (sizes/sha256) are not read again, and prune removes them',
+  async (t) => {
+    const dir = await tmpdir(t, 'ob-sizes-');
+    const cache = new BlobCache(dir);
+    const digest = sha(single);
+    await mkdir(path.join(dir, 'sizes/sha256'), { recursive: true });
+    await writeFile(path.join(dir, 'sizes/sha256', digest.slice(7)), '7\n');
+    await cache.fetch(digest, single.length, async () => Readable.from(chunks(single)), {
+      measure: true,
+    });
+    t.equal(await cache.unpackedSize(digest), random.length, 'measured again, not the old figure');
+    await pruneCache(dir);
+    await t.rejects(
+      readFile(path.join(dir, 'sizes/sha256', digest.slice(7))),
+      'prune removes the old figure too',
+    );
+  },
+);

@@ -15,11 +15,14 @@ import { packagedAgent } from '../helpers/node.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const AGENT = join(ROOT, 'agent/bin/bundle-agent.js');
-const VERSION = JSON.parse(await readFile(join(ROOT, 'agent/package.json'), 'utf8')).version as string;
+const VERSION = JSON.parse(await readFile(join(ROOT, 'agent/package.json'), 'utf8'))
+  .version as string;
 
 const work = await tmpdir(t, 'ob-installed-');
 const agent = await packagedAgent();
-t.comment(`agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`);
+t.comment(
+  `agent package: ${agent.buildMs ? `built in ${(agent.buildMs / 1000).toFixed(1)} s` : 'cached'}`,
+);
 const unpacked = join(work, 'unpacked');
 await mkdir(unpacked);
 execFileSync('tar', ['-xzf', agent.tarball, '-C', unpacked]);
@@ -28,22 +31,51 @@ const root = join(work, 'root');
 execFileSync('sh', [join(top, 'install.sh'), '--root', root, '--no-enable'], { stdio: 'ignore' });
 
 const help = execFileSync(process.execPath, [AGENT, '--help'], { encoding: 'utf8' });
-const paragraph = help.slice(help.indexOf('Configuration:'), help.indexOf('\n\n', help.indexOf('Configuration:')));
+const paragraph = help.slice(
+  help.indexOf('Configuration:'),
+  help.indexOf('\n\n', help.indexOf('Configuration:')),
+);
 
-t.test('the help names the installed example and config, not a path of the repository', async (t) => {
-  t.notMatch(help, /systemd\/config\.example\.yaml/, 'no repository path');
-  const paths = [...paragraph.matchAll(/(\/[\w./-]+\.ya?ml)/g)].map((m) => m[1]!);
-  t.same(paths, ['/etc/bundle-agent/config.yaml', '/usr/local/share/bundle-agent/config.example.yaml'], paragraph);
-  for (const p of paths) t.ok(existsSync(join(root, p)), `${p} exists after install.sh --root (default prefix /usr/local)`);
-  t.ok(existsSync(join(top, 'share/bundle-agent/config.example.yaml')), 'the tarball carries it under share/bundle-agent/ (the OCI image has the tarball under /usr/local)');
-  t.equal(await readFile(join(root, 'usr/local/share/bundle-agent/config.example.yaml'), 'utf8'), await readFile(join(ROOT, 'systemd/config.example.yaml'), 'utf8'), 'the repository\'s example, as shipped');
-});
+t.test(
+  'the help names the installed example and config, not a path of the repository',
+  async (t) => {
+    t.notMatch(help, /systemd\/config\.example\.yaml/, 'no repository path');
+    const paths = [...paragraph.matchAll(/(\/[\w./-]+\.ya?ml)/g)].map((m) => m[1]!);
+    t.same(
+      paths,
+      ['/etc/bundle-agent/config.yaml', '/usr/local/share/bundle-agent/config.example.yaml'],
+      paragraph,
+    );
+    for (const p of paths)
+      t.ok(
+        existsSync(join(root, p)),
+        `${p} exists after install.sh --root (default prefix /usr/local)`,
+      );
+    t.ok(
+      existsSync(join(top, 'share/bundle-agent/config.example.yaml')),
+      'the tarball carries it under share/bundle-agent/ (the OCI image has the tarball under /usr/local)',
+    );
+    t.equal(
+      await readFile(join(root, 'usr/local/share/bundle-agent/config.example.yaml'), 'utf8'),
+      await readFile(join(ROOT, 'systemd/config.example.yaml'), 'utf8'),
+      "the repository's example, as shipped",
+    );
+  },
+);
 
-t.test('the man page\'s FILES entry for the example is a file the install has', async (t) => {
+t.test("the man page's FILES entry for the example is a file the install has", async (t) => {
   const man = execFileSync(process.execPath, [AGENT, 'man'], { encoding: 'utf8' });
   t.notMatch(man, /systemd\/config\.example/);
-  const installedMan = await readFile(join(root, 'usr/local/share/man/man8/bundle-agent.8'), 'utf8');
+  const installedMan = await readFile(
+    join(root, 'usr/local/share/man/man8/bundle-agent.8'),
+    'utf8',
+  );
   // roff writes a hyphen as \-
-  for (const page of [man, installedMan]) t.match(page.replace(/\\-/g, '-'), /^\.TP\n\.I \/usr\/local\/share\/bundle-agent\/config\.example\.yaml\n/m, 'a FILES entry');
+  for (const page of [man, installedMan])
+    t.match(
+      page.replace(/\\-/g, '-'),
+      /^\.TP\n\.I \/usr\/local\/share\/bundle-agent\/config\.example\.yaml\n/m,
+      'a FILES entry',
+    );
   t.ok(existsSync(join(root, 'usr/local/share/bundle-agent/config.example.yaml')));
 });

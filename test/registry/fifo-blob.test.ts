@@ -16,7 +16,14 @@ import { tmpdir } from '../helpers/tmp.mjs';
 
 const blobs = [randomBytes(300_000), randomBytes(2_000_000)];
 const digests = blobs.map((b) => `sha256:${createHash('sha256').update(b).digest('hex')}`);
-const catalog: Catalog = { repositories: new Map(), sources: new Map(), shortNames: new Map(), ambiguous: new Map(), manifests: new Map(), blobs: new Map(digests.map((d, i) => [d, blobs[i]!.length])) };
+const catalog: Catalog = {
+  repositories: new Map(),
+  sources: new Map(),
+  shortNames: new Map(),
+  ambiguous: new Map(),
+  manifests: new Map(),
+  blobs: new Map(digests.map((d, i) => [d, blobs[i]!.length])),
+};
 const blobFile = (dir: string, d: string) => join(dir, 'blobs', 'sha256', d.slice(7));
 
 async function layout(t: Tap.Test): Promise<string> {
@@ -38,29 +45,58 @@ const toFifo = async (path: string) => {
 };
 
 for (const verified of [true, false]) {
-  t.test(`LayoutStore (${verified ? 'verified staging' : 'serve DIR, re-checked'}): a FIFO in a blob's place is refused at once, the other blob still served`, { timeout: 20_000 }, async (t) => {
-    const dir = await layout(t);
-    const store = await LayoutStore.open(dir, catalog, { verified });
-    await toFifo(blobFile(dir, digests[0]!));
-    // more than libuv's four pool threads
-    const refused = await Promise.allSettled(Array.from({ length: 6 }, () => store.open(digests[0]!, 0, blobs[0]!.length)));
-    for (const r of refused) t.match(r, { status: 'rejected', reason: { code: 'LAYOUT_INVALID' } }, 'refused with the layout error');
-    t.ok((await body(await store.open(digests[1]!, 0, blobs[1]!.length))).equals(blobs[1]!), 'the other blob is served in full afterwards');
-  });
+  t.test(
+    `LayoutStore (${verified ? 'verified staging' : 'serve DIR, re-checked'}): a FIFO in a blob's place is refused at once, the other blob still served`,
+    { timeout: 20_000 },
+    async (t) => {
+      const dir = await layout(t);
+      const store = await LayoutStore.open(dir, catalog, { verified });
+      await toFifo(blobFile(dir, digests[0]!));
+      // more than libuv's four pool threads
+      const refused = await Promise.allSettled(
+        Array.from({ length: 6 }, () => store.open(digests[0]!, 0, blobs[0]!.length)),
+      );
+      for (const r of refused)
+        t.match(
+          r,
+          { status: 'rejected', reason: { code: 'LAYOUT_INVALID' } },
+          'refused with the layout error',
+        );
+      t.ok(
+        (await body(await store.open(digests[1]!, 0, blobs[1]!.length))).equals(blobs[1]!),
+        'the other blob is served in full afterwards',
+      );
+    },
+  );
 }
 
-t.test('StagingStore (bundle-agent load): a FIFO in a blob\'s place is refused at once, the other blob still served', { timeout: 20_000 }, async (t) => {
-  const dir = await layout(t);
-  const store = new StagingStore(`${dir}.partial`, dir, catalog, { images: [] } as unknown as BundleManifest);
-  for (const d of digests) store.verified(d);
-  await toFifo(blobFile(dir, digests[0]!));
-  const refused = await Promise.allSettled(Array.from({ length: 6 }, () => store.open(digests[0]!, 0, blobs[0]!.length)));
-  for (const r of refused) t.equal(r.status, 'rejected', 'refused');
-  t.ok((await body(await store.open(digests[1]!, 0, blobs[1]!.length))).equals(blobs[1]!), 'the other blob is served in full afterwards');
-});
+t.test(
+  "StagingStore (bundle-agent load): a FIFO in a blob's place is refused at once, the other blob still served",
+  { timeout: 20_000 },
+  async (t) => {
+    const dir = await layout(t);
+    const store = new StagingStore(`${dir}.partial`, dir, catalog, {
+      images: [],
+    } as unknown as BundleManifest);
+    for (const d of digests) store.verified(d);
+    await toFifo(blobFile(dir, digests[0]!));
+    const refused = await Promise.allSettled(
+      Array.from({ length: 6 }, () => store.open(digests[0]!, 0, blobs[0]!.length)),
+    );
+    for (const r of refused) t.equal(r.status, 'rejected', 'refused');
+    t.ok(
+      (await body(await store.open(digests[1]!, 0, blobs[1]!.length))).equals(blobs[1]!),
+      'the other blob is served in full afterwards',
+    );
+  },
+);
 
-t.test('LayoutStore.open: a FIFO found at start is refused, not waited on', { timeout: 20_000 }, async (t) => {
-  const dir = await layout(t);
-  await toFifo(blobFile(dir, digests[1]!));
-  await t.rejects(LayoutStore.open(dir, catalog), { code: 'LAYOUT_INVALID' });
-});
+t.test(
+  'LayoutStore.open: a FIFO found at start is refused, not waited on',
+  { timeout: 20_000 },
+  async (t) => {
+    const dir = await layout(t);
+    await toFifo(blobFile(dir, digests[1]!));
+    await t.rejects(LayoutStore.open(dir, catalog), { code: 'LAYOUT_INVALID' });
+  },
+);

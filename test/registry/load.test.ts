@@ -17,10 +17,16 @@ const SECONDS = Number(process.env.LOAD_SECONDS ?? 8);
 const sha = (b: Buffer) => 'sha256:' + createHash('sha256').update(b).digest('hex');
 
 async function serve(t: any, args: string[]): Promise<{ address: string; pid: number }> {
-  const child = spawn(process.execPath, [AGENT, 'serve', ...args, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  t.teardown(() => { child.kill('SIGTERM'); });
+  const child = spawn(process.execPath, [AGENT, 'serve', ...args, '--json'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  t.teardown(() => {
+    child.kill('SIGTERM');
+  });
   let err = '';
-  child.stderr!.on('data', (d: Buffer) => { err += d; });
+  child.stderr!.on('data', (d: Buffer) => {
+    err += d;
+  });
   const line = await new Promise<string>((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -37,25 +43,69 @@ async function rssBytes(pid: number): Promise<number> {
   return Number(m?.[1] ?? 0) * 1024;
 }
 
-interface Blob { digest: string; size: number; repo: string }
+interface Blob {
+  digest: string;
+  size: number;
+  repo: string;
+}
 
 t.test('the registry under 64 concurrent clients', async (t) => {
   const dir = await tmpdir(t, 'ob-load-');
   const keys = await keygen(dir);
   const layout = join(dir, 'src');
   // a 6 MiB random layer spans two 4 MiB frames; small ones take the single-buffer path
-  await writeImageLayout(layout, { tag: 'a', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'a.txt': 'a' }, { 'big.bin': randomBytes(6 * 1024 * 1024) }, { 'mid.bin': randomBytes(300_000) }] }] });
-  await writeImageLayout(layout, { tag: 'b', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'b.txt': 'b' }] }] });
+  await writeImageLayout(layout, {
+    tag: 'a',
+    platforms: [
+      {
+        os: 'linux',
+        architecture: 'amd64',
+        layers: [
+          { 'a.txt': 'a' },
+          { 'big.bin': randomBytes(6 * 1024 * 1024) },
+          { 'mid.bin': randomBytes(300_000) },
+        ],
+      },
+    ],
+  });
+  await writeImageLayout(layout, {
+    tag: 'b',
+    platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'b.txt': 'b' }] }],
+  });
   const file = join(dir, 'load.bundle');
-  const c = await run(BUNDLE, ['create', '--quiet', '--version', '1.0', '--image', `oci:${layout}:a=quay.io/acme/app:v1`, '--image', `oci:${layout}:b=quay.io/acme/tool:v1`, '--key', keys.key, '--cache', join(dir, 'cache'), '-o', file]);
+  const c = await run(BUNDLE, [
+    'create',
+    '--quiet',
+    '--version',
+    '1.0',
+    '--image',
+    `oci:${layout}:a=quay.io/acme/app:v1`,
+    '--image',
+    `oci:${layout}:b=quay.io/acme/tool:v1`,
+    '--key',
+    keys.key,
+    '--cache',
+    join(dir, 'cache'),
+    '-o',
+    file,
+  ]);
   t.equal(c.code, 0, c.stderr);
-  const manifest = JSON.parse(execFileSync('sh', ['-c', `zstd -dc '${file}' | tar -xO bundle.json`]).toString());
+  const manifest = JSON.parse(
+    execFileSync('sh', ['-c', `zstd -dc '${file}' | tar -xO bundle.json`]).toString(),
+  );
   const repos = manifest.images.map((i: any) => 'quay.io/' + i.repository.slice('quay.io/'.length));
-  const blobs: Blob[] = manifest.blobs.map((b: any) => ({ digest: b.digest, size: b.size, repo: repos[0] }));
+  const blobs: Blob[] = manifest.blobs.map((b: any) => ({
+    digest: b.digest,
+    size: b.size,
+    repo: repos[0],
+  }));
   const extracted = join(dir, 'layout');
   t.equal((await run(BUNDLE, ['extract', file, extracted, '--key', keys.pub, '--quiet'])).code, 0);
 
-  for (const [name, args] of [['a bundle file (seek index)', [file, '--key', keys.pub]], ['an extracted layout', [extracted, '--key', keys.pub]]] as const) {
+  for (const [name, args] of [
+    ['a bundle file (seek index)', [file, '--key', keys.pub]],
+    ['an extracted layout', [extracted, '--key', keys.pub]],
+  ] as const) {
     t.test(name, async (t) => {
       const { address, pid } = await serve(t, [...args]);
       const base = `http://${address}/v2/`;
@@ -72,9 +122,21 @@ t.test('the registry under 64 concurrent clients', async (t) => {
         bytes.set(b.digest, r.body);
       }
 
-      const stats = { requests: 0, bytes: 0, errors: [] as string[], full: 0, range: 0, manifest: 0 };
+      const stats = {
+        requests: 0,
+        bytes: 0,
+        errors: [] as string[],
+        full: 0,
+        range: 0,
+        manifest: 0,
+      };
       const rss: number[] = [];
-      const sampler = setInterval(() => { rssBytes(pid).then((v) => rss.push(v), () => undefined); }, 250);
+      const sampler = setInterval(() => {
+        rssBytes(pid).then(
+          (v) => rss.push(v),
+          () => undefined,
+        );
+      }, 250);
       // mulberry32: seeded, so a failure reproduces
       let seed = 0x9e3779b9;
       const rand = (n: number) => {
@@ -93,17 +155,22 @@ t.test('the registry under 64 concurrent clients', async (t) => {
             if (kind === 0) {
               const img = manifest.images[rand(manifest.images.length)];
               const r = await get(`${img.repository}/manifests/${img.tag}`);
-              if (r.status !== 200 || sha(r.body) !== img.digest) throw new Error(`manifest ${img.tag}: ${r.status}`);
+              if (r.status !== 200 || sha(r.body) !== img.digest)
+                throw new Error(`manifest ${img.tag}: ${r.status}`);
               stats.manifest++;
             } else if (kind === 1) {
               const r = await get(`${b.repo}/blobs/${b.digest}`);
-              if (r.status !== 200 || sha(r.body) !== b.digest) throw new Error(`full ${b.digest}: ${r.status}, ${r.body.length} bytes`);
+              if (r.status !== 200 || sha(r.body) !== b.digest)
+                throw new Error(`full ${b.digest}: ${r.status}, ${r.body.length} bytes`);
               stats.full++;
             } else {
               const start = rand(b.size);
               const end = start + rand(b.size - start);
-              const r = await get(`${b.repo}/blobs/${b.digest}`, { range: `bytes=${start}-${end}` });
-              if (r.status !== 206 || !r.body.equals(want.subarray(start, end + 1))) throw new Error(`range ${start}-${end} of ${b.digest}: ${r.status}`);
+              const r = await get(`${b.repo}/blobs/${b.digest}`, {
+                range: `bytes=${start}-${end}`,
+              });
+              if (r.status !== 206 || !r.body.equals(want.subarray(start, end + 1)))
+                throw new Error(`range ${start}-${end} of ${b.digest}: ${r.status}`);
               stats.range++;
             }
             stats.requests++;
@@ -117,14 +184,22 @@ t.test('the registry under 64 concurrent clients', async (t) => {
       clearInterval(sampler);
       const secs = (Date.now() - started) / 1000;
       t.same(stats.errors.slice(0, 5), [], `0 errors (${stats.errors.length})`);
-      t.ok(stats.requests > CLIENTS, `${stats.requests} requests in ${secs.toFixed(1)} s (${stats.full} full blobs, ${stats.range} ranges, ${stats.manifest} manifests), every digest and range checked`);
+      t.ok(
+        stats.requests > CLIENTS,
+        `${stats.requests} requests in ${secs.toFixed(1)} s (${stats.full} full blobs, ${stats.range} ranges, ${stats.manifest} manifests), every digest and range checked`,
+      );
       const third = Math.max(1, Math.floor(rss.length / 3));
       const early = Math.max(...rss.slice(0, third));
       const late = Math.max(...rss.slice(-third));
       const peak = Math.max(...rss);
       t.ok(peak < 400 * 1024 * 1024, `peak RSS ${(peak / 1048576).toFixed(0)} MiB under 400 MiB`);
-      t.ok(late - early < 64 * 1024 * 1024, `RSS flat: ${(early / 1048576).toFixed(0)} MiB early, ${(late / 1048576).toFixed(0)} MiB late`);
-      t.comment(`load ${name}: clients=${CLIENTS} seconds=${secs.toFixed(1)} requests=${stats.requests} errors=${stats.errors.length} peakRssMiB=${(peak / 1048576).toFixed(0)}`);
+      t.ok(
+        late - early < 64 * 1024 * 1024,
+        `RSS flat: ${(early / 1048576).toFixed(0)} MiB early, ${(late / 1048576).toFixed(0)} MiB late`,
+      );
+      t.comment(
+        `load ${name}: clients=${CLIENTS} seconds=${secs.toFixed(1)} requests=${stats.requests} errors=${stats.errors.length} peakRssMiB=${(peak / 1048576).toFixed(0)}`,
+      );
     });
   }
 });

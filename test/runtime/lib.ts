@@ -5,8 +5,12 @@ import { createRequire } from 'node:module';
  * smol-toml is a dependency of @offline-bundle/runtime, not of the root package: resolve it
  * from there (an independent TOML parser for checking what the package renders).
  */
-const requireFromRuntime = createRequire(new URL('../../packages/runtime/package.json', import.meta.url));
-export const parseToml = (requireFromRuntime('smol-toml') as { parse: (s: string) => Record<string, unknown> }).parse;
+const requireFromRuntime = createRequire(
+  new URL('../../packages/runtime/package.json', import.meta.url),
+);
+export const parseToml = (
+  requireFromRuntime('smol-toml') as { parse: (s: string) => Record<string, unknown> }
+).parse;
 
 export interface Containerd {
   /** Temp dir holding config, root, state, socket (removed by stop()). */

@@ -4,7 +4,13 @@ import { spawnSync } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { MANAGED_MARKER, readPinsDropIn, removeDropIn, renderPinsDropIn, writePinsDropIn } from '@offline-bundle/runtime';
+import {
+  MANAGED_MARKER,
+  readPinsDropIn,
+  removeDropIn,
+  renderPinsDropIn,
+  writePinsDropIn,
+} from '@offline-bundle/runtime';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { parseToml } from './lib.js';
 
@@ -16,7 +22,11 @@ t.test('contract: crio.conf(5) [crio.image] pinned_images', async (t) => {
   const text = renderPinsDropIn([C, B, A, B]);
   t.equal(text.split('\n')[0], MANAGED_MARKER);
   const doc = parseToml(text);
-  t.same(doc, { crio: { image: { pinned_images: [A, B, C] } } }, 'exactly the [crio.image] table with the sorted, deduplicated list');
+  t.same(
+    doc,
+    { crio: { image: { pinned_images: [A, B, C] } } },
+    'exactly the [crio.image] table with the sorted, deduplicated list',
+  );
   t.same(Object.keys(doc), ['crio']);
   t.match(text, /^\[crio\.image\]$/m, 'a [crio.image] table header');
   t.match(text, /^pinned_images = \[/m, 'pinned_images key inside it');
@@ -61,7 +71,8 @@ t.test('write/read/remove: atomic, own files only', async (t) => {
 t.test('full filesystem: NO_SPACE, the old file intact, no temp file left', async (t) => {
   const dir = await tmpdir(t, 'ob-rt-full-');
   const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir]);
-  if (mounted.status !== 0) return t.plan(0, `cannot mount a tmpfs here: ${String(mounted.stderr).trim()}`);
+  if (mounted.status !== 0)
+    return t.plan(0, `cannot mount a tmpfs here: ${String(mounted.stderr).trim()}`);
   t.teardown(() => {
     spawnSync('umount', [dir]);
   });
@@ -70,11 +81,18 @@ t.test('full filesystem: NO_SPACE, the old file intact, no temp file left', asyn
   // Fill the filesystem.
   await writeFile(path.join(dir, 'filler'), Buffer.alloc(60 * 1024)).catch(() => {});
   for (let i = 0; ; i++) {
-    const ok = await writeFile(path.join(dir, `f${i}`), Buffer.alloc(4096)).then(() => true, () => false);
+    const ok = await writeFile(path.join(dir, `f${i}`), Buffer.alloc(4096)).then(
+      () => true,
+      () => false,
+    );
     if (!ok) break;
   }
   const many = Array.from({ length: 500 }, (_, i) => `quay.io/ns/img${i}@sha256:${'d'.repeat(64)}`);
   await t.rejects(writePinsDropIn(dir, '99-offline-bundle-pins.conf', many), { code: 'NO_SPACE' });
   t.equal(await readFile(file, 'utf8'), before, 'the previous pins file is intact');
-  t.same((await readdir(dir)).filter((n) => n.includes('.tmp')), [], 'no temp file left');
+  t.same(
+    (await readdir(dir)).filter((n) => n.includes('.tmp')),
+    [],
+    'no temp file left',
+  );
 });

@@ -14,12 +14,22 @@ import path from 'node:path';
 import t from 'tap';
 import { parseToml as parse } from './lib.js';
 import { mirrorPath } from '@offline-bundle/oci';
-import { MANAGED_MARKER, RuntimeError, removeDropIn, renderRegistriesDropIn, writeRegistriesDropIn } from '@offline-bundle/runtime';
+import {
+  MANAGED_MARKER,
+  RuntimeError,
+  removeDropIn,
+  renderRegistriesDropIn,
+  writeRegistriesDropIn,
+} from '@offline-bundle/runtime';
 import { pushImage } from '../helpers/images.mjs';
 import { startRegistry } from '../helpers/registry.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 
-function run(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function run(
+  cmd: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -35,71 +45,105 @@ function run(cmd: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ cod
   });
 }
 
-t.test('renderRegistriesDropIn: valid TOML in the containers-registries.conf(5) shape', async (t) => {
-  const text = renderRegistriesDropIn({
-    mirror: '127.0.0.1:5000',
-    repositories: [
-      { repository: 'quay.io/ns/app', digestOnly: true },
-      { repository: 'example.com:8443/team/tool', digestOnly: false },
-      { repository: 'quay.io/ns/app', digestOnly: true },
-      { repository: 'quay.io/ns/both', digestOnly: true },
-      { repository: 'quay.io/ns/both', digestOnly: false },
-    ],
-  });
-  t.equal(text.split('\n')[0], MANAGED_MARKER, 'marker on the first line');
-  t.same(parse(text), {
-    registry: [
+t.test(
+  'renderRegistriesDropIn: valid TOML in the containers-registries.conf(5) shape',
+  async (t) => {
+    const text = renderRegistriesDropIn({
+      mirror: '127.0.0.1:5000',
+      repositories: [
+        { repository: 'quay.io/ns/app', digestOnly: true },
+        { repository: 'example.com:8443/team/tool', digestOnly: false },
+        { repository: 'quay.io/ns/app', digestOnly: true },
+        { repository: 'quay.io/ns/both', digestOnly: true },
+        { repository: 'quay.io/ns/both', digestOnly: false },
+      ],
+    });
+    t.equal(text.split('\n')[0], MANAGED_MARKER, 'marker on the first line');
+    t.same(parse(text), {
+      registry: [
+        {
+          prefix: 'example.com:8443/team/tool',
+          location: 'example.com:8443/team/tool',
+          mirror: [{ location: '127.0.0.1:5000/example.com_8443/team/tool', insecure: true }],
+        },
+        {
+          prefix: 'quay.io/ns/app',
+          location: 'quay.io/ns/app',
+          mirror: [
+            {
+              location: '127.0.0.1:5000/quay.io/ns/app',
+              insecure: true,
+              'pull-from-mirror': 'digest-only',
+            },
+          ],
+        },
+        {
+          // a tag reference to the same repository needs tags from the mirror
+          prefix: 'quay.io/ns/both',
+          location: 'quay.io/ns/both',
+          mirror: [{ location: '127.0.0.1:5000/quay.io/ns/both', insecure: true }],
+        },
+      ],
+    });
+    for (const bad of [
       {
-        prefix: 'example.com:8443/team/tool',
-        location: 'example.com:8443/team/tool',
-        mirror: [{ location: '127.0.0.1:5000/example.com_8443/team/tool', insecure: true }],
+        mirror: '127.0.0.1:5000',
+        repositories: [{ repository: 'quay.io/ns/app:v1', digestOnly: true }],
+      },
+      { mirror: '127.0.0.1:5000', repositories: [{ repository: 'busybox', digestOnly: true }] },
+      {
+        mirror: '127.0.0.1:5000',
+        repositories: [{ repository: 'quay.io/ns/app"\n[x]', digestOnly: true }],
       },
       {
-        prefix: 'quay.io/ns/app',
-        location: 'quay.io/ns/app',
-        mirror: [{ location: '127.0.0.1:5000/quay.io/ns/app', insecure: true, 'pull-from-mirror': 'digest-only' }],
+        mirror: 'http://127.0.0.1:5000',
+        repositories: [{ repository: 'quay.io/ns/app', digestOnly: true }],
       },
-      {
-        // a tag reference to the same repository needs tags from the mirror
-        prefix: 'quay.io/ns/both',
-        location: 'quay.io/ns/both',
-        mirror: [{ location: '127.0.0.1:5000/quay.io/ns/both', insecure: true }],
-      },
-    ],
-  });
-  for (const bad of [
-    { mirror: '127.0.0.1:5000', repositories: [{ repository: 'quay.io/ns/app:v1', digestOnly: true }] },
-    { mirror: '127.0.0.1:5000', repositories: [{ repository: 'busybox', digestOnly: true }] },
-    { mirror: '127.0.0.1:5000', repositories: [{ repository: 'quay.io/ns/app"\n[x]', digestOnly: true }] },
-    { mirror: 'http://127.0.0.1:5000', repositories: [{ repository: 'quay.io/ns/app', digestOnly: true }] },
-    { mirror: '127.0.0.1:5000', repositories: [] },
-  ]) {
-    t.throws(() => renderRegistriesDropIn(bad), { code: 'INVALID_SPEC' }, JSON.stringify(bad));
-  }
-});
+      { mirror: '127.0.0.1:5000', repositories: [] },
+    ]) {
+      t.throws(() => renderRegistriesDropIn(bad), { code: 'INVALID_SPEC' }, JSON.stringify(bad));
+    }
+  },
+);
 
 t.test('write/remove: atomic, idempotent, never another file', async (t) => {
   const dir = await tmpdir(t, 'ob-rt-reg-');
-  const spec = { mirror: '127.0.0.1:5000', repositories: [{ repository: 'quay.io/ns/app', digestOnly: true }] };
+  const spec = {
+    mirror: '127.0.0.1:5000',
+    repositories: [{ repository: 'quay.io/ns/app', digestOnly: true }],
+  };
   const file = await writeRegistriesDropIn(dir, 'offline-bundle-mirror.conf', spec);
   t.equal(file, path.join(dir, 'offline-bundle-mirror.conf'));
-  await writeRegistriesDropIn(dir, 'offline-bundle-mirror.conf', { ...spec, mirror: '127.0.0.1:6000' });
+  await writeRegistriesDropIn(dir, 'offline-bundle-mirror.conf', {
+    ...spec,
+    mirror: '127.0.0.1:6000',
+  });
   t.match(await readFile(file, 'utf8'), /127\.0\.0\.1:6000/, 'rewritten in place');
   t.same(await readdir(dir), ['offline-bundle-mirror.conf'], 'no temp file left');
   await t.rejects(writeRegistriesDropIn(dir, '../escape.conf', spec), { code: 'INVALID_SPEC' });
-  await t.rejects(writeRegistriesDropIn(dir, 'mirror.toml', spec), { code: 'INVALID_SPEC' }, 'containers/image reads *.conf only');
+  await t.rejects(
+    writeRegistriesDropIn(dir, 'mirror.toml', spec),
+    { code: 'INVALID_SPEC' },
+    'containers/image reads *.conf only',
+  );
 
   const foreign = path.join(dir, '01-admin.conf');
   await writeFile(foreign, '[[registry]]\nlocation = "quay.io"\n');
   await t.rejects(writeRegistriesDropIn(dir, '01-admin.conf', spec), { code: 'FOREIGN_FILE' });
   await t.rejects(removeDropIn(foreign), { code: 'FOREIGN_FILE' });
-  t.equal(await readFile(foreign, 'utf8'), '[[registry]]\nlocation = "quay.io"\n', 'foreign drop-in untouched');
+  t.equal(
+    await readFile(foreign, 'utf8'),
+    '[[registry]]\nlocation = "quay.io"\n',
+    'foreign drop-in untouched',
+  );
 
   t.equal(await removeDropIn(file), true);
   t.equal(await removeDropIn(file), false, 'second remove is a no-op');
   t.same(await readdir(dir), ['01-admin.conf']);
 
-  const missing = await writeRegistriesDropIn(path.join(dir, 'missing'), 'x.conf', spec).catch((e: unknown) => e);
+  const missing = await writeRegistriesDropIn(path.join(dir, 'missing'), 'x.conf', spec).catch(
+    (e: unknown) => e,
+  );
   t.ok(missing instanceof RuntimeError, 'a RuntimeError');
   t.equal((missing as RuntimeError).code, 'WRITE_FAILED', 'directory missing: WRITE_FAILED');
 });
@@ -118,16 +162,33 @@ t.test('podman pulls by digest through the drop-in; digest-only refuses a tag', 
   const podman = (ref: string) =>
     run(
       'podman',
-      ['--root', path.join(base, 'root'), '--runroot', path.join(base, 'runroot'), '--storage-driver', 'vfs', '--events-backend', 'none', 'pull', ref],
+      [
+        '--root',
+        path.join(base, 'root'),
+        '--runroot',
+        path.join(base, 'runroot'),
+        '--storage-driver',
+        'vfs',
+        '--events-backend',
+        'none',
+        'pull',
+        ref,
+      ],
       env,
     );
 
   const app = await pushImage(
-    { tag: 'v1', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app.txt': 'app v1' }] }] },
+    {
+      tag: 'v1',
+      platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'app.txt': 'app v1' }] }],
+    },
     `${reg.host}/${mirrorPath('quay.io/ns/app')}:v1`,
   );
   const tool = await pushImage(
-    { tag: 'v2', platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'tool.txt': 'tool v2' }] }] },
+    {
+      tag: 'v2',
+      platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'tool.txt': 'tool v2' }] }],
+    },
     `${reg.host}/${mirrorPath('quay.io/ns/tool')}:v2`,
   );
   const appRef = `quay.io/ns/app@${app.digest}`;
@@ -145,13 +206,21 @@ t.test('podman pulls by digest through the drop-in; digest-only refuses a tag', 
 
   const byDigest = await podman(appRef);
   t.equal(byDigest.code, 0, `podman pull ${appRef}: ${byDigest.stderr.trim().split('\n').pop()}`);
-  t.equal(byDigest.stdout.trim(), app.manifests[0]?.config.replace('sha256:', ''), 'podman printed the image ID (config digest)');
+  t.equal(
+    byDigest.stdout.trim(),
+    app.manifests[0]?.config.replace('sha256:', ''),
+    'podman printed the image ID (config digest)',
+  );
 
   const byTag = await podman('quay.io/ns/app:v1');
   t.not(byTag.code, 0, 'digest-only: a tag pull is not served by the mirror');
   t.match(byTag.stderr, /quay\.io/, 'it went to quay.io instead');
 
   const toolTag = await podman('quay.io/ns/tool:v2');
-  t.equal(toolTag.code, 0, `a mirror without digest-only serves tags too: ${toolTag.stderr.trim().split('\n').pop()}`);
+  t.equal(
+    toolTag.code,
+    0,
+    `a mirror without digest-only serves tags too: ${toolTag.stderr.trim().split('\n').pop()}`,
+  );
   t.equal(toolTag.stdout.trim(), tool.manifests[0]?.config.replace('sha256:', ''));
 });

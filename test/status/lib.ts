@@ -10,13 +10,18 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { emptyStatus, StatusTracker, type NodeStatus } from '@offline-bundle/status';
-import { startKubeStandIn, type KubeApiStandIn, type StandInRequest } from '../helpers/kube-standin.js';
+import {
+  startKubeStandIn,
+  type KubeApiStandIn,
+  type StandInRequest,
+} from '../helpers/kube-standin.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const DEPLOY = path.join(ROOT, 'deploy');
 
 // ajv-formats is CommonJS: under ESM its function is the default export (or its .default).
-const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (a: Ajv) => Ajv;
+const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ??
+  addFormatsModule) as (a: Ajv) => Ajv;
 
 export type Doc = Record<string, any>;
 
@@ -50,7 +55,15 @@ export function crdSchema(crd: Doc): Doc {
 export function compileSchema(schema: Doc, opts: { closed?: boolean } = {}): ValidateFunction {
   const ajv = new Ajv({ strict: true, allErrors: true });
   addFormats(ajv);
-  for (const k of ['x-kubernetes-list-type', 'x-kubernetes-list-map-keys', 'x-kubernetes-validations', 'x-kubernetes-preserve-unknown-fields', 'x-kubernetes-int-or-string', 'x-kubernetes-embedded-resource', 'x-kubernetes-map-type']) {
+  for (const k of [
+    'x-kubernetes-list-type',
+    'x-kubernetes-list-map-keys',
+    'x-kubernetes-validations',
+    'x-kubernetes-preserve-unknown-fields',
+    'x-kubernetes-int-or-string',
+    'x-kubernetes-embedded-resource',
+    'x-kubernetes-map-type',
+  ]) {
     ajv.addKeyword({ keyword: k });
   }
   const s = structuredClone(schema);
@@ -58,7 +71,8 @@ export function compileSchema(schema: Doc, opts: { closed?: boolean } = {}): Val
     const close = (n: Doc, isRoot: boolean): void => {
       if (n.properties) {
         if (n.additionalProperties === undefined) n.additionalProperties = false;
-        for (const [k, v] of Object.entries(n.properties as Record<string, Doc>)) if (!(isRoot && k === 'metadata')) close(v, false);
+        for (const [k, v] of Object.entries(n.properties as Record<string, Doc>))
+          if (!(isRoot && k === 'metadata')) close(v, false);
       }
       if (n.items) close(n.items, false);
     };
@@ -83,10 +97,21 @@ export const DIGEST = 'sha256:' + 'cd'.repeat(32);
  * Drives a StatusTracker through one bundle load the way agent/src/load/pipeline.ts does, and
  * returns every status its sinks saw. `fail` stops with a failure at that phase.
  */
-export function loadSequence(opts: { node?: string; version?: string; mode?: 'staged' | 'media'; fail?: 'Verifying' | 'Preloading'; start?: NodeStatus } = {}): NodeStatus[] {
+export function loadSequence(
+  opts: {
+    node?: string;
+    version?: string;
+    mode?: 'staged' | 'media';
+    fail?: 'Verifying' | 'Preloading';
+    start?: NodeStatus;
+  } = {},
+): NodeStatus[] {
   const node = opts.node ?? 'worker-1';
   const version = opts.version ?? '4.15.1';
-  const tracker = new StatusTracker(opts.start ?? emptyStatus(node, new Date('2026-11-21T09:59:00Z')), fixedClock());
+  const tracker = new StatusTracker(
+    opts.start ?? emptyStatus(node, new Date('2026-11-21T09:59:00Z')),
+    fixedClock(),
+  );
   const seen: NodeStatus[] = [];
   tracker.onChange((s) => seen.push(s));
   tracker.update(() => undefined);
@@ -96,9 +121,20 @@ export function loadSequence(opts: { node?: string; version?: string; mode?: 'st
     s.conditions = [];
     s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
   });
-  tracker.condition('MediaDetected', 'True', 'BundleFound', 'found /run/media/STICK/ocp-4.15.1.bundle');
+  tracker.condition(
+    'MediaDetected',
+    'True',
+    'BundleFound',
+    'found /run/media/STICK/ocp-4.15.1.bundle',
+  );
   tracker.update((s) => {
-    s.bundle = { ...s.bundle!, name: `OpenShift ${version}`, version, arch: 'amd64', signer: SIGNER };
+    s.bundle = {
+      ...s.bundle!,
+      name: `OpenShift ${version}`,
+      version,
+      arch: 'amd64',
+      signer: SIGNER,
+    };
   });
   const fail = (reason: string, message: string): NodeStatus[] => {
     tracker.condition('Failed', 'True', reason, message);
@@ -106,17 +142,39 @@ export function loadSequence(opts: { node?: string; version?: string; mode?: 'st
     tracker.phase('Failed');
     return seen;
   };
-  if (opts.fail === 'Verifying') return fail('BadSignature', 'the bundle signature does not verify: do not use this stick');
+  if (opts.fail === 'Verifying')
+    return fail('BadSignature', 'the bundle signature does not verify: do not use this stick');
   const mode = opts.mode ?? 'staged';
-  tracker.condition('SpaceAvailable', 'True', mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', 'enough space');
+  tracker.condition(
+    'SpaceAvailable',
+    'True',
+    mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia',
+    'enough space',
+  );
   tracker.update((s) => {
     s.bundle = { ...s.bundle!, mode };
   });
   if (mode === 'staged') tracker.phase('Staging');
   const total = 18_400_000_000;
-  for (let i = 1; i <= 5; i++) tracker.progress({ bytesDone: (total / 5) * i, bytesTotal: total, rate: 120_000_000.7, etaSeconds: ((5 - i) * total) / 5 / 120e6 });
-  tracker.condition('Verified', 'True', 'SignatureValid', 'signed by /etc/bundle-agent/keys/factory.pub');
-  tracker.condition('Staged', mode === 'staged' ? 'True' : 'False', mode === 'staged' ? 'Staged' : 'ServingFromMedia', 'layout staged');
+  for (let i = 1; i <= 5; i++)
+    tracker.progress({
+      bytesDone: (total / 5) * i,
+      bytesTotal: total,
+      rate: 120_000_000.7,
+      etaSeconds: ((5 - i) * total) / 5 / 120e6,
+    });
+  tracker.condition(
+    'Verified',
+    'True',
+    'SignatureValid',
+    'signed by /etc/bundle-agent/keys/factory.pub',
+  );
+  tracker.condition(
+    'Staged',
+    mode === 'staged' ? 'True' : 'False',
+    mode === 'staged' ? 'Staged' : 'ServingFromMedia',
+    'layout staged',
+  );
   tracker.update((s) => {
     s.bundle = { ...s.bundle!, digest: DIGEST };
   });
@@ -126,7 +184,8 @@ export function loadSequence(opts: { node?: string; version?: string; mode?: 'st
   tracker.progress({ imagesDone: 0, imagesTotal: 4 });
   for (let i = 1; i <= 4; i++) {
     tracker.progress({ imagesDone: i, imagesTotal: 4 });
-    if (opts.fail === 'Preloading' && i === 2) return fail('PullFailed', 'pulling quay.io/ns/app failed: no space left on device');
+    if (opts.fail === 'Preloading' && i === 2)
+      return fail('PullFailed', 'pulling quay.io/ns/app failed: no space left on device');
   }
   tracker.condition('Preloaded', 'True', 'AllImagesPulled', "4 images in the runtime's store");
   tracker.phase('Pinning');
@@ -134,9 +193,17 @@ export function loadSequence(opts: { node?: string; version?: string; mode?: 'st
   tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
   tracker.update((s) => {
     s.phase = 'Ready';
-    s.history = [...s.history, { version, state: 'loaded', digest: DIGEST, at: '2026-11-21T10:05:00.000Z' }];
+    s.history = [
+      ...s.history,
+      { version, state: 'loaded', digest: DIGEST, at: '2026-11-21T10:05:00.000Z' },
+    ];
   });
-  tracker.condition('Ready', 'True', 'Loaded', `update ${version} loaded: you may remove the USB stick`);
+  tracker.condition(
+    'Ready',
+    'True',
+    'Loaded',
+    `update ${version} loaded: you may remove the USB stick`,
+  );
   return seen;
 }
 
@@ -189,18 +256,34 @@ export interface FakeApi {
  */
 export async function startFakeApi(port = 0, node = 'worker-1'): Promise<FakeApi> {
   const server = await startKubeStandIn({ port });
-  for (const token of ['node-token', 'rotated-token']) server.addToken(`system:node:${node}`, ['system:nodes'], token);
-  const recorded = (r: StandInRequest): Recorded => ({ method: r.method, url: r.url, path: r.path, headers: r.headers, body: r.body, at: r.at, ...(r.status ? { answered: r.status } : {}) });
+  for (const token of ['node-token', 'rotated-token'])
+    server.addToken(`system:node:${node}`, ['system:nodes'], token);
+  const recorded = (r: StandInRequest): Recorded => ({
+    method: r.method,
+    url: r.url,
+    path: r.path,
+    headers: r.headers,
+    body: r.body,
+    at: r.at,
+    ...(r.status ? { answered: r.status } : {}),
+  });
   const api: FakeApi = {
     port: server.port,
     server,
-    get requests() { return server.requests.map(recorded); },
+    get requests() {
+      return server.requests.map(recorded);
+    },
     statusAnswers: [],
     mainAnswers: [],
-    get schema() { return server.statusSchema; },
-    set schema(v) { server.statusSchema = v; },
+    get schema() {
+      return server.statusSchema;
+    },
+    set schema(v) {
+      server.statusSchema = v;
+    },
     statusRequests: () => api.requests.filter((r) => r.path.endsWith('/status')),
-    accepted: () => api.requests.filter((r) => r.answered !== undefined && r.answered >= 200 && r.answered < 300),
+    accepted: () =>
+      api.requests.filter((r) => r.answered !== undefined && r.answered >= 200 && r.answered < 300),
     close: () => server.close(),
   };
   server.intercept = async (r) => {
@@ -220,14 +303,37 @@ export function invalidStatus(validate: ValidateFunction, body: string): Doc | u
   const causes = (validate.errors ?? []).map((e) => {
     const parts = e.instancePath.split('/').slice(1);
     if (e.keyword === 'required') parts.push(String(e.params.missingProperty));
-    const field = parts.map((p, i) => (/^\d+$/.test(p) ? `[${p}]` : `${i ? '.' : ''}${p}`)).join('');
-    const reason = e.keyword === 'enum' ? 'FieldValueNotSupported' : e.keyword === 'required' ? 'FieldValueRequired' : 'FieldValueInvalid';
-    return { reason, message: e.keyword === 'enum' ? `Unsupported value: supported values: ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` : String(e.message), field };
+    const field = parts
+      .map((p, i) => (/^\d+$/.test(p) ? `[${p}]` : `${i ? '.' : ''}${p}`))
+      .join('');
+    const reason =
+      e.keyword === 'enum'
+        ? 'FieldValueNotSupported'
+        : e.keyword === 'required'
+          ? 'FieldValueRequired'
+          : 'FieldValueInvalid';
+    return {
+      reason,
+      message:
+        e.keyword === 'enum'
+          ? `Unsupported value: supported values: ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`
+          : String(e.message),
+      field,
+    };
   });
   return {
-    kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Invalid', code: 422,
+    kind: 'Status',
+    apiVersion: 'v1',
+    status: 'Failure',
+    reason: 'Invalid',
+    code: 422,
     message: `NodeBundleStatus.bundles.offline-bundle.io "${obj?.metadata?.name}" is invalid: ${causes.map((c) => `${c.field}: ${c.message}`).join(', ')}`,
-    details: { name: obj?.metadata?.name, group: 'bundles.offline-bundle.io', kind: 'NodeBundleStatus', causes },
+    details: {
+      name: obj?.metadata?.name,
+      group: 'bundles.offline-bundle.io',
+      kind: 'NodeBundleStatus',
+      causes,
+    },
   };
 }
 
@@ -242,7 +348,12 @@ export async function freePort(): Promise<number> {
 
 /** A token kubeconfig for the stand-in on `port` (its certificate not checked: see KubeApiStandIn for kubeconfigs with its CA). */
 /** A token kubeconfig for a stand-in on 127.0.0.1 (`http` for the hostile stand-ins, which speak plain HTTP). */
-export async function writeKubeconfig(file: string, port: number, token = 'node-token', scheme: 'https' | 'http' = 'https'): Promise<string> {
+export async function writeKubeconfig(
+  file: string,
+  port: number,
+  token = 'node-token',
+  scheme: 'https' | 'http' = 'https',
+): Promise<string> {
   await writeFile(
     file,
     [
@@ -270,7 +381,10 @@ export async function writeKubeconfig(file: string, port: number, token = 'node-
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A temporary directory removed when `t` ends (as test/helpers/tmp.mjs, but typed). */
-export async function tmpdir(t: { teardown(fn: () => unknown): void }, prefix = 'ob-status-'): Promise<string> {
+export async function tmpdir(
+  t: { teardown(fn: () => unknown): void },
+  prefix = 'ob-status-',
+): Promise<string> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   return dir;

@@ -9,7 +9,14 @@
 // daemon/peers.ts).
 import { setTimeout as sleep } from 'node:timers/promises';
 import { APPROVAL_PLURAL, GROUP, pickApproval, VERSION } from '@offline-bundle/status';
-import { adminApis, ClusterError, listAllAt, requestOptions, watchCustomObjects, type WatchEvent } from '@offline-bundle/kube';
+import {
+  adminApis,
+  ClusterError,
+  listAllAt,
+  requestOptions,
+  watchCustomObjects,
+  type WatchEvent,
+} from '@offline-bundle/kube';
 import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { DIRECTORY_REQUEST_MS } from '../peers/directory.js';
@@ -50,13 +57,20 @@ interface ApprovalWatchOptions {
 /** The shipped rule's fix, instead of the admin's that apiCall names; a watch's names its verb (a rule with list alone lets the list through). */
 function asNodeRefusal(err: unknown, verb: 'list' | 'watch'): unknown {
   if (!(err instanceof ClusterError) || err.code !== 'FORBIDDEN') return err;
-  const needs = verb === 'watch' ? ': the node needs the verb watch (as well as list) on bundleapprovals' : '';
-  return new ClusterError('FORBIDDEN', `${err.message.replace(/: bind your user.*$/, '')}${needs}: apply deploy/rbac.yaml (ClusterRole offline-bundle:peer-discovery, bound to group system:nodes)`, { cause: err });
+  const needs =
+    verb === 'watch' ? ': the node needs the verb watch (as well as list) on bundleapprovals' : '';
+  return new ClusterError(
+    'FORBIDDEN',
+    `${err.message.replace(/: bind your user.*$/, '')}${needs}: apply deploy/rbac.yaml (ClusterRole offline-bundle:peer-discovery, bound to group system:nodes)`,
+    { cause: err },
+  );
 }
 
 const toPeerApproval = (item: Record<string, unknown>): [string, PeerApproval] | undefined => {
   const a = pickApproval(item);
-  return a ? [a.name, { manifestDigest: a.manifestDigest, version: a.version, signer: a.signer }] : undefined;
+  return a
+    ? [a.name, { manifestDigest: a.manifestDigest, version: a.version, signer: a.signer }]
+    : undefined;
 };
 
 /** How a watch's stream broke a bound: said in the journal, and the lists after it back off. */
@@ -89,7 +103,9 @@ export class ApprovalWatch {
   private refusals = 0;
 
   constructor(private readonly o: ApprovalWatchOptions) {
-    this.first = new Promise((resolve) => { this.firstDone = resolve; });
+    this.first = new Promise((resolve) => {
+      this.firstDone = resolve;
+    });
   }
 
   /** The approvals at the last read; undefined before any. */
@@ -166,7 +182,14 @@ export class ApprovalWatch {
     const n = Math.max(this.failures, this.refusals);
     const capMs = Math.min(WATCH_RETRY_MAX_MS, this.relistMs);
     // jitter: 500 nodes back after an outage do not list in step
-    const waitMs = n === 0 ? gapMs : Math.max(gapMs, Math.min(capMs, Math.min(WATCH_RETRY_MIN_MS, capMs) * 2 ** (n - 1)) * (0.8 + 0.4 * Math.random()));
+    const waitMs =
+      n === 0
+        ? gapMs
+        : Math.max(
+            gapMs,
+            Math.min(capMs, Math.min(WATCH_RETRY_MIN_MS, capMs) * 2 ** (n - 1)) *
+              (0.8 + 0.4 * Math.random()),
+          );
     await sleep(waitMs, undefined, { signal: this.stopping.signal }).catch(() => undefined);
   }
 
@@ -175,12 +198,28 @@ export class ApprovalWatch {
     const { kubeconfig, context } = this.o;
     let apis;
     try {
-      apis = await adminApis(kubeconfig, context, { deadlineMs: this.o.requestMs ?? DIRECTORY_REQUEST_MS });
+      apis = await adminApis(kubeconfig, context, {
+        deadlineMs: this.o.requestMs ?? DIRECTORY_REQUEST_MS,
+      });
     } catch (cause) {
-      throw new ClusterError('KUBECONFIG', `cannot use kubeconfig ${kubeconfig}${context ? ` (context ${context})` : ''}: ${(cause as Error).message}: check status.kubeconfig`, { cause });
+      throw new ClusterError(
+        'KUBECONFIG',
+        `cannot use kubeconfig ${kubeconfig}${context ? ` (context ${context})` : ''}: ${(cause as Error).message}: check status.kubeconfig`,
+        { cause },
+      );
     }
-    const list = await listAllAt(`list ${APPROVAL_PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: APPROVAL_PLURAL, ...q }, requestOptions(this.stopping.signal)), toPeerApproval, { notFound: () => [] })
-      .catch((err: unknown) => { throw asNodeRefusal(err, 'list'); });
+    const list = await listAllAt(
+      `list ${APPROVAL_PLURAL}.${GROUP}`,
+      (q) =>
+        apis.custom.listClusterCustomObject(
+          { group: GROUP, version: VERSION, plural: APPROVAL_PLURAL, ...q },
+          requestOptions(this.stopping.signal),
+        ),
+      toPeerApproval,
+      { notFound: () => [] },
+    ).catch((err: unknown) => {
+      throw asNodeRefusal(err, 'list');
+    });
     if (this.stopping.signal.aborted) return;
     const before = this.key();
     this.byName = new Map(list.items.filter((x) => x !== undefined));
@@ -201,9 +240,17 @@ export class ApprovalWatch {
     const timer = setTimeout(() => cut.abort(ENDED), lengthMs);
     try {
       await watchCustomObjects({
-        kubeconfig: this.o.kubeconfig, ...(this.o.context ? { context: this.o.context } : {}), group: GROUP, version: VERSION, plural: APPROVAL_PLURAL,
-        resourceVersion: this.resourceVersion, timeoutSeconds: Math.max(1, Math.ceil(lengthMs / 1000)), signal: cut.signal,
-        deadlineMs: this.o.requestMs ?? DIRECTORY_REQUEST_MS, onOpen: () => this.accepted(), onEvent: (e) => this.event(e),
+        kubeconfig: this.o.kubeconfig,
+        ...(this.o.context ? { context: this.o.context } : {}),
+        group: GROUP,
+        version: VERSION,
+        plural: APPROVAL_PLURAL,
+        resourceVersion: this.resourceVersion,
+        timeoutSeconds: Math.max(1, Math.ceil(lengthMs / 1000)),
+        signal: cut.signal,
+        deadlineMs: this.o.requestMs ?? DIRECTORY_REQUEST_MS,
+        onOpen: () => this.accepted(),
+        onEvent: (e) => this.event(e),
       });
     } catch (err) {
       if (cut.signal.reason !== ENDED) throw asNodeRefusal(err, 'watch');
@@ -253,7 +300,8 @@ export class ApprovalWatch {
     if (err.code === 'FORBIDDEN') {
       this.watchRefusal = err;
       this.unreadable(err);
-    } else if (STREAM_REFUSALS.has(err.code)) this.o.log.warn('peers', oneLine(err), { reason: err.code });
+    } else if (STREAM_REFUSALS.has(err.code))
+      this.o.log.warn('peers', oneLine(err), { reason: err.code });
   }
 
   private key(): string {

@@ -8,7 +8,15 @@
 import { rm } from 'node:fs/promises';
 import type { BundleManifest } from '@offline-bundle/format';
 import { catalogOf, startRegistry, type RunningRegistry } from '@offline-bundle/registry';
-import { completedRelease, observeRunning, readClusterVersionObject, readNodeMachineConfig, runningReleases, type NodeMachineConfig, type StatusTracker } from '@offline-bundle/status';
+import {
+  completedRelease,
+  observeRunning,
+  readClusterVersionObject,
+  readNodeMachineConfig,
+  runningReleases,
+  type NodeMachineConfig,
+  type StatusTracker,
+} from '@offline-bundle/status';
 import { formatBytes } from '@offline-bundle/cli';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
@@ -19,7 +27,13 @@ import { openKeptLayout, type KeptLayout } from '../load/kept-layout.js';
 import { loadedAhead, newestRun } from '../load/loaded-ahead.js';
 import { rememberClusterRelease, rememberedClusterRelease } from '../load/running-release.js';
 import { forgetServing, readServing, writeServing } from '../state/serving-state.js';
-import { heldForPath, pathFinal, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import {
+  heldForPath,
+  pathFinal,
+  readReleases,
+  recordRelease,
+  type ReleaseRecord,
+} from '../state/release-records.js';
 import { runtimeTarget, type RuntimeTarget } from '../runtime/runtime-target.js';
 
 interface KeptServingDeps {
@@ -48,7 +62,11 @@ type ClusterKind = 'openshift' | 'other' | undefined;
 
 /** On by config, on a node that reports to a cluster and pulls images at all. */
 export function servesUntilComplete(config: AgentConfig): boolean {
-  return config.staging.serveUntilComplete && config.status.kubeconfig !== undefined && config.preload.method !== 'none';
+  return (
+    config.staging.serveUntilComplete &&
+    config.status.kubeconfig !== undefined &&
+    config.preload.method !== 'none'
+  );
 }
 
 export class KeptServing {
@@ -117,7 +135,12 @@ export class KeptServing {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
-    await this.d.exclusive(() => this.withdraw('the agent stops; it serves again when it starts', { drop: false, onlyOurs: true }));
+    await this.d.exclusive(() =>
+      this.withdraw('the agent stops; it serves again when it starts', {
+        drop: false,
+        onlyOurs: true,
+      }),
+    );
   }
 
   private async underLock(): Promise<void> {
@@ -134,19 +157,32 @@ export class KeptServing {
     try {
       const cv = await readClusterVersionObject(config.status.kubeconfig!, { timeoutMs: 10_000 });
       // a ClusterVersion seen before and missing now is an API server still starting, not another kind of cluster
-      if (cv === undefined) this.cluster = (await rememberedClusterRelease(config.paths.stateDir)) ? this.cluster : 'other';
+      if (cv === undefined)
+        this.cluster = (await rememberedClusterRelease(config.paths.stateDir))
+          ? this.cluster
+          : 'other';
       else this.cluster = 'openshift';
-      const desired = (cv as { status?: { desired?: { version?: unknown } } } | undefined)?.status?.desired?.version;
+      const desired = (cv as { status?: { desired?: { version?: unknown } } } | undefined)?.status
+        ?.desired?.version;
       this.desired = typeof desired === 'string' ? desired : undefined;
       const done = completedRelease(cv);
       if (done) {
-        tracker.update((s) => { s.history = observeRunning(s.history, done.version); });
+        tracker.update((s) => {
+          s.history = observeRunning(s.history, done.version);
+        });
         await rememberClusterRelease(config.paths.stateDir, done).catch(() => undefined);
       }
-      if (this.cluster === 'openshift') this.node = await readNodeMachineConfig(config.status.kubeconfig!, config.nodeName, { timeoutMs: 10_000 }).catch(() => this.node);
+      if (this.cluster === 'openshift')
+        this.node = await readNodeMachineConfig(config.status.kubeconfig!, config.nodeName, {
+          timeoutMs: 10_000,
+        }).catch(() => this.node);
     } catch (err) {
       // unreachable or refused: what is served stays served (the upgrade may be under way); said once per outage
-      if (this.served && !this.unread) log.warn('serving', `cannot read ClusterVersion (${oneLine(err)}): ${this.served.version} is still served; asked again every ${Math.round(this.checkMs / 1000)} s`);
+      if (this.served && !this.unread)
+        log.warn(
+          'serving',
+          `cannot read ClusterVersion (${oneLine(err)}): ${this.served.version} is still served; asked again every ${Math.round(this.checkMs / 1000)} s`,
+        );
       this.unread = true;
       return;
     }
@@ -162,7 +198,12 @@ export class KeptServing {
     const n = this.node;
     if (!n) return false;
     if (n.state === undefined) return true;
-    return n.state === 'Done' && n.currentConfig !== undefined && n.currentConfig === n.desiredConfig && n.currentConfig !== configAtLoad;
+    return (
+      n.state === 'Done' &&
+      n.currentConfig !== undefined &&
+      n.currentConfig === n.desiredConfig &&
+      n.currentConfig !== configAtLoad
+    );
   }
 
   /**
@@ -174,21 +215,47 @@ export class KeptServing {
     const { config, tracker } = this.d;
     if (this.cluster === 'other') return undefined;
     // not read yet (a single-node cluster's API starts after the kubelet, which waits for us): what it said before
-    if (this.cluster === undefined && !(await rememberedClusterRelease(config.paths.stateDir))) return undefined;
+    if (this.cluster === undefined && !(await rememberedClusterRelease(config.paths.stateDir)))
+      return undefined;
     const h = tracker.current.history;
-    const recs = (await readReleases(config.paths.stateDir)).filter((r) => r.layout && r.arch === config.arch);
-    const newest = (v: string | undefined) => (v === undefined ? undefined : recs.filter((r) => r.version === v).sort((a, b) => a.loadedAt.localeCompare(b.loadedAt)).at(-1));
+    const recs = (await readReleases(config.paths.stateDir)).filter(
+      (r) => r.layout && r.arch === config.arch,
+    );
+    const newest = (v: string | undefined) =>
+      v === undefined
+        ? undefined
+        : recs
+            .filter((r) => r.version === v)
+            .sort((a, b) => a.loadedAt.localeCompare(b.loadedAt))
+            .at(-1);
     // an update path's earlier release (#43) is served as its bundle, the final one, until that one is over
     const of = (v: string | undefined) => {
       const rec = newest(v);
-      return rec && pathFinal(rec) !== rec.version ? recs.find((r) => r.identity === rec.identity && r.version === pathFinal(rec)) ?? rec : rec;
+      return rec && pathFinal(rec) !== rec.version
+        ? (recs.find((r) => r.identity === rec.identity && r.version === pathFinal(rec)) ?? rec)
+        : rec;
     };
     const ahead = loadedAhead(h);
-    const held = recs.filter((r) => heldForPath(r, recs, runningReleases(h).map((e) => e.version))).map((r) => r.version);
-    if (this.desired && [...ahead, ...held].includes(this.desired) && of(this.desired)) return of(this.desired);
+    const held = recs
+      .filter((r) =>
+        heldForPath(
+          r,
+          recs,
+          runningReleases(h).map((e) => e.version),
+        ),
+      )
+      .map((r) => r.version);
+    if (this.desired && [...ahead, ...held].includes(this.desired) && of(this.desired))
+      return of(this.desired);
     const serving = await readServing(config.paths.stateDir);
     const finished = newestRun(h);
-    if (serving && serving.version === finished && !this.nodeUpdated(serving.configAtLoad) && of(finished)) return of(finished);
+    if (
+      serving &&
+      serving.version === finished &&
+      !this.nodeUpdated(serving.configAtLoad) &&
+      of(finished)
+    )
+      return of(finished);
     return of(ahead.sort(compareVersions).at(-1));
   }
 
@@ -200,7 +267,11 @@ export class KeptServing {
       await this.rebaseOnHop(due);
       return this.keepUp(s);
     }
-    if (s) await this.withdraw(due ? `${due.version} is due instead` : this.endedWhy(s.version), { drop: true, onlyOurs: false });
+    if (s)
+      await this.withdraw(due ? `${due.version} is due instead` : this.endedWhy(s.version), {
+        drop: true,
+        onlyOurs: false,
+      });
     else if (!due) await this.dropStale();
     if (due && !this.ending) await this.serve(due);
   }
@@ -214,12 +285,24 @@ export class KeptServing {
     const { config, tracker } = this.d;
     const finished = newestRun(tracker.current.history);
     const n = this.node;
-    if (!rec.path || finished === undefined || finished === rec.version || !rec.path.includes(finished)) return;
-    if (n?.state !== 'Done' || n.currentConfig === undefined || n.currentConfig !== n.desiredConfig) return;
+    if (
+      !rec.path ||
+      finished === undefined ||
+      finished === rec.version ||
+      !rec.path.includes(finished)
+    )
+      return;
+    if (n?.state !== 'Done' || n.currentConfig === undefined || n.currentConfig !== n.desiredConfig)
+      return;
     const serving = await readServing(config.paths.stateDir);
-    if (!serving || serving.version !== rec.version || serving.configAtLoad === n.currentConfig) return;
+    if (!serving || serving.version !== rec.version || serving.configAtLoad === n.currentConfig)
+      return;
     await writeServing(config.paths.stateDir, { ...serving, configAtLoad: n.currentConfig });
-    this.d.log.info('serving', `this node applied ${finished}, a release of the path to ${rec.version}: ${rec.version} is served until this node applies it too`, { version: rec.version });
+    this.d.log.info(
+      'serving',
+      `this node applied ${finished}, a release of the path to ${rec.version}: ${rec.version} is served until this node applies it too`,
+      { version: rec.version },
+    );
   }
 
   /** Serving state left by an earlier start for a release no longer due (completed meanwhile): its layout goes. */
@@ -229,18 +312,29 @@ export class KeptServing {
   }
 
   private endedWhy(version: string): string {
-    if (this.cluster === 'other') return 'the cluster has no ClusterVersion (not OpenShift): nothing upgrades from it by itself';
+    if (this.cluster === 'other')
+      return 'the cluster has no ClusterVersion (not OpenShift): nothing upgrades from it by itself';
     const e = this.d.tracker.current.history.find((x) => x.version === version);
-    return e?.state === 'complete' || e?.state === 'running' ? `the cluster's upgrade to ${version} completed and this node applied it` : `${version} is no longer due (the cluster runs a newer release, or it was forgotten)`;
+    return e?.state === 'complete' || e?.state === 'running'
+      ? `the cluster's upgrade to ${version} completed and this node applied it`
+      : `${version} is no longer due (the cluster runs a newer release, or it was forgotten)`;
   }
 
   /** A load (of this process or by hand) replaced or removed the drop-in: it is put back; the condition too. */
   private async keepUp(s: Served): Promise<void> {
     if ((await s.runtime.mirrored?.(s.registry.address, s.manifest)) === false) {
       s.unmirror = await s.runtime.mirror(s.registry.address, s.manifest);
-      this.d.log.info('serving', `the mirror drop-in for ${s.version} was put back (a load replaced it)`, { version: s.version });
+      this.d.log.info(
+        'serving',
+        `the mirror drop-in for ${s.version} was put back (a load replaced it)`,
+        { version: s.version },
+      );
     }
-    if (this.d.tracker.current.conditions.find((c) => c.type === 'Serving')?.reason !== 'KeptUntilComplete') this.say(s);
+    if (
+      this.d.tracker.current.conditions.find((c) => c.type === 'Serving')?.reason !==
+      'KeptUntilComplete'
+    )
+      this.say(s);
   }
 
   private async serve(rec: ReleaseRecord): Promise<void> {
@@ -250,7 +344,9 @@ export class KeptServing {
     const pre = this.d.checkedAtStart?.get(layout);
     this.d.checkedAtStart?.delete(layout);
     const hashedBefore = !!pre && pre.identity === rec.identity;
-    const { manifest, store } = hashedBefore ? pre : await openKeptLayout(config, { ...rec, layout });
+    const { manifest, store } = hashedBefore
+      ? pre
+      : await openKeptLayout(config, { ...rec, layout });
     if (this.ending) return;
     const catalog = catalogOf(manifest);
     const registry = await startRegistry({ store, catalog });
@@ -266,16 +362,31 @@ export class KeptServing {
     const bytes = [...catalog.blobs.values()].reduce((a, b) => a + b, 0);
     this.served = { version: rec.version, layout, manifest, registry, runtime, unmirror, bytes };
     const before = await readServing(config.paths.stateDir);
-    const configAtLoad = before?.version === rec.version ? before.configAtLoad : this.node?.currentConfig;
-    await writeServing(config.paths.stateDir, { version: rec.version, layout, ...(configAtLoad ? { configAtLoad } : {}) });
+    const configAtLoad =
+      before?.version === rec.version ? before.configAtLoad : this.node?.currentConfig;
+    await writeServing(config.paths.stateDir, {
+      version: rec.version,
+      layout,
+      ...(configAtLoad ? { configAtLoad } : {}),
+    });
     this.say(this.served);
-    const hashNote = hashedBefore ? ' (checked and hashed by the start-up restore, not read again)' : '';
-    log.info('serving', `serving ${rec.version} on ${registry.address} from ${layout} until the upgrade to it is over on this node${hashNote}`, { version: rec.version, address: registry.address });
+    const hashNote = hashedBefore
+      ? ' (checked and hashed by the start-up restore, not read again)'
+      : '';
+    log.info(
+      'serving',
+      `serving ${rec.version} on ${registry.address} from ${layout} until the upgrade to it is over on this node${hashNote}`,
+      { version: rec.version, address: registry.address },
+    );
   }
 
   private say(s: Served): void {
-    this.d.tracker.condition('Serving', 'True', 'KeptUntilComplete',
-      `${s.version} is served to this node's runtime on ${s.registry.address} from the copy kept in ${s.layout} (${formatBytes(s.bytes)} of disk) until the upgrade to it is over on this node`);
+    this.d.tracker.condition(
+      'Serving',
+      'True',
+      'KeptUntilComplete',
+      `${s.version} is served to this node's runtime on ${s.registry.address} from the copy kept in ${s.layout} (${formatBytes(s.bytes)} of disk) until the upgrade to it is over on this node`,
+    );
   }
 
   private async withdraw(why: string, opts: { drop: boolean; onlyOurs: boolean }): Promise<void> {
@@ -284,31 +395,63 @@ export class KeptServing {
     this.served = undefined;
     const { log, tracker } = this.d;
     // at shutdown the drop-in may be a load's by hand (same file name): only ours is removed
-    const ours = !opts.onlyOurs || (await s.runtime.mirrored?.(s.registry.address, s.manifest)) !== false;
+    const ours =
+      !opts.onlyOurs || (await s.runtime.mirrored?.(s.registry.address, s.manifest)) !== false;
     if (ours) {
-      await s.unmirror().catch((err) => log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`));
-      await s.runtime.apply().catch((err) => log.error('reload', `the runtime did not take the removal of the mirror: ${oneLine(err)}`));
+      await s
+        .unmirror()
+        .catch((err) =>
+          log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`),
+        );
+      await s.runtime
+        .apply()
+        .catch((err) =>
+          log.error(
+            'reload',
+            `the runtime did not take the removal of the mirror: ${oneLine(err)}`,
+          ),
+        );
     }
     await s.registry.close().catch(() => undefined);
     await s.runtime.close();
-    tracker.condition('Serving', 'False', 'ServingEnded', `stopped serving ${s.version} on ${s.registry.address}: ${why}`);
+    tracker.condition(
+      'Serving',
+      'False',
+      'ServingEnded',
+      `stopped serving ${s.version} on ${s.registry.address}: ${why}`,
+    );
     log.info('serving', `stopped serving ${s.version}: ${why}`, { version: s.version });
     if (opts.drop) await this.dropLayout(s.version, s.layout, s.bytes);
   }
 
   /** The layout was kept only to be served (staging.keep is not true) and is no longer due: the disk goes back. */
-  private async dropLayout(version: string, layout: string, bytes: number | undefined): Promise<void> {
+  private async dropLayout(
+    version: string,
+    layout: string,
+    bytes: number | undefined,
+  ): Promise<void> {
     const { config, log, tracker } = this.d;
     await forgetServing(config.paths.stateDir);
-    if (config.staging.keep === true || loadedAhead(tracker.current.history).includes(version)) return;
+    if (config.staging.keep === true || loadedAhead(tracker.current.history).includes(version))
+      return;
     const all = await readReleases(config.paths.stateDir);
     const recs = all.filter((r) => r.layout === layout);
     if (recs.length === 0) return;
     // one layout holds every release of a path (#43): not removed while one of them is still ahead
     const runs = runningReleases(tracker.current.history).map((e) => e.version);
-    if (recs.some((r) => loadedAhead(tracker.current.history).includes(r.version) || heldForPath(r, all, runs))) return;
+    if (
+      recs.some(
+        (r) =>
+          loadedAhead(tracker.current.history).includes(r.version) || heldForPath(r, all, runs),
+      )
+    )
+      return;
     await rm(layout, { recursive: true, force: true });
     for (const r of recs) await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
-    log.info('staging', `removed ${layout}${bytes === undefined ? '' : ` (${formatBytes(bytes)})`}: ${version} is not served any more`, { version });
+    log.info(
+      'staging',
+      `removed ${layout}${bytes === undefined ? '' : ` (${formatBytes(bytes)})`}: ${version} is not served any more`,
+      { version },
+    );
   }
 }

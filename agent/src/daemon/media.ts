@@ -25,8 +25,12 @@ export interface FoundBundle {
 
 /** Mount points from /proc/self/mountinfo (field 5, with octal escapes such as \040 undone). */
 export function parseMountinfo(text: string): string[] {
-  return text.split('\n').filter(Boolean).map((line) => line.split(' ')[4] ?? '')
-    .filter(Boolean).map((p) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))));
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => line.split(' ')[4] ?? '')
+    .filter(Boolean)
+    .map((p) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))));
 }
 
 function under(path: string, roots: string[]): boolean {
@@ -124,7 +128,12 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
       try {
         const si = await import('systeminformation');
         const devices = await si.default.blockDevices();
-        for (const d of devices) if (d.mount) this.labels.set(d.mount, `${d.removable || d.protocol === 'usb' ? 'USB stick' : 'disk'} ${d.label || d.name} (${d.mount})`);
+        for (const d of devices)
+          if (d.mount)
+            this.labels.set(
+              d.mount,
+              `${d.removable || d.protocol === 'usb' ? 'USB stick' : 'disk'} ${d.label || d.name} (${d.mount})`,
+            );
       } catch {
         // lsblk missing: the mount point alone names the media
       }
@@ -137,7 +146,9 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
     this.scanning = true;
     try {
       this.work.polls++;
-      const text = await readFile(this.opts.mountinfo ?? '/proc/self/mountinfo', 'utf8').catch(() => '');
+      const text = await readFile(this.opts.mountinfo ?? '/proc/self/mountinfo', 'utf8').catch(
+        () => '',
+      );
       const mounts = new Set(parseMountinfo(text).filter((m) => under(m, this.opts.roots)));
       for (const m of this.knownMounts) {
         if (!mounts.has(m)) {
@@ -145,16 +156,19 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
           this.labels.delete(m);
           // plugged in again, its bundles are a new request
           for (const [key, dir] of this.offered) if (dir === m) this.offered.delete(key);
-          for (const file of this.looks.keys()) if (file.startsWith(m + sep)) this.looks.delete(file);
+          for (const file of this.looks.keys())
+            if (file.startsWith(m + sep)) this.looks.delete(file);
           for (const k of this.warned.keys()) if (k.startsWith(m + '#')) this.warned.delete(k);
         }
       }
       for (const m of mounts) {
-        if (!this.knownMounts.has(m)) this.opts.log.info('media', `media mounted: ${m}`, { mount: m });
+        if (!this.knownMounts.has(m))
+          this.opts.log.info('media', `media mounted: ${m}`, { mount: m });
         await this.scanDir(m, () => this.describe(m), true);
       }
       this.knownMounts = mounts;
-      for (const dir of this.opts.watchDirs) await this.scanDir(dir, async () => `${DROP_DIRECTORY_MEDIA}${dir}`);
+      for (const dir of this.opts.watchDirs)
+        await this.scanDir(dir, async () => `${DROP_DIRECTORY_MEDIA}${dir}`);
       this.sayCutShort();
     } finally {
       this.scanning = false;
@@ -163,7 +177,10 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
 
   /** A cut copy left on a stick would otherwise be a journal line only: the status says so while it is there (`incomplete`, [] once gone or changed). */
   private sayCutShort(): void {
-    const files = [...this.looks].filter(([, l]) => l.verdict === 'incomplete').map(([f]) => f).sort();
+    const files = [...this.looks]
+      .filter(([, l]) => l.verdict === 'incomplete')
+      .map(([f]) => f)
+      .sort();
     if (files.join('\n') === this.cutShort) return;
     this.cutShort = files.join('\n');
     this.emit('incomplete', files);
@@ -171,7 +188,8 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
 
   /** Forgets the files of `dir` not `present`: only files of this directory, as a stick is often mounted below a media root that is a mount too. */
   private forgetLooks(dir: string, present: ReadonlySet<string>): void {
-    for (const file of this.looks.keys()) if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
+    for (const file of this.looks.keys())
+      if (dirname(file) === resolve(dir) && !present.has(file)) this.looks.delete(file);
   }
 
   private async scanDir(dir: string, media: () => Promise<string>, stick = false): Promise<void> {
@@ -186,7 +204,11 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
     let names = all.filter(isBundleName).sort();
     if (names.length > MAX_BUNDLES_PER_DIR) {
       if (this.overfull.get(dir) !== names.length) {
-        this.opts.log.warn('media', `${dir} holds ${names.length} *.bundle files: only the first ${MAX_BUNDLES_PER_DIR} by name are looked at; remove the others`, { dir });
+        this.opts.log.warn(
+          'media',
+          `${dir} holds ${names.length} *.bundle files: only the first ${MAX_BUNDLES_PER_DIR} by name are looked at; remove the others`,
+          { dir },
+        );
       }
       this.overfull.set(dir, names.length);
       names = names.slice(0, MAX_BUNDLES_PER_DIR);
@@ -223,23 +245,51 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
    * (part 1 may be on another stick): the daemon collects such parts across sticks. In a drop
    * directory it is offered as it is, and the load names the part missing.
    */
-  private async scanPartSets(dir: string, all: string[], present: Set<string>, media: () => Promise<string>, stick: boolean, found: FoundBundle[]): Promise<void> {
+  private async scanPartSets(
+    dir: string,
+    all: string[],
+    present: Set<string>,
+    media: () => Promise<string>,
+    stick: boolean,
+    found: FoundBundle[],
+  ): Promise<void> {
     const { sets, skipped, refused } = partSets(all);
-    this.warnOnce(`${dir}#names`, refused.length > 0 ? refused.join('/') : undefined, () => `${dir}: ${refused.length} part file(s) ignored, e.g. ${JSON.stringify(refused[0])}: ${partNameProblem(refused[0]!)}`);
+    this.warnOnce(
+      `${dir}#names`,
+      refused.length > 0 ? refused.join('/') : undefined,
+      () =>
+        `${dir}: ${refused.length} part file(s) ignored, e.g. ${JSON.stringify(refused[0])}: ${partNameProblem(refused[0]!)}`,
+    );
     if (skipped > 0 && this.overfull.get(`${dir}#parts`) !== skipped) {
-      this.opts.log.warn('media', `${dir} holds more part files than the ${MAX_PARTS} looked at: ${skipped} are not; remove the ones that do not belong`, { dir });
+      this.opts.log.warn(
+        'media',
+        `${dir} holds more part files than the ${MAX_PARTS} looked at: ${skipped} are not; remove the ones that do not belong`,
+        { dir },
+      );
     }
     if (skipped > 0) this.overfull.set(`${dir}#parts`, skipped);
     else this.overfull.delete(`${dir}#parts`);
     for (const parts of sets.values()) {
       const look = await lookAtPartSet(dir, parts, () => this.work.stats++);
       const odd = look && 'notRegular' in look ? look.notRegular : undefined;
-      this.warnOnce(`${dir}#${parts[0]}`, odd, () => `${join(dir, odd!)} is not a regular file (a symbolic link or a special file): its set is ignored; copy the part itself onto the stick`);
+      this.warnOnce(
+        `${dir}#${parts[0]}`,
+        odd,
+        () =>
+          `${join(dir, odd!)} is not a regular file (a symbolic link or a special file): its set is ignored; copy the part itself onto the stick`,
+      );
       if (!look || 'notRegular' in look) continue;
       present.add(look.file);
       const partial = stick && !isWholeSet(parts);
       const head = await this.consider(look.file, look.key, look.mtimeMs, !partial);
-      if (head) found.push({ file: look.file, key: look.key, media: await media(), ...head, ...(partial ? { partial: { dir, names: parts } } : {}) });
+      if (head)
+        found.push({
+          file: look.file,
+          key: look.key,
+          media: await media(),
+          ...head,
+          ...(partial ? { partial: { dir, names: parts } } : {}),
+        });
     }
   }
 
@@ -271,7 +321,12 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
   }
 
   /** Whether this look makes the file loadable: with its release when its head reads. */
-  private async consider(file: string, key: string, mtimeMs: number, readHead = true): Promise<Pick<FoundBundle, 'release' | 'identity' | 'base'> | undefined> {
+  private async consider(
+    file: string,
+    key: string,
+    mtimeMs: number,
+    readHead = true,
+  ): Promise<Pick<FoundBundle, 'release' | 'identity' | 'base'> | undefined> {
     if (this.offered.has(key)) return undefined; // this copy was offered: a rename or a symlink of it is no new bundle
     const now = this.now();
     const prev = this.looks.get(file);
@@ -285,14 +340,26 @@ export class MediaWatcher extends EventEmitter<{ bundle: [FoundBundle]; incomple
     if (now - prev.since < this.quietMs && Date.now() - mtimeMs < this.quietMs) return undefined;
     if (!readHead) return {};
     this.work.heads++;
-    const v = await inspectHead(file).catch((err: unknown): HeadVerdict => ({ kind: 'notABundle', why: (err as Error).message }));
-    if (v.kind === 'bundle') return { release: { version: v.version, arch: v.arch }, identity: v.identity, ...(v.base ? { base: v.base } : {}) };
+    const v = await inspectHead(file).catch((err: unknown): HeadVerdict => ({
+      kind: 'notABundle',
+      why: (err as Error).message,
+    }));
+    if (v.kind === 'bundle')
+      return {
+        release: { version: v.version, arch: v.arch },
+        identity: v.identity,
+        ...(v.base ? { base: v.base } : {}),
+      };
     // starts and ends as a bundle, stable and quiet, yet its head does not read: damaged, and the load says so
     if (v.kind === 'damaged') return {};
     prev.verdict = v.kind;
-    this.opts.log.warn('media', v.kind === 'incomplete'
-      ? `${file} is not complete yet (${v.why}): waiting until the copy changes`
-      : `${file} is ignored: ${v.why}; it is looked at again when it changes`, { file });
+    this.opts.log.warn(
+      'media',
+      v.kind === 'incomplete'
+        ? `${file} is not complete yet (${v.why}): waiting until the copy changes`
+        : `${file} is ignored: ${v.why}; it is looked at again when it changes`,
+      { file },
+    );
     return undefined;
   }
 

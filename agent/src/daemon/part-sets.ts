@@ -11,8 +11,10 @@ export const MAX_PART_NAME_BYTES = 200;
 /** Why a part's name is refused (too long, or control characters a console would act on), or undefined. */
 export function partNameProblem(name: string): string | undefined {
   const bytes = Buffer.byteLength(name);
-  if (bytes > MAX_PART_NAME_BYTES) return `its name is ${bytes} bytes, more than the ${MAX_PART_NAME_BYTES} a part's name may have: rename the bundle to a shorter name and split it again`;
-  if (/[\x00-\x1f\x7f]/.test(name)) return 'its name holds control characters: rename the bundle and split it again';
+  if (bytes > MAX_PART_NAME_BYTES)
+    return `its name is ${bytes} bytes, more than the ${MAX_PART_NAME_BYTES} a part's name may have: rename the bundle to a shorter name and split it again`;
+  if (/[\x00-\x1f\x7f]/.test(name))
+    return 'its name holds control characters: rename the bundle and split it again';
   return undefined;
 }
 
@@ -30,7 +32,11 @@ export interface PartSetLook {
  * A set whose bundle is there whole too is left out (the file is the bundle, the parts a copy of
  * it), and at most MAX_PARTS part names are looked at per directory: the rest are `skipped`.
  */
-export function partSets(names: readonly string[]): { sets: Map<string, string[]>; skipped: number; refused: string[] } {
+export function partSets(names: readonly string[]): {
+  sets: Map<string, string[]>;
+  skipped: number;
+  refused: string[];
+} {
   const whole = new Set(names);
   const sets = new Map<string, string[]>();
   const refused: string[] = [];
@@ -63,7 +69,11 @@ export function partSets(names: readonly string[]): { sets: Map<string, string[]
  * The set as it is now (every part lstat'd), undefined when a part vanished, or the name of a
  * part that is no regular file (a symbolic link is not followed: the load would refuse it).
  */
-export async function lookAtPartSet(dir: string, parts: readonly string[], count: () => void): Promise<PartSetLook | { notRegular: string } | undefined> {
+export async function lookAtPartSet(
+  dir: string,
+  parts: readonly string[],
+  count: () => void,
+): Promise<PartSetLook | { notRegular: string } | undefined> {
   const keys: string[] = [];
   let mtimeMs = 0;
   for (const n of parts) {

@@ -12,7 +12,8 @@ import { AgentError, oneLine } from '../errors.js';
 const READ_CHUNK_BYTES = 1024 * 1024;
 
 /** The hidden name a part is written under until it is whole: never taken for a part. */
-export const tempNameOf = (dest: string): string => join(dirname(dest), `.${basename(dest)}.copying`);
+export const tempNameOf = (dest: string): string =>
+  join(dirname(dest), `.${basename(dest)}.copying`);
 
 export interface PartRead {
   /** The part on the stick. */
@@ -27,19 +28,33 @@ export interface PartRead {
 
 /** The stick went away (or the file changed) under the read: the technician plugs it in again. */
 function stickGone(p: PartRead, why: string): AgentError {
-  return new AgentError('MediaRemoved', `${p.src} could not be read to the end (${why}) while ${p.label} was copied: was the USB stick removed? Plug it in again and leave it in until the node says you may remove it`);
+  return new AgentError(
+    'MediaRemoved',
+    `${p.src} could not be read to the end (${why}) while ${p.label} was copied: was the USB stick removed? Plug it in again and leave it in until the node says you may remove it`,
+  );
 }
 
 /** Reads the part through, feeding `write` each chunk; returns its sha256. */
-async function readThrough(p: PartRead, write?: (buf: Buffer, n: number) => Promise<void>): Promise<string> {
-  const fh: FileHandle = await openRegularFile(p.src).catch((err: Error) => { throw stickGone(p, oneLine(err)); });
+async function readThrough(
+  p: PartRead,
+  write?: (buf: Buffer, n: number) => Promise<void>,
+): Promise<string> {
+  const fh: FileHandle = await openRegularFile(p.src).catch((err: Error) => {
+    throw stickGone(p, oneLine(err));
+  });
   const hash = createHash('sha256');
   const buf = Buffer.allocUnsafe(READ_CHUNK_BYTES);
   let done = 0;
   try {
     for (;;) {
-      if (p.signal?.aborted) throw new AgentError('Interrupted', `the agent stopped while ${p.label} was copied from ${p.src}; the parts copied before are kept`);
-      const { bytesRead } = await fh.read(buf, 0, buf.length, done).catch((err: Error) => { throw stickGone(p, oneLine(err)); });
+      if (p.signal?.aborted)
+        throw new AgentError(
+          'Interrupted',
+          `the agent stopped while ${p.label} was copied from ${p.src}; the parts copied before are kept`,
+        );
+      const { bytesRead } = await fh.read(buf, 0, buf.length, done).catch((err: Error) => {
+        throw stickGone(p, oneLine(err));
+      });
       if (bytesRead === 0) break;
       hash.update(buf.subarray(0, bytesRead));
       if (write) await write(buf, bytesRead);
@@ -63,14 +78,25 @@ export function hashPart(p: PartRead): Promise<string> {
 export async function copyPart(p: PartRead, dest: string): Promise<string> {
   const tmp = tempNameOf(dest);
   const out = await createExclusive(tmp, 0o600).catch((err: NodeJS.ErrnoException) => {
-    const why = err.code === 'ENAMETOOLONG' ? 'the name is too long for this node\'s filesystem: rename the bundle to a shorter name, split it again' : `${oneLine(err)}: free space on this node or ask the administrator to check its disk`;
-    throw new AgentError(err.code === 'ENOSPC' || err.code === 'EDQUOT' ? 'InsufficientSpace' : 'StagingFailed', `cannot create ${tmp} to copy ${p.label} into: ${why}, then plug the stick in again`, { cause: err });
+    const why =
+      err.code === 'ENAMETOOLONG'
+        ? "the name is too long for this node's filesystem: rename the bundle to a shorter name, split it again"
+        : `${oneLine(err)}: free space on this node or ask the administrator to check its disk`;
+    throw new AgentError(
+      err.code === 'ENOSPC' || err.code === 'EDQUOT' ? 'InsufficientSpace' : 'StagingFailed',
+      `cannot create ${tmp} to copy ${p.label} into: ${why}, then plug the stick in again`,
+      { cause: err },
+    );
   });
   let sha: string;
   try {
     sha = await readThrough(p, async (buf, n) => {
       await out.write(buf, 0, n).catch((err: NodeJS.ErrnoException) => {
-        throw new AgentError(err.code === 'ENOSPC' || err.code === 'EDQUOT' ? 'InsufficientSpace' : 'StagingFailed', `cannot write ${tmp} while ${p.label} was copied: ${oneLine(err)}; free space on this node, then plug the stick in again`, { cause: err });
+        throw new AgentError(
+          err.code === 'ENOSPC' || err.code === 'EDQUOT' ? 'InsufficientSpace' : 'StagingFailed',
+          `cannot write ${tmp} while ${p.label} was copied: ${oneLine(err)}; free space on this node, then plug the stick in again`,
+          { cause: err },
+        );
       });
     });
     await out.sync();

@@ -10,7 +10,14 @@
 // cannot start (port taken) is said so in status.peers and tried again; while this node's own
 // load runs it may pause serving (peers.pauseWhileLoading).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { onRemovableMedia, PEER_MEDIA, type Condition, type NodeStatus, type PeersStatus, type StatusTracker } from '@offline-bundle/status';
+import {
+  onRemovableMedia,
+  PEER_MEDIA,
+  type Condition,
+  type NodeStatus,
+  type PeersStatus,
+  type StatusTracker,
+} from '@offline-bundle/status';
 import { ClusterError } from '@offline-bundle/kube';
 import type { AgentConfig } from '../config.js';
 import { failureOf, oneLine } from '../errors.js';
@@ -80,30 +87,50 @@ export function pausesServing(config: AgentConfig, s: NodeStatus): boolean {
 }
 
 /** The bundle whose copies elsewhere the technician waits for: one loaded Ready from a stick. */
-const stickVersion = (s: NodeStatus): string | undefined => (s.phase === 'Ready' && s.bundle?.media !== PEER_MEDIA && onRemovableMedia(s.bundle?.media) ? s.bundle?.version : undefined);
+const stickVersion = (s: NodeStatus): string | undefined =>
+  s.phase === 'Ready' && s.bundle?.media !== PEER_MEDIA && onRemovableMedia(s.bundle?.media)
+    ? s.bundle?.version
+    : undefined;
 
 /** Why the peer server did not start, with the fix where the cause is known. */
 function startProblem(err: unknown, config: AgentConfig): { reason: string; message: string } {
   const code = (err as NodeJS.ErrnoException)?.code;
-  if (code === 'EADDRINUSE') return { reason: 'PeerPortInUse', message: `port ${config.peers.port} is taken by another program (${oneLine(err)}): stop it, or set peers.port to a free port in 9000-9999 on every node` };
-  if (code === 'EADDRNOTAVAIL') return { reason: 'PeerAddressUnavailable', message: `${oneLine(err)}: the Node's InternalIP is not an address of this machine` };
+  if (code === 'EADDRINUSE')
+    return {
+      reason: 'PeerPortInUse',
+      message: `port ${config.peers.port} is taken by another program (${oneLine(err)}): stop it, or set peers.port to a free port in 9000-9999 on every node`,
+    };
+  if (code === 'EADDRNOTAVAIL')
+    return {
+      reason: 'PeerAddressUnavailable',
+      message: `${oneLine(err)}: the Node's InternalIP is not an address of this machine`,
+    };
   const { reason, message } = failureOf(err, config.paths.upgradeDir);
   return { reason: reason === 'Internal' ? 'PeerServerFailed' : reason, message };
 }
 
 /** The Peers condition while no approval exists: the ordinary state of a node between releases. */
-const NOT_APPROVED = { reason: 'NotApproved', message: 'no bundle is approved (bundle cluster approve): this node opens no peer port and fetches nothing from other nodes' } as const;
+const NOT_APPROVED = {
+  reason: 'NotApproved',
+  message:
+    'no bundle is approved (bundle cluster approve): this node opens no peer port and fetches nothing from other nodes',
+} as const;
 
 /** What `shown` holds while neither status.serving nor status.peers is published. */
 const UNSHOWN = 'none';
 
 /** What an open port needs beyond the server and the keys: made at the first opening and kept, so offers and counters outlive a closed port. */
-interface Base { service: PeerService; address: string; controlPlane: boolean }
+interface Base {
+  service: PeerService;
+  address: string;
+  controlPlane: boolean;
+}
 
 /** The Peers condition's reason while the approvals cannot be read. */
 const APPROVALS_UNREADABLE = 'ApprovalsUnreadable';
 
-const sameKeys = (a: PeerCredentials, b: PeerCredentials) => a.ca.equals(b.ca) && a.cert.equals(b.cert) && a.key.equals(b.key);
+const sameKeys = (a: PeerCredentials, b: PeerCredentials) =>
+  a.ca.equals(b.ca) && a.cert.equals(b.cert) && a.key.equals(b.key);
 const refused = (err: unknown) => err instanceof ClusterError && err.code === 'FORBIDDEN';
 
 type Said = { status: Condition['status']; reason: string; message: string };
@@ -138,9 +165,14 @@ class DaemonPeerRunner implements DaemonPeers {
   private servingShownAt = 0;
 
   constructor(private readonly d: PeerDaemon) {
-    this.directory = new ApiPeerDirectory({ node: d.config.nodeName, kubeconfig: d.config.status.kubeconfig! });
+    this.directory = new ApiPeerDirectory({
+      node: d.config.nodeName,
+      kubeconfig: d.config.status.kubeconfig!,
+    });
     // a sink stays for the tracker's life: once stopped it does nothing
-    d.tracker.onChange((s) => { if (!this.stopped) this.server?.setPaused(pausesServing(d.config, s)); });
+    d.tracker.onChange((s) => {
+      if (!this.stopped) this.server?.setPaused(pausesServing(d.config, s));
+    });
     d.sticks?.onTake(() => this.base?.service.yieldToStick());
   }
 
@@ -154,11 +186,17 @@ class DaemonPeerRunner implements DaemonPeers {
     if (this.d.firstLookWaitMs === undefined) await first;
     else {
       const waited = new AbortController();
-      await Promise.race([first, sleep(this.d.firstLookWaitMs, undefined, { signal: waited.signal }).catch(() => undefined)]);
+      await Promise.race([
+        first,
+        sleep(this.d.firstLookWaitMs, undefined, { signal: waited.signal }).catch(() => undefined),
+      ]);
       waited.abort();
     }
     if (this.ending) return;
-    this.timer = setInterval(() => void this.look(), this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000));
+    this.timer = setInterval(
+      () => void this.look(),
+      this.d.pollMs ?? Math.max(MIN_PEER_POLL_MS, this.d.config.media.pollSeconds * 1000),
+    );
   }
 
   /** One look at a time; a change during one is looked at once it is done. */
@@ -169,7 +207,9 @@ class DaemonPeerRunner implements DaemonPeers {
     }
     this.looking = this.lookOnce()
       .catch((err: unknown) => this.lookFailed(err))
-      .catch((err: unknown) => this.d.log.warn('peers', `cannot close the peer port: ${oneLine(err)}`))
+      .catch((err: unknown) =>
+        this.d.log.warn('peers', `cannot close the peer port: ${oneLine(err)}`),
+      )
       .finally(() => {
         this.looking = undefined;
         if (this.lookAgain && !this.ending) {
@@ -188,7 +228,12 @@ class DaemonPeerRunner implements DaemonPeers {
   private watching(): ApprovalWatch {
     if (!this.watch) {
       const { config, log, pollMs, relistMs } = this.d;
-      this.watch = new ApprovalWatch({ kubeconfig: config.status.kubeconfig!, log, onChange: () => void this.look(), ...(relistMs ?? pollMs ? { relistMs: relistMs ?? pollMs } : {}) });
+      this.watch = new ApprovalWatch({
+        kubeconfig: config.status.kubeconfig!,
+        log,
+        onChange: () => void this.look(),
+        ...((relistMs ?? pollMs) ? { relistMs: relistMs ?? pollMs } : {}),
+      });
       this.watch.start();
     }
     return this.watch;
@@ -208,7 +253,10 @@ class DaemonPeerRunner implements DaemonPeers {
     const approvals = watch.approvals;
     if (watch.error !== undefined || !approvals) throw watch.error ?? new Error('not read yet');
     const silentMs = Date.now() - watch.readAt;
-    if (silentMs >= this.graceMs) throw new Error(`the API server sent no list, event or bookmark of them for ${Math.round(silentMs / 1000)} s`);
+    if (silentMs >= this.graceMs)
+      throw new Error(
+        `the API server sent no list, event or bookmark of them for ${Math.round(silentMs / 1000)} s`,
+      );
     this.lookError = undefined;
     this.approved = new Set(approvals.map((a) => a.manifestDigest));
     await removeWithdrawnPeerPartials(this.d.config, this.approved, this.d.log);
@@ -218,7 +266,11 @@ class DaemonPeerRunner implements DaemonPeers {
     }
     if (!this.server) await this.open();
     if (!this.server) return;
-    this.say({ status: 'True', reason: 'Listening', message: `a bundle is approved: serving the approved bundles this node keeps to other nodes on ${this.server.url} (mutual TLS) and fetching approved bundles from them` });
+    this.say({
+      status: 'True',
+      reason: 'Listening',
+      message: `a bundle is approved: serving the approved bundles this node keeps to other nodes on ${this.server.url} (mutual TLS) and fetching approved bundles from them`,
+    });
     this.work();
   }
 
@@ -239,7 +291,10 @@ class DaemonPeerRunner implements DaemonPeers {
       return false;
     }
     if (this.keys && !sameKeys(this.keys, read.credentials)) {
-      this.d.log.info('peers', 'the peer keys changed: the peer port opens again with the new ones');
+      this.d.log.info(
+        'peers',
+        'the peer keys changed: the peer port opens again with the new ones',
+      );
       await this.close();
       this.openAfter = 0;
     }
@@ -260,7 +315,11 @@ class DaemonPeerRunner implements DaemonPeers {
     const port = this.server
       ? `the peer port stays open for ${Math.round(graceMs / 1000)} s after the last look that read them, then closes`
       : 'this node opens no peer port and fetches nothing from other nodes until they can be read';
-    this.say({ status: 'Unknown', reason: APPROVALS_UNREADABLE, message: `cannot read the BundleApprovals (${this.lookError}); ${port}` });
+    this.say({
+      status: 'Unknown',
+      reason: APPROVALS_UNREADABLE,
+      message: `cannot read the BundleApprovals (${this.lookError}); ${port}`,
+    });
   }
 
   /** Starts the server, or says why not and tries again after retryMs. */
@@ -275,7 +334,12 @@ class DaemonPeerRunner implements DaemonPeers {
     }
     this.problem = undefined;
     // the server listens: a cluster API that fails now is tried again at each look, never by a second start on the port
-    await this.refresh().catch((err: unknown) => this.d.log.warn('peers', `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`));
+    await this.refresh().catch((err: unknown) =>
+      this.d.log.warn(
+        'peers',
+        `cannot publish what this node serves yet: ${oneLine(err)}; tried again at the next look`,
+      ),
+    );
   }
 
   /**
@@ -286,19 +350,36 @@ class DaemonPeerRunner implements DaemonPeers {
   private approvedNow(): Promise<PeerApproval[]> {
     const watch = this.watch;
     const approvals = watch?.approvals;
-    if (watch && approvals && watch.error === undefined && Date.now() - watch.readAt < this.graceMs) return Promise.resolve(approvals);
+    if (watch && approvals && watch.error === undefined && Date.now() - watch.readAt < this.graceMs)
+      return Promise.resolve(approvals);
     return this.directory.approved();
   }
 
   private async makeBase(): Promise<Base> {
     const { config, log, tracker } = this.d;
     const own = await this.directory.ownNode();
-    if (!own.address) throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
+    if (!own.address)
+      throw new Error(`the Node ${config.nodeName} has no InternalIP to serve peers on`);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- the service's fetches take the keys of the latest look
     const runner = this;
     const service = new PeerService({
-      directory: { approved: () => this.approvedNow(), peersFor: (digest) => this.directory.peersFor(digest) }, get credentials() { return runner.keys!; }, address: own.address, port: config.peers.port,
-      context: { config, log, tracker, agentVersion: this.d.agentVersion, servesAfter: this.d.serves }, runtime: () => runtimeTarget(config, log),
+      directory: {
+        approved: () => this.approvedNow(),
+        peersFor: (digest) => this.directory.peersFor(digest),
+      },
+      get credentials() {
+        return runner.keys!;
+      },
+      address: own.address,
+      port: config.peers.port,
+      context: {
+        config,
+        log,
+        tracker,
+        agentVersion: this.d.agentVersion,
+        servesAfter: this.d.serves,
+      },
+      runtime: () => runtimeTarget(config, log),
       onServingChanged: () => this.servingChanged(),
     });
     return { service, address: own.address, controlPlane: own.controlPlane };
@@ -310,7 +391,12 @@ class DaemonPeerRunner implements DaemonPeers {
     // an approval withdrawn since the last look: its bundle is not served even before the port closes
     const bundle = (m: string) => (this.approved.has(m) ? b.service.offer(m) : undefined);
     const server = await startPeerServer({
-      ...peerServerOptions(config, credentials, { host: b.address, port: config.peers.port, controlPlane: b.controlPlane, bundle }),
+      ...peerServerOptions(config, credentials, {
+        host: b.address,
+        port: config.peers.port,
+        controlPlane: b.controlPlane,
+        bundle,
+      }),
       counters: b.service.counters,
     });
     if (this.ending) {
@@ -327,7 +413,10 @@ class DaemonPeerRunner implements DaemonPeers {
     this.openAfter = Date.now() + retryMs;
     const { reason, message } = startProblem(err, this.d.config);
     // said in status.peers too: the node meant to serve, and the count of copies waits for it
-    this.problem = { reason, message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s` };
+    this.problem = {
+      reason,
+      message: `not serving or fetching bundles between nodes: ${message}; trying again in ${Math.round(retryMs / 1000)} s`,
+    };
     this.show();
     this.say({ status: 'False', ...this.problem });
   }
@@ -359,7 +448,8 @@ class DaemonPeerRunner implements DaemonPeers {
       else log.warn('peers', c.message, { reason: c.reason });
     }
     const now = tracker.current.conditions.find((x) => x.type === 'Peers');
-    if (now?.status !== c.status || now.reason !== c.reason || now.message !== c.message) tracker.condition('Peers', c.status, c.reason, c.message);
+    if (now?.status !== c.status || now.reason !== c.reason || now.message !== c.message)
+      tracker.condition('Peers', c.status, c.reason, c.message);
   }
 
   async refresh(): Promise<void> {
@@ -373,12 +463,30 @@ class DaemonPeerRunner implements DaemonPeers {
     const service = this.base?.service;
     if (this.ending || !service) return;
     // counters and copies go on while a fetch runs; a kept layout removed since (the release completed) is no longer offered
-    this.publishing ??= service.offerKeptIfChanged().then(() => this.publish()).catch((err: unknown) => this.d.log.warn('peers', `cannot count the other nodes' copies: ${oneLine(err)}`)).finally(() => { this.publishing = undefined; });
+    this.publishing ??= service
+      .offerKeptIfChanged()
+      .then(() => this.publish())
+      .catch((err: unknown) =>
+        this.d.log.warn('peers', `cannot count the other nodes' copies: ${oneLine(err)}`),
+      )
+      .finally(() => {
+        this.publishing = undefined;
+      });
     if (this.task) return;
     // queued behind a stick's load, it may start after a stop, or before a stick's load that waits: it then does nothing
-    this.task = this.d.exclusive(async () => { if (!this.ending && this.server && !this.d.sticks?.pending) await service.syncOnce(this.d.signal); })
-      .then(() => this.publish(), (err: unknown) => this.d.log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`))
-      .finally(() => { this.task = undefined; });
+    this.task = this.d
+      .exclusive(async () => {
+        if (!this.ending && this.server && !this.d.sticks?.pending)
+          await service.syncOnce(this.d.signal);
+      })
+      .then(
+        () => this.publish(),
+        (err: unknown) =>
+          this.d.log.warn('peers', `cannot look for approved bundles: ${oneLine(err)}`),
+      )
+      .finally(() => {
+        this.task = undefined;
+      });
   }
 
   /**
@@ -415,10 +523,20 @@ class DaemonPeerRunner implements DaemonPeers {
     // a closed port publishes nothing as served: others would try it
     const serving = this.server ? this.base?.service.serving(this.approved) : undefined;
     const peers: PeersStatus = {
-      up: this.server !== undefined, ...(this.problem ? { problem: this.problem } : {}),
-      transfer: this.base?.service.counters.snapshot() ?? { bytesServed: 0, bytesFetched: 0, fetchedFrom: [], suspect: [] },
+      up: this.server !== undefined,
+      ...(this.problem ? { problem: this.problem } : {}),
+      transfer: this.base?.service.counters.snapshot() ?? {
+        bytesServed: 0,
+        bytesFetched: 0,
+        fetchedFrom: [],
+        suspect: [],
+      },
       // a count from before (another bundle) is not shown as this one's
-      ...(copies ? { copies } : this.d.tracker.current.peers?.copies ? { copies: this.d.tracker.current.peers.copies } : {}),
+      ...(copies
+        ? { copies }
+        : this.d.tracker.current.peers?.copies
+          ? { copies: this.d.tracker.current.peers.copies }
+          : {}),
     };
     const next = JSON.stringify({ serving, peers });
     if (next === this.shown) return;
@@ -452,7 +570,9 @@ class DaemonPeerRunner implements DaemonPeers {
     await this.publishing;
     await this.server?.close();
     // a stopped node is no peer: others would try it first
-    this.d.tracker.update((s) => { delete s.serving; });
+    this.d.tracker.update((s) => {
+      delete s.serving;
+    });
   }
 }
 
@@ -463,7 +583,10 @@ class DaemonPeerRunner implements DaemonPeers {
 export async function startPeers(d: PeerDaemon): Promise<DaemonPeers | undefined> {
   if (!d.config.peers.enabled) return undefined;
   if (!d.config.status.kubeconfig) {
-    d.log.info('peers', 'bundles between nodes are on, but status.kubeconfig is not set: no approval can be read, so this node opens no peer port and fetches nothing from other nodes');
+    d.log.info(
+      'peers',
+      'bundles between nodes are on, but status.kubeconfig is not set: no approval can be read, so this node opens no peer port and fetches nothing from other nodes',
+    );
     return undefined;
   }
   const runner = new DaemonPeerRunner(d);

@@ -10,7 +10,12 @@ import { AgentError, failureOf, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { withLoadLock } from '../state/lock.js';
 import { RETRYABLE, runLoad } from '../load/pipeline.js';
-import { forgetKeptCopy, readKeptCopies, recordKeptCopy, type KeptCopyRecord } from '../state/kept-copies.js';
+import {
+  forgetKeptCopy,
+  readKeptCopies,
+  recordKeptCopy,
+  type KeptCopyRecord,
+} from '../state/kept-copies.js';
 import { readServing } from '../state/serving-state.js';
 import { readReleases } from '../state/release-records.js';
 import { runtimeTarget } from '../runtime/runtime-target.js';
@@ -37,7 +42,10 @@ export class RetryKept {
   private timer: NodeJS.Timeout | undefined;
 
   /** `after`: what the daemon does after any load (kept serving, peers). */
-  constructor(private readonly d: RetryDeps, private readonly after: () => Promise<void>) {}
+  constructor(
+    private readonly d: RetryDeps,
+    private readonly after: () => Promise<void>,
+  ) {}
 
   /** Plans the next try of the copies kept (after a failed load, and at start); said in the status. */
   async schedule(): Promise<void> {
@@ -48,12 +56,19 @@ export class RetryKept {
     const seconds = Math.min(this.d.config.staging.retrySeconds * 2 ** n, MAX_RETRY_DELAY_S);
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.tryAll().catch((err) => this.d.log.warn('retry', `cannot try the kept copies again: ${oneLine(err)}`));
+      void this.tryAll().catch((err) =>
+        this.d.log.warn('retry', `cannot try the kept copies again: ${oneLine(err)}`),
+      );
     }, seconds * 1000);
     this.timer.unref();
     // said only beside the failure it follows, not over a later load's state
     if (this.d.tracker.current.phase === 'Failed') {
-      this.d.tracker.condition('Staged', 'True', 'KeptForRetry', `the verified copy in ${kept.map((r) => r.layout).join(', ')} is kept: the load is tried again from it in ${timeLeft(seconds).replace(/ left$/, '')} (try ${n + 1} of ${RETRY_LIMIT}), no USB stick needed`);
+      this.d.tracker.condition(
+        'Staged',
+        'True',
+        'KeptForRetry',
+        `the verified copy in ${kept.map((r) => r.layout).join(', ')} is kept: the load is tried again from it in ${timeLeft(seconds).replace(/ left$/, '')} (try ${n + 1} of ${RETRY_LIMIT}), no USB stick needed`,
+      );
     }
   }
 
@@ -66,9 +81,16 @@ export class RetryKept {
     const { config, log } = this.d;
     const out: KeptCopyRecord[] = [];
     for (const r of await readKeptCopies(config.paths.stateDir)) {
-      if (resolve(dirname(r.layout)) === resolve(config.paths.upgradeDir) && LAYOUT_NAME.test(basename(r.layout))) out.push(r);
+      if (
+        resolve(dirname(r.layout)) === resolve(config.paths.upgradeDir) &&
+        LAYOUT_NAME.test(basename(r.layout))
+      )
+        out.push(r);
       else {
-        log.warn('retry', `a retry record names ${r.layout}, which is not a staged layout of ${config.paths.upgradeDir}: the record is dropped, the directory left alone`);
+        log.warn(
+          'retry',
+          `a retry record names ${r.layout}, which is not a staged layout of ${config.paths.upgradeDir}: the record is dropped, the directory left alone`,
+        );
         await forgetKeptCopy(config.paths.stateDir, r.layout);
       }
     }
@@ -88,21 +110,55 @@ export class RetryKept {
   private async tryOne(rec: KeptCopyRecord): Promise<void> {
     const { config, log, tracker, signal, agentVersion, serves } = this.d;
     const tries = (rec.tries ?? 0) + 1;
-    log.info('retry', `loading ${rec.layout} again (try ${tries} of ${RETRY_LIMIT}): its copy was kept after the load failed`, { layout: rec.layout });
+    log.info(
+      'retry',
+      `loading ${rec.layout} again (try ${tries} of ${RETRY_LIMIT}): its copy was kept after the load failed`,
+      { layout: rec.layout },
+    );
     const runtime = runtimeTarget(config, log);
     try {
-      await this.d.exclusive(() => runLoad({ target: rec.layout, manifestDigest: rec.manifestDigest }, { config, log, tracker, runtime, media: KEPT_COPY_MEDIA, signal, agentVersion, servesAfter: serves }));
+      await this.d.exclusive(() =>
+        runLoad(
+          { target: rec.layout, manifestDigest: rec.manifestDigest },
+          {
+            config,
+            log,
+            tracker,
+            runtime,
+            media: KEPT_COPY_MEDIA,
+            signal,
+            agentVersion,
+            servesAfter: serves,
+          },
+        ),
+      );
     } catch (err) {
       // another load holds the lock, or the agent stops: not a try
       const { reason } = failureOf(err, config.paths.upgradeDir);
       if (reason === 'Busy' || signal.aborted) return;
-      const still = (await readKeptCopies(config.paths.stateDir)).some((r) => r.layout === rec.layout);
-      if (still && RETRYABLE.has(reason) && tries < RETRY_LIMIT) return void (await recordKeptCopy(config.paths.stateDir, { ...rec, tries }));
+      const still = (await readKeptCopies(config.paths.stateDir)).some(
+        (r) => r.layout === rec.layout,
+      );
+      if (still && RETRYABLE.has(reason) && tries < RETRY_LIMIT)
+        return void (await recordKeptCopy(config.paths.stateDir, { ...rec, tries }));
       // the copy itself cannot be used, or out of tries: the stick is needed again
-      const why = RETRYABLE.has(reason) ? `it failed ${tries} times` : `the copy cannot be used (${reason})`;
-      await this.d.exclusive(() => withLoadLock(config.paths.stateDir, () => this.drop(rec.layout))).catch((e) => log.warn('retry', `cannot remove ${rec.layout}: ${oneLine(e)}`));
-      tracker.condition('Staged', 'False', 'RetriesExhausted', `the copy in ${rec.layout} was given up: ${why}; plug the USB stick in again`);
-      log.error('retry', `${rec.layout} given up: ${why}: ${err instanceof AgentError ? err.message : oneLine(err)}`, { layout: rec.layout });
+      const why = RETRYABLE.has(reason)
+        ? `it failed ${tries} times`
+        : `the copy cannot be used (${reason})`;
+      await this.d
+        .exclusive(() => withLoadLock(config.paths.stateDir, () => this.drop(rec.layout)))
+        .catch((e) => log.warn('retry', `cannot remove ${rec.layout}: ${oneLine(e)}`));
+      tracker.condition(
+        'Staged',
+        'False',
+        'RetriesExhausted',
+        `the copy in ${rec.layout} was given up: ${why}; plug the USB stick in again`,
+      );
+      log.error(
+        'retry',
+        `${rec.layout} given up: ${why}: ${err instanceof AgentError ? err.message : oneLine(err)}`,
+        { layout: rec.layout },
+      );
     } finally {
       await runtime.close();
     }
@@ -112,7 +168,9 @@ export class RetryKept {
   private async drop(layout: string): Promise<void> {
     const { config } = this.d;
     await forgetKeptCopy(config.paths.stateDir, layout);
-    const named = (await readReleases(config.paths.stateDir)).some((r) => r.layout === layout) || (await readServing(config.paths.stateDir))?.layout === layout;
+    const named =
+      (await readReleases(config.paths.stateDir)).some((r) => r.layout === layout) ||
+      (await readServing(config.paths.stateDir))?.layout === layout;
     if (!named) await rm(layout, { recursive: true, force: true });
   }
 }

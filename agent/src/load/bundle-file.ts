@@ -1,7 +1,17 @@
 import { constants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { bundleIdentity, endsWithSeekTable, isPartName, namesSplitBundle, parsePartName, readHeader, withBundle, withBundleFile, type BundleSource } from '@offline-bundle/format';
+import {
+  bundleIdentity,
+  endsWithSeekTable,
+  isPartName,
+  namesSplitBundle,
+  parsePartName,
+  readHeader,
+  withBundle,
+  withBundleFile,
+  type BundleSource,
+} from '@offline-bundle/format';
 import { formatBytes } from '@offline-bundle/cli';
 import { assertRegularFile } from '@offline-bundle/host';
 import { AgentError } from '../errors.js';
@@ -33,7 +43,8 @@ export async function notABundle(file: string): Promise<string | undefined> {
     if (!st.isFile()) return `${basename(file)} is not a regular file`;
     const head = Buffer.alloc(ZSTD_FRAME.length);
     const { bytesRead } = await fh.read(head, 0, head.length, 0);
-    if (bytesRead < head.length || !head.equals(ZSTD_FRAME)) return `${basename(file)} is not a bundle (it does not start with a zstd frame)`;
+    if (bytesRead < head.length || !head.equals(ZSTD_FRAME))
+      return `${basename(file)} is not a bundle (it does not start with a zstd frame)`;
     return undefined;
   } finally {
     await fh.close();
@@ -49,17 +60,27 @@ const FIX = 'give the path of a NAME.bundle file';
  */
 export async function notLoadable(path: string): Promise<string | undefined> {
   // a part set is checked as a whole (a missing or cut part is named) and the load reads it
-  if (await namesSplitBundle(path)) return withBundle(path, async () => undefined).catch((err: Error) => err.message);
-  const missing = await stat(path).then(() => false, (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR');
+  if (await namesSplitBundle(path))
+    return withBundle(path, async () => undefined).catch((err: Error) => err.message);
+  const missing = await stat(path).then(
+    () => false,
+    (err: NodeJS.ErrnoException) => err.code === 'ENOENT' || err.code === 'ENOTDIR',
+  );
   if (missing) return `${path} does not exist: ${FIX}`;
-  const irregular = await assertRegularFile(path).then(() => undefined, (err: Error) => err.message);
+  const irregular = await assertRegularFile(path).then(
+    () => undefined,
+    (err: Error) => err.message,
+  );
   if (irregular) return irregular;
   const why = await notABundle(path).catch(() => undefined);
   if (why) return `${why}: ${FIX}`;
   // zstd data holding something else (a .tar.zst): no bundle.json first, and no seek table last.
   // Undecodable bytes are left to the load, which reports a damaged bundle as Corrupt.
   const otherZstd = await withBundleFile(path, async (source) => {
-    const order = await readHeader(source).then(() => false, (err: { code?: string }) => err.code === 'BAD_ORDER');
+    const order = await readHeader(source).then(
+      () => false,
+      (err: { code?: string }) => err.code === 'BAD_ORDER',
+    );
     return order && !(await endsWithSeekTable(source).catch(() => false));
   }).catch(() => false);
   if (otherZstd) {
@@ -87,13 +108,26 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
   const not = isPartName(file) ? undefined : await notABundle(file);
   if (not) return { kind: 'notABundle', why: not };
   // an incomplete or mixed part set: offered, so that the load's failure names the part on the status
-  const bad = (err: { code?: string; message: string }): HeadVerdict => { if (err.code === 'BAD_PARTS') return { kind: 'damaged', why: err.message }; throw err; };
+  const bad = (err: { code?: string; message: string }): HeadVerdict => {
+    if (err.code === 'BAD_PARTS') return { kind: 'damaged', why: err.message };
+    throw err;
+  };
   return withBundle(file, async (source): Promise<HeadVerdict> => {
-    if (!(await endsWithSeekTable(source))) return { kind: 'incomplete', why: `${basename(file)} has no seek table at its end (still being copied, or cut short)` };
+    if (!(await endsWithSeekTable(source)))
+      return {
+        kind: 'incomplete',
+        why: `${basename(file)} has no seek table at its end (still being copied, or cut short)`,
+      };
     try {
       const { manifest, manifestBytes } = await readHeader(source);
       const base = manifest.base?.bundleJson;
-      return { kind: 'bundle', version: manifest.release.version, arch: manifest.release.arch, identity: bundleIdentity(manifestBytes), ...(base ? { base } : {}) };
+      return {
+        kind: 'bundle',
+        version: manifest.release.version,
+        arch: manifest.release.arch,
+        identity: bundleIdentity(manifestBytes),
+        ...(base ? { base } : {}),
+      };
     } catch (err) {
       return { kind: 'damaged', why: (err as Error).message };
     }
@@ -108,7 +142,10 @@ export async function inspectHead(file: string): Promise<HeadVerdict> {
 export async function assertWhole(source: BundleSource): Promise<void> {
   if (await endsWithSeekTable(source)) return;
   // a part set's identity names the set ("DIR/NAME.bundle (3 parts)"), not the part given
-  throw new AgentError('Truncated', `${basename(source.identity)} is cut short: ${formatBytes(source.size)} with no seek table at its end (the copy did not finish, the stick was pulled early, or the file was altered); copy the bundle again and wait until the copy has finished`);
+  throw new AgentError(
+    'Truncated',
+    `${basename(source.identity)} is cut short: ${formatBytes(source.size)} with no seek table at its end (the copy did not finish, the stick was pulled early, or the file was altered); copy the bundle again and wait until the copy has finished`,
+  );
 }
 
 // The file itself vanishing (its stick pulled, or deleted) while the load reads it
@@ -121,8 +158,17 @@ const GONE = new Set(['ENOENT', 'ESTALE', 'ENODEV', 'ENXIO', 'EIO', 'ENOTCONN', 
 export function mediaGone(err: unknown, file: string): unknown {
   // the format library wraps what the system said as IO_ERROR, keeping it as the cause
   let e = err as NodeJS.ErrnoException | undefined;
-  for (let depth = 0; e && typeof e.syscall !== 'string' && depth < 3; depth++) e = e.cause as NodeJS.ErrnoException | undefined;
-  const samePart = isPartName(file) && typeof e?.path === 'string' && parsePartName(e.path)?.base === parsePartName(file)?.base;
-  if (typeof e?.syscall !== 'string' || (e.path !== file && !samePart) || !GONE.has(e.code ?? '')) return err;
-  return new AgentError('MediaRemoved', `${file} disappeared or cannot be read (${e.code}): was the USB stick removed or the file deleted? Plug it in again, check the path and retry`, { cause: err });
+  for (let depth = 0; e && typeof e.syscall !== 'string' && depth < 3; depth++)
+    e = e.cause as NodeJS.ErrnoException | undefined;
+  const samePart =
+    isPartName(file) &&
+    typeof e?.path === 'string' &&
+    parsePartName(e.path)?.base === parsePartName(file)?.base;
+  if (typeof e?.syscall !== 'string' || (e.path !== file && !samePart) || !GONE.has(e.code ?? ''))
+    return err;
+  return new AgentError(
+    'MediaRemoved',
+    `${file} disappeared or cannot be read (${e.code}): was the USB stick removed or the file deleted? Plug it in again, check the path and retry`,
+    { cause: err },
+  );
 }

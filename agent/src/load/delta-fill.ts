@@ -5,8 +5,18 @@
 import { lstat, readdir } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import {
-  BundleRandomReader, baseEntries, baseLabel, bundleIdentity, openBundle, parsePartName, readHeader, withBundle,
-  type BaseSource, type BundleManifest, type BundleSource, type LayoutEntry,
+  BundleRandomReader,
+  baseEntries,
+  baseLabel,
+  bundleIdentity,
+  openBundle,
+  parsePartName,
+  readHeader,
+  withBundle,
+  type BaseSource,
+  type BundleManifest,
+  type BundleSource,
+  type LayoutEntry,
 } from '@offline-bundle/format';
 import { openRegularFile } from '@offline-bundle/host';
 import { formatBytes } from '@offline-bundle/cli';
@@ -17,7 +27,10 @@ import { readReleases } from '../state/release-records.js';
 
 /** The one line a node without the base says: which release it needs, and the fix. */
 function baseMissing(m: BundleManifest, detail: string): AgentError {
-  return new AgentError('BaseMissing', `This update needs ${m.base!.version} on this node; plug in the full bundle (it is a delta against ${baseLabel(m.base!)}: ${detail})`);
+  return new AgentError(
+    'BaseMissing',
+    `This update needs ${m.base!.version} on this node; plug in the full bundle (it is a delta against ${baseLabel(m.base!)}: ${detail})`,
+  );
 }
 
 /**
@@ -28,7 +41,10 @@ function baseMissing(m: BundleManifest, detail: string): AgentError {
 async function keptLayouts(config: AgentConfig, m: BundleManifest): Promise<string[]> {
   const releases = await readReleases(config.paths.stateDir);
   const own = join(config.paths.upgradeDir, `${m.base!.version}-${m.release.arch}`);
-  const kept = releases.filter((r) => r.layout).sort((a, b) => Number(b.version === m.base!.version) - Number(a.version === m.base!.version)).map((r) => r.layout!);
+  const kept = releases
+    .filter((r) => r.layout)
+    .sort((a, b) => Number(b.version === m.base!.version) - Number(a.version === m.base!.version))
+    .map((r) => r.layout!);
   return [...new Set([own, ...kept])];
 }
 
@@ -52,15 +68,22 @@ const MAX_BESIDE = 64;
 async function baseBundleBeside(file: string, m: BundleManifest): Promise<string | undefined> {
   const dir = dirname(file);
   const own = parsePartName(file)?.base ?? basename(file);
-  const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => {
-    const part = parsePartName(n);
-    return (part ? part.n === 1 && part.base !== own : n.endsWith('.bundle') && n !== own);
-  }).sort().slice(0, MAX_BESIDE);
+  const names = (await readdir(dir).catch(() => [] as string[]))
+    .filter((n) => {
+      const part = parsePartName(n);
+      return part ? part.n === 1 && part.base !== own : n.endsWith('.bundle') && n !== own;
+    })
+    .sort()
+    .slice(0, MAX_BESIDE);
   for (const n of names) {
     const head = await withBundle(join(dir, n), async (s) => readHeader(s)).catch(() => undefined);
     if (!head || bundleIdentity(head.manifestBytes) !== m.base!.bundleJson) continue;
     // the base is itself a delta: it lacks the blobs it takes from its own base
-    if (head.manifest.base) throw baseMissing(m, `${n} beside it is that release, but itself a delta against ${baseLabel(head.manifest.base)}, without the blobs it takes from there`);
+    if (head.manifest.base)
+      throw baseMissing(
+        m,
+        `${n} beside it is that release, but itself a delta against ${baseLabel(head.manifest.base)}, without the blobs it takes from there`,
+      );
     return join(dir, n);
   }
   return undefined;
@@ -70,16 +93,19 @@ async function baseBundleBeside(file: string, m: BundleManifest): Promise<string
 function fromBaseBundle(path: string, m: BundleManifest): Required<BaseSource> {
   let opened: Promise<{ source: BundleSource; reader: BundleRandomReader }> | undefined;
   let source: BundleSource | undefined;
-  const open = () => (opened ??= (async () => {
-    source = await openBundle(path);
-    const head = await readHeader(source);
-    if (bundleIdentity(head.manifestBytes) !== m.base!.bundleJson) throw baseMissing(m, `${path} changed since it was found`);
-    return { source, reader: await BundleRandomReader.open(source, head.manifest) };
-  })());
+  const open = () =>
+    (opened ??= (async () => {
+      source = await openBundle(path);
+      const head = await readHeader(source);
+      if (bundleIdentity(head.manifestBytes) !== m.base!.bundleJson)
+        throw baseMissing(m, `${path} changed since it was found`);
+      return { source, reader: await BundleRandomReader.open(source, head.manifest) };
+    })());
   return {
     open: async (e) => {
       const { reader } = await open();
-      if (!reader.has(e.path)) throw baseMissing(m, `${path} does not carry ${e.path} (a delta itself?)`);
+      if (!reader.has(e.path))
+        throw baseMissing(m, `${path} does not carry ${e.path} (a delta itself?)`);
       return reader.stream(e.path);
     },
     close: async () => {
@@ -95,7 +121,12 @@ function fromBaseBundle(path: string, m: BundleManifest): Required<BaseSource> {
  * refuses the load (BaseMissing). The source opens each there, refusing a symlink or FIFO put in
  * its place; its bytes are checked by the copy, not here.
  */
-export async function locateBase(config: AgentConfig, m: BundleManifest, log: Logger, file: string | undefined): Promise<BaseSource> {
+export async function locateBase(
+  config: AgentConfig,
+  m: BundleManifest,
+  log: Logger,
+  file: string | undefined,
+): Promise<BaseSource> {
   const entries = baseEntries(m);
   const dirs = await keptLayouts(config, m);
   const where = new Map<string, string>();
@@ -108,18 +139,26 @@ export async function locateBase(config: AgentConfig, m: BundleManifest, log: Lo
   const beside = missing.length && file ? await baseBundleBeside(file, m) : undefined;
   if (missing.length && !beside) {
     const bytes = missing.reduce((s, e) => s + e.size, 0);
-    throw baseMissing(m, `${missing.length} of the ${entries.length} blobs it takes from there (${formatBytes(bytes)}) are not kept on this node, and its bundle is not beside this one`);
+    throw baseMissing(
+      m,
+      `${missing.length} of the ${entries.length} blobs it takes from there (${formatBytes(bytes)}) are not kept on this node, and its bundle is not beside this one`,
+    );
   }
   const bytes = entries.reduce((s, e) => s + e.size, 0);
   const from = [...new Set(where.values()), ...(beside ? [beside] : [])];
-  log.info('staging', `a delta against ${baseLabel(m.base!)}: ${entries.length} blobs (${formatBytes(bytes)}) come from ${from.join(', ')}, each checked against this bundle's signed digest`);
+  log.info(
+    'staging',
+    `a delta against ${baseLabel(m.base!)}: ${entries.length} blobs (${formatBytes(bytes)}) come from ${from.join(', ')}, each checked against this bundle's signed digest`,
+  );
   const bundle = beside ? fromBaseBundle(beside, m) : undefined;
   return {
     open: async (e) => {
       const dir = where.get(e.path);
       if (!dir) return bundle!.open(e);
       const path = join(dir, e.path);
-      const fh = await openRegularFile(path).catch((err: unknown) => { throw baseMissing(m, `${path} went missing (${(err as Error).message})`); });
+      const fh = await openRegularFile(path).catch((err: unknown) => {
+        throw baseMissing(m, `${path} went missing (${(err as Error).message})`);
+      });
       return fh.createReadStream({ highWaterMark: 1024 * 1024 });
     },
     close: async () => bundle?.close(),

@@ -5,7 +5,13 @@
 // (EntryFiles), the writer a stick's extraction writes through.
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { EntryFiles, bundleIdentity, removeUnfinishedWrites, type BundleManifest, type LayoutEntry } from '@offline-bundle/format';
+import {
+  EntryFiles,
+  bundleIdentity,
+  removeUnfinishedWrites,
+  type BundleManifest,
+  type LayoutEntry,
+} from '@offline-bundle/format';
 import { AgentError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { StagedHead } from './kept-layout.js';
@@ -26,16 +32,31 @@ interface StagingPlace {
 export async function stagingPlace(upgradeDir: string, head: StagedHead): Promise<StagingPlace> {
   const rel = head.manifest.release;
   const target = join(upgradeDir, `${rel.version}-${rel.arch}`);
-  return { target, partial: `${target}.partial`, identity: bundleIdentity(head.manifestBytes), stagedBefore: await alreadyStaged(target, head.manifestBytes) };
+  return {
+    target,
+    partial: `${target}.partial`,
+    identity: bundleIdentity(head.manifestBytes),
+    stagedBefore: await alreadyStaged(target, head.manifestBytes),
+  };
 }
 
 /** The space plan of staging `head` at `place`, counting the agent's own partial staging (partialCredit). */
-export async function planStaging(upgradeDir: string, place: StagingPlace, head: StagedHead, words: SpaceWords, plan: SpaceCheck): Promise<SpacePlan> {
+export async function planStaging(
+  upgradeDir: string,
+  place: StagingPlace,
+  head: StagedHead,
+  words: SpaceWords,
+  plan: SpaceCheck,
+): Promise<SpacePlan> {
   return plan(head.manifest, await partialCredit(upgradeDir, place.partial, place.identity), words);
 }
 
 /** The load's space check (planSpace with the node's config). */
-export type SpaceCheck = (m: BundleManifest, credit: SpaceCredit, words: SpaceWords) => Promise<SpacePlan>;
+export type SpaceCheck = (
+  m: BundleManifest,
+  credit: SpaceCredit,
+  words: SpaceWords,
+) => Promise<SpacePlan>;
 
 /** What an origin's fill is given: the writer over the partial, the entries still missing, how to say progress. */
 export interface EntryFill {
@@ -115,14 +136,21 @@ interface EntryStagingOptions {
  * marker (the load puts it in place with finishLayout, as a stick's extraction ends). A failure
  * keeps the verified entries when the origin says it was cut short, else removes the partial.
  */
-export async function stageEntries(source: EntrySource, head: StagedHead, o: EntryStagingOptions): Promise<EntryStaging> {
+export async function stageEntries(
+  source: EntrySource,
+  head: StagedHead,
+  o: EntryStagingOptions,
+): Promise<EntryStaging> {
   const place = await stagingPlace(o.upgradeDir, head);
   const { target, partial } = place;
   if (place.stagedBefore) return { target, keptBytes: 0, already: true };
   const plan = await planStaging(o.upgradeDir, place, head, source.words, o.plan);
   if (plan.mode !== 'staged') {
     const w = source.words;
-    throw new AgentError('InsufficientSpace', `${w.lead ?? ''}not enough disk space to stage it (${planText(plan, w)}): free space on ${o.upgradeDir}${w.after ?? ''}`);
+    throw new AgentError(
+      'InsufficientSpace',
+      `${w.lead ?? ''}not enough disk space to stage it (${planText(plan, w)}): free space on ${o.upgradeDir}${w.after ?? ''}`,
+    );
   }
   o.onStep?.('plan-space');
   o.onPlan?.(plan);
@@ -136,16 +164,26 @@ export async function stageEntries(source: EntrySource, head: StagedHead, o: Ent
     o.onStep?.('write-entries');
     source.onStaging?.(head, partial, target);
     const files = new EntryFiles(partial, source.fsync !== false);
-    const { missing, keptBytes } = await preparePartial(files, partial, head, signal, (e) => source.onEntry?.(e));
+    const { missing, keptBytes } = await preparePartial(files, partial, head, signal, (e) =>
+      source.onEntry?.(e),
+    );
     keep = true;
     const total = head.manifest.totals.layoutBytes;
     // in place already: what was kept, and oci-layout (written by preparePartial)
     let done = total - missing.reduce((n, e) => n + e.size, 0);
     o.onProgress?.(done, total);
     await source.fill({
-      files, partial, target, head, missing, signal,
+      files,
+      partial,
+      target,
+      head,
+      missing,
+      signal,
       onPlaced: (e) => source.onEntry?.(e),
-      onBytes: (n) => { done += n; o.onProgress?.(done, total); },
+      onBytes: (n) => {
+        done += n;
+        o.onProgress?.(done, total);
+      },
     });
     return { target, keptBytes, already: false };
   } catch (err) {

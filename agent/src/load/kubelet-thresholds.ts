@@ -37,14 +37,31 @@ export const KUBELET_DEFAULTS: Omit<KubeletThresholds, 'source'> = {
   nodefsAvailable: { percent: 10 },
 };
 
-const BINARY: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
-const DECIMAL: Record<string, number> = { '': 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18 };
+const BINARY: Record<string, number> = {
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+  Pi: 2 ** 50,
+  Ei: 2 ** 60,
+};
+const DECIMAL: Record<string, number> = {
+  '': 1,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  P: 1e15,
+  E: 1e18,
+};
 
 /** A Kubernetes quantity ("10Gi", "500M", "1e9", "1234") in bytes; undefined when it is none. */
 export function parseQuantity(text: string): number | undefined {
-  const m = /^([+]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE]([+-]?\d+))?$/.exec(text.trim());
+  const m = /^([+]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE]([+-]?\d+))?$/.exec(
+    text.trim(),
+  );
   if (!m) return undefined;
-  const unit = m[2] ? BINARY[m[2]] ?? DECIMAL[m[2]]! : 1;
+  const unit = m[2] ? (BINARY[m[2]] ?? DECIMAL[m[2]]!) : 1;
   const bytes = Number(m[1]) * unit * (m[3] ? 10 ** Number(m[3]) : 1);
   return Number.isFinite(bytes) ? Math.ceil(bytes) : undefined;
 }
@@ -90,7 +107,8 @@ export function thresholdText(t: Threshold): string {
   return 'bytes' in t ? formatBytes(t.bytes) : `${t.percent}%`;
 }
 
-const isMapping = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isMapping = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
  * The thresholds a KubeletConfiguration document sets; what it leaves out, or sets to
@@ -104,17 +122,37 @@ export function thresholdsOf(doc: unknown, notes: string[]): Omit<KubeletThresho
     return out;
   }
   const gc = doc.imageGCHighThresholdPercent;
-  if (typeof gc === 'number' && Number.isInteger(gc) && gc >= 0 && gc <= 100) out.gcHighPercent = gc;
-  else if (gc !== undefined) notes.push(`imageGCHighThresholdPercent ${JSON.stringify(gc)} is not a whole percent`);
-  readEvictions(doc, 'evictionHard', { 'imagefs.available': 'imagefsAvailable', 'nodefs.available': 'nodefsAvailable' }, out, notes);
-  readEvictions(doc, 'evictionSoft', { 'imagefs.available': 'imagefsSoft', 'nodefs.available': 'nodefsSoft' }, out, notes);
+  if (typeof gc === 'number' && Number.isInteger(gc) && gc >= 0 && gc <= 100)
+    out.gcHighPercent = gc;
+  else if (gc !== undefined)
+    notes.push(`imageGCHighThresholdPercent ${JSON.stringify(gc)} is not a whole percent`);
+  readEvictions(
+    doc,
+    'evictionHard',
+    { 'imagefs.available': 'imagefsAvailable', 'nodefs.available': 'nodefsAvailable' },
+    out,
+    notes,
+  );
+  readEvictions(
+    doc,
+    'evictionSoft',
+    { 'imagefs.available': 'imagefsSoft', 'nodefs.available': 'nodefsSoft' },
+    out,
+    notes,
+  );
   return out;
 }
 
 type ThresholdKey = 'imagefsAvailable' | 'nodefsAvailable' | 'imagefsSoft' | 'nodefsSoft';
 
 /** The disk signals of one eviction map (evictionHard, evictionSoft) into `out`, noting what is unreadable. */
-function readEvictions(doc: Record<string, unknown>, field: string, keys: Record<string, ThresholdKey>, out: Omit<KubeletThresholds, 'source'>, notes: string[]): void {
+function readEvictions(
+  doc: Record<string, unknown>,
+  field: string,
+  keys: Record<string, ThresholdKey>,
+  out: Omit<KubeletThresholds, 'source'>,
+  notes: string[],
+): void {
   const map = doc[field];
   if (map === undefined || map === null) return;
   if (!isMapping(map)) {
@@ -125,7 +163,10 @@ function readEvictions(doc: Record<string, unknown>, field: string, keys: Record
     if (map[signal] === undefined) continue;
     const th = parseThreshold(map[signal]);
     if (th) out[key] = th;
-    else notes.push(`${field} ${signal} ${JSON.stringify(map[signal]).slice(0, 40)} is not a percentage or quantity`);
+    else
+      notes.push(
+        `${field} ${signal} ${JSON.stringify(map[signal]).slice(0, 40)} is not a percentage or quantity`,
+      );
   }
 }
 
@@ -145,17 +186,26 @@ export async function readKubeletThresholds(paths: readonly string[]): Promise<K
         missing.push(path);
         continue;
       }
-      return { ...KUBELET_DEFAULTS, source: `the kubelet's defaults (${path} is unreadable: ${(err as Error).message.split('\n')[0]})` };
+      return {
+        ...KUBELET_DEFAULTS,
+        source: `the kubelet's defaults (${path} is unreadable: ${(err as Error).message.split('\n')[0]})`,
+      };
     }
     let doc: unknown;
     try {
       doc = parseYaml(text, { maxAliasCount: 100 });
     } catch (err) {
-      return { ...KUBELET_DEFAULTS, source: `the kubelet's defaults (${path} is not YAML or JSON: ${(err as Error).message.split('\n')[0]})` };
+      return {
+        ...KUBELET_DEFAULTS,
+        source: `the kubelet's defaults (${path} is not YAML or JSON: ${(err as Error).message.split('\n')[0]})`,
+      };
     }
     const notes: string[] = [];
     const t = thresholdsOf(doc, notes);
     return { ...t, source: notes.length ? `${path} (defaults where ${notes.join('; ')})` : path };
   }
-  return { ...KUBELET_DEFAULTS, source: `the kubelet's defaults (no kubelet config at ${missing.join(' or ') || 'any configured path'})` };
+  return {
+    ...KUBELET_DEFAULTS,
+    source: `the kubelet's defaults (no kubelet config at ${missing.join(' or ') || 'any configured path'})`,
+  };
 }

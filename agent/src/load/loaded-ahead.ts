@@ -8,10 +8,19 @@ import type { HistoryEntry } from '@offline-bundle/status';
  */
 export function loadedAhead(history: readonly HistoryEntry[]): string[] {
   const newest = newestRun(history);
-  return history.filter((e) => e.state === 'loaded' && (newest === undefined || compareVersions(e.version, newest) > 0)).map((e) => e.version);
+  return history
+    .filter(
+      (e) =>
+        e.state === 'loaded' && (newest === undefined || compareVersions(e.version, newest) > 0),
+    )
+    .map((e) => e.version);
 }
 
 /** The newest release the history says the cluster runs or ran to completion. */
 export function newestRun(history: readonly HistoryEntry[]): string | undefined {
-  return history.filter((e) => e.state === 'running' || e.state === 'complete').map((e) => e.version).sort(compareVersions).at(-1);
+  return history
+    .filter((e) => e.state === 'running' || e.state === 'complete')
+    .map((e) => e.version)
+    .sort(compareVersions)
+    .at(-1);
 }

@@ -2,7 +2,19 @@
 // format's staged-layout functions, as a stick's extraction makes it (packages/format
 // entry-files.ts, extract-resume.ts), so either origin may finish what the other began.
 import { Readable } from 'node:stream';
-import { OCI_LAYOUT, OCI_LAYOUT_CONTENT, bundleIdentity, emptyStaging, layoutEntries, partialBundle, removeUnfinishedWrites, verifiedInPlace, writeResumeMarker, type EntryFiles, type LayoutEntry } from '@offline-bundle/format';
+import {
+  OCI_LAYOUT,
+  OCI_LAYOUT_CONTENT,
+  bundleIdentity,
+  emptyStaging,
+  layoutEntries,
+  partialBundle,
+  removeUnfinishedWrites,
+  verifiedInPlace,
+  writeResumeMarker,
+  type EntryFiles,
+  type LayoutEntry,
+} from '@offline-bundle/format';
 import type { StagedHead } from './kept-layout.js';
 
 /** Whether `entry` is in `dir` whole and hashing right again (removed when not); a stop ends the look. */
@@ -18,7 +30,13 @@ async function kept(dir: string, entry: LayoutEntry, signal: AbortSignal): Promi
  * goes. Returns the entries still to fill (oci-layout, whose bytes are fixed, written here
  * through the writer as any entry).
  */
-export async function preparePartial(files: EntryFiles, partial: string, head: StagedHead, signal: AbortSignal, onKept: (e: LayoutEntry) => void): Promise<{ missing: LayoutEntry[]; keptBytes: number }> {
+export async function preparePartial(
+  files: EntryFiles,
+  partial: string,
+  head: StagedHead,
+  signal: AbortSignal,
+  onKept: (e: LayoutEntry) => void,
+): Promise<{ missing: LayoutEntry[]; keptBytes: number }> {
   const entries = layoutEntries(head.manifest);
   const same = (await partialBundle(partial)) === bundleIdentity(head.manifestBytes);
   if (same) {
@@ -30,7 +48,7 @@ export async function preparePartial(files: EntryFiles, partial: string, head: S
   const missing: LayoutEntry[] = [];
   let keptBytes = 0;
   for (const e of entries) {
-    if (same && await kept(partial, e, signal)) {
+    if (same && (await kept(partial, e, signal))) {
       keptBytes += e.size;
       onKept(e);
     } else if (e.path === OCI_LAYOUT) {

@@ -11,23 +11,38 @@ import { namesOf } from '../runtime/runtime-target.js';
 import { readBlob } from './pull-activity.js';
 
 /** One release of the path and the image names its record pins. */
-export interface PathRelease { version: string; refs: string[] }
+export interface PathRelease {
+  version: string;
+  refs: string[];
+}
 
 /** The release image's layers for `arch`: the manifest itself, or the index's child of that platform. */
 async function releaseLayers(store: BlobStore, digest: string, arch: string): Promise<string[]> {
   const top = parseManifest(await readBlob(store, digest));
   if (top.kind === 'manifest') return top.manifest.layers.map((l) => l.digest);
-  const child = top.index.manifests.find((c) => platformMatches({ os: 'linux', architecture: arch }, c.platform) && store.size(c.digest) !== undefined);
+  const child = top.index.manifests.find(
+    (c) =>
+      platformMatches({ os: 'linux', architecture: arch }, c.platform) &&
+      store.size(c.digest) !== undefined,
+  );
   if (!child) throw new Error(`the release image ${digest} carries no linux/${arch} manifest`);
   const m = parseManifest(await readBlob(store, child.digest));
-  if (m.kind !== 'manifest') throw new Error(`the release image ${digest} nests an index in an index`);
+  if (m.kind !== 'manifest')
+    throw new Error(`the release image ${digest} nests an index in an index`);
   return m.manifest.layers.map((l) => l.digest);
 }
 
 /** The digests of one release's images: its release image and the payload its image-references lists. */
-async function releaseDigests(store: BlobStore, hop: ReleaseHop, arch: string): Promise<Set<string>> {
+async function releaseDigests(
+  store: BlobStore,
+  hop: ReleaseHop,
+  arch: string,
+): Promise<Set<string>> {
   const layers = await releaseLayers(store, hop.digest!, arch);
-  const payload = await readReleasePayload(layers.map((d) => ({ digest: d, open: () => store.open(d, 0, store.size(d) ?? 0) })), `the release image of ${hop.version}`);
+  const payload = await readReleasePayload(
+    layers.map((d) => ({ digest: d, open: () => store.open(d, 0, store.size(d) ?? 0) })),
+    `the release image of ${hop.version}`,
+  );
   return new Set([hop.digest!, ...payload.images.map((i) => i.reference.digest!)]);
 }
 
@@ -37,23 +52,35 @@ async function releaseDigests(store: BlobStore, hop: ReleaseHop, arch: string): 
  * images, the agent's). A release whose payload cannot be read is given every image of the
  * bundle: it pins more, never less.
  */
-export async function pathReleases(m: BundleManifest, store: BlobStore, log: Logger): Promise<PathRelease[] | undefined> {
+export async function pathReleases(
+  m: BundleManifest,
+  store: BlobStore,
+  log: Logger,
+): Promise<PathRelease[] | undefined> {
   const path = releasePath(m);
   if (path.length < 2) return undefined;
   const all = m.images.map((img) => ({ digest: img.digest, names: namesOf(img) }));
   const everything = [...new Set(all.flatMap((i) => i.names))].sort();
   const sets: (Set<string> | undefined)[] = [];
   for (const hop of path) {
-    sets.push(await releaseDigests(store, hop, m.release.arch).catch((err: unknown) => {
-      log.warn('pin', `cannot read which images are ${hop.version}'s (${oneLine(err)}): its record keeps every image of the bundle pinned`, { version: hop.version });
-      return undefined;
-    }));
+    sets.push(
+      await releaseDigests(store, hop, m.release.arch).catch((err: unknown) => {
+        log.warn(
+          'pin',
+          `cannot read which images are ${hop.version}'s (${oneLine(err)}): its record keeps every image of the bundle pinned`,
+          { version: hop.version },
+        );
+        return undefined;
+      }),
+    );
   }
   const listed = new Set(sets.flatMap((s) => [...(s ?? [])]));
   return path.map((hop, i) => {
     const own = sets[i];
     if (!own) return { version: hop.version, refs: everything };
-    const mine = all.filter((img) => own.has(img.digest) || (i === path.length - 1 && !listed.has(img.digest)));
+    const mine = all.filter(
+      (img) => own.has(img.digest) || (i === path.length - 1 && !listed.has(img.digest)),
+    );
     return { version: hop.version, refs: [...new Set(mine.flatMap((img) => img.names))].sort() };
   });
 }

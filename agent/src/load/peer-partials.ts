@@ -14,7 +14,8 @@ import { dropPartialsOf } from './resume.js';
 
 const dirOf = (stateDir: string) => join(stateDir, 'peer-partials');
 // "sha256:<hex>" as a file name: the colon is no trouble on Linux, but the hex alone is plainer
-const fileOf = (stateDir: string, identity: string) => join(dirOf(stateDir), identity.replace(/^sha256:/, ''));
+const fileOf = (stateDir: string, identity: string) =>
+  join(dirOf(stateDir), identity.replace(/^sha256:/, ''));
 const IDENTITY_FILE = /^[0-9a-f]{64}$/;
 
 /** A fetch from peers begins (or resumes) the partial staging of the bundle `identity`. */
@@ -39,7 +40,11 @@ async function peerPartials(stateDir: string): Promise<string[]> {
  * manifest digests approved now) is removed, under the load lock; a record whose partial is
  * gone is dropped. A load holding the lock leaves it to the next look.
  */
-export async function removeWithdrawnPeerPartials(config: AgentConfig, approved: ReadonlySet<string>, log: Logger): Promise<void> {
+export async function removeWithdrawnPeerPartials(
+  config: AgentConfig,
+  approved: ReadonlySet<string>,
+  log: Logger,
+): Promise<void> {
   const { stateDir, upgradeDir } = config.paths;
   const withdrawn = (await peerPartials(stateDir)).filter((id) => !approved.has(id));
   if (!withdrawn.length) return;
@@ -48,11 +53,15 @@ export async function removeWithdrawnPeerPartials(config: AgentConfig, approved:
       for (const id of withdrawn) {
         const gone = await dropPartialsOf(upgradeDir, id);
         await forgetPeerPartial(stateDir, id);
-        if (gone.length) log.info('staging', `removed the partial fetch ${gone.join(', ')} of bundle ${id}: its approval was withdrawn`);
+        if (gone.length)
+          log.info(
+            'staging',
+            `removed the partial fetch ${gone.join(', ')} of bundle ${id}: its approval was withdrawn`,
+          );
       }
     });
   } catch (err) {
-    if (failureOf(err, upgradeDir).reason !== 'Busy') log.warn('staging', `cannot remove the partial fetch of a withdrawn bundle: ${oneLine(err)}`);
+    if (failureOf(err, upgradeDir).reason !== 'Busy')
+      log.warn('staging', `cannot remove the partial fetch of a withdrawn bundle: ${oneLine(err)}`);
   }
 }
-

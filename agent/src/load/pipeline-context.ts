@@ -27,4 +27,12 @@ export interface PipelineContext {
 }
 
 /** The steps of a load every origin passes through once its bytes are being staged (onStep). */
-export type LoadStep = 'admit' | 'plan-space' | 'clear-partials' | 'write-entries' | 'finish-layout' | 'open-store' | 'load-images' | 'record-release';
+export type LoadStep =
+  | 'admit'
+  | 'plan-space'
+  | 'clear-partials'
+  | 'write-entries'
+  | 'finish-layout'
+  | 'open-store'
+  | 'load-images'
+  | 'record-release';

@@ -2,19 +2,58 @@ import { readdir, rename, rm, stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import {
-  bundleIdentity, checkSignature, extractBundle, finishLayout, loadTrust, openBundle, partialBundle, readHeader, readLayoutDescription, releasePath, verifyBundle, writeResumeMarker, type BundleAgent, type BundleSource, type BundleManifest, type ExtractOptions, type TrustedKey, type Trust, type VerifiedBundle,
+  bundleIdentity,
+  checkSignature,
+  extractBundle,
+  finishLayout,
+  loadTrust,
+  openBundle,
+  partialBundle,
+  readHeader,
+  readLayoutDescription,
+  releasePath,
+  verifyBundle,
+  writeResumeMarker,
+  type BundleAgent,
+  type BundleSource,
+  type BundleManifest,
+  type ExtractOptions,
+  type TrustedKey,
+  type Trust,
+  type VerifiedBundle,
 } from '@offline-bundle/format';
 import { BundleFileStore, LayoutStore, catalogOf, type BlobStore } from '@offline-bundle/registry';
 import {
-  clusterReadFailure, forbiddenMessage, fromSpool, KEPT_COPY_MEDIA, markFailed, markLoaded, markRunningLoaded, observeRunning, readClusterRelease, recordIncoming, runningReleases,
-  type ClusterReadFailure, type ClusterRelease, type Condition, type HistoryEntry, type NodeStatus, type StatusTracker,
+  clusterReadFailure,
+  forbiddenMessage,
+  fromSpool,
+  KEPT_COPY_MEDIA,
+  markFailed,
+  markLoaded,
+  markRunningLoaded,
+  observeRunning,
+  readClusterRelease,
+  recordIncoming,
+  runningReleases,
+  type ClusterReadFailure,
+  type ClusterRelease,
+  type Condition,
+  type HistoryEntry,
+  type NodeStatus,
+  type StatusTracker,
 } from '@offline-bundle/status';
 import { escapeControls } from '@offline-bundle/host';
 import { loadImages, runningNow } from './load-images.js';
 import type { LoadStep, PipelineContext } from './pipeline-context.js';
 import { planStaging, stageEntries, stagingPlace, type EntrySource } from './entry-staging.js';
 import { StagingStore } from './staging-store.js';
-import { clearPartialsFor, dropPartialsOf, reopenKeptLayout, removeStalePartials, stagingOptions } from './resume.js';
+import {
+  clearPartialsFor,
+  dropPartialsOf,
+  reopenKeptLayout,
+  removeStalePartials,
+  stagingOptions,
+} from './resume.js';
 import { forgetPeerPartial, notePeerPartial } from './peer-partials.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import { layoutKept, type AgentConfig } from '../config.js';
@@ -26,8 +65,21 @@ import { readStagedHead, type StagedHead } from './kept-layout.js';
 import { loadedAhead } from './loaded-ahead.js';
 import { readServing } from '../state/serving-state.js';
 import { imageRefs, type PullGate, type RuntimeTarget } from '../runtime/runtime-target.js';
-import { STICK_WORDS, planSpace, type SpacePlan, type SpaceWords, type StageMode } from './space.js';
-import { heldForPath, neededOfBundle, passedOnPath, readReleases, recordRelease, type ReleaseRecord } from '../state/release-records.js';
+import {
+  STICK_WORDS,
+  planSpace,
+  type SpacePlan,
+  type SpaceWords,
+  type StageMode,
+} from './space.js';
+import {
+  heldForPath,
+  neededOfBundle,
+  passedOnPath,
+  readReleases,
+  recordRelease,
+  type ReleaseRecord,
+} from '../state/release-records.js';
 import { withLoadLock } from '../state/lock.js';
 import { contentOf, keyOf, recordBundle } from '../state/bundle-records.js';
 import { assertBundleFile, assertWhole, mediaGone } from './bundle-file.js';
@@ -64,11 +116,15 @@ interface Running {
  * seen there (the remembered file, else the status history's running entries: the node's own
  * records of what it ran).
  */
-export async function runningVersion(ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>): Promise<string | undefined> {
+export async function runningVersion(
+  ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>,
+): Promise<string | undefined> {
   return (await runningRelease(ctx)).release?.version;
 }
 
-async function runningRelease(ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>): Promise<Running> {
+async function runningRelease(
+  ctx: Pick<PipelineContext, 'config' | 'tracker' | 'log'>,
+): Promise<Running> {
   const { config, tracker, log } = ctx;
   if (config.version.current) return { release: { version: config.version.current } };
   if (!config.version.fromCluster || !config.status.kubeconfig) return {};
@@ -76,8 +132,12 @@ async function runningRelease(ctx: Pick<PipelineContext, 'config' | 'tracker' | 
   try {
     const r = await readClusterRelease(config.status.kubeconfig, { timeoutMs: 10_000 });
     if (r) {
-      tracker.update((s) => { s.history = observeRunning(s.history, r.version); });
-      await rememberClusterRelease(config.paths.stateDir, r).catch((err) => log.warn('version', `cannot remember the running version ${r.version}: ${oneLine(err)}`));
+      tracker.update((s) => {
+        s.history = observeRunning(s.history, r.version);
+      });
+      await rememberClusterRelease(config.paths.stateDir, r).catch((err) =>
+        log.warn('version', `cannot remember the running version ${r.version}: ${oneLine(err)}`),
+      );
       return { release: r };
     }
   } catch (err) {
@@ -85,14 +145,29 @@ async function runningRelease(ctx: Pick<PipelineContext, 'config' | 'tracker' | 
   }
   const remembered = await rememberedClusterRelease(config.paths.stateDir);
   // the newest of the two: either may lag (a file not rewritten, a history pruned), and an older one lets a downgrade through
-  const seen = runningReleases(tracker.current.history).reduce<HistoryEntry | undefined>((a, e) => (!a || compareVersions(e.version, a.version) > 0 ? e : a), undefined);
-  const fromFile = remembered !== undefined && (!seen || compareVersions(remembered.version, seen.version) >= 0);
+  const seen = runningReleases(tracker.current.history).reduce<HistoryEntry | undefined>(
+    (a, e) => (!a || compareVersions(e.version, a.version) > 0 ? e : a),
+    undefined,
+  );
+  const fromFile =
+    remembered !== undefined && (!seen || compareVersions(remembered.version, seen.version) >= 0);
   const last = fromFile ? remembered : seen;
   if (last && failure) {
     const why = failure.kind === 'forbidden' ? forbiddenMessage(failure) : failure.detail;
-    log.warn('version', `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${fromFile ? ` at ${remembered!.seenAt}` : ''}`, { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' });
+    log.warn(
+      'version',
+      `cannot read the running version from the cluster (${why}); using the last one seen there, ${last.version}${fromFile ? ` at ${remembered!.seenAt}` : ''}`,
+      { reason: failure.kind === 'forbidden' ? 'ClusterForbidden' : 'WaitingForCluster' },
+    );
   }
-  if (fromFile) return { release: { version: remembered!.version, ...(remembered!.image ? { image: remembered!.image } : {}) }, ...(failure ? { failure } : {}) };
+  if (fromFile)
+    return {
+      release: {
+        version: remembered!.version,
+        ...(remembered!.image ? { image: remembered!.image } : {}),
+      },
+      ...(failure ? { failure } : {}),
+    };
   if (last) return { release: { version: last.version }, ...(failure ? { failure } : {}) };
   return failure ? { failure } : {};
 }
@@ -117,11 +192,17 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
   while (!r.release && r.failure) {
     const f = r.failure;
     const forbidden = f.kind === 'forbidden';
-    const cause = forbidden ? forbiddenMessage(f) : `the cluster's API server did not answer (${f.detail})`;
-    const fix = forbidden ? '' : `; or set version.current in the agent's config to load without the cluster`;
+    const cause = forbidden
+      ? forbiddenMessage(f)
+      : `the cluster's API server did not answer (${f.detail})`;
+    const fix = forbidden
+      ? ''
+      : `; or set version.current in the agent's config to load without the cluster`;
     if (Date.now() - started + delay > limitMs) {
-      throw new AgentError(forbidden ? 'ClusterForbidden' : 'ClusterUnreachable',
-        `${cause}; this node never saw its running version, so the update was not loaded (waited ${config.version.clusterWaitMinutes} min)${fix || ': plug the stick in again once it is fixed'}`);
+      throw new AgentError(
+        forbidden ? 'ClusterForbidden' : 'ClusterUnreachable',
+        `${cause}; this node never saw its running version, so the update was not loaded (waited ${config.version.clusterWaitMinutes} min)${fix || ': plug the stick in again once it is fixed'}`,
+      );
     }
     const reason = forbidden ? 'ClusterForbidden' : 'WaitingForCluster';
     // the same words on every try: the condition (and the cluster object) changes only with the cause
@@ -131,14 +212,24 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
     logged = reason;
     await sleep(delay, undefined, signal ? { signal } : {}).catch((err: unknown) => {
       if (!signal?.aborted) throw err;
-      throw new AgentError('Interrupted', 'stopped while waiting for the cluster to say which version it runs: nothing was loaded; the bundle is tried again at the next start (or run bundle-agent load again)');
+      throw new AgentError(
+        'Interrupted',
+        'stopped while waiting for the cluster to say which version it runs: nothing was loaded; the bundle is tried again at the next start (or run bundle-agent load again)',
+      );
     });
     delay = Math.min(delay * 2, CLUSTER_RETRY_MAX_MS);
     r = await runningRelease(ctx);
   }
   if (logged) {
-    tracker.update((s) => { s.conditions = s.conditions.filter((c) => c.type !== 'Ready'); });
-    log.info('version', r.release ? `the cluster answered: it runs ${r.release.version}; the load goes on` : 'the cluster answered; the load goes on');
+    tracker.update((s) => {
+      s.conditions = s.conditions.filter((c) => c.type !== 'Ready');
+    });
+    log.info(
+      'version',
+      r.release
+        ? `the cluster answered: it runs ${r.release.version}; the load goes on`
+        : 'the cluster answered; the load goes on',
+    );
   }
   return r;
 }
@@ -147,8 +238,14 @@ async function waitForCluster(ctx: PipelineContext, first: Running): Promise<Run
  * layoutKept on this node: OpenShift once it read a ClusterVersion (remembered in the state
  * directory); a load's own layout only if the daemon will serve it (`serves`), not one by hand.
  */
-async function layoutKeptHere(config: AgentConfig, serves = true): Promise<boolean | 'untilComplete'> {
-  return layoutKept(config, serves && (await rememberedClusterRelease(config.paths.stateDir)) !== undefined);
+async function layoutKeptHere(
+  config: AgentConfig,
+  serves = true,
+): Promise<boolean | 'untilComplete'> {
+  return layoutKept(
+    config,
+    serves && (await rememberedClusterRelease(config.paths.stateDir)) !== undefined,
+  );
 }
 
 /**
@@ -157,24 +254,44 @@ async function layoutKeptHere(config: AgentConfig, serves = true): Promise<boole
  * every load and at daemon start, so neither waits for the other to clean up. A layout kept
  * with `staging.keep: untilComplete` goes once the cluster runs its release (`history`).
  */
-export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarget, log: Logger, history: readonly HistoryEntry[], spare?: string): Promise<void> {
+export async function removeLeftovers(
+  config: AgentConfig,
+  runtime: RuntimeTarget,
+  log: Logger,
+  history: readonly HistoryEntry[],
+  spare?: string,
+): Promise<void> {
   const stale = await removeStalePartials(config.paths.upgradeDir);
-  if (stale.length) log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
+  if (stale.length)
+    log.warn('staging', `removed unfinished staging that names no bundle: ${stale.join(', ')}`);
   const releases = await readReleases(config.paths.stateDir);
   const runs = runningReleases(history).map((e) => e.version);
   // a path's earlier release (#43) is pending as long as its final one
-  const pending = new Set([...loadedAhead(history), ...history.filter((e) => e.state === 'installing').map((e) => e.version), ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version)]);
+  const pending = new Set([
+    ...loadedAhead(history),
+    ...history.filter((e) => e.state === 'installing').map((e) => e.version),
+    ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version),
+  ]);
   // the layout a load is about to open, and the copies kept to be loaded again (a fetch's whole
   // staging is a partial directory under its resume marker: removeStalePartials keeps it)
   const unloaded = await readKeptCopies(config.paths.stateDir);
   // and the layout the daemon still serves (a release the cluster completed whose OS update this node has not applied yet)
   const served = (await readServing(config.paths.stateDir))?.layout;
-  const keep = new Set<string>([...(spare ? [spare] : []), ...(served ? [served] : []), ...unloaded.map((f) => f.layout)]);
+  const keep = new Set<string>([
+    ...(spare ? [spare] : []),
+    ...(served ? [served] : []),
+    ...unloaded.map((f) => f.layout),
+  ]);
   const keeps = await layoutKeptHere(config);
   const recorded = new Set(releases.flatMap((r) => (r.layout ? [r.layout] : [])));
   for (const r of releases) {
     if (!r.layout) continue;
-    if (keeps === true || (keeps === 'untilComplete' && pending.has(r.version)) || r.layout === served) keep.add(r.layout);
+    if (
+      keeps === true ||
+      (keeps === 'untilComplete' && pending.has(r.version)) ||
+      r.layout === served
+    )
+      keep.add(r.layout);
     else await recordRelease(config.paths.stateDir, { ...r, layout: undefined });
   }
   const names = await readdir(config.paths.upgradeDir).catch(() => [] as string[]);
@@ -183,14 +300,25 @@ export async function removeLeftovers(config: AgentConfig, runtime: RuntimeTarge
   for (const n of names) {
     const dir = join(config.paths.upgradeDir, n);
     // a partial staging is removeStalePartials' (one put back below keeps its bundle.json)
-    if (n.endsWith('.partial') || keep.has(dir) || !(await stat(join(dir, 'bundle.json')).then(() => true, () => false))) continue;
+    if (
+      n.endsWith('.partial') ||
+      keep.has(dir) ||
+      !(await stat(join(dir, 'bundle.json')).then(
+        () => true,
+        () => false,
+      ))
+    )
+      continue;
     // no record: a load killed after the staging was whole (a fetch's, renamed before the pulls); its next staging re-hashes it, reads nothing again
-    if (!recorded.has(dir) && await backToPartial(dir, log)) continue;
+    if (!recorded.has(dir) && (await backToPartial(dir, log))) continue;
     await rm(dir, { recursive: true, force: true });
     gone.push(n);
   }
-  if (gone.length) log.warn('staging', `removed staged layouts no release needs any more: ${gone.join(', ')}`);
-  await runtime.cleanup().catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
+  if (gone.length)
+    log.warn('staging', `removed staged layouts no release needs any more: ${gone.join(', ')}`);
+  await runtime
+    .cleanup()
+    .catch((err) => log.warn('mirror', `could not remove a stale mirror drop-in: ${oneLine(err)}`));
 }
 
 /**
@@ -209,15 +337,28 @@ async function backToPartial(dir: string, log: Logger): Promise<boolean> {
     await rm(`${dir}.partial`, { recursive: true, force: true });
     await rename(dir, `${dir}.partial`);
   } catch (err) {
-    log.warn('staging', `cannot keep the unfinished layout ${dir} for the next staging (${oneLine(err)}): it is removed`);
+    log.warn(
+      'staging',
+      `cannot keep the unfinished layout ${dir} for the next staging (${oneLine(err)}): it is removed`,
+    );
     return false;
   }
-  log.info('staging', `kept the layout ${dir} that no load finished as ${dir}.partial: the same bundle's next staging checks it again and reads only what is missing`);
+  log.info(
+    'staging',
+    `kept the layout ${dir} that no load finished as ${dir}.partial: the same bundle's next staging checks it again and reads only what is missing`,
+  );
   return true;
 }
 
 /** Whether every image the agent recorded for a release (that bundle's, by digest) is still in the runtime (true where it cannot ask). */
-export async function releaseImagesPresent(config: AgentConfig, runtime: RuntimeTarget, version: string, arch: string, digest?: string, running: readonly string[] = []): Promise<boolean> {
+export async function releaseImagesPresent(
+  config: AgentConfig,
+  runtime: RuntimeTarget,
+  version: string,
+  arch: string,
+  digest?: string,
+  running: readonly string[] = [],
+): Promise<boolean> {
   // the record of that very bundle when there are several of one release (else any of them)
   const all = await readReleases(config.paths.stateDir);
   const recs = all.filter((r) => r.version === version && r.arch === arch);
@@ -226,7 +367,13 @@ export async function releaseImagesPresent(config: AgentConfig, runtime: Runtime
   const inspector = await runtime.inspector().catch(() => undefined);
   if (!inspector) return true;
   // an update path's releases the node has not gone past (#43) too: a stick brings back theirs as well
-  return (await missingImages(inspector, [...new Set(neededOfBundle(rec, all, running).flatMap((r) => r.refs))])).length === 0;
+  return (
+    (
+      await missingImages(inspector, [
+        ...new Set(neededOfBundle(rec, all, running).flatMap((r) => r.refs)),
+      ])
+    ).length === 0
+  );
 }
 
 /** Progress with its rate and time left, at most once a second (what a stick's staging and a fetch from peers show). */
@@ -242,7 +389,12 @@ function rateTracker(tracker: StatusTracker) {
     last = now;
     const secs = (now - started) / 1000;
     const rate = secs > 0 ? (done - base) / secs : 0;
-    tracker.progress({ bytesDone: done, bytesTotal: total, rate: Math.round(rate), ...(rate > 0 ? { etaSeconds: Math.round((total - done) / rate) } : {}) });
+    tracker.progress({
+      bytesDone: done,
+      bytesTotal: total,
+      rate: Math.round(rate),
+      ...(rate > 0 ? { etaSeconds: Math.round((total - done) / rate) } : {}),
+    });
   };
 }
 
@@ -267,7 +419,9 @@ interface Admitted {
  * only once the head came, so a look that finds nothing to fetch writes nothing).
  */
 interface HeadOrigin {
-  read: (signal: AbortSignal | undefined) => Promise<{ head: StagedHead; source?: BundleSource; layout?: StagedLayout }>;
+  read: (
+    signal: AbortSignal | undefined,
+  ) => Promise<{ head: StagedHead; source?: BundleSource; layout?: StagedLayout }>;
   attempt?: EntryAttempt;
 }
 
@@ -293,15 +447,28 @@ const step = (ctx: Pick<PipelineContext, 'onStep'>, name: LoadStep) => ctx.onSte
 
 /** A failure of an attempt its origin stopped (a withdrawn approval) is that stop, not the error it caused. */
 function stoppedBy(attempt: EntryAttempt | undefined, err: unknown): unknown {
-  return attempt?.stop.aborted && attempt.stop.reason instanceof AgentError ? attempt.stop.reason : err;
+  return attempt?.stop.aborted && attempt.stop.reason instanceof AgentError
+    ? attempt.stop.reason
+    : err;
 }
 
 /** The space check's words for a file: from the part spool, "the media" is the node's own disk. */
-const fileWords = (ctx: PipelineContext): SpaceWords => (fromSpool(ctx.media) ? { ...STICK_WORDS, media: 'serving from the part spool on this node\'s disk: no USB stick is needed' } : STICK_WORDS);
+const fileWords = (ctx: PipelineContext): SpaceWords =>
+  fromSpool(ctx.media)
+    ? {
+        ...STICK_WORDS,
+        media: "serving from the part spool on this node's disk: no USB stick is needed",
+      }
+    : STICK_WORDS;
 
 /** The plan in the status and the log (SpaceAvailable). */
 function showPlan(ctx: PipelineContext, plan: SpacePlan): void {
-  ctx.tracker.condition('SpaceAvailable', 'True', plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia', plan.message);
+  ctx.tracker.condition(
+    'SpaceAvailable',
+    'True',
+    plan.mode === 'staged' ? 'FitsOnDisk' : 'ServeFromMedia',
+    plan.message,
+  );
   ctx.tracker.update((s) => {
     s.bundle = { ...s.bundle!, mode: plan.mode };
   });
@@ -336,8 +503,12 @@ const fromFile = (file: string, openSource: () => Promise<BundleSource>): HeadOr
 const fromStaged = (s: StagedLayout): HeadOrigin => ({
   read: async () => {
     const which = `the one it was staged under (${s.manifestDigest})`;
-    if (s.head && bundleIdentity(s.head.manifestBytes) !== s.manifestDigest) throw new AgentError('Corrupt', `the bundle.json staged for ${s.target} is not ${which}: it is not used`);
-    return { head: s.head ?? await readStagedHead(s.target, s.manifestDigest, which), layout: s };
+    if (s.head && bundleIdentity(s.head.manifestBytes) !== s.manifestDigest)
+      throw new AgentError(
+        'Corrupt',
+        `the bundle.json staged for ${s.target} is not ${which}: it is not used`,
+      );
+    return { head: s.head ?? (await readStagedHead(s.target, s.manifestDigest, which)), layout: s };
   },
 });
 
@@ -352,7 +523,11 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   const show = (found: string) => {
     tracker.update((s) => {
       s.phase = 'Verifying';
-      s.bundle = { file: found, media: ctx.media ?? 'file', ...(ctx.fromPeers?.length ? { fromPeers: ctx.fromPeers } : {}) };
+      s.bundle = {
+        file: found,
+        media: ctx.media ?? 'file',
+        ...(ctx.fromPeers?.length ? { fromPeers: ctx.fromPeers } : {}),
+      };
       s.conditions = [];
       s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
     });
@@ -367,21 +542,44 @@ async function admit(file: string, ctx: PipelineContext, origin: HeadOrigin): Pr
   if (attempt) {
     // once there is something to load: a look that finds no peer leaves the node as it was
     await removeLeftovers(config, ctx.runtime, log, tracker.current.history);
-    ({ target: attempt.target, identity: attempt.identity } = await stagingPlace(config.paths.upgradeDir, head));
+    ({ target: attempt.target, identity: attempt.identity } = await stagingPlace(
+      config.paths.upgradeDir,
+      head,
+    ));
     // taken here, not before the lock and the head: what other writers said meanwhile is what the status goes back to
     attempt.before = tracker.current;
     show(attempt.target);
     attempt.shown = true;
   }
   step(ctx, 'admit');
-  const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust);
+  const signer = checkSignature(
+    head.manifestBytes,
+    head.signature,
+    head.manifest.signer.fingerprint,
+    trust,
+  );
   const rel = head.manifest.release;
   // an update path (#43) is named in the status, so `bundle cluster` sees both releases come from one bundle
   const path = rel.via?.length ? releasePath(head.manifest).map((h) => h.version) : undefined;
   tracker.update((s) => {
-    s.bundle = { ...s.bundle!, name: rel.name, version: rel.version, arch: rel.arch, ...(signer ? { signer: signer.fingerprint } : {}), ...(path ? { path } : {}) };
+    s.bundle = {
+      ...s.bundle!,
+      name: rel.name,
+      version: rel.version,
+      arch: rel.arch,
+      ...(signer ? { signer: signer.fingerprint } : {}),
+      ...(path ? { path } : {}),
+    };
   });
-  const a: Admitted = { ...(source ? { source } : {}), head, ...(layout ? { layout } : {}), ...(attempt ? { entries: attempt } : {}), ...(signer ? { signer } : {}), trust, releases: [] };
+  const a: Admitted = {
+    ...(source ? { source } : {}),
+    head,
+    ...(layout ? { layout } : {}),
+    ...(attempt ? { entries: attempt } : {}),
+    ...(signer ? { signer } : {}),
+    trust,
+    releases: [],
+  };
   // an origin's bytes are staged first (its own refusals came with its head): a node that waits for the cluster meanwhile fetches, and serves what it fetched
   if (!attempt) await admitRelease(ctx, a);
   return a;
@@ -397,15 +595,30 @@ async function admitRelease(ctx: PipelineContext, a: Admitted): Promise<void> {
   const path = rel.via?.length ? releasePath(a.head.manifest).map((h) => h.version) : undefined;
   a.releases = await readReleases(config.paths.stateDir);
   let found = await runningRelease(ctx);
-  if (!found.release && found.failure && !config.version.allowUnknown) found = await waitForCluster(ctx, found);
+  if (!found.release && found.failure && !config.version.allowUnknown)
+    found = await waitForCluster(ctx, found);
   const running = found.release;
   const current = running?.version;
   const entry = checkPolicy(a.head.manifest, config, current);
-  if (path && current) log.info('version', `the update path ${path.join(' → ')} is taken from the running ${current}, from ${path[entry]}`, { version: rel.version });
-  if (!current) log.warn('version', `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`, { version: rel.version });
+  if (path && current)
+    log.info(
+      'version',
+      `the update path ${path.join(' → ')} is taken from the running ${current}, from ${path[entry]}`,
+      { version: rel.version },
+    );
+  if (!current)
+    log.warn(
+      'version',
+      `running version unknown: ${rel.version} loads without the downgrade and upgrade-source checks (version.allowUnknown)`,
+      { version: rel.version },
+    );
   await ctx.runtime.checkConfig?.(ctx.signal);
   tracker.update((s) => {
-    s.history = recordIncoming(s.history, { version: rel.version }, current ? { running: current } : {});
+    s.history = recordIncoming(
+      s.history,
+      { version: rel.version },
+      current ? { running: current } : {},
+    );
   });
   if (running) a.running = running;
 }
@@ -419,7 +632,13 @@ interface Staged {
   /** The layout was staged by an earlier load and kept (staging.keep): a failure of this one does not remove it. */
   reused?: boolean;
   /** Still being staged (overlapped with the pulls): see loadImages' `staging`. */
-  staging?: { gate: PullGate; done: Promise<void>; signal: AbortSignal; stop: (reason: unknown) => void; release: () => void };
+  staging?: {
+    gate: PullGate;
+    done: Promise<void>;
+    signal: AbortSignal;
+    stop: (reason: unknown) => void;
+    release: () => void;
+  };
   /** Every blob is on disk, verified: from here the stick is not needed (the technician was told so). */
   whole?: boolean;
 }
@@ -433,9 +652,16 @@ function stage(ctx: PipelineContext, a: Admitted): Promise<Staged> {
 }
 
 /** A signed head only vouches for a layout no file of this load backs. */
-function needsSigner(ctx: PipelineContext, a: Admitted): asserts a is Admitted & { signer: TrustedKey } {
+function needsSigner(
+  ctx: PipelineContext,
+  a: Admitted,
+): asserts a is Admitted & { signer: TrustedKey } {
   const rel = a.head.manifest.release;
-  if (!a.signer) throw new AgentError('NoTrust', `bundle ${rel.version} was staged on this node with no file to check it against (${ctx.media ?? 'a layout'}), which only a signature can vouch for: add the factory's public key to trust.keys`);
+  if (!a.signer)
+    throw new AgentError(
+      'NoTrust',
+      `bundle ${rel.version} was staged on this node with no file to check it against (${ctx.media ?? 'a layout'}), which only a signature can vouch for: add the factory's public key to trust.keys`,
+    );
 }
 
 /**
@@ -443,14 +669,22 @@ function needsSigner(ctx: PipelineContext, a: Admitted): asserts a is Admitted &
  * space plan, the other partials dropped), its entries filled by the origin through the writer,
  * then the layout put in place and opened as a stick's staged layout is (openStaged).
  */
-async function stageFromEntries(ctx: PipelineContext, a: Admitted, attempt: EntryAttempt): Promise<Staged> {
+async function stageFromEntries(
+  ctx: PipelineContext,
+  a: Admitted,
+  attempt: EntryAttempt,
+): Promise<Staged> {
   const { config, log, tracker } = ctx;
   needsSigner(ctx, a);
   const identity = bundleIdentity(a.head.manifestBytes);
   // before any entry is written: its partial goes with its approval (the daemon's look), a stick's stays
   await notePeerPartial(config.paths.stateDir, identity);
   const r = await stageEntries(attempt.source, a.head, {
-    upgradeDir: config.paths.upgradeDir, signal: ctx.signal ?? attempt.stop, log, onProgress: rateTracker(tracker), onStep: (n) => step(ctx, n),
+    upgradeDir: config.paths.upgradeDir,
+    signal: ctx.signal ?? attempt.stop,
+    log,
+    onProgress: rateTracker(tracker),
+    onStep: (n) => step(ctx, n),
     plan: (m, credit, words) => planSpace(m, config, credit, words),
     onPlan: (plan) => {
       showPlan(ctx, plan);
@@ -463,18 +697,30 @@ async function stageFromEntries(ctx: PipelineContext, a: Admitted, attempt: Entr
   });
   attempt.filled = true;
   const from = attempt.source.senders?.() ?? [];
-  if (from.length) tracker.update((s) => { s.bundle = { ...s.bundle!, fromPeers: from }; });
+  if (from.length)
+    tracker.update((s) => {
+      s.bundle = { ...s.bundle!, fromPeers: from };
+    });
   // before it is put in place: a stop here leaves the staging whole under its resume marker; the
   // version policy's refusal (the running version known only now) leaves nothing of it
   await admitRelease(ctx, a).catch(async (err: unknown) => {
     if (!r.already && err instanceof AgentError && POLICY_REFUSALS.has(err.reason)) {
       await rm(`${r.target}.partial`, { recursive: true, force: true });
       await forgetPeerPartial(config.paths.stateDir, identity);
-      log.info('staging', `bundle ${a.head.manifest.release.version} was fetched whole but refused by the version policy (${err.reason}): its staging ${r.target}.partial is removed`, { reason: err.reason });
+      log.info(
+        'staging',
+        `bundle ${a.head.manifest.release.version} was fetched whole but refused by the version policy (${err.reason}): its staging ${r.target}.partial is removed`,
+        { reason: err.reason },
+      );
     }
     throw err;
   });
-  const staged = await openStaged(ctx, a, { target: r.target, manifestDigest: identity, ...(r.already ? {} : { head: a.head }) }, !r.already);
+  const staged = await openStaged(
+    ctx,
+    a,
+    { target: r.target, manifestDigest: identity, ...(r.already ? {} : { head: a.head }) },
+    !r.already,
+  );
   // in place: no partial of it left for the daemon's look
   await forgetPeerPartial(config.paths.stateDir, identity);
   return staged;
@@ -486,17 +732,29 @@ async function stageFromEntries(ctx: PipelineContext, a: Admitted, attempt: Entr
  * hashed every blob against the signed bundle.json (a second full read would double the load's
  * IO), and a layout that does not open is removed; else every blob is hashed again here.
  */
-async function openStagedStore(ctx: PipelineContext, target: string, m: BundleManifest, verified: boolean, verifiedBy: { reason: string; message: string }): Promise<LayoutStore> {
+async function openStagedStore(
+  ctx: PipelineContext,
+  target: string,
+  m: BundleManifest,
+  verified: boolean,
+  verifiedBy: { reason: string; message: string },
+): Promise<LayoutStore> {
   step(ctx, 'open-store');
-  const store = await LayoutStore.open(target, catalogOf(m), { verified }).catch(async (err: unknown) => {
-    if (verified) await rm(target, { recursive: true, force: true });
-    throw new AgentError('StagingFailed', oneLine(err), { cause: err });
-  });
+  const store = await LayoutStore.open(target, catalogOf(m), { verified }).catch(
+    async (err: unknown) => {
+      if (verified) await rm(target, { recursive: true, force: true });
+      throw new AgentError('StagingFailed', oneLine(err), { cause: err });
+    },
+  );
   showStaged(ctx, target, verifiedBy);
   return store;
 }
 
-function showStaged(ctx: PipelineContext, target: string, verifiedBy: { reason: string; message: string }): void {
+function showStaged(
+  ctx: PipelineContext,
+  target: string,
+  verifiedBy: { reason: string; message: string },
+): void {
   ctx.tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
   ctx.tracker.condition('Staged', 'True', 'Staged', `layout in ${target}`);
 }
@@ -506,21 +764,45 @@ function showStaged(ctx: PipelineContext, target: string, verifiedBy: { reason: 
  * place as a stick's extraction ends, or a kept copy; then what a stick's staged layout goes
  * through. Only a signature vouches for a layout no file of this load backs.
  */
-async function openStaged(ctx: PipelineContext, a: Admitted, s: StagedLayout, planned = false): Promise<Staged> {
+async function openStaged(
+  ctx: PipelineContext,
+  a: Admitted,
+  s: StagedLayout,
+  planned = false,
+): Promise<Staged> {
   const rel = a.head.manifest.release;
   const target = join(ctx.config.paths.upgradeDir, `${rel.version}-${rel.arch}`);
   needsSigner(ctx, a);
-  if (s.target !== target) throw new AgentError('Corrupt', `${s.target} holds release ${rel.version} (${rel.arch}), whose place is ${target}: it is not used`);
+  if (s.target !== target)
+    throw new AgentError(
+      'Corrupt',
+      `${s.target} holds release ${rel.version} (${rel.arch}), whose place is ${target}: it is not used`,
+    );
   if (s.head) {
     await finishLayout(`${target}.partial`, target, s.head).catch((err: unknown) => {
-      throw new AgentError('StagingFailed', `the staging of ${rel.version} in ${target}.partial cannot be put in place: ${oneLine(err)}`, { cause: err });
+      throw new AgentError(
+        'StagingFailed',
+        `the staging of ${rel.version} in ${target}.partial cannot be put in place: ${oneLine(err)}`,
+        { cause: err },
+      );
     });
     step(ctx, 'finish-layout');
   }
   // staged by this load: the plan said it (showPlan)
-  if (!planned) ctx.tracker.condition('SpaceAvailable', 'True', 'FitsOnDisk', `staged on this node before the load, in ${target}`);
-  ctx.tracker.update((st) => { st.bundle = { ...st.bundle!, mode: 'staged' }; });
-  const store = await openStagedStore(ctx, target, a.head.manifest, s.head !== undefined, { reason: 'SignatureValid', message: `signed by ${a.signer.source}` });
+  if (!planned)
+    ctx.tracker.condition(
+      'SpaceAvailable',
+      'True',
+      'FitsOnDisk',
+      `staged on this node before the load, in ${target}`,
+    );
+  ctx.tracker.update((st) => {
+    st.bundle = { ...st.bundle!, mode: 'staged' };
+  });
+  const store = await openStagedStore(ctx, target, a.head.manifest, s.head !== undefined, {
+    reason: 'SignatureValid',
+    message: `signed by ${a.signer.source}`,
+  });
   return { store, mode: 'staged', target, fileDigest: '', whole: true };
 }
 
@@ -532,17 +814,32 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
   const place = await stagingPlace(config.paths.upgradeDir, a.head);
   const { target, identity, stagedBefore } = place;
   // a delta's base is found before anything is written: a node without it refuses at once
-  const base = m.base && !stagedBefore ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) } : {};
-  const plan = await planStaging(config.paths.upgradeDir, place, a.head, fileWords(ctx), (mm, credit, words) => planSpace(mm, config, credit, words));
+  const base =
+    m.base && !stagedBefore
+      ? { base: await locateBase(config, m, log, ctx.tracker.current.bundle?.file) }
+      : {};
+  const plan = await planStaging(
+    config.paths.upgradeDir,
+    place,
+    a.head,
+    fileWords(ctx),
+    (mm, credit, words) => planSpace(mm, config, credit, words),
+  );
   step(ctx, 'plan-space');
   showPlan(ctx, plan);
 
   const fileSize = a.source.size;
   const onProgress = rateTracker(tracker);
-  const verifiedBy = a.signer ? { reason: 'SignatureValid', message: `signed by ${a.signer.source}` } : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
+  const verifiedBy = a.signer
+    ? { reason: 'SignatureValid', message: `signed by ${a.signer.source}` }
+    : { reason: 'DigestMatches', message: `the file matches the expected ${config.trust.digest}` };
   // The full pass is what counts: its bundle.json must be the one the header check looked at.
   const sameBytes = (manifestBytes: Buffer) => {
-    if (!manifestBytes.equals(a.head.manifestBytes)) throw new AgentError('Corrupt', 'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again');
+    if (!manifestBytes.equals(a.head.manifestBytes))
+      throw new AgentError(
+        'Corrupt',
+        'bundle.json changed between two reads of the media: the stick is failing; copy the bundle again',
+      );
   };
   const sameDescription = (v: VerifiedBundle) => {
     sameBytes(v.manifestBytes);
@@ -551,7 +848,12 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
   const catalog = catalogOf(m);
   signal?.throwIfAborted();
   let staged: Staged;
-  await clearPartialsFor(config.paths.upgradeDir, plan.mode === 'staged' ? `${target}.partial` : undefined, identity, log);
+  await clearPartialsFor(
+    config.paths.upgradeDir,
+    plan.mode === 'staged' ? `${target}.partial` : undefined,
+    identity,
+    log,
+  );
   // a fetch's partial of this bundle is the stick's from here: it stays when the approval goes
   await forgetPeerPartial(config.paths.stateDir, identity);
   step(ctx, 'clear-partials');
@@ -572,25 +874,64 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
     if (!reuse) {
       await rm(target, { recursive: true, force: true });
       step(ctx, 'write-entries');
-      fileDigest = sameDescription(await extractBundle(a.source, target, { trust: a.trust, partialDir: `${target}.partial`, onProgress, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined), ...(signal ? { signal } : {}) }));
+      fileDigest = sameDescription(
+        await extractBundle(a.source, target, {
+          trust: a.trust,
+          partialDir: `${target}.partial`,
+          onProgress,
+          ...base,
+          ...stagingOptions(ctx, a.signer ? a.head : undefined),
+          ...(signal ? { signal } : {}),
+        }),
+      );
     }
     // extractBundle ends with finishLayout, as a fetch's staging does in openStaged
     if (!reuse) step(ctx, 'finish-layout');
     // A layout found on disk was hashed again (reopenKeptLayout); one just extracted was checked as written.
     if (kept) showStaged(ctx, target, verifiedBy);
-    const store = kept ?? await openStagedStore(ctx, target, m, true, verifiedBy);
-    staged = { store, mode: 'staged', target, fileDigest, whole: true, ...(reuse ? { reused: true } : {}) };
+    const store = kept ?? (await openStagedStore(ctx, target, m, true, verifiedBy));
+    staged = {
+      store,
+      mode: 'staged',
+      target,
+      fileDigest,
+      whole: true,
+      ...(reuse ? { reused: true } : {}),
+    };
   } else {
     tracker.progress({ bytesDone: 0, bytesTotal: fileSize });
     // each frame's digest from this pass: what the registry serves later is held to it
-    const v = await verifyBundle(a.source, { trust: a.trust, onProgress, frameDigests: true, ...(signal ? { signal } : {}) });
+    const v = await verifyBundle(a.source, {
+      trust: a.trust,
+      onProgress,
+      frameDigests: true,
+      ...(signal ? { signal } : {}),
+    });
     const fileDigest = sameDescription(v);
     tracker.condition('Verified', 'True', verifiedBy.reason, verifiedBy.message);
-    tracker.condition('Staged', 'False', 'ServingFromMedia', 'not enough disk to copy the bundle: the USB stick must stay in until Ready');
-    staged = { store: await BundleFileStore.open(a.source, m, catalog, { seekIndex: v.seekIndex, frameDigests: v.frameDigests! }), mode: 'media', fileDigest };
+    tracker.condition(
+      'Staged',
+      'False',
+      'ServingFromMedia',
+      'not enough disk to copy the bundle: the USB stick must stay in until Ready',
+    );
+    staged = {
+      store: await BundleFileStore.open(a.source, m, catalog, {
+        seekIndex: v.seekIndex,
+        frameDigests: v.frameDigests!,
+      }),
+      mode: 'media',
+      fileDigest,
+    };
   }
-  if (staged.fileDigest) tracker.update((s) => { s.bundle = { ...s.bundle!, digest: staged.fileDigest }; });
-  log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });
+  if (staged.fileDigest)
+    tracker.update((s) => {
+      s.bundle = { ...s.bundle!, digest: staged.fileDigest };
+    });
+  log.info('verified', `bundle ${rel.version} ${rel.arch} verified`, {
+    digest: staged.fileDigest || undefined,
+    signer: a.signer?.fingerprint,
+  });
   return staged;
 }
 
@@ -600,8 +941,15 @@ async function stageFile(ctx: PipelineContext, a: FileAdmitted): Promise<Staged>
  * (conditions Verified and Staged, the file digest). A failure of either side stops the other
  * (`staging.signal`): nothing is pinned, no Ready; what was verified stays for a resume (resume.ts).
  */
-function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string, onProgress: (done: number, total: number) => void,
-  sameBytes: (manifestBytes: Buffer) => void, verifiedBy: { reason: string; message: string }, base: Pick<ExtractOptions, 'base'>): Staged {
+function stageWhilePulling(
+  ctx: PipelineContext,
+  a: FileAdmitted,
+  target: string,
+  onProgress: (done: number, total: number) => void,
+  sameBytes: (manifestBytes: Buffer) => void,
+  verifiedBy: { reason: string; message: string },
+  base: Pick<ExtractOptions, 'base'>,
+): Staged {
   const { log, tracker, signal } = ctx;
   const m = a.head.manifest;
   const partialDir = `${target}.partial`;
@@ -613,32 +961,49 @@ function stageWhilePulling(ctx: PipelineContext, a: FileAdmitted, target: string
   const staged: Staged = { store, mode: 'staged', target, fileDigest: '' };
   step(ctx, 'write-entries');
   const extraction = extractBundle(a.source, target, {
-    trust: a.trust, partialDir, onProgress, signal: stop.signal, ...base, ...stagingOptions(ctx, a.signer ? a.head : undefined),
+    trust: a.trust,
+    partialDir,
+    onProgress,
+    signal: stop.signal,
+    ...base,
+    ...stagingOptions(ctx, a.signer ? a.head : undefined),
     // what the blobs are held to is the bundle.json the header check admitted, byte for byte
     onManifest: (_m, bytes) => sameBytes(bytes),
     onVerified: (entry) => store.verified(entry.digest),
   });
-  const done = extraction.then((v) => {
-    sameBytes(v.manifestBytes);
-    step(ctx, 'finish-layout');
-    staged.fileDigest = v.fileDigest;
-    store.staged();
-    staged.whole = true;
-    showStaged(ctx, target, verifiedBy);
-    tracker.update((s) => {
-      s.phase = 'Preloading';
-      s.bundle = { ...s.bundle!, digest: staged.fileDigest };
+  const done = extraction
+    .then((v) => {
+      sameBytes(v.manifestBytes);
+      step(ctx, 'finish-layout');
+      staged.fileDigest = v.fileDigest;
+      store.staged();
+      staged.whole = true;
+      showStaged(ctx, target, verifiedBy);
+      tracker.update((s) => {
+        s.phase = 'Preloading';
+        s.bundle = { ...s.bundle!, digest: staged.fileDigest };
+      });
+      // a resumed staging never read the file whole: no file digest to name, each entry was held to the signed bundle.json
+      log.info(
+        'verified',
+        `bundle ${m.release.version} ${m.release.arch} verified${staged.fileDigest ? '' : ' (staging resumed: each entry checked against the signed bundle.json, the file not hashed whole)'}`,
+        { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint },
+      );
+    })
+    .catch((err: unknown) => {
+      stop.abort(err);
+      store.fail(err);
+      throw err;
     });
-    // a resumed staging never read the file whole: no file digest to name, each entry was held to the signed bundle.json
-    log.info('verified', `bundle ${m.release.version} ${m.release.arch} verified${staged.fileDigest ? '' : ' (staging resumed: each entry checked against the signed bundle.json, the file not hashed whole)'}`, { digest: staged.fileDigest || undefined, signer: a.signer?.fingerprint });
-  }).catch((err: unknown) => {
-    stop.abort(err);
-    store.fail(err);
-    throw err;
-  });
   done.catch(() => undefined);
   // the stop signal follows ctx.signal (SIGTERM) for the whole load, pulls and pins included, not only the staging
-  staged.staging = { gate: (ref) => store.image(ref), done, signal: stop.signal, stop: (reason) => stop.abort(reason), release: () => signal?.removeEventListener('abort', onStop) };
+  staged.staging = {
+    gate: (ref) => store.image(ref),
+    done,
+    signal: stop.signal,
+    stop: (reason) => stop.abort(reason),
+    release: () => signal?.removeEventListener('abort', onStop),
+  };
   return staged;
 }
 
@@ -657,7 +1022,11 @@ export async function loadBundle(file: string, ctx: PipelineContext): Promise<Lo
   }
 }
 
-async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin): Promise<LoadResult> {
+async function loadFrom(
+  file: string,
+  ctx: PipelineContext,
+  origin: HeadOrigin,
+): Promise<LoadResult> {
   const { config, log, tracker } = ctx;
   const a = await admit(file, ctx, origin);
   const m = a.head.manifest;
@@ -677,9 +1046,18 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
     try {
       step(ctx, 'load-images');
       await loadImages(staging ? { ...ctx, signal: staging.signal } : ctx, {
-        manifest: m, store: staged.store, releases: a.releases, ...(a.running ? { running: a.running } : {}),
+        manifest: m,
+        store: staged.store,
+        releases: a.releases,
+        ...(a.running ? { running: a.running } : {}),
         ...(staging ? { staging: { gate: staging.gate, done: staging.done } } : {}),
-        ...(a.entries ? { onPinning: () => { a.entries!.committed = true; } } : {}),
+        ...(a.entries
+          ? {
+              onPinning: () => {
+                a.entries!.committed = true;
+              },
+            }
+          : {}),
       });
     } catch (caught) {
       const err = stoppedBy(origin.attempt, caught);
@@ -698,56 +1076,136 @@ async function loadFrom(file: string, ctx: PipelineContext, origin: HeadOrigin):
     await staged?.store.close().catch(() => undefined);
     // A layout the config does not keep goes, Ready or not; a failed one is never trusted later (unless kept to be tried again, hashed anew).
     // A stop (SIGTERM) says nothing against a whole signed layout: the next staging of its bundle re-hashes it instead of reading it again.
-    const drop = staged?.target !== undefined && ((!ok && !staged.reused && !retry) || (ok && !keepLayout));
-    if (drop && !(stopped && staged!.whole && a.signer && await backToPartial(staged!.target!, log))) await rm(staged!.target!, { recursive: true, force: true });
+    const drop =
+      staged?.target !== undefined && ((!ok && !staged.reused && !retry) || (ok && !keepLayout));
+    if (
+      drop &&
+      !(stopped && staged!.whole && a.signer && (await backToPartial(staged!.target!, log)))
+    )
+      await rm(staged!.target!, { recursive: true, force: true });
   }
   if (staged.target) await forgetKeptCopy(config.paths.stateDir, staged.target);
   const kept = staged.target && keepLayout ? { layout: staged.target } : {};
   const loadedAt = new Date().toISOString();
-  const common = { arch: rel.arch, ...(staged.fileDigest ? { digest: staged.fileDigest } : {}), loadedAt, identity: bundleIdentity(a.head.manifestBytes), ...kept };
+  const common = {
+    arch: rel.arch,
+    ...(staged.fileDigest ? { digest: staged.fileDigest } : {}),
+    loadedAt,
+    identity: bundleIdentity(a.head.manifestBytes),
+    ...kept,
+  };
   // a path's earlier releases first: a load killed between two writes leaves the final unrecorded, so loaded again
   const path = hops?.map((h) => h.version);
   // none for a release the node went past (#43): loadImages left its images out, and prune may take it
   const runs = runningNow(tracker.current.history, a.running);
-  const recorded = (hops ?? [{ version: rel.version, refs }]).filter((h) => !path || !passedOnPath({ version: h.version, path }, runs));
+  const recorded = (hops ?? [{ version: rel.version, refs }]).filter(
+    (h) => !path || !passedOnPath({ version: h.version, path }, runs),
+  );
   step(ctx, 'record-release');
-  for (const h of recorded) await recordRelease(config.paths.stateDir, { version: h.version, ...common, refs: h.refs, ...(path ? { path } : {}) });
+  for (const h of recorded)
+    await recordRelease(config.paths.stateDir, {
+      version: h.version,
+      ...common,
+      refs: h.refs,
+      ...(path ? { path } : {}),
+    });
   // the release the cluster already runs (a node that joined later): now held here, as after an upgrade
-  const loadedRunning = a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
+  const loadedRunning =
+    a.running?.version !== undefined && compareVersions(a.running.version, rel.version) === 0;
   tracker.update((s) => {
     s.phase = 'Ready';
     const digest = staged!.fileDigest ? { digest: staged!.fileDigest } : {};
-    s.history = loadedRunning ? markRunningLoaded(s.history, rel.version, digest) : markLoaded(s.history, rel.version, digest);
+    s.history = loadedRunning
+      ? markRunningLoaded(s.history, rel.version, digest)
+      : markLoaded(s.history, rel.version, digest);
   });
-  if (config.preload.method === 'none') tracker.condition('Ready', 'True', 'NotPreloaded', `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`);
+  if (config.preload.method === 'none')
+    tracker.condition(
+      'Ready',
+      'True',
+      'NotPreloaded',
+      `update ${rel.version} verified, but its images were NOT loaded (preload.method is none): the node cannot install it from this`,
+    );
   // from peers there is no stick to remove
-  else tracker.condition('Ready', 'True', 'Loaded', a.source ? `update ${rel.version} loaded: you may remove the USB stick` : ctx.media === KEPT_COPY_MEDIA ? `update ${rel.version} loaded from the copy kept on this node` : `update ${rel.version} loaded from other nodes`);
+  else
+    tracker.condition(
+      'Ready',
+      'True',
+      'Loaded',
+      a.source
+        ? `update ${rel.version} loaded: you may remove the USB stick`
+        : ctx.media === KEPT_COPY_MEDIA
+          ? `update ${rel.version} loaded from the copy kept on this node`
+          : `update ${rel.version} loaded from other nodes`,
+    );
   // the journal says what the technician's line says: with preload.method none nothing was loaded
-  const done = config.preload.method === 'none' ? `update ${rel.version} verified, but NOT loaded on this node (preload.method is none): no image was pulled into the runtime` : `update ${rel.version} is loaded on this node`;
-  log.info('ready', a.source ? `${done}; the USB stick may be removed` : done, { version: rel.version });
-  return { version: rel.version, arch: rel.arch, mode: staged.mode, images: m.images.length, refs, fileDigest: staged.fileDigest, ...(m.agent ? { agent: m.agent } : {}) };
+  const done =
+    config.preload.method === 'none'
+      ? `update ${rel.version} verified, but NOT loaded on this node (preload.method is none): no image was pulled into the runtime`
+      : `update ${rel.version} is loaded on this node`;
+  log.info('ready', a.source ? `${done}; the USB stick may be removed` : done, {
+    version: rel.version,
+  });
+  return {
+    version: rel.version,
+    arch: rel.arch,
+    mode: staged.mode,
+    images: m.images.length,
+    refs,
+    fileDigest: staged.fileDigest,
+    ...(m.agent ? { agent: m.agent } : {}),
+  };
 }
 
 /** Failures after the copy was whole that a later try from the same copy may get past (the runtime's, not the bundle's). */
-export const RETRYABLE: ReadonlySet<string> = new Set(['PullFailed', 'PullStalled', 'PinFailed', 'ReloadFailed', 'RuntimeUnavailable', 'Interrupted']);
+export const RETRYABLE: ReadonlySet<string> = new Set([
+  'PullFailed',
+  'PullStalled',
+  'PinFailed',
+  'ReloadFailed',
+  'RuntimeUnavailable',
+  'Interrupted',
+]);
 
 /**
  * The technician was told the stick may go once the copy was whole: a failure after that keeps
  * the copy and the daemon loads it again from there (daemon/retry-kept.ts), so the promise holds.
  * Only a load of the daemon (it sets `servesAfter`), not from peers; returns whether it was kept.
  */
-async function keepForRetry(ctx: PipelineContext, a: Pick<Admitted, 'head' | 'source' | 'signer'>, staged: Staged, err: unknown): Promise<boolean> {
+async function keepForRetry(
+  ctx: PipelineContext,
+  a: Pick<Admitted, 'head' | 'source' | 'signer'>,
+  staged: Staged,
+  err: unknown,
+): Promise<boolean> {
   const { config, tracker, log } = ctx;
   // a stick's (or file's) copy, or one kept before and tried again; a fetch from peers is fetched again (its partial resumes).
   // Signed only: a copy is loaded again as a layout, which only a signature can vouch for.
   const stickCopy = a.source !== undefined || ctx.media === KEPT_COPY_MEDIA;
-  if (!stickCopy || !a.signer || !staged.target || !staged.whole || ctx.servesAfter === undefined) return false;
+  if (!stickCopy || !a.signer || !staged.target || !staged.whole || ctx.servesAfter === undefined)
+    return false;
   const { reason } = failureOf(err, config.paths.upgradeDir);
   if (!RETRYABLE.has(reason)) return false;
-  const before = (await readKeptCopies(config.paths.stateDir)).find((r) => r.layout === staged.target);
-  await recordKeptCopy(config.paths.stateDir, { layout: staged.target, manifestDigest: bundleIdentity(a.head.manifestBytes), at: new Date().toISOString(), ...(before?.tries ? { tries: before.tries } : {}) });
-  tracker.condition('Staged', 'True', 'KeptForRetry', `the verified copy in ${staged.target} is kept: the load is tried again from it, no USB stick needed`);
-  log.warn('staging', `the load of ${a.head.manifest.release.version} failed (${reason}) after its copy was whole: ${staged.target} is kept and loaded again from there`, { reason });
+  const before = (await readKeptCopies(config.paths.stateDir)).find(
+    (r) => r.layout === staged.target,
+  );
+  await recordKeptCopy(config.paths.stateDir, {
+    layout: staged.target,
+    manifestDigest: bundleIdentity(a.head.manifestBytes),
+    at: new Date().toISOString(),
+    ...(before?.tries ? { tries: before.tries } : {}),
+  });
+  tracker.condition(
+    'Staged',
+    'True',
+    'KeptForRetry',
+    `the verified copy in ${staged.target} is kept: the load is tried again from it, no USB stick needed`,
+  );
+  log.warn(
+    'staging',
+    `the load of ${a.head.manifest.release.version} failed (${reason}) after its copy was whole: ${staged.target} is kept and loaded again from there`,
+    { reason },
+  );
   return true;
 }
 
@@ -765,17 +1223,57 @@ interface LoadedBefore {
  * so, as that load ended, in place of what came since (another stick's failure, Idle). One
  * change, so no line in between says "Failed" or "Done" of the wrong thing.
  */
-export function showLoadedBefore(ctx: Pick<PipelineContext, 'config' | 'tracker'>, b: LoadedBefore): void {
+export function showLoadedBefore(
+  ctx: Pick<PipelineContext, 'config' | 'tracker'>,
+  b: LoadedBefore,
+): void {
   const { config, tracker } = ctx;
   const now = new Date().toISOString();
-  const cond = (type: Condition['type'], status: Condition['status'], reason: string, message: string): Condition => ({ type, status, reason, message: escapeControls(message), lastTransitionTime: now });
-  const ready = config.preload.method === 'none'
-    ? [cond('Preloaded', 'False', 'PreloadDisabled', 'preload.method is none: no image was pulled into the runtime'),
-      cond('Ready', 'True', 'NotPreloaded', `update ${b.version} was verified before, but its images were NOT loaded (preload.method is none): ${b.file} is not read again`)]
-    : [cond('Ready', 'True', 'LoadedBefore', `update ${b.version} was loaded on this node before and its images are in the runtime: ${b.file} is not read again; you may remove the USB stick`)];
+  const cond = (
+    type: Condition['type'],
+    status: Condition['status'],
+    reason: string,
+    message: string,
+  ): Condition => ({
+    type,
+    status,
+    reason,
+    message: escapeControls(message),
+    lastTransitionTime: now,
+  });
+  const ready =
+    config.preload.method === 'none'
+      ? [
+          cond(
+            'Preloaded',
+            'False',
+            'PreloadDisabled',
+            'preload.method is none: no image was pulled into the runtime',
+          ),
+          cond(
+            'Ready',
+            'True',
+            'NotPreloaded',
+            `update ${b.version} was verified before, but its images were NOT loaded (preload.method is none): ${b.file} is not read again`,
+          ),
+        ]
+      : [
+          cond(
+            'Ready',
+            'True',
+            'LoadedBefore',
+            `update ${b.version} was loaded on this node before and its images are in the runtime: ${b.file} is not read again; you may remove the USB stick`,
+          ),
+        ];
   tracker.update((s) => {
     s.phase = 'Ready';
-    s.bundle = { file: b.file, media: b.media, version: b.version, arch: b.arch, ...(b.digest ? { digest: b.digest } : {}) };
+    s.bundle = {
+      file: b.file,
+      media: b.media,
+      version: b.version,
+      arch: b.arch,
+      ...(b.digest ? { digest: b.digest } : {}),
+    };
     s.conditions = [cond('MediaDetected', 'True', 'BundleFound', `found ${b.file}`), ...ready];
     s.progress = { bytesDone: 0, bytesTotal: 0, imagesDone: 0, imagesTotal: 0 };
   });
@@ -785,10 +1283,18 @@ export function showLoadedBefore(ctx: Pick<PipelineContext, 'config' | 'tracker'
  * The history after a failed attempt at `version`: failed, unless the node held it before the
  * attempt (loaded, or the release it runs): then its entry is as it was, so its pins stay.
  */
-function failedAttempt(history: readonly HistoryEntry[], before: readonly HistoryEntry[], version: string): HistoryEntry[] {
-  const held = before.find((e) => e.version === version && e.state !== 'failed' && e.state !== 'installing');
+function failedAttempt(
+  history: readonly HistoryEntry[],
+  before: readonly HistoryEntry[],
+  version: string,
+): HistoryEntry[] {
+  const held = before.find(
+    (e) => e.version === version && e.state !== 'failed' && e.state !== 'installing',
+  );
   if (!held) return markFailed(history, version);
-  return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...held } : e)) : [...history, { ...held }];
+  return history.some((e) => e.version === version)
+    ? history.map((e) => (e.version === version ? { ...held } : e))
+    : [...history, { ...held }];
 }
 
 /**
@@ -799,20 +1305,47 @@ function failedAttempt(history: readonly HistoryEntry[], before: readonly Histor
  * into the Failed condition, leaving nothing half-done (an origin's withdrawals leave the status
  * as it was before the attempt).
  */
-export async function runLoad(origin: string | StagedLayout | EntrySource, ctx: PipelineContext): Promise<LoadResult> {
-  if (typeof origin === 'string') return runAttempt(origin, ctx, (c) => loadBundle(origin, c), 'file');
-  if ('target' in origin) return runAttempt(origin.target, ctx, (c) => loadFrom(origin.target, c, fromStaged(origin)), 'layout');
+export async function runLoad(
+  origin: string | StagedLayout | EntrySource,
+  ctx: PipelineContext,
+): Promise<LoadResult> {
+  if (typeof origin === 'string')
+    return runAttempt(origin, ctx, (c) => loadBundle(origin, c), 'file');
+  if ('target' in origin)
+    return runAttempt(
+      origin.target,
+      ctx,
+      (c) => loadFrom(origin.target, c, fromStaged(origin)),
+      'layout',
+    );
   const stop = new AbortController();
-  const attempt: EntryAttempt = { source: origin, stop: stop.signal, shown: false, filled: false, committed: false };
+  const attempt: EntryAttempt = {
+    source: origin,
+    stop: stop.signal,
+    shown: false,
+    filled: false,
+    committed: false,
+  };
   // the origin's watch (a withdrawn approval) stops the whole attempt, its load too, until the pins
   // begin: a stop there would leave pins no release record names, so the load completes
   const unwatch = origin.watch?.((reason) => {
     if (!attempt.committed) stop.abort(reason);
-    else ctx.log.warn('peers', `approval withdrawn after pinning began: the load completes; revoke takes effect for the next bundle (${reason.message})`, { reason: reason.reason });
+    else
+      ctx.log.warn(
+        'peers',
+        `approval withdrawn after pinning began: the load completes; revoke takes effect for the next bundle (${reason.message})`,
+        { reason: reason.reason },
+      );
   });
   const signal = ctx.signal ? AbortSignal.any([ctx.signal, stop.signal]) : stop.signal;
   try {
-    return await runAttempt(origin.media, { ...ctx, media: origin.media, signal }, (c) => loadFrom(origin.media, c, fromEntries(attempt)), 'entries', attempt);
+    return await runAttempt(
+      origin.media,
+      { ...ctx, media: origin.media, signal },
+      (c) => loadFrom(origin.media, c, fromEntries(attempt)),
+      'entries',
+      attempt,
+    );
   } finally {
     unwatch?.();
     origin.close?.();
@@ -827,7 +1360,8 @@ export async function runLoad(origin: string | StagedLayout | EntrySource, ctx: 
 function withdrawAttempt(ctx: PipelineContext, attempt: EntryAttempt): void {
   const was = attempt.before;
   const now = ctx.tracker.current.bundle;
-  if (!attempt.shown || !was || now?.file !== attempt.target || now?.media !== attempt.source.media) return;
+  if (!attempt.shown || !was || now?.file !== attempt.target || now?.media !== attempt.source.media)
+    return;
   ctx.tracker.update((s) => {
     Object.assign(s, { phase: was.phase, conditions: was.conditions, progress: was.progress });
     if (was.bundle) s.bundle = was.bundle;
@@ -841,24 +1375,44 @@ function withdrawAttempt(ctx: PipelineContext, attempt: EntryAttempt): void {
  * its marker names (one found withdrawn at the head too, before this attempt knew its place);
  * a stick's staging of another build of the release stays.
  */
-async function dropWithdrawn(ctx: PipelineContext, attempt: EntryAttempt, err: unknown): Promise<void> {
+async function dropWithdrawn(
+  ctx: PipelineContext,
+  attempt: EntryAttempt,
+  err: unknown,
+): Promise<void> {
   const { stateDir, upgradeDir } = ctx.config.paths;
   if (failureOf(stoppedBy(attempt, err), upgradeDir).reason !== 'ApprovalRevoked') return;
   const identity = attempt.identity ?? attempt.source.identity;
   if (!identity) return;
   const gone = await dropPartialsOf(upgradeDir, identity);
   await forgetPeerPartial(stateDir, identity);
-  if (gone.length) ctx.log.info('staging', `removed the staging ${gone.join(', ')} of the withdrawn bundle ${identity}`);
+  if (gone.length)
+    ctx.log.info(
+      'staging',
+      `removed the staging ${gone.join(', ')} of the withdrawn bundle ${identity}`,
+    );
 }
 
 /** `version`'s entry in `history` as it was in `before` (none if there was none). */
-function historyAsBefore(history: readonly HistoryEntry[], before: readonly HistoryEntry[], version: string): HistoryEntry[] {
+function historyAsBefore(
+  history: readonly HistoryEntry[],
+  before: readonly HistoryEntry[],
+  version: string,
+): HistoryEntry[] {
   const was = before.find((e) => e.version === version);
   if (!was) return history.filter((e) => e.version !== version);
-  return history.some((e) => e.version === version) ? history.map((e) => (e.version === version ? { ...was } : e)) : [...history, { ...was }];
+  return history.some((e) => e.version === version)
+    ? history.map((e) => (e.version === version ? { ...was } : e))
+    : [...history, { ...was }];
 }
 
-async function runAttempt(file: string, ctx: PipelineContext, load: (ctx: PipelineContext) => Promise<LoadResult>, from: 'file' | 'layout' | 'entries', attempt?: EntryAttempt): Promise<LoadResult> {
+async function runAttempt(
+  file: string,
+  ctx: PipelineContext,
+  load: (ctx: PipelineContext) => Promise<LoadResult>,
+  from: 'file' | 'layout' | 'entries',
+  attempt?: EntryAttempt,
+): Promise<LoadResult> {
   // taken before the load: the outcome belongs to the copy that was read
   const key = from === 'file' ? await keyOf(file) : undefined;
   const content = from === 'file' ? await contentOf(file) : undefined;
@@ -868,23 +1422,52 @@ async function runAttempt(file: string, ctx: PipelineContext, load: (ctx: Pipeli
   try {
     const r = await withLoadLock(stateDir, async () => {
       // an origin's after its head (admit)
-      if (!attempt) await removeLeftovers(ctx.config, ctx.runtime, ctx.log, ctx.tracker.current.history, from === 'layout' ? file : undefined);
+      if (!attempt)
+        await removeLeftovers(
+          ctx.config,
+          ctx.runtime,
+          ctx.log,
+          ctx.tracker.current.history,
+          from === 'layout' ? file : undefined,
+        );
       // a load killed mid-way leaves this, so the next daemon start tries the file again
-      if (key) await recordBundle(stateDir, { key, file, outcome: 'loading', at: new Date().toISOString() });
-      return attempt ? load(ctx).catch(async (err: unknown) => {
-        await dropWithdrawn(ctx, attempt, err);
-        throw err;
-      }) : load(ctx);
+      if (key)
+        await recordBundle(stateDir, {
+          key,
+          file,
+          outcome: 'loading',
+          at: new Date().toISOString(),
+        });
+      return attempt
+        ? load(ctx).catch(async (err: unknown) => {
+            await dropWithdrawn(ctx, attempt, err);
+            throw err;
+          })
+        : load(ctx);
     });
-    if (key) await recordBundle(stateDir, { key, ...(content ? { content } : {}), file, outcome: 'ready', version: r.version, arch: r.arch, ...(r.fileDigest ? { digest: r.fileDigest } : {}), at: new Date().toISOString() });
+    if (key)
+      await recordBundle(stateDir, {
+        key,
+        ...(content ? { content } : {}),
+        file,
+        outcome: 'ready',
+        version: r.version,
+        arch: r.arch,
+        ...(r.fileDigest ? { digest: r.fileDigest } : {}),
+        at: new Date().toISOString(),
+      });
     // only once Ready and recorded: the restart it may ask for stops this process
     // never throws (it reports in AgentUpgraded); the catch only guards the bundle's Ready
-    await switchAgentIfNewer({ ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION }, r.agent).catch((e) => ctx.log.error('agent', oneLine(e)));
+    await switchAgentIfNewer(
+      { ...ctx, agentVersion: ctx.agentVersion ?? TOOL_VERSION },
+      r.agent,
+    ).catch((e) => ctx.log.error('agent', oneLine(e)));
     return r;
   } catch (caught) {
     const err = from === 'file' ? mediaGone(caught, file) : stoppedBy(attempt, caught);
     const { reason, message } = failureOf(err, ctx.config.paths.upgradeDir);
-    const thrown = err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
+    const thrown =
+      err instanceof AgentError ? err : new AgentError(reason, message, { cause: err });
     // another load holds the lock: its state is the node's, this attempt changed nothing (the daemon tries again; an origin that looks again says so itself)
     if (reason === 'Busy') {
       if (!attempt) ctx.log.warn('busy', message, { reason, file });
@@ -898,12 +1481,23 @@ async function runAttempt(file: string, ctx: PipelineContext, load: (ctx: Pipeli
     const version = attempt && !attempt.filled ? undefined : ctx.tracker.current.bundle?.version;
     // a stop says nothing about the file
     if (key && reason !== 'Interrupted') {
-      await recordBundle(stateDir, { key, file, outcome: 'failed', reason, ...(version ? { version } : {}), at: new Date().toISOString() })
-        .catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
+      await recordBundle(stateDir, {
+        key,
+        file,
+        outcome: 'failed',
+        reason,
+        ...(version ? { version } : {}),
+        at: new Date().toISOString(),
+      }).catch((e) => ctx.log.warn('state', `cannot record the outcome of ${file}: ${oneLine(e)}`));
     }
     // stopped before the attempt began (waiting for the cluster): there is no attempt to call failed
-    const attempted = reason !== 'Interrupted' || ctx.tracker.current.history.some((e) => e.version === version && e.state === 'installing');
-    if (version && attempted) ctx.tracker.update((s) => { s.history = failedAttempt(s.history, before, version); });
+    const attempted =
+      reason !== 'Interrupted' ||
+      ctx.tracker.current.history.some((e) => e.version === version && e.state === 'installing');
+    if (version && attempted)
+      ctx.tracker.update((s) => {
+        s.history = failedAttempt(s.history, before, version);
+      });
     ctx.tracker.failed(reason, message);
     ctx.log.error('failed', message, { reason, file });
     throw thrown;

@@ -1,4 +1,10 @@
-import { compareVersions, positionOnPath, releasePath, type BundleManifest, type ReleaseHop } from '@offline-bundle/format';
+import {
+  compareVersions,
+  positionOnPath,
+  releasePath,
+  type BundleManifest,
+  type ReleaseHop,
+} from '@offline-bundle/format';
 import { normalizeArch } from '@offline-bundle/oci';
 import type { AgentConfig } from '../config.js';
 import { AgentError } from '../errors.js';
@@ -7,7 +13,11 @@ import { AgentError } from '../errors.js';
 export { compareVersions } from '@offline-bundle/format';
 
 /** The policy's verdicts on a bundle against this node (arch, version): the bundle is not for it, whatever is fixed here. */
-export const POLICY_REFUSALS: ReadonlySet<string> = new Set(['WrongArch', 'Downgrade', 'NotAnUpgradeSource']);
+export const POLICY_REFUSALS: ReadonlySet<string> = new Set([
+  'WrongArch',
+  'Downgrade',
+  'NotAnUpgradeSource',
+]);
 
 /** Most upgrade sources a refusal lists: the message stays one readable line. */
 const MAX_SOURCES_NAMED = 4;
@@ -23,13 +33,18 @@ function unknownRunningVersion(config: AgentConfig): AgentError {
   const fix = config.version.fromCluster
     ? 'set version.current to the version the cluster runs, or version.allowUnknown: true to load anyway'
     : 'set version.current (or version.fromCluster with status.kubeconfig), or version.allowUnknown: true to load anyway';
-  return new AgentError('UnknownRunningVersion', `${cause}, so downgrades and upgrade sources cannot be checked: ${fix}`);
+  return new AgentError(
+    'UnknownRunningVersion',
+    `${cause}, so downgrades and upgrade sources cannot be checked: ${fix}`,
+  );
 }
 
 /** "4.14.30, 4.14.31 and 2 more": the sources a refusal names. */
 function sourcesText(list: readonly string[]): string {
   const shown = list.slice(0, MAX_SOURCES_NAMED).join(', ');
-  return list.length > MAX_SOURCES_NAMED ? `${shown} and ${list.length - MAX_SOURCES_NAMED} more` : shown;
+  return list.length > MAX_SOURCES_NAMED
+    ? `${shown} and ${list.length - MAX_SOURCES_NAMED} more`
+    : shown;
 }
 
 /**
@@ -46,7 +61,10 @@ function pathEntry(path: readonly ReleaseHop[], current: string): number | undef
 function notOnPath(path: readonly ReleaseHop[], current: string): AgentError {
   const first = path[0]!;
   const names = path.map((h) => h.version).join(' → ');
-  return new AgentError('NotAnUpgradeSource', `the path ${names} cannot be taken from the running ${current}: ${first.version} upgrades from ${sourcesText(first.upgradeFrom)}, so this node's cluster must run ${first.upgradeFrom.length === 1 ? first.upgradeFrom[0] : `one of ${sourcesText(first.upgradeFrom)}`} (or a release of the path) first`);
+  return new AgentError(
+    'NotAnUpgradeSource',
+    `the path ${names} cannot be taken from the running ${current}: ${first.version} upgrades from ${sourcesText(first.upgradeFrom)}, so this node's cluster must run ${first.upgradeFrom.length === 1 ? first.upgradeFrom[0] : `one of ${sourcesText(first.upgradeFrom)}`} (or a release of the path) first`,
+  );
 }
 
 /**
@@ -56,12 +74,19 @@ function notOnPath(path: readonly ReleaseHop[], current: string): AgentError {
  * release of releasePath(m) the node takes (0 for a bundle of one release, or where the running
  * version is unknown and allowed, or any source is).
  */
-export function checkPolicy(m: BundleManifest, config: AgentConfig, current: string | undefined): number {
+export function checkPolicy(
+  m: BundleManifest,
+  config: AgentConfig,
+  current: string | undefined,
+): number {
   const r = m.release;
   const path = releasePath(m);
   const last = path.length - 1;
   if (normalizeArch(r.arch) !== config.arch) {
-    throw new AgentError('WrongArch', `this bundle is for ${r.arch} but this node is ${config.arch}: use the ${config.arch} bundle`);
+    throw new AgentError(
+      'WrongArch',
+      `this bundle is for ${r.arch} but this node is ${config.arch}: use the ${config.arch} bundle`,
+    );
   }
   // Fail closed: without the running version neither check below can run, and a downgrade
   // (or a skipped upgrade edge) is exactly what the policy exists to stop.
@@ -71,7 +96,10 @@ export function checkPolicy(m: BundleManifest, config: AgentConfig, current: str
   }
   const cmp = compareVersions(r.version, current);
   if (cmp < 0 && !config.version.allowDowngrade) {
-    throw new AgentError('Downgrade', `this bundle holds ${r.version}, older than the running ${current}: bring the bundle for a newer version (or set version.allowDowngrade)`);
+    throw new AgentError(
+      'Downgrade',
+      `this bundle holds ${r.version}, older than the running ${current}: bring the bundle for a newer version (or set version.allowDowngrade)`,
+    );
   }
   if (cmp <= 0) return last;
   const entry = pathEntry(path, current);
@@ -79,5 +107,8 @@ export function checkPolicy(m: BundleManifest, config: AgentConfig, current: str
   if (config.version.allowAnySource) return 0;
   if (last > 0) throw notOnPath(path, current);
   // Same ordering for the source list, so "v4.14.38" or "4.14.38+build" name the running 4.14.38.
-  throw new AgentError('NotAnUpgradeSource', `${r.version} cannot be installed over the running ${current} (it upgrades from ${r.upgradeFrom.join(', ')}): install an intermediate version first`);
+  throw new AgentError(
+    'NotAnUpgradeSource',
+    `${r.version} cannot be installed over the running ${current} (it upgrades from ${r.upgradeFrom.join(', ')}): install an intermediate version first`,
+  );
 }

@@ -11,8 +11,15 @@ import { namesOf } from '../runtime/runtime-target.js';
 const MANIFEST_READ_BYTES = 4 * 1024 * 1024;
 
 /** When bytes of a name's image last went out of the registry that logs to `served`. */
-export function pullActivity(m: BundleManifest, store: BlobStore, catalog: Catalog, served: ServedLog): PullActivity {
-  const digestOf = new Map(m.images.flatMap((img) => namesOf(img).map((n) => [n, img.digest] as const)));
+export function pullActivity(
+  m: BundleManifest,
+  store: BlobStore,
+  catalog: Catalog,
+  served: ServedLog,
+): PullActivity {
+  const digestOf = new Map(
+    m.images.flatMap((img) => namesOf(img).map((n) => [n, img.digest] as const)),
+  );
   const blobs = new Map<string, Promise<string[]>>();
   return async (ref) => {
     const digest = digestOf.get(ref);
@@ -28,8 +35,17 @@ async function blobsOf(digest: string, store: BlobStore, catalog: Catalog): Prom
   const carried = (d: string) => catalog.blobs.has(d);
   try {
     const parsed = parseManifest(await readBlob(store, digest), catalog.manifests.get(digest));
-    if (parsed.kind === 'manifest') return [digest, ...[parsed.manifest.config, ...parsed.manifest.layers].map((d) => d.digest).filter(carried)];
-    const children = await Promise.all(parsed.index.manifests.map((c) => c.digest).filter(carried).map((c) => blobsOf(c, store, catalog)));
+    if (parsed.kind === 'manifest')
+      return [
+        digest,
+        ...[parsed.manifest.config, ...parsed.manifest.layers].map((d) => d.digest).filter(carried),
+      ];
+    const children = await Promise.all(
+      parsed.index.manifests
+        .map((c) => c.digest)
+        .filter(carried)
+        .map((c) => blobsOf(c, store, catalog)),
+    );
     return [digest, ...children.flat()];
   } catch {
     // a manifest not understood here (or too large to read): bytes of any blob count as its pull's

@@ -3,7 +3,13 @@
 // partial directories stay).
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { partialBundle, readLayoutDescription, type BundleManifest, type ExtractOptions, type ResumeInfo } from '@offline-bundle/format';
+import {
+  partialBundle,
+  readLayoutDescription,
+  type BundleManifest,
+  type ExtractOptions,
+  type ResumeInfo,
+} from '@offline-bundle/format';
 import { LayoutStore, type Catalog } from '@offline-bundle/registry';
 import { formatBytes } from '@offline-bundle/cli';
 import { oneLine } from '../errors.js';
@@ -43,7 +49,11 @@ export async function removeStalePartials(upgradeDir: string): Promise<string[]>
  * staging goes (a different bundle arrived: its pieces would only hold disk), and so does
  * `partialDir` itself when it holds another bundle's pieces.
  */
-export async function dropOtherPartials(upgradeDir: string, partialDir: string, bundle: string): Promise<string[]> {
+export async function dropOtherPartials(
+  upgradeDir: string,
+  partialDir: string,
+  bundle: string,
+): Promise<string[]> {
   const gone: string[] = [];
   for (const n of await partials(upgradeDir)) {
     const dir = join(upgradeDir, n);
@@ -70,12 +80,17 @@ export async function dropPartialsOf(upgradeDir: string, bundle: string): Promis
  * What the agent's own partial staging is worth to the space check: this bundle's pieces in
  * `partialDir` are layout not written again; every other partial is removed before staging.
  */
-export async function partialCredit(upgradeDir: string, partialDir: string, bundle: string): Promise<SpaceCredit> {
+export async function partialCredit(
+  upgradeDir: string,
+  partialDir: string,
+  bundle: string,
+): Promise<SpaceCredit> {
   const credit = { reclaimableBytes: 0, alreadyStagedBytes: 0 };
   for (const n of await partials(upgradeDir)) {
     const dir = join(upgradeDir, n);
     const bytes = await partialBytes(dir);
-    if (dir === partialDir && (await partialBundle(dir)) === bundle) credit.alreadyStagedBytes += bytes;
+    if (dir === partialDir && (await partialBundle(dir)) === bundle)
+      credit.alreadyStagedBytes += bytes;
     else credit.reclaimableBytes += bytes;
   }
   return credit;
@@ -98,26 +113,45 @@ function recheckMessage(info: ResumeInfo): string | undefined {
  * holding pieces of the bundle whose identity is `bundle`); all of them when it is served from
  * the media (`partialDir` undefined), whose images need the room they hold.
  */
-export async function clearPartialsFor(upgradeDir: string, partialDir: string | undefined, bundle: string, log: Logger): Promise<void> {
+export async function clearPartialsFor(
+  upgradeDir: string,
+  partialDir: string | undefined,
+  bundle: string,
+  log: Logger,
+): Promise<void> {
   const dropped = await dropOtherPartials(upgradeDir, partialDir ?? '', bundle);
-  if (dropped.length) log.info('staging', `removed unfinished staging of ${partialDir ? 'another bundle' : 'a bundle, to serve this one from the media'}: ${dropped.join(', ')}`);
+  if (dropped.length)
+    log.info(
+      'staging',
+      `removed unfinished staging of ${partialDir ? 'another bundle' : 'a bundle, to serve this one from the media'}: ${dropped.join(', ')}`,
+    );
 }
 
 /** A staged layout is reused (after a restart, or fetched from peers) only if it holds exactly this bundle's signed description. */
 export async function alreadyStaged(dir: string, manifestBytes: Buffer): Promise<boolean> {
-  return readLayoutDescription(dir).then((d) => d.manifestBytes.equals(manifestBytes), () => false);
+  return readLayoutDescription(dir).then(
+    (d) => d.manifestBytes.equals(manifestBytes),
+    () => false,
+  );
 }
 
 /**
  * A layout staged by an earlier load, hashed again in full before use; one that no longer
  * matches is removed and staged afresh from the bundle at hand (undefined), not failed.
  */
-export async function reopenKeptLayout(target: string, catalog: Catalog, log: Logger): Promise<LayoutStore | undefined> {
+export async function reopenKeptLayout(
+  target: string,
+  catalog: Catalog,
+  log: Logger,
+): Promise<LayoutStore | undefined> {
   log.info('staging', `reusing the layout staged earlier in ${target}; checking it`);
   try {
     return await LayoutStore.open(target, catalog, { verified: false });
   } catch (err) {
-    log.warn('staging', `the layout staged earlier in ${target} is damaged (${oneLine(err)}): staging it again from the bundle`);
+    log.warn(
+      'staging',
+      `the layout staged earlier in ${target} is damaged (${oneLine(err)}): staging it again from the bundle`,
+    );
     await rm(target, { recursive: true, force: true });
     return undefined;
   }
@@ -128,7 +162,10 @@ export async function reopenKeptLayout(target: string, catalog: Catalog, log: Lo
  * the head admit read and verified) a staging cut short keeps what it verified, and the same
  * bundle's return goes on from there, said in the log and the Staged condition.
  */
-export function stagingOptions(ctx: PipelineContext, signed: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer } | undefined): Pick<ExtractOptions, 'fsync' | 'resume' | 'onResume' | 'onRechecked' | 'head'> {
+export function stagingOptions(
+  ctx: PipelineContext,
+  signed: { manifest: BundleManifest; manifestBytes: Buffer; signature: Buffer } | undefined,
+): Pick<ExtractOptions, 'fsync' | 'resume' | 'onResume' | 'onRechecked' | 'head'> {
   // A copy deleted at Ready needs no sync: a crash before then leaves pieces a resume hashes
   // again (and a kept layout is hashed again before any reuse); syncing only costs the load.
   const fsync = { fsync: ctx.config.staging.keep !== false };

@@ -24,7 +24,11 @@ interface RememberedRelease extends ClusterRelease {
 const VERSION_SHAPE = /^v?[0-9][0-9A-Za-z.+_-]{0,63}$/;
 const IMAGE_SHAPE = /^[^\s@]{1,255}@sha256:[0-9a-f]{64}$/;
 
-export async function rememberClusterRelease(stateDir: string, r: ClusterRelease, now = new Date()): Promise<void> {
+export async function rememberClusterRelease(
+  stateDir: string,
+  r: ClusterRelease,
+  now = new Date(),
+): Promise<void> {
   if (!VERSION_SHAPE.test(r.version)) return;
   // an image by tag is not kept (it pins nothing), but the version is: a stale file would let a downgrade through
   const image = r.image !== undefined && IMAGE_SHAPE.test(r.image) ? r.image : undefined;
@@ -32,19 +36,30 @@ export async function rememberClusterRelease(stateDir: string, r: ClusterRelease
   // written only when the release changes: a read on every load is not a write on every load
   if (known && known.version === r.version && known.image === image) return;
   await makeDirs(stateDir);
-  const rec: RememberedRelease = { version: r.version, ...(image ? { image } : {}), seenAt: now.toISOString() };
+  const rec: RememberedRelease = {
+    version: r.version,
+    ...(image ? { image } : {}),
+    seenAt: now.toISOString(),
+  };
   await writeFileAtomic(join(stateDir, CLUSTER_RELEASE_FILE), JSON.stringify(rec, null, 2) + '\n');
 }
 
 /** The remembered release, or undefined when none was kept or the file is not of our shape (treated as absent). */
-export async function rememberedClusterRelease(stateDir: string): Promise<RememberedRelease | undefined> {
+export async function rememberedClusterRelease(
+  stateDir: string,
+): Promise<RememberedRelease | undefined> {
   const v = await readStateJson(join(stateDir, CLUSTER_RELEASE_FILE));
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return undefined;
   const r = v as Record<string, unknown>;
   if (typeof r.version !== 'string' || !VERSION_SHAPE.test(r.version)) return undefined;
-  if (r.image !== undefined && (typeof r.image !== 'string' || !IMAGE_SHAPE.test(r.image))) return undefined;
+  if (r.image !== undefined && (typeof r.image !== 'string' || !IMAGE_SHAPE.test(r.image)))
+    return undefined;
   if (typeof r.seenAt !== 'string' || Number.isNaN(Date.parse(r.seenAt))) return undefined;
-  return { version: r.version, ...(typeof r.image === 'string' ? { image: r.image } : {}), seenAt: r.seenAt };
+  return {
+    version: r.version,
+    ...(typeof r.image === 'string' ? { image: r.image } : {}),
+    seenAt: r.seenAt,
+  };
 }
 
 /**
@@ -71,17 +86,32 @@ export async function adoptRunningRelease(opts: {
   if (running.image && !opts.inspector) refs.add(running.image);
   if (opts.inspector) {
     // agent images are kept pinned by the agent switch, not by a release
-    const repos = new Set(incoming.images.map((i) => i.repository).filter((r) => r !== AGENT_REPOSITORY));
+    const repos = new Set(
+      incoming.images.map((i) => i.repository).filter((r) => r !== AGENT_REPOSITORY),
+    );
     // neither the incoming release's images nor those of releases the agent loaded before
-    const incomingRefs = new Set([...incoming.images.map((i) => `${i.repository}@${i.digest}`), ...opts.releases.flatMap((r) => r.refs)]);
+    const incomingRefs = new Set([
+      ...incoming.images.map((i) => `${i.repository}@${i.digest}`),
+      ...opts.releases.flatMap((r) => r.refs),
+    ]);
     for (const img of await opts.inspector.listImages()) {
       for (const ref of img.repoDigests) {
-        if (ref === running.image || (repos.has(ref.slice(0, ref.lastIndexOf('@'))) && !incomingRefs.has(ref))) refs.add(ref);
+        if (
+          ref === running.image ||
+          (repos.has(ref.slice(0, ref.lastIndexOf('@'))) && !incomingRefs.has(ref))
+        )
+          refs.add(ref);
       }
     }
   }
   if (refs.size === 0) return undefined;
-  const rec: ReleaseRecord = { version: running.version, arch, refs: [...refs].sort(), loadedAt: new Date().toISOString(), source: 'node' };
+  const rec: ReleaseRecord = {
+    version: running.version,
+    arch,
+    refs: [...refs].sort(),
+    loadedAt: new Date().toISOString(),
+    source: 'node',
+  };
   await recordRelease(opts.stateDir, rec);
   return rec;
 }

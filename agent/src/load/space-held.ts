@@ -19,7 +19,10 @@ export interface HeldLayers {
 }
 
 /** containers/storage's record of a layer (the fields used). */
-interface StorageLayer { 'compressed-diff-digest'?: unknown; 'diff-digest'?: unknown }
+interface StorageLayer {
+  'compressed-diff-digest'?: unknown;
+  'diff-digest'?: unknown;
+}
 
 /**
  * CRI-O: the layers containers/storage lists, by compressed and uncompressed digest. A layer is
@@ -30,16 +33,20 @@ async function crioHeld(storeDir: string, wanted: ReadonlySet<string>): Promise<
   const path = join(storeDir, 'overlay-layers', 'layers.json');
   let records: unknown;
   try {
-    records = JSON.parse((await readSmallFile(path, MAX_LAYERS_RECORD_BYTES)).bytes.toString('utf8'));
+    records = JSON.parse(
+      (await readSmallFile(path, MAX_LAYERS_RECORD_BYTES)).bytes.toString('utf8'),
+    );
   } catch (err) {
     // a store that has never held a layer has no record yet
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { held: new Set() };
     return { held: new Set(), unknown: `${path}: ${(err as Error).message.split('\n')[0]}` };
   }
-  if (!Array.isArray(records)) return { held: new Set(), unknown: `${path} is not a list of layers` };
+  if (!Array.isArray(records))
+    return { held: new Set(), unknown: `${path} is not a list of layers` };
   const held = new Set<string>();
   for (const r of records as StorageLayer[]) {
-    for (const d of [r?.['compressed-diff-digest'], r?.['diff-digest']]) if (typeof d === 'string' && wanted.has(d)) held.add(d);
+    for (const d of [r?.['compressed-diff-digest'], r?.['diff-digest']])
+      if (typeof d === 'string' && wanted.has(d)) held.add(d);
   }
   return { held };
 }
@@ -56,7 +63,11 @@ async function containerdHeld(storeDir: string, wanted: ReadonlySet<string>): Pr
 }
 
 /** The bundle's layer blobs (of `blobs`) the runtime's store holds. */
-export function heldLayers(runtime: RuntimeKind, storeDir: string, layers: readonly BundleBlob[]): Promise<HeldLayers> {
+export function heldLayers(
+  runtime: RuntimeKind,
+  storeDir: string,
+  layers: readonly BundleBlob[],
+): Promise<HeldLayers> {
   const wanted = new Set(layers.map((b) => b.digest).filter((d) => d.startsWith('sha256:')));
   return runtime === 'crio' ? crioHeld(storeDir, wanted) : containerdHeld(storeDir, wanted);
 }

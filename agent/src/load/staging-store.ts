@@ -10,7 +10,11 @@ import { layoutRange, type BlobStore, type Catalog } from '@offline-bundle/regis
 import { AgentError } from '../errors.js';
 import { namesOf } from '../runtime/runtime-target.js';
 
-interface Waiter { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void }
+interface Waiter {
+  promise: Promise<void>;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
 
 /**
  * A BlobStore over `partial` (where extractBundle writes) and then `target` (where it renames
@@ -25,7 +29,12 @@ export class StagingStore implements BlobStore {
   private failure: { err: unknown } | undefined;
   private dirs: string[];
 
-  constructor(partial: string, private readonly target: string, private readonly catalog: Catalog, m: BundleManifest) {
+  constructor(
+    partial: string,
+    private readonly target: string,
+    private readonly catalog: Catalog,
+    m: BundleManifest,
+  ) {
     this.dirs = [partial, target];
     for (const img of m.images) for (const n of namesOf(img)) this.digestOf.set(n, img.digest);
   }
@@ -51,7 +60,9 @@ export class StagingStore implements BlobStore {
 
   /** Every blob of the catalog staged. */
   private all(): Promise<void> {
-    return Promise.all([...this.catalog.blobs.keys()].map((d) => this.blob(d))).then(() => undefined);
+    return Promise.all([...this.catalog.blobs.keys()].map((d) => this.blob(d))).then(
+      () => undefined,
+    );
   }
 
   private blob(digest: string): Promise<void> {
@@ -61,7 +72,10 @@ export class StagingStore implements BlobStore {
     if (!w) {
       let resolve!: () => void;
       let reject!: (err: unknown) => void;
-      const promise = new Promise<void>((res, rej) => { resolve = res; reject = rej; });
+      const promise = new Promise<void>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
       // awaited by whoever asked; a failure nobody waits for is no crash
       promise.catch(() => undefined);
       w = { promise, resolve, reject };
@@ -88,8 +102,14 @@ export class StagingStore implements BlobStore {
     }
     // only what the bundle carries: a platform left out of it is never asked for
     const carried = (d: { digest: string }) => this.catalog.blobs.has(d.digest);
-    if (parsed.kind === 'index') await Promise.all(parsed.index.manifests.filter(carried).map((c) => this.manifest(c.digest)));
-    else await Promise.all([parsed.manifest.config, ...parsed.manifest.layers].filter(carried).map((d) => this.blob(d.digest)));
+    if (parsed.kind === 'index')
+      await Promise.all(parsed.index.manifests.filter(carried).map((c) => this.manifest(c.digest)));
+    else
+      await Promise.all(
+        [parsed.manifest.config, ...parsed.manifest.layers]
+          .filter(carried)
+          .map((d) => this.blob(d.digest)),
+      );
   }
 
   private async read(digest: string): Promise<Buffer> {
@@ -121,9 +141,16 @@ export class StagingStore implements BlobStore {
   }
 
   async open(digest: string, start: number, end: number): Promise<Readable> {
-    if (!this.ready.has(digest)) throw new AgentError('StagingFailed', `blob ${digest} is not staged and verified yet`);
+    if (!this.ready.has(digest))
+      throw new AgentError('StagingFailed', `blob ${digest} is not staged and verified yet`);
     const fh = await this.openFile(digest);
-    return layoutRange(fh, this.catalog.blobs.get(digest)!, start, end, `staged ${blobPath(digest)}`);
+    return layoutRange(
+      fh,
+      this.catalog.blobs.get(digest)!,
+      start,
+      end,
+      `staged ${blobPath(digest)}`,
+    );
   }
 
   async close(): Promise<void> {}

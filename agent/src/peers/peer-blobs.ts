@@ -14,10 +14,24 @@
 // verified pieces of the blobs it is writing, and is asked for the run of them it holds from
 // where this node's copy ends (pieces of one blob in order, blobs rarest first).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { FormatError, PieceDigests, type BundlePieces, type EntryAppend, type EntryFiles, type LayoutEntry } from '@offline-bundle/format';
+import {
+  FormatError,
+  PieceDigests,
+  type BundlePieces,
+  type EntryAppend,
+  type EntryFiles,
+  type LayoutEntry,
+} from '@offline-bundle/format';
 import { AgentError } from '../errors.js';
 import type { PeerCounters } from './peer-counters.js';
-import { FREE_BUSY_ANSWERS, MAX_PIECE_MISSES, MAX_REQUESTS_PER_ENTRY, MIN_BLOB_RATE, guardRate, type MinRate } from './peer-bounds.js';
+import {
+  FREE_BUSY_ANSWERS,
+  MAX_PIECE_MISSES,
+  MAX_REQUESTS_PER_ENTRY,
+  MIN_BLOB_RATE,
+  guardRate,
+  type MinRate,
+} from './peer-bounds.js';
 import { PeerFault, type PeerClient } from './peer-client.js';
 import { holds, rarestFirst, rotated, weightedPick, type Holder } from './peer-choice.js';
 import { bundleUrl } from './peer-head.js';
@@ -97,7 +111,11 @@ interface BlobFetchOptions {
 /** Errors of this node's own disk: no peer can help, the fetch stops. */
 function localFailure(err: unknown): boolean {
   const e = err as NodeJS.ErrnoException;
-  return ['ENOSPC', 'EDQUOT', 'EROFS', 'EACCES', 'EPERM', 'EIO'].includes(e?.code ?? '') || e?.syscall === 'write' || e?.syscall === 'open';
+  return (
+    ['ENOSPC', 'EDQUOT', 'EROFS', 'EACCES', 'EPERM', 'EIO'].includes(e?.code ?? '') ||
+    e?.syscall === 'write' ||
+    e?.syscall === 'open'
+  );
 }
 
 export class BlobFetch {
@@ -125,14 +143,23 @@ export class BlobFetch {
   /** The blobs this fetch needs (a resumed one: fewer than the head lists). */
   private readonly needed = new Set<string>();
 
-  constructor(private readonly opts: BlobFetchOptions, peers: PeerEndpoint[], entries: LayoutEntry[]) {
+  constructor(
+    private readonly opts: BlobFetchOptions,
+    peers: PeerEndpoint[],
+    entries: LayoutEntry[],
+  ) {
     this.random = opts.random ?? Math.random;
     this.digests = opts.pieces ? new PieceDigests(opts.pieces) : undefined;
     for (const e of entries) this.needed.add(e.digest);
     this.lookSignal = AbortSignal.any([opts.signal, this.ended.signal]);
     this.addPeers(peers);
     // nodes fetching together each begin elsewhere: they soon hold different blobs to give each other
-    this.queue = rotated(entries, this.random).map((entry) => ({ entry, write: opts.files.appender(entry), bytesBy: new Map(), attempts: 0 }));
+    this.queue = rotated(entries, this.random).map((entry) => ({
+      entry,
+      write: opts.files.appender(entry),
+      bytesBy: new Map(),
+      attempts: 0,
+    }));
     this.maxAttempts = 3 + 2 * peers.length;
     this.maxRequests = MAX_REQUESTS_PER_ENTRY * entries.length;
   }
@@ -140,12 +167,27 @@ export class BlobFetch {
   private addPeers(peers: PeerEndpoint[]): void {
     for (const ep of peers) {
       if (this.peers.has(ep.node) || this.opts.counters.suspect.has(ep.node)) continue;
-      this.peers.set(ep.node, { ep, have: ep.complete ? undefined : new Set(), busyAt: 0, busy: false, dead: false, notBefore: 0, failed: new Set(), demoted: false, busyStreak: 0, pieces: new Map(), pieceMisses: new Map(), forgiven: new Set() });
+      this.peers.set(ep.node, {
+        ep,
+        have: ep.complete ? undefined : new Set(),
+        busyAt: 0,
+        busy: false,
+        dead: false,
+        notBefore: 0,
+        failed: new Set(),
+        demoted: false,
+        busyStreak: 0,
+        pieces: new Map(),
+        pieceMisses: new Map(),
+        forgiven: new Set(),
+      });
     }
   }
 
   private usable(): Peer[] {
-    return [...this.peers.values()].filter((p) => !p.dead && !this.opts.counters.suspect.has(p.ep.node));
+    return [...this.peers.values()].filter(
+      (p) => !p.dead && !this.opts.counters.suspect.has(p.ep.node),
+    );
   }
 
   /** Whether `p` may be asked for `job`: it holds the blob, or the piece its copy here ends in, and did not fail it in this fetch. */
@@ -170,7 +212,11 @@ export class BlobFetch {
 
   /** A free peer that holds what `job` needs next (peer-choice.ts: a peer still fetching before a complete one, a busy one avoided). */
   private pick(job: Job, usable: Peer[], now: number): Peer | undefined {
-    return weightedPick(usable.filter((p) => !p.busy && p.notBefore <= now && this.offers(p, job)), now, this.random);
+    return weightedPick(
+      usable.filter((p) => !p.busy && p.notBefore <= now && this.offers(p, job)),
+      now,
+      this.random,
+    );
   }
 
   /** Every entry fetched and in place, or the reason none can be. */
@@ -210,11 +256,15 @@ export class BlobFetch {
 
   /** The next look at the peers (refreshMs from the last), started once and shared by every wait. */
   private lookSoon(): Promise<void> {
-    this.refresher ??= sleep(this.opts.refreshMs ?? PEER_REFRESH_MS, undefined, { signal: this.lookSignal })
+    this.refresher ??= sleep(this.opts.refreshMs ?? PEER_REFRESH_MS, undefined, {
+      signal: this.lookSignal,
+    })
       .then(() => this.look())
       // a stop is the loop's to see; a failed look leaves the peers known as they were
       .catch(() => undefined)
-      .finally(() => { this.refresher = undefined; });
+      .finally(() => {
+        this.refresher = undefined;
+      });
     return this.refresher;
   }
 
@@ -235,7 +285,10 @@ export class BlobFetch {
     const stale = usable.some((p) => p.have) && now - this.lastLook > FRESH_BEFORE_COMPLETE_MS;
     let deferred: 'stale' | undefined;
     // what few peers hold first: blobs only the stick node holds go to it, the rest to the others
-    for (const job of rarestFirst(this.queue, (j) => usable.filter((p) => this.offers(p, j)).length)) {
+    for (const job of rarestFirst(
+      this.queue,
+      (j) => usable.filter((p) => this.offers(p, j)).length,
+    )) {
       if (this.running.size >= this.opts.streams) break;
       const peer = this.pick(job, usable, now);
       if (!peer) continue;
@@ -246,8 +299,13 @@ export class BlobFetch {
       this.queue.splice(this.queue.indexOf(job), 1);
       peer.busy = true;
       const p: Promise<void> = this.transfer(job, peer)
-        .catch((err: unknown) => { this.failure ??= err; })
-        .finally(() => { peer.busy = false; this.running.delete(p); });
+        .catch((err: unknown) => {
+          this.failure ??= err;
+        })
+        .finally(() => {
+          peer.busy = false;
+          this.running.delete(p);
+        });
       this.running.add(p);
     }
     return deferred;
@@ -258,7 +316,9 @@ export class BlobFetch {
     const now = Date.now();
     const waiting = this.usable().filter((p) => p.notBefore > now);
     if (waiting.length) {
-      await sleep(Math.min(...waiting.map((p) => p.notBefore)) - now, undefined, { signal: this.opts.signal });
+      await sleep(Math.min(...waiting.map((p) => p.notBefore)) - now, undefined, {
+        signal: this.opts.signal,
+      });
       return;
     }
     const before = this.usable().length;
@@ -268,19 +328,33 @@ export class BlobFetch {
     if (this.queue.some(held)) return;
     // fan-out: a peer that is itself fetching serves each blob once it verified it
     // one that lied about being complete is not waited for
-    if (this.usable().some((p) => p.have && !p.demoted) && Date.now() - this.lastGrowth < this.opts.stallMs) {
+    if (
+      this.usable().some((p) => p.have && !p.demoted) &&
+      Date.now() - this.lastGrowth < this.opts.stallMs
+    ) {
       await sleep(HAVE_POLL_MS, undefined, { signal: this.opts.signal });
       return;
     }
     const missing = this.queue[0]!.entry;
     const all = [...this.peers.keys()];
     if (all.length && all.every((n) => this.opts.counters.suspect.has(n))) {
-      throw new AgentError('PeersSuspect', `every peer (${all.join(', ')}) served bytes that do not match the signed bundle.json: check those nodes, or bring the bundle on a stick`, { cause: this.refusal });
+      throw new AgentError(
+        'PeersSuspect',
+        `every peer (${all.join(', ')}) served bytes that do not match the signed bundle.json: check those nodes, or bring the bundle on a stick`,
+        { cause: this.refusal },
+      );
     }
-    const busy = [...this.peers.values()].filter((p) => p.busyStreak > this.freeBusy()).map((p) => p.ep.node);
-    const unreachable = busy.length ? `every peer is dropped (${busy.join(', ')} answered busy ${this.freeBusy() + 1} times in a row)` : 'no peer is reachable';
+    const busy = [...this.peers.values()]
+      .filter((p) => p.busyStreak > this.freeBusy())
+      .map((p) => p.ep.node);
+    const unreachable = busy.length
+      ? `every peer is dropped (${busy.join(', ')} answered busy ${this.freeBusy() + 1} times in a row)`
+      : 'no peer is reachable';
     const why = before === 0 ? unreachable : `no reachable peer holds ${missing.path}`;
-    throw new AgentError('NoPeerHasBundle', `${why} (${this.queue.length} of the bundle's files still missing; peers: ${all.join(', ') || 'none'}): wait for a node that holds the bundle, or bring it on a stick`);
+    throw new AgentError(
+      'NoPeerHasBundle',
+      `${why} (${this.queue.length} of the bundle's files still missing; peers: ${all.join(', ') || 'none'}): wait for a node that holds the bundle, or bring it on a stick`,
+    );
   }
 
   /** What each incomplete peer holds now (a peer still fetching serves more as it goes). */
@@ -295,23 +369,40 @@ export class BlobFetch {
 
   private async readListings(): Promise<void> {
     // each under PeerClient.small's deadline: a listing that drips holds this look that long, once
-    const reads = await Promise.allSettled(this.usable().filter((p) => p.have).map(async (p) => {
-      try {
-        const body = await this.opts.client.small(`${bundleUrl(p.ep, this.opts.manifestDigest)}/have`, 4 * 1024 * 1024, this.lookSignal);
-        const parsed = JSON.parse(body.toString('utf8')) as { complete?: unknown; digests?: unknown; pieces?: unknown };
-        const before = (p.have?.size ?? 0) + piecesSet(p.pieces);
-        const listed = Array.isArray(parsed.digests) ? parsed.digests.filter((d): d is string => typeof d === 'string') : [];
-        p.have = parsed.complete === true && !p.demoted ? undefined : new Set(listed);
-        p.pieces = p.have ? parsePieceListing(parsed.pieces, this.digests, (d) => this.needed.has(d)) : new Map();
-        if (p.have) this.forgive(p);
-        if (!p.have || p.have.size + piecesSet(p.pieces) > before) this.lastGrowth = Date.now();
-      } catch (err) {
-        if (this.lookSignal.aborted) throw err;
-        // no listing at all: it does not hold this bundle (any more); one too slow to list would hold every look
-        if (err instanceof PeerFault && (err.kind === 'missing' || err.kind === 'slow')) p.dead = true;
-        else this.fault(p, err);
-      }
-    }));
+    const reads = await Promise.allSettled(
+      this.usable()
+        .filter((p) => p.have)
+        .map(async (p) => {
+          try {
+            const body = await this.opts.client.small(
+              `${bundleUrl(p.ep, this.opts.manifestDigest)}/have`,
+              4 * 1024 * 1024,
+              this.lookSignal,
+            );
+            const parsed = JSON.parse(body.toString('utf8')) as {
+              complete?: unknown;
+              digests?: unknown;
+              pieces?: unknown;
+            };
+            const before = (p.have?.size ?? 0) + piecesSet(p.pieces);
+            const listed = Array.isArray(parsed.digests)
+              ? parsed.digests.filter((d): d is string => typeof d === 'string')
+              : [];
+            p.have = parsed.complete === true && !p.demoted ? undefined : new Set(listed);
+            p.pieces = p.have
+              ? parsePieceListing(parsed.pieces, this.digests, (d) => this.needed.has(d))
+              : new Map();
+            if (p.have) this.forgive(p);
+            if (!p.have || p.have.size + piecesSet(p.pieces) > before) this.lastGrowth = Date.now();
+          } catch (err) {
+            if (this.lookSignal.aborted) throw err;
+            // no listing at all: it does not hold this bundle (any more); one too slow to list would hold every look
+            if (err instanceof PeerFault && (err.kind === 'missing' || err.kind === 'slow'))
+              p.dead = true;
+            else this.fault(p, err);
+          }
+        }),
+    );
     const stopped = reads.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (stopped) throw stopped.reason;
   }
@@ -324,7 +415,8 @@ export class BlobFetch {
     else {
       if (kind === 'busy') peer.busyAt = Date.now();
       // busy, or cut mid-blob (killed? paused?): the next request says which
-      peer.notBefore = Date.now() + (err instanceof PeerFault && err.retryAfterMs ? err.retryAfterMs : 1000);
+      peer.notBefore =
+        Date.now() + (err instanceof PeerFault && err.retryAfterMs ? err.retryAfterMs : 1000);
     }
   }
 
@@ -376,22 +468,42 @@ export class BlobFetch {
     const url = `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${entry.digest}`;
     let unguard: () => void = () => undefined;
     try {
-      const res = await this.opts.client.get(url, this.opts.signal, write.got ? { range: `bytes=${write.got}-` } : {});
+      const res = await this.opts.client.get(
+        url,
+        this.opts.signal,
+        write.got ? { range: `bytes=${write.got}-` } : {},
+      );
       peer.busyStreak = 0;
       // a peer that ignores the range sends the whole blob: start it over
       if (write.got && res.statusCode !== 206) await this.restart(job);
-      else if (write.got && !String(res.headers['content-range'] ?? '').startsWith(`bytes ${write.got}-`)) {
+      else if (
+        write.got &&
+        !String(res.headers['content-range'] ?? '').startsWith(`bytes ${write.got}-`)
+      ) {
         res.destroy();
-        throw new PeerFault('refused', `${node} answered a range from ${write.got} with ${String(res.headers['content-range'])}`);
+        throw new PeerFault(
+          'refused',
+          `${node} answered a range from ${write.got} with ${String(res.headers['content-range'])}`,
+        );
       }
       // from where the answer starts (a peer that ignored the range starts the blob over)
-      unguard = guardRate(res, () => write.got, entry.size, this.opts.minRate ?? MIN_BLOB_RATE, `${node} sending ${entry.path}`);
+      unguard = guardRate(
+        res,
+        () => write.got,
+        entry.size,
+        this.opts.minRate ?? MIN_BLOB_RATE,
+        `${node} sending ${entry.path}`,
+      );
       await write.append(res, {
         onBytes: (n) => {
           job.bytesBy.set(node, (job.bytesBy.get(node) ?? 0) + n);
           this.opts.onBytes(n);
         },
-        overflow: () => new PeerFault('refused', `${node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`),
+        overflow: () =>
+          new PeerFault(
+            'refused',
+            `${node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`,
+          ),
       });
     } catch (err) {
       if (this.opts.signal.aborted || localFailure(err)) throw err;
@@ -401,7 +513,13 @@ export class BlobFetch {
     }
     // the response ended early without an error: a cut like any other, its bytes kept
     if (write.got < entry.size) {
-      this.fault(peer, new PeerFault('cut', `${peer.ep.node} ended ${entry.path} at ${write.got} of ${entry.size} bytes`));
+      this.fault(
+        peer,
+        new PeerFault(
+          'cut',
+          `${peer.ep.node} ended ${entry.path} at ${write.got} of ${entry.size} bytes`,
+        ),
+      );
       await this.recount(job, node);
       return this.requeue(job);
     }
@@ -419,10 +537,21 @@ export class BlobFetch {
     const before = write.got;
     try {
       await fetchPieces({
-        client: this.opts.client, url: `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${entry.digest}`, signal: this.opts.signal, node, write,
-        digests: this.digests!, from, to, minRate: this.opts.minRate ?? MIN_BLOB_RATE, whole, temp: this.opts.files.tempOf(entry.path),
+        client: this.opts.client,
+        url: `${bundleUrl(peer.ep, this.opts.manifestDigest)}/blobs/${entry.digest}`,
+        signal: this.opts.signal,
+        node,
+        write,
+        digests: this.digests!,
+        from,
+        to,
+        minRate: this.opts.minRate ?? MIN_BLOB_RATE,
+        whole,
+        temp: this.opts.files.tempOf(entry.path),
         // an answer, as in transfer(): the 503s before it are forgiven
-        onAnswer: () => { peer.busyStreak = 0; },
+        onAnswer: () => {
+          peer.busyStreak = 0;
+        },
         onBytes: (n) => {
           job.bytesBy.set(node, (job.bytesBy.get(node) ?? 0) + n);
           this.opts.onBytes(n);
@@ -436,7 +565,10 @@ export class BlobFetch {
     if (write.got >= entry.size) return this.finish(job, peer);
     if (write.got < to) {
       // the response ended early without an error: a cut like any other, its verified pieces kept
-      this.fault(peer, new PeerFault('cut', `${node} ended ${entry.path} at ${write.got} of ${entry.size} bytes`));
+      this.fault(
+        peer,
+        new PeerFault('cut', `${node} ended ${entry.path} at ${write.got} of ${entry.size} bytes`),
+      );
       await this.recount(job, node);
     } else if (write.got > before) {
       // a partial peer's run, sent whole: progress, no failed try; the rest from whoever holds it
@@ -449,7 +581,10 @@ export class BlobFetch {
   /** One more blob request, or the end of a fetch whose peers keep failing past every bound per blob. */
   private spend(): void {
     if (++this.requests <= this.maxRequests) return;
-    throw new AgentError('NoPeerHasBundle', `${this.requests - 1} blob requests to peers ${[...this.peers.keys()].join(', ')} did not fetch the bundle's ${this.queue.length + this.running.size} files still missing: the peers keep failing; bring the bundle on a stick`);
+    throw new AgentError(
+      'NoPeerHasBundle',
+      `${this.requests - 1} blob requests to peers ${[...this.peers.keys()].join(', ')} did not fetch the bundle's ${this.queue.length + this.running.size} files still missing: the peers keep failing; bring the bundle on a stick`,
+    );
   }
 
   private freeBusy(): number {
@@ -466,7 +601,8 @@ export class BlobFetch {
     // a dripping peer holds no blob: another is asked for the rest of it
     if (kind === 'slow') peer.failed.add(job.entry.digest);
     // asking the wrong peer is no failed try, nor is waiting for a slot, until a peer keeps every request waiting
-    if (kind === 'missing' || (kind === 'busy' && ++peer.busyStreak <= this.freeBusy())) job.attempts--;
+    if (kind === 'missing' || (kind === 'busy' && ++peer.busyStreak <= this.freeBusy()))
+      job.attempts--;
     else if (kind === 'busy') peer.dead = true;
     // a wrong piece never reached the file: the verified ones before it stay
     if (kind === 'refused' && !this.covered(job)) await this.restart(job);
@@ -491,7 +627,10 @@ export class BlobFetch {
 
   private requeue(job: Job): void {
     if (job.attempts >= this.maxAttempts) {
-      throw new AgentError('NoPeerHasBundle', `${job.entry.path} could not be fetched whole after ${job.attempts} tries from peers ${[...this.peers.keys()].join(', ')}: the peers keep failing; bring the bundle on a stick`);
+      throw new AgentError(
+        'NoPeerHasBundle',
+        `${job.entry.path} could not be fetched whole after ${job.attempts} tries from peers ${[...this.peers.keys()].join(', ')}: the peers keep failing; bring the bundle on a stick`,
+      );
     }
     this.queue.push(job);
   }

@@ -44,12 +44,24 @@ export const MAX_REQUESTS_PER_ENTRY = 100;
  * Cuts `res` (a PeerFault 'slow') once a window of `rate` brings fewer bytes than it asks;
  * `got` is the blob's bytes so far, `size` its signed size. Returns the stopper.
  */
-export function guardRate(res: IncomingMessage, got: () => number, size: number, rate: MinRate, what: string): () => void {
+export function guardRate(
+  res: IncomingMessage,
+  got: () => number,
+  size: number,
+  rate: MinRate,
+  what: string,
+): () => void {
   let last = got();
   const timer = setInterval(() => {
     const now = got();
     const wanted = Math.min(rate.bytes, size - last);
-    if (now - last < wanted) res.destroy(new PeerFault('slow', `${what}: ${now - last} bytes in ${rate.windowMs} ms, under the ${rate.bytes} required`));
+    if (now - last < wanted)
+      res.destroy(
+        new PeerFault(
+          'slow',
+          `${what}: ${now - last} bytes in ${rate.windowMs} ms, under the ${rate.bytes} required`,
+        ),
+      );
     last = now;
   }, rate.windowMs);
   return () => clearInterval(timer);

@@ -29,7 +29,10 @@ export function rotated<T>(items: readonly T[], random: () => number): T[] {
 
 /** `jobs` ordered by how many peers hold each (fewest first), in their own order among equals. */
 export function rarestFirst<J>(jobs: readonly J[], holders: (job: J) => number): J[] {
-  return jobs.map((job, i) => ({ job, i, n: holders(job) })).sort((a, b) => a.n - b.n || a.i - b.i).map((x) => x.job);
+  return jobs
+    .map((job, i) => ({ job, i, n: holders(job) }))
+    .sort((a, b) => a.n - b.n || a.i - b.i)
+    .map((x) => x.job);
 }
 
 function weightOf(p: Holder, partialsToo: boolean, now: number): number {
@@ -38,7 +41,11 @@ function weightOf(p: Holder, partialsToo: boolean, now: number): number {
 }
 
 /** One of `candidates` (all holding the blob), at random by weightOf; undefined when there is none. */
-export function weightedPick<P extends Holder>(candidates: readonly P[], now: number, random: () => number): P | undefined {
+export function weightedPick<P extends Holder>(
+  candidates: readonly P[],
+  now: number,
+  random: () => number,
+): P | undefined {
   if (candidates.length <= 1) return candidates[0];
   const partialsToo = candidates.some((p) => p.have !== undefined);
   const weights = candidates.map((p) => weightOf(p, partialsToo, now));

@@ -10,7 +10,12 @@ import { anyPeerIdentity, peerTlsOptions, type PeerCredentials } from './peer-tl
 type PeerFaultKind = 'unreachable' | 'busy' | 'missing' | 'refused' | 'cut' | 'slow';
 
 export class PeerFault extends Error {
-  constructor(readonly kind: PeerFaultKind, message: string, readonly retryAfterMs = 0, options?: { cause?: unknown }) {
+  constructor(
+    readonly kind: PeerFaultKind,
+    message: string,
+    readonly retryAfterMs = 0,
+    options?: { cause?: unknown },
+  ) {
     super(message, options);
     this.name = 'PeerFault';
   }
@@ -48,7 +53,10 @@ function smallDeadline(maxBytes: number): number {
 /** Retry-After in ms, held between MIN_RETRY_AFTER_MS and MAX_RETRY_AFTER_MS (a date or junk: the least). */
 function retryAfterMs(header: string | undefined): number {
   const seconds = Number(header);
-  return Math.min(MAX_RETRY_AFTER_MS, Math.max(MIN_RETRY_AFTER_MS, Number.isFinite(seconds) ? 1000 * seconds : 0));
+  return Math.min(
+    MAX_RETRY_AFTER_MS,
+    Math.max(MIN_RETRY_AFTER_MS, Number.isFinite(seconds) ? 1000 * seconds : 0),
+  );
 }
 
 export class PeerClient {
@@ -58,16 +66,31 @@ export class PeerClient {
   private readonly smallMs: number | undefined;
 
   constructor(opts: PeerClientOptions) {
-    this.agent = new Agent({ ...peerTlsOptions(opts.credentials), checkServerIdentity: anyPeerIdentity, keepAlive: true, maxSockets: 2 });
+    this.agent = new Agent({
+      ...peerTlsOptions(opts.credentials),
+      checkServerIdentity: anyPeerIdentity,
+      keepAlive: true,
+      maxSockets: 2,
+    });
     this.connectMs = opts.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.idleMs = opts.idleTimeoutMs ?? DEFAULT_CLIENT_IDLE_MS;
     this.smallMs = opts.smallDeadlineMs;
   }
 
   /** A GET answered 200 or 206; any other status is a PeerFault and its body is dropped. */
-  get(url: string, signal: AbortSignal, headers: Record<string, string> = {}): Promise<IncomingMessage> {
+  get(
+    url: string,
+    signal: AbortSignal,
+    headers: Record<string, string> = {},
+  ): Promise<IncomingMessage> {
     // the directory's word, from another node's status: anything but https is not a peer
-    if (!url.startsWith('https://') || !URL.canParse(url)) return Promise.reject(new PeerFault('unreachable', `${JSON.stringify(url.slice(0, 100))} is not an https:// peer address`));
+    if (!url.startsWith('https://') || !URL.canParse(url))
+      return Promise.reject(
+        new PeerFault(
+          'unreachable',
+          `${JSON.stringify(url.slice(0, 100))} is not an https:// peer address`,
+        ),
+      );
     return new Promise((resolve, reject) => {
       const req = request(url, { agent: this.agent, headers, signal }, (res) => {
         const status = res.statusCode ?? 0;
@@ -81,12 +104,31 @@ export class PeerClient {
       req.on('socket', (socket: TLSSocket) => {
         // a kept-alive socket is connected already
         if (socket.authorized) return;
-        const timer = setTimeout(() => req.destroy(new PeerFault('unreachable', `${url}: no TLS connection within ${this.connectMs} ms`)), this.connectMs);
+        const timer = setTimeout(
+          () =>
+            req.destroy(
+              new PeerFault('unreachable', `${url}: no TLS connection within ${this.connectMs} ms`),
+            ),
+          this.connectMs,
+        );
         socket.once('secureConnect', () => clearTimeout(timer));
         socket.once('close', () => clearTimeout(timer));
       });
-      req.setTimeout(this.idleMs, () => req.destroy(new PeerFault('cut', `${url}: nothing received for ${this.idleMs} ms`)));
-      req.on('error', (err) => reject(err instanceof PeerFault || signal.aborted ? err : new PeerFault(connectFailure(err) ? 'unreachable' : 'cut', `${url}: ${err.message}`, 0, { cause: err })));
+      req.setTimeout(this.idleMs, () =>
+        req.destroy(new PeerFault('cut', `${url}: nothing received for ${this.idleMs} ms`)),
+      );
+      req.on('error', (err) =>
+        reject(
+          err instanceof PeerFault || signal.aborted
+            ? err
+            : new PeerFault(
+                connectFailure(err) ? 'unreachable' : 'cut',
+                `${url}: ${err.message}`,
+                0,
+                { cause: err },
+              ),
+        ),
+      );
       req.end();
     });
   }
@@ -98,7 +140,10 @@ export class PeerClient {
   async small(url: string, maxBytes: number, signal: AbortSignal): Promise<Buffer> {
     const ms = this.smallMs ?? smallDeadline(maxBytes);
     const late = new AbortController();
-    const timer = setTimeout(() => late.abort(new PeerFault('slow', `${url}: no whole answer within ${ms} ms`)), ms);
+    const timer = setTimeout(
+      () => late.abort(new PeerFault('slow', `${url}: no whole answer within ${ms} ms`)),
+      ms,
+    );
     try {
       return await this.readSmall(url, maxBytes, AbortSignal.any([signal, late.signal]));
     } catch (err) {
@@ -136,5 +181,14 @@ export class PeerClient {
 
 /** Errors that mean nothing listens there (or the path to it is gone): the peer is dropped. */
 function connectFailure(err: NodeJS.ErrnoException): boolean {
-  return ['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENOTFOUND', 'EADDRNOTAVAIL'].includes(err.code ?? '') || /certificate|handshake|alert/i.test(err.message);
+  return (
+    [
+      'ECONNREFUSED',
+      'EHOSTUNREACH',
+      'ENETUNREACH',
+      'EHOSTDOWN',
+      'ENOTFOUND',
+      'EADDRNOTAVAIL',
+    ].includes(err.code ?? '') || /certificate|handshake|alert/i.test(err.message)
+  );
 }

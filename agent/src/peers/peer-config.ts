@@ -19,9 +19,16 @@ interface PeerServerPlace {
   bundle: (manifestDigest: string) => PeerOffer | undefined;
 }
 
-export function peerServerOptions(config: AgentConfig, credentials: PeerCredentials, place: PeerServerPlace): PeerServerOptions {
+export function peerServerOptions(
+  config: AgentConfig,
+  credentials: PeerCredentials,
+  place: PeerServerPlace,
+): PeerServerOptions {
   return {
-    credentials, host: place.host, port: place.port, bundle: place.bundle,
+    credentials,
+    host: place.host,
+    port: place.port,
+    bundle: place.bundle,
     uploadBytesPerSecond: config.peers.uploadRate,
     downloaders: peerSlots(config, place.controlPlane),
   };
@@ -32,9 +39,15 @@ export function peerServerOptions(config: AgentConfig, credentials: PeerCredenti
  * own), and fsync as a stick staging does it (synced when the layout outlives the load).
  * `trust` is loadTrust(config.trust.keys) as the load reads it.
  */
-export function peerFetchBase(config: AgentConfig, credentials: PeerCredentials, trust: Trust): Pick<PeerFetchOptions, 'credentials' | 'trust' | 'upgradeDir' | 'planSpace' | 'fsync'> {
+export function peerFetchBase(
+  config: AgentConfig,
+  credentials: PeerCredentials,
+  trust: Trust,
+): Pick<PeerFetchOptions, 'credentials' | 'trust' | 'upgradeDir' | 'planSpace' | 'fsync'> {
   return {
-    credentials, trust, upgradeDir: config.paths.upgradeDir,
+    credentials,
+    trust,
+    upgradeDir: config.paths.upgradeDir,
     planSpace: (m, credit, words) => planSpace(m, config, credit, words),
     fsync: config.staging.keep !== false,
   };

@@ -28,7 +28,14 @@ export class PeerCounters {
 
   /** The status's compact form (status.peers.transfer), the largest senders first. */
   snapshot(): PeerTransferStatus {
-    const fetchedFrom = [...this.fetchedFrom].map(([node, bytes]) => ({ node, bytes })).sort((a, b) => b.bytes - a.bytes);
-    return { bytesServed: this.bytesServed, bytesFetched: this.bytesFetched, fetchedFrom, suspect: [...this.suspect].sort() };
+    const fetchedFrom = [...this.fetchedFrom]
+      .map(([node, bytes]) => ({ node, bytes }))
+      .sort((a, b) => b.bytes - a.bytes);
+    return {
+      bytesServed: this.bytesServed,
+      bytesFetched: this.bytesFetched,
+      fetchedFrom,
+      suspect: [...this.suspect].sort(),
+    };
   }
 }

@@ -7,7 +7,12 @@ import type { LayoutEntry, TrustedKey, BundleManifest, Trust } from '@offline-bu
 import { PEER_MEDIA } from '@offline-bundle/status';
 import { AgentError, oneLine } from '../errors.js';
 import { POLICY_REFUSALS } from '../load/policy.js';
-import { stageEntries, type EntryFill, type EntrySource, type SpaceCheck } from '../load/entry-staging.js';
+import {
+  stageEntries,
+  type EntryFill,
+  type EntrySource,
+  type SpaceCheck,
+} from '../load/entry-staging.js';
 import type { StagedHead } from '../load/kept-layout.js';
 import type { SpaceWords } from '../load/space.js';
 import { BlobFetch } from './peer-blobs.js';
@@ -93,7 +98,11 @@ async function stillApproved(directory: PeerDirectory, digest: string): Promise<
   return (await directory.approved()).some((a) => a.manifestDigest === digest);
 }
 
-const revoked = (a: PeerApproval) => new AgentError('ApprovalRevoked', `the approval of bundle ${a.version} (${a.manifestDigest}) was withdrawn: nothing of it is kept; approve it again to fetch it`);
+const revoked = (a: PeerApproval) =>
+  new AgentError(
+    'ApprovalRevoked',
+    `the approval of bundle ${a.version} (${a.manifestDigest}) was withdrawn: nothing of it is kept; approve it again to fetch it`,
+  );
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -106,10 +115,18 @@ export const NOT_FOR_THIS_NODE: ReadonlySet<string> = POLICY_REFUSALS;
 /** Reasons a fetch that ended before its last entry leaves the status as it was: nothing of this node failed; tried again at the next look. */
 const WAITS: ReadonlySet<string> = new Set(['Interrupted', 'NoPeerHasBundle']);
 
-const overdue = (o: PeerSourceOptions, ms: number) => new AgentError('Interrupted', `the fetch of bundle ${o.approval.version} from peers ran past its ${Math.round(ms / 1000)} s deadline (the peers are too slow or keep failing): the blobs verified whole are kept (one cut short is fetched again); it goes on at the next look, or bring the bundle on a stick`);
+const overdue = (o: PeerSourceOptions, ms: number) =>
+  new AgentError(
+    'Interrupted',
+    `the fetch of bundle ${o.approval.version} from peers ran past its ${Math.round(ms / 1000)} s deadline (the peers are too slow or keep failing): the blobs verified whole are kept (one cut short is fetched again); it goes on at the next look, or bring the bundle on a stick`,
+  );
 
 /** The space check's words for a fetch: no stick to plug in again, the fetch is tried again; never served from the media. */
-const peerWords = (version: string): SpaceWords => ({ lead: `bundle ${version} is not fetched from peers: `, again: '', after: '; the fetch is tried again later' });
+const peerWords = (version: string): SpaceWords => ({
+  lead: `bundle ${version} is not fetched from peers: `,
+  again: '',
+  after: '; the fetch is tried again later',
+});
 
 /**
  * The peers as an origin of a bundle's bytes (EntrySource): the signed head from one of them,
@@ -142,7 +159,12 @@ export class PeerSource implements EntrySource {
     this.fsync = o.fsync !== false;
     this.counters = o.counters ?? new PeerCounters();
     this.sentBefore = new Map(this.counters.fetchedFrom);
-    this.client = new PeerClient({ credentials: o.credentials, ...(o.connectTimeoutMs ? { connectTimeoutMs: o.connectTimeoutMs } : {}), ...(o.idleTimeoutMs ? { idleTimeoutMs: o.idleTimeoutMs } : {}), ...(o.smallDeadlineMs ? { smallDeadlineMs: o.smallDeadlineMs } : {}) });
+    this.client = new PeerClient({
+      credentials: o.credentials,
+      ...(o.connectTimeoutMs ? { connectTimeoutMs: o.connectTimeoutMs } : {}),
+      ...(o.idleTimeoutMs ? { idleTimeoutMs: o.idleTimeoutMs } : {}),
+      ...(o.smallDeadlineMs ? { smallDeadlineMs: o.smallDeadlineMs } : {}),
+    });
   }
 
   /** The fetch's own stop: the attempt's, `o.signal`, the deadline, a withdrawn approval. */
@@ -159,12 +181,26 @@ export class PeerSource implements EntrySource {
     o.signal?.addEventListener('abort', this.onAbort, { once: true });
     const deadlineMs = o.deadlineMs ?? FETCH_DEADLINE_MS;
     // a timer past 2^31 ms would fire at once
-    this.deadline = setTimeout(() => this.stop.abort(overdue(o, deadlineMs)), Math.min(deadlineMs, MAX_TIMER_MS));
+    this.deadline = setTimeout(
+      () => this.stop.abort(overdue(o, deadlineMs)),
+      Math.min(deadlineMs, MAX_TIMER_MS),
+    );
     try {
       if (!(await stillApproved(o.directory, o.approval.manifestDigest))) throw revoked(o.approval);
       const peers = await o.directory.peersFor(o.approval.manifestDigest);
-      if (!peers.length) throw new AgentError('NoPeerHasBundle', `no other node holds bundle ${o.approval.version} (${o.approval.manifestDigest}): wait for one that does, or bring it on a stick`);
-      const { head } = await fetchHead(o.approval, peers, o.trust, this.client, this.counters, this.stop.signal);
+      if (!peers.length)
+        throw new AgentError(
+          'NoPeerHasBundle',
+          `no other node holds bundle ${o.approval.version} (${o.approval.manifestDigest}): wait for one that does, or bring it on a stick`,
+        );
+      const { head } = await fetchHead(
+        o.approval,
+        peers,
+        o.trust,
+        this.client,
+        this.counters,
+        this.stop.signal,
+      );
       await o.admit?.(head.manifest);
       this.peerHead = head;
       return head;
@@ -185,14 +221,28 @@ export class PeerSource implements EntrySource {
   async fill(job: EntryFill): Promise<void> {
     const o = this.o;
     try {
-      await new BlobFetch({
-        files: job.files, manifestDigest: o.approval.manifestDigest, client: this.client, counters: this.counters, signal: this.stop.signal, streams: o.streams ?? 4, stallMs: o.stallMs ?? 60_000,
-        refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
-        ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}), ...(o.random ? { random: o.random } : {}),
-        ...(o.minRate ? { minRate: o.minRate } : {}), ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),
-        onPlaced: job.onPlaced, onBytes: job.onBytes,
-        ...(this.peerHead?.manifest.pieces ? { pieces: this.peerHead.manifest.pieces } : {}), ...(o.onPieces ? { onPieces: o.onPieces } : {}),
-      }, await o.directory.peersFor(o.approval.manifestDigest), job.missing).run();
+      await new BlobFetch(
+        {
+          files: job.files,
+          manifestDigest: o.approval.manifestDigest,
+          client: this.client,
+          counters: this.counters,
+          signal: this.stop.signal,
+          streams: o.streams ?? 4,
+          stallMs: o.stallMs ?? 60_000,
+          refreshPeers: () => o.directory.peersFor(o.approval.manifestDigest),
+          ...(o.peerRefreshMs ? { refreshMs: o.peerRefreshMs } : {}),
+          ...(o.random ? { random: o.random } : {}),
+          ...(o.minRate ? { minRate: o.minRate } : {}),
+          ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),
+          onPlaced: job.onPlaced,
+          onBytes: job.onBytes,
+          ...(this.peerHead?.manifest.pieces ? { pieces: this.peerHead.manifest.pieces } : {}),
+          ...(o.onPieces ? { onPieces: o.onPieces } : {}),
+        },
+        await o.directory.peersFor(o.approval.manifestDigest),
+        job.missing,
+      ).run();
       this.filled = true;
     } finally {
       // the deadline is the fetch's: the load after it has its own bounds
@@ -205,9 +255,19 @@ export class PeerSource implements EntrySource {
     const { signal } = this.stop;
     const o = this.o;
     if (signal.aborted && signal.reason instanceof AgentError) return signal.reason;
-    if (signal.aborted) return new AgentError('Interrupted', `stopped while fetching bundle ${o.approval.version} from peers: the blobs verified whole are kept for the next try (one cut short is fetched again)`, { cause: err });
+    if (signal.aborted)
+      return new AgentError(
+        'Interrupted',
+        `stopped while fetching bundle ${o.approval.version} from peers: the blobs verified whole are kept for the next try (one cut short is fetched again)`,
+        { cause: err },
+      );
     const code = (err as NodeJS.ErrnoException)?.code;
-    if (code === 'ENOSPC' || code === 'EDQUOT') return new AgentError('InsufficientSpace', `the disk filled up while fetching bundle ${o.approval.version} from peers (${oneLine(err)}): nothing of it is kept; free space on the filesystem of ${o.upgradeDir}`, { cause: err });
+    if (code === 'ENOSPC' || code === 'EDQUOT')
+      return new AgentError(
+        'InsufficientSpace',
+        `the disk filled up while fetching bundle ${o.approval.version} from peers (${oneLine(err)}): nothing of it is kept; free space on the filesystem of ${o.upgradeDir}`,
+        { cause: err },
+      );
     return err;
   }
 
@@ -217,7 +277,11 @@ export class PeerSource implements EntrySource {
   }
 
   withdraws(reason: string, at: { shown: boolean; filled: boolean }): boolean {
-    return reason === 'ApprovalRevoked' || (!at.filled && WAITS.has(reason)) || (!at.shown && NOT_FOR_THIS_NODE.has(reason));
+    return (
+      reason === 'ApprovalRevoked' ||
+      (!at.filled && WAITS.has(reason)) ||
+      (!at.shown && NOT_FOR_THIS_NODE.has(reason))
+    );
   }
 
   /** Stops the attempt once the approval is gone (looked up every approvalCheckMs): through the load too, not only the fetch. */
@@ -229,21 +293,28 @@ export class PeerSource implements EntrySource {
       if (busy || gone) return;
       busy = true;
       stillApproved(o.directory, o.approval.manifestDigest)
-        .then((ok) => {
-          if (ok) return;
-          gone = true;
-          const reason = revoked(o.approval);
-          this.stop.abort(reason);
-          stopAttempt(reason);
-        }, () => undefined)
-        .finally(() => { busy = false; });
+        .then(
+          (ok) => {
+            if (ok) return;
+            gone = true;
+            const reason = revoked(o.approval);
+            this.stop.abort(reason);
+            stopAttempt(reason);
+          },
+          () => undefined,
+        )
+        .finally(() => {
+          busy = false;
+        });
     }, o.approvalCheckMs ?? 5000);
     return () => clearInterval(timer);
   }
 
   /** The nodes that sent bytes of this bundle (the counters hold every fetch since the start). */
   senders(): string[] {
-    return [...this.counters.fetchedFrom].filter(([n, bytes]) => bytes > (this.sentBefore.get(n) ?? 0)).map(([n]) => n);
+    return [...this.counters.fetchedFrom]
+      .filter(([n, bytes]) => bytes > (this.sentBefore.get(n) ?? 0))
+      .map(([n]) => n);
   }
 
   close(): void {
@@ -266,8 +337,19 @@ export async function fetchFromPeers(o: PeerFetchOptions): Promise<PeerFetchResu
   const unwatch = source.watch((reason) => stop.abort(reason));
   try {
     const head = await source.head(stop.signal);
-    const r = await stageEntries(source, head, { upgradeDir: o.upgradeDir, plan: o.planSpace, signal: stop.signal, ...(o.onProgress ? { onProgress: o.onProgress } : {}) });
-    return { ...r, manifest: head.manifest, manifestBytes: head.manifestBytes, signature: head.signature, signer: head.signer };
+    const r = await stageEntries(source, head, {
+      upgradeDir: o.upgradeDir,
+      plan: o.planSpace,
+      signal: stop.signal,
+      ...(o.onProgress ? { onProgress: o.onProgress } : {}),
+    });
+    return {
+      ...r,
+      manifest: head.manifest,
+      manifestBytes: head.manifestBytes,
+      signature: head.signature,
+      signer: head.signer,
+    };
   } catch (err) {
     throw source.failure(err);
   } finally {

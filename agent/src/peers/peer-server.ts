@@ -96,11 +96,16 @@ export interface RunningPeerServer {
 }
 
 const DIGEST = 'sha256:[0-9a-f]{64}';
-const ROUTE = new RegExp(`^/v1/bundles/(${DIGEST})/(bundle\\.json|signature|have|blobs/(${DIGEST}))$`);
+const ROUTE = new RegExp(
+  `^/v1/bundles/(${DIGEST})/(bundle\\.json|signature|have|blobs/(${DIGEST}))$`,
+);
 const RANGE = /^bytes=(\d{1,15})-(\d{0,15})$/;
 
 /** The one range a fetcher asks ("bytes=A-" or "bytes=A-B"); null when unsatisfiable or another form. */
-function parsePeerRange(header: string | undefined, size: number): { start: number; end: number } | null | undefined {
+function parsePeerRange(
+  header: string | undefined,
+  size: number,
+): { start: number; end: number } | null | undefined {
   if (header === undefined) return undefined;
   const m = RANGE.exec(header.trim());
   if (!m) return null;
@@ -110,18 +115,35 @@ function parsePeerRange(header: string | undefined, size: number): { start: numb
 }
 
 /** What /have says: the blobs held whole, and (a newer agent) the verified pieces of those held in part. */
-function haveListing(bundle: PeerOffer, maxDigests: number): { complete: boolean; digests: string[]; pieces?: Record<string, string> } {
+function haveListing(
+  bundle: PeerOffer,
+  maxDigests: number,
+): { complete: boolean; digests: string[]; pieces?: Record<string, string> } {
   const listing = { complete: bundle.complete, digests: bundle.verifiedDigests(maxDigests) };
   const pieces = bundle.complete ? undefined : bundle.partialPieces?.(MAX_HAVE_PARTIAL_BLOBS);
   return pieces && Object.keys(pieces).length ? { ...listing, pieces } : listing;
 }
 
 /** A range (undefined: the whole blob, [0, size)) that lies within the first `verified` bytes. */
-const insideVerified = (range: { start: number; end: number } | null | undefined, size: number, verified: number): boolean => range !== null && (range?.end ?? size) <= verified;
+const insideVerified = (
+  range: { start: number; end: number } | null | undefined,
+  size: number,
+  verified: number,
+): boolean => range !== null && (range?.end ?? size) <= verified;
 
-function send(res: ServerResponse, status: number, body: string | Buffer, headers: Record<string, string | number> = {}): void {
+function send(
+  res: ServerResponse,
+  status: number,
+  body: string | Buffer,
+  headers: Record<string, string | number> = {},
+): void {
   const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-  res.writeHead(status, { 'content-length': bytes.length, 'content-type': typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/octet-stream', ...headers });
+  res.writeHead(status, {
+    'content-length': bytes.length,
+    'content-type':
+      typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/octet-stream',
+    ...headers,
+  });
   res.end(res.req.method === 'HEAD' ? undefined : bytes);
 }
 
@@ -138,7 +160,10 @@ function throttle(bucket: TokenBucket, counters: PeerCounters, signal: AbortSign
           counters.bytesServed += piece.length;
           this.push(piece);
         }
-      })().then(() => cb(), (err: unknown) => cb(err as Error));
+      })().then(
+        () => cb(),
+        (err: unknown) => cb(err as Error),
+      );
     },
   });
 }
@@ -148,7 +173,12 @@ class PeerHandler {
   active = 0;
   private readonly streams = new Set<AbortController>();
 
-  constructor(private readonly opts: PeerServerOptions, private readonly limits: typeof PEER_LIMITS, readonly bucket: TokenBucket, readonly counters: PeerCounters) {}
+  constructor(
+    private readonly opts: PeerServerOptions,
+    private readonly limits: typeof PEER_LIMITS,
+    readonly bucket: TokenBucket,
+    readonly counters: PeerCounters,
+  ) {}
 
   setPaused(paused: boolean): void {
     this.paused = paused;
@@ -159,21 +189,36 @@ class PeerHandler {
     this.counters.requests++;
     const url = req.url ?? '';
     if (url.length > this.limits.maxPathBytes) return this.bad(res, 414, 'path too long');
-    if (req.method !== 'GET' && req.method !== 'HEAD') return this.bad(res, 405, 'GET or HEAD only', { allow: 'GET, HEAD' });
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return this.bad(res, 405, 'GET or HEAD only', { allow: 'GET, HEAD' });
     const m = ROUTE.exec(url);
-    if (!m) return this.bad(res, 404, 'no such path: /v1/bundles/<sha256:digest>/{bundle.json,signature,have,blobs/<sha256:digest>}');
+    if (!m)
+      return this.bad(
+        res,
+        404,
+        'no such path: /v1/bundles/<sha256:digest>/{bundle.json,signature,have,blobs/<sha256:digest>}',
+      );
     const bundle = this.opts.bundle(m[1]!);
     if (!bundle) return send(res, 404, `this node does not hold bundle ${m[1]}`);
-    if (m[2] === 'bundle.json') return void this.small(res, bundle.manifestBytes, 'application/json');
-    if (m[2] === 'signature') return void this.small(res, bundle.signature, 'application/octet-stream');
-    if (m[2] === 'have') return void this.small(res, Buffer.from(JSON.stringify(haveListing(bundle, this.limits.maxHaveDigests))), 'application/json');
+    if (m[2] === 'bundle.json')
+      return void this.small(res, bundle.manifestBytes, 'application/json');
+    if (m[2] === 'signature')
+      return void this.small(res, bundle.signature, 'application/octet-stream');
+    if (m[2] === 'have')
+      return void this.small(
+        res,
+        Buffer.from(JSON.stringify(haveListing(bundle, this.limits.maxHaveDigests))),
+        'application/json',
+      );
     this.blob(req, res, bundle, m[3]!);
   }
 
   /** A small answer, under the upload cap as well: bundle.json may be 16 MiB, asked for again and again. */
   private async small(res: ServerResponse, body: Buffer, type: string): Promise<void> {
     try {
-      if (res.req.method !== 'HEAD') for (let at = 0; at < body.length; at += this.bucket.burst) await this.bucket.take(Math.min(this.bucket.burst, body.length - at));
+      if (res.req.method !== 'HEAD')
+        for (let at = 0; at < body.length; at += this.bucket.burst)
+          await this.bucket.take(Math.min(this.bucket.burst, body.length - at));
       send(res, 200, body, { 'content-type': type });
     } catch {
       res.destroy();
@@ -185,7 +230,12 @@ class PeerHandler {
     send(res, 503, message, { 'retry-after': this.limits.retryAfterSeconds });
   }
 
-  private bad(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
+  private bad(
+    res: ServerResponse,
+    status: number,
+    message: string,
+    headers: Record<string, string> = {},
+  ): void {
     this.counters.badRequests++;
     send(res, status, message, { ...headers, connection: 'close' });
   }
@@ -193,15 +243,35 @@ class PeerHandler {
   private blob(req: IncomingMessage, res: ServerResponse, bundle: PeerOffer, digest: string): void {
     const whole = bundle.size(digest);
     const part = whole === undefined ? bundle.partial?.(digest) : undefined;
-    if (whole === undefined && !part) return send(res, 404, `blob ${digest} is not held verified here`);
+    if (whole === undefined && !part)
+      return send(res, 404, `blob ${digest} is not held verified here`);
     const size = whole ?? part!.size;
     // of a blob held in part, only a range inside its verified pieces; the rest as for a blob not held
-    if (part && !insideVerified(parsePeerRange(req.headers.range, size), size, part.verified)) return send(res, 404, `only bytes 0-${part.verified - 1} of blob ${digest} are held verified here`);
-    if (this.paused || this.active >= this.opts.downloaders) return this.busy(res, this.paused ? 'this node is loading: try another peer' : 'every downloader slot is taken: try another peer');
+    if (part && !insideVerified(parsePeerRange(req.headers.range, size), size, part.verified))
+      return send(
+        res,
+        404,
+        `only bytes 0-${part.verified - 1} of blob ${digest} are held verified here`,
+      );
+    if (this.paused || this.active >= this.opts.downloaders)
+      return this.busy(
+        res,
+        this.paused
+          ? 'this node is loading: try another peer'
+          : 'every downloader slot is taken: try another peer',
+      );
     const range = parsePeerRange(req.headers.range, size);
-    if (range === null) return this.bad(res, 416, `range not satisfiable for ${size} bytes`, { 'content-range': `bytes */${size}` });
+    if (range === null)
+      return this.bad(res, 416, `range not satisfiable for ${size} bytes`, {
+        'content-range': `bytes */${size}`,
+      });
     const { start, end } = range ?? { start: 0, end: size };
-    const headers = { 'content-length': end - start, 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', ...(range ? { 'content-range': `bytes ${start}-${end - 1}/${size}` } : {}) };
+    const headers = {
+      'content-length': end - start,
+      'content-type': 'application/octet-stream',
+      'accept-ranges': 'bytes',
+      ...(range ? { 'content-range': `bytes ${start}-${end - 1}/${size}` } : {}),
+    };
     // a blob held in part: HEAD, as GET, finds its bytes on disk first
     if (req.method === 'HEAD' && !part) {
       res.writeHead(range ? 206 : 200, headers);
@@ -210,7 +280,15 @@ class PeerHandler {
     void this.stream(res, bundle, digest, start, end, range ? 206 : 200, headers);
   }
 
-  private async stream(res: ServerResponse, bundle: PeerOffer, digest: string, start: number, end: number, status: number, headers: Record<string, string | number>): Promise<void> {
+  private async stream(
+    res: ServerResponse,
+    bundle: PeerOffer,
+    digest: string,
+    start: number,
+    end: number,
+    status: number,
+    headers: Record<string, string | number>,
+  ): Promise<void> {
     const stop = new AbortController();
     this.active++;
     this.streams.add(stop);
@@ -222,7 +300,9 @@ class PeerHandler {
         data.destroy();
         return void res.end();
       }
-      await pipeline(data, throttle(this.bucket, this.counters, stop.signal), res, { signal: stop.signal });
+      await pipeline(data, throttle(this.bucket, this.counters, stop.signal), res, {
+        signal: stop.signal,
+      });
     } catch (err) {
       // a client gone, a pause, a file that vanished: the client sees the response cut short
       data?.destroy();
@@ -256,12 +336,22 @@ class PeerConnections {
 
   constructor(private readonly limits: typeof PEER_LIMITS) {
     const perAddress = limits.maxUnauthenticatedPerAddress;
-    this.unauthenticated = new ConnectionGate({ max: limits.maxUnauthenticated, perAddress, arrivingPerAddress: perAddress, firstBytesWaitMs: limits.firstBytesWaitMs });
+    this.unauthenticated = new ConnectionGate({
+      max: limits.maxUnauthenticated,
+      perAddress,
+      arrivingPerAddress: perAddress,
+      firstBytesWaitMs: limits.firstBytesWaitMs,
+    });
   }
 
   get counts(): PeerConnectionCounts {
     const gate = this.unauthenticated.counts;
-    return { authenticated: this.authenticated.size, unauthenticated: gate.placed, arriving: gate.arriving, dropped: gate.dropped };
+    return {
+      authenticated: this.authenticated.size,
+      unauthenticated: gate.placed,
+      arriving: gate.arriving,
+      dropped: gate.dropped,
+    };
   }
 
   /** A new TCP connection (before TLS). */
@@ -278,7 +368,11 @@ class PeerConnections {
   /** A handshake passed with a peer certificate: the connection counts against maxConnections now, or is closed when they are taken. */
   secure(tls: TLSSocket): void {
     const raw = this.byRemote.get(`${tls.remoteAddress} ${tls.remotePort}`);
-    if (!raw || this.authenticated.has(raw) || this.authenticated.size >= this.limits.maxConnections) {
+    if (
+      !raw ||
+      this.authenticated.has(raw) ||
+      this.authenticated.size >= this.limits.maxConnections
+    ) {
       tls.destroy();
       return;
     }
@@ -303,24 +397,30 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
   const bucket = new TokenBucket(opts.uploadBytesPerSecond, burst, opts.clock ?? REAL_CLOCK);
   const limits = { ...PEER_LIMITS, ...opts.limits };
   const handler = new PeerHandler(opts, limits, bucket, counters);
-  const server = createServer({
-    ...peerTlsOptions(opts.credentials),
-    requestCert: true,
-    rejectUnauthorized: true,
-    handshakeTimeout: limits.handshakeTimeoutMs,
-    maxHeaderSize: limits.maxHeaderBytes,
-    headersTimeout: limits.headersTimeoutMs,
-    requestTimeout: limits.headersTimeoutMs,
-    // how often the two above are enforced (node's default, 30 s, would stretch them)
-    connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
-    keepAliveTimeout: limits.keepAliveTimeoutMs,
-  }, (req, res) => handler.handle(req, res));
+  const server = createServer(
+    {
+      ...peerTlsOptions(opts.credentials),
+      requestCert: true,
+      rejectUnauthorized: true,
+      handshakeTimeout: limits.handshakeTimeoutMs,
+      maxHeaderSize: limits.maxHeaderBytes,
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.headersTimeoutMs,
+      // how often the two above are enforced (node's default, 30 s, would stretch them)
+      connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+    },
+    (req, res) => handler.handle(req, res),
+  );
   const gate = new PeerConnections(limits);
   server.timeout = limits.idleTimeoutMs;
   // a refused handshake or a reset connection is the client's problem, never the server's
   server.on('tlsClientError', (_err, socket: TLSSocket) => socket.destroy());
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-    if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable) socket.end('HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable)
+      socket.end(
+        'HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n',
+      );
     else socket.destroy();
   });
   const sockets = new Set<Socket>();
@@ -337,11 +437,16 @@ export async function startPeerServer(opts: PeerServerOptions): Promise<RunningP
     counters,
     bucket,
     setPaused: (p) => handler.setPaused(p),
-    get active() { return handler.active; },
-    get connections() { return gate.counts; },
-    close: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => resolve());
-    }),
+    get active() {
+      return handler.active;
+    },
+    get connections() {
+      return gate.counts;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
   };
 }

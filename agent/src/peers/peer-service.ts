@@ -8,7 +8,12 @@ import { compareVersions, loadTrust } from '@offline-bundle/format';
 import type { PeerCopies, ServingStatus } from '@offline-bundle/status';
 import { AgentError, failureOf, oneLine } from '../errors.js';
 import { checkPolicy } from '../load/policy.js';
-import { runLoad, runningVersion, type LoadResult, type PipelineContext } from '../load/pipeline.js';
+import {
+  runLoad,
+  runningVersion,
+  type LoadResult,
+  type PipelineContext,
+} from '../load/pipeline.js';
 import { isForgotten, readForgotten } from '../state/bundle-records.js';
 import { readReleases } from '../state/release-records.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
@@ -23,7 +28,8 @@ import type { PeerApproval, PeerDirectory } from './types.js';
 const PEER_RETRY_MS = 10 * 60_000;
 
 /** The kept layouts of the release records, as one string to compare. */
-const keptKey = (releases: readonly { layout?: string | undefined }[]) => releases.map((r) => r.layout ?? '').join('\n');
+const keptKey = (releases: readonly { layout?: string | undefined }[]) =>
+  releases.map((r) => r.layout ?? '').join('\n');
 
 interface PeerServiceOptions {
   directory: PeerDirectory;
@@ -74,12 +80,16 @@ export class PeerService {
     for (const r of releases) {
       if (!r.layout) continue;
       const served = await ServedBundle.fromLayout(r.layout).catch((err: unknown) => {
-        log.warn('peers', `the layout kept in ${r.layout!} cannot be offered to other nodes: ${oneLine(err)}`);
+        log.warn(
+          'peers',
+          `the layout kept in ${r.layout!} cannot be offered to other nodes: ${oneLine(err)}`,
+        );
         return undefined;
       });
       if (served) kept.set(served.manifestDigest, served);
     }
-    for (const [digest, offer] of this.offers) if (!offer.complete && !kept.has(digest)) kept.set(digest, offer);
+    for (const [digest, offer] of this.offers)
+      if (!offer.complete && !kept.has(digest)) kept.set(digest, offer);
     this.offers.clear();
     for (const [digest, offer] of kept) this.offers.set(digest, offer);
     return this.serving();
@@ -90,7 +100,8 @@ export class PeerService {
    * serve-until-complete removed one (its blobs must not be offered once they are gone).
    */
   async offerKeptIfChanged(): Promise<void> {
-    if (keptKey(await readReleases(this.o.context.config.paths.stateDir)) !== this.keptSeen) await this.offerKept();
+    if (keptKey(await readReleases(this.o.context.config.paths.stateDir)) !== this.keptSeen)
+      await this.offerKept();
   }
 
   /**
@@ -100,11 +111,20 @@ export class PeerService {
   serving(approved?: ReadonlySet<string>): ServingStatus | undefined {
     // a fetch under way of a newer release than the one kept is what the other nodes fetch now too:
     // published (complete: false, its count of verified blobs) so they take blobs from it
-    const byVersion = (a: ServedBundle, b: ServedBundle) => compareVersions(b.manifest.release.version, a.manifest.release.version);
-    const best = [...this.offers.values()].filter((o) => !approved || approved.has(o.manifestDigest)).sort((a, b) => byVersion(a, b) || Number(b.complete) - Number(a.complete))[0];
+    const byVersion = (a: ServedBundle, b: ServedBundle) =>
+      compareVersions(b.manifest.release.version, a.manifest.release.version);
+    const best = [...this.offers.values()]
+      .filter((o) => !approved || approved.has(o.manifestDigest))
+      .sort((a, b) => byVersion(a, b) || Number(b.complete) - Number(a.complete))[0];
     if (!best) return undefined;
     const verifiedBlobs = best.verifiedDigests(Number.MAX_SAFE_INTEGER).length;
-    return { manifestDigest: best.manifestDigest, complete: best.complete, verifiedBlobs, address: this.o.address, port: this.o.port };
+    return {
+      manifestDigest: best.manifestDigest,
+      complete: best.complete,
+      verifiedBlobs,
+      address: this.o.address,
+      port: this.o.port,
+    };
   }
 
   /**
@@ -115,14 +135,22 @@ export class PeerService {
    * an offer the port never serves keeps no stick in.
    */
   async copies(version: string, approved?: ReadonlySet<string>): Promise<PeerCopies> {
-    const ofVersion = [...this.offers.values()].filter((o) => o.complete && o.manifest.release.version === version);
-    const offer = ofVersion.find((o) => !approved || approved.has(o.manifestDigest)) ?? ofVersion[0];
+    const ofVersion = [...this.offers.values()].filter(
+      (o) => o.complete && o.manifest.release.version === version,
+    );
+    const offer =
+      ofVersion.find((o) => !approved || approved.has(o.manifestDigest)) ?? ofVersion[0];
     const passedOn = offer !== undefined && (!approved || approved.has(offer.manifestDigest));
     // without an offer of its own the bundle is named by its approval: two of one version (two
     // arches, a rebuilt bundle) name none, so nothing is counted
-    const approvals = offer ? [] : (await this.o.directory.approved()).filter((a) => a.version === version);
-    const digest = offer?.manifestDigest ?? (approvals.length === 1 ? approvals[0]!.manifestDigest : undefined);
-    const nodes = digest ? (await this.o.directory.peersFor(digest)).filter((p) => p.complete).length : 0;
+    const approvals = offer
+      ? []
+      : (await this.o.directory.approved()).filter((a) => a.version === version);
+    const digest =
+      offer?.manifestDigest ?? (approvals.length === 1 ? approvals[0]!.manifestDigest : undefined);
+    const nodes = digest
+      ? (await this.o.directory.peersFor(digest)).filter((p) => p.complete).length
+      : 0;
     return { version, nodes, serving: passedOn };
   }
 
@@ -131,7 +159,12 @@ export class PeerService {
    * under way stops as a stop does (the blobs it verified whole are kept) and is looked at again after it.
    */
   yieldToStick(): void {
-    this.fetching?.abort(new AgentError('Interrupted', 'a bundle found on a stick or in the drop directory is loaded first: the fetch from peers stopped; the blobs it verified whole are kept (one cut short is fetched again)'));
+    this.fetching?.abort(
+      new AgentError(
+        'Interrupted',
+        'a bundle found on a stick or in the drop directory is loaded first: the fetch from peers stopped; the blobs it verified whole are kept (one cut short is fetched again)',
+      ),
+    );
   }
 
   /**
@@ -154,11 +187,22 @@ export class PeerService {
     try {
       wanted = await this.nextWanted();
       if (!wanted || stop.signal.aborted) return undefined;
-      log.info('peers', `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`, { digest: wanted.manifestDigest });
+      log.info(
+        'peers',
+        `bundle ${wanted.version} (${wanted.manifestDigest}) is approved and not on this node: fetching it from other nodes`,
+        { digest: wanted.manifestDigest },
+      );
       runtime = this.o.runtime();
       source = await this.source(wanted, stop.signal);
-      const loaded = await runLoad(source, { ...this.o.context, runtime, ...(signal ? { signal } : {}) });
-      await this.afterLoad(wanted, join(config.paths.upgradeDir, `${loaded.version}-${loaded.arch}`));
+      const loaded = await runLoad(source, {
+        ...this.o.context,
+        runtime,
+        ...(signal ? { signal } : {}),
+      });
+      await this.afterLoad(
+        wanted,
+        join(config.paths.upgradeDir, `${loaded.version}-${loaded.arch}`),
+      );
       return loaded;
     } catch (err) {
       if (wanted) this.afterFailure(wanted, err, source?.filled === true);
@@ -176,20 +220,31 @@ export class PeerService {
     const { reason, message } = failureOf(err, config.paths.upgradeDir);
     // another load holds the lock, a stop, or no node holds it yet (the seed still loading): tried again at the next look
     if (reason === 'Busy' || reason === 'Interrupted' || reason === 'NoPeerHasBundle') {
-      if (!this.waitingFor.has(wanted.manifestDigest)) log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, { reason });
+      if (!this.waitingFor.has(wanted.manifestDigest))
+        log.info('peers', `bundle ${wanted.version}: ${message}; looking again every few seconds`, {
+          reason,
+        });
       this.waitingFor.add(wanted.manifestDigest);
       return;
     }
     // the admin withdrew it: nothing of this node failed (the load gave the status back)
     if (reason === 'ApprovalRevoked') {
-      log.info('peers', `bundle ${wanted.version}: ${message}`, { reason, digest: wanted.manifestDigest });
+      log.info('peers', `bundle ${wanted.version}: ${message}`, {
+        reason,
+        digest: wanted.manifestDigest,
+      });
       return;
     }
     this.failedAt.set(wanted.manifestDigest, (this.o.now ?? Date.now)());
     // approved for the cluster, not for this node (another arch, older than what it runs): refused before the fetch showed itself
     // or after it (the running version known only then): the load removed what was fetched
     const fate = filled ? 'fetched, then refused: its staging is removed' : 'not fetched';
-    if (NOT_FOR_THIS_NODE.has(reason)) log.info('peers', `bundle ${wanted.version} is approved but not for this node: ${message}; ${fate}`, { reason, digest: wanted.manifestDigest });
+    if (NOT_FOR_THIS_NODE.has(reason))
+      log.info(
+        'peers',
+        `bundle ${wanted.version} is approved but not for this node: ${message}; ${fate}`,
+        { reason, digest: wanted.manifestDigest },
+      );
   }
 
   /** The peers as the load's origin of `wanted`: what it verifies is offered on as it comes. */
@@ -197,7 +252,10 @@ export class PeerService {
     const { config } = this.o.context;
     return new PeerSource({
       ...peerFetchBase(config, this.o.credentials, await loadTrust(config.trust.keys)),
-      approval: wanted, directory: this.o.directory, counters: this.counters, signal,
+      approval: wanted,
+      directory: this.o.directory,
+      counters: this.counters,
+      signal,
       onStaging: (head, partial, target) => {
         this.offers.set(wanted.manifestDigest, ServedBundle.staging(partial, target, head));
         this.o.onServingChanged?.();
@@ -207,11 +265,16 @@ export class PeerService {
         this.o.onServingChanged?.();
       },
       // verified pieces of a blob still arriving: served at once, found through /have (the status counts whole blobs)
-      onPieces: (e, bytes) => this.offers.get(wanted.manifestDigest)?.verifiedPrefix(e.digest, bytes),
+      onPieces: (e, bytes) =>
+        this.offers.get(wanted.manifestDigest)?.verifiedPrefix(e.digest, bytes),
       admit: async (m) => {
         const current = await runningVersion(this.o.context);
         // an unknown running version is the load's to wait for (it asks the cluster again); arch and a known version are refused now
-        checkPolicy(m, current ? config : { ...config, version: { ...config.version, allowUnknown: true } }, current);
+        checkPolicy(
+          m,
+          current ? config : { ...config, version: { ...config.version, allowUnknown: true } },
+          current,
+        );
       },
     });
   }
@@ -222,7 +285,10 @@ export class PeerService {
    */
   private async afterLoad(a: PeerApproval, target: string): Promise<void> {
     this.offers.delete(a.manifestDigest);
-    if (!(await readReleases(this.o.context.config.paths.stateDir)).some((r) => r.layout === target)) return;
+    if (
+      !(await readReleases(this.o.context.config.paths.stateDir)).some((r) => r.layout === target)
+    )
+      return;
     const served = await ServedBundle.fromLayout(target).catch(() => undefined);
     if (served) this.offers.set(a.manifestDigest, served);
   }
@@ -235,7 +301,8 @@ export class PeerService {
     const forgotten = await readForgotten(config.paths.stateDir);
     const now = (this.o.now ?? Date.now)();
     // an approval withdrawn and given again is a new request
-    for (const digest of this.failedAt.keys()) if (!approvals.some((a) => a.manifestDigest === digest)) this.failedAt.delete(digest);
+    for (const digest of this.failedAt.keys())
+      if (!approvals.some((a) => a.manifestDigest === digest)) this.failedAt.delete(digest);
     return approvals.find((a) => {
       if (this.offers.get(a.manifestDigest)?.complete || loaded.has(a.version)) return false;
       // `releases forget` holds for peers as for sticks: unforget to take it again

@@ -31,7 +31,8 @@ export class PieceCheck extends Transform {
 
   constructor(private readonly o: PieceCheckOptions) {
     super();
-    if (o.from % o.digests.size !== 0) throw new RangeError(`a piece check starts on a piece, not at ${o.from}`);
+    if (o.from % o.digests.size !== 0)
+      throw new RangeError(`a piece check starts on a piece, not at ${o.from}`);
     this.at = o.from;
   }
 
@@ -46,7 +47,8 @@ export class PieceCheck extends Transform {
       this.parts.push(chunk.subarray(off, off + take));
       this.filled += take;
       off += take;
-      if (this.at + this.filled === end && !this.piece(index, end)) return cb(this.o.mismatch(index));
+      if (this.at + this.filled === end && !this.piece(index, end))
+        return cb(this.o.mismatch(index));
     }
     cb();
   }

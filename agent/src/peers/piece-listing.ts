@@ -11,12 +11,14 @@ import { pieceCount, type PieceDigests } from '@offline-bundle/format';
 export const MAX_HAVE_PARTIAL_BLOBS = 256;
 
 /** Piece `index` is set in `bitmap` (bit 7 of byte 0 is piece 0). */
-export const pieceSet = (bitmap: Buffer, index: number): boolean => index >> 3 < bitmap.length && (bitmap[index >> 3]! & (0x80 >> (index & 7))) !== 0;
+export const pieceSet = (bitmap: Buffer, index: number): boolean =>
+  index >> 3 < bitmap.length && (bitmap[index >> 3]! & (0x80 >> (index & 7))) !== 0;
 
 /** The bitmap of a blob whose first `verifiedBytes` are held verified (whole pieces only), base64. */
 export function prefixBitmap(size: number, pieceSize: number, verifiedBytes: number): string {
   const bits = Buffer.alloc(Math.ceil(pieceCount(size, pieceSize) / 8));
-  const whole = verifiedBytes >= size ? pieceCount(size, pieceSize) : Math.floor(verifiedBytes / pieceSize);
+  const whole =
+    verifiedBytes >= size ? pieceCount(size, pieceSize) : Math.floor(verifiedBytes / pieceSize);
   for (let i = 0; i < whole; i++) bits[i >> 3] = bits[i >> 3]! | (0x80 >> (i & 7));
   return bits.toString('base64');
 }
@@ -34,7 +36,11 @@ function listedPieces(digests: PieceDigests, blob: string): number {
  * does not need (held here already, a resumed fetch) is checked as well and left out: the
  * peer's pieces of the others still count.
  */
-export function parsePieceListing(v: unknown, digests: PieceDigests | undefined, needed: (digest: string) => boolean): Map<string, Buffer> {
+export function parsePieceListing(
+  v: unknown,
+  digests: PieceDigests | undefined,
+  needed: (digest: string) => boolean,
+): Map<string, Buffer> {
   const out = new Map<string, Buffer>();
   if (!digests || typeof v !== 'object' || v === null || Array.isArray(v)) return out;
   const keys = Object.keys(v);
@@ -44,17 +50,27 @@ export function parsePieceListing(v: unknown, digests: PieceDigests | undefined,
     if (!digests.covers(digest) || typeof text !== 'string') return new Map();
     const count = listedPieces(digests, digest);
     const bytes = Math.ceil(count / 8);
-    if (text.length !== Math.ceil(bytes / 3) * 4 || !/^[A-Za-z0-9+/]*={0,2}$/.test(text)) return new Map();
+    if (text.length !== Math.ceil(bytes / 3) * 4 || !/^[A-Za-z0-9+/]*={0,2}$/.test(text))
+      return new Map();
     const bitmap = Buffer.from(text, 'base64');
     // bits past the last piece would name pieces that do not exist
-    if (bitmap.length !== bytes || (count % 8 !== 0 && (bitmap[bytes - 1]! & (0xff >> (count % 8))) !== 0)) return new Map();
+    if (
+      bitmap.length !== bytes ||
+      (count % 8 !== 0 && (bitmap[bytes - 1]! & (0xff >> (count % 8))) !== 0)
+    )
+      return new Map();
     if (needed(digest)) out.set(digest, bitmap);
   }
   return out;
 }
 
 /** Bytes from `from` (on a piece's start) a peer's bitmap covers in a run: the end of the range to ask it for, or `from` when it lacks that piece. */
-export function runEnd(bitmap: Buffer | undefined, from: number, size: number, pieceSize: number): number {
+export function runEnd(
+  bitmap: Buffer | undefined,
+  from: number,
+  size: number,
+  pieceSize: number,
+): number {
   if (!bitmap) return from;
   let i = Math.floor(from / pieceSize);
   while (i * pieceSize < size && pieceSet(bitmap, i)) i++;
@@ -64,6 +80,7 @@ export function runEnd(bitmap: Buffer | undefined, from: number, size: number, p
 /** Pieces set in all of a peer's bitmaps: a listing that grew means a peer still fetching is worth waiting for. */
 export function piecesSet(bitmaps: ReadonlyMap<string, Buffer>): number {
   let n = 0;
-  for (const bitmap of bitmaps.values()) for (const byte of bitmap) for (let b = byte; b; b &= b - 1) n++;
+  for (const bitmap of bitmaps.values())
+    for (const byte of bitmap) for (let b = byte; b; b &= b - 1) n++;
   return n;
 }

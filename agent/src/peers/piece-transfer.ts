@@ -37,7 +37,12 @@ interface PieceRequest {
 const LANDED_POLL_MS = 25;
 
 /** The Range header for [from, to) of a blob of `size` bytes: none for the whole blob of a peer that holds it whole. */
-function rangeHeader(from: number, to: number, size: number, whole: boolean): Record<string, string> {
+function rangeHeader(
+  from: number,
+  to: number,
+  size: number,
+  whole: boolean,
+): Record<string, string> {
   // a peer still fetching serves a range of its verified pieces only (all of them, before its rename)
   if (whole && from === 0 && to === size) return {};
   return { range: `bytes=${from}-${to < size ? to - 1 : ''}` };
@@ -67,7 +72,10 @@ class LandedPrefix {
     if (this.looking || this.verified <= this.told) return;
     this.looking = true;
     try {
-      const onDisk = await stat(this.r.temp).then((s) => s.size, () => 0);
+      const onDisk = await stat(this.r.temp).then(
+        (s) => s.size,
+        () => 0,
+      );
       this.tell(Math.min(onDisk, this.verified));
     } finally {
       this.looking = false;
@@ -94,7 +102,10 @@ function answerStart(res: IncomingMessage, r: PieceRequest): number {
   if (res.statusCode !== 206) return 0;
   if (!String(res.headers['content-range'] ?? '').startsWith(`bytes ${r.from}-`)) {
     res.destroy();
-    throw new PeerFault('refused', `${r.node} answered a range from ${r.from} with ${String(res.headers['content-range'])}`);
+    throw new PeerFault(
+      'refused',
+      `${r.node} answered a range from ${r.from} with ${String(res.headers['content-range'])}`,
+    );
   }
   return r.from;
 }
@@ -106,9 +117,21 @@ export async function fetchPieces(r: PieceRequest): Promise<void> {
   r.onAnswer();
   const start = answerStart(res, r);
   const check = new PieceCheck({
-    digests: r.digests, blob: entry.digest, size: entry.size, from: start, keepFrom: r.write.got,
-    mismatch: (i) => new PeerFault('refused', `${r.node} sent piece ${i} of ${entry.path} that does not match its digest in the signed bundle.json`),
-    overflow: () => new PeerFault('refused', `${r.node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`),
+    digests: r.digests,
+    blob: entry.digest,
+    size: entry.size,
+    from: start,
+    keepFrom: r.write.got,
+    mismatch: (i) =>
+      new PeerFault(
+        'refused',
+        `${r.node} sent piece ${i} of ${entry.path} that does not match its digest in the signed bundle.json`,
+      ),
+    overflow: () =>
+      new PeerFault(
+        'refused',
+        `${r.node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`,
+      ),
     onVerified: (end) => landed.verifiedTo(end),
   });
   const landed = new LandedPrefix(r);
@@ -116,12 +139,22 @@ export async function fetchPieces(r: PieceRequest): Promise<void> {
   res.on('error', (err) => check.destroy(err));
   check.on('error', () => res.destroy());
   // the rate counts bytes received, not verified ones: a slow link delivers a piece in more than one window
-  const unguard = guardRate(res, () => check.received, (start === r.from ? r.to : entry.size) - start, r.minRate, `${r.node} sending ${entry.path}`);
+  const unguard = guardRate(
+    res,
+    () => check.received,
+    (start === r.from ? r.to : entry.size) - start,
+    r.minRate,
+    `${r.node} sending ${entry.path}`,
+  );
   let ok = false;
   try {
     await r.write.append(res.pipe(check), {
       onBytes: r.onBytes,
-      overflow: () => new PeerFault('refused', `${r.node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`),
+      overflow: () =>
+        new PeerFault(
+          'refused',
+          `${r.node} sent more than the ${entry.size} bytes bundle.json lists for ${entry.path}`,
+        ),
     });
     ok = true;
   } finally {

@@ -8,12 +8,27 @@ import { lstat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Readable } from 'node:stream';
-import { BundleRandomReader, OCI_LAYOUT, PieceDigests, WRITING_SUFFIX, bundleIdentity, layoutEntries, parseManifestBytes, readLayoutDescription, type BundleManifest, type BundleSource, type VerifiedFrames } from '@offline-bundle/format';
+import {
+  BundleRandomReader,
+  OCI_LAYOUT,
+  PieceDigests,
+  WRITING_SUFFIX,
+  bundleIdentity,
+  layoutEntries,
+  parseManifestBytes,
+  readLayoutDescription,
+  type BundleManifest,
+  type BundleSource,
+  type VerifiedFrames,
+} from '@offline-bundle/format';
 import { openRegularFile } from '@offline-bundle/host';
 import { layoutRange } from '@offline-bundle/registry';
 import { MAX_HAVE_PARTIAL_BLOBS, prefixBitmap } from './piece-listing.js';
 
-interface Entry { path: string; size: number }
+interface Entry {
+  path: string;
+  size: number;
+}
 
 /** What the peer server needs of a bundle it serves. */
 export interface PeerOffer {
@@ -45,7 +60,8 @@ const ON_DISK_WAIT_MS = 250;
 async function onDisk(fh: FileHandle, end: number): Promise<void> {
   const until = Date.now() + ON_DISK_WAIT_MS;
   while ((await fh.stat()).size < end) {
-    if (Date.now() > until) throw new NotOnDiskYet(`bytes up to ${end} are not on disk here yet: try again`);
+    if (Date.now() > until)
+      throw new NotOnDiskYet(`bytes up to ${end} are not on disk here yet: try again`);
     await sleep(10);
   }
 }
@@ -60,10 +76,16 @@ export class ServedBundle implements PeerOffer {
   private readonly prefix = new Map<string, number>();
   private readonly pieces: PieceDigests | undefined;
 
-  private constructor(readonly manifestBytes: Buffer, readonly signature: Buffer, readonly manifest: BundleManifest, private dirs: string[]) {
+  private constructor(
+    readonly manifestBytes: Buffer,
+    readonly signature: Buffer,
+    readonly manifest: BundleManifest,
+    private dirs: string[],
+  ) {
     this.manifestDigest = bundleIdentity(manifestBytes);
     // oci-layout's bytes are fixed: a fetcher writes it itself
-    for (const e of layoutEntries(manifest)) if (e.path !== OCI_LAYOUT) this.entries.set(e.digest, { path: e.path, size: e.size });
+    for (const e of layoutEntries(manifest))
+      if (e.path !== OCI_LAYOUT) this.entries.set(e.digest, { path: e.path, size: e.size });
     this.pieces = manifest.pieces ? new PieceDigests(manifest.pieces) : undefined;
   }
 
@@ -73,7 +95,9 @@ export class ServedBundle implements PeerOffer {
    */
   static async fromLayout(dir: string): Promise<ServedBundle> {
     const { manifestBytes, signature } = await readLayoutDescription(dir);
-    const served = new ServedBundle(manifestBytes, signature, parseManifestBytes(manifestBytes), [dir]);
+    const served = new ServedBundle(manifestBytes, signature, parseManifestBytes(manifestBytes), [
+      dir,
+    ]);
     for (const [digest, e] of served.entries) {
       const st = await lstat(join(dir, e.path)).catch(() => undefined);
       if (st?.isFile() && st.size === e.size) served.ready.add(digest);
@@ -85,7 +109,11 @@ export class ServedBundle implements PeerOffer {
    * A staging under way into `partial` (renamed to `target` at its end): nothing is served
    * until `verified` names it, so a peer fetches from a node that is itself still fetching.
    */
-  static staging(partial: string, target: string, head: { manifestBytes: Buffer; signature: Buffer; manifest: BundleManifest }): ServedBundle {
+  static staging(
+    partial: string,
+    target: string,
+    head: { manifestBytes: Buffer; signature: Buffer; manifest: BundleManifest },
+  ): ServedBundle {
     return new ServedBundle(head.manifestBytes, head.signature, head.manifest, [partial, target]);
   }
 
@@ -94,7 +122,11 @@ export class ServedBundle implements PeerOffer {
    * closes it). Every frame read is held to its digest from `verified` (the load's verifying
    * pass) or from the entry's own hash check before its first byte (BundleRandomReader).
    */
-  static async fromBundleFile(source: BundleSource, head: { manifestBytes: Buffer; signature: Buffer; manifest: BundleManifest }, verified?: VerifiedFrames): Promise<ServedBundle> {
+  static async fromBundleFile(
+    source: BundleSource,
+    head: { manifestBytes: Buffer; signature: Buffer; manifest: BundleManifest },
+    verified?: VerifiedFrames,
+  ): Promise<ServedBundle> {
     const served = new ServedBundle(head.manifestBytes, head.signature, head.manifest, []);
     served.reader = await BundleRandomReader.open(source, head.manifest, verified);
     for (const digest of served.entries.keys()) served.ready.add(digest);
@@ -120,8 +152,12 @@ export class ServedBundle implements PeerOffer {
 
   partialPieces(limit: number): Record<string, string> {
     const out: Record<string, string> = {};
-    for (const [digest, bytes] of [...this.prefix].slice(0, Math.min(limit, MAX_HAVE_PARTIAL_BLOBS))) {
-      if (bytes >= this.pieces!.size) out[digest] = prefixBitmap(this.entries.get(digest)!.size, this.pieces!.size, bytes);
+    for (const [digest, bytes] of [...this.prefix].slice(
+      0,
+      Math.min(limit, MAX_HAVE_PARTIAL_BLOBS),
+    )) {
+      if (bytes >= this.pieces!.size)
+        out[digest] = prefixBitmap(this.entries.get(digest)!.size, this.pieces!.size, bytes);
     }
     return out;
   }
@@ -131,7 +167,10 @@ export class ServedBundle implements PeerOffer {
     if (bytes === undefined) return undefined;
     const size = this.entries.get(digest)!.size;
     // whole pieces only: the bitmap says no more
-    return { size, verified: bytes >= size ? size : Math.floor(bytes / this.pieces!.size) * this.pieces!.size };
+    return {
+      size,
+      verified: bytes >= size ? size : Math.floor(bytes / this.pieces!.size) * this.pieces!.size,
+    };
   }
 
   /** The staging was renamed into place. */
@@ -167,9 +206,15 @@ export class ServedBundle implements PeerOffer {
    * only what is on disk. Renamed in between:
    * the whole entry, now verified.
    */
-  private async openPartial(e: Entry, digest: string, start: number, end: number): Promise<Readable> {
+  private async openPartial(
+    e: Entry,
+    digest: string,
+    start: number,
+    end: number,
+  ): Promise<Readable> {
     const held = this.partial(digest);
-    if (!held || end > held.verified) throw new NotHeldHere(`bytes ${start}-${end - 1} of ${digest} are not held verified here`);
+    if (!held || end > held.verified)
+      throw new NotHeldHere(`bytes ${start}-${end - 1} of ${digest} are not held verified here`);
     let fh: FileHandle;
     try {
       fh = await openRegularFile(join(this.dirs[0]!, e.path + WRITING_SUFFIX));

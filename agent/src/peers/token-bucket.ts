@@ -24,8 +24,13 @@ export class TokenBucket {
   /** Bytes granted so far: what a test holds against rate × elapsed + burst. */
   granted = 0;
 
-  constructor(readonly rate: number, readonly burst: number, private readonly clock: BucketClock = REAL_CLOCK) {
-    if (!(rate > 0) || !(burst > 0)) throw new RangeError('a token bucket needs a positive rate and burst');
+  constructor(
+    readonly rate: number,
+    readonly burst: number,
+    private readonly clock: BucketClock = REAL_CLOCK,
+  ) {
+    if (!(rate > 0) || !(burst > 0))
+      throw new RangeError('a token bucket needs a positive rate and burst');
     this.tokens = burst;
     this.last = clock.now();
   }

@@ -16,8 +16,22 @@ export type { PeerApproval, PeerEndpoint, PeerDirectory } from './types.js';
 export { peerSlots } from '../config.js';
 export { peerFetchBase, peerServerOptions } from './peer-config.js';
 export { PeerService } from './peer-service.js';
-export { rotated, rarestFirst, weightedPick, COMPLETE_WEIGHT, BUSY_WEIGHT, BUSY_MEMORY_MS } from './peer-choice.js';
+export {
+  rotated,
+  rarestFirst,
+  weightedPick,
+  COMPLETE_WEIGHT,
+  BUSY_WEIGHT,
+  BUSY_MEMORY_MS,
+} from './peer-choice.js';
 export type { Holder } from './peer-choice.js';
 export { MAX_PIECE_MISSES } from './peer-bounds.js';
-export { MAX_HAVE_PARTIAL_BLOBS, parsePieceListing, prefixBitmap, runEnd, pieceSet, piecesSet } from './piece-listing.js';
+export {
+  MAX_HAVE_PARTIAL_BLOBS,
+  parsePieceListing,
+  prefixBitmap,
+  runEnd,
+  pieceSet,
+  piecesSet,
+} from './piece-listing.js';
 export { PieceCheck } from './piece-check.js';

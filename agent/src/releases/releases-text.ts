@@ -8,7 +8,11 @@ const PINNED: Record<PinState, string> = { yes: 'yes', no: 'no', unknown: 'unkno
 function forgottenText(view: ReleasesView): string {
   if (view.forgotten.length === 0) return '';
   const list = view.forgotten.map((f) => `${f.version} (${f.arch})`).join(', ');
-  return escapeControls(`Forgotten, not loaded again from a stick until "releases unforget VERSION": ${list}.`) + '\n';
+  return (
+    escapeControls(
+      `Forgotten, not loaded again from a stick until "releases unforget VERSION": ${list}.`,
+    ) + '\n'
+  );
 }
 
 /** sha256:0123456789ab, enough to tell two bundles of one release apart. */
@@ -30,14 +34,25 @@ function pathsText(view: ReleasesView): string {
     if (r.heldFor) p.held.add(r.version);
     paths.set(key, p);
   }
-  return [...paths].map(([key, p]) => {
-    const keep = p.held.size ? `: ${[...p.held].join(', ')} stays pinned until ${p.path.at(-1)} runs` : '';
-    return escapeControls(`Update path ${key}, from one bundle${keep}.`) + '\n';
-  }).join('');
+  return [...paths]
+    .map(([key, p]) => {
+      const keep = p.held.size
+        ? `: ${[...p.held].join(', ')} stays pinned until ${p.path.at(-1)} runs`
+        : '';
+      return escapeControls(`Update path ${key}, from one bundle${keep}.`) + '\n';
+    })
+    .join('');
 }
 
 export function releasesTable(view: ReleasesView): string {
-  if (view.releases.length === 0) return escapeControls(`No release recorded on this node${view.running ? ` (it runs ${view.running})` : ''}.`) + '\n' + forgottenText(view);
+  if (view.releases.length === 0)
+    return (
+      escapeControls(
+        `No release recorded on this node${view.running ? ` (it runs ${view.running})` : ''}.`,
+      ) +
+      '\n' +
+      forgottenText(view)
+    );
   const bundles = severalBundles(view);
   const rows = view.releases.map((r) => [
     r.version,
@@ -49,11 +64,34 @@ export function releasesTable(view: ReleasesView): string {
     r.source === 'node' ? 'found on the node' : r.loadedAt,
     ...(bundles ? [shortDigest(r.digest)] : []),
   ]);
-  const running = view.running ? `Running: ${view.running}.` : 'Running release unknown (no version.current, none seen running yet).';
-  const unknown = view.releases.some((r) => r.pinned === 'unknown') ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22).' : '';
-  const several = bundles ? ' A release brought by more than one bundle has a row per bundle (BUNDLE: its sha256).' : '';
-  return textTable(['VERSION', 'ARCH', 'STATE', 'IMAGES', 'PINNED', 'KEPT LAYOUT', 'LOADED', ...(bundles ? ['BUNDLE'] : [])], rows)
-    + escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}${several}`) + '\n' + pathsText(view) + forgottenText(view);
+  const running = view.running
+    ? `Running: ${view.running}.`
+    : 'Running release unknown (no version.current, none seen running yet).';
+  const unknown = view.releases.some((r) => r.pinned === 'unknown')
+    ? ' *asked, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22).'
+    : '';
+  const several = bundles
+    ? ' A release brought by more than one bundle has a row per bundle (BUNDLE: its sha256).'
+    : '';
+  return (
+    textTable(
+      [
+        'VERSION',
+        'ARCH',
+        'STATE',
+        'IMAGES',
+        'PINNED',
+        'KEPT LAYOUT',
+        'LOADED',
+        ...(bundles ? ['BUNDLE'] : []),
+      ],
+      rows,
+    ) +
+    escapeControls(`${running} IMAGES: in the runtime / of the release.${unknown}${several}`) +
+    '\n' +
+    pathsText(view) +
+    forgottenText(view)
+  );
 }
 
 export function forgottenLine(f: Forgotten): string {

@@ -3,7 +3,15 @@
 // up: with a fixed version.current nothing ever becomes "complete" and releases nothing.
 import { rm } from 'node:fs/promises';
 import { relative, isAbsolute } from 'node:path';
-import { readStatusFile, runningReleases, technicianLine, writeStatusFile, type HistoryEntry, type HistoryState, type NodeStatus } from '@offline-bundle/status';
+import {
+  readStatusFile,
+  runningReleases,
+  technicianLine,
+  writeStatusFile,
+  type HistoryEntry,
+  type HistoryState,
+  type NodeStatus,
+} from '@offline-bundle/status';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -11,9 +19,21 @@ import { withLoadLock } from '../state/lock.js';
 import { compareVersions } from '../load/policy.js';
 import { missingImages } from '../runtime/runtime-checks.js';
 import type { ImageInspector, RuntimeTarget } from '../runtime/runtime-target.js';
-import { addForgotten, clearForgotten, forgetBundles, readForgotten, type ForgottenRelease } from '../state/bundle-records.js';
+import {
+  addForgotten,
+  clearForgotten,
+  forgetBundles,
+  readForgotten,
+  type ForgottenRelease,
+} from '../state/bundle-records.js';
 import { refsToKeepPinned } from '../state/agent-switch-state.js';
-import { forgetReleaseRecord, heldForPath, pathFinal, readReleases, type ReleaseRecord } from '../state/release-records.js';
+import {
+  forgetReleaseRecord,
+  heldForPath,
+  pathFinal,
+  readReleases,
+  type ReleaseRecord,
+} from '../state/release-records.js';
 
 interface ReleaseRow {
   version: string;
@@ -66,13 +86,20 @@ function digestNames(refs: readonly string[]): readonly string[] {
 }
 
 /** What the runtime reports of the pins: by image id, or undefined when it reports none at all (so none can be verified). */
-async function reportedPins(inspector: ImageInspector | undefined): Promise<Map<string, boolean> | undefined> {
+async function reportedPins(
+  inspector: ImageInspector | undefined,
+): Promise<Map<string, boolean> | undefined> {
   const listed = await inspector?.listImages().catch(() => undefined);
   if (!listed?.some((i) => i.pinned)) return undefined;
   return new Map(listed.map((i) => [i.id, i.pinned]));
 }
 
-async function pinState(refs: readonly string[], asked: ReadonlySet<string>, reported: Map<string, boolean> | undefined, inspector: ImageInspector | undefined): Promise<PinState> {
+async function pinState(
+  refs: readonly string[],
+  asked: ReadonlySet<string>,
+  reported: Map<string, boolean> | undefined,
+  inspector: ImageInspector | undefined,
+): Promise<PinState> {
   if (refs.length === 0 || !refs.every((r) => asked.has(r))) return 'no';
   if (!reported || !inspector) return 'unknown';
   for (const ref of digestNames(refs)) {
@@ -95,10 +122,19 @@ async function historyOf(config: AgentConfig): Promise<HistoryEntry[]> {
   return (await readStatusFile(config.paths.statusFile).catch(() => undefined))?.history ?? [];
 }
 
-export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, log?: Logger): Promise<ReleasesView> {
+export async function listReleases(
+  config: AgentConfig,
+  runtime: RuntimeTarget,
+  log?: Logger,
+): Promise<ReleasesView> {
   const history = await historyOf(config);
   const running = runningVersions(config, history);
-  const records = (await readReleases(config.paths.stateDir)).sort((a, b) => compareVersions(a.version, b.version) || a.arch.localeCompare(b.arch) || a.loadedAt.localeCompare(b.loadedAt));
+  const records = (await readReleases(config.paths.stateDir)).sort(
+    (a, b) =>
+      compareVersions(a.version, b.version) ||
+      a.arch.localeCompare(b.arch) ||
+      a.loadedAt.localeCompare(b.loadedAt),
+  );
   const inspector = await runtime.inspector().catch((err) => {
     log?.warn('releases', `cannot ask the runtime which images it holds: ${oneLine(err)}`);
     return undefined;
@@ -114,13 +150,26 @@ export async function listReleases(config: AgentConfig, runtime: RuntimeTarget, 
     const images = digestNames(r.refs);
     const missing = inspector ? (await missingImages(inspector, images)).length : undefined;
     rows.push({
-      version: r.version, arch: r.arch, ...(r.digest ? { digest: r.digest } : {}), ...(state ? { state } : {}), running: running.includes(r.version), source: r.source ?? 'bundle',
-      images: images.length, ...(missing !== undefined ? { imagesPresent: images.length - missing } : {}),
-      pinned: await pinState(r.refs, pinned, reported, inspector), ...(r.layout ? { layout: r.layout } : {}), loadedAt: r.loadedAt,
-      ...(r.path ? { path: r.path } : {}), ...(heldForPath(r, records, running) ? { heldFor: pathFinal(r) } : {}),
+      version: r.version,
+      arch: r.arch,
+      ...(r.digest ? { digest: r.digest } : {}),
+      ...(state ? { state } : {}),
+      running: running.includes(r.version),
+      source: r.source ?? 'bundle',
+      images: images.length,
+      ...(missing !== undefined ? { imagesPresent: images.length - missing } : {}),
+      pinned: await pinState(r.refs, pinned, reported, inspector),
+      ...(r.layout ? { layout: r.layout } : {}),
+      loadedAt: r.loadedAt,
+      ...(r.path ? { path: r.path } : {}),
+      ...(heldForPath(r, records, running) ? { heldFor: pathFinal(r) } : {}),
     });
   }
-  return { ...(running.length ? { running: running[0] } : {}), releases: rows, forgotten: await readForgotten(config.paths.stateDir) };
+  return {
+    ...(running.length ? { running: running[0] } : {}),
+    releases: rows,
+    forgotten: await readForgotten(config.paths.stateDir),
+  };
 }
 
 export interface Forgotten {
@@ -141,14 +190,23 @@ function insideUpgradeDir(config: AgentConfig, dir: string): boolean {
 }
 
 /** Unpins one release (never an image another release or the agent switch keeps), removes its kept layout and drops its records. Runs under the load lock. */
-async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: ReleaseRecord, others: ReleaseRecord[]): Promise<Forgotten> {
+async function forgetOne(
+  config: AgentConfig,
+  runtime: RuntimeTarget,
+  rec: ReleaseRecord,
+  others: ReleaseRecord[],
+): Promise<Forgotten> {
   // the releases that stay, and the agent images a switch keeps (the running one; the previous one while unconfirmed)
   const keep = await refsToKeepPinned(config.paths.stateDir, others);
   const released = rec.refs.filter((r) => !keep.includes(r));
   await runtime.unpin(released, keep);
   let layout: string | undefined;
   // the releases of one path share their bundle's layout: it goes with the last record naming it
-  if (rec.layout && insideUpgradeDir(config, rec.layout) && !others.some((o) => o.layout === rec.layout)) {
+  if (
+    rec.layout &&
+    insideUpgradeDir(config, rec.layout) &&
+    !others.some((o) => o.layout === rec.layout)
+  ) {
     await rm(rec.layout, { recursive: true, force: true });
     layout = rec.layout;
   }
@@ -156,7 +214,13 @@ async function forgetOne(config: AgentConfig, runtime: RuntimeTarget, rec: Relea
   await forgetBundles(config.paths.stateDir, rec.version, rec.arch);
   // a stick still in, or plugged in again, must not bring it back behind the admin's back
   await addForgotten(config.paths.stateDir, rec.version, rec.arch);
-  return { version: rec.version, arch: rec.arch, ...(rec.digest ? { digest: rec.digest } : {}), unpinned: digestNames(released).length, ...(layout ? { layout } : {}) };
+  return {
+    version: rec.version,
+    arch: rec.arch,
+    ...(rec.digest ? { digest: rec.digest } : {}),
+    unpinned: digestNames(released).length,
+    ...(layout ? { layout } : {}),
+  };
 }
 
 /**
@@ -168,12 +232,24 @@ async function unshowForgotten(config: AgentConfig, gone: readonly Forgotten[]):
   const s = await readStatusFile(config.paths.statusFile).catch(() => undefined);
   const b = s?.bundle;
   if (!s || s.phase !== 'Ready' || !b?.version) return;
-  const f = gone.find((g) => compareVersions(g.version, b.version!) === 0 && (!b.arch || g.arch === b.arch));
+  const f = gone.find(
+    (g) => compareVersions(g.version, b.version!) === 0 && (!b.arch || g.arch === b.arch),
+  );
   if (!f) return;
   const now = new Date().toISOString();
   const next: NodeStatus = {
-    ...s, phase: 'Idle', updatedAt: now,
-    conditions: [{ type: 'Ready', status: 'False', reason: 'ReleaseForgotten', message: `update ${f.version} (${f.arch}) was forgotten on this node (bundle-agent releases forget): its images are no longer pinned`, lastTransitionTime: now }],
+    ...s,
+    phase: 'Idle',
+    updatedAt: now,
+    conditions: [
+      {
+        type: 'Ready',
+        status: 'False',
+        reason: 'ReleaseForgotten',
+        message: `update ${f.version} (${f.arch}) was forgotten on this node (bundle-agent releases forget): its images are no longer pinned`,
+        lastTransitionTime: now,
+      },
+    ],
   };
   next.message = technicianLine(next);
   await writeStatusFile(config.paths.statusFile, next);
@@ -185,23 +261,48 @@ async function unshowForgotten(config: AgentConfig, gone: readonly Forgotten[]):
  * `releases unforget` or a by-hand `bundle-agent load`. The release the node runs is
  * refused: its images would become garbage the kubelet may collect while they run.
  */
-export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget, version: string, arch?: string): Promise<Forgotten[]> {
+export async function forgetRelease(
+  config: AgentConfig,
+  runtime: RuntimeTarget,
+  version: string,
+  arch?: string,
+): Promise<Forgotten[]> {
   return withLoadLock(config.paths.stateDir, async () => {
     const records = await readReleases(config.paths.stateDir);
     // a release brought by more than one bundle has a record each: oldest first, as listed
-    const targets = records.filter((r) => compareVersions(r.version, version) === 0 && (!arch || r.arch === arch)).sort((a, b) => a.arch.localeCompare(b.arch) || a.loadedAt.localeCompare(b.loadedAt));
+    const targets = records
+      .filter((r) => compareVersions(r.version, version) === 0 && (!arch || r.arch === arch))
+      .sort((a, b) => a.arch.localeCompare(b.arch) || a.loadedAt.localeCompare(b.loadedAt));
     if (targets.length === 0) {
-      const known = records.map((r) => r.version).sort(compareVersions).join(', ') || 'none';
-      throw new AgentError('NotRecorded', `no release ${version}${arch ? ` (${arch})` : ''} is recorded on this node (recorded: ${known}); see bundle-agent releases list`);
+      const known =
+        records
+          .map((r) => r.version)
+          .sort(compareVersions)
+          .join(', ') || 'none';
+      throw new AgentError(
+        'NotRecorded',
+        `no release ${version}${arch ? ` (${arch})` : ''} is recorded on this node (recorded: ${known}); see bundle-agent releases list`,
+      );
     }
     const running = runningVersions(config, await historyOf(config));
     if (running.some((v) => compareVersions(v, version) === 0)) {
-      throw new AgentError('InUse', `${version} is the release this node runs: its images must stay pinned; forget it once a newer release runs`);
+      throw new AgentError(
+        'InUse',
+        `${version} is the release this node runs: its images must stay pinned; forget it once a newer release runs`,
+      );
     }
     const held = targets.find((r) => heldForPath(r, records, running));
     if (held) throw heldError(held, running);
     const out: Forgotten[] = [];
-    for (const rec of targets) out.push(await forgetOne(config, runtime, rec, records.filter((r) => !targets.includes(r))));
+    for (const rec of targets)
+      out.push(
+        await forgetOne(
+          config,
+          runtime,
+          rec,
+          records.filter((r) => !targets.includes(r)),
+        ),
+      );
     await unshowForgotten(config, out);
     return out;
   });
@@ -210,8 +311,13 @@ export async function forgetRelease(config: AgentConfig, runtime: RuntimeTarget,
 /** The refusal to forget a path's earlier release while the node has not reached the path's final one. */
 function heldError(r: ReleaseRecord, running: readonly string[]): AgentError {
   const final = pathFinal(r);
-  const runs = running.length ? `it runs ${running.join(', ')}` : 'the release it runs is not known';
-  return new AgentError('InUse', `${r.version} is a release of the update path ${r.path!.join(' → ')} this node has not finished (${runs}): the cluster takes it before ${final}, so its images stay pinned; forget it once ${final} runs`);
+  const runs = running.length
+    ? `it runs ${running.join(', ')}`
+    : 'the release it runs is not known';
+  return new AgentError(
+    'InUse',
+    `${r.version} is a release of the update path ${r.path!.join(' → ')} this node has not finished (${runs}): the cluster takes it before ${final}, so its images stay pinned; forget it once ${final} runs`,
+  );
 }
 
 /**
@@ -219,18 +325,34 @@ function heldError(r: ReleaseRecord, running: readonly string[]): AgentError {
  * upgrade is under way): they can no longer be needed. Nothing happens while the running
  * release is unknown.
  */
-export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget): Promise<{ running?: string; forgotten: Forgotten[]; ignored: string[] }> {
+export async function pruneReleases(
+  config: AgentConfig,
+  runtime: RuntimeTarget,
+): Promise<{ running?: string; forgotten: Forgotten[]; ignored: string[] }> {
   return withLoadLock(config.paths.stateDir, async () => {
     const running = runningVersions(config, await historyOf(config))[0];
     if (!running) {
-      throw new AgentError('UnknownRunningVersion', 'the release this node runs is not known (no version.current, and no release seen running or complete yet), so nothing can be called older: use bundle-agent releases forget VERSION');
+      throw new AgentError(
+        'UnknownRunningVersion',
+        'the release this node runs is not known (no version.current, and no release seen running or complete yet), so nothing can be called older: use bundle-agent releases forget VERSION',
+      );
     }
     const ignored: string[] = [];
     const records = await readReleases(config.paths.stateDir, (why) => ignored.push(why));
     const runs = runningVersions(config, await historyOf(config));
-    const old = records.filter((r) => compareVersions(r.version, running) < 0 && !heldForPath(r, records, runs));
+    const old = records.filter(
+      (r) => compareVersions(r.version, running) < 0 && !heldForPath(r, records, runs),
+    );
     const forgotten: Forgotten[] = [];
-    for (const rec of old) forgotten.push(await forgetOne(config, runtime, rec, records.filter((r) => !old.includes(r))));
+    for (const rec of old)
+      forgotten.push(
+        await forgetOne(
+          config,
+          runtime,
+          rec,
+          records.filter((r) => !old.includes(r)),
+        ),
+      );
     await unshowForgotten(config, forgotten);
     return { running, forgotten, ignored };
   });
@@ -240,8 +362,16 @@ export async function pruneReleases(config: AgentConfig, runtime: RuntimeTarget)
  * Lets the daemon load `version` again (every arch, or only `arch`): undoes what forget and
  * prune recorded. A by-hand `bundle-agent load` of the release does the same.
  */
-export async function unforgetRelease(config: AgentConfig, version: string, arch?: string): Promise<ForgottenRelease[]> {
+export async function unforgetRelease(
+  config: AgentConfig,
+  version: string,
+  arch?: string,
+): Promise<ForgottenRelease[]> {
   const cleared = await clearForgotten(config.paths.stateDir, version, arch);
-  if (cleared.length === 0) throw new AgentError('NotRecorded', `${version}${arch ? ` (${arch})` : ''} is not a forgotten release on this node: the daemon loads it from a stick already`);
+  if (cleared.length === 0)
+    throw new AgentError(
+      'NotRecorded',
+      `${version}${arch ? ` (${arch})` : ''} is not a forgotten release on this node: the daemon loads it from a stick already`,
+    );
   return cleared;
 }

@@ -19,7 +19,12 @@ import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import { crioRunningConfig } from './crio-info-api.js';
-import { MIRROR_PROBE_TIMEOUT_MS, pullReachesMirror, startMirrorProbeListener, type MirrorProbeListener } from './crio-mirror-probe.js';
+import {
+  MIRROR_PROBE_TIMEOUT_MS,
+  pullReachesMirror,
+  startMirrorProbeListener,
+  type MirrorProbeListener,
+} from './crio-mirror-probe.js';
 
 /** The probe's pins: names on a host that can never resolve, so they pin nothing. */
 export const CRIO_PROBE_HOST = 'offline-bundle-probe.invalid';
@@ -76,11 +81,18 @@ export async function runningPins(text: string, copy: string): Promise<string[] 
 }
 
 /** The running config's pins once `entry` shows, or as they are after `settleMs` (CRIO_NO_PINS_SETTLE_MS while it has none). */
-async function pinsAfterReload(socket: string, entry: string, copy: string, settleMs: number, signal?: AbortSignal): Promise<string[] | undefined> {
+async function pinsAfterReload(
+  socket: string,
+  entry: string,
+  copy: string,
+  settleMs: number,
+  signal?: AbortSignal,
+): Promise<string[] | undefined> {
   const start = Date.now();
   for (;;) {
     const pins = await runningPins(await crioRunningConfig(socket), copy);
-    const end = start + (pins === undefined ? Math.min(settleMs, CRIO_NO_PINS_SETTLE_MS) : settleMs);
+    const end =
+      start + (pins === undefined ? Math.min(settleMs, CRIO_NO_PINS_SETTLE_MS) : settleMs);
     if (pins?.includes(entry) || Date.now() + POLL_MS > end) return pins;
     await sleep(POLL_MS, undefined, signal ? { signal } : {});
   }
@@ -94,22 +106,43 @@ function namedList(values: readonly string[]): string {
 }
 
 /** The words every refusal gives for a reload that stopped at a bad file. */
-const RELOAD_FAILED = 'CRI-O\'s reload failed (a bad file in its config stops it: journalctl -u crio shows "Unable to reload configuration" and the file)';
+const RELOAD_FAILED =
+  'CRI-O\'s reload failed (a bad file in its config stops it: journalctl -u crio shows "Unable to reload configuration" and the file)';
 
 /** The one line naming what was seen, the possible causes and the fix. */
-export function ignoredCrioDirMessage(o: { dir: string; file: string; entry: string; seen: string[]; socket: string; reload: string[]; later: string[]; settleMs: number }): string {
-  const later = o.later.length ? `; ${namedList(o.later)} (sorting after ${o.file}) set pinned_images` : '';
-  return `CRI-O applying ${o.dir} was not confirmed within ${Math.round(o.settleMs / 1000)} s: after \`${o.reload.join(' ')}\` its running config (GET /config on ${o.socket}) has pinned_images = ${namedList(o.seen)}, without ${o.entry} set by ${o.file}; `
-    + `possible causes: crio was started with another --config-dir (CONTAINER_CONFIG_DIR); ${RELOAD_FAILED}; the reload command does not reach it; crio was still busy with an earlier reload${later}; `
-    + `start crio with --config-dir ${o.dir} (see systemctl cat crio and /etc/sysconfig/crio) or set paths.crioDropInDir to the directory it reads, fix the file journalctl names, check reload.command, then plug the stick in again`;
+export function ignoredCrioDirMessage(o: {
+  dir: string;
+  file: string;
+  entry: string;
+  seen: string[];
+  socket: string;
+  reload: string[];
+  later: string[];
+  settleMs: number;
+}): string {
+  const later = o.later.length
+    ? `; ${namedList(o.later)} (sorting after ${o.file}) set pinned_images`
+    : '';
+  return (
+    `CRI-O applying ${o.dir} was not confirmed within ${Math.round(o.settleMs / 1000)} s: after \`${o.reload.join(' ')}\` its running config (GET /config on ${o.socket}) has pinned_images = ${namedList(o.seen)}, without ${o.entry} set by ${o.file}; ` +
+    `possible causes: crio was started with another --config-dir (CONTAINER_CONFIG_DIR); ${RELOAD_FAILED}; the reload command does not reach it; crio was still busy with an earlier reload${later}; ` +
+    `start crio with --config-dir ${o.dir} (see systemctl cat crio and /etc/sysconfig/crio) or set paths.crioDropInDir to the directory it reads, fix the file journalctl names, check reload.command, then plug the stick in again`
+  );
 }
 
 /** The one line for a CRI-O that took the reload's pins but not the registries drop-in. */
-function ignoredRegistriesDirMessage(o: { dir: string; file: string; ref: string; address: string }): string {
-  return `CRI-O does not read ${o.dir}: after a reload that reached it, a pull of ${o.ref} never reached the mirror ${o.address} that ${o.file} names; `
-    + `possible causes: crio was started with another --registries-conf-dir (CONTAINER_REGISTRIES_CONF_DIR); its user has a ~/.config/containers/registries.conf (then the system registries.conf.d is skipped); `
-    + `${RELOAD_FAILED.replace('stops it', 'stops it after the pins')}; `
-    + `start crio without them or set paths.registriesDropInDir to the directory it reads, fix the file journalctl names, then plug the stick in again`;
+function ignoredRegistriesDirMessage(o: {
+  dir: string;
+  file: string;
+  ref: string;
+  address: string;
+}): string {
+  return (
+    `CRI-O does not read ${o.dir}: after a reload that reached it, a pull of ${o.ref} never reached the mirror ${o.address} that ${o.file} names; ` +
+    `possible causes: crio was started with another --registries-conf-dir (CONTAINER_REGISTRIES_CONF_DIR); its user has a ~/.config/containers/registries.conf (then the system registries.conf.d is skipped); ` +
+    `${RELOAD_FAILED.replace('stops it', 'stops it after the pins')}; ` +
+    `start crio without them or set paths.registriesDropInDir to the directory it reads, fix the file journalctl names, then plug the stick in again`
+  );
 }
 
 interface ProbeOutcome {
@@ -122,24 +155,45 @@ interface ProbeOutcome {
 }
 
 function interrupted(): AgentError {
-  return new AgentError('Interrupted', 'the agent stopped during the CRI-O config check: its probe files were put back and CRI-O reloaded; nothing was loaded, the bundle is tried again at the next start');
+  return new AgentError(
+    'Interrupted',
+    'the agent stopped during the CRI-O config check: its probe files were put back and CRI-O reloaded; nothing was loaded, the bundle is tried again at the next start',
+  );
 }
 
 /** Both probe drop-ins, one reload, CRI-O's view; the drop-ins are put back (and CRI-O reloaded) whatever happens. */
-async function probe(config: AgentConfig, target: CrioProbeTarget, listener: MirrorProbeListener, entry: string, o: Required<Pick<CrioCheckOptions, 'settleMs'>> & CrioCheckOptions, log?: Logger): Promise<ProbeOutcome> {
+async function probe(
+  config: AgentConfig,
+  target: CrioProbeTarget,
+  listener: MirrorProbeListener,
+  entry: string,
+  o: Required<Pick<CrioCheckOptions, 'settleMs'>> & CrioCheckOptions,
+  log?: Logger,
+): Promise<ProbeOutcome> {
   const copy = join(config.paths.stateDir, 'crio-running-config.toml');
   await makeDirs(config.paths.stateDir);
   try {
     const pinsFile = await target.writeProbe(entry);
     const mirrorFile = await target.writeMirrorProbe(listener.address, CRIO_PROBE_REPOSITORY);
     await target.reload('config check');
-    const pins = await pinsAfterReload(config.criSocket, entry, copy, o.settleMs, o.signal).catch((err: unknown) => {
-      if (o.signal?.aborted) throw interrupted();
-      log?.warn('runtime-config', `cannot read CRI-O's running config after the reload (${oneLine(err)}): whether it applies ${hostPath(config.paths.crioDropInDir, config.root)} is not checked`);
-      return null;
-    });
+    const pins = await pinsAfterReload(config.criSocket, entry, copy, o.settleMs, o.signal).catch(
+      (err: unknown) => {
+        if (o.signal?.aborted) throw interrupted();
+        log?.warn(
+          'runtime-config',
+          `cannot read CRI-O's running config after the reload (${oneLine(err)}): whether it applies ${hostPath(config.paths.crioDropInDir, config.root)} is not checked`,
+        );
+        return null;
+      },
+    );
     if (!pins?.includes(entry)) return { pins, pinsFile, mirrorFile };
-    const mirrorReached = await pullReachesMirror((ref, signal) => target.pull(ref, signal), entry, listener, MIRROR_PROBE_TIMEOUT_MS, o.signal).catch((err: unknown) => {
+    const mirrorReached = await pullReachesMirror(
+      (ref, signal) => target.pull(ref, signal),
+      entry,
+      listener,
+      MIRROR_PROBE_TIMEOUT_MS,
+      o.signal,
+    ).catch((err: unknown) => {
       throw o.signal?.aborted ? interrupted() : err;
     });
     return { pins, mirrorReached, pinsFile, mirrorFile };
@@ -155,18 +209,30 @@ async function probe(config: AgentConfig, target: CrioProbeTarget, listener: Mir
  * (nothing to probe with), a CRI-O that does not answer GET /config, one whose running config
  * has no pinned_images (before 1.28: its pins are reported unverifiable later).
  */
-export async function checkCrioConfig(config: AgentConfig, target: CrioProbeTarget, log?: Logger, opts: CrioCheckOptions = {}): Promise<void> {
+export async function checkCrioConfig(
+  config: AgentConfig,
+  target: CrioProbeTarget,
+  log?: Logger,
+  opts: CrioCheckOptions = {},
+): Promise<void> {
   const o = { settleMs: CRIO_PROBE_SETTLE_MS, ...opts };
   const socket = config.criSocket;
   const dir = hostPath(config.paths.crioDropInDir, config.root);
   if (config.reload.command.length === 0) {
-    log?.warn('runtime-config', `reload.command is empty: whether CRI-O applies ${dir} is not checked`);
+    log?.warn(
+      'runtime-config',
+      `reload.command is empty: whether CRI-O applies ${dir} is not checked`,
+    );
     return;
   }
   try {
     await crioRunningConfig(socket);
   } catch (err) {
-    log?.warn('runtime-config', `CRI-O does not answer GET /config on its socket (${oneLine(err)}): whether it applies ${dir} is not checked`, { socket });
+    log?.warn(
+      'runtime-config',
+      `CRI-O does not answer GET /config on its socket (${oneLine(err)}): whether it applies ${dir} is not checked`,
+      { socket },
+    );
     return;
   }
   if (o.signal?.aborted) throw interrupted();
@@ -176,14 +242,42 @@ export async function checkCrioConfig(config: AgentConfig, target: CrioProbeTarg
   const { pins } = seen;
   if (pins === null) return;
   if (pins === undefined) {
-    log?.warn('runtime-config', `CRI-O's running config has no pinned_images after the reload (a CRI-O before 1.28, reload.command did not reach it, or its reload failed: journalctl -u crio): whether it applies ${dir} is not checked`, { socket });
+    log?.warn(
+      'runtime-config',
+      `CRI-O's running config has no pinned_images after the reload (a CRI-O before 1.28, reload.command did not reach it, or its reload failed: journalctl -u crio): whether it applies ${dir} is not checked`,
+      { socket },
+    );
   } else if (!pins.includes(entry)) {
     const later = await target.laterFiles();
-    throw new AgentError('RuntimeIgnoresMirror', ignoredCrioDirMessage({ dir, file: hostPath(seen.pinsFile, config.root), entry, seen: pins, socket, reload: config.reload.command, later, settleMs: o.settleMs }));
+    throw new AgentError(
+      'RuntimeIgnoresMirror',
+      ignoredCrioDirMessage({
+        dir,
+        file: hostPath(seen.pinsFile, config.root),
+        entry,
+        seen: pins,
+        socket,
+        reload: config.reload.command,
+        later,
+        settleMs: o.settleMs,
+      }),
+    );
   } else if (!seen.mirrorReached) {
     const regDir = hostPath(config.paths.registriesDropInDir, config.root);
-    throw new AgentError('RuntimeIgnoresMirror', ignoredRegistriesDirMessage({ dir: regDir, file: hostPath(seen.mirrorFile, config.root), ref: entry, address: listener.address }));
+    throw new AgentError(
+      'RuntimeIgnoresMirror',
+      ignoredRegistriesDirMessage({
+        dir: regDir,
+        file: hostPath(seen.mirrorFile, config.root),
+        ref: entry,
+        address: listener.address,
+      }),
+    );
   } else {
-    log?.info('runtime-config', `CRI-O applies ${dir} and reads ${hostPath(config.paths.registriesDropInDir, config.root)} (after a reload its running config showed the probe pin, and a probe pull reached the probe mirror)`, { socket });
+    log?.info(
+      'runtime-config',
+      `CRI-O applies ${dir} and reads ${hostPath(config.paths.registriesDropInDir, config.root)} (after a reload its running config showed the probe pin, and a probe pull reached the probe mirror)`,
+      { socket },
+    );
   }
 }

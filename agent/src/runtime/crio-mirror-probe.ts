@@ -55,7 +55,9 @@ function sniff(conn: Socket, onClient: () => void): void {
 export async function startMirrorProbeListener(): Promise<MirrorProbeListener> {
   let seen = false;
   let onConnect!: () => void;
-  const connected = new Promise<void>((resolve) => { onConnect = resolve; });
+  const connected = new Promise<void>((resolve) => {
+    onConnect = resolve;
+  });
   const open = new Set<Socket>();
   const server: Server = createServer((conn) => {
     open.add(conn);
@@ -65,16 +67,19 @@ export async function startMirrorProbeListener(): Promise<MirrorProbeListener> {
       onConnect();
     });
   });
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', () => resolve()));
+  await new Promise<void>((resolve, reject) =>
+    server.once('error', reject).listen(0, '127.0.0.1', () => resolve()),
+  );
   const { port } = server.address() as { port: number };
   return {
     address: `127.0.0.1:${port}`,
     reached: () => seen,
     connected,
-    close: () => new Promise((resolve) => {
-      server.close(() => resolve());
-      for (const conn of open) conn.destroy();
-    }),
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve());
+        for (const conn of open) conn.destroy();
+      }),
   };
 }
 
@@ -83,7 +88,13 @@ export async function startMirrorProbeListener(): Promise<MirrorProbeListener> {
  * the listener serves nothing and the origin is `.invalid`), `timeoutMs` passes or `signal`
  * aborts; then cancels it. Returns whether the pull reached the listener.
  */
-export async function pullReachesMirror(pull: (ref: string, signal: AbortSignal) => Promise<unknown>, ref: string, listener: MirrorProbeListener, timeoutMs = MIRROR_PROBE_TIMEOUT_MS, signal?: AbortSignal): Promise<boolean> {
+export async function pullReachesMirror(
+  pull: (ref: string, signal: AbortSignal) => Promise<unknown>,
+  ref: string,
+  listener: MirrorProbeListener,
+  timeoutMs = MIRROR_PROBE_TIMEOUT_MS,
+  signal?: AbortSignal,
+): Promise<boolean> {
   const stop = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const onAbort = () => stop.abort(signal!.reason);
@@ -92,7 +103,9 @@ export async function pullReachesMirror(pull: (ref: string, signal: AbortSignal)
     await Promise.race([
       listener.connected,
       pull(ref, stop.signal).catch(() => undefined),
-      new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs); }),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs);
+      }),
     ]);
   } finally {
     clearTimeout(timer);

@@ -27,7 +27,11 @@ async function fingerprint(config: AgentConfig): Promise<string> {
  * and re-merges our pins under the load lock; `exclusive` keeps it apart from the daemon's
  * own loads. Returns the stop function.
  */
-export function watchCrioPins(config: AgentConfig, log: Logger, exclusive: <T>(fn: () => Promise<T>) => Promise<T>): () => void {
+export function watchCrioPins(
+  config: AgentConfig,
+  log: Logger,
+  exclusive: <T>(fn: () => Promise<T>) => Promise<T>,
+): () => void {
   let last: string | undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
@@ -36,20 +40,24 @@ export function watchCrioPins(config: AgentConfig, log: Logger, exclusive: <T>(f
       const now = await fingerprint(config);
       if (now !== last) {
         // after the daemon's own load (which pins by itself), and never beside another process's
-        await exclusive(() => withLoadLock(config.paths.stateDir, async () => {
-          const target = new CrioTarget(config, log);
-          try {
-            if (await target.remerge()) log.info('pin', 'another crio.conf.d file changed: our pins file follows it again');
-          } finally {
-            await target.close();
-          }
-        }));
+        await exclusive(() =>
+          withLoadLock(config.paths.stateDir, async () => {
+            const target = new CrioTarget(config, log);
+            try {
+              if (await target.remerge())
+                log.info('pin', 'another crio.conf.d file changed: our pins file follows it again');
+            } finally {
+              await target.close();
+            }
+          }),
+        );
         // after our own write, so that write is not seen as a change next time
         last = await fingerprint(config);
       }
     } catch (err) {
       // a `bundle-agent load` elsewhere holds the lock: it pins (and merges) by itself
-      if (!(err instanceof AgentError && err.reason === 'Busy')) log.warn('pin', `cannot re-merge the CRI-O pins now (${oneLine(err)}); trying again`);
+      if (!(err instanceof AgentError && err.reason === 'Busy'))
+        log.warn('pin', `cannot re-merge the CRI-O pins now (${oneLine(err)}); trying again`);
     }
     if (!stopped) timer = setTimeout(tick, config.media.pollSeconds * 1000);
   };

@@ -7,8 +7,29 @@ import type { BundleManifest } from '@offline-bundle/format';
 import { parseReference } from '@offline-bundle/oci';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
 import {
-  CriImageClient, MANAGED_MARKER, RuntimeError, containerdPinnedRefs, renderPinsDropIn, containerdReportsPins, containerdVersion, pullAll, watchStalls, type PullActivity, setContainerdPins, type ImagePuller, type PullImageOptions, readPinsDropIn, reloadRuntime, removeContainerdHosts, removeDropIn,
-  writeContainerdHosts, writePinsDropIn, writeRegistriesDropIn, containerdHostDir, renderContainerdHosts, renderRegistriesDropIn,
+  CriImageClient,
+  MANAGED_MARKER,
+  RuntimeError,
+  containerdPinnedRefs,
+  renderPinsDropIn,
+  containerdReportsPins,
+  containerdVersion,
+  pullAll,
+  watchStalls,
+  type PullActivity,
+  setContainerdPins,
+  type ImagePuller,
+  type PullImageOptions,
+  readPinsDropIn,
+  reloadRuntime,
+  removeContainerdHosts,
+  removeDropIn,
+  writeContainerdHosts,
+  writePinsDropIn,
+  writeRegistriesDropIn,
+  containerdHostDir,
+  renderContainerdHosts,
+  renderRegistriesDropIn,
 } from '@offline-bundle/runtime';
 import type { AgentConfig } from '../config.js';
 import { AgentError, oneLine } from '../errors.js';
@@ -20,7 +41,9 @@ import type { Logger } from '../log.js';
 
 /** The names one image of the bundle is pulled and pinned by: repo@digest, and repo:tag when tagged. */
 export function namesOf(img: BundleManifest['images'][number]): string[] {
-  return img.tag ? [`${img.repository}@${img.digest}`, `${img.repository}:${img.tag}`] : [`${img.repository}@${img.digest}`];
+  return img.tag
+    ? [`${img.repository}@${img.digest}`, `${img.repository}:${img.tag}`]
+    : [`${img.repository}@${img.digest}`];
 }
 
 /** Every name an image of the bundle is pulled and pinned by: never a chart's (bundle.json's charts are served only; a runtime cannot pull one). */
@@ -54,7 +77,13 @@ export interface RuntimeTarget {
    * their images are ready. `watch`: each pull is cancelled and retried once its image moves
    * no bytes for preload.stallSeconds.
    */
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void>;
+  preload(
+    refs: string[],
+    onProgress: (done: number, total: number, ref: string) => void,
+    signal?: AbortSignal,
+    gate?: PullGate,
+    watch?: PullWatch,
+  ): Promise<void>;
   /**
    * Pins `refs` (this release's and those still in use); `released` are older releases' images
    * to unpin. Makes every change so far take effect (CRI-O: one reload for the removed mirror
@@ -97,7 +126,10 @@ export interface RuntimeTarget {
  * The CRI client when the socket answers. With preload.method cri an unreachable socket is an
  * error (the pulls would fail too); with a pull command the runtime may have no usable socket.
  */
-async function reachableCri(config: AgentConfig, client: CriImageClient): Promise<ImageInspector | undefined> {
+async function reachableCri(
+  config: AgentConfig,
+  client: CriImageClient,
+): Promise<ImageInspector | undefined> {
   try {
     await client.listImages();
     return client;
@@ -118,7 +150,10 @@ class CommandPuller implements ImagePuller {
     const [cmd, ...args] = this.argv;
     return new Promise((resolve, reject) => {
       // Its own process group, so a stop or a timeout ends the command and whatever it started.
-      const child = spawn(cmd!, [...args, ref], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      const child = spawn(cmd!, [...args, ref], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      });
       let stdout = '';
       let stderr = '';
       let settled = false;
@@ -138,23 +173,54 @@ class CommandPuller implements ImagePuller {
         child.stdout.destroy();
         child.stderr.destroy();
       };
-      const onAbort = () => finish(() => {
-        killGroup();
-        reject(opts.signal!.reason);
-      });
-      const timer = setTimeout(() => finish(() => {
-        killGroup();
-        reject(new RuntimeError('TIMEOUT', `${cmd} did not pull ${ref} within ${Math.round((opts.timeoutMs ?? 0) / 1000)} s`));
-      }), opts.timeoutMs ?? 2 ** 31 - 1);
+      const onAbort = () =>
+        finish(() => {
+          killGroup();
+          reject(opts.signal!.reason);
+        });
+      const timer = setTimeout(
+        () =>
+          finish(() => {
+            killGroup();
+            reject(
+              new RuntimeError(
+                'TIMEOUT',
+                `${cmd} did not pull ${ref} within ${Math.round((opts.timeoutMs ?? 0) / 1000)} s`,
+              ),
+            );
+          }),
+        opts.timeoutMs ?? 2 ** 31 - 1,
+      );
       opts.signal?.addEventListener('abort', onAbort, { once: true });
-      child.stdout.on('data', (d: Buffer) => { stdout += d; });
-      child.stderr.on('data', (d: Buffer) => { stderr += d; });
-      child.on('error', (err) => finish(() => reject(new RuntimeError('RUNTIME_UNAVAILABLE', `cannot run ${cmd}: ${err.message}; check preload.command`, { cause: err }))));
-      child.on('close', (code) => finish(() => {
-        if (code === 0) return resolve(stdout.trim().split('\n').pop() || ref);
-        const why = stderr.trim().split('\n').pop() || `exit ${code ?? 'by signal'}`;
-        reject(new RuntimeError(/no space left/i.test(stderr) ? 'NO_SPACE' : 'PULL_FAILED', `${cmd} could not pull ${ref}: ${why}`));
-      }));
+      child.stdout.on('data', (d: Buffer) => {
+        stdout += d;
+      });
+      child.stderr.on('data', (d: Buffer) => {
+        stderr += d;
+      });
+      child.on('error', (err) =>
+        finish(() =>
+          reject(
+            new RuntimeError(
+              'RUNTIME_UNAVAILABLE',
+              `cannot run ${cmd}: ${err.message}; check preload.command`,
+              { cause: err },
+            ),
+          ),
+        ),
+      );
+      child.on('close', (code) =>
+        finish(() => {
+          if (code === 0) return resolve(stdout.trim().split('\n').pop() || ref);
+          const why = stderr.trim().split('\n').pop() || `exit ${code ?? 'by signal'}`;
+          reject(
+            new RuntimeError(
+              /no space left/i.test(stderr) ? 'NO_SPACE' : 'PULL_FAILED',
+              `${cmd} could not pull ${ref}: ${why}`,
+            ),
+          );
+        }),
+      );
     });
   }
 }
@@ -214,16 +280,32 @@ async function untilAborted<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> 
 }
 
 /** Pre-loads through the CRI socket, or a command (crictl pull, podman pull) where the socket client cannot be used. */
-async function preloadWith(config: AgentConfig, cri: () => CriImageClient, refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
+async function preloadWith(
+  config: AgentConfig,
+  cri: () => CriImageClient,
+  refs: string[],
+  onProgress: (done: number, total: number, ref: string) => void,
+  signal?: AbortSignal,
+  gate?: PullGate,
+  watch?: PullWatch,
+): Promise<void> {
   const { method, command, concurrency, retries, timeoutSeconds, stallSeconds } = config.preload;
   if (method === 'none') return;
   const runtime: ImagePuller = method === 'command' ? new CommandPuller(command) : cri();
   // inside the gate: a pull's clock starts when it does, not while it waits for its image to be staged
-  const puller = watch ? watchStalls(runtime, { stallMs: stallSeconds * 1000, lastMoved: watch.lastMoved }) : runtime;
-  const how = gate ? { puller: gated(puller, gate, concurrency), concurrency: Math.max(1, refs.length) } : { puller, concurrency };
+  const puller = watch
+    ? watchStalls(runtime, { stallMs: stallSeconds * 1000, lastMoved: watch.lastMoved })
+    : runtime;
+  const how = gate
+    ? { puller: gated(puller, gate, concurrency), concurrency: Math.max(1, refs.length) }
+    : { puller, concurrency };
   await pullAll(how.puller, refs, {
-    concurrency: how.concurrency, retries, timeoutMs: timeoutSeconds * 1000, onProgress: (p) => onProgress(p.done, p.total, p.ref),
-    ...(watch?.onRetry ? { onRetry: watch.onRetry } : {}), ...(signal ? { signal } : {}),
+    concurrency: how.concurrency,
+    retries,
+    timeoutMs: timeoutSeconds * 1000,
+    onProgress: (p) => onProgress(p.done, p.total, p.ref),
+    ...(watch?.onRetry ? { onRetry: watch.onRetry } : {}),
+    ...(signal ? { signal } : {}),
   });
 }
 
@@ -236,7 +318,11 @@ function repositories(m: BundleManifest): { repository: string; digestOnly: bool
 async function removeTemps(dir: string, names: readonly string[]): Promise<void> {
   for (const n of await readdir(dir).catch(() => [] as string[])) {
     // ".NAME.PID.RAND.tmp" (writeFileAtomic's temp, also where putPinsFile stages the pins)
-    if (n.endsWith('.tmp') && names.some((name) => n.replace(/^\.+/, '').startsWith(`${name}.`) && n !== name)) await rm(join(dir, n), { force: true });
+    if (
+      n.endsWith('.tmp') &&
+      names.some((name) => n.replace(/^\.+/, '').startsWith(`${name}.`) && n !== name)
+    )
+      await rm(join(dir, n), { force: true });
   }
 }
 
@@ -255,7 +341,10 @@ export class CrioTarget implements RuntimeTarget {
   /** A drop-in changed since the last reload. */
   private unapplied = false;
 
-  constructor(private readonly config: AgentConfig, private readonly log?: Logger) {
+  constructor(
+    private readonly config: AgentConfig,
+    private readonly log?: Logger,
+  ) {
     this.mirrorName = `${config.prefix}-mirror.conf`;
     this.pinsName = `${config.prefix}-pins.conf`;
     this.probeName = `${config.prefix}-probe.conf`;
@@ -269,14 +358,21 @@ export class CrioTarget implements RuntimeTarget {
   private async reload(why: string, event = 'reload'): Promise<void> {
     const cmd = this.config.reload.command;
     if (cmd.length === 0) {
-      this.log?.warn('reload', `reload.command is empty: CRI-O must notice the ${why} by itself (auto_reload_registries), or the pulls will not use the mirror`);
+      this.log?.warn(
+        'reload',
+        `reload.command is empty: CRI-O must notice the ${why} by itself (auto_reload_registries), or the pulls will not use the mirror`,
+      );
       this.unapplied = false;
       return;
     }
     try {
       await reloadRuntime(cmd);
     } catch (err) {
-      throw new AgentError('ReloadFailed', `CRI-O was not reloaded after the ${why} (${oneLine(err)}): check reload.command and that crio runs (systemctl status crio)`, { cause: err });
+      throw new AgentError(
+        'ReloadFailed',
+        `CRI-O was not reloaded after the ${why} (${oneLine(err)}): check reload.command and that crio runs (systemctl status crio)`,
+        { cause: err },
+      );
     }
     this.unapplied = false;
     this.log?.info(event, `CRI-O reloaded (${why})`, { command: cmd.join(' ') });
@@ -287,44 +383,71 @@ export class CrioTarget implements RuntimeTarget {
     const dir = this.config.paths.crioDropInDir;
     const file = join(dir, this.pinsName);
     let before: string | undefined;
-    return checkCrioConfig(this.config, {
-      writeProbe: async (entry) => {
-        before = await readFile(file, 'utf8').catch(() => undefined);
-        // what CRI-O would run with during the probe is never less than the file it replaces
-        const current = (await readPinsDropIn(file).catch(() => [] as string[])).filter((p) => !isProbePin(p));
-        await makeDirs(dir);
-        await this.writePins([...new Set([...current, ...(await this.mergedPins((await this.ownPins()) ?? [])), entry])]);
-        this.unapplied = true;
-        return file;
+    return checkCrioConfig(
+      this.config,
+      {
+        writeProbe: async (entry) => {
+          before = await readFile(file, 'utf8').catch(() => undefined);
+          // what CRI-O would run with during the probe is never less than the file it replaces
+          const current = (await readPinsDropIn(file).catch(() => [] as string[])).filter(
+            (p) => !isProbePin(p),
+          );
+          await makeDirs(dir);
+          await this.writePins([
+            ...new Set([
+              ...current,
+              ...(await this.mergedPins((await this.ownPins()) ?? [])),
+              entry,
+            ]),
+          ]);
+          this.unapplied = true;
+          return file;
+        },
+        writeMirrorProbe: async (address, repository) => {
+          await makeDirs(this.config.paths.registriesDropInDir);
+          return writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.probeName, {
+            mirror: address,
+            repositories: [{ repository, digestOnly: false }],
+          });
+        },
+        restore: async () => {
+          await removeDropIn(join(this.config.paths.registriesDropInDir, this.probeName));
+          if (before === undefined) await removeDropIn(file);
+          else await this.putPinsFile(before);
+          this.unapplied = true;
+          await this.reloadAfterProbe("config check's probe files put back");
+        },
+        pull: (ref, signal) =>
+          this.cri().pullImage(ref, { signal, timeoutMs: MIRROR_PROBE_TIMEOUT_MS }),
+        reload: (why) => this.reload(why, 'runtime-config'),
+        laterFiles: async () =>
+          (await readdir(dir).catch(() => [] as string[]))
+            .filter((n) => n > this.pinsName && !n.startsWith('.'))
+            .sort(),
       },
-      writeMirrorProbe: async (address, repository) => {
-        await makeDirs(this.config.paths.registriesDropInDir);
-        return writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.probeName, { mirror: address, repositories: [{ repository, digestOnly: false }] });
-      },
-      restore: async () => {
-        await removeDropIn(join(this.config.paths.registriesDropInDir, this.probeName));
-        if (before === undefined) await removeDropIn(file);
-        else await this.putPinsFile(before);
-        this.unapplied = true;
-        await this.reloadAfterProbe('config check\'s probe files put back');
-      },
-      pull: (ref, signal) => this.cri().pullImage(ref, { signal, timeoutMs: MIRROR_PROBE_TIMEOUT_MS }),
-      reload: (why) => this.reload(why, 'runtime-config'),
-      laterFiles: async () => (await readdir(dir).catch(() => [] as string[])).filter((n) => n > this.pinsName && !n.startsWith('.')).sort(),
-    }, this.log, { ...(signal ? { signal } : {}), ...(settleMs !== undefined ? { settleMs } : {}) });
+      this.log,
+      { ...(signal ? { signal } : {}), ...(settleMs !== undefined ? { settleMs } : {}) },
+    );
   }
 
   /** A reload after the probe: its failure is logged, not thrown (the check's outcome stands; unapplied stays for the load's next reload). */
   private async reloadAfterProbe(why: string): Promise<void> {
     await this.reload(why, 'runtime-config').catch((err: unknown) => {
       this.unapplied = true;
-      this.log?.warn('runtime-config', `${oneLine(err)}; CRI-O may keep the probe's pins until its next reload`);
+      this.log?.warn(
+        'runtime-config',
+        `${oneLine(err)}; CRI-O may keep the probe's pins until its next reload`,
+      );
     });
   }
 
   async mirror(address: string, m: BundleManifest): Promise<() => Promise<void>> {
     await makeDirs(this.config.paths.registriesDropInDir);
-    const file = await writeRegistriesDropIn(this.config.paths.registriesDropInDir, this.mirrorName, { mirror: address, repositories: repositories(m) });
+    const file = await writeRegistriesDropIn(
+      this.config.paths.registriesDropInDir,
+      this.mirrorName,
+      { mirror: address, repositories: repositories(m) },
+    );
     this.unapplied = true;
     this.log?.info('mirror', `mirror drop-in written: ${file}`, { file, mirror: address });
     const undo = async () => {
@@ -344,10 +467,20 @@ export class CrioTarget implements RuntimeTarget {
 
   async mirrored(address: string, m: BundleManifest): Promise<boolean> {
     const want = renderRegistriesDropIn({ mirror: address, repositories: repositories(m) });
-    return (await readFile(join(this.config.paths.registriesDropInDir, this.mirrorName), 'utf8').catch(() => undefined)) === want;
+    return (
+      (await readFile(join(this.config.paths.registriesDropInDir, this.mirrorName), 'utf8').catch(
+        () => undefined,
+      )) === want
+    );
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
+  preload(
+    refs: string[],
+    onProgress: (done: number, total: number, ref: string) => void,
+    signal?: AbortSignal,
+    gate?: PullGate,
+    watch?: PullWatch,
+  ): Promise<void> {
     return preloadWith(this.config, () => this.cri(), refs, onProgress, signal, gate, watch);
   }
 
@@ -368,10 +501,14 @@ export class CrioTarget implements RuntimeTarget {
     await removeTemps(crioDir, [this.pinsName]);
     await removeTemps(dirname(crioDir), [this.pinsName]);
     // the config check's probe too, should the agent have been killed during it
-    const removed = [await removeDropIn(join(regDir, this.mirrorName)), await removeDropIn(join(regDir, this.probeName)), await this.stripProbePins()];
+    const removed = [
+      await removeDropIn(join(regDir, this.mirrorName)),
+      await removeDropIn(join(regDir, this.probeName)),
+      await this.stripProbePins(),
+    ];
     if (removed.includes(true) || (await this.runningProbePins())) {
       this.unapplied = true;
-      await this.apply('removal of a killed load\'s drop-ins');
+      await this.apply("removal of a killed load's drop-ins");
     }
   }
 
@@ -408,7 +545,10 @@ export class CrioTarget implements RuntimeTarget {
    */
   async pin(refs: string[], _released: string[]): Promise<void> {
     await makeDirs(this.config.paths.stateDir);
-    await writeFileAtomic(this.ownPinsFile(), JSON.stringify({ pins: [...new Set(refs)].sort() }, null, 2) + '\n');
+    await writeFileAtomic(
+      this.ownPinsFile(),
+      JSON.stringify({ pins: [...new Set(refs)].sort() }, null, 2) + '\n',
+    );
     await this.writeMerged([...new Set(refs)]);
     await this.apply('pins and mirror removal');
   }
@@ -429,7 +569,9 @@ export class CrioTarget implements RuntimeTarget {
   private async ownPins(): Promise<string[] | undefined> {
     return readStateJson(this.ownPinsFile()).then((d) => {
       const pins = (d as { pins?: unknown } | undefined)?.pins;
-      return Array.isArray(pins) && pins.every((p) => typeof p === 'string') ? (pins as string[]) : undefined;
+      return Array.isArray(pins) && pins.every((p) => typeof p === 'string')
+        ? (pins as string[])
+        : undefined;
     });
   }
 
@@ -453,9 +595,15 @@ export class CrioTarget implements RuntimeTarget {
   /** CRI-O reads every file of crio.conf.d, whatever its name (the MCO's is 50-pinned-images). */
   private async foreignPinFiles(): Promise<string[]> {
     const dir = this.config.paths.crioDropInDir;
-    const others = (await readdir(dir).catch(() => [] as string[])).filter((n) => n !== this.pinsName && !n.startsWith('.')).sort();
+    const others = (await readdir(dir).catch(() => [] as string[]))
+      .filter((n) => n !== this.pinsName && !n.startsWith('.'))
+      .sort();
     const later = others.filter((n) => n > this.pinsName);
-    if (later.length) this.log?.warn('pin', `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`);
+    if (later.length)
+      this.log?.warn(
+        'pin',
+        `crio.conf.d files sorting after ours may override our pins: ${later.join(', ')}`,
+      );
     return [join(dirname(dir), 'crio.conf'), ...others.map((n) => join(dir, n))];
   }
 
@@ -464,7 +612,8 @@ export class CrioTarget implements RuntimeTarget {
     const dir = this.config.paths.crioDropInDir;
     const file = join(dir, this.pinsName);
     const existing = await readFile(file, 'utf8').catch(() => undefined);
-    if (existing !== undefined && existing.split('\n', 1)[0] !== MANAGED_MARKER) return writePinsDropIn(dir, this.pinsName, pins);
+    if (existing !== undefined && existing.split('\n', 1)[0] !== MANAGED_MARKER)
+      return writePinsDropIn(dir, this.pinsName, pins);
     await this.putPinsFile(renderPinsDropIn(pins));
     return file;
   }
@@ -486,7 +635,11 @@ export class CrioTarget implements RuntimeTarget {
     // crio.conf itself and every other drop-in: a file we cannot read would lose its pins, so it stops us.
     for (const file of await this.foreignPinFiles()) {
       const pins = await readPinsDropIn(file).catch((err: unknown) => {
-        throw new AgentError('PinFailed', `cannot read the pins in ${file} (${oneLine(err)}): fix or remove it, then plug the stick in again; our pins would otherwise replace its pins`, { cause: err });
+        throw new AgentError(
+          'PinFailed',
+          `cannot read the pins in ${file} (${oneLine(err)}): fix or remove it, then plug the stick in again; our pins would otherwise replace its pins`,
+          { cause: err },
+        );
       });
       for (const p of pins) foreign.add(p);
     }
@@ -501,7 +654,11 @@ export class CrioTarget implements RuntimeTarget {
     if (before.join('\n') === all.join('\n')) return false;
     const file = await this.writePins(all);
     this.unapplied = true;
-    this.log?.info('pin', `pins drop-in written: ${file} (${all.length} images, ${own.length} ours)`, { file });
+    this.log?.info(
+      'pin',
+      `pins drop-in written: ${file} (${all.length} images, ${own.length} ours)`,
+      { file },
+    );
     return true;
   }
 
@@ -514,7 +671,10 @@ export class ContainerdTarget implements RuntimeTarget {
   private client?: CriImageClient;
   /** Whether this containerd's CRI reports pins, from its version (asked once, at the first pin). */
   private reportsPins: boolean | undefined;
-  constructor(private readonly config: AgentConfig, private readonly log?: Logger) {}
+  constructor(
+    private readonly config: AgentConfig,
+    private readonly log?: Logger,
+  ) {}
 
   /**
    * The labels are in containerd's store when its images API answers; its CRI (1.6.22+) sees them through
@@ -532,25 +692,41 @@ export class ContainerdTarget implements RuntimeTarget {
     const written: string[] = [];
     try {
       for (const host of hosts) {
-        await writeContainerdHosts(this.config.paths.containerdCertsDir, host, address).catch((err: { code?: string }) => {
-          if (err.code !== 'FOREIGN_FILE') throw err;
-          throw new AgentError('ForeignFile', `${this.config.paths.containerdCertsDir}/${host}/hosts.toml exists and is not ours, so images of ${host} cannot be mirrored: move it aside while the bundle loads, then restore it`, { cause: err });
-        });
+        await writeContainerdHosts(this.config.paths.containerdCertsDir, host, address).catch(
+          (err: { code?: string }) => {
+            if (err.code !== 'FOREIGN_FILE') throw err;
+            throw new AgentError(
+              'ForeignFile',
+              `${this.config.paths.containerdCertsDir}/${host}/hosts.toml exists and is not ours, so images of ${host} cannot be mirrored: move it aside while the bundle loads, then restore it`,
+              { cause: err },
+            );
+          },
+        );
         written.push(host);
       }
     } catch (err) {
-      for (const host of written) await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
+      for (const host of written)
+        await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
       throw err;
     }
     return async () => {
-      for (const host of written) await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
+      for (const host of written)
+        await removeContainerdHosts(this.config.paths.containerdCertsDir, host);
     };
   }
 
   async mirrored(address: string, m: BundleManifest): Promise<boolean> {
     for (const host of new Set(m.images.map((i) => parseReference(i.repository).registry))) {
-      const file = join(this.config.paths.containerdCertsDir, containerdHostDir(host), 'hosts.toml');
-      if ((await readFile(file, 'utf8').catch(() => undefined)) !== renderContainerdHosts(host, address)) return false;
+      const file = join(
+        this.config.paths.containerdCertsDir,
+        containerdHostDir(host),
+        'hosts.toml',
+      );
+      if (
+        (await readFile(file, 'utf8').catch(() => undefined)) !==
+        renderContainerdHosts(host, address)
+      )
+        return false;
     }
     return true;
   }
@@ -560,14 +736,29 @@ export class ContainerdTarget implements RuntimeTarget {
     return checkContainerdConfig(this.config, this.log);
   }
 
-  preload(refs: string[], onProgress: (done: number, total: number, ref: string) => void, signal?: AbortSignal, gate?: PullGate, watch?: PullWatch): Promise<void> {
-    return preloadWith(this.config, () => (this.client ??= new CriImageClient(this.config.criSocket)), refs, onProgress, signal, gate, watch);
+  preload(
+    refs: string[],
+    onProgress: (done: number, total: number, ref: string) => void,
+    signal?: AbortSignal,
+    gate?: PullGate,
+    watch?: PullWatch,
+  ): Promise<void> {
+    return preloadWith(
+      this.config,
+      () => (this.client ??= new CriImageClient(this.config.criSocket)),
+      refs,
+      onProgress,
+      signal,
+      gate,
+      watch,
+    );
   }
 
   async cleanup(): Promise<void> {
     const dirs = await readdir(this.config.paths.containerdCertsDir).catch(() => [] as string[]);
     // removeContainerdHosts only removes files that carry our marker
-    for (const host of dirs) await removeContainerdHosts(this.config.paths.containerdCertsDir, host).catch(() => false);
+    for (const host of dirs)
+      await removeContainerdHosts(this.config.paths.containerdCertsDir, host).catch(() => false);
   }
 
   private get pinOptions() {
@@ -579,18 +770,30 @@ export class ContainerdTarget implements RuntimeTarget {
     await setContainerdPins(refs, released, this.pinOptions);
     if (this.reportsPins === undefined) {
       const version = await containerdVersion(this.config.criSocket).catch((err: unknown) => {
-        this.log?.warn('pin', `cannot read containerd's version (${oneLine(err)}): the pin check waits as for one that reports pins`);
+        this.log?.warn(
+          'pin',
+          `cannot read containerd's version (${oneLine(err)}): the pin check waits as for one that reports pins`,
+        );
         return '';
       });
       this.reportsPins = containerdReportsPins(version);
-      if (this.reportsPins === false) this.log?.info('pin', `containerd ${version} does not report pins through the CRI (1.6.22 and later do): the pin labels are set, the check does not wait for them`, { version });
+      if (this.reportsPins === false)
+        this.log?.info(
+          'pin',
+          `containerd ${version} does not report pins through the CRI (1.6.22 and later do): the pin labels are set, the check does not wait for them`,
+          { version },
+        );
     }
   }
 
   /** `keep` is labelled again where present: an image shared with a forgotten release stays pinned. */
   async unpin(released: string[], keep: string[]): Promise<void> {
     const pinned = await this.pinnedRefs();
-    await setContainerdPins(keep.filter((r) => pinned.has(r)), released.filter((r) => !keep.includes(r)), this.pinOptions);
+    await setContainerdPins(
+      keep.filter((r) => pinned.has(r)),
+      released.filter((r) => !keep.includes(r)),
+      this.pinOptions,
+    );
   }
 
   pinnedRefs(): Promise<Set<string>> {
@@ -610,5 +813,7 @@ export class ContainerdTarget implements RuntimeTarget {
 }
 
 export function runtimeTarget(config: AgentConfig, log?: Logger): RuntimeTarget {
-  return config.runtime === 'crio' ? new CrioTarget(config, log) : new ContainerdTarget(config, log);
+  return config.runtime === 'crio'
+    ? new CrioTarget(config, log)
+    : new ContainerdTarget(config, log);
 }

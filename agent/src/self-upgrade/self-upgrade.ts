@@ -5,7 +5,12 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { eq as semverEq, gt as semverGt, valid as semverValid } from 'semver';
-import { AGENT_REPOSITORY, AGENT_VERSION_RULE, isAgentVersion, type BundleAgent } from '@offline-bundle/format';
+import {
+  AGENT_REPOSITORY,
+  AGENT_VERSION_RULE,
+  isAgentVersion,
+  type BundleAgent,
+} from '@offline-bundle/format';
 import { formatReference, parseReference } from '@offline-bundle/oci';
 import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { reloadRuntime } from '@offline-bundle/runtime';
@@ -15,7 +20,16 @@ import { oneLine } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { RuntimeTarget } from '../runtime/runtime-target.js';
 import { readReleases } from '../state/release-records.js';
-import { clearAgentSwitch, isAgentImageByDigest, isCanonicalReference, pendingMarker, readAgentSwitch, refsToKeepPinned, writeAgentSwitch, type AgentSwitchRecord } from '../state/agent-switch-state.js';
+import {
+  clearAgentSwitch,
+  isAgentImageByDigest,
+  isCanonicalReference,
+  pendingMarker,
+  readAgentSwitch,
+  refsToKeepPinned,
+  writeAgentSwitch,
+  type AgentSwitchRecord,
+} from '../state/agent-switch-state.js';
 
 export const DROP_IN_NAME = 'image.conf';
 
@@ -34,7 +48,10 @@ const imageOf = (agent: BundleAgent) => `${agent.repository}@${agent.digest}`;
 /** The drop-in's text: only Image= changes; everything else stays the unit's. */
 export function renderImageDropIn(image: string): string {
   // the one value a drop-in holds: our repository by digest, never a line of anything else
-  if (!isAgentImageByDigest(image)) throw new Error(`refusing to write ${JSON.stringify(image).slice(0, 200)} into ${DROP_IN_NAME}: not ${AGENT_REPOSITORY}@sha256:<64 hex>`);
+  if (!isAgentImageByDigest(image))
+    throw new Error(
+      `refusing to write ${JSON.stringify(image).slice(0, 200)} into ${DROP_IN_NAME}: not ${AGENT_REPOSITORY}@sha256:<64 hex>`,
+    );
   return `# Written by bundle-agent: the agent image a bundle brought. Remove this file and run\n# systemctl daemon-reload && systemctl restart bundle-agent to go back to the unit's image.\n[Container]\nImage=${image}\n`;
 }
 
@@ -51,7 +68,11 @@ function asReference(value: string | undefined): string | undefined {
 
 /** Unit files and podman's .containerenv are a few hundred bytes. */
 const MAX_UNIT_FILE_BYTES = 64 * 1024;
-const readSmallText = (path: string) => readSmallFile(path, MAX_UNIT_FILE_BYTES).then((r) => r.bytes.toString('utf8'), () => undefined);
+const readSmallText = (path: string) =>
+  readSmallFile(path, MAX_UNIT_FILE_BYTES).then(
+    (r) => r.bytes.toString('utf8'),
+    () => undefined,
+  );
 
 /** The Image= of our drop-in, when there is one and it names our repository by digest (as we write it). */
 async function currentDropInImage(config: AgentConfig): Promise<string | undefined> {
@@ -62,13 +83,14 @@ async function currentDropInImage(config: AgentConfig): Promise<string | undefin
 
 /** podman writes image="…" into a privileged container's /run/.containerenv: the unit's own image. */
 async function containerEnvImage(config: AgentConfig): Promise<string | undefined> {
-  const env = await readSmallText(join(config.root, 'run/.containerenv')) ?? '';
+  const env = (await readSmallText(join(config.root, 'run/.containerenv'))) ?? '';
   return asReference(/^image="([^"\n]{1,1024})"$/m.exec(env)?.[1]);
 }
 
 /** Puts back what ran before: the previous drop-in, or none (the unit's own image). */
 async function restorePrevious(config: AgentConfig, rec: AgentSwitchRecord): Promise<void> {
-  if (rec.from.dropIn && rec.from.image) await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.from.image));
+  if (rec.from.dropIn && rec.from.image)
+    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.from.image));
   else await rm(dropInFile(config), { force: true });
 }
 
@@ -83,9 +105,10 @@ export function rollbackScript(config: AgentConfig, rec: AgentSwitchRecord): str
   const marker = sq(pendingMarker(config.paths.stateDir));
   const file = dropInFile(config);
   // a new temporary file of a unique name (mktemp), never a fixed one a symlink may stand at
-  const restore = rec.from.dropIn && rec.from.image
-    ? `tmp=$(mktemp ${sq(join(config.selfUpgrade.dropInDir, `.${DROP_IN_NAME}.XXXXXX`))}) && printf '%s' ${sq(renderImageDropIn(rec.from.image))} > "$tmp" && sync "$tmp" && mv -f "$tmp" ${sq(file)}`
-    : `rm -f ${sq(file)}`;
+  const restore =
+    rec.from.dropIn && rec.from.image
+      ? `tmp=$(mktemp ${sq(join(config.selfUpgrade.dropInDir, `.${DROP_IN_NAME}.XXXXXX`))}) && printf '%s' ${sq(renderImageDropIn(rec.from.image))} > "$tmp" && sync "$tmp" && mv -f "$tmp" ${sq(file)}`
+      : `rm -f ${sq(file)}`;
   // the journal's one line on why the agent went back (versions and images are validated records)
   const why = `bundle-agent ${rec.to.version} did not report within ${config.selfUpgrade.confirmMinutes} min: back to ${rec.from.dropIn && rec.from.image ? rec.from.image : "the unit's own image"} (bundle-agent ${rec.from.version})`;
   return `if [ "$(head -n 1 ${marker} 2>/dev/null)" = ${sq(rec.to.digest)} ]; then echo ${sq(why)} && ${restore} && rm -f ${marker} && systemctl daemon-reload && systemctl restart ${sq(config.selfUpgrade.unit)}; fi`;
@@ -102,7 +125,10 @@ async function run(command: string[], what: string): Promise<void> {
  * After a bundle is Ready: when it carries an agent newer than this one (semver), switch to it.
  * Never throws: the bundle is loaded whatever happens here; the AgentUpgraded condition says.
  */
-export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent | undefined): Promise<'switching' | 'none'> {
+export async function switchAgentIfNewer(
+  ctx: SwitchContext,
+  agent: BundleAgent | undefined,
+): Promise<'switching' | 'none'> {
   if (!agent) return 'none';
   try {
     return await decideAndSwitch(ctx, agent);
@@ -119,11 +145,17 @@ export async function switchAgentIfNewer(ctx: SwitchContext, agent: BundleAgent 
   }
 }
 
-async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<'switching' | 'none'> {
+async function decideAndSwitch(
+  ctx: SwitchContext,
+  agent: BundleAgent,
+): Promise<'switching' | 'none'> {
   const { config, log, tracker } = ctx;
   const running = ctx.agentVersion;
   if (config.selfUpgrade.mode === 'off') {
-    log.info('agent', `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`);
+    log.info(
+      'agent',
+      `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`,
+    );
     return 'none';
   }
   if (!isAgentVersion(agent.version)) {
@@ -133,7 +165,10 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     return 'none';
   }
   if (!semverGt(agent.version, running)) {
-    log.info('agent', `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`);
+    log.info(
+      'agent',
+      `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`,
+    );
     return 'none';
   }
   let before = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
@@ -146,7 +181,10 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     return 'none';
   }
   if (before && before.to.digest === agent.digest && before.state !== 'done') {
-    log.warn('agent', `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`);
+    log.warn(
+      'agent',
+      `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`,
+    );
     return 'none';
   }
   // podman runs the unit with Pull=never: an image the runtime does not hold would not start
@@ -159,7 +197,7 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
   }
   // what runs now: our drop-in's image, else the unit's own
   const fromDropIn = await currentDropInImage(config);
-  const previous = fromDropIn ?? await containerEnvImage(config);
+  const previous = fromDropIn ?? (await containerEnvImage(config));
   if (!previous) {
     const why = `not switching to bundle-agent ${agent.version}: cannot tell which image this agent runs (no drop-in of ours, no image= in /run/.containerenv), so a rollback would have nothing to go back to`;
     tracker.condition('AgentUpgraded', 'False', 'RunningImageUnknown', why);
@@ -168,7 +206,11 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
   }
   const rec: AgentSwitchRecord = {
     state: 'pending',
-    from: { version: running, ...(previous ? { image: previous } : {}), ...(fromDropIn ? { dropIn: true } : {}) },
+    from: {
+      version: running,
+      ...(previous ? { image: previous } : {}),
+      ...(fromDropIn ? { dropIn: true } : {}),
+    },
     to: { version: agent.version, image: imageOf(agent), digest: agent.digest },
     at: new Date().toISOString(),
     confirmSeconds: config.selfUpgrade.confirmMinutes * 60,
@@ -182,21 +224,50 @@ async function decideAndSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<
     const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
     // one timer per switch, named after its target
     const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
-    if (scheduleRollback.length) await run([...scheduleRollback, timer, `--on-active=${confirmMinutes * 60}s`, '/bin/sh', '-c', rollbackScript(config, rec)], 'scheduling the rollback');
+    if (scheduleRollback.length)
+      await run(
+        [
+          ...scheduleRollback,
+          timer,
+          `--on-active=${confirmMinutes * 60}s`,
+          '/bin/sh',
+          '-c',
+          rollbackScript(config, rec),
+        ],
+        'scheduling the rollback',
+      );
     await makeDirs(config.selfUpgrade.dropInDir);
     await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
     rec.written = true;
     await writeAgentSwitch(config.paths.stateDir, rec);
     await run(config.selfUpgrade.daemonReload, 'daemon-reload');
-    tracker.condition('AgentUpgraded', 'Unknown', 'Restarting', `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`);
-    log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, { from: running, to: agent.version, image: rec.to.image });
+    tracker.condition(
+      'AgentUpgraded',
+      'Unknown',
+      'Restarting',
+      `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`,
+    );
+    log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, {
+      from: running,
+      to: agent.version,
+      image: rec.to.image,
+    });
     await run(config.selfUpgrade.restart, 'the restart');
     return 'switching';
   } catch (err) {
     const message = `the switch to bundle-agent ${agent.version} failed and was undone: ${oneLine(err)}`;
-    await restorePrevious(config, rec).catch((e) => log.warn('agent', `cannot put the previous drop-in back: ${oneLine(e)}`));
-    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
-    await writeAgentSwitch(config.paths.stateDir, { ...rec, state: 'failed', at: new Date().toISOString(), message }).catch(() => undefined);
+    await restorePrevious(config, rec).catch((e) =>
+      log.warn('agent', `cannot put the previous drop-in back: ${oneLine(e)}`),
+    );
+    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) =>
+      log.warn('agent', oneLine(e)),
+    );
+    await writeAgentSwitch(config.paths.stateDir, {
+      ...rec,
+      state: 'failed',
+      at: new Date().toISOString(),
+      message,
+    }).catch(() => undefined);
     tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
     log.error('agent', message);
     return 'none';
@@ -213,10 +284,12 @@ function sameAgentVersion(running: string, target: string): boolean {
 
 /** Why `image` (repo@digest) cannot be shown to be in the runtime's store, or undefined when it is (CRI ImageStatus). */
 async function imageNotInRuntime(ctx: SwitchContext, image: string): Promise<string | undefined> {
-  if (ctx.config.preload.method === 'none') return `preload.method is none: ${image} was not pulled into the runtime, and the unit (Pull=never) could not start it`;
+  if (ctx.config.preload.method === 'none')
+    return `preload.method is none: ${image} was not pulled into the runtime, and the unit (Pull=never) could not start it`;
   try {
     const inspector = await ctx.runtime.inspector();
-    if (!inspector) return `the runtime does not answer on its CRI socket: cannot check that it holds ${image}`;
+    if (!inspector)
+      return `the runtime does not answer on its CRI socket: cannot check that it holds ${image}`;
     if (!(await inspector.imageStatus(image))) return `the runtime does not hold ${image}`;
     return undefined;
   } catch (err) {
@@ -228,10 +301,23 @@ async function imageNotInRuntime(ctx: SwitchContext, image: string): Promise<str
  * Once a switch is confirmed: the previous agent image loses the pin the switch gave it, unless
  * a release (or the switch) still keeps it. Changes the runtime's pins: under the load lock.
  */
-export async function unpinPreviousAgent(ctx: SwitchContext, rec: AgentSwitchRecord): Promise<void> {
+export async function unpinPreviousAgent(
+  ctx: SwitchContext,
+  rec: AgentSwitchRecord,
+): Promise<void> {
   if (!rec.from.image) return;
-  const keep = await refsToKeepPinned(ctx.config.paths.stateDir, await readReleases(ctx.config.paths.stateDir));
-  await ctx.runtime.unpin([rec.from.image], keep).catch((err) => ctx.log.warn('agent', `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`));
+  const keep = await refsToKeepPinned(
+    ctx.config.paths.stateDir,
+    await readReleases(ctx.config.paths.stateDir),
+  );
+  await ctx.runtime
+    .unpin([rec.from.image], keep)
+    .catch((err) =>
+      ctx.log.warn(
+        'agent',
+        `could not unpin the previous agent image ${rec.from.image}: ${oneLine(err)}`,
+      ),
+    );
 }
 
 /** Adds refs to the agent's pins (nothing else changes). */
@@ -249,12 +335,20 @@ async function keepPinned(runtime: RuntimeTarget, refs: string[]): Promise<void>
  */
 export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
   const { config, log, tracker } = ctx;
-  if (config.selfUpgrade.mode !== 'quadlet' || !config.selfUpgrade.dropInDir.endsWith('.container.d')) return false;
-  if ((await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why)))?.state === 'pending') return false;
+  if (
+    config.selfUpgrade.mode !== 'quadlet' ||
+    !config.selfUpgrade.dropInDir.endsWith('.container.d')
+  )
+    return false;
+  if (
+    (await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why)))?.state ===
+    'pending'
+  )
+    return false;
   const dropIn = await currentDropInImage(config);
   if (!dropIn) return false;
   // the unit file (mounted read-only next to the drop-in directory)
-  const unit = await readSmallText(config.selfUpgrade.dropInDir.slice(0, -'.d'.length)) ?? '';
+  const unit = (await readSmallText(config.selfUpgrade.dropInDir.slice(0, -'.d'.length))) ?? '';
   const tag = asReference(/^Image=(\S+)$/m.exec(unit)?.[1]);
   let unitVersion: string | undefined;
   try {
@@ -262,7 +356,12 @@ export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
   } catch {
     unitVersion = undefined;
   }
-  if (!isAgentVersion(unitVersion) || !semverValid(ctx.agentVersion) || !semverGt(unitVersion, ctx.agentVersion)) return false;
+  if (
+    !isAgentVersion(unitVersion) ||
+    !semverValid(ctx.agentVersion) ||
+    !semverGt(unitVersion, ctx.agentVersion)
+  )
+    return false;
   const message = `the unit's own image (${tag}) is bundle-agent ${unitVersion}, newer than this agent (${ctx.agentVersion}) which ${DROP_IN_NAME} names: removing ${DROP_IN_NAME} and restarting on the unit's image`;
   log.warn('agent', message);
   tracker.condition('AgentUpgraded', 'Unknown', 'UnitImageNewer', message);
@@ -277,7 +376,11 @@ export async function dropOutdatedDropIn(ctx: SwitchContext): Promise<boolean> {
  * is unpinned unless a release keeps it); an old agent that finds the drop-in gone reports the
  * rollback; one that still finds it after confirmMinutes undoes it itself.
  */
-export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now(), opts: { unpin?: boolean } = {}): Promise<AgentSwitchRecord | undefined> {
+export async function settleAgentSwitch(
+  ctx: SwitchContext,
+  now = Date.now(),
+  opts: { unpin?: boolean } = {},
+): Promise<AgentSwitchRecord | undefined> {
   const { config, log, tracker } = ctx;
   const rec = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
   if (rec?.state !== 'pending') return rec;
@@ -285,20 +388,34 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now(), op
   if (sameAgentVersion(ctx.agentVersion, rec.to.version)) {
     const done: AgentSwitchRecord = { ...rec, state: 'done', at };
     await writeAgentSwitch(config.paths.stateDir, done);
-    tracker.condition('AgentUpgraded', 'True', 'AgentUpgraded', `bundle-agent ${rec.to.version} runs (was ${rec.from.version})`);
-    log.info('agent', `bundle-agent ${rec.to.version} started from ${rec.to.image} (was ${rec.from.version})`, { from: rec.from.version, to: rec.to.version });
+    tracker.condition(
+      'AgentUpgraded',
+      'True',
+      'AgentUpgraded',
+      `bundle-agent ${rec.to.version} runs (was ${rec.from.version})`,
+    );
+    log.info(
+      'agent',
+      `bundle-agent ${rec.to.version} started from ${rec.to.image} (was ${rec.from.version})`,
+      { from: rec.from.version, to: rec.to.version },
+    );
     if (opts.unpin !== false) await unpinPreviousAgent(ctx, done);
     return done;
   }
   const dropIn = await currentDropInImage(config);
   const overdue = now - Date.parse(rec.at) >= config.selfUpgrade.confirmMinutes * 60_000;
   if (dropIn === rec.to.image && !overdue) {
-    log.info('agent', `a switch to bundle-agent ${rec.to.version} is under way; this agent is ${ctx.agentVersion}`);
+    log.info(
+      'agent',
+      `a switch to bundle-agent ${rec.to.version} is under way; this agent is ${ctx.agentVersion}`,
+    );
     return rec;
   }
   if (dropIn === rec.to.image) {
     await restorePrevious(config, rec);
-    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) => log.warn('agent', oneLine(e)));
+    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) =>
+      log.warn('agent', oneLine(e)),
+    );
   } else if (!rec.written) {
     // cut short (power loss, kill) before the drop-in named the new image: it never ran, so
     // it did not fail; forgotten, and the next load of a bundle carrying it tries again
@@ -308,7 +425,7 @@ export async function settleAgentSwitch(ctx: SwitchContext, now = Date.now(), op
     log.warn('agent', message, { from: rec.from.version, to: rec.to.version });
     return undefined;
   }
-  const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (${rec.from.image ?? 'the unit\'s own image'})`;
+  const message = `bundle-agent ${rec.to.version} did not start and report within ${config.selfUpgrade.confirmMinutes} minutes: back to ${ctx.agentVersion} (${rec.from.image ?? "the unit's own image"})`;
   const back: AgentSwitchRecord = { ...rec, state: 'rolledBack', at, message };
   await writeAgentSwitch(config.paths.stateDir, back);
   tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeRolledBack', message);

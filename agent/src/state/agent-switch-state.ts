@@ -9,7 +9,8 @@ import { AGENT_REPOSITORY, isAgentVersion } from '@offline-bundle/format';
 
 const BY_DIGEST = new RegExp(`^${AGENT_REPOSITORY.replace(/[.]/g, '\\.')}@sha256:[0-9a-f]{64}$`);
 /** Our own repository by digest: the only image a drop-in of ours, or the guard's rollback, may name. */
-export const isAgentImageByDigest = (v: unknown): v is string => typeof v === 'string' && BY_DIGEST.test(v);
+export const isAgentImageByDigest = (v: unknown): v is string =>
+  typeof v === 'string' && BY_DIGEST.test(v);
 
 /**
  * An image reference the runtime's pins may hold: printable, no spaces, and already in the
@@ -60,26 +61,42 @@ function renderPendingMarker(rec: AgentSwitchRecord): string {
 }
 
 const STATES = ['pending', 'done', 'rolledBack', 'failed'];
-const isStr = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 4096;
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isStr = (v: unknown): v is string =>
+  typeof v === 'string' && v.length > 0 && v.length <= 4096;
+const isObj = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** What is wrong with a record read back, or undefined when it has the shape the agent relies on. */
 function recordDamage(r: unknown): string | undefined {
   if (!isObj(r)) return 'not an object';
-  if (!STATES.includes(r.state as string)) return 'state is not one of pending, done, rolledBack, failed';
-  if (!isObj(r.from) || typeof r.from.version !== 'string' || !RUNNING_VERSION.test(r.from.version)) return 'from.version is not a version';
-  if (r.from.dropIn !== undefined && typeof r.from.dropIn !== 'boolean') return 'from.dropIn is not a boolean';
+  if (!STATES.includes(r.state as string))
+    return 'state is not one of pending, done, rolledBack, failed';
+  if (!isObj(r.from) || typeof r.from.version !== 'string' || !RUNNING_VERSION.test(r.from.version))
+    return 'from.version is not a version';
+  if (r.from.dropIn !== undefined && typeof r.from.dropIn !== 'boolean')
+    return 'from.dropIn is not a boolean';
   // from.image goes back into the drop-in (a unit file) and into the pins: never taken as it is
-  if (r.from.image !== undefined && !(r.from.dropIn ? isAgentImageByDigest(r.from.image) : isCanonicalReference(r.from.image))) {
-    return r.from.dropIn ? `from.image is not ${AGENT_REPOSITORY}@sha256:<64 hex>` : 'from.image is not an image reference';
+  if (
+    r.from.image !== undefined &&
+    !(r.from.dropIn ? isAgentImageByDigest(r.from.image) : isCanonicalReference(r.from.image))
+  ) {
+    return r.from.dropIn
+      ? `from.image is not ${AGENT_REPOSITORY}@sha256:<64 hex>`
+      : 'from.image is not an image reference';
   }
   if (!isObj(r.to) || !isAgentVersion(r.to.version)) return 'to.version is not an agent version';
-  if (typeof r.to.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(r.to.digest)) return 'to.digest is not a sha256 digest';
-  if (r.to.image !== `${AGENT_REPOSITORY}@${r.to.digest}`) return `to.image is not ${AGENT_REPOSITORY}@<to.digest>`;
+  if (typeof r.to.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(r.to.digest))
+    return 'to.digest is not a sha256 digest';
+  if (r.to.image !== `${AGENT_REPOSITORY}@${r.to.digest}`)
+    return `to.image is not ${AGENT_REPOSITORY}@<to.digest>`;
   if (!isStr(r.at) || Number.isNaN(Date.parse(r.at))) return 'at is not a date';
   if (r.message !== undefined && typeof r.message !== 'string') return 'message is not a string';
   if (r.written !== undefined && typeof r.written !== 'boolean') return 'written is not a boolean';
-  if (r.confirmSeconds !== undefined && !(Number.isInteger(r.confirmSeconds) && (r.confirmSeconds as number) > 0)) return 'confirmSeconds is not a positive whole number';
+  if (
+    r.confirmSeconds !== undefined &&
+    !(Number.isInteger(r.confirmSeconds) && (r.confirmSeconds as number) > 0)
+  )
+    return 'confirmSeconds is not a positive whole number';
   return undefined;
 }
 
@@ -87,7 +104,10 @@ function recordDamage(r: unknown): string | undefined {
  * The switch record, or undefined when there is none or it is damaged (then `onDamaged` says
  * why): a damaged record only forgets one switch, and the next bundle tries again.
  */
-export async function readAgentSwitch(stateDir: string, onDamaged?: (why: string) => void): Promise<AgentSwitchRecord | undefined> {
+export async function readAgentSwitch(
+  stateDir: string,
+  onDamaged?: (why: string) => void,
+): Promise<AgentSwitchRecord | undefined> {
   const r = await readStateJson(recordFile(stateDir));
   if (r === undefined) return undefined;
   const damage = recordDamage(r);
@@ -103,7 +123,8 @@ export async function writeAgentSwitch(stateDir: string, rec: AgentSwitchRecord)
   await writeFileAtomic(recordFile(stateDir), JSON.stringify(rec, null, 2) + '\n');
   // a new pending switch counts its starts from none; a settled one has no count
   if (!(rec.state === 'pending' && rec.written)) await rm(startsFile(stateDir), { force: true });
-  if (rec.state === 'pending') await writeFileAtomic(pendingMarker(stateDir), renderPendingMarker(rec));
+  if (rec.state === 'pending')
+    await writeFileAtomic(pendingMarker(stateDir), renderPendingMarker(rec));
   else await rm(pendingMarker(stateDir), { force: true });
 }
 
@@ -132,6 +153,9 @@ export async function agentSwitchPins(stateDir: string): Promise<string[]> {
  * (`releases`), and the agent images the switch keeps (agentSwitchPins). The one list a load,
  * `releases forget`/`prune` and a confirmed switch unpin against.
  */
-export async function refsToKeepPinned(stateDir: string, releases: readonly { refs: readonly string[] }[]): Promise<string[]> {
-  return [...new Set([...releases.flatMap((r) => r.refs), ...await agentSwitchPins(stateDir)])];
+export async function refsToKeepPinned(
+  stateDir: string,
+  releases: readonly { refs: readonly string[] }[],
+): Promise<string[]> {
+  return [...new Set([...releases.flatMap((r) => r.refs), ...(await agentSwitchPins(stateDir))])];
 }

@@ -20,12 +20,19 @@ export interface KeptCopyRecord {
 
 /** The records' directory: its name is what agents before #41 wrote, so their records still count. */
 const dirOf = (stateDir: string) => join(stateDir, 'retry');
-const fileOf = (stateDir: string, layout: string) => join(dirOf(stateDir), `${basename(layout)}.json`);
+const fileOf = (stateDir: string, layout: string) =>
+  join(dirOf(stateDir), `${basename(layout)}.json`);
 
 function isRecord(v: unknown): v is KeptCopyRecord {
   const r = v as Record<string, unknown> | null;
-  return typeof r === 'object' && r !== null && typeof r.layout === 'string' && typeof r.manifestDigest === 'string' && typeof r.at === 'string'
-    && (r.tries === undefined || (Number.isSafeInteger(r.tries) && (r.tries as number) >= 0));
+  return (
+    typeof r === 'object' &&
+    r !== null &&
+    typeof r.layout === 'string' &&
+    typeof r.manifestDigest === 'string' &&
+    typeof r.at === 'string' &&
+    (r.tries === undefined || (Number.isSafeInteger(r.tries) && (r.tries as number) >= 0))
+  );
 }
 
 export async function recordKeptCopy(stateDir: string, rec: KeptCopyRecord): Promise<void> {

@@ -1,7 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { link, open, rm, writeFile } from 'node:fs/promises';
 import { makeDirs } from '@offline-bundle/host';
-import { otherProcess, pidExists, processIdentity, type ProcessIdentity } from '@offline-bundle/status';
+import {
+  otherProcess,
+  pidExists,
+  processIdentity,
+  type ProcessIdentity,
+} from '@offline-bundle/status';
 import { join } from 'node:path';
 import { AgentError } from '../errors.js';
 
@@ -17,7 +22,9 @@ const PID_FILE = /^([1-9]\d*)(?: (\d+|-) ([0-9a-f-]+))?\n$/;
 let ownLine: Promise<string> | undefined;
 /** This process's lock line, computed once. */
 function lockLine(): Promise<string> {
-  ownLine ??= processIdentity(process.pid).then((id) => `${process.pid} ${id.startTicks ?? '-'} ${id.bootId ?? '-'}\n`);
+  ownLine ??= processIdentity(process.pid).then(
+    (id) => `${process.pid} ${id.startTicks ?? '-'} ${id.bootId ?? '-'}\n`,
+  );
   return ownLine;
 }
 
@@ -72,7 +79,11 @@ async function readPidFile(path: string): Promise<PidFile | undefined> {
     const known = (v: string | undefined) => (v && v !== '-' ? v : undefined);
     const startTicks = known(m?.[2]);
     const bootId = known(m?.[3]);
-    return { id: `${st.ino}-${st.ctimeNs}`, owner: m ? Number(m[1]) : undefined, identity: { ...(startTicks ? { startTicks } : {}), ...(bootId ? { bootId } : {}) } };
+    return {
+      id: `${st.ino}-${st.ctimeNs}`,
+      owner: m ? Number(m[1]) : undefined,
+      identity: { ...(startTicks ? { startTicks } : {}), ...(bootId ? { bootId } : {}) },
+    };
   } finally {
     await fh.close();
   }
@@ -98,7 +109,12 @@ async function removeIfStale(path: string, seen: PidFile, depth = 0): Promise<vo
     const other = await readPidFile(marker);
     // One level of markers at most: a marker read just before its holder removed it looks
     // stale, and following such looks down a chain of markers grows the name past NAME_MAX.
-    if (other?.owner !== undefined && depth < 1 && !(await held(marker, { ...other, owner: other.owner }))) await removeIfStale(marker, other, depth + 1);
+    if (
+      other?.owner !== undefined &&
+      depth < 1 &&
+      !(await held(marker, { ...other, owner: other.owner }))
+    )
+      await removeIfStale(marker, other, depth + 1);
     else await new Promise((r) => setTimeout(r, 10)); // another contender is clearing it
     return;
   }
@@ -110,7 +126,10 @@ async function removeIfStale(path: string, seen: PidFile, depth = 0): Promise<vo
 }
 
 const busy = (owner: number) =>
-  new AgentError('Busy', `another bundle-agent (pid ${owner}) is loading a bundle on this node: wait until it reports Ready or Failed`);
+  new AgentError(
+    'Busy',
+    `another bundle-agent (pid ${owner}) is loading a bundle on this node: wait until it reports Ready or Failed`,
+  );
 
 /**
  * One load at a time per node: the daemon and `bundle-agent load` share the staging
@@ -122,12 +141,19 @@ export async function withLoadLock<T>(stateDir: string, fn: () => Promise<T>): P
   const path = join(stateDir, LOCK);
   // A few rounds only: each takes the lock, finds a live owner, or clears a dead one's file.
   for (let round = 0; ; round++) {
-    if (round >= 20) throw new AgentError('Busy', `${path} keeps changing hands: other bundle-agent processes are starting loads; try again`);
+    if (round >= 20)
+      throw new AgentError(
+        'Busy',
+        `${path} keeps changing hands: other bundle-agent processes are starting loads; try again`,
+      );
     if (!heldHere.has(path) && (await createPidFile(path))) break;
     const seen = await readPidFile(path);
     if (!seen) continue; // released meanwhile
     if (seen.owner === undefined) {
-      throw new AgentError('Busy', `${path} does not hold a process id: if no bundle-agent is running, remove it`);
+      throw new AgentError(
+        'Busy',
+        `${path} does not hold a process id: if no bundle-agent is running, remove it`,
+      );
     }
     // Our own pid is a live lock only if this process holds it: otherwise a former process
     // with the same pid (a restarted container) left it.

@@ -1,7 +1,12 @@
 import { readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirs, writeFileAtomic } from '@offline-bundle/host';
-import { compareVersions, isReleaseArch, isReleaseVersion, MAX_RELEASE_PATH_HOPS } from '@offline-bundle/format';
+import {
+  compareVersions,
+  isReleaseArch,
+  isReleaseVersion,
+  MAX_RELEASE_PATH_HOPS,
+} from '@offline-bundle/format';
 import { readStateJson } from './state-json.js';
 
 /** What the agent remembers of each release it loaded: enough to keep the running one pinned. */
@@ -37,26 +42,44 @@ function isReleaseRecord(v: unknown): v is ReleaseRecord {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
   const r = v as Record<string, unknown>;
   // version and arch name the record's own file and the layout directory: the bundle.json rule
-  return isReleaseVersion(r.version) && isReleaseArch(r.arch) && isString(r.loadedAt) && Array.isArray(r.refs) && r.refs.every(isString)
-    && (r.digest === undefined || isString(r.digest)) && (r.layout === undefined || isString(r.layout))
-    && (r.source === undefined || r.source === 'bundle' || r.source === 'node') && (r.identity === undefined || isString(r.identity))
-    && (r.path === undefined || isPath(r.path, r.version));
+  return (
+    isReleaseVersion(r.version) &&
+    isReleaseArch(r.arch) &&
+    isString(r.loadedAt) &&
+    Array.isArray(r.refs) &&
+    r.refs.every(isString) &&
+    (r.digest === undefined || isString(r.digest)) &&
+    (r.layout === undefined || isString(r.layout)) &&
+    (r.source === undefined || r.source === 'bundle' || r.source === 'node') &&
+    (r.identity === undefined || isString(r.identity)) &&
+    (r.path === undefined || isPath(r.path, r.version))
+  );
 }
 
 /** A recorded path: 2 to MAX_RELEASE_PATH_HOPS release versions that name the record's own. */
 function isPath(v: unknown, version: string): boolean {
-  return Array.isArray(v) && v.length >= 2 && v.length <= MAX_RELEASE_PATH_HOPS && v.every(isReleaseVersion) && v.includes(version);
+  return (
+    Array.isArray(v) &&
+    v.length >= 2 &&
+    v.length <= MAX_RELEASE_PATH_HOPS &&
+    v.every(isReleaseVersion) &&
+    v.includes(version)
+  );
 }
 
 /** The release a record's path ends with: its own version for a record of one release. */
-export const pathFinal = (r: Pick<ReleaseRecord, 'version' | 'path'>): string => r.path?.at(-1) ?? r.version;
+export const pathFinal = (r: Pick<ReleaseRecord, 'version' | 'path'>): string =>
+  r.path?.at(-1) ?? r.version;
 
 /**
  * Whether the node went past `r`, an earlier release of an update path: it runs a later one
  * (a path goes forward: bundle.json holds each release later than the one before). Its images
  * are then not brought back when they vanish, from a kept layout or a stick (they may be pruned).
  */
-export function passedOnPath(r: Pick<ReleaseRecord, 'version' | 'path'>, running: readonly string[]): boolean {
+export function passedOnPath(
+  r: Pick<ReleaseRecord, 'version' | 'path'>,
+  running: readonly string[],
+): boolean {
   return pathFinal(r) !== r.version && running.some((v) => compareVersions(v, r.version) > 0);
 }
 
@@ -66,10 +89,16 @@ export function passedOnPath(r: Pick<ReleaseRecord, 'version' | 'path'>, running
  * release is never held pinned yet not restored, as for a node on 4.15.45 of 4.15.40 → 4.16.2).
  * Until then neither pins nor prune nor forget take it; after, it is an ordinary old release.
  */
-export function heldForPath(r: ReleaseRecord, records: readonly ReleaseRecord[], running: readonly string[]): boolean {
+export function heldForPath(
+  r: ReleaseRecord,
+  records: readonly ReleaseRecord[],
+  running: readonly string[],
+): boolean {
   const final = pathFinal(r);
   if (final === r.version) return false;
-  const finalKept = records.some((o) => o.version === final && o.arch === r.arch && o.identity === r.identity);
+  const finalKept = records.some(
+    (o) => o.version === final && o.arch === r.arch && o.identity === r.identity,
+  );
   return finalKept && !passedOnPath(r, running);
 }
 
@@ -79,9 +108,20 @@ export function heldForPath(r: ReleaseRecord, records: readonly ReleaseRecord[],
  * each as the same bundle (identity) recorded it. A stick of that bundle is loaded again
  * when any of them lost an image.
  */
-export function neededOfBundle(rec: ReleaseRecord, records: readonly ReleaseRecord[], running: readonly string[]): ReleaseRecord[] {
+export function neededOfBundle(
+  rec: ReleaseRecord,
+  records: readonly ReleaseRecord[],
+  running: readonly string[],
+): ReleaseRecord[] {
   if (!rec.path || rec.identity === undefined) return [rec];
-  const others = records.filter((o) => o !== rec && o.arch === rec.arch && o.identity === rec.identity && rec.path!.includes(o.version) && !passedOnPath(o, running));
+  const others = records.filter(
+    (o) =>
+      o !== rec &&
+      o.arch === rec.arch &&
+      o.identity === rec.identity &&
+      rec.path!.includes(o.version) &&
+      !passedOnPath(o, running),
+  );
   return [rec, ...others];
 }
 
@@ -104,13 +144,20 @@ function recordName(r: { version: string; arch: string; digest?: string }): stri
 }
 
 /** The record's file: only ever built from a version and arch that pass bundle.json's rule. */
-function recordFile(stateDir: string, r: { version: string; arch: string; digest?: string }): string {
-  if (!isReleaseVersion(r.version) || !isReleaseArch(r.arch)) throw new Error(`not a release version and arch: ${JSON.stringify(`${r.version}-${r.arch}`).slice(0, 200)}`);
+function recordFile(
+  stateDir: string,
+  r: { version: string; arch: string; digest?: string },
+): string {
+  if (!isReleaseVersion(r.version) || !isReleaseArch(r.arch))
+    throw new Error(
+      `not a release version and arch: ${JSON.stringify(`${r.version}-${r.arch}`).slice(0, 200)}`,
+    );
   return join(releasesDir(stateDir), recordName(r));
 }
 
 /** The file of a record as read: a digest's record written before records were kept per bundle is still under VERSION-ARCH.json. */
-const fileOf = (stateDir: string, r: ReleaseRecord) => recordFile(stateDir, r.file === 'legacy' ? { version: r.version, arch: r.arch } : r);
+const fileOf = (stateDir: string, r: ReleaseRecord) =>
+  recordFile(stateDir, r.file === 'legacy' ? { version: r.version, arch: r.arch } : r);
 
 /**
  * Writes the record of one bundle of a release. A VERSION-ARCH.json an older agent wrote for a
@@ -124,11 +171,17 @@ export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promi
   const target = recordFile(stateDir, plain);
   const legacy = recordFile(stateDir, { version: rec.version, arch: rec.arch });
   const old = await readStateJson(legacy);
-  const oldName = isReleaseRecord(old) && old.version === rec.version && old.arch === rec.arch ? recordFile(stateDir, old) : undefined;
-  if (oldName && oldName !== legacy && oldName !== target) await rename(legacy, oldName).catch(() => undefined);
+  const oldName =
+    isReleaseRecord(old) && old.version === rec.version && old.arch === rec.arch
+      ? recordFile(stateDir, old)
+      : undefined;
+  if (oldName && oldName !== legacy && oldName !== target)
+    await rename(legacy, oldName).catch(() => undefined);
   await writeFileAtomic(target, JSON.stringify(plain, null, 2) + '\n');
-  if (target !== legacy && (oldName === target || oldName === legacy)) await rm(legacy, { force: true });
-  if (plain.layout !== undefined) await dropOverwrittenLayout(stateDir, plain.layout, plain.identity);
+  if (target !== legacy && (oldName === target || oldName === legacy))
+    await rm(legacy, { force: true });
+  if (plain.layout !== undefined)
+    await dropOverwrittenLayout(stateDir, plain.layout, plain.identity);
 }
 
 /**
@@ -136,7 +189,11 @@ export async function recordRelease(stateDir: string, rec: ReleaseRecord): Promi
  * <version>-<arch> directory, so the copy they recorded is gone (a restore would find another
  * bundle.json there and try no further).
  */
-async function dropOverwrittenLayout(stateDir: string, layout: string, identity: string | undefined): Promise<void> {
+async function dropOverwrittenLayout(
+  stateDir: string,
+  layout: string,
+  identity: string | undefined,
+): Promise<void> {
   for (const r of await readReleases(stateDir)) {
     if (r.layout !== layout || r.identity === identity) continue;
     const { layout: _, file: __, ...rest } = r;
@@ -154,7 +211,10 @@ export async function forgetReleaseRecord(stateDir: string, rec: ReleaseRecord):
  * another release than its name says (so forgetting that release would not remove it), is
  * ignored and left on disk; `onIgnored` says which and why.
  */
-export async function readReleases(stateDir: string, onIgnored?: (why: string) => void): Promise<ReleaseRecord[]> {
+export async function readReleases(
+  stateDir: string,
+  onIgnored?: (why: string) => void,
+): Promise<ReleaseRecord[]> {
   let names: string[];
   try {
     names = (await readdir(releasesDir(stateDir))).filter((n) => n.endsWith('.json'));
@@ -167,11 +227,18 @@ export async function readReleases(stateDir: string, onIgnored?: (why: string) =
     const file = join(releasesDir(stateDir), n);
     const rec = await readStateJson(file);
     if (isReleaseRecord(rec)) delete rec.file;
-    if (!isReleaseRecord(rec)) onIgnored?.(`${file} is not a release record (damaged, or a version or arch that is not letters, digits and . _ + -): ignored, left on disk`);
+    if (!isReleaseRecord(rec))
+      onIgnored?.(
+        `${file} is not a release record (damaged, or a version or arch that is not letters, digits and . _ + -): ignored, left on disk`,
+      );
     else if (recordName(rec) === n) out.push(rec);
     // written by an agent that kept one record per release: read as it is, renamed at its next write
-    else if (recordName({ version: rec.version, arch: rec.arch }) === n) out.push({ ...rec, file: 'legacy' });
-    else onIgnored?.(`${file} records ${rec.version} (${rec.arch}), not what its name says: ignored, left on disk`);
+    else if (recordName({ version: rec.version, arch: rec.arch }) === n)
+      out.push({ ...rec, file: 'legacy' });
+    else
+      onIgnored?.(
+        `${file} records ${rec.version} (${rec.arch}), not what its name says: ignored, left on disk`,
+      );
   }
   return out;
 }

@@ -16,9 +16,20 @@ interface ServingRecord {
 const FILE = 'serving.json';
 
 export async function readServing(stateDir: string): Promise<ServingRecord | undefined> {
-  const v = (await readStateJson(join(stateDir, FILE)).catch(() => undefined)) as Record<string, unknown> | undefined;
-  if (typeof v !== 'object' || v === null || typeof v.version !== 'string' || typeof v.layout !== 'string') return undefined;
-  return { version: v.version, layout: v.layout, ...(typeof v.configAtLoad === 'string' ? { configAtLoad: v.configAtLoad } : {}) };
+  const v = (await readStateJson(join(stateDir, FILE)).catch(() => undefined)) as
+    Record<string, unknown> | undefined;
+  if (
+    typeof v !== 'object' ||
+    v === null ||
+    typeof v.version !== 'string' ||
+    typeof v.layout !== 'string'
+  )
+    return undefined;
+  return {
+    version: v.version,
+    layout: v.layout,
+    ...(typeof v.configAtLoad === 'string' ? { configAtLoad: v.configAtLoad } : {}),
+  };
 }
 
 export async function writeServing(stateDir: string, rec: ServingRecord): Promise<void> {

@@ -8,7 +8,10 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 
-export interface Asset { type: string; body: Buffer }
+export interface Asset {
+  type: string;
+  body: Buffer;
+}
 
 const FILES: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
@@ -18,15 +21,24 @@ const FILES: Record<string, { file: string; type: string }> = {
 
 /** Where the page's files are: from builder/dist/dashboard (a checkout) or lib/bundle/app (the tarball). */
 export function pageDir(here = import.meta.url): string {
-  const candidates = ['../../src/dashboard/page/', '../../../share/bundle/dashboard/'].map((rel) => fileURLToPath(new URL(rel, here)));
+  const candidates = ['../../src/dashboard/page/', '../../../share/bundle/dashboard/'].map((rel) =>
+    fileURLToPath(new URL(rel, here)),
+  );
   const found = candidates.find((d) => existsSync(`${d}index.html`));
-  if (!found) throw Object.assign(new Error(`the dashboard's page files are missing (looked in ${candidates.join(' and ')}): reinstall the bundle tool`), { code: 'DASHBOARD_FILES_MISSING' });
+  if (!found)
+    throw Object.assign(
+      new Error(
+        `the dashboard's page files are missing (looked in ${candidates.join(' and ')}): reinstall the bundle tool`,
+      ),
+      { code: 'DASHBOARD_FILES_MISSING' },
+    );
   return found;
 }
 
 /** Every page file, read once at start: a missing one fails the command, not a later request. */
 export async function loadAssets(dir = pageDir()): Promise<Map<string, Asset>> {
   const out = new Map<string, Asset>();
-  for (const [path, f] of Object.entries(FILES)) out.set(path, { type: f.type, body: await readFile(`${dir}${f.file}`) });
+  for (const [path, f] of Object.entries(FILES))
+    out.set(path, { type: f.type, body: await readFile(`${dir}${f.file}`) });
   return out;
 }

@@ -33,7 +33,11 @@ const HEARTBEAT_PUSH_MS = 30_000;
 
 /** What the page shows, for telling a change: without the time of the read, and without heartbeats unless `beats`. */
 function shown(s: Snapshot, beats: boolean): unknown {
-  return { ...s, api: { ...s.api, lastOk: undefined }, rows: beats ? s.rows : s.rows.map(({ heartbeat: _beat, ...r }) => r) };
+  return {
+    ...s,
+    api: { ...s.api, lastOk: undefined },
+    rows: beats ? s.rows : s.rows.map(({ heartbeat: _beat, ...r }) => r),
+  };
 }
 
 /** Emits 'change' (snapshot) when what the page shows changed, 'poll' (iso time) after every read. */
@@ -49,8 +53,15 @@ export class DashboardFeed extends EventEmitter {
     super();
     this.now = o.now ?? (() => new Date());
     this.snapshot = {
-      rows: [], omitted: 0, warnings: [], intervalMs: o.intervalMs,
-      target: { ready: false, summary: 'not read yet', ...(o.bundle ? { file: o.bundle.file } : {}) },
+      rows: [],
+      omitted: 0,
+      warnings: [],
+      intervalMs: o.intervalMs,
+      target: {
+        ready: false,
+        summary: 'not read yet',
+        ...(o.bundle ? { file: o.bundle.file } : {}),
+      },
       api: { ok: false },
     };
   }
@@ -68,7 +79,10 @@ export class DashboardFeed extends EventEmitter {
 
   private schedule(): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => void this.poll().finally(() => this.schedule()), this.o.intervalMs);
+    this.timer = setTimeout(
+      () => void this.poll().finally(() => this.schedule()),
+      this.o.intervalMs,
+    );
     this.timer.unref();
   }
 
@@ -77,22 +91,40 @@ export class DashboardFeed extends EventEmitter {
     const at = this.now().toISOString();
     let next: Snapshot;
     try {
-      const r = await readDashboard(this.o.apis, { ...(this.o.selector ? { selector: this.o.selector } : {}), ...(this.o.bundle ? { digest: this.o.bundle.b.fileDigest, names: bundleImageNames(this.o.bundle.b.images) } : {}) });
+      const r = await readDashboard(this.o.apis, {
+        ...(this.o.selector ? { selector: this.o.selector } : {}),
+        ...(this.o.bundle
+          ? { digest: this.o.bundle.b.fileDigest, names: bundleImageNames(this.o.bundle.b.images) }
+          : {}),
+      });
       const prepare = await this.prepareWarnings(); // never throws: its failure is a warning
       next = {
-        ...r, intervalMs: this.o.intervalMs,
-        target: { ...r.target, ...(this.o.bundle ? { file: this.o.bundle.file, version: this.o.bundle.b.version } : {}) },
+        ...r,
+        intervalMs: this.o.intervalMs,
+        target: {
+          ...r.target,
+          ...(this.o.bundle ? { file: this.o.bundle.file, version: this.o.bundle.b.version } : {}),
+        },
         warnings: [...statusWarnings(r.rows, r.target), ...prepare],
         api: { ok: true, lastOk: at },
       };
     } catch (err) {
       const prev = this.snapshot.api;
-      next = { ...this.snapshot, api: { ok: false, ...(prev.lastOk ? { lastOk: prev.lastOk } : {}), lostSince: prev.ok || !prev.lostSince ? at : prev.lostSince, error: firstLine(err) } };
+      next = {
+        ...this.snapshot,
+        api: {
+          ok: false,
+          ...(prev.lastOk ? { lastOk: prev.lastOk } : {}),
+          lostSince: prev.ok || !prev.lostSince ? at : prev.lostSince,
+          error: firstLine(err),
+        },
+      };
     }
     if (this.stopped) return;
     // cut here, not only on the wire: what is compared and kept is what the page gets
     next = cutSnapshot(next);
-    const same = (beats: boolean) => JSON.stringify(shown(next, beats)) === JSON.stringify(shown(this.snapshot, beats));
+    const same = (beats: boolean) =>
+      JSON.stringify(shown(next, beats)) === JSON.stringify(shown(this.snapshot, beats));
     // every agent's heartbeat moves its row each minute: alone, that is pushed at most every HEARTBEAT_PUSH_MS
     // (the whole comparison first: a quiet read, the common one, costs one pair of serializations)
     const now = this.now().getTime();
@@ -118,7 +150,13 @@ export class DashboardFeed extends EventEmitter {
     try {
       warnings = await prepareWarnings(this.o.apis, this.o.bundle.b);
     } catch (err) {
-      warnings = [{ kind: 'PrepareFailed', object: 'bundle cluster prepare', message: `could not run prepare's checks: ${firstLine(err)}` }];
+      warnings = [
+        {
+          kind: 'PrepareFailed',
+          object: 'bundle cluster prepare',
+          message: `could not run prepare's checks: ${firstLine(err)}`,
+        },
+      ];
     }
     this.prepared = { at: t, warnings };
     return warnings;

@@ -29,22 +29,38 @@ interface DashboardServer {
 }
 
 const SECURITY_HEADERS = {
-  'Content-Security-Policy': "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'Content-Security-Policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
   'Cache-Control': 'no-store',
 };
 
-function refuse(res: ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
-  res.writeHead(status, { ...SECURITY_HEADERS, 'Content-Type': 'text/plain; charset=utf-8', ...headers });
+function refuse(
+  res: ServerResponse,
+  status: number,
+  text: string,
+  headers: Record<string, string> = {},
+): void {
+  res.writeHead(status, {
+    ...SECURITY_HEADERS,
+    'Content-Type': 'text/plain; charset=utf-8',
+    ...headers,
+  });
   res.end(`${text}\n`);
 }
 
 /** The Host a browser sends for this server: its own address, never a name that resolves elsewhere later. */
-const allowedHosts = (port: number): Set<string> => new Set([`127.0.0.1:${port}`, `localhost:${port}`]);
+const allowedHosts = (port: number): Set<string> =>
+  new Set([`127.0.0.1:${port}`, `localhost:${port}`]);
 
 /** Starts the server on 127.0.0.1:`port` (0: any free port). */
-export async function startDashboardServer(o: { port: number; assets: Map<string, Asset>; feed: SnapshotSource; maxClients?: number }): Promise<DashboardServer> {
+export async function startDashboardServer(o: {
+  port: number;
+  assets: Map<string, Asset>;
+  feed: SnapshotSource;
+  maxClients?: number;
+}): Promise<DashboardServer> {
   const maxClients = o.maxClients ?? MAX_SSE_CLIENTS;
   const streams = new Set<SnapshotStream>();
   let hosts = new Set<string>();
@@ -53,7 +69,13 @@ export async function startDashboardServer(o: { port: number; assets: Map<string
     const headers = { ...SECURITY_HEADERS, 'Content-Type': 'text/event-stream; charset=utf-8' };
     // HEAD gets the headers a GET would and nothing to wait for: it holds no slot
     if (req.method === 'HEAD') return void res.writeHead(200, headers).end();
-    if (streams.size >= maxClients) return refuse(res, 503, `too many dashboard pages open (${maxClients}): close one and reload`, { 'Retry-After': '10' });
+    if (streams.size >= maxClients)
+      return refuse(
+        res,
+        503,
+        `too many dashboard pages open (${maxClients}): close one and reload`,
+        { 'Retry-After': '10' },
+      );
     res.writeHead(200, { ...headers, Connection: 'keep-alive' });
     const s = new SnapshotStream(res, o.feed.snapshot);
     const onChange = (snapshot: Snapshot) => s.state(snapshot);
@@ -69,13 +91,24 @@ export async function startDashboardServer(o: { port: number; assets: Map<string
   };
 
   const handle = (req: IncomingMessage, res: ServerResponse) => {
-    if (!hosts.has(req.headers.host ?? '')) return refuse(res, 421, `refused: Host ${JSON.stringify(req.headers.host ?? '')} is not this dashboard's address (a page of another site reached it through its DNS name): open http://127.0.0.1:${[...hosts][0]!.split(':')[1]}/`);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return refuse(res, 405, 'the dashboard is read-only: GET only', { Allow: 'GET, HEAD' });
+    if (!hosts.has(req.headers.host ?? ''))
+      return refuse(
+        res,
+        421,
+        `refused: Host ${JSON.stringify(req.headers.host ?? '')} is not this dashboard's address (a page of another site reached it through its DNS name): open http://127.0.0.1:${[...hosts][0]!.split(':')[1]}/`,
+      );
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return refuse(res, 405, 'the dashboard is read-only: GET only', { Allow: 'GET, HEAD' });
     const path = (req.url ?? '/').split('?')[0]!;
     if (path === '/events') return stream(req, res);
     const asset = o.assets.get(path === '/index.html' ? '/' : path);
-    if (!asset) return refuse(res, 404, 'not found: the dashboard serves /, /style.css, /app.js and /events');
-    res.writeHead(200, { ...SECURITY_HEADERS, 'Content-Type': asset.type, 'Content-Length': String(asset.body.length) });
+    if (!asset)
+      return refuse(res, 404, 'not found: the dashboard serves /, /style.css, /app.js and /events');
+    res.writeHead(200, {
+      ...SECURITY_HEADERS,
+      'Content-Type': asset.type,
+      'Content-Length': String(asset.body.length),
+    });
     res.end(req.method === 'HEAD' ? undefined : asset.body);
   };
 
@@ -93,10 +126,11 @@ export async function startDashboardServer(o: { port: number; assets: Map<string
     port,
     clients: () => streams.size,
     backlog: () => [...streams].map((s) => ({ bytes: s.buffered, waiting: s.waiting })),
-    close: () => new Promise<void>((resolve) => {
-      for (const s of streams) s.end();
-      server.close(() => resolve());
-      server.closeAllConnections();
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of streams) s.end();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }

@@ -46,10 +46,18 @@ export function cutSnapshot(s: Snapshot, maxBytes = MAX_SNAPSHOT_BYTES): Snapsho
     object: 'dashboard',
     message: `the cluster's state is over ${maxBytes / 1024 / 1024} MiB as the page gets it: ${s.rows.length - rows} nodes and ${s.warnings.length - warnings} warnings are not shown; narrow with --selector`,
   };
-  const kept = byNeed.slice(0, rows).sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
-  const hiddenNotReady = s.rows.filter((r) => !r.ready).length - kept.filter((r) => !r.ready).length;
+  const kept = byNeed
+    .slice(0, rows)
+    .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+  const hiddenNotReady =
+    s.rows.filter((r) => !r.ready).length - kept.filter((r) => !r.ready).length;
   if (hiddenNotReady > 0) note.message += ` (${hiddenNotReady} of them not ready)`;
-  const cut = { ...s, rows: kept, omitted: s.omitted + s.rows.length - rows, warnings: [note, ...s.warnings.slice(0, warnings)] };
+  const cut = {
+    ...s,
+    rows: kept,
+    omitted: s.omitted + s.rows.length - rows,
+    warnings: [note, ...s.warnings.slice(0, warnings)],
+  };
   if (maxBytes === MAX_SNAPSHOT_BYTES) within.add(cut);
   return cut;
 }

@@ -38,12 +38,18 @@ export class SnapshotStream {
   private dropped = false;
   private readonly keepalive: NodeJS.Timeout;
 
-  constructor(private readonly res: ServerResponse, first: Snapshot) {
+  constructor(
+    private readonly res: ServerResponse,
+    first: Snapshot,
+  ) {
     res.write('retry: 2000\n');
     this.state(first);
     res.on('drain', () => this.flush());
     this.keepalive = setInterval(() => this.tick(), KEEPALIVE_MS);
-    res.on('close', () => { clearInterval(this.keepalive); this.pending = undefined; });
+    res.on('close', () => {
+      clearInterval(this.keepalive);
+      this.pending = undefined;
+    });
   }
 
   /** Bytes written and not yet taken by the client. */
@@ -83,7 +89,8 @@ export class SnapshotStream {
   }
 
   private tick(): void {
-    if (this.backedUpSince !== undefined && Date.now() - this.backedUpSince >= STREAM_STALL_MS) this.drop();
+    if (this.backedUpSince !== undefined && Date.now() - this.backedUpSince >= STREAM_STALL_MS)
+      this.drop();
     else this.extra(': keepalive\n\n');
   }
 

@@ -13,7 +13,13 @@ function catalogName(img: BundleImage): string {
   const reference = `${img.repository}${img.tag ? `:${img.tag}` : ''}`;
   const hash = createHash('sha256').update(reference).digest('hex').slice(0, 8);
   const base = `${img.repository.split('/').pop()}${img.tag ? `-${img.tag}` : ''}`;
-  const readable = base.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 63 - 9).replace(/-+$/, '') || 'catalog';
+  const readable =
+    base
+      .toLowerCase()
+      .replace(/[^a-z0-9-]+/g, '-')
+      .replace(/^-+|-+$/g, '')
+      .slice(0, 63 - 9)
+      .replace(/-+$/, '') || 'catalog';
   return `${readable}-${hash}`;
 }
 
@@ -23,10 +29,16 @@ function catalogName(img: BundleImage): string {
  * so no ImageDigestMirrorSet is needed.
  */
 export function catalogSources(images: BundleImage[], namespace: string): object[] {
-  return images.filter((i) => i.component === CATALOG_COMPONENT).map((i) => ({
-    apiVersion: 'operators.coreos.com/v1alpha1',
-    kind: 'CatalogSource',
-    metadata: { name: catalogName(i), namespace },
-    spec: { sourceType: 'grpc', image: `${i.repository}@${i.digest}`, displayName: `${i.repository}${i.tag ? `:${i.tag}` : ''} (offline bundle)` },
-  }));
+  return images
+    .filter((i) => i.component === CATALOG_COMPONENT)
+    .map((i) => ({
+      apiVersion: 'operators.coreos.com/v1alpha1',
+      kind: 'CatalogSource',
+      metadata: { name: catalogName(i), namespace },
+      spec: {
+        sourceType: 'grpc',
+        image: `${i.repository}@${i.digest}`,
+        displayName: `${i.repository}${i.tag ? `:${i.tag}` : ''} (offline bundle)`,
+      },
+    }));
 }

@@ -1,7 +1,14 @@
 import { OciError } from '@offline-bundle/oci';
 import { plural } from '@offline-bundle/cli';
 import { FAT32_MAX_FILE } from '../split.js';
-import { someProblems, type BundleFile, type LoadedBundleFile, type Locate, type OperatorSelection, type ReleaseByChannel } from './schema.js';
+import {
+  someProblems,
+  type BundleFile,
+  type LoadedBundleFile,
+  type Locate,
+  type OperatorSelection,
+  type ReleaseByChannel,
+} from './schema.js';
 
 /** oc-mirror v2's ImageSetConfiguration, read as is. */
 export const IMAGE_SET_API_VERSION = 'mirror.openshift.io/v2alpha1';
@@ -22,21 +29,32 @@ const TOP: Record<string, Rule> = {
   apiVersion: { read: true },
   mirror: { read: true },
   archiveSize: { read: true },
-  delete: { refuse: 'deleting images is a DeleteImageSetConfiguration\'s job, not a bundle\'s: remove it' },
+  delete: {
+    refuse: "deleting images is a DeleteImageSetConfiguration's job, not a bundle's: remove it",
+  },
 };
 const MIRROR: Record<string, Rule> = {
   platform: { read: true },
   additionalImages: { read: true },
   operators: { read: true },
   helm: { read: true },
-  blockedImages: { refuse: 'a bundle carries exactly the images listed, so there is nothing to block: remove it', whenEmpty: 'accept' },
+  blockedImages: {
+    refuse: 'a bundle carries exactly the images listed, so there is nothing to block: remove it',
+    whenEmpty: 'accept',
+  },
 };
 const PLATFORM: Record<string, Rule> = {
   channels: { read: true },
   architectures: { read: true },
   release: { read: true },
-  graph: { note: 'mirror.platform.graph is not used: "bundle cluster upgrade" points the cluster at the release by digest, no update service needed' },
-  kubeVirtContainer: { refuse: 'the KubeVirt container disk is not carried: list its image under mirror.additionalImages, or remove it', whenEmpty: 'accept' },
+  graph: {
+    note: 'mirror.platform.graph is not used: "bundle cluster upgrade" points the cluster at the release by digest, no update service needed',
+  },
+  kubeVirtContainer: {
+    refuse:
+      'the KubeVirt container disk is not carried: list its image under mirror.additionalImages, or remove it',
+    whenEmpty: 'accept',
+  },
 };
 const CHANNEL: Record<string, Rule> = {
   name: { read: true },
@@ -45,7 +63,11 @@ const CHANNEL: Record<string, Rule> = {
   maxVersion: { read: true },
   // with minVersion: every release of the graph's shortest path from it to maxVersion (an EUS-to-EUS upgrade)
   shortestPath: { read: true },
-  full: { refuse: 'a bundle carries one release, not a whole channel: give minVersion/maxVersion, or remove it', whenEmpty: 'accept' },
+  full: {
+    refuse:
+      'a bundle carries one release, not a whole channel: give minVersion/maxVersion, or remove it',
+    whenEmpty: 'accept',
+  },
 };
 
 const OPERATOR: Record<string, Rule> = {
@@ -58,21 +80,43 @@ const OPERATOR: Record<string, Rule> = {
 const PACKAGE: Record<string, Rule> = {
   name: { read: true },
   channels: { read: true },
-  minVersion: { refuse: 'give minVersion per channel (channels: [{name, minVersion, maxVersion}])' },
-  maxVersion: { refuse: 'give maxVersion per channel (channels: [{name, minVersion, maxVersion}])' },
-  defaultChannel: { refuse: 'the catalog\'s own defaultChannel is used: name channels instead' },
-  bundles: { refuse: 'bundles are chosen by channel and version: give channels with minVersion/maxVersion' },
+  minVersion: {
+    refuse: 'give minVersion per channel (channels: [{name, minVersion, maxVersion}])',
+  },
+  maxVersion: {
+    refuse: 'give maxVersion per channel (channels: [{name, minVersion, maxVersion}])',
+  },
+  defaultChannel: { refuse: "the catalog's own defaultChannel is used: name channels instead" },
+  bundles: {
+    refuse: 'bundles are chosen by channel and version: give channels with minVersion/maxVersion',
+  },
 };
-const OPERATOR_CHANNEL: Record<string, Rule> = { name: { read: true }, minVersion: { read: true }, maxVersion: { read: true } };
+const OPERATOR_CHANNEL: Record<string, Rule> = {
+  name: { read: true },
+  minVersion: { read: true },
+  maxVersion: { read: true },
+};
 const HELM: Record<string, Rule> = {
   repositories: { read: true },
-  local: { refuse: 'a chart file on disk is not carried: push it to a registry (helm push NAME-VERSION.tgz oci://HOST/REPO) and name it under repositories with url: oci://HOST/REPO', whenEmpty: 'accept' },
+  local: {
+    refuse:
+      'a chart file on disk is not carried: push it to a registry (helm push NAME-VERSION.tgz oci://HOST/REPO) and name it under repositories with url: oci://HOST/REPO',
+    whenEmpty: 'accept',
+  },
 };
-const HELM_REPOSITORY: Record<string, Rule> = { name: { read: true }, url: { read: true }, charts: { read: true } };
+const HELM_REPOSITORY: Record<string, Rule> = {
+  name: { read: true },
+  url: { read: true },
+  charts: { read: true },
+};
 const HELM_CHART: Record<string, Rule> = { name: { read: true }, version: { read: true } };
 
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isEmpty = (v: unknown) => v === false || v === null || (Array.isArray(v) && v.length === 0) || (isObj(v) && Object.keys(v).length === 0);
+const isEmpty = (v: unknown) =>
+  v === false ||
+  v === null ||
+  (Array.isArray(v) && v.length === 0) ||
+  (isObj(v) && Object.keys(v).length === 0);
 
 class Translation {
   problems: string[] = [];
@@ -88,8 +132,12 @@ class Translation {
     for (const [key, v] of Object.entries(value)) {
       const rule = Object.hasOwn(rules, key) ? rules[key]! : undefined;
       const at = this.locate([...path, key]);
-      if (!rule) this.problems.push(`${at}: not a field of ${IMAGE_SET_API_VERSION} that bundle knows (known: ${Object.keys(rules).join(', ')})`);
-      else if ('refuse' in rule && !(rule.whenEmpty === 'accept' && isEmpty(v))) this.problems.push(`${at}: ${rule.refuse}`);
+      if (!rule)
+        this.problems.push(
+          `${at}: not a field of ${IMAGE_SET_API_VERSION} that bundle knows (known: ${Object.keys(rules).join(', ')})`,
+        );
+      else if ('refuse' in rule && !(rule.whenEmpty === 'accept' && isEmpty(v)))
+        this.problems.push(`${at}: ${rule.refuse}`);
       else if ('note' in rule && !isEmpty(v)) this.warnings.push(`${at}: ${rule.note}`);
     }
     return value;
@@ -115,15 +163,20 @@ function channelRelease(tr: Translation, raw: unknown, path: Path): ReleaseByCha
   const channel = tr.text(c.name, [...path, 'name']);
   if (c.name === undefined) tr.problems.push(`${tr.locate(path)}: name (the channel) is required`);
   const type = tr.text(c.type, [...path, 'type']);
-  if (type !== undefined && type !== 'ocp' && type !== 'okd') tr.problems.push(`${tr.locate([...path, 'type'])}: must be ocp or okd`);
+  if (type !== undefined && type !== 'ocp' && type !== 'okd')
+    tr.problems.push(`${tr.locate([...path, 'type'])}: must be ocp or okd`);
   const min = tr.text(c.minVersion, [...path, 'minVersion']);
   const max = tr.text(c.maxVersion, [...path, 'maxVersion']);
   if (!channel) return undefined;
   if (min !== undefined && min === max) return { channel, version: min };
-  if (c.shortestPath !== undefined && typeof c.shortestPath !== 'boolean') tr.problems.push(`${tr.locate([...path, 'shortestPath'])}: must be true or false`);
+  if (c.shortestPath !== undefined && typeof c.shortestPath !== 'boolean')
+    tr.problems.push(`${tr.locate([...path, 'shortestPath'])}: must be true or false`);
   // as oc-mirror: minVersion is where the cluster is, the path's releases after it are carried
-  if (c.shortestPath === true && min !== undefined) return { channel, from: min, ...(max !== undefined ? { version: max } : {}) };
-  const range = [min !== undefined ? `>=${min}` : '', max !== undefined ? `<=${max}` : ''].filter(Boolean).join(' ');
+  if (c.shortestPath === true && min !== undefined)
+    return { channel, from: min, ...(max !== undefined ? { version: max } : {}) };
+  const range = [min !== undefined ? `>=${min}` : '', max !== undefined ? `<=${max}` : '']
+    .filter(Boolean)
+    .join(' ');
   return { channel, ...(range ? { versionRange: range } : {}) };
 }
 
@@ -141,11 +194,21 @@ function operators(tr: Translation, raw: unknown): OperatorSelection[] {
         const ch = tr.fields(rawCh, cp, OPERATOR_CHANNEL);
         const min = tr.text(ch.minVersion, [...cp, 'minVersion']);
         const max = tr.text(ch.maxVersion, [...cp, 'maxVersion']);
-        return { name: tr.text(ch.name, [...cp, 'name']) ?? '', ...(min ? { minVersion: min } : {}), ...(max ? { maxVersion: max } : {}) };
+        return {
+          name: tr.text(ch.name, [...cp, 'name']) ?? '',
+          ...(min ? { minVersion: min } : {}),
+          ...(max ? { maxVersion: max } : {}),
+        };
       });
-      return { name: tr.text(pkg.name, [...pp, 'name']) ?? '', ...(channels.length ? { channels } : {}) };
+      return {
+        name: tr.text(pkg.name, [...pp, 'name']) ?? '',
+        ...(channels.length ? { channels } : {}),
+      };
     });
-    if (!catalog || packages.length === 0) tr.problems.push(`${tr.locate(path)}: an operator needs catalog and packages (a whole catalog is not carried)`);
+    if (!catalog || packages.length === 0)
+      tr.problems.push(
+        `${tr.locate(path)}: an operator needs catalog and packages (a whole catalog is not carried)`,
+      );
     else out.push({ catalog, packages, where: tr.locate(path) });
   }
   return out;
@@ -158,7 +221,9 @@ function operators(tr: Translation, raw: unknown): OperatorSelection[] {
 function helmCharts(tr: Translation, raw: unknown): { ref: string; where: string }[] {
   const out: { ref: string; where: string }[] = [];
   const helm = tr.fields(raw, ['mirror', 'helm'], HELM);
-  for (const [i, rawRepo] of tr.list(helm.repositories, ['mirror', 'helm', 'repositories']).entries()) {
+  for (const [i, rawRepo] of tr
+    .list(helm.repositories, ['mirror', 'helm', 'repositories'])
+    .entries()) {
     const path = ['mirror', 'helm', 'repositories', i];
     const repo = tr.fields(rawRepo, path, HELM_REPOSITORY);
     const url = tr.text(repo.url, [...path, 'url']);
@@ -167,7 +232,9 @@ function helmCharts(tr: Translation, raw: unknown): { ref: string; where: string
       continue;
     }
     if (!url.startsWith('oci://')) {
-      tr.problems.push(`${tr.locate([...path, 'url'])}: ${url} is an HTTP chart repository, which is not carried: push its charts to a registry (helm push) and give url: oci://HOST/REPO`);
+      tr.problems.push(
+        `${tr.locate([...path, 'url'])}: ${url} is an HTTP chart repository, which is not carried: push its charts to a registry (helm push) and give url: oci://HOST/REPO`,
+      );
       continue;
     }
     for (const [j, rawChart] of tr.list(repo.charts, [...path, 'charts']).entries()) {
@@ -175,7 +242,10 @@ function helmCharts(tr: Translation, raw: unknown): { ref: string; where: string
       const chart = tr.fields(rawChart, cp, HELM_CHART);
       const name = tr.text(chart.name, [...cp, 'name']);
       const version = tr.text(chart.version, [...cp, 'version']);
-      if (!name || !version) tr.problems.push(`${tr.locate(cp)}: a chart needs name and version (a bundle carries one version of a chart)`);
+      if (!name || !version)
+        tr.problems.push(
+          `${tr.locate(cp)}: a chart needs name and version (a bundle carries one version of a chart)`,
+        );
       // a version's "+" becomes the tag's "_" where every chart's does (chartSource)
       else out.push({ ref: `${url.replace(/\/+$/, '')}/${name}:${version}`, where: tr.locate(cp) });
     }
@@ -188,15 +258,24 @@ function platform(tr: Translation, raw: unknown, out: BundleFile): void {
   const p = tr.fields(raw, path, PLATFORM);
   const channels = tr.list(p.channels, [...path, 'channels']);
   const release = tr.text(p.release, [...path, 'release']);
-  if (channels.length > 1) tr.problems.push(`${tr.locate([...path, 'channels'])}: ${plural(channels.length, 'channel')} give as many releases, and a bundle carries one: keep one channel (a bundle per release)`);
-  else if (channels.length === 1 && release !== undefined) tr.problems.push(`${tr.locate([...path, 'release'])}: give release or channels, not both (a bundle carries one release)`);
+  if (channels.length > 1)
+    tr.problems.push(
+      `${tr.locate([...path, 'channels'])}: ${plural(channels.length, 'channel')} give as many releases, and a bundle carries one: keep one channel (a bundle per release)`,
+    );
+  else if (channels.length === 1 && release !== undefined)
+    tr.problems.push(
+      `${tr.locate([...path, 'release'])}: give release or channels, not both (a bundle carries one release)`,
+    );
   else if (release !== undefined) out.release = release;
   else if (channels.length === 1) {
     const r = channelRelease(tr, channels[0], [...path, 'channels', 0]);
     if (r) out.release = r;
   }
   const arches = tr.list(p.architectures, [...path, 'architectures']);
-  if (arches.length > 1 || arches[0] === 'multi') tr.problems.push(`${tr.locate([...path, 'architectures'])}: a bundle holds one architecture's release: keep one (a bundle per architecture)`);
+  if (arches.length > 1 || arches[0] === 'multi')
+    tr.problems.push(
+      `${tr.locate([...path, 'architectures'])}: a bundle holds one architecture's release: keep one (a bundle per architecture)`,
+    );
   else if (arches.length === 1) out.arch = tr.text(arches[0], [...path, 'architectures', 0]);
 }
 
@@ -213,7 +292,9 @@ function platform(tr: Translation, raw: unknown, out: BundleFile): void {
 function archiveSize(tr: Translation, value: unknown, out: BundleFile): void {
   if (value === undefined || value === null) return;
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
-    tr.problems.push(`${tr.locate(['archiveSize'])}: must be a whole number of GiB, 1 or more (oc-mirror's unit), as --split-size ${String(value)}G would be`);
+    tr.problems.push(
+      `${tr.locate(['archiveSize'])}: must be a whole number of GiB, 1 or more (oc-mirror's unit), as --split-size ${String(value)}G would be`,
+    );
     return;
   }
   const bytes = value * 1024 ** 3;
@@ -223,7 +304,10 @@ function archiveSize(tr: Translation, value: unknown, out: BundleFile): void {
 export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
   const tr = new Translation(locate);
   tr.fields(doc, [], TOP);
-  if (doc.kind !== 'ImageSetConfiguration') tr.problems.push(`${locate(['kind'])}: ${IMAGE_SET_API_VERSION} is read for kind ImageSetConfiguration only`);
+  if (doc.kind !== 'ImageSetConfiguration')
+    tr.problems.push(
+      `${locate(['kind'])}: ${IMAGE_SET_API_VERSION} is read for kind ImageSetConfiguration only`,
+    );
   const out: BundleFile = {};
   const imagesWhere: string[] = [];
   const chartsWhere: string[] = [];
@@ -234,10 +318,13 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
     if (mirror.platform !== undefined) platform(tr, mirror.platform, out);
     const ops = operators(tr, mirror.operators);
     if (ops.length) out.operators = ops;
-    const charts = mirror.helm === undefined || mirror.helm === null ? [] : helmCharts(tr, mirror.helm);
+    const charts =
+      mirror.helm === undefined || mirror.helm === null ? [] : helmCharts(tr, mirror.helm);
     if (charts.length) out.charts = charts.map((c) => c.ref);
     chartsWhere.push(...charts.map((c) => c.where));
-    for (const [i, raw] of tr.list(mirror.additionalImages, ['mirror', 'additionalImages']).entries()) {
+    for (const [i, raw] of tr
+      .list(mirror.additionalImages, ['mirror', 'additionalImages'])
+      .entries()) {
       const path = ['mirror', 'additionalImages', i];
       const image = tr.fields(raw, path, { name: { read: true } });
       const ref = tr.text(image.name, [...path, 'name']);
@@ -247,7 +334,30 @@ export function translateImageSet(doc: Obj, locate: Locate): LoadedBundleFile {
       imagesWhere.push(locate([...path, 'name']));
     }
   }
-  if (!out.release && !out.images?.length && !out.operators?.length && !out.charts?.length && !tr.problems.length) tr.problems.push(`${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`);
-  if (tr.problems.length) throw new OciError('INVALID_CONFIG', `${plural(tr.problems.length, 'field')} of the ImageSetConfiguration cannot be carried, nothing fetched: ${someProblems(tr.problems)}`);
-  return { file: out, imagesWhere, chartsWhere, releaseWhere: locate(['mirror', 'platform', typeof out.release === 'string' ? 'release' : 'channels']), warnings: tr.warnings };
+  if (
+    !out.release &&
+    !out.images?.length &&
+    !out.operators?.length &&
+    !out.charts?.length &&
+    !tr.problems.length
+  )
+    tr.problems.push(
+      `${locate(['mirror'])}: nothing a bundle carries: give mirror.platform (release or channels) or mirror.additionalImages`,
+    );
+  if (tr.problems.length)
+    throw new OciError(
+      'INVALID_CONFIG',
+      `${plural(tr.problems.length, 'field')} of the ImageSetConfiguration cannot be carried, nothing fetched: ${someProblems(tr.problems)}`,
+    );
+  return {
+    file: out,
+    imagesWhere,
+    chartsWhere,
+    releaseWhere: locate([
+      'mirror',
+      'platform',
+      typeof out.release === 'string' ? 'release' : 'channels',
+    ]),
+    warnings: tr.warnings,
+  };
 }

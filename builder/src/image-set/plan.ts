@@ -34,21 +34,39 @@ export interface BundlePlan {
   warnings?: { kind: string; object: string; message: string }[];
 }
 
-interface Resolved { entry: BundleImage; blobs: { digest: string; size: number }[]; where: string; chart?: true }
+interface Resolved {
+  entry: BundleImage;
+  blobs: { digest: string; size: number }[];
+  where: string;
+  chart?: true;
+}
 
-const refName = (img: BundleImage) => (img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`);
+const refName = (img: BundleImage) =>
+  img.tag ? `${img.repository}:${img.tag}` : `${img.repository}@${img.digest}`;
 
-export function planOf(images: Iterable<Resolved>, release: BundlePlan['release'], totals: { blobs: number; totalBytes: number; downloadBytes: number; localBytes: number }): BundlePlan {
-  const planned = (list: Resolved[]) => list.map((r) => ({
-    reference: refName(r.entry),
-    digest: r.entry.digest,
-    platforms: r.entry.platforms.map(formatPlatform),
-    ...(r.entry.component ? { component: r.entry.component } : {}),
-    bytes: r.blobs.reduce((s, b) => s + b.size, 0),
-    from: r.where,
-  })).sort((a, b) => (a.reference < b.reference ? -1 : 1));
+export function planOf(
+  images: Iterable<Resolved>,
+  release: BundlePlan['release'],
+  totals: { blobs: number; totalBytes: number; downloadBytes: number; localBytes: number },
+): BundlePlan {
+  const planned = (list: Resolved[]) =>
+    list
+      .map((r) => ({
+        reference: refName(r.entry),
+        digest: r.entry.digest,
+        platforms: r.entry.platforms.map(formatPlatform),
+        ...(r.entry.component ? { component: r.entry.component } : {}),
+        bytes: r.blobs.reduce((s, b) => s + b.size, 0),
+        from: r.where,
+      }))
+      .sort((a, b) => (a.reference < b.reference ? -1 : 1));
   const all = [...images];
-  return { release, images: planned(all.filter((r) => !r.chart)), charts: planned(all.filter((r) => r.chart)), ...totals };
+  return {
+    release,
+    images: planned(all.filter((r) => !r.chart)),
+    charts: planned(all.filter((r) => r.chart)),
+    ...totals,
+  };
 }
 
 function formatPlan(plan: BundlePlan): string {
@@ -58,8 +76,18 @@ function formatPlan(plan: BundlePlan): string {
     `release: ${r.version}${r.image ? ` (${r.image}, ${r.digest})` : ''}`,
     ...(r.path ? pathLines(r.path, 'path: ') : []),
     `images (${plan.images.length}):`,
-    ...plan.images.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.platforms.join(',')}  ${i.component ? `[${i.component}]` : i.from}`),
-    ...(plan.charts.length ? [`charts (${plan.charts.length}):`, ...plan.charts.map((i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.from}`)] : []),
+    ...plan.images.map(
+      (i) =>
+        `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.platforms.join(',')}  ${i.component ? `[${i.component}]` : i.from}`,
+    ),
+    ...(plan.charts.length
+      ? [
+          `charts (${plan.charts.length}):`,
+          ...plan.charts.map(
+            (i) => `  ${i.reference.padEnd(width)}  ${formatBytes(i.bytes).padStart(9)}  ${i.from}`,
+          ),
+        ]
+      : []),
     `${plural(plan.blobs, 'blob')}, ${formatBytes(plan.totalBytes)} before compression; ${formatBytes(plan.downloadBytes)} to download${plan.localBytes ? `, ${formatBytes(plan.localBytes)} to read from local files` : ''} (the rest is in the cache)`,
     'dry run: no bundle written',
   ];

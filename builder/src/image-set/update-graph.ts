@@ -12,7 +12,11 @@ const MAX_UPDATE_GRAPH_BYTES = 32 * 1024 * 1024;
 /** Where a release's channels are listed in a graph node's metadata (the graph service's key). */
 const CHANNELS_KEY = 'io.openshift.upgrades.graph.release.channels';
 
-interface GraphNode { version: string; payload: string; channels?: string[] }
+interface GraphNode {
+  version: string;
+  payload: string;
+  channels?: string[];
+}
 
 /** A Cincinnati update graph: releases (version, payload pull spec) and the upgrade edges between them. */
 interface UpdateGraph {
@@ -40,15 +44,31 @@ export interface ResolvedRelease {
 }
 
 function bad(file: string, what: string): OciError {
-  return new OciError('INVALID_CONFIG', `${file} is not an update graph: ${what} (save the graph service's JSON answer: curl -H 'Accept: application/json' 'https://api.openshift.com/api/upgrades_info/v1/graph?channel=CHANNEL&arch=amd64')`);
+  return new OciError(
+    'INVALID_CONFIG',
+    `${file} is not an update graph: ${what} (save the graph service's JSON answer: curl -H 'Accept: application/json' 'https://api.openshift.com/api/upgrades_info/v1/graph?channel=CHANNEL&arch=amd64')`,
+  );
 }
 
 function parseNode(raw: unknown, i: number, file: string): GraphNode {
   const n = raw as { version?: unknown; payload?: unknown; metadata?: Record<string, unknown> };
-  if (typeof n?.version !== 'string' || !valid(n.version)) throw bad(file, `nodes[${i}] has no semver version`);
-  if (typeof n.payload !== 'string' || !n.payload) throw bad(file, `nodes[${i}] (${n.version}) has no payload`);
+  if (typeof n?.version !== 'string' || !valid(n.version))
+    throw bad(file, `nodes[${i}] has no semver version`);
+  if (typeof n.payload !== 'string' || !n.payload)
+    throw bad(file, `nodes[${i}] (${n.version}) has no payload`);
   const channels = n.metadata?.[CHANNELS_KEY];
-  return { version: n.version, payload: n.payload, ...(typeof channels === 'string' ? { channels: channels.split(',').map((c) => c.trim()).filter(Boolean) } : {}) };
+  return {
+    version: n.version,
+    payload: n.payload,
+    ...(typeof channels === 'string'
+      ? {
+          channels: channels
+            .split(',')
+            .map((c) => c.trim())
+            .filter(Boolean),
+        }
+      : {}),
+  };
 }
 
 export async function readUpdateGraph(file: string): Promise<UpdateGraph> {
@@ -58,8 +78,16 @@ export async function readUpdateGraph(file: string): Promise<UpdateGraph> {
     assertNesting(text, 'json', file);
     doc = JSON.parse(text) as typeof doc;
   } catch (cause) {
-    if (cause instanceof HostError && (cause.code === 'FILE_TOO_LARGE' || cause.code === 'TOO_DEEPLY_NESTED')) throw cause;
-    throw new OciError('INVALID_CONFIG', `cannot read the update graph ${file}: ${(cause as Error).message}`, { cause });
+    if (
+      cause instanceof HostError &&
+      (cause.code === 'FILE_TOO_LARGE' || cause.code === 'TOO_DEEPLY_NESTED')
+    )
+      throw cause;
+    throw new OciError(
+      'INVALID_CONFIG',
+      `cannot read the update graph ${file}: ${(cause as Error).message}`,
+      { cause },
+    );
   }
   if (!Array.isArray(doc?.nodes)) throw bad(file, 'it has no "nodes" list');
   const nodes = doc.nodes.map((n, i) => parseNode(n, i, file));
@@ -67,20 +95,31 @@ export async function readUpdateGraph(file: string): Promise<UpdateGraph> {
   const payloadOf = new Map<string, [number, string]>();
   for (const [i, n] of nodes.entries()) {
     const seen = payloadOf.get(n.version);
-    if (seen && seen[1] !== n.payload) throw bad(file, `nodes[${seen[0]}] and nodes[${i}] give version ${n.version} different payloads`);
+    if (seen && seen[1] !== n.payload)
+      throw bad(
+        file,
+        `nodes[${seen[0]}] and nodes[${i}] give version ${n.version} different payloads`,
+      );
     payloadOf.set(n.version, [i, n.payload]);
   }
   const edges = doc.edges === undefined ? [] : doc.edges;
   if (!Array.isArray(edges)) throw bad(file, '"edges" is not a list');
   for (const [i, e] of edges.entries()) {
-    if (!Array.isArray(e) || e.length !== 2 || !e.every((x) => Number.isInteger(x) && x >= 0 && x < nodes.length)) throw bad(file, `edges[${i}] is not a pair of node indexes`);
+    if (
+      !Array.isArray(e) ||
+      e.length !== 2 ||
+      !e.every((x) => Number.isInteger(x) && x >= 0 && x < nodes.length)
+    )
+      throw bad(file, `edges[${i}] is not a pair of node indexes`);
   }
   return { file, nodes, edges: edges as [number, number][] };
 }
 
 /** The graph's nodes in `channel`; all of them when no node lists its channels (one channel's graph). */
 function channelNodes(graph: UpdateGraph, channel: string): UpdateGraph['nodes'] {
-  return graph.nodes.some((n) => n.channels) ? graph.nodes.filter((n) => n.channels?.includes(channel)) : graph.nodes;
+  return graph.nodes.some((n) => n.channels)
+    ? graph.nodes.filter((n) => n.channels?.includes(channel))
+    : graph.nodes;
 }
 
 /**
@@ -88,42 +127,68 @@ function channelNodes(graph: UpdateGraph, channel: string): UpdateGraph['nodes']
  * the graph. Nodes list their channels in metadata; a graph whose nodes list none is taken as
  * the one channel's graph (the service answers ?channel= with that channel's releases).
  */
-export function resolveRelease(graph: UpdateGraph, choice: ReleaseChoice, where: string): ResolvedRelease {
+export function resolveRelease(
+  graph: UpdateGraph,
+  choice: ReleaseChoice,
+  where: string,
+): ResolvedRelease {
   const inChannel = channelNodes(graph, choice.channel);
   if (inChannel.length === 0) {
     const known = [...new Set(graph.nodes.flatMap((n) => n.channels ?? []))].sort();
-    throw new OciError('NOT_FOUND', `${where}: channel ${choice.channel} is not in the update graph ${graph.file} (it has: ${known.join(', ') || 'none'})`);
+    throw new OciError(
+      'NOT_FOUND',
+      `${where}: channel ${choice.channel} is not in the update graph ${graph.file} (it has: ${known.join(', ') || 'none'})`,
+    );
   }
   const versions = inChannel.map((n) => n.version).sort(rcompare);
   let range = '*';
   if (choice.versionRange !== undefined) {
-    if (!validRange(choice.versionRange)) throw new OciError('INVALID_CONFIG', `${where}: "${choice.versionRange}" is not a semver range (">=4.14.30 <4.15.0")`);
+    if (!validRange(choice.versionRange))
+      throw new OciError(
+        'INVALID_CONFIG',
+        `${where}: "${choice.versionRange}" is not a semver range (">=4.14.30 <4.15.0")`,
+      );
     range = choice.versionRange;
   }
   const wanted = choice.version ?? maxSatisfying(versions, range);
   const node = inChannel.find((n) => n.version === wanted);
   if (!node) {
-    const asked = choice.version !== undefined ? `version ${choice.version}` : `no version in ${range}`;
-    throw new OciError('NOT_FOUND', `${where}: ${asked} in channel ${choice.channel} of ${graph.file} (it has ${versions.slice(0, 5).join(', ')}${versions.length > 5 ? ', …' : ''})`);
+    const asked =
+      choice.version !== undefined ? `version ${choice.version}` : `no version in ${range}`;
+    throw new OciError(
+      'NOT_FOUND',
+      `${where}: ${asked} in channel ${choice.channel} of ${graph.file} (it has ${versions.slice(0, 5).join(', ')}${versions.length > 5 ? ', …' : ''})`,
+    );
   }
   const index = graph.nodes.indexOf(node);
   return {
     version: node.version,
     payload: node.payload,
-    skipped: choice.version !== undefined || choice.versionRange === undefined ? [] : versions.filter((v) => v !== node.version && satisfies(v, range)),
-    upgradeFrom: graph.edges.filter(([, to]) => to === index).map(([from]) => graph.nodes[from]!.version).sort(rcompare),
+    skipped:
+      choice.version !== undefined || choice.versionRange === undefined
+        ? []
+        : versions.filter((v) => v !== node.version && satisfies(v, range)),
+    upgradeFrom: graph.edges
+      .filter(([, to]) => to === index)
+      .map(([from]) => graph.nodes[from]!.version)
+      .sort(rcompare),
   };
 }
 
 /** One release of an update path, as the graph names it. */
-export interface PathHop { version: string; payload: string }
+export interface PathHop {
+  version: string;
+  payload: string;
+}
 
 /** Versions linked by the graph's edges into `hops` (the versions a path may go to), each way, newest first. */
 function linked(graph: UpdateGraph, reverse: boolean, hops: Set<string>): Map<string, string[]> {
   const out = new Map<string, Set<string>>();
   for (const [a, b] of graph.edges) {
     if (!hops.has(graph.nodes[b]!.version)) continue;
-    const [from, to] = reverse ? [graph.nodes[b]!.version, graph.nodes[a]!.version] : [graph.nodes[a]!.version, graph.nodes[b]!.version];
+    const [from, to] = reverse
+      ? [graph.nodes[b]!.version, graph.nodes[a]!.version]
+      : [graph.nodes[a]!.version, graph.nodes[b]!.version];
     if (!out.has(from)) out.set(from, new Set());
     out.get(from)!.add(to);
   }
@@ -131,7 +196,11 @@ function linked(graph: UpdateGraph, reverse: boolean, hops: Set<string>): Map<st
 }
 
 /** Breadth first from `start`, at most `depth` edges: each version reached, with the one it was reached from. */
-function reach(next: Map<string, string[]>, start: string, depth: number): Map<string, string | null> {
+function reach(
+  next: Map<string, string[]>,
+  start: string,
+  depth: number,
+): Map<string, string | null> {
   const parent = new Map<string, string | null>([[start, null]]);
   let level = [start];
   for (let d = 0; d < depth && level.length; d++) {
@@ -154,19 +223,40 @@ function reach(next: Map<string, string[]>, start: string, depth: number): Map<s
  * through the newest releases. The releases after `from`, `to` last. A path the graph does not
  * have is refused naming the edge it lacks: from what `from` reaches to what reaches `to`.
  */
-export function resolvePath(graph: UpdateGraph, channel: string, from: string, to: string, maxHops: number, where: string): PathHop[] {
+export function resolvePath(
+  graph: UpdateGraph,
+  channel: string,
+  from: string,
+  to: string,
+  maxHops: number,
+  where: string,
+): PathHop[] {
   const payload = new Map(graph.nodes.map((n) => [n.version, n.payload]));
-  if (!payload.has(from)) throw new OciError('NOT_FOUND', `${where}: ${from} (the version the cluster runs) is not in the update graph ${graph.file}: save the graph of a channel that holds it and the release (eus-4.16 for 4.14 → 4.16)`);
-  if (from === to) throw new OciError('INVALID_CONFIG', `${where}: the path starts at ${from}, the release itself: give the version the cluster runs, an earlier one`);
+  if (!payload.has(from))
+    throw new OciError(
+      'NOT_FOUND',
+      `${where}: ${from} (the version the cluster runs) is not in the update graph ${graph.file}: save the graph of a channel that holds it and the release (eus-4.16 for 4.14 → 4.16)`,
+    );
+  if (from === to)
+    throw new OciError(
+      'INVALID_CONFIG',
+      `${where}: the path starts at ${from}, the release itself: give the version the cluster runs, an earlier one`,
+    );
   // each hop a release of the channel, as the release itself is: not a candidate the graph also lists
   const hops = new Set(channelNodes(graph, channel).map((n) => n.version));
   const parent = reach(linked(graph, false, hops), from, maxHops);
   if (!parent.has(to)) {
     const reached = [...parent.keys()].filter((v) => v !== to).sort(rcompare);
-    const reaching = [...reach(linked(graph, true, hops), to, maxHops - 1).keys()].filter((v) => v !== to).sort(rcompare);
-    throw new OciError('NOT_FOUND', `${where}: the update graph ${graph.file} has no path from ${from} to ${to} in at most ${maxHops} hops: it lacks an edge from ${someOf(reached, 5)} (what ${from} reaches) to ${someOf([to, ...reaching], 5)} (what reaches ${to}); save the graph of the channel that holds the intermediate release (eus-4.16 for 4.14 → 4.16), or pick a release ${from} reaches`);
+    const reaching = [...reach(linked(graph, true, hops), to, maxHops - 1).keys()]
+      .filter((v) => v !== to)
+      .sort(rcompare);
+    throw new OciError(
+      'NOT_FOUND',
+      `${where}: the update graph ${graph.file} has no path from ${from} to ${to} in at most ${maxHops} hops: it lacks an edge from ${someOf(reached, 5)} (what ${from} reaches) to ${someOf([to, ...reaching], 5)} (what reaches ${to}); save the graph of the channel that holds the intermediate release (eus-4.16 for 4.14 → 4.16), or pick a release ${from} reaches`,
+    );
   }
   const path: PathHop[] = [];
-  for (let v: string | null = to; v !== null && v !== from; v = parent.get(v) ?? null) path.unshift({ version: v, payload: payload.get(v)! });
+  for (let v: string | null = to; v !== null && v !== from; v = parent.get(v) ?? null)
+    path.unshift({ version: v, payload: payload.get(v)! });
   return path;
 }

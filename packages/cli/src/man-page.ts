@@ -56,8 +56,16 @@ interface ManPageInfo {
  * non-ASCII characters as \[uXXXX] (troff reads Latin-1 unless preconv runs first).
  */
 function roffText(s: string): string {
-  return s.replace(/\\/g, '\\e').replace(/-/g, '\\-')
-    .replace(/[^\n\x20-\x7e]/gu, (c) => `\\[u${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}]`).split('\n').map((l) => (/^[.']/.test(l) ? `\\&${l}` : l)).join('\n');
+  return s
+    .replace(/\\/g, '\\e')
+    .replace(/-/g, '\\-')
+    .replace(
+      /[^\n\x20-\x7e]/gu,
+      (c) => `\\[u${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}]`,
+    )
+    .split('\n')
+    .map((l) => (/^[.']/.test(l) ? `\\&${l}` : l))
+    .join('\n');
 }
 
 /** Text kept as laid out (examples, tables of exit codes). */
@@ -70,7 +78,14 @@ function verbatim(text: string): string {
 function extraHelp(cmd: CommandLike): string {
   const saved = cmd.configureOutput();
   let all = '';
-  cmd.configureOutput({ writeOut: (s) => { all += s; }, writeErr: (s) => { all += s; } });
+  cmd.configureOutput({
+    writeOut: (s) => {
+      all += s;
+    },
+    writeErr: (s) => {
+      all += s;
+    },
+  });
   try {
     cmd.outputHelp();
   } finally {
@@ -83,7 +98,11 @@ function extraHelp(cmd: CommandLike): string {
 function day(info: ManPageInfo): string {
   if (info.date) return info.date;
   const epoch = Number(process.env.SOURCE_DATE_EPOCH);
-  return new Date(Number.isFinite(epoch) && process.env.SOURCE_DATE_EPOCH ? epoch * 1000 : Date.now()).toISOString().slice(0, 10);
+  return new Date(
+    Number.isFinite(epoch) && process.env.SOURCE_DATE_EPOCH ? epoch * 1000 : Date.now(),
+  )
+    .toISOString()
+    .slice(0, 10);
 }
 
 function options(help: HelpLike, cmd: CommandLike): string {
@@ -94,7 +113,10 @@ function options(help: HelpLike, cmd: CommandLike): string {
   }
   for (const o of help.visibleOptions(cmd)) {
     // a default computed from $HOME (the cache) is shown as ~, not the packaging machine's home
-    const desc = help.optionDescription(o).split(homedir()).join(homedir() === '/' ? '/' : '~');
+    const desc = help
+      .optionDescription(o)
+      .split(homedir())
+      .join(homedir() === '/' ? '/' : '~');
     out += `.TP\n.B ${roffText(help.optionTerm(o))}\n${roffText(desc)}\n`;
   }
   return out;
@@ -104,7 +126,12 @@ function options(help: HelpLike, cmd: CommandLike): string {
 function commandSections(help: HelpLike, cmd: CommandLike): string {
   let out = '';
   for (const sub of help.visibleCommands(cmd)) {
-    if (sub.name() === 'help' && help.visibleOptions(sub).length <= 1 && help.visibleCommands(sub).length === 0) continue; // commander's implicit `help [command]`
+    if (
+      sub.name() === 'help' &&
+      help.visibleOptions(sub).length <= 1 &&
+      help.visibleCommands(sub).length === 0
+    )
+      continue; // commander's implicit `help [command]`
     const h = sub.createHelp() as HelpLike;
     out += `.SS "${roffText(h.commandUsage(sub)).replace(/"/g, '""')}"\n${roffText(h.commandDescription(sub))}\n`;
     out += options(h, sub) + verbatim(extraHelp(sub));
@@ -114,7 +141,9 @@ function commandSections(help: HelpLike, cmd: CommandLike): string {
 }
 
 function definitionList(items: [string, string][], font = 'B'): string {
-  return items.map(([term, text]) => `.TP\n.${font} ${roffText(term)}\n${roffText(text)}\n`).join('');
+  return items
+    .map(([term, text]) => `.TP\n.${font} ${roffText(term)}\n${roffText(text)}\n`)
+    .join('');
 }
 
 /** The whole page for `program` (its name is the page's name). */
@@ -130,18 +159,27 @@ export function manPage(program: CommandLike, info: ManPageInfo): string {
   page += `.SH NAME\n${roffText(name)} \\- ${roffText(summary)}\n`;
   // the usage line --help prints, then what it means for a command
   page += `.SH SYNOPSIS\n.B ${roffText(name)}\n${roffText(help.commandUsage(program).slice(name.length).trim())}\n`;
-  if (subs.length) page += `.br\n.B ${roffText(name)}\n.I command\n.RI [ options ] " " [ arguments ]\n`;
+  if (subs.length)
+    page += `.br\n.B ${roffText(name)}\n.I command\n.RI [ options ] " " [ arguments ]\n`;
   page += `.SH DESCRIPTION\n${roffText(description)}\n${verbatim(extraHelp(program))}`;
   page += `.SH OPTIONS\n${options(help, program)}`;
-  if (subs.length) page += `.SH COMMANDS\nEvery command takes \\fB\\-h\\fR, \\fB\\-\\-help\\fR, which prints what follows for that command.\n${commandSections(help, program)}`;
-  for (const s of info.sections ?? []) page += `.SH ${roffText(s.title)}\n${roffText(s.text)}\n${definitionList(s.items)}`;
+  if (subs.length)
+    page += `.SH COMMANDS\nEvery command takes \\fB\\-h\\fR, \\fB\\-\\-help\\fR, which prints what follows for that command.\n${commandSections(help, program)}`;
+  for (const s of info.sections ?? [])
+    page += `.SH ${roffText(s.title)}\n${roffText(s.text)}\n${definitionList(s.items)}`;
   page += `.SH EXIT STATUS\n${definitionList(info.exitStatus)}`;
   if (info.environment?.length) page += `.SH ENVIRONMENT\n${definitionList(info.environment)}`;
   if (info.files?.length) page += `.SH FILES\n${definitionList(info.files, 'I')}`;
   if (info.examples) page += `.SH EXAMPLES\n${verbatim(info.examples)}`;
   if (info.seeAlso?.length) {
     const last = info.seeAlso.length - 1;
-    page += `.SH SEE ALSO\n${info.seeAlso.map((s, i) => { const m = /^(.+)\((\w+)\)$/.exec(s); const sep = i < last ? ',' : ''; return m ? `.BR ${roffText(m[1]!)} (${m[2]})${sep}` : `${roffText(s)}${sep}`; }).join('\n')}\n`;
+    page += `.SH SEE ALSO\n${info.seeAlso
+      .map((s, i) => {
+        const m = /^(.+)\((\w+)\)$/.exec(s);
+        const sep = i < last ? ',' : '';
+        return m ? `.BR ${roffText(m[1]!)} (${m[2]})${sep}` : `${roffText(s)}${sep}`;
+      })
+      .join('\n')}\n`;
   }
   return page;
 }

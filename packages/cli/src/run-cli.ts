@@ -34,7 +34,11 @@ function ignoreBrokenPipe(stream: NodeJS.WriteStream): void {
  * Runs a commander program and returns the process exit code: 0 on success (and help,
  * version), 2 on a usage error, else whatever `report` makes of the command's error.
  */
-export async function runCli(program: CommanderLike, argv: string[], report: (err: unknown) => number): Promise<number> {
+export async function runCli(
+  program: CommanderLike,
+  argv: string[],
+  report: (err: unknown) => number,
+): Promise<number> {
   ignoreBrokenPipe(process.stdout);
   ignoreBrokenPipe(process.stderr);
   // Subcommands copy settings when they are created, so the override must reach each one:

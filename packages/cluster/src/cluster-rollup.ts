@@ -6,7 +6,16 @@
  * reported within the last STALE_AFTER_BEATS heartbeats: a report is only as true as it is fresh.
  */
 import {
-  boundHoldings, completedRelease, DEFAULT_HEARTBEAT_MS, fromSpool, GROUP, holdsRelease, onRemovableMedia, PEER_MEDIA, PLURAL, VERSION,
+  boundHoldings,
+  completedRelease,
+  DEFAULT_HEARTBEAT_MS,
+  fromSpool,
+  GROUP,
+  holdsRelease,
+  onRemovableMedia,
+  PEER_MEDIA,
+  PLURAL,
+  VERSION,
   type RuntimeHoldings,
 } from '@offline-bundle/status';
 import { apiCall, listAll, type AdminApis } from '@offline-bundle/kube';
@@ -53,7 +62,13 @@ export interface NodeRow {
   serving?: RowServing;
 }
 
-export interface RowServing { manifestDigest: string; complete: boolean; verifiedBlobs: number; address: string; port: number }
+export interface RowServing {
+  manifestDigest: string;
+  complete: boolean;
+  verifiedBlobs: number;
+  address: string;
+  port: number;
+}
 
 export interface Rollup {
   /** The digest every node must be Ready for: the one asked for, else the most common Ready one. */
@@ -69,11 +84,17 @@ export interface Rollup {
   clusterVersion?: unknown;
 }
 
-interface NodeLike { metadata?: { name?: string; creationTimestamp?: string | Date }; status?: { conditions?: { type?: string; status?: string }[] } }
+interface NodeLike {
+  metadata?: { name?: string; creationTimestamp?: string | Date };
+  status?: { conditions?: { type?: string; status?: string }[] };
+}
 interface StatusLike {
   metadata?: { name?: string };
   status?: {
-    phase?: string; message?: string; updatedAt?: string; heartbeatSeconds?: number;
+    phase?: string;
+    message?: string;
+    updatedAt?: string;
+    heartbeatSeconds?: number;
     bundle?: { version?: string; digest?: string; media?: string; fromPeers?: string[] };
     serving?: RowServing;
     progress?: { bytesDone?: number; bytesTotal?: number; rate?: number };
@@ -84,7 +105,10 @@ interface StatusLike {
 }
 
 /** The release the cluster runs (ClusterVersion's newest completed entry) and when it completed. */
-interface RunningRelease { version: string; completionTime?: string }
+interface RunningRelease {
+  version: string;
+  completionTime?: string;
+}
 
 const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => c.type === type);
 
@@ -93,9 +117,15 @@ const cond = (s: StatusLike, type: string) => s.status?.conditions?.find((c) => 
  * that release completed (added or replaced later, from an older boot image) gets them only
  * from a bundle of that release; nodes that existed then were installed or upgraded with it.
  */
-function missesRunning(node: NodeLike, s: StatusLike | undefined, running: RunningRelease | undefined): boolean {
+function missesRunning(
+  node: NodeLike,
+  s: StatusLike | undefined,
+  running: RunningRelease | undefined,
+): boolean {
   if (!running?.completionTime || holdsRelease(s?.status?.history, running.version)) return false;
-  const created = node.metadata?.creationTimestamp ? new Date(node.metadata.creationTimestamp).getTime() : NaN;
+  const created = node.metadata?.creationTimestamp
+    ? new Date(node.metadata.creationTimestamp).getTime()
+    : NaN;
   return created > Date.parse(running.completionTime);
 }
 
@@ -115,7 +145,10 @@ const MAX_HEARTBEAT_SECONDS = 300;
  * and so is one dated more than a heartbeat ahead of our clock (aheadBy says so: a skewed clock
  * on one side or the other, which hides a dead agent as well as a live one).
  */
-export function freshness(st: { updatedAt?: string; heartbeatSeconds?: number }, now: Date): Pick<NodeRow, 'heartbeatAge' | 'stale' | 'aheadBy'> {
+export function freshness(
+  st: { updatedAt?: string; heartbeatSeconds?: number },
+  now: Date,
+): Pick<NodeRow, 'heartbeatAge' | 'stale' | 'aheadBy'> {
   const at = st.updatedAt ? Date.parse(st.updatedAt) : NaN;
   if (Number.isNaN(at)) return { stale: true };
   const beat = Math.min(st.heartbeatSeconds ?? DEFAULT_HEARTBEAT_MS / 1000, MAX_HEARTBEAT_SECONDS);
@@ -126,12 +159,22 @@ export function freshness(st: { updatedAt?: string; heartbeatSeconds?: number },
 }
 
 /** The source, serving and transfer-rate fields of a row, where the status has them. */
-function sourceAndServing(st: NonNullable<StatusLike['status']>, stale: boolean): Pick<NodeRow, 'source' | 'serving' | 'rate' | 'bytesDone' | 'bytesTotal'> {
+function sourceAndServing(
+  st: NonNullable<StatusLike['status']>,
+  stale: boolean,
+): Pick<NodeRow, 'source' | 'serving' | 'rate' | 'bytesDone' | 'bytesTotal'> {
   const source = sourceOf(st.bundle?.media, st.bundle?.fromPeers ?? []);
   const p = st.progress;
   // the rate of the copy or fetch under way; after it, or from a report gone stale, a rate says nothing
-  const moving = st.phase === 'Staging' && !stale && p?.rate !== undefined ? { rate: p.rate, bytesDone: p.bytesDone ?? 0, bytesTotal: p.bytesTotal ?? 0 } : {};
-  return { ...(source ? { source } : {}), ...(st.serving ? { serving: st.serving } : {}), ...moving };
+  const moving =
+    st.phase === 'Staging' && !stale && p?.rate !== undefined
+      ? { rate: p.rate, bytesDone: p.bytesDone ?? 0, bytesTotal: p.bytesTotal ?? 0 }
+      : {};
+  return {
+    ...(source ? { source } : {}),
+    ...(st.serving ? { serving: st.serving } : {}),
+    ...moving,
+  };
 }
 
 /** What a node published it lacks of its own loads: with no registry, nothing brings those back but a stick or its kept copy. */
@@ -140,26 +183,42 @@ function lackingOf(h: RuntimeHoldings | undefined): Pick<NodeRow, 'lacking'> {
   return missing.length ? { lacking: { count: missing.length, example: missing[0]! } } : {};
 }
 
-const lostWords = (l: NonNullable<NodeRow['lacking']>) => `no longer holds ${plural(l.count, 'image name')} it loaded (${l.example}${l.count > 1 ? ', …' : ''})`;
+const lostWords = (l: NonNullable<NodeRow['lacking']>) =>
+  `no longer holds ${plural(l.count, 'image name')} it loaded (${l.example}${l.count > 1 ? ', …' : ''})`;
 
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects, and any `now`). */
-export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike[], want?: string, running?: RunningRelease, now = new Date()): Rollup {
+export function rollup(
+  nodes: readonly NodeLike[],
+  statuses: readonly StatusLike[],
+  want?: string,
+  running?: RunningRelease,
+  now = new Date(),
+): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
   const base = nodes.map((n) => {
     const node = n.metadata?.name ?? '';
     const s = byNode.get(node);
     const nodeReady = n.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
     const missing = missesRunning(n, s, running) ? { missingRunning: running!.version } : {};
-    if (!s) return { node, nodeReady, phase: 'NotReported', ok: false, ...missing } as NodeRow & { ok: boolean };
+    if (!s)
+      return { node, nodeReady, phase: 'NotReported', ok: false, ...missing } as NodeRow & {
+        ok: boolean;
+      };
     const failed = cond(s, 'Failed');
     const readyCond = cond(s, 'Ready');
-    const why = failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
+    const why =
+      failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
     const st = s.status ?? {};
     const fresh = freshness(st, now);
     // only a node that says its images are loaded can be held to it (preload.method none loads none)
-    const lacking = st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded' ? lackingOf(st.runtime) : {};
+    const lacking =
+      st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded'
+        ? lackingOf(st.runtime)
+        : {};
     return {
-      node, nodeReady, phase: st.phase ?? 'Unknown',
+      node,
+      nodeReady,
+      phase: st.phase ?? 'Unknown',
       ...(st.bundle?.version ? { version: st.bundle.version } : {}),
       ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
       ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
@@ -167,9 +226,11 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
       ...fresh,
       ...sourceAndServing(st, fresh.stale === true),
       ...(why?.reason ? { reason: why.reason } : {}),
-      ...(why?.message ?? st.message ? { message: why?.message ?? st.message } : {}),
+      ...((why?.message ?? st.message) ? { message: why?.message ?? st.message } : {}),
       // what the table's PHASE column and the page's row say of it
-      ...(lacking.lacking ? { reason: 'ImagesLost', message: `its runtime ${lostWords(lacking.lacking)}` } : {}),
+      ...(lacking.lacking
+        ? { reason: 'ImagesLost', message: `its runtime ${lostWords(lacking.lacking)}` }
+        : {}),
       ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
       ...missing,
       ...lacking,
@@ -181,66 +242,132 @@ export function rollup(nodes: readonly NodeLike[], statuses: readonly StatusLike
     for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
     digest = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
   }
-  const rows: NodeRow[] = base.map(({ ok, ...r }) => ({ ...r, ready: ok && r.digest === digest && r.nodeReady && r.stale !== true && !r.lacking }))
+  const rows: NodeRow[] = base
+    .map(({ ok, ...r }) => ({
+      ...r,
+      ready: ok && r.digest === digest && r.nodeReady && r.stale !== true && !r.lacking,
+    }))
     .sort((a, b) => (a.node < b.node ? -1 : 1));
   const readyCount = rows.filter((r) => r.ready).length;
-  const notes = rows.filter((r) => !r.ready).flatMap((r) => {
-    const out: string[] = [];
-    if (r.aheadBy !== undefined) out.push(`${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`);
-    else if (r.stale) out.push(`${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`);
-    if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
-    if (r.lacking) out.push(`${r.node}'s runtime ${lostWords(r.lacking)}, though its agent said Ready`);
-    if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
-    else if (r.phase === 'Ready' && r.digest !== digest) out.push(`${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`);
-    else if (r.phase !== 'Ready') out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);
-    return out;
-  });
-  for (const r of rows) if (r.missingRunning) notes.push(`${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`);
-  const summary = rows.length === 0
-    ? 'no nodes match'
-    : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
-  const holdings = Object.fromEntries(rows.flatMap((r) => {
-    const h = byNode.get(r.node)?.status?.runtime;
-    return h ? [[r.node, h] as const] : [];
-  }));
-  return { ...(digest ? { digest } : {}), rows, ready: rows.length > 0 && readyCount === rows.length, summary, ...(Object.keys(holdings).length ? { holdings } : {}) };
+  const notes = rows
+    .filter((r) => !r.ready)
+    .flatMap((r) => {
+      const out: string[] = [];
+      if (r.aheadBy !== undefined)
+        out.push(
+          `${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`,
+        );
+      else if (r.stale)
+        out.push(
+          `${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`,
+        );
+      if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
+      if (r.lacking)
+        out.push(`${r.node}'s runtime ${lostWords(r.lacking)}, though its agent said Ready`);
+      if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
+      else if (r.phase === 'Ready' && r.digest !== digest)
+        out.push(
+          `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`,
+        );
+      else if (r.phase !== 'Ready')
+        out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);
+      return out;
+    });
+  for (const r of rows)
+    if (r.missingRunning)
+      notes.push(
+        `${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`,
+      );
+  const summary =
+    rows.length === 0
+      ? 'no nodes match'
+      : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
+  const holdings = Object.fromEntries(
+    rows.flatMap((r) => {
+      const h = byNode.get(r.node)?.status?.runtime;
+      return h ? [[r.node, h] as const] : [];
+    }),
+  );
+  return {
+    ...(digest ? { digest } : {}),
+    rows,
+    ready: rows.length > 0 && readyCount === rows.length,
+    summary,
+    ...(Object.keys(holdings).length ? { holdings } : {}),
+  };
 }
 
 /** Failures of a node's own setup (trust keys, config, runtime): plugging the stick again cannot help. */
-const SETUP_REASONS: ReadonlySet<string> = new Set(['UntrustedKey', 'NoTrust', 'InvalidConfig', 'RuntimeIgnoresMirror', 'ForeignFile', 'UnsupportedVersion']);
+const SETUP_REASONS: ReadonlySet<string> = new Set([
+  'UntrustedKey',
+  'NoTrust',
+  'InvalidConfig',
+  'RuntimeIgnoresMirror',
+  'ForeignFile',
+  'UnsupportedVersion',
+]);
 
 /** What to do about the rows that are not ready, by why they are not: a stick cannot wake a dead agent or kubelet, nor fix a node's setup. */
 
 export function nextSteps(r: { rows: readonly NodeRow[] }): string {
-  const names = (rows: readonly NodeRow[]) => (rows.length > 3 ? `${rows.slice(0, 3).map((x) => x.node).join(', ')} and ${rows.length - 3} more` : rows.map((x) => x.node).join(', '));
+  const names = (rows: readonly NodeRow[]) =>
+    rows.length > 3
+      ? `${rows
+          .slice(0, 3)
+          .map((x) => x.node)
+          .join(', ')} and ${rows.length - 3} more`
+      : rows.map((x) => x.node).join(', ');
   const waiting = r.rows.filter((x) => !x.ready);
   const stale = waiting.filter((x) => x.stale && x.phase !== 'NotReported');
   const down = waiting.filter((x) => !x.nodeReady);
   // a failure no stick can fix: the node's own setup refused the bundle
-  const setup = waiting.filter((x) => !x.stale && x.nodeReady && x.phase === 'Failed' && SETUP_REASONS.has(x.reason ?? ''));
-  const load = waiting.filter((x) => ((!x.stale && x.nodeReady) || x.phase === 'NotReported') && !setup.includes(x));
+  const setup = waiting.filter(
+    (x) => !x.stale && x.nodeReady && x.phase === 'Failed' && SETUP_REASONS.has(x.reason ?? ''),
+  );
+  const load = waiting.filter(
+    (x) => ((!x.stale && x.nodeReady) || x.phase === 'NotReported') && !setup.includes(x),
+  );
   const steps = [
     ...(load.length ? [`plug the stick into ${names(load)}`] : []),
-    ...(setup.length ? [`fix the agent's setup on ${names(setup)} (${[...new Set(setup.map((x) => x.reason))].join(', ')}: "bundle-agent status" there says what; a stick does not help until then)`] : []),
-    ...(stale.length ? [`check the agent on ${names(stale)} ("systemctl status bundle-agent" there): its last report is too old to count`] : []),
+    ...(setup.length
+      ? [
+          `fix the agent's setup on ${names(setup)} (${[...new Set(setup.map((x) => x.reason))].join(', ')}: "bundle-agent status" there says what; a stick does not help until then)`,
+        ]
+      : []),
+    ...(stale.length
+      ? [
+          `check the agent on ${names(stale)} ("systemctl status bundle-agent" there): its last report is too old to count`,
+        ]
+      : []),
     ...(down.length ? [`bring the kubelet of ${names(down)} back to Ready`] : []),
   ];
   return steps.length ? steps.join('; ') : 'nothing to do';
 }
 
 const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
-const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
-const conditions = (status: Record<string, unknown>) => (Array.isArray(status.conditions) ? status.conditions : []).map((c) => {
-  const o = obj(c);
-  return { type: str(o.type), status: str(o.status), reason: str(o.reason), message: str(o.message) };
-});
+const obj = (v: unknown) =>
+  typeof v === 'object' && v !== null ? (v as Record<string, unknown>) : {};
+const conditions = (status: Record<string, unknown>) =>
+  (Array.isArray(status.conditions) ? status.conditions : []).map((c) => {
+    const o = obj(c);
+    return {
+      type: str(o.type),
+      status: str(o.status),
+      reason: str(o.reason),
+      message: str(o.message),
+    };
+  });
 
 /** What rollup reads of a Node, and nothing else (the rest of a page is dropped at once). */
 function pickNode(n: Record<string, unknown>): NodeLike {
   const meta = obj(n.metadata);
   // client-node turns creationTimestamp into a Date
-  const created = meta.creationTimestamp instanceof Date ? meta.creationTimestamp : str(meta.creationTimestamp);
-  return { metadata: { name: str(meta.name) ?? '', ...(created ? { creationTimestamp: created } : {}) }, status: { conditions: conditions(obj(n.status)).filter((c) => c.type === 'Ready') } };
+  const created =
+    meta.creationTimestamp instanceof Date ? meta.creationTimestamp : str(meta.creationTimestamp);
+  return {
+    metadata: { name: str(meta.name) ?? '', ...(created ? { creationTimestamp: created } : {}) },
+    status: { conditions: conditions(obj(n.status)).filter((c) => c.type === 'Ready') },
+  };
 }
 
 /** status.serving when it is whole (the CRD requires every field); else nothing. */
@@ -248,33 +375,57 @@ function pickServing(v: unknown): RowServing | undefined {
   const s = obj(v);
   const manifestDigest = str(s.manifestDigest);
   const address = str(s.address);
-  const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined);
+  const n = (x: unknown) =>
+    typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined;
   const verifiedBlobs = n(s.verifiedBlobs);
   const port = n(s.port);
-  if (!manifestDigest || !address || verifiedBlobs === undefined || port === undefined) return undefined;
+  if (!manifestDigest || !address || verifiedBlobs === undefined || port === undefined)
+    return undefined;
   return { manifestDigest, complete: s.complete === true, verifiedBlobs, address, port };
 }
 
 /** status.heartbeatSeconds within the CRD's bounds, else nothing (the default applies). */
-export const heartbeatSecondsOf = (v: unknown): number | undefined => (Number.isSafeInteger(v) && (v as number) >= 1 && (v as number) <= 86_400 ? v as number : undefined);
+export const heartbeatSecondsOf = (v: unknown): number | undefined =>
+  Number.isSafeInteger(v) && (v as number) >= 1 && (v as number) <= 86_400
+    ? (v as number)
+    : undefined;
 
 function pickStatus(s: Record<string, unknown>): StatusLike {
   const st = obj(s.status);
   const b = obj(st.bundle);
-  const fromPeers = (Array.isArray(b.fromPeers) ? b.fromPeers : []).map(str).filter((x): x is string => !!x).slice(0, 16);
+  const fromPeers = (Array.isArray(b.fromPeers) ? b.fromPeers : [])
+    .map(str)
+    .filter((x): x is string => !!x)
+    .slice(0, 16);
   const serving = pickServing(st.serving);
-  const history = (Array.isArray(st.history) ? st.history : []).map((e) => ({ version: str(obj(e).version), state: str(obj(e).state) }));
+  const history = (Array.isArray(st.history) ? st.history : []).map((e) => ({
+    version: str(obj(e).version),
+    state: str(obj(e).state),
+  }));
   const p = obj(st.progress);
-  const n = (x: unknown) => (typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined);
+  const n = (x: unknown) =>
+    typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 ? x : undefined;
   const progress = { bytesDone: n(p.bytesDone), bytesTotal: n(p.bytesTotal), rate: n(p.rate) };
   // what a node publishes of its runtime, bounded and checked here again: a malformed one is none
   const runtime = boundHoldings(st.runtime);
   return {
     metadata: { name: str(obj(s.metadata).name) ?? '' },
     status: {
-      phase: str(st.phase), message: str(st.message), updatedAt: str(st.updatedAt), heartbeatSeconds: heartbeatSecondsOf(st.heartbeatSeconds),
-      bundle: { version: str(b.version), digest: str(b.digest), media: str(b.media), ...(fromPeers.length ? { fromPeers } : {}) },
-      conditions: conditions(st), history, progress, ...(serving ? { serving } : {}), ...(runtime ? { runtime } : {}),
+      phase: str(st.phase),
+      message: str(st.message),
+      updatedAt: str(st.updatedAt),
+      heartbeatSeconds: heartbeatSecondsOf(st.heartbeatSeconds),
+      bundle: {
+        version: str(b.version),
+        digest: str(b.digest),
+        media: str(b.media),
+        ...(fromPeers.length ? { fromPeers } : {}),
+      },
+      conditions: conditions(st),
+      history,
+      progress,
+      ...(serving ? { serving } : {}),
+      ...(runtime ? { runtime } : {}),
     },
   } as StatusLike;
 }
@@ -283,11 +434,38 @@ function pickStatus(s: Record<string, unknown>): StatusLike {
  * Reads Nodes (of `selector`), every NodeBundleStatus and (on OpenShift) the running release, and
  * rolls them up. `clusterVersion`: the ClusterVersion the caller read already (not read again).
  */
-export async function readRollup(apis: AdminApis, opts: { selector?: string; digest?: string; clusterVersion?: unknown } = {}): Promise<Rollup> {
-  const nodes = await listAll('list nodes', (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }), pickNode);
-  const statuses = await listAll(`list ${PLURAL}.${GROUP}`, (q) => apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }), pickStatus, { notFound: () => [] });
-  const cv = 'clusterVersion' in opts
-    ? opts.clusterVersion
-    : await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject({ group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' }), { notFound: () => undefined });
-  return { ...rollup(nodes, statuses, opts.digest, completedRelease(cv)), ...(cv === undefined ? {} : { clusterVersion: cv }) };
+export async function readRollup(
+  apis: AdminApis,
+  opts: { selector?: string; digest?: string; clusterVersion?: unknown } = {},
+): Promise<Rollup> {
+  const nodes = await listAll(
+    'list nodes',
+    (q) => apis.core.listNode({ ...q, ...(opts.selector ? { labelSelector: opts.selector } : {}) }),
+    pickNode,
+  );
+  const statuses = await listAll(
+    `list ${PLURAL}.${GROUP}`,
+    (q) =>
+      apis.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...q }),
+    pickStatus,
+    { notFound: () => [] },
+  );
+  const cv =
+    'clusterVersion' in opts
+      ? opts.clusterVersion
+      : await apiCall(
+          'read ClusterVersion "version"',
+          () =>
+            apis.custom.getClusterCustomObject({
+              group: 'config.openshift.io',
+              version: 'v1',
+              plural: 'clusterversions',
+              name: 'version',
+            }),
+          { notFound: () => undefined },
+        );
+  return {
+    ...rollup(nodes, statuses, opts.digest, completedRelease(cv)),
+    ...(cv === undefined ? {} : { clusterVersion: cv }),
+  };
 }

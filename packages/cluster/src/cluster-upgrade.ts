@@ -5,11 +5,26 @@
  * is not there), and the start itself: ClusterVersion spec.desiredUpdate = the release image by
  * digest, never `force`.
  */
-import { apiCall, ClusterError, listAll, requestOptions, type AdminApis } from '@offline-bundle/kube';
+import {
+  apiCall,
+  ClusterError,
+  listAll,
+  requestOptions,
+  type AdminApis,
+} from '@offline-bundle/kube';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
-import { applySignatureConfigMap, missingSignatureKeys, signatureConfigMap, type SignatureConfigMap } from './release-configmap.js';
+import {
+  applySignatureConfigMap,
+  missingSignatureKeys,
+  signatureConfigMap,
+  type SignatureConfigMap,
+} from './release-configmap.js';
 import { publishGate, type GateResult } from './upgrade-gate.js';
-import { applyPinnedImageSets, type PassedRelease, type PinnedSetsResult } from './pinned-image-sets.js';
+import {
+  applyPinnedImageSets,
+  type PassedRelease,
+  type PinnedSetsResult,
+} from './pinned-image-sets.js';
 import { nodeHoldings, type NodeHoldings } from './node-holdings.js';
 import { pathPosition, releasesOf, type PathRelease } from './release-path.js';
 
@@ -42,58 +57,112 @@ export interface Warning {
 
 export interface ClusterVersionDoc {
   spec?: { desiredUpdate?: { image?: string; version?: string; force?: boolean } };
-  status?: { history?: { state?: string; version?: string; image?: string }[]; conditions?: { type?: string; status?: string; message?: string }[] };
+  status?: {
+    history?: { state?: string; version?: string; image?: string }[];
+    conditions?: { type?: string; status?: string; message?: string }[];
+  };
 }
 
-export const CV = { group: 'config.openshift.io', version: 'v1', plural: 'clusterversions', name: 'version' };
+export const CV = {
+  group: 'config.openshift.io',
+  version: 'v1',
+  plural: 'clusterversions',
+  name: 'version',
+};
 
 /** The release image by digest: REPOSITORY@sha256:… (tag dropped). */
 export function releaseImageByDigest(b: Pick<AdminBundle, 'image' | 'digest'>): string {
-  if (!b.image || !b.digest) throw new ClusterError('NO_RELEASE_IMAGE', 'the bundle carries no OpenShift release image (built without --release): start the upgrade with your distribution\'s own tooling');
+  if (!b.image || !b.digest)
+    throw new ClusterError(
+      'NO_RELEASE_IMAGE',
+      "the bundle carries no OpenShift release image (built without --release): start the upgrade with your distribution's own tooling",
+    );
   const noDigest = b.image.split('@')[0]!;
   const slash = noDigest.lastIndexOf('/');
   const colon = noDigest.lastIndexOf(':');
   return `${colon > slash ? noDigest.slice(0, colon) : noDigest}@${b.digest}`;
 }
 
-export const ocCommand = (image: string): string => `oc adm upgrade --allow-explicit-upgrade --to-image=${image}`;
+export const ocCommand = (image: string): string =>
+  `oc adm upgrade --allow-explicit-upgrade --to-image=${image}`;
 
 export async function readClusterVersion(apis: AdminApis): Promise<ClusterVersionDoc> {
-  const cv = await apiCall('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV), { notFound: () => undefined });
-  if (!cv) throw new ClusterError('NOT_OPENSHIFT', 'the cluster has no ClusterVersion "version": prepare and upgrade are for OpenShift; on other clusters use their own upgrade tooling once "bundle cluster status" exits 0');
+  const cv = await apiCall(
+    'read ClusterVersion "version"',
+    () => apis.custom.getClusterCustomObject(CV),
+    { notFound: () => undefined },
+  );
+  if (!cv)
+    throw new ClusterError(
+      'NOT_OPENSHIFT',
+      'the cluster has no ClusterVersion "version": prepare and upgrade are for OpenShift; on other clusters use their own upgrade tooling once "bundle cluster status" exits 0',
+    );
   const history = (cv as ClusterVersionDoc).status?.history;
   if (typeof cv !== 'object' || (history !== undefined && !Array.isArray(history))) {
-    throw new ClusterError('API_NOT_JSON', 'the API server\'s ClusterVersion "version" is not one (status.history is not a list): is --kubeconfig\'s server an API server?');
+    throw new ClusterError(
+      'API_NOT_JSON',
+      'the API server\'s ClusterVersion "version" is not one (status.history is not a list): is --kubeconfig\'s server an API server?',
+    );
   }
   return cv as ClusterVersionDoc;
 }
 
-export const running = (cv: ClusterVersionDoc) => cv.status?.history?.find((h) => h.state === 'Completed' && h.version)?.version;
+export const running = (cv: ClusterVersionDoc) =>
+  cv.status?.history?.find((h) => h.state === 'Completed' && h.version)?.version;
 
 /** The running version must be on the bundle's path or one it starts from (an empty list accepts any). */
-function checkGraph(b: AdminBundle, cv: ClusterVersionDoc, warnings: Warning[]): string | undefined {
+function checkGraph(
+  b: AdminBundle,
+  cv: ClusterVersionDoc,
+  warnings: Warning[],
+): string | undefined {
   const path = releasesOf(b);
   const at = pathPosition(path, running(cv));
-  if (at.done === path.length - 1) warnings.push({ kind: 'AlreadyRunning', object: 'ClusterVersion/version', message: `the cluster already runs ${at.running}` });
+  if (at.done === path.length - 1)
+    warnings.push({
+      kind: 'AlreadyRunning',
+      object: 'ClusterVersion/version',
+      message: `the cluster already runs ${at.running}`,
+    });
   return at.running;
 }
 
 interface PodLike {
-  metadata?: { namespace?: string; name?: string; ownerReferences?: { kind?: string; name?: string; controller?: boolean }[] };
-  spec?: { containers?: { image?: string; imagePullPolicy?: string }[]; initContainers?: { image?: string; imagePullPolicy?: string }[] };
+  metadata?: {
+    namespace?: string;
+    name?: string;
+    ownerReferences?: { kind?: string; name?: string; controller?: boolean }[];
+  };
+  spec?: {
+    containers?: { image?: string; imagePullPolicy?: string }[];
+    initContainers?: { image?: string; imagePullPolicy?: string }[];
+  };
 }
 
-const containers = (v: unknown) => (Array.isArray(v) ? v : []).map((c: { image?: unknown; imagePullPolicy?: unknown }) => ({
-  ...(typeof c?.image === 'string' ? { image: c.image } : {}), ...(typeof c?.imagePullPolicy === 'string' ? { imagePullPolicy: c.imagePullPolicy } : {}),
-}));
+const containers = (v: unknown) =>
+  (Array.isArray(v) ? v : []).map((c: { image?: unknown; imagePullPolicy?: unknown }) => ({
+    ...(typeof c?.image === 'string' ? { image: c.image } : {}),
+    ...(typeof c?.imagePullPolicy === 'string' ? { imagePullPolicy: c.imagePullPolicy } : {}),
+  }));
 
 /** What pullAlwaysWarnings reads of a Pod: a page of full Pods is dropped as soon as it is read. */
 function pickPod(p: Record<string, unknown>): PodLike {
   const m = (p.metadata ?? {}) as PodLike['metadata'] & object;
   const spec = (p.spec ?? {}) as { containers?: unknown; initContainers?: unknown };
   return {
-    metadata: { namespace: m.namespace, name: m.name, ownerReferences: (Array.isArray(m.ownerReferences) ? m.ownerReferences : []).map((o) => ({ kind: o?.kind, name: o?.name, controller: o?.controller })) } as PodLike['metadata'],
-    spec: { containers: containers(spec.containers), initContainers: containers(spec.initContainers) },
+    metadata: {
+      namespace: m.namespace,
+      name: m.name,
+      ownerReferences: (Array.isArray(m.ownerReferences) ? m.ownerReferences : []).map((o) => ({
+        kind: o?.kind,
+        name: o?.name,
+        controller: o?.controller,
+      })),
+    } as PodLike['metadata'],
+    spec: {
+      containers: containers(spec.containers),
+      initContainers: containers(spec.initContainers),
+    },
   };
 }
 
@@ -108,7 +177,10 @@ export function bundleImageNames(images: AdminBundle['images']): Set<string> {
   return names;
 }
 
-export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle, 'images'>): Warning[] {
+export function pullAlwaysWarnings(
+  pods: readonly PodLike[],
+  b: Pick<AdminBundle, 'images'>,
+): Warning[] {
   const names = bundleImageNames(b.images);
   const digests = new Set(b.images.map((i) => i.digest));
   const out: Warning[] = [];
@@ -118,11 +190,16 @@ export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle
       if (c.imagePullPolicy !== 'Always' || !c.image) continue;
       const d = /@(sha256:[0-9a-f]{64})$/.exec(c.image)?.[1];
       if (!names.has(c.image) && !(d && digests.has(d))) continue;
-      const owner = p.metadata?.ownerReferences?.find((o) => o.controller) ?? p.metadata?.ownerReferences?.[0];
+      const owner =
+        p.metadata?.ownerReferences?.find((o) => o.controller) ?? p.metadata?.ownerReferences?.[0];
       const object = `${p.metadata?.namespace}/${owner?.kind ?? 'Pod'}/${owner?.name ?? p.metadata?.name}`;
       if (seen.has(object + c.image)) continue;
       seen.add(object + c.image);
-      out.push({ kind: 'PullAlways', object, message: `pulls ${c.image} with imagePullPolicy: Always, which fails on a node without a registry even though the image is loaded: set IfNotPresent` });
+      out.push({
+        kind: 'PullAlways',
+        object,
+        message: `pulls ${c.image} with imagePullPolicy: Always, which fails on a node without a registry even though the image is loaded: set IfNotPresent`,
+      });
     }
   }
   return out;
@@ -130,13 +207,47 @@ export function pullAlwaysWarnings(pods: readonly PodLike[], b: Pick<AdminBundle
 
 async function autoscalingWarnings(apis: AdminApis): Promise<Warning[]> {
   const none = () => [];
-  const mas = await listAll('list MachineAutoscalers', (q) => apis.custom.listCustomObjectForAllNamespaces({ group: 'autoscaling.openshift.io', version: 'v1beta1', plural: 'machineautoscalers', ...q }), (m) => m as { metadata?: { namespace?: string; name?: string } }, { notFound: none });
-  const cas = await listAll('list ClusterAutoscalers', (q) => apis.custom.listClusterCustomObject({ group: 'autoscaling.openshift.io', version: 'v1', plural: 'clusterautoscalers', ...q }), (c) => c as { metadata?: { name?: string }; spec?: { resourceLimits?: { maxNodesTotal?: number } } }, { notFound: none });
+  const mas = await listAll(
+    'list MachineAutoscalers',
+    (q) =>
+      apis.custom.listCustomObjectForAllNamespaces({
+        group: 'autoscaling.openshift.io',
+        version: 'v1beta1',
+        plural: 'machineautoscalers',
+        ...q,
+      }),
+    (m) => m as { metadata?: { namespace?: string; name?: string } },
+    { notFound: none },
+  );
+  const cas = await listAll(
+    'list ClusterAutoscalers',
+    (q) =>
+      apis.custom.listClusterCustomObject({
+        group: 'autoscaling.openshift.io',
+        version: 'v1',
+        plural: 'clusterautoscalers',
+        ...q,
+      }),
+    (c) =>
+      c as { metadata?: { name?: string }; spec?: { resourceLimits?: { maxNodesTotal?: number } } },
+    { notFound: none },
+  );
   const out: Warning[] = [];
-  for (const m of mas) out.push({ kind: 'Autoscaling', object: `${m.metadata?.namespace}/MachineAutoscaler/${m.metadata?.name}`, message: 'a machine the autoscaler adds boots without the bundle\'s images: pause it (min = max replicas) until the upgrade completes, and plug the stick into any new node' });
+  for (const m of mas)
+    out.push({
+      kind: 'Autoscaling',
+      object: `${m.metadata?.namespace}/MachineAutoscaler/${m.metadata?.name}`,
+      message:
+        "a machine the autoscaler adds boots without the bundle's images: pause it (min = max replicas) until the upgrade completes, and plug the stick into any new node",
+    });
   for (const c of cas) {
     if (c.spec?.resourceLimits?.maxNodesTotal === 0) continue;
-    out.push({ kind: 'Autoscaling', object: `/ClusterAutoscaler/${c.metadata?.name}`, message: 'the cluster autoscaler may add nodes that lack the bundle\'s images: scale it to zero or delete it until the upgrade completes' });
+    out.push({
+      kind: 'Autoscaling',
+      object: `/ClusterAutoscaler/${c.metadata?.name}`,
+      message:
+        "the cluster autoscaler may add nodes that lack the bundle's images: scale it to zero or delete it until the upgrade completes",
+    });
   }
   return out;
 }
@@ -157,7 +268,11 @@ export interface PrepareResult {
 }
 
 /** The signatures of every release of the path, applied per release (each its own field manager) unless dryRun; all of them as one ConfigMap. */
-async function prepareSignatures(apis: AdminApis, path: readonly PathRelease[], dryRun: boolean): Promise<{ configMap: SignatureConfigMap; changed: string[] }> {
+async function prepareSignatures(
+  apis: AdminApis,
+  path: readonly PathRelease[],
+  dryRun: boolean,
+): Promise<{ configMap: SignatureConfigMap; changed: string[] }> {
   const changed: string[] = [];
   let all: SignatureConfigMap | undefined;
   for (const r of path) {
@@ -171,9 +286,14 @@ async function prepareSignatures(apis: AdminApis, path: readonly PathRelease[], 
 }
 
 /** The release signature ConfigMap keys of the path the cluster lacks (empty: prepared). */
-export async function unpreparedKeys(apis: AdminApis, path: readonly PathRelease[]): Promise<string[]> {
+export async function unpreparedKeys(
+  apis: AdminApis,
+  path: readonly PathRelease[],
+): Promise<string[]> {
   const out: string[] = [];
-  for (const r of path) if (r.signatures.length) out.push(...await missingSignatureKeys(apis, signatureConfigMap(r.digest!, r.signatures)));
+  for (const r of path)
+    if (r.signatures.length)
+      out.push(...(await missingSignatureKeys(apis, signatureConfigMap(r.digest!, r.signatures))));
   return out;
 }
 
@@ -181,19 +301,36 @@ export async function unpreparedKeys(apis: AdminApis, path: readonly PathRelease
 export function requireSignatures(path: readonly PathRelease[]): ClusterError | undefined {
   const bare = path.filter((r) => r.signatures.length === 0).map((r) => r.version);
   if (!bare.length) return undefined;
-  return new ClusterError('NO_RELEASE_SIGNATURES', `the bundle carries no release signature${path.length > 1 ? ` for ${bare.join(', ')}` : ''}, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL`);
+  return new ClusterError(
+    'NO_RELEASE_SIGNATURES',
+    `the bundle carries no release signature${path.length > 1 ? ` for ${bare.join(', ')}` : ''}, so the cluster would refuse the update: rebuild it with --release-signature FILE or --signature-store URL`,
+  );
 }
 
 /** The gate's release: the final one, with the whole path when there is one. */
-export function gateRelease(b: AdminBundle): NonNullable<Parameters<typeof publishGate>[2]['release']> {
+export function gateRelease(
+  b: AdminBundle,
+): NonNullable<Parameters<typeof publishGate>[2]['release']> {
   const path = releasesOf(b);
-  return { version: b.version, image: releaseImageByDigest(b), ...(path.length > 1 ? { path: path.map((r) => ({ version: r.version, image: releaseImageByDigest(r) })) } : {}) };
+  return {
+    version: b.version,
+    image: releaseImageByDigest(b),
+    ...(path.length > 1
+      ? { path: path.map((r) => ({ version: r.version, image: releaseImageByDigest(r) })) }
+      : {}),
+  };
 }
 
-const completedVersions = (cv: ClusterVersionDoc) => new Set((cv.status?.history ?? []).filter((h) => h.state === 'Completed' && h.version).map((h) => h.version!));
+const completedVersions = (cv: ClusterVersionDoc) =>
+  new Set(
+    (cv.status?.history ?? [])
+      .filter((h) => h.state === 'Completed' && h.version)
+      .map((h) => h.version!),
+  );
 
 /** The versions a path started from that the cluster ran (ClusterVersion's history). */
-const pathStarts = (cv: ClusterVersionDoc, path: readonly PathRelease[]) => (path.length > 1 ? path[0]!.upgradeFrom.filter((v) => completedVersions(cv).has(v)) : []);
+const pathStarts = (cv: ClusterVersionDoc, path: readonly PathRelease[]) =>
+  path.length > 1 ? path[0]!.upgradeFrom.filter((v) => completedVersions(cv).has(v)) : [];
 
 /**
  * The releases of the path (and the one it started from) the cluster has moved past: each before
@@ -204,26 +341,39 @@ const pathStarts = (cv: ClusterVersionDoc, path: readonly PathRelease[]) => (pat
  * image they share. None for a path whose head lists no payloads (built before it did): its one
  * series keeps the start's sets, as before.
  */
-export function passedReleases(cv: ClusterVersionDoc, path: readonly (PathRelease & { payload?: readonly string[] })[]): PassedRelease[] {
+export function passedReleases(
+  cv: ClusterVersionDoc,
+  path: readonly (PathRelease & { payload?: readonly string[] })[],
+): PassedRelease[] {
   if (path.length < 2 || path.some((r) => !r.payload)) return [];
   const done = completedVersions(cv);
   let last = -1;
-  path.forEach((r, i) => { if (done.has(r.version)) last = i; });
+  path.forEach((r, i) => {
+    if (done.has(r.version)) last = i;
+  });
   if (last < 0) return [];
   const now = running(cv);
   const before = [...pathStarts(cv, path), ...path.slice(0, last).map((r) => r.version)];
-  return [...new Set(before)].filter((v) => v !== now).map((version) => ({ version, after: path[last]!.version }));
+  return [...new Set(before)]
+    .filter((v) => v !== now)
+    .map((version) => ({ version, after: path[last]!.version }));
 }
 
 /** The versions whose PinnedImageSets stay: the running one, and the one a path started from until a release of the path Completed. */
 export function keptReleases(cv: ClusterVersionDoc, path: readonly PathRelease[]): string[] {
   const now = running(cv);
   const passed = new Set(passedReleases(cv, path).map((p) => p.version));
-  return [...new Set([...(now ? [now] : []), ...pathStarts(cv, path)])].filter((v) => !passed.has(v));
+  return [...new Set([...(now ? [now] : []), ...pathStarts(cv, path)])].filter(
+    (v) => !passed.has(v),
+  );
 }
 
 /** Applies the signature ConfigMap (unless dryRun), checks the version graph, gathers warnings. */
-export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean } = {}): Promise<PrepareResult> {
+export async function prepareCluster(
+  apis: AdminApis,
+  b: AdminBundle,
+  opts: { dryRun?: boolean } = {},
+): Promise<PrepareResult> {
   const path = releasesOf(b);
   for (const r of path) releaseImageByDigest(r);
   const bare = requireSignatures(path);
@@ -232,16 +382,47 @@ export async function prepareCluster(apis: AdminApis, b: AdminBundle, opts: { dr
   const cv = await readClusterVersion(apis);
   const runningVersion = checkGraph(b, cv, warnings);
   const { configMap: cm, changed } = await prepareSignatures(apis, path, opts.dryRun === true);
-  warnings.push(...await autoscalingWarnings(apis));
+  warnings.push(...(await autoscalingWarnings(apis)));
   const pods = await listAll('list pods', (q) => apis.core.listPodForAllNamespaces(q), pickPod);
   warnings.push(...pullAlwaysWarnings(pods, b));
   const r = await readRollup(apis, { digest: b.fileDigest, clusterVersion: cv });
-  const holdings = nodeHoldings(r.rows.map((x) => x.node), r.holdings ?? {}, bundleImageNames(b.images));
-  if (opts.dryRun) return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: true, holdings };
+  const holdings = nodeHoldings(
+    r.rows.map((x) => x.node),
+    r.holdings ?? {},
+    bundleImageNames(b.images),
+  );
+  if (opts.dryRun)
+    return {
+      configMap: cm,
+      changed,
+      ...(runningVersion ? { runningVersion } : {}),
+      warnings,
+      dryRun: true,
+      holdings,
+    };
   // the gate learns the release image here (every release's, on a path), so oc adm upgrade --to-image passes once the nodes are ready
-  const gate = await publishGate(apis, r, { by: 'bundle cluster prepare', release: gateRelease(b) });
-  const pinned = r.ready ? await applyPinnedImageSets(apis, b, keptReleases(cv, path), passedReleases(cv, path)) : { applied: [], removed: [], skipped: 'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them' };
-  return { configMap: cm, changed, ...(runningVersion ? { runningVersion } : {}), warnings, dryRun: false, gate, pinned, holdings };
+  const gate = await publishGate(apis, r, {
+    by: 'bundle cluster prepare',
+    release: gateRelease(b),
+  });
+  const pinned = r.ready
+    ? await applyPinnedImageSets(apis, b, keptReleases(cv, path), passedReleases(cv, path))
+    : {
+        applied: [],
+        removed: [],
+        skipped:
+          'not every node holds the images yet (the MCD would pull what a node lacks, and degrade its pool without a registry): run prepare again once "bundle cluster status" exits 0, or let upgrade write them',
+      };
+  return {
+    configMap: cm,
+    changed,
+    ...(runningVersion ? { runningVersion } : {}),
+    warnings,
+    dryRun: false,
+    gate,
+    pinned,
+    holdings,
+  };
 }
 
 export interface UpgradeResult {
@@ -262,7 +443,11 @@ export interface UpgradeResult {
  * and (NOT_AN_UPGRADE_SOURCE) unless the running version is an accepted source. Then a merge
  * patch of ClusterVersion spec.desiredUpdate (image by digest, version, force: false).
  */
-export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean; selector?: string } = {}): Promise<UpgradeResult> {
+export async function upgradeCluster(
+  apis: AdminApis,
+  b: AdminBundle,
+  opts: { dryRun?: boolean; selector?: string } = {},
+): Promise<UpgradeResult> {
   const image = releaseImageByDigest(b);
   // a dry run names every blocker at once; a real run stops at the first
   const blockers: ClusterError[] = [];
@@ -270,12 +455,29 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
     if (!opts.dryRun) throw e;
     blockers.push(e);
   };
-  const r = await readRollup(apis, { digest: b.fileDigest, ...(opts.selector ? { selector: opts.selector } : {}) });
-  if (!r.ready) block(new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`));
+  const r = await readRollup(apis, {
+    digest: b.fileDigest,
+    ...(opts.selector ? { selector: opts.selector } : {}),
+  });
+  if (!r.ready)
+    block(
+      new ClusterError(
+        'NODES_NOT_READY',
+        `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`,
+      ),
+    );
   const bare = requireSignatures(releasesOf(b));
   if (bare) block(bare);
-  const missing = b.signatures.length ? await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures)) : [];
-  if (missing.length) block(new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`));
+  const missing = b.signatures.length
+    ? await missingSignatureKeys(apis, signatureConfigMap(b.digest!, b.signatures))
+    : [];
+  if (missing.length)
+    block(
+      new ClusterError(
+        'NOT_PREPARED',
+        `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`,
+      ),
+    );
   const cv = await readClusterVersion(apis);
   let now: string | undefined;
   try {
@@ -285,17 +487,40 @@ export async function upgradeCluster(apis: AdminApis, b: AdminBundle, opts: { dr
     block(err);
   }
   if (blockers.length === 1) throw blockers[0]!;
-  if (blockers.length > 1) throw new ClusterError(blockers[0]!.code, `${blockers.length} things stand in the way: ${blockers.map((e) => `${e.code}: ${e.message}`).join('; ')}`);
+  if (blockers.length > 1)
+    throw new ClusterError(
+      blockers[0]!.code,
+      `${blockers.length} things stand in the way: ${blockers.map((e) => `${e.code}: ${e.message}`).join('; ')}`,
+    );
   const patch = { spec: { desiredUpdate: { image, version: b.version, force: false as const } } };
   const changed = cv.spec?.desiredUpdate?.image !== image;
   // written just before the change, from the roll-up just read: the cluster's check then agrees with ours
   // (a dry run writes nothing; a selection of nodes speaks for no other)
   const writes = !opts.dryRun && !opts.selector;
-  const gate = writes ? await publishGate(apis, r, { by: 'bundle cluster upgrade', release: { version: b.version, image } }) : undefined;
+  const gate = writes
+    ? await publishGate(apis, r, {
+        by: 'bundle cluster upgrade',
+        release: { version: b.version, image },
+      })
+    : undefined;
   // before the MCO starts on the new OS image: it must find it pinned in containers-storage
   const pinned = writes ? await applyPinnedImageSets(apis, b, now ? [now] : []) : undefined;
   if (changed && !opts.dryRun) {
-    await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
+    await apiCall('update ClusterVersion "version"', () =>
+      apis.custom.patchClusterCustomObject(
+        { ...CV, body: patch },
+        requestOptions(undefined, 'application/merge-patch+json'),
+      ),
+    );
   }
-  return { image, ocCommand: ocCommand(image), patch, changed, dryRun: opts.dryRun === true, rollup: r, ...(gate ? { gate } : {}), ...(pinned ? { pinned } : {}) };
+  return {
+    image,
+    ocCommand: ocCommand(image),
+    patch,
+    changed,
+    dryRun: opts.dryRun === true,
+    rollup: r,
+    ...(gate ? { gate } : {}),
+    ...(pinned ? { pinned } : {}),
+  };
 }

@@ -29,30 +29,75 @@ export interface NodeHoldings {
   lacks: string[];
 }
 
-const none = (node: string): NodeHoldings => ({ node, published: false, names: 0, held: 0, pinned: 0, missing: 0, unknown: 0, pinsReported: false, lacks: [] });
+const none = (node: string): NodeHoldings => ({
+  node,
+  published: false,
+  names: 0,
+  held: 0,
+  pinned: 0,
+  missing: 0,
+  unknown: 0,
+  pinsReported: false,
+  lacks: [],
+});
 
 /** From the agent's own list: the names of the bundles it loaded, which it lacks, which it does not pin. */
 function ofLoaded(node: string, h: RuntimeHoldings): NodeHoldings {
   const names = h.bundle.refs;
   const missing = Math.min(names, h.bundle.missing.length);
   // a cut list names only some of what it lacks or leaves unpinned: the rest is not known, never held
-  if (h.bundle.truncated) return { node, published: true, names, held: 0, pinned: 0, missing, unknown: names - missing, pinsReported: h.pinsReported, lacks: h.bundle.missing.slice(0, MAX_LACKS_NAMED) };
+  if (h.bundle.truncated)
+    return {
+      node,
+      published: true,
+      names,
+      held: 0,
+      pinned: 0,
+      missing,
+      unknown: names - missing,
+      pinsReported: h.pinsReported,
+      lacks: h.bundle.missing.slice(0, MAX_LACKS_NAMED),
+    };
   const held = names - missing;
   const pinned = h.pinsReported ? Math.max(0, held - h.bundle.unpinned.length) : 0;
-  return { node, published: true, names, held, pinned, missing, unknown: 0, pinsReported: h.pinsReported, lacks: h.bundle.missing.slice(0, MAX_LACKS_NAMED) };
+  return {
+    node,
+    published: true,
+    names,
+    held,
+    pinned,
+    missing,
+    unknown: 0,
+    pinsReported: h.pinsReported,
+    lacks: h.bundle.missing.slice(0, MAX_LACKS_NAMED),
+  };
 }
 
 /**
  * Per node (in the order given), what it holds of `bundleNames` (a bundle's image names,
  * bundleImageNames), or of its own loaded bundles when that is undefined.
  */
-export function nodeHoldings(nodes: readonly string[], holdings: Readonly<Record<string, RuntimeHoldings>>, bundleNames?: Iterable<string>): NodeHoldings[] {
+export function nodeHoldings(
+  nodes: readonly string[],
+  holdings: Readonly<Record<string, RuntimeHoldings>>,
+  bundleNames?: Iterable<string>,
+): NodeHoldings[] {
   const names = bundleNames ? [...new Set(bundleNames)].sort() : undefined;
   return nodes.map((node) => {
     const h = holdings[node];
     if (!h) return none(node);
     if (!names) return ofLoaded(node, h);
-    const out: NodeHoldings = { node, published: true, names: names.length, held: 0, pinned: 0, missing: 0, unknown: 0, pinsReported: h.pinsReported, lacks: [] };
+    const out: NodeHoldings = {
+      node,
+      published: true,
+      names: names.length,
+      held: 0,
+      pinned: 0,
+      missing: 0,
+      unknown: 0,
+      pinsReported: h.pinsReported,
+      lacks: [],
+    };
     for (const name of names) {
       const s = heldState(h, name);
       if (s === 'pinned' || s === 'unpinned') out.held++;
@@ -69,9 +114,12 @@ export function nodeHoldings(nodes: readonly string[], holdings: Readonly<Record
 
 /** "node-a: holds 12 of 12 image names of 4.15.1, 12 pinned" / "…; lacks 3: a, b and 1 more". */
 export function holdingsLine(h: NodeHoldings, of: string): string {
-  if (!h.published) return `${h.node}: publishes nothing of its runtime (an older agent, or no load since it started): what it holds of ${of} is not known`;
+  if (!h.published)
+    return `${h.node}: publishes nothing of its runtime (an older agent, or no load since it started): what it holds of ${of} is not known`;
   const pins = h.pinsReported ? `, ${h.pinned} pinned` : ' (its runtime reports no pins)';
   const unknown = h.unknown ? `, ${h.unknown} not known (its list was cut)` : '';
-  const lacks = h.missing ? `; lacks ${h.missing}: ${h.lacks.join(', ')}${h.missing > h.lacks.length ? ` and ${h.missing - h.lacks.length} more` : ''}` : '';
+  const lacks = h.missing
+    ? `; lacks ${h.missing}: ${h.lacks.join(', ')}${h.missing > h.lacks.length ? ` and ${h.missing - h.lacks.length} more` : ''}`
+    : '';
   return `${h.node}: holds ${h.held} of ${h.names} image names of ${of}${pins}${unknown}${lacks}`;
 }

@@ -42,7 +42,8 @@ export interface PathStatus {
 /** Characters of the reason a path was not read, in the status line and on the page. */
 const MAX_PATH_UNREAD_CHARS = 300;
 
-const reasonOf = (err: unknown) => truncate(err instanceof Error ? err.message : String(err), MAX_PATH_UNREAD_CHARS);
+const reasonOf = (err: unknown) =>
+  truncate(err instanceof Error ? err.message : String(err), MAX_PATH_UNREAD_CHARS);
 
 /**
  * The path and the cluster's hop on it, or undefined: no gate, no path in it, not OpenShift, or
@@ -50,12 +51,22 @@ const reasonOf = (err: unknown) => truncate(err instanceof Error ? err.message :
  * ("path: not read (…)"), never thrown: the table and the page stand without the path.
  * `clusterVersion`: the one a roll-up read already (not read again).
  */
-export async function readPathStatus(apis: AdminApis, read: { clusterVersion?: unknown } = {}): Promise<PathStatus | undefined> {
+export async function readPathStatus(
+  apis: AdminApis,
+  read: { clusterVersion?: unknown } = {},
+): Promise<PathStatus | undefined> {
   try {
     return await readPath(apis, read);
   } catch (err) {
     const unread = reasonOf(err);
-    return { path: [], releases: [], hop: 0, underWay: false, unread, line: `path: not read (${unread})` };
+    return {
+      path: [],
+      releases: [],
+      hop: 0,
+      underWay: false,
+      unread,
+      line: `path: not read (${unread})`,
+    };
   }
 }
 
@@ -69,11 +80,25 @@ const quiet = async <T>(what: string, fn: () => Promise<T>) => {
   }
 };
 
-async function readPath(apis: AdminApis, read: { clusterVersion?: unknown }): Promise<PathStatus | undefined> {
-  const gate = await quiet(`read ${GATE_PLURAL}.${GROUP} "${GATE_NAME}"`, () => apis.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: GATE_PLURAL, name: GATE_NAME })) as { spec?: { path?: unknown } } | undefined;
+async function readPath(
+  apis: AdminApis,
+  read: { clusterVersion?: unknown },
+): Promise<PathStatus | undefined> {
+  const gate = (await quiet(`read ${GATE_PLURAL}.${GROUP} "${GATE_NAME}"`, () =>
+    apis.custom.getClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: GATE_PLURAL,
+      name: GATE_NAME,
+    }),
+  )) as { spec?: { path?: unknown } } | undefined;
   const path = gatePath(gate?.spec?.path);
   if (!path) return undefined;
-  const cv = ('clusterVersion' in read ? read.clusterVersion : await quiet('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV))) as ClusterVersionDoc | undefined;
+  const cv = (
+    'clusterVersion' in read
+      ? read.clusterVersion
+      : await quiet('read ClusterVersion "version"', () => apis.custom.getClusterCustomObject(CV))
+  ) as ClusterVersionDoc | undefined;
   if (!cv || typeof cv !== 'object') return undefined;
   const now = Array.isArray(cv.status?.history) ? running(cv) : undefined;
   const next = path.findIndex((r) => r.version === now) + 1;
@@ -82,14 +107,38 @@ async function readPath(apis: AdminApis, read: { clusterVersion?: unknown }): Pr
   const underWay = !!target && digest !== undefined && digest === target.image.split('@')[1];
   // the hop to start waits on the running release's admin gates: read only then; a failed read leaves the rest standing
   let acksUnread: string | undefined;
-  const acks = target && !underWay ? (await quiet('read the admin gates', () => acksNeeded(apis, now, target.version)).catch((err: unknown) => { acksUnread = reasonOf(err); return undefined; }) ?? []) : [];
+  const acks =
+    target && !underWay
+      ? ((await quiet('read the admin gates', () => acksNeeded(apis, now, target.version)).catch(
+          (err: unknown) => {
+            acksUnread = reasonOf(err);
+            return undefined;
+          },
+        )) ?? [])
+      : [];
   const s = { path, ...(now ? { running: now } : {}), hop: next + 1, underWay };
-  const line = hopLine({ ...s, state: underWay ? 'waiting' : 'started' }) + (acksUnread ? `; admin gates not read (${acksUnread})` : '');
-  return { ...s, releases: releaseStates(path, next, underWay, acks.map((a) => a.gate)), line };
+  const line =
+    hopLine({ ...s, state: underWay ? 'waiting' : 'started' }) +
+    (acksUnread ? `; admin gates not read (${acksUnread})` : '');
+  return {
+    ...s,
+    releases: releaseStates(
+      path,
+      next,
+      underWay,
+      acks.map((a) => a.gate),
+    ),
+    line,
+  };
 }
 
 /** Each release's state from the index of the hop under way or next, and the gates that hop waits on. */
-function releaseStates(path: readonly { version: string; image: string }[], next: number, underWay: boolean, acks: readonly string[]): PathReleaseStatus[] {
+function releaseStates(
+  path: readonly { version: string; image: string }[],
+  next: number,
+  underWay: boolean,
+  acks: readonly string[],
+): PathReleaseStatus[] {
   return path.map((r, i): PathReleaseStatus => {
     if (i < next) return { ...r, state: 'done' };
     if (i === next && underWay) return { ...r, state: 'in progress' };

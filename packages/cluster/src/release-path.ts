@@ -29,7 +29,15 @@ interface PathSource {
 /** The bundle's releases in the order a cluster takes them (one for a bundle of one release). */
 export function releasesOf(b: PathSource): PathRelease[] {
   if (b.path?.length) return b.path;
-  return [{ version: b.version, image: b.image, digest: b.digest, upgradeFrom: b.upgradeFrom, signatures: b.signatures }];
+  return [
+    {
+      version: b.version,
+      image: b.image,
+      digest: b.digest,
+      upgradeFrom: b.upgradeFrom,
+      signatures: b.signatures,
+    },
+  ];
 }
 
 /** "4.14.30 → 4.15.40 → 4.16.2": the path from the version it starts from. */
@@ -44,7 +52,10 @@ export interface PathPosition {
 }
 
 /** What the path's first release upgrades from, for a refusal. */
-const sourcesOf = (first: PathRelease) => (first.upgradeFrom.length ? first.upgradeFrom.join(', ') : `any release older than ${first.version}`);
+const sourcesOf = (first: PathRelease) =>
+  first.upgradeFrom.length
+    ? first.upgradeFrom.join(', ')
+    : `any release older than ${first.version}`;
 
 /**
  * Where a cluster that runs `running` stands on `path`: on a release of it, or on a version
@@ -52,10 +63,20 @@ const sourcesOf = (first: PathRelease) => (first.upgradeFrom.length ? first.upgr
  * policy reads it (positionOnPath). Anything else is refused (NOT_AN_UPGRADE_SOURCE), naming
  * what the path starts from.
  */
-export function pathPosition(path: readonly PathRelease[], running: string | undefined): PathPosition {
+export function pathPosition(
+  path: readonly PathRelease[],
+  running: string | undefined,
+): PathPosition {
   const done = positionOnPath(path, running);
   if (done !== undefined) return { done, ...(running ? { running } : {}) };
   const first = path[0]!;
-  if (path.length === 1) throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${running ?? 'no completed version'}, which ${first.version} does not accept as a source (it accepts ${sourcesOf(first)}): build a bundle for an intermediate version first`);
-  throw new ClusterError('NOT_AN_UPGRADE_SOURCE', `the cluster runs ${running ?? 'no completed version'}, which no release of the bundle's path ${pathWords(path)} accepts as a source (it starts from ${sourcesOf(first)}): build a bundle for an intermediate version first`);
+  if (path.length === 1)
+    throw new ClusterError(
+      'NOT_AN_UPGRADE_SOURCE',
+      `the cluster runs ${running ?? 'no completed version'}, which ${first.version} does not accept as a source (it accepts ${sourcesOf(first)}): build a bundle for an intermediate version first`,
+    );
+  throw new ClusterError(
+    'NOT_AN_UPGRADE_SOURCE',
+    `the cluster runs ${running ?? 'no completed version'}, which no release of the bundle's path ${pathWords(path)} accepts as a source (it starts from ${sourcesOf(first)}): build a bundle for an intermediate version first`,
+  );
 }

@@ -11,7 +11,20 @@
 import { truncate } from '@offline-bundle/status';
 import { apiCall, ClusterError, requestOptions, type AdminApis } from '@offline-bundle/kube';
 import { nextSteps, readRollup, type Rollup } from './cluster-rollup.js';
-import { CV, gateRelease, keptReleases, ocCommand, passedReleases, readClusterVersion, releaseImageByDigest, requireSignatures, running, unpreparedKeys, type AdminBundle, type ClusterVersionDoc } from './cluster-upgrade.js';
+import {
+  CV,
+  gateRelease,
+  keptReleases,
+  ocCommand,
+  passedReleases,
+  readClusterVersion,
+  releaseImageByDigest,
+  requireSignatures,
+  running,
+  unpreparedKeys,
+  type AdminBundle,
+  type ClusterVersionDoc,
+} from './cluster-upgrade.js';
 import { acknowledge, acksNeeded, ocAck, ADMIN_GATES, type AdminGate } from './admin-acks.js';
 import { ocPausePool, setPaused, workerPools, type PoolState } from './machine-pools.js';
 import { applyPinnedImageSets, type PinnedSetsResult } from './pinned-image-sets.js';
@@ -55,7 +68,8 @@ function asks(cv: ClusterVersionDoc, r: PathRelease): boolean {
 }
 
 /** The newest history entry for `version`, as the CVO writes it (Partial while under way). */
-const historyState = (cv: ClusterVersionDoc, version: string) => cv.status?.history?.find((h) => h.version === version)?.state;
+const historyState = (cv: ClusterVersionDoc, version: string) =>
+  cv.status?.history?.find((h) => h.version === version)?.state;
 
 /** Characters of the CVO's own message quoted while a hop waits. */
 const MAX_CVO_MESSAGE_CHARS = 300;
@@ -63,31 +77,87 @@ const MAX_CVO_MESSAGE_CHARS = 300;
 /** What the CVO says stands in the way of the hop under way (a refused signature, a failing operator), if anything. */
 function cvoSays(cv: ClusterVersionDoc): string | undefined {
   const conds = Array.isArray(cv.status?.conditions) ? cv.status!.conditions : [];
-  const c = conds.find((x) => (x?.type === 'ReleaseAccepted' && x.status === 'False') || (x?.type === 'Failing' && x.status === 'True'));
-  return c && typeof c.message === 'string' ? `${c.type}: ${truncate(c.message, MAX_CVO_MESSAGE_CHARS)}` : undefined;
+  const c = conds.find(
+    (x) =>
+      (x?.type === 'ReleaseAccepted' && x.status === 'False') ||
+      (x?.type === 'Failing' && x.status === 'True'),
+  );
+  return c && typeof c.message === 'string'
+    ? `${c.type}: ${truncate(c.message, MAX_CVO_MESSAGE_CHARS)}`
+    : undefined;
 }
 
-const WAIT_OC = 'oc get clusterversion version -o jsonpath=\'{.status.history[0].version} {.status.history[0].state}{"\\n"}\'';
+const WAIT_OC =
+  'oc get clusterversion version -o jsonpath=\'{.status.history[0].version} {.status.history[0].state}{"\\n"}\'';
 
-interface Where { path: PathRelease[]; cv: ClusterVersionDoc; next: number; underWay: boolean; pools: PoolState[]; acks: AdminGate[]; given: Set<string> }
+interface Where {
+  path: PathRelease[];
+  cv: ClusterVersionDoc;
+  next: number;
+  underWay: boolean;
+  pools: PoolState[];
+  acks: AdminGate[];
+  given: Set<string>;
+}
 
 /** The hops' steps: ack, update, wait for each; states from where the cluster is. */
 function hopSteps(w: Where): PlanStep[] {
   const steps: PlanStep[] = [];
   w.path.forEach((r, i) => {
     const hop = i + 1;
-    const from = i === 0 ? w.cv.status?.history?.find((h) => h.state === 'Completed')?.version : w.path[i - 1]!.version;
-    const minorChange = from !== undefined && from.split('.').slice(0, 2).join('.') !== r.version.split('.').slice(0, 2).join('.');
+    const from =
+      i === 0
+        ? w.cv.status?.history?.find((h) => h.state === 'Completed')?.version
+        : w.path[i - 1]!.version;
+    const minorChange =
+      from !== undefined &&
+      from.split('.').slice(0, 2).join('.') !== r.version.split('.').slice(0, 2).join('.');
     if (i === w.next && !w.underWay) {
-      for (const a of w.acks) steps.push({ kind: 'ack', hop, text: `acknowledge admin gate ${a.gate}${a.reason ? ` ("${a.reason}")` : ''}`, oc: ocAck(a.gate), state: w.given.has(a.gate) ? 'now' : 'blocked' });
+      for (const a of w.acks)
+        steps.push({
+          kind: 'ack',
+          hop,
+          text: `acknowledge admin gate ${a.gate}${a.reason ? ` ("${a.reason}")` : ''}`,
+          oc: ocAck(a.gate),
+          state: w.given.has(a.gate) ? 'now' : 'blocked',
+        });
     } else if (i > w.next && minorChange) {
-      steps.push({ kind: 'ack', hop, text: `acknowledge what ConfigMap ${ADMIN_GATES.namespace}/${ADMIN_GATES.name} asks for once ${from} runs (read then; run this again to see it)`, oc: `oc -n ${ADMIN_GATES.namespace} get cm ${ADMIN_GATES.name} -o yaml`, state: 'later' });
+      steps.push({
+        kind: 'ack',
+        hop,
+        text: `acknowledge what ConfigMap ${ADMIN_GATES.namespace}/${ADMIN_GATES.name} asks for once ${from} runs (read then; run this again to see it)`,
+        oc: `oc -n ${ADMIN_GATES.namespace} get cm ${ADMIN_GATES.name} -o yaml`,
+        state: 'later',
+      });
     }
-    const state: StepState = i < w.next || (i === w.next && w.underWay) ? 'done' : i === w.next ? (w.acks.some((a) => !w.given.has(a.gate)) ? 'blocked' : 'now') : 'later';
-    steps.push({ kind: 'update', hop, text: `hop ${hop} of ${w.path.length}: set ClusterVersion spec.desiredUpdate to ${r.version} (${releaseImageByDigest(r)})`, oc: ocCommand(releaseImageByDigest(r)), state });
-    const waitState: StepState = i < w.next ? 'done' : i === w.next && w.underWay ? 'waiting' : 'later';
-    const says = i === w.next && w.underWay ? ` (it says ${historyState(w.cv, r.version) ?? 'nothing of it yet'}${cvoSays(w.cv) ? `; the CVO: ${cvoSays(w.cv)}` : ''})` : '';
-    steps.push({ kind: 'wait', hop, text: `wait until ClusterVersion's history says ${r.version} Completed${says}`, oc: WAIT_OC, state: waitState });
+    const state: StepState =
+      i < w.next || (i === w.next && w.underWay)
+        ? 'done'
+        : i === w.next
+          ? w.acks.some((a) => !w.given.has(a.gate))
+            ? 'blocked'
+            : 'now'
+          : 'later';
+    steps.push({
+      kind: 'update',
+      hop,
+      text: `hop ${hop} of ${w.path.length}: set ClusterVersion spec.desiredUpdate to ${r.version} (${releaseImageByDigest(r)})`,
+      oc: ocCommand(releaseImageByDigest(r)),
+      state,
+    });
+    const waitState: StepState =
+      i < w.next ? 'done' : i === w.next && w.underWay ? 'waiting' : 'later';
+    const says =
+      i === w.next && w.underWay
+        ? ` (it says ${historyState(w.cv, r.version) ?? 'nothing of it yet'}${cvoSays(w.cv) ? `; the CVO: ${cvoSays(w.cv)}` : ''})`
+        : '';
+    steps.push({
+      kind: 'wait',
+      hop,
+      text: `wait until ClusterVersion's history says ${r.version} Completed${says}`,
+      oc: WAIT_OC,
+      state: waitState,
+    });
   });
   return steps;
 }
@@ -99,47 +169,90 @@ function plan(w: Where, final: string): PlanStep[] {
   // a pool someone else paused (a canary) is theirs: neither paused nor unpaused by us
   const ours = w.pools.filter((p) => !p.paused || p.pausedFor === final);
   const pause = ours.map((p): PlanStep => ({
-    kind: 'pause', text: `pause MachineConfigPool ${p.name} (its nodes keep their OS until after the last hop, then reboot once)`, oc: ocPausePool(p.name, true),
+    kind: 'pause',
+    text: `pause MachineConfigPool ${p.name} (its nodes keep their OS until after the last hop, then reboot once)`,
+    oc: ocPausePool(p.name, true),
     state: p.paused || finished ? 'done' : starting ? 'now' : 'later',
   }));
   const unpause = ours.map((p): PlanStep => ({
-    kind: 'unpause', text: `unpause MachineConfigPool ${p.name} (its nodes update to ${final})`, oc: ocPausePool(p.name, false),
+    kind: 'unpause',
+    text: `unpause MachineConfigPool ${p.name} (its nodes update to ${final})`,
+    oc: ocPausePool(p.name, false),
     state: finished ? (p.paused ? 'now' : 'done') : 'later',
   }));
   return [...pause, ...hopSteps(w), ...unpause];
 }
 
 /** What stands in the way of starting hop `w.next`: nodes, signatures, acks. */
-async function blockersOf(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup): Promise<ClusterError[]> {
+async function blockersOf(
+  apis: AdminApis,
+  b: AdminBundle,
+  w: Where,
+  r: Rollup,
+): Promise<ClusterError[]> {
   const out: ClusterError[] = [];
-  if (!r.ready) out.push(new ClusterError('NODES_NOT_READY', `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`));
+  if (!r.ready)
+    out.push(
+      new ClusterError(
+        'NODES_NOT_READY',
+        `${r.summary}: ${nextSteps(r)}, until "bundle cluster status" exits 0`,
+      ),
+    );
   const bare = requireSignatures(w.path);
   if (bare) out.push(bare);
   const missing = bare ? [] : await unpreparedKeys(apis, w.path);
-  if (missing.length) out.push(new ClusterError('NOT_PREPARED', `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`));
+  if (missing.length)
+    out.push(
+      new ClusterError(
+        'NOT_PREPARED',
+        `the release signature ConfigMap lacks ${missing.join(', ')}: run "bundle cluster prepare" with this bundle first`,
+      ),
+    );
   const unacked = w.acks.filter((a) => !w.given.has(a.gate));
   if (unacked.length) {
     const to = w.path[w.next]!.version;
-    out.push(new ClusterError('ADMIN_ACK_REQUIRED', `${to} waits on the admin's acknowledgement of ${unacked.map((a) => `${a.gate}${a.reason ? ` ("${a.reason}")` : ''}`).join(', ')}: read it, then run ${unacked.map((a) => ocAck(a.gate)).join(' && ')} (or this again with ${unacked.map((a) => `--ack ${a.gate}`).join(' ')})`));
+    out.push(
+      new ClusterError(
+        'ADMIN_ACK_REQUIRED',
+        `${to} waits on the admin's acknowledgement of ${unacked.map((a) => `${a.gate}${a.reason ? ` ("${a.reason}")` : ''}`).join(', ')}: read it, then run ${unacked.map((a) => ocAck(a.gate)).join(' && ')} (or this again with ${unacked.map((a) => `--ack ${a.gate}`).join(' ')})`,
+      ),
+    );
   }
   void b;
   return out;
 }
 
 /** Pins that are not this run's step (after the last hop): a failure is said, with what to do, and the run goes on. */
-async function pinsAfterward(pins: () => Promise<PinnedSetsResult | undefined>): Promise<PinnedSetsResult | undefined> {
+async function pinsAfterward(
+  pins: () => Promise<PinnedSetsResult | undefined>,
+): Promise<PinnedSetsResult | undefined> {
   try {
     return await pins();
   } catch (err) {
-    return { applied: [], removed: [], skipped: `could not update them (${err instanceof Error ? err.message : String(err)}): run the command again` };
+    return {
+      applied: [],
+      removed: [],
+      skipped: `could not update them (${err instanceof Error ? err.message : String(err)}): run the command again`,
+    };
   }
 }
 
 /** Does this run's step: unpause after the last hop (then the pins), or gate, pins, pause, ack and hop `w.next`; once done, the pins alone. */
-async function act(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup, opts: { selector?: string }): Promise<Pick<PathUpgradeResult, 'gate' | 'pinned'>> {
+async function act(
+  apis: AdminApis,
+  b: AdminBundle,
+  w: Where,
+  r: Rollup,
+  opts: { selector?: string },
+): Promise<Pick<PathUpgradeResult, 'gate' | 'pinned'>> {
   const writes = !opts.selector;
   // each run's pins from where the cluster is: a release it has moved past loses its sets from each pool whose nodes moved past it too
-  const pins = (dropOnly = false) => (writes && r.ready ? applyPinnedImageSets(apis, b, keptReleases(w.cv, w.path), passedReleases(w.cv, w.path), { dropOnly }) : Promise.resolve(undefined));
+  const pins = (dropOnly = false) =>
+    writes && r.ready
+      ? applyPinnedImageSets(apis, b, keptReleases(w.cv, w.path), passedReleases(w.cv, w.path), {
+          dropOnly,
+        })
+      : Promise.resolve(undefined);
   if (w.next === w.path.length) {
     // the unpause first: it needs no pin write (every release's sets are in place from the hops), and a paused pool keeps its pins
     const unpausing = w.pools.filter((p) => p.paused && p.pausedFor === b.version);
@@ -149,13 +262,27 @@ async function act(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup, opts: {
     return pinned ? { pinned } : {};
   }
   // the gate and the pins before desiredUpdate, as for one release: the cluster's check then agrees with ours
-  const gate = writes ? await publishGate(apis, r, { by: 'bundle cluster upgrade', release: gateRelease(b) }) : undefined;
+  const gate = writes
+    ? await publishGate(apis, r, { by: 'bundle cluster upgrade', release: gateRelease(b) })
+    : undefined;
   const pinned = await pins();
   for (const p of w.pools) if (!p.paused) await setPaused(apis, p.name, b.version);
-  await acknowledge(apis, w.acks.map((a) => a.gate));
+  await acknowledge(
+    apis,
+    w.acks.map((a) => a.gate),
+  );
   const target = w.path[w.next]!;
-  const patch = { spec: { desiredUpdate: { image: releaseImageByDigest(target), version: target.version, force: false } } };
-  await apiCall('update ClusterVersion "version"', () => apis.custom.patchClusterCustomObject({ ...CV, body: patch }, requestOptions(undefined, 'application/merge-patch+json')));
+  const patch = {
+    spec: {
+      desiredUpdate: { image: releaseImageByDigest(target), version: target.version, force: false },
+    },
+  };
+  await apiCall('update ClusterVersion "version"', () =>
+    apis.custom.patchClusterCustomObject(
+      { ...CV, body: patch },
+      requestOptions(undefined, 'application/merge-patch+json'),
+    ),
+  );
   return { ...(gate ? { gate } : {}), ...(pinned ? { pinned } : {}) };
 }
 
@@ -165,28 +292,54 @@ async function act(apis: AdminApis, b: AdminBundle, w: Where, r: Rollup, opts: {
  * release's signatures; a hop that leaves a minor version also waits on the acknowledgements
  * its admin-gates asks for, unless `ack` names them.
  */
-export async function upgradePath(apis: AdminApis, b: AdminBundle, opts: { dryRun?: boolean; selector?: string; ack?: readonly string[]; onPlan?: (r: PathUpgradeResult) => void } = {}): Promise<PathUpgradeResult> {
+export async function upgradePath(
+  apis: AdminApis,
+  b: AdminBundle,
+  opts: {
+    dryRun?: boolean;
+    selector?: string;
+    ack?: readonly string[];
+    onPlan?: (r: PathUpgradeResult) => void;
+  } = {},
+): Promise<PathUpgradeResult> {
   const path = releasesOf(b);
   const images = path.map((r) => ({ version: r.version, image: releaseImageByDigest(r) }));
   const cv = await readClusterVersion(apis);
   const at = pathPosition(path, running(cv));
   const next = at.done + 1;
-  const underWay = next < path.length && asks(cv, path[next]!) && historyState(cv, path[next]!.version) !== 'Completed';
+  const underWay =
+    next < path.length &&
+    asks(cv, path[next]!) &&
+    historyState(cv, path[next]!.version) !== 'Completed';
   const starting = next < path.length && !underWay;
   const pools = await workerPools(apis);
   const acks = starting ? await acksNeeded(apis, at.running, path[next]!.version) : [];
   const w: Where = { path, cv, next, underWay, pools, acks, given: new Set(opts.ack ?? []) };
-  const r = await readRollup(apis, { digest: b.fileDigest, clusterVersion: cv, ...(opts.selector ? { selector: opts.selector } : {}) });
+  const r = await readRollup(apis, {
+    digest: b.fileDigest,
+    clusterVersion: cv,
+    ...(opts.selector ? { selector: opts.selector } : {}),
+  });
   const blockers = starting ? await blockersOf(apis, b, w, r) : [];
   const steps = plan(w, b.version);
-  const finishing = next === path.length && steps.some((s) => s.kind === 'unpause' && s.state === 'now');
+  const finishing =
+    next === path.length && steps.some((s) => s.kind === 'unpause' && s.state === 'now');
   const state = starting ? 'started' : underWay ? 'waiting' : finishing ? 'finished' : 'done';
-  const base = { dryRun: opts.dryRun === true, path: images, ...(at.running ? { running: at.running } : {}), hop: next + 1, state, steps, blockers, rollup: r } as const;
+  const base = {
+    dryRun: opts.dryRun === true,
+    path: images,
+    ...(at.running ? { running: at.running } : {}),
+    hop: next + 1,
+    state,
+    steps,
+    blockers,
+    rollup: r,
+  } as const;
   // the whole plan is shown before anything changes
   opts.onPlan?.(base);
   if (opts.dryRun || state === 'waiting') return base;
   if (blockers.length) throw blockers[0]!;
-  return { ...base, ...await act(apis, b, w, r, opts) };
+  return { ...base, ...(await act(apis, b, w, r, opts)) };
 }
 
 /** "hop 1 of 2 (4.14.30 → 4.15.40) under way" and the like, for status lines. */

@@ -32,7 +32,8 @@ const PLACE_BATCH = 16;
  * finishes, with the function that did it, so a test proves every origin writes through these
  * (an origin with its own temp, hash and rename would never show here).
  */
-export const stagingProbe: { use?: (writer: (...args: never[]) => unknown, path: string) => void } = {};
+export const stagingProbe: { use?: (writer: (...args: never[]) => unknown, path: string) => void } =
+  {};
 
 /**
  * The files of a layout being staged in `dir`: each entry is written under a temp name and
@@ -45,7 +46,11 @@ export class EntryFiles {
   private readonly inFlight = new Set<Promise<void>>();
   private failure: { err: unknown } | undefined;
 
-  constructor(private readonly dir: string, private readonly fsync: boolean, private readonly onPlaced?: (entry: LayoutEntry) => void) {}
+  constructor(
+    private readonly dir: string,
+    private readonly fsync: boolean,
+    private readonly onPlaced?: (entry: LayoutEntry) => void,
+  ) {}
 
   /** @internal the temp name of an entry being written (EntryAppend writes there too). */
   tempOf(path: string): string {
@@ -64,14 +69,19 @@ export class EntryFiles {
   async write(entry: LayoutEntry, data: Readable): Promise<void> {
     while (this.inFlight.size >= PLACE_BATCH) await Promise.race(this.inFlight);
     if (this.failure) throw this.failure.err;
-    await pipeline(data, createWriteStream(this.tempOf(entry.path), { flags: 'wx', highWaterMark: WRITE_BUFFER }));
+    await pipeline(
+      data,
+      createWriteStream(this.tempOf(entry.path), { flags: 'wx', highWaterMark: WRITE_BUFFER }),
+    );
   }
 
   /** The entry written last hashed to its signed digest: synced and renamed into place in the background. */
   place(entry: LayoutEntry): void {
-    const p: Promise<void> = this.placeNow(entry).catch((err: unknown) => {
-      this.failure ??= { err };
-    }).finally(() => this.inFlight.delete(p));
+    const p: Promise<void> = this.placeNow(entry)
+      .catch((err: unknown) => {
+        this.failure ??= { err };
+      })
+      .finally(() => this.inFlight.delete(p));
     this.inFlight.add(p);
   }
 
@@ -102,7 +112,10 @@ export class EntryFiles {
 
 /** The refusal of an entry whose bytes are not the ones bundle.json lists: the same words from every origin. */
 export function entryMismatch(path: string, actual: string, listed: string): FormatError {
-  return new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(path)} hashes to ${actual}; bundle.json lists ${listed}: the bundle is damaged or was altered`);
+  return new FormatError(
+    'BLOB_DIGEST_MISMATCH',
+    `entry ${quoteName(path)} hashes to ${actual}; bundle.json lists ${listed}: the bundle is damaged or was altered`,
+  );
 }
 
 export interface AppendOptions {
@@ -124,7 +137,10 @@ export class EntryAppend {
   got = 0;
   private hash = newSha256();
 
-  constructor(private readonly files: EntryFiles, readonly entry: LayoutEntry) {}
+  constructor(
+    private readonly files: EntryFiles,
+    readonly entry: LayoutEntry,
+  ) {}
 
   private get temp(): string {
     return this.files.tempOf(this.entry.path);
@@ -132,7 +148,13 @@ export class EntryAppend {
 
   async append(data: Readable, opts: AppendOptions = {}): Promise<void> {
     const { entry } = this;
-    const overflow = opts.overflow ?? (() => new FormatError('OVERSIZED_ENTRY', `entry ${quoteName(entry.path)} is longer than the ${entry.size} bytes bundle.json lists`));
+    const overflow =
+      opts.overflow ??
+      (() =>
+        new FormatError(
+          'OVERSIZED_ENTRY',
+          `entry ${quoteName(entry.path)} is longer than the ${entry.size} bytes bundle.json lists`,
+        ));
     const hashing = new Transform({
       transform: (chunk: Buffer, _e, cb) => {
         if (this.got + chunk.length > entry.size) return cb(overflow());
@@ -142,7 +164,10 @@ export class EntryAppend {
         cb(null, chunk);
       },
     });
-    const out = createWriteStream(this.temp, { flags: this.got ? 'a' : 'w', highWaterMark: WRITE_BUFFER });
+    const out = createWriteStream(this.temp, {
+      flags: this.got ? 'a' : 'w',
+      highWaterMark: WRITE_BUFFER,
+    });
     try {
       await pipeline(data, hashing, out);
     } catch (err) {
@@ -154,9 +179,14 @@ export class EntryAppend {
 
   /** After a failed append: the temp file's bytes, hashed again, are the entry so far. Returns how many counted bytes did not land. */
   async recount(): Promise<number> {
-    const size = await stat(this.temp).then((s) => Math.min(s.size, this.entry.size), () => 0);
+    const size = await stat(this.temp).then(
+      (s) => Math.min(s.size, this.entry.size),
+      () => 0,
+    );
     const hash = newSha256();
-    if (size > 0) for await (const c of createReadStream(this.temp, { end: size - 1 })) hash.update(c as Buffer);
+    if (size > 0)
+      for await (const c of createReadStream(this.temp, { end: size - 1 }))
+        hash.update(c as Buffer);
     const lost = this.got - size;
     this.hash = hash;
     this.got = size;
@@ -177,7 +207,11 @@ export class EntryAppend {
     const actual = 'sha256:' + this.hash.digest('hex');
     if (got !== entry.size || actual !== entry.digest) {
       await this.discard();
-      if (got !== entry.size) throw new FormatError('SIZE_MISMATCH', `entry ${quoteName(entry.path)} is ${got} bytes; bundle.json lists ${entry.size}`);
+      if (got !== entry.size)
+        throw new FormatError(
+          'SIZE_MISMATCH',
+          `entry ${quoteName(entry.path)} is ${got} bytes; bundle.json lists ${entry.size}`,
+        );
       throw entryMismatch(entry.path, actual, entry.digest);
     }
     await this.files.placeNow(entry);

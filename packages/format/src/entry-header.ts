@@ -15,7 +15,14 @@ import { octal } from './ustar.js';
  * read differently from another (a prefix, a GNU magic, digits after a NUL, an mtime).
  */
 export function canonicalHeader(name: string, size: number): Buffer | undefined {
-  if (name.length === 0 || name.length > 100 || !/^[\x21-\x7e]+$/.test(name) || !Number.isSafeInteger(size) || size < 0) return undefined;
+  if (
+    name.length === 0 ||
+    name.length > 100 ||
+    !/^[\x21-\x7e]+$/.test(name) ||
+    !Number.isSafeInteger(size) ||
+    size < 0
+  )
+    return undefined;
   const b = Buffer.alloc(TAR_BLOCK);
   b.write(name, 0, 'latin1');
   b.write('000644 \0', 100, 'latin1');
@@ -41,13 +48,27 @@ export function canonicalHeader(name: string, size: number): Buffer | undefined 
 }
 
 const FIELDS: [string, number, number][] = [
-  ['name', 0, 100], ['mode', 100, 108], ['uid', 108, 116], ['gid', 116, 124], ['size', 124, 136], ['mtime', 136, 148],
-  ['checksum', 148, 156], ['typeflag', 156, 157], ['linkname', 157, 257], ['magic', 257, 263], ['version', 263, 265],
-  ['uname', 265, 297], ['gname', 297, 329], ['devmajor', 329, 337], ['devminor', 337, 345], ['prefix', 345, 500],
+  ['name', 0, 100],
+  ['mode', 100, 108],
+  ['uid', 108, 116],
+  ['gid', 116, 124],
+  ['size', 124, 136],
+  ['mtime', 136, 148],
+  ['checksum', 148, 156],
+  ['typeflag', 156, 157],
+  ['linkname', 157, 257],
+  ['magic', 257, 263],
+  ['version', 263, 265],
+  ['uname', 265, 297],
+  ['gname', 297, 329],
+  ['devmajor', 329, 337],
+  ['devminor', 337, 345],
+  ['prefix', 345, 500],
   ['padding', 500, 512],
 ];
 
-const shown = (bytes: Buffer): string => JSON.stringify(bytes.toString('latin1').replace(/\0+$/, ''));
+const shown = (bytes: Buffer): string =>
+  JSON.stringify(bytes.toString('latin1').replace(/\0+$/, ''));
 
 /**
  * How a header block differs from the canonical header for its own name and size: the first
@@ -57,8 +78,12 @@ const shown = (bytes: Buffer): string => JSON.stringify(bytes.toString('latin1')
 export function headerMismatch(block: Buffer): string | undefined {
   const nameBytes = block.subarray(0, 100);
   const end = nameBytes.indexOf(0);
-  const want = canonicalHeader(nameBytes.toString('latin1', 0, end < 0 ? 100 : end), octal(block, 124, 12));
-  if (!want) return `name ${shown(nameBytes)} or size ${shown(block.subarray(124, 136))}, which the format never writes`;
+  const want = canonicalHeader(
+    nameBytes.toString('latin1', 0, end < 0 ? 100 : end),
+    octal(block, 124, 12),
+  );
+  if (!want)
+    return `name ${shown(nameBytes)} or size ${shown(block.subarray(124, 136))}, which the format never writes`;
   for (const [field, start, stop] of FIELDS) {
     if (!block.subarray(start, stop).equals(want.subarray(start, stop))) {
       return `${field} ${shown(block.subarray(start, stop))} where the format writes ${shown(want.subarray(start, stop))}`;

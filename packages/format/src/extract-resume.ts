@@ -29,14 +29,23 @@ export function bundleIdentity(manifestBytes: Buffer): string {
 }
 
 export async function writeResumeMarker(partial: string, manifestBytes: Buffer): Promise<void> {
-  await writeFileAtomic(join(partial, RESUME_MARKER), JSON.stringify({ bundleJson: bundleIdentity(manifestBytes) }) + '\n');
+  await writeFileAtomic(
+    join(partial, RESUME_MARKER),
+    JSON.stringify({ bundleJson: bundleIdentity(manifestBytes) }) + '\n',
+  );
 }
 
 /** The bundle identity a partial directory's marker names; undefined when it has none this code could have written. */
 export async function partialBundle(partial: string): Promise<string | undefined> {
   try {
-    const parsed = JSON.parse((await readSmallFile(join(partial, RESUME_MARKER), MAX_RESUME_MARKER_BYTES)).bytes.toString('utf8')) as { bundleJson?: unknown };
-    return typeof parsed?.bundleJson === 'string' && IDENTITY.test(parsed.bundleJson) ? parsed.bundleJson : undefined;
+    const parsed = JSON.parse(
+      (await readSmallFile(join(partial, RESUME_MARKER), MAX_RESUME_MARKER_BYTES)).bytes.toString(
+        'utf8',
+      ),
+    ) as { bundleJson?: unknown };
+    return typeof parsed?.bundleJson === 'string' && IDENTITY.test(parsed.bundleJson)
+      ? parsed.bundleJson
+      : undefined;
   } catch {
     return undefined;
   }
@@ -59,13 +68,23 @@ export interface ResumeInfo {
  * signed bundle.json lists. A trusted whole-file digest vouches for nothing before the whole
  * file was hashed, so there a kept piece saves no read and the staging starts over.
  */
-export async function resumableHead(source: BundleSource, partial: string, trust: Trust, known?: Omit<TrustedHead, 'signer'>): Promise<TrustedHead | undefined> {
+export async function resumableHead(
+  source: BundleSource,
+  partial: string,
+  trust: Trust,
+  known?: Omit<TrustedHead, 'signer'>,
+): Promise<TrustedHead | undefined> {
   if (trust.digest || !trust.keys?.length) return undefined;
   const held = await partialBundle(partial);
   if (!held) return undefined;
-  const head = known ?? await readHeader(source);
+  const head = known ?? (await readHeader(source));
   if (bundleIdentity(head.manifestBytes) !== held) return undefined;
-  const signer = checkSignature(head.manifestBytes, head.signature, head.manifest.signer.fingerprint, trust)!;
+  const signer = checkSignature(
+    head.manifestBytes,
+    head.signature,
+    head.manifest.signer.fingerprint,
+    trust,
+  )!;
   checkSigner(head.manifest, signer);
   return { ...head, signer };
 }
@@ -86,7 +105,11 @@ async function sized(dir: string, entry: LayoutEntry): Promise<boolean> {
  * disk kept it (a bad sector, a hand, a power cut on a filesystem without ordered data), and a
  * size check misses a flipped byte. It runs while the missing entries are read from the stick.
  */
-async function hashesRight(dir: string, entry: LayoutEntry, stopped: () => boolean): Promise<boolean | undefined> {
+async function hashesRight(
+  dir: string,
+  entry: LayoutEntry,
+  stopped: () => boolean,
+): Promise<boolean | undefined> {
   const path = join(dir, entry.path);
   const fh = await openRegularFile(path).catch(() => undefined);
   let good = false;
@@ -94,7 +117,10 @@ async function hashesRight(dir: string, entry: LayoutEntry, stopped: () => boole
     try {
       const hash = newSha256();
       let size = 0;
-      for await (const chunk of fh.createReadStream({ highWaterMark: 1024 * 1024, autoClose: false })) {
+      for await (const chunk of fh.createReadStream({
+        highWaterMark: 1024 * 1024,
+        autoClose: false,
+      })) {
         if (stopped()) return undefined;
         hash.update(chunk as Buffer);
         size += (chunk as Buffer).length;
@@ -113,7 +139,11 @@ async function hashesRight(dir: string, entry: LayoutEntry, stopped: () => boole
  * signed digest; anything else under its name is removed. undefined when `stopped` said stop
  * mid-way. What every resume of a staging (from a stick or from peers) keeps an entry by.
  */
-export async function verifiedInPlace(dir: string, entry: LayoutEntry, stopped: () => boolean): Promise<boolean | undefined> {
+export async function verifiedInPlace(
+  dir: string,
+  entry: LayoutEntry,
+  stopped: () => boolean,
+): Promise<boolean | undefined> {
   return (await sized(dir, entry)) ? hashesRight(dir, entry, stopped) : false;
 }
 
@@ -131,10 +161,22 @@ interface ResumeOptions extends Pick<VerifyOptions, 'onProgress' | 'signal'> {
  * that no longer matches is removed and read after the others. Every entry read is hashed to
  * its signed digest before `files` puts it in place.
  */
-export async function resumeInto(source: BundleSource, partial: string, head: TrustedHead, files: EntryFiles, opts: ResumeOptions & { onVerified?: (e: LayoutEntry) => void }): Promise<{ info: ResumeInfo; seekIndex: SeekIndex }> {
+export async function resumeInto(
+  source: BundleSource,
+  partial: string,
+  head: TrustedHead,
+  files: EntryFiles,
+  opts: ResumeOptions & { onVerified?: (e: LayoutEntry) => void },
+): Promise<{ info: ResumeInfo; seekIndex: SeekIndex }> {
   await removeUnfinishedWrites(partial);
   const entries = layoutEntries(head.manifest);
-  const info: ResumeInfo = { keptBytes: 0, totalBytes: 0, keptEntries: 0, totalEntries: entries.length, dropped: 0 };
+  const info: ResumeInfo = {
+    keptBytes: 0,
+    totalBytes: 0,
+    keptEntries: 0,
+    totalEntries: entries.length,
+    dropped: 0,
+  };
   const found: LayoutEntry[] = [];
   const missing: LayoutEntry[] = [];
   for (const e of entries) {
@@ -149,10 +191,21 @@ export async function resumeInto(source: BundleSource, partial: string, head: Tr
   }
   opts.onResume?.({ ...info });
   // a source cut short shows at its end first: named so, not as a seek index gone missing
-  const last = await source.read(source.size - 1, 1).catch((err: unknown) => sourceFailure(source, err));
-  if (last.length < 1) await sourceFailure(source, new FormatError('TRUNCATED', `${source.identity} ends before its ${source.size} bytes: the media was removed or changed; plug it in again`));
+  const last = await source
+    .read(source.size - 1, 1)
+    .catch((err: unknown) => sourceFailure(source, err));
+  if (last.length < 1)
+    await sourceFailure(
+      source,
+      new FormatError(
+        'TRUNCATED',
+        `${source.identity} ends before its ${source.size} bytes: the media was removed or changed; plug it in again`,
+      ),
+    );
   // the headers are held to the signed listing as a verifying pass holds them
-  const reader = await BundleRandomReader.open(source, head.manifest).catch((err: unknown) => sourceFailure(source, err));
+  const reader = await BundleRandomReader.open(source, head.manifest).catch((err: unknown) =>
+    sourceFailure(source, err),
+  );
   let done = info.keptBytes;
   const progress = (n: number) => {
     done += n;
@@ -177,7 +230,13 @@ export async function resumeInto(source: BundleSource, partial: string, head: Tr
       again.push(e);
     }
   })();
-  const [read, checked] = await Promise.allSettled([fetch(missing).catch((err: unknown) => { stop = true; throw err; }), recheck]);
+  const [read, checked] = await Promise.allSettled([
+    fetch(missing).catch((err: unknown) => {
+      stop = true;
+      throw err;
+    }),
+    recheck,
+  ]);
   if (read.status === 'rejected') throw read.reason;
   if (checked.status === 'rejected') throw checked.reason;
   opts.signal?.throwIfAborted();
@@ -187,17 +246,33 @@ export async function resumeInto(source: BundleSource, partial: string, head: Tr
 }
 
 /** Reads entries through the seek index, each hashed to its signed digest, into place. */
-function fetcher(source: BundleSource, reader: BundleRandomReader, files: EntryFiles, progress: (n: number) => void, signal?: AbortSignal) {
+function fetcher(
+  source: BundleSource,
+  reader: BundleRandomReader,
+  files: EntryFiles,
+  progress: (n: number) => void,
+  signal?: AbortSignal,
+) {
   return async (entries: LayoutEntry[]): Promise<void> => {
     for (const e of entries) {
       signal?.throwIfAborted();
       const hash = newSha256();
       let size = 0;
       const data = reader.stream(e.path);
-      const counted = counting(hash, (n) => { size += n; progress(n); }, signal);
+      const counted = counting(
+        hash,
+        (n) => {
+          size += n;
+          progress(n);
+        },
+        signal,
+      );
       data.on('error', (err) => counted.destroy(err));
       // pipe() leaves the source open when the write fails: destroyed, it gives back its frame budget
-      await files.write(e, data.pipe(counted)).catch((err: unknown) => sourceFailure(source, err)).finally(() => data.destroy());
+      await files
+        .write(e, data.pipe(counted))
+        .catch((err: unknown) => sourceFailure(source, err))
+        .finally(() => data.destroy());
       const actual = 'sha256:' + hash.digest('hex');
       if (size !== e.size || actual !== e.digest) {
         throw entryMismatch(e.path, actual, e.digest);
@@ -212,13 +287,24 @@ async function sourceFailure(source: BundleSource, err: unknown): Promise<never>
   if (err instanceof FormatError && err.code !== 'TRUNCATED') throw err;
   const sizeNow = await source.currentSize().catch(() => 0);
   if (sizeNow < source.size) {
-    throw new FormatError('TRUNCATED', `${source.identity} shrank from ${source.size} to ${sizeNow} bytes while being read: the media was removed or changed; plug it in again`, { cause: err });
+    throw new FormatError(
+      'TRUNCATED',
+      `${source.identity} shrank from ${source.size} to ${sizeNow} bytes while being read: the media was removed or changed; plug it in again`,
+      { cause: err },
+    );
   }
-  if (isSystemError(err) && err.syscall === 'read') throw new FormatError('IO_ERROR', `cannot read ${source.identity}: ${err.message}`, { cause: err });
+  if (isSystemError(err) && err.syscall === 'read')
+    throw new FormatError('IO_ERROR', `cannot read ${source.identity}: ${err.message}`, {
+      cause: err,
+    });
   throw err;
 }
 
-function counting(hash: ReturnType<typeof newSha256>, onBytes: (n: number) => void, signal?: AbortSignal): Transform {
+function counting(
+  hash: ReturnType<typeof newSha256>,
+  onBytes: (n: number) => void,
+  signal?: AbortSignal,
+): Transform {
   return new Transform({
     transform(chunk: Buffer, _e, cb) {
       if (signal?.aborted) return cb(signal.reason as Error);

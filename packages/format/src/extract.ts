@@ -4,7 +4,13 @@ import { dirname, join, resolve } from 'node:path';
 import { isSystemError } from './bundle-ends.js';
 import { FormatError } from './errors.js';
 import { EntryFiles, emptyStaging, removeUnfinishedWrites, stagingProbe } from './entry-files.js';
-import { RESUME_MARKER, resumableHead, resumeInto, writeResumeMarker, type ResumeInfo } from './extract-resume.js';
+import {
+  RESUME_MARKER,
+  resumableHead,
+  resumeInto,
+  writeResumeMarker,
+  type ResumeInfo,
+} from './extract-resume.js';
 import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE } from './layout.js';
 import { verifyBundle } from './reader.js';
 import type { VerifiedBundle, VerifyOptions } from './verify-options.js';
@@ -12,7 +18,10 @@ import type { BundleSource } from './source.js';
 import type { BundleManifest } from './manifest.js';
 import { fillFromBase, needsBase, type BaseSource } from './base-fill.js';
 
-export interface ExtractOptions extends Omit<VerifyOptions, 'onEntry' | 'onManifest' | 'onVerified'> {
+export interface ExtractOptions extends Omit<
+  VerifyOptions,
+  'onEntry' | 'onManifest' | 'onVerified'
+> {
   /** Where to build the layout before the rename (default: DIR.partial beside DIR). */
   partialDir?: string;
   /** fsync every entry before its rename into place, so a crash never leaves a "complete" file or layout with holes. */
@@ -63,14 +72,20 @@ const resumable = (trust: ExtractOptions['trust']) => !trust.digest && !!trust.k
  * bundle, which re-checks them and reads only the rest (extract-resume.ts). Either way `dir`
  * itself is only ever complete. `source` is not closed here.
  */
-export async function extractBundle(source: BundleSource, dir: string, opts: ExtractOptions): Promise<ExtractedBundle> {
+export async function extractBundle(
+  source: BundleSource,
+  dir: string,
+  opts: ExtractOptions,
+): Promise<ExtractedBundle> {
   const target = resolve(dir);
   if (!(await isEmptyOrMissing(target))) {
     throw new FormatError('IO_ERROR', `${target} exists and is not empty: choose a new directory`);
   }
   if (opts.head?.manifest.base && !opts.base) throw needsBase(opts.head.manifest, BASE_FIX);
   const partial = opts.partialDir ?? `${target}.partial`;
-  const head = opts.resume ? await resumableHead(source, partial, opts.trust, opts.head) : undefined;
+  const head = opts.resume
+    ? await resumableHead(source, partial, opts.trust, opts.head)
+    : undefined;
   if (!head) await emptyStaging(partial);
   const files = new EntryFiles(partial, opts.fsync !== false, opts.onVerified);
   let keep = !!head;
@@ -91,7 +106,11 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
           // from here on what is written belongs to this signed bundle.json and may be kept
           // best effort: a marker that cannot be written (a full disk) costs only the resume, and
           // the entries' own writes then fail with the disk's error
-          if (opts.resume && resumable(opts.trust)) keep = await writeResumeMarker(partial, manifestBytes).then(() => true, () => false);
+          if (opts.resume && resumable(opts.trust))
+            keep = await writeResumeMarker(partial, manifestBytes).then(
+              () => true,
+              () => false,
+            );
           await fillBase(manifest, files, opts);
         },
         onEntry: (entry, data) => files.write(entry, data),
@@ -103,7 +122,8 @@ export async function extractBundle(source: BundleSource, dir: string, opts: Ext
     return verified;
   } catch (err) {
     await files.quiet();
-    if (!keep || !worthResuming(err, opts.signal)) await rm(partial, { recursive: true, force: true });
+    if (!keep || !worthResuming(err, opts.signal))
+      await rm(partial, { recursive: true, force: true });
     throw err;
   }
 }
@@ -128,7 +148,11 @@ async function fillBase(m: BundleManifest, files: EntryFiles, opts: ExtractOptio
  * refusal asks to free.
  */
 function worthResuming(err: unknown, signal: AbortSignal | undefined): boolean {
-  for (let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0; e && depth < 4; e = e.cause as typeof e, depth++) {
+  for (
+    let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0;
+    e && depth < 4;
+    e = e.cause as typeof e, depth++
+  ) {
     if (e.code === 'ENOSPC' || e.code === 'EDQUOT') return false;
   }
   if (signal?.aborted) return true;
@@ -140,7 +164,11 @@ function worthResuming(err: unknown, signal: AbortSignal | undefined): boolean {
  * The signed description beside the entries, then the whole directory renamed into place: how
  * every staging ends, from a bundle or from peers (agent/src/peers/peer-fetch.ts).
  */
-export async function finishLayout(partial: string, target: string, verified: { manifestBytes: Buffer; signature: Buffer }): Promise<void> {
+export async function finishLayout(
+  partial: string,
+  target: string,
+  verified: { manifestBytes: Buffer; signature: Buffer },
+): Promise<void> {
   await writeFileAtomic(join(partial, BUNDLE_JSON), verified.manifestBytes);
   await writeFileAtomic(join(partial, SIGNATURE), verified.signature);
   await rm(join(partial, RESUME_MARKER), { force: true });
@@ -157,7 +185,9 @@ export async function finishLayout(partial: string, target: string, verified: { 
  * The signed description of an extracted layout (`DIR/bundle.json` and its signature), each read
  * within its format limit: regular files only, so a FIFO or device put there fails at once.
  */
-export async function readLayoutDescription(dir: string): Promise<{ manifestBytes: Buffer; signature: Buffer }> {
+export async function readLayoutDescription(
+  dir: string,
+): Promise<{ manifestBytes: Buffer; signature: Buffer }> {
   const manifestBytes = (await readSmallFile(join(dir, BUNDLE_JSON), MAX_BUNDLE_JSON_BYTES)).bytes;
   const signature = (await readSmallFile(join(dir, SIGNATURE), MAX_SIGNATURE_BYTES)).bytes;
   return { manifestBytes, signature };

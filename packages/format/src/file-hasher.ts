@@ -54,11 +54,16 @@ export class FileHasher {
     this.result = new Promise<string>((resolve, reject) => {
       this.worker.once('message', (m: { digest: string; cpu?: number; bytes: number }) => {
         // its thread's whole life: reading the file back and hashing it
-        addPhase('whole-file hash: its thread', undefined, { ...(m.cpu === undefined ? {} : { cpu: m.cpu }), bytes: m.bytes });
+        addPhase('whole-file hash: its thread', undefined, {
+          ...(m.cpu === undefined ? {} : { cpu: m.cpu }),
+          bytes: m.bytes,
+        });
         resolve(m.digest);
       });
       this.worker.once('error', reject);
-      this.worker.once('exit', (code) => reject(new Error(`the hashing thread ended (exit ${code}) before the digest`)));
+      this.worker.once('exit', (code) =>
+        reject(new Error(`the hashing thread ended (exit ${code}) before the digest`)),
+      );
     });
     this.result.catch(() => undefined);
   }

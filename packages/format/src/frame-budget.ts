@@ -6,7 +6,13 @@
  */
 export const FRAME_BUDGET_BYTES = 64 * 1024 * 1024;
 
-interface Waiter { bytes: number; grant: () => void; refuse: (err: Error) => void; signal?: AbortSignal; onAbort?: () => void }
+interface Waiter {
+  bytes: number;
+  grant: () => void;
+  refuse: (err: Error) => void;
+  signal?: AbortSignal;
+  onAbort?: () => void;
+}
 
 /**
  * A byte-weighted semaphore, strictly first come first served: a large request at the head
@@ -19,7 +25,8 @@ export class ByteBudget {
   private readonly queue: Waiter[] = [];
 
   constructor(readonly capacity: number) {
-    if (!(capacity > 0)) throw new RangeError(`a byte budget needs a positive capacity, not ${capacity}`);
+    if (!(capacity > 0))
+      throw new RangeError(`a byte budget needs a positive capacity, not ${capacity}`);
   }
 
   /** Bytes granted and not yet released. */
@@ -69,7 +76,8 @@ export class ByteBudget {
 
   release(bytes: number): void {
     if (bytes <= 0) return;
-    if (bytes > this.held) throw new RangeError(`releasing ${bytes} bytes of a budget holding ${this.held}`);
+    if (bytes > this.held)
+      throw new RangeError(`releasing ${bytes} bytes of a budget holding ${this.held}`);
     this.held -= bytes;
     this.pump();
   }

@@ -27,11 +27,19 @@ export interface FrameHeader {
  */
 export function parseFrameHeader(head: Buffer): FrameHeader | undefined {
   if (head.length < 5) return undefined;
-  if (head.readUInt32LE(0) !== ZSTD_MAGIC) throw new FormatError('CORRUPT', 'a zstd frame does not start with the zstd magic: the file is damaged or not a bundle');
+  if (head.readUInt32LE(0) !== ZSTD_MAGIC)
+    throw new FormatError(
+      'CORRUPT',
+      'a zstd frame does not start with the zstd magic: the file is damaged or not a bundle',
+    );
   const fhd = head[4]!;
   const fcsFlag = fhd >> 6;
   const singleSegment = (fhd & 0x20) !== 0;
-  if (fhd & 0x08) throw new FormatError('CORRUPT', 'a zstd frame header sets the reserved bit: the file is damaged or not a bundle');
+  if (fhd & 0x08)
+    throw new FormatError(
+      'CORRUPT',
+      'a zstd frame header sets the reserved bit: the file is damaged or not a bundle',
+    );
   const dictBytes = [0, 1, 2, 4][fhd & 0x03]!;
   const fcsBytes = fcsFlag === 0 ? (singleSegment ? 1 : 0) : 1 << fcsFlag;
   const length = 5 + (singleSegment ? 0 : 1) + dictBytes + fcsBytes;
@@ -46,10 +54,14 @@ function frameContentSize(head: Buffer, h: FrameHeader): number | undefined {
   if (fcsBytes === 0) return undefined;
   const at = h.length - fcsBytes;
   switch (fcsBytes) {
-    case 1: return head[at]!;
-    case 2: return head.readUInt16LE(at) + 256;
-    case 4: return head.readUInt32LE(at);
-    default: return Number(head.readBigUInt64LE(at));
+    case 1:
+      return head[at]!;
+    case 2:
+      return head.readUInt16LE(at) + 256;
+    case 4:
+      return head.readUInt32LE(at);
+    default:
+      return Number(head.readBigUInt64LE(at));
   }
 }
 
@@ -63,9 +75,16 @@ export interface WalkedFrame {
 
 /** The format's rule for a data frame's header flags (docs/FORMAT.md §1), as a one-line refusal. */
 export function frameHeaderProblem(h: FrameHeader, at: number): FormatError | undefined {
-  const missing = !h.checksum ? 'a content checksum' : !h.contentSize ? 'its content size' : undefined;
+  const missing = !h.checksum
+    ? 'a content checksum'
+    : !h.contentSize
+      ? 'its content size'
+      : undefined;
   if (!missing) return undefined;
-  return new FormatError('CORRUPT', `the zstd frame at byte ${at} does not record ${missing}, which every bundle frame carries (docs/FORMAT.md §1): the file was not written by bundle create or was altered; rebuild it`);
+  return new FormatError(
+    'CORRUPT',
+    `the zstd frame at byte ${at} does not record ${missing}, which every bundle frame carries (docs/FORMAT.md §1): the file was not written by bundle create or was altered; rebuild it`,
+  );
 }
 
 type State = 'magic' | 'skippable-size' | 'frame-header' | 'block-header' | 'skip';
@@ -105,7 +124,10 @@ export class FrameInspector extends Transform {
    * `fileSize`: where the seek table must end. `hashFrames`: also hash each data frame's
    * compressed bytes, so later reads of the same file can be held to what was walked here.
    */
-  constructor(private readonly fileSize: number, opts: { hashFrames?: boolean } = {}) {
+  constructor(
+    private readonly fileSize: number,
+    opts: { hashFrames?: boolean } = {},
+  ) {
     super();
     if (opts.hashFrames) this.frameHash = createHash('sha256');
   }
@@ -209,7 +231,12 @@ export class FrameInspector extends Transform {
     if (this.frameHash) this.frameHash = createHash('sha256');
     if (!this.inDataFrame) return;
     this.inDataFrame = false;
-    this.frames.push({ compressedOffset: this.frameStart, compressedSize: this.offset - this.frameStart, decompressedSize: this.contentSize, ...(digest ? { digest } : {}) });
+    this.frames.push({
+      compressedOffset: this.frameStart,
+      compressedSize: this.offset - this.frameStart,
+      decompressedSize: this.contentSize,
+      ...(digest ? { digest } : {}),
+    });
   }
 
   /** A skippable frame of `size` bytes after its 8-byte header, which started at frameStart. */
@@ -220,7 +247,12 @@ export class FrameInspector extends Transform {
     // length): the seek-table checks name that; nothing follows it to walk.
     if (end > this.fileSize) return this.stop();
     if (magic !== SKIPPABLE_MAGIC_SEEK_TABLE || end !== this.fileSize) {
-      return this.stop(new FormatError('BAD_SEEK_TABLE', `a skippable zstd frame at byte ${this.frameStart} is not the seek table that ends the file; a bundle has no other (docs/FORMAT.md §1): the file was altered; get a fresh copy`));
+      return this.stop(
+        new FormatError(
+          'BAD_SEEK_TABLE',
+          `a skippable zstd frame at byte ${this.frameStart} is not the seek table that ends the file; a bundle has no other (docs/FORMAT.md §1): the file was altered; get a fresh copy`,
+        ),
+      );
     }
     this.sawSeekTable = true;
     this.skip(size, 'magic');

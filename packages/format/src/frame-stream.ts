@@ -11,7 +11,13 @@ import { FRAME_BYTES } from './layout.js';
 export const FRAME_SLICE_BYTES = 256 * 1024;
 
 /** Decoded bytes [from, to) of frame `frame` (`size` bytes decoded), which costs `weight` bytes of budget while held. */
-export interface FramePiece { frame: number; from: number; to: number; size: number; weight: number }
+export interface FramePiece {
+  frame: number;
+  from: number;
+  to: number;
+  size: number;
+  weight: number;
+}
 
 interface FrameStreamOptions {
   budget: ByteBudget;
@@ -24,7 +30,10 @@ interface FrameStreamOptions {
   copy: boolean;
 }
 
-interface Hold { budget: ByteBudget; bytes: number }
+interface Hold {
+  budget: ByteBudget;
+  bytes: number;
+}
 
 // a stream dropped unread and never destroyed cannot give its share back itself: once it is
 // collected its frame is gone too, so the share is returned then
@@ -36,7 +45,12 @@ function release(hold: Hold): void {
   hold.budget.release(n);
 }
 
-interface Frame { data: Buffer; at: number; end: number; weight: number }
+interface Frame {
+  data: Buffer;
+  at: number;
+  end: number;
+  weight: number;
+}
 
 const NOTHING = Buffer.alloc(0);
 
@@ -60,7 +74,10 @@ export class FrameStream extends Readable {
   private readonly hold: Hold;
   private readonly stop = new AbortController();
 
-  constructor(private readonly pieces: Iterator<FramePiece>, private readonly opts: FrameStreamOptions) {
+  constructor(
+    private readonly pieces: Iterator<FramePiece>,
+    private readonly opts: FrameStreamOptions,
+  ) {
     super();
     this.hold = { budget: opts.budget, bytes: 0 };
     collected.register(this, this.hold, this);
@@ -169,7 +186,10 @@ export class FrameStream extends Readable {
   private pushSlice(): void {
     const c = this.current!;
     const n = this.opts.copy ? Math.min(FRAME_SLICE_BYTES, c.end - c.at) : c.end - c.at;
-    const chunk = this.opts.copy && n < c.data.length ? copyOf(c.data, c.at, n) : c.data.subarray(c.at, c.at + n);
+    const chunk =
+      this.opts.copy && n < c.data.length
+        ? copyOf(c.data, c.at, n)
+        : c.data.subarray(c.at, c.at + n);
     c.at += n;
     if (c.at >= c.end) this.dropFrame();
     this.push(chunk);

@@ -43,12 +43,24 @@ export class FrameWriter extends Writable {
     private readonly raw = false,
   ) {
     super({ highWaterMark: FRAME_BYTES });
-    this.compressor.setParameters({ compressionLevel: level, checksumFlag: true, contentSizeFlag: true });
-    this.fast.setParameters({ compressionLevel: FAST_LEVEL, checksumFlag: true, contentSizeFlag: true });
+    this.compressor.setParameters({
+      compressionLevel: level,
+      checksumFlag: true,
+      contentSizeFlag: true,
+    });
+    this.fast.setParameters({
+      compressionLevel: FAST_LEVEL,
+      checksumFlag: true,
+      contentSizeFlag: true,
+    });
   }
 
   private nextBoundary(): number {
-    while (this.cutIndex < this.cuts.length && this.cuts[this.cutIndex]! <= this.position - this.partBytes) this.cutIndex++;
+    while (
+      this.cutIndex < this.cuts.length &&
+      this.cuts[this.cutIndex]! <= this.position - this.partBytes
+    )
+      this.cutIndex++;
     const frameLimit = this.position - this.partBytes + FRAME_BYTES;
     const cut = this.cuts[this.cutIndex];
     return cut !== undefined && cut < frameLimit ? cut : frameLimit;
@@ -60,7 +72,14 @@ export class FrameWriter extends Writable {
    */
   private probe(data: Buffer): boolean {
     if (data.length < 2 * PROBE_BYTES) return false;
-    return timedSync('compression: probe', () => this.compressor.compress(data.subarray(data.length - PROBE_BYTES)), PROBE_BYTES).length > PROBE_BYTES * INCOMPRESSIBLE;
+    return (
+      timedSync(
+        'compression: probe',
+        () => this.compressor.compress(data.subarray(data.length - PROBE_BYTES)),
+        PROBE_BYTES,
+      ).length >
+      PROBE_BYTES * INCOMPRESSIBLE
+    );
   }
 
   private async flushFrame(): Promise<void> {
@@ -71,9 +90,21 @@ export class FrameWriter extends Writable {
     const start = this.position - data.length;
     // nextBoundary left cutIndex past every cut up to this frame's start
     if (!this.raw && this.cuts[this.cutIndex - 1] === start) this.incompressible = this.probe(data);
-    const kind = this.raw ? 'compression: raw head frames' : this.incompressible ? 'compression: frames stored (incompressible)' : 'compression: frames at the level';
-    const frame = timedSync(kind, () => (this.raw ? rawFrame(data) : (this.incompressible ? this.fast : this.compressor).compress(data)), data.length);
-    if (data.length >= PROBE_BYTES) this.incompressible = frame.length > data.length * INCOMPRESSIBLE;
+    const kind = this.raw
+      ? 'compression: raw head frames'
+      : this.incompressible
+        ? 'compression: frames stored (incompressible)'
+        : 'compression: frames at the level';
+    const frame = timedSync(
+      kind,
+      () =>
+        this.raw
+          ? rawFrame(data)
+          : (this.incompressible ? this.fast : this.compressor).compress(data),
+      data.length,
+    );
+    if (data.length >= PROBE_BYTES)
+      this.incompressible = frame.length > data.length * INCOMPRESSIBLE;
     this.frames.push({ compressedSize: frame.length, decompressedSize: data.length });
     this.parts = [];
     this.partBytes = 0;
@@ -83,7 +114,8 @@ export class FrameWriter extends Writable {
   private assembly: Buffer | undefined;
 
   private assemble(): Buffer {
-    if (!this.assembly || this.assembly.length < this.partBytes) this.assembly = Buffer.allocUnsafe(Math.max(this.partBytes, FRAME_BYTES));
+    if (!this.assembly || this.assembly.length < this.partBytes)
+      this.assembly = Buffer.allocUnsafe(Math.max(this.partBytes, FRAME_BYTES));
     let at = 0;
     for (const p of this.parts) at += p.copy(this.assembly, at);
     return this.assembly.subarray(0, at);

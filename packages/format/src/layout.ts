@@ -76,7 +76,10 @@ export function unwritableVersion(version: number): string | undefined {
 }
 
 /** The one-line reason `feature` cannot go into a bundle of `version`, or undefined when it can. */
-export function featureNeedsVersion(feature: VersionedFeature, version: number): string | undefined {
+export function featureNeedsVersion(
+  feature: VersionedFeature,
+  version: number,
+): string | undefined {
   if (versionAllows(version, feature)) return undefined;
   const needed = VERSIONED_FEATURES[feature];
   return `${feature} needs format version ${needed} or later (bundle-agent ${FORMAT_VERSIONS[needed]!.minReader} or later); format version ${version} cannot carry it: drop --format-version ${version}, or build without ${feature}`;
@@ -92,7 +95,8 @@ export const BLOB_DIR = 'blobs/sha256/';
  * Media type of a release signature carried as a blob (bundle.json release.signatures): the
  * exact bytes of a signature store's signature-N file, an OpenPGP signed message.
  */
-export const RELEASE_SIGNATURE_MEDIA_TYPE = 'application/vnd.offline-bundle.release-signature.v1+pgp';
+export const RELEASE_SIGNATURE_MEDIA_TYPE =
+  'application/vnd.offline-bundle.release-signature.v1+pgp';
 
 export const OCI_LAYOUT_CONTENT = '{"imageLayoutVersion":"1.0.0"}';
 

@@ -1,7 +1,15 @@
 import { quoteName } from '@offline-bundle/host';
 import { sha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { BLOB_DIR, BUNDLE_JSON, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE, blobPath } from './layout.js';
+import {
+  BLOB_DIR,
+  BUNDLE_JSON,
+  INDEX_JSON,
+  OCI_LAYOUT,
+  OCI_LAYOUT_CONTENT,
+  SIGNATURE,
+  blobPath,
+} from './layout.js';
 import type { BundleManifest } from './manifest.js';
 
 interface Listed {
@@ -17,13 +25,17 @@ export function layoutEntries(manifest: BundleManifest): (Listed & { path: strin
   return [
     { path: OCI_LAYOUT, digest: sha256(OCI_LAYOUT_CONTENT), size: OCI_LAYOUT_CONTENT.length },
     { path: INDEX_JSON, digest: manifest.index.digest, size: manifest.index.size },
-    ...manifest.blobs.filter((b) => !b.fromBase).map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size })),
+    ...manifest.blobs
+      .filter((b) => !b.fromBase)
+      .map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size })),
   ];
 }
 
 /** A delta's blobs that are listed but not carried: what the node must hold of its base. Empty for a full bundle. */
 export function baseEntries(manifest: BundleManifest): (Listed & { path: string })[] {
-  return manifest.blobs.filter((b) => b.fromBase).map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size }));
+  return manifest.blobs
+    .filter((b) => b.fromBase)
+    .map((b) => ({ path: blobPath(b.digest), digest: b.digest, size: b.size }));
 }
 
 /** "delta against 4.14.39 (4.14.39, sha256:…): 12 of 340 blobs carried, 1.2 GB of 18.0 GB": the facts inspect and verify show. */
@@ -49,8 +61,12 @@ export function deltaFacts(manifest: BundleManifest): DeltaFacts | undefined {
   const totalBytes = manifest.blobs.reduce((s, b) => s + b.size, 0);
   const baseBytes = fromBase.reduce((s, b) => s + b.size, 0);
   return {
-    base: manifest.base, carriedBlobs: manifest.blobs.length - fromBase.length, totalBlobs: manifest.blobs.length,
-    carriedBytes: totalBytes - baseBytes, totalBytes, baseBytes,
+    base: manifest.base,
+    carriedBlobs: manifest.blobs.length - fromBase.length,
+    totalBlobs: manifest.blobs.length,
+    carriedBytes: totalBytes - baseBytes,
+    totalBytes,
+    baseBytes,
   };
 }
 
@@ -68,7 +84,9 @@ export class ListedEntries {
   private next = 0;
 
   constructor(manifest: BundleManifest) {
-    layoutEntries(manifest).forEach((l, position) => this.byName.set(l.path, { digest: l.digest, size: l.size, position }));
+    layoutEntries(manifest).forEach((l, position) =>
+      this.byName.set(l.path, { digest: l.digest, size: l.size, position }),
+    );
   }
 
   /** Listed sizes in archive order. */
@@ -81,17 +99,34 @@ export class ListedEntries {
     const want = this.byName.get(name);
     if (!want) {
       const again = name === BUNDLE_JSON || name === SIGNATURE;
-      const where = name.startsWith(BLOB_DIR) ? 'a blob bundle.json does not list' : 'outside the layout';
-      throw new FormatError(again ? 'DUPLICATE_ENTRY' : 'UNEXPECTED_ENTRY', `entry ${quoteName(name)} is ${again ? 'a second copy' : where}`);
+      const where = name.startsWith(BLOB_DIR)
+        ? 'a blob bundle.json does not list'
+        : 'outside the layout';
+      throw new FormatError(
+        again ? 'DUPLICATE_ENTRY' : 'UNEXPECTED_ENTRY',
+        `entry ${quoteName(name)} is ${again ? 'a second copy' : where}`,
+      );
     }
-    if (this.seen.has(name)) throw new FormatError('DUPLICATE_ENTRY', `entry ${quoteName(name)} appears twice`);
+    if (this.seen.has(name))
+      throw new FormatError('DUPLICATE_ENTRY', `entry ${quoteName(name)} appears twice`);
     if (want.position < this.next) {
-      throw new FormatError('BAD_ORDER', `entry ${quoteName(name)} comes after an entry listed later; a bundle holds ${OCI_LAYOUT}, ${INDEX_JSON}, then the blobs in bundle.json's order: the file was altered or not written by bundle create`);
+      throw new FormatError(
+        'BAD_ORDER',
+        `entry ${quoteName(name)} comes after an entry listed later; a bundle holds ${OCI_LAYOUT}, ${INDEX_JSON}, then the blobs in bundle.json's order: the file was altered or not written by bundle create`,
+      );
     }
     this.seen.add(name);
     this.next = want.position + 1;
-    if (size > want.size) throw new FormatError('OVERSIZED_ENTRY', `entry ${quoteName(name)} is ${size} bytes; bundle.json lists ${want.size}`);
-    if (size < want.size) throw new FormatError('SIZE_MISMATCH', `entry ${quoteName(name)} is ${size} bytes; bundle.json lists ${want.size}`);
+    if (size > want.size)
+      throw new FormatError(
+        'OVERSIZED_ENTRY',
+        `entry ${quoteName(name)} is ${size} bytes; bundle.json lists ${want.size}`,
+      );
+    if (size < want.size)
+      throw new FormatError(
+        'SIZE_MISMATCH',
+        `entry ${quoteName(name)} is ${size} bytes; bundle.json lists ${want.size}`,
+      );
     return { digest: want.digest, size: want.size };
   }
 

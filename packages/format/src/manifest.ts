@@ -1,7 +1,13 @@
 import { isDigest, isManifestMediaType, type Platform } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
 import { compareVersions } from './release-version.js';
-import { READABLE_VERSIONS, RELEASE_SIGNATURE_MEDIA_TYPE, SCHEMA_VERSION, VERSIONED_FEATURES, versionAllows } from './layout.js';
+import {
+  READABLE_VERSIONS,
+  RELEASE_SIGNATURE_MEDIA_TYPE,
+  SCHEMA_VERSION,
+  VERSIONED_FEATURES,
+  versionAllows,
+} from './layout.js';
 import { validatePieces, type BundlePieces } from './pieces.js';
 
 export interface BundleRelease {
@@ -59,7 +65,8 @@ export interface HopAdds {
 export const OPERATOR_CATALOG_COMPONENT = 'operator-catalog';
 
 /** Whether an image's component names a release payload's part (the release image's "release" among them): one the builder took from a payload. */
-export const isPayloadComponent = (component: string | undefined): boolean => component !== undefined && component !== OPERATOR_CATALOG_COMPONENT;
+export const isPayloadComponent = (component: string | undefined): boolean =>
+  component !== undefined && component !== OPERATOR_CATALOG_COMPONENT;
 
 /** Most releases an update path holds: an EUS-to-EUS upgrade is two; more is a mistake or a bomb. */
 export const MAX_RELEASE_PATH_HOPS = 4;
@@ -102,7 +109,8 @@ export const AGENT_REPOSITORY = 'localhost/offline-bundle/bundle-agent';
  * at most 64 characters (it names an image tag and is shown in status). The one check the
  * builder (--agent-version, the label) and bundle.json's validation share.
  */
-const CANONICAL_SEMVER = /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:-(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?$/;
+const CANONICAL_SEMVER =
+  /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:-(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?$/;
 export function isAgentVersion(v: unknown): v is string {
   if (typeof v !== 'string' || v.length > 64) return false;
   const m = CANONICAL_SEMVER.exec(v);
@@ -110,7 +118,8 @@ export function isAgentVersion(v: unknown): v is string {
   return !!m && [m[1], m[2], m[3]].every((x) => Number(x) <= Number.MAX_SAFE_INTEGER);
 }
 /** What isAgentVersion asks, for messages. */
-export const AGENT_VERSION_RULE = 'a canonical semver version of at most 64 characters, e.g. 0.9.0 or 1.0.0-rc.1 (no leading v, no +build)';
+export const AGENT_VERSION_RULE =
+  'a canonical semver version of at most 64 characters, e.g. 0.9.0 or 1.0.0-rc.1 (no leading v, no +build)';
 
 /** The bundle-agent image a bundle carries, for the agent's self-upgrade. */
 export interface BundleAgent {
@@ -179,16 +188,26 @@ const bad = (msg: string): never => {
 };
 const SAFE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 /** A release version as bundle.json may carry it, and so as it may name `<version>-<arch>` on a node: never a path. */
-export const isReleaseVersion = (v: unknown): v is string => typeof v === 'string' && v.length <= 128 && SAFE_NAME.test(v);
+export const isReleaseVersion = (v: unknown): v is string =>
+  typeof v === 'string' && v.length <= 128 && SAFE_NAME.test(v);
 /** A release arch, by the same rule (at most 32 characters). */
-export const isReleaseArch = (v: unknown): v is string => typeof v === 'string' && v.length <= 32 && SAFE_NAME.test(v);
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+export const isReleaseArch = (v: unknown): v is string =>
+  typeof v === 'string' && v.length <= 32 && SAFE_NAME.test(v);
+const isObj = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
 const str = (v: unknown, where: string, max = 1024): string =>
-  typeof v === 'string' && v.length > 0 && v.length <= max ? v : bad(`${where} must be a non-empty string`);
+  typeof v === 'string' && v.length > 0 && v.length <= max
+    ? v
+    : bad(`${where} must be a non-empty string`);
 const optStr = (v: unknown, where: string): string | null => (v === null ? null : str(v, where));
-const int = (v: unknown, where: string): number => (Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : bad(`${where} must be a non-negative integer`));
-const digest = (v: unknown, where: string): string => (typeof v === 'string' && isDigest(v) ? v : bad(`${where} must be a sha256 digest`));
-const arr = (v: unknown, where: string, max = 1_000_000): unknown[] => (Array.isArray(v) && v.length <= max ? v : bad(`${where} must be a list`));
+const int = (v: unknown, where: string): number =>
+  Number.isSafeInteger(v) && (v as number) >= 0
+    ? (v as number)
+    : bad(`${where} must be a non-negative integer`);
+const digest = (v: unknown, where: string): string =>
+  typeof v === 'string' && isDigest(v) ? v : bad(`${where} must be a sha256 digest`);
+const arr = (v: unknown, where: string, max = 1_000_000): unknown[] =>
+  Array.isArray(v) && v.length <= max ? v : bad(`${where} must be a list`);
 
 /**
  * The release fields a builder knows before it fetches anything (name, version, arch,
@@ -196,14 +215,25 @@ const arr = (v: unknown, where: string, max = 1_000_000): unknown[] => (Array.is
  * them up front. Absent fields are skipped here (validateManifest requires them); `fail` gets
  * the field (release.version, release.upgradeFrom[2]) and the rule it breaks.
  */
-export function checkReleaseFields(r: { name?: unknown; version?: unknown; arch?: unknown; upgradeFrom?: unknown }, fail: (field: string, rule: string) => never): void {
+export function checkReleaseFields(
+  r: { name?: unknown; version?: unknown; arch?: unknown; upgradeFrom?: unknown },
+  fail: (field: string, rule: string) => never,
+): void {
   const text = (v: unknown, field: string, max: number): string =>
-    typeof v === 'string' && v.length > 0 && v.length <= max ? v : fail(field, `must be a non-empty string${max < 1024 ? ` of at most ${max} characters` : ''}`);
+    typeof v === 'string' && v.length > 0 && v.length <= max
+      ? v
+      : fail(
+          field,
+          `must be a non-empty string${max < 1024 ? ` of at most ${max} characters` : ''}`,
+        );
   if (r.name !== undefined) text(r.name, 'release.name', 1024);
   // version and arch name directories on the node (<version>-<arch>): never a path
-  if (r.version !== undefined && !isReleaseVersion(text(r.version, 'release.version', 128))) fail('release.version', 'must be letters, digits and . _ + - (it names a directory)');
-  if (r.arch !== undefined && !isReleaseArch(text(r.arch, 'release.arch', 32))) fail('release.arch', 'must be letters, digits and . _ + -');
-  if (Array.isArray(r.upgradeFrom)) r.upgradeFrom.forEach((v, i) => text(v, `release.upgradeFrom[${i}]`, 128));
+  if (r.version !== undefined && !isReleaseVersion(text(r.version, 'release.version', 128)))
+    fail('release.version', 'must be letters, digits and . _ + - (it names a directory)');
+  if (r.arch !== undefined && !isReleaseArch(text(r.arch, 'release.arch', 32)))
+    fail('release.arch', 'must be letters, digits and . _ + -');
+  if (Array.isArray(r.upgradeFrom))
+    r.upgradeFrom.forEach((v, i) => text(v, `release.upgradeFrom[${i}]`, 128));
 }
 
 /**
@@ -213,14 +243,20 @@ export function checkReleaseFields(r: { name?: unknown; version?: unknown; arch?
 export function validateManifest(doc: unknown): BundleManifest {
   if (!isObj(doc)) return bad('not an object');
   const version = doc.schemaVersion;
-  const mediaType = Number.isSafeInteger(version) ? READABLE_VERSIONS[version as number] : undefined;
+  const mediaType = Number.isSafeInteger(version)
+    ? READABLE_VERSIONS[version as number]
+    : undefined;
   if (mediaType === undefined) {
     if (Number.isSafeInteger(version) && (version as number) > SCHEMA_VERSION) {
-      throw new FormatError('UNSUPPORTED_VERSION', `bundle.json has schemaVersion ${String(version)}; this tool reads up to ${SCHEMA_VERSION}: update offline-bundle`);
+      throw new FormatError(
+        'UNSUPPORTED_VERSION',
+        `bundle.json has schemaVersion ${String(version)}; this tool reads up to ${SCHEMA_VERSION}: update offline-bundle`,
+      );
     }
     bad(`schemaVersion must be one of ${Object.keys(READABLE_VERSIONS).join(', ')}`);
   }
-  if (doc.mediaType !== mediaType) bad(`mediaType must be ${mediaType} for schemaVersion ${String(version)}`);
+  if (doc.mediaType !== mediaType)
+    bad(`mediaType must be ${mediaType} for schemaVersion ${String(version)}`);
   const r = isObj(doc.release) ? doc.release : bad('release missing');
   arr(r.upgradeFrom, 'release.upgradeFrom');
   checkReleaseFields(r, (field, rule) => bad(`${field} ${rule}`));
@@ -240,11 +276,16 @@ export function validateManifest(doc: unknown): BundleManifest {
     const b = isObj(v) ? v : bad(`blobs[${i}] must be an object`);
     const d = digest(b.digest, `blobs[${i}].digest`);
     if (seen.has(d)) bad(`blobs lists ${d} twice`);
-    if (!anyOrder && d < previous) bad(`blobs must be sorted by digest in version ${String(version)}; ${d} comes after ${previous}`);
+    if (!anyOrder && d < previous)
+      bad(
+        `blobs must be sorted by digest in version ${String(version)}; ${d} comes after ${previous}`,
+      );
     seen.add(d);
     previous = d;
-    int(b.size, `blobs[${i}].size`); str(b.mediaType, `blobs[${i}].mediaType`);
-    if (b.fromBase !== undefined && b.fromBase !== true) bad(`blobs[${i}].fromBase must be true or absent`);
+    int(b.size, `blobs[${i}].size`);
+    str(b.mediaType, `blobs[${i}].mediaType`);
+    if (b.fromBase !== undefined && b.fromBase !== true)
+      bad(`blobs[${i}].fromBase must be true or absent`);
   });
   // every image's (and chart's) top manifest travels in the bundle: one that does not cannot be served
   for (const list of ['images', 'charts'] as const) {
@@ -253,19 +294,31 @@ export function validateManifest(doc: unknown): BundleManifest {
     });
   }
   const ix = isObj(doc.index) ? doc.index : bad('index missing');
-  digest(ix.digest, 'index.digest'); int(ix.size, 'index.size');
+  digest(ix.digest, 'index.digest');
+  int(ix.size, 'index.size');
   const t = isObj(doc.totals) ? doc.totals : bad('totals missing');
-  int(t.layoutBytes, 'totals.layoutBytes'); int(t.imageStoreBytes, 'totals.imageStoreBytes');
+  int(t.layoutBytes, 'totals.layoutBytes');
+  int(t.imageStoreBytes, 'totals.imageStoreBytes');
   // one way to know each fact: version 2 leaves the compressed size to the seek table
   if (version === 1) int(t.archiveBytes, 'totals.archiveBytes');
   else if (t.archiveBytes !== undefined) bad('totals.archiveBytes is a version 1 field');
   const c = isObj(doc.creator) ? doc.creator : bad('creator missing');
-  str(c.tool, 'creator.tool'); str(c.version, 'creator.version'); str(c.createdAt, 'creator.createdAt');
+  str(c.tool, 'creator.tool');
+  str(c.version, 'creator.version');
+  str(c.createdAt, 'creator.createdAt');
   const s = isObj(doc.signer) ? doc.signer : bad('signer missing');
-  if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519') bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
+  if (s.algorithm !== 'ecdsa-p256-sha256' && s.algorithm !== 'ed25519')
+    bad('signer.algorithm must be ecdsa-p256-sha256 or ed25519');
   digest(s.fingerprint, 'signer.fingerprint');
-  if (r.signatures !== undefined) validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
-  if (r.via !== undefined || r.adds !== undefined || r.payload !== undefined) validateReleasePath(r, doc.images as BundleImage[], doc.blobs as BundleBlob[], t.layoutBytes as number);
+  if (r.signatures !== undefined)
+    validateReleaseSignatures(r.signatures, doc.blobs as { digest: string; mediaType: string }[]);
+  if (r.via !== undefined || r.adds !== undefined || r.payload !== undefined)
+    validateReleasePath(
+      r,
+      doc.images as BundleImage[],
+      doc.blobs as BundleBlob[],
+      t.layoutBytes as number,
+    );
   if (doc.agent !== undefined) validateAgent(doc.agent, doc.images as BundleImage[]);
   validateBase(doc.base, version as number, r.version as string, doc.blobs as BundleBlob[]);
   if (doc.pieces !== undefined) validatePieces(doc.pieces, doc.blobs as BundleBlob[]);
@@ -282,7 +335,8 @@ function validateImages(v: unknown, list: 'images' | 'charts'): void {
     str(im.mediaType, `${list}[${i}].mediaType`);
     arr(im.platforms, `${list}[${i}].platforms`).forEach((p, j) => {
       const pl = isObj(p) ? p : bad(`${list}[${i}].platforms[${j}] must be an object`);
-      str(pl.os, `${list}[${i}].platforms[${j}].os`); str(pl.architecture, `${list}[${i}].platforms[${j}].architecture`);
+      str(pl.os, `${list}[${i}].platforms[${j}].os`);
+      str(pl.architecture, `${list}[${i}].platforms[${j}].architecture`);
     });
     if (im.component !== undefined) str(im.component, `${list}[${i}].component`);
   });
@@ -294,13 +348,17 @@ function validateImages(v: unknown, list: 'images' | 'charts'): void {
  * would serve the image instead). So a chart is one manifest of its own, under a name no image has.
  */
 function validateCharts(charts: BundleImage[], images: BundleImage[]): void {
-  const names = new Set(images.filter((im) => im.tag !== null).map((im) => `${im.repository}:${im.tag!}`));
+  const names = new Set(
+    images.filter((im) => im.tag !== null).map((im) => `${im.repository}:${im.tag!}`),
+  );
   const digests = new Set(images.map((im) => im.digest));
   charts.forEach((c, i) => {
-    if (!isManifestMediaType(c.mediaType)) bad(`charts[${i}].mediaType must be an image manifest's, not ${c.mediaType}`);
+    if (!isManifestMediaType(c.mediaType))
+      bad(`charts[${i}].mediaType must be an image manifest's, not ${c.mediaType}`);
     if (c.platforms.length) bad(`charts[${i}].platforms must be empty: a chart runs nowhere`);
     if (digests.has(c.digest)) bad(`charts[${i}].digest ${c.digest} is an image's manifest`);
-    if (c.tag !== null && names.has(`${c.repository}:${c.tag}`)) bad(`charts[${i}] is named ${c.repository}:${c.tag}, an image's name`);
+    if (c.tag !== null && names.has(`${c.repository}:${c.tag}`))
+      bad(`charts[${i}] is named ${c.repository}:${c.tag}, an image's name`);
   });
 }
 
@@ -313,7 +371,11 @@ function validateAgent(v: unknown, images: BundleImage[]): void {
   if (!isAgentVersion(a.version)) bad(`agent.version must be ${AGENT_VERSION_RULE}`);
   if (a.repository !== AGENT_REPOSITORY) bad(`agent.repository must be ${AGENT_REPOSITORY}`);
   const d = digest(a.digest, 'agent.digest');
-  if (!images.some((im) => im.repository === AGENT_REPOSITORY && im.tag === a.version && im.digest === d)) {
+  if (
+    !images.some(
+      (im) => im.repository === AGENT_REPOSITORY && im.tag === a.version && im.digest === d,
+    )
+  ) {
     bad(`agent.digest ${d} is not among the images as ${AGENT_REPOSITORY}:${a.version as string}`);
   }
 }
@@ -323,24 +385,42 @@ function validateAgent(v: unknown, images: BundleImage[]): void {
  * digest of its bundle.json; and a blob marked fromBase only in a bundle that names a base, so
  * every listed blob is either in the archive or declared as the base's.
  */
-function validateBase(v: unknown, version: number, releaseVersion: string, blobs: BundleBlob[]): void {
+function validateBase(
+  v: unknown,
+  version: number,
+  releaseVersion: string,
+  blobs: BundleBlob[],
+): void {
   const marked = blobs.findIndex((b) => b.fromBase === true);
   if (v === undefined) {
     if (marked >= 0) bad(`blobs[${marked}] is marked fromBase but bundle.json names no base`);
     return;
   }
-  if (!versionAllows(version, 'a delta against a base bundle')) bad(`base is a field of version ${VERSIONED_FEATURES['a delta against a base bundle']} and later, not of version ${version}`);
+  if (!versionAllows(version, 'a delta against a base bundle'))
+    bad(
+      `base is a field of version ${VERSIONED_FEATURES['a delta against a base bundle']} and later, not of version ${version}`,
+    );
   const b = isObj(v) ? v : bad('base must be an object');
   digest(b.bundleJson, 'base.bundleJson');
-  checkReleaseFields({ name: b.name, version: b.version }, (field, rule) => bad(`base.${field.slice('release.'.length)} ${rule}`));
-  str(b.name, 'base.name'); str(b.version, 'base.version', 128);
-  if (b.version === releaseVersion) bad(`base.version ${releaseVersion} is this bundle's own version; a delta is against an earlier release`);
+  checkReleaseFields({ name: b.name, version: b.version }, (field, rule) =>
+    bad(`base.${field.slice('release.'.length)} ${rule}`),
+  );
+  str(b.name, 'base.name');
+  str(b.version, 'base.version', 128);
+  if (b.version === releaseVersion)
+    bad(
+      `base.version ${releaseVersion} is this bundle's own version; a delta is against an earlier release`,
+    );
 }
 
 const KEY_ID = /^[0-9a-f]{16}$/;
 
 /** release.signatures (or a hop's, `field`): each names a listed blob of the signature media type, once. */
-function validateReleaseSignatures(v: unknown, blobs: { digest: string; mediaType: string }[], field = 'release.signatures'): void {
+function validateReleaseSignatures(
+  v: unknown,
+  blobs: { digest: string; mediaType: string }[],
+  field = 'release.signatures',
+): void {
   const seen = new Set<string>();
   arr(v, field, 64).forEach((x, i) => {
     const sig = isObj(x) ? x : bad(`${field}[${i}] must be an object`);
@@ -348,9 +428,11 @@ function validateReleaseSignatures(v: unknown, blobs: { digest: string; mediaTyp
     if (seen.has(d)) bad(`${field} lists ${d} twice`);
     seen.add(d);
     const blob = blobs.find((b) => b.digest === d);
-    if (!blob || blob.mediaType !== RELEASE_SIGNATURE_MEDIA_TYPE) bad(`${field}[${i}] must name a blob of media type ${RELEASE_SIGNATURE_MEDIA_TYPE}`);
+    if (!blob || blob.mediaType !== RELEASE_SIGNATURE_MEDIA_TYPE)
+      bad(`${field}[${i}] must name a blob of media type ${RELEASE_SIGNATURE_MEDIA_TYPE}`);
     arr(sig.keyIds, `${field}[${i}].keyIds`, 16).forEach((k, j) => {
-      if (typeof k !== 'string' || !KEY_ID.test(k)) bad(`${field}[${i}].keyIds[${j}] must be 16 lowercase hex digits`);
+      if (typeof k !== 'string' || !KEY_ID.test(k))
+        bad(`${field}[${i}].keyIds[${j}] must be 16 lowercase hex digits`);
     });
   });
 }
@@ -358,8 +440,10 @@ function validateReleaseSignatures(v: unknown, blobs: { digest: string; mediaTyp
 /** A hop's adds: counts no larger than the bundle's images and layout. */
 function validateAdds(v: unknown, field: string, images: number, layoutBytes: number): void {
   const a = isObj(v) ? v : bad(`${field} must be an object`);
-  if (int(a.images, `${field}.images`) > images) bad(`${field}.images is more than the bundle's ${images} images`);
-  if (int(a.bytes, `${field}.bytes`) > layoutBytes) bad(`${field}.bytes is more than the bundle's layout (${layoutBytes} bytes)`);
+  if (int(a.images, `${field}.images`) > images)
+    bad(`${field}.images is more than the bundle's ${images} images`);
+  if (int(a.bytes, `${field}.bytes`) > layoutBytes)
+    bad(`${field}.bytes is more than the bundle's layout (${layoutBytes} bytes)`);
 }
 
 /**
@@ -367,12 +451,25 @@ function validateAdds(v: unknown, field: string, images: number, layoutBytes: nu
  * the bundle carries, of the bundle's arch, each an upgrade of the one before (its upgradeFrom
  * names it, its version is later): a path a cluster can take hop by hop.
  */
-function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], blobs: BundleBlob[], layoutBytes: number): void {
-  if (r.via === undefined) return bad(`release.${r.adds !== undefined ? 'adds' : 'payload'} is a field of a release with via (an update path)`);
+function validateReleasePath(
+  r: Record<string, unknown>,
+  images: BundleImage[],
+  blobs: BundleBlob[],
+  layoutBytes: number,
+): void {
+  if (r.via === undefined)
+    return bad(
+      `release.${r.adds !== undefined ? 'adds' : 'payload'} is a field of a release with via (an update path)`,
+    );
   const via = arr(r.via, 'release.via');
-  if (via.length === 0) bad('release.via must name at least one release (a bundle of one release has no via)');
-  if (via.length >= MAX_RELEASE_PATH_HOPS) bad(`release.via makes a path of ${via.length + 1} releases; a bundle carries at most ${MAX_RELEASE_PATH_HOPS}`);
-  if (r.image === null || r.digest === null) bad('release.via needs release.image: an update path is one of release images');
+  if (via.length === 0)
+    bad('release.via must name at least one release (a bundle of one release has no via)');
+  if (via.length >= MAX_RELEASE_PATH_HOPS)
+    bad(
+      `release.via makes a path of ${via.length + 1} releases; a bundle carries at most ${MAX_RELEASE_PATH_HOPS}`,
+    );
+  if (r.image === null || r.digest === null)
+    bad('release.via needs release.image: an update path is one of release images');
   validateAdds(r.adds, 'release.adds', images.length, layoutBytes);
   const carried = new Set(images.map((im) => im.digest));
   const hops = via.map((x, i) => {
@@ -380,34 +477,75 @@ function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], 
     const h = isObj(x) ? x : bad(`${field} must be an object`);
     checkReleaseFields(h, (f, rule) => bad(`${field}.${f.slice('release.'.length)} ${rule}`));
     // checkReleaseFields skips absent fields: a hop names all three
-    str(h.version, `${field}.version`, 128); str(h.name, `${field}.name`); str(h.arch, `${field}.arch`);
+    str(h.version, `${field}.version`, 128);
+    str(h.name, `${field}.name`);
+    str(h.arch, `${field}.arch`);
     if (h.arch !== r.arch) bad(`${field}.arch must be the bundle's (${String(r.arch)})`);
     const d = digest(h.digest, `${field}.digest`);
-    if (!carried.has(d)) bad(`${field}.digest ${d} is not among the images: every release of the path is carried`);
+    if (!carried.has(d))
+      bad(`${field}.digest ${d} is not among the images: every release of the path is carried`);
     const image = str(h.image, `${field}.image`);
-    if (!images.some((im) => im.digest === d && namesImage(image, im.repository, d))) bad(`${field}.image ${image} is not the carried image of ${field}.digest ${d} (its repository, and that digest if it names one)`);
+    if (!images.some((im) => im.digest === d && namesImage(image, im.repository, d)))
+      bad(
+        `${field}.image ${image} is not the carried image of ${field}.digest ${d} (its repository, and that digest if it names one)`,
+      );
     arr(h.upgradeFrom, `${field}.upgradeFrom`);
-    if (h.signatures !== undefined) validateReleaseSignatures(h.signatures, blobs, `${field}.signatures`);
+    if (h.signatures !== undefined)
+      validateReleaseSignatures(h.signatures, blobs, `${field}.signatures`);
     if (h.via !== undefined) bad(`${field}.via: a hop has no path of its own`);
     validateAdds(h.adds, `${field}.adds`, images.length, layoutBytes);
-    return { field, version: h.version as string, upgradeFrom: h.upgradeFrom as string[], digest: d };
+    return {
+      field,
+      version: h.version as string,
+      upgradeFrom: h.upgradeFrom as string[],
+      digest: d,
+    };
   });
-  const all = [...hops, { field: 'release', version: r.version as string, upgradeFrom: r.upgradeFrom as string[], digest: r.digest as string }];
+  const all = [
+    ...hops,
+    {
+      field: 'release',
+      version: r.version as string,
+      upgradeFrom: r.upgradeFrom as string[],
+      digest: r.digest as string,
+    },
+  ];
   const adds = [...via, r].map((h) => (h as { adds: { images: number; bytes: number } }).adds);
-  if (adds.reduce((n, a) => n + a.images, 0) > images.length) bad(`the path's adds count more images than the bundle's ${images.length}`);
-  if (adds.reduce((n, a) => n + a.bytes, 0) > layoutBytes) bad(`the path's adds count more bytes than the bundle's layout (${layoutBytes} bytes)`);
+  if (adds.reduce((n, a) => n + a.images, 0) > images.length)
+    bad(`the path's adds count more images than the bundle's ${images.length}`);
+  if (adds.reduce((n, a) => n + a.bytes, 0) > layoutBytes)
+    bad(`the path's adds count more bytes than the bundle's layout (${layoutBytes} bytes)`);
   for (let i = 1; i < all.length; i++) {
     const [prev, next] = [all[i - 1]!, all[i]!];
     // an older agent reads release.upgradeFrom alone: a hop naming the path's start, or a hop
     // before the one it follows, would have it skip a release of the path
-    const skipped = [...all[0]!.upgradeFrom.filter((v) => typeof v === 'string' && minorOf(v) < minorOf(all[0]!.version)), ...all.slice(0, i - 1).map((h) => h.version)];
+    const skipped = [
+      ...all[0]!.upgradeFrom.filter(
+        (v) => typeof v === 'string' && minorOf(v) < minorOf(all[0]!.version),
+      ),
+      ...all.slice(0, i - 1).map((h) => h.version),
+    ];
     const skips = next.upgradeFrom.find((v) => skipped.includes(v));
-    if (skips !== undefined) bad(`${next.field}.upgradeFrom names ${skips}, a release before ${prev.version} on the path: ${next.version} is reached through ${prev.version}`);
-    if (compareVersions(next.version, prev.version) <= 0) bad(`${next.field}.version ${next.version} is not later than ${prev.field}.version ${prev.version}: a path goes forward`);
-    if (!next.upgradeFrom.includes(prev.version)) bad(`${next.field}.upgradeFrom does not name ${prev.version}: ${next.version} is not an upgrade of the hop before it`);
-    if (all.slice(0, i).some((h) => h.digest === next.digest)) bad(`${next.field}.digest ${next.digest} is another hop's`);
+    if (skips !== undefined)
+      bad(
+        `${next.field}.upgradeFrom names ${skips}, a release before ${prev.version} on the path: ${next.version} is reached through ${prev.version}`,
+      );
+    if (compareVersions(next.version, prev.version) <= 0)
+      bad(
+        `${next.field}.version ${next.version} is not later than ${prev.field}.version ${prev.version}: a path goes forward`,
+      );
+    if (!next.upgradeFrom.includes(prev.version))
+      bad(
+        `${next.field}.upgradeFrom does not name ${prev.version}: ${next.version} is not an upgrade of the hop before it`,
+      );
+    if (all.slice(0, i).some((h) => h.digest === next.digest))
+      bad(`${next.field}.digest ${next.digest} is another hop's`);
   }
-  validatePayloads([...via, r] as Record<string, unknown>[], all.map((h) => h.field), images);
+  validatePayloads(
+    [...via, r] as Record<string, unknown>[],
+    all.map((h) => h.field),
+    images,
+  );
 }
 
 /**
@@ -419,11 +557,16 @@ function validateReleasePath(r: Record<string, unknown>, images: BundleImage[], 
  * Which release a component belongs to the head does not say: the agent checks each list
  * against the release image's own image-references.
  */
-function validatePayloads(releases: Record<string, unknown>[], fields: string[], images: BundleImage[]): void {
+function validatePayloads(
+  releases: Record<string, unknown>[],
+  fields: string[],
+  images: BundleImage[],
+): void {
   const given = releases.filter((h) => h.payload !== undefined).length;
   if (given === 0) return;
   const lacking = releases.findIndex((h) => h.payload === undefined);
-  if (lacking >= 0) bad(`${fields[lacking]!}.payload is missing: a path lists every release's payload or none`);
+  if (lacking >= 0)
+    bad(`${fields[lacking]!}.payload is missing: a path lists every release's payload or none`);
   const entries = new Map<string, BundleImage[]>();
   for (const im of images) entries.set(im.digest, [...(entries.get(im.digest) ?? []), im]);
   const releaseOf = new Map(releases.map((h) => [h.digest as string, String(h.version)]));
@@ -436,17 +579,33 @@ function validatePayloads(releases: Record<string, unknown>[], fields: string[],
       if (own.has(d)) bad(`${field} lists ${d} twice`);
       const of = entries.get(d);
       if (!of) bad(`${field}[${j}] ${d} is not among the images: a release's payload is carried`);
-      if (of!.some((im) => im.component === OPERATOR_CATALOG_COMPONENT)) bad(`${field}[${j}] ${d} is the operator catalog's image: a release's payload lists only its release image and its image-references`);
-      if (!of!.some((im) => isPayloadComponent(im.component))) bad(`${field}[${j}] ${d} (${of![0]!.repository}) has no payload component in images: an add-on is no release's payload`);
-      if (d !== h.digest && releaseOf.has(d)) bad(`${field}[${j}] ${d} is ${releaseOf.get(d)!}'s release image: a release's payload names its own release image only`);
+      if (of!.some((im) => im.component === OPERATOR_CATALOG_COMPONENT))
+        bad(
+          `${field}[${j}] ${d} is the operator catalog's image: a release's payload lists only its release image and its image-references`,
+        );
+      if (!of!.some((im) => isPayloadComponent(im.component)))
+        bad(
+          `${field}[${j}] ${d} (${of![0]!.repository}) has no payload component in images: an add-on is no release's payload`,
+        );
+      if (d !== h.digest && releaseOf.has(d))
+        bad(
+          `${field}[${j}] ${d} is ${releaseOf.get(d)!}'s release image: a release's payload names its own release image only`,
+        );
       own.add(d);
       listed.add(d);
     });
-    if (!own.has(h.digest as string)) bad(`${field} does not list the release image ${String(h.digest)}`);
-    if (own.size < 2) bad(`${field} lists only the release image: a release's payload lists its image-references too`);
+    if (!own.has(h.digest as string))
+      bad(`${field} does not list the release image ${String(h.digest)}`);
+    if (own.size < 2)
+      bad(
+        `${field} lists only the release image: a release's payload lists its image-references too`,
+      );
   });
   const missed = images.find((im) => isPayloadComponent(im.component) && !listed.has(im.digest));
-  if (missed) bad(`images' ${missed.repository}@${missed.digest} (component ${missed.component!}) is in no release's payload: the payloads together list every payload image`);
+  if (missed)
+    bad(
+      `images' ${missed.repository}@${missed.digest} (component ${missed.component!}) is in no release's payload: the payloads together list every payload image`,
+    );
 }
 
 /** Whether `image` (repository[:tag][@digest]) names `repository`, and `digest` if it names one. */

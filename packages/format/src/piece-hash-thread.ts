@@ -93,7 +93,10 @@ export class PieceHashThread {
   private sent = 0;
   private acked = 0;
   private wakers: (() => void)[] = [];
-  private readonly answers = new Map<number, { resolve: (list: string) => void; reject: (err: Error) => void }>();
+  private readonly answers = new Map<
+    number,
+    { resolve: (list: string) => void; reject: (err: Error) => void }
+  >();
   private ids = 0;
   private waiting = 0;
   private failure: Error | undefined;
@@ -103,9 +106,14 @@ export class PieceHashThread {
     // not this process's flags: --input-type=module would make the CommonJS above an ES module
     this.worker = new Worker(WORKER, { eval: true, execArgv: [], workerData: { ring: this.ring } });
     running++;
-    this.worker.on('message', (m: { acked?: number; id?: number; list?: string; error?: string; cpu?: number }) => this.onMessage(m));
+    this.worker.on(
+      'message',
+      (m: { acked?: number; id?: number; list?: string; error?: string; cpu?: number }) =>
+        this.onMessage(m),
+    );
     const lost = (err: unknown) => {
-      this.failure ??= err instanceof Error ? err : new Error(`the piece hashing thread ended (${String(err)})`);
+      this.failure ??=
+        err instanceof Error ? err : new Error(`the piece hashing thread ended (${String(err)})`);
       this.wakeUp();
       for (const a of this.answers.values()) a.reject(this.failure);
       this.answers.clear();
@@ -118,7 +126,13 @@ export class PieceHashThread {
     this.worker.unref();
   }
 
-  private onMessage(m: { acked?: number; id?: number; list?: string; error?: string; cpu?: number }): void {
+  private onMessage(m: {
+    acked?: number;
+    id?: number;
+    list?: string;
+    error?: string;
+    cpu?: number;
+  }): void {
     if (m.acked !== undefined) {
       this.acked += m.acked;
       if (this.sent - this.acked <= RING_BYTES / 2) this.wakeUp();
@@ -155,7 +169,9 @@ export class PieceHashThread {
   }
 
   private answer(id: number): Promise<string> {
-    return this.awaited(new Promise<string>((resolve, reject) => this.answers.set(id, { resolve, reject })));
+    return this.awaited(
+      new Promise<string>((resolve, reject) => this.answers.set(id, { resolve, reject })),
+    );
   }
 
   /** Starts a blob: the thread cuts what is pushed into pieces of `pieceSize` bytes. */
@@ -193,7 +209,13 @@ export class PieceHashThread {
       this.check();
       const free = RING_BYTES - (this.sent - this.acked);
       if (free < Math.min(chunk.length - at, RING_BYTES / 2)) {
-        await timedAsync('piece digests: waits on its thread', () => this.awaited(new Promise<void>((resolve) => { this.wakers.push(resolve); })));
+        await timedAsync('piece digests: waits on its thread', () =>
+          this.awaited(
+            new Promise<void>((resolve) => {
+              this.wakers.push(resolve);
+            }),
+          ),
+        );
         continue;
       }
       const offset = this.sent % RING_BYTES;

@@ -29,13 +29,18 @@ const DIGEST_BYTES = 32;
 export const pieceCount = (size: number, pieceSize: number): number => Math.ceil(size / pieceSize);
 
 /** Byte range [start, end) of piece `index` of a blob of `size` bytes. */
-export function pieceRange(size: number, pieceSize: number, index: number): { start: number; end: number } {
+export function pieceRange(
+  size: number,
+  pieceSize: number,
+  index: number,
+): { start: number; end: number } {
   const start = index * pieceSize;
   return { start, end: Math.min(size, start + pieceSize) };
 }
 
 /** Whether a blob of this size is listed in `pieces.blobs` (longer than one piece, carried). */
-export const hasPieces = (blob: { size: number; fromBase?: true }, pieceSize: number): boolean => blob.fromBase !== true && blob.size > pieceSize;
+export const hasPieces = (blob: { size: number; fromBase?: true }, pieceSize: number): boolean =>
+  blob.fromBase !== true && blob.size > pieceSize;
 
 /** Characters of the base64 list of `count` digests. */
 export const listChars = (count: number): number => Math.ceil((count * DIGEST_BYTES) / 3) * 4;
@@ -60,26 +65,44 @@ const bad = (msg: string): never => {
  * piece listed and no other key, each list exactly its blob's count of digests. Called by
  * validateManifest when the field is there; all or nothing, so a reader never mixes rules.
  */
-export function validatePieces(v: unknown, blobs: readonly { digest: string; size: number; fromBase?: true }[]): void {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return bad('pieces must be an object');
+export function validatePieces(
+  v: unknown,
+  blobs: readonly { digest: string; size: number; fromBase?: true }[],
+): void {
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    return bad('pieces must be an object');
   const p = v as Record<string, unknown>;
   const size = p.size;
-  if (!Number.isSafeInteger(size) || (size as number) < MIN_PIECE_BYTES || (size as number) > MAX_PIECE_BYTES || ((size as number) & ((size as number) - 1)) !== 0) {
+  if (
+    !Number.isSafeInteger(size) ||
+    (size as number) < MIN_PIECE_BYTES ||
+    (size as number) > MAX_PIECE_BYTES ||
+    ((size as number) & ((size as number) - 1)) !== 0
+  ) {
     bad(`pieces.size must be a power of two from ${MIN_PIECE_BYTES} to ${MAX_PIECE_BYTES}`);
   }
   const lists = p.blobs;
-  if (typeof lists !== 'object' || lists === null || Array.isArray(lists)) return bad('pieces.blobs must be an object');
+  if (typeof lists !== 'object' || lists === null || Array.isArray(lists))
+    return bad('pieces.blobs must be an object');
   const listed = lists as Record<string, unknown>;
   const want = new Map<string, number>();
-  for (const b of blobs) if (hasPieces(b, size as number)) want.set(b.digest, pieceCount(b.size, size as number));
+  for (const b of blobs)
+    if (hasPieces(b, size as number)) want.set(b.digest, pieceCount(b.size, size as number));
   for (const key of Object.keys(listed)) {
     const count = want.get(key);
-    if (count === undefined) bad(`pieces.blobs names ${key.slice(0, 80)}, which is not a carried blob longer than one piece`);
+    if (count === undefined)
+      bad(
+        `pieces.blobs names ${key.slice(0, 80)}, which is not a carried blob longer than one piece`,
+      );
     if (decodePieceList(listed[key], count!) === undefined) {
-      bad(`pieces.blobs[${key}] must be ${count} sha256 digests in base64 (${listChars(count!)} characters), canonical: padded as base64 pads`);
+      bad(
+        `pieces.blobs[${key}] must be ${count} sha256 digests in base64 (${listChars(count!)} characters), canonical: padded as base64 pads`,
+      );
     }
   }
-  for (const key of want.keys()) if (!Object.hasOwn(listed, key)) bad(`pieces.blobs lacks ${key} (every carried blob longer than one piece is listed)`);
+  for (const key of want.keys())
+    if (!Object.hasOwn(listed, key))
+      bad(`pieces.blobs lacks ${key} (every carried blob longer than one piece is listed)`);
 }
 
 /** A validated head's piece digests, decoded per blob on first use. */
@@ -96,7 +119,8 @@ export class PieceDigests {
   /** The signed sha256 of piece `index` of `blob` (32 bytes). */
   digest(blob: string, index: number): Buffer {
     const all = this.decodedList(blob);
-    if (!Number.isSafeInteger(index) || index < 0 || (index + 1) * DIGEST_BYTES > all.length) throw new RangeError(`piece ${index} is outside ${blob}`);
+    if (!Number.isSafeInteger(index) || index < 0 || (index + 1) * DIGEST_BYTES > all.length)
+      throw new RangeError(`piece ${index} is outside ${blob}`);
     return all.subarray(index * DIGEST_BYTES, (index + 1) * DIGEST_BYTES);
   }
   private decodedList(blob: string): Buffer {
@@ -111,9 +135,16 @@ export class PieceDigests {
   }
   /** Whether `bytes` are piece `index` of `blob` as signed: never, for a piece the head does not list. */
   matches(blob: string, index: number, bytes: Uint8Array | readonly Uint8Array[]): boolean {
-    if (!this.covers(blob) || !Number.isSafeInteger(index) || index < 0 || (index + 1) * DIGEST_BYTES > this.decodedList(blob).length) return false;
+    if (
+      !this.covers(blob) ||
+      !Number.isSafeInteger(index) ||
+      index < 0 ||
+      (index + 1) * DIGEST_BYTES > this.decodedList(blob).length
+    )
+      return false;
     const h = createHash('sha256');
-    for (const b of Array.isArray(bytes) ? (bytes as readonly Uint8Array[]) : [bytes as Uint8Array]) h.update(b);
+    for (const b of Array.isArray(bytes) ? (bytes as readonly Uint8Array[]) : [bytes as Uint8Array])
+      h.update(b);
     return timingSafeEqual(h.digest(), this.digest(blob, index));
   }
 }

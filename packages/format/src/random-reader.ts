@@ -6,7 +6,15 @@ import { headerMessage, headerMismatch } from './entry-header.js';
 import { processFrameBudget, type ByteBudget } from './frame-budget.js';
 import { FrameStream, type FramePiece } from './frame-stream.js';
 import { frameHeaderProblem, parseFrameHeader, type FrameHeader } from './frame-inspector.js';
-import { BUNDLE_JSON, FRAME_BYTES, INDEX_JSON, SIGNATURE, TAR_BLOCK, blobPath, paddedSize } from './layout.js';
+import {
+  BUNDLE_JSON,
+  FRAME_BYTES,
+  INDEX_JSON,
+  SIGNATURE,
+  TAR_BLOCK,
+  blobPath,
+  paddedSize,
+} from './layout.js';
 import { ListedEntries } from './listing.js';
 import type { BundleManifest } from './manifest.js';
 import { readSeekIndex } from './bundle-ends.js';
@@ -15,10 +23,17 @@ import type { BundleSource } from './source.js';
 import { parseHeader } from './ustar.js';
 import { decompressFrame } from './zstd-bounded.js';
 
-interface Located { frame: number; offset: number; size: number }
+interface Located {
+  frame: number;
+  offset: number;
+  size: number;
+}
 
 /** Digest checks of the frames a stream reads (see `frame`). */
-interface FrameChecks { require?: boolean; record?: Map<number, Buffer> }
+interface FrameChecks {
+  require?: boolean;
+  record?: Map<number, Buffer>;
+}
 
 export interface RandomReaderOptions {
   /** What decoded frames of all this reader's streams may hold at once; the process's own (FRAME_BUDGET_BYTES) by default. */
@@ -62,13 +77,32 @@ export class BundleRandomReader {
    * `verified`: what `verifyBundle(source, { frameDigests: true })` returned for this source.
    * The reader reads through `source` until its opener closes it; it holds nothing else open.
    */
-  static async open(source: BundleSource, manifest: BundleManifest, verified?: VerifiedFrames, opts: RandomReaderOptions = {}): Promise<BundleRandomReader> {
-    const index = verified?.seekIndex ?? await readSeekIndex(source);
-    if (verified && verified.frameDigests.length !== index.frames.length) throw new FormatError('BAD_SEEK_TABLE', 'the frame digests given do not match the seek index');
-    const listed = new Map<string, { digest: string; size: number }>([[INDEX_JSON, manifest.index]]);
+  static async open(
+    source: BundleSource,
+    manifest: BundleManifest,
+    verified?: VerifiedFrames,
+    opts: RandomReaderOptions = {},
+  ): Promise<BundleRandomReader> {
+    const index = verified?.seekIndex ?? (await readSeekIndex(source));
+    if (verified && verified.frameDigests.length !== index.frames.length)
+      throw new FormatError(
+        'BAD_SEEK_TABLE',
+        'the frame digests given do not match the seek index',
+      );
+    const listed = new Map<string, { digest: string; size: number }>([
+      [INDEX_JSON, manifest.index],
+    ]);
     for (const b of manifest.blobs) listed.set(blobPath(b.digest), b);
     const entries = new Map<string, Located>();
-    const reader = new BundleRandomReader(source, index, entries, listed, !!verified, verified?.frameDigests, opts.frameBudget ?? processFrameBudget);
+    const reader = new BundleRandomReader(
+      source,
+      index,
+      entries,
+      listed,
+      !!verified,
+      verified?.frameDigests,
+      opts.frameBudget ?? processFrameBudget,
+    );
     await reader.walk(new ListedEntries(manifest));
     return reader;
   }
@@ -90,29 +124,50 @@ export class BundleRandomReader {
       // fault, a duplicate or an unlisted entry, is the better reason)
       if (layout.complete && (zero || !isHeaderFrame(block))) return this.trailer(block, offset);
       if (zero) break;
-      if (block.length !== TAR_BLOCK) throw new FormatError('BAD_SEEK_TABLE', `frame ${frame} should hold one tar header`);
+      if (block.length !== TAR_BLOCK)
+        throw new FormatError('BAD_SEEK_TABLE', `frame ${frame} should hold one tar header`);
       const h = parseHeader(block)!;
-      if (h.type !== '0' && h.type !== '\0') throw new FormatError('NOT_A_FILE', `entry ${quoteName(h.name)} is not a regular file`);
+      if (h.type !== '0' && h.type !== '\0')
+        throw new FormatError('NOT_A_FILE', `entry ${quoteName(h.name)} is not a regular file`);
       const mismatch = headerMismatch(block);
       if (mismatch) throw new FormatError('UNEXPECTED_ENTRY', headerMessage(h.name, mismatch));
       if (count < head.length) {
-        if (h.name !== head[count]) throw new FormatError('BAD_ORDER', `the archive's entry ${count + 1} is ${quoteName(h.name)}; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
+        if (h.name !== head[count])
+          throw new FormatError(
+            'BAD_ORDER',
+            `the archive's entry ${count + 1} is ${quoteName(h.name)}; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`,
+          );
       } else {
         layout.accept(h.name, h.size);
       }
       count++;
-      this.entries.set(h.name, { frame: h.size > 0 ? frameAt(this.index, offset + TAR_BLOCK) : frame + 1, offset: offset + TAR_BLOCK, size: h.size });
+      this.entries.set(h.name, {
+        frame: h.size > 0 ? frameAt(this.index, offset + TAR_BLOCK) : frame + 1,
+        offset: offset + TAR_BLOCK,
+        size: h.size,
+      });
       offset += TAR_BLOCK + paddedSize(h.size);
     }
     const missing = layout.missing();
-    if (missing) throw new FormatError('MISSING_ENTRY', `entry ${quoteName(missing)} is not in the archive`);
-    throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
+    if (missing)
+      throw new FormatError('MISSING_ENTRY', `entry ${quoteName(missing)} is not in the archive`);
+    throw new FormatError(
+      'TRUNCATED',
+      'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered',
+    );
   }
 
   /** The end of the archive: one last frame of exactly two zero blocks, as the writer makes it. */
   private trailer(block: Buffer, offset: number): void {
-    if (block.length !== 2 * TAR_BLOCK || offset + block.length !== this.index.decompressedBytes || !block.every((b) => b === 0)) {
-      throw new FormatError('TRAILING_DATA', 'the archive does not end with one frame of two zero blocks after its listed entries: the file was altered; get a fresh copy');
+    if (
+      block.length !== 2 * TAR_BLOCK ||
+      offset + block.length !== this.index.decompressedBytes ||
+      !block.every((b) => b === 0)
+    ) {
+      throw new FormatError(
+        'TRAILING_DATA',
+        'the archive does not end with one frame of two zero blocks after its listed entries: the file was altered; get a fresh copy',
+      );
     }
   }
 
@@ -123,20 +178,38 @@ export class BundleRandomReader {
    * compressed bytes, when they fill at least half a pooled buffer (the budget charges their
    * size), are read into one too, done with once the frame is decoded.
    */
-  private async frame(i: number, opts: FrameChecks = {}, into?: Buffer, signal?: AbortSignal): Promise<Buffer> {
+  private async frame(
+    i: number,
+    opts: FrameChecks = {},
+    into?: Buffer,
+    signal?: AbortSignal,
+  ): Promise<Buffer> {
     const f = this.index.frames[i];
     if (!f) throw new FormatError('BAD_SEEK_TABLE', `frame ${i} is past the seek index`);
-    const readInto = into && f.compressedSize <= compressedBuffers.size && f.compressedSize >= compressedBuffers.size / 2 ? compressedBuffers.take() : undefined;
+    const readInto =
+      into &&
+      f.compressedSize <= compressedBuffers.size &&
+      f.compressedSize >= compressedBuffers.size / 2
+        ? compressedBuffers.take()
+        : undefined;
     try {
       const buf = await this.source.read(f.compressedOffset, f.compressedSize, readInto);
-      if (buf.length !== f.compressedSize) throw new FormatError('TRUNCATED', `frame ${i} is cut short: the file was truncated (media removed?)`);
+      if (buf.length !== f.compressedSize)
+        throw new FormatError(
+          'TRUNCATED',
+          `frame ${i} is cut short: the file was truncated (media removed?)`,
+        );
       // its stream is gone (a client that left while this frame was read ahead): no hash, no decode
       signal?.throwIfAborted();
       const want = this.frameDigests[i];
       if (want || opts.require || opts.record) {
         const got = newSha256().update(buf).digest();
         if (want && !got.equals(want)) throw changedOnMedia(i, f.compressedOffset);
-        if (!want && opts.require) throw new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} was never verified; it cannot be served`);
+        if (!want && opts.require)
+          throw new FormatError(
+            'BLOB_DIGEST_MISMATCH',
+            `frame ${i} was never verified; it cannot be served`,
+          );
         if (!want) opts.record?.set(i, got);
       }
       // the streaming pass checks every frame's flags too; media may have changed since
@@ -146,8 +219,13 @@ export class BundleRandomReader {
       try {
         return decompressFrame(buf, f.decompressedSize, into);
       } catch (cause) {
-        if (cause instanceof FormatError) throw new FormatError(cause.code, `frame ${i}: ${cause.message}`, { cause });
-        throw new FormatError('CORRUPT', `frame ${i} does not decompress: ${(cause as Error).message}`, { cause });
+        if (cause instanceof FormatError)
+          throw new FormatError(cause.code, `frame ${i}: ${cause.message}`, { cause });
+        throw new FormatError(
+          'CORRUPT',
+          `frame ${i} does not decompress: ${(cause as Error).message}`,
+          { cause },
+        );
       }
     } finally {
       if (readInto) compressedBuffers.give(readInto);
@@ -185,11 +263,21 @@ export class BundleRandomReader {
    * Frames are read only as the consumer takes bytes, each under the reader's budget (see
    * FrameStream); `copy` unless the consumer is this reader, which keeps no chunk.
    */
-  private frames(path: string, start: number, end: number | undefined, checks: FrameChecks, copy: boolean): Readable {
+  private frames(
+    path: string,
+    start: number,
+    end: number | undefined,
+    checks: FrameChecks,
+    copy: boolean,
+  ): Readable {
     const loc = this.entries.get(path);
     if (!loc) throw new FormatError('MISSING_ENTRY', `no entry ${quoteName(path)}`);
     const stop = Math.min(end ?? loc.size, loc.size);
-    return new FrameStream(this.pieces(loc, start, stop), { budget: this.budget, load: (i, into, signal) => this.frame(i, checks, into, signal), copy });
+    return new FrameStream(this.pieces(loc, start, stop), {
+      budget: this.budget,
+      load: (i, into, signal) => this.frame(i, checks, into, signal),
+      copy,
+    });
   }
 
   /** The frames holding an entry's bytes [start, stop), each with the part of its decoded bytes wanted. */
@@ -202,7 +290,13 @@ export class BundleRandomReader {
       const f = this.index.frames[frame];
       if (!f) throw new FormatError('BAD_SEEK_TABLE', 'entry runs past the last frame');
       const next = pos + f.decompressedSize;
-      const piece = { frame, from: Math.max(0, from - pos), to: Math.min(f.decompressedSize, to - pos), size: f.decompressedSize, weight: f.compressedSize + f.decompressedSize };
+      const piece = {
+        frame,
+        from: Math.max(0, from - pos),
+        to: Math.min(f.decompressedSize, to - pos),
+        size: f.decompressedSize,
+        weight: f.compressedSize + f.decompressedSize,
+      };
       if (piece.from < piece.to) yield piece;
       pos = next;
       frame++;
@@ -212,7 +306,8 @@ export class BundleRandomReader {
   /** Hashes a whole entry through the index, handing each chunk to `sink`; throws unless size and digest match bundle.json. */
   private async check(path: string, sink?: (chunk: Buffer) => void): Promise<void> {
     const want = this.listed.get(path);
-    if (!want) throw new FormatError('UNEXPECTED_ENTRY', `${quoteName(path)} is not listed in bundle.json`);
+    if (!want)
+      throw new FormatError('UNEXPECTED_ENTRY', `${quoteName(path)} is not listed in bundle.json`);
     const hash = newSha256();
     let size = 0;
     const seen = new Map<number, Buffer>();
@@ -223,7 +318,10 @@ export class BundleRandomReader {
     }
     const actual = 'sha256:' + hash.digest('hex');
     if (size !== want.size || actual !== want.digest) {
-      throw new FormatError('BLOB_DIGEST_MISMATCH', `entry ${quoteName(path)} read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`);
+      throw new FormatError(
+        'BLOB_DIGEST_MISMATCH',
+        `entry ${quoteName(path)} read through the seek index hashes to ${actual}; bundle.json lists ${want.digest}: the media changed since it was verified`,
+      );
     }
     // these bytes decompress to the signed entry: later reads of these frames must find them again
     for (const [i, d] of seen) this.frameDigests[i] ??= d;
@@ -246,7 +344,10 @@ export class BundleRandomReader {
 const compressedBuffers = readBuffers(FRAME_BYTES + 64 * 1024);
 
 const changedOnMedia = (i: number, at: number) =>
-  new FormatError('BLOB_DIGEST_MISMATCH', `frame ${i} (byte ${at}) is not what was verified: the file changed on the media since; plug the original stick in again or copy the bundle afresh`);
+  new FormatError(
+    'BLOB_DIGEST_MISMATCH',
+    `frame ${i} (byte ${at}) is not what was verified: the file changed on the media since; plug the original stick in again or copy the bundle afresh`,
+  );
 
 /** A frame holding one well-formed, named tar header (and nothing else). */
 function isHeaderFrame(block: Buffer): boolean {
@@ -265,6 +366,7 @@ function parseFrameHeaderOf(buf: Buffer, i: number): FrameHeader {
   } catch (cause) {
     throw new FormatError('CORRUPT', `frame ${i}: ${(cause as Error).message}`, { cause });
   }
-  if (!h || h.length > buf.length) throw new FormatError('CORRUPT', `frame ${i} is too short to hold a zstd frame header`);
+  if (!h || h.length > buf.length)
+    throw new FormatError('CORRUPT', `frame ${i} is too short to hold a zstd frame header`);
   return h;
 }

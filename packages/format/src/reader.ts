@@ -13,7 +13,6 @@ import { failureCause, passTotals } from './verify-outcome.js';
 import type { PassState, VerifiedBundle, VerifyOptions } from './verify-options.js';
 import { BoundedDecompress } from './zstd-bounded.js';
 
-
 /**
  * One streaming pass over a bundle: bundle.json and its signature must be the first two
  * entries and are checked before anything else is trusted (the signer it names must be the
@@ -29,7 +28,10 @@ import { BoundedDecompress } from './zstd-bounded.js';
  * or the cause of its failure (verify-outcome.ts). The source is read once, start to end, and
  * its tail again for the seek index; it is not closed here.
  */
-export async function verifyBundle(source: BundleSource, opts: VerifyOptions): Promise<VerifiedBundle> {
+export async function verifyBundle(
+  source: BundleSource,
+  opts: VerifyOptions,
+): Promise<VerifiedBundle> {
   assertTrust(opts.trust);
   const pass = new VerifyPass(source, opts);
   const failure = await pass.run();
@@ -53,7 +55,10 @@ class VerifyPass implements PassState {
   tarBytes = 0;
   private failure: unknown;
 
-  constructor(readonly source: BundleSource, readonly opts: VerifyOptions) {
+  constructor(
+    readonly source: BundleSource,
+    readonly opts: VerifyOptions,
+  ) {
     this.fileSize = source.size;
     // Frames the decoder accepts but the format forbids (no checksum, a skippable frame inside).
     this.inspector = new FrameInspector(this.fileSize, { hashFrames: opts.frameDigests === true });
@@ -76,7 +81,14 @@ class VerifyPass implements PassState {
     const input = this.source.stream(0, this.fileSize, { pass: true });
     const onAbort = () => input.destroy(opts.signal!.reason as Error);
     opts.signal?.addEventListener('abort', onAbort, { once: true });
-    const piping = pipeline(input, this.rawTap(), this.inspector, this.decompress, this.tarLimit(), this.extract as unknown as Writable).catch((err) => {
+    const piping = pipeline(
+      input,
+      this.rawTap(),
+      this.inspector,
+      this.decompress,
+      this.tarLimit(),
+      this.extract as unknown as Writable,
+    ).catch((err) => {
       this.fail(err);
       this.extract.destroy(err as Error);
     });
@@ -109,7 +121,12 @@ class VerifyPass implements PassState {
       flush(cb) {
         if (pass.rawRead >= pass.fileSize) return cb();
         pass.endedAt = pass.rawRead;
-        cb(new FormatError('TRUNCATED', `${pass.source.identity} ended at byte ${pass.rawRead} of ${pass.fileSize}`));
+        cb(
+          new FormatError(
+            'TRUNCATED',
+            `${pass.source.identity} ended at byte ${pass.rawRead} of ${pass.fileSize}`,
+          ),
+        );
       },
     });
   }

@@ -40,7 +40,10 @@ function chainsAfter(path: readonly PathStep[], from: number): boolean {
  * update) counts only for a path whose first release takes any source. Undefined when the path
  * cannot be taken from there: no release takes it, or the releases after its entry do not chain.
  */
-export function positionOnPath(path: readonly PathStep[], running: string | undefined): number | undefined {
+export function positionOnPath(
+  path: readonly PathStep[],
+  running: string | undefined,
+): number | undefined {
   if (path.length === 0) return undefined;
   let done: number | undefined;
   if (running === undefined) done = path[0]!.upgradeFrom.length === 0 ? -1 : undefined;
@@ -48,7 +51,8 @@ export function positionOnPath(path: readonly PathStep[], running: string | unde
     const on = path.findIndex((s) => sameVersion(s.version, running));
     if (on >= 0) done = on;
     else {
-      for (let i = path.length - 1; i >= 0 && done === undefined; i--) if (takesFrom(path, i, running)) done = i - 1;
+      for (let i = path.length - 1; i >= 0 && done === undefined; i--)
+        if (takesFrom(path, i, running)) done = i - 1;
     }
   }
   return done !== undefined && chainsAfter(path, done + 1) ? done : undefined;

@@ -13,7 +13,11 @@ export interface BundleReleaseSignatures {
   /** In bundle.json's order (signature-1, -2, …), each checked against its signed digest. */
   signatures: (ReleaseSignatureRef & { bytes: Buffer })[];
   /** Every release of the bundle's update path (releasePath), the final one last, with its signatures read as those are. */
-  path: { version: string; digest: string | null; signatures: (ReleaseSignatureRef & { bytes: Buffer })[] }[];
+  path: {
+    version: string;
+    digest: string | null;
+    signatures: (ReleaseSignatureRef & { bytes: Buffer })[];
+  }[];
   signer?: TrustedKey;
 }
 
@@ -23,25 +27,39 @@ export interface BundleReleaseSignatures {
  * each signature blob is read through the seek index and checked against its signed digest.
  * The images are not read: `bundle verify` checks those.
  */
-export async function readReleaseSignatures(source: BundleSource, trust: Trust): Promise<BundleReleaseSignatures> {
+export async function readReleaseSignatures(
+  source: BundleSource,
+  trust: Trust,
+): Promise<BundleReleaseSignatures> {
   assertTrust(trust);
   const { manifest, manifestBytes, signature } = await readHeader(source);
   const signer = checkSignature(manifestBytes, signature, manifest.signer.fingerprint, trust);
   if (trust.digest) {
     const digest = await sourceDigest(source);
     if (digest !== trust.digest) {
-      throw new FormatError('FILE_DIGEST_MISMATCH', `the file's sha256 is ${digest}, not the expected ${trust.digest}: wrong file, or damaged in copying; copy it again`);
+      throw new FormatError(
+        'FILE_DIGEST_MISMATCH',
+        `the file's sha256 is ${digest}, not the expected ${trust.digest}: wrong file, or damaged in copying; copy it again`,
+      );
     }
   }
   const hops = releasePath(manifest);
-  const reader = hops.some((h) => h.signatures?.length) ? await BundleRandomReader.open(source, manifest) : undefined;
+  const reader = hops.some((h) => h.signatures?.length)
+    ? await BundleRandomReader.open(source, manifest)
+    : undefined;
   const path: BundleReleaseSignatures['path'] = [];
   for (const hop of hops) {
     const signatures: BundleReleaseSignatures['signatures'] = [];
-    for (const ref of hop.signatures ?? []) signatures.push({ ...ref, bytes: await reader!.readVerified(blobPath(ref.digest)) });
+    for (const ref of hop.signatures ?? [])
+      signatures.push({ ...ref, bytes: await reader!.readVerified(blobPath(ref.digest)) });
     path.push({ version: hop.version, digest: hop.digest, signatures });
   }
-  return { manifest, signatures: path[path.length - 1]!.signatures, path, ...(signer ? { signer } : {}) };
+  return {
+    manifest,
+    signatures: path[path.length - 1]!.signatures,
+    path,
+    ...(signer ? { signer } : {}),
+  };
 }
 
 async function sourceDigest(source: BundleSource): Promise<string> {
@@ -49,7 +67,11 @@ async function sourceDigest(source: BundleSource): Promise<string> {
   try {
     for await (const chunk of source.stream(0, source.size)) hash.update(chunk as Buffer);
   } catch (cause) {
-    throw new FormatError('IO_ERROR', `cannot read ${source.identity}: ${(cause as Error).message}`, { cause });
+    throw new FormatError(
+      'IO_ERROR',
+      `cannot read ${source.identity}: ${(cause as Error).message}`,
+      { cause },
+    );
   }
   return 'sha256:' + hash.digest('hex');
 }

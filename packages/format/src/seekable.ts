@@ -43,22 +43,39 @@ export function encodeSeekTable(frames: FrameEntry[]): Buffer {
 }
 
 /** Reads the footer from the last 9 bytes and tells how many bytes the whole table takes. */
-export function seekTableLength(footer: Buffer): { tableBytes: number; frameCount: number; entryBytes: number } {
+export function seekTableLength(footer: Buffer): {
+  tableBytes: number;
+  frameCount: number;
+  entryBytes: number;
+} {
   if (footer.length !== FOOTER_BYTES || footer.readUInt32LE(5) !== SEEKABLE_MAGIC) {
-    throw new FormatError('BAD_SEEK_TABLE', 'no seek index at the end of the file: it is truncated, has data appended, or is not a bundle');
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      'no seek index at the end of the file: it is truncated, has data appended, or is not a bundle',
+    );
   }
   const frameCount = footer.readUInt32LE(0);
   const descriptor = footer.readUInt8(4);
-  if (frameCount > MAX_FRAMES || (descriptor & 0x7c) !== 0) throw new FormatError('BAD_SEEK_TABLE', 'the seek index footer is malformed');
+  if (frameCount > MAX_FRAMES || (descriptor & 0x7c) !== 0)
+    throw new FormatError('BAD_SEEK_TABLE', 'the seek index footer is malformed');
   const entryBytes = descriptor & 0x80 ? 12 : ENTRY_BYTES;
   return { tableBytes: 8 + frameCount * entryBytes + FOOTER_BYTES, frameCount, entryBytes };
 }
 
 /** Parses the whole table (skippable frame header included) and checks it accounts for `fileSize` exactly. */
 export function decodeSeekTable(table: Buffer, fileSize: number): SeekIndex {
-  const { tableBytes, frameCount, entryBytes } = seekTableLength(table.subarray(table.length - FOOTER_BYTES));
-  if (table.length !== tableBytes || table.readUInt32LE(0) !== SKIPPABLE_MAGIC_SEEK_TABLE || table.readUInt32LE(4) !== tableBytes - 8) {
-    throw new FormatError('BAD_SEEK_TABLE', 'the seek index frame header does not match its footer');
+  const { tableBytes, frameCount, entryBytes } = seekTableLength(
+    table.subarray(table.length - FOOTER_BYTES),
+  );
+  if (
+    table.length !== tableBytes ||
+    table.readUInt32LE(0) !== SKIPPABLE_MAGIC_SEEK_TABLE ||
+    table.readUInt32LE(4) !== tableBytes - 8
+  ) {
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      'the seek index frame header does not match its footer',
+    );
   }
   const frames: SeekIndex['frames'] = [];
   let c = 0;
@@ -70,14 +87,20 @@ export function decodeSeekTable(table: Buffer, fileSize: number): SeekIndex {
     // The table is outside the signature: a frame it claims larger than the format allows
     // would make a reader allocate and decompress it in one piece.
     if (decompressedSize > FRAME_BYTES || compressedSize > MAX_COMPRESSED_FRAME) {
-      throw new FormatError('BAD_SEEK_TABLE', `the seek index lists a frame of ${compressedSize} compressed / ${decompressedSize} bytes, over the 4 MiB frame limit: the index was altered`);
+      throw new FormatError(
+        'BAD_SEEK_TABLE',
+        `the seek index lists a frame of ${compressedSize} compressed / ${decompressedSize} bytes, over the 4 MiB frame limit: the index was altered`,
+      );
     }
     frames.push({ compressedSize, decompressedSize, compressedOffset: c, decompressedOffset: d });
     c += compressedSize;
     d += decompressedSize;
   }
   if (c + tableBytes !== fileSize) {
-    throw new FormatError('BAD_SEEK_TABLE', `the seek index covers ${c + tableBytes} bytes but the file has ${fileSize}: it is truncated or has data appended`);
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      `the seek index covers ${c + tableBytes} bytes but the file has ${fileSize}: it is truncated or has data appended`,
+    );
   }
   return { frames, compressedBytes: c, decompressedBytes: d, tableBytes };
 }
@@ -93,5 +116,8 @@ export function frameAt(index: SeekIndex, offset: number): number {
     if (f.decompressedOffset < offset) lo = mid + 1;
     else hi = mid - 1;
   }
-  throw new FormatError('BAD_SEEK_TABLE', `no frame starts at offset ${offset}: the seek index does not match the archive`);
+  throw new FormatError(
+    'BAD_SEEK_TABLE',
+    `no frame starts at offset ${offset}: the seek index does not match the archive`,
+  );
 }

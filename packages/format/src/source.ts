@@ -9,7 +9,9 @@ import type { Readable } from 'node:stream';
  *
  * Whoever opens a source closes it; the readers given one never do.
  */
-export interface StreamOptions { pass?: boolean }
+export interface StreamOptions {
+  pass?: boolean;
+}
 
 export interface BundleSource {
   /** Names the bundle in logs and errors (a file's path). */

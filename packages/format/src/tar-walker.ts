@@ -43,7 +43,8 @@ export class TarWalker {
         // everything after the first zero block must be zero too (the second block of the
         // trailer and nothing else); bytes past the archive's end are cut before they get here
         scanned = true;
-        if (!this.dirtyAfterZero && chunk.subarray(i).some((b) => b !== 0)) this.dirtyAfterZero = true;
+        if (!this.dirtyAfterZero && chunk.subarray(i).some((b) => b !== 0))
+          this.dirtyAfterZero = true;
       }
       if (this.offset < this.next) {
         const skip = Math.min(this.next - this.offset, chunk.length - i);
@@ -78,7 +79,11 @@ export class TarWalker {
       return;
     }
     const mismatch = headerMismatch(this.block);
-    this.facts.push({ followsEnd: this.zeroAt !== undefined, ...(mismatch ? { mismatch } : {}), ...(this.extended ? { extended: true } : {}) });
+    this.facts.push({
+      followsEnd: this.zeroAt !== undefined,
+      ...(mismatch ? { mismatch } : {}),
+      ...(this.extended ? { extended: true } : {}),
+    });
     this.extended = false;
   }
 
@@ -93,7 +98,10 @@ export class TarWalker {
    */
   trailerProblem(end: number): FormatError | undefined {
     if (this.zeroAt === end - 2 * TAR_BLOCK && !this.dirtyAfterZero) return undefined;
-    return new FormatError('TRAILING_DATA', 'the two end-of-archive blocks hold non-zero bytes, which standard tar refuses: the file was altered; get a fresh copy');
+    return new FormatError(
+      'TRAILING_DATA',
+      'the two end-of-archive blocks hold non-zero bytes, which standard tar refuses: the file was altered; get a fresh copy',
+    );
   }
 }
 

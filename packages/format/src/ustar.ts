@@ -19,10 +19,13 @@ export function parseHeader(block: Buffer): { name: string; size: number; type: 
   if (block.every((b) => b === 0)) return null;
   let sum = 0;
   for (let i = 0; i < TAR_BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : block[i]!;
-  if (sum !== octal(block, 148, 8)) throw new FormatError('BAD_SEEK_TABLE', 'the seek index points at a block that is not a tar header');
+  if (sum !== octal(block, 148, 8))
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      'the seek index points at a block that is not a tar header',
+    );
   let name = block.toString('utf8', 0, 100).replace(/\0.*$/s, '');
   const prefix = block.toString('utf8', 345, 500).replace(/\0.*$/s, '');
   if (block.toString('ascii', 257, 262) === 'ustar' && prefix) name = `${prefix}/${name}`;
   return { name, size: octal(block, 124, 12), type: String.fromCharCode(block[156]!) };
 }
-

@@ -3,7 +3,14 @@ import type tar from 'tar-stream';
 import { quoteName } from '@offline-bundle/host';
 import { newSha256 } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { BUNDLE_JSON, MAX_BUNDLE_JSON_BYTES, MAX_INDEX_JSON_BYTES, MAX_SIGNATURE_BYTES, SIGNATURE, tarStreamBytes } from './layout.js';
+import {
+  BUNDLE_JSON,
+  MAX_BUNDLE_JSON_BYTES,
+  MAX_INDEX_JSON_BYTES,
+  MAX_SIGNATURE_BYTES,
+  SIGNATURE,
+  tarStreamBytes,
+} from './layout.js';
 import { entryMismatch } from './entry-files.js';
 import { headerMessage } from './entry-header.js';
 import { endsWithSeekTable, headerOverrun, readAll } from './bundle-ends.js';
@@ -16,12 +23,25 @@ import type { PassState, TrustedHead } from './verify-options.js';
 
 function badEntry(header: tar.Header, raw: RawHeaderFacts): FormatError | undefined {
   const name = header.name;
-  if (header.type !== 'file') return new FormatError('NOT_A_FILE', `entry ${quoteName(name)} is a ${header.type ?? 'special entry'}; a bundle holds regular files only`);
+  if (header.type !== 'file')
+    return new FormatError(
+      'NOT_A_FILE',
+      `entry ${quoteName(name)} is a ${header.type ?? 'special entry'}; a bundle holds regular files only`,
+    );
   if ((header.pax && Object.keys(header.pax).length > 0) || raw.extended) {
-    return new FormatError('UNEXPECTED_ENTRY', `entry ${quoteName(name)} carries pax or GNU extension headers, which bundles never use`);
+    return new FormatError(
+      'UNEXPECTED_ENTRY',
+      `entry ${quoteName(name)} carries pax or GNU extension headers, which bundles never use`,
+    );
   }
-  if (name.startsWith('/') || name.split('/').some((p: string) => p === '..' || p === '.' || p === '')) {
-    return new FormatError('UNEXPECTED_ENTRY', `entry ${quoteName(name)} points outside the layout`);
+  if (
+    name.startsWith('/') ||
+    name.split('/').some((p: string) => p === '..' || p === '.' || p === '')
+  ) {
+    return new FormatError(
+      'UNEXPECTED_ENTRY',
+      `entry ${quoteName(name)} points outside the layout`,
+    );
   }
   if (raw.mismatch) return new FormatError('UNEXPECTED_ENTRY', headerMessage(name, raw.mismatch));
   return undefined;
@@ -50,8 +70,14 @@ export class EntryChecks {
       const raw = this.pass.walker.nextEntry();
       if (raw.followsEnd) {
         throw n < 2
-          ? new FormatError('BAD_ORDER', `the archive starts with end-of-archive blocks; a bundle starts with ${BUNDLE_JSON}`)
-          : new FormatError('TRAILING_DATA', `entry ${quoteName(h.name)} follows the end of the archive: the file was altered`);
+          ? new FormatError(
+              'BAD_ORDER',
+              `the archive starts with end-of-archive blocks; a bundle starts with ${BUNDLE_JSON}`,
+            )
+          : new FormatError(
+              'TRAILING_DATA',
+              `entry ${quoteName(h.name)} follows the end of the archive: the file was altered`,
+            );
       }
       const problem = badEntry(h, raw);
       if (problem) throw problem;
@@ -65,7 +91,11 @@ export class EntryChecks {
   /** bundle.json (n = 0), then its signature (n = 1), which decides whether anything is trusted. */
   private async headEntry(n: number, h: tar.Header, data: Readable): Promise<void> {
     const want = n === 0 ? BUNDLE_JSON : SIGNATURE;
-    if (h.name !== want) throw new FormatError('BAD_ORDER', `the archive starts with ${quoteName(h.name)}; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`);
+    if (h.name !== want)
+      throw new FormatError(
+        'BAD_ORDER',
+        `the archive starts with ${quoteName(h.name)}; a bundle starts with ${BUNDLE_JSON} then ${SIGNATURE}`,
+      );
     const buf = await readAll(data, n === 0 ? MAX_BUNDLE_JSON_BYTES : MAX_SIGNATURE_BYTES, want);
     if (n === 0) this.manifestBytes = buf;
     else await this.trustHead(this.manifestBytes!, buf);
@@ -75,7 +105,9 @@ export class EntryChecks {
     const { opts } = this.pass;
     let claimed: string | undefined;
     try {
-      claimed = (JSON.parse(manifestBytes.toString('utf8')) as { signer?: { fingerprint?: string } }).signer?.fingerprint;
+      claimed = (
+        JSON.parse(manifestBytes.toString('utf8')) as { signer?: { fingerprint?: string } }
+      ).signer?.fingerprint;
     } catch {
       // the signature check decides; an unparsable manifest cannot verify against anything
     }
@@ -84,10 +116,18 @@ export class EntryChecks {
     if (signer) checkSigner(manifest, signer);
     this.head = { manifest, manifestBytes, signature, ...(signer ? { signer } : {}) };
     this.listed = new ListedEntries(manifest);
-    this.pass.expectedTar = tarStreamBytes([manifestBytes.length, signature.length, ...this.listed.sizes]);
+    this.pass.expectedTar = tarStreamBytes([
+      manifestBytes.length,
+      signature.length,
+      ...this.listed.sizes,
+    ]);
     // Whatever decodes past the archive's end is judged without being decoded in full.
     this.pass.decompress.stopAfter(this.pass.expectedTar);
-    if (manifest.index.size > MAX_INDEX_JSON_BYTES) throw new FormatError('OVERSIZED_ENTRY', `index.json is listed at ${manifest.index.size} bytes, over the ${MAX_INDEX_JSON_BYTES} limit`);
+    if (manifest.index.size > MAX_INDEX_JSON_BYTES)
+      throw new FormatError(
+        'OVERSIZED_ENTRY',
+        `index.json is listed at ${manifest.index.size} bytes, over the ${MAX_INDEX_JSON_BYTES} limit`,
+      );
     await opts.onManifest?.(manifest, manifestBytes, signature);
   }
 
@@ -96,14 +136,22 @@ export class EntryChecks {
     const { opts } = this.pass;
     const want = this.listed!.accept(h.name, h.size ?? 0);
     const hash = newSha256();
-    const hashed = data.pipe(new Transform({
-      transform(chunk: Buffer, _e, cb) {
-        hash.update(chunk);
-        cb(null, chunk);
-      },
-    }));
-    if (opts.onEntry) await opts.onEntry({ path: h.name, ...want }, hashed).catch((err: unknown) => { throw new ConsumerFailure(err); });
-    else for await (const _ of hashed) { /* hashing only */ }
+    const hashed = data.pipe(
+      new Transform({
+        transform(chunk: Buffer, _e, cb) {
+          hash.update(chunk);
+          cb(null, chunk);
+        },
+      }),
+    );
+    if (opts.onEntry)
+      await opts.onEntry({ path: h.name, ...want }, hashed).catch((err: unknown) => {
+        throw new ConsumerFailure(err);
+      });
+    else
+      for await (const _ of hashed) {
+        /* hashing only */
+      }
     const actual = 'sha256:' + hash.digest('hex');
     if (actual !== want.digest) throw entryMismatch(h.name, actual, want.digest);
     opts.onVerified?.({ path: h.name, ...want });
@@ -115,14 +163,27 @@ export class EntryChecks {
     // damage ends the tar stream early: name the damage, not what is missing because of it
     if (decompress.failed) throw decompress.failed;
     if (!this.head && decompress.overLimit) throw headerOverrun();
-    if (!this.head) throw new FormatError('TRUNCATED', 'the archive ends before bundle.json and its signature');
+    if (!this.head)
+      throw new FormatError('TRUNCATED', 'the archive ends before bundle.json and its signature');
     // tar ends quietly when the file is cut at an entry boundary; a file cut short has lost
     // its seek table too, while one that merely lacks an entry still ends with it
     if (!this.pass.complete() && !(await endsWithSeekTable(this.pass.source))) throw truncated();
     const missing = this.listed!.missing();
-    if (missing) throw new FormatError('MISSING_ENTRY', `entry ${quoteName(missing)} listed in bundle.json is missing from the archive`);
-    if (!this.pass.complete()) throw new FormatError('TRUNCATED', 'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered');
-    if (this.pass.tarBytes > this.pass.expectedTar) throw new FormatError('TRAILING_DATA', 'data follows the end of the archive: the file was altered');
+    if (missing)
+      throw new FormatError(
+        'MISSING_ENTRY',
+        `entry ${quoteName(missing)} listed in bundle.json is missing from the archive`,
+      );
+    if (!this.pass.complete())
+      throw new FormatError(
+        'TRUNCATED',
+        'the archive ends without its two end-of-archive blocks: the file is incomplete or was altered',
+      );
+    if (this.pass.tarBytes > this.pass.expectedTar)
+      throw new FormatError(
+        'TRAILING_DATA',
+        'data follows the end of the archive: the file was altered',
+      );
     const trailer = walker.trailerProblem(this.pass.expectedTar);
     if (trailer) throw trailer;
   }

@@ -31,7 +31,11 @@ export interface VerifyOptions {
    */
   onVerified?: (entry: LayoutEntry) => void;
   /** Called after bundle.json is trusted, before any layout entry. */
-  onManifest?: (manifest: BundleManifest, manifestBytes: Buffer, signature: Buffer) => Promise<void> | void;
+  onManifest?: (
+    manifest: BundleManifest,
+    manifestBytes: Buffer,
+    signature: Buffer,
+  ) => Promise<void> | void;
   /** Compressed bytes read so far, of the file's size. */
   onProgress?: (done: number, total: number) => void;
   /** Stops the pass (the agent shutting down); it then rejects with the signal's reason. */

@@ -14,18 +14,27 @@ export class ConsumerFailure {
 }
 
 export const truncated = (cause?: unknown) =>
-  new FormatError('TRUNCATED', 'the file ends before the archive does: the copy is incomplete (was the media removed early?); copy it again', { cause });
+  new FormatError(
+    'TRUNCATED',
+    'the file ends before the archive does: the copy is incomplete (was the media removed early?); copy it again',
+    { cause },
+  );
 
 /**
  * Where the index and the frames walked differ, if they do. Random reads map entries through
  * the index, so it must be the file's true frame list, not merely one that sums right.
  */
 function indexMismatch(index: SeekIndex, walked: readonly WalkedFrame[]): string | undefined {
-  if (index.frames.length !== walked.length) return `${index.frames.length} frames listed, ${walked.length} in the file`;
+  if (index.frames.length !== walked.length)
+    return `${index.frames.length} frames listed, ${walked.length} in the file`;
   for (let i = 0; i < walked.length; i++) {
     const a = index.frames[i]!;
     const b = walked[i]!;
-    if (a.compressedOffset !== b.compressedOffset || a.compressedSize !== b.compressedSize || a.decompressedSize !== b.decompressedSize) {
+    if (
+      a.compressedOffset !== b.compressedOffset ||
+      a.compressedSize !== b.compressedSize ||
+      a.decompressedSize !== b.decompressedSize
+    ) {
       return `frame ${i} is listed at byte ${a.compressedOffset}, ${a.compressedSize} bytes holding ${a.decompressedSize}; the file has it at byte ${b.compressedOffset}, ${b.compressedSize} bytes holding ${b.decompressedSize}`;
     }
   }
@@ -42,22 +51,41 @@ export async function passTotals(pass: PassState, head: TrustedHead): Promise<Ve
   // still being written to, or was altered.
   const sizeNow = await source.currentSize();
   if (sizeNow > fileSize) {
-    throw new FormatError('TRAILING_DATA', `${source.identity} grew from ${fileSize} to ${sizeNow} bytes while being read: it is still being written, or was altered; let the copy finish, then try again`);
+    throw new FormatError(
+      'TRAILING_DATA',
+      `${source.identity} grew from ${fileSize} to ${sizeNow} bytes while being read: it is still being written, or was altered; let the copy finish, then try again`,
+    );
   }
   // Anything but zstd frames after the archive failed the pass above, so a table that is
   // missing or does not account for the file is the table's own fault (BAD_SEEK_TABLE), not
   // data appended to the archive.
   const seekIndex = await readSeekIndex(source);
   if (seekIndex.decompressedBytes !== pass.tarBytes) {
-    throw new FormatError('BAD_SEEK_TABLE', `the seek index covers ${seekIndex.decompressedBytes} bytes of archive, but it has ${pass.tarBytes}`);
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      `the seek index covers ${seekIndex.decompressedBytes} bytes of archive, but it has ${pass.tarBytes}`,
+    );
   }
   const unlike = indexMismatch(seekIndex, inspector.frames);
-  if (unlike) throw new FormatError('BAD_SEEK_TABLE', `the seek index does not describe the file's frames (${unlike}): the file was altered; get a fresh copy`);
+  if (unlike)
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      `the seek index does not describe the file's frames (${unlike}): the file was altered; get a fresh copy`,
+    );
   const fileDigest = 'sha256:' + pass.fileHash.digest('hex');
   if (opts.trust.digest && opts.trust.digest !== fileDigest) {
-    throw new FormatError('FILE_DIGEST_MISMATCH', `the file's sha256 is ${fileDigest}, not the expected ${opts.trust.digest}: wrong file, or damaged in copying; copy it again`);
+    throw new FormatError(
+      'FILE_DIGEST_MISMATCH',
+      `the file's sha256 is ${fileDigest}, not the expected ${opts.trust.digest}: wrong file, or damaged in copying; copy it again`,
+    );
   }
-  return { ...head, fileDigest, fileSize, seekIndex, ...(opts.frameDigests ? { frameDigests: inspector.frames.map((f) => f.digest!) } : {}) };
+  return {
+    ...head,
+    fileDigest,
+    fileSize,
+    seekIndex,
+    ...(opts.frameDigests ? { frameDigests: inspector.frames.map((f) => f.digest!) } : {}),
+  };
 }
 
 /** The error that names why a pass failed, from whatever failed first. */
@@ -67,13 +95,29 @@ export async function failureCause(pass: PassState, failure: unknown): Promise<u
   // going away, whatever the decoder made of the cut.
   const sizeNow = Math.min(await source.currentSize().catch(() => 0), pass.endedAt ?? Infinity);
   if (sizeNow < fileSize) {
-    return new FormatError('TRUNCATED', `${source.identity} shrank from ${fileSize} to ${sizeNow} bytes while being read: the media was removed or changed; plug it in again`, { cause: failure });
+    return new FormatError(
+      'TRUNCATED',
+      `${source.identity} shrank from ${fileSize} to ${sizeNow} bytes while being read: the media was removed or changed; plug it in again`,
+      { cause: failure },
+    );
   }
-  return classify(failure, pass.decompress.failed, pass.complete(), pass.rawRead >= fileSize, source);
+  return classify(
+    failure,
+    pass.decompress.failed,
+    pass.complete(),
+    pass.rawRead >= fileSize,
+    source,
+  );
 }
 
 /** Turns whatever failed first into the error that names the cause. */
-async function classify(err: unknown, upstream: Error | undefined, complete: boolean, readAllInput: boolean, source: BundleSource): Promise<unknown> {
+async function classify(
+  err: unknown,
+  upstream: Error | undefined,
+  complete: boolean,
+  readAllInput: boolean,
+  source: BundleSource,
+): Promise<unknown> {
   if (err instanceof ConsumerFailure) {
     // The consumer's own I/O failing (a full disk while staging) is not a damaged bundle:
     // pass it on with its errno code. Anything else reached it through the entry's stream.
@@ -87,19 +131,36 @@ async function classify(err: unknown, upstream: Error | undefined, complete: boo
   const decoder = upstream !== undefined && err === upstream && !(upstream instanceof FormatError);
   const msg = (err as Error)?.message ?? String(err);
   // reading the bundle failed (media removed, I/O error): not a verdict on its contents
-  if (isSystemError(err)) return new FormatError('IO_ERROR', `cannot read ${source.identity}: ${msg}`, { cause: err });
-  const cutShort = readAllInput && /middle of compressed data frame|Unexpected end of data|premature close/i.test(msg);
+  if (isSystemError(err))
+    return new FormatError('IO_ERROR', `cannot read ${source.identity}: ${msg}`, { cause: err });
+  const cutShort =
+    readAllInput &&
+    /middle of compressed data frame|Unexpected end of data|premature close/i.test(msg);
   if (complete) {
     // The archive is whole, so what failed to decompress comes after it: the seek table or
     // something appended. A file cut inside the table must not read as "altered", nor a
     // table whose header lies about its length as appended data.
     if (await endsWithSeekTable(source)) {
-      const bad = await readSeekIndex(source).then(() => undefined, (e: unknown) => e);
-      if (bad) return bad instanceof FormatError ? bad : new FormatError('BAD_SEEK_TABLE', `the seek index cannot be read: ${(bad as Error).message}`, { cause: bad });
+      const bad = await readSeekIndex(source).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      if (bad)
+        return bad instanceof FormatError
+          ? bad
+          : new FormatError(
+              'BAD_SEEK_TABLE',
+              `the seek index cannot be read: ${(bad as Error).message}`,
+              { cause: bad },
+            );
     } else if (cutShort) {
       return truncated(err);
     }
-    return new FormatError('TRAILING_DATA', `data follows the end of the archive${decoder ? '' : ` (${msg})`}: the file was altered`, { cause: err });
+    return new FormatError(
+      'TRAILING_DATA',
+      `data follows the end of the archive${decoder ? '' : ` (${msg})`}: the file was altered`,
+      { cause: err },
+    );
   }
   if (cutShort) return truncated(err);
   if (decoder) return undecodable(source, err);

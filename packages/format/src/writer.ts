@@ -11,9 +11,34 @@ import { FormatError } from './errors.js';
 import { FrameWriter } from './frame-writer.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
-  BUNDLE_JSON, ENTRY_MTIME, FORMAT_VERSIONS, INDEX_JSON, OCI_LAYOUT, OCI_LAYOUT_CONTENT, SIGNATURE,
-  TAR_BLOCK, FRAME_BYTES, MAX_BUNDLE_JSON_BYTES, blobPath, defaultVersionFor, featureNeedsVersion, paddedSize, READ_CHUNK, unwritableVersion, type VersionedFeature } from './layout.js';
-import { serializeManifest, validateManifest, type BundleAgent, type BundleBase, type BundleBlob, type BundleImage, type BundleManifest, type BundleRelease } from './manifest.js';
+  BUNDLE_JSON,
+  ENTRY_MTIME,
+  FORMAT_VERSIONS,
+  INDEX_JSON,
+  OCI_LAYOUT,
+  OCI_LAYOUT_CONTENT,
+  SIGNATURE,
+  TAR_BLOCK,
+  FRAME_BYTES,
+  MAX_BUNDLE_JSON_BYTES,
+  blobPath,
+  defaultVersionFor,
+  featureNeedsVersion,
+  paddedSize,
+  READ_CHUNK,
+  unwritableVersion,
+  type VersionedFeature,
+} from './layout.js';
+import {
+  serializeManifest,
+  validateManifest,
+  type BundleAgent,
+  type BundleBase,
+  type BundleBlob,
+  type BundleImage,
+  type BundleManifest,
+  type BundleRelease,
+} from './manifest.js';
 import { encodeSeekTable, type FrameEntry } from './seekable.js';
 import { rawFrameSize } from './raw-frame.js';
 import { FileHasher } from './file-hasher.js';
@@ -31,7 +56,11 @@ export interface WriteBundleInput {
    * Every blob with the file that holds it, checked against its digest as it is packed unless
    * `verified` (the caller hashed that very file in this run: a cold build would hash it twice).
    */
-  blobs: (BundleBlob & ({ path: string; verified?: boolean } | { /** May be called more than once: the same arrival. */ ready: () => Promise<ReadyBlob> }))[];
+  blobs: (BundleBlob &
+    (
+      | { path: string; verified?: boolean }
+      | { /** May be called more than once: the same arrival. */ ready: () => Promise<ReadyBlob> }
+    ))[];
   /**
    * A number, or a function called once every blob was packed (a one-pass build measures the
    * layers while it packs them): bundle.json then goes into the head reserved for it.
@@ -75,7 +104,11 @@ export interface WriteBundleInput {
  * packed); `pieces`: its list for the input's pieceSize when the caller can give it (worked out
  * as it fetched the blob; asked only of blobs the head lists), else the writer hashes the file.
  */
-export interface ReadyBlob { path: string; verified: boolean; pieces?: (() => Promise<string | undefined>) | undefined }
+export interface ReadyBlob {
+  path: string;
+  verified: boolean;
+  pieces?: (() => Promise<string | undefined>) | undefined;
+}
 
 export interface WrittenBundle {
   manifest: BundleManifest;
@@ -84,7 +117,12 @@ export interface WrittenBundle {
   frames: number;
 }
 
-interface PackEntry { name: string; size: number; open: () => Buffer | Promise<{ stream: Readable; check: boolean }>; digest?: string }
+interface PackEntry {
+  name: string;
+  size: number;
+  open: () => Buffer | Promise<{ stream: Readable; check: boolean }>;
+  digest?: string;
+}
 
 /** Frame cut points: each header and each data start, then the trailer. */
 function cutPoints(entries: PackEntry[]): number[] {
@@ -114,18 +152,38 @@ function verifying(e: PackEntry): Transform {
     },
     flush(cb) {
       const actual = 'sha256:' + hash.digest('hex');
-      cb(actual === e.digest ? null : new FormatError('BLOB_DIGEST_MISMATCH', `${e.name} hashes to ${actual}, expected ${e.digest}: the cache entry is corrupt; delete it and run again`));
+      cb(
+        actual === e.digest
+          ? null
+          : new FormatError(
+              'BLOB_DIGEST_MISMATCH',
+              `${e.name} hashes to ${actual}, expected ${e.digest}: the cache entry is corrupt; delete it and run again`,
+            ),
+      );
     },
   });
 }
 
 /** Packs entries as a tar stream (no trailer unless `finish`) cut into zstd frames handed to `sink`. */
-async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise<unknown>, finish: boolean, level: number, onBytes?: (n: number) => void, signal?: AbortSignal, raw = false): Promise<{ frames: FrameEntry[]; bytes: number }> {
+async function packFrames(
+  entries: PackEntry[],
+  sink: (frame: Buffer) => Promise<unknown>,
+  finish: boolean,
+  level: number,
+  onBytes?: (n: number) => void,
+  signal?: AbortSignal,
+  raw = false,
+): Promise<{ frames: FrameEntry[]; bytes: number }> {
   let bytes = 0;
-  const framer = new FrameWriter(async (frame) => {
-    await sink(frame);
-    bytes += frame.length;
-  }, cutPoints(entries), level, raw);
+  const framer = new FrameWriter(
+    async (frame) => {
+      await sink(frame);
+      bytes += frame.length;
+    },
+    cutPoints(entries),
+    level,
+    raw,
+  );
   const pack = tar.pack();
   const counted = new Transform({
     transform(chunk: Buffer, _enc, cb) {
@@ -137,10 +195,22 @@ async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise
   try {
     for (const e of entries) {
       signal?.throwIfAborted();
-      const header = { name: e.name, size: e.size, mode: 0o644, mtime: ENTRY_MTIME, uid: 0, gid: 0, uname: '', gname: '', type: 'file' as const };
+      const header = {
+        name: e.name,
+        size: e.size,
+        mode: 0o644,
+        mtime: ENTRY_MTIME,
+        uid: 0,
+        gid: 0,
+        uname: '',
+        gname: '',
+        type: 'file' as const,
+      };
       const src = e.open();
       if (Buffer.isBuffer(src)) {
-        await new Promise<void>((resolve, reject) => pack.entry(header, src, (err) => (err ? reject(err) : resolve())));
+        await new Promise<void>((resolve, reject) =>
+          pack.entry(header, src, (err) => (err ? reject(err) : resolve())),
+        );
       } else {
         // a blob still being fetched: the frames so far are written meanwhile
         const { stream, check } = await src;
@@ -167,9 +237,12 @@ async function packFrames(entries: PackEntry[], sink: (frame: Buffer) => Promise
  * (`unpackedSize`); a layer without a measurement counts three times its compressed size. Other
  * blobs (uncompressed layers, configs, manifests) count their size.
  */
-export function estimateImageStoreBytes(blobs: (BundleBlob & { unpackedSize?: number | undefined })[]): number {
+export function estimateImageStoreBytes(
+  blobs: (BundleBlob & { unpackedSize?: number | undefined })[],
+): number {
   let total = 0;
-  for (const b of blobs) total += /gzip|zstd/.test(b.mediaType) ? b.unpackedSize ?? b.size * 3 : b.size;
+  for (const b of blobs)
+    total += /gzip|zstd/.test(b.mediaType) ? (b.unpackedSize ?? b.size * 3) : b.size;
   return total;
 }
 
@@ -216,7 +289,11 @@ class Appender {
   /** Where the next byte goes: past the head reserved for bundle.json and its signature. */
   private written: number;
 
-  constructor(private readonly file: FileHandle, start: number, private readonly batch = READ_CHUNK) {
+  constructor(
+    private readonly file: FileHandle,
+    start: number,
+    private readonly batch = READ_CHUNK,
+  ) {
     this.written = start;
   }
 
@@ -239,7 +316,8 @@ class Appender {
 
   private async flushPending(): Promise<void> {
     if (this.pendingBytes === 0) return;
-    const data = this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.pendingBytes);
+    const data =
+      this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.pendingBytes);
     this.pending = [];
     this.pendingBytes = 0;
     await this.write(data);
@@ -252,14 +330,22 @@ class Appender {
     this.written += data.length;
     this.inflightBytes += data.length;
     this.inflightStarts.add(position);
-    const p: Promise<void> = this.writeAll(data, position).catch((err: unknown) => { this.failure ??= { err }; }).finally(() => {
-      this.inflight.delete(p);
-      this.inflightStarts.delete(position);
-      this.inflightBytes -= data.length;
-      if (!this.failure) this.onWritten?.(this.inflightStarts.size ? Math.min(...this.inflightStarts) : this.written);
-    });
+    const p: Promise<void> = this.writeAll(data, position)
+      .catch((err: unknown) => {
+        this.failure ??= { err };
+      })
+      .finally(() => {
+        this.inflight.delete(p);
+        this.inflightStarts.delete(position);
+        this.inflightBytes -= data.length;
+        if (!this.failure)
+          this.onWritten?.(
+            this.inflightStarts.size ? Math.min(...this.inflightStarts) : this.written,
+          );
+      });
     this.inflight.add(p);
-    if (this.inflightBytes > WRITE_AHEAD) await timedAsync('writing: waits on the disk', () => this.drainTo(WRITE_AHEAD));
+    if (this.inflightBytes > WRITE_AHEAD)
+      await timedAsync('writing: waits on the disk', () => this.drainTo(WRITE_AHEAD));
     this.rethrow();
   }
 
@@ -276,7 +362,8 @@ class Appender {
     let off = 0;
     while (off < data.length) {
       const { bytesWritten } = await this.file.write(data, off, data.length - off, position + off);
-      if (bytesWritten === 0) throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' });
+      if (bytesWritten === 0)
+        throw Object.assign(new Error('write returned 0 bytes'), { code: 'EIO' });
       off += bytesWritten;
     }
   }
@@ -292,7 +379,6 @@ class Appender {
   async settle(): Promise<void> {
     await Promise.allSettled([...this.inflight]);
   }
-
 }
 
 /** Writes in flight at once: four frames' worth. */
@@ -302,9 +388,17 @@ const WRITE_AHEAD = 4 * FRAME_BYTES;
 export function writeFailure(path: string, err: unknown): FormatError {
   const code = (err as NodeJS.ErrnoException)?.code;
   if (code === 'ENOSPC' || code === 'EDQUOT') {
-    return new FormatError('NO_SPACE', `no space left on the filesystem of ${path}: free some space there or write to a larger disk (-o)`, { cause: err });
+    return new FormatError(
+      'NO_SPACE',
+      `no space left on the filesystem of ${path}: free some space there or write to a larger disk (-o)`,
+      { cause: err },
+    );
   }
-  return new FormatError('IO_ERROR', `cannot write ${path}: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+  return new FormatError(
+    'IO_ERROR',
+    `cannot write ${path}: ${(err as Error)?.message ?? String(err)}`,
+    { cause: err },
+  );
 }
 
 /** A small file written and synced (not renamed): the caller renames it into place. */
@@ -314,9 +408,17 @@ const WIDEST_TOTAL = Number.MAX_SAFE_INTEGER;
 /** bundle.json padded with spaces (JSON ignores them; the signature covers them) to `length` bytes. */
 function paddedManifest(m: BundleManifest, length: number): Buffer {
   const text = serializeManifest(m);
-  if (text.length > length) throw new FormatError('INVALID_MANIFEST', `bundle.json grew past the ${length} bytes reserved for it: a writer bug; report it`);
+  if (text.length > length)
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `bundle.json grew past the ${length} bytes reserved for it: a writer bug; report it`,
+    );
   // spaces before the final newline: the file still ends with one
-  return Buffer.concat([text.subarray(0, text.length - 1), Buffer.alloc(length - text.length, 0x20), text.subarray(text.length - 1)]);
+  return Buffer.concat([
+    text.subarray(0, text.length - 1),
+    Buffer.alloc(length - text.length, 0x20),
+    text.subarray(text.length - 1),
+  ]);
 }
 
 /** The head's entries: bundle.json then its signature. */
@@ -382,19 +484,30 @@ interface WriteState {
 }
 
 function readyBlob(b: WriteBundleInput['blobs'][number]): Promise<ReadyBlob> {
-  return 'ready' in b ? b.ready() : Promise.resolve({ path: b.path, verified: b.verified === true });
+  return 'ready' in b
+    ? b.ready()
+    : Promise.resolve({ path: b.path, verified: b.verified === true });
 }
 
 /** The layout's entries: oci-layout, index.json, then every blob in the plan's order. */
 function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackEntry[] {
   return [
-    { name: OCI_LAYOUT, size: OCI_LAYOUT_CONTENT.length, open: () => Buffer.from(OCI_LAYOUT_CONTENT) },
+    {
+      name: OCI_LAYOUT,
+      size: OCI_LAYOUT_CONTENT.length,
+      open: () => Buffer.from(OCI_LAYOUT_CONTENT),
+    },
     { name: INDEX_JSON, size: index.length, open: () => index },
     ...blobs.map((b) => ({
-      name: blobPath(b.digest), size: b.size, digest: b.digest,
+      name: blobPath(b.digest),
+      size: b.size,
+      digest: b.digest,
       open: async () => {
         const r = await readyBlob(b);
-        return { stream: createReadStream(r.path, { highWaterMark: READ_CHUNK }), check: !r.verified };
+        return {
+          stream: createReadStream(r.path, { highWaterMark: READ_CHUNK }),
+          check: !r.verified,
+        };
       },
     })),
   ];
@@ -407,13 +520,18 @@ function versionToWrite(input: WriteBundleInput): number {
     ...(input.base ? ['a delta against a base bundle' as const] : []),
   ];
   const version = input.schemaVersion ?? defaultVersionFor(features);
-  const problem = unwritableVersion(version) ?? features.map((f) => featureNeedsVersion(f, version)).find((p) => p !== undefined);
+  const problem =
+    unwritableVersion(version) ??
+    features.map((f) => featureNeedsVersion(f, version)).find((p) => p !== undefined);
   if (problem) throw new FormatError('UNSUPPORTED_VERSION', problem);
   return version;
 }
 
 /** bundle.json's `pieces`, each listed blob's list from `listOf`. */
-function piecesOf(p: { size: number; digests: string[] }, listOf: (digest: string) => string): BundlePieces {
+function piecesOf(
+  p: { size: number; digests: string[] },
+  listOf: (digest: string) => string,
+): BundlePieces {
   return { size: p.size, blobs: Object.fromEntries(p.digests.map((d) => [d, listOf(d)])) };
 }
 
@@ -425,28 +543,52 @@ function piecesOf(p: { size: number; digests: string[] }, listOf: (digest: strin
 function refuseLargeHead(total: number, pieceChars: number | undefined): void {
   if (total <= MAX_BUNDLE_JSON_BYTES) return;
   const mib = (n: number) => `${(n / (1 << 20)).toFixed(1)} MiB`;
-  const fix = pieceChars === undefined ? 'split the images over several bundles' : `build with --pieces none (its per-piece digests take ${mib(pieceChars)}; agents then check each blob only whole) or split the images over several bundles`;
-  throw new FormatError('OVERSIZED_ENTRY', `bundle.json would be ${mib(total)}, past the ${mib(MAX_BUNDLE_JSON_BYTES)} every reader accepts: ${fix}`);
+  const fix =
+    pieceChars === undefined
+      ? 'split the images over several bundles'
+      : `build with --pieces none (its per-piece digests take ${mib(pieceChars)}; agents then check each blob only whole) or split the images over several bundles`;
+  throw new FormatError(
+    'OVERSIZED_ENTRY',
+    `bundle.json would be ${mib(total)}, past the ${mib(MAX_BUNDLE_JSON_BYTES)} every reader accepts: ${fix}`,
+  );
 }
 
 function planBundle(input: WriteBundleInput): BundlePlan {
   const version = versionToWrite(input);
-  const blobs = input.blobOrder === 'listed' ? [...input.blobs] : [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
+  const blobs =
+    input.blobOrder === 'listed'
+      ? [...input.blobs]
+      : [...input.blobs].sort((a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
   // Checked before hours of packing, not after: readers refuse an image without its manifest.
   const packed = new Set(blobs.map((b) => b.digest));
   const unpacked = [...input.images, ...(input.charts ?? [])].find((im) => !packed.has(im.digest));
-  if (unpacked) throw new FormatError('INVALID_MANIFEST', `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`);
+  if (unpacked)
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`,
+    );
   const fromBase = (b: { digest: string }) => input.base?.digests.has(b.digest) === true;
-  const layoutEntries = layoutEntriesOf(input.index, blobs.filter((b) => !fromBase(b)));
+  const layoutEntries = layoutEntriesOf(
+    input.index,
+    blobs.filter((b) => !fromBase(b)),
+  );
   const packedBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
   const layoutBytes = packedBytes + blobs.filter(fromBase).reduce((s, b) => s + b.size, 0);
-  const manifestWith = (imageStoreBytes: number, pieces: BundlePieces | undefined): BundleManifest => ({
+  const manifestWith = (
+    imageStoreBytes: number,
+    pieces: BundlePieces | undefined,
+  ): BundleManifest => ({
     schemaVersion: version,
     mediaType: FORMAT_VERSIONS[version]!.mediaType,
     release: input.release,
     images: input.images,
     ...(input.charts?.length ? { charts: input.charts } : {}),
-    blobs: blobs.map(({ digest, size, mediaType }) => ({ digest, size, mediaType, ...(fromBase({ digest }) ? { fromBase: true as const } : {}) })),
+    blobs: blobs.map(({ digest, size, mediaType }) => ({
+      digest,
+      size,
+      mediaType,
+      ...(fromBase({ digest }) ? { fromBase: true as const } : {}),
+    })),
     index: { digest: sha256(input.index), size: input.index.length },
     totals: { layoutBytes, imageStoreBytes },
     creator: { tool: input.tool.name, version: input.tool.version, createdAt: input.createdAt },
@@ -457,24 +599,56 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   });
   // Never sign what a reader refuses: the reader's own schema check, on what goes out (again
   // with the real figure at the end). The widest figure sizes the head.
-  const pieceBlobs = input.pieceSize === undefined ? undefined : { size: input.pieceSize, digests: blobs.filter((b) => !fromBase(b) && hasPieces(b, input.pieceSize!)).map((b) => b.digest) };
+  const pieceBlobs =
+    input.pieceSize === undefined
+      ? undefined
+      : {
+          size: input.pieceSize,
+          digests: blobs
+            .filter((b) => !fromBase(b) && hasPieces(b, input.pieceSize!))
+            .map((b) => b.digest),
+        };
   // each list's length follows from its blob's size alone: zeros stand in for the digests
   const sizes = new Map(blobs.map((b) => [b.digest, b.size]));
-  const pieceChars = pieceBlobs && pieceBlobs.digests.reduce((n, d) => n + listChars(pieceCount(sizes.get(d)!, pieceBlobs.size)), 0);
-  refuseLargeHead(serializeManifest(manifestWith(WIDEST_TOTAL, undefined)).length + (pieceChars ?? 0), pieceChars);
-  const widest = manifestWith(WIDEST_TOTAL, pieceBlobs && piecesOf(pieceBlobs, (d) => Buffer.alloc(pieceCount(sizes.get(d)!, pieceBlobs.size) * 32).toString('base64')));
+  const pieceChars =
+    pieceBlobs &&
+    pieceBlobs.digests.reduce(
+      (n, d) => n + listChars(pieceCount(sizes.get(d)!, pieceBlobs.size)),
+      0,
+    );
+  refuseLargeHead(
+    serializeManifest(manifestWith(WIDEST_TOTAL, undefined)).length + (pieceChars ?? 0),
+    pieceChars,
+  );
+  const widest = manifestWith(
+    WIDEST_TOTAL,
+    pieceBlobs &&
+      piecesOf(pieceBlobs, (d) =>
+        Buffer.alloc(pieceCount(sizes.get(d)!, pieceBlobs.size) * 32).toString('base64'),
+      ),
+  );
   validateManifest(widest);
   const manifestLength = serializeManifest(widest).length;
   refuseLargeHead(manifestLength, pieceChars);
   // every supported algorithm's signature fits one tar block whatever it signs (Ed25519: 64
   // bytes, ECDSA DER: at most 139), so this one's padded length is the final one's
-  const signatureLength = timedSync('signing', () => signBytes(serializeManifest(widest), input.key)).length;
+  const signatureLength = timedSync('signing', () =>
+    signBytes(serializeManifest(widest), input.key),
+  ).length;
   const headFrames = headFrameSizes(manifestLength, signatureLength);
   return {
     level: input.level ?? 3,
     tmpOut: `${input.output}.${process.pid}.tmp`,
     sidecarTmp: `${input.output}.sha256.${process.pid}.tmp`,
-    blobs, layoutEntries, layoutBytes, packedBytes, manifestWith, pieceBlobs, manifestLength, signatureLength, headFrames,
+    blobs,
+    layoutEntries,
+    layoutBytes,
+    packedBytes,
+    manifestWith,
+    pieceBlobs,
+    manifestLength,
+    signatureLength,
+    headFrames,
     headBytes: headFrames.reduce((s, f) => s + f.compressedSize, 0),
   };
 }
@@ -483,9 +657,17 @@ function planBundle(input: WriteBundleInput): BundlePlan {
  * The head, once every blob has arrived (the figure is known then, while the last ones are
  * still being packed); from then on the file is hashed as it is written.
  */
-async function writeHead(input: WriteBundleInput, plan: BundlePlan, appender: Appender, state: WriteState): Promise<BundleManifest> {
+async function writeHead(
+  input: WriteBundleInput,
+  plan: BundlePlan,
+  appender: Appender,
+  state: WriteState,
+): Promise<BundleManifest> {
   await Promise.all(plan.blobs.map(readyBlob));
-  const imageStoreBytes = typeof input.imageStoreBytes === 'number' ? input.imageStoreBytes : await input.imageStoreBytes();
+  const imageStoreBytes =
+    typeof input.imageStoreBytes === 'number'
+      ? input.imageStoreBytes
+      : await input.imageStoreBytes();
   const pieces = await listedPieces(plan, state);
   input.signal?.throwIfAborted();
   const manifest = plan.manifestWith(imageStoreBytes, pieces);
@@ -493,13 +675,29 @@ async function writeHead(input: WriteBundleInput, plan: BundlePlan, appender: Ap
   const manifestBytes = paddedManifest(manifest, plan.manifestLength);
   const signature = timedSync('signing', () => signBytes(manifestBytes, input.key));
   if (paddedSize(signature.length) !== paddedSize(plan.signatureLength)) {
-    throw new FormatError('INVALID_MANIFEST', `the signature is ${signature.length} bytes, past the ${paddedSize(plan.signatureLength)} reserved for it: a writer bug; report it`);
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `the signature is ${signature.length} bytes, past the ${paddedSize(plan.signatureLength)} reserved for it: a writer bug; report it`,
+    );
   }
   const head: Buffer[] = [];
-  const packedHead = await packFrames(headEntries(manifestBytes, signature), async (f) => { head.push(f); }, false, plan.level, undefined, undefined, true);
+  const packedHead = await packFrames(
+    headEntries(manifestBytes, signature),
+    async (f) => {
+      head.push(f);
+    },
+    false,
+    plan.level,
+    undefined,
+    undefined,
+    true,
+  );
   const headBuf = Buffer.concat(head);
   if (headBuf.length !== plan.headBytes || packedHead.frames.length !== plan.headFrames.length) {
-    throw new FormatError('INVALID_MANIFEST', `the head came to ${headBuf.length} bytes, not the ${plan.headBytes} reserved: a writer bug; report it`);
+    throw new FormatError(
+      'INVALID_MANIFEST',
+      `the head came to ${headBuf.length} bytes, not the ${plan.headBytes} reserved: a writer bug; report it`,
+    );
   }
   await appender.writeAll(headBuf, 0);
   // the write failed meanwhile and its file is going: no thread to hash it
@@ -519,7 +717,10 @@ function pieceLists(plan: BundlePlan, p: { size: number; digests: string[] }): P
   const work: PieceWork = { lists: new Map() };
   const blobs = new Map(plan.blobs.map((b) => [b.digest, b]));
   for (const d of p.digests) {
-    const list = readyBlob(blobs.get(d)!).then(async (r) => (await r.pieces?.()) ?? (work.thread ??= new PieceHashThread()).hashFile(r.path, p.size));
+    const list = readyBlob(blobs.get(d)!).then(
+      async (r) =>
+        (await r.pieces?.()) ?? (work.thread ??= new PieceHashThread()).hashFile(r.path, p.size),
+    );
     // a list lost with its blob fails the head write, which a failed write ignores
     list.catch(() => undefined);
     work.lists.set(d, list);
@@ -528,7 +729,10 @@ function pieceLists(plan: BundlePlan, p: { size: number; digests: string[] }): P
 }
 
 /** bundle.json's `pieces`, once every listed blob's list is known; the thread (if any) is done then. */
-async function listedPieces(plan: BundlePlan, state: WriteState): Promise<BundlePieces | undefined> {
+async function listedPieces(
+  plan: BundlePlan,
+  state: WriteState,
+): Promise<BundlePieces | undefined> {
   if (!plan.pieceBlobs) return undefined;
   const lists = new Map<string, string>();
   for (const [digest, list] of state.pieces?.lists ?? []) lists.set(digest, await list);
@@ -547,12 +751,19 @@ function progressOf(input: WriteBundleInput, layoutBytes: number): (n: number) =
 }
 
 /** Hashes, syncs and renames the written file, its sidecar beside it; returns its digest. */
-async function finishFile(input: WriteBundleInput, plan: BundlePlan, state: WriteState, fileSize: number): Promise<string> {
+async function finishFile(
+  input: WriteBundleInput,
+  plan: BundlePlan,
+  state: WriteState,
+  fileSize: number,
+): Promise<string> {
   // Ctrl-C while finishing (the hash catching up, a slow stick's sync) still leaves the output
   // untouched: checked before each step, and the wait for the hash gives way to it
   const stopped = () => input.signal?.throwIfAborted();
   stopped();
-  const fileDigest = await timedAsync('whole-file hash: wait after packing', () => untilAborted(state.hasher!.digest(fileSize), input.signal));
+  const fileDigest = await timedAsync('whole-file hash: wait after packing', () =>
+    untilAborted(state.hasher!.digest(fileSize), input.signal),
+  );
   stopped();
   const synced = process.hrtime.bigint();
   await state.out!.sync();
@@ -575,7 +786,12 @@ export function digestLine(digest: string, fileName: string): string {
 }
 
 /** Removes what a failed write left and returns the error to throw. */
-async function abandon(input: WriteBundleInput, plan: BundlePlan, state: WriteState, err: unknown): Promise<unknown> {
+async function abandon(
+  input: WriteBundleInput,
+  plan: BundlePlan,
+  state: WriteState,
+  err: unknown,
+): Promise<unknown> {
   state.failed = true;
   await state.file?.settle();
   // not awaited: it may be waiting for blobs that will never come
@@ -610,14 +826,26 @@ export async function writeBundle(input: WriteBundleInput): Promise<WrittenBundl
     if (plan.pieceBlobs) state.pieces = pieceLists(plan, plan.pieceBlobs);
     state.headWrite = writeHead(input, plan, file, state);
     state.headWrite.catch(() => undefined);
-    const layout = await packFrames(plan.layoutEntries, (f) => file.append(f), true, plan.level, progressOf(input, plan.packedBytes), input.signal);
+    const layout = await packFrames(
+      plan.layoutEntries,
+      (f) => file.append(f),
+      true,
+      plan.level,
+      progressOf(input, plan.packedBytes),
+      input.signal,
+    );
     await file.append(encodeSeekTable([...plan.headFrames, ...layout.frames]));
     const manifest = await state.headWrite;
     await file.flush();
     input.onFinishing?.();
     const fileSize = file.size;
     const fileDigest = await finishFile(input, plan, state, fileSize);
-    return { manifest, fileDigest, fileSize, frames: plan.headFrames.length + layout.frames.length };
+    return {
+      manifest,
+      fileDigest,
+      fileSize,
+      frames: plan.headFrames.length + layout.frames.length,
+    };
   } catch (err) {
     throw await abandon(input, plan, state, err);
   }

@@ -17,7 +17,10 @@ function newDctx(): ZstdBinding.DCtx {
 }
 
 const frameTooLarge = (limit: number) =>
-  new FormatError('CORRUPT', `a zstd frame expands past the ${limit}-byte frame limit: not a bundle, or built to exhaust memory`);
+  new FormatError(
+    'CORRUPT',
+    `a zstd frame expands past the ${limit}-byte frame limit: not a bundle, or built to exhaust memory`,
+  );
 
 export interface BoundedDecompressOptions {
   /** Most bytes one frame may expand to. */
@@ -95,7 +98,8 @@ export function decompressFrame(src: Buffer, size: number, into?: Buffer): Buffe
   if (size > FRAME_BYTES) throw frameTooLarge(FRAME_BYTES);
   const dctx = newDctx();
   // one spare byte tells "more than promised" from "exactly as promised"
-  const out = into && into.length > size ? into.subarray(0, size + 1) : Buffer.allocUnsafe(size + 1);
+  const out =
+    into && into.length > size ? into.subarray(0, size + 1) : Buffer.allocUnsafe(size + 1);
   let produced = 0;
   let rest = src;
   let ret = 1;
@@ -104,11 +108,20 @@ export function decompressFrame(src: Buffer, size: number, into?: Buffer): Buffe
     ret = r;
     produced += n;
     rest = rest.subarray(consumed);
-    if (produced > size) throw new FormatError('BAD_SEEK_TABLE', `a frame holds more than the ${size} bytes the seek index says`);
-    if (ret === 0 && rest.length > 0) throw new FormatError('BAD_SEEK_TABLE', 'a seek-index frame holds more than one zstd frame');
+    if (produced > size)
+      throw new FormatError(
+        'BAD_SEEK_TABLE',
+        `a frame holds more than the ${size} bytes the seek index says`,
+      );
+    if (ret === 0 && rest.length > 0)
+      throw new FormatError('BAD_SEEK_TABLE', 'a seek-index frame holds more than one zstd frame');
     if (n === 0 && consumed === 0) break;
   }
   if (ret !== 0) throw new FormatError('TRUNCATED', 'a zstd frame is cut short');
-  if (produced !== size) throw new FormatError('BAD_SEEK_TABLE', `a frame holds ${produced} bytes; the seek index says ${size}`);
+  if (produced !== size)
+    throw new FormatError(
+      'BAD_SEEK_TABLE',
+      `a frame holds ${produced} bytes; the seek index says ${size}`,
+    );
   return out.subarray(0, size);
 }

@@ -11,9 +11,17 @@ import { syncDirBestEffort } from './sync-file.js';
  * `tmpDir` puts the temp file elsewhere on the same filesystem, for a directory whose reader
  * takes every file in it, a temp one too (CRI-O's crio.conf.d).
  */
-export async function writeFileAtomic(file: string, content: string | Uint8Array, mode = 0o644, tmpDir?: string): Promise<void> {
+export async function writeFileAtomic(
+  file: string,
+  content: string | Uint8Array,
+  mode = 0o644,
+  tmpDir?: string,
+): Promise<void> {
   const dir = path.dirname(file);
-  const tmp = path.join(tmpDir ?? dir, `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  const tmp = path.join(
+    tmpDir ?? dir,
+    `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`,
+  );
   try {
     const fh = await createExclusive(tmp, mode);
     try {

@@ -43,9 +43,25 @@ const REASONS: Record<string, [reason: string, fix: string]> = {
   EIO: ['input/output error', 'check the disk (dmesg)'],
 };
 const VERBS: Record<string, string> = {
-  mkdir: 'create the directory', open: 'open', scandir: 'read the directory', opendir: 'read the directory', rename: 'rename',
-  unlink: 'remove', rmdir: 'remove the directory', rm: 'remove', stat: 'read', lstat: 'read', read: 'read', write: 'write',
-  copyfile: 'copy', access: 'access', utime: 'touch', chmod: 'change the mode of', fsync: 'sync', link: 'link', symlink: 'link',
+  mkdir: 'create the directory',
+  open: 'open',
+  scandir: 'read the directory',
+  opendir: 'read the directory',
+  rename: 'rename',
+  unlink: 'remove',
+  rmdir: 'remove the directory',
+  rm: 'remove',
+  stat: 'read',
+  lstat: 'read',
+  read: 'read',
+  write: 'write',
+  copyfile: 'copy',
+  access: 'access',
+  utime: 'touch',
+  chmod: 'change the mode of',
+  fsync: 'sync',
+  link: 'link',
+  symlink: 'link',
 };
 
 /** What a system error code means, in words (the message without the code), for messages of one's own. */
@@ -60,12 +76,27 @@ export function errnoReason(code: string | undefined): string {
  */
 export function describeSystemError(err: unknown): unknown {
   const e = err as NodeJS.ErrnoException & { dest?: string };
-  if (!(err instanceof Error) || err instanceof BaseError || typeof e.code !== 'string' || typeof e.syscall !== 'string' || !/^E[A-Z0-9]+$/.test(e.code)) return err;
+  if (
+    !(err instanceof Error) ||
+    err instanceof BaseError ||
+    typeof e.code !== 'string' ||
+    typeof e.syscall !== 'string' ||
+    !/^E[A-Z0-9]+$/.test(e.code)
+  )
+    return err;
   const known = REASONS[e.code];
   // an unknown code: Node's own words, without the code in front and the syscall and path behind
-  const reason = known?.[0] ?? err.message.replace(new RegExp(`^${e.code}: `), '').replace(/, \w+( '.*')*$/, '');
+  const reason =
+    known?.[0] ?? err.message.replace(new RegExp(`^${e.code}: `), '').replace(/, \w+( '.*')*$/, '');
   const verb = VERBS[e.syscall] ?? e.syscall;
-  const what = e.path ? `cannot ${verb} ${e.path}${e.dest ? ` to ${e.dest}` : ''}` : `${e.syscall} failed`;
+  const what = e.path
+    ? `cannot ${verb} ${e.path}${e.dest ? ` to ${e.dest}` : ''}`
+    : `${e.syscall} failed`;
   const line = `${what}: ${reason}${known ? `; ${known[1]}` : ''}`;
-  return Object.assign(new Error(line, { cause: err }), { code: e.code, errno: e.errno, syscall: e.syscall, path: e.path });
+  return Object.assign(new Error(line, { cause: err }), {
+    code: e.code,
+    errno: e.errno,
+    syscall: e.syscall,
+    path: e.path,
+  });
 }

@@ -45,9 +45,15 @@ export function addressKey(address: string | undefined): string {
   const groups = head ? head.split(':') : [];
   if (tail !== undefined) {
     const after = tail ? tail.split(':') : [];
-    groups.push(...Array<string>(Math.max(0, 8 - groups.length - after.length)).fill('0'), ...after);
+    groups.push(
+      ...Array<string>(Math.max(0, 8 - groups.length - after.length)).fill('0'),
+      ...after,
+    );
   }
-  return `${groups.slice(0, 4).map((g) => Number.parseInt(g, 16).toString(16)).join(':')}::/64`;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => Number.parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
 }
 
 /** Connections of one stage: in arrival order, and by address. */
@@ -81,7 +87,8 @@ class Places {
 
   /** The oldest of `key`'s connections (any address's when undefined) that has not sent a byte. */
   oldestSilent(key?: string): GatedSocket | undefined {
-    for (const s of key === undefined ? this.all.keys() : (this.byAddress.get(key) ?? [])) if (s.bytesRead === 0) return s;
+    for (const s of key === undefined ? this.all.keys() : (this.byAddress.get(key) ?? []))
+      if (s.bytesRead === 0) return s;
     return undefined;
   }
 
@@ -120,19 +127,29 @@ export class ConnectionGate {
   constructor(private readonly limits: GateLimits) {}
 
   get counts(): GateCounts {
-    return { arriving: this.arriving.all.size, placed: this.placed.all.size, dropped: this.dropped };
+    return {
+      arriving: this.arriving.all.size,
+      placed: this.placed.all.size,
+      dropped: this.dropped,
+    };
   }
 
   /** A new connection: waits for its first bytes, then takes a place or is refused (destroyed). */
   admit(raw: GatedSocket): void {
     const key = addressKey(raw.remoteAddress);
-    const early = this.arriving.held(key) >= (this.limits.arrivingPerAddress ?? Infinity) ? this.arriving.oldest(key) : undefined;
+    const early =
+      this.arriving.held(key) >= (this.limits.arrivingPerAddress ?? Infinity)
+        ? this.arriving.oldest(key)
+        : undefined;
     if (early) this.place(early);
     const first = this.arriving.all.size >= this.limits.max ? this.arriving.oldest() : undefined;
     if (first) this.place(first);
     this.arriving.add(raw, key);
     // then after one more poll of the sockets (setImmediate runs after it): bytes that arrived in the wait are counted even on a busy loop
-    const timer = setTimeout(() => setImmediate(() => this.place(raw)), this.limits.firstBytesWaitMs);
+    const timer = setTimeout(
+      () => setImmediate(() => this.place(raw)),
+      this.limits.firstBytesWaitMs,
+    );
     raw.once('close', () => {
       clearTimeout(timer);
       this.release(raw);
@@ -156,7 +173,9 @@ export class ConnectionGate {
       this.refuse(silent);
     }
     if (this.placed.all.size >= this.limits.max) {
-      const victim = (spoke ? this.placed.oldestSilent() : undefined) ?? this.placed.richerThan(this.placed.held(key));
+      const victim =
+        (spoke ? this.placed.oldestSilent() : undefined) ??
+        this.placed.richerThan(this.placed.held(key));
       if (!victim) return this.refuse(raw);
       this.refuse(victim);
     }

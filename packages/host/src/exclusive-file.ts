@@ -13,7 +13,11 @@ const CREATE = constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
  * earlier run, or a planted link: the link goes, never what it points at), then the file is
  * created exclusively; an entry put back in between is refused (EEXIST), never written through.
  */
-export async function createExclusive(file: string, mode = 0o644, o: { read?: boolean } = {}): Promise<FileHandle> {
+export async function createExclusive(
+  file: string,
+  mode = 0o644,
+  o: { read?: boolean } = {},
+): Promise<FileHandle> {
   const flags = CREATE | (o.read ? constants.O_RDWR : constants.O_WRONLY);
   try {
     return await open(file, flags, mode);

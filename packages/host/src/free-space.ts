@@ -6,7 +6,9 @@ import { dirname } from 'node:path';
  * its nearest existing ancestor, so a check creates nothing. `dev` tells filesystems apart;
  * `size` is its capacity, which the kubelet's thresholds in percent are shares of.
  */
-export async function filesystemFree(dir: string): Promise<{ free: number; size: number; dev: number }> {
+export async function filesystemFree(
+  dir: string,
+): Promise<{ free: number; size: number; dev: number }> {
   let p = dir;
   for (;;) {
     try {

@@ -3,7 +3,11 @@ import { dirname, resolve } from 'node:path';
 import { HostError } from './errors.js';
 
 const code = (err: unknown) => (err as NodeJS.ErrnoException).code;
-const isDir = (path: string) => stat(path).then((s) => s.isDirectory(), () => false);
+const isDir = (path: string) =>
+  stat(path).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
 
 /**
  * `mkdir -p`, without Node's `recursive: true`: Node 20 retries that forever, at full CPU,
@@ -26,6 +30,10 @@ export async function makeDirs(dir: string, mode?: number): Promise<void> {
   } catch (err) {
     if (code(err) === 'EEXIST' && (await isDir(target))) return;
     if (code(err) !== 'ENOENT') throw err;
-    throw new HostError('CANNOT_CREATE_DIR', `cannot create directory ${target}: the filesystem of ${dirname(target)} does not allow it; choose a directory on a writable disk`, { cause: err });
+    throw new HostError(
+      'CANNOT_CREATE_DIR',
+      `cannot create directory ${target}: the filesystem of ${dirname(target)} does not allow it; choose a directory on a writable disk`,
+      { cause: err },
+    );
   }
 }

@@ -63,7 +63,11 @@ export class JsonNestingGauge {
 }
 
 /** The line (1-based) where `text` first nests deeper than `max`, or undefined when it stays within. */
-export function nestingTooDeep(text: string, syntax: 'json' | 'yaml', max = MAX_NESTING_DEPTH): number | undefined {
+export function nestingTooDeep(
+  text: string,
+  syntax: 'json' | 'yaml',
+  max = MAX_NESTING_DEPTH,
+): number | undefined {
   if (syntax === 'yaml') return yamlTooDeep(text, max);
   const gauge = new JsonNestingGauge(max);
   gauge.feed(text);
@@ -72,11 +76,19 @@ export function nestingTooDeep(text: string, syntax: 'json' | 'yaml', max = MAX_
 
 /** The one-line refusal of `what` (a file's name, "the answer of …") nested past `max` at `line`. */
 export function tooDeepError(what: string, line: number, max = MAX_NESTING_DEPTH): HostError {
-  return new HostError('TOO_DEEPLY_NESTED', `${what}:${line} nests deeper than ${max} levels (MAX_NESTING_DEPTH), more than any config or catalog does: is it the right file?`);
+  return new HostError(
+    'TOO_DEEPLY_NESTED',
+    `${what}:${line} nests deeper than ${max} levels (MAX_NESTING_DEPTH), more than any config or catalog does: is it the right file?`,
+  );
 }
 
 /** Refuses `text` (named `what`) that nests deeper than `max`, before any parser sees it. */
-export function assertNesting(text: string, syntax: 'json' | 'yaml', what: string, max = MAX_NESTING_DEPTH): void {
+export function assertNesting(
+  text: string,
+  syntax: 'json' | 'yaml',
+  what: string,
+  max = MAX_NESTING_DEPTH,
+): void {
   const line = nestingTooDeep(text, syntax, max);
   if (line !== undefined) throw tooDeepError(what, line, max);
 }
@@ -97,7 +109,8 @@ export function valueTooDeep(value: unknown, max = MAX_NESTING_DEPTH): boolean {
     if (depth > max) return true;
     if ((deepest.get(v) ?? 0) >= depth) continue;
     deepest.set(v, depth);
-    for (const child of v instanceof Map ? v.values() : Object.values(v)) stack.push([child, depth + 1]);
+    for (const child of v instanceof Map ? v.values() : Object.values(v))
+      stack.push([child, depth + 1]);
   }
   return false;
 }
@@ -105,6 +118,9 @@ export function valueTooDeep(value: unknown, max = MAX_NESTING_DEPTH): boolean {
 /** Refuses a value parsed from `what` that nests deeper than `max` once its aliases are expanded. */
 export function assertValueNesting(value: unknown, what: string, max = MAX_NESTING_DEPTH): void {
   if (valueTooDeep(value, max)) {
-    throw new HostError('TOO_DEEPLY_NESTED', `${what} nests deeper than ${max} levels (MAX_NESTING_DEPTH) once its aliases (*name) are expanded, more than any config or catalog does: is it the right file?`);
+    throw new HostError(
+      'TOO_DEEPLY_NESTED',
+      `${what} nests deeper than ${max} levels (MAX_NESTING_DEPTH) once its aliases (*name) are expanded, more than any config or catalog does: is it the right file?`,
+    );
   }
 }

@@ -24,7 +24,11 @@ export class ReadBuffers {
   onLoan = 0;
 
   /** `idleMs`: idle buffers are dropped once no take came for that long (a daemon serves rarely). */
-  constructor(readonly size: number, private readonly keep: number, private readonly idleMs = IDLE_MS) {}
+  constructor(
+    readonly size: number,
+    private readonly keep: number,
+    private readonly idleMs = IDLE_MS,
+  ) {}
 
   /** Buffers waiting to be taken again. */
   get idle(): number {
@@ -78,7 +82,8 @@ const pools = new Map<number, ReadBuffers>();
 /** The process's pool of `size`-byte read buffers. */
 export function readBuffers(size: number): ReadBuffers {
   let pool = pools.get(size);
-  if (!pool) pools.set(size, (pool = new ReadBuffers(size, Math.max(1, Math.floor(KEEP_BYTES / size)))));
+  if (!pool)
+    pools.set(size, (pool = new ReadBuffers(size, Math.max(1, Math.floor(KEEP_BYTES / size)))));
   return pool;
 }
 

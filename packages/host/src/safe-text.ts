@@ -29,7 +29,16 @@ export function escapeControls(text: string): string {
 export function textTable(head: readonly string[], rows: readonly (readonly string[])[]): string {
   const cells = [head, ...rows].map((r) => r.map((x) => escapeControls(x)));
   const w = head.map((_, i) => Math.max(...cells.map((c) => (c[i] ?? '').length)));
-  return cells.map((c) => c.map((x, i) => x.padEnd(w[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+  return (
+    cells
+      .map((c) =>
+        c
+          .map((x, i) => x.padEnd(w[i]!))
+          .join('  ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
 }
 
 /** The most characters of an untrusted name an error quotes: a tar entry's name may run to megabytes (a GNU long name). */
@@ -43,6 +52,8 @@ export const MAX_QUOTED_CHARS = 200;
 export function quoteName(name: string): string {
   if (name.length <= MAX_QUOTED_CHARS) return `"${escapeControls(name)}"`;
   // not half of a surrogate pair at the cut
-  const cut = /[\ud800-\udbff]$/.test(name.slice(0, MAX_QUOTED_CHARS)) ? MAX_QUOTED_CHARS - 1 : MAX_QUOTED_CHARS;
+  const cut = /[\ud800-\udbff]$/.test(name.slice(0, MAX_QUOTED_CHARS))
+    ? MAX_QUOTED_CHARS - 1
+    : MAX_QUOTED_CHARS;
   return `"${escapeControls(name.slice(0, cut))}…" (${name.length} characters)`;
 }

@@ -31,7 +31,11 @@ export async function assertRegularFile(path: string): Promise<Stats | undefined
   if (!fh) return undefined;
   try {
     const st = await fh.stat();
-    if (!st.isFile()) throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file: give the path of the file itself`);
+    if (!st.isFile())
+      throw new HostError(
+        'NOT_A_REGULAR_FILE',
+        `${path} is ${kind(st)}, not a regular file: give the path of the file itself`,
+      );
     return st;
   } finally {
     await fh.close();
@@ -48,7 +52,8 @@ export async function openRegularFile(path: string): Promise<FileHandle> {
   const fh = await open(path, OPEN_FLAGS | constants.O_NOFOLLOW);
   try {
     const st = await fh.stat();
-    if (!st.isFile()) throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file`);
+    if (!st.isFile())
+      throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(st)}, not a regular file`);
     return fh;
   } catch (err) {
     await fh.close();
@@ -81,7 +86,12 @@ const ANONYMOUS_PIPE = /^(\/dev\/fd\/\d+|\/proc\/(self|\d+)\/fd\/\d+|\/dev\/stdi
  * any byte (a FIFO whose writer has not opened it yet) are waited out until `timeoutMs`, then
  * refused (INPUT_TIMEOUT): a FIFO nobody wrote is no input, never an empty one.
  */
-async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeoutMs, signal }: NonNullable<SmallFileOptions['pipe']>): Promise<Buffer> {
+async function readPipe(
+  fh: FileHandle,
+  path: string,
+  maxBytes: number,
+  { timeoutMs, signal }: NonNullable<SmallFileOptions['pipe']>,
+): Promise<Buffer> {
   const deadline = Date.now() + timeoutMs;
   const buf = Buffer.alloc(maxBytes + 1);
   let n = 0;
@@ -95,7 +105,11 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeou
     }
     if (bytesRead > 0) {
       n += bytesRead;
-      if (n > maxBytes) throw new HostError('FILE_TOO_LARGE', `${path} gave over ${maxBytes} bytes, the most this kind of input may have: is it the right command?`);
+      if (n > maxBytes)
+        throw new HostError(
+          'FILE_TOO_LARGE',
+          `${path} gave over ${maxBytes} bytes, the most this kind of input may have: is it the right command?`,
+        );
       continue;
     }
     // the end, once something arrived; at once for a shell's pipe (its writer is there from the
@@ -103,8 +117,15 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeou
     if (bytesRead === 0 && (n > 0 || ANONYMOUS_PIPE.test(path))) return buf.subarray(0, n);
     if (Date.now() >= deadline) {
       const s = Math.round(timeoutMs / 1000);
-      if (bytesRead === 0) throw new HostError('INPUT_TIMEOUT', `${path} is a pipe nothing wrote to within ${s} s: start the command that writes it first, or give a file`);
-      throw new HostError('INPUT_TIMEOUT', `${path} is a pipe that gave no end within ${s} s: does the command writing it finish?`);
+      if (bytesRead === 0)
+        throw new HostError(
+          'INPUT_TIMEOUT',
+          `${path} is a pipe nothing wrote to within ${s} s: start the command that writes it first, or give a file`,
+        );
+      throw new HostError(
+        'INPUT_TIMEOUT',
+        `${path} is a pipe that gave no end within ${s} s: does the command writing it finish?`,
+      );
     }
     signal?.throwIfAborted();
     await sleep(20, undefined, signal ? { signal } : {}).catch(() => signal?.throwIfAborted());
@@ -117,13 +138,26 @@ async function readPipe(fh: FileHandle, path: string, maxBytes: number, { timeou
  * (it may grow while read). The stats are those of the file read (the descriptor's), so a
  * check made on them holds for these bytes.
  */
-export async function readSmallFile(path: string, maxBytes: number, opts: SmallFileOptions = {}): Promise<{ bytes: Buffer; stats: Stats }> {
+export async function readSmallFile(
+  path: string,
+  maxBytes: number,
+  opts: SmallFileOptions = {},
+): Promise<{ bytes: Buffer; stats: Stats }> {
   const fh = await open(path, OPEN_FLAGS | (opts.noFollow ? constants.O_NOFOLLOW : 0));
   try {
     const stats = await fh.stat();
-    if (opts.pipe && stats.isFIFO()) return { bytes: await readPipe(fh, path, maxBytes, opts.pipe), stats };
-    if (!stats.isFile()) throw new HostError('NOT_A_REGULAR_FILE', `${path} is ${kind(stats)}, not a regular file: give the path of the file itself`);
-    const tooLarge = () => new HostError('FILE_TOO_LARGE', `${path} is over ${maxBytes} bytes, the most this kind of file may have: is it the right file?`);
+    if (opts.pipe && stats.isFIFO())
+      return { bytes: await readPipe(fh, path, maxBytes, opts.pipe), stats };
+    if (!stats.isFile())
+      throw new HostError(
+        'NOT_A_REGULAR_FILE',
+        `${path} is ${kind(stats)}, not a regular file: give the path of the file itself`,
+      );
+    const tooLarge = () =>
+      new HostError(
+        'FILE_TOO_LARGE',
+        `${path} is over ${maxBytes} bytes, the most this kind of file may have: is it the right file?`,
+      );
     if (stats.size > maxBytes) throw tooLarge();
     const buf = Buffer.alloc(maxBytes + 1);
     let n = 0;
@@ -142,12 +176,23 @@ export async function readSmallFile(path: string, maxBytes: number, opts: SmallF
 const STICKY = 0o1000;
 
 /** What lets someone other than root or this process's user change `path`, and the fix; undefined if nothing. */
-function unsafeOwnerOrMode(path: string, st: Stats, uid: number): { why: string; fix: string } | undefined {
-  if (st.uid !== 0 && st.uid !== uid) return { why: `is owned by uid ${st.uid}, neither root nor this process's user`, fix: `chown root ${path}` };
+function unsafeOwnerOrMode(
+  path: string,
+  st: Stats,
+  uid: number,
+): { why: string; fix: string } | undefined {
+  if (st.uid !== 0 && st.uid !== uid)
+    return {
+      why: `is owned by uid ${st.uid}, neither root nor this process's user`,
+      fix: `chown root ${path}`,
+    };
   // A sticky directory (such as /tmp) lets others add entries, never replace ours.
   if ((st.mode & 0o022) === 0 || (st.isDirectory() && st.mode & STICKY)) return undefined;
   const mode = (st.mode & 0o7777).toString(8).padStart(4, '0');
-  return { why: `is writable by ${st.mode & 0o002 ? 'anyone' : 'its group'} (mode ${mode})`, fix: `chmod go-w ${path}` };
+  return {
+    why: `is writable by ${st.mode & 0o002 ? 'anyone' : 'its group'} (mode ${mode})`,
+    fix: `chmod go-w ${path}`,
+  };
 }
 
 /**

@@ -34,10 +34,13 @@ class YamlDepthScan {
   private line = 0;
   private lineStart = 0;
 
-  constructor(private readonly t: string, private readonly max: number) {}
+  constructor(
+    private readonly t: string,
+    private readonly max: number,
+  ) {}
 
   run(): number | undefined {
-    for (let s = 0; s <= this.t.length && this.over === undefined; ) {
+    for (let s = 0; s <= this.t.length && this.over === undefined;) {
       let e = this.t.indexOf('\n', s);
       if (e < 0) e = this.t.length;
       this.line++;
@@ -133,7 +136,8 @@ class YamlDepthScan {
 
   /** A node starting at `p` (a key when `keyed` and one follows); `owner` the column a block scalar's text is deeper than. */
   private node(p: number, e: number, keyed: boolean, owner: number): void {
-    while (p < e && (this.t[p] === '&' || this.t[p] === '!')) p = this.skipBlanks(this.skipProperty(p, e), e);
+    while (p < e && (this.t[p] === '&' || this.t[p] === '!'))
+      p = this.skipBlanks(this.skipProperty(p, e), e);
     const c = this.t[p];
     if (p >= e || c === '#') return;
     if (c === '[' || c === '{') return this.inFlow(p, e);
@@ -223,7 +227,11 @@ class YamlDepthScan {
       if (this.flowPlain) {
         if (c === '#' && p === this.lineStart) return;
         if (isBlank(c) && this.t[p + 1] === '#') return;
-        if (!isFlowIndicator(c) && !(c === ':' && (this.sep(p + 1, e) || isFlowIndicator(this.t[p + 1])))) continue;
+        if (
+          !isFlowIndicator(c) &&
+          !(c === ':' && (this.sep(p + 1, e) || isFlowIndicator(this.t[p + 1])))
+        )
+          continue;
         this.flowPlain = false;
       }
       if (isBlank(c)) continue;
@@ -255,7 +263,10 @@ class YamlDepthScan {
       this.flowPair.push(false);
       return this.within();
     }
-    if (c === ':' && (this.sep(p + 1, e) || isFlowIndicator(next) || /["'\]}]/.test(this.t[p - 1]!))) {
+    if (
+      c === ':' &&
+      (this.sep(p + 1, e) || isFlowIndicator(next) || /["'\]}]/.test(this.t[p - 1]!))
+    ) {
       if (this.flowOpen.at(-1) !== '[' || this.flowPair.at(-1)) return true;
       this.flowPair[this.flowPair.length - 1] = true;
       this.pairs++;

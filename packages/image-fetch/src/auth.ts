@@ -8,8 +8,17 @@ import type { Credentials } from './credentials.js';
 
 export type { Credentials } from './credentials.js';
 
-interface AuthEntry { auth?: string; identitytoken?: string; username?: string; password?: string }
-type AuthFileDoc = { auths?: Record<string, AuthEntry>; credHelpers?: Record<string, string>; credsStore?: string };
+interface AuthEntry {
+  auth?: string;
+  identitytoken?: string;
+  username?: string;
+  password?: string;
+}
+type AuthFileDoc = {
+  auths?: Record<string, AuthEntry>;
+  credHelpers?: Record<string, string>;
+  credsStore?: string;
+};
 
 /** One credentials file: containers' auth.json, Docker's config.json, or the legacy ~/.dockercfg. */
 interface AuthFile {
@@ -27,7 +36,10 @@ interface AuthFileOptions {
 }
 
 /** The files podman and skopeo read, in their order (containers-auth.json(5), containers/image getAuthFilePaths). */
-export function defaultAuthFiles(env: NodeJS.ProcessEnv = process.env, opts: AuthFileOptions = {}): AuthFile[] {
+export function defaultAuthFiles(
+  env: NodeJS.ProcessEnv = process.env,
+  opts: AuthFileOptions = {},
+): AuthFile[] {
   if (env.REGISTRY_AUTH_FILE) return [{ path: env.REGISTRY_AUTH_FILE }];
   const home = env.HOME ?? homedir();
   const root = opts.systemRoot ?? systemRoot(env);
@@ -37,7 +49,11 @@ export function defaultAuthFiles(env: NodeJS.ProcessEnv = process.env, opts: Aut
   const systemd = uid === 0 && Boolean(env.INVOCATION_ID);
   return [
     ...(systemd ? [system] : []),
-    { path: env.XDG_RUNTIME_DIR ? join(env.XDG_RUNTIME_DIR, 'containers', 'auth.json') : join(root, 'run', 'containers', String(uid), 'auth.json') },
+    {
+      path: env.XDG_RUNTIME_DIR
+        ? join(env.XDG_RUNTIME_DIR, 'containers', 'auth.json')
+        : join(root, 'run', 'containers', String(uid), 'auth.json'),
+    },
     { path: join(env.XDG_CONFIG_HOME ?? join(home, '.config'), 'containers', 'auth.json') },
     { path: join(env.DOCKER_CONFIG ?? join(home, '.docker'), 'config.json') },
     { path: join(home, '.dockercfg'), legacy: true },
@@ -46,8 +62,12 @@ export function defaultAuthFiles(env: NodeJS.ProcessEnv = process.env, opts: Aut
 }
 
 function normalizeKey(key: string): string {
-  return key.replace(/^https?:\/\//, '').replace(/\/v[12]\/?$/, '').replace(/\/+$/, '')
-    .replace(/^(index\.)?docker\.io$/, 'docker.io').replace(/^registry-1\.docker\.io$/, 'docker.io');
+  return key
+    .replace(/^https?:\/\//, '')
+    .replace(/\/v[12]\/?$/, '')
+    .replace(/\/+$/, '')
+    .replace(/^(index\.)?docker\.io$/, 'docker.io')
+    .replace(/^registry-1\.docker\.io$/, 'docker.io');
 }
 
 function decodeEntry(entry: AuthEntry, file: string, key: string): Credentials {
@@ -58,7 +78,11 @@ function decodeEntry(entry: AuthEntry, file: string, key: string): Credentials {
     }
     const decoded = Buffer.from(entry.auth, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
-    if (colon < 0) throw new OciError('INVALID_CONFIG', `${file}: the "auth" of ${key} is not base64 of user:password`);
+    if (colon < 0)
+      throw new OciError(
+        'INVALID_CONFIG',
+        `${file}: the "auth" of ${key} is not base64 of user:password`,
+      );
     return { username: decoded.slice(0, colon), password: decoded.slice(colon + 1) };
   }
   if (entry.username) return { username: entry.username, password: entry.password ?? '' };
@@ -73,9 +97,18 @@ function readAuthFile(path: string, ownerOnly: boolean): string {
   const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const st = fstatSync(fd);
-    if (!st.isFile()) throw new OciError('NOT_A_REGULAR_FILE', `auth file ${path} is not a regular file`);
-    if (st.size > MAX_AUTH_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `auth file ${path} is over ${MAX_AUTH_FILE_BYTES} bytes: is it the right file?`);
-    if (ownerOnly && (st.mode & 0o044) !== 0) throw new OciError('INVALID_CONFIG', `${path} is readable by others than its owner: chmod 600 ${path}`);
+    if (!st.isFile())
+      throw new OciError('NOT_A_REGULAR_FILE', `auth file ${path} is not a regular file`);
+    if (st.size > MAX_AUTH_FILE_BYTES)
+      throw new OciError(
+        'FILE_TOO_LARGE',
+        `auth file ${path} is over ${MAX_AUTH_FILE_BYTES} bytes: is it the right file?`,
+      );
+    if (ownerOnly && (st.mode & 0o044) !== 0)
+      throw new OciError(
+        'INVALID_CONFIG',
+        `${path} is readable by others than its owner: chmod 600 ${path}`,
+      );
     return readFileSync(fd, 'utf8');
   } finally {
     closeSync(fd);
@@ -92,13 +125,22 @@ interface AuthStoreOptions {
 /** "USER:PASSWORD" as given to --creds. */
 function parseCreds(value: string): Credentials {
   const colon = value.indexOf(':');
-  if (colon <= 0) throw new OciError('INVALID_CONFIG', '--creds needs USER:PASSWORD (or log in with "podman login" and leave --creds out)');
+  if (colon <= 0)
+    throw new OciError(
+      'INVALID_CONFIG',
+      '--creds needs USER:PASSWORD (or log in with "podman login" and leave --creds out)',
+    );
   return { username: value.slice(0, colon), password: value.slice(colon + 1) };
 }
 
 const isEmpty = (e: AuthEntry) => !e.auth && !e.identitytoken && !e.username;
 
-interface LoadedFile { path: string; auths: Record<string, AuthEntry>; credHelpers: Record<string, string>; credsStore?: string }
+interface LoadedFile {
+  path: string;
+  auths: Record<string, AuthEntry>;
+  credHelpers: Record<string, string>;
+  credsStore?: string;
+}
 
 /**
  * Credentials for "registry/repository", looked up as containers/image does: --creds first;
@@ -111,7 +153,10 @@ export class AuthStore {
   private readonly creds?: Credentials;
   private readonly asked = new Map<string, Promise<Credentials | undefined>>();
 
-  constructor(paths: (string | AuthFile)[], private readonly opts: AuthStoreOptions = {}) {
+  constructor(
+    paths: (string | AuthFile)[],
+    private readonly opts: AuthStoreOptions = {},
+  ) {
     if (opts.creds !== undefined) this.creds = parseCreds(opts.creds);
     for (const p of paths) {
       const file = typeof p === 'string' ? { path: p } : p;
@@ -122,7 +167,11 @@ export class AuthStore {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
         if (err instanceof OciError) throw err;
-        throw new OciError('INVALID_CONFIG', `cannot read auth file ${path}: ${(err as Error).message}`, { cause: err });
+        throw new OciError(
+          'INVALID_CONFIG',
+          `cannot read auth file ${path}: ${(err as Error).message}`,
+          { cause: err },
+        );
       }
       let doc: AuthFileDoc;
       try {
@@ -134,8 +183,14 @@ export class AuthStore {
       const auths: Record<string, AuthEntry> = {};
       for (const [k, v] of Object.entries(raw)) auths[normalizeKey(k)] = v;
       const credHelpers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(file.legacy ? {} : (doc.credHelpers ?? {}))) credHelpers[normalizeKey(k)] = v;
-      this.files.push({ path, auths, credHelpers, ...(!file.legacy && doc.credsStore ? { credsStore: doc.credsStore } : {}) });
+      for (const [k, v] of Object.entries(file.legacy ? {} : (doc.credHelpers ?? {})))
+        credHelpers[normalizeKey(k)] = v;
+      this.files.push({
+        path,
+        auths,
+        credHelpers,
+        ...(!file.legacy && doc.credsStore ? { credsStore: doc.credsStore } : {}),
+      });
     }
   }
 
@@ -143,16 +198,26 @@ export class AuthStore {
    * The store for the builder's options: --authfile alone (it must exist), else
    * REGISTRY_AUTH_FILE alone, else every default location.
    */
-  static fromOptions(authfile?: string, opts: AuthStoreOptions & { env?: NodeJS.ProcessEnv } = {}): AuthStore {
+  static fromOptions(
+    authfile?: string,
+    opts: AuthStoreOptions & { env?: NodeJS.ProcessEnv } = {},
+  ): AuthStore {
     const env = opts.env ?? process.env;
     if (authfile) {
       try {
         statSync(authfile);
       } catch (cause) {
-        throw new OciError('INVALID_CONFIG', `--authfile ${authfile}: ${(cause as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (cause as Error).message} (log in with "podman login --authfile ${authfile} REGISTRY", or leave --authfile out to read the default files)`, { cause });
+        throw new OciError(
+          'INVALID_CONFIG',
+          `--authfile ${authfile}: ${(cause as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (cause as Error).message} (log in with "podman login --authfile ${authfile} REGISTRY", or leave --authfile out to read the default files)`,
+          { cause },
+        );
       }
     }
-    return new AuthStore(authfile ? [authfile] : defaultAuthFiles(env), { ...opts, helpers: { env, ...opts.helpers } });
+    return new AuthStore(authfile ? [authfile] : defaultAuthFiles(env), {
+      ...opts,
+      helpers: { env, ...opts.helpers },
+    });
   }
 
   /** A helper's answer, asked once per helper and registry. */
@@ -161,7 +226,12 @@ export class AuthStore {
     let answer = this.asked.get(key);
     if (!answer) {
       // "docker login" stores Docker Hub's credentials under its v1 index URL
-      answer = helperCredentials(name, registry === 'docker.io' ? 'https://index.docker.io/v1/' : registry, source, this.opts.helpers);
+      answer = helperCredentials(
+        name,
+        registry === 'docker.io' ? 'https://index.docker.io/v1/' : registry,
+        source,
+        this.opts.helpers,
+      );
       this.asked.set(key, answer);
     }
     return answer;
@@ -171,7 +241,8 @@ export class AuthStore {
     if (this.creds) return this.creds;
     const candidates: string[] = [];
     const parts = repository.split('/');
-    for (let i = parts.length; i > 0; i--) candidates.push(`${registry}/${parts.slice(0, i).join('/')}`);
+    for (let i = parts.length; i > 0; i--)
+      candidates.push(`${registry}/${parts.slice(0, i).join('/')}`);
     candidates.push(registry);
     for (const file of this.files) {
       const helper = file.credHelpers[registry];

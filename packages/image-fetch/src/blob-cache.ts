@@ -53,10 +53,14 @@ const FACTS = 'facts';
 /** Every file that holds a fact about blob `hex`: its unpacked sizes and each kind under FACTS. */
 async function factFiles(dir: string, hex: string): Promise<string[]> {
   const kinds = await readdir(join(dir, FACTS)).catch(() => [] as string[]);
-  return [...[SIZES, LEGACY_SIZES].map((sizes) => join(dir, ...sizes, hex)), ...kinds.map((k) => join(dir, FACTS, k, 'sha256', hex))];
+  return [
+    ...[SIZES, LEGACY_SIZES].map((sizes) => join(dir, ...sizes, hex)),
+    ...kinds.map((k) => join(dir, FACTS, k, 'sha256', hex)),
+  ];
 }
 
-const isFull = (err: unknown) => ['ENOSPC', 'EDQUOT'].includes((err as NodeJS.ErrnoException)?.code ?? '');
+const isFull = (err: unknown) =>
+  ['ENOSPC', 'EDQUOT'].includes((err as NodeJS.ErrnoException)?.code ?? '');
 
 /**
  * A content-addressed blob store (`blobs/sha256/<hex>`). Downloads land in `<hex>.partial`
@@ -75,7 +79,10 @@ export class BlobCache {
   private readonly checked = new Set<string>();
 
   /** `signal` (Ctrl-C) stops downloads in flight and their retries; what arrived stays in .partial for the next run. */
-  constructor(readonly dir: string, private readonly signal?: AbortSignal) {}
+  constructor(
+    readonly dir: string,
+    private readonly signal?: AbortSignal,
+  ) {}
 
   private once(digest: string, work: () => Promise<string>): Promise<string> {
     const running = this.inflight.get(digest);
@@ -106,7 +113,9 @@ export class BlobCache {
   async unpackedSize(digest: string): Promise<number | undefined> {
     try {
       // a number of at most 20 digits: anything else in its place (a FIFO, a huge file) is no size
-      const n = Number((await readSmallFile(this.sizePath(digest), 32)).bytes.toString('utf8').trim());
+      const n = Number(
+        (await readSmallFile(this.sizePath(digest), 32)).bytes.toString('utf8').trim(),
+      );
       return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
     } catch {
       return undefined;
@@ -125,7 +134,9 @@ export class BlobCache {
    */
   async readFact(kind: string, digest: string, maxBytes: number): Promise<Buffer | undefined> {
     try {
-      return (await readSmallFile(join(this.dir, FACTS, kind, 'sha256', digestHex(digest)), maxBytes)).bytes;
+      return (
+        await readSmallFile(join(this.dir, FACTS, kind, 'sha256', digestHex(digest)), maxBytes)
+      ).bytes;
     } catch {
       return undefined;
     }
@@ -139,9 +150,15 @@ export class BlobCache {
 
   /** A full disk is one line naming the cache and the ways out, and leaves nothing half-written. */
   private full(err: unknown, partial?: string): Promise<never> {
-    return (partial ? rm(partial, { force: true }) : Promise.resolve()).catch(() => undefined).then(() => {
-      throw new OciError('NO_SPACE', `no space left for the blob cache ${this.dir}: free space there ("bundle cache prune --cache ${this.dir}" empties it) or pass --cache DIR on a disk with room`, { cause: err });
-    });
+    return (partial ? rm(partial, { force: true }) : Promise.resolve())
+      .catch(() => undefined)
+      .then(() => {
+        throw new OciError(
+          'NO_SPACE',
+          `no space left for the blob cache ${this.dir}: free space there ("bundle cache prune --cache ${this.dir}" empties it) or pass --cache DIR on a disk with room`,
+          { cause: err },
+        );
+      });
   }
 
   /** Removes a blob and its unpacked size: a copy found damaged is fetched again by the next run. */
@@ -161,7 +178,8 @@ export class BlobCache {
 
   async putBytes(digest: string, bytes: Uint8Array): Promise<string> {
     const actual = sha256(bytes);
-    if (actual !== digest) throw new OciError('DIGEST_MISMATCH', `content hashes to ${actual}, expected ${digest}`);
+    if (actual !== digest)
+      throw new OciError('DIGEST_MISMATCH', `content hashes to ${actual}, expected ${digest}`);
     return this.once(digest, () => this.putNow(digest, bytes));
   }
 
@@ -180,7 +198,12 @@ export class BlobCache {
   }
 
   /** Fetches a blob through `open(offset)` unless the cache holds it; returns its path. */
-  async fetch(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions = {}): Promise<string> {
+  async fetch(
+    digest: string,
+    size: number,
+    open: (offset: number) => Promise<Readable>,
+    opts: CacheFetchOptions = {},
+  ): Promise<string> {
     const running = this.inflight.get(digest);
     if (running) {
       const path = await running;
@@ -201,11 +224,17 @@ export class BlobCache {
   private async measureCached(digest: string, size: number): Promise<void> {
     if ((await this.unpackedSize(digest)) !== undefined) return;
     const counter = new UnpackedCounter(size);
-    for await (const chunk of createReadStream(this.path(digest))) await counter.push(chunk as Buffer);
+    for await (const chunk of createReadStream(this.path(digest)))
+      await counter.push(chunk as Buffer);
     await this.keepUnpackedSize(digest, await counter.finish());
   }
 
-  private async fetchNow(digest: string, size: number, open: (offset: number) => Promise<Readable>, opts: CacheFetchOptions): Promise<string> {
+  private async fetchNow(
+    digest: string,
+    size: number,
+    open: (offset: number) => Promise<Readable>,
+    opts: CacheFetchOptions,
+  ): Promise<string> {
     const final = this.path(digest);
     if (await this.has(digest, size)) {
       // the mtime says when a blob was last used: "bundle cache prune --older-than" reads it
@@ -227,71 +256,102 @@ export class BlobCache {
     };
     let counter: UnpackedCounter | undefined;
     let tap: BlobTap | undefined;
-    await abandonOnFailure(() => withRetry(async () => {
-      // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
-      const hash = newSha256();
-      counter?.abandon();
-      counter = opts.measure ? new UnpackedCounter(size) : undefined;
-      tap?.abandon();
-      tap = opts.tap?.();
-      let have = 0;
-      try {
-        for await (const chunk of createReadStream(partial)) {
-          hash.update(chunk as Buffer);
-          await counter?.push(chunk as Buffer);
-          await tap?.push(chunk as Buffer);
-          have += (chunk as Buffer).length;
-        }
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      }
-      if (have > size) {
-        await rm(partial, { force: true });
-        hash.destroy();
+    await abandonOnFailure(
+      () =>
+        withRetry(
+          async () => {
+            // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
+            const hash = newSha256();
+            counter?.abandon();
+            counter = opts.measure ? new UnpackedCounter(size) : undefined;
+            tap?.abandon();
+            tap = opts.tap?.();
+            let have = 0;
+            try {
+              for await (const chunk of createReadStream(partial)) {
+                hash.update(chunk as Buffer);
+                await counter?.push(chunk as Buffer);
+                await tap?.push(chunk as Buffer);
+                have += (chunk as Buffer).length;
+              }
+            } catch (err) {
+              if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+            }
+            if (have > size) {
+              await rm(partial, { force: true });
+              hash.destroy();
+              tap?.abandon();
+              return this.fetchNow(digest, size, open, opts);
+            }
+            reach(have);
+            const at = { written: have };
+            if (have < size) {
+              const check = checking(digest, size, hash, at, reach, [counter, tap]);
+              await pipeline(
+                await open(have),
+                check,
+                createWriteStream(partial, { flags: 'a' }),
+                this.signal ? { signal: this.signal } : {},
+              );
+            }
+            const written = at.written;
+            if (written !== size)
+              throw new OciError(
+                'SIZE_MISMATCH',
+                `blob ${digest} ended after ${written} of ${size} bytes`,
+              );
+            const actual = 'sha256:' + hash.digest('hex');
+            if (actual !== digest) {
+              await rm(partial, { force: true });
+              throw new OciError(
+                'DIGEST_MISMATCH',
+                `blob ${digest} downloaded with digest ${actual}`,
+              );
+            }
+            await rename(partial, final);
+            this.checked.add(digest);
+            await this.keepUnpackedSize(digest, await counter?.finish());
+            await tap?.finish();
+            return final;
+          },
+          {
+            attempts: opts.attempts ?? 5,
+            signal: this.signal,
+            // A short read or a dropped connection resumes; a wrong digest or refusal does not.
+            retryable: (err) => {
+              if (!(err instanceof OciError)) return !isFull(err);
+              return (
+                err.code === 'NETWORK_ERROR' ||
+                err.code === 'REGISTRY_ERROR' ||
+                (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message))
+              );
+            },
+          },
+        ),
+      () => {
+        counter?.abandon();
         tap?.abandon();
-        return this.fetchNow(digest, size, open, opts);
-      }
-      reach(have);
-      const at = { written: have };
-      if (have < size) {
-        const check = checking(digest, size, hash, at, reach, [counter, tap]);
-        await pipeline(await open(have), check, createWriteStream(partial, { flags: 'a' }), this.signal ? { signal: this.signal } : {});
-      }
-      const written = at.written;
-      if (written !== size) throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
-      const actual = 'sha256:' + hash.digest('hex');
-      if (actual !== digest) {
-        await rm(partial, { force: true });
-        throw new OciError('DIGEST_MISMATCH', `blob ${digest} downloaded with digest ${actual}`);
-      }
-      await rename(partial, final);
-      this.checked.add(digest);
-      await this.keepUnpackedSize(digest, await counter?.finish());
-      await tap?.finish();
-      return final;
-    }, {
-      attempts: opts.attempts ?? 5,
-      signal: this.signal,
-      // A short read or a dropped connection resumes; a wrong digest or refusal does not.
-      retryable: (err) => {
-        if (!(err instanceof OciError)) return !isFull(err);
-        return err.code === 'NETWORK_ERROR' || err.code === 'REGISTRY_ERROR' || (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message));
       },
-    }), () => {
-      counter?.abandon();
-      tap?.abandon();
-    });
+    );
     return final;
   }
 }
 
 /** Holds a download to its size and hashes it as it streams in, handing each chunk to what else is worked out from it. */
-function checking(digest: string, size: number, hash: ReturnType<typeof newSha256>, at: { written: number }, reach: (n: number) => void, feeds: ({ push(chunk: Buffer): Promise<void> } | undefined)[]): Transform {
+function checking(
+  digest: string,
+  size: number,
+  hash: ReturnType<typeof newSha256>,
+  at: { written: number },
+  reach: (n: number) => void,
+  feeds: ({ push(chunk: Buffer): Promise<void> } | undefined)[],
+): Transform {
   const to = feeds.filter((f) => f !== undefined);
   return new Transform({
     transform(chunk: Buffer, _enc, cb) {
       at.written += chunk.length;
-      if (at.written > size) return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
+      if (at.written > size)
+        return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
       timedSync('registry reads: digest check', () => hash.update(chunk), chunk.length);
       reach(at.written);
       if (to.length === 0) return cb(null, chunk);
@@ -325,7 +385,9 @@ export async function cacheInfo(dir: string): Promise<CacheInfo> {
   return info;
 }
 
-async function cacheFiles(dir: string): Promise<{ path: string; hex: string; size: number; mtimeMs: number; unfinished: boolean }[]> {
+async function cacheFiles(
+  dir: string,
+): Promise<{ path: string; hex: string; size: number; mtimeMs: number; unfinished: boolean }[]> {
   const blobs = join(dir, 'blobs', 'sha256');
   let names: string[];
   try {
@@ -339,7 +401,13 @@ async function cacheFiles(dir: string): Promise<{ path: string; hex: string; siz
     const st = await stat(join(blobs, name)).catch(() => undefined);
     if (!st?.isFile()) continue;
     const hex = /^[0-9a-f]{64}$/.test(name) ? name : '';
-    files.push({ path: join(blobs, name), hex, size: st.size, mtimeMs: st.mtimeMs, unfinished: hex === '' });
+    files.push({
+      path: join(blobs, name),
+      hex,
+      size: st.size,
+      mtimeMs: st.mtimeMs,
+      unfinished: hex === '',
+    });
   }
   return files;
 }
@@ -348,7 +416,10 @@ async function cacheFiles(dir: string): Promise<{ path: string; hex: string; siz
  * Removes unfinished downloads and temp files, and the blobs not used for `olderThanDays`
  * (every blob without it). Nothing else in `dir` is touched. Returns what went.
  */
-export async function pruneCache(dir: string, opts: { olderThanDays?: number; now?: number } = {}): Promise<{ files: number; bytes: number }> {
+export async function pruneCache(
+  dir: string,
+  opts: { olderThanDays?: number; now?: number } = {},
+): Promise<{ files: number; bytes: number }> {
   const cutoff = (opts.now ?? Date.now()) - (opts.olderThanDays ?? 0) * 86_400_000;
   let files = 0;
   let bytes = 0;
@@ -372,7 +443,10 @@ const LOCK_NAME = /^(create|prune)\.([1-9]\d*)$/;
  * side's live files (a dead pid's file, from a killed run, is removed): of two that start at
  * once at least one sees the other and steps back with BUSY. Returns the release.
  */
-export async function lockCache(dir: string, mode: 'shared' | 'exclusive'): Promise<() => Promise<void>> {
+export async function lockCache(
+  dir: string,
+  mode: 'shared' | 'exclusive',
+): Promise<() => Promise<void>> {
   const locks = join(dir, LOCKS);
   await makeDirs(locks);
   const mine = join(locks, `${mode === 'shared' ? 'create' : 'prune'}.${process.pid}`);
@@ -391,12 +465,18 @@ export async function lockCache(dir: string, mode: 'shared' | 'exclusive'): Prom
     others.push(Number(m[2]));
     if (m[1] === 'prune') {
       await release();
-      throw new OciError('BUSY', `the blob cache ${dir} is being pruned (bundle cache prune, pid ${m[2]}): run again once it ends`);
+      throw new OciError(
+        'BUSY',
+        `the blob cache ${dir} is being pruned (bundle cache prune, pid ${m[2]}): run again once it ends`,
+      );
     }
   }
   if (others.length) {
     await release();
-    throw new OciError('BUSY', `the blob cache ${dir} is in use by bundle create (pid ${others.join(', ')}): prune it once that run ends, or prune another --cache`);
+    throw new OciError(
+      'BUSY',
+      `the blob cache ${dir} is in use by bundle create (pid ${others.join(', ')}): prune it once that run ends, or prune another --cache`,
+    );
   }
   return release;
 }

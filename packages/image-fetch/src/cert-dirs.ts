@@ -31,7 +31,10 @@ export interface HostTls {
  * ~/.config/containers/certs.d/HOST[:PORT], /etc/containers/certs.d/…, /etc/docker/certs.d/…
  * that exists; undefined when none does.
  */
-export async function certDirFor(hostPort: string, opts: CertDirOptions): Promise<string | undefined> {
+export async function certDirFor(
+  hostPort: string,
+  opts: CertDirOptions,
+): Promise<string | undefined> {
   if (opts.certDir) return opts.certDir;
   const root = opts.systemRoot ?? '/';
   const bases = [
@@ -51,7 +54,9 @@ async function pem(path: string): Promise<string> {
   try {
     return (await readSmallFile(path, MAX_CERT_FILE_BYTES)).bytes.toString('utf8');
   } catch (cause) {
-    throw new OciError('INVALID_CONFIG', `cannot read ${path}: ${(cause as Error).message}`, { cause });
+    throw new OciError('INVALID_CONFIG', `cannot read ${path}: ${(cause as Error).message}`, {
+      cause,
+    });
   }
 }
 
@@ -64,19 +69,34 @@ export async function readCertDir(dir: string): Promise<HostTls> {
   try {
     names = (await readdir(dir)).sort();
   } catch (cause) {
-    throw new OciError('INVALID_CONFIG', `cannot read certificate directory ${dir}: ${(cause as Error).message}`, { cause });
+    throw new OciError(
+      'INVALID_CONFIG',
+      `cannot read certificate directory ${dir}: ${(cause as Error).message}`,
+      { cause },
+    );
   }
   const tls: HostTls = { dir, ca: [] };
   for (const name of names) {
     if (name.endsWith('.crt')) tls.ca.push(await pem(join(dir, name)));
     else if (name.endsWith('.cert')) {
       const keyName = `${name.slice(0, -'.cert'.length)}.key`;
-      if (!names.includes(keyName)) throw new OciError('INVALID_CONFIG', `${join(dir, name)} is a client certificate without its key ${keyName} (a CA certificate must end in .crt)`);
-      if (tls.cert) throw new OciError('INVALID_CONFIG', `${dir} holds more than one client certificate (*.cert): keep one`);
+      if (!names.includes(keyName))
+        throw new OciError(
+          'INVALID_CONFIG',
+          `${join(dir, name)} is a client certificate without its key ${keyName} (a CA certificate must end in .crt)`,
+        );
+      if (tls.cert)
+        throw new OciError(
+          'INVALID_CONFIG',
+          `${dir} holds more than one client certificate (*.cert): keep one`,
+        );
       tls.cert = await pem(join(dir, name));
       tls.key = await pem(join(dir, keyName));
     } else if (name.endsWith('.key') && !names.includes(`${name.slice(0, -'.key'.length)}.cert`)) {
-      throw new OciError('INVALID_CONFIG', `${join(dir, name)} is a key without its client certificate ${name.slice(0, -'.key'.length)}.cert`);
+      throw new OciError(
+        'INVALID_CONFIG',
+        `${join(dir, name)} is a key without its client certificate ${name.slice(0, -'.key'.length)}.cert`,
+      );
     }
   }
   return tls;

@@ -12,8 +12,16 @@ export interface ConnectionOptions extends CertDirOptions {
 }
 
 /** The connection settings of a process: its environment's proxies, certs.d under its system root and $HOME, --cert-dir. */
-export function connectionOptions(env: NodeJS.ProcessEnv = process.env, certDir?: string): ConnectionOptions {
-  return { env, systemRoot: systemRoot(env), home: env.HOME ?? homedir(), ...(certDir ? { certDir } : {}) };
+export function connectionOptions(
+  env: NodeJS.ProcessEnv = process.env,
+  certDir?: string,
+): ConnectionOptions {
+  return {
+    env,
+    systemRoot: systemRoot(env),
+    home: env.HOME ?? homedir(),
+    ...(certDir ? { certDir } : {}),
+  };
 }
 
 interface ProxySettings {
@@ -22,7 +30,8 @@ interface ProxySettings {
   noProxy: string;
 }
 
-const first = (env: NodeJS.ProcessEnv, ...names: string[]) => names.map((n) => env[n]).find((v) => v) ?? '';
+const first = (env: NodeJS.ProcessEnv, ...names: string[]) =>
+  names.map((n) => env[n]).find((v) => v) ?? '';
 // Go (and so skopeo) takes "proxy:3128" as http://proxy:3128
 const withScheme = (url: string) => (url && !url.includes('://') ? `http://${url}` : url);
 
@@ -35,7 +44,9 @@ export function proxyFromEnv(env: NodeJS.ProcessEnv): ProxySettings | undefined 
   const httpProxy = withScheme(first(env, 'HTTP_PROXY', 'http_proxy'));
   const httpsProxy = withScheme(first(env, 'HTTPS_PROXY', 'https_proxy'));
   if (!httpProxy && !httpsProxy) return undefined;
-  const noProxy = [first(env, 'NO_PROXY', 'no_proxy'), 'localhost', '127.0.0.1', '[::1]'].filter(Boolean).join(',');
+  const noProxy = [first(env, 'NO_PROXY', 'no_proxy'), 'localhost', '127.0.0.1', '[::1]']
+    .filter(Boolean)
+    .join(',');
   return { httpProxy, httpsProxy, noProxy };
 }
 
@@ -84,12 +95,19 @@ export function bypassesProxy(hostPort: string, noProxy: string): boolean {
 }
 
 const CERT_CODES = /CERT|SELF_SIGNED|UNABLE_TO_(VERIFY|GET_ISSUER)|ERR_TLS_CERT_ALTNAME_INVALID/;
-const PLAIN_HTTP_CODES = new Set(['ERR_SSL_WRONG_VERSION_NUMBER', 'ERR_SSL_PACKET_LENGTH_TOO_LONG', 'ERR_SSL_HTTP_REQUEST']);
+const PLAIN_HTTP_CODES = new Set([
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+  'ERR_SSL_PACKET_LENGTH_TOO_LONG',
+  'ERR_SSL_HTTP_REQUEST',
+]);
 
 /** Whether a failed TLS connection means the peer speaks plain http. */
 export function isPlainHttpAnswer(err: unknown): boolean {
   const e = err as NodeJS.ErrnoException;
-  return PLAIN_HTTP_CODES.has(e?.code ?? '') || /wrong version number|packet length too long/.test(e?.message ?? '');
+  return (
+    PLAIN_HTTP_CODES.has(e?.code ?? '') ||
+    /wrong version number|packet length too long/.test(e?.message ?? '')
+  );
 }
 
 /**
@@ -100,16 +118,32 @@ export function connectionError(err: unknown, host: string, tls: HostTls | undef
   const e = err as NodeJS.ErrnoException;
   const code = e?.code ?? '';
   if (isPlainHttpAnswer(err)) {
-    return new OciError('TLS_ERROR', `${host} answered plain HTTP to a TLS request: pass --tls-verify=false to allow plain http for it`, { cause: err });
+    return new OciError(
+      'TLS_ERROR',
+      `${host} answered plain HTTP to a TLS request: pass --tls-verify=false to allow plain http for it`,
+      { cause: err },
+    );
   }
   if (CERT_CODES.test(code)) {
-    const where = tls ? `the CAs in ${tls.dir} do not sign it` : `put its CA in /etc/containers/certs.d/${host}/ca.crt or pass --cert-dir DIR`;
-    return new OciError('TLS_ERROR', `${host}: TLS certificate not trusted (${code}): ${where} (or --tls-verify=false to skip the check)`, { cause: err });
+    const where = tls
+      ? `the CAs in ${tls.dir} do not sign it`
+      : `put its CA in /etc/containers/certs.d/${host}/ca.crt or pass --cert-dir DIR`;
+    return new OciError(
+      'TLS_ERROR',
+      `${host}: TLS certificate not trusted (${code}): ${where} (or --tls-verify=false to skip the check)`,
+      { cause: err },
+    );
   }
   if (/^Proxy response \((\d+)\)/.test(e?.message ?? '')) {
-    return new OciError('NETWORK_ERROR', `the proxy refused to connect to ${host}: ${e.message} (check HTTPS_PROXY / NO_PROXY)`, { cause: err });
+    return new OciError(
+      'NETWORK_ERROR',
+      `the proxy refused to connect to ${host}: ${e.message} (check HTTPS_PROXY / NO_PROXY)`,
+      { cause: err },
+    );
   }
-  return new OciError('NETWORK_ERROR', `cannot reach ${host}: ${e?.message ?? String(err)}`, { cause: err });
+  return new OciError('NETWORK_ERROR', `cannot reach ${host}: ${e?.message ?? String(err)}`, {
+    cause: err,
+  });
 }
 
 interface HostConnection {
@@ -154,13 +188,20 @@ export class Connections {
     // requestTls: the TLS to the registry inside a proxy's CONNECT tunnel. NO_PROXY is judged
     // here for the host itself (undici's own check knows no CIDR ranges); undici's applies to redirects.
     const proxied = this.proxy && !bypassesProxy(hostPort, this.proxy.noProxy);
-    const base = proxied ? new EnvHttpProxyAgent({ ...this.proxy!, connect, requestTls: tlsOptions }) : new Agent({ connect });
-    return { dispatcher: base.compose(interceptors.redirect({ maxRedirections: 5 })), ...(tls ? { tls } : {}) };
+    const base = proxied
+      ? new EnvHttpProxyAgent({ ...this.proxy!, connect, requestTls: tlsOptions })
+      : new Agent({ connect });
+    return {
+      dispatcher: base.compose(interceptors.redirect({ maxRedirections: 5 })),
+      ...(tls ? { tls } : {}),
+    };
   }
 
   async close(): Promise<void> {
     const all = await Promise.allSettled(this.hosts.values());
     this.hosts.clear();
-    await Promise.all(all.map((c) => (c.status === 'fulfilled' ? c.value.dispatcher.close() : undefined)));
+    await Promise.all(
+      all.map((c) => (c.status === 'fulfilled' ? c.value.dispatcher.close() : undefined)),
+    );
   }
 }

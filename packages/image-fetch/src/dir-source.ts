@@ -2,7 +2,14 @@ import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { assertDigest, digestHex, sha256, OciError, MAX_MANIFEST_BYTES, parseManifest } from '@offline-bundle/oci';
+import {
+  assertDigest,
+  digestHex,
+  sha256,
+  OciError,
+  MAX_MANIFEST_BYTES,
+  parseManifest,
+} from '@offline-bundle/oci';
 import { nameFromRefAnnotation } from './layout-source.js';
 import { assertRegularFile, HostError, readSmallFile } from '@offline-bundle/host';
 import type { ImageReference } from '@offline-bundle/oci';
@@ -29,13 +36,25 @@ export class DirSource implements ImageSource {
     try {
       version = (await readSmallFile(join(dir, 'version'), 1024)).bytes.toString('utf8');
     } catch (cause) {
-      if (cause instanceof HostError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
-      throw new OciError('NOT_FOUND', `${description}: ${dir} is not a dir: image (no readable "version" file; write one with "skopeo copy SOURCE dir:${dir}")`, { cause });
+      if (cause instanceof HostError)
+        throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
+      throw new OciError(
+        'NOT_FOUND',
+        `${description}: ${dir} is not a dir: image (no readable "version" file; write one with "skopeo copy SOURCE dir:${dir}")`,
+        { cause },
+      );
     }
     if (!/^Directory Transport Version: 1\.\d+\n?$/.test(version)) {
-      throw new OciError('INVALID_MANIFEST', `${description}: ${dir}/version is not "Directory Transport Version: 1.x"`);
+      throw new OciError(
+        'INVALID_MANIFEST',
+        `${description}: ${dir}/version is not "Directory Transport Version: 1.x"`,
+      );
     }
-    return new DirSource(description, nameFromRefAnnotation(undefined, description, nameOverride), dir);
+    return new DirSource(
+      description,
+      nameFromRefAnnotation(undefined, description, nameOverride),
+      dir,
+    );
   }
 
   private async readManifest(file: string, expected?: string): Promise<FetchedManifest> {
@@ -44,12 +63,21 @@ export class DirSource implements ImageSource {
     try {
       bytes = (await readSmallFile(path, MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
-      if (cause instanceof HostError && cause.code === 'FILE_TOO_LARGE') throw new OciError('INVALID_MANIFEST', `${this.description}: ${file} is larger than 4 MiB`, { cause });
-      if (cause instanceof HostError) throw new OciError(cause.code, `${this.description}: ${cause.message}`, { cause });
-      throw new OciError('NOT_FOUND', `${this.description}: ${file} is missing from ${this.dir}`, { cause });
+      if (cause instanceof HostError && cause.code === 'FILE_TOO_LARGE')
+        throw new OciError(
+          'INVALID_MANIFEST',
+          `${this.description}: ${file} is larger than 4 MiB`,
+          { cause },
+        );
+      if (cause instanceof HostError)
+        throw new OciError(cause.code, `${this.description}: ${cause.message}`, { cause });
+      throw new OciError('NOT_FOUND', `${this.description}: ${file} is missing from ${this.dir}`, {
+        cause,
+      });
     }
     const digest = sha256(bytes);
-    if (expected && digest !== expected) throw new OciError('DIGEST_MISMATCH', `${this.description}: ${file} hashes to ${digest}`);
+    if (expected && digest !== expected)
+      throw new OciError('DIGEST_MISMATCH', `${this.description}: ${file} hashes to ${digest}`);
     return { bytes, mediaType: parseManifest(bytes).mediaType, digest };
   }
 
@@ -66,7 +94,11 @@ export class DirSource implements ImageSource {
       await assertRegularFile(path);
     } catch (cause) {
       if (cause instanceof HostError) throw cause;
-      throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from ${this.dir}`, { cause });
+      throw new OciError(
+        'NOT_FOUND',
+        `${this.description}: blob ${digest} is missing from ${this.dir}`,
+        { cause },
+      );
     }
     return createReadStream(path, { start: offset });
   }

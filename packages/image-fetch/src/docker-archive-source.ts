@@ -2,12 +2,25 @@ import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join, normalize } from 'node:path';
 import type { Readable } from 'node:stream';
-import { sha256File, sha256, OciError, MediaType, MAX_MANIFEST_BYTES, type ImageManifest, parseReference, type ImageReference } from '@offline-bundle/oci';
+import {
+  sha256File,
+  sha256,
+  OciError,
+  MediaType,
+  MAX_MANIFEST_BYTES,
+  type ImageManifest,
+  parseReference,
+  type ImageReference,
+} from '@offline-bundle/oci';
 import { readSmallFile } from '@offline-bundle/host';
 import type { FetchedManifest, ImageSource } from './source.js';
 import { unpackArchive } from './archive-unpack.js';
 
-interface SaveManifestEntry { Config: string; RepoTags?: string[] | null; Layers: string[] }
+interface SaveManifestEntry {
+  Config: string;
+  RepoTags?: string[] | null;
+  Layers: string[];
+}
 
 async function isGzip(path: string): Promise<boolean> {
   const fh = await open(path, 'r');
@@ -33,22 +46,56 @@ export class DockerArchiveSource implements ImageSource {
     private readonly remove: () => Promise<void>,
   ) {}
 
-  static async open(file: string, ref: string | undefined, description: string, nameOverride?: string): Promise<DockerArchiveSource> {
+  static async open(
+    file: string,
+    ref: string | undefined,
+    description: string,
+    nameOverride?: string,
+  ): Promise<DockerArchiveSource> {
     const { dir, remove } = await unpackArchive(file, description);
     try {
       let entries: SaveManifestEntry[];
       try {
-        entries = JSON.parse((await readSmallFile(join(dir, 'manifest.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8')) as SaveManifestEntry[];
+        entries = JSON.parse(
+          (await readSmallFile(join(dir, 'manifest.json'), MAX_MANIFEST_BYTES)).bytes.toString(
+            'utf8',
+          ),
+        ) as SaveManifestEntry[];
       } catch (cause) {
-        throw new OciError('INVALID_ARCHIVE', `${description}: not a docker-archive (no readable manifest.json)`, { cause });
+        throw new OciError(
+          'INVALID_ARCHIVE',
+          `${description}: not a docker-archive (no readable manifest.json)`,
+          { cause },
+        );
       }
       const wanted = ref ? parseReference(ref) : undefined;
       const entry = wanted
-        ? entries.find((e) => (e.RepoTags ?? []).some((t) => { const r = parseReference(t); return r.registry === wanted.registry && r.repository === wanted.repository && r.tag === wanted.tag; }))
-        : entries.length === 1 ? entries[0] : undefined;
-      if (!entry) throw new OciError('NOT_FOUND', ref ? `${description}: no image tagged ${ref}` : `${description}: holds ${entries.length} images; name one as docker-archive:FILE:REPO:TAG`);
+        ? entries.find((e) =>
+            (e.RepoTags ?? []).some((t) => {
+              const r = parseReference(t);
+              return (
+                r.registry === wanted.registry &&
+                r.repository === wanted.repository &&
+                r.tag === wanted.tag
+              );
+            }),
+          )
+        : entries.length === 1
+          ? entries[0]
+          : undefined;
+      if (!entry)
+        throw new OciError(
+          'NOT_FOUND',
+          ref
+            ? `${description}: no image tagged ${ref}`
+            : `${description}: holds ${entries.length} images; name one as docker-archive:FILE:REPO:TAG`,
+        );
       const tagged = nameOverride ?? ref ?? entry.RepoTags?.[0];
-      if (!tagged) throw new OciError('INVALID_REFERENCE', `${description}: the image has no tag; append =REGISTRY/REPO:TAG to name it`);
+      if (!tagged)
+        throw new OciError(
+          'INVALID_REFERENCE',
+          `${description}: the image has no tag; append =REGISTRY/REPO:TAG to name it`,
+        );
       const files = new Map<string, string>();
       const add = async (rel: string) => {
         const path = join(dir, normalize(rel));
@@ -60,7 +107,13 @@ export class DockerArchiveSource implements ImageSource {
       const layers = [];
       for (const l of entry.Layers) {
         const layer = await add(l);
-        layers.push({ mediaType: (await isGzip(layer.path)) ? MediaType.DockerLayerGzip : MediaType.DockerLayerTar, digest: layer.digest, size: layer.size });
+        layers.push({
+          mediaType: (await isGzip(layer.path))
+            ? MediaType.DockerLayerGzip
+            : MediaType.DockerLayerTar,
+          digest: layer.digest,
+          size: layer.size,
+        });
       }
       const doc: ImageManifest = {
         schemaVersion: 2,
@@ -78,7 +131,8 @@ export class DockerArchiveSource implements ImageSource {
   }
 
   async getManifest(digest?: string): Promise<FetchedManifest> {
-    if (digest && digest !== this.manifest.digest) throw new OciError('NOT_FOUND', `${this.description}: no manifest ${digest}`);
+    if (digest && digest !== this.manifest.digest)
+      throw new OciError('NOT_FOUND', `${this.description}: no manifest ${digest}`);
     return this.manifest;
   }
 

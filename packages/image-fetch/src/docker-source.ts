@@ -33,7 +33,10 @@ export class DockerSource implements ImageSource {
         failures.push(`${loc.registry}/${loc.repository}: ${err.message}`);
       }
     }
-    throw new OciError('NOT_FOUND', `${formatReference(this.name)} is not in any of its locations: ${failures.join('; ')}`);
+    throw new OciError(
+      'NOT_FOUND',
+      `${formatReference(this.name)} is not in any of its locations: ${failures.join('; ')}`,
+    );
   }
 
   async getBlob(digest: string, _size: number, offset = 0): Promise<Readable> {

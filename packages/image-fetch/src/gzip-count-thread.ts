@@ -109,7 +109,11 @@ class GzipCountThread {
     if (this.worker) return this.worker;
     // not this process's flags: --input-type=module would make the CommonJS above an ES module
     const worker = new Worker(WORKER, { eval: true, execArgv: [] });
-    worker.on('message', (m: { id: number; acked?: number; result?: number | null; cpu?: number }) => this.onMessage(m));
+    worker.on(
+      'message',
+      (m: { id: number; acked?: number; result?: number | null; cpu?: number }) =>
+        this.onMessage(m),
+    );
     // a thread that dies gives no figures: the estimate falls back to 3x those layers' size
     const lost = () => {
       if (this.worker !== worker) return;
@@ -160,7 +164,13 @@ class GzipCountThread {
       if (!this.layers.has(id)) return;
       const left = chunk.length - at;
       if (RING_BYTES - (layer.sent - layer.acked) < Math.min(left, RING_BYTES / 2)) {
-        await timedAsync('estimate: waits on decompression', () => this.awaited(new Promise<void>((resolve) => { layer.wake = resolve; })));
+        await timedAsync('estimate: waits on decompression', () =>
+          this.awaited(
+            new Promise<void>((resolve) => {
+              layer.wake = resolve;
+            }),
+          ),
+        );
         layer.wake = undefined;
         continue;
       }
@@ -191,8 +201,16 @@ class GzipCountThread {
     const worker = this.started();
     const id = this.nextId++;
     let done!: (n: number | undefined) => void;
-    const result = new Promise<number | undefined>((resolve) => { done = resolve; });
-    const layer: Layer = { ring: this.rings.pop() ?? new SharedArrayBuffer(RING_BYTES), sent: 0, acked: 0, wake: undefined, done };
+    const result = new Promise<number | undefined>((resolve) => {
+      done = resolve;
+    });
+    const layer: Layer = {
+      ring: this.rings.pop() ?? new SharedArrayBuffer(RING_BYTES),
+      sent: 0,
+      acked: 0,
+      wake: undefined,
+      done,
+    };
     this.layers.set(id, layer);
     worker.postMessage({ op: 'start', id, limit, ring: layer.ring });
     return {

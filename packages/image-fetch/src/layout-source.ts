@@ -2,18 +2,36 @@ import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { assertDigest, digestHex, sha256, OciError, MAX_MANIFEST_BYTES, parseManifest, type Descriptor, type ImageIndex, parseReference, type ImageReference } from '@offline-bundle/oci';
+import {
+  assertDigest,
+  digestHex,
+  sha256,
+  OciError,
+  MAX_MANIFEST_BYTES,
+  parseManifest,
+  type Descriptor,
+  type ImageIndex,
+  parseReference,
+  type ImageReference,
+} from '@offline-bundle/oci';
 import { assertRegularFile, HostError, quoteName, readSmallFile } from '@offline-bundle/host';
 import type { FetchedManifest, ImageSource } from './source.js';
 
 export const REF_NAME_ANNOTATION = 'org.opencontainers.image.ref.name';
 
 /** The bundle needs a registry name for every image; a layout's bare tag ("v1") is not one. */
-export function nameFromRefAnnotation(refName: string | undefined, description: string, override?: string): ImageReference {
+export function nameFromRefAnnotation(
+  refName: string | undefined,
+  description: string,
+  override?: string,
+): ImageReference {
   const candidate = override ?? refName;
-  if (candidate && /^[^/]+\.[^/]+\/|^localhost[:/]|^[^/]+:\d+\//.test(candidate)) return parseReference(candidate);
-  throw new OciError('INVALID_REFERENCE',
-    `${description} has no registry name${refName ? ` (its ref is "${refName}")` : ''}: append =REGISTRY/REPO:TAG to name it, e.g. "${description}=registry.example.com/app:${refName ?? 'v1'}"`);
+  if (candidate && /^[^/]+\.[^/]+\/|^localhost[:/]|^[^/]+:\d+\//.test(candidate))
+    return parseReference(candidate);
+  throw new OciError(
+    'INVALID_REFERENCE',
+    `${description} has no registry name${refName ? ` (its ref is "${refName}")` : ''}: append =REGISTRY/REPO:TAG to name it, e.g. "${description}=registry.example.com/app:${refName ?? 'v1'}"`,
+  );
 }
 
 /**
@@ -30,20 +48,48 @@ export class LayoutSource implements ImageSource {
     private readonly cleanup?: () => Promise<void>,
   ) {}
 
-  static async open(dir: string, ref: string | undefined, description: string, nameOverride?: string, cleanup?: () => Promise<void>): Promise<LayoutSource> {
+  static async open(
+    dir: string,
+    ref: string | undefined,
+    description: string,
+    nameOverride?: string,
+    cleanup?: () => Promise<void>,
+  ): Promise<LayoutSource> {
     let index: ImageIndex;
     try {
-      index = JSON.parse((await readSmallFile(join(dir, 'index.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8')) as ImageIndex;
+      index = JSON.parse(
+        (await readSmallFile(join(dir, 'index.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8'),
+      ) as ImageIndex;
     } catch (cause) {
-      if (cause instanceof HostError) throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
-      throw new OciError('NOT_FOUND', `${description}: ${dir} is not an OCI image layout (no readable index.json)`, { cause });
+      if (cause instanceof HostError)
+        throw new OciError(cause.code, `${description}: ${cause.message}`, { cause });
+      throw new OciError(
+        'NOT_FOUND',
+        `${description}: ${dir} is not an OCI image layout (no readable index.json)`,
+        { cause },
+      );
     }
     const manifests = index.manifests ?? [];
-    const matches = ref === undefined ? manifests : manifests.filter((d) => d.annotations?.[REF_NAME_ANNOTATION] === ref);
-    if (matches.length === 0) throw new OciError('NOT_FOUND', `${description}: no image ${ref ? `named ${quoteName(ref)}` : ''} in ${dir}/index.json`);
-    if (matches.length > 1) throw new OciError('INVALID_REFERENCE', `${description}: ${matches.length} images match; name one as oci:${dir}:REF`);
+    const matches =
+      ref === undefined
+        ? manifests
+        : manifests.filter((d) => d.annotations?.[REF_NAME_ANNOTATION] === ref);
+    if (matches.length === 0)
+      throw new OciError(
+        'NOT_FOUND',
+        `${description}: no image ${ref ? `named ${quoteName(ref)}` : ''} in ${dir}/index.json`,
+      );
+    if (matches.length > 1)
+      throw new OciError(
+        'INVALID_REFERENCE',
+        `${description}: ${matches.length} images match; name one as oci:${dir}:REF`,
+      );
     const top = matches[0]!;
-    const name = nameFromRefAnnotation(top.annotations?.[REF_NAME_ANNOTATION], description, nameOverride);
+    const name = nameFromRefAnnotation(
+      top.annotations?.[REF_NAME_ANNOTATION],
+      description,
+      nameOverride,
+    );
     return new LayoutSource(description, name, dir, top, cleanup);
   }
 
@@ -57,11 +103,22 @@ export class LayoutSource implements ImageSource {
     try {
       bytes = (await readSmallFile(this.blobPath(want), MAX_MANIFEST_BYTES)).bytes;
     } catch (cause) {
-      if (cause instanceof HostError) throw new OciError(cause.code, `${this.description}: manifest ${want}: ${cause.message}`, { cause });
-      throw new OciError('NOT_FOUND', `${this.description}: manifest ${want} is missing from the layout`, { cause });
+      if (cause instanceof HostError)
+        throw new OciError(cause.code, `${this.description}: manifest ${want}: ${cause.message}`, {
+          cause,
+        });
+      throw new OciError(
+        'NOT_FOUND',
+        `${this.description}: manifest ${want} is missing from the layout`,
+        { cause },
+      );
     }
     const actual = sha256(bytes);
-    if (actual !== want) throw new OciError('DIGEST_MISMATCH', `${this.description}: manifest ${want} hashes to ${actual}`);
+    if (actual !== want)
+      throw new OciError(
+        'DIGEST_MISMATCH',
+        `${this.description}: manifest ${want} hashes to ${actual}`,
+      );
     const { mediaType } = parseManifest(bytes, digest ? undefined : this.top.mediaType);
     return { bytes, mediaType, digest: want };
   }
@@ -73,7 +130,11 @@ export class LayoutSource implements ImageSource {
       await assertRegularFile(path);
     } catch (cause) {
       if (cause instanceof HostError) throw cause;
-      throw new OciError('NOT_FOUND', `${this.description}: blob ${digest} is missing from the layout`, { cause });
+      throw new OciError(
+        'NOT_FOUND',
+        `${this.description}: blob ${digest} is missing from the layout`,
+        { cause },
+      );
     }
     return createReadStream(path, { start: offset });
   }

@@ -52,17 +52,31 @@ function parseRules(text: string, file: string): RegistryRule[] {
     // smol-toml appends a multi-line code frame; keep the message one line (the CLI prints one)
     const e = cause as Error & { line?: number; column?: number };
     const where = e.line ? ` (line ${e.line}, column ${e.column})` : '';
-    throw new OciError('INVALID_CONFIG', `${file} is not valid TOML${where}: ${e.message.split('\n')[0]}`, { cause });
+    throw new OciError(
+      'INVALID_CONFIG',
+      `${file} is not valid TOML${where}: ${e.message.split('\n')[0]}`,
+      { cause },
+    );
   }
   return (doc.registry ?? []).map((r, i) => {
     // containers/image trims trailing slashes; a kept one would double or drop a separator in rewrites.
     const trim = (v: string | undefined) => v?.replace(/\/+$/, '');
     const prefix = trim(r.prefix ?? r.location);
-    if (!prefix) throw new OciError('INVALID_CONFIG', `${file}: [[registry]] #${i + 1} needs "location" or "prefix"`);
+    if (!prefix)
+      throw new OciError(
+        'INVALID_CONFIG',
+        `${file}: [[registry]] #${i + 1} needs "location" or "prefix"`,
+      );
     const wildcard = prefix.startsWith('*.');
     // containers-registries.conf(5): a wildcard names hosts only and takes no location
-    if (wildcard && (!/^\*(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$/.test(prefix) || r.location)) {
-      throw new OciError('INVALID_CONFIG', `${file}: wildcard prefix "${prefix}" must be "*." and a host name, without a location`);
+    if (
+      wildcard &&
+      (!/^\*(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$/.test(prefix) || r.location)
+    ) {
+      throw new OciError(
+        'INVALID_CONFIG',
+        `${file}: wildcard prefix "${prefix}" must be "*." and a host name, without a location`,
+      );
     }
     const location = wildcard ? '' : (trim(r.location) ?? prefix);
     const byDigestOnly = r['mirror-by-digest-only'] === true;
@@ -72,13 +86,23 @@ function parseRules(text: string, file: string): RegistryRule[] {
       insecure: r.insecure === true,
       blocked: r.blocked === true,
       mirrors: (r.mirror ?? []).map((m, j) => {
-        if (!m.location) throw new OciError('INVALID_CONFIG', `${file}: mirror #${j + 1} of "${prefix}" has no location`);
+        if (!m.location)
+          throw new OciError(
+            'INVALID_CONFIG',
+            `${file}: mirror #${j + 1} of "${prefix}" has no location`,
+          );
         if (byDigestOnly && m['pull-from-mirror'] !== undefined) {
-          throw new OciError('INVALID_CONFIG', `${file}: "${prefix}" sets both mirror-by-digest-only and pull-from-mirror; use pull-from-mirror only`);
+          throw new OciError(
+            'INVALID_CONFIG',
+            `${file}: "${prefix}" sets both mirror-by-digest-only and pull-from-mirror; use pull-from-mirror only`,
+          );
         }
         const pfm = m['pull-from-mirror'] ?? (byDigestOnly ? 'digest-only' : 'all');
         if (pfm !== 'all' && pfm !== 'digest-only' && pfm !== 'tag-only') {
-          throw new OciError('INVALID_CONFIG', `${file}: pull-from-mirror must be all, digest-only or tag-only, not "${pfm}"`);
+          throw new OciError(
+            'INVALID_CONFIG',
+            `${file}: pull-from-mirror must be all, digest-only or tag-only, not "${pfm}"`,
+          );
         }
         return { location: trim(m.location)!, insecure: m.insecure === true, pullFromMirror: pfm };
       }),
@@ -93,7 +117,9 @@ function matchedLength(prefix: string, name: string): number {
     const host = slash < 0 ? name : name.slice(0, slash);
     return host.endsWith(prefix.slice(1)) ? host.length : 0;
   }
-  return name === prefix || name.startsWith(prefix.endsWith('/') ? prefix : `${prefix}/`) ? prefix.length : 0;
+  return name === prefix || name.startsWith(prefix.endsWith('/') ? prefix : `${prefix}/`)
+    ? prefix.length
+    : 0;
 }
 
 /** Far above any real registries.conf: a larger file is the wrong file, not to be parsed whole. */
@@ -101,7 +127,10 @@ export const MAX_REGISTRIES_CONF_BYTES = 1024 * 1024;
 
 /** /dev/null given as the file means no configuration, as for podman. */
 async function isDevNull(path: string): Promise<boolean> {
-  const [st, nul] = await Promise.all([stat(path).catch(() => undefined), stat('/dev/null').catch(() => undefined)]);
+  const [st, nul] = await Promise.all([
+    stat(path).catch(() => undefined),
+    stat('/dev/null').catch(() => undefined),
+  ]);
   return !!st && !!nul && st.isCharacterDevice() && st.rdev === nul.rdev;
 }
 
@@ -110,7 +139,11 @@ async function readConf(path: string): Promise<string> {
   try {
     return (await readSmallFile(path, MAX_REGISTRIES_CONF_BYTES)).bytes.toString('utf8');
   } catch (cause) {
-    throw new OciError('INVALID_CONFIG', `cannot read registries config ${path}: ${(cause as Error).message}`, { cause });
+    throw new OciError(
+      'INVALID_CONFIG',
+      `cannot read registries config ${path}: ${(cause as Error).message}`,
+      { cause },
+    );
   }
 }
 
@@ -121,7 +154,10 @@ async function readConf(path: string): Promise<string> {
  */
 export class RegistriesConf {
   /** `broken`: why the configuration read by default cannot be used, thrown only when a pull needs it. */
-  constructor(readonly rules: RegistryRule[] = [], private readonly broken?: OciError) {}
+  constructor(
+    readonly rules: RegistryRule[] = [],
+    private readonly broken?: OciError,
+  ) {}
 
   static async load(path: string): Promise<RegistriesConf> {
     return new RegistriesConf(parseRules(await readConf(path), path));
@@ -155,8 +191,17 @@ export class RegistriesConf {
     } catch (cause) {
       // never in the way of a create that pulls nothing from a registry
       const e = cause as Error;
-      const how = env[REGISTRIES_CONF_ENV] ? `named by ${REGISTRIES_CONF_ENV}` : 'read by default, as podman does';
-      return new RegistriesConf([], new OciError('INVALID_CONFIG', `${e.message.replace(/\.$/, '')} (${how}; --registries-conf FILE replaces it, /dev/null for none)`, { cause }));
+      const how = env[REGISTRIES_CONF_ENV]
+        ? `named by ${REGISTRIES_CONF_ENV}`
+        : 'read by default, as podman does';
+      return new RegistriesConf(
+        [],
+        new OciError(
+          'INVALID_CONFIG',
+          `${e.message.replace(/\.$/, '')} (${how}; --registries-conf FILE replaces it, /dev/null for none)`,
+          { cause },
+        ),
+      );
     }
   }
 
@@ -168,8 +213,13 @@ export class RegistriesConf {
     const userOwn = !named && (await stat(userFile).catch(() => undefined)) !== undefined;
     const file = named || (userOwn ? userFile : join(etc, 'registries.conf'));
     // a file named (by the variable or by being the user's) must be read; the system's may be absent
-    const base = named || userOwn || (await stat(file).catch(() => undefined)) ? await RegistriesConf.load(file) : new RegistriesConf();
-    const dirs = userOwn ? [join(user, 'registries.conf.d')] : [join(etc, 'registries.conf.d'), join(user, 'registries.conf.d')];
+    const base =
+      named || userOwn || (await stat(file).catch(() => undefined))
+        ? await RegistriesConf.load(file)
+        : new RegistriesConf();
+    const dirs = userOwn
+      ? [join(user, 'registries.conf.d')]
+      : [join(etc, 'registries.conf.d'), join(user, 'registries.conf.d')];
     let conf = base;
     for (const dir of dirs) conf = await RegistriesConf.loadDir(dir, conf);
     return conf;
@@ -197,8 +247,17 @@ export class RegistriesConf {
     const rule = found?.rule;
     const split = (full: string, insecure: boolean, mirror: boolean): PullSource => {
       const slash = full.indexOf('/');
-      if (slash < 0) throw new OciError('INVALID_CONFIG', `registry location "${full}" rewrites "${name}" to a name without a repository`);
-      return { registry: full.slice(0, slash), repository: full.slice(slash + 1), insecure, mirror };
+      if (slash < 0)
+        throw new OciError(
+          'INVALID_CONFIG',
+          `registry location "${full}" rewrites "${name}" to a name without a repository`,
+        );
+      return {
+        registry: full.slice(0, slash),
+        repository: full.slice(slash + 1),
+        insecure,
+        mirror,
+      };
     };
     if (!rule) return [split(name, defaultInsecure, false)];
     const suffix = name.slice(found!.length);
@@ -211,7 +270,11 @@ export class RegistriesConf {
       out.push(split(m.location + suffix, m.insecure || defaultInsecure, true));
     }
     if (!rule.blocked) out.push(split(location + suffix, rule.insecure || defaultInsecure, false));
-    if (out.length === 0) throw new OciError('NOT_FOUND', `registry "${rule.prefix}" is blocked in registries.conf and no mirror serves ${name}`);
+    if (out.length === 0)
+      throw new OciError(
+        'NOT_FOUND',
+        `registry "${rule.prefix}" is blocked in registries.conf and no mirror serves ${name}`,
+      );
     return out;
   }
 }

@@ -12,7 +12,10 @@ interface RetryOptions {
 }
 
 /** Exponential backoff with full jitter. */
-export async function withRetry<T>(fn: (attempt: number) => Promise<T>, opts: RetryOptions): Promise<T> {
+export async function withRetry<T>(
+  fn: (attempt: number) => Promise<T>,
+  opts: RetryOptions,
+): Promise<T> {
   const attempts = opts.attempts ?? 5;
   const base = opts.baseDelayMs ?? 250;
   const max = opts.maxDelayMs ?? 8000;

@@ -51,7 +51,11 @@ export function parseSourceSpec(raw: string): SourceSpec {
     transport = m[1] as TransportName;
     rest = rest.slice(m[0].length);
     if (transport === 'docker') {
-      if (!rest.startsWith('//')) throw new OciError('UNSUPPORTED_TRANSPORT', `${quoteName(raw)}: write docker://REGISTRY/REPO[:TAG|@DIGEST]`);
+      if (!rest.startsWith('//'))
+        throw new OciError(
+          'UNSUPPORTED_TRANSPORT',
+          `${quoteName(raw)}: write docker://REGISTRY/REPO[:TAG|@DIGEST]`,
+        );
       rest = rest.slice(2);
     }
   } else if (m) {
@@ -59,18 +63,32 @@ export function parseSourceSpec(raw: string): SourceSpec {
     const after = rest.slice(m[0].length);
     if (m[1] === 'containers-storage') {
       // podman's store is only safe to read through its own locking code
-      throw new OciError('UNSUPPORTED_TRANSPORT', `${quoteName(raw)}: containers-storage: is not read directly: export the image first with "podman save --format oci-archive -o IMAGE.tar ${after || 'IMAGE'}" (or "skopeo copy containers-storage:${after || 'IMAGE'} oci-archive:IMAGE.tar") and pass oci-archive:IMAGE.tar`);
+      throw new OciError(
+        'UNSUPPORTED_TRANSPORT',
+        `${quoteName(raw)}: containers-storage: is not read directly: export the image first with "podman save --format oci-archive -o IMAGE.tar ${after || 'IMAGE'}" (or "skopeo copy containers-storage:${after || 'IMAGE'} oci-archive:IMAGE.tar") and pass oci-archive:IMAGE.tar`,
+      );
     }
     if (FOREIGN_TRANSPORTS.includes(m[1]!) || (!/^\d/.test(after) && after.includes('/'))) {
-      throw new OciError('UNSUPPORTED_TRANSPORT', `${quoteName(raw)}: unknown transport "${m[1]}:" (use docker://, oci:, oci-archive:, docker-archive: or dir:)`);
+      throw new OciError(
+        'UNSUPPORTED_TRANSPORT',
+        `${quoteName(raw)}: unknown transport "${m[1]}:" (use docker://, oci:, oci-archive:, docker-archive: or dir:)`,
+      );
     }
   }
   if (transport === 'docker') {
-    if (name) throw new OciError('INVALID_REFERENCE', `${quoteName(raw)}: a registry image keeps its own name; "=NAME" is for oci:, oci-archive: and docker-archive:`);
+    if (name)
+      throw new OciError(
+        'INVALID_REFERENCE',
+        `${quoteName(raw)}: a registry image keeps its own name; "=NAME" is for oci:, oci-archive: and docker-archive:`,
+      );
     parseReference(rest);
     return { transport, target: rest, raw };
   }
-  if (!rest) throw new OciError('INVALID_REFERENCE', `${quoteName(raw)}: a path is required after ${transport}:`);
+  if (!rest)
+    throw new OciError(
+      'INVALID_REFERENCE',
+      `${quoteName(raw)}: a path is required after ${transport}:`,
+    );
   // dir: holds one image and no name: all of it is the path (as skopeo's dir:PATH)
   if (transport === 'dir') return { transport, target: rest, ...(name ? { name } : {}), raw };
   const colon = rest.indexOf(':');
@@ -79,13 +97,21 @@ export function parseSourceSpec(raw: string): SourceSpec {
   return { transport, target, ...(ref ? { ref } : {}), ...(name ? { name } : {}), raw };
 }
 
-export async function openSource(spec: SourceSpec | string, ctx: TransportContext): Promise<ImageSource> {
+export async function openSource(
+  spec: SourceSpec | string,
+  ctx: TransportContext,
+): Promise<ImageSource> {
   const s = typeof spec === 'string' ? parseSourceSpec(spec) : spec;
   switch (s.transport) {
     case 'docker': {
       const name = s.reference ?? parseReference(s.target);
       const conf = ctx.registriesConf ?? new RegistriesConf();
-      return new DockerSource(s.raw, name, ctx.client, conf.pullSources(name, ctx.insecure === true));
+      return new DockerSource(
+        s.raw,
+        name,
+        ctx.client,
+        conf.pullSources(name, ctx.insecure === true),
+      );
     }
     case 'oci':
       return LayoutSource.open(resolve(s.target), s.ref, s.raw, s.name);

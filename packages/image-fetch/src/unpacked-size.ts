@@ -53,7 +53,10 @@ export class UnpackedCounter {
       return;
     }
     if (this.gzip) return this.gzip.push(chunk);
-    if (!this.decoder!.write(chunk)) await timedAsync('estimate: waits on decompression', () => Promise.race([once(this.decoder!, 'drain'), this.ended]));
+    if (!this.decoder!.write(chunk))
+      await timedAsync('estimate: waits on decompression', () =>
+        Promise.race([once(this.decoder!, 'drain'), this.ended]),
+      );
   }
 
   private start(head: Buffer): void {
@@ -103,7 +106,8 @@ export class UnpackedCounter {
       this.decoder.end();
       await this.ended;
     }
-    if (this.decoder) addPhase('estimate: layers decompressed', undefined, { bytes: this.compressed });
+    if (this.decoder)
+      addPhase('estimate: layers decompressed', undefined, { bytes: this.compressed });
     if (this.failed) return undefined;
     return this.capped ? this.size * MAX_UNPACK_RATIO : this.unpacked;
   }

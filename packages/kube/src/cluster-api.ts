@@ -6,7 +6,11 @@ import { isApiException } from './k8s.js';
  * ClusterError codes at the boundary: 401/403 FORBIDDEN, anything unanswered UNREACHABLE, other
  * answers API_ERROR. `notFound` turns a 404 into a value (a kind the cluster does not have).
  */
-export async function apiCall<T>(what: string, fn: () => Promise<T>, opts: { notFound?: () => T } = {}): Promise<T> {
+export async function apiCall<T>(
+  what: string,
+  fn: () => Promise<T>,
+  opts: { notFound?: () => T } = {},
+): Promise<T> {
   try {
     return await fn();
   } catch (err) {
@@ -14,14 +18,31 @@ export async function apiCall<T>(what: string, fn: () => Promise<T>, opts: { not
       if (err.code === 404 && opts.notFound) return opts.notFound();
       const detail = apiMessage(err.body);
       if (err.code === 401 || err.code === 403) {
-        throw new ClusterError('FORBIDDEN', `the API server refused to ${what} (${err.code}${detail ? `: ${detail}` : ''}): bind your user to the offline-bundle-admin role (deploy/admin-rbac.yaml) or use a cluster-admin kubeconfig`, { cause: err });
+        throw new ClusterError(
+          'FORBIDDEN',
+          `the API server refused to ${what} (${err.code}${detail ? `: ${detail}` : ''}): bind your user to the offline-bundle-admin role (deploy/admin-rbac.yaml) or use a cluster-admin kubeconfig`,
+          { cause: err },
+        );
       }
-      throw new ClusterError('API_ERROR', `the API server answered ${err.code} to ${what}${detail ? `: ${detail}` : ''}`, { cause: err });
+      throw new ClusterError(
+        'API_ERROR',
+        `the API server answered ${err.code} to ${what}${detail ? `: ${detail}` : ''}`,
+        { cause: err },
+      );
     }
     if (err instanceof ClusterError) throw err;
     // client-node's deserializer recurses: an answer nested deep enough overflows the stack
-    if (err instanceof RangeError || err instanceof SyntaxError) throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} cannot be read (${apiDetail(err.message)}): is --kubeconfig's server an API server?`, { cause: err });
-    throw new ClusterError('UNREACHABLE', `cannot ${what}: ${apiDetail(String((err as Error)?.message ?? err))}: check --kubeconfig and that the API server is reachable`, { cause: err });
+    if (err instanceof RangeError || err instanceof SyntaxError)
+      throw new ClusterError(
+        'API_NOT_JSON',
+        `the API server's answer to ${what} cannot be read (${apiDetail(err.message)}): is --kubeconfig's server an API server?`,
+        { cause: err },
+      );
+    throw new ClusterError(
+      'UNREACHABLE',
+      `cannot ${what}: ${apiDetail(String((err as Error)?.message ?? err))}: check --kubeconfig and that the API server is reachable`,
+      { cause: err },
+    );
   }
 }
 
@@ -30,7 +51,10 @@ const MAX_API_DETAIL_CHARS = 500;
 
 /** Text from the API server (or about its answer) as part of one error line: one line, at most MAX_API_DETAIL_CHARS. */
 export function apiDetail(text: string): string {
-  const line = text.slice(0, 4 * MAX_API_DETAIL_CHARS).replace(/\s*[\u0000-\u001f\u007f]+\s*/g, ' ').trim();
+  const line = text
+    .slice(0, 4 * MAX_API_DETAIL_CHARS)
+    .replace(/\s*[\u0000-\u001f\u007f]+\s*/g, ' ')
+    .trim();
   return line.length > MAX_API_DETAIL_CHARS ? `${line.slice(0, MAX_API_DETAIL_CHARS)}…` : line;
 }
 
@@ -57,7 +81,10 @@ const MAX_LIST_PAGES = 2 * Math.ceil(MAX_LIST_ITEMS / LIST_PAGE_ITEMS);
  */
 export const MAX_LIST_KEPT_BYTES = 256 * 1024 * 1024;
 
-type Page = { items?: unknown; metadata?: { _continue?: unknown; continue?: unknown; resourceVersion?: unknown } };
+type Page = {
+  items?: unknown;
+  metadata?: { _continue?: unknown; continue?: unknown; resourceVersion?: unknown };
+};
 
 /**
  * Every item of a list, a page of LIST_PAGE_ITEMS at a time, each reduced by `pick` to what the
@@ -90,21 +117,44 @@ export async function listAllAt<T>(
   let cont: string | undefined;
   let pages = 0;
   do {
-    if (++pages > MAX_LIST_PAGES) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} goes on past ${MAX_LIST_PAGES} pages: check --kubeconfig's server`);
+    if (++pages > MAX_LIST_PAGES)
+      throw new ClusterError(
+        'API_TOO_LARGE',
+        `the API server's answer to ${what} goes on past ${MAX_LIST_PAGES} pages: check --kubeconfig's server`,
+      );
     const q = { limit: LIST_PAGE_ITEMS, ...(cont ? { _continue: cont } : {}) };
-    const p = await apiCall<Page | undefined>(what, () => page(q) as Promise<Page>, opts.notFound ? { notFound: () => undefined } : {});
+    const p = await apiCall<Page | undefined>(
+      what,
+      () => page(q) as Promise<Page>,
+      opts.notFound ? { notFound: () => undefined } : {},
+    );
     if (p === undefined) return { items: opts.notFound!(), resourceVersion: resourceVersion ?? '' };
     if (typeof p !== 'object' || p === null || !Array.isArray(p.items)) {
-      throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} is not a list (no "items"): is --kubeconfig's server an API server?`);
+      throw new ClusterError(
+        'API_NOT_JSON',
+        `the API server's answer to ${what} is not a list (no "items"): is --kubeconfig's server an API server?`,
+      );
     }
     for (const item of p.items as unknown[]) {
-      if (typeof item !== 'object' || item === null) throw new ClusterError('API_NOT_JSON', `the API server's answer to ${what} holds an item that is not an object`);
+      if (typeof item !== 'object' || item === null)
+        throw new ClusterError(
+          'API_NOT_JSON',
+          `the API server's answer to ${what} holds an item that is not an object`,
+        );
       const picked = pick(item as Record<string, unknown>);
       kept += JSON.stringify(picked)?.length ?? 0;
-      if (kept > MAX_LIST_KEPT_BYTES) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} holds over ${MAX_LIST_KEPT_BYTES / 1024 / 1024} MiB in the fields read, past ${out.length} items: narrow it (--selector) or check --kubeconfig's server`);
+      if (kept > MAX_LIST_KEPT_BYTES)
+        throw new ClusterError(
+          'API_TOO_LARGE',
+          `the API server's answer to ${what} holds over ${MAX_LIST_KEPT_BYTES / 1024 / 1024} MiB in the fields read, past ${out.length} items: narrow it (--selector) or check --kubeconfig's server`,
+        );
       out.push(picked);
     }
-    if (out.length > MAX_LIST_ITEMS) throw new ClusterError('API_TOO_LARGE', `the API server's answer to ${what} lists over ${MAX_LIST_ITEMS} items: narrow it (--selector) or check --kubeconfig's server`);
+    if (out.length > MAX_LIST_ITEMS)
+      throw new ClusterError(
+        'API_TOO_LARGE',
+        `the API server's answer to ${what} lists over ${MAX_LIST_ITEMS} items: narrow it (--selector) or check --kubeconfig's server`,
+      );
     const rv = p.metadata?.resourceVersion;
     resourceVersion ??= typeof rv === 'string' ? rv : '';
     const next = p.metadata?._continue ?? p.metadata?.continue;

@@ -8,7 +8,11 @@
  */
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { HttpLibrary, RequestContext, ResponseContext as ResponseContextType } from '@kubernetes/client-node';
+import type {
+  HttpLibrary,
+  RequestContext,
+  ResponseContext as ResponseContextType,
+} from '@kubernetes/client-node';
 import { isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
@@ -41,7 +45,10 @@ export interface BoundedHttpOptions {
 }
 
 /** A whole-command deadline for BoundedHttpOptions.command, starting now. */
-export const commandDeadline = (ms = COMMAND_DEADLINE_MS) => ({ signal: AbortSignal.timeout(ms), seconds: ms / 1000 });
+export const commandDeadline = (ms = COMMAND_DEADLINE_MS) => ({
+  signal: AbortSignal.timeout(ms),
+  seconds: ms / 1000,
+});
 
 const origin = (u: URL) => `${u.protocol}//${u.host}`;
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
@@ -75,7 +82,10 @@ class ListItemCounter {
       }
       if (c === 0x22) this.inString = true;
       else if (c === 0x7b || c === 0x5b) {
-        if (++this.depth === 2) { this.inArray = c === 0x5b; this.inItem = false; }
+        if (++this.depth === 2) {
+          this.inArray = c === 0x5b;
+          this.inItem = false;
+        }
       } else if (c === 0x7d || c === 0x5d) {
         this.depth--;
       } else if (c === 0x2c && this.depth === 2) this.inItem = false;
@@ -88,28 +98,51 @@ class ListItemCounter {
  * deserializer recurses per level: a 63 MiB answer of nested arrays cost it 3.5 GB and two
  * minutes), and with `maxItems` a list of at most that many items, as a Buffer.
  */
-function readBody(res: IncomingMessage, maxBytes: number, server: string, maxItems?: number): Promise<Buffer> {
+function readBody(
+  res: IncomingMessage,
+  maxBytes: number,
+  server: string,
+  maxItems?: number,
+): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     const counter = maxItems === undefined ? undefined : new ListItemCounter();
     const nesting = new JsonNestingGauge();
     let n = 0;
     // settled before the destroy, whose 'aborted' would otherwise name the cut as the cause
-    const refuse = (err: ClusterError) => { reject(err); res.destroy(); };
+    const refuse = (err: ClusterError) => {
+      reject(err);
+      res.destroy();
+    };
     res.on('data', (c: Buffer) => {
       n += c.length;
       if (n > maxBytes) {
-        refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer over ${maxBytes / 1024 / 1024} MiB: not an API server's answer, or a list too large to read at once; check --kubeconfig's server`));
+        refuse(
+          new ClusterError(
+            'API_TOO_LARGE',
+            `the API server ${server} sent an answer over ${maxBytes / 1024 / 1024} MiB: not an API server's answer, or a list too large to read at once; check --kubeconfig's server`,
+          ),
+        );
         return;
       }
       if (!nesting.feed(c)) {
-        refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent an answer nested deeper than ${MAX_NESTING_DEPTH} levels (line ${nesting.overAtLine}), past any Kubernetes object's: not an API server's answer; check --kubeconfig's server`));
+        refuse(
+          new ClusterError(
+            'API_TOO_LARGE',
+            `the API server ${server} sent an answer nested deeper than ${MAX_NESTING_DEPTH} levels (line ${nesting.overAtLine}), past any Kubernetes object's: not an API server's answer; check --kubeconfig's server`,
+          ),
+        );
         return;
       }
       if (counter) {
         counter.feed(c);
         if (counter.items > maxItems!) {
-          refuse(new ClusterError('API_TOO_LARGE', `the API server ${server} sent a list page of over ${maxItems} items when asked for ${maxItems} (limit=${maxItems} ignored): not an API server's answer; check --kubeconfig's server`));
+          refuse(
+            new ClusterError(
+              'API_TOO_LARGE',
+              `the API server ${server} sent a list page of over ${maxItems} items when asked for ${maxItems} (limit=${maxItems} ignored): not an API server's answer; check --kubeconfig's server`,
+            ),
+          );
           return;
         }
       }
@@ -135,7 +168,9 @@ function readErrorBody(res: IncomingMessage, status: number): Promise<Buffer> {
       if (n < MAX_API_ERROR_BYTES) return;
       const text = Buffer.concat(chunks).subarray(0, MAX_API_ERROR_BYTES).toString('utf8');
       // settled before the destroy, whose 'aborted' would otherwise reject
-      resolve(Buffer.from(JSON.stringify({ kind: 'Status', code: status, message: messageStart(text) })));
+      resolve(
+        Buffer.from(JSON.stringify({ kind: 'Status', code: status, message: messageStart(text) })),
+      );
       res.destroy();
     });
     res.on('end', () => resolve(Buffer.concat(chunks)));
@@ -155,32 +190,67 @@ export function messageStart(text: string): string {
   for (let i = 0; i < 6; i++, body = body.slice(0, -1)) {
     try {
       return JSON.parse(`"${body}"`) as string;
-    } catch { /* cut inside an escape: one character shorter */ }
+    } catch {
+      /* cut inside an escape: one character shorter */
+    }
   }
   return '';
 }
 
-interface Answer { status: number; headers: Record<string, string>; body: Buffer }
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
 
 /**
  * A TLS connection to `url` through the proxy's CONNECT tunnel, with the TLS settings
  * client-node put in its agent (CA, client certificate, skip-verify) and the server's name.
  */
-function tunnel(proxyUrl: string, url: URL, agent: unknown, signal: AbortSignal, server: string): Promise<Duplex> {
+function tunnel(
+  proxyUrl: string,
+  url: URL,
+  agent: unknown,
+  signal: AbortSignal,
+  server: string,
+): Promise<Duplex> {
   const proxy = new URL(proxyUrl);
   const target = `${url.hostname}:${url.port || '443'}`;
-  const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}` } : {};
+  const auth = proxy.username
+    ? {
+        'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}`,
+      }
+    : {};
   return new Promise((resolve, reject) => {
     const send = proxy.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = send({ host: proxy.hostname, port: proxy.port || (proxy.protocol === 'https:' ? 443 : 80), method: 'CONNECT', path: target, headers: { Host: target, ...auth }, agent: false, signal });
+    const req = send({
+      host: proxy.hostname,
+      port: proxy.port || (proxy.protocol === 'https:' ? 443 : 80),
+      method: 'CONNECT',
+      path: target,
+      headers: { Host: target, ...auth },
+      agent: false,
+      signal,
+    });
     req.on('connect', (res, socket) => {
       if (res.statusCode !== 200) {
         socket.destroy();
-        reject(new ClusterError('UNREACHABLE', `the proxy ${proxy.origin} (HTTPS_PROXY) refused to connect to ${server} (${res.statusCode} ${apiDetail(res.statusMessage ?? '')}): check HTTPS_PROXY / NO_PROXY`));
+        reject(
+          new ClusterError(
+            'UNREACHABLE',
+            `the proxy ${proxy.origin} (HTTPS_PROXY) refused to connect to ${server} (${res.statusCode} ${apiDetail(res.statusMessage ?? '')}): check HTTPS_PROXY / NO_PROXY`,
+          ),
+        );
         return;
       }
       const tlsOptions = (agent as { options?: ConnectionOptions } | undefined)?.options ?? {};
-      resolve(tlsConnect({ ...tlsOptions, socket, servername: isIP(url.hostname.replace(/^\[|\]$/g, '')) ? undefined : url.hostname }));
+      resolve(
+        tlsConnect({
+          ...tlsOptions,
+          socket,
+          servername: isIP(url.hostname.replace(/^\[|\]$/g, '')) ? undefined : url.hostname,
+        }),
+      );
     });
     req.on('error', reject);
     req.end();
@@ -195,23 +265,36 @@ function proxyFor(url: URL): string | undefined {
 
 function headerMap(res: IncomingMessage): Record<string, string> {
   const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  for (const [k, v] of Object.entries(res.headers))
+    if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
   return headers;
 }
 
-async function once(url: URL, ctx: RequestContext, signal: AbortSignal, maxBytes: number, server: string, maxItems?: number): Promise<Answer> {
+async function once(
+  url: URL,
+  ctx: RequestContext,
+  signal: AbortSignal,
+  maxBytes: number,
+  server: string,
+  maxItems?: number,
+): Promise<Answer> {
   const proxy = proxyFor(url);
   const socket = proxy ? await tunnel(proxy, url, ctx.getAgent(), signal, server) : undefined;
   return new Promise((resolve, reject) => {
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
     const body = ctx.getBody();
     const via = socket ? { createConnection: () => socket as Socket } : { agent: ctx.getAgent() };
-    const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
-      const headers = headerMap(res);
-      const status = res.statusCode ?? 0;
-      const body = status >= 400 ? readErrorBody(res, status) : readBody(res, maxBytes, server, maxItems);
-      body.then((b) => resolve({ status, headers, body: b }), reject);
-    });
+    const req = send(
+      url,
+      { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal },
+      (res) => {
+        const headers = headerMap(res);
+        const status = res.statusCode ?? 0;
+        const body =
+          status >= 400 ? readErrorBody(res, status) : readBody(res, maxBytes, server, maxItems);
+        body.then((b) => resolve({ status, headers, body: b }), reject);
+      },
+    );
     req.on('error', reject);
     if (typeof body === 'string' || body instanceof Buffer) req.end(body);
     else req.end();
@@ -229,7 +312,10 @@ async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions = {}): 
   let url = new URL(ctx.getUrl());
   const server = origin(url);
   const deadline = AbortSignal.timeout(deadlineMs);
-  const signal = AbortSignal.any([deadline, ...[ctx.getSignal(), opts.command?.signal].filter((x): x is AbortSignal => x !== undefined)]);
+  const signal = AbortSignal.any([
+    deadline,
+    ...[ctx.getSignal(), opts.command?.signal].filter((x): x is AbortSignal => x !== undefined),
+  ]);
   const limit = Number(url.searchParams.get('limit'));
   const maxItems = Number.isSafeInteger(limit) && limit > 0 ? limit : undefined;
   for (let hop = 0; ; hop++) {
@@ -238,30 +324,57 @@ async function sendBounded(ctx: RequestContext, opts: BoundedHttpOptions = {}): 
       if (opts.command?.signal.aborted) throw opts.command.signal.reason;
       a = await once(url, ctx, signal, maxBytes, server, maxItems);
     } catch (err) {
-      if (opts.command?.signal.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} did not finish answering this command's calls within ${opts.command.seconds} s in all: check that it is not overloaded, or raise --deadline`, { cause: err });
-      if (deadline.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} gave no complete answer within ${deadlineMs / 1000} s: check that it is reachable and not overloaded, or raise --request-timeout`, { cause: err });
+      if (opts.command?.signal.aborted)
+        throw new ClusterError(
+          'API_TIMEOUT',
+          `the API server ${server} did not finish answering this command's calls within ${opts.command.seconds} s in all: check that it is not overloaded, or raise --deadline`,
+          { cause: err },
+        );
+      if (deadline.aborted)
+        throw new ClusterError(
+          'API_TIMEOUT',
+          `the API server ${server} gave no complete answer within ${deadlineMs / 1000} s: check that it is reachable and not overloaded, or raise --request-timeout`,
+          { cause: err },
+        );
       throw err;
     }
     if (a.status >= 300 && a.status < 400 && a.headers.location !== undefined) {
       const next = new URL(a.headers.location, url);
       if (origin(next) !== server) {
-        throw new ClusterError('API_REDIRECT', `the API server ${server} redirected to ${origin(next)}: refused (an API server does not send its clients elsewhere); check --kubeconfig's server`);
+        throw new ClusterError(
+          'API_REDIRECT',
+          `the API server ${server} redirected to ${origin(next)}: refused (an API server does not send its clients elsewhere); check --kubeconfig's server`,
+        );
       }
       if (hop >= MAX_REDIRECTS || ctx.getHttpMethod() !== 'GET') {
-        throw new ClusterError('API_REDIRECT', `the API server ${server} answered ${a.status} to ${ctx.getHttpMethod()} ${url.pathname}${hop ? ` after ${hop} redirects` : ''}: refused; check --kubeconfig's server`);
+        throw new ClusterError(
+          'API_REDIRECT',
+          `the API server ${server} answered ${a.status} to ${ctx.getHttpMethod()} ${url.pathname}${hop ? ` after ${hop} redirects` : ''}: refused; check --kubeconfig's server`,
+        );
       }
       url = next;
       continue;
     }
     if (a.status >= 200 && a.status < 300 && !JSON_TYPE.test(a.headers['content-type'] ?? '')) {
-      throw new ClusterError('API_NOT_JSON', `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${a.headers['content-type'] ? `"${a.headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server (not a proxy's or a console's page)?`);
+      throw new ClusterError(
+        'API_NOT_JSON',
+        `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${a.headers['content-type'] ? `"${a.headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server (not a proxy's or a console's page)?`,
+      );
     }
     if (a.status >= 200 && a.status < 300) {
       // no Accept-Encoding is sent: an encoded or empty body is not an API server's answer
       const encoding = a.headers['content-encoding'];
-      const why = encoding !== undefined && encoding.toLowerCase() !== 'identity' ? `a body encoded "${encoding.slice(0, 40)}" (none was asked for)`
-        : a.body.every((c) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) ? 'an empty body' : undefined;
-      if (why) throw new ClusterError('API_NOT_JSON', `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${why}, not a JSON object: is --kubeconfig's server an API server (not a proxy)?`);
+      const why =
+        encoding !== undefined && encoding.toLowerCase() !== 'identity'
+          ? `a body encoded "${encoding.slice(0, 40)}" (none was asked for)`
+          : a.body.every((c) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09)
+            ? 'an empty body'
+            : undefined;
+      if (why)
+        throw new ClusterError(
+          'API_NOT_JSON',
+          `the API server ${server} answered ${ctx.getHttpMethod()} ${url.pathname} with ${why}, not a JSON object: is --kubeconfig's server an API server (not a proxy)?`,
+        );
     }
     return a;
   }
@@ -272,10 +385,15 @@ async function libraryOver(send: (ctx: RequestContext) => Promise<Answer>): Prom
   const { Observable, ResponseContext } = await loadK8s();
   return {
     send(ctx: RequestContext) {
-      return new Observable(send(ctx).then((a): ResponseContextType => new ResponseContext(a.status, a.headers, {
-        text: async () => a.body.toString('utf8'),
-        binary: async () => a.body,
-      })));
+      return new Observable(
+        send(ctx).then(
+          (a): ResponseContextType =>
+            new ResponseContext(a.status, a.headers, {
+              text: async () => a.body.toString('utf8'),
+              binary: async () => a.body,
+            }),
+        ),
+      );
     },
   };
 }
@@ -310,22 +428,34 @@ async function sendStreaming(ctx: RequestContext, opts: StreamingHttpOptions): P
   const deadlineMs = opts.deadlineMs ?? API_DEADLINE_MS;
   const headersDue = new AbortController();
   const timer = setTimeout(() => headersDue.abort(), deadlineMs);
-  const signal = AbortSignal.any([headersDue.signal, ...[ctx.getSignal()].filter((x): x is AbortSignal => x !== undefined)]);
+  const signal = AbortSignal.any([
+    headersDue.signal,
+    ...[ctx.getSignal()].filter((x): x is AbortSignal => x !== undefined),
+  ]);
   try {
     const proxy = proxyFor(url);
     const socket = proxy ? await tunnel(proxy, url, ctx.getAgent(), signal, server) : undefined;
     return await new Promise<Answer>((resolve, reject) => {
       const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
       const via = socket ? { createConnection: () => socket as Socket } : { agent: ctx.getAgent() };
-      const req = send(url, { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal }, (res) => {
-        clearTimeout(timer);
-        streamBody(res, server, url, opts).then(resolve, reject);
-      });
+      const req = send(
+        url,
+        { method: ctx.getHttpMethod(), headers: ctx.getHeaders(), ...via, signal },
+        (res) => {
+          clearTimeout(timer);
+          streamBody(res, server, url, opts).then(resolve, reject);
+        },
+      );
       req.on('error', reject);
       req.end();
     });
   } catch (err) {
-    if (headersDue.signal.aborted) throw new ClusterError('API_TIMEOUT', `the API server ${server} did not begin its answer to ${url.pathname} within ${deadlineMs / 1000} s: check that it is reachable and not overloaded`, { cause: err });
+    if (headersDue.signal.aborted)
+      throw new ClusterError(
+        'API_TIMEOUT',
+        `the API server ${server} did not begin its answer to ${url.pathname} within ${deadlineMs / 1000} s: check that it is reachable and not overloaded`,
+        { cause: err },
+      );
     throw err;
   } finally {
     clearTimeout(timer);
@@ -333,17 +463,32 @@ async function sendStreaming(ctx: RequestContext, opts: StreamingHttpOptions): P
 }
 
 /** The body of a long answer passed to onData; an error answer's start read as an Answer. */
-function streamBody(res: IncomingMessage, server: string, url: URL, { onOpen, onData }: StreamingHttpOptions): Promise<Answer> {
+function streamBody(
+  res: IncomingMessage,
+  server: string,
+  url: URL,
+  { onOpen, onData }: StreamingHttpOptions,
+): Promise<Answer> {
   const headers = headerMap(res);
   const status = res.statusCode ?? 0;
   if (status >= 400) return readErrorBody(res, status).then((body) => ({ status, headers, body }));
   if (status < 200 || status >= 300) {
     res.destroy();
-    return Promise.reject(new ClusterError('API_REDIRECT', `the API server ${server} answered ${status} to GET ${url.pathname}: refused (a watch follows no redirect); check --kubeconfig's server`));
+    return Promise.reject(
+      new ClusterError(
+        'API_REDIRECT',
+        `the API server ${server} answered ${status} to GET ${url.pathname}: refused (a watch follows no redirect); check --kubeconfig's server`,
+      ),
+    );
   }
   if (!JSON_TYPE.test(headers['content-type'] ?? '')) {
     res.destroy();
-    return Promise.reject(new ClusterError('API_NOT_JSON', `the API server ${server} answered GET ${url.pathname} with ${headers['content-type'] ? `"${headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server?`));
+    return Promise.reject(
+      new ClusterError(
+        'API_NOT_JSON',
+        `the API server ${server} answered GET ${url.pathname} with ${headers['content-type'] ? `"${headers['content-type'].slice(0, 80)}"` : 'no content type'}, not JSON: is --kubeconfig's server an API server?`,
+      ),
+    );
   }
   onOpen?.();
   return new Promise((resolve, reject) => {
@@ -356,8 +501,16 @@ function streamBody(res: IncomingMessage, server: string, url: URL, { onOpen, on
         res.destroy();
       }
     });
-    res.on('end', () => resolve({ status, headers: { ...headers, 'content-type': 'application/json' }, body: Buffer.from('{}') }));
+    res.on('end', () =>
+      resolve({
+        status,
+        headers: { ...headers, 'content-type': 'application/json' },
+        body: Buffer.from('{}'),
+      }),
+    );
     res.on('error', reject);
-    res.on('close', () => { if (!res.complete) reject(new Error(`the API server ${server} cut its answer off`)); });
+    res.on('close', () => {
+      if (!res.complete) reject(new Error(`the API server ${server} cut its answer off`));
+    });
   });
 }

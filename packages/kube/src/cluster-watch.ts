@@ -29,14 +29,25 @@ export const MAX_WATCH_EVENTS_PER_SECOND = 50;
 export const MAX_WATCH_BYTES_PER_SECOND = 2 * MAX_WATCH_EVENT_BYTES;
 
 type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK';
-export interface WatchEvent { type: WatchEventType; object: Record<string, unknown> }
+export interface WatchEvent {
+  type: WatchEventType;
+  object: Record<string, unknown>;
+}
 
 const TYPES = new Set<string>(['ADDED', 'MODIFIED', 'DELETED', 'BOOKMARK']);
 const NEWLINE = 0x0a;
 
-interface WatchLimits { maxEventBytes: number; maxEventsPerSecond: number; maxBytesPerSecond: number }
+interface WatchLimits {
+  maxEventBytes: number;
+  maxEventsPerSecond: number;
+  maxBytesPerSecond: number;
+}
 
-const LIMITS: WatchLimits = { maxEventBytes: MAX_WATCH_EVENT_BYTES, maxEventsPerSecond: MAX_WATCH_EVENTS_PER_SECOND, maxBytesPerSecond: MAX_WATCH_BYTES_PER_SECOND };
+const LIMITS: WatchLimits = {
+  maxEventBytes: MAX_WATCH_EVENT_BYTES,
+  maxEventsPerSecond: MAX_WATCH_EVENTS_PER_SECOND,
+  maxBytesPerSecond: MAX_WATCH_BYTES_PER_SECOND,
+};
 const MIB = 1024 * 1024;
 
 /** Splits a watch's body into events as it arrives, each bounded; throws a ClusterError on the first that breaks a bound. */
@@ -63,7 +74,10 @@ export class WatchEventReader {
     }
     this.bytesInWindow += chunk.length;
     if (this.bytesInWindow > this.limits.maxBytesPerSecond) {
-      throw new ClusterError('API_TOO_FAST', `the API server sent over ${this.limits.maxBytesPerSecond / MIB} MiB of watch events in one second to ${this.what}: the watch is dropped unread and the list read again later`);
+      throw new ClusterError(
+        'API_TOO_FAST',
+        `the API server sent over ${this.limits.maxBytesPerSecond / MIB} MiB of watch events in one second to ${this.what}: the watch is dropped unread and the list read again later`,
+      );
     }
     let from = 0;
     for (let nl = chunk.indexOf(NEWLINE); nl >= 0; nl = chunk.indexOf(NEWLINE, from)) {
@@ -81,27 +95,46 @@ export class WatchEventReader {
     if (!part.length) return;
     this.pendingBytes += part.length;
     if (this.pendingBytes > this.limits.maxEventBytes) {
-      throw new ClusterError('API_TOO_LARGE', `the API server sent a watch event over ${this.limits.maxEventBytes / MIB} MiB to ${this.what}: refused unread (no object is that large); the list is read again`);
+      throw new ClusterError(
+        'API_TOO_LARGE',
+        `the API server sent a watch event over ${this.limits.maxEventBytes / MIB} MiB to ${this.what}: refused unread (no object is that large); the list is read again`,
+      );
     }
     this.pending.push(part);
   }
 
   private event(line: Buffer): void {
     if (++this.inWindow > this.limits.maxEventsPerSecond) {
-      throw new ClusterError('API_TOO_FAST', `the API server sent over ${this.limits.maxEventsPerSecond} watch events in one second to ${this.what}: the watch is dropped unread and the list read again later`);
+      throw new ClusterError(
+        'API_TOO_FAST',
+        `the API server sent over ${this.limits.maxEventsPerSecond} watch events in one second to ${this.what}: the watch is dropped unread and the list read again later`,
+      );
     }
     const gauge = new JsonNestingGauge();
-    if (!gauge.feed(line)) throw new ClusterError('API_TOO_LARGE', `the API server sent a watch event nested deeper than ${MAX_NESTING_DEPTH} levels to ${this.what}: not an API server's event; refused`);
+    if (!gauge.feed(line))
+      throw new ClusterError(
+        'API_TOO_LARGE',
+        `the API server sent a watch event nested deeper than ${MAX_NESTING_DEPTH} levels to ${this.what}: not an API server's event; refused`,
+      );
     let e: { type?: unknown; object?: unknown };
     try {
       e = JSON.parse(line.toString('utf8')) as typeof e;
     } catch {
-      throw new ClusterError('API_NOT_JSON', `the API server sent a watch event that is not JSON to ${this.what}: is --kubeconfig's server an API server?`);
+      throw new ClusterError(
+        'API_NOT_JSON',
+        `the API server sent a watch event that is not JSON to ${this.what}: is --kubeconfig's server an API server?`,
+      );
     }
-    const object = typeof e?.object === 'object' && e.object !== null ? e.object as Record<string, unknown> : undefined;
+    const object =
+      typeof e?.object === 'object' && e.object !== null
+        ? (e.object as Record<string, unknown>)
+        : undefined;
     if (e?.type === 'ERROR') throw watchError(this.what, object ?? {});
     if (typeof e?.type !== 'string' || !TYPES.has(e.type) || !object) {
-      throw new ClusterError('API_NOT_JSON', `the API server sent a watch event of type ${JSON.stringify(String(e?.type).slice(0, 40))} without an object to ${this.what}: not a Kubernetes watch`);
+      throw new ClusterError(
+        'API_NOT_JSON',
+        `the API server sent a watch event of type ${JSON.stringify(String(e?.type).slice(0, 40))} without an object to ${this.what}: not a Kubernetes watch`,
+      );
     }
     this.onEvent({ type: e.type as WatchEventType, object });
   }
@@ -111,9 +144,20 @@ export class WatchEventReader {
 function watchError(what: string, status: Record<string, unknown>): ClusterError {
   const code = typeof status.code === 'number' ? status.code : 0;
   const detail = apiMessage(status);
-  if (code === 410) return new ClusterError('API_GONE', `the API server's watch to ${what} expired (410${detail ? `: ${detail}` : ''}): the list is read again`);
-  if (code === 401 || code === 403) return new ClusterError('FORBIDDEN', `the API server refused to ${what} (${code}${detail ? `: ${detail}` : ''})`);
-  return new ClusterError('API_ERROR', `the API server ended the watch to ${what} with ${code || 'an error'}${detail ? `: ${detail}` : ''}`);
+  if (code === 410)
+    return new ClusterError(
+      'API_GONE',
+      `the API server's watch to ${what} expired (410${detail ? `: ${detail}` : ''}): the list is read again`,
+    );
+  if (code === 401 || code === 403)
+    return new ClusterError(
+      'FORBIDDEN',
+      `the API server refused to ${what} (${code}${detail ? `: ${detail}` : ''})`,
+    );
+  return new ClusterError(
+    'API_ERROR',
+    `the API server ended the watch to ${what} with ${code || 'an error'}${detail ? `: ${detail}` : ''}`,
+  );
 }
 
 interface CustomObjectsWatch {
@@ -146,16 +190,40 @@ export async function watchCustomObjects(o: CustomObjectsWatch): Promise<void> {
   const reader = new WatchEventReader(what, o.onEvent, o.limits);
   let api;
   try {
-    api = await streamingCustomObjectsApi(o.kubeconfig, o.context, { deadlineMs: o.deadlineMs, onData: (c) => reader.feed(c), ...(o.onOpen ? { onOpen: o.onOpen } : {}) });
+    api = await streamingCustomObjectsApi(o.kubeconfig, o.context, {
+      deadlineMs: o.deadlineMs,
+      onData: (c) => reader.feed(c),
+      ...(o.onOpen ? { onOpen: o.onOpen } : {}),
+    });
   } catch (cause) {
-    throw new ClusterError('KUBECONFIG', `cannot use kubeconfig ${o.kubeconfig}${o.context ? ` (context ${o.context})` : ''}: ${(cause as Error).message}`, { cause });
+    throw new ClusterError(
+      'KUBECONFIG',
+      `cannot use kubeconfig ${o.kubeconfig}${o.context ? ` (context ${o.context})` : ''}: ${(cause as Error).message}`,
+      { cause },
+    );
   }
   await apiCall(what, async () => {
     try {
-      await api.listClusterCustomObject({ group: o.group, version: o.version, plural: o.plural, watch: true, allowWatchBookmarks: true, resourceVersion: o.resourceVersion, timeoutSeconds: o.timeoutSeconds }, requestOptions(o.signal));
+      await api.listClusterCustomObject(
+        {
+          group: o.group,
+          version: o.version,
+          plural: o.plural,
+          watch: true,
+          allowWatchBookmarks: true,
+          resourceVersion: o.resourceVersion,
+          timeoutSeconds: o.timeoutSeconds,
+        },
+        requestOptions(o.signal),
+      );
     } catch (err) {
       // an API server without a watch cache answers a too old resourceVersion with a 410 of its own
-      if (isApiException(err) && err.code === 410) throw new ClusterError('API_GONE', `the API server answered 410 to ${what} from resourceVersion ${o.resourceVersion.slice(0, 40)}: the list is read again`, { cause: err });
+      if (isApiException(err) && err.code === 410)
+        throw new ClusterError(
+          'API_GONE',
+          `the API server answered 410 to ${what} from resourceVersion ${o.resourceVersion.slice(0, 40)}: the list is read again`,
+          { cause: err },
+        );
       throw err;
     }
   });

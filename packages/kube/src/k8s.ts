@@ -7,7 +7,8 @@ export async function loadK8s(): Promise<K8s> {
 }
 
 /** True only for client-node's API errors (and only once client-node was loaded). */
-export const isApiException = (err: unknown): err is InstanceType<K8s['ApiException']> => k8s !== undefined && err instanceof k8s.ApiException;
+export const isApiException = (err: unknown): err is InstanceType<K8s['ApiException']> =>
+  k8s !== undefined && err instanceof k8s.ApiException;
 
 /** client-node once some call has loaded it (synchronous callers run after a client exists). */
 export function loadedK8s(): K8s {

@@ -1,8 +1,18 @@
 import { dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import type { ConfigurationOptions, CustomObjectsApi, HttpLibrary, KubeConfig } from '@kubernetes/client-node';
+import type {
+  ConfigurationOptions,
+  CustomObjectsApi,
+  HttpLibrary,
+  KubeConfig,
+} from '@kubernetes/client-node';
 import { assertNesting, assertValueNesting, readSmallFile, isLoopback } from '@offline-bundle/host';
-import { boundedHttpLibrary, streamingHttpLibrary, type BoundedHttpOptions, type StreamingHttpOptions } from './cluster-http.js';
+import {
+  boundedHttpLibrary,
+  streamingHttpLibrary,
+  type BoundedHttpOptions,
+  type StreamingHttpOptions,
+} from './cluster-http.js';
 import { loadK8s, loadedK8s } from './k8s.js';
 
 export { isApiException } from './k8s.js';
@@ -12,7 +22,8 @@ const MAX_KUBECONFIG_BYTES = 1024 * 1024;
 /** A certificate, key or token file a kubeconfig names: a few KiB. */
 const MAX_KUBECONFIG_REFERENCED_BYTES = 256 * 1024;
 
-const USE_A_TOKEN = 'use a kubeconfig with a token or client certificate (e.g. "oc login --token", "oc create token" or a ServiceAccount token)';
+const USE_A_TOKEN =
+  'use a kubeconfig with a token or client certificate (e.g. "oc login --token", "oc create token" or a ServiceAccount token)';
 
 type Entry = { name?: unknown; cluster?: Record<string, unknown>; user?: Record<string, unknown> };
 
@@ -24,44 +35,72 @@ type Entry = { name?: unknown; cluster?: Record<string, unknown>; user?: Record<
  * auth-provider with a cmd-path (gcp, azure): client-node runs it with execSync, no deadline,
  * whenever the token is missing or expired; without one it only sends the access-token.
  */
-async function inlineReferencedFiles(doc: { clusters?: unknown; users?: unknown }, file: string): Promise<void> {
+async function inlineReferencedFiles(
+  doc: { clusters?: unknown; users?: unknown },
+  file: string,
+): Promise<void> {
   const read = async (where: string, ref: unknown) => {
     if (typeof ref !== 'string' || ref === '') throw new Error(`${where} is not a file name`);
     const p = isAbsolute(ref) ? ref : join(dirname(file), ref);
     try {
       return (await readSmallFile(p, MAX_KUBECONFIG_REFERENCED_BYTES)).bytes;
     } catch (err) {
-      throw new Error(`${where} ${p}: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`, { cause: err });
+      throw new Error(`${where} ${p}: ${(err as Error).message.split('\n')[0]!.slice(0, 300)}`, {
+        cause: err,
+      });
     }
   };
-  const entries = (list: unknown): Entry[] => (Array.isArray(list) ? list.filter((e): e is Entry => typeof e === 'object' && e !== null) : []);
+  const entries = (list: unknown): Entry[] =>
+    Array.isArray(list) ? list.filter((e): e is Entry => typeof e === 'object' && e !== null) : [];
   for (const { name, cluster: c } of entries(doc.clusters)) {
-    if (c && typeof c.server === 'string' && /^http:\/\//i.test(c.server) && c['insecure-skip-tls-verify'] !== true) {
+    if (
+      c &&
+      typeof c.server === 'string' &&
+      /^http:\/\//i.test(c.server) &&
+      c['insecure-skip-tls-verify'] !== true
+    ) {
       // plain http only to this machine (kubectl proxy's server), as kubectl: client-node refuses it unless told to skip TLS checks
       if (!isLoopback(new URL(c.server).hostname)) {
-        throw new Error(`cluster ${String(name)}'s server ${c.server} is plain http to another machine: use its https address (plain http is for a loopback server such as kubectl proxy's)`);
+        throw new Error(
+          `cluster ${String(name)}'s server ${c.server} is plain http to another machine: use its https address (plain http is for a loopback server such as kubectl proxy's)`,
+        );
       }
       c['insecure-skip-tls-verify'] = true;
     }
     if (c && c['certificate-authority'] !== undefined) {
-      c['certificate-authority-data'] ??= (await read(`cluster ${String(name)}'s certificate-authority`, c['certificate-authority'])).toString('base64');
+      c['certificate-authority-data'] ??= (
+        await read(`cluster ${String(name)}'s certificate-authority`, c['certificate-authority'])
+      ).toString('base64');
       delete c['certificate-authority'];
     }
   }
   for (const { name, user: u } of entries(doc.users)) {
     if (!u) continue;
-    if (u.exec !== undefined) throw new Error(`user ${String(name)} gets its credentials from an exec plugin, which bundle cluster does not run (it could not bound it in time): ${USE_A_TOKEN}`);
-    const provider = u['auth-provider'] as { name?: unknown; config?: Record<string, unknown> } | undefined;
+    if (u.exec !== undefined)
+      throw new Error(
+        `user ${String(name)} gets its credentials from an exec plugin, which bundle cluster does not run (it could not bound it in time): ${USE_A_TOKEN}`,
+      );
+    const provider = u['auth-provider'] as
+      { name?: unknown; config?: Record<string, unknown> } | undefined;
     if (provider?.config?.['cmd-path'] !== undefined) {
-      throw new Error(`user ${String(name)}'s auth-provider ${String(provider.name)} runs a command (cmd-path) for its token, which bundle cluster does not run (it could not bound it in time): ${USE_A_TOKEN}`);
+      throw new Error(
+        `user ${String(name)}'s auth-provider ${String(provider.name)} runs a command (cmd-path) for its token, which bundle cluster does not run (it could not bound it in time): ${USE_A_TOKEN}`,
+      );
     }
-    for (const [fileKey, dataKey] of [['client-certificate', 'client-certificate-data'], ['client-key', 'client-key-data']] as const) {
+    for (const [fileKey, dataKey] of [
+      ['client-certificate', 'client-certificate-data'],
+      ['client-key', 'client-key-data'],
+    ] as const) {
       if (u[fileKey] === undefined) continue;
-      u[dataKey] ??= (await read(`user ${String(name)}'s ${fileKey}`, u[fileKey])).toString('base64');
+      u[dataKey] ??= (await read(`user ${String(name)}'s ${fileKey}`, u[fileKey])).toString(
+        'base64',
+      );
       delete u[fileKey];
     }
     if (u['token-file'] !== undefined) {
-      u.token ??= (await read(`user ${String(name)}'s token-file`, u['token-file'])).toString('utf8').trim();
+      u.token ??= (await read(`user ${String(name)}'s token-file`, u['token-file']))
+        .toString('utf8')
+        .trim();
       delete u['token-file'];
     }
   }
@@ -74,7 +113,8 @@ async function loadKubeconfig(file: string, context?: string): Promise<KubeConfi
   assertNesting(text, 'yaml', file);
   const doc: unknown = parseYaml(text);
   assertValueNesting(doc, file);
-  if (typeof doc !== 'object' || doc === null) throw new Error('not a kubeconfig (no clusters, users and contexts)');
+  if (typeof doc !== 'object' || doc === null)
+    throw new Error('not a kubeconfig (no clusters, users and contexts)');
   await inlineReferencedFiles(doc as { clusters?: unknown; users?: unknown }, file);
   kc.loadFromString(JSON.stringify(doc));
   if (context) kc.setCurrentContext(context);
@@ -84,7 +124,11 @@ async function loadKubeconfig(file: string, context?: string): Promise<KubeConfi
 type ApiClass<T> = new (config: import('@kubernetes/client-node').Configuration) => T;
 
 /** An API client of `Api` whose every call is bounded in time and size (cluster-http.ts). */
-async function boundedClient<T>(kc: KubeConfig, Api: ApiClass<T>, http: BoundedHttpOptions): Promise<T> {
+async function boundedClient<T>(
+  kc: KubeConfig,
+  Api: ApiClass<T>,
+  http: BoundedHttpOptions,
+): Promise<T> {
   return clientOver(kc, Api, await boundedHttpLibrary(http));
 }
 
@@ -92,17 +136,35 @@ async function clientOver<T>(kc: KubeConfig, Api: ApiClass<T>, httpApi: HttpLibr
   const { createConfiguration, ServerConfiguration } = await loadK8s();
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error('the kubeconfig names no cluster (no current context)');
-  return new Api(createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: kc }, httpApi }));
+  return new Api(
+    createConfiguration({
+      baseServer: new ServerConfiguration(cluster.server, {}),
+      authMethods: { default: kc },
+      httpApi,
+    }),
+  );
 }
 
 /** A CustomObjectsApi for one watch: its answer streamed to `http.onData` (cluster-http.ts streamingHttpLibrary). */
-export async function streamingCustomObjectsApi(kubeconfig: string, context: string | undefined, http: StreamingHttpOptions): Promise<CustomObjectsApi> {
+export async function streamingCustomObjectsApi(
+  kubeconfig: string,
+  context: string | undefined,
+  http: StreamingHttpOptions,
+): Promise<CustomObjectsApi> {
   const { CustomObjectsApi: Api } = await loadK8s();
-  return clientOver(await loadKubeconfig(kubeconfig, context), Api, await streamingHttpLibrary(http));
+  return clientOver(
+    await loadKubeconfig(kubeconfig, context),
+    Api,
+    await streamingHttpLibrary(http),
+  );
 }
 
 /** A CustomObjectsApi from a kubeconfig file (and optional context). */
-export async function customObjectsApi(kubeconfig: string, context?: string, http: BoundedHttpOptions = {}): Promise<CustomObjectsApi> {
+export async function customObjectsApi(
+  kubeconfig: string,
+  context?: string,
+  http: BoundedHttpOptions = {},
+): Promise<CustomObjectsApi> {
   const { CustomObjectsApi: Api } = await loadK8s();
   return boundedClient(await loadKubeconfig(kubeconfig, context), Api, http);
 }
@@ -114,16 +176,21 @@ export const APPLY_PATCH = 'application/apply-patch+yaml';
  * Per-request options that cut the request off when `signal` aborts (none: the client's own
  * deadline, cluster-http.ts, is the only one); optionally with a Content-Type.
  */
-export function requestOptions(signal: AbortSignal | undefined, contentType?: string): ConfigurationOptions {
+export function requestOptions(
+  signal: AbortSignal | undefined,
+  contentType?: string,
+): ConfigurationOptions {
   const { Observable, setHeaderOptions } = loadedK8s();
   const options: ConfigurationOptions = {
-    middleware: [{
-      pre: (ctx) => {
-        if (signal) ctx.setSignal(signal);
-        return new Observable(Promise.resolve(ctx));
+    middleware: [
+      {
+        pre: (ctx) => {
+          if (signal) ctx.setSignal(signal);
+          return new Observable(Promise.resolve(ctx));
+        },
+        post: (ctx) => new Observable(Promise.resolve(ctx)),
       },
-      post: (ctx) => new Observable(Promise.resolve(ctx)),
-    }],
+    ],
     middlewareMergeStrategy: 'append',
   };
   return contentType ? setHeaderOptions('Content-Type', contentType, options) : options;
@@ -135,10 +202,17 @@ export interface AdminApis {
   custom: CustomObjectsApi;
 }
 
-export async function adminApis(kubeconfig: string, context?: string, http: BoundedHttpOptions = {}): Promise<AdminApis> {
+export async function adminApis(
+  kubeconfig: string,
+  context?: string,
+  http: BoundedHttpOptions = {},
+): Promise<AdminApis> {
   const { CoreV1Api, CustomObjectsApi: Custom } = await loadK8s();
   const kc = await loadKubeconfig(kubeconfig, context);
-  return { core: await boundedClient(kc, CoreV1Api, http), custom: await boundedClient(kc, Custom, http) };
+  return {
+    core: await boundedClient(kc, CoreV1Api, http),
+    custom: await boundedClient(kc, Custom, http),
+  };
 }
 
 /** The clients of TokenReview and SubjectAccessReview (the metrics listener's checks), from one kubeconfig file. */
@@ -147,8 +221,14 @@ export interface ReviewApis {
   authz: import('@kubernetes/client-node').AuthorizationV1Api;
 }
 
-export async function reviewApis(kubeconfig: string, http: BoundedHttpOptions = {}): Promise<ReviewApis> {
+export async function reviewApis(
+  kubeconfig: string,
+  http: BoundedHttpOptions = {},
+): Promise<ReviewApis> {
   const { AuthenticationV1Api, AuthorizationV1Api } = await loadK8s();
   const kc = await loadKubeconfig(kubeconfig);
-  return { authn: await boundedClient(kc, AuthenticationV1Api, http), authz: await boundedClient(kc, AuthorizationV1Api, http) };
+  return {
+    authn: await boundedClient(kc, AuthenticationV1Api, http),
+    authz: await boundedClient(kc, AuthorizationV1Api, http),
+  };
 }

@@ -12,7 +12,10 @@ export function isDigest(value: string): boolean {
 /** Only sha256 is accepted: it is what every registry and CRI-O use, and it keeps paths predictable. */
 export function assertDigest(value: string, what = 'digest'): string {
   if (!DIGEST_RE.test(value)) {
-    throw new OciError('INVALID_DIGEST', `${what} ${quoteName(value)} is not a sha256 digest (sha256:<64 hex>)`);
+    throw new OciError(
+      'INVALID_DIGEST',
+      `${what} ${quoteName(value)} is not a sha256 digest (sha256:<64 hex>)`,
+    );
   }
   return value;
 }

@@ -37,9 +37,19 @@ type ParsedManifest =
 
 function checkDescriptor(d: unknown, where: string): Descriptor {
   const desc = d as Descriptor;
-  if (!desc || typeof desc !== 'object' || typeof desc.mediaType !== 'string' || typeof desc.digest !== 'string'
-    || !isDigest(desc.digest) || !Number.isSafeInteger(desc.size) || desc.size < 0) {
-    throw new OciError('INVALID_MANIFEST', `${where}: descriptor needs mediaType, a sha256 digest and a size`);
+  if (
+    !desc ||
+    typeof desc !== 'object' ||
+    typeof desc.mediaType !== 'string' ||
+    typeof desc.digest !== 'string' ||
+    !isDigest(desc.digest) ||
+    !Number.isSafeInteger(desc.size) ||
+    desc.size < 0
+  ) {
+    throw new OciError(
+      'INVALID_MANIFEST',
+      `${where}: descriptor needs mediaType, a sha256 digest and a size`,
+    );
   }
   return desc;
 }
@@ -55,20 +65,28 @@ export function parseManifest(bytes: Uint8Array, contentType?: string): ParsedMa
   } catch (cause) {
     throw new OciError('INVALID_MANIFEST', 'manifest is not JSON', { cause });
   }
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new OciError('INVALID_MANIFEST', 'manifest is not a JSON object');
-  if (doc.schemaVersion !== 2) throw new OciError('UNSUPPORTED_MEDIA_TYPE', `manifest schemaVersion ${String(doc.schemaVersion)} is not supported (only 2)`);
-  let mediaType = typeof doc.mediaType === 'string' ? doc.mediaType : contentType?.split(';')[0]?.trim();
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc))
+    throw new OciError('INVALID_MANIFEST', 'manifest is not a JSON object');
+  if (doc.schemaVersion !== 2)
+    throw new OciError(
+      'UNSUPPORTED_MEDIA_TYPE',
+      `manifest schemaVersion ${String(doc.schemaVersion)} is not supported (only 2)`,
+    );
+  let mediaType =
+    typeof doc.mediaType === 'string' ? doc.mediaType : contentType?.split(';')[0]?.trim();
   if (!mediaType || mediaType === 'application/json' || mediaType === 'application/octet-stream') {
     mediaType = Array.isArray(doc.manifests) ? MediaType.OciIndex : MediaType.OciManifest;
   }
   if (isIndexMediaType(mediaType)) {
-    if (!Array.isArray(doc.manifests)) throw new OciError('INVALID_MANIFEST', 'image index has no manifests list');
+    if (!Array.isArray(doc.manifests))
+      throw new OciError('INVALID_MANIFEST', 'image index has no manifests list');
     (doc.manifests as unknown[]).forEach((m, i) => checkDescriptor(m, `manifests[${i}]`));
     return { kind: 'index', mediaType, index: doc as unknown as ImageIndex };
   }
   if (isManifestMediaType(mediaType)) {
     checkDescriptor(doc.config, 'config');
-    if (!Array.isArray(doc.layers)) throw new OciError('INVALID_MANIFEST', 'image manifest has no layers list');
+    if (!Array.isArray(doc.layers))
+      throw new OciError('INVALID_MANIFEST', 'image manifest has no layers list');
     (doc.layers as unknown[]).forEach((l, i) => checkDescriptor(l, `layers[${i}]`));
     return { kind: 'manifest', mediaType, manifest: doc as unknown as ImageManifest };
   }

@@ -8,7 +8,12 @@ import { PerformanceObserver, performance } from 'node:perf_hooks';
  */
 const PHASE_TIMES_ENV = 'BUNDLE_PHASE_TIMES';
 
-interface Phase { wall?: number; cpu?: number; count: number; bytes?: number }
+interface Phase {
+  wall?: number;
+  cpu?: number;
+  count: number;
+  bytes?: number;
+}
 
 const file = process.env[PHASE_TIMES_ENV];
 /** Whether phases are being recorded: callers test it before taking a clock. */
@@ -20,7 +25,11 @@ let gcObserver: PerformanceObserver | undefined;
 const now = () => Number(process.hrtime.bigint()) / 1e9;
 
 /** Adds `wall` seconds (undefined: another thread's work, `cpu` only) and `cpu` or `bytes` when known to `name`. */
-export function addPhase(name: string, wall: number | undefined, more: { cpu?: number; bytes?: number } = {}): void {
+export function addPhase(
+  name: string,
+  wall: number | undefined,
+  more: { cpu?: number; bytes?: number } = {},
+): void {
   if (!phaseTimesOn) return;
   const p: Phase = phases.get(name) ?? { count: 0 };
   if (wall !== undefined) p.wall = (p.wall ?? 0) + wall;
@@ -55,7 +64,11 @@ export async function timedAsync<T>(name: string, p: () => Promise<T>): Promise<
 /** The main thread's CPU seconds (its task id is the pid). */
 function mainThreadCpu(): number | undefined {
   try {
-    return Number(readFileSync(`/proc/${process.pid}/task/${process.pid}/schedstat`, 'utf8').split(' ')[0]) / 1e9;
+    return (
+      Number(
+        readFileSync(`/proc/${process.pid}/task/${process.pid}/schedstat`, 'utf8').split(' ')[0],
+      ) / 1e9
+    );
   } catch {
     return undefined;
   }
@@ -64,10 +77,12 @@ function mainThreadCpu(): number | undefined {
 /** Every thread's user and system CPU seconds (/proc's utime, stime), by task id: the pool's, V8's and ours apart. */
 function threadTimes(): { tid: number; user: number; system: number }[] {
   try {
-    return readdirSync('/proc/self/task').map((tid) => {
-      const f = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      return { tid: Number(tid), user: Number(f[11]) / CLK_TCK, system: Number(f[12]) / CLK_TCK };
-    }).sort((a, b) => a.tid - b.tid);
+    return readdirSync('/proc/self/task')
+      .map((tid) => {
+        const f = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+        return { tid: Number(tid), user: Number(f[11]) / CLK_TCK, system: Number(f[12]) / CLK_TCK };
+      })
+      .sort((a, b) => a.tid - b.tid);
   } catch {
     return [];
   }

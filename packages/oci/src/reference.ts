@@ -12,7 +12,8 @@ export interface ImageReference {
   digest?: string;
 }
 
-const DOMAIN_RE = /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$|^\[[0-9a-fA-F:]+\](?::[0-9]+)?$/;
+const DOMAIN_RE =
+  /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$|^\[[0-9a-fA-F:]+\](?::[0-9]+)?$/;
 const PATH_COMPONENT_RE = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
 /** The distribution spec's bound on a tag. */
 const MAX_TAG_CHARS = 128;
@@ -35,7 +36,10 @@ export function parseReference(input: string): ImageReference {
 export function parseOciUrlReference(input: string): ImageReference {
   const rest = input.trim().replace(/^oci:\/\//, '');
   if (!rest.split('@')[0]!.includes('/')) {
-    throw new OciError('INVALID_REFERENCE', `invalid reference ${quoteName(input)}: oci://HOST names no repository: give oci://HOST/REPO/NAME:VERSION`);
+    throw new OciError(
+      'INVALID_REFERENCE',
+      `invalid reference ${quoteName(input)}: oci://HOST names no repository: give oci://HOST/REPO/NAME:VERSION`,
+    );
   }
   return parseName(input, rest, true);
 }
@@ -46,7 +50,10 @@ function parseName(input: string, rest: string, hostFirst: boolean): ImageRefere
   };
   if (!rest) fail('empty');
   // before any splitting or resolving: a name no registry takes is refused as it is
-  if (input.length > MAX_REFERENCE_CHARS) fail(`longer than the ${MAX_REFERENCE_CHARS} characters any reference a registry takes can be (a name of at most ${MAX_NAME_CHARS}, a tag of at most ${MAX_TAG_CHARS}): give the image's real name`);
+  if (input.length > MAX_REFERENCE_CHARS)
+    fail(
+      `longer than the ${MAX_REFERENCE_CHARS} characters any reference a registry takes can be (a name of at most ${MAX_NAME_CHARS}, a tag of at most ${MAX_TAG_CHARS}): give the image's real name`,
+    );
   let digest: string | undefined;
   const at = rest.indexOf('@');
   if (at >= 0) {
@@ -60,28 +67,49 @@ function parseName(input: string, rest: string, hostFirst: boolean): ImageRefere
   if (colon > lastSlash) {
     tag = rest.slice(colon + 1);
     rest = rest.slice(0, colon);
-    if (!TAG_RE.test(tag)) fail(`bad tag ${quoteName(tag)} (at most ${MAX_TAG_CHARS} letters, digits, '_', '.' and '-', not starting with '.' or '-')`);
+    if (!TAG_RE.test(tag))
+      fail(
+        `bad tag ${quoteName(tag)} (at most ${MAX_TAG_CHARS} letters, digits, '_', '.' and '-', not starting with '.' or '-')`,
+      );
   }
   let registry = 'docker.io';
   let repository = rest;
   const slash = rest.indexOf('/');
   if (slash >= 0) {
     const first = rest.slice(0, slash);
-    if (hostFirst || first.includes('.') || first.includes(':') || first === 'localhost' || first.startsWith('[')) {
+    if (
+      hostFirst ||
+      first.includes('.') ||
+      first.includes(':') ||
+      first === 'localhost' ||
+      first.startsWith('[')
+    ) {
       registry = first;
       repository = rest.slice(slash + 1);
     }
   }
   if (!DOMAIN_RE.test(registry)) fail(`bad registry host ${quoteName(registry)}`);
   if (registry === 'index.docker.io') registry = 'docker.io';
-  if (!hostFirst && registry === 'docker.io' && !repository.includes('/')) repository = `library/${repository}`;
+  if (!hostFirst && registry === 'docker.io' && !repository.includes('/'))
+    repository = `library/${repository}`;
   const name = `${registry}/${repository}`;
-  if (name.length > MAX_NAME_CHARS) fail(`the name ${quoteName(name)} is more than the ${MAX_NAME_CHARS} characters a registry takes for host/repository: give the image's real name`);
+  if (name.length > MAX_NAME_CHARS)
+    fail(
+      `the name ${quoteName(name)} is more than the ${MAX_NAME_CHARS} characters a registry takes for host/repository: give the image's real name`,
+    );
   for (const component of repository.split('/')) {
-    if (!PATH_COMPONENT_RE.test(component)) fail(`bad repository path component ${quoteName(component)} (lowercase letters, digits, separators)`);
+    if (!PATH_COMPONENT_RE.test(component))
+      fail(
+        `bad repository path component ${quoteName(component)} (lowercase letters, digits, separators)`,
+      );
   }
   if (!tag && !digest) tag = 'latest';
-  return { registry, repository, ...(tag !== undefined ? { tag } : {}), ...(digest !== undefined ? { digest } : {}) };
+  return {
+    registry,
+    repository,
+    ...(tag !== undefined ? { tag } : {}),
+    ...(digest !== undefined ? { digest } : {}),
+  };
 }
 
 /** "registry/repository", the name a mirror rule or a pin matches. */

@@ -7,7 +7,9 @@ import type * as ZstdBinding from 'zstd-napi/binding.js';
 // once. The binding's streaming call fills an output buffer we size; we stop when the reader
 // is full and go on when it reads. The one decoder for image layers here and, with a bundle's
 // frame limits added (format's BoundedDecompress), for bundles.
-export const zstdBinding = createRequire(import.meta.url)('zstd-napi/binding.js') as typeof ZstdBinding;
+export const zstdBinding = createRequire(import.meta.url)(
+  'zstd-napi/binding.js',
+) as typeof ZstdBinding;
 const OUT_CHUNK = zstdBinding.dStreamOutSize();
 
 /** Streaming zstd decompression that makes output only as fast as the next stream reads it. */
@@ -55,7 +57,8 @@ export class ZstdDecompressStream extends Transform {
   }
 
   override _flush(cb: TransformCallback): void {
-    if (!this.done && this.inFrame) return this.fail(new Error('Stream ended in middle of compressed data frame'), cb);
+    if (!this.done && this.inFrame)
+      return this.fail(new Error('Stream ended in middle of compressed data frame'), cb);
     cb();
   }
 
@@ -65,7 +68,8 @@ export class ZstdDecompressStream extends Transform {
       while (!this.done) {
         const out = Buffer.allocUnsafe(OUT_CHUNK);
         const [ret, produced, consumed] = this.dctx.decompressStream(out, p.src);
-        if (produced === 0 && consumed === 0 && p.src.length > 0) throw new Error('the zstd decoder made no progress');
+        if (produced === 0 && consumed === 0 && p.src.length > 0)
+          throw new Error('the zstd decoder made no progress');
         p.src = p.src.subarray(consumed);
         this.account(produced, ret);
         this.inFrame = ret !== 0;

@@ -11,7 +11,8 @@ const RELEASE_MANIFESTS_DIR = 'release-manifests/';
 
 /** Top-level YAML files of release-manifests/ (the CVO reads only those). */
 export const isReleaseManifest = (name: string): boolean =>
-  name.startsWith(RELEASE_MANIFESTS_DIR) && /^[^/]+\.ya?ml$/.test(name.slice(RELEASE_MANIFESTS_DIR.length));
+  name.startsWith(RELEASE_MANIFESTS_DIR) &&
+  /^[^/]+\.ya?ml$/.test(name.slice(RELEASE_MANIFESTS_DIR.length));
 
 export interface PullAlwaysWorkload {
   /** namespace/Kind/name (namespace empty for cluster-scoped objects). */
@@ -21,7 +22,10 @@ export interface PullAlwaysWorkload {
   file: string;
 }
 
-type Spec = { containers?: { image?: unknown; imagePullPolicy?: unknown }[]; initContainers?: { image?: unknown; imagePullPolicy?: unknown }[] };
+type Spec = {
+  containers?: { image?: unknown; imagePullPolicy?: unknown }[];
+  initContainers?: { image?: unknown; imagePullPolicy?: unknown }[];
+};
 
 // A manifest parsed from YAML: any shape, read through optional chains.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -29,15 +33,26 @@ type Manifest = Record<string, any>;
 
 function podSpec(doc: Manifest): Spec | undefined {
   switch (doc.kind) {
-    case 'Pod': return doc.spec;
-    case 'CronJob': return doc.spec?.jobTemplate?.spec?.template?.spec;
-    case 'Deployment': case 'DaemonSet': case 'StatefulSet': case 'ReplicaSet': case 'Job': return doc.spec?.template?.spec;
-    default: return undefined;
+    case 'Pod':
+      return doc.spec;
+    case 'CronJob':
+      return doc.spec?.jobTemplate?.spec?.template?.spec;
+    case 'Deployment':
+    case 'DaemonSet':
+    case 'StatefulSet':
+    case 'ReplicaSet':
+    case 'Job':
+      return doc.spec?.template?.spec;
+    default:
+      return undefined;
   }
 }
 
 /** Workloads in `files` (name → bytes) whose containers pull one of `images` with Always. */
-export function pullAlwaysWorkloads(files: ReadonlyMap<string, Buffer>, images: readonly ImageReference[]): PullAlwaysWorkload[] {
+export function pullAlwaysWorkloads(
+  files: ReadonlyMap<string, Buffer>,
+  images: readonly ImageReference[],
+): PullAlwaysWorkload[] {
   const names = new Set<string>();
   const digests = new Set<string>();
   for (const r of images) {
@@ -63,7 +78,11 @@ export function pullAlwaysWorkloads(files: ReadonlyMap<string, Buffer>, images: 
         if (c?.imagePullPolicy !== 'Always' || typeof c.image !== 'string') continue;
         const digest = /@(sha256:[0-9a-f]{64})$/.exec(c.image)?.[1];
         if (!names.has(c.image) && !(digest && digests.has(digest))) continue;
-        out.push({ object: `${doc!.metadata?.namespace ?? ''}/${doc!.kind}/${doc!.metadata?.name ?? '?'}`, image: c.image, file });
+        out.push({
+          object: `${doc!.metadata?.namespace ?? ''}/${doc!.kind}/${doc!.metadata?.name ?? '?'}`,
+          image: c.image,
+          file,
+        });
       }
     }
   }

@@ -34,12 +34,20 @@ const MAX_RELEASE_KEYRING_BYTES = 1024 * 1024;
 const MAX_SIGNED_PAYLOAD_BYTES = 64 * 1024;
 
 /** Reads a user-named signature or keyring file: regular files only, at most `max` bytes. */
-export async function readReleaseFile(path: string, max: number, flag: string, code: 'SIGNATURE_NOT_FOUND' | 'INVALID_KEYRING' = 'SIGNATURE_NOT_FOUND'): Promise<Buffer> {
+export async function readReleaseFile(
+  path: string,
+  max: number,
+  flag: string,
+  code: 'SIGNATURE_NOT_FOUND' | 'INVALID_KEYRING' = 'SIGNATURE_NOT_FOUND',
+): Promise<Buffer> {
   try {
     return (await readSmallFile(path, max)).bytes;
   } catch (err) {
-    if (err instanceof HostError) throw new OciError(err.code, `${flag} ${err.message}`, { cause: err });
-    throw new OciError(code, `cannot read ${flag} ${path}: ${(err as Error).message}`, { cause: err });
+    if (err instanceof HostError)
+      throw new OciError(err.code, `${flag} ${err.message}`, { cause: err });
+    throw new OciError(code, `cannot read ${flag} ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
 }
 
@@ -68,43 +76,75 @@ function signatureStoreUrl(store: string, digest: string, n: number): string {
   return `${store.replace(/\/+$/, '')}/sha256=${digest.slice('sha256:'.length)}/signature-${n}`;
 }
 
-async function readUrl(url: string, timeoutMs: number, connections: Connections): Promise<Buffer | undefined> {
+async function readUrl(
+  url: string,
+  timeoutMs: number,
+  connections: Connections,
+): Promise<Buffer | undefined> {
   const u = new URL(url);
   if (u.protocol === 'file:') {
     try {
       return (await readSmallFile(fileURLToPath(u), MAX_RELEASE_SIGNATURE_BYTES)).bytes;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-      if (err instanceof HostError) throw new OciError('BAD_RELEASE_SIGNATURE', `--signature-store ${err.message}`, { cause: err });
-      throw new OciError('SIGNATURE_NOT_FOUND', `cannot read ${url}: ${(err as Error).message}`, { cause: err });
+      if (err instanceof HostError)
+        throw new OciError('BAD_RELEASE_SIGNATURE', `--signature-store ${err.message}`, {
+          cause: err,
+        });
+      throw new OciError('SIGNATURE_NOT_FOUND', `cannot read ${url}: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') {
-    throw new OciError('INVALID_CONFIG', `--signature-store ${url} is neither file:// nor http(s)://`);
+    throw new OciError(
+      'INVALID_CONFIG',
+      `--signature-store ${url} is neither file:// nor http(s)://`,
+    );
   }
   let res: Awaited<ReturnType<typeof fetch>>;
   // the registry client's connections: the same proxy and certs.d rules as skopeo's
   const { dispatcher, tls } = await connections.get(u.host, false);
   try {
-    res = await fetch(u, { signal: AbortSignal.timeout(timeoutMs), redirect: 'follow', dispatcher });
+    res = await fetch(u, {
+      signal: AbortSignal.timeout(timeoutMs),
+      redirect: 'follow',
+      dispatcher,
+    });
   } catch (err) {
     const why = connectionError((err as { cause?: unknown }).cause ?? err, u.host, tls);
-    throw new OciError(why.code, `cannot fetch ${url}: ${why.message}; check the URL or pass --release-signature FILE`, { cause: err });
+    throw new OciError(
+      why.code,
+      `cannot fetch ${url}: ${why.message}; check the URL or pass --release-signature FILE`,
+      { cause: err },
+    );
   }
   if (res.status === 404 || res.status === 403) return undefined; // object stores answer 403 for a missing key
-  if (!res.ok) throw new OciError('REGISTRY_ERROR', `${url} answered ${res.status}; try again or pass --release-signature FILE`);
+  if (!res.ok)
+    throw new OciError(
+      'REGISTRY_ERROR',
+      `${url} answered ${res.status}; try again or pass --release-signature FILE`,
+    );
   const parts: Buffer[] = [];
   let n = 0;
   try {
     for await (const chunk of res.body ?? []) {
       n += (chunk as Uint8Array).length;
-      if (n > MAX_RELEASE_SIGNATURE_BYTES) throw new OciError('BAD_RELEASE_SIGNATURE', `${url} is over ${MAX_RELEASE_SIGNATURE_BYTES} bytes, larger than a signature can be`);
+      if (n > MAX_RELEASE_SIGNATURE_BYTES)
+        throw new OciError(
+          'BAD_RELEASE_SIGNATURE',
+          `${url} is over ${MAX_RELEASE_SIGNATURE_BYTES} bytes, larger than a signature can be`,
+        );
       parts.push(Buffer.from(chunk as Uint8Array));
     }
   } catch (err) {
     await res.body?.cancel().catch(() => undefined);
     if (err instanceof OciError) throw err;
-    throw new OciError('REGISTRY_ERROR', `cannot read ${url}: ${(err as Error).message}; try again or pass --release-signature FILE`, { cause: err });
+    throw new OciError(
+      'REGISTRY_ERROR',
+      `cannot read ${url}: ${(err as Error).message}; try again or pass --release-signature FILE`,
+      { cause: err },
+    );
   }
   return Buffer.concat(parts);
 }
@@ -113,12 +153,20 @@ async function readUrl(url: string, timeoutMs: number, connections: Connections)
  * Every signature the store holds for `digest`: signature-1, signature-2, … until the first
  * one missing. Throws SIGNATURE_NOT_FOUND when there is not even signature-1.
  */
-export async function fetchStoreSignatures(store: string, digest: string, opts: { timeoutMs?: number; connection?: ConnectionOptions } = {}): Promise<Buffer[]> {
+export async function fetchStoreSignatures(
+  store: string,
+  digest: string,
+  opts: { timeoutMs?: number; connection?: ConnectionOptions } = {},
+): Promise<Buffer[]> {
   const out: Buffer[] = [];
   const connections = new Connections(opts.connection);
   try {
     for (let n = 1; n <= MAX_STORE_SIGNATURES; n++) {
-      const body = await readUrl(signatureStoreUrl(store, digest, n), opts.timeoutMs ?? 30_000, connections);
+      const body = await readUrl(
+        signatureStoreUrl(store, digest, n),
+        opts.timeoutMs ?? 30_000,
+        connections,
+      );
       if (!body) break;
       out.push(body);
     }
@@ -126,7 +174,10 @@ export async function fetchStoreSignatures(store: string, digest: string, opts: 
     await connections.close();
   }
   if (out.length === 0) {
-    throw new OciError('SIGNATURE_NOT_FOUND', `no signature for ${digest} at ${signatureStoreUrl(store, digest, 1)}: check --signature-store, or pass --release-signature FILE`);
+    throw new OciError(
+      'SIGNATURE_NOT_FOUND',
+      `no signature for ${digest} at ${signatureStoreUrl(store, digest, 1)}: check --signature-store, or pass --release-signature FILE`,
+    );
   }
   return out;
 }
@@ -134,50 +185,100 @@ export async function fetchStoreSignatures(store: string, digest: string, opts: 
 /** Reads a keyring file: armored or binary OpenPGP public keys (one or more). */
 export async function loadReleaseKeyring(path: string): Promise<ReleaseKeyring> {
   const { readKeys } = await loadPgp();
-  const bytes = await readReleaseFile(path, MAX_RELEASE_KEYRING_BYTES, '--release-keyring', 'INVALID_KEYRING');
+  const bytes = await readReleaseFile(
+    path,
+    MAX_RELEASE_KEYRING_BYTES,
+    '--release-keyring',
+    'INVALID_KEYRING',
+  );
   try {
     const text = bytes.toString('utf8');
-    const keys = text.includes('-----BEGIN PGP PUBLIC KEY BLOCK-----') ? await readKeys({ armoredKeys: text }) : await readKeys({ binaryKeys: bytes });
+    const keys = text.includes('-----BEGIN PGP PUBLIC KEY BLOCK-----')
+      ? await readKeys({ armoredKeys: text })
+      : await readKeys({ binaryKeys: bytes });
     const keyIds = keys.flatMap((k) => k.getKeyIDs().map((id) => id.toHex()));
     return { source: path, keys, keyIds };
   } catch (err) {
-    throw new OciError('INVALID_KEYRING', `${path} holds no OpenPGP public keys (${(err as Error).message}): export them with "gpg --export" or "gpg --export --armor"`, { cause: err });
+    throw new OciError(
+      'INVALID_KEYRING',
+      `${path} holds no OpenPGP public keys (${(err as Error).message}): export them with "gpg --export" or "gpg --export --armor"`,
+      { cause: err },
+    );
   }
 }
 
-interface Opened { data: Uint8Array; signatures: { keyID: { toHex(): string }; verified: Promise<unknown> }[] }
+interface Opened {
+  data: Uint8Array;
+  signatures: { keyID: { toHex(): string }; verified: Promise<unknown> }[];
+}
 
-async function openMessage(bytes: Uint8Array, where: string, verificationKeys: unknown[]): Promise<Opened> {
+async function openMessage(
+  bytes: Uint8Array,
+  where: string,
+  verificationKeys: unknown[],
+): Promise<Opened> {
   const { readMessage, verify } = await loadPgp();
   try {
     const text = Buffer.from(bytes).toString('latin1');
     const config = { maxDecompressedMessageSize: MAX_SIGNED_PAYLOAD_BYTES };
-    const message = text.startsWith('-----BEGIN PGP MESSAGE-----') ? await readMessage({ armoredMessage: text, config }) : await readMessage({ binaryMessage: bytes, config });
-    const r = await verify({ message, verificationKeys: verificationKeys as never, format: 'binary', config });
+    const message = text.startsWith('-----BEGIN PGP MESSAGE-----')
+      ? await readMessage({ armoredMessage: text, config })
+      : await readMessage({ binaryMessage: bytes, config });
+    const r = await verify({
+      message,
+      verificationKeys: verificationKeys as never,
+      format: 'binary',
+      config,
+    });
     return r as unknown as Opened;
   } catch (err) {
-    throw new OciError('BAD_RELEASE_SIGNATURE', `${where} is not an OpenPGP signed message (${(err as Error).message}): a release signature is the signature-N file of a signature store`, { cause: err });
+    throw new OciError(
+      'BAD_RELEASE_SIGNATURE',
+      `${where} is not an OpenPGP signed message (${(err as Error).message}): a release signature is the signature-N file of a signature store`,
+      { cause: err },
+    );
   }
 }
 
 function payload(data: Uint8Array, where: string): { digest: string; reference: string } {
-  let doc: { critical?: { type?: unknown; image?: { 'docker-manifest-digest'?: unknown }; identity?: { 'docker-reference'?: unknown } } };
+  let doc: {
+    critical?: {
+      type?: unknown;
+      image?: { 'docker-manifest-digest'?: unknown };
+      identity?: { 'docker-reference'?: unknown };
+    };
+  };
   try {
     doc = JSON.parse(Buffer.from(data).toString('utf8'));
   } catch (err) {
-    throw new OciError('BAD_RELEASE_SIGNATURE', `${where} does not sign a JSON document: not a release signature`, { cause: err });
+    throw new OciError(
+      'BAD_RELEASE_SIGNATURE',
+      `${where} does not sign a JSON document: not a release signature`,
+      { cause: err },
+    );
   }
   const c = doc?.critical;
   const digest = c?.image?.['docker-manifest-digest'];
   const reference = c?.identity?.['docker-reference'];
-  if (c?.type !== ATOMIC_SIGNATURE_TYPE || typeof digest !== 'string' || !isDigest(digest) || typeof reference !== 'string') {
-    throw new OciError('BAD_RELEASE_SIGNATURE', `${where} does not sign an "${ATOMIC_SIGNATURE_TYPE}" (critical.type, critical.image.docker-manifest-digest, critical.identity.docker-reference): not a release signature`);
+  if (
+    c?.type !== ATOMIC_SIGNATURE_TYPE ||
+    typeof digest !== 'string' ||
+    !isDigest(digest) ||
+    typeof reference !== 'string'
+  ) {
+    throw new OciError(
+      'BAD_RELEASE_SIGNATURE',
+      `${where} does not sign an "${ATOMIC_SIGNATURE_TYPE}" (critical.type, critical.image.docker-manifest-digest, critical.identity.docker-reference): not a release signature`,
+    );
   }
   return { digest, reference };
 }
 
 /** What a signature claims, without checking it against any key. */
-export async function readReleaseSignature(bytes: Uint8Array, where = 'the release signature'): Promise<ReleaseSignatureInfo> {
+export async function readReleaseSignature(
+  bytes: Uint8Array,
+  where = 'the release signature',
+): Promise<ReleaseSignatureInfo> {
   const m = await openMessage(bytes, where, []);
   return { ...payload(m.data, where), keyIds: Array.from(m.signatures, (s) => s.keyID.toHex()) };
 }
@@ -187,18 +288,31 @@ export async function readReleaseSignature(bytes: Uint8Array, where = 'the relea
  * whose docker-manifest-digest is `digest`, and, with a keyring, made by one of its keys.
  * Returns what it says. BAD_RELEASE_SIGNATURE or UNTRUSTED_RELEASE_SIGNATURE otherwise.
  */
-export async function verifyReleaseSignature(bytes: Uint8Array, digest: string, opts: { keyring?: ReleaseKeyring; where?: string } = {}): Promise<ReleaseSignatureInfo> {
+export async function verifyReleaseSignature(
+  bytes: Uint8Array,
+  digest: string,
+  opts: { keyring?: ReleaseKeyring; where?: string } = {},
+): Promise<ReleaseSignatureInfo> {
   const where = opts.where ?? 'the release signature';
   const m = await openMessage(bytes, where, opts.keyring?.keys ?? []);
-  const info = { ...payload(m.data, where), keyIds: Array.from(m.signatures, (s) => s.keyID.toHex()) };
+  const info = {
+    ...payload(m.data, where),
+    keyIds: Array.from(m.signatures, (s) => s.keyID.toHex()),
+  };
   if (info.digest !== digest) {
-    throw new OciError('BAD_RELEASE_SIGNATURE', `${where} signs ${info.digest}, not this release (${digest}): take the signature of this release image`);
+    throw new OciError(
+      'BAD_RELEASE_SIGNATURE',
+      `${where} signs ${info.digest}, not this release (${digest}): take the signature of this release image`,
+    );
   }
   if (!opts.keyring) return info;
   const known = new Set(opts.keyring.keyIds);
   const ours = m.signatures.filter((s) => known.has(s.keyID.toHex()));
   if (ours.length === 0) {
-    throw new OciError('UNTRUSTED_RELEASE_SIGNATURE', `${where} is signed by key ${info.keyIds.join(', ') || 'unknown'}, which is not in ${opts.keyring.source} (keys ${opts.keyring.keyIds.join(', ')}): use the release's own keyring, or the signature its publisher made`);
+    throw new OciError(
+      'UNTRUSTED_RELEASE_SIGNATURE',
+      `${where} is signed by key ${info.keyIds.join(', ') || 'unknown'}, which is not in ${opts.keyring.source} (keys ${opts.keyring.keyIds.join(', ')}): use the release's own keyring, or the signature its publisher made`,
+    );
   }
   for (const s of ours) {
     try {
@@ -208,5 +322,8 @@ export async function verifyReleaseSignature(bytes: Uint8Array, digest: string, 
       // try the next signature by a known key
     }
   }
-  throw new OciError('BAD_RELEASE_SIGNATURE', `${where} does not verify with key ${ours.map((s) => s.keyID.toHex()).join(', ')} of ${opts.keyring.source}: the file was altered or damaged; fetch it again`);
+  throw new OciError(
+    'BAD_RELEASE_SIGNATURE',
+    `${where} does not verify with key ${ours.map((s) => s.keyID.toHex()).join(', ')} of ${opts.keyring.source}: the file was altered or damaged; fetch it again`,
+  );
 }

@@ -3,8 +3,17 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import tar from 'tar-stream';
 import { quoteName } from '@offline-bundle/host';
-import { OciError, parseReference, type ImageReference, ZstdDecompressStream } from '@offline-bundle/oci';
-import { isReleaseManifest, pullAlwaysWorkloads, type PullAlwaysWorkload } from './release-manifests.js';
+import {
+  OciError,
+  parseReference,
+  type ImageReference,
+  ZstdDecompressStream,
+} from '@offline-bundle/oci';
+import {
+  isReleaseManifest,
+  pullAlwaysWorkloads,
+  type PullAlwaysWorkload,
+} from './release-manifests.js';
 
 export const IMAGE_REFERENCES_PATH = 'release-manifests/image-references';
 export const RELEASE_METADATA_PATH = 'release-manifests/release-metadata';
@@ -26,7 +35,11 @@ interface ImageStream {
   spec?: { tags?: { name?: string; from?: { kind?: string; name?: string } }[] };
 }
 
-interface ReleaseMetadata { kind?: string; version?: string; previous?: string[] }
+interface ReleaseMetadata {
+  kind?: string;
+  version?: string;
+  previous?: string[];
+}
 
 async function decompressed(layer: Readable): Promise<Readable> {
   // The magic may straddle chunks: gather at least 4 bytes (or the whole stream) before sniffing.
@@ -42,12 +55,17 @@ async function decompressed(layer: Readable): Promise<Readable> {
     parts.push(r.value as Buffer);
   }
   const head = Buffer.concat(parts);
-  const rest = Readable.from((async function* () {
-    if (head.length) yield head;
-    if (!ended) for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as Buffer;
-  })(), { objectMode: false });
+  const rest = Readable.from(
+    (async function* () {
+      if (head.length) yield head;
+      if (!ended)
+        for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as Buffer;
+    })(),
+    { objectMode: false },
+  );
   if (head[0] === 0x1f && head[1] === 0x8b) return rest.pipe(createGunzip());
-  if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528) return rest.pipe(new ZstdDecompressStream());
+  if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528)
+    return rest.pipe(new ZstdDecompressStream());
   return rest;
 }
 
@@ -66,12 +84,20 @@ function unpackedBound(image: string, digest: string): Transform {
     transform(chunk: Buffer, _enc, cb) {
       seen += chunk.length;
       if (seen <= MAX_LAYER_UNPACKED_BYTES) return cb(null, chunk);
-      cb(new OciError('FILE_TOO_LARGE', `${image}: layer ${digest} unpacks to more than ${MAX_LAYER_UNPACKED_BYTES / 2 ** 30} GiB, the most read from one layer (MAX_LAYER_UNPACKED_BYTES): an image built to exhaust memory or time, or not a release or catalog image`));
+      cb(
+        new OciError(
+          'FILE_TOO_LARGE',
+          `${image}: layer ${digest} unpacks to more than ${MAX_LAYER_UNPACKED_BYTES / 2 ** 30} GiB, the most read from one layer (MAX_LAYER_UNPACKED_BYTES): an image built to exhaust memory or time, or not a release or catalog image`,
+        ),
+      );
     },
   });
 }
 
-interface LayerScan { files: Map<string, Buffer>; read: number }
+interface LayerScan {
+  files: Map<string, Buffer>;
+  read: number;
+}
 
 /**
  * The longest entry name read (PATH_MAX): no filesystem holds a longer path, and tar-stream
@@ -89,7 +115,8 @@ function hiddenIndex(found: Map<string, Buffer>): Map<string, string[]> {
   };
   for (const name of found.keys()) {
     add(name, name);
-    for (let i = name.indexOf('/'); i >= 0; i = name.indexOf('/', i + 1)) add(name.slice(0, i + 1), name);
+    for (let i = name.indexOf('/'); i >= 0; i = name.indexOf('/', i + 1))
+      add(name.slice(0, i + 1), name);
   }
   return index;
 }
@@ -115,19 +142,37 @@ function whiteout(name: string, found: Map<string, Buffer>, index: Map<string, s
  * whiteouts hide what `found` (the earlier layers' files) holds, its own files not. The rest
  * is streamed past with backpressure (never held), at most MAX_LAYER_UNPACKED_BYTES in all.
  */
-async function scanLayer(layer: Readable, want: (name: string) => boolean, image: string, digest: string, found: Map<string, Buffer>, before: number): Promise<LayerScan> {
+async function scanLayer(
+  layer: Readable,
+  want: (name: string) => boolean,
+  image: string,
+  digest: string,
+  found: Map<string, Buffer>,
+  before: number,
+): Promise<LayerScan> {
   const scan: LayerScan = { files: new Map(), read: before };
   const index = hiddenIndex(found);
   const extract = tar.extract();
   const consume = (async () => {
     for await (const entry of extract) {
-      const name = entry.header.name.length > MAX_ENTRY_NAME_CHARS ? '' : entry.header.name.replace(/^(\.\/)+|^\/+/, '');
+      const name =
+        entry.header.name.length > MAX_ENTRY_NAME_CHARS
+          ? ''
+          : entry.header.name.replace(/^(\.\/)+|^\/+/, '');
       if (name.includes('/.wh.') || name.startsWith('.wh.')) whiteout(name, found, index);
       if (name && want(name) && entry.header.type === 'file') {
         const size = entry.header.size ?? 0;
-        if (size > MAX_LAYER_FILE_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: ${quoteName(name)} is larger than 16 MiB, the most a file read from an image may have`);
+        if (size > MAX_LAYER_FILE_BYTES)
+          throw new OciError(
+            'FILE_TOO_LARGE',
+            `${image}: ${quoteName(name)} is larger than 16 MiB, the most a file read from an image may have`,
+          );
         scan.read += size;
-        if (scan.read > MAX_LAYER_TOTAL_BYTES) throw new OciError('FILE_TOO_LARGE', `${image}: the files read from its layers exceed 64 MiB together (at ${quoteName(name)}), the most read from one image`);
+        if (scan.read > MAX_LAYER_TOTAL_BYTES)
+          throw new OciError(
+            'FILE_TOO_LARGE',
+            `${image}: the files read from its layers exceed 64 MiB together (at ${quoteName(name)}), the most read from one image`,
+          );
         const parts: Buffer[] = [];
         for await (const c of entry) parts.push(c as Buffer);
         scan.files.set(name, Buffer.concat(parts));
@@ -136,12 +181,19 @@ async function scanLayer(layer: Readable, want: (name: string) => boolean, image
       }
     }
   })();
-  await Promise.all([pipeline(await decompressed(layer), unpackedBound(image, digest), extract), consume]);
+  await Promise.all([
+    pipeline(await decompressed(layer), unpackedBound(image, digest), extract),
+    consume,
+  ]);
   return scan;
 }
 
 /** A layer to read, by its digest (named when it does not unpack); `drop` removes a damaged copy kept of it. */
-export interface LayerReader { digest: string; open: () => Promise<Readable>; drop?: () => Promise<void> }
+export interface LayerReader {
+  digest: string;
+  open: () => Promise<Readable>;
+  drop?: () => Promise<void>;
+}
 
 /**
  * A layer whose bytes do not unpack (a gzip or zstd stream or a tar cut short or garbled) named
@@ -151,11 +203,25 @@ export interface LayerReader { digest: string; open: () => Promise<Readable>; dr
  */
 async function damagedLayer(err: unknown, image: string, layer: LayerReader): Promise<unknown> {
   // a refusal of ours, a stop, or the disk failing says nothing of the layer's bytes
-  if (err instanceof OciError || typeof (err as NodeJS.ErrnoException)?.syscall === 'string' || (err as Error)?.name === 'AbortError') return err;
-  const dropped = await layer.drop?.().then(() => true, () => false);
+  if (
+    err instanceof OciError ||
+    typeof (err as NodeJS.ErrnoException)?.syscall === 'string' ||
+    (err as Error)?.name === 'AbortError'
+  )
+    return err;
+  const dropped = await layer.drop?.().then(
+    () => true,
+    () => false,
+  );
   const why = ((err as Error)?.message ?? String(err)).toLowerCase();
-  const cached = dropped ? ', or its copy in the blob cache was damaged (removed now: a rerun fetches it again)' : '';
-  return new OciError('INVALID_ARCHIVE', `${image}: layer ${layer.digest} does not unpack (${why}): the source registry served a truncated or corrupt blob${cached}; check the image at its source (podman pull unpacks every layer) and run again`, { cause: err });
+  const cached = dropped
+    ? ', or its copy in the blob cache was damaged (removed now: a rerun fetches it again)'
+    : '';
+  return new OciError(
+    'INVALID_ARCHIVE',
+    `${image}: layer ${layer.digest} does not unpack (${why}): the source registry served a truncated or corrupt blob${cached}; check the image at its source (podman pull unpacks every layer) and run again`,
+    { cause: err },
+  );
 }
 
 /**
@@ -163,12 +229,20 @@ async function damagedLayer(err: unknown, image: string, layer: LayerReader): Pr
  * and 64 MiB together: later layers override earlier ones and their whiteouts hide them, as in
  * the image's filesystem.
  */
-export async function readLayerFiles(layers: (LayerReader | (() => Promise<Readable>))[], want: (name: string) => boolean, image = 'the image'): Promise<Map<string, Buffer>> {
+export async function readLayerFiles(
+  layers: (LayerReader | (() => Promise<Readable>))[],
+  want: (name: string) => boolean,
+  image = 'the image',
+): Promise<Map<string, Buffer>> {
   const found = new Map<string, Buffer>();
   let read = 0;
   for (const [i, l] of layers.entries()) {
     const layer = typeof l === 'function' ? { digest: `#${i + 1}`, open: l } : l;
-    const scan = await scanLayer(await layer.open(), want, image, layer.digest, found, read).catch(async (err: unknown) => { throw await damagedLayer(err, image, layer); });
+    const scan = await scanLayer(await layer.open(), want, image, layer.digest, found, read).catch(
+      async (err: unknown) => {
+        throw await damagedLayer(err, image, layer);
+      },
+    );
     read = scan.read;
     for (const [name, bytes] of scan.files) found.set(name, bytes);
   }
@@ -180,10 +254,22 @@ export async function readLayerFiles(layers: (LayerReader | (() => Promise<Reada
  * ImageStream) and its version and upgrade edges in release-manifests/release-metadata.
  * Later layers override earlier ones, as in the image's filesystem.
  */
-export async function readReleasePayload(layers: (LayerReader | (() => Promise<Readable>))[], image = 'the release image'): Promise<ReleasePayload> {
-  const found = await readLayerFiles(layers, (name) => name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name), image);
+export async function readReleasePayload(
+  layers: (LayerReader | (() => Promise<Readable>))[],
+  image = 'the release image',
+): Promise<ReleasePayload> {
+  const found = await readLayerFiles(
+    layers,
+    (name) =>
+      name === IMAGE_REFERENCES_PATH || name === RELEASE_METADATA_PATH || isReleaseManifest(name),
+    image,
+  );
   const refs = found.get(IMAGE_REFERENCES_PATH);
-  if (!refs) throw new OciError('INVALID_RELEASE', `the release image has no ${IMAGE_REFERENCES_PATH}: is it an OpenShift release image? For other clusters use --image with --version`);
+  if (!refs)
+    throw new OciError(
+      'INVALID_RELEASE',
+      `the release image has no ${IMAGE_REFERENCES_PATH}: is it an OpenShift release image? For other clusters use --image with --version`,
+    );
   let stream: ImageStream;
   let meta: ReleaseMetadata = {};
   try {
@@ -191,18 +277,45 @@ export async function readReleasePayload(layers: (LayerReader | (() => Promise<R
     const m = found.get(RELEASE_METADATA_PATH);
     if (m) meta = JSON.parse(m.toString('utf8')) as ReleaseMetadata;
   } catch (cause) {
-    throw new OciError('INVALID_RELEASE', `the release image's manifests are not valid JSON: ${(cause as Error).message}`, { cause });
+    throw new OciError(
+      'INVALID_RELEASE',
+      `the release image's manifests are not valid JSON: ${(cause as Error).message}`,
+      { cause },
+    );
   }
-  if (stream.kind !== 'ImageStream') throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH} is a ${stream.kind ?? 'document without kind'}, expected an ImageStream`);
+  if (stream.kind !== 'ImageStream')
+    throw new OciError(
+      'INVALID_RELEASE',
+      `${IMAGE_REFERENCES_PATH} is a ${stream.kind ?? 'document without kind'}, expected an ImageStream`,
+    );
   const version = meta.version ?? stream.metadata?.name;
-  if (!version) throw new OciError('INVALID_RELEASE', 'the release image names no version (release-metadata "version" or image-references metadata.name)');
+  if (!version)
+    throw new OciError(
+      'INVALID_RELEASE',
+      'the release image names no version (release-metadata "version" or image-references metadata.name)',
+    );
   const images = (stream.spec?.tags ?? []).map((t, i) => {
     if (!t.name || t.from?.kind !== 'DockerImage' || !t.from.name) {
-      throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH}: tag #${i + 1} needs a name and from.kind DockerImage with from.name`);
+      throw new OciError(
+        'INVALID_RELEASE',
+        `${IMAGE_REFERENCES_PATH}: tag #${i + 1} needs a name and from.kind DockerImage with from.name`,
+      );
     }
     const reference = parseReference(t.from.name);
-    if (!reference.digest) throw new OciError('INVALID_RELEASE', `${IMAGE_REFERENCES_PATH}: ${t.name} is ${t.from.name}, not pinned by digest`);
+    if (!reference.digest)
+      throw new OciError(
+        'INVALID_RELEASE',
+        `${IMAGE_REFERENCES_PATH}: ${t.name} is ${t.from.name}, not pinned by digest`,
+      );
     return { name: t.name, reference };
   });
-  return { version, previous: [...(meta.previous ?? [])].sort(), images, pullAlways: pullAlwaysWorkloads(found, images.map((i) => i.reference)) };
+  return {
+    version,
+    previous: [...(meta.previous ?? [])].sort(),
+    images,
+    pullAlways: pullAlwaysWorkloads(
+      found,
+      images.map((i) => i.reference),
+    ),
+  };
 }

@@ -32,20 +32,39 @@ export interface ClientPace {
  * Watches `res`'s client from its answer's first byte; cuts it as above when `contended()`. Only a
  * client backed up for a whole CHECK_MS is blamed: a fast one never leaves a write untaken that long.
  */
-export function watchClientPace(res: ServerResponse, contended: () => boolean, stallMs = REGISTRY_STALL_MS): ClientPace {
+export function watchClientPace(
+  res: ServerResponse,
+  contended: () => boolean,
+  stallMs = REGISTRY_STALL_MS,
+): ClientPace {
   let since = performance.now();
   let taken = 0;
   let backedUpAt: number | undefined;
   let timer: NodeJS.Timeout | undefined;
-  const stop = () => { clearInterval(timer); timer = undefined; };
+  const stop = () => {
+    clearInterval(timer);
+    timer = undefined;
+  };
   const check = () => {
     const now = performance.now();
-    if (backedUpAt === undefined || now - backedUpAt < CHECK_MS || now - since < stallMs || !contended()) return;
+    if (
+      backedUpAt === undefined ||
+      now - backedUpAt < CHECK_MS ||
+      now - since < stallMs ||
+      !contended()
+    )
+      return;
     stop();
-    res.destroy(new Error(`the client took under ${STALL_FLOOR_BYTES} bytes in ${stallMs / 1000} s while others waited for the frame budget: cut`));
+    res.destroy(
+      new Error(
+        `the client took under ${STALL_FLOOR_BYTES} bytes in ${stallMs / 1000} s while others waited for the frame budget: cut`,
+      ),
+    );
   };
   res.once('close', stop);
-  res.on('drain', () => { backedUpAt = undefined; });
+  res.on('drain', () => {
+    backedUpAt = undefined;
+  });
   return {
     backedUp: () => {
       backedUpAt ??= performance.now();

@@ -21,7 +21,13 @@ interface FileRangeOptions {
  * while the current one is written: a client waits on the disk or the hash only when it is
  * faster than both. Closes `fh` when it ends or is destroyed.
  */
-export function fileRange(fh: FileHandle, size: number, start: number, end: number, opts: FileRangeOptions): Readable {
+export function fileRange(
+  fh: FileHandle,
+  size: number,
+  start: number,
+  end: number,
+  opts: FileRangeOptions,
+): Readable {
   const { unit, ahead, check, shrank } = opts;
   const buffers = readBuffers(unit);
   // unchecked reads need no grid: they start where the client asked
@@ -38,8 +44,10 @@ export function fileRange(fh: FileHandle, size: number, start: number, end: numb
       nextAt += unit;
       // whole units come from the pool (a consumer hands them back: giveBack); a blob's short tail does not hold a whole one
       const buf = length === unit ? buffers.take() : Buffer.allocUnsafeSlow(length);
-      const piece = readFully(fh, buf, at, length, shrank)
-        .then(async (buf) => { if (check) await check(at / unit, buf); return buf; });
+      const piece = readFully(fh, buf, at, length, shrank).then(async (buf) => {
+        if (check) await check(at / unit, buf);
+        return buf;
+      });
       // settled by the pump, or dropped when the stream is destroyed first: never unhandled
       piece.catch(() => undefined);
       queue.push({ at, piece });
@@ -79,14 +87,23 @@ export function fileRange(fh: FileHandle, size: number, start: number, end: numb
     },
     destroy(err, cb) {
       // FileHandle.close waits for the reads still in flight
-      fh.close().then(() => cb(err), (e: unknown) => cb((err ?? e) as Error | null));
+      fh.close().then(
+        () => cb(err),
+        (e: unknown) => cb((err ?? e) as Error | null),
+      );
     },
   });
   return stream;
 }
 
 /** `length` bytes at `position`, or `shrank(at)` when the file ends first. */
-export async function readFully(fh: FileHandle, buf: Buffer, position: number, length: number, shrank: (at: number) => Error): Promise<Buffer> {
+export async function readFully(
+  fh: FileHandle,
+  buf: Buffer,
+  position: number,
+  length: number,
+  shrank: (at: number) => Error,
+): Promise<Buffer> {
   let got = 0;
   while (got < length) {
     const { bytesRead } = await fh.read(buf, got, length - got, position + got);

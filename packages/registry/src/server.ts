@@ -91,7 +91,14 @@ export class ServedLog {
   }
 }
 
-type ErrorCode = 'NAME_UNKNOWN' | 'MANIFEST_UNKNOWN' | 'BLOB_UNKNOWN' | 'UNSUPPORTED' | 'DIGEST_INVALID' | 'PAGINATION_NUMBER_INVALID' | 'RANGE_INVALID';
+type ErrorCode =
+  | 'NAME_UNKNOWN'
+  | 'MANIFEST_UNKNOWN'
+  | 'BLOB_UNKNOWN'
+  | 'UNSUPPORTED'
+  | 'DIGEST_INVALID'
+  | 'PAGINATION_NUMBER_INVALID'
+  | 'RANGE_INVALID';
 
 const API_HEADER = { 'docker-distribution-api-version': 'registry/2.0' };
 // Repository names may hold slashes, so one regex per endpoint over the path after /v2/.
@@ -108,7 +115,13 @@ const RANGE_RE = /^bytes=(\d*)-(\d*)$/;
  * body. A client that goes away closes the store's file. One that stops taking bytes while others
  * wait for the store's shared frame budget is cut too (client-pace.ts).
  */
-function sendBody(reply: FastifyReply, body: Readable, digest: string, served: ServedLog, paced: Paced): Promise<FastifyReply | undefined> {
+function sendBody(
+  reply: FastifyReply,
+  body: Readable,
+  digest: string,
+  served: ServedLog,
+  paced: Paced,
+): Promise<FastifyReply | undefined> {
   const res = reply.raw;
   let started = false;
   // a store without a shared budget has nothing a slow client keeps from others
@@ -143,7 +156,15 @@ function sendBody(reply: FastifyReply, body: Readable, digest: string, served: S
       }
       served.moved(digest, chunk.length);
       // the callback runs once the socket is done with the write; a failed one's buffer is left to the GC all the same
-      if (res.write(chunk, (err) => { if (!err) { giveBack(chunk); pace?.took(chunk.length); } })) return;
+      if (
+        res.write(chunk, (err) => {
+          if (!err) {
+            giveBack(chunk);
+            pace?.took(chunk.length);
+          }
+        })
+      )
+        return;
       body.pause();
       pace?.backedUp();
     });
@@ -151,14 +172,30 @@ function sendBody(reply: FastifyReply, body: Readable, digest: string, served: S
 }
 
 /** What sendBody needs to bound a client's share of the store's budget. */
-interface Paced { store: BlobStore; stallMs: number }
+interface Paced {
+  store: BlobStore;
+  stallMs: number;
+}
 
-function fail(reply: FastifyReply, status: number, code: ErrorCode, message: string, detail?: unknown): FastifyReply {
-  return reply.code(status).headers(API_HEADER).type('application/json').send({ errors: [{ code, message, ...(detail !== undefined ? { detail } : {}) }] });
+function fail(
+  reply: FastifyReply,
+  status: number,
+  code: ErrorCode,
+  message: string,
+  detail?: unknown,
+): FastifyReply {
+  return reply
+    .code(status)
+    .headers(API_HEADER)
+    .type('application/json')
+    .send({ errors: [{ code, message, ...(detail !== undefined ? { detail } : {}) }] });
 }
 
 /** Parses a single "bytes=a-b" range against `size`; undefined when absent, null when unsatisfiable. */
-function parseRange(header: string | undefined, size: number): { start: number; end: number } | null | undefined {
+function parseRange(
+  header: string | undefined,
+  size: number,
+): { start: number; end: number } | null | undefined {
   if (!header) return undefined;
   const m = RANGE_RE.exec(header.trim());
   if (!m || (m[1] === '' && m[2] === '')) return null;
@@ -182,11 +219,17 @@ function resolveName(catalog: Catalog, requested: string): { name: string } | { 
   const short = catalog.shortNames.get(requested);
   if (short) return { name: short };
   const choices = catalog.ambiguous.get(requested);
-  if (choices) return { error: `repository ${requested} is in this bundle from ${choices.length} registries: ask for one of ${choices.join(', ')}` };
+  if (choices)
+    return {
+      error: `repository ${requested} is in this bundle from ${choices.length} registries: ask for one of ${choices.join(', ')}`,
+    };
   return { error: `repository ${requested} is not in this bundle` };
 }
 
-function paginate(items: string[], query: Record<string, string | undefined>): { page: string[]; next?: string } | undefined {
+function paginate(
+  items: string[],
+  query: Record<string, string | undefined>,
+): { page: string[]; next?: string } | undefined {
   const sorted = [...items].sort();
   const last = query.last;
   const from = last ? sorted.findIndex((x) => x > last) : 0;
@@ -206,19 +249,37 @@ function paginate(items: string[], query: Record<string, string | undefined>): {
 function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
   const { store, catalog } = opts;
   const paced: Paced = { store, stallMs: opts.stallTimeoutMs ?? REGISTRY_STALL_MS };
-  const app = Fastify({ logger: false, exposeHeadRoutes: false, return503OnClosing: true, routerOptions: { maxParamLength: 1024 }, connectionTimeout: opts.idleTimeoutMs ?? REGISTRY_IDLE_MS });
-  app.addHook('onResponse', async (req, reply) => opts.onRequest?.(req.method, req.url, reply.statusCode));
+  const app = Fastify({
+    logger: false,
+    exposeHeadRoutes: false,
+    return503OnClosing: true,
+    routerOptions: { maxParamLength: 1024 },
+    connectionTimeout: opts.idleTimeoutMs ?? REGISTRY_IDLE_MS,
+  });
+  app.addHook('onResponse', async (req, reply) =>
+    opts.onRequest?.(req.method, req.url, reply.statusCode),
+  );
 
   const handle = async (req: FastifyRequest, reply: FastifyReply) => {
     const head = req.method === 'HEAD';
     const path = req.url.split('?')[0]!;
     const query = req.query as Record<string, string | undefined>;
-    if (req.method !== 'GET' && !head) return fail(reply, 405, 'UNSUPPORTED', 'this registry is read-only');
-    if (path === '/v2/' || path === '/v2') return reply.headers(API_HEADER).type('application/json').send(head ? undefined : {});
+    if (req.method !== 'GET' && !head)
+      return fail(reply, 405, 'UNSUPPORTED', 'this registry is read-only');
+    if (path === '/v2/' || path === '/v2')
+      return reply
+        .headers(API_HEADER)
+        .type('application/json')
+        .send(head ? undefined : {});
     if (path === '/v2/_catalog') {
       const p = paginate([...catalog.repositories.keys()], query);
-      if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
-      if (p.next) reply.header('link', `</v2/_catalog?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`);
+      if (!p)
+        return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
+      if (p.next)
+        reply.header(
+          'link',
+          `</v2/_catalog?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`,
+        );
       return reply.headers(API_HEADER).send({ repositories: p.page });
     }
     let m = TAGS_RE.exec(path);
@@ -228,8 +289,13 @@ function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): F
       if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
       const tags = catalog.repositories.get(found.name)!;
       const p = paginate([...tags.keys()], query);
-      if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
-      if (p.next) reply.header('link', `</v2/${name}/tags/list?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`);
+      if (!p)
+        return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
+      if (p.next)
+        reply.header(
+          'link',
+          `</v2/${name}/tags/list?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`,
+        );
       return reply.headers(API_HEADER).send({ name, tags: p.page });
     }
     m = MANIFEST_RE.exec(path);
@@ -241,9 +307,16 @@ function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): F
       const tags = catalog.repositories.get(name)!;
       const digest = isDigest(ref) ? ref : tags.get(ref);
       const mediaType = digest ? catalog.manifests.get(digest) : undefined;
-      if (!digest || !mediaType) return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
+      if (!digest || !mediaType)
+        return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
       const size = store.size(digest)!;
-      reply.headers({ ...API_HEADER, 'docker-content-digest': digest, etag: `"${digest}"`, 'content-type': mediaType, 'content-length': size });
+      reply.headers({
+        ...API_HEADER,
+        'docker-content-digest': digest,
+        etag: `"${digest}"`,
+        'content-type': mediaType,
+        'content-length': size,
+      });
       served.manifest(name, digest);
       served.moved(digest, 0);
       if (head) return reply.send();
@@ -254,14 +327,27 @@ function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): F
       const found = resolveName(catalog, decodeURIComponent(m[1]!));
       const digest = decodeURIComponent(m[2]!);
       if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
-      if (!isDigest(digest)) return fail(reply, 400, 'DIGEST_INVALID', `${digest} is not a sha256 digest`);
+      if (!isDigest(digest))
+        return fail(reply, 400, 'DIGEST_INVALID', `${digest} is not a sha256 digest`);
       const size = store.size(digest);
-      if (size === undefined) return fail(reply, 404, 'BLOB_UNKNOWN', `blob ${digest} is not in this bundle`);
+      if (size === undefined)
+        return fail(reply, 404, 'BLOB_UNKNOWN', `blob ${digest} is not in this bundle`);
       const range = parseRange(req.headers.range, size);
-      reply.headers({ ...API_HEADER, 'docker-content-digest': digest, etag: `"${digest}"`, 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' });
+      reply.headers({
+        ...API_HEADER,
+        'docker-content-digest': digest,
+        etag: `"${digest}"`,
+        'accept-ranges': 'bytes',
+        'content-type': 'application/octet-stream',
+      });
       if (range === null) {
         reply.header('content-range', `bytes */${size}`);
-        return fail(reply, 416, 'RANGE_INVALID', `range ${req.headers.range} is not satisfiable for ${size} bytes`);
+        return fail(
+          reply,
+          416,
+          'RANGE_INVALID',
+          `range ${req.headers.range} is not satisfiable for ${size} bytes`,
+        );
       }
       const { start, end } = range ?? { start: 0, end: size };
       if (range) reply.code(206).header('content-range', `bytes ${start}-${end - 1}/${size}`);
@@ -274,10 +360,22 @@ function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): F
     return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
   };
 
-  app.route({ method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'], url: '/*', handler: handle });
+  app.route({
+    method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+    url: '/*',
+    handler: handle,
+  });
   app.setErrorHandler((err, _req, reply) => {
     // A blob that fails verification is a server-side problem the client should not retry into.
-    reply.code(500).headers(API_HEADER).type('application/json').send({ errors: [{ code: 'UNKNOWN', message: String((err as Error).message ?? err).split('\n')[0] }] });
+    reply
+      .code(500)
+      .headers(API_HEADER)
+      .type('application/json')
+      .send({
+        errors: [
+          { code: 'UNKNOWN', message: String((err as Error).message ?? err).split('\n')[0] },
+        ],
+      });
   });
   return app;
 }
@@ -294,7 +392,15 @@ export async function startRegistry(opts: RegistryServerOptions): Promise<Runnin
   });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : 0;
-  return { address: `${host}:${port}`, port, served, get connections() { return sockets.size; }, close: () => closeRegistry(app, sockets) };
+  return {
+    address: `${host}:${port}`,
+    port,
+    served,
+    get connections() {
+      return sockets.size;
+    },
+    close: () => closeRegistry(app, sockets),
+  };
 }
 
 /** How long a request still being answered at close may take before its connection is cut. */

@@ -1,7 +1,15 @@
 import { lstat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { BundleRandomReader, blobPath, processFrameBudget, type BundleManifest, type BundleSource, type ByteBudget, type VerifiedFrames } from '@offline-bundle/format';
+import {
+  BundleRandomReader,
+  blobPath,
+  processFrameBudget,
+  type BundleManifest,
+  type BundleSource,
+  type ByteBudget,
+  type VerifiedFrames,
+} from '@offline-bundle/format';
 import { mirrorPath, newSha256 } from '@offline-bundle/oci';
 import { BaseError, openRegularFile } from '@offline-bundle/host';
 import { fileRange, readFully } from './file-range.js';
@@ -49,7 +57,9 @@ export interface Catalog {
  * of 127.0.0.1:5000/acme/app), so that is answered too, unless two sources (or a mirror name)
  * share it: then it is refused with the names to use instead.
  */
-function nameIndex(repositories: Iterable<string>): Pick<Catalog, 'sources' | 'shortNames' | 'ambiguous'> {
+function nameIndex(
+  repositories: Iterable<string>,
+): Pick<Catalog, 'sources' | 'shortNames' | 'ambiguous'> {
   const sources = new Map<string, string>();
   const claims = new Map<string, string[]>();
   for (const repository of repositories) {
@@ -92,12 +102,17 @@ export function catalogOf(manifest: BundleManifest): Catalog {
 }
 
 /** Each source repository with the names `address` serves it under, the short one first when it has one. */
-export function servedNames(catalog: Catalog, address: string): { source: string; names: string[] }[] {
+export function servedNames(
+  catalog: Catalog,
+  address: string,
+): { source: string; names: string[] }[] {
   const short = new Map([...catalog.shortNames].map(([s, name]) => [name, s]));
-  return [...catalog.sources].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([name, source]) => ({
-    source,
-    names: [...(short.has(name) ? [short.get(name)!] : []), name].map((n) => `${address}/${n}`),
-  }));
+  return [...catalog.sources]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([name, source]) => ({
+      source,
+      names: [...(short.has(name) ? [short.get(name)!] : []), name].map((n) => `${address}/${n}`),
+    }));
 }
 
 /** Why a layout cannot be served: missing, resized, not a regular file, or not the signed bytes. */
@@ -117,21 +132,42 @@ const READ_AHEAD = 1;
 /** Read unit of a blob served unchecked: less CPU than 64 KiB or 1 MiB reads for a 16-stream client. */
 const READ_UNIT = 256 * 1024;
 
-const shrankLayout = (at: number) => new LayoutError('LAYOUT_INVALID', `a layout blob shrank to ${at} bytes while being served; extract the bundle again`);
+const shrankLayout = (at: number) =>
+  new LayoutError(
+    'LAYOUT_INVALID',
+    `a layout blob shrank to ${at} bytes while being served; extract the bundle again`,
+  );
 
 /**
  * Bytes [start, end) of a blob file. With `chunks` (its CHECK_CHUNK digests from a read that
  * found the signed digest), each chunk is hashed again and passed on only if it still matches.
  */
-export function layoutRange(fh: FileHandle, size: number, start: number, end: number, what: string, chunks?: Buffer[]): Readable {
-  const check = chunks && (async (c: number, piece: Buffer) => {
-    if (!newSha256().update(piece).digest().equals(chunks[c]!)) {
-      const at = c * CHECK_CHUNK;
-      throw new LayoutError('LAYOUT_INVALID', `${what} changed on disk after it was checked (bytes ${at}-${at + piece.length - 1}); it is not served: extract the bundle again`);
-    }
-  });
+export function layoutRange(
+  fh: FileHandle,
+  size: number,
+  start: number,
+  end: number,
+  what: string,
+  chunks?: Buffer[],
+): Readable {
+  const check =
+    chunks &&
+    (async (c: number, piece: Buffer) => {
+      if (!newSha256().update(piece).digest().equals(chunks[c]!)) {
+        const at = c * CHECK_CHUNK;
+        throw new LayoutError(
+          'LAYOUT_INVALID',
+          `${what} changed on disk after it was checked (bytes ${at}-${at + piece.length - 1}); it is not served: extract the bundle again`,
+        );
+      }
+    });
   return check
-    ? fileRange(fh, size, start, end, { unit: CHECK_CHUNK, ahead: CHECK_AHEAD, shrank: shrankLayout, check })
+    ? fileRange(fh, size, start, end, {
+        unit: CHECK_CHUNK,
+        ahead: CHECK_AHEAD,
+        shrank: shrankLayout,
+        check,
+      })
     : fileRange(fh, size, start, end, { unit: READ_UNIT, ahead: READ_AHEAD, shrank: shrankLayout });
 }
 
@@ -143,19 +179,43 @@ export function layoutRange(fh: FileHandle, size: number, start: number, end: nu
  * after the check is refused, not served.
  */
 export class LayoutStore implements BlobStore {
-  private constructor(private readonly dir: string, private readonly catalog: Catalog, private readonly chunks: Map<string, Buffer[]> | undefined) {}
+  private constructor(
+    private readonly dir: string,
+    private readonly catalog: Catalog,
+    private readonly chunks: Map<string, Buffer[]> | undefined,
+  ) {}
 
-  static async open(dir: string, catalog: Catalog, opts: { verified?: boolean } = {}): Promise<LayoutStore> {
+  static async open(
+    dir: string,
+    catalog: Catalog,
+    opts: { verified?: boolean } = {},
+  ): Promise<LayoutStore> {
     const chunks = opts.verified ? undefined : new Map<string, Buffer[]>();
     for (const [digest, size] of catalog.blobs) {
       const path = join(dir, blobPath(digest));
       const st = await lstat(path).catch(() => undefined);
-      if (!st) throw new LayoutError('LAYOUT_INVALID', `layout ${dir} is incomplete: ${blobPath(digest)} is missing; stage or extract the bundle again`);
-      if (!st.isFile()) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} is not a regular file; extract the bundle again`);
-      if (st.size !== size) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} has ${st.size} of ${size} bytes; stage or extract the bundle again`);
+      if (!st)
+        throw new LayoutError(
+          'LAYOUT_INVALID',
+          `layout ${dir} is incomplete: ${blobPath(digest)} is missing; stage or extract the bundle again`,
+        );
+      if (!st.isFile())
+        throw new LayoutError(
+          'LAYOUT_INVALID',
+          `layout ${dir}: ${blobPath(digest)} is not a regular file; extract the bundle again`,
+        );
+      if (st.size !== size)
+        throw new LayoutError(
+          'LAYOUT_INVALID',
+          `layout ${dir}: ${blobPath(digest)} has ${st.size} of ${size} bytes; stage or extract the bundle again`,
+        );
       if (chunks) {
         const hashed = await hashInChunks(path, size);
-        if (hashed.digest !== digest) throw new LayoutError('LAYOUT_INVALID', `layout ${dir}: ${blobPath(digest)} does not match its signed digest; extract the bundle again`);
+        if (hashed.digest !== digest)
+          throw new LayoutError(
+            'LAYOUT_INVALID',
+            `layout ${dir}: ${blobPath(digest)} does not match its signed digest; extract the bundle again`,
+          );
         chunks.set(digest, hashed.chunks);
       }
     }
@@ -170,7 +230,14 @@ export class LayoutStore implements BlobStore {
     const what = `layout ${this.dir}: ${blobPath(digest)}`;
     // a blob swapped for a symlink or a FIFO after open() checked it is refused, not followed or waited on
     const fh = await openLayoutBlob(join(this.dir, blobPath(digest)), what);
-    return layoutRange(fh, this.catalog.blobs.get(digest)!, start, end, what, this.chunks?.get(digest));
+    return layoutRange(
+      fh,
+      this.catalog.blobs.get(digest)!,
+      start,
+      end,
+      what,
+      this.chunks?.get(digest),
+    );
   }
 
   async close(): Promise<void> {}
@@ -179,12 +246,19 @@ export class LayoutStore implements BlobStore {
 /** A layout blob file open for reading, or a LayoutError naming `what` and why it cannot be. */
 function openLayoutBlob(path: string, what: string): Promise<FileHandle> {
   return openRegularFile(path).catch((err: unknown) => {
-    throw new LayoutError('LAYOUT_INVALID', `${what} cannot be served: ${(err as Error).message}; extract the bundle again`, { cause: err });
+    throw new LayoutError(
+      'LAYOUT_INVALID',
+      `${what} cannot be served: ${(err as Error).message}; extract the bundle again`,
+      { cause: err },
+    );
   });
 }
 
 /** One read of a blob: its digest and each CHECK_CHUNK's sha256. */
-async function hashInChunks(path: string, size: number): Promise<{ digest: string; chunks: Buffer[] }> {
+async function hashInChunks(
+  path: string,
+  size: number,
+): Promise<{ digest: string; chunks: Buffer[] }> {
   // swapped between the lstat and here: a FIFO must not hang the start
   const fh = await openLayoutBlob(path, path);
   try {
@@ -209,18 +283,35 @@ async function hashInChunks(path: string, size: number): Promise<{ digest: strin
  * Range alike pass on only bytes that were verified.
  */
 export class BundleFileStore implements BlobStore {
-  private constructor(private readonly reader: BundleRandomReader, private readonly catalog: Catalog, private readonly budget: ByteBudget) {}
+  private constructor(
+    private readonly reader: BundleRandomReader,
+    private readonly catalog: Catalog,
+    private readonly budget: ByteBudget,
+  ) {}
 
   /**
    * `verified`: the pass `verifyBundle(source, { frameDigests: true })` just made, saving a second
    * read of each blob. The store reads through `source`; whoever opened it closes it, after the store.
    */
-  static async open(source: BundleSource, manifest: BundleManifest, catalog: Catalog, verified?: VerifiedFrames): Promise<BundleFileStore> {
+  static async open(
+    source: BundleSource,
+    manifest: BundleManifest,
+    catalog: Catalog,
+    verified?: VerifiedFrames,
+  ): Promise<BundleFileStore> {
     // a delta's base blobs are listed but not in the file: serving it would promise what it cannot send
-    if (manifest.base) throw new LayoutError('LAYOUT_INVALID', `${source.identity} is a delta against ${manifest.base.version}: the blobs it takes from there are not in it, so it cannot be served from its file; load it on a node that keeps ${manifest.base.version}, or serve the full bundle`);
+    if (manifest.base)
+      throw new LayoutError(
+        'LAYOUT_INVALID',
+        `${source.identity} is a delta against ${manifest.base.version}: the blobs it takes from there are not in it, so it cannot be served from its file; load it on a node that keeps ${manifest.base.version}, or serve the full bundle`,
+      );
     // the reader's budget, named here so the registry can tell when others wait for it
     const budget = processFrameBudget;
-    return new BundleFileStore(await BundleRandomReader.open(source, manifest, verified, { frameBudget: budget }), catalog, budget);
+    return new BundleFileStore(
+      await BundleRandomReader.open(source, manifest, verified, { frameBudget: budget }),
+      catalog,
+      budget,
+    );
   }
 
   size(digest: string): number | undefined {

@@ -7,18 +7,31 @@ import { fileURLToPath } from 'node:url';
 import type * as grpc from '@grpc/grpc-js';
 import { connect, lazyService, unaryCall, type UnaryMethod } from './grpc-service.js';
 
-export const CRI_RUNTIME_PROTO_PATH = fileURLToPath(new URL('../proto/cri-runtime.proto', import.meta.url));
+export const CRI_RUNTIME_PROTO_PATH = fileURLToPath(
+  new URL('../proto/cri-runtime.proto', import.meta.url),
+);
 
 interface RuntimeServiceStub extends grpc.Client {
   Status: UnaryMethod<{ info?: Record<string, string> }>;
 }
-const runtimeService = lazyService<RuntimeServiceStub>(CRI_RUNTIME_PROTO_PATH, ['runtime', 'v1', 'RuntimeService'], {});
+const runtimeService = lazyService<RuntimeServiceStub>(
+  CRI_RUNTIME_PROTO_PATH,
+  ['runtime', 'v1', 'RuntimeService'],
+  {},
+);
 
 /** CRI Status with verbose set (`crictl info`): the runtime's info map, each value a JSON text. */
-export async function criStatusInfo(socketPath: string, timeoutMs = 5_000): Promise<Record<string, string>> {
+export async function criStatusInfo(
+  socketPath: string,
+  timeoutMs = 5_000,
+): Promise<Record<string, string>> {
   const stub = connect(runtimeService(), socketPath);
   try {
-    const res = await unaryCall(stub.Status.bind(stub), { verbose: true }, { what: 'runtime status', who: 'the runtime', timeoutMs, fallback: 'CRI_ERROR' });
+    const res = await unaryCall(
+      stub.Status.bind(stub),
+      { verbose: true },
+      { what: 'runtime status', who: 'the runtime', timeoutMs, fallback: 'CRI_ERROR' },
+    );
     return { ...(res.info ?? {}) };
   } finally {
     stub.close();
@@ -60,6 +73,15 @@ export function configPathReads(configPath: string, certsDir: string, root = '/'
   // the agent in a chroot or container that sees the node's files under its root (root /node):
   // containerd names the same directory from outside, ending in the agent's whole path
   const inside = path.resolve(root) !== '/' ? path.resolve(certsDir) : undefined;
-  return configPath.split(':').map((p) => p.trim()).filter((p) => p !== '')
-    .some((p) => wanted.has(path.resolve('/', p)) || (inside !== undefined && path.resolve('/', p).endsWith(inside) && path.resolve('/', p) !== inside));
+  return configPath
+    .split(':')
+    .map((p) => p.trim())
+    .filter((p) => p !== '')
+    .some(
+      (p) =>
+        wanted.has(path.resolve('/', p)) ||
+        (inside !== undefined &&
+          path.resolve('/', p).endsWith(inside) &&
+          path.resolve('/', p) !== inside),
+    );
 }

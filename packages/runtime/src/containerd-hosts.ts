@@ -53,7 +53,11 @@ export function renderContainerdHosts(registryHost: string, mirror: string): str
  * Write `<certsDir>/<registryHost>/hosts.toml` atomically; returns its path. An existing
  * hosts.toml that offline-bundle did not write is left alone (FOREIGN_FILE).
  */
-export async function writeContainerdHosts(certsDir: string, registryHost: string, mirror: string): Promise<string> {
+export async function writeContainerdHosts(
+  certsDir: string,
+  registryHost: string,
+  mirror: string,
+): Promise<string> {
   const content = renderContainerdHosts(registryHost, mirror);
   const dir = path.join(certsDir, containerdHostDir(registryHost));
   const file = path.join(dir, 'hosts.toml');
@@ -61,7 +65,11 @@ export async function writeContainerdHosts(certsDir: string, registryHost: strin
     await makeDirs(dir);
   } catch (e) {
     const nospace = (e as NodeJS.ErrnoException).code === 'ENOSPC';
-    throw new RuntimeError(nospace ? 'NO_SPACE' : 'WRITE_FAILED', `cannot create ${dir}: ${(e as Error).message}`, { cause: e });
+    throw new RuntimeError(
+      nospace ? 'NO_SPACE' : 'WRITE_FAILED',
+      `cannot create ${dir}: ${(e as Error).message}`,
+      { cause: e },
+    );
   }
   await assertNotForeign(file);
   await writeFileAtomic(file, content);
@@ -73,7 +81,10 @@ export async function writeContainerdHosts(certsDir: string, registryHost: strin
  * then empty). Idempotent. A hosts.toml without the offline-bundle marker is never removed
  * (FOREIGN_FILE). Returns whether a file was removed.
  */
-export async function removeContainerdHosts(certsDir: string, registryHost: string): Promise<boolean> {
+export async function removeContainerdHosts(
+  certsDir: string,
+  registryHost: string,
+): Promise<boolean> {
   const dir = path.join(certsDir, containerdHostDir(registryHost));
   const removed = await removeManagedFile(path.join(dir, 'hosts.toml'));
   if (removed) await rmdir(dir).catch(() => {}); // only succeeds when empty

@@ -18,9 +18,16 @@ export interface ContainerdPinOptions {
 }
 
 /** Runs `fn` with an images client on the socket `opts.address`, closed afterwards. */
-async function withImages<T>(opts: ContainerdPinOptions, fn: (c: ContainerdImagesClient) => Promise<T>): Promise<T> {
-  if (!opts.address) throw new RuntimeError('INVALID_SPEC', 'containerd pins need the containerd socket address');
-  const c = new ContainerdImagesClient(opts.address, { namespace: opts.namespace ?? 'k8s.io', ...(opts.timeoutMs ? { callTimeoutMs: opts.timeoutMs } : {}) });
+async function withImages<T>(
+  opts: ContainerdPinOptions,
+  fn: (c: ContainerdImagesClient) => Promise<T>,
+): Promise<T> {
+  if (!opts.address)
+    throw new RuntimeError('INVALID_SPEC', 'containerd pins need the containerd socket address');
+  const c = new ContainerdImagesClient(opts.address, {
+    namespace: opts.namespace ?? 'k8s.io',
+    ...(opts.timeoutMs ? { callTimeoutMs: opts.timeoutMs } : {}),
+  });
   try {
     return await fn(c);
   } finally {
@@ -31,7 +38,11 @@ async function withImages<T>(opts: ContainerdPinOptions, fn: (c: ContainerdImage
 /** The names of every containerd image record that carries the pin label. */
 export async function containerdPinnedRefs(opts: ContainerdPinOptions): Promise<Set<string>> {
   const records = await withImages(opts, (c) => c.list());
-  return new Set(records.filter((r) => r.labels[CONTAINERD_PIN_LABEL] === CONTAINERD_PIN_VALUE).map((r) => r.name));
+  return new Set(
+    records
+      .filter((r) => r.labels[CONTAINERD_PIN_LABEL] === CONTAINERD_PIN_VALUE)
+      .map((r) => r.name),
+  );
 }
 
 /**
@@ -41,7 +52,10 @@ export async function containerdPinnedRefs(opts: ContainerdPinOptions): Promise<
  * images API (as `ctr images label` does). Returns the names labelled, sorted. A reference
  * containerd does not have: IMAGE_NOT_FOUND; containerd refusing otherwise: PIN_FAILED.
  */
-export async function pinContainerdImages(refs: string[], opts: ContainerdPinOptions): Promise<string[]> {
+export async function pinContainerdImages(
+  refs: string[],
+  opts: ContainerdPinOptions,
+): Promise<string[]> {
   return (await setContainerdPins(refs, [], opts)).pinned;
 }
 
@@ -50,7 +64,11 @@ export async function pinContainerdImages(refs: string[], opts: ContainerdPinOpt
  * (an older release's images), except records of an image that is also pinned. An unpin
  * reference containerd no longer has is skipped: it is already gone.
  */
-export async function setContainerdPins(pin: string[], unpin: string[], opts: ContainerdPinOptions): Promise<{ pinned: string[]; unpinned: string[] }> {
+export async function setContainerdPins(
+  pin: string[],
+  unpin: string[],
+  opts: ContainerdPinOptions,
+): Promise<{ pinned: string[]; unpinned: string[] }> {
   const namespace = opts.namespace ?? 'k8s.io';
   for (const r of [...pin, ...unpin]) assertImageRef(r);
   if (pin.length === 0 && unpin.length === 0) return { pinned: [], unpinned: [] };
@@ -66,7 +84,11 @@ export async function setContainerdPins(pin: string[], unpin: string[], opts: Co
     const names = new Set<string>();
     for (const ref of pin) {
       const digest = byName.get(ref);
-      if (!digest) throw new RuntimeError('IMAGE_NOT_FOUND', `pin ${ref}: containerd (namespace ${namespace}) has no image of that name`);
+      if (!digest)
+        throw new RuntimeError(
+          'IMAGE_NOT_FOUND',
+          `pin ${ref}: containerd (namespace ${namespace}) has no image of that name`,
+        );
       pinnedDigests.add(digest);
       for (const n of byDigest.get(digest) ?? [ref]) names.add(n);
     }
@@ -77,9 +99,13 @@ export async function setContainerdPins(pin: string[], unpin: string[], opts: Co
       for (const n of byDigest.get(digest) ?? [ref]) released.add(n);
     }
     const pinned = [...names].sort();
-    await eachLimited(pinned, LABEL_CONCURRENCY, (name) => c.setLabel(name, CONTAINERD_PIN_LABEL, CONTAINERD_PIN_VALUE, `pin ${name}`));
+    await eachLimited(pinned, LABEL_CONCURRENCY, (name) =>
+      c.setLabel(name, CONTAINERD_PIN_LABEL, CONTAINERD_PIN_VALUE, `pin ${name}`),
+    );
     const unpinned = [...released].sort();
-    await eachLimited(unpinned, LABEL_CONCURRENCY, (name) => c.setLabel(name, CONTAINERD_PIN_LABEL, undefined, `unpin ${name}`));
+    await eachLimited(unpinned, LABEL_CONCURRENCY, (name) =>
+      c.setLabel(name, CONTAINERD_PIN_LABEL, undefined, `unpin ${name}`),
+    );
     return { pinned, unpinned };
   });
 }
@@ -88,7 +114,11 @@ export async function setContainerdPins(pin: string[], unpin: string[], opts: Co
 const LABEL_CONCURRENCY = 8;
 
 /** Runs `fn` over `items`, at most `limit` at once; rejects with the first failure once the running calls settle. */
-async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<unknown>): Promise<void> {
+async function eachLimited<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<unknown>,
+): Promise<void> {
   let next = 0;
   let failure: { err: unknown } | undefined;
   const worker = async () => {

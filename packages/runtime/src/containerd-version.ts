@@ -5,18 +5,28 @@ import { fileURLToPath } from 'node:url';
 import type * as grpc from '@grpc/grpc-js';
 import { connect, lazyService, unaryCall, type UnaryMethod } from './grpc-service.js';
 
-export const CONTAINERD_VERSION_PROTO_PATH = fileURLToPath(new URL('../proto/containerd-version.proto', import.meta.url));
+export const CONTAINERD_VERSION_PROTO_PATH = fileURLToPath(
+  new URL('../proto/containerd-version.proto', import.meta.url),
+);
 
 interface VersionStub extends grpc.Client {
   Version: UnaryMethod<{ version?: string }>;
 }
-const versionService = lazyService<VersionStub>(CONTAINERD_VERSION_PROTO_PATH, ['containerd', 'services', 'version', 'v1', 'Version'], {});
+const versionService = lazyService<VersionStub>(
+  CONTAINERD_VERSION_PROTO_PATH,
+  ['containerd', 'services', 'version', 'v1', 'Version'],
+  {},
+);
 
 /** containerd's own version string ("v1.7.13", "1.6.20~ds1" as Debian builds it). */
 export async function containerdVersion(address: string, timeoutMs = 2_000): Promise<string> {
   const stub = connect(versionService(), address);
   try {
-    const res = await unaryCall(stub.Version.bind(stub), {}, { what: 'containerd version', who: 'containerd', timeoutMs, fallback: 'CRI_ERROR' });
+    const res = await unaryCall(
+      stub.Version.bind(stub),
+      {},
+      { what: 'containerd version', who: 'containerd', timeoutMs, fallback: 'CRI_ERROR' },
+    );
     return res.version ?? '';
   } finally {
     stub.close();

@@ -67,9 +67,16 @@ interface ImageServiceStub extends grpc.Client {
   PullImage: UnaryMethod<{ imageRef?: string }>;
   ImageStatus: UnaryMethod<{ image?: RawImage | null }>;
   ListImages: UnaryMethod<{ images?: RawImage[] }>;
-  ImageFsInfo: UnaryMethod<{ imageFilesystems?: RawFsUsage[]; containerFilesystems?: RawFsUsage[] }>;
+  ImageFsInfo: UnaryMethod<{
+    imageFilesystems?: RawFsUsage[];
+    containerFilesystems?: RawFsUsage[];
+  }>;
 }
-const imageService = lazyService<ImageServiceStub>(CRI_PROTO_PATH, ['runtime', 'v1', 'ImageService'], { longs: String, enums: String, oneofs: true });
+const imageService = lazyService<ImageServiceStub>(
+  CRI_PROTO_PATH,
+  ['runtime', 'v1', 'ImageService'],
+  { longs: String, enums: String, oneofs: true },
+);
 
 function toNumber(v: string | number | undefined | null): number {
   if (v === undefined || v === null || v === '') return 0;
@@ -114,7 +121,13 @@ export class CriImageClient implements ImagePuller {
     signal?: AbortSignal,
   ): Promise<T> {
     const fn = this.#stub[method].bind(this.#stub) as UnaryMethod<T>;
-    return unaryCall(fn, req, { what, timeoutMs, signal, fallback: method === 'PullImage' ? 'PULL_FAILED' : 'CRI_ERROR', cancelledCode: 'PULL_FAILED' });
+    return unaryCall(fn, req, {
+      what,
+      timeoutMs,
+      signal,
+      fallback: method === 'PullImage' ? 'PULL_FAILED' : 'CRI_ERROR',
+      cancelledCode: 'PULL_FAILED',
+    });
   }
 
   /** PullImage; resolves to the runtime's image reference (containerd/CRI-O: the image ID). */
@@ -144,18 +157,21 @@ export class CriImageClient implements ImagePuller {
 
   /** ListImages (all images, no filter). */
   async listImages(): Promise<CriImage[]> {
-    const res = await this.#call<{ images?: RawImage[] }>('ListImages', {}, 'list images', this.#callTimeoutMs);
+    const res = await this.#call<{ images?: RawImage[] }>(
+      'ListImages',
+      {},
+      'list images',
+      this.#callTimeoutMs,
+    );
     return (res.images ?? []).map(toImage);
   }
 
   /** ImageFsInfo: usage of the filesystem(s) holding the image store. */
   async imageFsInfo(): Promise<ImageFsInfo> {
-    const res = await this.#call<{ imageFilesystems?: RawFsUsage[]; containerFilesystems?: RawFsUsage[] }>(
-      'ImageFsInfo',
-      {},
-      'image filesystem info',
-      this.#callTimeoutMs,
-    );
+    const res = await this.#call<{
+      imageFilesystems?: RawFsUsage[];
+      containerFilesystems?: RawFsUsage[];
+    }>('ImageFsInfo', {}, 'image filesystem info', this.#callTimeoutMs);
     return {
       imageFilesystems: (res.imageFilesystems ?? []).map(toFsUsage),
       containerFilesystems: (res.containerFilesystems ?? []).map(toFsUsage),

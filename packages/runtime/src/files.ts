@@ -8,7 +8,8 @@ import { RuntimeError } from './errors.js';
  * file) check for it, so a file that an installer, the MCO or an administrator put at the
  * same path is never touched.
  */
-export const MANAGED_MARKER = '# Managed by offline-bundle: written by bundle-agent, removed when the upgrade completes. Do not edit.';
+export const MANAGED_MARKER =
+  '# Managed by offline-bundle: written by bundle-agent, removed when the upgrade completes. Do not edit.';
 
 function errno(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException | undefined)?.code;
@@ -18,7 +19,9 @@ function writeError(action: string, file: string, e: unknown): RuntimeError {
   const code = errno(e);
   const why = e instanceof Error ? e.message : String(e);
   if (code === 'ENOSPC' || code === 'EDQUOT') {
-    return new RuntimeError('NO_SPACE', `cannot ${action} ${file}: no space left on device`, { cause: e });
+    return new RuntimeError('NO_SPACE', `cannot ${action} ${file}: no space left on device`, {
+      cause: e,
+    });
   }
   return new RuntimeError('WRITE_FAILED', `cannot ${action} ${file}: ${why}`, { cause: e });
 }
@@ -29,7 +32,11 @@ export async function readIfExists(file: string): Promise<string | undefined> {
     return await readFile(file, 'utf8');
   } catch (e) {
     if (errno(e) === 'ENOENT') return undefined;
-    throw new RuntimeError('READ_FAILED', `cannot read ${file}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new RuntimeError(
+      'READ_FAILED',
+      `cannot read ${file}: ${e instanceof Error ? e.message : String(e)}`,
+      { cause: e },
+    );
   }
 }
 
@@ -41,7 +48,10 @@ function isManaged(text: string): boolean {
 export async function assertNotForeign(file: string): Promise<void> {
   const existing = await readIfExists(file);
   if (existing !== undefined && !isManaged(existing)) {
-    throw new RuntimeError('FOREIGN_FILE', `${file} exists and was not written by offline-bundle; leaving it alone`);
+    throw new RuntimeError(
+      'FOREIGN_FILE',
+      `${file} exists and was not written by offline-bundle; leaving it alone`,
+    );
   }
 }
 
@@ -66,7 +76,10 @@ export async function removeManagedFile(file: string): Promise<boolean> {
   const existing = await readIfExists(file);
   if (existing === undefined) return false;
   if (!isManaged(existing)) {
-    throw new RuntimeError('FOREIGN_FILE', `${file} was not written by offline-bundle; leaving it alone`);
+    throw new RuntimeError(
+      'FOREIGN_FILE',
+      `${file} was not written by offline-bundle; leaving it alone`,
+    );
   }
   try {
     await unlink(file);

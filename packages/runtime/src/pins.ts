@@ -3,11 +3,18 @@
 import path from 'node:path';
 import { parse, stringify } from 'smol-toml';
 import { RuntimeError } from './errors.js';
-import { MANAGED_MARKER, assertFileName, assertNotForeign, readIfExists, writeFileAtomic } from './files.js';
+import {
+  MANAGED_MARKER,
+  assertFileName,
+  assertNotForeign,
+  readIfExists,
+  writeFileAtomic,
+} from './files.js';
 import { assertImageRef } from './validate.js';
 
 function normalize(images: string[]): string[] {
-  if (!Array.isArray(images)) throw new RuntimeError('INVALID_SPEC', 'pinned images must be an array of strings');
+  if (!Array.isArray(images))
+    throw new RuntimeError('INVALID_SPEC', 'pinned images must be an array of strings');
   for (const i of images) assertImageRef(i);
   return [...new Set(images)].sort();
 }
@@ -23,7 +30,11 @@ export function renderPinsDropIn(images: string[]): string {
 }
 
 /** Write `<dir>/<name>` atomically (see renderPinsDropIn); returns its path. */
-export async function writePinsDropIn(dir: string, name: string, images: string[]): Promise<string> {
+export async function writePinsDropIn(
+  dir: string,
+  name: string,
+  images: string[],
+): Promise<string> {
   assertFileName(name);
   const content = renderPinsDropIn(images);
   const file = path.join(dir, name);
@@ -48,11 +59,18 @@ export async function readPinsDropIn(file: string): Promise<string[]> {
     throw new RuntimeError('READ_FAILED', `${file} is not valid TOML: ${why}`, { cause: e });
   }
   const crio = doc['crio'];
-  const image = crio && typeof crio === 'object' ? (crio as Record<string, unknown>)['image'] : undefined;
-  const pinned = image && typeof image === 'object' ? (image as Record<string, unknown>)['pinned_images'] : undefined;
+  const image =
+    crio && typeof crio === 'object' ? (crio as Record<string, unknown>)['image'] : undefined;
+  const pinned =
+    image && typeof image === 'object'
+      ? (image as Record<string, unknown>)['pinned_images']
+      : undefined;
   if (pinned === undefined) return [];
   if (!Array.isArray(pinned) || !pinned.every((p) => typeof p === 'string')) {
-    throw new RuntimeError('READ_FAILED', `${file}: crio.image.pinned_images is not a list of strings`);
+    throw new RuntimeError(
+      'READ_FAILED',
+      `${file}: crio.image.pinned_images is not a list of strings`,
+    );
   }
   return [...new Set(pinned as string[])].sort();
 }

@@ -33,11 +33,20 @@ export interface PullResult {
 }
 
 /** Failures worth another attempt: the runtime restarting, a slow, flaky or stalled pull. */
-const TRANSIENT: ReadonlySet<RuntimeErrorCode> = new Set(['RUNTIME_UNAVAILABLE', 'TIMEOUT', 'PULL_FAILED', 'STALLED']);
+const TRANSIENT: ReadonlySet<RuntimeErrorCode> = new Set([
+  'RUNTIME_UNAVAILABLE',
+  'TIMEOUT',
+  'PULL_FAILED',
+  'STALLED',
+]);
 
 function asRuntimeError(e: unknown, ref: string): RuntimeError {
   if (e instanceof RuntimeError) return e;
-  return new RuntimeError('PULL_FAILED', `pull ${ref}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  return new RuntimeError(
+    'PULL_FAILED',
+    `pull ${ref}: ${e instanceof Error ? e.message : String(e)}`,
+    { cause: e },
+  );
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -63,7 +72,11 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
  * AggregateError of all failures as `cause`. Resolves, in input order, when every image
  * was pulled.
  */
-export async function pullAll(client: ImagePuller, refs: string[], opts: PullAllOptions = {}): Promise<PullResult[]> {
+export async function pullAll(
+  client: ImagePuller,
+  refs: string[],
+  opts: PullAllOptions = {},
+): Promise<PullResult[]> {
   const unique = [...new Set(refs)];
   const total = unique.length;
   const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 3));
@@ -100,7 +113,15 @@ export async function pullAll(client: ImagePuller, refs: string[], opts: PullAll
           return;
         }
         if (!TRANSIENT.has(err.code) || attempt >= retries) {
-          failures.push({ ref, error: attempt > 0 ? new RuntimeError(err.code, `${err.message} (${attempt + 1} attempts)`, { cause: err }) : err });
+          failures.push({
+            ref,
+            error:
+              attempt > 0
+                ? new RuntimeError(err.code, `${err.message} (${attempt + 1} attempts)`, {
+                    cause: err,
+                  })
+                : err,
+          });
           return;
         }
         opts.onRetry?.(ref, attempt + 1, err);
@@ -130,12 +151,16 @@ export async function pullAll(client: ImagePuller, refs: string[], opts: PullAll
   if (failures.length > 0) {
     const first = failures[0] as { ref: string; error: RuntimeError };
     const more = failures.length > 1 ? ` (and ${failures.length - 1} more)` : '';
-    throw new RuntimeError(first.error.code, `${failures.length} of ${total} images failed to pull; first: ${first.error.message}${more}`, {
-      cause: new AggregateError(
-        failures.map((f) => f.error),
-        'image pull failures',
-      ),
-    });
+    throw new RuntimeError(
+      first.error.code,
+      `${failures.length} of ${total} images failed to pull; first: ${first.error.message}${more}`,
+      {
+        cause: new AggregateError(
+          failures.map((f) => f.error),
+          'image pull failures',
+        ),
+      },
+    );
   }
   return unique.map((ref) => ({ ref, imageRef: results.get(ref) as string }));
 }

@@ -4,7 +4,13 @@ import path from 'node:path';
 import { mirrorPath } from '@offline-bundle/oci';
 import { stringify } from 'smol-toml';
 import { RuntimeError } from './errors.js';
-import { MANAGED_MARKER, assertFileName, assertNotForeign, removeManagedFile, writeFileAtomic } from './files.js';
+import {
+  MANAGED_MARKER,
+  assertFileName,
+  assertNotForeign,
+  removeManagedFile,
+  writeFileAtomic,
+} from './files.js';
 import { assertHost, assertRepository } from './validate.js';
 
 export interface MirroredRepository {
@@ -53,11 +59,18 @@ export function renderRegistriesDropIn(spec: RegistriesDropInSpec): string {
 }
 
 /** Write `<dir>/<name>` atomically (see renderRegistriesDropIn); returns its path. */
-export async function writeRegistriesDropIn(dir: string, name: string, spec: RegistriesDropInSpec): Promise<string> {
+export async function writeRegistriesDropIn(
+  dir: string,
+  name: string,
+  spec: RegistriesDropInSpec,
+): Promise<string> {
   assertFileName(name);
   if (!name.endsWith('.conf')) {
     // containers/image only reads *.conf files from registries.conf.d.
-    throw new RuntimeError('INVALID_SPEC', `registries.conf.d drop-in name must end in .conf: ${JSON.stringify(name)}`);
+    throw new RuntimeError(
+      'INVALID_SPEC',
+      `registries.conf.d drop-in name must end in .conf: ${JSON.stringify(name)}`,
+    );
   }
   const content = renderRegistriesDropIn(spec);
   const file = path.join(dir, name);

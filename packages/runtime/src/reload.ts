@@ -16,11 +16,22 @@ export async function reloadRuntime(command: string[], opts: ReloadOptions = {})
   const shown = command.join(' ');
   const r = await execFile(file, args, timeoutMs);
   if (r.spawnError) {
-    throw new RuntimeError('RELOAD_FAILED', `${shown}: cannot run ${file}: ${r.spawnError.message}`, { cause: r.spawnError });
+    throw new RuntimeError(
+      'RELOAD_FAILED',
+      `${shown}: cannot run ${file}: ${r.spawnError.message}`,
+      { cause: r.spawnError },
+    );
   }
-  if (r.timedOut) throw new RuntimeError('RELOAD_FAILED', `${shown}: did not finish within ${Math.round(timeoutMs / 1000)} s`);
+  if (r.timedOut)
+    throw new RuntimeError(
+      'RELOAD_FAILED',
+      `${shown}: did not finish within ${Math.round(timeoutMs / 1000)} s`,
+    );
   if (r.code !== 0) {
-    const why = firstLine(r.stderr) || firstLine(r.stdout) || (r.signal ? `killed by ${r.signal}` : `exit code ${r.code}`);
+    const why =
+      firstLine(r.stderr) ||
+      firstLine(r.stdout) ||
+      (r.signal ? `killed by ${r.signal}` : `exit code ${r.code}`);
     throw new RuntimeError('RELOAD_FAILED', `${shown}: ${why}`);
   }
 }

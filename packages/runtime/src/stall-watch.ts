@@ -43,7 +43,10 @@ export function watchStalls(inner: ImagePuller, opts: StallWatchOptions): ImageP
         try {
           const since = Math.max(started, (await opts.lastMoved(ref)) ?? started);
           if (now() - since < opts.stallMs || attempt.signal.aborted) return;
-          stalled = new RuntimeError('STALLED', `pull ${ref}: no bytes moved for ${seconds} s (preload.stallSeconds), so the pull was cancelled`);
+          stalled = new RuntimeError(
+            'STALLED',
+            `pull ${ref}: no bytes moved for ${seconds} s (preload.stallSeconds), so the pull was cancelled`,
+          );
           attempt.abort(stalled);
         } finally {
           looking = false;

@@ -1,12 +1,16 @@
 import { parseReference, repositoryName } from '@offline-bundle/oci';
 import { RuntimeError } from './errors.js';
 
-const HOST_PORT_RE = /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?$|^\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?$/;
+const HOST_PORT_RE =
+  /^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?$|^\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?$/;
 
 /** A registry address "host[:port]" (the mirror, or a source registry host). */
 export function assertHost(host: string, what: string): void {
   if (typeof host !== 'string' || !HOST_PORT_RE.test(host)) {
-    throw new RuntimeError('INVALID_SPEC', `invalid ${what} ${JSON.stringify(host)}: expected host[:port]`);
+    throw new RuntimeError(
+      'INVALID_SPEC',
+      `invalid ${what} ${JSON.stringify(host)}: expected host[:port]`,
+    );
   }
 }
 
@@ -18,7 +22,10 @@ export function assertRepository(repository: string): void {
   let ok: boolean;
   try {
     const ref = parseReference(repository);
-    ok = repository.includes('/') && repositoryName(ref) === repository && repository.startsWith(`${ref.registry}/`);
+    ok =
+      repository.includes('/') &&
+      repositoryName(ref) === repository &&
+      repository.startsWith(`${ref.registry}/`);
   } catch {
     ok = false;
   }

@@ -32,12 +32,17 @@ export interface Approval extends ApprovalSpec {
 
 /** sha256:HEX → sha256-HEX, the object's name (a DNS-1123 subdomain of 71 characters). */
 export function approvalName(manifestDigest: string): string {
-  if (!DIGEST.test(manifestDigest)) throw new ClusterError('INVALID_DIGEST', `${JSON.stringify(manifestDigest)} is not a digest: give sha256: and 64 lowercase hex digits (bundle cluster approvals lists them)`);
+  if (!DIGEST.test(manifestDigest))
+    throw new ClusterError(
+      'INVALID_DIGEST',
+      `${JSON.stringify(manifestDigest)} is not a digest: give sha256: and 64 lowercase hex digits (bundle cluster approvals lists them)`,
+    );
   return `sha256-${manifestDigest.slice('sha256:'.length)}`;
 }
 
 const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
-const obj = (v: unknown) => (typeof v === 'object' && v !== null ? v as Record<string, unknown> : {});
+const obj = (v: unknown) =>
+  typeof v === 'object' && v !== null ? (v as Record<string, unknown>) : {};
 const time = (v: unknown) => (v instanceof Date ? v.toISOString() : str(v));
 
 /**
@@ -51,12 +56,21 @@ export function pickApproval(item: Record<string, unknown>): Approval | undefine
   const manifestDigest = str(spec.manifestDigest);
   const signer = str(spec.signer);
   const name = str(meta.name);
-  if (!manifestDigest || !DIGEST.test(manifestDigest) || !signer || !DIGEST.test(signer) || name !== approvalName(manifestDigest)) return undefined;
+  if (
+    !manifestDigest ||
+    !DIGEST.test(manifestDigest) ||
+    !signer ||
+    !DIGEST.test(signer) ||
+    name !== approvalName(manifestDigest)
+  )
+    return undefined;
   const releaseName = str(spec.releaseName);
   const approvedAt = time(spec.approvedAt);
   const created = time(meta.creationTimestamp);
   return {
-    name, manifestDigest, signer,
+    name,
+    manifestDigest,
+    signer,
     version: (str(spec.version) ?? '').slice(0, APPROVAL_LIMITS.version),
     ...(releaseName ? { releaseName: releaseName.slice(0, APPROVAL_LIMITS.releaseName) } : {}),
     checked: spec.checked === 'file' ? 'file' : 'digest',

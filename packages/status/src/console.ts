@@ -103,7 +103,8 @@ export class ConsoleWriter {
       // After a restart, do not rewrite a file that already says the same.
       this.last = await readFile(this.path, 'utf8').catch(() => undefined);
       this.loaded = true;
-      if (await removeOldConsoleFile(this.root)) await reloadAgetty(this.root).catch(() => undefined);
+      if (await removeOldConsoleFile(this.root))
+        await reloadAgetty(this.root).catch(() => undefined);
     }
     if (text === this.last) return false;
     await makeDirs(dirname(this.path));

@@ -4,7 +4,12 @@ import { OciError } from '@offline-bundle/oci';
 import { makeDirs, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
 import { dirname } from 'node:path';
 import { CONDITION_STATUSES, HISTORY_STATES, PHASES, type NodeStatus } from './model.js';
-import { processIdentity, writerLiveness, type Liveness, type ProcessIdentity } from './liveness.js';
+import {
+  processIdentity,
+  writerLiveness,
+  type Liveness,
+  type ProcessIdentity,
+} from './liveness.js';
 
 export interface StatusWriter extends ProcessIdentity {
   pid: number;
@@ -20,7 +25,10 @@ export interface StatusFile extends NodeStatus {
   writer?: StatusWriter;
 }
 
-export async function writeStatusFile(path: string, status: NodeStatus | StatusFile): Promise<void> {
+export async function writeStatusFile(
+  path: string,
+  status: NodeStatus | StatusFile,
+): Promise<void> {
   await makeDirs(dirname(path));
   await writeFileAtomic(path, JSON.stringify(inFileForm(status), null, 2) + '\n');
 }
@@ -56,10 +64,15 @@ const isStringList = (v: unknown): v is string[] => Array.isArray(v) && v.every(
  */
 function bundleFromFile(b: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(b)) if (isString(v) && !BUNDLE_LISTS.some((l) => k === l + LIST_SUFFIX)) out[k] = v;
+  for (const [k, v] of Object.entries(b))
+    if (isString(v) && !BUNDLE_LISTS.some((l) => k === l + LIST_SUFFIX)) out[k] = v;
   for (const k of BUNDLE_LISTS) {
     const joined = b[k + LIST_SUFFIX];
-    const list = isStringList(b[k]) ? b[k] : isString(joined) && joined !== '' ? joined.split(',') : undefined;
+    const list = isStringList(b[k])
+      ? b[k]
+      : isString(joined) && joined !== ''
+        ? joined.split(',')
+        : undefined;
     if (list) out[k] = list;
   }
   return out;
@@ -71,7 +84,8 @@ function bundleFromFile(b: Record<string, unknown>): Record<string, unknown> {
  */
 const MAX_STATUS_FILE_BYTES = 1024 * 1024;
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isCount = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 
@@ -79,17 +93,43 @@ const isCount = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v
 function statusDefect(v: unknown): string | undefined {
   if (!isObject(v)) return 'not a JSON object';
   if (!(PHASES as readonly unknown[]).includes(v.phase)) return 'unknown phase';
-  if (!isString(v.node) || !isString(v.message) || !isString(v.updatedAt)) return 'node, message or updatedAt is not a string';
+  if (!isString(v.node) || !isString(v.message) || !isString(v.updatedAt))
+    return 'node, message or updatedAt is not a string';
   const p = v.progress;
-  if (!isObject(p) || !['bytesDone', 'bytesTotal', 'imagesDone', 'imagesTotal'].every((k) => isCount(p[k]))) return 'progress is not four counts';
-  const conditionOk = (c: unknown) => isObject(c) && isString(c.type) && (CONDITION_STATUSES as readonly unknown[]).includes(c.status) && isString(c.reason) && isString(c.message);
-  if (!Array.isArray(v.conditions) || !v.conditions.every(conditionOk)) return 'conditions are not a list of conditions';
-  const entryOk = (h: unknown) => isObject(h) && isString(h.version) && (HISTORY_STATES as readonly unknown[]).includes(h.state) && isString(h.at);
-  if (!Array.isArray(v.history) || !v.history.every(entryOk)) return 'history is not a list of releases';
+  if (
+    !isObject(p) ||
+    !['bytesDone', 'bytesTotal', 'imagesDone', 'imagesTotal'].every((k) => isCount(p[k]))
+  )
+    return 'progress is not four counts';
+  const conditionOk = (c: unknown) =>
+    isObject(c) &&
+    isString(c.type) &&
+    (CONDITION_STATUSES as readonly unknown[]).includes(c.status) &&
+    isString(c.reason) &&
+    isString(c.message);
+  if (!Array.isArray(v.conditions) || !v.conditions.every(conditionOk))
+    return 'conditions are not a list of conditions';
+  const entryOk = (h: unknown) =>
+    isObject(h) &&
+    isString(h.version) &&
+    (HISTORY_STATES as readonly unknown[]).includes(h.state) &&
+    isString(h.at);
+  if (!Array.isArray(v.history) || !v.history.every(entryOk))
+    return 'history is not a list of releases';
   // its fields that are not strings are dropped as it is read (bundleFromFile)
   if (v.bundle !== undefined && !isObject(v.bundle)) return 'bundle is not a list of names';
   const w = v.writer;
-  if (w !== undefined && !(isObject(w) && Number.isInteger(w.pid) && isString(w.heartbeatAt) && !Number.isNaN(Date.parse(w.heartbeatAt)) && isCount(w.heartbeatSeconds))) return 'writer is not a process record';
+  if (
+    w !== undefined &&
+    !(
+      isObject(w) &&
+      Number.isInteger(w.pid) &&
+      isString(w.heartbeatAt) &&
+      !Number.isNaN(Date.parse(w.heartbeatAt)) &&
+      isCount(w.heartbeatSeconds)
+    )
+  )
+    return 'writer is not a process record';
   return undefined;
 }
 
@@ -105,7 +145,8 @@ export async function readStatusFile(path: string): Promise<StatusFile | undefin
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return undefined;
-    if (code === 'NOT_A_REGULAR_FILE' || code === 'FILE_TOO_LARGE') throw damaged(path, (err as Error).message);
+    if (code === 'NOT_A_REGULAR_FILE' || code === 'FILE_TOO_LARGE')
+      throw damaged(path, (err as Error).message);
     throw err;
   }
   let v: unknown;
@@ -117,11 +158,21 @@ export async function readStatusFile(path: string): Promise<StatusFile | undefin
   const defect = statusDefect(v);
   if (defect) throw damaged(path, defect);
   const file = v as StatusFile;
-  return file.bundle ? { ...file, bundle: bundleFromFile(file.bundle as unknown as Record<string, unknown>) as unknown as StatusFile['bundle'] } : file;
+  return file.bundle
+    ? {
+        ...file,
+        bundle: bundleFromFile(
+          file.bundle as unknown as Record<string, unknown>,
+        ) as unknown as StatusFile['bundle'],
+      }
+    : file;
 }
 
 const damaged = (path: string, why: string) =>
-  new OciError('STATUS_DAMAGED', `status file ${path} is damaged (${why}): the agent writes it anew when it starts (systemctl restart bundle-agent); remove it if it stays damaged`);
+  new OciError(
+    'STATUS_DAMAGED',
+    `status file ${path} is damaged (${why}): the agent writes it anew when it starts (systemctl restart bundle-agent); remove it if it stays damaged`,
+  );
 
 /** How another writer's liveness is told (writerLiveness, or a test's). */
 type LivenessCheck = (w: StatusWriter, now: Date) => Promise<Liveness>;
@@ -153,7 +204,11 @@ export interface StatusFileWriterOptions {
  * The status file (undefined when unreadable) and the liveness of its writer (undefined: none,
  * or this process).
  */
-export async function readStatusAndWriter(path: string, liveness: LivenessCheck = writerLiveness, clock = () => new Date()): Promise<{ file?: StatusFile; liveness?: Liveness }> {
+export async function readStatusAndWriter(
+  path: string,
+  liveness: LivenessCheck = writerLiveness,
+  clock = () => new Date(),
+): Promise<{ file?: StatusFile; liveness?: Liveness }> {
   const file = await readStatusFile(path).catch(() => undefined);
   return file ? lastWordOf(path, file, liveness, clock) : {};
 }
@@ -164,8 +219,14 @@ export async function readStatusAndWriter(path: string, liveness: LivenessCheck 
  * moment): the file is then read once more, or the in-flight phase it wrote before would be
  * taken for a load that was killed.
  */
-export async function lastWordOf(path: string, file: StatusFile, liveness: LivenessCheck = writerLiveness, clock = () => new Date()): Promise<{ file: StatusFile; liveness?: Liveness }> {
-  const livenessOf = async (w: StatusWriter | undefined) => (w && w.pid !== process.pid ? liveness(w, clock()) : undefined);
+export async function lastWordOf(
+  path: string,
+  file: StatusFile,
+  liveness: LivenessCheck = writerLiveness,
+  clock = () => new Date(),
+): Promise<{ file: StatusFile; liveness?: Liveness }> {
+  const livenessOf = async (w: StatusWriter | undefined) =>
+    w && w.pid !== process.pid ? liveness(w, clock()) : undefined;
   const first = await livenessOf(file.writer);
   if (first !== 'stopped') return { file, liveness: first };
   const again = await readStatusFile(path).catch(() => undefined);
@@ -195,7 +256,10 @@ export class StatusFileWriter {
   private seen: string | undefined;
   private readonly livenessCheck: LivenessCheck;
 
-  constructor(readonly path: string, private readonly opts: StatusFileWriterOptions) {
+  constructor(
+    readonly path: string,
+    private readonly opts: StatusFileWriterOptions,
+  ) {
     this.heartbeatSeconds = opts.heartbeatSeconds ?? 30;
     this.clock = opts.clock ?? (() => new Date());
     this.livenessCheck = opts.liveness ?? writerLiveness;
@@ -220,14 +284,29 @@ export class StatusFileWriter {
     this.timer = undefined;
     await this.chain;
     const daemon = await this.daemon;
-    if (daemon && this.last && (await writerLiveness({ ...daemon, heartbeatAt: this.clock().toISOString() }, this.clock())) === 'running') {
-      await writeStatusFile(this.path, { ...this.last, writer: { ...daemon, heartbeatAt: this.clock().toISOString() } }).catch((err) => this.opts.onError?.(err));
+    if (
+      daemon &&
+      this.last &&
+      (await writerLiveness(
+        { ...daemon, heartbeatAt: this.clock().toISOString() },
+        this.clock(),
+      )) === 'running'
+    ) {
+      await writeStatusFile(this.path, {
+        ...this.last,
+        writer: { ...daemon, heartbeatAt: this.clock().toISOString() },
+      }).catch((err) => this.opts.onError?.(err));
     }
   }
 
   private async runningDaemon(): Promise<StatusWriter | undefined> {
     const w = (await readStatusFile(this.path).catch(() => undefined))?.writer;
-    return w && w.command === 'run' && w.pid !== process.pid && (await writerLiveness(w, this.clock())) === 'running' ? w : undefined;
+    return w &&
+      w.command === 'run' &&
+      w.pid !== process.pid &&
+      (await writerLiveness(w, this.clock())) === 'running'
+      ? w
+      : undefined;
   }
 
   /**
@@ -237,15 +316,18 @@ export class StatusFileWriter {
    * heartbeats: a load's last write landing between our read and our write-back would be
    * overwritten for good.
    */
-  private async adoptChanged(adopt: NonNullable<StatusFileWriterOptions['adopt']>): Promise<boolean> {
+  private async adoptChanged(
+    adopt: NonNullable<StatusFileWriterOptions['adopt']>,
+  ): Promise<boolean> {
     const ours = this.last!.updatedAt;
     const onDisk = await readStatusFile(this.path).catch(() => undefined);
     if (!onDisk) return false;
     // once this writer has read or written the file, only another write counts: a time ahead of
     // ours (a clock stepped back) would otherwise be adopted again at every write-back, for ever
-    const changed = this.seen !== undefined
-      ? writeId(onDisk) !== this.seen
-      : onDisk.writer?.pid !== process.pid && Date.parse(onDisk.updatedAt) > Date.parse(ours);
+    const changed =
+      this.seen !== undefined
+        ? writeId(onDisk) !== this.seen
+        : onDisk.writer?.pid !== process.pid && Date.parse(onDisk.updatedAt) > Date.parse(ours);
     if (!changed) return false;
     const { file, liveness } = await lastWordOf(this.path, onDisk, this.livenessCheck, this.clock);
     this.seen = writeId(file);
@@ -257,14 +339,20 @@ export class StatusFileWriter {
   }
 
   private enqueue(heartbeat = false): void {
-    this.chain = this.chain.then(() => this.writeNow(heartbeat)).catch((err) => this.opts.onError?.(err));
+    this.chain = this.chain
+      .then(() => this.writeNow(heartbeat))
+      .catch((err) => this.opts.onError?.(err));
   }
 
   private async writeNow(heartbeat: boolean): Promise<void> {
     if (!this.last) return;
     if (this.opts.adopt) {
       if (await this.adoptChanged(this.opts.adopt)) return;
-      if (heartbeat && this.foreign && (await this.livenessCheck(this.foreign, this.clock())) === 'stopped') {
+      if (
+        heartbeat &&
+        this.foreign &&
+        (await this.livenessCheck(this.foreign, this.clock())) === 'stopped'
+      ) {
         this.foreign = undefined;
         // its last write may have landed after the read above: that one is its last word
         if (!(await this.adoptChanged(this.opts.adopt))) this.opts.adopt(this.last, true);
@@ -272,7 +360,13 @@ export class StatusFileWriter {
       }
     }
     const id = await (this.identity ??= processIdentity(process.pid));
-    const writer: StatusWriter = { pid: process.pid, ...id, command: this.opts.command, heartbeatAt: this.clock().toISOString(), heartbeatSeconds: this.heartbeatSeconds };
+    const writer: StatusWriter = {
+      pid: process.pid,
+      ...id,
+      command: this.opts.command,
+      heartbeatAt: this.clock().toISOString(),
+      heartbeatSeconds: this.heartbeatSeconds,
+    };
     const file = { ...this.last, writer };
     await writeStatusFile(this.path, file);
     this.seen = writeId(file);

@@ -35,7 +35,13 @@ function copy(history: readonly HistoryEntry[]): HistoryEntry[] {
 }
 
 /** Sets `version`'s entry to `state` (appending it if missing) and moves it to the end. */
-function put(h: HistoryEntry[], version: string, state: HistoryState, at: string, digest?: string): HistoryEntry[] {
+function put(
+  h: HistoryEntry[],
+  version: string,
+  state: HistoryState,
+  at: string,
+  digest?: string,
+): HistoryEntry[] {
   const i = h.findIndex((e) => e.version === version);
   const prev = i >= 0 ? h.splice(i, 1)[0] : undefined;
   const d = digest ?? prev?.digest;
@@ -62,7 +68,11 @@ function prune(h: HistoryEntry[]): HistoryEntry[] {
  * becomes `complete` (see markComplete). Already running or complete: unchanged. Safe to call
  * at every start with the configured current version.
  */
-export function observeRunning(history: readonly HistoryEntry[], running: string, now?: Date): HistoryEntry[] {
+export function observeRunning(
+  history: readonly HistoryEntry[],
+  running: string,
+  now?: Date,
+): HistoryEntry[] {
   const h = copy(history);
   const e = h.find((x) => x.version === running);
   if (e && IN_USE.has(e.state)) return h;
@@ -78,12 +88,18 @@ export function observeRunning(history: readonly HistoryEntry[], running: string
  * entry of another version (a load that never finished, e.g. a crash) becomes `failed`.
  * Re-inserting the release that already runs leaves its state alone.
  */
-export function recordIncoming(history: readonly HistoryEntry[], incoming: ReleaseRef, opts: { running?: string; now?: Date } = {}): HistoryEntry[] {
+export function recordIncoming(
+  history: readonly HistoryEntry[],
+  incoming: ReleaseRef,
+  opts: { running?: string; now?: Date } = {},
+): HistoryEntry[] {
   let h = copy(history);
-  if (opts.running && opts.running !== incoming.version) h = observeRunning(h, opts.running, opts.now);
+  if (opts.running && opts.running !== incoming.version)
+    h = observeRunning(h, opts.running, opts.now);
   const at = iso(opts.now);
   for (const e of h) {
-    if (e.state === 'installing' && e.version !== incoming.version) Object.assign(e, { state: 'failed', at });
+    if (e.state === 'installing' && e.version !== incoming.version)
+      Object.assign(e, { state: 'failed', at });
   }
   const e = h.find((x) => x.version === incoming.version);
   if (e && IN_USE.has(e.state)) {
@@ -94,7 +110,11 @@ export function recordIncoming(history: readonly HistoryEntry[], incoming: Relea
 }
 
 /** Every image of `version` is pulled and pinned; the outgoing release stays (it still runs). */
-export function markLoaded(history: readonly HistoryEntry[], version: string, opts: { digest?: string; now?: Date } = {}): HistoryEntry[] {
+export function markLoaded(
+  history: readonly HistoryEntry[],
+  version: string,
+  opts: { digest?: string; now?: Date } = {},
+): HistoryEntry[] {
   const h = copy(history);
   const e = h.find((x) => x.version === version);
   if (e && IN_USE.has(e.state)) return h;
@@ -102,7 +122,11 @@ export function markLoaded(history: readonly HistoryEntry[], version: string, op
 }
 
 /** Loading `version` failed. An entry that runs (running/complete) is left as it is. */
-export function markFailed(history: readonly HistoryEntry[], version: string, now?: Date): HistoryEntry[] {
+export function markFailed(
+  history: readonly HistoryEntry[],
+  version: string,
+  now?: Date,
+): HistoryEntry[] {
   const h = copy(history);
   const e = h.find((x) => x.version === version);
   if (e && IN_USE.has(e.state)) return h;
@@ -114,8 +138,14 @@ export function markFailed(history: readonly HistoryEntry[], version: string, no
  * releases it replaces (running or complete entries of other versions) and failed attempts
  * dropped. Installing and loaded entries of other versions stay.
  */
-export function markComplete(history: readonly HistoryEntry[], version: string, now?: Date): HistoryEntry[] {
-  const h = copy(history).filter((e) => e.version === version || !(IN_USE.has(e.state) || e.state === 'failed'));
+export function markComplete(
+  history: readonly HistoryEntry[],
+  version: string,
+  now?: Date,
+): HistoryEntry[] {
+  const h = copy(history).filter(
+    (e) => e.version === version || !(IN_USE.has(e.state) || e.state === 'failed'),
+  );
   return prune(put(h, version, 'complete', iso(now)));
 }
 
@@ -123,7 +153,11 @@ export function markComplete(history: readonly HistoryEntry[], version: string, 
  * The release the cluster already runs was loaded onto this node (a node that joined after the
  * upgrade, or a replaced one): complete, with the bundle's digest, as after an upgrade.
  */
-export function markRunningLoaded(history: readonly HistoryEntry[], version: string, opts: { digest?: string; now?: Date } = {}): HistoryEntry[] {
+export function markRunningLoaded(
+  history: readonly HistoryEntry[],
+  version: string,
+  opts: { digest?: string; now?: Date } = {},
+): HistoryEntry[] {
   const h = markComplete(history, version, opts.now);
   const e = h.find((x) => x.version === version)!;
   if (opts.digest) e.digest = opts.digest;
@@ -131,8 +165,13 @@ export function markRunningLoaded(history: readonly HistoryEntry[], version: str
 }
 
 /** Whether this node holds `version`'s images: loaded by a bundle (and possibly complete), not only seen running. */
-export function holdsRelease(history: readonly { version?: string; state?: string }[] | undefined, version: string): boolean {
-  return (history ?? []).some((e) => e.version === version && (e.state === 'loaded' || e.state === 'complete'));
+export function holdsRelease(
+  history: readonly { version?: string; state?: string }[] | undefined,
+  version: string,
+): boolean {
+  return (history ?? []).some(
+    (e) => e.version === version && (e.state === 'loaded' || e.state === 'complete'),
+  );
 }
 
 /** The release(s) the cluster runs now: the outgoing ones while another is installing or loaded. */

@@ -33,7 +33,9 @@ const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 export function imageKey(name: string): string | undefined {
   try {
     const ref = parseReference(name);
-    return ref.digest ? `${repositoryName(ref)}@${ref.digest}` : `${repositoryName(ref)}:${ref.tag ?? 'latest'}`;
+    return ref.digest
+      ? `${repositoryName(ref)}@${ref.digest}`
+      : `${repositoryName(ref)}:${ref.tag ?? 'latest'}`;
   } catch {
     return undefined;
   }
@@ -52,8 +54,10 @@ export interface ListedImage {
   pinned: boolean;
 }
 
-const count = (n: unknown): number => (typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : 0);
-const fits = (s: unknown): s is string => typeof s === 'string' && s.length > 0 && s.length <= HOLDINGS_LIMITS.imageRef;
+const count = (n: unknown): number =>
+  typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : 0;
+const fits = (s: unknown): s is string =>
+  typeof s === 'string' && s.length > 0 && s.length <= HOLDINGS_LIMITS.imageRef;
 
 /** The names of a list, at most `max`, each within bounds; `cut` when any was left out. */
 function names(list: unknown, max: number): { out: string[]; cut: boolean } {
@@ -63,8 +67,12 @@ function names(list: unknown, max: number): { out: string[]; cut: boolean } {
 }
 
 /** Fingerprints of two lists, pinned first, at most HOLDINGS_LIMITS.heldKeys in all. */
-function keys(pinned: unknown, unpinned: unknown): { pinned: string[]; unpinned: string[]; cut: boolean } {
-  const valid = (l: unknown) => (Array.isArray(l) ? l : []).filter((k): k is string => typeof k === 'string' && KEY.test(k));
+function keys(
+  pinned: unknown,
+  unpinned: unknown,
+): { pinned: string[]; unpinned: string[]; cut: boolean } {
+  const valid = (l: unknown) =>
+    (Array.isArray(l) ? l : []).filter((k): k is string => typeof k === 'string' && KEY.test(k));
   const p = [...new Set(valid(pinned))].sort();
   const pinnedSet = new Set(p);
   const u = [...new Set(valid(unpinned))].filter((k) => !pinnedSet.has(k)).sort();
@@ -77,7 +85,11 @@ function keys(pinned: unknown, unpinned: unknown): { pinned: string[]; unpinned:
  * The bounded status.runtime for a runtime that lists `listed`, with `bundleRefs` the names the
  * agent loaded and pins (its bundles, the releases still in use).
  */
-export function runtimeHoldings(listed: readonly ListedImage[], bundleRefs: readonly string[], now = new Date()): RuntimeHoldings {
+export function runtimeHoldings(
+  listed: readonly ListedImage[],
+  bundleRefs: readonly string[],
+  now = new Date(),
+): RuntimeHoldings {
   const all = new Set<string>();
   const pinnedByKey = new Map<string, boolean>();
   for (const img of listed) {
@@ -97,7 +109,10 @@ export function runtimeHoldings(listed: readonly ListedImage[], bundleRefs: read
     if (state === undefined) missing.push(ref);
     else if (!state && pinsReported) unpinned.push(ref);
   }
-  const fp = (pinned: boolean) => [...pinnedByKey].filter(([, p]) => p === pinned).map(([k]) => sha256(k).slice(0, HOLDINGS_LIMITS.key));
+  const fp = (pinned: boolean) =>
+    [...pinnedByKey]
+      .filter(([, p]) => p === pinned)
+      .map(([k]) => sha256(k).slice(0, HOLDINGS_LIMITS.key));
   return boundHoldings({
     observedAt: now.toISOString(),
     images: listed.length,
@@ -119,13 +134,20 @@ export function runtimeHoldings(listed: readonly ListedImage[], bundleRefs: read
 export function boundHoldings(v: unknown): RuntimeHoldings | undefined {
   if (typeof v !== 'object' || v === null) return undefined;
   const h = v as Record<string, unknown>;
-  const at = typeof h.observedAt === 'string' && !Number.isNaN(Date.parse(h.observedAt)) ? new Date(h.observedAt).toISOString() : undefined;
-  const ints = [h.images, h.pinned, h.references].every((n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0);
+  const at =
+    typeof h.observedAt === 'string' && !Number.isNaN(Date.parse(h.observedAt))
+      ? new Date(h.observedAt).toISOString()
+      : undefined;
+  const ints = [h.images, h.pinned, h.references].every(
+    (n) => typeof n === 'number' && Number.isSafeInteger(n) && n >= 0,
+  );
   if (!at || !ints || typeof h.digest !== 'string' || !DIGEST.test(h.digest)) return undefined;
-  const b = typeof h.bundle === 'object' && h.bundle !== null ? h.bundle as Record<string, unknown> : {};
+  const b =
+    typeof h.bundle === 'object' && h.bundle !== null ? (h.bundle as Record<string, unknown>) : {};
   const missing = names(b.missing, HOLDINGS_LIMITS.bundleNames);
   const unpinned = names(b.unpinned, HOLDINGS_LIMITS.bundleNames);
-  const held = typeof h.held === 'object' && h.held !== null ? h.held as Record<string, unknown> : {};
+  const held =
+    typeof h.held === 'object' && h.held !== null ? (h.held as Record<string, unknown>) : {};
   const k = keys(held.pinned, held.unpinned);
   return {
     observedAt: at,
@@ -135,8 +157,24 @@ export function boundHoldings(v: unknown): RuntimeHoldings | undefined {
     digest: h.digest,
     pinsReported: h.pinsReported === true,
     // a list left out says nothing, not "none": what it would name is unknown, never held
-    bundle: { refs: count(b.refs), missing: missing.out, unpinned: unpinned.out, truncated: b.truncated === true || missing.cut || unpinned.cut || (count(b.refs) > 0 && !(Array.isArray(b.missing) && Array.isArray(b.unpinned))) },
-    held: { pinned: k.pinned, unpinned: k.unpinned, truncated: held.truncated === true || k.cut || (count(h.images) > 0 && !(Array.isArray(held.pinned) && Array.isArray(held.unpinned))) },
+    bundle: {
+      refs: count(b.refs),
+      missing: missing.out,
+      unpinned: unpinned.out,
+      truncated:
+        b.truncated === true ||
+        missing.cut ||
+        unpinned.cut ||
+        (count(b.refs) > 0 && !(Array.isArray(b.missing) && Array.isArray(b.unpinned))),
+    },
+    held: {
+      pinned: k.pinned,
+      unpinned: k.unpinned,
+      truncated:
+        held.truncated === true ||
+        k.cut ||
+        (count(h.images) > 0 && !(Array.isArray(held.pinned) && Array.isArray(held.unpinned))),
+    },
   };
 }
 

@@ -36,46 +36,87 @@ export interface StatusServer {
   close(): Promise<void>;
 }
 
-
 function hostOfHeader(host: string | undefined): string | undefined {
   if (!host) return undefined;
   const m = host.match(/^(\[[^\]]+\]|[^:]+)(?::\d+)?$/);
   return m?.[1];
 }
 
-function send(res: ServerResponse, req: IncomingMessage, code: number, type: string, body: string, extra: Record<string, string> = {}): void {
+function send(
+  res: ServerResponse,
+  req: IncomingMessage,
+  code: number,
+  type: string,
+  body: string,
+  extra: Record<string, string> = {},
+): void {
   const buf = Buffer.from(body, 'utf8');
-  res.writeHead(code, { 'Content-Type': type, 'Content-Length': String(buf.length), 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff', ...extra });
+  res.writeHead(code, {
+    'Content-Type': type,
+    'Content-Length': String(buf.length),
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+    ...extra,
+  });
   res.end(req.method === 'HEAD' ? undefined : buf);
 }
 
 /** A probe's answer, as the Kubernetes API server words its own: a line per check, then the verdict. */
-function probeAnswer(kind: 'livez' | 'readyz', checks: HealthCheck[]): { code: number; body: string } {
+function probeAnswer(
+  kind: 'livez' | 'readyz',
+  checks: HealthCheck[],
+): { code: number; body: string } {
   const ok = checks.every((c) => c.ok);
-  const lines = checks.map((c) => `[${c.ok ? '+' : '-'}]${c.name} ${c.ok ? 'ok' : 'failed'}: ${c.detail.replace(/[\r\n]+/g, ' ')}`);
-  return { code: ok ? 200 : 503, body: [...lines, `${kind} check ${ok ? 'passed' : 'failed'}`].join('\n') + '\n' };
+  const lines = checks.map(
+    (c) =>
+      `[${c.ok ? '+' : '-'}]${c.name} ${c.ok ? 'ok' : 'failed'}: ${c.detail.replace(/[\r\n]+/g, ' ')}`,
+  );
+  return {
+    code: ok ? 200 : 503,
+    body: [...lines, `${kind} check ${ok ? 'passed' : 'failed'}`].join('\n') + '\n',
+  };
 }
 
 /** Starts the endpoint; refuses a non-loopback host. */
 export async function startStatusServer(opts: StatusServerOptions): Promise<StatusServer> {
   const host = opts.host ?? '127.0.0.1';
-  if (!isLoopback(host)) throw new Error(`the status endpoint listens on loopback only; ${host} is not a loopback address`);
-  const current = typeof opts.status === 'function' ? opts.status : ((src) => () => src.current)(opts.status);
+  if (!isLoopback(host))
+    throw new Error(
+      `the status endpoint listens on loopback only; ${host} is not a loopback address`,
+    );
+  const current =
+    typeof opts.status === 'function'
+      ? opts.status
+      : (
+          (src) => () =>
+            src.current
+        )(opts.status);
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     // A browser on the node tricked by DNS rebinding sends a foreign Host: refuse it.
     const h = hostOfHeader(req.headers.host);
     if (h !== undefined && !isLoopback(h)) return send(res, req, 403, TEXT, 'forbidden\n');
     const path = (req.url ?? '/').split('?')[0]!;
-    if (!PATHS.includes(path)) return send(res, req, 404, TEXT, `not found: try ${PATHS.join(', ')}\n`);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, req, 405, TEXT, 'method not allowed\n', { Allow: 'GET, HEAD' });
+    if (!PATHS.includes(path))
+      return send(res, req, 404, TEXT, `not found: try ${PATHS.join(', ')}\n`);
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return send(res, req, 405, TEXT, 'method not allowed\n', { Allow: 'GET, HEAD' });
     if (path === '/status') {
       const s = current();
-      if (!s) return send(res, req, 503, 'application/json', JSON.stringify({ error: 'no status yet' }) + '\n');
+      if (!s)
+        return send(
+          res,
+          req,
+          503,
+          'application/json',
+          JSON.stringify({ error: 'no status yet' }) + '\n',
+        );
       return send(res, req, 200, 'application/json', JSON.stringify(s, null, 2) + '\n');
     }
     if (path === '/livez' || path === '/healthz' || path === '/readyz') {
       const kind = path === '/readyz' ? 'readyz' : 'livez';
-      const checks = opts.health ? await (kind === 'readyz' ? opts.health.ready() : opts.health.live()) : [];
+      const checks = opts.health
+        ? await (kind === 'readyz' ? opts.health.ready() : opts.health.live())
+        : [];
       const a = probeAnswer(kind, checks);
       return send(res, req, a.code, TEXT, a.body);
     }
@@ -84,7 +125,14 @@ export async function startStatusServer(opts: StatusServerOptions): Promise<Stat
   };
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) send(res, req, 500, TEXT, `internal error: ${String((err as Error)?.message ?? err).split('\n')[0]}\n`);
+      if (!res.headersSent)
+        send(
+          res,
+          req,
+          500,
+          TEXT,
+          `internal error: ${String((err as Error)?.message ?? err).split('\n')[0]}\n`,
+        );
       else res.destroy();
     });
   });

@@ -15,7 +15,10 @@ export interface ProcessIdentity {
 
 /** The boot id and start time of `pid`, each absent where /proc cannot tell. */
 export async function processIdentity(pid: number): Promise<ProcessIdentity> {
-  const bootId = await readFile('/proc/sys/kernel/random/boot_id', 'utf8').then((t) => t.trim(), () => undefined);
+  const bootId = await readFile('/proc/sys/kernel/random/boot_id', 'utf8').then(
+    (t) => t.trim(),
+    () => undefined,
+  );
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
   // the command name (field 2) may hold spaces and parentheses: count fields after the last ')'
   const fields = stat?.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -30,9 +33,10 @@ export async function processIdentity(pid: number): Promise<ProcessIdentity> {
  */
 export function otherProcess(recorded: ProcessIdentity, current: ProcessIdentity): boolean {
   if (recorded.bootId && current.bootId && recorded.bootId !== current.bootId) return true;
-  return !!recorded.startTicks && !!current.startTicks && recorded.startTicks !== current.startTicks;
+  return (
+    !!recorded.startTicks && !!current.startTicks && recorded.startTicks !== current.startTicks
+  );
 }
-
 
 export type Liveness = 'running' | 'stopped' | 'unresponsive' | 'unknown';
 
@@ -52,7 +56,10 @@ const MISSED_BEATS_HUNG = 5;
  * boot, another process under its pid, or, where /proc cannot tell, no heartbeat for three
  * intervals); unresponsive: it runs but stopped beating; unknown: the file names no writer.
  */
-export async function writerLiveness(w: WriterRecord | undefined, now = new Date()): Promise<Liveness> {
+export async function writerLiveness(
+  w: WriterRecord | undefined,
+  now = new Date(),
+): Promise<Liveness> {
   if (!w || !Number.isInteger(w.pid) || w.pid <= 0) return 'unknown';
   if (!pidExists(w.pid)) return 'stopped';
   const ageMs = now.getTime() - Date.parse(w.heartbeatAt);
@@ -60,6 +67,7 @@ export async function writerLiveness(w: WriterRecord | undefined, now = new Date
   const current = await processIdentity(w.pid);
   if (otherProcess(w, current)) return 'stopped';
   // without a start time to compare, only the heartbeat tells
-  if (!w.startTicks || !current.startTicks) return ageMs > MISSED_BEATS_GONE * beatMs ? 'stopped' : 'running';
+  if (!w.startTicks || !current.startTicks)
+    return ageMs > MISSED_BEATS_GONE * beatMs ? 'stopped' : 'running';
   return ageMs > Math.max(MISSED_BEATS_HUNG * beatMs, 120_000) ? 'unresponsive' : 'running';
 }

@@ -28,13 +28,29 @@ const REVIEW_RESPONSE_MAX_BYTES = 256 * 1024;
  * Requests whose credentials are not in the cache, and so cost a review: all sources together,
  * and per source address (an IPv6 /64 as one). Beyond, 429 at once and no review is asked for.
  */
-export const UNKNOWN_CREDENTIAL_RATE: RateLimits = { perSecond: 5, burst: 10, perAddressPerSecond: 1, perAddressBurst: 3, maxAddresses: 1024 };
+export const UNKNOWN_CREDENTIAL_RATE: RateLimits = {
+  perSecond: 5,
+  burst: 10,
+  perAddressPerSecond: 1,
+  perAddressBurst: 3,
+  maxAddresses: 1024,
+};
 /** Seconds a 429 asks the caller to wait. */
 export const RATE_RETRY_AFTER_S = 1;
 /** What the SubjectAccessReview asks for: get on the node's nodebundlestatuses/metrics. */
-export const METRICS_ACCESS = { group: 'bundles.offline-bundle.io', resource: 'nodebundlestatuses', subresource: 'metrics', verb: 'get' } as const;
+export const METRICS_ACCESS = {
+  group: 'bundles.offline-bundle.io',
+  resource: 'nodebundlestatuses',
+  subresource: 'metrics',
+  verb: 'get',
+} as const;
 
-export interface Identity { user: string; uid?: string; groups: string[]; extra?: Record<string, string[]> }
+export interface Identity {
+  user: string;
+  uid?: string;
+  groups: string[];
+  extra?: Record<string, string[]>;
+}
 
 /** The two reviews against the API server. */
 export interface Reviews {
@@ -45,12 +61,14 @@ export interface Reviews {
 }
 
 export type Verdict =
-  | { code: 200; user: string }
-  | { code: 401 | 403 | 429; user?: string; why: string };
+  { code: 200; user: string } | { code: 401 | 403 | 429; user?: string; why: string };
 
 export class TtlCache<T> {
   private readonly entries = new Map<string, { value: T; until: number }>();
-  constructor(private readonly now: () => number, private readonly maxEntries = MAX_REVIEW_CACHE_ENTRIES) {}
+  constructor(
+    private readonly now: () => number,
+    private readonly maxEntries = MAX_REVIEW_CACHE_ENTRIES,
+  ) {}
 
   get size(): number {
     return this.entries.size;
@@ -66,21 +84,30 @@ export class TtlCache<T> {
 
   set(key: string, value: T, ttlMs: number): void {
     this.entries.delete(key);
-    if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    if (this.entries.size >= this.maxEntries)
+      this.entries.delete(this.entries.keys().next().value!);
     this.entries.set(key, { value, until: this.now() + ttlMs });
   }
 }
 
 const hash = (s: string) => createHash('sha256').update(s).digest('hex');
-const identityKey = (who: Identity) => hash(JSON.stringify([who.user, who.uid ?? '', [...who.groups].sort(), who.extra ?? {}]));
+const identityKey = (who: Identity) =>
+  hash(JSON.stringify([who.user, who.uid ?? '', [...who.groups].sort(), who.extra ?? {}]));
 
-const NO_CREDENTIALS = { code: 401, why: 'no credentials (a bearer token or a client certificate)' } as const;
-const UNKNOWN_TOKEN = { code: 401, why: 'the API server does not know the token (TokenReview: not authenticated)' } as const;
+const NO_CREDENTIALS = {
+  code: 401,
+  why: 'no credentials (a bearer token or a client certificate)',
+} as const;
+const UNKNOWN_TOKEN = {
+  code: 401,
+  why: 'the API server does not know the token (TokenReview: not authenticated)',
+} as const;
 
 /** The token of "Bearer TOKEN", or why the header is refused. */
 function bearer(authorization: string | undefined): { token: string } | { code: 401; why: string } {
   if (!authorization) return NO_CREDENTIALS;
-  if (authorization.length > MAX_TOKEN_BYTES + AUTH_SCHEME_SLACK_BYTES) return { code: 401, why: `Authorization header over ${MAX_TOKEN_BYTES} bytes` };
+  if (authorization.length > MAX_TOKEN_BYTES + AUTH_SCHEME_SLACK_BYTES)
+    return { code: 401, why: `Authorization header over ${MAX_TOKEN_BYTES} bytes` };
   const m = /^Bearer +([!-~]+)$/i.exec(authorization);
   return m ? { token: m[1]! } : { code: 401, why: 'Authorization is not "Bearer TOKEN"' };
 }
@@ -93,7 +120,11 @@ export class MetricsAuth {
   /** Reviews under way by cache key: a second request with the same credentials waits for the first's answer. */
   private readonly pending = new Map<string, Promise<unknown>>();
 
-  constructor(private readonly reviews: Reviews, now: () => number = Date.now, rate: RateLimits = UNKNOWN_CREDENTIAL_RATE) {
+  constructor(
+    private readonly reviews: Reviews,
+    now: () => number = Date.now,
+    rate: RateLimits = UNKNOWN_CREDENTIAL_RATE,
+  ) {
     this.tokens = new TtlCache(now);
     this.access = new TtlCache(now);
     this.rate = new ReviewRate(rate, now);
@@ -125,14 +156,21 @@ export class MetricsAuth {
    * `authorization`: the request's Authorization header; `cert`: the identity of a verified client
    * certificate; `source`: the caller's address key, for the rate of reviews.
    */
-  async check(authorization: string | undefined, cert: Identity | undefined, source: string): Promise<Verdict> {
+  async check(
+    authorization: string | undefined,
+    cert: Identity | undefined,
+    source: string,
+  ): Promise<Verdict> {
     let charged = false;
     const mayReview = (key: string) => {
       if (charged || this.pending.has(key)) return true;
       charged = this.rate.take(source);
       return charged;
     };
-    const limited = { code: 429, why: `credentials not seen before arrive faster than ${UNKNOWN_CREDENTIAL_RATE.perAddressPerSecond}/s from this address or ${UNKNOWN_CREDENTIAL_RATE.perSecond}/s in all` } as const;
+    const limited = {
+      code: 429,
+      why: `credentials not seen before arrive faster than ${UNKNOWN_CREDENTIAL_RATE.perAddressPerSecond}/s from this address or ${UNKNOWN_CREDENTIAL_RATE.perSecond}/s in all`,
+    } as const;
     let who = cert;
     if (!who) {
       const b = bearer(authorization);
@@ -166,7 +204,13 @@ export class MetricsAuth {
 
   private verdict(who: Identity, ok: boolean): Verdict {
     const a = METRICS_ACCESS;
-    return ok ? { code: 200, user: who.user } : { code: 403, user: who.user, why: `${who.user} may not ${a.verb} ${a.resource}/${a.subresource} in ${a.group} (deploy/metrics.yaml: ClusterRole offline-bundle:metrics-reader, bound to it)` };
+    return ok
+      ? { code: 200, user: who.user }
+      : {
+          code: 403,
+          user: who.user,
+          why: `${who.user} may not ${a.verb} ${a.resource}/${a.subresource} in ${a.group} (deploy/metrics.yaml: ClusterRole offline-bundle:metrics-reader, bound to it)`,
+        };
   }
 
   private once<T>(key: string, review: () => Promise<T>): Promise<T> {
@@ -188,32 +232,54 @@ export function kubeReviews(kubeconfig: string, node: string): Reviews {
   let apis: ReviewApis | undefined;
   const call = async <T>(what: string, fn: (a: ReviewApis) => Promise<T>): Promise<T> => {
     try {
-      apis ??= await reviewApis(kubeconfig, { deadlineMs: REVIEW_DEADLINE_MS, maxBytes: REVIEW_RESPONSE_MAX_BYTES });
+      apis ??= await reviewApis(kubeconfig, {
+        deadlineMs: REVIEW_DEADLINE_MS,
+        maxBytes: REVIEW_RESPONSE_MAX_BYTES,
+      });
       return await apiCall(what, () => fn(apis!));
     } catch (err) {
       apis = undefined;
       if (err instanceof ClusterError && err.code === 'FORBIDDEN') {
-        throw new ClusterError('FORBIDDEN', `${err.message.replace(/: bind your user.*$/, '')}: review as the node (its kubelet kubeconfig), or bind ClusterRole offline-bundle:metrics-auth-delegator (deploy/metrics.yaml) to this identity`, { cause: err });
+        throw new ClusterError(
+          'FORBIDDEN',
+          `${err.message.replace(/: bind your user.*$/, '')}: review as the node (its kubelet kubeconfig), or bind ClusterRole offline-bundle:metrics-auth-delegator (deploy/metrics.yaml) to this identity`,
+          { cause: err },
+        );
       }
       throw err;
     }
   };
   return {
-    authenticate: (token) => call('create a TokenReview', async (a) => {
-      const r = await a.authn.createTokenReview({ body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } } });
-      const u = r.status?.user;
-      if (!r.status?.authenticated || !u?.username) return undefined;
-      return { user: u.username, groups: u.groups ?? [], ...(u.uid ? { uid: u.uid } : {}), ...(u.extra ? { extra: u.extra } : {}) };
-    }),
-    allowed: (who) => call('create a SubjectAccessReview', async (a) => {
-      const r = await a.authz.createSubjectAccessReview({ body: {
-        apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview',
-        spec: {
-          user: who.user, groups: who.groups, ...(who.uid ? { uid: who.uid } : {}), ...(who.extra ? { extra: who.extra } : {}),
-          resourceAttributes: { ...METRICS_ACCESS, name: node },
-        },
-      } });
-      return r.status?.allowed === true && r.status.denied !== true;
-    }),
+    authenticate: (token) =>
+      call('create a TokenReview', async (a) => {
+        const r = await a.authn.createTokenReview({
+          body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } },
+        });
+        const u = r.status?.user;
+        if (!r.status?.authenticated || !u?.username) return undefined;
+        return {
+          user: u.username,
+          groups: u.groups ?? [],
+          ...(u.uid ? { uid: u.uid } : {}),
+          ...(u.extra ? { extra: u.extra } : {}),
+        };
+      }),
+    allowed: (who) =>
+      call('create a SubjectAccessReview', async (a) => {
+        const r = await a.authz.createSubjectAccessReview({
+          body: {
+            apiVersion: 'authorization.k8s.io/v1',
+            kind: 'SubjectAccessReview',
+            spec: {
+              user: who.user,
+              groups: who.groups,
+              ...(who.uid ? { uid: who.uid } : {}),
+              ...(who.extra ? { extra: who.extra } : {}),
+              resourceAttributes: { ...METRICS_ACCESS, name: node },
+            },
+          },
+        });
+        return r.status?.allowed === true && r.status.denied !== true;
+      }),
   };
 }

@@ -15,7 +15,12 @@ import type { Server as NetServer, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { ConnectionGate } from '@offline-bundle/host';
 import { METRICS_CONTENT_TYPE } from './metrics.js';
-import { RATE_RETRY_AFTER_S, type Identity, type MetricsAuth, type Verdict } from './metrics-auth.js';
+import {
+  RATE_RETRY_AFTER_S,
+  type Identity,
+  type MetricsAuth,
+  type Verdict,
+} from './metrics-auth.js';
 import { addressKey, METRICS_CONNECTION_LIMITS } from './metrics-connections.js';
 
 export const METRICS_PATH = '/metrics';
@@ -42,7 +47,10 @@ const BUSY_RETRY_AFTER_S = 1;
 
 const TEXT = 'text/plain; charset=utf-8';
 
-export interface ServingTls { cert: string | Buffer; key: string | Buffer }
+export interface ServingTls {
+  cert: string | Buffer;
+  key: string | Buffer;
+}
 
 export interface MetricsListenerOptions {
   metrics: { render(): Promise<string> };
@@ -69,9 +77,22 @@ export interface MetricsListener {
   close(): Promise<void>;
 }
 
-function send(req: IncomingMessage, res: ServerResponse, code: number, type: string, body: string, extra: Record<string, string> = {}): void {
+function send(
+  req: IncomingMessage,
+  res: ServerResponse,
+  code: number,
+  type: string,
+  body: string,
+  extra: Record<string, string> = {},
+): void {
   const buf = Buffer.from(body, 'utf8');
-  res.writeHead(code, { 'Content-Type': type, 'Content-Length': String(buf.length), 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff', ...extra });
+  res.writeHead(code, {
+    'Content-Type': type,
+    'Content-Length': String(buf.length),
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+    ...extra,
+  });
   res.end(req.method === 'HEAD' ? undefined : buf);
 }
 
@@ -84,9 +105,16 @@ function certIdentity(req: IncomingMessage): Identity | { code: 401; why: string
   if (!sock.authorized) return undefined;
   const subject = sock.getPeerCertificate()?.subject;
   if (!subject?.CN) return undefined;
-  if (Array.isArray(subject.CN)) return { code: 401, why: `a client certificate with ${subject.CN.length} CNs (one user name is needed)` };
+  if (Array.isArray(subject.CN))
+    return {
+      code: 401,
+      why: `a client certificate with ${subject.CN.length} CNs (one user name is needed)`,
+    };
   const o = subject.O;
-  return { user: String(subject.CN), groups: [...(o === undefined ? [] : Array.isArray(o) ? o : [o]), 'system:authenticated'] };
+  return {
+    user: String(subject.CN),
+    groups: [...(o === undefined ? [] : Array.isArray(o) ? o : [o]), 'system:authenticated'],
+  };
 }
 
 /** Counts every answer; logs each kind of refusal at most once per REFUSAL_LOG_MS. */
@@ -101,7 +129,10 @@ class Tally {
     const l = this.lastLog.get(code) ?? { at: 0, since: 0 };
     l.since++;
     if (Date.now() - l.at >= REFUSAL_LOG_MS) {
-      this.log?.('warn', `metrics: refused with ${code} (${l.since} since the last such line): ${why}`);
+      this.log?.(
+        'warn',
+        `metrics: refused with ${code} (${l.since} since the last such line): ${why}`,
+      );
       l.at = Date.now();
       l.since = 0;
     }
@@ -116,28 +147,61 @@ class Answerer {
     this.tally = new Tally(o.log);
   }
 
-  private reply(req: IncomingMessage, res: ServerResponse, code: number, body: string, why?: string, extra?: Record<string, string>): void {
+  private reply(
+    req: IncomingMessage,
+    res: ServerResponse,
+    code: number,
+    body: string,
+    why?: string,
+    extra?: Record<string, string>,
+  ): void {
     this.tally.count(code, why);
     send(req, res, code, TEXT, body, extra);
   }
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     // a body is never read: close the connection rather than let Node drain it
-    if (req.method !== 'GET' && req.method !== 'HEAD') return this.reply(req, res, 405, 'method not allowed\n', undefined, { Allow: 'GET, HEAD', Connection: 'close' });
-    if (req.headers['transfer-encoding'] || Number(req.headers['content-length'] ?? 0) > 0) return this.reply(req, res, 413, 'no request body is read here\n', undefined, { Connection: 'close' });
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return this.reply(req, res, 405, 'method not allowed\n', undefined, {
+        Allow: 'GET, HEAD',
+        Connection: 'close',
+      });
+    if (req.headers['transfer-encoding'] || Number(req.headers['content-length'] ?? 0) > 0)
+      return this.reply(req, res, 413, 'no request body is read here\n', undefined, {
+        Connection: 'close',
+      });
     const cert = certIdentity(req);
     if (cert && 'code' in cert) return this.verdict(req, res, cert);
     const quick = this.o.auth.cached(req.headers.authorization, cert);
     if (quick) return this.verdict(req, res, quick);
     // a request whose credentials are being reviewed already waits for that answer, on no slot of its own
     const slot = !this.o.auth.underReview(req.headers.authorization, cert);
-    if (slot && this.inFlight >= MAX_METRICS_IN_FLIGHT) return this.reply(req, res, 503, 'busy\n', `more than ${MAX_METRICS_IN_FLIGHT} requests waiting for the API server at once`, { 'Retry-After': String(BUSY_RETRY_AFTER_S) });
+    if (slot && this.inFlight >= MAX_METRICS_IN_FLIGHT)
+      return this.reply(
+        req,
+        res,
+        503,
+        'busy\n',
+        `more than ${MAX_METRICS_IN_FLIGHT} requests waiting for the API server at once`,
+        { 'Retry-After': String(BUSY_RETRY_AFTER_S) },
+      );
     if (slot) this.inFlight++;
     let v: Verdict;
     try {
-      v = await this.o.auth.check(req.headers.authorization, cert, addressKey(req.socket.remoteAddress));
+      v = await this.o.auth.check(
+        req.headers.authorization,
+        cert,
+        addressKey(req.socket.remoteAddress),
+      );
     } catch (err) {
-      return this.reply(req, res, 503, 'cannot check the credentials now: the API server did not answer\n', `TokenReview/SubjectAccessReview failed: ${String((err as Error)?.message ?? err).split('\n')[0]}`, { 'Retry-After': String(UNAVAILABLE_RETRY_AFTER_S) });
+      return this.reply(
+        req,
+        res,
+        503,
+        'cannot check the credentials now: the API server did not answer\n',
+        `TokenReview/SubjectAccessReview failed: ${String((err as Error)?.message ?? err).split('\n')[0]}`,
+        { 'Retry-After': String(UNAVAILABLE_RETRY_AFTER_S) },
+      );
     } finally {
       if (slot) this.inFlight--;
     }
@@ -145,11 +209,30 @@ class Answerer {
   }
 
   private async verdict(req: IncomingMessage, res: ServerResponse, v: Verdict): Promise<void> {
-    if (v.code === 401) return this.reply(req, res, 401, 'Unauthorized\n', v.why, { 'WWW-Authenticate': 'Bearer realm="bundle-agent metrics"' });
-    if (v.code === 429) return this.reply(req, res, 429, 'too many requests with credentials not seen before\n', v.why, { 'Retry-After': String(RATE_RETRY_AFTER_S) });
-    if (v.code === 403) return this.reply(req, res, 403, `Forbidden (user=${v.user}, verb=get, resource=nodebundlestatuses, subresource=metrics)\n`, v.why);
+    if (v.code === 401)
+      return this.reply(req, res, 401, 'Unauthorized\n', v.why, {
+        'WWW-Authenticate': 'Bearer realm="bundle-agent metrics"',
+      });
+    if (v.code === 429)
+      return this.reply(
+        req,
+        res,
+        429,
+        'too many requests with credentials not seen before\n',
+        v.why,
+        { 'Retry-After': String(RATE_RETRY_AFTER_S) },
+      );
+    if (v.code === 403)
+      return this.reply(
+        req,
+        res,
+        403,
+        `Forbidden (user=${v.user}, verb=get, resource=nodebundlestatuses, subresource=metrics)\n`,
+        v.why,
+      );
     const path = (req.url ?? '/').split('?')[0]!;
-    if (path !== METRICS_PATH) return this.reply(req, res, 404, `not found: only ${METRICS_PATH} is served here\n`);
+    if (path !== METRICS_PATH)
+      return this.reply(req, res, 404, `not found: only ${METRICS_PATH} is served here\n`);
     this.tally.count(200);
     send(req, res, 200, METRICS_CONTENT_TYPE, await this.o.metrics.render());
   }
@@ -161,7 +244,12 @@ const oneLine = (err: unknown) => String((err as Error)?.message ?? err).split('
  * Listens; a failure to listen rejects, and any socket error after (an accept failing) is
  * logged by `log`, never thrown: an 'error' without a listener would end the daemon.
  */
-export function listenLogged(server: NetServer, port: number, host: string, log: (message: string) => void): Promise<void> {
+export function listenLogged(
+  server: NetServer,
+  port: number,
+  host: string,
+  log: (message: string) => void,
+): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -175,20 +263,35 @@ export function listenLogged(server: NetServer, port: number, host: string, log:
 export async function startMetricsListener(o: MetricsListenerOptions): Promise<MetricsListener> {
   const answerer = new Answerer(o);
   const gate = new ConnectionGate(METRICS_CONNECTION_LIMITS);
-  const load = async () => ({ ...(await o.tls()), ...(o.clientCa ? { ca: await o.clientCa() } : {}) });
-  const context = (t: ServingTls & { ca?: string | Buffer }) => ({ cert: t.cert, key: t.key, ...(t.ca ? { ca: t.ca } : {}), minVersion: 'TLSv1.2' as const });
-  const first = await load();
-  const server: Server = createServer({
-    ...context(first), ...(o.clientCa ? { requestCert: true, rejectUnauthorized: false } : {}),
-    maxHeaderSize: MAX_METRICS_HEADER_BYTES, handshakeTimeout: METRICS_HANDSHAKE_TIMEOUT_MS,
-    headersTimeout: METRICS_REQUEST_TIMEOUT_MS, requestTimeout: METRICS_REQUEST_TIMEOUT_MS,
-    connectionsCheckingInterval: METRICS_TIMEOUT_CHECK_MS, keepAliveTimeout: METRICS_KEEPALIVE_MS,
-  }, (req, res) => {
-    answerer.handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) send(req, res, 500, TEXT, `internal error: ${oneLine(err)}\n`);
-      else res.destroy();
-    });
+  const load = async () => ({
+    ...(await o.tls()),
+    ...(o.clientCa ? { ca: await o.clientCa() } : {}),
   });
+  const context = (t: ServingTls & { ca?: string | Buffer }) => ({
+    cert: t.cert,
+    key: t.key,
+    ...(t.ca ? { ca: t.ca } : {}),
+    minVersion: 'TLSv1.2' as const,
+  });
+  const first = await load();
+  const server: Server = createServer(
+    {
+      ...context(first),
+      ...(o.clientCa ? { requestCert: true, rejectUnauthorized: false } : {}),
+      maxHeaderSize: MAX_METRICS_HEADER_BYTES,
+      handshakeTimeout: METRICS_HANDSHAKE_TIMEOUT_MS,
+      headersTimeout: METRICS_REQUEST_TIMEOUT_MS,
+      requestTimeout: METRICS_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: METRICS_TIMEOUT_CHECK_MS,
+      keepAliveTimeout: METRICS_KEEPALIVE_MS,
+    },
+    (req, res) => {
+      answerer.handle(req, res).catch((err: unknown) => {
+        if (!res.headersSent) send(req, res, 500, TEXT, `internal error: ${oneLine(err)}\n`);
+        else res.destroy();
+      });
+    },
+  );
   server.timeout = METRICS_REQUEST_TIMEOUT_MS;
   const sockets = new Set<Socket>();
   server.on('connection', (s: Socket) => {
@@ -199,14 +302,27 @@ export async function startMetricsListener(o: MetricsListenerOptions): Promise<M
   server.on('tlsClientError', (_err, sock) => sock.destroy());
   await listenLogged(server, o.port, o.host, (m) => o.log?.('warn', `metrics: ${m}`));
   let shown = first;
-  const same = (a?: string | Buffer, b?: string | Buffer) => (a === undefined || b === undefined ? a === b : Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0);
+  const same = (a?: string | Buffer, b?: string | Buffer) =>
+    a === undefined || b === undefined
+      ? a === b
+      : Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0;
   const reload = setInterval(() => {
-    load().then((t) => {
-      if (same(t.cert, shown.cert) && same(t.key, shown.key) && same(t.ca, shown.ca)) return;
-      server.setSecureContext(context(t));
-      shown = t;
-      o.log?.('info', 'metrics: the serving certificate or client CA changed: new connections get the new one');
-    }).catch((err: unknown) => o.log?.('warn', `metrics: cannot read the serving certificate again (the old one stays): ${oneLine(err)}`));
+    load()
+      .then((t) => {
+        if (same(t.cert, shown.cert) && same(t.key, shown.key) && same(t.ca, shown.ca)) return;
+        server.setSecureContext(context(t));
+        shown = t;
+        o.log?.(
+          'info',
+          'metrics: the serving certificate or client CA changed: new connections get the new one',
+        );
+      })
+      .catch((err: unknown) =>
+        o.log?.(
+          'warn',
+          `metrics: cannot read the serving certificate again (the old one stays): ${oneLine(err)}`,
+        ),
+      );
   }, o.reloadMs ?? TLS_RELOAD_MS);
   reload.unref();
   const a = server.address();
@@ -220,10 +336,11 @@ export async function startMetricsListener(o: MetricsListenerOptions): Promise<M
       const c = gate.counts;
       return { open: c.placed + c.arriving, dropped: c.dropped };
     },
-    close: () => new Promise<void>((resolve) => {
-      clearInterval(reload);
-      server.close(() => resolve());
-      for (const s of sockets) s.destroy();
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        clearInterval(reload);
+        server.close(() => resolve());
+        for (const s of sockets) s.destroy();
+      }),
   };
 }

@@ -21,15 +21,31 @@ async function readPem(path: string, what: PemKind): Promise<Buffer> {
   try {
     file = await readSmallFile(path, MAX_SERVING_PEM_BYTES);
   } catch (err) {
-    const fix = what === 'clientCA' ? 'fix metrics.clientCA or leave it out' : `set metrics.${what}, or leave metrics.cert and metrics.key out for a self-signed certificate`;
-    throw Object.assign(new Error(`cannot read the metrics ${what} ${path}: ${(err as Error).message.split('\n')[0]}; ${fix}`, { cause: err }), { code: (err as NodeJS.ErrnoException).code });
+    const fix =
+      what === 'clientCA'
+        ? 'fix metrics.clientCA or leave it out'
+        : `set metrics.${what}, or leave metrics.cert and metrics.key out for a self-signed certificate`;
+    throw Object.assign(
+      new Error(
+        `cannot read the metrics ${what} ${path}: ${(err as Error).message.split('\n')[0]}; ${fix}`,
+        { cause: err },
+      ),
+      { code: (err as NodeJS.ErrnoException).code },
+    );
   }
   // whoever can write the client CA can mint any identity (O system:masters): as guarded as the key
   const unsafe = await unsafePermissions(path, file.stats);
   if (unsafe) throw new Error(`metrics ${what} ${unsafe}`);
-  if (what === 'key' && (file.stats.mode & 0o077) !== 0) throw new Error(`metrics key ${path} is readable by others (mode ${(file.stats.mode & 0o777).toString(8)}): chmod 600 ${path}`);
-  const marker = what === 'key' ? /-----BEGIN [A-Z ]*PRIVATE KEY-----/ : /-----BEGIN CERTIFICATE-----/;
-  if (!marker.test(file.bytes.toString('latin1'))) throw new Error(`metrics ${what} ${path} holds no PEM ${what === 'key' ? 'private key' : 'certificate'}`);
+  if (what === 'key' && (file.stats.mode & 0o077) !== 0)
+    throw new Error(
+      `metrics key ${path} is readable by others (mode ${(file.stats.mode & 0o777).toString(8)}): chmod 600 ${path}`,
+    );
+  const marker =
+    what === 'key' ? /-----BEGIN [A-Z ]*PRIVATE KEY-----/ : /-----BEGIN CERTIFICATE-----/;
+  if (!marker.test(file.bytes.toString('latin1')))
+    throw new Error(
+      `metrics ${what} ${path} holds no PEM ${what === 'key' ? 'private key' : 'certificate'}`,
+    );
   return file.bytes;
 }
 
@@ -59,7 +75,10 @@ export function keyMatches(cert: string | Buffer, key: string | Buffer): boolean
  * same each time it is called, so a daemon running for a year renews it in time.
  */
 export async function selfSignedServingTls(
-  stateDir: string, names: string[], commonName: string, onMade?: (certFile: string) => void,
+  stateDir: string,
+  names: string[],
+  commonName: string,
+  onMade?: (certFile: string) => void,
 ): Promise<{ load: () => Promise<ServingTls>; certFile: string; made: boolean }> {
   const dir = join(stateDir, SELF_SIGNED_DIR);
   const certFile = join(dir, 'tls.crt');
@@ -90,7 +109,9 @@ export async function selfSignedServingTls(
  * `onSwitch` is told each time the choice changes (so it is logged once, not every reload).
  */
 export function siteOrSelfSigned(
-  site: () => Promise<ServingTls>, fallback: () => Promise<() => Promise<ServingTls>>, onSwitch: (selfSigned: boolean, why: string) => void,
+  site: () => Promise<ServingTls>,
+  fallback: () => Promise<() => Promise<ServingTls>>,
+  onSwitch: (selfSigned: boolean, why: string) => void,
 ): () => Promise<ServingTls> {
   let usingFallback: boolean | undefined;
   let own: (() => Promise<ServingTls>) | undefined;

@@ -32,13 +32,20 @@ type Labels = Record<string, string>;
 
 class Family {
   readonly samples: { labels: Labels; value: number }[] = [];
-  constructor(readonly name: string, readonly type: 'counter' | 'gauge', readonly help: string) {}
+  constructor(
+    readonly name: string,
+    readonly type: 'counter' | 'gauge',
+    readonly help: string,
+  ) {}
   add(value: number, labels: Labels = {}): this {
     this.samples.push({ labels, value });
     return this;
   }
   render(): string {
-    const lines = [`# HELP ${this.name} ${escapeHelp(this.help)}`, `# TYPE ${this.name} ${this.type}`];
+    const lines = [
+      `# HELP ${this.name} ${escapeHelp(this.help)}`,
+      `# TYPE ${this.name} ${this.type}`,
+    ];
     for (const s of this.samples) {
       const ls = Object.entries(s.labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
       lines.push(`${this.name}${ls.length ? `{${ls.join(',')}}` : ''} ${num(s.value)}`);
@@ -74,16 +81,40 @@ function processMetrics(): Registry {
  */
 function peerFamilies(p: PeersStatus): Family[] {
   const t = p.transfer;
-  const fetched = new Family('bundle_agent_peer_bytes_fetched_total', 'counter', 'Verified bytes of bundles fetched from other nodes, by the node they came from.');
+  const fetched = new Family(
+    'bundle_agent_peer_bytes_fetched_total',
+    'counter',
+    'Verified bytes of bundles fetched from other nodes, by the node they came from.',
+  );
   for (const f of t.fetchedFrom) fetched.add(f.bytes, { peer: f.node });
-  const suspect = new Family('bundle_agent_peer_suspect', 'gauge', 'Other nodes caught serving bytes that do not match the signed bundle.json (1 each).');
+  const suspect = new Family(
+    'bundle_agent_peer_suspect',
+    'gauge',
+    'Other nodes caught serving bytes that do not match the signed bundle.json (1 each).',
+  );
   for (const n of t.suspect) suspect.add(1, { peer: n });
   const fams = [
-    new Family('bundle_agent_peer_up', 'gauge', 'Whether the peer server runs (0: it could not start; the agent tries again).').add(p.up ? 1 : 0),
-    new Family('bundle_agent_peer_bytes_served_total', 'counter', 'Bytes of bundles this node sent to other nodes.').add(t.bytesServed),
-    fetched, suspect,
+    new Family(
+      'bundle_agent_peer_up',
+      'gauge',
+      'Whether the peer server runs (0: it could not start; the agent tries again).',
+    ).add(p.up ? 1 : 0),
+    new Family(
+      'bundle_agent_peer_bytes_served_total',
+      'counter',
+      'Bytes of bundles this node sent to other nodes.',
+    ).add(t.bytesServed),
+    fetched,
+    suspect,
   ];
-  if (p.copies) fams.push(new Family('bundle_agent_peer_copies', 'gauge', 'Other nodes holding a complete copy of the bundle this node loaded.').add(p.copies.nodes, { version: p.copies.version }));
+  if (p.copies)
+    fams.push(
+      new Family(
+        'bundle_agent_peer_copies',
+        'gauge',
+        'Other nodes holding a complete copy of the bundle this node loaded.',
+      ).add(p.copies.nodes, { version: p.copies.version }),
+    );
   return fams;
 }
 
@@ -105,11 +136,18 @@ export class Metrics {
   private readonly build: Registry | undefined;
 
   /** With `opts.build`: also the process metrics and bundle_agent_build_info. */
-  constructor(private readonly clock: () => number = Date.now, opts: { build?: BuildInfo } = {}) {
+  constructor(
+    private readonly clock: () => number = Date.now,
+    opts: { build?: BuildInfo } = {},
+  ) {
     if (opts.build) {
       this.build = new Registry();
-      new Gauge({ name: 'bundle_agent_build_info', help: 'The agent\'s build: always 1, its version and runtime as labels.', labelNames: ['version', 'nodejs', 'arch'], registers: [this.build] })
-        .set({ version: opts.build.version, nodejs: process.version, arch: process.arch }, 1);
+      new Gauge({
+        name: 'bundle_agent_build_info',
+        help: "The agent's build: always 1, its version and runtime as labels.",
+        labelNames: ['version', 'nodejs', 'arch'],
+        registers: [this.build],
+      }).set({ version: opts.build.version, nodejs: process.version, arch: process.arch }, 1);
     }
   }
 
@@ -134,7 +172,8 @@ export class Metrics {
       this.phaseSince = at;
       this.durations.delete(s.phase);
       if (s.phase === 'Failed' && prev) {
-        const reason = s.conditions.find((c) => c.type === 'Failed' && c.status === 'True')?.reason || 'Unknown';
+        const reason =
+          s.conditions.find((c) => c.type === 'Failed' && c.status === 'True')?.reason || 'Unknown';
         this.failures.set(reason, (this.failures.get(reason) ?? 0) + 1);
       }
       if (s.phase === 'Ready' && prev) this.bundlesReady.count++;
@@ -149,7 +188,8 @@ export class Metrics {
     this.lastBytes = bytes;
     const images = s.progress.imagesDone;
     const di = images >= this.lastImages ? images - this.lastImages : images;
-    if (di > 0 && (s.phase === 'Preloading' || s.phase === 'Serving' || s.phase === 'Pinning')) this.imagesPulled += di;
+    if (di > 0 && (s.phase === 'Preloading' || s.phase === 'Serving' || s.phase === 'Pinning'))
+      this.imagesPulled += di;
     this.lastImages = images;
     this.current = structuredClone(s);
   }
@@ -167,44 +207,134 @@ export class Metrics {
     const s = this.current;
     const now = this.clock();
     const fams: Family[] = [];
-    fams.push(new Family('bundle_agent_bytes_staged_total', 'counter', 'Bytes of bundles copied to the upgrade directory and checked.').add(this.bytesStaged));
-    fams.push(new Family('bundle_agent_bytes_verified_total', 'counter', 'Bytes of bundles read and checked (staging or verifying in place).').add(this.bytesVerified));
-    fams.push(new Family('bundle_agent_images_pulled_total', 'counter', 'Images pulled into the container runtime through the local registry.').add(this.imagesPulled));
-    fams.push(new Family('bundle_agent_bundles_ready_total', 'counter', 'Bundles loaded to Ready.').add(this.bundlesReady.count));
-    const f = new Family('bundle_agent_failures_total', 'counter', 'Bundle loads that failed, by reason.');
+    fams.push(
+      new Family(
+        'bundle_agent_bytes_staged_total',
+        'counter',
+        'Bytes of bundles copied to the upgrade directory and checked.',
+      ).add(this.bytesStaged),
+    );
+    fams.push(
+      new Family(
+        'bundle_agent_bytes_verified_total',
+        'counter',
+        'Bytes of bundles read and checked (staging or verifying in place).',
+      ).add(this.bytesVerified),
+    );
+    fams.push(
+      new Family(
+        'bundle_agent_images_pulled_total',
+        'counter',
+        'Images pulled into the container runtime through the local registry.',
+      ).add(this.imagesPulled),
+    );
+    fams.push(
+      new Family('bundle_agent_bundles_ready_total', 'counter', 'Bundles loaded to Ready.').add(
+        this.bundlesReady.count,
+      ),
+    );
+    const f = new Family(
+      'bundle_agent_failures_total',
+      'counter',
+      'Bundle loads that failed, by reason.',
+    );
     for (const [reason, n] of [...this.failures].sort()) f.add(n, { reason });
     fams.push(f);
-    const d = new Family('bundle_agent_phase_duration_seconds', 'gauge', 'Seconds spent in each phase the last time the node went through it (the current phase: so far).');
+    const d = new Family(
+      'bundle_agent_phase_duration_seconds',
+      'gauge',
+      'Seconds spent in each phase the last time the node went through it (the current phase: so far).',
+    );
     for (const p of PHASES) {
-      const v = s && s.phase === p ? Math.max(0, (now - this.phaseSince) / 1000) : this.durations.get(p);
+      const v =
+        s && s.phase === p ? Math.max(0, (now - this.phaseSince) / 1000) : this.durations.get(p);
       if (v !== undefined) d.add(Math.round(v * 1000) / 1000, { phase: p });
     }
     fams.push(d);
-    const ph = new Family('bundle_agent_phase', 'gauge', 'The phase the node is in (1) and the others (0).');
+    const ph = new Family(
+      'bundle_agent_phase',
+      'gauge',
+      'The phase the node is in (1) and the others (0).',
+    );
     for (const p of PHASES) ph.add(s?.phase === p ? 1 : 0, { phase: p });
     fams.push(ph);
     if (s) {
-      const c = new Family('bundle_agent_condition', 'gauge', 'Status conditions: 1 for the status the condition has.');
-      for (const cond of s.conditions) for (const st of ['True', 'False', 'Unknown']) c.add(cond.status === st ? 1 : 0, { type: cond.type, status: st });
+      const c = new Family(
+        'bundle_agent_condition',
+        'gauge',
+        'Status conditions: 1 for the status the condition has.',
+      );
+      for (const cond of s.conditions)
+        for (const st of ['True', 'False', 'Unknown'])
+          c.add(cond.status === st ? 1 : 0, { type: cond.type, status: st });
       fams.push(c);
       const p = s.progress;
-      fams.push(new Family('bundle_agent_progress_bytes', 'gauge', 'Bytes done and in total in the current step.').add(p.bytesDone, { kind: 'done' }).add(p.bytesTotal, { kind: 'total' }));
-      fams.push(new Family('bundle_agent_progress_images', 'gauge', 'Images done and in total in the current bundle.').add(p.imagesDone, { kind: 'done' }).add(p.imagesTotal, { kind: 'total' }));
+      fams.push(
+        new Family(
+          'bundle_agent_progress_bytes',
+          'gauge',
+          'Bytes done and in total in the current step.',
+        )
+          .add(p.bytesDone, { kind: 'done' })
+          .add(p.bytesTotal, { kind: 'total' }),
+      );
+      fams.push(
+        new Family(
+          'bundle_agent_progress_images',
+          'gauge',
+          'Images done and in total in the current bundle.',
+        )
+          .add(p.imagesDone, { kind: 'done' })
+          .add(p.imagesTotal, { kind: 'total' }),
+      );
       if (s.bundle?.version) {
-        fams.push(new Family('bundle_agent_bundle_info', 'gauge', 'The bundle being (or last) loaded.').add(1, { version: s.bundle.version, arch: s.bundle.arch ?? '', mode: s.bundle.mode ?? '' }));
+        fams.push(
+          new Family('bundle_agent_bundle_info', 'gauge', 'The bundle being (or last) loaded.').add(
+            1,
+            { version: s.bundle.version, arch: s.bundle.arch ?? '', mode: s.bundle.mode ?? '' },
+          ),
+        );
       }
       if (s.peers) fams.push(...peerFamilies(s.peers));
-      fams.push(new Family('bundle_agent_status_updated_timestamp_seconds', 'gauge', 'When the status last changed (Unix time).').add(Math.round(time(s.updatedAt, now) / 1000)));
+      fams.push(
+        new Family(
+          'bundle_agent_status_updated_timestamp_seconds',
+          'gauge',
+          'When the status last changed (Unix time).',
+        ).add(Math.round(time(s.updatedAt, now) / 1000)),
+      );
     }
     const r = this.reporter?.stats;
     if (r) {
-      fams.push(new Family('bundle_agent_cluster_writes_total', 'counter', 'Status writes the API server accepted.').add(r.writes));
-      fams.push(new Family('bundle_agent_cluster_write_failures_total', 'counter', 'Failed status write attempts (retried or refused).').add(r.failures));
-      fams.push(new Family('bundle_agent_cluster_write_pending', 'gauge', '1 while a newer status than the last one written waits for the API server.').add(r.pending ? 1 : 0));
+      fams.push(
+        new Family(
+          'bundle_agent_cluster_writes_total',
+          'counter',
+          'Status writes the API server accepted.',
+        ).add(r.writes),
+      );
+      fams.push(
+        new Family(
+          'bundle_agent_cluster_write_failures_total',
+          'counter',
+          'Failed status write attempts (retried or refused).',
+        ).add(r.failures),
+      );
+      fams.push(
+        new Family(
+          'bundle_agent_cluster_write_pending',
+          'gauge',
+          '1 while a newer status than the last one written waits for the API server.',
+        ).add(r.pending ? 1 : 0),
+      );
     }
     const l = this.listener?.stats.answers;
     if (l) {
-      const f = new Family('bundle_agent_metrics_requests_total', 'counter', 'Requests to the authenticated metrics listener, by the HTTP status answered (401: no or unknown credentials, 403: no RBAC for /metrics).');
+      const f = new Family(
+        'bundle_agent_metrics_requests_total',
+        'counter',
+        'Requests to the authenticated metrics listener, by the HTTP status answered (401: no or unknown credentials, 403: no RBAC for /metrics).',
+      );
       for (const code of Object.keys(l).sort()) f.add(l[code]!, { code });
       fams.push(f);
     }

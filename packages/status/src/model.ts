@@ -1,9 +1,32 @@
 /** The status of one node's bundle work, as the agent reports it everywhere (file, CLI, cluster). */
 
-export const PHASES = ['Idle', 'Verifying', 'Staging', 'Serving', 'Preloading', 'Pinning', 'Ready', 'Failed'] as const;
+export const PHASES = [
+  'Idle',
+  'Verifying',
+  'Staging',
+  'Serving',
+  'Preloading',
+  'Pinning',
+  'Ready',
+  'Failed',
+] as const;
 export type Phase = (typeof PHASES)[number];
 
-export const CONDITION_TYPES = ['MediaDetected', 'Verified', 'SpaceAvailable', 'Staged', 'Serving', 'Preloaded', 'Pinned', 'UnpinPending', 'Ready', 'Failed', 'AgentUpgraded', 'MediaIncomplete', 'Peers'] as const;
+export const CONDITION_TYPES = [
+  'MediaDetected',
+  'Verified',
+  'SpaceAvailable',
+  'Staged',
+  'Serving',
+  'Preloaded',
+  'Pinned',
+  'UnpinPending',
+  'Ready',
+  'Failed',
+  'AgentUpgraded',
+  'MediaIncomplete',
+  'Peers',
+] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];
 
 export const CONDITION_STATUSES = ['True', 'False', 'Unknown'] as const;

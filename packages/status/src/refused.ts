@@ -25,19 +25,25 @@ export function parseFieldPath(field: string): Segment[] | undefined {
 export function refusedFields(body: unknown): string[] {
   const causes = (body as { details?: { causes?: unknown } } | undefined)?.details?.causes;
   if (!Array.isArray(causes)) return [];
-  const fields = causes.map((c) => (c as { field?: unknown } | null)?.field).filter((f): f is string => typeof f === 'string' && f !== '');
+  const fields = causes
+    .map((c) => (c as { field?: unknown } | null)?.field)
+    .filter((f): f is string => typeof f === 'string' && f !== '');
   return [...new Set(fields)];
 }
 
 function at(root: unknown, path: readonly Segment[]): unknown {
   let n = root;
-  for (const s of path) n = n !== null && typeof n === 'object' ? (n as Record<Segment, unknown>)[s] : undefined;
+  for (const s of path)
+    n = n !== null && typeof n === 'object' ? (n as Record<Segment, unknown>)[s] : undefined;
   return n;
 }
 
 /** `path` as a field name ("status.conditions[3].type"), or, without indexes, as REQUIRED names its schema location ("status.conditions[]"). */
 function render(path: readonly Segment[], indexes = true): string {
-  return path.map((s) => (typeof s === 'number' ? (indexes ? `[${s}]` : '[]') : `.${s}`)).join('').slice(1);
+  return path
+    .map((s) => (typeof s === 'number' ? (indexes ? `[${s}]` : '[]') : `.${s}`))
+    .join('')
+    .slice(1);
 }
 
 export interface Reduced {
@@ -55,7 +61,11 @@ export interface Reduced {
  * accepted from this agent (`accepted`), which is what the object already holds. Undefined when
  * that is not possible (a field it cannot place, nothing accepted yet): then nothing is resent.
  */
-export function withoutRefused(status: ResourceStatus, fields: readonly string[], accepted: ResourceStatus | undefined): Reduced | undefined {
+export function withoutRefused(
+  status: ResourceStatus,
+  fields: readonly string[],
+  accepted: ResourceStatus | undefined,
+): Reduced | undefined {
   if (fields.length === 0) return undefined;
   const out = structuredClone(status);
   const root = { status: out };
@@ -81,7 +91,9 @@ export function withoutRefused(status: ResourceStatus, fields: readonly string[]
       } else if (!(REQUIRED[render(parentPath, false)] ?? []).includes(key)) {
         if (parent === null || typeof parent !== 'object') return undefined;
         delete (parent as Record<string, unknown>)[key];
-        dropped.push(depth === path.length - 1 ? refused : `${render(path.slice(0, depth + 1))} (${refused})`);
+        dropped.push(
+          depth === path.length - 1 ? refused : `${render(path.slice(0, depth + 1))} (${refused})`,
+        );
         placed = true;
       } else if (depth === 1) {
         const previous = accepted?.[key as keyof ResourceStatus];

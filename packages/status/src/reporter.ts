@@ -26,16 +26,45 @@
  */
 import { createHash } from 'node:crypto';
 import type { CustomObjectsApi, ConfigurationOptions } from '@kubernetes/client-node';
-import { APPLY_PATCH, customObjectsApi, isApiException, requestOptions, ClusterError, apiDetail, apiMessage } from '@offline-bundle/kube';
+import {
+  APPLY_PATCH,
+  customObjectsApi,
+  isApiException,
+  requestOptions,
+  ClusterError,
+  apiDetail,
+  apiMessage,
+} from '@offline-bundle/kube';
 import type { NodeStatus } from './model.js';
 import { withoutRefused, refusedFields } from './refused.js';
-import { API_VERSION, GROUP, isValidNodeName, KIND, PLURAL, toResource, VERSION, type ResourceStatus } from './resource.js';
+import {
+  API_VERSION,
+  GROUP,
+  isValidNodeName,
+  KIND,
+  PLURAL,
+  toResource,
+  VERSION,
+  type ResourceStatus,
+} from './resource.js';
 
 /** Compatible with the agent's journald logger. */
 export interface StatusLogger {
-  info(event: string, msg: string, fields?: Record<string, string | number | boolean | undefined>): void;
-  warn(event: string, msg: string, fields?: Record<string, string | number | boolean | undefined>): void;
-  error(event: string, msg: string, fields?: Record<string, string | number | boolean | undefined>): void;
+  info(
+    event: string,
+    msg: string,
+    fields?: Record<string, string | number | boolean | undefined>,
+  ): void;
+  warn(
+    event: string,
+    msg: string,
+    fields?: Record<string, string | number | boolean | undefined>,
+  ): void;
+  error(
+    event: string,
+    msg: string,
+    fields?: Record<string, string | number | boolean | undefined>,
+  ): void;
 }
 
 export interface ClusterReporterOptions {
@@ -92,7 +121,6 @@ interface Failure {
 /** How often an agent with nothing new says it is alive; the admin's side counts a row stale after a few. */
 export const DEFAULT_HEARTBEAT_MS = 60_000;
 
-
 /** `bundle-agent-<node>`, kept within the API server's 128-character limit for field managers. */
 export function fieldManagerFor(node: string): string {
   const name = `bundle-agent-${node}`;
@@ -109,7 +137,14 @@ function significantKey(s: NodeStatus): string {
     s.conditions.map((c) => [c.type, c.status, c.reason, c.message]),
     s.history,
     // a new reading of the runtime (its names, or what of the bundle it lacks) is news too
-    s.runtime ? [s.runtime.digest, s.runtime.pinned, s.runtime.bundle?.missing?.length, s.runtime.bundle?.unpinned?.length] : null,
+    s.runtime
+      ? [
+          s.runtime.digest,
+          s.runtime.pinned,
+          s.runtime.bundle?.missing?.length,
+          s.runtime.bundle?.unpinned?.length,
+        ]
+      : null,
   ]);
 }
 
@@ -132,22 +167,57 @@ function classify(err: unknown, main: boolean): Failure {
     const detail = text ? `: ${text}` : '';
     const message = `HTTP ${code}${detail}`;
     // a refusal by RBAC or the admission policy: name the rule that grants the write
-    if (code === 403) return { retry: true, message: `${message}: apply deploy/rbac.yaml (ClusterRole offline-bundle:node-status-writer, bound to group system:nodes, and its admission policy), or before Kubernetes 1.30 / OpenShift 4.17 the output of bundle cluster rbac`, status: code, reload: true };
+    if (code === 403)
+      return {
+        retry: true,
+        message: `${message}: apply deploy/rbac.yaml (ClusterRole offline-bundle:node-status-writer, bound to group system:nodes, and its admission policy), or before Kubernetes 1.30 / OpenShift 4.17 the output of bundle cluster rbac`,
+        status: code,
+        reload: true,
+      };
     if (code === 401) return { retry: true, message, status: code, reload: true };
-    if (code === 404 && main) return { retry: true, message: `${message} (is deploy/crd.yaml installed?)`, status: code, reload: false };
-    if (code === 408 || code === 409 || code === 429 || code >= 500) return { retry: true, message, status: code, ...(retryAfterMs ? { retryAfterMs } : {}), reload: false };
-    return { retry: false, message, status: code, reload: false, ...(code === 422 ? { fields: refusedFields(body) } : {}) };
+    if (code === 404 && main)
+      return {
+        retry: true,
+        message: `${message} (is deploy/crd.yaml installed?)`,
+        status: code,
+        reload: false,
+      };
+    if (code === 408 || code === 409 || code === 429 || code >= 500)
+      return {
+        retry: true,
+        message,
+        status: code,
+        ...(retryAfterMs ? { retryAfterMs } : {}),
+        reload: false,
+      };
+    return {
+      retry: false,
+      message,
+      status: code,
+      reload: false,
+      ...(code === 422 ? { fields: refusedFields(body) } : {}),
+    };
   }
   const e = err as { name?: string; code?: string; message?: string } | undefined;
   // the bounded client's refusals (cluster-http.ts) say what the server did in their message
-  const what = e?.name === 'AbortError' || e?.name === 'TimeoutError' ? 'timed out' : err instanceof ClusterError ? err.message : (e?.code ?? e?.message ?? String(err));
-  return { retry: true, message: `API server unreachable: ${String(what).split('\n')[0]}`, reload: true };
+  const what =
+    e?.name === 'AbortError' || e?.name === 'TimeoutError'
+      ? 'timed out'
+      : err instanceof ClusterError
+        ? err.message
+        : (e?.code ?? e?.message ?? String(err));
+  return {
+    retry: true,
+    message: `API server unreachable: ${String(what).split('\n')[0]}`,
+    reload: true,
+  };
 }
 
 export class ClusterReporter {
   readonly node: string;
   readonly fieldManager: string;
-  private readonly opts: Required<Omit<ClusterReporterOptions, 'context' | 'log'>> & Pick<ClusterReporterOptions, 'context' | 'log'>;
+  private readonly opts: Required<Omit<ClusterReporterOptions, 'context' | 'log'>> &
+    Pick<ClusterReporterOptions, 'context' | 'log'>;
 
   /** Newest state not yet written (undefined: nothing waiting). */
   private latest: NodeStatus | undefined;
@@ -172,13 +242,25 @@ export class ClusterReporter {
   /** The last state written, sent again at each heartbeat. */
   private lastSent: NodeStatus | undefined;
   private beat: NodeJS.Timeout | undefined;
-  private readonly counters = { writes: 0, failures: 0, retrying: 0, rejected: 0, reduced: 0 } as { writes: number; failures: number; retrying: number; rejected: number; reduced: number; lastError?: string; lastWriteAt?: string };
+  private readonly counters = { writes: 0, failures: 0, retrying: 0, rejected: 0, reduced: 0 } as {
+    writes: number;
+    failures: number;
+    retrying: number;
+    rejected: number;
+    reduced: number;
+    lastError?: string;
+    lastWriteAt?: string;
+  };
 
   constructor(options: ClusterReporterOptions) {
-    if (!isValidNodeName(options.node)) throw new TypeError(`node name ${JSON.stringify(options.node)} is not a valid Kubernetes object name`);
+    if (!isValidNodeName(options.node))
+      throw new TypeError(
+        `node name ${JSON.stringify(options.node)} is not a valid Kubernetes object name`,
+      );
     this.node = options.node;
     this.fieldManager = fieldManagerFor(options.node);
-    const ms = (v: number | undefined, dflt: number): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : dflt);
+    const ms = (v: number | undefined, dflt: number): number =>
+      typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : dflt;
     this.opts = {
       node: options.node,
       kubeconfig: options.kubeconfig,
@@ -262,11 +344,14 @@ export class ClusterReporter {
     if (this.timer && this.timerAt <= due) return;
     clearTimeout(this.timer);
     this.timerAt = due;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.timerAt = Number.POSITIVE_INFINITY;
-      this.run();
-    }, Math.max(0, due - now));
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.timerAt = Number.POSITIVE_INFINITY;
+        this.run();
+      },
+      Math.max(0, due - now),
+    );
     // The reporter never keeps the process alive on its own: close() is how to wait for it.
     this.timer.unref();
   }
@@ -278,50 +363,69 @@ export class ClusterReporter {
     this.latest = undefined;
     this.urgent = false;
     this.lastAttemptAt = Date.now();
-    this.inflight = this.deliver(snapshot).then(
-      () => {
-        if (this.counters.retrying > 0) this.opts.log?.info('cluster-status', `status reaches the cluster again after ${this.counters.retrying} failed attempt(s)`, { node: this.node });
-        this.counters.writes++;
-        this.counters.retrying = 0;
-        this.counters.lastWriteAt = new Date().toISOString();
-        this.backoffUntil = 0;
-        this.delivered = true;
-        this.lastSent = snapshot;
-        this.armBeat();
-      },
-      (err: unknown) => {
-        const f = (err as { failure?: Failure }).failure ?? classify(err, false);
-        this.counters.failures++;
-        this.counters.lastError = f.message;
-        if (f.reload) this.api = undefined;
-        if (!f.retry) {
-          this.counters.rejected++;
+    this.inflight = this.deliver(snapshot)
+      .then(
+        () => {
+          if (this.counters.retrying > 0)
+            this.opts.log?.info(
+              'cluster-status',
+              `status reaches the cluster again after ${this.counters.retrying} failed attempt(s)`,
+              { node: this.node },
+            );
+          this.counters.writes++;
           this.counters.retrying = 0;
-          this.delivered = false;
-          this.opts.log?.error('cluster-status', `the API server refused the status of ${this.node}: ${f.message}; dropped, the next change is sent normally`, { node: this.node, status: f.status });
-          // an older state re-sent as fresh would say what no longer holds: the row goes stale instead
-          this.lastSent = undefined;
-          clearTimeout(this.beat);
-          return;
-        }
-        // Keep the newest state: a newer report (if any) replaces this one.
-        if (!this.latest) this.latest = snapshot;
-        this.urgent ||= wasUrgent;
-        this.counters.retrying++;
-        const exp = Math.min(this.opts.maxBackoffMs, this.opts.initialBackoffMs * 2 ** Math.min(30, this.counters.retrying - 1));
-        // "Equal jitter": between half and all of the exponential delay.
-        let delay = exp / 2 + (this.opts.random() * exp) / 2;
-        if (f.retryAfterMs) delay = Math.max(delay, Math.min(f.retryAfterMs, this.opts.maxBackoffMs));
-        this.backoffUntil = Date.now() + delay;
-        if (this.counters.retrying === 1 || this.counters.retrying % 10 === 0) {
-          this.opts.log?.warn('cluster-status', `cannot write the status of ${this.node} to the cluster (${f.message}); retrying in ${Math.round(delay / 100) / 10} s, the node keeps working`, { node: this.node, attempt: this.counters.retrying, status: f.status });
-        }
-      },
-    ).finally(() => {
-      this.inflight = undefined;
-      if (this.idle()) for (const w of [...this.waiters]) w();
-      this.schedule();
-    });
+          this.counters.lastWriteAt = new Date().toISOString();
+          this.backoffUntil = 0;
+          this.delivered = true;
+          this.lastSent = snapshot;
+          this.armBeat();
+        },
+        (err: unknown) => {
+          const f = (err as { failure?: Failure }).failure ?? classify(err, false);
+          this.counters.failures++;
+          this.counters.lastError = f.message;
+          if (f.reload) this.api = undefined;
+          if (!f.retry) {
+            this.counters.rejected++;
+            this.counters.retrying = 0;
+            this.delivered = false;
+            this.opts.log?.error(
+              'cluster-status',
+              `the API server refused the status of ${this.node}: ${f.message}; dropped, the next change is sent normally`,
+              { node: this.node, status: f.status },
+            );
+            // an older state re-sent as fresh would say what no longer holds: the row goes stale instead
+            this.lastSent = undefined;
+            clearTimeout(this.beat);
+            return;
+          }
+          // Keep the newest state: a newer report (if any) replaces this one.
+          if (!this.latest) this.latest = snapshot;
+          this.urgent ||= wasUrgent;
+          this.counters.retrying++;
+          const exp = Math.min(
+            this.opts.maxBackoffMs,
+            this.opts.initialBackoffMs * 2 ** Math.min(30, this.counters.retrying - 1),
+          );
+          // "Equal jitter": between half and all of the exponential delay.
+          let delay = exp / 2 + (this.opts.random() * exp) / 2;
+          if (f.retryAfterMs)
+            delay = Math.max(delay, Math.min(f.retryAfterMs, this.opts.maxBackoffMs));
+          this.backoffUntil = Date.now() + delay;
+          if (this.counters.retrying === 1 || this.counters.retrying % 10 === 0) {
+            this.opts.log?.warn(
+              'cluster-status',
+              `cannot write the status of ${this.node} to the cluster (${f.message}); retrying in ${Math.round(delay / 100) / 10} s, the node keeps working`,
+              { node: this.node, attempt: this.counters.retrying, status: f.status },
+            );
+          }
+        },
+      )
+      .finally(() => {
+        this.inflight = undefined;
+        if (this.idle()) for (const w of [...this.waiters]) w();
+        this.schedule();
+      });
   }
 
   /** Sends the last state again, newly dated, once heartbeatMs pass with nothing else sent. */
@@ -342,14 +446,21 @@ export class ClusterReporter {
 
   /** Per-request options: the apply content type, and a timeout that close() also cuts short. */
   private requestOptions(): ConfigurationOptions {
-    return requestOptions(AbortSignal.any([AbortSignal.timeout(this.opts.requestTimeoutMs), this.closing.signal]), APPLY_PATCH);
+    return requestOptions(
+      AbortSignal.any([AbortSignal.timeout(this.opts.requestTimeoutMs), this.closing.signal]),
+      APPLY_PATCH,
+    );
   }
 
   private async attempt<T>(main: boolean, fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (err) {
-      throw Object.assign(new Error('apply failed'), { failure: classify(err, main), cause: err, code404: isApiException(err) && err.code === 404 });
+      throw Object.assign(new Error('apply failed'), {
+        failure: classify(err, main),
+        cause: err,
+        code404: isApiException(err) && err.code === 404,
+      });
     }
   }
 
@@ -361,7 +472,14 @@ export class ClusterReporter {
           version: VERSION,
           plural: PLURAL,
           name: this.node,
-          body: { apiVersion: API_VERSION, kind: KIND, metadata: { name: this.node, labels: { 'app.kubernetes.io/managed-by': 'bundle-agent' } } },
+          body: {
+            apiVersion: API_VERSION,
+            kind: KIND,
+            metadata: {
+              name: this.node,
+              labels: { 'app.kubernetes.io/managed-by': 'bundle-agent' },
+            },
+          },
           fieldManager: this.fieldManager,
           force: true,
         },
@@ -378,13 +496,30 @@ export class ClusterReporter {
   }
 
   /** `reduce` shapes the status just before it is sent (after the generation is known). */
-  private async applyStatus(api: CustomObjectsApi, status: NodeStatus, reduce?: (s: ResourceStatus) => ResourceStatus): Promise<void> {
-    const beat = this.opts.heartbeatMs ? { heartbeatSeconds: Math.ceil(this.opts.heartbeatMs / 1000) } : {};
-    const body = toResource(status, this.node, { ...(this.generation !== undefined ? { generation: this.generation } : {}), ...beat });
+  private async applyStatus(
+    api: CustomObjectsApi,
+    status: NodeStatus,
+    reduce?: (s: ResourceStatus) => ResourceStatus,
+  ): Promise<void> {
+    const beat = this.opts.heartbeatMs
+      ? { heartbeatSeconds: Math.ceil(this.opts.heartbeatMs / 1000) }
+      : {};
+    const body = toResource(status, this.node, {
+      ...(this.generation !== undefined ? { generation: this.generation } : {}),
+      ...beat,
+    });
     if (reduce) body.status = reduce(body.status);
     const obj = (await this.attempt(false, () =>
       api.patchClusterCustomObjectStatus(
-        { group: GROUP, version: VERSION, plural: PLURAL, name: this.node, body, fieldManager: this.fieldManager, force: true },
+        {
+          group: GROUP,
+          version: VERSION,
+          plural: PLURAL,
+          name: this.node,
+          body,
+          fieldManager: this.fieldManager,
+          force: true,
+        },
         this.requestOptions(),
       ),
     )) as { metadata?: { generation?: number } } | undefined;
@@ -393,7 +528,11 @@ export class ClusterReporter {
   }
 
   /** The status write, creating the object again when it went away (404: deleted by an admin). */
-  private async writeStatus(api: CustomObjectsApi, status: NodeStatus, reduce?: (s: ResourceStatus) => ResourceStatus): Promise<void> {
+  private async writeStatus(
+    api: CustomObjectsApi,
+    status: NodeStatus,
+    reduce?: (s: ResourceStatus) => ResourceStatus,
+  ): Promise<void> {
     try {
       await this.applyStatus(api, status, reduce);
     } catch (err) {
@@ -418,7 +557,11 @@ export class ClusterReporter {
       this.counters.reduced++;
       const kept = r.kept.length ? `; kept what the cluster holds for ${r.kept.join(', ')}` : '';
       const left = r.dropped.length ? ` without ${r.dropped.join(', ')}` : '';
-      this.opts.log?.warn('cluster-status', `the cluster's NodeBundleStatus schema refused part of the status of ${this.node} (${f.message}): sending it${left}${kept}; apply this agent's deploy/crd.yaml to report it all`, { node: this.node, status: 422 });
+      this.opts.log?.warn(
+        'cluster-status',
+        `the cluster's NodeBundleStatus schema refused part of the status of ${this.node} (${f.message}): sending it${left}${kept}; apply this agent's deploy/crd.yaml to report it all`,
+        { node: this.node, status: 422 },
+      );
       return r.status;
     };
   }
@@ -429,7 +572,13 @@ export class ClusterReporter {
       api = await this.client();
     } catch (err) {
       const msg = String((err as Error)?.message ?? err).split('\n')[0];
-      throw Object.assign(new Error(msg), { failure: { retry: true, message: `cannot load kubeconfig ${this.opts.kubeconfig}: ${msg}`, reload: true } satisfies Failure });
+      throw Object.assign(new Error(msg), {
+        failure: {
+          retry: true,
+          message: `cannot load kubeconfig ${this.opts.kubeconfig}: ${msg}`,
+          reload: true,
+        } satisfies Failure,
+      });
     }
     if (!this.objectReady) await this.ensureObject(api);
     try {

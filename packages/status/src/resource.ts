@@ -6,7 +6,17 @@
  */
 import { isIP } from 'node:net';
 import { boundHoldings } from './holdings.js';
-import { BUNDLE_MODES, type BundleIdentity, type Condition, type HistoryEntry, type NodeStatus, type PeersStatus, type Phase, type Progress, type ServingStatus } from './model.js';
+import {
+  BUNDLE_MODES,
+  type BundleIdentity,
+  type Condition,
+  type HistoryEntry,
+  type NodeStatus,
+  type PeersStatus,
+  type Phase,
+  type Progress,
+  type ServingStatus,
+} from './model.js';
 
 export const GROUP = 'bundles.offline-bundle.io';
 export const VERSION = 'v1alpha1';
@@ -50,7 +60,8 @@ export const LIMITS = {
 export const PEER_PORT_MIN = 9000;
 export const PEER_PORT_MAX = 9999;
 
-export const isPeerPort = (port: unknown): port is number => Number.isInteger(port) && (port as number) >= PEER_PORT_MIN && (port as number) <= PEER_PORT_MAX;
+export const isPeerPort = (port: unknown): port is number =>
+  Number.isInteger(port) && (port as number) >= PEER_PORT_MIN && (port as number) <= PEER_PORT_MAX;
 
 /**
  * The `required` lists of deploy/crd.yaml, by schema location ("[]" is a list's items). The
@@ -102,12 +113,18 @@ export function truncate(s: string, max: number): string {
 
 /** A condition reason as Kubernetes wants it (CamelCase-ish, ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$). */
 export function conditionReason(reason: string): string {
-  const r = reason.replace(/[^A-Za-z0-9_,:]/g, '').replace(/^[^A-Za-z]+/, '').slice(0, LIMITS.reason).replace(/[,:]+$/, '');
+  const r = reason
+    .replace(/[^A-Za-z0-9_,:]/g, '')
+    .replace(/^[^A-Za-z]+/, '')
+    .slice(0, LIMITS.reason)
+    .replace(/[,:]+$/, '');
   return REASON.test(r) ? r : 'Unknown';
 }
 
 function count(n: number | undefined): number {
-  return typeof n === 'number' && Number.isFinite(n) && n > 0 ? Math.min(Math.round(n), Number.MAX_SAFE_INTEGER) : 0;
+  return typeof n === 'number' && Number.isFinite(n) && n > 0
+    ? Math.min(Math.round(n), Number.MAX_SAFE_INTEGER)
+    : 0;
 }
 
 /**
@@ -117,8 +134,14 @@ function count(n: number | undefined): number {
 export function progressPercent(phase: Phase, p: Progress): number | undefined {
   if (phase === 'Ready') return 100;
   if (phase === 'Idle') return undefined;
-  const images = phase === 'Serving' || phase === 'Preloading' || phase === 'Pinning' || (phase === 'Failed' && count(p.imagesTotal) > 0);
-  const [done, total] = images ? [count(p.imagesDone), count(p.imagesTotal)] : [count(p.bytesDone), count(p.bytesTotal)];
+  const images =
+    phase === 'Serving' ||
+    phase === 'Preloading' ||
+    phase === 'Pinning' ||
+    (phase === 'Failed' && count(p.imagesTotal) > 0);
+  const [done, total] = images
+    ? [count(p.imagesDone), count(p.imagesTotal)]
+    : [count(p.bytesDone), count(p.bytesTotal)];
   if (total === 0) return undefined;
   return Math.max(0, Math.min(100, Math.floor((done / total) * 100)));
 }
@@ -136,30 +159,74 @@ function bundleOf(b: BundleIdentity): BundleIdentity {
   if (peers.length) out.fromPeers = peers;
   // a path is whole or left out: a cut one would name another path
   const path = b.path ?? [];
-  if (path.length >= 2 && path.length <= LIMITS.path && path.every((v) => typeof v === 'string' && v.length > 0 && v.length <= LIMITS.version)) out.path = [...path];
+  if (
+    path.length >= 2 &&
+    path.length <= LIMITS.path &&
+    path.every((v) => typeof v === 'string' && v.length > 0 && v.length <= LIMITS.version)
+  )
+    out.path = [...path];
   return out;
 }
 
 /** What the node serves, or undefined when any part of it is not what the CRD accepts (a peer would ignore it anyway). */
 function servingOf(s: ServingStatus | undefined): ServingStatus | undefined {
-  if (!s || !DIGEST.test(s.manifestDigest) || isIP(s.address) === 0 || s.address.length > LIMITS.address || !isPeerPort(s.port)) return undefined;
-  return { manifestDigest: s.manifestDigest, complete: s.complete === true, verifiedBlobs: count(s.verifiedBlobs), address: s.address, port: s.port };
+  if (
+    !s ||
+    !DIGEST.test(s.manifestDigest) ||
+    isIP(s.address) === 0 ||
+    s.address.length > LIMITS.address ||
+    !isPeerPort(s.port)
+  )
+    return undefined;
+  return {
+    manifestDigest: s.manifestDigest,
+    complete: s.complete === true,
+    verifiedBlobs: count(s.verifiedBlobs),
+    address: s.address,
+    port: s.port,
+  };
 }
 
 /** status.peers, bounded: node names valid and at most LIMITS.peerNodes of each list (the largest senders first). */
 function peersOf(p: PeersStatus): PeersStatus {
   const t = p.transfer;
-  const fetchedFrom = t.fetchedFrom.filter((f) => isValidNodeName(f.node)).map((f) => ({ node: f.node, bytes: count(f.bytes) }))
-    .sort((a, b) => b.bytes - a.bytes).slice(0, LIMITS.peerNodes);
+  const fetchedFrom = t.fetchedFrom
+    .filter((f) => isValidNodeName(f.node))
+    .map((f) => ({ node: f.node, bytes: count(f.bytes) }))
+    .sort((a, b) => b.bytes - a.bytes)
+    .slice(0, LIMITS.peerNodes);
   return {
     up: p.up === true,
-    ...(p.problem ? { problem: { reason: conditionReason(p.problem.reason), message: truncate(p.problem.message, LIMITS.peerProblem) } } : {}),
-    transfer: { bytesServed: count(t.bytesServed), bytesFetched: count(t.bytesFetched), fetchedFrom, suspect: [...new Set(t.suspect)].filter(isValidNodeName).slice(0, LIMITS.peerNodes) },
-    ...(p.copies ? { copies: { version: truncate(p.copies.version, LIMITS.version), nodes: count(p.copies.nodes), serving: p.copies.serving === true } } : {}),
+    ...(p.problem
+      ? {
+          problem: {
+            reason: conditionReason(p.problem.reason),
+            message: truncate(p.problem.message, LIMITS.peerProblem),
+          },
+        }
+      : {}),
+    transfer: {
+      bytesServed: count(t.bytesServed),
+      bytesFetched: count(t.bytesFetched),
+      fetchedFrom,
+      suspect: [...new Set(t.suspect)].filter(isValidNodeName).slice(0, LIMITS.peerNodes),
+    },
+    ...(p.copies
+      ? {
+          copies: {
+            version: truncate(p.copies.version, LIMITS.version),
+            nodes: count(p.copies.nodes),
+            serving: p.copies.serving === true,
+          },
+        }
+      : {}),
   };
 }
 
-function conditionsOf(conditions: readonly Condition[], generation: number | undefined): Condition[] {
+function conditionsOf(
+  conditions: readonly Condition[],
+  generation: number | undefined,
+): Condition[] {
   // A list-map keyed by type: one entry per type (the last one wins), in first-seen order.
   const byType = new Map<string, Condition>();
   for (const c of conditions) byType.set(c.type, c);
@@ -177,12 +244,15 @@ function conditionsOf(conditions: readonly Condition[], generation: number | und
 }
 
 function historyOf(history: readonly HistoryEntry[]): HistoryEntry[] {
-  return history.filter((e) => e.version).slice(-LIMITS.history).map((e) => ({
-    version: truncate(e.version, LIMITS.version),
-    state: e.state,
-    ...(e.digest && DIGEST.test(e.digest) ? { digest: e.digest } : {}),
-    at: e.at,
-  }));
+  return history
+    .filter((e) => e.version)
+    .slice(-LIMITS.history)
+    .map((e) => ({
+      version: truncate(e.version, LIMITS.version),
+      state: e.state,
+      ...(e.digest && DIGEST.test(e.digest) ? { digest: e.digest } : {}),
+      at: e.at,
+    }));
 }
 
 /**
@@ -191,8 +261,15 @@ function historyOf(history: readonly HistoryEntry[]): HistoryEntry[] {
  * returned it, becomes status.observedGeneration and each condition's observedGeneration.
  * Throws a TypeError when `node` is not a valid Kubernetes object name.
  */
-export function toResource(status: NodeStatus, node: string, opts: { generation?: number; heartbeatSeconds?: number } = {}): NodeBundleStatusResource {
-  if (!isValidNodeName(node)) throw new TypeError(`node name ${JSON.stringify(node)} is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.'; at most 253)`);
+export function toResource(
+  status: NodeStatus,
+  node: string,
+  opts: { generation?: number; heartbeatSeconds?: number } = {},
+): NodeBundleStatusResource {
+  if (!isValidNodeName(node))
+    throw new TypeError(
+      `node name ${JSON.stringify(node)} is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.'; at most 253)`,
+    );
   const generation = opts.generation ?? status.observedGeneration;
   const p = status.progress;
   const progress: ResourceProgress = {
@@ -202,7 +279,8 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
     imagesTotal: count(p.imagesTotal),
   };
   if (p.rate !== undefined && Number.isFinite(p.rate)) progress.rate = count(p.rate);
-  if (p.etaSeconds !== undefined && Number.isFinite(p.etaSeconds)) progress.etaSeconds = count(p.etaSeconds);
+  if (p.etaSeconds !== undefined && Number.isFinite(p.etaSeconds))
+    progress.etaSeconds = count(p.etaSeconds);
   const percent = progressPercent(status.phase, p);
   if (percent !== undefined) progress.percent = `${percent}%`;
   const serving = servingOf(status.serving);
@@ -217,7 +295,9 @@ export function toResource(status: NodeStatus, node: string, opts: { generation?
     history: historyOf(status.history),
     message: truncate(status.message, LIMITS.message),
     updatedAt: status.updatedAt,
-    ...(opts.heartbeatSeconds ? { heartbeatSeconds: Math.min(86_400, Math.max(1, count(opts.heartbeatSeconds))) } : {}),
+    ...(opts.heartbeatSeconds
+      ? { heartbeatSeconds: Math.min(86_400, Math.max(1, count(opts.heartbeatSeconds))) }
+      : {}),
     ...(generation !== undefined ? { observedGeneration: count(generation) } : {}),
     ...(serving ? { serving } : {}),
     ...(status.peers ? { peers: peersOf(status.peers) } : {}),

@@ -6,7 +6,11 @@
 class Bucket {
   private tokens: number;
   private last: number;
-  constructor(private readonly rate: number, private readonly burst: number, now: number) {
+  constructor(
+    private readonly rate: number,
+    private readonly burst: number,
+    now: number,
+  ) {
     this.tokens = burst;
     this.last = now;
   }
@@ -45,7 +49,10 @@ export class ReviewRate {
   private readonly all: Bucket;
   private readonly byAddress = new Map<string, Bucket>();
 
-  constructor(private readonly limits: RateLimits, private readonly now: () => number) {
+  constructor(
+    private readonly limits: RateLimits,
+    private readonly now: () => number,
+  ) {
     this.all = new Bucket(limits.perSecond, limits.burst, now());
   }
 
@@ -67,6 +74,7 @@ export class ReviewRate {
   private makeRoom(now: number): void {
     if (this.byAddress.size < this.limits.maxAddresses) return;
     for (const [k, b] of this.byAddress) if (b.full(now)) this.byAddress.delete(k);
-    if (this.byAddress.size >= this.limits.maxAddresses) this.byAddress.delete(this.byAddress.keys().next().value!);
+    if (this.byAddress.size >= this.limits.maxAddresses)
+      this.byAddress.delete(this.byAddress.keys().next().value!);
   }
 }

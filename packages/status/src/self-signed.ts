@@ -1,7 +1,13 @@
 // A self-signed serving certificate for the metrics listener where the site gives none: P-256,
 // the node's address as its IP SAN. Node 20 can sign but has no API to build a certificate, and
 // one small DER encoder is less to trust than a new dependency; X509Certificate reads it back.
-import { X509Certificate, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
+import {
+  X509Certificate,
+  generateKeyPairSync,
+  randomBytes,
+  sign,
+  type KeyObject,
+} from 'node:crypto';
 import { isIP } from 'node:net';
 
 /** A generated certificate's life; renewed (at start, and at each reload while running) once less than RENEW_BEFORE_MS of it is left. */
@@ -14,8 +20,16 @@ const MAX_DER_CONTENT = 0xffff;
 
 function tlv(tag: number, content: Buffer): Buffer {
   const n = content.length;
-  if (n > MAX_DER_CONTENT) throw new Error(`DER content of ${n} bytes is over ${MAX_DER_CONTENT}: too many or too long certificate names`);
-  const len = n < 0x80 ? Buffer.from([n]) : n < 0x100 ? Buffer.from([0x81, n]) : Buffer.from([0x82, n >> 8, n & 0xff]);
+  if (n > MAX_DER_CONTENT)
+    throw new Error(
+      `DER content of ${n} bytes is over ${MAX_DER_CONTENT}: too many or too long certificate names`,
+    );
+  const len =
+    n < 0x80
+      ? Buffer.from([n])
+      : n < 0x100
+        ? Buffer.from([0x81, n])
+        : Buffer.from([0x82, n >> 8, n & 0xff]);
   return Buffer.concat([Buffer.from([tag]), len, content]);
 }
 const seq = (...parts: Buffer[]) => tlv(0x30, Buffer.concat(parts));
@@ -34,7 +48,9 @@ function oid(dotted: string): Buffer {
 /** UTCTime until 2049, GeneralizedTime after (RFC 5280 4.1.2.5). */
 function time(d: Date): Buffer {
   const iso = d.toISOString().replace(/[-:T]/g, '').slice(0, 14) + 'Z';
-  return d.getUTCFullYear() < 2050 ? tlv(0x17, Buffer.from(iso.slice(2))) : tlv(0x18, Buffer.from(iso));
+  return d.getUTCFullYear() < 2050
+    ? tlv(0x17, Buffer.from(iso.slice(2)))
+    : tlv(0x18, Buffer.from(iso));
 }
 
 /**
@@ -45,9 +61,13 @@ function time(d: Date): Buffer {
 export function certificateIp(ip: string): string {
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
   const plain = mapped ? mapped[1]! : ip;
-  if (plain.includes('%')) throw new Error(`${ip} has a zone ID: give the address without %ZONE (a link-local address is no node address)`);
+  if (plain.includes('%'))
+    throw new Error(
+      `${ip} has a zone ID: give the address without %ZONE (a link-local address is no node address)`,
+    );
   if (isIP(plain) === 0) throw new Error(`${ip} is not an IP address`);
-  if (plain === '0.0.0.0' || /^[0:]+$/.test(plain)) throw new Error(`${ip} is the unspecified address: give the node's own address`);
+  if (plain === '0.0.0.0' || /^[0:]+$/.test(plain))
+    throw new Error(`${ip} is the unspecified address: give the node's own address`);
   return plain;
 }
 
@@ -56,31 +76,46 @@ function ipBytes(given: string): Buffer {
   // an IPv6 address ending in dotted IPv4 (64:ff9b::10.0.0.5): that tail as two groups
   const plain = certificateIp(given);
   if (isIP(plain) === 4) return Buffer.from(plain.split('.').map(Number));
-  const ip = plain.replace(/(\d+)\.(\d+)\.(\d+)\.(\d+)$/, (_m, a, b, c, d) => `${((+a << 8) | +b).toString(16)}:${((+c << 8) | +d).toString(16)}`);
+  const ip = plain.replace(
+    /(\d+)\.(\d+)\.(\d+)\.(\d+)$/,
+    (_m, a, b, c, d) => `${((+a << 8) | +b).toString(16)}:${((+c << 8) | +d).toString(16)}`,
+  );
   const [head, tail = ''] = ip.includes('::') ? ip.split('::') : [ip, undefined];
   const words = (s: string | undefined) => (s ? s.split(':') : []);
   const h = words(head);
   const t = words(tail);
-  const all = ip.includes('::') ? [...h, ...Array<string>(8 - h.length - t.length).fill('0'), ...t] : h;
+  const all = ip.includes('::')
+    ? [...h, ...Array<string>(8 - h.length - t.length).fill('0'), ...t]
+    : h;
   return Buffer.concat(all.map((w) => Buffer.from(w.padStart(4, '0'), 'hex')));
 }
 
-const ext = (id: string, critical: boolean, value: Buffer) => seq(oid(id), ...(critical ? [tlv(0x01, Buffer.from([0xff]))] : []), tlv(0x04, value));
+const ext = (id: string, critical: boolean, value: Buffer) =>
+  seq(oid(id), ...(critical ? [tlv(0x01, Buffer.from([0xff]))] : []), tlv(0x04, value));
 
 function subjectAltName(names: string[]): Buffer {
-  return seq(...names.map((n) => (isIP(n) ? tlv(0x87, ipBytes(n)) : tlv(0x82, Buffer.from(n, 'ascii')))));
+  return seq(
+    ...names.map((n) => (isIP(n) ? tlv(0x87, ipBytes(n)) : tlv(0x82, Buffer.from(n, 'ascii')))),
+  );
 }
 
 /** PEM of a DER certificate or key. */
 function pem(label: string, der: Buffer): string {
-  return `-----BEGIN ${label}-----\n${der.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '')}\n-----END ${label}-----\n`;
+  return `-----BEGIN ${label}-----\n${der
+    .toString('base64')
+    .replace(/(.{64})/g, '$1\n')
+    .replace(/\n$/, '')}\n-----END ${label}-----\n`;
 }
 
 /**
  * A certificate for `names` (IP addresses and DNS names), signed by its own key: serverAuth,
  * not a CA. Returns both as PEM.
  */
-export function makeSelfSigned(names: string[], commonName: string, now = new Date()): { cert: string; key: string } {
+export function makeSelfSigned(
+  names: string[],
+  commonName: string,
+  now = new Date(),
+): { cert: string; key: string } {
   if (names.length === 0) throw new Error('a certificate needs at least one name');
   const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const serial = randomBytes(16);
@@ -93,18 +128,27 @@ export function makeSelfSigned(names: string[], commonName: string, now = new Da
     tlv(0x02, serial),
     ecdsaSha256,
     name,
-    seq(time(new Date(now.getTime() - BACKDATE_MS)), time(new Date(now.getTime() + SELF_SIGNED_DAYS * 24 * 3600_000))),
+    seq(
+      time(new Date(now.getTime() - BACKDATE_MS)),
+      time(new Date(now.getTime() + SELF_SIGNED_DAYS * 24 * 3600_000)),
+    ),
     name,
     (publicKey as KeyObject).export({ type: 'spki', format: 'der' }),
-    tlv(0xa3, seq(
-      ext('2.5.29.19', true, seq()),
-      ext('2.5.29.15', true, tlv(0x03, Buffer.from([0x07, 0x80]))),
-      ext('2.5.29.37', false, seq(oid('1.3.6.1.5.5.7.3.1'))),
-      ext('2.5.29.17', false, subjectAltName(names)),
-    )),
+    tlv(
+      0xa3,
+      seq(
+        ext('2.5.29.19', true, seq()),
+        ext('2.5.29.15', true, tlv(0x03, Buffer.from([0x07, 0x80]))),
+        ext('2.5.29.37', false, seq(oid('1.3.6.1.5.5.7.3.1'))),
+        ext('2.5.29.17', false, subjectAltName(names)),
+      ),
+    ),
   );
   const signature = sign('sha256', tbs, privateKey);
-  const cert = pem('CERTIFICATE', seq(tbs, ecdsaSha256, tlv(0x03, Buffer.concat([Buffer.from([0]), signature]))));
+  const cert = pem(
+    'CERTIFICATE',
+    seq(tbs, ecdsaSha256, tlv(0x03, Buffer.concat([Buffer.from([0]), signature]))),
+  );
   return { cert, key: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString() };
 }
 
@@ -113,7 +157,9 @@ export function stillGood(certPem: string | Buffer, names: string[], now = Date.
   try {
     const c = new X509Certificate(certPem);
     if (Date.parse(c.validTo) - now < RENEW_BEFORE_MS) return false;
-    return names.every((n) => (isIP(n) ? c.checkIP(certificateIp(n)) !== undefined : c.checkHost(n) !== undefined));
+    return names.every((n) =>
+      isIP(n) ? c.checkIP(certificateIp(n)) !== undefined : c.checkHost(n) !== undefined,
+    );
   } catch {
     return false;
   }

@@ -1,5 +1,12 @@
 import { escapeControls } from '@offline-bundle/host';
-import type { Condition, ConditionType, NodeStatus, Phase, Progress, RuntimeHoldings } from './model.js';
+import type {
+  Condition,
+  ConditionType,
+  NodeStatus,
+  Phase,
+  Progress,
+  RuntimeHoldings,
+} from './model.js';
 import { technicianLine } from './summary.js';
 
 /**
@@ -9,7 +16,10 @@ import { technicianLine } from './summary.js';
 export class StatusTracker {
   private readonly sinks: ((s: NodeStatus) => void)[] = [];
 
-  constructor(private status: NodeStatus, private readonly clock: () => Date = () => new Date()) {}
+  constructor(
+    private status: NodeStatus,
+    private readonly clock: () => Date = () => new Date(),
+  ) {}
 
   get current(): NodeStatus {
     return structuredClone(this.status);
@@ -38,7 +48,12 @@ export class StatusTracker {
     });
   }
 
-  condition(type: ConditionType, status: Condition['status'], reason: string, message: string): void {
+  condition(
+    type: ConditionType,
+    status: Condition['status'],
+    reason: string,
+    message: string,
+  ): void {
     // Messages quote file names and bundle strings; kubectl describe and the status file show them as is.
     message = escapeControls(message);
     this.update((s) => {

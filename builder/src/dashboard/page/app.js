@@ -4,10 +4,24 @@
 /* global document, window, EventSource */
 'use strict';
 
-const COLUMNS = ['Node', 'Phase', 'Progress', 'Source', 'Pinned', 'Holds', 'Heartbeat', 'Node Ready', 'Message', 'History'];
+const COLUMNS = [
+  'Node',
+  'Phase',
+  'Progress',
+  'Source',
+  'Pinned',
+  'Holds',
+  'Heartbeat',
+  'Node Ready',
+  'Message',
+  'History',
+];
 const $ = (id) => document.getElementById(id);
 const pad = (n) => String(n).padStart(2, '0');
-const clock = (t) => { const d = new Date(t); return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`; };
+const clock = (t) => {
+  const d = new Date(t);
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+};
 
 let snapshot;
 let streamLostSince;
@@ -27,7 +41,9 @@ function el(tag, props, ...children) {
 
 function when(iso) {
   const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? iso : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return Number.isNaN(d.getTime())
+    ? iso
+    : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
 function heartbeatText(cell) {
@@ -77,7 +93,9 @@ function holdsText(h) {
   if (!h || !h.published) return 'not known';
   const pins = h.pinsReported ? `, ${h.pinned} pinned` : ', pins not reported';
   const unknown = h.unknown ? `, ${h.unknown} not known (its list was cut)` : '';
-  const lacks = h.missing ? `; lacks ${h.missing}: ${h.lacks.join(', ')}${h.missing > h.lacks.length ? ` and ${h.missing - h.lacks.length} more` : ''}` : '';
+  const lacks = h.missing
+    ? `; lacks ${h.missing}: ${h.lacks.join(', ')}${h.missing > h.lacks.length ? ` and ${h.missing - h.lacks.length} more` : ''}`
+    : '';
   return `${h.held} of ${h.names}${pins}${unknown}${lacks}`;
 }
 
@@ -86,22 +104,37 @@ function update(r, row) {
   c.node.textContent = row.node;
   c.phase.textContent = row.phase;
   c.phase.className = `phase phase-${row.phase.replace(/[^A-Za-z]/g, '')}`;
-  c.reason.textContent = [row.reason, row.missingRunning ? `missing the running release ${row.missingRunning}` : ''].filter(Boolean).join('; ');
+  c.reason.textContent = [
+    row.reason,
+    row.missingRunning ? `missing the running release ${row.missingRunning}` : '',
+  ]
+    .filter(Boolean)
+    .join('; ');
   const p = row.progress || {};
   if (p.percent === undefined) c.progressBar.removeAttribute('value');
   else c.progressBar.value = p.percent;
   c.progressBar.hidden = p.percent === undefined && !p.done;
-  c.progressText.textContent = [p.percent !== undefined ? `${p.percent}%` : '', p.done, p.rate, p.eta].filter(Boolean).join(' · ') || '-';
+  c.progressText.textContent =
+    [p.percent !== undefined ? `${p.percent}%` : '', p.done, p.rate, p.eta]
+      .filter(Boolean)
+      .join(' · ') || '-';
   c.Source.textContent = row.source || '-';
-  c.Pinned.textContent = row.pinned === 'True' ? 'yes' : row.pinned === 'False' ? 'no' : (row.pinned || '-');
+  c.Pinned.textContent =
+    row.pinned === 'True' ? 'yes' : row.pinned === 'False' ? 'no' : row.pinned || '-';
   c.Holds.textContent = holdsText(row.holdings);
-  c.Holds.className = row.holdings && (row.holdings.missing || row.holdings.unknown) ? 'cell no' : 'cell';
-  c.Holds.title = row.holdings && row.holdings.published ? 'image names of the bundle its container runtime holds, as its agent last published' : 'its agent publishes nothing of its runtime (an older agent, or no load since it started)';
+  c.Holds.className =
+    row.holdings && (row.holdings.missing || row.holdings.unknown) ? 'cell no' : 'cell';
+  c.Holds.title =
+    row.holdings && row.holdings.published
+      ? 'image names of the bundle its container runtime holds, as its agent last published'
+      : 'its agent publishes nothing of its runtime (an older agent, or no load since it started)';
   c.Heartbeat.dataset.at = row.heartbeat || '';
   c.Heartbeat.dataset.stale = row.stale ? 'yes' : '';
   c.Heartbeat.textContent = heartbeatText(c.Heartbeat);
   c.Heartbeat.className = row.stale ? 'cell no' : 'cell';
-  c.Heartbeat.title = row.heartbeat ? `${row.heartbeat}${row.stale ? ': the agent has not reported for three of its heartbeats, so this row may no longer hold' : ''}` : 'never reported';
+  c.Heartbeat.title = row.heartbeat
+    ? `${row.heartbeat}${row.stale ? ': the agent has not reported for three of its heartbeats, so this row may no longer hold' : ''}`
+    : 'never reported';
   // a row whose agent went quiet is last known, whatever the API says
   r.agentStale = row.stale === true;
   c.staleTag.textContent = r.agentStale ? 'stale' : 'last known';
@@ -112,21 +145,42 @@ function update(r, row) {
   c.details.hidden = h.length === 0;
   c.noHistory.hidden = h.length > 0;
   c.summary.textContent = `${h.length} ${h.length === 1 ? 'entry' : 'entries'}`;
-  c.timeline.replaceChildren(...h.map((e) => el('li', {},
-    el('span', { class: `state state-${e.state.replace(/[^a-z]/g, '')}`, text: e.state }), ` ${e.version}`,
-    e.at ? el('time', { datetime: e.at, text: ` · ${when(e.at)}` }) : '')));
+  c.timeline.replaceChildren(
+    ...h.map((e) =>
+      el(
+        'li',
+        {},
+        el('span', { class: `state state-${e.state.replace(/[^a-z]/g, '')}`, text: e.state }),
+        ` ${e.version}`,
+        e.at ? el('time', { datetime: e.at, text: ` · ${when(e.at)}` }) : '',
+      ),
+    ),
+  );
 }
 
 function renderTarget(s) {
   const t = s.target;
-  $('target-file').textContent = t.file || (t.digest ? 'the one most Ready nodes report' : 'none yet: no node is Ready for a bundle');
+  $('target-file').textContent =
+    t.file ||
+    (t.digest ? 'the one most Ready nodes report' : 'none yet: no node is Ready for a bundle');
   $('target-digest').textContent = t.digest || '';
   $('target-version').textContent = t.version || '-';
   $('target-running').textContent = t.running || 'unknown (no ClusterVersion)';
   const ready = s.rows.filter((r) => r.ready).length;
-  $('target-summary').textContent = s.rows.length ? `${ready} of ${s.rows.length} Ready for it${t.ready ? ': the upgrade can start' : ''}` : t.summary;
-  $('warnings').replaceChildren(...s.warnings.map((w) => el('li', {},
-    el('span', { class: 'kind', text: w.kind }), el('span', { class: 'object', text: w.object }), w.message)));
+  $('target-summary').textContent = s.rows.length
+    ? `${ready} of ${s.rows.length} Ready for it${t.ready ? ': the upgrade can start' : ''}`
+    : t.summary;
+  $('warnings').replaceChildren(
+    ...s.warnings.map((w) =>
+      el(
+        'li',
+        {},
+        el('span', { class: 'kind', text: w.kind }),
+        el('span', { class: 'object', text: w.object }),
+        w.message,
+      ),
+    ),
+  );
   // before the first read there are no warnings to speak of, not none
   const read = !!(s.api && s.api.lastOk);
   $('no-warnings').hidden = s.warnings.length > 0;
@@ -139,10 +193,20 @@ function renderPath(s) {
   const p = s.path;
   $('path-box').hidden = !p;
   $('path-line').textContent = p ? p.line : '';
-  $('path-releases').replaceChildren(...(p ? p.releases : []).map((r) => el('li', { class: `path-${r.state.replace(/[^a-z]/g, '')}` },
-    el('span', { class: 'path-version', text: r.version }), ' ',
-    el('span', { class: 'path-state', text: r.state }),
-    r.acks && r.acks.length ? el('span', { class: 'path-acks', text: `: ${r.acks.join(', ')}` }) : '')));
+  $('path-releases').replaceChildren(
+    ...(p ? p.releases : []).map((r) =>
+      el(
+        'li',
+        { class: `path-${r.state.replace(/[^a-z]/g, '')}` },
+        el('span', { class: 'path-version', text: r.version }),
+        ' ',
+        el('span', { class: 'path-state', text: r.state }),
+        r.acks && r.acks.length
+          ? el('span', { class: 'path-acks', text: `: ${r.acks.join(', ')}` })
+          : '',
+      ),
+    ),
+  );
 }
 
 function renderRows(s) {
@@ -151,13 +215,22 @@ function renderRows(s) {
   s.rows.forEach((row, i) => {
     seen.add(row.node);
     let r = rows.get(row.node);
-    if (!r) { r = makeRow(row.node); rows.set(row.node, r); }
+    if (!r) {
+      r = makeRow(row.node);
+      rows.set(row.node, r);
+    }
     update(r, row);
     if (body.children[i] !== r.tr) body.insertBefore(r.tr, body.children[i] || null);
   });
-  for (const [node, r] of rows) if (!seen.has(node)) { r.tr.remove(); rows.delete(node); }
+  for (const [node, r] of rows)
+    if (!seen.has(node)) {
+      r.tr.remove();
+      rows.delete(node);
+    }
   $('omitted').hidden = !s.omitted;
-  $('omitted').textContent = s.omitted ? `${s.omitted} more nodes not shown: narrow with --selector.` : '';
+  $('omitted').textContent = s.omitted
+    ? `${s.omitted} more nodes not shown: narrow with --selector.`
+    : '';
 }
 
 /** Banners and the rows' live/stale marks, from the API's and the stream's state. */
@@ -166,17 +239,24 @@ function renderContact() {
   // before the first read there is nothing to call stale (and no rows)
   const apiLost = !!(api && !api.ok && api.lostSince);
   $('api-lost').hidden = !apiLost;
-  $('api-lost').replaceChildren(...(apiLost ? [
-    `Lost contact with the API since ${clock(api.lostSince)}; rows show the last known state${api.lastOk ? ` (read at ${clock(api.lastOk)})` : ''}.`,
-    el('span', { class: 'detail', text: api.error || '' }),
-  ] : []));
+  $('api-lost').replaceChildren(
+    ...(apiLost
+      ? [
+          `Lost contact with the API since ${clock(api.lostSince)}; rows show the last known state${api.lastOk ? ` (read at ${clock(api.lastOk)})` : ''}.`,
+          el('span', { class: 'detail', text: api.error || '' }),
+        ]
+      : []),
+  );
   $('stream-lost').hidden = streamLostSince === undefined;
-  $('stream-lost').textContent = streamLostSince === undefined ? ''
-    : `Lost the dashboard server since ${clock(streamLostSince)}; rows show the last known state. Is "bundle cluster dashboard" still running?`;
+  $('stream-lost').textContent =
+    streamLostSince === undefined
+      ? ''
+      : `Lost the dashboard server since ${clock(streamLostSince)}; rows show the last known state. Is "bundle cluster dashboard" still running?`;
   const stale = apiLost || streamLostSince !== undefined;
   document.body.classList.toggle('stale', stale);
   for (const r of rows.values()) r.tr.classList.toggle('stale', stale || r.agentStale);
-  $('updated').textContent = api && api.lastOk ? `(${stale ? 'last read' : 'live, read'} at ${clock(api.lastOk)})` : '';
+  $('updated').textContent =
+    api && api.lastOk ? `(${stale ? 'last read' : 'live, read'} at ${clock(api.lastOk)})` : '';
 }
 
 function streamLost() {
@@ -190,7 +270,11 @@ let lastReload = 0;
 
 function connect() {
   const es = new EventSource('/events');
-  es.addEventListener('open', () => { streamLostSince = undefined; lastHeard = Date.now(); renderContact(); });
+  es.addEventListener('open', () => {
+    streamLostSince = undefined;
+    lastHeard = Date.now();
+    renderContact();
+  });
   es.addEventListener('state', (e) => {
     lastHeard = Date.now();
     streamLostSince = undefined;
@@ -202,8 +286,14 @@ function connect() {
   });
   es.addEventListener('poll', (e) => {
     lastHeard = Date.now();
-    if (streamLostSince !== undefined) { streamLostSince = undefined; renderContact(); }
-    if (snapshot && snapshot.api.ok) { snapshot.api.lastOk = JSON.parse(e.data).at; renderContact(); }
+    if (streamLostSince !== undefined) {
+      streamLostSince = undefined;
+      renderContact();
+    }
+    if (snapshot && snapshot.api.ok) {
+      snapshot.api.lastOk = JSON.parse(e.data).at;
+      renderContact();
+    }
   });
   // the server dropped this stream (the page fell behind): a new one starts with the whole
   // snapshot, after a pause that grows while drops repeat (a slow link must not loop on 16 MiB)

@@ -14,7 +14,12 @@ const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTT
 
 /** A bundle in one regular file, opened once: every read is of that file for as long as the source is open. */
 export class FileSource implements BundleSource {
-  private constructor(readonly identity: string, readonly size: number, private readonly fh: FileHandle, private readonly inode: { dev: number; ino: number }) {}
+  private constructor(
+    readonly identity: string,
+    readonly size: number,
+    private readonly fh: FileHandle,
+    private readonly inode: { dev: number; ino: number },
+  ) {}
 
   /**
    * A FIFO or a device as the bundle would block the first read forever (a FIFO with no
@@ -25,15 +30,22 @@ export class FileSource implements BundleSource {
   static async open(path: string): Promise<FileSource> {
     const fh = await open(path, OPEN_FLAGS).catch(async (cause: unknown) => {
       // named as the stat the readers always began with names it (ENOENT ... stat 'PATH')
-      await stat(path).catch((err: unknown) => { throw cannotRead(path, err); });
+      await stat(path).catch((err: unknown) => {
+        throw cannotRead(path, err);
+      });
       throw cannotRead(path, cause);
     });
     try {
       const st = await fh.stat();
       if (!st.isFile()) {
         // the shared check says what it is instead ("a FIFO (named pipe)", "a directory")
-        await assertRegularFile(path).catch((cause: unknown) => { throw cannotRead(path, cause); });
-        throw cannotRead(path, new Error(`${path} is not a regular file: give the path of the file itself`));
+        await assertRegularFile(path).catch((cause: unknown) => {
+          throw cannotRead(path, cause);
+        });
+        throw cannotRead(
+          path,
+          new Error(`${path} is not a regular file: give the path of the file itself`),
+        );
       }
       return new FileSource(path, st.size, fh, { dev: st.dev, ino: st.ino });
     } catch (err) {
@@ -68,21 +80,34 @@ export class FileSource implements BundleSource {
       highWaterMark: READ_CHUNK,
       construct(cb) {
         if (start !== 0 || !opts.pass) return cb();
-        open(`/proc/self/fd/${main.fd}`, 'r').then((fh) => { own = fh; }, () => undefined).finally(() => cb());
+        open(`/proc/self/fd/${main.fd}`, 'r')
+          .then(
+            (fh) => {
+              own = fh;
+            },
+            () => undefined,
+          )
+          .finally(() => cb());
       },
       read() {
         const n = Math.min(READ_CHUNK, end - at);
         if (n <= 0) return void this.push(null);
         const buf = Buffer.allocUnsafe(n);
-        (own ? own.read(buf, 0, n, null) : main.read(buf, 0, n, at)).then(({ bytesRead }) => {
-          at += bytesRead;
-          // the file ends before `end`: it shrank since it was opened
-          this.push(bytesRead === 0 ? null : buf.subarray(0, bytesRead));
-        }, (err: unknown) => this.destroy(err as Error));
+        (own ? own.read(buf, 0, n, null) : main.read(buf, 0, n, at)).then(
+          ({ bytesRead }) => {
+            at += bytesRead;
+            // the file ends before `end`: it shrank since it was opened
+            this.push(bytesRead === 0 ? null : buf.subarray(0, bytesRead));
+          },
+          (err: unknown) => this.destroy(err as Error),
+        );
       },
       destroy(err, cb) {
         if (!own) return cb(err);
-        own.close().then(() => cb(err), () => cb(err));
+        own.close().then(
+          () => cb(err),
+          () => cb(err),
+        );
       },
     });
   }
@@ -92,9 +117,14 @@ export class FileSource implements BundleSource {
    * though still readable here, and one renamed over it is another file than the one read.
    */
   async currentSize(): Promise<number> {
-    const st = await stat(this.identity).catch((cause: unknown) => { throw cannotRead(this.identity, cause); });
+    const st = await stat(this.identity).catch((cause: unknown) => {
+      throw cannotRead(this.identity, cause);
+    });
     if (st.dev !== this.inode.dev || st.ino !== this.inode.ino) {
-      throw new FormatError('CORRUPT', `${this.identity} was replaced by another file while being read: the media was changed; plug it in again`);
+      throw new FormatError(
+        'CORRUPT',
+        `${this.identity} was replaced by another file while being read: the media was changed; plug it in again`,
+      );
     }
     return st.size;
   }
@@ -113,12 +143,18 @@ export function openBundleFile(path: string): Promise<FileSource> {
  * `use(source)` over the bundle file at `path`, closed after: for a caller that reads a bundle
  * once. One that reads it in several steps opens it once and passes the source on.
  */
-export function withBundleFile<T>(path: string, use: (source: BundleSource) => Promise<T>): Promise<T> {
+export function withBundleFile<T>(
+  path: string,
+  use: (source: BundleSource) => Promise<T>,
+): Promise<T> {
   return withSource(openBundleFile(path), use);
 }
 
 /** `use(source)` over the source `opening` gives, closed after whatever `use` did. */
-export async function withSource<T>(opening: Promise<BundleSource>, use: (source: BundleSource) => Promise<T>): Promise<T> {
+export async function withSource<T>(
+  opening: Promise<BundleSource>,
+  use: (source: BundleSource) => Promise<T>,
+): Promise<T> {
   const source = await opening;
   try {
     return await use(source);

@@ -21,7 +21,9 @@ export function partName(base: string, n: number, count: number): string {
 }
 
 /** The part a file name says it is, or undefined when it is not a part's name. */
-export function parsePartName(name: string): { base: string; n: number; count: number } | undefined {
+export function parsePartName(
+  name: string,
+): { base: string; n: number; count: number } | undefined {
   const m = PART_NAME.exec(basename(name));
   if (!m || m[1]!.startsWith('.')) return undefined;
   return { base: m[1]!, n: Number(m[2]), count: Number(m[3]) };
@@ -39,8 +41,13 @@ export interface FoundPart {
 const badParts = (message: string) => new FormatError('BAD_PARTS', message);
 
 /** The file names in `dir` that are parts of `base` (NAME.bundle), parsed. */
-export async function partNamesIn(dir: string, base: string): Promise<Array<{ name: string; n: number; count: number }>> {
-  const names = await readdir(dir).catch((cause: unknown) => { throw new FormatError('IO_ERROR', `cannot read ${dir}: ${(cause as Error).message}`, { cause }); });
+export async function partNamesIn(
+  dir: string,
+  base: string,
+): Promise<Array<{ name: string; n: number; count: number }>> {
+  const names = await readdir(dir).catch((cause: unknown) => {
+    throw new FormatError('IO_ERROR', `cannot read ${dir}: ${(cause as Error).message}`, { cause });
+  });
   const out: Array<{ name: string; n: number; count: number }> = [];
   for (const name of names) {
     const p = parsePartName(name);
@@ -63,23 +70,47 @@ function agreedCount(found: Array<{ count: number }>): number {
  */
 export async function findParts(dir: string, base: string): Promise<FoundPart[]> {
   const names = await partNamesIn(dir, base);
-  if (names.length === 0) throw new FormatError('IO_ERROR', `cannot read ${join(dir, base)}: neither the file nor any ${base}.part-NNN-of-NNN is in ${dir}; give the path of the bundle or of one of its parts`);
+  if (names.length === 0)
+    throw new FormatError(
+      'IO_ERROR',
+      `cannot read ${join(dir, base)}: neither the file nor any ${base}.part-NNN-of-NNN is in ${dir}; give the path of the bundle or of one of its parts`,
+    );
   const count = agreedCount(names);
-  if (count > MAX_PARTS) throw badParts(`${names[0]!.name} says the bundle has ${count} parts, more than the ${MAX_PARTS} a bundle may be split into: split it again with a larger --size`);
+  if (count > MAX_PARTS)
+    throw badParts(
+      `${names[0]!.name} says the bundle has ${count} parts, more than the ${MAX_PARTS} a bundle may be split into: split it again with a larger --size`,
+    );
   const odd = names.find((f) => f.count !== count);
-  if (odd) throw badParts(`${odd.name} says the bundle has ${odd.count} parts, the others ${count}: it belongs to another split of ${base}; remove it and copy the right part from the same split`);
+  if (odd)
+    throw badParts(
+      `${odd.name} says the bundle has ${odd.count} parts, the others ${count}: it belongs to another split of ${base}; remove it and copy the right part from the same split`,
+    );
   const beyond = names.find((f) => f.n < 1 || f.n > count);
-  if (beyond) throw badParts(`${beyond.name} is numbered outside 1 to ${count}: it does not belong to this split of ${base}; remove it`);
+  if (beyond)
+    throw badParts(
+      `${beyond.name} is numbered outside 1 to ${count}: it does not belong to this split of ${base}; remove it`,
+    );
   const twice = names.find((f, i) => i > 0 && names[i - 1]!.n === f.n);
-  if (twice) throw badParts(`part ${twice.n} of ${count} of ${base} is in ${dir} twice (${names.find((f) => f.n === twice.n)!.name} and ${twice.name}): keep the one from the same split as the others`);
+  if (twice)
+    throw badParts(
+      `part ${twice.n} of ${count} of ${base} is in ${dir} twice (${names.find((f) => f.n === twice.n)!.name} and ${twice.name}): keep the one from the same split as the others`,
+    );
   if (names.length < count) {
-    const missing = Array.from({ length: count }, (_, i) => i + 1).find((n) => !names.some((f) => f.n === n))!;
-    throw badParts(`part ${missing} of ${count} (${partName(base, missing, count)}) is missing from ${dir}: copy every part of ${base} into the same directory`);
+    const missing = Array.from({ length: count }, (_, i) => i + 1).find(
+      (n) => !names.some((f) => f.n === n),
+    )!;
+    throw badParts(
+      `part ${missing} of ${count} (${partName(base, missing, count)}) is missing from ${dir}: copy every part of ${base} into the same directory`,
+    );
   }
   const parts: FoundPart[] = [];
   for (const f of names) {
     const path = join(dir, f.name);
-    const st = await stat(path).catch((cause: unknown) => { throw new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, { cause }); });
+    const st = await stat(path).catch((cause: unknown) => {
+      throw new FormatError('IO_ERROR', `cannot read ${path}: ${(cause as Error).message}`, {
+        cause,
+      });
+    });
     parts.push({ path, n: f.n, size: st.size });
   }
   checkSizes(parts, base);
@@ -89,15 +120,22 @@ export async function findParts(dir: string, base: string): Promise<FoundPart[]>
 /** Every part but the last the size most of them have; the last not longer, and none empty. */
 function checkSizes(parts: FoundPart[], base: string): void {
   const count = parts.length;
-  const full = parts.length > 1 ? agreedCount(parts.slice(0, -1).map((p) => ({ count: p.size }))) : parts[0]!.size;
+  const full =
+    parts.length > 1
+      ? agreedCount(parts.slice(0, -1).map((p) => ({ count: p.size })))
+      : parts[0]!.size;
   for (const p of parts) {
     const last = p.n === count;
     const name = basename(p.path);
     if (p.size === 0 || (!last && p.size < full)) {
-      throw badParts(`part ${p.n} of ${count} (${name}) is ${p.size} bytes, ${last ? 'empty' : `the other parts ${full}`}: it was cut short; copy it again from the same split of ${base}`);
+      throw badParts(
+        `part ${p.n} of ${count} (${name}) is ${p.size} bytes, ${last ? 'empty' : `the other parts ${full}`}: it was cut short; copy it again from the same split of ${base}`,
+      );
     }
     if (p.size > full) {
-      throw badParts(`part ${p.n} of ${count} (${name}) is ${p.size} bytes, longer than the ${full} of the other parts: it does not belong to this split of ${base}; copy it again from the same split`);
+      throw badParts(
+        `part ${p.n} of ${count} (${name}) is ${p.size} bytes, longer than the ${full} of the other parts: it does not belong to this split of ${base}; copy it again from the same split`,
+      );
     }
   }
 }
@@ -106,7 +144,10 @@ function checkSizes(parts: FoundPart[], base: string): void {
 function namingPart(err: unknown, part: FoundPart, count: number): unknown {
   const e = err as NodeJS.ErrnoException;
   if (typeof e?.syscall !== 'string') return err;
-  return Object.assign(new Error(`${e.message} (part ${part.n} of ${count}, ${part.path})`, { cause: err }), { code: e.code, errno: e.errno, syscall: e.syscall, path: part.path });
+  return Object.assign(
+    new Error(`${e.message} (part ${part.n} of ${count}, ${part.path})`, { cause: err }),
+    { code: e.code, errno: e.errno, syscall: e.syscall, path: part.path },
+  );
 }
 
 /**
@@ -119,7 +160,12 @@ export class PartsSource implements BundleSource {
   /** Where each part starts in the bundle. */
   private readonly starts: number[];
 
-  private constructor(readonly identity: string, readonly size: number, private readonly parts: FoundPart[], private readonly files: FileSource[]) {
+  private constructor(
+    readonly identity: string,
+    readonly size: number,
+    private readonly parts: FoundPart[],
+    private readonly files: FileSource[],
+  ) {
     this.starts = [];
     let at = 0;
     for (const p of parts) {
@@ -139,7 +185,12 @@ export class PartsSource implements BundleSource {
       // sized again as opened: a part that changed since it was listed is checked as it will be read
       const opened = parts.map((p, i) => ({ ...p, size: files[i]!.size }));
       checkSizes(opened, base);
-      return new PartsSource(`${join(dir, base)} (${parts.length} parts)`, opened.reduce((s, p) => s + p.size, 0), opened, files);
+      return new PartsSource(
+        `${join(dir, base)} (${parts.length} parts)`,
+        opened.reduce((s, p) => s + p.size, 0),
+        opened,
+        files,
+      );
     } catch (err) {
       await Promise.all(files.map((f) => f.close()));
       throw err;
@@ -161,7 +212,13 @@ export class PartsSource implements BundleSource {
     const bufs: Buffer[] = [];
     for (const { i, from, to } of spans) {
       // within one part the caller's buffer serves; across parts the pieces are joined anyway
-      const got = await this.files[i]!.read(from, to - from, spans.length === 1 ? into : undefined).catch((err: unknown) => { throw namingPart(err, this.parts[i]!, this.parts.length); });
+      const got = await this.files[i]!.read(
+        from,
+        to - from,
+        spans.length === 1 ? into : undefined,
+      ).catch((err: unknown) => {
+        throw namingPart(err, this.parts[i]!, this.parts.length);
+      });
       bufs.push(got);
       if (got.length < to - from) break; // this part ends early: so does the bundle
     }
@@ -169,7 +226,10 @@ export class PartsSource implements BundleSource {
   }
 
   stream(start: number, end: number, opts: StreamOptions = {}): Readable {
-    return Readable.from(this.chunks(start, end, opts), { objectMode: false, highWaterMark: READ_CHUNK });
+    return Readable.from(this.chunks(start, end, opts), {
+      objectMode: false,
+      highWaterMark: READ_CHUNK,
+    });
   }
 
   /** Part after part, each streamed as its file is; a part that ends early ends the bundle there. */
@@ -211,7 +271,14 @@ export async function openBundle(path: string): Promise<BundleSource> {
 /** Whether `path` names a split bundle: one of its parts, or NAME.bundle that is not there while its parts are. */
 export async function namesSplitBundle(path: string): Promise<boolean> {
   if (isPartName(path)) return true;
-  if (!basename(path).endsWith('.bundle') || (await stat(path).then(() => true, () => false))) return false;
+  if (
+    !basename(path).endsWith('.bundle') ||
+    (await stat(path).then(
+      () => true,
+      () => false,
+    ))
+  )
+    return false;
   return (await partNamesIn(dirname(path), basename(path)).catch(() => [])).length > 0;
 }
 
