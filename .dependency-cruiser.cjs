@@ -5,11 +5,14 @@
 // The agent's floors, lowest first (docs/ARCHITECTURE.md, "The agent's floors"). A floor imports
 // only its own floor and those below: a lower one stays readable and testable without the higher,
 // and a change high up never ripples down. Folders on one floor do not import each other.
-//   base < state < runtime < self-upgrade < load < releases | peers < daemon < entry
-// base is the shared top-level files below; entry every other top-level file (cli, index, collect…).
+//   base < state < runtime < self-upgrade < load < releases | peers < daemon < entry < cli
+// base is the shared top-level files below; entry every other top-level file (index, collect…)
+// and commands/, one module per subcommand; cli is cli.ts alone, which assembles the commands
+// and runs the program when imported: nothing may import it.
 const AGENT = '^agent/src/';
 const BASE_FILES = `${AGENT}(errors|log|config|config-schema|version)\\.ts$`;
-const ENTRY_FILES = `${AGENT}[^/]+\\.ts$`;
+const ENTRY_FILES = `${AGENT}(commands/)?[^/]+\\.ts$`;
+const CLI_FILE = `${AGENT}cli\\.ts$`;
 const dir = (name) => `${AGENT}${name}/`;
 const AGENT_FLOORS = [
   { floor: 'base', parts: [{ name: 'base', path: BASE_FILES }] },
@@ -26,6 +29,7 @@ const AGENT_FLOORS = [
   },
   { floor: 'daemon', parts: [{ name: 'daemon', path: dir('daemon') }] },
   { floor: 'entry', parts: [{ name: 'entry', path: ENTRY_FILES }] },
+  { floor: 'cli', parts: [{ name: 'cli', path: CLI_FILE }] },
 ];
 const ORDER = AGENT_FLOORS.map((f) => f.floor).join(' < ');
 

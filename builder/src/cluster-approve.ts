@@ -133,7 +133,25 @@ function approvalsTable(list: Approval[]): string {
   );
 }
 
+const APPROVE_HELP = `
+Who may fetch what: a node without a stick fetches only a bundle whose signed bundle.json has an
+approved digest, uses it only when that bundle.json verifies with one of the node's own pinned
+keys (trust.keys), and only over mutual TLS from the other nodes. A stick needs no approval.
+Approvals are not edited: revoke one and approve again.
+
+  bundle cluster approve 4.15.1.bundle --key factory.pub
+  bundle cluster approve sha256:3f…9a --version 4.15.1 --key factory.pub
+  bundle cluster approvals
+  bundle cluster revoke sha256:3f…9a`;
+
 export function addApprovalCommands(cluster: Command, deps: ApprovalDeps): void {
+  addApproveCommand(cluster, deps);
+  addApprovalsCommand(cluster, deps);
+  addRevokeCommand(cluster, deps);
+}
+
+/** `bundle cluster approve FILE|DIGEST`: a BundleApproval, from a bundle whose signature is checked here or a bare digest. */
+function addApproveCommand(cluster: Command, deps: ApprovalDeps): void {
   deps
     .kubeOptions(
       cluster
@@ -155,19 +173,7 @@ export function addApprovalCommands(cluster: Command, deps: ApprovalDeps): void 
           'with a digest: the release version it is (shown to people; the signed bundle.json decides)',
         )
         .option('--release-name <name>', "with a digest: the release's human name")
-        .addHelpText(
-          'after',
-          `
-Who may fetch what: a node without a stick fetches only a bundle whose signed bundle.json has an
-approved digest, uses it only when that bundle.json verifies with one of the node's own pinned
-keys (trust.keys), and only over mutual TLS from the other nodes. A stick needs no approval.
-Approvals are not edited: revoke one and approve again.
-
-  bundle cluster approve 4.15.1.bundle --key factory.pub
-  bundle cluster approve sha256:3f…9a --version 4.15.1 --key factory.pub
-  bundle cluster approvals
-  bundle cluster revoke sha256:3f…9a`,
-        ),
+        .addHelpText('after', APPROVE_HELP),
     )
     .action(async (arg: string, o: ApproveOpts) => {
       const digest = asDigest(arg);
@@ -190,7 +196,10 @@ Approvals are not edited: revoke one and approve again.
           'nodes with peers.enabled may now fetch it from a node that has it ("bundle cluster status" shows who serves it)\n',
       );
     });
+}
 
+/** `bundle cluster approvals`: the BundleApprovals, oldest first. */
+function addApprovalsCommand(cluster: Command, deps: ApprovalDeps): void {
   deps
     .kubeOptions(
       cluster
@@ -209,7 +218,10 @@ Approvals are not edited: revoke one and approve again.
             : 'no approvals: nodes fetch nothing from each other ("bundle cluster approve FILE --key factory.pub")\n',
         );
     });
+}
 
+/** `bundle cluster revoke DIGEST`: the approval deleted; fetches of it stop. */
+function addRevokeCommand(cluster: Command, deps: ApprovalDeps): void {
   deps
     .kubeOptions(
       cluster

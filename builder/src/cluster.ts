@@ -301,27 +301,8 @@ function addStatusCommand(cluster: Command): void {
   );
 }
 
-export function addClusterCommands(program: Command): void {
-  const cluster = program
-    .command('cluster')
-    .description(
-      "The cluster admin's side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade), let nodes fetch a bundle from each other (approve, approvals, revoke).",
-    )
-    .addHelpText(
-      'after',
-      `
-The admin flow, once the technician has plugged the stick into every node:
-  bundle cluster status                                     # every node Ready for one bundle? exit 0 when so
-  bundle cluster prepare 4.15.1.bundle --key factory.pub    # signature ConfigMap, version graph, warnings
-  bundle cluster upgrade 4.15.1.bundle --key factory.pub    # ClusterVersion spec.desiredUpdate, by digest
-  bundle cluster dashboard 4.15.1.bundle --key factory.pub  # the same, live in a browser (read-only)
-With one stick for many nodes (agents with peers.enabled), before the technician starts:
-  bundle cluster approve 4.15.1.bundle --key factory.pub    # nodes may fetch it from each other (signature checked)
-The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`,
-    );
-
-  addStatusCommand(cluster);
-
+/** `bundle cluster prepare BUNDLE`: the release signatures and the gate applied, what the upgrade will meet said. */
+function addPrepareCommand(cluster: Command): void {
   trustOptions(
     kubeOptions(
       cluster
@@ -374,7 +355,10 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
         `next: "bundle cluster status" until it exits 0, then "bundle cluster upgrade ${file}"\n`,
     );
   });
+}
 
+/** `bundle cluster upgrade BUNDLE`: ClusterVersion's desiredUpdate set, or an update path's next step. */
+function addUpgradeCommand(cluster: Command): void {
   trustOptions(
     kubeOptions(
       cluster
@@ -436,7 +420,10 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
       );
     },
   );
+}
 
+/** `bundle cluster rbac`: per-node RBAC as YAML, for clusters without ValidatingAdmissionPolicy. */
+function addRbacCommand(cluster: Command): void {
   kubeOptions(
     cluster
       .command('rbac')
@@ -476,6 +463,31 @@ The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (
           objects.map((x) => stringifyYaml(x)).join('---\n'),
       );
   });
+}
+
+const CLUSTER_HELP = `
+The admin flow, once the technician has plugged the stick into every node:
+  bundle cluster status                                     # every node Ready for one bundle? exit 0 when so
+  bundle cluster prepare 4.15.1.bundle --key factory.pub    # signature ConfigMap, version graph, warnings
+  bundle cluster upgrade 4.15.1.bundle --key factory.pub    # ClusterVersion spec.desiredUpdate, by digest
+  bundle cluster dashboard 4.15.1.bundle --key factory.pub  # the same, live in a browser (read-only)
+With one stick for many nodes (agents with peers.enabled), before the technician starts:
+  bundle cluster approve 4.15.1.bundle --key factory.pub    # nodes may fetch it from each other (signature checked)
+The kubeconfig's user needs deploy/admin-rbac.yaml's offline-bundle-admin role (or cluster-admin).`;
+
+export function addClusterCommands(program: Command): void {
+  const cluster = program
+    .command('cluster')
+    .description(
+      "The cluster admin's side: is every node loaded (status), hand the release signatures to the cluster (prepare), start the upgrade (upgrade), let nodes fetch a bundle from each other (approve, approvals, revoke).",
+    )
+    .addHelpText('after', CLUSTER_HELP);
+
+  addStatusCommand(cluster);
+
+  addPrepareCommand(cluster);
+  addUpgradeCommand(cluster);
+  addRbacCommand(cluster);
 
   addDashboardCommand(cluster, { defaultKubeconfig, loadBundle, trustOptions });
   addApprovalCommands(cluster, { apis, kubeOptions });

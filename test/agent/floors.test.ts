@@ -84,6 +84,12 @@ const PLANTS: [string, string, string][] = [
     "import { buildProgram } from '../cli.js';\nexport const planted = buildProgram;\n",
     'agent-floor-daemon',
   ],
+  // cli.ts runs the program when imported: a command module (or any other file) never imports it
+  [
+    'commands/planted.ts',
+    "import { addRunCommand } from '../cli.js';\nexport const planted = addRunCommand;\n",
+    'agent-floor-entry',
+  ],
 ];
 
 t.test('an upward import planted on each floor is refused, naming its rule', async (t) => {
@@ -106,6 +112,11 @@ t.test('an upward import planted on each floor is refused, naming its rule', asy
     join(base, 'agent/src/planted-entry.ts'),
     "import { runDaemon } from './daemon/daemon.js';\nexport const planted = runDaemon;\n",
   );
+  // commands/ stands on the entry floor: it imports the other entry files, and they it
+  await writeFile(
+    join(base, 'agent/src/commands/planted-entry.ts'),
+    "import { checkKubeconfig } from '../kubeconfig-check.js';\nimport { addCollectCommand } from '../collect-command.js';\nexport const planted = [checkKubeconfig, addCollectCommand];\n",
+  );
 
   const seen = violations(await cruiseAgent(base));
   const expected = PLANTS.map(
@@ -118,7 +129,7 @@ t.test('an upward import planted on each floor is refused, naming its rule', asy
   const comment = floorRules.find((r) => r.name === 'agent-floor-state')?.comment ?? '';
   t.match(
     comment,
-    /base < state < runtime < self-upgrade < load < releases \| peers < daemon < entry/,
+    /base < state < runtime < self-upgrade < load < releases \| peers < daemon < entry < cli/,
     'the refusal names the order',
   );
 });
