@@ -603,16 +603,13 @@ async function spoolFound(spool: PartSpool, file: string): Promise<FoundBundle> 
   return { file, key: (await keyOf(file)) ?? file, media: spool.media(), ...about };
 }
 
-/**
- * The daemon: watches for media and loads each new bundle, one at a time. A failing bundle
- * is reported and the daemon goes on watching for the next stick.
- */
-export async function runDaemon(
+/** The daemon's parts before anything starts: the status it resumes, its outputs, its part spool. */
+async function openDaemon(
   config: AgentConfig,
   log: Logger,
   signal: AbortSignal,
-  opts: { agentVersion?: string } = {},
-): Promise<void> {
+  opts: { agentVersion?: string },
+): Promise<{ d: Daemon; closeOutputs: () => Promise<void> }> {
   const exclusive = exclusiveQueue();
   const tracker = await statusTracker(config);
   const closeOutputs = await statusOutputs(config, log, tracker, 'run');
@@ -633,14 +630,12 @@ export async function runDaemon(
     spool,
     serves: servesUntilComplete(config),
   };
-  const { pending: unpinPending, checked: checkedAtStart } = await cleanUpAtStart(
-    d,
-    await settleSwitchAtStart(d),
-  );
-  const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
-  // What was decided before this start: offered again by the first scan, left alone once (a
-  // stick plugged in again is a new request, and is loaded).
-  const before = new Map((await readBundleRecords(config.paths.stateDir)).map((r) => [r.key, r]));
+  return { d, closeOutputs };
+}
+
+/** The media watched, each bundle found queued: a spool left whole by a stop before its load first. */
+async function watchMedia(d: Daemon): Promise<{ watcher: MediaWatcher; queue: BundleQueue }> {
+  const { config, log, tracker, spool } = d;
   const watcher = new MediaWatcher({
     roots: config.media.roots,
     watchDirs: config.media.watchDirs,
@@ -661,21 +656,48 @@ export async function runDaemon(
     .catch((err) => void log.warn('parts', `cannot read the part spool: ${oneLine(err)}`));
   if (spooled) queue.offer(await spoolFound(spool, spooled));
   await watcher.start();
+  return { watcher, queue };
+}
+
+/** What the unit's ExecStartPost waits for, so the kubelet (ordered after the unit) starts once this is done. */
+async function markStarted(d: Daemon): Promise<void> {
+  await writeFileAtomic(
+    join(d.config.paths.stateDir, STARTED_MARKER),
+    `${JSON.stringify({ pid: process.pid, at: new Date().toISOString() })}\n`,
+  ).catch((err) => d.log.warn('start', `cannot write the start-up marker: ${oneLine(err)}`));
+}
+
+/**
+ * The daemon: watches for media and loads each new bundle, one at a time. A failing bundle
+ * is reported and the daemon goes on watching for the next stick.
+ */
+export async function runDaemon(
+  config: AgentConfig,
+  log: Logger,
+  signal: AbortSignal,
+  opts: { agentVersion?: string } = {},
+): Promise<void> {
+  const { d, closeOutputs } = await openDaemon(config, log, signal, opts);
+  const { pending: unpinPending, checked: checkedAtStart } = await cleanUpAtStart(
+    d,
+    await settleSwitchAtStart(d),
+  );
+  const unpinRetry = unpinPending ? retryUnpin(d, unpinPending) : undefined;
+  // What was decided before this start: offered again by the first scan, left alone once (a
+  // stick plugged in again is a new request, and is loaded).
+  const before = new Map((await readBundleRecords(config.paths.stateDir)).map((r) => [r.key, r]));
+  const { watcher, queue } = await watchMedia(d);
   // after the start-up restore: a release loaded but not yet run is served again before the kubelet asks for it
   const kept = new KeptServing({ ...d, checkedAtStart });
   await kept.start();
   // copies kept after a failed load (before this start too) are loaded again with no stick
   const retries = new RetryKept(d, () => kept.afterLoad());
   await retries.schedule();
-  // what the unit's ExecStartPost waits for, so the kubelet (ordered after the unit) starts once this is done
-  await writeFileAtomic(
-    join(config.paths.stateDir, STARTED_MARKER),
-    `${JSON.stringify({ pid: process.pid, at: new Date().toISOString() })}\n`,
-  ).catch((err) => log.warn('start', `cannot write the start-up marker: ${oneLine(err)}`));
+  await markStarted(d);
   // the first look waited for briefly: an API server that does not answer holds back no stick
   const peers = await startPeers({ ...d, firstLookWaitMs: FIRST_LOOK_WAIT_MS });
   const stopPinsWatch =
-    config.runtime === 'crio' ? watchCrioPins(config, log, exclusive) : () => undefined;
+    config.runtime === 'crio' ? watchCrioPins(config, log, d.exclusive) : () => undefined;
   log.info(
     'start',
     `bundle-agent watching ${[...config.media.roots, ...config.media.watchDirs].join(', ')}`,

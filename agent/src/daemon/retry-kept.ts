@@ -1,4 +1,4 @@
-// A load that failed in the runtime after the stick's copy was whole (pipeline.ts keepForRetry)
+// A load that failed in the runtime after the stick's copy was whole (keep-for-retry.ts)
 // is loaded again from that copy, with no stick: once the copy is whole the technician is told
 // the stick may go, and this keeps that promise. Each copy is hashed again before its load.
 import { rm } from 'node:fs/promises';

@@ -5,27 +5,23 @@ import {
   catalogOf,
   startRegistry,
   type BlobStore,
+  type Catalog,
   type RunningRegistry,
 } from '@offline-bundle/registry';
-import {
-  runningReleases,
-  versionsInUse,
-  type ClusterRelease,
-  type HistoryEntry,
-} from '@offline-bundle/status';
+import { runningReleases, type ClusterRelease, type HistoryEntry } from '@offline-bundle/status';
 import { oneLine } from '../errors.js';
 import type { PipelineContext } from './pipeline-context.js';
 import { adoptRunningRelease } from './running-release.js';
+import { checkMirrorUsed, imagesPresent } from '../runtime/runtime-checks.js';
 import {
-  checkMirrorUsed,
-  checkPinsSettled,
-  imagesPresent,
-  publishHoldings,
-} from '../runtime/runtime-checks.js';
-import { imageRefs, imagesCovered, type PullGate } from '../runtime/runtime-target.js';
-import { heldForPath, passedOnPath, type ReleaseRecord } from '../state/release-records.js';
-import { refsToKeepPinned } from '../state/agent-switch-state.js';
+  imageRefs,
+  imagesCovered,
+  type ImageInspector,
+  type PullGate,
+} from '../runtime/runtime-target.js';
+import { passedOnPath, type ReleaseRecord } from '../state/release-records.js';
 import { pullActivity } from './pull-activity.js';
+import { pinRelease } from './pin-release.js';
 
 interface ImagesInput {
   manifest: BundleManifest;
@@ -57,11 +53,9 @@ function beginPinning(ctx: PipelineContext, input: ImagesInput): void {
  * the pins back. The registry is stopped and the mirror removed whatever happens.
  */
 export async function loadImages(ctx: PipelineContext, input: ImagesInput): Promise<void> {
-  const { config, log, tracker, runtime, signal } = ctx;
+  const { log, tracker, runtime, signal } = ctx;
   const { store, releases, running, staging } = input;
   const m = withoutPassedReleases(input.manifest, runningNow(tracker.current.history, running));
-  const rel = m.release;
-  const refs = imageRefs(m);
   let [registry, unmirror]: [RunningRegistry | undefined, (() => Promise<void>) | undefined] = [
     undefined,
     undefined,
@@ -81,143 +75,16 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     // Asked before the mirror exists: an image the runtime holds already is not pulled through us.
     const inspector = await runtime.inspector();
     const present = inspector ? await imagesPresent(inspector, m) : undefined;
-    if (running) {
-      const adopted = await adoptRunningRelease({
-        stateDir: config.paths.stateDir,
-        arch: rel.arch,
-        running,
-        incoming: m,
-        releases,
-        ...(inspector ? { inspector } : {}),
-      });
-      if (adopted) {
-        releases.push(adopted);
-        log.info(
-          'pin',
-          `the running release ${adopted.version} was not loaded by this agent: its ${adopted.refs.length} images on this node stay pinned until ${rel.version} is complete`,
-          { version: adopted.version },
-        );
-      }
-    }
+    if (running) await adoptRunning(ctx, m, input.releases, running, inspector);
     unmirror = await runtime.mirror(registry.address, m);
 
-    tracker.update((s) => {
-      if (!staging) s.phase = 'Preloading';
-      Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
-    });
-    const pulled = new Set<string>();
-    await runtime.preload(
-      refs,
-      (done, total, ref) => {
-        pulled.add(ref);
-        tracker.progress({ imagesDone: imagesCovered(m, pulled), imagesTotal: images });
-        log.info('preload', `pulled ${ref} (${done}/${total} names)`, { ref });
-      },
-      signal,
-      staging?.gate,
-      {
-        lastMoved: pullActivity(m, store, catalog, registry.served),
-        onRetry: (ref, attempt, err) =>
-          log.warn(
-            'preload',
-            `retrying ${ref} (retry ${attempt} of ${config.preload.retries}): ${oneLine(err)}`,
-            { ref, code: err.code },
-          ),
-      },
-    );
-    // nothing is pinned, and no Ready, before the whole bundle is verified
-    await staging?.done;
-    if (config.preload.method === 'none') {
-      tracker.condition(
-        'Preloaded',
-        'False',
-        'PreloadDisabled',
-        'preload.method is none: no image was pulled into the runtime',
-      );
-    } else {
-      if (present) checkMirrorUsed(m, present, registry.served);
-      else
-        log.warn(
-          'preload',
-          "the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle's registry",
-        );
-      tracker.condition(
-        'Preloaded',
-        'True',
-        'AllImagesPulled',
-        `${images} images (${refs.length} names) in the runtime's store (${registry.served.blobs} blobs served)`,
-      );
-    }
+    await pullImages(ctx, input, m, { registry, catalog, present });
 
     beginPinning(ctx, input);
     // The mirror goes before the pins are applied: one reload (CRI-O) covers both.
     await unmirror();
     unmirror = undefined;
-    // Keep every release still in use (the running one, one loaded but not yet complete) pinned next to the new one.
-    const inUse = versionsKept(tracker.current.history, releases);
-    // another bundle of this same release (its own record) stays pinned too: it is the same release
-    const kept = releases.filter(
-      (r) => r.arch === rel.arch && (r.version === rel.version || inUse.has(r.version)),
-    );
-    // and the previous agent image while a switch to a new agent is unconfirmed
-    const keptRefs = (await refsToKeepPinned(config.paths.stateDir, kept)).filter(
-      (r) => !refs.includes(r),
-    );
-    const pins = [...new Set([...refs, ...keptRefs])].sort();
-    const released = releases
-      .filter((r) => r.arch === rel.arch && r.version !== rel.version && !inUse.has(r.version))
-      .flatMap((r) => r.refs)
-      .filter((r) => !pins.includes(r));
-    await runtime.pin(pins, released);
-    const still = stillInUse(kept, rel.version);
-    const report =
-      inspector && config.preload.method !== 'none'
-        ? await checkPinsSettled(
-            inspector,
-            { mustPin: refs, kept: keptRefs, released },
-            log,
-            runtime.pinSettleMs,
-            runtime.noPinsSettleMs,
-          )
-        : undefined;
-    if (config.preload.method === 'none') {
-      // the names are written, but the runtime holds none of this release's images to keep
-      tracker.condition(
-        'Pinned',
-        'False',
-        'PreloadDisabled',
-        `${pins.length} image names written to the pin list${still}, but no image of ${rel.version} was pulled (preload.method is none): the runtime holds none of them to keep`,
-      );
-    } else if (report?.verifiable) {
-      tracker.condition(
-        'Pinned',
-        'True',
-        'Pinned',
-        `${pins.length} image names pinned${still}, as the runtime reports`,
-      );
-    } else {
-      tracker.condition(
-        'Pinned',
-        'Unknown',
-        'PinningUnverifiable',
-        `${pins.length} image names asked to be pinned${still}, but this runtime does not report pins (CRI-O before 1.28, containerd before 1.6.22): they may be garbage-collected`,
-      );
-    }
-    if (report?.stillPinned.length) {
-      tracker.condition(
-        'UnpinPending',
-        'True',
-        'RuntimeKeptPins',
-        `the runtime still reports ${report.stillPinned.length} images of older releases pinned (a CRI-O 1.29.4–1.29.6 or 1.30.0–1.30.2 reload keeps removed pins): restart crio to release them`,
-      );
-      log.warn(
-        'pin',
-        `the runtime still reports images of older releases pinned: ${report.stillPinned.join(', ')}`,
-      );
-    }
-    // A SIGTERM that came while the pins were applied: stop here, not Ready (the pins stay, as after PinFailed);
-    // else publish what the runtime holds now, with the Ready that follows (#38)
-    await publishHoldings(inspector, tracker, pins, log, signal);
+    await pinRelease(ctx, m, releases, inspector);
   } finally {
     await unmirror?.().catch((err) =>
       log.error('mirror', `could not remove the mirror drop-in: ${oneLine(err)}`),
@@ -230,6 +97,95 @@ export async function loadImages(ctx: PipelineContext, input: ImagesInput): Prom
     await registry?.close().catch(() => undefined);
     if (registry)
       tracker.condition('Serving', 'False', 'RegistryStopped', 'temporary registry stopped');
+  }
+}
+
+/** The running release this agent did not load: recorded, so its images stay pinned until the incoming one is complete. */
+async function adoptRunning(
+  ctx: PipelineContext,
+  m: BundleManifest,
+  releases: ReleaseRecord[],
+  running: ClusterRelease,
+  inspector: ImageInspector | undefined,
+): Promise<void> {
+  const { config, log } = ctx;
+  const rel = m.release;
+  const adopted = await adoptRunningRelease({
+    stateDir: config.paths.stateDir,
+    arch: rel.arch,
+    running,
+    incoming: m,
+    releases,
+    ...(inspector ? { inspector } : {}),
+  });
+  if (adopted) {
+    releases.push(adopted);
+    log.info(
+      'pin',
+      `the running release ${adopted.version} was not loaded by this agent: its ${adopted.refs.length} images on this node stay pinned until ${rel.version} is complete`,
+      { version: adopted.version },
+    );
+  }
+}
+
+/** Every image pulled through the registry, then (the whole bundle verified) proven to have come from it. */
+async function pullImages(
+  ctx: PipelineContext,
+  input: ImagesInput,
+  m: BundleManifest,
+  served: { registry: RunningRegistry; catalog: Catalog; present: Set<string> | undefined },
+): Promise<void> {
+  const { config, log, tracker, runtime, signal } = ctx;
+  const { store, staging } = input;
+  const { registry, catalog, present } = served;
+  const refs = imageRefs(m);
+  const images = m.images.length;
+  tracker.update((s) => {
+    if (!staging) s.phase = 'Preloading';
+    Object.assign(s.progress, { imagesDone: 0, imagesTotal: images });
+  });
+  const pulled = new Set<string>();
+  await runtime.preload(
+    refs,
+    (done, total, ref) => {
+      pulled.add(ref);
+      tracker.progress({ imagesDone: imagesCovered(m, pulled), imagesTotal: images });
+      log.info('preload', `pulled ${ref} (${done}/${total} names)`, { ref });
+    },
+    signal,
+    staging?.gate,
+    {
+      lastMoved: pullActivity(m, store, catalog, registry.served),
+      onRetry: (ref, attempt, err) =>
+        log.warn(
+          'preload',
+          `retrying ${ref} (retry ${attempt} of ${config.preload.retries}): ${oneLine(err)}`,
+          { ref, code: err.code },
+        ),
+    },
+  );
+  // nothing is pinned, and no Ready, before the whole bundle is verified
+  await staging?.done;
+  if (config.preload.method === 'none') {
+    tracker.condition(
+      'Preloaded',
+      'False',
+      'PreloadDisabled',
+      'preload.method is none: no image was pulled into the runtime',
+    );
+  } else {
+    if (present) checkMirrorUsed(m, present, registry.served);
+    else
+      log.warn(
+        'preload',
+        "the runtime does not answer on its CRI socket: cannot prove the pulls went through the bundle's registry",
+      );
+    tracker.condition(
+      'Preloaded',
+      'True',
+      'AllImagesPulled',
+      `${images} images (${refs.length} names) in the runtime's store (${registry.served.blobs} blobs served)`,
+    );
   }
 }
 
@@ -261,22 +217,4 @@ export function withoutPassedReleases(
   const needed = new Set(hops.filter((h) => !passed.includes(h)).flatMap(own));
   const drop = new Set(passed.flatMap(own).filter((d) => !needed.has(d)));
   return { ...m, images: m.images.filter((img) => !drop.has(img.digest)) };
-}
-
-/** Versions still in use by the history, and a path's earlier release (#43) until the node runs the path's final one. */
-function versionsKept(
-  history: readonly HistoryEntry[],
-  releases: readonly ReleaseRecord[],
-): Set<string> {
-  const runs = runningReleases(history).map((e) => e.version);
-  return new Set([
-    ...versionsInUse(history),
-    ...releases.filter((r) => heldForPath(r, releases, runs)).map((r) => r.version),
-  ]);
-}
-
-/** " (with 4.14.9 still in use)": the other releases kept pinned beside `version`. */
-function stillInUse(kept: readonly ReleaseRecord[], version: string): string {
-  const others = [...new Set(kept.filter((r) => r.version !== version).map((r) => r.version))];
-  return others.length ? ` (with ${others.join(', ')} still in use)` : '';
 }

@@ -24,7 +24,7 @@ const MAX_SOURCES_NAMED = 4;
 
 /**
  * The one-line refusal when the node's running release is unknown, with the fixes that apply
- * to this config (a cluster that could not be read waits instead: see pipeline.ts).
+ * to this config (a cluster that could not be read waits instead: see running-version.ts).
  */
 function unknownRunningVersion(config: AgentConfig): AgentError {
   const cause = config.version.fromCluster

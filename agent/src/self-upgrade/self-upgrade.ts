@@ -149,6 +149,20 @@ async function decideAndSwitch(
   ctx: SwitchContext,
   agent: BundleAgent,
 ): Promise<'switching' | 'none'> {
+  if (await declinesSwitch(ctx, agent)) return 'none';
+  const rec = await switchRecord(ctx, agent);
+  if (!rec) return 'none';
+  try {
+    await startSwitch(ctx, agent, rec);
+    return 'switching';
+  } catch (err) {
+    await undoSwitch(ctx, agent, rec, err);
+    return 'none';
+  }
+}
+
+/** Whether the bundle's agent is not switched to (off, not newer, a switch unsettled or undone before, an image not held): said why. */
+async function declinesSwitch(ctx: SwitchContext, agent: BundleAgent): Promise<boolean> {
   const { config, log, tracker } = ctx;
   const running = ctx.agentVersion;
   if (config.selfUpgrade.mode === 'off') {
@@ -156,20 +170,20 @@ async function decideAndSwitch(
       'agent',
       `the bundle carries bundle-agent ${agent.version}; selfUpgrade.mode is off: not switching (this agent is ${running})`,
     );
-    return 'none';
+    return true;
   }
   if (!isAgentVersion(agent.version)) {
     const why = `the bundle's agent version ${JSON.stringify(agent.version)} is not ${AGENT_VERSION_RULE}: not switching`;
     tracker.condition('AgentUpgraded', 'False', 'BadAgentVersion', why);
     log.warn('agent', why);
-    return 'none';
+    return true;
   }
   if (!semverGt(agent.version, running)) {
     log.info(
       'agent',
       `the bundle carries bundle-agent ${agent.version}, not newer than this agent (${running}): nothing to switch`,
     );
-    return 'none';
+    return true;
   }
   let before = await readAgentSwitch(config.paths.stateDir, (why) => log.warn('agent', why));
   // one switch at a time: a pending one is settled first (overdue: undone), else this waits
@@ -178,14 +192,14 @@ async function decideAndSwitch(
     const why = `a switch to bundle-agent ${before.to.version} (${before.to.image}) is under way, unconfirmed: not starting another to ${agent.version}; the bundle's agent is switched to when it is loaded again after that one settles`;
     tracker.condition('AgentUpgraded', 'Unknown', 'SwitchPending', why);
     log.warn('agent', why);
-    return 'none';
+    return true;
   }
   if (before && before.to.digest === agent.digest && before.state !== 'done') {
     log.warn(
       'agent',
       `the switch to bundle-agent ${agent.version} was undone before (${before.message ?? before.state}): not trying it again; a bundle with another agent image will`,
     );
-    return 'none';
+    return true;
   }
   // podman runs the unit with Pull=never: an image the runtime does not hold would not start
   const missing = await imageNotInRuntime(ctx, imageOf(agent));
@@ -193,8 +207,18 @@ async function decideAndSwitch(
     const why = `not switching to bundle-agent ${agent.version}: ${missing}`;
     tracker.condition('AgentUpgraded', 'False', 'AgentImageNotInRuntime', why);
     log.warn('agent', why);
-    return 'none';
+    return true;
   }
+  return false;
+}
+
+/** The pending switch from the image this agent runs, or undefined (said why) when that image cannot be told. */
+async function switchRecord(
+  ctx: SwitchContext,
+  agent: BundleAgent,
+): Promise<AgentSwitchRecord | undefined> {
+  const { config, log, tracker } = ctx;
+  const running = ctx.agentVersion;
   // what runs now: our drop-in's image, else the unit's own
   const fromDropIn = await currentDropInImage(config);
   const previous = fromDropIn ?? (await containerEnvImage(config));
@@ -202,7 +226,7 @@ async function decideAndSwitch(
     const why = `not switching to bundle-agent ${agent.version}: cannot tell which image this agent runs (no drop-in of ours, no image= in /run/.containerenv), so a rollback would have nothing to go back to`;
     tracker.condition('AgentUpgraded', 'False', 'RunningImageUnknown', why);
     log.warn('agent', why);
-    return 'none';
+    return undefined;
   }
   const rec: AgentSwitchRecord = {
     state: 'pending',
@@ -215,63 +239,80 @@ async function decideAndSwitch(
     at: new Date().toISOString(),
     confirmSeconds: config.selfUpgrade.confirmMinutes * 60,
   };
-  try {
-    // recorded first: a crash from here on leaves a pending switch the rollback settles
-    await writeAgentSwitch(config.paths.stateDir, rec);
-    if (previous) await keepPinned(ctx.runtime, [previous]);
-    // the rollback is scheduled before the drop-in exists: no moment where the new image is
-    // named and nothing would undo it (a reboot loses the timer: the boot guard takes over)
-    const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
-    // one timer per switch, named after its target
-    const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
-    if (scheduleRollback.length)
-      await run(
-        [
-          ...scheduleRollback,
-          timer,
-          `--on-active=${confirmMinutes * 60}s`,
-          '/bin/sh',
-          '-c',
-          rollbackScript(config, rec),
-        ],
-        'scheduling the rollback',
-      );
-    await makeDirs(config.selfUpgrade.dropInDir);
-    await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
-    rec.written = true;
-    await writeAgentSwitch(config.paths.stateDir, rec);
-    await run(config.selfUpgrade.daemonReload, 'daemon-reload');
-    tracker.condition(
-      'AgentUpgraded',
-      'Unknown',
-      'Restarting',
-      `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`,
+  return rec;
+}
+
+/** Recorded, the previous image pinned, the rollback scheduled, then the drop-in written and the restart asked for. */
+async function startSwitch(
+  ctx: SwitchContext,
+  agent: BundleAgent,
+  rec: AgentSwitchRecord,
+): Promise<void> {
+  const { config, log, tracker } = ctx;
+  const running = ctx.agentVersion;
+  const previous = rec.from.image;
+  // recorded first: a crash from here on leaves a pending switch the rollback settles
+  await writeAgentSwitch(config.paths.stateDir, rec);
+  if (previous) await keepPinned(ctx.runtime, [previous]);
+  // the rollback is scheduled before the drop-in exists: no moment where the new image is
+  // named and nothing would undo it (a reboot loses the timer: the boot guard takes over)
+  const { scheduleRollback, confirmMinutes } = config.selfUpgrade;
+  // one timer per switch, named after its target
+  const timer = `--unit=${config.selfUpgrade.unit}-rollback-${agent.digest.slice('sha256:'.length, 'sha256:'.length + 12)}`;
+  if (scheduleRollback.length)
+    await run(
+      [
+        ...scheduleRollback,
+        timer,
+        `--on-active=${confirmMinutes * 60}s`,
+        '/bin/sh',
+        '-c',
+        rollbackScript(config, rec),
+      ],
+      'scheduling the rollback',
     );
-    log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, {
-      from: running,
-      to: agent.version,
-      image: rec.to.image,
-    });
-    await run(config.selfUpgrade.restart, 'the restart');
-    return 'switching';
-  } catch (err) {
-    const message = `the switch to bundle-agent ${agent.version} failed and was undone: ${oneLine(err)}`;
-    await restorePrevious(config, rec).catch((e) =>
-      log.warn('agent', `cannot put the previous drop-in back: ${oneLine(e)}`),
-    );
-    await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) =>
-      log.warn('agent', oneLine(e)),
-    );
-    await writeAgentSwitch(config.paths.stateDir, {
-      ...rec,
-      state: 'failed',
-      at: new Date().toISOString(),
-      message,
-    }).catch(() => undefined);
-    tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
-    log.error('agent', message);
-    return 'none';
-  }
+  await makeDirs(config.selfUpgrade.dropInDir);
+  await writeFileAtomic(dropInFile(config), renderImageDropIn(rec.to.image));
+  rec.written = true;
+  await writeAgentSwitch(config.paths.stateDir, rec);
+  await run(config.selfUpgrade.daemonReload, 'daemon-reload');
+  tracker.condition(
+    'AgentUpgraded',
+    'Unknown',
+    'Restarting',
+    `switching to bundle-agent ${agent.version} (${rec.to.image}); this agent (${running}) restarts`,
+  );
+  log.info('agent', `switching to bundle-agent ${agent.version} (${rec.to.image}): restarting`, {
+    from: running,
+    to: agent.version,
+    image: rec.to.image,
+  });
+  await run(config.selfUpgrade.restart, 'the restart');
+}
+
+/** A switch that failed on the way: the previous drop-in back, the record failed, said in AgentUpgraded. */
+async function undoSwitch(
+  ctx: SwitchContext,
+  agent: BundleAgent,
+  rec: AgentSwitchRecord,
+  err: unknown,
+): Promise<void> {
+  const { config, log, tracker } = ctx;
+  const message = `the switch to bundle-agent ${agent.version} failed and was undone: ${oneLine(err)}`;
+  await restorePrevious(config, rec).catch((e) =>
+    log.warn('agent', `cannot put the previous drop-in back: ${oneLine(e)}`),
+  );
+  await run(config.selfUpgrade.daemonReload, 'daemon-reload').catch((e) =>
+    log.warn('agent', oneLine(e)),
+  );
+  await writeAgentSwitch(config.paths.stateDir, {
+    ...rec,
+    state: 'failed',
+    at: new Date().toISOString(),
+    message,
+  }).catch(() => undefined);
+  tracker.condition('AgentUpgraded', 'False', 'AgentUpgradeFailed', message);
+  log.error('agent', message);
 }
 
 /**

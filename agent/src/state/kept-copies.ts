@@ -1,5 +1,5 @@
 // A stick's verified copy whose load failed in the runtime after the copy was whole
-// (load/pipeline.ts keepForRetry): kept, and loaded again from it with no stick
+// (load/keep-for-retry.ts): kept, and loaded again from it with no stick
 // (daemon/retry-kept.ts). The start-up and pre-load cleanup (removeLeftovers) keep what a record
 // names. A layout fetched from peers needs no record: until its load puts it in place it is a
 // partial staging under its resume marker, kept and resumed as a stick's is.
