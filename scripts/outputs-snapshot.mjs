@@ -45,82 +45,83 @@ function bin(root, which) {
   );
 }
 
-async function fixtures() {
-  mkdirSync(dir, { recursive: true });
-  const reg = await startRegistry();
-  try {
-    const payload = {};
-    for (const name of ['cli', 'etcd']) {
-      const img = await pushImage(
-        {
-          tag: name,
-          platforms: [
-            {
-              os: 'linux',
-              architecture: 'amd64',
-              layers: [
-                { 'etc/os-release': 'snapshot base\n' },
-                { [`usr/bin/${name}`]: `#!/bin/sh\necho ${name}\n` },
-              ],
-            },
-          ],
-        },
-        `${reg.host}/openshift-release-dev/ocp-v4.0-art-dev:${name}`,
-      );
-      payload[name] = `quay.io/openshift-release-dev/ocp-v4.0-art-dev@${img.digest}`;
-    }
-    await pushImage(
+/** The release (its payload of two images) and a workload, pushed to the test registry. */
+async function pushImages(reg) {
+  const payload = {};
+  for (const name of ['cli', 'etcd']) {
+    const img = await pushImage(
       {
-        tag: 'rel',
+        tag: name,
         platforms: [
           {
             os: 'linux',
             architecture: 'amd64',
-            layers: [releaseFiles({ version: '4.14.39', previous: ['4.14.38'], images: payload })],
+            layers: [
+              { 'etc/os-release': 'snapshot base\n' },
+              { [`usr/bin/${name}`]: `#!/bin/sh\necho ${name}\n` },
+            ],
           },
         ],
       },
-      `${reg.host}/openshift-release-dev/ocp-release:4.14.39-x86_64`,
+      `${reg.host}/openshift-release-dev/ocp-v4.0-art-dev:${name}`,
     );
-    await pushImage(
-      {
-        tag: 'v2',
-        platforms: [
-          { os: 'linux', architecture: 'amd64', layers: [{ 'srv/app': 'workload v2\n' }] },
-        ],
-      },
-      `${reg.host}/acme/workload:v2`,
-    );
-    const conf = fx('mirror.conf');
-    writeFileSync(
-      conf,
-      `[[registry]]\nprefix = "quay.io/openshift-release-dev"\nlocation = "${reg.host}/openshift-release-dev"\ninsecure = true\n\n[[registry]]\nprefix = "registry.example.com/acme"\nlocation = "${reg.host}/acme"\ninsecure = true\n`,
-    );
-    const b = bin(SELF, 'bundle');
-    execFileSync(process.execPath, [b, 'keygen', '--out', fx('factory')]);
-    execFileSync(process.execPath, [b, 'keygen', '--out', fx('other')]);
-    execFileSync(process.execPath, [
-      b,
-      'create',
-      '--quiet',
-      '--release',
-      'quay.io/openshift-release-dev/ocp-release:4.14.39-x86_64',
-      '--image',
-      'registry.example.com/acme/workload:v2',
-      '--registries-conf',
-      conf,
-      '--arch',
-      'amd64',
-      '--key',
-      fx('factory.key'),
-      '--cache',
-      fx('cache'),
-      '-o',
-      fx('good.bundle'),
-    ]);
-  } finally {
-    await reg.stop();
+    payload[name] = `quay.io/openshift-release-dev/ocp-v4.0-art-dev@${img.digest}`;
   }
+  await pushImage(
+    {
+      tag: 'rel',
+      platforms: [
+        {
+          os: 'linux',
+          architecture: 'amd64',
+          layers: [releaseFiles({ version: '4.14.39', previous: ['4.14.38'], images: payload })],
+        },
+      ],
+    },
+    `${reg.host}/openshift-release-dev/ocp-release:4.14.39-x86_64`,
+  );
+  await pushImage(
+    {
+      tag: 'v2',
+      platforms: [{ os: 'linux', architecture: 'amd64', layers: [{ 'srv/app': 'workload v2\n' }] }],
+    },
+    `${reg.host}/acme/workload:v2`,
+  );
+}
+
+/** Keys, and good.bundle built from the registry through a registries.conf that mirrors to it. */
+function createGoodBundle(reg) {
+  const conf = fx('mirror.conf');
+  writeFileSync(
+    conf,
+    `[[registry]]\nprefix = "quay.io/openshift-release-dev"\nlocation = "${reg.host}/openshift-release-dev"\ninsecure = true\n\n[[registry]]\nprefix = "registry.example.com/acme"\nlocation = "${reg.host}/acme"\ninsecure = true\n`,
+  );
+  const b = bin(SELF, 'bundle');
+  execFileSync(process.execPath, [b, 'keygen', '--out', fx('factory')]);
+  execFileSync(process.execPath, [b, 'keygen', '--out', fx('other')]);
+  execFileSync(process.execPath, [
+    b,
+    'create',
+    '--quiet',
+    '--release',
+    'quay.io/openshift-release-dev/ocp-release:4.14.39-x86_64',
+    '--image',
+    'registry.example.com/acme/workload:v2',
+    '--registries-conf',
+    conf,
+    '--arch',
+    'amd64',
+    '--key',
+    fx('factory.key'),
+    '--cache',
+    fx('cache'),
+    '-o',
+    fx('good.bundle'),
+  ]);
+}
+
+/** Copies of good.bundle cut short, with a byte flipped, or with bytes after its end; and a text file. */
+function writeBrokenCopies() {
   const good = readFileSync(fx('good.bundle'));
   copyFileSync(fx('good.bundle'), fx('truncated.bundle'));
   truncateSync(fx('truncated.bundle'), Math.floor(good.length * 0.6));
@@ -135,6 +136,18 @@ async function fixtures() {
   }
   writeFileSync(fx('appended.bundle'), Buffer.concat([good, Buffer.from('trailing bytes')]));
   writeFileSync(fx('not-a-bundle.txt'), 'registry.example.com/acme/workload:v2\n');
+}
+
+async function fixtures() {
+  mkdirSync(dir, { recursive: true });
+  const reg = await startRegistry();
+  try {
+    await pushImages(reg);
+    createGoodBundle(reg);
+  } finally {
+    await reg.stop();
+  }
+  writeBrokenCopies();
   console.log(`fixtures in ${dir}`);
 }
 

@@ -186,6 +186,96 @@ function lackingOf(h: RuntimeHoldings | undefined): Pick<NodeRow, 'lacking'> {
 const lostWords = (l: NonNullable<NodeRow['lacking']>) =>
   `no longer holds ${plural(l.count, 'image name')} it loaded (${l.example}${l.count > 1 ? ', …' : ''})`;
 
+type BaseRow = NodeRow & { ok: boolean };
+
+/** One node's row before the bundle to hold it to is known: `ok` says it is Ready for some bundle. */
+function baseRow(
+  n: NodeLike,
+  s: StatusLike | undefined,
+  running: RunningRelease | undefined,
+  now: Date,
+): BaseRow {
+  const node = n.metadata?.name ?? '';
+  const nodeReady = n.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+  const missing = missesRunning(n, s, running) ? { missingRunning: running!.version } : {};
+  if (!s) return { node, nodeReady, phase: 'NotReported', ok: false, ...missing } as BaseRow;
+  const failed = cond(s, 'Failed');
+  const readyCond = cond(s, 'Ready');
+  const why =
+    failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
+  const st = s.status ?? {};
+  const fresh = freshness(st, now);
+  // only a node that says its images are loaded can be held to it (preload.method none loads none)
+  const lacking =
+    st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded'
+      ? lackingOf(st.runtime)
+      : {};
+  return {
+    node,
+    nodeReady,
+    phase: st.phase ?? 'Unknown',
+    ...(st.bundle?.version ? { version: st.bundle.version } : {}),
+    ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
+    ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
+    ...(st.updatedAt ? { heartbeat: st.updatedAt } : {}),
+    ...fresh,
+    ...sourceAndServing(st, fresh.stale === true),
+    ...(why?.reason ? { reason: why.reason } : {}),
+    ...((why?.message ?? st.message) ? { message: why?.message ?? st.message } : {}),
+    // what the table's PHASE column and the page's row say of it
+    ...(lacking.lacking
+      ? { reason: 'ImagesLost', message: `its runtime ${lostWords(lacking.lacking)}` }
+      : {}),
+    ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
+    ...missing,
+    ...lacking,
+  } as BaseRow;
+}
+
+/** The bundle asked for, or else the one most nodes are Ready for (ties: the lowest digest). */
+function agreedDigest(base: readonly BaseRow[], want: string | undefined): string | undefined {
+  if (want) return want;
+  const counts = new Map<string, number>();
+  for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
+  return [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
+}
+
+/** Why a row that is not ready is not, in the words the summary joins. */
+function notReadyNotes(r: NodeRow, digest: string | undefined): string[] {
+  const out: string[] = [];
+  if (r.aheadBy !== undefined)
+    out.push(
+      `${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`,
+    );
+  else if (r.stale)
+    out.push(
+      `${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`,
+    );
+  if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
+  if (r.lacking)
+    out.push(`${r.node}'s runtime ${lostWords(r.lacking)}, though its agent said Ready`);
+  if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
+  else if (r.phase === 'Ready' && r.digest !== digest)
+    out.push(
+      `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`,
+    );
+  else if (r.phase !== 'Ready') out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);
+  return out;
+}
+
+/** The one-line verdict: how many rows are Ready for the bundle, then every note. */
+function summaryOf(rows: readonly NodeRow[], readyCount: number, digest: string | undefined) {
+  const notes = rows.filter((r) => !r.ready).flatMap((r) => notReadyNotes(r, digest));
+  for (const r of rows)
+    if (r.missingRunning)
+      notes.push(
+        `${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`,
+      );
+  return rows.length === 0
+    ? 'no nodes match'
+    : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
+}
+
 /** Joins Nodes and NodeBundleStatuses (pure: the part tests drive with any objects, and any `now`). */
 export function rollup(
   nodes: readonly NodeLike[],
@@ -195,53 +285,8 @@ export function rollup(
   now = new Date(),
 ): Rollup {
   const byNode = new Map(statuses.map((s) => [s.metadata?.name ?? '', s]));
-  const base = nodes.map((n) => {
-    const node = n.metadata?.name ?? '';
-    const s = byNode.get(node);
-    const nodeReady = n.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
-    const missing = missesRunning(n, s, running) ? { missingRunning: running!.version } : {};
-    if (!s)
-      return { node, nodeReady, phase: 'NotReported', ok: false, ...missing } as NodeRow & {
-        ok: boolean;
-      };
-    const failed = cond(s, 'Failed');
-    const readyCond = cond(s, 'Ready');
-    const why =
-      failed?.status === 'True' ? failed : readyCond?.status !== 'True' ? readyCond : undefined;
-    const st = s.status ?? {};
-    const fresh = freshness(st, now);
-    // only a node that says its images are loaded can be held to it (preload.method none loads none)
-    const lacking =
-      st.phase === 'Ready' && readyCond?.status === 'True' && readyCond.reason !== 'NotPreloaded'
-        ? lackingOf(st.runtime)
-        : {};
-    return {
-      node,
-      nodeReady,
-      phase: st.phase ?? 'Unknown',
-      ...(st.bundle?.version ? { version: st.bundle.version } : {}),
-      ...(st.bundle?.digest ? { digest: st.bundle.digest } : {}),
-      ...(cond(s, 'Pinned')?.status ? { pinned: cond(s, 'Pinned')!.status } : {}),
-      ...(st.updatedAt ? { heartbeat: st.updatedAt } : {}),
-      ...fresh,
-      ...sourceAndServing(st, fresh.stale === true),
-      ...(why?.reason ? { reason: why.reason } : {}),
-      ...((why?.message ?? st.message) ? { message: why?.message ?? st.message } : {}),
-      // what the table's PHASE column and the page's row say of it
-      ...(lacking.lacking
-        ? { reason: 'ImagesLost', message: `its runtime ${lostWords(lacking.lacking)}` }
-        : {}),
-      ok: st.phase === 'Ready' && readyCond?.status === 'True' && !!st.bundle?.digest,
-      ...missing,
-      ...lacking,
-    } as NodeRow & { ok: boolean };
-  });
-  let digest = want;
-  if (!digest) {
-    const counts = new Map<string, number>();
-    for (const r of base) if (r.ok) counts.set(r.digest!, (counts.get(r.digest!) ?? 0) + 1);
-    digest = [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]?.[0];
-  }
+  const base = nodes.map((n) => baseRow(n, byNode.get(n.metadata?.name ?? ''), running, now));
+  const digest = agreedDigest(base, want);
   const rows: NodeRow[] = base
     .map(({ ok, ...r }) => ({
       ...r,
@@ -249,39 +294,7 @@ export function rollup(
     }))
     .sort((a, b) => (a.node < b.node ? -1 : 1));
   const readyCount = rows.filter((r) => r.ready).length;
-  const notes = rows
-    .filter((r) => !r.ready)
-    .flatMap((r) => {
-      const out: string[] = [];
-      if (r.aheadBy !== undefined)
-        out.push(
-          `${r.node}'s agent reported from ${timeAgo(r.aheadBy)} ahead of this clock (stale: set the clocks right, on this machine or on ${r.node})`,
-        );
-      else if (r.stale)
-        out.push(
-          `${r.node}'s agent ${r.heartbeatAge === undefined ? 'reported no time' : `last reported ${timeAgo(r.heartbeatAge)} ago`} (stale: its row may no longer hold)`,
-        );
-      if (!r.nodeReady) out.push(`${r.node}'s Node is not Ready`);
-      if (r.lacking)
-        out.push(`${r.node}'s runtime ${lostWords(r.lacking)}, though its agent said Ready`);
-      if (r.phase === 'NotReported') out.push(`${r.node} never reported`);
-      else if (r.phase === 'Ready' && r.digest !== digest)
-        out.push(
-          `${r.node} Ready for ${r.digest ?? 'an unknown bundle'}${r.version ? ` (${r.version})` : ''}, not this one`,
-        );
-      else if (r.phase !== 'Ready')
-        out.push(`${r.node} ${r.phase}${r.reason ? ` (${r.reason})` : ''}`);
-      return out;
-    });
-  for (const r of rows)
-    if (r.missingRunning)
-      notes.push(
-        `${r.node} is missing the running release ${r.missingRunning}: load the ${r.missingRunning} bundle on it`,
-      );
-  const summary =
-    rows.length === 0
-      ? 'no nodes match'
-      : `${readyCount} of ${rows.length} nodes Ready${digest ? ` for bundle ${digest}` : ''}${notes.length ? `; ${notes.join('; ')}` : ''}`;
+  const summary = summaryOf(rows, readyCount, digest);
   const holdings = Object.fromEntries(
     rows.flatMap((r) => {
       const h = byNode.get(r.node)?.status?.runtime;

@@ -323,24 +323,8 @@ async function deleteSets(
   return { removed, failed };
 }
 
-/**
- * Applies the bundle's sets to every pool and lists them in the pool; drops from the pools and
- * deletes our sets of releases it does not write and `keep` does not name (the running one,
- * and the one a path started from until its first hop Completed). An update path whose head
- * lists each release's payload is a series per release (releaseSeries): a release in `passed`
- * (the cluster completed a later one of the path) loses its sets pool by pool, from each pool
- * whose status says its nodes all run their rendered config (poolNotUpdated); a paused or
- * updating pool keeps them, said in `held`. `dropOnly` (a run with nothing else to do): no set
- * is written, only what may go goes; undefined when nothing does and nothing is held. A cluster
- * without PinnedImageSet or MachineConfigPools is told so, and nothing fails.
- */
-export async function applyPinnedImageSets(
-  apis: AdminApis,
-  b: ReleaseImages,
-  keep: readonly string[] = [],
-  passed: readonly PassedRelease[] = [],
-  opts: { dropOnly?: boolean } = {},
-): Promise<PinnedSetsResult | undefined> {
+/** The sets on the cluster, with the release and pool labels they carry; undefined when the cluster has no PinnedImageSet. */
+async function listOurSets(apis: AdminApis): Promise<SetRead[] | undefined> {
   let absent = false;
   const existing = await listAll(
     'list pinnedimagesets',
@@ -360,21 +344,14 @@ export async function applyPinnedImageSets(
       },
     },
   );
-  if (absent)
-    return {
-      applied: [],
-      removed: [],
-      skipped:
-        'the cluster has no PinnedImageSet (OpenShift before 4.16, or without its feature gate): the OS image and the payload stay pinned by the agent alone',
-    };
-  const pools = await listPools(apis);
-  if (!pools.length)
-    return {
-      applied: [],
-      removed: [],
-      skipped: 'the cluster has no MachineConfigPool to bind PinnedImageSets to',
-    };
-  const plans = pools.map((pool) => poolPlan(b, pool, existing, keep, passed));
+  return absent ? undefined : existing;
+}
+
+/** Across the pools' plans: the sets to delete, and the passed releases a pool still holds. */
+function whatGoes(
+  plans: readonly PoolPlan[],
+  existing: readonly SetRead[],
+): { gone: Set<string>; held: NonNullable<PinnedSetsResult['held']> } {
   // a set without a pool label is every pool's: it goes only when every pool lets it go
   const keptSomewhere = new Set(
     plans.flatMap((p) =>
@@ -395,6 +372,44 @@ export async function applyPinnedImageSets(
       )
       .map((r) => ({ version: r.version, pool: p.pool.name, why: p.pool.notUpdated! })),
   );
+  return { gone, held };
+}
+
+/**
+ * Applies the bundle's sets to every pool and lists them in the pool; drops from the pools and
+ * deletes our sets of releases it does not write and `keep` does not name (the running one,
+ * and the one a path started from until its first hop Completed). An update path whose head
+ * lists each release's payload is a series per release (releaseSeries): a release in `passed`
+ * (the cluster completed a later one of the path) loses its sets pool by pool, from each pool
+ * whose status says its nodes all run their rendered config (poolNotUpdated); a paused or
+ * updating pool keeps them, said in `held`. `dropOnly` (a run with nothing else to do): no set
+ * is written, only what may go goes; undefined when nothing does and nothing is held. A cluster
+ * without PinnedImageSet or MachineConfigPools is told so, and nothing fails.
+ */
+export async function applyPinnedImageSets(
+  apis: AdminApis,
+  b: ReleaseImages,
+  keep: readonly string[] = [],
+  passed: readonly PassedRelease[] = [],
+  opts: { dropOnly?: boolean } = {},
+): Promise<PinnedSetsResult | undefined> {
+  const existing = await listOurSets(apis);
+  if (!existing)
+    return {
+      applied: [],
+      removed: [],
+      skipped:
+        'the cluster has no PinnedImageSet (OpenShift before 4.16, or without its feature gate): the OS image and the payload stay pinned by the agent alone',
+    };
+  const pools = await listPools(apis);
+  if (!pools.length)
+    return {
+      applied: [],
+      removed: [],
+      skipped: 'the cluster has no MachineConfigPool to bind PinnedImageSets to',
+    };
+  const plans = pools.map((pool) => poolPlan(b, pool, existing, keep, passed));
+  const { gone, held } = whatGoes(plans, existing);
   if (opts.dropOnly && !gone.size && !held.length) return undefined;
   const applied: PinnedSetsResult['applied'] = [];
   for (const plan of plans) {

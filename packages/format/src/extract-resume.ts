@@ -154,22 +154,11 @@ interface ResumeOptions extends Pick<VerifyOptions, 'onProgress' | 'signal'> {
   onRechecked?: (info: ResumeInfo) => void;
 }
 
-/**
- * The rest of an interrupted staging of `head`'s bundle into `partial`: temp files go; only the
- * entries not in place are read, through the seek index, each frame of them and nothing else
- * (entries are frame-aligned), while the entries in place are re-hashed beside that read; one
- * that no longer matches is removed and read after the others. Every entry read is hashed to
- * its signed digest before `files` puts it in place.
- */
-export async function resumeInto(
-  source: BundleSource,
+/** Which entries are in `partial` at their listed size (kept, to be re-hashed) and which are to be read. */
+async function takeStock(
   partial: string,
-  head: TrustedHead,
-  files: EntryFiles,
-  opts: ResumeOptions & { onVerified?: (e: LayoutEntry) => void },
-): Promise<{ info: ResumeInfo; seekIndex: SeekIndex }> {
-  await removeUnfinishedWrites(partial);
-  const entries = layoutEntries(head.manifest);
+  entries: LayoutEntry[],
+): Promise<{ info: ResumeInfo; found: LayoutEntry[]; missing: LayoutEntry[] }> {
   const info: ResumeInfo = {
     keptBytes: 0,
     totalBytes: 0,
@@ -189,7 +178,11 @@ export async function resumeInto(
       missing.push(e);
     }
   }
-  opts.onResume?.({ ...info });
+  return { info, found, missing };
+}
+
+/** A random reader over `source`, once its last byte is there to read. */
+async function openWhole(source: BundleSource, head: TrustedHead): Promise<BundleRandomReader> {
   // a source cut short shows at its end first: named so, not as a seek index gone missing
   const last = await source
     .read(source.size - 1, 1)
@@ -203,9 +196,29 @@ export async function resumeInto(
       ),
     );
   // the headers are held to the signed listing as a verifying pass holds them
-  const reader = await BundleRandomReader.open(source, head.manifest).catch((err: unknown) =>
+  return BundleRandomReader.open(source, head.manifest).catch((err: unknown) =>
     sourceFailure(source, err),
   );
+}
+
+/**
+ * The rest of an interrupted staging of `head`'s bundle into `partial`: temp files go; only the
+ * entries not in place are read, through the seek index, each frame of them and nothing else
+ * (entries are frame-aligned), while the entries in place are re-hashed beside that read; one
+ * that no longer matches is removed and read after the others. Every entry read is hashed to
+ * its signed digest before `files` puts it in place.
+ */
+export async function resumeInto(
+  source: BundleSource,
+  partial: string,
+  head: TrustedHead,
+  files: EntryFiles,
+  opts: ResumeOptions & { onVerified?: (e: LayoutEntry) => void },
+): Promise<{ info: ResumeInfo; seekIndex: SeekIndex }> {
+  await removeUnfinishedWrites(partial);
+  const { info, found, missing } = await takeStock(partial, layoutEntries(head.manifest));
+  opts.onResume?.({ ...info });
+  const reader = await openWhole(source, head);
   let done = info.keptBytes;
   const progress = (n: number) => {
     done += n;

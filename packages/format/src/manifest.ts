@@ -446,75 +446,53 @@ function validateAdds(v: unknown, field: string, images: number, layoutBytes: nu
     bad(`${field}.bytes is more than the bundle's layout (${layoutBytes} bytes)`);
 }
 
-/**
- * release.via: at most MAX_RELEASE_PATH_HOPS releases in all, each an OpenShift release image
- * the bundle carries, of the bundle's arch, each an upgrade of the one before (its upgradeFrom
- * names it, its version is later): a path a cluster can take hop by hop.
- */
-function validateReleasePath(
+/** One release of the path the bundle carries, as the path's order checks read it. */
+interface PathRelease {
+  field: string;
+  version: string;
+  upgradeFrom: string[];
+  digest: string;
+}
+
+/** A hop of release.via (`field`): a release image the bundle carries, of the bundle's arch. */
+function validateHop(
+  x: unknown,
+  field: string,
   r: Record<string, unknown>,
   images: BundleImage[],
   blobs: BundleBlob[],
   layoutBytes: number,
-): void {
-  if (r.via === undefined)
-    return bad(
-      `release.${r.adds !== undefined ? 'adds' : 'payload'} is a field of a release with via (an update path)`,
-    );
-  const via = arr(r.via, 'release.via');
-  if (via.length === 0)
-    bad('release.via must name at least one release (a bundle of one release has no via)');
-  if (via.length >= MAX_RELEASE_PATH_HOPS)
+): PathRelease {
+  const h = isObj(x) ? x : bad(`${field} must be an object`);
+  checkReleaseFields(h, (f, rule) => bad(`${field}.${f.slice('release.'.length)} ${rule}`));
+  // checkReleaseFields skips absent fields: a hop names all three
+  str(h.version, `${field}.version`, 128);
+  str(h.name, `${field}.name`);
+  str(h.arch, `${field}.arch`);
+  if (h.arch !== r.arch) bad(`${field}.arch must be the bundle's (${String(r.arch)})`);
+  const d = digest(h.digest, `${field}.digest`);
+  if (!images.some((im) => im.digest === d))
+    bad(`${field}.digest ${d} is not among the images: every release of the path is carried`);
+  const image = str(h.image, `${field}.image`);
+  if (!images.some((im) => im.digest === d && namesImage(image, im.repository, d)))
     bad(
-      `release.via makes a path of ${via.length + 1} releases; a bundle carries at most ${MAX_RELEASE_PATH_HOPS}`,
+      `${field}.image ${image} is not the carried image of ${field}.digest ${d} (its repository, and that digest if it names one)`,
     );
-  if (r.image === null || r.digest === null)
-    bad('release.via needs release.image: an update path is one of release images');
-  validateAdds(r.adds, 'release.adds', images.length, layoutBytes);
-  const carried = new Set(images.map((im) => im.digest));
-  const hops = via.map((x, i) => {
-    const field = `release.via[${i}]`;
-    const h = isObj(x) ? x : bad(`${field} must be an object`);
-    checkReleaseFields(h, (f, rule) => bad(`${field}.${f.slice('release.'.length)} ${rule}`));
-    // checkReleaseFields skips absent fields: a hop names all three
-    str(h.version, `${field}.version`, 128);
-    str(h.name, `${field}.name`);
-    str(h.arch, `${field}.arch`);
-    if (h.arch !== r.arch) bad(`${field}.arch must be the bundle's (${String(r.arch)})`);
-    const d = digest(h.digest, `${field}.digest`);
-    if (!carried.has(d))
-      bad(`${field}.digest ${d} is not among the images: every release of the path is carried`);
-    const image = str(h.image, `${field}.image`);
-    if (!images.some((im) => im.digest === d && namesImage(image, im.repository, d)))
-      bad(
-        `${field}.image ${image} is not the carried image of ${field}.digest ${d} (its repository, and that digest if it names one)`,
-      );
-    arr(h.upgradeFrom, `${field}.upgradeFrom`);
-    if (h.signatures !== undefined)
-      validateReleaseSignatures(h.signatures, blobs, `${field}.signatures`);
-    if (h.via !== undefined) bad(`${field}.via: a hop has no path of its own`);
-    validateAdds(h.adds, `${field}.adds`, images.length, layoutBytes);
-    return {
-      field,
-      version: h.version as string,
-      upgradeFrom: h.upgradeFrom as string[],
-      digest: d,
-    };
-  });
-  const all = [
-    ...hops,
-    {
-      field: 'release',
-      version: r.version as string,
-      upgradeFrom: r.upgradeFrom as string[],
-      digest: r.digest as string,
-    },
-  ];
-  const adds = [...via, r].map((h) => (h as { adds: { images: number; bytes: number } }).adds);
-  if (adds.reduce((n, a) => n + a.images, 0) > images.length)
-    bad(`the path's adds count more images than the bundle's ${images.length}`);
-  if (adds.reduce((n, a) => n + a.bytes, 0) > layoutBytes)
-    bad(`the path's adds count more bytes than the bundle's layout (${layoutBytes} bytes)`);
+  arr(h.upgradeFrom, `${field}.upgradeFrom`);
+  if (h.signatures !== undefined)
+    validateReleaseSignatures(h.signatures, blobs, `${field}.signatures`);
+  if (h.via !== undefined) bad(`${field}.via: a hop has no path of its own`);
+  validateAdds(h.adds, `${field}.adds`, images.length, layoutBytes);
+  return {
+    field,
+    version: h.version as string,
+    upgradeFrom: h.upgradeFrom as string[],
+    digest: d,
+  };
+}
+
+/** Each release of the path an upgrade of the one before, never skipping one an older agent would. */
+function validatePathOrder(all: PathRelease[]): void {
   for (let i = 1; i < all.length; i++) {
     const [prev, next] = [all[i - 1]!, all[i]!];
     // an older agent reads release.upgradeFrom alone: a hop naming the path's start, or a hop
@@ -541,6 +519,51 @@ function validateReleasePath(
     if (all.slice(0, i).some((h) => h.digest === next.digest))
       bad(`${next.field}.digest ${next.digest} is another hop's`);
   }
+}
+
+/**
+ * release.via: at most MAX_RELEASE_PATH_HOPS releases in all, each an OpenShift release image
+ * the bundle carries, of the bundle's arch, each an upgrade of the one before (its upgradeFrom
+ * names it, its version is later): a path a cluster can take hop by hop.
+ */
+function validateReleasePath(
+  r: Record<string, unknown>,
+  images: BundleImage[],
+  blobs: BundleBlob[],
+  layoutBytes: number,
+): void {
+  if (r.via === undefined)
+    return bad(
+      `release.${r.adds !== undefined ? 'adds' : 'payload'} is a field of a release with via (an update path)`,
+    );
+  const via = arr(r.via, 'release.via');
+  if (via.length === 0)
+    bad('release.via must name at least one release (a bundle of one release has no via)');
+  if (via.length >= MAX_RELEASE_PATH_HOPS)
+    bad(
+      `release.via makes a path of ${via.length + 1} releases; a bundle carries at most ${MAX_RELEASE_PATH_HOPS}`,
+    );
+  if (r.image === null || r.digest === null)
+    bad('release.via needs release.image: an update path is one of release images');
+  validateAdds(r.adds, 'release.adds', images.length, layoutBytes);
+  const hops = via.map((x, i) =>
+    validateHop(x, `release.via[${i}]`, r, images, blobs, layoutBytes),
+  );
+  const all = [
+    ...hops,
+    {
+      field: 'release',
+      version: r.version as string,
+      upgradeFrom: r.upgradeFrom as string[],
+      digest: r.digest as string,
+    },
+  ];
+  const adds = [...via, r].map((h) => (h as { adds: { images: number; bytes: number } }).adds);
+  if (adds.reduce((n, a) => n + a.images, 0) > images.length)
+    bad(`the path's adds count more images than the bundle's ${images.length}`);
+  if (adds.reduce((n, a) => n + a.bytes, 0) > layoutBytes)
+    bad(`the path's adds count more bytes than the bundle's layout (${layoutBytes} bytes)`);
+  validatePathOrder(all);
   validatePayloads(
     [...via, r] as Record<string, unknown>[],
     all.map((h) => h.field),

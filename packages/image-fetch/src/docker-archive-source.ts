@@ -32,6 +32,84 @@ async function isGzip(path: string): Promise<boolean> {
   }
 }
 
+/** The archive's own manifest.json: which config and layer files make each image. */
+async function readSaveManifest(dir: string, description: string): Promise<SaveManifestEntry[]> {
+  try {
+    return JSON.parse(
+      (await readSmallFile(join(dir, 'manifest.json'), MAX_MANIFEST_BYTES)).bytes.toString('utf8'),
+    ) as SaveManifestEntry[];
+  } catch (cause) {
+    throw new OciError(
+      'INVALID_ARCHIVE',
+      `${description}: not a docker-archive (no readable manifest.json)`,
+      { cause },
+    );
+  }
+}
+
+/** The image tagged `ref`, or without one the archive's only image. */
+function pickEntry(
+  entries: SaveManifestEntry[],
+  ref: string | undefined,
+  description: string,
+): SaveManifestEntry {
+  const wanted = ref ? parseReference(ref) : undefined;
+  const entry = wanted
+    ? entries.find((e) =>
+        (e.RepoTags ?? []).some((t) => {
+          const r = parseReference(t);
+          return (
+            r.registry === wanted.registry &&
+            r.repository === wanted.repository &&
+            r.tag === wanted.tag
+          );
+        }),
+      )
+    : entries.length === 1
+      ? entries[0]
+      : undefined;
+  if (!entry)
+    throw new OciError(
+      'NOT_FOUND',
+      ref
+        ? `${description}: no image tagged ${ref}`
+        : `${description}: holds ${entries.length} images; name one as docker-archive:FILE:REPO:TAG`,
+    );
+  return entry;
+}
+
+/** A Docker schema 2 manifest over the entry's files, hashed as they are, and where each digest's file is. */
+async function rebuildManifest(
+  dir: string,
+  entry: SaveManifestEntry,
+): Promise<{ manifest: FetchedManifest; files: Map<string, string> }> {
+  const files = new Map<string, string>();
+  const add = async (rel: string) => {
+    const path = join(dir, normalize(rel));
+    const { digest, size } = await sha256File(path);
+    files.set(digest, path);
+    return { digest, size, path };
+  };
+  const config = await add(entry.Config);
+  const layers = [];
+  for (const l of entry.Layers) {
+    const layer = await add(l);
+    layers.push({
+      mediaType: (await isGzip(layer.path)) ? MediaType.DockerLayerGzip : MediaType.DockerLayerTar,
+      digest: layer.digest,
+      size: layer.size,
+    });
+  }
+  const doc: ImageManifest = {
+    schemaVersion: 2,
+    mediaType: MediaType.DockerManifest,
+    config: { mediaType: MediaType.DockerConfig, digest: config.digest, size: config.size },
+    layers,
+  };
+  const bytes = Buffer.from(JSON.stringify(doc));
+  return { manifest: { bytes, mediaType: MediaType.DockerManifest, digest: sha256(bytes) }, files };
+}
+
 /**
  * `docker-archive:FILE[:REPO:TAG]`, the output of `docker save`: the image is rebuilt as a
  * Docker schema 2 manifest over the archive's own config and layer files, as skopeo does.
@@ -54,75 +132,14 @@ export class DockerArchiveSource implements ImageSource {
   ): Promise<DockerArchiveSource> {
     const { dir, remove } = await unpackArchive(file, description);
     try {
-      let entries: SaveManifestEntry[];
-      try {
-        entries = JSON.parse(
-          (await readSmallFile(join(dir, 'manifest.json'), MAX_MANIFEST_BYTES)).bytes.toString(
-            'utf8',
-          ),
-        ) as SaveManifestEntry[];
-      } catch (cause) {
-        throw new OciError(
-          'INVALID_ARCHIVE',
-          `${description}: not a docker-archive (no readable manifest.json)`,
-          { cause },
-        );
-      }
-      const wanted = ref ? parseReference(ref) : undefined;
-      const entry = wanted
-        ? entries.find((e) =>
-            (e.RepoTags ?? []).some((t) => {
-              const r = parseReference(t);
-              return (
-                r.registry === wanted.registry &&
-                r.repository === wanted.repository &&
-                r.tag === wanted.tag
-              );
-            }),
-          )
-        : entries.length === 1
-          ? entries[0]
-          : undefined;
-      if (!entry)
-        throw new OciError(
-          'NOT_FOUND',
-          ref
-            ? `${description}: no image tagged ${ref}`
-            : `${description}: holds ${entries.length} images; name one as docker-archive:FILE:REPO:TAG`,
-        );
+      const entry = pickEntry(await readSaveManifest(dir, description), ref, description);
       const tagged = nameOverride ?? ref ?? entry.RepoTags?.[0];
       if (!tagged)
         throw new OciError(
           'INVALID_REFERENCE',
           `${description}: the image has no tag; append =REGISTRY/REPO:TAG to name it`,
         );
-      const files = new Map<string, string>();
-      const add = async (rel: string) => {
-        const path = join(dir, normalize(rel));
-        const { digest, size } = await sha256File(path);
-        files.set(digest, path);
-        return { digest, size, path };
-      };
-      const config = await add(entry.Config);
-      const layers = [];
-      for (const l of entry.Layers) {
-        const layer = await add(l);
-        layers.push({
-          mediaType: (await isGzip(layer.path))
-            ? MediaType.DockerLayerGzip
-            : MediaType.DockerLayerTar,
-          digest: layer.digest,
-          size: layer.size,
-        });
-      }
-      const doc: ImageManifest = {
-        schemaVersion: 2,
-        mediaType: MediaType.DockerManifest,
-        config: { mediaType: MediaType.DockerConfig, digest: config.digest, size: config.size },
-        layers,
-      };
-      const bytes = Buffer.from(JSON.stringify(doc));
-      const manifest = { bytes, mediaType: MediaType.DockerManifest, digest: sha256(bytes) };
+      const { manifest, files } = await rebuildManifest(dir, entry);
       return new DockerArchiveSource(description, parseReference(tagged), manifest, files, remove);
     } catch (err) {
       await remove();

@@ -241,6 +241,142 @@ function paginate(
   return rest.length > n && page.length > 0 ? { page, next: page[page.length - 1]! } : { page };
 }
 
+/** What the endpoints answer from, and what they count. */
+interface Endpoints {
+  store: BlobStore;
+  catalog: Catalog;
+  served: ServedLog;
+  paced: Paced;
+}
+
+type Query = Record<string, string | undefined>;
+
+function serveCatalog(catalog: Catalog, query: Query, reply: FastifyReply): FastifyReply {
+  const p = paginate([...catalog.repositories.keys()], query);
+  if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
+  if (p.next)
+    reply.header(
+      'link',
+      `</v2/_catalog?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`,
+    );
+  return reply.headers(API_HEADER).send({ repositories: p.page });
+}
+
+function serveTags(
+  catalog: Catalog,
+  m: RegExpExecArray,
+  query: Query,
+  reply: FastifyReply,
+): FastifyReply {
+  const name = decodeURIComponent(m[1]!);
+  const found = resolveName(catalog, name);
+  if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
+  const tags = catalog.repositories.get(found.name)!;
+  const p = paginate([...tags.keys()], query);
+  if (!p) return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
+  if (p.next)
+    reply.header(
+      'link',
+      `</v2/${name}/tags/list?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`,
+    );
+  return reply.headers(API_HEADER).send({ name, tags: p.page });
+}
+
+async function serveManifest(
+  e: Endpoints,
+  m: RegExpExecArray,
+  head: boolean,
+  reply: FastifyReply,
+): Promise<FastifyReply | undefined> {
+  const found = resolveName(e.catalog, decodeURIComponent(m[1]!));
+  if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
+  const name = found.name;
+  const ref = decodeURIComponent(m[2]!);
+  const tags = e.catalog.repositories.get(name)!;
+  const digest = isDigest(ref) ? ref : tags.get(ref);
+  const mediaType = digest ? e.catalog.manifests.get(digest) : undefined;
+  if (!digest || !mediaType)
+    return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
+  const size = e.store.size(digest)!;
+  reply.headers({
+    ...API_HEADER,
+    'docker-content-digest': digest,
+    etag: `"${digest}"`,
+    'content-type': mediaType,
+    'content-length': size,
+  });
+  e.served.manifest(name, digest);
+  e.served.moved(digest, 0);
+  if (head) return reply.send();
+  return sendBody(reply, await e.store.open(digest, 0, size), digest, e.served, e.paced);
+}
+
+async function serveBlob(
+  e: Endpoints,
+  m: RegExpExecArray,
+  req: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply | undefined> {
+  const found = resolveName(e.catalog, decodeURIComponent(m[1]!));
+  const digest = decodeURIComponent(m[2]!);
+  if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
+  if (!isDigest(digest))
+    return fail(reply, 400, 'DIGEST_INVALID', `${digest} is not a sha256 digest`);
+  const size = e.store.size(digest);
+  if (size === undefined)
+    return fail(reply, 404, 'BLOB_UNKNOWN', `blob ${digest} is not in this bundle`);
+  const range = parseRange(req.headers.range, size);
+  reply.headers({
+    ...API_HEADER,
+    'docker-content-digest': digest,
+    etag: `"${digest}"`,
+    'accept-ranges': 'bytes',
+    'content-type': 'application/octet-stream',
+  });
+  if (range === null) {
+    reply.header('content-range', `bytes */${size}`);
+    return fail(
+      reply,
+      416,
+      'RANGE_INVALID',
+      `range ${req.headers.range} is not satisfiable for ${size} bytes`,
+    );
+  }
+  const { start, end } = range ?? { start: 0, end: size };
+  if (range) reply.code(206).header('content-range', `bytes ${start}-${end - 1}/${size}`);
+  reply.header('content-length', end - start);
+  e.served.blob(digest);
+  e.served.moved(digest, 0);
+  if (req.method === 'HEAD') return reply.send();
+  return sendBody(reply, await e.store.open(digest, start, end), digest, e.served, e.paced);
+}
+
+/** Routes one request by its path to the endpoint that answers it. */
+async function handle(
+  e: Endpoints,
+  req: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply | undefined> {
+  const head = req.method === 'HEAD';
+  const path = req.url.split('?')[0]!;
+  const query = req.query as Query;
+  if (req.method !== 'GET' && !head)
+    return fail(reply, 405, 'UNSUPPORTED', 'this registry is read-only');
+  if (path === '/v2/' || path === '/v2')
+    return reply
+      .headers(API_HEADER)
+      .type('application/json')
+      .send(head ? undefined : {});
+  if (path === '/v2/_catalog') return serveCatalog(e.catalog, query, reply);
+  let m = TAGS_RE.exec(path);
+  if (m) return serveTags(e.catalog, m, query, reply);
+  m = MANIFEST_RE.exec(path);
+  if (m) return serveManifest(e, m, head, reply);
+  m = BLOB_RE.exec(path);
+  if (m) return serveBlob(e, m, req, reply);
+  return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
+}
+
 /**
  * A read-only OCI distribution-spec registry over one bundle: /v2/, manifests and blobs by
  * digest (and manifests by tag) with HEAD and Range, tag lists and the catalog. Every
@@ -249,6 +385,7 @@ function paginate(
 function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): FastifyInstance {
   const { store, catalog } = opts;
   const paced: Paced = { store, stallMs: opts.stallTimeoutMs ?? REGISTRY_STALL_MS };
+  const endpoints: Endpoints = { store, catalog, served, paced };
   const app = Fastify({
     logger: false,
     exposeHeadRoutes: false,
@@ -259,111 +396,10 @@ function buildRegistry(opts: RegistryServerOptions, served = new ServedLog()): F
   app.addHook('onResponse', async (req, reply) =>
     opts.onRequest?.(req.method, req.url, reply.statusCode),
   );
-
-  const handle = async (req: FastifyRequest, reply: FastifyReply) => {
-    const head = req.method === 'HEAD';
-    const path = req.url.split('?')[0]!;
-    const query = req.query as Record<string, string | undefined>;
-    if (req.method !== 'GET' && !head)
-      return fail(reply, 405, 'UNSUPPORTED', 'this registry is read-only');
-    if (path === '/v2/' || path === '/v2')
-      return reply
-        .headers(API_HEADER)
-        .type('application/json')
-        .send(head ? undefined : {});
-    if (path === '/v2/_catalog') {
-      const p = paginate([...catalog.repositories.keys()], query);
-      if (!p)
-        return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
-      if (p.next)
-        reply.header(
-          'link',
-          `</v2/_catalog?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`,
-        );
-      return reply.headers(API_HEADER).send({ repositories: p.page });
-    }
-    let m = TAGS_RE.exec(path);
-    if (m) {
-      const name = decodeURIComponent(m[1]!);
-      const found = resolveName(catalog, name);
-      if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
-      const tags = catalog.repositories.get(found.name)!;
-      const p = paginate([...tags.keys()], query);
-      if (!p)
-        return fail(reply, 400, 'PAGINATION_NUMBER_INVALID', 'n must be a non-negative integer');
-      if (p.next)
-        reply.header(
-          'link',
-          `</v2/${name}/tags/list?last=${encodeURIComponent(p.next)}&n=${query.n}>; rel="next"`,
-        );
-      return reply.headers(API_HEADER).send({ name, tags: p.page });
-    }
-    m = MANIFEST_RE.exec(path);
-    if (m) {
-      const found = resolveName(catalog, decodeURIComponent(m[1]!));
-      if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
-      const name = found.name;
-      const ref = decodeURIComponent(m[2]!);
-      const tags = catalog.repositories.get(name)!;
-      const digest = isDigest(ref) ? ref : tags.get(ref);
-      const mediaType = digest ? catalog.manifests.get(digest) : undefined;
-      if (!digest || !mediaType)
-        return fail(reply, 404, 'MANIFEST_UNKNOWN', `manifest ${ref} is not in this bundle`);
-      const size = store.size(digest)!;
-      reply.headers({
-        ...API_HEADER,
-        'docker-content-digest': digest,
-        etag: `"${digest}"`,
-        'content-type': mediaType,
-        'content-length': size,
-      });
-      served.manifest(name, digest);
-      served.moved(digest, 0);
-      if (head) return reply.send();
-      return sendBody(reply, await store.open(digest, 0, size), digest, served, paced);
-    }
-    m = BLOB_RE.exec(path);
-    if (m) {
-      const found = resolveName(catalog, decodeURIComponent(m[1]!));
-      const digest = decodeURIComponent(m[2]!);
-      if ('error' in found) return fail(reply, 404, 'NAME_UNKNOWN', found.error);
-      if (!isDigest(digest))
-        return fail(reply, 400, 'DIGEST_INVALID', `${digest} is not a sha256 digest`);
-      const size = store.size(digest);
-      if (size === undefined)
-        return fail(reply, 404, 'BLOB_UNKNOWN', `blob ${digest} is not in this bundle`);
-      const range = parseRange(req.headers.range, size);
-      reply.headers({
-        ...API_HEADER,
-        'docker-content-digest': digest,
-        etag: `"${digest}"`,
-        'accept-ranges': 'bytes',
-        'content-type': 'application/octet-stream',
-      });
-      if (range === null) {
-        reply.header('content-range', `bytes */${size}`);
-        return fail(
-          reply,
-          416,
-          'RANGE_INVALID',
-          `range ${req.headers.range} is not satisfiable for ${size} bytes`,
-        );
-      }
-      const { start, end } = range ?? { start: 0, end: size };
-      if (range) reply.code(206).header('content-range', `bytes ${start}-${end - 1}/${size}`);
-      reply.header('content-length', end - start);
-      served.blob(digest);
-      served.moved(digest, 0);
-      if (head) return reply.send();
-      return sendBody(reply, await store.open(digest, start, end), digest, served, paced);
-    }
-    return fail(reply, 404, 'NAME_UNKNOWN', `no such endpoint ${path}`);
-  };
-
   app.route({
     method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
     url: '/*',
-    handler: handle,
+    handler: (req, reply) => handle(endpoints, req, reply),
   });
   app.setErrorHandler((err, _req, reply) => {
     // A blob that fails verification is a server-side problem the client should not retry into.

@@ -62,6 +62,77 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/** What the workers of one pullAll share: its settings, and what they found so far. */
+interface PullRun {
+  client: ImagePuller;
+  opts: PullAllOptions;
+  retries: number;
+  backoffMs: number;
+  total: number;
+  stop: AbortController;
+  results: Map<string, string>;
+  failures: { ref: string; error: RuntimeError }[];
+  fatal?: RuntimeError;
+  done: number;
+}
+
+/** Pulls one image, retrying transient failures with backoff; the outcome goes into `run`. */
+async function pullOne(run: PullRun, ref: string): Promise<void> {
+  const { opts, stop } = run;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const imageRef = await run.client.pullImage(ref, {
+        ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+        signal: stop.signal,
+      });
+      run.results.set(ref, imageRef);
+      run.done++;
+      opts.onProgress?.({ ref, imageRef, done: run.done, total: run.total });
+      return;
+    } catch (e) {
+      const err = asRuntimeError(e, ref);
+      if (stop.signal.aborted) return; // stopping: the reason is recorded elsewhere
+      if (err.code === 'NO_SPACE') {
+        run.fatal ??= err;
+        stop.abort(err);
+        return;
+      }
+      if (!TRANSIENT.has(err.code) || attempt >= run.retries) {
+        run.failures.push({
+          ref,
+          error:
+            attempt > 0
+              ? new RuntimeError(err.code, `${err.message} (${attempt + 1} attempts)`, {
+                  cause: err,
+                })
+              : err,
+        });
+        return;
+      }
+      opts.onRetry?.(ref, attempt + 1, err);
+      const delay = Math.min(30_000, run.backoffMs * 2 ** attempt);
+      await sleep(delay / 2 + Math.random() * (delay / 2), stop.signal);
+      if (stop.signal.aborted) return;
+    }
+  }
+}
+
+/** The rejection once pulls failed: the first failure's code, how many failed, and all of them as `cause`. */
+function failuresError(failures: PullRun['failures'], total: number): RuntimeError {
+  const first = failures[0] as { ref: string; error: RuntimeError };
+  const more = failures.length > 1 ? ` (and ${failures.length - 1} more)` : '';
+  return new RuntimeError(
+    first.error.code,
+    `${failures.length} of ${total} images failed to pull; first: ${first.error.message}${more}`,
+    {
+      cause: new AggregateError(
+        failures.map((f) => f.error),
+        'image pull failures',
+      ),
+    },
+  );
+}
+
 /**
  * Pull every reference (duplicates once) with at most `concurrency` pulls in flight.
  * Transient failures (RUNTIME_UNAVAILABLE, TIMEOUT, PULL_FAILED, STALLED) are retried with
@@ -80,62 +151,27 @@ export async function pullAll(
   const unique = [...new Set(refs)];
   const total = unique.length;
   const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 3));
-  const retries = Math.max(0, Math.floor(opts.retries ?? 3));
-  const backoffMs = Math.max(0, opts.backoffMs ?? 1000);
   const stop = new AbortController();
   const onOuterAbort = (): void => stop.abort(opts.signal?.reason);
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true });
   if (opts.signal?.aborted) stop.abort(opts.signal.reason);
 
-  const results = new Map<string, string>();
-  const failures: { ref: string; error: RuntimeError }[] = [];
-  let fatal: RuntimeError | undefined;
-  let next = 0;
-  let done = 0;
-
-  const pullOne = async (ref: string): Promise<void> => {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const imageRef = await client.pullImage(ref, {
-          ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
-          signal: stop.signal,
-        });
-        results.set(ref, imageRef);
-        done++;
-        opts.onProgress?.({ ref, imageRef, done, total });
-        return;
-      } catch (e) {
-        const err = asRuntimeError(e, ref);
-        if (stop.signal.aborted) return; // stopping: the reason is recorded elsewhere
-        if (err.code === 'NO_SPACE') {
-          fatal ??= err;
-          stop.abort(err);
-          return;
-        }
-        if (!TRANSIENT.has(err.code) || attempt >= retries) {
-          failures.push({
-            ref,
-            error:
-              attempt > 0
-                ? new RuntimeError(err.code, `${err.message} (${attempt + 1} attempts)`, {
-                    cause: err,
-                  })
-                : err,
-          });
-          return;
-        }
-        opts.onRetry?.(ref, attempt + 1, err);
-        const delay = Math.min(30_000, backoffMs * 2 ** attempt);
-        await sleep(delay / 2 + Math.random() * (delay / 2), stop.signal);
-        if (stop.signal.aborted) return;
-      }
-    }
+  const run: PullRun = {
+    client,
+    opts,
+    retries: Math.max(0, Math.floor(opts.retries ?? 3)),
+    backoffMs: Math.max(0, opts.backoffMs ?? 1000),
+    total,
+    stop,
+    results: new Map(),
+    failures: [],
+    done: 0,
   };
-
+  let next = 0;
   const worker = async (): Promise<void> => {
     while (!stop.signal.aborted && next < unique.length) {
       const ref = unique[next++] as string;
-      await pullOne(ref);
+      await pullOne(run, ref);
     }
   };
 
@@ -145,22 +181,9 @@ export async function pullAll(
     opts.signal?.removeEventListener('abort', onOuterAbort);
   }
 
-  if (fatal) throw fatal;
+  if (run.fatal) throw run.fatal;
   // Stopped from outside: the caller's own reason (an AbortError), as any abortable call does.
   if (opts.signal?.aborted) throw opts.signal.reason;
-  if (failures.length > 0) {
-    const first = failures[0] as { ref: string; error: RuntimeError };
-    const more = failures.length > 1 ? ` (and ${failures.length - 1} more)` : '';
-    throw new RuntimeError(
-      first.error.code,
-      `${failures.length} of ${total} images failed to pull; first: ${first.error.message}${more}`,
-      {
-        cause: new AggregateError(
-          failures.map((f) => f.error),
-          'image pull failures',
-        ),
-      },
-    );
-  }
-  return unique.map((ref) => ({ ref, imageRef: results.get(ref) as string }));
+  if (run.failures.length > 0) throw failuresError(run.failures, total);
+  return unique.map((ref) => ({ ref, imageRef: run.results.get(ref) as string }));
 }

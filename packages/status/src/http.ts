@@ -77,6 +77,45 @@ function probeAnswer(
   };
 }
 
+/** Answers one request: refuses a foreign Host, then serves the path asked for. */
+async function answer(
+  opts: StatusServerOptions,
+  current: () => NodeStatus | undefined,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  // A browser on the node tricked by DNS rebinding sends a foreign Host: refuse it.
+  const h = hostOfHeader(req.headers.host);
+  if (h !== undefined && !isLoopback(h)) return send(res, req, 403, TEXT, 'forbidden\n');
+  const path = (req.url ?? '/').split('?')[0]!;
+  if (!PATHS.includes(path))
+    return send(res, req, 404, TEXT, `not found: try ${PATHS.join(', ')}\n`);
+  if (req.method !== 'GET' && req.method !== 'HEAD')
+    return send(res, req, 405, TEXT, 'method not allowed\n', { Allow: 'GET, HEAD' });
+  if (path === '/status') {
+    const s = current();
+    if (!s)
+      return send(
+        res,
+        req,
+        503,
+        'application/json',
+        JSON.stringify({ error: 'no status yet' }) + '\n',
+      );
+    return send(res, req, 200, 'application/json', JSON.stringify(s, null, 2) + '\n');
+  }
+  if (path === '/livez' || path === '/healthz' || path === '/readyz') {
+    const kind = path === '/readyz' ? 'readyz' : 'livez';
+    const checks = opts.health
+      ? await (kind === 'readyz' ? opts.health.ready() : opts.health.live())
+      : [];
+    const a = probeAnswer(kind, checks);
+    return send(res, req, a.code, TEXT, a.body);
+  }
+  if (!opts.metrics) return send(res, req, 404, TEXT, 'metrics are not enabled\n');
+  return send(res, req, 200, METRICS_CONTENT_TYPE, await opts.metrics.render());
+}
+
 /** Starts the endpoint; refuses a non-loopback host. */
 export async function startStatusServer(opts: StatusServerOptions): Promise<StatusServer> {
   const host = opts.host ?? '127.0.0.1';
@@ -91,40 +130,8 @@ export async function startStatusServer(opts: StatusServerOptions): Promise<Stat
           (src) => () =>
             src.current
         )(opts.status);
-  const handle = async (req: IncomingMessage, res: ServerResponse) => {
-    // A browser on the node tricked by DNS rebinding sends a foreign Host: refuse it.
-    const h = hostOfHeader(req.headers.host);
-    if (h !== undefined && !isLoopback(h)) return send(res, req, 403, TEXT, 'forbidden\n');
-    const path = (req.url ?? '/').split('?')[0]!;
-    if (!PATHS.includes(path))
-      return send(res, req, 404, TEXT, `not found: try ${PATHS.join(', ')}\n`);
-    if (req.method !== 'GET' && req.method !== 'HEAD')
-      return send(res, req, 405, TEXT, 'method not allowed\n', { Allow: 'GET, HEAD' });
-    if (path === '/status') {
-      const s = current();
-      if (!s)
-        return send(
-          res,
-          req,
-          503,
-          'application/json',
-          JSON.stringify({ error: 'no status yet' }) + '\n',
-        );
-      return send(res, req, 200, 'application/json', JSON.stringify(s, null, 2) + '\n');
-    }
-    if (path === '/livez' || path === '/healthz' || path === '/readyz') {
-      const kind = path === '/readyz' ? 'readyz' : 'livez';
-      const checks = opts.health
-        ? await (kind === 'readyz' ? opts.health.ready() : opts.health.live())
-        : [];
-      const a = probeAnswer(kind, checks);
-      return send(res, req, a.code, TEXT, a.body);
-    }
-    if (!opts.metrics) return send(res, req, 404, TEXT, 'metrics are not enabled\n');
-    return send(res, req, 200, METRICS_CONTENT_TYPE, await opts.metrics.render());
-  };
   const server: Server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
+    answer(opts, current, req, res).catch((err: unknown) => {
       if (!res.headersSent)
         send(
           res,

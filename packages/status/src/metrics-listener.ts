@@ -260,23 +260,70 @@ export function listenLogged(
   });
 }
 
-export async function startMetricsListener(o: MetricsListenerOptions): Promise<MetricsListener> {
-  const answerer = new Answerer(o);
-  const gate = new ConnectionGate(METRICS_CONNECTION_LIMITS);
-  const load = async () => ({
+type TlsMaterial = ServingTls & { ca?: string | Buffer };
+
+/** The serving certificate and key, with the client CA when one is configured. */
+async function readTls(o: MetricsListenerOptions): Promise<TlsMaterial> {
+  return {
     ...(await o.tls()),
     ...(o.clientCa ? { ca: await o.clientCa() } : {}),
-  });
-  const context = (t: ServingTls & { ca?: string | Buffer }) => ({
+  };
+}
+
+function secureContext(t: TlsMaterial) {
+  return {
     cert: t.cert,
     key: t.key,
     ...(t.ca ? { ca: t.ca } : {}),
     minVersion: 'TLSv1.2' as const,
-  });
-  const first = await load();
+  };
+}
+
+const sameBytes = (a?: string | Buffer, b?: string | Buffer) =>
+  a === undefined || b === undefined
+    ? a === b
+    : Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0;
+
+/**
+ * Reads the certificate and client CA again every reloadMs; new connections get a changed one,
+ * and a failed read keeps the old.
+ */
+function reloadTls(server: Server, o: MetricsListenerOptions, first: TlsMaterial): NodeJS.Timeout {
+  let shown = first;
+  const reload = setInterval(() => {
+    readTls(o)
+      .then((t) => {
+        if (
+          sameBytes(t.cert, shown.cert) &&
+          sameBytes(t.key, shown.key) &&
+          sameBytes(t.ca, shown.ca)
+        )
+          return;
+        server.setSecureContext(secureContext(t));
+        shown = t;
+        o.log?.(
+          'info',
+          'metrics: the serving certificate or client CA changed: new connections get the new one',
+        );
+      })
+      .catch((err: unknown) =>
+        o.log?.(
+          'warn',
+          `metrics: cannot read the serving certificate again (the old one stays): ${oneLine(err)}`,
+        ),
+      );
+  }, o.reloadMs ?? TLS_RELOAD_MS);
+  reload.unref();
+  return reload;
+}
+
+export async function startMetricsListener(o: MetricsListenerOptions): Promise<MetricsListener> {
+  const answerer = new Answerer(o);
+  const gate = new ConnectionGate(METRICS_CONNECTION_LIMITS);
+  const first = await readTls(o);
   const server: Server = createServer(
     {
-      ...context(first),
+      ...secureContext(first),
       ...(o.clientCa ? { requestCert: true, rejectUnauthorized: false } : {}),
       maxHeaderSize: MAX_METRICS_HEADER_BYTES,
       handshakeTimeout: METRICS_HANDSHAKE_TIMEOUT_MS,
@@ -301,30 +348,7 @@ export async function startMetricsListener(o: MetricsListenerOptions): Promise<M
   });
   server.on('tlsClientError', (_err, sock) => sock.destroy());
   await listenLogged(server, o.port, o.host, (m) => o.log?.('warn', `metrics: ${m}`));
-  let shown = first;
-  const same = (a?: string | Buffer, b?: string | Buffer) =>
-    a === undefined || b === undefined
-      ? a === b
-      : Buffer.compare(Buffer.from(a), Buffer.from(b)) === 0;
-  const reload = setInterval(() => {
-    load()
-      .then((t) => {
-        if (same(t.cert, shown.cert) && same(t.key, shown.key) && same(t.ca, shown.ca)) return;
-        server.setSecureContext(context(t));
-        shown = t;
-        o.log?.(
-          'info',
-          'metrics: the serving certificate or client CA changed: new connections get the new one',
-        );
-      })
-      .catch((err: unknown) =>
-        o.log?.(
-          'warn',
-          `metrics: cannot read the serving certificate again (the old one stays): ${oneLine(err)}`,
-        ),
-      );
-  }, o.reloadMs ?? TLS_RELOAD_MS);
-  reload.unref();
+  const reload = reloadTls(server, o, first);
   const a = server.address();
   if (!a || typeof a === 'string') throw new Error('metrics listener: no address');
   const url = `https://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}${METRICS_PATH}`;

@@ -206,40 +206,48 @@ export class Metrics {
   private renderStatus(): string {
     const s = this.current;
     const now = this.clock();
-    const fams: Family[] = [];
-    fams.push(
-      new Family(
-        'bundle_agent_bytes_staged_total',
-        'counter',
-        'Bytes of bundles copied to the upgrade directory and checked.',
-      ).add(this.bytesStaged),
-    );
-    fams.push(
-      new Family(
-        'bundle_agent_bytes_verified_total',
-        'counter',
-        'Bytes of bundles read and checked (staging or verifying in place).',
-      ).add(this.bytesVerified),
-    );
-    fams.push(
-      new Family(
-        'bundle_agent_images_pulled_total',
-        'counter',
-        'Images pulled into the container runtime through the local registry.',
-      ).add(this.imagesPulled),
-    );
-    fams.push(
-      new Family('bundle_agent_bundles_ready_total', 'counter', 'Bundles loaded to Ready.').add(
-        this.bundlesReady.count,
-      ),
-    );
+    const fams: Family[] = [...this.counterFamilies(), ...this.phaseFamilies(s, now)];
+    if (s) fams.push(...statusFamilies(s, now));
+    const r = this.reporter?.stats;
+    if (r) fams.push(...reporterFamilies(r));
+    const l = this.listener?.stats.answers;
+    if (l) fams.push(listenerFamily(l));
+    return fams.map((x) => x.render()).join('');
+  }
+
+  /** The counters observe() keeps: bytes, images, bundles Ready, failures by reason. */
+  private counterFamilies(): Family[] {
     const f = new Family(
       'bundle_agent_failures_total',
       'counter',
       'Bundle loads that failed, by reason.',
     );
     for (const [reason, n] of [...this.failures].sort()) f.add(n, { reason });
-    fams.push(f);
+    return [
+      new Family(
+        'bundle_agent_bytes_staged_total',
+        'counter',
+        'Bytes of bundles copied to the upgrade directory and checked.',
+      ).add(this.bytesStaged),
+      new Family(
+        'bundle_agent_bytes_verified_total',
+        'counter',
+        'Bytes of bundles read and checked (staging or verifying in place).',
+      ).add(this.bytesVerified),
+      new Family(
+        'bundle_agent_images_pulled_total',
+        'counter',
+        'Images pulled into the container runtime through the local registry.',
+      ).add(this.imagesPulled),
+      new Family('bundle_agent_bundles_ready_total', 'counter', 'Bundles loaded to Ready.').add(
+        this.bundlesReady.count,
+      ),
+      f,
+    ];
+  }
+
+  /** Time spent in each phase, and which phase the node is in. */
+  private phaseFamilies(s: NodeStatus | undefined, now: number): Family[] {
     const d = new Family(
       'bundle_agent_phase_duration_seconds',
       'gauge',
@@ -250,94 +258,94 @@ export class Metrics {
         s && s.phase === p ? Math.max(0, (now - this.phaseSince) / 1000) : this.durations.get(p);
       if (v !== undefined) d.add(Math.round(v * 1000) / 1000, { phase: p });
     }
-    fams.push(d);
     const ph = new Family(
       'bundle_agent_phase',
       'gauge',
       'The phase the node is in (1) and the others (0).',
     );
     for (const p of PHASES) ph.add(s?.phase === p ? 1 : 0, { phase: p });
-    fams.push(ph);
-    if (s) {
-      const c = new Family(
-        'bundle_agent_condition',
-        'gauge',
-        'Status conditions: 1 for the status the condition has.',
-      );
-      for (const cond of s.conditions)
-        for (const st of ['True', 'False', 'Unknown'])
-          c.add(cond.status === st ? 1 : 0, { type: cond.type, status: st });
-      fams.push(c);
-      const p = s.progress;
-      fams.push(
-        new Family(
-          'bundle_agent_progress_bytes',
-          'gauge',
-          'Bytes done and in total in the current step.',
-        )
-          .add(p.bytesDone, { kind: 'done' })
-          .add(p.bytesTotal, { kind: 'total' }),
-      );
-      fams.push(
-        new Family(
-          'bundle_agent_progress_images',
-          'gauge',
-          'Images done and in total in the current bundle.',
-        )
-          .add(p.imagesDone, { kind: 'done' })
-          .add(p.imagesTotal, { kind: 'total' }),
-      );
-      if (s.bundle?.version) {
-        fams.push(
-          new Family('bundle_agent_bundle_info', 'gauge', 'The bundle being (or last) loaded.').add(
-            1,
-            { version: s.bundle.version, arch: s.bundle.arch ?? '', mode: s.bundle.mode ?? '' },
-          ),
-        );
-      }
-      if (s.peers) fams.push(...peerFamilies(s.peers));
-      fams.push(
-        new Family(
-          'bundle_agent_status_updated_timestamp_seconds',
-          'gauge',
-          'When the status last changed (Unix time).',
-        ).add(Math.round(time(s.updatedAt, now) / 1000)),
-      );
-    }
-    const r = this.reporter?.stats;
-    if (r) {
-      fams.push(
-        new Family(
-          'bundle_agent_cluster_writes_total',
-          'counter',
-          'Status writes the API server accepted.',
-        ).add(r.writes),
-      );
-      fams.push(
-        new Family(
-          'bundle_agent_cluster_write_failures_total',
-          'counter',
-          'Failed status write attempts (retried or refused).',
-        ).add(r.failures),
-      );
-      fams.push(
-        new Family(
-          'bundle_agent_cluster_write_pending',
-          'gauge',
-          '1 while a newer status than the last one written waits for the API server.',
-        ).add(r.pending ? 1 : 0),
-      );
-    }
-    const l = this.listener?.stats.answers;
-    if (l) {
-      const f = new Family(
-        'bundle_agent_metrics_requests_total',
-        'counter',
-        'Requests to the authenticated metrics listener, by the HTTP status answered (401: no or unknown credentials, 403: no RBAC for /metrics).',
-      );
-      for (const code of Object.keys(l).sort()) f.add(l[code]!, { code });
-      fams.push(f);
-    }
-    return fams.map((x) => x.render()).join('');
+    return [d, ph];
   }
+}
+
+/** What the last status says: its conditions, progress, bundle, peers and when it changed. */
+function statusFamilies(s: NodeStatus, now: number): Family[] {
+  const fams: Family[] = [];
+  const c = new Family(
+    'bundle_agent_condition',
+    'gauge',
+    'Status conditions: 1 for the status the condition has.',
+  );
+  for (const cond of s.conditions)
+    for (const st of ['True', 'False', 'Unknown'])
+      c.add(cond.status === st ? 1 : 0, { type: cond.type, status: st });
+  fams.push(c);
+  const p = s.progress;
+  fams.push(
+    new Family(
+      'bundle_agent_progress_bytes',
+      'gauge',
+      'Bytes done and in total in the current step.',
+    )
+      .add(p.bytesDone, { kind: 'done' })
+      .add(p.bytesTotal, { kind: 'total' }),
+  );
+  fams.push(
+    new Family(
+      'bundle_agent_progress_images',
+      'gauge',
+      'Images done and in total in the current bundle.',
+    )
+      .add(p.imagesDone, { kind: 'done' })
+      .add(p.imagesTotal, { kind: 'total' }),
+  );
+  if (s.bundle?.version) {
+    fams.push(
+      new Family('bundle_agent_bundle_info', 'gauge', 'The bundle being (or last) loaded.').add(1, {
+        version: s.bundle.version,
+        arch: s.bundle.arch ?? '',
+        mode: s.bundle.mode ?? '',
+      }),
+    );
+  }
+  if (s.peers) fams.push(...peerFamilies(s.peers));
+  fams.push(
+    new Family(
+      'bundle_agent_status_updated_timestamp_seconds',
+      'gauge',
+      'When the status last changed (Unix time).',
+    ).add(Math.round(time(s.updatedAt, now) / 1000)),
+  );
+  return fams;
+}
+
+/** The cluster reporter's writes: accepted, failed, and one waiting. */
+function reporterFamilies(r: ReporterStats): Family[] {
+  return [
+    new Family(
+      'bundle_agent_cluster_writes_total',
+      'counter',
+      'Status writes the API server accepted.',
+    ).add(r.writes),
+    new Family(
+      'bundle_agent_cluster_write_failures_total',
+      'counter',
+      'Failed status write attempts (retried or refused).',
+    ).add(r.failures),
+    new Family(
+      'bundle_agent_cluster_write_pending',
+      'gauge',
+      '1 while a newer status than the last one written waits for the API server.',
+    ).add(r.pending ? 1 : 0),
+  ];
+}
+
+function listenerFamily(answers: Record<string, number>): Family {
+  const f = new Family(
+    'bundle_agent_metrics_requests_total',
+    'counter',
+    'Requests to the authenticated metrics listener, by the HTTP status answered (401: no or unknown credentials, 403: no RBAC for /metrics).',
+  );
+  for (const code of Object.keys(answers).sort()) f.add(answers[code]!, { code });
+  return f;
 }

@@ -94,42 +94,51 @@ function sentence(s: NodeStatus, _now: Date): string {
     case 'Pinning':
       return `Finishing up.${stick}`;
     case 'Ready':
-      if (s.conditions.some((c) => c.type === 'Preloaded' && c.reason === 'PreloadDisabled')) {
-        return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings).${fromPeers ? '' : ' You may remove the USB stick.'}`.replace(
-          '  ',
-          ' ',
-        );
-      }
-      if (s.conditions.some((c) => c.type === 'Ready' && c.reason === 'Restored')) {
-        return `Done: update ${s.bundle?.version ?? ''} is loaded on this node again (parts of it had gone missing and were put back from this node's disk). No USB stick is needed.`.replace(
-          '  ',
-          ' ',
-        );
-      }
-      // the agent restarts into a newer version the bundle brought: for a moment it is not running
-      if (s.conditions.some((c) => c.type === 'AgentUpgraded' && c.status === 'Unknown')) {
-        return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)} The update program is restarting in its new version.`.replace(
-          '  ',
-          ' ',
-        );
-      }
-      return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)}`.replace(
-        '  ',
-        ' ',
-      );
-    case 'Failed': {
-      const failed = s.conditions.find((c) => c.type === 'Failed');
-      // a fetch from peers goes on by itself at the agent's next look: no stick to plug in
-      if (fromPeers && failed?.reason === 'Interrupted')
-        return 'Stopped: the update was being fetched from other nodes when the update program stopped; it goes on by itself once the program runs again.';
-      // the copy on the node's disk was whole before it failed, and is tried again (the stick could go once it was whole)
-      if (s.conditions.some((c) => c.type === 'Staged' && c.reason === 'KeptForRetry')) {
-        return `Not done yet: loading the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} into this node failed; it is tried again by itself from the copy on this node's disk. You may remove the USB stick. If it keeps failing, ask the administrator.`;
-      }
-      const why = failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error';
-      return `Failed: ${onRemovableMedia(s.bundle?.media) ? why : fileWords(why)}`;
-    }
+      return readySentence(s, fromPeers);
+    case 'Failed':
+      return failedSentence(s, fromPeers);
   }
+}
+
+/** Loaded, or checked but not loaded: and whether the stick may go. */
+function readySentence(s: NodeStatus, fromPeers: boolean): string {
+  if (s.conditions.some((c) => c.type === 'Preloaded' && c.reason === 'PreloadDisabled')) {
+    return `Checked: update ${s.bundle?.version ?? ''} is valid, but it was NOT loaded on this node (loading is turned off in the node's settings).${fromPeers ? '' : ' You may remove the USB stick.'}`.replace(
+      '  ',
+      ' ',
+    );
+  }
+  if (s.conditions.some((c) => c.type === 'Ready' && c.reason === 'Restored')) {
+    return `Done: update ${s.bundle?.version ?? ''} is loaded on this node again (parts of it had gone missing and were put back from this node's disk). No USB stick is needed.`.replace(
+      '  ',
+      ' ',
+    );
+  }
+  // the agent restarts into a newer version the bundle brought: for a moment it is not running
+  if (s.conditions.some((c) => c.type === 'AgentUpgraded' && c.status === 'Unknown')) {
+    return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)} The update program is restarting in its new version.`.replace(
+      '  ',
+      ' ',
+    );
+  }
+  return `Done: update ${s.bundle?.version ?? ''} is loaded on this node. ${readyStickWords(s)}`.replace(
+    '  ',
+    ' ',
+  );
+}
+
+/** What failed, or that a load goes on by itself, in the words the media calls for. */
+function failedSentence(s: NodeStatus, fromPeers: boolean): string {
+  const failed = s.conditions.find((c) => c.type === 'Failed');
+  // a fetch from peers goes on by itself at the agent's next look: no stick to plug in
+  if (fromPeers && failed?.reason === 'Interrupted')
+    return 'Stopped: the update was being fetched from other nodes when the update program stopped; it goes on by itself once the program runs again.';
+  // the copy on the node's disk was whole before it failed, and is tried again (the stick could go once it was whole)
+  if (s.conditions.some((c) => c.type === 'Staged' && c.reason === 'KeptForRetry')) {
+    return `Not done yet: loading the update${s.bundle?.version ? ` ${s.bundle.version}` : ''} into this node failed; it is tried again by itself from the copy on this node's disk. You may remove the USB stick. If it keeps failing, ask the administrator.`;
+  }
+  const why = failureSentence(failed?.reason) ?? failed?.message ?? 'unknown error';
+  return `Failed: ${onRemovableMedia(s.bundle?.media) ? why : fileWords(why)}`;
 }
 
 /**
