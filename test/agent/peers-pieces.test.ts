@@ -6,7 +6,7 @@
 // (until `bundle create` writes them); a bundle without `pieces` and a peer that lists no pieces
 // (an older agent) fetch as before.
 import t from 'tap';
-import { cp, mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, truncate, writeFile } from 'node:fs/promises';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
@@ -19,50 +19,15 @@ import {
   type PeerDirectory,
   type PeerOffer,
 } from '@offline-bundle/agent';
-import {
-  BUNDLE_JSON,
-  MIN_PIECE_BYTES,
-  SIGNATURE,
-  WRITING_SUFFIX,
-  PieceHasher,
-  hasPieces,
-  layoutEntries,
-  parseManifestBytes,
-  signBytes,
-} from '@offline-bundle/format';
+import { MIN_PIECE_BYTES, WRITING_SUFFIX, layoutEntries } from '@offline-bundle/format';
 import { FixedDirectory, MiB, altered, endpoint, peerWorld, treeOf } from './peers-setup.js';
+import { piecesSeed } from './peers-pieces-seed.js';
 
 const PS = MIN_PIECE_BYTES;
 const w = await peerWorld(t, [6 * MiB + 4321, 2 * MiB + 7, 256 * 1024]);
 const big = w.manifest.blobs.find((b) => b.size > 6 * MiB)!.digest;
 
-/** The seed's layout again, its bundle.json with `pieces` of PS bytes, signed again with the world's key. */
-async function piecesSeed(): Promise<{
-  dir: string;
-  served: ServedBundle;
-  approval: PeerApproval;
-}> {
-  const dir = join(w.b.dir, 'seed-pieces', '1.2.3-amd64');
-  await cp(w.seed, dir, { recursive: true });
-  const doc = JSON.parse(w.served.manifestBytes.toString('utf8')) as Record<string, unknown>;
-  const blobs: Record<string, string> = {};
-  for (const e of layoutEntries(w.manifest)) {
-    const listed = w.manifest.blobs.find((b) => b.digest === e.digest);
-    if (!listed || !hasPieces(listed, PS)) continue;
-    const h = new PieceHasher(PS);
-    h.update(await readFile(join(dir, e.path)));
-    blobs[e.digest] = h.end();
-  }
-  const bytes = Buffer.from(
-    JSON.stringify({ ...doc, pieces: { size: PS, blobs } }, null, 2) + '\n',
-  );
-  parseManifestBytes(bytes);
-  await writeFile(join(dir, BUNDLE_JSON), bytes);
-  await writeFile(join(dir, SIGNATURE), signBytes(bytes, w.b.key.privateKey));
-  const served = await ServedBundle.fromLayout(dir);
-  return { dir, served, approval: { ...w.approval, manifestDigest: served.manifestDigest } };
-}
-const p = await piecesSeed();
+const p = await piecesSeed(w);
 
 interface Served {
   digest: string;

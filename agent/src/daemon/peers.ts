@@ -163,6 +163,8 @@ class DaemonPeerRunner implements DaemonPeers {
   private shown = '';
   private servingTimer: NodeJS.Timeout | undefined;
   private servingShownAt = 0;
+  /** Told of each change the watch reports: a fetch's approval check (PeerSource.watch). */
+  private readonly approvalListeners = new Set<() => void>();
 
   constructor(private readonly d: PeerDaemon) {
     this.directory = new ApiPeerDirectory({
@@ -231,7 +233,11 @@ class DaemonPeerRunner implements DaemonPeers {
       this.watch = new ApprovalWatch({
         kubeconfig: config.status.kubeconfig!,
         log,
-        onChange: () => void this.look(),
+        onChange: () => {
+          void this.look();
+          // a revoke stops a fetch under way as soon as the watch sees it, not at its next timed check
+          for (const listener of this.approvalListeners) listener();
+        },
         ...((relistMs ?? pollMs) ? { relistMs: relistMs ?? pollMs } : {}),
       });
       this.watch.start();
@@ -348,11 +354,25 @@ class DaemonPeerRunner implements DaemonPeers {
    * of its own; a list when the watch has not read them within the grace.
    */
   private approvedNow(): Promise<PeerApproval[]> {
+    const approvals = this.freshApprovals();
+    return approvals ? Promise.resolve(approvals) : this.directory.approved();
+  }
+
+  /** The watch's approvals while it reads them without error within the grace; undefined otherwise. */
+  private freshApprovals(): PeerApproval[] | undefined {
     const watch = this.watch;
     const approvals = watch?.approvals;
-    if (watch && approvals && watch.error === undefined && Date.now() - watch.readAt < this.graceMs)
-      return Promise.resolve(approvals);
-    return this.directory.approved();
+    return watch &&
+      approvals &&
+      watch.error === undefined &&
+      Date.now() - watch.readAt < this.graceMs
+      ? approvals
+      : undefined;
+  }
+
+  private listenApprovals(listener: () => void): () => void {
+    this.approvalListeners.add(listener);
+    return () => this.approvalListeners.delete(listener);
   }
 
   private async makeBase(): Promise<Base> {
@@ -366,6 +386,7 @@ class DaemonPeerRunner implements DaemonPeers {
       directory: {
         approved: () => this.approvedNow(),
         peersFor: (digest) => this.directory.peersFor(digest),
+        onApprovalsChanged: (listener) => this.listenApprovals(listener),
       },
       get credentials() {
         return runner.keys!;

@@ -8,15 +8,15 @@ import { join } from 'node:path';
 import {
   EntryFiles,
   bundleIdentity,
-  removeUnfinishedWrites,
   type BundleManifest,
+  type EntryAppend,
   type LayoutEntry,
 } from '@offline-bundle/format';
 import { AgentError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { StagedHead } from './kept-layout.js';
 import type { LoadStep } from './pipeline-context.js';
-import { preparePartial } from './partial-fill.js';
+import { leaveForResume, preparePartial } from './partial-fill.js';
 import { alreadyStaged, clearPartialsFor, dropOtherPartials, partialCredit } from './resume.js';
 import { planText, type SpaceCredit, type SpacePlan, type SpaceWords } from './space.js';
 
@@ -65,6 +65,8 @@ export interface EntryFill {
   target: string;
   head: StagedHead;
   missing: LayoutEntry[];
+  /** By entry path: the writers of missing entries whose first verified pieces a cut left (kept by preparePartial): each goes on after them. */
+  begun: ReadonlyMap<string, EntryAppend>;
   signal: AbortSignal;
   /** An entry is in place and verified. */
   onPlaced: (e: LayoutEntry) => void;
@@ -160,17 +162,22 @@ export async function stageEntries(
   await rm(target, { recursive: true, force: true });
   const signal = source.signal?.() ?? o.signal;
   let keep = false;
+  const files = new EntryFiles(partial, source.fsync !== false);
   try {
     o.onStep?.('write-entries');
     source.onStaging?.(head, partial, target);
-    const files = new EntryFiles(partial, source.fsync !== false);
-    const { missing, keptBytes } = await preparePartial(files, partial, head, signal, (e) =>
-      source.onEntry?.(e),
+    const { missing, keptBytes, begun } = await preparePartial(
+      files,
+      partial,
+      head,
+      signal,
+      (e) => source.onEntry?.(e),
+      // a stop while what was kept is checked again keeps it too
+      () => (keep = true),
     );
-    keep = true;
     const total = head.manifest.totals.layoutBytes;
-    // in place already: what was kept, and oci-layout (written by preparePartial)
-    let done = total - missing.reduce((n, e) => n + e.size, 0);
+    // in place already: what was kept (verified pieces of entries begun too), and oci-layout (written by preparePartial)
+    let done = total - missing.reduce((n, e) => n + e.size - (begun.get(e.path)?.got ?? 0), 0);
     o.onProgress?.(done, total);
     await source.fill({
       files,
@@ -178,6 +185,7 @@ export async function stageEntries(
       target,
       head,
       missing,
+      begun,
       signal,
       onPlaced: (e) => source.onEntry?.(e),
       onBytes: (n) => {
@@ -188,7 +196,7 @@ export async function stageEntries(
     return { target, keptBytes, already: false };
   } catch (err) {
     const reason = source.failure(err);
-    if (keep && source.keeps(reason)) await removeUnfinishedWrites(partial);
+    if (keep && source.keeps(reason)) await leaveForResume(files, partial, head);
     else await rm(partial, { recursive: true, force: true });
     throw reason;
   }

@@ -102,6 +102,8 @@ interface BlobFetchOptions {
   freeBusyAnswers?: number;
   onPlaced: (entry: LayoutEntry) => void;
   onBytes: (n: number) => void;
+  /** By entry path: writers of entries whose first verified pieces a cut left (preparePartial kept them): each goes on after them. */
+  begun?: ReadonlyMap<string, EntryAppend>;
   /** The verified head's `pieces`: its blobs are checked piece by piece and served in part. */
   pieces?: BundlePieces;
   /** The first `bytes` of a blob being fetched are verified pieces (0: it starts over): serve them. */
@@ -156,7 +158,7 @@ export class BlobFetch {
     // nodes fetching together each begin elsewhere: they soon hold different blobs to give each other
     this.queue = rotated(entries, this.random).map((entry) => ({
       entry,
-      write: opts.files.appender(entry),
+      write: opts.begun?.get(entry.path) ?? opts.files.appender(entry),
       bytesBy: new Map(),
       attempts: 0,
     }));
@@ -221,6 +223,10 @@ export class BlobFetch {
 
   /** Every entry fetched and in place, or the reason none can be. */
   async run(): Promise<void> {
+    // the pieces a cut left, verified again: served from the start, as if fetched now
+    for (const { entry, write } of this.queue)
+      if (write.got > 0 && this.digests?.covers(entry.digest))
+        this.opts.onPieces?.(entry, write.got);
     try {
       await this.refreshHave();
       await this.loop();
@@ -235,6 +241,8 @@ export class BlobFetch {
   private async loop(): Promise<void> {
     while (this.queue.length || this.running.size) {
       if (this.failure) break;
+      // a stop waits for the transfers under way: their writes are over before the temp files are left for a resume
+      if (this.opts.signal.aborted) await Promise.allSettled(this.running);
       this.opts.signal.throwIfAborted();
       if (this.assign() === 'stale') {
         // what the nodes still fetching hold, read afresh before the stick node is asked

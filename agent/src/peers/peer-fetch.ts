@@ -43,7 +43,7 @@ interface PeerSourceOptions {
   peerRefreshMs?: number;
   /** Where the fetch starts in the blob list and which holder it asks (default Math.random; tests: a fixed sequence). */
   random?: () => number;
-  /** How often the approval is looked up again while fetching and loading (default 5000 ms). */
+  /** How often the approval is looked up again while fetching and loading, when the directory's watch is not fresh (default 5000 ms); each change the watch reports is looked at at once. */
   approvalCheckMs?: number;
   connectTimeoutMs?: number;
   idleTimeoutMs?: number;
@@ -237,6 +237,7 @@ export class PeerSource implements EntrySource {
           ...(o.freeBusyAnswers !== undefined ? { freeBusyAnswers: o.freeBusyAnswers } : {}),
           onPlaced: job.onPlaced,
           onBytes: job.onBytes,
+          begun: job.begun,
           ...(this.peerHead?.manifest.pieces ? { pieces: this.peerHead.manifest.pieces } : {}),
           ...(o.onPieces ? { onPieces: o.onPieces } : {}),
         },
@@ -284,18 +285,28 @@ export class PeerSource implements EntrySource {
     );
   }
 
-  /** Stops the attempt once the approval is gone (looked up every approvalCheckMs): through the load too, not only the fetch. */
+  /**
+   * Stops the attempt once the approval is gone: through the load too, not only the fetch. Looked
+   * up at each change the directory's watch reports, and every approvalCheckMs as well: the
+   * fallback should an event be missed (a look at a fresh watch reads its cache, not the API).
+   */
   watch(stopAttempt: (reason: AgentError) => void): () => void {
     const o = this.o;
     let busy = false;
+    let again = false;
     let gone = false;
-    const timer = setInterval(() => {
-      if (busy || gone) return;
+    const check = (): void => {
+      if (gone) return;
+      // a change told while a look runs may come after that look read the approvals: one more follows
+      if (busy) {
+        again = true;
+        return;
+      }
       busy = true;
       stillApproved(o.directory, o.approval.manifestDigest)
         .then(
           (ok) => {
-            if (ok) return;
+            if (ok || gone) return;
             gone = true;
             const reason = revoked(o.approval);
             this.stop.abort(reason);
@@ -305,9 +316,20 @@ export class PeerSource implements EntrySource {
         )
         .finally(() => {
           busy = false;
+          if (again) {
+            again = false;
+            check();
+          }
         });
-    }, o.approvalCheckMs ?? 5000);
-    return () => clearInterval(timer);
+    };
+    const unlisten = o.directory.onApprovalsChanged?.(check);
+    const timer = setInterval(check, o.approvalCheckMs ?? 5000);
+    return () => {
+      // a look in flight, or the one queued after it, ends with the attempt: never stops it afterwards
+      gone = true;
+      clearInterval(timer);
+      unlisten?.();
+    };
   }
 
   /** The nodes that sent bytes of this bundle (the counters hold every fetch since the start). */
@@ -328,8 +350,10 @@ export class PeerSource implements EntrySource {
  * Fetches the approved bundle from the peers the directory names into the node's staging,
  * without loading it (the load's own steps, stageEntries, with the caller's space check).
  * Throws an AgentError naming the reason (NoPeerHasBundle, PeersSuspect, ApprovalRevoked,
- * InsufficientSpace, UntrustedKey, Interrupted...); no temp file is left, and only a fetch cut
- * short (a stop, peers gone) keeps its verified entries for the next try.
+ * InsufficientSpace, UntrustedKey, Interrupted...). Only a fetch cut short (a stop, peers gone)
+ * keeps anything for the next try: its verified entries, and, with a head that lists pieces, the
+ * temp files of blobs it splits into pieces (the next try keeps only their verified pieces);
+ * any other fetch leaves no temp file.
  */
 export async function fetchFromPeers(o: PeerFetchOptions): Promise<PeerFetchResult> {
   const source = new PeerSource(o);

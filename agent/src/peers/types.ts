@@ -31,4 +31,9 @@ export interface PeerDirectory {
   approved(): Promise<PeerApproval[]>;
   /** Other nodes (never this one) publishing `manifestDigest`, complete ones first. */
   peersFor(manifestDigest: string): Promise<PeerEndpoint[]>;
+  /**
+   * Tells `listener` each time the approvals changed as a watch of them saw it (the daemon's);
+   * returns the unsubscribe. Absent: a directory only asked, whose answers a fetch looks up on a timer.
+   */
+  onApprovalsChanged?(listener: () => void): () => void;
 }

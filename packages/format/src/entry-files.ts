@@ -1,6 +1,6 @@
-import { createReadStream, createWriteStream } from 'node:fs';
+import { constants, createReadStream, createWriteStream, type Stats } from 'node:fs';
 import { once } from 'node:events';
-import { readdir, rename, rm, stat } from 'node:fs/promises';
+import { open, readdir, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -164,8 +164,14 @@ export class EntryAppend {
         cb(null, chunk);
       },
     });
+    const { O_WRONLY, O_CREAT, O_NOFOLLOW, O_APPEND, O_TRUNC } = constants;
     const out = createWriteStream(this.temp, {
-      flags: this.got ? 'a' : 'w',
+      // not followed: a symlink put under the temp name is never written through (Node opens
+      // with numeric flags as given; its types list the string forms only)
+      flags: (O_WRONLY |
+        O_CREAT |
+        O_NOFOLLOW |
+        (this.got ? O_APPEND : O_TRUNC)) as unknown as string,
       highWaterMark: WRITE_BUFFER,
     });
     try {
@@ -193,6 +199,52 @@ export class EntryAppend {
     return lost;
   }
 
+  /**
+   * A resume of the temp file a cut left, for an entry whose pieces are signed (a fetch from
+   * peers): its longest prefix of whole pieces that `pieceOk` accepts is kept and hashed, and
+   * the file is cut after it (a piece that does not match, one cut short, bytes past the entry's
+   * size: never trusted), or removed when none is kept. Reads at most the entry's size, each
+   * byte once. Once `stopped` says so (checked between pieces) it returns what it kept so far
+   * and leaves the file as it is, for the next resume. Returns the bytes kept.
+   */
+  async keepVerifiedPieces(
+    pieceSize: number,
+    pieceOk: (index: number, piece: Buffer) => boolean,
+    stopped: () => boolean = () => false,
+  ): Promise<number> {
+    this.got = 0;
+    this.hash = newSha256();
+    const fh = await openTemp(this.temp);
+    if (!fh) return 0;
+    let checked: Stats;
+    let kept = 0;
+    try {
+      checked = await fh.stat();
+      const buf = Buffer.allocUnsafe(Math.min(pieceSize, this.entry.size));
+      for (let index = 0; kept < this.entry.size; index++) {
+        if (stopped()) break;
+        const end = Math.min(this.entry.size, kept + pieceSize);
+        if (end > checked.size) break;
+        const piece = buf.subarray(0, end - kept);
+        if (!(await readFully(fh, piece, kept)) || !pieceOk(index, piece)) break;
+        this.hash.update(piece);
+        kept = end;
+      }
+    } finally {
+      await fh.close();
+    }
+    if (stopped()) {
+      this.got = kept;
+      return kept;
+    }
+    if (!(await cutTemp(this.temp, checked, kept))) {
+      this.hash = newSha256();
+      kept = 0;
+    }
+    this.got = kept;
+    return kept;
+  }
+
   /** What was written is not trusted to be a prefix of the entry: the next append starts it over. */
   async discard(): Promise<void> {
     this.got = 0;
@@ -216,6 +268,73 @@ export class EntryAppend {
     }
     await this.files.placeNow(entry);
   }
+}
+
+/**
+ * An entry's temp file to resume, opened read-only; undefined when there is none, or when it is
+ * no file of ours to cut (not a regular file, or a link to a file named elsewhere too): then its
+ * name is removed, never what it points to.
+ */
+async function openTemp(path: string): Promise<FileHandle | undefined> {
+  let fh: FileHandle;
+  try {
+    // not followed: a symlink put there is no temp file of ours
+    fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return undefined;
+    if (code !== 'ELOOP') throw err;
+    await rm(path, { force: true });
+    return undefined;
+  }
+  let ours = false;
+  try {
+    const s = await fh.stat();
+    ours = s.isFile() && s.nlink === 1;
+  } finally {
+    if (!ours) await fh.close();
+  }
+  if (ours) return fh;
+  await rm(path, { recursive: true, force: true });
+  return undefined;
+}
+
+/**
+ * The temp file `checked` was, cut to its first `kept` bytes (removed when none): only that
+ * inode is cut; a file found under its name since is removed instead. False when it was.
+ */
+async function cutTemp(path: string, checked: Stats, kept: number): Promise<boolean> {
+  if (kept === 0) {
+    await rm(path, { force: true });
+    return true;
+  }
+  if (checked.size === kept) return true;
+  const fh = await open(
+    path,
+    constants.O_WRONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+  ).catch(() => undefined);
+  try {
+    const now = await fh?.stat();
+    if (now && now.dev === checked.dev && now.ino === checked.ino && now.nlink === 1) {
+      await fh!.truncate(kept);
+      return true;
+    }
+  } finally {
+    await fh?.close();
+  }
+  await rm(path, { recursive: true, force: true });
+  return false;
+}
+
+/** Fills `buf` from `position`; false when the file ends before. */
+async function readFully(fh: FileHandle, buf: Buffer, position: number): Promise<boolean> {
+  let at = 0;
+  while (at < buf.length) {
+    const { bytesRead } = await fh.read(buf, at, buf.length - at, position + at);
+    if (bytesRead === 0) return false;
+    at += bytesRead;
+  }
+  return true;
 }
 
 /** A staging directory begun afresh: whatever was in `dir` goes, and its blob directory is made. */
