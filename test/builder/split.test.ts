@@ -125,7 +125,7 @@ t.test('create --split-size writes parts whose concatenation is the one-file bun
 t.test(
   'bundle split says the part size in the binary units --size reads, and one part as the whole bundle',
   async (t) => {
-    const { partsLine } = await import('../../builder/dist/split-command.js');
+    const { partsLine } = await import('../../builder/dist/commands/split.js');
     t.equal(
       partsLine(3, 20 * 2 ** 20, 50_000_000),
       '3 parts of 20 MiB (20971520 bytes; the last 8.1 MB)',

@@ -15,8 +15,8 @@ import {
 import { reportPlan } from '../image-set/plan.js';
 import { Progress } from '../progress.js';
 import { askCredsPassword } from '../create-flags.js';
-import { reportSidecar, writeSidecar } from '../agent-image-command.js';
-import { assertNoParts } from '../split-command.js';
+import { reportSidecar, writeSidecar } from './agent-image.js';
+import { assertNoParts } from './split.js';
 import { splitInPlace } from '../split.js';
 import { SIGNAL_EXIT, type StopSignal } from './signal-exit.js';
 

@@ -3,7 +3,7 @@ import { escapeControls } from '@offline-bundle/host';
 import { plural } from '@offline-bundle/cli';
 import { extractBundle, loadTrust, withBundle } from '@offline-bundle/format';
 import { Progress } from '../progress.js';
-import { assertBundlePath } from '../split-command.js';
+import { assertBundlePath } from './split.js';
 import { fileProgress, trustOptions, warnUnsafeKey } from './trust-options.js';
 
 /** `bundle extract FILE DIR`: verified and unpacked as an OCI image layout, or nothing of it in DIR. */

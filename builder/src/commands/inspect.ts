@@ -11,7 +11,7 @@ import {
   type BundleManifest,
 } from '@offline-bundle/format';
 import { pathLines, pathOf, upgradesFromLine } from '../release-path.js';
-import { assertBundlePath } from '../split-command.js';
+import { assertBundlePath } from './split.js';
 
 /** A bundle's format version and the oldest bundle-agent that reads it (bundle.json was read, so the version is a known one). */
 function formatOf(m: BundleManifest): {

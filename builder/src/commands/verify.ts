@@ -12,7 +12,7 @@ import {
   type BundleManifest,
 } from '@offline-bundle/format';
 import { Progress } from '../progress.js';
-import { assertBundlePath } from '../split-command.js';
+import { assertBundlePath } from './split.js';
 import { fileProgress, trustOptions, warnUnsafeKey } from './trust-options.js';
 
 /** What a verified delta still needs from its base: said after "valid", each blob by digest with --json. */

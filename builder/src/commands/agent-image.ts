@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { dirname, resolve } from 'node:path';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { PASSPHRASE_ENV, loadPrivateKey, readPassphrase } from '@offline-bundle/format';
-import { exportAgentSidecar, type AgentSidecar } from './agent-sidecar.js';
+import { exportAgentSidecar, type AgentSidecar } from '../agent-sidecar.js';
 
 /** What `create --agent-image` and `agent-image export` print about the two files. */
 export function reportSidecar(s: AgentSidecar, json: boolean): void {

@@ -7,7 +7,7 @@ import { FormatError, isPartName, partNamesIn } from '@offline-bundle/format';
 import { assertRegularFile, escapeControls } from '@offline-bundle/host';
 import { OciError } from '@offline-bundle/oci';
 import { formatBytes, plural } from '@offline-bundle/cli';
-import { SPLIT_SIZE_HELP, parseSize, splitBundle } from './split.js';
+import { SPLIT_SIZE_HELP, parseSize, splitBundle } from '../split.js';
 
 /**
  * The check the reading commands make before opening: a regular file, unless the path names a

@@ -2,10 +2,10 @@
 import type { Command } from 'commander';
 import { escapeControls } from '@offline-bundle/host';
 import { formatBytes, plural } from '@offline-bundle/cli';
-import { Progress } from './progress.js';
-import { parseSize } from './split.js';
-import { ROOM_MARGIN_BYTES, writeMedia } from './write-media.js';
-import { SIGNAL_EXIT } from './commands/signal-exit.js';
+import { Progress } from '../progress.js';
+import { parseSize } from '../split.js';
+import { ROOM_MARGIN_BYTES, writeMedia } from '../write-media.js';
+import { SIGNAL_EXIT } from './signal-exit.js';
 
 interface WriteMediaFlags {
   partSize?: number;

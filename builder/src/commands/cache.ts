@@ -4,7 +4,7 @@ import { cacheInfo, lockCache, pruneCache } from '@offline-bundle/image-fetch';
 import { formatBytes } from '@offline-bundle/cli';
 import { resolve } from 'node:path';
 import { stat } from 'node:fs/promises';
-import { defaultCacheDir } from './create.js';
+import { defaultCacheDir } from '../create.js';
 
 const days = (value: string) => {
   const n = Number(value);
