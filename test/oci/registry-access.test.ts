@@ -10,12 +10,11 @@ import {
   AuthStore,
   DirSource,
   MAX_CERT_FILE_BYTES,
-  bypassesProxy,
   certDirFor,
   helperCredentials,
-  proxyFromEnv,
   readCertDir,
 } from '@offline-bundle/image-fetch';
+import { bypassesProxy, proxyFromEnv } from '@offline-bundle/host';
 import { startConnectProxy } from '../helpers/connect-proxy.mjs';
 import { makeTestCa } from '../helpers/test-ca.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';

@@ -18,6 +18,7 @@ export { SYSTEM_ROOT_ENV, systemRoot } from './system-root.js';
 export { ReadBuffers, giveBack, readBuffers } from './read-buffers.js';
 export { ConnectionGate, addressKey } from './connection-gate.js';
 export { isLoopback } from './loopback.js';
+export { bypassesProxy, proxyFromEnv } from './proxy-env.js';
 export {
   JsonNestingGauge,
   MAX_NESTING_DEPTH,
@@ -29,4 +30,5 @@ export {
 } from './nesting-depth.js';
 
 export type { HostErrorCode } from './errors.js';
+export type { ProxySettings } from './proxy-env.js';
 export type { GateCounts, GateLimits, GatedSocket } from './connection-gate.js';

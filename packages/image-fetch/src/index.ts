@@ -1,13 +1,7 @@
 export { AuthStore, MAX_AUTH_FILE_BYTES, defaultAuthFiles } from './auth.js';
 export { helperCredentials } from './credential-helper.js';
 export { MAX_CERT_FILE_BYTES, certDirFor, readCertDir } from './cert-dirs.js';
-export {
-  Connections,
-  bypassesProxy,
-  connectionError,
-  connectionOptions,
-  proxyFromEnv,
-} from './connections.js';
+export { Connections, connectionError, connectionOptions } from './connections.js';
 export { MAX_REGISTRIES_CONF_BYTES, RegistriesConf } from './registries-conf.js';
 export { RegistryClient, skipBytes } from './registry-client.js';
 export { REF_NAME_ANNOTATION } from './layout-source.js';

@@ -16,8 +16,12 @@ import type {
 import { isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
-import { JsonNestingGauge, MAX_NESTING_DEPTH } from '@offline-bundle/host';
-import { bypassesProxy, proxyFromEnv } from '@offline-bundle/image-fetch';
+import {
+  JsonNestingGauge,
+  MAX_NESTING_DEPTH,
+  bypassesProxy,
+  proxyFromEnv,
+} from '@offline-bundle/host';
 import { apiDetail } from './cluster-api.js';
 import { ClusterError } from './cluster-errors.js';
 import { loadK8s } from './k8s.js';
