@@ -13,7 +13,14 @@
 // came out empty: test/tiers.test.mjs runs tap again in this project, and every tap run
 // starts by deleting .tap/coverage, the whole suite's included (docs/testing.md).
 //
-// Settings (include globs, timeout 300 s, jobs 2, tsconfig, coverage reported
+// The `bundle` and `bundle-agent` the tests start are esbuild bundles of their dist/ builds, made
+// here once per tree and cached (test/helpers/bundled-clis.mjs; OFFLINE_BUNDLE_TEST_CLIS= runs the
+// dist/ launchers instead), except in a run that collects coverage: the bundles carry no source
+// maps and live under node_modules, so what the tests run through the CLIs would be missing from
+// the report; such a run starts the dist/ launchers (slower). TypeScript test files run through
+// tsx (.taprc).
+//
+// Settings (include globs, timeout 300 s, jobs 2, tsx, coverage reported
 // but not gated via allow-incomplete-coverage/allow-empty-coverage) live in
 // /.taprc so that running `tap` directly behaves the same.
 //
@@ -40,6 +47,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { bundledClis, CLIS_ENV } from './helpers/bundled-clis.mjs';
 import { unitFiles } from './tiers.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -224,6 +232,31 @@ export function coverageArgs(userArgs, namesPath) {
   return userArgs.some((a) => !a.startsWith('-') && namesPath(a)) ? [] : ['--disable-coverage'];
 }
 
+/**
+ * Whether tap collects coverage with these arguments: .taprc does, unless the last coverage
+ * option given says otherwise.
+ * @param {string[]} tapArgs
+ */
+export function collectsCoverage(tapArgs) {
+  let on = true;
+  for (const a of tapArgs) {
+    if (a === '--') break;
+    const m = a.match(/^--(no-)?disable-coverage(?:=(.*))?$/);
+    if (m) on = Boolean(m[1]) === (m[2] !== 'false');
+  }
+  return on;
+}
+
+/**
+ * Whether the run bundles the CLIs the tests start: not for the unit tier (it starts none), not
+ * when coverage is collected (see the header), and not when OFFLINE_BUNDLE_TEST_CLIS is given
+ * (empty: the dist/ CLIs).
+ * @param {{ unit: boolean, tapArgs: string[], env: NodeJS.ProcessEnv }} run
+ */
+export function bundlesClis({ unit, tapArgs, env }) {
+  return !unit && !collectsCoverage(tapArgs) && !(CLIS_ENV in env);
+}
+
 async function main() {
   const unit = process.argv.includes('--unit');
   const given = process.argv.slice(2).filter((a) => a !== '--unit');
@@ -252,14 +285,17 @@ async function main() {
   }
   args.push(...userArgs);
 
+  const bundles = bundlesClis({ unit, tapArgs: userArgs, env: process.env });
+  const clis = bundles ? { [CLIS_ENV]: await bundledClis() } : {};
   const counter = new TapCounter();
   const child = spawn(tapBin, args, {
     cwd: root,
     // Same as `test-env` in .taprc, in case --test-env is given on the command
-    // line (which replaces the .taprc list): run *.test.ts as ESM.
+    // line (which replaces the .taprc list): tsx compiles *.test.ts as ESM.
     // the unit guard holds every file marked as a unit test to the tier's rule, in every run
     env: {
-      TS_NODE_PROJECT: path.join(root, 'test', 'tsconfig.json'),
+      TSX_TSCONFIG_PATH: path.join(root, 'test', 'tsconfig.json'),
+      ...clis,
       ...process.env,
       NODE_OPTIONS:
         `${process.env.NODE_OPTIONS ?? ''} --import=${pathToFileURL(path.join(root, 'test', 'helpers', 'unit-guard.mjs')).href}`.trim(),

@@ -1,6 +1,7 @@
 // The unit tier's rule as it runs: a file marked `// tier: unit` that starts a process, listens or
-// connects fails at that call, in a plain run of test/run.mjs as in `--unit`; an unmarked file
-// may do all of it; `--unit` selects by the mark alone.
+// connects fails at that call, in a plain run of test/run.mjs as in `--unit` (tsx's own probe for
+// a parent pipe as it loads a .ts file excepted); an unmarked file may do all of it; `--unit`
+// selects by the mark alone.
 import t from 'tap';
 import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -59,6 +60,29 @@ t.test(
     t.match(listenRun.out, /unit tier: \S+marked-listen\.test\.mjs listens on a port/);
     const plainRun = await run([rel('plain.test.mjs')]);
     t.equal(plainRun.code, 0, plainRun.out.slice(-1500));
+  },
+);
+
+t.test(
+  'a marked TypeScript file passes while tsx probes for its parent pipe; any other socket is refused',
+  async (t) => {
+    const dir = await mkdtemp(path.join(root, 'test', '.tier-'));
+    t.teardown(() => rm(dir, { recursive: true, force: true }));
+    const files = {
+      // tsx (.taprc) connects to TMPDIR/tsx-<uid>/<ppid>.pipe as it loads this file
+      'marked-ts.test.ts': `${UNIT_MARK}\nimport t from 'tap';\nconst n: number = 1;\nt.equal(n, 1);\n`,
+      'marked-connect.test.mjs':
+        `${UNIT_MARK}\nimport t from 'tap';\nimport net from 'node:net';\n` +
+        `try { net.connect('/nonexistent/tsx-0/1.pipe').on('error', () => {}); } catch {}\nt.pass();\n`,
+    };
+    for (const [n, text] of Object.entries(files)) await writeFile(path.join(dir, n), text);
+    const rel = (n) => path.relative(root, path.join(dir, n));
+    const tsRun = await run([rel('marked-ts.test.ts')]);
+    t.equal(tsRun.code, 0, tsRun.out.slice(-1500));
+    t.notMatch(tsRun.out, /unit tier:/);
+    const connectRun = await run([rel('marked-connect.test.mjs')]);
+    t.not(connectRun.code, 0);
+    t.match(connectRun.out, /unit tier: \S+marked-connect\.test\.mjs connects a socket/);
   },
 );
 

@@ -4,6 +4,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify as stringifyYaml } from 'yaml';
+import { cliBin } from '../helpers/bundled-clis.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
 import { until } from '../helpers/until.js';
@@ -11,9 +12,8 @@ import { runCaptured, type Run } from '../helpers/run-captured.js';
 import { startContainerd } from '../runtime/lib.js';
 import type { RuntimeTarget } from '@offline-bundle/agent';
 
-const ROOT = new URL('../../', import.meta.url).pathname;
-export const BUNDLE = join(ROOT, 'builder/bin/bundle.js');
-export const AGENT = join(ROOT, 'agent/bin/bundle-agent.js');
+export const BUNDLE = cliBin('bundle');
+export const AGENT = cliBin('bundle-agent');
 
 export type { Run };
 

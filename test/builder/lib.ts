@@ -1,13 +1,14 @@
 // Shared helpers for the `bundle` CLI integration tests (test/builder/*.test.ts).
-// Everything runs the real CLI (builder/bin/bundle.js over the built dist) and real
+// Everything runs the real CLI (the built dist, bundled: test/helpers/bundled-clis.mjs) and real
 // tools (zstd, tar, openssl, skopeo); nothing is mocked.
 import { spawn } from 'node:child_process';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { cliBin } from '../helpers/bundled-clis.mjs';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const BUNDLE_BIN = path.join(ROOT, 'builder', 'bin', 'bundle.js');
+export const BUNDLE_BIN = cliBin('bundle');
 
 export interface RunResult {
   code: number | null;

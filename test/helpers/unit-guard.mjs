@@ -5,6 +5,8 @@
 import childProcess from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { syncBuiltinESMExports } from 'node:module';
 import { UNIT_MARK } from '../tiers.mjs';
 
@@ -18,6 +20,20 @@ const marked = (() => {
     return false;
   }
 })();
+
+/**
+ * tsx, which compiles the TypeScript test files (.taprc), looks for a `tsx` command above the
+ * test process (its watch mode) at TMPDIR/tsx-<uid>/<parent pid>.pipe as it loads: the loader's
+ * own probe, not the test's, so it may connect (and finds nothing there).
+ * @param {unknown} arg the first argument of Socket#connect (options, a path, or the normalized
+ *   [options, callback] of net.connect)
+ */
+function isTsxParentPipe(arg) {
+  const o = Array.isArray(arg) ? arg[0] : arg;
+  const p = typeof o === 'string' ? o : /** @type {{ path?: unknown }} */ (o)?.path;
+  const uid = process.geteuid ? process.geteuid() : os.userInfo().username;
+  return p === path.join(os.tmpdir(), `tsx-${uid}`, `${process.ppid}.pipe`);
+}
 
 if (marked) {
   const seen = [];
@@ -35,6 +51,10 @@ if (marked) {
   for (const fn of ['spawn', 'spawnSync', 'exec', 'execSync', 'execFile', 'execFileSync', 'fork'])
     childProcess[fn] = refuse(`${fn}s a process`);
   net.Server.prototype.listen = refuse('listens on a port');
-  net.Socket.prototype.connect = refuse('connects a socket');
+  const connect = net.Socket.prototype.connect;
+  const refuseConnect = refuse('connects a socket');
+  net.Socket.prototype.connect = function (...args) {
+    return isTsxParentPipe(args[0]) ? connect.apply(this, args) : refuseConnect();
+  };
   syncBuiltinESMExports();
 }
