@@ -243,6 +243,108 @@ async function resolveChart(
   return { source, entry, blobs, layers, where, chart: true };
 }
 
+/** An image's manifests, blobs and layers as they are gathered (several with --all-platforms). */
+interface Gathered {
+  blobs: Blob[];
+  layers: Descriptor[];
+  platforms: Platform[];
+}
+
+/** One image manifest's config and layers added to what is gathered; returns its config. */
+function addImageManifest(
+  into: Gathered,
+  bytes: Buffer,
+  digest: string,
+  name: string,
+  where: string,
+): Descriptor {
+  const parsed = parseManifest(bytes);
+  if (parsed.kind !== 'manifest')
+    throw new OciError('INVALID_MANIFEST', `${name}: ${digest} nests an index inside an index`);
+  const { config } = parsed.manifest;
+  // served as a chart, never pulled: under images the node would pull it and pin it
+  if (config.mediaType === HELM_CONFIG_MEDIA_TYPE)
+    throw new OciError(
+      'UNSUPPORTED_MEDIA_TYPE',
+      `${where}: ${name} is a Helm chart: list it under charts (or --chart)`,
+    );
+  into.blobs.push({ digest: config.digest, size: config.size, mediaType: config.mediaType });
+  for (const l of parsed.manifest.layers) {
+    if (l.urls?.length)
+      throw new OciError(
+        'UNSUPPORTED_MEDIA_TYPE',
+        `${name}: layer ${l.digest} is foreign (urls); such images cannot be carried offline`,
+      );
+    into.blobs.push({ digest: l.digest, size: l.size, mediaType: l.mediaType });
+    into.layers.push(l);
+  }
+  return config;
+}
+
+/** An index's manifests for the platforms asked for (the first match, or every one with a platform). */
+async function gatherIndex(
+  into: Gathered,
+  index: { manifests: Descriptor[] },
+  source: ImageSource,
+  cache: BlobCache,
+  want: Platform,
+  allPlatforms: boolean,
+  { name, where }: { name: string; where: string },
+): Promise<void> {
+  const chosen = allPlatforms
+    ? index.manifests.filter((m) => m.platform)
+    : index.manifests.filter((m) => platformMatches(want, m.platform));
+  if (chosen.length === 0) {
+    const have = index.manifests
+      .map((m) => (m.platform ? formatPlatform(m.platform) : '?'))
+      .join(', ');
+    throw new OciError(
+      'PLATFORM_NOT_FOUND',
+      `${name} has no ${formatPlatform(want)} image (it has: ${have}); pick another --arch`,
+    );
+  }
+  for (const m of allPlatforms ? chosen : chosen.slice(0, 1)) {
+    const child = await source.getManifest(m.digest);
+    await cache.putBytes(child.digest, child.bytes);
+    into.blobs.push({ digest: child.digest, size: child.bytes.length, mediaType: child.mediaType });
+    addImageManifest(into, child.bytes, child.digest, name, where);
+    into.platforms.push(m.platform!);
+  }
+}
+
+/** A single image manifest: its platform read from its config, held to the one asked for. */
+async function gatherManifest(
+  into: Gathered,
+  top: { bytes: Buffer; digest: string },
+  source: ImageSource,
+  cache: BlobCache,
+  want: Platform,
+  allPlatforms: boolean,
+  { name, where }: { name: string; where: string },
+): Promise<void> {
+  const config = addImageManifest(into, top.bytes, top.digest, name, where);
+  const path = await cache.fetch(config.digest, config.size, (offset) =>
+    source.getBlob(config.digest, config.size, offset),
+  );
+  const doc = JSON.parse(await readFile(path, 'utf8')) as {
+    os?: string;
+    architecture?: string;
+    variant?: string;
+  };
+  const have: Platform = {
+    os: doc.os ?? 'linux',
+    architecture: doc.architecture ?? 'unknown',
+    ...(doc.variant ? { variant: doc.variant } : {}),
+  };
+  if (!allPlatforms && !platformMatches(want, have)) {
+    throw new OciError(
+      'PLATFORM_NOT_FOUND',
+      `${name} is a ${formatPlatform(have)} image, not ${formatPlatform(want)}: pick the right image or --arch`,
+    );
+  }
+  into.platforms.push(have);
+}
+
 /** Resolves one image to its manifests and blobs, keeping the platforms asked for. */
 async function resolveImage(
   source: ImageSource,
@@ -254,86 +356,25 @@ async function resolveImage(
 ): Promise<ResolvedImage> {
   const top = await topManifest(source, where);
   await cache.putBytes(top.digest, top.bytes);
-  const blobs: Blob[] = [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }];
-  const layers: Descriptor[] = [];
-  const platforms: Platform[] = [];
-  const name = formatReference(source.name);
-  const addImageManifest = async (bytes: Buffer, digest: string) => {
-    const parsed = parseManifest(bytes);
-    if (parsed.kind !== 'manifest')
-      throw new OciError('INVALID_MANIFEST', `${name}: ${digest} nests an index inside an index`);
-    const { config } = parsed.manifest;
-    // served as a chart, never pulled: under images the node would pull it and pin it
-    if (config.mediaType === HELM_CONFIG_MEDIA_TYPE)
-      throw new OciError(
-        'UNSUPPORTED_MEDIA_TYPE',
-        `${where}: ${name} is a Helm chart: list it under charts (or --chart)`,
-      );
-    blobs.push({ digest: config.digest, size: config.size, mediaType: config.mediaType });
-    for (const l of parsed.manifest.layers) {
-      if (l.urls?.length)
-        throw new OciError(
-          'UNSUPPORTED_MEDIA_TYPE',
-          `${name}: layer ${l.digest} is foreign (urls); such images cannot be carried offline`,
-        );
-      blobs.push({ digest: l.digest, size: l.size, mediaType: l.mediaType });
-      layers.push(l);
-    }
-    return config;
+  const into: Gathered = {
+    blobs: [{ digest: top.digest, size: top.bytes.length, mediaType: top.mediaType }],
+    layers: [],
+    platforms: [],
   };
+  const named = { name: formatReference(source.name), where };
   const parsed = parseManifest(top.bytes, top.mediaType);
-  if (parsed.kind === 'index') {
-    const chosen = allPlatforms
-      ? parsed.index.manifests.filter((m) => m.platform)
-      : parsed.index.manifests.filter((m) => platformMatches(want, m.platform));
-    if (chosen.length === 0) {
-      const have = parsed.index.manifests
-        .map((m) => (m.platform ? formatPlatform(m.platform) : '?'))
-        .join(', ');
-      throw new OciError(
-        'PLATFORM_NOT_FOUND',
-        `${name} has no ${formatPlatform(want)} image (it has: ${have}); pick another --arch`,
-      );
-    }
-    for (const m of allPlatforms ? chosen : chosen.slice(0, 1)) {
-      const child = await source.getManifest(m.digest);
-      await cache.putBytes(child.digest, child.bytes);
-      blobs.push({ digest: child.digest, size: child.bytes.length, mediaType: child.mediaType });
-      await addImageManifest(child.bytes, child.digest);
-      platforms.push(m.platform!);
-    }
-  } else {
-    const config = await addImageManifest(top.bytes, top.digest);
-    const path = await cache.fetch(config.digest, config.size, (offset) =>
-      source.getBlob(config.digest, config.size, offset),
-    );
-    const doc = JSON.parse(await readFile(path, 'utf8')) as {
-      os?: string;
-      architecture?: string;
-      variant?: string;
-    };
-    const have: Platform = {
-      os: doc.os ?? 'linux',
-      architecture: doc.architecture ?? 'unknown',
-      ...(doc.variant ? { variant: doc.variant } : {}),
-    };
-    if (!allPlatforms && !platformMatches(want, have)) {
-      throw new OciError(
-        'PLATFORM_NOT_FOUND',
-        `${name} is a ${formatPlatform(have)} image, not ${formatPlatform(want)}: pick the right image or --arch`,
-      );
-    }
-    platforms.push(have);
-  }
+  if (parsed.kind === 'index')
+    await gatherIndex(into, parsed.index, source, cache, want, allPlatforms, named);
+  else await gatherManifest(into, top, source, cache, want, allPlatforms, named);
   const entry: BundleImage = {
     repository: repositoryName(source.name),
     tag: source.name.tag ?? null,
     digest: top.digest,
     mediaType: top.mediaType,
-    platforms,
+    platforms: into.platforms,
     ...(component ? { component } : {}),
   };
-  return { source, entry, blobs, layers, where };
+  return { source, entry, blobs: into.blobs, layers: into.layers, where };
 }
 
 /**
@@ -426,16 +467,20 @@ interface Preflight {
   base?: DeltaBase;
 }
 
-/** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
-async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
-  const key = opts.dryRun
-    ? undefined
-    : await timedAsync('start: key loading', () =>
+/** The signing key, loaded first: a wrong passphrase is told before anything else. */
+function preflightKey(opts: CreateOptions): Promise<KeyObject | undefined> {
+  return opts.dryRun
+    ? Promise.resolve(undefined)
+    : timedAsync('start: key loading', () =>
         loadPrivateKey(
           opts.key,
           opts.passphrase !== undefined ? { passphrase: opts.passphrase } : {},
         ),
       );
+}
+
+/** --arch, the release's naming options and the format version asked for; returns the platform. */
+function checkPlatformAndFormat(opts: CreateOptions): Platform {
   const badArch = archProblem(opts.arch ?? 'amd64');
   if (badArch)
     throw new OciError(
@@ -456,8 +501,12 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
     (opts.formatVersion === undefined ? undefined : unwritableVersion(opts.formatVersion)) ??
     blobOrderProblem(opts.blobOrder, opts.formatVersion);
   if (unwritable) throw new OciError('INVALID_CONFIG', unwritable);
-  const output = resolve(opts.output);
-  const lines: SourceLine[] = [
+  return want;
+}
+
+/** Every --image, then every line of --images-file, each with where it was given. */
+async function sourceLines(opts: CreateOptions): Promise<SourceLine[]> {
+  return [
     ...(opts.images ?? []).map((spec, i) => ({
       spec,
       where: opts.imageWhere?.[i] ?? `--image #${i + 1}`,
@@ -468,24 +517,17 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
         )
       : []),
   ];
-  const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
+}
+
+function checkAgentOptions(opts: CreateOptions): void {
   if (opts.agentImage !== undefined) checkAgentImageSpec(opts.agentImage);
   else if (opts.agentVersion !== undefined)
     throw new OciError('INVALID_CONFIG', '--agent-version goes with --agent-image');
   if (opts.agentVersion !== undefined) checkAgentVersion(opts.agentVersion, '--agent-version');
-  // the first line of a repeated source is the one kept, and named
-  const whereOf = new Map(lines.map((l) => [l.spec, l.where]).reverse() as [string, string][]);
-  // before anything is fetched: hours of downloads must not end in EACCES
-  if (!opts.dryRun) await checkOutput(opts.output && output);
-  await checkCacheDir(
-    resolve(opts.cache ?? defaultCacheDir()),
-    resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()),
-  );
-  const charts = (opts.charts ?? []).map((ref, i) => {
-    const where = opts.chartWhere?.[i] ?? `--chart #${i + 1}`;
-    return { source: chartSource(ref, where), where };
-  });
-  checkChartsApart(charts, lines);
+}
+
+/** Something to carry, and what only a release allows given with one. */
+function checkContentsAsked(opts: CreateOptions, specs: string[], charts: ChartLine[]): void {
   if (
     !opts.release &&
     specs.length === 0 &&
@@ -508,6 +550,30 @@ async function preflight(opts: CreateOptions, progress: Progress): Promise<Prefl
       'INVALID_CONFIG',
       'a bundle without --release needs --version (the version the cluster will report)',
     );
+}
+
+/** Checks the options, the key, the sources, the output and the cache before hours of downloads. */
+async function preflight(opts: CreateOptions, progress: Progress): Promise<Preflight> {
+  const key = await preflightKey(opts);
+  const want = checkPlatformAndFormat(opts);
+  const output = resolve(opts.output);
+  const lines = await sourceLines(opts);
+  const specs = checkSources(lines, (m) => progress.log(`warning: ${m}`));
+  checkAgentOptions(opts);
+  // the first line of a repeated source is the one kept, and named
+  const whereOf = new Map(lines.map((l) => [l.spec, l.where]).reverse() as [string, string][]);
+  // before anything is fetched: hours of downloads must not end in EACCES
+  if (!opts.dryRun) await checkOutput(opts.output && output);
+  await checkCacheDir(
+    resolve(opts.cache ?? defaultCacheDir()),
+    resolve(opts.cache ?? defaultCacheDir()) === resolve(defaultCacheDir()),
+  );
+  const charts = (opts.charts ?? []).map((ref, i) => {
+    const where = opts.chartWhere?.[i] ?? `--chart #${i + 1}`;
+    return { source: chartSource(ref, where), where };
+  });
+  checkChartsApart(charts, lines);
+  checkContentsAsked(opts, specs, charts);
   const base =
     opts.base === undefined ? undefined : await deltaPreflight(opts.base, opts.formatVersion);
   return { key, want, output, specs, whereOf, charts, ...(base ? { base } : {}) };
@@ -1162,79 +1228,84 @@ async function fetchAndWrite(
   }
 }
 
-async function fetchAndWriteWith(
+/** The release signatures of the release and of each release of its path, fetched into the cache. */
+async function signaturesOf(
   s: Session,
-  pre: Preflight,
   all: ResolvedAll,
-  c: Contents,
-  { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer },
-  pieces: PieceFacts | undefined,
-): Promise<WrittenBundle> {
-  const { opts, progress, cache } = s;
+): Promise<Awaited<ReturnType<typeof releaseSignatureBlobs>> | undefined> {
   const digests = all.path.length
     ? all.path.map((r) => r.info.digest)
     : all.releaseInfo
       ? [all.releaseInfo.digest]
       : [];
-  const signatures = digests.length
+  return digests.length
     ? await releaseSignatureBlobs(
         digests,
-        cache,
-        opts,
-        progress,
+        s.cache,
+        s.opts,
+        s.progress,
         all.path.map((r) => r.info.version),
       )
     : undefined;
-  const createdAt = creationTime(opts);
-  const ordered = writeOrder(c, [...images, ...charts], opts.blobOrder);
-  const pass: Pass = {
-    arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])),
-    ordered,
-    writeFailure: undefined,
-    fetchFailedFirst: false,
-    fetched: false,
-    packedSoFar: undefined,
-    pieces,
-  };
-  const blobList = ordered.map(({ blob }) => ({
+}
+
+/** The image-store need, asked once every blob is packed (so fetched and measured); charts are never unpacked. */
+function imageStoreBytesOf(
+  cache: BlobCache,
+  c: Contents,
+  ordered: Pass['ordered'],
+): () => Promise<number> {
+  // a chart is served from the bundle's layout, never unpacked into the node's image store
+  const inImageStore = new Set(
+    [...c.byRef.values()].filter((r) => !r.chart).flatMap((r) => r.blobs.map((b) => b.digest)),
+  );
+  return async () =>
+    estimateImageStoreBytes(
+      await Promise.all(
+        ordered
+          .filter(({ blob }) => inImageStore.has(blob.digest))
+          .map(async ({ blob }) => ({
+            ...blob,
+            unpackedSize: isCompressedLayer(blob.mediaType)
+              ? await cache.unpackedSize(blob.digest)
+              : undefined,
+          })),
+      ),
+    );
+}
+
+/** What the writer is given: every blob as it arrives, the signatures, the options' format choices. */
+function writeInput(
+  s: Session,
+  pre: Preflight,
+  all: ResolvedAll,
+  c: Contents,
+  { images, charts, index }: { images: BundleImage[]; charts: BundleImage[]; index: Buffer },
+  pass: Pass,
+  signatures: Awaited<ReturnType<typeof signaturesOf>>,
+): Parameters<typeof writeBundle>[0] {
+  const { opts, progress } = s;
+  const blobList = pass.ordered.map(({ blob }) => ({
     ...blob,
     ready: () => pass.arrivals.get(blob.digest)!.promise,
   }));
   const base = deltaOf(
     pre.base,
-    ordered.map((o) => o.blob),
+    pass.ordered.map((o) => o.blob),
     progress,
   );
-  // a chart is served from the bundle's layout, never unpacked into the node's image store
-  const inImageStore = new Set(
-    [...c.byRef.values()].filter((r) => !r.chart).flatMap((r) => r.blobs.map((b) => b.digest)),
-  );
-  const fetching = fetchBlobs(s, c, pass, () => blobList.reduce((sum, b) => sum + b.size, 0));
-  const writing = writeBundle({
+  return {
     release: releaseOf(opts, all, pre.want.architecture, signatures?.refs ?? []),
     images,
     ...(charts.length ? { charts } : {}),
     index,
     blobs: [...blobList, ...(signatures?.blobs ?? [])],
-    // every blob is packed, so fetched and measured, by the time this is asked
-    imageStoreBytes: async () =>
-      estimateImageStoreBytes(
-        await Promise.all(
-          ordered
-            .filter(({ blob }) => inImageStore.has(blob.digest))
-            .map(async ({ blob }) => ({
-              ...blob,
-              unpackedSize: isCompressedLayer(blob.mediaType)
-                ? await cache.unpackedSize(blob.digest)
-                : undefined,
-            })),
-        ),
-      ),
+    imageStoreBytes: imageStoreBytesOf(s.cache, c, pass.ordered),
     ...(all.agent ? { agent: all.agent } : {}),
     // a dry run has returned before the write: the key is loaded
     key: pre.key!,
     output: pre.output,
-    createdAt,
+    createdAt: creationTime(opts),
     tool: { name: TOOL_NAME, version: TOOL_VERSION },
     ...(opts.level !== undefined ? { level: opts.level } : {}),
     ...(opts.formatVersion !== undefined ? { schemaVersion: opts.formatVersion } : {}),
@@ -1249,7 +1320,32 @@ async function fetchAndWriteWith(
     },
     onFinishing: () => progress.phaseNote('finishing: syncing and renaming'),
     ...(opts.signal ? { signal: opts.signal } : {}),
-  });
+  };
+}
+
+async function fetchAndWriteWith(
+  s: Session,
+  pre: Preflight,
+  all: ResolvedAll,
+  c: Contents,
+  named: { images: BundleImage[]; charts: BundleImage[]; index: Buffer },
+  pieces: PieceFacts | undefined,
+): Promise<WrittenBundle> {
+  const signatures = await signaturesOf(s, all);
+  const ordered = writeOrder(c, [...named.images, ...named.charts], s.opts.blobOrder);
+  const pass: Pass = {
+    arrivals: new Map(ordered.map(({ blob }) => [blob.digest, deferred<ReadyBlob>()])),
+    ordered,
+    writeFailure: undefined,
+    fetchFailedFirst: false,
+    fetched: false,
+    packedSoFar: undefined,
+    pieces,
+  };
+  // before the fetch starts: a delta's warning goes out ahead of the progress line
+  const input = writeInput(s, pre, all, c, named, pass, signatures);
+  const fetching = fetchBlobs(s, c, pass, () => ordered.reduce((sum, o) => sum + o.blob.size, 0));
+  const writing = writeBundle(input);
   const [fetchResult, writeResult] = await Promise.allSettled([
     fetching,
     writing.catch((err: unknown) => {

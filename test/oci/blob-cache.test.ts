@@ -46,10 +46,10 @@ async function cache(t: Test) {
 
 const partialOf = (c: BlobCache, d: string) => `${c.path(d)}.partial`;
 /** Until the .partial holds `bytes` (what a stream sent reached the disk), however slow the machine: a fixed pause was not enough. */
-async function onDisk(c: BlobCache, bytes: number): Promise<void> {
+async function onDisk(c: BlobCache, bytes: number, of = digest): Promise<void> {
   await until(
     `${bytes} bytes in the .partial`,
-    async () => ((await stat(partialOf(c, digest)).catch(() => undefined))?.size ?? 0) >= bytes,
+    async () => ((await stat(partialOf(c, of)).catch(() => undefined))?.size ?? 0) >= bytes,
     { timeoutMs: 30_000 },
   );
 }
@@ -134,30 +134,37 @@ t.test('a .partial longer than the blob is discarded and the download restarts',
   t.ok((await readFile(c.path(digest))).equals(blob));
 });
 
-t.test('a stream that dies midway is retried and resumed', async (t) => {
-  const { cache: c } = await cache(t);
-  const cut = 50_000;
-  const offsets: number[] = [];
-  const open = async (offset: number) => {
-    offsets.push(offset);
-    if (offsets.length === 1) {
-      return Readable.from(
-        (async function* () {
-          yield blob.subarray(0, cut);
-          // the first part on disk before the break, however slow the machine: a fixed pause was not
-          await onDisk(c, cut);
-          throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-        })(),
-      );
-    }
-    return chunked(blob.subarray(offset));
-  };
-  let bytes = 0;
-  const p = await c.fetch(digest, blob.length, open, { onBytes: (n) => (bytes += n) });
-  t.strictSame(offsets, [0, cut], 'second attempt resumes where the first stopped');
-  t.ok((await readFile(p)).equals(blob));
-  t.equal(bytes, blob.length, 'no byte reported twice');
-});
+/** 600 000 bytes: a cut past the first 256 KiB batch of a download. */
+const bigBlob = Buffer.from(Array.from({ length: 600_000 }, (_, i) => (i * 29 + (i >> 10)) & 0xff));
+
+// 300 000: one chunk straddling a batch, then a stall: its remainder was held in memory, never written
+for (const [cut, data] of [
+  [50_000, blob],
+  [300_000, bigBlob],
+] as const)
+  t.test(`a stream that dies midway (after ${cut} bytes) is retried and resumed`, async (t) => {
+    const { cache: c } = await cache(t);
+    const offsets: number[] = [];
+    const open = async (offset: number) => {
+      offsets.push(offset);
+      if (offsets.length === 1) {
+        return Readable.from(
+          (async function* () {
+            yield data.subarray(0, cut);
+            // the first part on disk before the break, however slow the machine: a fixed pause was not
+            await onDisk(c, cut, sha(data));
+            throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+          })(),
+        );
+      }
+      return chunked(data.subarray(offset));
+    };
+    let bytes = 0;
+    const p = await c.fetch(sha(data), data.length, open, { onBytes: (n) => (bytes += n) });
+    t.strictSame(offsets, [0, cut], 'second attempt resumes where the first stopped');
+    t.ok((await readFile(p)).equals(data));
+    t.equal(bytes, data.length, 'no byte reported twice');
+  });
 
 t.test('a stream that ends early is retried and resumed', async (t) => {
   const { cache: c } = await cache(t);

@@ -1,6 +1,7 @@
 import { Writable } from 'node:stream';
-import { Compressor } from 'zstd-napi';
-import { timedSync } from '@offline-bundle/oci';
+import type * as ZstdBinding from 'zstd-napi/binding.js';
+import { readBuffers } from '@offline-bundle/host';
+import { timedSync, zstdBinding as binding } from '@offline-bundle/oci';
 import { FRAME_BYTES } from './layout.js';
 import { rawFrame } from './raw-frame.js';
 import type { FrameEntry } from './seekable.js';
@@ -16,24 +17,49 @@ const INCOMPRESSIBLE = 0.97;
 const PROBE_BYTES = 64 * 1024;
 
 /**
+ * Compressed frames are made in these: a fresh buffer per frame was another GiB of garbage per
+ * GiB packed. Whoever writes a frame out gives it back (frameWritten), or leaves it to the GC.
+ */
+const frameBuffers = readBuffers(binding.compressBound(FRAME_BYTES));
+
+/** A frame the sink was handed is written: its buffer may take the next frame. */
+export function frameWritten(frame: Buffer): void {
+  frameBuffers.give(frame);
+}
+
+/** A compression context with every bundle frame's settings (the seek index needs both fields). */
+function frameContext(level: number): ZstdBinding.CCtx {
+  const cctx = new binding.CCtx();
+  cctx.setParameter(binding.CParameter.compressionLevel, level);
+  cctx.setParameter(binding.CParameter.checksumFlag, 1);
+  cctx.setParameter(binding.CParameter.contentSizeFlag, 1);
+  return cctx;
+}
+
+/**
  * Turns an uncompressed stream into independent zstd frames: a new frame starts at every
  * cut point (the writer puts one at each tar header and each entry's data) and after at
  * most FRAME_BYTES, so a reader can find any entry through the seek index and decompress
  * frames in parallel. Each frame records its content size and an XXH64 checksum.
  *
  * Layers are gzip already: when a sample of an entry's data (or a frame of it) does not shrink,
- * its frames go at FAST_LEVEL until one shrinks after all.
+ * its frames go at FAST_LEVEL until one shrinks after all. Compressed frames come from a pool: the
+ * sink gives each back through frameWritten once it is written.
  */
 export class FrameWriter extends Writable {
   readonly frames: FrameEntry[] = [];
-  private readonly compressor = new Compressor();
-  private readonly fast = new Compressor();
+  private readonly compressor: ZstdBinding.CCtx;
+  private readonly fast = frameContext(FAST_LEVEL);
+  /** The probe's output, only measured. */
+  private readonly probeOut = Buffer.allocUnsafe(binding.compressBound(PROBE_BYTES));
   /** The current run of frames (since the last cut) did not shrink. */
   private incompressible = false;
   private parts: Buffer[] = [];
   private partBytes = 0;
   private position = 0;
   private cutIndex = 0;
+  /** Chunks written whose last bytes wait in `parts`: released once their frame is compressed. */
+  private held: Buffer[] = [];
 
   constructor(
     private readonly sink: (frame: Buffer) => Promise<void>,
@@ -41,18 +67,14 @@ export class FrameWriter extends Writable {
     level = 3,
     /** Raw blocks only: each frame's size then depends on its content length alone. */
     private readonly raw = false,
+    /**
+     * Called with each written chunk once the writer holds none of its bytes (every frame they
+     * went into is compressed; a chunk can straddle frames): its buffer may be read into again.
+     */
+    private readonly release?: (chunk: Buffer) => void,
   ) {
     super({ highWaterMark: FRAME_BYTES });
-    this.compressor.setParameters({
-      compressionLevel: level,
-      checksumFlag: true,
-      contentSizeFlag: true,
-    });
-    this.fast.setParameters({
-      compressionLevel: FAST_LEVEL,
-      checksumFlag: true,
-      contentSizeFlag: true,
-    });
+    this.compressor = frameContext(level);
   }
 
   private nextBoundary(): number {
@@ -75,9 +97,9 @@ export class FrameWriter extends Writable {
     return (
       timedSync(
         'compression: probe',
-        () => this.compressor.compress(data.subarray(data.length - PROBE_BYTES)),
+        () => this.compressor.compress2(this.probeOut, data.subarray(data.length - PROBE_BYTES)),
         PROBE_BYTES,
-      ).length >
+      ) >
       PROBE_BYTES * INCOMPRESSIBLE
     );
   }
@@ -100,7 +122,7 @@ export class FrameWriter extends Writable {
       () =>
         this.raw
           ? rawFrame(data)
-          : (this.incompressible ? this.fast : this.compressor).compress(data),
+          : compressed(this.incompressible ? this.fast : this.compressor, data),
       data.length,
     );
     if (data.length >= PROBE_BYTES)
@@ -108,6 +130,9 @@ export class FrameWriter extends Writable {
     this.frames.push({ compressedSize: frame.length, decompressedSize: data.length });
     this.parts = [];
     this.partBytes = 0;
+    const done = this.held;
+    this.held = [];
+    for (const chunk of done) this.release?.(chunk);
     await this.sink(frame);
   }
 
@@ -137,6 +162,9 @@ export class FrameWriter extends Writable {
         rest = rest.subarray(take);
         if (this.position === boundary) await this.flushFrame();
       }
+      // its tail waits in the frame being gathered: released with that frame
+      if (this.partBytes > 0) this.held.push(chunk);
+      else this.release?.(chunk);
     })().then(() => cb(), cb);
   }
 
@@ -147,4 +175,10 @@ export class FrameWriter extends Writable {
   get bytesIn(): number {
     return this.position;
   }
+}
+
+/** One frame of `data` (at most FRAME_BYTES) in a pooled buffer. */
+function compressed(cctx: ZstdBinding.CCtx, data: Buffer): Buffer {
+  const out = frameBuffers.take();
+  return out.subarray(0, cctx.compress2(out, data));
 }

@@ -1,6 +1,5 @@
-import { createReadStream } from 'node:fs';
 import { rename, rm, type FileHandle } from 'node:fs/promises';
-import { createExclusive, writeSynced } from '@offline-bundle/host';
+import { createExclusive, readBuffers, writeSynced } from '@offline-bundle/host';
 import { basename } from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -8,7 +7,8 @@ import type { KeyObject } from 'node:crypto';
 import tar from 'tar-stream';
 import { addPhase, newSha256, sha256, timedAsync, timedSync } from '@offline-bundle/oci';
 import { FormatError } from './errors.js';
-import { FrameWriter } from './frame-writer.js';
+import { FrameWriter, frameWritten } from './frame-writer.js';
+import { pooledFileStream } from './pooled-read.js';
 import { algorithmOf, fingerprint, signBytes } from './keys.js';
 import {
   BUNDLE_JSON,
@@ -183,6 +183,7 @@ async function packFrames(
     cutPoints(entries),
     level,
     raw,
+    (chunk) => blobReads.give(chunk),
   );
   const pack = tar.pack();
   const counted = new Transform({
@@ -316,8 +317,10 @@ class Appender {
 
   private async flushPending(): Promise<void> {
     if (this.pendingBytes === 0) return;
-    const data =
-      this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.pendingBytes);
+    const parts = this.pending;
+    const data = parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.pendingBytes);
+    // copied: their buffers may take the next frames
+    if (parts.length > 1) for (const p of parts) frameWritten(p);
     this.pending = [];
     this.pendingBytes = 0;
     await this.write(data);
@@ -335,6 +338,8 @@ class Appender {
         this.failure ??= { err };
       })
       .finally(() => {
+        // a pooled frame's buffer (the write is over, whatever its outcome) takes the next frame
+        frameWritten(data);
         this.inflight.delete(p);
         this.inflightStarts.delete(position);
         this.inflightBytes -= data.length;
@@ -489,6 +494,12 @@ function readyBlob(b: WriteBundleInput['blobs'][number]): Promise<ReadyBlob> {
     : Promise.resolve({ path: b.path, verified: b.verified === true });
 }
 
+/**
+ * Blob files are read into these, each given back by the frame writer once it has compressed
+ * the chunk's last byte: nothing else on the way (the check, tar-stream) keeps a chunk.
+ */
+const blobReads = readBuffers(READ_CHUNK);
+
 /** The layout's entries: oci-layout, index.json, then every blob in the plan's order. */
 function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackEntry[] {
   return [
@@ -505,7 +516,7 @@ function layoutEntriesOf(index: Buffer, blobs: WriteBundleInput['blobs']): PackE
       open: async () => {
         const r = await readyBlob(b);
         return {
-          stream: createReadStream(r.path, { highWaterMark: READ_CHUNK }),
+          stream: pooledFileStream(r.path, blobReads),
           check: !r.verified,
         };
       },
@@ -553,8 +564,8 @@ function refuseLargeHead(total: number, pieceChars: number | undefined): void {
   );
 }
 
-function planBundle(input: WriteBundleInput): BundlePlan {
-  const version = versionToWrite(input);
+/** The blobs in the order they are packed; every image's manifest among them (readers refuse one without). */
+function blobsToPack(input: WriteBundleInput): WriteBundleInput['blobs'] {
   const blobs =
     input.blobOrder === 'listed'
       ? [...input.blobs]
@@ -567,17 +578,18 @@ function planBundle(input: WriteBundleInput): BundlePlan {
       'INVALID_MANIFEST',
       `image ${unpacked.repository} (${unpacked.digest}) is not among the blobs to pack: a builder bug; report it`,
     );
+  return blobs;
+}
+
+/** bundle.json for a figure and piece lists, everything else settled before packing. */
+function manifestMaker(
+  input: WriteBundleInput,
+  version: number,
+  blobs: WriteBundleInput['blobs'],
+  layoutBytes: number,
+): BundlePlan['manifestWith'] {
   const fromBase = (b: { digest: string }) => input.base?.digests.has(b.digest) === true;
-  const layoutEntries = layoutEntriesOf(
-    input.index,
-    blobs.filter((b) => !fromBase(b)),
-  );
-  const packedBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
-  const layoutBytes = packedBytes + blobs.filter(fromBase).reduce((s, b) => s + b.size, 0);
-  const manifestWith = (
-    imageStoreBytes: number,
-    pieces: BundlePieces | undefined,
-  ): BundleManifest => ({
+  return (imageStoreBytes, pieces) => ({
     schemaVersion: version,
     mediaType: FORMAT_VERSIONS[version]!.mediaType,
     release: input.release,
@@ -597,18 +609,19 @@ function planBundle(input: WriteBundleInput): BundlePlan {
     ...(pieces ? { pieces } : {}),
     signer: { algorithm: algorithmOf(input.key), fingerprint: fingerprint(input.key) },
   });
-  // Never sign what a reader refuses: the reader's own schema check, on what goes out (again
-  // with the real figure at the end). The widest figure sizes the head.
-  const pieceBlobs =
-    input.pieceSize === undefined
-      ? undefined
-      : {
-          size: input.pieceSize,
-          digests: blobs
-            .filter((b) => !fromBase(b) && hasPieces(b, input.pieceSize!))
-            .map((b) => b.digest),
-        };
-  // each list's length follows from its blob's size alone: zeros stand in for the digests
+}
+
+/**
+ * The head's length: bundle.json with the widest figure and zeros for every piece list (each
+ * list's length follows from its blob's size alone), held to what readers accept and to the
+ * reader's own schema check. Never sign what a reader refuses.
+ */
+function widestHead(
+  input: WriteBundleInput,
+  blobs: WriteBundleInput['blobs'],
+  manifestWith: BundlePlan['manifestWith'],
+  pieceBlobs: BundlePlan['pieceBlobs'],
+): { manifestLength: number; signatureLength: number } {
   const sizes = new Map(blobs.map((b) => [b.digest, b.size]));
   const pieceChars =
     pieceBlobs &&
@@ -635,6 +648,30 @@ function planBundle(input: WriteBundleInput): BundlePlan {
   const signatureLength = timedSync('signing', () =>
     signBytes(serializeManifest(widest), input.key),
   ).length;
+  return { manifestLength, signatureLength };
+}
+
+function planBundle(input: WriteBundleInput): BundlePlan {
+  const version = versionToWrite(input);
+  const blobs = blobsToPack(input);
+  const fromBase = (b: { digest: string }) => input.base?.digests.has(b.digest) === true;
+  const layoutEntries = layoutEntriesOf(
+    input.index,
+    blobs.filter((b) => !fromBase(b)),
+  );
+  const packedBytes = layoutEntries.reduce((s, e) => s + e.size, 0);
+  const layoutBytes = packedBytes + blobs.filter(fromBase).reduce((s, b) => s + b.size, 0);
+  const manifestWith = manifestMaker(input, version, blobs, layoutBytes);
+  const pieceBlobs =
+    input.pieceSize === undefined
+      ? undefined
+      : {
+          size: input.pieceSize,
+          digests: blobs
+            .filter((b) => !fromBase(b) && hasPieces(b, input.pieceSize!))
+            .map((b) => b.digest),
+        };
+  const { manifestLength, signatureLength } = widestHead(input, blobs, manifestWith, pieceBlobs);
   const headFrames = headFrameSizes(manifestLength, signatureLength);
   return {
     level: input.level ?? 3,

@@ -1,11 +1,11 @@
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { Transform } from 'node:stream';
 import { makeDirs, pidExists, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
-import { digestHex, newSha256, sha256, OciError, timedSync } from '@offline-bundle/oci';
+import { digestHex, newSha256, sha256, OciError } from '@offline-bundle/oci';
+import { BatchedAppend } from './batched-append.js';
 import { withRetry } from './retry.js';
 import { UnpackedCounter } from './unpacked-size.js';
 
@@ -229,135 +229,151 @@ export class BlobCache {
     await this.keepUnpackedSize(digest, await counter.finish());
   }
 
+  /** A blob the cache holds: its use recorded, measured if it never was. */
+  private async reuse(digest: string, size: number, opts: CacheFetchOptions): Promise<string> {
+    const final = this.path(digest);
+    // the mtime says when a blob was last used: "bundle cache prune --older-than" reads it
+    const now = new Date();
+    await utimes(final, now, now).catch(() => undefined);
+    if (opts.measure) await this.measureCached(digest, size);
+    opts.onBytes?.(size);
+    return final;
+  }
+
   private async fetchNow(
     digest: string,
     size: number,
     open: (offset: number) => Promise<Readable>,
     opts: CacheFetchOptions,
   ): Promise<string> {
-    const final = this.path(digest);
-    if (await this.has(digest, size)) {
-      // the mtime says when a blob was last used: "bundle cache prune --older-than" reads it
-      const now = new Date();
-      await utimes(final, now, now).catch(() => undefined);
-      if (opts.measure) await this.measureCached(digest, size);
-      opts.onBytes?.(size);
-      return final;
-    }
+    if (await this.has(digest, size)) return this.reuse(digest, size, opts);
     await makeDirs(join(this.dir, 'blobs', 'sha256'));
-    const partial = `${final}.partial`;
-    // bytes counted up to this offset: a download that restarts lower (its .partial went) counts
-    // only what goes past it again, so progress never adds up to more than the blob
-    let reported = 0;
-    const reach = (offset: number) => {
-      if (offset <= reported) return;
-      opts.onBytes?.(offset - reported);
-      reported = offset;
-    };
-    let counter: UnpackedCounter | undefined;
-    let tap: BlobTap | undefined;
+    const feeds: Feeds = {};
+    const reach = reachOnce(opts.onBytes);
     await abandonOnFailure(
       () =>
-        withRetry(
-          async () => {
-            // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
-            const hash = newSha256();
-            counter?.abandon();
-            counter = opts.measure ? new UnpackedCounter(size) : undefined;
-            tap?.abandon();
-            tap = opts.tap?.();
-            let have = 0;
-            try {
-              for await (const chunk of createReadStream(partial)) {
-                hash.update(chunk as Buffer);
-                await counter?.push(chunk as Buffer);
-                await tap?.push(chunk as Buffer);
-                have += (chunk as Buffer).length;
-              }
-            } catch (err) {
-              if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-            }
-            if (have > size) {
-              await rm(partial, { force: true });
-              hash.destroy();
-              tap?.abandon();
-              return this.fetchNow(digest, size, open, opts);
-            }
-            reach(have);
-            const at = { written: have };
-            if (have < size) {
-              const check = checking(digest, size, hash, at, reach, [counter, tap]);
-              await pipeline(
-                await open(have),
-                check,
-                createWriteStream(partial, { flags: 'a' }),
-                this.signal ? { signal: this.signal } : {},
-              );
-            }
-            const written = at.written;
-            if (written !== size)
-              throw new OciError(
-                'SIZE_MISMATCH',
-                `blob ${digest} ended after ${written} of ${size} bytes`,
-              );
-            const actual = 'sha256:' + hash.digest('hex');
-            if (actual !== digest) {
-              await rm(partial, { force: true });
-              throw new OciError(
-                'DIGEST_MISMATCH',
-                `blob ${digest} downloaded with digest ${actual}`,
-              );
-            }
-            await rename(partial, final);
-            this.checked.add(digest);
-            await this.keepUnpackedSize(digest, await counter?.finish());
-            await tap?.finish();
-            return final;
+        withRetry(() => this.attempt(digest, size, open, opts, { feeds, reach }), {
+          attempts: opts.attempts ?? 5,
+          signal: this.signal,
+          // A short read or a dropped connection resumes; a wrong digest or refusal does not.
+          retryable: (err) => {
+            if (!(err instanceof OciError)) return !isFull(err);
+            return (
+              err.code === 'NETWORK_ERROR' ||
+              err.code === 'REGISTRY_ERROR' ||
+              (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message))
+            );
           },
-          {
-            attempts: opts.attempts ?? 5,
-            signal: this.signal,
-            // A short read or a dropped connection resumes; a wrong digest or refusal does not.
-            retryable: (err) => {
-              if (!(err instanceof OciError)) return !isFull(err);
-              return (
-                err.code === 'NETWORK_ERROR' ||
-                err.code === 'REGISTRY_ERROR' ||
-                (err.code === 'SIZE_MISMATCH' && /ended after/.test(err.message))
-              );
-            },
-          },
-        ),
+        }),
       () => {
-        counter?.abandon();
-        tap?.abandon();
+        feeds.counter?.abandon();
+        feeds.tap?.abandon();
       },
     );
+    return this.path(digest);
+  }
+
+  /** One try: what the .partial holds re-hashed, the rest downloaded after it, then sealed. */
+  private async attempt(
+    digest: string,
+    size: number,
+    open: (offset: number) => Promise<Readable>,
+    opts: CacheFetchOptions,
+    { feeds, reach }: { feeds: Feeds; reach: (offset: number) => void },
+  ): Promise<string> {
+    const partial = `${this.path(digest)}.partial`;
+    // Re-hash what is on disk each attempt: after a failed write the hash state and the file may disagree.
+    const hash = newSha256();
+    feeds.counter?.abandon();
+    feeds.counter = opts.measure ? new UnpackedCounter(size) : undefined;
+    feeds.tap?.abandon();
+    feeds.tap = opts.tap?.();
+    const have = await rehashPartial(partial, hash, feeds);
+    if (have > size) {
+      await rm(partial, { force: true });
+      hash.destroy();
+      feeds.tap?.abandon();
+      return this.fetchNow(digest, size, open, opts);
+    }
+    reach(have);
+    const at = { written: have };
+    if (have < size) {
+      const append = new BatchedAppend({
+        path: partial,
+        digest,
+        size,
+        hash,
+        at,
+        reach,
+        feeds: [feeds.counter, feeds.tap].filter((f) => f !== undefined),
+      });
+      await pipeline(await open(have), append, this.signal ? { signal: this.signal } : {});
+    }
+    return this.seal(digest, size, at.written, hash, feeds);
+  }
+
+  /** A download that ended: held to its size and digest, then stored under its digest with what was worked out from it. */
+  private async seal(
+    digest: string,
+    size: number,
+    written: number,
+    hash: ReturnType<typeof newSha256>,
+    feeds: Feeds,
+  ): Promise<string> {
+    const final = this.path(digest);
+    const partial = `${final}.partial`;
+    if (written !== size)
+      throw new OciError('SIZE_MISMATCH', `blob ${digest} ended after ${written} of ${size} bytes`);
+    const actual = 'sha256:' + hash.digest('hex');
+    if (actual !== digest) {
+      await rm(partial, { force: true });
+      throw new OciError('DIGEST_MISMATCH', `blob ${digest} downloaded with digest ${actual}`);
+    }
+    await rename(partial, final);
+    this.checked.add(digest);
+    await this.keepUnpackedSize(digest, await feeds.counter?.finish());
+    await feeds.tap?.finish();
     return final;
   }
 }
 
-/** Holds a download to its size and hashes it as it streams in, handing each chunk to what else is worked out from it. */
-function checking(
-  digest: string,
-  size: number,
+/** What a download feeds its bytes to besides the digest check: a fresh pair each attempt. */
+interface Feeds {
+  counter?: UnpackedCounter | undefined;
+  tap?: BlobTap | undefined;
+}
+
+/**
+ * Progress in bytes reached: a download that restarts lower (its .partial went) counts only
+ * what goes past the highest offset again, so progress never adds up to more than the blob.
+ */
+function reachOnce(onBytes: ((n: number) => void) | undefined): (offset: number) => void {
+  let reported = 0;
+  return (offset) => {
+    if (offset <= reported) return;
+    onBytes?.(offset - reported);
+    reported = offset;
+  };
+}
+
+/** What an earlier attempt (or run) left in `partial`, hashed and fed again; its length (0 when there is none). */
+async function rehashPartial(
+  partial: string,
   hash: ReturnType<typeof newSha256>,
-  at: { written: number },
-  reach: (n: number) => void,
-  feeds: ({ push(chunk: Buffer): Promise<void> } | undefined)[],
-): Transform {
-  const to = feeds.filter((f) => f !== undefined);
-  return new Transform({
-    transform(chunk: Buffer, _enc, cb) {
-      at.written += chunk.length;
-      if (at.written > size)
-        return cb(new OciError('SIZE_MISMATCH', `blob ${digest} is larger than its ${size} bytes`));
-      timedSync('registry reads: digest check', () => hash.update(chunk), chunk.length);
-      reach(at.written);
-      if (to.length === 0) return cb(null, chunk);
-      Promise.all(to.map((f) => f.push(chunk))).then(() => cb(null, chunk), cb);
-    },
-  });
+  feeds: Feeds,
+): Promise<number> {
+  let have = 0;
+  try {
+    for await (const chunk of createReadStream(partial)) {
+      hash.update(chunk as Buffer);
+      await feeds.counter?.push(chunk as Buffer);
+      await feeds.tap?.push(chunk as Buffer);
+      have += (chunk as Buffer).length;
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  return have;
 }
 
 /** A download given up on stops its measuring too: the counting thread holds nothing for it. */

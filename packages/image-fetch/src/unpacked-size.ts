@@ -35,12 +35,13 @@ export class UnpackedCounter {
   /** `size`: the compressed size the blob is listed with (bounds the work). */
   constructor(private readonly size: number) {}
 
+  /** Counts `chunk`; its buffer is the caller's to reuse once this resolves. */
   async push(chunk: Buffer): Promise<void> {
     this.compressed += chunk.length;
     if (this.failed || this.capped) return;
     if (!this.decoder && !this.gzip && !this.plain) {
-      // the magic may straddle chunks
-      this.head.push(chunk);
+      // the magic may straddle chunks; a copy: the caller reuses its buffer once this resolves
+      this.head.push(Buffer.from(chunk));
       this.headBytes += chunk.length;
       if (this.headBytes < 4) return;
       const head = Buffer.concat(this.head);
@@ -53,7 +54,8 @@ export class UnpackedCounter {
       return;
     }
     if (this.gzip) return this.gzip.push(chunk);
-    if (!this.decoder!.write(chunk))
+    // the decoder holds what it is written until it decodes it: a copy, as the caller reuses its buffer
+    if (!this.decoder!.write(Buffer.from(chunk)))
       await timedAsync('estimate: waits on decompression', () =>
         Promise.race([once(this.decoder!, 'drain'), this.ended]),
       );
