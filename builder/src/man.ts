@@ -19,8 +19,8 @@ const EXIT_STATUS: Rows = [
   ],
   ['2', 'a usage error (unknown option, missing argument)'],
   [
-    '130, 143',
-    'create was interrupted by SIGINT or SIGTERM: nothing written, a rerun resumes from the cache',
+    '129, 130, 143',
+    'create was interrupted by SIGHUP, SIGINT or SIGTERM: nothing written, a rerun resumes from the cache',
   ],
 ];
 

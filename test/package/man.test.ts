@@ -126,9 +126,17 @@ for (const cli of CLIS) {
         `every usage line and option of ${helps.length} --help outputs is in the page`,
       );
       // a command's extra help (examples, exit codes) comes along
-      if (cli.name === 'bundle')
+      if (cli.name === 'bundle') {
         t.match(text, /Exit codes: 0 written, 1 error/, "create's exit codes");
-      else t.match(text, /Exit codes, as "systemctl status" uses them/, "status's exit codes");
+        // every exit a signal gives create is in the page's EXIT STATUS, not only in --help
+        const { SIGNAL_EXIT } = await import(join(ROOT, 'builder/dist/commands/signal-exit.js'));
+        const status = text.slice(text.indexOf('\nEXIT STATUS\n'), text.indexOf('\nENVIRONMENT\n'));
+        t.ok(status.length > 0, 'an EXIT STATUS section before ENVIRONMENT');
+        for (const [signal, code] of Object.entries(SIGNAL_EXIT as Record<string, number>)) {
+          t.match(status, new RegExp(`\\b${code}\\b`), `EXIT STATUS names ${code}`);
+          t.match(status, new RegExp(`\\b${signal}\\b`), `and ${signal}`);
+        }
+      } else t.match(text, /Exit codes, as "systemctl status" uses them/, "status's exit codes");
 
       // man(1) itself, where man-db is installed
       if (spawnSync('man', ['--version']).status === 0) {
