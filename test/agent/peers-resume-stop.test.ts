@@ -215,3 +215,34 @@ t.test('approval looks still in flight when the attempt ended (directory stand-i
   t.equal(queued.answers.length, 0, 'the queued look is not run');
   t.same(queued.stops, []);
 });
+
+t.test(
+  'a temp file whose every piece matches but whose blob does not is fetched anew',
+  async (t) => {
+    // a head whose piece list vouches for bytes its blob digest refuses (a builder's bug, signed)
+    const hex = big.digest.slice('sha256:'.length);
+    // its last digit changed: the blob list keeps its order
+    const fake = hex.slice(0, -1) + (hex.endsWith('0') ? '1' : '0');
+    const bytes = Buffer.from(p.served.manifestBytes.toString('utf8').replaceAll(hex, fake));
+    const lying = parseManifestBytes(bytes);
+    const entry = layoutEntries(lying).find((e) => e.digest === `sha256:${fake}`)!;
+    const partial = join(w.b.dir, 'lying', 'upgrade', '1.2.3-amd64.partial');
+    await mkdir(dirname(join(partial, entry.path)), { recursive: true });
+    await writeResumeMarker(partial, bytes);
+    const temp = join(partial, entry.path + WRITING_SUFFIX);
+    await writeFile(temp, bigBytes);
+    const r = await preparePartial(
+      new EntryFiles(partial, false),
+      partial,
+      { manifest: lying, manifestBytes: bytes, signature: p.served.signature },
+      new AbortController().signal,
+      () => undefined,
+    );
+    t.ok(
+      r.missing.some((e) => e.path === entry.path),
+      'the blob is among those to fetch',
+    );
+    t.notOk(r.begun.has(entry.path), 'not continued from a writer that was discarded');
+    t.notOk(await exists(temp), 'its temp file is gone');
+  },
+);
