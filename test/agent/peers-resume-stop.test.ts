@@ -20,7 +20,7 @@ import {
   parseManifestBytes,
   writeResumeMarker,
 } from '@offline-bundle/format';
-import { preparePartial } from '../../agent/dist/load/partial-fill.js';
+import { leaveForResume, preparePartial } from '../../agent/dist/load/partial-fill.js';
 import { FixedDirectory, MiB, endpoint, peerWorld } from './peers-setup.js';
 import { piecesSeed } from './peers-pieces-seed.js';
 
@@ -244,5 +244,27 @@ t.test(
     );
     t.notOk(r.begun.has(entry.path), 'not continued from a writer that was discarded');
     t.notOk(await exists(temp), 'its temp file is gone');
+  },
+);
+
+t.test(
+  'a temp file no entry of the bundle names goes at a resume and when one is cut',
+  async (t) => {
+    const stray = `blobs/sha256/${'e'.repeat(64)}`;
+    const partial = await partialWith('stray', {
+      [big.path]: bigBytes.subarray(0, 2 * PS),
+      [stray]: Buffer.alloc(1000, 7),
+    });
+    const r = await prepare(partial);
+    t.notOk(await exists(join(partial, stray + WRITING_SUFFIX)), 'removed at the resume');
+    t.equal(r.begun.get(big.path)?.got, 2 * PS, "a listed blob's verified pieces are kept");
+    await writeFile(join(partial, stray + WRITING_SUFFIX), Buffer.alloc(10));
+    await leaveForResume(partial, {
+      manifest: head,
+      manifestBytes: p.served.manifestBytes,
+      signature: p.served.signature,
+    });
+    t.notOk(await exists(join(partial, stray + WRITING_SUFFIX)), 'and when a staging is cut');
+    t.ok(await exists(join(partial, big.path + WRITING_SUFFIX)), 'the pieced temp file stays');
   },
 );

@@ -196,7 +196,7 @@ export async function stageEntries(
     return { target, keptBytes, already: false };
   } catch (err) {
     const reason = source.failure(err);
-    if (keep && source.keeps(reason)) await leaveForResume(files, partial, head);
+    if (keep && source.keeps(reason)) await leaveForResume(partial, head);
     else await rm(partial, { recursive: true, force: true });
     throw reason;
   }

@@ -105,7 +105,7 @@ export async function preparePartial(
   if (!same) {
     await emptyStaging(partial);
     await writeResumeMarker(partial, head.manifestBytes);
-  } else if (!digests) await removeUnfinishedWrites(partial);
+  } else await removeUnfinishedWrites(partial, piecedEntries(head, digests));
   onMarked();
   const out: PreparedPartial = { missing: [], keptBytes: 0, begun: new Map() };
   for (const e of entries) {
@@ -136,16 +136,18 @@ export async function preparePartial(
  * never verified), except, with a head that lists pieces, those of blobs it splits into
  * pieces: the next preparePartial keeps their verified prefix.
  */
-export async function leaveForResume(
-  files: EntryFiles,
-  partial: string,
-  head: StagedHead,
-): Promise<void> {
-  const digests = digestsOf(head);
-  if (!digests) {
-    await removeUnfinishedWrites(partial);
-    return;
-  }
-  for (const e of layoutEntries(head.manifest))
-    if (!digests.covers(e.digest)) await rm(files.tempOf(e.path), { force: true });
+export async function leaveForResume(partial: string, head: StagedHead): Promise<void> {
+  await removeUnfinishedWrites(partial, piecedEntries(head, digestsOf(head)));
+}
+
+/** The layout paths whose temp files a resume checks piece by piece (none without pieces). */
+function piecedEntries(head: StagedHead, digests: PieceDigests | undefined) {
+  const paths = new Set(
+    digests
+      ? layoutEntries(head.manifest)
+          .filter((e) => digests.covers(e.digest))
+          .map((e) => e.path)
+      : [],
+  );
+  return (path: string) => paths.has(path);
 }

@@ -343,12 +343,19 @@ export async function emptyStaging(dir: string): Promise<void> {
   await makeDirs(join(dir, BLOB_DIR));
 }
 
-/** Removes the temp files a staging cut short left in `dir`: their bytes were never verified. */
-export async function removeUnfinishedWrites(dir: string): Promise<number> {
+/**
+ * Removes the temp files a staging cut short left in `dir`: their bytes were never verified.
+ * `keep` names the entries (layout paths) whose temp files a resume checks piece by piece.
+ */
+export async function removeUnfinishedWrites(
+  dir: string,
+  keep: (path: string) => boolean = () => false,
+): Promise<number> {
   let removed = 0;
   for (const sub of ['', BLOB_DIR]) {
     const names = await readdir(join(dir, sub)).catch(() => [] as string[]);
     for (const n of names.filter((x) => x.endsWith(WRITING_SUFFIX))) {
+      if (keep(join(sub, n.slice(0, -WRITING_SUFFIX.length)))) continue;
       await rm(join(dir, sub, n), { force: true });
       removed++;
     }
