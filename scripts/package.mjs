@@ -57,6 +57,7 @@ import {
   updateDebPins,
   verifiedCopies,
 } from './package-inputs.mjs';
+import { NODE_ARGS } from './node-args.mjs';
 import { reproducibleTar } from './reproducible-tar.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -88,11 +89,6 @@ function addonPath(name, rel) {
   return path.join(installedPackage(name), rel);
 }
 
-// Node flags per app. `bundle create` reuses its buffers, so little young garbage is made, and V8
-// then grows the young generation to its 16 MiB semi-spaces anyway: 2 MiB keeps the peak RSS of a
-// 2 GiB build at 213-217 MiB instead of 220-254 (bench, 2026-12-07), at no measured cost in time.
-const NODE_ARGS = { bundle: '--max-semi-space-size=2 ' };
-
 const LAUNCHER = (name) => `#!/bin/sh
 # ${name}: runs the bundled app with the bundled Node.js runtime, from wherever the prefix is
 # (/usr/local, /opt/..., /var/usrlocal) and through symlinks. Only shell builtins and readlink.
@@ -103,7 +99,7 @@ while [ -h "$self" ]; do
 done
 case $self in */*) bindir=\${self%/*} ;; *) bindir=. ;; esac
 prefix=$(cd "$bindir/.." && pwd -P) || exit 127
-exec "$prefix/lib/${name}/node" ${NODE_ARGS[name] ?? ''}"$prefix/lib/${name}/app/cli.mjs" "$@"
+exec "$prefix/lib/${name}/node" ${(NODE_ARGS[name] ?? []).map((a) => `${a} `).join('')}"$prefix/lib/${name}/app/cli.mjs" "$@"
 `;
 
 /** Bundles one CLI with esbuild into lib/NAME/app, code split so dynamic imports stay lazy. */

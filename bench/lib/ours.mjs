@@ -3,6 +3,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { NODE_ARGS } from '../../scripts/node-args.mjs';
 import { run } from './measure.mjs';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
@@ -60,6 +61,17 @@ export function useShippedApps() {
   APP = 'shipped';
 }
 
+/**
+ * The Node flags the app's shipped launcher passes (scripts/node-args.mjs), in either mode: the
+ * bench starts the app's script itself (to add --cpu-prof, which NODE_OPTIONS refuses), so it
+ * passes them as the launcher would. Other scripts (the staging server) get none.
+ */
+function launcherFlags(script) {
+  if (/bundle-agent(\/app\/cli\.mjs|\.js)$/.test(script)) return NODE_ARGS['bundle-agent'];
+  if (/(\/bundle\/app\/cli\.mjs|\/bin\/bundle\.js)$/.test(script)) return NODE_ARGS.bundle;
+  return [];
+}
+
 /** BENCH_PROFILE=DIR: every run of ours writes a V8 CPU profile there (`node --cpu-prof`). */
 const profile = process.env.BENCH_PROFILE
   ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(process.env.BENCH_PROFILE)]
@@ -73,7 +85,7 @@ const profile = process.env.BENCH_PROFILE
  * @param {NodeJS.ProcessEnv} [env] the environment, when not this process's (BUNDLE_PHASE_TIMES)
  */
 export const cli = (bin, args, rssFile, env) =>
-  run(nodeFor(bin), [...profile, bin, ...args], {
+  run(nodeFor(bin), [...profile, ...launcherFlags(bin), bin, ...args], {
     ...(rssFile ? { rssFile } : {}),
     ...(env ? { env } : {}),
   });
@@ -98,7 +110,7 @@ const STAGING_SERVER = path.join(ROOT, 'bench/lib/staging-server.mjs');
 
 /** Starts `node ARGS` and waits for the {"address"} line it prints once listening. */
 async function listening(args, what) {
-  const child = spawn(nodeFor(args[0]), [...profile, ...args], {
+  const child = spawn(nodeFor(args[0]), [...profile, ...launcherFlags(args[0]), ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let err = '';

@@ -4,6 +4,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify as stringifyYaml } from 'yaml';
+import { NODE_ARGS } from '../../scripts/node-args.mjs';
 import { cliBin } from '../helpers/bundled-clis.mjs';
 import { writeImageLayout } from '../helpers/images.mjs';
 import { tmpdir } from '../helpers/tmp.mjs';
@@ -297,8 +298,9 @@ export function daemonChild(
   statusFile: string,
   opts: { netns?: string } = {},
 ) {
-  // ip netns exec execs node: the child's pid is the agent's, SIGTERM reaches it
-  const argv = [process.execPath, AGENT, 'run', '--config', config];
+  // ip netns exec execs node: the child's pid is the agent's, SIGTERM reaches it; node gets the
+  // flags the shipped launcher passes (the peers bench runs its daemons through here)
+  const argv = [process.execPath, ...NODE_ARGS['bundle-agent'], AGENT, 'run', '--config', config];
   const child = opts.netns
     ? spawn('ip', ['netns', 'exec', opts.netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] })
     : spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
