@@ -25,7 +25,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startRegistry } from '../test/helpers/registry.mjs';
 import { startNode } from './lib/node.mjs';
-import { AGENT, BUNDLE } from './lib/ours.mjs';
+import { AGENT, BUNDLE, launcherFlags } from './lib/ours.mjs';
 import { generateRelease } from './lib/release.mjs';
 import { STICKS, cleanup } from './lib/scale-media.mjs';
 import { SHAPES, releaseShape } from './lib/shape.mjs';
@@ -199,6 +199,7 @@ async function create({ reg, rel }, key) {
   const r = await measure(
     process.execPath,
     [
+      ...launcherFlags(BUNDLE),
       path.join(ROOT, BUNDLE_REL),
       'create',
       '--quiet',
@@ -250,7 +251,16 @@ async function writeMedia(file, dir, where, extra) {
   say(`bundle write-media onto the ${where}`);
   const r = await measure(
     process.execPath,
-    [path.join(ROOT, BUNDLE_REL), 'write-media', file, dir, '--quiet', '--json', ...extra],
+    [
+      ...launcherFlags(BUNDLE),
+      path.join(ROOT, BUNDLE_REL),
+      'write-media',
+      file,
+      dir,
+      '--quiet',
+      '--json',
+      ...extra,
+    ],
     { abort: ac.signal },
   );
   const res = JSON.parse(r.stdout.trim().split('\n').pop());
@@ -295,6 +305,7 @@ async function load(dir, base, n) {
   const r = await measure(
     process.execPath,
     [
+      ...launcherFlags(AGENT),
       path.join(ROOT, path.relative(ROOT, AGENT)),
       'load',
       path.join(dir, base),

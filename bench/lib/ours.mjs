@@ -62,13 +62,15 @@ export function useShippedApps() {
 }
 
 /**
- * The Node flags the app's shipped launcher passes (scripts/node-args.mjs), in either mode: the
- * bench starts the app's script itself (to add --cpu-prof, which NODE_OPTIONS refuses), so it
- * passes them as the launcher would. Other scripts (the staging server) get none.
+ * The Node flags this build's shipped launcher passes (scripts/node-args.mjs), for this build's
+ * two apps in either mode: the bench starts the app's script itself (to add --cpu-prof, which
+ * NODE_OPTIONS refuses), so it passes them as the launcher would. Anything else (another build's
+ * agent in an A/B, the staging server) gets none: its own launcher's flags are not ours to guess.
+ * @param {string} script
  */
-function launcherFlags(script) {
-  if (/bundle-agent(\/app\/cli\.mjs|\.js)$/.test(script)) return NODE_ARGS['bundle-agent'];
-  if (/(\/bundle\/app\/cli\.mjs|\/bin\/bundle\.js)$/.test(script)) return NODE_ARGS.bundle;
+export function launcherFlags(script) {
+  if (script === BUNDLE) return NODE_ARGS.bundle;
+  if (script === AGENT) return NODE_ARGS['bundle-agent'];
   return [];
 }
 
