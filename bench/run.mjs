@@ -22,7 +22,7 @@
 //             in network namespaces, a BENCH_PEERS_SIZE bundle (default 2G), links tbf 1 Gbit/s,
 //             vs a docker-registry on the stick node that every node's containerd pulls from, in
 //             the same run: time, transfer alone, stick node's bytes sent, receiving CPU per GiB
-//             (bench/peers.mjs; about 3× the size of disk per node)
+//             (bench/peers.mjs; about 4× the size of disk per node)
 // Environment: BENCH_SCALE (1 = 40 images, ~2 GiB; default 1), BENCH_SHAPE (40 or 190 images; 8 for a smoke run),
 // BENCH_RUNS (samples per side, default 3), BENCH_ONLY (comma list of the rows above),
 // BENCH_RSS_X (the larger scale's factor, default 4; 0 skips it), BENCH_PROFILE (a directory:
