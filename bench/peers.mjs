@@ -11,8 +11,8 @@
 //
 //   node bench/peers.mjs [--nodes 7] [--size 2G] [--image SIZE] [--rate 1gbit] [--json]
 //
-// Needs root. Disk: about 4× the size per node (the staging and what the load keeps, containerd's
-// content and its snapshots) and 3× the size to make the bundle, checked first. The rows are printed as the bench's table, or as JSON (--json,
+// Needs root. Disk: about 4× the size per node (the staging, containerd's content and its
+// snapshots, and room) and 3× the size to make the bundle, checked first. The rows are printed as the bench's table, or as JSON (--json,
 // how bench/run.mjs takes them).
 import { spawn } from 'node:child_process';
 import { statfsSync } from 'node:fs';
@@ -247,9 +247,9 @@ Needs root and about 4× SIZE of disk per node under /tmp, and 3× SIZE more to 
       'bench/peers.mjs makes network namespaces and starts containerd: run it as root',
     );
   const st = statfsSync('/tmp');
-  // 4× per node: at 7 nodes and 2 GiB, 3× (54 GiB) passed with 56 free, and ours ran the disk to
-  // 3 GiB free before its nodes were Ready (2026-12-07): each node holds its staging and what the
-  // load keeps beside containerd's content and snapshots
+  // each node holds its staging, containerd's content and its snapshots (3× the size), and the
+  // bundle's making 3× more; at 7 nodes and 2 GiB that bare 54 GiB passed with 56 free, and ours
+  // ran the disk to 3 GiB free before its nodes were Ready (2026-12-07): 4× per node for room
   const need = (opts.nodes + 1) * 4 * opts.size + 3 * opts.size;
   if (st.bavail * st.bsize < need)
     throw new Error(
