@@ -109,9 +109,9 @@ export async function preparePartial(
   onMarked();
   const out: PreparedPartial = { missing: [], keptBytes: 0, begun: new Map() };
   for (const e of entries) {
+    // no temp file is left without a writer: removeUnfinishedWrites took those of entries without
+    // pieces, and resumedWrite removes one that kept no verified piece
     const w = digests?.covers(e.digest) ? await resumedWrite(files, e, digests, signal) : undefined;
-    // a temp file no piece list vouches for is never trusted
-    if (digests && !w) await rm(files.tempOf(e.path), { force: true });
     if ((same && !w && (await kept(partial, e, signal))) || (w && (await placedWhole(w)))) {
       out.keptBytes += e.size;
       onKept(e);
