@@ -176,8 +176,17 @@ async function watchRead(): Promise<void> {
 }
 
 /** The port in the state asked for, from the approvals as they are now. */
+/**
+ * The port open (closed) and the Peers condition saying so: the agent says Listening only after
+ * its listen returned, and NotApproved after its close, so the port alone leaves a gap.
+ */
 async function settle(open: boolean): Promise<void> {
-  await until(open ? 'open' : 'closed', open ? listening : closed, { timeoutMs: 15_000, detail });
+  const said = () => (condition()?.status === 'True') === open;
+  await until(
+    open ? 'open' : 'closed',
+    async () => (await (open ? listening : closed)()) && said(),
+    { timeoutMs: 15_000, detail },
+  );
 }
 
 t.test(

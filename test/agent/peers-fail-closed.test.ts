@@ -281,11 +281,15 @@ t.test(
         /cannot read the BundleApprovals .*stays open for 4 s after the last look that read them, then closes/,
     });
     t.ok(await listening(), 'still open within the grace (an API server restarting)');
-    await until('closed after the grace', closed, {
-      timeoutMs: GRACE_MS + 10_000,
-      stepMs: 50,
-      detail,
-    });
+    await until(
+      'closed after the grace',
+      async () => (await closed()) && /opens no peer port/.test(condition()?.message ?? ''),
+      {
+        timeoutMs: GRACE_MS + 10_000,
+        stepMs: 50,
+        detail,
+      },
+    );
     const closedAfter = Date.now() - readAt;
     t.comment(
       `API server gone → port closed ${closedAfter} ms after the last read (grace ${GRACE_MS} ms, watches of ${RELIST_MS} to ${1.5 * RELIST_MS} ms)`,
@@ -300,7 +304,12 @@ t.test(
     t.notOk(tracker.current.serving, 'nothing published as served');
     t.notOk(tracker.current.peers, 'no status.peers: nothing is passed on from this node');
     await api.resume();
-    await until('open again once the approvals are read', listening, { timeoutMs: 10_000, detail });
+    // the agent says Listening once its listen returned: the port alone comes a moment before
+    await until(
+      'open again once the approvals are read',
+      async () => (await listening()) && condition()?.status === 'True',
+      { timeoutMs: 10_000, detail },
+    );
     t.match(condition(), { status: 'True', reason: 'Listening' });
   },
 );
@@ -330,7 +339,11 @@ t.test('approvals refused (403): the port closes at once, not after the grace', 
   t.ok(await listening(), 'open while the watch authorized before runs');
   const readAt = lastRead();
   api.cutWatches();
-  await until('closed on the refusal', closed, { timeoutMs: GRACE_MS - 1000, stepMs: 50, detail });
+  await until(
+    'closed on the refusal',
+    async () => (await closed()) && condition()?.status === 'Unknown',
+    { timeoutMs: GRACE_MS - 1000, stepMs: 50, detail },
+  );
   const afterRead = Date.now() - readAt;
   t.comment(
     `watch ended, list 403 → port closed ${afterRead} ms after the last read (grace ${GRACE_MS} ms)`,
@@ -372,7 +385,11 @@ t.test(
 t.test('keys deleted: the port closes, NoPeerCredentials, no status.peers', async (t) => {
   await running();
   await rm(peersDir, { recursive: true });
-  await until('closed', closed, { timeoutMs: 10_000, stepMs: 50, detail });
+  await until('closed', async () => (await closed()) && condition()?.status === 'False', {
+    timeoutMs: 10_000,
+    stepMs: 50,
+    detail,
+  });
   t.match(condition(), { status: 'False', reason: 'NoPeerCredentials' });
   t.notOk(tracker.current.peers, 'no status.peers');
   await installKeys(w.ca);
