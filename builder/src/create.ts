@@ -712,9 +712,11 @@ async function readRelease(
   const { opts, progress, cache, want, limit, work, open } = s;
   progress.log(`resolving release ${release}`);
   const rel = await resolveImage(await open(release), cache, want, false, where, 'release');
-  const payload = await readReleasePayload(
-    rel.layers.map((l) => cachedLayer(cache, rel.source, l)),
-    `the release image ${formatReference(rel.source.name)}`,
+  const payload = await timedAsync("registry: the release image's layers read", () =>
+    readReleasePayload(
+      rel.layers.map((l) => cachedLayer(cache, rel.source, l)),
+      `the release image ${formatReference(rel.source.name)}`,
+    ),
   );
   progress.log(`release ${payload.version}: ${payload.images.length} payload images`);
   for (const w of payload.pullAlways) {
@@ -795,6 +797,9 @@ function cachedLayer(
     open: async () =>
       createReadStream(
         await cache.fetch(l.digest, l.size, (offset) => source.getBlob(l.digest, l.size, offset)),
+        // the default 64 KiB reads made the release image's scan, alone before any other fetch, a
+        // round trip per 64 KiB (with gunzip's 16 KiB chunks, about half its time)
+        { highWaterMark: 1024 * 1024 },
       ),
     drop: () => cache.drop(l.digest),
   };

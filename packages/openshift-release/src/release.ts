@@ -63,7 +63,9 @@ async function decompressed(layer: Readable): Promise<Readable> {
     })(),
     { objectMode: false },
   );
-  if (head[0] === 0x1f && head[1] === 0x8b) return rest.pipe(createGunzip());
+  // zlib's default 16 KiB output chunks are a thread-pool round trip each
+  if (head[0] === 0x1f && head[1] === 0x8b)
+    return rest.pipe(createGunzip({ chunkSize: 256 * 1024 }));
   if (head.length >= 4 && head.readUInt32LE(0) === 0xfd2fb528)
     return rest.pipe(new ZstdDecompressStream());
   return rest;
