@@ -285,3 +285,29 @@ t.test('putBytes stores verified bytes', async (t) => {
   await t.rejects(c.putBytes(sha('other'), data), ociErr('DIGEST_MISMATCH'));
   t.notOk(await exists(c.path(sha('other'))));
 });
+
+t.test(
+  'putBytes (not synced) replaces a copy a power cut left zeroed, empty or cut short, and counts it verified',
+  async (t) => {
+    const { cache: c } = await cache(t);
+    const data = Buffer.from('{"schemaVersion":2,"config":{}}');
+    const d = sha(data);
+    for (const [what, left] of [
+      ['zeroed, of the right length', Buffer.alloc(data.length)],
+      ['empty', Buffer.alloc(0)],
+      ['cut short', data.subarray(0, 5)],
+      ['longer', Buffer.concat([data, Buffer.from('x')])],
+    ] as const) {
+      const fresh = new BlobCache(c.dir);
+      await mkdir(path.dirname(fresh.path(d)), { recursive: true });
+      await writeFile(fresh.path(d), left);
+      t.equal(fresh.verified(d), false);
+      await fresh.putBytes(d, data);
+      t.ok((await readFile(fresh.path(d))).equals(data), `${what}: written again`);
+      t.equal(fresh.verified(d), true, `${what}: the packing need not hash it again`);
+    }
+    const found = new BlobCache(c.dir);
+    await found.putBytes(d, data);
+    t.equal(found.verified(d), true, 'an intact copy found: compared byte for byte, so verified');
+  },
+);

@@ -106,3 +106,36 @@ t.test(
     );
   },
 );
+
+t.test(
+  'a size file a power cut left empty, zeroed or cut short (written unsynced) is no size: the layer is measured again',
+  async (t) => {
+    const dir = await tmpdir(t, 'ob-sizes-');
+    const cache = new BlobCache(dir);
+    const digest = sha(single);
+    await cache.fetch(digest, single.length, async () => Readable.from(chunks(single)), {
+      measure: true,
+    });
+    const file = path.join(dir, 'sizes/v2/sha256', digest.slice(7));
+    t.equal(await readFile(file, 'utf8'), `${random.length}\n`, 'kept as digits and a newline');
+    for (const [what, left] of [
+      ['empty', ''],
+      ['zeroed', '\0'.repeat(7)],
+      ['no newline (cut short)', String(random.length).slice(0, 3)],
+      ['a sign', `-${random.length}\n`],
+      ['spaces', ` ${random.length}\n`],
+    ] as const) {
+      await writeFile(file, left);
+      t.equal(await cache.unpackedSize(digest), undefined, `${what}: no size`);
+      await cache.fetch(
+        digest,
+        single.length,
+        async () => {
+          throw new Error('no download: it is cached');
+        },
+        { measure: true },
+      );
+      t.equal(await cache.unpackedSize(digest), random.length, `${what}: measured again`);
+    }
+  },
+);

@@ -17,16 +17,39 @@ export async function writeFileAtomic(
   mode = 0o644,
   tmpDir?: string,
 ): Promise<void> {
-  const dir = path.dirname(file);
+  await renameIntoPlace(file, content, mode, tmpDir ?? path.dirname(file), true);
+  await syncDirBestEffort(path.dirname(file));
+}
+
+/**
+ * writeFileAtomic without waiting for the disk (no fsync), for a cache whose every reader
+ * checks what it reads: while the machine runs, readers see the old content or the new; after
+ * a power cut the name may hold nothing or zeros, which such a reader takes for no entry.
+ */
+export function replaceFile(
+  file: string,
+  content: string | Uint8Array,
+  mode = 0o644,
+): Promise<void> {
+  return renameIntoPlace(file, content, mode, path.dirname(file), false);
+}
+
+async function renameIntoPlace(
+  file: string,
+  content: string | Uint8Array,
+  mode: number,
+  tmpDir: string,
+  sync: boolean,
+): Promise<void> {
   const tmp = path.join(
-    tmpDir ?? dir,
+    tmpDir,
     `.${path.basename(file)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`,
   );
   try {
     const fh = await createExclusive(tmp, mode);
     try {
       await fh.writeFile(content);
-      await fh.sync();
+      if (sync) await fh.sync();
     } finally {
       await fh.close();
     }
@@ -35,5 +58,4 @@ export async function writeFileAtomic(
     await rm(tmp, { force: true }).catch(() => {});
     throw e;
   }
-  await syncDirBestEffort(dir);
 }

@@ -1,6 +1,6 @@
 export { BaseError, describeSystemError, errnoReason, firstLine } from './base-error.js';
 export { HostError } from './errors.js';
-export { writeFileAtomic } from './atomic-file.js';
+export { replaceFile, writeFileAtomic } from './atomic-file.js';
 export { createExclusive } from './exclusive-file.js';
 export { syncDirBestEffort, syncPath, writeSynced } from './sync-file.js';
 export { MAX_QUOTED_CHARS, escapeControls, quoteName, textTable } from './safe-text.js';

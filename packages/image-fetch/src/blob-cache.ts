@@ -3,7 +3,7 @@ import { readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { makeDirs, pidExists, readSmallFile, writeFileAtomic } from '@offline-bundle/host';
+import { makeDirs, pidExists, readSmallFile, replaceFile } from '@offline-bundle/host';
 import { digestHex, newSha256, sha256, OciError } from '@offline-bundle/oci';
 import { BatchedAppend } from './batched-append.js';
 import { withRetry } from './retry.js';
@@ -112,11 +112,11 @@ export class BlobCache {
   /** What a cached layer unpacks to, when it was measured. */
   async unpackedSize(digest: string): Promise<number | undefined> {
     try {
-      // a number of at most 20 digits: anything else in its place (a FIFO, a huge file) is no size
-      const n = Number(
-        (await readSmallFile(this.sizePath(digest), 32)).bytes.toString('utf8').trim(),
-      );
-      return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
+      // digits and a newline, as written: anything else in its place (a FIFO, a huge file, the
+      // empty or zeroed file a power cut can leave of an unsynced write) is no size
+      const text = (await readSmallFile(this.sizePath(digest), 32)).bytes.toString('latin1');
+      const n = /^\d{1,20}\n$/.test(text) ? Number(text) : NaN;
+      return Number.isSafeInteger(n) ? n : undefined;
     } catch {
       return undefined;
     }
@@ -125,7 +125,8 @@ export class BlobCache {
   private async keepUnpackedSize(digest: string, n: number | undefined): Promise<void> {
     if (n === undefined) return;
     await makeDirs(join(this.dir, ...SIZES));
-    await writeFileAtomic(this.sizePath(digest), `${n}\n`);
+    // not synced, as every entry here: the cache is worked out again where a power cut left less
+    await replaceFile(this.sizePath(digest), `${n}\n`);
   }
 
   /**
@@ -142,10 +143,14 @@ export class BlobCache {
     }
   }
 
-  /** Keeps a fact about a blob (written whole or not at all); dropped and pruned with the blob. */
+  /**
+   * Keeps a fact about a blob (whole or not at all while the machine runs; not synced, so after
+   * a power cut it may read empty or zeroed: the reader's validation turns that away); dropped
+   * and pruned with the blob.
+   */
   async keepFact(kind: string, digest: string, bytes: Uint8Array | string): Promise<void> {
     await makeDirs(join(this.dir, FACTS, kind, 'sha256'));
-    await writeFileAtomic(join(this.dir, FACTS, kind, 'sha256', digestHex(digest)), bytes);
+    await replaceFile(join(this.dir, FACTS, kind, 'sha256', digestHex(digest)), bytes);
   }
 
   /** A full disk is one line naming the cache and the ways out, and leaves nothing half-written. */
@@ -185,10 +190,15 @@ export class BlobCache {
 
   private async putNow(digest: string, bytes: Uint8Array): Promise<string> {
     const final = this.path(digest);
-    if (await this.has(digest, bytes.length)) return final;
+    // not synced (a cache need not survive a power cut whole): a copy left empty or zeroed by
+    // one is told apart here, by its bytes, and written again
+    if (await holds(final, bytes)) {
+      this.checked.add(digest);
+      return final;
+    }
     try {
       await makeDirs(join(this.dir, 'blobs', 'sha256'));
-      await writeFileAtomic(final, bytes);
+      await replaceFile(final, bytes);
       this.checked.add(digest);
     } catch (err) {
       if (isFull(err)) return this.full(err);
@@ -334,6 +344,15 @@ export class BlobCache {
     await this.keepUnpackedSize(digest, await feeds.counter?.finish());
     await feeds.tap?.finish();
     return final;
+  }
+}
+
+/** Whether `file` is a regular file holding exactly `bytes`. */
+async function holds(file: string, bytes: Uint8Array): Promise<boolean> {
+  try {
+    return (await readSmallFile(file, bytes.length)).bytes.equals(bytes);
+  } catch {
+    return false;
   }
 }
 
