@@ -53,8 +53,12 @@ export class PieceFacts {
     const known = this.known.get(blob.digest) ?? (await this.read(blob));
     if (known !== undefined) return known;
     const list = await this.thread.hashFile(path, this.pieceSize);
-    // a file of another length: the packing's digest check refuses it; nothing is kept
-    if (decodePieceList(list, pieceCount(blob.size, this.pieceSize)) !== undefined)
+    // kept only from a file this run hashed against its digest: one merely found (by its size)
+    // may be damaged, and the packing's check that refuses it would leave its list behind
+    if (
+      this.cache.verified(blob.digest) &&
+      decodePieceList(list, pieceCount(blob.size, this.pieceSize)) !== undefined
+    )
       await this.keep(blob, list);
     return list;
   }

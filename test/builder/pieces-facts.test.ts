@@ -138,3 +138,30 @@ t.test('stop ends the thread', async (t) => {
   await facts.stop();
   t.equal(pieceThreadsRunning(), before, 'none once stopped');
 });
+
+t.test(
+  'a list worked out from a blob merely found in the cache (not hashed against its digest in this run) is used, not kept',
+  async (t) => {
+    const dir = await tmpdir(t, 'ob-piece-facts-');
+    const data = randomBytes(3 * S + 9);
+    const blob = { digest: sha(data), size: data.length };
+    const first = new BlobCache(dir);
+    const file = await first.fetch(blob.digest, blob.size, source(data));
+    // what a power cut can leave of an unsynced rename: the right length, zeros
+    await writeFile(file, Buffer.alloc(data.length));
+    const later = new BlobCache(dir);
+    const facts = new PieceFacts(later, S);
+    t.teardown(() => facts.stop());
+    t.equal(later.verified(blob.digest), false, 'found by its size only');
+    t.equal(
+      await facts.listOf(blob, file),
+      listOf(Buffer.alloc(data.length)),
+      "the file's list, for this run (its packing refuses the blob)",
+    );
+    await t.rejects(
+      readdir(path.join(dir, 'facts', `pieces-${S}`, 'sha256')),
+      { code: 'ENOENT' },
+      'nothing kept for a later run',
+    );
+  },
+);

@@ -22,9 +22,10 @@ export async function writeFileAtomic(
 }
 
 /**
- * writeFileAtomic without waiting for the disk (no fsync), for a cache whose every reader
- * checks what it reads: while the machine runs, readers see the old content or the new; after
- * a power cut the name may hold nothing or zeros, which such a reader takes for no entry.
+ * writeFileAtomic without waiting for the disk (no fsync), for a cache whose every reader checks
+ * what it reads against what the entry is for (a digest, a check line): while the machine runs,
+ * readers see the old content or the new; after a power cut the name may hold nothing, zeros,
+ * or on some filesystems another file's old bytes, which such a reader takes for no entry.
  */
 export function replaceFile(
   file: string,

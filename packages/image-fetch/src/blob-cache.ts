@@ -3,7 +3,13 @@ import { readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { makeDirs, pidExists, readSmallFile, replaceFile } from '@offline-bundle/host';
+import {
+  makeDirs,
+  pidExists,
+  readSmallFile,
+  replaceFile,
+  writeFileAtomic,
+} from '@offline-bundle/host';
 import { digestHex, newSha256, sha256, OciError } from '@offline-bundle/oci';
 import { BatchedAppend } from './batched-append.js';
 import { withRetry } from './retry.js';
@@ -75,7 +81,7 @@ export class BlobCache {
    * writers of one .partial or .tmp file corrupt it or lose the rename race.
    */
   private readonly inflight = new Map<string, Promise<string>>();
-  /** Blobs this process hashed against their digest as it stored them (not those merely found). */
+  /** Blobs this process hashed against their digest as it stored them, or compared byte for byte with bytes it had (putBytes). */
   private readonly checked = new Set<string>();
 
   /** `signal` (Ctrl-C) stops downloads in flight and their retries; what arrived stays in .partial for the next run. */
@@ -93,8 +99,9 @@ export class BlobCache {
   }
 
   /**
-   * Whether this process stored `digest` itself, hashed as it arrived: its file needs no second
-   * hash in this run. A blob found in the cache (checked by size only) is not.
+   * Whether this process stored `digest` itself, hashed as it arrived (or, by putBytes, found it
+   * holding exactly the bytes it had): its file needs no second hash in this run. A blob the
+   * fetch found in the cache (checked by size only) is not.
    */
   verified(digest: string): boolean {
     return this.checked.has(digest);
@@ -125,8 +132,9 @@ export class BlobCache {
   private async keepUnpackedSize(digest: string, n: number | undefined): Promise<void> {
     if (n === undefined) return;
     await makeDirs(join(this.dir, ...SIZES));
-    // not synced, as every entry here: the cache is worked out again where a power cut left less
-    await replaceFile(this.sizePath(digest), `${n}\n`);
+    // synced, unlike the other small entries: nothing ties a size to its layer, and a file a
+    // power cut left holding another's old bytes would feed the signed image-store estimate
+    await writeFileAtomic(this.sizePath(digest), `${n}\n`);
   }
 
   /**
