@@ -1227,7 +1227,10 @@ async function fetchAndWrite(
   // its thread lives as long as the fetch and the write
   const pieces = opts.pieces === 'none' ? undefined : new PieceFacts(cache, PIECE_BYTES);
   try {
-    return await fetchAndWriteWith(s, pre, all, c, { images, charts, index }, pieces);
+    const written = await fetchAndWriteWith(s, pre, all, c, { images, charts, index }, pieces);
+    // every blob was packed, each checked against its digest: the lists of files found are sound
+    await pieces?.keepChecked();
+    return written;
   } finally {
     await pieces?.stop();
   }

@@ -21,6 +21,8 @@ export class PieceFacts {
   private readonly thread = new PieceHashThread();
   /** Lists worked out in this run. */
   private readonly known = new Map<string, string>();
+  /** Lists hashed from files found in the cache, kept once the build packed them (keepChecked). */
+  private readonly found = new Map<string, { blob: Blob; list: string }>();
   private readonly kind: string;
 
   constructor(
@@ -53,14 +55,19 @@ export class PieceFacts {
     const known = this.known.get(blob.digest) ?? (await this.read(blob));
     if (known !== undefined) return known;
     const list = await this.thread.hashFile(path, this.pieceSize);
-    // kept only from a file this run hashed against its digest: one merely found (by its size)
-    // may be damaged, and the packing's check that refuses it would leave its list behind
-    if (
-      this.cache.verified(blob.digest) &&
-      decodePieceList(list, pieceCount(blob.size, this.pieceSize)) !== undefined
-    )
-      await this.keep(blob, list);
+    // a file of another length: the packing's digest check refuses it; nothing is kept
+    if (decodePieceList(list, pieceCount(blob.size, this.pieceSize)) === undefined) return list;
+    // a file merely found (by its size) may be damaged: its list is kept only once the packing
+    // checked it against its digest (keepChecked), never beside a blob the packing refused
+    if (this.cache.verified(blob.digest)) await this.keep(blob, list);
+    else this.found.set(blob.digest, { blob, list });
     return list;
+  }
+
+  /** The build packed every blob, each checked against its digest: the lists of found files are kept too. */
+  async keepChecked(): Promise<void> {
+    for (const { blob, list } of this.found.values()) await this.keep(blob, list);
+    this.found.clear();
   }
 
   async stop(): Promise<void> {

@@ -140,7 +140,7 @@ t.test('stop ends the thread', async (t) => {
 });
 
 t.test(
-  'a list worked out from a blob merely found in the cache (not hashed against its digest in this run) is used, not kept',
+  'a list worked out from a blob merely found in the cache is used, and kept only once the build packed the blob (its digest checked)',
   async (t) => {
     const dir = await tmpdir(t, 'ob-piece-facts-');
     const data = randomBytes(3 * S + 9);
@@ -161,7 +161,23 @@ t.test(
     await t.rejects(
       readdir(path.join(dir, 'facts', `pieces-${S}`, 'sha256')),
       { code: 'ENOENT' },
-      'nothing kept for a later run',
+      'nothing kept before the packing checked the file',
+    );
+    // the intact file, packed and checked by a build that then says so: its list is kept
+    await writeFile(file, data);
+    const next = new PieceFacts(new BlobCache(dir), S);
+    t.teardown(() => next.stop());
+    t.equal(await next.listOf(blob, file), listOf(data));
+    await next.keepChecked();
+    t.equal(
+      (
+        await readFile(
+          path.join(dir, 'facts', `pieces-${S}`, 'sha256', blob.digest.slice(7)),
+          'latin1',
+        )
+      ).split('\n')[0],
+      listOf(data),
+      'kept once the build packed it',
     );
   },
 );
