@@ -119,8 +119,8 @@ export class BlobCache {
   /** What a cached layer unpacks to, when it was measured. */
   async unpackedSize(digest: string): Promise<number | undefined> {
     try {
-      // digits and a newline, as written: anything else in its place (a FIFO, a huge file, the
-      // empty or zeroed file a power cut can leave of an unsynced write) is no size
+      // digits and a newline, as written: anything else in its place (a FIFO, a huge file, an
+      // empty or zeroed one, which Number() would have read as 0) is no size
       const text = (await readSmallFile(this.sizePath(digest), 32)).bytes.toString('latin1');
       const n = /^\d{1,20}\n$/.test(text) ? Number(text) : NaN;
       return Number.isSafeInteger(n) ? n : undefined;
